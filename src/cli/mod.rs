@@ -1,0 +1,290 @@
+//! Command line: argument types and dispatch. Each subcommand's work lives in its own file.
+
+mod consumers;
+mod topo;
+mod tune;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::error::Error;
+use crate::fabric::{Dtype, Mode};
+
+#[derive(Parser, Debug)]
+#[command(name = "artune", version, about = "Topology-aware allreduce autotuner")]
+pub struct Cli {
+    /// More log output (-v info, -vv debug); also RUST_LOG.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Show the GPU topology: path matrix, islands, P2P status, link speeds, warnings.
+    Topo(TopoArgs),
+    /// Measure the backends and write a profile.
+    Tune(TuneArgs),
+    /// Print a profile's summary.
+    Show(ShowArgs),
+    /// Print the backend a profile chooses for one message.
+    Select(SelectArgs),
+    /// Write what an engine needs to follow a profile.
+    Export(ExportArgs),
+    /// Check that a profile still holds for this machine (exit 3 when stale).
+    Check(CheckArgs),
+    /// Allreduce cost of one engine step under several policies.
+    Predict(PredictArgs),
+    /// Benchmarks that need a GPU (kernel efficiency against copy bandwidth).
+    Bench(BenchArgs),
+    /// Print the profile JSON Schema.
+    Schema,
+}
+
+/// Where the machine comes from: a preset, a file, or (neither) the real GPUs.
+#[derive(Args, Debug, Clone, Default)]
+pub struct Source {
+    /// Simulate a built-in machine (`artune topo --list-presets` lists them).
+    #[arg(long, value_name = "PRESET", conflicts_with = "topology")]
+    pub sim: Option<String>,
+    /// Simulate the machine described by a topology JSON file.
+    #[arg(long, value_name = "FILE")]
+    pub topology: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct TopoArgs {
+    #[command(flatten)]
+    pub source: Source,
+    /// Print JSON (the topology file format) instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// List the built-in presets.
+    #[arg(long)]
+    pub list_presets: bool,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ModeArg {
+    Graph,
+    Eager,
+    Both,
+}
+
+impl ModeArg {
+    pub fn modes(self) -> Vec<Mode> {
+        match self {
+            ModeArg::Graph => vec![Mode::Graph],
+            ModeArg::Eager => vec![Mode::Eager],
+            ModeArg::Both => vec![Mode::Graph, Mode::Eager],
+        }
+    }
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DtypeArg {
+    Bf16,
+    Fp16,
+    Fp32,
+}
+
+impl From<DtypeArg> for Dtype {
+    fn from(d: DtypeArg) -> Dtype {
+        match d {
+            DtypeArg::Bf16 => Dtype::Bf16,
+            DtypeArg::Fp16 => Dtype::Fp16,
+            DtypeArg::Fp32 => Dtype::Fp32,
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct TuneArgs {
+    #[command(flatten)]
+    pub source: Source,
+    /// TP sizes to tune, comma separated (default: powers of two from 2 to the GPU count).
+    #[arg(long, value_delimiter = ',')]
+    pub tp: Option<Vec<String>>,
+    /// Message sizes LOW:HIGH, powers of two between them (refined where the winner changes).
+    #[arg(long, default_value = "1K:256M")]
+    pub sizes: String,
+    #[arg(long, value_enum, default_value = "both")]
+    pub mode: ModeArg,
+    #[arg(long, value_enum, default_value = "bf16")]
+    pub dtype: DtypeArg,
+    /// Per-GPU memory custom backends may use, e.g. 256MiB.
+    #[arg(long, value_name = "BYTES")]
+    pub mem_budget: Option<String>,
+    /// Seed for data and (simulated) noise.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Where to write the profile.
+    #[arg(long, short, default_value = "artune-profile.json")]
+    pub out: PathBuf,
+    /// Write SVG plots into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub plot: Option<PathBuf>,
+    /// One GPU as K virtual ranks (custom kernels on one device; NCCL with one rank).
+    #[arg(long, value_name = "K")]
+    pub loopback: Option<usize>,
+    /// Skip the contention probes.
+    #[arg(long)]
+    pub no_contention: bool,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ShowArgs {
+    pub profile: PathBuf,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct SelectArgs {
+    pub profile: PathBuf,
+    #[arg(long)]
+    pub tp: usize,
+    /// Message size (4096, 4K, 1MiB).
+    #[arg(long)]
+    pub bytes: String,
+    #[arg(long, value_enum, default_value = "graph")]
+    pub mode: SelectMode,
+    /// Print expected time and buffer size as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SelectMode {
+    Graph,
+    Eager,
+}
+
+impl From<SelectMode> for Mode {
+    fn from(m: SelectMode) -> Mode {
+        match m {
+            SelectMode::Graph => Mode::Graph,
+            SelectMode::Eager => Mode::Eager,
+        }
+    }
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Engine {
+    Trtllm,
+    Vllm,
+    Sglang,
+    Nccl,
+    Env,
+}
+
+#[derive(Args, Debug)]
+pub struct ExportArgs {
+    pub profile: PathBuf,
+    #[arg(long, value_enum)]
+    pub engine: Engine,
+    #[arg(long)]
+    pub tp: Option<usize>,
+    /// Model hidden size, to map bytes to tokens (TensorRT-LLM).
+    #[arg(long)]
+    pub hidden: Option<u64>,
+    #[arg(long, value_enum, default_value = "bf16")]
+    pub dtype: DtypeArg,
+    /// Write here instead of standard output (a directory for multi-file exports).
+    #[arg(long, short)]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    pub profile: PathBuf,
+    /// Check against this topology file instead of the real machine.
+    #[arg(long)]
+    pub topology: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct PredictArgs {
+    pub profile: PathBuf,
+    /// Workload: a SPEC string or a JSON file (see README, "Workloads").
+    #[arg(long)]
+    pub workload: String,
+    #[arg(long)]
+    pub tp: Option<usize>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// What to benchmark: `kernels`.
+    pub what: String,
+    #[arg(long, default_value_t = 8)]
+    pub loopback: usize,
+    #[arg(long)]
+    pub json: bool,
+    #[arg(long, short)]
+    pub out: Option<PathBuf>,
+}
+
+/// Parses arguments, runs the command, prints any error as one line, returns the exit code.
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { crate::error::EXIT_BAD_INPUT } else { 0 };
+            let _ = e.print();
+            return code;
+        }
+    };
+    init_logging(cli.verbose);
+    match run(cli.command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+fn run(cmd: Command) -> Result<i32, Error> {
+    match cmd {
+        Command::Topo(a) => topo::run(a),
+        Command::Tune(a) => tune::run(a),
+        Command::Show(a) => tune::show(a),
+        Command::Select(a) => consumers::select(a),
+        Command::Export(a) => consumers::export(a),
+        Command::Check(a) => consumers::check(a),
+        Command::Predict(a) => consumers::predict(a),
+        Command::Bench(a) => tune::bench(a),
+        Command::Schema => {
+            print!("{}", crate::profile::schema::generate());
+            Ok(0)
+        }
+    }
+}
+
+/// Loads the machine a command is about: a preset, a file, or the real GPUs through NVML.
+pub fn load_topology(source: &Source) -> Result<crate::topology::Topology, Error> {
+    match (&source.sim, &source.topology) {
+        (Some(name), _) => crate::topology::presets::get(name),
+        (None, Some(path)) => crate::topology::file::load(path),
+        (None, None) => crate::topology::discover(),
+    }
+}

@@ -1,0 +1,68 @@
+//! Errors a user can act on, and the exit codes they map to.
+//!
+//! Exit codes are a contract with provisioning scripts: 0 ok, 2 bad input, 3 stale profile,
+//! 4 hardware or driver failure, 130 interrupted.
+
+use std::path::PathBuf;
+
+/// Exit code for bad input (arguments, files).
+pub const EXIT_BAD_INPUT: i32 = 2;
+/// Exit code for a profile that no longer holds for this machine.
+pub const EXIT_STALE: i32 = 3;
+/// Exit code for a hardware, driver or library failure.
+pub const EXIT_HARDWARE: i32 = 4;
+/// Exit code after SIGINT/SIGTERM.
+pub const EXIT_INTERRUPTED: i32 = 130;
+
+/// Every failure artune reports. Each message is one sentence that says what is wrong and what
+/// to do next.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    BadInput(String),
+    #[error("cannot read {path}: {reason}; check the path and permissions")]
+    Read { path: PathBuf, reason: String },
+    #[error("cannot write {path}: {reason}; choose a writable location with --out")]
+    Write { path: PathBuf, reason: String },
+    #[error("{path} is not a valid {what}: {reason}")]
+    Parse {
+        path: PathBuf,
+        what: &'static str,
+        reason: String,
+    },
+    #[error("profile is stale: {0}; run `artune tune` again on this machine")]
+    Stale(String),
+    #[error("{0}")]
+    Hardware(String),
+    #[error("interrupted; the previous profile (if any) is left as it was")]
+    Interrupted,
+}
+
+impl Error {
+    /// The process exit code for this error.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::BadInput(_) | Error::Read { .. } | Error::Parse { .. } => EXIT_BAD_INPUT,
+            Error::Write { .. } => EXIT_BAD_INPUT,
+            Error::Stale(_) => EXIT_STALE,
+            Error::Hardware(_) => EXIT_HARDWARE,
+            Error::Interrupted => EXIT_INTERRUPTED,
+        }
+    }
+
+    pub fn bad_input(msg: impl Into<String>) -> Self {
+        Error::BadInput(msg.into())
+    }
+}
+
+impl From<crate::fabric::FabricError> for Error {
+    fn from(e: crate::fabric::FabricError) -> Self {
+        match e {
+            crate::fabric::FabricError::Interrupted => Error::Interrupted,
+            crate::fabric::FabricError::BadRequest(m) => Error::BadInput(m),
+            other => Error::Hardware(other.to_string()),
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,1 @@
+//! Simulated fabric (in progress).

@@ -1,0 +1,23 @@
+//! artune: a topology-aware allreduce autotuner.
+//!
+//! Data flows one way: [`topology`] → [`measure`] (through a [`fabric::Fabric`]) → [`decide`]
+//! → [`profile`] → consumers ([`export`], [`capi`], [`plugin`], [`report`]).
+
+pub mod capi;
+pub mod cli;
+pub mod decide;
+pub mod error;
+pub mod export;
+pub mod fabric;
+pub mod measure;
+pub mod plugin;
+pub mod profile;
+pub mod report;
+pub mod stats;
+pub mod topology;
+pub mod units;
+pub mod workload;
+
+pub use error::{Error, Result};
+pub use fabric::{Backend, Dtype, Mode};
+pub use profile::{Profile, Query, Selection};

@@ -1,0 +1,318 @@
+//! Profile schema v1: what a tune found, in the form engines and plugins read.
+//!
+//! 1. [`Profile::load`] reads a file, checks the schema version and every limit, and refuses
+//!    anything a consumer could misread.
+//! 2. [`Profile::select`] answers "which backend for this many bytes" in O(log buckets)
+//!    without allocating; a TP size or mode the profile lacks is [`Selection::Unknown`].
+//! 3. [`Profile::write_atomic`] writes through a temporary file in the target directory,
+//!    synced and renamed, so readers only ever see a whole old or a whole new profile.
+//!
+//! Field names are a contract (see profiles/schema/profile-v1.json); add fields, never rename.
+
+pub mod schema;
+mod validate;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+use crate::fabric::{Backend, Direction, Dtype, Mode, ProbeSample};
+use crate::topology::Topology;
+
+pub use validate::{LIMITS, Limits};
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Fingerprint {
+    /// Same wiring → same hash (UUIDs, bus ids excluded).
+    pub topology_class: String,
+    /// This host: class + GPU UUIDs + driver, CUDA and NCCL versions.
+    pub host: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Versions {
+    pub driver: Option<String>,
+    pub cuda: Option<String>,
+    pub nccl: Option<String>,
+}
+
+/// One backend's timing at one size.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Timing {
+    pub median_us: f64,
+    /// 95% confidence interval of the median.
+    pub ci_low_us: f64,
+    pub ci_high_us: f64,
+    pub samples: u32,
+    /// Samples set aside as outliers (beyond 3 scaled MADs) before the median was taken.
+    #[serde(default)]
+    pub outliers: u32,
+}
+
+/// One message size.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Bucket {
+    /// Message size in bytes. This bucket serves sizes above the previous bucket's, up to this.
+    pub bytes: u64,
+    /// The backend to use.
+    pub choice: Backend,
+    pub results: BTreeMap<Backend, Timing>,
+    /// Backends not measured at this size, and why.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub waived: BTreeMap<Backend, String>,
+}
+
+/// Where the choice changes between neighbouring sizes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Crossover {
+    /// First bucket size at which `to` is chosen.
+    pub bytes: u64,
+    pub from: Backend,
+    pub to: Backend,
+}
+
+/// Device memory a backend costs each GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Memory {
+    pub bytes_per_gpu: u64,
+    /// Read from the device rather than modelled.
+    pub measured: bool,
+    /// The largest message the buffers counted here serve.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serves_up_to_bytes: Option<u64>,
+}
+
+/// One TP group in one launch mode.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct GroupProfile {
+    pub gpus: Vec<usize>,
+    pub tp: usize,
+    pub mode: Mode,
+    pub dtype: Dtype,
+    /// What sets this GPU subset apart, e.g. "one switch" or "2 switches, 1 root complex".
+    #[serde(default)]
+    pub placement: String,
+    pub buckets: Vec<Bucket>,
+    pub crossovers: Vec<Crossover>,
+    pub memory: BTreeMap<Backend, Memory>,
+    /// Backends excluded for the whole group (no P2P, wrong results, timeouts), and why.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub waived: BTreeMap<Backend, String>,
+}
+
+/// A contention curve: bandwidth as more peers transfer at once.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ContentionCurve {
+    pub gpus: Vec<usize>,
+    pub direction: Direction,
+    /// Bytes each GPU moved with each peer per probe.
+    pub bytes: u64,
+    pub points: Vec<ProbeSample>,
+}
+
+/// How the tune was run, so a reader can reproduce it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Settings {
+    pub min_bytes: u64,
+    pub max_bytes: u64,
+    pub tp: Vec<usize>,
+    pub modes: Vec<Mode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_budget_bytes: Option<u64>,
+    /// Target half-width of the median's 95% CI, relative to the median.
+    pub target_ci: f64,
+    /// Wall-clock seconds the tune took.
+    #[serde(default)]
+    pub tuning_seconds: f64,
+}
+
+/// A whole profile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Profile {
+    pub schema_version: u32,
+    pub tool_version: String,
+    /// RFC 3339 UTC time the tune finished.
+    pub created: String,
+    /// True when measured on the simulated fabric: never deploy such a profile as measured fact.
+    pub simulated: bool,
+    /// What measured it, e.g. "simulated pcie-8x-2switch".
+    #[serde(default)]
+    pub fabric: String,
+    pub fingerprint: Fingerprint,
+    pub versions: Versions,
+    pub topology: Topology,
+    pub groups: Vec<GroupProfile>,
+    #[serde(default)]
+    pub contention: Vec<ContentionCurve>,
+    #[serde(default)]
+    pub settings: Settings,
+    /// Faults met during the tune (timeouts, wrong results, failed backends), for the operator.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<String>,
+}
+
+/// Which group a question is about.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Query<'a> {
+    pub tp: usize,
+    pub mode: Mode,
+    /// Specific GPUs; None means the engine's default placement, ranks on GPUs 0..tp.
+    pub gpus: Option<&'a [usize]>,
+}
+
+/// Answer of [`Profile::select`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Selection {
+    Chosen {
+        backend: Backend,
+        /// Median time measured at the bucket that serves this size.
+        expected_us: f64,
+        /// Bytes the bucket serves up to (its measured size).
+        bucket_bytes: u64,
+        /// Device memory per GPU the backend's buffers need (0 for NCCL's, which it owns).
+        buffer_bytes: u64,
+    },
+    /// The profile has no answer; the caller keeps its own default.
+    Unknown(UnknownReason),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnknownReason {
+    NoGroup,
+    AboveLargestBucket,
+}
+
+impl std::fmt::Display for UnknownReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            UnknownReason::NoGroup => "the profile has no group of that TP size and mode",
+            UnknownReason::AboveLargestBucket => "the size is above the largest size the profile measured",
+        })
+    }
+}
+
+impl Profile {
+    /// Reads and validates a profile file.
+    pub fn load(path: &Path) -> Result<Profile, Error> {
+        let meta = std::fs::metadata(path).map_err(|e| Error::Read { path: path.into(), reason: e.to_string() })?;
+        if meta.len() > LIMITS.file_bytes {
+            return Err(Error::Parse {
+                path: path.into(),
+                what: "profile",
+                reason: format!("it is {} bytes, more than the {} a profile may have", meta.len(), LIMITS.file_bytes),
+            });
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| Error::Read { path: path.into(), reason: e.to_string() })?;
+        Profile::parse(&text).map_err(|reason| Error::Parse { path: path.into(), what: "profile", reason })
+    }
+
+    /// Parses and validates profile JSON; the error is a phrase to embed in a sentence.
+    pub fn parse(text: &str) -> Result<Profile, String> {
+        validate::parse(text)
+    }
+
+    /// Serializes the profile (pretty JSON, trailing newline).
+    pub fn to_json(&self) -> String {
+        let mut s = serde_json::to_string_pretty(self).expect("profile types always serialize");
+        s.push('\n');
+        s
+    }
+
+    /// Writes the profile atomically: a temporary file in the same directory, synced, renamed
+    /// over `path`, then the directory synced. A crash at any point leaves the old file whole.
+    pub fn write_atomic(&self, path: &Path) -> Result<(), Error> {
+        write_atomic(path, self.to_json().as_bytes())
+    }
+
+    /// The group a query is about: exact GPUs if given, else ranks on GPUs 0..tp, else the
+    /// first group of that TP size.
+    pub fn group(&self, q: Query<'_>) -> Option<&GroupProfile> {
+        let same = |g: &&GroupProfile| g.tp == q.tp && g.mode == q.mode;
+        match q.gpus {
+            Some(gpus) => self.groups.iter().filter(same).find(|g| g.gpus == gpus),
+            None => self
+                .groups
+                .iter()
+                .filter(same)
+                .find(|g| g.gpus.iter().copied().eq(0..q.tp))
+                .or_else(|| self.groups.iter().find(same)),
+        }
+    }
+
+    /// The backend for a message of `bytes` bytes. O(log buckets), no allocation.
+    pub fn select(&self, q: Query<'_>, bytes: u64) -> Selection {
+        let Some(g) = self.group(q) else {
+            return Selection::Unknown(UnknownReason::NoGroup);
+        };
+        let i = g.buckets.partition_point(|b| b.bytes < bytes);
+        let Some(b) = g.buckets.get(i) else {
+            return Selection::Unknown(UnknownReason::AboveLargestBucket);
+        };
+        let expected_us = b.results.get(&b.choice).map_or(f64::NAN, |t| t.median_us);
+        let buffer_bytes = if b.choice.is_custom() {
+            g.memory.get(&b.choice).map_or(0, |m| m.bytes_per_gpu)
+        } else {
+            0
+        };
+        Selection::Chosen { backend: b.choice, expected_us, bucket_bytes: b.bytes, buffer_bytes }
+    }
+}
+
+/// Writes bytes to `path` atomically (temporary file in the same directory, fsync, rename).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    let err = |e: &dyn std::fmt::Display| Error::Write { path: path.into(), reason: e.to_string() };
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    if path.is_dir() {
+        return Err(err(&"it is a directory"));
+    }
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".artune-")
+        .suffix(".tmp")
+        .tempfile_in(&dir)
+        .map_err(|e| err(&e))?;
+    tmp.write_all(bytes).map_err(|e| err(&e))?;
+    tmp.as_file().sync_all().map_err(|e| err(&e))?;
+    tmp.persist(path).map_err(|e| err(&e.error))?;
+    if let Ok(d) = std::fs::File::open(&dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+/// Current time as RFC 3339 UTC ("2026-11-29T08:49:54Z"), without a date crate.
+pub fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    rfc3339(secs)
+}
+
+/// Formats Unix seconds as RFC 3339 UTC (civil-from-days, H. Hinnant's algorithm).
+pub fn rfc3339(secs: i64) -> String {
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,139 @@
+use super::*;
+use crate::topology::presets;
+
+fn timing(us: f64) -> Timing {
+    Timing { median_us: us, ci_low_us: us * 0.99, ci_high_us: us * 1.01, samples: 20, outliers: 0 }
+}
+
+/// A small TP2 profile: one_stage_pull up to 8 KiB, NCCL above.
+pub(crate) fn fixture() -> Profile {
+    let topology = presets::get("pcie-2x").unwrap();
+    let bucket = |bytes: u64, choice: Backend| Bucket {
+        bytes,
+        choice,
+        results: [(Backend::Nccl, timing(20.0)), (Backend::OneStagePull, timing(if choice == Backend::Nccl { 30.0 } else { 8.0 }))]
+            .into_iter()
+            .collect(),
+        waived: Default::default(),
+    };
+    let group = GroupProfile {
+        gpus: vec![0, 1],
+        tp: 2,
+        mode: Mode::Graph,
+        dtype: Dtype::Bf16,
+        placement: "one switch".into(),
+        buckets: vec![bucket(4096, Backend::OneStagePull), bucket(8192, Backend::OneStagePull), bucket(16384, Backend::Nccl)],
+        crossovers: vec![Crossover { bytes: 16384, from: Backend::OneStagePull, to: Backend::Nccl }],
+        memory: [
+            (Backend::Nccl, Memory { bytes_per_gpu: 40 << 20, measured: false, serves_up_to_bytes: None }),
+            (Backend::OneStagePull, Memory { bytes_per_gpu: 3 << 20, measured: false, serves_up_to_bytes: Some(8192) }),
+        ]
+        .into_iter()
+        .collect(),
+        waived: Default::default(),
+    };
+    Profile {
+        schema_version: SCHEMA_VERSION,
+        tool_version: env!("CARGO_PKG_VERSION").into(),
+        created: rfc3339(0),
+        simulated: true,
+        fabric: "simulated pcie-2x".into(),
+        fingerprint: Fingerprint { topology_class: topology.class_hash(), host: topology.host_hash() },
+        versions: Versions::default(),
+        topology,
+        groups: vec![group],
+        contention: vec![],
+        settings: Settings::default(),
+        faults: vec![],
+    }
+}
+
+#[test]
+fn select_takes_covering_bucket() {
+    let p = fixture();
+    let q = Query { tp: 2, mode: Mode::Graph, gpus: None };
+    let pick = |b| match p.select(q, b) {
+        Selection::Chosen { backend, .. } => Some(backend),
+        Selection::Unknown(_) => None,
+    };
+    assert_eq!(pick(1), Some(Backend::OneStagePull));
+    assert_eq!(pick(4096), Some(Backend::OneStagePull));
+    assert_eq!(pick(8192), Some(Backend::OneStagePull));
+    assert_eq!(pick(8193), Some(Backend::Nccl));
+    assert_eq!(pick(16384), Some(Backend::Nccl));
+    assert_eq!(pick(16385), None);
+}
+
+#[test]
+fn select_reports_buffer_for_custom_only() {
+    let p = fixture();
+    let q = Query { tp: 2, mode: Mode::Graph, gpus: None };
+    match p.select(q, 100) {
+        Selection::Chosen { buffer_bytes, expected_us, .. } => {
+            assert_eq!(buffer_bytes, 3 << 20);
+            assert_eq!(expected_us, 8.0);
+        }
+        other => panic!("{other:?}"),
+    }
+    match p.select(q, 10_000) {
+        Selection::Chosen { buffer_bytes, .. } => assert_eq!(buffer_bytes, 0),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn missing_group_is_unknown_not_a_guess() {
+    let p = fixture();
+    assert_eq!(
+        p.select(Query { tp: 4, mode: Mode::Graph, gpus: None }, 100),
+        Selection::Unknown(UnknownReason::NoGroup)
+    );
+    assert_eq!(
+        p.select(Query { tp: 2, mode: Mode::Eager, gpus: None }, 100),
+        Selection::Unknown(UnknownReason::NoGroup)
+    );
+}
+
+#[test]
+fn roundtrips_through_json() {
+    let p = fixture();
+    assert_eq!(Profile::parse(&p.to_json()).unwrap(), p);
+}
+
+#[test]
+fn future_version_is_refused() {
+    let text = fixture().to_json().replacen("\"schema_version\": 1", "\"schema_version\": 7", 1);
+    let e = Profile::parse(&text).unwrap_err();
+    assert!(e.contains("newer"), "{e}");
+}
+
+#[test]
+fn impossible_contents_are_refused() {
+    let mut p = fixture();
+    p.groups[0].buckets[1].bytes = 1;
+    assert!(Profile::parse(&p.to_json()).unwrap_err().contains("out of order"));
+    let mut p = fixture();
+    p.groups[0].buckets[0].choice = Backend::TwoStagePush;
+    assert!(Profile::parse(&p.to_json()).unwrap_err().contains("without a result"));
+    let mut p = fixture();
+    p.groups[0].gpus = vec![0, 9];
+    assert!(Profile::parse(&p.to_json()).unwrap_err().contains("GPU"));
+}
+
+#[test]
+fn atomic_write_replaces_whole_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.json");
+    std::fs::write(&path, "old").unwrap();
+    fixture().write_atomic(&path).unwrap();
+    assert!(Profile::load(&path).is_ok());
+    let leftovers = std::fs::read_dir(dir.path()).unwrap().count();
+    assert_eq!(leftovers, 1, "temporary file left behind");
+}
+
+#[test]
+fn rfc3339_known_dates() {
+    assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+    assert_eq!(rfc3339(1_795_942_194), "2026-11-29T08:49:54Z");
+    assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+}

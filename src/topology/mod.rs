@@ -1,0 +1,669 @@
+//! The machine's GPUs and how they are wired: PCIe tree (switches, root complexes, sockets),
+//! NVLink, and per-pair path class and P2P status.
+//!
+//! 1. Get a [`Topology`] from NVML ([`discover`]), a JSON file ([`file::load`]) or a built-in
+//!    preset ([`presets::get`]).
+//! 2. [`Topology::normalize`] checks references and derives what the file left out (pairs,
+//!    islands), so every consumer sees the same complete model.
+//! 3. [`Topology::fingerprint`] gives the layout hash (same wiring → same hash) and the host hash.
+
+pub mod file;
+pub mod fingerprint;
+pub mod nvml;
+pub mod presets;
+pub mod render;
+pub mod sysfs;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub use nvml::discover;
+
+/// Where the model came from, and whether link speeds were read idle or under load.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub struct Origin {
+    /// "nvml", "file" or "preset".
+    pub kind: String,
+    /// Preset name or file path, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// When link generation/width were read: "idle", "load" or "unknown". GPUs drop PCIe
+    /// generation when idle, so an idle reading below max is not necessarily a fault.
+    #[serde(default = "unknown")]
+    pub link_reading: String,
+}
+
+fn unknown() -> String {
+    "unknown".into()
+}
+
+/// Software versions that a profile depends on.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Host {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver: Option<String>,
+    /// CUDA driver API version, e.g. "13.0".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl: Option<String>,
+}
+
+/// Per-direction parameters of one link. Everything but the PCIe gen/width is optional: when
+/// absent, the simulated fabric derives rates from gen × width and uses typical latencies; when a
+/// user measured their machine, the file states it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Link {
+    /// PCIe generation in use (1..6); None for non-PCIe links or when unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gen: Option<u8>,
+    /// Lanes in use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub width: Option<u8>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_gen: Option<u8>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_width: Option<u8>,
+    /// Measured rate away from the GPU side (towards the host), GB/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub up_gbps: Option<f64>,
+    /// Measured rate towards the GPU side, GB/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub down_gbps: Option<f64>,
+    /// The most one flow gets through this link, GB/s (e.g. a single cross-socket pair).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_flow_gbps: Option<f64>,
+    /// One-way latency across this link, microseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_us: Option<f64>,
+}
+
+impl Link {
+    pub fn pcie(gen: u8, width: u8) -> Self {
+        Link {
+            gen: Some(gen),
+            width: Some(width),
+            max_gen: Some(gen),
+            max_width: Some(width),
+            ..Default::default()
+        }
+    }
+
+    /// True when the link trained below its maximum generation or width.
+    pub fn degraded(&self) -> bool {
+        matches!((self.gen, self.max_gen), (Some(g), Some(m)) if g < m)
+            || matches!((self.width, self.max_width), (Some(w), Some(m)) if w < m)
+    }
+
+    /// Usable unidirectional PCIe payload rate in GB/s from gen × width (after encoding and
+    /// typical TLP overhead; Gen5 x16 ≈ 56 GB/s as measured in calibration C1), if known.
+    pub fn pcie_gbps(&self) -> Option<f64> {
+        let per_lane = match self.gen? {
+            1 => 0.22,
+            2 => 0.44,
+            3 => 0.88,
+            4 => 1.76,
+            5 => 3.52,
+            6 => 7.04,
+            _ => return None,
+        };
+        Some(per_lane * self.width? as f64)
+    }
+}
+
+/// How a PCIe switch or root complex behaves when many peer flows cross it at once. Switch
+/// chips differ (C3 in the calibration notes): Broadcom PEX890xx collapse posted writes fanned
+/// out to several root complexes, Microchip Switchtec read slower than they write under
+/// all-to-all. Unset fields take defaults from the vendor.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Contention {
+    /// Aggregate peer throughput the node forwards at best, GB/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_gbps: Option<f64>,
+    /// Concurrent flows the node sustains at peak.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub knee_flows: Option<u32>,
+    /// Capacity loss per flow past the knee: capacity = peak / (1 + slope · (flows − knee)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slope: Option<f64>,
+    /// Multiplier on capacity for read (pull, non-posted) traffic, 0..1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_factor: Option<f64>,
+    /// Multiplier on capacity for write (push, posted) traffic, 0..1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_factor: Option<f64>,
+    /// Rate (GB/s) that posted writes collapse to when one source under this node writes to
+    /// peers behind two or more different root complexes at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_collapse_gbps: Option<f64>,
+}
+
+/// A CPU socket. Sockets are joined by an interconnect (UPI, xGMI, ...).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Socket {
+    pub id: u32,
+    /// Link to the other sockets, per direction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interconnect: Option<Link>,
+    /// The socket's I/O fabric between its root complexes (AMD IO die, Intel mesh), which
+    /// every peer flow between two root complexes of the socket crosses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contention: Option<Contention>,
+}
+
+/// A PCIe root complex (host bridge) on a socket.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RootComplex {
+    pub id: String,
+    pub socket: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contention: Option<Contention>,
+}
+
+/// A PCIe switch. `parent` is a root complex id or another switch id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Switch {
+    pub id: String,
+    pub parent: String,
+    /// PCI vendor name or id as sysfs shows it, e.g. "Broadcom" / "0x1000", "Microchip" / "0x11f8".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vendor: Option<String>,
+    /// PCI device id or model, e.g. "PM50100", "PEX89144".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
+    /// Link from this switch to its parent.
+    pub uplink: Link,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contention: Option<Contention>,
+}
+
+/// NVSwitch fabric joining GPUs by NVLink.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct NvSwitch {
+    /// NVLink generation, e.g. 4 for H100/H200.
+    pub generation: u32,
+    /// Per-GPU NVLink bandwidth into the switch, per direction, GB/s.
+    pub gpu_gbps: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_us: Option<f64>,
+}
+
+/// One NVLink of a GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct NvLink {
+    pub link: u32,
+    pub active: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<u32>,
+    /// PCI bus id of the far end (a GPU or an NVSwitch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_bus_id: Option<String>,
+    /// Far end's GPU index when it is a GPU of this machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_gpu: Option<usize>,
+}
+
+/// Compute capability, written "9.0".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ComputeCapability {
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl std::fmt::Display for ComputeCapability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+impl JsonSchema for ComputeCapability {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ComputeCapability".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "type": "string", "pattern": "^[0-9]+\\.[0-9]+$" })
+    }
+}
+
+impl Serialize for ComputeCapability {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for ComputeCapability {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        let bad = || serde::de::Error::custom(format!("compute capability `{s}` is not like \"9.0\""));
+        let (a, b) = s.split_once('.').ok_or_else(bad)?;
+        Ok(ComputeCapability {
+            major: a.parse().map_err(|_| bad())?,
+            minor: b.parse().map_err(|_| bad())?,
+        })
+    }
+}
+
+/// One GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Gpu {
+    pub index: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bus_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_capability: Option<ComputeCapability>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa_node: Option<u32>,
+    /// CPUs close to this GPU, as a Linux cpulist ("0-23,48-71").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_affinity: Option<String>,
+    /// The GPU's own PCIe link (to its switch or root port).
+    pub pcie: Link,
+    /// Id of the switch or root complex the GPU hangs from.
+    pub parent: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nvlinks: Vec<NvLink>,
+}
+
+/// Path class between two GPUs, named as `nvidia-smi topo -m` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum PathClass {
+    /// Same GPU.
+    X,
+    /// NVLink (NVSwitch or direct links); the number of links is in [`Pair::nvlinks`].
+    NV,
+    /// At most one PCIe switch between them.
+    PIX,
+    /// Several PCIe switches, no host bridge.
+    PXB,
+    /// Through a PCIe host bridge (root complex).
+    PHB,
+    /// Across host bridges within one NUMA node / socket.
+    NODE,
+    /// Across the socket interconnect.
+    SYS,
+}
+
+impl PathClass {
+    /// Name as nvidia-smi prints it (NV# with the link count).
+    pub fn label(&self, nvlinks: u32) -> String {
+        match self {
+            PathClass::NV => format!("NV{nvlinks}"),
+            other => format!("{other:?}"),
+        }
+    }
+}
+
+/// A tri-state answer from a driver query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Ok,
+    No,
+    #[default]
+    Unknown,
+}
+
+/// NVML's peer-to-peer status from one GPU to another.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct P2p {
+    pub read: Status,
+    pub write: Status,
+    pub nvlink: Status,
+    pub atomics: Status,
+}
+
+/// What lies between two GPUs (ordered: `from` → `to`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Pair {
+    pub from: usize,
+    pub to: usize,
+    pub path: PathClass,
+    #[serde(default)]
+    pub nvlinks: u32,
+    #[serde(default)]
+    pub p2p: P2p,
+}
+
+/// The whole machine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Topology {
+    /// Short name, e.g. the preset's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub origin: Origin,
+    #[serde(default)]
+    pub host: Host,
+    pub sockets: Vec<Socket>,
+    pub root_complexes: Vec<RootComplex>,
+    #[serde(default)]
+    pub switches: Vec<Switch>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvswitch: Option<NvSwitch>,
+    pub gpus: Vec<Gpu>,
+    /// Ordered pairs; derived from the tree when a file leaves them out.
+    #[serde(default)]
+    pub pairs: Vec<Pair>,
+    /// Things that could not be read, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+/// A node of the PCIe tree, for walking paths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Node<'a> {
+    Gpu(usize),
+    Switch(&'a str),
+    RootComplex(&'a str),
+}
+
+/// Limits on what a topology may contain, so a hostile file cannot make us allocate without
+/// bound (pairs grow with the square of GPUs).
+pub const MAX_GPUS: usize = 256;
+pub const MAX_SWITCHES: usize = 1024;
+
+impl Topology {
+    pub fn gpu_count(&self) -> usize {
+        self.gpus.len()
+    }
+
+    pub fn switch(&self, id: &str) -> Option<&Switch> {
+        self.switches.iter().find(|s| s.id == id)
+    }
+
+    pub fn root_complex(&self, id: &str) -> Option<&RootComplex> {
+        self.root_complexes.iter().find(|r| r.id == id)
+    }
+
+    pub fn pair(&self, from: usize, to: usize) -> Option<&Pair> {
+        self.pairs.iter().find(|p| p.from == from && p.to == to)
+    }
+
+    /// Nodes from a GPU up to its root complex: [Gpu, Switch.., RootComplex].
+    pub fn ancestry(&self, gpu: usize) -> Vec<Node<'_>> {
+        let mut out = vec![Node::Gpu(gpu)];
+        let Some(g) = self.gpus.get(gpu) else {
+            return out;
+        };
+        let mut cur = g.parent.as_str();
+        // Bounded by the number of switches: a cycle in a hostile file cannot loop forever.
+        for _ in 0..=self.switches.len() {
+            if let Some(s) = self.switch(cur) {
+                out.push(Node::Switch(&s.id));
+                cur = &s.parent;
+            } else {
+                if let Some(r) = self.root_complex(cur) {
+                    out.push(Node::RootComplex(&r.id));
+                }
+                break;
+            }
+        }
+        out
+    }
+
+    /// Root complex a GPU sits under.
+    pub fn root_of(&self, gpu: usize) -> Option<&RootComplex> {
+        match self.ancestry(gpu).last() {
+            Some(Node::RootComplex(id)) => self.root_complex(id),
+            _ => None,
+        }
+    }
+
+    /// Socket of a GPU, through its root complex.
+    pub fn socket_of(&self, gpu: usize) -> Option<u32> {
+        self.root_of(gpu).map(|r| r.socket)
+    }
+
+    /// PCIe path class between two GPUs derived from the tree (ignores NVLink).
+    pub fn pcie_path(&self, a: usize, b: usize) -> PathClass {
+        if a == b {
+            return PathClass::X;
+        }
+        let (pa, pb) = (self.ancestry(a), self.ancestry(b));
+        // Lowest common ancestor among switches.
+        let common_switch = pa
+            .iter()
+            .skip(1)
+            .position(|n| matches!(n, Node::Switch(_)) && pb.contains(n));
+        if let Some(i) = common_switch {
+            // Switches crossed below the common one on both sides.
+            let below_a = i; // switches between GPU a and the common switch
+            let below_b = pb.iter().skip(1).position(|n| *n == pa[i + 1]).unwrap_or(0);
+            return if below_a + below_b == 0 {
+                PathClass::PIX
+            } else {
+                PathClass::PXB
+            };
+        }
+        match (pa.last(), pb.last()) {
+            (Some(ra @ Node::RootComplex(_)), Some(rb)) if ra == rb => PathClass::PHB,
+            _ => {
+                if self.socket_of(a).is_some() && self.socket_of(a) == self.socket_of(b) {
+                    PathClass::NODE
+                } else {
+                    PathClass::SYS
+                }
+            }
+        }
+    }
+
+    /// Number of active NVLinks from `a` that reach `b` (directly or through NVSwitch).
+    pub fn nvlinks_between(&self, a: usize, b: usize) -> u32 {
+        if a == b {
+            return 0;
+        }
+        let Some(g) = self.gpus.get(a) else { return 0 };
+        let direct = g
+            .nvlinks
+            .iter()
+            .filter(|l| l.active && l.remote_gpu == Some(b))
+            .count() as u32;
+        if direct > 0 {
+            return direct;
+        }
+        if self.nvswitch.is_some() {
+            let bl = self.gpus.get(b).map(|g| g.nvlinks.iter().filter(|l| l.active).count());
+            let al = g.nvlinks.iter().filter(|l| l.active && l.remote_gpu.is_none()).count();
+            return al.min(bl.unwrap_or(0)) as u32;
+        }
+        0
+    }
+
+    /// Islands: GPUs grouped by the switch (or root port) directly above them. GPUs in one
+    /// island talk without crossing an uplink.
+    pub fn islands(&self) -> Vec<Vec<usize>> {
+        let mut by_parent: Vec<(String, Vec<usize>)> = Vec::new();
+        for g in &self.gpus {
+            let key = match self.switch(&g.parent) {
+                Some(s) => s.id.clone(),
+                None => format!("rc:{}:{}", g.parent, g.index),
+            };
+            match by_parent.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, v)) => v.push(g.index),
+                None => by_parent.push((key, vec![g.index])),
+            }
+        }
+        by_parent.into_iter().map(|(_, v)| v).collect()
+    }
+
+    /// Fills derived fields and checks the model is consistent. Called on everything that
+    /// enters the program, so consumers never see dangling references.
+    pub fn normalize(&mut self) -> Result<(), String> {
+        if self.gpus.is_empty() {
+            return Err("it lists no GPUs".into());
+        }
+        if self.gpus.len() > MAX_GPUS {
+            return Err(format!("it lists {} GPUs; at most {MAX_GPUS} are supported", self.gpus.len()));
+        }
+        if self.switches.len() > MAX_SWITCHES {
+            return Err(format!("it lists {} switches; at most {MAX_SWITCHES} are supported", self.switches.len()));
+        }
+        for (i, g) in self.gpus.iter().enumerate() {
+            if g.index != i {
+                return Err(format!("GPU at position {i} has index {}; indices must be 0, 1, 2, … in order", g.index));
+            }
+            if self.switch(&g.parent).is_none() && self.root_complex(&g.parent).is_none() {
+                return Err(format!("GPU {i} hangs from `{}`, which is neither a switch nor a root complex", g.parent));
+            }
+            for l in &g.nvlinks {
+                if let Some(r) = l.remote_gpu {
+                    if r >= self.gpus.len() || r == i {
+                        return Err(format!("GPU {i} NVLink {} points at GPU {r}, which does not exist", l.link));
+                    }
+                }
+            }
+        }
+        for s in &self.switches {
+            if self.switch(&s.parent).is_none() && self.root_complex(&s.parent).is_none() {
+                return Err(format!("switch `{}` hangs from `{}`, which is neither a switch nor a root complex", s.id, s.parent));
+            }
+        }
+        // A cycle among switches would make ancestry never reach a root complex.
+        for g in 0..self.gpus.len() {
+            if !matches!(self.ancestry(g).last(), Some(Node::RootComplex(_))) {
+                return Err(format!("GPU {g} does not reach a root complex; the switch parents form a cycle"));
+            }
+        }
+        for r in &self.root_complexes {
+            if !self.sockets.iter().any(|s| s.id == r.socket) {
+                return Err(format!("root complex `{}` is on socket {}, which is not listed", r.id, r.socket));
+            }
+        }
+        for (what, link) in self.links() {
+            for v in [link.up_gbps, link.down_gbps, link.max_flow_gbps, link.latency_us].into_iter().flatten() {
+                if !(v.is_finite() && v > 0.0 && v < 1e6) {
+                    return Err(format!("{what} has a rate or latency of {v}; it must be a positive number"));
+                }
+            }
+        }
+        let n = self.gpus.len();
+        if self.pairs.is_empty() {
+            for a in 0..n {
+                for b in 0..n {
+                    if a == b {
+                        continue;
+                    }
+                    let nv = self.nvlinks_between(a, b);
+                    let path = if nv > 0 { PathClass::NV } else { self.pcie_path(a, b) };
+                    // A file states the wiring; P2P is assumed where the path allows it.
+                    let ok = if path == PathClass::SYS { Status::Unknown } else { Status::Ok };
+                    self.pairs.push(Pair {
+                        from: a,
+                        to: b,
+                        path,
+                        nvlinks: nv,
+                        p2p: P2p { read: ok, write: ok, nvlink: if nv > 0 { Status::Ok } else { Status::No }, atomics: ok },
+                    });
+                }
+            }
+        } else {
+            for p in &self.pairs {
+                if p.from >= n || p.to >= n || p.from == p.to {
+                    return Err(format!("pair {}→{} names a GPU that does not exist", p.from, p.to));
+                }
+            }
+            if self.pairs.len() > n * n {
+                return Err("it lists the same GPU pair more than once".into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Every link with a label, for validation and display.
+    pub fn links(&self) -> Vec<(String, &Link)> {
+        let mut out = Vec::new();
+        for g in &self.gpus {
+            out.push((format!("GPU {} PCIe link", g.index), &g.pcie));
+        }
+        for s in &self.switches {
+            out.push((format!("switch `{}` uplink", s.id), &s.uplink));
+        }
+        for s in &self.sockets {
+            if let Some(l) = &s.interconnect {
+                out.push((format!("socket {} interconnect", s.id), l));
+            }
+        }
+        out
+    }
+
+    /// Warnings a user should see: degraded links, missing P2P.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        for (what, l) in self.links() {
+            if l.degraded() {
+                w.push(format!(
+                    "{what} runs at Gen{} x{} below its maximum Gen{} x{}{}",
+                    l.gen.unwrap_or(0),
+                    l.width.unwrap_or(0),
+                    l.max_gen.unwrap_or(0),
+                    l.max_width.unwrap_or(0),
+                    if self.origin.link_reading == "idle" {
+                        " (read while idle: GPUs lower the link speed to save power; `artune tune` re-reads it under load)"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+        }
+        let no_p2p: Vec<String> = self
+            .pairs
+            .iter()
+            .filter(|p| p.from < p.to && (p.p2p.read == Status::No || p.p2p.write == Status::No))
+            .map(|p| format!("{}-{}", p.from, p.to))
+            .collect();
+        if !no_p2p.is_empty() {
+            w.push(format!(
+                "P2P is not available between GPUs {}: custom allreduce cannot run across them",
+                no_p2p.join(", ")
+            ));
+        }
+        w
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_switch_paths() {
+        let t = presets::get("pcie-8x-2switch").unwrap();
+        assert_eq!(t.pcie_path(0, 1), PathClass::PIX);
+        assert_eq!(t.pcie_path(0, 4), PathClass::PHB);
+        assert_eq!(t.islands(), vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7]]);
+        assert_eq!(t.pairs.len(), 56);
+    }
+
+    #[test]
+    fn two_socket_paths() {
+        let t = presets::get("pcie-8x-direct-2socket").unwrap();
+        assert_eq!(t.pcie_path(0, 1), PathClass::NODE);
+        assert_eq!(t.pcie_path(0, 4), PathClass::SYS);
+        assert_eq!(t.islands().len(), 8);
+    }
+
+    #[test]
+    fn nvswitch_pairs_are_nvlink() {
+        let t = presets::get("nvswitch-8x").unwrap();
+        let p = t.pair(0, 5).unwrap();
+        assert_eq!(p.path, PathClass::NV);
+        assert_eq!(p.nvlinks, 18);
+    }
+
+    #[test]
+    fn cycle_is_rejected() {
+        let mut t = presets::get("pcie-2x").unwrap();
+        t.pairs.clear();
+        t.switches[0].parent = t.switches[0].id.clone();
+        assert!(t.normalize().unwrap_err().contains("cycle"));
+    }
+}

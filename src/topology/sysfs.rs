@@ -1,0 +1,1 @@
+//! PCIe switch details from Linux sysfs (in progress).
