@@ -297,6 +297,16 @@ impl Profile {
     }
 }
 
+/// Checks a profile the tuner just built against the same rules readers apply, so artune
+/// never writes a file its consumers would refuse.
+pub fn validate_built(p: &Profile) -> Result<(), Error> {
+    validate::check(p).map_err(|e| {
+        Error::Hardware(format!(
+            "the tune produced an invalid profile ({e}); please report this bug"
+        ))
+    })
+}
+
 /// Writes bytes to `path` atomically (temporary file in the same directory, fsync, rename).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     let err = |e: &dyn std::fmt::Display| Error::Write {
@@ -353,4 +363,4 @@ pub fn rfc3339(secs: i64) -> String {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
