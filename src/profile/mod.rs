@@ -23,7 +23,7 @@ use crate::error::Error;
 use crate::fabric::{Backend, Direction, Dtype, Mode, ProbeSample};
 use crate::topology::Topology;
 
-pub use validate::{LIMITS, Limits};
+pub use validate::{Limits, LIMITS};
 
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -195,7 +195,9 @@ impl std::fmt::Display for UnknownReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             UnknownReason::NoGroup => "the profile has no group of that TP size and mode",
-            UnknownReason::AboveLargestBucket => "the size is above the largest size the profile measured",
+            UnknownReason::AboveLargestBucket => {
+                "the size is above the largest size the profile measured"
+            }
         })
     }
 }
@@ -203,16 +205,30 @@ impl std::fmt::Display for UnknownReason {
 impl Profile {
     /// Reads and validates a profile file.
     pub fn load(path: &Path) -> Result<Profile, Error> {
-        let meta = std::fs::metadata(path).map_err(|e| Error::Read { path: path.into(), reason: e.to_string() })?;
+        let meta = std::fs::metadata(path).map_err(|e| Error::Read {
+            path: path.into(),
+            reason: e.to_string(),
+        })?;
         if meta.len() > LIMITS.file_bytes {
             return Err(Error::Parse {
                 path: path.into(),
                 what: "profile",
-                reason: format!("it is {} bytes, more than the {} a profile may have", meta.len(), LIMITS.file_bytes),
+                reason: format!(
+                    "it is {} bytes, more than the {} a profile may have",
+                    meta.len(),
+                    LIMITS.file_bytes
+                ),
             });
         }
-        let text = std::fs::read_to_string(path).map_err(|e| Error::Read { path: path.into(), reason: e.to_string() })?;
-        Profile::parse(&text).map_err(|reason| Error::Parse { path: path.into(), what: "profile", reason })
+        let text = std::fs::read_to_string(path).map_err(|e| Error::Read {
+            path: path.into(),
+            reason: e.to_string(),
+        })?;
+        Profile::parse(&text).map_err(|reason| Error::Parse {
+            path: path.into(),
+            what: "profile",
+            reason,
+        })
     }
 
     /// Parses and validates profile JSON; the error is a phrase to embed in a sentence.
@@ -263,13 +279,21 @@ impl Profile {
         } else {
             0
         };
-        Selection::Chosen { backend: b.choice, expected_us, bucket_bytes: b.bytes, buffer_bytes }
+        Selection::Chosen {
+            backend: b.choice,
+            expected_us,
+            bucket_bytes: b.bytes,
+            buffer_bytes,
+        }
     }
 }
 
 /// Writes bytes to `path` atomically (temporary file in the same directory, fsync, rename).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
-    let err = |e: &dyn std::fmt::Display| Error::Write { path: path.into(), reason: e.to_string() };
+    let err = |e: &dyn std::fmt::Display| Error::Write {
+        path: path.into(),
+        reason: e.to_string(),
+    };
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => std::path::PathBuf::from("."),
@@ -311,7 +335,12 @@ pub fn rfc3339(secs: i64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 #[cfg(test)]
