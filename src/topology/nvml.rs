@@ -28,6 +28,9 @@ const MAX_NVLINKS: u32 = 18;
 /// their PCIe generation to save power.
 const LOAD_UTILIZATION: u32 = 10;
 
+/// nvmlAffinityScope_t for NUMA nodes (NVML_AFFINITY_SCOPE_NODE in nvml.h).
+const NVML_AFFINITY_SCOPE_NODE: u32 = 0;
+
 const SIMULATE: &str = "or simulate a machine with --sim PRESET / --topology FILE";
 
 /// Reads the machine's topology through NVML and sysfs.
@@ -267,7 +270,15 @@ fn read_gpu(i: usize, d: &Device, notes: &mut Notes) -> Gpu {
             })
         }),
         memory_bytes: soft(d.memory_info(), "memory size", who(), notes).map(|m| m.total),
-        numa_node: soft(d.numa_node_id(), "NUMA node", who(), notes),
+        // The NUMA node nvidia-smi shows as "NUMA Affinity" (nvmlDeviceGetNumaNodeId is the GPU
+        // memory's own node on coherent systems, not the CPUs' node near it).
+        numa_node: soft(
+            d.memory_affinity(4, NVML_AFFINITY_SCOPE_NODE),
+            "NUMA node",
+            who(),
+            notes,
+        )
+        .and_then(|m| lowest_bit(&m)),
         cpu_affinity: soft(d.cpu_affinity(64), "CPU affinity", who(), notes)
             .and_then(|m| cpulist(&m)),
         pcie: Link {
@@ -405,13 +416,25 @@ pub fn cpulist(mask: &[libc::c_ulong]) -> Option<String> {
     (!ranges.is_empty()).then(|| ranges.join(","))
 }
 
+/// The lowest set bit of a bitmask (word i, bit j = 64i + j).
+pub fn lowest_bit(mask: &[libc::c_ulong]) -> Option<u32> {
+    let bits = libc::c_ulong::BITS;
+    mask.iter()
+        .enumerate()
+        .find(|(_, w)| **w != 0)
+        .map(|(i, w)| i as u32 * bits + w.trailing_zeros())
+}
+
 /// Joins an NVML reading with the PCIe tree and checks the result.
 pub fn assemble(r: Reading, sys: &Sysfs) -> Result<Topology, Error> {
     let mut notes = r.notes.lines();
     let n = r.gpus.len();
     let bus_ids: Option<Vec<String>> = r.gpus.iter().map(|g| g.bus_id.clone()).collect();
     let from_sysfs = match bus_ids {
-        Some(ids) if sys.available() => sys.tree(&ids),
+        Some(ids) if sys.available() => {
+            let numa: Vec<Option<u32>> = r.gpus.iter().map(|g| g.numa_node).collect();
+            sys.tree(&ids, &numa)
+        }
         Some(_) => Err("/sys/bus/pci is not readable here".into()),
         None => Err("a GPU has no PCI bus id".into()),
     };
@@ -873,6 +896,8 @@ mod tests {
         assert_eq!(cpulist(&[0xff, 0]).as_deref(), Some("0-7"));
         assert_eq!(cpulist(&[0b1011, 1]).as_deref(), Some("0-1,3,64"));
         assert_eq!(cpulist(&[0, 0]), None);
+        assert_eq!(lowest_bit(&[0, 0b100]), Some(66));
+        assert_eq!(lowest_bit(&[0]), None);
         assert_eq!(
             cpulist(&[u64::MAX as libc::c_ulong]).as_deref(),
             Some("0-63")

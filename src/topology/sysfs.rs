@@ -264,13 +264,14 @@ impl Sysfs {
         })
     }
 
-    /// The PCIe tree above the given GPUs (NVML bus ids). The error is a phrase.
-    pub fn tree(&self, bus_ids: &[String]) -> Result<Tree, String> {
+    /// The PCIe tree above the given GPUs (NVML bus ids). `numa` (per GPU, from NVML) places a
+    /// root complex whose sysfs entries give no NUMA node. The error is a phrase.
+    pub fn tree(&self, bus_ids: &[String], numa: &[Option<u32>]) -> Result<Tree, String> {
         let paths = bus_ids
             .iter()
             .map(|b| self.path(b))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(build_tree(&paths))
+        Ok(build_tree(&paths, numa))
     }
 }
 
@@ -291,17 +292,18 @@ fn upstream_ports(bridges: &[PciFunction]) -> Vec<usize> {
     bridge_idx.into_iter().skip(skip).step_by(2).collect()
 }
 
-/// Builds the tree from the paths of every GPU.
-pub fn build_tree(paths: &[PciPath]) -> Tree {
+/// Builds the tree from the paths of every GPU; `numa` as in [`Sysfs::tree`].
+pub fn build_tree(paths: &[PciPath], numa: &[Option<u32>]) -> Tree {
     let mut t = Tree::default();
     let mut rc_numa: BTreeMap<String, Option<u32>> = BTreeMap::new();
-    for p in paths {
+    for (k, p) in paths.iter().enumerate() {
         let rc = p.host_bridge.clone();
         let numa = p
             .bridges
             .iter()
             .chain([&p.device])
-            .find_map(|f| f.numa_node);
+            .find_map(|f| f.numa_node)
+            .or(numa.get(k).copied().flatten());
         let slot = rc_numa.entry(rc.clone()).or_insert(None);
         if slot.is_none() {
             *slot = numa;
@@ -491,7 +493,7 @@ mod tests {
         let s = Sysfs::new(tmp.path());
         assert!(s.available());
         let ids = ["00000000:03:00.0", "00000000:04:00.0", "00000000:81:00.0"].map(String::from);
-        let t = s.tree(&ids).unwrap();
+        let t = s.tree(&ids, &[]).unwrap();
         assert_eq!(t.switches.len(), 1, "{t:?}");
         let sw = &t.switches[0];
         assert_eq!(sw.id, "0000:01:00.0");
@@ -526,7 +528,7 @@ mod tests {
         );
         link_device(tmp.path(), &gpu);
         let t = Sysfs::new(tmp.path())
-            .tree(&["00000000:00:06.0".into()])
+            .tree(&["00000000:00:06.0".into()], &[])
             .unwrap();
         assert!(t.switches.is_empty());
         assert_eq!(t.parents, vec!["pci0000:00"]);
@@ -543,7 +545,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let s = Sysfs::new(tmp.path());
         assert!(!s.available());
-        let e = s.tree(&["0000:09:00.0".into()]).unwrap_err();
+        let e = s.tree(&["0000:09:00.0".into()], &[]).unwrap_err();
         assert!(e.contains("0000:09:00.0"), "{e}");
     }
 
