@@ -224,3 +224,22 @@ fn closed_stdout_is_not_a_panic() {
     assert!(!err.contains("panicked"), "{err}");
     assert_eq!(o.status.code(), Some(0), "{err}");
 }
+
+#[test]
+fn committed_h200_capture_loads() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/profiles/hardware/h200/topo.json"
+    );
+    let o = artune(&["topo", "--topology", path]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s = stdout(&o);
+    for want in [
+        "NVIDIA H200, cc 9.0",
+        "bus 00000000:00:06.0",
+        "GPU0  Gen5 x16",
+        "NVLink: not supported",
+    ] {
+        assert!(s.contains(want), "`{want}` missing from:\n{s}");
+    }
+}
