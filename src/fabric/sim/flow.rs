@@ -88,7 +88,8 @@ pub fn max_min(p: &Problem) -> Vec<f64> {
                 used[r] += inc * w;
             }
         }
-        let full = |r: usize| p.caps[r] - used[r] <= EPS * p.caps[r].max(1.0);
+        let full =
+            |r: usize| p.caps[r].is_finite() && p.caps[r] - used[r] <= EPS * p.caps[r].max(1.0);
         for f in 0..n {
             if active[f]
                 && (rate[f] >= p.flow_caps[f] * (1.0 - EPS)
@@ -156,6 +157,16 @@ mod tests {
         p.add_flow([(1, 1.0)], f64::INFINITY);
         let r = max_min(&p);
         assert!(r.iter().all(|&x| close(x, 0.5)), "{r:?}");
+    }
+
+    #[test]
+    fn unlimited_resource_freezes_nobody() {
+        // f0 is capped at 3; f1 shares the unlimited node with it and fills its own link of 8.
+        let mut p = Problem::new(vec![f64::INFINITY, 8.0]);
+        p.add_flow([(0, 1.0)], 3.0);
+        p.add_flow([(0, 1.0), (1, 1.0)], f64::INFINITY);
+        let r = max_min(&p);
+        assert!(close(r[0], 3.0) && close(r[1], 8.0), "{r:?}");
     }
 
     #[test]

@@ -53,6 +53,69 @@ struct GroupModel {
     schedule: nccl::Schedule,
     custom: Custom,
     cache: HashMap<(Backend, u64, Mode), f64>,
+    /// Per probe shape: for each GPU, (finish µs per byte, one-way latency) of its flows.
+    probes: HashMap<(Direction, usize), Vec<Vec<(f64, f64)>>>,
+}
+
+/// The model of `gpus`, built on first use.
+fn group_model<'a>(
+    models: &'a mut HashMap<Vec<usize>, GroupModel>,
+    topo: &Topology,
+    net: &Net,
+    gpus: &[usize],
+) -> &'a mut GroupModel {
+    models.entry(gpus.to_vec()).or_insert_with(|| {
+        let ring = nccl::ring_order(topo, gpus);
+        let model = nccl::Model::new(topo, net, &ring);
+        let schedule = nccl::Schedule::new(net, &ring, &model);
+        GroupModel {
+            nccl: model,
+            schedule,
+            custom: Custom::new(net, gpus),
+            cache: HashMap::new(),
+            probes: HashMap::new(),
+        }
+    })
+}
+
+/// Probe shape: GPU at rank i moves bytes with ranks i+1 .. i+peers, all at once. Finish
+/// times of equal-sized flows scale with their size, so one solve serves every size.
+fn probe_pattern(
+    net: &Net,
+    gpus: &[usize],
+    direction: Direction,
+    peers: usize,
+) -> Vec<Vec<(f64, f64)>> {
+    let n = gpus.len();
+    let mut flows = Vec::with_capacity(n * peers);
+    for (i, &g) in gpus.iter().enumerate() {
+        for k in 1..=peers {
+            let p = gpus[(i + k) % n];
+            flows.push(match direction {
+                Direction::Read => Flow {
+                    src: p,
+                    dst: g,
+                    dir: direction,
+                },
+                Direction::Write => Flow {
+                    src: g,
+                    dst: p,
+                    dir: direction,
+                },
+            });
+        }
+    }
+    let routes: Vec<Route> = flows.iter().map(|f| net.route(f.src, f.dst)).collect();
+    let refs: Vec<&Route> = routes.iter().collect();
+    const UNIT: f64 = 1e6;
+    let done = net.finish_times(&flows, &refs, &vec![UNIT; flows.len()]);
+    (0..n)
+        .map(|i| {
+            (0..peers)
+                .map(|k| (done[i * peers + k] / UNIT, routes[i * peers + k].latency_us))
+                .collect()
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone)]
@@ -206,19 +269,7 @@ impl SimFabric {
     }
 
     fn model(&mut self, gpus: &[usize]) -> &mut GroupModel {
-        let key = gpus.to_vec();
-        let (topo, net) = (&self.topo, &self.net);
-        self.models.entry(key).or_insert_with(|| {
-            let ring = nccl::ring_order(topo, gpus);
-            let model = nccl::Model::new(topo, net, &ring);
-            let schedule = nccl::Schedule::new(net, &ring, &model);
-            GroupModel {
-                nccl: model,
-                schedule,
-                custom: Custom::new(net, gpus),
-                cache: HashMap::new(),
-            }
-        })
+        group_model(&mut self.models, &self.topo, &self.net, gpus)
     }
 
     /// The prepared group, after checking `backend` is ready on it and `bytes` fits.
@@ -415,40 +466,24 @@ impl Fabric for SimFabric {
         if bytes == 0 {
             return Err(bad("a probe must move at least 1 byte"));
         }
-        // GPU at rank i moves `bytes` with ranks i+1 .. i+peers.
-        let mut flows = Vec::with_capacity(n * peers);
-        for (i, &g) in gpus.iter().enumerate() {
-            for k in 1..=peers {
-                let p = gpus[(i + k) % n];
-                flows.push(match direction {
-                    Direction::Read => Flow {
-                        src: p,
-                        dst: g,
-                        dir: direction,
-                    },
-                    Direction::Write => Flow {
-                        src: g,
-                        dst: p,
-                        dir: direction,
-                    },
-                });
-            }
-        }
-        let routes: Vec<Route> = flows.iter().map(|f| self.net.route(f.src, f.dst)).collect();
-        let refs: Vec<&Route> = routes.iter().collect();
-        let done = self
-            .net
-            .finish_times(&flows, &refs, &vec![bytes as f64; flows.len()]);
+        let net = &self.net;
+        let m = group_model(&mut self.models, &self.topo, net, &gpus);
+        let pattern = m
+            .probes
+            .entry((direction, peers))
+            .or_insert_with(|| probe_pattern(net, &gpus, direction, peers));
         // Reads see their first bytes after a round trip, writes after one way.
         let trips = if direction == Direction::Read {
             2.0
         } else {
             1.0
         };
-        let per_gpu_us: Vec<f64> = (0..n)
-            .map(|i| {
-                (0..peers)
-                    .map(|k| done[i * peers + k] + trips * routes[i * peers + k].latency_us)
+        let per_gpu_us: Vec<f64> = pattern
+            .iter()
+            .map(|flows| {
+                flows
+                    .iter()
+                    .map(|&(us_per_byte, lat)| us_per_byte * bytes as f64 + trips * lat)
                     .fold(0.0, f64::max)
             })
             .collect();
