@@ -487,7 +487,8 @@ impl Fabric for SimFabric {
                     .fold(0.0, f64::max)
             })
             .collect();
-        let factor = self.noise.jitter(1);
+        // A probe averages many transfers: jitter, no outliers.
+        let factor = self.noise.jitter(10);
         let moved = (peers as u64 * bytes) as f64;
         let per_gpu = per_gpu_us
             .iter()

@@ -30,6 +30,17 @@ const DEFAULT_NVSWITCH_US: f64 = 0.5;
 /// Per-direction rate of one NVLink (NVLink3/4: 25 GB/s), for direct links without NVSwitch.
 const NVLINK_LANE_GBPS: f64 = 25.0;
 
+/// Rates a file states but `Topology::normalize` does not check (contention peaks, collapse
+/// rates, NVSwitch ports) are kept above zero, so a bad file slows flows instead of stalling
+/// the solver.
+fn positive(gbps: f64) -> f64 {
+    if gbps > 1e-3 {
+        gbps
+    } else {
+        1e-3
+    }
+}
+
 /// A node's capacity as a function of the flows crossing it, and its read/write factors.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Curve {
@@ -44,7 +55,7 @@ impl Curve {
     /// Unset fields mean "no limit": infinite peak, no slope, factors of 1.
     pub fn from(c: &Contention) -> Curve {
         Curve {
-            peak: c.peak_gbps.unwrap_or(f64::INFINITY),
+            peak: c.peak_gbps.map_or(f64::INFINITY, positive),
             knee: c.knee_flows.unwrap_or(0) as f64,
             slope: c.slope.unwrap_or(0.0).max(0.0),
             read_factor: c.read_factor.unwrap_or(1.0).clamp(0.01, 1.0),
@@ -151,8 +162,8 @@ impl Net {
         let (mut nv_up, mut nv_down) = (vec![], vec![]);
         if let Some(nv) = &t.nvswitch {
             for _ in &t.gpus {
-                nv_up.push(add(nv.gpu_gbps, None));
-                nv_down.push(add(nv.gpu_gbps, None));
+                nv_up.push(add(positive(nv.gpu_gbps), None));
+                nv_down.push(add(positive(nv.gpu_gbps), None));
             }
         }
         let nv_lat = t
@@ -176,7 +187,11 @@ impl Net {
             sw_up.push(add(u, None));
             sw_down.push(add(d, None));
             sw_lat.push(s.uplink.latency_us.unwrap_or(DEFAULT_UPLINK_US));
-            sw_collapse.push(s.contention.as_ref().and_then(|c| c.write_collapse_gbps));
+            sw_collapse.push(
+                s.contention
+                    .as_ref()
+                    .and_then(|c| c.write_collapse_gbps.map(positive)),
+            );
         }
         let (mut rc_node, mut rc_socket) = (vec![], vec![]);
         for r in &t.root_complexes {
@@ -425,6 +440,13 @@ impl Net {
                 .zip(&rates)
                 .map(|(&i, &r)| left[i] / r)
                 .fold(f64::INFINITY, f64::min);
+            if !dt.is_finite() {
+                // Only flows with no capacity left: they never finish.
+                for &i in &live {
+                    done[i] = f64::INFINITY;
+                }
+                return done;
+            }
             now += dt;
             for (&i, &r) in live.iter().zip(&rates) {
                 left[i] -= r * dt;
@@ -530,6 +552,22 @@ mod tests {
         let half = 56.32e3 / 2.0;
         assert!(close(done[0], 1e6 / half, 1e-9));
         assert!(close(done[1], 1e6 / half + 1e6 / 56.32e3, 1e-9));
+    }
+
+    #[test]
+    fn zero_capacity_in_a_file_slows_instead_of_stalling() {
+        let mut t = presets::get("pcie-2x").unwrap();
+        t.switches[0].contention.as_mut().unwrap().peak_gbps = Some(0.0);
+        let net = Net::build(&t);
+        let flows = [Flow {
+            src: 0,
+            dst: 1,
+            dir: Direction::Write,
+        }];
+        let routes = [net.route(0, 1)];
+        let refs: Vec<&Route> = routes.iter().collect();
+        let done = net.finish_times(&flows, &refs, &[1e6]);
+        assert!(done[0].is_finite() && done[0] > 1e5, "{done:?}");
     }
 
     /// A Broadcom switch under rc0 whose GPUs write to peers behind rc1 and rc2.
