@@ -53,8 +53,7 @@ struct GroupModel {
     schedule: nccl::Schedule,
     custom: Custom,
     cache: HashMap<(Backend, u64, Mode), f64>,
-    /// Per probe shape: for each GPU, (finish µs per byte, one-way latency) of its flows.
-    probes: HashMap<(Direction, usize), Vec<Vec<(f64, f64)>>>,
+    probes: HashMap<(Direction, usize), ProbePattern>,
 }
 
 /// The model of `gpus`, built on first use.
@@ -77,6 +76,9 @@ fn group_model<'a>(
         }
     })
 }
+
+/// Per GPU of a probe, (finish µs per byte, one-way latency µs) of each of its flows.
+type ProbePattern = Vec<Vec<(f64, f64)>>;
 
 /// Probe shape: GPU at rank i moves bytes with ranks i+1 .. i+peers, all at once. Finish
 /// times of equal-sized flows scale with their size, so one solve serves every size.

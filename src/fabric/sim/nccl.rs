@@ -190,7 +190,7 @@ impl Model {
             Some("NCCL disables LL128 when the group mixes compute capabilities".into())
         } else {
             match cc_min {
-                Some((7 | 8 | 9, 0)) | None => None,
+                Some((7..=9, 0)) | None => None,
                 Some((ma, mi)) => Some(format!(
                     "NCCL enables LL128 by default only on compute capability 7.0, 8.0 and 9.0; these GPUs are {ma}.{mi}"
                 )),
