@@ -82,12 +82,7 @@ type ProbePattern = Vec<Vec<(f64, f64)>>;
 
 /// Probe shape: GPU at rank i moves bytes with ranks i+1 .. i+peers, all at once. Finish
 /// times of equal-sized flows scale with their size, so one solve serves every size.
-fn probe_pattern(
-    net: &Net,
-    gpus: &[usize],
-    direction: Direction,
-    peers: usize,
-) -> Vec<Vec<(f64, f64)>> {
+fn probe_pattern(net: &Net, gpus: &[usize], direction: Direction, peers: usize) -> ProbePattern {
     let n = gpus.len();
     let mut flows = Vec::with_capacity(n * peers);
     for (i, &g) in gpus.iter().enumerate() {
