@@ -61,8 +61,8 @@ const NCCL_PCIE_LANE_GEN5: f64 = 3.0;
 /// every 8 bytes (half), LL128 one flag per 128 bytes (120/128).
 const LL_EFFICIENCY: f64 = 0.5;
 const LL128_EFFICIENCY: f64 = 120.0 / 128.0;
-/// Simple: calibrated on C1's ring plateau (46 GB/s busbw against 56.2 GB/s for one pair);
-/// each 512 KB step waits on a flag round trip that NCCL's 8-slot FIFO does not fully hide.
+/// Simple: an empirical factor fitted to C1's ring plateau (46 GB/s busbw where one pair
+/// writes at 56.2 GB/s); NCCL's per-step flag handshake and copy loop are not modelled apart.
 const SIMPLE_EFFICIENCY: f64 = 0.82;
 /// Tree pipeline chunk per protocol (the 256 KB Simple chunk NCCL's hwLat comment names).
 const TREE_CHUNK: [f64; 3] = [32.0 * 1024.0, 128.0 * 1024.0, 256.0 * 1024.0];
