@@ -190,7 +190,7 @@ impl SimFabric {
         if let Some(&(a, b)) = pairs.iter().find(|&&(a, b)| a >= n || b >= n || a == b) {
             return Err(bad(format!(
                 "transfer {a}→{b} needs two different GPUs below {n}; this machine has GPUs 0..{}",
-                n - 1
+                n.saturating_sub(1)
             )));
         }
         let flows: Vec<Flow> = pairs
@@ -212,13 +212,13 @@ impl SimFabric {
             return Err(bad(format!(
                 "a group needs at least 2 GPUs, this one has {}; pick 2 or more of GPUs 0..{}",
                 group.gpus.len(),
-                n - 1
+                n.saturating_sub(1)
             )));
         }
         if let Some(g) = group.gpus.iter().find(|&&g| g >= n) {
             return Err(bad(format!(
                 "GPU {g} does not exist; this machine has GPUs 0..{}",
-                n - 1
+                n.saturating_sub(1)
             )));
         }
         let mut seen = group.gpus.clone();
@@ -457,7 +457,7 @@ impl Fabric for SimFabric {
         if peers == 0 || peers >= n {
             return Err(bad(format!(
                 "a probe on {n} GPUs takes 1 to {} peers, not {peers}",
-                n - 1
+                n.saturating_sub(1)
             )));
         }
         if bytes == 0 {
