@@ -430,7 +430,7 @@ mod tests {
         assert!(s.contains("P2P is not available between GPUs 0-1"), "{s}");
         assert!(
             s.contains(
-                "socket 1, interconnect 80 GB/s up, 80 GB/s down, 43 GB/s per flow, 0.08 us"
+                "socket 1, interconnect 80 GB/s up, 80 GB/s down, 43 GB/s per flow, 0.04 us"
             ),
             "{s}"
         );
