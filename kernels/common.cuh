@@ -62,16 +62,29 @@ __device__ __forceinline__ u32 ld_volatile(const volatile u32* p) {
   return v;
 }
 
-// Spins until *p == want or the timeout passes (then records it in *status).
+__device__ __forceinline__ void st_relaxed(u32* p, u32 v) {
+  asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ u32 ld_relaxed(const u32* p) {
+  u32 v;
+  asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Spins until *p == want (acquire: later reads see what the writer published before its
+// release), or until the timeout passes, which is recorded in *status. Once a barrier of this
+// rank has timed out, later ones give up at their first timer check.
+template <bool ACQUIRE>
 __device__ __forceinline__ void wait_for(const u32* p, u32 want, u32* status) {
-  if (ld_volatile(status) != 0) return;  // an earlier barrier already failed: do not wait again
   u64 start = 0;
   u32 spins = 0;
-  while (ld_acquire(p) != want) {
+  while ((ACQUIRE ? ld_acquire(p) : ld_relaxed(p)) != want) {
     if ((++spins & 1023) == 0) {
       u64 t = now_ns();
       if (start == 0) {
         start = t;
+        if (ld_volatile(status) != 0) return;
       } else if (t - start > BARRIER_TIMEOUT_NS) {
         atomicExch(status, 1u);
         return;

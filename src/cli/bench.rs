@@ -162,7 +162,7 @@ fn kernels(k: usize) -> Result<Value, Error> {
                 rows.push(json!({
                     "backend": b.id(), "mode": mode.id(), "bytes_per_rank": s, "ranks": ranks,
                     "us_per_call": us, "traffic_bytes_per_call": traffic, "gbps": gbps,
-                    "efficiency": gbps / peak, "verified": verified,
+                    "efficiency": gbps / peak, "algbw_gbps": s as f64 / us / 1e3, "verified": verified,
                 }));
             }
         }
@@ -202,7 +202,7 @@ fn kernels(k: usize) -> Result<Value, Error> {
         "driver": info.driver, "cuda": info.cuda, "nccl": info.nccl, "nvrtc": cuda::nvrtc_version(),
         "loopback_ranks": k,
         "dtype": dtype.id(),
-        "bytes_definition": "gbps = bytes every rank's kernel reads plus writes per call (each peer access counted) / time per call; copy gbps = 2 x bytes copied / time (cuMemcpyDtoD); efficiency = gbps / the largest copy gbps; NCCL runs 1 rank in loopback and is counted as input read + output written",
+        "bytes_definition": "gbps = bytes every rank's kernel reads plus writes per call (each peer access counted) / time per call; copy gbps = 2 x bytes copied / time (cuMemcpyDtoD); efficiency = gbps / the largest copy gbps; algbw = bytes per rank / time (as nccl-tests reports it); NCCL runs 1 rank in loopback and is counted as input read + output written",
         "samples": SAMPLES,
         "copy": copy,
         "copy_peak_gbps": peak,
