@@ -17,6 +17,13 @@ const DTYPES: [Dtype; 3] = [Dtype::Bf16, Dtype::Fp16, Dtype::Fp32];
 /// Element counts: tiny, around one 16-byte vector, and odd counts that leave tails.
 const ELEMS: [u64; 9] = [1, 3, 7, 8, 9, 1000, 4099, 65536, 262_147];
 
+/// Prints a skip line that `cargo test` shows even without `--nocapture` (the test harness
+/// captures `println!`, not direct writes to stderr).
+fn skip(line: String) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
 /// GPU tests run one at a time: two loopback fabrics spinning on one GPU at once could each
 /// keep the other's blocks from being resident.
 static GPU: Mutex<()> = Mutex::new(());
@@ -26,7 +33,7 @@ fn open_or_skip(test: &str, k: usize) -> Option<(MutexGuard<'static, ()>, CudaFa
     match CudaFabric::open(Some(k)) {
         Ok(f) => Some((guard, f)),
         Err(e) => {
-            println!("{test}: skipped: no GPU ({e})");
+            skip(format!("{test}: skipped: no GPU ({e})"));
             None
         }
     }
@@ -57,7 +64,7 @@ fn correct(v: Verification, what: &str) {
 #[test]
 fn nvrtc_compiles_the_kernel_sources_or_skips_without_nvrtc() {
     if !compile::nvrtc_present() {
-        println!("nvrtc_compiles_the_kernel_sources: skipped: no NVRTC (libnvrtc.so not found)");
+        skip("nvrtc_compiles_the_kernel_sources: skipped: no NVRTC (libnvrtc.so not found)".into());
         return;
     }
     let archs = compile::supported_archs().unwrap();
@@ -98,11 +105,11 @@ fn nvrtc_compiles_the_kernel_sources_or_skips_without_nvrtc() {
 #[test]
 fn nccl_absence_is_explained_or_skips_when_nccl_is_installed() {
     match nccl::library() {
-        Ok(lib) => println!(
+        Ok(lib) => skip(format!(
             "nccl_absence_is_explained: skipped: NCCL {} is installed ({})",
             nccl::version_string(lib.version),
             lib.path
-        ),
+        )),
         Err(e) => {
             assert!(nccl::nccl_version().is_none());
             assert!(
@@ -117,7 +124,7 @@ fn nccl_absence_is_explained_or_skips_when_nccl_is_installed() {
 fn nccl_wheel_lookup_loads_libnccl_so_2_or_skips_without_a_wheel() {
     let wheels = nccl::wheel_libraries();
     if wheels.is_empty() {
-        println!("nccl_wheel_lookup: skipped: no nvidia-nccl wheel in python3's site-packages");
+        skip("nccl_wheel_lookup: skipped: no nvidia-nccl wheel in python3's site-packages".into());
         return;
     }
     for w in wheels {
@@ -130,10 +137,10 @@ fn nccl_wheel_lookup_loads_libnccl_so_2_or_skips_without_a_wheel() {
 fn no_gpu_error_suggests_sim_or_skips_when_a_gpu_is_present() {
     let _gpu = GPU.lock().unwrap_or_else(|p| p.into_inner());
     match CudaFabric::open(None) {
-        Ok(f) => println!(
+        Ok(f) => skip(format!(
             "no_gpu_error_suggests_sim: skipped: a GPU is present ({})",
             f.info().description
-        ),
+        )),
         Err(e) => assert!(e.to_string().contains("--sim"), "{e}"),
     }
 }
@@ -230,7 +237,9 @@ fn gpu_nccl_one_rank_allreduce_verifies_or_skip() {
             )
             .unwrap();
         if let Readiness::Waived { reason, .. } = &r[0] {
-            println!("gpu_nccl_one_rank_allreduce: skipped: NCCL unavailable ({reason})");
+            skip(format!(
+                "gpu_nccl_one_rank_allreduce: skipped: NCCL unavailable ({reason})"
+            ));
             return;
         }
         assert!(matches!(&r[1], Readiness::Waived { reason, .. } if reason.contains("one rank")));

@@ -123,7 +123,8 @@ fn kernels(k: usize) -> Result<Value, Error> {
     }
     let ready: Vec<Backend> = ready
         .iter()
-        .filter_map(|r| matches!(r, Readiness::Ready { .. }).then(|| r.backend()))
+        .filter(|r| matches!(r, Readiness::Ready { .. }))
+        .map(|r| r.backend())
         .collect();
     if CUSTOM.iter().any(|b| !ready.contains(b)) {
         return Err(Error::Hardware(format!(

@@ -51,7 +51,7 @@ struct CustomBufs {
 }
 
 enum Impl {
-    Custom(CustomBufs),
+    Custom(Box<CustomBufs>),
     Nccl(nccl::Comms),
 }
 
@@ -339,7 +339,7 @@ impl Prepared {
             bufs.out.push(out);
             bufs.signal.push(signal);
         }
-        Ok(Impl::Custom(bufs))
+        Ok(Impl::Custom(Box::new(bufs)))
     }
 
     fn setup_nccl(&self, gpus: &[Gpu], b: Backend) -> Result<Impl, String> {

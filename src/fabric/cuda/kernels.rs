@@ -174,7 +174,7 @@ mod tests {
     fn arg_layouts_match_the_cuda_structs() {
         assert_eq!(std::mem::size_of::<ArArgs>(), 4 * 16 * 8 + 8 + 8 + 4 + 4);
         assert_eq!(std::mem::size_of::<ProbeArgs>(), 2 * 16 * 8 + 8 + 8 + 4 * 4);
-        assert!(SIGNAL_STATUS_OFFSET + 4 <= SIGNAL_ALLOC);
+        const { assert!(SIGNAL_STATUS_OFFSET + 4 <= SIGNAL_ALLOC) };
         assert!(compile::COMMON.contains("u32 flags[3][MAX_BLOCKS][MAX_RANKS];"));
         assert!(
             compile::COMMON.contains("#define MAX_BLOCKS 256")

@@ -362,9 +362,11 @@ impl Fabric for CudaFabric {
         for &i in &group.gpus {
             match self.map.get(i) {
                 Some(Some(g)) => rank_gpus.push(*g),
-                Some(None) => return Err(FabricError::BadRequest(format!(
+                Some(None) => {
+                    return Err(FabricError::BadRequest(format!(
                     "GPU {i} of the topology is not visible to CUDA (check CUDA_VISIBLE_DEVICES)"
-                ))),
+                )))
+                }
                 None => {
                     return Err(FabricError::BadRequest(format!(
                         "GPU {i} does not exist; this machine has {} GPUs",

@@ -341,7 +341,8 @@ impl Comms {
 
     /// Queues an allreduce (sum) on `stream` for rank `rank`.
     ///
-    /// SAFETY: the pointers are device buffers of at least `count` elements on the rank's
+    /// # Safety
+    /// The pointers are device buffers of at least `count` elements on the rank's
     /// device, and `stream` belongs to that device.
     pub unsafe fn all_reduce(
         &self,

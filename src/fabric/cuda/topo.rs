@@ -167,11 +167,10 @@ pub fn from_cuda(
          one root complex"
     );
     let mut t = one_root(gpus, origin, host, vec![note]);
-    let n = facts.len();
-    for a in 0..n {
-        for b in 0..n {
+    for (a, row) in p2p.iter().enumerate().take(facts.len()) {
+        for (b, &can) in row.iter().enumerate().take(facts.len()) {
             if a != b {
-                let ok = if p2p[a][b] { Status::Ok } else { Status::No };
+                let ok = if can { Status::Ok } else { Status::No };
                 t.pairs.push(Pair {
                     from: a,
                     to: b,
