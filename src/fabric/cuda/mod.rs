@@ -68,8 +68,9 @@ impl CudaFabric {
                 )));
             }
         }
+        // No driver or no GPU is a wrong choice of command (exit 2), not a failing device.
         if !driver::driver_present() {
-            return Err(FabricError::Device(format!(
+            return Err(FabricError::BadRequest(format!(
                 "no NVIDIA driver (libcuda.so) was found on this machine; {NO_GPU}"
             )));
         }
@@ -77,7 +78,7 @@ impl CudaFabric {
             FabricError::Device(format!("the CUDA driver could not start ({e}); {NO_GPU}"))
         })?;
         if count <= 0 {
-            return Err(FabricError::Device(format!(
+            return Err(FabricError::BadRequest(format!(
                 "the CUDA driver sees no GPU; {NO_GPU}"
             )));
         }
