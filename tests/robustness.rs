@@ -3,15 +3,11 @@
 //! number in the file. Property tests mutate valid documents; named cases pin the messages;
 //! the binary is checked end to end with `artune topo --topology`.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use artune::fabric::{Backend, Direction, Dtype, Mode, ProbeSample};
-use artune::profile::{
-    Bucket, ContentionCurve, Crossover, Fingerprint, GroupProfile, Memory, Profile, Settings,
-    Timing, Versions, LIMITS, SCHEMA_VERSION,
-};
+use artune::fabric::Backend;
+use artune::profile::{Bucket, Profile, LIMITS, SCHEMA_VERSION};
 use artune::topology::{file, presets};
 use proptest::prelude::*;
 use serde_json::{json, Value};
@@ -19,124 +15,72 @@ use serde_json::{json, Value};
 // ---------------------------------------------------------------------------------------------
 // Valid documents to start from.
 
-// Times are binary fractions: serde_json (without its `float_roundtrip` feature) can read a
-// 17-digit float back one unit in the last place off, and these tests compare values exactly.
-fn timing(us: f64) -> Timing {
-    Timing {
-        median_us: us,
-        ci_low_us: us - 0.5,
-        ci_high_us: us + 0.75,
-        samples: 20,
-        outliers: 1,
-    }
+// Built from JSON by field name, the schema's contract, so fields added later with defaults do
+// not break this suite. Times are binary fractions: serde_json (without its `float_roundtrip`
+// feature) can read a 17-digit float back one unit in the last place off, and these tests
+// compare values exactly.
+fn timing(us: f64) -> Value {
+    json!({"median_us": us, "ci_low_us": us - 0.5, "ci_high_us": us + 0.75, "samples": 20, "outliers": 1})
 }
 
-fn group(gpus: Vec<usize>, mode: Mode) -> GroupProfile {
-    let bucket = |bytes: u64, choice: Backend| Bucket {
-        bytes,
-        choice,
-        results: [
-            (Backend::Nccl, timing(21.5)),
-            (Backend::OneStagePull, timing(bytes as f64 / 1024.0 + 7.25)),
-        ]
-        .into_iter()
-        .collect(),
-        waived: [(Backend::TwoStagePush, "timed out".to_string())]
-            .into_iter()
-            .collect(),
+fn group(gpus: &[usize], mode: &str) -> Value {
+    let bucket = |bytes: u64, choice: &str| {
+        json!({
+            "bytes": bytes,
+            "choice": choice,
+            "results": {"nccl": timing(21.5), "one_stage_pull": timing(bytes as f64 / 1024.0 + 7.25)},
+            "waived": {"two_stage_push": "timed out"},
+        })
     };
-    GroupProfile {
-        tp: gpus.len(),
-        gpus,
-        mode,
-        dtype: Dtype::Bf16,
-        placement: "one switch".into(),
-        buckets: vec![
-            bucket(4096, Backend::OneStagePull),
-            bucket(8192, Backend::OneStagePull),
-            bucket(65536, Backend::Nccl),
-        ],
-        crossovers: vec![Crossover {
-            bytes: 65536,
-            from: Backend::OneStagePull,
-            to: Backend::Nccl,
-        }],
-        memory: [
-            (
-                Backend::Nccl,
-                Memory {
-                    bytes_per_gpu: 40 << 20,
-                    measured: false,
-                    serves_up_to_bytes: None,
-                },
-            ),
-            (
-                Backend::OneStagePull,
-                Memory {
-                    bytes_per_gpu: 3 << 20,
-                    measured: true,
-                    serves_up_to_bytes: Some(8192),
-                },
-            ),
-        ]
-        .into_iter()
-        .collect(),
-        waived: BTreeMap::new(),
-    }
+    json!({
+        "gpus": gpus,
+        "tp": gpus.len(),
+        "mode": mode,
+        "dtype": "bf16",
+        "placement": "one switch",
+        "buckets": [bucket(4096, "one_stage_pull"), bucket(8192, "one_stage_pull"), bucket(65536, "nccl")],
+        "crossovers": [{"bytes": 65536, "from": "one_stage_pull", "to": "nccl"}],
+        "memory": {
+            "nccl": {"bytes_per_gpu": 40u64 << 20, "measured": false},
+            "one_stage_pull": {"bytes_per_gpu": 3u64 << 20, "measured": true, "serves_up_to_bytes": 8192},
+        },
+    })
 }
 
 /// A profile of a 4-GPU machine touching every part of the schema.
 fn profile() -> Profile {
     let topology = presets::get("pcie-4x-1switch").unwrap();
-    Profile {
-        schema_version: SCHEMA_VERSION,
-        tool_version: "0.1.0".into(),
-        created: "2026-11-29T08:49:54Z".into(),
-        simulated: true,
-        fabric: "simulated pcie-4x-1switch".into(),
-        fingerprint: Fingerprint {
-            topology_class: topology.class_hash(),
-            host: topology.host_hash(),
-        },
-        versions: Versions {
-            driver: Some("580.65".into()),
-            cuda: Some("13.0".into()),
-            nccl: None,
-        },
-        topology,
-        groups: vec![
-            group(vec![0, 1], Mode::Graph),
-            group(vec![0, 1, 2, 3], Mode::Eager),
-        ],
-        contention: vec![ContentionCurve {
-            gpus: vec![0, 1, 2, 3],
-            direction: Direction::Write,
-            bytes: 1 << 20,
-            points: vec![
-                ProbeSample {
-                    peers: 1,
-                    per_gpu_gbps: 50.5,
-                    aggregate_gbps: 202.0,
-                },
-                ProbeSample {
-                    peers: 3,
-                    per_gpu_gbps: 30.25,
-                    aggregate_gbps: 363.0,
-                },
+    let v = json!({
+        "schema_version": SCHEMA_VERSION,
+        "tool_version": "0.1.0",
+        "created": "2026-11-29T08:49:54Z",
+        "simulated": true,
+        "fabric": "simulated pcie-4x-1switch",
+        "fingerprint": {"topology_class": topology.class_hash(), "host": topology.host_hash()},
+        "versions": {"driver": "580.65", "cuda": "13.0", "nccl": null},
+        "topology": topology,
+        "groups": [group(&[0, 1], "graph"), group(&[0, 1, 2, 3], "eager")],
+        "contention": [{
+            "gpus": [0, 1, 2, 3],
+            "direction": "write",
+            "bytes": 1 << 20,
+            "points": [
+                {"peers": 1, "per_gpu_gbps": 50.5, "aggregate_gbps": 202.0},
+                {"peers": 3, "per_gpu_gbps": 30.25, "aggregate_gbps": 363.0},
             ],
         }],
-        settings: Settings {
-            min_bytes: 1024,
-            max_bytes: 65536,
-            tp: vec![2, 4],
-            modes: vec![Mode::Graph, Mode::Eager],
-            seed: Some(1),
-            mem_budget_bytes: None,
-            target_ci: 0.015625,
-            tuning_seconds: 12.5,
+        "settings": {
+            "min_bytes": 1024,
+            "max_bytes": 65536,
+            "tp": [2, 4],
+            "modes": ["graph", "eager"],
+            "seed": 1,
+            "target_ci": 0.015625,
+            "tuning_seconds": 12.5,
         },
-        faults: vec!["two_stage_push timed out at 8192 bytes".into()],
-    }
+        "faults": ["two_stage_push timed out at 8192 bytes"],
+    });
+    serde_json::from_value(v).unwrap()
 }
 
 fn profile_json() -> String {
