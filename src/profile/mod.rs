@@ -212,25 +212,8 @@ impl std::fmt::Display for UnknownReason {
 impl Profile {
     /// Reads and validates a profile file.
     pub fn load(path: &Path) -> Result<Profile, Error> {
-        let meta = std::fs::metadata(path).map_err(|e| Error::Read {
-            path: path.into(),
-            reason: e.to_string(),
-        })?;
-        if meta.len() > LIMITS.file_bytes {
-            return Err(Error::Parse {
-                path: path.into(),
-                what: "profile",
-                reason: format!(
-                    "it is {} bytes, more than the {} a profile may have",
-                    meta.len(),
-                    LIMITS.file_bytes
-                ),
-            });
-        }
-        let text = std::fs::read_to_string(path).map_err(|e| Error::Read {
-            path: path.into(),
-            reason: e.to_string(),
-        })?;
+        // Bounded read: a device or pipe named as a profile cannot make us allocate without end.
+        let text = crate::topology::file::read_text(path, LIMITS.file_bytes, "profile")?;
         Profile::parse(&text).map_err(|reason| Error::Parse {
             path: path.into(),
             what: "profile",

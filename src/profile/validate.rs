@@ -2,9 +2,10 @@
 //! file can make a reader allocate or loop over.
 
 use super::{Profile, SCHEMA_VERSION};
+use crate::topology::file;
 use serde::Deserialize;
 
-/// Documented limits (README, "Profile limits").
+/// Documented limits (README, "Profile and topology limits").
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub file_bytes: u64,
@@ -15,6 +16,10 @@ pub struct Limits {
     pub message_bytes: u64,
     /// Largest per-GPU buffer a backend may claim (1 TiB).
     pub buffer_bytes: u64,
+    /// Deepest nesting of arrays and objects.
+    pub depth: usize,
+    pub contention_curves: usize,
+    pub points_per_curve: usize,
 }
 
 pub const LIMITS: Limits = Limits {
@@ -24,6 +29,9 @@ pub const LIMITS: Limits = Limits {
     gpus: crate::topology::MAX_GPUS,
     message_bytes: 1 << 40,
     buffer_bytes: 1 << 40,
+    depth: file::MAX_DEPTH,
+    contention_curves: 1024,
+    points_per_curve: 1024,
 };
 
 pub(super) fn parse(text: &str) -> Result<Profile, String> {
@@ -31,30 +39,43 @@ pub(super) fn parse(text: &str) -> Result<Profile, String> {
     struct Peek {
         schema_version: Option<serde_json::Value>,
     }
-    let syntax = |e: serde_json::Error| {
-        if e.is_eof() {
-            format!(
-                "it ends too early (line {}): the file looks truncated",
-                e.line()
-            )
-        } else {
-            e.to_string()
-        }
-    };
-    let peek: Peek = serde_json::from_str(text).map_err(syntax)?;
-    match peek.schema_version.as_ref().and_then(|v| v.as_u64()) {
-        None => return Err("it has no numeric `schema_version`; it is not an artune profile".into()),
-        Some(v) if v > SCHEMA_VERSION as u64 => {
-            return Err(format!(
-                "it has schema version {v}, newer than this artune reads ({SCHEMA_VERSION}); upgrade artune or re-run the tune with this version"
-            ))
-        }
-        Some(v) if v != SCHEMA_VERSION as u64 => return Err(format!("schema version {v} is not supported")),
-        Some(_) => {}
+    if text.len() as u64 > LIMITS.file_bytes {
+        return Err(format!(
+            "it is {} bytes, more than the {} a profile may have",
+            text.len(),
+            LIMITS.file_bytes
+        ));
     }
-    let p: Profile = serde_json::from_str(text).map_err(syntax)?;
+    // Syntax, depth and repeated keys first, so the typed passes below only meet sound JSON.
+    file::check_json(text)?;
+    let peek: Peek = serde_json::from_str(text).map_err(|e| file::describe(&e, text))?;
+    match peek.schema_version {
+        None => return Err("it has no `schema_version`; it is not an artune profile".into()),
+        Some(v) => match v.as_u64() {
+            None => return Err(format!("its `schema_version` is {}, not a version number", short(&v))),
+            Some(v) if v > SCHEMA_VERSION as u64 => {
+                return Err(format!(
+                    "it has schema version {v}, newer than this artune reads ({SCHEMA_VERSION}); upgrade artune or re-run the tune with this version"
+                ))
+            }
+            Some(v) if v != SCHEMA_VERSION as u64 => {
+                return Err(format!("schema version {v} is not supported; re-run the tune with this version"))
+            }
+            Some(_) => {}
+        },
+    }
+    let p: Profile = serde_json::from_str(text).map_err(|e| file::describe(&e, text))?;
     check(&p)?;
     Ok(p)
+}
+
+/// A JSON value for a message, cut to one short line.
+fn short(v: &serde_json::Value) -> String {
+    let s = v.to_string();
+    match s.char_indices().nth(40) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s,
+    }
 }
 
 fn finite_nonneg(v: f64) -> bool {
@@ -65,7 +86,8 @@ fn finite_nonneg(v: f64) -> bool {
 pub fn check(p: &Profile) -> Result<(), String> {
     let l = super::LIMITS;
     let mut topo = p.topology.clone();
-    topo.normalize()
+    file::check(&topo)
+        .and_then(|()| topo.normalize())
         .map_err(|e| format!("its topology is invalid: {e}"))?;
     let ngpu = topo.gpu_count();
     if p.groups.len() > l.groups {
@@ -131,6 +153,21 @@ pub fn check(p: &Profile) -> Result<(), String> {
                 }
             }
         }
+        if g.crossovers.len() > g.buckets.len() {
+            return Err(format!(
+                "{at} has {} crossovers but only {} buckets",
+                g.crossovers.len(),
+                g.buckets.len()
+            ));
+        }
+        for c in &g.crossovers {
+            if c.bytes == 0 || c.bytes > l.message_bytes {
+                return Err(format!(
+                    "{at} has a crossover at {} bytes; sizes must be 1 byte to 1 TiB",
+                    c.bytes
+                ));
+            }
+        }
         for (be, m) in &g.memory {
             if m.bytes_per_gpu > l.buffer_bytes {
                 return Err(format!(
@@ -138,6 +175,71 @@ pub fn check(p: &Profile) -> Result<(), String> {
                     m.bytes_per_gpu
                 ));
             }
+            if m.serves_up_to_bytes.is_some_and(|b| b > l.message_bytes)
+                || m.chosen_up_to_bytes.is_some_and(|b| b > l.message_bytes)
+            {
+                return Err(format!(
+                    "{at} says the {be} buffers serve messages above 1 TiB"
+                ));
+            }
+            if m.required_bytes_per_gpu.is_some_and(|b| b > l.buffer_bytes) {
+                return Err(format!("{at} says {be} requires more than 1 TiB per GPU"));
+            }
+        }
+    }
+    check_contention(p, ngpu)?;
+    let s = &p.settings;
+    if s.min_bytes > s.max_bytes || s.max_bytes > l.message_bytes {
+        return Err(format!(
+            "its settings span {} to {} bytes; sizes must be in order and at most 1 TiB",
+            s.min_bytes, s.max_bytes
+        ));
+    }
+    if s.tp.len() > l.gpus || s.tp.iter().any(|&tp| tp > l.gpus) {
+        return Err(format!(
+            "its settings list TP sizes above {} or more than {} of them",
+            l.gpus, l.gpus
+        ));
+    }
+    if !finite_nonneg(s.target_ci) || !finite_nonneg(s.tuning_seconds) {
+        return Err("its settings have a negative target_ci or tuning_seconds".into());
+    }
+    Ok(())
+}
+
+fn check_contention(p: &Profile, ngpu: usize) -> Result<(), String> {
+    let l = super::LIMITS;
+    if p.contention.len() > l.contention_curves {
+        return Err(format!(
+            "it has {} contention curves, more than the {} allowed",
+            p.contention.len(),
+            l.contention_curves
+        ));
+    }
+    for (ci, c) in p.contention.iter().enumerate() {
+        if c.gpus.len() > l.gpus || c.gpus.iter().any(|&i| i >= ngpu) {
+            return Err(format!(
+                "contention curve {ci} names a GPU the topology does not have"
+            ));
+        }
+        if c.bytes > l.message_bytes {
+            return Err(format!(
+                "contention curve {ci} moves {} bytes; the limit is 1 TiB",
+                c.bytes
+            ));
+        }
+        if c.points.len() > l.points_per_curve {
+            return Err(format!(
+                "contention curve {ci} has {} points, more than the {} allowed",
+                c.points.len(),
+                l.points_per_curve
+            ));
+        }
+        if c.points
+            .iter()
+            .any(|s| !finite_nonneg(s.per_gpu_gbps) || !finite_nonneg(s.aggregate_gbps))
+        {
+            return Err(format!("contention curve {ci} has a negative bandwidth"));
         }
     }
     Ok(())

@@ -2,35 +2,41 @@
 //!
 //! Users describe machines artune cannot see (or calibrate the simulator from their own
 //! measurements) in this format; `artune topo --json` writes it. The README documents it.
+//!
+//! Everything read from a file passes three gates, in order, each ending in a phrase that
+//! names what is wrong: [`read_text`] (size, UTF-8), [`check_json`] (syntax, nesting depth,
+//! repeated keys) and [`check`] plus [`Topology::normalize`] (counts, ids, references, values).
+//! Profiles embed a topology and reuse all three.
 
-use super::Topology;
+use super::{Contention, Link, Topology, MAX_GPUS, MAX_SWITCHES};
 use crate::error::Error;
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::io::Read;
 use std::path::Path;
 
 /// Largest topology file accepted. A 256-GPU machine with every pair listed fits well below.
 pub const MAX_FILE_BYTES: u64 = 16 << 20;
+/// Deepest nesting of arrays and objects accepted in any artune JSON file. Real files nest 7
+/// deep; serde_json would stop at 128 with a message that names no file format.
+pub const MAX_DEPTH: usize = 32;
+pub const MAX_SOCKETS: usize = 64;
+pub const MAX_ROOT_COMPLEXES: usize = 1024;
+/// Switches between a GPU and its root complex. Real machines have one to three; the bound
+/// keeps path derivation (GPUs² walks up the tree) fast on a hostile file.
+pub const MAX_SWITCH_DEPTH: usize = 8;
+/// NVLinks per GPU (H100/H200/B200 have 18).
+pub const MAX_NVLINKS: usize = 64;
+/// Longest id (switch, root complex, parent) in bytes.
+pub const MAX_ID_BYTES: usize = 128;
+/// Largest GPU memory a file may state (1 PiB).
+pub const MAX_GPU_MEMORY_BYTES: u64 = 1 << 50;
 
 /// Loads and normalizes a topology file.
 pub fn load(path: &Path) -> Result<Topology, Error> {
-    let meta = std::fs::metadata(path).map_err(|e| Error::Read {
-        path: path.into(),
-        reason: e.to_string(),
-    })?;
-    if meta.len() > MAX_FILE_BYTES {
-        return Err(Error::Parse {
-            path: path.into(),
-            what: "topology file",
-            reason: format!(
-                "it is {} bytes, more than the {} a topology file may have",
-                meta.len(),
-                MAX_FILE_BYTES
-            ),
-        });
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| Error::Read {
-        path: path.into(),
-        reason: e.to_string(),
-    })?;
+    let text = read_text(path, MAX_FILE_BYTES, "topology file")?;
     let mut t = parse(&text).map_err(|reason| Error::Parse {
         path: path.into(),
         what: "topology file",
@@ -43,18 +49,526 @@ pub fn load(path: &Path) -> Result<Topology, Error> {
 
 /// Parses topology JSON and normalizes it. The error is a phrase to embed in a sentence.
 pub fn parse(text: &str) -> Result<Topology, String> {
-    let mut t: Topology = serde_json::from_str(text).map_err(|e| {
-        if e.is_eof() {
-            format!(
-                "it ends too early (line {}): the file looks truncated",
-                e.line()
-            )
-        } else {
-            format!("{e}")
-        }
-    })?;
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(too_big(text.len() as u64, MAX_FILE_BYTES, "topology file"));
+    }
+    check_json(text)?;
+    let mut t: Topology = serde_json::from_str(text).map_err(|e| describe(&e, text))?;
+    check(&t)?;
     t.normalize()?;
     Ok(t)
+}
+
+fn too_big(len: u64, limit: u64, what: &str) -> String {
+    format!("it is {len} bytes, more than the {limit} a {what} may have")
+}
+
+/// Reads a whole text file of at most `limit` bytes. The size is checked on the open file
+/// before reading, and the read itself stops past the limit, so a device or a file that
+/// grows while read (`/dev/zero`, a pipe) cannot make us allocate without bound.
+pub fn read_text(path: &Path, limit: u64, what: &'static str) -> Result<String, Error> {
+    let read_err = |e: std::io::Error| Error::Read {
+        path: path.into(),
+        reason: e.to_string(),
+    };
+    let parse_err = |reason: String| Error::Parse {
+        path: path.into(),
+        what,
+        reason,
+    };
+    let file = std::fs::File::open(path).map_err(read_err)?;
+    let meta = file.metadata().map_err(read_err)?;
+    if meta.is_dir() {
+        return Err(Error::Read {
+            path: path.into(),
+            reason: "it is a directory".into(),
+        });
+    }
+    if meta.len() > limit {
+        return Err(parse_err(too_big(meta.len(), limit, what)));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_err)?;
+    if bytes.len() as u64 > limit {
+        return Err(parse_err(format!(
+            "it is more than the {limit} bytes a {what} may have"
+        )));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        parse_err(format!(
+            "it is not UTF-8 text (invalid byte at offset {})",
+            e.utf8_error().valid_up_to()
+        ))
+    })
+}
+
+/// Checks that `text` is one JSON object, nested at most [`MAX_DEPTH`] deep, in which no
+/// object repeats a key. serde_json keeps the last of repeated map keys without a word, so a
+/// hand-edited file could mean something other than what its author reads.
+pub fn check_json(text: &str) -> Result<(), String> {
+    if text.starts_with('\u{feff}') {
+        return Err("it starts with a byte-order mark; save it as UTF-8 without one".into());
+    }
+    let mut de = serde_json::Deserializer::from_str(text);
+    Walk { depth: 0 }
+        .deserialize(&mut de)
+        .and_then(|()| de.end())
+        .map_err(|e| describe(&e, text))?;
+    if !text.trim_start().starts_with('{') {
+        return Err("it is not a JSON object (`{ … }`)".into());
+    }
+    Ok(())
+}
+
+const TOO_DEEP: &str = "arrays and objects are nested more than";
+const REPEATED: &str = "appears twice in one object; a key may appear only once";
+
+/// Visits any JSON value, refusing repeated keys and nesting past [`MAX_DEPTH`]. Keeps only
+/// the keys of the objects on the current path, so memory follows the text, not its numbers.
+#[derive(Clone, Copy)]
+struct Walk {
+    depth: usize,
+}
+
+impl Walk {
+    fn deeper<E: de::Error>(self) -> Result<Walk, E> {
+        if self.depth >= MAX_DEPTH {
+            return Err(E::custom(format_args!("{TOO_DEEP} {MAX_DEPTH} deep")));
+        }
+        Ok(Walk {
+            depth: self.depth + 1,
+        })
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Walk {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Walk {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let inner = self.deeper()?;
+        while seq.next_element_seed(inner)?.is_some() {}
+        Ok(())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let inner = self.deeper()?;
+        let mut keys = HashSet::new();
+        while let Some(Key(k)) = map.next_key()? {
+            if keys.contains(&k) {
+                return Err(de::Error::custom(format_args!(
+                    "the key \"{}\" {REPEATED}",
+                    shorten(&k)
+                )));
+            }
+            keys.insert(k);
+            map.next_value_seed(inner)?;
+        }
+        Ok(())
+    }
+}
+
+/// An object key, borrowed from the text unless it has escapes.
+struct Key<'de>(Cow<'de, str>);
+
+impl<'de> de::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string key")
+            }
+            fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(s)))
+            }
+            fn visit_str<E>(self, s: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(s.into())))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// A string for an error message: escaped (one line) and cut to 40 characters.
+fn shorten(s: &str) -> String {
+    let mut out: String = s.chars().take(40).flat_map(char::escape_debug).collect();
+    if s.chars().nth(40).is_some() {
+        out.push('…');
+    }
+    out
+}
+
+/// Turns a serde_json error into a phrase that names the problem and, for a value of the
+/// wrong type or range, where it is (`gpus[1].pcie.gen`).
+pub fn describe(e: &serde_json::Error, text: &str) -> String {
+    use serde_json::error::Category;
+    let full = e.to_string();
+    let (line, column) = (e.line(), e.column());
+    let msg = full
+        .strip_suffix(&format!(" at line {line} column {column}"))
+        .unwrap_or(&full);
+    let at = format!("line {line}, column {column}");
+    match e.classify() {
+        Category::Eof if text.trim().is_empty() => "it is empty".into(),
+        Category::Eof => format!("it ends too early (line {line}): the file looks truncated"),
+        Category::Syntax if msg.starts_with("number out of range") => {
+            format!("it has a number too large to represent ({at})")
+        }
+        Category::Syntax if msg.starts_with("recursion limit") => {
+            format!("{TOO_DEEP} {MAX_DEPTH} deep ({at})")
+        }
+        Category::Syntax | Category::Io => format!("it is not valid JSON: {msg} ({at})"),
+        Category::Data if msg.starts_with(TOO_DEEP) => format!("{msg} ({at})"),
+        Category::Data => {
+            let missing = msg.starts_with("missing field");
+            let path = locate(text, offset(text, line, column), missing);
+            let hint = if msg.contains("expected u")
+                && (msg.contains("floating point") || msg.contains("integer `-"))
+            {
+                "; it must be a whole number from 0 up"
+            } else {
+                ""
+            };
+            match (msg.strip_prefix("missing field "), path.is_empty()) {
+                (Some(field), true) => format!("it lacks the field {field} ({at})"),
+                (Some(field), false) => format!("`{path}` lacks the field {field} ({at})"),
+                (None, false) if msg.ends_with(REPEATED) => format!("`{path}` {REPEATED} ({at})"),
+                (None, true) => format!("{msg}{hint} ({at})"),
+                (None, false) => format!("`{path}` is wrong: {msg}{hint} ({at})"),
+            }
+        }
+    }
+}
+
+/// Byte index of the last character serde_json read, from its 1-based line and column.
+fn offset(text: &str, line: usize, column: usize) -> usize {
+    let mut start = 0;
+    for _ in 1..line {
+        match text[start..].find('\n') {
+            Some(p) => start += p + 1,
+            None => break,
+        }
+    }
+    (start + column).saturating_sub(1).min(text.len())
+}
+
+/// The path (`groups[0].buckets[2].bytes`) of the value being read at byte `at` of valid
+/// JSON; with `container`, the path of the object around it instead.
+fn locate(text: &str, at: usize, container: bool) -> String {
+    enum Frame<'a> {
+        Obj {
+            key: Option<&'a str>,
+            want_key: bool,
+        },
+        Arr(usize),
+    }
+    let b = text.as_bytes();
+    let end = at.min(b.len());
+    let mut stack: Vec<Frame> = Vec::new();
+    let mut i = 0;
+    while i < end {
+        match b[i] {
+            b'"' => {
+                let start = i + 1;
+                i += 1;
+                while i < end && b[i] != b'"' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+                if let Some(Frame::Obj { key, want_key }) = stack.last_mut() {
+                    if *want_key {
+                        *key = text.get(start..i.min(end));
+                        *want_key = false;
+                    }
+                }
+            }
+            b'{' => stack.push(Frame::Obj {
+                key: None,
+                want_key: true,
+            }),
+            b'[' => stack.push(Frame::Arr(0)),
+            b'}' | b']' => {
+                stack.pop();
+            }
+            b',' => match stack.last_mut() {
+                Some(Frame::Arr(n)) => *n += 1,
+                Some(Frame::Obj { want_key, .. }) => *want_key = true,
+                None => {}
+            },
+            _ => {}
+        }
+        i += 1;
+    }
+    if container {
+        if let Some(Frame::Obj { key, .. }) = stack.last_mut() {
+            *key = None;
+        }
+    }
+    let mut path = String::new();
+    for f in &stack {
+        match f {
+            Frame::Obj { key: Some(k), .. } => {
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                path.push_str(&shorten(k));
+            }
+            Frame::Obj { key: None, .. } => {}
+            Frame::Arr(n) => path.push_str(&format!("[{n}]")),
+        }
+    }
+    path
+}
+
+/// Checks what [`Topology::normalize`] leaves to the reader: counts that bound its work, ids
+/// that are unique and printable, a switch tree without cycles or absurd depth, link values a
+/// PCIe or NVLink link can have, and each GPU pair listed at most once.
+pub fn check(t: &Topology) -> Result<(), String> {
+    let count = |n: usize, max: usize, what: &str| {
+        if n > max {
+            Err(format!("it lists {n} {what}; at most {max} are supported"))
+        } else {
+            Ok(())
+        }
+    };
+    count(t.gpus.len(), MAX_GPUS, "GPUs")?;
+    count(t.switches.len(), MAX_SWITCHES, "switches")?;
+    count(t.root_complexes.len(), MAX_ROOT_COMPLEXES, "root complexes")?;
+    count(t.sockets.len(), MAX_SOCKETS, "sockets")?;
+    let n = t.gpus.len();
+    count(
+        t.pairs.len(),
+        n * n.saturating_sub(1),
+        "GPU pairs (one per ordered pair of distinct GPUs)",
+    )?;
+
+    let mut sockets = HashSet::new();
+    for s in &t.sockets {
+        if !sockets.insert(s.id) {
+            return Err(format!("socket {} is listed twice", s.id));
+        }
+    }
+    // Switches and root complexes share one name space: a parent names either.
+    let mut ids = HashSet::new();
+    for id in t
+        .root_complexes
+        .iter()
+        .map(|r| &r.id)
+        .chain(t.switches.iter().map(|s| &s.id))
+    {
+        check_id(id, "switch or root complex id")?;
+        if !ids.insert(id.as_str()) {
+            return Err(format!(
+                "the id `{id}` is used twice; switch and root complex ids must be unique"
+            ));
+        }
+    }
+    let parents: HashMap<&str, &str> = t
+        .switches
+        .iter()
+        .map(|s| (s.id.as_str(), s.parent.as_str()))
+        .collect();
+    for s in &t.switches {
+        check_id(&s.parent, &format!("switch `{}` parent", s.id))?;
+        let mut cur = s.parent.as_str();
+        let mut depth = 1;
+        while let Some(&up) = parents.get(cur) {
+            depth += 1;
+            if depth > MAX_SWITCH_DEPTH {
+                return Err(format!(
+                    "switch `{}` does not reach a root complex within {MAX_SWITCH_DEPTH} switches; its parents form a cycle or a chain too deep",
+                    s.id
+                ));
+            }
+            cur = up;
+        }
+    }
+    for g in &t.gpus {
+        check_id(&g.parent, &format!("GPU {} parent", g.index))?;
+        if g.nvlinks.len() > MAX_NVLINKS {
+            return Err(format!(
+                "GPU {} lists {} NVLinks; at most {MAX_NVLINKS} are supported",
+                g.index,
+                g.nvlinks.len()
+            ));
+        }
+        let mut links = HashSet::new();
+        for l in &g.nvlinks {
+            if !links.insert(l.link) {
+                return Err(format!("GPU {} lists NVLink {} twice", g.index, l.link));
+            }
+        }
+        if g.memory_bytes
+            .is_some_and(|m| m == 0 || m > MAX_GPU_MEMORY_BYTES)
+        {
+            return Err(format!(
+                "GPU {} has {} bytes of memory; it must be 1 byte to 1 PiB",
+                g.index,
+                g.memory_bytes.unwrap_or(0)
+            ));
+        }
+    }
+    for (what, l) in t.links() {
+        check_link(&what, l)?;
+    }
+    for (what, c) in contentions(t) {
+        check_contention(&what, c)?;
+    }
+    if let Some(nv) = &t.nvswitch {
+        if !(1..=16).contains(&nv.generation) {
+            return Err(format!(
+                "the NVSwitch has NVLink generation {}; it must be 1 to 16",
+                nv.generation
+            ));
+        }
+        positive("the NVSwitch gpu_gbps", nv.gpu_gbps)?;
+        if let Some(v) = nv.latency_us {
+            positive("the NVSwitch latency_us", v)?;
+        }
+    }
+    let mut seen = HashSet::new();
+    for p in &t.pairs {
+        if !seen.insert((p.from, p.to)) {
+            return Err(format!("pair {}→{} is listed twice", p.from, p.to));
+        }
+        if p.nvlinks as usize > MAX_NVLINKS {
+            return Err(format!(
+                "pair {}→{} has {} NVLinks; at most {MAX_NVLINKS} are supported",
+                p.from, p.to, p.nvlinks
+            ));
+        }
+    }
+    let all = n * n.saturating_sub(1);
+    if !t.pairs.is_empty() && t.pairs.len() != all {
+        return Err(format!(
+            "it lists {} of the {all} ordered GPU pairs; list every pair or none (artune derives them)",
+            t.pairs.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Ids and parents: non-empty, short, printable, so every message that quotes one is one line.
+fn check_id(id: &str, what: &str) -> Result<(), String> {
+    if id.is_empty() || id.len() > MAX_ID_BYTES || id.chars().any(char::is_control) {
+        return Err(format!(
+            "{what} \"{}\" is not a valid id; ids are 1 to {MAX_ID_BYTES} bytes without control characters",
+            shorten(id)
+        ));
+    }
+    Ok(())
+}
+
+fn positive(what: &str, v: f64) -> Result<(), String> {
+    if v.is_finite() && v > 0.0 && v < 1e6 {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} is {v}; it must be a positive number below 1000000"
+        ))
+    }
+}
+
+/// PCIe generations 1 to 7 (sysfs knows 128 GT/s) and 1 to 32 lanes. Odd lane counts are left
+/// alone: a discovered link reports what it reports, and nothing divides by it.
+fn check_link(what: &str, l: &Link) -> Result<(), String> {
+    for g in [l.gen, l.max_gen].into_iter().flatten() {
+        if !(1..=7).contains(&g) {
+            return Err(format!("{what} has PCIe generation {g}; it must be 1 to 7"));
+        }
+    }
+    for w in [l.width, l.max_width].into_iter().flatten() {
+        if !(1..=32).contains(&w) {
+            return Err(format!(
+                "{what} has width x{w}; a PCIe link has 1 to 32 lanes"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn contentions(t: &Topology) -> Vec<(String, &Contention)> {
+    let mut out = Vec::new();
+    for s in &t.sockets {
+        out.extend(
+            s.contention
+                .as_ref()
+                .map(|c| (format!("socket {} contention", s.id), c)),
+        );
+    }
+    for r in &t.root_complexes {
+        out.extend(
+            r.contention
+                .as_ref()
+                .map(|c| (format!("root complex `{}` contention", r.id), c)),
+        );
+    }
+    for s in &t.switches {
+        out.extend(
+            s.contention
+                .as_ref()
+                .map(|c| (format!("switch `{}` contention", s.id), c)),
+        );
+    }
+    out
+}
+
+fn check_contention(what: &str, c: &Contention) -> Result<(), String> {
+    for (name, v) in [
+        ("peak_gbps", c.peak_gbps),
+        ("write_collapse_gbps", c.write_collapse_gbps),
+    ] {
+        if let Some(v) = v {
+            positive(&format!("{what} {name}"), v)?;
+        }
+    }
+    if let Some(s) = c.slope {
+        if !(s.is_finite() && (0.0..1e3).contains(&s)) {
+            return Err(format!(
+                "{what} slope is {s}; it must be 0 or more and below 1000"
+            ));
+        }
+    }
+    for (name, v) in [
+        ("read_factor", c.read_factor),
+        ("write_factor", c.write_factor),
+    ] {
+        if let Some(v) = v {
+            if !(v > 0.0 && v <= 1.0) {
+                return Err(format!(
+                    "{what} {name} is {v}; it must be above 0 and at most 1"
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -82,5 +596,45 @@ mod tests {
         let t = crate::topology::presets::get("pcie-8x-2switch").unwrap();
         let text = serde_json::to_string_pretty(&t).unwrap();
         assert_eq!(parse(&text).unwrap(), t);
+    }
+
+    #[test]
+    fn repeated_key_is_found_at_any_depth() {
+        let e = check_json(r#"{"a": [{"b": 1, "c": {"d": 1, "d": 2}}]}"#).unwrap_err();
+        assert!(
+            e.contains("`a[0].c.d`") && e.contains("appears twice"),
+            "{e}"
+        );
+        // Escapes do not hide a repeat: "\u0064" is "d".
+        assert!(check_json(r#"{"d": 1, "\u0064": 2}"#)
+            .unwrap_err()
+            .contains("twice"));
+        assert!(check_json(r#"{"a": {"d": 1}, "b": {"d": 1}}"#).is_ok());
+    }
+
+    #[test]
+    fn depth_is_bounded() {
+        let ok = format!(
+            "{{\"a\":{}1{}}}",
+            "[".repeat(MAX_DEPTH - 1),
+            "]".repeat(MAX_DEPTH - 1)
+        );
+        assert!(check_json(&ok).is_ok());
+        let deep = format!(
+            "{{\"a\":{}1{}}}",
+            "[".repeat(MAX_DEPTH),
+            "]".repeat(MAX_DEPTH)
+        );
+        assert!(check_json(&deep)
+            .unwrap_err()
+            .contains("nested more than 32 deep"));
+    }
+
+    #[test]
+    fn locate_names_the_path() {
+        let text = r#"{"gpus": [{"a": 1}, {"pcie": {"gen": "x"}}]}"#;
+        let at = text.find("\"x\"").unwrap() + 2;
+        assert_eq!(locate(text, at, false), "gpus[1].pcie.gen");
+        assert_eq!(locate(text, at, true), "gpus[1].pcie");
     }
 }
