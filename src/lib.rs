@@ -15,6 +15,7 @@ pub mod profile;
 pub mod report;
 pub mod stats;
 pub mod topology;
+pub mod tune;
 pub mod units;
 pub mod workload;
 

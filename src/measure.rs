@@ -1,1 +1,340 @@
-//! (in progress)
+//! The measurement harness, shared by every fabric.
+//!
+//! For each GPU group: prepare the backends, run the contention probes, then for each mode
+//! and size verify each backend on fresh data and time it until the 95% confidence interval of
+//! its median is within the target (or a cap is hit). Where the winner changes between
+//! neighbouring sizes, [`crate::decide::refine_points`] asks for sizes in between.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use crate::decide;
+use crate::fabric::{
+    Backend, Direction, Dtype, Fabric, FabricError, Group, Mode, Readiness, Verification,
+};
+use crate::profile::{ContentionCurve, Timing};
+use crate::stats;
+
+fn flag() -> &'static Arc<AtomicBool> {
+    static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+    FLAG.get_or_init(|| Arc::new(AtomicBool::new(false)))
+}
+
+/// Registers SIGINT and SIGTERM to stop the tune between measurements; a second signal
+/// exits at once with code 130.
+pub fn install_interrupt_handler() {
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // Registered first, so it sees the flag as it was before this signal set it.
+        let _ = signal_hook::flag::register_conditional_shutdown(sig, 130, flag().clone());
+        let _ = signal_hook::flag::register(sig, flag().clone());
+    }
+}
+
+/// True once SIGINT/SIGTERM arrived.
+pub fn interrupted() -> bool {
+    flag().load(Ordering::Relaxed)
+}
+
+/// Marks the run interrupted (signal handlers and tests).
+pub fn interrupt() {
+    flag().store(true, Ordering::Relaxed);
+}
+
+/// How hard to measure one (backend, size, mode) cell.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Harness {
+    /// Target half-width of the median's 95% CI, relative to the median.
+    pub target_ci: f64,
+    pub warmup_samples: u32,
+    pub min_samples: u32,
+    pub max_samples: u32,
+    /// Samples added per round once the minimum is reached.
+    pub step_samples: u32,
+    /// Aim for batches of about this many microseconds (event timing resolution).
+    pub batch_target_us: f64,
+    pub max_batch: u32,
+    /// Stop a cell after this much measured time even if the CI is wider than the target.
+    pub time_cap_us: f64,
+    /// Bytes each GPU moves per peer in a contention probe.
+    pub probe_bytes: u64,
+    /// Bisection rounds where the winner changes between neighbouring sizes.
+    pub refine_rounds: u32,
+}
+
+impl Default for Harness {
+    fn default() -> Self {
+        Harness {
+            target_ci: 0.02,
+            warmup_samples: 3,
+            min_samples: 10,
+            max_samples: 200,
+            step_samples: 10,
+            batch_target_us: 200.0,
+            max_batch: 100,
+            time_cap_us: 1.0e6,
+            probe_bytes: 16 << 20,
+            refine_rounds: 3,
+        }
+    }
+}
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// GPU sets with a label saying what sets each apart.
+    pub groups: Vec<(Vec<usize>, String)>,
+    pub modes: Vec<Mode>,
+    pub dtype: Dtype,
+    /// Grid of sizes (bytes), ascending.
+    pub sizes: Vec<u64>,
+    pub backends: Vec<Backend>,
+    pub seed: u64,
+    pub contention: bool,
+    pub harness: Harness,
+}
+
+/// Everything measured on one GPU set.
+#[derive(Debug, Clone, Default)]
+pub struct GroupResults {
+    pub gpus: Vec<usize>,
+    pub placement: String,
+    pub readiness: Vec<Readiness>,
+    /// Backends that failed verification or timed out, for the whole group.
+    pub disqualified: BTreeMap<Backend, String>,
+    /// Per mode, per size, per backend.
+    pub cells: BTreeMap<Mode, BTreeMap<u64, BTreeMap<Backend, Timing>>>,
+    pub contention: Vec<ContentionCurve>,
+}
+
+/// Progress events for a UI; the harness knows nothing about terminals.
+#[derive(Debug, Clone)]
+pub enum Progress {
+    /// Roughly this many cells remain to be measured in total.
+    Planned(u64),
+    Group {
+        gpus: Vec<usize>,
+        placement: String,
+    },
+    Cell {
+        backend: Backend,
+        bytes: u64,
+        mode: Mode,
+    },
+}
+
+/// Runs the plan. Backend-local failures disqualify that backend for the group and are
+/// returned as faults; device failures and interrupts end the run.
+pub fn run(
+    fabric: &mut dyn Fabric,
+    plan: &Plan,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<(Vec<GroupResults>, Vec<String>), FabricError> {
+    let per_group = (plan.modes.len() * plan.sizes.len() * plan.backends.len()) as u64;
+    progress(Progress::Planned(per_group * plan.groups.len() as u64));
+    let mut out = Vec::new();
+    let mut faults = Vec::new();
+    for (gpus, placement) in &plan.groups {
+        progress(Progress::Group {
+            gpus: gpus.clone(),
+            placement: placement.clone(),
+        });
+        let r = measure_group(fabric, plan, gpus, placement, progress, &mut faults);
+        let released = fabric.release();
+        let r = r?;
+        released?;
+        out.push(r);
+    }
+    Ok((out, faults))
+}
+
+fn check_interrupt() -> Result<(), FabricError> {
+    if interrupted() {
+        Err(FabricError::Interrupted)
+    } else {
+        Ok(())
+    }
+}
+
+fn measure_group(
+    fabric: &mut dyn Fabric,
+    plan: &Plan,
+    gpus: &[usize],
+    placement: &str,
+    progress: &mut dyn FnMut(Progress),
+    faults: &mut Vec<String>,
+) -> Result<GroupResults, FabricError> {
+    let max_bytes = plan.sizes.last().copied().unwrap_or(0);
+    let group = Group {
+        gpus: gpus.to_vec(),
+        dtype: plan.dtype,
+        max_bytes,
+    };
+    let readiness = fabric.prepare(&group, &plan.backends)?;
+    let mut res = GroupResults {
+        gpus: gpus.to_vec(),
+        placement: placement.into(),
+        readiness,
+        ..Default::default()
+    };
+    let ready: Vec<Backend> = res
+        .readiness
+        .iter()
+        .filter_map(|r| match r {
+            Readiness::Ready { backend, .. } => Some(*backend),
+            Readiness::Waived { .. } => None,
+        })
+        .collect();
+
+    if plan.contention && gpus.len() > 1 {
+        for direction in [Direction::Read, Direction::Write] {
+            let mut points = Vec::new();
+            for peers in 1..gpus.len() {
+                check_interrupt()?;
+                points.push(fabric.probe(direction, peers, plan.harness.probe_bytes)?);
+            }
+            res.contention.push(ContentionCurve {
+                gpus: gpus.to_vec(),
+                direction,
+                bytes: plan.harness.probe_bytes,
+                points,
+            });
+        }
+    }
+
+    let mut verified: BTreeMap<(Backend, u64), ()> = BTreeMap::new();
+    for &mode in &plan.modes {
+        let mut sizes = plan.sizes.clone();
+        let mut round = 0;
+        loop {
+            for &bytes in &sizes {
+                for &backend in &ready {
+                    if res.disqualified.contains_key(&backend) {
+                        continue;
+                    }
+                    check_interrupt()?;
+                    progress(Progress::Cell {
+                        backend,
+                        bytes,
+                        mode,
+                    });
+                    let seed = cell_seed(plan.seed, gpus, backend, bytes);
+                    let outcome = (|| {
+                        if verified.insert((backend, bytes), ()).is_none() {
+                            if let Verification::Wrong { reason } =
+                                fabric.verify(backend, bytes, seed)?
+                            {
+                                return Ok(Err(format!("wrong result at {bytes} bytes: {reason}")));
+                            }
+                        }
+                        measure_cell(fabric, backend, bytes, mode, &plan.harness).map(Ok)
+                    })();
+                    match outcome {
+                        Ok(Ok(t)) => {
+                            res.cells
+                                .entry(mode)
+                                .or_default()
+                                .entry(bytes)
+                                .or_default()
+                                .insert(backend, t);
+                        }
+                        Ok(Err(reason)) => disqualify(&mut res, faults, backend, reason),
+                        Err(e) if e.backend_local() => {
+                            disqualify(&mut res, faults, backend, e.to_string())
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+            if round >= plan.harness.refine_rounds {
+                break;
+            }
+            round += 1;
+            let cells = res.cells.get(&mode).cloned().unwrap_or_default();
+            sizes = decide::refine_points(&cells, &res.disqualified, gpus.len(), plan.dtype);
+            if sizes.is_empty() {
+                break;
+            }
+        }
+    }
+    // A backend disqualified mid-way must not keep the timings it got before.
+    for modes in res.cells.values_mut() {
+        for cell in modes.values_mut() {
+            cell.retain(|b, _| !res.disqualified.contains_key(b));
+        }
+    }
+    Ok(res)
+}
+
+fn disqualify(res: &mut GroupResults, faults: &mut Vec<String>, backend: Backend, reason: String) {
+    faults.push(format!(
+        "GPUs {:?}: {backend} disqualified: {reason}",
+        res.gpus
+    ));
+    res.disqualified.insert(backend, reason);
+}
+
+/// A seed per cell so each backend sees fresh data, reproducibly.
+fn cell_seed(seed: u64, gpus: &[usize], backend: Backend, bytes: u64) -> u64 {
+    let mut h = seed ^ 0x9e37_79b9_7f4a_7c15;
+    for v in gpus
+        .iter()
+        .map(|&g| g as u64)
+        .chain([backend as u64, bytes])
+    {
+        h = (h ^ v).wrapping_mul(0x0100_0000_01b3).rotate_left(17);
+    }
+    h
+}
+
+/// Times one cell: warm-up, pick a batch size, then sample until the CI is tight or capped.
+pub fn measure_cell(
+    fabric: &mut dyn Fabric,
+    backend: Backend,
+    bytes: u64,
+    mode: Mode,
+    h: &Harness,
+) -> Result<Timing, FabricError> {
+    let warm = fabric.time(backend, bytes, mode, 1, h.warmup_samples.max(1))?;
+    let mut w: Vec<f64> = warm
+        .iter()
+        .copied()
+        .filter(|x| x.is_finite() && *x > 0.0)
+        .collect();
+    w.sort_by(f64::total_cmp);
+    let est = stats::median_sorted(&w);
+    let batch = if est.is_finite() && est > 0.0 {
+        ((h.batch_target_us / est).ceil() as u32).clamp(1, h.max_batch)
+    } else {
+        1
+    };
+    let mut samples: Vec<f64> = Vec::new();
+    let mut spent = 0.0;
+    loop {
+        let n = if samples.is_empty() {
+            h.min_samples
+        } else {
+            h.step_samples
+        };
+        let got = fabric.time(backend, bytes, mode, batch, n)?;
+        spent += got.iter().filter(|x| x.is_finite()).sum::<f64>() * batch as f64;
+        samples.extend(got);
+        let s = stats::summarize(&samples);
+        let done = s.kept >= h.min_samples as usize && s.rel_half_width() <= h.target_ci;
+        if done || spent >= h.time_cap_us || samples.len() >= h.max_samples as usize {
+            if !s.median.is_finite() {
+                return Err(FabricError::Backend {
+                    backend,
+                    reason: "it returned no valid timings".into(),
+                });
+            }
+            return Ok(Timing {
+                median_us: s.median,
+                ci_low_us: s.ci_low,
+                ci_high_us: s.ci_high,
+                samples: s.kept as u32,
+                outliers: s.outliers as u32,
+            });
+        }
+    }
+}

@@ -6,9 +6,7 @@ use crate::error::Error;
 /// (all powers of 1024, as message sizes are in this field).
 pub fn parse_bytes(s: &str) -> Result<u64, Error> {
     let t = s.trim();
-    let split = t
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(t.len());
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, suffix) = t.split_at(split);
     let bad = || {
         Error::bad_input(format!(

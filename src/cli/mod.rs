@@ -237,7 +237,11 @@ pub fn main() -> i32 {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
-            let code = if e.use_stderr() { crate::error::EXIT_BAD_INPUT } else { 0 };
+            let code = if e.use_stderr() {
+                crate::error::EXIT_BAD_INPUT
+            } else {
+                0
+            };
             let _ = e.print();
             return code;
         }
@@ -260,7 +264,10 @@ fn init_logging(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 fn run(cmd: Command) -> Result<i32, Error> {

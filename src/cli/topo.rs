@@ -11,7 +11,10 @@ pub fn run(a: TopoArgs) -> Result<i32, Error> {
     }
     let t = super::load_topology(&a.source)?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&t).expect("topology serializes"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&t).expect("topology serializes")
+        );
     } else {
         print!("{}", crate::topology::render::text(&t));
     }

@@ -1,13 +1,145 @@
-//! `artune tune`, `show`, `bench`.
+//! `artune tune` and `artune show`.
+
+use std::io::IsTerminal;
+use std::path::Path;
+
 use super::{BenchArgs, ShowArgs, TuneArgs};
 use crate::error::Error;
+use crate::fabric::Fabric;
+use crate::measure::Progress;
+use crate::profile::Profile;
+use crate::{report, tune, units};
 
-pub fn run(_a: TuneArgs) -> Result<i32, Error> {
-    Err(Error::bad_input("tune is not built yet"))
+/// Opens the fabric the arguments ask for: simulated for --sim/--topology, else the GPUs.
+fn open_fabric(a: &TuneArgs) -> Result<Box<dyn Fabric>, Error> {
+    let simulated = a.source.sim.is_some() || a.source.topology.is_some();
+    if simulated && a.loopback.is_some() {
+        return Err(Error::bad_input(
+            "--loopback runs custom kernels on a real GPU; drop it to simulate, or drop --sim/--topology to use the GPU",
+        ));
+    }
+    let _t = super::load_topology(&a.source)?;
+    Err(Error::Hardware("no fabric is built yet".into()))
 }
 
-pub fn show(_a: ShowArgs) -> Result<i32, Error> {
-    Err(Error::bad_input("show is not built yet"))
+/// Fails early, before any measuring, when the profile could not be written.
+fn check_writable(path: &Path) -> Result<(), Error> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if path.is_dir() {
+        return Err(Error::Write {
+            path: path.into(),
+            reason: "it is a directory".into(),
+        });
+    }
+    tempfile::Builder::new()
+        .prefix(".artune-probe-")
+        .tempfile_in(dir)
+        .map(drop)
+        .map_err(|e| Error::Write {
+            path: path.into(),
+            reason: e.to_string(),
+        })
+}
+
+fn options(a: &TuneArgs, gpus: usize) -> Result<tune::Options, Error> {
+    let (min_bytes, max_bytes) = units::parse_range(&a.sizes)?;
+    if max_bytes > crate::profile::LIMITS.message_bytes {
+        return Err(Error::bad_input(format!(
+            "--sizes {} goes above 1 TiB; choose a smaller upper bound",
+            a.sizes
+        )));
+    }
+    let tp = match &a.tp {
+        Some(items) => crate::decide::parse_tp(items, gpus)?,
+        None => Vec::new(),
+    };
+    let mem_budget = a
+        .mem_budget
+        .as_deref()
+        .map(units::parse_bytes)
+        .transpose()?;
+    Ok(tune::Options {
+        tp,
+        min_bytes,
+        max_bytes,
+        modes: a.mode.modes(),
+        dtype: a.dtype.into(),
+        mem_budget,
+        seed: a.seed,
+        contention: !a.no_contention,
+        ..Default::default()
+    })
+}
+
+pub fn run(a: TuneArgs) -> Result<i32, Error> {
+    // Validate everything cheap before touching hardware.
+    units::parse_range(&a.sizes)?;
+    if let Some(b) = &a.mem_budget {
+        units::parse_bytes(b)?;
+    }
+    check_writable(&a.out)?;
+    crate::measure::install_interrupt_handler();
+    let mut fabric = open_fabric(&a)?;
+    let opts = options(&a, fabric.topology().gpu_count())?;
+
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let pb = indicatif::ProgressBar::new(0);
+        pb.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        pb
+    });
+    let mut on_progress = |p: Progress| {
+        let Some(pb) = &bar else { return };
+        match p {
+            Progress::Planned(n) => pb.set_length(n),
+            Progress::Group { gpus, placement } => {
+                pb.set_message(format!("GPUs {gpus:?} ({placement})"))
+            }
+            Progress::Cell { .. } => pb.inc(1),
+        }
+    };
+    let result = tune::run(fabric.as_mut(), &opts, &mut on_progress);
+    if let Some(pb) = &bar {
+        pb.finish_and_clear();
+    }
+    drop(fabric);
+    let profile = result?;
+    crate::profile::validate_built(&profile)?;
+    profile.write_atomic(&a.out)?;
+    if let Some(dir) = &a.plot {
+        let files = report::plots(&profile, dir)?;
+        eprintln!("wrote {} plots to {}", files.len(), dir.display());
+    }
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report::summary_json(&profile)).expect("json")
+        );
+    } else {
+        print!("{}", report::summary(&profile));
+        println!("\nprofile written to {}", a.out.display());
+    }
+    Ok(0)
+}
+
+pub fn show(a: ShowArgs) -> Result<i32, Error> {
+    let p = Profile::load(&a.profile)?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report::summary_json(&p)).expect("json")
+        );
+    } else {
+        print!("{}", report::summary(&p));
+    }
+    Ok(0)
 }
 
 pub fn bench(_a: BenchArgs) -> Result<i32, Error> {

@@ -115,7 +115,10 @@ impl Backend {
     pub fn is_custom(self) -> bool {
         matches!(
             self,
-            Backend::OneStagePull | Backend::OneStagePush | Backend::TwoStagePull | Backend::TwoStagePush
+            Backend::OneStagePull
+                | Backend::OneStagePush
+                | Backend::TwoStagePull
+                | Backend::TwoStagePush
         )
     }
 
@@ -221,8 +224,14 @@ pub struct MemoryCost {
 /// Outcome of preparing one backend.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Readiness {
-    Ready { backend: Backend, memory: MemoryCost },
-    Waived { backend: Backend, reason: String },
+    Ready {
+        backend: Backend,
+        memory: MemoryCost,
+    },
+    Waived {
+        backend: Backend,
+        reason: String,
+    },
 }
 
 impl Readiness {
@@ -300,7 +309,10 @@ pub enum FabricError {
 impl FabricError {
     /// True when only one backend is affected and the tune can continue without it.
     pub fn backend_local(&self) -> bool {
-        matches!(self, FabricError::Timeout { .. } | FabricError::Backend { .. })
+        matches!(
+            self,
+            FabricError::Timeout { .. } | FabricError::Backend { .. }
+        )
     }
 }
 
@@ -313,11 +325,20 @@ pub trait Fabric {
     /// Sets up `backends` on `group` (communicators, IPC buffers, compiled kernels) and
     /// returns, per backend in the same order, its memory cost or why it is waived. Replaces
     /// any group prepared before.
-    fn prepare(&mut self, group: &Group, backends: &[Backend]) -> Result<Vec<Readiness>, FabricError>;
+    fn prepare(
+        &mut self,
+        group: &Group,
+        backends: &[Backend],
+    ) -> Result<Vec<Readiness>, FabricError>;
 
     /// Runs `backend` once at `bytes` on fresh random data drawn from `seed` and compares the
     /// result with a host reference.
-    fn verify(&mut self, backend: Backend, bytes: u64, seed: u64) -> Result<Verification, FabricError>;
+    fn verify(
+        &mut self,
+        backend: Backend,
+        bytes: u64,
+        seed: u64,
+    ) -> Result<Verification, FabricError>;
 
     /// Times `samples` batches of `batch` back-to-back calls (captured in one CUDA graph in
     /// graph mode) and returns microseconds per call for each batch.
@@ -332,7 +353,12 @@ pub trait Fabric {
 
     /// Contention probe on the prepared group: every GPU moves `bytes` with `peers` peers at
     /// once in `direction`.
-    fn probe(&mut self, direction: Direction, peers: usize, bytes: u64) -> Result<ProbeSample, FabricError>;
+    fn probe(
+        &mut self,
+        direction: Direction,
+        peers: usize,
+        bytes: u64,
+    ) -> Result<ProbeSample, FabricError>;
 
     /// Releases everything the prepared group holds.
     fn release(&mut self) -> Result<(), FabricError>;
@@ -346,7 +372,10 @@ mod tests {
     fn ids_roundtrip_and_match_serde() {
         for b in Backend::ALL {
             assert_eq!(Backend::from_id(b.id()), Some(b));
-            assert_eq!(serde_json::to_string(&b).unwrap(), format!("\"{}\"", b.id()));
+            assert_eq!(
+                serde_json::to_string(&b).unwrap(),
+                format!("\"{}\"", b.id())
+            );
         }
     }
 }

@@ -23,7 +23,7 @@ use crate::error::Error;
 use crate::fabric::{Backend, Direction, Dtype, Mode, ProbeSample};
 use crate::topology::Topology;
 
-pub use validate::{LIMITS, Limits};
+pub use validate::{Limits, LIMITS};
 
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -84,9 +84,16 @@ pub struct Memory {
     pub bytes_per_gpu: u64,
     /// Read from the device rather than modelled.
     pub measured: bool,
-    /// The largest message the buffers counted here serve.
+    /// The largest message the buffers counted in `bytes_per_gpu` serve (custom backends).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serves_up_to_bytes: Option<u64>,
+    /// The largest bucket this profile routes to the backend; None if it never wins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chosen_up_to_bytes: Option<u64>,
+    /// What an engine following this profile pays per GPU: buffers sized to
+    /// `chosen_up_to_bytes` (modelled), or NCCL's communicator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub required_bytes_per_gpu: Option<u64>,
 }
 
 /// One TP group in one launch mode.
@@ -195,7 +202,9 @@ impl std::fmt::Display for UnknownReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             UnknownReason::NoGroup => "the profile has no group of that TP size and mode",
-            UnknownReason::AboveLargestBucket => "the size is above the largest size the profile measured",
+            UnknownReason::AboveLargestBucket => {
+                "the size is above the largest size the profile measured"
+            }
         })
     }
 }
@@ -203,16 +212,30 @@ impl std::fmt::Display for UnknownReason {
 impl Profile {
     /// Reads and validates a profile file.
     pub fn load(path: &Path) -> Result<Profile, Error> {
-        let meta = std::fs::metadata(path).map_err(|e| Error::Read { path: path.into(), reason: e.to_string() })?;
+        let meta = std::fs::metadata(path).map_err(|e| Error::Read {
+            path: path.into(),
+            reason: e.to_string(),
+        })?;
         if meta.len() > LIMITS.file_bytes {
             return Err(Error::Parse {
                 path: path.into(),
                 what: "profile",
-                reason: format!("it is {} bytes, more than the {} a profile may have", meta.len(), LIMITS.file_bytes),
+                reason: format!(
+                    "it is {} bytes, more than the {} a profile may have",
+                    meta.len(),
+                    LIMITS.file_bytes
+                ),
             });
         }
-        let text = std::fs::read_to_string(path).map_err(|e| Error::Read { path: path.into(), reason: e.to_string() })?;
-        Profile::parse(&text).map_err(|reason| Error::Parse { path: path.into(), what: "profile", reason })
+        let text = std::fs::read_to_string(path).map_err(|e| Error::Read {
+            path: path.into(),
+            reason: e.to_string(),
+        })?;
+        Profile::parse(&text).map_err(|reason| Error::Parse {
+            path: path.into(),
+            what: "profile",
+            reason,
+        })
     }
 
     /// Parses and validates profile JSON; the error is a phrase to embed in a sentence.
@@ -259,17 +282,37 @@ impl Profile {
         };
         let expected_us = b.results.get(&b.choice).map_or(f64::NAN, |t| t.median_us);
         let buffer_bytes = if b.choice.is_custom() {
-            g.memory.get(&b.choice).map_or(0, |m| m.bytes_per_gpu)
+            g.memory
+                .get(&b.choice)
+                .map_or(0, |m| m.required_bytes_per_gpu.unwrap_or(m.bytes_per_gpu))
         } else {
             0
         };
-        Selection::Chosen { backend: b.choice, expected_us, bucket_bytes: b.bytes, buffer_bytes }
+        Selection::Chosen {
+            backend: b.choice,
+            expected_us,
+            bucket_bytes: b.bytes,
+            buffer_bytes,
+        }
     }
+}
+
+/// Checks a profile the tuner just built against the same rules readers apply, so artune
+/// never writes a file its consumers would refuse.
+pub fn validate_built(p: &Profile) -> Result<(), Error> {
+    validate::check(p).map_err(|e| {
+        Error::Hardware(format!(
+            "the tune produced an invalid profile ({e}); please report this bug"
+        ))
+    })
 }
 
 /// Writes bytes to `path` atomically (temporary file in the same directory, fsync, rename).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
-    let err = |e: &dyn std::fmt::Display| Error::Write { path: path.into(), reason: e.to_string() };
+    let err = |e: &dyn std::fmt::Display| Error::Write {
+        path: path.into(),
+        reason: e.to_string(),
+    };
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => std::path::PathBuf::from("."),
@@ -311,8 +354,13 @@ pub fn rfc3339(secs: i64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -2,7 +2,13 @@ use super::*;
 use crate::topology::presets;
 
 fn timing(us: f64) -> Timing {
-    Timing { median_us: us, ci_low_us: us * 0.99, ci_high_us: us * 1.01, samples: 20, outliers: 0 }
+    Timing {
+        median_us: us,
+        ci_low_us: us * 0.99,
+        ci_high_us: us * 1.01,
+        samples: 20,
+        outliers: 0,
+    }
 }
 
 /// A small TP2 profile: one_stage_pull up to 8 KiB, NCCL above.
@@ -11,9 +17,15 @@ pub(crate) fn fixture() -> Profile {
     let bucket = |bytes: u64, choice: Backend| Bucket {
         bytes,
         choice,
-        results: [(Backend::Nccl, timing(20.0)), (Backend::OneStagePull, timing(if choice == Backend::Nccl { 30.0 } else { 8.0 }))]
-            .into_iter()
-            .collect(),
+        results: [
+            (Backend::Nccl, timing(20.0)),
+            (
+                Backend::OneStagePull,
+                timing(if choice == Backend::Nccl { 30.0 } else { 8.0 }),
+            ),
+        ]
+        .into_iter()
+        .collect(),
         waived: Default::default(),
     };
     let group = GroupProfile {
@@ -22,11 +34,37 @@ pub(crate) fn fixture() -> Profile {
         mode: Mode::Graph,
         dtype: Dtype::Bf16,
         placement: "one switch".into(),
-        buckets: vec![bucket(4096, Backend::OneStagePull), bucket(8192, Backend::OneStagePull), bucket(16384, Backend::Nccl)],
-        crossovers: vec![Crossover { bytes: 16384, from: Backend::OneStagePull, to: Backend::Nccl }],
+        buckets: vec![
+            bucket(4096, Backend::OneStagePull),
+            bucket(8192, Backend::OneStagePull),
+            bucket(16384, Backend::Nccl),
+        ],
+        crossovers: vec![Crossover {
+            bytes: 16384,
+            from: Backend::OneStagePull,
+            to: Backend::Nccl,
+        }],
         memory: [
-            (Backend::Nccl, Memory { bytes_per_gpu: 40 << 20, measured: false, serves_up_to_bytes: None }),
-            (Backend::OneStagePull, Memory { bytes_per_gpu: 3 << 20, measured: false, serves_up_to_bytes: Some(8192) }),
+            (
+                Backend::Nccl,
+                Memory {
+                    bytes_per_gpu: 40 << 20,
+                    measured: false,
+                    serves_up_to_bytes: None,
+                    chosen_up_to_bytes: Some(16384),
+                    required_bytes_per_gpu: Some(40 << 20),
+                },
+            ),
+            (
+                Backend::OneStagePull,
+                Memory {
+                    bytes_per_gpu: 5 << 20,
+                    measured: false,
+                    serves_up_to_bytes: Some(16384),
+                    chosen_up_to_bytes: Some(8192),
+                    required_bytes_per_gpu: Some(3 << 20),
+                },
+            ),
         ]
         .into_iter()
         .collect(),
@@ -38,7 +76,10 @@ pub(crate) fn fixture() -> Profile {
         created: rfc3339(0),
         simulated: true,
         fabric: "simulated pcie-2x".into(),
-        fingerprint: Fingerprint { topology_class: topology.class_hash(), host: topology.host_hash() },
+        fingerprint: Fingerprint {
+            topology_class: topology.class_hash(),
+            host: topology.host_hash(),
+        },
         versions: Versions::default(),
         topology,
         groups: vec![group],
@@ -51,7 +92,11 @@ pub(crate) fn fixture() -> Profile {
 #[test]
 fn select_takes_covering_bucket() {
     let p = fixture();
-    let q = Query { tp: 2, mode: Mode::Graph, gpus: None };
+    let q = Query {
+        tp: 2,
+        mode: Mode::Graph,
+        gpus: None,
+    };
     let pick = |b| match p.select(q, b) {
         Selection::Chosen { backend, .. } => Some(backend),
         Selection::Unknown(_) => None,
@@ -67,9 +112,17 @@ fn select_takes_covering_bucket() {
 #[test]
 fn select_reports_buffer_for_custom_only() {
     let p = fixture();
-    let q = Query { tp: 2, mode: Mode::Graph, gpus: None };
+    let q = Query {
+        tp: 2,
+        mode: Mode::Graph,
+        gpus: None,
+    };
     match p.select(q, 100) {
-        Selection::Chosen { buffer_bytes, expected_us, .. } => {
+        Selection::Chosen {
+            buffer_bytes,
+            expected_us,
+            ..
+        } => {
             assert_eq!(buffer_bytes, 3 << 20);
             assert_eq!(expected_us, 8.0);
         }
@@ -85,11 +138,25 @@ fn select_reports_buffer_for_custom_only() {
 fn missing_group_is_unknown_not_a_guess() {
     let p = fixture();
     assert_eq!(
-        p.select(Query { tp: 4, mode: Mode::Graph, gpus: None }, 100),
+        p.select(
+            Query {
+                tp: 4,
+                mode: Mode::Graph,
+                gpus: None
+            },
+            100
+        ),
         Selection::Unknown(UnknownReason::NoGroup)
     );
     assert_eq!(
-        p.select(Query { tp: 2, mode: Mode::Eager, gpus: None }, 100),
+        p.select(
+            Query {
+                tp: 2,
+                mode: Mode::Eager,
+                gpus: None
+            },
+            100
+        ),
         Selection::Unknown(UnknownReason::NoGroup)
     );
 }
@@ -102,7 +169,9 @@ fn roundtrips_through_json() {
 
 #[test]
 fn future_version_is_refused() {
-    let text = fixture().to_json().replacen("\"schema_version\": 1", "\"schema_version\": 7", 1);
+    let text = fixture()
+        .to_json()
+        .replacen("\"schema_version\": 1", "\"schema_version\": 7", 1);
     let e = Profile::parse(&text).unwrap_err();
     assert!(e.contains("newer"), "{e}");
 }
@@ -111,10 +180,14 @@ fn future_version_is_refused() {
 fn impossible_contents_are_refused() {
     let mut p = fixture();
     p.groups[0].buckets[1].bytes = 1;
-    assert!(Profile::parse(&p.to_json()).unwrap_err().contains("out of order"));
+    assert!(Profile::parse(&p.to_json())
+        .unwrap_err()
+        .contains("out of order"));
     let mut p = fixture();
     p.groups[0].buckets[0].choice = Backend::TwoStagePush;
-    assert!(Profile::parse(&p.to_json()).unwrap_err().contains("without a result"));
+    assert!(Profile::parse(&p.to_json())
+        .unwrap_err()
+        .contains("without a result"));
     let mut p = fixture();
     p.groups[0].gpus = vec![0, 9];
     assert!(Profile::parse(&p.to_json()).unwrap_err().contains("GPU"));

@@ -33,7 +33,10 @@ pub(super) fn parse(text: &str) -> Result<Profile, String> {
     }
     let syntax = |e: serde_json::Error| {
         if e.is_eof() {
-            format!("it ends too early (line {}): the file looks truncated", e.line())
+            format!(
+                "it ends too early (line {}): the file looks truncated",
+                e.line()
+            )
         } else {
             e.to_string()
         }
@@ -62,10 +65,15 @@ fn finite_nonneg(v: f64) -> bool {
 pub fn check(p: &Profile) -> Result<(), String> {
     let l = super::LIMITS;
     let mut topo = p.topology.clone();
-    topo.normalize().map_err(|e| format!("its topology is invalid: {e}"))?;
+    topo.normalize()
+        .map_err(|e| format!("its topology is invalid: {e}"))?;
     let ngpu = topo.gpu_count();
     if p.groups.len() > l.groups {
-        return Err(format!("it has {} groups, more than the {} allowed", p.groups.len(), l.groups));
+        return Err(format!(
+            "it has {} groups, more than the {} allowed",
+            p.groups.len(),
+            l.groups
+        ));
     }
     for (gi, g) in p.groups.iter().enumerate() {
         let at = format!("group {gi} (TP{} {})", g.tp, g.mode.id());
@@ -82,32 +90,53 @@ pub fn check(p: &Profile) -> Result<(), String> {
             return Err(format!("{at} lists a GPU twice"));
         }
         if g.buckets.is_empty() || g.buckets.len() > l.buckets_per_group {
-            return Err(format!("{at} has {} buckets; it needs 1 to {}", g.buckets.len(), l.buckets_per_group));
+            return Err(format!(
+                "{at} has {} buckets; it needs 1 to {}",
+                g.buckets.len(),
+                l.buckets_per_group
+            ));
         }
         let mut prev = 0u64;
         for b in &g.buckets {
             if b.bytes == 0 || b.bytes > l.message_bytes {
-                return Err(format!("{at} has a bucket of {} bytes; sizes must be 1 byte to 1 TiB", b.bytes));
+                return Err(format!(
+                    "{at} has a bucket of {} bytes; sizes must be 1 byte to 1 TiB",
+                    b.bytes
+                ));
             }
             if b.bytes <= prev {
-                return Err(format!("{at} has bucket sizes out of order at {} bytes", b.bytes));
+                return Err(format!(
+                    "{at} has bucket sizes out of order at {} bytes",
+                    b.bytes
+                ));
             }
             prev = b.bytes;
             if !b.results.contains_key(&b.choice) {
-                return Err(format!("{at} chooses {} at {} bytes without a result for it", b.choice, b.bytes));
+                return Err(format!(
+                    "{at} chooses {} at {} bytes without a result for it",
+                    b.choice, b.bytes
+                ));
             }
             for (be, t) in &b.results {
-                let ok = [t.median_us, t.ci_low_us, t.ci_high_us].into_iter().all(finite_nonneg)
+                let ok = [t.median_us, t.ci_low_us, t.ci_high_us]
+                    .into_iter()
+                    .all(finite_nonneg)
                     && t.ci_low_us <= t.median_us
                     && t.median_us <= t.ci_high_us;
                 if !ok {
-                    return Err(format!("{at} has an impossible timing for {be} at {} bytes", b.bytes));
+                    return Err(format!(
+                        "{at} has an impossible timing for {be} at {} bytes",
+                        b.bytes
+                    ));
                 }
             }
         }
         for (be, m) in &g.memory {
             if m.bytes_per_gpu > l.buffer_bytes {
-                return Err(format!("{at} claims {} bytes per GPU for {be}; the limit is 1 TiB", m.bytes_per_gpu));
+                return Err(format!(
+                    "{at} claims {} bytes per GPU for {be}; the limit is 1 TiB",
+                    m.bytes_per_gpu
+                ));
             }
         }
     }

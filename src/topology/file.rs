@@ -45,7 +45,10 @@ pub fn load(path: &Path) -> Result<Topology, Error> {
 pub fn parse(text: &str) -> Result<Topology, String> {
     let mut t: Topology = serde_json::from_str(text).map_err(|e| {
         if e.is_eof() {
-            format!("it ends too early (line {}): the file looks truncated", e.line())
+            format!(
+                "it ends too early (line {}): the file looks truncated",
+                e.line()
+            )
         } else {
             format!("{e}")
         }

@@ -10,8 +10,22 @@ use sha2::{Digest, Sha256};
 
 #[derive(Serialize)]
 struct ClassView<'a> {
-    gpus: Vec<(String, Option<String>, Option<u64>, Option<u8>, Option<u8>, usize, usize)>,
-    switches: Vec<(Option<&'a str>, Option<&'a str>, Option<u8>, Option<u8>, usize)>,
+    gpus: Vec<(
+        String,
+        Option<String>,
+        Option<u64>,
+        Option<u8>,
+        Option<u8>,
+        usize,
+        usize,
+    )>,
+    switches: Vec<(
+        Option<&'a str>,
+        Option<&'a str>,
+        Option<u8>,
+        Option<u8>,
+        usize,
+    )>,
     root_complex_sockets: Vec<u32>,
     sockets: usize,
     nvswitch: Option<u32>,

@@ -238,7 +238,8 @@ impl Serialize for ComputeCapability {
 impl<'de> Deserialize<'de> for ComputeCapability {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        let bad = || serde::de::Error::custom(format!("compute capability `{s}` is not like \"9.0\""));
+        let bad =
+            || serde::de::Error::custom(format!("compute capability `{s}` is not like \"9.0\""));
         let (a, b) = s.split_once('.').ok_or_else(bad)?;
         Ok(ComputeCapability {
             major: a.parse().map_err(|_| bad())?,
@@ -274,7 +275,9 @@ pub struct Gpu {
 }
 
 /// Path class between two GPUs, named as `nvidia-smi topo -m` names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 pub enum PathClass {
     /// Same GPU.
     X,
@@ -471,8 +474,15 @@ impl Topology {
             return direct;
         }
         if self.nvswitch.is_some() {
-            let bl = self.gpus.get(b).map(|g| g.nvlinks.iter().filter(|l| l.active).count());
-            let al = g.nvlinks.iter().filter(|l| l.active && l.remote_gpu.is_none()).count();
+            let bl = self
+                .gpus
+                .get(b)
+                .map(|g| g.nvlinks.iter().filter(|l| l.active).count());
+            let al = g
+                .nvlinks
+                .iter()
+                .filter(|l| l.active && l.remote_gpu.is_none())
+                .count();
             return al.min(bl.unwrap_or(0)) as u32;
         }
         0
@@ -502,46 +512,79 @@ impl Topology {
             return Err("it lists no GPUs".into());
         }
         if self.gpus.len() > MAX_GPUS {
-            return Err(format!("it lists {} GPUs; at most {MAX_GPUS} are supported", self.gpus.len()));
+            return Err(format!(
+                "it lists {} GPUs; at most {MAX_GPUS} are supported",
+                self.gpus.len()
+            ));
         }
         if self.switches.len() > MAX_SWITCHES {
-            return Err(format!("it lists {} switches; at most {MAX_SWITCHES} are supported", self.switches.len()));
+            return Err(format!(
+                "it lists {} switches; at most {MAX_SWITCHES} are supported",
+                self.switches.len()
+            ));
         }
         for (i, g) in self.gpus.iter().enumerate() {
             if g.index != i {
-                return Err(format!("GPU at position {i} has index {}; indices must be 0, 1, 2, … in order", g.index));
+                return Err(format!(
+                    "GPU at position {i} has index {}; indices must be 0, 1, 2, … in order",
+                    g.index
+                ));
             }
             if self.switch(&g.parent).is_none() && self.root_complex(&g.parent).is_none() {
-                return Err(format!("GPU {i} hangs from `{}`, which is neither a switch nor a root complex", g.parent));
+                return Err(format!(
+                    "GPU {i} hangs from `{}`, which is neither a switch nor a root complex",
+                    g.parent
+                ));
             }
             for l in &g.nvlinks {
                 if let Some(r) = l.remote_gpu {
                     if r >= self.gpus.len() || r == i {
-                        return Err(format!("GPU {i} NVLink {} points at GPU {r}, which does not exist", l.link));
+                        return Err(format!(
+                            "GPU {i} NVLink {} points at GPU {r}, which does not exist",
+                            l.link
+                        ));
                     }
                 }
             }
         }
         for s in &self.switches {
             if self.switch(&s.parent).is_none() && self.root_complex(&s.parent).is_none() {
-                return Err(format!("switch `{}` hangs from `{}`, which is neither a switch nor a root complex", s.id, s.parent));
+                return Err(format!(
+                    "switch `{}` hangs from `{}`, which is neither a switch nor a root complex",
+                    s.id, s.parent
+                ));
             }
         }
         // A cycle among switches would make ancestry never reach a root complex.
         for g in 0..self.gpus.len() {
             if !matches!(self.ancestry(g).last(), Some(Node::RootComplex(_))) {
-                return Err(format!("GPU {g} does not reach a root complex; the switch parents form a cycle"));
+                return Err(format!(
+                    "GPU {g} does not reach a root complex; the switch parents form a cycle"
+                ));
             }
         }
         for r in &self.root_complexes {
             if !self.sockets.iter().any(|s| s.id == r.socket) {
-                return Err(format!("root complex `{}` is on socket {}, which is not listed", r.id, r.socket));
+                return Err(format!(
+                    "root complex `{}` is on socket {}, which is not listed",
+                    r.id, r.socket
+                ));
             }
         }
         for (what, link) in self.links() {
-            for v in [link.up_gbps, link.down_gbps, link.max_flow_gbps, link.latency_us].into_iter().flatten() {
+            for v in [
+                link.up_gbps,
+                link.down_gbps,
+                link.max_flow_gbps,
+                link.latency_us,
+            ]
+            .into_iter()
+            .flatten()
+            {
                 if !(v.is_finite() && v > 0.0 && v < 1e6) {
-                    return Err(format!("{what} has a rate or latency of {v}; it must be a positive number"));
+                    return Err(format!(
+                        "{what} has a rate or latency of {v}; it must be a positive number"
+                    ));
                 }
             }
         }
@@ -553,22 +596,38 @@ impl Topology {
                         continue;
                     }
                     let nv = self.nvlinks_between(a, b);
-                    let path = if nv > 0 { PathClass::NV } else { self.pcie_path(a, b) };
+                    let path = if nv > 0 {
+                        PathClass::NV
+                    } else {
+                        self.pcie_path(a, b)
+                    };
                     // A file states the wiring; P2P is assumed where the path allows it.
-                    let ok = if path == PathClass::SYS { Status::Unknown } else { Status::Ok };
+                    let ok = if path == PathClass::SYS {
+                        Status::Unknown
+                    } else {
+                        Status::Ok
+                    };
                     self.pairs.push(Pair {
                         from: a,
                         to: b,
                         path,
                         nvlinks: nv,
-                        p2p: P2p { read: ok, write: ok, nvlink: if nv > 0 { Status::Ok } else { Status::No }, atomics: ok },
+                        p2p: P2p {
+                            read: ok,
+                            write: ok,
+                            nvlink: if nv > 0 { Status::Ok } else { Status::No },
+                            atomics: ok,
+                        },
                     });
                 }
             }
         } else {
             for p in &self.pairs {
                 if p.from >= n || p.to >= n || p.from == p.to {
-                    return Err(format!("pair {}→{} names a GPU that does not exist", p.from, p.to));
+                    return Err(format!(
+                        "pair {}→{} names a GPU that does not exist",
+                        p.from, p.to
+                    ));
                 }
             }
             if self.pairs.len() > n * n {

@@ -39,7 +39,10 @@ pub fn list() -> impl Iterator<Item = (&'static str, &'static str)> {
 
 /// The raw JSON of a preset.
 pub fn json(name: &str) -> Option<&'static str> {
-    PRESETS.iter().find(|(n, _, _)| *n == name).map(|(_, _, j)| *j)
+    PRESETS
+        .iter()
+        .find(|(n, _, _)| *n == name)
+        .map(|(_, _, j)| *j)
 }
 
 /// A preset, normalized.
@@ -51,8 +54,11 @@ pub fn get(name: &str) -> Result<Topology, Error> {
             names.join(", ")
         ))
     })?;
-    let mut t = super::file::parse(text)
-        .map_err(|e| Error::Hardware(format!("built-in preset `{name}` is broken: {e}; please report this bug")))?;
+    let mut t = super::file::parse(text).map_err(|e| {
+        Error::Hardware(format!(
+            "built-in preset `{name}` is broken: {e}; please report this bug"
+        ))
+    })?;
     t.origin.kind = "preset".into();
     t.origin.name = Some(name.into());
     t.origin.link_reading = "preset".into();

@@ -1,0 +1,308 @@
+//! Everything artune prints about a profile: the text summary, its JSON form, and SVG plots.
+//! Pure functions of a [`Profile`], so `tune` and `show` print the same thing.
+
+mod plot;
+
+use std::fmt::Write;
+
+use serde::Serialize;
+
+use crate::fabric::{Backend, Direction};
+use crate::profile::{Bucket, GroupProfile, Profile};
+use crate::units::fmt_bytes;
+
+pub use plot::plots;
+
+/// A run of neighbouring sizes with the same choice.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Range {
+    pub from_bytes: u64,
+    pub to_bytes: u64,
+    pub backend: Backend,
+    /// NCCL's time divided by the choice's, lowest and highest over the range (> 1 = faster).
+    pub speedup_vs_nccl: Option<(f64, f64)>,
+    /// The fastest custom kernel's time divided by the choice's, over the range, when the
+    /// choice is NCCL: how much slower forcing a custom allreduce would be.
+    pub custom_slowdown: Option<(Backend, f64, f64)>,
+    /// Extra memory per GPU the choice costs (custom buffers sized to the range's top).
+    pub extra_bytes_per_gpu: u64,
+}
+
+fn ratio_range(values: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
+    values
+        .filter(|v| v.is_finite())
+        .fold(None, |acc, v| match acc {
+            None => Some((v, v)),
+            Some((lo, hi)) => Some((lo.min(v), hi.max(v))),
+        })
+}
+
+fn median(b: &Bucket, be: Backend) -> Option<f64> {
+    b.results.get(&be).map(|t| t.median_us)
+}
+
+/// Collapses a group's buckets into ranges of equal choice.
+pub fn ranges(g: &GroupProfile) -> Vec<Range> {
+    let mut out: Vec<Range> = Vec::new();
+    let mut start = 0;
+    for i in 0..g.buckets.len() {
+        let last = i + 1 == g.buckets.len() || g.buckets[i + 1].choice != g.buckets[i].choice;
+        if !last {
+            continue;
+        }
+        let run = &g.buckets[start..=i];
+        let backend = run[0].choice;
+        let speedup = ratio_range(
+            run.iter()
+                .filter_map(|b| Some(median(b, Backend::Nccl)? / median(b, backend)?)),
+        );
+        let custom_slowdown = if backend.is_nccl() {
+            // The custom kernel a forced custom allreduce would use: fastest on average here.
+            [
+                Backend::OneStagePull,
+                Backend::OneStagePush,
+                Backend::TwoStagePull,
+                Backend::TwoStagePush,
+            ]
+            .into_iter()
+            .filter_map(|c| {
+                let r = ratio_range(
+                    run.iter()
+                        .filter_map(|b| Some(median(b, c)? / median(b, backend)?)),
+                )?;
+                Some((c, r.0, r.1))
+            })
+            .min_by(|a, b| (a.1 + a.2).total_cmp(&(b.1 + b.2)))
+        } else {
+            None
+        };
+        let extra = if backend.is_custom() {
+            crate::fabric::memory::modelled(backend, g.tp, run[run.len() - 1].bytes, 0)
+        } else {
+            0
+        };
+        out.push(Range {
+            from_bytes: run[0].bytes,
+            to_bytes: run[run.len() - 1].bytes,
+            backend,
+            speedup_vs_nccl: speedup,
+            custom_slowdown,
+            extra_bytes_per_gpu: extra,
+        });
+        start = i + 1;
+    }
+    out
+}
+
+fn fmt_ratio((lo, hi): (f64, f64)) -> String {
+    if (hi - lo) / lo.max(1e-9) < 0.05 {
+        format!("{lo:.2}x")
+    } else {
+        format!("{lo:.2}–{hi:.2}x")
+    }
+}
+
+fn fmt_gpus(gpus: &[usize]) -> String {
+    let contiguous = gpus.windows(2).all(|w| w[1] == w[0] + 1);
+    if contiguous && gpus.len() > 2 {
+        format!("{}-{}", gpus[0], gpus[gpus.len() - 1])
+    } else {
+        gpus.iter()
+            .map(|g| g.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+/// The header lines: what measured it, when, for which machine.
+fn header(p: &Profile, out: &mut String) {
+    if p.simulated {
+        let _ = writeln!(
+            out,
+            "SIMULATED profile — {} (a model of the machine, not a measurement)",
+            p.fabric
+        );
+    } else {
+        let _ = writeln!(out, "Measured profile — {}", p.fabric);
+    }
+    let v = &p.versions;
+    let opt = |s: &Option<String>| s.clone().unwrap_or_else(|| "-".into());
+    let _ = writeln!(
+        out,
+        "created {}  artune {}  driver {}  CUDA {}  NCCL {}",
+        p.created,
+        p.tool_version,
+        opt(&v.driver),
+        opt(&v.cuda),
+        opt(&v.nccl)
+    );
+    let _ = writeln!(
+        out,
+        "fingerprint: topology class {}  host {}",
+        p.fingerprint.topology_class, p.fingerprint.host
+    );
+    if p.settings.tuning_seconds > 0.0 {
+        let _ = writeln!(out, "tuning took {:.2} s", p.settings.tuning_seconds);
+    }
+}
+
+/// The text summary printed by `tune` and `show`.
+pub fn summary(p: &Profile) -> String {
+    let mut out = String::new();
+    header(p, &mut out);
+    for g in &p.groups {
+        let _ = writeln!(
+            out,
+            "\nTP{} {} — GPUs {} ({}), {}",
+            g.tp,
+            g.mode.id(),
+            fmt_gpus(&g.gpus),
+            g.placement,
+            g.dtype.id()
+        );
+        let _ = writeln!(
+            out,
+            "  {:<15} {:<17} {:<16} {:<12} notes",
+            "sizes", "backend", "vs nccl", "extra mem/GPU"
+        );
+        for r in ranges(g) {
+            let sizes = if r.from_bytes == r.to_bytes {
+                fmt_bytes(r.from_bytes)
+            } else {
+                format!("{}–{}", fmt_bytes(r.from_bytes), fmt_bytes(r.to_bytes))
+            };
+            let vs = match (r.backend, r.speedup_vs_nccl) {
+                (Backend::Nccl, _) => "-".to_string(),
+                (_, Some(s)) => format!("{} faster", fmt_ratio(s)),
+                (_, None) => "nccl not measured".into(),
+            };
+            let mem = if r.extra_bytes_per_gpu > 0 {
+                fmt_bytes(r.extra_bytes_per_gpu)
+            } else {
+                "0".into()
+            };
+            let note = match r.custom_slowdown {
+                Some((c, lo, hi)) if hi > 1.0 => {
+                    format!("forcing {c} here: {} slower", fmt_ratio((lo, hi)))
+                }
+                _ => String::new(),
+            };
+            let _ = writeln!(
+                out,
+                "  {sizes:<15} {:<17} {vs:<16} {mem:<12} {note}",
+                r.backend.id()
+            );
+        }
+        if !g.crossovers.is_empty() {
+            let xs: Vec<String> = g
+                .crossovers
+                .iter()
+                .map(|c| format!("{} → {} at {}", c.from, c.to, fmt_bytes(c.bytes)))
+                .collect();
+            let _ = writeln!(out, "  crossovers: {}", xs.join("; "));
+        }
+        for (b, why) in &g.waived {
+            let _ = writeln!(out, "  waived {b}: {why}");
+        }
+        if let Some(m) = g.memory.get(&Backend::Nccl) {
+            let _ = writeln!(
+                out,
+                "  NCCL communicator: {} per GPU{}",
+                fmt_bytes(m.bytes_per_gpu),
+                if m.measured {
+                    " (measured)"
+                } else {
+                    " (modelled)"
+                }
+            );
+        }
+    }
+    for c in &p.contention {
+        let dir = match c.direction {
+            Direction::Read => "read (pull)",
+            Direction::Write => "write (push)",
+        };
+        let pts: Vec<String> = c
+            .points
+            .iter()
+            .map(|s| format!("{}:{:.1}/{:.0}", s.peers, s.per_gpu_gbps, s.aggregate_gbps))
+            .collect();
+        let _ = writeln!(
+            out,
+            "\ncontention GPUs {} {dir}, peers:GB/s per GPU/aggregate  {}",
+            fmt_gpus(&c.gpus),
+            pts.join("  ")
+        );
+    }
+    if !p.faults.is_empty() {
+        let _ = writeln!(out, "\nfaults:");
+        for f in &p.faults {
+            let _ = writeln!(out, "  {f}");
+        }
+    }
+    out
+}
+
+/// The summary as JSON, for scripts.
+pub fn summary_json(p: &Profile) -> serde_json::Value {
+    let groups: Vec<serde_json::Value> = p
+        .groups
+        .iter()
+        .map(|g| {
+            serde_json::json!({
+                "tp": g.tp, "mode": g.mode, "gpus": g.gpus, "placement": g.placement,
+                "ranges": ranges(g), "crossovers": g.crossovers, "waived": g.waived,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "simulated": p.simulated, "fabric": p.fabric, "created": p.created,
+        "fingerprint": p.fingerprint, "versions": p.versions,
+        "tuning_seconds": p.settings.tuning_seconds, "groups": groups, "faults": p.faults,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_labels_simulation_and_ranges() {
+        let p = crate::profile::tests::fixture();
+        let s = summary(&p);
+        assert!(s.starts_with("SIMULATED profile"), "{s}");
+        assert!(s.contains("4K–8K"), "{s}");
+        assert!(s.contains("one_stage_pull"), "{s}");
+        assert!(s.contains("2.50x faster"), "{s}");
+        // Above the crossover NCCL is chosen and the cost of forcing the custom kernel shows.
+        assert!(
+            s.contains("forcing one_stage_pull here: 1.50x slower"),
+            "{s}"
+        );
+        assert!(s.contains("one_stage_pull → nccl at 16K"), "{s}");
+    }
+
+    #[test]
+    fn ranges_merge_equal_choices() {
+        let p = crate::profile::tests::fixture();
+        let r = ranges(&p.groups[0]);
+        assert_eq!(r.len(), 2);
+        assert_eq!(
+            (r[0].from_bytes, r[0].to_bytes, r[0].backend),
+            (4096, 8192, Backend::OneStagePull)
+        );
+        assert_eq!(r[1].backend, Backend::Nccl);
+    }
+
+    #[test]
+    fn plots_are_svg_files() {
+        let p = crate::profile::tests::fixture();
+        let dir = tempfile::tempdir().unwrap();
+        let files = plots(&p, dir.path()).unwrap();
+        assert_eq!(files.len(), 1);
+        let svg = std::fs::read_to_string(&files[0]).unwrap();
+        assert!(
+            svg.starts_with("<svg") && svg.contains("SIMULATED") && svg.contains("one_stage_pull")
+        );
+    }
+}

@@ -1,0 +1,300 @@
+//! The pipeline in one call: plan from the topology → measure through a fabric → decide per
+//! group and mode → a [`Profile`]. The CLI adds files, progress and output around it.
+
+use crate::decide::{self, Policy};
+use crate::error::Error;
+use crate::fabric::{Backend, Dtype, Fabric, Mode};
+use crate::measure::{self, Harness, Plan, Progress};
+use crate::profile::{Fingerprint, Profile, Settings, Versions, SCHEMA_VERSION};
+
+/// What to tune.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// TP sizes; empty means powers of two from 2 to the GPU count.
+    pub tp: Vec<usize>,
+    pub min_bytes: u64,
+    pub max_bytes: u64,
+    pub modes: Vec<Mode>,
+    pub dtype: Dtype,
+    pub mem_budget: Option<u64>,
+    pub seed: u64,
+    pub contention: bool,
+    /// GPU subsets tried per TP size (differing in topology class).
+    pub placements_per_tp: usize,
+    pub harness: Harness,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            tp: Vec::new(),
+            min_bytes: 1 << 10,
+            max_bytes: 256 << 20,
+            modes: vec![Mode::Graph, Mode::Eager],
+            dtype: Dtype::Bf16,
+            mem_budget: None,
+            seed: 1,
+            contention: true,
+            placements_per_tp: 3,
+            harness: Harness::default(),
+        }
+    }
+}
+
+/// Measures and decides; returns the profile (not yet written anywhere).
+pub fn run(
+    fabric: &mut dyn Fabric,
+    opts: &Options,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Profile, Error> {
+    let started = std::time::Instant::now();
+    let topology = fabric.topology().clone();
+    let n = topology.gpu_count();
+    if n < 2 {
+        return Err(Error::bad_input(format!(
+            "this machine has {n} GPU; an allreduce needs at least 2 (on one GPU, try --loopback 8)"
+        )));
+    }
+    let tps = if opts.tp.is_empty() {
+        decide::default_tp(n)
+    } else {
+        opts.tp.clone()
+    };
+    let mut groups = Vec::new();
+    for &tp in &tps {
+        groups.extend(decide::placements(&topology, tp, opts.placements_per_tp));
+    }
+    let plan = Plan {
+        groups,
+        modes: opts.modes.clone(),
+        dtype: opts.dtype,
+        sizes: decide::size_grid(opts.min_bytes, opts.max_bytes),
+        backends: Backend::ALL.to_vec(),
+        seed: opts.seed,
+        contention: opts.contention,
+        harness: opts.harness,
+    };
+    let (results, mut faults) = measure::run(fabric, &plan, progress)?;
+    let policy = Policy {
+        mem_budget: opts.mem_budget,
+    };
+    let mut out_groups = Vec::new();
+    let mut contention = Vec::new();
+    for r in &results {
+        for &mode in &opts.modes {
+            out_groups.push(decide::group_profile(
+                r,
+                mode,
+                opts.dtype,
+                policy,
+                &mut faults,
+            ));
+        }
+        contention.extend(r.contention.iter().cloned());
+    }
+    let info = fabric.info();
+    let mut topology = topology;
+    topology.host.driver = topology.host.driver.or(info.driver.clone());
+    topology.host.cuda = topology.host.cuda.or(info.cuda.clone());
+    topology.host.nccl = topology.host.nccl.or(info.nccl.clone());
+    Ok(Profile {
+        schema_version: SCHEMA_VERSION,
+        tool_version: env!("CARGO_PKG_VERSION").into(),
+        created: crate::profile::utc_now(),
+        simulated: info.simulated,
+        fabric: info.description,
+        fingerprint: Fingerprint {
+            topology_class: topology.class_hash(),
+            host: topology.host_hash(),
+        },
+        versions: Versions {
+            driver: info.driver,
+            cuda: info.cuda,
+            nccl: info.nccl,
+        },
+        topology,
+        groups: out_groups,
+        contention,
+        settings: Settings {
+            min_bytes: opts.min_bytes,
+            max_bytes: opts.max_bytes,
+            tp: tps,
+            modes: opts.modes.clone(),
+            seed: Some(opts.seed),
+            mem_budget_bytes: opts.mem_budget,
+            target_ci: opts.harness.target_ci,
+            tuning_seconds: started.elapsed().as_secs_f64(),
+        },
+        faults,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fabric::*;
+    use crate::topology::{presets, Topology};
+
+    /// A fabric with a closed-form cost per backend and no noise: custom kernels cost
+    /// 5 µs + bytes/2 GB/s, NCCL 20 µs + bytes/40 GB/s, so they cross near 78 KB.
+    struct Toy {
+        topo: Topology,
+        wrong: Option<Backend>,
+    }
+
+    impl Fabric for Toy {
+        fn info(&self) -> FabricInfo {
+            FabricInfo {
+                simulated: true,
+                description: "toy".into(),
+                driver: None,
+                cuda: None,
+                nccl: None,
+            }
+        }
+        fn topology(&self) -> &Topology {
+            &self.topo
+        }
+        fn prepare(
+            &mut self,
+            g: &Group,
+            backends: &[Backend],
+        ) -> Result<Vec<Readiness>, FabricError> {
+            Ok(backends
+                .iter()
+                .map(|&b| match b {
+                    Backend::Nccl | Backend::OneStagePull | Backend::TwoStagePush => {
+                        Readiness::Ready {
+                            backend: b,
+                            memory: MemoryCost {
+                                bytes_per_gpu: memory::modelled(b, g.gpus.len(), g.max_bytes, 2),
+                                measured: false,
+                                modelled_bytes_per_gpu: memory::modelled(
+                                    b,
+                                    g.gpus.len(),
+                                    g.max_bytes,
+                                    2,
+                                ),
+                            },
+                        }
+                    }
+                    _ => Readiness::Waived {
+                        backend: b,
+                        reason: "toy fabric".into(),
+                    },
+                })
+                .collect())
+        }
+        fn verify(&mut self, b: Backend, _: u64, _: u64) -> Result<Verification, FabricError> {
+            Ok(if Some(b) == self.wrong {
+                Verification::Wrong {
+                    reason: "element 3".into(),
+                }
+            } else {
+                Verification::Correct
+            })
+        }
+        fn time(
+            &mut self,
+            b: Backend,
+            bytes: u64,
+            _: Mode,
+            _: u32,
+            n: u32,
+        ) -> Result<Vec<f64>, FabricError> {
+            let us = match b {
+                Backend::Nccl => 20.0 + bytes as f64 / 40e3,
+                Backend::OneStagePull => 5.0 + bytes as f64 / 2e3,
+                _ => 1e9,
+            };
+            Ok(vec![us; n as usize])
+        }
+        fn probe(
+            &mut self,
+            _: Direction,
+            peers: usize,
+            _: u64,
+        ) -> Result<ProbeSample, FabricError> {
+            Ok(ProbeSample {
+                peers,
+                per_gpu_gbps: 50.0 / peers as f64,
+                aggregate_gbps: 100.0,
+            })
+        }
+        fn release(&mut self) -> Result<(), FabricError> {
+            Ok(())
+        }
+    }
+
+    fn opts() -> Options {
+        Options {
+            tp: vec![2],
+            min_bytes: 1024,
+            max_bytes: 1 << 20,
+            modes: vec![Mode::Graph],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn pipeline_finds_the_crossover() {
+        let mut f = Toy {
+            topo: presets::get("pcie-2x").unwrap(),
+            wrong: None,
+        };
+        let p = run(&mut f, &opts(), &mut |_| {}).unwrap();
+        assert!(p.simulated);
+        let g = &p.groups[0];
+        assert_eq!(g.buckets[0].choice, Backend::OneStagePull);
+        assert_eq!(g.buckets.last().unwrap().choice, Backend::Nccl);
+        assert_eq!(g.crossovers.len(), 1);
+        // Exact crossover of the toy costs: 5 + x/2000 = 20 + x/40000 → x ≈ 31579 bytes;
+        // bisection must land within 1/8 of it.
+        let x = g.crossovers[0].bytes as f64;
+        assert!(x > 31579.0 && x < 31579.0 * 1.3, "crossover at {x}");
+        assert!(g.waived.contains_key(&Backend::OneStagePush));
+        assert_eq!(p.contention.len(), 2);
+        crate::profile::validate_built(&p).unwrap();
+    }
+
+    #[test]
+    fn wrong_results_disqualify() {
+        let mut f = Toy {
+            topo: presets::get("pcie-2x").unwrap(),
+            wrong: Some(Backend::OneStagePull),
+        };
+        let p = run(&mut f, &opts(), &mut |_| {}).unwrap();
+        let g = &p.groups[0];
+        assert!(g.buckets.iter().all(|b| b.choice == Backend::Nccl));
+        assert!(g.waived[&Backend::OneStagePull].contains("wrong result"));
+        assert!(p
+            .faults
+            .iter()
+            .any(|f| f.contains("one_stage_pull disqualified")));
+    }
+
+    #[test]
+    fn memory_budget_caps_custom_sizes() {
+        let mut f = Toy {
+            topo: presets::get("pcie-2x").unwrap(),
+            wrong: None,
+        };
+        let o = Options {
+            mem_budget: Some((2 << 20) + (64 << 10) + 8192),
+            ..opts()
+        };
+        let p = run(&mut f, &o, &mut |_| {}).unwrap();
+        let g = &p.groups[0];
+        // Budget leaves 8 KiB of data buffer for one_stage_pull: above that it is waived.
+        for b in &g.buckets {
+            if b.bytes > 8192 {
+                assert_ne!(b.choice, Backend::OneStagePull, "at {}", b.bytes);
+                assert!(b
+                    .waived
+                    .get(&Backend::OneStagePull)
+                    .is_some_and(|w| w.contains("memory budget")));
+            }
+        }
+        assert_eq!(g.buckets[0].choice, Backend::OneStagePull);
+    }
+}
