@@ -197,24 +197,25 @@ impl Workload {
                     it.count
                 ));
             }
-            let bytes =
-                match (it.bytes, it.hidden, it.dtype.as_deref(), it.tokens) {
-                    (Some(b), None, None, None) => b,
-                    (None, Some(h), Some(d), Some(t)) => {
-                        let d = dtype(d).ok_or_else(|| {
-                            format!("item {i} has dtype `{d}`; use bf16, fp16 or fp32")
-                        })?;
-                        if h == 0 || h > MAX_HIDDEN || t == 0 || t > MAX_TOKENS {
-                            return Err(format!(
-                                "item {i} has hidden {h} and tokens {t}; both must be at least 1"
-                            ));
-                        }
-                        h * t * d.size()
+            let bytes = match (it.bytes, it.hidden, it.dtype.as_deref(), it.tokens) {
+                (Some(b), None, None, None) => b,
+                (None, Some(h), Some(d), Some(t)) => {
+                    let d = dtype(d).ok_or_else(|| {
+                        format!("item {i} has dtype `{d}`; use bf16, fp16 or fp32")
+                    })?;
+                    if h == 0 || h > MAX_HIDDEN || t == 0 || t > MAX_TOKENS {
+                        return Err(format!(
+                            "item {i} has hidden {h} and tokens {t}; both must be at least 1"
+                        ));
                     }
-                    _ => return Err(format!(
+                    h * t * d.size()
+                }
+                _ => {
+                    return Err(format!(
                         "item {i} needs either `bytes` or all of `hidden`, `dtype` and `tokens`"
-                    )),
-                };
+                    ))
+                }
+            };
             if bytes == 0 || bytes > LIMITS.message_bytes {
                 return Err(format!(
                     "item {i} is {bytes} bytes; an allreduce must be 1 byte to 1 TiB"

@@ -89,6 +89,8 @@ fn group(gpus: Vec<usize>, mode: Mode, sizes: &[u64]) -> GroupProfile {
                     bytes_per_gpu: memory::modelled(b, tp, max, 2),
                     measured: false,
                     serves_up_to_bytes: custom.then_some(max),
+                    chosen_up_to_bytes: None,
+                    required_bytes_per_gpu: None,
                 },
             )
         })
