@@ -34,9 +34,77 @@ pub const ARTUNE_MODE_EAGER: c_int = 1;
 /// Version of this ABI; bumped on any incompatible change to artune.h.
 pub const ARTUNE_ABI_VERSION: c_int = 1;
 
-/// An open profile (opaque to C).
+/// An open profile (opaque to C), with each default-placement group flattened for selection.
 pub struct ArtuneProfile {
     profile: Profile,
+    flat: Vec<Flat>,
+}
+
+/// One group's answers in contiguous arrays: bucket bounds and, per bucket, exactly what
+/// `Profile::select` answers there. A binary search over plain u64s, no map lookups.
+struct Flat {
+    tp: usize,
+    mode: Mode,
+    sizes: Vec<u64>,
+    picks: Vec<(Backend, f64, u64)>,
+}
+
+impl ArtuneProfile {
+    fn new(profile: Profile) -> ArtuneProfile {
+        let mut flat: Vec<Flat> = Vec::new();
+        for g in &profile.groups {
+            if flat.iter().any(|f| f.tp == g.tp && f.mode == g.mode) {
+                continue;
+            }
+            let q = Query {
+                tp: g.tp,
+                mode: g.mode,
+                gpus: None,
+            };
+            let Some(chosen) = profile.group(q) else {
+                continue;
+            };
+            let picks = chosen
+                .buckets
+                .iter()
+                .map(|b| match profile.select(q, b.bytes) {
+                    Selection::Chosen {
+                        backend,
+                        expected_us,
+                        buffer_bytes,
+                        ..
+                    } => (backend, expected_us, buffer_bytes),
+                    Selection::Unknown(_) => (b.choice, f64::NAN, 0),
+                })
+                .collect();
+            flat.push(Flat {
+                tp: g.tp,
+                mode: g.mode,
+                sizes: chosen.buckets.iter().map(|b| b.bytes).collect(),
+                picks,
+            });
+        }
+        ArtuneProfile { profile, flat }
+    }
+
+    /// The same answer as `Profile::select` with default placement.
+    fn select(&self, tp: usize, mode: Mode, bytes: u64) -> Selection {
+        let Some(f) = self.flat.iter().find(|f| f.tp == tp && f.mode == mode) else {
+            return Selection::Unknown(crate::profile::UnknownReason::NoGroup);
+        };
+        let i = f.sizes.partition_point(|&s| s < bytes);
+        match (f.sizes.get(i), f.picks.get(i)) {
+            (Some(&bucket_bytes), Some(&(backend, expected_us, buffer_bytes))) => {
+                Selection::Chosen {
+                    backend,
+                    expected_us,
+                    bucket_bytes,
+                    buffer_bytes,
+                }
+            }
+            _ => Selection::Unknown(crate::profile::UnknownReason::AboveLargestBucket),
+        }
+    }
 }
 
 /// The answer of `artune_select`, laid out as `artune_selection` in artune.h.
@@ -115,7 +183,7 @@ pub unsafe extern "C" fn artune_profile_open(
         };
         match Profile::load(Path::new(p)) {
             Ok(profile) => {
-                unsafe { *out = Box::into_raw(Box::new(ArtuneProfile { profile })) };
+                unsafe { *out = Box::into_raw(Box::new(ArtuneProfile::new(profile))) };
                 set_error("");
                 ARTUNE_OK
             }
@@ -157,7 +225,8 @@ pub unsafe extern "C" fn artune_select(
             }
         };
         // SAFETY: checked non-null; a live handle per the contract.
-        let p = &unsafe { &*profile }.profile;
+        let h = unsafe { &*profile };
+        let p = &h.profile;
         let mut sel = ArtuneSelection {
             backend: std::ptr::null(),
             backend_code: -1,
@@ -166,14 +235,7 @@ pub unsafe extern "C" fn artune_select(
             bucket_bytes: 0,
             buffer_bytes: 0,
         };
-        let rc = match p.select(
-            Query {
-                tp: tp as usize,
-                mode,
-                gpus: None,
-            },
-            bytes,
-        ) {
+        let rc = match h.select(tp as usize, mode, bytes) {
             Selection::Chosen {
                 backend,
                 expected_us,
@@ -330,6 +392,28 @@ mod tests {
                 ARTUNE_ERR_ARGUMENT
             );
             artune_profile_close(h);
+        }
+    }
+
+    #[test]
+    fn flat_tables_answer_exactly_like_profile_select() {
+        let p = crate::export::sample::profile();
+        let h = ArtuneProfile::new(p.clone());
+        for tp in [2, 3, 4, 8] {
+            for mode in [Mode::Graph, Mode::Eager] {
+                for bytes in (0..3000u64).map(|i| 1 + i * i * 2003) {
+                    let q = Query {
+                        tp,
+                        mode,
+                        gpus: None,
+                    };
+                    assert_eq!(
+                        h.select(tp, mode, bytes),
+                        p.select(q, bytes),
+                        "TP{tp} {mode:?} {bytes}"
+                    );
+                }
+            }
         }
     }
 
