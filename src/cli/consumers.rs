@@ -162,66 +162,89 @@ pub fn export(a: ExportArgs) -> Result<i32, Error> {
     Ok(0)
 }
 
-/// What changed between the machine a profile was made on and `now`, old → new; empty when the
-/// profile still holds.
-pub fn staleness(p: &Profile, now: &Topology) -> Vec<String> {
+/// How a profile compares with the machine it is checked against.
+#[derive(Debug, Default, PartialEq)]
+pub struct Staleness {
+    /// What changed, old → new; empty when the profile still holds.
+    pub changes: Vec<String>,
+    /// What could not be compared because the machine does not report it (taken as unchanged).
+    pub unchecked: Vec<String>,
+}
+
+/// Compares the machine a profile was made on with `now`. Versions and GPU UUIDs `now` does not
+/// report are taken as unchanged (and listed as unchecked) rather than called stale.
+pub fn staleness(p: &Profile, now: &Topology) -> Staleness {
     let then = &p.topology;
-    let mut changes = Vec::new();
+    let mut st = Staleness::default();
     if p.simulated && now.origin.kind == "nvml" {
-        changes.push(format!(
+        st.changes.push(format!(
             "it was made on a simulated fabric ({}), not measured on this machine",
             p.fabric
         ));
-        return changes;
+        return st;
     }
+    // `now` with what it does not know filled in from the profile, for the host hash.
+    let mut known = now.clone();
     let versions = [
         (
             "driver",
             p.versions.driver.as_ref().or(then.host.driver.as_ref()),
-            now.host.driver.as_ref(),
+            &mut known.host.driver,
         ),
         (
             "CUDA",
             p.versions.cuda.as_ref().or(then.host.cuda.as_ref()),
-            now.host.cuda.as_ref(),
+            &mut known.host.cuda,
         ),
         (
             "NCCL",
             p.versions.nccl.as_ref().or(then.host.nccl.as_ref()),
-            now.host.nccl.as_ref(),
+            &mut known.host.nccl,
         ),
     ];
     for (what, old, new) in versions {
-        if let (Some(o), Some(n)) = (old, new) {
-            if o != n {
-                changes.push(format!("{what} {o} → {n}"));
+        match (old, new.as_ref()) {
+            (Some(o), Some(n)) if o != n => st.changes.push(format!("{what} {o} → {n}")),
+            (Some(o), None) => {
+                st.unchecked.push(format!("{what} version"));
+                *new = Some(o.clone());
             }
+            _ => {}
         }
     }
     if then.gpu_count() != now.gpu_count() {
-        changes.push(format!(
+        st.changes.push(format!(
             "GPU count {} → {}",
             then.gpu_count(),
             now.gpu_count()
         ));
     } else {
-        for (a, b) in then.gpus.iter().zip(&now.gpus) {
+        let link = |l: &crate::topology::Link| {
+            format!(
+                "Gen{} x{}",
+                l.max_gen.or(l.gen).unwrap_or(0),
+                l.max_width.or(l.width).unwrap_or(0)
+            )
+        };
+        for (i, (a, b)) in then.gpus.iter().zip(&now.gpus).enumerate() {
             if a.name != b.name {
-                changes.push(format!("GPU {} {} → {}", a.index, a.name, b.name));
-            } else if let (Some(x), Some(y)) = (&a.uuid, &b.uuid) {
-                if x != y {
-                    changes.push(format!("GPU {} UUID {x} → {y}", a.index));
-                }
+                st.changes
+                    .push(format!("GPU {} {} → {}", a.index, a.name, b.name));
             }
-            let link = |l: &crate::topology::Link| {
-                format!(
-                    "Gen{} x{}",
-                    l.max_gen.or(l.gen).unwrap_or(0),
-                    l.max_width.or(l.width).unwrap_or(0)
-                )
-            };
+            match (&a.uuid, &b.uuid) {
+                (Some(x), Some(y)) if x != y => {
+                    st.changes.push(format!("GPU {} UUID {x} → {y}", a.index))
+                }
+                (Some(x), None) => {
+                    if !st.unchecked.iter().any(|u| u == "GPU UUIDs") {
+                        st.unchecked.push("GPU UUIDs".into());
+                    }
+                    known.gpus[i].uuid = Some(x.clone());
+                }
+                _ => {}
+            }
             if link(&a.pcie) != link(&b.pcie) {
-                changes.push(format!(
+                st.changes.push(format!(
                     "GPU {} PCIe link {} → {}",
                     a.index,
                     link(&a.pcie),
@@ -231,11 +254,11 @@ pub fn staleness(p: &Profile, now: &Topology) -> Vec<String> {
         }
     }
     if p.fingerprint.topology_class != now.class_hash() {
-        let before = changes.len();
+        let before = st.changes.len();
         for x in &then.pairs {
             if let Some(y) = now.pair(x.from, x.to) {
                 if x.from < x.to && (x.path, x.nvlinks) != (y.path, y.nvlinks) {
-                    changes.push(format!(
+                    st.changes.push(format!(
                         "GPU {}–{} path {} → {}",
                         x.from,
                         x.to,
@@ -245,22 +268,22 @@ pub fn staleness(p: &Profile, now: &Topology) -> Vec<String> {
                 }
             }
         }
-        if changes.len() == before && !changes.iter().any(|c| c.starts_with("GPU")) {
-            changes.push(format!(
+        if st.changes.len() == before && !st.changes.iter().any(|c| c.starts_with("GPU")) {
+            st.changes.push(format!(
                 "topology class {} → {}",
                 p.fingerprint.topology_class,
                 now.class_hash()
             ));
         }
     }
-    if changes.is_empty() && p.fingerprint.host != now.host_hash() {
-        changes.push(format!(
+    if st.changes.is_empty() && p.fingerprint.host != known.host_hash() {
+        st.changes.push(format!(
             "host fingerprint {} → {}",
             p.fingerprint.host,
-            now.host_hash()
+            known.host_hash()
         ));
     }
-    changes
+    st
 }
 
 pub fn check(a: CheckArgs) -> Result<i32, Error> {
@@ -269,17 +292,18 @@ pub fn check(a: CheckArgs) -> Result<i32, Error> {
         sim: None,
         topology: a.topology.clone(),
     })?;
-    let changes = staleness(&p, &now);
-    if !changes.is_empty() {
+    let st = staleness(&p, &now);
+    if !st.changes.is_empty() {
         const SHOWN: usize = 4;
-        let mut msg = changes
+        let mut msg = st
+            .changes
             .iter()
             .take(SHOWN)
             .cloned()
             .collect::<Vec<_>>()
             .join(", ");
-        if changes.len() > SHOWN {
-            msg.push_str(&format!(" and {} more changes", changes.len() - SHOWN));
+        if st.changes.len() > SHOWN {
+            msg.push_str(&format!(" and {} more changes", st.changes.len() - SHOWN));
         }
         return Err(Error::Stale(msg));
     }
@@ -287,8 +311,13 @@ pub fn check(a: CheckArgs) -> Result<i32, Error> {
         Some(f) => format!("the topology in {}", f.display()),
         None => "this machine".into(),
     };
+    let unchecked = if st.unchecked.is_empty() {
+        String::new()
+    } else {
+        format!("; not checked (unknown here): {}", st.unchecked.join(", "))
+    };
     println!(
-        "{} holds for {against}: topology class {}, host {} ({}){}",
+        "{} holds for {against}: topology class {}, host {} ({}){unchecked}{}",
         a.profile.display(),
         p.fingerprint.topology_class,
         p.fingerprint.host,
@@ -344,7 +373,7 @@ pub fn predict(a: PredictArgs) -> Result<i32, Error> {
                 [t] => *t,
                 _ => {
                     return Err(Error::bad_input(format!(
-                        "the profile has {}; pass --tp",
+                        "the profile has several TP sizes ({}); pass --tp to choose one",
                         groups_list(&p)
                     )))
                 }
@@ -470,7 +499,7 @@ mod tests {
         let p = sample::profile();
         let mut now = presets::get("pcie-4x-1switch").unwrap();
         now.origin.kind = "file".into();
-        assert_eq!(staleness(&p, &now), Vec::<String>::new());
+        assert_eq!(staleness(&p, &now), Staleness::default());
     }
 
     #[test]
@@ -478,7 +507,7 @@ mod tests {
         let p = sample::profile();
         let mut now = presets::get("pcie-4x-1switch").unwrap();
         now.origin.kind = "nvml".into();
-        assert!(staleness(&p, &now)[0].contains("simulated fabric"));
+        assert!(staleness(&p, &now).changes[0].contains("simulated fabric"));
     }
 
     #[test]
@@ -488,19 +517,36 @@ mod tests {
         let mut now = p.topology.clone();
         now.host.driver = Some("590.2".into());
         assert_eq!(
-            staleness(&p, &now),
+            staleness(&p, &now).changes,
             vec!["driver 580.1 → 590.2".to_string()]
         );
 
         let now = presets::get("pcie-2x").unwrap();
-        assert_eq!(staleness(&p, &now)[0], "GPU count 4 → 2");
+        assert_eq!(staleness(&p, &now).changes[0], "GPU count 4 → 2");
 
         let mut now = p.topology.clone();
         now.gpus[1].uuid = Some("GPU-new".into());
         p.topology.gpus[1].uuid = Some("GPU-old".into());
         assert_eq!(
-            staleness(&p, &now),
+            staleness(&p, &now).changes,
             vec!["GPU 1 UUID GPU-old → GPU-new".to_string()]
+        );
+    }
+
+    #[test]
+    fn what_the_machine_does_not_report_is_unchecked_not_stale() {
+        let mut p = sample::profile();
+        p.versions.nccl = Some("2.28.9".into());
+        p.topology.gpus[0].uuid = Some("GPU-aaa".into());
+        p.topology.host.nccl = Some("2.28.9".into());
+        p.fingerprint.host = p.topology.host_hash();
+        let mut now = presets::get("pcie-4x-1switch").unwrap();
+        now.origin.kind = "file".into();
+        let st = staleness(&p, &now);
+        assert_eq!(st.changes, Vec::<String>::new());
+        assert_eq!(
+            st.unchecked,
+            vec!["NCCL version".to_string(), "GPU UUIDs".to_string()]
         );
     }
 
@@ -510,7 +556,7 @@ mod tests {
         let mut now = p.topology.clone();
         now.gpus[2].pcie.max_width = Some(8);
         now.gpus[2].pcie.width = Some(8);
-        let c = staleness(&p, &now);
+        let c = staleness(&p, &now).changes;
         assert!(
             c.iter().any(|c| c == "GPU 2 PCIe link Gen5 x16 → Gen5 x8"),
             "{c:?}"
