@@ -258,7 +258,7 @@ impl Workload {
     }
 
     /// One step per token count (or one step): the (count, bytes) of each term.
-    pub fn steps(&self) -> Vec<(Option<u64>, Vec<(u64, u64)>)> {
+    pub fn steps(&self) -> Vec<Step> {
         let at = |t: u64| -> Vec<(u64, u64)> {
             self.terms
                 .iter()
@@ -275,6 +275,9 @@ impl Workload {
         }
     }
 }
+
+/// One step: its token count, if any, and the (count, bytes) of each term.
+pub type Step = (Option<u64>, Vec<(u64, u64)>);
 
 /// The policies [`predict`] compares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

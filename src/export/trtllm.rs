@@ -200,9 +200,9 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
     y.push_str("#   8192 entry is used. Sizes beyond the profile get no entry and fall back to TensorRT-LLM's default.\n");
     y.push_str("# - Fusions: entries are written for NONE and RESIDUAL_RMS_NORM with plain-allreduce timings; the\n");
     y.push_str("#   norm/quantization work fused into the kernel was not measured, quantizing fusions are not written.\n");
-    y.push_str(&format!(
-        "# - One/two-shot above the fusion workspace (16 MB at TP2, 8 MB above, smaller than newer releases'\n#   64 MiB) are written as NCCL. Keys assume 2-D [tokens, hidden] inputs and a workspace of 3*TP+2\n#   pointers (TensorRT-LLM 1.x; older releases used 3*TP+1). A log line \"Using the fallback tactic, due\n#   to cache miss\" means the keys did not match this TensorRT-LLM.\n"
-    ));
+    y.push_str(
+        "# - One/two-shot above the fusion workspace (16 MB at TP2, 8 MB above, smaller than newer releases'\n#   64 MiB) are written as NCCL. Keys assume 2-D [tokens, hidden] inputs and a workspace of 3*TP+2\n#   pointers (TensorRT-LLM 1.x; older releases used 3*TP+1). A log line \"Using the fallback tactic, due\n#   to cache miss\" means the keys did not match this TensorRT-LLM.\n",
+    );
     y.push_str("# - Ranks: sections rank_0..rank_<TP-1>; with pipeline parallelism copy a section for every rank.\n");
     y.push_str("# - Launch mode: the autotuner has none; graph-mode measurements are used where the profile has them.\n");
     y.push_str(&notes);

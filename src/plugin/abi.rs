@@ -187,6 +187,9 @@ unsafe extern "C" fn init_v3(
 }
 
 /// The v5+ `init`.
+///
+/// # Safety
+/// `ctx` is null or writable; NCCL owns the other pointers, which are not read.
 pub unsafe extern "C" fn init(
     ctx: *mut *mut c_void,
     _comm_id: u64,
@@ -200,6 +203,10 @@ pub unsafe extern "C" fn init(
 }
 
 /// The v4+ `getCollInfo`. Never touches `n_channels`: profiles record no channel count.
+///
+/// # Safety
+/// `ctx` is null or a context from `init` not yet finalized; `cost_table` is null or a
+/// contiguous `float[num_algo][num_proto]`.
 pub unsafe extern "C" fn get_coll_info(
     ctx: *mut c_void,
     coll: c_int,
@@ -255,6 +262,9 @@ unsafe extern "C" fn get_coll_info_v3(
 }
 
 /// `finalize` (v5+) and `destroy` (v3, v4).
+///
+/// # Safety
+/// `ctx` is null or a context from `init`, finalized once.
 pub unsafe extern "C" fn finalize(ctx: *mut c_void) -> NcclResult {
     if !ctx.is_null() {
         // SAFETY: ctx came from Box::into_raw in init and is freed once, here.

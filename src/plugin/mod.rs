@@ -304,7 +304,8 @@ impl Context {
             table.add(usize::from(pin.algo) * num_proto as usize + usize::from(pin.proto))
         };
         // -1.0 is NCCL's "not allowed"; NaN or any negative is not ours to turn into a choice.
-        if !(unsafe { *cell } >= 0.0) {
+        let current = unsafe { *cell };
+        if current.is_nan() || current < 0.0 {
             self.warn_disabled(n_bytes, pin);
             return Outcome::EntryUnavailable;
         }
