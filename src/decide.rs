@@ -194,6 +194,10 @@ fn extra_memory(backend: Backend, tp: usize, bytes: u64) -> u64 {
     }
 }
 
+/// An advantage smaller than this fraction is not worth more memory or a pinned NCCL
+/// setting, however tight the confidence intervals are.
+pub const MIN_EFFECT: f64 = 0.05;
+
 /// The backend to use given the timings at one size; `extra` is each backend's extra memory.
 pub fn choose(
     results: &BTreeMap<Backend, Timing>,
@@ -204,8 +208,12 @@ pub fn choose(
         .min_by(|a, b| a.1.median_us.total_cmp(&b.1.median_us))?;
     results
         .iter()
-        // Not significantly slower than the fastest: the CIs overlap.
-        .filter(|(_, t)| t.ci_low_us <= fastest.ci_high_us)
+        // Ties with the fastest: the CIs overlap (not statistically significant) or the gap is
+        // under MIN_EFFECT (not practically significant).
+        .filter(|(_, t)| {
+            t.ci_low_us <= fastest.ci_high_us
+                || t.median_us <= fastest.median_us * (1.0 + MIN_EFFECT)
+        })
         .min_by(|(a, ta), (b, tb)| {
             extra(**a)
                 .cmp(&extra(**b))

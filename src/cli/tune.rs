@@ -18,8 +18,13 @@ fn open_fabric(a: &TuneArgs) -> Result<Box<dyn Fabric>, Error> {
             "--loopback runs custom kernels on a real GPU; drop it to simulate, or drop --sim/--topology to use the GPU",
         ));
     }
-    let _t = super::load_topology(&a.source)?;
-    Err(Error::Hardware("no fabric is built yet".into()))
+    if simulated {
+        let t = super::load_topology(&a.source)?;
+        return Ok(Box::new(crate::fabric::sim::SimFabric::new(t, a.seed)));
+    }
+    Err(Error::Hardware(
+        "the CUDA fabric is not built yet; simulate a machine with --sim PRESET".into(),
+    ))
 }
 
 /// Fails early, before any measuring, when the profile could not be written.

@@ -49,6 +49,30 @@ fn tie_goes_to_less_extra_memory() {
 }
 
 #[test]
+fn small_gaps_are_ties_even_with_tight_cis() {
+    // 2% apart with tiny CIs: statistically but not practically significant.
+    let r: BTreeMap<_, _> = [
+        (Backend::Nccl, t(10.0, 0.01)),
+        (Backend::TwoStagePull, t(9.8, 0.01)),
+    ]
+    .into();
+    assert_eq!(
+        choose(&r, |b| extra_memory(b, 8, 1 << 20)),
+        Some(Backend::Nccl)
+    );
+    // 10% apart: the custom kernel earns its memory.
+    let r: BTreeMap<_, _> = [
+        (Backend::Nccl, t(10.0, 0.01)),
+        (Backend::TwoStagePull, t(9.0, 0.01)),
+    ]
+    .into();
+    assert_eq!(
+        choose(&r, |b| extra_memory(b, 8, 1 << 20)),
+        Some(Backend::TwoStagePull)
+    );
+}
+
+#[test]
 fn nccl_own_choice_preferred_among_nccl_ties() {
     let r: BTreeMap<_, _> = [
         (Backend::NcclRingLl, t(9.9, 0.3)),

@@ -21,8 +21,8 @@ pub struct Range {
     pub backend: Backend,
     /// NCCL's time divided by the choice's, lowest and highest over the range (> 1 = faster).
     pub speedup_vs_nccl: Option<(f64, f64)>,
-    /// The fastest custom kernel's time divided by the choice's, over the range, when the
-    /// choice is NCCL: how much slower forcing a custom allreduce would be.
+    /// The better one-stage kernel's time divided by the choice's, over the range, when the
+    /// choice is not one-stage: how much slower forcing a one-stage allreduce would be.
     pub custom_slowdown: Option<(Backend, f64, f64)>,
     /// Extra memory per GPU the choice costs (custom buffers sized to the range's top).
     pub extra_bytes_per_gpu: u64,
@@ -56,25 +56,20 @@ pub fn ranges(g: &GroupProfile) -> Vec<Range> {
             run.iter()
                 .filter_map(|b| Some(median(b, Backend::Nccl)? / median(b, backend)?)),
         );
-        let custom_slowdown = if backend.is_nccl() {
-            // The custom kernel a forced custom allreduce would use: fastest on average here.
-            [
-                Backend::OneStagePull,
-                Backend::OneStagePush,
-                Backend::TwoStagePull,
-                Backend::TwoStagePush,
-            ]
-            .into_iter()
-            .filter_map(|c| {
-                let r = ratio_range(
-                    run.iter()
-                        .filter_map(|b| Some(median(b, c)? / median(b, backend)?)),
-                )?;
-                Some((c, r.0, r.1))
-            })
-            .min_by(|a, b| (a.1 + a.2).total_cmp(&(b.1 + b.2)))
-        } else {
+        // What forcing a one-stage kernel (what engines force on PCIe) would cost here.
+        let custom_slowdown = if matches!(backend, Backend::OneStagePull | Backend::OneStagePush) {
             None
+        } else {
+            [Backend::OneStagePull, Backend::OneStagePush]
+                .into_iter()
+                .filter_map(|c| {
+                    let r = ratio_range(
+                        run.iter()
+                            .filter_map(|b| Some(median(b, c)? / median(b, backend)?)),
+                    )?;
+                    Some((c, r.0, r.1))
+                })
+                .min_by(|a, b| (a.1 + a.2).total_cmp(&(b.1 + b.2)))
         };
         let extra = if backend.is_custom() {
             crate::fabric::memory::modelled(backend, g.tp, run[run.len() - 1].bytes, 0)
@@ -183,13 +178,13 @@ pub fn summary(p: &Profile) -> String {
             };
             let note = match r.custom_slowdown {
                 Some((c, lo, hi)) if hi > 1.0 => {
-                    format!("forcing {c} here: {} slower", fmt_ratio((lo, hi)))
+                    format!("forcing {c}: {} slower", fmt_ratio((lo, hi)))
                 }
                 _ => String::new(),
             };
             let _ = writeln!(
                 out,
-                "  {sizes:<15} {:<17} {vs:<16} {mem:<12} {note}",
+                "  {sizes:<15} {:<17} {vs:<18} {mem:<13} {note}",
                 r.backend.id()
             );
         }
@@ -275,10 +270,7 @@ mod tests {
         assert!(s.contains("one_stage_pull"), "{s}");
         assert!(s.contains("2.50x faster"), "{s}");
         // Above the crossover NCCL is chosen and the cost of forcing the custom kernel shows.
-        assert!(
-            s.contains("forcing one_stage_pull here: 1.50x slower"),
-            "{s}"
-        );
+        assert!(s.contains("forcing one_stage_pull: 1.50x slower"), "{s}");
         assert!(s.contains("one_stage_pull → nccl at 16K"), "{s}");
     }
 

@@ -1,1 +1,510 @@
-//! Simulated fabric (in progress).
+//! Simulated fabric: a flow-level model of the machine, calibrated on published measurements
+//! (/work/shared/calibration/README.md, lines C1–C4), so the whole tuner runs without GPUs.
+//!
+//! 1. [`net`] turns the topology into a link graph and routes GPU→GPU flows over it; [`flow`]
+//!    shares capacity between concurrent flows by max-min fairness.
+//! 2. [`nccl`] and [`custom`] schedule each backend step by step on that network; launch costs
+//!    are added here per mode.
+//! 3. [`noise`] turns the deterministic time into samples that look measured. Deterministic
+//!    times are cached per (group, backend, bytes, mode), so a full tune costs little more than
+//!    drawing random numbers.
+
+pub mod custom;
+pub mod flow;
+pub mod nccl;
+pub mod net;
+pub mod noise;
+
+use std::collections::HashMap;
+
+use self::custom::Custom;
+use self::net::{Flow, Net, Route};
+use self::noise::Noise;
+use super::{
+    memory, Backend, Direction, Fabric, FabricError, FabricInfo, Group, MemoryCost, Mode, NcclAlgo,
+    ProbeSample, Readiness, Verification,
+};
+use crate::topology::{Status, Topology};
+
+/// CUDA-graph replay of one captured kernel (or NCCL's captured launch), µs.
+const LAUNCH_GRAPH_US: f64 = 1.5;
+/// Eager launch of one of our kernels from the host, µs.
+const LAUNCH_EAGER_CUSTOM_US: f64 = 5.0;
+/// Eager NCCL enqueue: our launch plus its own argument and work-FIFO setup, µs.
+const LAUNCH_EAGER_NCCL_US: f64 = 6.5;
+/// How long a hung backend is waited for before it is reported, seconds.
+const HANG_DEADLINE_S: f64 = 10.0;
+
+/// Misbehaviour to inject, for testing what sits above the seam.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Faults {
+    /// Backends whose output is wrong: verify reports it.
+    pub wrong: Vec<Backend>,
+    /// Backends that never finish: verify and time time out.
+    pub hang: Vec<Backend>,
+    /// Backends slower than the model by a factor.
+    pub slow: Vec<(Backend, f64)>,
+}
+
+/// Everything computed once per GPU group.
+#[derive(Debug, Clone)]
+struct GroupModel {
+    nccl: nccl::Model,
+    schedule: nccl::Schedule,
+    custom: Custom,
+    cache: HashMap<(Backend, u64, Mode), f64>,
+    probes: HashMap<(Direction, usize), ProbePattern>,
+}
+
+/// The model of `gpus`, built on first use.
+fn group_model<'a>(
+    models: &'a mut HashMap<Vec<usize>, GroupModel>,
+    topo: &Topology,
+    net: &Net,
+    gpus: &[usize],
+) -> &'a mut GroupModel {
+    models.entry(gpus.to_vec()).or_insert_with(|| {
+        let ring = nccl::ring_order(topo, gpus);
+        let model = nccl::Model::new(topo, net, &ring);
+        let schedule = nccl::Schedule::new(net, &ring, &model);
+        GroupModel {
+            nccl: model,
+            schedule,
+            custom: Custom::new(net, gpus),
+            cache: HashMap::new(),
+            probes: HashMap::new(),
+        }
+    })
+}
+
+/// Per GPU of a probe, (finish µs per byte, one-way latency µs) of each of its flows.
+type ProbePattern = Vec<Vec<(f64, f64)>>;
+
+/// Probe shape: GPU at rank i moves bytes with ranks i+1 .. i+peers, all at once. Finish
+/// times of equal-sized flows scale with their size, so one solve serves every size.
+fn probe_pattern(net: &Net, gpus: &[usize], direction: Direction, peers: usize) -> ProbePattern {
+    let n = gpus.len();
+    let mut flows = Vec::with_capacity(n * peers);
+    for (i, &g) in gpus.iter().enumerate() {
+        for k in 1..=peers {
+            let p = gpus[(i + k) % n];
+            flows.push(match direction {
+                Direction::Read => Flow {
+                    src: p,
+                    dst: g,
+                    dir: direction,
+                },
+                Direction::Write => Flow {
+                    src: g,
+                    dst: p,
+                    dir: direction,
+                },
+            });
+        }
+    }
+    let routes: Vec<Route> = flows.iter().map(|f| net.route(f.src, f.dst)).collect();
+    let refs: Vec<&Route> = routes.iter().collect();
+    const UNIT: f64 = 1e6;
+    let done = net.finish_times(&flows, &refs, &vec![UNIT; flows.len()]);
+    (0..n)
+        .map(|i| {
+            (0..peers)
+                .map(|k| (done[i * peers + k] / UNIT, routes[i * peers + k].latency_us))
+                .collect()
+        })
+        .collect()
+}
+
+#[derive(Debug, Clone)]
+struct Prepared {
+    group: Group,
+    readiness: Vec<Readiness>,
+}
+
+/// A simulated machine. See the module docs.
+#[derive(Debug, Clone)]
+pub struct SimFabric {
+    topo: Topology,
+    net: Net,
+    noise: Noise,
+    faults: Faults,
+    models: HashMap<Vec<usize>, GroupModel>,
+    prepared: Option<Prepared>,
+}
+
+fn bad(msg: impl Into<String>) -> FabricError {
+    FabricError::BadRequest(msg.into())
+}
+
+impl SimFabric {
+    /// A simulated machine wired like `topology`; `seed` drives the measurement noise.
+    pub fn new(mut topology: Topology, seed: u64) -> SimFabric {
+        if topology.pairs.is_empty() {
+            // A model built by hand rather than loaded: derive its pairs. A broken one keeps
+            // no pairs and routes over PCIe only.
+            let _ = topology.normalize();
+        }
+        let net = Net::build(&topology);
+        SimFabric {
+            topo: topology,
+            net,
+            noise: Noise::new(seed),
+            faults: Faults::default(),
+            models: HashMap::new(),
+            prepared: None,
+        }
+    }
+
+    /// The same machine with `faults` injected.
+    pub fn with_faults(mut self, faults: Faults) -> SimFabric {
+        self.faults = faults;
+        self
+    }
+
+    /// NCCL's channel count on `group` as its ring search would find it (the profile records
+    /// it; NCCL's buffers grow with it).
+    pub fn nccl_channels(&self, group: &Group) -> u32 {
+        let mut gpus: Vec<usize> = group
+            .gpus
+            .iter()
+            .copied()
+            .filter(|&g| g < self.topo.gpu_count())
+            .collect();
+        gpus.sort_unstable();
+        gpus.dedup();
+        if gpus.len() < 2 {
+            return 1;
+        }
+        let ring = nccl::ring_order(&self.topo, &gpus);
+        nccl::Model::new(&self.topo, &self.net, &ring).channels
+    }
+
+    /// Rates (GB/s) of arbitrary transfers running together, e.g. one GPU pulling from all
+    /// its peers: each (src, dst) moves bytes src → dst, driven as `direction` says.
+    pub fn transfer_gbps(
+        &self,
+        direction: Direction,
+        pairs: &[(usize, usize)],
+    ) -> Result<Vec<f64>, FabricError> {
+        let n = self.topo.gpu_count();
+        if let Some(&(a, b)) = pairs.iter().find(|&&(a, b)| a >= n || b >= n || a == b) {
+            return Err(bad(format!(
+                "transfer {a}→{b} needs two different GPUs below {n}; this machine has GPUs 0..{}",
+                n.saturating_sub(1)
+            )));
+        }
+        let flows: Vec<Flow> = pairs
+            .iter()
+            .map(|&(src, dst)| Flow {
+                src,
+                dst,
+                dir: direction,
+            })
+            .collect();
+        let routes: Vec<Route> = pairs.iter().map(|&(a, b)| self.net.route(a, b)).collect();
+        let refs: Vec<&Route> = routes.iter().collect();
+        Ok(self.net.rates(&flows, &refs))
+    }
+
+    fn validate(&self, group: &Group) -> Result<(), FabricError> {
+        let n = self.topo.gpu_count();
+        if group.gpus.len() < 2 {
+            return Err(bad(format!(
+                "a group needs at least 2 GPUs, this one has {}; pick 2 or more of GPUs 0..{}",
+                group.gpus.len(),
+                n.saturating_sub(1)
+            )));
+        }
+        if let Some(g) = group.gpus.iter().find(|&&g| g >= n) {
+            return Err(bad(format!(
+                "GPU {g} does not exist; this machine has GPUs 0..{}",
+                n.saturating_sub(1)
+            )));
+        }
+        let mut seen = group.gpus.clone();
+        seen.sort_unstable();
+        if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
+            return Err(bad(format!(
+                "GPU {} appears twice in the group; list each GPU once",
+                w[0]
+            )));
+        }
+        Ok(())
+    }
+
+    /// Why `backend` cannot run on `gpus`, if it cannot.
+    fn waiver(&self, backend: Backend, gpus: &[usize], model: &nccl::Model) -> Option<String> {
+        if backend.is_custom() {
+            let (what, needed) = if backend.pulls() {
+                ("read", "reads")
+            } else {
+                ("write", "writes")
+            };
+            for &a in gpus {
+                for &b in gpus.iter().filter(|&&b| b != a) {
+                    let p2p = self.topo.pair(a, b).map(|p| &p.p2p);
+                    let status = p2p.map_or(Status::Unknown, |p| {
+                        if backend.pulls() {
+                            p.read
+                        } else {
+                            p.write
+                        }
+                    });
+                    if status == Status::No {
+                        return Some(format!(
+                            "P2P {what} is not available from GPU {a} to GPU {b}, and {backend} {needed} peer memory directly"
+                        ));
+                    }
+                }
+            }
+            return None;
+        }
+        match backend.nccl_pin() {
+            Some((_, crate::fabric::NcclProto::LL128)) => model.ll128_off.clone(),
+            _ => None,
+        }
+    }
+
+    fn model(&mut self, gpus: &[usize]) -> &mut GroupModel {
+        group_model(&mut self.models, &self.topo, &self.net, gpus)
+    }
+
+    /// The prepared group, after checking `backend` is ready on it and `bytes` fits.
+    fn ready(&self, backend: Backend, bytes: u64) -> Result<&Group, FabricError> {
+        let p = self.prepared.as_ref().ok_or_else(|| {
+            bad("no group is prepared; call prepare before verify, time or probe")
+        })?;
+        match p.readiness.iter().find(|r| r.backend() == backend) {
+            None => {
+                return Err(bad(format!(
+                    "{backend} was not prepared for this group; pass it to prepare first"
+                )))
+            }
+            Some(Readiness::Waived { reason, .. }) => {
+                return Err(bad(format!("{backend} is waived on this group: {reason}")))
+            }
+            Some(Readiness::Ready { .. }) => {}
+        }
+        let size = p.group.dtype.size();
+        if bytes == 0 || bytes % size != 0 {
+            return Err(bad(format!(
+                "{bytes} bytes is not a whole number of {} elements; use a positive multiple of {size}",
+                p.group.dtype.id()
+            )));
+        }
+        if backend.is_custom() && bytes > p.group.max_bytes {
+            return Err(bad(format!(
+                "{bytes} bytes is more than the {} bytes {backend}'s buffers were prepared for; prepare with a larger max_bytes",
+                p.group.max_bytes
+            )));
+        }
+        Ok(&p.group)
+    }
+
+    /// Noiseless per-call time (µs) of `backend` on `gpus`, cached.
+    fn base_time(&mut self, gpus: &[usize], backend: Backend, bytes: u64, mode: Mode) -> f64 {
+        let m = self.model(gpus);
+        if let Some(&t) = m.cache.get(&(backend, bytes, mode)) {
+            return t;
+        }
+        let device = if backend.is_custom() {
+            m.custom.time(backend, bytes)
+        } else {
+            let (algo, proto) = backend.nccl_pin().unwrap_or_else(|| m.nccl.choose(bytes));
+            m.schedule.time(algo, proto, bytes)
+        };
+        let launch = match (mode, backend.is_custom()) {
+            (Mode::Graph, _) => LAUNCH_GRAPH_US,
+            (Mode::Eager, true) => LAUNCH_EAGER_CUSTOM_US,
+            (Mode::Eager, false) => LAUNCH_EAGER_NCCL_US,
+        };
+        let t = device + launch;
+        m.cache.insert((backend, bytes, mode), t);
+        t
+    }
+
+    /// NCCL's own pick on the prepared group for `bytes` (what `Backend::Nccl` runs).
+    pub fn nccl_choice(&mut self, bytes: u64) -> Option<(NcclAlgo, crate::fabric::NcclProto)> {
+        let gpus = self.prepared.as_ref()?.group.gpus.clone();
+        Some(self.model(&gpus).nccl.choose(bytes))
+    }
+
+    fn hang(&self, backend: Backend, bytes: u64) -> Result<(), FabricError> {
+        if self.faults.hang.contains(&backend) {
+            return Err(FabricError::Timeout {
+                backend,
+                what: format!("allreduce of {bytes} bytes (simulated hang)"),
+                seconds: HANG_DEADLINE_S,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Fabric for SimFabric {
+    fn info(&self) -> FabricInfo {
+        let name = self
+            .topo
+            .name
+            .clone()
+            .or_else(|| self.topo.origin.name.clone())
+            .unwrap_or_else(|| "topology".into());
+        FabricInfo {
+            simulated: true,
+            description: format!("simulated {name}"),
+            driver: None,
+            cuda: None,
+            nccl: None,
+        }
+    }
+
+    fn topology(&self) -> &Topology {
+        &self.topo
+    }
+
+    fn prepare(
+        &mut self,
+        group: &Group,
+        backends: &[Backend],
+    ) -> Result<Vec<Readiness>, FabricError> {
+        self.prepared = None;
+        self.validate(group)?;
+        let n = group.gpus.len();
+        let model = self.model(&group.gpus).nccl.clone();
+        let readiness: Vec<Readiness> = backends
+            .iter()
+            .map(|&backend| match self.waiver(backend, &group.gpus, &model) {
+                Some(reason) => Readiness::Waived { backend, reason },
+                None => {
+                    let bytes = memory::modelled(backend, n, group.max_bytes, model.channels);
+                    Readiness::Ready {
+                        backend,
+                        memory: MemoryCost {
+                            bytes_per_gpu: bytes,
+                            measured: false,
+                            modelled_bytes_per_gpu: bytes,
+                        },
+                    }
+                }
+            })
+            .collect();
+        self.prepared = Some(Prepared {
+            group: group.clone(),
+            readiness: readiness.clone(),
+        });
+        Ok(readiness)
+    }
+
+    /// The simulator moves no data: a backend is correct unless a fault says otherwise.
+    fn verify(
+        &mut self,
+        backend: Backend,
+        bytes: u64,
+        _seed: u64,
+    ) -> Result<Verification, FabricError> {
+        self.ready(backend, bytes)?;
+        self.hang(backend, bytes)?;
+        if self.faults.wrong.contains(&backend) {
+            return Ok(Verification::Wrong {
+                reason: format!(
+                    "element 0 of {bytes} bytes differs from the host reference (simulated fault)"
+                ),
+            });
+        }
+        Ok(Verification::Correct)
+    }
+
+    fn time(
+        &mut self,
+        backend: Backend,
+        bytes: u64,
+        mode: Mode,
+        batch: u32,
+        samples: u32,
+    ) -> Result<Vec<f64>, FabricError> {
+        let gpus = self.ready(backend, bytes)?.gpus.clone();
+        if batch == 0 {
+            return Err(bad("batch must be at least 1 call"));
+        }
+        self.hang(backend, bytes)?;
+        let slow = self
+            .faults
+            .slow
+            .iter()
+            .filter(|(b, _)| *b == backend)
+            .map(|(_, f)| *f)
+            .product::<f64>();
+        let base = self.base_time(&gpus, backend, bytes, mode) * slow;
+        Ok((0..samples)
+            .map(|_| self.noise.sample(base, batch))
+            .collect())
+    }
+
+    fn probe(
+        &mut self,
+        direction: Direction,
+        peers: usize,
+        bytes: u64,
+    ) -> Result<ProbeSample, FabricError> {
+        let gpus = self
+            .prepared
+            .as_ref()
+            .ok_or_else(|| bad("no group is prepared; call prepare before probe"))?
+            .group
+            .gpus
+            .clone();
+        let n = gpus.len();
+        if peers == 0 || peers >= n {
+            return Err(bad(format!(
+                "a probe on {n} GPUs takes 1 to {} peers, not {peers}",
+                n.saturating_sub(1)
+            )));
+        }
+        if bytes == 0 {
+            return Err(bad("a probe must move at least 1 byte"));
+        }
+        let net = &self.net;
+        let m = group_model(&mut self.models, &self.topo, net, &gpus);
+        let pattern = m
+            .probes
+            .entry((direction, peers))
+            .or_insert_with(|| probe_pattern(net, &gpus, direction, peers));
+        // Reads see their first bytes after a round trip, writes after one way.
+        let trips = if direction == Direction::Read {
+            2.0
+        } else {
+            1.0
+        };
+        let per_gpu_us: Vec<f64> = pattern
+            .iter()
+            .map(|flows| {
+                flows
+                    .iter()
+                    .map(|&(us_per_byte, lat)| us_per_byte * bytes as f64 + trips * lat)
+                    .fold(0.0, f64::max)
+            })
+            .collect();
+        // A probe averages many transfers: jitter, no outliers.
+        let factor = self.noise.jitter(10);
+        let moved = (peers as u64 * bytes) as f64;
+        let per_gpu = per_gpu_us
+            .iter()
+            .map(|t| moved / (t * factor) / 1e3)
+            .sum::<f64>()
+            / n as f64;
+        let slowest = per_gpu_us.iter().copied().fold(0.0, f64::max) * factor;
+        Ok(ProbeSample {
+            peers,
+            per_gpu_gbps: per_gpu,
+            aggregate_gbps: n as f64 * moved / slowest / 1e3,
+        })
+    }
+
+    fn release(&mut self) -> Result<(), FabricError> {
+        self.prepared = None;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

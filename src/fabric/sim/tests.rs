@@ -1,0 +1,217 @@
+use super::*;
+use crate::fabric::Dtype;
+use crate::topology::presets;
+
+fn sim(preset: &str) -> SimFabric {
+    SimFabric::new(presets::get(preset).unwrap(), 42)
+}
+
+fn group(gpus: &[usize]) -> Group {
+    Group {
+        gpus: gpus.to_vec(),
+        dtype: Dtype::Bf16,
+        max_bytes: 8 << 20,
+    }
+}
+
+fn reason(r: &Readiness) -> Option<&str> {
+    match r {
+        Readiness::Waived { reason, .. } => Some(reason),
+        Readiness::Ready { .. } => None,
+    }
+}
+
+#[test]
+fn bad_groups_are_refused_with_a_reason() {
+    let mut f = sim("pcie-4x-1switch");
+    for (gpus, needle) in [
+        (&[0][..], "at least 2"),
+        (&[0, 9], "GPU 9"),
+        (&[1, 2, 1], "twice"),
+    ] {
+        match f.prepare(&group(gpus), &Backend::ALL) {
+            Err(FabricError::BadRequest(m)) => assert!(m.contains(needle), "{m}"),
+            other => panic!("{gpus:?}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn ll128_is_waived_on_pcie_only() {
+    let mut f = sim("pcie-8x-2switch");
+    let r = f.prepare(&group(&[0, 1, 2, 3]), &Backend::ALL).unwrap();
+    for x in &r {
+        let waived = reason(x).is_some();
+        assert_eq!(
+            waived,
+            matches!(x.backend(), Backend::NcclRingLl128 | Backend::NcclTreeLl128),
+            "{x:?}"
+        );
+    }
+    assert!(reason(&r[2]).unwrap().contains("PCIe"));
+    let mut nv = sim("nvswitch-8x");
+    let r = nv.prepare(&group(&[0, 1, 2, 3]), &Backend::ALL).unwrap();
+    assert!(r.iter().all(|x| reason(x).is_none()), "{r:?}");
+}
+
+#[test]
+fn custom_backends_are_waived_without_p2p() {
+    let mut t = presets::get("pcie-4x-1switch").unwrap();
+    for p in t.pairs.iter_mut().filter(|p| p.from == 2 && p.to == 3) {
+        p.p2p.read = Status::No;
+    }
+    let mut f = SimFabric::new(t, 1);
+    let r = f.prepare(&group(&[0, 2, 3]), &Backend::ALL).unwrap();
+    let pull = r
+        .iter()
+        .find(|x| x.backend() == Backend::OneStagePull)
+        .unwrap();
+    assert!(reason(pull).unwrap().contains("GPU 2 to GPU 3"), "{pull:?}");
+    let push = r
+        .iter()
+        .find(|x| x.backend() == Backend::OneStagePush)
+        .unwrap();
+    assert!(reason(push).is_none(), "writes are still allowed: {push:?}");
+    assert!(reason(&r[0]).is_none(), "NCCL does not need P2P");
+}
+
+#[test]
+fn memory_is_modelled_with_the_nccl_channel_count() {
+    let mut f = sim("pcie-8x-2switch");
+    let g = group(&[0, 1, 2, 3, 4, 5, 6, 7]);
+    let channels = f.nccl_channels(&g);
+    assert_eq!(channels, 2);
+    let r = f
+        .prepare(&g, &[Backend::Nccl, Backend::OneStagePush])
+        .unwrap();
+    let Readiness::Ready { memory, .. } = r[0] else {
+        panic!("{r:?}")
+    };
+    assert_eq!(
+        memory.bytes_per_gpu,
+        memory::modelled(Backend::Nccl, 8, 8 << 20, channels)
+    );
+    assert!(!memory.measured);
+    let Readiness::Ready { memory, .. } = r[1] else {
+        panic!("{r:?}")
+    };
+    assert_eq!(
+        memory.bytes_per_gpu,
+        memory::modelled(Backend::OneStagePush, 8, 8 << 20, channels)
+    );
+}
+
+#[test]
+fn info_says_simulated() {
+    let i = sim("pcie-2x").info();
+    assert!(i.simulated);
+    assert_eq!(i.description, "simulated pcie-2x");
+    assert_eq!((i.driver, i.cuda, i.nccl), (None, None, None));
+}
+
+#[test]
+fn time_needs_a_prepared_ready_backend_and_whole_elements() {
+    let mut f = sim("pcie-8x-2switch");
+    assert!(matches!(
+        f.time(Backend::Nccl, 4096, Mode::Graph, 1, 1),
+        Err(FabricError::BadRequest(_))
+    ));
+    f.prepare(
+        &group(&[0, 1]),
+        &[Backend::Nccl, Backend::NcclRingLl128, Backend::OneStagePull],
+    )
+    .unwrap();
+    let err = |r: Result<Vec<f64>, FabricError>| match r {
+        Err(FabricError::BadRequest(m)) => m,
+        other => panic!("{other:?}"),
+    };
+    assert!(err(f.time(Backend::NcclRingLl128, 4096, Mode::Graph, 1, 1)).contains("waived"));
+    assert!(err(f.time(Backend::TwoStagePull, 4096, Mode::Graph, 1, 1)).contains("not prepared"));
+    assert!(err(f.time(Backend::Nccl, 4095, Mode::Graph, 1, 1)).contains("multiple of 2"));
+    assert!(err(f.time(Backend::OneStagePull, 16 << 20, Mode::Graph, 1, 1)).contains("max_bytes"));
+    // NCCL has no IPC buffers, so no size limit.
+    assert_eq!(
+        f.time(Backend::Nccl, 16 << 20, Mode::Graph, 1, 3)
+            .unwrap()
+            .len(),
+        3
+    );
+    f.release().unwrap();
+    assert!(f.verify(Backend::Nccl, 4096, 0).is_err());
+}
+
+#[test]
+fn same_seed_same_samples_and_eager_costs_more() {
+    let run = |seed| {
+        let mut f = SimFabric::new(presets::get("pcie-4x-1switch").unwrap(), seed);
+        f.prepare(&group(&[0, 1, 2, 3]), &Backend::ALL).unwrap();
+        let mut out = f
+            .time(Backend::OneStagePull, 65536, Mode::Graph, 10, 20)
+            .unwrap();
+        out.extend(f.time(Backend::Nccl, 65536, Mode::Eager, 10, 20).unwrap());
+        out
+    };
+    assert_eq!(run(3), run(3));
+    assert_ne!(run(3), run(4));
+    let mut f = sim("pcie-4x-1switch");
+    f.prepare(&group(&[0, 1, 2, 3]), &Backend::ALL).unwrap();
+    let med = |f: &mut SimFabric, b, m| {
+        let mut x = f.time(b, 4096, m, 10, 31).unwrap();
+        x.sort_by(f64::total_cmp);
+        x[15]
+    };
+    for b in [Backend::Nccl, Backend::OneStagePull] {
+        assert!(
+            med(&mut f, b, Mode::Eager) > med(&mut f, b, Mode::Graph) + 2.0,
+            "{b}"
+        );
+    }
+}
+
+#[test]
+fn faults_are_reported() {
+    let faults = Faults {
+        wrong: vec![Backend::OneStagePush],
+        hang: vec![Backend::TwoStagePull],
+        slow: vec![(Backend::OneStagePull, 10.0)],
+    };
+    let mut f = sim("pcie-4x-1switch").with_faults(faults);
+    f.prepare(&group(&[0, 1, 2, 3]), &Backend::ALL).unwrap();
+    assert_eq!(
+        f.verify(Backend::Nccl, 4096, 1).unwrap(),
+        Verification::Correct
+    );
+    assert!(matches!(
+        f.verify(Backend::OneStagePush, 4096, 1).unwrap(),
+        Verification::Wrong { .. }
+    ));
+    let e = f
+        .time(Backend::TwoStagePull, 4096, Mode::Graph, 1, 1)
+        .unwrap_err();
+    assert!(e.backend_local(), "{e}");
+    let slow = f
+        .time(Backend::OneStagePull, 4096, Mode::Graph, 1, 1)
+        .unwrap()[0];
+    let normal = f
+        .time(Backend::OneStagePush, 4096, Mode::Graph, 1, 1)
+        .unwrap()[0];
+    assert!(slow > 5.0 * normal, "{slow} vs {normal}");
+}
+
+#[test]
+fn probe_checks_its_arguments_and_reads_the_flow_model() {
+    let mut f = sim("pcie-4x-1switch");
+    assert!(f.probe(Direction::Read, 1, 1 << 20).is_err());
+    f.prepare(&group(&[0, 1, 2, 3]), &[Backend::Nccl]).unwrap();
+    assert!(f.probe(Direction::Read, 4, 1 << 20).is_err());
+    assert!(f.probe(Direction::Read, 0, 1 << 20).is_err());
+    // Three peers each through one 56.32 GB/s port; 64 MB makes latency negligible.
+    let s = f.probe(Direction::Write, 3, 64 << 20).unwrap();
+    assert!((s.per_gpu_gbps / 56.32 - 1.0).abs() < 0.05, "{s:?}");
+    assert!(
+        (s.aggregate_gbps / (4.0 * 56.32) - 1.0).abs() < 0.05,
+        "{s:?}"
+    );
+    // Small probes are latency-bound.
+    assert!(f.probe(Direction::Read, 3, 1024).unwrap().per_gpu_gbps < 10.0);
+}

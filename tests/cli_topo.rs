@@ -1,0 +1,245 @@
+//! `artune topo` through the binary: every preset renders, JSON round-trips, bad input is one
+//! line and exit code 2.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn artune(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_artune"))
+        .args(args)
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .expect("artune runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).expect("utf-8 output")
+}
+
+fn presets() -> Vec<String> {
+    let o = artune(&["topo", "--list-presets"]);
+    assert!(o.status.success());
+    let names: Vec<String> = stdout(&o)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(String::from)
+        .collect();
+    assert!(names.len() >= 5, "{names:?}");
+    names
+}
+
+fn class_hash_line(text: &str) -> String {
+    text.lines()
+        .find(|l| l.starts_with("class hash "))
+        .expect("class hash line")
+        .split_whitespace()
+        .nth(2)
+        .unwrap()
+        .into()
+}
+
+/// Bad input: exit 2, one line on stderr that contains every `needles`, nothing on stdout.
+fn assert_bad_input(args: &[&str], needles: &[&str]) {
+    let o = artune(args);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "{args:?}: one line expected, got:\n{err}"
+    );
+    assert!(
+        !err.contains("panicked") && !err.to_lowercase().contains("backtrace"),
+        "{err}"
+    );
+    for n in needles {
+        assert!(err.contains(n), "{args:?}: `{n}` missing from: {err}");
+    }
+    assert!(o.stdout.is_empty(), "{args:?} printed: {}", stdout(&o));
+}
+
+#[test]
+fn every_preset_renders_as_text() {
+    for name in presets() {
+        let o = artune(&["topo", "--sim", &name]);
+        assert!(
+            o.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let s = stdout(&o);
+        assert!(
+            s.contains(&format!("simulated machine: preset `{name}`")),
+            "{s}"
+        );
+        assert!(class_hash_line(&s).starts_with("sha256:"), "{s}");
+        for section in [
+            "\nGPUs\n",
+            "\nPaths (as `nvidia-smi topo -m`)\n",
+            "\nIslands",
+            "\nPCIe tree",
+        ] {
+            assert!(s.contains(section), "{name}: no {section:?} in\n{s}");
+        }
+        let n: usize = s.split_whitespace().next().unwrap().parse().unwrap();
+        let rows = s
+            .lines()
+            .filter(|l| l.trim_start().starts_with("GPU") && l.contains(" X "))
+            .count();
+        assert!(
+            rows >= n,
+            "{name}: {n} GPUs but {rows} matrix rows with X:\n{s}"
+        );
+    }
+}
+
+#[test]
+fn preset_json_round_trips_through_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in presets() {
+        let json = artune(&["topo", "--sim", &name, "--json"]);
+        assert!(json.status.success(), "{name}");
+        let parsed =
+            artune::topology::file::parse(&stdout(&json)).expect("topo --json is a topology file");
+        let path = dir.path().join(format!("{name}.json"));
+        std::fs::write(&path, &json.stdout).unwrap();
+        let p = path.to_str().unwrap();
+
+        let from_sim = stdout(&artune(&["topo", "--sim", &name]));
+        let from_file = artune(&["topo", "--topology", p]);
+        assert!(
+            from_file.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&from_file.stderr)
+        );
+        let from_file = stdout(&from_file);
+        assert_eq!(
+            class_hash_line(&from_sim),
+            class_hash_line(&from_file),
+            "{name}"
+        );
+        assert_eq!(class_hash_line(&from_sim), parsed.class_hash(), "{name}");
+        assert!(
+            from_file.contains(&format!("topology file {p}")),
+            "{from_file}"
+        );
+
+        let again = artune(&["topo", "--topology", p, "--json"]);
+        let again = artune::topology::file::parse(&stdout(&again)).unwrap();
+        assert_eq!(again.class_hash(), parsed.class_hash(), "{name}");
+        assert_eq!(again.gpus, parsed.gpus, "{name}");
+    }
+}
+
+#[test]
+fn malformed_file_is_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.json");
+    std::fs::write(&path, "{ this is not json").unwrap();
+    assert_bad_input(
+        &["topo", "--topology", path.to_str().unwrap()],
+        &["bad.json", "not a valid topology file"],
+    );
+}
+
+#[test]
+fn truncated_file_is_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let full = stdout(&artune(&["topo", "--sim", "pcie-8x-2switch", "--json"]));
+    let path = dir.path().join("cut.json");
+    std::fs::write(&path, &full[..full.len() / 3]).unwrap();
+    assert_bad_input(
+        &["topo", "--topology", path.to_str().unwrap()],
+        &["cut.json", "truncated"],
+    );
+}
+
+#[test]
+fn wrong_shape_file_is_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("empty.json");
+    std::fs::write(
+        &path,
+        r#"{"sockets": [], "root_complexes": [], "gpus": []}"#,
+    )
+    .unwrap();
+    assert_bad_input(
+        &["topo", "--topology", path.to_str().unwrap()],
+        &["empty.json", "no GPUs"],
+    );
+}
+
+#[test]
+fn unknown_preset_is_bad_input() {
+    assert_bad_input(
+        &["topo", "--sim", "no-such-box"],
+        &["no-such-box", "pcie-8x-2switch"],
+    );
+}
+
+#[test]
+fn missing_file_is_bad_input() {
+    let missing = Path::new("/nonexistent/artune/topology.json");
+    assert_bad_input(
+        &["topo", "--topology", missing.to_str().unwrap()],
+        &["cannot read", "topology.json", "check the path"],
+    );
+}
+
+#[test]
+fn no_nvml_library_is_bad_input() {
+    if nvml_wrapper::Nvml::init().is_ok() {
+        eprintln!("skipped: this machine has NVML, so `artune topo` reads the real GPUs");
+        return;
+    }
+    for json in [false, true] {
+        let mut args = vec!["topo"];
+        if json {
+            args.push("--json");
+        }
+        assert_bad_input(
+            &args,
+            &[
+                "libnvidia-ml.so.1",
+                "install the NVIDIA driver",
+                "--sim PRESET",
+                "--topology FILE",
+            ],
+        );
+    }
+}
+
+#[test]
+fn closed_stdout_is_not_a_panic() {
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_artune"))
+        .args(["topo", "--sim", "nvswitch-8x"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(o.status.code(), Some(0), "{err}");
+}
+
+#[test]
+fn committed_h200_capture_loads() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/profiles/hardware/h200/topo.json"
+    );
+    let o = artune(&["topo", "--topology", path]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s = stdout(&o);
+    for want in [
+        "NVIDIA H200, cc 9.0",
+        "bus 00000000:00:06.0",
+        "GPU0  Gen5 x16",
+        "NVLink: not supported",
+    ] {
+        assert!(s.contains(want), "`{want}` missing from:\n{s}");
+    }
+}

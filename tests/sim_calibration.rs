@@ -1,0 +1,405 @@
+//! The simulated fabric against the published measurements it is calibrated on
+//! (/work/shared/calibration/README.md). Each test names the calibration line it checks.
+//! Everything goes through the `Fabric` trait, plus `SimFabric::transfer_gbps` for transfer
+//! patterns a probe cannot express (one GPU pulling from all others).
+//!
+//! Latency-critical checks use CUDA-graph mode, as C2's table was measured; C1's NCCL figures
+//! come from eager torch.distributed and are checked in eager mode.
+
+use artune::fabric::sim::SimFabric;
+use artune::fabric::{Backend, Direction, Dtype, Fabric, Group, Mode, Readiness};
+use artune::topology::presets::get;
+use artune::topology::Contention;
+
+const KB: u64 = 1024;
+const MB: u64 = 1024 * KB;
+
+fn fabric(preset: &str, gpus: &[usize]) -> SimFabric {
+    let mut f = SimFabric::new(get(preset).unwrap(), 2024);
+    f.prepare(&group(gpus), &Backend::ALL).unwrap();
+    f
+}
+
+fn group(gpus: &[usize]) -> Group {
+    Group {
+        gpus: gpus.to_vec(),
+        dtype: Dtype::Bf16,
+        max_bytes: 256 * MB,
+    }
+}
+
+const ALL8: [usize; 8] = [0, 1, 2, 3, 4, 5, 6, 7];
+
+/// Median per-call µs over 31 samples of 10 calls, as the tuner would summarise them.
+fn median(f: &mut SimFabric, b: Backend, bytes: u64, mode: Mode) -> f64 {
+    let mut x = f.time(b, bytes, mode, 10, 31).unwrap();
+    x.sort_by(f64::total_cmp);
+    x[15]
+}
+
+fn within(got: f64, want: f64, tol: f64) -> bool {
+    (got / want - 1.0).abs() <= tol
+}
+
+/// Ring allreduce bus bandwidth, GB/s (nccl-tests convention, C4).
+fn busbw(bytes: u64, us: f64, n: usize) -> f64 {
+    bytes as f64 / (us * 1e3) * 2.0 * (n as f64 - 1.0) / n as f64
+}
+
+// ---- C1: 8 GPUs, two Gen5 switches of 4, one socket (pcie-8x-2switch) -------------------
+
+/// C1: "any single pair writes at 56.2-56.3 GB/s (same switch or across)".
+#[test]
+fn c1_one_pair_writes_at_link_rate() {
+    for pair in [[0, 1], [0, 4]] {
+        let mut f = fabric("pcie-8x-2switch", &pair);
+        let s = f.probe(Direction::Write, 1, 256 * MB).unwrap();
+        assert!(within(s.per_gpu_gbps, 56.25, 0.05), "{pair:?}: {s:?}");
+    }
+}
+
+/// C1: "Two or four concurrent pairs from one switch to the other share one x16 uplink:
+/// 56.4 GB/s in total. Bidirectional, 2 pairs: 109.3 GB/s."
+#[test]
+fn c1_pairs_across_switches_share_the_uplink() {
+    let f = SimFabric::new(get("pcie-8x-2switch").unwrap(), 1);
+    for pairs in [&[(0, 4), (1, 5)][..], &[(0, 4), (1, 5), (2, 6), (3, 7)]] {
+        let total: f64 = f
+            .transfer_gbps(Direction::Write, pairs)
+            .unwrap()
+            .iter()
+            .sum();
+        assert!(within(total, 56.4, 0.05), "{pairs:?}: {total}");
+    }
+    let bidi: f64 = f
+        .transfer_gbps(Direction::Write, &[(0, 4), (4, 0), (1, 5), (5, 1)])
+        .unwrap()
+        .iter()
+        .sum();
+    assert!(within(bidi, 109.3, 0.05), "{bidi}");
+}
+
+/// C1: "All 56 ordered pairs at once: 179 GB/s in total, 3.2 GB/s per pair" (the brief's
+/// target: ≈ 180 GB/s ± 20%).
+#[test]
+fn c1_all_56_pairs_aggregate() {
+    let mut f = fabric("pcie-8x-2switch", &ALL8);
+    let s = f.probe(Direction::Write, 7, 64 * MB).unwrap();
+    assert!(within(s.aggregate_gbps, 180.0, 0.20), "{s:?}");
+    assert!(within(s.aggregate_gbps / 56.0, 3.2, 0.20), "{s:?}");
+}
+
+/// C1 table: ring busbw plateau 45.6-46.5 GB/s from 64 MB to 1 GB (target 46 ± 15% at
+/// 256 MiB), for NCCL pinned to ring/Simple and for NCCL's own choice.
+#[test]
+fn c1_ring_plateau() {
+    let mut f = fabric("pcie-8x-2switch", &ALL8);
+    for b in [Backend::NcclRingSimple, Backend::Nccl] {
+        for mode in [Mode::Graph, Mode::Eager] {
+            let bw = busbw(256 * MB, median(&mut f, b, 256 * MB, mode), 8);
+            assert!(within(bw, 46.0, 0.15), "{b} {mode:?}: {bw}");
+        }
+    }
+    // And the plateau is a plateau: 16 MB already gets most of it (C1: 44.2-44.6).
+    let bw16 = busbw(
+        16 * MB,
+        median(&mut f, Backend::Nccl, 16 * MB, Mode::Eager),
+        8,
+    );
+    assert!(within(bw16, 44.4, 0.20), "{bw16}");
+}
+
+/// C1 table: 4 KB ring allreduce 17.3-23.9 µs (target: NCCL's own choice between 15 and
+/// 30 µs). C1 is eager torch.distributed; graph mode must not be slower.
+#[test]
+fn c1_nccl_4kb_latency() {
+    let mut f = fabric("pcie-8x-2switch", &ALL8);
+    let eager = median(&mut f, Backend::Nccl, 4 * KB, Mode::Eager);
+    let graph = median(&mut f, Backend::Nccl, 4 * KB, Mode::Graph);
+    assert!((15.0..=30.0).contains(&eager), "eager {eager}");
+    assert!(
+        (15.0..=30.0).contains(&graph) && graph < eager,
+        "graph {graph}"
+    );
+}
+
+// ---- C2: 8 GPUs on root ports, 4 per socket, two sockets (pcie-8x-direct-2socket) --------
+
+/// C2: "P2P unidirectional: 57.2 GB/s same socket, 42-44 GB/s across sockets;
+/// bidirectional 112.3 / 75-88 GB/s."
+#[test]
+fn c2_point_to_point() {
+    let f = SimFabric::new(get("pcie-8x-direct-2socket").unwrap(), 1);
+    let one = |pairs: &[(usize, usize)]| -> f64 {
+        f.transfer_gbps(Direction::Write, pairs)
+            .unwrap()
+            .iter()
+            .sum()
+    };
+    assert!(within(one(&[(0, 1)]), 57.2, 0.05));
+    assert!((42.0..=44.0).contains(&one(&[(0, 4)])));
+    assert!(within(one(&[(0, 1), (1, 0)]), 112.3, 0.05));
+    assert!((75.0..=88.0).contains(&one(&[(0, 4), (4, 0)])));
+}
+
+/// C2: "One GPU pulling from all 7 peers at once: 54.8-56.6 GB/s (limited by its own x16
+/// link)."
+#[test]
+fn c2_one_gpu_pulls_from_seven() {
+    let f = SimFabric::new(get("pcie-8x-direct-2socket").unwrap(), 1);
+    let pairs: Vec<(usize, usize)> = (1..8).map(|p| (p, 0)).collect();
+    let total: f64 = f
+        .transfer_gbps(Direction::Read, &pairs)
+        .unwrap()
+        .iter()
+        .sum();
+    assert!(within(total, 55.7, 0.05), "{total}");
+}
+
+/// C2: "All 8 GPUs pulling from all 7 peers at once (56 flows): 22.7-24.3 GB/s per GPU,
+/// 184.6 GB/s in total" (target ± 20%).
+#[test]
+fn c2_all_pull_all() {
+    let mut f = fabric("pcie-8x-direct-2socket", &ALL8);
+    let s = f.probe(Direction::Read, 7, 64 * MB).unwrap();
+    assert!(within(s.per_gpu_gbps, 23.5, 0.20), "{s:?}");
+    assert!(within(s.aggregate_gbps, 184.6, 0.20), "{s:?}");
+}
+
+/// C2: "Staggered probe, every GPU reads peer i+k: k=1 52.3, k=2 37.9, k=3 26.8, k=4 19.3 (all
+/// cross-socket), k=5 39.6, k=6 41.2, k=7 40.8 GB/s average." The model is symmetric in k and
+/// 8−k while the machine is not, so only k=1 and k=4 (the extremes the wiring explains) are
+/// held to 10%; the rest to a factor 1.35.
+#[test]
+fn c2_staggered_reads() {
+    let f = SimFabric::new(get("pcie-8x-direct-2socket").unwrap(), 1);
+    let published = [52.3, 37.9, 26.8, 19.3, 39.6, 41.2, 40.8];
+    for (k, want) in (1..8).zip(published) {
+        let pairs: Vec<(usize, usize)> = (0..8).map(|i| ((i + k) % 8, i)).collect();
+        let rates = f.transfer_gbps(Direction::Read, &pairs).unwrap();
+        let mean = rates.iter().sum::<f64>() / 8.0;
+        let tol = if k == 1 || k == 4 { 0.10 } else { 0.35 };
+        assert!(within(mean, want, tol), "k={k}: {mean} vs {want}");
+    }
+}
+
+/// C2 table: one-shot beats NCCL below 32 KB and loses above 128 KB at TP8 (crossover chosen
+/// there: 72 KB). One-stage here is the better of pull and push; CUDA graphs as in C2.
+#[test]
+fn c2_one_stage_crossover() {
+    let mut f = fabric("pcie-8x-direct-2socket", &ALL8);
+    let one_stage = |f: &mut SimFabric, bytes| {
+        median(f, Backend::OneStagePull, bytes, Mode::Graph).min(median(
+            f,
+            Backend::OneStagePush,
+            bytes,
+            Mode::Graph,
+        ))
+    };
+    for bytes in [KB, 4 * KB, 8 * KB, 16 * KB, 24 * KB] {
+        let (o, n) = (
+            one_stage(&mut f, bytes),
+            median(&mut f, Backend::Nccl, bytes, Mode::Graph),
+        );
+        assert!(o < n, "{bytes} B: one-stage {o} vs nccl {n}");
+    }
+    for bytes in [160 * KB, 256 * KB, 512 * KB, MB] {
+        let (o, n) = (
+            one_stage(&mut f, bytes),
+            median(&mut f, Backend::Nccl, bytes, Mode::Graph),
+        );
+        assert!(o > n, "{bytes} B: one-stage {o} vs nccl {n}");
+    }
+    // The crossover itself lies between 32 and 128 KB.
+    let cross = (4..=16)
+        .map(|i| i * 8 * KB)
+        .find(|&b| one_stage(&mut f, b) > median(&mut f, Backend::Nccl, b, Mode::Graph))
+        .unwrap();
+    assert!((32 * KB..=128 * KB).contains(&cross), "{cross}");
+}
+
+/// C2 table, shape: one-shot (a pull kernel) and NCCL within a factor 1.5 of each published
+/// time. C2 ran NCCL with NCCL_MIN_NCHANNELS=8 and a hand-written graph; the simulator runs
+/// NCCL's default search (2 channels here), which the factor absorbs.
+#[test]
+fn c2_table_shape() {
+    let table = [
+        (KB, 7.5, 18.0),
+        (4 * KB, 8.2, 28.2),
+        (8 * KB, 8.9, 18.6),
+        (16 * KB, 12.0, 25.7),
+        (32 * KB, 16.4, 24.9),
+        (64 * KB, 25.6, 27.0),
+        (72 * KB, 26.9, 31.7),
+        (80 * KB, 30.1, 23.3),
+        (128 * KB, 44.5, 30.9),
+        (256 * KB, 80.8, 55.4),
+        (512 * KB, 149.1, 79.6),
+        (MB, 288.6, 129.7),
+    ];
+    let mut f = fabric("pcie-8x-direct-2socket", &ALL8);
+    for (bytes, one_shot, nccl) in table {
+        let o = median(&mut f, Backend::OneStagePull, bytes, Mode::Graph);
+        let n = median(&mut f, Backend::Nccl, bytes, Mode::Graph);
+        assert!(
+            (o / one_shot).max(one_shot / o) <= 1.5,
+            "{bytes} B one-shot {o} vs {one_shot}"
+        );
+        assert!(
+            (n / nccl).max(nccl / n) <= 1.5,
+            "{bytes} B nccl {n} vs {nccl}"
+        );
+    }
+}
+
+// ---- C3: what the fabric does that a naive model misses ----------------------------------
+
+/// C3: "on 4 GPUs under one switch it can win up to ~0.5-1 MB" (target: one- or two-stage
+/// beats NCCL at every size up to at least 256 KB, TP4).
+#[test]
+fn c3_four_gpus_under_one_switch_favour_custom() {
+    let mut f = fabric("pcie-4x-1switch", &[0, 1, 2, 3]);
+    let custom = [
+        Backend::OneStagePull,
+        Backend::OneStagePush,
+        Backend::TwoStagePull,
+        Backend::TwoStagePush,
+    ];
+    for bytes in (0..=8).map(|i| KB << i) {
+        let best = custom
+            .iter()
+            .map(|&b| median(&mut f, b, bytes, Mode::Graph))
+            .fold(f64::INFINITY, f64::min);
+        let nccl = median(&mut f, Backend::Nccl, bytes, Mode::Graph);
+        assert!(best < nccl, "{bytes} B: custom {best} vs nccl {nccl}");
+    }
+    // One-stage alone still wins at 512 KB and has lost by 4 MB.
+    let one = |f: &mut SimFabric, b| median(f, Backend::OneStagePull, b, Mode::Graph);
+    assert!(one(&mut f, 512 * KB) < median(&mut f, Backend::Nccl, 512 * KB, Mode::Graph));
+    assert!(one(&mut f, 4 * MB) > median(&mut f, Backend::Nccl, 4 * MB, Mode::Graph));
+}
+
+/// C3: "one-stage loses to ring on 8 PCIe GPUs past a few tens of KB" (C1's box).
+#[test]
+fn c3_eight_pcie_gpus_one_stage_loses_past_tens_of_kb() {
+    let mut f = fabric("pcie-8x-2switch", &ALL8);
+    assert!(
+        median(&mut f, Backend::OneStagePull, 4 * KB, Mode::Graph)
+            < median(&mut f, Backend::Nccl, 4 * KB, Mode::Graph)
+    );
+    for bytes in [128 * KB, 512 * KB, 4 * MB] {
+        let o = median(&mut f, Backend::OneStagePull, bytes, Mode::Graph);
+        let n = median(&mut f, Backend::Nccl, bytes, Mode::Graph);
+        assert!(o > 1.5 * n, "{bytes} B: one-stage {o} vs nccl {n}");
+    }
+}
+
+/// C3: on a Broadcom box, posted writes from one switch to two root complexes collapse to
+/// about 2.7 GB/s while reads stay near 51 GB/s, so push and pull must both be measured. The
+/// preset is rewired like such a box: four Broadcom switches of two GPUs, each under its own
+/// root complex, with `write_collapse_gbps` set.
+#[test]
+fn c3_broadcom_write_collapse() {
+    let mut t = get("pcie-8x-2switch").unwrap();
+    t.pairs.clear();
+    let template = t.switches[0].clone();
+    t.root_complexes = (0..4)
+        .map(|i| artune::topology::RootComplex {
+            id: format!("rc{i}"),
+            socket: 0,
+            contention: None,
+        })
+        .collect();
+    t.switches = (0..4)
+        .map(|i| artune::topology::Switch {
+            id: format!("sw{i}"),
+            parent: format!("rc{i}"),
+            vendor: Some("Broadcom".into()),
+            device: Some("PEX89144".into()),
+            contention: Some(Contention {
+                write_collapse_gbps: Some(2.7),
+                ..template.contention.clone().unwrap_or_default()
+            }),
+            ..template.clone()
+        })
+        .collect();
+    for g in &mut t.gpus {
+        g.parent = format!("sw{}", g.index / 2);
+    }
+    t.normalize().unwrap();
+    let mut f = SimFabric::new(t, 5);
+    f.prepare(&group(&ALL8), &Backend::ALL).unwrap();
+    let read = f.probe(Direction::Read, 7, 16 * MB).unwrap();
+    let write = f.probe(Direction::Write, 7, 16 * MB).unwrap();
+    assert!(
+        write.aggregate_gbps < read.aggregate_gbps / 5.0,
+        "{read:?} vs {write:?}"
+    );
+    let pull = median(&mut f, Backend::OneStagePull, 256 * KB, Mode::Graph);
+    let push = median(&mut f, Backend::OneStagePush, 256 * KB, Mode::Graph);
+    assert!(push > 3.0 * pull, "push {push} vs pull {pull}");
+}
+
+// ---- C4: NCCL's own model ---------------------------------------------------------------
+
+/// C4: "LL128 is disabled by default on PCIe paths": prepare waives it with that reason; on
+/// NVSwitch it stays.
+#[test]
+fn c4_ll128_off_on_pcie() {
+    let mut f = SimFabric::new(get("pcie-8x-direct-2socket").unwrap(), 1);
+    let r = f
+        .prepare(
+            &group(&ALL8),
+            &[Backend::NcclRingLl128, Backend::NcclTreeLl128],
+        )
+        .unwrap();
+    for x in &r {
+        assert!(
+            matches!(x, Readiness::Waived { reason, .. } if reason.contains("PCIe")),
+            "{x:?}"
+        );
+    }
+    let mut nv = SimFabric::new(get("nvswitch-8x").unwrap(), 1);
+    let r = nv
+        .prepare(&group(&ALL8), &[Backend::NcclRingLl128])
+        .unwrap();
+    assert!(matches!(r[0], Readiness::Ready { .. }), "{r:?}");
+}
+
+/// C4: "Per-hop latency ... PCIe 1.0 (LL)" and "Ring allreduce has 2(N−1) steps": small-message
+/// ring/LL time grows by about 1 µs per added step within one switch.
+#[test]
+fn c4_ring_latency_grows_per_step() {
+    let t = |gpus: &[usize]| {
+        let mut f = fabric("pcie-8x-2switch", gpus);
+        median(&mut f, Backend::NcclRingLl, KB, Mode::Graph)
+    };
+    let (t2, t4) = (t(&[0, 1]), t(&[0, 1, 2, 3]));
+    // TP2 has 2 steps, TP4 has 6.
+    let per_step = (t4 - t2) / 4.0;
+    assert!(within(per_step, 1.0, 0.2), "{per_step}");
+}
+
+// ---- NVSwitch ---------------------------------------------------------------------------
+
+/// The brief's NVLink check: one-stage beats NCCL ring at 4 KB by at least 2× (8 GPUs on
+/// NVSwitch), against every ring protocol and NCCL's own choice.
+#[test]
+fn nvswitch_one_stage_wins_small() {
+    let mut f = fabric("nvswitch-8x", &ALL8);
+    let one = median(&mut f, Backend::OneStagePull, 4 * KB, Mode::Graph).min(median(
+        &mut f,
+        Backend::OneStagePush,
+        4 * KB,
+        Mode::Graph,
+    ));
+    for b in [
+        Backend::Nccl,
+        Backend::NcclRingLl,
+        Backend::NcclRingLl128,
+        Backend::NcclRingSimple,
+    ] {
+        let ring = median(&mut f, b, 4 * KB, Mode::Graph);
+        assert!(ring >= 2.0 * one, "{b} {ring} vs one-stage {one}");
+    }
+}
