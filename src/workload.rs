@@ -382,15 +382,11 @@ pub fn predict<'a>(
             gpus: None,
         })
         .ok_or_else(|| {
-            let have: Vec<String> = p
-                .groups
-                .iter()
-                .map(|g| format!("TP{} {}", g.tp, g.mode.id()))
-                .collect();
+            let have = crate::export::group_names(p);
             Error::bad_input(format!(
                 "the profile has no TP{tp} {} group (it has {}); pass --tp and --mode to match",
                 mode.id(),
-                have.join(", ")
+                have
             ))
         })?;
     let largest = g.buckets.last().map_or(0, |b| b.bytes);

@@ -433,3 +433,44 @@ fn select_and_plugin_do_not_allocate() {
     assert_eq!(allocs() - before, 0, "select or getCollInfo allocated");
     assert!(hits > 5000);
 }
+
+#[test]
+fn tuned_profiles_flow_through_every_consumer() {
+    let d = tempfile::tempdir().unwrap();
+    let topo = |preset: &str| {
+        format!(
+            "{}/profiles/topologies/{preset}.json",
+            env!("CARGO_MANIFEST_DIR")
+        )
+    };
+    for preset in ["pcie-8x-2switch", "nvswitch-8x"] {
+        let p = d.path().join(format!("{preset}.json"));
+        let p = s(&p);
+        let o = artune(&["tune", "--sim", preset, "-o", p]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let o = artune(&["select", p, "--tp", "8", "--bytes", "14336", "--json"]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        assert!(serde_json::from_str::<serde_json::Value>(&o.stdout).unwrap()["simulated"] == true);
+        assert_eq!(artune(&["check", p, "--topology", &topo(preset)]).code, 0);
+        for engine in ["trtllm", "vllm", "sglang", "nccl", "env"] {
+            let o = artune(&["export", p, "--engine", engine, "--hidden", "7168"]);
+            assert_eq!(o.code, 0, "{preset} {engine}: {}", o.stderr);
+            assert!(o.stdout.contains("SIMULATED PROFILE"));
+        }
+        let o = artune(&[
+            "predict",
+            p,
+            "--workload",
+            "122x7168xbf16@1..16",
+            "--tp",
+            "8",
+        ]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+    }
+    let pcie = d.path().join("pcie-8x-2switch.json");
+    fails(
+        &["check", s(&pcie), "--topology", &topo("nvswitch-8x")],
+        3,
+        "profile is stale:",
+    );
+}

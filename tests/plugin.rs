@@ -216,3 +216,51 @@ fn c_abi_links_against_the_header() {
     run("8", "1000", "none");
     run("2", "1073741824", "none");
 }
+
+#[test]
+fn follows_a_profile_tuned_on_the_simulated_fabric() {
+    if harnesses().is_none() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("tuned.json");
+    let tune = Command::new(env!("CARGO_BIN_EXE_artune"))
+        .args([
+            "tune",
+            "--sim",
+            "pcie-8x-2switch",
+            "-o",
+            path.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        tune.status.success(),
+        "{}",
+        String::from_utf8_lossy(&tune.stderr)
+    );
+    let p = artune::Profile::load(&path).unwrap();
+    let ctx = artune::plugin::Context::from_profile(&p, 8, 1, artune::Mode::Graph, None).unwrap();
+    let env = [
+        ("ARTUNE_PROFILE", path.to_str().unwrap()),
+        ("ARTUNE_ALLOW_SIMULATED", "1"),
+    ];
+    let mut lowered = 0;
+    // Every power of two and 1.5x from 1 KiB to 256 MiB, and one size beyond the profile.
+    let sizes = (10..29)
+        .flat_map(|k| [1u64 << k, 3u64 << (k - 1)])
+        .chain([1u64 << 40]);
+    for bytes in sizes {
+        // What the library says this size gets, checked through the cdylib as NCCL loads it.
+        let expect = match ctx.pin(bytes) {
+            Ok(Some(pin)) => format!("{},{}", pin.algo, pin.proto),
+            _ => "untouched".to_string(),
+        };
+        lowered += usize::from(expect != "untouched");
+        assert_ok(plugin(&env, 8, bytes, &expect), "TP8 graph");
+    }
+    assert!(
+        lowered >= 1,
+        "the tuned profile should steer some of these sizes"
+    );
+}

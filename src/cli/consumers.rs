@@ -13,20 +13,6 @@ use crate::topology::Topology;
 use crate::units::fmt_bytes;
 use crate::workload::{self, Policy, Workload};
 
-/// "TP2 graph, TP2 eager, ..." for messages that say what a profile has.
-fn groups_list(p: &Profile) -> String {
-    let v: Vec<String> = p
-        .groups
-        .iter()
-        .map(|g| format!("TP{} {}", g.tp, g.mode.id()))
-        .collect();
-    if v.is_empty() {
-        "no groups".into()
-    } else {
-        v.join(", ")
-    }
-}
-
 fn warn_simulated(path: &Path, p: &Profile) {
     if p.simulated {
         eprintln!(
@@ -80,7 +66,7 @@ pub fn select(a: SelectArgs) -> Result<i32, Error> {
             a.profile.display(),
             a.tp,
             mode.id(),
-            groups_list(&p)
+            crate::export::group_names(&p)
         ))),
         Selection::Unknown(UnknownReason::AboveLargestBucket) => {
             let largest = p
@@ -321,7 +307,7 @@ pub fn check(a: CheckArgs) -> Result<i32, Error> {
         a.profile.display(),
         p.fingerprint.topology_class,
         p.fingerprint.host,
-        groups_list(&p),
+        crate::export::group_names(&p),
         if p.simulated {
             "; the profile is SIMULATED"
         } else {
@@ -374,7 +360,7 @@ pub fn predict(a: PredictArgs) -> Result<i32, Error> {
                 _ => {
                     return Err(Error::bad_input(format!(
                         "the profile has several TP sizes ({}); pass --tp to choose one",
-                        groups_list(&p)
+                        crate::export::group_names(&p)
                     )))
                 }
             }

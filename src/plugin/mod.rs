@@ -169,15 +169,11 @@ impl Context {
                 gpus: None,
             })
             .ok_or_else(|| {
-                let have: Vec<String> = p
-                    .groups
-                    .iter()
-                    .map(|g| format!("TP{} {}", g.tp, g.mode.id()))
-                    .collect();
+                let have = crate::export::group_names(p);
                 format!(
                     "the profile has no TP{n_ranks} group in {} mode (it has {})",
                     mode.id(),
-                    have.join(", ")
+                    have
                 )
             })?;
         let pins: Vec<Option<Pin>> = g
