@@ -281,7 +281,7 @@ pub extern "C" fn artune_last_error() -> *const c_char {
 /// The ABI version this library implements (ARTUNE_ABI_VERSION in artune.h).
 #[no_mangle]
 pub extern "C" fn artune_abi_version() -> c_int {
-    ARTUNE_ABI_VERSION
+    catch_unwind(|| ARTUNE_ABI_VERSION).unwrap_or(ARTUNE_ERR_INTERNAL)
 }
 
 #[cfg(test)]
