@@ -5,10 +5,14 @@
 //! both modes and 81 buckets per group (1 KiB to 1 GiB, 4 per octave: more than a default tune's
 //! powers of two from 1K to 256M); sizes cycle through 64 values spread over that range.
 //!
+//! Time is the benchmark thread's CPU time (CLOCK_THREAD_CPUTIME_ID), not wall time: on a shared
+//! machine wall time also counts the slices other processes run on this core.
+//!
 //!     cargo bench --bench select
 
 use std::hint::black_box;
 
+use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{criterion_group, criterion_main, Criterion};
 
 use artune::capi;
@@ -17,6 +21,45 @@ use artune::fabric::Mode;
 use artune::plugin::abi::{get_coll_info, ncclTunerPlugin_v6};
 use artune::plugin::{Context, NCCL_FUNC_ALLREDUCE};
 use artune::profile::Query;
+
+/// The calling thread's CPU time in nanoseconds.
+struct ThreadCpu;
+
+fn thread_cpu_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+static WALL: WallTime = WallTime;
+
+impl Measurement for ThreadCpu {
+    type Intermediate = u64;
+    type Value = u64;
+    fn start(&self) -> u64 {
+        thread_cpu_ns()
+    }
+    fn end(&self, start: u64) -> u64 {
+        thread_cpu_ns() - start
+    }
+    fn add(&self, a: &u64, b: &u64) -> u64 {
+        a + b
+    }
+    fn zero(&self) -> u64 {
+        0
+    }
+    fn to_f64(&self, v: &u64) -> f64 {
+        *v as f64
+    }
+    fn formatter(&self) -> &dyn ValueFormatter {
+        // Values are nanoseconds, as wall time's are.
+        WALL.formatter()
+    }
+}
 
 fn sizes() -> Vec<u64> {
     (0..=80)
@@ -28,7 +71,7 @@ fn messages() -> Vec<u64> {
     (0..64u64).map(|i| 1000 + i * i * i * 4000).collect()
 }
 
-fn bench(c: &mut Criterion) {
+fn bench(c: &mut Criterion<ThreadCpu>) {
     let p = sample::profile_with("pcie-8x-2switch", &[2, 4, 8], &sizes());
     let msgs = messages();
     let q = Query {
@@ -43,6 +86,10 @@ fn bench(c: &mut Criterion) {
             i = (i + 1) & 63;
             black_box(p.select(black_box(q), black_box(msgs[i])))
         })
+    });
+
+    c.bench_function("Profile::group alone (the lookup inside select)", |b| {
+        b.iter(|| black_box(p.group(black_box(q))).is_some())
     });
 
     let dir = tempfile::tempdir().unwrap();
@@ -119,5 +166,9 @@ fn bench(c: &mut Criterion) {
     unsafe { drop(Box::from_raw(ctx)) };
 }
 
-criterion_group!(benches, bench);
+criterion_group! {
+    name = benches;
+    config = Criterion::default().with_measurement(ThreadCpu);
+    targets = bench
+}
 criterion_main!(benches);
