@@ -441,3 +441,37 @@ fn unwritable_out_leaves_previous_profile_untouched() {
         "is a directory",
     );
 }
+
+#[test]
+fn tune_without_gpu_suggests_sim() {
+    if Path::new("/dev/nvidia0").exists() || Path::new("/dev/nvidiactl").exists() {
+        eprintln!("skipped: this machine has an NVIDIA device, so `artune tune` would measure it");
+        return;
+    }
+    let out = tmp().join("nogpu.json");
+    assert_bad_input(
+        &artune(&["tune", "--out", out.to_str().unwrap()]),
+        "--sim PRESET",
+    );
+    assert_bad_input(
+        &artune(&["tune", "--loopback", "8", "--out", out.to_str().unwrap()]),
+        "--sim PRESET",
+    );
+    assert_bad_input(
+        &artune(&["tune", "--loopback", "99", "--out", out.to_str().unwrap()]),
+        "--loopback 99",
+    );
+    assert_bad_input(
+        &artune(&[
+            "tune",
+            "--sim",
+            "pcie-2x",
+            "--loopback",
+            "4",
+            "--out",
+            out.to_str().unwrap(),
+        ]),
+        "--loopback",
+    );
+    assert!(!out.exists());
+}

@@ -1,5 +1,6 @@
 //! Command line: argument types and dispatch. Each subcommand's work lives in its own file.
 
+mod bench;
 mod consumers;
 mod topo;
 mod tune;
@@ -284,7 +285,7 @@ fn run(cmd: Command) -> Result<i32, Error> {
         Command::Export(a) => consumers::export(a),
         Command::Check(a) => consumers::check(a),
         Command::Predict(a) => consumers::predict(a),
-        Command::Bench(a) => tune::bench(a),
+        Command::Bench(a) => bench::run(a),
         Command::Schema => {
             print!("{}", crate::profile::schema::generate());
             Ok(0)

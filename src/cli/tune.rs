@@ -3,7 +3,7 @@
 use std::io::IsTerminal;
 use std::path::Path;
 
-use super::{BenchArgs, ShowArgs, TuneArgs};
+use super::{ShowArgs, TuneArgs};
 use crate::error::Error;
 use crate::fabric::Fabric;
 use crate::measure::Progress;
@@ -22,9 +22,7 @@ fn open_fabric(a: &TuneArgs) -> Result<Box<dyn Fabric>, Error> {
         let t = super::load_topology(&a.source)?;
         return Ok(Box::new(crate::fabric::sim::SimFabric::new(t, a.seed)));
     }
-    Err(Error::Hardware(
-        "the CUDA fabric is not built yet; simulate a machine with --sim PRESET".into(),
-    ))
+    Ok(Box::new(crate::fabric::cuda::CudaFabric::open(a.loopback)?))
 }
 
 /// Fails early, before any measuring, when the profile could not be written.
@@ -145,8 +143,4 @@ pub fn show(a: ShowArgs) -> Result<i32, Error> {
         print!("{}", report::summary(&p));
     }
     Ok(0)
-}
-
-pub fn bench(_a: BenchArgs) -> Result<i32, Error> {
-    Err(Error::bad_input("bench is not built yet"))
 }

@@ -65,7 +65,9 @@ pub fn plots(p: &Profile, dir: &Path) -> Result<Vec<PathBuf>, Error> {
 }
 
 fn group_plot(g: &GroupProfile, path: &Path, tag: &str) -> Result<(), Error> {
-    let xs: Vec<f64> = g.buckets.iter().map(|b| b.bytes as f64).collect();
+    // x is log2(bytes) on a linear axis, so ticks fall on powers of two (1K, 4K, 16K, ...).
+    let lx = |bytes: u64| (bytes as f64).log2();
+    let xs: Vec<f64> = g.buckets.iter().map(|b| lx(b.bytes)).collect();
     let ys = g
         .buckets
         .iter()
@@ -74,7 +76,7 @@ fn group_plot(g: &GroupProfile, path: &Path, tag: &str) -> Result<(), Error> {
     if xs.is_empty() || ymax <= 0.0 {
         return Ok(());
     }
-    let (xmin, xmax) = (xs[0], xs[xs.len() - 1].max(xs[0] * 2.0));
+    let (xmin, xmax) = (xs[0] - 0.25, xs[xs.len() - 1].max(xs[0] + 1.0) + 0.25);
     let root = SVGBackend::new(path, (960, 640)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| draw_err(path, e))?;
     let title = format!(
@@ -89,20 +91,18 @@ fn group_plot(g: &GroupProfile, path: &Path, tag: &str) -> Result<(), Error> {
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(60)
-        .build_cartesian_2d(
-            (xmin..xmax).log_scale(),
-            (ymin * 0.8..ymax * 1.25).log_scale(),
-        )
+        .build_cartesian_2d(xmin..xmax, (ymin * 0.8..ymax * 1.25).log_scale())
         .map_err(|e| draw_err(path, e))?;
     chart
         .configure_mesh()
         .x_desc("message size (bytes)")
         .y_desc("time per allreduce (µs)")
-        .x_label_formatter(&|x| crate::units::fmt_bytes(*x as u64))
+        .x_labels(((xmax - xmin) as usize + 1).min(30))
+        .x_label_formatter(&|x| crate::units::fmt_bytes(2f64.powf(x.round()) as u64))
         .draw()
         .map_err(|e| draw_err(path, e))?;
     for c in &g.crossovers {
-        let x = c.bytes as f64;
+        let x = lx(c.bytes);
         chart
             .draw_series(LineSeries::new(
                 [(x, ymin * 0.8), (x, ymax * 1.25)],
@@ -114,7 +114,7 @@ fn group_plot(g: &GroupProfile, path: &Path, tag: &str) -> Result<(), Error> {
         let pts: Vec<(f64, f64)> = g
             .buckets
             .iter()
-            .filter_map(|k| k.results.get(&b).map(|t| (k.bytes as f64, t.median_us)))
+            .filter_map(|k| k.results.get(&b).map(|t| (lx(k.bytes), t.median_us)))
             .collect();
         if pts.is_empty() {
             continue;
@@ -131,7 +131,7 @@ fn group_plot(g: &GroupProfile, path: &Path, tag: &str) -> Result<(), Error> {
         .draw_series(g.buckets.iter().filter_map(|k| {
             let t = k.results.get(&k.choice)?;
             Some(Circle::new(
-                (k.bytes as f64, t.median_us),
+                (lx(k.bytes), t.median_us),
                 4,
                 color(k.choice).filled(),
             ))
@@ -176,6 +176,8 @@ fn contention_plot(p: &Profile, gpus: &[usize], path: &Path, tag: &str) -> Resul
     chart
         .configure_mesh()
         .x_desc("peers each GPU transfers with at once")
+        .x_labels(peers)
+        .x_label_formatter(&|x| format!("{x:.0}"))
         .y_desc("GB/s per GPU")
         .draw()
         .map_err(|e| draw_err(path, e))?;

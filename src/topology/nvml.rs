@@ -222,8 +222,8 @@ fn read_host(nvml: &Nvml, notes: &mut Notes) -> Host {
                 nvml_wrapper::cuda_driver_version_minor(v)
             )
         }),
-        // NCCL is found by the CUDA fabric, which fills this in.
-        nccl: None,
+        // Part of the host hash: a profile goes stale when NCCL changes under it.
+        nccl: crate::fabric::cuda::nccl_version(),
     }
 }
 

@@ -1,0 +1,220 @@
+// Shared definitions for artune's kernels. Compiled at run time by NVRTC for the detected GPU;
+// no CUDA headers are needed (half and bfloat16 conversions are written out below), so the
+// sources compile with any NVRTC that supports the GPU's architecture.
+#pragma once
+
+#define MAX_RANKS 16
+#define MAX_BLOCKS 256
+#define THREADS 512
+// A barrier that waits longer than this gives up, records the failure in Signal::status and
+// lets the kernel finish, so a lost peer turns into an error on the host instead of a hang.
+#define BARRIER_TIMEOUT_NS 5000000000ull
+
+typedef unsigned long long u64;
+typedef unsigned int u32;
+typedef unsigned short u16;
+
+// 16 bytes: 8 bf16/fp16 or 4 fp32 values.
+struct __align__(16) V4 {
+  u32 a, b, c, d;
+};
+
+// Per-rank signal area, zeroed once at allocation and never reset: every barrier uses the
+// block's epoch + 1 as the value to wait for, so repeated calls and CUDA-graph replays work
+// without host resets. flags[phase][block][src] is written by rank `src`.
+struct Signal {
+  u32 flags[3][MAX_BLOCKS][MAX_RANKS];
+  u32 epoch[MAX_BLOCKS];
+  u32 status;  // non-zero: a barrier timed out on this rank
+};
+
+// Kernel argument block; the host mirrors this layout (src/fabric/cuda/kernels.rs).
+struct ArArgs {
+  u64 in[MAX_RANKS];       // each rank's input (peers read it in pull kernels)
+  u64 out[MAX_RANKS];      // each rank's output (peers write it in two-stage push)
+  u64 scratch[MAX_RANKS];  // receive slots (push) or reduced shard (two-stage pull)
+  u64 sig[MAX_RANKS];      // each rank's Signal
+  u64 n;                   // elements to reduce
+  u64 slot_bytes;          // distance between receive slots (push)
+  int nranks;
+  int rank_base;           // this launch's first rank; rank = rank_base + blockIdx.y
+};
+
+__device__ __forceinline__ u64 now_ns() {
+  u64 t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ void st_release(u32* p, u32 v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ u32 ld_acquire(const u32* p) {
+  u32 v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ u32 ld_volatile(const volatile u32* p) {
+  u32 v;
+  asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void st_relaxed(u32* p, u32 v) {
+  asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ u32 ld_relaxed(const u32* p) {
+  u32 v;
+  asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Spins until *p == want (acquire: later reads see what the writer published before its
+// release), or until the timeout passes, which is recorded in *status. Once a barrier of this
+// rank has timed out, later ones give up at their first timer check.
+template <bool ACQUIRE>
+__device__ __forceinline__ void wait_for(const u32* p, u32 want, u32* status) {
+  u64 start = 0;
+  u32 spins = 0;
+  while ((ACQUIRE ? ld_acquire(p) : ld_relaxed(p)) != want) {
+    if ((++spins & 1023) == 0) {
+      u64 t = now_ns();
+      if (start == 0) {
+        start = t;
+        if (ld_volatile(status) != 0) return;
+      } else if (t - start > BARRIER_TIMEOUT_NS) {
+        atomicExch(status, 1u);
+        return;
+      }
+    }
+  }
+}
+
+// 16-byte loads bypass L1 (.cg): peers' data may have been written during this kernel.
+__device__ __forceinline__ V4 ld_v4(const void* p) {
+  V4 v;
+  asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.a), "=r"(v.b), "=r"(v.c), "=r"(v.d)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void st_v4(void* p, V4 v) {
+  asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.a), "r"(v.b), "r"(v.c),
+               "r"(v.d)
+               : "memory");
+}
+
+__device__ __forceinline__ u32 ld_u32(const void* p) {
+  u32 v;
+  asm volatile("ld.global.cg.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ u16 ld_u16(const void* p) {
+  u16 v;
+  asm volatile("ld.global.cg.u16 %0, [%1];" : "=h"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void st_u32(void* p, u32 v) {
+  asm volatile("st.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ void st_u16(void* p, u16 v) {
+  asm volatile("st.global.u16 [%0], %1;" ::"l"(p), "h"(v) : "memory");
+}
+
+// ---- element types: P values per 16-byte vector, conversions through fp32 ----
+
+__device__ __forceinline__ float bf16_to_f32(u32 bits) { return __uint_as_float(bits << 16); }
+
+// Round to nearest even; NaN stays NaN.
+__device__ __forceinline__ u32 f32_to_bf16(float f) {
+  u32 u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return u >> 16;
+}
+
+__device__ __forceinline__ float f16_to_f32(u16 h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+
+__device__ __forceinline__ u16 f32_to_f16(float f) {
+  u16 h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+
+struct Bf16 {
+  static const int P = 8;
+  static const int SIZE = 2;
+  __device__ static float get(u32 word, int half) {
+    return bf16_to_f32(half ? (word >> 16) : (word & 0xffffu));
+  }
+  __device__ static u32 put(float lo, float hi) { return f32_to_bf16(lo) | (f32_to_bf16(hi) << 16); }
+  __device__ static float load1(const char* base, u64 i) { return bf16_to_f32(ld_u16(base + i * 2)); }
+  __device__ static void store1(char* base, u64 i, float v) { st_u16(base + i * 2, (u16)f32_to_bf16(v)); }
+};
+
+struct Fp16 {
+  static const int P = 8;
+  static const int SIZE = 2;
+  __device__ static float get(u32 word, int half) {
+    return f16_to_f32((u16)(half ? (word >> 16) : (word & 0xffffu)));
+  }
+  __device__ static u32 put(float lo, float hi) {
+    return (u32)f32_to_f16(lo) | ((u32)f32_to_f16(hi) << 16);
+  }
+  __device__ static float load1(const char* base, u64 i) { return f16_to_f32(ld_u16(base + i * 2)); }
+  __device__ static void store1(char* base, u64 i, float v) { st_u16(base + i * 2, f32_to_f16(v)); }
+};
+
+struct Fp32 {
+  static const int P = 4;
+  static const int SIZE = 4;
+  __device__ static float load1(const char* base, u64 i) { return __uint_as_float(ld_u32(base + i * 4)); }
+  __device__ static void store1(char* base, u64 i, float v) { st_u32(base + i * 4, __float_as_uint(v)); }
+};
+
+// acc[0..P) += the P values in v.
+template <typename T>
+__device__ __forceinline__ void add_vec(float* acc, const V4& v) {
+  if constexpr (T::P == 8) {
+    const u32 w[4] = {v.a, v.b, v.c, v.d};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      acc[2 * i] += T::get(w[i], 0);
+      acc[2 * i + 1] += T::get(w[i], 1);
+    }
+  } else {
+    acc[0] += __uint_as_float(v.a);
+    acc[1] += __uint_as_float(v.b);
+    acc[2] += __uint_as_float(v.c);
+    acc[3] += __uint_as_float(v.d);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ V4 pack_vec(const float* acc) {
+  V4 v;
+  if constexpr (T::P == 8) {
+    v.a = T::put(acc[0], acc[1]);
+    v.b = T::put(acc[2], acc[3]);
+    v.c = T::put(acc[4], acc[5]);
+    v.d = T::put(acc[6], acc[7]);
+  } else {
+    v.a = __float_as_uint(acc[0]);
+    v.b = __float_as_uint(acc[1]);
+    v.c = __float_as_uint(acc[2]);
+    v.d = __float_as_uint(acc[3]);
+  }
+  return v;
+}

@@ -1,0 +1,289 @@
+//! `artune bench kernels`: how close each custom kernel comes to the GPU's copy bandwidth, and
+//! what one small call costs, on one GPU playing K ranks (loopback).
+//!
+//! Achieved bandwidth = bytes all ranks' kernels read plus write per call (every peer access
+//! counted; see `traffic_bytes`) / time per call. The ceiling is cuMemcpyDtoD measured in the
+//! same run, counting bytes read plus written. In loopback the ranks share one memory and
+//! its L2 cache, so a kernel that re-reads what another rank just read can pass 100%.
+
+use std::io::Write;
+
+use serde_json::{json, Value};
+
+use super::BenchArgs;
+use crate::error::Error;
+use crate::fabric::cuda::{self, CudaFabric};
+use crate::fabric::{Backend, Dtype, Fabric, Group, Mode, Readiness, Verification};
+use crate::units::{fmt_bytes, fmt_us};
+
+const SIZES: [u64; 8] = [
+    4 << 10,
+    16 << 10,
+    64 << 10,
+    256 << 10,
+    1 << 20,
+    4 << 20,
+    16 << 20,
+    64 << 20,
+];
+const CUSTOM: [Backend; 4] = [
+    Backend::OneStagePull,
+    Backend::OneStagePush,
+    Backend::TwoStagePull,
+    Backend::TwoStagePush,
+];
+/// Targets: at >= 16 MiB per rank, >= 90% of copy bandwidth; at 4 KiB in graph mode, <= 5 us.
+const TARGET_EFFICIENCY: f64 = 0.90;
+const TARGET_LARGE: u64 = 16 << 20;
+const TARGET_SMALL_US: f64 = 5.0;
+const SAMPLES: u32 = 15;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// Median microseconds per call, with a batch sized so one sample lasts about 2 ms.
+fn measure(f: &mut CudaFabric, b: Backend, bytes: u64, mode: Mode) -> Result<f64, Error> {
+    let first = median(f.time(b, bytes, mode, 20, 2)?);
+    let batch = ((2000.0 / first.max(0.1)) as u32).clamp(20, 500);
+    Ok(median(f.time(b, bytes, mode, batch, SAMPLES)?))
+}
+
+fn copy_us(f: &mut CudaFabric, bytes: u64) -> Result<f64, Error> {
+    let first = median(f.time_copy(bytes, 5, 2)?);
+    let batch = ((2000.0 / first.max(0.1)) as u32).clamp(5, 500);
+    Ok(median(f.time_copy(bytes, batch, SAMPLES)?))
+}
+
+pub fn run(a: BenchArgs) -> Result<i32, Error> {
+    if a.what != "kernels" {
+        return Err(Error::bad_input(format!(
+            "there is no benchmark `{}`; the one there is: `kernels`",
+            a.what
+        )));
+    }
+    let k = a.loopback;
+    let report = kernels(k)?;
+    if let Some(path) = &a.out {
+        write_atomic(
+            path,
+            &serde_json::to_string_pretty(&report).unwrap_or_default(),
+        )?;
+    }
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).unwrap_or_default()
+        );
+    } else {
+        print!("{}", table(&report));
+    }
+    Ok(0)
+}
+
+fn kernels(k: usize) -> Result<Value, Error> {
+    let mut f = CudaFabric::open(Some(k))?;
+    let info = f.info();
+    let gpu = f
+        .topology()
+        .gpus
+        .first()
+        .map(|g| g.name.clone())
+        .unwrap_or_default();
+    let dtype = Dtype::Bf16;
+    let max = *SIZES.iter().max().unwrap_or(&(64 << 20));
+    let mut backends = CUSTOM.to_vec();
+    backends.push(Backend::Nccl);
+    let ready = f.prepare(
+        &Group {
+            gpus: (0..k).collect(),
+            dtype,
+            max_bytes: max,
+        },
+        &backends,
+    )?;
+    let mut waived = Vec::new();
+    let mut memory = Vec::new();
+    for r in &ready {
+        match r {
+            Readiness::Waived { backend, reason } => {
+                waived.push(json!({"backend": backend.id(), "reason": reason}))
+            }
+            Readiness::Ready { backend, memory: m } => memory.push(json!({
+                "backend": backend.id(),
+                "measured_bytes_per_rank": m.bytes_per_gpu,
+                "modelled_bytes_per_rank": m.modelled_bytes_per_gpu,
+            })),
+        }
+    }
+    let ready: Vec<Backend> = ready
+        .iter()
+        .filter(|r| matches!(r, Readiness::Ready { .. }))
+        .map(|r| r.backend())
+        .collect();
+    if CUSTOM.iter().any(|b| !ready.contains(b)) {
+        return Err(Error::Hardware(format!(
+            "custom kernels could not be prepared: {waived:?}"
+        )));
+    }
+
+    // Copy ceiling: the same volume as all ranks' inputs, and the largest copy seen.
+    let mut copy = Vec::new();
+    let mut peak = 0f64;
+    for s in SIZES {
+        let bytes = s * k as u64;
+        let us = copy_us(&mut f, bytes)?;
+        let gbps = 2.0 * bytes as f64 / us / 1e3;
+        peak = peak.max(gbps);
+        copy.push(json!({"bytes_per_rank": s, "copy_bytes": bytes, "us": us, "gbps": gbps}));
+    }
+
+    let mut rows = Vec::new();
+    for s in SIZES {
+        for &b in &ready {
+            let verified = match f.verify(b, s, s ^ 0x5eed)? {
+                Verification::Correct => true,
+                Verification::Wrong { reason } => {
+                    return Err(Error::Hardware(format!(
+                        "{b} gave a wrong result at {s} bytes: {reason}"
+                    )))
+                }
+            };
+            // NCCL runs one rank in loopback; custom kernels run k.
+            let ranks = if b.is_custom() { k as u64 } else { 1 };
+            let traffic = ranks * cuda::traffic_bytes(b, s, ranks);
+            for mode in [Mode::Graph, Mode::Eager] {
+                let us = measure(&mut f, b, s, mode)?;
+                let gbps = traffic as f64 / us / 1e3;
+                rows.push(json!({
+                    "backend": b.id(), "mode": mode.id(), "bytes_per_rank": s, "ranks": ranks,
+                    "us_per_call": us, "traffic_bytes_per_call": traffic, "gbps": gbps,
+                    "efficiency": gbps / peak, "algbw_gbps": s as f64 / us / 1e3, "verified": verified,
+                }));
+            }
+        }
+    }
+
+    let mut bw_targets = Vec::new();
+    let mut lat_targets = Vec::new();
+    let mut all_met = true;
+    for b in CUSTOM {
+        let mine = |pred: &dyn Fn(&Value) -> bool| {
+            rows.iter()
+                .filter(|r| r["backend"] == b.id() && pred(r))
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        let large = mine(&|r| r["bytes_per_rank"].as_u64().unwrap_or(0) >= TARGET_LARGE);
+        let worst = large
+            .iter()
+            .filter_map(|r| r["efficiency"].as_f64())
+            .fold(f64::INFINITY, f64::min);
+        let small = mine(&|r| r["bytes_per_rank"] == 4096 && r["mode"] == "graph");
+        let us = small
+            .first()
+            .and_then(|r| r["us_per_call"].as_f64())
+            .unwrap_or(f64::NAN);
+        let (bw_ok, lat_ok) = (worst >= TARGET_EFFICIENCY, us <= TARGET_SMALL_US);
+        all_met &= bw_ok && lat_ok;
+        bw_targets.push(json!({"backend": b.id(), "min_efficiency_at_16MiB_and_above": worst, "target": TARGET_EFFICIENCY, "met": bw_ok}));
+        lat_targets.push(json!({"backend": b.id(), "us_per_call_4KiB_graph": us, "target_us": TARGET_SMALL_US, "met": lat_ok}));
+    }
+
+    Ok(json!({
+        "benchmark": "kernels",
+        "device": info.description,
+        "gpu": gpu,
+        "kernel_target": f.kernel_target().unwrap_or_else(|e| e),
+        "driver": info.driver, "cuda": info.cuda, "nccl": info.nccl, "nvrtc": cuda::nvrtc_version(),
+        "loopback_ranks": k,
+        "dtype": dtype.id(),
+        "bytes_definition": "gbps = bytes every rank's kernel reads plus writes per call (each peer access counted) / time per call; copy gbps = 2 x bytes copied / time (cuMemcpyDtoD); efficiency = gbps / the largest copy gbps; algbw = bytes per rank / time (as nccl-tests reports it); NCCL runs 1 rank in loopback and is counted as input read + output written",
+        "samples": SAMPLES,
+        "copy": copy,
+        "copy_peak_gbps": peak,
+        "memory": memory,
+        "waived": waived,
+        "results": rows,
+        "targets": {"bandwidth": bw_targets, "latency": lat_targets, "all_met": all_met},
+    }))
+}
+
+fn table(r: &Value) -> String {
+    let mut s = String::new();
+    let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    s += &format!(
+        "artune bench kernels: {} ({}, {})\n",
+        r["device"].as_str().unwrap_or(""),
+        r["kernel_target"].as_str().unwrap_or(""),
+        r["dtype"].as_str().unwrap_or("")
+    );
+    s += &format!(
+        "copy ceiling (cuMemcpyDtoD, read+write): {:.0} GB/s\n",
+        f(&r["copy_peak_gbps"])
+    );
+    s += "per rank   copy GB/s\n";
+    for c in r["copy"].as_array().into_iter().flatten() {
+        s += &format!(
+            "{:>8}   {:>9.0}\n",
+            fmt_bytes(c["bytes_per_rank"].as_u64().unwrap_or(0)),
+            f(&c["gbps"])
+        );
+    }
+    s += &format!(
+        "\n{:<16} {:<6} {:>8} {:>11} {:>9} {:>6}\n",
+        "backend", "mode", "per rank", "time/call", "GB/s", "eff"
+    );
+    for x in r["results"].as_array().into_iter().flatten() {
+        s += &format!(
+            "{:<16} {:<6} {:>8} {:>11} {:>9.0} {:>5.0}%\n",
+            x["backend"].as_str().unwrap_or(""),
+            x["mode"].as_str().unwrap_or(""),
+            fmt_bytes(x["bytes_per_rank"].as_u64().unwrap_or(0)),
+            fmt_us(f(&x["us_per_call"])),
+            f(&x["gbps"]),
+            100.0 * f(&x["efficiency"]),
+        );
+    }
+    s += "\ntargets\n";
+    for t in r["targets"]["bandwidth"].as_array().into_iter().flatten() {
+        s += &format!(
+            "  {:<16} >= 16M per rank: worst {:.0}% of copy (target {:.0}%): {}\n",
+            t["backend"].as_str().unwrap_or(""),
+            100.0 * f(&t["min_efficiency_at_16MiB_and_above"]),
+            100.0 * TARGET_EFFICIENCY,
+            if t["met"] == true { "met" } else { "NOT met" }
+        );
+    }
+    for t in r["targets"]["latency"].as_array().into_iter().flatten() {
+        s += &format!(
+            "  {:<16} 4K graph: {:.2} us per call (target {TARGET_SMALL_US} us): {}\n",
+            t["backend"].as_str().unwrap_or(""),
+            f(&t["us_per_call_4KiB_graph"]),
+            if t["met"] == true { "met" } else { "NOT met" }
+        );
+    }
+    s
+}
+
+/// Writes `text` to `path` through a temporary file in the same directory, so a failure never
+/// leaves a partial file.
+fn write_atomic(path: &std::path::Path, text: &str) -> Result<(), Error> {
+    let werr = |e: &dyn std::fmt::Display| Error::Write {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    };
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| werr(&e))?;
+    tmp.write_all(text.as_bytes()).map_err(|e| werr(&e))?;
+    tmp.persist(path).map_err(|e| werr(&e.error))?;
+    Ok(())
+}

@@ -1,0 +1,492 @@
+//! Thin owners of CUDA driver objects (memory, streams, events, graphs, modules). Every call
+//! that can fail returns a `FabricError`; nothing here panics, and dropping releases the
+//! object with its context bound.
+
+use std::ffi::{c_void, CString};
+use std::sync::Arc;
+
+use cudarc::driver::{result, sys, CudaContext, DriverError};
+
+use crate::fabric::FabricError;
+
+/// Maps a driver failure to a device error that names what was being done.
+pub fn dev<T>(r: Result<T, DriverError>, what: &str) -> Result<T, FabricError> {
+    r.map_err(|e| FabricError::Device(format!("{what} failed: {e}")))
+}
+
+/// True when the driver reports it is out of memory.
+pub fn is_oom(e: &DriverError) -> bool {
+    e.0 == sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY
+}
+
+/// True when libcuda can be loaded (cudarc panics on first use when it cannot).
+pub fn driver_present() -> bool {
+    // SAFETY: only tries to dlopen the library by its usual names.
+    unsafe { sys::is_culib_present() }
+}
+
+/// Plain `cuMemAlloc` memory: exportable through IPC, unlike stream-ordered pool memory.
+pub struct DevBuf {
+    pub ptr: sys::CUdeviceptr,
+    pub bytes: usize,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: a device pointer is a plain number; the driver allows freeing it from any thread
+// once the owning context is bound, which Drop does.
+unsafe impl Send for DevBuf {}
+unsafe impl Sync for DevBuf {}
+
+impl DevBuf {
+    pub fn alloc(ctx: &Arc<CudaContext>, bytes: usize) -> Result<DevBuf, DriverError> {
+        ctx.bind_to_thread()?;
+        // SAFETY: plain allocation; contents are set by the caller before use.
+        let ptr = unsafe { result::malloc_sync(bytes.max(16)) }?;
+        Ok(DevBuf {
+            ptr,
+            bytes,
+            ctx: ctx.clone(),
+        })
+    }
+
+    /// Synchronous byte fill.
+    pub fn fill(&self, byte: u8) -> Result<(), DriverError> {
+        self.ctx.bind_to_thread()?;
+        // SAFETY: the range lies inside this allocation.
+        unsafe { result::memset_d8_sync(self.ptr, byte, self.bytes) }
+    }
+
+    /// Synchronous fill of `len` bytes from `offset`.
+    pub fn fill_range(&self, offset: usize, len: usize, byte: u8) -> Result<(), DriverError> {
+        debug_assert!(offset + len <= self.bytes);
+        self.ctx.bind_to_thread()?;
+        // SAFETY: the range lies inside this allocation.
+        unsafe { result::memset_d8_sync(self.ptr + offset as u64, byte, len) }
+    }
+
+    pub fn upload(&self, offset: usize, data: &[u8]) -> Result<(), DriverError> {
+        debug_assert!(offset + data.len() <= self.bytes);
+        self.ctx.bind_to_thread()?;
+        // SAFETY: the range lies inside this allocation.
+        unsafe { result::memcpy_htod_sync(self.ptr + offset as u64, data) }
+    }
+
+    pub fn download(&self, offset: usize, out: &mut [u8]) -> Result<(), DriverError> {
+        debug_assert!(offset + out.len() <= self.bytes);
+        self.ctx.bind_to_thread()?;
+        // SAFETY: the range lies inside this allocation.
+        unsafe { result::memcpy_dtoh_sync(out, self.ptr + offset as u64) }
+    }
+}
+
+impl Drop for DevBuf {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: allocated by cuMemAlloc above and freed once.
+            let _ = unsafe { result::free_sync(self.ptr) };
+        }
+    }
+}
+
+/// Pinned host memory mapped into the device's address space: the probes' start latch.
+pub struct HostWord {
+    host: *mut c_void,
+    pub device_ptr: sys::CUdeviceptr,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: the pinned page is shared memory; writes go through volatile stores.
+unsafe impl Send for HostWord {}
+unsafe impl Sync for HostWord {}
+
+impl HostWord {
+    pub fn new(ctx: &Arc<CudaContext>) -> Result<HostWord, DriverError> {
+        ctx.bind_to_thread()?;
+        let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
+        // SAFETY: 64 bytes of pinned memory, zeroed below before any device use.
+        let host = unsafe { result::malloc_host(64, flags) }?;
+        // Owned from here on, so an error below still frees it.
+        let mut word = HostWord {
+            host,
+            device_ptr: 0,
+            ctx: ctx.clone(),
+        };
+        // SAFETY: the allocation is 64 bytes and 4-aligned.
+        unsafe { std::ptr::write_volatile(host as *mut u32, 0) };
+        // SAFETY: host was allocated with DEVICEMAP.
+        unsafe { sys::cuMemHostGetDevicePointer_v2(&mut word.device_ptr, host, 0).result() }?;
+        Ok(word)
+    }
+
+    pub fn set(&self, v: u32) {
+        // SAFETY: see `new`.
+        unsafe { std::ptr::write_volatile(self.host as *mut u32, v) };
+    }
+}
+
+impl Drop for HostWord {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: allocated by cuMemHostAlloc and freed once.
+            let _ = unsafe { result::free_host(self.host) };
+        }
+    }
+}
+
+/// A non-blocking stream.
+pub struct Stream {
+    pub raw: sys::CUstream,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: CUDA streams may be used from any thread with their context bound.
+unsafe impl Send for Stream {}
+unsafe impl Sync for Stream {}
+
+impl Stream {
+    pub fn new(ctx: &Arc<CudaContext>) -> Result<Stream, DriverError> {
+        ctx.bind_to_thread()?;
+        let raw = result::stream::create(result::stream::StreamKind::NonBlocking)?;
+        Ok(Stream {
+            raw,
+            ctx: ctx.clone(),
+        })
+    }
+
+    pub fn ctx(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    pub fn sync(&self) -> Result<(), DriverError> {
+        self.ctx.bind_to_thread()?;
+        // SAFETY: the stream is alive.
+        unsafe { result::stream::synchronize(self.raw) }
+    }
+
+    pub fn copy(
+        &self,
+        dst: sys::CUdeviceptr,
+        src: sys::CUdeviceptr,
+        bytes: usize,
+    ) -> Result<(), DriverError> {
+        // SAFETY: the caller passes ranges inside live allocations.
+        unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, self.raw).result() }
+    }
+
+    /// Starts capturing into a graph. Relaxed mode: NCCL and other threads' capture-unsafe
+    /// calls must not invalidate this capture.
+    pub fn begin_capture(&self) -> Result<(), DriverError> {
+        self.ctx.bind_to_thread()?;
+        // SAFETY: the stream is alive.
+        unsafe {
+            result::stream::begin_capture(
+                self.raw,
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+            )
+        }
+    }
+
+    /// Ends the capture and instantiates the graph, uploaded and ready to launch.
+    pub fn end_capture(&self) -> Result<Graph, DriverError> {
+        // SAFETY: capture was begun on this stream.
+        let graph = unsafe { result::stream::end_capture(self.raw) }?;
+        // SAFETY: graph is a valid captured graph; it is destroyed once instantiated.
+        let exec = unsafe {
+            let exec = result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0));
+            let _ = result::graph::destroy(graph);
+            exec?
+        };
+        let g = Graph {
+            exec,
+            ctx: self.ctx.clone(),
+        };
+        // SAFETY: exec and stream are alive.
+        unsafe { result::graph::upload(g.exec, self.raw) }?;
+        Ok(g)
+    }
+
+    /// Abandons a capture after an error so the stream is usable again.
+    pub fn abort_capture(&self) {
+        // SAFETY: ending a capture that may or may not be active is harmless.
+        unsafe {
+            if let Ok(g) = result::stream::end_capture(self.raw) {
+                if !g.is_null() {
+                    let _ = result::graph::destroy(g);
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: created above and destroyed once.
+            unsafe {
+                let _ = result::stream::synchronize(self.raw);
+                let _ = result::stream::destroy(self.raw);
+            }
+        }
+    }
+}
+
+/// An instantiated CUDA graph.
+pub struct Graph {
+    exec: sys::CUgraphExec,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: graph execs may be launched from any thread with their context bound.
+unsafe impl Send for Graph {}
+unsafe impl Sync for Graph {}
+
+impl Graph {
+    pub fn launch(&self, stream: &Stream) -> Result<(), DriverError> {
+        // SAFETY: both alive; the caller binds the context.
+        unsafe { result::graph::launch(self.exec, stream.raw) }
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: instantiated above and destroyed once.
+            let _ = unsafe { result::graph::exec_destroy(self.exec) };
+        }
+    }
+}
+
+/// A timing event.
+pub struct Event {
+    raw: sys::CUevent,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: events may be recorded and queried from any thread with their context bound.
+unsafe impl Send for Event {}
+unsafe impl Sync for Event {}
+
+impl Event {
+    pub fn new(ctx: &Arc<CudaContext>) -> Result<Event, DriverError> {
+        ctx.bind_to_thread()?;
+        let raw = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)?;
+        Ok(Event {
+            raw,
+            ctx: ctx.clone(),
+        })
+    }
+
+    pub fn record(&self, stream: &Stream) -> Result<(), DriverError> {
+        // SAFETY: both alive.
+        unsafe { result::event::record(self.raw, stream.raw) }
+    }
+
+    /// Milliseconds from `self` to `end`, both completed.
+    pub fn elapsed_ms(&self, end: &Event) -> Result<f32, DriverError> {
+        // SAFETY: both alive and recorded.
+        unsafe {
+            result::event::synchronize(end.raw)?;
+            result::event::elapsed(self.raw, end.raw)
+        }
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: created above and destroyed once.
+            let _ = unsafe { result::event::destroy(self.raw) };
+        }
+    }
+}
+
+/// A loaded module and the functions taken from it.
+pub struct Module {
+    raw: sys::CUmodule,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: modules and their functions are usable from any thread with the context bound.
+unsafe impl Send for Module {}
+unsafe impl Sync for Module {}
+
+impl Module {
+    /// Loads a cubin or NUL-terminated PTX image.
+    pub fn load(ctx: &Arc<CudaContext>, image: &[u8]) -> Result<Module, DriverError> {
+        ctx.bind_to_thread()?;
+        // SAFETY: image is a complete cubin or NUL-terminated PTX produced by NVRTC.
+        let raw = unsafe { result::module::load_data(image.as_ptr() as *const c_void) }?;
+        Ok(Module {
+            raw,
+            ctx: ctx.clone(),
+        })
+    }
+
+    pub fn function(&self, name: &str) -> Result<Function, FabricError> {
+        let cname = CString::new(name)
+            .map_err(|_| FabricError::Device(format!("kernel name `{name}` contains NUL")))?;
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| FabricError::Device(format!("binding the CUDA context failed: {e}")))?;
+        // SAFETY: the module is loaded; the function lives as long as the module (kept by
+        // the owner of both).
+        let raw = unsafe { result::module::get_function(self.raw, cname) }.map_err(|e| {
+            FabricError::Device(format!("kernel `{name}` is missing from the module: {e}"))
+        })?;
+        Ok(Function { raw })
+    }
+}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: loaded above and unloaded once.
+            let _ = unsafe { result::module::unload(self.raw) };
+        }
+    }
+}
+
+/// A kernel in a loaded module; valid while the module is.
+#[derive(Clone, Copy)]
+pub struct Function {
+    pub raw: sys::CUfunction,
+}
+
+// SAFETY: a CUfunction handle is immutable and usable from any thread.
+unsafe impl Send for Function {}
+unsafe impl Sync for Function {}
+
+impl Function {
+    /// Launches with a single by-value argument struct `args`.
+    pub fn launch<A>(
+        &self,
+        grid: (u32, u32),
+        block: u32,
+        stream: &Stream,
+        args: &A,
+    ) -> Result<(), DriverError> {
+        let mut params = [args as *const A as *mut c_void];
+        // SAFETY: the kernel takes exactly one parameter of type A (layouts mirrored in the
+        // CUDA sources); the driver copies it before returning.
+        unsafe {
+            sys::cuLaunchKernel(
+                self.raw,
+                grid.0,
+                grid.1,
+                1,
+                block,
+                1,
+                1,
+                0,
+                stream.raw,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+            .result()
+        }
+    }
+
+    /// Launches with raw parameter pointers.
+    pub fn launch_raw(
+        &self,
+        grid: (u32, u32),
+        block: u32,
+        stream: &Stream,
+        params: &mut [*mut c_void],
+    ) -> Result<(), DriverError> {
+        // SAFETY: the caller matches `params` to the kernel's signature.
+        unsafe {
+            sys::cuLaunchKernel(
+                self.raw,
+                grid.0,
+                grid.1,
+                1,
+                block,
+                1,
+                1,
+                0,
+                stream.raw,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+            .result()
+        }
+    }
+
+    /// Blocks of `threads` that fit on one multiprocessor at once.
+    pub fn blocks_per_sm(&self, threads: u32) -> Result<u32, DriverError> {
+        let mut n: i32 = 0;
+        // SAFETY: valid function handle.
+        unsafe {
+            sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut n, self.raw, threads as i32, 0)
+                .result()
+        }?;
+        Ok(n.max(0) as u32)
+    }
+}
+
+/// Static facts about one GPU.
+#[derive(Debug, Clone)]
+pub struct DeviceFacts {
+    pub ordinal: usize,
+    pub name: String,
+    pub cc: (u32, u32),
+    pub sms: u32,
+    pub total_mem: u64,
+    /// PCI bus id as CUDA writes it, e.g. "0000:00:06.0".
+    pub bus_id: String,
+}
+
+pub fn device_facts(ctx: &Arc<CudaContext>) -> Result<DeviceFacts, DriverError> {
+    let (major, minor) = ctx.compute_capability()?;
+    let sms = ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+    let mut buf = [0 as std::ffi::c_char; 64];
+    // SAFETY: buffer of the stated length.
+    unsafe {
+        sys::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as i32, ctx.cu_device()).result()
+    }?;
+    // SAFETY: the driver NUL-terminates within the buffer.
+    let bus_id = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .into_owned();
+    Ok(DeviceFacts {
+        ordinal: ctx.ordinal(),
+        name: ctx.name()?,
+        cc: (major.max(0) as u32, minor.max(0) as u32),
+        sms: sms.max(1) as u32,
+        total_mem: ctx.total_mem()? as u64,
+        bus_id,
+    })
+}
+
+/// CUDA driver API version, e.g. "13.0".
+pub fn cuda_version() -> Result<String, DriverError> {
+    let mut v: i32 = 0;
+    // SAFETY: writes one int.
+    unsafe { sys::cuDriverGetVersion(&mut v).result() }?;
+    Ok(format!("{}.{}", v / 1000, (v % 1000) / 10))
+}
+
+/// Free bytes on the context's device.
+pub fn free_bytes(ctx: &Arc<CudaContext>) -> Result<u64, DriverError> {
+    ctx.bind_to_thread()?;
+    Ok(result::mem_get_info()?.0 as u64)
+}
+
+/// Whether `a` can map `b`'s memory.
+pub fn can_access_peer(a: &Arc<CudaContext>, b: &Arc<CudaContext>) -> Result<bool, DriverError> {
+    let mut ok: i32 = 0;
+    // SAFETY: two valid device handles.
+    unsafe { sys::cuDeviceCanAccessPeer(&mut ok, a.cu_device(), b.cu_device()).result() }?;
+    Ok(ok != 0)
+}
+
+/// Maps `peer`'s memory into `ctx` (already enabled counts as success).
+pub fn enable_peer(ctx: &Arc<CudaContext>, peer: &Arc<CudaContext>) -> Result<(), DriverError> {
+    ctx.bind_to_thread()?;
+    // SAFETY: two valid contexts.
+    match unsafe { sys::cuCtxEnablePeerAccess(peer.cu_ctx(), 0).result() } {
+        Err(e) if e.0 == sys::cudaError_enum::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(()),
+        other => other,
+    }
+}

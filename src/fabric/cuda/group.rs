@@ -1,0 +1,778 @@
+//! A prepared tensor-parallel group: per-rank buffers, one stream per launch unit, each
+//! backend's buffers or communicators, and the launch, verify and timing loops.
+//!
+//! A launch unit is one stream that launches for some ranks: one per GPU on a real machine
+//! (its own worker thread), or one for all K virtual ranks in loopback, where a single grid
+//! covers every rank (blockIdx.y is the rank) so their spinning blocks are always resident
+//! together and one call costs one launch, as on a real GPU.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Barrier, Mutex};
+
+use super::data;
+use super::driver::{self, dev, is_oom, DevBuf, Event, Graph, Stream};
+use super::kernels::{self, ArArgs, MAX_RANKS, SIGNAL_ALLOC, SIGNAL_STATUS_OFFSET, THREADS};
+use super::nccl;
+use super::Gpu;
+use crate::fabric::{
+    memory, Backend, FabricError, Group, MemoryCost, Mode, Readiness, Verification,
+};
+
+/// Bytes checked past the end of each output for stray writes during verification.
+const GUARD: usize = 256;
+/// NCCL channels assumed for the memory model (NCCL does not report its channel count).
+const MODEL_NCCL_CHANNELS: u32 = 2;
+
+pub struct Rank {
+    pub gpu: usize,
+    pub user_in: DevBuf,
+    pub user_out: DevBuf,
+}
+
+pub struct Unit {
+    pub gpu: usize,
+    pub stream: Stream,
+    pub start: Event,
+    pub stop: Event,
+    pub rank_base: usize,
+    pub ranks: usize,
+}
+
+struct CustomBufs {
+    /// Shared input (pull kernels); push kernels read the rank's own user input.
+    input: Vec<Option<DevBuf>>,
+    /// Receive slots (push) or the reduced shard (two-stage pull).
+    scratch: Vec<Option<DevBuf>>,
+    /// Output peers write into (two-stage push); others write the rank's own user output.
+    out: Vec<Option<DevBuf>>,
+    signal: Vec<DevBuf>,
+    args: ArArgs,
+}
+
+enum Impl {
+    Custom(Box<CustomBufs>),
+    Nccl(nccl::Comms),
+}
+
+struct Ready {
+    backend: Backend,
+    imp: Impl,
+}
+
+pub struct Prepared {
+    pub group: Group,
+    pub n: usize,
+    pub loopback: bool,
+    pub ranks: Vec<Rank>,
+    pub units: Vec<Unit>,
+    ready: Vec<Ready>,
+    graphs: HashMap<(Backend, u64, u32), Vec<Graph>>,
+    warm: HashSet<(Backend, u64)>,
+}
+
+fn alloc(gpus: &[Gpu], gpu: usize, bytes: u64, what: &str) -> Result<DevBuf, String> {
+    DevBuf::alloc(&gpus[gpu].ctx, bytes as usize).map_err(|e| {
+        if is_oom(&e) {
+            format!(
+                "out of device memory allocating {what} ({bytes} bytes) on GPU {}",
+                gpus[gpu].facts.ordinal
+            )
+        } else {
+            format!("allocating {what} failed: {e}")
+        }
+    })
+}
+
+/// Tiles a 1 MiB random pattern (values k/8, never zero) over `buf`.
+fn fill_random(buf: &DevBuf, dtype: crate::fabric::Dtype, seed: u64) -> Result<(), FabricError> {
+    let pattern = data::encode(
+        dtype,
+        &data::rank_values(seed, 0, (1 << 20) / dtype.size() as usize),
+    );
+    let mut off = 0;
+    while off < buf.bytes {
+        let len = pattern.len().min(buf.bytes - off);
+        dev(
+            buf.upload(off, &pattern[..len]),
+            "filling a buffer with test data",
+        )?;
+        off += len;
+    }
+    Ok(())
+}
+
+fn sync_gpus(gpus: &[Gpu], which: &[usize]) -> Result<(), FabricError> {
+    for &g in which {
+        dev(gpus[g].ctx.bind_to_thread(), "binding the CUDA context")?;
+        dev(gpus[g].ctx.synchronize(), "synchronizing the GPU")?;
+    }
+    Ok(())
+}
+
+/// Runs `f` for every unit: inline for one, on one thread per unit otherwise (each thread
+/// with its GPU's context bound).
+fn across<T: Send>(
+    gpus: &[Gpu],
+    units: &[Unit],
+    f: impl Fn(usize, &Unit) -> Result<T, FabricError> + Sync,
+) -> Result<Vec<T>, FabricError> {
+    if units.len() == 1 {
+        dev(
+            gpus[units[0].gpu].ctx.bind_to_thread(),
+            "binding the CUDA context",
+        )?;
+        return Ok(vec![f(0, &units[0])?]);
+    }
+    std::thread::scope(|s| {
+        let handles: Vec<_> = units
+            .iter()
+            .enumerate()
+            .map(|(i, u)| {
+                let f = &f;
+                s.spawn(move || {
+                    dev(gpus[u.gpu].ctx.bind_to_thread(), "binding the CUDA context")?;
+                    f(i, u)
+                })
+            })
+            .collect();
+        let mut out = Vec::new();
+        let mut err = None;
+        for h in handles {
+            match h.join() {
+                Ok(Ok(v)) => out.push(v),
+                Ok(Err(e)) => err = err.or(Some(e)),
+                Err(_) => {
+                    err = err.or(Some(FabricError::Device(
+                        "a GPU worker thread panicked".into(),
+                    )))
+                }
+            }
+        }
+        match err {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    })
+}
+
+impl Prepared {
+    /// Allocates per-rank buffers and streams, then sets up each backend, measuring its
+    /// device memory. `rank_gpus` maps each rank to an index of `gpus`.
+    pub fn new(
+        gpus: &[Gpu],
+        rank_gpus: &[usize],
+        loopback: bool,
+        group: &Group,
+        backends: &[Backend],
+    ) -> Result<(Prepared, Vec<Readiness>), FabricError> {
+        let n = rank_gpus.len();
+        let bytes = group.max_bytes.max(16).div_ceil(16) * 16;
+        let mut ranks = Vec::new();
+        for (r, &g) in rank_gpus.iter().enumerate() {
+            let user_in = alloc(gpus, g, bytes + GUARD as u64, "an input buffer")
+                .map_err(FabricError::Device)?;
+            let user_out = alloc(gpus, g, bytes + GUARD as u64, "an output buffer")
+                .map_err(FabricError::Device)?;
+            fill_random(&user_in, group.dtype, 0xA11 + r as u64)?;
+            ranks.push(Rank {
+                gpu: g,
+                user_in,
+                user_out,
+            });
+        }
+        let mut units = Vec::new();
+        let mk_unit = |g: usize, rank_base: usize, count: usize| -> Result<Unit, FabricError> {
+            let ctx = &gpus[g].ctx;
+            Ok(Unit {
+                gpu: g,
+                stream: dev(Stream::new(ctx), "creating a stream")?,
+                start: dev(Event::new(ctx), "creating an event")?,
+                stop: dev(Event::new(ctx), "creating an event")?,
+                rank_base,
+                ranks: count,
+            })
+        };
+        if loopback {
+            units.push(mk_unit(rank_gpus[0], 0, n)?);
+        } else {
+            for (r, &g) in rank_gpus.iter().enumerate() {
+                units.push(mk_unit(g, r, 1)?);
+            }
+        }
+        let mut p = Prepared {
+            group: group.clone(),
+            n,
+            loopback,
+            ranks,
+            units,
+            ready: Vec::new(),
+            graphs: HashMap::new(),
+            warm: HashSet::new(),
+        };
+        let mut gpu_set: Vec<usize> = rank_gpus.to_vec();
+        gpu_set.sort_unstable();
+        gpu_set.dedup();
+        sync_gpus(gpus, &gpu_set)?;
+
+        let p2p = if loopback {
+            Ok(())
+        } else {
+            enable_peers(gpus, &gpu_set)
+        };
+        let mut out = Vec::new();
+        for &b in backends {
+            let why_not = if b.is_custom() {
+                custom_waiver(gpus, &gpu_set, &p2p, n)
+            } else {
+                nccl_waiver(b, loopback)
+            };
+            if let Some(reason) = why_not {
+                out.push(Readiness::Waived { backend: b, reason });
+                continue;
+            }
+            let before = free_on(gpus, &gpu_set)?;
+            let setup = if b.is_custom() {
+                p.setup_custom(gpus, b)
+            } else {
+                p.setup_nccl(gpus, b)
+            };
+            match setup {
+                Ok(imp) => {
+                    sync_gpus(gpus, &gpu_set)?;
+                    let after = free_on(gpus, &gpu_set)?;
+                    let used = before
+                        .iter()
+                        .zip(&after)
+                        .map(|(a, b)| a.saturating_sub(*b))
+                        .max()
+                        .unwrap_or(0);
+                    // In loopback every rank's buffers are on the one GPU (NCCL has one rank).
+                    let per_gpu = if loopback && b.is_custom() {
+                        used / n as u64
+                    } else {
+                        used
+                    };
+                    out.push(Readiness::Ready {
+                        backend: b,
+                        memory: MemoryCost {
+                            bytes_per_gpu: per_gpu,
+                            measured: true,
+                            modelled_bytes_per_gpu: memory::modelled(
+                                b,
+                                n,
+                                group.max_bytes,
+                                MODEL_NCCL_CHANNELS,
+                            ),
+                        },
+                    });
+                    p.ready.push(Ready { backend: b, imp });
+                }
+                Err(reason) => out.push(Readiness::Waived { backend: b, reason }),
+            }
+        }
+        Ok((p, out))
+    }
+
+    fn setup_custom(&self, gpus: &[Gpu], b: Backend) -> Result<Impl, String> {
+        let n = self.n as u64;
+        let max = self.group.max_bytes.max(16).div_ceil(16) * 16;
+        let slot = kernels::slot_bytes(b, max, n);
+        let mut bufs = CustomBufs {
+            input: Vec::new(),
+            scratch: Vec::new(),
+            out: Vec::new(),
+            signal: Vec::new(),
+            args: ArArgs {
+                input: [0; MAX_RANKS],
+                out: [0; MAX_RANKS],
+                scratch: [0; MAX_RANKS],
+                sig: [0; MAX_RANKS],
+                n: 0,
+                slot_bytes: slot,
+                nranks: self.n as i32,
+                rank_base: 0,
+            },
+        };
+        for (r, rank) in self.ranks.iter().enumerate() {
+            let g = rank.gpu;
+            let input = match b {
+                Backend::OneStagePull | Backend::TwoStagePull => {
+                    let buf = alloc(gpus, g, max + GUARD as u64, "a shared input buffer")?;
+                    fill_random(&buf, self.group.dtype, 0xB22 + r as u64)
+                        .map_err(|e| e.to_string())?;
+                    Some(buf)
+                }
+                _ => None,
+            };
+            let scratch = match b {
+                Backend::OneStagePush | Backend::TwoStagePush => {
+                    Some(alloc(gpus, g, slot * (n - 1), "receive slots")?)
+                }
+                Backend::TwoStagePull => Some(alloc(
+                    gpus,
+                    g,
+                    kernels::slot_bytes(Backend::TwoStagePush, max, n),
+                    "a shard buffer",
+                )?),
+                _ => None,
+            };
+            let out = match b {
+                Backend::TwoStagePush => Some(alloc(
+                    gpus,
+                    g,
+                    max + GUARD as u64,
+                    "a shared output buffer",
+                )?),
+                _ => None,
+            };
+            let signal = alloc(gpus, g, SIGNAL_ALLOC as u64, "signal flags")?;
+            signal
+                .fill(0)
+                .map_err(|e| format!("clearing signal flags failed: {e}"))?;
+            bufs.args.input[r] = input.as_ref().map_or(rank.user_in.ptr, |x| x.ptr);
+            bufs.args.out[r] = out.as_ref().map_or(rank.user_out.ptr, |x| x.ptr);
+            bufs.args.scratch[r] = scratch.as_ref().map_or(0, |x| x.ptr);
+            bufs.args.sig[r] = signal.ptr;
+            bufs.input.push(input);
+            bufs.scratch.push(scratch);
+            bufs.out.push(out);
+            bufs.signal.push(signal);
+        }
+        Ok(Impl::Custom(Box::new(bufs)))
+    }
+
+    fn setup_nccl(&self, gpus: &[Gpu], b: Backend) -> Result<Impl, String> {
+        let lib = nccl::library()?;
+        let devices: Vec<i32> = self
+            .nccl_units()
+            .iter()
+            .map(|u| gpus[u.gpu].facts.ordinal as i32)
+            .collect();
+        let pin = b.nccl_pin().map(|(a, p)| (a.name(), p.name()));
+        let comms = nccl::Comms::new(lib, &devices, pin)?;
+        // NCCL connects lazily on the first collective: run one at the largest and one at a
+        // small size so the memory measured includes its buffers.
+        let imp = Impl::Nccl(comms);
+        let elems = self.group.max_bytes / self.group.dtype.size();
+        for count in [
+            elems.max(1),
+            (4096 / self.group.dtype.size()).min(elems.max(1)),
+        ] {
+            across(gpus, self.nccl_units(), |i, _| {
+                self.launch(gpus, b, &imp, i, count)
+            })
+            .map_err(|e| e.to_string())?;
+            across(gpus, self.nccl_units(), |_, u| {
+                dev(u.stream.sync(), "NCCL warm-up")
+            })
+            .map_err(|e| e.to_string())?;
+        }
+        Ok(imp)
+    }
+
+    /// NCCL uses one rank per GPU: every unit on a real machine, only the first in loopback.
+    fn nccl_units(&self) -> &[Unit] {
+        if self.loopback {
+            &self.units[..1]
+        } else {
+            &self.units
+        }
+    }
+
+    fn units_for(&self, b: Backend) -> &[Unit] {
+        if b.is_custom() {
+            &self.units
+        } else {
+            self.nccl_units()
+        }
+    }
+
+    fn find(&self, b: Backend) -> Result<&Ready, FabricError> {
+        self.ready.iter().find(|r| r.backend == b).ok_or_else(|| {
+            FabricError::BadRequest(format!(
+                "backend {b} was not prepared (or was waived) for this group"
+            ))
+        })
+    }
+
+    /// Queues one call of `imp` on unit `u`.
+    fn launch(
+        &self,
+        gpus: &[Gpu],
+        backend: Backend,
+        imp: &Impl,
+        u: usize,
+        elems: u64,
+    ) -> Result<(), FabricError> {
+        let unit = &self.units[u];
+        let dtype = self.group.dtype;
+        match imp {
+            Impl::Custom(c) => {
+                let k = gpus[unit.gpu]
+                    .kernels
+                    .as_ref()
+                    .map_err(|e| FabricError::Device(e.clone()))?;
+                let (f, per_sm) = k.allreduce(backend, dtype).ok_or_else(|| {
+                    FabricError::Device(format!("no kernel for {backend} {}", dtype.id()))
+                })?;
+                let cap = kernels::block_cap(gpus[unit.gpu].facts.sms, per_sm, unit.ranks as u32);
+                let blocks = kernels::blocks(backend, elems, dtype, self.n, cap);
+                let mut a = c.args;
+                a.n = elems;
+                a.rank_base = unit.rank_base as i32;
+                f.launch((blocks, unit.ranks as u32), THREADS, &unit.stream, &a)
+                    .map_err(|e| FabricError::Backend {
+                        backend,
+                        reason: format!("kernel launch failed: {e}"),
+                    })
+            }
+            Impl::Nccl(comms) => {
+                let r = &self.ranks[unit.rank_base];
+                // SAFETY: buffers hold max_bytes on the rank's GPU and elems <= max elements.
+                unsafe {
+                    comms.all_reduce(
+                        u,
+                        r.user_in.ptr,
+                        r.user_out.ptr,
+                        elems as usize,
+                        dtype,
+                        unit.stream.raw as *mut _,
+                    )
+                }
+                .map_err(|reason| FabricError::Backend { backend, reason })
+            }
+        }
+    }
+
+    fn elems(&self, bytes: u64) -> Result<u64, FabricError> {
+        let size = self.group.dtype.size();
+        if bytes == 0 || bytes % size != 0 {
+            return Err(FabricError::BadRequest(format!(
+                "{bytes} bytes is not a whole number of {} elements",
+                self.group.dtype.id()
+            )));
+        }
+        if bytes > self.group.max_bytes {
+            return Err(FabricError::BadRequest(format!(
+                "{bytes} bytes is more than the {} bytes the group was prepared for",
+                self.group.max_bytes
+            )));
+        }
+        Ok(bytes / size)
+    }
+
+    /// After work finished: a custom backend whose barrier timed out gets its flags cleared
+    /// (so it is usable again) and the call reports a timeout.
+    fn check_status(&self, gpus: &[Gpu], backend: Backend) -> Result<(), FabricError> {
+        let Ok(Impl::Custom(c)) = self.find(backend).map(|r| &r.imp) else {
+            return Ok(());
+        };
+        let mut failed = false;
+        for s in &c.signal {
+            let mut w = [0u8; 4];
+            dev(
+                s.download(SIGNAL_STATUS_OFFSET, &mut w),
+                "reading barrier status",
+            )?;
+            failed |= u32::from_le_bytes(w) != 0;
+        }
+        if failed {
+            for s in &c.signal {
+                dev(s.fill(0), "clearing signal flags")?;
+            }
+            let gs: Vec<usize> = self.units.iter().map(|u| u.gpu).collect();
+            sync_gpus(gpus, &gs)?;
+            return Err(FabricError::Timeout {
+                backend,
+                what: "a cross-rank barrier waited for a peer that never arrived".into(),
+                seconds: 5.0,
+            });
+        }
+        Ok(())
+    }
+
+    fn input_buf(&self, b: Backend, r: usize) -> Result<&DevBuf, FabricError> {
+        Ok(match &self.find(b)?.imp {
+            Impl::Custom(c) => c.input[r].as_ref().unwrap_or(&self.ranks[r].user_in),
+            Impl::Nccl(_) => &self.ranks[r].user_in,
+        })
+    }
+
+    fn output_buf(&self, b: Backend, r: usize) -> Result<&DevBuf, FabricError> {
+        Ok(match &self.find(b)?.imp {
+            Impl::Custom(c) => c.out[r].as_ref().unwrap_or(&self.ranks[r].user_out),
+            Impl::Nccl(_) => &self.ranks[r].user_out,
+        })
+    }
+
+    /// Runs `backend` on fresh data drawn from `seed` (`calls` times, eagerly or as one
+    /// graph replayed twice) and compares every rank's output with the host reference.
+    pub fn verify(
+        &mut self,
+        gpus: &[Gpu],
+        backend: Backend,
+        bytes: u64,
+        seed: u64,
+        mode: Mode,
+        calls: u32,
+    ) -> Result<Verification, FabricError> {
+        let elems = self.elems(bytes)?;
+        let dtype = self.group.dtype;
+        let units = self.units_for(backend);
+        // Custom kernels run every rank; NCCL one per GPU (one in loopback).
+        let nr = if backend.is_custom() {
+            self.n
+        } else {
+            units.len()
+        };
+        let inputs: Vec<Vec<f32>> = (0..nr)
+            .map(|r| data::rank_values(seed, r, elems as usize))
+            .collect();
+        for (r, v) in inputs.iter().enumerate() {
+            dev(
+                self.input_buf(backend, r)?
+                    .upload(0, &data::encode(dtype, v)),
+                "uploading test data",
+            )?;
+            let out = self.output_buf(backend, r)?;
+            let span = (bytes as usize + GUARD).min(out.bytes);
+            dev(out.fill_range(0, span, 0xff), "poisoning the output")?;
+        }
+        let gs: Vec<usize> = units.iter().map(|u| u.gpu).collect();
+        sync_gpus(gpus, &gs)?;
+        let imp = &self.find(backend)?.imp;
+        match mode {
+            Mode::Eager => {
+                across(gpus, units, |i, u| {
+                    for _ in 0..calls.max(1) {
+                        self.launch(gpus, backend, imp, i, elems)?;
+                    }
+                    dev(u.stream.sync(), "waiting for the allreduce")
+                })?;
+            }
+            Mode::Graph => {
+                let graphs = self.capture(gpus, backend, imp, units, elems, calls.max(1))?;
+                across(gpus, units, |i, u| {
+                    for _ in 0..2 {
+                        dev(graphs[i].launch(&u.stream), "launching a CUDA graph")?;
+                    }
+                    dev(u.stream.sync(), "waiting for the graph")
+                })?;
+            }
+        }
+        self.check_status(gpus, backend)?;
+        let want = data::reference(dtype, &inputs);
+        for r in 0..nr {
+            let out = self.output_buf(backend, r)?;
+            let span = (bytes as usize + GUARD).min(out.bytes);
+            let mut got = vec![0u8; span];
+            dev(out.download(0, &mut got), "reading the output")?;
+            if let Some(diff) = data::compare(dtype, &got[..bytes as usize], &want) {
+                return Ok(Verification::Wrong {
+                    reason: format!(
+                        "{backend} at {bytes} bytes ({}), rank {r}: {diff}",
+                        mode.id()
+                    ),
+                });
+            }
+            if let Some(i) = got[bytes as usize..].iter().position(|&b| b != 0xff) {
+                return Ok(Verification::Wrong {
+                    reason: format!("{backend} at {bytes} bytes, rank {r}: wrote past the end of the output (byte {})", bytes as usize + i),
+                });
+            }
+        }
+        Ok(Verification::Correct)
+    }
+
+    /// Captures `calls` calls on every unit into one graph per unit.
+    fn capture(
+        &self,
+        gpus: &[Gpu],
+        backend: Backend,
+        imp: &Impl,
+        units: &[Unit],
+        elems: u64,
+        calls: u32,
+    ) -> Result<Vec<Graph>, FabricError> {
+        across(gpus, units, |i, u| {
+            dev(u.stream.begin_capture(), "starting a graph capture")?;
+            for _ in 0..calls {
+                if let Err(e) = self.launch(gpus, backend, imp, i, elems) {
+                    u.stream.abort_capture();
+                    return Err(e);
+                }
+            }
+            let g = dev(u.stream.end_capture(), "instantiating a CUDA graph")?;
+            // First replay: loads the graph and warms the kernels.
+            dev(g.launch(&u.stream), "launching a CUDA graph")?;
+            dev(u.stream.sync(), "waiting for the graph")?;
+            Ok(g)
+        })
+    }
+
+    /// Microseconds per call for each of `samples` batches of `batch` calls.
+    pub fn time(
+        &mut self,
+        gpus: &[Gpu],
+        backend: Backend,
+        bytes: u64,
+        mode: Mode,
+        batch: u32,
+        samples: u32,
+    ) -> Result<Vec<f64>, FabricError> {
+        let elems = self.elems(bytes)?;
+        let batch = batch.max(1);
+        let key = (backend, bytes, batch);
+        if mode == Mode::Graph && !self.graphs.contains_key(&key) {
+            if self.graphs.len() >= 32 {
+                self.graphs.clear();
+            }
+            let imp = &self.find(backend)?.imp;
+            let g = self.capture(gpus, backend, imp, self.units_for(backend), elems, batch)?;
+            self.check_status(gpus, backend)?;
+            self.graphs.insert(key, g);
+        }
+        if mode == Mode::Eager && !self.warm.contains(&(backend, bytes)) {
+            let imp = &self.find(backend)?.imp;
+            across(gpus, self.units_for(backend), |i, u| {
+                for _ in 0..3 {
+                    self.launch(gpus, backend, imp, i, elems)?;
+                }
+                dev(u.stream.sync(), "warm-up")
+            })?;
+            self.check_status(gpus, backend)?;
+            self.warm.insert((backend, bytes));
+        }
+        let imp = &self.find(backend)?.imp;
+        let units = self.units_for(backend);
+        let graphs = self.graphs.get(&key);
+        let barrier = Barrier::new(units.len());
+        let failed = AtomicBool::new(false);
+        let first_err: Mutex<Option<FabricError>> = Mutex::new(None);
+        let per_unit = across(gpus, units, |i, u| {
+            let mut out = Vec::with_capacity(samples as usize);
+            for _ in 0..samples {
+                // Start each sample together on every GPU; after a failure keep meeting the
+                // barrier so no thread waits for ever.
+                barrier.wait();
+                if failed.load(Ordering::Relaxed) {
+                    continue;
+                }
+                let r = (|| -> Result<f64, FabricError> {
+                    dev(u.start.record(&u.stream), "recording an event")?;
+                    match (mode, graphs) {
+                        (Mode::Graph, Some(g)) => {
+                            dev(g[i].launch(&u.stream), "launching a CUDA graph")?
+                        }
+                        _ => {
+                            for _ in 0..batch {
+                                self.launch(gpus, backend, imp, i, elems)?;
+                            }
+                        }
+                    }
+                    dev(u.stop.record(&u.stream), "recording an event")?;
+                    let ms = dev(u.start.elapsed_ms(&u.stop), "reading the timing events")?;
+                    Ok(ms as f64 * 1000.0 / batch as f64)
+                })();
+                match r {
+                    Ok(us) => out.push(us),
+                    Err(e) => {
+                        failed.store(true, Ordering::Relaxed);
+                        let mut slot = first_err.lock().unwrap_or_else(|p| p.into_inner());
+                        slot.get_or_insert(e);
+                    }
+                }
+            }
+            dev(u.stream.sync(), "waiting for the timed calls")?;
+            Ok(out)
+        })?;
+        if let Some(e) = first_err.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            return Err(e);
+        }
+        self.check_status(gpus, backend)?;
+        // The collective takes as long as its slowest rank.
+        Ok((0..samples as usize)
+            .map(|s| {
+                per_unit
+                    .iter()
+                    .filter_map(|v| v.get(s))
+                    .fold(0.0f64, |a, &b| a.max(b))
+            })
+            .collect())
+    }
+}
+
+fn free_on(gpus: &[Gpu], which: &[usize]) -> Result<Vec<u64>, FabricError> {
+    which
+        .iter()
+        .map(|&g| {
+            dev(
+                driver::free_bytes(&gpus[g].ctx),
+                "reading free device memory",
+            )
+        })
+        .collect()
+}
+
+/// Enables peer access between every pair; Err names the first pair without P2P.
+fn enable_peers(gpus: &[Gpu], which: &[usize]) -> Result<(), String> {
+    for &a in which {
+        for &b in which {
+            if a == b {
+                continue;
+            }
+            let (ca, cb) = (&gpus[a].ctx, &gpus[b].ctx);
+            match driver::can_access_peer(ca, cb) {
+                Ok(true) => {}
+                Ok(false) => {
+                    return Err(format!(
+                        "P2P is not available from GPU {} to GPU {} (cuDeviceCanAccessPeer says no); custom kernels need peer access",
+                        gpus[a].facts.ordinal, gpus[b].facts.ordinal
+                    ))
+                }
+                Err(e) => return Err(format!("cuDeviceCanAccessPeer failed: {e}")),
+            }
+            driver::enable_peer(ca, cb).map_err(|e| {
+                format!(
+                    "enabling peer access from GPU {} to GPU {} failed: {e}",
+                    gpus[a].facts.ordinal, gpus[b].facts.ordinal
+                )
+            })?;
+        }
+    }
+    Ok(())
+}
+
+fn custom_waiver(
+    gpus: &[Gpu],
+    which: &[usize],
+    p2p: &Result<(), String>,
+    n: usize,
+) -> Option<String> {
+    if let Err(e) = p2p {
+        return Some(e.clone());
+    }
+    if n > MAX_RANKS {
+        return Some(format!(
+            "custom kernels support at most {MAX_RANKS} ranks; this group has {n}"
+        ));
+    }
+    which
+        .iter()
+        .find_map(|&g| gpus[g].kernels.as_ref().err().cloned())
+}
+
+fn nccl_waiver(b: Backend, loopback: bool) -> Option<String> {
+    if let Err(e) = nccl::library() {
+        return Some(e);
+    }
+    if loopback && b.nccl_pin().is_some() {
+        return Some(
+            "loopback runs NCCL with one rank, which only copies locally and uses no algorithm or \
+             protocol, so pinning NCCL_ALGO/NCCL_PROTO measures nothing different from `nccl`"
+                .into(),
+        );
+    }
+    None
+}

@@ -1,0 +1,219 @@
+//! Host side of kernels/*.cu: argument layouts, the functions loaded per GPU, launch shapes
+//! and how many bytes each kernel moves.
+
+use std::sync::Arc;
+
+use cudarc::driver::CudaContext;
+
+use super::compile;
+use super::driver::{dev, Function, Module};
+use crate::fabric::{Backend, Dtype, FabricError};
+
+pub const MAX_RANKS: usize = 16;
+pub const MAX_BLOCKS: u32 = 256;
+pub const THREADS: u32 = 512;
+/// Bytes of one rank's `Signal` (kernels/common.cuh), allocated rounded up.
+pub const SIGNAL_ALLOC: usize = 64 << 10;
+/// Offset of `Signal::status` (3 x 256 x 16 flags + 256 epochs, all u32).
+pub const SIGNAL_STATUS_OFFSET: usize = (3 * 256 * 16 + 256) * 4;
+
+/// Mirrors `struct ArArgs` in kernels/common.cuh.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ArArgs {
+    pub input: [u64; MAX_RANKS],
+    pub out: [u64; MAX_RANKS],
+    pub scratch: [u64; MAX_RANKS],
+    pub sig: [u64; MAX_RANKS],
+    pub n: u64,
+    pub slot_bytes: u64,
+    pub nranks: i32,
+    pub rank_base: i32,
+}
+
+/// Mirrors `struct ProbeArgs` in kernels/probe.cu.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ProbeArgs {
+    pub src: [u64; MAX_RANKS],
+    pub dst: [u64; MAX_RANKS],
+    pub bytes: u64,
+    pub sink: u64,
+    pub nranks: i32,
+    pub rank: i32,
+    pub peers: i32,
+    pub pad: i32,
+}
+
+/// Kernel name for a custom backend and element type, e.g. "one_stage_pull_bf16".
+pub fn kernel_name(backend: Backend, dtype: Dtype) -> Option<String> {
+    let base = match backend {
+        Backend::OneStagePull => "one_stage_pull",
+        Backend::OneStagePush => "one_stage_push",
+        Backend::TwoStagePull => "two_stage_pull",
+        Backend::TwoStagePush => "two_stage_push",
+        _ => return None,
+    };
+    Some(format!("{base}_{}", dtype.id()))
+}
+
+pub const CUSTOM: [Backend; 4] = [
+    Backend::OneStagePull,
+    Backend::OneStagePush,
+    Backend::TwoStagePull,
+    Backend::TwoStagePush,
+];
+pub const DTYPES: [Dtype; 3] = [Dtype::Bf16, Dtype::Fp16, Dtype::Fp32];
+
+/// The compiled kernels loaded into one GPU's context.
+pub struct Kernels {
+    _modules: Vec<Module>,
+    allreduce: Vec<(Backend, Dtype, Function, u32)>,
+    pub latch_wait: Function,
+    pub probe_read: Function,
+    pub probe_write: Function,
+    /// What NVRTC was asked for, e.g. "--gpu-architecture=sm_90".
+    pub target: String,
+}
+
+impl Kernels {
+    pub fn load(ctx: &Arc<CudaContext>, cc: (u32, u32)) -> Result<Kernels, FabricError> {
+        let images = compile::images_for(cc)?;
+        let mut modules = Vec::new();
+        for (img, (name, _)) in images.images.iter().zip(compile::PROGRAMS) {
+            modules.push(dev(
+                Module::load(ctx, img),
+                &format!("loading the compiled kernels/{name}"),
+            )?);
+        }
+        let mut allreduce = Vec::new();
+        for b in CUSTOM {
+            for d in DTYPES {
+                let name = kernel_name(b, d).unwrap_or_default();
+                let f = modules[0].function(&name)?;
+                let per_sm = dev(f.blocks_per_sm(THREADS), "the occupancy query")?;
+                if per_sm == 0 {
+                    return Err(FabricError::Device(format!(
+                        "kernel {name} cannot run {THREADS} threads per block on this GPU"
+                    )));
+                }
+                allreduce.push((b, d, f, per_sm));
+            }
+        }
+        Ok(Kernels {
+            latch_wait: modules[1].function("latch_wait")?,
+            probe_read: modules[1].function("probe_read")?,
+            probe_write: modules[1].function("probe_write")?,
+            _modules: modules,
+            allreduce,
+            target: images.target.option(),
+        })
+    }
+
+    /// The kernel and how many of its blocks fit on one multiprocessor.
+    pub fn allreduce(&self, backend: Backend, dtype: Dtype) -> Option<(Function, u32)> {
+        self.allreduce
+            .iter()
+            .find(|(b, d, _, _)| *b == backend && *d == dtype)
+            .map(|(_, _, f, n)| (*f, *n))
+    }
+}
+
+/// Most blocks one rank may use. With `ranks_on_device` ranks sharing one GPU (loopback), the
+/// blocks of all of them must be resident together or spinning blocks would starve the rest,
+/// so the GPU's capacity is split between them.
+pub fn block_cap(sms: u32, blocks_per_sm: u32, ranks_on_device: u32) -> u32 {
+    let per_gpu = sms.saturating_mul(blocks_per_sm.clamp(1, 2));
+    (per_gpu / ranks_on_device.max(1)).clamp(1, MAX_BLOCKS)
+}
+
+/// Blocks for one call: enough for one vector per thread, at most `cap`.
+pub fn blocks(backend: Backend, elems: u64, dtype: Dtype, nranks: usize, cap: u32) -> u32 {
+    let per_vec = 16 / dtype.size();
+    let nvec = elems / per_vec;
+    let work = match backend {
+        Backend::TwoStagePull | Backend::TwoStagePush => nvec.div_ceil(nranks.max(1) as u64),
+        _ => nvec,
+    };
+    (work.div_ceil(THREADS as u64).min(cap as u64) as u32).max(1)
+}
+
+/// Bytes one rank's kernel reads plus writes in one call of `bytes` with `n` ranks, counting
+/// every peer access: what the kernel-efficiency benchmark divides by time.
+pub fn traffic_bytes(backend: Backend, bytes: u64, n: u64) -> u64 {
+    let shard = bytes / n.max(1);
+    match backend {
+        // n inputs read, one output written.
+        Backend::OneStagePull => (n + 1) * bytes,
+        // Input read, written to n-1 peers; n slots read, output written.
+        Backend::OneStagePush => (2 * n + 1) * bytes,
+        // n shards read, one written; n reduced shards read, output written.
+        Backend::TwoStagePull => 3 * bytes + shard,
+        // n-1 shards read and sent; n shards read, the reduced shard written n times.
+        Backend::TwoStagePush => 2 * (n - 1) * shard + 2 * bytes,
+        // NCCL: count the algorithmic minimum, input read and output written.
+        _ => 2 * bytes,
+    }
+}
+
+/// Receive-slot spacing for push kernels serving messages up to `max_bytes` over `n` ranks:
+/// room for one whole message (one-stage) or shard plus tail (two-stage), 256-byte aligned.
+pub fn slot_bytes(backend: Backend, max_bytes: u64, n: u64) -> u64 {
+    let need = match backend {
+        Backend::TwoStagePush => (max_bytes / 16).div_ceil(n.max(1)) * 16 + 16,
+        _ => max_bytes,
+    };
+    need.div_ceil(256).max(1) * 256
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arg_layouts_match_the_cuda_structs() {
+        assert_eq!(std::mem::size_of::<ArArgs>(), 4 * 16 * 8 + 8 + 8 + 4 + 4);
+        assert_eq!(std::mem::size_of::<ProbeArgs>(), 2 * 16 * 8 + 8 + 8 + 4 * 4);
+        const { assert!(SIGNAL_STATUS_OFFSET + 4 <= SIGNAL_ALLOC) };
+        assert!(compile::COMMON.contains("u32 flags[3][MAX_BLOCKS][MAX_RANKS];"));
+        assert!(
+            compile::COMMON.contains("#define MAX_BLOCKS 256")
+                && compile::COMMON.contains("#define MAX_RANKS 16")
+        );
+        assert!(compile::COMMON.contains("#define THREADS 512"));
+    }
+
+    #[test]
+    fn loopback_ranks_share_the_gpu() {
+        // H200: 132 SMs, one 512-thread block each; 8 virtual ranks get 16 blocks each.
+        assert_eq!(block_cap(132, 1, 8), 16);
+        assert!(block_cap(132, 1, 8) * 8 <= 132);
+        assert_eq!(block_cap(132, 4, 1), MAX_BLOCKS);
+        assert_eq!(block_cap(10, 1, 16), 1);
+    }
+
+    #[test]
+    fn small_messages_use_one_block() {
+        assert_eq!(blocks(Backend::OneStagePull, 2048, Dtype::Bf16, 8, 16), 1);
+        assert_eq!(
+            blocks(Backend::OneStagePull, 1 << 24, Dtype::Bf16, 8, 16),
+            16
+        );
+        assert_eq!(blocks(Backend::TwoStagePush, 3, Dtype::Fp32, 8, 16), 1);
+    }
+
+    #[test]
+    fn traffic_counts() {
+        assert_eq!(traffic_bytes(Backend::OneStagePull, 100, 8), 900);
+        assert_eq!(traffic_bytes(Backend::OneStagePush, 100, 8), 1700);
+        assert_eq!(traffic_bytes(Backend::TwoStagePull, 800, 8), 2500);
+        assert_eq!(traffic_bytes(Backend::TwoStagePush, 800, 8), 1400 + 1600);
+    }
+
+    #[test]
+    fn slots_hold_a_shard_and_its_tail() {
+        assert_eq!(slot_bytes(Backend::TwoStagePush, 1 << 20, 8) % 256, 0);
+        assert!(slot_bytes(Backend::TwoStagePush, 1000, 3) >= (1000 / 16u64).div_ceil(3) * 16 + 16);
+        assert!(slot_bytes(Backend::OneStagePush, 1001, 8) >= 1001);
+    }
+}

@@ -1,0 +1,435 @@
+//! NCCL, loaded at run time from wherever users installed it.
+//!
+//! cudarc's NCCL loader only asks the dynamic loader for `libnccl.so` (and numbered names
+//! other than `.so.2`), so it misses `libnccl.so.2`, the only name pip's nvidia-nccl-cu12/cu13
+//! wheels and Debian's libnccl2 ship, and it panics when nothing is found. We dlopen NCCL
+//! ourselves, in this order: the file named by `ARTUNE_NCCL_LIB`; the system library
+//! (`libnccl.so`, then `libnccl.so.2`, through the loader's search path); the pip wheel in the
+//! active virtualenv or conda prefix, then in python3's `sys.path`. Types and constants come
+//! from `cudarc::nccl::sys`.
+//!
+//! NCCL has no per-communicator setting for the algorithm or protocol (ncclConfig_t carries
+//! none up to 2.30), but reads `NCCL_ALGO` and `NCCL_PROTO` when a communicator is created.
+//! A pinned backend therefore gets its own communicators, created with those two variables
+//! set (and restored right after); `nccl` gets communicators created with both unset.
+
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use cudarc::nccl::sys::{ncclDataType_t, ncclRedOp_t};
+
+use crate::fabric::Dtype;
+
+/// The environment variable that names a libnccl file to use.
+pub const ENV_LIB: &str = "ARTUNE_NCCL_LIB";
+
+/// What to tell a user who has no NCCL.
+pub const INSTALL_HINT: &str =
+    "install it with `pip install nvidia-nccl-cu13` (or nvidia-nccl-cu12 for CUDA 12) or set ARTUNE_NCCL_LIB to the path of libnccl.so.2";
+
+/// Where pip wheels put the library, relative to a site-packages directory.
+const WHEEL_PATHS: [&str; 3] = [
+    "nvidia/nccl/lib/libnccl.so.2",
+    "nvidia/cu13/lib/libnccl.so.2",
+    "nvidia/cu12/lib/libnccl.so.2",
+];
+
+/// The libraries to try, in order. `env_lib` wins alone when set: a user who names a file
+/// means that file. `site_dirs` are site-packages directories; `exists` filters wheel paths.
+pub fn candidates(
+    env_lib: Option<&str>,
+    site_dirs: &[PathBuf],
+    exists: impl Fn(&Path) -> bool,
+) -> Vec<String> {
+    if let Some(p) = env_lib.filter(|p| !p.is_empty()) {
+        return vec![p.to_string()];
+    }
+    let mut out = vec!["libnccl.so".to_string(), "libnccl.so.2".to_string()];
+    for dir in site_dirs {
+        for rel in WHEEL_PATHS {
+            let p = dir.join(rel);
+            if exists(&p) {
+                let s = p.display().to_string();
+                if !out.contains(&s) {
+                    out.push(s);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// site-packages directories of the active virtualenv/conda prefix, then python3's sys.path.
+pub fn site_dirs() -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    for var in ["VIRTUAL_ENV", "CONDA_PREFIX"] {
+        if let Some(prefix) = std::env::var_os(var) {
+            let lib = PathBuf::from(prefix).join("lib");
+            if let Ok(rd) = std::fs::read_dir(&lib) {
+                for e in rd.flatten() {
+                    if e.file_name().to_string_lossy().starts_with("python") {
+                        dirs.push(e.path().join("site-packages"));
+                    }
+                }
+            }
+        }
+    }
+    dirs.extend(python_sys_path());
+    dirs
+}
+
+/// python3's sys.path, or nothing when python3 is absent or slow.
+fn python_sys_path() -> Vec<PathBuf> {
+    let child = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sys; print('\\n'.join(p for p in sys.path if p))",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    let Ok(mut child) = child else {
+        return Vec::new();
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Vec::new();
+            }
+        }
+    }
+    let Ok(out) = child.wait_with_output() else {
+        return Vec::new();
+    };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(PathBuf::from)
+        .collect()
+}
+
+/// Formats ncclGetVersion's code: 22803 -> "2.28.3" (codes below 10000 are pre-2.9 style).
+pub fn version_string(code: i32) -> String {
+    if code >= 10000 {
+        format!("{}.{}.{}", code / 10000, (code % 10000) / 100, code % 100)
+    } else {
+        format!("{}.{}.{}", code / 1000, (code % 1000) / 100, code % 100)
+    }
+}
+
+type Res = c_int;
+pub type Comm = *mut c_void;
+
+/// The NCCL entry points we use.
+pub struct Lib {
+    pub path: String,
+    pub version: i32,
+    get_error_string: unsafe extern "C" fn(Res) -> *const c_char,
+    get_last_error: Option<unsafe extern "C" fn(Comm) -> *const c_char>,
+    comm_init_all: unsafe extern "C" fn(*mut Comm, c_int, *const c_int) -> Res,
+    comm_destroy: unsafe extern "C" fn(Comm) -> Res,
+    #[allow(clippy::type_complexity)]
+    all_reduce: unsafe extern "C" fn(
+        *const c_void,
+        *mut c_void,
+        usize,
+        c_int,
+        c_int,
+        Comm,
+        *mut c_void,
+    ) -> Res,
+}
+
+// SAFETY: the function pointers are plain C entry points; NCCL is thread-safe for distinct
+// communicators.
+unsafe impl Send for Lib {}
+unsafe impl Sync for Lib {}
+
+fn dlerror() -> String {
+    // SAFETY: dlerror returns a thread-local string or NULL.
+    let p = unsafe { libc::dlerror() };
+    if p.is_null() {
+        "unknown error".into()
+    } else {
+        // SAFETY: non-null C string from the loader.
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+}
+
+/// SAFETY: `h` is a live dlopen handle and `T` is the symbol's true function type.
+unsafe fn sym<T: Copy>(h: *mut c_void, name: &str) -> Option<T> {
+    let c = CString::new(name).ok()?;
+    let p = libc::dlsym(h, c.as_ptr());
+    if p.is_null() {
+        None
+    } else {
+        Some(std::mem::transmute_copy::<*mut c_void, T>(&p))
+    }
+}
+
+impl Lib {
+    /// Opens one candidate; Err says why it could not be used.
+    fn open(name: &str) -> Result<Lib, String> {
+        let c = CString::new(name).map_err(|_| format!("`{name}` contains a NUL byte"))?;
+        // SAFETY: loading a shared library; it stays loaded for the life of the process.
+        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        if h.is_null() {
+            return Err(dlerror());
+        }
+        let missing = |s: &str| format!("{name} has no symbol {s}; it is not a usable NCCL");
+        // SAFETY: symbol types follow nccl.h.
+        unsafe {
+            let get_version: unsafe extern "C" fn(*mut c_int) -> Res =
+                sym(h, "ncclGetVersion").ok_or_else(|| missing("ncclGetVersion"))?;
+            let mut version = 0;
+            if get_version(&mut version) != 0 {
+                return Err(format!("ncclGetVersion failed in {name}"));
+            }
+            Ok(Lib {
+                path: name.to_string(),
+                version,
+                get_error_string: sym(h, "ncclGetErrorString")
+                    .ok_or_else(|| missing("ncclGetErrorString"))?,
+                get_last_error: sym(h, "ncclGetLastError"),
+                comm_init_all: sym(h, "ncclCommInitAll")
+                    .ok_or_else(|| missing("ncclCommInitAll"))?,
+                comm_destroy: sym(h, "ncclCommDestroy")
+                    .ok_or_else(|| missing("ncclCommDestroy"))?,
+                all_reduce: sym(h, "ncclAllReduce").ok_or_else(|| missing("ncclAllReduce"))?,
+            })
+        }
+    }
+
+    fn error(&self, code: Res, comm: Comm) -> String {
+        // SAFETY: NCCL returns static strings.
+        let mut s = unsafe { CStr::from_ptr((self.get_error_string)(code)) }
+            .to_string_lossy()
+            .into_owned();
+        if let Some(last) = self.get_last_error {
+            // SAFETY: NULL comm is allowed; the string is NCCL's.
+            let p = unsafe { last(comm) };
+            if !p.is_null() {
+                let detail = unsafe { CStr::from_ptr(p) }.to_string_lossy();
+                if !detail.is_empty() {
+                    s = format!("{s} ({detail})");
+                }
+            }
+        }
+        s
+    }
+}
+
+/// The process's NCCL, looked up once.
+pub fn library() -> Result<&'static Lib, String> {
+    static LIB: OnceLock<Result<Lib, String>> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let env = std::env::var(ENV_LIB).ok();
+        let dirs = if env.as_deref().is_some_and(|e| !e.is_empty()) {
+            Vec::new()
+        } else {
+            site_dirs()
+        };
+        let mut tried = Vec::new();
+        for c in candidates(env.as_deref(), &dirs, |p| p.is_file()) {
+            match Lib::open(&c) {
+                Ok(lib) => return Ok(lib),
+                Err(e) => tried.push(format!("{c}: {e}")),
+            }
+        }
+        let why = tried.join("; ");
+        Err(match env.filter(|e| !e.is_empty()) {
+            Some(e) => {
+                format!("{ENV_LIB}={e} could not be loaded ({why}); point it at libnccl.so.2")
+            }
+            None => format!("NCCL was not found (tried {why}); {INSTALL_HINT}"),
+        })
+    })
+    .as_ref()
+    .map_err(|e| e.clone())
+}
+
+/// libnccl.so.2 files of pip wheels found in the active environment or python3's sys.path
+/// (the third place [`library`] looks).
+pub fn wheel_libraries() -> Vec<String> {
+    candidates(None, &site_dirs(), |p| p.is_file())
+        .into_iter()
+        .skip(2)
+        .collect()
+}
+
+/// Loads the NCCL at `path` and returns its version, e.g. "2.28.9".
+pub fn version_of(path: &str) -> Result<String, String> {
+    Lib::open(path).map(|l| version_string(l.version))
+}
+
+/// The NCCL version artune would use, e.g. "2.28.3"; None when NCCL cannot be loaded.
+pub fn nccl_version() -> Option<String> {
+    library().ok().map(|l| version_string(l.version))
+}
+
+pub fn datatype(d: Dtype) -> c_int {
+    (match d {
+        Dtype::Bf16 => ncclDataType_t::ncclBfloat16,
+        Dtype::Fp16 => ncclDataType_t::ncclFloat16,
+        Dtype::Fp32 => ncclDataType_t::ncclFloat32,
+    }) as c_int
+}
+
+/// Communicators of one clique, one per device in `devices` order; destroyed on drop.
+pub struct Comms {
+    lib: &'static Lib,
+    pub comms: Vec<Comm>,
+}
+
+// SAFETY: NCCL communicators may be used from any thread, one thread per communicator at a
+// time, which the fabric guarantees.
+unsafe impl Send for Comms {}
+unsafe impl Sync for Comms {}
+
+/// Serializes changes to NCCL_ALGO/NCCL_PROTO around communicator creation.
+static ENV_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+impl Comms {
+    /// Creates one communicator per CUDA device ordinal in `devices`, with NCCL_ALGO and
+    /// NCCL_PROTO set to `pin` (or unset when None) while NCCL reads them.
+    pub fn new(
+        lib: &'static Lib,
+        devices: &[i32],
+        pin: Option<(&str, &str)>,
+    ) -> Result<Comms, String> {
+        let _guard = ENV_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+        let saved: Vec<(&str, Option<std::ffi::OsString>)> = ["NCCL_ALGO", "NCCL_PROTO"]
+            .iter()
+            .map(|k| (*k, std::env::var_os(k)))
+            .collect();
+        match pin {
+            Some((algo, proto)) => {
+                std::env::set_var("NCCL_ALGO", algo);
+                std::env::set_var("NCCL_PROTO", proto);
+            }
+            None => {
+                std::env::remove_var("NCCL_ALGO");
+                std::env::remove_var("NCCL_PROTO");
+            }
+        }
+        let mut comms = vec![std::ptr::null_mut(); devices.len()];
+        // SAFETY: arrays of the stated length.
+        let r = unsafe {
+            (lib.comm_init_all)(comms.as_mut_ptr(), devices.len() as c_int, devices.as_ptr())
+        };
+        for (k, v) in saved {
+            match v {
+                Some(v) => std::env::set_var(k, v),
+                None => std::env::remove_var(k),
+            }
+        }
+        if r != 0 {
+            return Err(format!(
+                "ncclCommInitAll failed: {}",
+                lib.error(r, std::ptr::null_mut())
+            ));
+        }
+        Ok(Comms { lib, comms })
+    }
+
+    /// Queues an allreduce (sum) on `stream` for rank `rank`.
+    ///
+    /// # Safety
+    /// The pointers are device buffers of at least `count` elements on the rank's
+    /// device, and `stream` belongs to that device.
+    pub unsafe fn all_reduce(
+        &self,
+        rank: usize,
+        send: u64,
+        recv: u64,
+        count: usize,
+        dtype: Dtype,
+        stream: *mut c_void,
+    ) -> Result<(), String> {
+        let comm = self.comms[rank];
+        let r = (self.lib.all_reduce)(
+            send as *const c_void,
+            recv as *mut c_void,
+            count,
+            datatype(dtype),
+            ncclRedOp_t::ncclSum as c_int,
+            comm,
+            stream,
+        );
+        if r != 0 {
+            return Err(format!("ncclAllReduce failed: {}", self.lib.error(r, comm)));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Comms {
+    fn drop(&mut self) {
+        for c in self.comms.drain(..) {
+            if !c.is_null() {
+                // SAFETY: created by ncclCommInitAll and destroyed once.
+                unsafe { (self.lib.comm_destroy)(c) };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_var_wins_alone() {
+        let c = candidates(
+            Some("/opt/x/libnccl.so.2"),
+            &[PathBuf::from("/site")],
+            |_| true,
+        );
+        assert_eq!(c, vec!["/opt/x/libnccl.so.2".to_string()]);
+    }
+
+    #[test]
+    fn system_names_come_before_wheels_and_missing_wheels_are_skipped() {
+        let dirs = [PathBuf::from("/venv/site"), PathBuf::from("/usr/site")];
+        let c = candidates(None, &dirs, |p| {
+            p.starts_with("/usr/site") && p.ends_with("nvidia/nccl/lib/libnccl.so.2")
+        });
+        assert_eq!(
+            c,
+            vec![
+                "libnccl.so".to_string(),
+                "libnccl.so.2".to_string(),
+                "/usr/site/nvidia/nccl/lib/libnccl.so.2".to_string()
+            ]
+        );
+        // An empty variable is the same as none.
+        assert_eq!(candidates(Some(""), &[], |_| true).len(), 2);
+    }
+
+    #[test]
+    fn wheel_layouts_in_order() {
+        let c = candidates(None, &[PathBuf::from("/s")], |_| true);
+        assert_eq!(
+            &c[2..],
+            &[
+                "/s/nvidia/nccl/lib/libnccl.so.2".to_string(),
+                "/s/nvidia/cu13/lib/libnccl.so.2".to_string(),
+                "/s/nvidia/cu12/lib/libnccl.so.2".to_string()
+            ]
+        );
+    }
+
+    #[test]
+    fn version_codes() {
+        assert_eq!(version_string(22803), "2.28.3");
+        assert_eq!(version_string(23007), "2.30.7");
+        assert_eq!(version_string(2708), "2.7.8");
+    }
+}

@@ -1,0 +1,330 @@
+//! Tests of the CUDA fabric. They need an NVIDIA GPU (NVRTC, NCCL for some); without one each
+//! prints a `skipped: ...` line saying why and returns, so `cargo test` passes anywhere and the
+//! output shows what did not run. Run them on a GPU with `--nocapture` to see every line.
+
+use std::sync::{Mutex, MutexGuard};
+
+use artune::fabric::cuda::{compile, nccl, CudaFabric};
+use artune::fabric::{Backend, Dtype, Fabric, Group, Mode, Readiness, Verification};
+
+const CUSTOM: [Backend; 4] = [
+    Backend::OneStagePull,
+    Backend::OneStagePush,
+    Backend::TwoStagePull,
+    Backend::TwoStagePush,
+];
+const DTYPES: [Dtype; 3] = [Dtype::Bf16, Dtype::Fp16, Dtype::Fp32];
+/// Element counts: tiny, around one 16-byte vector, and odd counts that leave tails.
+const ELEMS: [u64; 9] = [1, 3, 7, 8, 9, 1000, 4099, 65536, 262_147];
+
+/// Prints a skip line that `cargo test` shows even without `--nocapture` (the test harness
+/// captures `println!`, not direct writes to stderr).
+fn skip(line: String) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// GPU tests run one at a time: two loopback fabrics spinning on one GPU at once could each
+/// keep the other's blocks from being resident.
+static GPU: Mutex<()> = Mutex::new(());
+
+fn open_or_skip(test: &str, k: usize) -> Option<(MutexGuard<'static, ()>, CudaFabric)> {
+    let guard = GPU.lock().unwrap_or_else(|p| p.into_inner());
+    match CudaFabric::open(Some(k)) {
+        Ok(f) => Some((guard, f)),
+        Err(e) => {
+            skip(format!("{test}: skipped: no GPU ({e})"));
+            None
+        }
+    }
+}
+
+fn group(k: usize, dtype: Dtype, max_bytes: u64) -> Group {
+    Group {
+        gpus: (0..k).collect(),
+        dtype,
+        max_bytes,
+    }
+}
+
+fn all_ready(r: &[Readiness]) {
+    for x in r {
+        if let Readiness::Waived { backend, reason } = x {
+            panic!("{backend} was waived: {reason}");
+        }
+    }
+}
+
+fn correct(v: Verification, what: &str) {
+    if let Verification::Wrong { reason } = v {
+        panic!("{what}: {reason}");
+    }
+}
+
+#[test]
+fn nvrtc_compiles_the_kernel_sources_or_skips_without_nvrtc() {
+    if !compile::nvrtc_present() {
+        skip("nvrtc_compiles_the_kernel_sources: skipped: no NVRTC (libnvrtc.so not found)".into());
+        return;
+    }
+    let archs = compile::supported_archs().unwrap();
+    let mut done = Vec::new();
+    for want in [75, 80, 86, 89, 90, 100, 120] {
+        if !archs.contains(&want) {
+            continue;
+        }
+        let t = compile::Target::Cubin(format!("sm_{want}"));
+        for (name, src) in compile::PROGRAMS {
+            let img = compile::compile(name, src, &t).unwrap_or_else(|e| panic!("{e}"));
+            assert!(
+                img.len() > 1000,
+                "{name} for sm_{want} is only {} bytes",
+                img.len()
+            );
+        }
+        done.push(want);
+    }
+    println!(
+        "nvrtc compiled kernels/*.cu for sm_{done:?} (NVRTC {:?})",
+        compile::nvrtc_version().unwrap()
+    );
+    assert!(!done.is_empty());
+    let err = compile::compile(
+        "broken.cu",
+        "this is not CUDA;",
+        &compile::Target::Cubin(format!("sm_{}", archs[0])),
+    )
+    .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("--gpu-architecture=sm_") && msg.contains("error"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn nccl_absence_is_explained_or_skips_when_nccl_is_installed() {
+    match nccl::library() {
+        Ok(lib) => skip(format!(
+            "nccl_absence_is_explained: skipped: NCCL {} is installed ({})",
+            nccl::version_string(lib.version),
+            lib.path
+        )),
+        Err(e) => {
+            assert!(nccl::nccl_version().is_none());
+            assert!(
+                e.contains("pip install nvidia-nccl-cu13") || e.contains("ARTUNE_NCCL_LIB"),
+                "{e}"
+            );
+        }
+    }
+}
+
+#[test]
+fn nccl_wheel_lookup_loads_libnccl_so_2_or_skips_without_a_wheel() {
+    let wheels = nccl::wheel_libraries();
+    if wheels.is_empty() {
+        skip("nccl_wheel_lookup: skipped: no nvidia-nccl wheel in python3's site-packages".into());
+        return;
+    }
+    for w in wheels {
+        let v = nccl::version_of(&w).unwrap_or_else(|e| panic!("{w}: {e}"));
+        println!("nccl wheel found and loaded: {w} (NCCL {v})");
+    }
+}
+
+#[test]
+fn no_gpu_error_suggests_sim_or_skips_when_a_gpu_is_present() {
+    let _gpu = GPU.lock().unwrap_or_else(|p| p.into_inner());
+    match CudaFabric::open(None) {
+        Ok(f) => skip(format!(
+            "no_gpu_error_suggests_sim: skipped: a GPU is present ({})",
+            f.info().description
+        )),
+        Err(e) => assert!(e.to_string().contains("--sim"), "{e}"),
+    }
+}
+
+#[test]
+fn gpu_loopback_describes_itself_or_skips_without_gpu() {
+    let Some((_gpu, f)) = open_or_skip("gpu_loopback_describes_itself", 8) else {
+        return;
+    };
+    let info = f.info();
+    println!("{}; kernels: {:?}", info.description, f.kernel_target());
+    assert!(!info.simulated);
+    assert!(
+        info.description.contains("8 virtual ranks")
+            && info.description.contains("NCCL with 1 rank")
+    );
+    let t = f.topology();
+    assert_eq!(t.gpu_count(), 8);
+    assert!(t.notes.iter().any(|n| n.starts_with("loopback")));
+    assert!(matches!(
+        CudaFabric::open(Some(1)),
+        Err(artune::fabric::FabricError::BadRequest(_))
+    ));
+}
+
+#[test]
+fn gpu_custom_kernels_verify_bit_exactly_in_loopback_2_4_8_or_skip() {
+    for k in [2, 4, 8] {
+        let Some((_gpu, mut f)) = open_or_skip("gpu_custom_kernels_verify_bit_exactly", k) else {
+            return;
+        };
+        for dtype in DTYPES {
+            let max = ELEMS.iter().max().unwrap() * dtype.size();
+            all_ready(&f.prepare(&group(k, dtype, max), &CUSTOM).unwrap());
+            for b in CUSTOM {
+                for (i, e) in ELEMS.iter().enumerate() {
+                    let bytes = e * dtype.size();
+                    let v = f.verify(b, bytes, 1000 + i as u64).unwrap();
+                    correct(v, &format!("K={k} {b} {} {bytes} bytes", dtype.id()));
+                }
+            }
+        }
+        println!(
+            "K={k}: 4 kernels x 3 dtypes x {} sizes verified bit-exactly",
+            ELEMS.len()
+        );
+    }
+}
+
+#[test]
+fn gpu_repeated_calls_and_graph_replay_stay_correct_or_skip() {
+    let Some((_gpu, mut f)) = open_or_skip("gpu_repeated_calls_and_graph_replay", 8) else {
+        return;
+    };
+    let max = 4 << 20;
+    all_ready(&f.prepare(&group(8, Dtype::Bf16, max), &CUSTOM).unwrap());
+    let mut seed = 1;
+    for b in CUSTOM {
+        for bytes in [4096u64, 4098, 1 << 20, max] {
+            seed += 1;
+            correct(
+                f.verify_with(b, bytes, seed, Mode::Eager, 25).unwrap(),
+                &format!("{b} eager x25 at {bytes}"),
+            );
+            let t = f.time(b, bytes, Mode::Graph, 50, 3).unwrap();
+            assert!(t.iter().all(|x| x.is_finite() && *x > 0.0), "{t:?}");
+            seed += 1;
+            correct(
+                f.verify_with(b, bytes, seed, Mode::Graph, 10).unwrap(),
+                &format!("{b} graph x10 replayed at {bytes}"),
+            );
+            let t = f.time(b, bytes, Mode::Eager, 20, 3).unwrap();
+            assert!(t.iter().all(|x| x.is_finite() && *x > 0.0), "{t:?}");
+            seed += 1;
+            correct(
+                f.verify(b, bytes, seed).unwrap(),
+                &format!("{b} after timing at {bytes}"),
+            );
+        }
+    }
+    println!("repeated eager calls, graph replays and timing loops kept all 4 kernels correct");
+}
+
+#[test]
+fn gpu_nccl_one_rank_allreduce_verifies_or_skip() {
+    let Some((_gpu, mut f)) = open_or_skip("gpu_nccl_one_rank_allreduce", 2) else {
+        return;
+    };
+    for dtype in DTYPES {
+        let r = f
+            .prepare(
+                &group(2, dtype, 1 << 20),
+                &[Backend::Nccl, Backend::NcclRingLl],
+            )
+            .unwrap();
+        if let Readiness::Waived { reason, .. } = &r[0] {
+            skip(format!(
+                "gpu_nccl_one_rank_allreduce: skipped: NCCL unavailable ({reason})"
+            ));
+            return;
+        }
+        assert!(matches!(&r[1], Readiness::Waived { reason, .. } if reason.contains("one rank")));
+        for e in [1u64, 7, 4096, 100_003] {
+            let bytes = e * dtype.size();
+            correct(
+                f.verify(Backend::Nccl, bytes, e).unwrap(),
+                &format!("nccl {} {bytes}", dtype.id()),
+            );
+        }
+        let t = f.time(Backend::Nccl, 4096, Mode::Graph, 20, 3).unwrap();
+        assert!(t.iter().all(|x| x.is_finite() && *x > 0.0));
+        correct(
+            f.verify_with(Backend::Nccl, 4096, 9, Mode::Graph, 5)
+                .unwrap(),
+            "nccl graph",
+        );
+    }
+    println!(
+        "NCCL {:?} with one rank verified (bf16, fp16, fp32)",
+        nccl::nccl_version()
+    );
+}
+
+#[test]
+fn gpu_memory_is_measured_beside_the_model_or_skip() {
+    let Some((_gpu, mut f)) = open_or_skip("gpu_memory_is_measured", 8) else {
+        return;
+    };
+    let max = 64 << 20;
+    let r = f
+        .prepare(
+            &group(8, Dtype::Bf16, max),
+            &[CUSTOM.as_slice(), &[Backend::Nccl]].concat(),
+        )
+        .unwrap();
+    for x in &r {
+        match x {
+            Readiness::Ready { backend, memory } => {
+                println!(
+                    "{backend}: measured {} bytes per GPU, modelled {}",
+                    memory.bytes_per_gpu, memory.modelled_bytes_per_gpu
+                );
+                assert!(memory.measured);
+                if backend.is_custom() {
+                    let ratio = memory.bytes_per_gpu as f64 / memory.modelled_bytes_per_gpu as f64;
+                    assert!(
+                        (0.5..1.5).contains(&ratio),
+                        "{backend}: measured/modelled = {ratio}"
+                    );
+                }
+            }
+            Readiness::Waived { backend, reason } => {
+                assert!(!backend.is_custom(), "{backend} waived: {reason}");
+                println!("{backend}: waived ({reason})");
+            }
+        }
+    }
+}
+
+#[test]
+fn gpu_contention_probe_and_link_reading_or_skip() {
+    let Some((_gpu, mut f)) = open_or_skip("gpu_contention_probe", 4) else {
+        return;
+    };
+    f.prepare(&group(4, Dtype::Bf16, 1 << 20), &[Backend::OneStagePull])
+        .unwrap();
+    for dir in [
+        artune::fabric::Direction::Read,
+        artune::fabric::Direction::Write,
+    ] {
+        for peers in 1..4 {
+            let s = f.probe(dir, peers, 16 << 20).unwrap();
+            println!(
+                "probe {dir:?} peers={peers}: {:.0} GB/s per rank, {:.0} GB/s in all",
+                s.per_gpu_gbps, s.aggregate_gbps
+            );
+            assert!(s.per_gpu_gbps.is_finite() && s.per_gpu_gbps > 0.0);
+            assert!(s.aggregate_gbps >= s.per_gpu_gbps * 0.99);
+        }
+    }
+    assert!(f
+        .probe(artune::fabric::Direction::Read, 4, 1 << 20)
+        .is_err());
+    let links = f.link_under_load().unwrap();
+    println!("links read under load: {links:?}");
+    assert_eq!(links.len(), 1);
+}
