@@ -285,6 +285,12 @@ fn check_holds_on_same_topology_and_names_changes() {
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(o.stdout.contains("holds") && o.stdout.contains("SIMULATED"));
 
+    assert_eq!(artune(&["check", &p, "--sim", "pcie-4x-1switch"]).code, 0);
+    fails(
+        &["check", &p, "--sim", "nope"],
+        2,
+        "no simulated preset `nope`",
+    );
     let other = topology_file(d.path(), "pcie-2x", |_| {});
     fails(
         &["check", &p, "--topology", s(&other)],

@@ -275,7 +275,7 @@ pub fn staleness(p: &Profile, now: &Topology) -> Staleness {
 pub fn check(a: CheckArgs) -> Result<i32, Error> {
     let p = Profile::load(&a.profile)?;
     let now = load_topology(&Source {
-        sim: None,
+        sim: a.sim.clone(),
         topology: a.topology.clone(),
     })?;
     let st = staleness(&p, &now);
@@ -293,9 +293,10 @@ pub fn check(a: CheckArgs) -> Result<i32, Error> {
         }
         return Err(Error::Stale(msg));
     }
-    let against = match &a.topology {
-        Some(f) => format!("the topology in {}", f.display()),
-        None => "this machine".into(),
+    let against = match (&a.topology, &a.sim) {
+        (Some(f), _) => format!("the topology in {}", f.display()),
+        (None, Some(preset)) => format!("the simulated preset {preset}"),
+        (None, None) => "this machine".into(),
     };
     let unchecked = if st.unchecked.is_empty() {
         String::new()

@@ -207,6 +207,9 @@ pub struct CheckArgs {
     /// Check against this topology file instead of the real machine.
     #[arg(long)]
     pub topology: Option<PathBuf>,
+    /// Check against a built-in simulated machine instead of the real one.
+    #[arg(long, value_name = "PRESET", conflicts_with = "topology")]
+    pub sim: Option<String>,
 }
 
 #[derive(Args, Debug)]
