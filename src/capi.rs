@@ -1,1 +1,443 @@
-//! (in progress)
+//! C ABI over [`Profile::load`] and [`Profile::select`], declared in `src/artune.h`.
+//!
+//! 1. `artune_profile_open(path, &handle)` loads and validates a profile.
+//! 2. `artune_select(handle, tp, mode, bytes, &out)` answers per message, without allocating.
+//! 3. `artune_profile_close(handle)` frees it; `artune_last_error()` explains the last failure
+//!    on the calling thread.
+//!
+//! Every function returns an integer code (0 ok, 1 "no answer, keep your default", negative on
+//! error), checks its pointers, and catches panics: nothing unwinds into C.
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+
+use crate::fabric::{Backend, Mode};
+use crate::profile::{Profile, Query, Selection};
+
+pub const ARTUNE_OK: c_int = 0;
+/// The profile has no answer for this query (no group, or above its largest size).
+pub const ARTUNE_NO_ANSWER: c_int = 1;
+/// A null pointer, a mode that is neither graph nor eager, or a path that is not UTF-8.
+pub const ARTUNE_ERR_ARGUMENT: c_int = -1;
+/// The file could not be read.
+pub const ARTUNE_ERR_READ: c_int = -2;
+/// The file is not a valid profile (syntax, schema version, limits).
+pub const ARTUNE_ERR_INVALID: c_int = -3;
+/// A bug in artune (a caught panic).
+pub const ARTUNE_ERR_INTERNAL: c_int = -4;
+
+pub const ARTUNE_MODE_GRAPH: c_int = 0;
+pub const ARTUNE_MODE_EAGER: c_int = 1;
+
+/// Version of this ABI; bumped on any incompatible change to artune.h.
+pub const ARTUNE_ABI_VERSION: c_int = 1;
+
+/// An open profile (opaque to C), with each default-placement group flattened for selection.
+pub struct ArtuneProfile {
+    profile: Profile,
+    flat: Vec<Flat>,
+}
+
+/// One group's answers in contiguous arrays: bucket bounds and, per bucket, exactly what
+/// `Profile::select` answers there. A binary search over plain u64s, no map lookups.
+struct Flat {
+    tp: usize,
+    mode: Mode,
+    sizes: Vec<u64>,
+    picks: Vec<(Backend, f64, u64)>,
+}
+
+impl ArtuneProfile {
+    fn new(profile: Profile) -> ArtuneProfile {
+        let mut flat: Vec<Flat> = Vec::new();
+        for g in &profile.groups {
+            if flat.iter().any(|f| f.tp == g.tp && f.mode == g.mode) {
+                continue;
+            }
+            let q = Query {
+                tp: g.tp,
+                mode: g.mode,
+                gpus: None,
+            };
+            let Some(chosen) = profile.group(q) else {
+                continue;
+            };
+            let picks = chosen
+                .buckets
+                .iter()
+                .map(|b| match profile.select(q, b.bytes) {
+                    Selection::Chosen {
+                        backend,
+                        expected_us,
+                        buffer_bytes,
+                        ..
+                    } => (backend, expected_us, buffer_bytes),
+                    Selection::Unknown(_) => (b.choice, f64::NAN, 0),
+                })
+                .collect();
+            flat.push(Flat {
+                tp: g.tp,
+                mode: g.mode,
+                sizes: chosen.buckets.iter().map(|b| b.bytes).collect(),
+                picks,
+            });
+        }
+        ArtuneProfile { profile, flat }
+    }
+
+    /// The same answer as `Profile::select` with default placement.
+    fn select(&self, tp: usize, mode: Mode, bytes: u64) -> Selection {
+        let Some(f) = self.flat.iter().find(|f| f.tp == tp && f.mode == mode) else {
+            return Selection::Unknown(crate::profile::UnknownReason::NoGroup);
+        };
+        let i = f.sizes.partition_point(|&s| s < bytes);
+        match (f.sizes.get(i), f.picks.get(i)) {
+            (Some(&bucket_bytes), Some(&(backend, expected_us, buffer_bytes))) => {
+                Selection::Chosen {
+                    backend,
+                    expected_us,
+                    bucket_bytes,
+                    buffer_bytes,
+                }
+            }
+            _ => Selection::Unknown(crate::profile::UnknownReason::AboveLargestBucket),
+        }
+    }
+}
+
+/// The answer of `artune_select`, laid out as `artune_selection` in artune.h.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ArtuneSelection {
+    /// Backend id as profiles write it (static string, never freed), or NULL without an answer.
+    pub backend: *const c_char,
+    /// Index into ARTUNE_BACKEND_* (the order of `Backend::ALL`), or -1.
+    pub backend_code: c_int,
+    /// 1 when the profile was measured on the simulated fabric.
+    pub simulated: c_int,
+    /// Median time measured at the serving bucket, microseconds.
+    pub expected_us: f64,
+    /// Bytes the serving bucket covers up to.
+    pub bucket_bytes: u64,
+    /// Device memory per GPU the backend's buffers need (0 for NCCL).
+    pub buffer_bytes: u64,
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn set_error(msg: &str) {
+    let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+}
+
+/// Runs `f`, turning a panic into ARTUNE_ERR_INTERNAL with a message.
+fn guard(f: impl FnOnce() -> c_int) -> c_int {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        set_error("internal error in artune (a bug); the caller should keep its default");
+        ARTUNE_ERR_INTERNAL
+    })
+}
+
+/// NUL-terminated backend ids, in `Backend::ALL` order.
+const IDS: [&CStr; 11] = [
+    c"nccl",
+    c"nccl_ring_ll",
+    c"nccl_ring_ll128",
+    c"nccl_ring_simple",
+    c"nccl_tree_ll",
+    c"nccl_tree_ll128",
+    c"nccl_tree_simple",
+    c"one_stage_pull",
+    c"one_stage_push",
+    c"two_stage_pull",
+    c"two_stage_push",
+];
+
+fn code(b: Backend) -> usize {
+    Backend::ALL.iter().position(|x| *x == b).unwrap_or(0)
+}
+
+/// Opens and validates the profile at `path`; on success stores a handle in `*out`.
+///
+/// # Safety
+/// `path` is null or a NUL-terminated string; `out` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn artune_profile_open(
+    path: *const c_char,
+    out: *mut *mut ArtuneProfile,
+) -> c_int {
+    guard(|| {
+        if path.is_null() || out.is_null() {
+            set_error("artune_profile_open: path and out must not be NULL");
+            return ARTUNE_ERR_ARGUMENT;
+        }
+        // SAFETY: checked non-null; the caller promises NUL termination.
+        unsafe { *out = std::ptr::null_mut() };
+        let Ok(p) = unsafe { CStr::from_ptr(path) }.to_str() else {
+            set_error("artune_profile_open: the path is not UTF-8");
+            return ARTUNE_ERR_ARGUMENT;
+        };
+        match Profile::load(Path::new(p)) {
+            Ok(profile) => {
+                unsafe { *out = Box::into_raw(Box::new(ArtuneProfile::new(profile))) };
+                set_error("");
+                ARTUNE_OK
+            }
+            Err(e) => {
+                set_error(&e.to_string());
+                match e {
+                    crate::Error::Read { .. } => ARTUNE_ERR_READ,
+                    _ => ARTUNE_ERR_INVALID,
+                }
+            }
+        }
+    })
+}
+
+/// Selects the backend for one allreduce of `bytes` bytes on `tp` GPUs (ranks on GPUs 0..tp)
+/// in `mode` (ARTUNE_MODE_GRAPH or ARTUNE_MODE_EAGER). Does not allocate on success.
+///
+/// # Safety
+/// `profile` is null or a live handle from `artune_profile_open`; `out` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn artune_select(
+    profile: *const ArtuneProfile,
+    tp: u32,
+    mode: c_int,
+    bytes: u64,
+    out: *mut ArtuneSelection,
+) -> c_int {
+    guard(|| {
+        if profile.is_null() || out.is_null() {
+            set_error("artune_select: profile and out must not be NULL");
+            return ARTUNE_ERR_ARGUMENT;
+        }
+        let mode = match mode {
+            ARTUNE_MODE_GRAPH => Mode::Graph,
+            ARTUNE_MODE_EAGER => Mode::Eager,
+            m => {
+                set_error(&format!("artune_select: mode {m} is neither ARTUNE_MODE_GRAPH (0) nor ARTUNE_MODE_EAGER (1)"));
+                return ARTUNE_ERR_ARGUMENT;
+            }
+        };
+        // SAFETY: checked non-null; a live handle per the contract.
+        let h = unsafe { &*profile };
+        let p = &h.profile;
+        let mut sel = ArtuneSelection {
+            backend: std::ptr::null(),
+            backend_code: -1,
+            simulated: c_int::from(p.simulated),
+            expected_us: f64::NAN,
+            bucket_bytes: 0,
+            buffer_bytes: 0,
+        };
+        let rc = match h.select(tp as usize, mode, bytes) {
+            Selection::Chosen {
+                backend,
+                expected_us,
+                bucket_bytes,
+                buffer_bytes,
+            } => {
+                let i = code(backend);
+                sel.backend = IDS[i].as_ptr();
+                sel.backend_code = i as c_int;
+                sel.expected_us = expected_us;
+                sel.bucket_bytes = bucket_bytes;
+                sel.buffer_bytes = buffer_bytes;
+                ARTUNE_OK
+            }
+            Selection::Unknown(why) => {
+                set_error(&format!("TP{tp} {} {bytes} bytes: {why}", mode.id()));
+                ARTUNE_NO_ANSWER
+            }
+        };
+        unsafe { *out = sel };
+        rc
+    })
+}
+
+/// Frees a handle from `artune_profile_open`; NULL is ignored.
+///
+/// # Safety
+/// `profile` is null or a live handle, not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn artune_profile_close(profile: *mut ArtuneProfile) {
+    if !profile.is_null() {
+        // SAFETY: from Box::into_raw in artune_profile_open, freed once.
+        let _ = catch_unwind(AssertUnwindSafe(|| drop(unsafe { Box::from_raw(profile) })));
+    }
+}
+
+/// The last error on this thread ("" if none), valid until the next artune call on this thread.
+#[no_mangle]
+pub extern "C" fn artune_last_error() -> *const c_char {
+    catch_unwind(|| LAST_ERROR.with(|e| e.borrow().as_ptr())).unwrap_or(c"".as_ptr())
+}
+
+/// The ABI version this library implements (ARTUNE_ABI_VERSION in artune.h).
+#[no_mangle]
+pub extern "C" fn artune_abi_version() -> c_int {
+    catch_unwind(|| ARTUNE_ABI_VERSION).unwrap_or(ARTUNE_ERR_INTERNAL)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEADER: &str = include_str!("artune.h");
+
+    /// Names of `#[no_mangle]` functions in this file.
+    fn exported() -> Vec<String> {
+        let src = include_str!("capi.rs");
+        let mut names = Vec::new();
+        let mut lines = src.lines();
+        while let Some(l) = lines.next() {
+            if l.trim() == "#[no_mangle]" {
+                let sig = lines.next().unwrap_or_default();
+                let name = sig
+                    .split("fn ")
+                    .nth(1)
+                    .and_then(|s| s.split('(').next())
+                    .unwrap_or_default();
+                names.push(name.trim().to_string());
+            }
+        }
+        names
+    }
+
+    #[test]
+    fn header_declares_every_exported_function() {
+        let names = exported();
+        assert_eq!(names.len(), 5, "{names:?}");
+        for n in names {
+            assert!(
+                HEADER.contains(&format!(" {n}(")),
+                "src/artune.h does not declare {n}"
+            );
+        }
+    }
+
+    #[test]
+    fn header_constants_match() {
+        let num = |name: &str| -> i64 {
+            let line = HEADER
+                .lines()
+                .find(|l| l.starts_with(&format!("#define {name} ")))
+                .unwrap_or_else(|| panic!("{name}"));
+            line.split_whitespace()
+                .nth(2)
+                .unwrap()
+                .trim_matches(|c| c == '(' || c == ')')
+                .parse()
+                .unwrap()
+        };
+        for (name, v) in [
+            ("ARTUNE_OK", ARTUNE_OK),
+            ("ARTUNE_NO_ANSWER", ARTUNE_NO_ANSWER),
+            ("ARTUNE_ERR_ARGUMENT", ARTUNE_ERR_ARGUMENT),
+            ("ARTUNE_ERR_READ", ARTUNE_ERR_READ),
+            ("ARTUNE_ERR_INVALID", ARTUNE_ERR_INVALID),
+            ("ARTUNE_ERR_INTERNAL", ARTUNE_ERR_INTERNAL),
+            ("ARTUNE_MODE_GRAPH", ARTUNE_MODE_GRAPH),
+            ("ARTUNE_MODE_EAGER", ARTUNE_MODE_EAGER),
+            ("ARTUNE_ABI_VERSION", ARTUNE_ABI_VERSION),
+        ] {
+            assert_eq!(num(name), i64::from(v), "{name}");
+        }
+        for (i, b) in Backend::ALL.iter().enumerate() {
+            assert_eq!(IDS[i].to_str().unwrap(), b.id());
+            assert_eq!(
+                num(&format!("ARTUNE_BACKEND_{}", b.id().to_ascii_uppercase())),
+                i as i64
+            );
+        }
+    }
+
+    #[test]
+    fn open_select_close_roundtrip() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.json");
+        crate::export::sample::profile()
+            .write_atomic(&path)
+            .unwrap();
+        let cpath = CString::new(path.to_str().unwrap()).unwrap();
+        let mut h = std::ptr::null_mut();
+        unsafe {
+            assert_eq!(artune_profile_open(cpath.as_ptr(), &mut h), ARTUNE_OK);
+            let mut s = std::mem::zeroed::<ArtuneSelection>();
+            assert_eq!(
+                artune_select(h, 2, ARTUNE_MODE_GRAPH, 1000, &mut s),
+                ARTUNE_OK
+            );
+            assert_eq!(
+                CStr::from_ptr(s.backend).to_str().unwrap(),
+                "one_stage_pull"
+            );
+            assert_eq!(s.bucket_bytes, 1024);
+            assert_eq!(s.simulated, 1);
+            assert_eq!(
+                artune_select(h, 8, ARTUNE_MODE_GRAPH, 1000, &mut s),
+                ARTUNE_NO_ANSWER
+            );
+            assert!(s.backend.is_null());
+            let err = CStr::from_ptr(artune_last_error()).to_str().unwrap();
+            assert!(err.contains("no group"), "{err}");
+            assert_eq!(artune_select(h, 2, 7, 1000, &mut s), ARTUNE_ERR_ARGUMENT);
+            assert_eq!(
+                artune_select(h, 2, ARTUNE_MODE_GRAPH, 1000, std::ptr::null_mut()),
+                ARTUNE_ERR_ARGUMENT
+            );
+            artune_profile_close(h);
+        }
+    }
+
+    #[test]
+    fn flat_tables_answer_exactly_like_profile_select() {
+        let p = crate::export::sample::profile();
+        let h = ArtuneProfile::new(p.clone());
+        for tp in [2, 3, 4, 8] {
+            for mode in [Mode::Graph, Mode::Eager] {
+                for bytes in (0..3000u64).map(|i| 1 + i * i * 2003) {
+                    let q = Query {
+                        tp,
+                        mode,
+                        gpus: None,
+                    };
+                    assert_eq!(
+                        h.select(tp, mode, bytes),
+                        p.select(q, bytes),
+                        "TP{tp} {mode:?} {bytes}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn open_fails_cleanly() {
+        let dir = tempfile::tempdir().unwrap();
+        let garbage = dir.path().join("g.json");
+        std::fs::write(&garbage, "{ not json").unwrap();
+        let mut h = std::ptr::null_mut();
+        unsafe {
+            assert_eq!(
+                artune_profile_open(std::ptr::null(), &mut h),
+                ARTUNE_ERR_ARGUMENT
+            );
+            let missing = CString::new(dir.path().join("nope.json").to_str().unwrap()).unwrap();
+            assert_eq!(
+                artune_profile_open(missing.as_ptr(), &mut h),
+                ARTUNE_ERR_READ
+            );
+            assert!(h.is_null());
+            let g = CString::new(garbage.to_str().unwrap()).unwrap();
+            assert_eq!(artune_profile_open(g.as_ptr(), &mut h), ARTUNE_ERR_INVALID);
+            assert!(!CStr::from_ptr(artune_last_error()).to_bytes().is_empty());
+            artune_profile_close(std::ptr::null_mut());
+        }
+    }
+}

@@ -1,1 +1,535 @@
-//! (in progress)
+//! Workloads: the allreduces of one engine step, and what they cost under several policies.
+//!
+//! A workload SPEC lists the allreduces of one engine step:
+//!
+//! ```text
+//! SPEC   = TERM { "+" TERM } [ "@" TOKENS ]
+//! TERM   = COUNT "x" HIDDEN "x" DTYPE    per-token message of HIDDEN × size(DTYPE) × T bytes
+//!        | COUNT "x" BYTES               fixed message, e.g. 4096, 16K, 1MiB
+//! TOKENS = T | LO ".." HI | T "," T ...  tokens per step to evaluate (LO..HI inclusive)
+//! DTYPE  = bf16 | fp16 | fp32
+//! ```
+//!
+//! `122x7168xbf16@1..16` is 122 allreduces of 7168·2·T bytes each, for T = 1, 2, ..., 16 (one
+//! row per T). `61x7168xbf16+2x4K@8` adds two fixed 4 KiB allreduces, at T = 8 only. Terms that
+//! depend on T need `@TOKENS`; fixed terms alone need none (one row; with `@TOKENS`, one identical
+//! row per T).
+//!
+//! Instead of a SPEC, `--workload` may name a JSON file: a list of the allreduces of one step,
+//! each `{"count": N, "bytes": B}` or `{"count": N, "hidden": H, "dtype": "bf16", "tokens": T}`.
+//!
+//! [`predict`] prices each step under four policies: the profile's choice, NCCL only, always
+//! one-stage (the faster of pull and push as measured), and vLLM's built-in rule
+//! ([`crate::export::vllm::builtin`]). A message costs the median measured at the bucket that
+//! serves it (the next measured size at or above it).
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+use crate::fabric::{Backend, Dtype, Mode};
+use crate::profile::{GroupProfile, Profile, Query, LIMITS};
+
+/// Limits that keep a hostile workload from making us loop or print without bound.
+pub const MAX_TERMS: usize = 1024;
+pub const MAX_COUNT: u64 = 1_000_000;
+pub const MAX_ROWS: usize = 4096;
+pub const MAX_TOKENS: u64 = 1 << 24;
+pub const MAX_HIDDEN: u64 = 1 << 24;
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
+
+/// The size of one allreduce.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Size {
+    Bytes(u64),
+    PerToken { hidden: u64, dtype: Dtype },
+}
+
+/// `count` allreduces of one size per step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Term {
+    pub count: u64,
+    pub size: Size,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workload {
+    pub terms: Vec<Term>,
+    /// Token counts to evaluate; empty when no term depends on tokens.
+    pub tokens: Vec<u64>,
+}
+
+fn bad(spec: &str, why: &str) -> Error {
+    Error::bad_input(format!(
+        "workload `{spec}` is not valid: {why}; write it like 122x7168xbf16@1..16 or name a JSON file (see `artune predict --help`)"
+    ))
+}
+
+fn dtype(s: &str) -> Option<Dtype> {
+    match s.to_ascii_lowercase().as_str() {
+        "bf16" => Some(Dtype::Bf16),
+        "fp16" | "f16" => Some(Dtype::Fp16),
+        "fp32" | "f32" => Some(Dtype::Fp32),
+        _ => None,
+    }
+}
+
+fn number(spec: &str, s: &str, what: &str, max: u64) -> Result<u64, Error> {
+    match s.parse::<u64>() {
+        Ok(n) if n >= 1 && n <= max => Ok(n),
+        _ => Err(bad(
+            spec,
+            &format!("{what} `{s}` is not a whole number from 1 to {max}"),
+        )),
+    }
+}
+
+fn tokens(spec: &str, s: &str) -> Result<Vec<u64>, Error> {
+    let out: Vec<u64> = if let Some((lo, hi)) = s.split_once("..") {
+        let (lo, hi) = (
+            number(spec, lo, "token count", MAX_TOKENS)?,
+            number(spec, hi, "token count", MAX_TOKENS)?,
+        );
+        if lo > hi {
+            return Err(bad(spec, &format!("token range {lo}..{hi} is empty")));
+        }
+        if hi - lo >= MAX_ROWS as u64 {
+            return Err(bad(
+                spec,
+                &format!("token range {lo}..{hi} has more than {MAX_ROWS} values"),
+            ));
+        }
+        (lo..=hi).collect()
+    } else {
+        let v = s
+            .split(',')
+            .map(|t| number(spec, t, "token count", MAX_TOKENS))
+            .collect::<Result<Vec<_>, _>>()?;
+        if v.len() > MAX_ROWS {
+            return Err(bad(spec, &format!("more than {MAX_ROWS} token counts")));
+        }
+        v
+    };
+    Ok(out)
+}
+
+impl Workload {
+    /// Parses a SPEC (see the module docs).
+    pub fn parse_spec(spec: &str) -> Result<Workload, Error> {
+        let s: String = spec.chars().filter(|c| !c.is_whitespace()).collect();
+        let (body, toks) = match s.split_once('@') {
+            Some((b, t)) => (b, Some(tokens(spec, t)?)),
+            None => (s.as_str(), None),
+        };
+        if body.is_empty() {
+            return Err(bad(spec, "it lists no allreduces"));
+        }
+        let mut terms = Vec::new();
+        for t in body.split('+') {
+            if terms.len() == MAX_TERMS {
+                return Err(bad(spec, &format!("it has more than {MAX_TERMS} terms")));
+            }
+            let parts: Vec<&str> = t.split(['x', 'X']).collect();
+            if !(2..=3).contains(&parts.len()) {
+                return Err(bad(
+                    spec,
+                    &format!("term `{t}` is not COUNTxHIDDENxDTYPE or COUNTxBYTES"),
+                ));
+            }
+            let count = number(spec, parts[0], "count", MAX_COUNT)?;
+            let size = match parts.as_slice() {
+                [_, h, d] => Size::PerToken {
+                    hidden: number(spec, h, "hidden size", MAX_HIDDEN)?,
+                    dtype: dtype(d)
+                        .ok_or_else(|| bad(spec, &format!("`{d}` is not bf16, fp16 or fp32")))?,
+                },
+                [_, b] => {
+                    let n = crate::units::parse_bytes(b)
+                        .map_err(|_| bad(spec, &format!("`{b}` is not a byte size")))?;
+                    if n == 0 || n > LIMITS.message_bytes {
+                        return Err(bad(spec, &format!("`{b}` must be 1 byte to 1 TiB")));
+                    }
+                    Size::Bytes(n)
+                }
+                _ => {
+                    return Err(bad(
+                        spec,
+                        &format!("term `{t}` is not COUNTxHIDDENxDTYPE or COUNTxBYTES"),
+                    ))
+                }
+            };
+            terms.push(Term { count, size });
+        }
+        let per_token = terms
+            .iter()
+            .any(|t| matches!(t.size, Size::PerToken { .. }));
+        match (per_token, toks) {
+            (true, None) => Err(bad(
+                spec,
+                "a HIDDENxDTYPE term needs token counts; add @T or @LO..HI",
+            )),
+            (_, t) => Ok(Workload {
+                terms,
+                tokens: t.unwrap_or_default(),
+            }),
+        }
+    }
+
+    /// Parses the JSON file format (see the module docs); the error is a phrase.
+    pub fn parse_json(text: &str) -> Result<Workload, String> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Item {
+            count: u64,
+            bytes: Option<u64>,
+            hidden: Option<u64>,
+            dtype: Option<String>,
+            tokens: Option<u64>,
+        }
+        let items: Vec<Item> = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        if items.is_empty() || items.len() > MAX_TERMS {
+            return Err(format!("it must list 1 to {MAX_TERMS} allreduces"));
+        }
+        let mut terms = Vec::new();
+        for (i, it) in items.iter().enumerate() {
+            if it.count == 0 || it.count > MAX_COUNT {
+                return Err(format!(
+                    "item {i} has count {}; it must be 1 to {MAX_COUNT}",
+                    it.count
+                ));
+            }
+            let bytes = match (it.bytes, it.hidden, it.dtype.as_deref(), it.tokens) {
+                (Some(b), None, None, None) => b,
+                (None, Some(h), Some(d), Some(t)) => {
+                    let d = dtype(d).ok_or_else(|| {
+                        format!("item {i} has dtype `{d}`; use bf16, fp16 or fp32")
+                    })?;
+                    if h == 0 || h > MAX_HIDDEN || t == 0 || t > MAX_TOKENS {
+                        return Err(format!(
+                            "item {i} has hidden {h} and tokens {t}; both must be at least 1"
+                        ));
+                    }
+                    h * t * d.size()
+                }
+                _ => {
+                    return Err(format!(
+                        "item {i} needs either `bytes` or all of `hidden`, `dtype` and `tokens`"
+                    ))
+                }
+            };
+            if bytes == 0 || bytes > LIMITS.message_bytes {
+                return Err(format!(
+                    "item {i} is {bytes} bytes; an allreduce must be 1 byte to 1 TiB"
+                ));
+            }
+            terms.push(Term {
+                count: it.count,
+                size: Size::Bytes(bytes),
+            });
+        }
+        Ok(Workload {
+            terms,
+            tokens: Vec::new(),
+        })
+    }
+
+    /// A JSON file if `arg` names an existing file, else a SPEC.
+    pub fn load(arg: &str) -> Result<Workload, Error> {
+        let path = std::path::Path::new(arg);
+        if !path.is_file() {
+            return Workload::parse_spec(arg);
+        }
+        let read = |e: std::io::Error| Error::Read {
+            path: path.into(),
+            reason: e.to_string(),
+        };
+        if std::fs::metadata(path).map_err(read)?.len() > MAX_FILE_BYTES {
+            return Err(Error::Parse {
+                path: path.into(),
+                what: "workload file",
+                reason: "it is larger than 1 MiB".into(),
+            });
+        }
+        let text = std::fs::read_to_string(path).map_err(read)?;
+        Workload::parse_json(&text).map_err(|reason| Error::Parse {
+            path: path.into(),
+            what: "workload file",
+            reason,
+        })
+    }
+
+    /// One step per token count (or one step): the (count, bytes) of each term.
+    pub fn steps(&self) -> Vec<Step> {
+        let at = |t: u64| -> Vec<(u64, u64)> {
+            self.terms
+                .iter()
+                .map(|term| match term.size {
+                    Size::Bytes(b) => (term.count, b),
+                    Size::PerToken { hidden, dtype } => (term.count, hidden * dtype.size() * t),
+                })
+                .collect()
+        };
+        if self.tokens.is_empty() {
+            vec![(None, at(0))]
+        } else {
+            self.tokens.iter().map(|&t| (Some(t), at(t))).collect()
+        }
+    }
+}
+
+/// One step: its token count, if any, and the (count, bytes) of each term.
+pub type Step = (Option<u64>, Vec<(u64, u64)>);
+
+/// The policies [`predict`] compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Policy {
+    /// The backend the profile chose at each size.
+    Profile,
+    /// NCCL's own choice (`nccl`); where it was not measured, the fastest pinned NCCL variant.
+    Nccl,
+    /// The faster of one_stage_pull and one_stage_push as measured.
+    OneStage,
+    /// vLLM's built-in custom all-reduce rule.
+    Vllm,
+}
+
+impl Policy {
+    pub const ALL: [Policy; 4] = [
+        Policy::Profile,
+        Policy::Nccl,
+        Policy::OneStage,
+        Policy::Vllm,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Policy::Profile => "profile",
+            Policy::Nccl => "nccl",
+            Policy::OneStage => "one-stage",
+            Policy::Vllm => "vllm",
+        }
+    }
+}
+
+/// One step's cost under each policy (microseconds), or why a policy has no cost.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub tokens: Option<u64>,
+    /// Per policy, in [`Policy::ALL`] order: total microseconds of the step's allreduces.
+    pub us: [Result<f64, String>; 4],
+    /// Sizes of this step above the largest the profile measured (not predicted).
+    pub beyond: Vec<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prediction<'a> {
+    pub group: &'a GroupProfile,
+    pub largest: u64,
+    pub rows: Vec<Row>,
+}
+
+fn waived(g: &GroupProfile, b: &crate::profile::Bucket, k: Backend) -> String {
+    match b.waived.get(&k).or_else(|| g.waived.get(&k)) {
+        Some(why) => format!("{k} was waived: {why}"),
+        None => format!("{k} was not measured"),
+    }
+}
+
+/// Microseconds of one allreduce of `bytes` under `policy`, at the bucket serving it.
+fn cost(
+    p: &Profile,
+    g: &GroupProfile,
+    b: &crate::profile::Bucket,
+    bytes: u64,
+    policy: Policy,
+) -> Result<f64, String> {
+    let get = |k: Backend| {
+        b.results
+            .get(&k)
+            .map(|t| t.median_us)
+            .ok_or_else(|| waived(g, b, k))
+    };
+    match policy {
+        Policy::Profile => get(b.choice),
+        Policy::Nccl => crate::export::nccl_time(b)
+            .map(|t| t.median_us)
+            .ok_or_else(|| "NCCL was not measured".to_string()),
+        Policy::OneStage => match (get(Backend::OneStagePull), get(Backend::OneStagePush)) {
+            (Ok(a), Ok(c)) => Ok(a.min(c)),
+            (Ok(a), Err(_)) | (Err(_), Ok(a)) => Ok(a),
+            (Err(a), Err(c)) => Err(format!("{a}; {c}")),
+        },
+        Policy::Vllm => match crate::export::vllm::builtin(&p.topology, &g.gpus, bytes) {
+            crate::export::vllm::Path::Custom(k) => {
+                get(k).map_err(|e| format!("vLLM would run {k}, but {e}"))
+            }
+            crate::export::vllm::Path::Nccl(_) => cost(p, g, b, bytes, Policy::Nccl),
+        },
+    }
+}
+
+/// Prices every step of `w` on the profile's TP `tp` group in `mode`.
+pub fn predict<'a>(
+    p: &'a Profile,
+    tp: usize,
+    mode: Mode,
+    w: &Workload,
+) -> Result<Prediction<'a>, Error> {
+    let g = p
+        .group(Query {
+            tp,
+            mode,
+            gpus: None,
+        })
+        .ok_or_else(|| {
+            let have = crate::export::group_names(p);
+            Error::bad_input(format!(
+                "the profile has no TP{tp} {} group (it has {}); pass --tp and --mode to match",
+                mode.id(),
+                have
+            ))
+        })?;
+    let largest = g.buckets.last().map_or(0, |b| b.bytes);
+    let rows = w
+        .steps()
+        .into_iter()
+        .map(|(tokens, allreduces)| {
+            let mut us: [Result<f64, String>; 4] = [Ok(0.0), Ok(0.0), Ok(0.0), Ok(0.0)];
+            let mut beyond = Vec::new();
+            for (count, bytes) in allreduces {
+                let i = g.buckets.partition_point(|b| b.bytes < bytes);
+                let Some(b) = g.buckets.get(i) else {
+                    beyond.push(bytes);
+                    continue;
+                };
+                for (k, pol) in Policy::ALL.into_iter().enumerate() {
+                    if let Ok(total) = &us[k] {
+                        us[k] = cost(p, g, b, bytes, pol).map(|c| total + c * count as f64);
+                    }
+                }
+            }
+            if !beyond.is_empty() {
+                let why = format!(
+                    "{} size(s) above the largest measured ({largest} bytes)",
+                    beyond.len()
+                );
+                us = [
+                    Err(why.clone()),
+                    Err(why.clone()),
+                    Err(why.clone()),
+                    Err(why),
+                ];
+            }
+            Row { tokens, us, beyond }
+        })
+        .collect();
+    Ok(Prediction {
+        group: g,
+        largest,
+        rows,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::export::sample;
+
+    #[test]
+    fn spec_grammar() {
+        let w = Workload::parse_spec("122x7168xbf16@1..16").unwrap();
+        assert_eq!(
+            w.terms,
+            vec![Term {
+                count: 122,
+                size: Size::PerToken {
+                    hidden: 7168,
+                    dtype: Dtype::Bf16
+                }
+            }]
+        );
+        assert_eq!(w.tokens, (1..=16).collect::<Vec<_>>());
+        assert_eq!(w.steps()[2], (Some(3), vec![(122, 7168 * 2 * 3)]));
+        let w = Workload::parse_spec("61x7168xbf16 + 2x4K @ 8,16").unwrap();
+        assert_eq!(
+            w.steps()[1],
+            (Some(16), vec![(61, 7168 * 2 * 16), (2, 4096)])
+        );
+        let w = Workload::parse_spec("3x1MiB").unwrap();
+        assert_eq!(w.steps(), vec![(None, vec![(3, 1 << 20)])]);
+    }
+
+    #[test]
+    fn spec_errors_are_one_sentence() {
+        for (spec, needle) in [
+            ("122x7168xbf16", "needs token counts"),
+            ("122x7168xint8@1", "not bf16"),
+            ("0x7168xbf16@1", "count `0`"),
+            ("1x7168xbf16@16..1", "empty"),
+            ("1x7168xbf16@1..100000", "more than 4096"),
+            ("x", "not a whole number"),
+            ("", "no allreduces"),
+            ("1x0", "1 byte to 1 TiB"),
+            ("1x2x3x4", "not COUNTxHIDDENxDTYPE"),
+        ] {
+            let e = Workload::parse_spec(spec).unwrap_err().to_string();
+            assert!(e.contains(needle), "{spec}: {e}");
+            assert!(!e.contains('\n'), "{spec}: {e}");
+        }
+    }
+
+    #[test]
+    fn json_items() {
+        let w = Workload::parse_json(r#"[{"count": 2, "bytes": 4096}, {"count": 1, "hidden": 4096, "dtype": "fp16", "tokens": 3}]"#).unwrap();
+        assert_eq!(w.steps(), vec![(None, vec![(2, 4096), (1, 4096 * 2 * 3)])]);
+        assert!(Workload::parse_json(r#"[{"count": 2}]"#)
+            .unwrap_err()
+            .contains("either"));
+        assert!(Workload::parse_json(r#"[{"count": 2, "bytes": 1, "hidden": 3}]"#).is_err());
+        assert!(Workload::parse_json("[]").is_err());
+    }
+
+    #[test]
+    fn predict_sums_counts_and_reports_beyond() {
+        let p = sample::profile();
+        let w = Workload::parse_spec("10x1024").unwrap();
+        let pr = predict(&p, 2, Mode::Graph, &w).unwrap();
+        let b = &pr.group.buckets[0];
+        let want = 10.0 * b.results[&b.choice].median_us;
+        assert!((pr.rows[0].us[0].clone().unwrap() - want).abs() < 1e-9);
+        let nccl = 10.0 * b.results[&Backend::Nccl].median_us;
+        assert!((pr.rows[0].us[1].clone().unwrap() - nccl).abs() < 1e-9);
+        let big = Workload::parse_spec("1x1G").unwrap();
+        let pr = predict(&p, 2, Mode::Graph, &big).unwrap();
+        assert_eq!(pr.rows[0].beyond, vec![1 << 30]);
+        assert!(pr.rows[0].us.iter().all(|u| u.is_err()));
+    }
+
+    #[test]
+    fn one_stage_waived_says_why() {
+        let mut p = sample::profile();
+        let g = p
+            .groups
+            .iter_mut()
+            .find(|g| g.tp == 4 && g.mode == Mode::Graph)
+            .unwrap();
+        for b in &mut g.buckets {
+            b.results.remove(&Backend::OneStagePull);
+            b.waived.insert(Backend::OneStagePull, "no P2P".into());
+        }
+        let pr = predict(&p, 4, Mode::Graph, &Workload::parse_spec("1x1K").unwrap()).unwrap();
+        let e = pr.rows[0].us[2].clone().unwrap_err();
+        assert!(e.contains("one_stage_pull was waived: no P2P"), "{e}");
+        // vLLM uses NCCL on 4 PCIe GPUs, so its cost is NCCL's.
+        assert_eq!(pr.rows[0].us[3], pr.rows[0].us[1]);
+    }
+
+    #[test]
+    fn unknown_group_names_what_exists() {
+        let p = sample::profile();
+        let e = predict(&p, 8, Mode::Graph, &Workload::parse_spec("1x1K").unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("TP2 graph"), "{e}");
+    }
+}

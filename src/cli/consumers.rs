@@ -1,16 +1,552 @@
-//! `artune select`, `export`, `check`, `predict`.
-use super::{CheckArgs, ExportArgs, PredictArgs, SelectArgs};
-use crate::error::Error;
+//! `artune select`, `export`, `check`, `predict`: reading a profile for engines and operators.
 
-pub fn select(_a: SelectArgs) -> Result<i32, Error> {
-    Err(Error::bad_input("select is not built yet"))
+use std::path::Path;
+
+use super::{
+    load_topology, CheckArgs, DtypeArg, Engine, ExportArgs, PredictArgs, SelectArgs, Source,
+};
+use crate::error::Error;
+use crate::export;
+use crate::fabric::Mode;
+use crate::profile::{Profile, Query, Selection, UnknownReason};
+use crate::topology::Topology;
+use crate::units::fmt_bytes;
+use crate::workload::{self, Policy, Workload};
+
+fn warn_simulated(path: &Path, p: &Profile) {
+    if p.simulated {
+        eprintln!(
+            "warning: {} is a SIMULATED profile ({}); its numbers are not measurements of any machine",
+            path.display(),
+            p.fabric
+        );
+    }
 }
-pub fn export(_a: ExportArgs) -> Result<i32, Error> {
-    Err(Error::bad_input("export is not built yet"))
+
+pub fn select(a: SelectArgs) -> Result<i32, Error> {
+    let p = Profile::load(&a.profile)?;
+    let bytes = crate::units::parse_bytes(&a.bytes)?;
+    if bytes == 0 {
+        return Err(Error::bad_input(
+            "--bytes 0 is not a message; give at least 1 byte",
+        ));
+    }
+    let mode: Mode = a.mode.into();
+    match p.select(
+        Query {
+            tp: a.tp,
+            mode,
+            gpus: None,
+        },
+        bytes,
+    ) {
+        Selection::Chosen {
+            backend,
+            expected_us,
+            bucket_bytes,
+            buffer_bytes,
+        } => {
+            warn_simulated(&a.profile, &p);
+            if a.json {
+                let v = serde_json::json!({
+                    "backend": backend.id(),
+                    "expected_us": expected_us,
+                    "bucket_bytes": bucket_bytes,
+                    "buffer_bytes": buffer_bytes,
+                    "simulated": p.simulated,
+                });
+                println!("{v}");
+            } else {
+                println!("{backend}");
+            }
+            Ok(0)
+        }
+        Selection::Unknown(UnknownReason::NoGroup) => Err(Error::bad_input(format!(
+            "{} has no TP{} {} group (it has {}); keep the engine's default or tune that TP size",
+            a.profile.display(),
+            a.tp,
+            mode.id(),
+            crate::export::group_names(&p)
+        ))),
+        Selection::Unknown(UnknownReason::AboveLargestBucket) => {
+            let largest = p
+                .group(Query {
+                    tp: a.tp,
+                    mode,
+                    gpus: None,
+                })
+                .and_then(|g| g.buckets.last())
+                .map_or(0, |b| b.bytes);
+            Err(Error::bad_input(format!(
+                "{bytes} bytes is above the largest size {} measured for TP{} {} ({largest} bytes); keep the engine's default or tune larger sizes",
+                a.profile.display(),
+                a.tp,
+                mode.id()
+            )))
+        }
+    }
 }
-pub fn check(_a: CheckArgs) -> Result<i32, Error> {
-    Err(Error::bad_input("check is not built yet"))
+
+pub fn export(a: ExportArgs) -> Result<i32, Error> {
+    let p = Profile::load(&a.profile)?;
+    let source = std::fs::canonicalize(&a.profile)
+        .unwrap_or_else(|_| a.profile.clone())
+        .display()
+        .to_string();
+    let o = export::Options {
+        engine: match a.engine {
+            Engine::Trtllm => export::Engine::Trtllm,
+            Engine::Vllm => export::Engine::Vllm,
+            Engine::Sglang => export::Engine::Sglang,
+            Engine::Nccl => export::Engine::Nccl,
+            Engine::Env => export::Engine::Env,
+        },
+        tp: a.tp,
+        hidden: a.hidden,
+        dtype: match a.dtype {
+            DtypeArg::Bf16 => crate::fabric::Dtype::Bf16,
+            DtypeArg::Fp16 => crate::fabric::Dtype::Fp16,
+            DtypeArg::Fp32 => crate::fabric::Dtype::Fp32,
+        },
+        source,
+    };
+    let e = export::export(&p, &o)?;
+    warn_simulated(&a.profile, &p);
+    match a.out {
+        None => {
+            let many = e.files.len() > 1;
+            for f in &e.files {
+                if many {
+                    println!("==> {} <==", f.name);
+                }
+                print!("{}", f.contents);
+            }
+        }
+        Some(out) if e.files.len() == 1 && !out.is_dir() => {
+            crate::profile::write_atomic(&out, e.files[0].contents.as_bytes())?;
+            eprintln!("wrote {}", out.display());
+        }
+        Some(dir) => {
+            if dir.exists() && !dir.is_dir() {
+                return Err(Error::bad_input(format!(
+                    "{} is a file, but this export writes {} files; give a directory to --out",
+                    dir.display(),
+                    e.files.len()
+                )));
+            }
+            std::fs::create_dir_all(&dir).map_err(|err| Error::Write {
+                path: dir.clone(),
+                reason: err.to_string(),
+            })?;
+            for f in &e.files {
+                let path = dir.join(&f.name);
+                crate::profile::write_atomic(&path, f.contents.as_bytes())?;
+                eprintln!("wrote {}", path.display());
+            }
+        }
+    }
+    Ok(0)
 }
-pub fn predict(_a: PredictArgs) -> Result<i32, Error> {
-    Err(Error::bad_input("predict is not built yet"))
+
+/// How a profile compares with the machine it is checked against.
+#[derive(Debug, Default, PartialEq)]
+pub struct Staleness {
+    /// What changed, old → new; empty when the profile still holds.
+    pub changes: Vec<String>,
+    /// What could not be compared because the machine does not report it (taken as unchanged).
+    pub unchecked: Vec<String>,
+}
+
+/// Compares the machine a profile was made on with `now`. Versions and GPU UUIDs `now` does not
+/// report are taken as unchanged (and listed as unchecked) rather than called stale.
+pub fn staleness(p: &Profile, now: &Topology) -> Staleness {
+    let then = &p.topology;
+    let mut st = Staleness::default();
+    if p.simulated && now.origin.kind == "nvml" {
+        st.changes.push(format!(
+            "it was made on a simulated fabric ({}), not measured on this machine",
+            p.fabric
+        ));
+        return st;
+    }
+    // `now` with what it does not know filled in from the profile, for the host hash.
+    let mut known = now.clone();
+    let versions = [
+        (
+            "driver",
+            p.versions.driver.as_ref().or(then.host.driver.as_ref()),
+            &mut known.host.driver,
+        ),
+        (
+            "CUDA",
+            p.versions.cuda.as_ref().or(then.host.cuda.as_ref()),
+            &mut known.host.cuda,
+        ),
+        (
+            "NCCL",
+            p.versions.nccl.as_ref().or(then.host.nccl.as_ref()),
+            &mut known.host.nccl,
+        ),
+    ];
+    for (what, old, new) in versions {
+        match (old, new.as_ref()) {
+            (Some(o), Some(n)) if o != n => st.changes.push(format!("{what} {o} → {n}")),
+            (Some(o), None) => {
+                st.unchecked.push(format!("{what} version"));
+                *new = Some(o.clone());
+            }
+            _ => {}
+        }
+    }
+    if then.gpu_count() != now.gpu_count() {
+        st.changes.push(format!(
+            "GPU count {} → {}",
+            then.gpu_count(),
+            now.gpu_count()
+        ));
+    } else {
+        let link = |l: &crate::topology::Link| {
+            format!(
+                "Gen{} x{}",
+                l.max_gen.or(l.gen).unwrap_or(0),
+                l.max_width.or(l.width).unwrap_or(0)
+            )
+        };
+        for (i, (a, b)) in then.gpus.iter().zip(&now.gpus).enumerate() {
+            if a.name != b.name {
+                st.changes
+                    .push(format!("GPU {} {} → {}", a.index, a.name, b.name));
+            }
+            match (&a.uuid, &b.uuid) {
+                (Some(x), Some(y)) if x != y => {
+                    st.changes.push(format!("GPU {} UUID {x} → {y}", a.index))
+                }
+                (Some(x), None) => {
+                    if !st.unchecked.iter().any(|u| u == "GPU UUIDs") {
+                        st.unchecked.push("GPU UUIDs".into());
+                    }
+                    known.gpus[i].uuid = Some(x.clone());
+                }
+                _ => {}
+            }
+            if link(&a.pcie) != link(&b.pcie) {
+                st.changes.push(format!(
+                    "GPU {} PCIe link {} → {}",
+                    a.index,
+                    link(&a.pcie),
+                    link(&b.pcie)
+                ));
+            }
+        }
+    }
+    if p.fingerprint.topology_class != now.class_hash() {
+        let before = st.changes.len();
+        for x in &then.pairs {
+            if let Some(y) = now.pair(x.from, x.to) {
+                if x.from < x.to && (x.path, x.nvlinks) != (y.path, y.nvlinks) {
+                    st.changes.push(format!(
+                        "GPU {}–{} path {} → {}",
+                        x.from,
+                        x.to,
+                        x.path.label(x.nvlinks),
+                        y.path.label(y.nvlinks)
+                    ));
+                }
+            }
+        }
+        if st.changes.len() == before && !st.changes.iter().any(|c| c.starts_with("GPU")) {
+            st.changes.push(format!(
+                "topology class {} → {}",
+                p.fingerprint.topology_class,
+                now.class_hash()
+            ));
+        }
+    }
+    if st.changes.is_empty() && p.fingerprint.host != known.host_hash() {
+        st.changes.push(format!(
+            "host fingerprint {} → {}",
+            p.fingerprint.host,
+            known.host_hash()
+        ));
+    }
+    st
+}
+
+pub fn check(a: CheckArgs) -> Result<i32, Error> {
+    let p = Profile::load(&a.profile)?;
+    let now = load_topology(&Source {
+        sim: a.sim.clone(),
+        topology: a.topology.clone(),
+    })?;
+    let st = staleness(&p, &now);
+    if !st.changes.is_empty() {
+        const SHOWN: usize = 4;
+        let mut msg = st
+            .changes
+            .iter()
+            .take(SHOWN)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ");
+        if st.changes.len() > SHOWN {
+            msg.push_str(&format!(" and {} more changes", st.changes.len() - SHOWN));
+        }
+        return Err(Error::Stale(msg));
+    }
+    let against = match (&a.topology, &a.sim) {
+        (Some(f), _) => format!("the topology in {}", f.display()),
+        (None, Some(preset)) => format!("the simulated preset {preset}"),
+        (None, None) => "this machine".into(),
+    };
+    let unchecked = if st.unchecked.is_empty() {
+        String::new()
+    } else {
+        format!("; not checked (unknown here): {}", st.unchecked.join(", "))
+    };
+    println!(
+        "{} holds for {against}: topology class {}, host {} ({}){unchecked}{}",
+        a.profile.display(),
+        p.fingerprint.topology_class,
+        p.fingerprint.host,
+        crate::export::group_names(&p),
+        if p.simulated {
+            "; the profile is SIMULATED"
+        } else {
+            ""
+        }
+    );
+    Ok(0)
+}
+
+fn describe(w: &Workload) -> String {
+    let terms: Vec<String> = w
+        .terms
+        .iter()
+        .map(|t| match t.size {
+            workload::Size::Bytes(b) => format!("{} x {}", t.count, fmt_bytes(b)),
+            workload::Size::PerToken { hidden, dtype } => {
+                format!("{} x {hidden}·{}·T", t.count, dtype.id())
+            }
+        })
+        .collect();
+    let tokens = match (w.tokens.first(), w.tokens.last()) {
+        (Some(a), Some(b)) if w.tokens.len() > 1 && b - a + 1 == w.tokens.len() as u64 => {
+            format!(", T = {a}..{b}")
+        }
+        (Some(_), _) => format!(
+            ", T = {}",
+            w.tokens
+                .iter()
+                .map(|t| t.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+        _ => String::new(),
+    };
+    format!("{} allreduce bytes per step{tokens}", terms.join(" + "))
+}
+
+pub fn predict(a: PredictArgs) -> Result<i32, Error> {
+    let p = Profile::load(&a.profile)?;
+    let w = Workload::load(&a.workload)?;
+    let mode: Mode = a.mode.into();
+    let tp = match a.tp {
+        Some(t) => t,
+        None => {
+            let mut tps: Vec<usize> = p.groups.iter().map(|g| g.tp).collect();
+            tps.sort_unstable();
+            tps.dedup();
+            match tps.as_slice() {
+                [t] => *t,
+                _ => {
+                    return Err(Error::bad_input(format!(
+                        "the profile has several TP sizes ({}); pass --tp to choose one",
+                        crate::export::group_names(&p)
+                    )))
+                }
+            }
+        }
+    };
+    let pr = workload::predict(&p, tp, mode, &w)?;
+    let ms = |r: &Result<f64, String>| r.as_ref().ok().map(|us| us / 1000.0);
+    if a.json {
+        let steps: Vec<serde_json::Value> = pr
+            .rows
+            .iter()
+            .map(|r| {
+                let mut msv = serde_json::Map::new();
+                let mut saving = serde_json::Map::new();
+                let mut unavailable = serde_json::Map::new();
+                let mine = ms(&r.us[0]);
+                for (k, pol) in Policy::ALL.into_iter().enumerate() {
+                    let key = serde_json::to_value(pol)
+                        .ok()
+                        .and_then(|v| v.as_str().map(String::from))
+                        .unwrap_or_default();
+                    msv.insert(key.clone(), ms(&r.us[k]).into());
+                    if let Err(why) = &r.us[k] {
+                        unavailable.insert(key.clone(), why.clone().into());
+                    }
+                    if k > 0 {
+                        let s = match (mine, ms(&r.us[k])) {
+                            (Some(m), Some(o)) => Some(o - m),
+                            _ => None,
+                        };
+                        saving.insert(key, s.into());
+                    }
+                }
+                serde_json::json!({
+                    "tokens": r.tokens,
+                    "ms": msv,
+                    "saving_ms": saving,
+                    "unavailable": unavailable,
+                    "beyond_profile_bytes": r.beyond,
+                })
+            })
+            .collect();
+        let v = serde_json::json!({
+            "profile": a.profile.display().to_string(),
+            "simulated": p.simulated,
+            "tp": tp,
+            "mode": mode.id(),
+            "gpus": pr.group.gpus,
+            "largest_bytes": pr.largest,
+            "workload": describe(&w),
+            "steps": steps,
+        });
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return Ok(0);
+    }
+    println!(
+        "{}: TP{tp} {} on GPUs {:?}{}",
+        a.profile.display(),
+        mode.id(),
+        pr.group.gpus,
+        if p.simulated {
+            format!(" (SIMULATED: {})", p.fabric)
+        } else {
+            String::new()
+        }
+    );
+    println!("workload: {}", describe(&w));
+    println!("allreduce milliseconds per step under each policy; saving = policy minus the profile's choice");
+    println!(
+        "{:>6} {:>10} {:>10} {:>10} {:>10}  {:>15} {:>15} {:>15}",
+        "T", "profile", "nccl", "one-stage", "vllm", "saves vs nccl", "vs one-stage", "vs vllm"
+    );
+    let mut reasons: Vec<String> = Vec::new();
+    for r in &pr.rows {
+        let cell = |x: Option<f64>| x.map_or("n/a".to_string(), |v| format!("{v:.3}"));
+        let mine = ms(&r.us[0]);
+        let save = |k: usize| match (mine, ms(&r.us[k])) {
+            (Some(m), Some(o)) if o > 0.0 => format!("{:.3} ({:.0}%)", o - m, (o - m) / o * 100.0),
+            _ => "n/a".to_string(),
+        };
+        println!(
+            "{:>6} {:>10} {:>10} {:>10} {:>10}  {:>15} {:>15} {:>15}",
+            r.tokens.map_or("-".to_string(), |t| t.to_string()),
+            cell(mine),
+            cell(ms(&r.us[1])),
+            cell(ms(&r.us[2])),
+            cell(ms(&r.us[3])),
+            save(1),
+            save(2),
+            save(3)
+        );
+        for (k, pol) in Policy::ALL.into_iter().enumerate() {
+            if let Err(why) = &r.us[k] {
+                let line = if r.beyond.is_empty() {
+                    format!("{}: {why}", pol.label())
+                } else {
+                    format!(
+                        "T={}: {why}; not predicted",
+                        r.tokens.map_or("-".into(), |t| t.to_string())
+                    )
+                };
+                if !reasons.contains(&line) {
+                    reasons.push(line);
+                }
+            }
+        }
+    }
+    for line in reasons {
+        println!("n/a: {line}");
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::export::sample;
+    use crate::topology::presets;
+
+    #[test]
+    fn same_machine_holds() {
+        let p = sample::profile();
+        let mut now = presets::get("pcie-4x-1switch").unwrap();
+        now.origin.kind = "file".into();
+        assert_eq!(staleness(&p, &now), Staleness::default());
+    }
+
+    #[test]
+    fn simulated_profile_is_stale_on_real_machine() {
+        let p = sample::profile();
+        let mut now = presets::get("pcie-4x-1switch").unwrap();
+        now.origin.kind = "nvml".into();
+        assert!(staleness(&p, &now).changes[0].contains("simulated fabric"));
+    }
+
+    #[test]
+    fn names_what_changed_old_to_new() {
+        let mut p = sample::profile();
+        p.versions.driver = Some("580.1".into());
+        let mut now = p.topology.clone();
+        now.host.driver = Some("590.2".into());
+        assert_eq!(
+            staleness(&p, &now).changes,
+            vec!["driver 580.1 → 590.2".to_string()]
+        );
+
+        let now = presets::get("pcie-2x").unwrap();
+        assert_eq!(staleness(&p, &now).changes[0], "GPU count 4 → 2");
+
+        let mut now = p.topology.clone();
+        now.gpus[1].uuid = Some("GPU-new".into());
+        p.topology.gpus[1].uuid = Some("GPU-old".into());
+        assert_eq!(
+            staleness(&p, &now).changes,
+            vec!["GPU 1 UUID GPU-old → GPU-new".to_string()]
+        );
+    }
+
+    #[test]
+    fn what_the_machine_does_not_report_is_unchecked_not_stale() {
+        let mut p = sample::profile();
+        p.versions.nccl = Some("2.28.9".into());
+        p.topology.gpus[0].uuid = Some("GPU-aaa".into());
+        p.topology.host.nccl = Some("2.28.9".into());
+        p.fingerprint.host = p.topology.host_hash();
+        let mut now = presets::get("pcie-4x-1switch").unwrap();
+        now.origin.kind = "file".into();
+        let st = staleness(&p, &now);
+        assert_eq!(st.changes, Vec::<String>::new());
+        assert_eq!(
+            st.unchecked,
+            vec!["NCCL version".to_string(), "GPU UUIDs".to_string()]
+        );
+    }
+
+    #[test]
+    fn wiring_change_is_named() {
+        let p = sample::profile();
+        let mut now = p.topology.clone();
+        now.gpus[2].pcie.max_width = Some(8);
+        now.gpus[2].pcie.width = Some(8);
+        let c = staleness(&p, &now).changes;
+        assert!(
+            c.iter().any(|c| c == "GPU 2 PCIe link Gen5 x16 → Gen5 x8"),
+            "{c:?}"
+        );
+    }
 }

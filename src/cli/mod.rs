@@ -207,16 +207,24 @@ pub struct CheckArgs {
     /// Check against this topology file instead of the real machine.
     #[arg(long)]
     pub topology: Option<PathBuf>,
+    /// Check against a built-in simulated machine instead of the real one.
+    #[arg(long, value_name = "PRESET", conflicts_with = "topology")]
+    pub sim: Option<String>,
 }
 
 #[derive(Args, Debug)]
 pub struct PredictArgs {
     pub profile: PathBuf,
-    /// Workload: a SPEC string or a JSON file (see README, "Workloads").
+    /// Allreduces of one engine step: a SPEC like `122x7168xbf16@1..16` (122 allreduces of
+    /// 7168 x 2 x T bytes for T = 1..16; terms joined by `+`, fixed sizes like `2x4K`), or a
+    /// JSON file listing {"count", "bytes"} or {"count", "hidden", "dtype", "tokens"} items.
     #[arg(long)]
     pub workload: String,
+    /// TP size (default: the profile's only one).
     #[arg(long)]
     pub tp: Option<usize>,
+    #[arg(long, value_enum, default_value = "graph")]
+    pub mode: SelectMode,
     #[arg(long)]
     pub json: bool,
 }

@@ -1,0 +1,87 @@
+/*
+ * artune C ABI: read an artune profile and ask which allreduce backend to use per message.
+ *
+ * Link against libartune.so (built by `cargo build`, crate type cdylib). The same library is an
+ * NCCL tuner plugin (symbols ncclTunerPlugin_v3 .. _v7, see NCCL's tuner headers); that part
+ * needs no header.
+ *
+ *   artune_profile* p;
+ *   if (artune_profile_open("/etc/artune/profile.json", &p) != ARTUNE_OK) {
+ *       fprintf(stderr, "%s\n", artune_last_error());   // keep the engine's default
+ *   }
+ *   artune_selection s;
+ *   if (artune_select(p, 8, ARTUNE_MODE_GRAPH, 14336, &s) == ARTUNE_OK) use(s.backend);
+ *   artune_profile_close(p);
+ *
+ * Every function checks its pointers, never unwinds into C and never aborts the process.
+ * artune_select does not allocate and is safe to call from several threads on one handle.
+ */
+#ifndef ARTUNE_H
+#define ARTUNE_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ARTUNE_ABI_VERSION 1
+
+/* Return codes. */
+#define ARTUNE_OK 0
+#define ARTUNE_NO_ANSWER 1       /* the profile has no group or size for this query: keep your default */
+#define ARTUNE_ERR_ARGUMENT (-1) /* NULL pointer, unknown mode, path not UTF-8 */
+#define ARTUNE_ERR_READ (-2)     /* the file could not be read */
+#define ARTUNE_ERR_INVALID (-3)  /* not a valid profile (syntax, schema version, limits) */
+#define ARTUNE_ERR_INTERNAL (-4) /* a bug in artune; keep your default */
+
+/* Launch modes. */
+#define ARTUNE_MODE_GRAPH 0 /* collectives captured in a CUDA graph (decode) */
+#define ARTUNE_MODE_EAGER 1 /* collectives launched one by one */
+
+/* Backends: artune_selection.backend_code; .backend holds the same id as a string. */
+#define ARTUNE_BACKEND_NCCL 0
+#define ARTUNE_BACKEND_NCCL_RING_LL 1
+#define ARTUNE_BACKEND_NCCL_RING_LL128 2
+#define ARTUNE_BACKEND_NCCL_RING_SIMPLE 3
+#define ARTUNE_BACKEND_NCCL_TREE_LL 4
+#define ARTUNE_BACKEND_NCCL_TREE_LL128 5
+#define ARTUNE_BACKEND_NCCL_TREE_SIMPLE 6
+#define ARTUNE_BACKEND_ONE_STAGE_PULL 7
+#define ARTUNE_BACKEND_ONE_STAGE_PUSH 8
+#define ARTUNE_BACKEND_TWO_STAGE_PULL 9
+#define ARTUNE_BACKEND_TWO_STAGE_PUSH 10
+
+typedef struct artune_profile artune_profile;
+
+typedef struct artune_selection {
+    const char* backend;  /* e.g. "one_stage_pull"; static, never freed; NULL without an answer */
+    int backend_code;     /* ARTUNE_BACKEND_*, or -1 without an answer */
+    int simulated;        /* 1 when the profile was measured on the simulated fabric */
+    double expected_us;   /* median time measured at the serving size, microseconds */
+    uint64_t bucket_bytes; /* the measured size that serves this message (>= bytes) */
+    uint64_t buffer_bytes; /* device memory per GPU the backend's buffers need (0 for NCCL) */
+} artune_selection;
+
+/* Loads and validates a profile. On ARTUNE_OK, *out is a handle to close later; otherwise *out
+ * is NULL and artune_last_error() says why. */
+int artune_profile_open(const char* path, artune_profile** out);
+
+/* The backend for one allreduce of `bytes` bytes on `tp` GPUs (ranks on GPUs 0..tp-1) in
+ * `mode`. ARTUNE_NO_ANSWER means the profile does not cover this: keep your default. */
+int artune_select(const artune_profile* profile, uint32_t tp, int mode, uint64_t bytes, artune_selection* out);
+
+/* Frees a handle; NULL is ignored. */
+void artune_profile_close(artune_profile* profile);
+
+/* The last error on the calling thread ("" if none); valid until the next artune call on it. */
+const char* artune_last_error(void);
+
+/* ARTUNE_ABI_VERSION of the loaded library. */
+int artune_abi_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ARTUNE_H */

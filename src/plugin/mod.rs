@@ -1,0 +1,335 @@
+//! NCCL tuner plugin: the same library NCCL loads through `NCCL_TUNER_PLUGIN` steers NCCL's
+//! own allreduce algorithm and protocol to what the profile measured fastest.
+//!
+//! 1. NCCL calls `init` per communicator; [`Context::from_env`] reads the profile named by
+//!    `ARTUNE_PROFILE` and keeps, per bucket of the group with `nRanks` GPUs, the NCCL
+//!    algorithm × protocol to favour (or none).
+//! 2. NCCL calls `getCollInfo` per collective with its cost table; [`Context::apply`] lowers one
+//!    entry for allreduce and touches nothing else: never a -1 (disabled) entry, never the
+//!    channel count (profiles record none), never another collective.
+//! 3. Anything wrong (no profile, unreadable, simulated, no matching group, a size beyond the
+//!    profile, a panic) is logged through NCCL's logger and leaves NCCL's choice as it was;
+//!    every entry point returns ncclSuccess, because from NCCL 2.30 an error fails the collective.
+//!
+//! The symbols and struct layouts are in [`abi`].
+
+pub mod abi;
+
+use std::ffi::{c_char, c_int, CString};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::fabric::{Backend, Mode, NcclAlgo, NcclProto};
+use crate::profile::{Bucket, Profile, Query};
+
+/// `ncclFuncAllReduce` in NCCL's `ncclFunc_t`.
+pub const NCCL_FUNC_ALLREDUCE: c_int = 4;
+/// Largest table dimensions we believe (NCCL has 7 algorithms and 3 protocols).
+const MAX_ALGO: c_int = 64;
+const MAX_PROTO: c_int = 16;
+
+/// Environment variable naming the profile.
+pub const ENV_PROFILE: &str = "ARTUNE_PROFILE";
+/// `graph` (default) or `eager`: which of the profile's launch modes to follow. NCCL does not
+/// tell a tuner whether it is being captured.
+pub const ENV_MODE: &str = "ARTUNE_MODE";
+/// Set to 1 to let the plugin follow a profile measured on the simulated fabric (tests only).
+pub const ENV_ALLOW_SIMULATED: &str = "ARTUNE_ALLOW_SIMULATED";
+
+/// NCCL's index of an algorithm in the cost table.
+pub fn algo_index(a: NcclAlgo) -> u8 {
+    match a {
+        NcclAlgo::Tree => 0,
+        NcclAlgo::Ring => 1,
+    }
+}
+
+/// NCCL's index of a protocol in the cost table.
+pub fn proto_index(p: NcclProto) -> u8 {
+    match p {
+        NcclProto::LL => 0,
+        NcclProto::LL128 => 1,
+        NcclProto::Simple => 2,
+    }
+}
+
+/// The NCCL variant to favour at one size, or None to leave NCCL's own choice.
+///
+/// Among the algorithm × protocol pins measured at this size, take the fastest median. When
+/// NCCL's own choice (`nccl`) was measured too and the pin is not significantly faster (its
+/// 95% CI overlaps NCCL's), leave NCCL alone: steering is only worth it where it measurably wins.
+pub fn nccl_pin(bucket: &Bucket) -> Option<Backend> {
+    let (best, t) = bucket
+        .results
+        .iter()
+        .filter(|(b, _)| b.nccl_pin().is_some())
+        .min_by(|a, b| a.1.median_us.total_cmp(&b.1.median_us))?;
+    match bucket.results.get(&Backend::Nccl) {
+        Some(own) if t.ci_high_us >= own.ci_low_us => None,
+        _ => Some(*best),
+    }
+}
+
+/// An entry of the cost table to favour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pin {
+    pub backend: Backend,
+    pub algo: u8,
+    pub proto: u8,
+}
+
+/// What [`Context::apply`] did with one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Lowered(Pin),
+    /// Not an allreduce.
+    OtherCollective,
+    /// The plugin follows no profile (see the init log).
+    NoProfile,
+    /// The size is above the largest the profile measured.
+    BeyondProfile,
+    /// No pin measurably beats NCCL's own choice at this size.
+    NcclOwnChoice,
+    /// NCCL disabled the entry (-1) or passed a table too small for it.
+    EntryUnavailable,
+}
+
+/// NCCL's logger: `void (*)(ncclDebugLogLevel, unsigned long, const char*, int, const char*, ...)`.
+pub type Logger = Option<
+    unsafe extern "C" fn(
+        level: c_int,
+        flags: std::ffi::c_ulong,
+        file: *const c_char,
+        line: c_int,
+        fmt: *const c_char,
+        ...
+    ),
+>;
+
+const LOG_WARN: c_int = 2;
+const LOG_INFO: c_int = 3;
+const SUBSYS_INIT: std::ffi::c_ulong = 0x1;
+const SUBSYS_TUNING: std::ffi::c_ulong = 0x40;
+
+/// Logs one line through NCCL's logger, if NCCL gave one.
+fn log(logger: Logger, level: c_int, msg: &str) {
+    let Some(f) = logger else { return };
+    let text = CString::new(format!("artune: {}", msg.replace('\0', " "))).unwrap_or_default();
+    // SAFETY: NCCL's logger takes a printf format; "%s" with one NUL-terminated string.
+    unsafe {
+        f(
+            level,
+            SUBSYS_INIT | SUBSYS_TUNING,
+            c"artune/plugin".as_ptr(),
+            line!() as c_int,
+            c"%s".as_ptr(),
+            text.as_ptr(),
+        )
+    };
+}
+
+/// What the plugin follows for one communicator.
+pub struct Context {
+    /// Upper bound of each bucket, ascending.
+    sizes: Vec<u64>,
+    pins: Vec<Option<Pin>>,
+    logger: Logger,
+    /// One warning per bucket when NCCL disabled the entry we wanted.
+    warned: Vec<AtomicBool>,
+}
+
+impl Context {
+    /// A context that never changes anything.
+    pub fn passthrough(logger: Logger) -> Context {
+        Context {
+            sizes: Vec::new(),
+            pins: Vec::new(),
+            logger,
+            warned: Vec::new(),
+        }
+    }
+
+    /// The pins of the profile's group for a communicator of `n_ranks` ranks on `n_nodes` nodes.
+    /// The error is a phrase saying why the plugin leaves NCCL alone.
+    pub fn from_profile(
+        p: &Profile,
+        n_ranks: usize,
+        n_nodes: usize,
+        mode: Mode,
+        logger: Logger,
+    ) -> Result<Context, String> {
+        if n_nodes != 1 {
+            return Err(format!(
+                "the communicator spans {n_nodes} nodes and artune profiles describe one node"
+            ));
+        }
+        let g = p
+            .group(Query {
+                tp: n_ranks,
+                mode,
+                gpus: None,
+            })
+            .ok_or_else(|| {
+                let have = crate::export::group_names(p);
+                format!(
+                    "the profile has no TP{n_ranks} group in {} mode (it has {})",
+                    mode.id(),
+                    have
+                )
+            })?;
+        let pins: Vec<Option<Pin>> = g
+            .buckets
+            .iter()
+            .map(|b| {
+                let backend = nccl_pin(b)?;
+                let (a, pr) = backend.nccl_pin()?;
+                Some(Pin {
+                    backend,
+                    algo: algo_index(a),
+                    proto: proto_index(pr),
+                })
+            })
+            .collect();
+        Ok(Context {
+            sizes: g.buckets.iter().map(|b| b.bytes).collect(),
+            warned: pins.iter().map(|_| AtomicBool::new(false)).collect(),
+            pins,
+            logger,
+        })
+    }
+
+    /// Reads `ARTUNE_PROFILE` (and `ARTUNE_MODE`), logging what it follows or why it follows
+    /// nothing. Never fails: the worst case is a passthrough context.
+    pub fn from_env(n_ranks: usize, n_nodes: usize, logger: Logger) -> Context {
+        let quiet = |level, msg: String| {
+            log(
+                logger,
+                level,
+                &format!("{msg}; NCCL keeps its own algorithm and protocol choice"),
+            );
+            Context::passthrough(logger)
+        };
+        let Some(path) = std::env::var_os(ENV_PROFILE) else {
+            return quiet(LOG_INFO, format!("{ENV_PROFILE} is not set"));
+        };
+        let mode = match std::env::var(ENV_MODE).as_deref() {
+            Err(_) | Ok("graph") => Mode::Graph,
+            Ok("eager") => Mode::Eager,
+            Ok(other) => {
+                log(
+                    logger,
+                    LOG_WARN,
+                    &format!("{ENV_MODE}={other} is neither graph nor eager; following graph"),
+                );
+                Mode::Graph
+            }
+        };
+        let p = match Profile::load(std::path::Path::new(&path)) {
+            Ok(p) => p,
+            Err(e) => return quiet(LOG_WARN, e.to_string()),
+        };
+        if p.simulated && std::env::var(ENV_ALLOW_SIMULATED).as_deref() != Ok("1") {
+            return quiet(
+                LOG_WARN,
+                format!(
+                    "{} is a SIMULATED profile ({}), not a measurement of this machine",
+                    path.to_string_lossy(),
+                    p.fabric
+                ),
+            );
+        }
+        match Context::from_profile(&p, n_ranks, n_nodes, mode, logger) {
+            Ok(c) => {
+                let steered = c.pins.iter().filter(|p| p.is_some()).count();
+                log(
+                    logger,
+                    LOG_INFO,
+                    &format!(
+                        "following {} for TP{n_ranks} {} allreduce: {steered} of {} sizes steered, up to {} bytes{}",
+                        path.to_string_lossy(),
+                        mode.id(),
+                        c.sizes.len(),
+                        c.sizes.last().copied().unwrap_or(0),
+                        if p.simulated { " (SIMULATED profile)" } else { "" }
+                    ),
+                );
+                c
+            }
+            Err(why) => quiet(LOG_INFO, why),
+        }
+    }
+
+    /// The pin for a message of `bytes` bytes, if any. O(log buckets), no allocation.
+    pub fn pin(&self, bytes: u64) -> Result<Option<Pin>, Outcome> {
+        if self.sizes.is_empty() {
+            return Err(Outcome::NoProfile);
+        }
+        let i = self.sizes.partition_point(|&s| s < bytes);
+        self.pins.get(i).copied().ok_or(Outcome::BeyondProfile)
+    }
+
+    /// Lowers the favoured entry of NCCL's cost table, a contiguous `float[num_algo][num_proto]`.
+    ///
+    /// # Safety
+    /// `table` is null or points to `num_algo * num_proto` writable floats.
+    pub unsafe fn apply(
+        &self,
+        coll: c_int,
+        n_bytes: u64,
+        table: *mut f32,
+        num_algo: c_int,
+        num_proto: c_int,
+    ) -> Outcome {
+        if coll != NCCL_FUNC_ALLREDUCE {
+            return Outcome::OtherCollective;
+        }
+        let pin = match self.pin(n_bytes) {
+            Ok(Some(p)) => p,
+            Ok(None) => return Outcome::NcclOwnChoice,
+            Err(o) => return o,
+        };
+        let fits = !table.is_null()
+            && (1..=MAX_ALGO).contains(&num_algo)
+            && (1..=MAX_PROTO).contains(&num_proto)
+            && c_int::from(pin.algo) < num_algo
+            && c_int::from(pin.proto) < num_proto;
+        if !fits {
+            return Outcome::EntryUnavailable;
+        }
+        // SAFETY: in bounds of the caller's num_algo × num_proto table, checked above.
+        let cell = unsafe {
+            table.add(usize::from(pin.algo) * num_proto as usize + usize::from(pin.proto))
+        };
+        // -1.0 is NCCL's "not allowed"; NaN or any negative is not ours to turn into a choice.
+        let current = unsafe { *cell };
+        if current.is_nan() || current < 0.0 {
+            self.warn_disabled(n_bytes, pin);
+            return Outcome::EntryUnavailable;
+        }
+        unsafe { *cell = 0.0 };
+        Outcome::Lowered(pin)
+    }
+
+    fn warn_disabled(&self, n_bytes: u64, pin: Pin) {
+        let i = self.sizes.partition_point(|&s| s < n_bytes);
+        if let Some(w) = self.warned.get(i) {
+            if !w.swap(true, Ordering::Relaxed) {
+                log(
+                    self.logger,
+                    LOG_INFO,
+                    &format!(
+                        "NCCL disabled {} at {n_bytes} bytes (cost -1); leaving its choice",
+                        pin.backend
+                    ),
+                );
+            }
+        }
+    }
+
+    /// Logs a message through this communicator's logger.
+    pub fn log_warn(&self, msg: &str) {
+        log(self.logger, LOG_WARN, msg);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,217 @@
+/*
+ * Loads libartune.so the way NCCL does (dlopen + dlsym of ncclTunerPlugin_vN) and drives every
+ * tuner version with a real cost table: float[7][3] (7 algorithms, 3 protocols) with the
+ * CollNet/NVLS/PAT rows disabled (-1), passed as float** like NCCL's enqueue.cc does.
+ *
+ *   plugin_harness LIB NRANKS BYTES EXPECT
+ *
+ * EXPECT is "untouched" (the plugin must leave every entry as it was) or "A,P" (exactly entry
+ * [A][P] lowered, everything else as it was). For "A,P" it also checks that a -1 at [A][P] is
+ * never turned into a choice. Every version must leave other collectives and *nChannels alone.
+ * Exit 0 when every check holds; otherwise prints what failed and exits 1.
+ */
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NUM_ALGO 7
+#define NUM_PROTO 3
+#define FUNC_ALLGATHER 2
+#define FUNC_ALLREDUCE 4
+
+typedef int result_t;
+typedef void (*logger_t)(int level, unsigned long flags, const char* file, int line, const char* fmt, ...);
+
+/* Layouts of NCCL's src/include/plugin/tuner/tuner_v3.h .. tuner_v7.h. */
+typedef struct {
+    const char* name;
+    result_t (*init)(size_t n_ranks, size_t n_nodes, logger_t log, void** ctx);
+    result_t (*get_coll_info)(void* ctx, int coll, size_t n_bytes, int pipe_ops, float** table, int n_algo,
+                              int n_proto, int* n_channels);
+    result_t (*destroy)(void* ctx);
+} tuner_v3;
+
+typedef struct {
+    const char* name;
+    result_t (*init)(size_t n_ranks, size_t n_nodes, logger_t log, void** ctx);
+    result_t (*get_coll_info)(void* ctx, int coll, size_t n_bytes, int pipe_ops, float** table, int n_algo,
+                              int n_proto, int reg_buff, int* n_channels);
+    result_t (*destroy)(void* ctx);
+} tuner_v4;
+
+typedef struct {
+    const char* name;
+    result_t (*init)(void** ctx, uint64_t comm_id, size_t n_ranks, size_t n_nodes, logger_t log, void* nvl,
+                     void* constants);
+    result_t (*get_coll_info)(void* ctx, int coll, size_t n_bytes, int pipe_ops, float** table, int n_algo,
+                              int n_proto, int reg_buff, int* n_channels);
+    result_t (*finalize)(void* ctx);
+} tuner_v5;
+
+typedef struct {
+    const char* name;
+    result_t (*init)(void** ctx, uint64_t comm_id, size_t n_ranks, size_t n_nodes, logger_t log, void* nvl,
+                     void* constants);
+    result_t (*get_coll_info)(void* ctx, int coll, size_t n_bytes, int pipe_ops, float** table, int n_algo,
+                              int n_proto, int reg_buff, int* n_channels);
+    result_t (*finalize)(void* ctx);
+    result_t (*get_chunk_size)(void* ctx, int coll, size_t n_bytes, int algo, int proto, int n_channels,
+                               size_t* chunk);
+} tuner_v6;
+
+static void logger(int level, unsigned long flags, const char* file, int line, const char* fmt, ...) {
+    va_list ap;
+    (void)flags;
+    fprintf(stderr, "[nccl log level %d %s:%d] ", level, file ? file : "?", line);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+static int failures = 0;
+
+static void fill(float t[NUM_ALGO][NUM_PROTO]) {
+    for (int a = 0; a < NUM_ALGO; a++)
+        for (int p = 0; p < NUM_PROTO; p++) t[a][p] = (a >= 2) ? -1.0f : 40.0f + (float)(a * NUM_PROTO + p);
+}
+
+/* One version's init/getCollInfo/finalize, abstracted. */
+typedef struct {
+    const char* label;
+    int version;
+    void* sym;
+} tuner;
+
+static result_t do_init(tuner* t, size_t n_ranks, void** ctx) {
+    switch (t->version) {
+    case 3: return ((tuner_v3*)t->sym)->init(n_ranks, 1, logger, ctx);
+    case 4: return ((tuner_v4*)t->sym)->init(n_ranks, 1, logger, ctx);
+    case 5: return ((tuner_v5*)t->sym)->init(ctx, 42, n_ranks, 1, logger, NULL, NULL);
+    default: return ((tuner_v6*)t->sym)->init(ctx, 42, n_ranks, 1, logger, NULL, NULL);
+    }
+}
+
+static result_t do_coll(tuner* t, void* ctx, int coll, size_t n, float tbl[NUM_ALGO][NUM_PROTO], int* ch) {
+    float** table = (float**)tbl; /* what NCCL passes */
+    switch (t->version) {
+    case 3: return ((tuner_v3*)t->sym)->get_coll_info(ctx, coll, n, 1, table, NUM_ALGO, NUM_PROTO, ch);
+    case 4: return ((tuner_v4*)t->sym)->get_coll_info(ctx, coll, n, 1, table, NUM_ALGO, NUM_PROTO, 0, ch);
+    case 5: return ((tuner_v5*)t->sym)->get_coll_info(ctx, coll, n, 1, table, NUM_ALGO, NUM_PROTO, 0, ch);
+    default: return ((tuner_v6*)t->sym)->get_coll_info(ctx, coll, n, 1, table, NUM_ALGO, NUM_PROTO, 0, ch);
+    }
+}
+
+static result_t do_fini(tuner* t, void* ctx) {
+    switch (t->version) {
+    case 3: return ((tuner_v3*)t->sym)->destroy(ctx);
+    case 4: return ((tuner_v4*)t->sym)->destroy(ctx);
+    case 5: return ((tuner_v5*)t->sym)->finalize(ctx);
+    default: return ((tuner_v6*)t->sym)->finalize(ctx);
+    }
+}
+
+#define CHECK(cond, ...)                                   \
+    do {                                                   \
+        if (!(cond)) {                                     \
+            fprintf(stdout, "FAIL %s: ", t->label);        \
+            fprintf(stdout, __VA_ARGS__);                  \
+            fputc('\n', stdout);                           \
+            failures++;                                    \
+        }                                                  \
+    } while (0)
+
+/* Compares after with before; the only allowed change is a lowered [ea][ep] (when ea >= 0). */
+static void compare(tuner* t, const char* what, float before[NUM_ALGO][NUM_PROTO], float after[NUM_ALGO][NUM_PROTO],
+                    int ea, int ep) {
+    for (int a = 0; a < NUM_ALGO; a++)
+        for (int p = 0; p < NUM_PROTO; p++) {
+            if (a == ea && p == ep) {
+                CHECK(after[a][p] >= 0.0f && after[a][p] < before[a][p], "%s: [%d][%d] not lowered (%g -> %g)", what,
+                      a, p, before[a][p], after[a][p]);
+            } else {
+                CHECK(after[a][p] == before[a][p], "%s: [%d][%d] changed (%g -> %g)", what, a, p, before[a][p],
+                      after[a][p]);
+            }
+        }
+}
+
+static void run(tuner* t, size_t n_ranks, size_t bytes, int ea, int ep) {
+    void* ctx = (void*)0x1; /* must be overwritten by init */
+    float before[NUM_ALGO][NUM_PROTO], tbl[NUM_ALGO][NUM_PROTO];
+    int ch = 0;
+    CHECK(t->version < 6 || ((tuner_v6*)t->sym)->get_chunk_size == NULL, "getChunkSize should be NULL");
+    CHECK(strcmp(((tuner_v3*)t->sym)->name, "artune") == 0, "name is %s", ((tuner_v3*)t->sym)->name);
+    CHECK(do_init(t, n_ranks, &ctx) == 0, "init failed");
+    CHECK(ctx != (void*)0x1, "init did not set the context");
+
+    fill(before);
+    fill(tbl);
+    CHECK(do_coll(t, ctx, FUNC_ALLREDUCE, bytes, tbl, &ch) == 0, "getCollInfo failed");
+    compare(t, "allreduce", before, tbl, ea, ep);
+    CHECK(ch == 0, "nChannels changed to %d", ch);
+
+    fill(tbl);
+    CHECK(do_coll(t, ctx, FUNC_ALLGATHER, bytes, tbl, &ch) == 0, "getCollInfo(allgather) failed");
+    compare(t, "allgather", before, tbl, -1, -1);
+
+    if (ea >= 0) {
+        fill(before);
+        before[ea][ep] = -1.0f; /* NCCL disabled the entry the profile wants */
+        memcpy(tbl, before, sizeof tbl);
+        CHECK(do_coll(t, ctx, FUNC_ALLREDUCE, bytes, tbl, &ch) == 0, "getCollInfo(disabled) failed");
+        compare(t, "disabled entry", before, tbl, -1, -1);
+    }
+    CHECK(do_fini(t, ctx) == 0, "finalize failed");
+}
+
+int main(int argc, char** argv) {
+    if (argc != 5) {
+        fprintf(stderr, "usage: %s LIB NRANKS BYTES untouched|A,P\n", argv[0]);
+        return 2;
+    }
+    size_t n_ranks = strtoull(argv[2], NULL, 10);
+    size_t bytes = strtoull(argv[3], NULL, 10);
+    int ea = -1, ep = -1;
+    if (strcmp(argv[4], "untouched") != 0 && sscanf(argv[4], "%d,%d", &ea, &ep) != 2) {
+        fprintf(stderr, "bad EXPECT %s\n", argv[4]);
+        return 2;
+    }
+    void* lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        printf("FAIL dlopen: %s\n", dlerror());
+        return 1;
+    }
+    tuner tuners[] = {{"v3", 3, NULL}, {"v4", 4, NULL}, {"v5", 5, NULL}, {"v6", 6, NULL}, {"v7", 7, NULL}};
+    const char* names[] = {"ncclTunerPlugin_v3", "ncclTunerPlugin_v4", "ncclTunerPlugin_v5", "ncclTunerPlugin_v6",
+                           "ncclTunerPlugin_v7"};
+    for (int i = 0; i < 5; i++) {
+        tuner* t = &tuners[i];
+        t->sym = dlsym(lib, names[i]);
+        if (!t->sym) {
+            printf("FAIL %s: symbol %s missing\n", t->label, names[i]);
+            failures++;
+            continue;
+        }
+        run(t, n_ranks, bytes, ea, ep);
+        if (failures == 0) printf("ok %s\n", t->label);
+    }
+    /* NULL contexts (init never ran) must be harmless. */
+    {
+        tuner* t = &tuners[3];
+        float before[NUM_ALGO][NUM_PROTO], tbl[NUM_ALGO][NUM_PROTO];
+        int ch = 0;
+        fill(before);
+        fill(tbl);
+        if (t->sym) {
+            CHECK(do_coll(t, NULL, FUNC_ALLREDUCE, bytes, tbl, &ch) == 0, "getCollInfo(NULL ctx) failed");
+            compare(t, "NULL context", before, tbl, -1, -1);
+            CHECK(do_fini(t, NULL) == 0, "finalize(NULL) failed");
+        }
+    }
+    dlclose(lib);
+    return failures ? 1 : 0;
+}

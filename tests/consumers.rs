@@ -1,0 +1,482 @@
+//! `artune select`, `export`, `check`, `predict` through the binary, good input and bad: exit
+//! codes, one-line errors, no panics. Plus a check that selection never allocates.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use artune::export::sample;
+use artune::profile::Profile;
+
+/// Counts allocations made by the current thread.
+struct Counting;
+
+thread_local! {
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        unsafe { System.dealloc(p, l) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocs() -> u64 {
+    ALLOCS.with(|c| c.get())
+}
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn artune(args: &[&str]) -> Out {
+    let o = Command::new(env!("CARGO_BIN_EXE_artune"))
+        .args(args)
+        .output()
+        .unwrap();
+    let out = Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into(),
+        stderr: String::from_utf8_lossy(&o.stderr).into(),
+    };
+    assert!(
+        !out.stderr.contains("panicked") && !out.stderr.contains("RUST_BACKTRACE"),
+        "{args:?}: {}",
+        out.stderr
+    );
+    out
+}
+
+/// Asserts a failure with `code` and one error line containing `needle`.
+#[track_caller]
+fn fails(args: &[&str], code: i32, needle: &str) {
+    let o = artune(args);
+    assert_eq!(o.code, code, "{args:?}: {}{}", o.stdout, o.stderr);
+    let errors: Vec<&str> = o
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("error:"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{args:?}: {}", o.stderr);
+    assert!(
+        errors[0].contains(needle),
+        "{args:?}: `{}` lacks `{needle}`",
+        errors[0]
+    );
+}
+
+fn write(dir: &Path, name: &str, p: &Profile) -> String {
+    let path = dir.join(name);
+    p.write_atomic(&path).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn select_prints_backend_and_json() {
+    let d = tempfile::tempdir().unwrap();
+    let p = write(d.path(), "p.json", &sample::profile());
+    let o = artune(&["select", &p, "--tp", "2", "--bytes", "4K"]);
+    assert_eq!((o.code, o.stdout.as_str()), (0, "one_stage_pull\n"));
+    assert!(o.stderr.contains("SIMULATED"));
+    let o = artune(&[
+        "select", &p, "--tp", "4", "--bytes", "16M", "--mode", "eager", "--json",
+    ]);
+    assert_eq!(o.code, 0);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(v["backend"], "nccl_ring_simple");
+    assert_eq!(v["bucket_bytes"], 16 << 20);
+    assert_eq!(v["buffer_bytes"], 0);
+    assert!(v["expected_us"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn select_refuses_what_the_profile_does_not_cover() {
+    let d = tempfile::tempdir().unwrap();
+    let p = write(d.path(), "p.json", &sample::profile());
+    fails(
+        &["select", &p, "--tp", "8", "--bytes", "4K"],
+        2,
+        "no TP8 graph group (it has TP2 graph",
+    );
+    fails(
+        &["select", &p, "--tp", "2", "--bytes", "1G"],
+        2,
+        "above the largest size",
+    );
+    fails(
+        &["select", &p, "--tp", "2", "--bytes", "lots"],
+        2,
+        "not a byte size",
+    );
+    fails(
+        &["select", &p, "--tp", "2", "--bytes", "0"],
+        2,
+        "at least 1 byte",
+    );
+}
+
+#[test]
+fn bad_profiles_are_refused_in_one_line() {
+    let d = tempfile::tempdir().unwrap();
+    let good = sample::profile();
+    let future = d.path().join("future.json");
+    std::fs::write(
+        &future,
+        good.to_json()
+            .replacen("\"schema_version\": 1", "\"schema_version\": 9", 1),
+    )
+    .unwrap();
+    let mut absurd = good.clone();
+    absurd.groups[0].buckets.last_mut().unwrap().bytes = 1 << 50;
+    let absurd = write(d.path(), "absurd.json", &absurd);
+    let garbage = d.path().join("garbage.json");
+    std::fs::write(&garbage, "{\"schema_version\": 1, \"groups\": [").unwrap();
+    let missing = d.path().join("missing.json");
+    for cmd in [
+        vec!["select", "P", "--tp", "2", "--bytes", "4K"],
+        vec!["export", "P", "--engine", "nccl"],
+        vec![
+            "check",
+            "P",
+            "--topology",
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/profiles/topologies/pcie-4x-1switch.json"
+            ),
+        ],
+        vec!["predict", "P", "--workload", "1x4K", "--tp", "2"],
+    ] {
+        fn with<'a>(cmd: &[&'a str], p: &'a str) -> Vec<&'a str> {
+            cmd.iter().map(|a| if *a == "P" { p } else { a }).collect()
+        }
+        let with = |p| with(&cmd, p);
+        fails(&with(s(&future)), 2, "newer than this artune reads");
+        fails(&with(&absurd), 2, "1 TiB");
+        fails(&with(s(&garbage)), 2, "truncated");
+        fails(&with(s(&missing)), 2, "cannot read");
+    }
+}
+
+#[test]
+fn export_every_engine_to_stdout_and_files() {
+    let d = tempfile::tempdir().unwrap();
+    let p = write(d.path(), "p.json", &sample::profile());
+    for engine in ["trtllm", "vllm", "sglang", "nccl", "env"] {
+        let o = artune(&["export", &p, "--engine", engine, "--hidden", "7168"]);
+        assert_eq!(o.code, 0, "{engine}: {}", o.stderr);
+        assert!(o.stdout.contains("SIMULATED PROFILE"), "{engine}");
+        assert!(
+            o.stdout.contains(s(&std::fs::canonicalize(&p).unwrap())),
+            "{engine} names its source"
+        );
+    }
+    let out = d.path().join("vllm");
+    let o = artune(&[
+        "export",
+        &p,
+        "--engine",
+        "vllm",
+        "--tp",
+        "2",
+        "--out",
+        s(&out),
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let cache: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("gpu_p2p_access_cache_for_0,1,2,3.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(cache["0->1"], true);
+    assert!(std::fs::read_to_string(out.join("vllm.txt"))
+        .unwrap()
+        .contains("--tensor-parallel-size 2"));
+
+    let conf = d.path().join("nccl_tuner.conf");
+    assert_eq!(
+        artune(&["export", &p, "--engine", "nccl", "--out", s(&conf)]).code,
+        0
+    );
+    assert!(std::fs::read_to_string(&conf)
+        .unwrap()
+        .contains("allreduce,0,"));
+
+    let trt = d.path().join("trt");
+    assert_eq!(
+        artune(&[
+            "export",
+            &p,
+            "--engine",
+            "trtllm",
+            "--hidden",
+            "4096",
+            "--out",
+            s(&trt)
+        ])
+        .code,
+        0
+    );
+    let cache: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(trt.join("trtllm-autotuner-cache.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(cache["rank_3"].as_object().unwrap().len() > 10);
+}
+
+#[test]
+fn export_bad_input() {
+    let d = tempfile::tempdir().unwrap();
+    let p = write(d.path(), "p.json", &sample::profile());
+    fails(&["export", &p, "--engine", "trtllm"], 2, "--hidden");
+    fails(
+        &["export", &p, "--engine", "nccl", "--tp", "3"],
+        2,
+        "no TP3 group",
+    );
+    let file = d.path().join("afile");
+    std::fs::write(&file, "x").unwrap();
+    fails(
+        &["export", &p, "--engine", "vllm", "--out", s(&file)],
+        2,
+        "give a directory",
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "x",
+        "nothing written over it"
+    );
+    assert_eq!(artune(&["export", &p, "--engine", "bogus"]).code, 2);
+}
+
+fn topology_file(dir: &Path, preset: &str, edit: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
+    let mut v: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(format!(
+            "{}/profiles/topologies/{preset}.json",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    edit(&mut v);
+    let path = dir.join(format!("{preset}.json"));
+    std::fs::write(&path, v.to_string()).unwrap();
+    path
+}
+
+#[test]
+fn check_holds_on_same_topology_and_names_changes() {
+    let d = tempfile::tempdir().unwrap();
+    let p = write(d.path(), "p.json", &sample::profile());
+    let same = topology_file(d.path(), "pcie-4x-1switch", |_| {});
+    let o = artune(&["check", &p, "--topology", s(&same)]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("holds") && o.stdout.contains("SIMULATED"));
+
+    assert_eq!(artune(&["check", &p, "--sim", "pcie-4x-1switch"]).code, 0);
+    fails(
+        &["check", &p, "--sim", "nope"],
+        2,
+        "no simulated preset `nope`",
+    );
+    let other = topology_file(d.path(), "pcie-2x", |_| {});
+    fails(
+        &["check", &p, "--topology", s(&other)],
+        3,
+        "profile is stale: GPU count 4 → 2",
+    );
+
+    // The same wiring with a newer driver than the profile was made with.
+    let mut prof = sample::profile();
+    prof.versions.driver = Some("580.159.04".into());
+    let older = write(d.path(), "older.json", &prof);
+    let newer = topology_file(d.path(), "pcie-4x-1switch", |v| {
+        v["host"]["driver"] = "590.10".into()
+    });
+    fails(
+        &["check", &older, "--topology", s(&newer)],
+        3,
+        "driver 580.159.04 → 590.10",
+    );
+
+    fails(
+        &["check", &p, "--topology", s(&d.path().join("nope.json"))],
+        2,
+        "cannot read",
+    );
+}
+
+#[test]
+fn predict_reports_policies_and_savings() {
+    let d = tempfile::tempdir().unwrap();
+    let p = write(d.path(), "p.json", &sample::profile());
+    let o = artune(&[
+        "predict",
+        &p,
+        "--workload",
+        "122x7168xbf16@1..4",
+        "--tp",
+        "2",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("saves vs nccl") && o.stdout.contains("SIMULATED"));
+    assert_eq!(
+        o.stdout
+            .lines()
+            .filter(|l| l.trim_start().starts_with(char::is_numeric))
+            .count(),
+        4
+    );
+
+    let o = artune(&[
+        "predict",
+        &p,
+        "--workload",
+        "122x7168xbf16@1,2048",
+        "--tp",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let steps = v["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2);
+    let (mine, nccl) = (
+        steps[0]["ms"]["profile"].as_f64().unwrap(),
+        steps[0]["ms"]["nccl"].as_f64().unwrap(),
+    );
+    assert!((steps[0]["saving_ms"]["nccl"].as_f64().unwrap() - (nccl - mine)).abs() < 1e-9);
+    assert!(
+        steps[1]["ms"]["profile"].is_null(),
+        "2048 tokens is beyond the 16 MiB profile"
+    );
+    assert_eq!(steps[1]["beyond_profile_bytes"][0], 7168 * 2 * 2048);
+
+    let w = d.path().join("w.json");
+    std::fs::write(&w, r#"[{"count": 60, "hidden": 7168, "dtype": "bf16", "tokens": 4}, {"count": 2, "bytes": 4096}]"#).unwrap();
+    assert_eq!(
+        artune(&["predict", &p, "--workload", s(&w), "--tp", "4"]).code,
+        0
+    );
+}
+
+#[test]
+fn predict_bad_input() {
+    let d = tempfile::tempdir().unwrap();
+    let p = write(d.path(), "p.json", &sample::profile());
+    fails(
+        &["predict", &p, "--workload", "122x7168xbf16", "--tp", "2"],
+        2,
+        "needs token counts",
+    );
+    fails(
+        &[
+            "predict",
+            &p,
+            "--workload",
+            "122x7168xbf16@1..1000000",
+            "--tp",
+            "2",
+        ],
+        2,
+        "more than 4096",
+    );
+    fails(&["predict", &p, "--workload", "1x4K"], 2, "pass --tp");
+    fails(
+        &["predict", &p, "--workload", "1x4K", "--tp", "8"],
+        2,
+        "no TP8 graph group",
+    );
+    let w = d.path().join("w.json");
+    std::fs::write(&w, r#"[{"count": 1}]"#).unwrap();
+    fails(
+        &["predict", &p, "--workload", s(&w), "--tp", "2"],
+        2,
+        "not a valid workload file",
+    );
+}
+
+#[test]
+fn select_and_plugin_do_not_allocate() {
+    use artune::fabric::Mode;
+    use artune::plugin::{Context, NCCL_FUNC_ALLREDUCE};
+    use artune::profile::{Query, Selection};
+    let p = sample::profile();
+    let ctx = Context::from_profile(&p, 4, 1, Mode::Graph, None).unwrap();
+    let mut table = [[10.0f32; 3]; 7];
+    let mut hits = 0u64;
+    let probe = allocs();
+    let v = std::hint::black_box(vec![1u8; 16]);
+    assert!(
+        allocs() > probe && v.len() == 16,
+        "the counting allocator sees this thread's allocations"
+    );
+    let before = allocs();
+    for i in 0..10_000u64 {
+        let bytes = (i * 4099) % (20 << 20) + 1;
+        let q = Query {
+            tp: 4,
+            mode: Mode::Graph,
+            gpus: None,
+        };
+        if let Selection::Chosen { bucket_bytes, .. } = p.select(q, bytes) {
+            hits += u64::from(bucket_bytes >= bytes);
+        }
+        let _ = unsafe { ctx.apply(NCCL_FUNC_ALLREDUCE, bytes, table.as_mut_ptr().cast(), 7, 3) };
+    }
+    assert_eq!(allocs() - before, 0, "select or getCollInfo allocated");
+    assert!(hits > 5000);
+}
+
+#[test]
+fn tuned_profiles_flow_through_every_consumer() {
+    let d = tempfile::tempdir().unwrap();
+    let topo = |preset: &str| {
+        format!(
+            "{}/profiles/topologies/{preset}.json",
+            env!("CARGO_MANIFEST_DIR")
+        )
+    };
+    for preset in ["pcie-8x-2switch", "nvswitch-8x"] {
+        let p = d.path().join(format!("{preset}.json"));
+        let p = s(&p);
+        let o = artune(&["tune", "--sim", preset, "-o", p]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        let o = artune(&["select", p, "--tp", "8", "--bytes", "14336", "--json"]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        assert!(serde_json::from_str::<serde_json::Value>(&o.stdout).unwrap()["simulated"] == true);
+        assert_eq!(artune(&["check", p, "--topology", &topo(preset)]).code, 0);
+        for engine in ["trtllm", "vllm", "sglang", "nccl", "env"] {
+            let o = artune(&["export", p, "--engine", engine, "--hidden", "7168"]);
+            assert_eq!(o.code, 0, "{preset} {engine}: {}", o.stderr);
+            assert!(o.stdout.contains("SIMULATED PROFILE"));
+        }
+        let o = artune(&[
+            "predict",
+            p,
+            "--workload",
+            "122x7168xbf16@1..16",
+            "--tp",
+            "8",
+        ]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+    }
+    let pcie = d.path().join("pcie-8x-2switch.json");
+    fails(
+        &["check", s(&pcie), "--topology", &topo("nvswitch-8x")],
+        3,
+        "profile is stale:",
+    );
+}
