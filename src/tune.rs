@@ -126,6 +126,7 @@ pub fn run(
             tuning_seconds: started.elapsed().as_secs_f64(),
         },
         faults,
+        select_index: Default::default(),
     })
 }
 

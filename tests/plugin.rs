@@ -11,10 +11,17 @@ use artune::export::sample;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
-/// target/<profile>/, found from this test executable (target/<profile>/deps/plugin-...).
+/// Where this build's libartune.so is. `cargo test` leaves the cdylib in target/<profile>/deps/
+/// beside this test executable (only `cargo build` copies it up to target/<profile>/), so the
+/// deps copy, always from this very build, comes first.
 fn lib_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    exe.parent().and_then(Path::parent).unwrap().to_path_buf()
+    let deps = exe.parent().unwrap();
+    if deps.join("libartune.so").is_file() {
+        deps.to_path_buf()
+    } else {
+        deps.parent().unwrap_or(deps).to_path_buf()
+    }
 }
 
 fn lib() -> PathBuf {

@@ -9,6 +9,7 @@
 //!
 //! Field names are a contract (see profiles/schema/profile-v1.json); add fields, never rename.
 
+mod index;
 pub mod schema;
 mod validate;
 
@@ -23,6 +24,7 @@ use crate::error::Error;
 use crate::fabric::{Backend, Direction, Dtype, Mode, ProbeSample};
 use crate::topology::Topology;
 
+pub use index::SelectIndex;
 pub use validate::{Limits, LIMITS};
 
 pub const SCHEMA_VERSION: u32 = 1;
@@ -165,6 +167,10 @@ pub struct Profile {
     /// Faults met during the tune (timeouts, wrong results, failed backends), for the operator.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub faults: Vec<String>,
+    /// Lookup cache for [`Profile::select`]; not part of the file.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub select_index: SelectIndex,
 }
 
 /// Which group a question is about.
@@ -254,29 +260,10 @@ impl Profile {
         }
     }
 
-    /// The backend for a message of `bytes` bytes. O(log buckets), no allocation.
+    /// The backend for a message of `bytes` bytes. O(log buckets) and no allocation after the
+    /// first call, which builds a flat index of the profile (see [`index`]).
     pub fn select(&self, q: Query<'_>, bytes: u64) -> Selection {
-        let Some(g) = self.group(q) else {
-            return Selection::Unknown(UnknownReason::NoGroup);
-        };
-        let i = g.buckets.partition_point(|b| b.bytes < bytes);
-        let Some(b) = g.buckets.get(i) else {
-            return Selection::Unknown(UnknownReason::AboveLargestBucket);
-        };
-        let expected_us = b.results.get(&b.choice).map_or(f64::NAN, |t| t.median_us);
-        let buffer_bytes = if b.choice.is_custom() {
-            g.memory
-                .get(&b.choice)
-                .map_or(0, |m| m.required_bytes_per_gpu.unwrap_or(m.bytes_per_gpu))
-        } else {
-            0
-        };
-        Selection::Chosen {
-            backend: b.choice,
-            expected_us,
-            bucket_bytes: b.bytes,
-            buffer_bytes,
-        }
+        self.select_index.select(self, q, bytes)
     }
 }
 

@@ -86,6 +86,7 @@ pub(crate) fn fixture() -> Profile {
         contention: vec![],
         settings: Settings::default(),
         faults: vec![],
+        select_index: Default::default(),
     }
 }
 
