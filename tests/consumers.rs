@@ -423,6 +423,15 @@ fn select_and_plugin_do_not_allocate() {
         allocs() > probe && v.len() == 16,
         "the counting allocator sees this thread's allocations"
     );
+    // The first select builds the profile's lookup index; every call after it must not allocate.
+    let _ = p.select(
+        Query {
+            tp: 4,
+            mode: Mode::Graph,
+            gpus: None,
+        },
+        1,
+    );
     let before = allocs();
     for i in 0..10_000u64 {
         let bytes = (i * 4099) % (20 << 20) + 1;
