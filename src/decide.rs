@@ -99,6 +99,9 @@ pub fn placement_label(t: &Topology, gpus: &[usize]) -> String {
             .iter()
             .all(|&b| t.pair(a, b).is_some_and(|p| p.path == PathClass::NV))
     });
+    if t.origin.kind == "loopback" {
+        return "loopback: virtual ranks on one GPU".into();
+    }
     if all_nv {
         return if t.nvswitch.is_some() {
             "NVSwitch".into()
@@ -127,7 +130,11 @@ pub fn placement_label(t: &Topology, gpus: &[usize]) -> String {
             format!("{switches} switches")
         });
     } else {
-        parts.push(format!("{parents} root ports"));
+        parts.push(if parents == 1 {
+            "1 root port".to_string()
+        } else {
+            format!("{parents} root ports")
+        });
     }
     if switches != 1 {
         parts.push(rc);
