@@ -383,6 +383,7 @@ pub fn group_profile(
         buckets,
         crossovers,
         memory,
+        nccl_channels: res.nccl_channels,
         waived: waived_group,
     }
 }

@@ -105,6 +105,7 @@ pub struct GroupResults {
     /// Per mode, per size, per backend.
     pub cells: BTreeMap<Mode, BTreeMap<u64, BTreeMap<Backend, Timing>>>,
     pub contention: Vec<ContentionCurve>,
+    pub nccl_channels: Option<u32>,
 }
 
 /// Progress events for a UI; the harness knows nothing about terminals.
@@ -175,6 +176,7 @@ fn measure_group(
         gpus: gpus.to_vec(),
         placement: placement.into(),
         readiness,
+        nccl_channels: fabric.nccl_channels(),
         ..Default::default()
     };
     let ready: Vec<Backend> = res

@@ -104,6 +104,7 @@ fn group(gpus: Vec<usize>, mode: Mode, sizes: &[u64]) -> GroupProfile {
         buckets,
         crossovers,
         memory,
+        nccl_channels: None,
         waived: Default::default(),
     }
 }

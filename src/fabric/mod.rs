@@ -360,6 +360,11 @@ pub trait Fabric {
         bytes: u64,
     ) -> Result<ProbeSample, FabricError>;
 
+    /// NCCL channels the prepared group's NCCL backends run with, when known.
+    fn nccl_channels(&self) -> Option<u32> {
+        None
+    }
+
     /// Releases everything the prepared group holds.
     fn release(&mut self) -> Result<(), FabricError>;
 }

@@ -202,7 +202,8 @@ pub unsafe extern "C" fn init(
     init_common(n_ranks, n_nodes, log, ctx)
 }
 
-/// The v4+ `getCollInfo`. Never touches `n_channels`: profiles record no channel count.
+/// The v4+ `getCollInfo`. Sets `n_channels` only after lowering an entry, and only when the
+/// profile states the channel count it measured with.
 ///
 /// # Safety
 /// `ctx` is null or a context from `init` not yet finalized; `cost_table` is null or a
@@ -216,7 +217,7 @@ pub unsafe extern "C" fn get_coll_info(
     num_algo: c_int,
     num_proto: c_int,
     _reg_buff: c_int,
-    _n_channels: *mut c_int,
+    n_channels: *mut c_int,
 ) -> NcclResult {
     if ctx.is_null() {
         return NCCL_SUCCESS;
@@ -226,7 +227,13 @@ pub unsafe extern "C" fn get_coll_info(
     // The table is float[num_algo][num_proto] cast to float**: index it flat.
     let table = cost_table.cast::<f32>();
     let r = catch_unwind(AssertUnwindSafe(|| unsafe {
-        c.apply(coll, n_bytes as u64, table, num_algo, num_proto)
+        let outcome = c.apply(coll, n_bytes as u64, table, num_algo, num_proto);
+        if let (super::Outcome::Lowered(_), Some(ch)) = (outcome, c.channels()) {
+            if !n_channels.is_null() {
+                // SAFETY: NCCL passes a valid int* for the channel count (null checked).
+                *n_channels = ch;
+            }
+        }
     }));
     if r.is_err() {
         let _ = catch_unwind(AssertUnwindSafe(|| {

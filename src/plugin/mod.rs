@@ -5,8 +5,9 @@
 //!    `ARTUNE_PROFILE` and keeps, per bucket of the group with `nRanks` GPUs, the NCCL
 //!    algorithm × protocol to favour (or none).
 //! 2. NCCL calls `getCollInfo` per collective with its cost table; [`Context::apply`] lowers one
-//!    entry for allreduce and touches nothing else: never a -1 (disabled) entry, never the
-//!    channel count (profiles record none), never another collective.
+//!    entry for allreduce and touches nothing else: never a -1 (disabled) entry, never another
+//!    collective; it sets the channel count only where it lowered an entry and the profile states
+//!    the count its NCCL measurements ran with ([`Context::channels`]).
 //! 3. Anything wrong (no profile, unreadable, simulated, no matching group, a size beyond the
 //!    profile, a panic) is logged through NCCL's logger and leaves NCCL's choice as it was;
 //!    every entry point returns ncclSuccess, because from NCCL 2.30 an error fails the collective.
@@ -133,6 +134,8 @@ pub struct Context {
     sizes: Vec<u64>,
     pins: Vec<Option<Pin>>,
     logger: Logger,
+    /// Channel count the profile's NCCL measurements ran with, if it states one.
+    channels: Option<c_int>,
     /// One warning per bucket when NCCL disabled the entry we wanted.
     warned: Vec<AtomicBool>,
 }
@@ -144,6 +147,7 @@ impl Context {
             sizes: Vec::new(),
             pins: Vec::new(),
             logger,
+            channels: None,
             warned: Vec::new(),
         }
     }
@@ -194,6 +198,10 @@ impl Context {
             warned: pins.iter().map(|_| AtomicBool::new(false)).collect(),
             pins,
             logger,
+            channels: g
+                .nccl_channels
+                .and_then(|c| c_int::try_from(c).ok())
+                .filter(|&c| c > 0),
         })
     }
 
@@ -323,6 +331,11 @@ impl Context {
                 );
             }
         }
+    }
+
+    /// The channel count to set alongside a lowered entry, if the profile states one.
+    pub fn channels(&self) -> Option<c_int> {
+        self.channels
     }
 
     /// Logs a message through this communicator's logger.

@@ -192,3 +192,34 @@ fn context_roundtrip_through_v6_symbols() {
     }
     assert!(ncclTunerPlugin_v6.get_chunk_size.is_none());
 }
+
+#[test]
+fn sets_channels_only_where_profile_states_them_and_an_entry_was_lowered() {
+    let mut p = sample::profile();
+    for g in &mut p.groups {
+        g.nccl_channels = Some(8);
+    }
+    let c: *mut c_void = Box::into_raw(Box::new(
+        Context::from_profile(&p, 2, 1, Mode::Graph, None).unwrap(),
+    ))
+    .cast();
+    let call = |coll: c_int, bytes: usize, t: &mut [[f32; 3]; 7], ch: &mut c_int| unsafe {
+        (ncclTunerPlugin_v6.get_coll_info)(c, coll, bytes, 1, t.as_mut_ptr().cast(), 7, 3, 0, ch)
+    };
+    let (mut t, mut ch) = (table(), 0);
+    assert_eq!(call(NCCL_FUNC_ALLREDUCE, 16 << 20, &mut t, &mut ch), 0);
+    assert_eq!(t[1][2], 0.0, "ring Simple lowered at 16 MiB");
+    assert_eq!(
+        ch, 8,
+        "the profile's channel count is set with the lowered entry"
+    );
+    // Another collective: nothing lowered, channels untouched.
+    let (mut t, mut ch) = (table(), 0);
+    assert_eq!(call(0, 16 << 20, &mut t, &mut ch), 0);
+    assert_eq!((t, ch), (table(), 0));
+    // Beyond the profile: NCCL's own choice, channels untouched.
+    let (mut t, mut ch) = (table(), 0);
+    assert_eq!(call(NCCL_FUNC_ALLREDUCE, 1 << 40, &mut t, &mut ch), 0);
+    assert_eq!(ch, 0);
+    unsafe { assert_eq!((ncclTunerPlugin_v6.finalize)(c), 0) };
+}

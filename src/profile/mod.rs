@@ -111,6 +111,10 @@ pub struct GroupProfile {
     pub buckets: Vec<Bucket>,
     pub crossovers: Vec<Crossover>,
     pub memory: BTreeMap<Backend, Memory>,
+    /// NCCL channels the NCCL backends ran with, when the fabric knows it (a simulated model, or
+    /// NCCL_MIN_NCHANNELS = NCCL_MAX_NCHANNELS on real GPUs); the tuner plugin reproduces it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl_channels: Option<u32>,
     /// Backends excluded for the whole group (no P2P, wrong results, timeouts), and why.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub waived: BTreeMap<Backend, String>,

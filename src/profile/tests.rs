@@ -68,6 +68,7 @@ pub(crate) fn fixture() -> Profile {
         ]
         .into_iter()
         .collect(),
+        nccl_channels: None,
         waived: Default::default(),
     };
     Profile {
