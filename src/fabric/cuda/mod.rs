@@ -440,6 +440,11 @@ impl Fabric for CudaFabric {
         Ok(sample)
     }
 
+    /// NCCL does not report its channel count; it is known only when the user pinned it.
+    fn nccl_channels(&self) -> Option<u32> {
+        pinned_channels(|k| std::env::var(k).ok())
+    }
+
     fn release(&mut self) -> Result<(), FabricError> {
         self.probe = None;
         self.group = None;
@@ -448,5 +453,49 @@ impl Fabric for CudaFabric {
             dev(g.ctx.synchronize(), "synchronizing the GPU")?;
         }
         Ok(())
+    }
+}
+
+/// The channel count NCCL is forced to: NCCL_MIN_NCHANNELS and NCCL_MAX_NCHANNELS both set to
+/// the same positive number.
+fn pinned_channels(var: impl Fn(&str) -> Option<String>) -> Option<u32> {
+    let read = |k: &str| var(k).and_then(|v| v.trim().parse::<u32>().ok());
+    match (read("NCCL_MIN_NCHANNELS"), read("NCCL_MAX_NCHANNELS")) {
+        (Some(a), Some(b)) if a == b && a > 0 => Some(a),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod channel_tests {
+    #[test]
+    fn channels_known_only_when_pinned() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert_eq!(
+            super::pinned_channels(env(&[
+                ("NCCL_MIN_NCHANNELS", "8"),
+                ("NCCL_MAX_NCHANNELS", "8")
+            ])),
+            Some(8)
+        );
+        assert_eq!(
+            super::pinned_channels(env(&[("NCCL_MIN_NCHANNELS", "8")])),
+            None
+        );
+        assert_eq!(
+            super::pinned_channels(env(&[
+                ("NCCL_MIN_NCHANNELS", "4"),
+                ("NCCL_MAX_NCHANNELS", "8")
+            ])),
+            None
+        );
+        assert_eq!(super::pinned_channels(env(&[])), None);
     }
 }
