@@ -431,7 +431,12 @@ impl Topology {
         if a == b {
             return PathClass::X;
         }
-        let (pa, pb) = (self.ancestry(a), self.ancestry(b));
+        self.path_between(&self.ancestry(a), &self.ancestry(b))
+    }
+
+    /// Path class from two GPUs' ancestries (see [`Topology::ancestry`]); callers that classify
+    /// every pair compute each ancestry once.
+    fn path_between(&self, pa: &[Node<'_>], pb: &[Node<'_>]) -> PathClass {
         // Lowest common ancestor among switches.
         let common_switch = pa
             .iter()
@@ -447,10 +452,14 @@ impl Topology {
                 PathClass::PXB
             };
         }
+        let socket = |anc: &[Node<'_>]| match anc.last() {
+            Some(Node::RootComplex(id)) => self.root_complex(id).map(|r| r.socket),
+            _ => None,
+        };
         match (pa.last(), pb.last()) {
             (Some(ra @ Node::RootComplex(_)), Some(rb)) if ra == rb => PathClass::PHB,
             _ => {
-                if self.socket_of(a).is_some() && self.socket_of(a) == self.socket_of(b) {
+                if socket(pa).is_some() && socket(pa) == socket(pb) {
                     PathClass::NODE
                 } else {
                     PathClass::SYS
@@ -590,6 +599,9 @@ impl Topology {
         }
         let n = self.gpus.len();
         if self.pairs.is_empty() {
+            // Each GPU's path to its root complex, walked once rather than once per pair.
+            let ancestry: Vec<Vec<Node<'_>>> = (0..n).map(|g| self.ancestry(g)).collect();
+            let mut pairs = Vec::with_capacity(n * n.saturating_sub(1));
             for a in 0..n {
                 for b in 0..n {
                     if a == b {
@@ -599,7 +611,7 @@ impl Topology {
                     let path = if nv > 0 {
                         PathClass::NV
                     } else {
-                        self.pcie_path(a, b)
+                        self.path_between(&ancestry[a], &ancestry[b])
                     };
                     // A file states the wiring; P2P is assumed where the path allows it.
                     let ok = if path == PathClass::SYS {
@@ -607,7 +619,7 @@ impl Topology {
                     } else {
                         Status::Ok
                     };
-                    self.pairs.push(Pair {
+                    pairs.push(Pair {
                         from: a,
                         to: b,
                         path,
@@ -621,6 +633,8 @@ impl Topology {
                     });
                 }
             }
+            drop(ancestry);
+            self.pairs = pairs;
         } else {
             for p in &self.pairs {
                 if p.from >= n || p.to >= n || p.from == p.to {
