@@ -93,7 +93,8 @@ pub fn run(
         contention.extend(r.contention.iter().cloned());
     }
     let info = fabric.info();
-    let mut topology = topology;
+    // Taken again after measuring: the fabric may have re-read links under load.
+    let mut topology = fabric.topology().clone();
     topology.host.driver = topology.host.driver.or(info.driver.clone());
     topology.host.cuda = topology.host.cuda.or(info.cuda.clone());
     topology.host.nccl = topology.host.nccl.or(info.nccl.clone());

@@ -165,6 +165,38 @@ impl CudaFabric {
         Ok(out)
     }
 
+    /// Replaces the idle PCIe reading in the topology by one taken under load, once per run, so
+    /// the profile reports a link that trained below its maximum truthfully. A failed reading
+    /// becomes a note, never an error: the tune does not depend on it.
+    fn record_links_under_load(&mut self) {
+        if self.topo.origin.link_reading == "load" {
+            return;
+        }
+        match self.link_under_load() {
+            Ok(readings) => {
+                for r in &readings {
+                    for g in self.topo.gpus.iter_mut() {
+                        if g.bus_id
+                            .as_deref()
+                            .is_some_and(|b| b.eq_ignore_ascii_case(&r.bus_id))
+                        {
+                            let small = |v: Option<u32>| v.and_then(|x| u8::try_from(x).ok());
+                            g.pcie.gen = small(r.gen).or(g.pcie.gen);
+                            g.pcie.width = small(r.width).or(g.pcie.width);
+                            g.pcie.max_gen = small(r.max_gen).or(g.pcie.max_gen);
+                            g.pcie.max_width = small(r.max_width).or(g.pcie.max_width);
+                        }
+                    }
+                }
+                self.topo.origin.link_reading = "load".into();
+            }
+            Err(e) => self
+                .topo
+                .notes
+                .push(format!("PCIe link could not be re-read under load: {e}")),
+        }
+    }
+
     /// What NVRTC compiled for, e.g. "--gpu-architecture=sm_90" (or why it could not).
     pub fn kernel_target(&self) -> Result<String, String> {
         self.gpus[0]
@@ -340,6 +372,7 @@ impl Fabric for CudaFabric {
         backends: &[Backend],
     ) -> Result<Vec<Readiness>, FabricError> {
         self.release()?;
+        self.record_links_under_load();
         if group.gpus.len() < 2 {
             return Err(FabricError::BadRequest(
                 "a group needs at least 2 GPUs".into(),
