@@ -217,7 +217,7 @@ def header_lines(p, rows, args, loopback):
     lines += [
         "| | artune profile | torch CSV |",
         "|---|---|---|",
-        f"| file | `{args.profile}` | `{args.torch}` |",
+        f"| file | `{args.profile}` | {', '.join(f'`{t}`' for t in args.torch)} |",
         f"| when | {p.get('created', '?')} | {r0['date']} |",
         f"| measured on | {fabric} | {r0['gpu_name']} (world size "
         f"{r0.get('world_size') or '?'}) |",
@@ -465,7 +465,8 @@ def write_atomic(path, text):
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--profile", help="artune profile JSON")
-    ap.add_argument("--torch", help="CSV from benches/torch_peers.py")
+    ap.add_argument("--torch", action="append",
+                    help="CSV from benches/torch_peers.py (repeat to merge several runs)")
     ap.add_argument("--out", default="compare.md", help="Markdown report to write")
     ap.add_argument("--plots", help="directory for compare.svg/.png (needs matplotlib)")
     ap.add_argument("--gap", type=float, default=0.10, help="flag |ratio-1| above this")
@@ -488,7 +489,7 @@ def parse_args(argv):
 
 def run(a):
     p = load_profile(a.profile)
-    rows = load_torch(a.torch)
+    rows = [r for path in a.torch for r in load_torch(path)]
     text, analysed = build(p, rows, a)
     note = plot(analysed, p, a.plots, a.gap) if a.plots else "plots not asked for (--plots DIR)"
     text += f"\n_{note}_\n"
@@ -589,6 +590,17 @@ def self_test():
         assert "world size 2 not supported here" in text and "| skipped |" in text
         assert "| torch_one_shot | 2.0 MiB |" in text and "| artune nccl | 3.0 MiB |" in text
         assert "different NCCL builds" in text
+        # Two CSVs (e.g. NCCL and symmetric memory run apart) merge to the same report.
+        lines = open(cpath).read().splitlines(keepends=True)
+        halves = [os.path.join(d, "a.csv"), os.path.join(d, "b.csv")]
+        for path, body in zip(halves, (lines[1:3], lines[3:])):
+            with open(path, "w") as f:
+                f.writelines([lines[0]] + body)
+        merged = os.path.join(d, "m.md")
+        assert main(["--profile", ppath, "--torch", halves[0], "--torch", halves[1],
+                     "--out", merged]) == 0
+        strip = lambda t: [x for x in t.splitlines() if not x.startswith("| file |")]  # noqa
+        assert strip(open(merged).read()) == strip(text)
         # Bad input: exit 2, no report left behind.
         gone = os.path.join(d, "none.md")
         assert main(["--profile", ppath, "--torch", ppath, "--out", gone]) == 2

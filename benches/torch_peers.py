@@ -272,16 +272,16 @@ class Bench:
         return bool(t.item())
 
     def pattern(self, n, rank):
-        """Small integers (1..5) differing by rank, so sums are exact in bf16 and a wrong
+        """Small integers (1..7) differing by rank, so sums are exact in bf16 and a wrong
         peer mapping shows."""
         torch = self.torch
-        base = ((torch.arange(5, device=self.dev) * 7 + rank) % 5 + 1).to(self.dtype)
-        return base.repeat(n // 5 + 1)[:n]
+        base = ((torch.arange(7, device=self.dev) * 3 + rank) % 7 + 1).to(self.dtype)
+        return base.repeat(n // 7 + 1)[:n]
 
     def expected(self, n, tp):
         torch = self.torch
-        base = sum(((torch.arange(5, device=self.dev) * 7 + r) % 5 + 1) for r in range(tp))
-        return base.to(self.dtype).repeat(n // 5 + 1)[:n]
+        base = sum(((torch.arange(7, device=self.dev) * 3 + r) % 7 + 1) for r in range(tp))
+        return base.to(self.dtype).repeat(n // 7 + 1)[:n]
 
     def row(self, impl, mode, tp, nbytes, status, samples=None, mem=None, note=""):
         med = p10 = p90 = ""
