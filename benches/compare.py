@@ -154,8 +154,9 @@ def torch_time(idx, impl, mode, tp, b):
     return r["median_us"] if r and r["status"] == "ok" else None
 
 
-def analyse_group(g, idx, ttp, gap):
-    """Per-size rows of one group, over the sizes both sides measured."""
+def analyse_group(g, idx, ttp, gap, torch_in_regret=True):
+    """Per-size rows of one group, over the sizes both sides measured. Regret counts torch's
+    paths only when they ran the same collective (same TP), not for loopback profiles."""
     mode = g["mode"]
     out = []
     for b in g["buckets"]:
@@ -171,7 +172,8 @@ def analyse_group(g, idx, ttp, gap):
         choice = b.get("choice")
         choice_us = res.get(choice, {}).get("median_us")
         every = [(v["median_us"], k) for k, v in res.items()]
-        every += [(v, k) for k, v in t.items() if v is not None]
+        if torch_in_regret:
+            every += [(v, k) for k, v in t.items() if v is not None]
         fastest_us, fastest = min(every) if every else (None, None)
         regret = (choice_us / fastest_us - 1) if choice_us and fastest_us else None
         out.append(dict(
@@ -240,7 +242,8 @@ def header_lines(p, rows, args, loopback):
         f"Ratios are artune / torch: above 1 artune is slower; ⚠ marks |ratio − 1| > "
         f"{args.gap:.0%}. One-stage and two-stage columns take artune's faster of pull and "
         f"push (named). Regret = the profile's choice / the fastest of everything measured at "
-        f"that size (artune's backends and torch's) − 1. torch_nccl is dist.all_reduce in "
+        f"that size (artune's backends and torch's; artune's alone for a loopback comparison, "
+        f"where torch ran a different collective) − 1. torch_nccl is dist.all_reduce in "
         f"place; torch_one_shot is symm_mem.one_shot_all_reduce_out with the input resident "
         f"in the symmetric buffer; torch_two_shot is symm_mem.two_shot_all_reduce_ in place "
         f"(reduce-scatter by reads, results written to peers).",
@@ -255,7 +258,7 @@ def group_title(g):
     return f"TP{g['tp']} {g['mode']} (GPUs {gpus}{place}, {g.get('dtype', '?')})"
 
 
-def summary_lines(analysed, gap):
+def summary_lines(analysed, gap, loopback):
     lines = ["## Summary", "",
              "| group | sizes | NCCL ratio geomean (min–max) | NCCL ⚠ | one-stage / one_shot "
              "geomean | two-stage / two_shot geomean | max regret (size, fastest) | sizes a "
@@ -275,8 +278,9 @@ def summary_lines(analysed, gap):
         worst = max(reg, key=lambda r: r["regret"]) if reg else None
         worst_s = (f"{worst['regret']:.1%} ({human_bytes(worst['bytes'])}, {worst['fastest']})"
                    if worst else "-")
-        beaten = sum(1 for r in rows if r["choice_us"] and any(
-            v is not None and r["choice_us"] / v - 1 > gap for v in r["torch"].values()))
+        beaten = "n/a (loopback)" if loopback else sum(
+            1 for r in rows if r["choice_us"] and any(
+                v is not None and r["choice_us"] / v - 1 > gap for v in r["torch"].values()))
         lines.append(f"| {group_title(g)} | {len(rows)} | {nccl} | {flagged} | "
                      f"{'-' if one is None else f'{one:.2f}'} | "
                      f"{'-' if two is None else f'{two:.2f}'} | {worst_s} | {beaten} |")
@@ -369,9 +373,9 @@ def build(p, rows, args):
     analysed = []
     for g in groups:
         ttp = args.torch_tp if loopback else g["tp"]
-        analysed.append((g, analyse_group(g, idx, ttp, args.gap), ttp))
+        analysed.append((g, analyse_group(g, idx, ttp, args.gap, not loopback), ttp))
     lines = header_lines(p, rows, args, loopback)
-    lines += summary_lines([(g, r) for g, r, _ in analysed], args.gap)
+    lines += summary_lines([(g, r) for g, r, _ in analysed], args.gap, loopback)
     for g, r, ttp in analysed:
         lines += group_lines(g, r, idx, ttp, len(g["buckets"]), loopback)
     lines += skipped_lines(rows)
@@ -555,6 +559,8 @@ def _fixture(d):
              status="ok"),
         dict(base, impl="torch_one_shot", mode="graph", tp=2, bytes=2048, median_us=30.0,
              status="ok"),
+        dict(base, impl="torch_nccl", mode="eager", tp=2, bytes=1024, median_us=0.2,
+             status="no-op", note="no GPU work"),
     ]
     cpath = os.path.join(d, "t.csv")
     with open(cpath, "w", newline="") as f:
@@ -615,7 +621,12 @@ def self_test():
         # Loopback: torch rows at TP 8 stand in for the TP 2 group, labelled.
         assert main(["--profile", ppath, "--torch", os.path.join(d, "tp8.csv"), "--out", out,
                      "--torch-tp", "8"]) == 0
-        assert "**LOOPBACK comparison.**" in open(out).read()
+        text = open(out).read()
+        assert "**LOOPBACK comparison.**" in text
+        # Loopback regret counts artune's backends only: 1K's choice is artune's fastest.
+        row1k = next(line for line in text.splitlines() if line.startswith("| 1K |"))
+        assert row1k.rstrip().endswith("| one_stage_pull 5.00 | 0.0% |"), row1k
+        assert "| torch_nccl | eager | 8 | no-op | 1K (1) | no GPU work |" in text, text
         assert sorted(f for f in os.listdir(d) if f.startswith(".")) == []
     print("compare self-test: ok")
     return 0

@@ -29,6 +29,7 @@ import math
 import os
 import sys
 import tempfile
+import warnings
 
 
 def _umask_mode():
@@ -247,19 +248,16 @@ class Bench:
         except Exception:  # noqa: BLE001 - only a label
             self.nccl_version = "unknown"
         self.gpu_name = torch.cuda.get_device_name(self.dev)
-        self.symm_backend = "default"
+        # torch's default symmetric-memory backend on CUDA is its CUDA IPC one, the analogue
+        # of artune's kernels. set_backend("CUDA") is refused by torch 2.11 ("does not find
+        # allocation backend CUDA"), so keep the default and record what it is.
+        self.symm_backend = "not allocated"
         try:
             import torch.distributed._symmetric_memory as symm_mem
             self.symm = symm_mem
         except Exception as e:  # noqa: BLE001 - recorded as the skip reason
             self.symm = None
             self.symm_error = first_line(e)
-            return
-        try:
-            symm_mem.set_backend("CUDA")  # CUDA IPC peers, what artune's kernels use
-            self.symm_backend = "CUDA"
-        except Exception as e:  # noqa: BLE001 - keep torch's default, say so
-            self.symm_backend = f"default (set_backend('CUDA') failed: {first_line(e)})"
 
     def log(self, msg):
         if self.rank == 0:
@@ -296,9 +294,10 @@ class Bench:
             "world_size": self.world, "gpus": " ".join(str(i) for i in range(tp)),
             "mem_bytes": "" if mem is None else mem, "note": note,
         })
-        if status == "ok":
+        if samples:
+            tag = "" if status == "ok" else f"  [{status}]"
             self.log(f"tp{tp} {mode:5} {impl:15} {nbytes:>10} B  median {med} us "
-                     f"(p10 {p10}, p90 {p90})")
+                     f"(p10 {p10}, p90 {p90}){tag}")
         else:
             self.log(f"tp{tp} {mode:5} {impl:15} {nbytes:>10} B  {status}: {note}")
 
@@ -321,6 +320,10 @@ class Bench:
                 try:
                     buf = self.symm.empty(maxn, dtype=self.dtype, device=self.dev)
                     self.symm.rendezvous(buf, pg)
+                    try:
+                        self.symm_backend = str(self.symm.get_backend(self.dev))
+                    except Exception as e:  # noqa: BLE001 - only a label
+                        self.symm_backend = f"unknown ({first_line(e)})"
                     # Raw free-memory drop: the symmetric pool may or may not be torch's cache.
                     torch.cuda.synchronize()
                     mem = max(0, mark[0] - torch.cuda.mem_get_info(self.dev)[0])
@@ -397,18 +400,50 @@ class Bench:
         self.dist.all_reduce(t, group=pg)
         self.torch.cuda.synchronize()
 
+    def queues_work(self, call):
+        """False when one call captures as an empty CUDA graph: it queues no GPU work (NCCL
+        with one rank does an in-place allreduce without a kernel), so its time measures
+        nothing but the host."""
+        torch = self.torch
+        g = torch.cuda.CUDAGraph()
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            with torch.cuda.graph(g, capture_error_mode="thread_local"):
+                call()
+        del g
+        return not any("graph is empty" in str(w.message).lower() for w in seen)
+
     def cell(self, name, tp, nbytes, n, pg, src, res, call, mem, note):
-        # Eager first: the first call of an op (lazy setup) must not happen inside a capture.
-        for mode in sorted(self.a.modes, key=lambda m: m != "eager"):
-            err = None
-            try:
-                err = self.check(src, res, call, n, tp, pg, graph=(mode == "graph"))
-            except Exception as e:  # noqa: BLE001 - recorded per cell
-                err = f"failed: {first_line(e)}"
-            if not self.agree(err is None, pg):
+        modes = self.a.modes
+        # An eager call comes first: an op's first call (lazy setup) must not be captured.
+        err, noop = None, False
+        try:
+            err = self.check(src, res, call, n, tp, pg, graph=False)
+            if err is None:
+                noop = not self.queues_work(call)
+        except Exception as e:  # noqa: BLE001 - recorded per cell
+            err = f"failed: {first_line(e)}"
+        if not self.agree(err is None, pg):
+            for mode in modes:
                 self.row(name, mode, tp, nbytes, "wrong" if err and err.startswith("wrong")
                          else "failed", mem=mem, note=err or "failed on another rank")
-                continue
+            return
+        if not self.agree(not noop, pg):
+            noop = True
+            note = ("no GPU work: one call captures as an empty CUDA graph (NCCL with one "
+                    "rank reduces in place without a kernel), so the time is host overhead "
+                    "and the check is vacuous; " + note)
+        for mode in modes:
+            err = None
+            if mode == "graph":
+                try:
+                    err = self.check(src, res, call, n, tp, pg, graph=True)
+                except Exception as e:  # noqa: BLE001
+                    err = f"failed: {first_line(e)}"
+                if not self.agree(err is None, pg):
+                    self.row(name, mode, tp, nbytes, "wrong" if err and err.startswith("wrong")
+                             else "failed", mem=mem, note=err or "failed on another rank")
+                    continue
             samples, terr = None, None
             try:
                 samples = self.time(mode, call, pg)
@@ -418,7 +453,8 @@ class Bench:
                 self.row(name, mode, tp, nbytes, "failed", mem=mem,
                          note=terr or "timing failed on another rank")
                 continue
-            self.row(name, mode, tp, nbytes, "ok", samples=samples, mem=mem, note=note)
+            self.row(name, mode, tp, nbytes, "no-op" if noop else "ok", samples=samples,
+                     mem=mem, note=note)
 
     def time(self, mode, call, pg):
         torch, a = self.torch, self.a
@@ -463,8 +499,7 @@ class Bench:
         self.log(f"torch {self.torch_version}, NCCL {self.nccl_version}, {self.gpu_name}, "
                  f"world size {self.world}, TP {self.tps}, {self.a.dtype}, modes "
                  f"{self.a.modes}, {len(self.a.sizes)} sizes {min(self.a.sizes)}.."
-                 f"{max(self.a.sizes)} B, symmetric-memory backend {self.symm_backend}, "
-                 f"multicast off ({MULTICAST_OFF})")
+                 f"{max(self.a.sizes)} B, multicast off ({MULTICAST_OFF})")
         for tp in self.tps:
             if tp == self.world:
                 pg, mem = dist.group.WORLD, self.world_mem
