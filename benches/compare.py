@@ -386,7 +386,7 @@ def build(p, rows, args):
 
 # ---------------------------------------------------------------- plots
 
-def plot(analysed, p, out_dir, gap):
+def plot(analysed, p, out_dir, gap, loopback=False):
     """compare.svg and compare.png in out_dir, or None with the reason there are none."""
     try:
         import matplotlib
@@ -400,6 +400,8 @@ def plot(analysed, p, out_dir, gap):
         return "plots skipped: no group has torch rows"
     fig, axes = plt.subplots(len(shown), 2, figsize=(13, 3.6 * len(shown)), squeeze=False)
     sim = " [SIMULATED profile]" if p.get("simulated") else ""
+    if loopback:
+        sim += " [LOOPBACK: torch at another world size]"
     for (g, rows), (ax, axr) in zip(shown, axes):
         xs = [r["bytes"] for r in rows]
         names = sorted({k for r in rows for k in r["results"]})
@@ -445,7 +447,7 @@ def plot(analysed, p, out_dir, gap):
                 os.unlink(tmp)
         written.append(path)
     plt.close(fig)
-    return "plots: " + ", ".join(written)
+    return "plots: " + ", ".join(os.path.basename(w) for w in written)
 
 
 # ---------------------------------------------------------------- main
@@ -495,7 +497,8 @@ def run(a):
     p = load_profile(a.profile)
     rows = [r for path in a.torch for r in load_torch(path)]
     text, analysed = build(p, rows, a)
-    note = plot(analysed, p, a.plots, a.gap) if a.plots else "plots not asked for (--plots DIR)"
+    note = (plot(analysed, p, a.plots, a.gap, a.torch_tp is not None) if a.plots
+            else "plots not asked for (--plots DIR)")
     text += f"\n_{note}_\n"
     write_atomic(a.out, text)
     print(f"wrote {a.out}; {note}")

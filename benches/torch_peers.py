@@ -378,8 +378,7 @@ class Bench:
         self.sync(pg)
         if graph:
             g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g, capture_error_mode="thread_local"):
-                call()
+            self.capture(g, 1, call)
             src.copy_(self.pattern(n, grank))  # capture may have run nothing; refill anyway
             if res is not src:
                 res.zero_()
@@ -399,6 +398,15 @@ class Bench:
         t = self.torch.zeros(1, device=self.dev)
         self.dist.all_reduce(t, group=pg)
         self.torch.cuda.synchronize()
+
+    def capture(self, g, calls, call):
+        """Capture `calls` calls into `g`. An empty capture is found and recorded by
+        queues_work, so torch's warning about it is not repeated here."""
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*Graph is empty.*")
+            with self.torch.cuda.graph(g, capture_error_mode="thread_local"):
+                for _ in range(calls):
+                    call()
 
     def queues_work(self, call):
         """False when one call captures as an empty CUDA graph: it queues no GPU work (NCCL
@@ -468,9 +476,7 @@ class Bench:
         g = None
         if mode == "graph":
             g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g, capture_error_mode="thread_local"):
-                for _ in range(a.iters):
-                    call()
+            self.capture(g, a.iters, call)
             g.replay()  # first replay uploads the graph
             torch.cuda.synchronize()
         start = torch.cuda.Event(enable_timing=True)
