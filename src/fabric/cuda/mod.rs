@@ -15,6 +15,7 @@ pub mod kernels;
 pub mod nccl;
 mod probe;
 pub mod topo;
+pub mod watchdog;
 
 use std::sync::Arc;
 
