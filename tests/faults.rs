@@ -421,3 +421,75 @@ fn kill_9_at_any_point_leaves_a_whole_profile() {
     assert_eq!(std::fs::read(&path).unwrap(), current);
     assert!(others(dir.path(), &[&path]).is_empty());
 }
+
+/// The CUDA watchdog on a real GPU (loopback: one GPU as 2 ranks, NCCL with one rank). A
+/// deadline nothing can meet makes a healthy call look hung, which drives the abort path:
+/// the backend is aborted (ncclCommAbort for NCCL), dropped from the group and reported as a
+/// timeout, and the other backends, and NCCL in the next group, still run. Without a GPU it
+/// prints a skip line.
+#[test]
+fn gpu_watchdog_aborts_a_late_backend_and_the_others_go_on_or_skip() {
+    use artune::fabric::cuda::{nccl, watchdog, CudaFabric};
+    use artune::fabric::{Dtype, Fabric, FabricError, Group, Mode, Readiness, Verification};
+    use std::io::Write;
+
+    let skip = |why: String| {
+        let _ = writeln!(std::io::stderr(), "gpu_watchdog: skipped: {why}");
+    };
+    let mut f = match CudaFabric::open(Some(2)) {
+        Ok(f) => f,
+        Err(e) => return skip(format!("no GPU ({e})")),
+    };
+    if nccl::nccl_version().is_none() {
+        return skip("no NCCL".into());
+    }
+    let group = Group {
+        gpus: vec![0, 1],
+        dtype: Dtype::Bf16,
+        max_bytes: 1 << 20,
+    };
+    for b in [Backend::Nccl, Backend::OneStagePull] {
+        let ready = f
+            .prepare(&group, &[Backend::Nccl, Backend::OneStagePull])
+            .unwrap();
+        assert!(
+            ready.iter().all(|r| matches!(r, Readiness::Ready { .. })),
+            "{ready:?}"
+        );
+        assert_eq!(f.verify(b, 4096, 1).unwrap(), Verification::Correct);
+        // 100 calls of 1 MiB per sample cannot finish in no time.
+        f.set_op_deadline(watchdog::Deadline::fixed(Duration::ZERO));
+        let e = f.time(b, 1 << 20, Mode::Eager, 100, 3).unwrap_err();
+        f.set_op_deadline(watchdog::Deadline::from_env());
+        assert!(
+            matches!(e, FabricError::Timeout { backend, .. } if backend == b),
+            "{e}"
+        );
+        assert!(e.to_string().contains("it was aborted"), "{e}");
+        // Gone from the group; the other backend still runs.
+        assert!(matches!(
+            f.verify(b, 4096, 2),
+            Err(FabricError::BadRequest(_))
+        ));
+        let other = if b == Backend::Nccl {
+            Backend::OneStagePull
+        } else {
+            Backend::Nccl
+        };
+        assert_eq!(f.verify(other, 4096, 3).unwrap(), Verification::Correct);
+        assert_eq!(f.time(other, 4096, Mode::Graph, 10, 3).unwrap().len(), 3);
+        f.release().unwrap();
+    }
+    // NCCL communicators are created (non-blocking) and torn down again after the abort.
+    f.prepare(&group, &[Backend::Nccl]).unwrap();
+    assert_eq!(
+        f.verify(Backend::Nccl, 4096, 4).unwrap(),
+        Verification::Correct
+    );
+    assert_eq!(
+        f.time(Backend::Nccl, 4096, Mode::Graph, 10, 3)
+            .unwrap()
+            .len(),
+        3
+    );
+}

@@ -21,21 +21,58 @@ pub const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
 /// Slowest transfer rate any real link has (bytes per second): deadlines grow with the bytes
 /// moved at this rate, so a large batch on a slow machine is never called a hang.
 const FLOOR_BYTES_PER_S: f64 = 0.5e9;
-/// Overrides [`OP_DEADLINE`], in milliseconds: a testing knob to provoke the abort path on a
-/// healthy GPU.
+/// Overrides [`OP_DEADLINE`] with a fixed deadline in milliseconds for every GPU wait: a
+/// testing knob to provoke the abort path on a healthy GPU.
 pub const ENV_DEADLINE_MS: &str = "ARTUNE_GPU_DEADLINE_MS";
 
-/// The base deadline for one operation: [`OP_DEADLINE`] or the environment's override.
-pub fn op_deadline() -> Duration {
-    parse_ms(std::env::var(ENV_DEADLINE_MS).ok().as_deref()).unwrap_or(OP_DEADLINE)
+/// How long one GPU operation may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadline {
+    pub base: Duration,
+    /// Whether it grows with the bytes moved (false for a fixed override).
+    pub grows: bool,
+}
+
+impl Deadline {
+    /// [`OP_DEADLINE`] growing with the bytes moved, or the environment's fixed override.
+    pub fn from_env() -> Deadline {
+        Deadline::from_override(std::env::var(ENV_DEADLINE_MS).ok().as_deref())
+    }
+
+    fn from_override(v: Option<&str>) -> Deadline {
+        match parse_ms(v) {
+            Some(d) => Deadline::fixed(d),
+            None => Deadline {
+                base: OP_DEADLINE,
+                grows: true,
+            },
+        }
+    }
+
+    /// Exactly `d` for any work.
+    pub fn fixed(d: Duration) -> Deadline {
+        Deadline {
+            base: d,
+            grows: false,
+        }
+    }
+
+    /// The deadline for `calls` calls moving `bytes` each.
+    pub fn for_work(&self, bytes: u64, calls: u32) -> Duration {
+        if self.grows {
+            scaled(self.base, bytes, calls)
+        } else {
+            self.base
+        }
+    }
 }
 
 fn parse_ms(v: Option<&str>) -> Option<Duration> {
     v?.trim().parse::<u64>().ok().map(Duration::from_millis)
 }
 
-/// The deadline for `calls` calls moving `bytes` each, on top of `base`.
-pub fn scaled(base: Duration, bytes: u64, calls: u32) -> Duration {
+/// `base` plus the time `calls` calls of `bytes` take at the slowest real link rate.
+fn scaled(base: Duration, bytes: u64, calls: u32) -> Duration {
     let moving = bytes as f64 * calls.max(1) as f64 / FLOOR_BYTES_PER_S;
     base + Duration::from_secs_f64(moving.min(3600.0))
 }
@@ -139,6 +176,22 @@ pub fn wait_real(limit: Duration, check: impl FnMut() -> Poll) -> Result<(), Wai
     wait(limit, &mut RealClock::new(), check)
 }
 
+/// Runs a call that can only block (cuCtxSynchronize) on a helper thread and waits for it up
+/// to `limit`. None: it is still blocked; the thread is left behind, parked in the driver.
+pub fn bounded<T: Send + 'static>(
+    limit: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("artune-bounded".into())
+        .spawn(move || {
+            let _ = tx.send(f());
+        })
+        .ok()?;
+    rx.recv_timeout(limit).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,6 +279,16 @@ mod tests {
     }
 
     #[test]
+    fn a_blocking_call_is_given_up_on_at_its_limit() {
+        assert_eq!(bounded(Duration::from_secs(5), || 7), Some(7));
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        // Blocks until the test drops `tx`, long after the limit.
+        let r = bounded(Duration::from_millis(20), move || rx.recv().is_ok());
+        assert_eq!(r, None);
+        drop(tx);
+    }
+
+    #[test]
     fn backoff_spins_then_sleeps_up_to_a_cap() {
         assert_eq!(backoff(0), Duration::ZERO);
         assert_eq!(backoff(SPINS - 1), Duration::ZERO);
@@ -235,14 +298,15 @@ mod tests {
     }
 
     #[test]
-    fn deadlines_grow_with_bytes_and_the_override_is_read_in_milliseconds() {
-        let base = Duration::from_secs(10);
-        assert_eq!(scaled(base, 0, 1), base);
+    fn deadlines_grow_with_bytes_unless_fixed_by_the_override() {
+        let d = Deadline::from_override(None);
+        assert_eq!(d.for_work(0, 1), OP_DEADLINE);
         // 256 MiB x 100 calls at 0.5 GB/s: about 54 s more.
-        let big = scaled(base, 256 << 20, 100);
-        assert!(big > base + Duration::from_secs(50) && big < base + Duration::from_secs(60));
-        assert_eq!(parse_ms(Some("250")), Some(Duration::from_millis(250)));
-        assert_eq!(parse_ms(Some("soon")), None);
-        assert_eq!(parse_ms(None), None);
+        let big = d.for_work(256 << 20, 100);
+        assert!(big > OP_DEADLINE + Duration::from_secs(50), "{big:?}");
+        assert!(big < OP_DEADLINE + Duration::from_secs(60), "{big:?}");
+        let fixed = Deadline::from_override(Some("250"));
+        assert_eq!(fixed.for_work(256 << 20, 100), Duration::from_millis(250));
+        assert_eq!(Deadline::from_override(Some("soon")), d);
     }
 }
