@@ -254,6 +254,25 @@ fn a_gpu_lost_mid_tune_exits_4_with_one_line_and_writes_nothing() {
 }
 
 #[test]
+fn a_tune_where_every_backend_fails_exits_4_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, before) = previous(dir.path());
+    let all: Vec<&str> = Backend::ALL.iter().map(|b| b.id()).collect();
+    let o = tune(&path, Some(&format!("hang={}", all.join("+"))));
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o.stderr));
+    let stderr = text(&o.stderr);
+    let last = stderr.lines().last().unwrap_or("");
+    assert!(
+        last.starts_with("error: no backend could be measured on GPUs"),
+        "{stderr}"
+    );
+    assert!(last.contains("then run again"), "{last}");
+    assert!(!stderr.contains("report this bug"), "{stderr}");
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    assert_eq!(others(dir.path(), &[&path]), Vec::<PathBuf>::new());
+}
+
+#[test]
 fn fault_specs_are_checked_before_anything_runs() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("p.json");

@@ -64,6 +64,25 @@ fn check_writable(path: &Path) -> Result<(), Error> {
         })
 }
 
+/// A group where every backend failed or was waived has nothing to offer: that is a hardware
+/// failure to report, not a profile to write.
+fn check_measured(p: &Profile) -> Result<(), Error> {
+    let Some(g) = p.groups.iter().find(|g| g.buckets.is_empty()) else {
+        return Ok(());
+    };
+    let first = g
+        .waived
+        .iter()
+        .next()
+        .map(|(b, why)| format!("; first, {b}: {why}"))
+        .unwrap_or_default();
+    Err(Error::Hardware(format!(
+        "no backend could be measured on GPUs {:?} ({} mode), so no profile was written{first}; fix what the warnings report, then run again",
+        g.gpus,
+        g.mode.id()
+    )))
+}
+
 fn options(a: &TuneArgs, gpus: usize) -> Result<tune::Options, Error> {
     let (min_bytes, max_bytes) = units::parse_range(&a.sizes)?;
     if max_bytes > crate::profile::LIMITS.message_bytes {
@@ -140,6 +159,7 @@ pub fn run(a: TuneArgs) -> Result<i32, Error> {
     // Releases communicators and device memory before anything is written.
     drop(fabric);
     let profile = result?;
+    check_measured(&profile)?;
     crate::profile::validate_built(&profile)?;
     // A signal that came after the last measurement still means: leave the old profile.
     if crate::measure::interrupted() {
