@@ -196,7 +196,7 @@ fn across<T: Send>(
                 Ok(Err(e)) => err = err.or(Some(e)),
                 Err(_) => {
                     err = err.or(Some(FabricError::Device(
-                        "a GPU worker thread panicked".into(),
+                        "a GPU worker thread panicked; please report this bug".into(),
                     )))
                 }
             }

@@ -161,7 +161,7 @@ impl ProbeBufs {
             dev(self.words[r].download(0, &mut w), "reading probe status")?;
             if u32::from_le_bytes(w) != 0 {
                 return Err(FabricError::Device(
-                    "a probe latch was never released (the host stalled for over 10 s)".into(),
+                    "a probe latch was never released (the host stalled for over 10 s); run again on a less loaded machine".into(),
                 ));
             }
             secs.push((ms as f64 / 1000.0).max(1e-9));
