@@ -24,7 +24,7 @@ pub enum Error {
     Read { path: PathBuf, reason: String },
     #[error("cannot write {path}: {reason}; choose a writable location with --out")]
     Write { path: PathBuf, reason: String },
-    #[error("{path} is not a valid {what}: {reason}")]
+    #[error("{path} is not a valid {what}: {reason}{}", parse_hint(what))]
     Parse {
         path: PathBuf,
         what: &'static str,
@@ -34,8 +34,17 @@ pub enum Error {
     Stale(String),
     #[error("{0}")]
     Hardware(String),
-    #[error("interrupted; the previous profile (if any) is left as it was")]
+    #[error("interrupted; the previous profile (if any) is left as it was; run the command again to finish")]
     Interrupted,
+}
+
+/// What to do about a file that does not parse, where the reason does not already say.
+fn parse_hint(what: &str) -> &'static str {
+    match what {
+        "profile" => "; run `artune tune` to write a new one",
+        "workload file" => "; see `artune predict --help` for the format",
+        _ => "",
+    }
 }
 
 impl Error {
@@ -66,3 +75,79 @@ impl From<crate::fabric::FabricError> for Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fabric::{Backend, FabricError};
+
+    #[test]
+    fn exit_codes_follow_the_contract() {
+        let p = || PathBuf::from("p.json");
+        let cases = [
+            (Error::bad_input("x"), EXIT_BAD_INPUT),
+            (
+                Error::Read {
+                    path: p(),
+                    reason: "x".into(),
+                },
+                EXIT_BAD_INPUT,
+            ),
+            (
+                Error::Write {
+                    path: p(),
+                    reason: "x".into(),
+                },
+                EXIT_BAD_INPUT,
+            ),
+            (
+                Error::Parse {
+                    path: p(),
+                    what: "profile",
+                    reason: "x".into(),
+                },
+                EXIT_BAD_INPUT,
+            ),
+            (Error::Stale("x".into()), EXIT_STALE),
+            (Error::Hardware("x".into()), EXIT_HARDWARE),
+            (Error::Interrupted, EXIT_INTERRUPTED),
+            (FabricError::Interrupted.into(), EXIT_INTERRUPTED),
+            (FabricError::BadRequest("x".into()).into(), EXIT_BAD_INPUT),
+            (FabricError::Device("x".into()).into(), EXIT_HARDWARE),
+            (
+                FabricError::Timeout {
+                    backend: Backend::Nccl,
+                    what: "x".into(),
+                    seconds: 1.0,
+                }
+                .into(),
+                EXIT_HARDWARE,
+            ),
+        ];
+        for (e, code) in cases {
+            assert_eq!(e.exit_code(), code, "{e}");
+        }
+    }
+
+    #[test]
+    fn messages_name_the_next_step() {
+        let p = PathBuf::from("p.json");
+        let parse = |what| Error::Parse {
+            path: p.clone(),
+            what,
+            reason: "it ends too early".into(),
+        };
+        assert!(parse("profile")
+            .to_string()
+            .ends_with("run `artune tune` to write a new one"));
+        assert!(parse("workload file")
+            .to_string()
+            .contains("artune predict --help"));
+        assert!(Error::Interrupted
+            .to_string()
+            .contains("run the command again"));
+        assert!(Error::Stale("x".into())
+            .to_string()
+            .contains("run `artune tune` again"));
+    }
+}

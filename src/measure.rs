@@ -122,6 +122,9 @@ pub enum Progress {
         bytes: u64,
         mode: Mode,
     },
+    /// A backend was disqualified (wrong result, timeout, failure); the text is also in the
+    /// returned faults. Shown as it happens, so a long tune does not hide it until the end.
+    Fault(String),
 }
 
 /// Runs the plan. Backend-local failures disqualify that backend for the group and are
@@ -240,9 +243,9 @@ fn measure_group(
                                 .or_default()
                                 .insert(backend, t);
                         }
-                        Ok(Err(reason)) => disqualify(&mut res, faults, backend, reason),
+                        Ok(Err(reason)) => disqualify(&mut res, faults, progress, backend, reason),
                         Err(e) if e.backend_local() => {
-                            disqualify(&mut res, faults, backend, e.to_string())
+                            disqualify(&mut res, faults, progress, backend, e.to_string())
                         }
                         Err(e) => return Err(e),
                     }
@@ -268,11 +271,16 @@ fn measure_group(
     Ok(res)
 }
 
-fn disqualify(res: &mut GroupResults, faults: &mut Vec<String>, backend: Backend, reason: String) {
-    faults.push(format!(
-        "GPUs {:?}: {backend} disqualified: {reason}",
-        res.gpus
-    ));
+fn disqualify(
+    res: &mut GroupResults,
+    faults: &mut Vec<String>,
+    progress: &mut dyn FnMut(Progress),
+    backend: Backend,
+    reason: String,
+) {
+    let fault = format!("GPUs {:?}: {backend} disqualified: {reason}", res.gpus);
+    progress(Progress::Fault(fault.clone()));
+    faults.push(fault);
     res.disqualified.insert(backend, reason);
 }
 
@@ -313,6 +321,8 @@ pub fn measure_cell(
     let mut samples: Vec<f64> = Vec::new();
     let mut spent = 0.0;
     loop {
+        // A cell can take a second or more on a GPU: stop between its rounds too.
+        check_interrupt()?;
         let n = if samples.is_empty() {
             h.min_samples
         } else {

@@ -128,7 +128,7 @@ fn kernels(k: usize) -> Result<Value, Error> {
         .collect();
     if CUSTOM.iter().any(|b| !ready.contains(b)) {
         return Err(Error::Hardware(format!(
-            "custom kernels could not be prepared: {waived:?}"
+            "custom kernels could not be prepared: {waived:?}; fix the reasons given, then run again"
         )));
     }
 
@@ -150,7 +150,7 @@ fn kernels(k: usize) -> Result<Value, Error> {
                 Verification::Correct => true,
                 Verification::Wrong { reason } => {
                     return Err(Error::Hardware(format!(
-                        "{b} gave a wrong result at {s} bytes: {reason}"
+                        "{b} gave a wrong result at {s} bytes: {reason}; this is a kernel bug: please report it with the GPU model and driver version"
                     )))
                 }
             };

@@ -136,6 +136,11 @@ pub struct TuneArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Testing only, hidden from --help: inject faults into the simulated machine (needs
+    /// --sim or --topology), e.g. `wrong=one_stage_pull,hang=nccl_tree_ll,spikes=0.2:20,
+    /// lose=3:100,delay=20`. The items are described in src/fabric/sim/faults.rs.
+    #[arg(long, hide = true, value_name = "SPEC")]
+    pub sim_faults: Option<String>,
 }
 
 #[derive(Args, Debug)]

@@ -5,13 +5,27 @@ use std::path::Path;
 
 use super::{ShowArgs, TuneArgs};
 use crate::error::Error;
+use crate::fabric::sim::{Faults, SimFabric};
 use crate::fabric::Fabric;
 use crate::measure::Progress;
 use crate::profile::Profile;
 use crate::{report, tune, units};
 
+/// The injected faults the arguments ask for (testing only), checked before anything runs.
+fn faults(a: &TuneArgs) -> Result<Faults, Error> {
+    let Some(spec) = &a.sim_faults else {
+        return Ok(Faults::default());
+    };
+    if a.source.sim.is_none() && a.source.topology.is_none() {
+        return Err(Error::bad_input(
+            "--sim-faults only applies to a simulated machine; add --sim PRESET or --topology FILE, or drop --sim-faults",
+        ));
+    }
+    Faults::parse(spec).map_err(|e| Error::bad_input(format!("--sim-faults: {e}")))
+}
+
 /// Opens the fabric the arguments ask for: simulated for --sim/--topology, else the GPUs.
-fn open_fabric(a: &TuneArgs) -> Result<Box<dyn Fabric>, Error> {
+fn open_fabric(a: &TuneArgs, faults: Faults) -> Result<Box<dyn Fabric>, Error> {
     let simulated = a.source.sim.is_some() || a.source.topology.is_some();
     if simulated && a.loopback.is_some() {
         return Err(Error::bad_input(
@@ -20,7 +34,10 @@ fn open_fabric(a: &TuneArgs) -> Result<Box<dyn Fabric>, Error> {
     }
     if simulated {
         let t = super::load_topology(&a.source)?;
-        return Ok(Box::new(crate::fabric::sim::SimFabric::new(t, a.seed)));
+        faults
+            .check(t.gpu_count())
+            .map_err(|e| Error::bad_input(format!("--sim-faults: {e}")))?;
+        return Ok(Box::new(SimFabric::new(t, a.seed).with_faults(faults)));
     }
     Ok(Box::new(crate::fabric::cuda::CudaFabric::open(a.loopback)?))
 }
@@ -45,6 +62,25 @@ fn check_writable(path: &Path) -> Result<(), Error> {
             path: path.into(),
             reason: e.to_string(),
         })
+}
+
+/// A group where every backend failed or was waived has nothing to offer: that is a hardware
+/// failure to report, not a profile to write.
+fn check_measured(p: &Profile) -> Result<(), Error> {
+    let Some(g) = p.groups.iter().find(|g| g.buckets.is_empty()) else {
+        return Ok(());
+    };
+    let first = g
+        .waived
+        .iter()
+        .next()
+        .map(|(b, why)| format!("; first, {b}: {why}"))
+        .unwrap_or_default();
+    Err(Error::Hardware(format!(
+        "no backend could be measured on GPUs {:?} ({} mode), so no profile was written{first}; fix what the warnings report, then run again",
+        g.gpus,
+        g.mode.id()
+    )))
 }
 
 fn options(a: &TuneArgs, gpus: usize) -> Result<tune::Options, Error> {
@@ -83,9 +119,10 @@ pub fn run(a: TuneArgs) -> Result<i32, Error> {
     if let Some(b) = &a.mem_budget {
         units::parse_bytes(b)?;
     }
+    let faults = faults(&a)?;
     check_writable(&a.out)?;
     crate::measure::install_interrupt_handler();
-    let mut fabric = open_fabric(&a)?;
+    let mut fabric = open_fabric(&a, faults)?;
     let opts = options(&a, fabric.topology().gpu_count())?;
 
     let bar = std::io::stderr().is_terminal().then(|| {
@@ -99,6 +136,12 @@ pub fn run(a: TuneArgs) -> Result<i32, Error> {
         pb
     });
     let mut on_progress = |p: Progress| {
+        if let Progress::Fault(f) = &p {
+            match &bar {
+                Some(pb) => pb.println(format!("warning: {f}")),
+                None => eprintln!("warning: {f}"),
+            }
+        }
         let Some(pb) = &bar else { return };
         match p {
             Progress::Planned(n) => pb.set_length(n),
@@ -106,15 +149,22 @@ pub fn run(a: TuneArgs) -> Result<i32, Error> {
                 pb.set_message(format!("GPUs {gpus:?} ({placement})"))
             }
             Progress::Cell { .. } => pb.inc(1),
+            Progress::Fault(_) => {}
         }
     };
     let result = tune::run(fabric.as_mut(), &opts, &mut on_progress);
     if let Some(pb) = &bar {
         pb.finish_and_clear();
     }
+    // Releases communicators and device memory before anything is written.
     drop(fabric);
     let profile = result?;
+    check_measured(&profile)?;
     crate::profile::validate_built(&profile)?;
+    // A signal that came after the last measurement still means: leave the old profile.
+    if crate::measure::interrupted() {
+        return Err(Error::Interrupted);
+    }
     profile.write_atomic(&a.out)?;
     if let Some(dir) = &a.plot {
         let files = report::plots(&profile, dir)?;

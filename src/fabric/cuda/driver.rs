@@ -7,11 +7,51 @@ use std::sync::Arc;
 
 use cudarc::driver::{result, sys, CudaContext, DriverError};
 
+use super::watchdog::{self, Poll, Waited};
 use crate::fabric::FabricError;
 
-/// Maps a driver failure to a device error that names what was being done.
+/// What to do after the driver or a GPU failed.
+pub const DEVICE_HINT: &str =
+    "check the GPUs with `nvidia-smi` and the kernel log (`dmesg`) for Xid errors, then run again";
+
+/// Maps a driver failure to a device error that names what was being done and what to do.
 pub fn dev<T>(r: Result<T, DriverError>, what: &str) -> Result<T, FabricError> {
-    r.map_err(|e| FabricError::Device(format!("{what} failed: {e}")))
+    r.map_err(|e| FabricError::Device(format!("{what} failed: {e}; {DEVICE_HINT}")))
+}
+
+/// Maps the end of a wait on work that belongs to no backend (a copy, a probe) to a device
+/// error: there is nothing to disqualify, so a hang ends the run.
+pub fn wait_dev(r: Result<(), Waited>, what: &str) -> Result<(), FabricError> {
+    r.map_err(|w| match w {
+        Waited::Expired(t) => FabricError::Device(format!(
+            "{what} did not finish within {:.0} s: the GPU may be stuck; reset it (`nvidia-smi -r`, or reboot) and run again",
+            t.as_secs_f64()
+        )),
+        Waited::Failed(e) => FabricError::Device(format!("{what} failed: {e}; {DEVICE_HINT}")),
+    })
+}
+
+/// Waits for everything queued on `ctx`, including the legacy-stream work of synchronous
+/// fills (cuCtxSynchronize can only block, so it runs on a helper thread under a deadline).
+pub fn sync_ctx(ctx: &Arc<CudaContext>, what: &str) -> Result<(), FabricError> {
+    let c = ctx.clone();
+    let limit = watchdog::OP_DEADLINE;
+    match watchdog::bounded(limit, move || {
+        c.bind_to_thread()?;
+        c.synchronize()
+    }) {
+        Some(r) => dev(r, what),
+        None => wait_dev(Err(Waited::Expired(limit)), what),
+    }
+}
+
+/// A query's answer as the watchdog reads it: done, still running, or failed.
+fn poll(r: Result<(), DriverError>) -> Poll {
+    match r {
+        Ok(()) => Poll::Done,
+        Err(e) if e.0 == sys::cudaError_enum::CUDA_ERROR_NOT_READY => Poll::Pending,
+        Err(e) => Poll::Failed(e.to_string()),
+    }
 }
 
 /// True when the driver reports it is out of memory.
@@ -157,10 +197,18 @@ impl Stream {
         &self.ctx
     }
 
-    pub fn sync(&self) -> Result<(), DriverError> {
-        self.ctx.bind_to_thread()?;
+    /// Whether everything queued on the stream has finished (cuStreamQuery).
+    pub fn query(&self) -> Poll {
         // SAFETY: the stream is alive.
-        unsafe { result::stream::synchronize(self.raw) }
+        poll(unsafe { sys::cuStreamQuery(self.raw).result() })
+    }
+
+    /// Waits for the stream's work by polling, up to `limit`.
+    pub fn wait(&self, limit: std::time::Duration) -> Result<(), Waited> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| Waited::Failed(e.to_string()))?;
+        watchdog::wait_real(limit, || self.query())
     }
 
     pub fn copy(
@@ -219,13 +267,12 @@ impl Stream {
 }
 
 impl Drop for Stream {
+    /// Waits (bounded) for queued work, then destroys the stream; a stream still busy after
+    /// the drain deadline (a stuck GPU) is left alone rather than waited for for ever.
     fn drop(&mut self) {
-        if self.ctx.bind_to_thread().is_ok() {
-            // SAFETY: created above and destroyed once.
-            unsafe {
-                let _ = result::stream::synchronize(self.raw);
-                let _ = result::stream::destroy(self.raw);
-            }
+        if self.wait(watchdog::DRAIN_DEADLINE).is_ok() {
+            // SAFETY: created above, idle, and destroyed once.
+            let _ = unsafe { result::stream::destroy(self.raw) };
         }
     }
 }
@@ -281,13 +328,24 @@ impl Event {
         unsafe { result::event::record(self.raw, stream.raw) }
     }
 
-    /// Milliseconds from `self` to `end`, both completed.
+    /// Whether the work before the event's record has finished (cuEventQuery).
+    pub fn query(&self) -> Poll {
+        // SAFETY: the event is alive.
+        poll(unsafe { result::event::query(self.raw) })
+    }
+
+    /// Waits for the event by polling, up to `limit`.
+    pub fn wait(&self, limit: std::time::Duration) -> Result<(), Waited> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| Waited::Failed(e.to_string()))?;
+        watchdog::wait_real(limit, || self.query())
+    }
+
+    /// Milliseconds from `self` to `end`; both must have completed (see [`Event::wait`]).
     pub fn elapsed_ms(&self, end: &Event) -> Result<f32, DriverError> {
-        // SAFETY: both alive and recorded.
-        unsafe {
-            result::event::synchronize(end.raw)?;
-            result::event::elapsed(self.raw, end.raw)
-        }
+        // SAFETY: both alive, recorded and completed.
+        unsafe { result::event::elapsed(self.raw, end.raw) }
     }
 }
 

@@ -9,11 +9,13 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Barrier, Mutex};
+use std::time::Duration;
 
 use super::data;
-use super::driver::{self, dev, is_oom, DevBuf, Event, Graph, Stream};
+use super::driver::{self, dev, is_oom, DevBuf, Event, Graph, Stream, DEVICE_HINT};
 use super::kernels::{self, ArArgs, MAX_RANKS, SIGNAL_ALLOC, SIGNAL_STATUS_OFFSET, THREADS};
 use super::nccl;
+use super::watchdog::{self, Deadline, Poll, Waited};
 use super::Gpu;
 use crate::fabric::{
     memory, Backend, FabricError, Group, MemoryCost, Mode, Readiness, Verification,
@@ -60,22 +62,70 @@ struct Ready {
     imp: Impl,
 }
 
+/// Fields are released in the order NCCL and CUDA need (see the Drop impl): graphs, which
+/// hold NCCL's communicators; communicators and kernel buffers; streams; rank buffers.
 pub struct Prepared {
     pub group: Group,
     pub n: usize,
     pub loopback: bool,
-    pub ranks: Vec<Rank>,
-    pub units: Vec<Unit>,
-    ready: Vec<Ready>,
     graphs: HashMap<(Backend, u64, u32), Vec<Graph>>,
+    ready: Vec<Ready>,
+    pub units: Vec<Unit>,
+    pub ranks: Vec<Rank>,
     warm: HashSet<(Backend, u64)>,
+    /// Deadline of one GPU operation.
+    pub deadline: Deadline,
+    /// Why a GPU of this group no longer finishes its work, once that happened: nothing more
+    /// is launched, and memory a stuck kernel may still touch is never freed.
+    pub stuck: Option<String>,
+}
+
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        // A CUDA graph keeps NCCL's communicator alive (NCCL waits for it on destroy), and a
+        // graph exec may be destroyed while in flight: graphs go first.
+        self.graphs.clear();
+        if self.stuck.is_none() && self.drain().is_ok() {
+            // Communicators and kernel buffers, then streams and rank buffers (field order).
+            self.ready.clear();
+            return;
+        }
+        // Work may still run on a stuck GPU: stop NCCL's, and leak what a running kernel may
+        // touch rather than free it under it. The process is about to report the GPU stuck.
+        for r in &mut self.ready {
+            if let Impl::Nccl(c) = &mut r.imp {
+                c.abort();
+            }
+        }
+        std::mem::forget(std::mem::take(&mut self.ready));
+        std::mem::forget(std::mem::take(&mut self.units));
+        std::mem::forget(std::mem::take(&mut self.ranks));
+    }
+}
+
+/// Maps the end of a wait on `backend`'s work to the error the harness acts on: a deadline
+/// is a timeout (the backend is aborted and disqualified), an NCCL error fails the backend,
+/// and a CUDA error is the device's.
+fn waited(backend: Backend, nccl: bool, what: &str, w: Waited) -> FabricError {
+    match w {
+        Waited::Expired(t) => FabricError::Timeout {
+            backend,
+            what: what.into(),
+            seconds: t.as_secs_f64(),
+        },
+        Waited::Failed(reason) if nccl => FabricError::Backend {
+            backend,
+            reason: format!("{what}: {reason}"),
+        },
+        Waited::Failed(e) => FabricError::Device(format!("{what} failed: {e}; {DEVICE_HINT}")),
+    }
 }
 
 fn alloc(gpus: &[Gpu], gpu: usize, bytes: u64, what: &str) -> Result<DevBuf, String> {
     DevBuf::alloc(&gpus[gpu].ctx, bytes as usize).map_err(|e| {
         if is_oom(&e) {
             format!(
-                "out of device memory allocating {what} ({bytes} bytes) on GPU {}",
+                "out of device memory allocating {what} ({bytes} bytes) on GPU {}; free device memory (other processes on the GPU) or tune smaller sizes with --sizes",
                 gpus[gpu].facts.ordinal
             )
         } else {
@@ -102,10 +152,12 @@ fn fill_random(buf: &DevBuf, dtype: crate::fabric::Dtype, seed: u64) -> Result<(
     Ok(())
 }
 
+/// Waits for the legacy-stream work of synchronous fills and copies (cuMemsetD8 returns
+/// before it finishes). Only called when none of our streams has work queued: the watchdog
+/// covers those.
 fn sync_gpus(gpus: &[Gpu], which: &[usize]) -> Result<(), FabricError> {
     for &g in which {
-        dev(gpus[g].ctx.bind_to_thread(), "binding the CUDA context")?;
-        dev(gpus[g].ctx.synchronize(), "synchronizing the GPU")?;
+        driver::sync_ctx(&gpus[g].ctx, "synchronizing the GPU")?;
     }
     Ok(())
 }
@@ -144,7 +196,7 @@ fn across<T: Send>(
                 Ok(Err(e)) => err = err.or(Some(e)),
                 Err(_) => {
                     err = err.or(Some(FabricError::Device(
-                        "a GPU worker thread panicked".into(),
+                        "a GPU worker thread panicked; please report this bug".into(),
                     )))
                 }
             }
@@ -165,6 +217,7 @@ impl Prepared {
         loopback: bool,
         group: &Group,
         backends: &[Backend],
+        deadline: Deadline,
     ) -> Result<(Prepared, Vec<Readiness>), FabricError> {
         let n = rank_gpus.len();
         let bytes = group.max_bytes.max(16).div_ceil(16) * 16;
@@ -204,11 +257,13 @@ impl Prepared {
             group: group.clone(),
             n,
             loopback,
-            ranks,
-            units,
-            ready: Vec::new(),
             graphs: HashMap::new(),
+            ready: Vec::new(),
+            units,
+            ranks,
             warm: HashSet::new(),
+            deadline,
+            stuck: None,
         };
         let mut gpu_set: Vec<usize> = rank_gpus.to_vec();
         gpu_set.sort_unstable();
@@ -235,7 +290,7 @@ impl Prepared {
             let setup = if b.is_custom() {
                 p.setup_custom(gpus, b)
             } else {
-                p.setup_nccl(gpus, b)
+                p.setup_nccl(gpus, b)?
             };
             match setup {
                 Ok(imp) => {
@@ -342,33 +397,151 @@ impl Prepared {
         Ok(Impl::Custom(Box::new(bufs)))
     }
 
-    fn setup_nccl(&self, gpus: &[Gpu], b: Backend) -> Result<Impl, String> {
-        let lib = nccl::library()?;
-        let devices: Vec<i32> = self
-            .nccl_units()
+    /// Creates `b`'s communicators and warms them up. Ok(Err) waives the backend (no NCCL,
+    /// out of memory, a setup or warm-up that failed or hung and was aborted); Err means a GPU
+    /// is stuck and the run cannot go on.
+    fn setup_nccl(
+        &mut self,
+        gpus: &[Gpu],
+        b: Backend,
+    ) -> Result<Result<Impl, String>, FabricError> {
+        let lib = match nccl::library() {
+            Ok(l) => l,
+            Err(e) => return Ok(Err(e)),
+        };
+        let units = self.nccl_units();
+        let devices: Vec<i32> = units
             .iter()
             .map(|u| gpus[u.gpu].facts.ordinal as i32)
             .collect();
         let pin = b.nccl_pin().map(|(a, p)| (a.name(), p.name()));
-        let comms = nccl::Comms::new(lib, &devices, pin)?;
+        let bind = |i: usize| {
+            gpus[units[i].gpu]
+                .ctx
+                .bind_to_thread()
+                .map_err(|e| format!("binding the CUDA context failed: {e}"))
+        };
+        let comms = match nccl::Comms::new(lib, &devices, pin, bind, watchdog::INIT_DEADLINE) {
+            Ok(c) => c,
+            Err(e) => return Ok(Err(e)),
+        };
         // NCCL connects lazily on the first collective: run one at the largest and one at a
         // small size so the memory measured includes its buffers.
-        let imp = Impl::Nccl(comms);
+        let mut imp = Impl::Nccl(comms);
         let elems = self.group.max_bytes / self.group.dtype.size();
+        let mut failed = None;
         for count in [
             elems.max(1),
             (4096 / self.group.dtype.size()).min(elems.max(1)),
         ] {
-            across(gpus, self.nccl_units(), |i, _| {
-                self.launch(gpus, b, &imp, i, count)
-            })
-            .map_err(|e| e.to_string())?;
-            across(gpus, self.nccl_units(), |_, u| {
-                dev(u.stream.sync(), "NCCL warm-up")
-            })
-            .map_err(|e| e.to_string())?;
+            let bytes = count * self.group.dtype.size();
+            let limit = self.deadline.for_work(bytes, 1);
+            let r = across(gpus, self.nccl_units(), |i, u| {
+                self.launch(gpus, b, &imp, i, count)?;
+                self.finish(b, &imp, i, u, None, limit, "NCCL warm-up")
+            });
+            if let Err(e) = r {
+                failed = Some(e.to_string());
+                break;
+            }
         }
-        Ok(imp)
+        let Some(reason) = failed else {
+            return Ok(Ok(imp));
+        };
+        if let Impl::Nccl(c) = &mut imp {
+            c.abort();
+        }
+        self.drain()?;
+        Ok(Err(reason))
+    }
+
+    /// Waits (bounded) until every unit's stream is idle; a stream that stays busy marks the
+    /// group stuck.
+    fn drain(&mut self) -> Result<(), FabricError> {
+        if let Some(why) = &self.stuck {
+            return Err(FabricError::Device(why.clone()));
+        }
+        for u in &self.units {
+            if let Err(w) = u.stream.wait(watchdog::DRAIN_DEADLINE) {
+                let why = match w {
+                    Waited::Expired(t) => format!(
+                        "GPU {} still had work running {:.0} s after it was aborted: the GPU is stuck; reset it (`nvidia-smi -r`, or reboot) and run again",
+                        u.gpu,
+                        t.as_secs_f64()
+                    ),
+                    Waited::Failed(e) => {
+                        format!("GPU {} failed while draining its work: {e}; {DEVICE_HINT}", u.gpu)
+                    }
+                };
+                self.stuck = Some(why.clone());
+                return Err(FabricError::Device(why));
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for unit `u`'s work (up to `event`, or all of its stream) within `limit`,
+    /// watching `imp`'s NCCL communicator for asynchronous errors meanwhile.
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        &self,
+        backend: Backend,
+        imp: &Impl,
+        u: usize,
+        unit: &Unit,
+        event: Option<&Event>,
+        limit: Duration,
+        what: &str,
+    ) -> Result<(), FabricError> {
+        dev(
+            unit.stream.ctx().bind_to_thread(),
+            "binding the CUDA context",
+        )?;
+        let comms = match imp {
+            Impl::Nccl(c) => Some(c),
+            Impl::Custom(_) => None,
+        };
+        let r = watchdog::wait_real(limit, || {
+            let gpu = match event {
+                Some(e) => e.query(),
+                None => unit.stream.query(),
+            };
+            match (gpu, comms) {
+                (Poll::Pending, Some(c)) => match c.state(u) {
+                    Poll::Failed(e) => Poll::Failed(format!("NCCL reported: {e}")),
+                    _ => Poll::Pending,
+                },
+                (g, _) => g,
+            }
+        });
+        r.map_err(|w| {
+            let nccl = matches!(&w, Waited::Failed(e) if e.starts_with("NCCL reported"));
+            waited(backend, nccl, what, w)
+        })
+    }
+
+    /// After `e` on `backend`: a timeout or backend failure aborts the backend (its graphs,
+    /// then its NCCL communicators), waits for the streams to drain, and drops it from the
+    /// group, so the run goes on with the others. Streams that do not drain mean a stuck GPU.
+    fn recover(&mut self, backend: Backend, e: FabricError) -> FabricError {
+        if !e.backend_local() {
+            return e;
+        }
+        self.graphs.retain(|k, _| k.0 != backend);
+        self.warm.retain(|k| k.0 != backend);
+        let Some(pos) = self.ready.iter().position(|r| r.backend == backend) else {
+            return e;
+        };
+        let mut r = self.ready.remove(pos);
+        if let Impl::Nccl(c) = &mut r.imp {
+            c.abort();
+        }
+        if let Err(stuck) = self.drain() {
+            // Its buffers may still be read or written: keep them.
+            std::mem::forget(r);
+            return FabricError::Device(format!("{e}; {stuck}"));
+        }
+        e
     }
 
     /// NCCL uses one rank per GPU: every unit on a real machine, only the first in loopback.
@@ -429,6 +602,7 @@ impl Prepared {
             }
             Impl::Nccl(comms) => {
                 let r = &self.ranks[unit.rank_base];
+                let limit = self.deadline.for_work(elems * dtype.size(), 1);
                 // SAFETY: buffers hold max_bytes on the rank's GPU and elems <= max elements.
                 unsafe {
                     comms.all_reduce(
@@ -438,9 +612,10 @@ impl Prepared {
                         elems as usize,
                         dtype,
                         unit.stream.raw as *mut _,
+                        limit,
                     )
                 }
-                .map_err(|reason| FabricError::Backend { backend, reason })
+                .map_err(|w| waited(backend, true, "enqueueing an NCCL allreduce", w))
             }
         }
     }
@@ -506,9 +681,32 @@ impl Prepared {
         })
     }
 
+    /// Refuses work once a GPU of the group is stuck.
+    fn check_stuck(&self) -> Result<(), FabricError> {
+        match &self.stuck {
+            Some(why) => Err(FabricError::Device(why.clone())),
+            None => Ok(()),
+        }
+    }
+
     /// Runs `backend` on fresh data drawn from `seed` (`calls` times, eagerly or as one
-    /// graph replayed twice) and compares every rank's output with the host reference.
+    /// graph replayed twice) and compares every rank's output with the host reference. A
+    /// backend that hangs or fails is aborted and dropped from the group (see `recover`).
     pub fn verify(
+        &mut self,
+        gpus: &[Gpu],
+        backend: Backend,
+        bytes: u64,
+        seed: u64,
+        mode: Mode,
+        calls: u32,
+    ) -> Result<Verification, FabricError> {
+        self.check_stuck()?;
+        self.verify_inner(gpus, backend, bytes, seed, mode, calls)
+            .map_err(|e| self.recover(backend, e))
+    }
+
+    fn verify_inner(
         &mut self,
         gpus: &[Gpu],
         backend: Backend,
@@ -542,23 +740,29 @@ impl Prepared {
         let gs: Vec<usize> = units.iter().map(|u| u.gpu).collect();
         sync_gpus(gpus, &gs)?;
         let imp = &self.find(backend)?.imp;
+        let what = format!("{backend} allreduce of {bytes} bytes");
         match mode {
             Mode::Eager => {
+                let limit = self.deadline.for_work(bytes, calls.max(1));
                 across(gpus, units, |i, u| {
                     for _ in 0..calls.max(1) {
                         self.launch(gpus, backend, imp, i, elems)?;
                     }
-                    dev(u.stream.sync(), "waiting for the allreduce")
+                    self.finish(backend, imp, i, u, None, limit, &what)
                 })?;
             }
             Mode::Graph => {
                 let graphs = self.capture(gpus, backend, imp, units, elems, calls.max(1))?;
-                across(gpus, units, |i, u| {
+                let limit = self.deadline.for_work(bytes, 2 * calls.max(1));
+                let r = across(gpus, units, |i, u| {
                     for _ in 0..2 {
                         dev(graphs[i].launch(&u.stream), "launching a CUDA graph")?;
                     }
-                    dev(u.stream.sync(), "waiting for the graph")
-                })?;
+                    self.finish(backend, imp, i, u, None, limit, &what)
+                });
+                // Graphs hold NCCL's communicator: the caller may abort it on an error.
+                drop(graphs);
+                r?;
             }
         }
         self.check_status(gpus, backend)?;
@@ -595,6 +799,9 @@ impl Prepared {
         elems: u64,
         calls: u32,
     ) -> Result<Vec<Graph>, FabricError> {
+        let bytes = elems * self.group.dtype.size();
+        let limit = self.deadline.for_work(bytes, calls);
+        let what = format!("first replay of a CUDA graph of {calls} {backend} calls");
         across(gpus, units, |i, u| {
             dev(u.stream.begin_capture(), "starting a graph capture")?;
             for _ in 0..calls {
@@ -606,13 +813,28 @@ impl Prepared {
             let g = dev(u.stream.end_capture(), "instantiating a CUDA graph")?;
             // First replay: loads the graph and warms the kernels.
             dev(g.launch(&u.stream), "launching a CUDA graph")?;
-            dev(u.stream.sync(), "waiting for the graph")?;
+            self.finish(backend, imp, i, u, None, limit, &what)?;
             Ok(g)
         })
     }
 
-    /// Microseconds per call for each of `samples` batches of `batch` calls.
+    /// Microseconds per call for each of `samples` batches of `batch` calls. A backend that
+    /// hangs or fails is aborted and dropped from the group (see `recover`).
     pub fn time(
+        &mut self,
+        gpus: &[Gpu],
+        backend: Backend,
+        bytes: u64,
+        mode: Mode,
+        batch: u32,
+        samples: u32,
+    ) -> Result<Vec<f64>, FabricError> {
+        self.check_stuck()?;
+        self.time_inner(gpus, backend, bytes, mode, batch, samples)
+            .map_err(|e| self.recover(backend, e))
+    }
+
+    fn time_inner(
         &mut self,
         gpus: &[Gpu],
         backend: Backend,
@@ -633,13 +855,15 @@ impl Prepared {
             self.check_status(gpus, backend)?;
             self.graphs.insert(key, g);
         }
+        let what = format!("{backend} allreduce of {bytes} bytes");
         if mode == Mode::Eager && !self.warm.contains(&(backend, bytes)) {
             let imp = &self.find(backend)?.imp;
+            let limit = self.deadline.for_work(bytes, 3);
             across(gpus, self.units_for(backend), |i, u| {
                 for _ in 0..3 {
                     self.launch(gpus, backend, imp, i, elems)?;
                 }
-                dev(u.stream.sync(), "warm-up")
+                self.finish(backend, imp, i, u, None, limit, &what)
             })?;
             self.check_status(gpus, backend)?;
             self.warm.insert((backend, bytes));
@@ -647,6 +871,7 @@ impl Prepared {
         let imp = &self.find(backend)?.imp;
         let units = self.units_for(backend);
         let graphs = self.graphs.get(&key);
+        let limit = self.deadline.for_work(bytes, batch);
         let barrier = Barrier::new(units.len());
         let failed = AtomicBool::new(false);
         let first_err: Mutex<Option<FabricError>> = Mutex::new(None);
@@ -672,6 +897,7 @@ impl Prepared {
                         }
                     }
                     dev(u.stop.record(&u.stream), "recording an event")?;
+                    self.finish(backend, imp, i, u, Some(&u.stop), limit, &what)?;
                     let ms = dev(u.start.elapsed_ms(&u.stop), "reading the timing events")?;
                     Ok(ms as f64 * 1000.0 / batch as f64)
                 })();
@@ -684,7 +910,7 @@ impl Prepared {
                     }
                 }
             }
-            dev(u.stream.sync(), "waiting for the timed calls")?;
+            self.finish(backend, imp, i, u, None, limit, &what)?;
             Ok(out)
         })?;
         if let Some(e) = first_err.into_inner().unwrap_or_else(|p| p.into_inner()) {
@@ -775,4 +1001,30 @@ fn nccl_waiver(b: Backend, loopback: bool) -> Option<String> {
         );
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deadline_is_a_timeout_an_nccl_error_fails_the_backend_and_cuda_the_device() {
+        let b = Backend::NcclRingLl;
+        let e = waited(b, true, "x", Waited::Expired(Duration::from_secs(12)));
+        assert!(e.backend_local(), "{e}");
+        assert!(
+            e.to_string().contains("within 12.0 s (x); it was aborted"),
+            "{e}"
+        );
+        let e = waited(b, true, "x", Waited::Failed("remote process exited".into()));
+        assert!(matches!(e, FabricError::Backend { .. }), "{e}");
+        let e = waited(
+            Backend::OneStagePull,
+            false,
+            "x",
+            Waited::Failed("an illegal memory access was encountered".into()),
+        );
+        assert!(!e.backend_local(), "{e}");
+        assert!(e.to_string().contains("nvidia-smi"), "{e}");
+    }
 }

@@ -15,6 +15,7 @@ pub mod kernels;
 pub mod nccl;
 mod probe;
 pub mod topo;
+pub mod watchdog;
 
 use std::sync::Arc;
 
@@ -55,6 +56,28 @@ pub struct CudaFabric {
     group: Option<(Prepared, Vec<usize>)>,
     probe: Option<ProbeBufs>,
     links: Vec<LinkReading>,
+    /// Why a GPU no longer finishes its work, once the watchdog found one stuck: every later
+    /// call fails with it, and nothing waits on the GPU again.
+    stuck: Option<String>,
+    /// Deadline of one GPU operation (see [`watchdog`]).
+    deadline: watchdog::Deadline,
+}
+
+impl Drop for CudaFabric {
+    /// Communicators, graphs, streams and buffers go before the contexts in `gpus` (NCCL
+    /// needs its device's context to tear down), whichever way the fabric is dropped: at the
+    /// end of a tune, after an error, or on Ctrl-C.
+    fn drop(&mut self) {
+        self.probe = None;
+        if let Some((p, _)) = self.group.take() {
+            self.stuck = self.stuck.take().or_else(|| p.stuck.clone());
+        }
+        if self.stuck.is_some() {
+            // Destroying a context under a kernel that never ends can block: leave them to
+            // the driver's cleanup at process exit.
+            std::mem::forget(std::mem::take(&mut self.gpus));
+        }
+    }
 }
 
 impl CudaFabric {
@@ -147,6 +170,8 @@ impl CudaFabric {
             group: None,
             probe: None,
             links: Vec::new(),
+            stuck: None,
+            deadline: watchdog::Deadline::from_env(),
         })
     }
 
@@ -216,6 +241,7 @@ impl CudaFabric {
         mode: Mode,
         calls: u32,
     ) -> Result<Verification, FabricError> {
+        self.check_stuck()?;
         let (p, _) = self.group.as_mut().ok_or_else(not_prepared)?;
         p.verify(&self.gpus, backend, bytes, seed, mode, calls)
     }
@@ -243,7 +269,7 @@ impl CudaFabric {
             dev(driver::Event::new(&g.ctx), "creating an event")?,
             dev(driver::Event::new(&g.ctx), "creating an event")?,
         );
-        dev(g.ctx.synchronize(), "synchronizing the GPU")?;
+        driver::sync_ctx(&g.ctx, "synchronizing the GPU")?;
         for _ in 0..2 {
             dev(
                 s.copy(dst.ptr, src.ptr, bytes as usize),
@@ -260,13 +286,27 @@ impl CudaFabric {
                 )?;
             }
             dev(b.record(&s), "recording an event")?;
+            let limit = self.deadline.for_work(bytes, batch.max(1));
+            driver::wait_dev(b.wait(limit), "device-to-device copies")?;
             out.push(
                 dev(a.elapsed_ms(&b), "reading the timing events")? as f64 * 1000.0
                     / batch.max(1) as f64,
             );
         }
-        dev(s.sync(), "waiting for the copies")?;
+        let limit = self.deadline.for_work(bytes, 2);
+        driver::wait_dev(s.wait(limit), "device-to-device copies")?;
         Ok(out)
+    }
+
+    /// Sets the deadline of one GPU operation, for the prepared group and later ones
+    /// (default: [`watchdog::OP_DEADLINE`] growing with the bytes moved, or a fixed
+    /// `ARTUNE_GPU_DEADLINE_MS`). A deadline nothing meets provokes the abort path on a
+    /// healthy GPU, for tests.
+    pub fn set_op_deadline(&mut self, d: watchdog::Deadline) {
+        self.deadline = d;
+        if let Some((p, _)) = &mut self.group {
+            p.deadline = d;
+        }
     }
 
     /// Number of GPUs (virtual ranks in loopback) the topology has.
@@ -284,6 +324,20 @@ pub fn nvrtc_version() -> Option<String> {
     compile::nvrtc_version()
         .ok()
         .map(|(a, b)| format!("{a}.{b}"))
+}
+
+impl CudaFabric {
+    /// Fails at once when a GPU was found stuck earlier.
+    fn check_stuck(&self) -> Result<(), FabricError> {
+        let stuck = self
+            .stuck
+            .as_ref()
+            .or_else(|| self.group.as_ref().and_then(|(p, _)| p.stuck.as_ref()));
+        match stuck {
+            Some(why) => Err(FabricError::Device(why.clone())),
+            None => Ok(()),
+        }
+    }
 }
 
 fn not_prepared() -> FabricError {
@@ -349,11 +403,15 @@ fn load_and_read(index: usize, g: &Gpu) -> Result<Vec<LinkReading>, FabricError>
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
         let r = topo::read_links(&[(index, &g.facts)]);
-        dev(s.sync(), "waiting for the copies")?;
+        let limit = watchdog::Deadline::from_env().for_work(32 * CHUNK as u64, 1);
+        driver::wait_dev(s.wait(limit), "host-to-device copies")?;
         Ok(r)
     })();
-    // SAFETY: allocated above; all copies finished or the stream was dropped (synchronized).
-    let _ = unsafe { result::free_host(host) };
+    // Copies that did not finish may still read the buffer: keep it then (a stuck GPU).
+    if run.is_ok() {
+        // SAFETY: allocated above; every copy finished.
+        let _ = unsafe { result::free_host(host) };
+    }
     run
 }
 
@@ -372,6 +430,7 @@ impl Fabric for CudaFabric {
         backends: &[Backend],
     ) -> Result<Vec<Readiness>, FabricError> {
         self.release()?;
+        self.check_stuck()?;
         self.record_links_under_load();
         if group.gpus.len() < 2 {
             return Err(FabricError::BadRequest(
@@ -415,6 +474,7 @@ impl Fabric for CudaFabric {
             self.loopback.is_some(),
             group,
             backends,
+            self.deadline,
         )?;
         self.group = Some((p, rank_gpus));
         Ok(ready)
@@ -437,6 +497,7 @@ impl Fabric for CudaFabric {
         batch: u32,
         samples: u32,
     ) -> Result<Vec<f64>, FabricError> {
+        self.check_stuck()?;
         let (p, _) = self.group.as_mut().ok_or_else(not_prepared)?;
         p.time(&self.gpus, backend, bytes, mode, batch, samples)
     }
@@ -447,6 +508,7 @@ impl Fabric for CudaFabric {
         peers: usize,
         bytes: u64,
     ) -> Result<ProbeSample, FabricError> {
+        self.check_stuck()?;
         let (p, rank_gpus) = self.group.as_ref().ok_or_else(not_prepared)?;
         if peers == 0 || peers >= p.n {
             return Err(FabricError::BadRequest(format!(
@@ -461,14 +523,23 @@ impl Fabric for CudaFabric {
             self.probe = Some(ProbeBufs::new(&self.gpus, rank_gpus, want)?);
         }
         let bufs = self.probe.as_mut().ok_or_else(not_prepared)?;
-        let (sample, links) = bufs.run(
-            &self.gpus,
-            rank_gpus,
-            self.loopback.is_some(),
-            direction,
-            peers,
-            want,
-        )?;
+        let (sample, links) = bufs
+            .run(
+                &self.gpus,
+                rank_gpus,
+                self.loopback.is_some(),
+                direction,
+                peers,
+                want,
+            )
+            .inspect_err(|e| {
+                // A probe that never finished leaves its kernels running: no more GPU work.
+                if let FabricError::Device(m) = e {
+                    if m.contains("did not finish") {
+                        self.stuck = Some(m.clone());
+                    }
+                }
+            })?;
         self.links = links;
         Ok(sample)
     }
@@ -480,10 +551,12 @@ impl Fabric for CudaFabric {
 
     fn release(&mut self) -> Result<(), FabricError> {
         self.probe = None;
-        self.group = None;
+        if let Some((p, _)) = self.group.take() {
+            self.stuck = self.stuck.take().or_else(|| p.stuck.clone());
+        }
+        self.check_stuck()?;
         for g in &self.gpus {
-            dev(g.ctx.bind_to_thread(), "binding the CUDA context")?;
-            dev(g.ctx.synchronize(), "synchronizing the GPU")?;
+            driver::sync_ctx(&g.ctx, "synchronizing the GPU")?;
         }
         Ok(())
     }

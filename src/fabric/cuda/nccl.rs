@@ -11,15 +11,23 @@
 //! NCCL has no per-communicator setting for the algorithm or protocol (ncclConfig_t carries
 //! none up to 2.30), but reads `NCCL_ALGO` and `NCCL_PROTO` when a communicator is created.
 //! A pinned backend therefore gets its own communicators, created with those two variables
-//! set (and restored right after); `nccl` gets communicators created with both unset.
+//! set (and restored once NCCL has read them); `nccl` gets communicators created with both
+//! unset.
+//!
+//! Communicators are non-blocking (NCCL 2.14+, `ncclConfig_t.blocking = 0`): setup, enqueue
+//! and teardown return at once and are polled with `ncclCommGetAsyncError` against a deadline
+//! ([`super::watchdog`]), so a hang in NCCL ends in `ncclCommAbort` instead of a process that
+//! never returns. An NCCL without those entry points gets blocking `ncclCommInitAll`
+//! communicators (collectives are still watched; their setup cannot be).
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use cudarc::nccl::sys::{ncclDataType_t, ncclRedOp_t};
+use cudarc::nccl::sys::{ncclDataType_t, ncclRedOp_t, ncclResult_t, ncclUniqueId};
 
+use super::watchdog::{self, Poll, Waited};
 use crate::fabric::Dtype;
 
 /// The environment variable that names a libnccl file to use.
@@ -127,6 +135,54 @@ pub fn version_string(code: i32) -> String {
 type Res = c_int;
 pub type Comm = *mut c_void;
 
+const SUCCESS: Res = ncclResult_t::ncclSuccess as Res;
+const IN_PROGRESS: Res = ncclResult_t::ncclInProgress as Res;
+
+/// `ncclConfig_t` as NCCL 2.14 laid it out. NCCL copies `size` bytes of it and fills fields
+/// added later with their defaults, so this prefix works with every later version.
+#[repr(C)]
+struct Config {
+    size: usize,
+    magic: u32,
+    version: u32,
+    blocking: c_int,
+    cga_cluster_size: c_int,
+    min_ctas: c_int,
+    max_ctas: c_int,
+    net_name: *const c_char,
+}
+
+/// NCCL_CONFIG_UNDEF_INT: "let NCCL choose".
+const UNDEF: c_int = c_int::MIN;
+
+impl Config {
+    /// NCCL_CONFIG_INITIALIZER of NCCL 2.14, made non-blocking.
+    fn nonblocking() -> Config {
+        Config {
+            size: std::mem::size_of::<Config>(),
+            magic: 0xcafe_beef,
+            version: 21400,
+            blocking: 0,
+            cga_cluster_size: UNDEF,
+            min_ctas: UNDEF,
+            max_ctas: UNDEF,
+            net_name: std::ptr::null(),
+        }
+    }
+}
+
+/// The entry points of non-blocking communicators (NCCL 2.14+).
+#[derive(Clone, Copy)]
+struct NonBlocking {
+    get_unique_id: unsafe extern "C" fn(*mut ncclUniqueId) -> Res,
+    init_rank_config:
+        unsafe extern "C" fn(*mut Comm, c_int, ncclUniqueId, c_int, *mut Config) -> Res,
+    group_start: unsafe extern "C" fn() -> Res,
+    group_end: unsafe extern "C" fn() -> Res,
+    get_async_error: unsafe extern "C" fn(Comm, *mut Res) -> Res,
+    finalize: unsafe extern "C" fn(Comm) -> Res,
+}
+
 /// The NCCL entry points we use.
 pub struct Lib {
     pub path: String,
@@ -135,6 +191,8 @@ pub struct Lib {
     get_last_error: Option<unsafe extern "C" fn(Comm) -> *const c_char>,
     comm_init_all: unsafe extern "C" fn(*mut Comm, c_int, *const c_int) -> Res,
     comm_destroy: unsafe extern "C" fn(Comm) -> Res,
+    comm_abort: Option<unsafe extern "C" fn(Comm) -> Res>,
+    nonblocking: Option<NonBlocking>,
     #[allow(clippy::type_complexity)]
     all_reduce: unsafe extern "C" fn(
         *const c_void,
@@ -202,6 +260,17 @@ impl Lib {
                     .ok_or_else(|| missing("ncclCommInitAll"))?,
                 comm_destroy: sym(h, "ncclCommDestroy")
                     .ok_or_else(|| missing("ncclCommDestroy"))?,
+                comm_abort: sym(h, "ncclCommAbort"),
+                nonblocking: (|| {
+                    Some(NonBlocking {
+                        get_unique_id: sym(h, "ncclGetUniqueId")?,
+                        init_rank_config: sym(h, "ncclCommInitRankConfig")?,
+                        group_start: sym(h, "ncclGroupStart")?,
+                        group_end: sym(h, "ncclGroupEnd")?,
+                        get_async_error: sym(h, "ncclCommGetAsyncError")?,
+                        finalize: sym(h, "ncclCommFinalize")?,
+                    })
+                })(),
                 all_reduce: sym(h, "ncclAllReduce").ok_or_else(|| missing("ncclAllReduce"))?,
             })
         }
@@ -282,10 +351,15 @@ pub fn datatype(d: Dtype) -> c_int {
     }) as c_int
 }
 
-/// Communicators of one clique, one per device in `devices` order; destroyed on drop.
+/// Communicators of one clique, one per device in `devices` order; finalized and destroyed
+/// on drop, or aborted.
 pub struct Comms {
     lib: &'static Lib,
     pub comms: Vec<Comm>,
+    /// Created non-blocking: calls return at once and are polled.
+    nonblocking: bool,
+    /// Aborted: NCCL frees them; never touch them again.
+    aborted: bool,
 }
 
 // SAFETY: NCCL communicators may be used from any thread, one thread per communicator at a
@@ -296,16 +370,16 @@ unsafe impl Sync for Comms {}
 /// Serializes changes to NCCL_ALGO/NCCL_PROTO around communicator creation.
 static ENV_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-impl Comms {
-    /// Creates one communicator per CUDA device ordinal in `devices`, with NCCL_ALGO and
-    /// NCCL_PROTO set to `pin` (or unset when None) while NCCL reads them.
-    pub fn new(
-        lib: &'static Lib,
-        devices: &[i32],
-        pin: Option<(&str, &str)>,
-    ) -> Result<Comms, String> {
-        let _guard = ENV_LOCK.lock().unwrap_or_else(|p| p.into_inner());
-        let saved: Vec<(&str, Option<std::ffi::OsString>)> = ["NCCL_ALGO", "NCCL_PROTO"]
+/// Sets NCCL_ALGO/NCCL_PROTO for its life and restores them when dropped.
+struct PinnedEnv<'a> {
+    saved: Vec<(&'static str, Option<std::ffi::OsString>)>,
+    _guard: std::sync::MutexGuard<'a, ()>,
+}
+
+impl PinnedEnv<'_> {
+    fn new(pin: Option<(&str, &str)>) -> PinnedEnv<'static> {
+        let guard = ENV_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+        let saved = ["NCCL_ALGO", "NCCL_PROTO"]
             .iter()
             .map(|k| (*k, std::env::var_os(k)))
             .collect();
@@ -319,31 +393,161 @@ impl Comms {
                 std::env::remove_var("NCCL_PROTO");
             }
         }
-        let mut comms = vec![std::ptr::null_mut(); devices.len()];
-        // SAFETY: arrays of the stated length.
-        let r = unsafe {
-            (lib.comm_init_all)(comms.as_mut_ptr(), devices.len() as c_int, devices.as_ptr())
-        };
-        for (k, v) in saved {
+        PinnedEnv {
+            saved,
+            _guard: guard,
+        }
+    }
+}
+
+impl Drop for PinnedEnv<'_> {
+    fn drop(&mut self) {
+        for (k, v) in self.saved.drain(..) {
             match v {
                 Some(v) => std::env::set_var(k, v),
                 None => std::env::remove_var(k),
             }
         }
-        if r != 0 {
+    }
+}
+
+/// Reads every communicator's state: done when all are ready, failed when any failed.
+fn poll_all(states: impl IntoIterator<Item = Poll>) -> Poll {
+    let mut out = Poll::Done;
+    for s in states {
+        match s {
+            Poll::Failed(e) => return Poll::Failed(e),
+            Poll::Pending => out = Poll::Pending,
+            Poll::Done => {}
+        }
+    }
+    out
+}
+
+impl Comms {
+    /// Creates one communicator per CUDA device ordinal in `devices`, with NCCL_ALGO and
+    /// NCCL_PROTO set to `pin` (or unset when None) while NCCL reads them. `bind(i)` makes
+    /// device i's context current (NCCL takes the device from it). Setup that does not finish
+    /// within `limit` is aborted.
+    pub fn new(
+        lib: &'static Lib,
+        devices: &[i32],
+        pin: Option<(&str, &str)>,
+        bind: impl Fn(usize) -> Result<(), String>,
+        limit: Duration,
+    ) -> Result<Comms, String> {
+        let _env = PinnedEnv::new(pin);
+        let Some(nb) = lib.nonblocking else {
+            let mut comms = vec![std::ptr::null_mut(); devices.len()];
+            // SAFETY: arrays of the stated length.
+            let r = unsafe {
+                (lib.comm_init_all)(comms.as_mut_ptr(), devices.len() as c_int, devices.as_ptr())
+            };
+            if r != SUCCESS {
+                return Err(format!(
+                    "ncclCommInitAll failed: {}",
+                    lib.error(r, std::ptr::null_mut())
+                ));
+            }
+            return Ok(Comms {
+                lib,
+                comms,
+                nonblocking: false,
+                aborted: false,
+            });
+        };
+        let n = devices.len();
+        // SAFETY: zeroed bytes are a valid ncclUniqueId to be filled in.
+        let mut id: ncclUniqueId = unsafe { std::mem::zeroed() };
+        // SAFETY: `id` is a valid out-pointer.
+        let r = unsafe { (nb.get_unique_id)(&mut id) };
+        if r != SUCCESS {
             return Err(format!(
-                "ncclCommInitAll failed: {}",
+                "ncclGetUniqueId failed: {}",
                 lib.error(r, std::ptr::null_mut())
             ));
         }
-        Ok(Comms { lib, comms })
+        let mut c = Comms {
+            lib,
+            comms: vec![std::ptr::null_mut(); n],
+            nonblocking: true,
+            aborted: false,
+        };
+        let mut first_err = None;
+        // SAFETY: plain NCCL group calls around the per-rank inits below.
+        unsafe { (nb.group_start)() };
+        for rank in 0..n {
+            if let Err(e) = bind(rank) {
+                first_err.get_or_insert(e);
+                break;
+            }
+            let mut cfg = Config::nonblocking();
+            // SAFETY: out-pointer into `comms`; NCCL copies the config before returning.
+            let r = unsafe {
+                (nb.init_rank_config)(&mut c.comms[rank], n as c_int, id, rank as c_int, &mut cfg)
+            };
+            if r != SUCCESS && r != IN_PROGRESS {
+                first_err.get_or_insert(format!(
+                    "ncclCommInitRankConfig failed for rank {rank}: {}",
+                    lib.error(r, c.comms[rank])
+                ));
+            }
+        }
+        // SAFETY: closes the group opened above.
+        let r = unsafe { (nb.group_end)() };
+        if r != SUCCESS && r != IN_PROGRESS {
+            first_err.get_or_insert(format!(
+                "NCCL communicator setup failed: {}",
+                lib.error(r, std::ptr::null_mut())
+            ));
+        }
+        if let Some(e) = first_err {
+            c.abort();
+            return Err(e);
+        }
+        // NCCL reads NCCL_ALGO/NCCL_PROTO while it sets up: the variables stay until then.
+        match watchdog::wait_real(limit, || poll_all((0..n).map(|r| c.state(r)))) {
+            Ok(()) => Ok(c),
+            Err(w) => {
+                c.abort();
+                Err(match w {
+                    Waited::Failed(e) => format!("NCCL communicator setup failed: {e}"),
+                    Waited::Expired(t) => format!(
+                        "NCCL communicator setup did not finish within {:.0} s; it was aborted",
+                        t.as_secs_f64()
+                    ),
+                })
+            }
+        }
     }
 
-    /// Queues an allreduce (sum) on `stream` for rank `rank`.
+    /// Rank `rank`'s state as ncclCommGetAsyncError reports it (blocking communicators are
+    /// always done).
+    pub fn state(&self, rank: usize) -> Poll {
+        let comm = self.comms[rank];
+        let Some(nb) = self.lib.nonblocking.filter(|_| self.nonblocking) else {
+            return Poll::Done;
+        };
+        if comm.is_null() || self.aborted {
+            return Poll::Failed("the communicator was aborted".into());
+        }
+        let mut state = SUCCESS;
+        // SAFETY: a live communicator and a valid out-pointer.
+        let r = unsafe { (nb.get_async_error)(comm, &mut state) };
+        match (r, state) {
+            (SUCCESS, SUCCESS) => Poll::Done,
+            (SUCCESS, IN_PROGRESS) => Poll::Pending,
+            (SUCCESS, e) | (e, _) => Poll::Failed(self.lib.error(e, comm)),
+        }
+    }
+
+    /// Queues an allreduce (sum) on `stream` for rank `rank`. A non-blocking communicator
+    /// still busy with the call (connecting on first use) is waited for up to `limit`.
     ///
     /// # Safety
     /// The pointers are device buffers of at least `count` elements on the rank's
     /// device, and `stream` belongs to that device.
+    #[allow(clippy::too_many_arguments)]
     pub unsafe fn all_reduce(
         &self,
         rank: usize,
@@ -352,7 +556,8 @@ impl Comms {
         count: usize,
         dtype: Dtype,
         stream: *mut c_void,
-    ) -> Result<(), String> {
+        limit: Duration,
+    ) -> Result<(), Waited> {
         let comm = self.comms[rank];
         let r = (self.lib.all_reduce)(
             send as *const c_void,
@@ -363,18 +568,71 @@ impl Comms {
             comm,
             stream,
         );
-        if r != 0 {
-            return Err(format!("ncclAllReduce failed: {}", self.lib.error(r, comm)));
+        match r {
+            SUCCESS => Ok(()),
+            IN_PROGRESS => watchdog::wait_real(limit, || self.state(rank)),
+            e => Err(Waited::Failed(format!(
+                "ncclAllReduce failed: {}",
+                self.lib.error(e, comm)
+            ))),
         }
-        Ok(())
+    }
+
+    /// Aborts every communicator: NCCL's kernels stop and NCCL frees what it holds. Graphs
+    /// that captured them should be destroyed first (NCCL waits for them).
+    pub fn abort(&mut self) {
+        if self.aborted {
+            return;
+        }
+        self.aborted = true;
+        for &c in &self.comms {
+            if c.is_null() {
+                continue;
+            }
+            // SAFETY: a communicator created above, aborted once and never used again.
+            unsafe {
+                match self.lib.comm_abort {
+                    Some(abort) => abort(c),
+                    None => (self.lib.comm_destroy)(c),
+                };
+            }
+        }
+    }
+
+    /// Whether the communicators were aborted.
+    pub fn is_aborted(&self) -> bool {
+        self.aborted
     }
 }
 
 impl Drop for Comms {
+    /// Non-blocking communicators are finalized (polled, bounded) before they are destroyed;
+    /// ones that do not finalize in time are aborted. Aborted ones are NCCL's to free.
     fn drop(&mut self) {
+        if self.aborted {
+            return;
+        }
+        if let Some(nb) = self.lib.nonblocking.filter(|_| self.nonblocking) {
+            let mut ok = true;
+            for &c in self.comms.iter().filter(|c| !c.is_null()) {
+                // SAFETY: a live communicator, finalized once.
+                let r = unsafe { (nb.finalize)(c) };
+                ok &= r == SUCCESS || r == IN_PROGRESS;
+            }
+            let n = self.comms.len();
+            ok = ok
+                && watchdog::wait_real(watchdog::DRAIN_DEADLINE, || {
+                    poll_all((0..n).map(|r| self.state(r)))
+                })
+                .is_ok();
+            if !ok {
+                self.abort();
+                return;
+            }
+        }
         for c in self.comms.drain(..) {
             if !c.is_null() {
-                // SAFETY: created by ncclCommInitAll and destroyed once.
+                // SAFETY: created by NCCL above and destroyed once.
                 unsafe { (self.lib.comm_destroy)(c) };
             }
         }
@@ -424,6 +682,29 @@ mod tests {
                 "/s/nvidia/cu12/lib/libnccl.so.2".to_string()
             ]
         );
+    }
+
+    #[test]
+    fn config_prefix_matches_nccl_2_14() {
+        // size_t, 2 x unsigned, 4 x int, const char*: 40 bytes on 64-bit targets.
+        assert_eq!(std::mem::size_of::<Config>(), 40);
+        let c = Config::nonblocking();
+        assert_eq!(
+            (c.size, c.magic, c.version, c.blocking),
+            (40, 0xcafebeef, 21400, 0)
+        );
+    }
+
+    #[test]
+    fn a_clique_is_ready_when_every_rank_is() {
+        use Poll::*;
+        assert_eq!(poll_all([Done, Done]), Done);
+        assert_eq!(poll_all([Done, Pending]), Pending);
+        assert_eq!(
+            poll_all([Pending, Failed("x".into()), Done]),
+            Failed("x".into())
+        );
+        assert_eq!(poll_all([]), Done);
     }
 
     #[test]

@@ -4,9 +4,12 @@
 
 use std::ffi::c_void;
 
-use super::driver::{dev, DevBuf, Event, HostWord, Stream};
+use std::time::Duration;
+
+use super::driver::{dev, sync_ctx, wait_dev, DevBuf, Event, HostWord, Stream};
 use super::kernels::{self, ProbeArgs, MAX_RANKS, THREADS};
 use super::topo::{self, LinkReading};
+use super::watchdog;
 use super::Gpu;
 use crate::fabric::{Direction, FabricError, ProbeSample};
 
@@ -61,7 +64,7 @@ impl ProbeBufs {
             p.words.push(w);
         }
         for &g in rank_gpus {
-            dev(gpus[g].ctx.synchronize(), "synchronizing the GPU")?;
+            sync_ctx(&gpus[g].ctx, "synchronizing the GPU")?;
         }
         Ok(p)
     }
@@ -146,7 +149,10 @@ impl ProbeBufs {
         let mut secs = Vec::with_capacity(n);
         for (r, &g) in rank_gpus.iter().enumerate() {
             dev(gpus[g].ctx.bind_to_thread(), "binding the CUDA context")?;
-            dev(self.streams[r].sync(), "waiting for the probe")?;
+            // The latch kernel gives up by itself after 10 s; the watchdog waits beyond that.
+            let limit = watchdog::Deadline::from_env().for_work(bytes * peers as u64, 1)
+                + Duration::from_secs(10);
+            wait_dev(self.streams[r].wait(limit), "a contention probe")?;
             let ms = dev(
                 self.events[r].0.elapsed_ms(&self.events[r].1),
                 "reading the timing events",
@@ -155,7 +161,7 @@ impl ProbeBufs {
             dev(self.words[r].download(0, &mut w), "reading probe status")?;
             if u32::from_le_bytes(w) != 0 {
                 return Err(FabricError::Device(
-                    "a probe latch was never released (the host stalled for over 10 s)".into(),
+                    "a probe latch was never released (the host stalled for over 10 s); run again on a less loaded machine".into(),
                 ));
             }
             secs.push((ms as f64 / 1000.0).max(1e-9));

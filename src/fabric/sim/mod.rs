@@ -10,6 +10,7 @@
 //!    drawing random numbers.
 
 pub mod custom;
+pub mod faults;
 pub mod flow;
 pub mod nccl;
 pub mod net;
@@ -17,7 +18,11 @@ pub mod noise;
 
 use std::collections::HashMap;
 
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
 use self::custom::Custom;
+pub use self::faults::Faults;
 use self::net::{Flow, Net, Route};
 use self::noise::Noise;
 use super::{
@@ -32,19 +37,9 @@ const LAUNCH_GRAPH_US: f64 = 1.5;
 const LAUNCH_EAGER_CUSTOM_US: f64 = 5.0;
 /// Eager NCCL enqueue: our launch plus its own argument and work-FIFO setup, µs.
 const LAUNCH_EAGER_NCCL_US: f64 = 6.5;
-/// How long a hung backend is waited for before it is reported, seconds.
+/// How long a hung backend is waited for before it is reported, seconds: the CUDA fabric's
+/// deadline for one GPU operation. Virtual time: the simulator reports it without waiting.
 const HANG_DEADLINE_S: f64 = 10.0;
-
-/// Misbehaviour to inject, for testing what sits above the seam.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Faults {
-    /// Backends whose output is wrong: verify reports it.
-    pub wrong: Vec<Backend>,
-    /// Backends that never finish: verify and time time out.
-    pub hang: Vec<Backend>,
-    /// Backends slower than the model by a factor.
-    pub slow: Vec<(Backend, f64)>,
-}
 
 /// Everything computed once per GPU group.
 #[derive(Debug, Clone)]
@@ -128,6 +123,11 @@ pub struct SimFabric {
     net: Net,
     noise: Noise,
     faults: Faults,
+    /// Draws which samples an injected `spikes` fault slows, apart from the noise so the
+    /// noise stays the same with and without faults.
+    spike_rng: ChaCha8Rng,
+    /// Fabric calls so far, for an injected lost GPU.
+    calls: u64,
     models: HashMap<Vec<usize>, GroupModel>,
     prepared: Option<Prepared>,
 }
@@ -150,6 +150,8 @@ impl SimFabric {
             net,
             noise: Noise::new(seed),
             faults: Faults::default(),
+            spike_rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5bd1_e995_0f1a_57ed),
+            calls: 0,
             models: HashMap::new(),
             prepared: None,
         }
@@ -333,11 +335,24 @@ impl SimFabric {
         if self.faults.hang.contains(&backend) {
             return Err(FabricError::Timeout {
                 backend,
-                what: format!("allreduce of {bytes} bytes (simulated hang)"),
+                what: format!("allreduce of {bytes} bytes, simulated hang"),
                 seconds: HANG_DEADLINE_S,
             });
         }
         Ok(())
+    }
+
+    /// Counts a fabric call; once an injected lost GPU is gone, every call fails as a device
+    /// error, as the driver fails calls after a GPU falls off the bus.
+    fn tick(&mut self) -> Result<(), FabricError> {
+        self.calls += 1;
+        match self.faults.lost_gpu {
+            Some(l) if self.calls > l.after_calls => Err(FabricError::Device(format!(
+                "GPU {} is no longer reachable (simulated fault: it fell off the bus after {} fabric calls); on a real machine check `nvidia-smi` and the kernel log for Xid errors, reset the GPU, then run again",
+                l.gpu, l.after_calls
+            ))),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -351,7 +366,11 @@ impl Fabric for SimFabric {
             .unwrap_or_else(|| "topology".into());
         FabricInfo {
             simulated: true,
-            description: format!("simulated {name}"),
+            description: if self.faults.is_empty() {
+                format!("simulated {name}")
+            } else {
+                format!("simulated {name} with injected faults ({})", self.faults)
+            },
             driver: None,
             cuda: None,
             nccl: None,
@@ -368,6 +387,7 @@ impl Fabric for SimFabric {
         backends: &[Backend],
     ) -> Result<Vec<Readiness>, FabricError> {
         self.prepared = None;
+        self.tick()?;
         self.validate(group)?;
         let n = group.gpus.len();
         let model = self.model(&group.gpus).nccl.clone();
@@ -402,6 +422,7 @@ impl Fabric for SimFabric {
         bytes: u64,
         _seed: u64,
     ) -> Result<Verification, FabricError> {
+        self.tick()?;
         self.ready(backend, bytes)?;
         self.hang(backend, bytes)?;
         if self.faults.wrong.contains(&backend) {
@@ -422,11 +443,15 @@ impl Fabric for SimFabric {
         batch: u32,
         samples: u32,
     ) -> Result<Vec<f64>, FabricError> {
+        self.tick()?;
         let gpus = self.ready(backend, bytes)?.gpus.clone();
         if batch == 0 {
             return Err(bad("batch must be at least 1 call"));
         }
         self.hang(backend, bytes)?;
+        if !self.faults.delay.is_zero() {
+            std::thread::sleep(self.faults.delay);
+        }
         let slow = self
             .faults
             .slow
@@ -435,8 +460,15 @@ impl Fabric for SimFabric {
             .map(|(_, f)| *f)
             .product::<f64>();
         let base = self.base_time(&gpus, backend, bytes, mode) * slow;
+        let spikes = self.faults.spikes;
         Ok((0..samples)
-            .map(|_| self.noise.sample(base, batch))
+            .map(|_| {
+                let t = self.noise.sample(base, batch);
+                match spikes {
+                    Some(s) if self.spike_rng.random_bool(s.fraction) => t * s.factor,
+                    _ => t,
+                }
+            })
             .collect())
     }
 
@@ -446,6 +478,7 @@ impl Fabric for SimFabric {
         peers: usize,
         bytes: u64,
     ) -> Result<ProbeSample, FabricError> {
+        self.tick()?;
         let gpus = self
             .prepared
             .as_ref()

@@ -174,6 +174,7 @@ fn faults_are_reported() {
         wrong: vec![Backend::OneStagePush],
         hang: vec![Backend::TwoStagePull],
         slow: vec![(Backend::OneStagePull, 10.0)],
+        ..Default::default()
     };
     let mut f = sim("pcie-4x-1switch").with_faults(faults);
     f.prepare(&group(&[0, 1, 2, 3]), &Backend::ALL).unwrap();
@@ -196,6 +197,59 @@ fn faults_are_reported() {
         .time(Backend::OneStagePush, 4096, Mode::Graph, 1, 1)
         .unwrap()[0];
     assert!(slow > 5.0 * normal, "{slow} vs {normal}");
+}
+
+#[test]
+fn spikes_slow_a_seeded_share_of_samples_and_nothing_else() {
+    let faults = Faults {
+        spikes: Some(faults::Spikes {
+            fraction: 0.2,
+            factor: 20.0,
+        }),
+        ..Default::default()
+    };
+    let run = |faults: Faults| {
+        let mut f = sim("pcie-2x").with_faults(faults);
+        f.prepare(&group(&[0, 1]), &[Backend::Nccl]).unwrap();
+        f.time(Backend::Nccl, 4096, Mode::Graph, 10, 2000).unwrap()
+    };
+    let clean = run(Faults::default());
+    let spiked = run(faults.clone());
+    assert_eq!(spiked, run(faults), "same seed, same spikes");
+    // The noise is drawn apart from the spikes: every sample is the clean one, or 20 times it.
+    let mut hit = 0;
+    for (s, c) in spiked.iter().zip(&clean) {
+        if s != c {
+            assert!((s / c - 20.0).abs() < 1e-9, "{s} vs {c}");
+            hit += 1;
+        }
+    }
+    let share = hit as f64 / clean.len() as f64;
+    assert!((0.16..0.24).contains(&share), "{share}");
+}
+
+#[test]
+fn a_lost_gpu_fails_every_call_after_the_count() {
+    let faults = Faults {
+        lost_gpu: Some(faults::LostGpu {
+            gpu: 1,
+            after_calls: 3,
+        }),
+        ..Default::default()
+    };
+    let mut f = sim("pcie-2x").with_faults(faults);
+    f.prepare(&group(&[0, 1]), &[Backend::Nccl]).unwrap();
+    f.verify(Backend::Nccl, 4096, 1).unwrap();
+    f.time(Backend::Nccl, 4096, Mode::Graph, 1, 3).unwrap();
+    let e = f.time(Backend::Nccl, 4096, Mode::Graph, 1, 3).unwrap_err();
+    assert!(
+        matches!(&e, FabricError::Device(m) if m.contains("GPU 1")),
+        "{e}"
+    );
+    assert!(!e.backend_local());
+    assert!(f.probe(Direction::Read, 1, 4096).is_err());
+    assert!(f.prepare(&group(&[0, 1]), &[Backend::Nccl]).is_err());
+    assert!(f.info().description.contains("injected faults (lose=1:3)"));
 }
 
 #[test]
