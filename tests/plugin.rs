@@ -84,8 +84,9 @@ fn plugin(
         lib().to_str().unwrap(),
         &n_ranks.to_string(),
         &bytes.to_string(),
-        expect,
     ]);
+    // "A,P CHANNELS" passes the expected channel count as a fifth argument.
+    cmd.args(expect.split(' '));
     for k in ["ARTUNE_PROFILE", "ARTUNE_MODE", "ARTUNE_ALLOW_SIMULATED"] {
         cmd.env_remove(k);
     }
@@ -248,6 +249,17 @@ fn follows_a_profile_tuned_on_the_simulated_fabric() {
     );
     let p = artune::Profile::load(&path).unwrap();
     let ctx = artune::plugin::Context::from_profile(&p, 8, 1, artune::Mode::Graph, None).unwrap();
+    let g8 = p
+        .group(artune::Query {
+            tp: 8,
+            mode: artune::Mode::Graph,
+            gpus: None,
+        })
+        .expect("a TP8 graph group");
+    assert!(
+        g8.nccl_channels.is_some(),
+        "simulated profiles state NCCL's channel count"
+    );
     let env = [
         ("ARTUNE_PROFILE", path.to_str().unwrap()),
         ("ARTUNE_ALLOW_SIMULATED", "1"),
@@ -264,6 +276,11 @@ fn follows_a_profile_tuned_on_the_simulated_fabric() {
             _ => "untouched".to_string(),
         };
         lowered += usize::from(expect != "untouched");
+        let expect = match g8.nccl_channels {
+            // The harness then also checks nChannels is set to the profile's count.
+            Some(ch) if expect != "untouched" => format!("{expect} {ch}"),
+            _ => expect,
+        };
         assert_ok(plugin(&env, 8, bytes, &expect), "TP8 graph");
     }
     assert!(

@@ -248,6 +248,25 @@ pub struct BenchArgs {
 
 /// Parses arguments, runs the command, prints any error as one line, returns the exit code.
 pub fn main() -> i32 {
+    // A panic is a bug: say so in one line, no backtrace, exit 4. A profile is only ever
+    // written whole (by rename), so none is left half-written.
+    std::panic::set_hook(Box::new(|info| {
+        let payload = info.payload();
+        let what = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln!("error: internal error ({what}{at}); please report this bug");
+    }));
+    std::panic::catch_unwind(main_inner).unwrap_or(crate::error::EXIT_HARDWARE)
+}
+
+fn main_inner() -> i32 {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

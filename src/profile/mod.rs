@@ -300,6 +300,15 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
         .tempfile_in(&dir)
         .map_err(|e| err(&e))?;
     tmp.write_all(bytes).map_err(|e| err(&e))?;
+    // tempfile creates 0600, but engines often run as another user: keep the mode of the file
+    // being replaced, or give a new one the 0644 that `touch` gives under the usual umask.
+    let mode = std::fs::metadata(path)
+        .map(|m| m.permissions())
+        .unwrap_or_else(|_| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::Permissions::from_mode(0o644)
+        });
+    tmp.as_file().set_permissions(mode).map_err(|e| err(&e))?;
     tmp.as_file().sync_all().map_err(|e| err(&e))?;
     tmp.persist(path).map_err(|e| err(&e.error))?;
     if let Ok(d) = std::fs::File::open(&dir) {

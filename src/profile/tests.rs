@@ -204,6 +204,20 @@ fn atomic_write_replaces_whole_file() {
     assert!(Profile::load(&path).is_ok());
     let leftovers = std::fs::read_dir(dir.path()).unwrap().count();
     assert_eq!(leftovers, 1, "temporary file left behind");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(
+        mode(&path),
+        0o644,
+        "a new profile is readable by engines running as other users"
+    );
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+    fixture().write_atomic(&path).unwrap();
+    assert_eq!(
+        mode(&path),
+        0o640,
+        "a rewrite keeps the mode the operator chose"
+    );
 }
 
 #[test]

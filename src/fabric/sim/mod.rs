@@ -533,6 +533,12 @@ impl Fabric for SimFabric {
         })
     }
 
+    /// The channel count the simulated NCCL model uses for the prepared group.
+    fn nccl_channels(&self) -> Option<u32> {
+        let p = self.prepared.as_ref()?;
+        Some(SimFabric::nccl_channels(self, &p.group))
+    }
+
     fn release(&mut self) -> Result<(), FabricError> {
         self.prepared = None;
         Ok(())
