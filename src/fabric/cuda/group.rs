@@ -12,7 +12,7 @@ use std::sync::{Barrier, Mutex};
 
 use super::data;
 use super::driver::{self, dev, is_oom, DevBuf, Event, Graph, Stream};
-use super::kernels::{self, ArArgs, MAX_RANKS, SIGNAL_ALLOC, SIGNAL_STATUS_OFFSET, THREADS};
+use super::kernels::{self, ArArgs, MAX_RANKS, SIGNAL_STATUS_OFFSET, THREADS};
 use super::nccl;
 use super::Gpu;
 use crate::fabric::{
@@ -326,7 +326,7 @@ impl Prepared {
                 )?),
                 _ => None,
             };
-            let signal = alloc(gpus, g, SIGNAL_ALLOC as u64, "signal flags")?;
+            let signal = alloc(gpus, g, kernels::signal_bytes(b, self.n), "signal flags")?;
             signal
                 .fill(0)
                 .map_err(|e| format!("clearing signal flags failed: {e}"))?;
@@ -413,11 +413,12 @@ impl Prepared {
                     .kernels
                     .as_ref()
                     .map_err(|e| FabricError::Device(e.clone()))?;
-                let (f, per_sm) = k.allreduce(backend, dtype).ok_or_else(|| {
-                    FabricError::Device(format!("no kernel for {backend} {}", dtype.id()))
-                })?;
-                let cap = kernels::block_cap(gpus[unit.gpu].facts.sms, per_sm, unit.ranks as u32);
-                let blocks = kernels::blocks(backend, elems, dtype, self.n, cap);
+                let sms = gpus[unit.gpu].facts.sms;
+                let (f, blocks) = k
+                    .plan(backend, dtype, elems, self.n, sms, unit.ranks as u32)
+                    .ok_or_else(|| {
+                        FabricError::Device(format!("no kernel for {backend} {}", dtype.id()))
+                    })?;
                 let mut a = c.args;
                 a.n = elems;
                 a.rank_base = unit.rank_base as i32;
