@@ -95,10 +95,10 @@ __device__ __forceinline__ u32 peers_mask(int g, int n, int rank) {
   return m;
 }
 
-// ---- LL geometry: one data word (8 bytes) per thread, THREADS per block ----
+// ---- LL geometry: one data word (8 bytes) per thread, LL_THREADS per block ----
 //
 // Each LL line location is always handled by the same block index (blockIdx.x = location /
-// THREADS) whatever the message size, so the flags stored there come from one block's
+// LL_THREADS) whatever the message size, so the flags stored there come from one block's
 // ll_epoch sequence and only grow (0 is skipped) until they wrap.
 
 // Data words of a message, for messages within the LL limits (32-bit arithmetic).
@@ -109,7 +109,7 @@ __device__ __forceinline__ u32 ll_shard(u32 words, int n) {
   const u32 s = (words + (u32)n - 1) / (u32)n;
   return s ? s : 1;
 }
-__device__ __forceinline__ u32 ll_grid(u32 words) { return (words + THREADS - 1) / THREADS; }
+__device__ __forceinline__ u32 ll_grid(u32 words) { return (words + LL_THREADS - 1) / LL_THREADS; }
 
 // False (and the rank's status marked) when the host launched an LL kernel with a size or grid
 // it does not serve: the buffers would overflow. The host never does (kernels.rs tests).
@@ -135,11 +135,12 @@ __device__ __forceinline__ char* ll1(u64 sig, int n, u32 q, int src, u64 j) {
   return (char*)sig + LL_OFFSET + (((u64)q * n + src) * LL1_LINES + j) * LL_LINE;
 }
 
-// Two-stage push: stage 0 (reduce-scatter) or 1 (all-gather), buffer q, word i of the shard,
-// sender src; smax = ll_shard(LL2_LINES, n) words. The senders of one word are adjacent, so a
-// thread's lines from consecutive peers sit at constant offsets from one address.
+// Two-stage push: stage 0 (reduce-scatter) or 1 (all-gather), buffer q, sender src, word i of
+// the shard; smax = ll_shard(LL2_LINES, n) words per sender. Consecutive words are adjacent,
+// so a warp's stores and polls are coalesced (interleaving senders instead made each warp
+// access touch 32 cache lines and ran 3-4x slower, measured 2026-11-29).
 __device__ __forceinline__ char* ll2(u64 sig, int n, u64 smax, int stage, u32 q, int src, u64 i) {
-  return (char*)sig + LL_OFFSET + (((u64)stage * 2 + q) * smax * n + i * n + src) * LL_LINE;
+  return (char*)sig + LL_OFFSET + ((((u64)stage * 2 + q) * n + src) * smax + i) * LL_LINE;
 }
 
 // Two-stage pull: word i of the owner's reduced shard, read by peers.
@@ -198,7 +199,7 @@ __device__ void one_stage_push_ll(const ArArgs& a) {
   const u64 words = ll_words(a.n * T::SIZE);
   const u32 flag = ll_flag(self);
   const u32 q = flag & 1;
-  const u64 j = (u64)blockIdx.x * THREADS + threadIdx.x;
+  const u64 j = (u64)blockIdx.x * LL_THREADS + threadIdx.x;
   if (j < words) {
     const u64 mine = load_line<T>((const char*)a.in[rank], j, a.n);
 #pragma unroll
@@ -284,8 +285,8 @@ __device__ void two_stage_pull_ll(const ArArgs& a) {
   // Phase 2 slots serve only this kernel (two_stage_pull uses phases 0 and 1), always with
   // ll_epoch flags.
   barrier<false>(a, rank, flag, 2);
-  const u64 region = (u64)ll_grid(ll_shard(LL2_LINES, n)) * THREADS;
-  const u64 i = (u64)blockIdx.x * THREADS + threadIdx.x;
+  const u64 region = (u64)ll_grid(ll_shard(LL2_LINES, n)) * LL_THREADS;
+  const u64 i = (u64)blockIdx.x * LL_THREADS + threadIdx.x;
   char* out = (char*)a.out[rank];
   if (i < sw) {
     const u64 own = (u64)rank * sw + i;
@@ -395,7 +396,7 @@ __device__ void two_stage_push_ll(const ArArgs& a) {
   const u32 flag = ll_flag(self);
   const u32 q = flag & 1;
   const u64 smax = ll_shard(LL2_LINES, n);
-  const u64 i = (u64)blockIdx.x * THREADS + threadIdx.x;
+  const u64 i = (u64)blockIdx.x * LL_THREADS + threadIdx.x;
   if (i < sw) {
     const char* in = (const char*)a.in[rank];
     char* out = (char*)a.out[rank];
@@ -464,9 +465,9 @@ __device__ void two_stage_push_ll(const ArArgs& a) {
 // call before it arrived at that call's final barrier (a release), and this rank left that
 // call only after every peer arrived there. Peers' outputs are written only after barrier 1,
 // which every peer reaches only from this call, once its stream is done with the last output.
-// Loads per thread in flight in the reduce-scatter: 4 keeps the kernel within 64 registers
-// without spilling (8 spills in the reduce loop).
-#define RS_GROUP 4
+// Loads per thread in flight in the reduce-scatter. 8 spills a few addresses in the reduce
+// loop (64 registers) yet measured 1-3 us faster than 4 at 16 and 64 MiB (2026-11-29).
+#define RS_GROUP 8
 template <typename T>
 __device__ void two_stage_push(const ArArgs& a) {
   RANK_SETUP
@@ -474,13 +475,17 @@ __device__ void two_stage_push(const ArArgs& a) {
   const u64 mine = shard_len(nvec, sv, rank);
   const u64 tail = a.n - nvec * T::P;
   const char* in = (const char*)a.in[rank];
+  // The input is read once here; the slots written here are read back by the reduce below
+  // (on the receiving GPU, where peers' writes land in L2), so the input makes way first.
+  const u64 once = evict_first_policy();
   for (u64 i = first; i < sv; i += stride) {
 #pragma unroll
     for (int g = 0; g < MAX_RANKS; g += RS_GROUP) {
       V4 x[RS_GROUP];
 #pragma unroll
       for (int j = 0; j < RS_GROUP; j++)
-        if (g + j < n && g + j != rank && (u64)(g + j) * sv + i < nvec) x[j] = ld_v4(in + ((u64)(g + j) * sv + i) * 16);
+        if (g + j < n && g + j != rank && (u64)(g + j) * sv + i < nvec)
+          x[j] = ld_v4_once(in + ((u64)(g + j) * sv + i) * 16, once);
 #pragma unroll
       for (int j = 0; j < RS_GROUP; j++)
         if (g + j < n && g + j != rank && (u64)(g + j) * sv + i < nvec) st_v4(slot(a, g + j, rank) + i * 16, x[j]);
@@ -515,8 +520,8 @@ __device__ void two_stage_push(const ArArgs& a) {
   FINISH
 }
 
-// The bandwidth kernels: two blocks per SM, so 64 registers. The LL kernels run few blocks
-// and keep a line per peer in registers, so they get one block per SM and more registers.
+// The bandwidth kernels: two blocks per SM, so 64 registers. The LL kernels run small blocks
+// and keep a line per peer in registers.
 #define AR_KERNELS(T, suffix)                                                                         \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) one_stage_pull_##suffix(const ArArgs a) {    \
     one_stage_pull<T>(a);                                                                             \
@@ -530,13 +535,13 @@ __device__ void two_stage_push(const ArArgs& a) {
   extern "C" __global__ void __launch_bounds__(THREADS, 2) two_stage_push_##suffix(const ArArgs a) {    \
     two_stage_push<T>(a);                                                                             \
   }                                                                                                   \
-  extern "C" __global__ void __launch_bounds__(THREADS, 1) one_stage_push_ll_##suffix(const ArArgs a) { \
+  extern "C" __global__ void __launch_bounds__(LL_THREADS) one_stage_push_ll_##suffix(const ArArgs a) { \
     one_stage_push_ll<T>(a);                                                                          \
   }                                                                                                   \
-  extern "C" __global__ void __launch_bounds__(THREADS, 1) two_stage_pull_ll_##suffix(const ArArgs a) { \
+  extern "C" __global__ void __launch_bounds__(LL_THREADS) two_stage_pull_ll_##suffix(const ArArgs a) { \
     two_stage_pull_ll<T>(a);                                                                          \
   }                                                                                                   \
-  extern "C" __global__ void __launch_bounds__(THREADS, 1) two_stage_push_ll_##suffix(const ArArgs a) { \
+  extern "C" __global__ void __launch_bounds__(LL_THREADS) two_stage_push_ll_##suffix(const ArArgs a) { \
     two_stage_push_ll<T>(a);                                                                          \
   }
 

@@ -25,6 +25,10 @@ struct __align__(16) V4 {
 // (two such words, 8 data bytes) live in each rank's signal allocation from LL_OFFSET on.
 #define LL_OFFSET 65536
 #define LL_LINE 16
+// Threads per block of the LL kernels: one data word each. Small blocks spread a message over
+// many multiprocessors; each thread's stores and polls go through its SM's port to L2, and
+// with 512-thread blocks that port, not latency, set the time (measured 2026-11-29).
+#define LL_THREADS 128
 // Largest message per rank (bytes) each kernel sends through LL: one-stage push keeps a line
 // per data word from every peer (2 x n x LL1 lines), two-stage push and pull only a shard.
 #define LL1_MAX_BYTES 32768
@@ -130,29 +134,41 @@ __device__ __forceinline__ void ll_clear(void* p) {
   asm volatile("st.relaxed.sys.global.v2.u64 [%0], {%1,%1};" ::"l"(p), "l"(0ull) : "memory");
 }
 
-__device__ __forceinline__ void ll_load(const void* p, u64& lo, u64& hi) {
-  asm volatile("ld.relaxed.sys.global.v2.u64 {%0,%1}, [%2];" : "=l"(lo), "=l"(hi) : "l"(p) : "memory");
+// Loads the line at p into lo, hi when `on` is non-zero; otherwise leaves them as they were.
+// A predicated load rather than a branch, so that several of them issue back to back.
+__device__ __forceinline__ void ll_load_if(u32 on, const void* p, u64& lo, u64& hi) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %2, 0;\n\t"
+      "@p ld.relaxed.sys.global.v2.u64 {%0,%1}, [%3];\n\t}"
+      : "+l"(lo), "+l"(hi)
+      : "r"(on), "l"(p)
+      : "memory");
 }
 
 // Waits until each line ptr(k) with bit k of `want` set (k < 8) carries `flag`, and returns
-// their data in d[k]. ptr(k) must be a valid line address for every k (callers clamp), so the
-// eight loads are issued unconditionally, back to back: one pass costs one memory round trip
-// however many peers there are. Gives up like wait_for on timeout.
+// their data in d[k]. Each pass loads, back to back, only the lines still missing, so one
+// pass costs one memory round trip however many peers there are and arrived lines are not
+// read again. ptr(k) must be a valid address for every k (callers clamp). Gives up like
+// wait_for on timeout.
 template <typename Ptr>
 __device__ __forceinline__ void ll_wait8(u64* d, u32 want, Ptr ptr, u32 flag, u32* status) {
   u64 start = 0;
   u32 spins = 0;
+  u64 lo[8], hi[8];
+#pragma unroll
+  for (int k = 0; k < 8; k++) lo[k] = hi[k] = 0;
+  u32 missing = want;
   for (;;) {
-    u64 lo[8], hi[8];
 #pragma unroll
-    for (int k = 0; k < 8; k++) ll_load(ptr(k), lo[k], hi[k]);
-    u32 ok = 0;
+    for (int k = 0; k < 8; k++) ll_load_if(missing & (1u << k), ptr(k), lo[k], hi[k]);
 #pragma unroll
-    for (int k = 0; k < 8; k++) {
-      d[k] = (lo[k] & 0xffffffffull) | (hi[k] << 32);
-      if ((u32)(lo[k] >> 32) == flag && (u32)(hi[k] >> 32) == flag) ok |= 1u << k;
+    for (int k = 0; k < 8; k++)
+      if ((u32)(lo[k] >> 32) == flag && (u32)(hi[k] >> 32) == flag) missing &= ~(1u << k);
+    if (missing == 0) {
+#pragma unroll
+      for (int k = 0; k < 8; k++) d[k] = (lo[k] & 0xffffffffull) | (hi[k] << 32);
+      return;
     }
-    if ((ok & want) == want) return;
     if ((++spins & 255) == 0) {
       u64 t = now_ns();
       if (start == 0) {
@@ -174,6 +190,31 @@ __device__ __forceinline__ V4 ld_v4(const void* p) {
                : "l"(p)
                : "memory");
   return v;
+}
+
+// An L2 policy under which the lines a load brings in are evicted first (sm_80 and later;
+// 0, unused, before).
+__device__ __forceinline__ u64 evict_first_policy() {
+  u64 policy = 0;
+#if __CUDA_ARCH__ >= 800
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+#endif
+  return policy;
+}
+
+// ld_v4 for data read once: its lines leave L2 before others, so what the kernel wrote and
+// reads back soon stays there. A cache hint only; the value read is the same.
+__device__ __forceinline__ V4 ld_v4_once(const void* p, u64 policy) {
+#if __CUDA_ARCH__ >= 800
+  V4 v;
+  asm volatile("ld.global.cg.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+               : "=r"(v.a), "=r"(v.b), "=r"(v.c), "=r"(v.d)
+               : "l"(p), "l"(policy)
+               : "memory");
+  return v;
+#else
+  return ld_v4(p);
+#endif
 }
 
 __device__ __forceinline__ void st_v4(void* p, V4 v) {

@@ -12,7 +12,7 @@ use std::sync::{Barrier, Mutex};
 
 use super::data;
 use super::driver::{self, dev, is_oom, DevBuf, Event, Graph, Stream};
-use super::kernels::{self, ArArgs, MAX_RANKS, SIGNAL_STATUS_OFFSET, THREADS};
+use super::kernels::{self, ArArgs, MAX_RANKS, SIGNAL_STATUS_OFFSET};
 use super::nccl;
 use super::Gpu;
 use crate::fabric::{
@@ -414,7 +414,7 @@ impl Prepared {
                     .as_ref()
                     .map_err(|e| FabricError::Device(e.clone()))?;
                 let sms = gpus[unit.gpu].facts.sms;
-                let (f, blocks) = k
+                let (f, blocks, threads) = k
                     .plan(backend, dtype, elems, self.n, sms, unit.ranks as u32)
                     .ok_or_else(|| {
                         FabricError::Device(format!("no kernel for {backend} {}", dtype.id()))
@@ -422,7 +422,7 @@ impl Prepared {
                 let mut a = c.args;
                 a.n = elems;
                 a.rank_base = unit.rank_base as i32;
-                f.launch((blocks, unit.ranks as u32), THREADS, &unit.stream, &a)
+                f.launch((blocks, unit.ranks as u32), threads, &unit.stream, &a)
                     .map_err(|e| FabricError::Backend {
                         backend,
                         reason: format!("kernel launch failed: {e}"),

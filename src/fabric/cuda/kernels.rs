@@ -23,6 +23,8 @@ pub const LL1_MAX_BYTES: u64 = 32 << 10;
 pub const LL2_MAX_BYTES: u64 = 64 << 10;
 /// Bytes of one LL line: 8 data bytes and two 4-byte flags.
 const LL_LINE: u64 = 16;
+/// Threads per block of the LL kernels, one 8-byte data word each (`LL_THREADS`).
+pub const LL_THREADS: u32 = 128;
 
 /// Mirrors `struct ArArgs` in kernels/common.cuh.
 #[repr(C)]
@@ -84,7 +86,8 @@ pub fn ll_kernel_name(backend: Backend, dtype: Dtype) -> Option<String> {
 }
 
 /// Blocks the LL kernel of `backend` needs for a message of `bytes` per rank over `n` ranks
-/// (one 8-byte data word per thread; mirrors `ll_grid` in kernels/allreduce.cu), or None when
+/// (one 8-byte data word per thread, `LL_THREADS` threads per block; mirrors `ll_grid` in
+/// kernels/allreduce.cu), or None when
 /// the message is too large for LL or the backend has no LL kernel.
 pub fn ll_blocks(backend: Backend, bytes: u64, n: usize) -> Option<u32> {
     let words = bytes.div_ceil(8);
@@ -95,7 +98,7 @@ pub fn ll_blocks(backend: Backend, bytes: u64, n: usize) -> Option<u32> {
         }
         _ => return None,
     };
-    Some(per_thread.div_ceil(THREADS as u64) as u32)
+    Some(per_thread.div_ceil(LL_THREADS as u64) as u32)
 }
 
 /// Data words per shard in the two-stage LL kernels: at least one.
@@ -113,7 +116,7 @@ pub fn signal_bytes(backend: Backend, n: usize) -> u64 {
         // Two stages x two buffers of a shard's lines from each sender.
         Backend::TwoStagePush => 4 * n as u64 * smax,
         // The reduced shard's lines, rounded up to whole blocks.
-        Backend::TwoStagePull => smax.div_ceil(THREADS as u64) * THREADS as u64,
+        Backend::TwoStagePull => smax.div_ceil(LL_THREADS as u64) * LL_THREADS as u64,
         _ => 0,
     };
     SIGNAL_ALLOC as u64 + lines * LL_LINE
@@ -141,12 +144,12 @@ impl Kernels {
                 &format!("loading the compiled kernels/{name}"),
             )?);
         }
-        let load = |name: &str| -> Result<(Function, u32), FabricError> {
+        let load = |name: &str, threads: u32| -> Result<(Function, u32), FabricError> {
             let f = modules[0].function(name)?;
-            let per_sm = dev(f.blocks_per_sm(THREADS), "the occupancy query")?;
+            let per_sm = dev(f.blocks_per_sm(threads), "the occupancy query")?;
             if per_sm == 0 {
                 return Err(FabricError::Device(format!(
-                    "kernel {name} cannot run {THREADS} threads per block on this GPU"
+                    "kernel {name} cannot run {threads} threads per block on this GPU"
                 )));
             }
             Ok((f, per_sm))
@@ -154,10 +157,10 @@ impl Kernels {
         let (mut allreduce, mut ll) = (Vec::new(), Vec::new());
         for b in CUSTOM {
             for d in DTYPES {
-                let (f, per_sm) = load(&kernel_name(b, d).unwrap_or_default())?;
+                let (f, per_sm) = load(&kernel_name(b, d).unwrap_or_default(), THREADS)?;
                 allreduce.push((b, d, f, per_sm));
                 if let Some(name) = ll_kernel_name(b, d) {
-                    let (f, per_sm) = load(&name)?;
+                    let (f, per_sm) = load(&name, LL_THREADS)?;
                     ll.push((b, d, f, per_sm));
                 }
             }
@@ -181,10 +184,11 @@ impl Kernels {
             .map(|(_, _, f, n)| (*f, *n))
     }
 
-    /// The kernel and grid for one call of `elems` elements over `n` ranks, `ranks_on_gpu` of
-    /// which share this GPU of `sms` multiprocessors: the LL kernel for small messages when its
-    /// grid fits beside the other ranks', else the bandwidth kernel. Depends only on the
-    /// arguments, so every rank of a group of like GPUs makes the same choice.
+    /// The kernel, blocks and threads per block for one call of `elems` elements over `n`
+    /// ranks, `ranks_on_gpu` of which share this GPU of `sms` multiprocessors: the LL kernel
+    /// for small messages when its grid fits beside the other ranks', else the bandwidth
+    /// kernel. Depends only on the arguments, so every rank of a group of like GPUs makes the
+    /// same choice.
     pub fn plan(
         &self,
         backend: Backend,
@@ -193,7 +197,7 @@ impl Kernels {
         n: usize,
         sms: u32,
         ranks_on_gpu: u32,
-    ) -> Option<(Function, u32)> {
+    ) -> Option<(Function, u32, u32)> {
         let ll = self
             .ll
             .iter()
@@ -202,12 +206,12 @@ impl Kernels {
             (ll, ll_blocks(backend, elems * dtype.size(), n))
         {
             if need <= block_cap(sms, *per_sm, ranks_on_gpu) {
-                return Some((*f, need));
+                return Some((*f, need, LL_THREADS));
             }
         }
         let (f, per_sm) = self.allreduce(backend, dtype)?;
         let cap = block_cap(sms, per_sm, ranks_on_gpu);
-        Some((f, blocks(backend, elems, dtype, n, cap)))
+        Some((f, blocks(backend, elems, dtype, n, cap), THREADS))
     }
 }
 
@@ -301,6 +305,7 @@ mod tests {
         assert!(compile::COMMON.contains("#define LL_LINE 16"));
         assert!(compile::COMMON.contains("#define LL1_MAX_BYTES 32768"));
         assert!(compile::COMMON.contains("#define LL2_MAX_BYTES 65536"));
+        assert!(compile::COMMON.contains("#define LL_THREADS 128"));
         assert_eq!((LL1_MAX_BYTES, LL2_MAX_BYTES), (32768, 65536));
         // The Signal struct (flags, epochs, status, LL epochs) ends before the LL lines.
         const { assert!(SIGNAL_STATUS_OFFSET + 4 + 256 * 4 <= SIGNAL_ALLOC) };
@@ -319,13 +324,15 @@ mod tests {
 
     #[test]
     fn ll_grids_cover_one_word_per_thread() {
-        // 4 KiB: 512 words, one block; two-stage: a shard of 64 words.
-        assert_eq!(ll_blocks(Backend::OneStagePush, 4096, 8), Some(1));
+        // 4 KiB: 512 words, four blocks of 128; two-stage: a shard of 64 words.
+        assert_eq!(ll_blocks(Backend::OneStagePush, 4096, 8), Some(4));
         assert_eq!(ll_blocks(Backend::TwoStagePush, 4096, 8), Some(1));
-        assert_eq!(ll_blocks(Backend::OneStagePush, 32 << 10, 8), Some(8));
+        assert_eq!(ll_blocks(Backend::OneStagePush, 32 << 10, 8), Some(32));
         assert_eq!(ll_blocks(Backend::OneStagePush, (32 << 10) + 2, 8), None);
-        assert_eq!(ll_blocks(Backend::TwoStagePull, 64 << 10, 2), Some(8));
-        assert_eq!(ll_blocks(Backend::TwoStagePull, 64 << 10, 8), Some(2));
+        assert_eq!(ll_blocks(Backend::TwoStagePull, 64 << 10, 2), Some(32));
+        assert_eq!(ll_blocks(Backend::TwoStagePull, 64 << 10, 8), Some(8));
+        // The largest LL grids still fit beside 7 other loopback ranks on an H200.
+        assert!(32 <= block_cap(132, 2, 8));
         assert_eq!(ll_blocks(Backend::TwoStagePush, (64 << 10) + 2, 8), None);
         assert_eq!(ll_blocks(Backend::OneStagePull, 4096, 8), None);
         // Tiny messages still exchange a (padded) word between every pair.
@@ -353,7 +360,7 @@ mod tests {
                 let used = match b {
                     Backend::OneStagePush => (2 * n as u64 - 1) * (max / 8) + max / 8,
                     Backend::TwoStagePush => 4 * smax * n as u64,
-                    _ => ll_blocks(b, max, n).unwrap() as u64 * THREADS as u64,
+                    _ => ll_blocks(b, max, n).unwrap() as u64 * LL_THREADS as u64,
                 };
                 assert!(used <= lines, "{b} n={n}: {used} > {lines}");
             }
