@@ -465,8 +465,9 @@ __device__ void two_stage_push_ll(const ArArgs& a) {
 // call before it arrived at that call's final barrier (a release), and this rank left that
 // call only after every peer arrived there. Peers' outputs are written only after barrier 1,
 // which every peer reaches only from this call, once its stream is done with the last output.
-// Loads per thread in flight in the reduce-scatter. 8 spills a few addresses in the reduce
-// loop (64 registers) yet measured 1-3 us faster than 4 at 16 and 64 MiB (2026-11-29).
+// Loads per thread in flight in the reduce-scatter. On the H200, 8 measured 1-3 us faster
+// than 4 at 16 and 64 MiB in one run and no different in the next (2026-11-29); it fits in
+// 64 registers for sm_90 (a few bytes spill on older targets).
 #define RS_GROUP 8
 template <typename T>
 __device__ void two_stage_push(const ArArgs& a) {
