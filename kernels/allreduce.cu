@@ -8,6 +8,15 @@
 // Vectors are 16 bytes; the elements after the last whole vector (the tail) are handled one
 // by one by block 0. Sums run in fp32 over ranks 0, 1, ..., n-1 in that order on every rank,
 // so every rank writes the same bits.
+//
+// Small messages in the push kernels and two-stage pull go to *_ll kernels (see common.cuh):
+// data travels with its flag, so they need no system-scope fence at all. The host picks them
+// from the message size alone (src/fabric/cuda/kernels.rs, ll_blocks), so every rank makes
+// the same choice, and launches exactly the grid they expect.
+//
+// Ordering arguments below speak of "kernel X" for a rank's X-th call of this backend: a rank's
+// calls run in order on its stream (in loopback, one grid per call), so a rank that has begun
+// kernel X has finished kernel X-1, every block of it.
 #include "common.cuh"
 
 // Announce `flag` to every rank for this block and phase, then wait until each has announced
@@ -74,6 +83,69 @@ __device__ __forceinline__ void copy1(char* dst, const char* src, u64 i) {
   }
 }
 
+// Rank g + k, or the last rank when there is no such rank: an address that is safe to load.
+__device__ __forceinline__ int clamp_rank(int r, int n) { return r < n ? r : n - 1; }
+
+// Bit k set when rank g + k exists and is not `rank`.
+__device__ __forceinline__ u32 peers_mask(int g, int n, int rank) {
+  u32 m = 0;
+#pragma unroll
+  for (int k = 0; k < 8; k++)
+    if (g + k < n && g + k != rank) m |= 1u << k;
+  return m;
+}
+
+// ---- LL geometry: one data word (8 bytes) per thread, LL_THREADS per block ----
+//
+// Each LL line location is always handled by the same block index (blockIdx.x = location /
+// LL_THREADS) whatever the message size, so the flags stored there come from one block's
+// ll_epoch sequence and only grow (0 is skipped) until they wrap.
+
+// Data words of a message, for messages within the LL limits (32-bit arithmetic).
+__device__ __forceinline__ u32 ll_words(u64 bytes) { return (u32)((bytes + 7) / 8); }
+// Words per shard in the two-stage LL path; at least one, so every pair of ranks exchanges
+// a line in every call (the buffer-reuse arguments below need that).
+__device__ __forceinline__ u32 ll_shard(u32 words, int n) {
+  const u32 s = (words + (u32)n - 1) / (u32)n;
+  return s ? s : 1;
+}
+__device__ __forceinline__ u32 ll_grid(u32 words) { return (words + LL_THREADS - 1) / LL_THREADS; }
+
+// False (and the rank's status marked) when the host launched an LL kernel with a size or grid
+// it does not serve: the buffers would overflow. The host never does (kernels.rs tests).
+// `shards`: whether the grid covers a shard (two-stage) rather than the whole message.
+__device__ __forceinline__ bool ll_launch_ok(Signal* self, u64 bytes, u64 max_bytes, int n, bool shards) {
+  if (bytes <= max_bytes) {
+    const u32 words = ll_words(bytes);
+    if (gridDim.x == ll_grid(shards ? ll_shard(words, n) : words)) return true;
+  }
+  if (threadIdx.x == 0) atomicExch(&self->status, 2u);
+  return false;
+}
+
+// This block's LL flag: ll_epoch + 1, never 0 (zeroed lines must never match), and after
+// 0xffffffff comes 2 so that consecutive calls still alternate parity.
+__device__ __forceinline__ u32 ll_flag(const Signal* self) {
+  const u32 f = self->ll_epoch[blockIdx.x] + 1;
+  return f != 0 ? f : 2;
+}
+
+// One-stage push: rank `src`'s word j on the receiving rank, buffer q (flag parity).
+__device__ __forceinline__ char* ll1(u64 sig, int n, u32 q, int src, u64 j) {
+  return (char*)sig + LL_OFFSET + (((u64)q * n + src) * LL1_LINES + j) * LL_LINE;
+}
+
+// Two-stage push: stage 0 (reduce-scatter) or 1 (all-gather), buffer q, sender src, word i of
+// the shard; smax = ll_shard(LL2_LINES, n) words per sender. Consecutive words are adjacent,
+// so a warp's stores and polls are coalesced (interleaving senders instead made each warp
+// access touch 32 cache lines and ran 3-4x slower, measured 2026-11-29).
+__device__ __forceinline__ char* ll2(u64 sig, int n, u64 smax, int stage, u32 q, int src, u64 i) {
+  return (char*)sig + LL_OFFSET + ((((u64)stage * 2 + q) * n + src) * smax + i) * LL_LINE;
+}
+
+// Two-stage pull: word i of the owner's reduced shard, read by peers.
+__device__ __forceinline__ char* llp(u64 sig, u64 i) { return (char*)sig + LL_OFFSET + i * LL_LINE; }
+
 #define RANK_SETUP                                      \
   const int rank = a.rank_base + (int)blockIdx.y;       \
   const int n = a.nranks;                               \
@@ -107,6 +179,50 @@ __device__ void one_stage_pull(const ArArgs& a) {
   // Peers must finish reading our input before our stream may change it.
   barrier<false>(a, rank, flag, 2);
   FINISH
+}
+
+// LL one-stage push: each thread sends its input word to every peer's LL buffer, then sums the
+// words that arrived in its own.
+//
+// Buffer reuse without a barrier: lines alternate between two buffers by flag parity, and a
+// receiver zeroes each line once it has read it. A writer reuses a buffer two LL calls later
+// (flag F + 2); between them lies LL call F + 1, which the writer finished only after reading
+// a line every peer wrote in it, so every peer had begun F + 1 and thus finished call F,
+// reading and zeroing its lines there. (The zeroing is program-ordered before that peer's
+// writes in F + 1, and the writer reuses the buffer only after seeing one of those writes.)
+template <typename T>
+__device__ void one_stage_push_ll(const ArArgs& a) {
+  const int rank = a.rank_base + (int)blockIdx.y;
+  const int n = a.nranks;
+  Signal* self = (Signal*)a.sig[rank];
+  if (!ll_launch_ok(self, a.n * T::SIZE, LL1_MAX_BYTES, n, false)) return;
+  const u64 words = ll_words(a.n * T::SIZE);
+  const u32 flag = ll_flag(self);
+  const u32 q = flag & 1;
+  const u64 j = (u64)blockIdx.x * LL_THREADS + threadIdx.x;
+  if (j < words) {
+    const u64 mine = load_line<T>((const char*)a.in[rank], j, a.n);
+#pragma unroll
+    for (int p = 0; p < MAX_RANKS; p++)
+      if (p < n && p != rank) ll_store(ll1(a.sig[p], n, q, rank, j), mine, flag);
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int g = 0; g < MAX_RANKS; g += 8) {
+      if (g < n) {
+        const u32 want = peers_mask(g, n, rank);
+        u64 d[8];
+        ll_wait8(d, want, [&](int k) { return ll1(a.sig[rank], n, q, clamp_rank(g + k, n), j); }, flag, &self->status);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+          if (g + k < n) add_line<T>(acc, g + k == rank ? mine : d[k]);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+          if ((want >> k) & 1) ll_clear(ll1(a.sig[rank], n, q, g + k, j));
+      }
+    }
+    store_line<T>((char*)a.out[rank], j, pack_line<T>(acc), a.n);
+  }
+  if (threadIdx.x == 0) self->ll_epoch[blockIdx.x] = flag;
 }
 
 // Write the local input into every peer's receive slot, then reduce what arrived.
@@ -144,8 +260,80 @@ __device__ void one_stage_push(const ArArgs& a) {
   FINISH
 }
 
+// LL two-stage pull: reduce this rank's shard from every rank's input, publish it as LL lines
+// in this rank's own signal allocation, and read the other shards from the peers' lines.
+//
+// - The relaxed barrier at the start says every peer's input for this call is ready (it was
+//   written before that peer's kernel began) and that every peer finished its previous call,
+//   so none still reads the lines this call overwrites or zeroes.
+// - No barrier at the end: the only remote reads of this rank's memory are peers' reads of
+//   its input and of its lines. Each input word a peer reads feeds a line value that this
+//   rank waits for (every rank reads every peer's whole shard, padding included), so those
+//   reads have returned before this kernel ends and the stream may change the input. Lines
+//   are only rewritten after the next call's start barrier.
+// - Stale lines: a block writes or zeroes every line location it owns in every call, so a
+//   location holds 0 or the flag of that block's previous LL call, never the one awaited.
+template <typename T>
+__device__ void two_stage_pull_ll(const ArArgs& a) {
+  const int rank = a.rank_base + (int)blockIdx.y;
+  const int n = a.nranks;
+  Signal* self = (Signal*)a.sig[rank];
+  if (!ll_launch_ok(self, a.n * T::SIZE, LL2_MAX_BYTES, n, true)) return;
+  const u64 words = ll_words(a.n * T::SIZE);
+  const u64 sw = ll_shard((u32)words, n);
+  const u32 flag = ll_flag(self);
+  // Phase 2 slots serve only this kernel (two_stage_pull uses phases 0 and 1), always with
+  // ll_epoch flags.
+  barrier<false>(a, rank, flag, 2);
+  const u64 region = (u64)ll_grid(ll_shard(LL2_LINES, n)) * LL_THREADS;
+  const u64 i = (u64)blockIdx.x * LL_THREADS + threadIdx.x;
+  char* out = (char*)a.out[rank];
+  if (i < sw) {
+    const u64 own = (u64)rank * sw + i;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    if (own < words) {
+#pragma unroll
+      for (int g = 0; g < MAX_RANKS; g += 8) {
+        if (g < n) {
+          u64 x[8];
+#pragma unroll
+          for (int k = 0; k < 8; k++)
+            if (g + k < n) x[k] = load_line<T>((const char*)a.in[g + k], own, a.n);
+#pragma unroll
+          for (int k = 0; k < 8; k++)
+            if (g + k < n) add_line<T>(acc, x[k]);
+        }
+      }
+    }
+    const u64 r = pack_line<T>(acc);
+    ll_store(llp(a.sig[rank], i), r, flag);
+    if (own < words) store_line<T>(out, own, r, a.n);
+#pragma unroll
+    for (int g = 0; g < MAX_RANKS; g += 8) {
+      if (g < n) {
+        const u32 want = peers_mask(g, n, rank);
+        u64 d[8];
+        ll_wait8(d, want, [&](int k) { return llp(a.sig[clamp_rank(g + k, n)], i); }, flag, &self->status);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+          const u64 w = (u64)(g + k) * sw + i;
+          if (((want >> k) & 1) && w < words) store_line<T>(out, w, d[k], a.n);
+        }
+      }
+    }
+  } else if (i < region) {
+    ll_clear(llp(a.sig[rank], i));
+  }
+  if (threadIdx.x == 0) self->ll_epoch[blockIdx.x] = flag;
+}
+
 // Reduce-scatter by reading peers' shards of this rank, then all-gather by reading peers'
 // reduced shards. The tail belongs to the last rank's shard.
+//
+// No barrier at the end: peers read this rank's input only before they arrive at barrier 1
+// (a release, which orders those reads before it), and this rank waits there for all of
+// them. They read its reduced shard after barrier 1; it is next written in this rank's next
+// call, after that call's barrier 0, which every peer reaches only after finishing this call.
 template <typename T>
 __device__ void two_stage_pull(const ArArgs& a) {
   RANK_SETUP
@@ -187,13 +375,100 @@ __device__ void two_stage_pull(const ArArgs& a) {
     const char* last = (const char*)a.scratch[n - 1] + shard_len(nvec, sv, n - 1) * 16;
     for (u64 j = threadIdx.x; j < tail; j += blockDim.x) copy1<T>(out + nvec * 16, last, j);
   }
-  // Peers must finish reading our input and reduced shard before they change.
-  barrier<false>(a, rank, flag, 2);
   FINISH
+}
+
+// LL two-stage push: each thread sends word i of every other rank's shard to that rank, sums
+// the words of its own shard that arrive, sends the sum to every peer and writes the words
+// that come back into its output. Peers write only LL buffers here, never the output.
+//
+// Buffer reuse: as in one_stage_push_ll (parity buffers, lines zeroed once read). Every pair
+// exchanges a line in both stages of every call (shards have at least one word), so a rank
+// that finished LL call F + 1 knows every peer began it.
+template <typename T>
+__device__ void two_stage_push_ll(const ArArgs& a) {
+  const int rank = a.rank_base + (int)blockIdx.y;
+  const int n = a.nranks;
+  Signal* self = (Signal*)a.sig[rank];
+  if (!ll_launch_ok(self, a.n * T::SIZE, LL2_MAX_BYTES, n, true)) return;
+  const u64 words = ll_words(a.n * T::SIZE);
+  const u64 sw = ll_shard((u32)words, n);
+  const u32 flag = ll_flag(self);
+  const u32 q = flag & 1;
+  const u64 smax = ll_shard(LL2_LINES, n);
+  const u64 i = (u64)blockIdx.x * LL_THREADS + threadIdx.x;
+  if (i < sw) {
+    const char* in = (const char*)a.in[rank];
+    char* out = (char*)a.out[rank];
+    // Reduce-scatter: loads of a group issued together, then the stores.
+#pragma unroll
+    for (int g = 0; g < MAX_RANKS; g += 8) {
+      if (g < n) {
+        u64 x[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+          const u64 w = (u64)(g + k) * sw + i;
+          x[k] = (g + k < n && g + k != rank) ? load_line<T>(in, w, a.n) : 0;
+        }
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+          if (g + k < n && g + k != rank) ll_store(ll2(a.sig[g + k], n, smax, 0, q, rank, i), x[k], flag);
+      }
+    }
+    const u64 own = (u64)rank * sw + i;
+    const u64 mine = load_line<T>(in, own, a.n);
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int g = 0; g < MAX_RANKS; g += 8) {
+      if (g < n) {
+        const u32 want = peers_mask(g, n, rank);
+        u64 d[8];
+        ll_wait8(d, want, [&](int k) { return ll2(a.sig[rank], n, smax, 0, q, clamp_rank(g + k, n), i); }, flag, &self->status);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+          if (g + k < n) add_line<T>(acc, g + k == rank ? mine : d[k]);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+          if ((want >> k) & 1) ll_clear(ll2(a.sig[rank], n, smax, 0, q, g + k, i));
+      }
+    }
+    // All-gather.
+    const u64 r = pack_line<T>(acc);
+#pragma unroll
+    for (int p = 0; p < MAX_RANKS; p++)
+      if (p < n && p != rank) ll_store(ll2(a.sig[p], n, smax, 1, q, rank, i), r, flag);
+    if (own < words) store_line<T>(out, own, r, a.n);
+#pragma unroll
+    for (int g = 0; g < MAX_RANKS; g += 8) {
+      if (g < n) {
+        const u32 want = peers_mask(g, n, rank);
+        u64 d[8];
+        ll_wait8(d, want, [&](int k) { return ll2(a.sig[rank], n, smax, 1, q, clamp_rank(g + k, n), i); }, flag, &self->status);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+          if ((want >> k) & 1) {
+            const u64 w = (u64)(g + k) * sw + i;
+            if (w < words) store_line<T>(out, w, d[k], a.n);
+            ll_clear(ll2(a.sig[rank], n, smax, 1, q, g + k, i));
+          }
+        }
+      }
+    }
+  }
+  if (threadIdx.x == 0) self->ll_epoch[blockIdx.x] = flag;
 }
 
 // Reduce-scatter by writing each shard to its owner's receive slot, then all-gather by
 // writing the reduced shard into every rank's output.
+//
+// No barrier at the start: this rank's slots on a peer were last read in the peer's previous
+// call before it arrived at that call's final barrier (a release), and this rank left that
+// call only after every peer arrived there. Peers' outputs are written only after barrier 1,
+// which every peer reaches only from this call, once its stream is done with the last output.
+// Loads per thread in flight in the reduce-scatter. On the H200, 8 measured 1-3 us faster
+// than 4 at 16 and 64 MiB in one run and no different in the next (2026-11-29); it fits in
+// 64 registers for sm_90 (a few bytes spill on older targets).
+#define RS_GROUP 8
 template <typename T>
 __device__ void two_stage_push(const ArArgs& a) {
   RANK_SETUP
@@ -201,16 +476,19 @@ __device__ void two_stage_push(const ArArgs& a) {
   const u64 mine = shard_len(nvec, sv, rank);
   const u64 tail = a.n - nvec * T::P;
   const char* in = (const char*)a.in[rank];
-  barrier<false>(a, rank, flag, 0);
+  // The input is read once here; the slots written here are read back by the reduce below
+  // (on the receiving GPU, where peers' writes land in L2), so the input makes way first.
+  const u64 once = evict_first_policy();
   for (u64 i = first; i < sv; i += stride) {
 #pragma unroll
-    for (int g = 0; g < MAX_RANKS; g += 4) {
-      V4 x[4];
+    for (int g = 0; g < MAX_RANKS; g += RS_GROUP) {
+      V4 x[RS_GROUP];
 #pragma unroll
-      for (int j = 0; j < 4; j++)
-        if (g + j < n && g + j != rank && (u64)(g + j) * sv + i < nvec) x[j] = ld_v4(in + ((u64)(g + j) * sv + i) * 16);
+      for (int j = 0; j < RS_GROUP; j++)
+        if (g + j < n && g + j != rank && (u64)(g + j) * sv + i < nvec)
+          x[j] = ld_v4_once(in + ((u64)(g + j) * sv + i) * 16, once);
 #pragma unroll
-      for (int j = 0; j < 4; j++)
+      for (int j = 0; j < RS_GROUP; j++)
         if (g + j < n && g + j != rank && (u64)(g + j) * sv + i < nvec) st_v4(slot(a, g + j, rank) + i * 16, x[j]);
     }
   }
@@ -219,7 +497,10 @@ __device__ void two_stage_push(const ArArgs& a) {
     for (u64 j = threadIdx.x; j < tail; j += blockDim.x) copy1<T>(dst, in + nvec * 16, j);
   }
   barrier<true>(a, rank, flag, 1);
-  for (u64 i = first; i < mine; i += stride) {
+  // Backwards: the vectors peers wrote last (this block's last reduce-scatter iterations) are
+  // the likeliest still to be in this GPU's L2, where peers' writes land, so read them first.
+  for (u64 m = first < mine ? (mine - 1 - first) / stride + 1 : 0; m-- > 0;) {
+    const u64 i = first + m * stride;
     float acc[T::P];
     reduce_vec<T>(acc, n, [&](int p) { return p == rank ? in + ((u64)rank * sv + i) * 16 : slot(a, rank, p) + i * 16; });
     const V4 r = pack_vec<T>(acc);
@@ -240,18 +521,29 @@ __device__ void two_stage_push(const ArArgs& a) {
   FINISH
 }
 
-#define AR_KERNELS(T, suffix)                                                                        \
-  extern "C" __global__ void __launch_bounds__(THREADS, 2) one_stage_pull_##suffix(const ArArgs a) {   \
-    one_stage_pull<T>(a);                                                                            \
-  }                                                                                                  \
-  extern "C" __global__ void __launch_bounds__(THREADS, 2) one_stage_push_##suffix(const ArArgs a) {   \
-    one_stage_push<T>(a);                                                                            \
-  }                                                                                                  \
-  extern "C" __global__ void __launch_bounds__(THREADS, 2) two_stage_pull_##suffix(const ArArgs a) {   \
-    two_stage_pull<T>(a);                                                                            \
-  }                                                                                                  \
-  extern "C" __global__ void __launch_bounds__(THREADS, 2) two_stage_push_##suffix(const ArArgs a) {   \
-    two_stage_push<T>(a);                                                                            \
+// The bandwidth kernels: two blocks per SM, so 64 registers. The LL kernels run small blocks
+// and keep a line per peer in registers.
+#define AR_KERNELS(T, suffix)                                                                         \
+  extern "C" __global__ void __launch_bounds__(THREADS, 2) one_stage_pull_##suffix(const ArArgs a) {    \
+    one_stage_pull<T>(a);                                                                             \
+  }                                                                                                   \
+  extern "C" __global__ void __launch_bounds__(THREADS, 2) one_stage_push_##suffix(const ArArgs a) {    \
+    one_stage_push<T>(a);                                                                             \
+  }                                                                                                   \
+  extern "C" __global__ void __launch_bounds__(THREADS, 2) two_stage_pull_##suffix(const ArArgs a) {    \
+    two_stage_pull<T>(a);                                                                             \
+  }                                                                                                   \
+  extern "C" __global__ void __launch_bounds__(THREADS, 2) two_stage_push_##suffix(const ArArgs a) {    \
+    two_stage_push<T>(a);                                                                             \
+  }                                                                                                   \
+  extern "C" __global__ void __launch_bounds__(LL_THREADS) one_stage_push_ll_##suffix(const ArArgs a) { \
+    one_stage_push_ll<T>(a);                                                                          \
+  }                                                                                                   \
+  extern "C" __global__ void __launch_bounds__(LL_THREADS) two_stage_pull_ll_##suffix(const ArArgs a) { \
+    two_stage_pull_ll<T>(a);                                                                          \
+  }                                                                                                   \
+  extern "C" __global__ void __launch_bounds__(LL_THREADS) two_stage_push_ll_##suffix(const ArArgs a) { \
+    two_stage_push_ll<T>(a);                                                                          \
   }
 
 AR_KERNELS(Bf16, bf16)

@@ -19,13 +19,33 @@ struct __align__(16) V4 {
   u32 a, b, c, d;
 };
 
+// Small messages take the LL path (after NCCL's low-latency protocol): every 8-byte word sent
+// carries 4 bytes of data and a 4-byte flag, so a receiver knows the data arrived from the
+// flag beside it and no system-scope fence or separate barrier is needed. Lines of 16 bytes
+// (two such words, 8 data bytes) live in each rank's signal allocation from LL_OFFSET on.
+#define LL_OFFSET 65536
+#define LL_LINE 16
+// Threads per block of the LL kernels: one data word each. Small blocks spread a message over
+// many multiprocessors; each thread's stores and polls go through its SM's port to L2, and
+// with 512-thread blocks that port, not latency, set the time (measured 2026-11-29).
+#define LL_THREADS 128
+// Largest message per rank (bytes) each kernel sends through LL: one-stage push keeps a line
+// per data word from every peer (2 x n x LL1 lines), two-stage push and pull only a shard.
+#define LL1_MAX_BYTES 32768
+#define LL2_MAX_BYTES 65536
+#define LL1_LINES (LL1_MAX_BYTES / 8)
+#define LL2_LINES (LL2_MAX_BYTES / 8)
+
 // Per-rank signal area, zeroed once at allocation and never reset: every barrier uses the
 // block's epoch + 1 as the value to wait for, so repeated calls and CUDA-graph replays work
-// without host resets. flags[phase][block][src] is written by rank `src`.
+// without host resets. flags[phase][block][src] is written by rank `src`. Calls that take the
+// LL path count in ll_epoch instead, so each flag slot and each LL line only ever sees one
+// sequence of values (the previous value is never the one awaited, even after wrapping).
 struct Signal {
   u32 flags[3][MAX_BLOCKS][MAX_RANKS];
   u32 epoch[MAX_BLOCKS];
   u32 status;  // non-zero: a barrier timed out on this rank
+  u32 ll_epoch[MAX_BLOCKS];
 };
 
 // Kernel argument block; the host mirrors this layout (src/fabric/cuda/kernels.rs).
@@ -93,6 +113,75 @@ __device__ __forceinline__ void wait_for(const u32* p, u32 want, u32* status) {
   }
 }
 
+// ---- LL lines: {data lo, flag, data hi, flag} ----
+//
+// Why no fence is needed: PTX models a vector access as one access per element (PTX ISA
+// 8.2.4), and two .relaxed.sys accesses of the same aligned 8-byte word are morally strong,
+// so they are single-copy atomic (8.10.3): a reader sees a word either entirely from the
+// writer's store or entirely from an earlier one. A word whose flag half holds this call's
+// flag therefore holds this call's data half; no other ordering is involved. The same holds
+// over PCIe and NVLink, where NCCL's LL protocol relies on 8-byte stores arriving whole.
+// Flags are never 0 (ll_flag), and lines are zeroed once consumed, so a stale line can never
+// carry the flag being awaited.
+
+__device__ __forceinline__ void ll_store(void* p, u64 data, u32 flag) {
+  const u64 lo = (data & 0xffffffffull) | ((u64)flag << 32);
+  const u64 hi = (data >> 32) | ((u64)flag << 32);
+  asm volatile("st.relaxed.sys.global.v2.u64 [%0], {%1,%2};" ::"l"(p), "l"(lo), "l"(hi) : "memory");
+}
+
+__device__ __forceinline__ void ll_clear(void* p) {
+  asm volatile("st.relaxed.sys.global.v2.u64 [%0], {%1,%1};" ::"l"(p), "l"(0ull) : "memory");
+}
+
+// Loads the line at p into lo, hi when `on` is non-zero; otherwise leaves them as they were.
+// A predicated load rather than a branch, so that several of them issue back to back.
+__device__ __forceinline__ void ll_load_if(u32 on, const void* p, u64& lo, u64& hi) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %2, 0;\n\t"
+      "@p ld.relaxed.sys.global.v2.u64 {%0,%1}, [%3];\n\t}"
+      : "+l"(lo), "+l"(hi)
+      : "r"(on), "l"(p)
+      : "memory");
+}
+
+// Waits until each line ptr(k) with bit k of `want` set (k < 8) carries `flag`, and returns
+// their data in d[k]. Each pass loads, back to back, only the lines still missing, so one
+// pass costs one memory round trip however many peers there are and arrived lines are not
+// read again. ptr(k) must be a valid address for every k (callers clamp). Gives up like
+// wait_for on timeout.
+template <typename Ptr>
+__device__ __forceinline__ void ll_wait8(u64* d, u32 want, Ptr ptr, u32 flag, u32* status) {
+  u64 start = 0;
+  u32 spins = 0;
+  u64 lo[8], hi[8];
+#pragma unroll
+  for (int k = 0; k < 8; k++) lo[k] = hi[k] = 0;
+  u32 missing = want;
+  for (;;) {
+#pragma unroll
+    for (int k = 0; k < 8; k++) ll_load_if(missing & (1u << k), ptr(k), lo[k], hi[k]);
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+      if ((u32)(lo[k] >> 32) == flag && (u32)(hi[k] >> 32) == flag) missing &= ~(1u << k);
+    if (missing == 0) {
+#pragma unroll
+      for (int k = 0; k < 8; k++) d[k] = (lo[k] & 0xffffffffull) | (hi[k] << 32);
+      return;
+    }
+    if ((++spins & 255) == 0) {
+      u64 t = now_ns();
+      if (start == 0) {
+        start = t;
+        if (ld_volatile(status) != 0) return;
+      } else if (t - start > BARRIER_TIMEOUT_NS) {
+        atomicExch(status, 1u);
+        return;
+      }
+    }
+  }
+}
+
 // 16-byte loads bypass L1 (.cg): peers' data may have been written during this kernel.
 __device__ __forceinline__ V4 ld_v4(const void* p) {
   V4 v;
@@ -101,6 +190,31 @@ __device__ __forceinline__ V4 ld_v4(const void* p) {
                : "l"(p)
                : "memory");
   return v;
+}
+
+// An L2 policy under which the lines a load brings in are evicted first (sm_80 and later;
+// 0, unused, before).
+__device__ __forceinline__ u64 evict_first_policy() {
+  u64 policy = 0;
+#if __CUDA_ARCH__ >= 800
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+#endif
+  return policy;
+}
+
+// ld_v4 for data read once: its lines leave L2 before others, so what the kernel wrote and
+// reads back soon stays there. A cache hint only; the value read is the same.
+__device__ __forceinline__ V4 ld_v4_once(const void* p, u64 policy) {
+#if __CUDA_ARCH__ >= 800
+  V4 v;
+  asm volatile("ld.global.cg.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+               : "=r"(v.a), "=r"(v.b), "=r"(v.c), "=r"(v.d)
+               : "l"(p), "l"(policy)
+               : "memory");
+  return v;
+#else
+  return ld_v4(p);
+#endif
 }
 
 __device__ __forceinline__ void st_v4(void* p, V4 v) {
@@ -119,6 +233,16 @@ __device__ __forceinline__ u16 ld_u16(const void* p) {
   u16 v;
   asm volatile("ld.global.cg.u16 %0, [%1];" : "=h"(v) : "l"(p) : "memory");
   return v;
+}
+
+__device__ __forceinline__ u64 ld_u64(const void* p) {
+  u64 v;
+  asm volatile("ld.global.cg.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void st_u64(void* p, u64 v) {
+  asm volatile("st.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
 __device__ __forceinline__ void st_u32(void* p, u32 v) {
@@ -217,4 +341,75 @@ __device__ __forceinline__ V4 pack_vec(const float* acc) {
     v.d = __float_as_uint(acc[3]);
   }
   return v;
+}
+
+// ---- 8-byte LL data words: 4 bf16/fp16 or 2 fp32 values ----
+
+template <typename T>
+__device__ __forceinline__ void add_line(float* acc, u64 d) {
+  const u32 w0 = (u32)d, w1 = (u32)(d >> 32);
+  if constexpr (T::SIZE == 2) {
+    acc[0] += T::get(w0, 0);
+    acc[1] += T::get(w0, 1);
+    acc[2] += T::get(w1, 0);
+    acc[3] += T::get(w1, 1);
+  } else {
+    acc[0] += __uint_as_float(w0);
+    acc[1] += __uint_as_float(w1);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ u64 pack_line(const float* acc) {
+  if constexpr (T::SIZE == 2) {
+    return (u64)T::put(acc[0], acc[1]) | ((u64)T::put(acc[2], acc[3]) << 32);
+  } else {
+    return (u64)__float_as_uint(acc[0]) | ((u64)__float_as_uint(acc[1]) << 32);
+  }
+}
+
+// The partial last word of a message: elements past the end read as 0 and are not touched.
+// Out of line, so the common full-word path keeps its registers.
+template <typename T>
+__device__ __noinline__ u64 load_partial(const char* base, u64 j, u64 elems) {
+  const u64 e0 = j * (8 / T::SIZE);
+  u64 d = 0;
+  for (u64 k = 0; e0 + k < elems; k++) {
+    const u64 raw = T::SIZE == 2 ? (u64)ld_u16(base + (e0 + k) * 2) : (u64)ld_u32(base + (e0 + k) * 4);
+    d |= raw << (k * T::SIZE * 8);
+  }
+  return d;
+}
+
+template <typename T>
+__device__ __noinline__ void store_partial(char* base, u64 j, u64 d, u64 elems) {
+  const u64 e0 = j * (8 / T::SIZE);
+  for (u64 k = 0; e0 + k < elems; k++) {
+    if constexpr (T::SIZE == 2) {
+      st_u16(base + (e0 + k) * 2, (u16)(d >> (k * 16)));
+    } else {
+      st_u32(base + (e0 + k) * 4, (u32)(d >> (k * 32)));
+    }
+  }
+}
+
+// Data word j (8 bytes) of a message of `elems` elements at base; 0 past the end, and the
+// last word never reads past the message.
+template <typename T>
+__device__ __forceinline__ u64 load_line(const char* base, u64 j, u64 elems) {
+  const u64 per = 8 / T::SIZE;
+  if ((j + 1) * per <= elems) return ld_u64(base + j * 8);
+  if (j * per >= elems) return 0;
+  return load_partial<T>(base, j, elems);
+}
+
+// Writes the elements of data word j that lie inside the message.
+template <typename T>
+__device__ __forceinline__ void store_line(char* base, u64 j, u64 d, u64 elems) {
+  const u64 per = 8 / T::SIZE;
+  if ((j + 1) * per <= elems) {
+    st_u64(base + j * 8, d);
+  } else if (j * per < elems) {
+    store_partial<T>(base, j, d, elems);
+  }
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use super::data;
 use super::driver::{self, dev, is_oom, DevBuf, Event, Graph, Stream, DEVICE_HINT};
-use super::kernels::{self, ArArgs, MAX_RANKS, SIGNAL_ALLOC, SIGNAL_STATUS_OFFSET, THREADS};
+use super::kernels::{self, ArArgs, MAX_RANKS, SIGNAL_STATUS_OFFSET};
 use super::nccl;
 use super::watchdog::{self, Deadline, Poll, Waited};
 use super::Gpu;
@@ -381,7 +381,7 @@ impl Prepared {
                 )?),
                 _ => None,
             };
-            let signal = alloc(gpus, g, SIGNAL_ALLOC as u64, "signal flags")?;
+            let signal = alloc(gpus, g, kernels::signal_bytes(b, self.n), "signal flags")?;
             signal
                 .fill(0)
                 .map_err(|e| format!("clearing signal flags failed: {e}"))?;
@@ -586,15 +586,16 @@ impl Prepared {
                     .kernels
                     .as_ref()
                     .map_err(|e| FabricError::Device(e.clone()))?;
-                let (f, per_sm) = k.allreduce(backend, dtype).ok_or_else(|| {
-                    FabricError::Device(format!("no kernel for {backend} {}", dtype.id()))
-                })?;
-                let cap = kernels::block_cap(gpus[unit.gpu].facts.sms, per_sm, unit.ranks as u32);
-                let blocks = kernels::blocks(backend, elems, dtype, self.n, cap);
+                let sms = gpus[unit.gpu].facts.sms;
+                let (f, blocks, threads) = k
+                    .plan(backend, dtype, elems, self.n, sms, unit.ranks as u32)
+                    .ok_or_else(|| {
+                        FabricError::Device(format!("no kernel for {backend} {}", dtype.id()))
+                    })?;
                 let mut a = c.args;
                 a.n = elems;
                 a.rank_base = unit.rank_base as i32;
-                f.launch((blocks, unit.ranks as u32), THREADS, &unit.stream, &a)
+                f.launch((blocks, unit.ranks as u32), threads, &unit.stream, &a)
                     .map_err(|e| FabricError::Backend {
                         backend,
                         reason: format!("kernel launch failed: {e}"),

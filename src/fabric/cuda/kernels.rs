@@ -12,10 +12,19 @@ use crate::fabric::{Backend, Dtype, FabricError};
 pub const MAX_RANKS: usize = 16;
 pub const MAX_BLOCKS: u32 = 256;
 pub const THREADS: u32 = 512;
-/// Bytes of one rank's `Signal` (kernels/common.cuh), allocated rounded up.
+/// Bytes reserved for one rank's `Signal` (kernels/common.cuh); its LL lines follow.
 pub const SIGNAL_ALLOC: usize = 64 << 10;
 /// Offset of `Signal::status` (3 x 256 x 16 flags + 256 epochs, all u32).
 pub const SIGNAL_STATUS_OFFSET: usize = (3 * 256 * 16 + 256) * 4;
+/// Largest message per rank (bytes) that one-stage push sends through its LL kernel
+/// (`LL1_MAX_BYTES` in kernels/common.cuh).
+pub const LL1_MAX_BYTES: u64 = 32 << 10;
+/// The same for two-stage push and pull (`LL2_MAX_BYTES`).
+pub const LL2_MAX_BYTES: u64 = 64 << 10;
+/// Bytes of one LL line: 8 data bytes and two 4-byte flags.
+const LL_LINE: u64 = 16;
+/// Threads per block of the LL kernels, one 8-byte data word each (`LL_THREADS`).
+pub const LL_THREADS: u32 = 128;
 
 /// Mirrors `struct ArArgs` in kernels/common.cuh.
 #[repr(C)]
@@ -65,10 +74,59 @@ pub const CUSTOM: [Backend; 4] = [
 ];
 pub const DTYPES: [Dtype; 3] = [Dtype::Bf16, Dtype::Fp16, Dtype::Fp32];
 
+/// Name of the LL (small-message) kernel of a backend, e.g. "two_stage_push_ll_bf16".
+pub fn ll_kernel_name(backend: Backend, dtype: Dtype) -> Option<String> {
+    let base = match backend {
+        Backend::OneStagePush => "one_stage_push",
+        Backend::TwoStagePull => "two_stage_pull",
+        Backend::TwoStagePush => "two_stage_push",
+        _ => return None,
+    };
+    Some(format!("{base}_ll_{}", dtype.id()))
+}
+
+/// Blocks the LL kernel of `backend` needs for a message of `bytes` per rank over `n` ranks
+/// (one 8-byte data word per thread, `LL_THREADS` threads per block; mirrors `ll_grid` in
+/// kernels/allreduce.cu), or None when
+/// the message is too large for LL or the backend has no LL kernel.
+pub fn ll_blocks(backend: Backend, bytes: u64, n: usize) -> Option<u32> {
+    let words = bytes.div_ceil(8);
+    let per_thread = match backend {
+        Backend::OneStagePush if bytes <= LL1_MAX_BYTES => words,
+        Backend::TwoStagePull | Backend::TwoStagePush if bytes <= LL2_MAX_BYTES => {
+            ll_shard(words, n)
+        }
+        _ => return None,
+    };
+    Some(per_thread.div_ceil(LL_THREADS as u64) as u32)
+}
+
+/// Data words per shard in the two-stage LL kernels: at least one.
+fn ll_shard(words: u64, n: usize) -> u64 {
+    words.div_ceil(n.max(1) as u64).max(1)
+}
+
+/// Bytes of one rank's signal allocation for `backend` over `n` ranks: the `Signal` flags, then
+/// the LL lines its LL kernel uses (kernels/allreduce.cu: ll1, ll2, llp).
+pub fn signal_bytes(backend: Backend, n: usize) -> u64 {
+    let smax = ll_shard(LL2_MAX_BYTES / 8, n);
+    let lines = match backend {
+        // Two buffers (by flag parity) of a line per data word from each sender.
+        Backend::OneStagePush => 2 * n as u64 * (LL1_MAX_BYTES / 8),
+        // Two stages x two buffers of a shard's lines from each sender.
+        Backend::TwoStagePush => 4 * n as u64 * smax,
+        // The reduced shard's lines, rounded up to whole blocks.
+        Backend::TwoStagePull => smax.div_ceil(LL_THREADS as u64) * LL_THREADS as u64,
+        _ => 0,
+    };
+    SIGNAL_ALLOC as u64 + lines * LL_LINE
+}
+
 /// The compiled kernels loaded into one GPU's context.
 pub struct Kernels {
     _modules: Vec<Module>,
     allreduce: Vec<(Backend, Dtype, Function, u32)>,
+    ll: Vec<(Backend, Dtype, Function, u32)>,
     pub latch_wait: Function,
     pub probe_read: Function,
     pub probe_write: Function,
@@ -86,18 +144,25 @@ impl Kernels {
                 &format!("loading the compiled kernels/{name}"),
             )?);
         }
-        let mut allreduce = Vec::new();
+        let load = |name: &str, threads: u32| -> Result<(Function, u32), FabricError> {
+            let f = modules[0].function(name)?;
+            let per_sm = dev(f.blocks_per_sm(threads), "the occupancy query")?;
+            if per_sm == 0 {
+                return Err(FabricError::Device(format!(
+                    "kernel {name} cannot run {threads} threads per block on this GPU"
+                )));
+            }
+            Ok((f, per_sm))
+        };
+        let (mut allreduce, mut ll) = (Vec::new(), Vec::new());
         for b in CUSTOM {
             for d in DTYPES {
-                let name = kernel_name(b, d).unwrap_or_default();
-                let f = modules[0].function(&name)?;
-                let per_sm = dev(f.blocks_per_sm(THREADS), "the occupancy query")?;
-                if per_sm == 0 {
-                    return Err(FabricError::Device(format!(
-                        "kernel {name} cannot run {THREADS} threads per block on this GPU"
-                    )));
-                }
+                let (f, per_sm) = load(&kernel_name(b, d).unwrap_or_default(), THREADS)?;
                 allreduce.push((b, d, f, per_sm));
+                if let Some(name) = ll_kernel_name(b, d) {
+                    let (f, per_sm) = load(&name, LL_THREADS)?;
+                    ll.push((b, d, f, per_sm));
+                }
             }
         }
         Ok(Kernels {
@@ -106,6 +171,7 @@ impl Kernels {
             probe_write: modules[1].function("probe_write")?,
             _modules: modules,
             allreduce,
+            ll,
             target: images.target.option(),
         })
     }
@@ -116,6 +182,36 @@ impl Kernels {
             .iter()
             .find(|(b, d, _, _)| *b == backend && *d == dtype)
             .map(|(_, _, f, n)| (*f, *n))
+    }
+
+    /// The kernel, blocks and threads per block for one call of `elems` elements over `n`
+    /// ranks, `ranks_on_gpu` of which share this GPU of `sms` multiprocessors: the LL kernel
+    /// for small messages when its grid fits beside the other ranks', else the bandwidth
+    /// kernel. Depends only on the arguments, so every rank of a group of like GPUs makes the
+    /// same choice.
+    pub fn plan(
+        &self,
+        backend: Backend,
+        dtype: Dtype,
+        elems: u64,
+        n: usize,
+        sms: u32,
+        ranks_on_gpu: u32,
+    ) -> Option<(Function, u32, u32)> {
+        let ll = self
+            .ll
+            .iter()
+            .find(|(b, d, _, _)| *b == backend && *d == dtype);
+        if let (Some((_, _, f, per_sm)), Some(need)) =
+            (ll, ll_blocks(backend, elems * dtype.size(), n))
+        {
+            if need <= block_cap(sms, *per_sm, ranks_on_gpu) {
+                return Some((*f, need, LL_THREADS));
+            }
+        }
+        let (f, per_sm) = self.allreduce(backend, dtype)?;
+        let cap = block_cap(sms, per_sm, ranks_on_gpu);
+        Some((f, blocks(backend, elems, dtype, n, cap), THREADS))
     }
 }
 
@@ -200,6 +296,85 @@ mod tests {
             16
         );
         assert_eq!(blocks(Backend::TwoStagePush, 3, Dtype::Fp32, 8, 16), 1);
+    }
+
+    #[test]
+    fn ll_constants_match_the_kernels() {
+        assert!(compile::COMMON.contains("#define LL_OFFSET 65536"));
+        assert_eq!(SIGNAL_ALLOC, 65536);
+        assert!(compile::COMMON.contains("#define LL_LINE 16"));
+        assert!(compile::COMMON.contains("#define LL1_MAX_BYTES 32768"));
+        assert!(compile::COMMON.contains("#define LL2_MAX_BYTES 65536"));
+        assert!(compile::COMMON.contains("#define LL_THREADS 128"));
+        assert_eq!((LL1_MAX_BYTES, LL2_MAX_BYTES), (32768, 65536));
+        // The Signal struct (flags, epochs, status, LL epochs) ends before the LL lines.
+        const { assert!(SIGNAL_STATUS_OFFSET + 4 + 256 * 4 <= SIGNAL_ALLOC) };
+        for b in [
+            Backend::OneStagePush,
+            Backend::TwoStagePull,
+            Backend::TwoStagePush,
+        ] {
+            let d = Dtype::Bf16;
+            let name = ll_kernel_name(b, d).unwrap();
+            assert!(compile::ALLREDUCE
+                .contains(&format!("{}_##suffix", name.trim_end_matches("_bf16"))));
+        }
+        assert_eq!(ll_kernel_name(Backend::OneStagePull, Dtype::Bf16), None);
+    }
+
+    #[test]
+    fn ll_grids_cover_one_word_per_thread() {
+        // 4 KiB: 512 words, four blocks of 128; two-stage: a shard of 64 words.
+        assert_eq!(ll_blocks(Backend::OneStagePush, 4096, 8), Some(4));
+        assert_eq!(ll_blocks(Backend::TwoStagePush, 4096, 8), Some(1));
+        assert_eq!(ll_blocks(Backend::OneStagePush, 32 << 10, 8), Some(32));
+        assert_eq!(ll_blocks(Backend::OneStagePush, (32 << 10) + 2, 8), None);
+        assert_eq!(ll_blocks(Backend::TwoStagePull, 64 << 10, 2), Some(32));
+        assert_eq!(ll_blocks(Backend::TwoStagePull, 64 << 10, 8), Some(8));
+        // The largest LL grids still fit beside 7 other loopback ranks on an H200.
+        assert!(32 <= block_cap(132, 2, 8));
+        assert_eq!(ll_blocks(Backend::TwoStagePush, (64 << 10) + 2, 8), None);
+        assert_eq!(ll_blocks(Backend::OneStagePull, 4096, 8), None);
+        // Tiny messages still exchange a (padded) word between every pair.
+        assert_eq!(ll_blocks(Backend::TwoStagePush, 2, 16), Some(1));
+        assert_eq!(ll_shard(1, 16), 1);
+        assert_eq!(ll_shard(8193, 8), 1025);
+    }
+
+    #[test]
+    fn ll_lines_fit_the_signal_allocation() {
+        for n in 2..=MAX_RANKS {
+            for b in [
+                Backend::OneStagePush,
+                Backend::TwoStagePull,
+                Backend::TwoStagePush,
+            ] {
+                let max = if b == Backend::OneStagePush {
+                    LL1_MAX_BYTES
+                } else {
+                    LL2_MAX_BYTES
+                };
+                let lines = (signal_bytes(b, n) - SIGNAL_ALLOC as u64) / LL_LINE;
+                let smax = ll_shard(LL2_MAX_BYTES / 8, n);
+                // The highest line index each kernel touches, plus one.
+                let used = match b {
+                    Backend::OneStagePush => (2 * n as u64 - 1) * (max / 8) + max / 8,
+                    Backend::TwoStagePush => 4 * smax * n as u64,
+                    _ => ll_blocks(b, max, n).unwrap() as u64 * LL_THREADS as u64,
+                };
+                assert!(used <= lines, "{b} n={n}: {used} > {lines}");
+            }
+            assert_eq!(signal_bytes(Backend::OneStagePull, n), SIGNAL_ALLOC as u64);
+        }
+        // K = 8: 1 MiB of lines for one-stage push, about 512 KiB for two-stage push.
+        assert_eq!(
+            signal_bytes(Backend::OneStagePush, 8),
+            (64 << 10) + (1 << 20)
+        );
+        assert_eq!(
+            signal_bytes(Backend::TwoStagePush, 8),
+            (64 << 10) + (512 << 10)
+        );
     }
 
     #[test]
