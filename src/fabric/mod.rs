@@ -210,6 +210,38 @@ pub struct Group {
     pub max_bytes: u64,
 }
 
+impl Group {
+    /// Checks the group fits a machine of `gpu_count` GPUs: 2 or more GPUs, each existing and
+    /// listed once, and a largest message of at least 1 byte. Every fabric's `prepare` starts here.
+    pub fn check(&self, gpu_count: usize) -> Result<(), FabricError> {
+        let bad = |m: String| Err(FabricError::BadRequest(m));
+        let last = gpu_count.saturating_sub(1);
+        if self.gpus.len() < 2 {
+            return bad(format!(
+                "a group needs at least 2 GPUs, this one has {}; pick 2 or more of GPUs 0..{last}",
+                self.gpus.len()
+            ));
+        }
+        if let Some(g) = self.gpus.iter().find(|&&g| g >= gpu_count) {
+            return bad(format!(
+                "GPU {g} does not exist; this machine has GPUs 0..{last}"
+            ));
+        }
+        let mut seen = self.gpus.clone();
+        seen.sort_unstable();
+        if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
+            return bad(format!(
+                "GPU {} appears twice in the group; list each GPU once",
+                w[0]
+            ));
+        }
+        if self.max_bytes == 0 {
+            return bad("a group's largest message must be at least 1 byte".into());
+        }
+        Ok(())
+    }
+}
+
 /// What one backend costs each GPU of the group.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct MemoryCost {
@@ -382,5 +414,20 @@ mod tests {
                 format!("\"{}\"", b.id())
             );
         }
+    }
+
+    #[test]
+    fn group_check_names_the_problem() {
+        let g = |gpus: Vec<usize>, max_bytes| Group {
+            gpus,
+            dtype: Dtype::Bf16,
+            max_bytes,
+        };
+        assert!(g(vec![0, 1], 1).check(2).is_ok());
+        let msg = |r: Result<(), FabricError>| r.unwrap_err().to_string();
+        assert!(msg(g(vec![0], 1).check(2)).contains("at least 2 GPUs"));
+        assert!(msg(g(vec![0, 5], 1).check(2)).contains("GPU 5 does not exist"));
+        assert!(msg(g(vec![1, 1], 1).check(2)).contains("appears twice"));
+        assert!(msg(g(vec![0, 1], 0).check(2)).contains("at least 1 byte"));
     }
 }

@@ -432,25 +432,7 @@ impl Fabric for CudaFabric {
         self.release()?;
         self.check_stuck()?;
         self.record_links_under_load();
-        if group.gpus.len() < 2 {
-            return Err(FabricError::BadRequest(
-                "a group needs at least 2 GPUs".into(),
-            ));
-        }
-        let mut seen = group.gpus.clone();
-        seen.sort_unstable();
-        seen.dedup();
-        if seen.len() != group.gpus.len() {
-            return Err(FabricError::BadRequest(format!(
-                "group {:?} lists a GPU twice",
-                group.gpus
-            )));
-        }
-        if group.max_bytes == 0 {
-            return Err(FabricError::BadRequest(
-                "a group's largest message must be at least 1 byte".into(),
-            ));
-        }
+        group.check(self.topo.gpu_count())?;
         let mut rank_gpus = Vec::new();
         for &i in &group.gpus {
             match self.map.get(i) {

@@ -208,32 +208,6 @@ impl SimFabric {
         Ok(self.net.rates(&flows, &refs))
     }
 
-    fn validate(&self, group: &Group) -> Result<(), FabricError> {
-        let n = self.topo.gpu_count();
-        if group.gpus.len() < 2 {
-            return Err(bad(format!(
-                "a group needs at least 2 GPUs, this one has {}; pick 2 or more of GPUs 0..{}",
-                group.gpus.len(),
-                n.saturating_sub(1)
-            )));
-        }
-        if let Some(g) = group.gpus.iter().find(|&&g| g >= n) {
-            return Err(bad(format!(
-                "GPU {g} does not exist; this machine has GPUs 0..{}",
-                n.saturating_sub(1)
-            )));
-        }
-        let mut seen = group.gpus.clone();
-        seen.sort_unstable();
-        if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
-            return Err(bad(format!(
-                "GPU {} appears twice in the group; list each GPU once",
-                w[0]
-            )));
-        }
-        Ok(())
-    }
-
     /// Why `backend` cannot run on `gpus`, if it cannot.
     fn waiver(&self, backend: Backend, gpus: &[usize], model: &nccl::Model) -> Option<String> {
         if backend.is_custom() {
@@ -388,7 +362,7 @@ impl Fabric for SimFabric {
     ) -> Result<Vec<Readiness>, FabricError> {
         self.prepared = None;
         self.tick()?;
-        self.validate(group)?;
+        group.check(self.topo.gpu_count())?;
         let n = group.gpus.len();
         let model = self.model(&group.gpus).nccl.clone();
         let readiness: Vec<Readiness> = backends
