@@ -3,7 +3,7 @@
 //! tests/c/capi_harness.c compiles against src/artune.h and links the library. Skipped, with a
 //! line saying so, where no C compiler (`cc`) is installed.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
