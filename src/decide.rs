@@ -193,7 +193,7 @@ pub fn placements(t: &Topology, tp: usize, max: usize) -> Vec<(Vec<usize>, Strin
 }
 
 /// Extra memory per GPU a backend costs an engine to serve messages up to `bytes`.
-fn extra_memory(backend: Backend, tp: usize, bytes: u64) -> u64 {
+pub fn extra_memory(backend: Backend, tp: usize, bytes: u64) -> u64 {
     if backend.is_custom() {
         memory::modelled(backend, tp, bytes, 0)
     } else {
@@ -264,6 +264,19 @@ pub fn refine_points(
     out
 }
 
+/// Where the choice changes between neighbouring buckets: the first bucket of each new choice.
+pub fn crossovers(buckets: &[Bucket]) -> Vec<Crossover> {
+    buckets
+        .windows(2)
+        .filter(|w| w[0].choice != w[1].choice)
+        .map(|w| Crossover {
+            bytes: w[1].bytes,
+            from: w[0].choice,
+            to: w[1].choice,
+        })
+        .collect()
+}
+
 /// Decision settings for one group.
 #[derive(Debug, Clone, Copy)]
 pub struct Policy {
@@ -331,15 +344,7 @@ pub fn group_profile(
         }
     }
 
-    let crossovers = buckets
-        .windows(2)
-        .filter(|w| w[0].choice != w[1].choice)
-        .map(|w| Crossover {
-            bytes: w[1].bytes,
-            from: w[0].choice,
-            to: w[1].choice,
-        })
-        .collect();
+    let crossovers = crossovers(&buckets);
 
     let max_bytes = res
         .cells

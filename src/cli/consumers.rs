@@ -2,9 +2,7 @@
 
 use std::path::Path;
 
-use super::{
-    load_topology, CheckArgs, DtypeArg, Engine, ExportArgs, PredictArgs, SelectArgs, Source,
-};
+use super::{load_topology, CheckArgs, DtypeArg, ExportArgs, PredictArgs, SelectArgs, Source};
 use crate::error::Error;
 use crate::export;
 use crate::fabric::Mode;
@@ -94,13 +92,7 @@ pub fn export(a: ExportArgs) -> Result<i32, Error> {
         .display()
         .to_string();
     let o = export::Options {
-        engine: match a.engine {
-            Engine::Trtllm => export::Engine::Trtllm,
-            Engine::Vllm => export::Engine::Vllm,
-            Engine::Sglang => export::Engine::Sglang,
-            Engine::Nccl => export::Engine::Nccl,
-            Engine::Env => export::Engine::Env,
-        },
+        engine: a.engine,
         tp: a.tp,
         hidden: a.hidden,
         dtype: match a.dtype {

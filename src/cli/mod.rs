@@ -180,14 +180,7 @@ impl From<SelectMode> for Mode {
     }
 }
 
-#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Engine {
-    Trtllm,
-    Vllm,
-    Sglang,
-    Nccl,
-    Env,
-}
+pub use crate::export::Engine;
 
 #[derive(Args, Debug)]
 pub struct ExportArgs {

@@ -1,7 +1,6 @@
 //! `artune tune` and `artune show`.
 
 use std::io::IsTerminal;
-use std::path::Path;
 
 use super::{ShowArgs, TuneArgs};
 use crate::error::Error;
@@ -40,28 +39,6 @@ fn open_fabric(a: &TuneArgs, faults: Faults) -> Result<Box<dyn Fabric>, Error> {
         return Ok(Box::new(SimFabric::new(t, a.seed).with_faults(faults)));
     }
     Ok(Box::new(crate::fabric::cuda::CudaFabric::open(a.loopback)?))
-}
-
-/// Fails early, before any measuring, when the profile could not be written.
-fn check_writable(path: &Path) -> Result<(), Error> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    if path.is_dir() {
-        return Err(Error::Write {
-            path: path.into(),
-            reason: "it is a directory".into(),
-        });
-    }
-    tempfile::Builder::new()
-        .prefix(".artune-probe-")
-        .tempfile_in(dir)
-        .map(drop)
-        .map_err(|e| Error::Write {
-            path: path.into(),
-            reason: e.to_string(),
-        })
 }
 
 /// A group where every backend failed or was waived has nothing to offer: that is a hardware
@@ -120,7 +97,7 @@ pub fn run(a: TuneArgs) -> Result<i32, Error> {
         units::parse_bytes(b)?;
     }
     let faults = faults(&a)?;
-    check_writable(&a.out)?;
+    crate::profile::check_writable(&a.out)?;
     crate::measure::install_interrupt_handler();
     let mut fabric = open_fabric(&a, faults)?;
     let opts = options(&a, fabric.topology().gpu_count())?;

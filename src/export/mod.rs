@@ -16,8 +16,8 @@ use crate::error::Error;
 use crate::fabric::{Backend, Dtype, Mode};
 use crate::profile::{Bucket, GroupProfile, Profile, Query, Timing};
 
-/// The engine to export for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The engine to export for (also the `--engine` argument).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Engine {
     Trtllm,
     Vllm,

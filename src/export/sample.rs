@@ -69,15 +69,7 @@ fn group(gpus: Vec<usize>, mode: Mode, sizes: &[u64]) -> GroupProfile {
             }
         })
         .collect();
-    let crossovers = buckets
-        .windows(2)
-        .filter(|w| w[0].choice != w[1].choice)
-        .map(|w| Crossover {
-            bytes: w[1].bytes,
-            from: w[0].choice,
-            to: w[1].choice,
-        })
-        .collect();
+    let crossovers = crate::decide::crossovers(&buckets);
     let memory = Backend::ALL
         .into_iter()
         .filter(|b| model(*b, tp).is_some())

@@ -281,23 +281,44 @@ pub fn validate_built(p: &Profile) -> Result<(), Error> {
     })
 }
 
+/// The directory [`write_atomic`] creates its temporary file in; refuses a directory as `path`.
+fn target_dir(path: &Path) -> Result<&Path, Error> {
+    if path.is_dir() {
+        return Err(Error::Write {
+            path: path.into(),
+            reason: "it is a directory".into(),
+        });
+    }
+    Ok(match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    })
+}
+
+/// Fails, before any measuring, where [`write_atomic`] could not write `path`: it creates and
+/// removes a temporary file where the real write would.
+pub fn check_writable(path: &Path) -> Result<(), Error> {
+    tempfile::Builder::new()
+        .prefix(".artune-probe-")
+        .tempfile_in(target_dir(path)?)
+        .map(drop)
+        .map_err(|e| Error::Write {
+            path: path.into(),
+            reason: e.to_string(),
+        })
+}
+
 /// Writes bytes to `path` atomically (temporary file in the same directory, fsync, rename).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     let err = |e: &dyn std::fmt::Display| Error::Write {
         path: path.into(),
         reason: e.to_string(),
     };
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => std::path::PathBuf::from("."),
-    };
-    if path.is_dir() {
-        return Err(err(&"it is a directory"));
-    }
+    let dir = target_dir(path)?;
     let mut tmp = tempfile::Builder::new()
         .prefix(".artune-")
         .suffix(".tmp")
-        .tempfile_in(&dir)
+        .tempfile_in(dir)
         .map_err(|e| err(&e))?;
     tmp.write_all(bytes).map_err(|e| err(&e))?;
     // tempfile creates 0600, but engines often run as another user: keep the mode of the file

@@ -71,11 +71,7 @@ pub fn ranges(g: &GroupProfile) -> Vec<Range> {
                 })
                 .min_by(|a, b| (a.1 + a.2).total_cmp(&(b.1 + b.2)))
         };
-        let extra = if backend.is_custom() {
-            crate::fabric::memory::modelled(backend, g.tp, run[run.len() - 1].bytes, 0)
-        } else {
-            0
-        };
+        let extra = crate::decide::extra_memory(backend, g.tp, run[run.len() - 1].bytes);
         out.push(Range {
             from_bytes: run[0].bytes,
             to_bytes: run[run.len() - 1].bytes,
