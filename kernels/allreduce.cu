@@ -16,7 +16,9 @@
 //
 // Ordering arguments below speak of "kernel X" for a rank's X-th call of this backend: a rank's
 // calls run in order on its stream (in loopback, one grid per call), so a rank that has begun
-// kernel X has finished kernel X-1, every block of it.
+// kernel X has finished kernel X-1, every block of it. Launched as programmatic dependent
+// launches (sm_90 and later), a grid may be resident before that, but "begun" means past
+// pdl_begin, which waits for the previous kernel to finish and its writes to be visible.
 #include "common.cuh"
 
 // Announce `flag` to every rank for this block and phase, then wait until each has announced
@@ -522,27 +524,34 @@ __device__ void two_stage_push(const ArArgs& a) {
 }
 
 // The bandwidth kernels: two blocks per SM, so 64 registers. The LL kernels run small blocks
-// and keep a line per peer in registers.
+// and keep a line per peer in registers. Every kernel starts with pdl_begin (common.cuh).
 #define AR_KERNELS(T, suffix)                                                                         \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) one_stage_pull_##suffix(const ArArgs a) {    \
+    pdl_begin();                                                                                      \
     one_stage_pull<T>(a);                                                                             \
   }                                                                                                   \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) one_stage_push_##suffix(const ArArgs a) {    \
+    pdl_begin();                                                                                      \
     one_stage_push<T>(a);                                                                             \
   }                                                                                                   \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) two_stage_pull_##suffix(const ArArgs a) {    \
+    pdl_begin();                                                                                      \
     two_stage_pull<T>(a);                                                                             \
   }                                                                                                   \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) two_stage_push_##suffix(const ArArgs a) {    \
+    pdl_begin();                                                                                      \
     two_stage_push<T>(a);                                                                             \
   }                                                                                                   \
   extern "C" __global__ void __launch_bounds__(LL_THREADS) one_stage_push_ll_##suffix(const ArArgs a) { \
+    pdl_begin();                                                                                      \
     one_stage_push_ll<T>(a);                                                                          \
   }                                                                                                   \
   extern "C" __global__ void __launch_bounds__(LL_THREADS) two_stage_pull_ll_##suffix(const ArArgs a) { \
+    pdl_begin();                                                                                      \
     two_stage_pull_ll<T>(a);                                                                          \
   }                                                                                                   \
   extern "C" __global__ void __launch_bounds__(LL_THREADS) two_stage_push_ll_##suffix(const ArArgs a) { \
+    pdl_begin();                                                                                      \
     two_stage_push_ll<T>(a);                                                                          \
   }
 

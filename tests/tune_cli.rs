@@ -402,6 +402,15 @@ fn bad_input_is_one_line_and_exit_2() {
         &artune(&["show", tmp().join("missing.json").to_str().unwrap()]),
         "cannot read",
     );
+    // The benchmark checks its choices before it looks for a GPU.
+    assert_bad_input(
+        &artune(&["bench", "kernels", "--backend", "ring", "--out", o]),
+        "--backend ring is not one this benchmark runs",
+    );
+    assert_bad_input(
+        &artune(&["bench", "kernels", "--sizes", "1K:2K", "--out", o]),
+        "holds none of the benchmark's sizes",
+    );
     assert!(!out.exists(), "no profile may be written on bad input");
 }
 

@@ -233,6 +233,12 @@ pub struct BenchArgs {
     pub what: String,
     #[arg(long, default_value_t = 8)]
     pub loopback: usize,
+    /// Only these backends (repeat the flag; default: the four custom kernels and nccl).
+    #[arg(long = "backend", value_name = "ID")]
+    pub backends: Vec<String>,
+    /// Only the standard sizes (4K, 16K, ..., 64M per rank) inside this range.
+    #[arg(long, default_value = "4K:64M", value_name = "LOW:HIGH")]
+    pub sizes: String,
     #[arg(long)]
     pub json: bool,
     #[arg(long, short)]

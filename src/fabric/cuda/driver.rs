@@ -423,7 +423,46 @@ impl Function {
         stream: &Stream,
         args: &A,
     ) -> Result<(), DriverError> {
+        self.launch_with(grid, block, stream, args, false)
+    }
+
+    /// `launch`, optionally as a programmatic dependent launch (compute capability 9.0 and
+    /// later): the grid may be scheduled while the previous kernel in the stream drains, and
+    /// waits in `griddepcontrol.wait` (kernels/common.cuh, pdl_begin) until that kernel has
+    /// finished and its memory is visible. It hides the gap between back-to-back launches.
+    pub fn launch_with<A>(
+        &self,
+        grid: (u32, u32),
+        block: u32,
+        stream: &Stream,
+        args: &A,
+        pdl: bool,
+    ) -> Result<(), DriverError> {
         let mut params = [args as *const A as *mut c_void];
+        if pdl {
+            // SAFETY: a zeroed attribute is valid; the union field set is the one its id names.
+            let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+            attr.id =
+                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attr.value.programmaticStreamSerializationAllowed = 1;
+            let config = sys::CUlaunchConfig {
+                gridDimX: grid.0,
+                gridDimY: grid.1,
+                gridDimZ: 1,
+                blockDimX: block,
+                blockDimY: 1,
+                blockDimZ: 1,
+                sharedMemBytes: 0,
+                hStream: stream.raw,
+                attrs: &mut attr,
+                numAttrs: 1,
+            };
+            // SAFETY: as for cuLaunchKernel below; `config` and `attr` outlive the call.
+            return unsafe {
+                sys::cuLaunchKernelEx(&config, self.raw, params.as_mut_ptr(), std::ptr::null_mut())
+                    .result()
+            };
+        }
         // SAFETY: the kernel takes exactly one parameter of type A (layouts mirrored in the
         // CUDA sources); the driver copies it before returning.
         unsafe {

@@ -595,7 +595,8 @@ impl Prepared {
                 let mut a = c.args;
                 a.n = elems;
                 a.rank_base = unit.rank_base as i32;
-                f.launch((blocks, unit.ranks as u32), threads, &unit.stream, &a)
+                let pdl = kernels::programmatic_launch(gpus[unit.gpu].facts.cc);
+                f.launch_with((blocks, unit.ranks as u32), threads, &unit.stream, &a, pdl)
                     .map_err(|e| FabricError::Backend {
                         backend,
                         reason: format!("kernel launch failed: {e}"),

@@ -252,6 +252,14 @@ pub fn traffic_bytes(backend: Backend, bytes: u64, n: u64) -> u64 {
     }
 }
 
+/// Whether the allreduce kernels go out as programmatic dependent launches: compute
+/// capability 9.0 and later have `griddepcontrol` (kernels/common.cuh, pdl_begin), which
+/// lets a call's grid be scheduled while the previous one drains. Measured on the H200
+/// (profiles/hardware/h200/NOTES-cuda.md): 1-2 us less per eager call.
+pub fn programmatic_launch(cc: (u32, u32)) -> bool {
+    cc.0 >= 9
+}
+
 /// Receive-slot spacing for push kernels serving messages up to `max_bytes` over `n` ranks:
 /// room for one whole message (one-stage) or shard plus tail (two-stage), 256-byte aligned.
 pub fn slot_bytes(backend: Backend, max_bytes: u64, n: u64) -> u64 {
@@ -265,6 +273,14 @@ pub fn slot_bytes(backend: Backend, max_bytes: u64, n: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn programmatic_launch_from_hopper_on() {
+        assert!(!programmatic_launch((7, 5)));
+        assert!(!programmatic_launch((8, 9)));
+        assert!(programmatic_launch((9, 0)));
+        assert!(programmatic_launch((12, 0)));
+    }
 
     #[test]
     fn arg_layouts_match_the_cuda_structs() {
