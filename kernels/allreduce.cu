@@ -18,7 +18,7 @@
 // calls run in order on its stream (in loopback, one grid per call), so a rank that has begun
 // kernel X has finished kernel X-1, every block of it. Launched as programmatic dependent
 // launches (sm_90 and later), a grid may be resident before that, but "begun" means past
-// pdl_begin, which waits for the previous kernel to finish and its writes to be visible.
+// pdl_wait, which waits for the previous kernel to finish and its writes to be visible.
 #include "common.cuh"
 
 // Announce `flag` to every rank for this block and phase, then wait until each has announced
@@ -524,35 +524,45 @@ __device__ void two_stage_push(const ArArgs& a) {
 }
 
 // The bandwidth kernels: two blocks per SM, so 64 registers. The LL kernels run small blocks
-// and keep a line per peer in registers. Every kernel starts with pdl_begin (common.cuh).
+// and keep a line per peer in registers. Every kernel first waits for the previous call
+// (pdl_wait) and lets the next one be scheduled only when its own work is done (pdl_trigger):
+// triggering at the start let the next call's blocks be placed while this one ran and made
+// 256 KiB - 1 MiB calls up to 15% slower on the H200 (profiles/hardware/h200/kernels-v3).
 #define AR_KERNELS(T, suffix)                                                                         \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) one_stage_pull_##suffix(const ArArgs a) {    \
-    pdl_begin();                                                                                      \
+    pdl_wait();                                                                                       \
     one_stage_pull<T>(a);                                                                             \
+    pdl_trigger();                                                                                    \
   }                                                                                                   \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) one_stage_push_##suffix(const ArArgs a) {    \
-    pdl_begin();                                                                                      \
+    pdl_wait();                                                                                       \
     one_stage_push<T>(a);                                                                             \
+    pdl_trigger();                                                                                    \
   }                                                                                                   \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) two_stage_pull_##suffix(const ArArgs a) {    \
-    pdl_begin();                                                                                      \
+    pdl_wait();                                                                                       \
     two_stage_pull<T>(a);                                                                             \
+    pdl_trigger();                                                                                    \
   }                                                                                                   \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) two_stage_push_##suffix(const ArArgs a) {    \
-    pdl_begin();                                                                                      \
+    pdl_wait();                                                                                       \
     two_stage_push<T>(a);                                                                             \
+    pdl_trigger();                                                                                    \
   }                                                                                                   \
   extern "C" __global__ void __launch_bounds__(LL_THREADS) one_stage_push_ll_##suffix(const ArArgs a) { \
-    pdl_begin();                                                                                      \
+    pdl_wait();                                                                                       \
     one_stage_push_ll<T>(a);                                                                          \
+    pdl_trigger();                                                                                    \
   }                                                                                                   \
   extern "C" __global__ void __launch_bounds__(LL_THREADS) two_stage_pull_ll_##suffix(const ArArgs a) { \
-    pdl_begin();                                                                                      \
+    pdl_wait();                                                                                       \
     two_stage_pull_ll<T>(a);                                                                          \
+    pdl_trigger();                                                                                    \
   }                                                                                                   \
   extern "C" __global__ void __launch_bounds__(LL_THREADS) two_stage_push_ll_##suffix(const ArArgs a) { \
-    pdl_begin();                                                                                      \
+    pdl_wait();                                                                                       \
     two_stage_push_ll<T>(a);                                                                          \
+    pdl_trigger();                                                                                    \
   }
 
 AR_KERNELS(Bf16, bf16)

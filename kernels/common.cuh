@@ -60,15 +60,20 @@ struct ArArgs {
   int rank_base;           // this launch's first rank; rank = rank_base + blockIdx.y
 };
 
-// First thing in every allreduce kernel. The host launches them as programmatic dependent
-// launches on sm_90 and later, so a grid can be scheduled while the previous kernel in its
-// stream drains: let the next call be scheduled likewise, then wait here until the previous
-// kernel has finished and its writes are visible, so every ordering argument that speaks of
-// "kernel X-1 has finished" still holds. Without that launch attribute both are no-ops.
-__device__ __forceinline__ void pdl_begin() {
+// Programmatic dependent launch (sm_90 and later; the host sets the launch attribute there,
+// kernels.rs programmatic_launch). A grid may be scheduled while the previous kernel in its
+// stream drains; pdl_wait, first in every allreduce kernel, holds it until that kernel has
+// finished and its writes are visible, so every ordering argument that speaks of "kernel X-1
+// has finished" still holds. pdl_trigger lets the next call's grid be scheduled. Without the
+// launch attribute both are no-ops.
+__device__ __forceinline__ void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
 #if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
 

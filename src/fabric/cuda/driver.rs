@@ -428,7 +428,7 @@ impl Function {
 
     /// `launch`, optionally as a programmatic dependent launch (compute capability 9.0 and
     /// later): the grid may be scheduled while the previous kernel in the stream drains, and
-    /// waits in `griddepcontrol.wait` (kernels/common.cuh, pdl_begin) until that kernel has
+    /// waits in `griddepcontrol.wait` (kernels/common.cuh, pdl_wait) until that kernel has
     /// finished and its memory is visible. It hides the gap between back-to-back launches.
     pub fn launch_with<A>(
         &self,
