@@ -6,8 +6,6 @@
 //! same run, counting bytes read plus written. In loopback the ranks share one memory and
 //! its L2 cache, so a kernel that re-reads what another rank just read can pass 100%.
 
-use std::io::Write;
-
 use serde_json::{json, Value};
 
 use super::BenchArgs;
@@ -79,11 +77,17 @@ pub fn run(a: BenchArgs) -> Result<i32, Error> {
         )));
     }
     let backends = chosen(&a.backends)?;
+    // Find out now, not after minutes on the GPU, that the report cannot be written.
+    if let Some(path) = &a.out {
+        crate::profile::check_writable(path)?;
+    }
     let report = kernels(a.loopback, &backends, &sizes)?;
     if let Some(path) = &a.out {
-        write_atomic(
+        crate::profile::write_atomic(
             path,
-            &serde_json::to_string_pretty(&report).unwrap_or_default(),
+            serde_json::to_string_pretty(&report)
+                .unwrap_or_default()
+                .as_bytes(),
         )?;
     }
     if a.json {
@@ -307,21 +311,4 @@ fn table(r: &Value) -> String {
         );
     }
     s
-}
-
-/// Writes `text` to `path` through a temporary file in the same directory, so a failure never
-/// leaves a partial file.
-fn write_atomic(path: &std::path::Path, text: &str) -> Result<(), Error> {
-    let werr = |e: &dyn std::fmt::Display| Error::Write {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    };
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => std::path::Path::new("."),
-    };
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| werr(&e))?;
-    tmp.write_all(text.as_bytes()).map_err(|e| werr(&e))?;
-    tmp.persist(path).map_err(|e| werr(&e.error))?;
-    Ok(())
 }
