@@ -93,6 +93,22 @@ fn fmt_ratio((lo, hi): (f64, f64)) -> String {
     }
 }
 
+/// What forcing one-stage kernel `c` over a range would cost, from its time over the choice's
+/// (lowest, highest). Where it was sometimes a little faster (below the decision's threshold,
+/// or not worth its memory), say by how much rather than printing "0.96x slower".
+fn forcing_note(c: Backend, lo: f64, hi: f64) -> String {
+    if hi <= 1.0 {
+        String::new()
+    } else if lo >= 1.0 {
+        format!("forcing {c}: {} slower", fmt_ratio((lo, hi)))
+    } else {
+        format!(
+            "forcing {c}: up to {hi:.2}x slower, at best {:.0}% faster",
+            (1.0 / lo - 1.0) * 100.0
+        )
+    }
+}
+
 fn fmt_gpus(gpus: &[usize]) -> String {
     let contiguous = gpus.windows(2).all(|w| w[1] == w[0] + 1);
     if contiguous && gpus.len() > 2 {
@@ -172,12 +188,10 @@ pub fn summary(p: &Profile) -> String {
             } else {
                 "0".into()
             };
-            let note = match r.custom_slowdown {
-                Some((c, lo, hi)) if hi > 1.0 => {
-                    format!("forcing {c}: {} slower", fmt_ratio((lo, hi)))
-                }
-                _ => String::new(),
-            };
+            let note = r
+                .custom_slowdown
+                .map(|(c, lo, hi)| forcing_note(c, lo, hi))
+                .unwrap_or_default();
             let _ = writeln!(
                 out,
                 "  {sizes:<15} {:<17} {vs:<18} {mem:<13} {note}",
@@ -268,6 +282,24 @@ mod tests {
         // Above the crossover NCCL is chosen and the cost of forcing the custom kernel shows.
         assert!(s.contains("forcing one_stage_pull: 1.50x slower"), "{s}");
         assert!(s.contains("one_stage_pull → nccl at 16K"), "{s}");
+    }
+
+    #[test]
+    fn forcing_note_never_calls_a_faster_kernel_slower() {
+        let c = Backend::OneStagePull;
+        assert_eq!(
+            forcing_note(c, 1.5, 1.52),
+            "forcing one_stage_pull: 1.50x slower"
+        );
+        assert_eq!(
+            forcing_note(c, 1.0, 7.1),
+            "forcing one_stage_pull: 1.00–7.10x slower"
+        );
+        assert_eq!(
+            forcing_note(c, 0.96, 22.12),
+            "forcing one_stage_pull: up to 22.12x slower, at best 4% faster"
+        );
+        assert_eq!(forcing_note(c, 0.9, 0.99), "");
     }
 
     #[test]
