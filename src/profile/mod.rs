@@ -332,7 +332,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     tmp.as_file().set_permissions(mode).map_err(|e| err(&e))?;
     tmp.as_file().sync_all().map_err(|e| err(&e))?;
     tmp.persist(path).map_err(|e| err(&e.error))?;
-    if let Ok(d) = std::fs::File::open(&dir) {
+    if let Ok(d) = std::fs::File::open(dir) {
         let _ = d.sync_all();
     }
     Ok(())

@@ -8,24 +8,29 @@ use super::Topology;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+/// Per GPU: name, compute capability, GiB, PCIe generation and width, parent, active NVLinks.
+type GpuView = (
+    String,
+    Option<String>,
+    Option<u64>,
+    Option<u8>,
+    Option<u8>,
+    usize,
+    usize,
+);
+/// Per switch: vendor, device, uplink generation and width, parent.
+type SwitchView<'a> = (
+    Option<&'a str>,
+    Option<&'a str>,
+    Option<u8>,
+    Option<u8>,
+    usize,
+);
+
 #[derive(Serialize)]
 struct ClassView<'a> {
-    gpus: Vec<(
-        String,
-        Option<String>,
-        Option<u64>,
-        Option<u8>,
-        Option<u8>,
-        usize,
-        usize,
-    )>,
-    switches: Vec<(
-        Option<&'a str>,
-        Option<&'a str>,
-        Option<u8>,
-        Option<u8>,
-        usize,
-    )>,
+    gpus: Vec<GpuView>,
+    switches: Vec<SwitchView<'a>>,
     root_complex_sockets: Vec<u32>,
     sockets: usize,
     nvswitch: Option<u32>,

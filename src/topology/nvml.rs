@@ -763,6 +763,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::needless_range_loop)] // a and b index the matrix and name the pair
     fn inferred_tree_reproduces_nvml_classes() {
         let lv = mixed();
         let t = assemble(reading(lv.clone()), &Sysfs::new("/nonexistent")).unwrap();
