@@ -23,12 +23,8 @@ import os
 import sys
 import tempfile
 
+import atomic
 
-def _umask_mode():
-    """0666 less the umask: mkstemp makes 0600 files, a report should be readable."""
-    um = os.umask(0)
-    os.umask(um)
-    return 0o666 & ~um
 
 REQUIRED = ["impl", "mode", "tp", "bytes", "median_us", "p10_us", "p90_us", "iters",
             "torch_version", "nccl_version", "gpu_name", "date"]
@@ -436,15 +432,8 @@ def plot(analysed, p, out_dir, gap, loopback=False):
     written = []
     for ext in ("svg", "png"):
         path = os.path.join(out_dir, f"compare.{ext}")
-        fd, tmp = tempfile.mkstemp(prefix=".compare-", suffix=f".{ext}", dir=out_dir)
-        os.close(fd)
-        try:
-            fig.savefig(tmp, format=ext, dpi=110)
-            os.chmod(tmp, _umask_mode())
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        atomic.replace(path, lambda tmp: fig.savefig(tmp, format=ext, dpi=110),
+                       ".compare-", f".{ext}")
         written.append(path)
     plt.close(fig)
     return "plots: " + ", ".join(os.path.basename(w) for w in written)
@@ -453,19 +442,7 @@ def plot(analysed, p, out_dir, gap, loopback=False):
 # ---------------------------------------------------------------- main
 
 def write_atomic(path, text):
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".compare-", suffix=".md", dir=d)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, _umask_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic.write_text(path, lambda f: f.write(text), ".compare-", ".md")
 
 
 def parse_args(argv):

@@ -31,12 +31,8 @@ import sys
 import tempfile
 import warnings
 
+import atomic
 
-def _umask_mode():
-    """0666 less the umask: mkstemp makes 0600 files, a report should be readable."""
-    um = os.umask(0)
-    os.umask(um)
-    return 0o666 & ~um
 
 # NVLink multicast stays off: on shared multi-GPU hosts a program using it can put every GPU
 # out of service. Set before torch.distributed (and NCCL/NVSHMEM) are imported or initialised.
@@ -166,22 +162,11 @@ def parse_args(argv):
 
 
 def write_csv_atomic(path, rows):
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".torch-peers-", suffix=".csv", dir=d)
-    try:
-        with os.fdopen(fd, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=COLUMNS)
-            w.writeheader()
-            for r in rows:
-                w.writerow(r)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, _umask_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    def fill(f):
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    atomic.write_text(path, fill, ".torch-peers-", ".csv")
 
 
 def first_line(e):
