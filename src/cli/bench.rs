@@ -38,11 +38,7 @@ const SAMPLES: u32 = 15;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
+    crate::stats::median_sorted(&v)
 }
 
 /// Median microseconds per call, with a batch sized so one sample lasts about 2 ms.

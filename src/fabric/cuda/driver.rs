@@ -438,48 +438,32 @@ impl Function {
         args: &A,
         pdl: bool,
     ) -> Result<(), DriverError> {
+        // The kernel takes exactly one parameter of type A (layouts mirrored in the CUDA
+        // sources); the driver copies it before returning.
         let mut params = [args as *const A as *mut c_void];
-        if pdl {
-            // SAFETY: a zeroed attribute is valid; the union field set is the one its id names.
-            let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-            attr.id =
-                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-            attr.value.programmaticStreamSerializationAllowed = 1;
-            let config = sys::CUlaunchConfig {
-                gridDimX: grid.0,
-                gridDimY: grid.1,
-                gridDimZ: 1,
-                blockDimX: block,
-                blockDimY: 1,
-                blockDimZ: 1,
-                sharedMemBytes: 0,
-                hStream: stream.raw,
-                attrs: &mut attr,
-                numAttrs: 1,
-            };
-            // SAFETY: as for cuLaunchKernel below; `config` and `attr` outlive the call.
-            return unsafe {
-                sys::cuLaunchKernelEx(&config, self.raw, params.as_mut_ptr(), std::ptr::null_mut())
-                    .result()
-            };
+        if !pdl {
+            return self.launch_raw(grid, block, stream, &mut params);
         }
-        // SAFETY: the kernel takes exactly one parameter of type A (layouts mirrored in the
-        // CUDA sources); the driver copies it before returning.
+        // SAFETY: a zeroed attribute is valid; the union field set is the one its id names.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let config = sys::CUlaunchConfig {
+            gridDimX: grid.0,
+            gridDimY: grid.1,
+            gridDimZ: 1,
+            blockDimX: block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: 0,
+            hStream: stream.raw,
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        // SAFETY: `params` as above; `config` and `attr` outlive the call.
         unsafe {
-            sys::cuLaunchKernel(
-                self.raw,
-                grid.0,
-                grid.1,
-                1,
-                block,
-                1,
-                1,
-                0,
-                stream.raw,
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-            .result()
+            sys::cuLaunchKernelEx(&config, self.raw, params.as_mut_ptr(), std::ptr::null_mut())
+                .result()
         }
     }
 
