@@ -1,7 +1,7 @@
 //! Errors a user can act on, and the exit codes they map to.
 //!
 //! Exit codes are a contract with provisioning scripts: 0 ok, 2 bad input, 3 stale profile,
-//! 4 hardware or driver failure, 130 interrupted.
+//! 4 hardware or driver failure, 70 a bug in artune, 130 interrupted.
 
 use std::path::PathBuf;
 
@@ -11,6 +11,9 @@ pub const EXIT_BAD_INPUT: i32 = 2;
 pub const EXIT_STALE: i32 = 3;
 /// Exit code for a hardware, driver or library failure.
 pub const EXIT_HARDWARE: i32 = 4;
+/// Exit code for a bug in artune itself (a panic, or a profile it built and then found
+/// invalid): neither the user's input nor the hardware is at fault. 70 is sysexits' EX_SOFTWARE.
+pub const EXIT_BUG: i32 = 70;
 /// Exit code after SIGINT/SIGTERM.
 pub const EXIT_INTERRUPTED: i32 = 130;
 
@@ -36,6 +39,13 @@ pub enum Error {
     Hardware(String),
     #[error("interrupted; the previous profile (if any) is left as it was; run the command again to finish")]
     Interrupted,
+    /// artune broke its own rules; the message names what, and asks for a report.
+    #[error("{0}; this is a bug in artune, please report it")]
+    Bug(String),
+    /// Standard output's reader went away: the rest of the output is not wanted. Not a
+    /// failure; the CLI's edge exits 0 without a word.
+    #[error("standard output was closed")]
+    StdoutClosed,
 }
 
 /// What to do about a file that does not parse, where the reason does not already say.
@@ -56,6 +66,8 @@ impl Error {
             Error::Stale(_) => EXIT_STALE,
             Error::Hardware(_) => EXIT_HARDWARE,
             Error::Interrupted => EXIT_INTERRUPTED,
+            Error::Bug(_) => EXIT_BUG,
+            Error::StdoutClosed => 0,
         }
     }
 
@@ -111,6 +123,8 @@ mod tests {
             (Error::Stale("x".into()), EXIT_STALE),
             (Error::Hardware("x".into()), EXIT_HARDWARE),
             (Error::Interrupted, EXIT_INTERRUPTED),
+            (Error::Bug("x".into()), EXIT_BUG),
+            (Error::StdoutClosed, 0),
             (FabricError::Interrupted.into(), EXIT_INTERRUPTED),
             (FabricError::BadRequest("x".into()).into(), EXIT_BAD_INPUT),
             (FabricError::Device("x".into()).into(), EXIT_HARDWARE),

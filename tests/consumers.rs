@@ -1,6 +1,8 @@
 //! `artune select`, `export`, `check`, `predict` through the binary, good input and bad: exit
 //! codes, one-line errors, no panics. Plus a check that selection never allocates.
 
+mod common;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
@@ -40,20 +42,13 @@ struct Out {
 }
 
 fn artune(args: &[&str]) -> Out {
-    let o = Command::new(env!("CARGO_BIN_EXE_artune"))
-        .args(args)
-        .output()
-        .unwrap();
+    let o = common::artune(args);
     let out = Out {
         code: o.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&o.stdout).into(),
         stderr: String::from_utf8_lossy(&o.stderr).into(),
     };
-    assert!(
-        !out.stderr.contains("panicked") && !out.stderr.contains("RUST_BACKTRACE"),
-        "{args:?}: {}",
-        out.stderr
-    );
+    common::assert_no_panic(&out.stderr);
     out
 }
 

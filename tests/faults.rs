@@ -6,6 +6,8 @@
 //! writes a whole valid profile or nothing, and an interrupted or failed tune leaves the
 //! previous profile byte for byte as it was, with no temporary file beside it.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -16,7 +18,7 @@ use std::time::{Duration, Instant};
 use artune::fabric::Backend;
 use artune::profile::{Bucket, Profile};
 
-const BIN: &str = env!("CARGO_BIN_EXE_artune");
+use common::{text, BIN};
 
 /// A small tune: TP2 inside a switch and TP8 across both, sizes where every backend wins
 /// somewhere (one-stage and two-stage kernels, NCCL).
@@ -38,10 +40,6 @@ fn tune(out: &Path, faults: Option<&str>) -> Output {
         c.args(["--sim-faults", f]);
     }
     c.output().expect("artune runs")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 fn ok(o: &Output) {
@@ -267,7 +265,7 @@ fn a_tune_where_every_backend_fails_exits_4_and_writes_nothing() {
         "{stderr}"
     );
     assert!(last.contains("then run again"), "{last}");
-    assert!(!stderr.contains("report this bug"), "{stderr}");
+    assert!(!stderr.contains("bug in artune"), "{stderr}");
     assert_eq!(std::fs::read(&path).unwrap(), before);
     assert_eq!(others(dir.path(), &[&path]), Vec::<PathBuf>::new());
 }

@@ -3,6 +3,8 @@
 //! tests/c/capi_harness.c compiles against src/artune.h and links the library. Skipped, with a
 //! line saying so, where no C compiler (`cc`) is installed.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
@@ -232,16 +234,13 @@ fn follows_a_profile_tuned_on_the_simulated_fabric() {
     }
     let d = tempfile::tempdir().unwrap();
     let path = d.path().join("tuned.json");
-    let tune = Command::new(env!("CARGO_BIN_EXE_artune"))
-        .args([
-            "tune",
-            "--sim",
-            "pcie-8x-2switch",
-            "-o",
-            path.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
+    let tune = common::artune(&[
+        "tune",
+        "--sim",
+        "pcie-8x-2switch",
+        "-o",
+        path.to_str().unwrap(),
+    ]);
     assert!(
         tune.status.success(),
         "{}",

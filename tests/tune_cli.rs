@@ -1,6 +1,8 @@
 //! `artune tune --sim` and `artune show` through the binary: calibration facts from
 //! ../shared/calibration, profile structure, plots, and bad input.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
@@ -8,12 +10,7 @@ use std::sync::OnceLock;
 use artune::fabric::{Backend, Direction, Mode};
 use artune::profile::{GroupProfile, Profile};
 
-fn artune(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_artune"))
-        .args(args)
-        .output()
-        .expect("artune runs")
-}
+use common::artune;
 
 fn tmp() -> &'static Path {
     static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();

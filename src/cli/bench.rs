@@ -6,6 +6,7 @@
 //! same run, counting bytes read plus written. In loopback the ranks share one memory and
 //! its L2 cache, so a kernel that re-reads what another rank just read can pass 100%.
 
+use super::output::{out, outln};
 use serde_json::{json, Value};
 
 use super::BenchArgs;
@@ -87,12 +88,12 @@ pub fn run(a: BenchArgs) -> Result<i32, Error> {
         )?;
     }
     if a.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&report).unwrap_or_default()
         );
     } else {
-        print!("{}", table(&report));
+        out!("{}", table(&report));
     }
     Ok(0)
 }

@@ -1,5 +1,6 @@
 //! `artune select`, `export`, `check`, `predict`: reading a profile for engines and operators.
 
+use super::output::{out, outln};
 use std::path::Path;
 
 use super::{load_topology, CheckArgs, DtypeArg, ExportArgs, PredictArgs, SelectArgs, Source};
@@ -53,9 +54,9 @@ pub fn select(a: SelectArgs) -> Result<i32, Error> {
                     "buffer_bytes": buffer_bytes,
                     "simulated": p.simulated,
                 });
-                println!("{v}");
+                outln!("{v}");
             } else {
-                println!("{backend}");
+                outln!("{backend}");
             }
             Ok(0)
         }
@@ -109,9 +110,9 @@ pub fn export(a: ExportArgs) -> Result<i32, Error> {
             let many = e.files.len() > 1;
             for f in &e.files {
                 if many {
-                    println!("==> {} <==", f.name);
+                    outln!("==> {} <==", f.name);
                 }
-                print!("{}", f.contents);
+                out!("{}", f.contents);
             }
         }
         Some(out) if e.files.len() == 1 && !out.is_dir() => {
@@ -295,7 +296,7 @@ pub fn check(a: CheckArgs) -> Result<i32, Error> {
     } else {
         format!("; not checked (unknown here): {}", st.unchecked.join(", "))
     };
-    println!(
+    outln!(
         "{} holds for {against}: topology class {}, host {} ({}){unchecked}{}",
         a.profile.display(),
         p.fingerprint.topology_class,
@@ -406,10 +407,10 @@ pub fn predict(a: PredictArgs) -> Result<i32, Error> {
             "workload": describe(&w),
             "steps": steps,
         });
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return Ok(0);
     }
-    println!(
+    outln!(
         "{}: TP{tp} {} on GPUs {:?}{}",
         a.profile.display(),
         mode.id(),
@@ -420,11 +421,18 @@ pub fn predict(a: PredictArgs) -> Result<i32, Error> {
             String::new()
         }
     );
-    println!("workload: {}", describe(&w));
-    println!("allreduce milliseconds per step under each policy; saving = policy minus the profile's choice");
-    println!(
+    outln!("workload: {}", describe(&w));
+    outln!("allreduce milliseconds per step under each policy; saving = policy minus the profile's choice");
+    outln!(
         "{:>6} {:>10} {:>10} {:>10} {:>10}  {:>15} {:>15} {:>15}",
-        "T", "profile", "nccl", "one-stage", "vllm", "saves vs nccl", "vs one-stage", "vs vllm"
+        "T",
+        "profile",
+        "nccl",
+        "one-stage",
+        "vllm",
+        "saves vs nccl",
+        "vs one-stage",
+        "vs vllm"
     );
     let mut reasons: Vec<String> = Vec::new();
     for r in &pr.rows {
@@ -434,7 +442,7 @@ pub fn predict(a: PredictArgs) -> Result<i32, Error> {
             (Some(m), Some(o)) if o > 0.0 => format!("{:.3} ({:.0}%)", o - m, (o - m) / o * 100.0),
             _ => "n/a".to_string(),
         };
-        println!(
+        outln!(
             "{:>6} {:>10} {:>10} {:>10} {:>10}  {:>15} {:>15} {:>15}",
             r.tokens.map_or("-".to_string(), |t| t.to_string()),
             cell(mine),
@@ -462,7 +470,7 @@ pub fn predict(a: PredictArgs) -> Result<i32, Error> {
         }
     }
     for line in reasons {
-        println!("n/a: {line}");
+        outln!("n/a: {line}");
     }
     Ok(0)
 }

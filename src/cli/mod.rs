@@ -2,6 +2,7 @@
 
 mod bench;
 mod consumers;
+mod output;
 mod topo;
 mod tune;
 
@@ -11,6 +12,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::error::Error;
 use crate::fabric::{Dtype, Mode};
+use output::out;
 
 #[derive(Parser, Debug)]
 #[command(name = "artune", version, about = "Topology-aware allreduce autotuner")]
@@ -247,7 +249,7 @@ pub struct BenchArgs {
 
 /// Parses arguments, runs the command, prints any error as one line, returns the exit code.
 pub fn main() -> i32 {
-    // A panic is a bug: say so in one line, no backtrace, exit 4. A profile is only ever
+    // A panic is a bug: say so in one line, no backtrace, exit 70. A profile is only ever
     // written whole (by rename), so none is left half-written.
     std::panic::set_hook(Box::new(|info| {
         let payload = info.payload();
@@ -260,9 +262,9 @@ pub fn main() -> i32 {
             .location()
             .map(|l| format!(" at {}:{}", l.file(), l.line()))
             .unwrap_or_default();
-        eprintln!("error: internal error ({what}{at}); please report this bug");
+        eprintln!("error: internal error ({what}{at}); this is a bug in artune, please report it");
     }));
-    std::panic::catch_unwind(main_inner).unwrap_or(crate::error::EXIT_HARDWARE)
+    std::panic::catch_unwind(main_inner).unwrap_or(crate::error::EXIT_BUG)
 }
 
 fn main_inner() -> i32 {
@@ -281,6 +283,7 @@ fn main_inner() -> i32 {
     init_logging(cli.verbose);
     match run(cli.command) {
         Ok(code) => code,
+        Err(Error::StdoutClosed) => 0,
         Err(e) => {
             eprintln!("error: {e}");
             e.exit_code()
@@ -313,7 +316,7 @@ fn run(cmd: Command) -> Result<i32, Error> {
         Command::Predict(a) => consumers::predict(a),
         Command::Bench(a) => bench::run(a),
         Command::Schema => {
-            print!("{}", crate::profile::schema::generate());
+            out!("{}", crate::profile::schema::generate());
             Ok(0)
         }
     }

@@ -1,6 +1,4 @@
 //! `artune topo`.
-use std::io::Write;
-
 use super::TopoArgs;
 use crate::error::Error;
 
@@ -19,17 +17,6 @@ pub fn run(a: TopoArgs) -> Result<i32, Error> {
             crate::topology::render::text(&t)
         }
     };
-    emit(&out)?;
+    super::output::write_fmt(format_args!("{out}"))?;
     Ok(0)
-}
-
-/// Writes to standard output; a reader that went away (`artune topo | head`) is not an error.
-fn emit(s: &str) -> Result<(), Error> {
-    let mut stdout = std::io::stdout().lock();
-    match stdout.write_all(s.as_bytes()).and_then(|_| stdout.flush()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Error::bad_input(format!(
-            "cannot write to standard output ({e}): check where the output goes"
-        ))),
-        _ => Ok(()),
-    }
 }

@@ -1,5 +1,6 @@
 //! `artune tune` and `artune show`.
 
+use super::output::{out, outln};
 use std::io::IsTerminal;
 
 use super::{ShowArgs, TuneArgs};
@@ -148,13 +149,13 @@ pub fn run(a: TuneArgs) -> Result<i32, Error> {
         eprintln!("wrote {} plots to {}", files.len(), dir.display());
     }
     if a.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&report::summary_json(&profile)).expect("json")
         );
     } else {
-        print!("{}", report::summary(&profile));
-        println!("\nprofile written to {}", a.out.display());
+        out!("{}", report::summary(&profile));
+        outln!("\nprofile written to {}", a.out.display());
     }
     Ok(0)
 }
@@ -162,12 +163,12 @@ pub fn run(a: TuneArgs) -> Result<i32, Error> {
 pub fn show(a: ShowArgs) -> Result<i32, Error> {
     let p = Profile::load(&a.profile)?;
     if a.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&report::summary_json(&p)).expect("json")
         );
     } else {
-        print!("{}", report::summary(&p));
+        out!("{}", report::summary(&p));
     }
     Ok(0)
 }

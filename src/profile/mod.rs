@@ -274,11 +274,8 @@ impl Profile {
 /// Checks a profile the tuner just built against the same rules readers apply, so artune
 /// never writes a file its consumers would refuse.
 pub fn validate_built(p: &Profile) -> Result<(), Error> {
-    validate::check(p).map_err(|e| {
-        Error::Hardware(format!(
-            "the tune produced an invalid profile ({e}); please report this bug"
-        ))
-    })
+    validate::check(p)
+        .map_err(|e| Error::Bug(format!("the tune produced an invalid profile ({e})")))
 }
 
 /// The directory [`write_atomic`] creates its temporary file in; refuses a directory as `path`.

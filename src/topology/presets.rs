@@ -54,11 +54,8 @@ pub fn get(name: &str) -> Result<Topology, Error> {
             names.join(", ")
         ))
     })?;
-    let mut t = super::file::parse(text).map_err(|e| {
-        Error::Hardware(format!(
-            "built-in preset `{name}` is broken: {e}; please report this bug"
-        ))
-    })?;
+    let mut t = super::file::parse(text)
+        .map_err(|e| Error::Bug(format!("built-in preset `{name}` is broken: {e}")))?;
     t.origin.kind = "preset".into();
     t.origin.name = Some(name.into());
     t.origin.link_reading = "preset".into();

@@ -14,6 +14,7 @@
 //! | `spikes=P:F`     | a share P (0 to 1) of all timing samples, drawn from `--seed`, is F times slower |
 //! | `lose=G:N`       | GPU G falls off the bus after N fabric calls: every later call fails |
 //! | `delay=MS`       | every timing call sleeps MS milliseconds of real time (to interrupt a tune) |
+//! | `panic=N`        | the fabric panics at call N, standing in for a bug in artune (exit 70) |
 
 use std::fmt;
 use std::time::Duration;
@@ -51,6 +52,8 @@ pub struct Faults {
     pub lost_gpu: Option<LostGpu>,
     /// Real time each timing call sleeps.
     pub delay: Duration,
+    /// The fabric call that panics, standing in for a bug in artune.
+    pub panic_at_call: Option<u64>,
 }
 
 const EXAMPLE: &str = "write items like wrong=one_stage_pull,hang=nccl_tree_ll,slow=two_stage_push:3,spikes=0.2:20,lose=3:100,delay=20";
@@ -115,9 +118,10 @@ impl Faults {
                     }
                     f.delay = Duration::from_millis(ms as u64);
                 }
+                "panic" => f.panic_at_call = Some(whole(value, "panic call number")? as u64),
                 other => {
                     return Err(format!(
-                        "`{other}` is not a fault; use wrong, hang, slow, spikes, lose or delay ({EXAMPLE})"
+                        "`{other}` is not a fault; use wrong, hang, slow, spikes, lose, delay or panic ({EXAMPLE})"
                     ))
                 }
             }
@@ -189,6 +193,9 @@ impl fmt::Display for Faults {
         if !self.delay.is_zero() {
             items.push(format!("delay={}", self.delay.as_millis()));
         }
+        if let Some(n) = self.panic_at_call {
+            items.push(format!("panic={n}"));
+        }
         f.write_str(&items.join(","))
     }
 }
@@ -200,7 +207,7 @@ mod tests {
     #[test]
     fn every_item_parses_and_prints_back() {
         let f = Faults::parse(
-            "wrong=one_stage_pull+two_stage_push, hang=nccl_tree_ll,slow=nccl:2.5,spikes=0.2:20,lose=3:100,delay=15",
+            "wrong=one_stage_pull+two_stage_push, hang=nccl_tree_ll,slow=nccl:2.5,spikes=0.2:20,lose=3:100,delay=15,panic=9",
         )
         .unwrap();
         assert_eq!(f.wrong, [Backend::OneStagePull, Backend::TwoStagePush]);
@@ -221,6 +228,7 @@ mod tests {
             })
         );
         assert_eq!(f.delay, Duration::from_millis(15));
+        assert_eq!(f.panic_at_call, Some(9));
         assert_eq!(Faults::parse(&f.to_string()).unwrap(), f);
         assert!(Faults::parse("").unwrap().is_empty());
     }

@@ -320,6 +320,12 @@ impl SimFabric {
     /// error, as the driver fails calls after a GPU falls off the bus.
     fn tick(&mut self) -> Result<(), FabricError> {
         self.calls += 1;
+        if self.faults.panic_at_call == Some(self.calls) {
+            panic!(
+                "simulated bug: injected panic at fabric call {}",
+                self.calls
+            );
+        }
         match self.faults.lost_gpu {
             Some(l) if self.calls > l.after_calls => Err(FabricError::Device(format!(
                 "GPU {} is no longer reachable (simulated fault: it fell off the bus after {} fabric calls); on a real machine check `nvidia-smi` and the kernel log for Xid errors, reset the GPU, then run again",

@@ -1,0 +1,45 @@
+//! Helpers shared by the tests that run the artune binary. Each test file that needs them
+//! says `mod common;`; not every file uses every helper.
+#![allow(dead_code)]
+
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::process::{Command, Output, Stdio};
+
+/// The binary under test, built by cargo for this test run.
+pub const BIN: &str = env!("CARGO_BIN_EXE_artune");
+
+/// Runs artune with `args` and collects its output.
+pub fn artune(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().expect("artune runs")
+}
+
+/// Lossy UTF-8 of captured output.
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Fails if stderr shows a panic or a backtrace: errors must be one sentence.
+pub fn assert_no_panic(stderr: &str) {
+    assert!(
+        !stderr.contains("panicked") && !stderr.to_lowercase().contains("backtrace"),
+        "{stderr}"
+    );
+}
+
+/// Runs artune with standard output on a pipe whose reader is already closed, as in
+/// `artune ... | true` when `true` has exited: the first write fails with EPIPE.
+pub fn with_closed_stdout(args: &[&str]) -> Output {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe(2) writes.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0, "pipe(2) failed");
+    // SAFETY: pipe(2) just returned these descriptors; each is owned exactly once here.
+    let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(reader);
+    Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::piped())
+        .output()
+        .expect("artune runs")
+}
