@@ -3,6 +3,7 @@
 //! Data flows one way: [`topology`] → [`measure`] (through a [`fabric::Fabric`]) → [`decide`]
 //! → [`profile`] → consumers ([`export`], [`capi`], [`plugin`], [`report`]).
 
+pub mod cancel;
 pub mod capi;
 pub mod cli;
 pub mod decide;

@@ -6,40 +6,14 @@
 //! neighbouring sizes, [`crate::decide::refine_points`] asks for sizes in between.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
 
+use crate::cancel::Cancel;
 use crate::decide;
 use crate::fabric::{
     Backend, Direction, Dtype, Fabric, FabricError, Group, Mode, Readiness, Verification,
 };
 use crate::profile::{ContentionCurve, Timing};
 use crate::stats;
-
-fn flag() -> &'static Arc<AtomicBool> {
-    static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
-    FLAG.get_or_init(|| Arc::new(AtomicBool::new(false)))
-}
-
-/// Registers SIGINT and SIGTERM to stop the tune between measurements; a second signal
-/// exits at once with code 130.
-pub fn install_interrupt_handler() {
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        // Registered first, so it sees the flag as it was before this signal set it.
-        let _ = signal_hook::flag::register_conditional_shutdown(sig, 130, flag().clone());
-        let _ = signal_hook::flag::register(sig, flag().clone());
-    }
-}
-
-/// True once SIGINT/SIGTERM arrived.
-pub fn interrupted() -> bool {
-    flag().load(Ordering::Relaxed)
-}
-
-/// Marks the run interrupted (signal handlers and tests).
-pub fn interrupt() {
-    flag().store(true, Ordering::Relaxed);
-}
 
 /// How hard to measure one (backend, size, mode) cell.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -92,6 +66,8 @@ pub struct Plan {
     pub seed: u64,
     pub contention: bool,
     pub harness: Harness,
+    /// Checked between measurements: once cancelled, the run ends with `Interrupted`.
+    pub cancel: Cancel,
 }
 
 /// Everything measured on one GPU set.
@@ -152,8 +128,8 @@ pub fn run(
     Ok((out, faults))
 }
 
-fn check_interrupt() -> Result<(), FabricError> {
-    if interrupted() {
+fn check_interrupt(cancel: &Cancel) -> Result<(), FabricError> {
+    if cancel.is_cancelled() {
         Err(FabricError::Interrupted)
     } else {
         Ok(())
@@ -195,7 +171,7 @@ fn measure_group(
         for direction in [Direction::Read, Direction::Write] {
             let mut points = Vec::new();
             for peers in 1..gpus.len() {
-                check_interrupt()?;
+                check_interrupt(&plan.cancel)?;
                 points.push(fabric.probe(direction, peers, plan.harness.probe_bytes)?);
             }
             res.contention.push(ContentionCurve {
@@ -217,7 +193,7 @@ fn measure_group(
                     if res.disqualified.contains_key(&backend) {
                         continue;
                     }
-                    check_interrupt()?;
+                    check_interrupt(&plan.cancel)?;
                     progress(Progress::Cell {
                         backend,
                         bytes,
@@ -232,7 +208,8 @@ fn measure_group(
                                 return Ok(Err(format!("wrong result at {bytes} bytes: {reason}")));
                             }
                         }
-                        measure_cell(fabric, backend, bytes, mode, &plan.harness).map(Ok)
+                        measure_cell(fabric, backend, bytes, mode, &plan.harness, &plan.cancel)
+                            .map(Ok)
                     })();
                     match outcome {
                         Ok(Ok(t)) => {
@@ -304,6 +281,7 @@ pub fn measure_cell(
     bytes: u64,
     mode: Mode,
     h: &Harness,
+    cancel: &Cancel,
 ) -> Result<Timing, FabricError> {
     let warm = fabric.time(backend, bytes, mode, 1, h.warmup_samples.max(1))?;
     let mut w: Vec<f64> = warm
@@ -322,7 +300,7 @@ pub fn measure_cell(
     let mut spent = 0.0;
     loop {
         // A cell can take a second or more on a GPU: stop between its rounds too.
-        check_interrupt()?;
+        check_interrupt(cancel)?;
         let n = if samples.is_empty() {
             h.min_samples
         } else {

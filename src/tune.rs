@@ -1,6 +1,7 @@
 //! The pipeline in one call: plan from the topology → measure through a fabric → decide per
 //! group and mode → a [`Profile`]. The CLI adds files, progress and output around it.
 
+use crate::cancel::Cancel;
 use crate::decide::{self, Policy};
 use crate::error::Error;
 use crate::fabric::{Backend, Dtype, Fabric, Mode};
@@ -22,6 +23,8 @@ pub struct Options {
     /// GPU subsets tried per TP size (differing in topology class).
     pub placements_per_tp: usize,
     pub harness: Harness,
+    /// Stops the run between measurements; [`run`] then returns [`Error::Interrupted`].
+    pub cancel: Cancel,
 }
 
 impl Default for Options {
@@ -37,16 +40,54 @@ impl Default for Options {
             contention: true,
             placements_per_tp: 3,
             harness: Harness::default(),
+            cancel: Cancel::new(),
         }
     }
 }
 
-/// Measures and decides; returns the profile (not yet written anywhere).
+impl Options {
+    /// Checks what can be checked before any hardware is touched: every size on the grid
+    /// must be a whole number of elements, or the first measurement would fail mid-tune.
+    pub fn check(&self) -> Result<(), Error> {
+        check_sizes(self.min_bytes, self.max_bytes, self.dtype)?;
+        if self.modes.is_empty() {
+            return Err(Error::bad_input(
+                "no mode to tune; give graph, eager or both",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Every size from `min_bytes` to `max_bytes` on the grid must be a whole number of `dtype`
+/// elements, or the first measurement would fail mid-tune. The grid is powers of two plus the
+/// two ends, and element sizes are powers of two, so checking the ends suffices.
+pub fn check_sizes(min_bytes: u64, max_bytes: u64, dtype: Dtype) -> Result<(), Error> {
+    let size = dtype.size();
+    if min_bytes == 0 || min_bytes > max_bytes {
+        return Err(Error::bad_input(format!(
+            "the size range {min_bytes}..{max_bytes} bytes is empty; give LOW:HIGH with 1 <= LOW <= HIGH"
+        )));
+    }
+    match [min_bytes, max_bytes].into_iter().find(|b| b % size != 0) {
+        Some(bad) => Err(Error::bad_input(format!(
+            "{bad} bytes is not a whole number of {} elements ({size} bytes each); choose sizes that are multiples of {size}",
+            dtype.id()
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Measures and decides; returns the profile (not yet written anywhere), after the checks a
+/// profile must pass before anyone may act on it: a group with nothing measured is a
+/// hardware failure, an invalid profile is a bug in artune, and a run cancelled after its
+/// last measurement still returns [`Error::Interrupted`] (the caller keeps the old profile).
 pub fn run(
     fabric: &mut dyn Fabric,
     opts: &Options,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Profile, Error> {
+    opts.check()?;
     let started = std::time::Instant::now();
     let topology = fabric.topology().clone();
     let n = topology.gpu_count();
@@ -73,6 +114,7 @@ pub fn run(
         seed: opts.seed,
         contention: opts.contention,
         harness: opts.harness,
+        cancel: opts.cancel.clone(),
     };
     let (results, mut faults) = measure::run(fabric, &plan, progress)?;
     let policy = Policy {
@@ -98,7 +140,7 @@ pub fn run(
     topology.host.driver = topology.host.driver.or(info.driver.clone());
     topology.host.cuda = topology.host.cuda.or(info.cuda.clone());
     topology.host.nccl = topology.host.nccl.or(info.nccl.clone());
-    Ok(Profile {
+    let profile = Profile {
         schema_version: SCHEMA_VERSION,
         tool_version: env!("CARGO_PKG_VERSION").into(),
         created: crate::profile::utc_now(),
@@ -128,7 +170,32 @@ pub fn run(
         },
         faults,
         select_index: Default::default(),
-    })
+    };
+    check_measured(&profile)?;
+    crate::profile::validate_built(&profile)?;
+    if opts.cancel.is_cancelled() {
+        return Err(Error::Interrupted);
+    }
+    Ok(profile)
+}
+
+/// A group where every backend failed or was waived has nothing to offer: that is a hardware
+/// failure to report, not a profile to write.
+fn check_measured(p: &Profile) -> Result<(), Error> {
+    let Some(g) = p.groups.iter().find(|g| g.buckets.is_empty()) else {
+        return Ok(());
+    };
+    let first = g
+        .waived
+        .iter()
+        .next()
+        .map(|(b, why)| format!("; first, {b}: {why}"))
+        .unwrap_or_default();
+    Err(Error::Hardware(format!(
+        "no backend could be measured on GPUs {:?} ({} mode), so no profile was written{first}; fix what the warnings report, then run again",
+        g.gpus,
+        g.mode.id()
+    )))
 }
 
 #[cfg(test)]
@@ -301,5 +368,41 @@ mod tests {
             }
         }
         assert_eq!(g.buckets[0].choice, Backend::OneStagePull);
+    }
+
+    #[test]
+    fn a_cancelled_run_is_interrupted_and_the_next_run_works() {
+        let mut f = Toy {
+            topo: presets::get("pcie-2x").unwrap(),
+            wrong: None,
+        };
+        let o = opts();
+        o.cancel.cancel();
+        assert!(matches!(
+            run(&mut f, &o, &mut |_| {}),
+            Err(Error::Interrupted)
+        ));
+        // A second run in the same process, with its own token, is not poisoned by the first.
+        let p = run(&mut f, &opts(), &mut |_| {}).unwrap();
+        assert!(!p.groups[0].buckets.is_empty());
+    }
+
+    #[test]
+    fn sizes_that_are_not_whole_elements_are_refused_before_measuring() {
+        let mut f = Toy {
+            topo: presets::get("pcie-2x").unwrap(),
+            wrong: None,
+        };
+        let o = Options {
+            min_bytes: 6,
+            dtype: Dtype::Fp32,
+            ..opts()
+        };
+        let mut events = 0;
+        let e = run(&mut f, &o, &mut |_| events += 1).unwrap_err();
+        assert!(matches!(e, Error::BadInput(_)), "{e}");
+        assert!(e.to_string().contains("multiples of 4"), "{e}");
+        assert_eq!(events, 0, "progress was reported before the check");
+        assert!(Options { min_bytes: 8, ..o }.check().is_ok());
     }
 }

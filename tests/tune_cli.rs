@@ -375,6 +375,13 @@ fn bad_input_is_one_line_and_exit_2() {
         &artune(&["tune", "--sim", "pcie-2x", "--sizes", "12Q", "--out", o]),
         "size range",
     );
+    // Checked before the fabric opens: on a GPU this fails before any compile or setup.
+    assert_bad_input(
+        &artune(&[
+            "tune", "--sim", "pcie-2x", "--sizes", "6:1K", "--dtype", "fp32", "--out", o,
+        ]),
+        "--sizes 6:1K: 6 bytes is not a whole number of fp32 elements",
+    );
     assert_bad_input(
         &artune(&["tune", "--sim", "pcie-2x", "--tp", "16", "--out", o]),
         "--tp 16",

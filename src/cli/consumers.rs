@@ -7,8 +7,8 @@ use super::{load_topology, CheckArgs, DtypeArg, ExportArgs, PredictArgs, SelectA
 use crate::error::Error;
 use crate::export;
 use crate::fabric::Mode;
+use crate::profile::stale::staleness;
 use crate::profile::{Profile, Query, Selection, UnknownReason};
-use crate::topology::Topology;
 use crate::units::fmt_bytes;
 use crate::workload::{self, Policy, Workload};
 
@@ -141,130 +141,6 @@ pub fn export(a: ExportArgs) -> Result<i32, Error> {
     Ok(0)
 }
 
-/// How a profile compares with the machine it is checked against.
-#[derive(Debug, Default, PartialEq)]
-pub struct Staleness {
-    /// What changed, old → new; empty when the profile still holds.
-    pub changes: Vec<String>,
-    /// What could not be compared because the machine does not report it (taken as unchanged).
-    pub unchecked: Vec<String>,
-}
-
-/// Compares the machine a profile was made on with `now`. Versions and GPU UUIDs `now` does not
-/// report are taken as unchanged (and listed as unchecked) rather than called stale.
-pub fn staleness(p: &Profile, now: &Topology) -> Staleness {
-    let then = &p.topology;
-    let mut st = Staleness::default();
-    if p.simulated && now.origin.kind == "nvml" {
-        st.changes.push(format!(
-            "it was made on a simulated fabric ({}), not measured on this machine",
-            p.fabric
-        ));
-        return st;
-    }
-    // `now` with what it does not know filled in from the profile, for the host hash.
-    let mut known = now.clone();
-    let versions = [
-        (
-            "driver",
-            p.versions.driver.as_ref().or(then.host.driver.as_ref()),
-            &mut known.host.driver,
-        ),
-        (
-            "CUDA",
-            p.versions.cuda.as_ref().or(then.host.cuda.as_ref()),
-            &mut known.host.cuda,
-        ),
-        (
-            "NCCL",
-            p.versions.nccl.as_ref().or(then.host.nccl.as_ref()),
-            &mut known.host.nccl,
-        ),
-    ];
-    for (what, old, new) in versions {
-        match (old, new.as_ref()) {
-            (Some(o), Some(n)) if o != n => st.changes.push(format!("{what} {o} → {n}")),
-            (Some(o), None) => {
-                st.unchecked.push(format!("{what} version"));
-                *new = Some(o.clone());
-            }
-            _ => {}
-        }
-    }
-    if then.gpu_count() != now.gpu_count() {
-        st.changes.push(format!(
-            "GPU count {} → {}",
-            then.gpu_count(),
-            now.gpu_count()
-        ));
-    } else {
-        let link = |l: &crate::topology::Link| {
-            format!(
-                "Gen{} x{}",
-                l.max_gen.or(l.gen).unwrap_or(0),
-                l.max_width.or(l.width).unwrap_or(0)
-            )
-        };
-        for (i, (a, b)) in then.gpus.iter().zip(&now.gpus).enumerate() {
-            if a.name != b.name {
-                st.changes
-                    .push(format!("GPU {} {} → {}", a.index, a.name, b.name));
-            }
-            match (&a.uuid, &b.uuid) {
-                (Some(x), Some(y)) if x != y => {
-                    st.changes.push(format!("GPU {} UUID {x} → {y}", a.index))
-                }
-                (Some(x), None) => {
-                    if !st.unchecked.iter().any(|u| u == "GPU UUIDs") {
-                        st.unchecked.push("GPU UUIDs".into());
-                    }
-                    known.gpus[i].uuid = Some(x.clone());
-                }
-                _ => {}
-            }
-            if link(&a.pcie) != link(&b.pcie) {
-                st.changes.push(format!(
-                    "GPU {} PCIe link {} → {}",
-                    a.index,
-                    link(&a.pcie),
-                    link(&b.pcie)
-                ));
-            }
-        }
-    }
-    if p.fingerprint.topology_class != now.class_hash() {
-        let before = st.changes.len();
-        for x in &then.pairs {
-            if let Some(y) = now.pair(x.from, x.to) {
-                if x.from < x.to && (x.path, x.nvlinks) != (y.path, y.nvlinks) {
-                    st.changes.push(format!(
-                        "GPU {}–{} path {} → {}",
-                        x.from,
-                        x.to,
-                        x.path.label(x.nvlinks),
-                        y.path.label(y.nvlinks)
-                    ));
-                }
-            }
-        }
-        if st.changes.len() == before && !st.changes.iter().any(|c| c.starts_with("GPU")) {
-            st.changes.push(format!(
-                "topology class {} → {}",
-                p.fingerprint.topology_class,
-                now.class_hash()
-            ));
-        }
-    }
-    if st.changes.is_empty() && p.fingerprint.host != known.host_hash() {
-        st.changes.push(format!(
-            "host fingerprint {} → {}",
-            p.fingerprint.host,
-            known.host_hash()
-        ));
-    }
-    st
-}
-
 pub fn check(a: CheckArgs) -> Result<i32, Error> {
     let p = Profile::load(&a.profile)?;
     let now = load_topology(&Source {
@@ -272,19 +148,8 @@ pub fn check(a: CheckArgs) -> Result<i32, Error> {
         topology: a.topology.clone(),
     })?;
     let st = staleness(&p, &now);
-    if !st.changes.is_empty() {
-        const SHOWN: usize = 4;
-        let mut msg = st
-            .changes
-            .iter()
-            .take(SHOWN)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join(", ");
-        if st.changes.len() > SHOWN {
-            msg.push_str(&format!(" and {} more changes", st.changes.len() - SHOWN));
-        }
-        return Err(Error::Stale(msg));
+    if !st.holds() {
+        return Err(Error::Stale(st.summary(4)));
     }
     let against = match (&a.topology, &a.sim) {
         (Some(f), _) => format!("the topology in {}", f.display()),
@@ -294,7 +159,8 @@ pub fn check(a: CheckArgs) -> Result<i32, Error> {
     let unchecked = if st.unchecked.is_empty() {
         String::new()
     } else {
-        format!("; not checked (unknown here): {}", st.unchecked.join(", "))
+        let what: Vec<String> = st.unchecked.iter().map(ToString::to_string).collect();
+        format!("; not checked (unknown here): {}", what.join(", "))
     };
     outln!(
         "{} holds for {against}: topology class {}, host {} ({}){unchecked}{}",
@@ -473,80 +339,4 @@ pub fn predict(a: PredictArgs) -> Result<i32, Error> {
         outln!("n/a: {line}");
     }
     Ok(0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::export::sample;
-    use crate::topology::presets;
-
-    #[test]
-    fn same_machine_holds() {
-        let p = sample::profile();
-        let mut now = presets::get("pcie-4x-1switch").unwrap();
-        now.origin.kind = "file".into();
-        assert_eq!(staleness(&p, &now), Staleness::default());
-    }
-
-    #[test]
-    fn simulated_profile_is_stale_on_real_machine() {
-        let p = sample::profile();
-        let mut now = presets::get("pcie-4x-1switch").unwrap();
-        now.origin.kind = "nvml".into();
-        assert!(staleness(&p, &now).changes[0].contains("simulated fabric"));
-    }
-
-    #[test]
-    fn names_what_changed_old_to_new() {
-        let mut p = sample::profile();
-        p.versions.driver = Some("580.1".into());
-        let mut now = p.topology.clone();
-        now.host.driver = Some("590.2".into());
-        assert_eq!(
-            staleness(&p, &now).changes,
-            vec!["driver 580.1 → 590.2".to_string()]
-        );
-
-        let now = presets::get("pcie-2x").unwrap();
-        assert_eq!(staleness(&p, &now).changes[0], "GPU count 4 → 2");
-
-        let mut now = p.topology.clone();
-        now.gpus[1].uuid = Some("GPU-new".into());
-        p.topology.gpus[1].uuid = Some("GPU-old".into());
-        assert_eq!(
-            staleness(&p, &now).changes,
-            vec!["GPU 1 UUID GPU-old → GPU-new".to_string()]
-        );
-    }
-
-    #[test]
-    fn what_the_machine_does_not_report_is_unchecked_not_stale() {
-        let mut p = sample::profile();
-        p.versions.nccl = Some("2.28.9".into());
-        p.topology.gpus[0].uuid = Some("GPU-aaa".into());
-        p.topology.host.nccl = Some("2.28.9".into());
-        p.fingerprint.host = p.topology.host_hash();
-        let mut now = presets::get("pcie-4x-1switch").unwrap();
-        now.origin.kind = "file".into();
-        let st = staleness(&p, &now);
-        assert_eq!(st.changes, Vec::<String>::new());
-        assert_eq!(
-            st.unchecked,
-            vec!["NCCL version".to_string(), "GPU UUIDs".to_string()]
-        );
-    }
-
-    #[test]
-    fn wiring_change_is_named() {
-        let p = sample::profile();
-        let mut now = p.topology.clone();
-        now.gpus[2].pcie.max_width = Some(8);
-        now.gpus[2].pcie.width = Some(8);
-        let c = staleness(&p, &now).changes;
-        assert!(
-            c.iter().any(|c| c == "GPU 2 PCIe link Gen5 x16 → Gen5 x8"),
-            "{c:?}"
-        );
-    }
 }

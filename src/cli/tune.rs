@@ -4,6 +4,7 @@ use super::output::{out, outln};
 use std::io::IsTerminal;
 
 use super::{ShowArgs, TuneArgs};
+use crate::cancel::Cancel;
 use crate::error::Error;
 use crate::fabric::sim::{Faults, SimFabric};
 use crate::fabric::Fabric;
@@ -42,26 +43,17 @@ fn open_fabric(a: &TuneArgs, faults: Faults) -> Result<Box<dyn Fabric>, Error> {
     Ok(Box::new(crate::fabric::cuda::CudaFabric::open(a.loopback)?))
 }
 
-/// A group where every backend failed or was waived has nothing to offer: that is a hardware
-/// failure to report, not a profile to write.
-fn check_measured(p: &Profile) -> Result<(), Error> {
-    let Some(g) = p.groups.iter().find(|g| g.buckets.is_empty()) else {
-        return Ok(());
-    };
-    let first = g
-        .waived
-        .iter()
-        .next()
-        .map(|(b, why)| format!("; first, {b}: {why}"))
-        .unwrap_or_default();
-    Err(Error::Hardware(format!(
-        "no backend could be measured on GPUs {:?} ({} mode), so no profile was written{first}; fix what the warnings report, then run again",
-        g.gpus,
-        g.mode.id()
-    )))
+/// Connects SIGINT and SIGTERM to `cancel`: the first stops the tune between measurements, a
+/// second exits at once with code 130.
+fn cancel_on_signals(cancel: &Cancel) {
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // Registered first, so it sees the flag as it was before this signal set it.
+        let _ = signal_hook::flag::register_conditional_shutdown(sig, 130, cancel.flag().clone());
+        let _ = signal_hook::flag::register(sig, cancel.flag().clone());
+    }
 }
 
-fn options(a: &TuneArgs, gpus: usize) -> Result<tune::Options, Error> {
+fn options(a: &TuneArgs, gpus: usize, cancel: Cancel) -> Result<tune::Options, Error> {
     let (min_bytes, max_bytes) = units::parse_range(&a.sizes)?;
     if max_bytes > crate::profile::LIMITS.message_bytes {
         return Err(Error::bad_input(format!(
@@ -87,21 +79,25 @@ fn options(a: &TuneArgs, gpus: usize) -> Result<tune::Options, Error> {
         mem_budget,
         seed: a.seed,
         contention: !a.no_contention,
+        cancel,
         ..Default::default()
     })
 }
 
 pub fn run(a: TuneArgs) -> Result<i32, Error> {
     // Validate everything cheap before touching hardware.
-    units::parse_range(&a.sizes)?;
+    let (min_bytes, max_bytes) = units::parse_range(&a.sizes)?;
+    tune::check_sizes(min_bytes, max_bytes, a.dtype.into())
+        .map_err(|e| Error::bad_input(format!("--sizes {}: {e}", a.sizes)))?;
     if let Some(b) = &a.mem_budget {
         units::parse_bytes(b)?;
     }
     let faults = faults(&a)?;
     crate::profile::check_writable(&a.out)?;
-    crate::measure::install_interrupt_handler();
+    let cancel = Cancel::new();
+    cancel_on_signals(&cancel);
     let mut fabric = open_fabric(&a, faults)?;
-    let opts = options(&a, fabric.topology().gpu_count())?;
+    let opts = options(&a, fabric.topology().gpu_count(), cancel)?;
 
     let bar = std::io::stderr().is_terminal().then(|| {
         let pb = indicatif::ProgressBar::new(0);
@@ -137,12 +133,6 @@ pub fn run(a: TuneArgs) -> Result<i32, Error> {
     // Releases communicators and device memory before anything is written.
     drop(fabric);
     let profile = result?;
-    check_measured(&profile)?;
-    crate::profile::validate_built(&profile)?;
-    // A signal that came after the last measurement still means: leave the old profile.
-    if crate::measure::interrupted() {
-        return Err(Error::Interrupted);
-    }
     profile.write_atomic(&a.out)?;
     if let Some(dir) = &a.plot {
         let files = report::plots(&profile, dir)?;

@@ -11,6 +11,7 @@
 
 mod index;
 pub mod schema;
+pub mod stale;
 mod validate;
 
 use std::collections::BTreeMap;
