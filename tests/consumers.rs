@@ -6,7 +6,6 @@ mod common;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use artune::export::sample;
 use artune::profile::Profile;

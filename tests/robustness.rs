@@ -6,7 +6,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
 use artune::fabric::Backend;
 use artune::profile::{Bucket, Profile, LIMITS, SCHEMA_VERSION};
@@ -113,16 +112,20 @@ fn assert_clear(e: &str) {
 
 /// Runs both parsers on `text`; whatever either accepts must still be accepted once rewritten.
 fn answer_both(text: &str) -> (Result<(), String>, Result<(), String>) {
-    let p = Profile::parse(text).map(|p| {
-        let again = p.to_json();
-        Profile::parse(&again)
-            .unwrap_or_else(|e| panic!("accepted profile refused once rewritten: {e}"));
-    });
-    let t = file::parse(text).map(|t| {
-        let again = serde_json::to_string(&t).unwrap();
-        file::parse(&again)
-            .unwrap_or_else(|e| panic!("accepted topology refused once rewritten: {e}"));
-    });
+    let p = Profile::parse(text)
+        .map(|p| {
+            let again = p.to_json();
+            Profile::parse(&again)
+                .unwrap_or_else(|e| panic!("accepted profile refused once rewritten: {e}"));
+        })
+        .map_err(|e| e.to_string());
+    let t = file::parse(text)
+        .map(|t| {
+            let again = serde_json::to_string(&t).unwrap();
+            file::parse(&again)
+                .unwrap_or_else(|e| panic!("accepted topology refused once rewritten: {e}"));
+        })
+        .map_err(|e| e.to_string());
     for e in [&p, &t].into_iter().filter_map(|r| r.as_ref().err()) {
         assert_clear(e);
     }
@@ -130,7 +133,7 @@ fn answer_both(text: &str) -> (Result<(), String>, Result<(), String>) {
 }
 
 fn perr(text: &str) -> String {
-    match Profile::parse(text) {
+    match Profile::parse(text).map_err(|e| e.to_string()) {
         Ok(_) => panic!("profile accepted: {}", &text[..text.len().min(300)]),
         Err(e) => {
             assert_clear(&e);
@@ -140,7 +143,7 @@ fn perr(text: &str) -> String {
 }
 
 fn terr(text: &str) -> String {
-    match file::parse(text) {
+    match file::parse(text).map_err(|e| e.to_string()) {
         Ok(_) => panic!("topology accepted: {}", &text[..text.len().min(300)]),
         Err(e) => {
             assert_clear(&e);

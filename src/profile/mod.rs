@@ -14,6 +14,8 @@ pub mod schema;
 pub mod stale;
 mod validate;
 
+pub use validate::ProfileError;
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
@@ -225,15 +227,15 @@ impl Profile {
     pub fn load(path: &Path) -> Result<Profile, Error> {
         // Bounded read: a device or pipe named as a profile cannot make us allocate without end.
         let text = crate::topology::file::read_text(path, LIMITS.file_bytes, "profile")?;
-        Profile::parse(&text).map_err(|reason| Error::Parse {
+        Profile::parse(&text).map_err(|e| Error::Parse {
             path: path.into(),
             what: "profile",
-            reason,
+            reason: e.to_string(),
         })
     }
 
-    /// Parses and validates profile JSON; the error is a phrase to embed in a sentence.
-    pub fn parse(text: &str) -> Result<Profile, String> {
+    /// Parses and validates profile JSON.
+    pub fn parse(text: &str) -> Result<Profile, ProfileError> {
         validate::parse(text)
     }
 

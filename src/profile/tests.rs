@@ -175,7 +175,8 @@ fn future_version_is_refused() {
         .to_json()
         .replacen("\"schema_version\": 1", "\"schema_version\": 7", 1);
     let e = Profile::parse(&text).unwrap_err();
-    assert!(e.contains("newer"), "{e}");
+    assert_eq!(e, ProfileError::SchemaTooNew { found: 7 });
+    assert!(e.to_string().contains("newer"), "{e}");
 }
 
 #[test]
@@ -184,15 +185,19 @@ fn impossible_contents_are_refused() {
     p.groups[0].buckets[1].bytes = 1;
     assert!(Profile::parse(&p.to_json())
         .unwrap_err()
+        .to_string()
         .contains("out of order"));
     let mut p = fixture();
     p.groups[0].buckets[0].choice = Backend::TwoStagePush;
     assert!(Profile::parse(&p.to_json())
         .unwrap_err()
+        .to_string()
         .contains("without a result"));
     let mut p = fixture();
     p.groups[0].gpus = vec![0, 9];
-    assert!(Profile::parse(&p.to_json()).unwrap_err().contains("GPU"));
+    let e = Profile::parse(&p.to_json()).unwrap_err();
+    assert!(matches!(e, ProfileError::Invalid(_)), "{e:?}");
+    assert!(e.to_string().contains("GPU"), "{e}");
 }
 
 #[test]

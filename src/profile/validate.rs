@@ -3,7 +3,32 @@
 
 use super::{Profile, SCHEMA_VERSION};
 use crate::topology::file;
+use crate::topology::TopologyError;
 use serde::Deserialize;
+
+/// Why a profile was refused. Each message is a phrase to embed in a sentence that names the
+/// file; callers that act on the kind match on the variant.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ProfileError {
+    #[error("it is {len} bytes, more than the {limit} a profile may have")]
+    TooLarge { len: u64, limit: u64 },
+    /// Not JSON, or JSON of the wrong shape (a missing field, a value of the wrong type).
+    #[error("{0}")]
+    Json(String),
+    #[error("it has no `schema_version`; it is not an artune profile")]
+    NotAProfile,
+    #[error("its `schema_version` is {0}, not a version number")]
+    SchemaNotANumber(String),
+    #[error("it has schema version {found}, newer than this artune reads ({SCHEMA_VERSION}); upgrade artune or re-run the tune with this version")]
+    SchemaTooNew { found: u64 },
+    #[error("schema version {found} is not supported; re-run the tune with this version")]
+    SchemaUnsupported { found: u64 },
+    #[error("its topology is invalid: {0}")]
+    Topology(TopologyError),
+    /// Sound JSON of the right shape that breaks a rule: a limit, an order, a reference.
+    #[error("{0}")]
+    Invalid(String),
+}
 
 /// Documented limits (README, "Profile and topology limits").
 #[derive(Debug, Clone, Copy)]
@@ -34,37 +59,35 @@ pub const LIMITS: Limits = Limits {
     points_per_curve: 1024,
 };
 
-pub(super) fn parse(text: &str) -> Result<Profile, String> {
+pub(super) fn parse(text: &str) -> Result<Profile, ProfileError> {
     #[derive(Deserialize)]
     struct Peek {
         schema_version: Option<serde_json::Value>,
     }
     if text.len() as u64 > LIMITS.file_bytes {
-        return Err(format!(
-            "it is {} bytes, more than the {} a profile may have",
-            text.len(),
-            LIMITS.file_bytes
-        ));
+        return Err(ProfileError::TooLarge {
+            len: text.len() as u64,
+            limit: LIMITS.file_bytes,
+        });
     }
     // Syntax, depth and repeated keys first, so the typed passes below only meet sound JSON.
-    file::check_json(text)?;
-    let peek: Peek = serde_json::from_str(text).map_err(|e| file::describe(&e, text))?;
+    file::check_json(text).map_err(ProfileError::Json)?;
+    let json = |e: serde_json::Error| ProfileError::Json(file::describe(&e, text));
+    let peek: Peek = serde_json::from_str(text).map_err(json)?;
     match peek.schema_version {
-        None => return Err("it has no `schema_version`; it is not an artune profile".into()),
+        None => return Err(ProfileError::NotAProfile),
         Some(v) => match v.as_u64() {
-            None => return Err(format!("its `schema_version` is {}, not a version number", short(&v))),
+            None => return Err(ProfileError::SchemaNotANumber(short(&v))),
             Some(v) if v > SCHEMA_VERSION as u64 => {
-                return Err(format!(
-                    "it has schema version {v}, newer than this artune reads ({SCHEMA_VERSION}); upgrade artune or re-run the tune with this version"
-                ))
+                return Err(ProfileError::SchemaTooNew { found: v })
             }
             Some(v) if v != SCHEMA_VERSION as u64 => {
-                return Err(format!("schema version {v} is not supported; re-run the tune with this version"))
+                return Err(ProfileError::SchemaUnsupported { found: v })
             }
             Some(_) => {}
         },
     }
-    let p: Profile = serde_json::from_str(text).map_err(|e| file::describe(&e, text))?;
+    let p: Profile = serde_json::from_str(text).map_err(json)?;
     check(&p)?;
     Ok(p)
 }
@@ -83,13 +106,15 @@ fn finite_nonneg(v: f64) -> bool {
 }
 
 /// Semantic checks the types cannot express.
-pub fn check(p: &Profile) -> Result<(), String> {
-    let l = super::LIMITS;
+pub fn check(p: &Profile) -> Result<(), ProfileError> {
     let mut topo = p.topology.clone();
-    file::check(&topo)
-        .and_then(|()| topo.normalize())
-        .map_err(|e| format!("its topology is invalid: {e}"))?;
-    let ngpu = topo.gpu_count();
+    file::check(&topo).map_err(|e| ProfileError::Topology(TopologyError::Invalid(e)))?;
+    topo.normalize().map_err(ProfileError::Topology)?;
+    check_groups(p, topo.gpu_count()).map_err(ProfileError::Invalid)
+}
+
+fn check_groups(p: &Profile, ngpu: usize) -> Result<(), String> {
+    let l = super::LIMITS;
     if p.groups.len() > l.groups {
         return Err(format!(
             "it has {} groups, more than the {} allowed",

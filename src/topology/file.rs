@@ -8,7 +8,7 @@
 //! repeated keys) and [`check`] plus [`Topology::normalize`] (counts, ids, references, values).
 //! Profiles embed a topology and reuse all three.
 
-use super::{Contention, Link, Topology, MAX_GPUS, MAX_SWITCHES};
+use super::{Contention, Link, Topology, TopologyError, MAX_GPUS, MAX_SWITCHES};
 use crate::error::Error;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::borrow::Cow;
@@ -37,24 +37,28 @@ pub const MAX_GPU_MEMORY_BYTES: u64 = 1 << 50;
 /// Loads and normalizes a topology file.
 pub fn load(path: &Path) -> Result<Topology, Error> {
     let text = read_text(path, MAX_FILE_BYTES, "topology file")?;
-    let mut t = parse(&text).map_err(|reason| Error::Parse {
+    let mut t = parse(&text).map_err(|e| Error::Parse {
         path: path.into(),
         what: "topology file",
-        reason: format!("{reason}; see \"Topology files\" in the README"),
+        reason: format!("{e}; see \"Topology files\" in the README"),
     })?;
     t.origin.kind = "file".into();
     t.origin.name = Some(path.display().to_string());
     Ok(t)
 }
 
-/// Parses topology JSON and normalizes it. The error is a phrase to embed in a sentence.
-pub fn parse(text: &str) -> Result<Topology, String> {
+/// Parses topology JSON and normalizes it.
+pub fn parse(text: &str) -> Result<Topology, TopologyError> {
     if text.len() as u64 > MAX_FILE_BYTES {
-        return Err(too_big(text.len() as u64, MAX_FILE_BYTES, "topology file"));
+        return Err(TopologyError::TooLarge {
+            len: text.len() as u64,
+            limit: MAX_FILE_BYTES,
+        });
     }
-    check_json(text)?;
-    let mut t: Topology = serde_json::from_str(text).map_err(|e| describe(&e, text))?;
-    check(&t)?;
+    check_json(text).map_err(TopologyError::Json)?;
+    let mut t: Topology =
+        serde_json::from_str(text).map_err(|e| TopologyError::Json(describe(&e, text)))?;
+    check(&t).map_err(TopologyError::Invalid)?;
     t.normalize()?;
     Ok(t)
 }
@@ -579,7 +583,8 @@ mod tests {
     fn truncated_is_named() {
         let full = crate::topology::presets::json("pcie-2x").unwrap();
         let err = parse(&full[..full.len() / 2]).unwrap_err();
-        assert!(err.contains("truncated"), "{err}");
+        assert!(matches!(err, TopologyError::Json(_)), "{err:?}");
+        assert!(err.to_string().contains("truncated"), "{err}");
     }
 
     #[test]
@@ -588,7 +593,7 @@ mod tests {
         t.pairs.clear();
         t.gpus[1].parent = "nowhere".into();
         let text = serde_json::to_string(&t).unwrap();
-        assert!(parse(&text).unwrap_err().contains("nowhere"));
+        assert!(parse(&text).unwrap_err().to_string().contains("nowhere"));
     }
 
     #[test]

@@ -369,6 +369,21 @@ pub enum Node<'a> {
     RootComplex(&'a str),
 }
 
+/// Why a topology (a file, a preset, a discovered machine) was refused. Each message is a
+/// phrase to embed in a sentence that names the source.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TopologyError {
+    #[error("it is {len} bytes, more than the {limit} a topology file may have")]
+    TooLarge { len: u64, limit: u64 },
+    /// Not JSON, or JSON of the wrong shape (a missing field, a value of the wrong type).
+    #[error("{0}")]
+    Json(String),
+    /// Sound JSON describing an impossible machine: a limit exceeded, a dangling or cyclic
+    /// parent, a value no link can have.
+    #[error("{0}")]
+    Invalid(String),
+}
+
 /// Limits on what a topology may contain, so a hostile file cannot make us allocate without
 /// bound (pairs grow with the square of GPUs).
 pub const MAX_GPUS: usize = 256;
@@ -516,7 +531,11 @@ impl Topology {
 
     /// Fills derived fields and checks the model is consistent. Called on everything that
     /// enters the program, so consumers never see dangling references.
-    pub fn normalize(&mut self) -> Result<(), String> {
+    pub fn normalize(&mut self) -> Result<(), TopologyError> {
+        self.fill_and_check().map_err(TopologyError::Invalid)
+    }
+
+    fn fill_and_check(&mut self) -> Result<(), String> {
         if self.gpus.is_empty() {
             return Err("it lists no GPUs".into());
         }
@@ -737,6 +756,8 @@ mod tests {
         let mut t = presets::get("pcie-2x").unwrap();
         t.pairs.clear();
         t.switches[0].parent = t.switches[0].id.clone();
-        assert!(t.normalize().unwrap_err().contains("cycle"));
+        let e = t.normalize().unwrap_err();
+        assert!(matches!(e, TopologyError::Invalid(_)), "{e:?}");
+        assert!(e.to_string().contains("cycle"), "{e}");
     }
 }

@@ -138,7 +138,7 @@ pub fn loopback(k: usize, f: &DeviceFacts, host: Host) -> Result<Topology, Strin
         f.name, f.bus_id
     );
     let mut t = one_root(gpus, origin, host, vec![note]);
-    t.normalize()?;
+    t.normalize().map_err(|e| e.to_string())?;
     Ok(t)
 }
 
@@ -186,7 +186,7 @@ pub fn from_cuda(
             }
         }
     }
-    t.normalize()?;
+    t.normalize().map_err(|e| e.to_string())?;
     Ok(t)
 }
 
