@@ -1,5 +1,5 @@
 //! The simulated fabric against the published measurements it is calibrated on
-//! (/work/shared/calibration/README.md). Each test names the calibration line it checks.
+//! (published PCIe measurements, quoted with their sources in the comments). Each test names the calibration line it checks.
 //! Everything goes through the `Fabric` trait, plus `SimFabric::transfer_gbps` for transfer
 //! patterns a probe cannot express (one GPU pulling from all others).
 //!

@@ -1,5 +1,5 @@
 //! `artune tune --sim` and `artune show` through the binary: calibration facts from
-//! ../shared/calibration, profile structure, plots, and bad input.
+//! published measurements, profile structure, plots, and bad input.
 
 mod common;
 

@@ -57,7 +57,7 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
     s.push_str("# Load it with NCCL_TUNER_PLUGIN=<libnccl-tuner-example.so> NCCL_TUNER_CONFIG_FILE=<this file>.\n");
     s.push_str("# Columns: collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks (bounds inclusive).\n");
     s.push_str(&provenance(p, o, "#"));
-    s.push_str("#\n# Prefer artune's own plugin: it reads the profile itself and never changes the channel count:\n");
+    s.push_str("#\n# Prefer artune's own plugin: it reads the profile itself and sets a channel count only\n# where it steers NCCL and the profile records the count its NCCL measurements ran with:\n");
     s.push_str(&format!(
         "#   export NCCL_TUNER_PLUGIN=/path/to/libartune.so ARTUNE_PROFILE={}\n",
         shell_quote(&o.source)

@@ -1,5 +1,6 @@
-//! Simulated fabric: a flow-level model of the machine, calibrated on published measurements
-//! (/work/shared/calibration/README.md, lines C1–C4), so the whole tuner runs without GPUs.
+//! Simulated fabric: a flow-level model of the machine, calibrated on published measurements of
+//! real PCIe boxes (each cited with its source in tests/sim_calibration.rs), so the whole tuner
+//! runs without GPUs.
 //!
 //! 1. [`net`] turns the topology into a link graph and routes GPU→GPU flows over it; [`flow`]
 //!    shares capacity between concurrent flows by max-min fairness.
