@@ -13,7 +13,7 @@ use std::ffi::{c_char, c_int, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 
-use crate::fabric::{Backend, Mode};
+use crate::allreduce::{Backend, Mode};
 use crate::profile::{Profile, Query, Selection};
 
 pub const ARTUNE_OK: c_int = 0;

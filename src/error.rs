@@ -76,22 +76,11 @@ impl Error {
     }
 }
 
-impl From<crate::fabric::FabricError> for Error {
-    fn from(e: crate::fabric::FabricError) -> Self {
-        match e {
-            crate::fabric::FabricError::Interrupted => Error::Interrupted,
-            crate::fabric::FabricError::BadRequest(m) => Error::BadInput(m),
-            other => Error::Hardware(other.to_string()),
-        }
-    }
-}
-
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fabric::{Backend, FabricError};
 
     #[test]
     fn exit_codes_follow_the_contract() {
@@ -125,18 +114,6 @@ mod tests {
             (Error::Interrupted, EXIT_INTERRUPTED),
             (Error::Bug("x".into()), EXIT_BUG),
             (Error::StdoutClosed, 0),
-            (FabricError::Interrupted.into(), EXIT_INTERRUPTED),
-            (FabricError::BadRequest("x".into()).into(), EXIT_BAD_INPUT),
-            (FabricError::Device("x".into()).into(), EXIT_HARDWARE),
-            (
-                FabricError::Timeout {
-                    backend: Backend::Nccl,
-                    what: "x".into(),
-                    seconds: 1.0,
-                }
-                .into(),
-                EXIT_HARDWARE,
-            ),
         ];
         for (e, code) in cases {
             assert_eq!(e.exit_code(), code, "{e}");

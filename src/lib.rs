@@ -3,6 +3,7 @@
 //! Data flows one way: [`topology`] → [`measure`] (through a [`fabric::Fabric`]) → [`decide`]
 //! → [`profile`] → consumers ([`export`], [`capi`], [`plugin`], [`report`]).
 
+pub mod allreduce;
 pub mod cancel;
 pub mod capi;
 pub mod cli;
@@ -11,9 +12,11 @@ pub mod error;
 pub mod export;
 pub mod fabric;
 pub mod measure;
+pub mod plan;
 pub mod plugin;
 pub mod profile;
 pub mod report;
+pub mod results;
 pub mod stats;
 pub mod topology;
 pub mod tune;

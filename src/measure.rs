@@ -3,16 +3,18 @@
 //! For each GPU group: prepare the backends, run the contention probes, then for each mode
 //! and size verify each backend on fresh data and time it until the 95% confidence interval of
 //! its median is within the target (or a cap is hit). Where the winner changes between
-//! neighbouring sizes, [`crate::decide::refine_points`] asks for sizes in between.
+//! neighbouring sizes (by the rule the plan carries), [`plan::refine_points`] asks for sizes in
+//! between.
 
 use std::collections::BTreeMap;
 
 use crate::cancel::Cancel;
-use crate::decide;
 use crate::fabric::{
     Backend, Direction, Dtype, Fabric, FabricError, Group, Mode, Readiness, Verification,
 };
+use crate::plan::{self, Winner};
 use crate::profile::{ContentionCurve, Timing};
+pub use crate::results::GroupResults;
 use crate::stats;
 
 /// How hard to measure one (backend, size, mode) cell.
@@ -68,20 +70,8 @@ pub struct Plan {
     pub harness: Harness,
     /// Checked between measurements: once cancelled, the run ends with `Interrupted`.
     pub cancel: Cancel,
-}
-
-/// Everything measured on one GPU set.
-#[derive(Debug, Clone, Default)]
-pub struct GroupResults {
-    pub gpus: Vec<usize>,
-    pub placement: String,
-    pub readiness: Vec<Readiness>,
-    /// Backends that failed verification or timed out, for the whole group.
-    pub disqualified: BTreeMap<Backend, String>,
-    /// Per mode, per size, per backend.
-    pub cells: BTreeMap<Mode, BTreeMap<u64, BTreeMap<Backend, Timing>>>,
-    pub contention: Vec<ContentionCurve>,
-    pub nccl_channels: Option<u32>,
+    /// Names the winner at a size, to refine the grid where it changes.
+    pub winner: Winner,
 }
 
 /// Progress events for a UI; the harness knows nothing about terminals.
@@ -233,7 +223,13 @@ fn measure_group(
             }
             round += 1;
             let cells = res.cells.get(&mode).cloned().unwrap_or_default();
-            sizes = decide::refine_points(&cells, &res.disqualified, gpus.len(), plan.dtype);
+            sizes = plan::refine_points(
+                &cells,
+                &res.disqualified,
+                gpus.len(),
+                plan.dtype,
+                plan.winner,
+            );
             if sizes.is_empty() {
                 break;
             }

@@ -6,6 +6,7 @@ use crate::decide::{self, Policy};
 use crate::error::Error;
 use crate::fabric::{Backend, Dtype, Fabric, Mode};
 use crate::measure::{self, Harness, Plan, Progress};
+use crate::plan;
 use crate::profile::{Fingerprint, Profile, Settings, Versions, SCHEMA_VERSION};
 
 /// What to tune.
@@ -97,24 +98,25 @@ pub fn run(
         )));
     }
     let tps = if opts.tp.is_empty() {
-        decide::default_tp(n)
+        plan::default_tp(n)
     } else {
         opts.tp.clone()
     };
     let mut groups = Vec::new();
     for &tp in &tps {
-        groups.extend(decide::placements(&topology, tp, opts.placements_per_tp));
+        groups.extend(plan::placements(&topology, tp, opts.placements_per_tp));
     }
     let plan = Plan {
         groups,
         modes: opts.modes.clone(),
         dtype: opts.dtype,
-        sizes: decide::size_grid(opts.min_bytes, opts.max_bytes),
+        sizes: plan::size_grid(opts.min_bytes, opts.max_bytes),
         backends: Backend::ALL.to_vec(),
         seed: opts.seed,
         contention: opts.contention,
         harness: opts.harness,
         cancel: opts.cancel.clone(),
+        winner: decide::winner,
     };
     let (results, mut faults) = measure::run(fabric, &plan, progress)?;
     let policy = Policy {

@@ -25,8 +25,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::allreduce::{Backend, Dtype, Mode};
 use crate::error::Error;
-use crate::fabric::{Backend, Dtype, Mode};
 use crate::profile::{GroupProfile, Profile, Query, LIMITS};
 
 /// Limits that keep a hostile workload from making us loop or print without bound.

@@ -4,6 +4,8 @@ use super::output::{out, outln};
 use std::io::IsTerminal;
 
 use super::{ShowArgs, TuneArgs};
+use std::collections::BTreeSet;
+
 use crate::cancel::Cancel;
 use crate::error::Error;
 use crate::fabric::sim::{Faults, SimFabric};
@@ -43,6 +45,30 @@ fn open_fabric(a: &TuneArgs, faults: Faults) -> Result<Box<dyn Fabric>, Error> {
     Ok(Box::new(crate::fabric::cuda::CudaFabric::open(a.loopback)?))
 }
 
+/// Parses `--tp 2,4,8` against the machine's GPU count.
+pub fn parse_tp(items: &[String], gpus: usize) -> Result<Vec<usize>, Error> {
+    let mut out = BTreeSet::new();
+    for it in items {
+        let t: usize = it.trim().parse().map_err(|_| {
+            Error::bad_input(format!(
+                "--tp `{it}` is not a number; give TP sizes like --tp 2,4,8"
+            ))
+        })?;
+        if t < 2 || t > gpus {
+            return Err(Error::bad_input(format!(
+                "--tp {t} does not fit this machine of {gpus} GPUs; choose sizes from 2 to {gpus}"
+            )));
+        }
+        out.insert(t);
+    }
+    if out.is_empty() {
+        return Err(Error::bad_input(
+            "--tp is empty; give TP sizes like --tp 2,4,8",
+        ));
+    }
+    Ok(out.into_iter().collect())
+}
+
 /// Connects SIGINT and SIGTERM to `cancel`: the first stops the tune between measurements, a
 /// second exits at once with code 130.
 fn cancel_on_signals(cancel: &Cancel) {
@@ -62,7 +88,7 @@ fn options(a: &TuneArgs, gpus: usize, cancel: Cancel) -> Result<tune::Options, E
         )));
     }
     let tp = match &a.tp {
-        Some(items) => crate::decide::parse_tp(items, gpus)?,
+        Some(items) => parse_tp(items, gpus)?,
         None => Vec::new(),
     };
     let mem_budget = a
@@ -161,4 +187,16 @@ pub fn show(a: ShowArgs) -> Result<i32, Error> {
         out!("{}", report::summary(&p));
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_tp;
+
+    #[test]
+    fn tp_sizes_parse_against_the_gpu_count() {
+        assert_eq!(parse_tp(&["4".into(), "2".into()], 8).unwrap(), vec![2, 4]);
+        assert!(parse_tp(&["16".into()], 8).is_err());
+        assert!(parse_tp(&["x".into()], 8).is_err());
+    }
 }

@@ -12,8 +12,8 @@ mod sglang;
 mod trtllm;
 pub mod vllm;
 
+use crate::allreduce::{Backend, Dtype, Mode};
 use crate::error::Error;
-use crate::fabric::{Backend, Dtype, Mode};
 use crate::profile::{Bucket, GroupProfile, Profile, Query, Timing};
 
 /// The engine to export for (also the `--engine` argument).

@@ -4,7 +4,7 @@
 //! characters at a time (so every line here stays shorter).
 
 use super::*;
-use crate::fabric::{NcclAlgo, NcclProto};
+use crate::allreduce::{NcclAlgo, NcclProto};
 
 /// One contiguous byte range and the NCCL variant for it.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::fabric::memory;
-use crate::fabric::{Backend, Dtype, Mode};
+use crate::allreduce::memory;
+use crate::allreduce::{Backend, Dtype, Mode};
 use crate::profile::*;
 use crate::topology::presets;
 
@@ -51,11 +51,8 @@ fn group(gpus: Vec<usize>, mode: Mode, sizes: &[u64]) -> GroupProfile {
                         .map(|(lat, gbps)| (b, timing(lat + eager + bytes as f64 / (gbps * 1e3))))
                 })
                 .collect();
-            let choice = *results
-                .iter()
-                .min_by(|a, b| a.1.median_us.total_cmp(&b.1.median_us))
-                .map(|(b, _)| b)
-                .unwrap_or(&Backend::Nccl);
+            let choice = crate::decide::winner(&results, tp, bytes).unwrap_or(Backend::Nccl);
+            let nccl_choice = crate::decide::nccl_choice(&results);
             let waived = Backend::ALL
                 .into_iter()
                 .filter(|b| model(*b, tp).is_none())
@@ -64,6 +61,7 @@ fn group(gpus: Vec<usize>, mode: Mode, sizes: &[u64]) -> GroupProfile {
             Bucket {
                 bytes,
                 choice,
+                nccl_choice,
                 results,
                 waived,
             }
@@ -98,6 +96,7 @@ fn group(gpus: Vec<usize>, mode: Mode, sizes: &[u64]) -> GroupProfile {
         memory,
         nccl_channels: None,
         waived: Default::default(),
+        regret: None,
     }
 }
 

@@ -19,7 +19,7 @@ pub mod abi;
 use std::ffi::{c_char, c_int, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::fabric::{Backend, Mode, NcclAlgo, NcclProto};
+use crate::allreduce::{Backend, Mode, NcclAlgo, NcclProto};
 use crate::profile::{Bucket, Profile, Query};
 
 /// `ncclFuncAllReduce` in NCCL's `ncclFunc_t`.

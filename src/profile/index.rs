@@ -5,7 +5,7 @@
 use std::sync::OnceLock;
 
 use super::{Profile, Query, Selection, UnknownReason};
-use crate::fabric::{Backend, Mode};
+use crate::allreduce::{Backend, Mode};
 
 /// The lazily built index. Equality ignores it: it is a cache of the rest of the profile.
 #[derive(Debug, Clone, Default)]

@@ -23,8 +23,8 @@ use std::path::Path;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::allreduce::{Backend, Direction, Dtype, Mode, ProbeSample};
 use crate::error::Error;
-use crate::fabric::{Backend, Direction, Dtype, Mode, ProbeSample};
 use crate::topology::Topology;
 
 pub use index::SelectIndex;
@@ -68,6 +68,11 @@ pub struct Bucket {
     pub bytes: u64,
     /// The backend to use.
     pub choice: Backend,
+    /// The NCCL variant to run where NCCL serves this size (`nccl` itself, or a pinned
+    /// algorithm × protocol that beats it): what the tuner plugin and NCCL exports follow.
+    /// Absent in older profiles, which then leave NCCL its own choice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl_choice: Option<Backend>,
     pub results: BTreeMap<Backend, Timing>,
     /// Backends not measured at this size, and why.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -121,6 +126,21 @@ pub struct GroupProfile {
     /// Backends excluded for the whole group (no P2P, wrong results, timeouts), and why.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub waived: BTreeMap<Backend, String>,
+    /// What the choices cost against the fastest backend measured at each size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regret: Option<Regret>,
+}
+
+/// The time the profile's choices give away against the per-size fastest measured backend:
+/// the price of stable bands and of preferring no extra memory on a tie.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Regret {
+    /// Summed over the group's buckets, as a fraction (0.01 = 1% more time).
+    pub summed: f64,
+    /// The worst single bucket, as a fraction.
+    pub worst: f64,
+    /// The bucket where the worst is.
+    pub worst_bytes: u64,
 }
 
 /// A contention curve: bandwidth as more peers transfer at once.

@@ -17,6 +17,7 @@ pub(crate) fn fixture() -> Profile {
     let bucket = |bytes: u64, choice: Backend| Bucket {
         bytes,
         choice,
+        nccl_choice: Some(Backend::Nccl),
         results: [
             (Backend::Nccl, timing(20.0)),
             (
@@ -69,6 +70,7 @@ pub(crate) fn fixture() -> Profile {
         .into_iter()
         .collect(),
         nccl_channels: None,
+        regret: None,
         waived: Default::default(),
     };
     Profile {

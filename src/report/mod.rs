@@ -7,7 +7,7 @@ use std::fmt::Write;
 
 use serde::Serialize;
 
-use crate::fabric::{Backend, Direction};
+use crate::allreduce::{Backend, Direction};
 use crate::profile::{Bucket, GroupProfile, Profile};
 use crate::units::fmt_bytes;
 
@@ -206,6 +206,15 @@ pub fn summary(p: &Profile) -> String {
                 .collect();
             let _ = writeln!(out, "  crossovers: {}", xs.join("; "));
         }
+        if let Some(r) = g.regret {
+            let _ = writeln!(
+                out,
+                "  regret against the fastest measured at each size: {:.1}% summed, worst {:.1}% at {}",
+                r.summed * 100.0,
+                r.worst * 100.0,
+                fmt_bytes(r.worst_bytes)
+            );
+        }
         for (b, why) in &g.waived {
             let _ = writeln!(out, "  waived {b}: {why}");
         }
@@ -257,6 +266,7 @@ pub fn summary_json(p: &Profile) -> serde_json::Value {
             serde_json::json!({
                 "tp": g.tp, "mode": g.mode, "gpus": g.gpus, "placement": g.placement,
                 "ranges": ranges(g), "crossovers": g.crossovers, "waived": g.waived,
+                "regret": g.regret,
             })
         })
         .collect();

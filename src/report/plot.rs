@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
 
+use crate::allreduce::{Backend, Direction};
 use crate::error::Error;
-use crate::fabric::{Backend, Direction};
 use crate::profile::{GroupProfile, Profile};
 
 const COLORS: [RGBColor; 11] = [

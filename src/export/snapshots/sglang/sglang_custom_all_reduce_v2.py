@@ -32,7 +32,7 @@ ARTUNE_CUSTOM_ALL_REDUCE_V2 = {
 #         1024 bytes: 1shot_pull 4.1 us
 #         4096 bytes: 1shot_pull 4.4 us
 #        16384 bytes: 1shot_pull 5.6 us
-#        65536 bytes: 2shot_pull 10.1 us
+#        65536 bytes: 2shot_pull 10.1 us; profile chose one_stage_push (10.5 us), -3%
 #       262144 bytes: 2shot_pull 22.4 us
 #      1048576 bytes: NCCL       66.4 us
 #      4194304 bytes: NCCL       223.7 us
@@ -41,7 +41,7 @@ ARTUNE_CUSTOM_ALL_REDUCE_V2 = {
 #         1024 bytes: 1shot_pull 7.1 us
 #         4096 bytes: 1shot_pull 7.4 us
 #        16384 bytes: 1shot_pull 8.6 us
-#        65536 bytes: 2shot_pull 13.1 us
+#        65536 bytes: 2shot_pull 13.1 us; profile chose one_stage_push (13.5 us), -3%
 #       262144 bytes: 2shot_pull 25.4 us
 #      1048576 bytes: NCCL       69.4 us
 #      4194304 bytes: NCCL       226.7 us

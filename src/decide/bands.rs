@@ -1,0 +1,202 @@
+//! Stable bands: an engine follows a profile as a few size ranges, one backend each, so a
+//! band change must pay for itself. Per size, [`super::rule`] says what serves; this pass keeps
+//! that choice except where a short excursion gains less than [`MIN_EFFECT`], and reports what
+//! the final bands cost against the fastest backend measured at each size.
+//!
+//! Dynamic programming over the buckets, one state per backend the rule chose somewhere in the
+//! group. Staying on a backend the rule did not choose at a bucket is allowed only where it is
+//! not significantly slower than the rule's choice there (a tie), and it never counts as
+//! faster than that choice: smoothing only ever removes changes, it never chases noise. Each
+//! change of backend costs MIN_EFFECT/2 of the time at the change, so a one-bucket band inside
+//! another (two changes) survives only if it wins by more than MIN_EFFECT there.
+
+use std::collections::BTreeMap;
+
+use super::rule::{beats, MIN_EFFECT};
+use crate::allreduce::Backend;
+use crate::profile::{Regret, Timing};
+
+/// One bucket as the smoothing sees it.
+pub struct Step<'a> {
+    pub bytes: u64,
+    /// The rule's choice at this size.
+    pub rule: Backend,
+    /// Timings of the backends eligible here.
+    pub results: &'a BTreeMap<Backend, Timing>,
+}
+
+/// What staying on `b` at `s` costs, or None where `b` may not serve `s`.
+fn cost(s: &Step<'_>, b: Backend) -> Option<f64> {
+    let chosen = s.results.get(&s.rule)?.median_us;
+    if b == s.rule {
+        return Some(chosen);
+    }
+    let t = s.results.get(&b)?;
+    let r = &s.results[&s.rule];
+    (!beats(r, t)).then_some(t.median_us.max(chosen))
+}
+
+/// The backend per step after smoothing; the rule's choice wherever no smoother sequence is
+/// as cheap.
+pub fn smooth(steps: &[Step<'_>]) -> Vec<Backend> {
+    let mut states: Vec<Backend> = steps.iter().map(|s| s.rule).collect();
+    states.sort_unstable();
+    states.dedup();
+    let n = steps.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    let k = states.len();
+    // best[i][j]: least cost of steps 0..=i ending on states[j]; from[i][j]: the state before.
+    let mut best = vec![vec![f64::INFINITY; k]; n];
+    let mut from = vec![vec![usize::MAX; k]; n];
+    for (j, &b) in states.iter().enumerate() {
+        if let Some(c) = cost(&steps[0], b) {
+            best[0][j] = c;
+        }
+    }
+    for i in 1..n {
+        let penalty = MIN_EFFECT / 2.0 * steps[i].results[&steps[i].rule].median_us;
+        for (j, &b) in states.iter().enumerate() {
+            let Some(c) = cost(&steps[i], b) else {
+                continue;
+            };
+            for p in 0..k {
+                let v = best[i - 1][p] + c + if p == j { 0.0 } else { penalty };
+                // On equal cost keep the earlier state: a change happens as late as it can,
+                // so a tie at the edge of a band stays with the band below.
+                if v < best[i][j] || (v == best[i][j] && p == j) {
+                    best[i][j] = v;
+                    from[i][j] = p;
+                }
+            }
+        }
+    }
+    let mut j = (0..k)
+        .min_by(|&a, &b| best[n - 1][a].total_cmp(&best[n - 1][b]))
+        .unwrap_or(0);
+    let mut out = vec![steps[n - 1].rule; n];
+    for i in (0..n).rev() {
+        if !best[i][j].is_finite() {
+            // Cannot happen (the rule's own choice is always a finite path), but fall back
+            // to the rule rather than trust a broken path.
+            return steps.iter().map(|s| s.rule).collect();
+        }
+        out[i] = states[j];
+        if i > 0 {
+            j = from[i][j];
+        }
+    }
+    out
+}
+
+/// What `chosen` costs against the fastest backend measured at each step.
+pub fn regret(steps: &[Step<'_>], chosen: &[Backend]) -> Option<Regret> {
+    let mut sum_chosen = 0.0;
+    let mut sum_best = 0.0;
+    let mut worst = (0.0f64, 0u64);
+    for (s, b) in steps.iter().zip(chosen) {
+        let t = s.results.get(b)?.median_us;
+        let best = s
+            .results
+            .values()
+            .map(|t| t.median_us)
+            .fold(f64::INFINITY, f64::min);
+        sum_chosen += t;
+        sum_best += best;
+        let r = t / best - 1.0;
+        if r > worst.0 {
+            worst = (r, s.bytes);
+        }
+    }
+    (sum_best > 0.0).then(|| Regret {
+        summed: sum_chosen / sum_best - 1.0,
+        worst: worst.0,
+        worst_bytes: worst.1,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(median: f64) -> Timing {
+        Timing {
+            median_us: median,
+            ci_low_us: median * 0.995,
+            ci_high_us: median * 1.005,
+            samples: 20,
+            outliers: 0,
+        }
+    }
+
+    fn steps<'a>(rules: &[Backend], results: &'a [BTreeMap<Backend, Timing>]) -> Vec<Step<'a>> {
+        rules
+            .iter()
+            .zip(results)
+            .enumerate()
+            .map(|(i, (&rule, results))| Step {
+                bytes: 1024 << i,
+                rule,
+                results,
+            })
+            .collect()
+    }
+
+    use Backend::{OneStagePull as Pull, TwoStagePush as Push};
+
+    #[test]
+    fn a_one_bucket_excursion_that_ties_is_absorbed() {
+        // Push, pull (3% faster than push there: a tie), push: one band of push.
+        let r = [
+            BTreeMap::from([(Push, t(10.0)), (Pull, t(11.0))]),
+            BTreeMap::from([(Push, t(10.3)), (Pull, t(10.0))]),
+            BTreeMap::from([(Push, t(10.0)), (Pull, t(11.0))]),
+        ];
+        let s = steps(&[Push, Pull, Push], &r);
+        assert_eq!(smooth(&s), [Push, Push, Push]);
+        let g = regret(&s, &smooth(&s)).unwrap();
+        assert!((g.worst - 0.03).abs() < 1e-9, "{g:?}");
+        assert_eq!(g.worst_bytes, 2048);
+    }
+
+    #[test]
+    fn a_one_bucket_band_that_wins_clearly_stays() {
+        // Pull beats push by 30% at the middle size: push is not admissible there.
+        let r = [
+            BTreeMap::from([(Push, t(10.0)), (Pull, t(11.0))]),
+            BTreeMap::from([(Push, t(13.0)), (Pull, t(10.0))]),
+            BTreeMap::from([(Push, t(10.0)), (Pull, t(11.0))]),
+        ];
+        let s = steps(&[Push, Pull, Push], &r);
+        assert_eq!(smooth(&s), [Push, Pull, Push]);
+        assert_eq!(regret(&s, &smooth(&s)).unwrap().summed, 0.0);
+    }
+
+    #[test]
+    fn smoothing_never_chases_a_faster_tie() {
+        // The rule says NCCL everywhere (the kernel ties it): the kernel never appears.
+        let r = [
+            BTreeMap::from([(Backend::Nccl, t(10.0)), (Pull, t(9.8))]),
+            BTreeMap::from([(Backend::Nccl, t(10.0)), (Pull, t(9.8))]),
+        ];
+        let s = steps(&[Backend::Nccl, Backend::Nccl], &r);
+        assert_eq!(smooth(&s), [Backend::Nccl, Backend::Nccl]);
+        let g = regret(&s, &smooth(&s)).unwrap();
+        assert!((g.summed - 0.2 / 9.8).abs() < 1e-9, "{g:?}");
+    }
+
+    #[test]
+    fn a_long_band_change_is_kept() {
+        let mk = |push: f64, pull: f64| BTreeMap::from([(Push, t(push)), (Pull, t(pull))]);
+        let r = [
+            mk(10.0, 20.0),
+            mk(10.0, 20.0),
+            mk(20.0, 10.0),
+            mk(20.0, 10.0),
+        ];
+        let s = steps(&[Push, Push, Pull, Pull], &r);
+        assert_eq!(smooth(&s), [Push, Push, Pull, Pull]);
+        assert!(smooth(&[]).is_empty());
+    }
+}

@@ -1,0 +1,161 @@
+//! The one steering rule: which backend serves one size, and which NCCL variant runs when NCCL
+//! does. The profile's choices, `select`, the C ABI, the NCCL plugin and every export read its
+//! answer; none of them decides again.
+//!
+//! 1. NCCL's own choice (`nccl`) is the reference, because it is what an engine runs when told
+//!    nothing. A pinned variant replaces it only if it [`beats`] it; the fastest such pin wins.
+//! 2. A custom kernel must beat that NCCL reference, since it costs IPC buffers. Among the
+//!    kernels that do, the fastest is the second reference: any that it does not beat is a tie,
+//!    and the tie goes to the least extra memory.
+//!
+//! Every comparison is against one reference, so ties are transitive: a pin "tied" with a
+//! kernel that NCCL loses to can never displace NCCL, and neighbouring sizes cannot flap on a
+//! 1% difference.
+
+use std::collections::BTreeMap;
+
+use crate::allreduce::Backend;
+use crate::profile::Timing;
+
+/// An advantage smaller than this fraction is not worth more memory or a pinned NCCL
+/// setting, however tight the confidence intervals are.
+pub const MIN_EFFECT: f64 = 0.05;
+
+/// `a` is significantly faster than `b`: statistically (the 95% intervals of the medians do
+/// not overlap) and practically (by more than [`MIN_EFFECT`]).
+pub fn beats(a: &Timing, b: &Timing) -> bool {
+    a.ci_high_us < b.ci_low_us && b.median_us > a.median_us * (1.0 + MIN_EFFECT)
+}
+
+fn fastest<'a>(
+    it: impl Iterator<Item = (&'a Backend, &'a Timing)>,
+) -> Option<(&'a Backend, &'a Timing)> {
+    it.min_by(|a, b| a.1.median_us.total_cmp(&b.1.median_us))
+}
+
+/// The NCCL variant to run at this size: `nccl` unless a pinned variant beats it, the fastest
+/// pin where `nccl` itself was not measured, None where no NCCL variant was.
+pub fn nccl_choice(results: &BTreeMap<Backend, Timing>) -> Option<Backend> {
+    let pins = results.iter().filter(|(b, _)| b.nccl_pin().is_some());
+    match results.get(&Backend::Nccl) {
+        Some(own) => {
+            Some(fastest(pins.filter(|(_, t)| beats(t, own))).map_or(Backend::Nccl, |(b, _)| *b))
+        }
+        None => fastest(pins).map(|(b, _)| *b),
+    }
+}
+
+/// The backend to use given the timings at one size; `extra` is each backend's extra memory.
+pub fn choose(
+    results: &BTreeMap<Backend, Timing>,
+    extra: impl Fn(Backend) -> u64,
+) -> Option<Backend> {
+    let reference = nccl_choice(results).and_then(|b| results.get(&b).map(|t| (b, t)));
+    let customs = results.iter().filter(|(b, _)| b.is_custom());
+    let earning: Vec<(&Backend, &Timing)> = match reference {
+        Some((_, r)) => customs.filter(|(_, t)| beats(t, r)).collect(),
+        None => customs.collect(),
+    };
+    let Some((_, best)) = fastest(earning.iter().copied()) else {
+        return reference.map(|(b, _)| b);
+    };
+    earning
+        .iter()
+        .filter(|(_, t)| !beats(best, t))
+        .min_by(|(a, ta), (b, tb)| {
+            extra(**a)
+                .cmp(&extra(**b))
+                .then(ta.median_us.total_cmp(&tb.median_us))
+        })
+        .map(|(b, _)| **b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(median: f64, half: f64) -> Timing {
+        Timing {
+            median_us: median,
+            ci_low_us: median - half,
+            ci_high_us: median + half,
+            samples: 20,
+            outliers: 0,
+        }
+    }
+
+    #[test]
+    fn a_pin_within_min_effect_of_nccl_leaves_nccl() {
+        // The case of the issue: NCCL 10.0 us, Ring/LL 9.7 us, both ±0.5%.
+        let r: BTreeMap<_, _> = [
+            (Backend::Nccl, t(10.0, 0.05)),
+            (Backend::NcclRingLl, t(9.7, 0.05)),
+        ]
+        .into();
+        assert_eq!(nccl_choice(&r), Some(Backend::Nccl));
+        assert_eq!(choose(&r, |_| 0), Some(Backend::Nccl));
+        // 20% faster with tight intervals: the pin earns it.
+        let r: BTreeMap<_, _> = [
+            (Backend::Nccl, t(10.0, 0.05)),
+            (Backend::NcclRingLl, t(8.0, 0.05)),
+        ]
+        .into();
+        assert_eq!(nccl_choice(&r), Some(Backend::NcclRingLl));
+        assert_eq!(choose(&r, |_| 0), Some(Backend::NcclRingLl));
+    }
+
+    #[test]
+    fn ties_are_against_one_reference_so_they_are_transitive() {
+        // A kernel 6% faster than NCCL; a pin 2% slower than the kernel (4% faster than NCCL,
+        // so not beating it). Calling the pin a tie with the fastest would take it for its zero
+        // memory; NCCL stays the NCCL reference and the kernel earns its buffers.
+        let r: BTreeMap<_, _> = [
+            (Backend::Nccl, t(10.0, 0.01)),
+            (Backend::NcclRingSimple, t(9.6, 0.01)),
+            (Backend::TwoStagePush, t(9.4, 0.01)),
+        ]
+        .into();
+        assert_eq!(nccl_choice(&r), Some(Backend::Nccl));
+        assert_eq!(
+            choose(&r, |b| u64::from(b.is_custom())),
+            Some(Backend::TwoStagePush)
+        );
+    }
+
+    #[test]
+    fn kernels_must_beat_nccl_and_ties_among_them_go_to_memory() {
+        let r: BTreeMap<_, _> = [
+            (Backend::Nccl, t(20.0, 0.2)),
+            (Backend::OneStagePush, t(9.8, 0.3)),
+            (Backend::OneStagePull, t(10.0, 0.3)),
+        ]
+        .into();
+        let extra = |b: Backend| match b {
+            Backend::OneStagePush => 7,
+            Backend::OneStagePull => 1,
+            _ => 0,
+        };
+        assert_eq!(choose(&r, extra), Some(Backend::OneStagePull));
+        // Overlapping NCCL: no kernel earns its memory.
+        let r: BTreeMap<_, _> = [
+            (Backend::Nccl, t(10.0, 0.3)),
+            (Backend::OneStagePull, t(9.8, 0.3)),
+        ]
+        .into();
+        assert_eq!(choose(&r, extra), Some(Backend::Nccl));
+    }
+
+    #[test]
+    fn without_nccl_the_fastest_measured_serves() {
+        let r: BTreeMap<_, _> = [
+            (Backend::NcclTreeLl, t(12.0, 0.1)),
+            (Backend::NcclRingLl, t(11.0, 0.1)),
+        ]
+        .into();
+        assert_eq!(nccl_choice(&r), Some(Backend::NcclRingLl));
+        let r: BTreeMap<_, _> = [(Backend::OneStagePull, t(11.0, 0.1))].into();
+        assert_eq!(nccl_choice(&r), None);
+        assert_eq!(choose(&r, |_| 0), Some(Backend::OneStagePull));
+        assert_eq!(choose(&BTreeMap::new(), |_| 0), None);
+    }
+}

@@ -1,0 +1,293 @@
+//! What to measure, before anything is measured: TP sizes, the size grid, the GPU subsets worth
+//! tuning, and where to refine the grid once a first pass shows where the winner changes.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::allreduce::{Backend, Dtype};
+use crate::profile::Timing;
+use crate::topology::{PathClass, Topology};
+
+/// The rule that names the winner among the timings at one size, for a group of `tp` ranks
+/// at `bytes` bytes. The decision's rule, passed in so planning does not depend on deciding.
+pub type Winner = fn(&BTreeMap<Backend, Timing>, usize, u64) -> Option<Backend>;
+
+/// Default TP sizes: powers of two from 2 up to the GPU count.
+pub fn default_tp(gpus: usize) -> Vec<usize> {
+    (1..)
+        .map(|k| 1usize << k)
+        .take_while(|&t| t <= gpus)
+        .collect()
+}
+
+/// Size grid: every power of two in [lo, hi], plus lo and hi themselves.
+pub fn size_grid(lo: u64, hi: u64) -> Vec<u64> {
+    let mut s: BTreeSet<u64> = (0..63)
+        .map(|k| 1u64 << k)
+        .filter(|&b| b >= lo && b <= hi)
+        .collect();
+    s.insert(lo);
+    s.insert(hi);
+    s.into_iter().collect()
+}
+
+/// What sets a GPU subset apart: the multiset of pair path classes and how many switches,
+/// root complexes and sockets it spans. Subsets with equal signatures behave alike.
+fn signature(t: &Topology, gpus: &[usize]) -> (Vec<(String, usize)>, usize, usize, usize) {
+    let mut classes: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, &a) in gpus.iter().enumerate() {
+        for &b in &gpus[i + 1..] {
+            let label = t
+                .pair(a, b)
+                .map_or_else(|| "?".into(), |p| p.path.label(p.nvlinks));
+            *classes.entry(label).or_default() += 1;
+        }
+    }
+    // Over NVLink the PCIe tree carries no allreduce traffic: path classes say it all.
+    if classes.keys().all(|k| k.starts_with("NV")) {
+        return (classes.into_iter().collect(), 0, 0, 0);
+    }
+    let parents: BTreeSet<&str> = gpus
+        .iter()
+        .filter_map(|&g| t.gpus.get(g))
+        .map(|g| g.parent.as_str())
+        .collect();
+    let rcs: BTreeSet<String> = gpus
+        .iter()
+        .filter_map(|&g| t.root_of(g))
+        .map(|r| r.id.clone())
+        .collect();
+    let sockets: BTreeSet<u32> = gpus.iter().filter_map(|&g| t.socket_of(g)).collect();
+    (
+        classes.into_iter().collect(),
+        parents.len(),
+        rcs.len(),
+        sockets.len(),
+    )
+}
+
+/// A short human label for a subset, e.g. "1 switch" or "2 switches, 1 root complex".
+pub fn placement_label(t: &Topology, gpus: &[usize]) -> String {
+    let all_nv = gpus.iter().enumerate().all(|(i, &a)| {
+        gpus[i + 1..]
+            .iter()
+            .all(|&b| t.pair(a, b).is_some_and(|p| p.path == PathClass::NV))
+    });
+    if t.origin.kind == "loopback" {
+        return "loopback: virtual ranks on one GPU".into();
+    }
+    if all_nv {
+        return if t.nvswitch.is_some() {
+            "NVSwitch".into()
+        } else {
+            "NVLink".into()
+        };
+    }
+    let (_, parents, rcs, sockets) = signature(t, gpus);
+    let switches = gpus
+        .iter()
+        .filter_map(|&g| t.gpus.get(g))
+        .filter(|g| t.switch(&g.parent).is_some())
+        .map(|g| g.parent.as_str())
+        .collect::<BTreeSet<_>>()
+        .len();
+    let rc = if rcs == 1 {
+        "1 root complex".to_string()
+    } else {
+        format!("{rcs} root complexes")
+    };
+    let mut parts = Vec::new();
+    if switches > 0 {
+        parts.push(if switches == 1 {
+            "1 switch".to_string()
+        } else {
+            format!("{switches} switches")
+        });
+    } else {
+        parts.push(if parents == 1 {
+            "1 root port".to_string()
+        } else {
+            format!("{parents} root ports")
+        });
+    }
+    if switches != 1 {
+        parts.push(rc);
+    }
+    if sockets > 1 {
+        parts.push(format!("{sockets} sockets"));
+    }
+    parts.join(", ")
+}
+
+/// GPU subsets of size `tp` worth tuning: ranks on GPUs 0..tp (what engines do by default)
+/// first, then subsets that differ in topology class (not every subset), at most `max`.
+pub fn placements(t: &Topology, tp: usize, max: usize) -> Vec<(Vec<usize>, String)> {
+    let n = t.gpu_count();
+    let mut candidates: Vec<Vec<usize>> = Vec::new();
+    for start in (0..n).step_by((tp / 2).max(1)) {
+        if start + tp <= n {
+            candidates.push((start..start + tp).collect());
+        }
+    }
+    for stride in 2..=n / tp {
+        candidates.push((0..tp).map(|i| i * stride).collect());
+    }
+    // One GPU from each island in turn, so small groups that span islands are seen.
+    let islands = t.islands();
+    let mut spread = Vec::new();
+    for k in 0.. {
+        let before = spread.len();
+        for isl in &islands {
+            if let Some(&g) = isl.get(k) {
+                if spread.len() < tp {
+                    spread.push(g);
+                }
+            }
+        }
+        if spread.len() == tp || spread.len() == before {
+            break;
+        }
+    }
+    if spread.len() == tp {
+        spread.sort_unstable();
+        candidates.push(spread);
+    }
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for c in candidates {
+        if out.len() >= max {
+            break;
+        }
+        if seen.insert(signature(t, &c)) {
+            let label = placement_label(t, &c);
+            out.push((c, label));
+        }
+    }
+    out
+}
+
+/// Sizes to measure next: midpoints where the winner changes between neighbouring sizes,
+/// until neighbours are within 1/8 of each other.
+pub fn refine_points(
+    cells: &BTreeMap<u64, BTreeMap<Backend, Timing>>,
+    disqualified: &BTreeMap<Backend, String>,
+    tp: usize,
+    dtype: Dtype,
+    winner: Winner,
+) -> Vec<u64> {
+    let align = (tp as u64 * 16).max(256).max(dtype.size());
+    let winners: Vec<(u64, Option<Backend>)> = cells
+        .iter()
+        .map(|(&bytes, r)| {
+            let r: BTreeMap<Backend, Timing> = r
+                .iter()
+                .filter(|(b, _)| !disqualified.contains_key(b))
+                .map(|(b, t)| (*b, *t))
+                .collect();
+            (bytes, winner(&r, tp, bytes))
+        })
+        .collect();
+    let mut out = Vec::new();
+    for w in winners.windows(2) {
+        let ((a, wa), (b, wb)) = (w[0], w[1]);
+        if wa == wb || b - a <= (a / 8).max(align) {
+            continue;
+        }
+        let mid = (a + (b - a) / 2) / align * align;
+        if mid > a && mid < b && !cells.contains_key(&mid) {
+            out.push(mid);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::presets;
+
+    fn t(median: f64, half: f64) -> Timing {
+        Timing {
+            median_us: median,
+            ci_low_us: median - half,
+            ci_high_us: median + half,
+            samples: 20,
+            outliers: 0,
+        }
+    }
+
+    #[test]
+    fn refinement_bisects_where_winner_changes() {
+        let cells: BTreeMap<u64, BTreeMap<Backend, Timing>> = [
+            (
+                32768,
+                [
+                    (Backend::Nccl, t(20.0, 0.1)),
+                    (Backend::OneStagePull, t(10.0, 0.1)),
+                ]
+                .into(),
+            ),
+            (
+                65536,
+                [
+                    (Backend::Nccl, t(22.0, 0.1)),
+                    (Backend::OneStagePull, t(15.0, 0.1)),
+                ]
+                .into(),
+            ),
+            (
+                131072,
+                [
+                    (Backend::Nccl, t(30.0, 0.1)),
+                    (Backend::OneStagePull, t(45.0, 0.1)),
+                ]
+                .into(),
+            ),
+        ]
+        .into();
+        assert_eq!(
+            refine_points(
+                &cells,
+                &BTreeMap::new(),
+                8,
+                Dtype::Bf16,
+                crate::decide::winner
+            ),
+            vec![98304]
+        );
+        let mut dq = BTreeMap::new();
+        dq.insert(Backend::OneStagePull, "wrong".to_string());
+        assert!(refine_points(&cells, &dq, 8, Dtype::Bf16, crate::decide::winner).is_empty());
+    }
+
+    #[test]
+    fn grids_and_tp() {
+        assert_eq!(default_tp(8), vec![2, 4, 8]);
+        assert_eq!(default_tp(6), vec![2, 4]);
+        assert_eq!(size_grid(1024, 8192), vec![1024, 2048, 4096, 8192]);
+        assert_eq!(size_grid(1000, 3000), vec![1000, 1024, 2048, 3000]);
+    }
+
+    #[test]
+    fn placements_differ_in_class() {
+        let t = presets::get("pcie-8x-2switch").unwrap();
+        let p4 = placements(&t, 4, 3);
+        assert_eq!(p4[0].0, vec![0, 1, 2, 3]);
+        assert_eq!(p4[0].1, "1 switch");
+        assert!(
+            p4.iter().any(|(_, l)| l == "2 switches, 1 root complex"),
+            "{p4:?}"
+        );
+        let p2 = placements(&t, 2, 3);
+        assert_eq!(p2.len(), 2, "{p2:?}");
+        let p8 = placements(&t, 8, 3);
+        assert_eq!(p8.len(), 1);
+        let nv = presets::get("nvswitch-8x").unwrap();
+        let p = placements(&nv, 4, 3);
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].1, "NVSwitch");
+        let d = presets::get("pcie-8x-direct-2socket").unwrap();
+        assert!(placements(&d, 4, 3)
+            .iter()
+            .any(|(_, l)| l.contains("2 sockets")));
+    }
+}

@@ -1,0 +1,21 @@
+//! What measuring one GPU set produced: the hand-over from measure to decide, below both.
+
+use std::collections::BTreeMap;
+
+use crate::allreduce::{Backend, Mode};
+use crate::fabric::Readiness;
+use crate::profile::{ContentionCurve, Timing};
+
+/// Everything measured on one GPU set.
+#[derive(Debug, Clone, Default)]
+pub struct GroupResults {
+    pub gpus: Vec<usize>,
+    pub placement: String,
+    pub readiness: Vec<Readiness>,
+    /// Backends that failed verification or timed out, for the whole group.
+    pub disqualified: BTreeMap<Backend, String>,
+    /// Per mode, per size, per backend.
+    pub cells: BTreeMap<Mode, BTreeMap<u64, BTreeMap<Backend, Timing>>>,
+    pub contention: Vec<ContentionCurve>,
+    pub nccl_channels: Option<u32>,
+}
