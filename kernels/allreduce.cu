@@ -527,7 +527,8 @@ __device__ void two_stage_push(const ArArgs& a) {
 // and keep a line per peer in registers. Every kernel first waits for the previous call
 // (pdl_wait) and lets the next one be scheduled only when its own work is done (pdl_trigger):
 // triggering at the start let the next call's blocks be placed while this one ran and made
-// 256 KiB - 1 MiB calls up to 15% slower on the H200 (profiles/hardware/h200/kernels-v3).
+// 256 KiB - 1 MiB calls up to 15% slower on the H200
+// (profiles/hardware/h200/2026-11-29-kernels-v3).
 #define AR_KERNELS(T, suffix)                                                                         \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) one_stage_pull_##suffix(const ArArgs a) {    \
     pdl_wait();                                                                                       \

@@ -206,7 +206,7 @@ fn no_nvml_library_is_bad_input() {
 fn committed_h200_capture_loads() {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/profiles/hardware/h200/topo.json"
+        "/profiles/hardware/h200/2026-11-29-topo/topo.json"
     );
     let o = artune(&["topo", "--topology", path]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
