@@ -14,7 +14,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 
 use crate::allreduce::{Backend, Mode};
-use crate::profile::{Profile, Query, Selection};
+use crate::profile::{Profile, Query, Selection, Selector};
 
 pub const ARTUNE_OK: c_int = 0;
 /// The profile has no answer for this query (no group, or above its largest size).
@@ -34,76 +34,30 @@ pub const ARTUNE_MODE_EAGER: c_int = 1;
 /// Version of this ABI; bumped on any incompatible change to artune.h.
 pub const ARTUNE_ABI_VERSION: c_int = 1;
 
-/// An open profile (opaque to C), with each default-placement group flattened for selection.
+/// An open profile (opaque to C) and the one [`Selector`] every consumer answers through.
 pub struct ArtuneProfile {
-    profile: Profile,
-    flat: Vec<Flat>,
-}
-
-/// One group's answers in contiguous arrays: bucket bounds and, per bucket, exactly what
-/// `Profile::select` answers there. A binary search over plain u64s, no map lookups.
-struct Flat {
-    tp: usize,
-    mode: Mode,
-    sizes: Vec<u64>,
-    picks: Vec<(Backend, f64, u64)>,
+    simulated: bool,
+    selector: Selector,
 }
 
 impl ArtuneProfile {
     fn new(profile: Profile) -> ArtuneProfile {
-        let mut flat: Vec<Flat> = Vec::new();
-        for g in &profile.groups {
-            if flat.iter().any(|f| f.tp == g.tp && f.mode == g.mode) {
-                continue;
-            }
-            let q = Query {
-                tp: g.tp,
-                mode: g.mode,
-                gpus: None,
-            };
-            let Some(chosen) = profile.group(q) else {
-                continue;
-            };
-            let picks = chosen
-                .buckets
-                .iter()
-                .map(|b| match profile.select(q, b.bytes) {
-                    Selection::Chosen {
-                        backend,
-                        expected_us,
-                        buffer_bytes,
-                        ..
-                    } => (backend, expected_us, buffer_bytes),
-                    Selection::Unknown(_) => (b.choice, f64::NAN, 0),
-                })
-                .collect();
-            flat.push(Flat {
-                tp: g.tp,
-                mode: g.mode,
-                sizes: chosen.buckets.iter().map(|b| b.bytes).collect(),
-                picks,
-            });
+        ArtuneProfile {
+            simulated: profile.simulated,
+            selector: profile.selector(),
         }
-        ArtuneProfile { profile, flat }
     }
 
     /// The same answer as `Profile::select` with default placement.
     fn select(&self, tp: usize, mode: Mode, bytes: u64) -> Selection {
-        let Some(f) = self.flat.iter().find(|f| f.tp == tp && f.mode == mode) else {
-            return Selection::Unknown(crate::profile::UnknownReason::NoGroup);
-        };
-        let i = f.sizes.partition_point(|&s| s < bytes);
-        match (f.sizes.get(i), f.picks.get(i)) {
-            (Some(&bucket_bytes), Some(&(backend, expected_us, buffer_bytes))) => {
-                Selection::Chosen {
-                    backend,
-                    expected_us,
-                    bucket_bytes,
-                    buffer_bytes,
-                }
-            }
-            _ => Selection::Unknown(crate::profile::UnknownReason::AboveLargestBucket),
-        }
+        self.selector.select(
+            Query {
+                tp,
+                mode,
+                gpus: None,
+            },
+            bytes,
+        )
     }
 }
 
@@ -226,11 +180,10 @@ pub unsafe extern "C" fn artune_select(
         };
         // SAFETY: checked non-null; a live handle per the contract.
         let h = unsafe { &*profile };
-        let p = &h.profile;
         let mut sel = ArtuneSelection {
             backend: std::ptr::null(),
             backend_code: -1,
-            simulated: c_int::from(p.simulated),
+            simulated: c_int::from(h.simulated),
             expected_us: f64::NAN,
             bucket_bytes: 0,
             buffer_bytes: 0,
@@ -241,6 +194,7 @@ pub unsafe extern "C" fn artune_select(
                 expected_us,
                 bucket_bytes,
                 buffer_bytes,
+                ..
             } => {
                 let i = code(backend);
                 sel.backend = IDS[i].as_ptr();
@@ -396,7 +350,7 @@ mod tests {
     }
 
     #[test]
-    fn flat_tables_answer_exactly_like_profile_select() {
+    fn the_handle_answers_exactly_like_profile_select() {
         let p = crate::export::sample::profile();
         let h = ArtuneProfile::new(p.clone());
         for tp in [2, 3, 4, 8] {

@@ -171,7 +171,6 @@ pub fn run(
             tuning_seconds: started.elapsed().as_secs_f64(),
         },
         faults,
-        select_index: Default::default(),
     };
     check_measured(&profile)?;
     crate::profile::validate_built(&profile)?;

@@ -417,15 +417,8 @@ fn select_and_plugin_do_not_allocate() {
         allocs() > probe && v.len() == 16,
         "the counting allocator sees this thread's allocations"
     );
-    // The first select builds the profile's lookup index; every call after it must not allocate.
-    let _ = p.select(
-        Query {
-            tp: 4,
-            mode: Mode::Graph,
-            gpus: None,
-        },
-        1,
-    );
+    // Building the selector allocates; asking it must not.
+    let sel = p.selector();
     let before = allocs();
     for i in 0..10_000u64 {
         let bytes = (i * 4099) % (20 << 20) + 1;
@@ -434,7 +427,7 @@ fn select_and_plugin_do_not_allocate() {
             mode: Mode::Graph,
             gpus: None,
         };
-        if let Selection::Chosen { bucket_bytes, .. } = p.select(q, bytes) {
+        if let Selection::Chosen { bucket_bytes, .. } = sel.select(q, bytes) {
             hits += u64::from(bucket_bytes >= bytes);
         }
         let _ = unsafe { ctx.apply(NCCL_FUNC_ALLREDUCE, bytes, table.as_mut_ptr().cast(), 7, 3) };

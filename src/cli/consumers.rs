@@ -41,6 +41,7 @@ pub fn select(a: SelectArgs) -> Result<i32, Error> {
     ) {
         Selection::Chosen {
             backend,
+            nccl,
             expected_us,
             bucket_bytes,
             buffer_bytes,
@@ -52,6 +53,7 @@ pub fn select(a: SelectArgs) -> Result<i32, Error> {
                     "expected_us": expected_us,
                     "bucket_bytes": bucket_bytes,
                     "buffer_bytes": buffer_bytes,
+                    "nccl_variant": nccl.id(),
                     "simulated": p.simulated,
                 });
                 outln!("{v}");

@@ -132,7 +132,6 @@ pub fn profile_with(preset: &str, tps: &[usize], sizes: &[u64]) -> Profile {
             tuning_seconds: 0.0,
         },
         faults: vec![],
-        select_index: Default::default(),
     }
 }
 

@@ -20,7 +20,8 @@ use std::ffi::{c_char, c_int, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::allreduce::{Backend, Mode, NcclAlgo, NcclProto};
-use crate::profile::{Bucket, Profile, Query};
+use crate::profile::selector::GroupSelector;
+use crate::profile::{Profile, Query};
 
 /// `ncclFuncAllReduce` in NCCL's `ncclFunc_t`.
 pub const NCCL_FUNC_ALLREDUCE: c_int = 4;
@@ -53,21 +54,16 @@ pub fn proto_index(p: NcclProto) -> u8 {
     }
 }
 
-/// The NCCL variant to favour at one size, or None to leave NCCL's own choice.
-///
-/// Among the algorithm × protocol pins measured at this size, take the fastest median. When
-/// NCCL's own choice (`nccl`) was measured too and the pin is not significantly faster (its
-/// 95% CI overlaps NCCL's), leave NCCL alone: steering is only worth it where it measurably wins.
-pub fn nccl_pin(bucket: &Bucket) -> Option<Backend> {
-    let (best, t) = bucket
-        .results
-        .iter()
-        .filter(|(b, _)| b.nccl_pin().is_some())
-        .min_by(|a, b| a.1.median_us.total_cmp(&b.1.median_us))?;
-    match bucket.results.get(&Backend::Nccl) {
-        Some(own) if t.ci_high_us >= own.ci_low_us => None,
-        _ => Some(*best),
-    }
+/// The cost-table entry for the NCCL variant a bucket names, or None where that is NCCL's
+/// own choice. Which variant is decided once, by the steering rule (`decide::rule`), and read
+/// from the profile through the [`Selector`](crate::profile::Selector).
+pub fn pin_of(variant: Backend) -> Option<Pin> {
+    let (a, p) = variant.nccl_pin()?;
+    Some(Pin {
+        backend: variant,
+        algo: algo_index(a),
+        proto: proto_index(p),
+    })
 }
 
 /// An entry of the cost table to favour.
@@ -88,7 +84,7 @@ pub enum Outcome {
     NoProfile,
     /// The size is above the largest the profile measured.
     BeyondProfile,
-    /// No pin measurably beats NCCL's own choice at this size.
+    /// The profile leaves NCCL its own choice at this size (no pin beats it).
     NcclOwnChoice,
     /// NCCL disabled the entry (-1) or passed a table too small for it.
     EntryUnavailable,
@@ -130,9 +126,8 @@ fn log(logger: Logger, level: c_int, msg: &str) {
 
 /// What the plugin follows for one communicator.
 pub struct Context {
-    /// Upper bound of each bucket, ascending.
-    sizes: Vec<u64>,
-    pins: Vec<Option<Pin>>,
+    /// The profile's group for this communicator; None follows nothing.
+    group: Option<GroupSelector>,
     logger: Logger,
     /// Channel count the profile's NCCL measurements ran with, if it states one.
     channels: Option<c_int>,
@@ -144,8 +139,7 @@ impl Context {
     /// A context that never changes anything.
     pub fn passthrough(logger: Logger) -> Context {
         Context {
-            sizes: Vec::new(),
-            pins: Vec::new(),
+            group: None,
             logger,
             channels: None,
             warned: Vec::new(),
@@ -166,42 +160,34 @@ impl Context {
                 "the communicator spans {n_nodes} nodes and artune profiles describe one node"
             ));
         }
-        let g = p
-            .group(Query {
-                tp: n_ranks,
-                mode,
-                gpus: None,
-            })
-            .ok_or_else(|| {
-                let have = crate::export::group_names(p);
-                format!(
-                    "the profile has no TP{n_ranks} group in {} mode (it has {})",
-                    mode.id(),
-                    have
-                )
-            })?;
-        let pins: Vec<Option<Pin>> = g
-            .buckets
-            .iter()
-            .map(|b| {
-                let backend = nccl_pin(b)?;
-                let (a, pr) = backend.nccl_pin()?;
-                Some(Pin {
-                    backend,
-                    algo: algo_index(a),
-                    proto: proto_index(pr),
-                })
-            })
-            .collect();
+        let q = Query {
+            tp: n_ranks,
+            mode,
+            gpus: None,
+        };
+        let missing = || {
+            format!(
+                "the profile has no TP{n_ranks} group in {} mode (it has {})",
+                mode.id(),
+                crate::export::group_names(p)
+            )
+        };
+        let channels = p
+            .group(q)
+            .ok_or_else(missing)?
+            .nccl_channels
+            .and_then(|c| c_int::try_from(c).ok())
+            .filter(|&c| c > 0);
+        let group = p.selector().group(q).ok_or_else(missing)?.clone();
         Ok(Context {
-            sizes: g.buckets.iter().map(|b| b.bytes).collect(),
-            warned: pins.iter().map(|_| AtomicBool::new(false)).collect(),
-            pins,
+            warned: group
+                .sizes()
+                .iter()
+                .map(|_| AtomicBool::new(false))
+                .collect(),
+            group: Some(group),
             logger,
-            channels: g
-                .nccl_channels
-                .and_then(|c| c_int::try_from(c).ok())
-                .filter(|&c| c > 0),
+            channels,
         })
     }
 
@@ -247,7 +233,14 @@ impl Context {
         }
         match Context::from_profile(&p, n_ranks, n_nodes, mode, logger) {
             Ok(c) => {
-                let steered = c.pins.iter().filter(|p| p.is_some()).count();
+                let (steered, sizes, largest) = c.group.as_ref().map_or((0, 0, 0), |g| {
+                    let steered = g.answers().iter().filter(|a| pin_of(a.nccl).is_some());
+                    (
+                        steered.count(),
+                        g.sizes().len(),
+                        g.sizes().last().copied().unwrap_or(0),
+                    )
+                });
                 log(
                     logger,
                     LOG_INFO,
@@ -255,8 +248,8 @@ impl Context {
                         "following {} for TP{n_ranks} {} allreduce: {steered} of {} sizes steered, up to {} bytes{}",
                         path.to_string_lossy(),
                         mode.id(),
-                        c.sizes.len(),
-                        c.sizes.last().copied().unwrap_or(0),
+                        sizes,
+                        largest,
                         if p.simulated { " (SIMULATED profile)" } else { "" }
                     ),
                 );
@@ -268,11 +261,9 @@ impl Context {
 
     /// The pin for a message of `bytes` bytes, if any. O(log buckets), no allocation.
     pub fn pin(&self, bytes: u64) -> Result<Option<Pin>, Outcome> {
-        if self.sizes.is_empty() {
-            return Err(Outcome::NoProfile);
-        }
-        let i = self.sizes.partition_point(|&s| s < bytes);
-        self.pins.get(i).copied().ok_or(Outcome::BeyondProfile)
+        let g = self.group.as_ref().ok_or(Outcome::NoProfile)?;
+        let (_, answer) = g.at(bytes).ok_or(Outcome::BeyondProfile)?;
+        Ok(pin_of(answer.nccl))
     }
 
     /// Lowers the favoured entry of NCCL's cost table, a contiguous `float[num_algo][num_proto]`.
@@ -318,7 +309,8 @@ impl Context {
     }
 
     fn warn_disabled(&self, n_bytes: u64, pin: Pin) {
-        let i = self.sizes.partition_point(|&s| s < n_bytes);
+        let Some(g) = &self.group else { return };
+        let i = g.sizes().partition_point(|&s| s < n_bytes);
         if let Some(w) = self.warned.get(i) {
             if !w.swap(true, Ordering::Relaxed) {
                 log(

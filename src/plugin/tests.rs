@@ -1,7 +1,6 @@
 use super::abi::*;
 use super::*;
 use crate::export::sample;
-use crate::profile::Timing;
 use std::ffi::c_void;
 
 /// NCCL's table as enqueue.cc builds it: float[7][3], PAT (row 6) and CollNet disabled.
@@ -18,41 +17,38 @@ fn ctx(tp: usize) -> Context {
 }
 
 #[test]
-fn pin_prefers_measured_fastest_nccl_variant() {
-    let p = sample::profile();
-    let g = p
-        .group(Query {
-            tp: 2,
-            mode: Mode::Graph,
-            gpus: None,
-        })
-        .unwrap();
-    // 1 KiB: ring LL (8+2 us + ...) beats NCCL's own choice (14 us) well beyond the CI.
-    assert_eq!(nccl_pin(&g.buckets[0]), Some(Backend::NcclRingLl));
+fn pins_follow_the_profiles_nccl_choice() {
+    let c = ctx(2);
+    // 1 KiB: ring LL (8+2 us + ...) beats NCCL's own choice (14 us) by far more than 5%.
+    assert_eq!(
+        c.pin(1000).unwrap().map(|p| p.backend),
+        Some(Backend::NcclRingLl)
+    );
     // 16 MiB: ring Simple (24 GB/s) beats NCCL's own (20 GB/s).
     assert_eq!(
-        nccl_pin(g.buckets.last().unwrap()),
+        c.pin(16 << 20).unwrap().map(|p| p.backend),
         Some(Backend::NcclRingSimple)
     );
+    assert_eq!(c.pin(1 << 40), Err(Outcome::BeyondProfile));
 }
 
 #[test]
-fn pin_leaves_nccl_alone_when_not_significantly_faster() {
-    let p = sample::profile();
-    let mut b = p.groups[0].buckets[0].clone();
-    let own = b.results[&Backend::Nccl];
-    for (be, t) in b.results.iter_mut() {
-        if be.nccl_pin().is_some() {
-            // Within NCCL's own confidence interval.
-            *t = Timing {
-                median_us: own.median_us * 0.995,
-                ci_low_us: own.ci_low_us,
-                ci_high_us: own.ci_high_us,
-                ..*t
-            };
+fn leaves_nccl_alone_where_the_profile_does() {
+    // The rule left NCCL its own choice (or an older profile names no variant): no entry moves.
+    for variant in [Some(Backend::Nccl), None] {
+        let mut p = sample::profile();
+        for g in &mut p.groups {
+            for b in &mut g.buckets {
+                b.nccl_choice = variant;
+            }
         }
+        let c = Context::from_profile(&p, 2, 1, Mode::Graph, None).unwrap();
+        let mut t = table();
+        let before = t;
+        let out = unsafe { c.apply(NCCL_FUNC_ALLREDUCE, 1000, t.as_mut_ptr().cast(), 7, 3) };
+        assert_eq!(out, Outcome::NcclOwnChoice);
+        assert_eq!(t, before);
     }
-    assert_eq!(nccl_pin(&b), None);
 }
 
 #[test]

@@ -2,15 +2,16 @@
 //!
 //! 1. [`Profile::load`] reads a file, checks the schema version and every limit, and refuses
 //!    anything a consumer could misread.
-//! 2. [`Profile::select`] answers "which backend for this many bytes" in O(log buckets)
-//!    without allocating; a TP size or mode the profile lacks is [`Selection::Unknown`].
+//! 2. [`Profile::selector`] builds the [`Selector`] that answers "which backend for this many
+//!    bytes" in O(log buckets) without allocating; a TP size or mode the profile lacks is
+//!    [`Selection::Unknown`].
 //! 3. [`Profile::write_atomic`] writes through a temporary file in the target directory,
 //!    synced and renamed, so readers only ever see a whole old or a whole new profile.
 //!
 //! Field names are a contract (see profiles/schema/profile-v1.json); add fields, never rename.
 
-mod index;
 pub mod schema;
+pub mod selector;
 pub mod stale;
 mod validate;
 
@@ -27,7 +28,7 @@ use crate::allreduce::{Backend, Direction, Dtype, Mode, ProbeSample};
 use crate::error::Error;
 use crate::topology::Topology;
 
-pub use index::SelectIndex;
+pub use selector::Selector;
 pub use validate::{Limits, LIMITS};
 
 pub const SCHEMA_VERSION: u32 = 1;
@@ -194,10 +195,6 @@ pub struct Profile {
     /// Faults met during the tune (timeouts, wrong results, failed backends), for the operator.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub faults: Vec<String>,
-    /// Lookup cache for [`Profile::select`]; not part of the file.
-    #[serde(skip)]
-    #[schemars(skip)]
-    pub select_index: SelectIndex,
 }
 
 /// Which group a question is about.
@@ -214,6 +211,8 @@ pub struct Query<'a> {
 pub enum Selection {
     Chosen {
         backend: Backend,
+        /// The NCCL variant to run where NCCL serves this size.
+        nccl: Backend,
         /// Median time measured at the bucket that serves this size.
         expected_us: f64,
         /// Bytes the bucket serves up to (its measured size).
@@ -287,10 +286,15 @@ impl Profile {
         }
     }
 
-    /// The backend for a message of `bytes` bytes. O(log buckets) and no allocation after the
-    /// first call, which builds a flat index of the profile (see [`index`]).
+    /// The backend for one message. Builds a [`Selector`] each call: for many questions, build
+    /// one with [`Profile::selector`] and ask it.
     pub fn select(&self, q: Query<'_>, bytes: u64) -> Selection {
-        self.select_index.select(self, q, bytes)
+        Selector::new(self).select(q, bytes)
+    }
+
+    /// The lookup every consumer answers through.
+    pub fn selector(&self) -> Selector {
+        Selector::new(self)
     }
 }
 

@@ -89,7 +89,6 @@ pub(crate) fn fixture() -> Profile {
         contention: vec![],
         settings: Settings::default(),
         faults: vec![],
-        select_index: Default::default(),
     }
 }
 
@@ -232,4 +231,26 @@ fn rfc3339_known_dates() {
     assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
     assert_eq!(rfc3339(1_795_942_194), "2026-11-29T08:49:54Z");
     assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+}
+
+#[test]
+fn select_answers_from_the_profile_as_it_is_now() {
+    // No cache on Profile: an edit after one select is seen by the next.
+    let mut p = fixture();
+    let q = Query {
+        tp: 2,
+        mode: Mode::Graph,
+        gpus: None,
+    };
+    let backend = |p: &Profile| match p.select(q, 4096) {
+        Selection::Chosen { backend, .. } => backend,
+        Selection::Unknown(why) => panic!("{why}"),
+    };
+    assert_eq!(backend(&p), Backend::OneStagePull);
+    p.groups[0].buckets[0].choice = Backend::Nccl;
+    assert_eq!(backend(&p), Backend::Nccl);
+    // A selector is a snapshot of the profile it was built from, by value.
+    let sel = p.selector();
+    p.groups.clear();
+    assert!(matches!(sel.select(q, 4096), Selection::Chosen { .. }));
 }
