@@ -327,6 +327,6 @@ pub fn load_topology(source: &Source) -> Result<crate::topology::Topology, Error
     match (&source.sim, &source.topology) {
         (Some(name), _) => crate::topology::presets::get(name),
         (None, Some(path)) => crate::topology::file::load(path),
-        (None, None) => crate::topology::discover(),
+        (None, None) => crate::topology::discover(crate::fabric::cuda::nccl_version()),
     }
 }

@@ -33,10 +33,13 @@ const NVML_AFFINITY_SCOPE_NODE: u32 = 0;
 
 const SIMULATE: &str = "or simulate a machine with --sim PRESET / --topology FILE";
 
-/// Reads the machine's topology through NVML and sysfs.
-pub fn discover() -> Result<Topology, Error> {
+/// Reads the machine's topology through NVML and sysfs. `nccl` is the NCCL version the caller
+/// loaded (part of the host hash: a profile goes stale when NCCL changes under it); topology
+/// discovery itself loads no NCCL.
+pub fn discover(nccl: Option<String>) -> Result<Topology, Error> {
     let nvml = open()?;
-    let reading = read(&nvml)?;
+    let mut reading = read(&nvml)?;
+    reading.host.nccl = nccl;
     assemble(reading, &Sysfs::system())
 }
 
@@ -222,8 +225,8 @@ fn read_host(nvml: &Nvml, notes: &mut Notes) -> Host {
                 nvml_wrapper::cuda_driver_version_minor(v)
             )
         }),
-        // Part of the host hash: a profile goes stale when NCCL changes under it.
-        nccl: crate::fabric::cuda::nccl_version(),
+        // Filled by `discover`'s caller, which knows which NCCL it loaded.
+        nccl: None,
     }
 }
 

@@ -356,7 +356,7 @@ fn real_topology(
     host: crate::topology::Host,
 ) -> Result<(Topology, Vec<Option<usize>>), FabricError> {
     let facts: Vec<DeviceFacts> = gpus.iter().map(|g| g.facts.clone()).collect();
-    match crate::topology::discover() {
+    match crate::topology::discover(nccl::nccl_version()) {
         Ok(mut t) => {
             let map = topo::ordinals(&t, &facts);
             t.host = host;
