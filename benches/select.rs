@@ -110,7 +110,7 @@ fn bench(c: &mut Criterion<ThreadCpu>) {
         bucket_bytes: 0,
         buffer_bytes: 0,
     };
-    c.bench_function("artune_select (C ABI, flattened tables)", |b| {
+    c.bench_function("artune_select (C ABI)", |b| {
         let mut i = 0usize;
         b.iter(|| {
             i = (i + 1) & 63;
