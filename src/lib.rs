@@ -15,6 +15,8 @@ pub mod measure;
 pub mod plan;
 pub mod plugin;
 pub mod profile;
+#[cfg(feature = "python")]
+mod python;
 pub mod report;
 pub mod results;
 pub mod stats;

@@ -1,0 +1,50 @@
+//! Only for the Python package: with `--features python` (maturin), also build the plain
+//! `libartune.so` — the C ABI and NCCL tuner plugin without Python — and put it in the Python
+//! package beside the extension module, where `artune.plugin_path()` finds it. NCCL loads the
+//! plugin into processes that need not be Python, so it cannot be the extension module, which
+//! expects the interpreter's symbols. Every other build does nothing here.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    if std::env::var_os("CARGO_FEATURE_PYTHON").is_none() {
+        return;
+    }
+    let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("set by cargo"));
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("set by cargo"));
+    // A target directory of its own: the outer build holds the lock on its own one.
+    let target = out.join("plain");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "--release", "--lib", "--locked", "--target-dir"])
+        .arg(&target)
+        .arg("--manifest-path")
+        .arg(manifest.join("Cargo.toml"))
+        .current_dir(&manifest)
+        // NCCL maps the plugin into every engine process: no debug info to carry along.
+        .env("CARGO_PROFILE_RELEASE_DEBUG", "0")
+        .env("CARGO_PROFILE_RELEASE_STRIP", "symbols");
+    // The outer build's feature flags and flags for the extension module must not leak into it.
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy().into_owned();
+        if k.starts_with("CARGO_FEATURE_")
+            || k.starts_with("CARGO_CFG_")
+            || k == "RUSTFLAGS"
+            || k == "CARGO_ENCODED_RUSTFLAGS"
+            || k == "CARGO_TARGET_DIR"
+        {
+            cmd.env_remove(&k);
+        }
+    }
+    let status = cmd.status().expect("cargo runs");
+    assert!(status.success(), "building the plain libartune.so failed");
+    let built = target.join("release").join("libartune.so");
+    let dest = manifest.join("python").join("artune").join("libartune.so");
+    std::fs::copy(&built, &dest)
+        .unwrap_or_else(|e| panic!("cannot copy {} to {}: {e}", built.display(), dest.display()));
+    for f in ["src", "kernels", "Cargo.toml", "Cargo.lock"] {
+        println!("cargo:rerun-if-changed={f}");
+    }
+}

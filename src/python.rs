@@ -1,0 +1,292 @@
+//! The Python extension module `artune._artune` (built by maturin with `--features python`):
+//! the same profile validation, selection and staleness rules as the Rust API, for engines,
+//! which are Python. The Python package (python/artune/) re-exports it and adds the engine
+//! plugins. Errors become Python exceptions carrying artune's one-sentence messages.
+
+use std::path::PathBuf;
+
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+
+use crate::allreduce::{Backend, Mode};
+use crate::error::Error;
+use crate::profile::stale::staleness;
+use crate::profile::{Query, Selection, Selector};
+
+create_exception!(
+    _artune,
+    ArtuneError,
+    PyException,
+    "Base of every artune error."
+);
+create_exception!(
+    _artune,
+    ProfileError,
+    ArtuneError,
+    "The profile cannot be read or is not a valid artune profile."
+);
+create_exception!(
+    _artune,
+    BadInputError,
+    ArtuneError,
+    "An argument is out of range."
+);
+create_exception!(
+    _artune,
+    HardwareError,
+    ArtuneError,
+    "The machine could not be read (no driver, no NVML)."
+);
+
+fn to_py(e: Error) -> PyErr {
+    let msg = e.to_string();
+    match e {
+        Error::Read { .. } | Error::Parse { .. } => ProfileError::new_err(msg),
+        Error::BadInput(_) | Error::Write { .. } => BadInputError::new_err(msg),
+        Error::Hardware(_) => HardwareError::new_err(msg),
+        _ => ArtuneError::new_err(msg),
+    }
+}
+
+fn mode(m: &str) -> PyResult<Mode> {
+    match m {
+        "graph" => Ok(Mode::Graph),
+        "eager" => Ok(Mode::Eager),
+        other => Err(BadInputError::new_err(format!(
+            "mode `{other}` is neither \"graph\" nor \"eager\"; pass one of those"
+        ))),
+    }
+}
+
+/// What the profile chooses for one message.
+#[pyclass(module = "artune", frozen, get_all)]
+#[derive(Clone)]
+pub struct Choice {
+    /// Backend id as profiles write it, e.g. "nccl" or "two_stage_push".
+    backend: String,
+    /// The NCCL variant to run where NCCL serves ("nccl" = NCCL's own choice).
+    nccl: String,
+    /// Median time measured at the serving bucket, microseconds.
+    expected_us: f64,
+    /// The serving bucket's upper bound, bytes.
+    bucket_bytes: u64,
+    /// Device memory per GPU the backend's buffers need (0 for NCCL).
+    buffer_bytes: u64,
+    /// True for a custom peer-to-peer kernel, False for NCCL and its variants.
+    custom: bool,
+}
+
+#[pymethods]
+impl Choice {
+    fn __repr__(&self) -> String {
+        format!(
+            "Choice(backend={:?}, nccl={:?}, expected_us={}, bucket_bytes={}, buffer_bytes={})",
+            self.backend, self.nccl, self.expected_us, self.bucket_bytes, self.buffer_bytes
+        )
+    }
+}
+
+/// One band of a group: sizes above the previous band's `up_to_bytes`, up to this one.
+#[pyclass(module = "artune", frozen, get_all)]
+#[derive(Clone)]
+pub struct Band {
+    up_to_bytes: u64,
+    backend: String,
+    nccl: String,
+    custom: bool,
+}
+
+#[pymethods]
+impl Band {
+    fn __repr__(&self) -> String {
+        format!(
+            "Band(up_to_bytes={}, backend={:?}, nccl={:?})",
+            self.up_to_bytes, self.backend, self.nccl
+        )
+    }
+}
+
+/// Whether a profile still holds for a machine.
+#[pyclass(module = "artune", frozen, get_all)]
+pub struct Check {
+    holds: bool,
+    /// What changed, old → new.
+    changes: Vec<String>,
+    /// What the machine does not report, so it was not compared.
+    unchecked: Vec<String>,
+}
+
+/// A validated profile and the selector every consumer answers through.
+#[pyclass(module = "artune", frozen)]
+pub struct Profile {
+    profile: crate::profile::Profile,
+    selector: Selector,
+}
+
+#[pymethods]
+impl Profile {
+    /// Reads and validates a profile file, with the same limits as `artune show`.
+    #[staticmethod]
+    fn load(path: PathBuf) -> PyResult<Profile> {
+        let profile = crate::profile::Profile::load(&path).map_err(to_py)?;
+        let selector = profile.selector();
+        Ok(Profile { profile, selector })
+    }
+
+    /// True when the profile was made on the simulated fabric: not a measurement.
+    #[getter]
+    fn simulated(&self) -> bool {
+        self.profile.simulated
+    }
+
+    /// What measured it, e.g. "simulated pcie-8x-2switch".
+    #[getter]
+    fn fabric(&self) -> &str {
+        &self.profile.fabric
+    }
+
+    #[getter]
+    fn created(&self) -> &str {
+        &self.profile.created
+    }
+
+    /// TP sizes the profile has, ascending.
+    #[getter]
+    fn tp_sizes(&self) -> Vec<usize> {
+        let mut v: Vec<usize> = self.profile.groups.iter().map(|g| g.tp).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// The choice for one allreduce of `nbytes` bytes on `tp` ranks, or None where the profile
+    /// has no answer (keep the engine's default).
+    #[pyo3(signature = (tp, nbytes, mode = "graph"))]
+    fn select(&self, tp: usize, nbytes: u64, mode: &str) -> PyResult<Option<Choice>> {
+        let q = Query {
+            tp,
+            mode: self::mode(mode)?,
+            gpus: None,
+        };
+        Ok(match self.selector.select(q, nbytes) {
+            Selection::Chosen {
+                backend,
+                nccl,
+                expected_us,
+                bucket_bytes,
+                buffer_bytes,
+            } => Some(Choice {
+                backend: backend.id().into(),
+                nccl: nccl.id().into(),
+                expected_us,
+                bucket_bytes,
+                buffer_bytes,
+                custom: backend.is_custom(),
+            }),
+            Selection::Unknown(_) => None,
+        })
+    }
+
+    /// The group's bands, ascending: what an engine configures once at start-up.
+    #[pyo3(signature = (tp, mode = "graph"))]
+    fn bands(&self, tp: usize, mode: &str) -> PyResult<Vec<Band>> {
+        let q = Query {
+            tp,
+            mode: self::mode(mode)?,
+            gpus: None,
+        };
+        let Some(g) = self.selector.group(q) else {
+            return Ok(Vec::new());
+        };
+        let mut out: Vec<Band> = Vec::new();
+        for (&bytes, a) in g.sizes().iter().zip(g.answers()) {
+            match out.last_mut() {
+                Some(b) if b.backend == a.backend.id() && b.nccl == a.nccl.id() => {
+                    b.up_to_bytes = bytes
+                }
+                _ => out.push(Band {
+                    up_to_bytes: bytes,
+                    backend: a.backend.id().into(),
+                    nccl: a.nccl.id().into(),
+                    custom: a.backend.is_custom(),
+                }),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Device memory per GPU each backend costs an engine that follows the profile at `tp`:
+    /// custom buffers sized to the largest size the profile routes to them, NCCL's communicator.
+    #[pyo3(signature = (tp, mode = "graph"))]
+    fn memory(&self, tp: usize, mode: &str) -> PyResult<std::collections::BTreeMap<String, u64>> {
+        let q = Query {
+            tp,
+            mode: self::mode(mode)?,
+            gpus: None,
+        };
+        Ok(self
+            .profile
+            .group(q)
+            .map(|g| {
+                g.memory
+                    .iter()
+                    .filter_map(|(b, m)| Some((b.id().to_string(), m.required_bytes_per_gpu?)))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    /// Whether the profile still holds: against a simulated preset (`sim`), a topology file
+    /// (`topology`), or, with neither, this machine as NVML sees it.
+    #[pyo3(signature = (sim = None, topology = None))]
+    fn check(&self, sim: Option<&str>, topology: Option<PathBuf>) -> PyResult<Check> {
+        let now = match (sim, topology) {
+            (Some(name), _) => crate::topology::presets::get(name),
+            (None, Some(path)) => crate::topology::file::load(&path),
+            (None, None) => crate::topology::discover(crate::fabric::cuda::nccl_version()),
+        }
+        .map_err(to_py)?;
+        let st = staleness(&self.profile, &now);
+        Ok(Check {
+            holds: st.holds(),
+            changes: st.changes.iter().map(ToString::to_string).collect(),
+            unchecked: st.unchecked.iter().map(ToString::to_string).collect(),
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Profile({}, created {}, TP {:?}{})",
+            self.profile.fabric,
+            self.profile.created,
+            self.tp_sizes(),
+            if self.profile.simulated {
+                ", SIMULATED"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
+/// Backend ids, in the order of artune's C ABI codes.
+#[pyfunction]
+fn backends() -> Vec<&'static str> {
+    Backend::ALL.iter().map(|b| b.id()).collect()
+}
+
+#[pymodule]
+fn _artune(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Profile>()?;
+    m.add_class::<Choice>()?;
+    m.add_class::<Band>()?;
+    m.add_class::<Check>()?;
+    m.add_function(wrap_pyfunction!(backends, m)?)?;
+    m.add("ArtuneError", m.py().get_type::<ArtuneError>())?;
+    m.add("ProfileError", m.py().get_type::<ProfileError>())?;
+    m.add("BadInputError", m.py().get_type::<BadInputError>())?;
+    m.add("HardwareError", m.py().get_type::<HardwareError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
