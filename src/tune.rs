@@ -127,6 +127,7 @@ pub fn run(
             tuning_seconds: started.elapsed().as_secs_f64(),
         },
         faults,
+        assumed: fabric.assumed(),
         select_index: Default::default(),
     })
 }

@@ -87,6 +87,7 @@ pub(crate) fn fixture() -> Profile {
         contention: vec![],
         settings: Settings::default(),
         faults: vec![],
+        assumed: vec![],
         select_index: Default::default(),
     }
 }
