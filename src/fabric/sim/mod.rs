@@ -213,6 +213,23 @@ impl SimFabric {
         Ok(self.net.rates(&flows, &refs))
     }
 
+    /// The same as [`SimFabric::transfer_gbps`] for kernel loads (`Read`) or stores
+    /// (`Write`) through peer mappings instead of copy engines (calibration C5).
+    pub fn kernel_transfer_gbps(
+        &self,
+        direction: Direction,
+        pairs: &[(usize, usize)],
+    ) -> Result<Vec<f64>, FabricError> {
+        self.transfer_gbps(direction, pairs)?;
+        let flows: Vec<Flow> = pairs
+            .iter()
+            .map(|&(src, dst)| Flow::kernel(src, dst, direction))
+            .collect();
+        let routes: Vec<Route> = pairs.iter().map(|&(a, b)| self.net.route(a, b)).collect();
+        let refs: Vec<&Route> = routes.iter().collect();
+        Ok(self.net.rates(&flows, &refs))
+    }
+
     /// Why `backend` cannot run on `gpus`, if it cannot.
     fn waiver(&self, backend: Backend, gpus: &[usize], model: &nccl::Model) -> Option<String> {
         if backend.is_custom() {
