@@ -5,6 +5,7 @@
 
 pub mod capi;
 pub mod cli;
+pub mod compare;
 pub mod decide;
 pub mod error;
 pub mod export;
