@@ -370,6 +370,47 @@ fn c3_broadcom_write_collapse() {
     assert!(push > 3.0 * pull, "push {push} vs pull {pull}");
 }
 
+/// The story's box (C1 class, TP8): the profile never chooses a custom kernel where a NCCL
+/// variant measured faster, chooses NCCL from 512 KB (C3: ring wins past tens of KB on 8 PCIe
+/// GPUs; two-stage moves 4x the message over each uplink as kernel stores), and one-stage
+/// only for the smallest messages, with NCCL's defaults and with NCCL_P2P_LEVEL=SYS.
+#[test]
+fn c3_eight_pcie_gpus_profile_leaves_large_messages_to_nccl() {
+    for level in [None, Some(Level::Sys)] {
+        let mut f = SimFabric::new(get("pcie-8x-2switch").unwrap(), 3).with_nccl_p2p_level(level);
+        let opts = artune::tune::Options {
+            tp: vec![8],
+            modes: vec![Mode::Graph],
+            max_bytes: 16 * MB,
+            contention: false,
+            ..Default::default()
+        };
+        let p = artune::tune::run(&mut f, &opts, &mut |_| {}).unwrap();
+        let g = &p.groups[0];
+        for b in &g.buckets {
+            let nccl = b
+                .results
+                .iter()
+                .filter(|(k, _)| !k.is_custom())
+                .map(|(_, t)| t.median_us)
+                .fold(f64::INFINITY, f64::min);
+            if b.choice.is_custom() {
+                let t = b.results[&b.choice].median_us;
+                assert!(
+                    t < nccl,
+                    "{level:?} {} B: {} {t} vs nccl {nccl}",
+                    b.bytes,
+                    b.choice
+                );
+                assert!(b.bytes < 512 * KB, "{level:?} {} B: {}", b.bytes, b.choice);
+            }
+            if matches!(b.choice, Backend::OneStagePull | Backend::OneStagePush) {
+                assert!(b.bytes <= 8 * KB, "{level:?} {} B: {}", b.bytes, b.choice);
+            }
+        }
+    }
+}
+
 // ---- C4: NCCL's own model ---------------------------------------------------------------
 
 /// C4: "LL128 is disabled by default on PCIe paths": prepare waives it with that reason; on
