@@ -7,6 +7,7 @@ pub mod allreduce;
 pub mod cancel;
 pub mod capi;
 pub mod cli;
+pub mod compare;
 pub mod decide;
 pub mod error;
 pub mod export;

@@ -171,6 +171,7 @@ pub fn run(
             tuning_seconds: started.elapsed().as_secs_f64(),
         },
         faults,
+        assumed: fabric.assumed(),
     };
     check_measured(&profile)?;
     crate::profile::validate_built(&profile)?;

@@ -29,7 +29,7 @@ const TUNE: [&str; 8] = [
     "--tp",
     "2,8",
     "--sizes",
-    "4K:16M",
+    "4K:4M",
     "--no-contention",
 ];
 
@@ -86,8 +86,8 @@ fn faulty_backends_are_never_chosen_and_every_fault_is_reported() {
     let (clean_path, _) = previous(dir.path());
     let clean = Profile::load(&clean_path).unwrap();
     // The faults hit backends the fault-free tune chooses, so ignoring them would show.
-    let wrong = [Backend::TwoStagePush, Backend::OneStagePull];
-    let hang = [Backend::OneStagePush, Backend::NcclRingLl];
+    let wrong = [Backend::TwoStagePush, Backend::NcclRingSimple];
+    let hang = [Backend::OneStagePush, Backend::Nccl];
     let faulty: Vec<Backend> = wrong.iter().chain(&hang).copied().collect();
     for b in &faulty {
         assert!(
@@ -97,7 +97,7 @@ fn faulty_backends_are_never_chosen_and_every_fault_is_reported() {
     }
 
     let path = dir.path().join("faulty.json");
-    let spec = "wrong=two_stage_push+one_stage_pull,hang=one_stage_push+nccl_ring_ll";
+    let spec = "wrong=two_stage_push+nccl_ring_simple,hang=one_stage_push+nccl";
     let o = tune(&path, Some(spec));
     ok(&o);
     let p = Profile::load(&path).expect("a valid profile");

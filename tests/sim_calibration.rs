@@ -5,7 +5,12 @@
 //!
 //! Latency-critical checks use CUDA-graph mode, as C2's table was measured; C1's NCCL figures
 //! come from eager torch.distributed and are checked in eager mode.
+//!
+//! Each test runs NCCL the way the source did: C1 and C2 set NCCL_P2P_LEVEL=SYS (and C2 a
+//! hand-written graph, so its "NCCL" is the best pinned ring, not NCCL's own choice); C6
+//! checks NCCL's defaults.
 
+use artune::fabric::sim::nccl::Level;
 use artune::fabric::sim::SimFabric;
 use artune::fabric::{Backend, Direction, Dtype, Fabric, Group, Mode, Readiness};
 use artune::topology::presets::get;
@@ -14,10 +19,26 @@ use artune::topology::Contention;
 const KB: u64 = 1024;
 const MB: u64 = 1024 * KB;
 
+/// The preset with NCCL_P2P_LEVEL=SYS, as C1 and C2 ran.
 fn fabric(preset: &str, gpus: &[usize]) -> SimFabric {
-    let mut f = SimFabric::new(get(preset).unwrap(), 2024);
+    fabric_at(preset, gpus, Some(Level::Sys))
+}
+
+fn fabric_at(preset: &str, gpus: &[usize], level: Option<Level>) -> SimFabric {
+    let mut f = SimFabric::new(get(preset).unwrap(), 2024).with_nccl_p2p_level(level);
     f.prepare(&group(gpus), &Backend::ALL).unwrap();
     f
+}
+
+/// C2's NCCL: a hand-written graph XML let NCCL run its ring as it should, so the best of
+/// the pinned ring variants stands for it.
+fn c2_nccl(f: &mut SimFabric, bytes: u64) -> f64 {
+    median(f, Backend::NcclRingLl, bytes, Mode::Graph).min(median(
+        f,
+        Backend::NcclRingSimple,
+        bytes,
+        Mode::Graph,
+    ))
 }
 
 fn group(gpus: &[usize]) -> Group {
@@ -197,23 +218,17 @@ fn c2_one_stage_crossover() {
         ))
     };
     for bytes in [KB, 4 * KB, 8 * KB, 16 * KB, 24 * KB] {
-        let (o, n) = (
-            one_stage(&mut f, bytes),
-            median(&mut f, Backend::Nccl, bytes, Mode::Graph),
-        );
+        let (o, n) = (one_stage(&mut f, bytes), c2_nccl(&mut f, bytes));
         assert!(o < n, "{bytes} B: one-stage {o} vs nccl {n}");
     }
     for bytes in [160 * KB, 256 * KB, 512 * KB, MB] {
-        let (o, n) = (
-            one_stage(&mut f, bytes),
-            median(&mut f, Backend::Nccl, bytes, Mode::Graph),
-        );
+        let (o, n) = (one_stage(&mut f, bytes), c2_nccl(&mut f, bytes));
         assert!(o > n, "{bytes} B: one-stage {o} vs nccl {n}");
     }
     // The crossover itself lies between 32 and 128 KB.
     let cross = (4..=16)
         .map(|i| i * 8 * KB)
-        .find(|&b| one_stage(&mut f, b) > median(&mut f, Backend::Nccl, b, Mode::Graph))
+        .find(|&b| one_stage(&mut f, b) > c2_nccl(&mut f, b))
         .unwrap();
     assert!((32 * KB..=128 * KB).contains(&cross), "{cross}");
 }
@@ -240,7 +255,7 @@ fn c2_table_shape() {
     let mut f = fabric("pcie-8x-direct-2socket", &ALL8);
     for (bytes, one_shot, nccl) in table {
         let o = median(&mut f, Backend::OneStagePull, bytes, Mode::Graph);
-        let n = median(&mut f, Backend::Nccl, bytes, Mode::Graph);
+        let n = c2_nccl(&mut f, bytes);
         assert!(
             (o / one_shot).max(one_shot / o) <= 1.5,
             "{bytes} B one-shot {o} vs {one_shot}"
@@ -255,28 +270,43 @@ fn c2_table_shape() {
 // ---- C3: what the fabric does that a naive model misses ----------------------------------
 
 /// C3: "on 4 GPUs under one switch it can win up to ~0.5-1 MB" (target: one- or two-stage
-/// beats NCCL at every size up to at least 256 KB, TP4).
+/// beats NCCL at every size up to at least 256 KB, TP4), and local-inference-lab/vllm#580:
+/// two-shot and ring cross over at 768 KB on TP4 PCIe. With kernel loads and stores priced
+/// as C5 measured them, one-stage alone reaches less far: it still wins at 64 KB and has
+/// lost by 1 MB.
 #[test]
 fn c3_four_gpus_under_one_switch_favour_custom() {
-    let mut f = fabric("pcie-4x-1switch", &[0, 1, 2, 3]);
+    let mut f = fabric_at("pcie-4x-1switch", &[0, 1, 2, 3], None);
     let custom = [
         Backend::OneStagePull,
         Backend::OneStagePush,
         Backend::TwoStagePull,
         Backend::TwoStagePush,
     ];
-    for bytes in (0..=8).map(|i| KB << i) {
-        let best = custom
+    let best_custom = |f: &mut SimFabric, bytes| {
+        custom
             .iter()
-            .map(|&b| median(&mut f, b, bytes, Mode::Graph))
-            .fold(f64::INFINITY, f64::min);
-        let nccl = median(&mut f, Backend::Nccl, bytes, Mode::Graph);
-        assert!(best < nccl, "{bytes} B: custom {best} vs nccl {nccl}");
+            .map(|&b| median(f, b, bytes, Mode::Graph))
+            .fold(f64::INFINITY, f64::min)
+    };
+    let best_nccl = |f: &mut SimFabric, bytes| {
+        [Backend::Nccl, Backend::NcclRingLl, Backend::NcclRingSimple]
+            .iter()
+            .map(|&b| median(f, b, bytes, Mode::Graph))
+            .fold(f64::INFINITY, f64::min)
+    };
+    for bytes in (0..=8).map(|i| KB << i) {
+        let (c, n) = (best_custom(&mut f, bytes), best_nccl(&mut f, bytes));
+        assert!(c < n, "{bytes} B: custom {c} vs nccl {n}");
     }
-    // One-stage alone still wins at 512 KB and has lost by 4 MB.
-    let one = |f: &mut SimFabric, b| median(f, Backend::OneStagePull, b, Mode::Graph);
-    assert!(one(&mut f, 512 * KB) < median(&mut f, Backend::Nccl, 512 * KB, Mode::Graph));
-    assert!(one(&mut f, 4 * MB) > median(&mut f, Backend::Nccl, 4 * MB, Mode::Graph));
+    let cross = (8..=32)
+        .map(|i| i * 64 * KB)
+        .find(|&b| best_custom(&mut f, b) > best_nccl(&mut f, b))
+        .unwrap();
+    assert!((384 * KB..=2 * MB).contains(&cross), "{cross}");
+    let one = |f: &mut SimFabric, b| median(f, Backend::OneStagePush, b, Mode::Graph);
+    assert!(one(&mut f, 64 * KB) < median(&mut f, Backend::Nccl, 64 * KB, Mode::Graph));
+    assert!(one(&mut f, MB) > median(&mut f, Backend::Nccl, MB, Mode::Graph));
 }
 
 /// C3: "one-stage loses to ring on 8 PCIe GPUs past a few tens of KB" (C1's box).
@@ -340,6 +370,47 @@ fn c3_broadcom_write_collapse() {
     assert!(push > 3.0 * pull, "push {push} vs pull {pull}");
 }
 
+/// The story's box (C1 class, TP8): the profile never chooses a custom kernel where a NCCL
+/// variant measured faster, chooses NCCL from 512 KB (C3: ring wins past tens of KB on 8 PCIe
+/// GPUs; two-stage moves 4x the message over each uplink as kernel stores), and one-stage
+/// only for the smallest messages, with NCCL's defaults and with NCCL_P2P_LEVEL=SYS.
+#[test]
+fn c3_eight_pcie_gpus_profile_leaves_large_messages_to_nccl() {
+    for level in [None, Some(Level::Sys)] {
+        let mut f = SimFabric::new(get("pcie-8x-2switch").unwrap(), 3).with_nccl_p2p_level(level);
+        let opts = artune::tune::Options {
+            tp: vec![8],
+            modes: vec![Mode::Graph],
+            max_bytes: 16 * MB,
+            contention: false,
+            ..Default::default()
+        };
+        let p = artune::tune::run(&mut f, &opts, &mut |_| {}).unwrap();
+        let g = &p.groups[0];
+        for b in &g.buckets {
+            let nccl = b
+                .results
+                .iter()
+                .filter(|(k, _)| !k.is_custom())
+                .map(|(_, t)| t.median_us)
+                .fold(f64::INFINITY, f64::min);
+            if b.choice.is_custom() {
+                let t = b.results[&b.choice].median_us;
+                assert!(
+                    t < nccl,
+                    "{level:?} {} B: {} {t} vs nccl {nccl}",
+                    b.bytes,
+                    b.choice
+                );
+                assert!(b.bytes < 512 * KB, "{level:?} {} B: {}", b.bytes, b.choice);
+            }
+            if matches!(b.choice, Backend::OneStagePull | Backend::OneStagePush) {
+                assert!(b.bytes <= 8 * KB, "{level:?} {} B: {}", b.bytes, b.choice);
+            }
+        }
+    }
+}
+
 // ---- C4: NCCL's own model ---------------------------------------------------------------
 
 /// C4: "LL128 is disabled by default on PCIe paths": prepare waives it with that reason; on
@@ -378,6 +449,267 @@ fn c4_ring_latency_grows_per_step() {
     // TP2 has 2 steps, TP4 has 6.
     let per_step = (t4 - t2) / 4.0;
     assert!(within(per_step, 1.0, 0.2), "{per_step}");
+}
+
+// ---- C5: kernel-driven peer loads and stores, 4 PCIe GPUs under one switch ---------------
+
+/// Every ordered pair of `n` GPUs.
+fn all_pairs(n: usize) -> Vec<(usize, usize)> {
+    (0..n)
+        .flat_map(|a| (0..n).filter(move |&b| b != a).map(move |b| (a, b)))
+        .collect()
+}
+
+/// C5: "isolated store 44.78, load 42.83; concurrent (every rank drives all three peers)
+/// store 25.40, load 20.60 GB/s"; under concurrency stores beat loads, and a copy engine on
+/// the same pattern is far faster (copy tables do not show kernel traffic).
+#[test]
+fn c5_kernel_stores_and_loads_on_four_pcie_gpus() {
+    let f = SimFabric::new(get("pcie-4x-1switch").unwrap(), 1);
+    let store = f.kernel_transfer_gbps(Direction::Write, &[(0, 1)]).unwrap()[0];
+    let load = f.kernel_transfer_gbps(Direction::Read, &[(0, 1)]).unwrap()[0];
+    assert!(within(store, 44.78, 0.05), "isolated store {store}");
+    assert!(within(load, 42.83, 0.05), "isolated load {load}");
+    let per_gpu = |dir| -> f64 {
+        f.kernel_transfer_gbps(dir, &all_pairs(4))
+            .unwrap()
+            .iter()
+            .sum::<f64>()
+            / 4.0
+    };
+    let (cs, cl) = (per_gpu(Direction::Write), per_gpu(Direction::Read));
+    assert!(within(cs, 25.40, 0.10), "concurrent store {cs}");
+    assert!(within(cl, 20.60, 0.10), "concurrent load {cl}");
+    assert!(cs > cl);
+    let copy: f64 = f
+        .transfer_gbps(Direction::Write, &all_pairs(4))
+        .unwrap()
+        .iter()
+        .sum::<f64>()
+        / 4.0;
+    assert!(copy > 1.8 * cs, "copy {copy} vs kernel {cs}");
+}
+
+/// C5 end to end: a PCIe-native one-shot beat NCCL at decode batches 1-32 on that box, so
+/// at decode-sized messages (8-64 KB) one-stage beats NCCL's own choice on TP4.
+#[test]
+fn c5_one_stage_beats_nccl_at_decode_sizes_on_tp4() {
+    let mut f = fabric_at("pcie-4x-1switch", &[0, 1, 2, 3], None);
+    for bytes in [8 * KB, 16 * KB, 32 * KB, 64 * KB] {
+        let o = median(&mut f, Backend::OneStagePush, bytes, Mode::Graph);
+        let n = median(&mut f, Backend::Nccl, bytes, Mode::Graph);
+        assert!(o < n, "{bytes} B: one-stage {o} vs nccl {n}");
+    }
+}
+
+// ---- C6: NCCL on PCIe-only boxes with its defaults ----------------------------------------
+
+/// `base` with every GPU a GeForce-class Gen4 card: compute capability 8.9, Gen4 x16.
+fn gen4(mut t: artune::topology::Topology) -> artune::topology::Topology {
+    for g in &mut t.gpus {
+        g.name = "NVIDIA GeForce RTX 4090".into();
+        g.compute_capability = Some(artune::topology::ComputeCapability { major: 8, minor: 9 });
+        g.pcie.gen = Some(4);
+        g.pcie.max_gen = Some(4);
+    }
+    t
+}
+
+fn prepared(t: artune::topology::Topology, gpus: &[usize], level: Option<Level>) -> SimFabric {
+    let mut f = SimFabric::new(t, 7).with_nccl_p2p_level(level);
+    f.prepare(&group(gpus), &Backend::ALL).unwrap();
+    f
+}
+
+/// C6 (NVIDIA/nccl#1530, #1439): 8 PCIe GPUs, 8-byte allreduce 42.1 µs (4090, no P2P) and
+/// 54.2 µs (3090); "30-55 us on many boxes". nccl-tests runs eagerly. Checked on a box
+/// without GPUDirect P2P (every hop through host memory) and on C1's box with NCCL's
+/// defaults (its cross-switch hops are PHB, beyond NCCL's default P2P level).
+#[test]
+fn c6_nccl_8_byte_latency_on_8_pcie_gpus() {
+    let mut t = gen4(get("pcie-8x-direct-2socket").unwrap());
+    for p in &mut t.pairs {
+        p.p2p.read = artune::topology::Status::No;
+        p.p2p.write = artune::topology::Status::No;
+    }
+    let mut geforce = prepared(t, &ALL8, None);
+    let mut c1 = fabric_at("pcie-8x-2switch", &ALL8, None);
+    for (what, f) in [("no P2P", &mut geforce), ("C1 defaults", &mut c1)] {
+        let t = median(f, Backend::Nccl, 8, Mode::Eager);
+        assert!((30.0..=55.0).contains(&t), "{what}: 8 B {t} us");
+    }
+    // With NCCL_P2P_LEVEL=SYS the same box is C1's 17-24 µs class.
+    let mut sys = fabric("pcie-8x-2switch", &ALL8);
+    assert!(median(&mut sys, Backend::Nccl, 8, Mode::Eager) < 30.0);
+}
+
+/// C6 (NVIDIA/nccl#1603): 4 RTX 4090, P2P enabled, no switch: busbw 18 GB/s with NCCL's
+/// default SHM transport, 22 with NCCL_P2P_LEVEL=SYS. Both run two channels here, each
+/// bound by the per-channel PCIe rate, so the model puts them close together (SHM never
+/// ahead): the published 18% gap is not reproduced, each figure is held to 25%.
+#[test]
+fn c6_shm_vs_p2p_busbw_on_four_gpus() {
+    let mut t = gen4(get("pcie-8x-direct-2socket").unwrap());
+    t.gpus.truncate(4);
+    t.pairs.clear();
+    t.normalize().unwrap();
+    let quad = [0, 1, 2, 3];
+    let bw = |level| {
+        let mut f = prepared(t.clone(), &quad, level);
+        busbw(
+            256 * MB,
+            median(&mut f, Backend::Nccl, 256 * MB, Mode::Eager),
+            4,
+        )
+    };
+    let (shm, p2p) = (bw(None), bw(Some(Level::Sys)));
+    assert!(within(shm, 18.0, 0.25), "SHM busbw {shm}");
+    assert!(within(p2p, 22.0, 0.25), "P2P busbw {p2p}");
+    assert!(shm <= p2p, "SHM {shm} vs P2P {p2p}");
+}
+
+/// C6 (rtx6kpro nccl-tuning.md, dual AMD Turin, 8 RTX PRO 6000): NCCL's defaults vs a
+/// hand-written graph at 32-256 KB: 48.2 -> 26.2, 48.7 -> 25.6, 51.6 -> 32.1, 56.5 -> 37.3 µs,
+/// because AMD_BW makes its model pick Simple where LL wins. Here: NCCL's own choice on the
+/// dual-socket preset, its defaults against its best pinned ring at P2P level SYS. The tuned
+/// run also raised NCCL to 8 channels, which pinning algorithm and protocol does not do, so
+/// its times are held to 1.5x only at 32 and 64 KB, where latency dominates.
+#[test]
+fn c6_amd_bw_makes_nccl_pick_the_slower_protocol() {
+    let mut default = fabric_at("pcie-8x-direct-2socket", &ALL8, None);
+    let mut tuned = fabric("pcie-8x-direct-2socket", &ALL8);
+    let published = [
+        (32 * KB, 48.2, 26.2),
+        (64 * KB, 48.7, 25.6),
+        (128 * KB, 51.6, 32.1),
+        (256 * KB, 56.5, 37.3),
+    ];
+    for (bytes, slow, fast) in published {
+        let d = median(&mut default, Backend::Nccl, bytes, Mode::Eager);
+        let best = median(&mut tuned, Backend::NcclRingLl, bytes, Mode::Eager).min(median(
+            &mut tuned,
+            Backend::NcclRingSimple,
+            bytes,
+            Mode::Eager,
+        ));
+        assert_eq!(
+            default.nccl_choice(bytes).map(|c| c.1),
+            Some(artune::fabric::NcclProto::Simple),
+            "{bytes} B"
+        );
+        let gain = if bytes <= 128 * KB { 1.3 } else { 1.1 };
+        assert!(
+            d > gain * best,
+            "{bytes} B: defaults {d} vs best pinned {best}"
+        );
+        assert!(
+            (d / slow).max(slow / d) <= 1.5,
+            "{bytes} B defaults {d} vs {slow}"
+        );
+        if bytes <= 64 * KB {
+            assert!(
+                (best / fast).max(fast / best) <= 1.5,
+                "{bytes} B tuned {best} vs {fast}"
+            );
+        }
+    }
+}
+
+// ---- C7: P2P enabled vs disabled ----------------------------------------------------------
+
+/// 6 GPUs on their own root ports of one AMD socket, whose root complexes forward peer
+/// traffic at `peer_gbps` at most (NVIDIA/nccl#814: 9.6-10.5 GB/s with P2P on).
+fn six_on_root_ports(peer_gbps: Option<f64>) -> artune::topology::Topology {
+    let mut t = gen4(get("pcie-8x-direct-2socket").unwrap());
+    t.gpus.truncate(6);
+    for g in &mut t.gpus {
+        g.parent = format!("rc{}", g.index);
+    }
+    t.root_complexes.truncate(6);
+    for r in &mut t.root_complexes {
+        r.socket = 0;
+        r.contention = peer_gbps.map(|p| Contention {
+            peak_gbps: Some(p),
+            ..Default::default()
+        });
+    }
+    t.sockets.truncate(1);
+    t.pairs.clear();
+    t.normalize().unwrap();
+    t
+}
+
+/// C7: "enabling P2P halves bandwidth there [#814]. A tuner must measure, not assume that P2P
+/// is faster" - and on other boxes P2P is faster (tinygrad#6: 41.4 vs 25.6-26.2 GB/s
+/// bidirectional). Where the root complexes forward peer traffic at 10 GB/s, NCCL through
+/// host memory (its default) beats NCCL forced to P2P, and one-stage kernels (which must use
+/// P2P) lose to NCCL at large sizes; where they do not, P2P beats host memory.
+#[test]
+fn c7_p2p_is_faster_only_where_the_fabric_makes_it_so() {
+    let six = [0, 1, 2, 3, 4, 5];
+    let slow = six_on_root_ports(Some(10.0));
+    let pair: f64 = SimFabric::new(slow.clone(), 1)
+        .transfer_gbps(Direction::Write, &[(0, 1)])
+        .unwrap()[0];
+    assert!((9.6..=10.5).contains(&pair), "P2P pair {pair}");
+    let big = 64 * MB;
+    let nccl = |t: &artune::topology::Topology, level| {
+        let mut f = prepared(t.clone(), &six, level);
+        median(&mut f, Backend::Nccl, big, Mode::Eager)
+    };
+    let (shm, p2p) = (nccl(&slow, None), nccl(&slow, Some(Level::Sys)));
+    assert!(
+        p2p > 1.5 * shm,
+        "slow root complexes: SHM {shm} vs P2P {p2p}"
+    );
+    let mut f = prepared(slow, &six, None);
+    let one = median(&mut f, Backend::OneStagePush, big, Mode::Eager);
+    assert!(one > shm, "one-stage {one} vs NCCL {shm}");
+    let fast = six_on_root_ports(None);
+    let (shm, p2p) = (nccl(&fast, None), nccl(&fast, Some(Level::Sys)));
+    assert!(p2p < shm, "normal root complexes: SHM {shm} vs P2P {p2p}");
+}
+
+// ---- Topology files: kernel-traffic fields are checked --------------------------------------
+
+/// A kernel-traffic factor of 0 or a curve that rises with more flows is refused with one
+/// sentence naming the field and its limit, exit 2.
+#[test]
+fn bad_kernel_traffic_fields_exit_2_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let base: serde_json::Value =
+        serde_json::from_str(artune::topology::presets::json("pcie-4x-1switch").unwrap()).unwrap();
+    let cases = [
+        (
+            serde_json::json!({"store_factor": 0.0}),
+            "kernel.store_factor is 0; it must be above 0 and at most 1",
+        ),
+        (
+            serde_json::json!({"load_curve": [{"flows": 1, "factor": 0.5}, {"flows": 4, "factor": 0.8}]}),
+            "kernel.load_curve[1] factor 0.8 at 4 flows is above 0.5 at 1 flows",
+        ),
+        (
+            serde_json::json!({"store_curve": [{"flows": 4, "factor": 0.5}, {"flows": 2, "factor": 0.4}]}),
+            "kernel.store_curve[1] has flows 2 after 4",
+        ),
+    ];
+    for (i, (kernel, needle)) in cases.into_iter().enumerate() {
+        let mut t = base.clone();
+        t["switches"][0]["contention"]["kernel"] = kernel;
+        let path = dir.path().join(format!("t{i}.json"));
+        std::fs::write(&path, serde_json::to_string(&t).unwrap()).unwrap();
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_artune"))
+            .args(["tune", "--topology", path.to_str().unwrap(), "--out"])
+            .arg(dir.path().join(format!("p{i}.json")))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains(needle), "{err}");
+        assert!(err.contains("switch `sw0` contention"), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(!dir.path().join(format!("p{i}.json")).exists());
+    }
 }
 
 // ---- NVSwitch ---------------------------------------------------------------------------

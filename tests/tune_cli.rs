@@ -4,7 +4,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use artune::fabric::{Backend, Direction, Mode};
@@ -19,14 +19,27 @@ fn tmp() -> &'static Path {
 
 /// Tunes a preset once per test binary and returns the loaded profile and its path.
 fn tuned(preset: &'static str, extra: &[&str]) -> (Profile, PathBuf) {
+    tuned_at(preset, extra, None)
+}
+
+/// The same with `NCCL_P2P_LEVEL` set as the calibration source ran NCCL (None: unset).
+fn tuned_at(preset: &'static str, extra: &[&str], level: Option<&str>) -> (Profile, PathBuf) {
     let out = tmp().join(format!(
-        "{preset}-{}.json",
-        extra.join("_").replace(['/', ':'], "-")
+        "{preset}-{}-{}.json",
+        extra.join("_").replace(['/', ':'], "-"),
+        level.unwrap_or("default")
     ));
     if !out.exists() {
         let mut args = vec!["tune", "--sim", preset, "--out", out.to_str().unwrap()];
         args.extend_from_slice(extra);
-        let o = artune(&args);
+        let mut c = Command::new(common::BIN);
+        c.args(&args)
+            .env_remove("NCCL_P2P_LEVEL")
+            .env_remove("NCCL_P2P_DISABLE");
+        if let Some(l) = level {
+            c.env("NCCL_P2P_LEVEL", l);
+        }
+        let o = c.output().expect("artune runs");
         assert!(
             o.status.success(),
             "tune failed: {}",
@@ -56,12 +69,13 @@ fn within(v: f64, target: f64, tol: f64) -> bool {
     (v - target).abs() <= target * tol
 }
 
-// C1: 8x RTX PRO 6000 under two Microchip Gen5 switches.
+// C1: 8x RTX PRO 6000 under two Microchip Gen5 switches, NCCL_P2P_LEVEL=SYS as C1 ran.
 #[test]
 fn c1_two_switch_box() {
-    let (p, _) = tuned(
+    let (p, _) = tuned_at(
         "pcie-8x-2switch",
         &["--tp", "2,8", "--sizes", "4K:256M", "--mode", "eager"],
+        Some("SYS"),
     );
     assert!(p.simulated);
     // One pair ≈ 56 GB/s: TP2 inside a switch, each GPU writing to the other.
@@ -98,36 +112,37 @@ fn c1_two_switch_box() {
     assert!((15.0..=30.0).contains(&t4k), "4K nccl {t4k:.1} us");
 }
 
-// C2: 8 GPUs direct-attached to two sockets.
+// C2: 8 GPUs direct-attached to two sockets; C2 ran NCCL with NCCL_P2P_LEVEL=SYS and a
+// hand-written graph, so its NCCL is the best pinned ring here.
 #[test]
 fn c2_direct_attach_crossover_and_contention() {
-    let (p, _) = tuned(
+    let (p, _) = tuned_at(
         "pcie-8x-direct-2socket",
         &["--tp", "8", "--sizes", "1K:1M", "--mode", "graph"],
+        Some("SYS"),
     );
     let g = group(&p, &[0, 1, 2, 3, 4, 5, 6, 7], Mode::Graph);
     let one_stage =
         |b: u64| median(g, b, Backend::OneStagePull).min(median(g, b, Backend::OneStagePush));
+    let nccl =
+        |b: u64| median(g, b, Backend::NcclRingLl).min(median(g, b, Backend::NcclRingSimple));
     for kb in [1u64, 2, 4, 8, 16] {
         let b = kb << 10;
         assert!(
-            one_stage(b) < median(g, b, Backend::Nccl),
+            one_stage(b) < nccl(b),
             "one-stage should beat NCCL at {kb}K"
         );
     }
     for kb in [256u64, 512, 1024] {
         let b = kb << 10;
-        assert!(
-            one_stage(b) > median(g, b, Backend::Nccl),
-            "one-stage should lose at {kb}K"
-        );
+        assert!(one_stage(b) > nccl(b), "one-stage should lose at {kb}K");
     }
     // The measured crossover of one-stage against NCCL lies between 32K and 128K (C2: 72K).
     // (The profile may choose two-stage around it: that is a third backend, not this claim.)
     let x = g
         .buckets
         .iter()
-        .find(|b| one_stage(b.bytes) > median(g, b.bytes, Backend::Nccl))
+        .find(|b| one_stage(b.bytes) > nccl(b.bytes))
         .expect("one-stage must lose somewhere")
         .bytes;
     assert!(

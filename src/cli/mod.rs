@@ -1,6 +1,7 @@
 //! Command line: argument types and dispatch. Each subcommand's work lives in its own file.
 
 mod bench;
+mod compare;
 mod consumers;
 mod output;
 mod topo;
@@ -42,6 +43,8 @@ pub enum Command {
     Predict(PredictArgs),
     /// Benchmarks that need a GPU (kernel efficiency against copy bandwidth).
     Bench(BenchArgs),
+    /// Time profile A's choices by profile B's measurements (e.g. simulated vs measured).
+    Compare(compare::CompareArgs),
     /// Print the profile JSON Schema.
     Schema,
 }
@@ -315,6 +318,7 @@ fn run(cmd: Command) -> Result<i32, Error> {
         Command::Check(a) => consumers::check(a),
         Command::Predict(a) => consumers::predict(a),
         Command::Bench(a) => bench::run(a),
+        Command::Compare(a) => compare::run(a),
         Command::Schema => {
             out!("{}", crate::profile::schema::generate());
             Ok(0)

@@ -132,6 +132,7 @@ pub fn profile_with(preset: &str, tps: &[usize], sizes: &[u64]) -> Profile {
             tuning_seconds: 0.0,
         },
         faults: vec![],
+        assumed: vec![],
     }
 }
 

@@ -201,6 +201,12 @@ pub trait Fabric {
         bytes: u64,
     ) -> Result<ProbeSample, FabricError>;
 
+    /// What a model assumed about the machine because nothing stated it (the simulated
+    /// fabric's kernel-traffic defaults), one sentence each; nothing for measured fabrics.
+    fn assumed(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// NCCL channels the prepared group's NCCL backends run with, when known.
     fn nccl_channels(&self) -> Option<u32> {
         None

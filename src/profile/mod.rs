@@ -195,6 +195,10 @@ pub struct Profile {
     /// Faults met during the tune (timeouts, wrong results, failed backends), for the operator.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub faults: Vec<String>,
+    /// What a simulated fabric assumed because the topology did not state it (kernel-traffic
+    /// defaults per switch vendor, collapse rates, the CPU vendor), one sentence each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub assumed: Vec<String>,
 }
 
 /// Which group a question is about.

@@ -89,6 +89,7 @@ pub(crate) fn fixture() -> Profile {
         contention: vec![],
         settings: Settings::default(),
         faults: vec![],
+        assumed: vec![],
     }
 }
 

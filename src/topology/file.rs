@@ -8,7 +8,7 @@
 //! repeated keys) and [`check`] plus [`Topology::normalize`] (counts, ids, references, values).
 //! Profiles embed a topology and reuse all three.
 
-use super::{Contention, Link, Topology, TopologyError, MAX_GPUS, MAX_SWITCHES};
+use super::{Contention, KernelPoint, Link, Topology, TopologyError, MAX_GPUS, MAX_SWITCHES};
 use crate::error::Error;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::borrow::Cow;
@@ -27,6 +27,8 @@ pub const MAX_ROOT_COMPLEXES: usize = 1024;
 /// Switches between a GPU and its root complex. Real machines have one to three; the bound
 /// keeps path derivation (GPUs² walks up the tree) fast on a hostile file.
 pub const MAX_SWITCH_DEPTH: usize = 8;
+/// Points per kernel-traffic curve.
+pub const MAX_KERNEL_POINTS: usize = 1024;
 /// NVLinks per GPU (H100/H200/B200 have 18).
 pub const MAX_NVLINKS: usize = 64;
 /// Longest id (switch, root complex, parent) in bytes.
@@ -445,6 +447,25 @@ pub fn check(t: &Topology) -> Result<(), String> {
     for (what, c) in contentions(t) {
         check_contention(&what, c)?;
     }
+    for s in t.switches.iter().map(|s| (&s.id, &s.contention)) {
+        if s.1.as_ref().is_some_and(|c| c.cpu_vendor.is_some()) {
+            return Err(format!(
+                "switch `{}` contention cpu_vendor is set; cpu_vendor belongs to a socket's contention",
+                s.0
+            ));
+        }
+    }
+    for r in &t.root_complexes {
+        if r.contention
+            .as_ref()
+            .is_some_and(|c| c.cpu_vendor.is_some())
+        {
+            return Err(format!(
+                "root complex `{}` contention cpu_vendor is set; cpu_vendor belongs to a socket's contention",
+                r.id
+            ));
+        }
+    }
     if let Some(nv) = &t.nvswitch {
         if !(1..=16).contains(&nv.generation) {
             return Err(format!(
@@ -565,9 +586,63 @@ fn check_contention(what: &str, c: &Contention) -> Result<(), String> {
         ("write_factor", c.write_factor),
     ] {
         if let Some(v) = v {
-            if !(v > 0.0 && v <= 1.0) {
+            check_factor(&format!("{what} {name}"), v)?;
+        }
+    }
+    if let Some(v) = &c.cpu_vendor {
+        check_id(v, &format!("{what} cpu_vendor"))?;
+    }
+    if let Some(k) = &c.kernel {
+        for (name, v) in [
+            ("kernel.store_factor", k.store_factor),
+            ("kernel.load_factor", k.load_factor),
+        ] {
+            if let Some(v) = v {
+                check_factor(&format!("{what} {name}"), v)?;
+            }
+        }
+        check_curve(&format!("{what} kernel.store_curve"), &k.store_curve)?;
+        check_curve(&format!("{what} kernel.load_curve"), &k.load_curve)?;
+    }
+    Ok(())
+}
+
+/// A share of a rate: above 0 (a node that passes nothing would stall every flow) and at most 1.
+fn check_factor(what: &str, v: f64) -> Result<(), String> {
+    if v > 0.0 && v <= 1.0 {
+        Ok(())
+    } else {
+        Err(format!("{what} is {v}; it must be above 0 and at most 1"))
+    }
+}
+
+/// Kernel-traffic curves: flows strictly increasing from 1, factors in (0, 1] that never rise
+/// with more flows (more concurrent flows cannot make each one more efficient).
+fn check_curve(what: &str, points: &[KernelPoint]) -> Result<(), String> {
+    if points.len() > MAX_KERNEL_POINTS {
+        return Err(format!(
+            "{what} has {} points; at most {MAX_KERNEL_POINTS} are supported",
+            points.len()
+        ));
+    }
+    for (i, p) in points.iter().enumerate() {
+        if p.flows == 0 {
+            return Err(format!(
+                "{what}[{i}] has flows 0; flows count concurrent kernel flows and start at 1"
+            ));
+        }
+        check_factor(&format!("{what}[{i}] factor"), p.factor)?;
+        if let Some(prev) = i.checked_sub(1).map(|j| points[j]) {
+            if p.flows <= prev.flows {
                 return Err(format!(
-                    "{what} {name} is {v}; it must be above 0 and at most 1"
+                    "{what}[{i}] has flows {} after {}; flows must increase from point to point",
+                    p.flows, prev.flows
+                ));
+            }
+            if p.factor > prev.factor {
+                return Err(format!(
+                    "{what}[{i}] factor {} at {} flows is above {} at {} flows; the factor must not rise with more flows",
+                    p.factor, p.flows, prev.factor, prev.flows
                 ));
             }
         }

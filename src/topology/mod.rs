@@ -135,10 +135,47 @@ pub struct Contention {
     /// Multiplier on capacity for write (push, posted) traffic, 0..1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub write_factor: Option<f64>,
-    /// Rate (GB/s) that posted writes collapse to when one source under this node writes to
-    /// peers behind two or more different root complexes at once.
+    /// Rate (GB/s) that posted writes leaving this switch collapse to, all together, when two
+    /// or more of its GPUs write to peers behind two or more different root complexes at once
+    /// (one GPU writing to two root complexes does not collapse).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub write_collapse_gbps: Option<f64>,
+    /// How peer loads and stores issued by kernels (SM traffic) fare here, apart from the
+    /// copy-engine traffic the fields above describe. Unset: vendor defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<KernelTraffic>,
+    /// On a socket only: the CPU vendor ("AMD", "Intel"). NCCL's own choices depend on it
+    /// (its P2P level default and hard-coded inter-socket bandwidth).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_vendor: Option<String>,
+}
+
+/// Kernel (SM-driven) peer traffic through a node, per direction: stores are posted writes,
+/// loads non-posted reads. Copy-engine tables (p2pBandwidthLatencyTest) do not show it: one
+/// kernel stream reaches less than a copy engine, and many degrade differently by switch chip.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct KernelTraffic {
+    /// Share of the link rate one kernel store stream reaches alone, 0..1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_factor: Option<f64>,
+    /// Share of the link rate one kernel load stream reaches alone, 0..1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_factor: Option<f64>,
+    /// Share of the copy-engine capacity kernel stores get with `flows` distinct kernel flows
+    /// crossing the node; interpolated between points, flat past the ends. Flows strictly
+    /// increasing, factors 0..1 and never rising with more flows.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub store_curve: Vec<KernelPoint>,
+    /// The same for kernel loads.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub load_curve: Vec<KernelPoint>,
+}
+
+/// One point of a kernel-traffic curve.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct KernelPoint {
+    pub flows: u32,
+    pub factor: f64,
 }
 
 /// A CPU socket. Sockets are joined by an interconnect (UPI, xGMI, ...).

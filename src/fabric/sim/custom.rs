@@ -7,10 +7,12 @@
 //! - two-stage pull/push: the same all-to-all pattern twice with size/N per flow
 //!   (reduce-scatter, then all-gather), a barrier before, between and after.
 //!
-//! Transfers cost their max-min finish time on the link graph; reads wait a round trip for
-//! their first bytes (non-posted), writes one way.
+//! Transfers are kernel loads and stores ([`Engine::Kernel`]) and cost their max-min finish
+//! time on the link graph; reads wait a round trip for their first bytes (non-posted), writes
+//! one way. Two-stage moves size/N per flow but over the same N(N−1) concurrent flows as
+//! one-stage, so it meets the same contention: its phases are priced from the same solve.
 
-use super::net::{Flow, Net, Route};
+use super::net::{Engine, Flow, Net, Route};
 use crate::fabric::{Backend, Direction};
 
 /// Kernel prologue: block scheduling, loading peer pointers. With the barriers and read round
@@ -40,7 +42,12 @@ pub fn all_to_all(gpus: &[usize], dir: Direction) -> Vec<Flow> {
     let mut out = Vec::with_capacity(gpus.len() * gpus.len());
     for &src in gpus {
         for &dst in gpus.iter().filter(|&&d| d != src) {
-            out.push(Flow { src, dst, dir });
+            out.push(Flow {
+                src,
+                dst,
+                dir,
+                engine: Engine::Kernel,
+            });
         }
     }
     out
@@ -135,11 +142,24 @@ mod tests {
     }
 
     #[test]
-    fn four_under_one_switch_are_port_bound() {
-        // Each GPU reads 3 peers through its own 56.32 GB/s port: 18.77 GB/s per flow.
+    fn four_under_one_switch_load_at_c5_concurrent_rate() {
+        // Each GPU loads from 3 peers through its own 56.32 GB/s port, as kernel loads: C5's
+        // 20.6 GB/s per GPU out of a 56.25 GB/s copy-engine link, so 56.32 · 20.6/56.25 / 3.
         let c = custom("pcie-4x-1switch", &[0, 1, 2, 3]);
         let rate = 1.0 / (c.read_us_per_byte * 1e3);
-        assert!((rate - 56.32 / 3.0).abs() < 1e-6, "{rate}");
+        let want = 56.32 * 20.60 / 56.25 / 3.0;
+        assert!((rate - want).abs() < 1e-6, "{rate} vs {want}");
+    }
+
+    #[test]
+    fn two_stage_phases_meet_the_same_contention_as_one_stage() {
+        // The data part of a two-stage phase is exactly 1/N of a one-stage phase: the same
+        // N(N−1) flows at the same per-byte cost.
+        let c = custom("pcie-8x-2switch", &[0, 1, 2, 3, 4, 5, 6, 7]);
+        let (b, n) = (8.0 * 1024.0 * 1024.0, 8.0);
+        let one = c.phase(b, false) - c.max_latency_us;
+        let two = c.phase(b / n, false) - c.max_latency_us;
+        assert!((one / two - n).abs() < 1e-9, "{one} vs {two}");
     }
 
     #[test]

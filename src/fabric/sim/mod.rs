@@ -1,9 +1,10 @@
 //! Simulated fabric: a flow-level model of the machine, calibrated on published measurements of
-//! real PCIe boxes (each cited with its source in tests/sim_calibration.rs), so the whole tuner
-//! runs without GPUs.
+//! real PCIe boxes (C1–C7, each cited with its source in tests/sim_calibration.rs), so the whole
+//! tuner runs without GPUs.
 //!
 //! 1. [`net`] turns the topology into a link graph and routes GPU→GPU flows over it; [`flow`]
-//!    shares capacity between concurrent flows by max-min fairness.
+//!    shares capacity between concurrent flows by max-min fairness; [`kernel`] prices kernel
+//!    loads and stores apart from copy-engine transfers.
 //! 2. [`nccl`] and [`custom`] schedule each backend step by step on that network; launch costs
 //!    are added here per mode.
 //! 3. [`noise`] turns the deterministic time into samples that look measured. Deterministic
@@ -13,6 +14,7 @@
 pub mod custom;
 pub mod faults;
 pub mod flow;
+pub mod kernel;
 pub mod nccl;
 pub mod net;
 pub mod noise;
@@ -57,12 +59,13 @@ fn group_model<'a>(
     models: &'a mut HashMap<Vec<usize>, GroupModel>,
     topo: &Topology,
     net: &Net,
+    host: &nccl::Host,
     gpus: &[usize],
 ) -> &'a mut GroupModel {
     models.entry(gpus.to_vec()).or_insert_with(|| {
         let ring = nccl::ring_order(topo, gpus);
-        let model = nccl::Model::new(topo, net, &ring);
-        let schedule = nccl::Schedule::new(net, &ring, &model);
+        let model = nccl::Model::new(topo, net, host, &ring);
+        let schedule = nccl::Schedule::new(topo, net, host, &ring, &model);
         GroupModel {
             nccl: model,
             schedule,
@@ -84,17 +87,11 @@ fn probe_pattern(net: &Net, gpus: &[usize], direction: Direction, peers: usize) 
     for (i, &g) in gpus.iter().enumerate() {
         for k in 1..=peers {
             let p = gpus[(i + k) % n];
+            // Probes time copy-engine transfers (p2pBandwidthLatencyTest), like the tables
+            // they are compared with.
             flows.push(match direction {
-                Direction::Read => Flow {
-                    src: p,
-                    dst: g,
-                    dir: direction,
-                },
-                Direction::Write => Flow {
-                    src: g,
-                    dst: p,
-                    dir: direction,
-                },
+                Direction::Read => Flow::copy(p, g, direction),
+                Direction::Write => Flow::copy(g, p, direction),
             });
         }
     }
@@ -122,6 +119,8 @@ struct Prepared {
 pub struct SimFabric {
     topo: Topology,
     net: Net,
+    /// What NCCL knows of the host: CPU vendor and the P2P level in force.
+    host: nccl::Host,
     noise: Noise,
     faults: Faults,
     /// Draws which samples an injected `spikes` fault slows, apart from the noise so the
@@ -146,9 +145,11 @@ impl SimFabric {
             let _ = topology.normalize();
         }
         let net = Net::build(&topology);
+        let host = nccl::Host::new(&topology, nccl::Host::env_level());
         SimFabric {
             topo: topology,
             net,
+            host,
             noise: Noise::new(seed),
             faults: Faults::default(),
             spike_rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5bd1_e995_0f1a_57ed),
@@ -156,6 +157,14 @@ impl SimFabric {
             models: HashMap::new(),
             prepared: None,
         }
+    }
+
+    /// The same machine with NCCL's P2P level set as `NCCL_P2P_LEVEL` would (None: NCCL's
+    /// default for the host), whatever the environment says.
+    pub fn with_nccl_p2p_level(mut self, level: Option<nccl::Level>) -> SimFabric {
+        self.host = nccl::Host::new(&self.topo, level);
+        self.models.clear();
+        self
     }
 
     /// The same machine with `faults` injected.
@@ -179,7 +188,7 @@ impl SimFabric {
             return 1;
         }
         let ring = nccl::ring_order(&self.topo, &gpus);
-        nccl::Model::new(&self.topo, &self.net, &ring).channels
+        nccl::Model::new(&self.topo, &self.net, &self.host, &ring).channels
     }
 
     /// Rates (GB/s) of arbitrary transfers running together, e.g. one GPU pulling from all
@@ -198,11 +207,24 @@ impl SimFabric {
         }
         let flows: Vec<Flow> = pairs
             .iter()
-            .map(|&(src, dst)| Flow {
-                src,
-                dst,
-                dir: direction,
-            })
+            .map(|&(src, dst)| Flow::copy(src, dst, direction))
+            .collect();
+        let routes: Vec<Route> = pairs.iter().map(|&(a, b)| self.net.route(a, b)).collect();
+        let refs: Vec<&Route> = routes.iter().collect();
+        Ok(self.net.rates(&flows, &refs))
+    }
+
+    /// The same as [`SimFabric::transfer_gbps`] for kernel loads (`Read`) or stores
+    /// (`Write`) through peer mappings instead of copy engines (calibration C5).
+    pub fn kernel_transfer_gbps(
+        &self,
+        direction: Direction,
+        pairs: &[(usize, usize)],
+    ) -> Result<Vec<f64>, FabricError> {
+        self.transfer_gbps(direction, pairs)?;
+        let flows: Vec<Flow> = pairs
+            .iter()
+            .map(|&(src, dst)| Flow::kernel(src, dst, direction))
             .collect();
         let routes: Vec<Route> = pairs.iter().map(|&(a, b)| self.net.route(a, b)).collect();
         let refs: Vec<&Route> = routes.iter().collect();
@@ -243,7 +265,18 @@ impl SimFabric {
     }
 
     fn model(&mut self, gpus: &[usize]) -> &mut GroupModel {
-        group_model(&mut self.models, &self.topo, &self.net, gpus)
+        group_model(&mut self.models, &self.topo, &self.net, &self.host, gpus)
+    }
+
+    /// What the model assumed because the topology did not state it, one sentence each.
+    pub fn assumed(&self) -> Vec<String> {
+        let mut out = self.net.assumed().to_vec();
+        if self.host.cpu == nccl::Cpu::Unknown {
+            out.push(
+                "CPU vendor not stated (sockets[].contention.cpu_vendor): NCCL's model takes no inter-socket bandwidth constant and P2P up to PXB".into(),
+            );
+        }
+        out
     }
 
     /// The prepared group, after checking `backend` is ready on it and `bytes` fits.
@@ -478,7 +511,7 @@ impl Fabric for SimFabric {
             return Err(bad("a probe must move at least 1 byte"));
         }
         let net = &self.net;
-        let m = group_model(&mut self.models, &self.topo, net, &gpus);
+        let m = group_model(&mut self.models, &self.topo, net, &self.host, &gpus);
         let pattern = m
             .probes
             .entry((direction, peers))
@@ -512,6 +545,10 @@ impl Fabric for SimFabric {
             per_gpu_gbps: per_gpu,
             aggregate_gbps: n as f64 * moved / slowest / 1e3,
         })
+    }
+
+    fn assumed(&self) -> Vec<String> {
+        SimFabric::assumed(self)
     }
 
     /// The channel count the simulated NCCL model uses for the prepared group.

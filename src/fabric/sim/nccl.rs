@@ -1,30 +1,34 @@
 //! NCCL on the simulated network, in two parts that deliberately differ:
 //!
-//! - [`Model`]: what NCCL *predicts* (src/graph/tuning.cc: base + per-hop latency, channel
-//!   bandwidth with per-protocol factors). NCCL's own choice (`Backend::Nccl`) is the
-//!   algorithm × protocol this model ranks first, not necessarily the fastest.
+//! - [`Model`]: what NCCL *predicts* (NCCL 2.27.5, the version of calibration C1:
+//!   src/graph/tuning.cc base + per-hop latency, channel bandwidth with per-protocol factors;
+//!   src/graph/search.cc speeds and channel duplication; src/graph/topo.h host constants;
+//!   src/graph/paths.cc P2P level). NCCL's own choice (`Backend::Nccl`) is the algorithm ×
+//!   protocol this model ranks first, not necessarily the fastest.
 //! - [`Schedule`]: what the run *costs* on the link graph: ring (2(N−1) lockstep steps over
 //!   all channels) or tree (within one node a chain: reduce up, broadcast down, pipelined in
-//!   chunks), each step paying the protocol's per-hop cost, bytes moving at the max-min rate
-//!   of the ring's (or chain's) flows times the protocol's wire efficiency.
+//!   chunks), each step paying the protocol's per-hop cost, bytes moving as kernel stores at
+//!   the max-min rate of the ring's (or chain's) flows times the protocol's wire efficiency.
+//!   A hop NCCL connects peer to peer is one store stream into the next GPU; a hop beyond
+//!   `NCCL_P2P_LEVEL` goes through host memory (SHM transport): the sender stores into host
+//!   memory, the receiver loads from it and polls its flags there.
 
 use super::net::{Flow, Net, Route};
 use crate::fabric::{Direction, NcclAlgo, NcclProto};
-use crate::topology::{PathClass, Topology};
+use crate::topology::{PathClass, Status, Topology};
 
-/// Base latency, µs, [Tree, Ring] × [LL, LL128, Simple] (calibration C4).
+/// Base latency, µs, [Tree, Ring] × [LL, LL128, Simple] (tuning.cc baseLat; calibration C4).
 const BASE_LAT: [[f64; 3]; 2] = [[6.8, 14.0, 8.4], [6.6, 14.0, 8.4]];
-/// Per-hop latency, µs, [NVLink, PCIe] × [Tree, Ring] × [LL, LL128, Simple] (C4; NCCL
-/// src/graph/tuning.cc hwLat). Tree/Simple's 28 µs is NCCL's stand-in for a 256 KB chunk.
+/// Per-hop latency, µs, [NVLink, PCIe] × [Tree, Ring] × [LL, LL128, Simple] (tuning.cc hwLat).
 const HW_LAT: [[[f64; 3]; 2]; 2] = [
-    [[0.6, 1.25, 28.0], [0.6, 1.9, 3.4]],
-    [[1.0, 1.9, 28.0], [1.0, 2.5, 5.7]],
+    [[0.6, 1.25, 4.0], [0.6, 1.9, 3.4]],
+    [[1.0, 1.9, 4.0], [1.0, 2.5, 5.7]],
 ];
-/// NCCL's per-node caps by GPU generation [Volta, Ampere, Hopper+] (tuning.cc, one node).
-const LL_MAX_BW: [f64; 3] = [39.0, 87.7, 87.7];
-const PER_CH_RING_LL128: [f64; 3] = [20.0, 20.0, 36.7];
-const PER_CH_TREE_LL128: [f64; 3] = [20.0, 20.0, 36.7];
-const PER_CH_TREE: [f64; 3] = [26.5, 24.0, 38.7];
+/// NCCL's one-node caps by GPU generation [Volta, Ampere, Hopper, Blackwell] (tuning.cc).
+const LL_MAX_BW: [f64; 4] = [39.0, 87.7, 141.0, 282.0];
+const PER_CH_RING_LL128: [f64; 4] = [20.0, 20.0, 36.7, 73.4];
+const PER_CH_TREE_LL128: [f64; 4] = [20.0, 20.0, 36.7, 73.4];
+const PER_CH_TREE: [f64; 4] = [26.5, 24.0, 38.7, 77.4];
 /// tuning.cc treeCorrectionFactor, indexed by log2(bytes / 64), [LL, LL128, Simple].
 const TREE_CORRECTION: [[f64; 23]; 3] = [
     [
@@ -40,32 +44,48 @@ const TREE_CORRECTION: [[f64; 23]; 3] = [
         0.7, 0.7, 0.8, 0.9, 0.9,
     ],
 ];
-/// Ring-search speeds, GB/s per channel (NCCL src/graph/search.cc), by GPU generation.
+/// Ring-search speeds, GB/s per channel (search.cc, one node), by GPU generation.
 const SPEEDS: [f64; 13] = [
     40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0,
 ];
 const SPEEDS_SM90: [f64; 11] = [
     60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0,
 ];
-const SPEEDS_SM100: [f64; 12] = [
-    90.0, 80.0, 70.0, 60.0, 50.0, 45.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0,
+const SPEEDS_SM100: [f64; 11] = [
+    90.0, 80.0, 70.0, 60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0,
 ];
 /// The ring search keeps at most this many channels before duplicating them.
 const MAX_SEARCH_CHANNELS: u32 = 16;
 /// search.cc duplicates channels (halving their bandwidth) when one channel gets this much.
 const DUPLICATE_AT_GBPS: f64 = 25.0;
+/// search.cc: when no speed fits, "falling back to simple order" at this bandwidth, one
+/// channel, path type SYS.
+const FALLBACK_GBPS: f64 = 0.1;
+/// connect.cc (ncclTopoPostset) runs twice the channels the search found.
+const RUNTIME_CHANNELS_PER_GRAPH_CHANNEL: u32 = 2;
+/// What one NCCL channel (one thread block) moves over PCIe at most, GB/s on the wire. C6:
+/// NCCL's defaults on a dual-AMD box with 8 RTX PRO 6000 reach 22.2 GB/s busbw at 32 MB with
+/// the search's fallback of one channel, run as two; C1's box runs four and plateaus at
+/// 46 GB/s, where the link allows about 45.
+const PCIE_CHANNEL_GBPS: f64 = 22.2 / 2.0;
 /// NCCL's modelled PCIe rate per lane at Gen5 (C4: Gen5 x16 = 48, Gen4 x16 = 24 GB/s).
 const NCCL_PCIE_LANE_GEN5: f64 = 3.0;
+/// topo.h inter-socket bandwidths: AMD_BW for every AMD CPU; for Intel the Sapphire Rapids
+/// figure (SRP_QPI_BW), as a topology file names the vendor, not the model.
+const AMD_BW: f64 = 16.0;
+const INTEL_QPI_BW: f64 = 22.0;
+/// topo.h INTEL_P2P_OVERHEAD: through an Intel root complex GPU traffic costs 6/5.
+const INTEL_P2P_OVERHEAD: f64 = 1.2;
 
 /// Payload share of the bytes a protocol puts on the wire: LL sends an 8-byte flag word with
-/// every 8 bytes (half), LL128 one flag per 128 bytes (120/128).
+/// every 8 bytes (half), LL128 one flag per 128 bytes (120/128), Simple only payload. What a
+/// kernel store stream achieves beyond that is the kernel-traffic model's (net.rs).
 const LL_EFFICIENCY: f64 = 0.5;
 const LL128_EFFICIENCY: f64 = 120.0 / 128.0;
-/// Simple: an empirical factor fitted to C1's ring plateau (46 GB/s busbw where one pair
-/// writes at 56.2 GB/s); NCCL's per-step flag handshake and copy loop are not modelled apart.
-const SIMPLE_EFFICIENCY: f64 = 0.82;
-/// Tree pipeline chunk per protocol (the 256 KB Simple chunk NCCL's hwLat comment names).
-const TREE_CHUNK: [f64; 3] = [32.0 * 1024.0, 128.0 * 1024.0, 256.0 * 1024.0];
+const SIMPLE_EFFICIENCY: f64 = 1.0;
+/// Tree pipeline chunk of Simple (the 256 KB chunk NCCL's hwLat comment names), indexed by
+/// protocol; LL and LL128 forward line by line.
+const TREE_CHUNK: [f64; 3] = [f64::NAN, f64::NAN, 256.0 * 1024.0];
 
 fn algo_index(a: NcclAlgo) -> usize {
     match a {
@@ -87,6 +107,156 @@ fn efficiency(p: NcclProto) -> f64 {
         NcclProto::LL => LL_EFFICIENCY,
         NcclProto::LL128 => LL128_EFFICIENCY,
         NcclProto::Simple => SIMPLE_EFFICIENCY,
+    }
+}
+
+/// NCCL's path types in its order (topo.h), as far as a topology file can express them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    Loc,
+    Nvl,
+    Nvb,
+    Pix,
+    Pxb,
+    Phb,
+    Sys,
+}
+
+impl Level {
+    /// NCCL's class of a path: NUMA-local paths through host bridges are all PHB to NCCL (its
+    /// CPU node is a NUMA domain).
+    pub fn of(p: PathClass) -> Level {
+        match p {
+            PathClass::X => Level::Loc,
+            PathClass::NV => Level::Nvl,
+            PathClass::PIX => Level::Pix,
+            PathClass::PXB => Level::Pxb,
+            PathClass::PHB | PathClass::NODE => Level::Phb,
+            PathClass::SYS => Level::Sys,
+        }
+    }
+
+    /// `NCCL_P2P_LEVEL` as NCCL reads it (paths.cc ncclGetLevel): a path type name or the
+    /// old numbering 0-5; anything else is ignored, as NCCL ignores it.
+    pub fn parse(s: &str) -> Option<Level> {
+        let s = s.trim();
+        Some(match s {
+            "LOC" => Level::Loc,
+            "NVL" => Level::Nvl,
+            "NVB" => Level::Nvb,
+            "PIX" => Level::Pix,
+            "PXB" => Level::Pxb,
+            "PHB" => Level::Phb,
+            "SYS" => Level::Sys,
+            _ => match s.chars().next()?.to_digit(10)? {
+                0 => Level::Loc,
+                1 => Level::Pix,
+                2 => Level::Pxb,
+                3 => Level::Phb,
+                _ => Level::Sys,
+            },
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::Loc => "LOC",
+            Level::Nvl => "NVL",
+            Level::Nvb => "NVB",
+            Level::Pix => "PIX",
+            Level::Pxb => "PXB",
+            Level::Phb => "PHB",
+            Level::Sys => "SYS",
+        }
+    }
+}
+
+/// The CPU vendor NCCL sees (it sets its P2P level default and inter-socket bandwidth).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cpu {
+    Amd,
+    Intel,
+    Unknown,
+}
+
+/// What NCCL knows about the host: CPU vendor and the P2P level in force.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Host {
+    pub cpu: Cpu,
+    pub p2p_level: Level,
+}
+
+impl Host {
+    /// NCCL's rules for `t` (paths.cc ncclTopoCheckP2p): P2P up to PXB, except on AMD hosts
+    /// with at most two GPUs (SYS); `user` (`NCCL_P2P_LEVEL`, or LOC for
+    /// `NCCL_P2P_DISABLE=1`) overrides.
+    pub fn new(t: &Topology, user: Option<Level>) -> Host {
+        let vendor = t
+            .sockets
+            .iter()
+            .find_map(|s| s.contention.as_ref().and_then(|c| c.cpu_vendor.clone()))
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        let cpu = if vendor.contains("amd") {
+            Cpu::Amd
+        } else if vendor.contains("intel") {
+            Cpu::Intel
+        } else {
+            Cpu::Unknown
+        };
+        let default = if cpu == Cpu::Amd && t.gpu_count() <= 2 {
+            Level::Sys
+        } else {
+            Level::Pxb
+        };
+        Host {
+            cpu,
+            p2p_level: user.unwrap_or(default),
+        }
+    }
+
+    /// The level from the environment, as NCCL reads it: `NCCL_P2P_DISABLE=1` wins, then
+    /// `NCCL_P2P_LEVEL`.
+    pub fn env_level() -> Option<Level> {
+        if std::env::var("NCCL_P2P_DISABLE").is_ok_and(|v| v.trim() == "1") {
+            return Some(Level::Loc);
+        }
+        std::env::var("NCCL_P2P_LEVEL")
+            .ok()
+            .and_then(|v| Level::parse(&v))
+    }
+
+    /// NCCL's inter-socket bandwidth (topo.h); None for a CPU it has no constant for.
+    fn inter_cpu_bw(&self) -> Option<f64> {
+        match self.cpu {
+            Cpu::Amd => Some(AMD_BW),
+            Cpu::Intel => Some(INTEL_QPI_BW),
+            Cpu::Unknown => None,
+        }
+    }
+}
+
+/// How NCCL connects one ordered pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// Peer to peer: stores into the receiver's buffer.
+    P2p,
+    /// Through host memory.
+    Shm,
+}
+
+/// NCCL's transport from `a` to `b`: P2P when their path is within the P2P level and the
+/// driver reports P2P reads and writes (an unknown status counts as available, as NVML
+/// reports it on a real box).
+pub fn transport(t: &Topology, net: &Net, host: &Host, a: usize, b: usize) -> Transport {
+    let within = Level::of(net.path(a, b)) <= host.p2p_level;
+    let allowed = t
+        .pair(a, b)
+        .is_none_or(|p| p.p2p.read != Status::No && p.p2p.write != Status::No);
+    if within && allowed {
+        Transport::P2p
+    } else {
+        Transport::Shm
     }
 }
 
@@ -137,14 +307,22 @@ pub struct Model {
     pub nvlink: bool,
     /// None when LL128 is on, else why NCCL turns it off.
     pub ll128_off: Option<String>,
+    /// How each ring hop (ring[i] → ring[i+1]) is connected.
+    pub transports: Vec<Transport>,
+    /// The ring search found no speed its slowest hop carries and fell back to 0.1 GB/s.
+    pub fallback: bool,
     cc_index: usize,
 }
 
 impl Model {
-    pub fn new(t: &Topology, net: &Net, ring: &[usize]) -> Model {
+    pub fn new(t: &Topology, net: &Net, host: &Host, ring: &[usize]) -> Model {
         let n = ring.len();
         let hops: Vec<(usize, usize)> = (0..n).map(|i| (ring[i], ring[(i + 1) % n])).collect();
         let nvlink = hops.iter().all(|&(a, b)| net.path(a, b) == PathClass::NV);
+        let transports: Vec<Transport> = hops
+            .iter()
+            .map(|&(a, b)| transport(t, net, host, a, b))
+            .collect();
         let ccs: Vec<Option<(u32, u32)>> = ring
             .iter()
             .map(|&g| t.gpus[g].compute_capability.map(|c| (c.major, c.minor)))
@@ -152,28 +330,33 @@ impl Model {
         let cc_min = ccs.iter().flatten().min().copied();
         let major = cc_min.map(|c| c.0);
         let cc_index = match major {
-            Some(m) if m >= 9 => 2,
+            Some(m) if m >= 10 => 3,
+            Some(9) => 2,
             Some(8) | None => 1,
             Some(_) => 0,
         };
         let max_bw = hops
             .iter()
-            .map(|&(a, b)| hop_bw(t, net, a, b, major))
+            .zip(&transports)
+            .map(|(&(a, b), &x)| hop_bw(t, net, host, a, b, x, major))
             .fold(f64::INFINITY, f64::min);
         let speeds: &[f64] = match major {
             Some(m) if m >= 10 => &SPEEDS_SM100,
             Some(9) => &SPEEDS_SM90,
             _ => &SPEEDS,
         };
-        let speed = speeds
-            .iter()
-            .copied()
-            .find(|&s| s <= max_bw)
-            .unwrap_or(max_bw);
-        let mut channels = ((max_bw / speed).floor() as u32).clamp(1, MAX_SEARCH_CHANNELS);
-        let mut bw_per_channel = speed;
-        if speed >= DUPLICATE_AT_GBPS {
-            channels *= 2;
+        let (mut channels, mut bw_per_channel, fallback) =
+            match speeds.iter().copied().find(|&s| s <= max_bw) {
+                Some(speed) => (
+                    ((max_bw / speed).floor() as u32).clamp(1, MAX_SEARCH_CHANNELS),
+                    speed,
+                    false,
+                ),
+                None => (1, FALLBACK_GBPS, true),
+            };
+        let many_slow = major.is_some_and(|m| m > 8) && bw_per_channel < 50.0 && channels > 4;
+        if bw_per_channel >= DUPLICATE_AT_GBPS && !many_slow {
+            channels = (channels * 2).min(MAX_SEARCH_CHANNELS);
             bw_per_channel /= 2.0;
         }
         let ll128_off = if !nvlink {
@@ -190,10 +373,10 @@ impl Model {
             Some("NCCL disables LL128 when the group mixes compute capabilities".into())
         } else {
             match cc_min {
-                Some((7..=9, 0)) | None => None,
-                Some((ma, mi)) => Some(format!(
-                    "NCCL enables LL128 by default only on compute capability 7.0, 8.0 and 9.0; these GPUs are {ma}.{mi}"
+                Some((ma, mi)) if ma < 7 => Some(format!(
+                    "NCCL enables LL128 only from compute capability 7.0; these GPUs are {ma}.{mi}"
                 )),
+                _ => None,
             }
         };
         Model {
@@ -202,6 +385,8 @@ impl Model {
             bw_per_channel,
             nvlink,
             ll128_off,
+            transports,
+            fallback,
             cc_index,
         }
     }
@@ -216,10 +401,11 @@ impl Model {
         let bus = c * self.bw_per_channel;
         let nsteps = 2.0 * (self.n as f64 - 1.0);
         let kind = if self.nvlink { 0 } else { 1 };
+        let ll_max = LL_MAX_BW[self.cc_index];
         let (algbw, lat) = match algo {
             NcclAlgo::Ring => {
                 let busbw = match proto {
-                    NcclProto::LL => (bus / 4.0).min(LL_MAX_BW[self.cc_index]),
+                    NcclProto::LL => (bus * 0.5).min(ll_max),
                     NcclProto::LL128 => (bus * 0.92).min(c * PER_CH_RING_LL128[self.cc_index]),
                     NcclProto::Simple => bus,
                 };
@@ -231,7 +417,7 @@ impl Model {
             NcclAlgo::Tree => {
                 let t = (bus * 0.92).min(c * PER_CH_TREE[self.cc_index]);
                 let busbw = match proto {
-                    NcclProto::LL => (t / 3.8).min(LL_MAX_BW[self.cc_index]),
+                    NcclProto::LL => (t / 3.8).min(ll_max),
                     NcclProto::LL128 => (t * 7.0 / 9.0).min(c * PER_CH_TREE_LL128[self.cc_index]),
                     NcclProto::Simple => t,
                 };
@@ -262,17 +448,31 @@ impl Model {
     }
 }
 
-/// NCCL's modelled bandwidth of one ring hop: NVLinks × per-link rate, or the slowest PCIe
-/// link on the path (and the socket interconnect when the hop crosses sockets).
-fn hop_bw(t: &Topology, net: &Net, a: usize, b: usize, cc_major: Option<u32>) -> f64 {
-    if net.path(a, b) == PathClass::NV {
+/// NCCL's modelled bandwidth of one ring hop (search.cc followPath over paths.cc paths):
+/// NVLinks × per-link rate, or the slowest PCIe link on the path; a hop across sockets also
+/// crosses NCCL's inter-socket constant, and a hop through an Intel root complex costs 6/5.
+/// An SHM hop goes through the receiver's CPU: the same links up and down.
+fn hop_bw(
+    t: &Topology,
+    net: &Net,
+    host: &Host,
+    a: usize,
+    b: usize,
+    via: Transport,
+    cc_major: Option<u32>,
+) -> f64 {
+    if net.path(a, b) == PathClass::NV && via == Transport::P2p {
         let links = t.pair(a, b).map_or(1, |p| p.nvlinks.max(1));
         return links as f64 * nvlink_bw(cc_major);
     }
     let mut bw = nccl_pcie(&t.gpus[a].pcie).min(nccl_pcie(&t.gpus[b].pcie));
     let (pa, pb) = (t.ancestry(a), t.ancestry(b));
     for (mine, other) in [(&pa, &pb), (&pb, &pa)] {
-        for node in mine.iter().skip(1).take_while(|n| !other.contains(n)) {
+        for node in mine.iter().skip(1) {
+            // A P2P hop climbs only to the lowest common switch; SHM climbs to the CPU.
+            if via == Transport::P2p && other.contains(node) {
+                break;
+            }
             if let crate::topology::Node::Switch(id) = node {
                 if let Some(s) = t.switch(id) {
                     bw = bw.min(nccl_pcie(&s.uplink));
@@ -281,14 +481,13 @@ fn hop_bw(t: &Topology, net: &Net, a: usize, b: usize, cc_major: Option<u32>) ->
         }
     }
     if t.socket_of(a) != t.socket_of(b) {
-        let x = t
-            .sockets
-            .iter()
-            .find(|s| Some(s.id) == t.socket_of(a))
-            .and_then(|s| s.interconnect.as_ref());
-        if let Some(rate) = x.and_then(|l| l.max_flow_gbps.or(l.up_gbps)) {
-            bw = bw.min(rate);
+        if let Some(x) = host.inter_cpu_bw() {
+            bw = bw.min(x);
         }
+    }
+    let through_cpu = via == Transport::Shm || Level::of(net.path(a, b)) >= Level::Phb;
+    if through_cpu && host.cpu == Cpu::Intel {
+        bw /= INTEL_P2P_OVERHEAD;
     }
     bw
 }
@@ -307,22 +506,51 @@ pub struct Schedule {
     chain_hop_us: f64,
 }
 
-/// Rate of the slowest of `pairs` (× channels) all writing at once, and the slowest hop.
-fn lockstep(net: &Net, pairs: &[(usize, usize)], channels: u32) -> (f64, f64) {
-    let routes: Vec<Route> = pairs.iter().map(|&(a, b)| net.route(a, b)).collect();
-    let hop = routes.iter().map(|r| r.latency_us).fold(0.0, f64::max);
+/// The flows and routes of one hop a → b, and the hop's latency as a step sees it.
+fn hop_flows(net: &Net, a: usize, b: usize, via: Transport) -> (Vec<Flow>, Vec<Route>, f64) {
+    let (flows, mut routes, lat) = match via {
+        Transport::P2p => {
+            let r = net.route(a, b);
+            let lat = r.latency_us;
+            (vec![Flow::kernel(a, b, Direction::Write)], vec![r], lat)
+        }
+        Transport::Shm => {
+            // The buffer is in the receiver's host memory: the sender's stores land there
+            // one way; the receiver finds them by polling it, a load round trip.
+            let mem = net.socket_of(b);
+            let up = net.host_route(a, mem, true);
+            let down = net.host_route(b, mem, false);
+            let lat = up.latency_us + 2.0 * down.latency_us;
+            (
+                vec![
+                    Flow::kernel(a, b, Direction::Write),
+                    Flow::kernel(a, b, Direction::Read),
+                ],
+                vec![up, down],
+                lat,
+            )
+        }
+    };
+    for r in routes.iter_mut().filter(|r| !r.nvlink) {
+        r.flow_cap = r.flow_cap.min(PCIE_CHANNEL_GBPS);
+    }
+    (flows, routes, lat)
+}
+
+/// Rate of the slowest of `hops` (× channels) all moving at once, and the slowest hop.
+fn lockstep(net: &Net, hops: &[(usize, usize, Transport)], channels: u32) -> (f64, f64) {
     let mut flows = Vec::new();
-    let mut refs = Vec::new();
-    for _ in 0..channels {
-        for (&(src, dst), r) in pairs.iter().zip(&routes) {
-            flows.push(Flow {
-                src,
-                dst,
-                dir: Direction::Write,
-            });
-            refs.push(r);
+    let mut routes = Vec::new();
+    let mut hop = 0.0f64;
+    for &(a, b, via) in hops {
+        let (f, r, lat) = hop_flows(net, a, b, via);
+        hop = hop.max(lat);
+        for _ in 0..channels {
+            flows.extend(f.iter().copied());
+            routes.extend(r.iter().cloned());
         }
     }
+    let refs: Vec<&Route> = routes.iter().collect();
     let rate = net
         .rates(&flows, &refs)
         .into_iter()
@@ -331,20 +559,23 @@ fn lockstep(net: &Net, pairs: &[(usize, usize)], channels: u32) -> (f64, f64) {
 }
 
 impl Schedule {
-    /// NCCL writes into the next rank's buffers (P2P write is its PCIe default), so every flow
-    /// here is posted.
-    pub fn new(net: &Net, ring: &[usize], model: &Model) -> Schedule {
+    /// NCCL stores into the next rank's buffers (P2P write is its PCIe default) or, for SHM
+    /// hops, into host memory the next rank loads from.
+    pub fn new(t: &Topology, net: &Net, host: &Host, ring: &[usize], model: &Model) -> Schedule {
         let n = ring.len();
-        let ring_pairs: Vec<(usize, usize)> =
-            (0..n).map(|i| (ring[i], ring[(i + 1) % n])).collect();
-        let chain_pairs: Vec<(usize, usize)> = (0..n - 1)
-            .flat_map(|i| [(ring[i + 1], ring[i]), (ring[i], ring[i + 1])])
+        let ring_hops: Vec<(usize, usize, Transport)> = (0..n)
+            .map(|i| (ring[i], ring[(i + 1) % n], model.transports[i]))
             .collect();
-        let (ring_gbps, ring_hop_us) = lockstep(net, &ring_pairs, model.channels);
-        let (chain_gbps, chain_hop_us) = lockstep(net, &chain_pairs, model.channels);
+        let chain_hops: Vec<(usize, usize, Transport)> = (0..n - 1)
+            .flat_map(|i| [(ring[i + 1], ring[i]), (ring[i], ring[i + 1])])
+            .map(|(a, b)| (a, b, transport(t, net, host, a, b)))
+            .collect();
+        let channels = model.channels * RUNTIME_CHANNELS_PER_GRAPH_CHANNEL;
+        let (ring_gbps, ring_hop_us) = lockstep(net, &ring_hops, channels);
+        let (chain_gbps, chain_hop_us) = lockstep(net, &chain_hops, channels);
         Schedule {
             n,
-            channels: model.channels,
+            channels,
             nvlink: model.nvlink,
             ring_gbps,
             ring_hop_us,
@@ -353,12 +584,20 @@ impl Schedule {
         }
     }
 
-    /// Cost of one protocol step over a hop of `hop_us`: NCCL's per-hop figure (C4), which
-    /// assumes a hop no slower than its LL figure; a slower wire adds its excess.
+    /// Cost of one protocol step over a hop of `hop_us`, never below NCCL's LL per-hop figure
+    /// (C4). LL's flags travel with the data: one hop. Simple stores the data, then a flag
+    /// behind a fence: two hops (C6: NCCL's defaults with Simple take 48 µs at 32 KB on 8
+    /// PCIe GPUs, about 2.5 µs a step, where NCCL's model charges 5.7). LL128 keeps NCCL's
+    /// figure; it runs only on NVLink.
     fn step_us(&self, proto: NcclProto, hop_us: f64) -> f64 {
         let kind = if self.nvlink { 0 } else { 1 };
         let per_hop = HW_LAT[kind][1];
-        per_hop[proto_index(proto)] + (hop_us - per_hop[0]).max(0.0)
+        let one = hop_us.max(per_hop[0]);
+        match proto {
+            NcclProto::LL => one,
+            NcclProto::LL128 => per_hop[1] + (hop_us - per_hop[0]).max(0.0),
+            NcclProto::Simple => 2.0 * one,
+        }
     }
 
     /// Device time (µs) of one allreduce of `bytes`, launch excluded.
@@ -374,11 +613,17 @@ impl Schedule {
                 BASE_LAT[1][p] + steps * self.step_us(proto, self.ring_hop_us) + data
             }
             NcclAlgo::Tree => {
-                // Each link carries the whole message up (reduce) and down (broadcast); the
-                // first chunk crosses 2(N−1) hops before the pipeline is full.
-                let chunks = (per_channel / TREE_CHUNK[p]).ceil().max(1.0);
-                let data =
-                    wire * per_channel / (self.chain_gbps * 1e3) * (chunks + steps - 1.0) / chunks;
+                // Each link carries the whole message up (reduce) and down (broadcast). Simple
+                // forwards whole chunks, so the first chunk crosses 2(N−1) hops before the
+                // pipeline is full; LL and LL128 forward each flagged line as it lands, so
+                // their fill is the per-hop latency already counted in the steps.
+                let stream = wire * per_channel / (self.chain_gbps * 1e3);
+                let data = if proto == NcclProto::Simple {
+                    let chunks = (per_channel / TREE_CHUNK[p]).ceil().max(1.0);
+                    stream * (chunks + steps - 1.0) / chunks
+                } else {
+                    stream
+                };
                 BASE_LAT[0][p] + steps * self.step_us(proto, self.chain_hop_us) + data
             }
         }
@@ -390,43 +635,150 @@ mod tests {
     use super::*;
     use crate::topology::presets;
 
-    fn model(preset: &str, gpus: &[usize]) -> (Model, Schedule) {
-        let t = presets::get(preset).unwrap();
-        let net = Net::build(&t);
-        let ring = ring_order(&t, gpus);
-        let m = Model::new(&t, &net, &ring);
-        let s = Schedule::new(&net, &ring, &m);
+    fn build(t: &Topology, level: Option<Level>, gpus: &[usize]) -> (Model, Schedule) {
+        let net = Net::build(t);
+        let host = Host::new(t, level);
+        let ring = ring_order(t, gpus);
+        let m = Model::new(t, &net, &host, &ring);
+        let s = Schedule::new(t, &net, &host, &ring, &m);
         (m, s)
     }
 
+    fn model(preset: &str, gpus: &[usize]) -> (Model, Schedule) {
+        build(&presets::get(preset).unwrap(), None, gpus)
+    }
+
+    const ALL8: [usize; 8] = [0, 1, 2, 3, 4, 5, 6, 7];
+
     #[test]
     fn pcie_gen5_gets_two_channels_and_no_ll128() {
-        // Gen5 x16 modelled at 48 GB/s; SM120 speeds pick 45, one channel, duplicated to two
-        // of 22.5 (search.cc).
-        let (m, _) = model("pcie-8x-2switch", &[0, 1, 2, 3, 4, 5, 6, 7]);
+        // Gen5 x16 modelled at 48 GB/s; SM100+ speeds pick 40, one channel, duplicated to two
+        // of 20 (search.cc).
+        let (m, _) = model("pcie-8x-2switch", &ALL8);
         assert_eq!(m.channels, 2);
-        assert_eq!(m.bw_per_channel, 22.5);
+        assert_eq!(m.bw_per_channel, 20.0);
         assert!(m.ll128_off.as_deref().unwrap().contains("PCIe"));
         assert_eq!(m.predict(NcclAlgo::Ring, NcclProto::LL128, 4096), None);
     }
 
     #[test]
     fn nvswitch_keeps_ll128() {
-        let (m, _) = model("nvswitch-8x", &[0, 1, 2, 3, 4, 5, 6, 7]);
+        let (m, _) = model("nvswitch-8x", &ALL8);
         assert!(m.nvlink && m.ll128_off.is_none());
         assert!(m.channels >= 8);
     }
 
     #[test]
     fn predicted_latency_follows_tuning_cc() {
-        // Ring LL on 8 PCIe GPUs: 6.6 + 14 × 1.0 µs, plus 4096 B at busbw 45/4 × 8/14.
-        let (m, _) = model("pcie-8x-2switch", &[0, 1, 2, 3, 4, 5, 6, 7]);
+        // Ring LL on 8 PCIe GPUs: 6.6 + 14 × 1.0 µs, plus 4096 B at busbw 40 · 0.5 × 8/14.
+        let (m, _) = model("pcie-8x-2switch", &ALL8);
         let t = m.predict(NcclAlgo::Ring, NcclProto::LL, 4096).unwrap();
-        let want = 20.6 + 4096.0 / (1e3 * 45.0 / 4.0 * 8.0 / 14.0);
+        let want = 20.6 + 4096.0 / (1e3 * 40.0 * 0.5 * 8.0 / 14.0);
         assert!((t - want).abs() < 1e-9, "{t} vs {want}");
         // Small messages: LL; large: Simple.
         assert_eq!(m.choose(4096), (NcclAlgo::Ring, NcclProto::LL));
         assert_eq!(m.choose(64 << 20), (NcclAlgo::Ring, NcclProto::Simple));
+    }
+
+    #[test]
+    fn p2p_level_decides_the_transport_per_hop() {
+        // Two switches under one root complex: the cross-switch hops are PHB, beyond NCCL's
+        // default PXB, so they go through host memory; NCCL_P2P_LEVEL=SYS makes them P2P.
+        let t = presets::get("pcie-8x-2switch").unwrap();
+        let (m, _) = build(&t, None, &ALL8);
+        let shm = m
+            .transports
+            .iter()
+            .filter(|&&x| x == Transport::Shm)
+            .count();
+        assert_eq!(shm, 2, "{:?}", m.transports);
+        let (m, _) = build(&t, Some(Level::Sys), &ALL8);
+        assert!(m.transports.iter().all(|&x| x == Transport::P2p));
+        // Inside one switch everything is P2P by default.
+        let (m, _) = build(&t, None, &[0, 1, 2, 3]);
+        assert!(m.transports.iter().all(|&x| x == Transport::P2p));
+        // NCCL_P2P_DISABLE=1 reads as LOC: nothing is P2P.
+        let (m, _) = build(&t, Some(Level::Loc), &[0, 1]);
+        assert!(m.transports.iter().all(|&x| x == Transport::Shm));
+    }
+
+    #[test]
+    fn amd_hosts_with_two_gpus_default_to_sys() {
+        let mut t = presets::get("pcie-8x-direct-2socket").unwrap();
+        assert_eq!(Host::new(&t, None).p2p_level, Level::Pxb);
+        t.gpus.truncate(2);
+        t.pairs.clear();
+        t.normalize().unwrap();
+        assert_eq!(Host::new(&t, None).cpu, Cpu::Amd);
+        assert_eq!(Host::new(&t, None).p2p_level, Level::Sys);
+        assert_eq!(Host::new(&t, Some(Level::Pix)).p2p_level, Level::Pix);
+    }
+
+    #[test]
+    fn amd_bw_makes_the_ring_search_fall_back_and_pick_simple() {
+        // C6: across AMD sockets NCCL models 16 GB/s (AMD_BW); SM120's speeds stop at 18, so
+        // the search falls back to 0.1 GB/s and the model prefers Simple where LL is faster.
+        let (m, s) = model("pcie-8x-direct-2socket", &ALL8);
+        assert!(m.fallback && m.channels == 1, "{m:?}");
+        assert_eq!(m.choose(32 << 10).1, NcclProto::Simple);
+        assert!(
+            s.time(NcclAlgo::Ring, NcclProto::LL, 32 << 10)
+                < s.time(NcclAlgo::Ring, NcclProto::Simple, 32 << 10)
+        );
+        // Within one socket the search succeeds.
+        let (m, _) = model("pcie-8x-direct-2socket", &[0, 1, 2, 3]);
+        assert!(!m.fallback);
+    }
+
+    #[test]
+    fn level_parses_names_and_old_numbers() {
+        assert_eq!(Level::parse("SYS"), Some(Level::Sys));
+        assert_eq!(Level::parse("2"), Some(Level::Pxb));
+        assert_eq!(Level::parse("9"), Some(Level::Sys));
+        assert_eq!(Level::parse("bogus"), None);
+    }
+
+    #[test]
+    fn shm_hops_cost_a_host_round_trip() {
+        let t = presets::get("pcie-8x-2switch").unwrap();
+        let (_, shm) = build(&t, None, &ALL8);
+        let (_, p2p) = build(&t, Some(Level::Sys), &ALL8);
+        assert!(shm.ring_hop_us > p2p.ring_hop_us + 0.5, "{shm:?} {p2p:?}");
+    }
+
+    #[test]
+    fn ll_grows_with_size_at_line_rate_at_16_gpus() {
+        // 16 GPUs under four switches: tree LL forwards line by line, so it grows with size
+        // at a rate of the order of ring LL's (each GPU port sends the whole message to two
+        // chain neighbours, a ring port 2(N−1)/N of it to one, through more distinct kernel
+        // flows), not 2(N−1) = 30 times faster as chunk store-and-forward would.
+        let mut t = presets::get("pcie-8x-2switch").unwrap();
+        t.pairs.clear();
+        let sw = t.switches[0].clone();
+        t.switches = (0..4)
+            .map(|i| crate::topology::Switch {
+                id: format!("sw{i}"),
+                ..sw.clone()
+            })
+            .collect();
+        let g = t.gpus[0].clone();
+        t.gpus = (0..16)
+            .map(|i| crate::topology::Gpu {
+                index: i,
+                parent: format!("sw{}", i / 4),
+                ..g.clone()
+            })
+            .collect();
+        t.normalize().unwrap();
+        let all: Vec<usize> = (0..16).collect();
+        let (_, s) = build(&t, None, &all);
+        let slope = |a| s.time(a, NcclProto::LL, 1 << 20) - s.time(a, NcclProto::LL, 4 << 10);
+        assert!(
+            slope(NcclAlgo::Tree) <= 3.0 * slope(NcclAlgo::Ring),
+            "tree {} ring {}",
+            slope(NcclAlgo::Tree),
+            slope(NcclAlgo::Ring)
+        );
     }
 
     #[test]

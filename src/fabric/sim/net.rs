@@ -7,11 +7,17 @@
 //!   the number of flows crossing it ([`Contention`]);
 //! - a root complex as a node; a socket's I/O fabric as a node crossed by flows between its root
 //!   complexes or to/from the socket interconnect; the interconnect per direction, with a
-//!   per-flow cap (`max_flow_gbps`).
+//!   per-flow cap (`max_flow_gbps`);
+//! - a socket's host memory, where NCCL's SHM transport stages data between GPUs it does not
+//!   connect peer to peer (reached without the root complex's peer forwarding).
+//!
+//! Kernel (SM) loads and stores weigh more than copy-engine bytes on every resource they
+//! cross, by the node factors of [`kernel`](super::kernel).
 
 use std::collections::HashMap;
 
 use super::flow::{self, Problem};
+use super::kernel::{Kernel, NodeKind};
 use crate::fabric::Direction;
 use crate::topology::{Contention, Link, Node, PathClass, Topology};
 
@@ -29,6 +35,10 @@ const DEFAULT_INTERCONNECT_US: f64 = 0.04;
 const DEFAULT_NVSWITCH_US: f64 = 0.5;
 /// Per-direction rate of one NVLink (NVLink3/4: 25 GB/s), for direct links without NVSwitch.
 const NVLINK_LANE_GBPS: f64 = 25.0;
+/// Host DRAM access behind the root complex, one way, µs (a DRAM access of about 100-150 ns).
+pub const HOST_MEM_US: f64 = 0.15;
+/// C3: posted writes of a Broadcom PEX890xx switch collapse to about 2.7 GB/s.
+const BROADCOM_COLLAPSE_GBPS: f64 = 2.7;
 
 /// Rates a file states but `Topology::normalize` does not check (contention peaks, collapse
 /// rates, NVSwitch ports) are kept above zero, so a bad file slows flows instead of stalling
@@ -78,7 +88,7 @@ impl Curve {
     }
 }
 
-/// How one GPU reaches another.
+/// How one GPU reaches another (or host memory).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Route {
     pub resources: Vec<usize>,
@@ -87,6 +97,15 @@ pub struct Route {
     /// The most one flow may get on this route (socket interconnect `max_flow_gbps`).
     pub flow_cap: f64,
     pub nvlink: bool,
+    /// Root complex the destination GPU sits behind; None for host memory and NVLink.
+    pub dst_root: Option<usize>,
+}
+
+/// What moves the bytes: a copy engine (DMA, large TLPs) or a kernel's loads and stores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Engine {
+    Copy,
+    Kernel,
 }
 
 /// One transfer: bytes move `src` → `dst`; `dir` says who drives it (Read: `dst` pulls,
@@ -96,6 +115,27 @@ pub struct Flow {
     pub src: usize,
     pub dst: usize,
     pub dir: Direction,
+    pub engine: Engine,
+}
+
+impl Flow {
+    pub fn copy(src: usize, dst: usize, dir: Direction) -> Flow {
+        Flow {
+            src,
+            dst,
+            dir,
+            engine: Engine::Copy,
+        }
+    }
+
+    pub fn kernel(src: usize, dst: usize, dir: Direction) -> Flow {
+        Flow {
+            src,
+            dst,
+            dir,
+            engine: Engine::Kernel,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,13 +167,79 @@ pub struct Net {
     rc_node: Vec<usize>,
     rc_socket: Vec<usize>,
     sock_fabric: Vec<usize>,
+    sock_mem: Vec<usize>,
     sock_x_up: Vec<usize>,
     sock_x_down: Vec<usize>,
     sock_x_lat: Vec<f64>,
     sock_x_flow_cap: Vec<f64>,
     /// Path class per ordered GPU pair, row-major.
     paths: Vec<PathClass>,
+    /// Kernel-traffic behaviour of each node resource (switch, root complex, socket fabric).
+    kernel: Vec<Option<Kernel>>,
+    /// Lone-stream kernel shares of each GPU's port (store, load), from the node above it.
+    gpu_alone: Vec<(f64, f64)>,
+    /// Which kernel-traffic and collapse values no file stated, in words.
+    assumed: Vec<String>,
     n: usize,
+}
+
+/// Nodes whose kernel-traffic or collapse behaviour came from defaults, by kind.
+#[derive(Debug, Default)]
+struct Assumed {
+    microchip: Vec<String>,
+    broadcom: Vec<String>,
+    cpu: Vec<String>,
+    collapse: Vec<String>,
+}
+
+impl Assumed {
+    fn kernel(&mut self, kind: NodeKind, what: String) {
+        match kind {
+            NodeKind::Microchip => self.microchip.push(what),
+            NodeKind::Broadcom => self.broadcom.push(what),
+            NodeKind::Cpu => self.cpu.push(what),
+        }
+    }
+
+    fn into_words(self) -> Vec<String> {
+        let pct = |k: &Kernel, dir, flows| 100.0 * k.factor(dir, flows);
+        let (m, b) = (
+            Kernel::default_for(NodeKind::Microchip),
+            Kernel::default_for(NodeKind::Broadcom),
+        );
+        let mut out = Vec::new();
+        if !self.microchip.is_empty() {
+            out.push(format!(
+                "kernel traffic through {} (Microchip or unstated make): calibration C5, one kernel stream reaches {:.1}% (stores) / {:.1}% (loads) of its link, and with 12 or more kernel flows through the switch {:.1}% / {:.1}% of the copy-engine capacity",
+                self.microchip.join(", "),
+                100.0 * m.store_alone,
+                100.0 * m.load_alone,
+                pct(&m, Direction::Write, 12),
+                pct(&m, Direction::Read, 12),
+            ));
+        }
+        if !self.broadcom.is_empty() {
+            out.push(format!(
+                "kernel traffic through {} (Broadcom): C5's curves with directions swapped, as Broadcom keeps reads better than writes (C3): stores {:.1}%, loads {:.1}% of the copy-engine capacity at 12 or more kernel flows",
+                self.broadcom.join(", "),
+                pct(&b, Direction::Write, 12),
+                pct(&b, Direction::Read, 12),
+            ));
+        }
+        if !self.cpu.is_empty() {
+            out.push(format!(
+                "kernel traffic through {}: no worse than copy-engine traffic under contention (C2: one-shot pulls match the copy-engine all-to-all rate)",
+                self.cpu.join(", ")
+            ));
+        }
+        if !self.collapse.is_empty() {
+            out.push(format!(
+                "posted writes of {} (Broadcom PEX890xx) collapse to {BROADCOM_COLLAPSE_GBPS} GB/s when two or more of its GPUs write to peers behind different root complexes (C3)",
+                self.collapse.join(", ")
+            ));
+        }
+        out
+    }
 }
 
 /// Up and down rate of a PCIe link, GB/s.
@@ -180,30 +286,66 @@ impl Net {
         }
         let (mut sw_node, mut sw_up, mut sw_down, mut sw_lat, mut sw_collapse) =
             (vec![], vec![], vec![], vec![], vec![]);
+        let mut node_kernel: Vec<(usize, Kernel)> = Vec::new();
+        let mut assumed = Assumed::default();
         for s in &t.switches {
             let curve = s.contention.as_ref().map(Curve::from);
-            sw_node.push(add(curve.map_or(f64::INFINITY, |c| c.peak), curve));
+            let node = add(curve.map_or(f64::INFINITY, |c| c.peak), curve);
+            sw_node.push(node);
+            let kind = NodeKind::of_switch(s.vendor.as_deref());
+            let (k, guessed) = Kernel::resolve(s.contention.as_ref(), kind);
+            if guessed {
+                assumed.kernel(kind, format!("switch `{}`", s.id));
+            }
+            node_kernel.push((node, k));
             let (u, d) = link_rates(&s.uplink);
             sw_up.push(add(u, None));
             sw_down.push(add(d, None));
             sw_lat.push(s.uplink.latency_us.unwrap_or(DEFAULT_UPLINK_US));
-            sw_collapse.push(
-                s.contention
-                    .as_ref()
-                    .and_then(|c| c.write_collapse_gbps.map(positive)),
-            );
+            let stated = s
+                .contention
+                .as_ref()
+                .and_then(|c| c.write_collapse_gbps.map(positive));
+            let pex890 = s
+                .device
+                .as_deref()
+                .is_none_or(|d| d.to_ascii_uppercase().starts_with("PEX89"));
+            sw_collapse.push(match stated {
+                Some(r) => Some(r),
+                None if kind == NodeKind::Broadcom && pex890 => {
+                    assumed.collapse.push(format!("switch `{}`", s.id));
+                    Some(BROADCOM_COLLAPSE_GBPS)
+                }
+                None => None,
+            });
         }
         let (mut rc_node, mut rc_socket) = (vec![], vec![]);
         for r in &t.root_complexes {
             let curve = r.contention.as_ref().map(Curve::from);
-            rc_node.push(add(curve.map_or(f64::INFINITY, |c| c.peak), curve));
+            let node = add(curve.map_or(f64::INFINITY, |c| c.peak), curve);
+            rc_node.push(node);
+            let (k, guessed) = Kernel::resolve(r.contention.as_ref(), NodeKind::Cpu);
+            if guessed {
+                assumed.kernel(NodeKind::Cpu, format!("root complex `{}`", r.id));
+            }
+            node_kernel.push((node, k));
             rc_socket.push(t.sockets.iter().position(|s| s.id == r.socket).unwrap_or(0));
         }
         let (mut sock_fabric, mut sock_x_up, mut sock_x_down, mut sock_x_lat, mut sock_x_flow_cap) =
             (vec![], vec![], vec![], vec![], vec![]);
+        let mut sock_mem = vec![];
         for s in &t.sockets {
             let curve = s.contention.as_ref().map(Curve::from);
-            sock_fabric.push(add(curve.map_or(f64::INFINITY, |c| c.peak), curve));
+            let node = add(curve.map_or(f64::INFINITY, |c| c.peak), curve);
+            sock_fabric.push(node);
+            let (k, guessed) = Kernel::resolve(s.contention.as_ref(), NodeKind::Cpu);
+            let crossed = t.sockets.len() > 1
+                || t.root_complexes.iter().filter(|r| r.socket == s.id).count() > 1;
+            if guessed && crossed {
+                assumed.kernel(NodeKind::Cpu, format!("socket {} I/O fabric", s.id));
+            }
+            node_kernel.push((node, k));
+            sock_mem.push(add(f64::INFINITY, None));
             let x = s.interconnect.clone().unwrap_or_default();
             let base = x.pcie_gbps().unwrap_or(f64::INFINITY);
             sock_x_up.push(add(x.up_gbps.unwrap_or(base), None));
@@ -229,6 +371,31 @@ impl Net {
                         Node::Gpu(_) => None,
                     })
                     .collect()
+            })
+            .collect();
+        let mut kernel = vec![None; caps.len()];
+        for (node, k) in node_kernel {
+            kernel[node] = Some(k);
+        }
+        let gpu_alone = t
+            .gpus
+            .iter()
+            .map(|g| {
+                let node = t
+                    .switches
+                    .iter()
+                    .position(|s| s.id == g.parent)
+                    .map(|s| sw_node[s])
+                    .or_else(|| {
+                        t.root_complexes
+                            .iter()
+                            .position(|r| r.id == g.parent)
+                            .map(|r| rc_node[r])
+                    });
+                let k = node
+                    .and_then(|x| kernel[x].clone())
+                    .unwrap_or_else(|| Kernel::default_for(NodeKind::Cpu));
+                (k.alone(Direction::Write), k.alone(Direction::Read))
             })
             .collect();
         let mut paths = vec![PathClass::X; n * n];
@@ -260,9 +427,18 @@ impl Net {
             sock_x_down,
             sock_x_lat,
             sock_x_flow_cap,
+            sock_mem,
             paths,
+            kernel,
+            gpu_alone,
+            assumed: assumed.into_words(),
             n,
         }
+    }
+
+    /// What the model assumed because the topology did not say, one sentence each.
+    pub fn assumed(&self) -> &[String] {
+        &self.assumed
     }
 
     pub fn path(&self, a: usize, b: usize) -> PathClass {
@@ -295,6 +471,7 @@ impl Net {
                     latency_us: self.nv_lat,
                     flow_cap: f64::INFINITY,
                     nvlink: true,
+                    dst_root: None,
                 };
             }
             if let Some(&r) = self.direct_nv.get(&(a, b)) {
@@ -303,6 +480,7 @@ impl Net {
                     latency_us: self.nv_lat,
                     flow_cap: f64::INFINITY,
                     nvlink: true,
+                    dst_root: None,
                 };
             }
         }
@@ -355,17 +533,80 @@ impl Net {
             latency_us: lat,
             flow_cap,
             nvlink: false,
+            dst_root: self.root_of(b),
+        }
+    }
+
+    /// Socket index a GPU's root complex is on.
+    pub fn socket_of(&self, g: usize) -> usize {
+        self.root_of(g).map_or(0, |r| self.rc_socket[r])
+    }
+
+    /// The route between GPU `g` and host memory on socket `socket`, towards memory when
+    /// `to_host` (NCCL's SHM transport: the sender writes there, the receiver reads from
+    /// there). It climbs the switches to the root complex and reaches memory without the root
+    /// complex's peer forwarding, crossing the socket interconnect if the memory is remote.
+    pub fn host_route(&self, g: usize, socket: usize, to_host: bool) -> Route {
+        let mut res = vec![if to_host {
+            self.gpu_up[g]
+        } else {
+            self.gpu_down[g]
+        }];
+        let mut lat = self.gpu_lat[g] + HOST_MEM_US;
+        for p in &self.chains[g] {
+            if let Place::Switch(s) = *p {
+                res.push(self.sw_node[s]);
+                res.push(if to_host {
+                    self.sw_up[s]
+                } else {
+                    self.sw_down[s]
+                });
+                lat += self.sw_lat[s];
+            }
+        }
+        let mine = self.socket_of(g);
+        let mut flow_cap = f64::INFINITY;
+        if !self.sock_mem.is_empty() {
+            let socket = socket.min(self.sock_mem.len() - 1);
+            if socket != mine && mine < self.sock_x_up.len() {
+                let (from, to) = if to_host {
+                    (mine, socket)
+                } else {
+                    (socket, mine)
+                };
+                res.extend([self.sock_x_up[from], self.sock_x_down[to]]);
+                lat += self.sock_x_lat[from] + self.sock_x_lat[to];
+                flow_cap = self.sock_x_flow_cap[from].min(self.sock_x_flow_cap[to]);
+            }
+            res.push(self.sock_mem[socket]);
+        }
+        if !to_host {
+            res.reverse();
+        }
+        Route {
+            resources: res,
+            latency_us: lat,
+            flow_cap,
+            nvlink: false,
+            dst_root: None,
         }
     }
 
     /// Max-min rates (GB/s) of `flows` running together over `routes` (one per flow).
     pub fn rates(&self, flows: &[Flow], routes: &[&Route]) -> Vec<f64> {
-        let mut count = vec![0usize; self.caps.len()];
-        for r in routes {
-            for &x in &r.resources {
-                count[x] += 1;
+        // A node's load is counted in distinct GPU pairs: several NCCL channels between the
+        // same two GPUs are one stream of TLPs to the switch, not several.
+        let mut pairs: Vec<Vec<(usize, usize, bool)>> = vec![Vec::new(); self.caps.len()];
+        for (f, r) in flows.iter().zip(routes) {
+            let key = (f.src, f.dst, r.dst_root.is_none());
+            for &x in r.resources.iter().filter(|&&x| self.curves[x].is_some()) {
+                if !pairs[x].contains(&key) {
+                    pairs[x].push(key);
+                }
             }
         }
+        let count: Vec<usize> = pairs.iter().map(Vec::len).collect();
+        let costs = self.kernel_costs(flows, routes);
         let caps = self
             .caps
             .iter()
@@ -376,22 +617,66 @@ impl Net {
         let mut p = Problem::new(caps);
         let collapse = self.collapse_groups(flows, routes, &mut p);
         for (i, (f, r)) in flows.iter().zip(routes).enumerate() {
+            let (weight, cap) = costs[i];
             let extra = collapse
                 .iter()
                 .filter(|(_, members)| members.contains(&i))
-                .map(|(res, _)| (*res, 1.0));
+                .map(|(res, _)| (*res, weight));
             let path = r
                 .resources
                 .iter()
-                .map(|&x| (x, self.curves[x].map_or(1.0, |c| c.weight(f.dir))));
-            p.add_flow(path.chain(extra).collect::<Vec<_>>(), r.flow_cap);
+                .map(|&x| (x, weight * self.curves[x].map_or(1.0, |c| c.weight(f.dir))));
+            p.add_flow(path.chain(extra).collect::<Vec<_>>(), r.flow_cap.min(cap));
         }
         flow::max_min(&p)
     }
 
-    /// C3: posted writes leaving one switch towards peers behind two or more different root
-    /// complexes collapse to the switch's `write_collapse_gbps`, all together. Adds one
-    /// resource per collapsing switch and returns it with its member flows.
+    /// Per flow, (weight on every resource, own cap): 1 and no cap for copy-engine flows and
+    /// on NVLink. A kernel flow weighs 1 / the lowest concurrency factor of the nodes it
+    /// crosses, each at the number of distinct kernel flows crossing it, and is capped at its
+    /// driving GPU's lone-stream share of that GPU's port rate.
+    fn kernel_costs(&self, flows: &[Flow], routes: &[&Route]) -> Vec<(f64, f64)> {
+        let mut seen: Vec<Vec<(usize, usize, bool)>> = vec![Vec::new(); self.caps.len()];
+        for (f, r) in flows.iter().zip(routes) {
+            if f.engine != Engine::Kernel || r.nvlink {
+                continue;
+            }
+            let key = (f.src, f.dst, r.dst_root.is_none());
+            for &x in r.resources.iter().filter(|&&x| self.kernel[x].is_some()) {
+                if !seen[x].contains(&key) {
+                    seen[x].push(key);
+                }
+            }
+        }
+        flows
+            .iter()
+            .zip(routes)
+            .map(|(f, r)| {
+                if f.engine != Engine::Kernel || r.nvlink {
+                    return (1.0, f64::INFINITY);
+                }
+                let factor = r
+                    .resources
+                    .iter()
+                    .filter_map(|&x| {
+                        self.kernel[x]
+                            .as_ref()
+                            .map(|k| k.factor(f.dir, seen[x].len()))
+                    })
+                    .fold(1.0, f64::min);
+                let cap = match f.dir {
+                    Direction::Write => self.gpu_alone[f.src].0 * self.caps[self.gpu_up[f.src]],
+                    Direction::Read => self.gpu_alone[f.dst].1 * self.caps[self.gpu_down[f.dst]],
+                };
+                (1.0 / factor, cap)
+            })
+            .collect()
+    }
+
+    /// C3: posted writes leaving one switch collapse to its `write_collapse_gbps`, all
+    /// together, once two or more of its GPUs write to peers behind two or more different root
+    /// complexes. One GPU writing to two root complexes does not trigger it. Adds one resource
+    /// per collapsing switch and returns it with its member flows.
     fn collapse_groups(
         &self,
         flows: &[Flow],
@@ -403,16 +688,19 @@ impl Net {
             let Some(rate) = *rate else { continue };
             let members: Vec<usize> = (0..flows.len())
                 .filter(|&i| {
-                    flows[i].dir == Direction::Write && routes[i].resources.contains(&self.sw_up[s])
+                    flows[i].dir == Direction::Write
+                        && routes[i].dst_root.is_some()
+                        && routes[i].resources.contains(&self.sw_up[s])
                 })
                 .collect();
-            let mut roots: Vec<Option<usize>> = members
-                .iter()
-                .map(|&i| self.root_of(flows[i].dst))
-                .collect();
+            let mut roots: Vec<usize> =
+                members.iter().filter_map(|&i| routes[i].dst_root).collect();
             roots.sort_unstable();
             roots.dedup();
-            if roots.len() >= 2 {
+            let mut sources: Vec<usize> = members.iter().map(|&i| flows[i].src).collect();
+            sources.sort_unstable();
+            sources.dedup();
+            if roots.len() >= 2 && sources.len() >= 2 {
                 p.caps.push(rate);
                 out.push((p.caps.len() - 1, members));
             }
@@ -470,7 +758,7 @@ mod tests {
     fn run(net: &Net, pairs: &[(usize, usize)], dir: Direction) -> Vec<f64> {
         let flows: Vec<Flow> = pairs
             .iter()
-            .map(|&(src, dst)| Flow { src, dst, dir })
+            .map(|&(src, dst)| Flow::copy(src, dst, dir))
             .collect();
         let routes: Vec<Route> = pairs.iter().map(|&(a, b)| net.route(a, b)).collect();
         let refs: Vec<&Route> = routes.iter().collect();
@@ -535,16 +823,8 @@ mod tests {
         let t = presets::get("pcie-4x-1switch").unwrap();
         let net = Net::build(&t);
         let flows = [
-            Flow {
-                src: 0,
-                dst: 1,
-                dir: Direction::Write,
-            },
-            Flow {
-                src: 2,
-                dst: 1,
-                dir: Direction::Write,
-            },
+            Flow::copy(0, 1, Direction::Write),
+            Flow::copy(2, 1, Direction::Write),
         ];
         let routes = [net.route(0, 1), net.route(2, 1)];
         let refs: Vec<&Route> = routes.iter().collect();
@@ -559,11 +839,7 @@ mod tests {
         let mut t = presets::get("pcie-2x").unwrap();
         t.switches[0].contention.as_mut().unwrap().peak_gbps = Some(0.0);
         let net = Net::build(&t);
-        let flows = [Flow {
-            src: 0,
-            dst: 1,
-            dir: Direction::Write,
-        }];
+        let flows = [Flow::copy(0, 1, Direction::Write)];
         let routes = [net.route(0, 1)];
         let refs: Vec<&Route> = routes.iter().collect();
         let done = net.finish_times(&flows, &refs, &[1e6]);
@@ -607,5 +883,88 @@ mod tests {
         // ... while reads of the same pairs keep the uplink rate.
         let r = run(&net, &[(0, 4), (1, 7)], Direction::Read);
         assert!(close(r[0] + r[1], 56.32, 1e-9), "{r:?}");
+    }
+
+    #[test]
+    fn one_gpu_writing_to_two_root_complexes_does_not_collapse() {
+        let net = Net::build(&broadcom());
+        // GPU 0 alone towards rc1 and rc2: the uplink's rate, shared.
+        let w = run(&net, &[(0, 4), (0, 7)], Direction::Write);
+        assert!(close(w[0] + w[1], 56.32, 1e-9), "{w:?}");
+        // Two GPUs towards one root complex: no collapse either.
+        let w = run(&net, &[(0, 4), (1, 5)], Direction::Write);
+        assert!(close(w[0] + w[1], 56.32, 1e-9), "{w:?}");
+    }
+
+    /// Kernel stores of every GPU of the switch to every peer behind rc1 and rc2.
+    fn kernel_rates(net: &Net, pairs: &[(usize, usize)], engine: Engine) -> f64 {
+        let flows: Vec<Flow> = pairs
+            .iter()
+            .map(|&(src, dst)| Flow {
+                src,
+                dst,
+                dir: Direction::Write,
+                engine,
+            })
+            .collect();
+        let routes: Vec<Route> = pairs.iter().map(|&(a, b)| net.route(a, b)).collect();
+        let refs: Vec<&Route> = routes.iter().collect();
+        net.rates(&flows, &refs).iter().sum()
+    }
+
+    #[test]
+    fn kernel_all_to_all_collapses_at_least_as_badly_as_two_copies() {
+        let net = Net::build(&broadcom());
+        let two = kernel_rates(&net, &[(0, 4), (1, 7)], Engine::Copy);
+        let all: Vec<(usize, usize)> = (0..4).flat_map(|a| [4, 5, 6, 7].map(|b| (a, b))).collect();
+        let kernel = kernel_rates(&net, &all, Engine::Kernel);
+        assert!(kernel <= two * (1.0 + 1e-9), "{kernel} vs {two}");
+    }
+
+    #[test]
+    fn broadcom_pex890_collapses_by_default_and_says_so() {
+        let mut t = broadcom();
+        t.switches[0].contention = None;
+        t.switches[0].device = Some("PEX89144".into());
+        let net = Net::build(&t);
+        let w = run(&net, &[(0, 4), (1, 7)], Direction::Write);
+        assert!(close(w[0] + w[1], 2.7, 1e-9), "{w:?}");
+        assert!(
+            net.assumed()
+                .iter()
+                .any(|a| a.contains("sw0") && a.contains("2.7")),
+            "{:?}",
+            net.assumed()
+        );
+    }
+
+    #[test]
+    fn kernel_streams_are_capped_and_degrade_under_all_to_all() {
+        let t = presets::get("pcie-4x-1switch").unwrap();
+        let net = Net::build(&t);
+        // One kernel store stream: C5's 44.8 GB/s share of the 56.32 port.
+        let one = kernel_rates(&net, &[(0, 1)], Engine::Kernel);
+        assert!(close(one, 56.32 * 44.78 / 56.25, 1e-9), "{one}");
+        // All 12 directed pairs: 25.4 GB/s per GPU's share of the port (C5).
+        let all: Vec<(usize, usize)> = (0..4)
+            .flat_map(|a| (0..4).filter(move |&b| b != a).map(move |b| (a, b)))
+            .collect();
+        let per_gpu = kernel_rates(&net, &all, Engine::Kernel) / 4.0;
+        assert!(close(per_gpu, 56.32 * 25.40 / 56.25, 1e-9), "{per_gpu}");
+        // Copy engines on the same pattern keep the full port.
+        let copy = kernel_rates(&net, &all, Engine::Copy) / 4.0;
+        assert!(close(copy, 56.32, 1e-9), "{copy}");
+    }
+
+    #[test]
+    fn host_route_skips_peer_forwarding() {
+        let t = presets::get("pcie-8x-2switch").unwrap();
+        let net = Net::build(&t);
+        let up = net.host_route(0, 0, true);
+        // GPU port, sw0 node, sw0 uplink, host memory.
+        assert_eq!(up.resources.len(), 4);
+        assert!(close(up.latency_us, 0.33 + 0.2 + HOST_MEM_US, 1e-9));
+        let down = net.host_route(4, 0, false);
+        assert_eq!(down.resources.last(), Some(&net.gpu_down[4]));
     }
 }

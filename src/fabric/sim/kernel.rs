@@ -1,0 +1,223 @@
+//! Kernel (SM-driven) peer traffic, apart from copy-engine traffic.
+//!
+//! Copy-engine tables (p2pBandwidthLatencyTest, calibration C1/C2) describe DMA transfers in
+//! large TLPs. A kernel moving data through peer mappings issues 16-byte loads and stores:
+//! one stream reaches less than a copy engine (C5: 44.8 GB/s stores, 42.8 loads where a copy
+//! engine writes 56.2), and under all-to-all a switch degrades them further and differently
+//! per direction and per chip (C5: 25.4 / 20.6 GB/s per GPU with every rank driving all
+//! peers; C3: Microchip keeps writes better than reads, Broadcom the opposite).
+//!
+//! Two effects, each with its own place in the flow model:
+//! - the lone-stream share ([`Kernel::store_alone`], [`Kernel::load_alone`]) caps each flow
+//!   at that share of the driving GPU's port rate (issue rate and outstanding requests of one
+//!   SM stream: a GPU-side limit, the same behind any switch);
+//! - the concurrency curve scales the copy-engine capacity of every resource a kernel flow
+//!   crosses by the factor of the most-degraded node on its route, at the number of distinct
+//!   kernel flows crossing that node.
+
+use crate::fabric::Direction;
+use crate::topology::{Contention, KernelPoint, KernelTraffic};
+
+/// C1: one pair of these GPUs writes at 56.2-56.3 GB/s with copy engines.
+const COPY_PAIR_GBPS: f64 = 56.25;
+/// C5, 4 GPUs under one switch, kernel stores and loads (cudaIpcOpenMemHandle row).
+const C5_ALONE_STORE_GBPS: f64 = 44.78;
+const C5_ALONE_LOAD_GBPS: f64 = 42.83;
+const C5_CONCURRENT_STORE_GBPS: f64 = 25.40;
+const C5_CONCURRENT_LOAD_GBPS: f64 = 20.60;
+/// Distinct kernel flows crossing the switch in C5's concurrent case: 4 GPUs × 3 peers.
+const C5_FLOWS: u32 = 12;
+
+/// Which defaults a node gets when its file says nothing about kernel traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeKind {
+    /// Microchip Switchtec, and switches of unknown make (C5 is the only published data).
+    Microchip,
+    /// Broadcom / PLX: reads are the robust direction (C3), so C5's curves swap directions.
+    Broadcom,
+    /// Root complexes and a socket's I/O fabric: C2's one-shot pulls run at the copy-engine
+    /// all-to-all rate (1 MB: 7 MB per GPU in 288.6 µs = 24.3 GB/s vs 22.7-24.3 with copy
+    /// engines), so no degradation beyond the copy-engine curve.
+    Cpu,
+}
+
+impl NodeKind {
+    /// The defaults class of a switch from its vendor string as sysfs or a file names it.
+    pub fn of_switch(vendor: Option<&str>) -> NodeKind {
+        let v = vendor.unwrap_or("").to_ascii_lowercase();
+        if v.contains("broadcom") || v.contains("plx") || v == "0x1000" || v == "0x10b5" {
+            NodeKind::Broadcom
+        } else {
+            NodeKind::Microchip
+        }
+    }
+}
+
+/// One node's kernel-traffic behaviour, resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Kernel {
+    pub store_alone: f64,
+    pub load_alone: f64,
+    store: Vec<(f64, f64)>,
+    load: Vec<(f64, f64)>,
+}
+
+fn points(p: &[KernelPoint]) -> Vec<(f64, f64)> {
+    p.iter().map(|p| (p.flows as f64, p.factor)).collect()
+}
+
+impl Kernel {
+    /// The calibration-derived defaults for a kind of node.
+    pub fn default_for(kind: NodeKind) -> Kernel {
+        let store = vec![
+            (1.0, 1.0),
+            (C5_FLOWS as f64, C5_CONCURRENT_STORE_GBPS / COPY_PAIR_GBPS),
+        ];
+        let load = vec![
+            (1.0, 1.0),
+            (C5_FLOWS as f64, C5_CONCURRENT_LOAD_GBPS / COPY_PAIR_GBPS),
+        ];
+        let (store, load) = match kind {
+            NodeKind::Microchip => (store, load),
+            NodeKind::Broadcom => (load, store),
+            NodeKind::Cpu => (vec![], vec![]),
+        };
+        Kernel {
+            store_alone: C5_ALONE_STORE_GBPS / COPY_PAIR_GBPS,
+            load_alone: C5_ALONE_LOAD_GBPS / COPY_PAIR_GBPS,
+            store,
+            load,
+        }
+    }
+
+    /// The node's behaviour: what its file states, the rest from `kind`'s defaults. Returns
+    /// also whether anything was assumed.
+    pub fn resolve(c: Option<&Contention>, kind: NodeKind) -> (Kernel, bool) {
+        let d = Kernel::default_for(kind);
+        let Some(k) = c.and_then(|c| c.kernel.as_ref()) else {
+            return (d, true);
+        };
+        let KernelTraffic {
+            store_factor,
+            load_factor,
+            store_curve,
+            load_curve,
+        } = k;
+        let assumed = store_factor.is_none()
+            || load_factor.is_none()
+            || store_curve.is_empty()
+            || load_curve.is_empty();
+        (
+            Kernel {
+                store_alone: store_factor.unwrap_or(d.store_alone),
+                load_alone: load_factor.unwrap_or(d.load_alone),
+                store: if store_curve.is_empty() {
+                    d.store
+                } else {
+                    points(store_curve)
+                },
+                load: if load_curve.is_empty() {
+                    d.load
+                } else {
+                    points(load_curve)
+                },
+            },
+            assumed,
+        )
+    }
+
+    /// Lone-stream share of the port rate for traffic in `dir`.
+    pub fn alone(&self, dir: Direction) -> f64 {
+        match dir {
+            Direction::Read => self.load_alone,
+            Direction::Write => self.store_alone,
+        }
+    }
+
+    /// Concurrency factor with `flows` distinct kernel flows crossing the node: linear
+    /// between points, flat past the ends (nothing is extrapolated beyond what was measured).
+    pub fn factor(&self, dir: Direction, flows: usize) -> f64 {
+        let curve = match dir {
+            Direction::Read => &self.load,
+            Direction::Write => &self.store,
+        };
+        let k = flows as f64;
+        let (Some(first), Some(last)) = (curve.first(), curve.last()) else {
+            return 1.0;
+        };
+        if k <= first.0 {
+            return first.1;
+        }
+        if k >= last.0 {
+            return last.1;
+        }
+        curve
+            .windows(2)
+            .find(|w| k <= w[1].0)
+            .map_or(last.1, |w| {
+                let t = (k - w[0].0) / (w[1].0 - w[0].0);
+                w[0].1 + t * (w[1].1 - w[0].1)
+            })
+            .clamp(1e-3, 1.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn microchip_defaults_reproduce_c5() {
+        let k = Kernel::default_for(NodeKind::Microchip);
+        assert!((k.factor(Direction::Write, 12) * COPY_PAIR_GBPS - 25.40).abs() < 1e-9);
+        assert!((k.factor(Direction::Read, 12) * COPY_PAIR_GBPS - 20.60).abs() < 1e-9);
+        assert_eq!(k.factor(Direction::Write, 1), 1.0);
+        // Flat past the last measured point, monotone in between.
+        assert_eq!(k.factor(Direction::Read, 44), k.factor(Direction::Read, 12));
+        assert!(k.factor(Direction::Read, 6) < 1.0 && k.factor(Direction::Read, 6) > 0.37);
+    }
+
+    #[test]
+    fn broadcom_swaps_directions_and_cpus_do_not_degrade() {
+        let m = Kernel::default_for(NodeKind::Microchip);
+        let b = Kernel::default_for(NodeKind::Broadcom);
+        assert_eq!(
+            b.factor(Direction::Read, 12),
+            m.factor(Direction::Write, 12)
+        );
+        assert_eq!(
+            Kernel::default_for(NodeKind::Cpu).factor(Direction::Read, 56),
+            1.0
+        );
+        assert_eq!(
+            NodeKind::of_switch(Some("Broadcom (PLX)")),
+            NodeKind::Broadcom
+        );
+        assert_eq!(NodeKind::of_switch(None), NodeKind::Microchip);
+    }
+
+    #[test]
+    fn a_file_overrides_what_it_states() {
+        let c = Contention {
+            kernel: Some(KernelTraffic {
+                store_factor: Some(0.5),
+                load_curve: vec![
+                    KernelPoint {
+                        flows: 1,
+                        factor: 0.9,
+                    },
+                    KernelPoint {
+                        flows: 5,
+                        factor: 0.5,
+                    },
+                ],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let (k, assumed) = Kernel::resolve(Some(&c), NodeKind::Microchip);
+        assert!(assumed);
+        assert_eq!(k.alone(Direction::Write), 0.5);
+        assert!((k.factor(Direction::Read, 3) - 0.7).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,122 @@
+//! `artune compare` through the binary: a simulated profile against another profile of the
+//! same machine, and profiles that cannot be compared.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn artune(args: &[&str], level: Option<&str>) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_artune"));
+    c.args(args)
+        .env_remove("NCCL_P2P_LEVEL")
+        .env_remove("NCCL_P2P_DISABLE");
+    if let Some(l) = level {
+        c.env("NCCL_P2P_LEVEL", l);
+    }
+    c.output().expect("artune runs")
+}
+
+fn tune(dir: &Path, name: &str, extra: &[&str], level: Option<&str>) -> PathBuf {
+    let out = dir.join(name);
+    let mut args = vec![
+        "tune",
+        "--sim",
+        "pcie-8x-2switch",
+        "--sizes",
+        "4K:4M",
+        "--no-contention",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let o = artune(&args, level);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
+#[test]
+fn a_profile_against_itself_has_no_regret_and_a_changed_host_has_some() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = tune(
+        dir.path(),
+        "a.json",
+        &["--tp", "8", "--mode", "graph"],
+        None,
+    );
+    let b = tune(
+        dir.path(),
+        "b.json",
+        &["--tp", "8", "--mode", "graph", "--seed", "5"],
+        Some("SYS"),
+    );
+    let same = artune(&["compare", a.to_str().unwrap(), a.to_str().unwrap()], None);
+    assert!(same.status.success());
+    let text = String::from_utf8_lossy(&same.stdout);
+    assert!(text.contains("regret 0.0 us"), "{text}");
+    assert!(text.contains("crossovers agree"), "{text}");
+    // NCCL_P2P_LEVEL=SYS makes NCCL faster on this box: A's custom kernels near the
+    // crossover cost B time, and the crossovers move.
+    let o = artune(
+        &[
+            "compare",
+            a.to_str().unwrap(),
+            b.to_str().unwrap(),
+            "--json",
+        ],
+        None,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let c: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let g = &c["groups"][0];
+    assert!(g["regret_sum_us"].as_f64().unwrap() > 0.0, "{g}");
+    assert!(g["worst"]["bytes"].as_u64().is_some(), "{g}");
+    assert_ne!(g["crossovers_a"], g["crossovers_b"]);
+}
+
+#[test]
+fn profiles_of_different_tp_mode_or_dtype_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = tune(
+        dir.path(),
+        "a.json",
+        &["--tp", "8", "--mode", "graph"],
+        None,
+    );
+    let tp4 = tune(
+        dir.path(),
+        "tp4.json",
+        &["--tp", "4", "--mode", "graph"],
+        None,
+    );
+    let eager = tune(
+        dir.path(),
+        "e.json",
+        &["--tp", "8", "--mode", "eager"],
+        None,
+    );
+    let fp32 = tune(
+        dir.path(),
+        "f.json",
+        &["--tp", "8", "--mode", "graph", "--dtype", "fp32"],
+        None,
+    );
+    for (other, needle) in [
+        (&tp4, "share no TP size and mode"),
+        (&eager, "share no TP size and mode"),
+        (&fp32, "bf16 in A and fp32 in B"),
+    ] {
+        let o = artune(
+            &["compare", a.to_str().unwrap(), other.to_str().unwrap()],
+            None,
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains(needle), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+    }
+    let missing = dir.path().join("none.json");
+    let o = artune(
+        &["compare", a.to_str().unwrap(), missing.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(2));
+}
