@@ -5,10 +5,13 @@
 //!
 //! Dynamic programming over the buckets, one state per backend the rule chose somewhere in the
 //! group. Staying on a backend the rule did not choose at a bucket is allowed only where it is
-//! not significantly slower than the rule's choice there (a tie), and it never counts as
-//! faster than that choice: smoothing only ever removes changes, it never chases noise. Each
-//! change of backend costs MIN_EFFECT/2 of the time at the change, so a one-bucket band inside
-//! another (two changes) survives only if it wins by more than MIN_EFFECT there.
+//! not significantly slower than the rule's choice there (a tie), where it asks no more of the
+//! engine than that choice (NCCL's own choice before a pinned variant, a pin before a custom
+//! kernel: a band that must earn its pin or buffers is never stretched over sizes where it does
+//! not), and it never counts as faster than that choice: smoothing only ever removes changes,
+//! it never chases noise. Each change of backend costs MIN_EFFECT/2 of the time at the change,
+//! so a one-bucket band inside another (two changes) survives only if it wins by more than
+//! MIN_EFFECT there.
 
 use std::collections::BTreeMap;
 
@@ -25,6 +28,18 @@ pub struct Step<'a> {
     pub results: &'a BTreeMap<Backend, Timing>,
 }
 
+/// What a backend asks of an engine beyond what it has: nothing (NCCL as it is), a pinned
+/// setting, or IPC buffers.
+fn demand(b: Backend) -> u8 {
+    if b.is_custom() {
+        2
+    } else if b.nccl_pin().is_some() {
+        1
+    } else {
+        0
+    }
+}
+
 /// What staying on `b` at `s` costs, or None where `b` may not serve `s`.
 fn cost(s: &Step<'_>, b: Backend) -> Option<f64> {
     let chosen = s.results.get(&s.rule)?.median_us;
@@ -33,7 +48,7 @@ fn cost(s: &Step<'_>, b: Backend) -> Option<f64> {
     }
     let t = s.results.get(&b)?;
     let r = &s.results[&s.rule];
-    (!beats(r, t)).then_some(t.median_us.max(chosen))
+    (demand(b) <= demand(s.rule) && !beats(r, t)).then_some(t.median_us.max(chosen))
 }
 
 /// The backend per step after smoothing; the rule's choice wherever no smoother sequence is
@@ -184,6 +199,24 @@ mod tests {
         assert_eq!(smooth(&s), [Backend::Nccl, Backend::Nccl]);
         let g = regret(&s, &smooth(&s)).unwrap();
         assert!((g.summed - 0.2 / 9.8).abs() < 1e-9, "{g:?}");
+    }
+
+    #[test]
+    fn a_band_that_must_earn_its_pin_is_not_stretched_over_ties() {
+        // Ring Simple beats NCCL at the middle size only; at its neighbours it ties NCCL.
+        // Smoothing may not extend the pin there, so the pin stays a one-size band, and at the
+        // neighbours NCCL keeps its own choice.
+        let mk = |nccl: f64, ring: f64| {
+            BTreeMap::from([(Backend::Nccl, t(nccl)), (Backend::NcclRingSimple, t(ring))])
+        };
+        let r = [mk(10.0, 9.8), mk(10.0, 8.0), mk(10.0, 9.8)];
+        let rules = [Backend::Nccl, Backend::NcclRingSimple, Backend::Nccl];
+        let s = steps(&rules, &r);
+        assert_eq!(smooth(&s), rules);
+        // The other way round NCCL may absorb a tied pin's bucket: it asks nothing.
+        let r = [mk(10.0, 9.8), mk(10.0, 9.6), mk(10.0, 9.8)];
+        let s = steps(&[Backend::Nccl, Backend::NcclRingSimple, Backend::Nccl], &r);
+        assert_eq!(smooth(&s), [Backend::Nccl; 3]);
     }
 
     #[test]
