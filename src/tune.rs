@@ -125,8 +125,11 @@ pub fn run(
             mem_budget_bytes: opts.mem_budget,
             target_ci: opts.harness.target_ci,
             tuning_seconds: started.elapsed().as_secs_f64(),
+            dtype: Some(opts.dtype),
         },
         faults,
+        node: Some(crate::profile::Node::here()),
+        fleet: None,
         select_index: Default::default(),
     })
 }

@@ -131,8 +131,11 @@ pub fn profile_with(preset: &str, tps: &[usize], sizes: &[u64]) -> Profile {
             mem_budget_bytes: None,
             target_ci: 0.02,
             tuning_seconds: 0.0,
+            ..Default::default()
         },
         faults: vec![],
+        node: None,
+        fleet: None,
         select_index: Default::default(),
     }
 }

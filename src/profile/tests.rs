@@ -87,6 +87,8 @@ pub(crate) fn fixture() -> Profile {
         contention: vec![],
         settings: Settings::default(),
         faults: vec![],
+        node: None,
+        fleet: None,
         select_index: Default::default(),
     }
 }
