@@ -1,7 +1,7 @@
 //! Errors a user can act on, and the exit codes they map to.
 //!
 //! Exit codes are a contract with provisioning scripts: 0 ok, 2 bad input, 3 stale profile,
-//! 4 hardware or driver failure, 130 interrupted.
+//! 4 hardware or driver failure, 5 done with warnings, 130 interrupted.
 
 use std::path::PathBuf;
 
@@ -11,6 +11,9 @@ pub const EXIT_BAD_INPUT: i32 = 2;
 pub const EXIT_STALE: i32 = 3;
 /// Exit code for a hardware, driver or library failure.
 pub const EXIT_HARDWARE: i32 = 4;
+/// Exit code for a command that did its work but has warnings to act on (`artune doctor`
+/// found warnings and no failure; `artune fleet` skipped some profiles).
+pub const EXIT_WARNINGS: i32 = 5;
 /// Exit code after SIGINT/SIGTERM.
 pub const EXIT_INTERRUPTED: i32 = 130;
 

@@ -6,6 +6,7 @@
 pub mod capi;
 pub mod cli;
 pub mod decide;
+pub mod doctor;
 pub mod error;
 pub mod export;
 pub mod fabric;

@@ -2,6 +2,7 @@
 
 mod bench;
 mod consumers;
+mod doctor;
 mod topo;
 mod tune;
 
@@ -42,6 +43,8 @@ pub enum Command {
     Bench(BenchArgs),
     /// Print the profile JSON Schema.
     Schema,
+    /// Check the platform settings that make P2P slow or broken (ACS, IOMMU, BAR1, links, ...).
+    Doctor(doctor::DoctorArgs),
 }
 
 /// Where the machine comes from: a preset, a file, or (neither) the real GPUs.
@@ -312,6 +315,7 @@ fn run(cmd: Command) -> Result<i32, Error> {
         Command::Check(a) => consumers::check(a),
         Command::Predict(a) => consumers::predict(a),
         Command::Bench(a) => bench::run(a),
+        Command::Doctor(a) => doctor::run(a),
         Command::Schema => {
             print!("{}", crate::profile::schema::generate());
             Ok(0)

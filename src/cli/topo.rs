@@ -24,7 +24,7 @@ pub fn run(a: TopoArgs) -> Result<i32, Error> {
 }
 
 /// Writes to standard output; a reader that went away (`artune topo | head`) is not an error.
-fn emit(s: &str) -> Result<(), Error> {
+pub(super) fn emit(s: &str) -> Result<(), Error> {
     let mut stdout = std::io::stdout().lock();
     match stdout.write_all(s.as_bytes()).and_then(|_| stdout.flush()) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Error::bad_input(format!(
