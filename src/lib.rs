@@ -10,6 +10,7 @@ pub mod doctor;
 pub mod error;
 pub mod export;
 pub mod fabric;
+pub mod fleet;
 pub mod measure;
 pub mod plugin;
 pub mod profile;

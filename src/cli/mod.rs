@@ -3,6 +3,7 @@
 mod bench;
 mod consumers;
 mod doctor;
+mod fleet;
 mod topo;
 mod tune;
 
@@ -45,6 +46,8 @@ pub enum Command {
     Schema,
     /// Check the platform settings that make P2P slow or broken (ACS, IOMMU, BAR1, links, ...).
     Doctor(doctor::DoctorArgs),
+    /// Compare the profiles of many nodes: classes, outliers, a class profile each.
+    Fleet(fleet::FleetArgs),
 }
 
 /// Where the machine comes from: a preset, a file, or (neither) the real GPUs.
@@ -316,6 +319,7 @@ fn run(cmd: Command) -> Result<i32, Error> {
         Command::Predict(a) => consumers::predict(a),
         Command::Bench(a) => bench::run(a),
         Command::Doctor(a) => doctor::run(a),
+        Command::Fleet(a) => fleet::run(a),
         Command::Schema => {
             print!("{}", crate::profile::schema::generate());
             Ok(0)
