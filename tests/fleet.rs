@@ -240,3 +240,47 @@ fn nothing_to_aggregate_is_one_sentence_and_exit_2() {
         assert!(err.contains(says), "{err}");
     }
 }
+
+#[test]
+fn host_in_out_names_the_file_and_the_profile_names_the_node() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("{host}.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_artune"))
+        .args([
+            "tune",
+            "--sim",
+            "pcie-2x",
+            "--sizes",
+            "1K:4K",
+            "--mode",
+            "graph",
+            "--no-contention",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .env("SLURMD_NODENAME", "gpu-node-7")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let p: Value =
+        serde_json::from_slice(&std::fs::read(tmp.path().join("gpu-node-7.json")).unwrap())
+            .unwrap();
+    assert_eq!(p["node"]["scheduler_node"], "gpu-node-7");
+    assert!(
+        p["node"]["hostname"].is_string(),
+        "the host name is recorded for a simulated tune too"
+    );
+    assert_eq!(p["node"]["args"][0], "tune");
+    assert_eq!(p["settings"]["dtype"], "bf16");
+    let bad = Command::new(env!("CARGO_BIN_EXE_artune"))
+        .args(["tune", "--sim", "pcie-2x", "--out"])
+        .arg(&out)
+        .env("SLURMD_NODENAME", "../etc")
+        .output()
+        .unwrap();
+    assert_eq!(
+        bad.status.code(),
+        Some(2),
+        "a node name that is a path is refused"
+    );
+}

@@ -14,7 +14,7 @@ pub const BYTES: u64 = 1 << 20;
 const BACKENDS: [Backend; 2] = [Backend::OneStagePull, Backend::OneStagePush];
 
 /// Checks every unordered pair of the fabric's GPUs; an error only when the fabric itself
-/// fails (a lost GPU, an interrupt), not when a pair does.
+/// fails (an interrupt, a request it refuses), not when a pair does.
 pub fn pairs(fabric: &mut dyn Fabric) -> Result<Vec<PairTransfer>, FabricError> {
     let n = fabric.topology().gpu_count();
     let mut out = Vec::new();
@@ -27,7 +27,8 @@ pub fn pairs(fabric: &mut dyn Fabric) -> Result<Vec<PairTransfer>, FabricError> 
             });
         }
     }
-    fabric.release()?;
+    // A GPU left stuck by a hung pair fails the release too; the pairs already say so.
+    let _ = fabric.release();
     Ok(out)
 }
 
