@@ -1,7 +1,8 @@
 //! artune: a topology-aware allreduce autotuner.
 //!
 //! Data flows one way: [`topology`] → [`measure`] (through a [`fabric::Fabric`]) → [`decide`]
-//! → [`profile`] → consumers ([`export`], [`capi`], [`plugin`], [`report`]).
+//! → [`profile`] → consumers ([`export`], [`capi`], [`plugin`], [`report`], [`fleet`]).
+//! [`doctor`] checks the platform beneath the topology (ACS, IOMMU, BAR1, links).
 
 pub mod capi;
 pub mod cli;

@@ -135,6 +135,18 @@ fn a_link_at_gen4_x8_fails_and_passthrough_is_ok() {
 }
 
 #[test]
+fn acs_at_the_root_port_only_warns() {
+    let o = doctor("two-gpus.json", "acs-root", &["--json"], &[]);
+    assert_eq!(o.status.code(), Some(5));
+    let (st, ev, _) = check(&json(&o), "acs");
+    assert_eq!(st, "warn");
+    assert!(
+        ev.contains("root port 0000:00:01.0 (ACSCtl 0x001d)"),
+        "{ev}"
+    );
+}
+
+#[test]
 fn unreadable_config_space_is_unknown_not_a_crash() {
     let o = doctor("two-gpus.json", "user", &["--json"], &[]);
     assert_eq!(o.status.code(), Some(0));
@@ -178,6 +190,16 @@ fn unlike_gpus_and_refused_p2p_in_one_switch() {
     let (st, ev, _) = check(&r, "p2p");
     assert_eq!(st, "fail");
     assert!(ev.contains("0→1 (PIX)"), "{ev}");
+    // --measure does not try a pair the driver refuses: the finding stays the driver's.
+    let o = doctor(
+        "unlike-no-p2p.json",
+        "acs-off",
+        &["--json", "--measure"],
+        &[],
+    );
+    let (st, ev, _) = check(&json(&o), "p2p");
+    assert_eq!(st, "fail");
+    assert!(ev.contains("no P2P between GPUs under one switch"), "{ev}");
 }
 
 #[test]

@@ -13,13 +13,23 @@ pub const BYTES: u64 = 1 << 20;
 
 const BACKENDS: [Backend; 2] = [Backend::OneStagePull, Backend::OneStagePush];
 
-/// Checks every unordered pair of the fabric's GPUs; an error only when the fabric itself
-/// fails (an interrupt, a request it refuses), not when a pair does.
+/// Checks every unordered pair of the fabric's GPUs that the driver does not refuse P2P (a
+/// refused pair failing is no news); an error only when the fabric itself fails (an interrupt,
+/// a request it refuses), not when a pair does.
 pub fn pairs(fabric: &mut dyn Fabric) -> Result<Vec<PairTransfer>, FabricError> {
     let n = fabric.topology().gpu_count();
+    let refused = |t: &crate::topology::Topology, a: usize, b: usize| {
+        t.pair(a, b).is_some_and(|p| {
+            p.p2p.read == crate::topology::Status::No || p.p2p.write == crate::topology::Status::No
+        })
+    };
     let mut out = Vec::new();
     for a in 0..n {
         for b in a + 1..n {
+            let t = fabric.topology();
+            if refused(t, a, b) || refused(t, b, a) {
+                continue;
+            }
             out.push(PairTransfer {
                 a,
                 b,
