@@ -340,7 +340,11 @@ pub fn bar1(f: &Facts) -> Check {
                 fmt_bytes(bar),
                 fmt_bytes(mem)
             )),
-            _ => unknown.push(i),
+            (Some(bar), None) => unknown.push(format!(
+                "GPU {i}: {} for an unknown memory size",
+                fmt_bytes(bar)
+            )),
+            (None, _) => unknown.push(format!("GPU {i}")),
         }
     }
     if !small.is_empty() {
@@ -352,6 +356,17 @@ pub fn bar1(f: &Facts) -> Check {
                 list(&small)
             ),
             "enable Resizable BAR and Above 4G Decoding in the BIOS (`nvidia-smi -q -d MEMORY` shows BAR1)",
+        );
+    }
+    if fine.is_empty() && unknown.iter().any(|u| u.contains(" for ")) {
+        return Check::new(
+            ID,
+            Status::Unknown,
+            format!(
+                "BAR1 cannot be compared with the memory: {}",
+                list(&unknown)
+            ),
+            ON_THE_NODE,
         );
     }
     if fine.is_empty() {
@@ -371,7 +386,7 @@ pub fn bar1(f: &Facts) -> Check {
     }
     let mut evidence = format!("BAR1 covers every GPU's memory ({})", list(&fine));
     if !unknown.is_empty() {
-        evidence = format!("{evidence}; unknown for GPUs {}", list(&unknown));
+        evidence = format!("{evidence}; unknown for {}", list(&unknown));
     }
     Check::ok(ID, evidence)
 }
