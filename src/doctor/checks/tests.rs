@@ -200,3 +200,34 @@ fn no_nvml_leaves_dependent_checks_unknown() {
         assert_eq!(c.status, Status::Unknown, "{}", c.id);
     }
 }
+
+#[test]
+fn a_transfer_settles_pairs_the_driver_gave_no_status() {
+    let mut f = facts("pcie-8x-direct-2socket");
+    let c = p2p(&f);
+    assert_eq!(
+        c.status,
+        Status::Unknown,
+        "cross-socket pairs have no stated status"
+    );
+    assert!(c.action.contains("--measure"));
+    let pairs = (0..8)
+        .flat_map(|a| (a + 1..8).map(move |b| (a, b)))
+        .map(|(a, b)| PairTransfer {
+            a,
+            b,
+            result: Ok("one_stage_pull came out right".into()),
+        })
+        .collect();
+    f.measured = Some(Measured {
+        links: Err("x".into()),
+        pairs: Ok(pairs),
+    });
+    let c = p2p(&f);
+    assert_eq!(c.status, Status::Ok, "{}", c.evidence);
+    assert!(
+        c.evidence.contains("a transfer verified 28 pairs"),
+        "{}",
+        c.evidence
+    );
+}
