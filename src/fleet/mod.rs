@@ -184,13 +184,33 @@ fn names(c: &Collected, dtype: Dtype) -> Vec<String> {
             *count.entry(h.as_str()).or_default() += 1;
         }
     }
-    c.nodes
+    let stem = |i: usize| c.nodes[i].file.trim_end_matches(".json").to_string();
+    let mut names: Vec<String> = c
+        .nodes
         .iter()
-        .map(|n| match &n.hostname {
+        .enumerate()
+        .map(|(i, n)| match &n.hostname {
             Some(h) if count.get(h.as_str()) == Some(&1) => h.clone(),
-            _ => n.file.trim_end_matches(".json").to_string(),
+            _ => stem(i),
         })
-        .collect()
+        .collect();
+    // A host name can equal another node's file name; file names are unique, so turning every
+    // clashing node to its file name ends after a few rounds.
+    loop {
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for n in &names {
+            *seen.entry(n.as_str()).or_default() += 1;
+        }
+        let clash: Vec<usize> = (0..names.len())
+            .filter(|&i| seen[names[i].as_str()] > 1 && names[i] != stem(i))
+            .collect();
+        if clash.is_empty() {
+            return names;
+        }
+        for i in clash {
+            names[i] = stem(i);
+        }
+    }
 }
 
 /// Compares every class's nodes; `dir` names the directory in messages.

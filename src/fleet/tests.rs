@@ -160,3 +160,14 @@ fn prometheus_text_flags_outliers_and_escapes_labels() {
         assert!(v.parse::<f64>().is_ok(), "{l}");
     }
 }
+
+#[test]
+fn a_host_name_equal_to_another_file_name_falls_back_too() {
+    let d = dir(&[
+        ("gpu-b.json", node(Some("x"), 1.0, "1")),
+        ("n2.json", node(Some("gpu-b"), 1.0, "1")),
+        ("n3.json", node(Some("x"), 1.0, "1")),
+    ]);
+    let (r, _) = run(d.path(), None).unwrap();
+    assert_eq!(r.classes[0].nodes, ["gpu-b", "n2", "n3"]);
+}
