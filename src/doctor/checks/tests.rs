@@ -1,7 +1,9 @@
 use super::*;
+use crate::doctor::facts::Machine;
 use crate::doctor::facts::{Measured, PairTransfer, ProfileFacts};
 use crate::topology::nvml::GpuSettings;
 use crate::topology::presets;
+use crate::topology::{PathClass, Status as P2pStatus};
 
 /// A simulated 2-GPU machine with no sysfs, no NVML and an empty environment.
 fn facts(preset: &str) -> Facts {
