@@ -129,7 +129,15 @@ impl Facts {
             gpu_bus_ids,
             cmdline,
             settings,
-            env: std::env::vars().collect(),
+            // vars() panics on a value that is not UTF-8; such a value is still worth naming.
+            env: std::env::vars_os()
+                .map(|(k, v)| {
+                    (
+                        k.to_string_lossy().into_owned(),
+                        v.to_string_lossy().into_owned(),
+                    )
+                })
+                .collect(),
             profile: None,
             measured: None,
         }
