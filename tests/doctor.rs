@@ -316,3 +316,23 @@ fn the_real_machine_never_crashes() {
         }
     }
 }
+
+#[test]
+fn an_environment_value_that_is_not_utf8_is_named() {
+    use std::os::unix::ffi::OsStrExt;
+    let o = Command::new(env!("CARGO_BIN_EXE_artune"))
+        .args(["doctor", "--sim", "pcie-2x", "--json"])
+        .env_clear()
+        .env("NCCL_ALGO", std::ffi::OsStr::from_bytes(b"Ri\xffng"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let (st, ev, _) = check(&json(&o), "environment");
+    assert_eq!(st, "warn");
+    assert!(ev.contains("NCCL_ALGO=Ri"), "{ev}");
+}
