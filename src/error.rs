@@ -1,7 +1,7 @@
 //! Errors a user can act on, and the exit codes they map to.
 //!
 //! Exit codes are a contract with provisioning scripts: 0 ok, 2 bad input, 3 stale profile,
-//! 4 hardware or driver failure, 70 a bug in artune, 130 interrupted.
+//! 4 hardware or driver failure, 5 done with warnings, 70 a bug in artune, 130 interrupted.
 
 use std::path::PathBuf;
 
@@ -14,6 +14,9 @@ pub const EXIT_HARDWARE: i32 = 4;
 /// Exit code for a bug in artune itself (a panic, or a profile it built and then found
 /// invalid): neither the user's input nor the hardware is at fault. 70 is sysexits' EX_SOFTWARE.
 pub const EXIT_BUG: i32 = 70;
+/// Exit code for a command that did its work but has warnings to act on (`artune doctor`
+/// found warnings and no failure; `artune fleet` skipped some profiles).
+pub const EXIT_WARNINGS: i32 = 5;
 /// Exit code after SIGINT/SIGTERM.
 pub const EXIT_INTERRUPTED: i32 = 130;
 

@@ -1,7 +1,8 @@
 //! artune: a topology-aware allreduce autotuner.
 //!
 //! Data flows one way: [`topology`] → [`measure`] (through a [`fabric::Fabric`]) → [`decide`]
-//! → [`profile`] → consumers ([`export`], [`capi`], [`plugin`], [`report`]).
+//! → [`profile`] → consumers ([`export`], [`capi`], [`plugin`], [`report`], [`fleet`]).
+//! [`doctor`] checks the platform beneath the topology (ACS, IOMMU, BAR1, links).
 
 pub mod allreduce;
 pub mod cancel;
@@ -9,9 +10,11 @@ pub mod capi;
 pub mod cli;
 pub mod compare;
 pub mod decide;
+pub mod doctor;
 pub mod error;
 pub mod export;
 pub mod fabric;
+pub mod fleet;
 pub mod measure;
 pub mod plan;
 pub mod plugin;

@@ -169,9 +169,12 @@ pub fn run(
             mem_budget_bytes: opts.mem_budget,
             target_ci: opts.harness.target_ci,
             tuning_seconds: started.elapsed().as_secs_f64(),
+            dtype: Some(opts.dtype),
         },
         faults,
         assumed: fabric.assumed(),
+        node: Some(crate::profile::Node::here()),
+        fleet: None,
     };
     check_measured(&profile)?;
     crate::profile::validate_built(&profile)?;

@@ -60,6 +60,10 @@ fn every_command_into_a_closed_pipe_exits_0_quietly() {
         vec!["check", p, "--sim", "pcie-4x-1switch"],
         vec!["predict", p, "--workload", "10x4096xbf16@1..4"],
         vec!["schema"],
+        vec!["compare", p, p],
+        vec!["doctor", "--sim", "pcie-8x-2switch"],
+        vec!["doctor", "--sim", "pcie-8x-2switch", "--json"],
+        vec!["fleet", dir.path().to_str().unwrap()],
     ];
     for args in commands {
         let o = with_closed_stdout(&args);

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use super::output::{out, outln};
 use crate::error::Error;
 use crate::profile::Profile;
 
@@ -23,9 +24,9 @@ pub fn run(a: CompareArgs) -> Result<i32, Error> {
     let pb = Profile::load(&a.b)?;
     let c = crate::compare::compare(&pa, &pb).map_err(|e| Error::BadInput(e.to_string()))?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&c).expect("json"));
+        outln!("{}", serde_json::to_string_pretty(&c).expect("json"));
     } else {
-        print!("{}", crate::compare::render(&c));
+        out!("{}", crate::compare::render(&c));
     }
     Ok(0)
 }

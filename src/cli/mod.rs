@@ -3,6 +3,8 @@
 mod bench;
 mod compare;
 mod consumers;
+mod doctor;
+mod fleet;
 mod output;
 mod topo;
 mod tune;
@@ -47,6 +49,10 @@ pub enum Command {
     Compare(compare::CompareArgs),
     /// Print the profile JSON Schema.
     Schema,
+    /// Check the platform settings that make P2P slow or broken (ACS, IOMMU, BAR1, links, ...).
+    Doctor(doctor::DoctorArgs),
+    /// Compare the profiles of many nodes: classes, outliers, a class profile each.
+    Fleet(fleet::FleetArgs),
 }
 
 /// Where the machine comes from: a preset, a file, or (neither) the real GPUs.
@@ -319,6 +325,8 @@ fn run(cmd: Command) -> Result<i32, Error> {
         Command::Predict(a) => consumers::predict(a),
         Command::Bench(a) => bench::run(a),
         Command::Compare(a) => compare::run(a),
+        Command::Doctor(a) => doctor::run(a),
+        Command::Fleet(a) => fleet::run(a),
         Command::Schema => {
             out!("{}", crate::profile::schema::generate());
             Ok(0)

@@ -110,7 +110,33 @@ fn options(a: &TuneArgs, gpus: usize, cancel: Cancel) -> Result<tune::Options, E
     })
 }
 
-pub fn run(a: TuneArgs) -> Result<i32, Error> {
+/// `--out` with `{host}` replaced by this node's name (the scheduler's, else the host name), so
+/// one command line launched on every node writes one file per node.
+fn out_path(
+    out: &std::path::Path,
+    node: &crate::profile::Node,
+) -> Result<std::path::PathBuf, Error> {
+    let text = out.to_string_lossy();
+    if !text.contains("{host}") {
+        return Ok(out.to_path_buf());
+    }
+    let name = node
+        .scheduler_node
+        .clone()
+        .or_else(|| node.hostname.clone())
+        .filter(|n| !n.contains('/') && n != "." && n != "..")
+        .ok_or_else(|| {
+            Error::bad_input(
+                "--out names {host}, but this machine's host name is unknown or not a file name; write the file name out",
+            )
+        })?;
+    Ok(text.replace("{host}", &name).into())
+}
+
+pub fn run(mut a: TuneArgs) -> Result<i32, Error> {
+    let mut node = crate::profile::Node::here();
+    node.args = std::env::args().skip(1).collect();
+    a.out = out_path(&a.out, &node)?;
     // Validate everything cheap before touching hardware.
     let (min_bytes, max_bytes) = units::parse_range(&a.sizes)?;
     tune::check_sizes(min_bytes, max_bytes, a.dtype.into())
@@ -158,7 +184,8 @@ pub fn run(a: TuneArgs) -> Result<i32, Error> {
     }
     // Releases communicators and device memory before anything is written.
     drop(fabric);
-    let profile = result?;
+    let mut profile = result?;
+    profile.node = Some(node);
     profile.write_atomic(&a.out)?;
     if let Some(dir) = &a.plot {
         let files = report::plots(&profile, dir)?;

@@ -130,9 +130,12 @@ pub fn profile_with(preset: &str, tps: &[usize], sizes: &[u64]) -> Profile {
             mem_budget_bytes: None,
             target_ci: 0.02,
             tuning_seconds: 0.0,
+            ..Default::default()
         },
         faults: vec![],
         assumed: vec![],
+        node: None,
+        fleet: None,
     }
 }
 

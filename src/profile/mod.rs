@@ -170,6 +170,53 @@ pub struct Settings {
     /// Wall-clock seconds the tune took.
     #[serde(default)]
     pub tuning_seconds: f64,
+    /// Element type reduced (every group states it too; here so fleet compares like with like).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dtype: Option<Dtype>,
+}
+
+/// The machine a tune ran on, so `artune fleet` can name nodes (also for simulated tunes, whose
+/// topology is a model with no host).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Node {
+    /// gethostname() where the tune ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    /// The scheduler's name for the node when the tune ran under one (`SLURMD_NODENAME`, or
+    /// `NODE_NAME` as a Kubernetes pod spec usually sets it from `spec.nodeName`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduler_node: Option<String>,
+    /// The arguments `artune` ran with, after the program name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+}
+
+impl Node {
+    /// This machine: its host name and, under a scheduler, the scheduler's name for it.
+    pub fn here() -> Node {
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        Node {
+            hostname: crate::topology::nvml::hostname(),
+            scheduler_node: env("SLURMD_NODENAME").or_else(|| env("NODE_NAME")),
+            args: Vec::new(),
+        }
+    }
+}
+
+/// Where a fleet class profile came from: the consensus of which nodes, and who was left out.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Fleet {
+    /// Nodes whose measurements the consensus is the median of.
+    pub nodes: Vec<String>,
+    /// Nodes of the class left out of the consensus, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left_out: Vec<LeftOut>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct LeftOut {
+    pub node: String,
+    pub reason: String,
 }
 
 /// A whole profile.
@@ -199,6 +246,12 @@ pub struct Profile {
     /// defaults per switch vendor, collapse rates, the CPU vendor), one sentence each.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub assumed: Vec<String>,
+    /// The machine the tune ran on; absent in profiles of older versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<Node>,
+    /// Set on a class profile `artune fleet` wrote: the nodes it is the consensus of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<Fleet>,
 }
 
 /// Which group a question is about.

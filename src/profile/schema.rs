@@ -19,4 +19,30 @@ mod tests {
             "profiles/schema/profile-v1.json is out of date; regenerate it with `artune schema > profiles/schema/profile-v1.json`"
         );
     }
+
+    /// The per-node fields fleet needs are in the schema, optional, so v1 files without them
+    /// stay valid (the corpus profile predates them).
+    #[test]
+    fn node_and_fleet_fields_are_optional() {
+        let schema: serde_json::Value = serde_json::from_str(&super::generate()).unwrap();
+        let props = &schema["properties"];
+        assert!(
+            props["node"].is_object() && props["fleet"].is_object(),
+            "{props}"
+        );
+        let required: Vec<&str> = schema["required"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert!(!required.contains(&"node") && !required.contains(&"fleet"));
+        let defs = &schema["$defs"];
+        assert!(defs["Node"]["properties"]["hostname"].is_object());
+        assert!(defs["Settings"]["properties"]["dtype"].is_object());
+        let old = include_str!("../../tests/corpus/profile-v1-4x.json");
+        assert!(!old.contains("\"node\""));
+        let p = super::super::Profile::parse(old).unwrap();
+        assert_eq!((p.node, p.fleet, p.settings.dtype), (None, None, None));
+    }
 }

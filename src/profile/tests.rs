@@ -90,6 +90,8 @@ pub(crate) fn fixture() -> Profile {
         settings: Settings::default(),
         faults: vec![],
         assumed: vec![],
+        node: None,
+        fleet: None,
     }
 }
 

@@ -229,6 +229,35 @@ fn check_groups(p: &Profile, ngpu: usize) -> Result<(), String> {
     if !finite_nonneg(s.target_ci) || !finite_nonneg(s.tuning_seconds) {
         return Err("its settings have a negative target_ci or tuning_seconds".into());
     }
+    check_names(p)
+}
+
+/// Host names, arguments and fleet node lists are bounded like everything else.
+fn check_names(p: &Profile) -> Result<(), String> {
+    const NAME: usize = 1024;
+    const ITEMS: usize = 100_000;
+    if let Some(n) = &p.node {
+        let long = [&n.hostname, &n.scheduler_node]
+            .into_iter()
+            .flatten()
+            .any(|s| s.len() > NAME);
+        if long || n.args.len() > 4096 || n.args.iter().any(|a| a.len() > NAME) {
+            return Err(format!(
+                "its `node` names or arguments are longer than {NAME} bytes or more than 4096"
+            ));
+        }
+    }
+    if let Some(f) = &p.fleet {
+        let names = f.nodes.iter().chain(f.left_out.iter().map(|l| &l.node));
+        if f.nodes.len() + f.left_out.len() > ITEMS || names.clone().any(|s| s.len() > NAME) {
+            return Err(format!(
+                "its `fleet` lists more than {ITEMS} nodes or a name longer than {NAME} bytes"
+            ));
+        }
+        if f.left_out.iter().any(|l| l.reason.len() > 4 * NAME) {
+            return Err("its `fleet` gives a reason longer than 4096 bytes".into());
+        }
+    }
     Ok(())
 }
 

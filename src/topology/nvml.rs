@@ -43,6 +43,45 @@ pub fn discover(nccl: Option<String>) -> Result<Topology, Error> {
     assemble(reading, &Sysfs::system())
 }
 
+/// What `artune doctor` reads per GPU beyond the topology; each reading is the value or why
+/// NVML could not give it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuSettings {
+    pub index: usize,
+    pub bus_id: Option<String>,
+    /// Total BAR1 (the window peers and the host map GPU memory through), bytes.
+    pub bar1_bytes: Result<u64, String>,
+    pub persistence: Result<bool, String>,
+}
+
+/// BAR1 size and persistence mode of every GPU, in NVML's order.
+pub fn read_settings() -> Result<Vec<GpuSettings>, Error> {
+    let nvml = open()?;
+    let count = nvml.device_count().map_err(|e| {
+        Error::Hardware(format!(
+            "NVML cannot count the GPUs ({e}): check that `nvidia-smi` works"
+        ))
+    })?;
+    let mut out = Vec::new();
+    for i in 0..count {
+        let d = nvml.device_by_index(i).map_err(|e| {
+            Error::Hardware(format!(
+                "NVML cannot open GPU {i} ({e}): check `nvidia-smi` for that GPU"
+            ))
+        })?;
+        out.push(GpuSettings {
+            index: i as usize,
+            bus_id: d.pci_info().ok().map(|p| p.bus_id),
+            bar1_bytes: d
+                .bar1_memory_info()
+                .map(|b| b.total)
+                .map_err(|e| reason(&e)),
+            persistence: d.is_in_persistent_mode().map_err(|e| reason(&e)),
+        });
+    }
+    Ok(out)
+}
+
 /// Loads and starts NVML, turning each way it can fail into one actionable sentence.
 fn open() -> Result<Nvml, Error> {
     for lib in LIBRARIES {
@@ -230,7 +269,8 @@ fn read_host(nvml: &Nvml, notes: &mut Notes) -> Host {
     }
 }
 
-fn hostname() -> Option<String> {
+/// This machine's host name (gethostname), if it has one.
+pub fn hostname() -> Option<String> {
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for its length; gethostname writes at most that many bytes.
     let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };

@@ -150,6 +150,55 @@ pub fn port_type(config: &[u8]) -> Option<PortType> {
     None
 }
 
+/// What the ACS capability of a bridge says, from extended config space.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Acs {
+    /// The ACS Control register (PCIe spec 7.7.8.3).
+    Control(u16),
+    /// The function has extended config space but no ACS capability.
+    Absent,
+    /// Extended config space could not be read; the phrase says why.
+    Unreadable(String),
+}
+
+/// ACS Control bits that send peer-to-peer traffic up to the root complex (P2P Request
+/// Redirect, P2P Completion Redirect, P2P Egress Control).
+pub const ACS_REDIRECTS: u16 = 0b10_1100;
+
+/// The ACS capability in a config-space dump. Extended capabilities start at 0x100; a dump of
+/// 256 bytes or less has none to read (non-root users see 64 bytes).
+pub fn acs(config: &[u8]) -> Acs {
+    if config.len() <= 0x100 {
+        return Acs::Unreadable(if config.len() <= 64 {
+            format!(
+                "only {} bytes of config space are readable (run as root)",
+                config.len()
+            )
+        } else {
+            "the function shows no extended config space".into()
+        });
+    }
+    let mut at = 0x100usize;
+    // At most (4096 - 256) / 4 headers fit; the bound stops a looping list.
+    for _ in 0..960 {
+        if at < 0x100 || at + 8 > config.len() {
+            return Acs::Absent;
+        }
+        let h = u32::from_le_bytes([config[at], config[at + 1], config[at + 2], config[at + 3]]);
+        if h == 0 || h == u32::MAX {
+            return Acs::Absent;
+        }
+        if h & 0xffff == 0x000d {
+            return Acs::Control(u16::from_le_bytes([config[at + 6], config[at + 7]]));
+        }
+        at = (h >> 20) as usize & !3;
+        if at == 0 {
+            return Acs::Absent;
+        }
+    }
+    Acs::Absent
+}
+
 fn is_bus_id(s: &str) -> bool {
     // dddd:bb:dd.f (the domain may be longer on VMD and Hyper-V).
     let Some((head, func)) = s.rsplit_once('.') else {
@@ -203,6 +252,76 @@ impl Sysfs {
     /// True when the PCI device list can be read (it cannot in some containers and VMs).
     pub fn available(&self) -> bool {
         fs::read_dir(self.devices_dir()).is_ok_and(|mut d| d.next().is_some())
+    }
+
+    /// A function's whole config space as sysfs lets this user read it.
+    pub fn config(&self, bus_id: &str) -> Result<Vec<u8>, String> {
+        let p = self
+            .devices_dir()
+            .join(normalize_bus_id(bus_id))
+            .join("config");
+        fs::read(&p).map_err(|e| format!("{} cannot be read ({e})", p.display()))
+    }
+
+    /// Sizes of a function's memory regions (BARs) from its `resource` file, by index; 0 where
+    /// a BAR is unused.
+    pub fn bar_sizes(&self, bus_id: &str) -> Option<Vec<u64>> {
+        let text = read_trimmed(
+            &self
+                .devices_dir()
+                .join(normalize_bus_id(bus_id))
+                .join("resource"),
+        )?;
+        text.lines()
+            .take(16)
+            .map(|l| {
+                let mut f = l
+                    .split_whitespace()
+                    .map(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16));
+                let (start, end) = (f.next()?.ok()?, f.next()?.ok()?);
+                Some(if end > start { end - start + 1 } else { 0 })
+            })
+            .collect()
+    }
+
+    /// IOMMU units the kernel registered (`/sys/class/iommu`); None when the class is absent.
+    pub fn iommu_units(&self) -> Option<Vec<String>> {
+        let dir = fs::read_dir(self.root.join("class/iommu")).ok()?;
+        let mut v: Vec<String> = dir
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect();
+        v.sort();
+        Some(v)
+    }
+
+    /// The domain type of a function's IOMMU group ("identity" for passthrough, "DMA" or
+    /// "DMA-FQ" for translated); None when it belongs to no group.
+    pub fn iommu_group_type(&self, bus_id: &str) -> Option<String> {
+        read_trimmed(
+            &self
+                .devices_dir()
+                .join(normalize_bus_id(bus_id))
+                .join("iommu_group/type"),
+        )
+    }
+
+    /// NVIDIA display and 3D controllers on the bus, sorted: the GPUs, when NVML cannot say.
+    pub fn nvidia_gpus(&self) -> Vec<String> {
+        let Ok(dir) = fs::read_dir(self.devices_dir()) else {
+            return Vec::new();
+        };
+        let mut v: Vec<String> = dir
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|id| {
+                let d = self.devices_dir().join(id);
+                read_hex(&d.join("vendor")) == Some(0x10de)
+                    && read_hex(&d.join("class")).is_some_and(|c| c >> 16 == 0x03)
+            })
+            .collect();
+        v.sort();
+        v
     }
 
     /// Reads one PCI function's attributes from its sysfs directory.
@@ -590,6 +709,55 @@ mod tests {
         let five: Vec<PciFunction> = (0..5).map(plain).collect();
         assert_eq!(upstream_ports(&five), vec![1, 3]);
         assert_eq!(upstream_ports(&five[..4]), vec![0, 2]);
+    }
+
+    #[test]
+    fn acs_from_extended_config_space() {
+        let mut cfg = vec![0u8; 0x200];
+        // AER at 0x100 pointing to ACS at 0x148.
+        cfg[0x100..0x104].copy_from_slice(&(0x0001u32 | 1 << 16 | 0x148 << 20).to_le_bytes());
+        cfg[0x148..0x14c].copy_from_slice(&(0x000du32 | 1 << 16).to_le_bytes());
+        cfg[0x14e] = 0x1d;
+        assert_eq!(acs(&cfg), Acs::Control(0x1d));
+        assert_ne!(0x1d & ACS_REDIRECTS, 0);
+        cfg[0x148] = 0x0b; // some other capability, end of list
+        assert_eq!(acs(&cfg), Acs::Absent);
+        assert!(matches!(acs(&cfg[..64]), Acs::Unreadable(r) if r.contains("root")));
+        assert!(matches!(acs(&cfg[..256]), Acs::Unreadable(_)));
+        // A list that points at itself ends.
+        cfg[0x100..0x104].copy_from_slice(&(0x0001u32 | 0x100 << 20).to_le_bytes());
+        assert_eq!(acs(&cfg), Acs::Absent);
+    }
+
+    #[test]
+    fn bars_iommu_and_gpu_scan() {
+        let tmp = fake_machine();
+        let s = Sysfs::new(tmp.path());
+        let dev = tmp.path().join("bus/pci/devices/0000:03:00.0");
+        fs::write(
+            dev.join("resource"),
+            "0x00000000fa000000 0x00000000faffffff 0x0000000000040200\n0x0000380000000000 0x0000381fffffffff 0x000000000014220c\n0x0000000000000000 0x0000000000000000 0x0000000000000000\n",
+        )
+        .unwrap();
+        assert_eq!(
+            s.bar_sizes("0000:03:00.0"),
+            Some(vec![16 << 20, 128 << 30, 0])
+        );
+        assert_eq!(s.bar_sizes("0000:04:00.0"), None);
+        assert_eq!(s.iommu_units(), None);
+        fs::create_dir_all(tmp.path().join("class/iommu/dmar0")).unwrap();
+        assert_eq!(s.iommu_units(), Some(vec!["dmar0".to_string()]));
+        fs::create_dir_all(dev.join("iommu_group")).unwrap();
+        fs::write(dev.join("iommu_group/type"), "DMA-FQ\n").unwrap();
+        assert_eq!(
+            s.iommu_group_type("0000:03:00.0").as_deref(),
+            Some("DMA-FQ")
+        );
+        assert_eq!(
+            s.nvidia_gpus(),
+            vec!["0000:03:00.0", "0000:04:00.0", "0000:81:00.0"]
+        );
+        assert!(s.config("0000:03:00.0").unwrap_err().contains("config"));
     }
 
     #[test]

@@ -1,0 +1,73 @@
+//! `artune fleet`.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::DtypeArg;
+use crate::error::{Error, EXIT_WARNINGS};
+use crate::fleet::{consensus, output};
+
+#[derive(Args, Debug)]
+pub struct FleetArgs {
+    /// Directory of node profiles (`artune tune --out DIR/{host}.json` on each node).
+    pub dir: PathBuf,
+    /// Compare profiles of this dtype (default: the one most profiles have).
+    #[arg(long, value_enum)]
+    pub dtype: Option<DtypeArg>,
+    /// Where to write one class profile per topology class (default: DIR/classes).
+    #[arg(long, short, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Also write per-node ratios and outlier flags for node_exporter's textfile collector.
+    #[arg(long, value_name = "FILE")]
+    pub prom: Option<PathBuf>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: FleetArgs) -> Result<i32, Error> {
+    let out_dir = a.out.clone().unwrap_or_else(|| a.dir.join("classes"));
+    if let Some(p) = &a.prom {
+        crate::profile::check_writable(p)?;
+    }
+    let (mut report, collected) = crate::fleet::run(&a.dir, a.dtype.map(Into::into))?;
+    let mut classes: Vec<String> = report
+        .classes
+        .iter()
+        .map(|c| c.topology_class.clone())
+        .collect();
+    classes.dedup();
+    if !classes.is_empty() {
+        std::fs::create_dir_all(&out_dir).map_err(|e| Error::Write {
+            path: out_dir.clone(),
+            reason: e.to_string(),
+        })?;
+    }
+    for class in classes {
+        let Some(profile) = consensus::class_profile(&collected, &report, &class) else {
+            continue;
+        };
+        let profile = profile?;
+        let hash = class.strip_prefix("sha256:").unwrap_or(&class);
+        let path = out_dir.join(format!("class-{hash}.json"));
+        profile.write_atomic(&path)?;
+        report
+            .class_profiles
+            .insert(class, path.display().to_string());
+    }
+    if let Some(p) = &a.prom {
+        crate::profile::write_atomic(p, output::prom(&report).as_bytes())?;
+    }
+    let text = if a.json {
+        output::json(&report)
+    } else {
+        output::text(&report)
+    };
+    super::output::write_fmt(format_args!("{text}"))?;
+    Ok(if report.skipped.is_empty() {
+        0
+    } else {
+        EXIT_WARNINGS
+    })
+}

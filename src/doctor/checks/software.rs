@@ -1,0 +1,180 @@
+//! Checks of the software around the GPUs: the driver, the environment, versions against a
+//! profile.
+
+use super::{list, no_topology, Check, Status};
+use crate::doctor::facts::{Facts, Machine};
+
+pub fn driver(f: &Facts) -> Check {
+    const ID: &str = "driver";
+    match (&f.machine, &f.topology) {
+        (m, Ok(t)) if m.simulated() => Check::ok(
+            ID,
+            format!(
+                "{} is a model of {} GPUs: no driver is involved, and the checks below describe the model",
+                m.describe(),
+                t.gpu_count()
+            ),
+        ),
+        (_, Ok(t)) => {
+            let mut names: Vec<&str> = t.gpus.iter().map(|g| g.name.as_str()).collect();
+            names.dedup();
+            Check::ok(
+                ID,
+                format!(
+                    "NVML sees {} GPU{} ({}), driver {}",
+                    t.gpu_count(),
+                    if t.gpu_count() == 1 { "" } else { "s" },
+                    names.join(" + "),
+                    t.host.driver.as_deref().unwrap_or("of unknown version")
+                ),
+            )
+        }
+        (_, Err(why)) if !f.gpu_bus_ids.is_empty() => Check::new(
+            ID,
+            Status::Fail,
+            format!(
+                "sysfs shows {} NVIDIA GPU{} ({}) but NVML cannot read them: {why}",
+                f.gpu_bus_ids.len(),
+                if f.gpu_bus_ids.len() == 1 { "" } else { "s" },
+                list(&f.gpu_bus_ids)
+            ),
+            "install or reload the NVIDIA driver until `nvidia-smi` lists every GPU",
+        ),
+        (_, Err(why)) => Check::new(
+            ID,
+            Status::Fail,
+            format!("no NVIDIA GPU was found: {why}"),
+            "run on a GPU node, or check a model with --sim PRESET or --topology FILE",
+        ),
+    }
+}
+
+/// NCCL and CUDA variables that change what a tune measures; `NCCL_IB_*` and `NCCL_NET*` are
+/// left over from multi-node jobs (artune measures one node).
+const MEASUREMENT_VARS: &[&str] = &[
+    "NCCL_P2P_DISABLE",
+    "NCCL_P2P_LEVEL",
+    "NCCL_P2P_DIRECT_DISABLE",
+    "NCCL_SHM_DISABLE",
+    "NCCL_ALGO",
+    "NCCL_PROTO",
+    "NCCL_MIN_NCHANNELS",
+    "NCCL_MAX_NCHANNELS",
+    "NCCL_NTHREADS",
+    "NCCL_BUFFSIZE",
+    "NCCL_TUNER_PLUGIN",
+    "NCCL_NVLS_ENABLE",
+    "NCCL_CUMEM_ENABLE",
+    "NCCL_TOPO_FILE",
+    "NCCL_GRAPH_FILE",
+    "NCCL_LAUNCH_MODE",
+    "NCCL_NET_GDR_LEVEL",
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "CUDA_LAUNCH_BLOCKING",
+    "CUDA_DEVICE_MAX_CONNECTIONS",
+    "CUDA_MPS_PIPE_DIRECTORY",
+    "ARTUNE_GPU_DEADLINE_MS",
+];
+const MEASUREMENT_PREFIXES: &[&str] = &["NCCL_IB_", "NCCL_NET"];
+
+pub fn environment(env: &[(String, String)]) -> Check {
+    const ID: &str = "environment";
+    let mut set: Vec<String> = env
+        .iter()
+        .filter(|(k, _)| {
+            MEASUREMENT_VARS.contains(&k.as_str())
+                || MEASUREMENT_PREFIXES.iter().any(|p| k.starts_with(p))
+        })
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    set.sort();
+    if set.is_empty() {
+        return Check::ok(
+            ID,
+            "no NCCL or CUDA variable that changes the measurement is set",
+        );
+    }
+    let first = set[0].split('=').next().unwrap_or("NAME").to_string();
+    Check::new(
+        ID,
+        Status::Warn,
+        format!(
+            "set in this environment and changing what a tune measures: {}",
+            list(&set)
+        ),
+        format!(
+            "unset them before `artune tune` (e.g. `env -u {first} artune tune ...`), unless the engines run with exactly these settings"
+        ),
+    )
+}
+
+pub fn versions(f: &Facts) -> Check {
+    const ID: &str = "versions";
+    let t = match &f.topology {
+        Ok(t) => t,
+        Err(_) => return no_topology(ID),
+    };
+    let h = &t.host;
+    let now = format!(
+        "driver {}, CUDA {}, NCCL {}",
+        h.driver.as_deref().unwrap_or("unknown"),
+        h.cuda.as_deref().unwrap_or("unknown"),
+        h.nccl.as_deref().unwrap_or("not found")
+    );
+    if let Some(p) = &f.profile {
+        if p.simulated && f.machine == Machine::Real {
+            return Check::new(
+                ID,
+                Status::Warn,
+                format!(
+                    "{} is a simulated profile, not a measurement of this machine ({now})",
+                    p.path.display()
+                ),
+                "run `artune tune` on this machine and give engines that profile",
+            );
+        }
+        if !p.changes.is_empty() {
+            return Check::new(
+                ID,
+                Status::Warn,
+                format!("since {} was tuned: {}", p.path.display(), list(&p.changes)),
+                "run `artune tune` again on this machine (`artune check` exits 3 on this profile)",
+            );
+        }
+        let unchecked = if p.unchecked.is_empty() {
+            String::new()
+        } else {
+            format!("; not compared: {}", list(&p.unchecked))
+        };
+        return Check::ok(
+            ID,
+            format!(
+                "{} matches this machine ({now}){unchecked}",
+                p.path.display()
+            ),
+        );
+    }
+    if f.machine.simulated() {
+        return Check::ok(
+            ID,
+            if h.driver.is_none() && h.cuda.is_none() && h.nccl.is_none() {
+                "the model states no driver, CUDA or NCCL version; give --profile FILE to compare with a profile".to_string()
+            } else {
+                format!("the model states {now}; give --profile FILE to compare with a profile")
+            },
+        );
+    }
+    if h.nccl.is_none() {
+        return Check::new(
+            ID,
+            Status::Warn,
+            format!("NCCL was not found, so a tune cannot measure it ({now})"),
+            "install NCCL or the nvidia-nccl-cu12/cu13 wheel, or point ARTUNE_NCCL_LIB at libnccl.so.2",
+        );
+    }
+    Check::ok(
+        ID,
+        format!("{now}; give --profile FILE to compare with a profile"),
+    )
+}

@@ -1,0 +1,221 @@
+//! One class compared node by node: per (cell, backend) the class median, each node's ratio
+//! to it and whether it deviates; then outliers, differing choices, stale and simulated nodes,
+//! and who the class profile is built from.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::read::{ClassData, Collected, Versions};
+use super::{
+    majority, CellBackend, CellReport, ChoiceDiff, ClassReport, Deviation, NodeNote, Outlier,
+};
+use crate::fabric::{Backend, Mode};
+use crate::stats::{median_sorted, OUTLIER_Z};
+
+/// How far from its class's median a result must be, relative to it, to count as deviating
+/// (on top of the robust z-score), and what share of a node's results must deviate for the
+/// node to be an outlier. Noise between healthy nodes stays well inside 10%.
+pub const DEVIATION: f64 = 0.10;
+pub const OUTLIER_SHARE: f64 = 0.05;
+
+/// A MAD below this share of the median is taken as this share, so identical simulated nodes
+/// (MAD 0) do not make every tiny difference infinitely significant.
+const MAD_FLOOR: f64 = 0.01;
+
+fn fmt_versions(v: &Versions) -> String {
+    let s = |o: &Option<String>| o.clone().unwrap_or_else(|| "?".into());
+    format!("driver {}, CUDA {}, NCCL {}", s(&v.0), s(&v.1), s(&v.2))
+}
+
+/// Compares the nodes of one topology class in one launch mode; `names` by node index.
+pub(super) fn class_report(
+    c: &Collected,
+    data: &ClassData,
+    class: &str,
+    mode: Mode,
+    names: &[String],
+) -> ClassReport {
+    let name = |e: usize| names[data.entries[e].node].clone();
+    let info = |e: usize| &c.nodes[data.entries[e].node];
+    // Values per (cell, backend): (entry, µs).
+    let mut values: HashMap<(u32, Backend), Vec<(usize, f64)>> = HashMap::new();
+    for (e, entry) in data.entries.iter().enumerate() {
+        for &(cell, b, us) in &entry.times {
+            values.entry((cell, b)).or_default().push((e, us as f64));
+        }
+    }
+    let n = data.entries.len();
+    let mut deviations: Vec<Vec<Deviation>> = vec![Vec::new(); n];
+    let mut results = vec![0usize; n];
+    let mut ratios: Vec<BTreeMap<Backend, Vec<f64>>> = vec![BTreeMap::new(); n];
+    let mut cell_backends: BTreeMap<u32, BTreeMap<Backend, CellBackend>> = BTreeMap::new();
+    let mut keys: Vec<&(u32, Backend)> = values.keys().collect();
+    keys.sort();
+    for key in keys {
+        let vs = &values[key];
+        let mut xs: Vec<f64> = vs.iter().map(|v| v.1).collect();
+        xs.sort_by(f64::total_cmp);
+        let m = median_sorted(&xs);
+        let mut dev: Vec<f64> = xs.iter().map(|x| (x - m).abs()).collect();
+        dev.sort_by(f64::total_cmp);
+        let mad = median_sorted(&dev).max(MAD_FLOOR * m);
+        let mut cb = CellBackend {
+            median_us: m,
+            ratios: vec![None; n],
+        };
+        for &(e, v) in vs {
+            let ratio = if m > 0.0 { v / m } else { 1.0 };
+            results[e] += 1;
+            ratios[e].entry(key.1).or_default().push(ratio);
+            cb.ratios[e] = Some(ratio);
+            // Modified z-score as for timing samples (stats::OUTLIER_Z); needs 3 nodes.
+            let z = if mad > 0.0 {
+                0.6745 * (v - m).abs() / mad
+            } else {
+                0.0
+            };
+            if n >= 3 && z > OUTLIER_Z && (ratio - 1.0).abs() >= DEVIATION {
+                let cell = &data.cells[key.0 as usize];
+                deviations[e].push(Deviation {
+                    tp: cell.tp,
+                    gpus: cell.gpus.clone(),
+                    bytes: cell.bytes,
+                    backend: key.1,
+                    ratio,
+                });
+            }
+        }
+        cell_backends.entry(key.0).or_default().insert(key.1, cb);
+    }
+    // The class's choice per cell, and who chose otherwise.
+    let mut choices: HashMap<u32, Vec<(usize, Backend)>> = HashMap::new();
+    for (e, entry) in data.entries.iter().enumerate() {
+        for &(cell, b) in &entry.choices {
+            choices.entry(cell).or_default().push((e, b));
+        }
+    }
+    let class_choice: HashMap<u32, Backend> = choices
+        .iter()
+        .filter_map(|(cell, v)| Some((*cell, majority(v.iter().map(|x| x.1))?)))
+        .collect();
+    let mut choices_differ = Vec::new();
+    for (e, entry) in data.entries.iter().enumerate() {
+        let mut differ: Vec<(usize, u64, Backend, Backend)> = entry
+            .choices
+            .iter()
+            .filter_map(|&(cell, b)| {
+                let cc = class_choice.get(&cell).copied()?;
+                let c = &data.cells[cell as usize];
+                (cc != b).then_some((c.tp, c.bytes, b, cc))
+            })
+            .collect();
+        if !differ.is_empty() {
+            let count = differ.len();
+            differ.truncate(4);
+            choices_differ.push(ChoiceDiff {
+                node: name(e),
+                differ: count,
+                of: entry.choices.len(),
+                examples: differ,
+            });
+        }
+    }
+    let usual = majority((0..n).map(|e| info(e).versions.clone())).unwrap_or_default();
+    let stale: Vec<(usize, NodeNote)> = (0..n)
+        .filter(|&e| info(e).versions != usual)
+        .map(|e| {
+            (
+                e,
+                NodeNote {
+                    node: name(e),
+                    reason: format!(
+                        "tuned with {} while most of the class has {}",
+                        fmt_versions(&info(e).versions),
+                        fmt_versions(&usual)
+                    ),
+                },
+            )
+        })
+        .collect();
+    let any_real = (0..n).any(|e| !info(e).simulated);
+    let mut outliers = Vec::new();
+    let mut left_out = Vec::new();
+    let mut included = Vec::new();
+    for e in 0..n {
+        let devs = &mut deviations[e];
+        let is_outlier = !devs.is_empty() && devs.len() as f64 >= OUTLIER_SHARE * results[e] as f64;
+        if is_outlier {
+            devs.sort_by(|a, b| (b.ratio - 1.0).abs().total_cmp(&(a.ratio - 1.0).abs()));
+            let worst = &devs[0];
+            left_out.push(NodeNote {
+                node: name(e),
+                reason: format!(
+                    "outlier: {} of {} results deviate, up to {:.2}x the class median ({} at {} TP{})",
+                    devs.len(),
+                    results[e],
+                    worst.ratio,
+                    worst.backend,
+                    crate::units::fmt_bytes(worst.bytes),
+                    worst.tp
+                ),
+            });
+            outliers.push(Outlier {
+                node: name(e),
+                deviating: devs.len(),
+                results: results[e],
+                deviations: devs.clone(),
+            });
+        } else if let Some((_, s)) = stale.iter().find(|(i, _)| *i == e) {
+            left_out.push(NodeNote {
+                node: s.node.clone(),
+                reason: format!("stale: {}", s.reason),
+            });
+        } else if any_real && info(e).simulated {
+            left_out.push(NodeNote {
+                node: name(e),
+                reason: "simulated, while the class has measured nodes".into(),
+            });
+        } else {
+            included.push(data.entries[e].node);
+        }
+    }
+    let cells = cell_backends
+        .into_iter()
+        .map(|(cell, backends)| {
+            let c = &data.cells[cell as usize];
+            CellReport {
+                tp: c.tp,
+                gpus: c.gpus.clone(),
+                bytes: c.bytes,
+                choice: class_choice.get(&cell).copied().unwrap_or(Backend::Nccl),
+                backends,
+            }
+        })
+        .collect::<Vec<_>>();
+    let mut cells = cells;
+    cells.sort_by(|a, b| (a.tp, &a.gpus, a.bytes).cmp(&(b.tp, &b.gpus, b.bytes)));
+    ClassReport {
+        topology_class: class.to_string(),
+        mode,
+        nodes: (0..n).map(name).collect(),
+        simulated: (0..n).filter(|&e| info(e).simulated).map(name).collect(),
+        stale: stale.into_iter().map(|(_, s)| s).collect(),
+        outliers,
+        choices_differ,
+        node_ratios: (0..n)
+            .map(|e| {
+                let per: BTreeMap<Backend, f64> = ratios[e]
+                    .iter()
+                    .map(|(b, v)| {
+                        let mut v = v.clone();
+                        v.sort_by(f64::total_cmp);
+                        (*b, median_sorted(&v))
+                    })
+                    .collect();
+                (name(e), per)
+            })
+            .collect(),
+        cells,
+        included,
+        left_out,
+    }
+}

@@ -1,0 +1,213 @@
+//! The class profile: per TP group, mode and size, the median over the class's good nodes of
+//! each backend's time and the choice most of them made, so every node of the class can use one
+//! profile. Outliers, stale nodes and (in a measured class) simulated ones are left out and named.
+
+use std::collections::{BTreeMap, HashSet};
+
+use super::read::{Collected, NodeInfo};
+use super::{majority, ClassReport, Report};
+use crate::error::Error;
+use crate::fabric::{Backend, Mode};
+use crate::profile::{
+    Bucket, Crossover, Fingerprint, Fleet, GroupProfile, LeftOut, Profile, Timing, Versions,
+};
+use crate::stats::{median_ci_indices, median_sorted};
+
+/// The class profile of `class` from its (per-mode) reports; None when no node is left to
+/// build it from.
+pub fn class_profile(
+    c: &Collected,
+    report: &Report,
+    class: &str,
+) -> Option<Result<Profile, Error>> {
+    let template = c.templates.get(&(report.dtype, class.to_string()))?;
+    let modes: Vec<&ClassReport> = report
+        .classes
+        .iter()
+        .filter(|r| r.topology_class == class)
+        .collect();
+    let mut groups = Vec::new();
+    let mut included: Vec<usize> = Vec::new();
+    for r in &modes {
+        let data = &c.classes[&(report.dtype, class.to_string(), r.mode)];
+        let good: HashSet<usize> = r.included.iter().copied().collect();
+        for &i in &r.included {
+            if !included.contains(&i) {
+                included.push(i);
+            }
+        }
+        // Per cell: backend values and choices of the good nodes.
+        let mut values: BTreeMap<u32, BTreeMap<Backend, Vec<f64>>> = BTreeMap::new();
+        let mut choices: BTreeMap<u32, Vec<Backend>> = BTreeMap::new();
+        for e in data.entries.iter().filter(|e| good.contains(&e.node)) {
+            for &(cell, b, us) in &e.times {
+                values
+                    .entry(cell)
+                    .or_default()
+                    .entry(b)
+                    .or_default()
+                    .push(us as f64);
+            }
+            for &(cell, b) in &e.choices {
+                choices.entry(cell).or_default().push(b);
+            }
+        }
+        let mut by_group: BTreeMap<(usize, Vec<usize>), Vec<Bucket>> = BTreeMap::new();
+        for (cell, per) in values {
+            let cc = &data.cells[cell as usize];
+            let picks = choices.remove(&cell).unwrap_or_default();
+            // A size only some nodes refined to is not the class's.
+            if picks.len() * 2 < good.len() {
+                continue;
+            }
+            let results: BTreeMap<Backend, Timing> = per
+                .into_iter()
+                .map(|(b, mut v)| {
+                    v.sort_by(f64::total_cmp);
+                    let (lo, hi) = median_ci_indices(v.len());
+                    let t = Timing {
+                        median_us: median_sorted(&v),
+                        ci_low_us: v[lo],
+                        ci_high_us: v[hi],
+                        samples: v.len() as u32,
+                        outliers: 0,
+                    };
+                    (b, t)
+                })
+                .collect();
+            let Some(choice) = majority(picks.into_iter().filter(|b| results.contains_key(b)))
+            else {
+                continue;
+            };
+            by_group
+                .entry((cc.tp, cc.gpus.clone()))
+                .or_default()
+                .push(Bucket {
+                    bytes: cc.bytes,
+                    choice,
+                    // The one rule on the class's medians: no node's own plugin answer decides.
+                    nccl_choice: crate::decide::nccl_choice(&results),
+                    results,
+                    waived: BTreeMap::new(),
+                });
+        }
+        for ((tp, gpus), mut buckets) in by_group {
+            buckets.sort_by_key(|b| b.bytes);
+            groups.push(group(template, report.dtype, tp, gpus, r.mode, buckets));
+        }
+    }
+    if groups.is_empty() {
+        return None;
+    }
+    let nodes: Vec<&NodeInfo> = included.iter().map(|&i| &c.nodes[i]).collect();
+    let versions = majority(nodes.iter().map(|n| n.versions.clone())).unwrap_or_default();
+    let simulated = nodes.iter().any(|n| n.simulated);
+    let mut topology = template.topology.clone();
+    for g in &mut topology.gpus {
+        g.uuid = None;
+    }
+    topology.host.hostname = None;
+    topology.host.driver = versions.0.clone();
+    topology.host.cuda = versions.1.clone();
+    topology.host.nccl = versions.2.clone();
+    let mut left_out: Vec<LeftOut> = Vec::new();
+    for r in &modes {
+        for l in &r.left_out {
+            left_out.push(LeftOut {
+                node: l.node.clone(),
+                reason: format!("{}: {}", r.mode.id(), l.reason),
+            });
+        }
+    }
+    let p = Profile {
+        schema_version: crate::profile::SCHEMA_VERSION,
+        tool_version: env!("CARGO_PKG_VERSION").into(),
+        created: crate::profile::utc_now(),
+        simulated,
+        fabric: format!(
+            "fleet consensus of {} {}node{} of class {class}",
+            included.len(),
+            if simulated { "simulated " } else { "" },
+            if included.len() == 1 { "" } else { "s" }
+        ),
+        fingerprint: Fingerprint {
+            topology_class: class.to_string(),
+            host: topology.host_hash(),
+        },
+        versions: Versions {
+            driver: versions.0,
+            cuda: versions.1,
+            nccl: versions.2,
+        },
+        topology,
+        groups,
+        contention: Vec::new(),
+        settings: template.settings.clone(),
+        faults: Vec::new(),
+        node: None,
+        fleet: Some(Fleet {
+            nodes: included.iter().map(|&i| report.names[i].clone()).collect(),
+            left_out,
+        }),
+        assumed: Vec::new(),
+    };
+    Some(crate::profile::validate_built(&p).map(|()| p))
+}
+
+/// A group of the class profile: the template's placement and memory, the consensus buckets.
+fn group(
+    template: &Profile,
+    dtype: crate::fabric::Dtype,
+    tp: usize,
+    gpus: Vec<usize>,
+    mode: Mode,
+    buckets: Vec<Bucket>,
+) -> GroupProfile {
+    let t = template
+        .groups
+        .iter()
+        .find(|g| g.tp == tp && g.gpus == gpus && g.mode == mode);
+    let crossovers = buckets
+        .windows(2)
+        .filter(|w| w[0].choice != w[1].choice)
+        .map(|w| Crossover {
+            bytes: w[1].bytes,
+            from: w[0].choice,
+            to: w[1].choice,
+        })
+        .collect();
+    let steps: Vec<crate::decide::bands::Step> = buckets
+        .iter()
+        .map(|b| crate::decide::bands::Step {
+            bytes: b.bytes,
+            rule: b.choice,
+            results: &b.results,
+        })
+        .collect();
+    let chosen: Vec<Backend> = buckets.iter().map(|b| b.choice).collect();
+    let regret = crate::decide::bands::regret(&steps, &chosen);
+    let mut memory = t.map(|t| t.memory.clone()).unwrap_or_default();
+    for (b, m) in memory.iter_mut() {
+        m.chosen_up_to_bytes = buckets
+            .iter()
+            .filter(|k| k.choice == *b)
+            .map(|k| k.bytes)
+            .max();
+        if m.chosen_up_to_bytes.is_none() {
+            m.required_bytes_per_gpu = None;
+        }
+    }
+    GroupProfile {
+        gpus,
+        tp,
+        mode,
+        dtype,
+        placement: t.map(|t| t.placement.clone()).unwrap_or_default(),
+        buckets,
+        crossovers,
+        memory,
+        nccl_channels: t.and_then(|t| t.nccl_channels),
+        waived: BTreeMap::new(),
+        regret,
+    }
+}

@@ -1,0 +1,258 @@
+//! `artune fleet`: which of many nodes is not like the others.
+//!
+//! 1. [`read::collect`] streams a directory of node profiles into compact per-class tables.
+//! 2. [`analyze`] groups nodes by topology class and launch mode and compares each node with its
+//!    class: per (TP group, size) the median time of every backend and each node's ratio to it,
+//!    outliers by the median absolute deviation, choices that differ, stale and simulated nodes.
+//! 3. [`consensus`] builds a class profile from the nodes that are neither outliers nor stale,
+//!    with `fleet` provenance; [`output`] renders the report for people, JSON and Prometheus.
+
+mod compare;
+pub mod consensus;
+pub mod output;
+pub mod read;
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+
+use crate::error::Error;
+use crate::fabric::{Backend, Dtype, Mode};
+use compare::class_report;
+use read::{Collected, Skipped};
+
+pub use compare::{DEVIATION, OUTLIER_SHARE};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Deviation {
+    pub tp: usize,
+    pub gpus: Vec<usize>,
+    pub bytes: u64,
+    pub backend: Backend,
+    /// Node time over the class median.
+    pub ratio: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Outlier {
+    pub node: String,
+    /// Results of the node that deviate, and how many it has.
+    pub deviating: usize,
+    pub results: usize,
+    /// The deviating results, largest deviation first.
+    pub deviations: Vec<Deviation>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ChoiceDiff {
+    pub node: String,
+    /// Cells where the node chose otherwise, of the cells it has.
+    pub differ: usize,
+    pub of: usize,
+    /// A few of them: (TP, bytes, the node's choice, the class's).
+    pub examples: Vec<(usize, u64, Backend, Backend)>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeNote {
+    pub node: String,
+    pub reason: String,
+}
+
+/// One backend at one cell across the class.
+#[derive(Debug, Clone, Serialize)]
+pub struct CellBackend {
+    pub median_us: f64,
+    /// Each node's time over the median, in the order of the class's `nodes` (null where the
+    /// node has no result): a list, so a report on thousands of nodes stays small.
+    pub ratios: Vec<Option<f64>>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CellReport {
+    pub tp: usize,
+    pub gpus: Vec<usize>,
+    pub bytes: u64,
+    /// The choice most nodes made.
+    pub choice: Backend,
+    pub backends: BTreeMap<Backend, CellBackend>,
+}
+
+/// One topology class in one launch mode.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClassReport {
+    pub topology_class: String,
+    pub mode: Mode,
+    pub nodes: Vec<String>,
+    pub simulated: Vec<String>,
+    pub stale: Vec<NodeNote>,
+    pub outliers: Vec<Outlier>,
+    pub choices_differ: Vec<ChoiceDiff>,
+    /// Per node and backend, the median over cells of its ratio to the class median.
+    pub node_ratios: BTreeMap<String, BTreeMap<Backend, f64>>,
+    pub cells: Vec<CellReport>,
+    /// Nodes whose results make the class profile.
+    #[serde(skip)]
+    pub included: Vec<usize>,
+    /// Nodes left out of it, and why.
+    pub left_out: Vec<NodeNote>,
+}
+
+/// The whole fleet report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub dtype: Dtype,
+    /// Profiles aggregated.
+    pub profiles: usize,
+    pub skipped: Vec<Skipped>,
+    pub classes: Vec<ClassReport>,
+    /// Class profiles written, by topology class.
+    pub class_profiles: BTreeMap<String, String>,
+    /// Node names by index into [`Collected::nodes`].
+    #[serde(skip)]
+    pub names: Vec<String>,
+}
+
+/// The dtype to compare: the one asked for, else the one most profiles have.
+fn choose_dtype(c: &Collected, asked: Option<Dtype>, dir: &str) -> Result<Dtype, Error> {
+    let mut counts: BTreeMap<Dtype, usize> = BTreeMap::new();
+    for n in &c.nodes {
+        *counts.entry(n.dtype).or_default() += 1;
+    }
+    let found = || {
+        counts
+            .iter()
+            .map(|(d, n)| format!("{}: {n}", d.id()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if counts.is_empty() {
+        let why = c
+            .skipped
+            .first()
+            .map(|s| {
+                format!(
+                    " ({} skipped, first {}: {})",
+                    c.skipped.len(),
+                    s.file,
+                    s.reason
+                )
+            })
+            .unwrap_or_default();
+        return Err(Error::bad_input(format!(
+            "{dir} holds no artune profile to aggregate{why}; write one per node with `artune tune --out {dir}/{{host}}.json`"
+        )));
+    }
+    if let Some(d) = asked {
+        return if counts.contains_key(&d) {
+            Ok(d)
+        } else {
+            Err(Error::bad_input(format!(
+                "no profile in {dir} is of dtype {} (found {}); choose one of those with --dtype",
+                d.id(),
+                found()
+            )))
+        };
+    }
+    let top = counts.values().copied().max().unwrap_or(0);
+    let leaders: Vec<Dtype> = counts
+        .iter()
+        .filter(|(_, &n)| n == top)
+        .map(|(d, _)| *d)
+        .collect();
+    match leaders.as_slice() {
+        [d] => Ok(*d),
+        _ => Err(Error::bad_input(format!(
+            "{dir} holds profiles of different dtypes ({}) and none is the majority; choose one with --dtype",
+            found()
+        ))),
+    }
+}
+
+/// Node names: the host name where it is unique, else the file name without `.json`.
+fn names(c: &Collected, dtype: Dtype) -> Vec<String> {
+    let mut count: HashMap<&str, usize> = HashMap::new();
+    for n in c.nodes.iter().filter(|n| n.dtype == dtype) {
+        if let Some(h) = &n.hostname {
+            *count.entry(h.as_str()).or_default() += 1;
+        }
+    }
+    let stem = |i: usize| c.nodes[i].file.trim_end_matches(".json").to_string();
+    let mut names: Vec<String> = c
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| match &n.hostname {
+            Some(h) if count.get(h.as_str()) == Some(&1) => h.clone(),
+            _ => stem(i),
+        })
+        .collect();
+    // A host name can equal another node's file name; file names are unique, so turning every
+    // clashing node to its file name ends after a few rounds.
+    loop {
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for n in &names {
+            *seen.entry(n.as_str()).or_default() += 1;
+        }
+        let clash: Vec<usize> = (0..names.len())
+            .filter(|&i| seen[names[i].as_str()] > 1 && names[i] != stem(i))
+            .collect();
+        if clash.is_empty() {
+            return names;
+        }
+        for i in clash {
+            names[i] = stem(i);
+        }
+    }
+}
+
+/// Compares every class's nodes; `dir` names the directory in messages.
+pub fn analyze(c: &mut Collected, asked: Option<Dtype>, dir: &str) -> Result<Report, Error> {
+    let dtype = choose_dtype(c, asked, dir)?;
+    let names = names(c, dtype);
+    for n in c.nodes.iter().filter(|n| n.dtype != dtype) {
+        c.skipped.push(Skipped {
+            file: n.file.clone(),
+            reason: format!(
+                "its dtype is {}, and this report compares {} (choose with --dtype)",
+                n.dtype.id(),
+                dtype.id()
+            ),
+        });
+    }
+    let mut classes = Vec::new();
+    for ((d, class, mode), data) in &c.classes {
+        if *d != dtype || data.entries.is_empty() {
+            continue;
+        }
+        classes.push(class_report(c, data, class, *mode, &names));
+    }
+    Ok(Report {
+        dtype,
+        profiles: c.nodes.iter().filter(|n| n.dtype == dtype).count(),
+        skipped: c.skipped.clone(),
+        classes,
+        class_profiles: BTreeMap::new(),
+        names,
+    })
+}
+
+/// The most common item; ties go to the first in order.
+fn majority<T: Ord + Clone>(items: impl Iterator<Item = T>) -> Option<T> {
+    let mut counts: BTreeMap<T, usize> = BTreeMap::new();
+    for i in items {
+        *counts.entry(i).or_default() += 1;
+    }
+    let top = counts.values().copied().max()?;
+    counts.into_iter().find(|(_, n)| *n == top).map(|(t, _)| t)
+}
+
+/// Reads `dir`, compares its nodes and returns the report with what a class profile needs.
+pub fn run(dir: &std::path::Path, dtype: Option<Dtype>) -> Result<(Report, Collected), Error> {
+    let mut c = read::collect(dir)?;
+    let r = analyze(&mut c, dtype, &dir.display().to_string())?;
+    Ok((r, c))
+}
+
+#[cfg(test)]
+mod tests;

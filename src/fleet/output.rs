@@ -1,0 +1,274 @@
+//! The fleet report for people, as JSON, and as a Prometheus text file for node_exporter's
+//! textfile collector.
+
+use std::fmt::Write;
+
+use super::{ClassReport, Report};
+use crate::fabric::Backend;
+use crate::units::{fmt_bytes, fmt_us};
+
+/// Rows of the per-size table shown per class; the JSON has them all.
+const TABLE_ROWS: usize = 40;
+
+fn short(class: &str) -> &str {
+    class.strip_prefix("sha256:").unwrap_or(class)
+}
+
+/// The human report.
+pub fn text(r: &Report) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "artune fleet: {} profile{} ({}), {} class{}",
+        r.profiles,
+        if r.profiles == 1 { "" } else { "s" },
+        r.dtype.id(),
+        r.classes.len(),
+        if r.classes.len() == 1 { "" } else { "es" }
+    );
+    for c in &r.classes {
+        class_text(&mut o, c, r.class_profiles.get(&c.topology_class));
+    }
+    if !r.skipped.is_empty() {
+        let _ = writeln!(o, "\nskipped {} file(s):", r.skipped.len());
+        for s in &r.skipped {
+            let _ = writeln!(o, "  {}: {}", s.file, s.reason);
+        }
+    }
+    o
+}
+
+fn class_text(o: &mut String, c: &ClassReport, profile: Option<&String>) {
+    let _ = writeln!(
+        o,
+        "\nclass {} {}: {} node{}{}",
+        short(&c.topology_class),
+        c.mode.id(),
+        c.nodes.len(),
+        if c.nodes.len() == 1 { "" } else { "s" },
+        if c.simulated.len() == c.nodes.len() {
+            " (all SIMULATED)".to_string()
+        } else if c.simulated.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " ({} SIMULATED: {})",
+                c.simulated.len(),
+                c.simulated.join(", ")
+            )
+        }
+    );
+    if c.outliers.is_empty() {
+        let _ = writeln!(o, "  outliers: none");
+    }
+    for out in &c.outliers {
+        let worst: Vec<String> = out
+            .deviations
+            .iter()
+            .take(3)
+            .map(|d| {
+                format!(
+                    "{} {:.2}x at {} TP{}",
+                    d.backend,
+                    d.ratio,
+                    fmt_bytes(d.bytes),
+                    d.tp
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            o,
+            "  OUTLIER {}: {} of {} results deviate; worst {}",
+            out.node,
+            out.deviating,
+            out.results,
+            worst.join(", ")
+        );
+    }
+    for d in &c.choices_differ {
+        let ex: Vec<String> = d
+            .examples
+            .iter()
+            .map(|(tp, b, mine, class)| format!("TP{tp} {}: {mine} (class {class})", fmt_bytes(*b)))
+            .collect();
+        let _ = writeln!(
+            o,
+            "  choices differ on {}: {} of {} sizes, e.g. {}",
+            d.node,
+            d.differ,
+            d.of,
+            ex.join("; ")
+        );
+    }
+    for s in &c.stale {
+        let _ = writeln!(o, "  stale {}: {}", s.node, s.reason);
+    }
+    match profile {
+        Some(p) => {
+            let n = c.included.len();
+            let _ = writeln!(
+                o,
+                "  class profile: {p} (consensus of {n} node{} in this mode)",
+                if n == 1 { "" } else { "s" }
+            );
+        }
+        None => {
+            let _ = writeln!(
+                o,
+                "  class profile: not written (no node left to build it from)"
+            );
+        }
+    }
+    // Per (TP, size): the median of each backend the class ever chose, and NCCL's.
+    let mut shown: Vec<Backend> = vec![Backend::Nccl];
+    for cell in &c.cells {
+        if !shown.contains(&cell.choice) {
+            shown.push(cell.choice);
+        }
+    }
+    let head: Vec<String> = shown.iter().map(|b| format!("{:>17}", b.id())).collect();
+    let _ = writeln!(
+        o,
+        "  {:<6} {:>8} {:>16} {}",
+        "TP",
+        "size",
+        "class choice",
+        head.join("")
+    );
+    for cell in c.cells.iter().take(TABLE_ROWS) {
+        let cols: Vec<String> = shown
+            .iter()
+            .map(|b| {
+                cell.backends.get(b).map_or(format!("{:>17}", "-"), |cb| {
+                    format!("{:>17}", fmt_us(cb.median_us))
+                })
+            })
+            .collect();
+        let _ = writeln!(
+            o,
+            "  {:<6} {:>8} {:>16} {}",
+            format!("TP{}", cell.tp),
+            fmt_bytes(cell.bytes),
+            cell.choice.id(),
+            cols.join("")
+        );
+    }
+    if c.cells.len() > TABLE_ROWS {
+        let _ = writeln!(
+            o,
+            "  ... {} more rows in --json",
+            c.cells.len() - TABLE_ROWS
+        );
+    }
+    let _ = writeln!(
+        o,
+        "  per node, median ratio to the class over sizes (1.00 = typical):"
+    );
+    for (node, per) in &c.node_ratios {
+        let cols: Vec<String> = shown
+            .iter()
+            .filter_map(|b| per.get(b).map(|r| format!("{} {r:.2}", b.id())))
+            .collect();
+        let _ = writeln!(o, "    {node}: {}", cols.join(", "));
+    }
+}
+
+/// The report as pretty JSON with a trailing newline.
+pub fn json(r: &Report) -> String {
+    let mut s = serde_json::to_string_pretty(r).expect("fleet report serializes");
+    s.push('\n');
+    s
+}
+
+/// A Prometheus label value: backslash, quote and newline escaped.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The Prometheus text exposition format, for node_exporter's textfile collector.
+pub fn prom(r: &Report) -> String {
+    let mut o = String::new();
+    let mut metric = |name: &str, help: &str, rows: Vec<(String, f64)>| {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for (labels, v) in rows {
+            if labels.is_empty() {
+                let _ = writeln!(o, "{name} {v}");
+            } else {
+                let _ = writeln!(o, "{name}{{{labels}}} {v}");
+            }
+        }
+    };
+    let base = |c: &ClassReport| {
+        format!(
+            "class=\"{}\",mode=\"{}\"",
+            label(&c.topology_class),
+            c.mode.id()
+        )
+    };
+    let per_node = |f: &dyn Fn(&ClassReport, &str) -> f64| {
+        let mut rows = Vec::new();
+        for c in &r.classes {
+            for n in &c.nodes {
+                rows.push((format!("{},node=\"{}\"", base(c), label(n)), f(c, n)));
+            }
+        }
+        rows
+    };
+    metric(
+        "artune_fleet_class_nodes",
+        "Nodes per topology class and launch mode.",
+        r.classes
+            .iter()
+            .map(|c| (base(c), c.nodes.len() as f64))
+            .collect(),
+    );
+    let mut ratios = Vec::new();
+    for c in &r.classes {
+        for (n, per) in &c.node_ratios {
+            for (b, v) in per {
+                ratios.push((
+                    format!("{},node=\"{}\",backend=\"{}\"", base(c), label(n), b.id()),
+                    *v,
+                ));
+            }
+        }
+    }
+    metric(
+        "artune_fleet_node_ratio",
+        "Median over sizes of a node's allreduce time over its class's median, per backend (1 is typical, 2 twice as slow).",
+        ratios,
+    );
+    metric(
+        "artune_fleet_node_outlier",
+        "1 when the node is an outlier of its class (MAD-based), else 0.",
+        per_node(&|c, n| f64::from(u8::from(c.outliers.iter().any(|o| o.node == n)))),
+    );
+    metric(
+        "artune_fleet_node_choices_differ",
+        "Sizes at which the node chose another backend than most of its class.",
+        per_node(&|c, n| {
+            c.choices_differ
+                .iter()
+                .find(|d| d.node == n)
+                .map_or(0.0, |d| d.differ as f64)
+        }),
+    );
+    metric(
+        "artune_fleet_node_stale",
+        "1 when the node was tuned with other driver, CUDA or NCCL versions than most of its class.",
+        per_node(&|c, n| f64::from(u8::from(c.stale.iter().any(|s| s.node == n)))),
+    );
+    metric(
+        "artune_fleet_node_simulated",
+        "1 when the node's profile is simulated, not measured.",
+        per_node(&|c, n| f64::from(u8::from(c.simulated.iter().any(|s| s == n)))),
+    );
+    metric(
+        "artune_fleet_skipped_files",
+        "Profile files in the directory that could not be aggregated.",
+        vec![(String::new(), r.skipped.len() as f64)],
+    );
+    o
+}

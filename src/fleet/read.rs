@@ -1,0 +1,202 @@
+//! Reads a directory of node profiles one at a time, keeping only what the fleet report needs
+//! from each: its name, versions, and a median per (cell, backend). A parsed profile is dropped
+//! before the next file is opened, so memory grows with nodes × measured cells, never with the
+//! size of the files.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use crate::error::Error;
+use crate::fabric::{Backend, Dtype, Mode};
+use crate::profile::Profile;
+
+/// A file that was not aggregated, and why.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Skipped {
+    pub file: String,
+    pub reason: String,
+}
+
+/// One TP group (by its GPUs) at one message size; the launch mode is part of the class.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Cell {
+    pub tp: usize,
+    pub gpus: Vec<usize>,
+    pub bytes: u64,
+}
+
+/// Driver, CUDA and NCCL versions of a node.
+pub type Versions = (Option<String>, Option<String>, Option<String>);
+
+/// What one node's profile contributes to one class.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeEntry {
+    /// Index into [`Collected::nodes`].
+    pub node: usize,
+    /// (cell index, backend, median µs) for every result.
+    pub times: Vec<(u32, Backend, f32)>,
+    /// (cell index, the node's choice).
+    pub choices: Vec<(u32, Backend)>,
+}
+
+/// A node: one profile file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeInfo {
+    /// File name within the directory.
+    pub file: String,
+    pub hostname: Option<String>,
+    pub simulated: bool,
+    pub versions: Versions,
+    pub dtype: Dtype,
+}
+
+/// Nodes of one topology class in one launch mode.
+#[derive(Debug, Clone, Default)]
+pub struct ClassData {
+    pub cells: Vec<Cell>,
+    index: HashMap<Cell, u32>,
+    pub entries: Vec<NodeEntry>,
+}
+
+impl ClassData {
+    fn cell(&mut self, c: Cell) -> u32 {
+        if let Some(&i) = self.index.get(&c) {
+            return i;
+        }
+        let i = self.cells.len() as u32;
+        self.index.insert(c.clone(), i);
+        self.cells.push(c);
+        i
+    }
+}
+
+/// Everything read from a directory, before a dtype is chosen.
+#[derive(Debug, Default)]
+pub struct Collected {
+    pub nodes: Vec<NodeInfo>,
+    /// By (dtype, topology class, mode).
+    pub classes: BTreeMap<(Dtype, String, Mode), ClassData>,
+    /// The first profile of each (dtype, topology class), without its buckets: the topology
+    /// and group metadata a class profile starts from.
+    pub templates: BTreeMap<(Dtype, String), Profile>,
+    pub skipped: Vec<Skipped>,
+}
+
+/// Most nodes a fleet directory may hold: names and per-node summaries stay in memory.
+pub const MAX_NODES: usize = 100_000;
+
+/// Reads every `*.json` file directly under `dir`, in name order.
+pub fn collect(dir: &Path) -> Result<Collected, Error> {
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::Read {
+        path: dir.into(),
+        reason: e.to_string(),
+    })?;
+    let mut names: Vec<String> = Vec::new();
+    for e in entries {
+        let e = e.map_err(|e| Error::Read {
+            path: dir.into(),
+            reason: e.to_string(),
+        })?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".json") && !name.starts_with('.') {
+            names.push(name);
+        }
+        if names.len() > MAX_NODES {
+            return Err(Error::bad_input(format!(
+                "{} holds more than {MAX_NODES} profiles; split the fleet into directories of at most that many",
+                dir.display()
+            )));
+        }
+    }
+    names.sort();
+    let mut c = Collected::default();
+    for name in names {
+        match Profile::load(&dir.join(&name)) {
+            Ok(p) => add(&mut c, name, p),
+            Err(e) => c.skipped.push(Skipped {
+                file: name,
+                reason: reason(&e),
+            }),
+        }
+    }
+    Ok(c)
+}
+
+/// The reason alone, without the path and advice the CLI adds.
+fn reason(e: &Error) -> String {
+    match e {
+        Error::Read { reason, .. } => format!("cannot be read: {reason}"),
+        Error::Parse { reason, .. } => reason.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn add(c: &mut Collected, file: String, p: Profile) {
+    if p.fleet.is_some() {
+        c.skipped.push(Skipped {
+            file,
+            reason: "it is a fleet class profile, not one node's".into(),
+        });
+        return;
+    }
+    let Some(dtype) = p.settings.dtype.or(p.groups.first().map(|g| g.dtype)) else {
+        c.skipped.push(Skipped {
+            file,
+            reason: "it has no groups to compare".into(),
+        });
+        return;
+    };
+    let node = c.nodes.len();
+    let class = p.fingerprint.topology_class.clone();
+    let v = &p.versions;
+    let h = &p.topology.host;
+    c.nodes.push(NodeInfo {
+        file,
+        hostname: p
+            .node
+            .as_ref()
+            .and_then(|n| n.hostname.clone())
+            .or_else(|| h.hostname.clone()),
+        simulated: p.simulated,
+        versions: (
+            v.driver.clone().or(h.driver.clone()),
+            v.cuda.clone().or(h.cuda.clone()),
+            v.nccl.clone().or(h.nccl.clone()),
+        ),
+        dtype,
+    });
+    let mut per_mode: BTreeMap<Mode, NodeEntry> = BTreeMap::new();
+    for g in p.groups.iter().filter(|g| g.dtype == dtype) {
+        let data = c.classes.entry((dtype, class.clone(), g.mode)).or_default();
+        let entry = per_mode.entry(g.mode).or_insert_with(|| NodeEntry {
+            node,
+            times: Vec::new(),
+            choices: Vec::new(),
+        });
+        for b in &g.buckets {
+            let cell = data.cell(Cell {
+                tp: g.tp,
+                gpus: g.gpus.clone(),
+                bytes: b.bytes,
+            });
+            entry.choices.push((cell, b.choice));
+            for (be, t) in &b.results {
+                entry.times.push((cell, *be, t.median_us as f32));
+            }
+        }
+    }
+    for (mode, entry) in per_mode {
+        if let Some(d) = c.classes.get_mut(&(dtype, class.clone(), mode)) {
+            d.entries.push(entry);
+        }
+    }
+    c.templates.entry((dtype, class)).or_insert_with(|| {
+        let mut t = p;
+        for g in &mut t.groups {
+            g.buckets.clear();
+            g.crossovers.clear();
+        }
+        t.contention.clear();
+        t
+    });
+}

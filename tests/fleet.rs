@@ -1,0 +1,286 @@
+//! `artune fleet` through the binary: 1,000 generated node profiles with two outliers, a
+//! directory of broken files, and the inputs that must be refused.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn artune(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_artune"))
+        .args(args)
+        .output()
+        .expect("artune runs")
+}
+
+/// A small simulated tune, the template every generated node profile is made from.
+fn template(dir: &Path) -> Value {
+    let out = dir.join("template.json");
+    let o = artune(&[
+        "tune",
+        "--sim",
+        "pcie-4x-1switch",
+        "--tp",
+        "2,4",
+        "--sizes",
+        "1K:64K",
+        "--mode",
+        "graph",
+        "--no-contention",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&std::fs::read(out).unwrap()).unwrap()
+}
+
+/// Multiplies every timing of the backends `pick` selects by `factor`.
+fn scale(p: &mut Value, pick: impl Fn(&str) -> bool, factor: impl Fn(u64) -> f64) {
+    for g in p["groups"].as_array_mut().unwrap() {
+        for b in g["buckets"].as_array_mut().unwrap() {
+            let bytes = b["bytes"].as_u64().unwrap();
+            for (backend, t) in b["results"].as_object_mut().unwrap() {
+                if pick(backend) {
+                    for k in ["median_us", "ci_low_us", "ci_high_us"] {
+                        t[k] = (t[k].as_f64().unwrap() * factor(bytes)).into();
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Peak resident memory of the children this process waited for, bytes.
+fn children_max_rss() -> u64 {
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: u is a valid rusage to fill.
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) };
+    u.ru_maxrss as u64 * 1024
+}
+
+#[test]
+fn a_thousand_nodes_two_outliers_bounded_memory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let nodes = tmp.path().join("nodes");
+    std::fs::create_dir(&nodes).unwrap();
+    let base = template(tmp.path());
+    for i in 0..1000u64 {
+        let mut p = base.clone();
+        p["node"]["hostname"] = format!("gpu{i:04}").into();
+        // Healthy nodes differ by up to ±2%, deterministically.
+        let jitter = 1.0 + ((i * 7919) % 41) as f64 / 1000.0 - 0.02;
+        scale(&mut p, |_| true, |_| jitter);
+        match i {
+            // NCCL three times slower everywhere (a leftover NCCL_P2P_DISABLE, say).
+            137 => scale(&mut p, |b| b.starts_with("nccl"), |_| 3.0),
+            // Custom kernels slower only at large sizes (a link at Gen4 x8).
+            842 => scale(
+                &mut p,
+                |b| b.contains("stage"),
+                |bytes| if bytes >= 16 << 10 { 1.8 } else { 1.0 },
+            ),
+            _ => {}
+        }
+        std::fs::write(nodes.join(format!("node-{i:04}.json")), p.to_string()).unwrap();
+    }
+    let prom = tmp.path().join("artune.prom");
+    let classes = tmp.path().join("classes");
+    let o = artune(&[
+        "fleet",
+        nodes.to_str().unwrap(),
+        "--json",
+        "--prom",
+        prom.to_str().unwrap(),
+        "--out",
+        classes.to_str().unwrap(),
+    ]);
+    let rss = children_max_rss();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["profiles"], 1000);
+    assert_eq!(r["skipped"].as_array().unwrap().len(), 0);
+    let class = &r["classes"][0];
+    assert_eq!(r["classes"].as_array().unwrap().len(), 1);
+    assert_eq!(class["nodes"].as_array().unwrap().len(), 1000);
+    assert_eq!(class["nodes"][137], "gpu0137", "named by host name");
+    let outliers: Vec<&str> = class["outliers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["node"].as_str().unwrap())
+        .collect();
+    assert_eq!(outliers, ["gpu0137", "gpu0842"]);
+    let o137 = &class["outliers"][0]["deviations"];
+    assert!(o137
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|d| d["backend"].as_str().unwrap().starts_with("nccl")));
+    let worst = o137[0]["ratio"].as_f64().unwrap();
+    assert!((2.8..3.2).contains(&worst), "{worst}");
+    let o842 = &class["outliers"][1]["deviations"];
+    assert!(o842
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|d| d["bytes"].as_u64().unwrap() >= 16 << 10));
+    // Each cell has the median per backend and every node's ratio, in `nodes` order.
+    let cell = &class["cells"][0]["backends"]["nccl"];
+    assert_eq!(cell["ratios"].as_array().unwrap().len(), 1000);
+    assert!(cell["ratios"][137].as_f64().unwrap() > 2.8);
+    // The class profile: consensus of the 998 others, with provenance; any engine can load it.
+    let path = r["class_profiles"][class["topology_class"].as_str().unwrap()]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let p: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(p["fleet"]["nodes"].as_array().unwrap().len(), 998);
+    let left: Vec<&str> = p["fleet"]["left_out"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["node"].as_str().unwrap())
+        .collect();
+    assert_eq!(left, ["gpu0137", "gpu0842"]);
+    let show = artune(&["show", &path]);
+    assert!(
+        show.status.success(),
+        "{}",
+        String::from_utf8_lossy(&show.stderr)
+    );
+    let prom = std::fs::read_to_string(prom).unwrap();
+    assert!(prom.contains("node=\"gpu0137\"} 1\n"), "outlier flag");
+    assert!(prom.contains("node=\"gpu0001\"} 0\n"));
+    // Bounded memory: 1,000 profiles of ~50 KB are never held at once.
+    let cap = 96u64 << 20;
+    eprintln!("peak resident memory of the children: {} MiB", rss >> 20);
+    assert!(
+        rss < cap,
+        "fleet peaked at {} MiB (cap {} MiB)",
+        rss >> 20,
+        cap >> 20
+    );
+}
+
+#[test]
+fn broken_files_are_listed_and_the_rest_aggregated() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("nodes");
+    std::fs::create_dir(&d).unwrap();
+    let base = template(tmp.path());
+    for i in 0..3 {
+        std::fs::write(d.join(format!("ok{i}.json")), base.to_string()).unwrap();
+    }
+    let text = base.to_string();
+    std::fs::write(d.join("truncated.json"), &text[..text.len() / 2]).unwrap();
+    std::fs::write(d.join("malformed.json"), "{\"schema_version\": 1,,}").unwrap();
+    std::fs::write(d.join("hostile.json"), "[".repeat(100_000)).unwrap();
+    std::fs::write(d.join("other.json"), "{\"name\": \"a topology\"}").unwrap();
+    std::fs::create_dir(d.join("adir.json")).unwrap();
+    std::fs::write(d.join("notes.txt"), "not a profile and not *.json: ignored").unwrap();
+    let o = artune(&["fleet", d.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(5), "skipped files exit 5");
+    let out = String::from_utf8(o.stdout).unwrap();
+    assert!(out.contains("artune fleet: 3 profiles"), "{out}");
+    assert!(out.contains("skipped 5 file(s)"), "{out}");
+    for (file, why) in [
+        ("truncated.json", "truncated"),
+        ("malformed.json", "line 1"),
+        ("hostile.json", "nest"),
+        ("other.json", "schema_version"),
+        ("adir.json", ""),
+    ] {
+        let line = out
+            .lines()
+            .find(|l| l.trim_start().starts_with(file))
+            .unwrap_or_else(|| panic!("{file}: {out}"));
+        assert!(line.contains(why), "{line}");
+    }
+    // Identical host names (as simulated profiles have): nodes are named by file.
+    assert!(out.contains("ok0:") && out.contains("ok2:"), "{out}");
+    assert!(
+        d.join("classes").read_dir().unwrap().count() == 1,
+        "class profile in DIR/classes"
+    );
+    // The class profile does not count as a node the next time.
+    let again = artune(&["fleet", d.to_str().unwrap(), "--json"]);
+    let r: Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(r["profiles"], 3);
+}
+
+#[test]
+fn nothing_to_aggregate_is_one_sentence_and_exit_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = template(tmp.path());
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let mixed = tmp.path().join("mixed");
+    std::fs::create_dir(&mixed).unwrap();
+    let mut fp16 = base.clone();
+    for g in fp16["groups"].as_array_mut().unwrap() {
+        g["dtype"] = "fp16".into();
+    }
+    fp16["settings"]["dtype"] = "fp16".into();
+    std::fs::write(mixed.join("a.json"), base.to_string()).unwrap();
+    std::fs::write(mixed.join("b.json"), fp16.to_string()).unwrap();
+    for (dir, says) in [
+        (empty.to_str().unwrap(), "holds no artune profile"),
+        (mixed.to_str().unwrap(), "different dtypes"),
+        ("/nonexistent/dir", "cannot read"),
+    ] {
+        let o = artune(&["fleet", dir]);
+        assert_eq!(o.status.code(), Some(2), "{dir}");
+        let err = String::from_utf8(o.stderr).unwrap();
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains(says), "{err}");
+    }
+}
+
+#[test]
+fn host_in_out_names_the_file_and_the_profile_names_the_node() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("{host}.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_artune"))
+        .args([
+            "tune",
+            "--sim",
+            "pcie-2x",
+            "--sizes",
+            "1K:4K",
+            "--mode",
+            "graph",
+            "--no-contention",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .env("SLURMD_NODENAME", "gpu-node-7")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let p: Value =
+        serde_json::from_slice(&std::fs::read(tmp.path().join("gpu-node-7.json")).unwrap())
+            .unwrap();
+    assert_eq!(p["node"]["scheduler_node"], "gpu-node-7");
+    assert!(
+        p["node"]["hostname"].is_string(),
+        "the host name is recorded for a simulated tune too"
+    );
+    assert_eq!(p["node"]["args"][0], "tune");
+    assert_eq!(p["settings"]["dtype"], "bf16");
+    let bad = Command::new(env!("CARGO_BIN_EXE_artune"))
+        .args(["tune", "--sim", "pcie-2x", "--out"])
+        .arg(&out)
+        .env("SLURMD_NODENAME", "../etc")
+        .output()
+        .unwrap();
+    assert_eq!(
+        bad.status.code(),
+        Some(2),
+        "a node name that is a path is refused"
+    );
+}
