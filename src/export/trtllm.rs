@@ -13,9 +13,10 @@
 //!   asserts that the process's `rank_<r>` exists. This layout is from TensorRT-LLM PR #10336;
 //!   older releases read one file per rank, which artune does not write.
 //! - `tensorrt_llm/_torch/custom_ops/torch_custom_ops.py`, AllReduceRunner: tokens tuned at
-//!   powers of two up to 8192 (get_last_power_of_2_num_tokens_buckets(8192)) but mapped with an
-//!   unclamped last_positive_power_of_2, so 16384 tokens and more never hit the cache; TWOSHOT
-//!   only from one token per rank; the key is `("trtllm::tunable_allreduce::allreduce",
+//!   powers of two up to 8192 (get_last_power_of_2_num_tokens_buckets(8192)), looked up as
+//!   last_positive_power_of_2 clamped to tune_max_num_tokens (autotuner.py
+//!   _find_nearest_profile), so 16384 tokens and more use the 8192 entry; TWOSHOT only from
+//!   one token per rank; the key is `("trtllm::tunable_allreduce::allreduce",
 //!   "AllReduceRunner", str((tp, fusion_op)), shapes)` with the six inputs' shapes, the
 //!   residual's token dimension -1 and absent inputs `(0,)`. Tactics are AllReduceStrategy
 //!   values: ONESHOT=4, TWOSHOT=5. NCCL bands get no entry: TensorRT-LLM tunes those itself
@@ -256,8 +257,8 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
     y.push_str("# - Pull kernels (one_stage_pull, two_stage_pull): TensorRT-LLM's one-shot and two-shot kernels write\n");
     y.push_str("#   into peers' buffers (push). Where the profile chose a pull kernel, the steering rule is applied\n");
     y.push_str("#   again among what TensorRT-LLM can run (NCCL, ONESHOT, TWOSHOT).\n");
-    y.push_str("# - Token counts between powers of two round down to one; 16384 tokens and more miss the cache\n");
-    y.push_str("#   (last_positive_power_of_2 is not clamped at 8192) and TensorRT-LLM falls back to its own choice.\n");
+    y.push_str("# - Token counts between powers of two round down to one, and counts above 8192 are clamped to\n");
+    y.push_str("#   tune_max_num_tokens (8192 by default), so the 8192 entry, measured at 8192 tokens, serves them.\n");
     y.push_str("# - Fusions: entries for NONE and RESIDUAL_RMS_NORM carry plain-allreduce timings; quantizing fusions are\n");
     y.push_str("#   not written. Keys assume 2-D [tokens, hidden] inputs and a workspace of 3*TP+2 pointers.\n");
     y.push_str("# - One/two-shot above the 64 MiB fusion workspace run NCCL (ifFallbackToNCCL).\n");
