@@ -335,6 +335,33 @@ mod tests {
     }
 
     #[test]
+    fn custom_entries_reach_the_64_mib_workspace_and_never_pick_nccl() {
+        let p = sample::profile_with("nvswitch-8x", &[4], &[32 << 20, 128 << 20]);
+        let mut b = p.groups[0].buckets[0].clone();
+        let nccl = b.results[&Backend::Nccl].median_us;
+        for k in [Backend::TwoStagePush, Backend::TwoStagePull] {
+            let t = b.results.get_mut(&k).unwrap();
+            (t.median_us, t.ci_low_us, t.ci_high_us) = (nccl / 2.0, nccl / 2.1, nccl / 1.9);
+        }
+        b.choice = Backend::TwoStagePull;
+        // 32 MiB at TP4: above the 8 MB of older releases, inside today's 64 MiB workspace; the
+        // pull choice maps to TensorRT-LLM's push kernel by the rule among what it runs.
+        assert_eq!(decide(&b, 4, 2048, 32 << 20), Some(Strategy::TwoShot));
+        assert_eq!(
+            decide(&b, 4, 2, 32 << 20),
+            None,
+            "TWOSHOT needs a token per rank"
+        );
+        assert_eq!(decide(&b, 4, 8192, 65 << 20), None, "above the workspace");
+        b.choice = Backend::Nccl;
+        assert_eq!(
+            decide(&b, 4, 2048, 32 << 20),
+            None,
+            "NCCL bands get no entry"
+        );
+    }
+
+    #[test]
     fn unix_seconds_inverts_rfc3339() {
         for s in [0, 951_782_400, 1_795_942_194] {
             assert_eq!(unix_seconds(&crate::profile::rfc3339(s)), Some(s));
