@@ -69,8 +69,17 @@ fn band_time(b: &Bucket, band: usize) -> Option<f64> {
     }
 }
 
+/// Whether band `s` is what the profile chose at this bucket.
+fn is_choice(b: &Bucket, s: usize) -> bool {
+    match BANDS[s].0 {
+        Some(k) => k == b.choice,
+        None => b.choice.is_nccl(),
+    }
+}
+
 /// Bands per bucket, non-decreasing in SGLang's order, minimising summed time; sizes above
-/// the workspace can only be NCCL.
+/// the workspace can only be NCCL. A band other than the profile's choice never counts as
+/// faster than it unless it beats it, so ties follow the profile rather than noise.
 fn assign(g: &GroupProfile, workspace: u64) -> Vec<usize> {
     let n = g.buckets.len();
     let cost = |i: usize, s: usize| {
@@ -78,7 +87,17 @@ fn assign(g: &GroupProfile, workspace: u64) -> Vec<usize> {
         if s < 3 && b.bytes > workspace {
             return UNMEASURED;
         }
-        band_time(b, s).unwrap_or(UNMEASURED)
+        let timing = match BANDS[s].0 {
+            Some(k) => b.results.get(&k).copied(),
+            None => plugin_time(b),
+        };
+        match (timing, b.results.get(&b.choice)) {
+            (None, _) => UNMEASURED,
+            (Some(x), Some(c)) if !is_choice(b, s) && !crate::decide::beats(&x, c) => {
+                x.median_us.max(c.median_us)
+            }
+            (Some(x), _) => x.median_us,
+        }
     };
     let mut dp = vec![[0f64; 4]; n];
     let mut from = vec![[0usize; 4]; n];
@@ -321,8 +340,7 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
                                 worst = (t / c - 1.0, b.bytes);
                             }
                         }
-                        let same = BANDS[s].0 == Some(b.choice)
-                            || (BANDS[s].0.is_none() && b.choice.is_nccl());
+                        let same = is_choice(b, s);
                         let cmp = match (t, c) {
                             (Some(t), Some(c)) if !same => {
                                 format!("; profile chose {} ({c:.1} us), {}", b.choice, pct(t, c))
@@ -336,14 +354,17 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
                             t.map_or("not measured".into(), |t| format!("{t:.1} us"))
                         ));
                     }
+                    let worst = if worst.0 > 0.0 {
+                        format!("worst {:+.1}% at {}", worst.0 * 100.0, fmt_bytes(worst.1))
+                    } else {
+                        "slower at no size".into()
+                    };
                     notes.push_str(&format!(
-                        "#   SGLang's order (push, pull, two-shot, NCCL) costs {} summed against the profile's bands ({ordered:.1} vs {chosen:.1} us), worst {:+.0}% at {}.\n",
-                        pct(ordered, chosen),
-                        worst.0 * 100.0,
-                        fmt_bytes(worst.1)
+                        "#   SGLang's order (push, pull, two-shot, NCCL) costs {:+.1}% summed against the profile's bands ({ordered:.1} vs {chosen:.1} us), {worst}.\n",
+                        (ordered / chosen - 1.0) * 100.0,
                     ));
                     if let Some((lo, hi)) = mc {
-                        notes.push_str(&format!("#   Between {} and {} SGLang runs two-shot over NVLink multicast, which artune did not measure.\n", fmt_bytes(lo), fmt_bytes(hi)));
+                        notes.push_str(&format!("#   Where its two-shot band falls between {} and {}, SGLang runs it over NVLink multicast, which artune did not measure.\n", fmt_bytes(lo), fmt_bytes(hi)));
                     }
                     let push = plan.lim[0].min(V2_WORKSPACE);
                     notes.push_str(&format!(

@@ -14,7 +14,7 @@
 ARTUNE_CUSTOM_ALL_REDUCE_V2 = {
     2: {"graph": (0, 16384, 262144, None), "eager": (0, 16384, 262144, None)},
     4: {"graph": (0, 16384, 65536, None), "eager": (0, 16384, 65536, (0, 33554432))},
-    8: {"graph": (0, 4096, 16384, (524288, 134217728)), "eager": (0, 4096, 16384, (0, 134217728))},
+    8: {"graph": (0, 16384, 16384, (524288, 134217728)), "eager": (0, 16384, 16384, (0, 134217728))},
 }
 #
 # Server flags:
@@ -41,7 +41,7 @@ ARTUNE_CUSTOM_ALL_REDUCE_V2 = {
 #         4M: NCCL       190.8 us
 #        16M: NCCL       715.1 us
 #        64M: NCCL       2812.2 us
-#   SGLang's order (push, pull, two-shot, NCCL) costs -0% summed against the profile's bands (3824.3 vs 3824.7 us), worst +0% at 0B.
+#   SGLang's order (push, pull, two-shot, NCCL) costs -0.0% summed against the profile's bands (3824.3 vs 3824.7 us), slower at no size.
 #   v2 workspace per GPU at these limits: pull 16M + push 2 x 2 x 0B = 16M.
 # TP2 eager (GPUs [0, 1]):
 #         1K: 1shot_pull 7.1 us
@@ -53,7 +53,7 @@ ARTUNE_CUSTOM_ALL_REDUCE_V2 = {
 #         4M: NCCL       193.8 us
 #        16M: NCCL       718.1 us
 #        64M: NCCL       2815.2 us
-#   SGLang's order (push, pull, two-shot, NCCL) costs -0% summed against the profile's bands (3851.3 vs 3851.7 us), worst +0% at 0B.
+#   SGLang's order (push, pull, two-shot, NCCL) costs -0.0% summed against the profile's bands (3851.3 vs 3851.7 us), slower at no size.
 #   v2 workspace per GPU at these limits: pull 16M + push 2 x 2 x 0B = 16M.
 # TP4 graph (GPUs [0, 1, 2, 3]):
 #         1K: 1shot_pull 6.2 us
@@ -65,7 +65,7 @@ ARTUNE_CUSTOM_ALL_REDUCE_V2 = {
 #         4M: NCCL       192.8 us
 #        16M: NCCL       717.1 us
 #        64M: NCCL       2814.2 us
-#   SGLang's order (push, pull, two-shot, NCCL) costs +0% summed against the profile's bands (3853.3 vs 3853.3 us), worst +0% at 0B.
+#   SGLang's order (push, pull, two-shot, NCCL) costs +0.0% summed against the profile's bands (3853.3 vs 3853.3 us), slower at no size.
 #   v2 workspace per GPU at these limits: pull 16M + push 2 x 4 x 0B = 16M.
 # TP4 eager (GPUs [0, 1, 2, 3]):
 #         1K: 1shot_pull 9.2 us
@@ -77,32 +77,32 @@ ARTUNE_CUSTOM_ALL_REDUCE_V2 = {
 #         4M: NCCL       195.8 us
 #        16M: NCCL       720.1 us
 #        64M: NCCL       2817.2 us
-#   SGLang's order (push, pull, two-shot, NCCL) costs +0% summed against the profile's bands (3880.3 vs 3880.3 us), worst +0% at 0B.
-#   Between 0B and 32M SGLang runs two-shot over NVLink multicast, which artune did not measure.
+#   SGLang's order (push, pull, two-shot, NCCL) costs +0.0% summed against the profile's bands (3880.3 vs 3880.3 us), slower at no size.
+#   Where its two-shot band falls between 0B and 32M, SGLang runs it over NVLink multicast, which artune did not measure.
 #   v2 workspace per GPU at these limits: pull 16M + push 2 x 4 x 0B = 16M.
 # TP8 graph (GPUs [0, 1, 2, 3, 4, 5, 6, 7]):
 #         1K: 1shot_pull 10.4 us
 #         4K: 1shot_pull 11.6 us
-#        16K: 2shot_pull 16.1 us; profile chose one_stage_pull (16.6 us), -3%
+#        16K: 1shot_pull 16.6 us
 #        64K: NCCL       21.6 us
 #       256K: NCCL       33.1 us
 #         1M: NCCL       65.7 us
 #         4M: NCCL       196.8 us
 #        16M: NCCL       721.1 us
 #        64M: NCCL       2818.2 us
-#   SGLang's order (push, pull, two-shot, NCCL) costs -0% summed against the profile's bands (3894.6 vs 3895.1 us), worst +0% at 0B.
-#   Between 512K and 128M SGLang runs two-shot over NVLink multicast, which artune did not measure.
+#   SGLang's order (push, pull, two-shot, NCCL) costs +0.0% summed against the profile's bands (3895.1 vs 3895.1 us), slower at no size.
+#   Where its two-shot band falls between 512K and 128M, SGLang runs it over NVLink multicast, which artune did not measure.
 #   v2 workspace per GPU at these limits: pull 16M + push 2 x 8 x 0B = 16M.
 # TP8 eager (GPUs [0, 1, 2, 3, 4, 5, 6, 7]):
 #         1K: 1shot_pull 13.4 us
 #         4K: 1shot_pull 14.6 us
-#        16K: 2shot_pull 19.1 us; profile chose one_stage_pull (19.6 us), -2%
+#        16K: 1shot_pull 19.6 us
 #        64K: NCCL       24.6 us
 #       256K: NCCL       36.1 us
 #         1M: NCCL       68.7 us
 #         4M: NCCL       199.8 us
 #        16M: NCCL       724.1 us
 #        64M: NCCL       2821.2 us
-#   SGLang's order (push, pull, two-shot, NCCL) costs -0% summed against the profile's bands (3921.6 vs 3922.1 us), worst +0% at 0B.
-#   Between 0B and 128M SGLang runs two-shot over NVLink multicast, which artune did not measure.
+#   SGLang's order (push, pull, two-shot, NCCL) costs +0.0% summed against the profile's bands (3922.1 vs 3922.1 us), slower at no size.
+#   Where its two-shot band falls between 0B and 128M, SGLang runs it over NVLink multicast, which artune did not measure.
 #   v2 workspace per GPU at these limits: pull 16M + push 2 x 8 x 0B = 16M.
