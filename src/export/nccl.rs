@@ -104,7 +104,8 @@ pub(super) fn runs(g: &GroupProfile, bytes: u64) -> EngineRun {
 pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, Error> {
     let mut s = String::new();
     s.push_str("# NCCL: load artune's tuner plugin, which steers each allreduce from the profile (source this file).\n");
-    s.push_str("# NCCL reads the plugin named by NCCL_TUNER_PLUGIN through its tuner plugin API (v3 to v7).\n");
+    s.push_str("# NCCL loads the plugin named by NCCL_TUNER_PLUGIN through its tuner API, ncclTunerPlugin_v3..v7\n");
+    s.push_str("# (NVIDIA/nccl src/include/plugin/tuner/tuner_v7.h, commit 2449986fd9ec, and the older headers).\n");
     s.push_str(&provenance(p, o, "#"));
     s.push('\n');
     s.push_str(&plugin_lines(p, o));

@@ -106,7 +106,7 @@ fn every_export_header_names_the_engine_source_it_was_read_against() {
         (Engine::Trtllm, "allreduceOp.cpp (4bb1ef88800b)"),
         (Engine::Vllm, "all_reduce_utils.py\n# (b250ac3dd5ef"),
         (Engine::Sglang, "custom_all_reduce_v2.py (50e143a67729)"),
-        (Engine::Nccl, "tuner plugin API"),
+        (Engine::Nccl, "tuner/tuner_v7.h, commit 2449986fd9ec"),
     ] {
         let e = export(&nvswitch(), &opts(engine)).unwrap();
         assert!(e.files[0].contents.contains(needle), "{engine:?}");
