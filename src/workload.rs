@@ -359,10 +359,13 @@ fn cost(
             (Ok(a), Err(_)) | (Err(_), Ok(a)) => Ok(a),
             (Err(a), Err(c)) => Err(format!("{a}; {c}")),
         },
-        Policy::Vllm => match crate::export::vllm::builtin(&p.topology, &g.gpus, bytes) {
+        Policy::Vllm => match crate::export::vllm::builtin(&p.topology, &g.gpus, g.dtype, bytes) {
             crate::export::vllm::Path::Custom(k) => {
                 get(k).map_err(|e| format!("vLLM would run {k}, but {e}"))
             }
+            crate::export::vllm::Path::SymmMem(what) => Err(format!(
+                "vLLM would run {what}, which artune does not measure"
+            )),
             crate::export::vllm::Path::Nccl(_) => cost(p, g, b, bytes, Policy::Nccl),
         },
     }

@@ -57,6 +57,8 @@ fn every_command_into_a_closed_pipe_exits_0_quietly() {
         vec!["select", p, "--tp", "4", "--bytes", "64K", "--json"],
         vec!["export", p, "--engine", "sglang"],
         vec!["export", p, "--engine", "env"],
+        vec!["why", p, "--tp", "4", "--bytes", "64K"],
+        vec!["why", p, "--tp", "4", "--bytes", "64K", "--json"],
         vec!["check", p, "--sim", "pcie-4x-1switch"],
         vec!["predict", p, "--workload", "10x4096xbf16@1..4"],
         vec!["schema"],

@@ -165,12 +165,26 @@ fn bad_profiles_are_refused_in_one_line() {
     }
 }
 
+/// The NVLink sample: H100-class GPUs on NVSwitch, TP2/4/8.
+fn nvswitch() -> Profile {
+    let sizes: Vec<u64> = (0..9).map(|i| 1024u64 << (2 * i)).collect();
+    sample::profile_with("nvswitch-8x", &[2, 4, 8], &sizes)
+}
+
 #[test]
 fn export_every_engine_to_stdout_and_files() {
     let d = tempfile::tempdir().unwrap();
     let p = write(d.path(), "p.json", &sample::profile());
     for engine in ["trtllm", "vllm", "sglang", "nccl", "env"] {
-        let o = artune(&["export", &p, "--engine", engine, "--hidden", "7168"]);
+        let o = artune(&[
+            "export",
+            &p,
+            "--engine",
+            engine,
+            "--hidden",
+            "7168",
+            "--allow-simulated",
+        ]);
         assert_eq!(o.code, 0, "{engine}: {}", o.stderr);
         assert!(o.stdout.contains("SIMULATED PROFILE"), "{engine}");
         assert!(
@@ -186,6 +200,7 @@ fn export_every_engine_to_stdout_and_files() {
         "vllm",
         "--tp",
         "2",
+        "--allow-simulated",
         "--out",
         s(&out),
     ]);
@@ -195,39 +210,71 @@ fn export_every_engine_to_stdout_and_files() {
     )
     .unwrap();
     assert_eq!(cache["0->1"], true);
-    assert!(std::fs::read_to_string(out.join("vllm.txt"))
-        .unwrap()
-        .contains("--tensor-parallel-size 2"));
+    let text = std::fs::read_to_string(out.join("vllm.txt")).unwrap();
+    assert!(text.contains("--tensor-parallel-size 2"));
+    assert!(text.contains("export VLLM_SKIP_P2P_CHECK=0"));
 
-    let conf = d.path().join("nccl_tuner.conf");
+    let env = d.path().join("nccl.env");
     assert_eq!(
-        artune(&["export", &p, "--engine", "nccl", "--out", s(&conf)]).code,
+        artune(&["export", &p, "--engine", "nccl", "--out", s(&env)]).code,
         0
     );
-    assert!(std::fs::read_to_string(&conf)
-        .unwrap()
-        .contains("allreduce,0,"));
+    let text = std::fs::read_to_string(&env).unwrap();
+    assert!(text.contains("export NCCL_TUNER_PLUGIN=libartune.so"));
+    assert!(
+        !text.lines().any(|l| l.starts_with("allreduce,")),
+        "no example-plugin CSV"
+    );
 
+    // PCIe: TensorRT-LLM runs NCCL whatever a cache says, so none is written.
     let trt = d.path().join("trt");
-    assert_eq!(
-        artune(&[
-            "export",
-            &p,
-            "--engine",
-            "trtllm",
-            "--hidden",
-            "4096",
-            "--out",
-            s(&trt)
-        ])
-        .code,
-        0
-    );
+    let o = artune(&[
+        "export",
+        &p,
+        "--engine",
+        "trtllm",
+        "--hidden",
+        "4096",
+        "--out",
+        s(&trt),
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let yaml = trt.join("extra-llm-api-options.yaml");
+    assert!(std::fs::read_to_string(&yaml)
+        .unwrap()
+        .contains("\nallreduce_strategy: NCCL\n"));
+    assert!(!trt.join("trtllm-autotuner-cache.json").exists());
+    assert!(yaml.exists());
+
+    // NVLink, TP2 served by 8 ranks (PP4): a section for every rank.
+    let nv = write(d.path(), "nv.json", &nvswitch());
+    let trt = d.path().join("trt-nv");
+    let o = artune(&[
+        "export",
+        &nv,
+        "--engine",
+        "trtllm",
+        "--hidden",
+        "7168",
+        "--tp",
+        "2",
+        "--world-size",
+        "8",
+        "--out",
+        s(&trt),
+    ]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
     let cache: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(trt.join("trtllm-autotuner-cache.json")).unwrap(),
     )
     .unwrap();
-    assert!(cache["rank_3"].as_object().unwrap().len() > 10);
+    for r in 0..8 {
+        assert!(
+            !cache[format!("rank_{r}")].as_object().unwrap().is_empty(),
+            "rank_{r}"
+        );
+    }
+    assert!(cache.get("rank_8").is_none());
 }
 
 #[test]
@@ -243,7 +290,15 @@ fn export_bad_input() {
     let file = d.path().join("afile");
     std::fs::write(&file, "x").unwrap();
     fails(
-        &["export", &p, "--engine", "vllm", "--out", s(&file)],
+        &[
+            "export",
+            &p,
+            "--engine",
+            "vllm",
+            "--allow-simulated",
+            "--out",
+            s(&file),
+        ],
         2,
         "give a directory",
     );
@@ -252,7 +307,37 @@ fn export_bad_input() {
         "x",
         "nothing written over it"
     );
-    assert_eq!(artune(&["export", &p, "--engine", "bogus"]).code, 2);
+    fails(
+        &["export", &p, "--engine", "bogus"],
+        2,
+        "invalid value 'bogus'",
+    );
+    // Each refusal writes nothing.
+    let out = d.path().join("out");
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &[
+                "--engine",
+                "trtllm",
+                "--hidden",
+                "7168",
+                "--world-size",
+                "2",
+            ],
+            "--world-size 2 is smaller than TP4",
+        ),
+        (
+            &["--engine", "vllm"],
+            "pass --allow-simulated for tests only",
+        ),
+        (&["--engine", "sglang", "--tp", "8"], "no TP8 group"),
+    ];
+    for (args, needle) in cases {
+        let mut a = vec!["export", p.as_str(), "--out", s(&out)];
+        a.extend_from_slice(args);
+        fails(&a, 2, needle);
+        assert!(!out.exists(), "{args:?} wrote {}", out.display());
+    }
 }
 
 fn topology_file(dir: &Path, preset: &str, edit: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
@@ -455,10 +540,21 @@ fn tuned_profiles_flow_through_every_consumer() {
         assert!(serde_json::from_str::<serde_json::Value>(&o.stdout).unwrap()["simulated"] == true);
         assert_eq!(artune(&["check", p, "--topology", &topo(preset)]).code, 0);
         for engine in ["trtllm", "vllm", "sglang", "nccl", "env"] {
-            let o = artune(&["export", p, "--engine", engine, "--hidden", "7168"]);
+            let o = artune(&[
+                "export",
+                p,
+                "--engine",
+                engine,
+                "--hidden",
+                "7168",
+                "--allow-simulated",
+            ]);
             assert_eq!(o.code, 0, "{preset} {engine}: {}", o.stderr);
             assert!(o.stdout.contains("SIMULATED PROFILE"));
         }
+        let o = artune(&["why", p, "--tp", "8", "--bytes", "14336"]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        assert!(o.stdout.contains("what each engine runs here"));
         let o = artune(&[
             "predict",
             p,

@@ -3,7 +3,9 @@
 use super::output::{out, outln};
 use std::path::Path;
 
-use super::{load_topology, CheckArgs, DtypeArg, ExportArgs, PredictArgs, SelectArgs, Source};
+use super::{
+    load_topology, CheckArgs, DtypeArg, ExportArgs, PredictArgs, SelectArgs, Source, WhyArgs,
+};
 use crate::error::Error;
 use crate::export;
 use crate::fabric::Mode;
@@ -104,6 +106,8 @@ pub fn export(a: ExportArgs) -> Result<i32, Error> {
             DtypeArg::Fp32 => crate::fabric::Dtype::Fp32,
         },
         source,
+        world_size: a.world_size,
+        allow_simulated: a.allow_simulated,
     };
     let e = export::export(&p, &o)?;
     warn_simulated(&a.profile, &p);
@@ -117,16 +121,18 @@ pub fn export(a: ExportArgs) -> Result<i32, Error> {
                 out!("{}", f.contents);
             }
         }
-        Some(out) if e.files.len() == 1 && !out.is_dir() => {
+        // Engines whose export can hold several files always take a directory, so where
+        // the files land does not depend on the profile.
+        Some(out) if !a.engine.writes_several() && e.files.len() == 1 && !out.is_dir() => {
             crate::profile::write_atomic(&out, e.files[0].contents.as_bytes())?;
             eprintln!("wrote {}", out.display());
         }
         Some(dir) => {
             if dir.exists() && !dir.is_dir() {
                 return Err(Error::bad_input(format!(
-                    "{} is a file, but this export writes {} files; give a directory to --out",
+                    "{} is a file, but the {} export writes into a directory; give a directory to --out",
                     dir.display(),
-                    e.files.len()
+                    format!("{:?}", a.engine).to_lowercase()
                 )));
             }
             std::fs::create_dir_all(&dir).map_err(|err| Error::Write {
@@ -139,6 +145,24 @@ pub fn export(a: ExportArgs) -> Result<i32, Error> {
                 eprintln!("wrote {}", path.display());
             }
         }
+    }
+    Ok(0)
+}
+
+pub fn why(a: WhyArgs) -> Result<i32, Error> {
+    let p = Profile::load(&a.profile)?;
+    let bytes = crate::units::parse_bytes(&a.bytes)?;
+    if bytes == 0 {
+        return Err(Error::bad_input(
+            "--bytes 0 is not a message; give at least 1 byte",
+        ));
+    }
+    let w = export::why::explain(&p, a.tp, a.mode.into(), bytes)?;
+    warn_simulated(&a.profile, &p);
+    if a.json {
+        outln!("{}", serde_json::to_string_pretty(&w).unwrap_or_default());
+    } else {
+        out!("{}", export::why::render(&w));
     }
     Ok(0)
 }

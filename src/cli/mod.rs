@@ -39,6 +39,8 @@ pub enum Command {
     Select(SelectArgs),
     /// Write what an engine needs to follow a profile.
     Export(ExportArgs),
+    /// Explain one answer: every backend's time, the rule, the cost of alternatives, the engines.
+    Why(WhyArgs),
     /// Check that a profile still holds for this machine (exit 3 when stale).
     Check(CheckArgs),
     /// Allreduce cost of one engine step under several policies.
@@ -208,6 +210,27 @@ pub struct ExportArgs {
     /// Write here instead of standard output (a directory for multi-file exports).
     #[arg(long, short)]
     pub out: Option<PathBuf>,
+    /// Ranks of the deployment (TP x PP), for TensorRT-LLM's per-rank cache sections
+    /// (default: the largest TP size exported).
+    #[arg(long)]
+    pub world_size: Option<usize>,
+    /// Write engine state (vLLM's P2P cache) from a simulated profile: for tests only.
+    #[arg(long)]
+    pub allow_simulated: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct WhyArgs {
+    pub profile: PathBuf,
+    #[arg(long)]
+    pub tp: usize,
+    /// Message size (4096, 4K, 1MiB).
+    #[arg(long)]
+    pub bytes: String,
+    #[arg(long, value_enum, default_value = "graph")]
+    pub mode: SelectMode,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -321,6 +344,7 @@ fn run(cmd: Command) -> Result<i32, Error> {
         Command::Show(a) => tune::show(a),
         Command::Select(a) => consumers::select(a),
         Command::Export(a) => consumers::export(a),
+        Command::Why(a) => consumers::why(a),
         Command::Check(a) => consumers::check(a),
         Command::Predict(a) => consumers::predict(a),
         Command::Bench(a) => bench::run(a),

@@ -4,6 +4,9 @@
 //! files of text). Every file names the profile it came from (path, creation time, fingerprint,
 //! and SIMULATED in capitals when it was not measured on real GPUs) and says plainly what the
 //! engine's knobs cannot express. The per-engine files cite the engine sources they follow.
+//!
+//! Each engine module also says what that engine will run for one message ([`EngineRun`]),
+//! with artune's export applied, so `artune why` and the exports tell the same story.
 
 mod env;
 mod nccl;
@@ -11,10 +14,12 @@ pub mod sample;
 mod sglang;
 mod trtllm;
 pub mod vllm;
+pub mod why;
 
 use crate::allreduce::{Backend, Dtype, Mode};
 use crate::error::Error;
 use crate::profile::{Bucket, GroupProfile, Profile, Query, Timing};
+use crate::topology::{ComputeCapability, PathClass, Status, Topology};
 
 /// The engine to export for (also the `--engine` argument).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -24,6 +29,13 @@ pub enum Engine {
     Sglang,
     Nccl,
     Env,
+}
+
+impl Engine {
+    /// The export can hold more than one file (then `--out` names a directory).
+    pub fn writes_several(self) -> bool {
+        matches!(self, Engine::Trtllm | Engine::Vllm)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -36,6 +48,27 @@ pub struct Options {
     pub dtype: Dtype,
     /// How the profile is named in the export, usually its absolute path.
     pub source: String,
+    /// Ranks of the deployment (TP x PP), for engines that keep state per rank (TensorRT-LLM's
+    /// cache sections); None: the largest TP size exported.
+    pub world_size: Option<usize>,
+    /// Write engine state (vLLM's P2P cache) from a simulated profile: for tests only.
+    pub allow_simulated: bool,
+}
+
+/// Deployments larger than this are not a tensor-parallel group on one box.
+const MAX_WORLD_SIZE: usize = 4096;
+
+/// What one engine will run for one allreduce, with artune's export applied.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct EngineRun {
+    pub engine: &'static str,
+    /// The engine's own name for what runs ("custom allreduce, 1stage", "NCCL", "ONESHOT").
+    pub runs: String,
+    /// The profile's backend that this is, where artune measured it; None where it did not
+    /// (symmetric memory, multicast) or cannot tell.
+    pub backend: Option<Backend>,
+    /// Why the engine runs this, in its own terms.
+    pub because: String,
 }
 
 /// One file of an export.
@@ -55,6 +88,9 @@ pub struct Export {
 /// Builds the export.
 pub fn export(p: &Profile, o: &Options) -> Result<Export, Error> {
     let tps = tp_sizes(p, o.tp)?;
+    if let Some(w) = o.world_size {
+        check_world_size(w, &tps)?;
+    }
     match o.engine {
         Engine::Trtllm => trtllm::export(p, o, &tps),
         Engine::Vllm => vllm::export(p, o, &tps),
@@ -83,6 +119,27 @@ fn tp_sizes(p: &Profile, tp: Option<usize>) -> Result<Vec<usize>, Error> {
                 .join(", ")
         ))),
     }
+}
+
+/// `--world-size` must hold whole TP groups of every size exported.
+fn check_world_size(w: usize, tps: &[usize]) -> Result<(), Error> {
+    let largest = tps.iter().copied().max().unwrap_or(1);
+    if w < largest {
+        return Err(Error::bad_input(format!(
+            "--world-size {w} is smaller than TP{largest}; give at least {largest} (TP x PP ranks), or pass --tp to export a smaller TP size"
+        )));
+    }
+    if w > MAX_WORLD_SIZE {
+        return Err(Error::bad_input(format!(
+            "--world-size {w} is more ranks than artune writes state for (at most {MAX_WORLD_SIZE})"
+        )));
+    }
+    if let Some(t) = tps.iter().find(|&&t| w % t != 0) {
+        return Err(Error::bad_input(format!(
+            "--world-size {w} is not a multiple of TP{t}, so it cannot hold whole TP{t} groups; pass --tp to export one TP size"
+        )));
+    }
+    Ok(())
 }
 
 /// The group an engine with no notion of launch mode should follow: graph (decode, where small
@@ -161,23 +218,121 @@ fn provenance_json(p: &Profile, o: &Options) -> serde_json::Value {
     v
 }
 
-/// The fastest of `candidates` measured at this bucket.
-fn fastest(b: &Bucket, candidates: &[Backend]) -> Option<(Backend, Timing)> {
-    candidates
-        .iter()
-        .filter_map(|c| b.results.get(c).map(|t| (*c, *t)))
-        .min_by(|x, y| x.1.median_us.total_cmp(&y.1.median_us))
+/// The NCCL variant artune's tuner plugin makes NCCL run at this bucket: the steering rule's
+/// answer recorded in the profile, or NCCL's own choice where an older profile recorded none.
+pub fn plugin_nccl(b: &Bucket) -> Backend {
+    b.nccl_choice.unwrap_or(Backend::Nccl)
 }
 
-/// NCCL's own choice measured at this bucket, or the fastest pinned variant as its stand-in.
+/// What NCCL costs at this bucket as an engine runs it without artune's plugin: NCCL's own
+/// choice, or where that was not measured, the rule's NCCL variant as its stand-in.
 pub(crate) fn nccl_time(b: &Bucket) -> Option<Timing> {
-    b.results.get(&Backend::Nccl).copied().or_else(|| {
-        let pinned: Vec<Backend> = Backend::ALL
-            .into_iter()
-            .filter(|x| x.nccl_pin().is_some())
-            .collect();
-        fastest(b, &pinned).map(|(_, t)| t)
+    b.results
+        .get(&Backend::Nccl)
+        .copied()
+        .or_else(|| crate::decide::nccl_choice(&b.results).and_then(|n| b.results.get(&n).copied()))
+}
+
+/// What NCCL costs at this bucket with artune's plugin loaded.
+pub(crate) fn plugin_time(b: &Bucket) -> Option<Timing> {
+    b.results
+        .get(&plugin_nccl(b))
+        .copied()
+        .or_else(|| nccl_time(b))
+}
+
+/// The median of `backend` at this bucket.
+fn median(b: &Bucket, backend: Backend) -> Option<f64> {
+    b.results.get(&backend).map(|t| t.median_us)
+}
+
+/// The bucket that serves `bytes` (the first at or above it).
+fn bucket_for(g: &GroupProfile, bytes: u64) -> Option<&Bucket> {
+    g.buckets
+        .get(g.buckets.partition_point(|b| b.bytes < bytes))
+}
+
+/// Every ordered pair of `gpus` is joined by NVLink.
+pub(crate) fn fully_nvlinked(t: &Topology, gpus: &[usize]) -> bool {
+    gpus.iter().all(|&a| {
+        gpus.iter()
+            .all(|&b| a == b || t.pair(a, b).is_some_and(|p| p.path == PathClass::NV))
     })
+}
+
+/// No pair of `gpus` is known to lack P2P.
+pub(crate) fn p2p_ok(t: &Topology, gpus: &[usize]) -> bool {
+    gpus.iter().all(|&a| {
+        gpus.iter().all(|&b| {
+            a == b
+                || t.pair(a, b)
+                    .is_some_and(|p| p.p2p.read != Status::No && p.p2p.write != Status::No)
+        })
+    })
+}
+
+/// NVLink multicast (NVLS) is there: a fully NVLinked group behind an NVSwitch.
+pub(crate) fn multicast(t: &Topology, gpus: &[usize]) -> bool {
+    t.nvswitch.is_some() && fully_nvlinked(t, gpus)
+}
+
+/// Compute capability of the group's first GPU, as engines key their tables.
+pub(crate) fn capability(t: &Topology, gpus: &[usize]) -> Option<ComputeCapability> {
+    t.gpus.get(*gpus.first()?)?.compute_capability
+}
+
+/// A kernel against NCCL over the sizes where an engine would run it, each size counting
+/// equally (a geometric mean), so a few large messages do not outweigh many small ones.
+#[derive(Debug, Clone, Copy, Default)]
+struct Versus {
+    /// Sizes compared, and those where the kernel was faster.
+    sizes: usize,
+    faster: usize,
+    /// Geometric mean of kernel time over NCCL time.
+    ratio: f64,
+}
+
+impl Versus {
+    fn of(pairs: impl Iterator<Item = (f64, f64)>) -> Versus {
+        let (mut sizes, mut faster, mut logs) = (0, 0, 0.0);
+        for (kernel, nccl) in pairs.filter(|(k, n)| *k > 0.0 && *n > 0.0) {
+            sizes += 1;
+            faster += usize::from(kernel < nccl);
+            logs += (kernel / nccl).ln();
+        }
+        Versus {
+            sizes,
+            faster,
+            ratio: if sizes == 0 {
+                1.0
+            } else {
+                (logs / sizes as f64).exp()
+            },
+        }
+    }
+
+    /// Keep the kernel unless it is slower on (geometric) average.
+    fn keep(&self) -> bool {
+        self.ratio <= 1.0
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "faster than NCCL at {} of {} sizes, {:+.0}% on geometric mean",
+            self.faster,
+            self.sizes,
+            (self.ratio - 1.0) * 100.0
+        )
+    }
+}
+
+/// "+12%" / "-3%": `t` against `reference`.
+fn pct(t: f64, reference: f64) -> String {
+    if reference > 0.0 {
+        format!("{:+.0}%", (t / reference - 1.0) * 100.0)
+    } else {
+        "n/a".into()
+    }
 }
 
 /// Quotes a string for POSIX shells.

@@ -1,123 +1,170 @@
-//! The CSV NCCL's example tuner plugin reads from `NCCL_TUNER_CONFIG_FILE` (NVIDIA/nccl
-//! `ext-tuner/example`): `collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,
-//! nRanks`, bounds inclusive, first matching row wins, `#` lines skipped, lines read 255
-//! characters at a time (so every line here stays shorter).
+//! NCCL, steered by artune's own tuner plugin (`libartune.so`, symbols `ncclTunerPlugin_v3` ..
+//! `_v7`): it reads the profile and, per allreduce, makes NCCL run the variant recorded in
+//! each bucket's `nccl_choice` (the steering rule's answer), leaving NCCL's own choice wherever
+//! that is `nccl` or the profile has no answer.
+//!
+//! No CSV for NCCL's example tuner plugin (NVIDIA/nccl plugins/tuner/example/plugin.c since
+//! 2.29, ext-tuner/example before; commit 56a0c2299d0f read): its pluginGetCollInfo sets
+//! `*nChannels = 1` before matching rows, so with any CSV every collective of every size runs
+//! on one channel. Without any plugin, NCCL 2.24 and later read per-collective values
+//! (`NCCL_ALGO=allreduce:ring`, `NCCL_PROTO=allreduce:ll`), which leave other collectives alone.
 
 use super::*;
 use crate::allreduce::{NcclAlgo, NcclProto};
+use crate::units::fmt_bytes;
 
-/// One contiguous byte range and the NCCL variant for it.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) struct Row {
-    pub min: u64,
-    pub max: u64,
-    pub algo: NcclAlgo,
-    pub proto: NcclProto,
+/// Consecutive buckets over which the plugin runs one NCCL variant.
+pub(super) struct Band {
+    pub lo: u64,
+    pub hi: u64,
+    pub backend: Backend,
 }
 
-/// Rows covering 0..=u64::MAX for one group: the fastest pinned NCCL variant measured at each
-/// size (even where it only ties NCCL's own choice, since any matching row forces a choice),
-/// merged where neighbours agree. The last measured
-/// size's choice is extended to every larger size (flagged by the caller). A bucket with no
-/// pinned NCCL measurement leaves a gap, returned in `gaps`.
-pub(super) fn rows(g: &GroupProfile) -> (Vec<Row>, Vec<(u64, u64)>) {
-    let pinned: Vec<Backend> = Backend::ALL
-        .into_iter()
-        .filter(|b| b.nccl_pin().is_some())
-        .collect();
-    let mut rows: Vec<Row> = Vec::new();
-    let mut gaps = Vec::new();
-    let mut lo = 0u64;
+pub(super) fn bands(g: &GroupProfile) -> Vec<Band> {
+    let mut out: Vec<Band> = Vec::new();
+    let mut lo = 1;
     for b in &g.buckets {
-        match fastest(b, &pinned).and_then(|(x, _)| x.nccl_pin()) {
-            Some((algo, proto)) => match rows.last_mut() {
-                Some(r) if r.max + 1 == lo && r.algo == algo && r.proto == proto => r.max = b.bytes,
-                _ => rows.push(Row {
-                    min: lo,
-                    max: b.bytes,
-                    algo,
-                    proto,
-                }),
-            },
-            None => gaps.push((lo, b.bytes)),
+        let backend = plugin_nccl(b);
+        match out.last_mut() {
+            Some(band) if band.backend == backend => band.hi = b.bytes,
+            _ => out.push(Band {
+                lo,
+                hi: b.bytes,
+                backend,
+            }),
         }
         lo = b.bytes + 1;
     }
-    if let Some(r) = rows.last_mut() {
-        if r.max == g.buckets.last().map_or(0, |b| b.bytes) {
-            r.max = u64::MAX;
+    out
+}
+
+/// The one pinned variant the plugin runs at every size of this group, if there is one.
+pub(super) fn uniform(g: &GroupProfile) -> Option<(NcclAlgo, NcclProto)> {
+    match bands(g).as_slice() {
+        [one] => one.backend.nccl_pin(),
+        _ => None,
+    }
+}
+
+/// Per-collective environment values (NCCL 2.24 and later) that pin only allreduce.
+pub(super) fn env_values(a: NcclAlgo, pr: NcclProto) -> String {
+    format!(
+        "NCCL_ALGO=allreduce:{} NCCL_PROTO=allreduce:{}",
+        a.name().to_ascii_lowercase(),
+        pr.name().to_ascii_lowercase()
+    )
+}
+
+/// The lines that load artune's plugin.
+pub(super) fn plugin_lines(p: &Profile, o: &Options) -> String {
+    let mut s = String::new();
+    if p.simulated {
+        s.push_str("# The plugin refuses SIMULATED profiles (it logs why and leaves NCCL's choice) unless\n");
+        s.push_str("# ARTUNE_ALLOW_SIMULATED=1 is set, which is for tests only.\n");
+    }
+    s.push_str("# Give the library's absolute path if it is not on the loader's search path.\n");
+    s.push_str("export NCCL_TUNER_PLUGIN=libartune.so\n");
+    s.push_str(&format!(
+        "export ARTUNE_PROFILE={}\n",
+        shell_quote(&o.source)
+    ));
+    s.push_str("# Follow the eager-mode measurements instead of graph mode (default graph):\n# export ARTUNE_MODE=eager\n");
+    s
+}
+
+/// What NCCL runs with artune's plugin for `bytes` on group `g`.
+pub(super) fn runs(g: &GroupProfile, bytes: u64) -> EngineRun {
+    let engine = "NCCL with artune's plugin";
+    match bucket_for(g, bytes) {
+        None => EngineRun {
+            engine,
+            runs: "NCCL's own choice".into(),
+            backend: Some(Backend::Nccl),
+            because: "the size is above the profile's largest, where the plugin leaves NCCL's table alone".into(),
+        },
+        Some(b) => {
+            let n = plugin_nccl(b);
+            EngineRun {
+                engine,
+                runs: match n.nccl_pin() {
+                    Some((a, pr)) => format!("{}/{}", a.name(), pr.name()),
+                    None => "NCCL's own choice".into(),
+                },
+                backend: Some(n),
+                because: if n == Backend::Nccl {
+                    "no pinned algorithm x protocol beats NCCL's own choice here, so the plugin leaves it".into()
+                } else {
+                    "the profile's nccl_choice for this bucket".into()
+                },
+            }
         }
     }
-    (rows, gaps)
 }
 
 pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, Error> {
     let mut s = String::new();
-    s.push_str("# NCCL tuner configuration for NCCL's example tuner plugin (NVIDIA/nccl ext-tuner/example).\n");
-    s.push_str("# Load it with NCCL_TUNER_PLUGIN=<libnccl-tuner-example.so> NCCL_TUNER_CONFIG_FILE=<this file>.\n");
-    s.push_str("# Columns: collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks (bounds inclusive).\n");
+    s.push_str("# NCCL: load artune's tuner plugin, which steers each allreduce from the profile (source this file).\n");
+    s.push_str("# NCCL loads the plugin named by NCCL_TUNER_PLUGIN through its tuner API, ncclTunerPlugin_v3..v7\n");
+    s.push_str("# (NVIDIA/nccl src/include/plugin/tuner/tuner_v7.h, commit 2449986fd9ec, and the older headers).\n");
     s.push_str(&provenance(p, o, "#"));
-    s.push_str("#\n# Prefer artune's own plugin: it reads the profile itself and sets a channel count only\n# where it steers NCCL and the profile records the count its NCCL measurements ran with:\n");
-    s.push_str(&format!(
-        "#   export NCCL_TUNER_PLUGIN=/path/to/libartune.so ARTUNE_PROFILE={}\n",
-        shell_quote(&o.source)
-    ));
-    s.push_str("#\n# What this file cannot express:\n");
-    s.push_str("# - Channel counts. The profile records none, so every row says -1. The example plugin as read\n");
-    s.push_str("#   (plugin.c, pluginGetCollInfo) sets *nChannels = 1 before matching and only overrides it with a\n");
-    s.push_str("#   row's positive count, so with this plugin every allreduce runs on ONE channel, -1 included.\n");
-    s.push_str("# - Custom peer-to-peer kernels (one/two-stage): NCCL cannot run them; rows give the fastest\n");
+    s.push('\n');
+    s.push_str(&plugin_lines(p, o));
     s.push_str(
-        "#   NCCL algorithm/protocol measured at each size, whatever the profile chose overall.\n",
+        "\n# What NCCL runs with the plugin (graph-mode measurements unless ARTUNE_MODE=eager):\n",
     );
-    s.push_str("# - Launch mode: a tuner cannot tell CUDA-graph capture from eager launches; rows follow the\n");
-    s.push_str("#   graph-mode measurements where the profile has them.\n");
-    s.push_str("# - Sizes above the largest measured size: the last measured choice is extended to them (not measured).\n");
-    let mut uniform: Vec<(usize, NcclAlgo, NcclProto)> = Vec::new();
-    let mut body = String::new();
+    let mut fallback = String::new();
     for &tp in tps {
         let Some(g) = preferred_group(p, tp) else {
             continue;
         };
-        let (rows, gaps) = rows(g);
-        body.push_str(&format!(
-            "#\n# TP{tp} ({} mode, GPUs {:?}), nNodes=1 nRanks={tp}\n",
+        s.push_str(&format!(
+            "#   TP{tp} ({} mode, GPUs {:?}):\n",
             g.mode.id(),
             g.gpus
         ));
-        for (lo, hi) in &gaps {
-            body.push_str(&format!(
-                "# - no pinned NCCL variant was measured for {lo}..{hi} bytes: that range is not covered\n"
-            ));
+        for band in bands(g) {
+            let what = match band.backend.nccl_pin() {
+                Some((a, pr)) => format!("{}/{} ({})", a.name(), pr.name(), band.backend),
+                None => "NCCL's own choice (no pinned variant beats it)".into(),
+            };
+            let range = if band.lo <= 1 {
+                format!("up to {}", fmt_bytes(band.hi))
+            } else {
+                format!(
+                    "above {} up to {}",
+                    fmt_bytes(band.lo - 1),
+                    fmt_bytes(band.hi)
+                )
+            };
+            s.push_str(&format!("#     {range}: {what}\n"));
         }
-        for r in &rows {
-            body.push_str(&format!(
-                "allreduce,{},{},{},{},-1,1,{tp}\n",
-                r.min,
-                r.max,
-                r.algo.name().to_ascii_lowercase(),
-                r.proto.name().to_ascii_lowercase()
-            ));
-        }
-        if let ([r], true) = (rows.as_slice(), gaps.is_empty()) {
-            uniform.push((tp, r.algo, r.proto));
-        }
-    }
-    s.push_str("#\n# Environment alternative (applies to every collective, not just allreduce):\n");
-    if uniform.is_empty() {
-        s.push_str("#   none: no TP size keeps one NCCL algorithm and protocol across all measured sizes.\n");
-    }
-    for (tp, a, pr) in &uniform {
         s.push_str(&format!(
-            "#   TP{tp}: one choice holds for all sizes: NCCL_ALGO={} NCCL_PROTO={}\n",
-            a.name(),
-            pr.name()
+            "#     above {}: NCCL's own choice (not measured)\n",
+            fmt_bytes(g.buckets.last().map_or(0, |b| b.bytes))
         ));
+        fallback.push_str(&match uniform(g) {
+            Some((a, pr)) => format!(
+                "#   TP{tp}: one variant holds at every size: export {}\n",
+                env_values(a, pr)
+            ),
+            None => format!(
+                "#   TP{tp}: no single pinned variant holds at every size; only the plugin can follow it.\n"
+            ),
+        });
     }
-    s.push_str(&body);
+    s.push_str("#\n# Without the plugin: NCCL 2.24 or later takes per-collective values, which pin allreduce only:\n");
+    s.push_str(&fallback);
+    s.push_str("#\n# What NCCL's knobs cannot express:\n");
+    s.push_str("# - Custom peer-to-peer kernels (one/two-stage): NCCL cannot run them; engines choose them\n");
+    s.push_str("#   (artune export --engine vllm|sglang|trtllm).\n");
+    s.push_str("# - NCCL's example tuner plugin is not used: its pluginGetCollInfo (NVIDIA/nccl\n");
+    s.push_str("#   plugins/tuner/example/plugin.c, 2.29+) sets *nChannels = 1 before matching its CSV rows, so\n");
+    s.push_str("#   every collective it sees would run on ONE channel.\n");
+    s.push_str("# - Launch mode: a tuner cannot tell CUDA-graph capture from eager launches; ARTUNE_MODE picks which\n");
+    s.push_str("#   measurements the plugin follows.\n");
     Ok(Export {
         files: vec![File {
-            name: "nccl_tuner.conf".into(),
+            name: "nccl.env".into(),
             contents: s,
         }],
     })

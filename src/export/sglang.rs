@@ -1,13 +1,35 @@
-//! SGLang: custom all-reduce on/off and byte limits in the shape of its custom all-reduce v2
-//! table (sgl-project/sglang python/sglang/srt/distributed/device_communicators/configs/
-//! custom_all_reduce_v2.py, `Heuristic`): per world size, for CUDA-graph and eager dispatch,
-//! `(one_shot_push, one_shot_pull, two_shot_pull)` byte limits. SGLang runs 1shot_push for
-//! nbytes <= one_shot_push, else 1shot_pull for nbytes <= one_shot_pull, else 2shot_pull for
-//! nbytes <= two_shot_pull, else NCCL; limits must not decrease.
+//! SGLang: which custom all-reduce it runs per TP size, and the limits that make it follow the
+//! profile where it can.
+//!
+//! As read in sgl-project/sglang `python/sglang/srt/distributed/device_communicators/`:
+//! - `custom_all_reduce_v2.py` (commit 50e143a67729): v2 (default on,
+//!   SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2) needs `can_use_custom_all_reduce_v2`, i.e. full
+//!   NVLink between all GPUs of the group, even at TP2. It runs 1shot_push up to the first
+//!   limit, 1shot_pull up to the second, 2shot_pull up to the third, NCCL above, and takes a
+//!   message only up to its pull workspace: SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB (16 MiB by
+//!   default) caps the tuned sizes. Its push workspace is 2 x world size buffers of the push
+//!   limit.
+//! - `config/custom_all_reduce_v2_tuning.py` (commit ff35b05d2b28): limits per architecture and
+//!   world size as `(one_shot_push, one_shot_pull, two_shot_pull[, (multicast_min,
+//!   multicast_max)])`, at most UNTUNED_MAX = 128 MiB; the fourth element is the range where
+//!   two-shot runs over NVLink multicast.
+//! - `custom_all_reduce.py` (v1, the fallback): world sizes 2, 4, 6, 8; two GPUs need only
+//!   P2P (a PCIe pair works), more need full NVLink; messages under 8 MiB; its kernels are
+//!   vLLM's (one-stage pull on two GPUs).
 
 use super::*;
+use crate::units::fmt_bytes;
 
-/// The four bands in SGLang's fixed order.
+const KIB: u64 = 1 << 10;
+const MIB: u64 = 1 << 20;
+/// v2's default pull workspace (SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB = 16384).
+const V2_WORKSPACE: u64 = 16 * MIB;
+/// The largest v2 limit SGLang's tuning takes (UNTUNED_MAX).
+const V2_MAX: u64 = 128 * MIB;
+/// v1's message limit (CustomAllreduce max_size, exclusive).
+const V1_MAX: u64 = 8 * MIB;
+
+/// The four v2 bands in SGLang's fixed order.
 const BANDS: [(Option<Backend>, &str); 4] = [
     (Some(Backend::OneStagePush), "1shot_push"),
     (Some(Backend::OneStagePull), "1shot_pull"),
@@ -18,24 +40,64 @@ const BANDS: [(Option<Backend>, &str); 4] = [
 /// Cost of a band that was not measured: never chosen unless nothing was measured at all.
 const UNMEASURED: f64 = 1e12;
 
-fn band_time(b: &Bucket, band: usize) -> Option<f64> {
-    match BANDS[band].0 {
-        Some(k) => b.results.get(&k).map(|t| t.median_us),
-        None => nccl_time(b).map(|t| t.median_us),
+/// Which custom all-reduce SGLang builds for a group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    V2,
+    V1,
+    None(&'static str),
+}
+
+fn kind(t: &Topology, gpus: &[usize]) -> Kind {
+    let n = gpus.len();
+    if fully_nvlinked(t, gpus) && (2..=16).contains(&n) {
+        Kind::V2
+    } else if n == 2 && p2p_ok(t, gpus) {
+        Kind::V1
+    } else if n == 2 {
+        Kind::None("P2P is not available between the two GPUs")
+    } else {
+        Kind::None("SGLang's custom all-reduce needs full NVLink for more than two GPUs")
     }
 }
 
-/// Bands per bucket, non-decreasing in SGLang's order, minimising the summed slowdown relative
-/// to the profile's choice (dynamic programming over buckets × 4 bands).
-fn assign(g: &GroupProfile) -> Vec<usize> {
+/// Time of a band at a bucket; NCCL as it runs with artune's plugin.
+fn band_time(b: &Bucket, band: usize) -> Option<f64> {
+    match BANDS[band].0 {
+        Some(k) => median(b, k),
+        None => plugin_time(b).map(|t| t.median_us),
+    }
+}
+
+/// Whether band `s` is what the profile chose at this bucket.
+fn is_choice(b: &Bucket, s: usize) -> bool {
+    match BANDS[s].0 {
+        Some(k) => k == b.choice,
+        None => b.choice.is_nccl(),
+    }
+}
+
+/// Bands per bucket, non-decreasing in SGLang's order, minimising summed time; sizes above
+/// the workspace can only be NCCL. A band other than the profile's choice never counts as
+/// faster than it unless it beats it, so ties follow the profile rather than noise.
+fn assign(g: &GroupProfile, workspace: u64) -> Vec<usize> {
     let n = g.buckets.len();
     let cost = |i: usize, s: usize| {
         let b = &g.buckets[i];
-        let reference = b
-            .results
-            .get(&b.choice)
-            .map_or(1.0, |t| t.median_us.max(1e-9));
-        band_time(b, s).map_or(UNMEASURED, |t| t / reference)
+        if s < 3 && b.bytes > workspace {
+            return UNMEASURED;
+        }
+        let timing = match BANDS[s].0 {
+            Some(k) => b.results.get(&k).copied(),
+            None => plugin_time(b),
+        };
+        match (timing, b.results.get(&b.choice)) {
+            (None, _) => UNMEASURED,
+            (Some(x), Some(c)) if !is_choice(b, s) && !crate::decide::beats(&x, c) => {
+                x.median_us.max(c.median_us)
+            }
+            (Some(x), _) => x.median_us,
+        }
     };
     let mut dp = vec![[0f64; 4]; n];
     let mut from = vec![[0usize; 4]; n];
@@ -53,7 +115,7 @@ fn assign(g: &GroupProfile) -> Vec<usize> {
             from[i][s] = arg;
         }
     }
-    let mut out = vec![0; n];
+    let mut out = vec![3; n];
     if n == 0 {
         return out;
     }
@@ -78,100 +140,294 @@ fn limits(g: &GroupProfile, bands: &[usize]) -> [u64; 3] {
             .filter(|(_, &s)| s <= k)
             .map(|(b, _)| b.bytes)
             .max();
-        lim[k] = last.unwrap_or(if k == 0 { 0 } else { lim[k - 1] });
+        lim[k] = last
+            .unwrap_or(if k == 0 { 0 } else { lim[k - 1] })
+            .min(V2_MAX);
     }
     lim
 }
 
-pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, Error> {
-    let mut table = String::from("ARTUNE_CUSTOM_ALL_REDUCE_V2 = {\n");
-    let mut notes = String::new();
-    let mut flags = String::new();
-    for &tp in tps {
-        let mut entry = Vec::new();
-        let mut any_custom = false;
-        for mode in [Mode::Graph, Mode::Eager] {
-            let Some(g) = p.group(Query {
-                tp,
-                mode,
-                gpus: None,
-            }) else {
-                notes.push_str(&format!(
-                    "# TP{tp} {}: not in the profile; SGLang keeps its own limits.\n",
-                    mode.id()
-                ));
-                continue;
-            };
-            let bands = assign(g);
-            let lim = limits(g, &bands);
-            any_custom |= bands.iter().any(|&s| s < 3);
-            entry.push(format!(
-                "\"{}\": ({}, {}, {})",
-                mode.id(),
-                lim[0],
-                lim[1],
-                lim[2]
-            ));
-            notes.push_str(&format!("# TP{tp} {} (GPUs {:?}):\n", mode.id(), g.gpus));
-            for (b, &s) in g.buckets.iter().zip(&bands) {
-                let t = band_time(b, s);
-                let chosen = b.results.get(&b.choice).map(|t| t.median_us);
-                let cmp = match (t, chosen) {
-                    (Some(t), Some(c))
-                        if BANDS[s].0 != Some(b.choice)
-                            && !(BANDS[s].0.is_none() && b.choice.is_nccl()) =>
-                    {
-                        format!(
-                            "; profile chose {} ({c:.1} us), {:+.0}%",
-                            b.choice,
-                            (t / c - 1.0) * 100.0
-                        )
-                    }
-                    _ => String::new(),
-                };
-                notes.push_str(&format!(
-                    "#   {:>10} bytes: {:<10} {}{cmp}\n",
-                    b.bytes,
-                    BANDS[s].1,
-                    t.map_or("not measured".into(), |t| format!("{t:.1} us"))
-                ));
+/// SGLang's own multicast range for this architecture, world size and mode (tuning.py at
+/// ff35b05d2b28), kept so a pasted tuple does not drop it; artune does not measure multicast.
+fn multicast_range(cap: Option<ComputeCapability>, n: usize, mode: Mode) -> Option<(u64, u64)> {
+    let c = cap?;
+    let graph = mode == Mode::Graph;
+    Some(match (c.major, c.minor >= 7, n, graph) {
+        (9, _, 4 | 5, false) => (0, 32 * MIB),
+        (9, _, 6, true) => (8 * MIB, 32 * MIB),
+        (9, _, 6 | 7, false) => (0, 32 * MIB),
+        (9, _, 7, true) => (MIB, 32 * MIB),
+        (9, _, 8, true) => (512 * KIB, V2_MAX),
+        (9, _, 8, false) => (0, V2_MAX),
+        (10, false, 5, false) => (0, 56 * MIB),
+        (10, false, 6 | 7, false) => (0, 64 * MIB),
+        (10, false, 8, true) => (8 * MIB, V2_MAX),
+        (10, false, 8, false) => (0, V2_MAX),
+        (10, false, 16, _) => (256 * KIB, V2_MAX),
+        _ => return None,
+    })
+}
+
+/// v2's plan for one group: limits within the default workspace, and what a larger workspace
+/// would let the order serve.
+struct V2Plan {
+    bands: Vec<usize>,
+    lim: [u64; 3],
+    /// The two-shot limit the order wants with the largest workspace, when above the default.
+    wants: Option<u64>,
+}
+
+fn v2_plan(g: &GroupProfile) -> V2Plan {
+    let bands = assign(g, V2_WORKSPACE);
+    let lim = limits(g, &bands);
+    let big = limits(g, &assign(g, V2_MAX));
+    V2Plan {
+        bands,
+        lim,
+        wants: (big[2] > V2_WORKSPACE).then_some(big[2]),
+    }
+}
+
+/// v1 at TP2 (one-stage pull under 8 MiB) against NCCL with artune's plugin.
+fn v1_versus(g: &GroupProfile) -> Versus {
+    Versus::of(
+        g.buckets
+            .iter()
+            .filter(|b| b.bytes < V1_MAX)
+            .filter_map(|b| Some((median(b, Backend::OneStagePull)?, plugin_time(b)?.median_us))),
+    )
+}
+
+/// What SGLang runs for `bytes` on group `g` in `mode`, with artune's export applied.
+pub(super) fn runs(p: &Profile, g: &GroupProfile, bytes: u64) -> EngineRun {
+    let engine = "SGLang";
+    let nccl = |because: String| EngineRun {
+        engine,
+        runs: "NCCL".into(),
+        backend: Some(Backend::Nccl),
+        because,
+    };
+    match kind(&p.topology, &g.gpus) {
+        Kind::None(why) => nccl(why.into()),
+        Kind::V1 => {
+            let keep = v1_versus(g).keep();
+            if bytes >= V1_MAX || bytes % 16 != 0 {
+                nccl(
+                    "custom all-reduce v1 takes messages under 8 MiB, multiples of 16 bytes".into(),
+                )
+            } else if !keep {
+                nccl("artune's export disables the custom all-reduce at this TP size (NCCL was faster where v1 runs)".into())
+            } else {
+                EngineRun {
+                    engine,
+                    runs: "custom all-reduce v1, 1stage".into(),
+                    backend: Some(Backend::OneStagePull),
+                    because: "v2 needs full NVLink; v1 admits a PCIe pair and runs one-stage pull on two GPUs".into(),
+                }
             }
         }
-        if !entry.is_empty() {
-            table.push_str(&format!("    {tp}: {{{}}},\n", entry.join(", ")));
+        Kind::V2 => {
+            let plan = v2_plan(g);
+            let band = if bytes % 16 != 0 || bytes > V2_WORKSPACE {
+                3
+            } else {
+                (0..3).find(|&k| bytes <= plan.lim[k]).unwrap_or(3)
+            };
+            if let Some((lo, hi)) =
+                multicast_range(capability(&p.topology, &g.gpus), g.gpus.len(), g.mode)
+            {
+                if band == 2 && bytes >= lo && bytes <= hi {
+                    return EngineRun {
+                        engine,
+                        runs: "custom all-reduce v2, 2shot_pull over multicast".into(),
+                        backend: None,
+                        because: "inside SGLang's multicast range, which artune does not measure"
+                            .into(),
+                    };
+                }
+            }
+            match BANDS[band].0 {
+                Some(k) => EngineRun {
+                    engine,
+                    runs: format!("custom all-reduce v2, {}", BANDS[band].1),
+                    backend: Some(k),
+                    because: "the exported v2 limits".into(),
+                },
+                None => nccl("above the exported v2 limits or its 16 MiB workspace".into()),
+            }
         }
-        flags.push_str(&if any_custom {
-            format!("#   TP{tp}: keep the custom all-reduce (default): --tp-size {tp}\n")
-        } else {
-            format!("#   TP{tp}: NCCL wins at every size: --tp-size {tp} --disable-custom-all-reduce (frees its buffers)\n")
-        });
     }
-    table.push_str("}\n");
+}
+
+fn tuple(lim: [u64; 3], mc: Option<(u64, u64)>) -> String {
+    let mc = mc.map_or("None".into(), |(a, b)| format!("({a}, {b})"));
+    format!("({}, {}, {}, {mc})", lim[0], lim[1], lim[2])
+}
+
+pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, Error> {
+    let mut table = String::new();
+    let mut notes = String::new();
+    let mut flags = String::new();
+    let mut env = String::new();
+    for &tp in tps {
+        let Some(first) = preferred_group(p, tp) else {
+            continue;
+        };
+        match kind(&p.topology, &first.gpus) {
+            Kind::None(why) => {
+                flags.push_str(&format!("#   TP{tp}: {why}, so SGLang runs NCCL at every size; the flag only makes it explicit:\n#     --tp-size {tp} --disable-custom-all-reduce\n"));
+            }
+            Kind::V1 => {
+                let g = first;
+                let v = v1_versus(g);
+                notes.push_str(&format!("# TP{tp} (GPUs {:?}, {} mode): no full NVLink, so v2 is refused; v1 runs one-stage pull under 8 MiB:\n", g.gpus, g.mode.id()));
+                for b in &g.buckets {
+                    let r = runs(p, g, b.bytes);
+                    let t = match r.backend {
+                        Some(Backend::Nccl) => plugin_time(b).map(|t| t.median_us),
+                        Some(k) => median(b, k),
+                        None => None,
+                    };
+                    let chosen = median(b, b.choice);
+                    let cmp = match (t, chosen) {
+                        (Some(t), Some(c))
+                            if r.backend != Some(b.choice)
+                                && !(r.backend == Some(Backend::Nccl) && b.choice.is_nccl()) =>
+                        {
+                            format!("; profile chose {} ({c:.1} us), {}", b.choice, pct(t, c))
+                        }
+                        _ => String::new(),
+                    };
+                    notes.push_str(&format!(
+                        "#   {:>8}: {:<30} {}{cmp}\n",
+                        fmt_bytes(b.bytes),
+                        r.runs,
+                        t.map_or("not measured".into(), |t| format!("{t:.1} us"))
+                    ));
+                }
+                flags.push_str(&if v.keep() {
+                    format!("#   TP{tp}: v1 is {} under 8 MiB: keep it: --tp-size {tp}\n", v.describe())
+                } else {
+                    format!("#   TP{tp}: v1 is {} under 8 MiB: --tp-size {tp} --disable-custom-all-reduce\n", v.describe())
+                });
+            }
+            Kind::V2 => {
+                let mut entry = Vec::new();
+                for mode in [Mode::Graph, Mode::Eager] {
+                    let Some(g) = p.group(Query {
+                        tp,
+                        mode,
+                        gpus: None,
+                    }) else {
+                        notes.push_str(&format!(
+                            "# TP{tp} {}: not in the profile; SGLang keeps its own limits.\n",
+                            mode.id()
+                        ));
+                        continue;
+                    };
+                    let plan = v2_plan(g);
+                    let mc = multicast_range(capability(&p.topology, &g.gpus), tp, mode);
+                    entry.push(format!("\"{}\": {}", mode.id(), tuple(plan.lim, mc)));
+                    let (mut ordered, mut chosen, mut worst) = (0.0, 0.0, (0.0f64, 0u64));
+                    notes.push_str(&format!("# TP{tp} {} (GPUs {:?}):\n", mode.id(), g.gpus));
+                    for (b, &s) in g.buckets.iter().zip(&plan.bands) {
+                        let t = band_time(b, s);
+                        let c = median(b, b.choice);
+                        if let (Some(t), Some(c)) = (t, c) {
+                            ordered += t;
+                            chosen += c;
+                            if t / c - 1.0 > worst.0 {
+                                worst = (t / c - 1.0, b.bytes);
+                            }
+                        }
+                        let same = is_choice(b, s);
+                        let cmp = match (t, c) {
+                            (Some(t), Some(c)) if !same => {
+                                format!("; profile chose {} ({c:.1} us), {}", b.choice, pct(t, c))
+                            }
+                            _ => String::new(),
+                        };
+                        notes.push_str(&format!(
+                            "#   {:>8}: {:<10} {}{cmp}\n",
+                            fmt_bytes(b.bytes),
+                            BANDS[s].1,
+                            t.map_or("not measured".into(), |t| format!("{t:.1} us"))
+                        ));
+                    }
+                    let worst = if worst.0 > 0.0 {
+                        format!("worst {:+.1}% at {}", worst.0 * 100.0, fmt_bytes(worst.1))
+                    } else {
+                        "slower at no size".into()
+                    };
+                    notes.push_str(&format!(
+                        "#   SGLang's order (push, pull, two-shot, NCCL) costs {:+.1}% summed against the profile's bands ({ordered:.1} vs {chosen:.1} us), {worst}.\n",
+                        (ordered / chosen - 1.0) * 100.0,
+                    ));
+                    if let Some((lo, hi)) = mc {
+                        notes.push_str(&format!("#   Where its two-shot band falls between {} and {}, SGLang runs it over NVLink multicast, which artune did not measure.\n", fmt_bytes(lo), fmt_bytes(hi)));
+                    }
+                    let push = plan.lim[0].min(V2_WORKSPACE);
+                    notes.push_str(&format!(
+                        "#   v2 workspace per GPU at these limits: pull {} + push 2 x {tp} x {} = {}.\n",
+                        fmt_bytes(V2_WORKSPACE),
+                        fmt_bytes(push),
+                        fmt_bytes(V2_WORKSPACE + 2 * tp as u64 * push)
+                    ));
+                    if let Some(want) = plan.wants {
+                        env.push_str(&format!(
+                            "#   TP{tp} {}: the order would run 2shot_pull up to {}, above the 16 MiB workspace. To allow it,\n#     export SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB={}  (costs {} more pull workspace per GPU)\n#   and raise the third limit to {want}.\n",
+                            mode.id(),
+                            fmt_bytes(want),
+                            want.div_ceil(KIB),
+                            fmt_bytes(want - V2_WORKSPACE)
+                        ));
+                    }
+                }
+                if !entry.is_empty() {
+                    table.push_str(&format!("    {tp}: {{{}}},\n", entry.join(", ")));
+                }
+                flags.push_str(&format!("#   TP{tp}: full NVLink: custom all-reduce v2 with the limits above: --tp-size {tp}\n"));
+            }
+        }
+    }
 
     let mut s = String::new();
-    s.push_str("# SGLang custom all-reduce v2 byte limits: (one_shot_push, one_shot_pull, two_shot_pull) per TP size\n");
-    s.push_str("# for CUDA-graph and eager dispatch. SGLang runs 1shot_push up to the first limit, 1shot_pull up to\n");
-    s.push_str("# the second, 2shot_pull up to the third, NCCL above (configs/custom_all_reduce_v2.py, Heuristic).\n");
+    s.push_str("# SGLang custom all-reduce: what it runs per TP size, and v2 limits for full-NVLink groups.\n");
+    s.push_str("# Read against sgl-project/sglang custom_all_reduce_v2.py (50e143a67729) and\n");
+    s.push_str("# config/custom_all_reduce_v2_tuning.py (ff35b05d2b28).\n");
     s.push_str(&provenance(p, o, "#"));
     s.push_str("#\n");
-    s.push_str(&table);
+    if table.is_empty() {
+        s.push_str("# No TP size here has full NVLink, so SGLang's v2 (which requires it, even at TP2) never runs:\n# no v2 limits are written.\n");
+    } else {
+        s.push_str("# v2 limits (one_shot_push, one_shot_pull, two_shot_pull, multicast range or None) per TP size, for\n");
+        s.push_str("# the tuning(...) entries of config/custom_all_reduce_v2_tuning.py for this architecture. The\n");
+        s.push_str("# multicast range is SGLang's own (artune does not measure multicast), kept so it is not dropped.\n");
+        s.push_str("ARTUNE_CUSTOM_ALL_REDUCE_V2 = {\n");
+        s.push_str(&table);
+        s.push_str("}\n");
+    }
     s.push_str("#\n# Server flags:\n");
     s.push_str(&flags);
+    if !env.is_empty() {
+        s.push_str("#\n# Larger v2 workspace:\n");
+        s.push_str(&env);
+    }
     s.push_str("#\n# What SGLang's knobs cannot express:\n");
-    s.push_str("# - A runtime setting: SGLang reads this table from its source, per GPU architecture, not per machine.\n");
-    s.push_str("#   Paste the limits into graph_map / eager_map (configs/custom_all_reduce_v2.py) or the tuning(...)\n");
-    s.push_str("#   entries (config/custom_all_reduce_v2_tuning.py, newer releases) for your architecture.\n");
-    s.push_str("# - two_stage_push: no SGLang kernel matches it; its 2shot_lamport and multicast bands are left as they are.\n");
-    s.push_str("# - Choices out of SGLang's order: bands go push, pull, two-shot, NCCL by size. Where the profile\n");
-    s.push_str("#   alternates, the limits minimise the summed slowdown against its choice; each size is listed below.\n");
+    s.push_str("# - A runtime setting for the limits: SGLang reads them from its source, per GPU architecture.\n");
+    s.push_str("# - two_stage_push: no SGLang kernel matches it.\n");
+    s.push_str("# - Choices out of SGLang's order: v2 bands go push, pull, two-shot, NCCL by size; where the profile\n");
+    s.push_str("#   alternates, the limits minimise summed time and each size below says what that costs.\n");
+    s.push_str(
+        "# - v1 (PCIe pairs): one-stage pull under 8 MiB or nothing; its size limit is fixed.\n",
+    );
     s.push_str("# - Sizes above the largest measured size go to NCCL.\n");
-    s.push_str("# - The push limit also sizes SGLang's push workspace (device memory per GPU).\n");
-    s.push_str("# - NCCL's algorithm and protocol: use artune's NCCL tuner plugin (artune export --engine env).\n");
+    s.push_str("# - NCCL's algorithm and protocol: load artune's NCCL tuner plugin (artune export --engine nccl).\n");
     s.push_str("#\n");
     s.push_str(&notes);
     Ok(Export {
         files: vec![File {
-            name: "sglang_custom_all_reduce_v2.py".into(),
+            name: "sglang_custom_all_reduce.py".into(),
             contents: s,
         }],
     })
@@ -182,22 +438,49 @@ mod tests {
     use super::*;
 
     #[test]
-    fn bands_never_go_backwards_and_follow_clear_winners() {
-        let p = sample::profile();
+    fn bands_never_go_backwards_and_stay_in_the_workspace() {
+        let p = sample::profile_with("nvswitch-8x", &[4], &[1 << 10, 1 << 20, 32 << 20]);
         for g in &p.groups {
-            let bands = assign(g);
+            let bands = assign(g, V2_WORKSPACE);
             assert!(bands.windows(2).all(|w| w[0] <= w[1]), "{bands:?}");
             let lim = limits(g, &bands);
             assert!(lim[0] <= lim[1] && lim[1] <= lim[2], "{lim:?}");
+            assert!(lim[2] <= V2_WORKSPACE, "{lim:?}");
+            assert_eq!(bands[2], 3, "32 MiB is above the workspace: NCCL");
         }
-        // TP4 has no one-stage push (waived): the push limit must be 0.
-        let g = p
-            .group(Query {
-                tp: 4,
-                mode: Mode::Graph,
-                gpus: None,
-            })
+    }
+
+    #[test]
+    fn a_two_shot_band_past_the_workspace_is_clipped_and_priced() {
+        let mut p = sample::profile_with("nvswitch-8x", &[4], &[1 << 10, 1 << 20, 32 << 20]);
+        let g = &mut p.groups[0];
+        // Make two-shot pull win clearly at 32 MiB.
+        let nccl = g.buckets[2].results[&Backend::Nccl].median_us;
+        let t = g.buckets[2]
+            .results
+            .get_mut(&Backend::TwoStagePull)
             .unwrap();
-        assert_eq!(limits(g, &assign(g))[0], 0);
+        (t.median_us, t.ci_low_us, t.ci_high_us) = (nccl / 2.0, nccl / 2.1, nccl / 1.9);
+        let plan = v2_plan(&p.groups[0]);
+        assert!(plan.lim[2] <= V2_WORKSPACE, "{:?}", plan.lim);
+        assert_eq!(plan.wants, Some(32 << 20));
+        let o = Options {
+            engine: Engine::Sglang,
+            tp: None,
+            hidden: None,
+            dtype: Dtype::Bf16,
+            source: "s.json".into(),
+            world_size: None,
+            allow_simulated: false,
+        };
+        let text = export(&p, &o, &[4]).unwrap().files.remove(0).contents;
+        assert!(
+            text.contains("SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB=32768"),
+            "{text}"
+        );
+        assert!(
+            text.contains("costs 16M more pull workspace per GPU"),
+            "{text}"
+        );
     }
 }

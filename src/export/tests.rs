@@ -10,6 +10,8 @@ fn opts(engine: Engine) -> Options {
         hidden: Some(7168),
         dtype: Dtype::Bf16,
         source: SOURCE.into(),
+        world_size: None,
+        allow_simulated: true,
     }
 }
 
@@ -23,25 +25,39 @@ fn all_engines() -> [(Engine, &'static str); 5] {
     ]
 }
 
-/// Compares every exported file of the sample profile with src/export/snapshots/<engine>/<name>.
+/// The NVLink sample: H100-class GPUs on NVSwitch, TP2/4/8, 1 KiB to 64 MiB.
+fn nvswitch() -> Profile {
+    let sizes: Vec<u64> = (0..9).map(|i| 1024u64 << (2 * i)).collect();
+    sample::profile_with("nvswitch-8x", &[2, 4, 8], &sizes)
+}
+
+fn file<'a>(e: &'a Export, name: &str) -> Option<&'a str> {
+    e.files
+        .iter()
+        .find(|f| f.name == name)
+        .map(|f| f.contents.as_str())
+}
+
+/// Compares every exported file of the samples with src/export/snapshots/<engine>[-nvswitch]/.
 /// Set ARTUNE_UPDATE_SNAPSHOTS=1 to rewrite them (then review the diff before committing).
 #[test]
 fn exports_match_snapshots() {
-    let p = sample::profile();
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/export/snapshots");
     let update = std::env::var("ARTUNE_UPDATE_SNAPSHOTS").as_deref() == Ok("1");
     let mut mismatched = Vec::new();
-    for (engine, name) in all_engines() {
-        for f in export(&p, &opts(engine)).unwrap().files {
-            let path = dir.join(name).join(&f.name);
-            if update {
-                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-                std::fs::write(&path, &f.contents).unwrap();
-                continue;
-            }
-            match std::fs::read_to_string(&path) {
-                Ok(want) if want == f.contents => {}
-                _ => mismatched.push(path.display().to_string()),
+    for (p, suffix) in [(sample::profile(), ""), (nvswitch(), "-nvswitch")] {
+        for (engine, name) in all_engines() {
+            for f in export(&p, &opts(engine)).unwrap().files {
+                let path = dir.join(format!("{name}{suffix}")).join(&f.name);
+                if update {
+                    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                    std::fs::write(&path, &f.contents).unwrap();
+                    continue;
+                }
+                match std::fs::read_to_string(&path) {
+                    Ok(want) if want == f.contents => {}
+                    _ => mismatched.push(path.display().to_string()),
+                }
             }
         }
     }
@@ -85,43 +101,86 @@ fn every_export_names_its_source_and_says_simulated() {
 }
 
 #[test]
-fn nccl_csv_covers_every_size_once_in_short_lines() {
-    let p = sample::profile();
-    let text = &export(&p, &opts(Engine::Nccl)).unwrap().files[0].contents;
-    assert!(
-        text.lines().all(|l| l.len() < 200),
-        "the example plugin reads 255 characters per line"
-    );
-    for tp in [2, 4] {
-        let rows: Vec<Vec<&str>> = text
-            .lines()
-            .filter(|l| !l.starts_with('#'))
-            .map(|l| l.split(',').collect::<Vec<_>>())
-            .filter(|f| f[7] == tp.to_string())
-            .collect();
-        assert!(!rows.is_empty());
-        let mut next = 0u64;
-        for f in &rows {
-            assert_eq!(f.len(), 8);
-            assert_eq!((f[0], f[5], f[6]), ("allreduce", "-1", "1"));
-            assert_eq!(
-                f[1].parse::<u64>().unwrap(),
-                next,
-                "TP{tp} rows must be contiguous"
-            );
-            let max: u64 = f[2].parse().unwrap();
-            assert!(["ring", "tree"].contains(&f[3]) && ["ll", "ll128", "simple"].contains(&f[4]));
-            next = max.wrapping_add(1);
-        }
-        assert_eq!(next, 0, "TP{tp} rows must end at u64::MAX");
+fn every_export_header_names_the_engine_source_it_was_read_against() {
+    for (engine, needle) in [
+        (Engine::Trtllm, "allreduceOp.cpp (4bb1ef88800b)"),
+        (Engine::Vllm, "all_reduce_utils.py\n# (b250ac3dd5ef"),
+        (Engine::Sglang, "custom_all_reduce_v2.py (50e143a67729)"),
+        (Engine::Nccl, "tuner/tuner_v7.h, commit 2449986fd9ec"),
+    ] {
+        let e = export(&nvswitch(), &opts(engine)).unwrap();
+        assert!(e.files[0].contents.contains(needle), "{engine:?}");
     }
 }
 
+// --- NCCL ---
+
 #[test]
-fn trtllm_cache_is_json_with_rank_sections_and_known_tactics() {
-    let p = sample::profile();
-    let files = export(&p, &opts(Engine::Trtllm)).unwrap().files;
-    let v: serde_json::Value = serde_json::from_str(&files[1].contents).unwrap();
+fn nccl_export_is_artunes_plugin_and_writes_no_example_csv() {
+    let e = export(&sample::profile(), &opts(Engine::Nccl)).unwrap();
+    let text = &e.files[0].contents;
+    assert!(text.contains("export NCCL_TUNER_PLUGIN=libartune.so"));
+    assert!(
+        !text.lines().any(|l| l.starts_with("allreduce,")),
+        "no rows for NCCL's example plugin, which forces one channel"
+    );
+    assert!(text.contains("*nChannels = 1") && text.contains("ONE channel"));
+}
+
+#[test]
+fn nccl_variants_come_from_the_profiles_nccl_choice() {
+    // Record Tree/LL as the rule's NCCL variant everywhere, whatever was fastest: the exports
+    // must follow the profile, never pin the fastest variant themselves.
+    let mut p = sample::profile();
+    for g in &mut p.groups {
+        for b in &mut g.buckets {
+            b.nccl_choice = Some(Backend::NcclTreeLl);
+        }
+    }
+    let nccl = export(&p, &opts(Engine::Nccl)).unwrap();
+    assert!(nccl.files[0].contents.contains("Tree/LL (nccl_tree_ll)"));
+    assert!(!nccl.files[0].contents.contains("Ring/"));
+    let env = &export(&p, &opts(Engine::Env)).unwrap().files[0].contents;
+    assert!(env.contains("export NCCL_ALGO=allreduce:tree\nexport NCCL_PROTO=allreduce:ll\n"));
+    // NCCL's own choice everywhere: nothing to pin, no NCCL_ALGO line.
+    for g in &mut p.groups {
+        for b in &mut g.buckets {
+            b.nccl_choice = Some(Backend::Nccl);
+        }
+    }
+    let env = &export(&p, &opts(Engine::Env)).unwrap().files[0].contents;
+    assert!(!env.contains("export NCCL_ALGO"), "{env}");
+}
+
+// --- TensorRT-LLM ---
+
+#[test]
+fn trtllm_without_nvlink_runs_nccl_and_writes_no_dead_cache() {
+    let e = export(&sample::profile(), &opts(Engine::Trtllm)).unwrap();
+    assert_eq!(
+        e.files.len(),
+        1,
+        "no cache: ifFallbackToNCCL makes it inert"
+    );
+    let y = &e.files[0].contents;
+    assert!(y.contains("\nallreduce_strategy: NCCL\n"));
+    assert!(y.contains("NCCL_TUNER_PLUGIN=libartune.so"));
+    assert!(y.contains("ifFallbackToNCCL"));
+}
+
+#[test]
+fn trtllm_nvlink_cache_has_custom_bands_only_and_every_rank() {
+    let p = nvswitch();
+    // TP2 in a deployment of 8 ranks (PP4): every rank needs its section.
+    let o = Options {
+        tp: Some(2),
+        world_size: Some(8),
+        ..opts(Engine::Trtllm)
+    };
+    let e = export(&p, &o).unwrap();
+    assert!(e.files[0].contents.contains("\nallreduce_strategy: AUTO\n"));
+    let v: serde_json::Value =
+        serde_json::from_str(file(&e, "trtllm-autotuner-cache.json").unwrap()).unwrap();
     for k in [
         "lib_version",
         "creation_timestamp",
@@ -130,23 +189,48 @@ fn trtllm_cache_is_json_with_rank_sections_and_known_tactics() {
     ] {
         assert!(v["metadata"].get(k).is_some(), "metadata.{k}");
     }
-    for r in 0..4 {
+    for r in 0..8 {
         let sec = v[format!("rank_{r}")].as_object().unwrap();
-        // 2 TP sizes × 14 token buckets × 2 fusions, less what is beyond the profile.
-        assert!(!sec.is_empty());
+        assert!(!sec.is_empty(), "rank_{r}");
         for (k, e) in sec {
-            assert!(k.starts_with("('trtllm::tunable_allreduce::allreduce', 'AllReduceRunner', '("));
             assert!(
-                ["0", "4", "5"].contains(&e["tactic"].as_str().unwrap()),
-                "{e}"
+                k.starts_with("('trtllm::tunable_allreduce::allreduce', 'AllReduceRunner', '(2, ")
             );
-            assert_eq!(e["runner_id"], 0);
+            let tactic = e["tactic"].as_str().unwrap();
+            assert!(["4", "5"].contains(&tactic), "no NCCL tactic 0: {e}");
+            let tokens: u64 = k
+                .split("((")
+                .nth(1)
+                .unwrap()
+                .split(',')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!(tokens <= 8192 && tokens * 7168 * 2 <= 64 << 20, "{k}");
+            if tactic == "5" {
+                assert!(tokens >= 2, "TWOSHOT needs a token per rank: {k}");
+            }
         }
     }
-    assert!(v.get("rank_4").is_none());
-    // 7168 × 2 × 1024 tokens = 14 MiB fits the 16 MiB profile; 2048 tokens does not.
-    assert!(files[1].contents.contains("((1024, 7168)"));
-    assert!(!files[1].contents.contains("((2048, 7168)"));
+    assert!(v.get("rank_8").is_none());
+}
+
+#[test]
+fn trtllm_world_size_defaults_to_the_largest_tp_and_must_cover_it() {
+    let p = nvswitch();
+    let e = export(&p, &opts(Engine::Trtllm)).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(file(&e, "trtllm-autotuner-cache.json").unwrap()).unwrap();
+    assert!(v.get("rank_7").is_some() && v.get("rank_8").is_none());
+    for (w, needle) in [(4, "smaller than TP8"), (12, "not a multiple of TP8")] {
+        let o = Options {
+            world_size: Some(w),
+            ..opts(Engine::Trtllm)
+        };
+        let err = export(&p, &o).unwrap_err().to_string();
+        assert!(err.contains(needle), "{err}");
+    }
 }
 
 #[test]
@@ -159,55 +243,163 @@ fn trtllm_needs_hidden() {
     assert!(export(&p, &o).unwrap_err().to_string().contains("--hidden"));
 }
 
+// --- vLLM ---
+
 #[test]
-fn vllm_p2p_cache_has_every_ordered_pair() {
+fn vllm_p2p_cache_has_every_ordered_pair_and_names_skip_p2p_check() {
     let p = sample::profile();
-    let files = export(&p, &opts(Engine::Vllm)).unwrap().files;
-    assert_eq!(files[1].name, "gpu_p2p_access_cache_for_0,1,2,3.json");
-    let v: serde_json::Value = serde_json::from_str(&files[1].contents).unwrap();
+    let e = export(&p, &opts(Engine::Vllm)).unwrap();
+    let cache = file(&e, "gpu_p2p_access_cache_for_0,1,2,3.json").unwrap();
+    let v: serde_json::Value = serde_json::from_str(cache).unwrap();
     for a in 0..4 {
         for b in 0..4 {
             assert!(v[format!("{a}->{b}")].is_boolean(), "{a}->{b}");
         }
     }
+    let text = &e.files[0].contents;
+    assert!(text.contains("export VLLM_SKIP_P2P_CHECK=0"));
+    assert!(text.contains("${XDG_CACHE_HOME:-$HOME/.cache}/vllm"));
     // TP4 on PCIe: vLLM disables its custom all-reduce itself.
-    assert!(files[0]
-        .contents
-        .contains("--tensor-parallel-size 4 --disable-custom-all-reduce"));
+    assert!(text.contains("--tensor-parallel-size 4 --disable-custom-all-reduce"));
 }
 
 #[test]
-fn vllm_rule_follows_its_source() {
+fn vllm_refuses_a_simulated_profile_without_allow_simulated() {
+    let o = Options {
+        allow_simulated: false,
+        ..opts(Engine::Vllm)
+    };
+    let err = export(&sample::profile(), &o).unwrap_err().to_string();
+    assert!(
+        err.contains("SIMULATED") && err.contains("--allow-simulated"),
+        "{err}"
+    );
+}
+
+#[test]
+fn vllm_p2p_cache_only_where_peer_kernels_verified() {
+    let mut p = sample::profile();
+    p.simulated = false;
+    // TP2 verified its kernels on GPUs 0,1; TP4's were all disqualified.
+    for g in p.groups.iter_mut().filter(|g| g.tp == 4) {
+        for k in Backend::ALL.into_iter().filter(|k| k.is_custom()) {
+            g.waived.insert(k, "wrong result at 4096 bytes".into());
+        }
+    }
+    let e = export(&p, &opts(Engine::Vllm)).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(file(&e, "gpu_p2p_access_cache_for_0,1,2,3.json").unwrap()).unwrap();
+    assert_eq!(v["0->1"], true);
+    assert_eq!(v["1->0"], true);
+    assert_eq!(
+        v["0->2"], false,
+        "only TP4 held 0 and 2, and it verified nothing"
+    );
+    assert_eq!(v["2->2"], true);
+    // Nothing verified anywhere: no cache at all.
+    for g in &mut p.groups {
+        for k in Backend::ALL.into_iter().filter(|k| k.is_custom()) {
+            g.waived.insert(k, "wrong result".into());
+        }
+    }
+    let e = export(&p, &opts(Engine::Vllm)).unwrap();
+    assert_eq!(e.files.len(), 1);
+    assert!(e.files[0].contents.contains("Not written: no peer kernel"));
+    assert!(!e.files[0].contents.contains("VLLM_SKIP_P2P_CHECK=0"));
+    // Loopback: virtual ranks on one GPU exercise no P2P between GPUs.
+    let mut p = sample::profile();
+    p.simulated = false;
+    p.topology.origin.kind = "loopback".into();
+    let e = export(&p, &opts(Engine::Vllm)).unwrap();
+    assert_eq!(e.files.len(), 1);
+    assert!(e.files[0].contents.contains("loopback"));
+}
+
+#[test]
+fn vllm_chain_follows_its_source() {
     let p = sample::profile();
     let t = &p.topology;
     use vllm::{builtin, Path};
+    let bf = Dtype::Bf16;
     assert_eq!(
-        builtin(t, &[0, 1], 4096),
+        builtin(t, &[0, 1], bf, 4096),
         Path::Custom(Backend::OneStagePull)
     );
-    assert_eq!(
-        builtin(t, &[0, 1], 8 << 20),
-        Path::Nccl("the message is 8 MiB or more")
-    );
-    assert_eq!(
-        builtin(t, &[0, 1], 4100),
-        Path::Nccl("the message is not a multiple of 16 bytes")
-    );
-    assert!(matches!(builtin(t, &[0, 1, 2, 3], 4096), Path::Nccl(_)));
+    assert!(matches!(builtin(t, &[0, 1], bf, 8 << 20), Path::Nccl(w) if w.contains("limit of 8M")));
+    assert!(matches!(builtin(t, &[0, 1], bf, 4100), Path::Nccl(w) if w.contains("multiple of 16")));
+    assert!(matches!(builtin(t, &[0, 1, 2, 3], bf, 4096), Path::Nccl(_)));
+    // H100 (9.0) on NVSwitch: custom allreduce tops out per world size, then symmetric memory.
     let nv = crate::topology::presets::get("nvswitch-8x").unwrap();
+    let eight: Vec<usize> = (0..8).collect();
     assert_eq!(
-        builtin(&nv, &[0, 1, 2, 3], 256 << 10),
+        builtin(&nv, &[0, 1, 2, 3], bf, 256 << 10),
         Path::Custom(Backend::OneStagePull)
     );
     assert_eq!(
-        builtin(&nv, &[0, 1, 2, 3], 512 << 10),
+        builtin(&nv, &[0, 1, 2, 3], bf, 512 << 10),
         Path::Custom(Backend::TwoStagePull)
     );
     assert_eq!(
-        builtin(&nv, &(0..8).collect::<Vec<_>>(), 256 << 10),
-        Path::Custom(Backend::TwoStagePull)
+        builtin(&nv, &eight, bf, 128 << 10),
+        Path::Custom(Backend::OneStagePull)
     );
-    assert!(matches!(builtin(&nv, &[0, 1, 2], 1024), Path::Nccl(_)));
+    // CUSTOM_ALL_REDUCE_MAX_SIZES["9.0"][8] = 256 KiB, not 8 MiB.
+    assert_eq!(
+        builtin(&nv, &eight, bf, 1 << 20),
+        Path::SymmMem("torch symmetric-memory multimem")
+    );
+    assert!(
+        matches!(builtin(&nv, &eight, Dtype::Fp16, 1 << 20), Path::Nccl(w) if w.contains("bf16"))
+    );
+    assert!(matches!(builtin(&nv, &eight, bf, 64 << 20), Path::Nccl(_)));
+    assert!(matches!(builtin(&nv, &[0, 1, 2], bf, 1024), Path::Nccl(_)));
+}
+
+// --- SGLang ---
+
+#[test]
+fn sglang_on_pcie_writes_no_v2_table_and_runs_v1_at_tp2_or_nccl() {
+    let e = export(&sample::profile(), &opts(Engine::Sglang)).unwrap();
+    let text = &e.files[0].contents;
+    assert!(
+        !text.contains("ARTUNE_CUSTOM_ALL_REDUCE_V2 = {"),
+        "v2 needs full NVLink"
+    );
+    assert!(text.contains("v1 runs one-stage pull under 8 MiB"));
+    assert!(text.contains("TP4: SGLang's custom all-reduce needs full NVLink"));
+    assert!(!text.contains("2shot_lamport"));
+}
+
+#[test]
+fn sglang_v2_tuples_have_four_elements_within_the_workspace() {
+    let e = export(&nvswitch(), &opts(Engine::Sglang)).unwrap();
+    let text = &e.files[0].contents;
+    let table: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("ARTUNE_CUSTOM_ALL_REDUCE_V2 = {"))
+        .skip(1)
+        .take_while(|l| *l != "}")
+        .collect();
+    assert_eq!(table.len(), 3, "{text}");
+    for line in table {
+        for t in line.split("\": (").skip(1) {
+            let inner = t.split(")").next().unwrap();
+            let nums: Vec<u64> = inner
+                .split(", ")
+                .take(3)
+                .map(|x| x.parse().unwrap())
+                .collect();
+            assert!(
+                nums[0] <= nums[1] && nums[1] <= nums[2] && nums[2] <= 16 << 20,
+                "{line}"
+            );
+            let fourth = inner.split(", ").nth(3).unwrap();
+            assert!(fourth == "None" || fourth.starts_with('('), "{line}");
+        }
+    }
+    // SM90 TP8 keeps SGLang's multicast range (tuning.py: graph (512 KiB, 128 MiB)).
+    assert!(text.contains("(524288, 134217728)"));
+    assert!(text.contains("SGLang's order (push, pull, two-shot, NCCL) costs"));
 }
 
 #[test]

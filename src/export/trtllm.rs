@@ -1,26 +1,40 @@
-//! TensorRT-LLM (PyTorch backend): an autotuner cache for `allreduce_strategy: AUTO` and the
-//! LLM API option line.
+//! TensorRT-LLM (PyTorch backend): `allreduce_strategy` and, on NVLink, an autotuner cache
+//! holding only the sizes where a custom kernel beats NCCL.
 //!
-//! Format as read in NVIDIA/TensorRT-LLM `tensorrt_llm/_torch/autotuner.py`
-//! (AutoTunerProfilingCache.save_cache/load_cache): a JSON object with `metadata` and one
-//! section `rank_<r>` per rank; each entry maps `str(cache_key)` to `{runner_id, tactic
-//! (repr), min_time (ms)}`. The allreduce key (`custom_ops/torch_custom_ops.py`,
-//! AllReduceRunner) is `("trtllm::tunable_allreduce::allreduce", "AllReduceRunner",
-//! str((tp, fusion_op)), shapes)` where shapes are the six inputs' shapes with the token count
-//! rounded down to a power of two (1..8192), the residual's token dimension -1 and absent
-//! inputs `(0,)`. Tactics are AllReduceStrategy values: NCCL=0, ONESHOT=4, TWOSHOT=5.
+//! As read in NVIDIA/TensorRT-LLM:
+//! - `cpp/tensorrt_llm/thop/allreduceOp.cpp` (commit 4bb1ef88800b), ifFallbackToNCCL: ONESHOT
+//!   and TWOSHOT become NCCL when the message exceeds the workspace, without P2P, or without
+//!   NVLink between every pair, so on a PCIe box any cache is inert and NCCL runs.
+//! - `cpp/tensorrt_llm/common/customAllReduceUtils.h` (commit b78a54611b6f),
+//!   getMaxRequiredWorkspaceSize: 64 MiB, or TRTLLM_ALLREDUCE_FUSION_WORKSPACE_SIZE (older
+//!   releases: 16 MB up to TP2, 8 MB above).
+//! - `tensorrt_llm/_torch/autotuner.py` (commit b35ac1b64368), AutoTunerProfilingCache
+//!   load_cache: a JSON object with `metadata` and one section `rank_<r>` per rank, and it
+//!   asserts that the process's `rank_<r>` exists. This layout is from TensorRT-LLM PR #10336;
+//!   older releases read one file per rank, which artune does not write.
+//! - `tensorrt_llm/_torch/custom_ops/torch_custom_ops.py`, AllReduceRunner: tokens tuned at
+//!   powers of two up to 8192 (get_last_power_of_2_num_tokens_buckets(8192)), looked up as
+//!   last_positive_power_of_2 clamped to tune_max_num_tokens (autotuner.py
+//!   _find_nearest_profile), so 16384 tokens and more use the 8192 entry; TWOSHOT only from
+//!   one token per rank; the key is `("trtllm::tunable_allreduce::allreduce",
+//!   "AllReduceRunner", str((tp, fusion_op)), shapes)` with the six inputs' shapes, the
+//!   residual's token dimension -1 and absent inputs `(0,)`. Tactics are AllReduceStrategy
+//!   values: ONESHOT=4, TWOSHOT=5. NCCL bands get no entry: TensorRT-LLM tunes those itself
+//!   (NCCL or NCCL_SYMMETRIC on NVSwitch), which a written NCCL tactic would stop.
 
 use super::*;
+use crate::units::fmt_bytes;
 
 const OP: &str = "trtllm::tunable_allreduce::allreduce";
-/// TensorRT-LLM's token buckets: powers of two up to 8192 (get_last_power_of_2_num_tokens_buckets).
+/// TensorRT-LLM's largest token bucket (get_last_power_of_2_num_tokens_buckets(8192)).
 const MAX_TOKENS: u64 = 8192;
+/// The fusion workspace bound of current releases (getMaxRequiredWorkspaceSize).
+const WORKSPACE: u64 = 64 << 20;
 /// AllReduceFusionOp values written: NONE and RESIDUAL_RMS_NORM.
 const FUSIONS: [(u32, &str); 2] = [(0, "NONE"), (1, "RESIDUAL_RMS_NORM")];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Strategy {
-    Nccl,
     OneShot,
     TwoShot,
 }
@@ -28,58 +42,84 @@ enum Strategy {
 impl Strategy {
     fn tactic(self) -> u32 {
         match self {
-            Strategy::Nccl => 0,
             Strategy::OneShot => 4,
             Strategy::TwoShot => 5,
         }
     }
     fn name(self) -> &'static str {
         match self {
-            Strategy::Nccl => "NCCL",
             Strategy::OneShot => "ONESHOT",
             Strategy::TwoShot => "TWOSHOT",
         }
     }
+    fn backend(self) -> Backend {
+        match self {
+            Strategy::OneShot => Backend::OneStagePush,
+            Strategy::TwoShot => Backend::TwoStagePush,
+        }
+    }
 }
 
-/// Largest message the one/two-shot kernels may take: the fusion workspace size of
-/// CustomAllReduceHelper.max_workspace_size_auto in releases that sized it by TP (16 MB up to
-/// TP2, 8 MB above); newer releases allocate 64 MiB, so this is the safe bound for both.
-fn workspace_limit(tp: usize) -> u64 {
-    if tp <= 2 {
-        16_000_000
+/// The custom strategy for one bucket, if the steering rule picks one among what TensorRT-LLM
+/// can run (NCCL variants, one-shot push, two-shot push with a token per rank), within the
+/// workspace. The profile's own choice stands where TensorRT-LLM can run it.
+fn decide(b: &Bucket, tp: usize, tokens: u64, bytes: u64) -> Option<Strategy> {
+    if bytes > WORKSPACE {
+        return None;
+    }
+    let runnable = |k: Backend| {
+        k.is_nccl()
+            || k == Backend::OneStagePush
+            || (k == Backend::TwoStagePush && tokens >= tp as u64)
+    };
+    let choice = if runnable(b.choice) {
+        b.choice
     } else {
-        8_000_000
-    }
-}
-
-/// The strategy for `tokens` tokens of `bytes` bytes, and its expected time (us).
-fn decide(b: &Bucket, tp: usize, tokens: u64, bytes: u64) -> Option<(Strategy, f64)> {
-    let custom_ok = bytes <= workspace_limit(tp);
-    let mut cands: Vec<(Strategy, f64)> = Vec::new();
-    if let Some(t) = nccl_time(b) {
-        cands.push((Strategy::Nccl, t.median_us));
-    }
-    if custom_ok {
-        if let Some(t) = b.results.get(&Backend::OneStagePush) {
-            cands.push((Strategy::OneShot, t.median_us));
-        }
-        // TWOSHOT needs at least one token per rank (AllReduceRunner.get_valid_tactics).
-        if tokens >= tp as u64 {
-            if let Some(t) = b.results.get(&Backend::TwoStagePush) {
-                cands.push((Strategy::TwoShot, t.median_us));
-            }
-        }
-    }
-    let wanted = match b.choice {
+        let eligible: std::collections::BTreeMap<Backend, Timing> = b
+            .results
+            .iter()
+            .filter(|(k, _)| runnable(**k) && !b.waived.contains_key(k))
+            .map(|(k, t)| (*k, *t))
+            .collect();
+        crate::decide::winner(&eligible, tp, bytes)?
+    };
+    match choice {
         Backend::OneStagePush => Some(Strategy::OneShot),
         Backend::TwoStagePush => Some(Strategy::TwoShot),
-        c if c.is_nccl() => Some(Strategy::Nccl),
         _ => None,
+    }
+}
+
+/// What TensorRT-LLM runs for `bytes` on group `g` with artune's export applied.
+pub(super) fn runs(p: &Profile, g: &GroupProfile, bytes: u64) -> EngineRun {
+    let engine = "TensorRT-LLM";
+    let nccl = |because: &str| EngineRun {
+        engine,
+        runs: "NCCL".into(),
+        backend: Some(Backend::Nccl),
+        because: because.into(),
     };
-    wanted
-        .and_then(|w| cands.iter().find(|c| c.0 == w).copied())
-        .or_else(|| cands.iter().copied().min_by(|x, y| x.1.total_cmp(&y.1)))
+    if !fully_nvlinked(&p.topology, &g.gpus) {
+        return nccl("no NVLink: ifFallbackToNCCL turns ONESHOT/TWOSHOT into NCCL; the export sets allreduce_strategy: NCCL");
+    }
+    if bytes > WORKSPACE {
+        return nccl("above the 64 MiB fusion workspace, ifFallbackToNCCL runs NCCL");
+    }
+    // Token count unknown here: assume enough tokens for TWOSHOT.
+    match bucket_for(g, bytes).and_then(|b| decide(b, g.tp, u64::MAX, bytes)) {
+        Some(s) => EngineRun {
+            engine,
+            runs: s.name().into(),
+            backend: Some(s.backend()),
+            because: "the exported autotuner cache entry for the token bucket of this size".into(),
+        },
+        None => EngineRun {
+            engine,
+            runs: "its own tuning (NCCL or NCCL_SYMMETRIC)".into(),
+            backend: None,
+            because: "no custom kernel beats NCCL here, so the cache has no entry and TensorRT-LLM tunes it".into(),
+        },
+    }
 }
 
 /// Python's repr of a cache key.
@@ -122,92 +162,121 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
         )));
     }
     let row = hidden * o.dtype.size();
+    let world = o
+        .world_size
+        .unwrap_or_else(|| tps.iter().copied().max().unwrap_or(1));
     let mut entries: Vec<Entry> = Vec::new();
     let mut notes = String::new();
-    let mut strategies: Vec<Strategy> = Vec::new();
-    let mut uncovered = false;
+    let (mut nvlink, mut pcie) = (Vec::new(), Vec::new());
     for &tp in tps {
         let Some(g) = preferred_group(p, tp) else {
             continue;
         };
+        if !fully_nvlinked(&p.topology, &g.gpus) {
+            pcie.push(tp);
+            notes.push_str(&format!(
+                "#\n# TP{tp} (GPUs {:?}): no NVLink between them, so ifFallbackToNCCL runs NCCL at every size\n#   whatever the strategy or cache says; artune's NCCL plugin then picks NCCL's variant.\n",
+                g.gpus
+            ));
+            continue;
+        }
+        nvlink.push(tp);
         notes.push_str(&format!(
-            "#\n# TP{tp} ({} mode measurements), {hidden} x {} per token:\n",
+            "#\n# TP{tp} ({} mode measurements), {hidden} x {} per token; entries only where a custom kernel wins:\n",
             g.mode.id(),
             o.dtype.id()
         ));
         let mut tokens = 1u64;
         while tokens <= MAX_TOKENS {
             let bytes = tokens * row;
-            let i = g.buckets.partition_point(|b| b.bytes < bytes);
-            match g
-                .buckets
-                .get(i)
-                .and_then(|b| decide(b, tp, tokens, bytes).map(|d| (b, d)))
-            {
-                Some((b, (s, us))) => {
-                    notes.push_str(&format!(
-                        "#   {tokens:>5} tokens = {:>9} bytes: {:<7} ({:.1} us measured at {} bytes; profile chose {})\n",
-                        bytes,
-                        s.name(),
-                        us,
-                        b.bytes,
-                        b.choice
-                    ));
-                    strategies.push(s);
-                    for (op, _) in FUSIONS {
-                        entries.push(Entry {
-                            key: key(tp, op, tokens, hidden),
-                            strategy: s,
-                            min_time_ms: us / 1000.0,
-                        });
+            let line = match bucket_for(g, bytes) {
+                None => "beyond the profile: no entry (TensorRT-LLM tunes it)".to_string(),
+                Some(_) if bytes > WORKSPACE => format!(
+                    "above the {} workspace: NCCL (no entry)",
+                    fmt_bytes(WORKSPACE)
+                ),
+                Some(b) => match decide(b, tp, tokens, bytes) {
+                    Some(s) => {
+                        let us = median(b, s.backend()).unwrap_or(f64::NAN);
+                        for (op, _) in FUSIONS {
+                            entries.push(Entry {
+                                key: key(tp, op, tokens, hidden),
+                                strategy: s,
+                                min_time_ms: us / 1000.0,
+                            });
+                        }
+                        format!(
+                            "{} ({us:.1} us measured at {} bytes; profile chose {})",
+                            s.name(),
+                            b.bytes,
+                            b.choice
+                        )
                     }
-                }
-                None => {
-                    uncovered = true;
-                    notes.push_str(&format!("#   {tokens:>5} tokens = {bytes:>9} bytes: beyond the profile, no entry (TensorRT-LLM's default)\n"));
-                }
-            }
+                    None => format!(
+                        "NCCL band (profile chose {}): no entry, TensorRT-LLM tunes it",
+                        b.choice
+                    ),
+                },
+            };
+            notes.push_str(&format!(
+                "#   {tokens:>5} tokens = {bytes:>9} bytes: {line}\n"
+            ));
             tokens *= 2;
         }
     }
-    let uniform = match strategies.first() {
-        Some(s) if !uncovered && strategies.iter().all(|x| x == s) => Some(*s),
-        _ => None,
-    };
 
     let mut y = String::new();
     y.push_str("# TensorRT-LLM LLM API options (pass with --extra_llm_api_options FILE).\n");
+    y.push_str("# Read against NVIDIA/TensorRT-LLM cpp/tensorrt_llm/thop/allreduceOp.cpp (4bb1ef88800b),\n");
+    y.push_str("# customAllReduceUtils.h (b78a54611b6f) and tensorrt_llm/_torch/autotuner.py (b35ac1b64368).\n");
     y.push_str(&provenance(p, o, "#"));
     y.push_str("#\n");
-    match uniform {
-        Some(s) => {
-            y.push_str(&format!("# One strategy holds for every token bucket below, so a fixed strategy suffices\n# (the autotuner cache is then not needed).\nallreduce_strategy: {}\n", s.name()));
-        }
-        None => {
-            y.push_str("# The best strategy changes with size: keep AUTO, which consults the autotuner cache, and set\n");
-            y.push_str(
-                "#   export TLLM_AUTOTUNER_CACHE_PATH=/path/to/trtllm-autotuner-cache.json\n",
-            );
-            y.push_str("allreduce_strategy: AUTO\n");
+    let with_cache = !nvlink.is_empty() && !entries.is_empty();
+    if with_cache {
+        y.push_str("# A custom kernel wins some sizes on NVLink: keep AUTO, which consults the autotuner cache:\n");
+        y.push_str("#   export TLLM_AUTOTUNER_CACHE_PATH=/path/to/trtllm-autotuner-cache.json\n");
+        y.push_str("allreduce_strategy: AUTO\n");
+    } else {
+        y.push_str("# NCCL serves every size TensorRT-LLM will use a kernel for here (no NVLink, or no custom kernel\n");
+        y.push_str(
+            "# wins), so no cache is written: run NCCL, steered by artune's NCCL tuner plugin:\n",
+        );
+        y.push_str("allreduce_strategy: NCCL\n");
+        y.push_str("# and in the server's environment:\n");
+        for line in super::nccl::plugin_lines(p, o).lines() {
+            y.push_str(&format!("#   {}\n", line.trim_start_matches("# ")));
         }
     }
-    y.push_str("#\n# What the cache cannot express:\n");
+    if !pcie.is_empty() && with_cache {
+        y.push_str(&format!(
+            "# TP {}: no NVLink, NCCL at every size; for those deployments use allreduce_strategy: NCCL and\n# artune's NCCL plugin (artune export --engine nccl).\n",
+            pcie.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    y.push_str("#\n# What TensorRT-LLM's knobs cannot express:\n");
     y.push_str("# - Pull kernels (one_stage_pull, two_stage_pull): TensorRT-LLM's one-shot and two-shot kernels write\n");
-    y.push_str("#   into peers' buffers (push), so ONESHOT stands for one_stage_push and TWOSHOT for two_stage_push.\n");
-    y.push_str("#   Where the profile chose a pull kernel, the fastest of NCCL / ONESHOT / TWOSHOT measured there is used.\n");
-    y.push_str("# - Token counts between powers of two: TensorRT-LLM rounds down to a power of two, so each entry,\n");
-    y.push_str("#   chosen from the measurement at 2^k tokens, also serves up to 2^(k+1)-1 tokens; above 8192 the\n");
-    y.push_str("#   8192 entry is used. Sizes beyond the profile get no entry and fall back to TensorRT-LLM's default.\n");
-    y.push_str("# - Fusions: entries are written for NONE and RESIDUAL_RMS_NORM with plain-allreduce timings; the\n");
-    y.push_str("#   norm/quantization work fused into the kernel was not measured, quantizing fusions are not written.\n");
-    y.push_str(
-        "# - One/two-shot above the fusion workspace (16 MB at TP2, 8 MB above, smaller than newer releases'\n#   64 MiB) are written as NCCL. Keys assume 2-D [tokens, hidden] inputs and a workspace of 3*TP+2\n#   pointers (TensorRT-LLM 1.x; older releases used 3*TP+1). A log line \"Using the fallback tactic, due\n#   to cache miss\" means the keys did not match this TensorRT-LLM.\n",
-    );
-    y.push_str("# - Ranks: sections rank_0..rank_<TP-1>; with pipeline parallelism copy a section for every rank.\n");
+    y.push_str("#   into peers' buffers (push). Where the profile chose a pull kernel, the steering rule is applied\n");
+    y.push_str("#   again among what TensorRT-LLM can run (NCCL, ONESHOT, TWOSHOT).\n");
+    y.push_str("# - Token counts between powers of two round down to one, and counts above 8192 are clamped to\n");
+    y.push_str("#   tune_max_num_tokens (8192 by default), so the 8192 entry, measured at 8192 tokens, serves them.\n");
+    y.push_str("# - Fusions: entries for NONE and RESIDUAL_RMS_NORM carry plain-allreduce timings; quantizing fusions are\n");
+    y.push_str("#   not written. Keys assume 2-D [tokens, hidden] inputs and a workspace of 3*TP+2 pointers.\n");
+    y.push_str("# - One/two-shot above the 64 MiB fusion workspace run NCCL (ifFallbackToNCCL).\n");
     y.push_str("# - Launch mode: the autotuner has none; graph-mode measurements are used where the profile has them.\n");
     y.push_str(&notes);
 
-    let ranks = tps.iter().copied().max().unwrap_or(0);
+    let mut files = vec![File {
+        name: "extra-llm-api-options.yaml".into(),
+        contents: y,
+    }];
+    if with_cache {
+        files.push(cache(p, o, world, &entries));
+    }
+    Ok(Export { files })
+}
+
+/// The cache in the `rank_<r>` layout (PR #10336), one identical section per rank of `world`.
+fn cache(p: &Profile, o: &Options, world: usize, entries: &[Entry]) -> File {
     let cap = p.topology.gpus.first().and_then(|g| g.compute_capability);
     let metadata = serde_json::json!({
         "lib_version": format!("artune {}", env!("CARGO_PKG_VERSION")),
@@ -215,8 +284,22 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
         "device_name": p.topology.gpus.first().map(|g| g.name.clone()).unwrap_or_default(),
         "device_capability": cap.map(|c| serde_json::json!([c.major, c.minor])).unwrap_or(serde_json::Value::Null),
     });
-    let mut j = String::new();
-    j.push_str("{\n");
+    let mut section = String::from("{");
+    for (i, e) in entries.iter().enumerate() {
+        let value = serde_json::json!({
+            "runner_id": 0,
+            "tactic": e.strategy.tactic().to_string(),
+            "min_time": e.min_time_ms,
+        });
+        section.push_str(&format!(
+            "{}\n    {}: {}",
+            if i == 0 { "" } else { "," },
+            serde_json::to_string(&e.key).unwrap_or_default(),
+            serde_json::to_string(&value).unwrap_or_default()
+        ));
+    }
+    section.push_str(if entries.is_empty() { "}" } else { "\n  }" });
+    let mut j = String::from("{\n");
     j.push_str(&format!(
         "  \"metadata\": {},\n",
         serde_json::to_string(&metadata).unwrap_or_default()
@@ -225,36 +308,14 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
         "  \"artune\": {}",
         serde_json::to_string(&provenance_json(p, o)).unwrap_or_default()
     ));
-    for r in 0..ranks {
-        j.push_str(&format!(",\n  \"rank_{r}\": {{"));
-        for (i, e) in entries.iter().enumerate() {
-            let value = serde_json::json!({
-                "runner_id": 0,
-                "tactic": e.strategy.tactic().to_string(),
-                "min_time": e.min_time_ms,
-            });
-            j.push_str(&format!(
-                "{}\n    {}: {}",
-                if i == 0 { "" } else { "," },
-                serde_json::to_string(&e.key).unwrap_or_default(),
-                serde_json::to_string(&value).unwrap_or_default()
-            ));
-        }
-        j.push_str(if entries.is_empty() { "}" } else { "\n  }" });
+    for r in 0..world {
+        j.push_str(&format!(",\n  \"rank_{r}\": {section}"));
     }
     j.push_str("\n}\n");
-    Ok(Export {
-        files: vec![
-            File {
-                name: "extra-llm-api-options.yaml".into(),
-                contents: y,
-            },
-            File {
-                name: "trtllm-autotuner-cache.json".into(),
-                contents: j,
-            },
-        ],
-    })
+    File {
+        name: "trtllm-autotuner-cache.json".into(),
+        contents: j,
+    }
 }
 
 #[cfg(test)]
@@ -270,6 +331,33 @@ mod tests {
         assert_eq!(
             key(4, 1, 1, 4096),
             "('trtllm::tunable_allreduce::allreduce', 'AllReduceRunner', '(4, 1)', ((1, 4096), (-1, 4096), (4096,), (0,), (0,), (14,)))"
+        );
+    }
+
+    #[test]
+    fn custom_entries_reach_the_64_mib_workspace_and_never_pick_nccl() {
+        let p = sample::profile_with("nvswitch-8x", &[4], &[32 << 20, 128 << 20]);
+        let mut b = p.groups[0].buckets[0].clone();
+        let nccl = b.results[&Backend::Nccl].median_us;
+        for k in [Backend::TwoStagePush, Backend::TwoStagePull] {
+            let t = b.results.get_mut(&k).unwrap();
+            (t.median_us, t.ci_low_us, t.ci_high_us) = (nccl / 2.0, nccl / 2.1, nccl / 1.9);
+        }
+        b.choice = Backend::TwoStagePull;
+        // 32 MiB at TP4: above the 8 MB of older releases, inside today's 64 MiB workspace; the
+        // pull choice maps to TensorRT-LLM's push kernel by the rule among what it runs.
+        assert_eq!(decide(&b, 4, 2048, 32 << 20), Some(Strategy::TwoShot));
+        assert_eq!(
+            decide(&b, 4, 2, 32 << 20),
+            None,
+            "TWOSHOT needs a token per rank"
+        );
+        assert_eq!(decide(&b, 4, 8192, 65 << 20), None, "above the workspace");
+        b.choice = Backend::Nccl;
+        assert_eq!(
+            decide(&b, 4, 2048, 32 << 20),
+            None,
+            "NCCL bands get no entry"
         );
     }
 

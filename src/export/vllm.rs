@@ -1,48 +1,77 @@
-//! vLLM: whether to keep its custom all-reduce per TP size, and the GPU P2P access cache it
-//! reads, filled from the profile's topology.
+//! vLLM: what its allreduce chain runs per TP size and size on this GPU, which of the profile's
+//! choices it can follow, and the GPU P2P access cache it reads.
 //!
-//! vLLM's built-in rule as read in vllm-project/vllm: `CustomAllreduce` (vllm/distributed/
-//! device_communicators/custom_all_reduce.py) runs only for world sizes 2, 4, 6, 8, only on two
-//! GPUs or fully NVLink-connected ones, only with working P2P, and only for messages under
-//! max_size = 8 MiB whose size is a multiple of 16 bytes; else NCCL. Its kernels
-//! (csrc/custom_all_reduce.cuh) read peers' buffers: one-stage on two GPUs, and on NVLink
-//! one-stage below 512 KiB (up to 4 GPUs) or 256 KiB (up to 8), two-stage above. The P2P cache
-//! (custom_all_reduce_utils.py, gpu_p2p_access_check) is `$VLLM_CACHE_ROOT/
-//! gpu_p2p_access_cache_for_<CUDA_VISIBLE_DEVICES>.json` mapping "i->j" to a boolean for every
-//! ordered pair of visible devices, self pairs included.
+//! As read in vllm-project/vllm:
+//! - `vllm/distributed/device_communicators/cuda_communicator.py` (commit 089eca13b071),
+//!   CudaCommunicator.all_reduce: quick reduce (ROCm MI300 only), then custom allreduce
+//!   (`should_custom_ar`), then symmetric memory (`should_use_symm_mem`), then pynccl.
+//! - `custom_all_reduce.py`: world sizes 2, 4, 6, 8; more than two GPUs only when fully
+//!   NVLinked; P2P required; max_size 8 MiB, lowered to CUSTOM_ALL_REDUCE_MAX_SIZES[capability]
+//!   [world size] while symmetric memory is enabled (the default); a message must be under
+//!   max_size and a multiple of 16 bytes. Its kernels (csrc/custom_all_reduce.cuh) read peers:
+//!   one-stage on two GPUs, and on NVLink one-stage below 512 KiB (up to 4 GPUs) or 256 KiB
+//!   (up to 8), two-stage above.
+//! - `all_reduce_utils.py` (commit b250ac3dd5ef): CUSTOM_ALL_REDUCE_MAX_SIZES and
+//!   SYMM_MEM_ALL_REDUCE_MAX_SIZES (capabilities 9.0 and 10.0 only), and gpu_p2p_access_check,
+//!   which reads `$VLLM_CACHE_ROOT/gpu_p2p_access_cache_for_<CUDA_VISIBLE_DEVICES>.json`
+//!   ("i->j": bool for every ordered pair of visible devices, self pairs included).
+//! - `symm_mem.py` (commit 19a181205da0): capability and world size in the table, bf16 only,
+//!   NVLink multicast required (it disables itself when rendezvous returns no multicast
+//!   pointer), size under the table's limit and a multiple of 4; multimem at world sizes
+//!   4/6/8 (9.0) or 6/8 (10.0), torch two-shot otherwise.
+//! - `envs.py`: VLLM_SKIP_P2P_CHECK defaults to 1, so vLLM trusts the driver's P2P answer and
+//!   reads the cache only with VLLM_SKIP_P2P_CHECK=0, where the cache replaces its functional
+//!   P2P test; VLLM_CACHE_ROOT defaults to `${XDG_CACHE_HOME:-~/.cache}/vllm`.
 
 use super::*;
-use crate::topology::{PathClass, Status, Topology};
+use crate::units::fmt_bytes;
 
-/// vLLM's custom all-reduce message limit (CustomAllreduce max_size).
-pub const MAX_SIZE: u64 = 8192 * 1024;
+const MIB: u64 = 1 << 20;
+/// vLLM's custom all-reduce message limit before the per-capability table (max_size).
+pub const MAX_SIZE: u64 = 8 * MIB;
 /// Device memory vLLM's custom all-reduce allocates per GPU: meta + scratch (max_size), the
 /// IPC input buffer (max_size) and the rank-data table (8 MiB).
 pub const BUFFER_BYTES: u64 = 3 * MAX_SIZE;
 
-/// What vLLM's built-in rule runs for one allreduce.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What vLLM's chain runs for one allreduce.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Path {
     /// Its custom kernel, as the profile's backend id (one_stage_pull or two_stage_pull).
     Custom(Backend),
-    /// NCCL, and why.
-    Nccl(&'static str),
+    /// torch symmetric memory (multimem or two-shot), which artune does not measure.
+    SymmMem(&'static str),
+    /// NCCL (pynccl), and why.
+    Nccl(String),
 }
 
-fn fully_nvlinked(t: &Topology, gpus: &[usize]) -> bool {
-    gpus.iter().all(|&a| {
-        gpus.iter()
-            .all(|&b| a == b || t.pair(a, b).is_some_and(|p| p.path == PathClass::NV))
-    })
+fn cap_key(t: &Topology, gpus: &[usize]) -> Option<(u32, u32)> {
+    capability(t, gpus).map(|c| (c.major, c.minor))
 }
 
-fn p2p_ok(t: &Topology, gpus: &[usize]) -> bool {
-    gpus.iter().all(|&a| {
-        gpus.iter().all(|&b| {
-            a == b
-                || t.pair(a, b)
-                    .is_some_and(|p| p.p2p.read != Status::No && p.p2p.write != Status::No)
-        })
+/// CUSTOM_ALL_REDUCE_MAX_SIZES[capability][world size], capped by max_size.
+fn custom_max(cap: Option<(u32, u32)>, n: usize) -> u64 {
+    let table = match (cap, n) {
+        (Some((9, 0)), 2) => 64 * MIB,
+        (Some((9, 0)), 4) => 32 * MIB,
+        (Some((9, 0)), 6) => MIB / 2,
+        (Some((9, 0)), 8) => MIB / 4,
+        (Some((10, 0)), 2 | 4) => 2 * MIB,
+        (Some((10, 0)), 6 | 8) => MIB,
+        _ => MAX_SIZE,
+    };
+    table.min(MAX_SIZE)
+}
+
+/// SYMM_MEM_ALL_REDUCE_MAX_SIZES[capability][world size], and whether multimem is used.
+fn symm_mem(cap: Option<(u32, u32)>, n: usize) -> Option<(u64, bool)> {
+    Some(match (cap?, n) {
+        ((9, 0), 2) => (64 * MIB, false),
+        ((9, 0), 4) => (32 * MIB, true),
+        ((9, 0), 6 | 8) => (64 * MIB, true),
+        ((10, 0), 2) => (8 * MIB, false),
+        ((10, 0), 4) => (32 * MIB, false),
+        ((10, 0), 6 | 8) => (128 * MIB, true),
+        _ => return None,
     })
 }
 
@@ -60,70 +89,128 @@ pub fn disabled_because(t: &Topology, gpus: &[usize]) -> Option<&'static str> {
     }
 }
 
-/// vLLM's built-in choice for one allreduce of `bytes` bytes on `gpus`.
-pub fn builtin(t: &Topology, gpus: &[usize], bytes: u64) -> Path {
-    if let Some(why) = disabled_because(t, gpus) {
-        return Path::Nccl(why);
-    }
-    if bytes % 16 != 0 {
-        return Path::Nccl("the message is not a multiple of 16 bytes");
-    }
-    if bytes >= MAX_SIZE {
-        return Path::Nccl("the message is 8 MiB or more");
-    }
+/// The largest message (exclusive) vLLM's custom all-reduce takes on these GPUs.
+pub fn custom_limit(t: &Topology, gpus: &[usize]) -> u64 {
+    custom_max(cap_key(t, gpus), gpus.len())
+}
+
+/// vLLM's chain for one allreduce of `bytes` bytes of `dtype` on `gpus`.
+pub fn builtin(t: &Topology, gpus: &[usize], dtype: Dtype, bytes: u64) -> Path {
     let n = gpus.len();
-    let one = n == 2 || (n <= 4 && bytes < 512 * 1024) || (n <= 8 && bytes < 256 * 1024);
-    Path::Custom(if one {
-        Backend::OneStagePull
-    } else {
-        Backend::TwoStagePull
+    let cap = cap_key(t, gpus);
+    let limit = custom_max(cap, n);
+    let custom_no = match disabled_because(t, gpus) {
+        Some(why) => why.to_string(),
+        None if bytes % 16 != 0 => "the message is not a multiple of 16 bytes".into(),
+        None if bytes >= limit => format!(
+            "the message is at or above the custom all-reduce limit of {} on {}",
+            fmt_bytes(limit),
+            cap.map_or("this GPU".into(), |(a, b)| format!("capability {a}.{b}"))
+        ),
+        None => {
+            let nv = fully_nvlinked(t, gpus);
+            let one = n == 2 || (nv && ((n <= 4 && bytes < 512 * 1024) || bytes < 256 * 1024));
+            return Path::Custom(if one {
+                Backend::OneStagePull
+            } else {
+                Backend::TwoStagePull
+            });
+        }
+    };
+    let symm = match symm_mem(cap, n) {
+        None => "symmetric memory has no entry for this capability and world size",
+        Some(_) if !multicast(t, gpus) => "symmetric memory needs NVLink multicast",
+        Some(_) if dtype != Dtype::Bf16 => "symmetric memory takes bf16 only",
+        Some((max, _)) if bytes % 4 != 0 || bytes >= max => {
+            "the message is outside symmetric memory's limit"
+        }
+        Some((_, true)) => return Path::SymmMem("torch symmetric-memory multimem"),
+        Some((_, false)) => return Path::SymmMem("torch symmetric-memory two-shot"),
+    };
+    Path::Nccl(format!("{custom_no}; {symm}"))
+}
+
+/// What vLLM runs for `bytes` on group `g`, with artune's `--disable-custom-all-reduce` advice.
+pub(super) fn runs(p: &Profile, g: &GroupProfile, bytes: u64) -> EngineRun {
+    let engine = "vLLM";
+    let keep = keep_custom(p, g);
+    match builtin(&p.topology, &g.gpus, g.dtype, bytes) {
+        Path::Custom(k) if keep => EngineRun {
+            engine,
+            runs: format!(
+                "custom allreduce, {}",
+                if k == Backend::OneStagePull {
+                    "1stage"
+                } else {
+                    "2stage"
+                }
+            ),
+            backend: Some(k),
+            because: "should_custom_ar takes it (size under the limit, a multiple of 16 bytes)"
+                .into(),
+        },
+        Path::Custom(_) => EngineRun {
+            engine,
+            runs: "NCCL".into(),
+            backend: Some(Backend::Nccl),
+            because: "artune's export disables the custom all-reduce for this TP size (NCCL was faster where vLLM would use it)".into(),
+        },
+        Path::SymmMem(what) => EngineRun {
+            engine,
+            runs: what.into(),
+            backend: None,
+            because: "custom all-reduce does not take it and symmetric memory does; artune did not measure it".into(),
+        },
+        Path::Nccl(why) => EngineRun {
+            engine,
+            runs: "NCCL".into(),
+            backend: Some(Backend::Nccl),
+            because: why,
+        },
+    }
+}
+
+/// vLLM's custom kernel against NCCL (with artune's plugin) where vLLM would run it.
+fn custom_vs_nccl(p: &Profile, g: &GroupProfile) -> Versus {
+    Versus::of(g.buckets.iter().filter_map(|b| {
+        match builtin(&p.topology, &g.gpus, g.dtype, b.bytes) {
+            Path::Custom(k) => Some((median(b, k)?, plugin_time(b)?.median_us)),
+            _ => None,
+        }
+    }))
+}
+
+/// Keep vLLM's custom all-reduce unless it is slower than NCCL where it runs.
+fn keep_custom(p: &Profile, g: &GroupProfile) -> bool {
+    custom_vs_nccl(p, g).keep()
+}
+
+/// Whether artune can vouch for P2P between `a` and `b`: NVML says read and write work, and a
+/// peer kernel of a measured group holding both was verified (measured, never disqualified).
+fn verified_pair(p: &Profile, a: usize, b: usize) -> bool {
+    let nvml = p
+        .topology
+        .pair(a, b)
+        .is_some_and(|x| x.p2p.read == Status::Ok && x.p2p.write == Status::Ok);
+    nvml && p.groups.iter().any(|g| {
+        g.gpus.contains(&a)
+            && g.gpus.contains(&b)
+            && Backend::ALL.into_iter().any(|k| {
+                k.is_custom()
+                    && !g.waived.contains_key(&k)
+                    && g.buckets.iter().any(|x| x.results.contains_key(&k))
+            })
     })
 }
 
-/// Comparison of vLLM's custom kernel with NCCL over the sizes where vLLM would use it.
-struct Verdict {
-    faster: usize,
-    slower: usize,
-    unmeasured: usize,
-    lines: String,
-}
-
-fn compare(p: &Profile, g: &GroupProfile) -> Verdict {
-    let mut v = Verdict {
-        faster: 0,
-        slower: 0,
-        unmeasured: 0,
-        lines: String::new(),
-    };
-    for b in &g.buckets {
-        let Path::Custom(k) = builtin(&p.topology, &g.gpus, b.bytes) else {
-            continue;
-        };
-        let (custom, nccl) = (b.results.get(&k), nccl_time(b));
-        let verdict = match (custom, nccl) {
-            (Some(c), Some(n)) if c.median_us < n.median_us => {
-                v.faster += 1;
-                "custom faster"
-            }
-            (Some(_), Some(_)) => {
-                v.slower += 1;
-                "NCCL faster"
-            }
-            _ => {
-                v.unmeasured += 1;
-                "not measured"
-            }
-        };
-        let us =
-            |t: Option<&Timing>| t.map_or("-".to_string(), |t| format!("{:.1} us", t.median_us));
-        v.lines.push_str(&format!(
-            "#   {:>10} bytes: {k} {:>10}, NCCL {:>10}: {verdict}\n",
-            b.bytes,
-            us(custom),
-            us(nccl.as_ref())
-        ));
+/// Why no P2P cache may be written from this profile, if none may.
+fn no_cache_because(p: &Profile) -> Option<String> {
+    if p.topology.origin.kind == "loopback" {
+        return Some("its GPUs are virtual ranks on one GPU (loopback), so no P2P between real GPUs was exercised".into());
     }
-    v
+    let n = p.topology.gpu_count();
+    let any = (0..n).any(|a| (0..n).any(|b| a != b && verified_pair(p, a, b)));
+    (!any).then(|| "no peer kernel of the profile verified P2P between any two GPUs".into())
 }
 
 /// The P2P cache for all GPUs of the profile's topology, in vLLM's key order.
@@ -133,10 +220,7 @@ fn p2p_cache(p: &Profile, o: &Options) -> File {
     let mut s = String::from("{\n");
     for a in 0..n {
         for b in 0..n {
-            let ok = a == b
-                || p.topology
-                    .pair(a, b)
-                    .is_some_and(|x| x.p2p.read == Status::Ok && x.p2p.write == Status::Ok);
+            let ok = a == b || verified_pair(p, a, b);
             s.push_str(&format!("    \"{a}->{b}\": {ok},\n"));
         }
     }
@@ -151,10 +235,27 @@ fn p2p_cache(p: &Profile, o: &Options) -> File {
 }
 
 pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, Error> {
-    let cache = p2p_cache(p, o);
+    if p.simulated && !o.allow_simulated {
+        return Err(Error::bad_input(
+            "the profile is SIMULATED, and a vLLM export writes a GPU P2P access cache that replaces vLLM's own P2P test; export from a measured profile, or pass --allow-simulated for tests only",
+        ));
+    }
+    let no_cache = no_cache_because(p);
+    let cache = no_cache.is_none().then(|| p2p_cache(p, o));
     let mut s = String::new();
-    s.push_str("# vLLM: custom all-reduce on/off per TP size, and the GPU P2P access cache.\n");
+    s.push_str("# vLLM: what its allreduce chain runs per TP size on this GPU, and the GPU P2P access cache.\n");
+    s.push_str("# Read against vllm-project/vllm cuda_communicator.py (089eca13b071), all_reduce_utils.py\n");
+    s.push_str("# (b250ac3dd5ef: CUSTOM_ALL_REDUCE_MAX_SIZES, SYMM_MEM_ALL_REDUCE_MAX_SIZES), symm_mem.py (19a181205da0).\n");
     s.push_str(&provenance(p, o, "#"));
+    let cap = p
+        .topology
+        .gpus
+        .first()
+        .and_then(|g| g.compute_capability)
+        .map_or("unknown".to_string(), |c| c.to_string());
+    s.push_str(&format!(
+        "#\n# Chain, in order: quick reduce (ROCm only: never here), custom allreduce, symmetric memory, NCCL.\n# GPU capability {cap}.\n"
+    ));
     for &tp in tps {
         let Some(g) = preferred_group(p, tp) else {
             continue;
@@ -165,68 +266,117 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
             g.mode.id()
         ));
         if let Some(why) = disabled_because(&p.topology, &g.gpus) {
+            s.push_str(&format!("#   custom allreduce: off ({why}).\n"));
+        } else {
             s.push_str(&format!(
-                "#   {why}, so vLLM uses NCCL at every size whatever the flag says;\n#   the flag only silences its warning.\nvllm serve MODEL --tensor-parallel-size {tp} --disable-custom-all-reduce\n"
+                "#   custom allreduce: below {} (CUSTOM_ALL_REDUCE_MAX_SIZES on this capability, or max_size).\n",
+                fmt_bytes(custom_limit(&p.topology, &g.gpus))
             ));
-            continue;
         }
-        let v = compare(p, g);
-        s.push_str("#   Where vLLM would run its custom kernel (under 8 MiB), measured:\n");
-        s.push_str(&v.lines);
-        if v.slower > v.faster {
+        let keep = keep_custom(p, g);
+        let (mut follows, mut cannot) = (0, 0);
+        for b in &g.buckets {
+            let run = runs(p, g, b.bytes);
+            let chosen = median(b, b.choice);
+            let t = match run.backend {
+                Some(Backend::Nccl) => plugin_time(b).map(|t| t.median_us),
+                Some(k) => median(b, k),
+                None => None,
+            };
+            let same = match run.backend {
+                Some(Backend::Nccl) => b.choice.is_nccl(),
+                Some(k) => k == b.choice,
+                None => false,
+            };
+            let verdict = if same {
+                follows += 1;
+                "follows the profile".to_string()
+            } else {
+                cannot += 1;
+                match (t, chosen) {
+                    (Some(t), Some(c)) => {
+                        format!("cannot follow {} ({})", b.choice, pct(t, c))
+                    }
+                    _ => format!("cannot follow {} (not measured)", b.choice),
+                }
+            };
             s.push_str(&format!(
-                "#   NCCL was faster at {} of {} sizes: disable the custom all-reduce (also frees about {} MiB per GPU).\n",
-                v.slower,
-                v.faster + v.slower + v.unmeasured,
-                BUFFER_BYTES >> 20
+                "#   {:>8}: {:<34} {:>10}  {verdict}\n",
+                fmt_bytes(b.bytes),
+                run.runs,
+                t.map_or("-".into(), |t| format!("{t:.1} us"))
             ));
+        }
+        s.push_str(&format!(
+            "#   vLLM follows the profile at {follows} of {} sizes (NCCL sizes with artune's NCCL plugin loaded).\n",
+            follows + cannot
+        ));
+        let v = custom_vs_nccl(p, g);
+        let runs_custom = g.buckets.iter().any(|b| {
+            matches!(
+                builtin(&p.topology, &g.gpus, g.dtype, b.bytes),
+                Path::Custom(_)
+            )
+        });
+        if !runs_custom {
             s.push_str(&format!(
-                "vllm serve MODEL --tensor-parallel-size {tp} --disable-custom-all-reduce\n"
+                "#   vLLM runs no custom kernel at any measured size; the flag only frees its buffers.\nvllm serve MODEL --tensor-parallel-size {tp} --disable-custom-all-reduce\n"
+            ));
+        } else if keep {
+            s.push_str(&format!(
+                "#   Where vLLM runs its custom kernel it is {}: keep it.\nvllm serve MODEL --tensor-parallel-size {tp}\n",
+                v.describe()
             ));
         } else {
             s.push_str(&format!(
-                "#   The custom kernel was faster at {} of {} sizes: keep it (the default).\n",
-                v.faster,
-                v.faster + v.slower + v.unmeasured
+                "#   Where vLLM runs its custom kernel it is {}:\n#   disable it (also frees about {} MiB per GPU).\nvllm serve MODEL --tensor-parallel-size {tp} --disable-custom-all-reduce\n",
+                v.describe(),
+                BUFFER_BYTES >> 20
             ));
-            s.push_str(&format!("vllm serve MODEL --tensor-parallel-size {tp}\n"));
         }
     }
-    s.push_str("#\n# GPU P2P access cache: vLLM tests P2P between every GPU pair at first start and caches the\n");
-    s.push_str(&format!(
-        "# result. {} is that cache filled from the profile's topology (true where NVML\n",
-        cache.name
-    ));
-    s.push_str("# reported P2P read and write OK). vLLM names the file after CUDA_VISIBLE_DEVICES, so this one\n");
-    s.push_str(&format!(
-        "# serves CUDA_VISIBLE_DEVICES unset or set to {}. Copy it into vLLM's cache directory:\n",
-        (0..p.topology.gpu_count())
-            .map(|i| i.to_string())
-            .collect::<Vec<_>>()
-            .join(",")
-    ));
-    s.push_str(&format!(
-        "#   cp {} \"${{VLLM_CACHE_ROOT:-$HOME/.cache/vllm}}/\"\n",
-        cache.name
-    ));
+    s.push_str("#\n# GPU P2P access cache:\n");
+    match (&cache, &no_cache) {
+        (Some(cache), _) => {
+            s.push_str(&format!(
+                "# {} marks a pair true only where NVML reported P2P read and write OK and a\n",
+                cache.name
+            ));
+            s.push_str("# peer kernel of this profile verified results between the two GPUs; every other pair is false.\n");
+            s.push_str("# vLLM reads it only with VLLM_SKIP_P2P_CHECK=0 (the default 1 trusts the driver), and then it\n");
+            s.push_str("# replaces vLLM's own functional P2P test. vLLM names the file after CUDA_VISIBLE_DEVICES; this\n");
+            s.push_str(&format!(
+                "# one serves CUDA_VISIBLE_DEVICES unset or {}:\n",
+                (0..p.topology.gpu_count())
+                    .map(|i| i.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ));
+            s.push_str(&format!(
+                "#   cp {} \"${{VLLM_CACHE_ROOT:-${{XDG_CACHE_HOME:-$HOME/.cache}}/vllm}}/\"\n",
+                cache.name
+            ));
+            s.push_str("export VLLM_SKIP_P2P_CHECK=0\n");
+        }
+        (None, Some(why)) => {
+            s.push_str(&format!(
+                "# Not written: {why}. Leave VLLM_SKIP_P2P_CHECK as it is and let vLLM test P2P itself.\n"
+            ));
+        }
+        (None, None) => {}
+    }
     s.push_str("#\n# What vLLM's knobs cannot express:\n");
-    s.push_str("# - Per-size choice: the flag is all or nothing; vLLM decides by size itself (8 MiB limit, fixed).\n");
-    s.push_str("# - One-stage vs two-stage: fixed in csrc/custom_all_reduce.cuh. VLLM_CUSTOM_ALLREDUCE_ALGO\n");
-    s.push_str(
-        "#   (1stage|2stage) is read only by some vLLM forks, not by the upstream sources read.\n",
-    );
+    s.push_str("# - Per-size choice: --disable-custom-all-reduce is all or nothing; vLLM's size limits are fixed per capability.\n");
+    s.push_str("# - One-stage vs two-stage: fixed in csrc/custom_all_reduce.cuh.\n");
     s.push_str(
         "# - Push kernels (one_stage_push, two_stage_push): vLLM's kernels read peers (pull).\n",
     );
-    s.push_str("# - NCCL's algorithm and protocol: use artune's NCCL tuner plugin (artune export --engine env).\n");
+    s.push_str("# - NCCL's algorithm and protocol: load artune's NCCL tuner plugin (artune export --engine nccl).\n");
     s.push_str("# - Launch mode: the flag covers CUDA-graph and eager launches alike; graph-mode measurements are used.\n");
-    Ok(Export {
-        files: vec![
-            File {
-                name: "vllm.txt".into(),
-                contents: s,
-            },
-            cache,
-        ],
-    })
+    let mut files = vec![File {
+        name: "vllm.txt".into(),
+        contents: s,
+    }];
+    files.extend(cache);
+    Ok(Export { files })
 }

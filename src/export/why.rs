@@ -1,0 +1,339 @@
+//! `artune why`: everything behind one answer of the profile, for an engine maintainer. Every
+//! backend's time and interval at the size, which clause of the steering rule chose and
+//! whether band smoothing overrode it, what forcing each alternative costs, and what each
+//! engine will run there with artune's export applied.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::*;
+use crate::decide::{beats, extra_memory, MIN_EFFECT};
+use crate::units::{fmt_bytes, fmt_us};
+
+/// One backend measured at the bucket.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub backend: Backend,
+    pub median_us: f64,
+    pub ci_low_us: f64,
+    pub ci_high_us: f64,
+    /// Forcing this backend instead of the profile's choice: its time over the choice's, minus 1.
+    pub vs_chosen: f64,
+    /// Extra device memory per GPU it costs an engine at this size (0 for NCCL).
+    pub extra_bytes: u64,
+    /// Excluded at this size (memory budget), with the reason.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waived: Option<String>,
+}
+
+/// What one engine runs here, and its time where artune measured it.
+#[derive(Debug, Clone, Serialize)]
+pub struct EngineLine {
+    #[serde(flatten)]
+    pub run: EngineRun,
+    pub median_us: Option<f64>,
+    /// Against the profile's choice, where both were measured.
+    pub vs_chosen: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Why {
+    pub simulated: bool,
+    pub fabric: String,
+    pub tp: usize,
+    pub mode: Mode,
+    pub gpus: Vec<usize>,
+    pub bytes: u64,
+    /// The bucket that serves this size (the first measured size at or above it).
+    pub bucket_bytes: u64,
+    pub rows: Vec<Row>,
+    /// Backends not measured at this size or for the group, and why.
+    pub not_measured: BTreeMap<Backend, String>,
+    /// The NCCL reference the rule compares against (NCCL's own unless a pin beats it).
+    pub nccl_reference: Option<Backend>,
+    /// The steering rule's answer at this size alone.
+    pub rule_choice: Backend,
+    /// The profile's answer (after band smoothing).
+    pub chosen: Backend,
+    /// Band smoothing replaced the per-size answer to avoid a band change worth less than MIN_EFFECT.
+    pub smoothed: bool,
+    /// The NCCL variant artune's plugin runs here.
+    pub nccl_choice: Backend,
+    /// Which clause of the rule decided, in words.
+    pub reason: String,
+    pub engines: Vec<EngineLine>,
+}
+
+/// Explains the profile's answer for `bytes` on the TP `tp` group in `mode`.
+pub fn explain(p: &Profile, tp: usize, mode: Mode, bytes: u64) -> Result<Why, Error> {
+    let q = Query {
+        tp,
+        mode,
+        gpus: None,
+    };
+    let g = p.group(q).ok_or_else(|| {
+        Error::bad_input(format!(
+            "the profile has no TP{tp} {} group (it has {}); pass one of those to --tp and --mode",
+            mode.id(),
+            group_names(p)
+        ))
+    })?;
+    let b = bucket_for(g, bytes).ok_or_else(|| {
+        Error::bad_input(format!(
+            "{bytes} bytes is above the largest size measured for TP{tp} {} ({} bytes); ask about a smaller size or tune larger sizes",
+            mode.id(),
+            g.buckets.last().map_or(0, |b| b.bytes)
+        ))
+    })?;
+    let eligible: BTreeMap<Backend, Timing> = b
+        .results
+        .iter()
+        .filter(|(k, _)| !b.waived.contains_key(k))
+        .map(|(k, t)| (*k, *t))
+        .collect();
+    let rule_choice = crate::decide::winner(&eligible, tp, b.bytes).unwrap_or(b.choice);
+    let chosen_us = median(b, b.choice).unwrap_or(f64::NAN);
+    let mut rows: Vec<Row> = b
+        .results
+        .iter()
+        .map(|(k, t)| Row {
+            backend: *k,
+            median_us: t.median_us,
+            ci_low_us: t.ci_low_us,
+            ci_high_us: t.ci_high_us,
+            vs_chosen: t.median_us / chosen_us - 1.0,
+            extra_bytes: extra_memory(*k, tp, b.bytes),
+            waived: b.waived.get(k).cloned(),
+        })
+        .collect();
+    rows.sort_by(|x, y| x.median_us.total_cmp(&y.median_us));
+    let mut not_measured: BTreeMap<Backend, String> = g.waived.clone();
+    for k in Backend::ALL {
+        if !b.results.contains_key(&k) {
+            not_measured
+                .entry(k)
+                .or_insert_with(|| "not measured at this size".into());
+        } else {
+            not_measured.remove(&k);
+        }
+    }
+    let nccl_reference = crate::decide::nccl_choice(&eligible);
+    let mut reason = reason(&eligible, nccl_reference, rule_choice, b.choice);
+    if b.nccl_choice.is_none() {
+        reason.push_str(" The profile records no NCCL variant per size (an older profile), so artune's plugin leaves NCCL its own choice.");
+    } else if nccl_reference.is_some_and(|r| r != plugin_nccl(b)) {
+        reason.push_str(&format!(
+            " Among NCCL variants the bands keep {} here (not significantly slower than {}), so that is what artune's plugin runs.",
+            plugin_nccl(b),
+            nccl_reference.map_or("-", |r| r.id())
+        ));
+    }
+    let engines = [
+        vllm::runs(p, g, bytes),
+        sglang::runs(p, g, bytes),
+        trtllm::runs(p, g, bytes),
+        nccl::runs(g, bytes),
+    ]
+    .into_iter()
+    .map(|run| {
+        let t = match run.backend {
+            Some(Backend::Nccl) if run.engine != "NCCL with artune's plugin" => {
+                plugin_time(b).map(|t| t.median_us)
+            }
+            Some(k) => median(b, k),
+            None => None,
+        };
+        EngineLine {
+            vs_chosen: t.map(|t| t / chosen_us - 1.0),
+            median_us: t,
+            run,
+        }
+    })
+    .collect();
+    Ok(Why {
+        simulated: p.simulated,
+        fabric: p.fabric.clone(),
+        tp,
+        mode,
+        gpus: g.gpus.clone(),
+        bytes,
+        bucket_bytes: b.bytes,
+        rows,
+        not_measured,
+        nccl_reference,
+        rule_choice,
+        chosen: b.choice,
+        smoothed: rule_choice != b.choice,
+        nccl_choice: plugin_nccl(b),
+        reason,
+        engines,
+    })
+}
+
+/// The clause of the steering rule (src/decide/rule.rs) that produced `rule`, in words.
+fn reason(
+    r: &BTreeMap<Backend, Timing>,
+    reference: Option<Backend>,
+    rule: Backend,
+    chosen: Backend,
+) -> String {
+    let pct = (MIN_EFFECT * 100.0).round();
+    let mut s = match reference {
+        Some(Backend::Nccl) => format!(
+            "NCCL's own choice is the reference: no pinned algorithm x protocol beats it (intervals apart and more than {pct}% faster)."
+        ),
+        Some(n) if r.contains_key(&Backend::Nccl) => {
+            format!("{n} beats NCCL's own choice (intervals apart, more than {pct}% faster), so it is the NCCL reference.")
+        }
+        Some(n) => format!("NCCL's own choice was not measured; {n}, the fastest pinned variant, is the reference."),
+        None => "No NCCL variant was measured.".into(),
+    };
+    let reference_t = reference.and_then(|n| r.get(&n));
+    let earning: Vec<Backend> = r
+        .iter()
+        .filter(|(k, t)| k.is_custom() && reference_t.is_none_or(|n| beats(t, n)))
+        .map(|(k, _)| *k)
+        .collect();
+    if rule.is_nccl() {
+        s.push_str(" No custom kernel beats it significantly, so NCCL serves: a kernel must earn its IPC buffers.");
+    } else {
+        let best = earning
+            .iter()
+            .min_by(|a, b| r[a].median_us.total_cmp(&r[b].median_us))
+            .copied()
+            .unwrap_or(rule);
+        let others: Vec<String> = earning
+            .iter()
+            .filter(|k| **k != rule)
+            .map(|k| k.id().to_string())
+            .collect();
+        s.push_str(&format!(
+            " Custom kernels that beat it: {}.",
+            std::iter::once(rule.id().to_string())
+                .chain(others)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        if best == rule {
+            s.push_str(&format!(" {rule} is the fastest of them; any it does not beat significantly is a tie that goes to the least extra memory."));
+        } else {
+            s.push_str(&format!(" {best} is the fastest but does not beat {rule} significantly, and {rule} needs less extra memory, so the tie goes to {rule}."));
+        }
+    }
+    if chosen != rule {
+        s.push_str(&format!(
+            " Band smoothing keeps {chosen} here instead: it is not significantly slower than {rule}, and a band change must gain more than {pct}%."
+        ));
+    }
+    s
+}
+
+/// The explanation as text.
+pub fn render(w: &Why) -> String {
+    let mut s = String::new();
+    s.push_str(&format!(
+        "TP{} {} on GPUs {:?}, {} bytes: served by the bucket at {} ({} bytes){}\n",
+        w.tp,
+        w.mode.id(),
+        w.gpus,
+        w.bytes,
+        fmt_bytes(w.bucket_bytes),
+        w.bucket_bytes,
+        if w.simulated {
+            format!("; SIMULATED profile ({}), not a measurement", w.fabric)
+        } else {
+            String::new()
+        }
+    ));
+    s.push_str(&format!(
+        "choice: {}{}; NCCL with artune's plugin runs {}\n",
+        w.chosen,
+        if w.smoothed {
+            format!(" (band smoothing over the per-size {})", w.rule_choice)
+        } else {
+            " (the steering rule's per-size answer)".into()
+        },
+        w.nccl_choice
+    ));
+    s.push_str(&format!("why: {}\n\n", w.reason));
+    s.push_str(&format!(
+        "{:<18} {:>12} {:>25} {:>10} {:>12}\n",
+        "backend", "median", "95% interval", "forcing it", "extra memory"
+    ));
+    for r in &w.rows {
+        s.push_str(&format!(
+            "{:<18} {:>12} {:>25} {:>10} {:>12}{}\n",
+            r.backend.id(),
+            fmt_us(r.median_us),
+            format!("{} .. {}", fmt_us(r.ci_low_us), fmt_us(r.ci_high_us)),
+            if r.backend == w.chosen {
+                "chosen".to_string()
+            } else {
+                format!("{:+.1}%", r.vs_chosen * 100.0)
+            },
+            fmt_bytes(r.extra_bytes),
+            r.waived
+                .as_ref()
+                .map_or(String::new(), |why| format!("  (excluded: {why})"))
+        ));
+    }
+    for (k, why) in &w.not_measured {
+        s.push_str(&format!("{:<18} not measured: {why}\n", k.id()));
+    }
+    s.push_str("\nwhat each engine runs here (with artune's export applied):\n");
+    for e in &w.engines {
+        s.push_str(&format!(
+            "  {:<26} {}{}: {}\n",
+            e.run.engine,
+            e.run.runs,
+            match (e.median_us, e.vs_chosen) {
+                (Some(t), Some(v)) if e.run.backend == Some(w.chosen) || v.abs() < 1e-12 =>
+                    format!(" ({}, as chosen)", fmt_us(t)),
+                (Some(t), Some(v)) => format!(" ({}, {:+.1}% vs the choice)", fmt_us(t), v * 100.0),
+                _ => " (not measured by artune)".into(),
+            },
+            e.run.because
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn explains_the_rule_and_prices_every_alternative() {
+        let p = sample::profile();
+        let w = explain(&p, 2, Mode::Graph, 4096).unwrap();
+        assert_eq!(w.bucket_bytes, 4096);
+        assert_eq!(w.chosen, p.groups[0].buckets[1].choice);
+        assert!(w
+            .rows
+            .iter()
+            .any(|r| r.backend == w.chosen && r.vs_chosen == 0.0));
+        assert_eq!(w.engines.len(), 4);
+        let text = render(&w);
+        assert!(
+            text.contains("SIMULATED") && text.contains("why: "),
+            "{text}"
+        );
+        assert!(explain(&p, 8, Mode::Graph, 4096).is_err());
+        assert!(explain(&p, 2, Mode::Graph, 1 << 40).is_err());
+    }
+
+    #[test]
+    fn smoothing_is_reported_when_it_overrides_the_rule() {
+        let mut p = sample::profile();
+        let b = &mut p.groups[0].buckets[1];
+        let rule = b.choice;
+        // Pretend the bands kept another measured backend here.
+        let other = *b.results.keys().find(|k| **k != rule).unwrap();
+        b.choice = other;
+        let bytes = b.bytes;
+        let w = explain(&p, 2, Mode::Graph, bytes).unwrap();
+        assert!(w.smoothed && w.rule_choice == rule && w.chosen == other);
+        assert!(w.reason.contains("Band smoothing"), "{}", w.reason);
+    }
+}
