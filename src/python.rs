@@ -255,6 +255,37 @@ impl Profile {
         })
     }
 
+    /// What artune's SGLang plugin applies to the TP group: `("v2", (push1, pull1, pull2))`
+    /// limits in bytes on full NVLink, `("v1", (keep, max_bytes))` on a PCIe pair,
+    /// `("nccl", reason)` where SGLang runs NCCL whatever it is told, or None without the group.
+    #[pyo3(signature = (tp, mode = "graph"))]
+    fn sglang_plan<'py>(
+        &self,
+        py: Python<'py>,
+        tp: usize,
+        mode: &str,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        use crate::export::SglangPlan;
+        let q = Query {
+            tp,
+            mode: self::mode(mode)?,
+            gpus: None,
+        };
+        let Some(g) = self.profile.group(q) else {
+            return Ok(None);
+        };
+        let t = match crate::export::sglang_plugin_plan(&self.profile, g) {
+            SglangPlan::V2 { limits } => ("v2", (limits[0], limits[1], limits[2]))
+                .into_pyobject(py)?
+                .into_any(),
+            SglangPlan::V1 { keep, max_bytes } => {
+                ("v1", (keep, max_bytes)).into_pyobject(py)?.into_any()
+            }
+            SglangPlan::Nccl { because } => ("nccl", because).into_pyobject(py)?.into_any(),
+        };
+        Ok(Some(t))
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "Profile({}, created {}, TP {:?}{})",

@@ -14,6 +14,8 @@ pub mod sample;
 mod sglang;
 mod trtllm;
 pub mod vllm;
+
+pub use sglang::{plugin_plan as sglang_plugin_plan, PluginPlan as SglangPlan};
 pub mod why;
 
 use crate::allreduce::{Backend, Dtype, Mode};

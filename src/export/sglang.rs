@@ -259,6 +259,39 @@ pub(super) fn runs(p: &Profile, g: &GroupProfile, bytes: u64) -> EngineRun {
     }
 }
 
+/// What artune's SGLang plugin (python/artune/sglang.py) configures for one group: the same
+/// limits the export writes, applied at start-up instead of pasted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PluginPlan {
+    /// Full NVLink: v2 with (one_shot_push, one_shot_pull, two_shot_pull) limits in bytes,
+    /// within the default workspace.
+    V2 { limits: [u64; 3] },
+    /// A PCIe pair: v1, kept only where it beats NCCL; its buffers sized to `max_bytes`, the
+    /// largest size below v1's limit the profile routes to a custom kernel (0: none).
+    V1 { keep: bool, max_bytes: u64 },
+    /// SGLang runs NCCL here whatever it is told.
+    Nccl { because: &'static str },
+}
+
+pub fn plugin_plan(p: &Profile, g: &GroupProfile) -> PluginPlan {
+    match kind(&p.topology, &g.gpus) {
+        Kind::V2 => PluginPlan::V2 {
+            limits: v2_plan(g).lim,
+        },
+        Kind::V1 => PluginPlan::V1 {
+            keep: v1_versus(g).keep(),
+            max_bytes: g
+                .buckets
+                .iter()
+                .filter(|b| b.bytes < V1_MAX && b.choice.is_custom())
+                .map(|b| b.bytes)
+                .max()
+                .unwrap_or(0),
+        },
+        Kind::None(because) => PluginPlan::Nccl { because },
+    }
+}
+
 fn tuple(lim: [u64; 3], mc: Option<(u64, u64)>) -> String {
     let mc = mc.map_or("None".into(), |(a, b)| format!("({a}, {b})"));
     format!("({}, {}, {}, {mc})", lim[0], lim[1], lim[2])

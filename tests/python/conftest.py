@@ -1,0 +1,44 @@
+"""Shared fixtures: simulated profiles tuned by the artune binary (ARTUNE_BIN), and an
+environment that lets the plugins follow them on a machine without GPUs."""
+
+import os
+import subprocess
+
+import pytest
+
+BIN = os.environ.get("ARTUNE_BIN", "target/release/artune")
+
+
+def tune(tmp, preset, *args):
+    out = os.path.join(tmp, f"{preset}.json")
+    if not os.path.exists(out):
+        subprocess.run(
+            [BIN, "tune", "--sim", preset, "--sizes", "1K:64M", "--no-contention", "--out", out,
+             *args],
+            check=True, stdout=subprocess.DEVNULL,
+        )
+    return out
+
+
+@pytest.fixture(scope="session")
+def profiles(tmp_path_factory):
+    tmp = str(tmp_path_factory.mktemp("profiles"))
+    return {
+        "pair": tune(tmp, "pcie-2x"),
+        "nvswitch": tune(tmp, "nvswitch-8x", "--tp", "2,8"),
+        "story": tune(tmp, "pcie-8x-2switch", "--tp", "8"),
+    }
+
+
+@pytest.fixture
+def follow(monkeypatch):
+    """Sets ARTUNE_PROFILE to a simulated profile and allows following it here."""
+
+    def set_profile(path):
+        monkeypatch.setenv("ARTUNE_PROFILE", path)
+        monkeypatch.setenv("ARTUNE_ALLOW_SIMULATED", "1")
+        # No NVML here: the staleness check cannot read this machine.
+        monkeypatch.setenv("ARTUNE_ALLOW_STALE", "1")
+        monkeypatch.delenv("NCCL_TUNER_PLUGIN", raising=False)
+
+    return set_profile

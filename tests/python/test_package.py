@@ -1,0 +1,69 @@
+"""The artune Python package itself: the same validation, selection and messages as Rust."""
+
+import json
+import os
+import subprocess
+
+import artune
+import pytest
+
+from conftest import BIN
+
+
+def test_select_matches_the_binary(profiles):
+    p = artune.Profile.load(profiles["story"])
+    assert p.simulated and p.tp_sizes == [8]
+    for nbytes in (1024, 14336, 114688, 1 << 20, 64 << 20):
+        for mode in ("graph", "eager"):
+            out = subprocess.run(
+                [BIN, "select", profiles["story"], "--tp", "8", "--bytes", str(nbytes),
+                 "--mode", mode, "--json"],
+                check=True, capture_output=True, text=True,
+            ).stdout
+            want = json.loads(out)
+            got = p.select(8, nbytes, mode)
+            assert (got.backend, got.bucket_bytes, got.buffer_bytes) == (
+                want["backend"], want["bucket_bytes"], want["buffer_bytes"])
+            assert got.nccl == want["nccl_variant"]
+    assert p.select(8, 1 << 40) is None
+    assert p.select(3, 4096) is None
+
+
+def test_bands_memory_and_check(profiles):
+    p = artune.Profile.load(profiles["pair"])
+    bands = p.bands(2)
+    assert bands and bands[-1].up_to_bytes == 64 << 20
+    assert all(a.up_to_bytes < b.up_to_bytes for a, b in zip(bands, bands[1:]))
+    mem = p.memory(2)
+    top_custom = max(b.up_to_bytes for b in bands if b.custom)
+    assert any(v > top_custom for k, v in mem.items() if k != "nccl")
+    assert p.check(sim="pcie-2x").holds
+    stale = p.check(sim="pcie-4x-1switch")
+    assert not stale.holds and any("GPU count" in c for c in stale.changes)
+
+
+def test_errors_are_exceptions_with_artunes_sentences(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{ not json")
+    with pytest.raises(artune.ProfileError, match=r"is not a valid profile: .*run `artune tune`"):
+        artune.Profile.load(bad)
+    with pytest.raises(artune.ProfileError, match="cannot read"):
+        artune.Profile.load(tmp_path / "missing.json")
+    assert issubclass(artune.ProfileError, artune.ArtuneError)
+
+
+def test_mode_must_be_graph_or_eager(profiles):
+    p = artune.Profile.load(profiles["pair"])
+    with pytest.raises(artune.BadInputError, match="neither"):
+        p.select(2, 4096, "warp")
+
+
+def test_plugin_path_is_the_plain_library():
+    path = artune.plugin_path()
+    assert os.path.basename(path) == "libartune.so"
+    syms = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True,
+                          text=True, check=True).stdout
+    assert "ncclTunerPlugin_v5" in syms and "artune_select" in syms
+    undefined = subprocess.run(["nm", "-D", "--undefined-only", path], capture_output=True,
+                               text=True, check=True).stdout
+    assert " Py" not in undefined, "the NCCL plugin must not need the Python interpreter"
