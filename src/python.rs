@@ -188,6 +188,16 @@ impl Profile {
         })
     }
 
+    /// Why the profile chooses what it does for one message, as `artune why` prints it: every
+    /// backend's time and interval, the rule that chose, what forcing each alternative costs,
+    /// and what each engine runs there.
+    #[pyo3(signature = (tp, nbytes, mode = "graph"))]
+    fn explain(&self, tp: usize, nbytes: u64, mode: &str) -> PyResult<String> {
+        let w = crate::export::why::explain(&self.profile, tp, self::mode(mode)?, nbytes)
+            .map_err(to_py)?;
+        Ok(crate::export::why::render(&w))
+    }
+
     /// The group's bands, ascending: what an engine configures once at start-up.
     #[pyo3(signature = (tp, mode = "graph"))]
     fn bands(&self, tp: usize, mode: &str) -> PyResult<Vec<Band>> {

@@ -29,6 +29,16 @@ def test_select_matches_the_binary(profiles):
     assert p.select(3, 4096) is None
 
 
+def test_explain_is_artune_why(profiles):
+    p = artune.Profile.load(profiles["story"])
+    text = p.explain(8, 114688)
+    out = subprocess.run([BIN, "why", profiles["story"], "--tp", "8", "--bytes", "114688"],
+                         check=True, capture_output=True, text=True).stdout
+    assert text == out
+    with pytest.raises(artune.BadInputError):
+        p.explain(3, 4096)
+
+
 def test_bands_memory_and_check(profiles):
     p = artune.Profile.load(profiles["pair"])
     bands = p.bands(2)
