@@ -4,6 +4,7 @@ mod bench;
 mod consumers;
 mod topo;
 mod tune;
+mod worker;
 
 use std::path::PathBuf;
 
@@ -42,6 +43,9 @@ pub enum Command {
     Bench(BenchArgs),
     /// Print the profile JSON Schema.
     Schema,
+    /// One GPU's worker process, started by artune itself.
+    #[command(name = "__worker", hide = true)]
+    Worker(worker::WorkerArgs),
 }
 
 /// Where the machine comes from: a preset, a file, or (neither) the real GPUs.
@@ -312,6 +316,7 @@ fn run(cmd: Command) -> Result<i32, Error> {
         Command::Check(a) => consumers::check(a),
         Command::Predict(a) => consumers::predict(a),
         Command::Bench(a) => bench::run(a),
+        Command::Worker(a) => Ok(worker::run(a)),
         Command::Schema => {
             print!("{}", crate::profile::schema::generate());
             Ok(0)

@@ -130,6 +130,8 @@ pub struct Kernels {
     pub latch_wait: Function,
     pub probe_read: Function,
     pub probe_write: Function,
+    /// The fault knob's never-ending kernel.
+    pub spin_forever: Function,
     /// What NVRTC was asked for, e.g. "--gpu-architecture=sm_90".
     pub target: String,
 }
@@ -169,6 +171,7 @@ impl Kernels {
             latch_wait: modules[1].function("latch_wait")?,
             probe_read: modules[1].function("probe_read")?,
             probe_write: modules[1].function("probe_write")?,
+            spin_forever: modules[1].function("spin_forever")?,
             _modules: modules,
             allreduce,
             ll,
