@@ -24,6 +24,9 @@ pub const ENV_WORKER_BIN: &str = "ARTUNE_WORKER_BIN";
 /// Testing only: `each` makes every loopback worker launch its own rank, as on a real machine
 /// (kernels of different processes then share the GPU by time slices: correct, not fast).
 pub const ENV_LOOPBACK_LAUNCH: &str = "ARTUNE_LOOPBACK_LAUNCH";
+/// Testing only: `one` makes the first worker of a loopback group own every rank's buffers
+/// (no IPC between processes), to compare with IPC-shared buffers.
+pub const ENV_LOOPBACK_OWNERS: &str = "ARTUNE_LOOPBACK_OWNERS";
 /// NCCL channels assumed for the memory model (NCCL does not report its channel count).
 const MODEL_NCCL_CHANNELS: u32 = 2;
 /// Time a worker gets to start (open its GPU) and say hello.
@@ -440,6 +443,9 @@ impl CudaFabric {
             }
         }
         let n = owners.len();
+        if self.loopback.is_some() && std::env::var(ENV_LOOPBACK_OWNERS).is_ok_and(|v| v == "one") {
+            owners = vec![owners[0]; n];
+        }
         let (launchers, nccl) = if self.loopback.is_some() && !self.launch_each {
             (
                 vec![(owners[0], Launch { base: 0, count: n })],

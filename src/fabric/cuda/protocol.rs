@@ -363,9 +363,10 @@ impl Link {
 
     fn exited(&mut self) -> LinkError {
         self.dead = true;
-        // The pipe closed: the process is gone or going; give it a moment to be reaped.
+        // The pipe closed: the process is gone or going (tearing down a CUDA context can take
+        // a second); give it a moment to be reaped, to say how it ended.
         let mut status = "its pipe closed".to_string();
-        for _ in 0..50 {
+        for _ in 0..300 {
             if let Ok(Some(s)) = self.child.try_wait() {
                 status = s.to_string();
                 break;

@@ -251,10 +251,12 @@ pub fn pin_cpus(cpus: &str) -> Option<()> {
 /// The worker's main loop: says hello (or why the GPU could not be opened), then answers each
 /// request line until stdin closes. Returns the process exit code.
 pub fn serve(ordinal: usize, cpus: Option<&str>) -> i32 {
-    // The coordinator handles Ctrl-C and shuts workers down; a worker must also not outlive it.
+    // The coordinator handles Ctrl-C and SIGTERM (sent to the whole process group by a
+    // terminal or `timeout`) and shuts workers down; a worker must also not outlive it.
     // SAFETY: plain signal disposition and prctl calls.
     unsafe {
         libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGTERM, libc::SIG_IGN);
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
     }
     if let Some(c) = cpus {
