@@ -26,8 +26,9 @@ struct __align__(16) V4 {
 #define LL_OFFSET 65536
 #define LL_LINE 16
 // Threads per block of the LL kernels: one data word each. Small blocks spread a message over
-// many multiprocessors; each thread's stores and polls go through its SM's port to L2, and
-// with 512-thread blocks that port, not latency, set the time (measured 2026-11-29).
+// many multiprocessors: each thread's stores and polls go through its SM's port to L2, so a
+// few large blocks would be limited by that port, not by latency
+// (profiles/hardware/h200/NOTES-kernel-choices.md).
 #define LL_THREADS 128
 // Largest message per rank (bytes) each kernel sends through LL: one-stage push keeps a line
 // per data word from every peer (2 x n x LL1 lines), two-stage push and pull only a shard.

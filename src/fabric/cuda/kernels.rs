@@ -258,8 +258,7 @@ pub fn traffic_bytes(backend: Backend, bytes: u64, n: u64) -> u64 {
 /// Whether the allreduce kernels go out as programmatic dependent launches: compute
 /// capability 9.0 and later have `griddepcontrol` (kernels/common.cuh, pdl_wait and
 /// pdl_trigger), which lets a call's grid be scheduled while the previous one drains.
-/// Measured on the H200 (profiles/hardware/h200/kernels-v3): 0.3-1.6 us less per eager call
-/// up to 1 MiB, about 1 us at 16 MiB.
+/// What it saves is in profiles/hardware/h200/NOTES-kernel-choices.md.
 pub fn programmatic_launch(cc: (u32, u32)) -> bool {
     cc.0 >= 9
 }
