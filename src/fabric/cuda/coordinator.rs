@@ -431,9 +431,11 @@ impl CudaFabric {
         for &i in &group.gpus {
             match self.map.get(i) {
                 Some(Some(w)) => owners.push(*w),
-                Some(None) => return Err(FabricError::BadRequest(format!(
+                Some(None) => {
+                    return Err(FabricError::BadRequest(format!(
                     "GPU {i} of the topology is not visible to CUDA (check CUDA_VISIBLE_DEVICES)"
-                ))),
+                )))
+                }
                 None => {
                     return Err(FabricError::BadRequest(format!(
                         "GPU {i} does not exist; this machine has {} GPUs",
@@ -505,6 +507,16 @@ impl CudaFabric {
                             .into(),
                     );
                 }
+            }
+        }
+        let launching: Vec<&DeviceFacts> = plan
+            .launchers
+            .iter()
+            .map(|(w, _)| &self.sets[0].workers[*w].facts)
+            .collect();
+        if let Some(why) = unlike(&launching) {
+            for &b in backends.iter().filter(|b| b.is_custom()) {
+                waived.entry(b).or_insert_with(|| why.clone());
             }
         }
         let custom: Vec<Backend> = backends
@@ -1053,6 +1065,20 @@ fn start_set(
     Ok(Set { pin, workers })
 }
 
+/// The one-plan rule: every rank of a group must launch the same grid (the kernels' barriers
+/// pair blocks across ranks), and each worker sizes its grid from its GPU's multiprocessors and
+/// compute capability. Groups whose launching GPUs differ in either waive the custom kernels.
+fn unlike(gpus: &[&DeviceFacts]) -> Option<String> {
+    let first = gpus.first()?;
+    let other = gpus
+        .iter()
+        .find(|g| g.sms != first.sms || g.cc != first.cc || g.name != first.name)?;
+    Some(format!(
+        "the group mixes unlike GPUs ({}, {} SMs, sm_{}{} and {}, {} SMs, sm_{}{}); custom kernels need one launch plan, the same grid on every rank",
+        first.name, first.sms, first.cc.0, first.cc.1, other.name, other.sms, other.cc.0, other.cc.1
+    ))
+}
+
 fn not_prepared() -> FabricError {
     FabricError::BadRequest("no group is prepared; call prepare first".into())
 }
@@ -1161,7 +1187,7 @@ impl Fabric for CudaFabric {
             )));
         }
         if let Some(why) = &p.no_p2p {
-            return Err(FabricError::Device(why.clone()));
+            return Err(FabricError::Waived(why.clone()));
         }
         let want = bytes.max(16).div_ceil(16) * 16;
         self.probe_inner(direction, peers, want)
@@ -1187,5 +1213,37 @@ impl Fabric for CudaFabric {
             Err(Trouble::Fabric(e)) => Err(e),
             Err(Trouble::Restart(_)) => self.restart(None),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(name: &str, sms: u32, cc: (u32, u32)) -> DeviceFacts {
+        DeviceFacts {
+            ordinal: 0,
+            name: name.into(),
+            cc,
+            sms,
+            total_mem: 1 << 30,
+            bus_id: "0000:00:06.0".into(),
+        }
+    }
+
+    #[test]
+    fn unlike_gpus_get_no_custom_kernels() {
+        let h200 = gpu("NVIDIA H200", 132, (9, 0));
+        let h100 = gpu("NVIDIA H100 PCIe", 114, (9, 0));
+        assert_eq!(unlike(&[&h200, &h200.clone()]), None);
+        assert_eq!(unlike(&[]), None);
+        let why = unlike(&[&h200, &h200, &h100]).unwrap();
+        assert!(
+            why.contains("NVIDIA H200, 132 SMs, sm_90 and NVIDIA H100 PCIe, 114 SMs, sm_90"),
+            "{why}"
+        );
+        assert!(why.contains("one launch plan"), "{why}");
+        let l40 = gpu("NVIDIA H200", 132, (8, 9));
+        assert!(unlike(&[&h200, &l40]).is_some());
     }
 }

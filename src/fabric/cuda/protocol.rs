@@ -163,6 +163,7 @@ pub enum WireError {
         message: String,
         stuck: bool,
     },
+    Waived(String),
     Interrupted,
 }
 
@@ -181,6 +182,7 @@ impl WireError {
             },
             FabricError::Backend { backend, reason } => WireError::Backend { backend, reason },
             FabricError::Device(message) => WireError::Device { message, stuck },
+            FabricError::Waived(m) => WireError::Waived(m),
             FabricError::Interrupted => WireError::Interrupted,
         }
     }
@@ -199,6 +201,7 @@ impl WireError {
             },
             WireError::Backend { backend, reason } => FabricError::Backend { backend, reason },
             WireError::Device { message, .. } => FabricError::Device(message),
+            WireError::Waived(m) => FabricError::Waived(m),
             WireError::Interrupted => FabricError::Interrupted,
         }
     }
