@@ -37,7 +37,12 @@ const SIMULATE: &str = "or simulate a machine with --sim PRESET / --topology FIL
 pub fn discover() -> Result<Topology, Error> {
     let nvml = open()?;
     let reading = read(&nvml)?;
-    assemble(reading, &Sysfs::system())
+    let mut t = assemble(reading, &Sysfs::system())?;
+    // NVML lists every GPU; CUDA_VISIBLE_DEVICES may hide some from CUDA, and only those CUDA
+    // sees are tuned (matched by bus id): say which are left out.
+    t.notes
+        .extend(crate::fabric::cuda::topo::hidden_gpu_notes(&t));
+    Ok(t)
 }
 
 /// Loads and starts NVML, turning each way it can fail into one actionable sentence.

@@ -226,7 +226,6 @@ pub fn visible(t: &mut Topology, facts: &[DeviceFacts]) -> Vec<Option<usize>> {
     if found.iter().all(Option::is_some) {
         return found;
     }
-    let cvd = std::env::var("CUDA_VISIBLE_DEVICES").ok();
     let mut renumber = vec![None; t.gpus.len()];
     let mut next = 0;
     for (i, f) in found.iter().enumerate() {
@@ -234,16 +233,10 @@ pub fn visible(t: &mut Topology, facts: &[DeviceFacts]) -> Vec<Option<usize>> {
             renumber[i] = Some(next);
             next += 1;
         } else {
-            let g = &t.gpus[i];
-            t.notes.push(format!(
-                "GPU {i} ({}, bus {}) is left out: CUDA does not see it{}",
-                g.name,
-                g.bus_id.as_deref().unwrap_or("?"),
-                match &cvd {
-                    Some(v) => format!(" (CUDA_VISIBLE_DEVICES={v})"),
-                    None => String::new(),
-                }
-            ));
+            let note = left_out(i, &t.gpus[i]);
+            if !t.notes.contains(&note) {
+                t.notes.push(note);
+            }
         }
     }
     let mut gpus = Vec::new();
@@ -267,6 +260,40 @@ pub fn visible(t: &mut Topology, facts: &[DeviceFacts]) -> Vec<Option<usize>> {
         })
         .collect();
     found.into_iter().flatten().map(Some).collect()
+}
+
+/// The note for NVML's GPU `i` that CUDA does not see.
+fn left_out(i: usize, g: &Gpu) -> String {
+    format!(
+        "GPU {i} ({}, bus {}) is left out: CUDA does not see it{}",
+        g.name,
+        g.bus_id.as_deref().unwrap_or("?"),
+        match std::env::var("CUDA_VISIBLE_DEVICES") {
+            Ok(v) => format!(" (CUDA_VISIBLE_DEVICES={v})"),
+            Err(_) => String::new(),
+        }
+    )
+}
+
+/// Notes naming the GPUs of an NVML topology that CUDA does not see (hidden by
+/// CUDA_VISIBLE_DEVICES), matched by PCI bus id, for `artune topo` and profiles; none when
+/// there is no driver to ask or a GPU has no bus id.
+pub fn hidden_gpu_notes(t: &Topology) -> Vec<String> {
+    if !super::driver::driver_present() || t.gpus.iter().any(|g| g.bus_id.is_none()) {
+        return Vec::new();
+    }
+    let Ok(visible) = super::driver::visible_bus_ids() else {
+        return Vec::new();
+    };
+    t.gpus
+        .iter()
+        .enumerate()
+        .filter(|(_, g)| {
+            let b = g.bus_id.as_deref().unwrap_or_default();
+            !visible.iter().any(|v| same_bus(b, v))
+        })
+        .map(|(i, g)| left_out(i, g))
+        .collect()
 }
 
 /// Compares PCI bus ids written with different domain widths ("00000000:00:06.0" vs
