@@ -27,6 +27,8 @@ pub const ENV_LOOPBACK_LAUNCH: &str = "ARTUNE_LOOPBACK_LAUNCH";
 /// Testing only: `one` makes the first worker of a loopback group own every rank's buffers
 /// (no IPC between processes), to compare with IPC-shared buffers.
 pub const ENV_LOOPBACK_OWNERS: &str = "ARTUNE_LOOPBACK_OWNERS";
+/// Set to 1 to measure NCCL's LL128 protocol on groups where NCCL would not enable it itself.
+pub const ENV_NCCL_LL128: &str = "ARTUNE_NCCL_LL128";
 /// NCCL channels assumed for the memory model (NCCL does not report its channel count).
 const MODEL_NCCL_CHANNELS: u32 = 2;
 /// Time a worker gets to start (open its GPU) and say hello.
@@ -506,6 +508,8 @@ impl CudaFabric {
                          different from `nccl`"
                             .into(),
                     );
+                } else if let Some(why) = ll128_waiver(b, &self.topo, &group.gpus) {
+                    waived.insert(b, why);
                 }
             }
         }
@@ -1065,6 +1069,39 @@ fn start_set(
     Ok(Set { pin, workers })
 }
 
+/// LL128 relies on 128-byte stores arriving whole, which NCCL only trusts on NVLink between
+/// Volta, Ampere and Hopper GPUs: it enables the protocol by default only there, and forcing it
+/// elsewhere can corrupt data. A pinned LL128 backend is waived on other groups, unless
+/// `ARTUNE_NCCL_LL128=1` asks for it.
+fn ll128_waiver(b: Backend, t: &Topology, gpus: &[usize]) -> Option<String> {
+    if b.nccl_pin().map(|p| p.1) != Some(NcclProto::LL128)
+        || std::env::var(ENV_NCCL_LL128).is_ok_and(|v| v == "1")
+    {
+        return None;
+    }
+    ll128_unsafe(t, gpus).map(|why| {
+        format!("NCCL enables LL128 only on NVLink between sm_70/80/90 GPUs and {why}; set {ENV_NCCL_LL128}=1 to measure it anyway")
+    })
+}
+
+/// Why NCCL would not enable LL128 on `gpus` of `t`, or None when it would.
+fn ll128_unsafe(t: &Topology, gpus: &[usize]) -> Option<String> {
+    for &g in gpus {
+        let cc = t.gpus.get(g)?.compute_capability.as_ref();
+        if !cc.is_some_and(|c| c.minor == 0 && (7..=9).contains(&c.major)) {
+            return Some(format!("GPU {g} is not sm_70/80/90"));
+        }
+    }
+    for &a in gpus {
+        for &b in gpus {
+            if a != b && t.pair(a, b).is_none_or(|p| p.nvlinks == 0) {
+                return Some(format!("GPUs {a} and {b} are not joined by NVLink"));
+            }
+        }
+    }
+    None
+}
+
 /// The one-plan rule: every rank of a group must launch the same grid (the kernels' barriers
 /// pair blocks across ranks), and each worker sizes its grid from its GPU's multiprocessors and
 /// compute capability. Groups whose launching GPUs differ in either waive the custom kernels.
@@ -1229,6 +1266,31 @@ mod tests {
             total_mem: 1 << 30,
             bus_id: "0000:00:06.0".into(),
         }
+    }
+
+    #[test]
+    fn ll128_only_where_nccl_would_enable_it() {
+        use crate::topology::ComputeCapability;
+        let mut t = crate::topology::presets::get("pcie-8x-2switch").unwrap();
+        for g in &mut t.gpus {
+            g.compute_capability = Some(ComputeCapability { major: 9, minor: 0 });
+        }
+        let why = ll128_unsafe(&t, &[0, 1]).unwrap();
+        assert!(
+            why.contains("GPUs 0 and 1 are not joined by NVLink"),
+            "{why}"
+        );
+        for p in &mut t.pairs {
+            p.nvlinks = 4;
+        }
+        assert_eq!(ll128_unsafe(&t, &[0, 1]), None);
+        t.gpus[1].compute_capability = Some(ComputeCapability { major: 8, minor: 9 });
+        assert!(ll128_unsafe(&t, &[0, 1])
+            .unwrap()
+            .contains("GPU 1 is not sm_70/80/90"));
+        assert_eq!(ll128_waiver(Backend::NcclRingLl, &t, &[0, 1]), None);
+        let w = ll128_waiver(Backend::NcclTreeLl128, &t, &[0, 1]).unwrap();
+        assert!(w.contains("ARTUNE_NCCL_LL128=1"), "{w}");
     }
 
     #[test]
