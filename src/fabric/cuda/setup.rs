@@ -348,6 +348,7 @@ impl Launcher {
                 unit,
                 user,
                 warm: HashSet::new(),
+                staged: None,
                 _imported: imported,
                 deadline,
                 stuck: None,

@@ -104,7 +104,7 @@ impl Engine {
                 seed,
             } => {
                 let gpu = &self.gpu;
-                let l = self.launcher.as_ref().ok_or_else(no_group)?;
+                let l = self.launcher.as_mut().ok_or_else(no_group)?;
                 l.stage(gpu, backend, bytes, seed)?;
                 Resp::Done
             }
