@@ -682,6 +682,15 @@ impl CudaFabric {
                         }
                     }
                     self.kernels = Some(kernels);
+                    let opened: Vec<usize> =
+                        (0..shape.n).filter(|&r| plan.owners[r] != w).collect();
+                    record_p2p(
+                        &mut self.topo,
+                        &plan.group.gpus,
+                        launch.base,
+                        &opened,
+                        &broken,
+                    );
                     if let Some((r, why)) = broken.first() {
                         let (a, b) = (plan.group.gpus[launch.base], plan.group.gpus[*r]);
                         let reason = format!(
@@ -698,7 +707,49 @@ impl CudaFabric {
         }
         Ok(())
     }
+}
 
+/// Keeps the real-transfer P2P check of the launcher of `rank` in the topology (and so the
+/// profile): it opened the buffers of `opened` ranks; a pair that failed is marked without
+/// P2P, and one note per launcher and group says what was checked and what failed.
+fn record_p2p(
+    t: &mut Topology,
+    gpus: &[usize],
+    rank: usize,
+    opened: &[usize],
+    broken: &[(usize, String)],
+) {
+    let from = gpus[rank];
+    let checked: Vec<usize> = opened.iter().map(|&r| gpus[r]).collect();
+    if checked.is_empty() {
+        return;
+    }
+    for (r, _) in broken {
+        let to = gpus[*r];
+        for p in t.pairs.iter_mut() {
+            if (p.from, p.to) == (from, to) || (p.from, p.to) == (to, from) {
+                p.p2p.read = crate::topology::Status::No;
+                p.p2p.write = crate::topology::Status::No;
+            }
+        }
+    }
+    let outcome = match broken {
+        [] => "every one matched".to_string(),
+        _ => broken
+            .iter()
+            .map(|(r, why)| format!("GPU {}: {why}", gpus[*r]))
+            .collect::<Vec<_>>()
+            .join("; "),
+    };
+    let note = format!(
+            "P2P checked by a real transfer: the worker of GPU {from} read GPUs {checked:?} through their IPC handles and compared with what their owners wrote: {outcome}"
+        );
+    if !t.notes.contains(&note) {
+        t.notes.push(note);
+    }
+}
+
+impl CudaFabric {
     /// Creates `b`'s NCCL ranks (one group of init calls across the workers) and warms them.
     fn nccl_init(
         &mut self,
@@ -1291,6 +1342,28 @@ mod tests {
         assert_eq!(ll128_waiver(Backend::NcclRingLl, &t, &[0, 1]), None);
         let w = ll128_waiver(Backend::NcclTreeLl128, &t, &[0, 1]).unwrap();
         assert!(w.contains("ARTUNE_NCCL_LL128=1"), "{w}");
+    }
+
+    #[test]
+    fn the_p2p_check_is_kept_in_the_topology() {
+        use crate::topology::Status;
+        let mut t = crate::topology::presets::get("pcie-8x-2switch").unwrap();
+        record_p2p(&mut t, &[2, 5, 6], 0, &[1, 2], &[(1, "differs".into())]);
+        assert_eq!(t.pair(2, 5).unwrap().p2p.read, Status::No);
+        assert_eq!(t.pair(5, 2).unwrap().p2p.write, Status::No);
+        assert_ne!(t.pair(2, 6).unwrap().p2p.read, Status::No);
+        let n = t.notes.last().unwrap().clone();
+        assert!(
+            n.contains("the worker of GPU 2 read GPUs [5, 6]") && n.ends_with("GPU 5: differs"),
+            "{n}"
+        );
+        // The same check again (a restart) adds no second note; one that opened nothing, none.
+        let count = t.notes.len();
+        record_p2p(&mut t, &[2, 5, 6], 0, &[1, 2], &[(1, "differs".into())]);
+        record_p2p(&mut t, &[2, 5, 6], 0, &[], &[]);
+        assert_eq!(t.notes.len(), count);
+        record_p2p(&mut t, &[0, 1], 0, &[1], &[]);
+        assert!(t.notes.last().unwrap().ends_with("every one matched"));
     }
 
     #[test]
