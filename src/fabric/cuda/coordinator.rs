@@ -1085,13 +1085,14 @@ impl CudaFabric {
     fn release_inner(&mut self) -> Result<(), Trouble> {
         self.plan = None;
         self.probe_bytes = 0;
-        for set in 0..self.sets.len() {
-            // Launchers close opened handles before owners free the buffers: every worker
-            // drops its launcher first, and each waits for the others' answers below.
-            let reqs = (0..self.sets[set].workers.len())
-                .map(|w| (w, Req::Release))
-                .collect();
-            self.exchange(set, reqs, self.limit(0, 1))?;
+        // Every opened handle is closed before any owner frees what it names.
+        for req in [Req::Disconnect, Req::Release] {
+            for set in 0..self.sets.len() {
+                let reqs = (0..self.sets[set].workers.len())
+                    .map(|w| (w, req.clone()))
+                    .collect();
+                self.exchange(set, reqs, self.limit(0, 1))?;
+            }
         }
         Ok(())
     }

@@ -143,6 +143,9 @@ pub enum Req {
         samples: u32,
     },
     LinksUnderLoad,
+    /// Closes every opened IPC handle (drops the launcher and the probe launcher).
+    Disconnect,
+    /// Frees everything; sent only once every worker has disconnected.
     Release,
 }
 

@@ -21,8 +21,8 @@ pub struct Engine {
     /// Launcher before owned buffers in drop order: opened handles close before the owner's
     /// buffers are freed (they may be the same process in loopback).
     launcher: Option<Launcher>,
-    owned: Option<Owned>,
     probe: Option<ProbeLauncher>,
+    owned: Option<Owned>,
     probe_owned: Option<ProbeOwned>,
     stuck: Option<String>,
 }
@@ -37,8 +37,8 @@ impl Engine {
             deadline: Deadline::from_env(),
             faults,
             launcher: None,
-            owned: None,
             probe: None,
+            owned: None,
             probe_owned: None,
             stuck: None,
         })
@@ -181,6 +181,11 @@ impl Engine {
                 samples,
             } => Resp::Times(gpu.time_copy(bytes, batch, samples, self.deadline)?),
             Req::LinksUnderLoad => Resp::Links(gpu.load_and_read()?),
+            Req::Disconnect => {
+                self.probe = None;
+                self.launcher = None;
+                Resp::Done
+            }
             Req::Release => {
                 self.probe = None;
                 self.launcher = None;
