@@ -354,7 +354,7 @@ pub fn datatype(d: Dtype) -> c_int {
 /// on drop, or aborted.
 pub struct Comms {
     lib: &'static Lib,
-    pub comms: Vec<Comm>,
+    comms: Vec<Comm>,
     /// Created non-blocking: calls return at once and are polled.
     nonblocking: bool,
     /// Aborted: NCCL frees them; never touch them again.
