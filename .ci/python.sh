@@ -26,12 +26,15 @@ run() {  # run NAME REQUIREMENT TEST...
     local name=$1 req=$2
     shift 2
     local venv="$root/$name"
-    if [ ! -x "$venv/bin/python" ]; then
-        "$py" -m venv "$venv"
-    fi
-    "$venv/bin/pip" install -q "$req" pytest
-    "$venv/bin/pip" install -q --force-reinstall --no-deps "$wheel"
-    (cd tests/python && "$OLDPWD/$venv/bin/python" -m pytest -q "$@")
+    "$py" -m venv "$venv"
+    # An engine with its CUDA wheels is about 10 GiB: no pip cache, and each environment goes
+    # once its tests ran, so the two never sit on the disk together.
+    "$venv/bin/pip" install -q --no-cache-dir "$req" pytest
+    "$venv/bin/pip" install -q --no-cache-dir --force-reinstall --no-deps "$wheel"
+    local rc=0
+    (cd tests/python && "$OLDPWD/$venv/bin/python" -m pytest -q "$@") || rc=$?
+    rm -rf "$venv"
+    return $rc
 }
 
 start=$SECONDS

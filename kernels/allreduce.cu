@@ -139,8 +139,8 @@ __device__ __forceinline__ char* ll1(u64 sig, int n, u32 q, int src, u64 j) {
 
 // Two-stage push: stage 0 (reduce-scatter) or 1 (all-gather), buffer q, sender src, word i of
 // the shard; smax = ll_shard(LL2_LINES, n) words per sender. Consecutive words are adjacent,
-// so a warp's stores and polls are coalesced (interleaving senders instead made each warp
-// access touch 32 cache lines and ran 3-4x slower, measured 2026-11-29).
+// so a warp's stores and polls are coalesced (interleaving senders would make each warp access
+// touch 32 cache lines; profiles/hardware/h200/NOTES-kernel-choices.md has the measurement).
 __device__ __forceinline__ char* ll2(u64 sig, int n, u64 smax, int stage, u32 q, int src, u64 i) {
   return (char*)sig + LL_OFFSET + ((((u64)stage * 2 + q) * n + src) * smax + i) * LL_LINE;
 }
@@ -467,9 +467,9 @@ __device__ void two_stage_push_ll(const ArArgs& a) {
 // call before it arrived at that call's final barrier (a release), and this rank left that
 // call only after every peer arrived there. Peers' outputs are written only after barrier 1,
 // which every peer reaches only from this call, once its stream is done with the last output.
-// Loads per thread in flight in the reduce-scatter. On the H200, 8 measured 1-3 us faster
-// than 4 at 16 and 64 MiB in one run and no different in the next (2026-11-29); it fits in
-// 64 registers for sm_90 (a few bytes spill on older targets).
+// Loads per thread in flight in the reduce-scatter: enough to cover HBM latency, and still
+// within 64 registers for sm_90 (a few bytes spill on older targets). See
+// profiles/hardware/h200/NOTES-kernel-choices.md for what 4 and 8 measured.
 #define RS_GROUP 8
 template <typename T>
 __device__ void two_stage_push(const ArArgs& a) {
@@ -526,9 +526,8 @@ __device__ void two_stage_push(const ArArgs& a) {
 // The bandwidth kernels: two blocks per SM, so 64 registers. The LL kernels run small blocks
 // and keep a line per peer in registers. Every kernel first waits for the previous call
 // (pdl_wait) and lets the next one be scheduled only when its own work is done (pdl_trigger):
-// triggering at the start let the next call's blocks be placed while this one ran and made
-// 256 KiB - 1 MiB calls up to 15% slower on the H200
-// (profiles/hardware/h200/2026-11-29-kernels-v3).
+// triggering at the start would let the next call's blocks take SMs this call still needs
+// (profiles/hardware/h200/NOTES-kernel-choices.md).
 #define AR_KERNELS(T, suffix)                                                                         \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) one_stage_pull_##suffix(const ArArgs a) {    \
     pdl_wait();                                                                                       \

@@ -3,9 +3,13 @@
 // sources compile with any NVRTC that supports the GPU's architecture.
 #pragma once
 
-#define MAX_RANKS 16
-#define MAX_BLOCKS 256
-#define THREADS 512
+// The constants the host shares with these sources (MAX_RANKS, MAX_BLOCKS, THREADS, LL_OFFSET,
+// LL_LINE, LL_THREADS, LL1_MAX_BYTES, LL2_MAX_BYTES) come from src/fabric/cuda/kernels.rs as
+// NVRTC -D options, so the two sides cannot disagree.
+#if !defined(MAX_RANKS) || !defined(MAX_BLOCKS) || !defined(THREADS) || !defined(LL_OFFSET) || \
+    !defined(LL_LINE) || !defined(LL_THREADS) || !defined(LL1_MAX_BYTES) || !defined(LL2_MAX_BYTES)
+#error "compile through artune (src/fabric/cuda/compile.rs), which defines the shared constants"
+#endif
 // A barrier that waits longer than this gives up, records the failure in Signal::status and
 // lets the kernel finish, so a lost peer turns into an error on the host instead of a hang.
 #define BARRIER_TIMEOUT_NS 5000000000ull
@@ -23,16 +27,12 @@ struct __align__(16) V4 {
 // carries 4 bytes of data and a 4-byte flag, so a receiver knows the data arrived from the
 // flag beside it and no system-scope fence or separate barrier is needed. Lines of 16 bytes
 // (two such words, 8 data bytes) live in each rank's signal allocation from LL_OFFSET on.
-#define LL_OFFSET 65536
-#define LL_LINE 16
 // Threads per block of the LL kernels: one data word each. Small blocks spread a message over
-// many multiprocessors; each thread's stores and polls go through its SM's port to L2, and
-// with 512-thread blocks that port, not latency, set the time (measured 2026-11-29).
-#define LL_THREADS 128
-// Largest message per rank (bytes) each kernel sends through LL: one-stage push keeps a line
+// many multiprocessors: each thread's stores and polls go through its SM's port to L2, so a
+// few large blocks would be limited by that port, not by latency
+// (profiles/hardware/h200/NOTES-kernel-choices.md). LL1_MAX_BYTES and LL2_MAX_BYTES: the
+// largest message per rank (bytes) each kernel sends through LL: one-stage push keeps a line
 // per data word from every peer (2 x n x LL1 lines), two-stage push and pull only a shard.
-#define LL1_MAX_BYTES 32768
-#define LL2_MAX_BYTES 65536
 #define LL1_LINES (LL1_MAX_BYTES / 8)
 #define LL2_LINES (LL2_MAX_BYTES / 8)
 

@@ -55,3 +55,10 @@ extern "C" __global__ void __launch_bounds__(THREADS) probe_write(const ProbeArg
         st_v4((char*)a.dst[(a.rank + d) % a.nranks] + (u64)(d - 1) * a.bytes + v * 16, x);
   }
 }
+
+// The fault knob's kernel that never completes (ARTUNE_CUDA_FAULTS=hang=BACKEND): it spins on
+// a word nothing writes, as a peer that never arrives would leave a kernel without a timeout.
+extern "C" __global__ void spin_forever(const u32* flag) {
+  while (ld_volatile(flag) == 0) {
+  }
+}

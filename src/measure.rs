@@ -158,11 +158,16 @@ fn measure_group(
         .collect();
 
     if plan.contention && gpus.len() > 1 {
-        for direction in [Direction::Read, Direction::Write] {
+        'probes: for direction in [Direction::Read, Direction::Write] {
             let mut points = Vec::new();
             for peers in 1..gpus.len() {
                 check_interrupt(&plan.cancel)?;
-                points.push(fabric.probe(direction, peers, plan.harness.probe_bytes)?);
+                match fabric.probe(direction, peers, plan.harness.probe_bytes) {
+                    Ok(p) => points.push(p),
+                    // The reason is in the waived custom backends of the same group.
+                    Err(FabricError::Waived(_)) => break 'probes,
+                    Err(e) => return Err(e),
+                }
             }
             res.contention.push(ContentionCurve {
                 gpus: gpus.to_vec(),
@@ -322,5 +327,73 @@ pub fn measure_cell(
                 outliers: s.outliers as u32,
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fabric::sim::SimFabric;
+    use crate::fabric::{FabricInfo, ProbeSample};
+    use crate::topology::Topology;
+
+    /// The simulated machine, except that contention probes cannot run on it (a group
+    /// without working P2P on a real machine).
+    struct NoProbes(SimFabric);
+
+    impl Fabric for NoProbes {
+        fn info(&self) -> FabricInfo {
+            self.0.info()
+        }
+        fn topology(&self) -> &Topology {
+            self.0.topology()
+        }
+        fn prepare(&mut self, g: &Group, b: &[Backend]) -> Result<Vec<Readiness>, FabricError> {
+            self.0.prepare(g, b)
+        }
+        fn verify(&mut self, b: Backend, n: u64, s: u64) -> Result<Verification, FabricError> {
+            self.0.verify(b, n, s)
+        }
+        fn time(
+            &mut self,
+            b: Backend,
+            n: u64,
+            m: Mode,
+            batch: u32,
+            samples: u32,
+        ) -> Result<Vec<f64>, FabricError> {
+            self.0.time(b, n, m, batch, samples)
+        }
+        fn probe(&mut self, _: Direction, _: usize, _: u64) -> Result<ProbeSample, FabricError> {
+            Err(FabricError::Waived("no P2P between GPU 0 and GPU 1".into()))
+        }
+        fn release(&mut self) -> Result<(), FabricError> {
+            self.0.release()
+        }
+    }
+
+    #[test]
+    fn probes_that_cannot_run_leave_the_group_without_curves_not_the_tune_failed() {
+        let t = crate::topology::presets::get("pcie-8x-2switch").unwrap();
+        let mut f = NoProbes(SimFabric::new(t, 1));
+        let plan = Plan {
+            groups: vec![(vec![0, 1], "test".into())],
+            modes: vec![Mode::Graph],
+            dtype: Dtype::Bf16,
+            sizes: vec![4096, 1 << 20],
+            backends: vec![Backend::Nccl, Backend::OneStagePull],
+            seed: 1,
+            contention: true,
+            harness: Harness {
+                refine_rounds: 0,
+                ..Harness::default()
+            },
+            cancel: Cancel::new(),
+            winner: crate::decide::winner,
+        };
+        let (groups, faults) = run(&mut f, &plan, &mut |_| {}).unwrap();
+        assert!(faults.is_empty(), "{faults:?}");
+        assert!(groups[0].contention.is_empty());
+        assert_eq!(groups[0].cells[&Mode::Graph].len(), 2);
     }
 }

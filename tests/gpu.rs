@@ -2,6 +2,8 @@
 //! prints a `skipped: ...` line saying why and returns, so `cargo test` passes anywhere and the
 //! output shows what did not run. Run them on a GPU with `--nocapture` to see every line.
 
+use std::path::PathBuf;
+use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 
 use artune::fabric::cuda::{compile, nccl, CudaFabric};
@@ -28,9 +30,37 @@ fn skip(line: String) {
 /// keep the other's blocks from being resident.
 static GPU: Mutex<()> = Mutex::new(());
 
+/// The artune binary workers run: `ARTUNE_BIN` (where the tests run on another machine than
+/// the one that built them), else the one cargo built.
+fn bin() -> PathBuf {
+    std::env::var_os("ARTUNE_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_artune")))
+}
+
+/// Worker processes of `bin()` still running (a test asserts none is left behind).
+fn live_workers() -> Vec<String> {
+    let me = bin().display().to_string();
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if cmd.contains("__worker") && cmd.contains(&me) {
+            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+            // A zombie is gone already, waiting only to be reaped.
+            if !stat.contains(") Z ") {
+                out.push(format!("{}: {cmd}", e.file_name().to_string_lossy()));
+            }
+        }
+    }
+    out
+}
+
 fn open_or_skip(test: &str, k: usize) -> Option<(MutexGuard<'static, ()>, CudaFabric)> {
     let guard = GPU.lock().unwrap_or_else(|p| p.into_inner());
-    match CudaFabric::open(Some(k)) {
+    match CudaFabric::open_with(Some(k), bin()) {
         Ok(f) => Some((guard, f)),
         Err(e) => {
             skip(format!("{test}: skipped: no GPU ({e})"));
@@ -136,7 +166,7 @@ fn nccl_wheel_lookup_loads_libnccl_so_2_or_skips_without_a_wheel() {
 #[test]
 fn no_gpu_error_suggests_sim_or_skips_when_a_gpu_is_present() {
     let _gpu = GPU.lock().unwrap_or_else(|p| p.into_inner());
-    match CudaFabric::open(None) {
+    match CudaFabric::open_with(None, bin()) {
         Ok(f) => skip(format!(
             "no_gpu_error_suggests_sim: skipped: a GPU is present ({})",
             f.info().description
@@ -154,14 +184,17 @@ fn gpu_loopback_describes_itself_or_skips_without_gpu() {
     println!("{}; kernels: {:?}", info.description, f.kernel_target());
     assert!(!info.simulated);
     assert!(
-        info.description.contains("8 virtual ranks")
-            && info.description.contains("NCCL with 1 rank")
+        info.description
+            .contains("8 virtual ranks in 8 worker processes")
+            && info.description.contains("NCCL with 1 rank"),
+        "{}",
+        info.description
     );
     let t = f.topology();
     assert_eq!(t.gpu_count(), 8);
     assert!(t.notes.iter().any(|n| n.starts_with("loopback")));
     assert!(matches!(
-        CudaFabric::open(Some(1)),
+        CudaFabric::open_with(Some(1), bin()),
         Err(artune::fabric::FabricError::BadRequest(_))
     ));
 }
@@ -327,4 +360,165 @@ fn gpu_contention_probe_and_link_reading_or_skip() {
     let links = f.link_under_load().unwrap();
     println!("links read under load: {links:?}");
     assert_eq!(links.len(), 1);
+}
+
+#[test]
+fn gpu_workers_are_processes_sharing_buffers_by_ipc_and_leave_nothing_behind_or_skip() {
+    let Some((_gpu, mut f)) = open_or_skip("gpu_workers_are_processes", 4) else {
+        return;
+    };
+    let pids = f.worker_pids();
+    assert_eq!(pids.len(), 4, "{pids:?}");
+    let mut uniq = pids.clone();
+    uniq.sort_unstable();
+    uniq.dedup();
+    assert_eq!(uniq.len(), 4);
+    assert!(!pids.contains(&std::process::id()));
+    all_ready(&f.prepare(&group(4, Dtype::Bf16, 1 << 20), &CUSTOM).unwrap());
+    for b in CUSTOM {
+        correct(
+            f.verify(b, 1 << 20, 5).unwrap(),
+            &format!("{b} through 4 processes"),
+        );
+    }
+    drop(f);
+    let left = live_workers();
+    assert!(left.is_empty(), "workers left running: {left:?}");
+    println!("4 worker processes {pids:?} verified the 4 kernels over IPC handles and exited");
+}
+
+#[test]
+fn gpu_each_worker_launching_its_own_rank_verifies_or_skip() {
+    // The real-machine path on one GPU: every worker opens the others' handles and launches
+    // only its own rank (the GPU time-slices between the processes: correct, not fast).
+    let Some((_gpu, mut f)) = open_or_skip("gpu_each_worker_launching_its_own_rank", 2) else {
+        return;
+    };
+    f.set_launch_each(true);
+    all_ready(
+        &f.prepare(&group(2, Dtype::Fp32, 64 << 10), &CUSTOM)
+            .unwrap(),
+    );
+    for b in CUSTOM {
+        for bytes in [4096u64, 64 << 10] {
+            correct(
+                f.verify_with(b, bytes, 11, Mode::Eager, 3).unwrap(),
+                &format!("{b} {bytes} with one launching process per rank"),
+            );
+        }
+    }
+    let t = f.time(CUSTOM[0], 4096, Mode::Eager, 2, 3).unwrap();
+    assert!(t.iter().all(|x| x.is_finite() && *x > 0.0), "{t:?}");
+    println!("each of 2 workers launched its own rank: 4 kernels verified, samples {t:?} us");
+}
+
+/// Runs a small loopback tune through the binary with the CUDA fault knob set.
+fn faulty_tune(faults: &str, out: &std::path::Path) -> std::process::Output {
+    Command::new(bin())
+        .args([
+            "tune",
+            "--loopback",
+            "2",
+            "--sizes",
+            "4K:16K",
+            "--mode",
+            "graph",
+            "--out",
+        ])
+        .arg(out)
+        .env("ARTUNE_CUDA_FAULTS", faults)
+        .env("ARTUNE_GPU_DEADLINE_MS", "1500")
+        .output()
+        .expect("artune runs")
+}
+
+#[test]
+fn gpu_hung_kernel_and_stuck_worker_fail_only_their_backend_or_skip() {
+    let Some((_gpu, f)) = open_or_skip("gpu_hung_kernel_and_stuck_worker", 2) else {
+        return;
+    };
+    drop(f);
+    let dir = tempfile::tempdir().unwrap();
+    for (faults, backend) in [
+        ("hang=one_stage_push", Backend::OneStagePush),
+        ("stall=two_stage_pull", Backend::TwoStagePull),
+    ] {
+        let out = dir.path().join("p.json");
+        let t = std::time::Instant::now();
+        let o = faulty_tune(faults, &out);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{faults}: {err}");
+        let p: artune::profile::Profile =
+            serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        let g = &p.groups[0];
+        let why = g
+            .waived
+            .get(&backend)
+            .unwrap_or_else(|| panic!("{faults}: {backend} kept: {err}"));
+        assert!(why.contains("fresh ones"), "{faults}: {why}");
+        assert!(
+            g.buckets.iter().all(|b| !b.results.contains_key(&backend)),
+            "{faults}: {backend} still has timings"
+        );
+        assert!(g
+            .buckets
+            .iter()
+            .any(|b| b.results.contains_key(&Backend::TwoStagePush)));
+        let left = live_workers();
+        assert!(left.is_empty(), "{faults}: workers left running: {left:?}");
+        println!(
+            "{faults}: tune exit 0 in {:.1} s; {backend} failed: {why}",
+            t.elapsed().as_secs_f64()
+        );
+    }
+}
+
+#[test]
+fn gpu_a_pair_without_p2p_waives_custom_kernels_and_keeps_nccl_or_skip() {
+    let Some((_gpu, f)) = open_or_skip("gpu_a_pair_without_p2p", 2) else {
+        return;
+    };
+    drop(f);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("p.json");
+    let o = Command::new(bin())
+        .args([
+            "tune",
+            "--loopback",
+            "2",
+            "--sizes",
+            "4K:16K",
+            "--mode",
+            "graph",
+            "--no-contention",
+            "--out",
+        ])
+        .arg(&out)
+        .env("ARTUNE_CUDA_FAULTS", "nop2p=0-1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    if nccl::library().is_err() {
+        skip(format!(
+            "gpu_a_pair_without_p2p: skipped: no NCCL, nothing left to measure ({err})"
+        ));
+        return;
+    }
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let p: artune::profile::Profile =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let g = &p.groups[0];
+    for b in CUSTOM {
+        let why = g.waived.get(&b).unwrap_or_else(|| panic!("{b} not waived"));
+        assert!(
+            why.contains("P2P between GPU 0 and GPU 1 does not work"),
+            "{why}"
+        );
+    }
+    assert!(g.buckets.iter().all(|b| b.choice == Backend::Nccl));
+    assert!(live_workers().is_empty());
+    println!(
+        "nop2p=0-1: custom kernels waived ({}), NCCL measured",
+        g.waived[&CUSTOM[0]]
+    );
 }

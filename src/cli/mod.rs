@@ -8,6 +8,7 @@ mod fleet;
 mod output;
 mod topo;
 mod tune;
+mod worker;
 
 use std::path::PathBuf;
 
@@ -55,6 +56,9 @@ pub enum Command {
     Doctor(doctor::DoctorArgs),
     /// Compare the profiles of many nodes: classes, outliers, a class profile each.
     Fleet(fleet::FleetArgs),
+    /// One GPU's worker process, started by artune itself.
+    #[command(name = "__worker", hide = true)]
+    Worker(worker::WorkerArgs),
 }
 
 /// Where the machine comes from: a preset, a file, or (neither) the real GPUs.
@@ -351,6 +355,7 @@ fn run(cmd: Command) -> Result<i32, Error> {
         Command::Compare(a) => compare::run(a),
         Command::Doctor(a) => doctor::run(a),
         Command::Fleet(a) => fleet::run(a),
+        Command::Worker(a) => Ok(worker::run(a)),
         Command::Schema => {
             out!("{}", crate::profile::schema::generate());
             Ok(0)
@@ -363,6 +368,12 @@ pub fn load_topology(source: &Source) -> Result<crate::topology::Topology, Error
     match (&source.sim, &source.topology) {
         (Some(name), _) => crate::topology::presets::get(name),
         (None, Some(path)) => crate::topology::file::load(path),
-        (None, None) => crate::topology::discover(crate::fabric::cuda::nccl_version()),
+        (None, None) => {
+            let mut t = crate::topology::discover(crate::fabric::cuda::nccl_version())?;
+            // NVML lists every GPU; CUDA_VISIBLE_DEVICES may hide some, which are not tuned.
+            t.notes
+                .extend(crate::fabric::cuda::topo::hidden_gpu_notes(&t));
+            Ok(t)
+        }
     }
 }

@@ -132,6 +132,10 @@ pub enum FabricError {
     /// The device, driver or a library failed; the run cannot continue.
     #[error("{0}")]
     Device(String),
+    /// What was asked cannot run on this group (contention probes between GPUs without working
+    /// P2P); the run goes on without it.
+    #[error("{0}")]
+    Waived(String),
     #[error("interrupted")]
     Interrupted,
 }

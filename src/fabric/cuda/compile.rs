@@ -145,7 +145,9 @@ pub fn images_for(cc: (u32, u32)) -> Result<Arc<Images>, FabricError> {
 
 /// The options passed to NVRTC for `target`.
 pub fn options(target: &Target) -> Vec<String> {
-    vec![target.option(), "--std=c++17".into()]
+    let mut o = vec![target.option(), "--std=c++17".into()];
+    o.extend(super::kernels::defines());
+    o
 }
 
 /// Compiles one program (with common.cuh as its only header) to a cubin or PTX image.

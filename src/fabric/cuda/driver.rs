@@ -96,26 +96,151 @@ impl DevBuf {
         unsafe { result::memset_d8_sync(self.ptr, byte, self.bytes) }
     }
 
-    /// Synchronous fill of `len` bytes from `offset`.
-    pub fn fill_range(&self, offset: usize, len: usize, byte: u8) -> Result<(), DriverError> {
-        debug_assert!(offset + len <= self.bytes);
+    /// Bounds-checked synchronous upload (see [`Span::upload`]).
+    pub fn upload(&self, offset: usize, data: &[u8]) -> Result<(), DriverError> {
         self.ctx.bind_to_thread()?;
-        // SAFETY: the range lies inside this allocation.
-        unsafe { result::memset_d8_sync(self.ptr + offset as u64, byte, len) }
+        self.span().upload(offset, data)
     }
 
-    pub fn upload(&self, offset: usize, data: &[u8]) -> Result<(), DriverError> {
-        debug_assert!(offset + data.len() <= self.bytes);
+    /// Bounds-checked synchronous download (see [`Span::download`]).
+    pub fn download(&self, offset: usize, out: &mut [u8]) -> Result<(), DriverError> {
         self.ctx.bind_to_thread()?;
-        // SAFETY: the range lies inside this allocation.
+        self.span().download(offset, out)
+    }
+}
+
+impl DevBuf {
+    /// The buffer as a bounds-checked span.
+    pub fn span(&self) -> Span {
+        Span {
+            ptr: self.ptr,
+            bytes: self.bytes,
+        }
+    }
+
+    /// An IPC handle another process opens with [`Imported::open`] (cuIpcGetMemHandle; the
+    /// buffer came from plain cuMemAlloc, which IPC accepts).
+    pub fn export(&self) -> Result<IpcHandle, DriverError> {
+        self.ctx.bind_to_thread()?;
+        // SAFETY: zeroed bytes are a valid handle to fill in; ptr is this allocation's base.
+        let mut h: sys::CUipcMemHandle = unsafe { std::mem::zeroed() };
+        unsafe { sys::cuIpcGetMemHandle(&mut h, self.ptr).result() }?;
+        Ok(IpcHandle {
+            hex: h
+                .reserved
+                .iter()
+                .map(|b| format!("{:02x}", *b as u8))
+                .collect(),
+            bytes: self.bytes as u64,
+        })
+    }
+}
+
+/// A device range in this process's address space (own or opened by IPC), with its length:
+/// every copy into or out of it is checked against the length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    pub ptr: sys::CUdeviceptr,
+    pub bytes: usize,
+}
+
+impl Span {
+    fn check(&self, offset: usize, len: usize) -> Result<(), DriverError> {
+        if offset.checked_add(len).is_some_and(|end| end <= self.bytes) {
+            Ok(())
+        } else {
+            Err(DriverError(sys::cudaError_enum::CUDA_ERROR_INVALID_VALUE))
+        }
+    }
+
+    /// Synchronous copy of `data` to `offset` (the caller's context is bound).
+    pub fn upload(&self, offset: usize, data: &[u8]) -> Result<(), DriverError> {
+        self.check(offset, data.len())?;
+        // SAFETY: the range lies inside the span (checked above).
         unsafe { result::memcpy_htod_sync(self.ptr + offset as u64, data) }
     }
 
     pub fn download(&self, offset: usize, out: &mut [u8]) -> Result<(), DriverError> {
-        debug_assert!(offset + out.len() <= self.bytes);
-        self.ctx.bind_to_thread()?;
-        // SAFETY: the range lies inside this allocation.
+        self.check(offset, out.len())?;
+        // SAFETY: as above.
         unsafe { result::memcpy_dtoh_sync(out, self.ptr + offset as u64) }
+    }
+
+    pub fn fill_range(&self, offset: usize, len: usize, byte: u8) -> Result<(), DriverError> {
+        self.check(offset, len)?;
+        // SAFETY: as above.
+        unsafe { result::memset_d8_sync(self.ptr + offset as u64, byte, len) }
+    }
+}
+
+/// A cuIpcGetMemHandle handle in hex, with the size of the buffer it names.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct IpcHandle {
+    pub hex: String,
+    pub bytes: u64,
+}
+
+/// Another process's buffer opened through its IPC handle; closed on drop (before the owner
+/// frees it: the coordinator releases importers first).
+pub struct Imported {
+    pub ptr: sys::CUdeviceptr,
+    pub bytes: usize,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: as DevBuf.
+unsafe impl Send for Imported {}
+unsafe impl Sync for Imported {}
+
+/// Why an IPC handle could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum IpcError {
+    #[error("the handle is not 64 bytes of hex")]
+    Malformed,
+    #[error("cuIpcOpenMemHandle failed: {0}")]
+    Open(DriverError),
+}
+
+impl Imported {
+    pub fn open(ctx: &Arc<CudaContext>, h: &IpcHandle) -> Result<Imported, IpcError> {
+        let raw = h.hex.as_bytes();
+        if raw.len() != 128 {
+            return Err(IpcError::Malformed);
+        }
+        // SAFETY: zeroed bytes are a valid handle to fill in.
+        let mut handle: sys::CUipcMemHandle = unsafe { std::mem::zeroed() };
+        for (i, pair) in raw.chunks(2).enumerate() {
+            let s = std::str::from_utf8(pair).map_err(|_| IpcError::Malformed)?;
+            handle.reserved[i] =
+                u8::from_str_radix(s, 16).map_err(|_| IpcError::Malformed)? as std::ffi::c_char;
+        }
+        ctx.bind_to_thread().map_err(IpcError::Open)?;
+        let mut ptr = 0;
+        let lazy = sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32;
+        // SAFETY: a handle exported by cuIpcGetMemHandle in another process; out-pointer valid.
+        unsafe { sys::cuIpcOpenMemHandle_v2(&mut ptr, handle, lazy).result() }
+            .map_err(IpcError::Open)?;
+        Ok(Imported {
+            ptr,
+            bytes: h.bytes as usize,
+            ctx: ctx.clone(),
+        })
+    }
+
+    pub fn span(&self) -> Span {
+        Span {
+            ptr: self.ptr,
+            bytes: self.bytes,
+        }
+    }
+}
+
+impl Drop for Imported {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: opened above and closed once.
+            let _ = unsafe { sys::cuIpcCloseMemHandle(self.ptr).result() };
+        }
     }
 }
 
@@ -124,51 +249,6 @@ impl Drop for DevBuf {
         if self.ctx.bind_to_thread().is_ok() {
             // SAFETY: allocated by cuMemAlloc above and freed once.
             let _ = unsafe { result::free_sync(self.ptr) };
-        }
-    }
-}
-
-/// Pinned host memory mapped into the device's address space: the probes' start latch.
-pub struct HostWord {
-    host: *mut c_void,
-    pub device_ptr: sys::CUdeviceptr,
-    ctx: Arc<CudaContext>,
-}
-
-// SAFETY: the pinned page is shared memory; writes go through volatile stores.
-unsafe impl Send for HostWord {}
-unsafe impl Sync for HostWord {}
-
-impl HostWord {
-    pub fn new(ctx: &Arc<CudaContext>) -> Result<HostWord, DriverError> {
-        ctx.bind_to_thread()?;
-        let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
-        // SAFETY: 64 bytes of pinned memory, zeroed below before any device use.
-        let host = unsafe { result::malloc_host(64, flags) }?;
-        // Owned from here on, so an error below still frees it.
-        let mut word = HostWord {
-            host,
-            device_ptr: 0,
-            ctx: ctx.clone(),
-        };
-        // SAFETY: the allocation is 64 bytes and 4-aligned.
-        unsafe { std::ptr::write_volatile(host as *mut u32, 0) };
-        // SAFETY: host was allocated with DEVICEMAP.
-        unsafe { sys::cuMemHostGetDevicePointer_v2(&mut word.device_ptr, host, 0).result() }?;
-        Ok(word)
-    }
-
-    pub fn set(&self, v: u32) {
-        // SAFETY: see `new`.
-        unsafe { std::ptr::write_volatile(self.host as *mut u32, v) };
-    }
-}
-
-impl Drop for HostWord {
-    fn drop(&mut self) {
-        if self.ctx.bind_to_thread().is_ok() {
-            // SAFETY: allocated by cuMemHostAlloc and freed once.
-            let _ = unsafe { result::free_host(self.host) };
         }
     }
 }
@@ -211,14 +291,27 @@ impl Stream {
         watchdog::wait_real(limit, || self.query())
     }
 
-    pub fn copy(
+    /// Queues a device-to-device copy.
+    ///
+    /// # Safety
+    /// `dst` and `src` start ranges of at least `bytes` in live allocations that stay alive
+    /// until the copy has finished.
+    pub unsafe fn copy(
         &self,
         dst: sys::CUdeviceptr,
         src: sys::CUdeviceptr,
         bytes: usize,
     ) -> Result<(), DriverError> {
-        // SAFETY: the caller passes ranges inside live allocations.
+        // SAFETY: the caller's contract.
         unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, self.raw).result() }
+    }
+
+    /// Queues a write of `v` to the 4-byte word at `word` and returns (the probes' latch).
+    pub fn set_u32(&self, word: &Span, v: u32) -> Result<(), DriverError> {
+        word.check(0, 4)?;
+        self.ctx.bind_to_thread()?;
+        // SAFETY: one word inside the span (checked above).
+        unsafe { sys::cuMemsetD32Async(word.ptr, v, 1, self.raw).result() }
     }
 
     /// Starts capturing into a graph. Relaxed mode: NCCL and other threads' capture-unsafe
@@ -416,21 +509,29 @@ unsafe impl Sync for Function {}
 
 impl Function {
     /// Launches with a single by-value argument struct `args`.
-    pub fn launch<A>(
+    ///
+    /// # Safety
+    /// The kernel takes exactly one parameter of type `A`, and every pointer in `args` names
+    /// memory that holds what the kernel reads and writes until it has finished.
+    pub unsafe fn launch<A>(
         &self,
         grid: (u32, u32),
         block: u32,
         stream: &Stream,
         args: &A,
     ) -> Result<(), DriverError> {
-        self.launch_with(grid, block, stream, args, false)
+        // SAFETY: the caller's contract.
+        unsafe { self.launch_with(grid, block, stream, args, false) }
     }
 
     /// `launch`, optionally as a programmatic dependent launch (compute capability 9.0 and
     /// later): the grid may be scheduled while the previous kernel in the stream drains, and
     /// waits in `griddepcontrol.wait` (kernels/common.cuh, pdl_wait) until that kernel has
     /// finished and its memory is visible. It hides the gap between back-to-back launches.
-    pub fn launch_with<A>(
+    ///
+    /// # Safety
+    /// As [`Function::launch`].
+    pub unsafe fn launch_with<A>(
         &self,
         grid: (u32, u32),
         block: u32,
@@ -442,7 +543,8 @@ impl Function {
         // sources); the driver copies it before returning.
         let mut params = [args as *const A as *mut c_void];
         if !pdl {
-            return self.launch_raw(grid, block, stream, &mut params);
+            // SAFETY: the caller's contract; `params` points at one A.
+            return unsafe { self.launch_raw(grid, block, stream, &mut params) };
         }
         // SAFETY: a zeroed attribute is valid; the union field set is the one its id names.
         let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
@@ -468,7 +570,11 @@ impl Function {
     }
 
     /// Launches with raw parameter pointers.
-    pub fn launch_raw(
+    ///
+    /// # Safety
+    /// `params` matches the kernel's signature, each entry pointing at one argument, and the
+    /// memory the arguments name stays valid until the kernel has finished.
+    pub unsafe fn launch_raw(
         &self,
         grid: (u32, u32),
         block: u32,
@@ -507,7 +613,7 @@ impl Function {
 }
 
 /// Static facts about one GPU.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct DeviceFacts {
     pub ordinal: usize,
     pub name: String,
@@ -540,6 +646,48 @@ pub fn device_facts(ctx: &Arc<CudaContext>) -> Result<DeviceFacts, DriverError> 
     })
 }
 
+/// PCI bus ids of the GPUs CUDA can see (after CUDA_VISIBLE_DEVICES), in ordinal order. Needs
+/// no context: the coordinator plans with it before any worker starts.
+pub fn visible_bus_ids() -> Result<Vec<String>, DriverError> {
+    result::init()?;
+    let n = result::device::get_count()?;
+    let mut out = Vec::new();
+    for o in 0..n.max(0) {
+        let d = result::device::get(o)?;
+        let mut buf = [0 as std::ffi::c_char; 64];
+        // SAFETY: buffer of the stated length.
+        unsafe { sys::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as i32, d).result() }?;
+        // SAFETY: the driver NUL-terminates within the buffer.
+        out.push(
+            unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }
+                .to_string_lossy()
+                .into_owned(),
+        );
+    }
+    Ok(out)
+}
+
+/// cuDeviceCanAccessPeer for every ordered pair of the first `n` ordinals (false on error).
+pub fn p2p_matrix(n: usize) -> Vec<Vec<bool>> {
+    let dev = |o: usize| result::device::get(o as i32).ok();
+    (0..n)
+        .map(|a| {
+            (0..n)
+                .map(|b| {
+                    let (Some(da), Some(db)) = (dev(a), dev(b)) else {
+                        return false;
+                    };
+                    let mut ok = 0;
+                    // SAFETY: two valid device handles and an out-pointer.
+                    a != b
+                        && unsafe { sys::cuDeviceCanAccessPeer(&mut ok, da, db).result() }.is_ok()
+                        && ok != 0
+                })
+                .collect()
+        })
+        .collect()
+}
+
 /// CUDA driver API version, e.g. "13.0".
 pub fn cuda_version() -> Result<String, DriverError> {
     let mut v: i32 = 0;
@@ -552,22 +700,4 @@ pub fn cuda_version() -> Result<String, DriverError> {
 pub fn free_bytes(ctx: &Arc<CudaContext>) -> Result<u64, DriverError> {
     ctx.bind_to_thread()?;
     Ok(result::mem_get_info()?.0 as u64)
-}
-
-/// Whether `a` can map `b`'s memory.
-pub fn can_access_peer(a: &Arc<CudaContext>, b: &Arc<CudaContext>) -> Result<bool, DriverError> {
-    let mut ok: i32 = 0;
-    // SAFETY: two valid device handles.
-    unsafe { sys::cuDeviceCanAccessPeer(&mut ok, a.cu_device(), b.cu_device()).result() }?;
-    Ok(ok != 0)
-}
-
-/// Maps `peer`'s memory into `ctx` (already enabled counts as success).
-pub fn enable_peer(ctx: &Arc<CudaContext>, peer: &Arc<CudaContext>) -> Result<(), DriverError> {
-    ctx.bind_to_thread()?;
-    // SAFETY: two valid contexts.
-    match unsafe { sys::cuCtxEnablePeerAccess(peer.cu_ctx(), 0).result() } {
-        Err(e) if e.0 == sys::cudaError_enum::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(()),
-        other => other,
-    }
 }

@@ -9,22 +9,45 @@ use super::compile;
 use super::driver::{dev, Function, Module};
 use crate::fabric::{Backend, Dtype, FabricError};
 
+// The constants below marked "shared" reach kernels/*.cu as NVRTC -D options ([`defines`]).
+
+/// Shared.
 pub const MAX_RANKS: usize = 16;
+/// Shared.
 pub const MAX_BLOCKS: u32 = 256;
+/// Shared: threads per block of the bandwidth kernels.
 pub const THREADS: u32 = 512;
-/// Bytes reserved for one rank's `Signal` (kernels/common.cuh); its LL lines follow.
+/// Bytes reserved for one rank's `Signal` (kernels/common.cuh); its LL lines follow. Shared as
+/// `LL_OFFSET`.
 pub const SIGNAL_ALLOC: usize = 64 << 10;
 /// Offset of `Signal::status` (3 x 256 x 16 flags + 256 epochs, all u32).
 pub const SIGNAL_STATUS_OFFSET: usize = (3 * 256 * 16 + 256) * 4;
-/// Largest message per rank (bytes) that one-stage push sends through its LL kernel
-/// (`LL1_MAX_BYTES` in kernels/common.cuh).
+/// Largest message per rank (bytes) that one-stage push sends through its LL kernel. Shared as
+/// `LL1_MAX_BYTES`.
 pub const LL1_MAX_BYTES: u64 = 32 << 10;
-/// The same for two-stage push and pull (`LL2_MAX_BYTES`).
+/// The same for two-stage push and pull. Shared as `LL2_MAX_BYTES`.
 pub const LL2_MAX_BYTES: u64 = 64 << 10;
-/// Bytes of one LL line: 8 data bytes and two 4-byte flags.
+/// Bytes of one LL line: 8 data bytes and two 4-byte flags. Shared.
 const LL_LINE: u64 = 16;
-/// Threads per block of the LL kernels, one 8-byte data word each (`LL_THREADS`).
+/// Threads per block of the LL kernels, one 8-byte data word each. Shared.
 pub const LL_THREADS: u32 = 128;
+
+/// The NVRTC options that give kernels/*.cu the constants shared with this file.
+pub fn defines() -> Vec<String> {
+    [
+        ("MAX_RANKS", MAX_RANKS as u64),
+        ("MAX_BLOCKS", MAX_BLOCKS as u64),
+        ("THREADS", THREADS as u64),
+        ("LL_OFFSET", SIGNAL_ALLOC as u64),
+        ("LL_LINE", LL_LINE),
+        ("LL_THREADS", LL_THREADS as u64),
+        ("LL1_MAX_BYTES", LL1_MAX_BYTES),
+        ("LL2_MAX_BYTES", LL2_MAX_BYTES),
+    ]
+    .iter()
+    .map(|(k, v)| format!("-D{k}={v}"))
+    .collect()
+}
 
 /// Mirrors `struct ArArgs` in kernels/common.cuh.
 #[repr(C)]
@@ -130,6 +153,8 @@ pub struct Kernels {
     pub latch_wait: Function,
     pub probe_read: Function,
     pub probe_write: Function,
+    /// The fault knob's never-ending kernel.
+    pub spin_forever: Function,
     /// What NVRTC was asked for, e.g. "--gpu-architecture=sm_90".
     pub target: String,
 }
@@ -169,6 +194,7 @@ impl Kernels {
             latch_wait: modules[1].function("latch_wait")?,
             probe_read: modules[1].function("probe_read")?,
             probe_write: modules[1].function("probe_write")?,
+            spin_forever: modules[1].function("spin_forever")?,
             _modules: modules,
             allreduce,
             ll,
@@ -255,8 +281,7 @@ pub fn traffic_bytes(backend: Backend, bytes: u64, n: u64) -> u64 {
 /// Whether the allreduce kernels go out as programmatic dependent launches: compute
 /// capability 9.0 and later have `griddepcontrol` (kernels/common.cuh, pdl_wait and
 /// pdl_trigger), which lets a call's grid be scheduled while the previous one drains.
-/// Measured on the H200 (profiles/hardware/h200/2026-11-29-kernels-v3): 0.3-1.6 us less per
-/// eager call up to 1 MiB, about 1 us at 16 MiB.
+/// What it saves is in profiles/hardware/h200/NOTES-kernel-choices.md.
 pub fn programmatic_launch(cc: (u32, u32)) -> bool {
     cc.0 >= 9
 }
@@ -289,11 +314,24 @@ mod tests {
         assert_eq!(std::mem::size_of::<ProbeArgs>(), 2 * 16 * 8 + 8 + 8 + 4 * 4);
         const { assert!(SIGNAL_STATUS_OFFSET + 4 <= SIGNAL_ALLOC) };
         assert!(compile::COMMON.contains("u32 flags[3][MAX_BLOCKS][MAX_RANKS];"));
-        assert!(
-            compile::COMMON.contains("#define MAX_BLOCKS 256")
-                && compile::COMMON.contains("#define MAX_RANKS 16")
-        );
-        assert!(compile::COMMON.contains("#define THREADS 512"));
+        let d = defines();
+        for want in ["-DMAX_BLOCKS=256", "-DMAX_RANKS=16", "-DTHREADS=512"] {
+            assert!(d.iter().any(|x| x == want), "{d:?}");
+        }
+        // The sources define none of the shared constants themselves.
+        for name in [
+            "MAX_RANKS",
+            "MAX_BLOCKS",
+            "THREADS",
+            "LL_OFFSET",
+            "LL_LINE",
+            "LL_THREADS",
+        ] {
+            assert!(
+                !compile::COMMON.contains(&format!("#define {name} ")),
+                "{name}"
+            );
+        }
     }
 
     #[test]
@@ -317,13 +355,16 @@ mod tests {
 
     #[test]
     fn ll_constants_match_the_kernels() {
-        assert!(compile::COMMON.contains("#define LL_OFFSET 65536"));
-        assert_eq!(SIGNAL_ALLOC, 65536);
-        assert!(compile::COMMON.contains("#define LL_LINE 16"));
-        assert!(compile::COMMON.contains("#define LL1_MAX_BYTES 32768"));
-        assert!(compile::COMMON.contains("#define LL2_MAX_BYTES 65536"));
-        assert!(compile::COMMON.contains("#define LL_THREADS 128"));
-        assert_eq!((LL1_MAX_BYTES, LL2_MAX_BYTES), (32768, 65536));
+        let d = defines();
+        for want in [
+            "-DLL_OFFSET=65536",
+            "-DLL_LINE=16",
+            "-DLL1_MAX_BYTES=32768",
+            "-DLL2_MAX_BYTES=65536",
+            "-DLL_THREADS=128",
+        ] {
+            assert!(d.iter().any(|x| x == want), "{d:?}");
+        }
         // The Signal struct (flags, epochs, status, LL epochs) ends before the LL lines.
         const { assert!(SIGNAL_STATUS_OFFSET + 4 + 256 * 4 <= SIGNAL_ALLOC) };
         for b in [

@@ -10,9 +10,8 @@
 //!
 //! NCCL has no per-communicator setting for the algorithm or protocol (ncclConfig_t carries
 //! none up to 2.30), but reads `NCCL_ALGO` and `NCCL_PROTO` when a communicator is created.
-//! A pinned backend therefore gets its own communicators, created with those two variables
-//! set (and restored once NCCL has read them); `nccl` gets communicators created with both
-//! unset.
+//! A pinned backend therefore runs in worker processes started with those two variables set
+//! (see the coordinator); nothing here changes the environment of a live process.
 //!
 //! Communicators are non-blocking (NCCL 2.14+, `ncclConfig_t.blocking = 0`): setup, enqueue
 //! and teardown return at once and are polled with `ncclCommGetAsyncError` against a deadline
@@ -355,7 +354,7 @@ pub fn datatype(d: Dtype) -> c_int {
 /// on drop, or aborted.
 pub struct Comms {
     lib: &'static Lib,
-    pub comms: Vec<Comm>,
+    comms: Vec<Comm>,
     /// Created non-blocking: calls return at once and are polled.
     nonblocking: bool,
     /// Aborted: NCCL frees them; never touch them again.
@@ -367,48 +366,41 @@ pub struct Comms {
 unsafe impl Send for Comms {}
 unsafe impl Sync for Comms {}
 
-/// Serializes changes to NCCL_ALGO/NCCL_PROTO around communicator creation.
-static ENV_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// Sets NCCL_ALGO/NCCL_PROTO for its life and restores them when dropped.
-struct PinnedEnv<'a> {
-    saved: Vec<(&'static str, Option<std::ffi::OsString>)>,
-    _guard: std::sync::MutexGuard<'a, ()>,
+/// A new NCCL unique id (ncclGetUniqueId), in hex, for the coordinator to hand to every rank.
+pub fn unique_id() -> Result<String, String> {
+    let lib = library()?;
+    let nb = lib
+        .nonblocking
+        .ok_or("this NCCL has no ncclGetUniqueId/ncclCommInitRankConfig (NCCL 2.14+ needed)")?;
+    // SAFETY: zeroed bytes are a valid ncclUniqueId to be filled in.
+    let mut id: ncclUniqueId = unsafe { std::mem::zeroed() };
+    // SAFETY: `id` is a valid out-pointer.
+    let r = unsafe { (nb.get_unique_id)(&mut id) };
+    if r != SUCCESS {
+        return Err(format!(
+            "ncclGetUniqueId failed: {}",
+            lib.error(r, std::ptr::null_mut())
+        ));
+    }
+    Ok(id
+        .internal
+        .iter()
+        .map(|b| format!("{:02x}", *b as u8))
+        .collect())
 }
 
-impl PinnedEnv<'_> {
-    fn new(pin: Option<(&str, &str)>) -> PinnedEnv<'static> {
-        let guard = ENV_LOCK.lock().unwrap_or_else(|p| p.into_inner());
-        let saved = ["NCCL_ALGO", "NCCL_PROTO"]
-            .iter()
-            .map(|k| (*k, std::env::var_os(k)))
-            .collect();
-        match pin {
-            Some((algo, proto)) => {
-                std::env::set_var("NCCL_ALGO", algo);
-                std::env::set_var("NCCL_PROTO", proto);
-            }
-            None => {
-                std::env::remove_var("NCCL_ALGO");
-                std::env::remove_var("NCCL_PROTO");
-            }
-        }
-        PinnedEnv {
-            saved,
-            _guard: guard,
-        }
+fn parse_id(hex: &str) -> Option<ncclUniqueId> {
+    // SAFETY: zeroed bytes are a valid ncclUniqueId.
+    let mut id: ncclUniqueId = unsafe { std::mem::zeroed() };
+    let raw = hex.as_bytes();
+    if raw.len() != 2 * id.internal.len() {
+        return None;
     }
-}
-
-impl Drop for PinnedEnv<'_> {
-    fn drop(&mut self) {
-        for (k, v) in self.saved.drain(..) {
-            match v {
-                Some(v) => std::env::set_var(k, v),
-                None => std::env::remove_var(k),
-            }
-        }
+    for (i, pair) in raw.chunks(2).enumerate() {
+        let s = std::str::from_utf8(pair).ok()?;
+        id.internal[i] = u8::from_str_radix(s, 16).ok()? as c_char;
     }
+    Some(id)
 }
 
 /// Reads every communicator's state: done when all are ready, failed when any failed.
@@ -425,24 +417,30 @@ fn poll_all(states: impl IntoIterator<Item = Poll>) -> Poll {
 }
 
 impl Comms {
-    /// Creates one communicator per CUDA device ordinal in `devices`, with NCCL_ALGO and
-    /// NCCL_PROTO set to `pin` (or unset when None) while NCCL reads them. `bind(i)` makes
-    /// device i's context current (NCCL takes the device from it). Setup that does not finish
-    /// within `limit` is aborted.
-    pub fn new(
+    /// Creates this process's rank `rank` of `nranks` from the unique id `id_hex` (see
+    /// [`unique_id`]), non-blocking, on the current context's device. NCCL reads NCCL_ALGO and
+    /// NCCL_PROTO from the environment the process was started with. Setup that does not
+    /// finish within `limit` is aborted.
+    pub fn init_rank(
         lib: &'static Lib,
-        devices: &[i32],
-        pin: Option<(&str, &str)>,
-        bind: impl Fn(usize) -> Result<(), String>,
+        id_hex: &str,
+        rank: usize,
+        nranks: usize,
         limit: Duration,
     ) -> Result<Comms, String> {
-        let _env = PinnedEnv::new(pin);
         let Some(nb) = lib.nonblocking else {
-            let mut comms = vec![std::ptr::null_mut(); devices.len()];
-            // SAFETY: arrays of the stated length.
-            let r = unsafe {
-                (lib.comm_init_all)(comms.as_mut_ptr(), devices.len() as c_int, devices.as_ptr())
-            };
+            if nranks != 1 {
+                return Err(format!(
+                    "NCCL {} has no ncclCommInitRankConfig; artune needs NCCL 2.14 or later",
+                    version_string(lib.version)
+                ));
+            }
+            let mut comm = std::ptr::null_mut();
+            let mut dev: cudarc::driver::sys::CUdevice = 0;
+            // SAFETY: writes the current context's device.
+            unsafe { cudarc::driver::sys::cuCtxGetDevice(&mut dev) };
+            // SAFETY: one communicator for one device.
+            let r = unsafe { (lib.comm_init_all)(&mut comm, 1, &dev) };
             if r != SUCCESS {
                 return Err(format!(
                     "ncclCommInitAll failed: {}",
@@ -451,62 +449,38 @@ impl Comms {
             }
             return Ok(Comms {
                 lib,
-                comms,
+                comms: vec![comm],
                 nonblocking: false,
                 aborted: false,
             });
         };
-        let n = devices.len();
-        // SAFETY: zeroed bytes are a valid ncclUniqueId to be filled in.
-        let mut id: ncclUniqueId = unsafe { std::mem::zeroed() };
-        // SAFETY: `id` is a valid out-pointer.
-        let r = unsafe { (nb.get_unique_id)(&mut id) };
-        if r != SUCCESS {
-            return Err(format!(
-                "ncclGetUniqueId failed: {}",
-                lib.error(r, std::ptr::null_mut())
-            ));
-        }
+        let id = parse_id(id_hex).ok_or("the NCCL unique id is malformed")?;
         let mut c = Comms {
             lib,
-            comms: vec![std::ptr::null_mut(); n],
+            comms: vec![std::ptr::null_mut()],
             nonblocking: true,
             aborted: false,
         };
-        let mut first_err = None;
-        // SAFETY: plain NCCL group calls around the per-rank inits below.
-        unsafe { (nb.group_start)() };
-        for rank in 0..n {
-            if let Err(e) = bind(rank) {
-                first_err.get_or_insert(e);
-                break;
-            }
-            let mut cfg = Config::nonblocking();
-            // SAFETY: out-pointer into `comms`; NCCL copies the config before returning.
-            let r = unsafe {
-                (nb.init_rank_config)(&mut c.comms[rank], n as c_int, id, rank as c_int, &mut cfg)
-            };
-            if r != SUCCESS && r != IN_PROGRESS {
-                first_err.get_or_insert(format!(
-                    "ncclCommInitRankConfig failed for rank {rank}: {}",
-                    lib.error(r, c.comms[rank])
-                ));
-            }
-        }
-        // SAFETY: closes the group opened above.
-        let r = unsafe { (nb.group_end)() };
+        let mut cfg = Config::nonblocking();
+        // SAFETY: out-pointer into `comms`; NCCL copies the config before returning.
+        let r = unsafe {
+            (nb.init_rank_config)(
+                &mut c.comms[0],
+                nranks as c_int,
+                id,
+                rank as c_int,
+                &mut cfg,
+            )
+        };
         if r != SUCCESS && r != IN_PROGRESS {
-            first_err.get_or_insert(format!(
-                "NCCL communicator setup failed: {}",
-                lib.error(r, std::ptr::null_mut())
-            ));
-        }
-        if let Some(e) = first_err {
+            let e = format!(
+                "ncclCommInitRankConfig failed for rank {rank}: {}",
+                lib.error(r, c.comms[0])
+            );
             c.abort();
             return Err(e);
         }
-        // NCCL reads NCCL_ALGO/NCCL_PROTO while it sets up: the variables stay until then.
-        match watchdog::wait_real(limit, || poll_all((0..n).map(|r| c.state(r)))) {
+        match watchdog::wait_real(limit, || c.state(0)) {
             Ok(()) => Ok(c),
             Err(w) => {
                 c.abort();
@@ -585,6 +559,12 @@ impl Comms {
             return;
         }
         self.aborted = true;
+        // NCCL needs every rank of a node aborted together: one group call.
+        let group = self.lib.nonblocking.filter(|_| self.comms.len() > 1);
+        if let Some(nb) = group {
+            // SAFETY: plain NCCL group call, closed below.
+            unsafe { (nb.group_start)() };
+        }
         for &c in &self.comms {
             if c.is_null() {
                 continue;
@@ -596,6 +576,10 @@ impl Comms {
                     None => (self.lib.comm_destroy)(c),
                 };
             }
+        }
+        if let Some(nb) = group {
+            // SAFETY: closes the group opened above.
+            unsafe { (nb.group_end)() };
         }
     }
 

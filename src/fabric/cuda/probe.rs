@@ -1,92 +1,206 @@
-//! Contention probes: every rank moves bytes with `peers` peers at once, all ranks released
-//! together by a host latch, each rank on its own stream; NVML reads the PCIe links while the
-//! traffic runs.
+//! Contention probes, worker side: every launched rank moves bytes with `peers` peers at once.
+//! Each rank's source and receive buffers are owned by its worker and opened by the others
+//! through IPC handles; all ranks wait on one start latch (a device word owned by rank 0's
+//! worker) that the coordinator releases once every worker has queued its probe, and NVML
+//! reads the links while the traffic runs.
 
 use std::ffi::c_void;
-
 use std::time::Duration;
 
-use super::driver::{dev, sync_ctx, wait_dev, DevBuf, Event, HostWord, Stream};
+use super::driver::{self, dev, wait_dev, DevBuf, Event, Imported, Span, Stream};
 use super::kernels::{self, ProbeArgs, MAX_RANKS, THREADS};
+use super::protocol::{Launch, ProbeHandles};
 use super::topo::{self, LinkReading};
 use super::watchdog;
 use super::Gpu;
-use crate::fabric::{Direction, FabricError, ProbeSample};
+use crate::fabric::{Direction, FabricError};
 
-pub struct ProbeBufs {
-    bytes: u64,
-    src: Vec<DevBuf>,
-    dst: Vec<DevBuf>,
-    streams: Vec<Stream>,
-    events: Vec<(Event, Event)>,
-    /// Per rank: [status word, sink word].
-    words: Vec<DevBuf>,
-    latch: HostWord,
-    epoch: u32,
+/// Probe buffers of the ranks a worker owns, and the latch if it owns rank 0.
+pub struct ProbeOwned {
+    /// Per owned rank: (rank, source, receive area).
+    ranks: Vec<(usize, DevBuf, DevBuf)>,
+    latch: Option<DevBuf>,
+    /// Where a release is written from, beside the probe streams.
+    side: Stream,
 }
 
-impl ProbeBufs {
-    /// Buffers for ranks on `rank_gpus` moving up to `bytes` per peer.
-    pub fn new(gpus: &[Gpu], rank_gpus: &[usize], bytes: u64) -> Result<ProbeBufs, FabricError> {
-        let n = rank_gpus.len() as u64;
-        let mut p = ProbeBufs {
-            bytes,
-            src: Vec::new(),
-            dst: Vec::new(),
-            streams: Vec::new(),
-            events: Vec::new(),
-            words: Vec::new(),
-            latch: dev(
-                HostWord::new(&gpus[rank_gpus[0]].ctx),
-                "allocating the probe latch",
-            )?,
-            epoch: 0,
+impl ProbeOwned {
+    pub fn new(
+        gpu: &Gpu,
+        bytes: u64,
+        owned: &[usize],
+        n: usize,
+    ) -> Result<(ProbeOwned, Vec<ProbeHandles>), FabricError> {
+        let ctx = &gpu.ctx;
+        let mut p = ProbeOwned {
+            ranks: Vec::new(),
+            latch: None,
+            side: dev(Stream::new(ctx), "creating a stream")?,
         };
-        for &g in rank_gpus {
-            let ctx = &gpus[g].ctx;
+        let ex = |b: &DevBuf| dev(b.export(), "exporting an IPC handle (cuIpcGetMemHandle)");
+        let mut out = Vec::new();
+        for &r in owned {
             let src = dev(
                 DevBuf::alloc(ctx, bytes as usize),
                 "allocating probe buffers",
             )?;
             dev(src.fill(0x5a), "filling probe buffers")?;
-            p.src.push(src);
-            p.dst.push(dev(
-                DevBuf::alloc(ctx, (bytes * (n - 1).max(1)) as usize),
+            let dst = dev(
+                DevBuf::alloc(ctx, (bytes * (n as u64 - 1).max(1)) as usize),
                 "allocating probe buffers",
-            )?);
-            p.streams.push(dev(Stream::new(ctx), "creating a stream")?);
-            p.events.push((
-                dev(Event::new(ctx), "creating an event")?,
-                dev(Event::new(ctx), "creating an event")?,
+            )?;
+            let latch = if r == 0 {
+                let l = dev(DevBuf::alloc(ctx, 16), "allocating the probe latch")?;
+                dev(l.fill(0), "clearing the probe latch")?;
+                let h = ex(&l)?;
+                p.latch = Some(l);
+                Some(h)
+            } else {
+                None
+            };
+            out.push(ProbeHandles {
+                rank: r,
+                src: ex(&src)?,
+                dst: ex(&dst)?,
+                latch,
+            });
+            p.ranks.push((r, src, dst));
+        }
+        driver::sync_ctx(ctx, "synchronizing the GPU")?;
+        Ok((p, out))
+    }
+
+    /// Releases every queued probe of round `epoch`.
+    pub fn release(&self, epoch: u32) -> Result<(), FabricError> {
+        let Some(l) = &self.latch else {
+            return Err(FabricError::BadRequest(
+                "this worker does not own the probe latch".into(),
             ));
-            let w = dev(DevBuf::alloc(ctx, 16), "allocating probe status")?;
-            dev(w.fill(0), "clearing probe status")?;
-            p.words.push(w);
+        };
+        dev(
+            self.side.set_u32(&l.span(), epoch),
+            "releasing the probe latch",
+        )?;
+        wait_dev(
+            self.side.wait(watchdog::OP_DEADLINE),
+            "releasing the probe latch",
+        )
+    }
+}
+
+/// One launched rank's stream, timing events and status words.
+struct Lane {
+    rank: usize,
+    stream: Stream,
+    events: (Event, Event),
+    /// [status word, sink word].
+    words: DevBuf,
+}
+
+/// What a launching worker needs to run probes: every rank's buffers as it sees them.
+pub struct ProbeLauncher {
+    launch: Launch,
+    n: usize,
+    src: Vec<Span>,
+    dst: Vec<Span>,
+    latch: Span,
+    lanes: Vec<Lane>,
+    _imported: Vec<Imported>,
+}
+
+impl ProbeLauncher {
+    pub fn connect(
+        gpu: &Gpu,
+        owned: Option<&ProbeOwned>,
+        launch: Launch,
+        n: usize,
+        handles: &[ProbeHandles],
+    ) -> Result<ProbeLauncher, FabricError> {
+        let ctx = &gpu.ctx;
+        let mut imported = Vec::new();
+        let mut open =
+            |own: Option<Span>, h: &super::driver::IpcHandle| -> Result<Span, FabricError> {
+                if let Some(s) = own {
+                    return Ok(s);
+                }
+                let i = Imported::open(ctx, h).map_err(|e| {
+                    FabricError::Device(format!(
+                        "GPU {} could not open a peer's probe buffer ({e})",
+                        gpu.facts.ordinal
+                    ))
+                })?;
+                let s = i.span();
+                imported.push(i);
+                Ok(s)
+            };
+        let mine = |r: usize| {
+            owned.and_then(|o| {
+                o.ranks
+                    .iter()
+                    .find(|x| x.0 == r)
+                    .map(|(_, s, d)| (s.span(), d.span()))
+            })
+        };
+        let mut src = Vec::new();
+        let mut dst = Vec::new();
+        let mut latch = None;
+        for h in handles {
+            let own = mine(h.rank);
+            src.push(open(own.map(|x| x.0), &h.src)?);
+            dst.push(open(own.map(|x| x.1), &h.dst)?);
+            if let Some(l) = &h.latch {
+                let own_latch = owned.and_then(|o| o.latch.as_ref()).map(|b| b.span());
+                latch = Some(open(own_latch, l)?);
+            }
         }
-        for &g in rank_gpus {
-            sync_ctx(&gpus[g].ctx, "synchronizing the GPU")?;
+        let latch = latch.ok_or_else(|| {
+            FabricError::BadRequest("no probe handles carry the start latch".into())
+        })?;
+        let mut lanes = Vec::new();
+        for r in launch.base..launch.base + launch.count {
+            let words = dev(DevBuf::alloc(ctx, 16), "allocating probe status")?;
+            dev(words.fill(0), "clearing probe status")?;
+            lanes.push(Lane {
+                rank: r,
+                stream: dev(Stream::new(ctx), "creating a stream")?,
+                events: (
+                    dev(Event::new(ctx), "creating an event")?,
+                    dev(Event::new(ctx), "creating an event")?,
+                ),
+                words,
+            });
         }
-        Ok(p)
+        driver::sync_ctx(ctx, "synchronizing the GPU")?;
+        Ok(ProbeLauncher {
+            launch,
+            n,
+            src,
+            dst,
+            latch,
+            lanes,
+            _imported: imported,
+        })
     }
 
-    pub fn bytes(&self) -> u64 {
-        self.bytes
-    }
-
-    /// One probe point; also returns the PCIe links read while it ran.
-    pub fn run(
-        &mut self,
-        gpus: &[Gpu],
-        rank_gpus: &[usize],
-        loopback: bool,
+    /// Queues, on each launched rank's stream, the latch wait for `epoch` and the probe.
+    pub fn queue(
+        &self,
+        gpu: &Gpu,
         direction: Direction,
         peers: usize,
         bytes: u64,
-    ) -> Result<(ProbeSample, Vec<LinkReading>), FabricError> {
-        let n = rank_gpus.len();
-        let bytes = (bytes / 16 * 16).clamp(16, self.bytes);
-        self.epoch = self.epoch.wrapping_add(1);
-        let go = self.epoch;
+        epoch: u32,
+    ) -> Result<(), FabricError> {
+        let k = gpu
+            .kernels()
+            .map_err(|e| FabricError::Device(e.to_string()))?;
+        let n = self.n;
+        let bytes = bytes / 16 * 16;
+        if bytes == 0 || self.src.iter().any(|s| (s.bytes as u64) < bytes) || peers >= n {
+            return Err(FabricError::BadRequest(format!(
+                "a probe of {bytes} bytes with {peers} peers does not fit the probe buffers"
+            )));
+        }
         let mut args = ProbeArgs {
             src: [0; MAX_RANKS],
             dst: [0; MAX_RANKS],
@@ -101,81 +215,71 @@ impl ProbeBufs {
             args.src[r] = self.src[r].ptr;
             args.dst[r] = self.dst[r].ptr;
         }
-        let ranks_on_gpu = if loopback { n as u32 } else { 1 };
-        // Queue every rank behind the latch, then release them together.
-        let queued = (|| -> Result<(), FabricError> {
-            for (r, &g) in rank_gpus.iter().enumerate() {
-                let k = gpus[g]
-                    .kernels
-                    .as_ref()
-                    .map_err(|e| FabricError::Device(e.clone()))?;
-                dev(gpus[g].ctx.bind_to_thread(), "binding the CUDA context")?;
-                let s = &self.streams[r];
-                let (mut latch_ptr, mut go_v, mut status) =
-                    (self.latch.device_ptr, go, self.words[r].ptr);
-                let mut params = [
-                    &mut latch_ptr as *mut u64 as *mut c_void,
-                    &mut go_v as *mut u32 as *mut c_void,
-                    &mut status as *mut u64 as *mut c_void,
-                ];
-                dev(
-                    k.latch_wait.launch_raw((1, 1), 32, s, &mut params),
-                    "launching the probe latch",
-                )?;
-                dev(self.events[r].0.record(s), "recording an event")?;
-                let f = match direction {
-                    Direction::Read => k.probe_read,
-                    Direction::Write => k.probe_write,
-                };
-                let blocks = kernels::block_cap(gpus[g].facts.sms, 1, ranks_on_gpu)
-                    .min((bytes / 16).div_ceil(THREADS as u64).max(1) as u32);
-                let mut a = args;
-                a.rank = r as i32;
-                a.sink = self.words[r].ptr + 4;
-                dev(f.launch((blocks, 1), THREADS, s, &a), "launching the probe")?;
-                dev(self.events[r].1.record(s), "recording an event")?;
-            }
-            Ok(())
-        })();
-        // Release even after a failed launch so queued latches finish.
-        self.latch.set(go);
-        queued?;
-        let mut seen: Vec<usize> = rank_gpus.to_vec();
-        seen.sort_unstable();
-        seen.dedup();
-        let facts: Vec<(usize, &super::driver::DeviceFacts)> =
-            seen.iter().map(|&g| (g, &gpus[g].facts)).collect();
-        let links = topo::read_links(&facts);
-        let mut secs = Vec::with_capacity(n);
-        for (r, &g) in rank_gpus.iter().enumerate() {
-            dev(gpus[g].ctx.bind_to_thread(), "binding the CUDA context")?;
+        dev(gpu.ctx.bind_to_thread(), "binding the CUDA context")?;
+        for lane in &self.lanes {
+            let s = &lane.stream;
+            let (mut latch_ptr, mut go, mut status) = (self.latch.ptr, epoch, lane.words.ptr);
+            let mut params = [
+                &mut latch_ptr as *mut u64 as *mut c_void,
+                &mut go as *mut u32 as *mut c_void,
+                &mut status as *mut u64 as *mut c_void,
+            ];
+            // SAFETY: latch_wait(const u32*, u32, u32*): the latch and status words are live
+            // 16-byte device allocations.
+            dev(
+                unsafe { k.latch_wait.launch_raw((1, 1), 32, s, &mut params) },
+                "launching the probe latch",
+            )?;
+            dev(lane.events.0.record(s), "recording an event")?;
+            let f = match direction {
+                Direction::Read => k.probe_read,
+                Direction::Write => k.probe_write,
+            };
+            let blocks = kernels::block_cap(gpu.facts.sms, 1, self.launch.count as u32)
+                .min((bytes / 16).div_ceil(THREADS as u64).max(1) as u32);
+            let mut a = args;
+            a.rank = lane.rank as i32;
+            a.sink = lane.words.ptr + 4;
+            // SAFETY: every rank's source holds `bytes` and its receive area `bytes` per
+            // distance (checked above); the kernel takes one ProbeArgs.
+            dev(
+                unsafe { f.launch((blocks, 1), THREADS, s, &a) },
+                "launching the probe",
+            )?;
+            dev(lane.events.1.record(s), "recording an event")?;
+        }
+        Ok(())
+    }
+
+    /// Reads this GPU's link while the released probe runs, then waits for it: seconds per
+    /// launched rank.
+    pub fn finish(
+        &self,
+        gpu: &Gpu,
+        bytes: u64,
+        peers: usize,
+    ) -> Result<(Vec<f64>, Vec<LinkReading>), FabricError> {
+        let links = topo::read_links(&[(gpu.facts.ordinal, &gpu.facts)]);
+        let mut secs = Vec::new();
+        dev(gpu.ctx.bind_to_thread(), "binding the CUDA context")?;
+        for lane in &self.lanes {
             // The latch kernel gives up by itself after 10 s; the watchdog waits beyond that.
             let limit = watchdog::Deadline::from_env().for_work(bytes * peers as u64, 1)
                 + Duration::from_secs(10);
-            wait_dev(self.streams[r].wait(limit), "a contention probe")?;
+            wait_dev(lane.stream.wait(limit), "a contention probe")?;
             let ms = dev(
-                self.events[r].0.elapsed_ms(&self.events[r].1),
+                lane.events.0.elapsed_ms(&lane.events.1),
                 "reading the timing events",
             )?;
             let mut w = [0u8; 4];
-            dev(self.words[r].download(0, &mut w), "reading probe status")?;
+            dev(lane.words.download(0, &mut w), "reading probe status")?;
             if u32::from_le_bytes(w) != 0 {
                 return Err(FabricError::Device(
-                    "a probe latch was never released (the host stalled for over 10 s); run again on a less loaded machine".into(),
+                    "a probe latch was never released (a worker stalled for over 10 s); run again on a less loaded machine".into(),
                 ));
             }
             secs.push((ms as f64 / 1000.0).max(1e-9));
         }
-        let moved = (peers as u64 * bytes) as f64;
-        let per_gpu = secs.iter().map(|t| moved / t / 1e9).sum::<f64>() / n as f64;
-        let slowest = secs.iter().cloned().fold(0.0, f64::max);
-        Ok((
-            ProbeSample {
-                peers,
-                per_gpu_gbps: per_gpu,
-                aggregate_gbps: moved * n as f64 / slowest / 1e9,
-            },
-            links,
-        ))
+        Ok((secs, links))
     }
 }

@@ -21,7 +21,7 @@ pub fn driver_version() -> Option<String> {
 }
 
 /// One GPU's PCIe link as NVML reports it at the moment of the call.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LinkReading {
     /// GPU index as the fabric's topology numbers it (in loopback, the physical GPU: 0).
     pub gpu: usize,
@@ -207,6 +207,95 @@ pub fn ordinals(topo: &Topology, facts: &[DeviceFacts]) -> Vec<Option<usize>> {
         .collect()
 }
 
+/// Restricts an NVML topology to the GPUs CUDA can see (`facts`, in CUDA ordinal order),
+/// matched by PCI bus id: GPUs hidden by CUDA_VISIBLE_DEVICES (or that CUDA does not list) are
+/// dropped with a note saying which and why, the rest renumbered. Returns, per remaining GPU,
+/// its CUDA ordinal. A topology without bus ids keeps its order, matched by index.
+pub fn visible(t: &mut Topology, facts: &[DeviceFacts]) -> Vec<Option<usize>> {
+    if t.gpus.iter().any(|g| g.bus_id.is_none()) {
+        return ordinals(t, facts);
+    }
+    let found: Vec<Option<usize>> = t
+        .gpus
+        .iter()
+        .map(|g| {
+            let b = g.bus_id.as_deref().unwrap_or_default();
+            facts.iter().position(|f| same_bus(b, &f.bus_id))
+        })
+        .collect();
+    if found.iter().all(Option::is_some) {
+        return found;
+    }
+    let mut renumber = vec![None; t.gpus.len()];
+    let mut next = 0;
+    for (i, f) in found.iter().enumerate() {
+        if f.is_some() {
+            renumber[i] = Some(next);
+            next += 1;
+        } else {
+            let note = left_out(i, &t.gpus[i]);
+            if !t.notes.contains(&note) {
+                t.notes.push(note);
+            }
+        }
+    }
+    let mut gpus = Vec::new();
+    for (i, mut g) in std::mem::take(&mut t.gpus).into_iter().enumerate() {
+        let Some(new) = renumber[i] else { continue };
+        g.index = new;
+        for l in &mut g.nvlinks {
+            l.remote_gpu = l
+                .remote_gpu
+                .and_then(|r| renumber.get(r).copied().flatten());
+        }
+        gpus.push(g);
+    }
+    t.gpus = gpus;
+    t.pairs = std::mem::take(&mut t.pairs)
+        .into_iter()
+        .filter_map(|mut p| {
+            p.from = renumber.get(p.from).copied().flatten()?;
+            p.to = renumber.get(p.to).copied().flatten()?;
+            Some(p)
+        })
+        .collect();
+    found.into_iter().flatten().map(Some).collect()
+}
+
+/// The note for NVML's GPU `i` that CUDA does not see.
+fn left_out(i: usize, g: &Gpu) -> String {
+    format!(
+        "GPU {i} ({}, bus {}) is left out: CUDA does not see it{}",
+        g.name,
+        g.bus_id.as_deref().unwrap_or("?"),
+        match std::env::var("CUDA_VISIBLE_DEVICES") {
+            Ok(v) => format!(" (CUDA_VISIBLE_DEVICES={v})"),
+            Err(_) => String::new(),
+        }
+    )
+}
+
+/// Notes naming the GPUs of an NVML topology that CUDA does not see (hidden by
+/// CUDA_VISIBLE_DEVICES), matched by PCI bus id, for `artune topo` and profiles; none when
+/// there is no driver to ask or a GPU has no bus id.
+pub fn hidden_gpu_notes(t: &Topology) -> Vec<String> {
+    if !super::driver::driver_present() || t.gpus.iter().any(|g| g.bus_id.is_none()) {
+        return Vec::new();
+    }
+    let Ok(visible) = super::driver::visible_bus_ids() else {
+        return Vec::new();
+    };
+    t.gpus
+        .iter()
+        .enumerate()
+        .filter(|(_, g)| {
+            let b = g.bus_id.as_deref().unwrap_or_default();
+            !visible.iter().any(|v| same_bus(b, v))
+        })
+        .map(|(i, g)| left_out(i, g))
+        .collect()
+}
+
 /// Compares PCI bus ids written with different domain widths ("00000000:00:06.0" vs
 /// "0000:00:06.0") and case.
 pub fn same_bus(a: &str, b: &str) -> bool {
@@ -257,6 +346,43 @@ mod tests {
             .pairs
             .iter()
             .all(|p| p.p2p.read == Status::Ok && p.p2p.write == Status::Ok));
+    }
+
+    #[test]
+    fn only_gpus_cuda_sees_are_kept_matched_by_bus_id() {
+        // NVML sees three GPUs; CUDA (CUDA_VISIBLE_DEVICES=2,0) sees the third and the first,
+        // numbered 0 and 1 in that order.
+        let f = |o: usize, bus: &str| DeviceFacts {
+            ordinal: o,
+            bus_id: bus.into(),
+            ..h200()
+        };
+        let nvml: Vec<DeviceFacts> = vec![
+            f(0, "00000000:00:06.0"),
+            f(1, "00000000:00:07.0"),
+            f(2, "00000000:00:08.0"),
+        ];
+        let all = vec![vec![true; 3]; 3];
+        let mut t = from_cuda(&nvml, &all, Host::default(), "test").unwrap();
+        for (g, n) in t.gpus.iter_mut().zip(&nvml) {
+            g.bus_id = Some(n.bus_id.clone());
+        }
+        let cuda = vec![f(0, "0000:00:08.0"), f(1, "0000:00:06.0")];
+        let map = visible(&mut t, &cuda);
+        assert_eq!(t.gpu_count(), 2);
+        assert_eq!(map, vec![Some(1), Some(0)]);
+        assert_eq!(t.gpus[1].bus_id.as_deref(), Some("00000000:00:08.0"));
+        assert!(t.gpus.iter().enumerate().all(|(i, g)| g.index == i));
+        assert!(t.pairs.iter().all(|p| p.from < 2 && p.to < 2));
+        assert_eq!(t.pairs.len(), 2);
+        assert!(
+            t.notes.iter().any(|n| n.starts_with(
+                "GPU 1 (NVIDIA H200, bus 00000000:00:07.0) is left out: CUDA does not see it"
+            )),
+            "{:?}",
+            t.notes
+        );
+        t.normalize().unwrap();
     }
 
     #[test]

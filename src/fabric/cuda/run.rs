@@ -1,0 +1,461 @@
+//! Worker side of running a prepared group: launching a backend's calls for the ranks this
+//! worker launches, capturing them into CUDA graphs, timing batches, and recovering from a
+//! backend that hung or failed (abort, drain, forget it).
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use super::driver::{dev, Event, Graph, Span, Stream, DEVICE_HINT};
+use super::kernels::{self, SIGNAL_STATUS_OFFSET};
+use super::nccl;
+use super::protocol::{Launch, Shape};
+use super::setup::CustomView;
+use super::watchdog::{self, Deadline, Poll, Waited};
+use super::{Faults, Gpu};
+use crate::fabric::{Backend, FabricError, Mode};
+
+/// Data uploaded by the last stage: seed, elements, ranks, and each rank's values.
+pub type Staged = (u64, u64, Vec<usize>, Vec<Vec<f32>>);
+
+/// The stream this worker launches on, with its timing events.
+pub struct Unit {
+    pub stream: Stream,
+    pub start: Event,
+    pub stop: Event,
+}
+
+pub enum Impl {
+    Custom(Box<CustomView>),
+    Nccl {
+        comms: nccl::Comms,
+        rank: usize,
+        nranks: usize,
+    },
+}
+
+pub struct Ready {
+    pub backend: Backend,
+    pub imp: Impl,
+}
+
+/// Fields are released in the order NCCL and CUDA need (see the Drop impl): graphs, which
+/// hold NCCL's communicators; communicators; the stream; opened IPC buffers.
+pub struct Launcher {
+    pub shape: Shape,
+    pub launch: Launch,
+    pub graphs: HashMap<(Backend, u64, u32), Graph>,
+    pub ready: Vec<Ready>,
+    pub unit: Unit,
+    /// Every rank's user input and output, as this process sees them.
+    pub user: Vec<(Span, Span)>,
+    pub warm: HashSet<(Backend, u64)>,
+    /// The last staged data, for the check that follows.
+    pub staged: Option<Staged>,
+    pub _imported: Vec<super::driver::Imported>,
+    pub deadline: Deadline,
+    /// Why this GPU no longer finishes its work, once that happened: nothing more is
+    /// launched, and memory a stuck kernel may still touch is never freed.
+    pub stuck: Option<String>,
+}
+
+impl Drop for Launcher {
+    fn drop(&mut self) {
+        // A CUDA graph keeps NCCL's communicator alive (NCCL waits for it on destroy).
+        self.graphs.clear();
+        if self.stuck.is_none() && self.drain().is_ok() {
+            self.ready.clear();
+            return;
+        }
+        for r in &mut self.ready {
+            if let Impl::Nccl { comms, .. } = &mut r.imp {
+                comms.abort();
+            }
+        }
+        // Work may still run on a stuck GPU: leak what it may touch. The worker is about to
+        // be killed, and the driver frees everything with its context.
+        std::mem::forget(std::mem::take(&mut self.ready));
+        std::mem::forget(std::mem::take(&mut self._imported));
+    }
+}
+
+/// Maps the end of a wait on `backend`'s work to the error the harness acts on.
+pub fn waited(backend: Backend, nccl: bool, what: &str, w: Waited) -> FabricError {
+    match w {
+        Waited::Expired(t) => FabricError::Timeout {
+            backend,
+            what: what.into(),
+            seconds: t.as_secs_f64(),
+        },
+        Waited::Failed(reason) if nccl => FabricError::Backend {
+            backend,
+            reason: format!("{what}: {reason}"),
+        },
+        Waited::Failed(e) => FabricError::Device(format!("{what} failed: {e}; {DEVICE_HINT}")),
+    }
+}
+
+impl Launcher {
+    pub fn find(&self, b: Backend) -> Result<&Ready, FabricError> {
+        self.ready.iter().find(|r| r.backend == b).ok_or_else(|| {
+            FabricError::BadRequest(format!(
+                "backend {b} was not prepared (or was waived) for this group"
+            ))
+        })
+    }
+
+    pub fn elems(&self, bytes: u64) -> Result<u64, FabricError> {
+        let size = self.shape.dtype.size();
+        if bytes == 0 || bytes % size != 0 {
+            return Err(FabricError::BadRequest(format!(
+                "{bytes} bytes is not a whole number of {} elements",
+                self.shape.dtype.id()
+            )));
+        }
+        if bytes > self.shape.max_bytes {
+            return Err(FabricError::BadRequest(format!(
+                "{bytes} bytes is more than the {} bytes the group was prepared for",
+                self.shape.max_bytes
+            )));
+        }
+        Ok(bytes / size)
+    }
+
+    fn check_stuck(&self) -> Result<(), FabricError> {
+        match &self.stuck {
+            Some(why) => Err(FabricError::Device(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Queues one call of `backend` for this worker's ranks.
+    ///
+    /// # Safety
+    /// `elems` is at most the group's largest message, so every buffer the kernel or NCCL
+    /// touches (each sized for that message at setup) holds it; the buffers stay alive until
+    /// the stream has drained (Drop and `recover` drain before freeing).
+    unsafe fn launch(
+        &self,
+        gpu: &Gpu,
+        faults: &Faults,
+        backend: Backend,
+        elems: u64,
+    ) -> Result<(), FabricError> {
+        let unit = &self.unit;
+        let dtype = self.shape.dtype;
+        if faults.hang == Some(backend) {
+            return faults.launch_hang(gpu, &unit.stream);
+        }
+        match &self.find(backend)?.imp {
+            Impl::Custom(c) => {
+                let k = gpu
+                    .kernels()
+                    .map_err(|e| FabricError::Device(e.to_string()))?;
+                let count = self.launch.count as u32;
+                let (f, blocks, threads) = k
+                    .plan(backend, dtype, elems, self.shape.n, gpu.facts.sms, count)
+                    .ok_or_else(|| {
+                        FabricError::Device(format!("no kernel for {backend} {}", dtype.id()))
+                    })?;
+                let mut a = c.args;
+                a.n = elems;
+                a.rank_base = self.launch.base as i32;
+                let pdl = kernels::programmatic_launch(gpu.facts.cc);
+                // SAFETY: `a` holds every rank's buffers, sized for the group's largest message
+                // (see the function's contract); the kernel takes exactly one ArArgs.
+                unsafe { f.launch_with((blocks, count), threads, &unit.stream, &a, pdl) }.map_err(
+                    |e| FabricError::Backend {
+                        backend,
+                        reason: format!("kernel launch failed: {e}"),
+                    },
+                )
+            }
+            Impl::Nccl { comms, rank, .. } => {
+                let (send, recv) = self.user[*rank.min(&(self.user.len() - 1))];
+                let limit = self.deadline.for_work(elems * dtype.size(), 1);
+                // SAFETY: the rank's user buffers hold the largest message; elems fits it.
+                unsafe {
+                    comms.all_reduce(
+                        0,
+                        send.ptr,
+                        recv.ptr,
+                        elems as usize,
+                        dtype,
+                        unit.stream.raw as *mut _,
+                        limit,
+                    )
+                }
+                .map_err(|w| waited(backend, true, "enqueueing an NCCL allreduce", w))
+            }
+        }
+    }
+
+    /// Queues `calls` calls; see [`Launcher::launch`] for the contract, met by `elems` coming
+    /// from [`Launcher::elems`].
+    pub fn launch_calls(
+        &self,
+        gpu: &Gpu,
+        faults: &Faults,
+        backend: Backend,
+        elems: u64,
+        calls: u32,
+    ) -> Result<(), FabricError> {
+        if elems * self.shape.dtype.size() > self.shape.max_bytes {
+            return Err(FabricError::BadRequest(format!(
+                "{elems} elements are more than the group was prepared for"
+            )));
+        }
+        for _ in 0..calls {
+            // SAFETY: elems fits the group's buffers (checked above).
+            unsafe { self.launch(gpu, faults, backend, elems) }?;
+        }
+        Ok(())
+    }
+
+    /// Waits for this worker's work (up to `event`, or all of its stream) within `limit`,
+    /// watching the backend's NCCL communicator for asynchronous errors meanwhile.
+    pub fn finish(
+        &self,
+        backend: Backend,
+        event: Option<&Event>,
+        limit: Duration,
+        what: &str,
+    ) -> Result<(), FabricError> {
+        let unit = &self.unit;
+        dev(
+            unit.stream.ctx().bind_to_thread(),
+            "binding the CUDA context",
+        )?;
+        let comms = match self.find(backend).map(|r| &r.imp) {
+            Ok(Impl::Nccl { comms, .. }) => Some(comms),
+            _ => None,
+        };
+        let mut nccl_failed = false;
+        let r = watchdog::wait_real(limit, || {
+            let gpu = match event {
+                Some(e) => e.query(),
+                None => unit.stream.query(),
+            };
+            match (gpu, comms) {
+                (Poll::Pending, Some(c)) => match c.state(0) {
+                    Poll::Failed(e) => {
+                        nccl_failed = true;
+                        Poll::Failed(format!("NCCL reported: {e}"))
+                    }
+                    _ => Poll::Pending,
+                },
+                (g, _) => g,
+            }
+        });
+        r.map_err(|w| waited(backend, nccl_failed, what, w))
+    }
+
+    /// After work finished: a custom backend whose barrier timed out on one of this worker's
+    /// ranks gets its flags cleared (so it is usable again) and the call reports a timeout.
+    pub fn check_status(&self, backend: Backend) -> Result<(), FabricError> {
+        let Ok(Impl::Custom(c)) = self.find(backend).map(|r| &r.imp) else {
+            return Ok(());
+        };
+        let mine = self.launch.base..self.launch.base + self.launch.count;
+        let mut failed = false;
+        for s in &c.signal[mine.clone()] {
+            let mut w = [0u8; 4];
+            dev(
+                s.download(SIGNAL_STATUS_OFFSET, &mut w),
+                "reading barrier status",
+            )?;
+            failed |= u32::from_le_bytes(w) != 0;
+        }
+        if failed {
+            for s in &c.signal[mine] {
+                dev(s.fill_range(0, s.bytes, 0), "clearing signal flags")?;
+            }
+            return Err(FabricError::Timeout {
+                backend,
+                what: "a cross-rank barrier waited for a peer that never arrived".into(),
+                seconds: 5.0,
+            });
+        }
+        Ok(())
+    }
+
+    /// Runs a few calls at `elems` and waits for them.
+    pub fn warm_up(&self, gpu: &Gpu, backend: Backend, elems: u64) -> Result<(), FabricError> {
+        let bytes = elems * self.shape.dtype.size();
+        let limit = self.deadline.for_work(bytes, 1);
+        self.launch_calls(gpu, &Faults::default(), backend, elems, 1)?;
+        self.finish(backend, None, limit, "NCCL warm-up")
+    }
+
+    /// Captures `calls` calls into one graph and replays it once (loads it, warms the kernels).
+    pub fn capture(
+        &self,
+        gpu: &Gpu,
+        faults: &Faults,
+        backend: Backend,
+        elems: u64,
+        calls: u32,
+    ) -> Result<Graph, FabricError> {
+        let u = &self.unit;
+        let bytes = elems * self.shape.dtype.size();
+        let limit = self.deadline.for_work(bytes, calls);
+        let what = format!("first replay of a CUDA graph of {calls} {backend} calls");
+        dev(u.stream.begin_capture(), "starting a graph capture")?;
+        if let Err(e) = self.launch_calls(gpu, faults, backend, elems, calls) {
+            u.stream.abort_capture();
+            return Err(e);
+        }
+        let g = dev(u.stream.end_capture(), "instantiating a CUDA graph")?;
+        dev(g.launch(&u.stream), "launching a CUDA graph")?;
+        self.finish(backend, None, limit, &what)?;
+        Ok(g)
+    }
+
+    /// Microseconds per call for each of `samples` batches of `batch` calls. With
+    /// `rendezvous`, each sample starts after one untimed call: it ends on every rank only once
+    /// all ranks reached it, so the timed batches start together on the device and a sample
+    /// holds no host wake-up skew.
+    #[allow(clippy::too_many_arguments)]
+    pub fn time(
+        &mut self,
+        gpu: &Gpu,
+        faults: &Faults,
+        backend: Backend,
+        bytes: u64,
+        mode: Mode,
+        batch: u32,
+        samples: u32,
+        rendezvous: bool,
+    ) -> Result<Vec<f64>, FabricError> {
+        self.check_stuck()?;
+        self.time_inner(
+            gpu, faults, backend, bytes, mode, batch, samples, rendezvous,
+        )
+        .map_err(|e| self.recover(backend, e))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn time_inner(
+        &mut self,
+        gpu: &Gpu,
+        faults: &Faults,
+        backend: Backend,
+        bytes: u64,
+        mode: Mode,
+        batch: u32,
+        samples: u32,
+        rendezvous: bool,
+    ) -> Result<Vec<f64>, FabricError> {
+        let elems = self.elems(bytes)?;
+        let batch = batch.max(1);
+        let key = (backend, bytes, batch);
+        if mode == Mode::Graph && !self.graphs.contains_key(&key) {
+            if self.graphs.len() >= 32 {
+                self.graphs.clear();
+            }
+            let g = self.capture(gpu, faults, backend, elems, batch)?;
+            self.check_status(backend)?;
+            self.graphs.insert(key, g);
+        }
+        let what = format!("{backend} allreduce of {bytes} bytes");
+        if mode == Mode::Eager && !self.warm.contains(&(backend, bytes)) {
+            let limit = self.deadline.for_work(bytes, 3);
+            self.launch_calls(gpu, faults, backend, elems, 3)?;
+            self.finish(backend, None, limit, &what)?;
+            self.check_status(backend)?;
+            self.warm.insert((backend, bytes));
+        }
+        let u = &self.unit;
+        let graph = self.graphs.get(&key).filter(|_| mode == Mode::Graph);
+        let limit = self.deadline.for_work(bytes, batch + 1);
+        let mut out = Vec::with_capacity(samples as usize);
+        for _ in 0..samples {
+            if rendezvous {
+                self.launch_calls(gpu, faults, backend, elems, 1)?;
+            }
+            dev(u.start.record(&u.stream), "recording an event")?;
+            match graph {
+                Some(g) => dev(g.launch(&u.stream), "launching a CUDA graph")?,
+                None => self.launch_calls(gpu, faults, backend, elems, batch)?,
+            }
+            dev(u.stop.record(&u.stream), "recording an event")?;
+            self.finish(backend, Some(&u.stop), limit, &what)?;
+            let ms = dev(u.start.elapsed_ms(&u.stop), "reading the timing events")?;
+            out.push(ms as f64 * 1000.0 / batch as f64);
+        }
+        self.finish(backend, None, limit, &what)?;
+        self.check_status(backend)?;
+        Ok(out)
+    }
+
+    /// Waits (bounded) until the stream is idle; a stream that stays busy marks the GPU stuck.
+    pub fn drain(&mut self) -> Result<(), FabricError> {
+        self.check_stuck()?;
+        if let Err(w) = self.unit.stream.wait(watchdog::DRAIN_DEADLINE) {
+            let why = match w {
+                Waited::Expired(t) => format!(
+                    "the GPU still had work running {:.0} s after it was aborted: it is stuck",
+                    t.as_secs_f64()
+                ),
+                Waited::Failed(e) => format!("the GPU failed while draining its work: {e}"),
+            };
+            self.stuck = Some(why.clone());
+            return Err(FabricError::Device(why));
+        }
+        Ok(())
+    }
+
+    /// Drops `backend`: its graphs, then its NCCL communicator (aborted).
+    pub fn forget(&mut self, backend: Backend) {
+        self.graphs.retain(|k, _| k.0 != backend);
+        self.warm.retain(|k| k.0 != backend);
+        if let Some(pos) = self.ready.iter().position(|r| r.backend == backend) {
+            let mut r = self.ready.remove(pos);
+            if let Impl::Nccl { comms, .. } = &mut r.imp {
+                comms.abort();
+            }
+            if self.stuck.is_some() {
+                std::mem::forget(r);
+            }
+        }
+    }
+
+    /// After `e` on `backend`: a timeout or backend failure aborts and forgets the backend
+    /// and drains the stream, so the group goes on with the others. A stream that does not
+    /// drain marks the GPU stuck: the coordinator then replaces this worker.
+    pub fn recover(&mut self, backend: Backend, e: FabricError) -> FabricError {
+        if !e.backend_local() {
+            return e;
+        }
+        self.forget(backend);
+        if let Err(stuck) = self.drain() {
+            return FabricError::Device(format!("{e}; {stuck}"));
+        }
+        e
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deadline_is_a_timeout_an_nccl_error_fails_the_backend_and_cuda_the_device() {
+        let b = Backend::NcclRingLl;
+        let e = waited(b, true, "x", Waited::Expired(Duration::from_secs(12)));
+        assert!(e.backend_local(), "{e}");
+        assert!(
+            e.to_string().contains("within 12.0 s (x); it was aborted"),
+            "{e}"
+        );
+        let e = waited(b, true, "x", Waited::Failed("remote process exited".into()));
+        assert!(matches!(e, FabricError::Backend { .. }), "{e}");
+        let e = waited(
+            Backend::OneStagePull,
+            false,
+            "x",
+            Waited::Failed("an illegal memory access was encountered".into()),
+        );
+        assert!(!e.backend_local(), "{e}");
+        assert!(e.to_string().contains("nvidia-smi"), "{e}");
+    }
+}

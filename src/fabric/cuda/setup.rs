@@ -1,0 +1,452 @@
+//! Worker side of preparing a group: the buffers a worker owns (allocated with plain cuMemAlloc
+//! and exported by IPC handle, as vLLM and SGLang share theirs), the launcher that opens every
+//! other rank's buffers, and NCCL ranks.
+
+use std::collections::{HashMap, HashSet};
+
+use super::data;
+use super::driver::{self, dev, is_oom, DevBuf, Event, Imported, IpcHandle, Span, Stream};
+use super::kernels::{self, ArArgs, MAX_RANKS};
+use super::nccl;
+use super::protocol::{BufHandles, Launch, RankHandles, Shape};
+use super::run::{Impl, Launcher, Ready, Unit};
+use super::watchdog::{self, Deadline};
+use super::Gpu;
+use crate::fabric::{Backend, Dtype, FabricError};
+
+/// Bytes checked past the end of each output for stray writes during verification.
+pub const GUARD: usize = 256;
+
+/// Seed of the pattern a rank's user input holds from setup on: what the real-transfer check
+/// of P2P compares with.
+fn user_seed(rank: usize) -> u64 {
+    0xA11 + rank as u64
+}
+
+/// One custom backend's buffers of one owned rank.
+pub struct CustomOwned {
+    /// Shared input (pull kernels); push kernels read the rank's own user input.
+    input: Option<DevBuf>,
+    /// Receive slots (push) or the reduced shard (two-stage pull).
+    scratch: Option<DevBuf>,
+    /// Output peers write into (two-stage push); others write the rank's own user output.
+    out: Option<DevBuf>,
+    signal: DevBuf,
+}
+
+pub struct OwnedRank {
+    pub rank: usize,
+    user_in: DevBuf,
+    user_out: DevBuf,
+    custom: Vec<(Backend, CustomOwned)>,
+}
+
+/// Everything a worker allocated for the ranks it owns.
+pub struct Owned {
+    pub ranks: Vec<OwnedRank>,
+}
+
+pub fn alloc(gpu: &Gpu, bytes: u64, what: &str) -> Result<DevBuf, String> {
+    DevBuf::alloc(&gpu.ctx, bytes as usize).map_err(|e| {
+        if is_oom(&e) {
+            format!(
+                "out of device memory allocating {what} ({bytes} bytes) on GPU {}; free device memory (other processes on the GPU) or tune smaller sizes with --sizes",
+                gpu.facts.ordinal
+            )
+        } else {
+            format!("allocating {what} failed: {e}")
+        }
+    })
+}
+
+/// The 1 MiB random pattern (values k/8, never zero) tiled over test buffers.
+fn pattern(dtype: Dtype, seed: u64) -> Vec<u8> {
+    data::encode(
+        dtype,
+        &data::rank_values(seed, 0, (1 << 20) / dtype.size() as usize),
+    )
+}
+
+fn fill_random(buf: &DevBuf, dtype: Dtype, seed: u64) -> Result<(), FabricError> {
+    let p = pattern(dtype, seed);
+    let mut off = 0;
+    while off < buf.bytes {
+        let len = p.len().min(buf.bytes - off);
+        dev(
+            buf.upload(off, &p[..len]),
+            "filling a buffer with test data",
+        )?;
+        off += len;
+    }
+    Ok(())
+}
+
+fn export(b: &DevBuf) -> Result<IpcHandle, FabricError> {
+    dev(b.export(), "exporting an IPC handle (cuIpcGetMemHandle)")
+}
+
+fn padded(max_bytes: u64) -> u64 {
+    max_bytes.max(16).div_ceil(16) * 16
+}
+
+impl Owned {
+    /// Allocates user buffers for `owned` ranks, then each custom backend's buffers, measuring
+    /// the device memory each backend takes per rank.
+    #[allow(clippy::type_complexity)]
+    pub fn new(
+        gpu: &Gpu,
+        shape: Shape,
+        owned: &[usize],
+        custom: &[Backend],
+    ) -> Result<(Owned, Vec<RankHandles>, Vec<(Backend, Result<u64, String>)>), FabricError> {
+        let bytes = padded(shape.max_bytes);
+        let mut ranks = Vec::new();
+        for &r in owned {
+            let user_in =
+                alloc(gpu, bytes + GUARD as u64, "an input buffer").map_err(FabricError::Device)?;
+            let user_out = alloc(gpu, bytes + GUARD as u64, "an output buffer")
+                .map_err(FabricError::Device)?;
+            fill_random(&user_in, shape.dtype, user_seed(r))?;
+            ranks.push(OwnedRank {
+                rank: r,
+                user_in,
+                user_out,
+                custom: Vec::new(),
+            });
+        }
+        driver::sync_ctx(&gpu.ctx, "synchronizing the GPU")?;
+        let mut memory = Vec::new();
+        for &b in custom {
+            let before = dev(driver::free_bytes(&gpu.ctx), "reading free device memory")?;
+            let mut got = Vec::new();
+            let mut failed = None;
+            for r in &ranks {
+                match custom_bufs(gpu, shape, b, r.rank) {
+                    Ok(c) => got.push(c),
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            }
+            driver::sync_ctx(&gpu.ctx, "synchronizing the GPU")?;
+            let after = dev(driver::free_bytes(&gpu.ctx), "reading free device memory")?;
+            match failed {
+                Some(e) => memory.push((b, Err(e))),
+                None => {
+                    let per_rank = before.saturating_sub(after) / ranks.len().max(1) as u64;
+                    memory.push((b, Ok(per_rank)));
+                    for (r, c) in ranks.iter_mut().zip(got) {
+                        r.custom.push((b, c));
+                    }
+                }
+            }
+        }
+        let mut handles = Vec::new();
+        for r in &ranks {
+            let mut custom = Vec::new();
+            for (b, c) in &r.custom {
+                let opt = |x: &Option<DevBuf>| x.as_ref().map(export).transpose();
+                custom.push((
+                    *b,
+                    BufHandles {
+                        input: opt(&c.input)?,
+                        scratch: opt(&c.scratch)?,
+                        out: opt(&c.out)?,
+                        signal: export(&c.signal)?,
+                    },
+                ));
+            }
+            handles.push(RankHandles {
+                rank: r.rank,
+                user_in: export(&r.user_in)?,
+                user_out: export(&r.user_out)?,
+                custom,
+            });
+        }
+        Ok((Owned { ranks }, handles, memory))
+    }
+}
+
+fn custom_bufs(gpu: &Gpu, shape: Shape, b: Backend, rank: usize) -> Result<CustomOwned, String> {
+    let n = shape.n as u64;
+    let max = padded(shape.max_bytes);
+    let slot = kernels::slot_bytes(b, max, n);
+    let input = match b {
+        Backend::OneStagePull | Backend::TwoStagePull => {
+            let buf = alloc(gpu, max + GUARD as u64, "a shared input buffer")?;
+            fill_random(&buf, shape.dtype, 0xB22 + rank as u64).map_err(|e| e.to_string())?;
+            Some(buf)
+        }
+        _ => None,
+    };
+    let scratch = match b {
+        Backend::OneStagePush | Backend::TwoStagePush => {
+            Some(alloc(gpu, slot * (n - 1), "receive slots")?)
+        }
+        Backend::TwoStagePull => Some(alloc(
+            gpu,
+            kernels::slot_bytes(Backend::TwoStagePush, max, n),
+            "a shard buffer",
+        )?),
+        _ => None,
+    };
+    let out = match b {
+        Backend::TwoStagePush => Some(alloc(gpu, max + GUARD as u64, "a shared output buffer")?),
+        _ => None,
+    };
+    let signal = alloc(gpu, kernels::signal_bytes(b, shape.n), "signal flags")?;
+    signal
+        .fill(0)
+        .map_err(|e| format!("clearing signal flags failed: {e}"))?;
+    Ok(CustomOwned {
+        input,
+        scratch,
+        out,
+        signal,
+    })
+}
+
+/// A rank's buffer in this process: owned here, or opened from its owner's handle.
+fn view(
+    gpu: &Gpu,
+    own: Option<&DevBuf>,
+    h: &IpcHandle,
+    imported: &mut Vec<Imported>,
+    what: &str,
+    rank: usize,
+) -> Result<Span, String> {
+    if let Some(b) = own {
+        return Ok(b.span());
+    }
+    let i = Imported::open(&gpu.ctx, h).map_err(|e| {
+        format!(
+            "GPU {} could not open rank {rank}'s {what} ({e}); custom kernels need CUDA IPC between the group's GPUs",
+            gpu.facts.ordinal
+        )
+    })?;
+    let s = i.span();
+    imported.push(i);
+    Ok(s)
+}
+
+/// The real-transfer check of P2P: reads the start of `rank`'s user input through the opened
+/// handle and compares it with the pattern its owner wrote.
+fn transfer_check(span: Span, dtype: Dtype, rank: usize) -> Result<(), String> {
+    let want = pattern(dtype, user_seed(rank));
+    let len = want.len().min(4096).min(span.bytes);
+    let mut got = vec![0u8; len];
+    span.download(0, &mut got)
+        .map_err(|e| format!("reading rank {rank}'s buffer through P2P failed: {e}"))?;
+    if got != want[..len] {
+        return Err(format!(
+            "rank {rank}'s buffer read through P2P differs from what its owner wrote"
+        ));
+    }
+    Ok(())
+}
+
+impl Launcher {
+    /// Opens every rank's buffers (its own directly, the others by IPC handle) and readies the
+    /// launches of `launch`. Returns the launcher and each rank that failed its transfer check.
+    pub fn connect(
+        gpu: &Gpu,
+        owned: Option<&Owned>,
+        shape: Shape,
+        launch: Launch,
+        handles: &[RankHandles],
+        deadline: Deadline,
+        broken_pair: Option<(usize, usize)>,
+    ) -> Result<(Launcher, Vec<(usize, String)>), FabricError> {
+        let n = shape.n;
+        if handles.len() != n || launch.base + launch.count > n || n > MAX_RANKS {
+            return Err(FabricError::BadRequest(format!(
+                "a group of {n} ranks cannot launch ranks {}..{} with {} ranks' handles",
+                launch.base,
+                launch.base + launch.count,
+                handles.len()
+            )));
+        }
+        let mine = |r: usize| owned.and_then(|o| o.ranks.iter().find(|x| x.rank == r));
+        let mut imported = Vec::new();
+        let mut user = Vec::new();
+        let mut broken = Vec::new();
+        let mut customs: HashMap<Backend, CustomView> = HashMap::new();
+        for (r, h) in handles.iter().enumerate() {
+            let own = mine(r);
+            let open = |b: Option<&DevBuf>, h: &IpcHandle, what: &str, im: &mut Vec<Imported>| {
+                view(gpu, b, h, im, what, r)
+            };
+            let ui = open(own.map(|o| &o.user_in), &h.user_in, "input", &mut imported)
+                .map_err(FabricError::Device)?;
+            let uo = open(
+                own.map(|o| &o.user_out),
+                &h.user_out,
+                "output",
+                &mut imported,
+            )
+            .map_err(FabricError::Device)?;
+            if own.is_none() {
+                let faulted = broken_pair
+                    .filter(|&(a, b)| (a, b) == (launch.base, r) || (b, a) == (launch.base, r));
+                let check = match faulted {
+                    Some((a, b)) => Err(format!(
+                        "P2P between ranks {a} and {b} was switched off by ARTUNE_CUDA_FAULTS (nop2p)"
+                    )),
+                    None => transfer_check(ui, shape.dtype, r),
+                };
+                if let Err(e) = check {
+                    broken.push((r, e));
+                }
+            }
+            user.push((ui, uo));
+            for (b, bh) in &h.custom {
+                let oc = own.and_then(|o| o.custom.iter().find(|(x, _)| x == b).map(|(_, c)| c));
+                let mut one = |ob: Option<&DevBuf>, h: &Option<IpcHandle>, what: &str| {
+                    h.as_ref()
+                        .map(|h| open(ob, h, what, &mut imported))
+                        .transpose()
+                };
+                let input = one(oc.and_then(|c| c.input.as_ref()), &bh.input, "shared input");
+                let scratch = one(oc.and_then(|c| c.scratch.as_ref()), &bh.scratch, "slots");
+                let out = one(oc.and_then(|c| c.out.as_ref()), &bh.out, "shared output");
+                let signal = open(oc.map(|c| &c.signal), &bh.signal, "flags", &mut imported);
+                let v = customs
+                    .entry(*b)
+                    .or_insert_with(|| CustomView::new(*b, shape));
+                match (input, scratch, out, signal) {
+                    (Ok(i), Ok(s), Ok(o), Ok(g)) => {
+                        v.set(r, i.unwrap_or(ui), s, o.unwrap_or(uo), g)
+                    }
+                    (Err(e), ..) | (_, Err(e), ..) | (.., Err(e), _) | (.., Err(e)) => {
+                        v.broken = Some(e)
+                    }
+                }
+            }
+        }
+        let ctx = &gpu.ctx;
+        let unit = Unit {
+            stream: dev(Stream::new(ctx), "creating a stream")?,
+            start: dev(Event::new(ctx), "creating an event")?,
+            stop: dev(Event::new(ctx), "creating an event")?,
+        };
+        let mut ready = Vec::new();
+        for (b, v) in customs {
+            if v.broken.is_none() && v.count == n {
+                ready.push(Ready {
+                    backend: b,
+                    imp: Impl::Custom(Box::new(v)),
+                });
+            }
+        }
+        Ok((
+            Launcher {
+                shape,
+                launch,
+                graphs: HashMap::new(),
+                ready,
+                unit,
+                user,
+                warm: HashSet::new(),
+                staged: None,
+                _imported: imported,
+                deadline,
+                stuck: None,
+            },
+            broken,
+        ))
+    }
+
+    /// Creates this worker's NCCL rank for `backend` from the coordinator's unique id and warms
+    /// it up over every size class it will be timed on (NCCL connects each algorithm lazily),
+    /// so the memory measured is what it holds in use. Ok(Err) waives the backend.
+    pub fn nccl_init(
+        &mut self,
+        gpu: &Gpu,
+        backend: Backend,
+        id: &str,
+        rank: usize,
+        nranks: usize,
+    ) -> Result<Result<u64, String>, FabricError> {
+        let lib = match nccl::library() {
+            Ok(l) => l,
+            Err(e) => return Ok(Err(e)),
+        };
+        dev(gpu.ctx.bind_to_thread(), "binding the CUDA context")?;
+        let before = dev(driver::free_bytes(&gpu.ctx), "reading free device memory")?;
+        let comms = match nccl::Comms::init_rank(lib, id, rank, nranks, watchdog::INIT_DEADLINE) {
+            Ok(c) => c,
+            Err(e) => return Ok(Err(e)),
+        };
+        self.ready.push(Ready {
+            backend,
+            imp: Impl::Nccl {
+                comms,
+                rank,
+                nranks,
+            },
+        });
+        let size = self.shape.dtype.size();
+        let max_elems = (self.shape.max_bytes / size).max(1);
+        let mut count = (4096 / size).min(max_elems);
+        loop {
+            if let Err(e) = self.warm_up(gpu, backend, count) {
+                let reason = e.to_string();
+                self.forget(backend);
+                self.drain()?;
+                return Ok(Err(reason));
+            }
+            if count >= max_elems {
+                break;
+            }
+            count = (count * 4).min(max_elems);
+        }
+        driver::sync_ctx(&gpu.ctx, "synchronizing the GPU")?;
+        let after = dev(driver::free_bytes(&gpu.ctx), "reading free device memory")?;
+        Ok(Ok(before.saturating_sub(after)))
+    }
+}
+
+/// One custom backend's view of every rank's buffers, and the kernel arguments made of them.
+pub struct CustomView {
+    pub input: Vec<Span>,
+    pub out: Vec<Span>,
+    pub signal: Vec<Span>,
+    pub args: ArArgs,
+    count: usize,
+    broken: Option<String>,
+}
+
+impl CustomView {
+    fn new(b: Backend, shape: Shape) -> CustomView {
+        let empty = Span { ptr: 0, bytes: 0 };
+        CustomView {
+            input: vec![empty; shape.n],
+            out: vec![empty; shape.n],
+            signal: vec![empty; shape.n],
+            args: ArArgs {
+                input: [0; MAX_RANKS],
+                out: [0; MAX_RANKS],
+                scratch: [0; MAX_RANKS],
+                sig: [0; MAX_RANKS],
+                n: 0,
+                slot_bytes: kernels::slot_bytes(b, padded(shape.max_bytes), shape.n as u64),
+                nranks: shape.n as i32,
+                rank_base: 0,
+            },
+            count: 0,
+            broken: None,
+        }
+    }
+
+    fn set(&mut self, r: usize, input: Span, scratch: Option<Span>, out: Span, sig: Span) {
+        self.input[r] = input;
+        self.out[r] = out;
+        self.signal[r] = sig;
+        self.args.input[r] = input.ptr;
+        self.args.out[r] = out.ptr;
+        self.args.scratch[r] = scratch.map_or(0, |s| s.ptr);
+        self.args.sig[r] = sig.ptr;
+        self.count += 1;
+    }
+}

@@ -1,0 +1,309 @@
+//! One worker process (`artune __worker --ordinal N`): owns one GPU's context, the buffers of
+//! the ranks it owns, the kernels and NCCL rank of the ranks it launches, and answers the
+//! coordinator's requests ([`super::protocol`]) one line at a time until its stdin closes.
+
+use std::io::{BufRead, Write};
+
+use super::driver;
+use super::probe::{ProbeLauncher, ProbeOwned};
+use super::protocol::{write_resp, Req, Resp, WireError};
+use super::run::Launcher;
+use super::setup::Owned;
+use super::watchdog::Deadline;
+use super::{Faults, Gpu};
+use crate::fabric::FabricError;
+
+/// Everything one worker holds.
+pub struct Engine {
+    gpu: Gpu,
+    deadline: Deadline,
+    faults: Faults,
+    /// Launcher before owned buffers in drop order: opened handles close before the owner's
+    /// buffers are freed (they may be the same process in loopback).
+    launcher: Option<Launcher>,
+    probe: Option<ProbeLauncher>,
+    owned: Option<Owned>,
+    probe_owned: Option<ProbeOwned>,
+    stuck: Option<String>,
+}
+
+impl Engine {
+    pub fn open(ordinal: usize) -> Result<Engine, FabricError> {
+        let gpu = Gpu::open(ordinal)?;
+        let mut faults = Faults::from_env();
+        faults.arm(&gpu)?;
+        Ok(Engine {
+            gpu,
+            deadline: Deadline::from_env(),
+            faults,
+            launcher: None,
+            probe: None,
+            owned: None,
+            probe_owned: None,
+            stuck: None,
+        })
+    }
+
+    fn handle(&mut self, req: Req) -> Result<Resp, FabricError> {
+        if let Some(why) = &self.stuck {
+            return Err(FabricError::Device(why.clone()));
+        }
+        let gpu = &self.gpu;
+        Ok(match req {
+            Req::Setup {
+                shape,
+                owned,
+                custom,
+            } => {
+                self.probe = None;
+                self.launcher = None;
+                self.owned = None;
+                let (o, ranks, memory) = Owned::new(gpu, shape, &owned, &custom)?;
+                self.owned = Some(o);
+                Resp::Setup { ranks, memory }
+            }
+            Req::Connect {
+                shape,
+                launch,
+                ranks,
+            } => {
+                self.launcher = None;
+                let kernels = gpu
+                    .kernels()
+                    .map(|k| k.target.clone())
+                    .map_err(|e| e.to_string());
+                let (l, broken) = Launcher::connect(
+                    gpu,
+                    self.owned.as_ref(),
+                    shape,
+                    launch,
+                    &ranks,
+                    self.deadline,
+                    self.faults.no_p2p,
+                )?;
+                self.launcher = Some(l);
+                Resp::Connected { kernels, broken }
+            }
+            Req::NcclId => Resp::NcclId(super::nccl::unique_id().map_err(FabricError::Device)?),
+            Req::NcclInit {
+                backend,
+                id,
+                rank,
+                nranks,
+            } => {
+                let gpu = &self.gpu;
+                let l = self
+                    .launcher
+                    .as_mut()
+                    .ok_or_else(|| FabricError::BadRequest("connect before NCCL".into()))?;
+                Resp::Memory(l.nccl_init(gpu, backend, &id, rank, nranks)?)
+            }
+            Req::Stage {
+                backend,
+                bytes,
+                seed,
+            } => {
+                let gpu = &self.gpu;
+                let l = self.launcher.as_mut().ok_or_else(no_group)?;
+                l.stage(gpu, backend, bytes, seed)?;
+                Resp::Done
+            }
+            Req::Check {
+                backend,
+                bytes,
+                seed,
+                mode,
+                calls,
+            } => {
+                self.faults.maybe_stall(backend);
+                let (gpu, faults) = (&self.gpu, &self.faults);
+                let l = self.launcher.as_mut().ok_or_else(no_group)?;
+                Resp::Checked(l.check(gpu, faults, backend, bytes, seed, mode, calls)?)
+            }
+            Req::Time {
+                backend,
+                bytes,
+                mode,
+                batch,
+                samples,
+                rendezvous,
+            } => {
+                self.faults.maybe_stall(backend);
+                let (gpu, faults) = (&self.gpu, &self.faults);
+                let l = self.launcher.as_mut().ok_or_else(no_group)?;
+                Resp::Times(l.time(
+                    gpu, faults, backend, bytes, mode, batch, samples, rendezvous,
+                )?)
+            }
+            Req::Drop { backend } => {
+                if let Some(l) = self.launcher.as_mut() {
+                    l.forget(backend);
+                    l.drain()?;
+                }
+                Resp::Done
+            }
+            Req::ProbeSetup { bytes, owned, n } => {
+                self.probe = None;
+                self.probe_owned = None;
+                let (p, h) = ProbeOwned::new(gpu, bytes, &owned, n)?;
+                self.probe_owned = Some(p);
+                Resp::Probe(h)
+            }
+            Req::ProbeConnect { launch, n, ranks } => {
+                self.probe = None;
+                let p = ProbeLauncher::connect(gpu, self.probe_owned.as_ref(), launch, n, &ranks)?;
+                self.probe = Some(p);
+                Resp::Done
+            }
+            Req::ProbeQueue {
+                direction,
+                peers,
+                bytes,
+                epoch,
+            } => {
+                let p = self.probe.as_ref().ok_or_else(no_group)?;
+                p.queue(gpu, direction, peers, bytes, epoch)?;
+                Resp::Done
+            }
+            Req::ProbeRelease { epoch } => {
+                let p = self.probe_owned.as_ref().ok_or_else(no_group)?;
+                p.release(epoch)?;
+                Resp::Done
+            }
+            Req::ProbeFinish { bytes, peers } => {
+                let p = self.probe.as_ref().ok_or_else(no_group)?;
+                let (secs, links) = p.finish(gpu, bytes, peers)?;
+                Resp::Probed { secs, links }
+            }
+            Req::Copy {
+                bytes,
+                batch,
+                samples,
+            } => Resp::Times(gpu.time_copy(bytes, batch, samples, self.deadline)?),
+            Req::LinksUnderLoad => Resp::Links(gpu.load_and_read()?),
+            Req::Disconnect => {
+                self.probe = None;
+                self.launcher = None;
+                Resp::Done
+            }
+            Req::Release => {
+                self.probe = None;
+                self.launcher = None;
+                self.probe_owned = None;
+                self.owned = None;
+                driver::sync_ctx(&self.gpu.ctx, "synchronizing the GPU")?;
+                Resp::Done
+            }
+        })
+    }
+
+    /// Whether this worker's GPU is stuck (a stream that never drained).
+    fn note_stuck(&mut self) -> bool {
+        if self.stuck.is_none() {
+            self.stuck = self.launcher.as_ref().and_then(|l| l.stuck.clone());
+        }
+        self.stuck.is_some()
+    }
+}
+
+fn no_group() -> FabricError {
+    FabricError::BadRequest("no group is prepared on this worker; set it up first".into())
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        if self.note_stuck() {
+            // Destroying a context under a kernel that never ends can block: leave it all to
+            // the driver's cleanup at process exit.
+            std::mem::forget(self.launcher.take());
+            std::mem::forget(self.owned.take());
+            std::mem::forget(self.probe.take());
+            std::mem::forget(self.probe_owned.take());
+        }
+    }
+}
+
+/// Pins this process to `cpus` (a Linux cpulist, "0-23,48-71"); None when it cannot parse.
+pub fn pin_cpus(cpus: &str) -> Option<()> {
+    // SAFETY: a zeroed cpu_set_t is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let mut any = false;
+    for part in cpus.trim().split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = match part.split_once('-') {
+            Some((a, b)) => (
+                a.trim().parse::<usize>().ok()?,
+                b.trim().parse::<usize>().ok()?,
+            ),
+            None => {
+                let a = part.trim().parse::<usize>().ok()?;
+                (a, a)
+            }
+        };
+        for c in a..=b.min(1023) {
+            // SAFETY: c < CPU_SETSIZE (1024).
+            unsafe { libc::CPU_SET(c, &mut set) };
+            any = true;
+        }
+    }
+    if !any {
+        return None;
+    }
+    // SAFETY: pins the calling process to a valid set.
+    let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    (r == 0).then_some(())
+}
+
+/// The worker's main loop: says hello (or why the GPU could not be opened), then answers each
+/// request line until stdin closes. Returns the process exit code.
+pub fn serve(ordinal: usize, cpus: Option<&str>) -> i32 {
+    // The coordinator handles Ctrl-C and SIGTERM (sent to the whole process group by a
+    // terminal or `timeout`) and shuts workers down; a worker must also not outlive it.
+    // SAFETY: plain signal disposition and prctl calls.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGTERM, libc::SIG_IGN);
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+    }
+    if let Some(c) = cpus {
+        if pin_cpus(c).is_none() {
+            tracing::warn!("worker for GPU {ordinal}: could not pin to CPUs {c}");
+        }
+    }
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let mut engine = match Engine::open(ordinal) {
+        Ok(e) => e,
+        Err(e) => {
+            let _ = write_resp(&mut out, &Resp::Failed(WireError::from_fabric(e, false)));
+            return 4;
+        }
+    };
+    let hello = Resp::Hello {
+        facts: engine.gpu.facts.clone(),
+        pid: std::process::id(),
+    };
+    if write_resp(&mut out, &hello).is_err() {
+        return 4;
+    }
+    let stdin = std::io::stdin();
+    for line in stdin.lock().lines() {
+        let Ok(line) = line else { break };
+        let resp = match serde_json::from_str::<Req>(&line) {
+            Ok(req) => match engine.handle(req) {
+                Ok(r) => r,
+                Err(e) => {
+                    let stuck = engine.note_stuck();
+                    Resp::Failed(WireError::from_fabric(e, stuck))
+                }
+            },
+            Err(e) => Resp::Failed(WireError::BadRequest(format!(
+                "the worker could not read a request ({e})"
+            ))),
+        };
+        if write_resp(&mut out, &resp).is_err() {
+            break;
+        }
+        let _ = out.flush();
+    }
+    0
+}
