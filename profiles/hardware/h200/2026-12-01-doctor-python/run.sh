@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# On the lent H200: `artune doctor` (plain, --json, --measure), then the Python wheel in the
-# machine's torch environment: Profile.load/select on the committed loopback profile, and
-# torch's own NCCL loading artune.plugin_path() as its tuner plugin. Results under $OUT.
+# On the lent H200, the merged tree: the GPU tests through worker processes, `artune doctor`
+# (plain, --json, --measure), then the Python wheel in the machine's torch environment:
+# Profile.load/select on the committed loopback profile, and torch's own NCCL loading
+# artune.plugin_path() as its tuner plugin. Results under $OUT.
 set -u
-A=.carry/final/artune
+A=$PWD/.carry/final/artune
+export ARTUNE_BIN=$A
 mkdir -p "$OUT"
+( cd /tmp && timeout 240 "$OLDPWD/.carry/final/gpu" --test-threads=1 --nocapture ) > "$OUT/gpu-tests.log" 2>&1
+echo "exit $?" >> "$OUT/gpu-tests.log"
+echo "workers left after the GPU tests: $(ps aux | grep __worker | grep -vc grep)" >> "$OUT/gpu-tests.log"
 { date -u; nvidia-smi --query-gpu=name,driver_version,pci.bus_id --format=csv; } > "$OUT/machine.txt" 2>&1
 $A doctor > "$OUT/doctor.txt" 2>&1; echo "exit $?" >> "$OUT/doctor.txt"
 $A doctor --json > "$OUT/doctor.json" 2> "$OUT/doctor-json.err"; echo "exit $?" >> "$OUT/doctor-json.err"
