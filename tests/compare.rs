@@ -1,11 +1,13 @@
 //! `artune compare` through the binary: a simulated profile against another profile of the
 //! same machine, and profiles that cannot be compared.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn artune(args: &[&str], level: Option<&str>) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_artune"));
+    let mut c = Command::new(common::BIN);
     c.args(args)
         .env_remove("NCCL_P2P_LEVEL")
         .env_remove("NCCL_P2P_DISABLE");

@@ -2,6 +2,8 @@
 //! tests/fixtures/doctor/ (written by make.py there): ACS on and off, the IOMMU translating, off
 //! and in passthrough, a link at Gen4 x8, config space as a non-root user reads it.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -35,7 +37,7 @@ fn doctor(topology: &str, tree: &str, extra: &[&str], env: &[(&str, &str)]) -> O
 }
 
 fn run(args: &[String], env: &[(&str, &str)]) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_artune"));
+    let mut c = Command::new(common::BIN);
     c.args(args).env_clear().env("PATH", "/usr/bin:/bin");
     for (k, v) in env {
         c.env(k, v);
@@ -320,7 +322,7 @@ fn the_real_machine_never_crashes() {
 #[test]
 fn an_environment_value_that_is_not_utf8_is_named() {
     use std::os::unix::ffi::OsStrExt;
-    let o = Command::new(env!("CARGO_BIN_EXE_artune"))
+    let o = Command::new(common::BIN)
         .args(["doctor", "--sim", "pcie-2x", "--json"])
         .env_clear()
         .env("NCCL_ALGO", std::ffi::OsStr::from_bytes(b"Ri\xffng"))

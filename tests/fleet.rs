@@ -1,17 +1,14 @@
 //! `artune fleet` through the binary: 1,000 generated node profiles with two outliers, a
 //! directory of broken files, and the inputs that must be refused.
 
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
 use serde_json::Value;
 
-fn artune(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_artune"))
-        .args(args)
-        .output()
-        .expect("artune runs")
-}
+use common::artune;
 
 /// A small simulated tune, the template every generated node profile is made from.
 fn template(dir: &Path) -> Value {
@@ -245,7 +242,7 @@ fn nothing_to_aggregate_is_one_sentence_and_exit_2() {
 fn host_in_out_names_the_file_and_the_profile_names_the_node() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("{host}.json");
-    let o = Command::new(env!("CARGO_BIN_EXE_artune"))
+    let o = Command::new(common::BIN)
         .args([
             "tune",
             "--sim",
@@ -272,7 +269,7 @@ fn host_in_out_names_the_file_and_the_profile_names_the_node() {
     );
     assert_eq!(p["node"]["args"][0], "tune");
     assert_eq!(p["settings"]["dtype"], "bf16");
-    let bad = Command::new(env!("CARGO_BIN_EXE_artune"))
+    let bad = Command::new(common::BIN)
         .args(["tune", "--sim", "pcie-2x", "--out"])
         .arg(&out)
         .env("SLURMD_NODENAME", "../etc")
