@@ -13,7 +13,7 @@ use crate::fabric::{
     Backend, Direction, Dtype, Fabric, FabricError, Group, Mode, Readiness, Verification,
 };
 use crate::plan::{self, Winner};
-use crate::profile::{ContentionCurve, Timing};
+use crate::profile::{ContentionCurve, GroupPhases, Timing};
 pub use crate::results::GroupResults;
 use crate::stats;
 
@@ -110,12 +110,22 @@ pub fn run(
             placement: placement.clone(),
         });
         let r = measure_group(fabric, plan, gpus, placement, progress, &mut faults);
-        let released = fabric.release();
-        let r = r?;
+        let mut release_s = 0.0;
+        let released = timed(&mut release_s, || fabric.release());
+        let mut r = r?;
         released?;
+        r.phases.setup_s += release_s;
         out.push(r);
     }
     Ok((out, faults))
+}
+
+/// Runs `f`, adding its wall-clock seconds to `acc`.
+fn timed<T>(acc: &mut f64, f: impl FnOnce() -> T) -> T {
+    let start = std::time::Instant::now();
+    let out = f();
+    *acc += start.elapsed().as_secs_f64();
+    out
 }
 
 fn check_interrupt(cancel: &Cancel) -> Result<(), FabricError> {
@@ -140,12 +150,19 @@ fn measure_group(
         dtype: plan.dtype,
         max_bytes,
     };
-    let readiness = fabric.prepare(&group, &plan.backends)?;
+    let mut phases = GroupPhases {
+        gpus: gpus.to_vec(),
+        ..Default::default()
+    };
+    let readiness = timed(&mut phases.setup_s, || {
+        fabric.prepare(&group, &plan.backends)
+    })?;
     let mut res = GroupResults {
         gpus: gpus.to_vec(),
         placement: placement.into(),
         readiness,
         nccl_channels: fabric.nccl_channels(),
+        phases,
         ..Default::default()
     };
     let ready: Vec<Backend> = res
@@ -162,7 +179,10 @@ fn measure_group(
             let mut points = Vec::new();
             for peers in 1..gpus.len() {
                 check_interrupt(&plan.cancel)?;
-                match fabric.probe(direction, peers, plan.harness.probe_bytes) {
+                let probe = timed(&mut res.phases.probes_s, || {
+                    fabric.probe(direction, peers, plan.harness.probe_bytes)
+                });
+                match probe {
                     Ok(p) => points.push(p),
                     // The reason is in the waived custom backends of the same group.
                     Err(FabricError::Waived(_)) => break 'probes,
@@ -195,16 +215,20 @@ fn measure_group(
                         mode,
                     });
                     let seed = cell_seed(plan.seed, gpus, backend, bytes);
+                    let phases = &mut res.phases;
                     let outcome = (|| {
                         if verified.insert((backend, bytes), ()).is_none() {
-                            if let Verification::Wrong { reason } =
-                                fabric.verify(backend, bytes, seed)?
-                            {
+                            let v = timed(&mut phases.verify_s, || {
+                                fabric.verify(backend, bytes, seed)
+                            })?;
+                            if let Verification::Wrong { reason } = v {
                                 return Ok(Err(format!("wrong result at {bytes} bytes: {reason}")));
                             }
                         }
-                        measure_cell(fabric, backend, bytes, mode, &plan.harness, &plan.cancel)
-                            .map(Ok)
+                        timed(&mut phases.timing_s, || {
+                            measure_cell(fabric, backend, bytes, mode, &plan.harness, &plan.cancel)
+                        })
+                        .map(Ok)
                     })();
                     match outcome {
                         Ok(Ok(t)) => {

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use crate::allreduce::{Backend, Mode};
 use crate::fabric::Readiness;
-use crate::profile::{ContentionCurve, Timing};
+use crate::profile::{ContentionCurve, GroupPhases, Timing};
 
 /// Everything measured on one GPU set.
 #[derive(Debug, Clone, Default)]
@@ -18,4 +18,6 @@ pub struct GroupResults {
     pub cells: BTreeMap<Mode, BTreeMap<u64, BTreeMap<Backend, Timing>>>,
     pub contention: Vec<ContentionCurve>,
     pub nccl_channels: Option<u32>,
+    /// Where this group's measuring time went.
+    pub phases: GroupPhases,
 }

@@ -26,6 +26,8 @@ pub struct Options {
     pub harness: Harness,
     /// Stops the run between measurements; [`run`] then returns [`Error::Interrupted`].
     pub cancel: Cancel,
+    /// Seconds the caller spent opening the fabric, recorded with the other phases.
+    pub startup_seconds: f64,
 }
 
 impl Default for Options {
@@ -42,6 +44,7 @@ impl Default for Options {
             placements_per_tp: 3,
             harness: Harness::default(),
             cancel: Cancel::new(),
+            startup_seconds: 0.0,
         }
     }
 }
@@ -170,6 +173,10 @@ pub fn run(
             target_ci: opts.harness.target_ci,
             tuning_seconds: started.elapsed().as_secs_f64(),
             dtype: Some(opts.dtype),
+            phases: Some(crate::profile::Phases {
+                startup_s: opts.startup_seconds,
+                groups: results.iter().map(|r| r.phases.clone()).collect(),
+            }),
         },
         faults,
         assumed: fabric.assumed(),
@@ -390,6 +397,31 @@ mod tests {
         // A second run in the same process, with its own token, is not poisoned by the first.
         let p = run(&mut f, &opts(), &mut |_| {}).unwrap();
         assert!(!p.groups[0].buckets.is_empty());
+    }
+
+    #[test]
+    fn the_profile_says_where_the_time_went() {
+        let t = presets::get("pcie-2x").unwrap();
+        let faults = crate::fabric::sim::Faults::parse("delay=1").unwrap();
+        let mut f = crate::fabric::sim::SimFabric::new(t, 1).with_faults(faults);
+        let o = Options {
+            startup_seconds: 0.25,
+            ..opts()
+        };
+        let p = run(&mut f, &o, &mut |_| {}).unwrap();
+        let ph = p.settings.phases.expect("phases recorded");
+        assert_eq!(ph.startup_s, 0.25);
+        assert_eq!(ph.groups.len(), 1);
+        let g = &ph.groups[0];
+        assert_eq!(g.gpus, [0, 1]);
+        // Each timing call sleeps 1 ms here, so timing dominates and nothing exceeds the total.
+        assert!(g.timing_s > 0.01, "{g:?}");
+        let measured = g.setup_s + g.probes_s + g.verify_s + g.timing_s;
+        assert!(
+            measured <= p.settings.tuning_seconds + 1e-6,
+            "{g:?} vs {}",
+            p.settings.tuning_seconds
+        );
     }
 
     #[test]

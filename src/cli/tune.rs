@@ -148,8 +148,12 @@ pub fn run(mut a: TuneArgs) -> Result<i32, Error> {
     crate::profile::check_writable(&a.out)?;
     let cancel = Cancel::new();
     cancel_on_signals(&cancel);
+    let opening = std::time::Instant::now();
     let mut fabric = open_fabric(&a, faults)?;
-    let opts = options(&a, fabric.topology().gpu_count(), cancel)?;
+    let opts = tune::Options {
+        startup_seconds: opening.elapsed().as_secs_f64(),
+        ..options(&a, fabric.topology().gpu_count(), cancel)?
+    };
 
     let bar = std::io::stderr().is_terminal().then(|| {
         let pb = indicatif::ProgressBar::new(0);

@@ -173,6 +173,30 @@ pub struct Settings {
     /// Element type reduced (every group states it too; here so fleet compares like with like).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dtype: Option<Dtype>,
+    /// Where the tuning time went, so a user can see what a faster tune would have to cut.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phases: Option<Phases>,
+}
+
+/// Wall-clock seconds per phase of a tune.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Phases {
+    /// Opening the fabric: workers, contexts, kernel compilation (0 for a simulated fabric).
+    pub startup_s: f64,
+    pub groups: Vec<GroupPhases>,
+}
+
+/// Seconds one GPU group spent in each phase, both modes together.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct GroupPhases {
+    pub gpus: Vec<usize>,
+    /// Preparing and releasing the backends: buffers, IPC handles, NCCL communicators.
+    pub setup_s: f64,
+    pub probes_s: f64,
+    /// Checking each backend's results against a reference before it is timed.
+    pub verify_s: f64,
+    /// Warm-up and timed samples, CUDA-graph capture included.
+    pub timing_s: f64,
 }
 
 /// The machine a tune ran on, so `artune fleet` can name nodes (also for simulated tunes, whose

@@ -151,6 +151,19 @@ fn header(p: &Profile, out: &mut String) {
     if p.settings.tuning_seconds > 0.0 {
         let _ = writeln!(out, "tuning took {:.2} s", p.settings.tuning_seconds);
     }
+    if let Some(ph) = &p.settings.phases {
+        let sum = |f: fn(&crate::profile::GroupPhases) -> f64| ph.groups.iter().map(f).sum::<f64>();
+        let _ = writeln!(
+            out,
+            "  where it went: start-up {:.2} s, set-up {:.2} s, probes {:.2} s, verification {:.2} s, timing {:.2} s (graph capture included) over {} GPU groups",
+            ph.startup_s,
+            sum(|g| g.setup_s),
+            sum(|g| g.probes_s),
+            sum(|g| g.verify_s),
+            sum(|g| g.timing_s),
+            ph.groups.len()
+        );
+    }
 }
 
 /// The text summary printed by `tune` and `show`.
