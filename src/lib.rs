@@ -21,6 +21,7 @@ pub mod plugin;
 pub mod profile;
 #[cfg(feature = "python")]
 mod python;
+pub mod recheck;
 pub mod report;
 pub mod results;
 pub mod stats;

@@ -169,6 +169,9 @@ pub fn why(a: WhyArgs) -> Result<i32, Error> {
 
 pub fn check(a: CheckArgs) -> Result<i32, Error> {
     let p = Profile::load(&a.profile)?;
+    if a.measure {
+        return check_measured(&a, &p);
+    }
     let now = load_topology(&Source {
         sim: a.sim.clone(),
         topology: a.topology.clone(),
@@ -201,6 +204,58 @@ pub fn check(a: CheckArgs) -> Result<i32, Error> {
         }
     );
     Ok(0)
+}
+
+/// `check --measure`: the profile's decisive sizes re-timed here, the rule applied again.
+fn check_measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
+    let source = Source {
+        sim: a.sim.clone(),
+        topology: a.topology.clone(),
+    };
+    let faults = match &a.sim_faults {
+        None => crate::fabric::sim::Faults::default(),
+        Some(_) if a.sim.is_none() && a.topology.is_none() => return Err(Error::bad_input(
+            "--sim-faults only applies to a simulated machine; add --sim PRESET or --topology FILE",
+        )),
+        Some(spec) => crate::fabric::sim::Faults::parse(spec)
+            .map_err(|e| Error::bad_input(format!("--sim-faults: {e}")))?,
+    };
+    let started = std::time::Instant::now();
+    let mut fabric = super::open_fabric(&source, a.loopback, 7, faults)?;
+    let cancel = crate::cancel::Cancel::new();
+    let points = crate::recheck::run(fabric.as_mut(), p, &crate::recheck::harness(), &cancel);
+    drop(fabric);
+    let points = points?;
+    let broken: Vec<&crate::recheck::Point> = points.iter().filter(|x| !x.holds()).collect();
+    let took = started.elapsed().as_secs_f64();
+    if broken.is_empty() {
+        outln!(
+            "{} holds, measured: at the {} decisive sizes re-timed here no other backend beats its choice by more than 10% ({:.1} s){}",
+            a.profile.display(),
+            points.len(),
+            took,
+            if p.simulated { "; the profile is SIMULATED" } else { "" }
+        );
+        return Ok(0);
+    }
+    for x in &broken {
+        outln!(
+            "TP{} {} GPUs {:?} at {}: the profile chose {}, now {} is {:.0}% faster",
+            x.tp,
+            x.mode.id(),
+            x.gpus,
+            fmt_bytes(x.bytes),
+            x.chosen,
+            x.now,
+            x.gain() * 100.0
+        );
+    }
+    Err(Error::Stale(format!(
+        "{} of {} decisive sizes re-timed here no longer choose what the profile says (listed above, {:.1} s)",
+        broken.len(),
+        points.len(),
+        took
+    )))
 }
 
 fn describe(w: &Workload) -> String {

@@ -246,6 +246,16 @@ pub struct CheckArgs {
     /// Check against a built-in simulated machine instead of the real one.
     #[arg(long, value_name = "PRESET", conflicts_with = "topology")]
     pub sim: Option<String>,
+    /// Re-time what decides the profile (both sides of each crossover, the middle of each
+    /// band) and say whether its choices still hold, whatever the fingerprints say.
+    #[arg(long)]
+    pub measure: bool,
+    /// With --measure on one GPU: K virtual ranks.
+    #[arg(long, value_name = "K", requires = "measure")]
+    pub loopback: Option<usize>,
+    /// Testing only, hidden from --help: faults for a simulated machine, as `tune --sim-faults`.
+    #[arg(long, hide = true, value_name = "SPEC", requires = "measure")]
+    pub sim_faults: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -361,6 +371,31 @@ fn run(cmd: Command) -> Result<i32, Error> {
             Ok(0)
         }
     }
+}
+
+/// Opens the fabric a command measures on: simulated for --sim/--topology (with injected
+/// `faults`), else the GPUs (`loopback`: K virtual ranks on one).
+pub fn open_fabric(
+    source: &Source,
+    loopback: Option<usize>,
+    seed: u64,
+    faults: crate::fabric::sim::Faults,
+) -> Result<Box<dyn crate::fabric::Fabric>, Error> {
+    let simulated = source.sim.is_some() || source.topology.is_some();
+    if simulated && loopback.is_some() {
+        return Err(Error::bad_input(
+            "--loopback runs custom kernels on a real GPU; drop it to simulate, or drop --sim/--topology to use the GPU",
+        ));
+    }
+    if simulated {
+        let t = load_topology(source)?;
+        faults
+            .check(t.gpu_count())
+            .map_err(|e| Error::bad_input(format!("--sim-faults: {e}")))?;
+        let f = crate::fabric::sim::SimFabric::new(t, seed).with_faults(faults);
+        return Ok(Box::new(f));
+    }
+    Ok(Box::new(crate::fabric::cuda::CudaFabric::open(loopback)?))
 }
 
 /// Loads the machine a command is about: a preset, a file, or the real GPUs through NVML.

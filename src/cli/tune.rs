@@ -8,8 +8,7 @@ use std::collections::BTreeSet;
 
 use crate::cancel::Cancel;
 use crate::error::Error;
-use crate::fabric::sim::{Faults, SimFabric};
-use crate::fabric::Fabric;
+use crate::fabric::sim::Faults;
 use crate::measure::Progress;
 use crate::profile::Profile;
 use crate::{report, tune, units};
@@ -25,24 +24,6 @@ fn faults(a: &TuneArgs) -> Result<Faults, Error> {
         ));
     }
     Faults::parse(spec).map_err(|e| Error::bad_input(format!("--sim-faults: {e}")))
-}
-
-/// Opens the fabric the arguments ask for: simulated for --sim/--topology, else the GPUs.
-fn open_fabric(a: &TuneArgs, faults: Faults) -> Result<Box<dyn Fabric>, Error> {
-    let simulated = a.source.sim.is_some() || a.source.topology.is_some();
-    if simulated && a.loopback.is_some() {
-        return Err(Error::bad_input(
-            "--loopback runs custom kernels on a real GPU; drop it to simulate, or drop --sim/--topology to use the GPU",
-        ));
-    }
-    if simulated {
-        let t = super::load_topology(&a.source)?;
-        faults
-            .check(t.gpu_count())
-            .map_err(|e| Error::bad_input(format!("--sim-faults: {e}")))?;
-        return Ok(Box::new(SimFabric::new(t, a.seed).with_faults(faults)));
-    }
-    Ok(Box::new(crate::fabric::cuda::CudaFabric::open(a.loopback)?))
 }
 
 /// Parses `--tp 2,4,8` against the machine's GPU count.
@@ -149,7 +130,7 @@ pub fn run(mut a: TuneArgs) -> Result<i32, Error> {
     let cancel = Cancel::new();
     cancel_on_signals(&cancel);
     let opening = std::time::Instant::now();
-    let mut fabric = open_fabric(&a, faults)?;
+    let mut fabric = super::open_fabric(&a.source, a.loopback, a.seed, faults)?;
     let opts = tune::Options {
         startup_seconds: opening.elapsed().as_secs_f64(),
         ..options(&a, fabric.topology().gpu_count(), cancel)?

@@ -1,0 +1,235 @@
+//! Does a profile still hold on this machine, measured rather than fingerprinted? A driver
+//! upgrade changes the fingerprint, but the question is whether the choices changed. This
+//! re-times only what decides the profile: at each crossover the sizes on both sides, and the
+//! middle of every band, each time the chosen backend against its rival there, then applies
+//! the one steering rule to the fresh numbers. A choice no longer holds where the backend the
+//! rule picks now is faster than the profile's choice by more than twice MIN_EFFECT: once for
+//! the noise of the tune that made the profile, once for this one's. Nearer than that, a
+//! re-measurement flips choices at every threshold without anything having changed.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::allreduce::Backend;
+use crate::cancel::Cancel;
+use crate::error::Error;
+use crate::fabric::{Fabric, FabricError, Group, Readiness, Verification};
+use crate::measure::{measure_cell, Harness};
+use crate::profile::{GroupProfile, Profile, Timing};
+
+/// A lighter harness than a tune's: a recheck asks a yes/no question at a few sizes.
+pub fn harness() -> Harness {
+    Harness {
+        target_ci: 0.03,
+        min_samples: 8,
+        max_samples: 40,
+        step_samples: 8,
+        time_cap_us: 2.0e5,
+        ..Harness::default()
+    }
+}
+
+/// One re-timed size of one group.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Point {
+    pub tp: usize,
+    pub gpus: Vec<usize>,
+    pub mode: crate::allreduce::Mode,
+    pub bytes: u64,
+    /// What the profile chose here.
+    pub chosen: Backend,
+    /// What the rule chooses from the fresh timings.
+    pub now: Backend,
+    /// Fresh medians, microseconds.
+    pub us: BTreeMap<Backend, f64>,
+}
+
+impl Point {
+    pub fn holds(&self) -> bool {
+        self.chosen == self.now || self.gain() <= 2.0 * crate::decide::MIN_EFFECT
+    }
+
+    /// How much faster `now` is than the profile's choice here, as a fraction.
+    pub fn gain(&self) -> f64 {
+        match (self.us.get(&self.chosen), self.us.get(&self.now)) {
+            (Some(c), Some(n)) if *n > 0.0 => c / n - 1.0,
+            _ => 0.0,
+        }
+    }
+}
+
+/// The sizes that decide a group: both sides of every crossover and the middle of each band.
+pub fn decisive(g: &GroupProfile) -> BTreeSet<usize> {
+    let mut at = BTreeSet::new();
+    let n = g.buckets.len();
+    let mut start = 0;
+    for i in 0..n {
+        let end_of_band = i + 1 == n || g.buckets[i + 1].choice != g.buckets[i].choice;
+        if end_of_band {
+            at.insert((start + i) / 2);
+            at.insert(i);
+            if i + 1 < n {
+                at.insert(i + 1);
+            }
+            start = i + 1;
+        }
+    }
+    at
+}
+
+/// The backends to time at bucket `i`: the choice, and the choices of its neighbours (the
+/// rivals a crossover names), and NCCL's own choice as the rule's reference.
+fn contenders(g: &GroupProfile, i: usize) -> BTreeSet<Backend> {
+    let mut set = BTreeSet::new();
+    for j in [i.saturating_sub(1), i, (i + 1).min(g.buckets.len() - 1)] {
+        set.insert(g.buckets[j].choice);
+    }
+    set.insert(Backend::Nccl);
+    set
+}
+
+/// Re-times the decisive sizes of every group of `p` on `fabric`.
+pub fn run(
+    fabric: &mut dyn Fabric,
+    p: &Profile,
+    h: &Harness,
+    cancel: &Cancel,
+) -> Result<Vec<Point>, Error> {
+    let n = fabric.topology().gpu_count();
+    if let Some(g) = p.groups.iter().find(|g| g.gpus.iter().any(|&x| x >= n)) {
+        return Err(Error::bad_input(format!(
+            "the profile's group on GPUs {:?} does not fit this machine of {n} GPUs; check it on the machine it was made for",
+            g.gpus
+        )));
+    }
+    let mut points = Vec::new();
+    // Groups of the same GPUs (one per mode) share one preparation.
+    let mut by_gpus: BTreeMap<Vec<usize>, Vec<&GroupProfile>> = BTreeMap::new();
+    for g in &p.groups {
+        by_gpus.entry(g.gpus.clone()).or_default().push(g);
+    }
+    for (gpus, groups) in by_gpus {
+        let wanted: BTreeSet<Backend> = groups
+            .iter()
+            .flat_map(|g| decisive(g).into_iter().flat_map(|i| contenders(g, i)))
+            .collect();
+        let max_bytes = groups
+            .iter()
+            .flat_map(|g| g.buckets.iter().map(|b| b.bytes))
+            .max()
+            .unwrap_or(0);
+        let group = Group {
+            gpus: gpus.clone(),
+            dtype: groups[0].dtype,
+            max_bytes,
+        };
+        let wanted: Vec<Backend> = wanted.into_iter().collect();
+        let ready: BTreeSet<Backend> = fabric
+            .prepare(&group, &wanted)?
+            .into_iter()
+            .filter_map(|r| match r {
+                Readiness::Ready { backend, .. } => Some(backend),
+                Readiness::Waived { .. } => None,
+            })
+            .collect();
+        let result = (|| -> Result<(), Error> {
+            for g in &groups {
+                for i in decisive(g) {
+                    let b = &g.buckets[i];
+                    let mut fresh: BTreeMap<Backend, Timing> = BTreeMap::new();
+                    for k in contenders(g, i).into_iter().filter(|k| ready.contains(k)) {
+                        if cancel.is_cancelled() {
+                            return Err(Error::Interrupted);
+                        }
+                        match fabric.verify(k, b.bytes, 7) {
+                            Ok(Verification::Correct) => {}
+                            Ok(Verification::Wrong { .. }) => continue,
+                            Err(e) if e.backend_local() => continue,
+                            Err(e) => return Err(e.into()),
+                        }
+                        match measure_cell(fabric, k, b.bytes, g.mode, h, cancel) {
+                            Ok(t) => {
+                                fresh.insert(k, t);
+                            }
+                            Err(e) if e.backend_local() => {}
+                            Err(FabricError::Interrupted) => return Err(Error::Interrupted),
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
+                    let Some(now) = crate::decide::winner(&fresh, g.tp, b.bytes) else {
+                        continue;
+                    };
+                    points.push(Point {
+                        tp: g.tp,
+                        gpus: g.gpus.clone(),
+                        mode: g.mode,
+                        bytes: b.bytes,
+                        chosen: b.choice,
+                        now,
+                        us: fresh.iter().map(|(k, t)| (*k, t.median_us)).collect(),
+                    });
+                }
+            }
+            Ok(())
+        })();
+        fabric.release()?;
+        result?;
+    }
+    Ok(points)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fabric::sim::{Faults, SimFabric};
+    use crate::topology::presets;
+
+    fn tuned() -> Profile {
+        let t = presets::get("pcie-4x-1switch").unwrap();
+        let mut f = SimFabric::new(t, 1);
+        let o = crate::tune::Options {
+            tp: vec![4],
+            min_bytes: 4096,
+            max_bytes: 4 << 20,
+            modes: vec![crate::allreduce::Mode::Graph],
+            contention: false,
+            ..Default::default()
+        };
+        crate::tune::run(&mut f, &o, &mut |_| {}).unwrap()
+    }
+
+    #[test]
+    fn decisive_sizes_are_both_sides_of_each_crossover_and_band_middles() {
+        let p = tuned();
+        let g = &p.groups[0];
+        let at = decisive(g);
+        for c in &g.crossovers {
+            let i = g.buckets.iter().position(|b| b.bytes == c.bytes).unwrap();
+            assert!(at.contains(&i) && at.contains(&(i - 1)), "{c:?} {at:?}");
+        }
+        assert!(
+            at.len() < g.buckets.len(),
+            "a recheck must not re-time everything"
+        );
+    }
+
+    #[test]
+    fn the_same_machine_holds_and_a_slowed_kernel_is_named() {
+        let p = tuned();
+        let t = presets::get("pcie-4x-1switch").unwrap();
+        let mut same = SimFabric::new(t.clone(), 2);
+        let pts = run(&mut same, &p, &harness(), &Cancel::new()).unwrap();
+        assert!(!pts.is_empty() && pts.iter().all(Point::holds), "{pts:?}");
+        // The machine changed: the custom kernel the profile relies on got 3x slower.
+        let chosen = p.groups[0].buckets[0].choice;
+        assert!(chosen.is_custom(), "{chosen:?}");
+        let faults = Faults::parse(&format!("slow={}:3", chosen.id())).unwrap();
+        let mut slower = SimFabric::new(t, 2).with_faults(faults);
+        let pts = run(&mut slower, &p, &harness(), &Cancel::new()).unwrap();
+        let broken: Vec<&Point> = pts.iter().filter(|x| !x.holds()).collect();
+        assert!(!broken.is_empty(), "{pts:?}");
+        assert!(
+            broken.iter().all(|x| x.chosen == chosen && x.gain() > 0.05),
+            "{broken:?}"
+        );
+    }
+}

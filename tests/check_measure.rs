@@ -1,0 +1,74 @@
+//! `artune check --measure` through the binary: a profile re-timed on the machine it describes
+//! holds, one whose chosen kernel got slower does not, and one for other GPUs is refused.
+
+mod common;
+
+use common::{artune, text};
+
+fn tuned(dir: &std::path::Path) -> String {
+    let out = dir.join("p.json");
+    let o = artune(&[
+        "tune",
+        "--sim",
+        "pcie-4x-1switch",
+        "--tp",
+        "4",
+        "--sizes",
+        "4K:4M",
+        "--no-contention",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    out.to_str().unwrap().into()
+}
+
+#[test]
+fn holds_on_its_machine_and_names_a_choice_that_no_longer_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = tuned(dir.path());
+    let o = artune(&["check", &p, "--measure", "--sim", "pcie-4x-1switch"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stdout).contains("holds, measured"),
+        "{}",
+        text(&o.stdout)
+    );
+
+    let profile = artune::profile::Profile::load(std::path::Path::new(&p)).unwrap();
+    let first = profile.groups[0].buckets[0].choice;
+    assert!(first.is_custom(), "{first:?}");
+    let faults = format!("slow={}:3", first.id());
+    let o = artune(&[
+        "check",
+        &p,
+        "--measure",
+        "--sim",
+        "pcie-4x-1switch",
+        "--sim-faults",
+        &faults,
+    ]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("no longer choose what the profile says"),
+        "{err}"
+    );
+    let out = text(&o.stdout);
+    assert!(
+        out.contains(&format!("the profile chose {}", first.id())),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_profile_of_other_gpus_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = tuned(dir.path());
+    let o = artune(&["check", &p, "--measure", "--sim", "pcie-2x"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("does not fit this machine of 2 GPUs"), "{err}");
+}
