@@ -75,13 +75,7 @@ mod tests {
     use super::*;
 
     fn t(median: f64, half: f64) -> Timing {
-        Timing {
-            median_us: median,
-            ci_low_us: median - half,
-            ci_high_us: median + half,
-            samples: 20,
-            outliers: 0,
-        }
+        Timing::around(median, half)
     }
 
     #[test]

@@ -62,6 +62,20 @@ pub struct Timing {
     pub outliers: u32,
 }
 
+#[cfg(test)]
+impl Timing {
+    /// A timing with the median's 95% interval `half` either side (20 samples), for tests.
+    pub(crate) fn around(median: f64, half: f64) -> Timing {
+        Timing {
+            median_us: median,
+            ci_low_us: median - half,
+            ci_high_us: median + half,
+            samples: 20,
+            outliers: 0,
+        }
+    }
+}
+
 /// One message size.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Bucket {
