@@ -148,6 +148,9 @@ fn header(p: &Profile, out: &mut String) {
         "fingerprint: topology class {}  host {}",
         p.fingerprint.topology_class, p.fingerprint.host
     );
+    for a in &p.assumed {
+        let _ = writeln!(out, "assumed (the topology does not state it): {a}");
+    }
     if p.settings.tuning_seconds > 0.0 {
         let _ = writeln!(out, "tuning took {:.2} s", p.settings.tuning_seconds);
     }
@@ -286,7 +289,8 @@ pub fn summary_json(p: &Profile) -> serde_json::Value {
     serde_json::json!({
         "simulated": p.simulated, "fabric": p.fabric, "created": p.created,
         "fingerprint": p.fingerprint, "versions": p.versions,
-        "tuning_seconds": p.settings.tuning_seconds, "groups": groups, "faults": p.faults,
+        "tuning_seconds": p.settings.tuning_seconds, "phases": p.settings.phases,
+        "assumed": p.assumed, "groups": groups, "faults": p.faults,
     })
 }
 
@@ -305,6 +309,39 @@ mod tests {
         // Above the crossover NCCL is chosen and the cost of forcing the custom kernel shows.
         assert!(s.contains("forcing one_stage_pull: 1.50x slower"), "{s}");
         assert!(s.contains("one_stage_pull → nccl at 16K"), "{s}");
+        assert!(!s.contains("assumed"), "{s}");
+    }
+
+    #[test]
+    fn summary_says_what_the_simulator_assumed_and_where_time_went() {
+        let mut p = crate::profile::tests::fixture();
+        p.assumed = vec!["kernel traffic through switch `sw0`: Microchip defaults".into()];
+        p.settings.phases = Some(crate::profile::Phases {
+            startup_s: 1.5,
+            groups: vec![crate::profile::GroupPhases {
+                gpus: vec![0, 1],
+                setup_s: 2.0,
+                probes_s: 0.5,
+                verify_s: 3.0,
+                timing_s: 4.0,
+            }],
+        });
+        let s = summary(&p);
+        assert!(
+            s.contains(
+                "assumed (the topology does not state it): kernel traffic through switch `sw0`"
+            ),
+            "{s}"
+        );
+        assert!(
+            s.contains(
+                "start-up 1.50 s, set-up 2.00 s, probes 0.50 s, verification 3.00 s, timing 4.00 s"
+            ),
+            "{s}"
+        );
+        let j = summary_json(&p);
+        assert_eq!(j["phases"]["startup_s"], 1.5);
+        assert_eq!(j["assumed"][0], p.assumed[0].as_str());
     }
 
     #[test]
