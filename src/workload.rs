@@ -112,6 +112,11 @@ fn tokens(spec: &str, s: &str) -> Result<Vec<u64>, Error> {
     Ok(out)
 }
 
+/// Why a workload file was refused: a phrase to embed in a sentence that names the file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct WorkloadError(pub String);
+
 impl Workload {
     /// Parses a SPEC (see the module docs).
     pub fn parse_spec(spec: &str) -> Result<Workload, Error> {
@@ -174,8 +179,12 @@ impl Workload {
         }
     }
 
-    /// Parses the JSON file format (see the module docs); the error is a phrase.
-    pub fn parse_json(text: &str) -> Result<Workload, String> {
+    /// Parses the JSON file format (see the module docs).
+    pub fn parse_json(text: &str) -> Result<Workload, WorkloadError> {
+        Workload::parse_items(text).map_err(WorkloadError)
+    }
+
+    fn parse_items(text: &str) -> Result<Workload, String> {
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
         struct Item {
@@ -250,10 +259,10 @@ impl Workload {
             });
         }
         let text = std::fs::read_to_string(path).map_err(read)?;
-        Workload::parse_json(&text).map_err(|reason| Error::Parse {
+        Workload::parse_json(&text).map_err(|e| Error::Parse {
             path: path.into(),
             what: "workload file",
-            reason,
+            reason: e.to_string(),
         })
     }
 
@@ -487,6 +496,7 @@ mod tests {
         assert_eq!(w.steps(), vec![(None, vec![(2, 4096), (1, 4096 * 2 * 3)])]);
         assert!(Workload::parse_json(r#"[{"count": 2}]"#)
             .unwrap_err()
+            .to_string()
             .contains("either"));
         assert!(Workload::parse_json(r#"[{"count": 2, "bytes": 1, "hidden": 3}]"#).is_err());
         assert!(Workload::parse_json("[]").is_err());
