@@ -99,7 +99,7 @@ class Bands:
         return top
 
 
-def capturing() -> bool:
+def capturing_now() -> bool:
     """True while the current CUDA stream is being captured into a graph."""
     try:
         import torch
@@ -107,6 +107,27 @@ def capturing() -> bool:
         return bool(torch.cuda.is_current_stream_capturing())
     except Exception:  # noqa: BLE001 - no CUDA: nothing is being captured
         return False
+
+
+def follow_should(should, bands: Bands):
+    """Wraps an engine's per-call ``should_custom_ar(self, inp)``: still False wherever the
+    engine says no, and where it says yes, what the profile chose for this size and mode (graph
+    while the communicator or the stream is capturing). Sizes the profile does not cover keep
+    the engine's answer."""
+    import functools
+
+    @functools.wraps(should)
+    def wrapped(self, inp):
+        if not should(self, inp):
+            return False
+        capturing = getattr(self, "_IS_CAPTURING", None)
+        if capturing is None:
+            capturing = capturing_now()
+        mode = "graph" if capturing else "eager"
+        chosen = bands.custom_at(self.world_size, inp.numel() * inp.element_size(), mode)
+        return True if chosen is None else chosen
+
+    return wrapped
 
 
 def round_up16(n: int) -> int:

@@ -141,18 +141,7 @@ def _register() -> None:
             b.arguments["max_size"] = min(b.arguments["max_size"], _engine.round_up16(v[2]))
         return car_init(*b.args, **b.kwargs)
 
-    should = car.should_custom_ar
-
-    @functools.wraps(should)
-    def should_wrapped(self, inp):
-        if not should(self, inp):
-            return False
-        capturing = getattr(self, "_IS_CAPTURING", None)
-        if capturing is None:
-            capturing = _engine.capturing()
-        mode = "graph" if capturing else "eager"
-        chosen = bands.custom_at(self.world_size, inp.numel() * inp.element_size(), mode)
-        return True if chosen is None else chosen
+    should_wrapped = _engine.follow_should(car.should_custom_ar, bands)
 
     custom_all_reduce.dispatch_custom_allreduce = dispatch_wrapped
     custom_all_reduce_v2.get_all_reduce_config = get_config_wrapped

@@ -90,15 +90,7 @@ def _register() -> None:
             b.arguments["max_size"] = min(b.arguments["max_size"], _engine.round_up16(top + 1))
         return car_init(*b.args, **b.kwargs)
 
-    should = car.should_custom_ar
-
-    @functools.wraps(should)
-    def should_wrapped(self, inp):
-        if not should(self, inp):
-            return False
-        mode = "graph" if getattr(self, "_IS_CAPTURING", False) else "eager"
-        chosen = bands.custom_at(self.world_size, inp.numel() * inp.element_size(), mode)
-        return True if chosen is None else chosen
+    should_wrapped = _engine.follow_should(car.should_custom_ar, bands)
 
     symm = symm_mem.SymmMemCommunicator
     symm_should = symm.should_use_symm_mem
@@ -107,7 +99,7 @@ def _register() -> None:
     def symm_should_wrapped(self, inp):
         if not symm_should(self, inp):
             return False
-        mode = "graph" if _engine.capturing() else "eager"
+        mode = "graph" if _engine.capturing_now() else "eager"
         chosen = bands.custom_at(self.world_size, inp.numel() * inp.element_size(), mode)
         return chosen is not False
 

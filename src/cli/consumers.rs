@@ -3,9 +3,7 @@
 use super::output::{out, outln};
 use std::path::Path;
 
-use super::{
-    load_topology, CheckArgs, DtypeArg, ExportArgs, PredictArgs, SelectArgs, Source, WhyArgs,
-};
+use super::{load_topology, CheckArgs, DtypeArg, ExportArgs, MessageArgs, PredictArgs, Source};
 use crate::error::Error;
 use crate::export;
 use crate::fabric::Mode;
@@ -24,7 +22,7 @@ fn warn_simulated(path: &Path, p: &Profile) {
     }
 }
 
-pub fn select(a: SelectArgs) -> Result<i32, Error> {
+pub fn select(a: MessageArgs) -> Result<i32, Error> {
     let p = Profile::load(&a.profile)?;
     let bytes = crate::units::parse_bytes(&a.bytes)?;
     if bytes == 0 {
@@ -149,7 +147,7 @@ pub fn export(a: ExportArgs) -> Result<i32, Error> {
     Ok(0)
 }
 
-pub fn why(a: WhyArgs) -> Result<i32, Error> {
+pub fn why(a: MessageArgs) -> Result<i32, Error> {
     let p = Profile::load(&a.profile)?;
     let bytes = crate::units::parse_bytes(&a.bytes)?;
     if bytes == 0 {

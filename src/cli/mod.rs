@@ -37,11 +37,11 @@ pub enum Command {
     /// Print a profile's summary.
     Show(ShowArgs),
     /// Print the backend a profile chooses for one message.
-    Select(SelectArgs),
+    Select(MessageArgs),
     /// Write what an engine needs to follow a profile.
     Export(ExportArgs),
     /// Explain one answer: every backend's time, the rule, the cost of alternatives, the engines.
-    Why(WhyArgs),
+    Why(MessageArgs),
     /// Check that a profile still holds for this machine (exit 3 when stale).
     Check(CheckArgs),
     /// Allreduce cost of one engine step under several policies.
@@ -167,8 +167,9 @@ pub struct ShowArgs {
     pub json: bool,
 }
 
+/// One message asked of a profile (`select`, `why`).
 #[derive(Args, Debug)]
-pub struct SelectArgs {
+pub struct MessageArgs {
     pub profile: PathBuf,
     #[arg(long)]
     pub tp: usize,
@@ -177,7 +178,7 @@ pub struct SelectArgs {
     pub bytes: String,
     #[arg(long, value_enum, default_value = "graph")]
     pub mode: SelectMode,
-    /// Print expected time and buffer size as JSON.
+    /// Print the answer as JSON.
     #[arg(long)]
     pub json: bool,
 }
@@ -221,20 +222,6 @@ pub struct ExportArgs {
     /// Write engine state (vLLM's P2P cache) from a simulated profile: for tests only.
     #[arg(long)]
     pub allow_simulated: bool,
-}
-
-#[derive(Args, Debug)]
-pub struct WhyArgs {
-    pub profile: PathBuf,
-    #[arg(long)]
-    pub tp: usize,
-    /// Message size (4096, 4K, 1MiB).
-    #[arg(long)]
-    pub bytes: String,
-    #[arg(long, value_enum, default_value = "graph")]
-    pub mode: SelectMode,
-    #[arg(long)]
-    pub json: bool,
 }
 
 #[derive(Args, Debug)]
