@@ -210,14 +210,7 @@ fn check_measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
         sim: a.sim.clone(),
         topology: a.topology.clone(),
     };
-    let faults = match &a.sim_faults {
-        None => crate::fabric::sim::Faults::default(),
-        Some(_) if a.sim.is_none() && a.topology.is_none() => return Err(Error::bad_input(
-            "--sim-faults only applies to a simulated machine; add --sim PRESET or --topology FILE",
-        )),
-        Some(spec) => crate::fabric::sim::Faults::parse(spec)
-            .map_err(|e| Error::bad_input(format!("--sim-faults: {e}")))?,
-    };
+    let faults = super::sim_faults(a.sim_faults.as_deref(), &source)?;
     let started = std::time::Instant::now();
     let mut fabric = super::open_fabric(&source, a.loopback, 7, faults)?;
     let cancel = crate::cancel::Cancel::new();

@@ -42,17 +42,7 @@ pub fn run(a: DoctorArgs) -> Result<i32, Error> {
         (None, Some(f)) => Machine::File(f.clone()),
         (None, None) => Machine::Real,
     };
-    let faults = match &a.sim_faults {
-        None => Faults::default(),
-        Some(_) if machine == Machine::Real => {
-            return Err(Error::bad_input(
-                "--sim-faults only applies to a simulated machine; add --sim PRESET or --topology FILE, or drop --sim-faults",
-            ))
-        }
-        Some(spec) => {
-            Faults::parse(spec).map_err(|e| Error::bad_input(format!("--sim-faults: {e}")))?
-        }
-    };
+    let faults = super::sim_faults(a.sim_faults.as_deref(), &a.source)?;
     let profile = a.profile.as_deref().map(Profile::load).transpose()?;
     // A model that does not load is bad input; a real machine NVML cannot read is a finding.
     let topology = match machine {

@@ -360,6 +360,24 @@ fn run(cmd: Command) -> Result<i32, Error> {
     }
 }
 
+/// The injected faults a testing-only `--sim-faults SPEC` asks for, checked before anything
+/// runs; they only apply to a simulated machine.
+pub fn sim_faults(
+    spec: Option<&str>,
+    source: &Source,
+) -> Result<crate::fabric::sim::Faults, Error> {
+    let Some(spec) = spec else {
+        return Ok(crate::fabric::sim::Faults::default());
+    };
+    if source.sim.is_none() && source.topology.is_none() {
+        return Err(Error::bad_input(
+            "--sim-faults only applies to a simulated machine; add --sim PRESET or --topology FILE, or drop --sim-faults",
+        ));
+    }
+    crate::fabric::sim::Faults::parse(spec)
+        .map_err(|e| Error::bad_input(format!("--sim-faults: {e}")))
+}
+
 /// Opens the fabric a command measures on: simulated for --sim/--topology (with injected
 /// `faults`), else the GPUs (`loopback`: K virtual ranks on one).
 pub fn open_fabric(

@@ -8,23 +8,9 @@ use std::collections::BTreeSet;
 
 use crate::cancel::Cancel;
 use crate::error::Error;
-use crate::fabric::sim::Faults;
 use crate::measure::Progress;
 use crate::profile::Profile;
 use crate::{report, tune, units};
-
-/// The injected faults the arguments ask for (testing only), checked before anything runs.
-fn faults(a: &TuneArgs) -> Result<Faults, Error> {
-    let Some(spec) = &a.sim_faults else {
-        return Ok(Faults::default());
-    };
-    if a.source.sim.is_none() && a.source.topology.is_none() {
-        return Err(Error::bad_input(
-            "--sim-faults only applies to a simulated machine; add --sim PRESET or --topology FILE, or drop --sim-faults",
-        ));
-    }
-    Faults::parse(spec).map_err(|e| Error::bad_input(format!("--sim-faults: {e}")))
-}
 
 /// Parses `--tp 2,4,8` against the machine's GPU count.
 pub fn parse_tp(items: &[String], gpus: usize) -> Result<Vec<usize>, Error> {
@@ -125,7 +111,7 @@ pub fn run(mut a: TuneArgs) -> Result<i32, Error> {
     if let Some(b) = &a.mem_budget {
         units::parse_bytes(b)?;
     }
-    let faults = faults(&a)?;
+    let faults = super::sim_faults(a.sim_faults.as_deref(), &a.source)?;
     crate::profile::check_writable(&a.out)?;
     let cancel = Cancel::new();
     cancel_on_signals(&cancel);
