@@ -146,7 +146,7 @@ pub fn run(
                             Err(e) if e.backend_local() => continue,
                             Err(e) => return Err(e.into()),
                         }
-                        match measure_cell(fabric, k, b.bytes, g.mode, h, cancel) {
+                        match measure_cell(fabric, k, b.bytes, g.mode, h, None, cancel) {
                             Ok(t) => {
                                 fresh.insert(k, t);
                             }

@@ -42,10 +42,19 @@ impl Default for Options {
             seed: 1,
             contention: true,
             placements_per_tp: 3,
-            harness: Harness::default(),
+            harness: fast_harness(),
             cancel: Cancel::new(),
             startup_seconds: 0.0,
         }
+    }
+}
+
+/// A tune's default sampling: racing at the rule's effect size, so a cell stops once the
+/// rule could no longer choose it. The statistical rule itself is unchanged.
+pub fn fast_harness() -> Harness {
+    Harness {
+        race_margin: Some(decide::MIN_EFFECT),
+        ..Harness::default()
     }
 }
 
