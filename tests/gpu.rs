@@ -474,6 +474,44 @@ fn gpu_hung_kernel_and_stuck_worker_fail_only_their_backend_or_skip() {
 }
 
 #[test]
+fn gpu_a_wrong_result_is_found_on_the_device_and_fails_only_its_backend_or_skip() {
+    let Some((_gpu, f)) = open_or_skip("gpu_a_wrong_result", 2) else {
+        return;
+    };
+    drop(f);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("p.json");
+    let o = faulty_tune("wrong=one_stage_pull", &out);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let p: artune::profile::Profile =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let fault = p
+        .faults
+        .iter()
+        .find(|f| f.contains("one_stage_pull disqualified"))
+        .unwrap_or_else(|| panic!("no fault for one_stage_pull: {:#?}", p.faults));
+    // Exactly the spoiled element, named with the value the host expects there.
+    assert!(
+        fault.contains("; 1 of ") && fault.contains("elements differ"),
+        "{fault}"
+    );
+    assert!(err.contains(fault.as_str()), "{err}");
+    for g in &p.groups {
+        assert!(g
+            .buckets
+            .iter()
+            .all(|b| !b.results.contains_key(&Backend::OneStagePull)));
+        assert!(g
+            .buckets
+            .iter()
+            .any(|b| b.results.contains_key(&Backend::OneStagePush)));
+    }
+    assert!(live_workers().is_empty());
+    println!("wrong=one_stage_pull: {fault}");
+}
+
+#[test]
 fn gpu_a_pair_without_p2p_waives_custom_kernels_and_keeps_nccl_or_skip() {
     let Some((_gpu, f)) = open_or_skip("gpu_a_pair_without_p2p", 2) else {
         return;

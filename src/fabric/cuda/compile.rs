@@ -12,9 +12,14 @@ use crate::fabric::FabricError;
 pub const COMMON: &str = include_str!("../../../kernels/common.cuh");
 pub const ALLREDUCE: &str = include_str!("../../../kernels/allreduce.cu");
 pub const PROBE: &str = include_str!("../../../kernels/probe.cu");
+pub const CHECK: &str = include_str!("../../../kernels/check.cu");
 
 /// The sources compiled for every GPU: (program name, source).
-pub const PROGRAMS: [(&str, &str); 2] = [("allreduce.cu", ALLREDUCE), ("probe.cu", PROBE)];
+pub const PROGRAMS: [(&str, &str); 3] = [
+    ("allreduce.cu", ALLREDUCE),
+    ("probe.cu", PROBE),
+    ("check.cu", CHECK),
+];
 
 /// What NVRTC is asked to produce for a GPU of compute capability `cc`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

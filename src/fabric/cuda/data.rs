@@ -1,29 +1,74 @@
-//! Test data and the host reference. Values are k/8 with 1 <= |k| <= 8, so every input is
-//! exact in bf16, fp16 and fp32 and every sum over up to 16 ranks is exact too: results can be
-//! compared bit for bit, and a single wrong element shows.
-
-use rand::{RngCore, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+//! Test data on the host: the same values kernels/check.cu draws on the GPU (the worker
+//! checks the two agree), and the expected sum a wrong result is reported with. Values are
+//! k/8 with 1 <= |k| <= 8, so every input is exact in bf16, fp16 and fp32 and every sum over
+//! up to 16 ranks is exact too: results can be compared bit for bit, and a single wrong
+//! element shows. The host reference (`reference`, `compare`) stays as the model the tests
+//! hold the one-element answers to.
 
 use crate::fabric::Dtype;
 
-/// Rank `rank`'s input for a run seeded by `seed`: `n` values k/8, k in ±1..=8 (never zero).
+const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// splitmix64's finalizer: kernels/check.cu's mix64.
+fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+fn rank_key(seed: u64, rank: usize) -> u64 {
+    mix64(seed ^ (rank as u64 + 1).wrapping_mul(GOLDEN))
+}
+
+/// Element `i` of rank `rank`'s input for a run seeded by `seed`: k/8, k in ±1..=8 (never
+/// zero). Counter-based, so the GPU (kernels/check.cu) draws the same value for any element
+/// without drawing the ones before it.
+pub fn value(seed: u64, rank: usize, i: u64) -> f32 {
+    let x = mix64(rank_key(seed, rank).wrapping_add((i + 1).wrapping_mul(GOLDEN)));
+    let k = ((x & 7) + 1) as f32 / 8.0;
+    if x & 8 != 0 {
+        k
+    } else {
+        -k
+    }
+}
+
+/// Rank `rank`'s first `n` input values.
 pub fn rank_values(seed: u64, rank: usize, n: usize) -> Vec<f32> {
-    let mut rng =
-        ChaCha8Rng::seed_from_u64(seed ^ (rank as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    // One draw per element (magnitude from 3 bits, sign from a fourth): verification of
-    // 256 MiB messages spends its time here.
-    (0..n)
-        .map(|_| {
-            let x = rng.next_u32();
-            let k = ((x & 7) + 1) as f32 / 8.0;
-            if x & 8 != 0 {
-                k
-            } else {
-                -k
-            }
-        })
-        .collect()
+    (0..n as u64).map(|i| value(seed, rank, i)).collect()
+}
+
+/// The expected output at element `i` over `world` ranks, as `dtype` bits.
+pub fn expected_bits(dtype: Dtype, seed: u64, world: usize, i: u64) -> u32 {
+    let sum: f32 = (0..world).map(|r| value(seed, r, i)).sum();
+    bits(dtype, sum)
+}
+
+fn bits(dtype: Dtype, v: f32) -> u32 {
+    match dtype {
+        Dtype::Bf16 => f32_to_bf16(v) as u32,
+        Dtype::Fp16 => f32_to_f16(v) as u32,
+        Dtype::Fp32 => v.to_bits(),
+    }
+}
+
+fn from_bits(dtype: Dtype, b: u32) -> f32 {
+    match dtype {
+        Dtype::Bf16 => bf16_to_f32(b as u16),
+        Dtype::Fp16 => f16_to_f32(b as u16),
+        Dtype::Fp32 => f32::from_bits(b),
+    }
+}
+
+/// The sentence for a wrong output: its first differing element, the value found and the one
+/// expected, and how many differ.
+pub fn mismatch(dtype: Dtype, i: u64, n: u64, got: u32, want: u32, count: u64) -> String {
+    let w = dtype.size() as usize * 2;
+    format!(
+        "element {i} of {n} is {} (0x{got:0w$x}), expected {} (0x{want:0w$x}); {count} of {n} elements differ",
+        from_bits(dtype, got),
+        from_bits(dtype, want)
+    )
 }
 
 /// fp32 -> bf16 bits, round to nearest even (NaN stays NaN).
@@ -111,6 +156,7 @@ pub fn encode(dtype: Dtype, v: &[f32]) -> Vec<u8> {
     out
 }
 
+#[cfg(test)]
 /// Decodes element `i` of `bytes` to (raw bits, value).
 pub fn element(dtype: Dtype, bytes: &[u8], i: usize) -> (u32, f32) {
     match dtype {
@@ -135,6 +181,7 @@ pub fn element(dtype: Dtype, bytes: &[u8], i: usize) -> (u32, f32) {
     }
 }
 
+#[cfg(test)]
 /// The expected output: per element, the fp32 sum over ranks 0, 1, ... in order, rounded once
 /// to `dtype` (the kernels' order and rounding).
 pub fn reference(dtype: Dtype, inputs: &[Vec<f32>]) -> Vec<u8> {
@@ -149,6 +196,7 @@ pub fn reference(dtype: Dtype, inputs: &[Vec<f32>]) -> Vec<u8> {
     encode(dtype, &sum)
 }
 
+#[cfg(test)]
 /// Compares `got` with `want` bit for bit. None when equal; otherwise a sentence naming the
 /// first differing element, its expected and actual values, and how many differ.
 pub fn compare(dtype: Dtype, got: &[u8], want: &[u8]) -> Option<String> {
@@ -172,12 +220,9 @@ pub fn compare(dtype: Dtype, got: &[u8], want: &[u8]) -> Option<String> {
         }
     }
     first.map(|i| {
-        let (gb, gv) = element(dtype, got, i);
-        let (wb, wv) = element(dtype, want, i);
-        let w = size * 2;
-        format!(
-            "element {i} of {n} is {gv} (0x{gb:0w$x}), expected {wv} (0x{wb:0w$x}); {count} of {n} elements differ"
-        )
+        let (gb, _) = element(dtype, got, i);
+        let (wb, _) = element(dtype, want, i);
+        mismatch(dtype, i as u64, n as u64, gb, wb, count as u64)
     })
 }
 
@@ -225,6 +270,33 @@ mod tests {
         }
         assert!(f16_to_f32(0x7e00).is_nan());
         assert!(bf16_to_f32(f32_to_bf16(f32::NAN)).is_nan());
+    }
+
+    #[test]
+    fn expected_bits_are_the_reference_at_one_element() {
+        let inputs: Vec<Vec<f32>> = (0..8).map(|r| rank_values(3, r, 512)).collect();
+        for d in [Dtype::Bf16, Dtype::Fp16, Dtype::Fp32] {
+            let want = reference(d, &inputs);
+            for i in [0u64, 1, 17, 511] {
+                assert_eq!(
+                    expected_bits(d, 3, 8, i),
+                    element(d, &want, i as usize).0,
+                    "{d:?} {i}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn values_are_counter_based() {
+        let v = rank_values(9, 2, 300);
+        assert_eq!(value(9, 2, 299), v[299]);
+        // Both signs and all eight magnitudes occur.
+        let mut seen = std::collections::BTreeSet::new();
+        for x in &v {
+            seen.insert((x * 8.0) as i32);
+        }
+        assert_eq!(seen.len(), 16, "{seen:?}");
     }
 
     #[test]

@@ -155,6 +155,9 @@ pub struct Kernels {
     pub probe_write: Function,
     /// The fault knob's never-ending kernel.
     pub spin_forever: Function,
+    /// Test data and its check (kernels/check.cu), one per dtype (see [`slot`]).
+    fill: [Function; 3],
+    check: [Function; 3],
     /// What NVRTC was asked for, e.g. "--gpu-architecture=sm_90".
     pub target: String,
 }
@@ -195,11 +198,24 @@ impl Kernels {
             probe_read: modules[1].function("probe_read")?,
             probe_write: modules[1].function("probe_write")?,
             spin_forever: modules[1].function("spin_forever")?,
+            fill: per_dtype(|d| modules[2].function(&format!("fill_{}", d.id())))?,
+            check: per_dtype(|d| modules[2].function(&format!("check_{}", d.id())))?,
             _modules: modules,
             allreduce,
             ll,
             target: images.target.option(),
         })
+    }
+
+    /// `fill_<dtype>(out, n, seed, rank)`: writes rank `rank`'s test data.
+    pub fn fill(&self, dtype: Dtype) -> Function {
+        self.fill[slot(dtype)]
+    }
+
+    /// `check_<dtype>(out, n, seed, world, data_bytes, guard_end, result)`: counts wrong
+    /// elements and spoiled guard bytes.
+    pub fn check(&self, dtype: Dtype) -> Function {
+        self.check[slot(dtype)]
     }
 
     /// The kernel and how many of its blocks fit on one multiprocessor.
@@ -239,6 +255,21 @@ impl Kernels {
         let cap = block_cap(sms, per_sm, ranks_on_gpu);
         Some((f, blocks(backend, elems, dtype, n, cap), THREADS))
     }
+}
+
+/// Where a dtype's kernel sits in a per-dtype array.
+fn slot(dtype: Dtype) -> usize {
+    match dtype {
+        Dtype::Bf16 => 0,
+        Dtype::Fp16 => 1,
+        Dtype::Fp32 => 2,
+    }
+}
+
+fn per_dtype(
+    mut load: impl FnMut(Dtype) -> Result<Function, FabricError>,
+) -> Result<[Function; 3], FabricError> {
+    Ok([load(Dtype::Bf16)?, load(Dtype::Fp16)?, load(Dtype::Fp32)?])
 }
 
 /// Most blocks one rank may use. With `ranks_on_device` ranks sharing one GPU (loopback), the

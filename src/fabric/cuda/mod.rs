@@ -44,7 +44,8 @@ const NO_GPU: &str = "run with `--sim PRESET` to tune a simulated machine instea
 /// The fault knob of the CUDA path (testing only): `ARTUNE_CUDA_FAULTS`, items joined by `,`:
 /// `hang=BACKEND` (its calls launch a kernel that never completes), `stall=BACKEND` (the
 /// worker stops answering when asked to run it), `nop2p=A-B` (ranks A and B report that P2P
-/// between them does not work).
+/// between them does not work), `wrong=BACKEND` (one element of its output is spoiled
+/// before the check, as a broken kernel would leave it).
 pub const ENV_FAULTS: &str = "ARTUNE_CUDA_FAULTS";
 
 /// Faults a worker injects, from [`ENV_FAULTS`].
@@ -53,6 +54,7 @@ pub struct Faults {
     pub hang: Option<Backend>,
     pub stall: Option<Backend>,
     pub no_p2p: Option<(usize, usize)>,
+    pub wrong: Option<Backend>,
     /// A zeroed device word the never-ending kernel spins on.
     flag: u64,
 }
@@ -70,13 +72,14 @@ impl Faults {
             match k {
                 "hang" => f.hang = Some(backend()?),
                 "stall" => f.stall = Some(backend()?),
+                "wrong" => f.wrong = Some(backend()?),
                 "nop2p" => {
                     let pair = v.split_once('-').and_then(|(a, b)| {
                         Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?))
                     });
                     f.no_p2p = Some(pair.ok_or_else(|| format!("`{item}` wants nop2p=A-B"))?);
                 }
-                _ => return Err(format!("`{k}` is not a fault (hang, stall, nop2p)")),
+                _ => return Err(format!("`{k}` is not a fault (hang, stall, nop2p, wrong)")),
             }
         }
         Ok(f)
@@ -309,10 +312,12 @@ mod tests {
 
     #[test]
     fn fault_knob_parses_and_names_what_is_wrong() {
-        let f = Faults::parse("hang=two_stage_push, stall=nccl,nop2p=0-3").unwrap();
+        let f = Faults::parse("hang=two_stage_push, stall=nccl,nop2p=0-3,wrong=one_stage_pull")
+            .unwrap();
         assert_eq!(f.hang, Some(Backend::TwoStagePush));
         assert_eq!(f.stall, Some(Backend::Nccl));
         assert_eq!(f.no_p2p, Some((0, 3)));
+        assert_eq!(f.wrong, Some(Backend::OneStagePull));
         assert_eq!(Faults::parse("").unwrap(), Faults::default());
         assert!(Faults::parse("hang=nope")
             .unwrap_err()

@@ -14,9 +14,6 @@ use super::watchdog::{self, Deadline, Poll, Waited};
 use super::{Faults, Gpu};
 use crate::fabric::{Backend, FabricError, Mode};
 
-/// Data uploaded by the last stage: seed, elements, ranks, and each rank's values.
-pub type Staged = (u64, u64, Vec<usize>, Vec<Vec<f32>>);
-
 /// The stream this worker launches on, with its timing events.
 pub struct Unit {
     pub stream: Stream,
@@ -49,8 +46,8 @@ pub struct Launcher {
     /// Every rank's user input and output, as this process sees them.
     pub user: Vec<(Span, Span)>,
     pub warm: HashSet<(Backend, u64)>,
-    /// The last staged data, for the check that follows.
-    pub staged: Option<Staged>,
+    /// Whether this GPU's test data was found equal to the host's (once per worker).
+    pub data_checked: bool,
     pub _imported: Vec<super::driver::Imported>,
     pub deadline: Deadline,
     /// Why this GPU no longer finishes its work, once that happened: nothing more is

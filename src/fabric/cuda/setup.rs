@@ -348,7 +348,7 @@ impl Launcher {
                 unit,
                 user,
                 warm: HashSet::new(),
-                staged: None,
+                data_checked: false,
                 _imported: imported,
                 deadline,
                 stuck: None,

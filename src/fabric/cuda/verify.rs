@@ -1,15 +1,30 @@
-//! Worker side of verification: fresh data into the inputs of the ranks this worker launches,
-//! the backend run as it is timed (eager calls in a row, or a CUDA graph of them replayed),
-//! and every launched rank's output compared bit for bit with the host reference.
+//! Worker side of verification: fresh data drawn on the GPU into the inputs of the ranks this
+//! worker launches, the backend run as it is timed (eager calls in a row, or a CUDA graph of
+//! them replayed), and every launched rank's output compared bit for bit with the expected
+//! sum by a kernel (kernels/check.cu): nothing of the message crosses to the host.
 
-use rayon::prelude::*;
+use std::ffi::c_void;
 
 use super::data;
-use super::driver::{dev, Span};
+use super::driver::{dev, wait_dev, DevBuf, Span};
+use super::kernels::{Kernels, THREADS};
 use super::run::{Impl, Launcher};
 use super::setup::GUARD;
 use super::{Faults, Gpu};
 use crate::fabric::{Backend, FabricError, Mode};
+
+fn kernels_of(gpu: &Gpu) -> Result<&Kernels, FabricError> {
+    gpu.kernels().map_err(|e| FabricError::Device(e.clone()))
+}
+
+/// Blocks for a grid-stride pass over `n` elements: enough to fill the GPU, no more.
+fn grid(n: u64, gpu: &Gpu) -> (u32, u32) {
+    let blocks = n
+        .div_ceil(THREADS as u64)
+        .min(gpu.facts.sms as u64 * 8)
+        .max(1);
+    (blocks as u32, 1)
+}
 
 impl Launcher {
     /// The ranks whose data this worker stages and checks for `backend`, and the size of the
@@ -31,8 +46,8 @@ impl Launcher {
         })
     }
 
-    /// Uploads the data of `seed` into the inputs and poisons the outputs (and the guard bytes
-    /// past them) of this worker's ranks.
+    /// Draws the data of `seed` into the inputs of this worker's ranks on the GPU, and
+    /// poisons their outputs (and the guard bytes past them).
     pub fn stage(
         &mut self,
         gpu: &Gpu,
@@ -42,23 +57,85 @@ impl Launcher {
     ) -> Result<(), FabricError> {
         let elems = self.elems(bytes)?;
         dev(gpu.ctx.bind_to_thread(), "binding the CUDA context")?;
+        self.test_data_agrees(gpu)?;
         let (ranks, _) = self.checked_ranks(backend)?;
-        // Generating 64 MiB of values per rank takes the host longer than the GPU's work: per
-        // rank in parallel, and kept for the check that follows.
-        let dtype = self.shape.dtype;
-        let values: Vec<Vec<f32>> = ranks
-            .par_iter()
-            .map(|&r| data::rank_values(seed, r, elems as usize))
-            .collect();
-        let data: Vec<Vec<u8>> = values.par_iter().map(|v| data::encode(dtype, v)).collect();
-        self.staged = Some((seed, elems, ranks.clone(), values));
-        for (r, d) in ranks.into_iter().zip(data) {
+        let k = kernels_of(gpu)?;
+        for r in ranks {
             let (input, out) = self.spans(backend, r)?;
-            dev(input.upload(0, &d), "uploading test data")?;
+            if input.bytes < bytes as usize {
+                return Err(FabricError::BadRequest(format!(
+                    "rank {r}'s input holds {} bytes, less than {bytes}",
+                    input.bytes
+                )));
+            }
+            let (mut ptr, mut n, mut seed, mut rank) = (input.ptr, elems, seed, r as u32);
+            let mut params = [
+                &mut ptr as *mut u64 as *mut c_void,
+                &mut n as *mut u64 as *mut c_void,
+                &mut seed as *mut u64 as *mut c_void,
+                &mut rank as *mut u32 as *mut c_void,
+            ];
+            // SAFETY: fill_<dtype>(char*, u64, u64, u32) writes n elements of the dtype at
+            // ptr, which holds at least `bytes` = n elements (checked above); the stream is
+            // synchronized below, before the input can be freed.
+            dev(
+                unsafe {
+                    k.fill(self.shape.dtype).launch_raw(
+                        grid(elems, gpu),
+                        THREADS,
+                        &self.unit.stream,
+                        &mut params,
+                    )
+                },
+                "launching the test-data kernel",
+            )?;
             let span = (bytes as usize + GUARD).min(out.bytes);
             dev(out.fill_range(0, span, 0xff), "poisoning the output")?;
         }
         super::driver::sync_ctx(&gpu.ctx, "synchronizing the GPU")
+    }
+
+    /// Once per worker: the GPU's test data is the host's, so the values a wrong result is
+    /// reported with are the ones the GPU compared.
+    fn test_data_agrees(&mut self, gpu: &Gpu) -> Result<(), FabricError> {
+        if self.data_checked {
+            return Ok(());
+        }
+        let k = kernels_of(gpu)?;
+        let dtype = self.shape.dtype;
+        let n = 4096u64;
+        let buf = dev(
+            DevBuf::alloc(&gpu.ctx, (n * dtype.size()) as usize),
+            "allocating the test-data check",
+        )?;
+        let (mut ptr, mut n_, mut seed, mut rank) = (buf.ptr, n, 0x5eed_u64, 3u32);
+        let mut params = [
+            &mut ptr as *mut u64 as *mut c_void,
+            &mut n_ as *mut u64 as *mut c_void,
+            &mut seed as *mut u64 as *mut c_void,
+            &mut rank as *mut u32 as *mut c_void,
+        ];
+        // SAFETY: buf holds n elements of the dtype; synchronized before it is freed.
+        dev(
+            unsafe {
+                k.fill(dtype)
+                    .launch_raw(grid(n, gpu), THREADS, &self.unit.stream, &mut params)
+            },
+            "launching the test-data kernel",
+        )?;
+        wait_dev(
+            self.unit.stream.wait(self.deadline.for_work(n, 1)),
+            "drawing test data",
+        )?;
+        let mut got = vec![0u8; (n * dtype.size()) as usize];
+        dev(buf.download(0, &mut got), "reading test data")?;
+        if got != data::encode(dtype, &data::rank_values(0x5eed, 3, n as usize)) {
+            return Err(FabricError::Device(
+                "the GPU's test data differs from the host's (kernels/check.cu and src/fabric/cuda/data.rs disagree); this is a bug in artune".into(),
+            ));
+        }
+        self.data_checked = true;
+        Ok(())
     }
 
     /// Runs `backend` `calls` times in `mode` on the staged data and checks this worker's
@@ -115,35 +192,93 @@ impl Launcher {
         self.check_status(backend)?;
         let dtype = self.shape.dtype;
         let (ranks, world) = self.checked_ranks(backend)?;
-        let staged = self.staged.take();
-        let inputs: Vec<Vec<f32>> = match staged {
-            Some((s, e, r, v))
-                if s == seed && e == elems && r == (0..world).collect::<Vec<_>>() =>
-            {
-                v
-            }
-            _ => (0..world)
-                .into_par_iter()
-                .map(|r| data::rank_values(seed, r, elems as usize))
-                .collect(),
-        };
-        let want = data::reference(dtype, &inputs);
-        dev(gpu.ctx.bind_to_thread(), "binding the CUDA context")?;
+        let k = kernels_of(gpu)?;
+        let verdict = dev(
+            DevBuf::alloc(&gpu.ctx, 24),
+            "allocating the verification counters",
+        )?;
         for r in ranks {
             let (_, out) = self.spans(backend, r)?;
             let span = (bytes as usize + GUARD).min(out.bytes);
-            let mut got = vec![0u8; span];
-            dev(out.download(0, &mut got), "reading the output")?;
-            if let Some(diff) = data::compare(dtype, &got[..bytes as usize], &want) {
+            if faults.wrong == Some(backend) {
+                // The middle element's low byte: a wrong value wherever the kernel splits work.
+                let mid = (elems / 2 * dtype.size()) as usize;
+                dev(
+                    out.fill_range(mid, 1, 0x5a),
+                    "spoiling the output (fault knob)",
+                )?;
+            }
+            let fresh: Vec<u8> = [0u64, u64::MAX, 0]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect();
+            dev(
+                verdict.upload(0, &fresh),
+                "clearing the verification counters",
+            )?;
+            let (mut ptr, mut n, mut seed_, mut world_, mut data_end, mut guard_end, mut res) = (
+                out.ptr,
+                elems,
+                seed,
+                world as u32,
+                bytes,
+                span as u64,
+                verdict.ptr,
+            );
+            let mut params = [
+                &mut ptr as *mut u64 as *mut c_void,
+                &mut n as *mut u64 as *mut c_void,
+                &mut seed_ as *mut u64 as *mut c_void,
+                &mut world_ as *mut u32 as *mut c_void,
+                &mut data_end as *mut u64 as *mut c_void,
+                &mut guard_end as *mut u64 as *mut c_void,
+                &mut res as *mut u64 as *mut c_void,
+            ];
+            // SAFETY: check_<dtype>(const char*, u64, u64, u32, u64, u64, u64*) reads `span`
+            // bytes of the output (inside it: span is clipped to its size) and writes three
+            // words of `verdict`; the stream is waited for below, before either is freed.
+            dev(
+                unsafe {
+                    k.check(dtype).launch_raw(
+                        grid(elems, gpu),
+                        THREADS,
+                        &self.unit.stream,
+                        &mut params,
+                    )
+                },
+                "launching the verification kernel",
+            )?;
+            wait_dev(
+                self.unit.stream.wait(self.deadline.for_work(bytes, 1)),
+                "checking the output",
+            )?;
+            let mut v = [0u8; 24];
+            dev(
+                verdict.download(0, &mut v),
+                "reading the verification counters",
+            )?;
+            let word =
+                |i: usize| u64::from_le_bytes(v[8 * i..8 * i + 8].try_into().unwrap_or_default());
+            let (wrong, first, spoiled) = (word(0), word(1), word(2));
+            if wrong > 0 {
+                let size = dtype.size() as usize;
+                let mut raw = [0u8; 4];
+                dev(
+                    out.download(first as usize * size, &mut raw[..size]),
+                    "reading the output",
+                )?;
+                let got = u32::from_le_bytes(raw);
+                let want = data::expected_bits(dtype, seed, world, first);
                 return Ok(Some(format!(
-                    "{backend} at {bytes} bytes ({} x{calls}), rank {r}: {diff}",
-                    mode.id()
+                    "{backend} at {bytes} bytes ({} x{calls}), rank {r}: {}",
+                    mode.id(),
+                    data::mismatch(dtype, first, elems, got, want, wrong)
                 )));
             }
-            if let Some(i) = got[bytes as usize..].iter().position(|&b| b != 0xff) {
+            if spoiled > 0 {
                 return Ok(Some(format!(
-                    "{backend} at {bytes} bytes, rank {r}: wrote past the end of the output (byte {})",
-                    bytes as usize + i
+                    "{backend} at {bytes} bytes, rank {r}: wrote past the end of the output ({spoiled} of the {} bytes after it changed)",
+                    span - bytes as usize
                 )));
             }
         }
