@@ -3,9 +3,11 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, CStr, CString};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::nvrtc::sys;
+use sha2::{Digest, Sha256};
 
 use crate::fabric::FabricError;
 
@@ -136,16 +138,108 @@ pub fn images_for(cc: (u32, u32)) -> Result<Arc<Images>, FabricError> {
     if let Some(hit) = map.get(&target) {
         return Ok(hit.clone());
     }
+    let started = std::time::Instant::now();
+    let nvrtc = nvrtc_version()?;
+    let dir = cache_dir();
     let mut images = Vec::new();
     for (name, src) in PROGRAMS {
-        images.push(compile(name, src, &target)?);
+        images.push(compile_cached(dir.as_deref(), nvrtc, name, src, &target)?);
     }
+    tracing::info!(
+        "kernels for {} ready in {:.2} s (cache {})",
+        target.option(),
+        started.elapsed().as_secs_f64(),
+        dir.as_deref()
+            .map_or_else(|| "off".into(), |d| d.display().to_string())
+    );
     let out = Arc::new(Images {
         target: target.clone(),
         images,
     });
     map.insert(target, out.clone());
     Ok(out)
+}
+
+/// Where compiled kernels are kept between runs: `ARTUNE_CACHE_DIR`, else the user's cache
+/// directory. A tune and the `check --measure` after it then compile once; `ARTUNE_CACHE_DIR=`
+/// (empty) turns the cache off.
+pub fn cache_dir() -> Option<PathBuf> {
+    match std::env::var_os("ARTUNE_CACHE_DIR") {
+        Some(d) if d.is_empty() => None,
+        Some(d) => Some(PathBuf::from(d)),
+        None => std::env::var_os("XDG_CACHE_HOME")
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+            .map(|d| d.join("artune").join("kernels")),
+    }
+}
+
+/// The file an image is kept in: named by everything that makes it (NVRTC, options, the
+/// program and the shared header), so a changed source or a new NVRTC never reads a stale one.
+pub fn cache_file(
+    dir: &Path,
+    nvrtc: (i32, i32),
+    name: &str,
+    src: &str,
+    target: &Target,
+) -> PathBuf {
+    let mut h = Sha256::new();
+    h.update(format!("nvrtc {}.{}\0", nvrtc.0, nvrtc.1));
+    for o in options(target) {
+        h.update(o.as_bytes());
+        h.update([0]);
+    }
+    for part in [name, src, COMMON] {
+        h.update(part.as_bytes());
+        h.update([0]);
+    }
+    let hex: String = h
+        .finalize()
+        .iter()
+        .take(16)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let ext = match target {
+        Target::Cubin(_) => "cubin",
+        Target::Ptx(_) => "ptx",
+    };
+    dir.join(format!("{}-{hex}.{ext}", name.trim_end_matches(".cu")))
+}
+
+/// [`compile`], through the cache in `dir` when there is one. The cache is an optimisation:
+/// a file that cannot be read or written is compiled (and then left) as if there were none.
+fn compile_cached(
+    dir: Option<&Path>,
+    nvrtc: (i32, i32),
+    name: &str,
+    src: &str,
+    target: &Target,
+) -> Result<Vec<u8>, FabricError> {
+    let Some(dir) = dir else {
+        return compile(name, src, target);
+    };
+    let file = cache_file(dir, nvrtc, name, src, target);
+    if let Ok(img) = std::fs::read(&file) {
+        if !img.is_empty() {
+            return Ok(img);
+        }
+    }
+    let img = compile(name, src, target)?;
+    if let Err(e) = store(dir, &file, &img) {
+        tracing::debug!("not caching {}: {e}", file.display());
+    }
+    Ok(img)
+}
+
+/// Writes `img` to `file` whole or not at all (a temporary file renamed into place), so a
+/// reader never sees half an image.
+fn store(dir: &Path, file: &Path, img: &[u8]) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    std::io::Write::write_all(&mut tmp, img)?;
+    tmp.persist(file).map_err(|e| e.error)?;
+    Ok(())
 }
 
 /// The options passed to NVRTC for `target`.
@@ -284,6 +378,27 @@ mod tests {
             Some(Target::Ptx("compute_100".into()))
         );
         assert_eq!(target_for((7, 0), &NVRTC13), None);
+    }
+
+    #[test]
+    fn a_cached_image_is_named_by_all_that_makes_it_and_stored_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let t90 = Target::Cubin("sm_90".into());
+        let a = cache_file(dir.path(), (13, 0), "probe.cu", PROBE, &t90);
+        assert_eq!(a, cache_file(dir.path(), (13, 0), "probe.cu", PROBE, &t90));
+        assert_ne!(a, cache_file(dir.path(), (13, 1), "probe.cu", PROBE, &t90));
+        assert_ne!(a, cache_file(dir.path(), (13, 0), "probe.cu", "x", &t90));
+        let t80 = Target::Cubin("sm_80".into());
+        assert_ne!(a, cache_file(dir.path(), (13, 0), "probe.cu", PROBE, &t80));
+        assert!(a.to_string_lossy().ends_with(".cubin"), "{a:?}");
+        // A stored image is read back instead of compiling (no NVRTC is needed here).
+        let sub = dir.path().join("kernels");
+        let file = cache_file(&sub, (13, 0), "probe.cu", PROBE, &t90);
+        store(&sub, &file, b"image").unwrap();
+        let img = compile_cached(Some(&sub), (13, 0), "probe.cu", PROBE, &t90).unwrap();
+        assert_eq!(img, b"image");
+        let names: Vec<_> = std::fs::read_dir(&sub).unwrap().collect();
+        assert_eq!(names.len(), 1, "no temporary file is left: {names:?}");
     }
 
     #[test]

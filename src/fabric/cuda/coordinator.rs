@@ -197,6 +197,7 @@ impl CudaFabric {
                 "no NVIDIA driver (libcuda.so) was found on this machine; {NO_GPU}"
             )));
         }
+        let started = std::time::Instant::now();
         let visible = super::driver::visible_bus_ids().map_err(|e| {
             FabricError::Device(format!("the CUDA driver could not start ({e}); {NO_GPU}"))
         })?;
@@ -237,7 +238,17 @@ impl CudaFabric {
             cuda: super::driver::cuda_version().ok(),
             nccl: nccl_version(),
         };
+        tracing::info!(
+            "CUDA driver: {} GPU(s) visible after {:.2} s",
+            visible.len(),
+            started.elapsed().as_secs_f64()
+        );
         let main = start_set(&program, &slots, loopback.is_some(), None)?;
+        tracing::info!(
+            "{} workers up after {:.2} s",
+            slots.len(),
+            started.elapsed().as_secs_f64()
+        );
         let facts: Vec<DeviceFacts> = main.workers.iter().map(|w| w.facts.clone()).collect();
         let host = topo::host(info.cuda.clone(), info.nccl.clone());
         let (t, map) = match (loopback, nvml) {
@@ -558,6 +569,7 @@ impl CudaFabric {
             } else {
                 Vec::new()
             };
+            let t = std::time::Instant::now();
             self.connect_set(
                 set,
                 &mut plan,
@@ -567,13 +579,26 @@ impl CudaFabric {
                 &mut memory,
             )
             .map_err(trouble_to_device)?;
+            tracing::info!(
+                "GPUs {:?}: buffers of {} custom backends set up and connected in {:.2} s",
+                group.gpus,
+                custom_here.len(),
+                t.elapsed().as_secs_f64()
+            );
             let here: Vec<Backend> = backends
                 .iter()
                 .copied()
                 .filter(|b| b.is_nccl() && b.nccl_pin() == pin && !waived.contains_key(b))
                 .collect();
             for b in here {
-                match self.nccl_init(set, &plan, b).map_err(trouble_to_device)? {
+                let t = std::time::Instant::now();
+                let r = self.nccl_init(set, &plan, b).map_err(trouble_to_device)?;
+                tracing::info!(
+                    "GPUs {:?}: {b} set up in {:.2} s",
+                    group.gpus,
+                    t.elapsed().as_secs_f64()
+                );
+                match r {
                     Ok(bytes) => {
                         memory.insert(b, bytes);
                         plan.ready.push((b, set));
