@@ -155,7 +155,7 @@ pub fn run(
                             Err(e) => return Err(e.into()),
                         }
                     }
-                    let Some(now) = crate::decide::winner(&fresh, g.tp, b.bytes) else {
+                    let Some(now) = crate::decide::rule_choice(&fresh, g.tp, b.bytes) else {
                         continue;
                     };
                     points.push(Point {
