@@ -109,7 +109,8 @@ impl Options {
 
 /// Every size from `min_bytes` to `max_bytes` on the grid must be a whole number of `dtype`
 /// elements, or the first measurement would fail mid-tune. The grid is powers of two plus the
-/// two ends, and element sizes are powers of two, so checking the ends suffices.
+/// two ends, and element sizes are powers of two; sizes added between them are multiples of
+/// [`plan::alignment`], itself a multiple of the element size. So checking the ends suffices.
 pub fn check_sizes(min_bytes: u64, max_bytes: u64, dtype: Dtype) -> Result<(), Error> {
     let size = dtype.size();
     if min_bytes == 0 || min_bytes > max_bytes {
