@@ -1,14 +1,18 @@
-//! Two profiles of the same machine side by side, e.g. a simulated one (`tune --sim` or
-//! `--topology`) against one measured on the box: how much A's choices would cost if B's
-//! measurements are the truth (regret), and where their crossovers differ.
+//! Two profiles of the same machine side by side: a simulated one against one measured on the
+//! box, two machines, two driver versions, or a fast tune against the exhaustive reference.
+//! How much A's choices would cost if B's measurements are the truth (regret), and where their
+//! crossovers differ.
 //!
-//! Groups are matched by TP size and mode (and GPUs, when both profiles have that group);
-//! each of A's buckets is timed by B's bucket that serves the same message size.
+//! Groups are matched by TP size and mode (and GPUs, when both profiles have that group).
+//! Each of B's buckets is a size an engine may send; A answers it as an engine following A
+//! would, through A's [`Selector`], so profiles with different grids (a refined fast tune
+//! and the fine reference grid) compare size for size.
 
 use serde::Serialize;
 
 use crate::fabric::{Backend, Dtype, Mode};
-use crate::profile::{Crossover, GroupProfile, Profile};
+use crate::plan;
+use crate::profile::{Crossover, GroupProfile, Profile, Query, Selector};
 
 /// Why two profiles cannot be compared.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -24,10 +28,12 @@ pub enum CompareError {
     },
 }
 
-/// One of A's buckets timed by B.
+/// One of B's buckets, answered by A and timed by B.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BucketRegret {
+    /// B's bucket size.
     pub bytes: u64,
+    /// What A chooses for a message of `bytes`.
     pub a_choice: Backend,
     pub b_choice: Backend,
     /// B's median for A's choice; None when B did not measure it (waived there).
@@ -44,6 +50,19 @@ impl BucketRegret {
     }
 }
 
+/// One profile's crossover, looked for in the other's.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CrossoverMatch {
+    #[serde(flatten)]
+    pub crossover: Crossover,
+    /// The other profile's crossover between the same two backends, in the same direction,
+    /// nearest in size; None if it has none.
+    pub nearest_bytes: Option<u64>,
+    /// Whether `nearest_bytes` is within one refinement step ([`plan::within_step`]): the
+    /// resolution a refined tune finds crossovers to.
+    pub within_step: bool,
+}
+
 /// One matched group.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GroupComparison {
@@ -51,21 +70,41 @@ pub struct GroupComparison {
     pub mode: Mode,
     pub gpus: Vec<usize>,
     pub placement: String,
+    /// B's buckets A serves (those above A's largest bucket are left out and counted).
     pub buckets: Vec<BucketRegret>,
-    /// Regret summed over A's buckets that B measured, µs (one call per bucket).
+    /// Regret summed over `buckets` where B measured A's choice, µs (one call per bucket).
     pub regret_sum_us: f64,
-    /// The bucket of largest regret relative to B's best, if any regret.
+    /// B's choices' time over the same buckets, µs: what `regret_sum_us` is relative to.
+    pub b_sum_us: f64,
+    /// `regret_sum_us` as a percentage of `b_sum_us`.
+    pub regret_sum_pct: f64,
+    /// The bucket of largest regret relative to B's choice, if any regret.
     pub worst: Option<BucketRegret>,
-    /// A's buckets whose choice B did not measure.
+    /// B's buckets whose size A's choice there B did not measure.
     pub unmeasured: usize,
+    /// B's buckets above A's largest, which A does not serve.
+    pub beyond_a: usize,
     pub crossovers_a: Vec<Crossover>,
     pub crossovers_b: Vec<Crossover>,
+    /// Each of A's crossovers looked for in B, and each of B's in A.
+    pub a_in_b: Vec<CrossoverMatch>,
+    pub b_in_a: Vec<CrossoverMatch>,
+    /// Every crossover of either profile has one in the other within one refinement step.
+    pub crossovers_within_step: bool,
 }
 
 impl GroupComparison {
     /// Whether the two profiles change backend at different places (or to different ones).
     pub fn crossovers_differ(&self) -> bool {
         self.crossovers_a != self.crossovers_b
+    }
+
+    /// The worst bucket's regret, % of B's choice there (0 without regret).
+    pub fn worst_pct(&self) -> f64 {
+        self.worst
+            .as_ref()
+            .and_then(BucketRegret::regret_pct)
+            .unwrap_or(0.0)
     }
 }
 
@@ -76,7 +115,11 @@ pub struct Comparison {
     pub b_fabric: String,
     pub a_simulated: bool,
     pub b_simulated: bool,
+    pub a_sampling: &'static str,
+    pub b_sampling: &'static str,
     pub groups: Vec<GroupComparison>,
+    /// A's groups ("TP4 eager") with no counterpart in B, not compared.
+    pub only_in_a: Vec<String>,
 }
 
 fn mode_id(m: Mode) -> &'static str {
@@ -90,12 +133,12 @@ fn dtype_id(d: Dtype) -> &'static str {
     d.id()
 }
 
+fn key(g: &GroupProfile) -> String {
+    format!("TP{} {}", g.tp, mode_id(g.mode))
+}
+
 fn keys(p: &Profile) -> String {
-    let mut k: Vec<String> = p
-        .groups
-        .iter()
-        .map(|g| format!("TP{} {}", g.tp, mode_id(g.mode)))
-        .collect();
+    let mut k: Vec<String> = p.groups.iter().map(key).collect();
     k.dedup();
     if k.is_empty() {
         "no groups".into()
@@ -104,38 +147,64 @@ fn keys(p: &Profile) -> String {
     }
 }
 
-/// B's group for A's group `g`: same GPUs and mode, else the first of the same TP and mode.
+/// B's group for A's group `g`: the same GPUs, else B's default placement of that TP and mode.
 fn partner<'b>(g: &GroupProfile, b: &'b Profile) -> Option<&'b GroupProfile> {
-    b.groups
-        .iter()
-        .find(|h| h.gpus == g.gpus && h.tp == g.tp && h.mode == g.mode)
-        .or_else(|| b.groups.iter().find(|h| h.tp == g.tp && h.mode == g.mode))
+    let q = |gpus| Query {
+        tp: g.tp,
+        mode: g.mode,
+        gpus,
+    };
+    b.group(q(Some(&g.gpus))).or_else(|| b.group(q(None)))
 }
 
-/// B's bucket serving a message of `bytes`: the smallest at or above it.
-fn serving(h: &GroupProfile, bytes: u64) -> Option<&crate::profile::Bucket> {
-    h.buckets.iter().find(|k| k.bytes >= bytes)
+/// Each of `mine` looked for among `theirs`.
+fn matches(mine: &[Crossover], theirs: &[Crossover], align: u64) -> Vec<CrossoverMatch> {
+    mine.iter()
+        .map(|c| {
+            let nearest = theirs
+                .iter()
+                .filter(|t| t.from == c.from && t.to == c.to)
+                .map(|t| t.bytes)
+                .min_by_key(|&b| b.abs_diff(c.bytes));
+            CrossoverMatch {
+                crossover: c.clone(),
+                nearest_bytes: nearest,
+                within_step: nearest.is_some_and(|b| plan::within_step(b, c.bytes, align)),
+            }
+        })
+        .collect()
 }
 
-fn group(g: &GroupProfile, h: &GroupProfile) -> GroupComparison {
-    let buckets: Vec<BucketRegret> = g
+fn group(sel: &Selector, g: &GroupProfile, h: &GroupProfile) -> GroupComparison {
+    let mine = sel.group(Query {
+        tp: g.tp,
+        mode: g.mode,
+        gpus: Some(&g.gpus),
+    });
+    let mut beyond_a = 0;
+    let buckets: Vec<BucketRegret> = h
         .buckets
         .iter()
-        .filter_map(|k| {
-            let kb = serving(h, k.bytes)?;
+        .filter_map(|kb| {
+            let Some((_, answer)) = mine.and_then(|m| m.at(kb.bytes)) else {
+                beyond_a += 1;
+                return None;
+            };
             let best = kb.results.get(&kb.choice)?.median_us;
-            let mine = kb.results.get(&k.choice).map(|t| t.median_us);
+            let a_us = kb.results.get(&answer.backend).map(|t| t.median_us);
             Some(BucketRegret {
-                bytes: k.bytes,
-                a_choice: k.choice,
+                bytes: kb.bytes,
+                a_choice: answer.backend,
                 b_choice: kb.choice,
-                a_choice_us: mine,
+                a_choice_us: a_us,
                 b_choice_us: best,
-                regret_us: mine.map(|m| (m - best).max(0.0)),
+                regret_us: a_us.map(|m| (m - best).max(0.0)),
             })
         })
         .collect();
-    let regret_sum_us = buckets.iter().filter_map(|b| b.regret_us).sum();
+    let measured = || buckets.iter().filter(|b| b.regret_us.is_some());
+    let regret_sum_us: f64 = measured().filter_map(|b| b.regret_us).sum();
+    let b_sum_us: f64 = measured().map(|b| b.b_choice_us).sum();
     let worst = buckets
         .iter()
         .filter(|b| b.regret_us.is_some_and(|r| r > 0.0))
@@ -145,25 +214,43 @@ fn group(g: &GroupProfile, h: &GroupProfile) -> GroupComparison {
                 .total_cmp(&y.regret_pct().unwrap_or(0.0))
         })
         .cloned();
+    let align = plan::alignment(g.tp, g.dtype);
+    let a_in_b = matches(&g.crossovers, &h.crossovers, align);
+    let b_in_a = matches(&h.crossovers, &g.crossovers, align);
     GroupComparison {
         tp: g.tp,
         mode: g.mode,
         gpus: g.gpus.clone(),
         placement: g.placement.clone(),
         unmeasured: buckets.iter().filter(|b| b.regret_us.is_none()).count(),
+        beyond_a,
         regret_sum_us,
+        b_sum_us,
+        regret_sum_pct: if b_sum_us > 0.0 {
+            100.0 * regret_sum_us / b_sum_us
+        } else {
+            0.0
+        },
         worst,
         buckets,
         crossovers_a: g.crossovers.clone(),
         crossovers_b: h.crossovers.clone(),
+        crossovers_within_step: a_in_b.iter().chain(&b_in_a).all(|m| m.within_step),
+        a_in_b,
+        b_in_a,
     }
 }
 
 /// Compares A's choices against B's measurements, group by group.
 pub fn compare(a: &Profile, b: &Profile) -> Result<Comparison, CompareError> {
+    let sel = a.selector();
     let mut groups = Vec::new();
+    let mut only_in_a = Vec::new();
     for g in &a.groups {
-        let Some(h) = partner(g, b) else { continue };
+        let Some(h) = partner(g, b) else {
+            only_in_a.push(key(g));
+            continue;
+        };
         if g.dtype != h.dtype {
             return Err(CompareError::Dtype {
                 tp: g.tp,
@@ -172,7 +259,7 @@ pub fn compare(a: &Profile, b: &Profile) -> Result<Comparison, CompareError> {
                 b: dtype_id(h.dtype),
             });
         }
-        groups.push(group(g, h));
+        groups.push(group(&sel, g, h));
     }
     if groups.is_empty() {
         return Err(CompareError::NoCommonGroup {
@@ -180,21 +267,26 @@ pub fn compare(a: &Profile, b: &Profile) -> Result<Comparison, CompareError> {
             b: keys(b),
         });
     }
+    only_in_a.dedup();
     Ok(Comparison {
         a_fabric: a.fabric.clone(),
         b_fabric: b.fabric.clone(),
         a_simulated: a.simulated,
         b_simulated: b.simulated,
+        a_sampling: a.settings.sampling.id(),
+        b_sampling: b.settings.sampling.id(),
         groups,
+        only_in_a,
     })
 }
 
-fn label(fabric: &str, simulated: bool) -> String {
-    if simulated && !fabric.starts_with("simulated") {
+fn label(fabric: &str, simulated: bool, sampling: &str) -> String {
+    let fabric = if simulated && !fabric.starts_with("simulated") {
         format!("simulated {fabric}")
     } else {
         fabric.to_string()
-    }
+    };
+    format!("{fabric} ({sampling} sampling)")
 }
 
 fn crossings(c: &[Crossover]) -> String {
@@ -207,17 +299,40 @@ fn crossings(c: &[Crossover]) -> String {
         .join(", ")
 }
 
+/// The crossovers with no counterpart within one step, in words.
+fn misses(ms: &[CrossoverMatch], mine: &str, other: &str) -> Vec<String> {
+    ms.iter()
+        .filter(|m| !m.within_step)
+        .map(|m| {
+            let c = &m.crossover;
+            let at = crate::units::fmt_bytes(c.bytes);
+            match m.nearest_bytes {
+                Some(n) => format!(
+                    "{mine}'s {}→{} at {at}, nearest in {other} at {}",
+                    c.from,
+                    c.to,
+                    crate::units::fmt_bytes(n)
+                ),
+                None => format!("{mine}'s {}→{} at {at}, none in {other}", c.from, c.to),
+            }
+        })
+        .collect()
+}
+
 /// The comparison in words: per group the regret (summed and worst bucket), the buckets
-/// where the choices differ, and both crossover lists when they differ.
+/// where the choices differ, and whether the crossovers agree to within one refinement step.
 pub fn render(c: &Comparison) -> String {
     use std::fmt::Write;
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "A: {}\nB: {}\nRegret: what A's choice costs over B's fastest, timed by B's measurements.",
-        label(&c.a_fabric, c.a_simulated),
-        label(&c.b_fabric, c.b_simulated)
+        "A: {}\nB: {}\nRegret: what A's choice costs over B's choice, timed by B's measurements at B's sizes.",
+        label(&c.a_fabric, c.a_simulated, c.a_sampling),
+        label(&c.b_fabric, c.b_simulated, c.b_sampling)
     );
+    for k in &c.only_in_a {
+        let _ = writeln!(s, "A's {k} has no counterpart in B: not compared");
+    }
     for g in &c.groups {
         let _ = writeln!(
             s,
@@ -238,15 +353,16 @@ pub fn render(c: &Comparison) -> String {
             .count();
         let _ = writeln!(
             s,
-            "  same choice in {same} of {} sizes; regret {} summed over one call per size",
+            "  same choice in {same} of {} sizes; regret {} ({:.2}%) summed over one call per size",
             g.buckets.len(),
-            crate::units::fmt_us(g.regret_sum_us)
+            crate::units::fmt_us(g.regret_sum_us),
+            g.regret_sum_pct
         );
         match &g.worst {
             Some(w) => {
                 let _ = writeln!(
                     s,
-                    "  worst: {} at {} ({:.1}%): A chose {}, B measured {} fastest",
+                    "  worst: {} at {} ({:.1}%): A chose {}, B chose {}",
                     crate::units::fmt_us(w.regret_us.unwrap_or(0.0)),
                     crate::units::fmt_bytes(w.bytes),
                     w.regret_pct().unwrap_or(0.0),
@@ -257,7 +373,7 @@ pub fn render(c: &Comparison) -> String {
             None => {
                 let _ = writeln!(
                     s,
-                    "  no regret: A's choices are B's fastest (or B did not measure them)"
+                    "  no regret: A's choices are as fast as B's (or B did not measure them)"
                 );
             }
         }
@@ -266,6 +382,13 @@ pub fn render(c: &Comparison) -> String {
                 s,
                 "  {} sizes where B did not measure A's choice (waived there)",
                 g.unmeasured
+            );
+        }
+        if g.beyond_a > 0 {
+            let _ = writeln!(
+                s,
+                "  {} of B's sizes lie above A's largest: not compared",
+                g.beyond_a
             );
         }
         for b in g.buckets.iter().filter(|b| b.a_choice != b.b_choice) {
@@ -287,6 +410,17 @@ pub fn render(c: &Comparison) -> String {
             let _ = writeln!(s, "    B: {}", crossings(&g.crossovers_b));
         } else {
             let _ = writeln!(s, "  crossovers agree: {}", crossings(&g.crossovers_a));
+        }
+        if g.crossovers_within_step {
+            let _ = writeln!(s, "  crossovers within one refinement step: yes");
+        } else {
+            let mut m = misses(&g.a_in_b, "A", "B");
+            m.extend(misses(&g.b_in_a, "B", "A"));
+            let _ = writeln!(
+                s,
+                "  crossovers within one refinement step: no ({})",
+                m.join("; ")
+            );
         }
     }
     s
@@ -321,9 +455,70 @@ mod tests {
     fn profile(buckets: Vec<Bucket>, dtype: Dtype) -> Profile {
         let mut p = crate::profile::tests::fixture();
         p.groups.truncate(1);
+        p.groups[0].crossovers = crate::decide::crossovers(&buckets);
         p.groups[0].buckets = buckets;
         p.groups[0].dtype = dtype;
         p
+    }
+
+    #[test]
+    fn a_coarse_profile_answers_a_fine_one_as_an_engine_would() {
+        let (n, o) = (Backend::Nccl, Backend::OneStagePush);
+        // A (a fast tune) saw only 4K and 64K; B (the reference) every size in between.
+        let a = profile(
+            vec![
+                bucket(4096, o, &[(n, 20.0), (o, 8.0)]),
+                bucket(65536, n, &[(n, 30.0), (o, 40.0)]),
+            ],
+            Dtype::Bf16,
+        );
+        let b = profile(
+            vec![
+                bucket(4096, o, &[(n, 20.0), (o, 8.0)]),
+                bucket(16384, o, &[(n, 20.0), (o, 10.0)]),
+                bucket(32768, n, &[(n, 25.0), (o, 30.0)]),
+                bucket(65536, n, &[(n, 30.0), (o, 40.0)]),
+                bucket(131072, n, &[(n, 40.0), (o, 80.0)]),
+            ],
+            Dtype::Bf16,
+        );
+        let c = compare(&a, &b).unwrap();
+        let g = &c.groups[0];
+        // A's 64K bucket serves 16K: NCCL there, 10 us slower than B's choice.
+        let at16 = g.buckets.iter().find(|k| k.bytes == 16384).unwrap();
+        assert_eq!((at16.a_choice, at16.regret_us), (n, Some(10.0)));
+        assert_eq!(g.buckets.len(), 4);
+        assert_eq!(g.beyond_a, 1);
+        assert_eq!(g.regret_sum_us, 10.0);
+        assert_eq!(g.b_sum_us, 8.0 + 10.0 + 25.0 + 30.0);
+        assert!((g.regret_sum_pct - 1000.0 / 73.0).abs() < 1e-9);
+        assert_eq!(g.worst.as_ref().unwrap().bytes, 16384);
+        // A crosses at 64K, B at 32K: an octave apart, far more than one refinement step.
+        assert!(!g.crossovers_within_step);
+        assert_eq!(g.a_in_b[0].nearest_bytes, Some(32768));
+        let text = render(&c);
+        assert!(
+            text.contains("1 of B's sizes lie above A's largest"),
+            "{text}"
+        );
+        assert!(
+            text.contains("crossovers within one refinement step: no (A's one_stage_push→nccl at 64K, nearest in B at 32K"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn crossovers_match_within_one_step_between_the_same_backends() {
+        let (n, o, p) = (Backend::Nccl, Backend::OneStagePush, Backend::OneStagePull);
+        let x = |bytes: u64, from, to| Crossover { bytes, from, to };
+        let mib = 1u64 << 20;
+        let m = matches(&[x(mib, o, n)], &[x(mib + mib / 8, o, n)], 256);
+        assert!(m[0].within_step);
+        let m = matches(&[x(mib, o, n)], &[x(mib + mib / 4, o, n)], 256);
+        assert!(!m[0].within_step);
+        // Near in size, but between other backends: no match.
+        let m = matches(&[x(mib, o, n)], &[x(mib, p, n)], 256);
+        assert_eq!((m[0].nearest_bytes, m[0].within_step), (None, false));
     }
 
     #[test]

@@ -26,9 +26,36 @@ pub fn extra_memory(backend: Backend, tp: usize, bytes: u64) -> u64 {
 }
 
 /// The rule's choice for a group of `tp` ranks at `bytes` bytes, counting each custom kernel's
-/// buffers as extra memory: the winner the plan refines around.
-pub fn winner(results: &BTreeMap<Backend, Timing>, tp: usize, bytes: u64) -> Option<Backend> {
+/// buffers as extra memory.
+pub fn rule_choice(results: &BTreeMap<Backend, Timing>, tp: usize, bytes: u64) -> Option<Backend> {
     choose(results, |b| extra_memory(b, tp, bytes))
+}
+
+/// The choice at each measured size of a group of `tp` ranks, as its profile would make it:
+/// the rule per size, then stable bands. The winner the plan refines around: a band edge
+/// that smoothing places between two sizes where the rule's choice is the same is as much a
+/// crossover as a change of the rule, and must be bisected as finely.
+pub fn winner(
+    cells: &BTreeMap<u64, BTreeMap<Backend, Timing>>,
+    tp: usize,
+) -> BTreeMap<u64, Backend> {
+    let ruled: Vec<(u64, Backend, &BTreeMap<Backend, Timing>)> = cells
+        .iter()
+        .filter_map(|(&bytes, r)| Some((bytes, rule_choice(r, tp, bytes)?, r)))
+        .collect();
+    let steps: Vec<bands::Step> = ruled
+        .iter()
+        .map(|&(bytes, rule, results)| bands::Step {
+            bytes,
+            rule,
+            results,
+        })
+        .collect();
+    ruled
+        .iter()
+        .map(|(bytes, ..)| *bytes)
+        .zip(bands::smooth(&steps))
+        .collect()
 }
 
 /// Where the choice changes between neighbouring buckets: the first bucket of each new choice.

@@ -7,9 +7,10 @@ use crate::allreduce::{Backend, Dtype};
 use crate::profile::Timing;
 use crate::topology::{PathClass, Topology};
 
-/// The rule that names the winner among the timings at one size, for a group of `tp` ranks
-/// at `bytes` bytes. The decision's rule, passed in so planning does not depend on deciding.
-pub type Winner = fn(&BTreeMap<Backend, Timing>, usize, u64) -> Option<Backend>;
+/// The decision's choice at each size of a group of `tp` ranks, given its timings per size
+/// (sizes where nothing can be chosen are left out). Passed in so planning does not depend on
+/// deciding.
+pub type Winner = fn(&BTreeMap<u64, BTreeMap<Backend, Timing>>, usize) -> BTreeMap<u64, Backend>;
 
 /// Default TP sizes: powers of two from 2 up to the GPU count.
 pub fn default_tp(gpus: usize) -> Vec<usize> {
@@ -28,6 +29,48 @@ pub fn size_grid(lo: u64, hi: u64) -> Vec<u64> {
     s.insert(lo);
     s.insert(hi);
     s.into_iter().collect()
+}
+
+/// The granularity of every size artune adds between grid points: whole elements, and at
+/// least 16 bytes per rank (and 256 in all) so each rank's share stays vector-aligned.
+pub fn alignment(tp: usize, dtype: Dtype) -> u64 {
+    (tp as u64 * 16).max(256).max(dtype.size())
+}
+
+/// Whether two sizes are within one refinement step of each other: 1/8 of the smaller, or
+/// one `align` unit where that is coarser. Bisection stops here, so crossovers are only
+/// known to this resolution.
+pub fn within_step(a: u64, b: u64, align: u64) -> bool {
+    let (lo, hi) = (a.min(b), a.max(b));
+    hi - lo <= (lo / 8).max(align)
+}
+
+/// The aligned size bisection puts between `a < b`, unless they are already within a step.
+fn split(a: u64, b: u64, align: u64) -> Option<u64> {
+    if within_step(a, b, align) {
+        return None;
+    }
+    let mid = (a + (b - a) / 2) / align * align;
+    (mid > a && mid < b).then_some(mid)
+}
+
+/// The reference grid: [`size_grid`] plus every size bisection could ever add between its
+/// points (7 per octave, aligned by `align`), so a tune on it needs no refinement and its
+/// crossovers are where a refined tune's should converge.
+pub fn fine_grid(lo: u64, hi: u64, align: u64) -> Vec<u64> {
+    fn fill(a: u64, b: u64, align: u64, out: &mut BTreeSet<u64>) {
+        if let Some(mid) = split(a, b, align) {
+            out.insert(mid);
+            fill(a, mid, align, out);
+            fill(mid, b, align, out);
+        }
+    }
+    let coarse = size_grid(lo, hi);
+    let mut out: BTreeSet<u64> = coarse.iter().copied().collect();
+    for w in coarse.windows(2) {
+        fill(w[0], w[1], align, &mut out);
+    }
+    out.into_iter().collect()
 }
 
 /// What sets a GPU subset apart: the multiset of pair path classes and how many switches,
@@ -165,8 +208,8 @@ pub fn placements(t: &Topology, tp: usize, max: usize) -> Vec<(Vec<usize>, Strin
     out
 }
 
-/// Sizes to measure next: midpoints where the winner changes between neighbouring sizes,
-/// until neighbours are within 1/8 of each other.
+/// Sizes to measure next: midpoints where the choice changes between neighbouring sizes,
+/// until neighbours are within one step ([`within_step`]) of each other.
 pub fn refine_points(
     cells: &BTreeMap<u64, BTreeMap<Backend, Timing>>,
     disqualified: &BTreeMap<Backend, String>,
@@ -174,26 +217,27 @@ pub fn refine_points(
     dtype: Dtype,
     winner: Winner,
 ) -> Vec<u64> {
-    let align = (tp as u64 * 16).max(256).max(dtype.size());
-    let winners: Vec<(u64, Option<Backend>)> = cells
+    let align = alignment(tp, dtype);
+    let eligible: BTreeMap<u64, BTreeMap<Backend, Timing>> = cells
         .iter()
         .map(|(&bytes, r)| {
-            let r: BTreeMap<Backend, Timing> = r
+            let r = r
                 .iter()
                 .filter(|(b, _)| !disqualified.contains_key(b))
                 .map(|(b, t)| (*b, *t))
                 .collect();
-            (bytes, winner(&r, tp, bytes))
+            (bytes, r)
         })
         .collect();
+    let chosen = winner(&eligible, tp);
+    let sizes: Vec<u64> = cells.keys().copied().collect();
     let mut out = Vec::new();
-    for w in winners.windows(2) {
-        let ((a, wa), (b, wb)) = (w[0], w[1]);
-        if wa == wb || b - a <= (a / 8).max(align) {
+    for w in sizes.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        if chosen.get(&a) == chosen.get(&b) {
             continue;
         }
-        let mid = (a + (b - a) / 2) / align * align;
-        if mid > a && mid < b && !cells.contains_key(&mid) {
+        if let Some(mid) = split(a, b, align).filter(|m| !cells.contains_key(m)) {
             out.push(mid);
         }
     }
@@ -259,6 +303,64 @@ mod tests {
         assert_eq!(default_tp(6), vec![2, 4]);
         assert_eq!(size_grid(1024, 8192), vec![1024, 2048, 4096, 8192]);
         assert_eq!(size_grid(1000, 3000), vec![1000, 1024, 2048, 3000]);
+    }
+
+    #[test]
+    fn the_fine_grid_is_every_size_bisection_can_reach() {
+        let g = fine_grid(1 << 20, 1 << 21, 256);
+        let eighth = (1u64 << 20) / 8;
+        assert_eq!(
+            g,
+            (0..=8).map(|i| (1 << 20) + i * eighth).collect::<Vec<_>>()
+        );
+        // Below 2 KiB an eighth is finer than the alignment: steps of 256 bytes.
+        assert_eq!(
+            fine_grid(1024, 2048, 256),
+            vec![1024, 1280, 1536, 1792, 2048]
+        );
+        assert_eq!(fine_grid(1024, 256 << 20, 256).len(), 19 + 18 * 7 - 4);
+        // Bisection with the winner changing at every size, for as many rounds as it takes,
+        // lands on the same grid.
+        let alternating = |sizes: &[u64]| -> BTreeMap<u64, BTreeMap<Backend, Timing>> {
+            sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &b)| {
+                    let (fast, slow) = if i % 2 == 0 {
+                        (Backend::Nccl, Backend::OneStagePull)
+                    } else {
+                        (Backend::OneStagePull, Backend::Nccl)
+                    };
+                    (b, [(fast, t(10.0, 0.1)), (slow, t(20.0, 0.1))].into())
+                })
+                .collect()
+        };
+        let mut sizes = size_grid(1024, 1 << 20);
+        loop {
+            let cells = alternating(&sizes);
+            let more = refine_points(
+                &cells,
+                &BTreeMap::new(),
+                8,
+                Dtype::Bf16,
+                crate::decide::winner,
+            );
+            if more.is_empty() {
+                break;
+            }
+            sizes.extend(more);
+            sizes.sort_unstable();
+        }
+        assert_eq!(sizes, fine_grid(1024, 1 << 20, alignment(8, Dtype::Bf16)));
+    }
+
+    #[test]
+    fn one_step_is_an_eighth_or_one_alignment_unit() {
+        assert!(within_step(1 << 20, (1 << 20) + (1 << 17), 256));
+        assert!(!within_step(1 << 20, (1 << 20) + (1 << 17) + 256, 256));
+        assert!(within_step((1 << 20) + (1 << 17), 1 << 20, 256));
+        assert!(within_step(1024, 1280, 256));
+        assert!(!within_step(1024, 1536, 256));
     }
 
     #[test]

@@ -179,7 +179,7 @@ pub fn run(
                         .filter(|k| ready.contains(k))
                         .collect();
                     let mut fresh = retime(fabric, &order, b.bytes, g.mode, h, cancel)?;
-                    let Some(mut now) = crate::decide::winner(&fresh, g.tp, b.bytes) else {
+                    let Some(mut now) = crate::decide::rule_choice(&fresh, g.tp, b.bytes) else {
                         continue;
                     };
                     let mut point = Point {
@@ -202,7 +202,7 @@ pub fn run(
                                 fresh.insert(k, t);
                             }
                         }
-                        if let Some(w) = crate::decide::winner(&fresh, g.tp, b.bytes) {
+                        if let Some(w) = crate::decide::rule_choice(&fresh, g.tp, b.bytes) {
                             now = w;
                         }
                         point.now = now;

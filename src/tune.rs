@@ -7,7 +7,7 @@ use crate::error::Error;
 use crate::fabric::{Backend, Dtype, Fabric, Mode};
 use crate::measure::{self, Harness, Plan, Progress};
 use crate::plan;
-use crate::profile::{Fingerprint, Profile, Settings, Versions, SCHEMA_VERSION};
+use crate::profile::{Fingerprint, Profile, Sampling, Settings, Versions, SCHEMA_VERSION};
 
 /// What to tune.
 #[derive(Debug, Clone)]
@@ -23,6 +23,10 @@ pub struct Options {
     pub contention: bool,
     /// GPU subsets tried per TP size (differing in topology class).
     pub placements_per_tp: usize,
+    /// Fast (the default) or the exhaustive reference a fast tune is judged against.
+    pub sampling: Sampling,
+    /// How the fast default samples. The exhaustive reference ignores it and samples with
+    /// [`exhaustive_harness`], so a reference is the same reference whoever asked for it.
     pub harness: Harness,
     /// Stops the run between measurements; [`run`] then returns [`Error::Interrupted`].
     pub cancel: Cancel,
@@ -42,6 +46,7 @@ impl Default for Options {
             seed: 1,
             contention: true,
             placements_per_tp: 3,
+            sampling: Sampling::Fast,
             harness: fast_harness(),
             cancel: Cancel::new(),
             startup_seconds: 0.0,
@@ -58,7 +63,37 @@ pub fn fast_harness() -> Harness {
     }
 }
 
+/// The reference sampling: every cell to its target (no racing), and no refinement rounds
+/// since [`plan::fine_grid`] already holds every size they could add.
+pub fn exhaustive_harness() -> Harness {
+    Harness {
+        refine_rounds: 0,
+        ..Harness::default()
+    }
+}
+
 impl Options {
+    /// The harness and size grid this sampling measures with, for these TP sizes.
+    fn sampling_plan(&self, tps: &[usize]) -> (Harness, Vec<u64>) {
+        match self.sampling {
+            Sampling::Fast => (
+                self.harness,
+                plan::size_grid(self.min_bytes, self.max_bytes),
+            ),
+            Sampling::Exhaustive => {
+                // One grid serves every group, so it is aligned for all of them.
+                let align = tps
+                    .iter()
+                    .map(|&tp| plan::alignment(tp, self.dtype))
+                    .fold(1, lcm);
+                (
+                    exhaustive_harness(),
+                    plan::fine_grid(self.min_bytes, self.max_bytes, align),
+                )
+            }
+        }
+    }
+
     /// Checks what can be checked before any hardware is touched: every size on the grid
     /// must be a whole number of elements, or the first measurement would fail mid-tune.
     pub fn check(&self) -> Result<(), Error> {
@@ -74,7 +109,8 @@ impl Options {
 
 /// Every size from `min_bytes` to `max_bytes` on the grid must be a whole number of `dtype`
 /// elements, or the first measurement would fail mid-tune. The grid is powers of two plus the
-/// two ends, and element sizes are powers of two, so checking the ends suffices.
+/// two ends, and element sizes are powers of two; sizes added between them are multiples of
+/// [`plan::alignment`], itself a multiple of the element size. So checking the ends suffices.
 pub fn check_sizes(min_bytes: u64, max_bytes: u64, dtype: Dtype) -> Result<(), Error> {
     let size = dtype.size();
     if min_bytes == 0 || min_bytes > max_bytes {
@@ -118,15 +154,16 @@ pub fn run(
     for &tp in &tps {
         groups.extend(plan::placements(&topology, tp, opts.placements_per_tp));
     }
+    let (harness, sizes) = opts.sampling_plan(&tps);
     let plan = Plan {
         groups,
         modes: opts.modes.clone(),
         dtype: opts.dtype,
-        sizes: plan::size_grid(opts.min_bytes, opts.max_bytes),
+        sizes,
         backends: Backend::ALL.to_vec(),
         seed: opts.seed,
         contention: opts.contention,
-        harness: opts.harness,
+        harness,
         cancel: opts.cancel.clone(),
         winner: decide::winner,
     };
@@ -179,7 +216,8 @@ pub fn run(
             modes: opts.modes.clone(),
             seed: Some(opts.seed),
             mem_budget_bytes: opts.mem_budget,
-            target_ci: opts.harness.target_ci,
+            target_ci: harness.target_ci,
+            sampling: opts.sampling,
             tuning_seconds: started.elapsed().as_secs_f64(),
             dtype: Some(opts.dtype),
             phases: Some(crate::profile::Phases {
@@ -198,6 +236,17 @@ pub fn run(
         return Err(Error::Interrupted);
     }
     Ok(profile)
+}
+
+fn lcm(a: u64, b: u64) -> u64 {
+    fn gcd(a: u64, b: u64) -> u64 {
+        if b == 0 {
+            a
+        } else {
+            gcd(b, a % b)
+        }
+    }
+    a / gcd(a, b) * b
 }
 
 /// A group where every backend failed or was waived has nothing to offer: that is a hardware

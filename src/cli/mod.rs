@@ -150,6 +150,15 @@ pub struct TuneArgs {
     /// Skip the contention probes.
     #[arg(long)]
     pub no_contention: bool,
+    /// The reference tune: every backend sampled to the 2% target at every size refinement
+    /// could reach (7 between powers of two), no racing. Slow; `compare` judges a fast tune
+    /// against it.
+    #[arg(long)]
+    pub exhaustive: bool,
+    /// Sample each backend until the 95% interval of its median is within ±PCT% of it
+    /// (0.1 to 20; default 2). Tighter costs time, looser risks choices on noise.
+    #[arg(long, value_name = "PCT")]
+    pub target_ci: Option<String>,
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,

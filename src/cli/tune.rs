@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use crate::cancel::Cancel;
 use crate::error::Error;
 use crate::measure::Progress;
-use crate::profile::Profile;
+use crate::profile::{Profile, Sampling};
 use crate::{report, tune, units};
 
 /// Parses `--tp 2,4,8` against the machine's GPU count.
@@ -46,6 +46,44 @@ fn cancel_on_signals(cancel: &Cancel) {
     }
 }
 
+/// Parses `--target-ci PCT` (a percentage, `2` or `2%`) into a fraction.
+pub fn parse_target_ci(text: &str) -> Result<f64, Error> {
+    let pct: f64 = text
+        .trim()
+        .trim_end_matches('%')
+        .trim()
+        .parse()
+        .ok()
+        .filter(|p: &f64| p.is_finite())
+        .ok_or_else(|| {
+            Error::bad_input(format!(
+                "--target-ci `{text}` is not a number; give the interval's half-width in percent, e.g. --target-ci 2"
+            ))
+        })?;
+    if !(0.1..=20.0).contains(&pct) {
+        return Err(Error::bad_input(format!(
+            "--target-ci {text} is outside 0.1%..20%; give the interval's half-width in percent, e.g. --target-ci 2"
+        )));
+    }
+    Ok(pct / 100.0)
+}
+
+/// The sampling asked for, or why the flags contradict each other.
+fn sampling(a: &TuneArgs) -> Result<(Sampling, Option<f64>), Error> {
+    let target = a.target_ci.as_deref().map(parse_target_ci).transpose()?;
+    if a.exhaustive && target.is_some() {
+        return Err(Error::bad_input(
+            "--exhaustive samples every backend to the reference 2% target, so --target-ci cannot change it; drop one of them",
+        ));
+    }
+    let s = if a.exhaustive {
+        Sampling::Exhaustive
+    } else {
+        Sampling::Fast
+    };
+    Ok((s, target))
+}
+
 fn options(a: &TuneArgs, gpus: usize, cancel: Cancel) -> Result<tune::Options, Error> {
     let (min_bytes, max_bytes) = units::parse_range(&a.sizes)?;
     if max_bytes > crate::profile::LIMITS.message_bytes {
@@ -63,8 +101,15 @@ fn options(a: &TuneArgs, gpus: usize, cancel: Cancel) -> Result<tune::Options, E
         .as_deref()
         .map(units::parse_bytes)
         .transpose()?;
+    let (sampling, target_ci) = sampling(a)?;
+    let mut harness = tune::fast_harness();
+    if let Some(t) = target_ci {
+        harness.target_ci = t;
+    }
     Ok(tune::Options {
         tp,
+        sampling,
+        harness,
         min_bytes,
         max_bytes,
         modes: a.mode.modes(),
@@ -111,6 +156,7 @@ pub fn run(mut a: TuneArgs) -> Result<i32, Error> {
     if let Some(b) = &a.mem_budget {
         units::parse_bytes(b)?;
     }
+    sampling(&a)?;
     let faults = super::sim_faults(a.sim_faults.as_deref(), &a.source)?;
     crate::profile::check_writable(&a.out)?;
     let cancel = Cancel::new();
@@ -189,7 +235,17 @@ pub fn show(a: ShowArgs) -> Result<i32, Error> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_tp;
+    use super::{parse_target_ci, parse_tp};
+
+    #[test]
+    fn target_ci_is_a_percentage_within_bounds() {
+        assert_eq!(parse_target_ci("2").unwrap(), 0.02);
+        assert_eq!(parse_target_ci("0.5%").unwrap(), 0.005);
+        assert_eq!(parse_target_ci("20").unwrap(), 0.2);
+        for bad in ["0.05", "25", "-1", "x", "nan", "inf"] {
+            assert!(parse_target_ci(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn tp_sizes_parse_against_the_gpu_count() {

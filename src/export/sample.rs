@@ -51,7 +51,7 @@ fn group(gpus: Vec<usize>, mode: Mode, sizes: &[u64]) -> GroupProfile {
                         .map(|(lat, gbps)| (b, timing(lat + eager + bytes as f64 / (gbps * 1e3))))
                 })
                 .collect();
-            let choice = crate::decide::winner(&results, tp, bytes).unwrap_or(Backend::Nccl);
+            let choice = crate::decide::rule_choice(&results, tp, bytes).unwrap_or(Backend::Nccl);
             let nccl_choice = crate::decide::nccl_choice(&results);
             let waived = Backend::ALL
                 .into_iter()

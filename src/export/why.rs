@@ -92,7 +92,7 @@ pub fn explain(p: &Profile, tp: usize, mode: Mode, bytes: u64) -> Result<Why, Er
         .filter(|(k, _)| !b.waived.contains_key(k))
         .map(|(k, t)| (*k, *t))
         .collect();
-    let rule_choice = crate::decide::winner(&eligible, tp, b.bytes).unwrap_or(b.choice);
+    let rule_choice = crate::decide::rule_choice(&eligible, tp, b.bytes).unwrap_or(b.choice);
     let chosen_us = median(b, b.choice).unwrap_or(f64::NAN);
     let mut rows: Vec<Row> = b
         .results

@@ -181,6 +181,9 @@ pub struct Settings {
     pub mem_budget_bytes: Option<u64>,
     /// Target half-width of the median's 95% CI, relative to the median.
     pub target_ci: f64,
+    /// How the cells were sampled; profiles from before the reference mode are `fast`.
+    #[serde(default)]
+    pub sampling: Sampling,
     /// Wall-clock seconds the tune took.
     #[serde(default)]
     pub tuning_seconds: f64,
@@ -190,6 +193,28 @@ pub struct Settings {
     /// Where the tuning time went, so a user can see what a faster tune would have to cut.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phases: Option<Phases>,
+}
+
+/// How a tune samples: what `compare` needs to know to treat a profile as the reference.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Sampling {
+    /// The default: powers of two refined by bisection where the winner changes, and a cell
+    /// clearly slower than the fastest at its size stops sampling (racing).
+    #[default]
+    Fast,
+    /// The reference (`--exhaustive`): every cell sampled to its target, at every size
+    /// refinement could reach, with no refinement rounds.
+    Exhaustive,
+}
+
+impl Sampling {
+    pub fn id(self) -> &'static str {
+        match self {
+            Sampling::Fast => "fast",
+            Sampling::Exhaustive => "exhaustive",
+        }
+    }
 }
 
 /// Wall-clock seconds per phase of a tune.

@@ -8,7 +8,7 @@ use std::fmt::Write;
 use serde::Serialize;
 
 use crate::allreduce::{Backend, Direction};
-use crate::profile::{Bucket, GroupProfile, Profile};
+use crate::profile::{Bucket, GroupProfile, Profile, Sampling};
 use crate::units::fmt_bytes;
 
 pub use plot::plots;
@@ -121,6 +121,27 @@ fn fmt_gpus(gpus: &[usize]) -> String {
     }
 }
 
+/// How the cells were sampled, in words.
+fn sampling(s: &crate::profile::Settings) -> String {
+    let how = match s.sampling {
+        Sampling::Fast => {
+            "powers of two refined where the winner changes, clearly slower backends stop early"
+        }
+        Sampling::Exhaustive => {
+            "the reference: every size refinement could reach, every backend sampled to its target"
+        }
+    };
+    if s.target_ci > 0.0 {
+        format!(
+            "{} (±{}% interval target; {how})",
+            s.sampling.id(),
+            s.target_ci * 100.0
+        )
+    } else {
+        format!("{} ({how})", s.sampling.id())
+    }
+}
+
 /// The header lines: what measured it, when, for which machine.
 fn header(p: &Profile, out: &mut String) {
     if p.simulated {
@@ -151,6 +172,7 @@ fn header(p: &Profile, out: &mut String) {
     for a in &p.assumed {
         let _ = writeln!(out, "assumed (the topology does not state it): {a}");
     }
+    let _ = writeln!(out, "sampling: {}", sampling(&p.settings));
     if p.settings.tuning_seconds > 0.0 {
         let _ = writeln!(out, "tuning took {:.2} s", p.settings.tuning_seconds);
     }
@@ -289,6 +311,7 @@ pub fn summary_json(p: &Profile) -> serde_json::Value {
     serde_json::json!({
         "simulated": p.simulated, "fabric": p.fabric, "created": p.created,
         "fingerprint": p.fingerprint, "versions": p.versions,
+        "sampling": p.settings.sampling, "target_ci": p.settings.target_ci,
         "tuning_seconds": p.settings.tuning_seconds, "phases": p.settings.phases,
         "assumed": p.assumed, "groups": groups, "faults": p.faults,
     })
@@ -310,6 +333,16 @@ mod tests {
         assert!(s.contains("forcing one_stage_pull: 1.50x slower"), "{s}");
         assert!(s.contains("one_stage_pull → nccl at 16K"), "{s}");
         assert!(!s.contains("assumed"), "{s}");
+        assert!(s.contains("sampling: fast (powers of two"), "{s}");
+        let mut p = p.clone();
+        p.settings.target_ci = 0.02;
+        let s = summary(&p);
+        assert!(s.contains("sampling: fast (±2% interval target;"), "{s}");
+        assert_eq!(summary_json(&p)["sampling"], "fast");
+        let mut e = p.clone();
+        e.settings.sampling = Sampling::Exhaustive;
+        assert!(summary(&e).contains("sampling: exhaustive (±2%"));
+        assert_eq!(summary_json(&e)["sampling"], "exhaustive");
     }
 
     #[test]
