@@ -1,0 +1,260 @@
+//! Coordinator side of preparing a group: which worker owns and launches which rank, the
+//! worker sets each backend needs, what is waived and why, and releasing the group again.
+
+use std::collections::BTreeMap;
+
+use super::processes::{trouble_to_device, Trouble};
+use super::waivers::{ll128_waiver, unlike};
+use super::CudaFabric;
+use crate::fabric::cuda::driver::DeviceFacts;
+use crate::fabric::cuda::kernels::MAX_RANKS;
+use crate::fabric::cuda::nccl;
+use crate::fabric::cuda::protocol::{Launch, Req, Shape};
+use crate::fabric::{memory, Backend, FabricError, Group, Mode, NcclAlgo, NcclProto, Readiness};
+
+/// Testing only: `one` makes the first worker of a loopback group own every rank's buffers
+/// (no IPC between processes), to compare with IPC-shared buffers.
+const ENV_LOOPBACK_OWNERS: &str = "ARTUNE_LOOPBACK_OWNERS";
+/// NCCL channels assumed for the memory model (NCCL does not report its channel count).
+const MODEL_NCCL_CHANNELS: u32 = 2;
+
+/// Who owns, launches and runs NCCL for each rank of the prepared group.
+#[derive(Debug, Clone)]
+pub(super) struct Plan {
+    pub(super) group: Group,
+    /// Worker index owning each rank.
+    pub(super) owners: Vec<usize>,
+    /// Launching workers and their ranks.
+    pub(super) launchers: Vec<(usize, Launch)>,
+    /// NCCL ranks: (worker, rank); NCCL runs one rank per GPU.
+    pub(super) nccl: Vec<(usize, usize)>,
+    /// Backends still usable, and which set runs each.
+    pub(super) ready: Vec<(Backend, usize)>,
+    /// Why custom kernels and probes are waived on this group (a pair without working P2P).
+    pub(super) no_p2p: Option<String>,
+    /// (backend, bytes, mode) verified in that mode before its first timing.
+    pub(super) verified: std::collections::HashSet<(Backend, u64, Mode)>,
+}
+
+pub(super) fn not_prepared() -> FabricError {
+    FabricError::BadRequest("no group is prepared; call prepare first".into())
+}
+
+impl CudaFabric {
+    fn plan_for(&self, group: &Group) -> Result<Plan, FabricError> {
+        let mut owners = Vec::new();
+        for &i in &group.gpus {
+            match self.map.get(i) {
+                Some(Some(w)) => owners.push(*w),
+                Some(None) => {
+                    return Err(FabricError::BadRequest(format!(
+                    "GPU {i} of the topology is not visible to CUDA (check CUDA_VISIBLE_DEVICES)"
+                )))
+                }
+                None => {
+                    return Err(FabricError::BadRequest(format!(
+                        "GPU {i} does not exist; this machine has {} GPUs",
+                        self.topo.gpu_count()
+                    )))
+                }
+            }
+        }
+        let n = owners.len();
+        if self.loopback.is_some() && std::env::var(ENV_LOOPBACK_OWNERS).is_ok_and(|v| v == "one") {
+            owners = vec![owners[0]; n];
+        }
+        let (launchers, nccl) = if self.loopback.is_some() && !self.launch_each {
+            (
+                vec![(owners[0], Launch { base: 0, count: n })],
+                vec![(owners[0], 0)],
+            )
+        } else if self.loopback.is_some() {
+            let l = (0..n)
+                .map(|r| (owners[r], Launch { base: r, count: 1 }))
+                .collect();
+            (l, vec![(owners[0], 0)])
+        } else {
+            let l = (0..n)
+                .map(|r| (owners[r], Launch { base: r, count: 1 }))
+                .collect();
+            (l, (0..n).map(|r| (owners[r], r)).collect())
+        };
+        Ok(Plan {
+            group: group.clone(),
+            owners,
+            launchers,
+            nccl,
+            ready: Vec::new(),
+            no_p2p: None,
+            verified: Default::default(),
+        })
+    }
+
+    /// Sets `backends` up on `group` through the workers (see
+    /// [`Fabric::prepare`](crate::fabric::Fabric::prepare)).
+    pub(super) fn setup(
+        &mut self,
+        group: &Group,
+        backends: &[Backend],
+    ) -> Result<Vec<Readiness>, FabricError> {
+        let mut plan = self.plan_for(group)?;
+        let n = plan.owners.len();
+        let shape = Shape {
+            n,
+            dtype: group.dtype,
+            max_bytes: group.max_bytes,
+        };
+        let mut waived: BTreeMap<Backend, String> = BTreeMap::new();
+        for &b in backends {
+            if b.is_custom() && n > MAX_RANKS {
+                waived.insert(
+                    b,
+                    format!("custom kernels support at most {MAX_RANKS} ranks; this group has {n}"),
+                );
+            } else if b.is_nccl() {
+                if let Err(e) = nccl::library() {
+                    waived.insert(b, e);
+                } else if self.loopback.is_some() && b.nccl_pin().is_some() {
+                    waived.insert(
+                        b,
+                        "loopback runs NCCL with one rank, which only copies locally and uses no \
+                         algorithm or protocol, so pinning NCCL_ALGO/NCCL_PROTO measures nothing \
+                         different from `nccl`"
+                            .into(),
+                    );
+                } else if let Some(why) = ll128_waiver(b, &self.topo, &group.gpus) {
+                    waived.insert(b, why);
+                }
+            }
+        }
+        let launching: Vec<&DeviceFacts> = plan
+            .launchers
+            .iter()
+            .map(|(w, _)| &self.sets[0].workers[*w].facts)
+            .collect();
+        if let Some(why) = unlike(&launching) {
+            for &b in backends.iter().filter(|b| b.is_custom()) {
+                waived.entry(b).or_insert_with(|| why.clone());
+            }
+        }
+        let custom: Vec<Backend> = backends
+            .iter()
+            .copied()
+            .filter(|b| b.is_custom() && !waived.contains_key(b))
+            .collect();
+        let pins: Vec<Option<(NcclAlgo, NcclProto)>> = {
+            let mut v = vec![None];
+            for b in backends
+                .iter()
+                .filter(|b| b.is_nccl() && !waived.contains_key(b))
+            {
+                if !v.contains(&b.nccl_pin()) {
+                    v.push(b.nccl_pin());
+                }
+            }
+            v
+        };
+        let mut memory: BTreeMap<Backend, u64> = BTreeMap::new();
+        for pin in pins {
+            let set = match self.sets.iter().position(|s| s.pin == pin) {
+                Some(s) => s,
+                None => {
+                    let s = self.start_set(pin)?;
+                    self.sets.push(s);
+                    self.sets.len() - 1
+                }
+            };
+            let custom_here = if pin.is_none() {
+                custom.clone()
+            } else {
+                Vec::new()
+            };
+            let t = std::time::Instant::now();
+            self.connect_set(
+                set,
+                &mut plan,
+                shape,
+                &custom_here,
+                &mut waived,
+                &mut memory,
+            )
+            .map_err(trouble_to_device)?;
+            tracing::info!(
+                "GPUs {:?}: buffers of {} custom backends set up and connected in {:.2} s",
+                group.gpus,
+                custom_here.len(),
+                t.elapsed().as_secs_f64()
+            );
+            let here: Vec<Backend> = backends
+                .iter()
+                .copied()
+                .filter(|b| b.is_nccl() && b.nccl_pin() == pin && !waived.contains_key(b))
+                .collect();
+            for b in here {
+                let t = std::time::Instant::now();
+                let r = self.nccl_init(set, &plan, b).map_err(trouble_to_device)?;
+                tracing::info!(
+                    "GPUs {:?}: {b} set up in {:.2} s",
+                    group.gpus,
+                    t.elapsed().as_secs_f64()
+                );
+                match r {
+                    Ok(bytes) => {
+                        memory.insert(b, bytes);
+                        plan.ready.push((b, set));
+                    }
+                    Err(e) => {
+                        waived.insert(b, e);
+                    }
+                }
+            }
+        }
+        for &b in &custom {
+            if !waived.contains_key(&b) {
+                plan.ready.push((b, 0));
+            }
+        }
+        self.plan = Some(plan);
+        Ok(backends
+            .iter()
+            .map(|&b| match (waived.get(&b), memory.get(&b)) {
+                (Some(reason), _) => Readiness::Waived {
+                    backend: b,
+                    reason: reason.clone(),
+                },
+                (None, Some(&bytes)) => Readiness::Ready {
+                    backend: b,
+                    memory: crate::fabric::MemoryCost {
+                        bytes_per_gpu: bytes,
+                        measured: true,
+                        modelled_bytes_per_gpu: memory::modelled(
+                            b,
+                            n,
+                            group.max_bytes,
+                            MODEL_NCCL_CHANNELS,
+                        ),
+                    },
+                },
+                (None, None) => Readiness::Waived {
+                    backend: b,
+                    reason: "it was not set up".into(),
+                },
+            })
+            .collect())
+    }
+
+    pub(super) fn release_inner(&mut self) -> Result<(), Trouble> {
+        self.plan = None;
+        self.probe_bytes = 0;
+        // Every opened handle is closed before any owner frees what it names.
+        for req in [Req::Disconnect, Req::Release] {
+            for set in 0..self.sets.len() {
+                let reqs = (0..self.sets[set].workers.len())
+                    .map(|w| (w, req.clone()))
+                    .collect();
+                self.exchange(set, reqs, self.limit(0, 1))?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,182 @@
+//! Coordinator side of measuring a prepared backend: which workers run it, verification (and
+//! the check before its first timing), a copy timing, and what to do when a request goes wrong:
+//! fail the backend, or replace its workers.
+
+use super::group::not_prepared;
+use super::processes::{trouble_to_device, unexpected, Trouble};
+use super::CudaFabric;
+use crate::fabric::cuda::protocol::{Req, Resp};
+use crate::fabric::{Backend, FabricError, Mode, Verification};
+
+/// Calls in a row each backend is verified with in each mode before its first timing.
+const CALLS_VERIFIED: u32 = 8;
+
+impl CudaFabric {
+    /// The set running `backend` in the prepared group, and the workers it runs on.
+    pub(super) fn targets(&self, backend: Backend) -> Result<(usize, Vec<usize>), FabricError> {
+        let p = self.plan.as_ref().ok_or_else(not_prepared)?;
+        let set = p
+            .ready
+            .iter()
+            .find(|(b, _)| *b == backend)
+            .map(|(_, s)| *s)
+            .ok_or_else(|| {
+                FabricError::BadRequest(format!(
+                    "backend {backend} was not prepared (or was waived) for this group"
+                ))
+            })?;
+        let ws = if backend.is_custom() {
+            p.launchers.iter().map(|(w, _)| *w).collect()
+        } else {
+            p.nccl.iter().map(|(w, _)| *w).collect()
+        };
+        Ok((set, ws))
+    }
+
+    /// Runs `op` for `backend`; on a worker that hung, died or whose GPU is stuck, replaces
+    /// every worker, sets the group up again without the backend and fails the backend.
+    pub(super) fn backend_op<T>(
+        &mut self,
+        backend: Backend,
+        op: impl FnOnce(&mut Self) -> Result<T, Trouble>,
+    ) -> Result<T, FabricError> {
+        match op(self) {
+            Ok(v) => Ok(v),
+            Err(Trouble::Fabric(e)) => {
+                if e.backend_local() {
+                    self.drop_backend(backend)?;
+                }
+                Err(e)
+            }
+            Err(Trouble::Restart(why)) => {
+                self.restart(Some(backend))?;
+                Err(FabricError::Backend {
+                    backend,
+                    reason: format!(
+                        "{why}; its workers were killed and fresh ones set the group up again"
+                    ),
+                })
+            }
+        }
+    }
+
+    /// Tells every worker running `backend` to abort and forget it.
+    fn drop_backend(&mut self, backend: Backend) -> Result<(), FabricError> {
+        let Ok((set, ws)) = self.targets(backend) else {
+            return Ok(());
+        };
+        if let Some(p) = &mut self.plan {
+            p.ready.retain(|(b, _)| *b != backend);
+        }
+        let reqs = ws.into_iter().map(|w| (w, Req::Drop { backend })).collect();
+        match self.exchange(set, reqs, self.limit(0, 1)) {
+            Ok(_) | Err(Trouble::Fabric(_)) => Ok(()),
+            Err(Trouble::Restart(_)) => self.restart(None),
+        }
+    }
+
+    /// Like [`Fabric::verify`](crate::fabric::Fabric::verify), but `calls` calls in a row, eagerly
+    /// or captured in one CUDA graph: verification of each mode a backend is timed in, on the same
+    /// buffers.
+    pub fn verify_with(
+        &mut self,
+        backend: Backend,
+        bytes: u64,
+        seed: u64,
+        mode: Mode,
+        calls: u32,
+    ) -> Result<Verification, FabricError> {
+        let (set, ws) = self.targets(backend)?;
+        let limit = self.limit(bytes, 2 * calls.max(1) + 2);
+        self.backend_op(backend, |f| {
+            let stage = ws
+                .iter()
+                .map(|&w| {
+                    (
+                        w,
+                        Req::Stage {
+                            backend,
+                            bytes,
+                            seed,
+                        },
+                    )
+                })
+                .collect();
+            f.exchange(set, stage, limit)?;
+            let check = ws
+                .iter()
+                .map(|&w| {
+                    (
+                        w,
+                        Req::Check {
+                            backend,
+                            bytes,
+                            seed,
+                            mode,
+                            calls,
+                        },
+                    )
+                })
+                .collect();
+            for r in f.exchange(set, check, limit)? {
+                match r {
+                    Resp::Checked(None) => {}
+                    Resp::Checked(Some(reason)) => return Ok(Verification::Wrong { reason }),
+                    other => return Err(unexpected(other)),
+                }
+            }
+            Ok(Verification::Correct)
+        })
+    }
+
+    /// Before the first timing of `backend` at `bytes` in `mode`: verifies it in that mode,
+    /// [`CALLS_VERIFIED`] calls in a row on the same buffers (one graph of them in graph mode),
+    /// so what is timed is what was checked. A wrong result fails the backend.
+    pub(super) fn verify_timed(
+        &mut self,
+        backend: Backend,
+        bytes: u64,
+        mode: Mode,
+    ) -> Result<(), FabricError> {
+        let key = (backend, bytes, mode);
+        let p = self.plan.as_ref().ok_or_else(not_prepared)?;
+        if p.verified.contains(&key) {
+            return Ok(());
+        }
+        let seed = 0x7e57 ^ bytes.rotate_left(17) ^ (backend as u64) << 40 ^ (mode as u64) << 48;
+        match self.verify_with(backend, bytes, seed, mode, CALLS_VERIFIED)? {
+            Verification::Correct => {
+                if let Some(p) = &mut self.plan {
+                    p.verified.insert(key);
+                }
+                Ok(())
+            }
+            Verification::Wrong { reason } => {
+                self.drop_backend(backend)?;
+                Err(FabricError::Backend {
+                    backend,
+                    reason: format!("wrong result before timing: {reason}"),
+                })
+            }
+        }
+    }
+
+    /// Microseconds per device-to-device copy of `bytes` on GPU 0, `batch` copies per sample.
+    pub fn time_copy(
+        &mut self,
+        bytes: u64,
+        batch: u32,
+        samples: u32,
+    ) -> Result<Vec<f64>, FabricError> {
+        let limit = self.limit(bytes, batch.max(1) * samples.max(1) + 2);
+        let req = Req::Copy {
+            bytes,
+            batch,
+            samples,
+        };
+        match self.one(0, 0, req, limit).map_err(trouble_to_device)? {
+            Resp::Times(t) => Ok(t),
+            other => Err(trouble_to_device(unexpected(other))),
+        }
+    }
+}

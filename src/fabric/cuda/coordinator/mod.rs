@@ -1,0 +1,357 @@
+//! The coordinator: plans which worker owns and launches which rank, drives the workers
+//! through setup, verification, timing and probes, and recovers from workers that hang, die or
+//! talk nonsense (kill them all, start fresh ones, set the group up again without the backend
+//! that failed, go on).
+
+mod connect;
+mod contention;
+mod group;
+mod measure;
+mod processes;
+mod waivers;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use self::group::{not_prepared, Plan};
+use self::processes::{start_set, unexpected, Set, Trouble};
+use super::driver::DeviceFacts;
+use super::kernels::MAX_RANKS;
+use super::protocol::{Req, Resp};
+use super::topo::{self, LinkReading};
+use super::watchdog::Deadline;
+use super::{nccl_version, NO_GPU};
+use crate::fabric::{
+    Backend, Direction, Fabric, FabricError, FabricInfo, Group, Mode, ProbeSample, Readiness,
+    Verification,
+};
+use crate::topology::Topology;
+
+/// Names the program workers run: the artune binary (`ARTUNE_WORKER_BIN`, else this process).
+const ENV_WORKER_BIN: &str = "ARTUNE_WORKER_BIN";
+/// Testing only: `each` makes every loopback worker launch its own rank, as on a real machine
+/// (kernels of different processes then share the GPU by time slices: correct, not fast).
+const ENV_LOOPBACK_LAUNCH: &str = "ARTUNE_LOOPBACK_LAUNCH";
+
+pub struct CudaFabric {
+    program: PathBuf,
+    loopback: Option<usize>,
+    launch_each: bool,
+    /// CUDA ordinal and CPU list of each worker of a set.
+    slots: Vec<(usize, Option<String>)>,
+    sets: Vec<Set>,
+    topo: Topology,
+    /// Topology GPU index -> worker index.
+    map: Vec<Option<usize>>,
+    info: FabricInfo,
+    plan: Option<Plan>,
+    probe_bytes: u64,
+    epoch: u32,
+    links: Vec<LinkReading>,
+    kernels: Option<Result<String, String>>,
+    deadline: Deadline,
+}
+
+impl Drop for CudaFabric {
+    fn drop(&mut self) {
+        for s in &mut self.sets {
+            for w in &mut s.workers {
+                w.link.shutdown(Duration::from_secs(10));
+            }
+        }
+    }
+}
+
+/// The worker program: `ARTUNE_WORKER_BIN`, else this executable.
+fn worker_program() -> Result<PathBuf, FabricError> {
+    if let Some(p) = std::env::var_os(ENV_WORKER_BIN).filter(|p| !p.is_empty()) {
+        return Ok(PathBuf::from(p));
+    }
+    std::env::current_exe().map_err(|e| {
+        FabricError::Device(format!(
+            "cannot find the artune executable to start GPU workers ({e}); set {ENV_WORKER_BIN}"
+        ))
+    })
+}
+
+impl CudaFabric {
+    /// Starts one worker per GPU CUDA can see, or with `Some(k)` k workers on GPU 0.
+    pub fn open(loopback: Option<usize>) -> Result<CudaFabric, FabricError> {
+        CudaFabric::open_with(loopback, worker_program()?)
+    }
+
+    /// [`CudaFabric::open`] with workers running `program` (tests pass the artune binary).
+    pub fn open_with(loopback: Option<usize>, program: PathBuf) -> Result<CudaFabric, FabricError> {
+        if let Some(k) = loopback {
+            if !(2..=MAX_RANKS).contains(&k) {
+                return Err(FabricError::BadRequest(format!(
+                    "--loopback {k} is out of range; give between 2 and {MAX_RANKS} virtual ranks"
+                )));
+            }
+        }
+        if !super::driver::driver_present() {
+            return Err(FabricError::BadRequest(format!(
+                "no NVIDIA driver (libcuda.so) was found on this machine; {NO_GPU}"
+            )));
+        }
+        let started = std::time::Instant::now();
+        let visible = super::driver::visible_bus_ids().map_err(|e| {
+            FabricError::Device(format!("the CUDA driver could not start ({e}); {NO_GPU}"))
+        })?;
+        if visible.is_empty() {
+            return Err(FabricError::BadRequest(format!(
+                "the CUDA driver sees no GPU; {NO_GPU}"
+            )));
+        }
+        let nvml = match loopback {
+            Some(_) => None,
+            None => Some(crate::topology::discover(nccl_version()).map(|mut t| {
+                t.notes.extend(topo::hidden_gpu_notes(&t));
+                t
+            })),
+        };
+        let slots: Vec<(usize, Option<String>)> = match (&loopback, &nvml) {
+            (Some(k), _) => vec![(0, None); *k],
+            (None, Some(Ok(t))) => (0..visible.len())
+                .map(|o| {
+                    let cpus = t
+                        .gpus
+                        .iter()
+                        .find(|g| {
+                            g.bus_id
+                                .as_deref()
+                                .is_some_and(|b| topo::same_bus(b, &visible[o]))
+                        })
+                        .and_then(|g| g.cpu_affinity.clone());
+                    (o, cpus)
+                })
+                .collect(),
+            _ => (0..visible.len()).map(|o| (o, None)).collect(),
+        };
+        let mut info = FabricInfo {
+            simulated: false,
+            description: String::new(),
+            driver: topo::driver_version(),
+            cuda: super::driver::cuda_version().ok(),
+            nccl: nccl_version(),
+        };
+        tracing::info!(
+            "CUDA driver: {} GPU(s) visible after {:.2} s",
+            visible.len(),
+            started.elapsed().as_secs_f64()
+        );
+        let main = start_set(&program, &slots, loopback.is_some(), None)?;
+        tracing::info!(
+            "{} workers up after {:.2} s",
+            slots.len(),
+            started.elapsed().as_secs_f64()
+        );
+        let facts: Vec<DeviceFacts> = main.workers.iter().map(|w| w.facts.clone()).collect();
+        let host = topo::host(info.cuda.clone(), info.nccl.clone());
+        let (t, map) = match (loopback, nvml) {
+            (Some(k), _) => (
+                topo::loopback(k, &facts[0], host).map_err(FabricError::Device)?,
+                (0..k).map(Some).collect(),
+            ),
+            (None, Some(Ok(mut t))) => {
+                t.host = host;
+                let map = topo::visible(&mut t, &facts);
+                (t, map)
+            }
+            (None, other) => {
+                let why = match other {
+                    Some(Err(e)) => e.to_string(),
+                    _ => "NVML was not asked".into(),
+                };
+                let p2p = super::driver::p2p_matrix(facts.len());
+                (
+                    topo::from_cuda(&facts, &p2p, host, &why).map_err(FabricError::Device)?,
+                    (0..facts.len()).map(Some).collect(),
+                )
+            }
+        };
+        info.description = match loopback {
+            Some(k) => format!(
+                "CUDA loopback: {k} virtual ranks in {k} worker processes on 1 x {}; NCCL with 1 rank{}",
+                facts[0].name,
+                if info.nccl.is_some() { "" } else { " (NCCL not found)" }
+            ),
+            None => format!(
+                "CUDA {}, {} x {} (one worker process per GPU)",
+                info.cuda.as_deref().unwrap_or("?"),
+                facts.len(),
+                names(&facts)
+            ),
+        };
+        Ok(CudaFabric {
+            program,
+            loopback,
+            launch_each: std::env::var(ENV_LOOPBACK_LAUNCH).is_ok_and(|v| v == "each"),
+            slots,
+            sets: vec![main],
+            topo: t,
+            map,
+            info,
+            plan: None,
+            probe_bytes: 0,
+            epoch: 0,
+            links: Vec::new(),
+            kernels: None,
+            deadline: Deadline::from_env(),
+        })
+    }
+
+    /// What NVRTC compiled for, e.g. "--gpu-architecture=sm_90" (or why it could not).
+    pub fn kernel_target(&self) -> Result<String, String> {
+        self.kernels
+            .clone()
+            .unwrap_or_else(|| Err("no group has been prepared yet".into()))
+    }
+
+    /// Sets the deadline of one GPU operation for later groups' coordinator waits (workers
+    /// read theirs from `ARTUNE_GPU_DEADLINE_MS`).
+    pub fn set_op_deadline(&mut self, d: Deadline) {
+        self.deadline = d;
+    }
+
+    /// Testing only: every loopback worker launches its own rank, as on a real machine.
+    pub fn set_launch_each(&mut self, on: bool) {
+        self.launch_each = on;
+    }
+
+    pub fn gpu_count(&self) -> usize {
+        self.topo.gpu_count()
+    }
+
+    pub fn is_loopback(&self) -> bool {
+        self.loopback.is_some()
+    }
+
+    /// Process ids of the workers, for tests that check none is left behind.
+    pub fn worker_pids(&self) -> Vec<u32> {
+        self.sets
+            .iter()
+            .flat_map(|s| s.workers.iter().map(|w| w.link.pid()))
+            .collect()
+    }
+}
+
+fn names(facts: &[DeviceFacts]) -> String {
+    let mut v: Vec<&str> = facts.iter().map(|g| g.name.as_str()).collect();
+    v.dedup();
+    v.join(" + ")
+}
+
+impl Fabric for CudaFabric {
+    fn info(&self) -> FabricInfo {
+        self.info.clone()
+    }
+
+    fn topology(&self) -> &Topology {
+        &self.topo
+    }
+
+    fn prepare(
+        &mut self,
+        group: &Group,
+        backends: &[Backend],
+    ) -> Result<Vec<Readiness>, FabricError> {
+        self.release()?;
+        self.record_links_under_load();
+        group.check(self.topo.gpu_count())?;
+        self.setup(group, backends)
+    }
+
+    fn verify(
+        &mut self,
+        backend: Backend,
+        bytes: u64,
+        seed: u64,
+    ) -> Result<Verification, FabricError> {
+        self.verify_with(backend, bytes, seed, Mode::Eager, 1)
+    }
+
+    fn time(
+        &mut self,
+        backend: Backend,
+        bytes: u64,
+        mode: Mode,
+        batch: u32,
+        samples: u32,
+    ) -> Result<Vec<f64>, FabricError> {
+        self.verify_timed(backend, bytes, mode)?;
+        let (set, ws) = self.targets(backend)?;
+        let rendezvous = ws.len() > 1;
+        let calls = batch.max(1) * (samples.max(1) + 1) + samples + 3;
+        let limit = self.limit(bytes, calls);
+        self.backend_op(backend, |f| {
+            let req = Req::Time {
+                backend,
+                bytes,
+                mode,
+                batch,
+                samples,
+                rendezvous,
+            };
+            let reqs = ws.iter().map(|&w| (w, req.clone())).collect();
+            let mut per: Vec<Vec<f64>> = Vec::new();
+            for r in f.exchange(set, reqs, limit)? {
+                match r {
+                    Resp::Times(t) => per.push(t),
+                    other => return Err(unexpected(other)),
+                }
+            }
+            // The collective takes as long as its slowest rank.
+            Ok((0..samples as usize)
+                .map(|s| {
+                    per.iter()
+                        .filter_map(|v| v.get(s))
+                        .fold(0.0f64, |a, &b| a.max(b))
+                })
+                .collect())
+        })
+    }
+
+    fn probe(
+        &mut self,
+        direction: Direction,
+        peers: usize,
+        bytes: u64,
+    ) -> Result<ProbeSample, FabricError> {
+        let p = self.plan.as_ref().ok_or_else(not_prepared)?;
+        let n = p.owners.len();
+        if peers == 0 || peers >= n {
+            return Err(FabricError::BadRequest(format!(
+                "a probe needs between 1 and {} peers in a group of {n}",
+                n - 1
+            )));
+        }
+        if let Some(why) = &p.no_p2p {
+            return Err(FabricError::Waived(why.clone()));
+        }
+        let want = bytes.max(16).div_ceil(16) * 16;
+        self.probe_inner(direction, peers, want)
+            .map_err(|t| match t {
+                Trouble::Fabric(e) => e,
+                Trouble::Restart(why) => {
+                    FabricError::Device(format!("a contention probe failed: {why}"))
+                }
+            })
+    }
+
+    /// NCCL does not report its channel count; it is known only when the user pinned it.
+    fn nccl_channels(&self) -> Option<u32> {
+        super::pinned_channels(|k| std::env::var(k).ok())
+    }
+
+    fn release(&mut self) -> Result<(), FabricError> {
+        if self.plan.is_none() {
+            return Ok(());
+        }
+        match self.release_inner() {
+            Ok(()) => Ok(()),
+            Err(Trouble::Fabric(e)) => Err(e),
+            Err(Trouble::Restart(_)) => self.restart(None),
+        }
+    }
+}

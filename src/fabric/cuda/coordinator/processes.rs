@@ -1,0 +1,215 @@
+//! The worker processes as the coordinator sees them: started in sets (one per NCCL pin), sent
+//! requests whose answers must come within a deadline, and all replaced when one is lost.
+
+use std::time::Duration;
+
+use super::CudaFabric;
+use crate::fabric::cuda::driver::DeviceFacts;
+use crate::fabric::cuda::protocol::{Link, LinkError, Req, Resp, Spawn, WireError};
+use crate::fabric::cuda::watchdog;
+use crate::fabric::cuda::{nccl, NO_GPU};
+use crate::fabric::{Backend, FabricError, NcclAlgo, NcclProto};
+
+/// Time a worker gets to start (open its GPU) and say hello.
+const HELLO_DEADLINE: Duration = Duration::from_secs(120);
+/// Slack on top of a worker's own deadlines before the coordinator calls it lost.
+const SLACK: Duration = Duration::from_secs(5);
+
+/// One worker process and what it said about its GPU.
+pub(super) struct Worker {
+    pub(super) link: Link,
+    pub(super) facts: DeviceFacts,
+}
+
+/// Workers started with one NCCL pin in their environment (none: the main set).
+pub(super) struct Set {
+    pub(super) pin: Option<(NcclAlgo, NcclProto)>,
+    pub(super) workers: Vec<Worker>,
+}
+
+/// Something went wrong: a failure to report as it is, or workers to replace.
+pub(super) enum Trouble {
+    Fabric(FabricError),
+    Restart(String),
+}
+
+impl From<FabricError> for Trouble {
+    fn from(e: FabricError) -> Trouble {
+        Trouble::Fabric(e)
+    }
+}
+
+fn lost(e: LinkError) -> Trouble {
+    Trouble::Restart(e.to_string())
+}
+
+fn spawn(
+    program: &std::path::Path,
+    ordinal: usize,
+    cpus: &Option<String>,
+    pin: Option<(NcclAlgo, NcclProto)>,
+    who: &str,
+) -> Result<Link, FabricError> {
+    let mut args = vec!["__worker".into(), "--ordinal".into(), ordinal.to_string()];
+    if let Some(c) = cpus {
+        args.extend(["--cpus".into(), c.clone()]);
+    }
+    // Each pinned variant runs in workers started with its environment: NCCL reads it when
+    // a communicator is created, and nothing changes the environment of a live process.
+    // From NCCL 2.24 a pin can name the collective, leaving the others NCCL's choice.
+    let per_collective = nccl::library().is_ok_and(|l| l.version >= 22400);
+    let value = |v: &str| match per_collective {
+        true => format!("allreduce:{v}"),
+        false => v.to_string(),
+    };
+    let mut env = match pin {
+        Some((a, p)) => vec![
+            ("NCCL_ALGO".into(), value(a.name())),
+            ("NCCL_PROTO".into(), value(p.name())),
+        ],
+        None => Vec::new(),
+    };
+    // A loopback launcher runs a probe stream per rank beside the stream that releases their
+    // latch; with CUDA's default 8 hardware queues a ninth stream shares one with a probe
+    // waiting on that latch, and the release never runs. 32 is CUDA's maximum.
+    if std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_none() {
+        env.push(("CUDA_DEVICE_MAX_CONNECTIONS".into(), "32".into()));
+    }
+    let spawn = Spawn {
+        program: program.to_path_buf(),
+        args,
+        env,
+    };
+    Link::start(&spawn, who).map_err(|e| FabricError::Device(e.to_string()))
+}
+
+/// Waits for a started worker's hello.
+fn hello(mut link: Link, who: &str) -> Result<Worker, FabricError> {
+    match link.recv(HELLO_DEADLINE) {
+        Ok(Resp::Hello { facts, .. }) => Ok(Worker { link, facts }),
+        Ok(Resp::Failed(e)) => Err(e.into_fabric()),
+        Ok(other) => Err(FabricError::Device(format!(
+            "worker {who} answered {other:?} instead of hello"
+        ))),
+        Err(e) => Err(FabricError::Device(format!("{e}; {NO_GPU}"))),
+    }
+}
+
+impl CudaFabric {
+    pub(super) fn start_set(&self, pin: Option<(NcclAlgo, NcclProto)>) -> Result<Set, FabricError> {
+        start_set(&self.program, &self.slots, self.loopback.is_some(), pin)
+    }
+
+    /// Sends each `(worker, request)` of set `set`, then collects every answer within
+    /// `limit`: requests that belong together (one collective) run at the same time.
+    pub(super) fn exchange(
+        &mut self,
+        set: usize,
+        reqs: Vec<(usize, Req)>,
+        limit: Duration,
+    ) -> Result<Vec<Resp>, Trouble> {
+        let ws = &mut self.sets[set].workers;
+        for (w, r) in &reqs {
+            ws[*w].link.send(r).map_err(lost)?;
+        }
+        let mut out = Vec::new();
+        let mut first: Option<Trouble> = None;
+        for (w, _) in &reqs {
+            match ws[*w].link.recv(limit) {
+                Ok(Resp::Failed(WireError::Device {
+                    message,
+                    stuck: true,
+                })) => {
+                    first.get_or_insert(Trouble::Restart(message));
+                }
+                Ok(Resp::Failed(e)) => {
+                    first.get_or_insert(Trouble::Fabric(e.into_fabric()));
+                }
+                Ok(r) => out.push(r),
+                Err(e) => {
+                    // A lost worker outranks an ordinary failure: it must be replaced.
+                    if !matches!(first, Some(Trouble::Restart(_))) {
+                        first = Some(lost(e));
+                    }
+                }
+            }
+        }
+        match first {
+            Some(t) => Err(t),
+            None => Ok(out),
+        }
+    }
+
+    pub(super) fn one(
+        &mut self,
+        set: usize,
+        w: usize,
+        req: Req,
+        limit: Duration,
+    ) -> Result<Resp, Trouble> {
+        Ok(self.exchange(set, vec![(w, req)], limit)?.remove(0))
+    }
+
+    pub(super) fn limit(&self, bytes: u64, calls: u32) -> Duration {
+        self.deadline.for_work(bytes, calls) + watchdog::DRAIN_DEADLINE + SLACK
+    }
+
+    /// Kills every worker, starts fresh ones and prepares the group again with the backends
+    /// still ready (less `failed`).
+    pub(super) fn restart(&mut self, failed: Option<Backend>) -> Result<(), FabricError> {
+        for s in &mut self.sets {
+            for w in &mut s.workers {
+                w.link.kill();
+            }
+        }
+        self.sets.clear();
+        self.probe_bytes = 0;
+        self.sets.push(self.start_set(None)?);
+        let Some(p) = self.plan.take() else {
+            return Ok(());
+        };
+        let keep: Vec<Backend> = p
+            .ready
+            .iter()
+            .map(|(b, _)| *b)
+            .filter(|b| Some(*b) != failed)
+            .collect();
+        self.setup(&p.group, &keep).map(|_| ())
+    }
+}
+
+/// Starts one worker per slot (CUDA ordinal, CPU list).
+pub(super) fn start_set(
+    program: &std::path::Path,
+    slots: &[(usize, Option<String>)],
+    loopback: bool,
+    pin: Option<(NcclAlgo, NcclProto)>,
+) -> Result<Set, FabricError> {
+    // All start at once (each opens a CUDA context), then each says hello.
+    let mut started = Vec::new();
+    for (i, (o, cpus)) in slots.iter().enumerate() {
+        let who = match loopback {
+            true => format!("{i} (loopback rank {i} on GPU {o})"),
+            false => format!("for GPU {o}"),
+        };
+        started.push((spawn(program, *o, cpus, pin, &who)?, who));
+    }
+    let mut workers = Vec::new();
+    for (link, who) in started {
+        workers.push(hello(link, &who)?);
+    }
+    Ok(Set { pin, workers })
+}
+
+pub(super) fn unexpected(r: Resp) -> Trouble {
+    let mut s = format!("{r:?}");
+    s.truncate(120);
+    Trouble::Restart(format!("a worker answered out of turn ({s})"))
+}
+
+pub(super) fn trouble_to_device(t: Trouble) -> FabricError {
+    match t {
+        Trouble::Fabric(e) => e,
+        Trouble::Restart(why) => FabricError::Device(why),
+    }
+}
