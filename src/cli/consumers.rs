@@ -217,27 +217,48 @@ fn check_measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
     let points = crate::recheck::run(fabric.as_mut(), p, &crate::recheck::harness(), &cancel);
     drop(fabric);
     let points = points?;
-    let broken: Vec<&crate::recheck::Point> = points.iter().filter(|x| !x.holds()).collect();
+    let broken: Vec<&crate::recheck::Point> = points.iter().filter(|x| x.changed()).collect();
+    let unsettled: Vec<&crate::recheck::Point> = points.iter().filter(|x| x.unsettled()).collect();
     let took = started.elapsed().as_secs_f64();
-    if broken.is_empty() {
+    let at = |x: &crate::recheck::Point| {
+        format!(
+            "TP{} {} GPUs {:?} at {}",
+            x.tp,
+            x.mode.id(),
+            x.gpus,
+            fmt_bytes(x.bytes)
+        )
+    };
+    for x in &unsettled {
+        let first = &x.passes[0];
         outln!(
-            "{} holds, measured: at the {} decisive sizes re-timed here no other backend beats its choice by more than 10% ({:.1} s){}",
+            "{}: not judged: a first pass found {} {:.0}% faster than the profile's {}, a second in the other order did not",
+            at(x),
+            first.now,
+            first.gain(x.chosen) * 100.0,
+            x.chosen
+        );
+    }
+    if broken.is_empty() {
+        let judged = points.len() - unsettled.len();
+        outln!(
+            "{} holds, measured: at the {judged} decisive sizes judged here no other backend beats its choice by more than 10% in two passes ({:.1} s){}{}",
             a.profile.display(),
-            points.len(),
             took,
+            match unsettled.len() {
+                0 => String::new(),
+                n => format!("; {n} more moved between passes (listed above)"),
+            },
             if p.simulated { "; the profile is SIMULATED" } else { "" }
         );
         return Ok(0);
     }
     for x in &broken {
         outln!(
-            "TP{} {} GPUs {:?} at {}: the profile chose {}, now {} is {:.0}% faster",
-            x.tp,
-            x.mode.id(),
-            x.gpus,
-            fmt_bytes(x.bytes),
+            "{}: the profile chose {}, now {} is {:.0}% faster (at least, over two passes)",
+            at(x),
             x.chosen,
-            x.now,
+            x.now(),
             x.gain() * 100.0
         );
     }

@@ -394,9 +394,14 @@ impl Link {
         self.reaped = true;
     }
 
+    /// Closes stdin: the worker exits at end of input.
+    pub fn close_input(&mut self) {
+        self.stdin = None;
+    }
+
     /// Closes stdin (the worker exits at end of input) and waits up to `limit`, then kills.
     pub fn shutdown(&mut self, limit: Duration) {
-        self.stdin = None;
+        self.close_input();
         let end = std::time::Instant::now() + limit;
         while std::time::Instant::now() < end {
             if let Ok(Some(_)) = self.child.try_wait() {

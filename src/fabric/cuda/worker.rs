@@ -29,7 +29,13 @@ pub struct Engine {
 
 impl Engine {
     pub fn open(ordinal: usize) -> Result<Engine, FabricError> {
+        let t = std::time::Instant::now();
         let gpu = Gpu::open(ordinal)?;
+        tracing::info!(
+            "worker {}: GPU {ordinal}'s context opened in {:.2} s",
+            std::process::id(),
+            t.elapsed().as_secs_f64()
+        );
         let mut faults = Faults::from_env();
         faults.arm(&gpu)?;
         Ok(Engine {

@@ -48,6 +48,7 @@ fn spawn(
     ordinal: usize,
     cpus: &Option<String>,
     pin: Option<(NcclAlgo, NcclProto)>,
+    launches_all: bool,
     who: &str,
 ) -> Result<Link, FabricError> {
     let mut args = vec!["__worker".into(), "--ordinal".into(), ordinal.to_string()];
@@ -71,8 +72,10 @@ fn spawn(
     };
     // A loopback launcher runs a probe stream per rank beside the stream that releases their
     // latch; with CUDA's default 8 hardware queues a ninth stream shares one with a probe
-    // waiting on that latch, and the release never runs. 32 is CUDA's maximum.
-    if std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_none() {
+    // waiting on that latch, and the release never runs. 32 is CUDA's maximum. Only that
+    // worker gets them: hardware queues are made with the context, and every other worker
+    // runs at most two streams.
+    if launches_all && std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_none() {
         env.push(("CUDA_DEVICE_MAX_CONNECTIONS".into(), "32".into()));
     }
     let spawn = Spawn {
@@ -192,7 +195,10 @@ pub(super) fn start_set(
             true => format!("{i} (loopback rank {i} on GPU {o})"),
             false => format!("for GPU {o}"),
         };
-        started.push((spawn(program, *o, cpus, pin, &who)?, who));
+        started.push((
+            spawn(program, *o, cpus, pin, loopback && i == 0, &who)?,
+            who,
+        ));
     }
     let mut workers = Vec::new();
     for (link, who) in started {
