@@ -60,6 +60,26 @@ fn holds_on_its_machine_and_names_a_choice_that_no_longer_holds() {
         out.contains(&format!("the profile chose {}", first.id())),
         "{out}"
     );
+    // It names what moved: the chosen kernel about 3x (+200%) slower than when profiled.
+    let line = out
+        .lines()
+        .find(|l| l.contains(&format!("the profile chose {}", first.id())))
+        .unwrap();
+    let mine = line
+        .split(", ")
+        .find(|part| part.starts_with(first.id()) || part.contains(&format!("; {}", first.id())))
+        .unwrap_or_else(|| panic!("{first} not named in: {line}"));
+    let pct: f64 = mine
+        .rsplit(" (")
+        .next()
+        .and_then(|v| {
+            v.trim_end_matches("%)")
+                .trim_start_matches('+')
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no change named in: {line}"));
+    assert!((150.0..250.0).contains(&pct), "{line}");
 }
 
 #[test]

@@ -255,11 +255,12 @@ fn check_measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
     }
     for x in &broken {
         outln!(
-            "{}: the profile chose {}, now {} is {:.0}% faster (at least, over two passes)",
+            "{}: the profile chose {}, now {} is {:.0}% faster (at least, over two passes); {}",
             at(x),
             x.chosen,
             x.now(),
-            x.gain() * 100.0
+            x.gain() * 100.0,
+            moved(p, x)
         );
     }
     Err(Error::Stale(format!(
@@ -268,6 +269,36 @@ fn check_measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
         points.len(),
         took
     )))
+}
+
+/// Which backends moved since the profile was made, at a re-timed point: the profile's
+/// median against the last pass's, so a user sees whether the choice got slower or a rival
+/// got faster.
+fn moved(p: &Profile, x: &crate::recheck::Point) -> String {
+    let bucket = p
+        .group(crate::profile::Query {
+            tp: x.tp,
+            mode: x.mode,
+            gpus: Some(&x.gpus),
+        })
+        .and_then(|g| g.buckets.iter().find(|b| b.bytes == x.bytes));
+    let (Some(b), Some(last)) = (bucket, x.passes.last()) else {
+        return String::new();
+    };
+    let parts: Vec<String> = last
+        .us
+        .iter()
+        .filter_map(|(k, now)| {
+            let then = b.results.get(k)?.median_us;
+            Some(format!(
+                "{k} {} when profiled → {} ({:+.0}%)",
+                crate::units::fmt_us(then),
+                crate::units::fmt_us(*now),
+                (now / then - 1.0) * 100.0
+            ))
+        })
+        .collect();
+    parts.join(", ")
 }
 
 fn describe(w: &Workload) -> String {
