@@ -3,6 +3,13 @@
 //! How much A's choices would cost if B's measurements are the truth (regret), and where their
 //! crossovers differ.
 //!
+//! Raw figures measure noise as well as choices: two reference runs of one machine differ by
+//! 5–7% at single sizes and place tied kernels' band edges anywhere in the tie. So the worst
+//! size is also judged by its *significant* regret (the part beyond B's confidence intervals),
+//! and a crossover without a counterpart within a step is *tied*, not a miss, where B's own
+//! rule ([`decide::beats`]) cannot tell A's choice from B's anywhere in between. The summed
+//! regret stays raw: it is the expected cost.
+//!
 //! Groups are matched by TP size and mode (and GPUs, when both profiles have that group).
 //! Each of B's buckets is a size an engine may send; A answers it as an engine following A
 //! would, through A's [`Selector`], so profiles with different grids (a refined fast tune
@@ -10,6 +17,7 @@
 
 use serde::Serialize;
 
+use crate::decide;
 use crate::fabric::{Backend, Dtype, Mode};
 use crate::plan;
 use crate::profile::{Crossover, GroupProfile, Profile, Query, Selector};
@@ -42,11 +50,26 @@ pub struct BucketRegret {
     pub b_choice_us: f64,
     /// `a_choice_us − b_choice_us` (never below 0), µs; None as above.
     pub regret_us: Option<f64>,
+    /// The regret B's intervals can tell from noise: B's interval low for A's choice minus its
+    /// interval high for B's choice (never below 0), µs; None as above.
+    pub significant_us: Option<f64>,
+    /// Whether B's choice beats A's choice by B's own rule ([`decide::beats`]); None as above.
+    pub b_beats_a: Option<bool>,
 }
 
 impl BucketRegret {
     pub fn regret_pct(&self) -> Option<f64> {
         self.regret_us.map(|r| 100.0 * r / self.b_choice_us)
+    }
+
+    pub fn significant_pct(&self) -> Option<f64> {
+        self.significant_us.map(|r| 100.0 * r / self.b_choice_us)
+    }
+
+    /// B cannot tell A's choice here from its own: the same backend, or one its rule does not
+    /// beat. Unmeasured is not a tie: nothing shows it is one.
+    fn tied(&self) -> bool {
+        self.b_beats_a == Some(false)
     }
 }
 
@@ -61,6 +84,19 @@ pub struct CrossoverMatch {
     /// Whether `nearest_bytes` is within one refinement step ([`plan::within_step`]): the
     /// resolution a refined tune finds crossovers to.
     pub within_step: bool,
+    /// B's sizes (first and last) judged when not `within_step`: from this crossover to its
+    /// nearest counterpart, widened by the sizes next to them where the choices differ.
+    pub span: Option<[u64; 2]>,
+    /// Not within a step, but B's rule cannot tell A's choice from B's at any size of `span`:
+    /// the two placements are equally right, and this is no miss.
+    pub tied: bool,
+}
+
+impl CrossoverMatch {
+    /// No counterpart within a step, and not a tie either.
+    pub fn missed(&self) -> bool {
+        !self.within_step && !self.tied
+    }
 }
 
 /// One matched group.
@@ -80,6 +116,12 @@ pub struct GroupComparison {
     pub regret_sum_pct: f64,
     /// The bucket of largest regret relative to B's choice, if any regret.
     pub worst: Option<BucketRegret>,
+    /// `worst`'s regret, % of B's choice there (0 without regret).
+    pub worst_pct: f64,
+    /// The bucket of largest significant regret, if any: what the worst-size bound judges.
+    pub worst_significant: Option<BucketRegret>,
+    /// `worst_significant`'s significant regret, % of B's choice there (0 without).
+    pub worst_significant_pct: f64,
     /// B's buckets whose size A's choice there B did not measure.
     pub unmeasured: usize,
     /// B's buckets above A's largest, which A does not serve.
@@ -89,8 +131,14 @@ pub struct GroupComparison {
     /// Each of A's crossovers looked for in B, and each of B's in A.
     pub a_in_b: Vec<CrossoverMatch>,
     pub b_in_a: Vec<CrossoverMatch>,
-    /// Every crossover of either profile has one in the other within one refinement step.
+    /// No crossover missed: every crossover of either profile has one in the other within one
+    /// refinement step, or is tied ([`CrossoverMatch::tied`]).
     pub crossovers_within_step: bool,
+    /// Crossovers of either profile without a counterpart within a step, tied ones included:
+    /// the raw count.
+    pub crossovers_off_step: usize,
+    /// Of those, the tied ones.
+    pub crossovers_tied: usize,
 }
 
 impl GroupComparison {
@@ -99,12 +147,9 @@ impl GroupComparison {
         self.crossovers_a != self.crossovers_b
     }
 
-    /// The worst bucket's regret, % of B's choice there (0 without regret).
-    pub fn worst_pct(&self) -> f64 {
-        self.worst
-            .as_ref()
-            .and_then(BucketRegret::regret_pct)
-            .unwrap_or(0.0)
+    /// The crossovers of either profile, looked for in the other.
+    pub fn all_matches(&self) -> impl Iterator<Item = &CrossoverMatch> {
+        self.a_in_b.iter().chain(&self.b_in_a)
     }
 }
 
@@ -157,8 +202,38 @@ fn partner<'b>(g: &GroupProfile, b: &'b Profile) -> Option<&'b GroupProfile> {
     b.group(q(Some(&g.gpus))).or_else(|| b.group(q(None)))
 }
 
-/// Each of `mine` looked for among `theirs`.
-fn matches(mine: &[Crossover], theirs: &[Crossover], align: u64) -> Vec<CrossoverMatch> {
+/// The indices of B's buckets a crossover off step is judged over: those from `c` to its
+/// counterpart `nearest` (or at `c` alone), widened on both sides while A's and B's choices
+/// differ. None when no bucket of B lies there.
+fn span(c: u64, nearest: Option<u64>, buckets: &[BucketRegret]) -> Option<(usize, usize)> {
+    let (lo, hi) = match nearest {
+        Some(n) => (c.min(n), c.max(n)),
+        None => (c, c),
+    };
+    let first = buckets.partition_point(|b| b.bytes < lo);
+    let last = buckets.partition_point(|b| b.bytes <= hi);
+    // No bucket inside: the one B has next above `lo`.
+    let (mut i, mut j) = (first, last.max(first + 1).min(buckets.len()));
+    if i >= j {
+        return None;
+    }
+    let differ = |b: &BucketRegret| b.a_choice != b.b_choice;
+    while i > 0 && differ(&buckets[i - 1]) {
+        i -= 1;
+    }
+    while j < buckets.len() && differ(&buckets[j]) {
+        j += 1;
+    }
+    Some((i, j))
+}
+
+/// Each of `mine` looked for among `theirs`; those off step judged over B's `buckets`.
+fn matches(
+    mine: &[Crossover],
+    theirs: &[Crossover],
+    align: u64,
+    buckets: &[BucketRegret],
+) -> Vec<CrossoverMatch> {
     mine.iter()
         .map(|c| {
             let nearest = theirs
@@ -166,13 +241,42 @@ fn matches(mine: &[Crossover], theirs: &[Crossover], align: u64) -> Vec<Crossove
                 .filter(|t| t.from == c.from && t.to == c.to)
                 .map(|t| t.bytes)
                 .min_by_key(|&b| b.abs_diff(c.bytes));
+            let within_step = nearest.is_some_and(|b| plan::within_step(b, c.bytes, align));
+            let span = (!within_step)
+                .then(|| span(c.bytes, nearest, buckets))
+                .flatten();
             CrossoverMatch {
                 crossover: c.clone(),
                 nearest_bytes: nearest,
-                within_step: nearest.is_some_and(|b| plan::within_step(b, c.bytes, align)),
+                within_step,
+                span: span.map(|(i, j)| [buckets[i].bytes, buckets[j - 1].bytes]),
+                tied: span.is_some_and(|(i, j)| buckets[i..j].iter().all(BucketRegret::tied)),
             }
         })
         .collect()
+}
+
+fn share(part: f64, whole: f64) -> f64 {
+    if whole > 0.0 {
+        100.0 * part / whole
+    } else {
+        0.0
+    }
+}
+
+/// The bucket where `by` is largest, among those where it is above 0.
+fn worst_by(
+    buckets: &[BucketRegret],
+    by: fn(&BucketRegret) -> Option<f64>,
+) -> Option<BucketRegret> {
+    buckets
+        .iter()
+        .filter(|b| by(b).is_some_and(|r| r > 0.0))
+        .max_by(|x, y| {
+            let pct = |b: &BucketRegret| share(by(b).unwrap_or(0.0), b.b_choice_us);
+            pct(x).total_cmp(&pct(y))
+        })
+        .cloned()
 }
 
 fn group(sel: &Selector, g: &GroupProfile, h: &GroupProfile) -> GroupComparison {
@@ -190,33 +294,29 @@ fn group(sel: &Selector, g: &GroupProfile, h: &GroupProfile) -> GroupComparison 
                 beyond_a += 1;
                 return None;
             };
-            let best = kb.results.get(&kb.choice)?.median_us;
-            let a_us = kb.results.get(&answer.backend).map(|t| t.median_us);
+            let best = kb.results.get(&kb.choice)?;
+            let theirs = kb.results.get(&answer.backend);
             Some(BucketRegret {
                 bytes: kb.bytes,
                 a_choice: answer.backend,
                 b_choice: kb.choice,
-                a_choice_us: a_us,
-                b_choice_us: best,
-                regret_us: a_us.map(|m| (m - best).max(0.0)),
+                a_choice_us: theirs.map(|t| t.median_us),
+                b_choice_us: best.median_us,
+                regret_us: theirs.map(|t| (t.median_us - best.median_us).max(0.0)),
+                significant_us: theirs.map(|t| (t.ci_low_us - best.ci_high_us).max(0.0)),
+                b_beats_a: theirs.map(|t| decide::beats(best, t)),
             })
         })
         .collect();
     let measured = || buckets.iter().filter(|b| b.regret_us.is_some());
     let regret_sum_us: f64 = measured().filter_map(|b| b.regret_us).sum();
     let b_sum_us: f64 = measured().map(|b| b.b_choice_us).sum();
-    let worst = buckets
-        .iter()
-        .filter(|b| b.regret_us.is_some_and(|r| r > 0.0))
-        .max_by(|x, y| {
-            x.regret_pct()
-                .unwrap_or(0.0)
-                .total_cmp(&y.regret_pct().unwrap_or(0.0))
-        })
-        .cloned();
+    let worst = worst_by(&buckets, |b| b.regret_us);
+    let worst_significant = worst_by(&buckets, |b| b.significant_us);
     let align = plan::alignment(g.tp, g.dtype);
-    let a_in_b = matches(&g.crossovers, &h.crossovers, align);
-    let b_in_a = matches(&h.crossovers, &g.crossovers, align);
+    let a_in_b = matches(&g.crossovers, &h.crossovers, align, &buckets);
+    let b_in_a = matches(&h.crossovers, &g.crossovers, align, &buckets);
+    let off_step = || a_in_b.iter().chain(&b_in_a).filter(|m| !m.within_step);
     GroupComparison {
         tp: g.tp,
         mode: g.mode,
@@ -226,16 +326,23 @@ fn group(sel: &Selector, g: &GroupProfile, h: &GroupProfile) -> GroupComparison 
         beyond_a,
         regret_sum_us,
         b_sum_us,
-        regret_sum_pct: if b_sum_us > 0.0 {
-            100.0 * regret_sum_us / b_sum_us
-        } else {
-            0.0
-        },
+        regret_sum_pct: share(regret_sum_us, b_sum_us),
+        worst_pct: worst
+            .as_ref()
+            .and_then(BucketRegret::regret_pct)
+            .unwrap_or(0.0),
         worst,
+        worst_significant_pct: worst_significant
+            .as_ref()
+            .and_then(BucketRegret::significant_pct)
+            .unwrap_or(0.0),
+        worst_significant,
         buckets,
         crossovers_a: g.crossovers.clone(),
         crossovers_b: h.crossovers.clone(),
-        crossovers_within_step: a_in_b.iter().chain(&b_in_a).all(|m| m.within_step),
+        crossovers_within_step: !off_step().any(CrossoverMatch::missed),
+        crossovers_off_step: off_step().count(),
+        crossovers_tied: off_step().filter(|m| m.tied).count(),
         a_in_b,
         b_in_a,
     }
@@ -299,22 +406,38 @@ fn crossings(c: &[Crossover]) -> String {
         .join(", ")
 }
 
-/// The crossovers with no counterpart within one step, in words.
-fn misses(ms: &[CrossoverMatch], mine: &str, other: &str) -> Vec<String> {
+/// The crossovers off step that `pick` keeps, in words.
+fn off_step(
+    ms: &[CrossoverMatch],
+    mine: &str,
+    other: &str,
+    pick: fn(&CrossoverMatch) -> bool,
+) -> Vec<String> {
+    use crate::units::fmt_bytes;
     ms.iter()
-        .filter(|m| !m.within_step)
+        .filter(|m| !m.within_step && pick(m))
         .map(|m| {
             let c = &m.crossover;
-            let at = crate::units::fmt_bytes(c.bytes);
-            match m.nearest_bytes {
+            let at = fmt_bytes(c.bytes);
+            let mut w = match m.nearest_bytes {
                 Some(n) => format!(
                     "{mine}'s {}→{} at {at}, nearest in {other} at {}",
                     c.from,
                     c.to,
-                    crate::units::fmt_bytes(n)
+                    fmt_bytes(n)
                 ),
                 None => format!("{mine}'s {}→{} at {at}, none in {other}", c.from, c.to),
+            };
+            if m.tied {
+                if let Some([lo, hi]) = m.span {
+                    w += &format!(
+                        ", B cannot tell the choices apart over {}..{}",
+                        fmt_bytes(lo),
+                        fmt_bytes(hi)
+                    );
+                }
             }
+            w
         })
         .collect()
 }
@@ -369,6 +492,25 @@ pub fn render(c: &Comparison) -> String {
                     w.a_choice,
                     w.b_choice
                 );
+                match &g.worst_significant {
+                    Some(w) => {
+                        let _ = writeln!(
+                            s,
+                            "  worst beyond B's intervals: {} at {} ({:.1}%): A chose {}, B chose {}",
+                            crate::units::fmt_us(w.significant_us.unwrap_or(0.0)),
+                            crate::units::fmt_bytes(w.bytes),
+                            w.significant_pct().unwrap_or(0.0),
+                            w.a_choice,
+                            w.b_choice
+                        );
+                    }
+                    None => {
+                        let _ = writeln!(
+                            s,
+                            "  worst beyond B's intervals: none (every regret is within B's noise)"
+                        );
+                    }
+                }
             }
             None => {
                 let _ = writeln!(
@@ -411,14 +553,32 @@ pub fn render(c: &Comparison) -> String {
         } else {
             let _ = writeln!(s, "  crossovers agree: {}", crossings(&g.crossovers_a));
         }
-        if g.crossovers_within_step {
-            let _ = writeln!(s, "  crossovers within one refinement step: yes");
+        let mut tied = off_step(&g.a_in_b, "A", "B", |m| m.tied);
+        tied.extend(off_step(&g.b_in_a, "B", "A", |m| m.tied));
+        let tied = if tied.is_empty() {
+            String::new()
         } else {
-            let mut m = misses(&g.a_in_b, "A", "B");
-            m.extend(misses(&g.b_in_a, "B", "A"));
+            format!("{} tied: {}", tied.len(), tied.join("; "))
+        };
+        if g.crossovers_within_step {
+            let tied = if tied.is_empty() {
+                tied
+            } else {
+                format!(" ({tied})")
+            };
+            let _ = writeln!(s, "  crossovers within one refinement step: yes{tied}");
+        } else {
+            let mut m = off_step(&g.a_in_b, "A", "B", CrossoverMatch::missed);
+            m.extend(off_step(&g.b_in_a, "B", "A", CrossoverMatch::missed));
+            let tied = if tied.is_empty() {
+                tied
+            } else {
+                format!("; {tied}")
+            };
             let _ = writeln!(
                 s,
-                "  crossovers within one refinement step: no ({})",
+                "  crossovers within one refinement step: no ({} missed: {}{tied})",
+                m.len(),
                 m.join("; ")
             );
         }
@@ -502,7 +662,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("crossovers within one refinement step: no (A's one_stage_push→nccl at 64K, nearest in B at 32K"),
+            text.contains("crossovers within one refinement step: no (2 missed: A's one_stage_push→nccl at 64K, nearest in B at 32K"),
             "{text}"
         );
     }
@@ -512,13 +672,15 @@ mod tests {
         let (n, o, p) = (Backend::Nccl, Backend::OneStagePush, Backend::OneStagePull);
         let x = |bytes: u64, from, to| Crossover { bytes, from, to };
         let mib = 1u64 << 20;
-        let m = matches(&[x(mib, o, n)], &[x(mib + mib / 8, o, n)], 256);
+        let m = matches(&[x(mib, o, n)], &[x(mib + mib / 8, o, n)], 256, &[]);
         assert!(m[0].within_step);
-        let m = matches(&[x(mib, o, n)], &[x(mib + mib / 4, o, n)], 256);
+        let m = matches(&[x(mib, o, n)], &[x(mib + mib / 4, o, n)], 256, &[]);
         assert!(!m[0].within_step);
         // Near in size, but between other backends: no match.
-        let m = matches(&[x(mib, o, n)], &[x(mib, p, n)], 256);
+        let m = matches(&[x(mib, o, n)], &[x(mib, p, n)], 256, &[]);
         assert_eq!((m[0].nearest_bytes, m[0].within_step), (None, false));
+        // Off step with no size of B to judge it by: a miss, not a tie.
+        assert!(m[0].missed() && m[0].span.is_none());
     }
 
     #[test]
@@ -549,6 +711,108 @@ mod tests {
         let same = compare(&b, &b).unwrap();
         assert_eq!(same.groups[0].regret_sum_us, 0.0);
         assert!(!same.groups[0].crossovers_differ());
+    }
+
+    fn spread(us: f64, half: f64) -> Timing {
+        Timing {
+            median_us: us,
+            ci_low_us: us - half,
+            ci_high_us: us + half,
+            samples: 10,
+            outliers: 0,
+        }
+    }
+
+    fn noisy(bytes: u64, choice: Backend, times: &[(Backend, f64, f64)]) -> Bucket {
+        Bucket {
+            bytes,
+            choice,
+            nccl_choice: None,
+            results: times.iter().map(|&(b, t, h)| (b, spread(t, h))).collect(),
+            waived: Default::default(),
+        }
+    }
+
+    #[test]
+    fn significant_regret_is_what_lies_beyond_b_intervals() {
+        let (n, o) = (Backend::Nccl, Backend::OneStagePush);
+        let a = profile(
+            vec![noisy(4096, o, &[(n, 20.0, 0.2), (o, 10.0, 0.1)])],
+            Dtype::Bf16,
+        );
+        // B: NCCL 7% faster than A's choice, ±2%: a raw regret over 5%, 3% beyond the noise.
+        let b = profile(
+            vec![noisy(4096, n, &[(n, 100.0, 2.0), (o, 107.0, 2.0)])],
+            Dtype::Bf16,
+        );
+        let c = compare(&a, &b).unwrap();
+        let g = &c.groups[0];
+        let k = &g.buckets[0];
+        assert_eq!((k.regret_us, k.significant_us), (Some(7.0), Some(3.0)));
+        assert_eq!(k.b_beats_a, Some(true));
+        assert!((g.worst_pct - 7.0).abs() < 1e-9 && (g.worst_significant_pct - 3.0).abs() < 1e-9);
+        let text = render(&c);
+        assert!(text.contains("worst: 7.0 us at 4K (7.0%)"), "{text}");
+        assert!(
+            text.contains("worst beyond B's intervals: 3.0 us at 4K (3.0%)"),
+            "{text}"
+        );
+        // Overlapping intervals: a raw regret, none beyond the noise.
+        let b = profile(
+            vec![noisy(4096, n, &[(n, 100.0, 2.0), (o, 103.0, 2.0)])],
+            Dtype::Bf16,
+        );
+        let g = &compare(&a, &b).unwrap().groups[0];
+        assert_eq!(g.buckets[0].significant_us, Some(0.0));
+        assert!(g.worst_significant.is_none() && g.worst_pct > 2.9);
+    }
+
+    /// A with an NCCL→kernel crossover two octaves below B's: off step either way.
+    fn apart(kernel_us_at_8k: f64) -> Comparison {
+        let (n, o) = (Backend::Nccl, Backend::OneStagePush);
+        let row =
+            |bytes, choice, nccl, kernel| noisy(bytes, choice, &[(n, nccl, 1.0), (o, kernel, 1.0)]);
+        let a = profile(
+            vec![
+                row(4096, n, 50.0, 60.0),
+                row(8192, o, 50.0, 40.0),
+                row(16384, o, 60.0, 40.0),
+                row(32768, o, 80.0, 40.0),
+            ],
+            Dtype::Bf16,
+        );
+        let b = profile(
+            vec![
+                row(4096, n, 50.0, 60.0),
+                row(8192, n, 50.0, kernel_us_at_8k),
+                row(16384, n, 50.0, 49.0),
+                row(32768, o, 80.0, 40.0),
+            ],
+            Dtype::Bf16,
+        );
+        compare(&a, &b).unwrap()
+    }
+
+    #[test]
+    fn a_crossover_off_step_is_tied_where_b_cannot_tell_the_choices_apart() {
+        // B's kernel is within its noise of NCCL at 8K and 16K: B keeps NCCL (no memory),
+        // A switched earlier. Equally right: tied, no miss.
+        let c = apart(51.0);
+        let g = &c.groups[0];
+        assert_eq!((g.crossovers_off_step, g.crossovers_tied), (2, 2));
+        assert!(g.crossovers_within_step);
+        assert_eq!(g.a_in_b[0].span, Some([8192, 32768]));
+        let text = render(&c);
+        assert!(
+            text.contains("crossovers within one refinement step: yes (2 tied: A's nccl→one_stage_push at 8K, nearest in B at 32K, B cannot tell the choices apart over 8K..32K"),
+            "{text}"
+        );
+        // At 8K the kernel is 40% slower in B: B's rule tells them apart, a miss.
+        let c = apart(70.0);
+        let g = &c.groups[0];
+        assert_eq!((g.crossovers_off_step, g.crossovers_tied), (2, 0));
+        assert!(!g.crossovers_within_step && g.a_in_b[0].missed());
+        assert!(render(&c).contains("no (2 missed: A's nccl→one_stage_push at 8K"));
     }
 
     #[test]

