@@ -95,7 +95,7 @@ impl Readiness {
     }
 }
 
-/// Result of checking a backend's output against a host reference.
+/// Result of checking a backend's output against the expected sum of its inputs.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verification {
     Correct,
@@ -177,7 +177,7 @@ pub trait Fabric {
     ) -> Result<Vec<Readiness>, FabricError>;
 
     /// Runs `backend` once at `bytes` on fresh random data drawn from `seed` and compares the
-    /// result with a host reference.
+    /// result, bit for bit, with the expected sum of every rank's input.
     fn verify(
         &mut self,
         backend: Backend,

@@ -442,7 +442,7 @@ impl Fabric for SimFabric {
         if self.faults.wrong.contains(&backend) {
             return Ok(Verification::Wrong {
                 reason: format!(
-                    "element 0 of {bytes} bytes differs from the host reference (simulated fault)"
+                    "element 0 of {bytes} bytes differs from the expected sum (simulated fault)"
                 ),
             });
         }
