@@ -124,7 +124,9 @@ impl Launcher {
             "launching the test-data kernel",
         )?;
         wait_dev(
-            self.unit.stream.wait(self.deadline.for_work(n, 1)),
+            self.unit
+                .stream
+                .wait(self.deadline.for_work(n * dtype.size(), 1)),
             "drawing test data",
         )?;
         let mut got = vec![0u8; (n * dtype.size()) as usize];
