@@ -77,8 +77,24 @@ pub struct DevBuf {
 unsafe impl Send for DevBuf {}
 unsafe impl Sync for DevBuf {}
 
+/// Buffers of a large page or more are whole large pages. A peer that opens a buffer whose
+/// last 2 MiB page is partial gets it mapped with small pages throughout: the two-stage kernels
+/// lost a third of their bandwidth over 8 ranks' 64 MiB buffers that way
+/// (profiles/hardware/h200/2026-12-01-pages/). The driver takes the whole page anyway.
+pub const LARGE_PAGE: usize = 2 << 20;
+
+/// `bytes` rounded up to whole large pages from one large page on.
+pub fn whole_pages(bytes: usize) -> usize {
+    if bytes >= LARGE_PAGE {
+        bytes.div_ceil(LARGE_PAGE) * LARGE_PAGE
+    } else {
+        bytes
+    }
+}
+
 impl DevBuf {
     pub fn alloc(ctx: &Arc<CudaContext>, bytes: usize) -> Result<DevBuf, DriverError> {
+        let bytes = whole_pages(bytes);
         ctx.bind_to_thread()?;
         // SAFETY: plain allocation; contents are set by the caller before use.
         let ptr = unsafe { result::malloc_sync(bytes.max(16)) }?;
@@ -700,4 +716,18 @@ pub fn cuda_version() -> Result<String, DriverError> {
 pub fn free_bytes(ctx: &Arc<CudaContext>) -> Result<u64, DriverError> {
     ctx.bind_to_thread()?;
     Ok(result::mem_get_info()?.0 as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn large_buffers_are_whole_large_pages_small_ones_are_left_alone() {
+        assert_eq!(whole_pages(4096), 4096);
+        assert_eq!(whole_pages(LARGE_PAGE - 1), LARGE_PAGE - 1);
+        assert_eq!(whole_pages(LARGE_PAGE), LARGE_PAGE);
+        // A 64 MiB message plus its guard bytes: the page the guard spills into is whole.
+        assert_eq!(whole_pages((64 << 20) + 4096), 66 << 20);
+    }
 }
