@@ -59,7 +59,6 @@ impl Launcher {
         dev(gpu.ctx.bind_to_thread(), "binding the CUDA context")?;
         self.test_data_agrees(gpu)?;
         let (ranks, _) = self.checked_ranks(backend)?;
-        let k = kernels_of(gpu)?;
         for r in ranks {
             let (input, out) = self.spans(backend, r)?;
             if input.bytes < bytes as usize {
@@ -68,31 +67,49 @@ impl Launcher {
                     input.bytes
                 )));
             }
-            let (mut ptr, mut n, mut seed, mut rank) = (input.ptr, elems, seed, r as u32);
-            let mut params = [
-                &mut ptr as *mut u64 as *mut c_void,
-                &mut n as *mut u64 as *mut c_void,
-                &mut seed as *mut u64 as *mut c_void,
-                &mut rank as *mut u32 as *mut c_void,
-            ];
-            // SAFETY: fill_<dtype>(char*, u64, u64, u32) writes n elements of the dtype at
-            // ptr, which holds at least `bytes` = n elements (checked above); the stream is
-            // synchronized below, before the input can be freed.
-            dev(
-                unsafe {
-                    k.fill(self.shape.dtype).launch_raw(
-                        grid(elems, gpu),
-                        THREADS,
-                        &self.unit.stream,
-                        &mut params,
-                    )
-                },
-                "launching the test-data kernel",
-            )?;
+            // SAFETY: the input holds at least `bytes` = `elems` elements (checked above), and
+            // the stream is synchronized below, before the input can be freed.
+            unsafe { self.launch_fill(gpu, input.ptr, elems, seed, r as u32) }?;
             let span = (bytes as usize + GUARD).min(out.bytes);
             dev(out.fill_range(0, span, 0xff), "poisoning the output")?;
         }
         super::driver::sync_ctx(&gpu.ctx, "synchronizing the GPU")
+    }
+
+    /// Queues `fill_<dtype>`: rank `rank`'s test data of `seed`, `elems` elements at `ptr`.
+    ///
+    /// # Safety
+    /// `ptr` holds `elems` elements of the group's dtype and stays allocated until this
+    /// worker's stream has been synchronized.
+    unsafe fn launch_fill(
+        &self,
+        gpu: &Gpu,
+        ptr: u64,
+        elems: u64,
+        seed: u64,
+        rank: u32,
+    ) -> Result<(), FabricError> {
+        let k = kernels_of(gpu)?;
+        let (mut ptr, mut n, mut seed, mut rank) = (ptr, elems, seed, rank);
+        let mut params = [
+            &mut ptr as *mut u64 as *mut c_void,
+            &mut n as *mut u64 as *mut c_void,
+            &mut seed as *mut u64 as *mut c_void,
+            &mut rank as *mut u32 as *mut c_void,
+        ];
+        // SAFETY: the parameters match fill_<dtype>(char*, u64, u64, u32); the memory is the
+        // caller's contract.
+        dev(
+            unsafe {
+                k.fill(self.shape.dtype).launch_raw(
+                    grid(elems, gpu),
+                    THREADS,
+                    &self.unit.stream,
+                    &mut params,
+                )
+            },
+            "launching the test-data kernel",
+        )
     }
 
     /// Once per worker: the GPU's test data is the host's, so the values a wrong result is
@@ -101,28 +118,14 @@ impl Launcher {
         if self.data_checked {
             return Ok(());
         }
-        let k = kernels_of(gpu)?;
         let dtype = self.shape.dtype;
-        let n = 4096u64;
+        let (n, seed, rank) = (4096u64, 0x5eed, 3);
         let buf = dev(
             DevBuf::alloc(&gpu.ctx, (n * dtype.size()) as usize),
             "allocating the test-data check",
         )?;
-        let (mut ptr, mut n_, mut seed, mut rank) = (buf.ptr, n, 0x5eed_u64, 3u32);
-        let mut params = [
-            &mut ptr as *mut u64 as *mut c_void,
-            &mut n_ as *mut u64 as *mut c_void,
-            &mut seed as *mut u64 as *mut c_void,
-            &mut rank as *mut u32 as *mut c_void,
-        ];
-        // SAFETY: buf holds n elements of the dtype; synchronized before it is freed.
-        dev(
-            unsafe {
-                k.fill(dtype)
-                    .launch_raw(grid(n, gpu), THREADS, &self.unit.stream, &mut params)
-            },
-            "launching the test-data kernel",
-        )?;
+        // SAFETY: buf holds n elements of the dtype; the stream is waited for before it is freed.
+        unsafe { self.launch_fill(gpu, buf.ptr, n, seed, rank as u32) }?;
         wait_dev(
             self.unit
                 .stream
@@ -131,7 +134,7 @@ impl Launcher {
         )?;
         let mut got = vec![0u8; (n * dtype.size()) as usize];
         dev(buf.download(0, &mut got), "reading test data")?;
-        if got != data::encode(dtype, &data::rank_values(0x5eed, 3, n as usize)) {
+        if got != data::encode(dtype, &data::rank_values(seed, rank, n as usize)) {
             return Err(FabricError::Device(
                 "the GPU's test data differs from the host's (kernels/check.cu and src/fabric/cuda/data.rs disagree); this is a bug in artune".into(),
             ));
