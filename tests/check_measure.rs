@@ -3,12 +3,11 @@
 
 mod common;
 
-use common::{artune, text};
+use common::{artune, text, tuned};
 
-fn tuned(dir: &std::path::Path) -> String {
-    let out = dir.join("p.json");
-    let o = artune(&[
-        "tune",
+/// A small simulated profile to check.
+fn profile(dir: &std::path::Path) -> String {
+    let args = [
         "--sim",
         "pcie-4x-1switch",
         "--tp",
@@ -16,17 +15,15 @@ fn tuned(dir: &std::path::Path) -> String {
         "--sizes",
         "4K:4M",
         "--no-contention",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
+    ];
+    let out = tuned(dir, "p.json", &args);
     out.to_str().unwrap().into()
 }
 
 #[test]
 fn holds_on_its_machine_and_names_a_choice_that_no_longer_holds() {
     let dir = tempfile::tempdir().unwrap();
-    let p = tuned(dir.path());
+    let p = profile(dir.path());
     let o = artune(&["check", &p, "--measure", "--sim", "pcie-4x-1switch"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     assert!(
@@ -85,7 +82,7 @@ fn holds_on_its_machine_and_names_a_choice_that_no_longer_holds() {
 #[test]
 fn a_profile_of_other_gpus_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let p = tuned(dir.path());
+    let p = profile(dir.path());
     let o = artune(&["check", &p, "--measure", "--sim", "pcie-2x"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
     let err = text(&o.stderr);

@@ -5,13 +5,11 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{artune, text, with_closed_stdout};
+use common::{artune, text, tuned, with_closed_stdout};
 
 /// A small simulated profile, tuned once per test binary.
 fn profile(dir: &Path) -> PathBuf {
-    let path = dir.join("p.json");
-    let o = artune(&[
-        "tune",
+    let args = [
         "--sim",
         "pcie-4x-1switch",
         "--tp",
@@ -20,11 +18,8 @@ fn profile(dir: &Path) -> PathBuf {
         "graph",
         "--sizes",
         "4K:1M",
-        "--out",
-        path.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    path
+    ];
+    tuned(dir, "p.json", &args)
 }
 
 #[test]

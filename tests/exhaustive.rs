@@ -3,20 +3,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
 
 use artune::profile::{Profile, Sampling};
-use common::{artune, text};
-
-fn tune(dir: &Path, name: &str, args: &[&str]) -> PathBuf {
-    let out = dir.join(name);
-    let mut all = vec!["tune", "--out", out.to_str().unwrap()];
-    all.extend_from_slice(args);
-    let o = artune(&all);
-    assert!(o.status.success(), "{args:?}: {}", text(&o.stderr));
-    out
-}
+use common::{artune, text, tuned};
 
 fn assert_bad_input(o: &Output, needle: &str) {
     let err = text(&o.stderr);
@@ -31,7 +22,7 @@ fn exhaustive_measures_every_size_refinement_could_reach_and_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let sizes = ["--sizes", "4K:64K", "--tp", "2", "--mode", "graph"];
     let sim = [&["--sim", "pcie-2x", "--exhaustive"][..], &sizes].concat();
-    let p = tune(dir.path(), "ex.json", &sim);
+    let p = tuned(dir.path(), "ex.json", &sim);
     let prof = Profile::load(&p).unwrap();
     assert_eq!(prof.settings.sampling, Sampling::Exhaustive);
     assert_eq!(prof.settings.target_ci, 0.02);
@@ -55,10 +46,10 @@ fn exhaustive_measures_every_size_refinement_could_reach_and_says_so() {
         &sizes,
     ]
     .concat();
-    let t = Profile::load(&tune(dir.path(), "topo.json", &file)).unwrap();
+    let t = Profile::load(&tuned(dir.path(), "topo.json", &file)).unwrap();
     assert_eq!(t.settings.sampling, Sampling::Exhaustive);
     let fast = [&["--sim", "pcie-2x", "--target-ci", "1%"][..], &sizes].concat();
-    let f = Profile::load(&tune(dir.path(), "fast.json", &fast)).unwrap();
+    let f = Profile::load(&tuned(dir.path(), "fast.json", &fast)).unwrap();
     assert_eq!(f.settings.sampling, Sampling::Fast);
     assert_eq!(f.settings.target_ci, 0.01);
     assert!(f.groups[0].buckets.len() < got.len());
@@ -189,8 +180,8 @@ fn judge_every_preset() -> Vec<Judged> {
     assert!(presets.len() >= 5, "{presets:?}");
     let mut out = Vec::new();
     for p in &presets {
-        let fast = tune(dir.path(), &format!("{p}-fast.json"), &["--sim", p]);
-        let ex = tune(
+        let fast = tuned(dir.path(), &format!("{p}-fast.json"), &["--sim", p]);
+        let ex = tuned(
             dir.path(),
             &format!("{p}-ex.json"),
             &["--sim", p, "--exhaustive"],
@@ -250,7 +241,7 @@ fn every_crossover_of_the_fast_default_is_within_one_step_or_tied() {
 fn a_kernel_made_3x_slower_in_b_fails_the_judgement() {
     let dir = tempfile::tempdir().unwrap();
     let group = ["--sim", "pcie-8x-2switch", "--tp", "8", "--mode", "graph"];
-    let a = tune(dir.path(), "a.json", &group);
+    let a = tuned(dir.path(), "a.json", &group);
     let prof = Profile::load(&a).unwrap();
     let mut counts = std::collections::BTreeMap::new();
     for k in prof.groups.iter().flat_map(|g| &g.buckets) {
@@ -263,7 +254,7 @@ fn a_kernel_made_3x_slower_in_b_fails_the_judgement() {
         .max_by_key(|(_, &n)| n)
         .expect("a custom choice");
     let slow = format!("slow={kernel}:3");
-    let b = tune(
+    let b = tuned(
         dir.path(),
         "b.json",
         &[&group[..], &["--exhaustive", "--sim-faults", &slow]].concat(),
@@ -275,7 +266,7 @@ fn a_kernel_made_3x_slower_in_b_fails_the_judgement() {
         "{kernel} 3x slower in B, yet no size costs A over 5% beyond B's intervals"
     );
     // Unfaulted, the same judgement passes on this group (as on every preset).
-    let ex = tune(
+    let ex = tuned(
         dir.path(),
         "ex.json",
         &[&group[..], &["--exhaustive"]].concat(),

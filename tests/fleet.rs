@@ -8,13 +8,11 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use common::artune;
+use common::{artune, tuned};
 
 /// A small simulated tune, the template every generated node profile is made from.
 fn template(dir: &Path) -> Value {
-    let out = dir.join("template.json");
-    let o = artune(&[
-        "tune",
+    let args = [
         "--sim",
         "pcie-4x-1switch",
         "--tp",
@@ -24,10 +22,8 @@ fn template(dir: &Path) -> Value {
         "--mode",
         "graph",
         "--no-contention",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    ];
+    let out = tuned(dir, "template.json", &args);
     serde_json::from_slice(&std::fs::read(out).unwrap()).unwrap()
 }
 

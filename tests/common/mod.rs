@@ -13,6 +13,16 @@ pub fn artune(args: &[&str]) -> Output {
     Command::new(BIN).args(args).output().expect("artune runs")
 }
 
+/// Runs `artune tune ARGS --out DIR/NAME`, which must succeed, and returns the profile's path.
+pub fn tuned(dir: &std::path::Path, name: &str, args: &[&str]) -> std::path::PathBuf {
+    let out = dir.join(name);
+    let mut all = vec!["tune", "--out", out.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let o = artune(&all);
+    assert!(o.status.success(), "{args:?}: {}", text(&o.stderr));
+    out
+}
+
 /// Lossy UTF-8 of captured output.
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
