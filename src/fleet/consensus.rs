@@ -9,7 +9,7 @@ use super::{majority, ClassReport, Report};
 use crate::error::Error;
 use crate::fabric::{Backend, Mode};
 use crate::profile::{
-    Bucket, Crossover, Fingerprint, Fleet, GroupProfile, LeftOut, Profile, Timing, Versions,
+    Bucket, Fingerprint, Fleet, GroupProfile, LeftOut, Profile, Timing, Versions,
 };
 use crate::stats::{median_ci_indices, median_sorted};
 
@@ -167,15 +167,7 @@ fn group(
         .groups
         .iter()
         .find(|g| g.tp == tp && g.gpus == gpus && g.mode == mode);
-    let crossovers = buckets
-        .windows(2)
-        .filter(|w| w[0].choice != w[1].choice)
-        .map(|w| Crossover {
-            bytes: w[1].bytes,
-            from: w[0].choice,
-            to: w[1].choice,
-        })
-        .collect();
+    let crossovers = crate::decide::crossovers(&buckets);
     let steps: Vec<crate::decide::bands::Step> = buckets
         .iter()
         .map(|b| crate::decide::bands::Step {
