@@ -12,7 +12,7 @@
 //! kernel that NCCL loses to can never displace NCCL, and neighbouring sizes cannot flap on a
 //! 1% difference.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::allreduce::Backend;
 use crate::profile::Timing;
@@ -25,6 +25,51 @@ pub const MIN_EFFECT: f64 = 0.05;
 /// not overlap) and practically (by more than [`MIN_EFFECT`]).
 pub fn beats(a: &Timing, b: &Timing) -> bool {
     a.ci_high_us < b.ci_low_us && b.median_us > a.median_us * (1.0 + MIN_EFFECT)
+}
+
+/// Whether more samples could still turn `beats(a, b)`: the intervals allow `a`'s advantage
+/// to be above the effect and below it. A comparison that is not open stays as it is however
+/// long either side is sampled, up to noise beyond the intervals.
+pub fn open(a: &Timing, b: &Timing) -> bool {
+    let effect = 1.0 + MIN_EFFECT;
+    b.ci_low_us < a.ci_high_us * effect && b.ci_high_us > a.ci_low_us * effect
+}
+
+/// `a` beats `b` whatever more samples say: `b`'s interval lies above `a`'s by more than the
+/// effect, so [`beats`] holds and the comparison is not [`open`].
+pub fn beats_settled(a: &Timing, b: &Timing) -> bool {
+    b.ci_low_us >= a.ci_high_us * (1.0 + MIN_EFFECT)
+}
+
+/// The backends at one size whose comparisons, as [`choose`] makes them, are [`open`]: where
+/// the choice is a close call that more samples would settle. Comparisons that cannot change
+/// the choice are left out: a kernel the fastest kernel beats whatever the samples say.
+pub fn unsettled(results: &BTreeMap<Backend, Timing>) -> BTreeSet<Backend> {
+    let mut out = BTreeSet::new();
+    let mut mark = |a: (&Backend, &Timing), b: (&Backend, &Timing)| {
+        if a.0 != b.0 && open(a.1, b.1) {
+            out.extend([*a.0, *b.0]);
+        }
+    };
+    let pins = results.iter().filter(|(b, _)| b.nccl_pin().is_some());
+    if let Some(own) = results.get_key_value(&Backend::Nccl) {
+        pins.for_each(|p| mark(p, own));
+    }
+    let customs = || results.iter().filter(|(b, _)| b.is_custom());
+    let reference = nccl_choice(results).and_then(|b| results.get_key_value(&b));
+    if let (Some(r), Some((_, quickest))) = (reference, fastest(customs())) {
+        customs()
+            .filter(|(_, t)| !beats_settled(quickest, t))
+            .for_each(|c| mark(c, r));
+    }
+    let earning: Vec<(&Backend, &Timing)> = match reference {
+        Some((_, r)) => customs().filter(|(_, t)| beats(t, r)).collect(),
+        None => customs().collect(),
+    };
+    if let Some(best) = fastest(earning.iter().copied()) {
+        earning.iter().for_each(|&t| mark(best, t));
+    }
+    out
 }
 
 fn fastest<'a>(
@@ -151,5 +196,50 @@ mod tests {
         assert_eq!(nccl_choice(&r), None);
         assert_eq!(choose(&r, |_| 0), Some(Backend::OneStagePull));
         assert_eq!(choose(&BTreeMap::new(), |_| 0), None);
+    }
+
+    #[test]
+    fn a_close_call_is_open_until_the_intervals_settle_the_effect() {
+        let nccl = (Backend::Nccl, t(10.0, 0.1));
+        // 5.3% faster, intervals apart: the rule picks the kernel, but its intervals allow
+        // 3% as well as 7%, so both sides are unsettled.
+        let close: BTreeMap<_, _> = [nccl, (Backend::TwoStagePush, t(9.5, 0.1))].into();
+        assert_eq!(choose(&close, |_| 0), Some(Backend::TwoStagePush));
+        let both: BTreeSet<_> = [Backend::Nccl, Backend::TwoStagePush].into();
+        assert_eq!(unsettled(&close), both);
+        // 20% faster, or 1% faster: settled either way.
+        for far in [8.0, 9.9] {
+            let r: BTreeMap<_, _> = [nccl, (Backend::TwoStagePush, t(far, 0.05))].into();
+            assert!(unsettled(&r).is_empty(), "{far}");
+        }
+        // A pin as close to NCCL is a close call too.
+        let pin: BTreeMap<_, _> = [nccl, (Backend::NcclRingLl, t(9.5, 0.1))].into();
+        assert_eq!(unsettled(&pin), [Backend::Nccl, Backend::NcclRingLl].into());
+    }
+
+    #[test]
+    fn a_close_call_that_cannot_change_the_choice_is_left_alone() {
+        // One-stage is far ahead; two-stage is close to NCCL, but one-stage beats it whatever
+        // more samples say, so neither NCCL nor two-stage needs them.
+        let r: BTreeMap<_, _> = [
+            (Backend::Nccl, t(10.0, 0.2)),
+            (Backend::OneStagePull, t(6.0, 0.05)),
+            (Backend::TwoStagePush, t(9.5, 0.2)),
+        ]
+        .into();
+        assert_eq!(choose(&r, |_| 0), Some(Backend::OneStagePull));
+        assert!(open(&r[&Backend::TwoStagePush], &r[&Backend::Nccl]));
+        assert!(unsettled(&r).is_empty(), "{:?}", unsettled(&r));
+        // Two kernels that beat NCCL, 5% apart: which one (the memory tie) is the close call.
+        let r: BTreeMap<_, _> = [
+            (Backend::Nccl, t(20.0, 0.1)),
+            (Backend::OneStagePull, t(9.5, 0.1)),
+            (Backend::TwoStagePush, t(10.0, 0.1)),
+        ]
+        .into();
+        assert_eq!(
+            unsettled(&r),
+            [Backend::OneStagePull, Backend::TwoStagePush].into()
+        );
     }
 }
