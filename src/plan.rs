@@ -12,6 +12,10 @@ use crate::topology::{PathClass, Topology};
 /// deciding.
 pub type Winner = fn(&BTreeMap<u64, BTreeMap<Backend, Timing>>, usize) -> BTreeMap<u64, Backend>;
 
+/// The backends at one size whose comparisons the decision's choice hangs on and more samples
+/// could still turn (close calls). Passed in for the same reason as [`Winner`].
+pub type CloseCalls = fn(&BTreeMap<Backend, Timing>) -> BTreeSet<Backend>;
+
 /// Default TP sizes: powers of two from 2 up to the GPU count.
 pub fn default_tp(gpus: usize) -> Vec<usize> {
     (1..)

@@ -55,19 +55,25 @@ impl Default for Options {
 }
 
 /// A tune's default sampling: racing at the rule's effect size, so a cell stops once the
-/// rule could no longer choose it. The statistical rule itself is unchanged.
+/// rule could no longer choose it, contenders within it sampled together, and every cell
+/// revisited once after the sweep. The statistical rule itself is unchanged.
 pub fn fast_harness() -> Harness {
     Harness {
         race_margin: Some(decide::MIN_EFFECT),
+        contender_margin: Some(decide::MIN_EFFECT),
+        revisit: true,
         ..Harness::default()
     }
 }
 
-/// The reference sampling: every cell to its target (no racing), and no refinement rounds
-/// since [`plan::fine_grid`] already holds every size they could add.
+/// The reference sampling: every cell to its target (no racing), contenders sampled
+/// together, every cell revisited once, and no refinement rounds since [`plan::fine_grid`] already holds every size
+/// they could add.
 pub fn exhaustive_harness() -> Harness {
     Harness {
         refine_rounds: 0,
+        contender_margin: Some(decide::MIN_EFFECT),
+        revisit: true,
         ..Harness::default()
     }
 }
@@ -166,6 +172,7 @@ pub fn run(
         harness,
         cancel: opts.cancel.clone(),
         winner: decide::winner,
+        close_calls: Some(decide::unsettled),
     };
     let (results, mut faults) = measure::run(fabric, &plan, progress)?;
     let policy = Policy {

@@ -1,0 +1,136 @@
+//! One (backend, size, mode) cell: its samples, when it has enough, and its timing.
+
+use super::{check_interrupt, Harness};
+use crate::cancel::Cancel;
+use crate::fabric::{Backend, Fabric, FabricError, Mode};
+use crate::profile::Timing;
+use crate::stats::{self, Summary};
+
+/// One cell's samples so far, kept while its group is measured so a close call can add more.
+#[derive(Debug, Clone)]
+pub struct Sampled {
+    pub samples: Vec<f64>,
+    /// Calls averaged per sample, fixed at the warm-up.
+    pub batch: u32,
+    /// Measured time spent on the cell, µs: what [`Harness::time_cap_us`] caps.
+    pub spent_us: f64,
+}
+
+impl Sampled {
+    /// Warm-up, then the batch that makes a sample about [`Harness::batch_target_us`] long.
+    pub fn start(
+        fabric: &mut dyn Fabric,
+        backend: Backend,
+        bytes: u64,
+        mode: Mode,
+        h: &Harness,
+    ) -> Result<Sampled, FabricError> {
+        let warm = fabric.time(backend, bytes, mode, 1, h.warmup_samples.max(1))?;
+        let mut w: Vec<f64> = warm
+            .iter()
+            .copied()
+            .filter(|x| x.is_finite() && *x > 0.0)
+            .collect();
+        w.sort_by(f64::total_cmp);
+        let est = stats::median_sorted(&w);
+        let batch = if est.is_finite() && est > 0.0 {
+            ((h.batch_target_us / est).ceil() as u32).clamp(1, h.max_batch)
+        } else {
+            1
+        };
+        Ok(Sampled {
+            samples: Vec::new(),
+            batch,
+            spent_us: 0.0,
+        })
+    }
+
+    /// How many samples the cell's next round takes: the minimum first, then a step.
+    pub fn round_len(&self, h: &Harness) -> u32 {
+        if self.samples.is_empty() {
+            h.min_samples
+        } else {
+            h.step_samples
+        }
+    }
+
+    /// Adds `n` samples.
+    pub fn add(
+        &mut self,
+        fabric: &mut dyn Fabric,
+        backend: Backend,
+        bytes: u64,
+        mode: Mode,
+        n: u32,
+    ) -> Result<(), FabricError> {
+        let got = fabric.time(backend, bytes, mode, self.batch, n)?;
+        self.spent_us += got.iter().filter(|x| x.is_finite()).sum::<f64>() * self.batch as f64;
+        self.samples.extend(got);
+        Ok(())
+    }
+
+    /// The samples so far, outliers removed.
+    pub fn summary(&self) -> Summary {
+        stats::summarize(&self.samples)
+    }
+
+    /// Whether the caps leave room for more samples.
+    pub fn room(&self, h: &Harness) -> bool {
+        self.spent_us < h.time_cap_us && self.samples.len() < h.max_samples as usize
+    }
+
+    /// Whether sampling can stop: the interval is within the target, or (racing) the cell is
+    /// clearly slower than `rival`, the fastest other cell at this size, or a cap is reached.
+    pub fn finished(&self, s: &Summary, h: &Harness, rival: Option<&Timing>) -> bool {
+        let enough = s.kept >= h.min_samples as usize;
+        // Racing still wants a median worth reporting (what forcing it would cost): within
+        // five times the target, so a run of early spikes cannot stand for the cell.
+        let lost = match (h.race_margin, rival) {
+            (Some(m), Some(r)) => {
+                s.ci_low > r.ci_high_us * (1.0 + m) && s.rel_half_width() <= 5.0 * h.target_ci
+            }
+            _ => false,
+        };
+        (enough && (s.rel_half_width() <= h.target_ci || lost)) || !self.room(h)
+    }
+}
+
+/// The timing a summary stands for; a cell without one valid sample fails its backend.
+pub fn timing(backend: Backend, s: &Summary) -> Result<Timing, FabricError> {
+    if !s.median.is_finite() {
+        return Err(FabricError::Backend {
+            backend,
+            reason: "it returned no valid timings".into(),
+        });
+    }
+    Ok(Timing {
+        median_us: s.median,
+        ci_low_us: s.ci_low,
+        ci_high_us: s.ci_high,
+        samples: s.kept as u32,
+        outliers: s.outliers as u32,
+    })
+}
+
+/// Times one cell on its own: warm-up, pick a batch size, then sample until it is
+/// [`Sampled::finished`].
+pub fn measure_cell(
+    fabric: &mut dyn Fabric,
+    backend: Backend,
+    bytes: u64,
+    mode: Mode,
+    h: &Harness,
+    rival: Option<&Timing>,
+    cancel: &Cancel,
+) -> Result<Timing, FabricError> {
+    let mut cell = Sampled::start(fabric, backend, bytes, mode, h)?;
+    loop {
+        // A cell can take a second or more on a GPU: stop between its rounds too.
+        check_interrupt(cancel)?;
+        cell.add(fabric, backend, bytes, mode, cell.round_len(h))?;
+        let s = cell.summary();
+        if cell.finished(&s, h, rival) {
+            return timing(backend, &s);
+        }
+    }
+}

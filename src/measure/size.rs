@@ -1,0 +1,277 @@
+//! One size of one mode in one group: every backend's cell sampled in turn, a round at a time,
+//! so contenders share the machine's moments; then its close calls settled.
+//!
+//! Sampled one after another, two kernels that are the same speed can measure 15% apart on a
+//! box whose launch rate shifts every few seconds (eager mode on the H200, where the host's
+//! launch path is what is timed): the first met one phase, the second another. Rounds give
+//! each cell samples from the same moments as its rivals, and settling comes back to a close
+//! call after the whole sweep, so a drift shows as a wider interval instead of a verdict.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::cell::{timing, Sampled};
+use super::{cell_seed, check_interrupt, disqualify, fastest, timed, Plan, Progress};
+use crate::fabric::{Backend, Fabric, FabricError, Mode, Verification};
+use crate::plan::CloseCalls;
+use crate::profile::Timing;
+use crate::results::GroupResults;
+use crate::stats::Summary;
+
+/// Every cell's samples in one mode, by backend and size, kept for settling.
+pub type Raw = BTreeMap<(Backend, u64), Sampled>;
+
+/// One size being measured.
+pub struct At<'a> {
+    pub fabric: &'a mut dyn Fabric,
+    pub plan: &'a Plan,
+    pub mode: Mode,
+    pub bytes: u64,
+}
+
+impl At<'_> {
+    /// Verifies (once per backend and size) and warms up each of `ready`, then samples every
+    /// cell a round at a time, in alternating order, until each is finished.
+    pub fn measure(
+        &mut self,
+        ready: &[Backend],
+        verified: &mut BTreeSet<(Backend, u64)>,
+        res: &mut GroupResults,
+        raw: &mut Raw,
+        progress: &mut dyn FnMut(Progress),
+        faults: &mut Vec<String>,
+    ) -> Result<(), FabricError> {
+        let (h, mode, bytes) = (&self.plan.harness, self.mode, self.bytes);
+        let mut active: Vec<(Backend, Sampled)> = Vec::new();
+        for &backend in ready {
+            if res.disqualified.contains_key(&backend) {
+                continue;
+            }
+            check_interrupt(&self.plan.cancel)?;
+            progress(Progress::Cell {
+                backend,
+                bytes,
+                mode,
+            });
+            match self.start(backend, verified, res) {
+                Ok(Ok(s)) => active.push((backend, s)),
+                Ok(Err(reason)) => disqualify(res, faults, progress, backend, reason),
+                Err(e) if e.backend_local() => {
+                    disqualify(res, faults, progress, backend, e.to_string())
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        while !active.is_empty() {
+            let sampled = self.round(active, res, progress, faults)?;
+            let done: Vec<bool> = sampled
+                .iter()
+                .map(|(b, s, summary)| s.finished(summary, h, self.rival(res, *b).as_ref()))
+                .collect();
+            let sampling: Vec<&Summary> = sampled
+                .iter()
+                .zip(&done)
+                .filter(|(_, d)| !**d)
+                .map(|((_, _, summary), _)| summary)
+                .collect();
+            let stays: Vec<bool> = sampled
+                .iter()
+                .zip(&done)
+                .map(|((_, s, summary), &d)| {
+                    !d || (s.room(h) && sampling.iter().any(|o| contenders(summary, o, h)))
+                })
+                .collect();
+            let mut next = Vec::with_capacity(sampled.len());
+            for ((backend, s, summary), stay) in sampled.into_iter().zip(stays) {
+                if stay {
+                    next.push((backend, s));
+                } else if let Err(e) = timing(backend, &summary) {
+                    disqualify(res, faults, progress, backend, e.to_string());
+                } else {
+                    raw.insert((backend, bytes), s);
+                }
+            }
+            active = next;
+        }
+        Ok(())
+    }
+
+    /// One round of `cells`: each takes its next samples one at a time, in turn with the
+    /// others and in alternating order, so every cell's samples come from the same moments.
+    /// Each cell's timing so far is stored; a backend that fails is disqualified and dropped.
+    fn round(
+        &mut self,
+        mut cells: Vec<(Backend, Sampled)>,
+        res: &mut GroupResults,
+        progress: &mut dyn FnMut(Progress),
+        faults: &mut Vec<String>,
+    ) -> Result<Vec<(Backend, Sampled, Summary)>, FabricError> {
+        let (h, mode, bytes) = (&self.plan.harness, self.mode, self.bytes);
+        let quota: Vec<u32> = cells.iter().map(|(_, s)| s.round_len(h)).collect();
+        let mut failed = vec![false; cells.len()];
+        for k in 0..quota.iter().copied().max().unwrap_or(0) {
+            let order: Vec<usize> = if k % 2 == 0 {
+                (0..cells.len()).collect()
+            } else {
+                (0..cells.len()).rev().collect()
+            };
+            for i in order {
+                if failed[i] || k >= quota[i] {
+                    continue;
+                }
+                check_interrupt(&self.plan.cancel)?;
+                let (backend, s) = &mut cells[i];
+                let fabric = &mut *self.fabric;
+                match timed(&mut res.phases.timing_s, || {
+                    s.add(fabric, *backend, bytes, mode, 1)
+                }) {
+                    Ok(()) => {}
+                    Err(e) if e.backend_local() => {
+                        disqualify(res, faults, progress, *backend, e.to_string());
+                        failed[i] = true;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(cells.len());
+        for ((backend, s), failed) in cells.into_iter().zip(failed) {
+            if failed {
+                continue;
+            }
+            let summary = s.summary();
+            if let Ok(t) = timing(backend, &summary) {
+                self.store(res, backend, t);
+            }
+            out.push((backend, s, summary));
+        }
+        Ok(out)
+    }
+
+    /// Verification on fresh data the first time a backend meets this size, then the warm-up.
+    /// The inner error is a wrong result: it disqualifies the backend, not the run.
+    fn start(
+        &mut self,
+        backend: Backend,
+        verified: &mut BTreeSet<(Backend, u64)>,
+        res: &mut GroupResults,
+    ) -> Result<Result<Sampled, String>, FabricError> {
+        let bytes = self.bytes;
+        if verified.insert((backend, bytes)) {
+            let seed = cell_seed(self.plan.seed, &res.gpus, backend, bytes);
+            let fabric = &mut *self.fabric;
+            let v = timed(&mut res.phases.verify_s, || {
+                fabric.verify(backend, bytes, seed)
+            })?;
+            if let Verification::Wrong { reason } = v {
+                return Ok(Err(format!("wrong result at {bytes} bytes: {reason}")));
+            }
+        }
+        let fabric = &mut *self.fabric;
+        let h = &self.plan.harness;
+        timed(&mut res.phases.timing_s, || {
+            Sampled::start(fabric, backend, bytes, self.mode, h)
+        })
+        .map(Ok)
+    }
+
+    fn store(&self, res: &mut GroupResults, backend: Backend, t: Timing) {
+        res.cells
+            .entry(self.mode)
+            .or_default()
+            .entry(self.bytes)
+            .or_default()
+            .insert(backend, t);
+    }
+
+    /// The fastest other cell at this size so far: the one a racing cell must be able to beat.
+    fn rival(&self, res: &GroupResults, backend: Backend) -> Option<Timing> {
+        let cell = res.cells.get(&self.mode)?.get(&self.bytes)?;
+        let others: BTreeMap<Backend, Timing> = cell
+            .iter()
+            .filter(|(b, _)| **b != backend)
+            .map(|(b, t)| (*b, *t))
+            .collect();
+        fastest(&others, &res.disqualified)
+    }
+
+    /// One more round for every cell measured here that has room under the caps.
+    pub fn revisit(
+        &mut self,
+        res: &mut GroupResults,
+        raw: &mut Raw,
+        progress: &mut dyn FnMut(Progress),
+        faults: &mut Vec<String>,
+    ) -> Result<(), FabricError> {
+        let (h, bytes) = (&self.plan.harness, self.bytes);
+        let backends: Vec<Backend> = raw
+            .iter()
+            .filter(|((b, n), s)| *n == bytes && !res.disqualified.contains_key(b) && s.room(h))
+            .map(|((b, _), _)| *b)
+            .collect();
+        self.again(&backends, res, raw, progress, faults)
+    }
+
+    /// Another round for `backends`, whose samples are in `raw`.
+    fn again(
+        &mut self,
+        backends: &[Backend],
+        res: &mut GroupResults,
+        raw: &mut Raw,
+        progress: &mut dyn FnMut(Progress),
+        faults: &mut Vec<String>,
+    ) -> Result<(), FabricError> {
+        let bytes = self.bytes;
+        let cells: Vec<(Backend, Sampled)> = backends
+            .iter()
+            .filter_map(|b| raw.remove(&(*b, bytes)).map(|s| (*b, s)))
+            .collect();
+        for (backend, s, summary) in self.round(cells, res, progress, faults)? {
+            if let Err(e) = timing(backend, &summary) {
+                disqualify(res, faults, progress, backend, e.to_string());
+            } else {
+                raw.insert((backend, bytes), s);
+            }
+        }
+        Ok(())
+    }
+
+    /// While the choice hangs on a close call, each side gets another round of samples, in
+    /// turn, until it is settled or the caps are reached.
+    pub fn settle(
+        &mut self,
+        close_calls: CloseCalls,
+        res: &mut GroupResults,
+        raw: &mut Raw,
+        progress: &mut dyn FnMut(Progress),
+        faults: &mut Vec<String>,
+    ) -> Result<(), FabricError> {
+        let (h, mode, bytes) = (&self.plan.harness, self.mode, self.bytes);
+        loop {
+            let Some(cell) = res.cells.get(&mode).and_then(|m| m.get(&bytes)) else {
+                return Ok(());
+            };
+            let eligible: BTreeMap<Backend, Timing> = cell
+                .iter()
+                .filter(|(b, _)| !res.disqualified.contains_key(b))
+                .map(|(b, t)| (*b, *t))
+                .collect();
+            let open: Vec<Backend> = close_calls(&eligible)
+                .into_iter()
+                .filter(|b| raw.get(&(*b, bytes)).is_some_and(|s| s.room(h)))
+                .collect();
+            if open.is_empty() {
+                return Ok(());
+            }
+            self.again(&open, res, raw, progress, faults)?;
+        }
+    }
+}
+
+/// Whether two cells' intervals are within [`Harness::contender_margin`] of each other: a
+/// comparison their medians must make from the same moments.
+fn contenders(a: &Summary, b: &Summary, h: &super::Harness) -> bool {
+    h.contender_margin.is_some_and(|m| {
+        let apart = |x: &Summary, y: &Summary| y.ci_low > x.ci_high * (1.0 + m);
+        !apart(a, b) && !apart(b, a)
+    })
+}
