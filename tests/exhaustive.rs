@@ -233,7 +233,8 @@ fn every_crossover_of_the_fast_default_is_within_one_step_or_tied() {
 }
 
 /// The control: the judgement can fail. B is tuned where the kernel A chooses most is 3x
-/// slower; A's choices must then cost more than 5% beyond B's intervals somewhere.
+/// slower; A's choices must then cost more than 5% beyond B's intervals somewhere, and some
+/// crossover of A's must be missed.
 #[test]
 fn a_kernel_made_3x_slower_in_b_fails_the_judgement() {
     let dir = tempfile::tempdir().unwrap();
@@ -261,6 +262,10 @@ fn a_kernel_made_3x_slower_in_b_fails_the_judgement() {
     assert!(
         judged.iter().any(|j| j.significant_pct > 5.0),
         "{kernel} 3x slower in B, yet no size costs A over 5% beyond B's intervals"
+    );
+    assert!(
+        judged.iter().any(|j| !j.misses.is_empty()),
+        "{kernel} 3x slower in B, yet no crossover of A is missed"
     );
     // Unfaulted, the same judgement passes on this group (as on every preset).
     let ex = tuned(
