@@ -67,8 +67,8 @@ pub fn fast_harness() -> Harness {
 }
 
 /// The reference sampling: every cell to its target (no racing), contenders sampled
-/// together, every cell revisited once, and no refinement rounds since [`plan::fine_grid`] already holds every size
-/// they could add.
+/// together, every cell revisited once, and no refinement rounds since [`plan::fine_grid`]
+/// already holds every size they could add.
 pub fn exhaustive_harness() -> Harness {
     Harness {
         refine_rounds: 0,

@@ -1,10 +1,11 @@
 //! The measurement harness, shared by every fabric.
 //!
 //! For each GPU group: prepare the backends, run the contention probes, then for each mode
-//! and size verify each backend on fresh data and time it until the 95% confidence interval of
-//! its median is within the target (or a cap is hit). Where the winner changes between
-//! neighbouring sizes (by the rule the plan carries), [`plan::refine_points`] asks for sizes in
-//! between.
+//! and size verify each backend on fresh data and time them all, in turn (`size.rs`), until the
+//! 95% confidence interval of each median is within the target (or a cap is hit). Where the
+//! winner changes between neighbouring sizes (by the rule the plan carries),
+//! [`plan::refine_points`] asks for sizes in between. Then every cell is revisited once, and
+//! close calls are sampled until settled.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -4,8 +4,8 @@
 //! Sampled one after another, two kernels that are the same speed can measure 15% apart on a
 //! box whose launch rate shifts every few seconds (eager mode on the H200, where the host's
 //! launch path is what is timed): the first met one phase, the second another. Rounds give
-//! each cell samples from the same moments as its rivals, and settling comes back to a close
-//! call after the whole sweep, so a drift shows as a wider interval instead of a verdict.
+//! each cell samples from the same moments as its rivals; the revisit and settling come back
+//! after the whole sweep, so a drift shows as a wider interval instead of a verdict.
 
 use std::collections::{BTreeMap, BTreeSet};
 
