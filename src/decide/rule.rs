@@ -62,14 +62,24 @@ pub fn unsettled(results: &BTreeMap<Backend, Timing>) -> BTreeSet<Backend> {
             .filter(|(_, t)| !beats_settled(quickest, t))
             .for_each(|c| mark(c, r));
     }
-    let earning: Vec<(&Backend, &Timing)> = match reference {
-        Some((_, r)) => customs().filter(|(_, t)| beats(t, r)).collect(),
-        None => customs().collect(),
-    };
+    let earning = earning(results, reference.map(|(_, t)| t));
     if let Some(best) = fastest(earning.iter().copied()) {
         earning.iter().for_each(|&t| mark(best, t));
     }
     out
+}
+
+/// The custom kernels that earn their buffers: those that beat the NCCL reference, or all of
+/// them where no NCCL variant was measured.
+fn earning<'a>(
+    results: &'a BTreeMap<Backend, Timing>,
+    reference: Option<&Timing>,
+) -> Vec<(&'a Backend, &'a Timing)> {
+    let customs = results.iter().filter(|(b, _)| b.is_custom());
+    match reference {
+        Some(r) => customs.filter(|(_, t)| beats(t, r)).collect(),
+        None => customs.collect(),
+    }
 }
 
 fn fastest<'a>(
@@ -96,11 +106,7 @@ pub fn choose(
     extra: impl Fn(Backend) -> u64,
 ) -> Option<Backend> {
     let reference = nccl_choice(results).and_then(|b| results.get(&b).map(|t| (b, t)));
-    let customs = results.iter().filter(|(b, _)| b.is_custom());
-    let earning: Vec<(&Backend, &Timing)> = match reference {
-        Some((_, r)) => customs.filter(|(_, t)| beats(t, r)).collect(),
-        None => customs.collect(),
-    };
+    let earning = earning(results, reference.map(|(_, t)| t));
     let Some((_, best)) = fastest(earning.iter().copied()) else {
         return reference.map(|(b, _)| b);
     };

@@ -234,15 +234,16 @@ fn measure_group(
         let mut revisited = !plan.harness.revisit;
         loop {
             for &bytes in &sizes {
-                let mut at = At {
-                    fabric: &mut *fabric,
-                    plan,
-                    mode,
-                    bytes,
-                };
-                at.measure(&ready, &mut verified, &mut res, &mut raw, progress, faults)?;
+                At::new(fabric, plan, mode, bytes).measure(
+                    &ready,
+                    &mut verified,
+                    &mut res,
+                    &mut raw,
+                    progress,
+                    faults,
+                )?;
             }
-            let mut refine = round < plan.harness.refine_rounds;
+            let refine = round < plan.harness.refine_rounds;
             let mut next = if refine {
                 refinement(&res, mode, gpus.len(), plan)
             } else {
@@ -257,25 +258,19 @@ fn measure_group(
                     .map(|c| c.keys().copied().collect())
                     .unwrap_or_default();
                 for &bytes in &sizes {
-                    let mut at = At {
-                        fabric: &mut *fabric,
-                        plan,
-                        mode,
-                        bytes,
-                    };
-                    at.revisit(&mut res, &mut raw, progress, faults)?;
+                    At::new(fabric, plan, mode, bytes)
+                        .revisit(&mut res, &mut raw, progress, faults)?;
                 }
-                refine = round < plan.harness.refine_rounds;
             }
             if let Some(close_calls) = plan.close_calls {
                 for &bytes in &sizes {
-                    let mut at = At {
-                        fabric: &mut *fabric,
-                        plan,
-                        mode,
-                        bytes,
-                    };
-                    at.settle(close_calls, &mut res, &mut raw, progress, faults)?;
+                    At::new(fabric, plan, mode, bytes).settle(
+                        close_calls,
+                        &mut res,
+                        &mut raw,
+                        progress,
+                        faults,
+                    )?;
                 }
             }
             if refine {
@@ -316,14 +311,15 @@ fn disqualify(
     res.disqualified.insert(backend, reason);
 }
 
-/// The timing with the lowest upper bound among the backends still in the running: the one
-/// a racing cell must be able to beat.
+/// The timing with the lowest upper bound among the backends still in the running other than
+/// `but`: the one a racing `but` must be able to beat.
 fn fastest(
     cell: &BTreeMap<Backend, Timing>,
     disqualified: &BTreeMap<Backend, String>,
+    but: Backend,
 ) -> Option<Timing> {
     cell.iter()
-        .filter(|(b, _)| !disqualified.contains_key(b))
+        .filter(|(b, _)| **b != but && !disqualified.contains_key(b))
         .map(|(_, t)| *t)
         .min_by(|a, b| a.ci_high_us.total_cmp(&b.ci_high_us))
 }

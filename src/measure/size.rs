@@ -28,7 +28,16 @@ pub struct At<'a> {
     pub bytes: u64,
 }
 
-impl At<'_> {
+impl<'a> At<'a> {
+    pub fn new(fabric: &'a mut dyn Fabric, plan: &'a Plan, mode: Mode, bytes: u64) -> Self {
+        At {
+            fabric,
+            plan,
+            mode,
+            bytes,
+        }
+    }
+
     /// Verifies (once per backend and size) and warms up each of `ready`, then samples every
     /// cell a round at a time, in alternating order, until each is finished.
     pub fn measure(
@@ -186,12 +195,7 @@ impl At<'_> {
     /// The fastest other cell at this size so far: the one a racing cell must be able to beat.
     fn rival(&self, res: &GroupResults, backend: Backend) -> Option<Timing> {
         let cell = res.cells.get(&self.mode)?.get(&self.bytes)?;
-        let others: BTreeMap<Backend, Timing> = cell
-            .iter()
-            .filter(|(b, _)| **b != backend)
-            .map(|(b, t)| (*b, *t))
-            .collect();
-        fastest(&others, &res.disqualified)
+        fastest(cell, &res.disqualified, backend)
     }
 
     /// One more round for every cell measured here that has room under the caps.
