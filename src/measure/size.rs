@@ -5,7 +5,8 @@
 //! box whose launch rate shifts every few seconds (eager mode on the H200, where the host's
 //! launch path is what is timed): the first met one phase, the second another. Rounds give
 //! each cell samples from the same moments as its rivals; the revisit and settling come back
-//! after the whole sweep, so a drift shows as a wider interval instead of a verdict.
+//! after the whole sweep, so a drift shows as a wider interval instead of a verdict, where the
+//! first visit took few samples (a long one keeps its level: the revisit's are outliers).
 
 use std::collections::{BTreeMap, BTreeSet};
 
