@@ -14,7 +14,7 @@
 //!   multicast_max)])`, at most UNTUNED_MAX = 128 MiB; the fourth element is the range where
 //!   two-shot runs over NVLink multicast.
 //! - `custom_all_reduce.py` (v1, the fallback): world sizes 2, 4, 6, 8; two GPUs need only
-//!   P2P (a PCIe pair works), more need full NVLink; messages under 8 MiB; its kernels are
+//!   P2P (a PCIe pair works), more need full NVLink; messages up to 8 MiB (`inp_size <= max_size`); its kernels are
 //!   vLLM's (one-stage pull on two GPUs).
 
 use super::*;
@@ -78,13 +78,17 @@ fn is_choice(b: &Bucket, s: usize) -> bool {
 }
 
 /// Bands per bucket, non-decreasing in SGLang's order, minimising summed time; sizes above
-/// the workspace can only be NCCL. A band other than the profile's choice never counts as
-/// faster than it unless it beats it, so ties follow the profile rather than noise.
+/// the workspace can only be NCCL, and a kernel the profile excluded at a size (its memory
+/// budget) cannot serve it. A band other than the profile's choice never counts as faster
+/// than it unless it beats it, so ties follow the profile rather than noise.
 fn assign(g: &GroupProfile, workspace: u64) -> Vec<usize> {
     let n = g.buckets.len();
     let cost = |i: usize, s: usize| {
         let b = &g.buckets[i];
         if s < 3 && b.bytes > workspace {
+            return UNMEASURED;
+        }
+        if BANDS[s].0.is_some_and(|k| b.waived.contains_key(&k)) {
             return UNMEASURED;
         }
         let timing = match BANDS[s].0 {
@@ -188,12 +192,12 @@ fn v2_plan(g: &GroupProfile) -> V2Plan {
     }
 }
 
-/// v1 at TP2 (one-stage pull under 8 MiB) against NCCL with artune's plugin.
+/// v1 at TP2 (one-stage pull up to 8 MiB) against NCCL with artune's plugin.
 fn v1_versus(g: &GroupProfile) -> Versus {
     Versus::of(
         g.buckets
             .iter()
-            .filter(|b| b.bytes < V1_MAX)
+            .filter(|b| b.bytes <= V1_MAX)
             .filter_map(|b| Some((median(b, Backend::OneStagePull)?, plugin_time(b)?.median_us))),
     )
 }
@@ -211,9 +215,9 @@ pub(super) fn runs(p: &Profile, g: &GroupProfile, bytes: u64) -> EngineRun {
         Kind::None(why) => nccl(why.into()),
         Kind::V1 => {
             let keep = v1_versus(g).keep();
-            if bytes >= V1_MAX || bytes % 16 != 0 {
+            if bytes > V1_MAX || bytes % 16 != 0 {
                 nccl(
-                    "custom all-reduce v1 takes messages under 8 MiB, multiples of 16 bytes".into(),
+                    "custom all-reduce v1 takes messages up to 8 MiB, multiples of 16 bytes".into(),
                 )
             } else if !keep {
                 nccl("artune's export disables the custom all-reduce at this TP size (NCCL was faster where v1 runs)".into())
@@ -283,7 +287,7 @@ pub fn plugin_plan(p: &Profile, g: &GroupProfile) -> PluginPlan {
             max_bytes: g
                 .buckets
                 .iter()
-                .filter(|b| b.bytes < V1_MAX && b.choice.is_custom())
+                .filter(|b| b.bytes <= V1_MAX && b.choice.is_custom())
                 .map(|b| b.bytes)
                 .max()
                 .unwrap_or(0),
@@ -313,7 +317,7 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
             Kind::V1 => {
                 let g = first;
                 let v = v1_versus(g);
-                notes.push_str(&format!("# TP{tp} (GPUs {:?}, {} mode): no full NVLink, so v2 is refused; v1 runs one-stage pull under 8 MiB:\n", g.gpus, g.mode.id()));
+                notes.push_str(&format!("# TP{tp} (GPUs {:?}, {} mode): no full NVLink, so v2 is refused; v1 runs one-stage pull up to 8 MiB:\n", g.gpus, g.mode.id()));
                 for b in &g.buckets {
                     let r = runs(p, g, b.bytes);
                     let t = match r.backend {
@@ -339,9 +343,9 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
                     ));
                 }
                 flags.push_str(&if v.keep() {
-                    format!("#   TP{tp}: v1 is {} under 8 MiB: keep it: --tp-size {tp}\n", v.describe())
+                    format!("#   TP{tp}: v1 is {} up to 8 MiB: keep it: --tp-size {tp}\n", v.describe())
                 } else {
-                    format!("#   TP{tp}: v1 is {} under 8 MiB: --tp-size {tp} --disable-custom-all-reduce\n", v.describe())
+                    format!("#   TP{tp}: v1 is {} up to 8 MiB: --tp-size {tp} --disable-custom-all-reduce\n", v.describe())
                 });
             }
             Kind::V2 => {
@@ -452,7 +456,7 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
     s.push_str("# - Choices out of SGLang's order: v2 bands go push, pull, two-shot, NCCL by size; where the profile\n");
     s.push_str("#   alternates, the limits minimise summed time and each size below says what that costs.\n");
     s.push_str(
-        "# - v1 (PCIe pairs): one-stage pull under 8 MiB or nothing; its size limit is fixed.\n",
+        "# - v1 (PCIe pairs): one-stage pull up to 8 MiB or nothing; its size limit is fixed.\n",
     );
     s.push_str("# - Sizes above the largest measured size go to NCCL.\n");
     s.push_str("# - NCCL's algorithm and protocol: load artune's NCCL tuner plugin (artune export --engine nccl).\n");
@@ -513,6 +517,19 @@ mod tests {
         );
         assert!(
             text.contains("costs 16M more pull workspace per GPU"),
+            "{text}"
+        );
+        // Excluded at 32 MiB by a memory budget, two-shot pull is neither a band there nor a
+        // reason to grow the workspace.
+        p.groups[0].buckets[2].waived.insert(
+            Backend::TwoStagePull,
+            "its buffers ... above the memory budget".into(),
+        );
+        let plan = v2_plan(&p.groups[0]);
+        assert_eq!(plan.wants, None);
+        let text = export(&p, &o, &[4]).unwrap().files.remove(0).contents;
+        assert!(
+            !text.contains("SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB"),
             "{text}"
         );
     }

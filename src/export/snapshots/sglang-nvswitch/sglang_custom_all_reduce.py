@@ -27,7 +27,7 @@ ARTUNE_CUSTOM_ALL_REDUCE_V2 = {
 # - two_stage_push: no SGLang kernel matches it.
 # - Choices out of SGLang's order: v2 bands go push, pull, two-shot, NCCL by size; where the profile
 #   alternates, the limits minimise summed time and each size below says what that costs.
-# - v1 (PCIe pairs): one-stage pull under 8 MiB or nothing; its size limit is fixed.
+# - v1 (PCIe pairs): one-stage pull up to 8 MiB or nothing; its size limit is fixed.
 # - Sizes above the largest measured size go to NCCL.
 # - NCCL's algorithm and protocol: load artune's NCCL tuner plugin (artune export --engine nccl).
 #

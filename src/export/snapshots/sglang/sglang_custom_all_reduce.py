@@ -12,7 +12,7 @@
 # no v2 limits are written.
 #
 # Server flags:
-#   TP2: v1 is faster than NCCL at 4 of 7 sizes, -19% on geometric mean under 8 MiB: keep it: --tp-size 2
+#   TP2: v1 is faster than NCCL at 4 of 7 sizes, -19% on geometric mean up to 8 MiB: keep it: --tp-size 2
 #   TP4: SGLang's custom all-reduce needs full NVLink for more than two GPUs, so SGLang runs NCCL at every size; the flag only makes it explicit:
 #     --tp-size 4 --disable-custom-all-reduce
 #
@@ -21,11 +21,11 @@
 # - two_stage_push: no SGLang kernel matches it.
 # - Choices out of SGLang's order: v2 bands go push, pull, two-shot, NCCL by size; where the profile
 #   alternates, the limits minimise summed time and each size below says what that costs.
-# - v1 (PCIe pairs): one-stage pull under 8 MiB or nothing; its size limit is fixed.
+# - v1 (PCIe pairs): one-stage pull up to 8 MiB or nothing; its size limit is fixed.
 # - Sizes above the largest measured size go to NCCL.
 # - NCCL's algorithm and protocol: load artune's NCCL tuner plugin (artune export --engine nccl).
 #
-# TP2 (GPUs [0, 1], graph mode): no full NVLink, so v2 is refused; v1 runs one-stage pull under 8 MiB:
+# TP2 (GPUs [0, 1], graph mode): no full NVLink, so v2 is refused; v1 runs one-stage pull up to 8 MiB:
 #         1K: custom all-reduce v1, 1stage   4.1 us
 #         4K: custom all-reduce v1, 1stage   4.4 us
 #        16K: custom all-reduce v1, 1stage   5.6 us
