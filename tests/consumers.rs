@@ -214,6 +214,26 @@ fn export_every_engine_to_stdout_and_files() {
     assert!(text.contains("--tensor-parallel-size 2"));
     assert!(text.contains("export VLLM_SKIP_P2P_CHECK=0"));
 
+    // All or nothing: where the cache cannot be written, vllm.txt (which tells the engine
+    // to copy it) is not written either.
+    let half = d.path().join("half");
+    std::fs::create_dir_all(half.join("gpu_p2p_access_cache_for_0,1,2,3.json")).unwrap();
+    let o = artune(&[
+        "export",
+        &p,
+        "--engine",
+        "vllm",
+        "--tp",
+        "2",
+        "--allow-simulated",
+        "--out",
+        s(&half),
+    ]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("is a directory"), "{}", o.stderr);
+    assert!(!half.join("vllm.txt").exists(), "{}", o.stderr);
+    assert_eq!(std::fs::read_dir(&half).unwrap().count(), 1, "no temporary left");
+
     let env = d.path().join("nccl.env");
     assert_eq!(
         artune(&["export", &p, "--engine", "nccl", "--out", s(&env)]).code,

@@ -137,9 +137,16 @@ pub fn export(a: ExportArgs) -> Result<i32, Error> {
                 path: dir.clone(),
                 reason: err.to_string(),
             })?;
-            for f in &e.files {
-                let path = dir.join(&f.name);
-                crate::profile::write_atomic(&path, f.contents.as_bytes())?;
+            // All or nothing: a file left from a half-written export would tell the engine
+            // to use one that is not there.
+            let paths: Vec<_> = e.files.iter().map(|f| dir.join(&f.name)).collect();
+            let files: Vec<_> = paths
+                .iter()
+                .zip(&e.files)
+                .map(|(p, f)| (p.as_path(), f.contents.as_bytes()))
+                .collect();
+            crate::profile::write_all_atomic(&files)?;
+            for path in &paths {
                 eprintln!("wrote {}", path.display());
             }
         }

@@ -454,15 +454,39 @@ pub fn check_writable(path: &Path) -> Result<(), Error> {
 
 /// Writes bytes to `path` atomically (temporary file in the same directory, fsync, rename).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    write_all_atomic(&[(path, bytes)])
+}
+
+/// Writes several files so that either all of them are replaced or none is: every temporary
+/// file is written and synced before the first rename, and a failure before then leaves no
+/// target touched.
+pub fn write_all_atomic(files: &[(&Path, &[u8])]) -> Result<(), Error> {
+    let staged = files
+        .iter()
+        .map(|(path, bytes)| stage(path, bytes).map(|tmp| (*path, tmp)))
+        .collect::<Result<Vec<_>, Error>>()?;
+    for (path, tmp) in staged {
+        tmp.persist(path).map_err(|e| Error::Write {
+            path: path.into(),
+            reason: e.error.to_string(),
+        })?;
+        if let Ok(d) = std::fs::File::open(target_dir(path)?) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(())
+}
+
+/// `bytes` in a synced temporary file beside `path`, with the mode `path` will have.
+fn stage(path: &Path, bytes: &[u8]) -> Result<tempfile::NamedTempFile, Error> {
     let err = |e: &dyn std::fmt::Display| Error::Write {
         path: path.into(),
         reason: e.to_string(),
     };
-    let dir = target_dir(path)?;
     let mut tmp = tempfile::Builder::new()
         .prefix(".artune-")
         .suffix(".tmp")
-        .tempfile_in(dir)
+        .tempfile_in(target_dir(path)?)
         .map_err(|e| err(&e))?;
     tmp.write_all(bytes).map_err(|e| err(&e))?;
     // tempfile creates 0600, but engines often run as another user: keep the mode of the file
@@ -475,11 +499,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
         });
     tmp.as_file().set_permissions(mode).map_err(|e| err(&e))?;
     tmp.as_file().sync_all().map_err(|e| err(&e))?;
-    tmp.persist(path).map_err(|e| err(&e.error))?;
-    if let Ok(d) = std::fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
+    Ok(tmp)
 }
 
 /// Current time as RFC 3339 UTC ("2026-11-29T08:49:54Z"), without a date crate.
