@@ -560,3 +560,47 @@ fn gpu_a_pair_without_p2p_waives_custom_kernels_and_keeps_nccl_or_skip() {
         g.waived[&CUSTOM[0]]
     );
 }
+
+#[test]
+fn gpu_buffers_a_peer_cannot_open_waive_kernels_not_the_tune_or_skip() {
+    let Some((_gpu, f)) = open_or_skip("gpu_buffers_a_peer_cannot_open", 2) else {
+        return;
+    };
+    drop(f);
+    let dir = tempfile::tempdir().unwrap();
+    let load = |p: &std::path::Path| -> artune::profile::Profile {
+        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    };
+    // No peer mapping between the two GPUs: every kernel is out, NCCL is measured.
+    let out = dir.path().join("noipc.json");
+    let o = faulty_tune("noipc=0-1", &out);
+    let err = String::from_utf8_lossy(&o.stderr);
+    if nccl::library().is_err() {
+        skip(format!(
+            "gpu_buffers_a_peer_cannot_open: skipped: no NCCL, nothing left to measure ({err})"
+        ));
+        return;
+    }
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let g = &load(&out).groups[0];
+    for b in CUSTOM {
+        let why = g.waived.get(&b).unwrap_or_else(|| panic!("{b} not waived"));
+        assert!(why.contains("could not open rank 1's input"), "{why}");
+    }
+    assert!(g.buckets.iter().all(|b| b.choice == Backend::Nccl));
+    // One kernel's shared buffers cannot be opened: that kernel is out, the others run.
+    let out = dir.path().join("noopen.json");
+    let o = faulty_tune("noopen=one_stage_pull", &out);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let g = &load(&out).groups[0];
+    let why = &g.waived[&Backend::OneStagePull];
+    assert!(why.contains("could not be opened"), "{why}");
+    assert!(g
+        .buckets
+        .iter()
+        .all(|b| b.results.contains_key(&Backend::OneStagePush)
+            && !b.results.contains_key(&Backend::OneStagePull)));
+    assert!(live_workers().is_empty());
+    println!("noipc=0-1: every kernel waived, NCCL measured; noopen=one_stage_pull: it alone waived ({why})");
+}

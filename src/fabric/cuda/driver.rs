@@ -161,6 +161,9 @@ pub struct Span {
 }
 
 impl Span {
+    /// No memory: the place of a peer's buffer this GPU could not open, never launched on.
+    pub const NONE: Span = Span { ptr: 0, bytes: 0 };
+
     fn check(&self, offset: usize, len: usize) -> Result<(), DriverError> {
         if offset.checked_add(len).is_some_and(|end| end <= self.bytes) {
             Ok(())

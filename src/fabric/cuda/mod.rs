@@ -44,8 +44,11 @@ const NO_GPU: &str = "run with `--sim PRESET` to tune a simulated machine instea
 /// The fault knob of the CUDA path (testing only): `ARTUNE_CUDA_FAULTS`, items joined by `,`:
 /// `hang=BACKEND` (its calls launch a kernel that never completes), `stall=BACKEND` (the
 /// worker stops answering when asked to run it), `nop2p=A-B` (ranks A and B report that P2P
-/// between them does not work), `wrong=BACKEND` (one element of its output is spoiled
-/// before the check, as a broken kernel would leave it).
+/// between them does not work), `noipc=A-B` (the worker of rank A cannot open rank B's
+/// buffers, or B's A's, as CUDA IPC fails between GPUs without a peer mapping),
+/// `noopen=BACKEND` (its shared buffers cannot be opened by peers, as when BAR1 or the peer
+/// mapping limit runs out), `wrong=BACKEND` (one element of its output is spoiled before the
+/// check, as a broken kernel would leave it).
 pub const ENV_FAULTS: &str = "ARTUNE_CUDA_FAULTS";
 
 /// Faults a worker injects, from [`ENV_FAULTS`].
@@ -54,6 +57,8 @@ pub struct Faults {
     pub hang: Option<Backend>,
     pub stall: Option<Backend>,
     pub no_p2p: Option<(usize, usize)>,
+    pub no_ipc: Option<(usize, usize)>,
+    pub no_open: Option<Backend>,
     pub wrong: Option<Backend>,
     /// A zeroed device word the never-ending kernel spins on.
     flag: u64,
@@ -73,13 +78,23 @@ impl Faults {
                 "hang" => f.hang = Some(backend()?),
                 "stall" => f.stall = Some(backend()?),
                 "wrong" => f.wrong = Some(backend()?),
-                "nop2p" => {
+                "noopen" => f.no_open = Some(backend()?),
+                "nop2p" | "noipc" => {
                     let pair = v.split_once('-').and_then(|(a, b)| {
                         Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?))
                     });
-                    f.no_p2p = Some(pair.ok_or_else(|| format!("`{item}` wants nop2p=A-B"))?);
+                    let pair = Some(pair.ok_or_else(|| format!("`{item}` wants {k}=A-B"))?);
+                    if k == "nop2p" {
+                        f.no_p2p = pair;
+                    } else {
+                        f.no_ipc = pair;
+                    }
                 }
-                _ => return Err(format!("`{k}` is not a fault (hang, stall, nop2p, wrong)")),
+                _ => {
+                    return Err(format!(
+                        "`{k}` is not a fault (hang, stall, nop2p, noipc, noopen, wrong)"
+                    ))
+                }
             }
         }
         Ok(f)
@@ -317,6 +332,11 @@ mod tests {
         assert_eq!(f.hang, Some(Backend::TwoStagePush));
         assert_eq!(f.stall, Some(Backend::Nccl));
         assert_eq!(f.no_p2p, Some((0, 3)));
+        let g = Faults::parse("noipc=1-2,noopen=one_stage_push").unwrap();
+        assert_eq!(
+            (g.no_ipc, g.no_open),
+            (Some((1, 2)), Some(Backend::OneStagePush))
+        );
         assert_eq!(f.wrong, Some(Backend::OneStagePull));
         assert_eq!(Faults::parse("").unwrap(), Faults::default());
         assert!(Faults::parse("hang=nope")

@@ -226,8 +226,11 @@ pub enum Resp {
     Connected {
         /// What NVRTC compiled for, or why the kernels are unavailable.
         kernels: Result<String, String>,
-        /// Ranks whose buffers failed the real-transfer check, with the reason.
+        /// Ranks whose buffers could not be opened or failed the real-transfer check, with
+        /// the reason.
         broken: Vec<(usize, String)>,
+        /// Custom backends whose shared buffers could not all be opened, with the reason.
+        unready: Vec<(Backend, String)>,
     },
     NcclId(String),
     /// Device bytes a backend took, or why it could not be set up.

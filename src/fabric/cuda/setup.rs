@@ -11,8 +11,12 @@ use super::nccl;
 use super::protocol::{BufHandles, Launch, RankHandles, Shape};
 use super::run::{Impl, Launcher, Ready, Unit};
 use super::watchdog::{self, Deadline};
-use super::Gpu;
+use super::{Faults, Gpu};
 use crate::fabric::{Backend, Dtype, FabricError};
+
+/// What a launcher could not reach: ranks whose buffers it could not open or read (the pair
+/// has no working P2P), and custom backends whose shared buffers it could not open.
+pub type Unreached = (Vec<(usize, String)>, Vec<(Backend, String)>);
 
 /// Bytes checked past the end of each output for stray writes during verification.
 pub const GUARD: usize = 256;
@@ -248,7 +252,9 @@ fn transfer_check(span: Span, dtype: Dtype, rank: usize) -> Result<(), String> {
 
 impl Launcher {
     /// Opens every rank's buffers (its own directly, the others by IPC handle) and readies the
-    /// launches of `launch`. Returns the launcher and each rank that failed its transfer check.
+    /// launches of `launch`. Returns the launcher, each rank whose buffers could not be opened
+    /// or failed the transfer check, and each custom backend whose buffers could not all be
+    /// opened: those are left out, never a failure of the group, since NCCL needs none of it.
     pub fn connect(
         gpu: &Gpu,
         owned: Option<&Owned>,
@@ -256,8 +262,8 @@ impl Launcher {
         launch: Launch,
         handles: &[RankHandles],
         deadline: Deadline,
-        broken_pair: Option<(usize, usize)>,
-    ) -> Result<(Launcher, Vec<(usize, String)>), FabricError> {
+        faults: &Faults,
+    ) -> Result<(Launcher, Unreached), FabricError> {
         let n = shape.n;
         if handles.len() != n || launch.base + launch.count > n || n > MAX_RANKS {
             return Err(FabricError::BadRequest(format!(
@@ -272,23 +278,43 @@ impl Launcher {
         let mut user = Vec::new();
         let mut broken = Vec::new();
         let mut customs: HashMap<Backend, CustomView> = HashMap::new();
+        let pair = |f: Option<(usize, usize)>, r: usize| {
+            f.filter(|&(a, b)| (a, b) == (launch.base, r) || (b, a) == (launch.base, r))
+        };
         for (r, h) in handles.iter().enumerate() {
             let own = mine(r);
+            let no_ipc = pair(faults.no_ipc, r);
             let open = |b: Option<&DevBuf>, h: &IpcHandle, what: &str, im: &mut Vec<Imported>| {
-                view(gpu, b, h, im, what, r)
+                match no_ipc.filter(|_| b.is_none()) {
+                    Some(_) => Err(format!(
+                        "GPU {} could not open rank {r}'s {what} (switched off by ARTUNE_CUDA_FAULTS, noipc); custom kernels need CUDA IPC between the group's GPUs",
+                        gpu.facts.ordinal
+                    )),
+                    None => view(gpu, b, h, im, what, r),
+                }
             };
-            let ui = open(own.map(|o| &o.user_in), &h.user_in, "input", &mut imported)
-                .map_err(FabricError::Device)?;
-            let uo = open(
-                own.map(|o| &o.user_out),
-                &h.user_out,
-                "output",
-                &mut imported,
-            )
-            .map_err(FabricError::Device)?;
+            // A peer this GPU cannot map (no P2P between them: cuIpcOpenMemHandle fails)
+            // rules out every custom kernel, not the group: NCCL is still measured.
+            let opened = open(own.map(|o| &o.user_in), &h.user_in, "input", &mut imported)
+                .and_then(|ui| {
+                    open(
+                        own.map(|o| &o.user_out),
+                        &h.user_out,
+                        "output",
+                        &mut imported,
+                    )
+                    .map(|uo| (ui, uo))
+                });
+            let (ui, uo) = match opened {
+                Ok(io) => io,
+                Err(e) => {
+                    broken.push((r, e));
+                    user.push((Span::NONE, Span::NONE));
+                    continue;
+                }
+            };
             if own.is_none() {
-                let faulted = broken_pair
-                    .filter(|&(a, b)| (a, b) == (launch.base, r) || (b, a) == (launch.base, r));
+                let faulted = pair(faults.no_p2p, r);
                 let check = match faulted {
                     Some((a, b)) => Err(format!(
                         "P2P between ranks {a} and {b} was switched off by ARTUNE_CUDA_FAULTS (nop2p)"
@@ -302,7 +328,13 @@ impl Launcher {
             user.push((ui, uo));
             for (b, bh) in &h.custom {
                 let oc = own.and_then(|o| o.custom.iter().find(|(x, _)| x == b).map(|(_, c)| c));
+                let refused = (faults.no_open == Some(*b) && own.is_none()).then(|| {
+                    format!("rank {r}'s buffers for {b} could not be opened (switched off by ARTUNE_CUDA_FAULTS, noopen)")
+                });
                 let mut one = |ob: Option<&DevBuf>, h: &Option<IpcHandle>, what: &str| {
+                    if let Some(why) = &refused {
+                        return Err(why.clone());
+                    }
                     h.as_ref()
                         .map(|h| open(ob, h, what, &mut imported))
                         .transpose()
@@ -331,12 +363,21 @@ impl Launcher {
             stop: dev(Event::new(ctx), "creating an event")?,
         };
         let mut ready = Vec::new();
+        let mut unready = Vec::new();
         for (b, v) in customs {
-            if v.broken.is_none() && v.count == n {
-                ready.push(Ready {
+            match (&v.broken, v.count == n) {
+                (None, true) => ready.push(Ready {
                     backend: b,
                     imp: Impl::Custom(Box::new(v)),
-                });
+                }),
+                (Some(why), _) => unready.push((b, why.clone())),
+                (None, false) => unready.push((
+                    b,
+                    format!(
+                        "GPU {} could not open every rank's buffers for it",
+                        gpu.facts.ordinal
+                    ),
+                )),
             }
         }
         Ok((
@@ -353,7 +394,7 @@ impl Launcher {
                 deadline,
                 stuck: None,
             },
-            broken,
+            (broken, unready),
         ))
     }
 

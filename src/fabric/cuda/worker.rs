@@ -78,17 +78,21 @@ impl Engine {
                     .kernels()
                     .map(|k| k.target.clone())
                     .map_err(|e| e.to_string());
-                let (l, broken) = Launcher::connect(
+                let (l, (broken, unready)) = Launcher::connect(
                     gpu,
                     self.owned.as_ref(),
                     shape,
                     launch,
                     &ranks,
                     self.deadline,
-                    self.faults.no_p2p,
+                    &self.faults,
                 )?;
                 self.launcher = Some(l);
-                Resp::Connected { kernels, broken }
+                Resp::Connected {
+                    kernels,
+                    broken,
+                    unready,
+                }
             }
             Req::NcclId => Resp::NcclId(super::nccl::unique_id().map_err(FabricError::Device)?),
             Req::NcclInit {

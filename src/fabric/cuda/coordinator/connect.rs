@@ -72,11 +72,18 @@ impl CudaFabric {
                 ranks: handles.clone(),
             };
             match self.one(set, w, req, limit)? {
-                Resp::Connected { kernels, broken } => {
+                Resp::Connected {
+                    kernels,
+                    broken,
+                    unready,
+                } => {
                     if let Err(e) = &kernels {
                         for &b in custom {
                             waived.entry(b).or_insert_with(|| e.clone());
                         }
+                    }
+                    for (b, why) in unready {
+                        waived.entry(b).or_insert(why);
                     }
                     self.kernels = Some(kernels);
                     let opened: Vec<usize> =
