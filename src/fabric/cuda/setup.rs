@@ -371,6 +371,8 @@ impl Launcher {
                     imp: Impl::Custom(Box::new(v)),
                 }),
                 (Some(why), _) => unready.push((b, why.clone())),
+                // A rank it could not reach at all is in `broken`, which says why.
+                (None, false) if !broken.is_empty() => {}
                 (None, false) => unready.push((
                     b,
                     format!(
