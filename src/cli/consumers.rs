@@ -85,6 +85,22 @@ pub fn select(a: MessageArgs) -> Result<i32, Error> {
                 mode.id()
             )))
         }
+        Selection::Unknown(UnknownReason::BelowSmallestBucket) => {
+            let smallest = p
+                .group(Query {
+                    tp: a.tp,
+                    mode,
+                    gpus: None,
+                })
+                .and_then(|g| g.buckets.first())
+                .map_or(0, |b| b.bytes);
+            Err(Error::bad_input(format!(
+                "{bytes} bytes is below the smallest size {} measured for TP{} {} ({smallest} bytes, above the 4 KiB where times stop depending on size); keep the engine's default or tune from 1K",
+                a.profile.display(),
+                a.tp,
+                mode.id()
+            )))
+        }
     }
 }
 

@@ -12,7 +12,7 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
     s.push_str("# profile (`artune export --engine nccl` lists what it runs at each size).\n");
     s.push_str(&super::nccl::plugin_lines(p, o));
 
-    let per_tp: Vec<(usize, Option<String>)> = tps
+    let per_tp: Vec<(usize, Result<String, String>)> = tps
         .iter()
         .filter_map(|&tp| preferred_group(p, tp).map(|g| (tp, g)))
         .map(|(tp, g)| {
@@ -23,10 +23,10 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
         })
         .collect();
     s.push_str("\n# Without the plugin (NCCL 2.24 or later): per-collective NCCL_ALGO / NCCL_PROTO, exported only\n");
-    s.push_str("# when one pinned variant beats NCCL's own choice at every measured size of every TP size.\n");
-    let first = per_tp.first().and_then(|(_, v)| v.clone());
+    s.push_str("# when one pinned variant beats NCCL's own choice at every size, 4K to 256M, of every TP size.\n");
+    let first = per_tp.first().and_then(|(_, v)| v.clone().ok());
     match first {
-        Some(v) if per_tp.iter().all(|(_, o)| o.as_ref() == Some(&v)) => {
+        Some(v) if per_tp.iter().all(|(_, o)| o.as_ref().ok() == Some(&v)) => {
             for kv in v.split(' ') {
                 s.push_str(&format!("export {kv}\n"));
             }
@@ -34,10 +34,8 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
         _ => {
             for (tp, one) in &per_tp {
                 match one {
-                    Some(v) => s.push_str(&format!("# TP{tp} alone: {v}\n")),
-                    None => s.push_str(&format!(
-                        "# TP{tp}: no single pinned variant holds at every size; use the plugin.\n"
-                    )),
+                    Ok(v) => s.push_str(&format!("# TP{tp} alone: {v}\n")),
+                    Err(why) => s.push_str(&format!("# TP{tp}: {why}; use the plugin.\n")),
                 }
             }
         }

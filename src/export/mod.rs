@@ -248,8 +248,12 @@ fn median(b: &Bucket, backend: Backend) -> Option<f64> {
     b.results.get(&backend).map(|t| t.median_us)
 }
 
-/// The bucket that serves `bytes` (the first at or above it).
+/// The bucket that serves `bytes` (the first at or above it), as the selector finds it.
 fn bucket_for(g: &GroupProfile, bytes: u64) -> Option<&Bucket> {
+    let smallest = g.buckets.first()?.bytes;
+    if !crate::profile::answers_below(smallest, bytes) {
+        return None;
+    }
     g.buckets
         .get(g.buckets.partition_point(|b| b.bytes < bytes))
 }

@@ -38,13 +38,33 @@ pub(super) fn bands(g: &GroupProfile) -> Vec<Band> {
     out
 }
 
-/// The one pinned variant the plugin runs at every size of this group, if there is one.
-pub(super) fn uniform(g: &GroupProfile) -> Option<(NcclAlgo, NcclProto)> {
-    match bands(g).as_slice() {
+/// The one pinned variant the plugin runs at every size of this group, if there is one and
+/// the group measured every size an engine sends (from the latency floor to the default
+/// tune's 256 MiB): NCCL_ALGO and NCCL_PROTO hold at sizes the profile never measured too.
+/// Otherwise, why not.
+pub(super) fn uniform(g: &GroupProfile) -> Result<(NcclAlgo, NcclProto), String> {
+    let single = match bands(g).as_slice() {
         [one] => one.backend.nccl_pin(),
         _ => None,
+    };
+    let Some(pin) = single else {
+        return Err("no single pinned variant holds at every size".into());
+    };
+    let first = g.buckets.first().map_or(0, |b| b.bytes);
+    let last = g.buckets.last().map_or(0, |b| b.bytes);
+    if first > crate::profile::LATENCY_FLOOR_BYTES || last < ENGINE_TOP_BYTES {
+        return Err(format!(
+            "one pinned variant holds from {} to {}, but a variable would pin it at every size, and the profile does not reach from 4K to 256M",
+            fmt_bytes(first),
+            fmt_bytes(last)
+        ));
     }
+    Ok(pin)
 }
+
+/// The largest message the default tune measures, and the least a group must reach before one
+/// NCCL variant is exported for every size.
+const ENGINE_TOP_BYTES: u64 = 256 << 20;
 
 /// Per-collective environment values (NCCL 2.24 and later) that pin only allreduce.
 pub(super) fn env_values(a: NcclAlgo, pr: NcclProto) -> String {
@@ -80,7 +100,7 @@ pub(super) fn runs(g: &GroupProfile, bytes: u64) -> EngineRun {
             engine,
             runs: "NCCL's own choice".into(),
             backend: Some(Backend::Nccl),
-            because: "the size is above the profile's largest, where the plugin leaves NCCL's table alone".into(),
+            because: "the profile does not answer for this size (above its largest, or below a smallest above 4 KiB), so the plugin leaves NCCL's table alone".into(),
         },
         Some(b) => {
             let n = plugin_nccl(b);
@@ -143,13 +163,11 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
             fmt_bytes(g.buckets.last().map_or(0, |b| b.bytes))
         ));
         fallback.push_str(&match uniform(g) {
-            Some((a, pr)) => format!(
+            Ok((a, pr)) => format!(
                 "#   TP{tp}: one variant holds at every size: export {}\n",
                 env_values(a, pr)
             ),
-            None => format!(
-                "#   TP{tp}: no single pinned variant holds at every size; only the plugin can follow it.\n"
-            ),
+            Err(why) => format!("#   TP{tp}: {why}; only the plugin can follow it.\n"),
         });
     }
     s.push_str("#\n# Without the plugin: NCCL 2.24 or later takes per-collective values, which pin allreduce only:\n");

@@ -140,6 +140,14 @@ fn nccl_variants_come_from_the_profiles_nccl_choice() {
     let nccl = export(&p, &opts(Engine::Nccl)).unwrap();
     assert!(nccl.files[0].contents.contains("Tree/LL (nccl_tree_ll)"));
     assert!(!nccl.files[0].contents.contains("Ring/"));
+    // The sample stops at 16 MiB: a variable would pin Tree/LL above it too, unmeasured.
+    let env = &export(&p, &opts(Engine::Env)).unwrap().files[0].contents;
+    assert!(!env.contains("export NCCL_ALGO"), "{env}");
+    assert!(env.contains("does not reach from 4K to 256M"), "{env}");
+    // Reaching 256 MiB, one variable holds at every size an engine sends.
+    for g in &mut p.groups {
+        g.buckets.last_mut().unwrap().bytes = 256 << 20;
+    }
     let env = &export(&p, &opts(Engine::Env)).unwrap().files[0].contents;
     assert!(env.contains("export NCCL_ALGO=allreduce:tree\nexport NCCL_PROTO=allreduce:ll\n"));
     // NCCL's own choice everywhere: nothing to pin, no NCCL_ALGO line.

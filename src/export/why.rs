@@ -80,6 +80,13 @@ pub fn explain(p: &Profile, tp: usize, mode: Mode, bytes: u64) -> Result<Why, Er
         ))
     })?;
     let b = bucket_for(g, bytes).ok_or_else(|| {
+        let smallest = g.buckets.first().map_or(0, |b| b.bytes);
+        if bytes < smallest {
+            return Error::bad_input(format!(
+                "{bytes} bytes is below the smallest size measured for TP{tp} {} ({smallest} bytes, above the 4 KiB where times stop depending on size); ask about a larger size or tune from 1K",
+                mode.id()
+            ));
+        }
         Error::bad_input(format!(
             "{bytes} bytes is above the largest size measured for TP{tp} {} ({} bytes); ask about a smaller size or tune larger sizes",
             mode.id(),

@@ -348,6 +348,18 @@ pub enum Selection {
 pub enum UnknownReason {
     NoGroup,
     AboveLargestBucket,
+    BelowSmallestBucket,
+}
+
+/// At and below this size every backend's time is its fixed latency, so a group whose
+/// smallest bucket is this small answers for smaller messages too (the default range starts
+/// at 1 KiB); one whose smallest is larger answers nothing below it.
+pub const LATENCY_FLOOR_BYTES: u64 = 4 << 10;
+
+/// Whether a group whose smallest bucket is `smallest` bytes answers for `bytes`, a size at
+/// or below it: the one rule for sizes under what was measured.
+pub fn answers_below(smallest: u64, bytes: u64) -> bool {
+    bytes >= smallest || smallest <= LATENCY_FLOOR_BYTES
 }
 
 impl std::fmt::Display for UnknownReason {
@@ -356,6 +368,9 @@ impl std::fmt::Display for UnknownReason {
             UnknownReason::NoGroup => "the profile has no group of that TP size and mode",
             UnknownReason::AboveLargestBucket => {
                 "the size is above the largest size the profile measured"
+            }
+            UnknownReason::BelowSmallestBucket => {
+                "the size is below the smallest size the profile measured, which is above the latency floor of 4 KiB"
             }
         })
     }

@@ -6,7 +6,7 @@
 //! contiguous array with its answers precomputed: a lookup is a short scan over groups and one
 //! binary search over `u64`s, with no allocation.
 
-use super::{Profile, Query, Selection, UnknownReason};
+use super::{answers_below, Profile, Query, Selection, UnknownReason};
 use crate::allreduce::{Backend, Mode};
 
 /// What the profile answers at one bucket.
@@ -34,10 +34,26 @@ pub struct GroupSelector {
 }
 
 impl GroupSelector {
-    /// The bucket serving `bytes` (its size and answer), or None above the largest.
+    /// The bucket serving `bytes` (its size and answer), or None above the largest and below
+    /// the smallest where that does not answer ([`answers_below`]).
     pub fn at(&self, bytes: u64) -> Option<(u64, &Answer)> {
+        self.serving(bytes).ok()
+    }
+
+    fn serving(&self, bytes: u64) -> Result<(u64, &Answer), UnknownReason> {
         let i = self.bytes.partition_point(|&b| b < bytes);
-        Some((*self.bytes.get(i)?, self.answers.get(i)?))
+        if i == 0
+            && self
+                .bytes
+                .first()
+                .is_some_and(|&b| !answers_below(b, bytes))
+        {
+            return Err(UnknownReason::BelowSmallestBucket);
+        }
+        match (self.bytes.get(i), self.answers.get(i)) {
+            (Some(&b), Some(a)) => Ok((b, a)),
+            _ => Err(UnknownReason::AboveLargestBucket),
+        }
     }
 
     /// Bucket bounds, ascending.
@@ -123,15 +139,15 @@ impl Selector {
         let Some(g) = self.group(q) else {
             return Selection::Unknown(UnknownReason::NoGroup);
         };
-        match g.at(bytes) {
-            Some((bucket_bytes, a)) => Selection::Chosen {
+        match g.serving(bytes) {
+            Ok((bucket_bytes, a)) => Selection::Chosen {
                 backend: a.backend,
                 nccl: a.nccl,
                 expected_us: a.expected_us,
                 bucket_bytes,
                 buffer_bytes: a.buffer_bytes,
             },
-            None => Selection::Unknown(UnknownReason::AboveLargestBucket),
+            Err(why) => Selection::Unknown(why),
         }
     }
 }

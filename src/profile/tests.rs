@@ -116,6 +116,32 @@ fn select_takes_covering_bucket() {
 }
 
 #[test]
+fn below_a_smallest_bucket_above_the_latency_floor_there_is_no_answer() {
+    let mut p = fixture();
+    let q = Query {
+        tp: 2,
+        mode: Mode::Graph,
+        gpus: None,
+    };
+    // The fixture starts within the latency floor: its first bucket answers below it.
+    assert!(matches!(p.select(q, 1), Selection::Chosen { .. }));
+    // Starting above it, a smaller message is not the first bucket's to answer.
+    let g = p
+        .groups
+        .iter_mut()
+        .find(|g| g.tp == 2 && g.mode == Mode::Graph)
+        .unwrap();
+    let first = g.buckets[0].bytes;
+    g.buckets[0].bytes = first.max(LATENCY_FLOOR_BYTES + 1);
+    let first = g.buckets[0].bytes;
+    assert!(matches!(
+        p.select(q, first - 1),
+        Selection::Unknown(UnknownReason::BelowSmallestBucket)
+    ));
+    assert!(matches!(p.select(q, first), Selection::Chosen { .. }));
+}
+
+#[test]
 fn select_reports_buffer_for_custom_only() {
     let p = fixture();
     let q = Query {
