@@ -232,7 +232,11 @@ fn export_every_engine_to_stdout_and_files() {
     assert_eq!(o.code, 2, "{}", o.stderr);
     assert!(o.stderr.contains("is a directory"), "{}", o.stderr);
     assert!(!half.join("vllm.txt").exists(), "{}", o.stderr);
-    assert_eq!(std::fs::read_dir(&half).unwrap().count(), 1, "no temporary left");
+    assert_eq!(
+        std::fs::read_dir(&half).unwrap().count(),
+        1,
+        "no temporary left"
+    );
 
     let env = d.path().join("nccl.env");
     assert_eq!(
