@@ -268,6 +268,9 @@ pub struct Spawn {
     pub env: Vec<(String, String)>,
 }
 
+/// How long a killed worker is waited for before the coordinator goes on without it.
+const KILL_WAIT: Duration = Duration::from_secs(10);
+
 /// One worker process and the pipes to it.
 pub struct Link {
     who: String,
@@ -388,12 +391,26 @@ impl Link {
         }
     }
 
-    /// Kills the process (SIGKILL) and reaps it.
+    /// Kills the process (SIGKILL) and reaps it, waiting at most [`KILL_WAIT`]: a process
+    /// stuck in the driver (after an Xid) may not die at once, and must not hold the tune.
     pub fn kill(&mut self) {
         self.stdin = None;
         let _ = self.child.kill();
-        let _ = self.child.wait();
         self.dead = true;
+        let end = std::time::Instant::now() + KILL_WAIT;
+        while std::time::Instant::now() < end {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                self.reaped = true;
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        tracing::warn!(
+            "{} did not exit within {:.0} s of SIGKILL (stuck in the driver?); going on without it",
+            self.who,
+            KILL_WAIT.as_secs_f64()
+        );
+        // Not waited for again: Drop would otherwise block on it.
         self.reaped = true;
     }
 

@@ -98,6 +98,7 @@ impl CudaFabric {
         backends: &[Backend],
     ) -> Result<Vec<Readiness>, FabricError> {
         let mut plan = self.plan_for(group)?;
+        self.holding = true;
         let n = plan.owners.len();
         let shape = Shape {
             n,
@@ -255,6 +256,7 @@ impl CudaFabric {
                 self.exchange(set, reqs, self.limit(0, 1))?;
             }
         }
+        self.holding = false;
         Ok(())
     }
 }

@@ -45,6 +45,9 @@ pub struct CudaFabric {
     map: Vec<Option<usize>>,
     info: FabricInfo,
     plan: Option<Plan>,
+    /// Workers may hold a group's buffers or each other's: set when a setup starts, cleared
+    /// once they are released. A setup that failed leaves no plan but may leave imports open.
+    holding: bool,
     probe_bytes: u64,
     epoch: u32,
     links: Vec<LinkReading>,
@@ -200,6 +203,7 @@ impl CudaFabric {
             map,
             info,
             plan: None,
+            holding: false,
             probe_bytes: 0,
             epoch: 0,
             links: Vec::new(),
@@ -352,7 +356,9 @@ impl Fabric for CudaFabric {
     }
 
     fn release(&mut self) -> Result<(), FabricError> {
-        if self.plan.is_none() {
+        // After a failed setup too: a worker that frees its buffers while a peer still maps
+        // them is undefined behaviour, so every import is closed first (release_inner).
+        if self.plan.is_none() && !self.holding {
             return Ok(());
         }
         match self.release_inner() {

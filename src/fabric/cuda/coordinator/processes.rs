@@ -98,6 +98,9 @@ fn hello(mut link: Link, who: &str) -> Result<Worker, FabricError> {
     }
 }
 
+/// What a worker's answer may still take once the shared deadline of a request has passed.
+const ANSWER_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+
 impl CudaFabric {
     pub(super) fn start_set(&self, pin: Option<(NcclAlgo, NcclProto)>) -> Result<Set, FabricError> {
         start_set(&self.program, &self.slots, self.loopback.is_some(), pin)
@@ -117,8 +120,12 @@ impl CudaFabric {
         }
         let mut out = Vec::new();
         let mut first: Option<Trouble> = None;
+        // One deadline for all: the workers run side by side, so k silent ones cost the
+        // limit once, not k times (each still gets a moment to deliver what it sent).
+        let end = std::time::Instant::now() + limit;
         for (w, _) in &reqs {
-            match ws[*w].link.recv(limit) {
+            let left = end.saturating_duration_since(std::time::Instant::now());
+            match ws[*w].link.recv(left.max(ANSWER_GRACE)) {
                 Ok(Resp::Failed(WireError::Device {
                     message,
                     stuck: true,
@@ -167,6 +174,7 @@ impl CudaFabric {
         }
         self.sets.clear();
         self.probe_bytes = 0;
+        self.holding = false;
         self.sets.push(self.start_set(None)?);
         let Some(p) = self.plan.take() else {
             return Ok(());
