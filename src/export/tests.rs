@@ -294,15 +294,29 @@ fn vllm_p2p_cache_only_where_peer_kernels_verified() {
             g.waived.insert(k, "wrong result at 4096 bytes".into());
         }
     }
+    // Only TP4 held 0 and 2, and it verified nothing: a cache would say false there.
     let e = export(&p, &opts(Engine::Vllm)).unwrap();
+    assert!(file(&e, "gpu_p2p_access_cache_for_0,1,2,3.json").is_none());
+    let text = &e.files[0].contents;
+    assert!(
+        text.contains("were not exercised by any peer kernel"),
+        "{text}"
+    );
+    assert!(text.contains("0->2"), "{text}");
+    assert!(!text.contains("VLLM_SKIP_P2P_CHECK=0"), "{text}");
+    // Where NVML reports no P2P, the pair needs no kernel: false is what is known.
+    let mut q = p.clone();
+    for x in q.topology.pairs.iter_mut() {
+        if !matches!((x.from, x.to), (0, 1) | (1, 0)) {
+            x.p2p.read = crate::topology::Status::No;
+        }
+    }
+    let e = export(&q, &opts(Engine::Vllm)).unwrap();
     let v: serde_json::Value =
         serde_json::from_str(file(&e, "gpu_p2p_access_cache_for_0,1,2,3.json").unwrap()).unwrap();
     assert_eq!(v["0->1"], true);
     assert_eq!(v["1->0"], true);
-    assert_eq!(
-        v["0->2"], false,
-        "only TP4 held 0 and 2, and it verified nothing"
-    );
+    assert_eq!(v["0->2"], false);
     assert_eq!(v["2->2"], true);
     // Nothing verified anywhere: no cache at all.
     for g in &mut p.groups {

@@ -210,7 +210,35 @@ fn no_cache_because(p: &Profile) -> Option<String> {
     }
     let n = p.topology.gpu_count();
     let any = (0..n).any(|a| (0..n).any(|b| a != b && verified_pair(p, a, b)));
-    (!any).then(|| "no peer kernel of the profile verified P2P between any two GPUs".into())
+    if !any {
+        return Some("no peer kernel of the profile verified P2P between any two GPUs".into());
+    }
+    // The cache answers for every pair, so a pair NVML allows but no kernel exercised would
+    // be written false and turn vLLM's custom all-reduce off where P2P may well work.
+    let allowed: Vec<(usize, usize)> = (0..n)
+        .flat_map(|a| (0..n).map(move |b| (a, b)))
+        .filter(|&(a, b)| {
+            a != b
+                && p.topology
+                    .pair(a, b)
+                    .is_some_and(|x| x.p2p.read == Status::Ok && x.p2p.write == Status::Ok)
+        })
+        .collect();
+    let unverified: Vec<String> = allowed
+        .iter()
+        .filter(|&&(a, b)| !verified_pair(p, a, b))
+        .map(|(a, b)| format!("{a}->{b}"))
+        .collect();
+    (!unverified.is_empty()).then(|| {
+        let shown: Vec<&str> = unverified.iter().take(4).map(String::as_str).collect();
+        format!(
+            "{} of the {} GPU pairs NVML reports P2P for ({}{}) were not exercised by any peer kernel of the profile, and the cache must answer for every pair; tune a TP size whose groups hold them (all {n} GPUs: --tp {n}) to write one",
+            unverified.len(),
+            allowed.len(),
+            shown.join(", "),
+            if unverified.len() > shown.len() { ", ..." } else { "" }
+        )
+    })
 }
 
 /// The P2P cache for all GPUs of the profile's topology, in vLLM's key order.
