@@ -179,17 +179,15 @@ pub enum Cpu {
     Unknown,
 }
 
-/// What NCCL knows about the host: CPU vendor and the P2P level in force.
+/// What NCCL knows about the host: CPU vendor and the P2P level the user set, if any.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Host {
     pub cpu: Cpu,
-    pub p2p_level: Level,
+    pub user: Option<Level>,
 }
 
 impl Host {
-    /// NCCL's rules for `t` (paths.cc ncclTopoCheckP2p): P2P up to PXB, except on AMD hosts
-    /// with at most two GPUs (SYS); `user` (`NCCL_P2P_LEVEL`, or LOC for
-    /// `NCCL_P2P_DISABLE=1`) overrides.
+    /// NCCL's view of `t`; `user` is `NCCL_P2P_LEVEL` (or LOC for `NCCL_P2P_DISABLE=1`).
     pub fn new(t: &Topology, user: Option<Level>) -> Host {
         let vendor = t
             .sockets
@@ -204,15 +202,19 @@ impl Host {
         } else {
             Cpu::Unknown
         };
-        let default = if cpu == Cpu::Amd && t.gpu_count() <= 2 {
+        Host { cpu, user }
+    }
+
+    /// The P2P level in force for a communicator of `gpus` GPUs on this host (paths.cc
+    /// ncclTopoCheckP2p): up to PXB, except SYS on AMD hosts where the communicator has at
+    /// most two GPUs (NCCL's topology holds only its own ranks' GPUs); the user's overrides.
+    pub fn p2p_level(&self, gpus: usize) -> Level {
+        let default = if self.cpu == Cpu::Amd && gpus <= 2 {
             Level::Sys
         } else {
             Level::Pxb
         };
-        Host {
-            cpu,
-            p2p_level: user.unwrap_or(default),
-        }
+        self.user.unwrap_or(default)
     }
 
     /// The level from the environment, as NCCL reads it: `NCCL_P2P_DISABLE=1` wins, then
@@ -245,11 +247,18 @@ pub enum Transport {
     Shm,
 }
 
-/// NCCL's transport from `a` to `b`: P2P when their path is within the P2P level and the
-/// driver reports P2P reads and writes (an unknown status counts as available, as NVML
-/// reports it on a real box).
-pub fn transport(t: &Topology, net: &Net, host: &Host, a: usize, b: usize) -> Transport {
-    let within = Level::of(net.path(a, b)) <= host.p2p_level;
+/// NCCL's transport from `a` to `b` in a communicator of `gpus` GPUs: P2P when their path is
+/// within the P2P level and the driver reports P2P reads and writes (an unknown status counts
+/// as available, as NVML reports it on a real box).
+pub fn transport(
+    t: &Topology,
+    net: &Net,
+    host: &Host,
+    gpus: usize,
+    a: usize,
+    b: usize,
+) -> Transport {
+    let within = Level::of(net.path(a, b)) <= host.p2p_level(gpus);
     let allowed = t
         .pair(a, b)
         .is_none_or(|p| p.p2p.read != Status::No && p.p2p.write != Status::No);
@@ -321,7 +330,7 @@ impl Model {
         let nvlink = hops.iter().all(|&(a, b)| net.path(a, b) == PathClass::NV);
         let transports: Vec<Transport> = hops
             .iter()
-            .map(|&(a, b)| transport(t, net, host, a, b))
+            .map(|&(a, b)| transport(t, net, host, n, a, b))
             .collect();
         let ccs: Vec<Option<(u32, u32)>> = ring
             .iter()
@@ -568,7 +577,7 @@ impl Schedule {
             .collect();
         let chain_hops: Vec<(usize, usize, Transport)> = (0..n - 1)
             .flat_map(|i| [(ring[i + 1], ring[i]), (ring[i], ring[i + 1])])
-            .map(|(a, b)| (a, b, transport(t, net, host, a, b)))
+            .map(|(a, b)| (a, b, transport(t, net, host, n, a, b)))
             .collect();
         let channels = model.channels * RUNTIME_CHANNELS_PER_GRAPH_CHANNEL;
         let (ring_gbps, ring_hop_us) = lockstep(net, &ring_hops, channels);
@@ -704,14 +713,16 @@ mod tests {
 
     #[test]
     fn amd_hosts_with_two_gpus_default_to_sys() {
-        let mut t = presets::get("pcie-8x-direct-2socket").unwrap();
-        assert_eq!(Host::new(&t, None).p2p_level, Level::Pxb);
-        t.gpus.truncate(2);
-        t.pairs.clear();
-        t.normalize().unwrap();
-        assert_eq!(Host::new(&t, None).cpu, Cpu::Amd);
-        assert_eq!(Host::new(&t, None).p2p_level, Level::Sys);
-        assert_eq!(Host::new(&t, Some(Level::Pix)).p2p_level, Level::Pix);
+        // NCCL counts the communicator's GPUs, not the machine's: a pair of an 8-GPU AMD box
+        // gets SYS, its TP4 PXB.
+        let t = presets::get("pcie-8x-direct-2socket").unwrap();
+        let host = Host::new(&t, None);
+        assert_eq!(host.cpu, Cpu::Amd);
+        assert_eq!(host.p2p_level(2), Level::Sys);
+        assert_eq!(host.p2p_level(4), Level::Pxb);
+        assert_eq!(Host::new(&t, Some(Level::Pix)).p2p_level(2), Level::Pix);
+        let intel = Host::new(&presets::get("nvswitch-8x").unwrap(), None);
+        assert_eq!(intel.p2p_level(2), Level::Pxb);
     }
 
     #[test]
