@@ -192,18 +192,21 @@ fn export_every_engine_to_stdout_and_files() {
             "{engine} names its source"
         );
     }
+    let vllm_into = |dir: &Path| {
+        artune(&[
+            "export",
+            &p,
+            "--engine",
+            "vllm",
+            "--tp",
+            "2",
+            "--allow-simulated",
+            "--out",
+            s(dir),
+        ])
+    };
     let out = d.path().join("vllm");
-    let o = artune(&[
-        "export",
-        &p,
-        "--engine",
-        "vllm",
-        "--tp",
-        "2",
-        "--allow-simulated",
-        "--out",
-        s(&out),
-    ]);
+    let o = vllm_into(&out);
     assert_eq!(o.code, 0, "{}", o.stderr);
     let cache: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(out.join("gpu_p2p_access_cache_for_0,1,2,3.json")).unwrap(),
@@ -218,17 +221,7 @@ fn export_every_engine_to_stdout_and_files() {
     // to copy it) is not written either.
     let half = d.path().join("half");
     std::fs::create_dir_all(half.join("gpu_p2p_access_cache_for_0,1,2,3.json")).unwrap();
-    let o = artune(&[
-        "export",
-        &p,
-        "--engine",
-        "vllm",
-        "--tp",
-        "2",
-        "--allow-simulated",
-        "--out",
-        s(&half),
-    ]);
+    let o = vllm_into(&half);
     assert_eq!(o.code, 2, "{}", o.stderr);
     assert!(o.stderr.contains("is a directory"), "{}", o.stderr);
     assert!(!half.join("vllm.txt").exists(), "{}", o.stderr);

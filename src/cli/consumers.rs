@@ -31,14 +31,12 @@ pub fn select(a: MessageArgs) -> Result<i32, Error> {
         ));
     }
     let mode: Mode = a.mode.into();
-    match p.select(
-        Query {
-            tp: a.tp,
-            mode,
-            gpus: None,
-        },
-        bytes,
-    ) {
+    let q = Query {
+        tp: a.tp,
+        mode,
+        gpus: None,
+    };
+    match p.select(q, bytes) {
         Selection::Chosen {
             backend,
             nccl,
@@ -69,36 +67,23 @@ pub fn select(a: MessageArgs) -> Result<i32, Error> {
             mode.id(),
             crate::export::group_names(&p)
         ))),
-        Selection::Unknown(UnknownReason::AboveLargestBucket) => {
-            let largest = p
-                .group(Query {
-                    tp: a.tp,
-                    mode,
-                    gpus: None,
-                })
-                .and_then(|g| g.buckets.last())
-                .map_or(0, |b| b.bytes);
+        Selection::Unknown(edge) => {
+            let buckets = p.group(q).map_or(&[][..], |g| &g.buckets[..]);
+            let (side, at, why, hint) = match edge {
+                UnknownReason::BelowSmallestBucket => (
+                    "below the smallest",
+                    buckets.first(),
+                    ", above the 4 KiB where times stop depending on size",
+                    "tune from 1K",
+                ),
+                _ => ("above the largest", buckets.last(), "", "tune larger sizes"),
+            };
             Err(Error::bad_input(format!(
-                "{bytes} bytes is above the largest size {} measured for TP{} {} ({largest} bytes); keep the engine's default or tune larger sizes",
+                "{bytes} bytes is {side} size {} measured for TP{} {} ({} bytes{why}); keep the engine's default or {hint}",
                 a.profile.display(),
                 a.tp,
-                mode.id()
-            )))
-        }
-        Selection::Unknown(UnknownReason::BelowSmallestBucket) => {
-            let smallest = p
-                .group(Query {
-                    tp: a.tp,
-                    mode,
-                    gpus: None,
-                })
-                .and_then(|g| g.buckets.first())
-                .map_or(0, |b| b.bytes);
-            Err(Error::bad_input(format!(
-                "{bytes} bytes is below the smallest size {} measured for TP{} {} ({smallest} bytes, above the 4 KiB where times stop depending on size); keep the engine's default or tune from 1K",
-                a.profile.display(),
-                a.tp,
-                mode.id()
+                mode.id(),
+                at.map_or(0, |b| b.bytes)
             )))
         }
     }

@@ -52,7 +52,7 @@ pub(super) fn uniform(g: &GroupProfile) -> Result<(NcclAlgo, NcclProto), String>
     };
     let first = g.buckets.first().map_or(0, |b| b.bytes);
     let last = g.buckets.last().map_or(0, |b| b.bytes);
-    if first > crate::profile::LATENCY_FLOOR_BYTES || last < ENGINE_TOP_BYTES {
+    if !crate::profile::answers_below(first, 1) || last < ENGINE_TOP_BYTES {
         return Err(format!(
             "one pinned variant holds from {} to {}, but a variable would pin it at every size, and the profile does not reach from 4K to 256M",
             fmt_bytes(first),

@@ -188,19 +188,24 @@ fn keep_custom(p: &Profile, g: &GroupProfile) -> bool {
 /// Whether artune can vouch for P2P between `a` and `b`: NVML says read and write work, and a
 /// peer kernel of a measured group holding both was verified (measured, never disqualified).
 fn verified_pair(p: &Profile, a: usize, b: usize) -> bool {
-    let nvml = p
-        .topology
+    nvml_p2p(p, a, b)
+        && p.groups.iter().any(|g| {
+            g.gpus.contains(&a)
+                && g.gpus.contains(&b)
+                && Backend::ALL.into_iter().any(|k| {
+                    k.is_custom()
+                        && !g.waived.contains_key(&k)
+                        && g.buckets.iter().any(|x| x.results.contains_key(&k))
+                })
+        })
+}
+
+/// Whether NVML (and artune's transfer check, which marks the pairs it found broken) allows
+/// P2P reads and writes between `a` and `b`.
+fn nvml_p2p(p: &Profile, a: usize, b: usize) -> bool {
+    p.topology
         .pair(a, b)
-        .is_some_and(|x| x.p2p.read == Status::Ok && x.p2p.write == Status::Ok);
-    nvml && p.groups.iter().any(|g| {
-        g.gpus.contains(&a)
-            && g.gpus.contains(&b)
-            && Backend::ALL.into_iter().any(|k| {
-                k.is_custom()
-                    && !g.waived.contains_key(&k)
-                    && g.buckets.iter().any(|x| x.results.contains_key(&k))
-            })
-    })
+        .is_some_and(|x| x.p2p.read == Status::Ok && x.p2p.write == Status::Ok)
 }
 
 /// Why no P2P cache may be written from this profile, if none may.
@@ -217,12 +222,7 @@ fn no_cache_because(p: &Profile) -> Option<String> {
     // be written false and turn vLLM's custom all-reduce off where P2P may well work.
     let allowed: Vec<(usize, usize)> = (0..n)
         .flat_map(|a| (0..n).map(move |b| (a, b)))
-        .filter(|&(a, b)| {
-            a != b
-                && p.topology
-                    .pair(a, b)
-                    .is_some_and(|x| x.p2p.read == Status::Ok && x.p2p.write == Status::Ok)
-        })
+        .filter(|&(a, b)| a != b && nvml_p2p(p, a, b))
         .collect();
     let unverified: Vec<String> = allowed
         .iter()

@@ -41,15 +41,14 @@ impl GroupSelector {
     }
 
     fn serving(&self, bytes: u64) -> Result<(u64, &Answer), UnknownReason> {
-        let i = self.bytes.partition_point(|&b| b < bytes);
-        if i == 0
-            && self
-                .bytes
-                .first()
-                .is_some_and(|&b| !answers_below(b, bytes))
+        if self
+            .bytes
+            .first()
+            .is_some_and(|&b| !answers_below(b, bytes))
         {
             return Err(UnknownReason::BelowSmallestBucket);
         }
+        let i = self.bytes.partition_point(|&b| b < bytes);
         match (self.bytes.get(i), self.answers.get(i)) {
             (Some(&b), Some(a)) => Ok((b, a)),
             _ => Err(UnknownReason::AboveLargestBucket),
