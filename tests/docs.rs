@@ -1,0 +1,469 @@
+//! The documentation's figures cannot drift: every simulated figure in README.md, docs/ and
+//! profiles/examples/ sits in a block that names the command printing it, and this test reruns
+//! each command through the built binary and fails when its output differs from the block.
+//!
+//! A block is a fenced `console` block right after a marker line:
+//!
+//! ```text
+//! <!-- artune:run [quiet] [para="A|B"] [grep="X|Y"] [drop="Z"] [head=N] -->
+//! ```
+//!
+//! Lines starting with `$ ` are commands (a trailing ` \` continues one); everything else is the
+//! output the test regenerates. A command is `artune ARGS`, `cargo run --release -- ARGS` (both
+//! run the binary under test), or `mkdir DIR`; `NAME=VALUE` words before it set the
+//! environment. Commands of one document run in order in one scratch directory, so a later block
+//! can read what an earlier one wrote. Stdout is shown, then stderr, then `(exit N)` when the
+//! status is not 0. Options cut the output: `para` keeps the blank-line-separated paragraphs
+//! whose first line starts with one of the texts, `grep` keeps lines containing one, `drop`
+//! removes lines containing one, `head` keeps the first N lines; a cut shows as `...`; `quiet`
+//! shows no output (the command must still succeed). Lines over 110 characters are wrapped,
+//! times of day and wall-clock seconds are masked.
+//!
+//! `<!-- artune:keep FILE -->` makes a file the document's commands write part of the
+//! document: it must equal the committed FILE beside the document (for profiles, apart from the
+//! creation time, the host name and the tuning time).
+//!
+//! After a change of output, regenerate every block and kept file in place with
+//! `ARTUNE_BLESS=1 cargo test --test docs` and review the diff.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_artune");
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const WIDTH: usize = 110;
+const RUN: &str = "<!-- artune:run";
+const KEEP: &str = "<!-- artune:keep";
+
+/// The documents this test owns the figures of.
+fn documents() -> Vec<PathBuf> {
+    let root = Path::new(ROOT);
+    let mut docs = vec![
+        root.join("README.md"),
+        root.join("profiles/examples/README.md"),
+    ];
+    if let Ok(dir) = std::fs::read_dir(root.join("docs")) {
+        let mut pages: Vec<PathBuf> = dir
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "md"))
+            .collect();
+        pages.sort();
+        docs.extend(pages);
+    }
+    docs
+}
+
+#[derive(Default)]
+struct Options {
+    quiet: bool,
+    para: Vec<String>,
+    grep: Vec<String>,
+    drop: Vec<String>,
+    head: Option<usize>,
+}
+
+fn parse_options(marker: &str) -> Result<Options, String> {
+    let body = marker
+        .trim()
+        .strip_prefix(RUN)
+        .and_then(|s| s.strip_suffix("-->"))
+        .ok_or_else(|| format!("malformed marker `{marker}`"))?;
+    let mut o = Options::default();
+    for word in words(body)? {
+        let (key, value) = word.split_once('=').unwrap_or((&word, ""));
+        let list = || value.split('|').map(str::to_owned).collect::<Vec<_>>();
+        match key {
+            "quiet" => o.quiet = true,
+            "para" => o.para = list(),
+            "grep" => o.grep = list(),
+            "drop" => o.drop = list(),
+            "head" => o.head = Some(value.parse().map_err(|_| format!("head={value}"))?),
+            _ => return Err(format!("unknown option `{word}` in `{marker}`")),
+        }
+    }
+    Ok(o)
+}
+
+/// Splits a command line as a POSIX shell would for plain words, '…' and "…" quoting.
+fn words(line: &str) -> Result<Vec<String>, String> {
+    let (mut out, mut cur, mut open) = (Vec::new(), None::<String>, None::<char>);
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match (open, c) {
+            (Some(q), c) if c == q => open = None,
+            (Some('"'), '\\') => cur.get_or_insert_with(String::new).extend(chars.next()),
+            (Some(_), c) => cur.get_or_insert_with(String::new).push(c),
+            (None, '\'' | '"') => {
+                open = Some(c);
+                cur.get_or_insert_with(String::new);
+            }
+            (None, '\\') => cur.get_or_insert_with(String::new).extend(chars.next()),
+            (None, c) if c.is_whitespace() => out.extend(cur.take()),
+            (None, c) => cur.get_or_insert_with(String::new).push(c),
+        }
+    }
+    if open.is_some() {
+        return Err(format!("unclosed quote in `{line}`"));
+    }
+    out.extend(cur);
+    Ok(out)
+}
+
+/// Runs one command line in `dir` and returns what a reader of the block sees.
+fn run(dir: &Path, line: &str) -> Result<(String, i32), String> {
+    let mut argv = words(line)?;
+    let mut env = Vec::new();
+    while argv
+        .first()
+        .is_some_and(|w| w.contains('=') && !w.starts_with('-'))
+    {
+        let w = argv.remove(0);
+        let (k, v) = w.split_once('=').unwrap();
+        env.push((k.to_owned(), v.to_owned()));
+    }
+    let args: Vec<String> = match argv.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        ["mkdir", d] => {
+            std::fs::create_dir_all(dir.join(d)).map_err(|e| format!("mkdir {d}: {e}"))?;
+            return Ok((String::new(), 0));
+        }
+        ["artune", ..] => argv[1..].to_vec(),
+        ["cargo", "run", "--release", "--", ..] => argv[4..].to_vec(),
+        _ => return Err(format!("`{line}` is not an artune command")),
+    };
+    let mut cmd = Command::new(BIN);
+    cmd.args(&args).current_dir(dir);
+    // What the reader's environment might set must not change the figures.
+    for (k, _) in std::env::vars() {
+        let p = ["NCCL_", "ARTUNE_", "CUDA_", "SLURM", "RUST_LOG"];
+        if p.iter().any(|p| k.starts_with(p)) || k == "NODE_NAME" {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.envs(env).env("ARTUNE_CACHE_DIR", "");
+    let o = cmd.output().map_err(|e| format!("cannot run {BIN}: {e}"))?;
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    if err.contains("panicked") {
+        return Err(format!("`{line}` panicked: {err}"));
+    }
+    let code = o.status.code().unwrap_or(-1);
+    let mut text = out.into_owned();
+    text.push_str(&err);
+    // The scratch directory's absolute path differs per run; a reader's is their own.
+    for d in [dir.to_path_buf(), dir.canonicalize().unwrap_or_default()] {
+        let d = format!("{}/", d.display());
+        if d.len() > 1 {
+            text = text.replace(&d, "");
+        }
+    }
+    if code != 0 {
+        text.push_str(&format!("(exit {code})\n"));
+    }
+    Ok((text, code))
+}
+
+/// Applies the block's cuts, then masks and wraps every line.
+fn shape(text: &str, o: &Options) -> Vec<String> {
+    let contains = |l: &str, any: &[String]| any.iter().any(|t| l.contains(t.as_str()));
+    let lines: Vec<&str> = text.lines().collect();
+    // Some(line) is kept, None a cut.
+    let mut kept: Vec<Option<&str>> = if o.para.is_empty() {
+        lines.iter().map(|l| Some(*l)).collect()
+    } else {
+        let mut v = Vec::new();
+        for para in lines.split(|l| l.trim().is_empty()) {
+            let first = para.first().map_or("", |l| l.trim_start());
+            if para.is_empty() {
+                continue;
+            }
+            if o.para.iter().any(|p| first.starts_with(p.as_str())) {
+                if v.last().is_some_and(Option::is_some) {
+                    v.push(Some(""));
+                }
+                v.extend(para.iter().map(|l| Some(*l)));
+            } else {
+                v.push(None);
+            }
+        }
+        v
+    };
+    if !o.grep.is_empty() {
+        kept.retain(|l| l.is_some_and(|l| contains(l, &o.grep)));
+    }
+    if !o.drop.is_empty() {
+        for l in kept.iter_mut() {
+            if l.is_some_and(|t| contains(t, &o.drop)) {
+                *l = None;
+            }
+        }
+    }
+    if let Some(n) = o.head {
+        if kept.len() > n {
+            kept.truncate(n);
+            kept.push(None);
+        }
+    }
+    let mut out: Vec<String> = Vec::new();
+    for l in kept {
+        match l {
+            Some(l) => out.extend(wrap(&mask(l))),
+            None if out.last().is_some_and(|l| l == "...") => {}
+            None => out.push("...".into()),
+        }
+    }
+    out
+}
+
+/// Hides what changes from run to run: the time of day and wall-clock seconds.
+fn mask(line: &str) -> String {
+    let b = line.as_bytes();
+    let mut out = String::new();
+    let mut i = 0;
+    while i < b.len() {
+        // 2026-12-01T15:05:59Z
+        if b.len() - i >= 20
+            && b[i..i + 4].iter().all(u8::is_ascii_digit)
+            && b[i + 4] == b'-'
+            && b[i + 10] == b'T'
+            && b[i + 19] == b'Z'
+        {
+            out.push_str("[time]");
+            i += 20;
+            continue;
+        }
+        // "1.40 s" (seconds of wall clock: simulated figures are in us and ms)
+        let start = i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'.');
+        if start && b[i].is_ascii_digit() {
+            let mut j = i;
+            while j < b.len() && (b[j].is_ascii_digit() || b[j] == b'.') {
+                j += 1;
+            }
+            let secs = line[j..].starts_with(" s")
+                && line[j + 2..]
+                    .chars()
+                    .next()
+                    .is_none_or(|c| !c.is_alphanumeric());
+            if secs && line[i..j].contains('.') {
+                out.push_str("[..]");
+                i = j;
+                continue;
+            }
+            out.push_str(&line[i..j]);
+            i = j;
+            continue;
+        }
+        let c = line[i..].chars().next().unwrap();
+        out.push(c);
+        i += c.len_utf8();
+    }
+    out.trim_end().to_owned()
+}
+
+/// Breaks a line longer than the docs' width at spaces, continuing indented by four more.
+fn wrap(line: &str) -> Vec<String> {
+    let indent = line.len() - line.trim_start().len();
+    let pad = " ".repeat(indent + 4);
+    let mut out = Vec::new();
+    let mut rest = line.to_owned();
+    while rest.chars().count() > WIDTH {
+        let cut: usize = rest.char_indices().nth(WIDTH).map(|(i, _)| i).unwrap();
+        let at = rest[..cut]
+            .rfind(' ')
+            .filter(|&at| at > pad.len())
+            .unwrap_or(cut);
+        out.push(rest[..at].trim_end().to_owned());
+        rest = format!("{pad}{}", rest[at..].trim_start());
+    }
+    out.push(rest);
+    out
+}
+
+/// One document's blocks rerun; returns the document as its commands print it now.
+fn regenerate(doc: &Path, dir: &Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(doc).map_err(|e| e.to_string())?;
+    if !text.contains(RUN) {
+        return Ok(text);
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        out.push(lines[i].to_owned());
+        if !lines[i].trim_start().starts_with(RUN) {
+            i += 1;
+            continue;
+        }
+        let at = format!("{}:{}", doc.display(), i + 1);
+        let opts = parse_options(lines[i]).map_err(|e| format!("{at}: {e}"))?;
+        let fence = lines.get(i + 1).copied().unwrap_or("");
+        if !fence.starts_with("```") {
+            return Err(format!("{at}: the marker must be followed by a ``` block"));
+        }
+        out.push(fence.to_owned());
+        let mut j = i + 2;
+        let mut body = Vec::new();
+        while j < lines.len() && !lines[j].starts_with("```") {
+            body.push(lines[j]);
+            j += 1;
+        }
+        if j == lines.len() {
+            return Err(format!("{at}: the block is not closed"));
+        }
+        let mut k = 0;
+        let mut commands = 0;
+        while k < body.len() {
+            let Some(first) = body[k].strip_prefix("$ ") else {
+                k += 1;
+                continue;
+            };
+            commands += 1;
+            let mut shown = vec![body[k].to_owned()];
+            let mut line = first.to_owned();
+            while line.ends_with('\\') && k + 1 < body.len() {
+                line.pop();
+                k += 1;
+                shown.push(body[k].to_owned());
+                line.push(' ');
+                line.push_str(body[k].trim());
+            }
+            k += 1;
+            let (printed, code) = run(dir, &line).map_err(|e| format!("{at}: {e}"))?;
+            if opts.quiet && code != 0 {
+                return Err(format!("{at}: `{line}` exited {code}: {printed}"));
+            }
+            out.extend(shown);
+            if !opts.quiet {
+                out.extend(shape(&printed, &opts));
+            }
+        }
+        if commands == 0 {
+            return Err(format!("{at}: the block has no `$ ` command"));
+        }
+        out.push(lines[j].to_owned());
+        i = j + 1;
+    }
+    let mut s = out.join("\n");
+    s.push('\n');
+    Ok(s)
+}
+
+/// A profile without what differs between two runs of the same command.
+fn steady(json: &str) -> Option<serde_json::Value> {
+    let mut v: serde_json::Value = serde_json::from_str(json).ok()?;
+    let o = v.as_object_mut()?;
+    o.insert("created".into(), serde_json::Value::Null);
+    if let Some(node) = o.get_mut("node").and_then(|n| n.as_object_mut()) {
+        node.insert("hostname".into(), serde_json::Value::Null);
+    }
+    if let Some(s) = o.get_mut("settings").and_then(|s| s.as_object_mut()) {
+        s.insert("tuning_seconds".into(), serde_json::Value::Null);
+        s.insert("phases".into(), serde_json::Value::Null);
+    }
+    Some(v)
+}
+
+/// Compares (or, blessing, rewrites) the files a document keeps; returns those that drifted.
+fn kept_files(doc: &Path, dir: &Path, bless: bool) -> Result<Vec<String>, String> {
+    let text = std::fs::read_to_string(doc).map_err(|e| e.to_string())?;
+    let mut drift = Vec::new();
+    for line in text.lines().filter(|l| l.trim_start().starts_with(KEEP)) {
+        let name = line
+            .trim()
+            .trim_start_matches(KEEP)
+            .trim_end_matches("-->")
+            .trim();
+        let made = std::fs::read_to_string(dir.join(name))
+            .map_err(|e| format!("{}: no command wrote {name}: {e}", doc.display()))?;
+        let committed = doc.with_file_name(name);
+        let old = std::fs::read_to_string(&committed).unwrap_or_default();
+        let same = match name.ends_with(".json") {
+            true => steady(&made).is_some() && steady(&made) == steady(&old),
+            false => made == old,
+        };
+        if same {
+            continue;
+        }
+        if bless {
+            std::fs::write(&committed, made).map_err(|e| e.to_string())?;
+        } else {
+            drift.push(format!(
+                "{} differs from what its commands write",
+                committed.display()
+            ));
+        }
+    }
+    Ok(drift)
+}
+
+/// Where the regenerated text first departs from the committed one.
+fn first_difference(old: &str, new: &str) -> String {
+    let (o, n): (Vec<_>, Vec<_>) = (old.lines().collect(), new.lines().collect());
+    let at = (0..o.len().max(n.len()))
+        .find(|&i| o.get(i) != n.get(i))
+        .unwrap_or(0);
+    format!(
+        "line {}:\n  in the doc:    {}\n  printed now:   {}",
+        at + 1,
+        o.get(at).unwrap_or(&"<end>"),
+        n.get(at).unwrap_or(&"<end>")
+    )
+}
+
+#[test]
+fn figures_match_their_commands() {
+    let bless = std::env::var_os("ARTUNE_BLESS").is_some_and(|v| v == "1");
+    let docs = documents();
+    let results: Vec<Result<Vec<String>, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = docs
+            .iter()
+            .map(|doc| {
+                s.spawn(move || -> Result<Vec<String>, String> {
+                    let scratch = tempfile::tempdir().map_err(|e| e.to_string())?;
+                    let old = std::fs::read_to_string(doc).map_err(|e| e.to_string())?;
+                    let new = regenerate(doc, scratch.path())?;
+                    let mut drift = kept_files(doc, scratch.path(), bless)?;
+                    if new != old {
+                        if bless {
+                            std::fs::write(doc, &new).map_err(|e| e.to_string())?;
+                        } else {
+                            let d = first_difference(&old, &new);
+                            drift.push(format!("{} has drifted, {d}", doc.display()));
+                        }
+                    }
+                    Ok(drift)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut failures = Vec::new();
+    for r in results {
+        match r {
+            Ok(drift) => failures.extend(drift),
+            Err(e) => failures.push(e),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{}\n\nIf the new output is right, regenerate the docs with \
+         `ARTUNE_BLESS=1 cargo test --test docs` and review the diff.",
+        failures.join("\n\n")
+    );
+}
+
+#[test]
+fn every_example_profile_is_kept_by_its_readme() {
+    let dir = Path::new(ROOT).join("profiles/examples");
+    let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        if name != "README.md" {
+            assert!(
+                readme.contains(&format!("{KEEP} {name} -->")),
+                "profiles/examples/{name} is not regenerated by profiles/examples/README.md"
+            );
+        }
+    }
+}
