@@ -5,7 +5,7 @@
 //! A block is a fenced `console` block right after a marker line:
 //!
 //! ```text
-//! <!-- artune:run [quiet] [para="A|B"] [grep="X|Y"] [drop="Z"] [head=N] -->
+//! <!-- artune:run [quiet] [fails] [para="A|B"] [grep="X|Y"] [drop="Z"] [head=N] -->
 //! ```
 //!
 //! Lines starting with `$ ` are commands (a trailing ` \` continues one); everything else is the
@@ -16,7 +16,8 @@
 //! status is not 0. Options cut the output: `para` keeps the blank-line-separated paragraphs
 //! whose first line starts with one of the texts, `grep` keeps lines containing one, `drop`
 //! removes lines containing one, `head` keeps the first N lines; a cut shows as `...`; `quiet`
-//! shows no output (the command must still succeed). Lines over 110 characters are wrapped,
+//! shows no output. A command must succeed unless the block says `fails`, so a command that
+//! stopped working is an error, never a figure. Lines over 110 characters are wrapped,
 //! times of day and wall-clock seconds are masked.
 //!
 //! `<!-- artune:keep FILE -->` makes a file the document's commands write part of the
@@ -56,6 +57,7 @@ fn documents() -> Vec<PathBuf> {
 #[derive(Default)]
 struct Options {
     quiet: bool,
+    fails: bool,
     para: Vec<String>,
     grep: Vec<String>,
     drop: Vec<String>,
@@ -74,6 +76,7 @@ fn parse_options(marker: &str) -> Result<Options, String> {
         let list = || value.split('|').map(str::to_owned).collect::<Vec<_>>();
         match key {
             "quiet" => o.quiet = true,
+            "fails" => o.fails = true,
             "para" => o.para = list(),
             "grep" => o.grep = list(),
             "drop" => o.drop = list(),
@@ -330,7 +333,7 @@ fn regenerate(doc: &Path, dir: &Path) -> Result<String, String> {
             }
             k += 1;
             let (printed, code) = run(dir, &line).map_err(|e| format!("{at}: {e}"))?;
-            if opts.quiet && code != 0 {
+            if code != 0 && (opts.quiet || !opts.fails) {
                 return Err(format!("{at}: `{line}` exited {code}: {printed}"));
             }
             out.extend(shown);
