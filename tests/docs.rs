@@ -272,8 +272,10 @@ fn wrap(line: &str) -> Vec<String> {
     let mut rest = line.to_owned();
     while rest.chars().count() > WIDTH {
         let cut: usize = rest.char_indices().nth(WIDTH).map(|(i, _)| i).unwrap();
+        // At a space, else after a comma (JSON), else anywhere.
         let at = rest[..cut]
             .rfind(' ')
+            .or_else(|| rest[..cut].rfind(',').map(|c| c + 1))
             .filter(|&at| at > pad.len())
             .unwrap_or(cut);
         out.push(rest[..at].trim_end().to_owned());

@@ -30,7 +30,7 @@ pub enum ProfileError {
     Invalid(String),
 }
 
-/// Documented limits (README, "Profile and topology limits").
+/// Documented limits (docs/FORMATS.md, "Limits").
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub file_bytes: u64,

@@ -1,7 +1,7 @@
 //! Reading and writing topology JSON files.
 //!
 //! Users describe machines artune cannot see (or calibrate the simulator from their own
-//! measurements) in this format; `artune topo --json` writes it. The README documents it.
+//! measurements) in this format; `artune topo --json` writes it. docs/FORMATS.md documents it.
 //!
 //! Everything read from a file passes three gates, in order, each ending in a phrase that
 //! names what is wrong: [`read_text`] (size, UTF-8), [`check_json`] (syntax, nesting depth,
@@ -42,7 +42,7 @@ pub fn load(path: &Path) -> Result<Topology, Error> {
     let mut t = parse(&text).map_err(|e| Error::Parse {
         path: path.into(),
         what: "topology file",
-        reason: format!("{e}; see \"Topology files\" in the README"),
+        reason: format!("{e}; see \"Topology files\" in docs/FORMATS.md"),
     })?;
     t.origin.kind = "file".into();
     t.origin.name = Some(path.display().to_string());
