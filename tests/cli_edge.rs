@@ -103,3 +103,103 @@ fn a_bug_in_artune_exits_70_with_one_line_and_writes_nothing() {
     assert!(err.contains("bug in artune"), "{err}");
     assert!(!out.exists());
 }
+
+/// A profile with two placements of TP2 (GPUs 0,1 under one switch; 3,4 across two).
+fn two_placements(dir: &Path) -> PathBuf {
+    let args = ["--sim", "pcie-8x-2switch", "--tp", "2", "--mode", "graph"];
+    tuned(dir, "two.json", &args)
+}
+
+#[test]
+fn select_and_why_answer_for_the_placement_asked_and_name_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = two_placements(dir.path());
+    let p = p.to_str().unwrap();
+    let json = |args: &[&str]| -> serde_json::Value {
+        let o = artune(args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", text(&o.stderr));
+        serde_json::from_str(&text(&o.stdout)).unwrap()
+    };
+    let default = json(&["select", p, "--tp", "2", "--bytes", "3M", "--json"]);
+    let across = json(&[
+        "select", p, "--tp", "2", "--bytes", "3M", "--gpus", "3,4", "--json",
+    ]);
+    assert_eq!(default["gpus"], serde_json::json!([0, 1]));
+    assert_eq!(default["other_placements"], serde_json::json!([[3, 4]]));
+    assert_eq!(across["gpus"], serde_json::json!([3, 4]));
+    assert_eq!(across["placement"], "2 switches, 1 root complex");
+    // At 3M the two placements choose differently: the answer depends on the GPUs asked.
+    assert_ne!(default["backend"], across["backend"], "{default} {across}");
+    // Text: the backend alone on stdout, the group it answered for on stderr.
+    let o = artune(&["select", p, "--tp", "2", "--bytes", "3M"]);
+    assert_eq!(text(&o.stdout).trim(), default["backend"].as_str().unwrap());
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("answered for TP2 graph on GPUs 0,1 (1 switch)") && err.contains("--gpus 3,4"),
+        "{err}"
+    );
+    // why explains the same group select answered for.
+    let w = json(&[
+        "why", p, "--tp", "2", "--bytes", "3M", "--gpus", "3,4", "--json",
+    ]);
+    assert_eq!(w["gpus"], serde_json::json!([3, 4]));
+    assert_eq!(w["chosen"], across["backend"]);
+}
+
+#[test]
+fn no_answer_exits_6_with_a_null_backend_and_bad_gpus_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = two_placements(dir.path());
+    let p = p.to_str().unwrap();
+    for cmd in ["select", "why"] {
+        for (extra, says) in [
+            (vec!["--tp", "2", "--bytes", "1G"], "above the largest size"),
+            (
+                vec!["--tp", "2", "--bytes", "4K", "--gpus", "5,6"],
+                "no TP2 graph group on GPUs 5,6",
+            ),
+            (vec!["--bytes", "4K", "--tp", "8"], "no TP8 graph group"),
+        ] {
+            let mut args = vec![cmd, p, "--json"];
+            args.extend(&extra);
+            let o = artune(&args);
+            let err = text(&o.stderr);
+            assert_eq!(o.status.code(), Some(6), "{args:?}: {err}");
+            assert!(
+                err.contains("keep the engine's default") && err.contains(says),
+                "{err}"
+            );
+            let v: serde_json::Value = serde_json::from_str(&text(&o.stdout)).unwrap();
+            assert!(v["backend"].is_null(), "{v}");
+        }
+        for gpus in ["3", "3,3", "3,4,5"] {
+            let o = artune(&[cmd, p, "--tp", "2", "--bytes", "4K", "--gpus", gpus]);
+            let err = text(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{gpus}: {err}");
+            assert!(
+                err.starts_with("error: --gpus") && !err.contains("panicked"),
+                "{err}"
+            );
+        }
+    }
+}
+
+#[test]
+fn version_names_the_commit_and_help_shows_examples() {
+    let o = artune(&["--version"]);
+    let v = text(&o.stdout);
+    assert!(v.starts_with("artune 0.") && v.contains("(commit "), "{v}");
+    let o = artune(&["select", "--help"]);
+    let h = text(&o.stdout);
+    assert!(
+        h.contains("Example: artune select") && h.contains("--gpus <IDS>"),
+        "{h}"
+    );
+    let o = artune(&["tune", "--sim", "pcie-2x", "--mem-budget", "0"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("a budget of 0 bytes leaves no custom kernel"),
+        "{err}"
+    );
+}

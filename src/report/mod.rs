@@ -109,7 +109,8 @@ fn forcing_note(c: Backend, lo: f64, hi: f64) -> String {
     }
 }
 
-fn fmt_gpus(gpus: &[usize]) -> String {
+/// GPU ids as "0-3" when contiguous and more than two, else "0,1" or "3,4".
+pub fn fmt_gpus(gpus: &[usize]) -> String {
     let contiguous = gpus.windows(2).all(|w| w[1] == w[0] + 1);
     if contiguous && gpus.len() > 2 {
         format!("{}-{}", gpus[0], gpus[gpus.len() - 1])
@@ -119,6 +120,21 @@ fn fmt_gpus(gpus: &[usize]) -> String {
             .collect::<Vec<_>>()
             .join(",")
     }
+}
+
+/// A group named for a reader: "TP2 graph on GPUs 3,4 (2 switches, 1 root complex)".
+pub fn group_label(g: &GroupProfile) -> String {
+    let placement = if g.placement.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", g.placement)
+    };
+    format!(
+        "TP{} {} on GPUs {}{placement}",
+        g.tp,
+        g.mode.id(),
+        fmt_gpus(&g.gpus)
+    )
 }
 
 /// How the cells were sampled, in words.
