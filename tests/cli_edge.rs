@@ -203,3 +203,94 @@ fn version_names_the_commit_and_help_shows_examples() {
         "{err}"
     );
 }
+
+#[test]
+fn show_prints_shared_lines_once_aligns_columns_and_lists_the_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--sim",
+        "pcie-8x-2switch",
+        "--tp",
+        "4",
+        "--mem-budget",
+        "2560K",
+        "--no-contention",
+    ];
+    let p = tuned(dir.path(), "b.json", &args);
+    let o = artune(&["show", p.to_str().unwrap()]);
+    let s = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0));
+    // Four groups, one NCCL memory line: the same for each, so printed once.
+    assert_eq!(s.matches("\nTP4 ").count(), 4, "{s}");
+    assert_eq!(s.matches("NCCL communicator").count(), 1, "{s}");
+    assert!(s.contains("every group:\n  NCCL communicator"), "{s}");
+    assert!(s.contains("memory budget: 2.5M per GPU"), "{s}");
+    // At 384K two_stage_push needs more than 2.5M per GPU: excluded there, and show says so.
+    assert!(
+        s.contains("over the memory budget, excluded:") && s.contains("two_stage_push at 384K"),
+        "{s}"
+    );
+    // Titles sit over their values.
+    let lines: Vec<&str> = s.lines().collect();
+    let head = lines
+        .iter()
+        .position(|l| l.contains("extra mem/GPU"))
+        .unwrap();
+    let (h, row) = (lines[head], lines[head + 1]);
+    let row: Vec<char> = row.chars().collect();
+    for title in ["backend", "vs nccl", "extra mem/GPU"] {
+        let at = h[..h.find(title).unwrap()].chars().count();
+        assert!(
+            row[at] != ' ' && row[at - 1] == ' ',
+            "{title} not over its column:\n{h}\n{}",
+            row.iter().collect::<String>()
+        );
+    }
+    assert!(!s.contains("at 0B") && !s.contains("% faster"), "{s}");
+    let j: serde_json::Value = serde_json::from_str(&text(
+        &artune(&["show", p.to_str().unwrap(), "--json"]).stdout,
+    ))
+    .unwrap();
+    assert_eq!(j["mem_budget_bytes"], 2560 << 10);
+    assert!(j["groups"][0]["over_budget"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|o| o["backend"] == "two_stage_push"));
+}
+
+#[test]
+fn tune_prints_status_on_stderr_with_the_next_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("p.json");
+    let o = artune(&[
+        "tune",
+        "--sim",
+        "pcie-2x",
+        "--mode",
+        "graph",
+        "--sizes",
+        "4K:64K",
+        "--no-contention",
+        "--plot",
+        dir.path().join("plots").to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let (stdout, stderr) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    assert!(
+        !stdout.contains("written") && !stdout.contains("wrote"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("wrote") && stderr.contains("profile written to"),
+        "{stderr}"
+    );
+    let p = out.display().to_string();
+    assert!(stderr.contains(&format!("artune show {p}")), "{stderr}");
+    assert!(
+        stderr.contains(&format!("artune why {p} --tp 2 --gpus 0,1")),
+        "{stderr}"
+    );
+}

@@ -215,7 +215,7 @@ pub fn run(mut a: TuneArgs) -> Result<i32, Error> {
         );
     } else {
         out!("{}", report::summary(&profile));
-        outln!("\nprofile written to {}", a.out.display());
+        eprint!("\n{}", report::next_steps(&a.out, &profile));
     }
     Ok(0)
 }
