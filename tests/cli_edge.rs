@@ -294,3 +294,57 @@ fn tune_prints_status_on_stderr_with_the_next_commands() {
         "{stderr}"
     );
 }
+
+#[test]
+fn predict_interpolates_between_buckets_and_follows_select_below_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--sim",
+        "pcie-8x-2switch",
+        "--tp",
+        "8",
+        "--mode",
+        "graph",
+        "--sizes",
+        "16K:256K",
+        "--no-contention",
+    ];
+    let p = tuned(dir.path(), "story.json", &args);
+    let p = p.to_str().unwrap();
+    let o = artune(&["predict", p, "--workload", "122x7168xbf16@3..16", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_str(&text(&o.stdout)).unwrap();
+    assert!(v["estimate"].as_str().unwrap().contains("log-log"), "{v}");
+    let ms: Vec<f64> = v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["ms"]["profile"].as_f64().unwrap())
+        .collect();
+    // Each token adds bytes, and so time: no two token counts share one bucket's time.
+    assert!(ms.windows(2).all(|w| w[1] > w[0]), "{ms:?}");
+    // At a measured size the prediction is the measurement select reports.
+    let sel = artune(&["select", p, "--tp", "8", "--bytes", "32K", "--json"]);
+    let sel: serde_json::Value = serde_json::from_str(&text(&sel.stdout)).unwrap();
+    let o = artune(&["predict", p, "--workload", "1x32K", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&text(&o.stdout)).unwrap();
+    let at = v["steps"][0]["ms"]["profile"].as_f64().unwrap() * 1000.0;
+    assert!(
+        (at - sel["expected_us"].as_f64().unwrap()).abs() < 1e-6,
+        "{at} {sel}"
+    );
+    // Below the smallest size (16K, above the 4 KiB floor) select has no answer: nor has predict.
+    assert_eq!(
+        artune(&["select", p, "--tp", "8", "--bytes", "8K"])
+            .status
+            .code(),
+        Some(6)
+    );
+    let o = artune(&["predict", p, "--workload", "1x8K"]);
+    let s = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(
+        s.contains("below the smallest measured") && s.contains("not predicted"),
+        "{s}"
+    );
+}

@@ -511,7 +511,7 @@ pub fn predict(a: PredictArgs) -> Result<i32, Error> {
             }
         }
     };
-    let pr = workload::predict(&p, tp, mode, &w)?;
+    let pr = workload::predict(&p, tp, mode, a.gpus.as_deref(), &w)?;
     let ms = |r: &Result<f64, String>| r.as_ref().ok().map(|us| us / 1000.0);
     if a.json {
         let steps: Vec<serde_json::Value> = pr
@@ -556,6 +556,7 @@ pub fn predict(a: PredictArgs) -> Result<i32, Error> {
             "gpus": pr.group.gpus,
             "largest_bytes": pr.largest,
             "workload": describe(&w),
+            "estimate": workload::ESTIMATE,
             "steps": steps,
         });
         outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
@@ -573,6 +574,7 @@ pub fn predict(a: PredictArgs) -> Result<i32, Error> {
         }
     );
     outln!("workload: {}", describe(&w));
+    outln!("estimate: {}", workload::ESTIMATE);
     outln!("allreduce milliseconds per step under each policy; saving = policy minus the profile's choice");
     outln!(
         "{:>6} {:>10} {:>10} {:>10} {:>10}  {:>15} {:>15} {:>15}",

@@ -315,6 +315,10 @@ pub struct PredictArgs {
     /// TP size (default: the profile's only one).
     #[arg(long)]
     pub tp: Option<usize>,
+    /// The group's GPUs, comma separated, where the TP size has several placements
+    /// (default: GPUs 0..TP, else the first placement).
+    #[arg(long, value_delimiter = ',', value_name = "IDS")]
+    pub gpus: Option<Vec<usize>>,
     /// Launch mode of the engine step.
     #[arg(long, value_enum, default_value = "graph")]
     pub mode: SelectMode,
