@@ -199,7 +199,7 @@ fn version_names_the_commit_and_help_shows_examples() {
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(
-        err.contains("a budget of 0 bytes leaves no custom kernel"),
+        err.contains("leaves no custom kernel; give a size"),
         "{err}"
     );
 }

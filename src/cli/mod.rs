@@ -166,7 +166,7 @@ pub struct TuneArgs {
     pub dtype: DtypeArg,
     /// Per-GPU memory custom backends may use, e.g. 256MiB; a kernel whose buffers would
     /// need more at a size is excluded there (`show` lists what was). Must be above 0.
-    #[arg(long, value_name = "BYTES", value_parser = mem_budget)]
+    #[arg(long, value_name = "BYTES")]
     pub mem_budget: Option<String>,
     /// Seed for data and (simulated) noise.
     #[arg(long, default_value_t = 1)]
@@ -355,16 +355,6 @@ const VERSION: &str = concat!(
     env!("ARTUNE_COMMIT"),
     ")"
 );
-
-/// `--mem-budget`: a size above 0. A budget of 0 would exclude every custom kernel at every
-/// size, the same as not tuning them, so it is refused rather than silently applied.
-fn mem_budget(s: &str) -> Result<String, String> {
-    match crate::units::parse_bytes(s) {
-        Ok(0) => Err("a budget of 0 bytes leaves no custom kernel; give a size such as 256MiB, or leave --mem-budget out to allow any".into()),
-        Ok(_) => Ok(s.to_string()),
-        Err(e) => Err(e.to_string()),
-    }
-}
 
 /// Parses arguments, runs the command, prints any error as one line, returns the exit code.
 pub fn main() -> i32 {
