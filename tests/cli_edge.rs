@@ -348,3 +348,52 @@ fn predict_interpolates_between_buckets_and_follows_select_below_them() {
         "{s}"
     );
 }
+
+#[test]
+fn plots_name_the_fabric_label_every_mark_and_replace_a_previous_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let plots = dir.path().join("plots");
+    let plot_args = |sim: &str, out: &str| {
+        let out = dir.path().join(out);
+        let o = artune(&[
+            "tune",
+            "--sim",
+            sim,
+            "--tp",
+            "2",
+            "--mode",
+            "graph",
+            "--sizes",
+            "64K:8M",
+            "--no-contention",
+            "--plot",
+            plots.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    };
+    plot_args("pcie-8x-2switch", "a.json");
+    assert!(plots.join("tp2-graph-gpus3_4.svg").exists());
+    std::fs::write(plots.join("notes.txt"), "mine").unwrap();
+    plot_args("pcie-4x-1switch", "b.json");
+    let mut names: Vec<String> = std::fs::read_dir(&plots)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    // The 8-GPU machine's GPUs 3,4 plot is gone; a file artune did not write stays.
+    assert_eq!(names, ["notes.txt", "tp2-graph-gpus0_1.svg"]);
+    let svg = std::fs::read_to_string(plots.join("tp2-graph-gpus0_1.svg")).unwrap();
+    for needle in [
+        "simulated pcie-4x-1switch [SIMULATED]",
+        " µs",
+        "crossover: the choice changes",
+        "the profile&apos;s choice at each size (dot)",
+        "speed-up over NCCL",
+        "nccl (1.0x)",
+    ] {
+        assert!(svg.contains(needle), "{needle} missing");
+    }
+    assert!(!svg.contains("00000.0"), "raw log ticks");
+}
