@@ -409,6 +409,10 @@ fn an_unwritable_class_directory_still_prints_the_report_and_warns() {
     assert_eq!(o.status.code(), Some(5), "{err}");
     assert!(out.starts_with("artune fleet: 3 profiles"), "{out}");
     assert!(
+        out.contains("class profile: not written (see the warning)"),
+        "{out}"
+    );
+    assert!(
         err.starts_with("warning: class profiles not written: cannot create"),
         "{err}"
     );

@@ -120,11 +120,14 @@ fn class_text(o: &mut String, c: &ClassReport, profile: Option<&String>) {
                 if n == 1 { "" } else { "s" }
             );
         }
-        None => {
+        None if c.included.is_empty() => {
             let _ = writeln!(
                 o,
                 "  class profile: not written (no node left to build it from)"
             );
+        }
+        None => {
+            let _ = writeln!(o, "  class profile: not written (see the warning)");
         }
     }
     // Per (TP, size): the median of each backend the class ever chose, and NCCL's.
