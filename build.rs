@@ -1,3 +1,5 @@
+//! Two jobs. Always: the commit the binary was built from, for `artune --version` (from git, or
+//! `ARTUNE_COMMIT` where a package is built from a tarball; "unknown" when neither says).
 //! Only for the Python package: with `--features python` (maturin), also build the plain
 //! `libartune.so` — the C ABI and NCCL tuner plugin without Python — and put it in the Python
 //! package beside the extension module, where `artune.plugin_path()` finds it. NCCL loads the
@@ -9,6 +11,7 @@ use std::process::Command;
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    commit();
     if std::env::var_os("CARGO_FEATURE_PYTHON").is_none() {
         return;
     }
@@ -47,4 +50,33 @@ fn main() {
     for f in ["src", "kernels", "Cargo.toml", "Cargo.lock"] {
         println!("cargo:rerun-if-changed={f}");
     }
+}
+
+/// Sets `ARTUNE_COMMIT` for the crate: the short hash of HEAD (a work tree's uncommitted
+/// changes are not tracked, that would rebuild on every edit), and reruns when HEAD moves.
+fn commit() {
+    println!("cargo:rerun-if-env-changed=ARTUNE_COMMIT");
+    let git = |args: &[&str]| -> Option<String> {
+        let o = Command::new("git").args(args).output().ok()?;
+        let s = String::from_utf8(o.stdout).ok()?.trim().to_string();
+        (o.status.success() && !s.is_empty()).then_some(s)
+    };
+    let hash = std::env::var("ARTUNE_COMMIT")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| git(&["rev-parse", "--short=12", "HEAD"]));
+    if let Some(dir) = git(&["rev-parse", "--git-dir"]) {
+        println!("cargo:rerun-if-changed={dir}/HEAD");
+        if let (Some(common), Some(head)) = (
+            git(&["rev-parse", "--git-common-dir"]),
+            git(&["symbolic-ref", "-q", "HEAD"]),
+        ) {
+            println!("cargo:rerun-if-changed={common}/{head}");
+            println!("cargo:rerun-if-changed={common}/packed-refs");
+        }
+    }
+    println!(
+        "cargo:rustc-env=ARTUNE_COMMIT={}",
+        hash.unwrap_or_else(|| "unknown".into())
+    );
 }

@@ -1,7 +1,8 @@
 //! Errors a user can act on, and the exit codes they map to.
 //!
 //! Exit codes are a contract with provisioning scripts: 0 ok, 2 bad input, 3 stale profile,
-//! 4 hardware or driver failure, 5 done with warnings, 70 a bug in artune, 130 interrupted.
+//! 4 hardware or driver failure, 5 done with warnings, 6 no answer (keep the engine's default),
+//! 7 a fleet outlier, 70 a bug in artune, 130 interrupted.
 
 use std::path::PathBuf;
 
@@ -17,6 +18,11 @@ pub const EXIT_BUG: i32 = 70;
 /// Exit code for a command that did its work but has warnings to act on (`artune doctor`
 /// found warnings and no failure; `artune fleet` skipped some profiles).
 pub const EXIT_WARNINGS: i32 = 5;
+/// Exit code for a question the profile has no answer to (`select`, `why`: a TP size, GPUs or
+/// a size it did not tune): not an error, the engine keeps its own default.
+pub const EXIT_NO_ANSWER: i32 = 6;
+/// Exit code for `artune fleet` when a node is an outlier of its class.
+pub const EXIT_OUTLIER: i32 = 7;
 /// Exit code after SIGINT/SIGTERM.
 pub const EXIT_INTERRUPTED: i32 = 130;
 

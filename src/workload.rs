@@ -326,7 +326,8 @@ pub struct Row {
     pub tokens: Option<u64>,
     /// Per policy, in [`Policy::ALL`] order: total microseconds of the step's allreduces.
     pub us: [Result<f64, String>; 4],
-    /// Sizes of this step above the largest the profile measured (not predicted).
+    /// Sizes of this step outside what the profile answers (above its largest size, or below
+    /// its smallest where `select` does not answer): the step is not predicted.
     pub beyond: Vec<u64>,
 }
 
@@ -344,11 +345,13 @@ fn waived(g: &GroupProfile, b: &crate::profile::Bucket, k: Backend) -> String {
     }
 }
 
-/// Microseconds of one allreduce of `bytes` under `policy`, at the bucket serving it.
+/// Microseconds of one allreduce of `bytes` under `policy`, as measured at bucket `b`; the
+/// profile's policy runs `choice` (the serving bucket's, which may lie above `b`).
 fn cost(
     p: &Profile,
     g: &GroupProfile,
     b: &crate::profile::Bucket,
+    choice: Backend,
     bytes: u64,
     policy: Policy,
 ) -> Result<f64, String> {
@@ -359,7 +362,7 @@ fn cost(
             .ok_or_else(|| waived(g, b, k))
     };
     match policy {
-        Policy::Profile => get(b.choice),
+        Policy::Profile => get(choice),
         Policy::Nccl => crate::export::nccl_time(b)
             .map(|t| t.median_us)
             .ok_or_else(|| "NCCL was not measured".to_string()),
@@ -375,32 +378,53 @@ fn cost(
             crate::export::vllm::Path::SymmMem(what) => Err(format!(
                 "vLLM would run {what}, which artune does not measure"
             )),
-            crate::export::vllm::Path::Nccl(_) => cost(p, g, b, bytes, Policy::Nccl),
+            crate::export::vllm::Path::Nccl(_) => cost(p, g, b, choice, bytes, Policy::Nccl),
         },
     }
 }
 
-/// Prices every step of `w` on the profile's TP `tp` group in `mode`.
+/// How [`predict`] turns measured buckets into the time of any size, for its reader.
+pub const ESTIMATE: &str = "a size between two measured sizes is priced by log-log interpolation between them (the backend the serving bucket chose, timed at both); a measured size by its median; below the smallest measured size only where select answers (at or under 4 KiB, the smallest size's time)";
+
+/// Where a size falls among a group's buckets: its serving bucket's index, and the measured
+/// neighbour below it with the interpolation weight of the upper one (log-log).
+fn locate(g: &GroupProfile, bytes: u64) -> Result<(usize, Option<(usize, f64)>), String> {
+    let smallest = g.buckets.first().map_or(0, |b| b.bytes);
+    let largest = g.buckets.last().map_or(0, |b| b.bytes);
+    if !crate::profile::answers_below(smallest, bytes) {
+        return Err(format!("below the smallest measured ({smallest} bytes)"));
+    }
+    let i = g.buckets.partition_point(|b| b.bytes < bytes);
+    if i >= g.buckets.len() {
+        return Err(format!("above the largest measured ({largest} bytes)"));
+    }
+    let hi = g.buckets[i].bytes;
+    if hi == bytes || i == 0 {
+        return Ok((i, None));
+    }
+    let lo = g.buckets[i - 1].bytes;
+    let w = ((bytes as f64).ln() - (lo as f64).ln()) / ((hi as f64).ln() - (lo as f64).ln());
+    Ok((i, Some((i - 1, w))))
+}
+
+/// Prices every step of `w` on the profile's TP `tp` group in `mode` (on `gpus`, else the
+/// default placement).
 pub fn predict<'a>(
     p: &'a Profile,
     tp: usize,
     mode: Mode,
+    gpus: Option<&[usize]>,
     w: &Workload,
 ) -> Result<Prediction<'a>, Error> {
-    let g = p
-        .group(Query {
-            tp,
-            mode,
-            gpus: None,
-        })
-        .ok_or_else(|| {
-            let have = crate::export::group_names(p);
-            Error::bad_input(format!(
-                "the profile has no TP{tp} {} group (it has {}); pass --tp and --mode to match",
-                mode.id(),
-                have
-            ))
-        })?;
+    let g = p.group(Query { tp, mode, gpus }).ok_or_else(|| {
+        let have = crate::export::group_names(p);
+        Error::bad_input(format!(
+            "the profile has no TP{tp} {} group{} (it has {}); pass --tp, --mode and --gpus to match",
+            mode.id(),
+            gpus.map_or(String::new(), |v| format!(" on GPUs {v:?}")),
+            have
+        ))
+    })?;
     let largest = g.buckets.last().map_or(0, |b| b.bytes);
     let rows = w
         .steps()
@@ -408,23 +432,38 @@ pub fn predict<'a>(
         .map(|(tokens, allreduces)| {
             let mut us: [Result<f64, String>; 4] = [Ok(0.0), Ok(0.0), Ok(0.0), Ok(0.0)];
             let mut beyond = Vec::new();
+            let mut why = String::new();
             for (count, bytes) in allreduces {
-                let i = g.buckets.partition_point(|b| b.bytes < bytes);
-                let Some(b) = g.buckets.get(i) else {
-                    beyond.push(bytes);
-                    continue;
-                };
-                for (k, pol) in Policy::ALL.into_iter().enumerate() {
-                    if let Ok(total) = &us[k] {
-                        us[k] = cost(p, g, b, bytes, pol).map(|c| total + c * count as f64);
+                let (i, below) = match locate(g, bytes) {
+                    Ok(at) => at,
+                    Err(e) => {
+                        why = e;
+                        beyond.push(bytes);
+                        continue;
                     }
+                };
+                let hi = &g.buckets[i];
+                for (k, pol) in Policy::ALL.into_iter().enumerate() {
+                    let Ok(total) = &us[k] else { continue };
+                    let at_hi = cost(p, g, hi, hi.choice, bytes, pol);
+                    let one = match (at_hi, below) {
+                        (Ok(t_hi), Some((j, w))) => {
+                            // The neighbour below may not have timed this backend (a racing
+                            // tune stops slow ones early): then the upper time stands.
+                            match cost(p, g, &g.buckets[j], hi.choice, bytes, pol) {
+                                Ok(t_lo) if t_lo > 0.0 && t_hi > 0.0 => {
+                                    Ok((t_lo.ln() * (1.0 - w) + t_hi.ln() * w).exp())
+                                }
+                                _ => Ok(t_hi),
+                            }
+                        }
+                        (r, _) => r,
+                    };
+                    us[k] = one.map(|c| total + c * count as f64);
                 }
             }
             if !beyond.is_empty() {
-                let why = format!(
-                    "{} size(s) above the largest measured ({largest} bytes)",
-                    beyond.len()
-                );
+                let why = format!("{} size(s) {why}", beyond.len());
                 us = [
                     Err(why.clone()),
                     Err(why.clone()),
@@ -506,14 +545,14 @@ mod tests {
     fn predict_sums_counts_and_reports_beyond() {
         let p = sample::profile();
         let w = Workload::parse_spec("10x1024").unwrap();
-        let pr = predict(&p, 2, Mode::Graph, &w).unwrap();
+        let pr = predict(&p, 2, Mode::Graph, None, &w).unwrap();
         let b = &pr.group.buckets[0];
         let want = 10.0 * b.results[&b.choice].median_us;
         assert!((pr.rows[0].us[0].clone().unwrap() - want).abs() < 1e-9);
         let nccl = 10.0 * b.results[&Backend::Nccl].median_us;
         assert!((pr.rows[0].us[1].clone().unwrap() - nccl).abs() < 1e-9);
         let big = Workload::parse_spec("1x1G").unwrap();
-        let pr = predict(&p, 2, Mode::Graph, &big).unwrap();
+        let pr = predict(&p, 2, Mode::Graph, None, &big).unwrap();
         assert_eq!(pr.rows[0].beyond, vec![1 << 30]);
         assert!(pr.rows[0].us.iter().all(|u| u.is_err()));
     }
@@ -530,7 +569,14 @@ mod tests {
             b.results.remove(&Backend::OneStagePull);
             b.waived.insert(Backend::OneStagePull, "no P2P".into());
         }
-        let pr = predict(&p, 4, Mode::Graph, &Workload::parse_spec("1x1K").unwrap()).unwrap();
+        let pr = predict(
+            &p,
+            4,
+            Mode::Graph,
+            None,
+            &Workload::parse_spec("1x1K").unwrap(),
+        )
+        .unwrap();
         let e = pr.rows[0].us[2].clone().unwrap_err();
         assert!(e.contains("one_stage_pull was waived: no P2P"), "{e}");
         // vLLM uses NCCL on 4 PCIe GPUs, so its cost is NCCL's.
@@ -540,9 +586,15 @@ mod tests {
     #[test]
     fn unknown_group_names_what_exists() {
         let p = sample::profile();
-        let e = predict(&p, 8, Mode::Graph, &Workload::parse_spec("1x1K").unwrap())
-            .unwrap_err()
-            .to_string();
+        let e = predict(
+            &p,
+            8,
+            Mode::Graph,
+            None,
+            &Workload::parse_spec("1x1K").unwrap(),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("TP2 graph"), "{e}");
     }
 }

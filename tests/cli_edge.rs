@@ -103,3 +103,297 @@ fn a_bug_in_artune_exits_70_with_one_line_and_writes_nothing() {
     assert!(err.contains("bug in artune"), "{err}");
     assert!(!out.exists());
 }
+
+/// A profile with two placements of TP2 (GPUs 0,1 under one switch; 3,4 across two).
+fn two_placements(dir: &Path) -> PathBuf {
+    let args = ["--sim", "pcie-8x-2switch", "--tp", "2", "--mode", "graph"];
+    tuned(dir, "two.json", &args)
+}
+
+#[test]
+fn select_and_why_answer_for_the_placement_asked_and_name_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = two_placements(dir.path());
+    let p = p.to_str().unwrap();
+    let json = |args: &[&str]| -> serde_json::Value {
+        let o = artune(args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", text(&o.stderr));
+        serde_json::from_str(&text(&o.stdout)).unwrap()
+    };
+    let default = json(&["select", p, "--tp", "2", "--bytes", "3M", "--json"]);
+    let across = json(&[
+        "select", p, "--tp", "2", "--bytes", "3M", "--gpus", "3,4", "--json",
+    ]);
+    assert_eq!(default["gpus"], serde_json::json!([0, 1]));
+    assert_eq!(default["other_placements"], serde_json::json!([[3, 4]]));
+    assert_eq!(across["gpus"], serde_json::json!([3, 4]));
+    assert_eq!(across["placement"], "2 switches, 1 root complex");
+    // At 3M the two placements choose differently: the answer depends on the GPUs asked.
+    assert_ne!(default["backend"], across["backend"], "{default} {across}");
+    // Text: the backend alone on stdout, the group it answered for on stderr.
+    let o = artune(&["select", p, "--tp", "2", "--bytes", "3M"]);
+    assert_eq!(text(&o.stdout).trim(), default["backend"].as_str().unwrap());
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("answered for TP2 graph on GPUs 0,1 (1 switch)") && err.contains("--gpus 3,4"),
+        "{err}"
+    );
+    // why explains the same group select answered for.
+    let w = json(&[
+        "why", p, "--tp", "2", "--bytes", "3M", "--gpus", "3,4", "--json",
+    ]);
+    assert_eq!(w["gpus"], serde_json::json!([3, 4]));
+    assert_eq!(w["chosen"], across["backend"]);
+}
+
+#[test]
+fn no_answer_exits_6_with_a_null_backend_and_bad_gpus_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = two_placements(dir.path());
+    let p = p.to_str().unwrap();
+    for cmd in ["select", "why"] {
+        for (extra, says) in [
+            (vec!["--tp", "2", "--bytes", "1G"], "above the largest size"),
+            (
+                vec!["--tp", "2", "--bytes", "4K", "--gpus", "5,6"],
+                "no TP2 graph group on GPUs 5,6",
+            ),
+            (vec!["--bytes", "4K", "--tp", "8"], "no TP8 graph group"),
+        ] {
+            let mut args = vec![cmd, p, "--json"];
+            args.extend(&extra);
+            let o = artune(&args);
+            let err = text(&o.stderr);
+            assert_eq!(o.status.code(), Some(6), "{args:?}: {err}");
+            assert!(
+                err.contains("keep the engine's default") && err.contains(says),
+                "{err}"
+            );
+            let v: serde_json::Value = serde_json::from_str(&text(&o.stdout)).unwrap();
+            assert!(v["backend"].is_null(), "{v}");
+        }
+        for gpus in ["3", "3,3", "3,4,5"] {
+            let o = artune(&[cmd, p, "--tp", "2", "--bytes", "4K", "--gpus", gpus]);
+            let err = text(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{gpus}: {err}");
+            assert!(
+                err.starts_with("error: --gpus") && !err.contains("panicked"),
+                "{err}"
+            );
+        }
+    }
+}
+
+#[test]
+fn version_names_the_commit_and_help_shows_examples() {
+    let o = artune(&["--version"]);
+    let v = text(&o.stdout);
+    assert!(v.starts_with("artune 0.") && v.contains("(commit "), "{v}");
+    let o = artune(&["select", "--help"]);
+    let h = text(&o.stdout);
+    assert!(
+        h.contains("Example: artune select") && h.contains("--gpus <IDS>"),
+        "{h}"
+    );
+    let o = artune(&["tune", "--sim", "pcie-2x", "--mem-budget", "0"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("leaves no custom kernel; give a size"),
+        "{err}"
+    );
+}
+
+#[test]
+fn show_prints_shared_lines_once_aligns_columns_and_lists_the_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--sim",
+        "pcie-8x-2switch",
+        "--tp",
+        "4",
+        "--mem-budget",
+        "2560K",
+        "--no-contention",
+    ];
+    let p = tuned(dir.path(), "b.json", &args);
+    let o = artune(&["show", p.to_str().unwrap()]);
+    let s = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0));
+    // Four groups, one NCCL memory line: the same for each, so printed once.
+    assert_eq!(s.matches("\nTP4 ").count(), 4, "{s}");
+    assert_eq!(s.matches("NCCL communicator").count(), 1, "{s}");
+    assert!(s.contains("every group:\n  NCCL communicator"), "{s}");
+    assert!(s.contains("memory budget: 2.5M per GPU"), "{s}");
+    // At 384K two_stage_push needs more than 2.5M per GPU: excluded there, and show says so.
+    assert!(
+        s.contains("over the memory budget, excluded:") && s.contains("two_stage_push at 384K"),
+        "{s}"
+    );
+    // Titles sit over their values.
+    let lines: Vec<&str> = s.lines().collect();
+    let head = lines
+        .iter()
+        .position(|l| l.contains("extra mem/GPU"))
+        .unwrap();
+    let (h, row) = (lines[head], lines[head + 1]);
+    let row: Vec<char> = row.chars().collect();
+    for title in ["backend", "vs nccl", "extra mem/GPU"] {
+        let at = h[..h.find(title).unwrap()].chars().count();
+        assert!(
+            row[at] != ' ' && row[at - 1] == ' ',
+            "{title} not over its column:\n{h}\n{}",
+            row.iter().collect::<String>()
+        );
+    }
+    assert!(!s.contains("at 0B") && !s.contains("% faster"), "{s}");
+    let j: serde_json::Value = serde_json::from_str(&text(
+        &artune(&["show", p.to_str().unwrap(), "--json"]).stdout,
+    ))
+    .unwrap();
+    assert_eq!(j["mem_budget_bytes"], 2560 << 10);
+    assert!(j["groups"][0]["over_budget"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|o| o["backend"] == "two_stage_push"));
+}
+
+#[test]
+fn tune_prints_status_on_stderr_with_the_next_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("p.json");
+    let o = artune(&[
+        "tune",
+        "--sim",
+        "pcie-2x",
+        "--mode",
+        "graph",
+        "--sizes",
+        "4K:64K",
+        "--no-contention",
+        "--plot",
+        dir.path().join("plots").to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let (stdout, stderr) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    assert!(
+        !stdout.contains("written") && !stdout.contains("wrote"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("wrote") && stderr.contains("profile written to"),
+        "{stderr}"
+    );
+    let p = out.display().to_string();
+    assert!(stderr.contains(&format!("artune show {p}")), "{stderr}");
+    assert!(
+        stderr.contains(&format!("artune why {p} --tp 2 --gpus 0,1")),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn predict_interpolates_between_buckets_and_follows_select_below_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--sim",
+        "pcie-8x-2switch",
+        "--tp",
+        "8",
+        "--mode",
+        "graph",
+        "--sizes",
+        "16K:256K",
+        "--no-contention",
+    ];
+    let p = tuned(dir.path(), "story.json", &args);
+    let p = p.to_str().unwrap();
+    let o = artune(&["predict", p, "--workload", "122x7168xbf16@3..16", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_str(&text(&o.stdout)).unwrap();
+    assert!(v["estimate"].as_str().unwrap().contains("log-log"), "{v}");
+    let ms: Vec<f64> = v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["ms"]["profile"].as_f64().unwrap())
+        .collect();
+    // Each token adds bytes, and so time: no two token counts share one bucket's time.
+    assert!(ms.windows(2).all(|w| w[1] > w[0]), "{ms:?}");
+    // At a measured size the prediction is the measurement select reports.
+    let sel = artune(&["select", p, "--tp", "8", "--bytes", "32K", "--json"]);
+    let sel: serde_json::Value = serde_json::from_str(&text(&sel.stdout)).unwrap();
+    let o = artune(&["predict", p, "--workload", "1x32K", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&text(&o.stdout)).unwrap();
+    let at = v["steps"][0]["ms"]["profile"].as_f64().unwrap() * 1000.0;
+    assert!(
+        (at - sel["expected_us"].as_f64().unwrap()).abs() < 1e-6,
+        "{at} {sel}"
+    );
+    // Below the smallest size (16K, above the 4 KiB floor) select has no answer: nor has predict.
+    assert_eq!(
+        artune(&["select", p, "--tp", "8", "--bytes", "8K"])
+            .status
+            .code(),
+        Some(6)
+    );
+    let o = artune(&["predict", p, "--workload", "1x8K"]);
+    let s = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(
+        s.contains("below the smallest measured") && s.contains("not predicted"),
+        "{s}"
+    );
+}
+
+#[test]
+fn plots_name_the_fabric_label_every_mark_and_replace_a_previous_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let plots = dir.path().join("plots");
+    let plot_args = |sim: &str, out: &str| {
+        let out = dir.path().join(out);
+        let o = artune(&[
+            "tune",
+            "--sim",
+            sim,
+            "--tp",
+            "2",
+            "--mode",
+            "graph",
+            "--sizes",
+            "64K:8M",
+            "--no-contention",
+            "--plot",
+            plots.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    };
+    plot_args("pcie-8x-2switch", "a.json");
+    assert!(plots.join("tp2-graph-gpus3_4.svg").exists());
+    std::fs::write(plots.join("notes.txt"), "mine").unwrap();
+    plot_args("pcie-4x-1switch", "b.json");
+    let mut names: Vec<String> = std::fs::read_dir(&plots)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    // The 8-GPU machine's GPUs 3,4 plot is gone; a file artune did not write stays.
+    assert_eq!(names, ["notes.txt", "tp2-graph-gpus0_1.svg"]);
+    let svg = std::fs::read_to_string(plots.join("tp2-graph-gpus0_1.svg")).unwrap();
+    for needle in [
+        "simulated pcie-4x-1switch [SIMULATED]",
+        " µs",
+        "crossover: the choice changes",
+        "the profile&apos;s choice at each size (dot)",
+        "speed-up over NCCL",
+        "nccl (1.0x)",
+    ] {
+        assert!(svg.contains(needle), "{needle} missing");
+    }
+    assert!(!svg.contains("00000.0"), "raw log ticks");
+}

@@ -90,7 +90,7 @@ fn a_thousand_nodes_two_outliers_bounded_memory() {
     let rss = children_max_rss();
     assert_eq!(
         o.status.code(),
-        Some(0),
+        Some(7),
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
@@ -194,8 +194,15 @@ fn broken_files_are_listed_and_the_rest_aggregated() {
             .unwrap_or_else(|| panic!("{file}: {out}"));
         assert!(line.contains(why), "{line}");
     }
+    // Identical nodes: no per-node lines, one that says so.
+    assert!(out.contains("every node is within ±10%"), "{out}");
     // Identical host names (as simulated profiles have): nodes are named by file.
-    assert!(out.contains("ok0:") && out.contains("ok2:"), "{out}");
+    let j = artune(&["fleet", d.to_str().unwrap(), "--json"]);
+    let j: Value = serde_json::from_slice(&j.stdout).unwrap();
+    assert_eq!(
+        j["classes"][0]["nodes"],
+        serde_json::json!(["ok0", "ok1", "ok2"])
+    );
     assert!(
         d.join("classes").read_dir().unwrap().count() == 1,
         "class profile in DIR/classes"
@@ -275,5 +282,138 @@ fn host_in_out_names_the_file_and_the_profile_names_the_node() {
         bad.status.code(),
         Some(2),
         "a node name that is a path is refused"
+    );
+}
+
+/// A profile with both modes, for the text report's tests.
+fn template_both(dir: &Path) -> Value {
+    let args = [
+        "--sim",
+        "pcie-4x-1switch",
+        "--tp",
+        "2",
+        "--sizes",
+        "1K:64K",
+        "--no-contention",
+    ];
+    let out = tuned(dir, "both.json", &args);
+    serde_json::from_slice(&std::fs::read(out).unwrap()).unwrap()
+}
+
+/// Sets bucket `i` of the first group to `choice` with `choice`'s timing, scaled by `factor`,
+/// taken from the bucket's current choice: 1.0 makes the two a tie.
+fn rechoose(p: &mut Value, i: usize, choice: &str, factor: f64) {
+    let b = &mut p["groups"][0]["buckets"][i];
+    let was = b["choice"].as_str().unwrap().to_string();
+    let mut t = b["results"][&was].clone();
+    for k in ["median_us", "ci_low_us", "ci_high_us"] {
+        t[k] = (t[k].as_f64().unwrap() * factor).into();
+    }
+    b["results"][choice] = t;
+    b["choice"] = choice.into();
+}
+
+#[test]
+fn a_hundred_healthy_nodes_print_a_short_report_led_by_the_outlier() {
+    let tmp = tempfile::tempdir().unwrap();
+    let nodes = tmp.path().join("nodes");
+    std::fs::create_dir(&nodes).unwrap();
+    let base = template_both(tmp.path());
+    let other = |p: &Value| {
+        let b = &p["groups"][0]["buckets"][0];
+        let c = b["choice"].as_str().unwrap();
+        if c == "nccl" {
+            "one_stage_pull"
+        } else {
+            "nccl"
+        }
+        .to_string()
+    };
+    for i in 1..=101u64 {
+        let mut p = base.clone();
+        p["node"]["hostname"] = format!("n{i}").into();
+        let jitter = 1.0 + ((i * 7919) % 41) as f64 / 1000.0 - 0.02;
+        scale(&mut p, |_| true, |_| jitter);
+        match i {
+            57 => scale(&mut p, |b| b.starts_with("nccl"), |_| 3.0),
+            // Chose otherwise, but its own intervals cannot tell the two apart: a tie.
+            5 => rechoose(&mut p, 0, &other(&base), 1.0),
+            // Chose a backend its own intervals show 3x slower: a real difference.
+            6 => rechoose(&mut p, 0, &other(&base), 1.0 / 3.0),
+            _ => {}
+        }
+        std::fs::write(nodes.join(format!("n{i}.json")), p.to_string()).unwrap();
+    }
+    let o = artune(&["fleet", nodes.to_str().unwrap()]);
+    let out = String::from_utf8(o.stdout).unwrap();
+    assert_eq!(o.status.code(), Some(7), "an outlier exits 7: {out}");
+    let lines: Vec<&str> = out.lines().collect();
+    // One class, graph and eager: counted as one class.
+    assert!(
+        lines[0].ends_with("101 profiles (bf16), 1 topology class"),
+        "{out}"
+    );
+    assert!(
+        out.lines().take(6).any(|l| l.contains("OUTLIER n57")),
+        "{out}"
+    );
+    assert!(lines.len() < 80, "{} lines:\n{out}", lines.len());
+    assert!(
+        out.contains("choices differ on n6") && !out.contains("choices differ on n5"),
+        "{out}"
+    );
+    assert!(
+        out.contains("1 node chose otherwise only within their own intervals"),
+        "{out}"
+    );
+    // Placements are labelled with their GPUs.
+    assert!(
+        out.contains("  TP     GPUs") && out.contains("TP2    0,1 "),
+        "{out}"
+    );
+    // Nodes in natural order: n1, n2, ..., n10, ..., n100.
+    let j = artune(&["fleet", nodes.to_str().unwrap(), "--json"]);
+    let j: Value = serde_json::from_slice(&j.stdout).unwrap();
+    let names: Vec<String> = j["classes"][0]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap().to_string())
+        .collect();
+    let want: Vec<String> = (1..=101).map(|i| format!("n{i}")).collect();
+    assert_eq!(names, want);
+}
+
+#[test]
+fn an_unwritable_class_directory_still_prints_the_report_and_warns() {
+    let tmp = tempfile::tempdir().unwrap();
+    let nodes = tmp.path().join("nodes");
+    std::fs::create_dir(&nodes).unwrap();
+    let base = template(tmp.path());
+    for i in 0..3 {
+        std::fs::write(nodes.join(format!("ok{i}.json")), base.to_string()).unwrap();
+    }
+    // Below a regular file no directory can be made, whoever runs the test (root too).
+    let blocker = tmp.path().join("file");
+    std::fs::write(&blocker, "").unwrap();
+    let o = artune(&[
+        "fleet",
+        nodes.to_str().unwrap(),
+        "--out",
+        blocker.join("classes").to_str().unwrap(),
+    ]);
+    let (out, err) = (
+        String::from_utf8(o.stdout).unwrap(),
+        String::from_utf8(o.stderr).unwrap(),
+    );
+    assert_eq!(o.status.code(), Some(5), "{err}");
+    assert!(out.starts_with("artune fleet: 3 profiles"), "{out}");
+    assert!(
+        out.contains("class profile: not written (see the warning)"),
+        "{out}"
+    );
+    assert!(
+        err.starts_with("warning: class profiles not written: cannot create"),
+        "{err}"
     );
 }

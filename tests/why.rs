@@ -84,9 +84,17 @@ fn why_prints_every_backend_the_rule_and_every_engine() {
 fn why_refuses_what_the_profile_cannot_answer() {
     let d = tempfile::tempdir().unwrap();
     let file = write(d.path(), "p.json", &sample::profile());
+    // No answer is not bad input: exit 6, the engine keeps its default.
     for (args, needle) in [
-        (vec!["--tp", "8", "--bytes", "4096"], "no TP8 graph group"),
-        (vec!["--tp", "2", "--bytes", "1G"], "above the largest size"),
+        (["--tp", "8", "--bytes", "4096"], "no TP8 graph group"),
+        (["--tp", "2", "--bytes", "1G"], "above the largest size"),
+    ] {
+        let (code, out, err) = run(&[&["why", file.as_str()][..], &args[..]].concat());
+        assert_eq!(code, 6, "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?}: {out}");
+        assert!(err.contains("no answer") && err.contains(needle), "{err}");
+    }
+    for (args, needle) in [
         (vec!["--tp", "2", "--bytes", "0"], "--bytes 0"),
         (vec!["--tp", "2", "--bytes", "lots"], "lots"),
     ] {

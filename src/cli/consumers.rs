@@ -4,11 +4,12 @@ use super::output::{out, outln};
 use std::path::Path;
 
 use super::{load_topology, CheckArgs, DtypeArg, ExportArgs, MessageArgs, PredictArgs, Source};
-use crate::error::Error;
+use crate::error::{Error, EXIT_NO_ANSWER};
 use crate::export;
 use crate::fabric::Mode;
 use crate::profile::stale::staleness;
-use crate::profile::{Profile, Query, Selection, UnknownReason};
+use crate::profile::{GroupProfile, Profile, Query, Selection, UnknownReason};
+use crate::report;
 use crate::units::fmt_bytes;
 use crate::workload::{self, Policy, Workload};
 
@@ -22,19 +23,162 @@ fn warn_simulated(path: &Path, p: &Profile) {
     }
 }
 
-pub fn select(a: MessageArgs) -> Result<i32, Error> {
-    let p = Profile::load(&a.profile)?;
+/// The group a `select` or `why` question is about, or why the profile has no answer there.
+/// `--gpus` of the wrong length or with repeats is bad input; GPUs the profile never tuned
+/// are a question it cannot answer (the engine keeps its default).
+fn asked_group<'p>(
+    p: &'p Profile,
+    a: &MessageArgs,
+) -> Result<Result<&'p GroupProfile, String>, Error> {
+    let mode: Mode = a.mode.into();
+    if let Some(gpus) = &a.gpus {
+        let mut sorted = gpus.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        if gpus.len() != a.tp || sorted.len() != gpus.len() {
+            return Err(Error::bad_input(format!(
+                "--gpus {} must name {} different GPUs for --tp {}",
+                ids(gpus),
+                a.tp,
+                a.tp
+            )));
+        }
+    }
+    let q = Query {
+        tp: a.tp,
+        mode,
+        gpus: a.gpus.as_deref(),
+    };
+    if let Some(g) = p.group(q) {
+        return Ok(Ok(g));
+    }
+    let placements: Vec<String> = p
+        .groups
+        .iter()
+        .filter(|g| g.tp == a.tp && g.mode == mode)
+        .map(|g| format!("GPUs {}", ids(&g.gpus)))
+        .collect();
+    Ok(Err(match (&a.gpus, placements.is_empty()) {
+        (Some(gpus), false) => format!(
+            "{} has no TP{} {} group on GPUs {} (it has {}); pass one of those to --gpus",
+            a.profile.display(),
+            a.tp,
+            mode.id(),
+            report::fmt_gpus(gpus),
+            placements.join(", ")
+        ),
+        _ => format!(
+            "{} has no TP{} {} group (it has {}); tune that TP size for an answer",
+            a.profile.display(),
+            a.tp,
+            mode.id(),
+            crate::export::group_names(p)
+        ),
+    }))
+}
+
+/// GPU ids as `--gpus` takes them.
+fn ids(gpus: &[usize]) -> String {
+    gpus.iter()
+        .map(|g| g.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Why a group has no answer for `bytes`, in words.
+fn outside(a: &MessageArgs, g: &GroupProfile, bytes: u64, why: UnknownReason) -> String {
+    let (side, at, note, hint) = match why {
+        UnknownReason::BelowSmallestBucket => (
+            "below the smallest",
+            g.buckets.first(),
+            ", above the 4 KiB where times stop depending on size",
+            "tune from 1K for an answer",
+        ),
+        _ => (
+            "above the largest",
+            g.buckets.last(),
+            "",
+            "tune larger sizes for an answer",
+        ),
+    };
+    format!(
+        "{bytes} bytes is {side} size {} measured for {} ({} bytes{note}); {hint}",
+        a.profile.display(),
+        report::group_label(g),
+        at.map_or(0, |b| b.bytes)
+    )
+}
+
+/// The other placements of the asked TP size and mode, so an answer for one is never taken
+/// for the answer for all.
+fn other_placements<'p>(p: &'p Profile, g: &GroupProfile) -> Vec<&'p GroupProfile> {
+    p.groups
+        .iter()
+        .filter(|o| o.tp == g.tp && o.mode == g.mode && o.gpus != g.gpus)
+        .collect()
+}
+
+fn note_other_placements(p: &Profile, g: &GroupProfile) {
+    let others: Vec<String> = other_placements(p, g)
+        .iter()
+        .map(|o| {
+            format!(
+                "GPUs {} ({}): --gpus {}",
+                report::fmt_gpus(&o.gpus),
+                o.placement,
+                ids(&o.gpus)
+            )
+        })
+        .collect();
+    if !others.is_empty() {
+        eprintln!(
+            "note: the profile also has TP{} {} on {}",
+            g.tp,
+            g.mode.id(),
+            others.join("; ")
+        );
+    }
+}
+
+/// "No answer here": exit [`EXIT_NO_ANSWER`] so the engine keeps its default, with the reason
+/// on stderr, and for `--json` a `null` backend on stdout so a script reads an answer either way.
+fn no_answer(a: &MessageArgs, p: &Profile, reason: &str) -> Result<i32, Error> {
+    if a.json {
+        let v = serde_json::json!({
+            "backend": null,
+            "reason": reason,
+            "tp": a.tp,
+            "mode": Mode::from(a.mode).id(),
+            "gpus": a.gpus,
+            "simulated": p.simulated,
+        });
+        outln!("{v}");
+    }
+    eprintln!("no answer (keep the engine's default): {reason}");
+    Ok(EXIT_NO_ANSWER)
+}
+
+fn message_bytes(a: &MessageArgs) -> Result<u64, Error> {
     let bytes = crate::units::parse_bytes(&a.bytes)?;
     if bytes == 0 {
         return Err(Error::bad_input(
             "--bytes 0 is not a message; give at least 1 byte",
         ));
     }
-    let mode: Mode = a.mode.into();
+    Ok(bytes)
+}
+
+pub fn select(a: MessageArgs) -> Result<i32, Error> {
+    let p = Profile::load(&a.profile)?;
+    let bytes = message_bytes(&a)?;
+    let g = match asked_group(&p, &a)? {
+        Ok(g) => g,
+        Err(reason) => return no_answer(&a, &p, &reason),
+    };
     let q = Query {
-        tp: a.tp,
-        mode,
-        gpus: None,
+        tp: g.tp,
+        mode: g.mode,
+        gpus: Some(&g.gpus),
     };
     match p.select(q, bytes) {
         Selection::Chosen {
@@ -52,40 +196,36 @@ pub fn select(a: MessageArgs) -> Result<i32, Error> {
                     "bucket_bytes": bucket_bytes,
                     "buffer_bytes": buffer_bytes,
                     "nccl_variant": nccl.id(),
+                    "tp": g.tp,
+                    "mode": g.mode.id(),
+                    "gpus": g.gpus,
+                    "placement": g.placement,
+                    "other_placements": other_placements(&p, g)
+                        .iter()
+                        .map(|o| o.gpus.clone())
+                        .collect::<Vec<_>>(),
                     "simulated": p.simulated,
                 });
                 outln!("{v}");
             } else {
                 outln!("{backend}");
+                eprintln!(
+                    "answered for {}, bucket {}",
+                    report::group_label(g),
+                    fmt_bytes(bucket_bytes)
+                );
+                note_other_placements(&p, g);
             }
             Ok(0)
         }
-        Selection::Unknown(UnknownReason::NoGroup) => Err(Error::bad_input(format!(
-            "{} has no TP{} {} group (it has {}); keep the engine's default or tune that TP size",
-            a.profile.display(),
-            a.tp,
-            mode.id(),
-            crate::export::group_names(&p)
-        ))),
-        Selection::Unknown(edge) => {
-            let buckets = p.group(q).map_or(&[][..], |g| &g.buckets[..]);
-            let (side, at, why, hint) = match edge {
-                UnknownReason::BelowSmallestBucket => (
-                    "below the smallest",
-                    buckets.first(),
-                    ", above the 4 KiB where times stop depending on size",
-                    "tune from 1K",
-                ),
-                _ => ("above the largest", buckets.last(), "", "tune larger sizes"),
-            };
-            Err(Error::bad_input(format!(
-                "{bytes} bytes is {side} size {} measured for TP{} {} ({} bytes{why}); keep the engine's default or {hint}",
-                a.profile.display(),
-                a.tp,
-                mode.id(),
-                at.map_or(0, |b| b.bytes)
+        Selection::Unknown(UnknownReason::NoGroup) => {
+            // asked_group found it; the selector agrees on groups, so this is a bug.
+            Err(Error::Bug(format!(
+                "the selector found no group for {}",
+                report::group_label(g)
             )))
         }
+        Selection::Unknown(why) => no_answer(&a, &p, &outside(&a, g, bytes, why)),
     }
 }
 
@@ -157,18 +297,31 @@ pub fn export(a: ExportArgs) -> Result<i32, Error> {
 
 pub fn why(a: MessageArgs) -> Result<i32, Error> {
     let p = Profile::load(&a.profile)?;
-    let bytes = crate::units::parse_bytes(&a.bytes)?;
-    if bytes == 0 {
-        return Err(Error::bad_input(
-            "--bytes 0 is not a message; give at least 1 byte",
-        ));
+    let bytes = message_bytes(&a)?;
+    let g = match asked_group(&p, &a)? {
+        Ok(g) => g,
+        Err(reason) => return no_answer(&a, &p, &reason),
+    };
+    let q = Query {
+        tp: g.tp,
+        mode: g.mode,
+        gpus: Some(&g.gpus),
+    };
+    if let Selection::Unknown(why) = p.select(q, bytes) {
+        return no_answer(&a, &p, &outside(&a, g, bytes, why));
     }
-    let w = export::why::explain(&p, a.tp, a.mode.into(), bytes)?;
+    // `explain` answers for the TP size's default group: hand it a profile in which the asked
+    // placement is the only one of its TP size and mode.
+    let mut only = p.clone();
+    only.groups
+        .retain(|o| !(o.tp == g.tp && o.mode == g.mode) || o.gpus == g.gpus);
+    let w = export::why::explain(&only, a.tp, a.mode.into(), bytes)?;
     warn_simulated(&a.profile, &p);
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&w).unwrap_or_default());
     } else {
         out!("{}", export::why::render(&w));
+        note_other_placements(&p, g);
     }
     Ok(0)
 }
@@ -358,7 +511,7 @@ pub fn predict(a: PredictArgs) -> Result<i32, Error> {
             }
         }
     };
-    let pr = workload::predict(&p, tp, mode, &w)?;
+    let pr = workload::predict(&p, tp, mode, a.gpus.as_deref(), &w)?;
     let ms = |r: &Result<f64, String>| r.as_ref().ok().map(|us| us / 1000.0);
     if a.json {
         let steps: Vec<serde_json::Value> = pr
@@ -403,6 +556,7 @@ pub fn predict(a: PredictArgs) -> Result<i32, Error> {
             "gpus": pr.group.gpus,
             "largest_bytes": pr.largest,
             "workload": describe(&w),
+            "estimate": workload::ESTIMATE,
             "steps": steps,
         });
         outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
@@ -420,6 +574,7 @@ pub fn predict(a: PredictArgs) -> Result<i32, Error> {
         }
     );
     outln!("workload: {}", describe(&w));
+    outln!("estimate: {}", workload::ESTIMATE);
     outln!("allreduce milliseconds per step under each policy; saving = policy minus the profile's choice");
     outln!(
         "{:>6} {:>10} {:>10} {:>10} {:>10}  {:>15} {:>15} {:>15}",

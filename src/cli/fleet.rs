@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::DtypeArg;
-use crate::error::{Error, EXIT_WARNINGS};
-use crate::fleet::{consensus, output};
+use crate::error::Error;
+use crate::fleet::output;
 
 #[derive(Args, Debug)]
 pub struct FleetArgs {
@@ -32,30 +32,7 @@ pub fn run(a: FleetArgs) -> Result<i32, Error> {
         crate::profile::check_writable(p)?;
     }
     let (mut report, collected) = crate::fleet::run(&a.dir, a.dtype.map(Into::into))?;
-    let mut classes: Vec<String> = report
-        .classes
-        .iter()
-        .map(|c| c.topology_class.clone())
-        .collect();
-    classes.dedup();
-    if !classes.is_empty() {
-        std::fs::create_dir_all(&out_dir).map_err(|e| Error::Write {
-            path: out_dir.clone(),
-            reason: e.to_string(),
-        })?;
-    }
-    for class in classes {
-        let Some(profile) = consensus::class_profile(&collected, &report, &class) else {
-            continue;
-        };
-        let profile = profile?;
-        let hash = class.strip_prefix("sha256:").unwrap_or(&class);
-        let path = out_dir.join(format!("class-{hash}.json"));
-        profile.write_atomic(&path)?;
-        report
-            .class_profiles
-            .insert(class, path.display().to_string());
-    }
+    let warnings = crate::fleet::write_class_profiles(&mut report, &collected, &out_dir)?;
     if let Some(p) = &a.prom {
         crate::profile::write_atomic(p, output::prom(&report).as_bytes())?;
     }
@@ -65,9 +42,8 @@ pub fn run(a: FleetArgs) -> Result<i32, Error> {
         output::text(&report)
     };
     super::output::write_fmt(format_args!("{text}"))?;
-    Ok(if report.skipped.is_empty() {
-        0
-    } else {
-        EXIT_WARNINGS
-    })
+    for w in &warnings {
+        eprintln!("warning: {w}");
+    }
+    Ok(report.exit_code(!warnings.is_empty()))
 }

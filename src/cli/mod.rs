@@ -19,7 +19,12 @@ use crate::fabric::{Dtype, Mode};
 use output::out;
 
 #[derive(Parser, Debug)]
-#[command(name = "artune", version, about = "Topology-aware allreduce autotuner")]
+#[command(
+    name = "artune",
+    version = VERSION,
+    about = "Topology-aware allreduce autotuner",
+    after_help = "Start with: artune tune --sim pcie-8x-2switch --out profile.json, then artune show profile.json"
+)]
 pub struct Cli {
     /// More log output (-v info, -vv debug); also RUST_LOG.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
@@ -31,30 +36,52 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Show the GPU topology: path matrix, islands, P2P status, link speeds, warnings.
+    #[command(after_help = "Example: artune topo --sim pcie-8x-2switch")]
     Topo(TopoArgs),
     /// Measure the backends and write a profile.
+    #[command(
+        after_help = "Example: artune tune --sim pcie-8x-2switch --out profile.json --plot plots"
+    )]
     Tune(TuneArgs),
     /// Print a profile's summary.
+    #[command(after_help = "Example: artune show profile.json")]
     Show(ShowArgs),
-    /// Print the backend a profile chooses for one message.
+    /// Print the backend a profile chooses for one message, and the GPUs it answered for.
+    #[command(
+        after_help = "Example: artune select profile.json --tp 2 --bytes 3M --gpus 3,4\n\n\
+Exit 0 with the backend; exit 6 (JSON: \"backend\": null) where the profile has no answer \
+and the engine should keep its default."
+    )]
     Select(MessageArgs),
     /// Write what an engine needs to follow a profile.
+    #[command(after_help = "Example: artune export profile.json --engine vllm --tp 2")]
     Export(ExportArgs),
     /// Explain one answer: every backend's time, the rule, the cost of alternatives, the engines.
+    #[command(after_help = "Example: artune why profile.json --tp 2 --bytes 3M --gpus 3,4")]
     Why(MessageArgs),
     /// Check that a profile still holds for this machine (exit 3 when stale).
+    #[command(after_help = "Example: artune check profile.json --sim pcie-8x-2switch")]
     Check(CheckArgs),
     /// Allreduce cost of one engine step under several policies.
+    #[command(
+        after_help = "Example: artune predict profile.json --tp 2 --workload 122x7168xbf16@1..16"
+    )]
     Predict(PredictArgs),
     /// Benchmarks that need a GPU (kernel efficiency against copy bandwidth).
+    #[command(after_help = "Example: artune bench kernels --loopback 8 --sizes 4K:1M")]
     Bench(BenchArgs),
     /// Time profile A's choices by profile B's measurements (e.g. simulated vs measured).
+    #[command(after_help = "Example: artune compare fast.json exhaustive.json")]
     Compare(compare::CompareArgs),
     /// Print the profile JSON Schema.
+    #[command(after_help = "Example: artune schema > profile.schema.json")]
     Schema,
     /// Check the platform settings that make P2P slow or broken (ACS, IOMMU, BAR1, links, ...).
+    #[command(after_help = "Example: artune doctor")]
     Doctor(doctor::DoctorArgs),
     /// Compare the profiles of many nodes: classes, outliers, a class profile each.
+    #[command(after_help = "Example: artune fleet profiles/ --out classes/\n\n\
+Exit 7 when a node is an outlier of its class; 5 when files were skipped.")]
     Fleet(fleet::FleetArgs),
     /// One GPU's worker process, started by artune itself.
     #[command(name = "__worker", hide = true)]
@@ -79,15 +106,18 @@ pub struct TopoArgs {
     /// Print JSON (the topology file format) instead of text.
     #[arg(long)]
     pub json: bool,
-    /// List the built-in presets.
+    /// List the built-in presets and exit.
     #[arg(long)]
     pub list_presets: bool,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ModeArg {
+    /// Launched inside a CUDA graph (what decode steps use).
     Graph,
+    /// Launched one by one from the host (what prefill uses).
     Eager,
+    /// Both, one group each.
     Both,
 }
 
@@ -128,11 +158,14 @@ pub struct TuneArgs {
     /// Message sizes LOW:HIGH, powers of two between them (refined where the winner changes).
     #[arg(long, default_value = "1K:256M")]
     pub sizes: String,
+    /// Launch mode to tune: graph, eager or both.
     #[arg(long, value_enum, default_value = "both")]
     pub mode: ModeArg,
+    /// Element type reduced (the sizes are bytes either way).
     #[arg(long, value_enum, default_value = "bf16")]
     pub dtype: DtypeArg,
-    /// Per-GPU memory custom backends may use, e.g. 256MiB.
+    /// Per-GPU memory custom backends may use, e.g. 256MiB; a kernel whose buffers would
+    /// need more at a size is excluded there (`show` lists what was). Must be above 0.
     #[arg(long, value_name = "BYTES")]
     pub mem_budget: Option<String>,
     /// Seed for data and (simulated) noise.
@@ -171,7 +204,9 @@ pub struct TuneArgs {
 
 #[derive(Args, Debug)]
 pub struct ShowArgs {
+    /// The profile to summarise (written by `artune tune`).
     pub profile: PathBuf,
+    /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
 }
@@ -179,12 +214,19 @@ pub struct ShowArgs {
 /// One message asked of a profile (`select`, `why`).
 #[derive(Args, Debug)]
 pub struct MessageArgs {
+    /// The profile to ask (written by `artune tune`).
     pub profile: PathBuf,
+    /// Tensor-parallel size: the GPUs in the allreduce.
     #[arg(long)]
     pub tp: usize,
     /// Message size (4096, 4K, 1MiB).
     #[arg(long)]
     pub bytes: String,
+    /// The group's GPUs, comma separated (e.g. 3,4), where the profile has several placements
+    /// of the TP size (default: GPUs 0..TP, else the first placement).
+    #[arg(long, value_delimiter = ',', value_name = "IDS")]
+    pub gpus: Option<Vec<usize>>,
+    /// Launch mode asked about.
     #[arg(long, value_enum, default_value = "graph")]
     pub mode: SelectMode,
     /// Print the answer as JSON.
@@ -194,7 +236,9 @@ pub struct MessageArgs {
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum SelectMode {
+    /// Launched inside a CUDA graph.
     Graph,
+    /// Launched one by one from the host.
     Eager,
 }
 
@@ -211,14 +255,18 @@ pub use crate::export::Engine;
 
 #[derive(Args, Debug)]
 pub struct ExportArgs {
+    /// The profile to export (written by `artune tune`).
     pub profile: PathBuf,
+    /// The engine to write for.
     #[arg(long, value_enum)]
     pub engine: Engine,
+    /// Only this TP size (default: every TP size of the profile).
     #[arg(long)]
     pub tp: Option<usize>,
     /// Model hidden size, to map bytes to tokens (TensorRT-LLM).
     #[arg(long)]
     pub hidden: Option<u64>,
+    /// Element type, to map bytes to tokens (TensorRT-LLM).
     #[arg(long, value_enum, default_value = "bf16")]
     pub dtype: DtypeArg,
     /// Write here instead of standard output (a directory for multi-file exports).
@@ -235,6 +283,7 @@ pub struct ExportArgs {
 
 #[derive(Args, Debug)]
 pub struct CheckArgs {
+    /// The profile to check (written by `artune tune`).
     pub profile: PathBuf,
     /// Check against this topology file instead of the real machine.
     #[arg(long)]
@@ -256,6 +305,7 @@ pub struct CheckArgs {
 
 #[derive(Args, Debug)]
 pub struct PredictArgs {
+    /// The profile whose measurements price the workload.
     pub profile: PathBuf,
     /// Allreduces of one engine step: a SPEC like `122x7168xbf16@1..16` (122 allreduces of
     /// 7168 x 2 x T bytes for T = 1..16; terms joined by `+`, fixed sizes like `2x4K`), or a
@@ -265,8 +315,14 @@ pub struct PredictArgs {
     /// TP size (default: the profile's only one).
     #[arg(long)]
     pub tp: Option<usize>,
+    /// The group's GPUs, comma separated, where the TP size has several placements
+    /// (default: GPUs 0..TP, else the first placement).
+    #[arg(long, value_delimiter = ',', value_name = "IDS")]
+    pub gpus: Option<Vec<usize>>,
+    /// Launch mode of the engine step.
     #[arg(long, value_enum, default_value = "graph")]
     pub mode: SelectMode,
+    /// Print the prediction as JSON.
     #[arg(long)]
     pub json: bool,
 }
@@ -275,6 +331,7 @@ pub struct PredictArgs {
 pub struct BenchArgs {
     /// What to benchmark: `kernels`.
     pub what: String,
+    /// Virtual ranks on the one GPU.
     #[arg(long, default_value_t = 8)]
     pub loopback: usize,
     /// Only these backends (repeat the flag; default: the four custom kernels and nccl).
@@ -283,11 +340,21 @@ pub struct BenchArgs {
     /// Only the standard sizes (4K, 16K, ..., 64M per rank) inside this range.
     #[arg(long, default_value = "4K:64M", value_name = "LOW:HIGH")]
     pub sizes: String,
+    /// Print the results as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Also write the results (JSON) to this file.
     #[arg(long, short)]
     pub out: Option<PathBuf>,
 }
+
+/// `--version`: the crate's version and the commit it was built from (build.rs).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("ARTUNE_COMMIT"),
+    ")"
+);
 
 /// Parses arguments, runs the command, prints any error as one line, returns the exit code.
 pub fn main() -> i32 {
@@ -424,5 +491,33 @@ pub fn load_topology(source: &Source) -> Result<crate::topology::Topology, Error
                 .extend(crate::fabric::cuda::topo::hidden_gpu_notes(&t));
             Ok(t)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every visible argument of every visible subcommand says what it is for, and every
+    /// subcommand shows an example: `--help` is where a newcomer reads first.
+    #[test]
+    fn every_argument_has_help_and_every_subcommand_an_example() {
+        let cli = super::Cli::command();
+        let mut missing = Vec::new();
+        for sub in cli.get_subcommands().filter(|s| !s.is_hide_set()) {
+            if sub.get_after_help().is_none() {
+                missing.push(format!("{}: no example", sub.get_name()));
+            }
+            for arg in sub.get_arguments().filter(|a| !a.is_hide_set()) {
+                let id = arg.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{} {id}: no help line", sub.get_name()));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "{missing:#?}");
     }
 }

@@ -153,8 +153,11 @@ pub fn run(mut a: TuneArgs) -> Result<i32, Error> {
     let (min_bytes, max_bytes) = units::parse_range(&a.sizes)?;
     tune::check_sizes(min_bytes, max_bytes, a.dtype.into())
         .map_err(|e| Error::bad_input(format!("--sizes {}: {e}", a.sizes)))?;
+    // A budget of 0 would exclude every custom kernel at every size: refused, not applied.
     if let Some(b) = &a.mem_budget {
-        units::parse_bytes(b)?;
+        if units::parse_bytes(b)? == 0 {
+            return Err(Error::bad_input(format!("--mem-budget {b} leaves no custom kernel; give a size such as 256MiB, or leave --mem-budget out to allow any")));
+        }
     }
     sampling(&a)?;
     let faults = super::sim_faults(a.sim_faults.as_deref(), &a.source)?;
@@ -215,7 +218,7 @@ pub fn run(mut a: TuneArgs) -> Result<i32, Error> {
         );
     } else {
         out!("{}", report::summary(&profile));
-        outln!("\nprofile written to {}", a.out.display());
+        eprint!("\n{}", report::next_steps(&a.out, &profile));
     }
     Ok(0)
 }

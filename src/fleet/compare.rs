@@ -99,21 +99,30 @@ pub(super) fn class_report(
         .collect();
     let mut choices_differ = Vec::new();
     for (e, entry) in data.entries.iter().enumerate() {
+        // A choice the node's own intervals cannot tell from the class's is a tie: counted,
+        // not reported as a difference.
+        let mut ties = 0;
         let mut differ: Vec<(usize, u64, Backend, Backend)> = entry
             .choices
             .iter()
-            .filter_map(|&(cell, b)| {
+            .zip(&entry.ties)
+            .filter_map(|(&(cell, b), &tied)| {
                 let cc = class_choice.get(&cell).copied()?;
                 let c = &data.cells[cell as usize];
+                if cc != b && tied & super::read::tie_bit(cc) != 0 {
+                    ties += 1;
+                    return None;
+                }
                 (cc != b).then_some((c.tp, c.bytes, b, cc))
             })
             .collect();
-        if !differ.is_empty() {
+        if !differ.is_empty() || ties > 0 {
             let count = differ.len();
             differ.truncate(4);
             choices_differ.push(ChoiceDiff {
                 node: name(e),
                 differ: count,
+                ties,
                 of: entry.choices.len(),
                 examples: differ,
             });

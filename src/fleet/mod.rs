@@ -46,8 +46,10 @@ pub struct Outlier {
 #[derive(Debug, Clone, Serialize)]
 pub struct ChoiceDiff {
     pub node: String,
-    /// Cells where the node chose otherwise, of the cells it has.
+    /// Cells where the node chose otherwise beyond its intervals, of the cells it has.
     pub differ: usize,
+    /// Cells where it chose otherwise within its intervals (a tie with the class's choice).
+    pub ties: usize,
     pub of: usize,
     /// A few of them: (TP, bytes, the node's choice, the class's).
     pub examples: Vec<(usize, u64, Backend, Backend)>,
@@ -111,6 +113,76 @@ pub struct Report {
     /// Node names by index into [`Collected::nodes`].
     #[serde(skip)]
     pub names: Vec<String>,
+}
+
+impl Report {
+    /// Distinct topology classes (each may hold a graph and an eager report).
+    pub fn class_count(&self) -> usize {
+        let mut v: Vec<&str> = self
+            .classes
+            .iter()
+            .map(|c| c.topology_class.as_str())
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v.len()
+    }
+
+    /// The exit code the report calls for: an outlier first (it needs a person), then skipped
+    /// files or `warnings` of the run (exit 5), else 0.
+    pub fn exit_code(&self, warnings: bool) -> i32 {
+        if self.classes.iter().any(|c| !c.outliers.is_empty()) {
+            crate::error::EXIT_OUTLIER
+        } else if warnings || !self.skipped.is_empty() {
+            crate::error::EXIT_WARNINGS
+        } else {
+            0
+        }
+    }
+}
+
+/// Writes one class profile per topology class into `out_dir`, recording each in the report.
+/// A class that cannot be written is a warning (returned, one sentence each), not a failure:
+/// the report is worth printing from a read-only directory.
+pub fn write_class_profiles(
+    report: &mut Report,
+    collected: &Collected,
+    out_dir: &std::path::Path,
+) -> Result<Vec<String>, Error> {
+    let mut classes: Vec<String> = report
+        .classes
+        .iter()
+        .map(|c| c.topology_class.clone())
+        .collect();
+    classes.dedup();
+    let mut warnings = Vec::new();
+    if classes.is_empty() {
+        return Ok(warnings);
+    }
+    if let Err(e) = std::fs::create_dir_all(out_dir) {
+        warnings.push(format!(
+            "class profiles not written: cannot create {}: {e}; pass --out to a writable directory",
+            out_dir.display()
+        ));
+        return Ok(warnings);
+    }
+    for class in classes {
+        let Some(profile) = consensus::class_profile(collected, report, &class) else {
+            continue;
+        };
+        let profile = profile?;
+        let hash = class.strip_prefix("sha256:").unwrap_or(&class);
+        let path = out_dir.join(format!("class-{hash}.json"));
+        match profile.write_atomic(&path) {
+            Ok(()) => {
+                report
+                    .class_profiles
+                    .insert(class, path.display().to_string());
+            }
+            Err(e) => warnings.push(format!("class profile not written: {e}")),
+        }
+    }
+    Ok(warnings)
 }
 
 /// The dtype to compare: the one asked for, else the one most profiles have.

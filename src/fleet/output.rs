@@ -19,12 +19,12 @@ pub fn text(r: &Report) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "artune fleet: {} profile{} ({}), {} class{}",
+        "artune fleet: {} profile{} ({}), {} topology class{}",
         r.profiles,
         if r.profiles == 1 { "" } else { "s" },
         r.dtype.id(),
-        r.classes.len(),
-        if r.classes.len() == 1 { "" } else { "es" }
+        r.class_count(),
+        if r.class_count() == 1 { "" } else { "es" }
     );
     for c in &r.classes {
         class_text(&mut o, c, r.class_profiles.get(&c.topology_class));
@@ -85,7 +85,15 @@ fn class_text(o: &mut String, c: &ClassReport, profile: Option<&String>) {
             worst.join(", ")
         );
     }
-    for d in &c.choices_differ {
+    let tied: usize = c.choices_differ.iter().filter(|d| d.ties > 0).count();
+    if tied > 0 {
+        let _ = writeln!(
+            o,
+            "  {tied} node{} chose otherwise only within their own intervals (ties, in --json)",
+            if tied == 1 { "" } else { "s" }
+        );
+    }
+    for d in c.choices_differ.iter().filter(|d| d.differ > 0) {
         let ex: Vec<String> = d
             .examples
             .iter()
@@ -112,11 +120,14 @@ fn class_text(o: &mut String, c: &ClassReport, profile: Option<&String>) {
                 if n == 1 { "" } else { "s" }
             );
         }
-        None => {
+        None if c.included.is_empty() => {
             let _ = writeln!(
                 o,
                 "  class profile: not written (no node left to build it from)"
             );
+        }
+        None => {
+            let _ = writeln!(o, "  class profile: not written (see the warning)");
         }
     }
     // Per (TP, size): the median of each backend the class ever chose, and NCCL's.
@@ -129,8 +140,9 @@ fn class_text(o: &mut String, c: &ClassReport, profile: Option<&String>) {
     let head: Vec<String> = shown.iter().map(|b| format!("{:>17}", b.id())).collect();
     let _ = writeln!(
         o,
-        "  {:<6} {:>8} {:>16} {}",
+        "  {:<6} {:<12} {:>8} {:>16} {}",
         "TP",
+        "GPUs",
         "size",
         "class choice",
         head.join("")
@@ -144,10 +156,12 @@ fn class_text(o: &mut String, c: &ClassReport, profile: Option<&String>) {
                 })
             })
             .collect();
+        let gpus: Vec<String> = cell.gpus.iter().map(|g| g.to_string()).collect();
         let _ = writeln!(
             o,
-            "  {:<6} {:>8} {:>16} {}",
+            "  {:<6} {:<12} {:>8} {:>16} {}",
             format!("TP{}", cell.tp),
+            gpus.join(","),
             fmt_bytes(cell.bytes),
             cell.choice.id(),
             cols.join("")
@@ -160,11 +174,31 @@ fn class_text(o: &mut String, c: &ClassReport, profile: Option<&String>) {
             c.cells.len() - TABLE_ROWS
         );
     }
-    let _ = writeln!(
-        o,
-        "  per node, median ratio to the class over sizes (1.00 = typical):"
-    );
-    for (node, per) in &c.node_ratios {
+    // Only nodes away from their class: a healthy fleet of hundreds prints one line here.
+    let pct = super::DEVIATION * 100.0;
+    let away: Vec<&String> = c
+        .nodes
+        .iter()
+        .filter(|n| {
+            c.node_ratios
+                .get(*n)
+                .is_some_and(|per| per.values().any(|r| (r - 1.0).abs() >= super::DEVIATION))
+        })
+        .collect();
+    if away.is_empty() {
+        let _ = writeln!(
+            o,
+            "  every node is within ±{pct:.0}% of the class median on every backend (ratios in --json)"
+        );
+    } else {
+        let _ = writeln!(
+            o,
+            "  nodes ±{pct:.0}% or more from the class, median ratio over sizes (1.00 = typical; the other {} in --json):",
+            c.nodes.len() - away.len()
+        );
+    }
+    for node in away {
+        let per = &c.node_ratios[node];
         let cols: Vec<String> = shown
             .iter()
             .filter_map(|b| per.get(b).map(|r| format!("{} {r:.2}", b.id())))

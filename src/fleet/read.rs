@@ -37,6 +37,10 @@ pub struct NodeEntry {
     pub times: Vec<(u32, Backend, f32)>,
     /// (cell index, the node's choice).
     pub choices: Vec<(u32, Backend)>,
+    /// Per choice (same order), the backends the node's own intervals cannot tell from its
+    /// choice there (neither beats the other), as bits of [`Backend::ALL`] positions: a class
+    /// choice among them is a tie, not a difference.
+    pub ties: Vec<u16>,
 }
 
 /// A node: one profile file.
@@ -108,7 +112,7 @@ pub fn collect(dir: &Path) -> Result<Collected, Error> {
             )));
         }
     }
-    names.sort();
+    names.sort_by(|a, b| natural(a, b));
     let mut c = Collected::default();
     for name in names {
         match Profile::load(&dir.join(&name)) {
@@ -123,6 +127,59 @@ pub fn collect(dir: &Path) -> Result<Collected, Error> {
 }
 
 /// The reason alone, without the path and advice the CLI adds.
+/// Orders names as people count: node2 before node10, n1 < n10 < n100.
+pub fn natural(a: &str, b: &str) -> std::cmp::Ordering {
+    fn chunks(s: &str) -> Vec<(bool, &str)> {
+        let mut v = Vec::new();
+        let mut start = 0;
+        let bytes = s.as_bytes();
+        for i in 1..=bytes.len() {
+            if i == bytes.len() || bytes[i].is_ascii_digit() != bytes[start].is_ascii_digit() {
+                v.push((bytes[start].is_ascii_digit(), &s[start..i]));
+                start = i;
+            }
+        }
+        v
+    }
+    let (x, y) = (chunks(a), chunks(b));
+    for ((dx, cx), (dy, cy)) in x.iter().zip(&y) {
+        let o = if *dx && *dy {
+            let (tx, ty) = (cx.trim_start_matches('0'), cy.trim_start_matches('0'));
+            tx.len().cmp(&ty.len()).then(tx.cmp(ty))
+        } else {
+            cx.cmp(cy)
+        };
+        if o.is_ne() {
+            return o;
+        }
+    }
+    x.len().cmp(&y.len()).then(a.cmp(b))
+}
+
+/// The backends tied with a bucket's choice by its own intervals, as bits of `Backend::ALL`.
+fn ties(b: &crate::profile::Bucket) -> u16 {
+    let Some(chosen) = b.results.get(&b.choice) else {
+        return 0;
+    };
+    let mut mask = 0;
+    for (i, k) in Backend::ALL.iter().enumerate() {
+        if let Some(t) = b.results.get(k) {
+            if !crate::decide::beats(t, chosen) && !crate::decide::beats(chosen, t) {
+                mask |= 1 << i;
+            }
+        }
+    }
+    mask
+}
+
+/// Bit of `b` in a [`NodeEntry::ties`] mask.
+pub fn tie_bit(b: Backend) -> u16 {
+    Backend::ALL
+        .iter()
+        .position(|k| *k == b)
+        .map_or(0, |i| 1 << i)
+}
+
 fn reason(e: &Error) -> String {
     match e {
         Error::Read { reason, .. } => format!("cannot be read: {reason}"),
@@ -172,6 +229,7 @@ fn add(c: &mut Collected, file: String, p: Profile) {
             node,
             times: Vec::new(),
             choices: Vec::new(),
+            ties: Vec::new(),
         });
         for b in &g.buckets {
             let cell = data.cell(Cell {
@@ -180,6 +238,7 @@ fn add(c: &mut Collected, file: String, p: Profile) {
                 bytes: b.bytes,
             });
             entry.choices.push((cell, b.choice));
+            entry.ties.push(ties(b));
             for (be, t) in &b.results {
                 entry.times.push((cell, *be, t.median_us as f32));
             }

@@ -97,19 +97,26 @@ fn fmt_ratio((lo, hi): (f64, f64)) -> String {
 /// (lowest, highest). Where it was sometimes a little faster (below the decision's threshold,
 /// or not worth its memory), say by how much rather than printing "0.96x slower".
 fn forcing_note(c: Backend, lo: f64, hi: f64) -> String {
-    if hi <= 1.0 {
+    // Within half a percent of the choice is a tie, not "at best 1.00x faster".
+    if hi < 1.005 {
         String::new()
-    } else if lo >= 1.0 {
-        format!("forcing {c}: {} slower", fmt_ratio((lo, hi)))
+    } else if lo >= 0.995 {
+        let lo = lo.max(1.0);
+        if (hi - lo) / lo < 0.05 {
+            format!("forcing {c}: {hi:.2}x slower")
+        } else {
+            format!("forcing {c}: {lo:.2}–{hi:.2}x slower")
+        }
     } else {
         format!(
-            "forcing {c}: up to {hi:.2}x slower, at best {:.0}% faster",
-            (1.0 / lo - 1.0) * 100.0
+            "forcing {c}: up to {hi:.2}x slower, at best {:.2}x faster",
+            1.0 / lo
         )
     }
 }
 
-fn fmt_gpus(gpus: &[usize]) -> String {
+/// GPU ids as "0-3" when contiguous and more than two, else "0,1" or "3,4".
+pub fn fmt_gpus(gpus: &[usize]) -> String {
     let contiguous = gpus.windows(2).all(|w| w[1] == w[0] + 1);
     if contiguous && gpus.len() > 2 {
         format!("{}-{}", gpus[0], gpus[gpus.len() - 1])
@@ -119,6 +126,71 @@ fn fmt_gpus(gpus: &[usize]) -> String {
             .collect::<Vec<_>>()
             .join(",")
     }
+}
+
+/// A backend the memory budget excluded over a run of sizes, and what it gave up.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct OverBudget {
+    pub backend: Backend,
+    pub from_bytes: u64,
+    pub to_bytes: u64,
+    /// The profile's choice's time over the excluded backend's, highest over the sizes
+    /// (> 1: the excluded kernel would have been faster).
+    pub best_speedup: Option<f64>,
+}
+
+/// What the memory budget excluded at one bucket: each backend, its time against the
+/// bucket's choice (choice over it; > 1 means it was faster), and the reason recorded.
+/// The one reading of `Bucket::waived` for `show` and `why`.
+pub fn budget_exclusions(b: &Bucket) -> Vec<(Backend, Option<f64>, &str)> {
+    b.waived
+        .iter()
+        .map(|(k, why)| {
+            let r = median(b, b.choice).zip(median(b, *k)).map(|(c, x)| c / x);
+            (*k, r, why.as_str())
+        })
+        .collect()
+}
+
+/// Per backend, the sizes the memory budget excluded it from (first to last), and the most
+/// it would have gained there.
+pub fn over_budget(g: &GroupProfile) -> Vec<OverBudget> {
+    let mut out: Vec<OverBudget> = Vec::new();
+    for b in &g.buckets {
+        for (k, r, _) in budget_exclusions(b) {
+            match out.iter_mut().find(|o| o.backend == k) {
+                Some(o) => {
+                    o.to_bytes = b.bytes;
+                    o.best_speedup = match (o.best_speedup, r) {
+                        (Some(x), Some(y)) => Some(x.max(y)),
+                        (x, y) => x.or(y),
+                    };
+                }
+                None => out.push(OverBudget {
+                    backend: k,
+                    from_bytes: b.bytes,
+                    to_bytes: b.bytes,
+                    best_speedup: r,
+                }),
+            }
+        }
+    }
+    out
+}
+
+/// A group named for a reader: "TP2 graph on GPUs 3,4 (2 switches, 1 root complex)".
+pub fn group_label(g: &GroupProfile) -> String {
+    let placement = if g.placement.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", g.placement)
+    };
+    format!(
+        "TP{} {} on GPUs {}{placement}",
+        g.tp,
+        g.mode.id(),
+        fmt_gpus(&g.gpus)
+    )
 }
 
 /// How the cells were sampled, in words.
@@ -191,11 +263,79 @@ fn header(p: &Profile, out: &mut String) {
     }
 }
 
+/// Lines about a group that are not its table: waivers (one line per reason) and NCCL's
+/// memory. Lines every group shares are printed once per profile.
+fn group_notes(g: &GroupProfile) -> Vec<String> {
+    let mut by_reason: Vec<(&str, Vec<&str>)> = Vec::new();
+    for (b, why) in &g.waived {
+        match by_reason.iter_mut().find(|(r, _)| *r == why.as_str()) {
+            Some((_, v)) => v.push(b.id()),
+            None => by_reason.push((why.as_str(), vec![b.id()])),
+        }
+    }
+    let mut v: Vec<String> = by_reason
+        .into_iter()
+        .map(|(why, bs)| format!("waived {}: {why}", bs.join(", ")))
+        .collect();
+    if let Some(m) = g.memory.get(&Backend::Nccl) {
+        v.push(format!(
+            "NCCL communicator: {} per GPU ({})",
+            fmt_bytes(m.bytes_per_gpu),
+            if m.measured { "measured" } else { "modelled" }
+        ));
+    }
+    v
+}
+
+/// Sizes as "4K" or "4K–8K".
+fn fmt_span(from: u64, to: u64) -> String {
+    if from == to {
+        fmt_bytes(from)
+    } else {
+        format!("{}–{}", fmt_bytes(from), fmt_bytes(to))
+    }
+}
+
+/// Widths of the per-group table's columns (sizes, backend, vs nccl, extra memory): the
+/// header and the rows share them so the titles sit over their values.
+const COLUMNS: [usize; 4] = [15, 17, 18, 13];
+
+fn table_row(out: &mut String, cells: [&str; 5]) {
+    let [w0, w1, w2, w3] = COLUMNS;
+    let line = format!(
+        "  {:<w0$} {:<w1$} {:<w2$} {:<w3$} {}",
+        cells[0], cells[1], cells[2], cells[3], cells[4]
+    );
+    let _ = writeln!(out, "{}", line.trim_end());
+}
+
 /// The text summary printed by `tune` and `show`.
 pub fn summary(p: &Profile) -> String {
     let mut out = String::new();
     header(p, &mut out);
-    for g in &p.groups {
+    if let Some(b) = p.settings.mem_budget_bytes {
+        let _ = writeln!(
+            out,
+            "memory budget: {} per GPU for custom kernels' buffers (kernels over it are excluded at those sizes, listed per group)",
+            fmt_bytes(b)
+        );
+    }
+    let notes: Vec<Vec<String>> = p.groups.iter().map(group_notes).collect();
+    let common: Vec<String> = match notes.split_first() {
+        Some((first, rest)) if !rest.is_empty() => first
+            .iter()
+            .filter(|l| rest.iter().all(|n| n.contains(l)))
+            .cloned()
+            .collect(),
+        _ => Vec::new(),
+    };
+    if !common.is_empty() {
+        let _ = writeln!(out, "every group:");
+        for l in &common {
+            let _ = writeln!(out, "  {l}");
+        }
+    }
+    for (g, notes) in p.groups.iter().zip(&notes) {
         let _ = writeln!(
             out,
             "\nTP{} {} — GPUs {} ({}), {}",
@@ -205,17 +345,12 @@ pub fn summary(p: &Profile) -> String {
             g.placement,
             g.dtype.id()
         );
-        let _ = writeln!(
-            out,
-            "  {:<15} {:<17} {:<16} {:<12} notes",
-            "sizes", "backend", "vs nccl", "extra mem/GPU"
+        table_row(
+            &mut out,
+            ["sizes", "backend", "vs nccl", "extra mem/GPU", "notes"],
         );
         for r in ranges(g) {
-            let sizes = if r.from_bytes == r.to_bytes {
-                fmt_bytes(r.from_bytes)
-            } else {
-                format!("{}–{}", fmt_bytes(r.from_bytes), fmt_bytes(r.to_bytes))
-            };
+            let sizes = fmt_span(r.from_bytes, r.to_bytes);
             let vs = match (r.backend, r.speedup_vs_nccl) {
                 (Backend::Nccl, _) => "-".to_string(),
                 (_, Some(s)) => format!("{} faster", fmt_ratio(s)),
@@ -230,11 +365,7 @@ pub fn summary(p: &Profile) -> String {
                 .custom_slowdown
                 .map(|(c, lo, hi)| forcing_note(c, lo, hi))
                 .unwrap_or_default();
-            let _ = writeln!(
-                out,
-                "  {sizes:<15} {:<17} {vs:<18} {mem:<13} {note}",
-                r.backend.id()
-            );
+            table_row(&mut out, [&sizes, r.backend.id(), &vs, &mem, &note]);
         }
         if !g.crossovers.is_empty() {
             let xs: Vec<String> = g
@@ -244,29 +375,47 @@ pub fn summary(p: &Profile) -> String {
                 .collect();
             let _ = writeln!(out, "  crossovers: {}", xs.join("; "));
         }
-        if let Some(r) = g.regret {
+        match g.regret {
+            Some(r) if r.worst > 0.0 => {
+                let _ = writeln!(
+                    out,
+                    "  regret against the fastest measured at each size: {:.1}% summed, worst {:.1}% at {}",
+                    r.summed * 100.0,
+                    r.worst * 100.0,
+                    fmt_bytes(r.worst_bytes)
+                );
+            }
+            Some(_) => {
+                let _ = writeln!(
+                    out,
+                    "  regret: none, the choice is the fastest measured at every size"
+                );
+            }
+            None => {}
+        }
+        let excluded: Vec<String> = over_budget(g)
+            .iter()
+            .map(|o| {
+                let gain = match o.best_speedup {
+                    Some(x) if x > 1.0 => format!("would have been up to {x:.2}x faster"),
+                    _ => "no faster than the choice".into(),
+                };
+                format!(
+                    "{} at {} ({gain})",
+                    o.backend,
+                    fmt_span(o.from_bytes, o.to_bytes)
+                )
+            })
+            .collect();
+        if !excluded.is_empty() {
             let _ = writeln!(
                 out,
-                "  regret against the fastest measured at each size: {:.1}% summed, worst {:.1}% at {}",
-                r.summed * 100.0,
-                r.worst * 100.0,
-                fmt_bytes(r.worst_bytes)
+                "  over the memory budget, excluded: {}",
+                excluded.join("; ")
             );
         }
-        for (b, why) in &g.waived {
-            let _ = writeln!(out, "  waived {b}: {why}");
-        }
-        if let Some(m) = g.memory.get(&Backend::Nccl) {
-            let _ = writeln!(
-                out,
-                "  NCCL communicator: {} per GPU{}",
-                fmt_bytes(m.bytes_per_gpu),
-                if m.measured {
-                    " (measured)"
-                } else {
-                    " (modelled)"
-                }
-            );
+        for l in notes.iter().filter(|l| !common.contains(l)) {
+            let _ = writeln!(out, "  {l}");
         }
     }
     for c in &p.contention {
@@ -295,6 +444,41 @@ pub fn summary(p: &Profile) -> String {
     out
 }
 
+/// What `tune` says after writing a profile (on stderr, with its other status lines): where
+/// it went and the commands to run next, filled in with this profile's path and a group of it.
+pub fn next_steps(path: &std::path::Path, p: &Profile) -> String {
+    let path = path.display();
+    let mut s = format!("profile written to {path}\nnext:\n");
+    let _ = writeln!(
+        s,
+        "  artune show {path}                  # this summary again"
+    );
+    if let Some(g) = p
+        .groups
+        .iter()
+        .find(|g| g.mode == crate::allreduce::Mode::Graph)
+    {
+        let gpus: Vec<String> = g.gpus.iter().map(|x| x.to_string()).collect();
+        let _ = writeln!(
+            s,
+            "  artune why {path} --tp {} --gpus {} --bytes 1M   # one answer explained",
+            g.tp,
+            gpus.join(",")
+        );
+    }
+    let _ = writeln!(
+        s,
+        "  artune export {path} --engine vllm   # what an engine needs (also sglang, trtllm, nccl, env)"
+    );
+    if !p.simulated {
+        let _ = writeln!(
+            s,
+            "  artune check {path}                 # later: does it still hold for this machine"
+        );
+    }
+    s
+}
+
 /// The summary as JSON, for scripts.
 pub fn summary_json(p: &Profile) -> serde_json::Value {
     let groups: Vec<serde_json::Value> = p
@@ -304,7 +488,7 @@ pub fn summary_json(p: &Profile) -> serde_json::Value {
             serde_json::json!({
                 "tp": g.tp, "mode": g.mode, "gpus": g.gpus, "placement": g.placement,
                 "ranges": ranges(g), "crossovers": g.crossovers, "waived": g.waived,
-                "regret": g.regret,
+                "regret": g.regret, "over_budget": over_budget(g),
             })
         })
         .collect();
@@ -313,6 +497,7 @@ pub fn summary_json(p: &Profile) -> serde_json::Value {
         "fingerprint": p.fingerprint, "versions": p.versions,
         "sampling": p.settings.sampling, "target_ci": p.settings.target_ci,
         "tuning_seconds": p.settings.tuning_seconds, "phases": p.settings.phases,
+        "mem_budget_bytes": p.settings.mem_budget_bytes,
         "assumed": p.assumed, "groups": groups, "faults": p.faults,
     })
 }
@@ -330,7 +515,7 @@ mod tests {
         assert!(s.contains("one_stage_pull"), "{s}");
         assert!(s.contains("2.50x faster"), "{s}");
         // Above the crossover NCCL is chosen and the cost of forcing the custom kernel shows.
-        assert!(s.contains("forcing one_stage_pull: 1.50x slower"), "{s}");
+        assert!(s.contains("forcing one_stage_pull: 1.5"), "{s}");
         assert!(s.contains("one_stage_pull → nccl at 16K"), "{s}");
         assert!(!s.contains("assumed"), "{s}");
         assert!(s.contains("sampling: fast (powers of two"), "{s}");
@@ -382,7 +567,7 @@ mod tests {
         let c = Backend::OneStagePull;
         assert_eq!(
             forcing_note(c, 1.5, 1.52),
-            "forcing one_stage_pull: 1.50x slower"
+            "forcing one_stage_pull: 1.52x slower"
         );
         assert_eq!(
             forcing_note(c, 1.0, 7.1),
@@ -390,7 +575,7 @@ mod tests {
         );
         assert_eq!(
             forcing_note(c, 0.96, 22.12),
-            "forcing one_stage_pull: up to 22.12x slower, at best 4% faster"
+            "forcing one_stage_pull: up to 22.12x slower, at best 1.04x faster"
         );
         assert_eq!(forcing_note(c, 0.9, 0.99), "");
     }

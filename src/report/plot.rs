@@ -1,5 +1,6 @@
-//! SVG plots: time vs size per backend (log-log, choice marked, crossovers drawn) and
-//! contention curves.
+//! SVG plots: per group, time vs size per backend (log-log, choice marked, crossovers drawn)
+//! above the speed-up over NCCL where the decision shows; and contention curves. Titles name
+//! the fabric; a run's plots replace the previous run's in the same directory.
 
 use std::path::{Path, PathBuf};
 
@@ -41,7 +42,12 @@ pub fn plots(p: &Profile, dir: &Path) -> Result<Vec<PathBuf>, Error> {
         reason: e.to_string(),
     })?;
     let mut out = Vec::new();
-    let tag = if p.simulated { " [SIMULATED]" } else { "" };
+    let tag = if p.simulated {
+        format!(" — {} [SIMULATED]", p.fabric)
+    } else {
+        format!(" — {}", p.fabric)
+    };
+    let tag = tag.as_str();
     for g in &p.groups {
         let gpus: Vec<String> = g.gpus.iter().map(|x| x.to_string()).collect();
         let path = dir.join(format!(
@@ -61,7 +67,52 @@ pub fn plots(p: &Profile, dir: &Path) -> Result<Vec<PathBuf>, Error> {
         contention_plot(p, gpus, &path, tag)?;
         out.push(path);
     }
+    remove_stale(dir, &out)?;
     Ok(out)
+}
+
+/// Whether `name` is a plot file artune writes (so only those are ever removed).
+fn is_plot_name(name: &str) -> bool {
+    name.ends_with(".svg")
+        && ((name.starts_with("tp") && name.contains("-gpus"))
+            || name.starts_with("contention-gpus"))
+}
+
+/// Removes plots an earlier run left in `dir` that this one did not write: a later tune into
+/// the same directory must not leave another machine's plots beside its own.
+fn remove_stale(dir: &Path, written: &[PathBuf]) -> Result<(), Error> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if is_plot_name(&name) && !written.contains(&path) {
+            std::fs::remove_file(&path).map_err(|err| Error::Write {
+                path: path.clone(),
+                reason: format!("cannot remove the previous run's plot: {err}"),
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// A time on a log axis as a person reads it: 5 µs, 120 µs, 1.5 ms.
+fn fmt_tick_us(us: f64) -> String {
+    if us >= 1000.0 {
+        format!("{} ms", trim(us / 1000.0))
+    } else {
+        format!("{} µs", trim(us))
+    }
+}
+
+fn trim(v: f64) -> String {
+    let s = if v >= 10.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
+    };
+    s.strip_suffix(".0").map(str::to_string).unwrap_or(s)
 }
 
 fn group_plot(g: &GroupProfile, path: &Path, tag: &str) -> Result<(), Error> {
@@ -77,8 +128,9 @@ fn group_plot(g: &GroupProfile, path: &Path, tag: &str) -> Result<(), Error> {
         return Ok(());
     }
     let (xmin, xmax) = (xs[0] - 0.25, xs[xs.len() - 1].max(xs[0] + 1.0) + 0.25);
-    let root = SVGBackend::new(path, (960, 640)).into_drawing_area();
+    let root = SVGBackend::new(path, (960, 900)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| draw_err(path, e))?;
+    let (top, bottom) = root.split_vertically(560);
     let title = format!(
         "TP{} {} GPUs {:?} ({}){tag}",
         g.tp,
@@ -86,35 +138,141 @@ fn group_plot(g: &GroupProfile, path: &Path, tag: &str) -> Result<(), Error> {
         g.gpus,
         g.placement
     );
-    let mut chart = ChartBuilder::on(&root)
+    let x_labels = ((xmax - xmin) as usize + 1).min(30);
+    let fmt_x = |x: &f64| crate::units::fmt_bytes(2f64.powf(x.round()) as u64);
+    let mut chart = ChartBuilder::on(&top)
         .caption(title, ("sans-serif", 20))
         .margin(12)
         .x_label_area_size(40)
-        .y_label_area_size(60)
+        .y_label_area_size(70)
         .build_cartesian_2d(xmin..xmax, (ymin * 0.8..ymax * 1.25).log_scale())
         .map_err(|e| draw_err(path, e))?;
     chart
         .configure_mesh()
         .x_desc("message size (bytes)")
-        .y_desc("time per allreduce (µs)")
-        .x_labels(((xmax - xmin) as usize + 1).min(30))
-        .x_label_formatter(&|x| crate::units::fmt_bytes(2f64.powf(x.round()) as u64))
+        .y_desc("time per allreduce")
+        .x_labels(x_labels)
+        .x_label_formatter(&fmt_x)
+        .y_label_formatter(&|y| fmt_tick_us(*y))
         .draw()
         .map_err(|e| draw_err(path, e))?;
+    let mut first = true;
     for c in &g.crossovers {
         let x = lx(c.bytes);
-        chart
+        let s = chart
             .draw_series(LineSeries::new(
                 [(x, ymin * 0.8), (x, ymax * 1.25)],
                 BLACK.mix(0.3).stroke_width(1),
             ))
             .map_err(|e| draw_err(path, e))?;
+        if std::mem::take(&mut first) {
+            s.label("crossover: the choice changes").legend(|(x, y)| {
+                PathElement::new([(x + 8, y - 6), (x + 8, y + 6)], BLACK.mix(0.3))
+            });
+        }
     }
-    for b in Backend::ALL {
+    // NCCL's own choice is drawn last and thick: the reference stays visible over the pinned
+    // variants that often follow it exactly.
+    let order = Backend::ALL
+        .into_iter()
+        .filter(|b| *b != Backend::Nccl)
+        .chain([Backend::Nccl]);
+    for b in order {
         let pts: Vec<(f64, f64)> = g
             .buckets
             .iter()
             .filter_map(|k| k.results.get(&b).map(|t| (lx(k.bytes), t.median_us)))
+            .collect();
+        if pts.is_empty() {
+            continue;
+        }
+        let (col, width) = if b == Backend::Nccl {
+            (BLACK, 3)
+        } else {
+            (color(b), 2)
+        };
+        chart
+            .draw_series(LineSeries::new(pts, col.stroke_width(width)))
+            .map_err(|e| draw_err(path, e))?
+            .label(b.id())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], col.stroke_width(width)));
+    }
+    // The choice at each size: a filled dot in the chosen backend's colour.
+    let chosen_color = |k: Backend| if k == Backend::Nccl { BLACK } else { color(k) };
+    chart
+        .draw_series(g.buckets.iter().filter_map(|k| {
+            let t = k.results.get(&k.choice)?;
+            Some(Circle::new(
+                (lx(k.bytes), t.median_us),
+                4,
+                chosen_color(k.choice).filled(),
+            ))
+        }))
+        .map_err(|e| draw_err(path, e))?
+        .label("the profile's choice at each size (dot)")
+        .legend(|(x, y)| Circle::new((x + 8, y), 4, BLACK.filled()));
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.3))
+        .draw()
+        .map_err(|e| draw_err(path, e))?;
+    speedup_panel(g, &bottom, path, (xmin, xmax), x_labels)?;
+    root.present().map_err(|e| draw_err(path, e))
+}
+
+/// Below the times: NCCL's time over each backend's (above 1 = faster than NCCL), where a
+/// decision a log-log time plot hides is plain.
+fn speedup_panel(
+    g: &GroupProfile,
+    area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    path: &Path,
+    (xmin, xmax): (f64, f64),
+    x_labels: usize,
+) -> Result<(), Error> {
+    let lx = |bytes: u64| (bytes as f64).log2();
+    let nccl = |k: &crate::profile::Bucket| k.results.get(&Backend::Nccl).map(|t| t.median_us);
+    let ratio = |k: &crate::profile::Bucket, b: Backend| {
+        Some(nccl(k)? / k.results.get(&b)?.median_us).filter(|r| r.is_finite())
+    };
+    let rmax = g
+        .buckets
+        .iter()
+        .flat_map(|k| k.results.keys().filter_map(move |b| ratio(k, *b)))
+        .fold(1.0f64, f64::max);
+    let mut chart = ChartBuilder::on(area)
+        .caption(
+            "speed-up over NCCL (NCCL's time / the backend's)",
+            ("sans-serif", 16),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(xmin..xmax, 0f64..(rmax * 1.1).min(20.0))
+        .map_err(|e| draw_err(path, e))?;
+    chart
+        .configure_mesh()
+        .x_desc("message size (bytes)")
+        .y_desc("x faster than NCCL")
+        .x_labels(x_labels)
+        .x_label_formatter(&|x| crate::units::fmt_bytes(2f64.powf(x.round()) as u64))
+        .y_label_formatter(&|y| format!("{y:.1}x"))
+        .draw()
+        .map_err(|e| draw_err(path, e))?;
+    chart
+        .draw_series(LineSeries::new(
+            [(xmin, 1.0), (xmax, 1.0)],
+            BLACK.stroke_width(2),
+        ))
+        .map_err(|e| draw_err(path, e))?
+        .label("nccl (1.0x)")
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], BLACK.stroke_width(2)));
+    for b in Backend::ALL.into_iter().filter(|b| *b != Backend::Nccl) {
+        let pts: Vec<(f64, f64)> = g
+            .buckets
+            .iter()
+            .filter_map(|k| Some((lx(k.bytes), ratio(k, b)?)))
             .collect();
         if pts.is_empty() {
             continue;
@@ -126,25 +284,26 @@ fn group_plot(g: &GroupProfile, path: &Path, tag: &str) -> Result<(), Error> {
             .label(b.id())
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], col.stroke_width(2)));
     }
-    // The choice at each size: a filled dot in the chosen backend's colour.
     chart
         .draw_series(g.buckets.iter().filter_map(|k| {
-            let t = k.results.get(&k.choice)?;
-            Some(Circle::new(
-                (lx(k.bytes), t.median_us),
-                4,
-                color(k.choice).filled(),
-            ))
+            let r = ratio(k, k.choice)?;
+            let col = if k.choice == Backend::Nccl {
+                BLACK
+            } else {
+                color(k.choice)
+            };
+            Some(Circle::new((lx(k.bytes), r), 4, col.filled()))
         }))
-        .map_err(|e| draw_err(path, e))?;
+        .map_err(|e| draw_err(path, e))?
+        .label("the profile's choice (dot)")
+        .legend(|(x, y)| Circle::new((x + 8, y), 4, BLACK.filled()));
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(SeriesLabelPosition::UpperRight)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK.mix(0.3))
         .draw()
-        .map_err(|e| draw_err(path, e))?;
-    root.present().map_err(|e| draw_err(path, e))
+        .map_err(|e| draw_err(path, e))
 }
 
 fn contention_plot(p: &Profile, gpus: &[usize], path: &Path, tag: &str) -> Result<(), Error> {
