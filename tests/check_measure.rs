@@ -89,3 +89,69 @@ fn a_profile_of_other_gpus_is_refused() {
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert!(err.contains("does not fit this machine of 2 GPUs"), "{err}");
 }
+
+/// Runs artune with one extra variable in its environment.
+fn artune_with(vars: &[(&str, &str)], args: &[&str]) -> std::process::Output {
+    std::process::Command::new(common::BIN)
+        .args(args)
+        .envs(vars.iter().copied())
+        .output()
+        .expect("artune runs")
+}
+
+#[test]
+fn a_variable_the_tune_ran_with_is_recorded_shown_and_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("p.json");
+    let p = out.to_str().unwrap();
+    let level = &[("NCCL_P2P_LEVEL", "SYS")][..];
+    let args = [
+        "tune",
+        "--sim",
+        "pcie-8x-2switch",
+        "--tp",
+        "8",
+        "--mode",
+        "graph",
+        "--sizes",
+        "4K:1M",
+        "--no-contention",
+        "--mem-budget",
+        "64MiB",
+        "--out",
+        p,
+    ];
+    let o = artune_with(level, &args);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let said = text(&o.stdout);
+    assert!(said.contains("measured with NCCL_P2P_LEVEL=SYS"), "{said}");
+    assert!(said.contains("NCCL library: simulated"), "{said}");
+    assert!(said.contains("memory budget: 64M per GPU"), "{said}");
+    let shown = text(&artune(&["show", p]).stdout);
+    assert!(
+        shown.contains("measured with NCCL_P2P_LEVEL=SYS"),
+        "{shown}"
+    );
+
+    // Without the variable the profile no longer describes what engines get.
+    for extra in [&[][..], &["--measure"][..]] {
+        let mut check = vec!["check", p, "--sim", "pcie-8x-2switch"];
+        check.extend_from_slice(extra);
+        let o = artune(&check);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(3), "{extra:?}: {err}");
+        assert!(
+            err.contains("NCCL_P2P_LEVEL=SYS when tuned, unset now"),
+            "{err}"
+        );
+        // With it, the same check holds.
+        let o = artune_with(level, &check);
+        assert_eq!(o.status.code(), Some(0), "{extra:?}: {}", text(&o.stderr));
+    }
+    // A logging variable is not a difference.
+    let o = artune_with(
+        &[("NCCL_P2P_LEVEL", "SYS"), ("NCCL_DEBUG", "INFO")],
+        &["check", p, "--sim", "pcie-8x-2switch"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+}

@@ -1,6 +1,7 @@
 //! Command line: argument types and dispatch. Each subcommand's work lives in its own file.
 
 mod bench;
+mod check;
 mod compare;
 mod consumers;
 mod doctor;

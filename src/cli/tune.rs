@@ -165,6 +165,7 @@ pub fn run(mut a: TuneArgs) -> Result<i32, Error> {
     let mut fabric = super::open_fabric(&a.source, a.loopback, a.seed, faults)?;
     let opts = tune::Options {
         startup_seconds: opening.elapsed().as_secs_f64(),
+        environment: crate::profile::environment::current(),
         ..options(&a, fabric.topology().gpu_count(), cancel)?
     };
 

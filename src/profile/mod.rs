@@ -10,6 +10,7 @@
 //!
 //! Field names are a contract (see profiles/schema/profile-v1.json); add fields, never rename.
 
+pub mod environment;
 pub mod schema;
 pub mod selector;
 pub mod stale;
@@ -28,6 +29,7 @@ use crate::allreduce::{Backend, Direction, Dtype, Mode, ProbeSample};
 use crate::error::Error;
 use crate::topology::Topology;
 
+pub use environment::Environment;
 pub use selector::Selector;
 pub use validate::{Limits, LIMITS};
 
@@ -315,6 +317,10 @@ pub struct Profile {
     /// Set on a class profile `artune fleet` wrote: the nodes it is the consensus of.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet: Option<Fleet>,
+    /// The NCCL and CUDA variables, NCCL library and busy GPUs the tune measured with; absent
+    /// in profiles of older versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<Environment>,
 }
 
 /// Which group a question is about.
