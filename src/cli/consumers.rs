@@ -109,6 +109,11 @@ pub fn export(a: ExportArgs) -> Result<i32, Error> {
         allow_simulated: a.allow_simulated,
     };
     let e = export::export(&p, &o)?;
+    if let Some(out) = &a.out {
+        use crate::profile::paths::{check_output, Expect};
+        let one = !a.engine.writes_several() && e.files.len() == 1 && !out.is_dir();
+        check_output(out, "--out", if one { Expect::File } else { Expect::Dir })?;
+    }
     warn_simulated(&a.profile, &p);
     match a.out {
         None => {

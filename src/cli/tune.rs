@@ -159,6 +159,9 @@ pub fn run(mut a: TuneArgs) -> Result<i32, Error> {
     sampling(&a)?;
     let faults = super::sim_faults(a.sim_faults.as_deref(), &a.source)?;
     crate::profile::check_writable(&a.out)?;
+    if let Some(dir) = &a.plot {
+        crate::profile::paths::check_output(dir, "--plot", crate::profile::paths::Expect::Dir)?;
+    }
     let cancel = Cancel::new();
     cancel_on_signals(&cancel);
     let opening = std::time::Instant::now();
