@@ -155,3 +155,98 @@ fn a_variable_the_tune_ran_with_is_recorded_shown_and_checked() {
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
 }
+
+#[test]
+fn a_busy_gpu_refuses_the_tune_unless_allowed_and_the_profile_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let reading = dir.path().join("busy.json");
+    std::fs::write(
+        &reading,
+        r#"{"gpus": [{"index": 0, "processes": [{"pid": 4242, "name": "matmul", "memory_bytes": 150323855360}],
+            "utilization_pct": 98, "free_bytes": 1073741824, "total_bytes": 151397597184}]}"#,
+    )
+    .unwrap();
+    let out = dir.path().join("p.json");
+    let (r, p) = (reading.to_str().unwrap(), out.to_str().unwrap());
+    let tune = |extra: &[&str]| {
+        let mut args = vec![
+            "tune",
+            "--sim",
+            "pcie-4x-1switch",
+            "--tp",
+            "4",
+            "--mode",
+            "graph",
+            "--sizes",
+            "4K:64K",
+            "--no-contention",
+            "--sim-occupancy",
+            r,
+            "--out",
+            p,
+        ];
+        args.extend_from_slice(extra);
+        artune(&args)
+    };
+    let o = tune(&[]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("GPU 0: pid 4242 (matmul) holding 140G"),
+        "{err}"
+    );
+    assert!(
+        err.contains("1G of 141G free") && err.contains("--allow-busy"),
+        "{err}"
+    );
+    assert!(!out.exists(), "a refused tune wrote a profile");
+
+    let o = tune(&["--allow-busy"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("--allow-busy"),
+        "{}",
+        text(&o.stderr)
+    );
+    let shown = text(&artune(&["show", p]).stdout);
+    assert!(
+        shown.contains("BUSY GPUs allowed (--allow-busy)"),
+        "{shown}"
+    );
+    assert!(shown.contains("pid 4242 (matmul)"), "{shown}");
+    let o = artune(&["check", p, "--sim", "pcie-4x-1switch"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("measured with --allow-busy"),
+        "{}",
+        text(&o.stderr)
+    );
+
+    // check --measure asks the same question before re-timing.
+    let check = |extra: &[&str]| {
+        let mut args = vec![
+            "check",
+            p,
+            "--measure",
+            "--sim",
+            "pcie-4x-1switch",
+            "--sim-occupancy",
+            r,
+        ];
+        args.extend_from_slice(extra);
+        artune(&args)
+    };
+    let o = check(&[]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("pid 4242"), "{}", text(&o.stderr));
+    let o = check(&["--allow-busy"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    // An idle reading lets both run.
+    std::fs::write(
+        &reading,
+        r#"{"gpus": [{"index": 0, "utilization_pct": 0}]}"#,
+    )
+    .unwrap();
+    assert_eq!(tune(&[]).status.code(), Some(0));
+}

@@ -7,6 +7,19 @@ use crate::error::Error;
 use crate::profile::Profile;
 use crate::units::fmt_bytes;
 
+/// Says on standard error that the profile was measured beside other work (`--allow-busy`).
+pub fn busy_note(path: &std::path::Path, p: &Profile) {
+    let Some(e) = p.environment.as_ref().filter(|e| e.allow_busy) else {
+        return;
+    };
+    let who: Vec<String> = e.busy.iter().map(ToString::to_string).collect();
+    eprintln!(
+        "note: {} was measured with --allow-busy, beside other processes ({}); its timings may include theirs",
+        path.display(),
+        if who.is_empty() { "none found".into() } else { who.join("; ") }
+    );
+}
+
 /// The variables of this process that differ from the profile's measuring environment, as
 /// one stale verdict: measuring under another environment would judge another machine.
 pub fn environment_verdict(p: &Profile) -> Result<(), Error> {
@@ -29,6 +42,14 @@ pub fn measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
     };
     let faults = super::sim_faults(a.sim_faults.as_deref(), &source)?;
     environment_verdict(p)?;
+    busy_note(&a.profile, p);
+    super::tune::occupancy_gate(
+        &source,
+        a.loopback,
+        a.sim_occupancy.as_deref(),
+        a.allow_busy,
+        "check --measure",
+    )?;
     let started = std::time::Instant::now();
     let mut fabric = super::open_fabric(&source, a.loopback, 7, faults)?;
     let cancel = crate::cancel::Cancel::new();

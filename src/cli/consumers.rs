@@ -187,6 +187,7 @@ pub fn check(a: CheckArgs) -> Result<i32, Error> {
         sim: a.sim.clone(),
         topology: a.topology.clone(),
     })?;
+    super::check::busy_note(&a.profile, &p);
     let mut st = staleness(&p, &now);
     crate::profile::stale::add_environment(&mut st, &p, &crate::profile::environment::current());
     if !st.holds() {

@@ -162,6 +162,13 @@ pub fn run(mut a: TuneArgs) -> Result<i32, Error> {
     if let Some(dir) = &a.plot {
         crate::profile::paths::check_output(dir, "--plot", crate::profile::paths::Expect::Dir)?;
     }
+    let busy = occupancy_gate(
+        &a.source,
+        a.loopback,
+        a.sim_occupancy.as_deref(),
+        a.allow_busy,
+        "tune",
+    )?;
     let cancel = Cancel::new();
     cancel_on_signals(&cancel);
     let opening = std::time::Instant::now();
@@ -169,6 +176,8 @@ pub fn run(mut a: TuneArgs) -> Result<i32, Error> {
     let opts = tune::Options {
         startup_seconds: opening.elapsed().as_secs_f64(),
         environment: crate::profile::environment::current(),
+        allow_busy: a.allow_busy,
+        busy,
         ..options(&a, fabric.topology().gpu_count(), cancel)?
     };
 
@@ -222,6 +231,53 @@ pub fn run(mut a: TuneArgs) -> Result<i32, Error> {
         outln!("\nprofile written to {}", a.out.display());
     }
     Ok(0)
+}
+
+/// Before measuring: who else is on the GPUs the command will use (NVML on real GPUs, or the
+/// testing `--sim-occupancy FILE`). Another process refuses the command (exit 2) unless
+/// `allow_busy`; then it is warned about and returned for the profile.
+pub fn occupancy_gate(
+    source: &super::Source,
+    loopback: Option<usize>,
+    fake: Option<&std::path::Path>,
+    allow_busy: bool,
+    command: &str,
+) -> Result<Vec<crate::profile::environment::BusyGpu>, Error> {
+    use crate::topology::occupancy;
+    let simulated = source.sim.is_some() || source.topology.is_some();
+    let reading = match fake {
+        Some(f) => occupancy::read_file(f)?,
+        None if simulated => return Ok(Vec::new()),
+        None => match occupancy::read_nvml(None, std::time::Duration::from_secs(1)) {
+            Ok(mut r) => {
+                let uuids: Vec<(usize, String)> = r
+                    .gpus
+                    .iter()
+                    .filter_map(|g| Some((g.index, g.uuid.clone()?)))
+                    .collect();
+                let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+                if let Some(keep) =
+                    occupancy::cuda_indices(visible.as_deref(), &uuids, loopback.is_some())
+                {
+                    r.gpus.retain(|g| keep.contains(&g.index));
+                }
+                r
+            }
+            // Opening the GPUs will say what is wrong with NVML or the driver.
+            Err(e) => {
+                tracing::warn!("GPU occupancy not read: {e}");
+                return Ok(Vec::new());
+            }
+        },
+    };
+    match (reading.refusal(command), reading.describe()) {
+        (Some(_), Some(what)) if allow_busy => {
+            eprintln!("warning: measuring beside other work (--allow-busy, recorded in the profile): {what}");
+            Ok(reading.busy())
+        }
+        (Some(why), _) => Err(Error::bad_input(why)),
+        _ => Ok(Vec::new()),
+    }
 }
 
 pub fn show(a: ShowArgs) -> Result<i32, Error> {

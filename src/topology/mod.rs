@@ -10,6 +10,7 @@
 pub mod file;
 pub mod fingerprint;
 pub mod nvml;
+pub mod occupancy;
 pub mod presets;
 pub mod render;
 pub mod sysfs;
