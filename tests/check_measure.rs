@@ -250,3 +250,37 @@ fn a_busy_gpu_refuses_the_tune_unless_allowed_and_the_profile_says_so() {
     .unwrap();
     assert_eq!(tune(&[]).status.code(), Some(0));
 }
+
+#[test]
+fn a_downtrained_link_is_caught_by_the_measured_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = profile(dir.path());
+    let o = artune(&["topo", "--sim", "pcie-4x-1switch", "--json"]);
+    let mut t: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    for g in t["gpus"].as_array_mut().unwrap() {
+        g["pcie"]["width"] = 4.into();
+        g["pcie"]["max_width"] = 4.into();
+    }
+    let same = dir.path().join("same.json");
+    std::fs::write(&same, o.stdout).unwrap();
+    let x4 = dir.path().join("x4.json");
+    std::fs::write(&x4, t.to_string()).unwrap();
+    let check = |topo: &std::path::Path| {
+        artune(&[
+            "check",
+            &p,
+            "--measure",
+            "--topology",
+            topo.to_str().unwrap(),
+        ])
+    };
+    let o = check(&same);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stdout));
+    let o = check(&x4);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stdout));
+    assert!(
+        text(&o.stderr).contains("no longer choose"),
+        "{}",
+        text(&o.stderr)
+    );
+}

@@ -71,17 +71,40 @@ pub fn measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
     for x in &unsettled {
         let first = &x.passes[0];
         outln!(
-            "{}: not judged: a first pass found {} {:.0}% faster than the profile's {}, a second in the other order did not",
+            "{}: not judged: a first pass found {} {:.0}% faster than the profile's {}, a later pass (one in the other order) did not",
             at(x),
             first.now,
             first.gain(x.chosen) * 100.0,
             x.chosen
         );
     }
+    let drifting: Vec<&crate::recheck::Point> = points.iter().filter(|x| x.drifting()).collect();
+    for x in &drifting {
+        outln!(
+            "{}: undecided: {} beat the profile's {} by {:.0}% in every pass, but the timings moved {:.0}% between passes",
+            at(x),
+            x.now(),
+            x.chosen,
+            x.gain() * 100.0,
+            x.drift() * 100.0
+        );
+    }
+    if broken.is_empty() && !drifting.is_empty() {
+        let msg = format!(
+            "{}: undecided, measured: this machine drifts too much right now to tell whether the profile holds ({} of {} decisive sizes moved between passes by as much as the difference; {:.1} s); run the check again when the GPUs are quiet",
+            a.profile.display(),
+            drifting.len(),
+            points.len(),
+            took
+        );
+        outln!("{msg}");
+        eprintln!("{msg}");
+        return Ok(crate::recheck::EXIT_UNDECIDED);
+    }
     if broken.is_empty() {
         let judged = points.len() - unsettled.len();
         outln!(
-            "{} holds, measured: at the {judged} decisive sizes judged here no other backend beats its choice by more than 10% in two passes ({:.1} s){}{}",
+            "{} holds, measured: at the {judged} decisive sizes judged here no other backend beats its choice by more than 10% plus the drift between passes ({:.1} s){}{}",
             a.profile.display(),
             took,
             match unsettled.len() {
@@ -94,7 +117,7 @@ pub fn measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
     }
     for x in &broken {
         outln!(
-            "{}: the profile chose {}, now {} is {:.0}% faster (at least, over two passes); {}",
+            "{}: the profile chose {}, now {} is {:.0}% faster (at least, over three passes, beyond the drift between them); {}",
             at(x),
             x.chosen,
             x.now(),
