@@ -265,7 +265,7 @@ pub fn occupancy_gate(
             }
             // Opening the GPUs will say what is wrong with NVML or the driver.
             Err(e) => {
-                tracing::warn!("GPU occupancy not read: {e}");
+                tracing::debug!("GPU occupancy not read: {e}");
                 return Ok(Vec::new());
             }
         },

@@ -69,7 +69,7 @@ pub fn check_output(path: &Path, flag: &str, expect: Expect) -> Result<PathBuf, 
             }
             Expect::Dir if !m.is_dir() => {
                 return Err(refuse(
-                    "it is a file, but this writes into a directory; name a directory".into(),
+                    "it is a file, but this writes into a directory; give a directory".into(),
                 ))
             }
             _ => {}
@@ -172,7 +172,7 @@ mod tests {
         let msg = check_output(&file, "--plot", Expect::Dir)
             .unwrap_err()
             .to_string();
-        assert!(msg.contains("name a directory"), "{msg}");
+        assert!(msg.contains("give a directory"), "{msg}");
         let msg = check_output(dir.path(), "--out", Expect::File)
             .unwrap_err()
             .to_string();
