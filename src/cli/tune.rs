@@ -172,7 +172,8 @@ pub fn run(mut a: TuneArgs) -> Result<i32, Error> {
     let cancel = Cancel::new();
     cancel_on_signals(&cancel);
     let opening = std::time::Instant::now();
-    let mut fabric = super::open_fabric(&a.source, a.loopback, a.seed, faults)?;
+    let mut fabric = super::open_fabric(&a.source, a.loopback, a.seed, faults)
+        .map_err(|e| beside_busy(e, &busy))?;
     let opts = tune::Options {
         startup_seconds: opening.elapsed().as_secs_f64(),
         environment: crate::profile::environment::current(),
@@ -214,7 +215,7 @@ pub fn run(mut a: TuneArgs) -> Result<i32, Error> {
     }
     // Releases communicators and device memory before anything is written.
     drop(fabric);
-    let mut profile = result?;
+    let mut profile = result.map_err(|e| beside_busy(e, &opts.busy))?;
     profile.node = Some(node);
     profile.write_atomic(&a.out)?;
     if let Some(dir) = &a.plot {
@@ -280,6 +281,21 @@ pub fn occupancy_gate(
     }
 }
 
+/// A hardware failure on GPUs measured with `--allow-busy` (out of memory, typically) names
+/// who else held them and how much, as read before the tune.
+fn beside_busy(e: Error, busy: &[crate::profile::environment::BusyGpu]) -> Error {
+    match e {
+        Error::Hardware(msg) if !busy.is_empty() => {
+            let who: Vec<String> = busy.iter().map(ToString::to_string).collect();
+            Error::Hardware(format!(
+                "{msg} (with --allow-busy: before the tune, {} held the GPUs)",
+                who.join("; ")
+            ))
+        }
+        e => e,
+    }
+}
+
 pub fn show(a: ShowArgs) -> Result<i32, Error> {
     let p = Profile::load(&a.profile)?;
     if a.json {
@@ -295,7 +311,31 @@ pub fn show(a: ShowArgs) -> Result<i32, Error> {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_target_ci, parse_tp};
+    use super::{beside_busy, parse_target_ci, parse_tp};
+    use crate::error::Error;
+    use crate::profile::environment::BusyGpu;
+
+    #[test]
+    fn a_hardware_failure_beside_allowed_work_names_who_held_the_gpu() {
+        let busy = [BusyGpu {
+            gpu: 0,
+            pid: 9,
+            name: "matmul".into(),
+            memory_bytes: Some(140 << 30),
+        }];
+        let e = beside_busy(
+            Error::Hardware("opening GPU 0 failed: OUT_OF_MEMORY".into()),
+            &busy,
+        );
+        let msg = e.to_string();
+        assert!(
+            msg.contains("GPU 0: pid 9 (matmul) holding 140G held the GPUs"),
+            "{msg}"
+        );
+        assert_eq!(e.exit_code(), crate::error::EXIT_HARDWARE);
+        let quiet = beside_busy(Error::Hardware("x".into()), &[]);
+        assert_eq!(quiet.to_string(), "x");
+    }
 
     #[test]
     fn target_ci_is_a_percentage_within_bounds() {

@@ -117,8 +117,12 @@ impl Reading {
             }
         }
         for g in self.unexplained() {
+            let free = g
+                .free_bytes
+                .map(|f| format!(", {} free", fmt_bytes(f)))
+                .unwrap_or_default();
             what.push(format!(
-                "GPU {}: {}% utilized over 1 s by a process NVML does not name (another container?)",
+                "GPU {}: {}% utilized over 1 s by a process NVML does not name (another container?){free}",
                 g.index,
                 g.utilization_pct.unwrap_or(0)
             ));
