@@ -23,6 +23,9 @@ pub const EXIT_WARNINGS: i32 = 5;
 pub const EXIT_NO_ANSWER: i32 = 6;
 /// Exit code for `artune fleet` when a node is an outlier of its class.
 pub const EXIT_OUTLIER: i32 = 7;
+/// Exit code of `check --measure` when the machine drifts too much right now to tell whether
+/// the profile holds: neither confirmed (0) nor stale (3).
+pub const EXIT_UNDECIDED: i32 = 8;
 /// Exit code after SIGINT/SIGTERM.
 pub const EXIT_INTERRUPTED: i32 = 130;
 

@@ -32,6 +32,12 @@ pub struct Options {
     pub cancel: Cancel,
     /// Seconds the caller spent opening the fabric, recorded with the other phases.
     pub startup_seconds: f64,
+    /// The NCCL and CUDA variables the tune runs with ([`crate::profile::environment::current`]
+    /// from the CLI), recorded in the profile.
+    pub environment: std::collections::BTreeMap<String, String>,
+    /// The caller measured beside other processes on the GPUs (`--allow-busy`), and which.
+    pub allow_busy: bool,
+    pub busy: Vec<crate::profile::environment::BusyGpu>,
 }
 
 impl Default for Options {
@@ -50,6 +56,9 @@ impl Default for Options {
             harness: fast_harness(),
             cancel: Cancel::new(),
             startup_seconds: 0.0,
+            environment: Default::default(),
+            allow_busy: false,
+            busy: Vec::new(),
         }
     }
 }
@@ -198,6 +207,15 @@ pub fn run(
     topology.host.driver = topology.host.driver.or(info.driver.clone());
     topology.host.cuda = topology.host.cuda.or(info.cuda.clone());
     topology.host.nccl = topology.host.nccl.or(info.nccl.clone());
+    let environment = crate::profile::Environment {
+        allow_busy: opts.allow_busy,
+        busy: opts.busy.clone(),
+        ..crate::profile::Environment::capture(
+            opts.environment.clone(),
+            info.simulated,
+            info.nccl.clone(),
+        )
+    };
     let profile = Profile {
         schema_version: SCHEMA_VERSION,
         tool_version: env!("CARGO_PKG_VERSION").into(),
@@ -236,6 +254,7 @@ pub fn run(
         assumed: fabric.assumed(),
         node: Some(crate::profile::Node::here()),
         fleet: None,
+        environment: Some(environment),
     };
     check_measured(&profile)?;
     crate::profile::validate_built(&profile)?;

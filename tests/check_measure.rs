@@ -89,3 +89,198 @@ fn a_profile_of_other_gpus_is_refused() {
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert!(err.contains("does not fit this machine of 2 GPUs"), "{err}");
 }
+
+/// Runs artune with one extra variable in its environment.
+fn artune_with(vars: &[(&str, &str)], args: &[&str]) -> std::process::Output {
+    std::process::Command::new(common::BIN)
+        .args(args)
+        .envs(vars.iter().copied())
+        .output()
+        .expect("artune runs")
+}
+
+#[test]
+fn a_variable_the_tune_ran_with_is_recorded_shown_and_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("p.json");
+    let p = out.to_str().unwrap();
+    let level = &[("NCCL_P2P_LEVEL", "SYS")][..];
+    let args = [
+        "tune",
+        "--sim",
+        "pcie-8x-2switch",
+        "--tp",
+        "8",
+        "--mode",
+        "graph",
+        "--sizes",
+        "4K:1M",
+        "--no-contention",
+        "--mem-budget",
+        "64MiB",
+        "--out",
+        p,
+    ];
+    let o = artune_with(level, &args);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let said = text(&o.stdout);
+    assert!(said.contains("measured with NCCL_P2P_LEVEL=SYS"), "{said}");
+    assert!(said.contains("NCCL library: simulated"), "{said}");
+    assert!(said.contains("memory budget: 64M per GPU"), "{said}");
+    let shown = text(&artune(&["show", p]).stdout);
+    assert!(
+        shown.contains("measured with NCCL_P2P_LEVEL=SYS"),
+        "{shown}"
+    );
+
+    // Without the variable the profile no longer describes what engines get.
+    for extra in [&[][..], &["--measure"][..]] {
+        let mut check = vec!["check", p, "--sim", "pcie-8x-2switch"];
+        check.extend_from_slice(extra);
+        let o = artune(&check);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(3), "{extra:?}: {err}");
+        assert!(
+            err.contains("NCCL_P2P_LEVEL=SYS when tuned, unset now"),
+            "{err}"
+        );
+        // With it, the same check holds.
+        let o = artune_with(level, &check);
+        assert_eq!(o.status.code(), Some(0), "{extra:?}: {}", text(&o.stderr));
+    }
+    // A logging variable is not a difference.
+    let o = artune_with(
+        &[("NCCL_P2P_LEVEL", "SYS"), ("NCCL_DEBUG", "INFO")],
+        &["check", p, "--sim", "pcie-8x-2switch"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+}
+
+#[test]
+fn a_busy_gpu_refuses_the_tune_unless_allowed_and_the_profile_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let reading = dir.path().join("busy.json");
+    std::fs::write(
+        &reading,
+        r#"{"gpus": [{"index": 0, "processes": [{"pid": 4242, "name": "matmul", "memory_bytes": 150323855360}],
+            "utilization_pct": 98, "free_bytes": 1073741824, "total_bytes": 151397597184}]}"#,
+    )
+    .unwrap();
+    let out = dir.path().join("p.json");
+    let (r, p) = (reading.to_str().unwrap(), out.to_str().unwrap());
+    let tune = |extra: &[&str]| {
+        let mut args = vec![
+            "tune",
+            "--sim",
+            "pcie-4x-1switch",
+            "--tp",
+            "4",
+            "--mode",
+            "graph",
+            "--sizes",
+            "4K:64K",
+            "--no-contention",
+            "--sim-occupancy",
+            r,
+            "--out",
+            p,
+        ];
+        args.extend_from_slice(extra);
+        artune(&args)
+    };
+    let o = tune(&[]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("GPU 0: pid 4242 (matmul) holding 140G"),
+        "{err}"
+    );
+    assert!(
+        err.contains("1G of 141G free") && err.contains("--allow-busy"),
+        "{err}"
+    );
+    assert!(!out.exists(), "a refused tune wrote a profile");
+
+    let o = tune(&["--allow-busy"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("--allow-busy"),
+        "{}",
+        text(&o.stderr)
+    );
+    let shown = text(&artune(&["show", p]).stdout);
+    assert!(
+        shown.contains("BUSY GPUs allowed (--allow-busy)"),
+        "{shown}"
+    );
+    assert!(shown.contains("pid 4242 (matmul)"), "{shown}");
+    let o = artune(&["check", p, "--sim", "pcie-4x-1switch"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("measured with --allow-busy"),
+        "{}",
+        text(&o.stderr)
+    );
+
+    // check --measure asks the same question before re-timing.
+    let check = |extra: &[&str]| {
+        let mut args = vec![
+            "check",
+            p,
+            "--measure",
+            "--sim",
+            "pcie-4x-1switch",
+            "--sim-occupancy",
+            r,
+        ];
+        args.extend_from_slice(extra);
+        artune(&args)
+    };
+    let o = check(&[]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("pid 4242"), "{}", text(&o.stderr));
+    let o = check(&["--allow-busy"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    // An idle reading lets both run.
+    std::fs::write(
+        &reading,
+        r#"{"gpus": [{"index": 0, "utilization_pct": 0}]}"#,
+    )
+    .unwrap();
+    assert_eq!(tune(&[]).status.code(), Some(0));
+}
+
+#[test]
+fn a_downtrained_link_is_caught_by_the_measured_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = profile(dir.path());
+    let o = artune(&["topo", "--sim", "pcie-4x-1switch", "--json"]);
+    let mut t: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    for g in t["gpus"].as_array_mut().unwrap() {
+        g["pcie"]["width"] = 4.into();
+        g["pcie"]["max_width"] = 4.into();
+    }
+    let same = dir.path().join("same.json");
+    std::fs::write(&same, o.stdout).unwrap();
+    let x4 = dir.path().join("x4.json");
+    std::fs::write(&x4, t.to_string()).unwrap();
+    let check = |topo: &std::path::Path| {
+        artune(&[
+            "check",
+            &p,
+            "--measure",
+            "--topology",
+            topo.to_str().unwrap(),
+        ])
+    };
+    let o = check(&same);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stdout));
+    let o = check(&x4);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stdout));
+    assert!(
+        text(&o.stderr).contains("no longer choose"),
+        "{}",
+        text(&o.stderr)
+    );
+}

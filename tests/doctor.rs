@@ -313,7 +313,7 @@ fn the_real_machine_never_crashes() {
         assert!(!String::from_utf8_lossy(&o.stderr).contains("internal error"));
         if extra.contains(&"--json") {
             let r = json(&o);
-            assert_eq!(r["checks"].as_array().unwrap().len(), 10);
+            assert_eq!(r["checks"].as_array().unwrap().len(), 11);
             assert_eq!(r["simulated"], false);
         }
     }
@@ -337,4 +337,35 @@ fn an_environment_value_that_is_not_utf8_is_named() {
     let (st, ev, _) = check(&json(&o), "environment");
     assert_eq!(st, "warn");
     assert!(ev.contains("NCCL_ALGO=Ri"), "{ev}");
+}
+
+#[test]
+fn a_busy_gpu_is_a_warning_naming_who() {
+    let dir = tempfile::tempdir().unwrap();
+    let reading = dir.path().join("busy.json");
+    std::fs::write(
+        &reading,
+        r#"{"gpus": [{"index": 0, "processes": [{"pid": 4242, "name": "matmul", "memory_bytes": 1073741824}], "utilization_pct": 98}]}"#,
+    )
+    .unwrap();
+    let r = reading.to_str().unwrap();
+    let o = doctor(
+        "two-gpus.json",
+        "acs-off",
+        &["--json", "--sim-occupancy", r],
+        &[],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let (st, ev, act) = check(&json(&o), "busy");
+    assert_eq!(st, "warn");
+    assert!(
+        ev.contains("GPU 0: pid 4242 (matmul) holding 1G, 98% utilized"),
+        "{ev}"
+    );
+    assert!(act.contains("--allow-busy"), "{act}");
 }

@@ -287,3 +287,38 @@ fn follows_a_profile_tuned_on_the_simulated_fabric() {
         "the tuned profile should steer some of these sizes"
     );
 }
+
+#[test]
+fn a_user_pin_is_left_alone_and_init_logs_the_nccl_version_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("profile.json");
+    let mut prof = sample::profile();
+    prof.simulated = false;
+    prof.environment = Some(artune::profile::Environment {
+        variables: [("NCCL_P2P_LEVEL".to_string(), "SYS".to_string())].into(),
+        ..Default::default()
+    });
+    prof.write_atomic(&path).unwrap();
+    let p = path.to_str().unwrap();
+    // NCCL_PROTO pins NCCL's choice: the entry the profile wants (1,0 at 1000 bytes) stays.
+    let r = plugin(
+        &[("ARTUNE_PROFILE", p), ("NCCL_PROTO", "LL")],
+        2,
+        1000,
+        "untouched",
+    );
+    assert_ok(r.clone(), "NCCL_PROTO=LL set in this process");
+    let Some((_, _, err)) = r else { return };
+    // Five tuner versions and a fresh context each, one process: one line of each.
+    assert_eq!(err.matches("loaded by NCCL").count(), 1, "{err}");
+    assert!(err.contains("loaded by NCCL of unknown version"), "{err}");
+    assert_eq!(
+        err.matches("differs from the profile's").count(),
+        1,
+        "{err}"
+    );
+    assert!(
+        err.contains("NCCL_P2P_LEVEL=SYS when tuned, unset now"),
+        "{err}"
+    );
+}

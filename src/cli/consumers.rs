@@ -249,6 +249,11 @@ pub fn export(a: ExportArgs) -> Result<i32, Error> {
         allow_simulated: a.allow_simulated,
     };
     let e = export::export(&p, &o)?;
+    if let Some(out) = &a.out {
+        use crate::profile::paths::{check_output, Expect};
+        let one = !a.engine.writes_several() && e.files.len() == 1 && !out.is_dir();
+        check_output(out, "--out", if one { Expect::File } else { Expect::Dir })?;
+    }
     warn_simulated(&a.profile, &p);
     match a.out {
         None => {
@@ -329,13 +334,15 @@ pub fn why(a: MessageArgs) -> Result<i32, Error> {
 pub fn check(a: CheckArgs) -> Result<i32, Error> {
     let p = Profile::load(&a.profile)?;
     if a.measure {
-        return check_measured(&a, &p);
+        return super::check::measured(&a, &p);
     }
     let now = load_topology(&Source {
         sim: a.sim.clone(),
         topology: a.topology.clone(),
     })?;
-    let st = staleness(&p, &now);
+    super::check::busy_note(&a.profile, &p);
+    let mut st = staleness(&p, &now);
+    crate::profile::stale::add_environment(&mut st, &p, &crate::profile::environment::current());
     if !st.holds() {
         return Err(Error::Stale(st.summary(4)));
     }
@@ -363,103 +370,6 @@ pub fn check(a: CheckArgs) -> Result<i32, Error> {
         }
     );
     Ok(0)
-}
-
-/// `check --measure`: the profile's decisive sizes re-timed here, the rule applied again.
-fn check_measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
-    let source = Source {
-        sim: a.sim.clone(),
-        topology: a.topology.clone(),
-    };
-    let faults = super::sim_faults(a.sim_faults.as_deref(), &source)?;
-    let started = std::time::Instant::now();
-    let mut fabric = super::open_fabric(&source, a.loopback, 7, faults)?;
-    let cancel = crate::cancel::Cancel::new();
-    let points = crate::recheck::run(fabric.as_mut(), p, &crate::recheck::harness(), &cancel);
-    drop(fabric);
-    let points = points?;
-    let broken: Vec<&crate::recheck::Point> = points.iter().filter(|x| x.changed()).collect();
-    let unsettled: Vec<&crate::recheck::Point> = points.iter().filter(|x| x.unsettled()).collect();
-    let took = started.elapsed().as_secs_f64();
-    let at = |x: &crate::recheck::Point| {
-        format!(
-            "TP{} {} GPUs {:?} at {}",
-            x.tp,
-            x.mode.id(),
-            x.gpus,
-            fmt_bytes(x.bytes)
-        )
-    };
-    for x in &unsettled {
-        let first = &x.passes[0];
-        outln!(
-            "{}: not judged: a first pass found {} {:.0}% faster than the profile's {}, a second in the other order did not",
-            at(x),
-            first.now,
-            first.gain(x.chosen) * 100.0,
-            x.chosen
-        );
-    }
-    if broken.is_empty() {
-        let judged = points.len() - unsettled.len();
-        outln!(
-            "{} holds, measured: at the {judged} decisive sizes judged here no other backend beats its choice by more than 10% in two passes ({:.1} s){}{}",
-            a.profile.display(),
-            took,
-            match unsettled.len() {
-                0 => String::new(),
-                n => format!("; {n} more moved between passes (listed above)"),
-            },
-            if p.simulated { "; the profile is SIMULATED" } else { "" }
-        );
-        return Ok(0);
-    }
-    for x in &broken {
-        outln!(
-            "{}: the profile chose {}, now {} is {:.0}% faster (at least, over two passes); {}",
-            at(x),
-            x.chosen,
-            x.now(),
-            x.gain() * 100.0,
-            moved(p, x)
-        );
-    }
-    Err(Error::Stale(format!(
-        "{} of {} decisive sizes re-timed here no longer choose what the profile says (listed above, {:.1} s)",
-        broken.len(),
-        points.len(),
-        took
-    )))
-}
-
-/// Which backends moved since the profile was made, at a re-timed point: the profile's
-/// median against the last pass's, so a user sees whether the choice got slower or a rival
-/// got faster.
-fn moved(p: &Profile, x: &crate::recheck::Point) -> String {
-    let bucket = p
-        .group(crate::profile::Query {
-            tp: x.tp,
-            mode: x.mode,
-            gpus: Some(&x.gpus),
-        })
-        .and_then(|g| g.buckets.iter().find(|b| b.bytes == x.bytes));
-    let (Some(b), Some(last)) = (bucket, x.passes.last()) else {
-        return String::new();
-    };
-    let parts: Vec<String> = last
-        .us
-        .iter()
-        .filter_map(|(k, now)| {
-            let then = b.results.get(k)?.median_us;
-            Some(format!(
-                "{k} {} when profiled → {} ({:+.0}%)",
-                crate::units::fmt_us(then),
-                crate::units::fmt_us(*now),
-                (now / then - 1.0) * 100.0
-            ))
-        })
-        .collect();
-    parts.join(", ")
 }
 
 fn describe(w: &Workload) -> String {

@@ -31,6 +31,9 @@ pub struct DoctorArgs {
     /// Testing only: read this directory as /proc.
     #[arg(long, hide = true, value_name = "DIR")]
     pub proc_root: Option<PathBuf>,
+    /// Testing only: read the GPUs' occupancy from this JSON file (as `tune --sim-occupancy`).
+    #[arg(long, hide = true, value_name = "FILE")]
+    pub sim_occupancy: Option<PathBuf>,
     /// Testing only: faults for the simulated machine's `--measure` (as for `artune tune`).
     #[arg(long, hide = true, value_name = "SPEC")]
     pub sim_faults: Option<String>,
@@ -55,6 +58,9 @@ pub fn run(a: DoctorArgs) -> Result<i32, Error> {
         proc: a.proc_root.clone(),
     };
     let mut facts = Facts::gather(machine, topology, &roots);
+    if let Some(f) = &a.sim_occupancy {
+        facts.occupancy = Ok(crate::topology::occupancy::read_file(f)?);
+    }
     if let (Some(p), Some(path)) = (&profile, &a.profile) {
         let mut pf = ProfileFacts {
             path: path.clone(),

@@ -29,7 +29,7 @@ pub struct FleetArgs {
 pub fn run(a: FleetArgs) -> Result<i32, Error> {
     let out_dir = a.out.clone().unwrap_or_else(|| a.dir.join("classes"));
     if let Some(p) = &a.prom {
-        crate::profile::check_writable(p)?;
+        crate::profile::paths::check_output(p, "--prom", crate::profile::paths::Expect::File)?;
     }
     let (mut report, collected) = crate::fleet::run(&a.dir, a.dtype.map(Into::into))?;
     let warnings = crate::fleet::write_class_profiles(&mut report, &collected, &out_dir)?;

@@ -1,6 +1,7 @@
 //! Command line: argument types and dispatch. Each subcommand's work lives in its own file.
 
 mod bench;
+mod check;
 mod compare;
 mod consumers;
 mod doctor;
@@ -195,6 +196,13 @@ pub struct TuneArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Measure even when another process is using the GPUs (recorded in the profile).
+    #[arg(long)]
+    pub allow_busy: bool,
+    /// Testing only, hidden from --help: read the GPUs' occupancy from this JSON file instead
+    /// of NVML (src/topology/occupancy.rs, `Reading`); applies to simulated machines too.
+    #[arg(long, hide = true, value_name = "FILE")]
+    pub sim_occupancy: Option<PathBuf>,
     /// Testing only, hidden from --help: inject faults into the simulated machine (needs
     /// --sim or --topology), e.g. `wrong=one_stage_pull,hang=nccl_tree_ll,spikes=0.2:20,
     /// lose=3:100,delay=20`. The items are described in src/fabric/sim/faults.rs.
@@ -301,6 +309,12 @@ pub struct CheckArgs {
     /// Testing only, hidden from --help: faults for a simulated machine, as `tune --sim-faults`.
     #[arg(long, hide = true, value_name = "SPEC", requires = "measure")]
     pub sim_faults: Option<String>,
+    /// With --measure: re-time even when another process is using the GPUs.
+    #[arg(long, requires = "measure")]
+    pub allow_busy: bool,
+    /// Testing only, hidden from --help: the GPUs' occupancy as `tune --sim-occupancy`.
+    #[arg(long, hide = true, value_name = "FILE", requires = "measure")]
+    pub sim_occupancy: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

@@ -162,12 +162,26 @@ pub fn run(mut a: TuneArgs) -> Result<i32, Error> {
     sampling(&a)?;
     let faults = super::sim_faults(a.sim_faults.as_deref(), &a.source)?;
     crate::profile::check_writable(&a.out)?;
+    if let Some(dir) = &a.plot {
+        crate::profile::paths::check_output(dir, "--plot", crate::profile::paths::Expect::Dir)?;
+    }
+    let busy = occupancy_gate(
+        &a.source,
+        a.loopback,
+        a.sim_occupancy.as_deref(),
+        a.allow_busy,
+        "tune",
+    )?;
     let cancel = Cancel::new();
     cancel_on_signals(&cancel);
     let opening = std::time::Instant::now();
-    let mut fabric = super::open_fabric(&a.source, a.loopback, a.seed, faults)?;
+    let mut fabric = super::open_fabric(&a.source, a.loopback, a.seed, faults)
+        .map_err(|e| beside_busy(e, &busy))?;
     let opts = tune::Options {
         startup_seconds: opening.elapsed().as_secs_f64(),
+        environment: crate::profile::environment::current(),
+        allow_busy: a.allow_busy,
+        busy,
         ..options(&a, fabric.topology().gpu_count(), cancel)?
     };
 
@@ -204,7 +218,7 @@ pub fn run(mut a: TuneArgs) -> Result<i32, Error> {
     }
     // Releases communicators and device memory before anything is written.
     drop(fabric);
-    let mut profile = result?;
+    let mut profile = result.map_err(|e| beside_busy(e, &opts.busy))?;
     profile.node = Some(node);
     profile.write_atomic(&a.out)?;
     if let Some(dir) = &a.plot {
@@ -223,6 +237,68 @@ pub fn run(mut a: TuneArgs) -> Result<i32, Error> {
     Ok(0)
 }
 
+/// Before measuring: who else is on the GPUs the command will use (NVML on real GPUs, or the
+/// testing `--sim-occupancy FILE`). Another process refuses the command (exit 2) unless
+/// `allow_busy`; then it is warned about and returned for the profile.
+pub fn occupancy_gate(
+    source: &super::Source,
+    loopback: Option<usize>,
+    fake: Option<&std::path::Path>,
+    allow_busy: bool,
+    command: &str,
+) -> Result<Vec<crate::profile::environment::BusyGpu>, Error> {
+    use crate::topology::occupancy;
+    let simulated = source.sim.is_some() || source.topology.is_some();
+    let reading = match fake {
+        Some(f) => occupancy::read_file(f)?,
+        None if simulated => return Ok(Vec::new()),
+        None => match occupancy::read_nvml(None, std::time::Duration::from_secs(1)) {
+            Ok(mut r) => {
+                let uuids: Vec<(usize, String)> = r
+                    .gpus
+                    .iter()
+                    .filter_map(|g| Some((g.index, g.uuid.clone()?)))
+                    .collect();
+                let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+                if let Some(keep) =
+                    occupancy::cuda_indices(visible.as_deref(), &uuids, loopback.is_some())
+                {
+                    r.gpus.retain(|g| keep.contains(&g.index));
+                }
+                r
+            }
+            // Opening the GPUs will say what is wrong with NVML or the driver.
+            Err(e) => {
+                tracing::debug!("GPU occupancy not read: {e}");
+                return Ok(Vec::new());
+            }
+        },
+    };
+    match (reading.refusal(command), reading.describe()) {
+        (Some(_), Some(what)) if allow_busy => {
+            eprintln!("warning: measuring beside other work (--allow-busy, recorded in the profile): {what}");
+            Ok(reading.busy())
+        }
+        (Some(why), _) => Err(Error::bad_input(why)),
+        _ => Ok(Vec::new()),
+    }
+}
+
+/// A hardware failure on GPUs measured with `--allow-busy` (out of memory, typically) names
+/// who else held them and how much, as read before the tune.
+fn beside_busy(e: Error, busy: &[crate::profile::environment::BusyGpu]) -> Error {
+    match e {
+        Error::Hardware(msg) if !busy.is_empty() => {
+            let who: Vec<String> = busy.iter().map(ToString::to_string).collect();
+            Error::Hardware(format!(
+                "{msg} (with --allow-busy: before the tune, {} held the GPUs)",
+                who.join("; ")
+            ))
+        }
+        e => e,
+    }
+}
+
 pub fn show(a: ShowArgs) -> Result<i32, Error> {
     let p = Profile::load(&a.profile)?;
     if a.json {
@@ -238,7 +314,31 @@ pub fn show(a: ShowArgs) -> Result<i32, Error> {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_target_ci, parse_tp};
+    use super::{beside_busy, parse_target_ci, parse_tp};
+    use crate::error::Error;
+    use crate::profile::environment::BusyGpu;
+
+    #[test]
+    fn a_hardware_failure_beside_allowed_work_names_who_held_the_gpu() {
+        let busy = [BusyGpu {
+            gpu: 0,
+            pid: 9,
+            name: "matmul".into(),
+            memory_bytes: Some(140 << 30),
+        }];
+        let e = beside_busy(
+            Error::Hardware("opening GPU 0 failed: OUT_OF_MEMORY".into()),
+            &busy,
+        );
+        let msg = e.to_string();
+        assert!(
+            msg.contains("GPU 0: pid 9 (matmul) holding 140G held the GPUs"),
+            "{msg}"
+        );
+        assert_eq!(e.exit_code(), crate::error::EXIT_HARDWARE);
+        let quiet = beside_busy(Error::Hardware("x".into()), &[]);
+        assert_eq!(quiet.to_string(), "x");
+    }
 
     #[test]
     fn target_ci_is_a_percentage_within_bounds() {

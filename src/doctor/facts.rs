@@ -75,6 +75,8 @@ pub struct Facts {
     pub env: Vec<(String, String)>,
     pub profile: Option<ProfileFacts>,
     pub measured: Option<Measured>,
+    /// Who else is on the GPUs (NVML on a real machine), or why it was not read.
+    pub occupancy: Result<crate::topology::occupancy::Reading, String>,
 }
 
 /// Where sysfs and procfs live: `/sys` and `/proc`, or fixture trees in tests.
@@ -140,6 +142,12 @@ impl Facts {
                 .collect(),
             profile: None,
             measured: None,
+            occupancy: if real {
+                crate::topology::occupancy::read_nvml(None, std::time::Duration::from_secs(1))
+                    .map_err(|e| e.to_string())
+            } else {
+                Err("NVML is not read for a simulated machine".to_string())
+            },
         }
     }
 }

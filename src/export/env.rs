@@ -18,7 +18,7 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
         .map(|(tp, g)| {
             (
                 tp,
-                super::nccl::uniform(g).map(|(a, pr)| super::nccl::env_values(a, pr)),
+                super::nccl::uniform(p, g).map(|(a, pr)| super::nccl::env_values(a, pr)),
             )
         })
         .collect();

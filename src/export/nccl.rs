@@ -42,7 +42,15 @@ pub(super) fn bands(g: &GroupProfile) -> Vec<Band> {
 /// the group measured every size an engine sends (from the latency floor to the default
 /// tune's 256 MiB): NCCL_ALGO and NCCL_PROTO hold at sizes the profile never measured too.
 /// Otherwise, why not.
-pub(super) fn uniform(g: &GroupProfile) -> Result<(NcclAlgo, NcclProto), String> {
+///
+/// Never for a group whose GPUs all reach each other over NVLink: from NCCL 2.29.2 symmetric
+/// kernels run on all-NVLink groups only, and in 2.31's cost model (src/tuning/) setting
+/// NCCL_ALGO clears every symmetric kernel, so the variable would cost those users more than
+/// the profile's pin gains. The plugin steers them per size instead.
+pub(super) fn uniform(p: &Profile, g: &GroupProfile) -> Result<(NcclAlgo, NcclProto), String> {
+    if all_nvlink(p, g) {
+        return Err("its GPUs are all on NVLink, where NCCL_ALGO would switch off NCCL's symmetric kernels (NCCL 2.31 and later)".into());
+    }
     let single = match bands(g).as_slice() {
         [one] => one.backend.nccl_pin(),
         _ => None,
@@ -60,6 +68,15 @@ pub(super) fn uniform(g: &GroupProfile) -> Result<(NcclAlgo, NcclProto), String>
         ));
     }
     Ok(pin)
+}
+
+/// Every pair of the group's GPUs is joined by NVLink (directly or through NVSwitch).
+fn all_nvlink(p: &Profile, g: &GroupProfile) -> bool {
+    g.gpus.iter().enumerate().all(|(i, &a)| {
+        g.gpus[i + 1..]
+            .iter()
+            .all(|&b| p.topology.nvlinks_between(a, b) > 0)
+    })
 }
 
 /// The largest message the default tune measures, and the least a group must reach before one
@@ -162,7 +179,7 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
             "#     above {}: NCCL's own choice (not measured)\n",
             fmt_bytes(g.buckets.last().map_or(0, |b| b.bytes))
         ));
-        fallback.push_str(&match uniform(g) {
+        fallback.push_str(&match uniform(p, g) {
             Ok((a, pr)) => format!(
                 "#   TP{tp}: one variant holds at every size: export {}\n",
                 env_values(a, pr)

@@ -136,6 +136,7 @@ pub fn profile_with(preset: &str, tps: &[usize], sizes: &[u64]) -> Profile {
         assumed: vec![],
         node: None,
         fleet: None,
+        environment: None,
     }
 }
 

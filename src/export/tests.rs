@@ -150,6 +150,16 @@ fn nccl_variants_come_from_the_profiles_nccl_choice() {
     }
     let env = &export(&p, &opts(Engine::Env)).unwrap().files[0].contents;
     assert!(env.contains("export NCCL_ALGO=allreduce:tree\nexport NCCL_PROTO=allreduce:ll\n"));
+    // The same profile on all-NVLink GPUs: NCCL_ALGO would switch off NCCL's symmetric
+    // kernels, so neither export pins it.
+    let mut nv = p.clone();
+    nv.topology = crate::topology::presets::get("nvswitch-8x").unwrap();
+    let env = &export(&nv, &opts(Engine::Env)).unwrap().files[0].contents;
+    assert!(!env.contains("export NCCL_ALGO"), "{env}");
+    assert!(env.contains("symmetric kernels"), "{env}");
+    let nccl = &export(&nv, &opts(Engine::Nccl)).unwrap().files[0].contents;
+    assert!(!nccl.contains("export NCCL_ALGO"), "{nccl}");
+    assert!(nccl.contains("symmetric kernels"), "{nccl}");
     // NCCL's own choice everywhere: nothing to pin, no NCCL_ALGO line.
     for g in &mut p.groups {
         for b in &mut g.buckets {

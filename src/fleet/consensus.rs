@@ -150,6 +150,7 @@ pub fn class_profile(
             left_out,
         }),
         assumed: Vec::new(),
+        environment: template.environment.clone(),
     };
     Some(crate::profile::validate_built(&p).map(|()| p))
 }

@@ -88,6 +88,48 @@ pub enum Outcome {
     NcclOwnChoice,
     /// NCCL disabled the entry (-1) or passed a table too small for it.
     EntryUnavailable,
+    /// Every entry is NCCL_ALGO_PROTO_IGNORE: from 2.31 NCCL asks so on its symmetric-kernel
+    /// path, where the table has nothing to steer. Left alone, without a warning.
+    AllIgnored,
+    /// `NCCL_ALGO` or `NCCL_PROTO` is set in the engine's environment: the user pinned NCCL's
+    /// choice, and the plugin does not override it (logged once at init).
+    PinnedByUser,
+}
+
+/// NCCL's `NCCL_ALGO_PROTO_IGNORE`: a cost meaning "not possible here".
+pub const ALGO_PROTO_IGNORE: f32 = -1.0;
+
+/// Variables with which a user pins NCCL's algorithm or protocol; the plugin leaves them be.
+pub const ALGO_VARS: &[&str] = &["NCCL_ALGO", "NCCL_PROTO"];
+/// Variables with which a user pins NCCL's channel count; the plugin then sets none.
+pub const CHANNEL_VARS: &[&str] = &[
+    "NCCL_MIN_NCHANNELS",
+    "NCCL_MAX_NCHANNELS",
+    "NCCL_NCHANNELS",
+    "NCCL_MIN_CTAS",
+    "NCCL_MAX_CTAS",
+];
+
+/// What the engine's environment pins: `NAME=value` for algorithm or protocol, and for channels.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UserPins {
+    pub algo: Vec<String>,
+    pub channels: Vec<String>,
+}
+
+impl UserPins {
+    pub fn from_vars(vars: &std::collections::BTreeMap<String, String>) -> UserPins {
+        let set = |names: &[&str]| -> Vec<String> {
+            names
+                .iter()
+                .filter_map(|n| vars.get(*n).map(|v| format!("{n}={v}")))
+                .collect()
+        };
+        UserPins {
+            algo: set(ALGO_VARS),
+            channels: set(CHANNEL_VARS),
+        }
+    }
 }
 
 /// NCCL's logger: `void (*)(ncclDebugLogLevel, unsigned long, const char*, int, const char*, ...)`.
@@ -133,6 +175,8 @@ pub struct Context {
     channels: Option<c_int>,
     /// One warning per bucket when NCCL disabled the entry we wanted.
     warned: Vec<AtomicBool>,
+    /// The user pinned NCCL's algorithm or protocol: lower nothing.
+    algo_pinned: bool,
 }
 
 impl Context {
@@ -143,7 +187,18 @@ impl Context {
             logger,
             channels: None,
             warned: Vec::new(),
+            algo_pinned: false,
         }
+    }
+
+    /// Leaves what the engine's environment pins to the user: no entry lowered where
+    /// `NCCL_ALGO`/`NCCL_PROTO` are set, no channel count where a channel variable is.
+    pub fn respecting(mut self, pins: &UserPins) -> Context {
+        self.algo_pinned = !pins.algo.is_empty();
+        if !pins.channels.is_empty() {
+            self.channels = None;
+        }
+        self
     }
 
     /// The pins of the profile's group for a communicator of `n_ranks` ranks on `n_nodes` nodes.
@@ -188,6 +243,7 @@ impl Context {
             group: Some(group),
             logger,
             channels,
+            algo_pinned: false,
         })
     }
 
@@ -231,8 +287,12 @@ impl Context {
                 ),
             );
         }
+        let vars = crate::profile::environment::current();
+        let pins = UserPins::from_vars(&vars);
         match Context::from_profile(&p, n_ranks, n_nodes, mode, logger) {
             Ok(c) => {
+                log_environment_once(logger, &p, &vars, &pins);
+                let c = c.respecting(&pins);
                 let (steered, sizes, largest) = c.group.as_ref().map_or((0, 0, 0), |g| {
                     let steered = g.answers().iter().filter(|a| pin_of(a.nccl).is_some());
                     (
@@ -281,6 +341,9 @@ impl Context {
         if coll != NCCL_FUNC_ALLREDUCE {
             return Outcome::OtherCollective;
         }
+        if self.algo_pinned {
+            return Outcome::PinnedByUser;
+        }
         let pin = match self.pin(n_bytes) {
             Ok(Some(p)) => p,
             Ok(None) => return Outcome::NcclOwnChoice,
@@ -294,13 +357,22 @@ impl Context {
         if !fits {
             return Outcome::EntryUnavailable;
         }
+        let n = num_algo as usize * num_proto as usize;
+        // SAFETY: the caller's table holds num_algo × num_proto floats (bounds checked above).
+        let all = unsafe { std::slice::from_raw_parts(table.cast_const(), n) };
+        if all.iter().all(|&x| x == ALGO_PROTO_IGNORE) {
+            return Outcome::AllIgnored;
+        }
         // SAFETY: in bounds of the caller's num_algo × num_proto table, checked above.
         let cell = unsafe {
             table.add(usize::from(pin.algo) * num_proto as usize + usize::from(pin.proto))
         };
-        // -1.0 is NCCL's "not allowed"; NaN or any negative is not ours to turn into a choice.
+        // -1.0 is NCCL's "not allowed"; NaN, infinite or negative is not ours to turn into a
+        // choice. From 2.31 NCCL takes the smallest time with no sign check, so a negative
+        // written here would win; the plugin only ever writes 0.0 over a finite, non-negative
+        // cost.
         let current = unsafe { *cell };
-        if current.is_nan() || current < 0.0 {
+        if !current.is_finite() || current < 0.0 {
             self.warn_disabled(n_bytes, pin);
             return Outcome::EntryUnavailable;
         }
@@ -325,7 +397,8 @@ impl Context {
         }
     }
 
-    /// The channel count to set alongside a lowered entry, if the profile states one.
+    /// The channel count to set alongside a lowered entry, if the profile states one and the
+    /// user pinned none.
     pub fn channels(&self) -> Option<c_int> {
         self.channels
     }
@@ -334,6 +407,91 @@ impl Context {
     pub fn log_warn(&self, msg: &str) {
         log(self.logger, LOG_WARN, msg);
     }
+}
+
+/// Logs, once per process: the NCCL version that loaded the plugin, the variables the engine
+/// pins (left alone), and where the engine's NCCL environment differs from the profile's.
+fn log_environment_once(
+    logger: Logger,
+    p: &Profile,
+    vars: &std::collections::BTreeMap<String, String>,
+    pins: &UserPins,
+) {
+    static ONCE: AtomicBool = AtomicBool::new(false);
+    if ONCE.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    for line in environment_lines(p, vars, pins, loading_nccl_version()) {
+        log(logger, line.0, &line.1);
+    }
+}
+
+/// The init log lines of [`log_environment_once`], each with its level.
+pub fn environment_lines(
+    p: &Profile,
+    vars: &std::collections::BTreeMap<String, String>,
+    pins: &UserPins,
+    nccl: Option<String>,
+) -> Vec<(c_int, String)> {
+    let mut lines = vec![(
+        LOG_INFO,
+        format!(
+            "loaded by NCCL {} (read against NCCL 2.22 to 2.32 sources: tuner v3 to v7)",
+            nccl.as_deref().unwrap_or("of unknown version")
+        ),
+    )];
+    if !pins.algo.is_empty() {
+        lines.push((
+            LOG_INFO,
+            format!(
+                "{} set in this process: NCCL's algorithm and protocol are the user's, the plugin steers nothing",
+                pins.algo.join(", ")
+            ),
+        ));
+    }
+    if !pins.channels.is_empty() {
+        lines.push((
+            LOG_INFO,
+            format!(
+                "{} set in this process: the plugin leaves NCCL's channel count alone",
+                pins.channels.join(", ")
+            ),
+        ));
+    }
+    if let Some(e) = &p.environment {
+        let d = crate::profile::environment::engine_differences(&e.variables, vars);
+        if !d.is_empty() {
+            let what: Vec<String> = d.iter().map(ToString::to_string).collect();
+            lines.push((
+                LOG_WARN,
+                format!(
+                    "this process's NCCL environment differs from the profile's ({}); NCCL's times and the profile's choices may not hold here: tune with the engine's environment",
+                    what.join(", ")
+                ),
+            ));
+        }
+    }
+    lines
+}
+
+/// The version of the NCCL library in this process, asked through its `ncclGetVersion`
+/// (e.g. "2.28.3"); None when no NCCL is loaded.
+pub fn loading_nccl_version() -> Option<String> {
+    type GetVersion = unsafe extern "C" fn(*mut c_int) -> c_int;
+    // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name only looks a symbol up.
+    let sym = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"ncclGetVersion".as_ptr()) };
+    if sym.is_null() {
+        return None;
+    }
+    // SAFETY: ncclGetVersion has this signature in every NCCL release.
+    let f: GetVersion = unsafe { std::mem::transmute::<*mut std::ffi::c_void, GetVersion>(sym) };
+    let mut v: c_int = 0;
+    // SAFETY: `v` is a valid out-pointer.
+    if unsafe { f(&mut v) } != 0 || v <= 0 {
+        return None;
+    }
+    // From 2.9 NCCL encodes major*10000 + minor*100 + patch.
+    Some(format!("{}.{}.{}", v / 10000, v / 100 % 100, v % 100))
 }
 
 #[cfg(test)]

@@ -219,3 +219,107 @@ fn sets_channels_only_where_profile_states_them_and_an_entry_was_lowered() {
     assert_eq!(ch, 0);
     unsafe { assert_eq!((ncclTunerPlugin_v6.finalize)(c), 0) };
 }
+
+#[test]
+fn an_all_ignore_table_is_left_alone() {
+    let c = ctx(2);
+    let mut t = [[ALGO_PROTO_IGNORE; 3]; 7];
+    let out = unsafe { c.apply(NCCL_FUNC_ALLREDUCE, 1000, t.as_mut_ptr().cast(), 7, 3) };
+    assert_eq!(out, Outcome::AllIgnored);
+    assert_eq!(t, [[ALGO_PROTO_IGNORE; 3]; 7]);
+    // Nothing was marked warned: a real disabled entry at this size still gets its warning.
+    assert!(c.warned.iter().all(|w| !w.load(Ordering::Relaxed)));
+}
+
+#[test]
+fn no_cost_written_is_negative_nan_or_infinite() {
+    let c = ctx(2);
+    let odd = [
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        -0.5,
+        -1.0,
+        0.0,
+        1e30,
+        50.0,
+    ];
+    for bytes in [1000u64, 64 << 10, 16 << 20] {
+        let Some(pin) = c.pin(bytes).unwrap() else {
+            continue;
+        };
+        for x in odd {
+            let mut t = table();
+            t[pin.algo as usize][pin.proto as usize] = x;
+            let before = t;
+            unsafe { c.apply(NCCL_FUNC_ALLREDUCE, bytes, t.as_mut_ptr().cast(), 7, 3) };
+            for (a, row) in t.iter().enumerate() {
+                for (p, &v) in row.iter().enumerate() {
+                    let was = before[a][p];
+                    if v.to_bits() != was.to_bits() {
+                        assert!(v == 0.0 && was.is_finite() && was >= 0.0, "{was} -> {v}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn what_the_user_pins_is_left_to_the_user() {
+    let vars = |items: &[(&str, &str)]| {
+        crate::profile::environment::relevant(items.iter().map(|(k, v)| (*k, *v)))
+    };
+    let pins = UserPins::from_vars(&vars(&[("NCCL_PROTO", "LL"), ("NCCL_MAX_NCHANNELS", "4")]));
+    assert_eq!(pins.algo, ["NCCL_PROTO=LL"]);
+    assert_eq!(pins.channels, ["NCCL_MAX_NCHANNELS=4"]);
+    let c = ctx(2).respecting(&pins);
+    let mut t = table();
+    let before = t;
+    let out = unsafe { c.apply(NCCL_FUNC_ALLREDUCE, 1000, t.as_mut_ptr().cast(), 7, 3) };
+    assert_eq!(out, Outcome::PinnedByUser);
+    assert_eq!(t, before);
+    assert_eq!(c.channels(), None);
+    // Channels alone pinned: entries still steered, no channel count set.
+    let mut p = sample::profile();
+    p.groups.iter_mut().for_each(|g| g.nccl_channels = Some(8));
+    let only_channels = UserPins::from_vars(&vars(&[("NCCL_NCHANNELS", "2")]));
+    let c = Context::from_profile(&p, 2, 1, Mode::Graph, None).unwrap();
+    assert_eq!(c.channels(), Some(8));
+    let c = c.respecting(&only_channels);
+    assert_eq!(c.channels(), None);
+    let out = unsafe { c.apply(NCCL_FUNC_ALLREDUCE, 1000, t.as_mut_ptr().cast(), 7, 3) };
+    assert!(matches!(out, Outcome::Lowered(_)), "{out:?}");
+}
+
+#[test]
+fn init_lines_name_the_nccl_version_pins_and_a_differing_environment() {
+    let vars = |items: &[(&str, &str)]| {
+        crate::profile::environment::relevant(items.iter().map(|(k, v)| (*k, *v)))
+    };
+    let mut p = sample::profile();
+    p.environment = Some(crate::profile::Environment {
+        variables: vars(&[("NCCL_P2P_LEVEL", "SYS")]),
+        ..Default::default()
+    });
+    let now = vars(&[("NCCL_ALGO", "Ring"), ("NCCL_TUNER_PLUGIN", "libartune.so")]);
+    let pins = UserPins::from_vars(&now);
+    let lines = environment_lines(&p, &now, &pins, Some("2.31.1".into()));
+    let text: Vec<&str> = lines.iter().map(|l| l.1.as_str()).collect();
+    assert!(text[0].contains("loaded by NCCL 2.31.1"), "{text:?}");
+    assert!(text[1].contains("NCCL_ALGO=Ring set"), "{text:?}");
+    let warn = lines.iter().find(|l| l.0 == LOG_WARN).expect("a warning");
+    assert!(
+        warn.1.contains("NCCL_P2P_LEVEL=SYS when tuned, unset now"),
+        "{}",
+        warn.1
+    );
+    assert!(warn.1.contains("NCCL_ALGO unset when tuned"), "{}", warn.1);
+    // The plugin variable engines set to load artune is not a difference.
+    assert!(!warn.1.contains("NCCL_TUNER_PLUGIN"), "{}", warn.1);
+    // The same environment: no warning.
+    let same = vars(&[("NCCL_P2P_LEVEL", "SYS")]);
+    let lines = environment_lines(&p, &same, &UserPins::default(), None);
+    assert!(lines.iter().all(|l| l.0 != LOG_WARN), "{lines:?}");
+    assert!(lines[0].1.contains("unknown version"));
+}

@@ -10,6 +10,8 @@
 //!
 //! Field names are a contract (see profiles/schema/profile-v1.json); add fields, never rename.
 
+pub mod environment;
+pub mod paths;
 pub mod schema;
 pub mod selector;
 pub mod stale;
@@ -28,6 +30,7 @@ use crate::allreduce::{Backend, Direction, Dtype, Mode, ProbeSample};
 use crate::error::Error;
 use crate::topology::Topology;
 
+pub use environment::Environment;
 pub use selector::Selector;
 pub use validate::{Limits, LIMITS};
 
@@ -315,6 +318,10 @@ pub struct Profile {
     /// Set on a class profile `artune fleet` wrote: the nodes it is the consensus of.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet: Option<Fleet>,
+    /// The NCCL and CUDA variables, NCCL library and busy GPUs the tune measured with; absent
+    /// in profiles of older versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<Environment>,
 }
 
 /// Which group a question is about.
@@ -454,17 +461,10 @@ fn target_dir(path: &Path) -> Result<&Path, Error> {
     })
 }
 
-/// Fails, before any measuring, where [`write_atomic`] could not write `path`: it creates and
-/// removes a temporary file where the real write would.
+/// Fails, before any measuring, where [`write_atomic`] could not write `path` as `--out`: a
+/// device, FIFO or socket, a directory, or a place it cannot create a file in.
 pub fn check_writable(path: &Path) -> Result<(), Error> {
-    tempfile::Builder::new()
-        .prefix(".artune-probe-")
-        .tempfile_in(target_dir(path)?)
-        .map(drop)
-        .map_err(|e| Error::Write {
-            path: path.into(),
-            reason: e.to_string(),
-        })
+    paths::check_output(path, "--out", paths::Expect::File).map(drop)
 }
 
 /// Writes bytes to `path` atomically (temporary file in the same directory, fsync, rename).
@@ -475,10 +475,14 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
 /// Writes several files so that either all of them are replaced or none is: every temporary
 /// file is written and synced before the first rename, and a failure before then leaves no
 /// target touched.
+///
+/// A symlink is followed: its target is replaced and the link kept.
 pub fn write_all_atomic(files: &[(&Path, &[u8])]) -> Result<(), Error> {
-    let staged = files
+    let real: Vec<std::path::PathBuf> = files.iter().map(|(p, _)| paths::resolve(p)).collect();
+    let staged = real
         .iter()
-        .map(|(path, bytes)| stage(path, bytes).map(|tmp| (*path, tmp)))
+        .zip(files)
+        .map(|(path, (_, bytes))| stage(path, bytes).map(|tmp| (path.as_path(), tmp)))
         .collect::<Result<Vec<_>, Error>>()?;
     for (path, tmp) in staged {
         tmp.persist(path).map_err(|e| Error::Write {

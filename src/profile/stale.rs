@@ -56,6 +56,8 @@ pub enum Change {
         old: String,
         new: String,
     },
+    /// An NCCL or CUDA variable that changes a measurement differs from the tune's.
+    Environment(super::environment::VarChange),
 }
 
 impl Change {
@@ -87,6 +89,7 @@ impl fmt::Display for Change {
             Change::Path { a, b, old, new } => write!(f, "GPU {a}–{b} path {old} → {new}"),
             Change::TopologyClass { old, new } => write!(f, "topology class {old} → {new}"),
             Change::Host { old, new } => write!(f, "host fingerprint {old} → {new}"),
+            Change::Environment(v) => write!(f, "{v}"),
         }
     }
 }
@@ -96,6 +99,8 @@ impl fmt::Display for Change {
 pub enum Unchecked {
     Version(&'static str),
     GpuUuids,
+    /// The profile predates the recorded environment.
+    Environment,
 }
 
 impl fmt::Display for Unchecked {
@@ -103,6 +108,7 @@ impl fmt::Display for Unchecked {
         match self {
             Unchecked::Version(what) => write!(f, "{what} version"),
             Unchecked::GpuUuids => f.write_str("GPU UUIDs"),
+            Unchecked::Environment => f.write_str("NCCL and CUDA variables (not recorded)"),
         }
     }
 }
@@ -255,6 +261,25 @@ pub fn staleness(p: &Profile, now: &Topology) -> Staleness {
     st
 }
 
+/// Adds to `st` each variable of `now` (this process's, see
+/// [`environment::current`](super::environment::current)) that differs from the environment
+/// the profile was measured in: each one is a reason of its own. A profile that predates the
+/// record leaves the environment unchecked.
+pub fn add_environment(
+    st: &mut Staleness,
+    p: &Profile,
+    now: &std::collections::BTreeMap<String, String>,
+) {
+    match &p.environment {
+        Some(e) => st.changes.extend(
+            super::environment::differences(&e.variables, now, &[])
+                .into_iter()
+                .map(Change::Environment),
+        ),
+        None => st.unchecked.push(Unchecked::Environment),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -338,6 +363,30 @@ mod tests {
             c.iter().any(|c| c == "GPU 2 PCIe link Gen5 x16 → Gen5 x8"),
             "{c:?}"
         );
+    }
+
+    #[test]
+    fn a_changed_variable_is_its_own_reason() {
+        let mut p = sample::profile();
+        let mut now = presets::get("pcie-4x-1switch").unwrap();
+        now.origin.kind = "file".into();
+        let vars = |items: &[(&str, &str)]| {
+            super::super::environment::relevant(items.iter().map(|(k, v)| (*k, *v)))
+        };
+        let mut st = staleness(&p, &now);
+        add_environment(&mut st, &p, &vars(&[("NCCL_P2P_LEVEL", "SYS")]));
+        assert!(st.holds(), "no record, no verdict: {:?}", st.changes);
+        assert_eq!(st.unchecked, [Unchecked::Environment]);
+        p.environment = Some(super::super::Environment {
+            variables: vars(&[("NCCL_P2P_LEVEL", "SYS")]),
+            ..Default::default()
+        });
+        let mut st = staleness(&p, &now);
+        add_environment(&mut st, &p, &vars(&[("NCCL_DEBUG", "INFO")]));
+        assert_eq!(texts(&st), ["NCCL_P2P_LEVEL=SYS when tuned, unset now"]);
+        let mut st = staleness(&p, &now);
+        add_environment(&mut st, &p, &vars(&[("NCCL_P2P_LEVEL", "SYS")]));
+        assert!(st.holds(), "{:?}", st.changes);
     }
 
     #[test]

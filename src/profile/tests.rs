@@ -92,6 +92,7 @@ pub(crate) fn fixture() -> Profile {
         assumed: vec![],
         node: None,
         fleet: None,
+        environment: None,
     }
 }
 

@@ -1,6 +1,7 @@
 //! Everything artune prints about a profile: the text summary, its JSON form, and SVG plots.
 //! Pure functions of a [`Profile`], so `tune` and `show` print the same thing.
 
+mod environment;
 mod plot;
 
 use std::fmt::Write;
@@ -244,6 +245,7 @@ fn header(p: &Profile, out: &mut String) {
     for a in &p.assumed {
         let _ = writeln!(out, "assumed (the topology does not state it): {a}");
     }
+    environment::lines(p, out);
     let _ = writeln!(out, "sampling: {}", sampling(&p.settings));
     if p.settings.tuning_seconds > 0.0 {
         let _ = writeln!(out, "tuning took {:.2} s", p.settings.tuning_seconds);
@@ -499,6 +501,7 @@ pub fn summary_json(p: &Profile) -> serde_json::Value {
         "tuning_seconds": p.settings.tuning_seconds, "phases": p.settings.phases,
         "mem_budget_bytes": p.settings.mem_budget_bytes,
         "assumed": p.assumed, "groups": groups, "faults": p.faults,
+        "environment": p.environment, "mem_budget_bytes": p.settings.mem_budget_bytes,
     })
 }
 

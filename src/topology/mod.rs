@@ -12,6 +12,7 @@ pub mod file;
 pub mod fingerprint;
 mod normalize;
 pub mod nvml;
+pub mod occupancy;
 mod paths;
 mod pci_config;
 pub mod presets;

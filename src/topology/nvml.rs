@@ -81,7 +81,7 @@ pub fn read_settings() -> Result<Vec<GpuSettings>, Error> {
 }
 
 /// Loads and starts NVML, turning each way it can fail into one actionable sentence.
-fn open() -> Result<Nvml, Error> {
+pub(crate) fn open() -> Result<Nvml, Error> {
     for lib in LIBRARIES {
         match Nvml::builder().lib_path(OsStr::new(lib)).init() {
             Ok(n) => return Ok(n),

@@ -7,10 +7,14 @@
  *
  * EXPECT is "untouched" (the plugin must leave every entry as it was) or "A,P" (exactly entry
  * [A][P] lowered, everything else as it was). For "A,P" it also checks that a -1 at [A][P] is
- * never turned into a choice. Every version must leave other collectives and *nChannels alone.
+ * never turned into a choice, that a NaN, infinite or negative cost there is left as it was, and
+ * that NCCL 2.31's selection (the smallest entry that is not NCCL_ALGO_PROTO_IGNORE, with no sign
+ * check: src/tuning/) picks [A][P]. Every version must leave other collectives and *nChannels
+ * alone, and a table of all NCCL_ALGO_PROTO_IGNORE (2.31's symmetric path) untouched and unwarned.
  * Exit 0 when every check holds; otherwise prints what failed and exits 1.
  */
 #include <dlfcn.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -62,14 +66,36 @@ typedef struct {
                                size_t* chunk);
 } tuner_v6;
 
+#define IGNORE (-1.0f) /* NCCL_ALGO_PROTO_IGNORE */
+
+/* Log lines that warn about a disabled entry, counted. */
+static int disabled_warnings = 0;
+
 static void logger(int level, unsigned long flags, const char* file, int line, const char* fmt, ...) {
     va_list ap;
+    char buf[2048];
     (void)flags;
-    fprintf(stderr, "[nccl log level %d %s:%d] ", level, file ? file : "?", line);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    if (strstr(buf, "disabled")) disabled_warnings++;
+    fprintf(stderr, "[nccl log level %d %s:%d] %s\n", level, file ? file : "?", line, buf);
+}
+
+/* NCCL 2.31's choice (src/tuning/): the smallest time among entries that are not IGNORE, no sign
+ * check, so a negative a plugin wrote would win. Returns a * NUM_PROTO + p, or -1. */
+static int select_2_31(float t[NUM_ALGO][NUM_PROTO]) {
+    int best = -1;
+    float min = INFINITY;
+    for (int a = 0; a < NUM_ALGO; a++)
+        for (int p = 0; p < NUM_PROTO; p++) {
+            if (t[a][p] == IGNORE) continue;
+            if (t[a][p] < min) {
+                min = t[a][p];
+                best = a * NUM_PROTO + p;
+            }
+        }
+    return best;
 }
 
 static int failures = 0;
@@ -133,9 +159,12 @@ static void compare(tuner* t, const char* what, float before[NUM_ALGO][NUM_PROTO
                 CHECK(after[a][p] >= 0.0f && after[a][p] < before[a][p], "%s: [%d][%d] not lowered (%g -> %g)", what,
                       a, p, before[a][p], after[a][p]);
             } else {
-                CHECK(after[a][p] == before[a][p], "%s: [%d][%d] changed (%g -> %g)", what, a, p, before[a][p],
-                      after[a][p]);
+                int same = after[a][p] == before[a][p] || (isnan(after[a][p]) && isnan(before[a][p]));
+                CHECK(same, "%s: [%d][%d] changed (%g -> %g)", what, a, p, before[a][p], after[a][p]);
             }
+            /* Never a negative, NaN or infinite cost written: 2.31 would take a negative. */
+            if (after[a][p] != before[a][p] && !(isnan(after[a][p]) && isnan(before[a][p])))
+                CHECK(after[a][p] == 0.0f, "%s: [%d][%d] written as %g, not 0", what, a, p, after[a][p]);
         }
 }
 
@@ -152,6 +181,9 @@ static void run(tuner* t, size_t n_ranks, size_t bytes, int ea, int ep, int want
     fill(tbl);
     CHECK(do_coll(t, ctx, FUNC_ALLREDUCE, bytes, tbl, &ch) == 0, "getCollInfo failed");
     compare(t, "allreduce", before, tbl, ea, ep);
+    if (ea >= 0)
+        CHECK(select_2_31(tbl) == ea * NUM_PROTO + ep, "NCCL 2.31 would select entry %d, not [%d][%d]",
+              select_2_31(tbl), ea, ep);
     /* The channel count changes only with a lowered entry, and only to what the profile states. */
     CHECK(ch == (ea >= 0 ? want_ch : 0), "nChannels is %d, expected %d", ch, ea >= 0 ? want_ch : 0);
 
@@ -165,6 +197,27 @@ static void run(tuner* t, size_t n_ranks, size_t bytes, int ea, int ep, int want
         memcpy(tbl, before, sizeof tbl);
         CHECK(do_coll(t, ctx, FUNC_ALLREDUCE, bytes, tbl, &ch) == 0, "getCollInfo(disabled) failed");
         compare(t, "disabled entry", before, tbl, -1, -1);
+        const float odd[] = {NAN, INFINITY, -0.5f};
+        for (int i = 0; i < 3; i++) {
+            fill(before);
+            before[ea][ep] = odd[i];
+            memcpy(tbl, before, sizeof tbl);
+            CHECK(do_coll(t, ctx, FUNC_ALLREDUCE, bytes, tbl, &ch) == 0, "getCollInfo(odd cost) failed");
+            compare(t, "NaN, infinite or negative entry", before, tbl, -1, -1);
+        }
+    }
+    /* 2.31's symmetric path: every entry IGNORE. Nothing to steer, nothing to warn about. */
+    for (int a = 0; a < NUM_ALGO; a++)
+        for (int p = 0; p < NUM_PROTO; p++) before[a][p] = IGNORE;
+    memcpy(tbl, before, sizeof tbl);
+    {
+        int warned = disabled_warnings;
+        void* fresh = NULL;
+        CHECK(do_init(t, n_ranks, &fresh) == 0, "init (all IGNORE) failed");
+        CHECK(do_coll(t, fresh, FUNC_ALLREDUCE, bytes, tbl, &ch) == 0, "getCollInfo(all IGNORE) failed");
+        compare(t, "all-IGNORE table", before, tbl, -1, -1);
+        CHECK(disabled_warnings == warned, "an all-IGNORE table was warned about as a disabled entry");
+        CHECK(do_fini(t, fresh) == 0, "finalize failed");
     }
     CHECK(do_fini(t, ctx) == 0, "finalize failed");
 }

@@ -204,6 +204,32 @@ pub fn links(f: &Facts) -> Check {
     )
 }
 
+/// Another process on a GPU makes every tune there measure the neighbour too.
+pub fn busy(f: &Facts) -> Check {
+    const ID: &str = "busy";
+    let r = match &f.occupancy {
+        Ok(r) => r,
+        Err(why) => return Check::new(ID, Status::Unknown, why.clone(), ON_THE_NODE),
+    };
+    match r.describe() {
+        None => Check::ok(
+            ID,
+            format!(
+                "no other compute process and under {}% utilization over 1 s on {} GPU{}",
+                crate::topology::occupancy::BUSY_UTILIZATION,
+                r.gpus.len(),
+                if r.gpus.len() == 1 { "" } else { "s" }
+            ),
+        ),
+        Some(what) => Check::new(
+            ID,
+            Status::Warn,
+            format!("the GPUs are in use: {what}"),
+            "stop that work before `artune tune` (tune refuses it unless --allow-busy, and then records it)",
+        ),
+    }
+}
+
 pub fn persistence(f: &Facts) -> Check {
     const ID: &str = "persistence";
     let s = match &f.settings {

@@ -8,7 +8,7 @@ mod software;
 use super::facts::Facts;
 use super::{Check, Status};
 
-pub use gpus::{islands, links, p2p, persistence};
+pub use gpus::{busy, islands, links, p2p, persistence};
 pub use pci::{acs, bar1, iommu};
 pub use software::{driver, environment, versions};
 
@@ -22,6 +22,7 @@ pub fn all(f: &Facts) -> Vec<Check> {
         p2p(f),
         links(f),
         persistence(f),
+        busy(f),
         islands(f),
         environment(&f.env),
         versions(f),

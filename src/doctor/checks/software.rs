@@ -49,33 +49,10 @@ pub fn driver(f: &Facts) -> Check {
     }
 }
 
-/// NCCL and CUDA variables that change what a tune measures; `NCCL_IB_*` and `NCCL_NET*` are
-/// left over from multi-node jobs (artune measures one node).
-const MEASUREMENT_VARS: &[&str] = &[
-    "NCCL_P2P_DISABLE",
-    "NCCL_P2P_LEVEL",
-    "NCCL_P2P_DIRECT_DISABLE",
-    "NCCL_SHM_DISABLE",
-    "NCCL_ALGO",
-    "NCCL_PROTO",
-    "NCCL_MIN_NCHANNELS",
-    "NCCL_MAX_NCHANNELS",
-    "NCCL_NTHREADS",
-    "NCCL_BUFFSIZE",
-    "NCCL_TUNER_PLUGIN",
-    "NCCL_NVLS_ENABLE",
-    "NCCL_CUMEM_ENABLE",
-    "NCCL_TOPO_FILE",
-    "NCCL_GRAPH_FILE",
-    "NCCL_LAUNCH_MODE",
-    "NCCL_NET_GDR_LEVEL",
-    "CUDA_VISIBLE_DEVICES",
-    "CUDA_DEVICE_ORDER",
-    "CUDA_LAUNCH_BLOCKING",
-    "CUDA_DEVICE_MAX_CONNECTIONS",
-    "CUDA_MPS_PIPE_DIRECTORY",
-    "ARTUNE_GPU_DEADLINE_MS",
-];
+/// Besides the NCCL and CUDA variables a profile records (`profile::environment::matters`, the
+/// one rule), artune's own deadline changes what a tune measures, and `NCCL_IB_*` and
+/// `NCCL_NET*` are worth a warning as leftovers from multi-node jobs (artune measures one node).
+const ARTUNE_VARS: &[&str] = &["ARTUNE_GPU_DEADLINE_MS"];
 const MEASUREMENT_PREFIXES: &[&str] = &["NCCL_IB_", "NCCL_NET"];
 
 pub fn environment(env: &[(String, String)]) -> Check {
@@ -83,7 +60,8 @@ pub fn environment(env: &[(String, String)]) -> Check {
     let mut set: Vec<String> = env
         .iter()
         .filter(|(k, _)| {
-            MEASUREMENT_VARS.contains(&k.as_str())
+            crate::profile::environment::matters(k)
+                || ARTUNE_VARS.contains(&k.as_str())
                 || MEASUREMENT_PREFIXES.iter().any(|p| k.starts_with(p))
         })
         .map(|(k, v)| format!("{k}={v}"))

@@ -17,6 +17,7 @@ fn facts(preset: &str) -> Facts {
         env: Vec::new(),
         profile: None,
         measured: None,
+        occupancy: Err("no NVML".into()),
     }
 }
 
@@ -232,4 +233,30 @@ fn a_transfer_settles_pairs_the_driver_gave_no_status() {
         "{}",
         c.evidence
     );
+}
+
+#[test]
+fn a_gpu_in_use_warns_naming_the_process() {
+    use crate::topology::occupancy::{GpuReading, Process, Reading};
+    let mut f = facts("pcie-2x");
+    assert_eq!(busy(&f).status, Status::Unknown);
+    let idle = GpuReading {
+        index: 0,
+        utilization_pct: Some(0),
+        ..Default::default()
+    };
+    f.occupancy = Ok(Reading {
+        gpus: vec![idle.clone()],
+    });
+    assert_eq!(busy(&f).status, Status::Ok);
+    let mut used = idle;
+    used.processes.push(Process {
+        pid: 77,
+        name: "trainer".into(),
+        memory_bytes: None,
+    });
+    f.occupancy = Ok(Reading { gpus: vec![used] });
+    let c = busy(&f);
+    assert_eq!(c.status, Status::Warn);
+    assert!(c.evidence.contains("pid 77 (trainer)"), "{}", c.evidence);
 }

@@ -1,0 +1,164 @@
+//! `artune check --measure`: the profile's decisive sizes re-timed here, judged against this
+//! machine's own run-to-run variation (see [`crate::recheck`]).
+
+use super::output::outln;
+use super::{CheckArgs, Source};
+use crate::error::Error;
+use crate::profile::Profile;
+use crate::units::fmt_bytes;
+
+/// Says on standard error that the profile was measured beside other work (`--allow-busy`).
+pub fn busy_note(path: &std::path::Path, p: &Profile) {
+    let Some(e) = p.environment.as_ref().filter(|e| e.allow_busy) else {
+        return;
+    };
+    let who: Vec<String> = e.busy.iter().map(ToString::to_string).collect();
+    eprintln!(
+        "note: {} was measured with --allow-busy, beside other processes ({}); its timings may include theirs",
+        path.display(),
+        if who.is_empty() { "none found".into() } else { who.join("; ") }
+    );
+}
+
+/// The variables of this process that differ from the profile's measuring environment, as
+/// one stale verdict: measuring under another environment would judge another machine.
+pub fn environment_verdict(p: &Profile) -> Result<(), Error> {
+    let mut st = crate::profile::stale::Staleness::default();
+    crate::profile::stale::add_environment(&mut st, p, &crate::profile::environment::current());
+    if st.holds() {
+        return Ok(());
+    }
+    Err(Error::Stale(format!(
+        "the NCCL/CUDA environment differs from the tune's: {}",
+        st.summary(4)
+    )))
+}
+
+/// `check --measure`: the profile's decisive sizes re-timed here, the rule applied again.
+pub fn measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
+    let source = Source {
+        sim: a.sim.clone(),
+        topology: a.topology.clone(),
+    };
+    let faults = super::sim_faults(a.sim_faults.as_deref(), &source)?;
+    environment_verdict(p)?;
+    busy_note(&a.profile, p);
+    super::tune::occupancy_gate(
+        &source,
+        a.loopback,
+        a.sim_occupancy.as_deref(),
+        a.allow_busy,
+        "check --measure",
+    )?;
+    let started = std::time::Instant::now();
+    let mut fabric = super::open_fabric(&source, a.loopback, 7, faults)?;
+    let cancel = crate::cancel::Cancel::new();
+    let points = crate::recheck::run(fabric.as_mut(), p, &crate::recheck::harness(), &cancel);
+    drop(fabric);
+    let points = points?;
+    let broken: Vec<&crate::recheck::Point> = points.iter().filter(|x| x.changed()).collect();
+    let unsettled: Vec<&crate::recheck::Point> = points.iter().filter(|x| x.unsettled()).collect();
+    let took = started.elapsed().as_secs_f64();
+    let at = |x: &crate::recheck::Point| {
+        format!(
+            "TP{} {} GPUs {:?} at {}",
+            x.tp,
+            x.mode.id(),
+            x.gpus,
+            fmt_bytes(x.bytes)
+        )
+    };
+    for x in &unsettled {
+        let first = &x.passes[0];
+        outln!(
+            "{}: not judged: a first pass found {} {:.0}% faster than the profile's {}, a later pass (one in the other order) did not",
+            at(x),
+            first.now,
+            first.gain(x.chosen) * 100.0,
+            x.chosen
+        );
+    }
+    let drifting: Vec<&crate::recheck::Point> = points.iter().filter(|x| x.drifting()).collect();
+    for x in &drifting {
+        outln!(
+            "{}: undecided: {} beat the profile's {} by {:.0}% in every pass, but the timings moved {:.0}% between passes",
+            at(x),
+            x.now(),
+            x.chosen,
+            x.gain() * 100.0,
+            x.drift() * 100.0
+        );
+    }
+    if broken.is_empty() && !drifting.is_empty() {
+        let msg = format!(
+            "{}: undecided, measured: this machine drifts too much right now to tell whether the profile holds ({} of {} decisive sizes moved between passes by as much as the difference; {:.1} s); run the check again when the GPUs are quiet",
+            a.profile.display(),
+            drifting.len(),
+            points.len(),
+            took
+        );
+        outln!("{msg}");
+        eprintln!("{msg}");
+        return Ok(crate::recheck::EXIT_UNDECIDED);
+    }
+    if broken.is_empty() {
+        let judged = points.len() - unsettled.len();
+        outln!(
+            "{} holds, measured: at the {judged} decisive sizes judged here no other backend beats its choice by more than 10% plus the drift between passes ({:.1} s){}{}",
+            a.profile.display(),
+            took,
+            match unsettled.len() {
+                0 => String::new(),
+                n => format!("; {n} more moved between passes (listed above)"),
+            },
+            if p.simulated { "; the profile is SIMULATED" } else { "" }
+        );
+        return Ok(0);
+    }
+    for x in &broken {
+        outln!(
+            "{}: the profile chose {}, now {} is {:.0}% faster (at least, over three passes, beyond the drift between them); {}",
+            at(x),
+            x.chosen,
+            x.now(),
+            x.gain() * 100.0,
+            moved(p, x)
+        );
+    }
+    Err(Error::Stale(format!(
+        "{} of {} decisive sizes re-timed here no longer choose what the profile says (listed above, {:.1} s)",
+        broken.len(),
+        points.len(),
+        took
+    )))
+}
+
+/// Which backends moved since the profile was made, at a re-timed point: the profile's
+/// median against the last pass's, so a user sees whether the choice got slower or a rival
+/// got faster.
+fn moved(p: &Profile, x: &crate::recheck::Point) -> String {
+    let bucket = p
+        .group(crate::profile::Query {
+            tp: x.tp,
+            mode: x.mode,
+            gpus: Some(&x.gpus),
+        })
+        .and_then(|g| g.buckets.iter().find(|b| b.bytes == x.bytes));
+    let (Some(b), Some(last)) = (bucket, x.passes.last()) else {
+        return String::new();
+    };
+    let parts: Vec<String> = last
+        .us
+        .iter()
+        .filter_map(|(k, now)| {
+            let then = b.results.get(k)?.median_us;
+            Some(format!(
+                "{k} {} when profiled → {} ({:+.0}%)",
+                crate::units::fmt_us(then),
+                crate::units::fmt_us(*now),
+                (now / then - 1.0) * 100.0
+            ))
+        })
+        .collect();
+    parts.join(", ")
+}

@@ -1,0 +1,181 @@
+//! Where artune may write: checked before anything is measured, so a tune never runs for a
+//! minute to fail on its output, and never replaces a device node, FIFO or socket (as root,
+//! `--out /dev/null` once turned the device into a regular file). A symlink is followed: its
+//! target is what gets replaced, atomically, and the link stays a link.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::Error;
+
+/// What an output flag names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// A file replaced whole (`--out`, `--prom`).
+    File,
+    /// A directory files are written into, created if missing (`--plot`, a multi-file export).
+    Dir,
+}
+
+/// `path` with every symlink along it followed; a dangling link resolves to where it points.
+pub fn resolve(path: &Path) -> PathBuf {
+    let mut p = path.to_path_buf();
+    // A bounded walk: a loop of links is left to the write to report.
+    for _ in 0..40 {
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_symlink() => match std::fs::read_link(&p) {
+                Ok(t) if t.is_absolute() => p = t,
+                Ok(t) => p = p.parent().map_or(t.clone(), |d| d.join(&t)),
+                Err(_) => return p,
+            },
+            _ => return p,
+        }
+    }
+    p
+}
+
+/// What kind of thing a path that is neither a regular file nor a directory is.
+fn kind(m: &std::fs::Metadata) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    let t = m.file_type();
+    if t.is_char_device() {
+        Some("a character device")
+    } else if t.is_block_device() {
+        Some("a block device")
+    } else if t.is_fifo() {
+        Some("a FIFO")
+    } else if t.is_socket() {
+        Some("a socket")
+    } else {
+        None
+    }
+}
+
+/// Checks, before any work, that `flag PATH` can be written as `expect` says, and returns
+/// the path writes go to (symlinks followed). Every refusal is one sentence naming `flag`.
+pub fn check_output(path: &Path, flag: &str, expect: Expect) -> Result<PathBuf, Error> {
+    let real = resolve(path);
+    let shown = path.display();
+    let refuse = |why: String| Error::bad_input(format!("{flag} {shown}: {why}"));
+    if let Ok(m) = std::fs::metadata(&real) {
+        if let Some(k) = kind(&m) {
+            return Err(refuse(format!(
+                "it is {k}, not a regular file; artune replaces its output whole and would replace the {}, so name a regular file",
+                k.trim_start_matches("a ")
+            )));
+        }
+        match expect {
+            Expect::File if m.is_dir() => {
+                return Err(refuse("it is a directory; name the file to write".into()))
+            }
+            Expect::Dir if !m.is_dir() => {
+                return Err(refuse(
+                    "it is a file, but this writes into a directory; give a directory".into(),
+                ))
+            }
+            _ => {}
+        }
+    }
+    let probe_in = match expect {
+        Expect::File => match real.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        },
+        Expect::Dir if real.is_dir() => real.clone(),
+        // A directory still to be created: its nearest existing ancestor must take it.
+        Expect::Dir => {
+            let mut d = real.as_path();
+            loop {
+                match d.parent() {
+                    Some(up) if up.as_os_str().is_empty() => break PathBuf::from("."),
+                    Some(up) if up.exists() => break up.to_path_buf(),
+                    Some(up) => d = up,
+                    None => break PathBuf::from("/"),
+                }
+            }
+        }
+    };
+    if !probe_in.is_dir() {
+        return Err(refuse(format!(
+            "{} is not a directory that exists; create it or choose another location",
+            probe_in.display()
+        )));
+    }
+    tempfile::Builder::new()
+        .prefix(".artune-probe-")
+        .tempfile_in(&probe_in)
+        .map(drop)
+        .map_err(|e| {
+            refuse(format!(
+                "{} cannot be written ({e}); choose a writable location",
+                probe_in.display()
+            ))
+        })?;
+    Ok(real)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_fifos_and_sockets_are_refused_naming_the_flag() {
+        let e = check_output(Path::new("/dev/null"), "--out", Expect::File).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with("--out /dev/null: it is a character device"),
+            "{msg}"
+        );
+        assert_eq!(e.exit_code(), crate::error::EXIT_BAD_INPUT);
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path; mkfifo only creates a node.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let msg = check_output(&fifo, "--prom", Expect::File)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.starts_with("--prom ") && msg.contains("a FIFO"),
+            "{msg}"
+        );
+        let sock = dir.path().join("sock");
+        let _l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        let msg = check_output(&sock, "--plot", Expect::Dir)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.starts_with("--plot ") && msg.contains("a socket"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn a_symlink_resolves_to_its_target() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("real.json");
+        std::fs::write(&target, "old").unwrap();
+        let link = dir.path().join("link.json");
+        std::os::unix::fs::symlink("real.json", &link).unwrap();
+        assert_eq!(check_output(&link, "--out", Expect::File).unwrap(), target);
+        let dangling = dir.path().join("dangling.json");
+        std::os::unix::fs::symlink("new.json", &dangling).unwrap();
+        assert_eq!(resolve(&dangling), dir.path().join("new.json"));
+    }
+
+    #[test]
+    fn a_missing_directory_is_checked_where_it_would_be_created() {
+        let dir = tempfile::tempdir().unwrap();
+        let plots = dir.path().join("a/b/plots");
+        assert_eq!(check_output(&plots, "--plot", Expect::Dir).unwrap(), plots);
+        let file = dir.path().join("f");
+        std::fs::write(&file, "x").unwrap();
+        let msg = check_output(&file, "--plot", Expect::Dir)
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("give a directory"), "{msg}");
+        let msg = check_output(dir.path(), "--out", Expect::File)
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("is a directory"), "{msg}");
+    }
+}
