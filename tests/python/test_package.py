@@ -77,3 +77,15 @@ def test_plugin_path_is_the_plain_library():
     undefined = subprocess.run(["nm", "-D", "--undefined-only", path], capture_output=True,
                                text=True, check=True).stdout
     assert " Py" not in undefined, "the NCCL plugin must not need the Python interpreter"
+
+
+def test_the_engine_paths_page_is_the_engine_model():
+    """docs/ENGINE-PATHS.md is rendered from python/artune/engines.json; the installed
+    package ships the same model the plugins read."""
+    import engine_paths
+    from artune import _engine
+
+    with open(os.path.join(engine_paths.ROOT, "docs", "ENGINE-PATHS.md")) as f:
+        assert f.read() == engine_paths.render(engine_paths.model()), (
+            "regenerate: python3 tests/python/engine_paths.py > docs/ENGINE-PATHS.md")
+    assert _engine.MODEL == engine_paths.model()
