@@ -21,9 +21,9 @@ class Machine(NamedTuple):
 
 
 MACHINES = [
-    Machine("H200 TP8 NVSwitch", (9, 0), 8, True, True, "nvswitch"),
-    Machine("B200 TP8 NVSwitch", (10, 0), 8, True, True, "nvswitch"),
-    Machine("A100 TP8 NVLink", (8, 0), 8, True, False, "nvswitch"),
+    Machine("H200 TP8 NVSwitch", (9, 0), 8, True, True, "nv_mid"),
+    Machine("B200 TP8 NVSwitch", (10, 0), 8, True, True, "nv_nccl"),
+    Machine("A100 TP8 NVLink", (8, 0), 8, True, False, "nv_mid"),
     Machine("L40S TP2 PCIe", (8, 9), 2, False, False, "pair"),
     Machine("RTX PRO 6000 TP8 PCIe", (12, 0), 8, False, False, "story"),
 ]

@@ -134,14 +134,17 @@ def expected(p, m, n, mode, was):
     order, which for v2 runs at the limits artune's plan gives (push, pull, two-shot)."""
     c = p.select(m.tp, n, mode)
     if c is None:
-        return was
+        return {was}
     plan = p.sglang_plan(m.tp, mode)
     if plan[0] == "v2":
         band = next((i for i, lim in enumerate(plan[1]) if n <= lim), 3)
-        return "nccl" if band == 3 else f"v2 {V2_KERNEL[band]}"
+        if band == 3:
+            return {"nccl"}
+        # Inside the two-shot band SGLang's order may run it over multicast.
+        return {f"v2 {V2_KERNEL[band]}"} | ({"v2 2shot_pull multicast"} if band == 2 else set())
     if not c.custom:
-        return "nccl"
-    return was
+        return {"nccl"}
+    return {was}
 
 
 def test_every_row_runs_what_the_profile_says_through_sglangs_own_dispatch(
@@ -163,7 +166,7 @@ def test_every_row_runs_what_the_profile_says_through_sglangs_own_dispatch(
                     was = native[(m.name, n, mode)]
                     want = expected(p, m, n, mode, was)
                     got = dispatch(m, n, mode, monkeypatch)
-                    assert got == want, (m.name, n, mode, was, p.sglang_plan(m.tp, mode))
+                    assert got in want, (m.name, n, mode, was, p.sglang_plan(m.tp, mode))
                     changed += got != was
         unregister()
     assert changed >= 4, changed

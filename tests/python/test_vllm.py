@@ -27,6 +27,23 @@ from vllm.platforms.interface import DeviceCapability  # noqa: E402
 
 from machines import MACHINES, MODES, SIZES, message, rows  # noqa: E402
 
+def _fusion_table():
+    """vLLM's FI_ALLREDUCE_FUSION_MAX_SIZE_MB, read from its source: the module that holds it
+    needs vLLM's CUDA ops to import."""
+    import ast
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(importlib.util.find_spec("vllm").origin), "compilation",
+                        "passes", "fusion", "allreduce_rms_fusion.py")
+    for node in ast.parse(open(path).read()).body:
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == \
+                "FI_ALLREDUCE_FUSION_MAX_SIZE_MB":
+            return ast.literal_eval(node.value)
+    raise AssertionError("vLLM no longer defines FI_ALLREDUCE_FUSION_MAX_SIZE_MB")
+
+
+FUSION_MB = _fusion_table()
+REAL_PLATFORM = vllm.platforms.current_platform
 CAR = custom_all_reduce.CustomAllreduce
 FI = flashinfer_all_reduce.FlashInferAllReduce
 SYMM = symm_mem.SymmMemCommunicator
@@ -69,6 +86,18 @@ class Platform:
     def has_device_capability(self, c, device_id=0):
         return self.cap.to_int() >= (c if isinstance(c, int) else c[0] * 10 + c[1])
 
+    def __getattr__(self, name):
+        return getattr(REAL_PLATFORM, name)
+
+
+def stub_platform(monkeypatch, cap):
+    plat = Platform(cap)
+    monkeypatch.setattr(vllm.platforms, "current_platform", plat, raising=False)
+    monkeypatch.setattr(flashinfer_all_reduce, "current_platform", plat)
+    table = FUSION_MB.get(plat.cap.to_int(), {})
+    monkeypatch.setattr(PassConfig, "default_fi_allreduce_fusion_max_size_mb",
+                        staticmethod(lambda: table))
+
 
 class Workspace:
     """Stands for FlashInfer's workspace, which needs GPUs to exist."""
@@ -79,9 +108,7 @@ class Workspace:
 
 def on_machine(m, mode, monkeypatch, seen):
     """A TP communicator as vLLM builds it on machine ``m``, recording what runs."""
-    plat = Platform(m.cap)
-    monkeypatch.setattr(vllm.platforms, "current_platform", plat, raising=False)
-    monkeypatch.setattr(flashinfer_all_reduce, "current_platform", plat)
+    stub_platform(monkeypatch, m.cap)
     monkeypatch.setattr(flashinfer_all_reduce, "fi_ar_available", True)
     monkeypatch.setattr(flashinfer_all_reduce, "_node_count", lambda g: 1)
     monkeypatch.setattr(flashinfer_all_reduce, "get_fi_ar_workspace", lambda **k: Workspace())
@@ -195,7 +222,7 @@ def test_every_row_runs_what_the_profile_says_through_vllms_own_dispatch(
 
 def test_the_fusion_pass_fuses_only_inside_the_profiles_custom_prefix(profiles, follow,
                                                                      monkeypatch):
-    monkeypatch.setattr(vllm.platforms, "current_platform", Platform((9, 0)), raising=False)
+    stub_platform(monkeypatch, (9, 0))
     cfg = PassConfig()
     base = {ws: cfg.flashinfer_max_size(ws) for ws in (2, 8)}
     assert base == {2: 64 << 20, 8: 512 << 10}, "vLLM 0.33.0's table on 9.0"
@@ -218,7 +245,7 @@ def test_the_fusion_pass_fuses_only_inside_the_profiles_custom_prefix(profiles, 
 
 
 def test_the_fusion_pass_stays_vllms_when_asked(profiles, follow, monkeypatch):
-    monkeypatch.setattr(vllm.platforms, "current_platform", Platform((9, 0)), raising=False)
+    stub_platform(monkeypatch, (9, 0))
     monkeypatch.setenv(artune.vllm.ENV_FUSION, "engine")
     follow(profiles["nvswitch"])
     artune.vllm.register()
@@ -312,6 +339,31 @@ def test_no_profile_bad_profile_or_simulated_leaves_vllm_as_it_was(
     assert [cls.__dict__[name] for cls, name in PATCHED] == before
     assert len(caplog.records) == 1 and "SIMULATED" in caplog.text
     assert "NCCL_TUNER_PLUGIN" not in os.environ
+
+
+def test_the_engine_model_holds_vllms_own_tables():
+    """python/artune/engines.json (read by the plugin and by `artune why`) against the
+    installed vLLM's tables."""
+    m = artune._engine.MODEL["vllm"]
+    assert m["read_against"] == vllm.__version__
+
+    def by_ws(t):
+        return {str(k): int(v) for k, v in t.items()}
+
+    for cap, t in all_reduce_utils.CUSTOM_ALL_REDUCE_MAX_SIZES.items():
+        assert m["custom_max_bytes"][cap] == by_ws(t), cap
+    for cap, t in all_reduce_utils.SYMM_MEM_ALL_REDUCE_MAX_SIZES.items():
+        assert m["symm_mem_max_bytes"][cap] == by_ws(t), cap
+    for cap_int, t in FUSION_MB.items():
+        cap = f"{cap_int // 10}.{cap_int % 10}"
+        assert m["fusion_max_bytes"][cap] == {
+            str(w): int(mb * (1 << 20)) for w, mb in t.items() if w in (2, 4, 8)}, cap
+        # FlashInfer standalone: the fusion table, unless MNNVL has a tuned single-node size.
+        want = {str(w): int(mb * (1 << 20)) for w, mb in t.items() if w in (2, 4, 8)}
+        for (c, w, nodes), mb in all_reduce_utils.FI_MNNVL_ALLREDUCE_MAX_SIZE_MB.items():
+            if c == cap_int and nodes == 1:
+                want[str(w)] = int(mb * (1 << 20))
+        assert m["flashinfer_max_bytes"][cap] == want, cap
 
 
 def test_the_nccl_plugin_is_named_for_nccl(profiles, follow):
