@@ -90,6 +90,8 @@ def _version() -> str:
 
 
 def _register(patches: "_engine.Patches") -> None:
+    if not os.environ.get(_engine.ENV_PROFILE):
+        return
     determinism = ("SGLang's deterministic inference (SGLANG_ENABLE_DETERMINISTIC_INFERENCE)"
                    if _deterministic() else None)
     p = _engine.start(log, "SGLang", "sglang", _version(), determinism)

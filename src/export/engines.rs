@@ -13,6 +13,8 @@ const JSON: &str = include_str!("../../python/artune/engines.json");
 
 /// Per compute capability ("9.0"), per world size ("8"): bytes.
 type Table = BTreeMap<String, BTreeMap<String, u64>>;
+/// Per mode ("graph", "eager"): an inclusive byte range, or none.
+type Ranges = BTreeMap<String, Option<(u64, u64)>>;
 
 #[derive(Debug, Deserialize)]
 pub struct Engines {
@@ -51,7 +53,7 @@ pub struct Sglang {
     pub v2_workspace_bytes: u64,
     pub v1_max_bytes: u64,
     /// Per SGLang architecture table, world size, mode: the inclusive multicast range.
-    v2_multicast: BTreeMap<String, BTreeMap<String, BTreeMap<String, Option<(u64, u64)>>>>,
+    v2_multicast: BTreeMap<String, BTreeMap<String, Ranges>>,
 }
 
 /// The embedded model. Parsing it is tested (`the_model_parses`), so a broken file fails CI

@@ -245,3 +245,27 @@ def test_every_patch_point_is_as_read(profiles, follow):
     assert {"custom_v2", "custom_v1", "flashinfer", "pcie_ipc", "torch_symm_mem"} <= set(
         artune.sglang.applied.applied)
 
+
+
+def test_the_engine_model_holds_sglangs_own_multicast_table():
+    """python/artune/engines.json (read by the plugin and by `artune why`) against the
+    installed SGLang's tuned configs."""
+    import math
+
+    m = artune._engine.MODEL["sglang"]
+    import sglang
+
+    assert m["read_against"] == sglang.__version__
+    for arch, configs in (("9.0", v2_configs._sm90_configs), ("10.0", v2_configs._sm100_configs),
+                          ("10.7", v2_configs._sm107_configs)):
+        want = {}
+        for ws, c in configs(132).items():
+            if c.num_mc_blocks is None:
+                continue
+            e = {mode: (None if getattr(c, mode).mc.max_bytes == 0 else
+                        [math.ceil(getattr(c, mode).mc.min_bytes),
+                         math.ceil(getattr(c, mode).mc.max_bytes)]) for mode in MODES}
+            if e["graph"] or e["eager"]:
+                want[str(ws)] = e
+        assert m["v2_multicast"][arch] == want, arch
+    assert custom_all_reduce_v2._DEFAULT_MAX_SIZE == m["v2_workspace_bytes"]
