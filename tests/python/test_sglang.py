@@ -69,6 +69,7 @@ def on_machine(m, mode, monkeypatch):
         f.cache_clear()
     gc = object.__new__(GC)
     gc.world_size, gc.unique_name, gc.local_size = m.tp, "tp:0", 0
+    gc.device_group = gc.cpu_group = None
     gc.hpu_communicator = gc.xpu_communicator = gc.pymscclpp_comm = None
     gc.qr_comm = gc.pcie_ipc_comm = gc.torch_symm_mem_comm = None
     gc.pynccl_comm = object()
@@ -267,3 +268,37 @@ def test_the_engine_model_holds_sglangs_own_multicast_table():
                 want[str(ws)] = e
         assert m["v2_multicast"][arch] == want, arch
     assert custom_all_reduce_v2._DEFAULT_MAX_SIZE == m["v2_workspace_bytes"]
+
+
+def test_flashinfer_standalone_gives_nccl_sizes_back(profiles, follow, monkeypatch):
+    """A group tagged for FlashInfer's allreduce (fusion on): SGLang's all_reduce tries it
+    before its custom all-reduce. FlashInfer's workspace needs GPUs, so its availability
+    check answers yes; SGLang's own _can_use_flashinfer_allreduce and order decide the rest."""
+    from sglang.srt.layers import flashinfer_comm_fusion
+
+    monkeypatch.setattr(flashinfer_comm_fusion, "can_use_flashinfer_allreduce",
+                        lambda x, **k: True)
+    b200 = next(m for m in MACHINES if m.name.startswith("B200"))
+
+    def run(n, mode):
+        seen = []
+        monkeypatch.setattr(parallel_state, "flashinfer_allreduce",
+                            lambda x, group_name: seen.append("flashinfer"))
+        monkeypatch.setattr(parallel_state, "outplace_all_reduce",
+                            lambda x, group_name, outplace_all_reduce_method: seen.append(
+                                outplace_all_reduce_method))
+        monkeypatch.setattr(parallel_state, "inplace_all_reduce",
+                            lambda x, group_name: seen.append("nccl"))
+        gc = on_machine(b200, mode, monkeypatch)
+        gc._fi_workspace_hint = "tp"
+        gc.all_reduce(message(n))
+        return seen
+
+    assert all(run(n, mode) == ["flashinfer"] for n in SIZES for mode in MODES)
+    follow(profiles[b200.profile])
+    artune.sglang.register()
+    p = artune.Profile.load(profiles[b200.profile])
+    for n in SIZES:
+        for mode in MODES:
+            assert not p.select(8, n, mode).custom
+            assert run(n, mode) == ["nccl"], (n, mode)
