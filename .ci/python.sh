@@ -16,11 +16,18 @@ export ARTUNE_BIN="$PWD/target/release/artune"
 
 if [ ! -x "$root/build/bin/maturin" ]; then
     "$py" -m venv "$root/build"
-    "$root/build/bin/pip" install -q "maturin>=1.5,<2"
+    "$root/build/bin/pip" install -q "maturin>=1.5,<2" ziglang
 fi
 rm -rf "$root/wheels"
-"$root/build/bin/maturin" build --release --locked -o "$root/wheels"
+# manylinux2014 (glibc 2.17): RHEL 8 and Ubuntu 20.04 install it. Linking against this host's
+# glibc would tag it 2.34; zig links against 2.17's symbols instead.
+PATH="$PWD/$root/build/bin:$PATH" "$root/build/bin/maturin" build --release --locked --zig \
+    --compatibility manylinux2014 -o "$root/wheels"
 wheel=$(ls "$root"/wheels/artune-*.whl)
+case "$wheel" in
+*manylinux_2_17*|*manylinux2014*) ;;
+*) echo "the wheel is not tagged manylinux2014: $wheel" >&2; exit 1 ;;
+esac
 
 run() {  # run NAME REQUIREMENT TEST...
     local name=$1 req=$2
@@ -41,3 +48,25 @@ start=$SECONDS
 run vllm "$VLLM" test_package.py test_vllm.py
 run sglang "$SGLANG" test_package.py test_sglang.py
 echo "python tests: $((SECONDS - start)) s after the wheel was built"
+
+# The newest releases on the package index: a release that breaks a patch is seen the day it
+# ships. It reports loudly and never fails CI (the pinned releases above are the contract).
+# ARTUNE_CI_NEWEST=0 skips it.
+newest() {  # newest NAME PACKAGE PINNED TEST
+    local name=$1 pkg=$2 pinned=$3 test=$4 latest
+    latest=$("$root/build/bin/pip" index versions "$pkg" 2>/dev/null | sed -n "s/^$pkg (\(.*\))$/\1/p")
+    if [ -z "$latest" ]; then
+        echo "NEWEST $pkg: cannot ask the package index; not tested" >&2
+    elif [ "$latest" = "${pinned#*==}" ]; then
+        echo "NEWEST $pkg: $latest is the pinned release; tested above"
+    elif run "newest-$name" "$pkg==$latest" test_package.py "$test"; then
+        echo "NEWEST $pkg: $latest passes the plugin tests"
+    else
+        echo "!!! NEWEST $pkg: $latest BREAKS the artune plugin tests (pinned ${pinned#*==} passes);" \
+            "read it against python/artune/engines.json and bump the pin" >&2
+    fi
+}
+if [ "${ARTUNE_CI_NEWEST:-1}" != 0 ]; then
+    newest vllm vllm "$VLLM" test_vllm.py
+    newest sglang sglang "$SGLANG" test_sglang.py
+fi

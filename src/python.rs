@@ -49,6 +49,18 @@ fn to_py(e: Error) -> PyErr {
     }
 }
 
+/// A size or count from Python: a negative one is bad input in artune's words, not the
+/// OverflowError an unsigned argument would give.
+fn unsigned(what: &str, v: i64) -> PyResult<u64> {
+    u64::try_from(v).map_err(|_| {
+        pyo3::exceptions::PyValueError::new_err(format!("{what} {v} is negative; pass 0 or more"))
+    })
+}
+
+fn tp_size(v: i64) -> PyResult<usize> {
+    Ok(unsigned("the TP size", v)? as usize)
+}
+
 fn mode(m: &str) -> PyResult<Mode> {
     match m {
         "graph" => Ok(Mode::Graph),
@@ -163,7 +175,8 @@ impl Profile {
     /// The choice for one allreduce of `nbytes` bytes on `tp` ranks, or None where the profile
     /// has no answer (keep the engine's default).
     #[pyo3(signature = (tp, nbytes, mode = "graph"))]
-    fn select(&self, tp: usize, nbytes: u64, mode: &str) -> PyResult<Option<Choice>> {
+    fn select(&self, tp: i64, nbytes: i64, mode: &str) -> PyResult<Option<Choice>> {
+        let (tp, nbytes) = (tp_size(tp)?, unsigned("the message size in bytes", nbytes)?);
         let q = Query {
             tp,
             mode: self::mode(mode)?,
@@ -192,7 +205,8 @@ impl Profile {
     /// backend's time and interval, the rule that chose, what forcing each alternative costs,
     /// and what each engine runs there.
     #[pyo3(signature = (tp, nbytes, mode = "graph"))]
-    fn explain(&self, tp: usize, nbytes: u64, mode: &str) -> PyResult<String> {
+    fn explain(&self, tp: i64, nbytes: i64, mode: &str) -> PyResult<String> {
+        let (tp, nbytes) = (tp_size(tp)?, unsigned("the message size in bytes", nbytes)?);
         let w = crate::export::why::explain(&self.profile, tp, self::mode(mode)?, nbytes)
             .map_err(to_py)?;
         Ok(crate::export::why::render(&w))
@@ -249,12 +263,25 @@ impl Profile {
 
     /// Whether the profile still holds: against a simulated preset (`sim`), a topology file
     /// (`topology`), or, with neither, this machine as NVML sees it.
-    #[pyo3(signature = (sim = None, topology = None))]
-    fn check(&self, sim: Option<&str>, topology: Option<PathBuf>) -> PyResult<Check> {
+    ///
+    /// `nccl` is the NCCL version the caller runs (e.g. from `torch.cuda.nccl.version()`);
+    /// without it the NCCL version is left unchecked. This loads no NCCL and starts no process,
+    /// so an engine can call it at start-up. Without NVML it raises HardwareError.
+    #[pyo3(signature = (sim = None, topology = None, nccl = None))]
+    fn check(
+        &self,
+        sim: Option<&str>,
+        topology: Option<PathBuf>,
+        nccl: Option<String>,
+    ) -> PyResult<Check> {
         let now = match (sim, topology) {
             (Some(name), _) => crate::topology::presets::get(name),
             (None, Some(path)) => crate::topology::file::load(&path),
-            (None, None) => crate::topology::discover(crate::fabric::cuda::nccl_version()),
+            // No NVML on this machine is a hardware fact here: the caller asked about it.
+            (None, None) => crate::topology::discover(nccl).map_err(|e| match e {
+                Error::BadInput(m) => Error::Hardware(m),
+                e => e,
+            }),
         }
         .map_err(to_py)?;
         let st = staleness(&self.profile, &now);

@@ -375,6 +375,9 @@ fn cost(
             crate::export::vllm::Path::Custom(k) => {
                 get(k).map_err(|e| format!("vLLM would run {k}, but {e}"))
             }
+            crate::export::vllm::Path::FlashInfer(_) => {
+                Err("vLLM would run FlashInfer's allreduce, which artune does not measure".into())
+            }
             crate::export::vllm::Path::SymmMem(what) => Err(format!(
                 "vLLM would run {what}, which artune does not measure"
             )),

@@ -51,6 +51,7 @@ class Profile:
         self,
         sim: Optional[str] = None,
         topology: Optional[Union[str, PathLike[str]]] = None,
+        nccl: Optional[str] = None,
     ) -> Check: ...
 
 def backends() -> list[str]: ...

@@ -1,25 +1,48 @@
-"""What the engine plugins share: reading ``ARTUNE_PROFILE`` once, refusing profiles that must
-not be followed, the NCCL plugin's environment, and the profile's bands as engines need them.
+"""What the engine plugins share: the engine model (engines.json, which Rust reads too), the
+one start-up sequence (off switch, determinism, profile, version), patching only what can be
+verified, and the rule every peer-to-peer path follows.
 
-Every refusal is one warning line naming the file and what to do; the engine then starts
-exactly as it would without artune. Nothing here raises into the engine.
+The rule: artune's one-/two-stage pull/push kernels stand for the engine's peer-to-peer kernels
+of the same shape. Where the profile says NCCL at a size, no peer-to-peer path of the engine
+takes that size; where it says custom, the engine's own order applies. Every refusal is one
+warning line naming the file and what to do; the engine then starts exactly as without
+artune. Nothing here raises into the engine.
 """
 
 import bisect
+import functools
+import importlib
+import inspect
+import json
 import logging
 import os
-from typing import Dict, List, Optional, Tuple
+import sys
+from typing import Callable, Dict, List, Optional, Tuple
 
 from . import ArtuneError, Profile, plugin_path
-
-log = logging.getLogger("artune")
 
 ENV_PROFILE = "ARTUNE_PROFILE"
 ENV_ALLOW_SIMULATED = "ARTUNE_ALLOW_SIMULATED"
 ENV_ALLOW_STALE = "ARTUNE_ALLOW_STALE"
 
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "engines.json")) as _f:
+    MODEL = json.load(_f)
 
-def load(engine: str) -> Optional[Profile]:
+
+def nccl_version() -> Optional[str]:
+    """The NCCL the engine's torch already loaded, without loading one: None when torch is
+    not imported yet or has no NCCL."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        v = torch.cuda.nccl.version()
+        return ".".join(str(x) for x in v) if isinstance(v, tuple) else None
+    except Exception:  # noqa: BLE001 - no CUDA build: leave the NCCL version unchecked
+        return None
+
+
+def load(log: logging.Logger, engine: str) -> Optional[Profile]:
     """The profile to follow, or None (with one warning line saying why) to change nothing."""
     path = os.environ.get(ENV_PROFILE)
     if not path:
@@ -39,7 +62,7 @@ def load(engine: str) -> Optional[Profile]:
         return None
     if os.environ.get(ENV_ALLOW_STALE) != "1":
         try:
-            c = p.check()
+            c = p.check(nccl=nccl_version())
         except ArtuneError as e:
             log.warning(
                 "artune: cannot check %s against this machine (%s); set %s=1 to follow it "
@@ -56,7 +79,34 @@ def load(engine: str) -> Optional[Profile]:
     return p
 
 
-def nccl_env() -> None:
+def start(log: logging.Logger, engine: str, key: str, version: str,
+          determinism: Optional[str]) -> Optional[Profile]:
+    """The plugins' one start: the per-engine off switch (``ARTUNE_VLLM=0``,
+    ``ARTUNE_SGLANG=0``), determinism the user asked for (``determinism`` names it), the
+    profile, and the engine's version against the one artune was read against. None: change
+    nothing (said in one line where the user set ARTUNE_PROFILE)."""
+    if not os.environ.get(ENV_PROFILE):
+        return None
+    off = f"ARTUNE_{key.upper()}"
+    if os.environ.get(off) == "0":
+        log.warning("artune: %s=0, so %s starts as without artune", off, engine)
+        return None
+    if determinism:
+        log.warning("artune: %s asks for a fixed reduction order, so artune changes nothing "
+                    "in %s", determinism, engine)
+        return None
+    p = load(log, engine)
+    if p is None:
+        return None
+    read = MODEL[key]["read_against"]
+    if version != read:
+        log.warning("artune: %s %s is not the release artune was read against (%s); artune "
+                    "applies only the patches whose symbol and signature it finds as read",
+                    engine, version, read)
+    return p
+
+
+def nccl_env(log: logging.Logger) -> None:
     """Points NCCL at artune's tuner plugin, unless the user chose one."""
     if "NCCL_TUNER_PLUGIN" in os.environ:
         return
@@ -66,11 +116,74 @@ def nccl_env() -> None:
         log.warning("artune: %s; NCCL keeps its own algorithm choice", e)
 
 
+class Patches:
+    """Patches the engine model names, each only where its symbol exists with the parameters
+    it was read with; the start-up line names what was not applied."""
+
+    def __init__(self, key: str) -> None:
+        self.rows = {r["path"]: r for r in MODEL[key]["order"]}
+        self.applied: List[str] = []
+        self.skipped: List[str] = []
+        self._undo: List[Tuple[object, str, object]] = []
+
+    def find(self, path: str):
+        """(owner, name, current) for a path's patch point, or None (recorded) if absent or
+        not as read."""
+        spec = self.rows[path]["patch"]
+        try:
+            owner = importlib.import_module(spec["module"])
+        except Exception as e:  # noqa: BLE001 - an optional engine module that cannot import
+            self.skipped.append(f"{path} ({spec['module']} does not import: {e})")
+            return None
+        *outer, name = spec["qualname"].split(".")
+        for part in outer:
+            owner = getattr(owner, part, None)
+            if owner is None:
+                self.skipped.append(f"{path} ({spec['qualname']} is missing)")
+                return None
+        f = inspect.getattr_static(owner, name, None) if isinstance(owner, type) else getattr(
+            owner, name, None)
+        if f is None:
+            self.skipped.append(f"{path} ({spec['qualname']} is missing)")
+            return None
+        try:
+            params = list(inspect.signature(getattr(owner, name)).parameters)
+        except (TypeError, ValueError):
+            params = None
+        if params != spec["params"]:
+            self.skipped.append(f"{path} ({spec['qualname']} takes {params}, read as "
+                                f"{spec['params']})")
+            return None
+        return owner, name, f
+
+    def apply(self, path: str, wrap: Callable) -> bool:
+        found = self.find(path)
+        if found is None:
+            return False
+        owner, name, f = found
+        self._undo.append((owner, name, f))
+        setattr(owner, name, wrap(getattr(owner, name)))
+        self.applied.append(path)
+        return True
+
+    def replace(self, owner, name: str, new) -> None:
+        """A patch the model does not list (constructors), kept for undo."""
+        self._undo.append((owner, name, inspect.getattr_static(owner, name)))
+        setattr(owner, name, new)
+
+    def undo(self) -> None:
+        """Puts back everything patched, newest first: never a half-changed engine."""
+        for owner, name, f in reversed(self._undo):
+            setattr(owner, name, f)
+        self._undo.clear()
+
+
 class Bands:
     """Per TP size and mode, where the profile routes messages to a custom kernel."""
 
     def __init__(self, p: Profile) -> None:
         self.path = os.environ.get(ENV_PROFILE, "")
+        self.active = True
         self._bands: Dict[Tuple[int, str], Tuple[List[int], List[bool]]] = {}
         for tp in p.tp_sizes:
             for mode in ("graph", "eager"):
@@ -84,6 +197,8 @@ class Bands:
     def custom_at(self, tp: int, nbytes: int, mode: str) -> Optional[bool]:
         """True where the profile chose a custom kernel, False where NCCL, None where the
         profile has no answer (the engine keeps its own rule)."""
+        if not self.active:
+            return None
         b = self._bands.get((tp, mode))
         if b is None:
             return None
@@ -98,6 +213,43 @@ class Bands:
                 top = max([top] + [s for s, c in zip(sizes, custom) if c])
         return top
 
+    def custom_prefix(self, tp: int) -> int:
+        """The largest size up to which the profile chooses custom at every size from the
+        smallest, in both modes (0: it starts with NCCL)."""
+        tops = []
+        for mode in ("graph", "eager"):
+            b = self._bands.get((tp, mode))
+            if b is None:
+                continue
+            top = 0
+            for s, c in zip(*b):
+                if not c:
+                    break
+                top = s
+            tops.append(top)
+        return min(tops) if tops else 0
+
+    def describe(self, tp: int, mode: str) -> str:
+        """The profile's bands at ``tp`` as "custom to 64K, NCCL to 64M"."""
+        b = self._bands.get((tp, mode))
+        if b is None:
+            return "no bands (the engine keeps its own rule)"
+        out, last = [], None
+        for s, c in zip(*b):
+            if out and c == last:
+                out[-1] = (s, c)
+            else:
+                out.append((s, c))
+            last = c
+        return ", ".join(f"{'custom' if c else 'NCCL'} to {size(s)}" for s, c in out)
+
+
+def size(n: int) -> str:
+    for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return f"{n}B"
+
 
 def capturing_now() -> bool:
     """True while the current CUDA stream is being captured into a graph."""
@@ -109,25 +261,52 @@ def capturing_now() -> bool:
         return False
 
 
-def follow_should(should, bands: Bands):
-    """Wraps an engine's per-call ``should_custom_ar(self, inp)``: still False wherever the
-    engine says no, and where it says yes, what the profile chose for this size and mode (graph
-    while the communicator or the stream is capturing). Sizes the profile does not cover keep
-    the engine's answer."""
-    import functools
+def mode_of(comm) -> str:
+    capturing = getattr(comm, "_IS_CAPTURING", None)
+    if capturing is None:
+        capturing = capturing_now()
+    return "graph" if capturing else "eager"
 
-    @functools.wraps(should)
-    def wrapped(self, inp):
-        if not should(self, inp):
-            return False
-        capturing = getattr(self, "_IS_CAPTURING", None)
-        if capturing is None:
-            capturing = capturing_now()
-        mode = "graph" if capturing else "eager"
-        chosen = bands.custom_at(self.world_size, inp.numel() * inp.element_size(), mode)
-        return True if chosen is None else chosen
 
-    return wrapped
+def nbytes_of(inp) -> int:
+    return inp.numel() * inp.element_size()
+
+
+def gate(bands: Bands, world_size: Callable = lambda c: getattr(c, "world_size", None)):
+    """The rule for a peer-to-peer path's ``should_*(self, inp, ...)``: still False wherever
+    the engine says no, and False where the profile chose NCCL for this TP size, size and
+    mode. Where the profile says custom or has no answer, the engine's answer stands."""
+
+    def wrap(should):
+        @functools.wraps(should)
+        def gated(self, inp, *args, **kwargs):
+            if not should(self, inp, *args, **kwargs):
+                return False
+            ws = world_size(self)
+            if ws is None:
+                return True
+            return bands.custom_at(ws, nbytes_of(inp), mode_of(self)) is not False
+
+        return gated
+
+    return wrap
+
+
+def follow(bands: Bands):
+    """For an engine's custom all-reduce ``should_custom_ar(self, inp)``: False wherever the
+    engine says no; where it says yes, what the profile chose for this size and mode."""
+
+    def wrap(should):
+        @functools.wraps(should)
+        def followed(self, inp):
+            if not should(self, inp):
+                return False
+            chosen = bands.custom_at(self.world_size, nbytes_of(inp), mode_of(self))
+            return True if chosen is None else chosen
+
+        return followed
+
+    return wrap
 
 
 def round_up16(n: int) -> int:

@@ -1,51 +1,61 @@
-"""SGLang plugin: make SGLang's custom all-reduce follow an artune profile.
+"""SGLang plugin: every allreduce path of SGLang follows an artune profile, or is left alone
+with a reason in the start-up line.
 
 Enabled by ``ARTUNE_PROFILE=/path/profile.json``; loaded by SGLang through the entry point
 ``sglang.srt.plugins: artune = artune.sglang:register`` in every process before it builds its
 communicators (python/sglang/srt/plugins/__init__.py ``load_plugins``; ``SGLANG_PLUGINS`` is a
-whitelist). Read against SGLang 0.5.23 (the wheel on PyPI). What is applied, and when SGLang
-reads it (``device_communicators/`` below):
+whitelist). Read against the SGLang release named in engines.json, whose ``sglang.order`` lists
+each path of ``GroupCoordinator.all_reduce``, how SGLang picks it and what this plugin does;
+the rule (artune/_engine.py, docs/ENGINE-PATHS.md): where the profile says NCCL at a size, no
+peer-to-peer path takes it; where it says custom, SGLang's own order applies.
 
-- Full-NVLink groups (custom all-reduce v2): ``custom_all_reduce_v2.get_all_reduce_config``,
-  read when a v2 communicator is built, returns SGLang's own config for the GPU with the graph
-  and eager thresholds (1shot_push, 1shot_pull, 2shot_pull) replaced by the profile's limits;
-  its block counts and multicast range stay SGLang's. ``SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB``
-  (the v2 workspace, read when ``custom_all_reduce_v2`` is imported) is set, if unset and the
-  module is not imported yet, to what the largest of those limits needs.
-- A PCIe pair (v1): ``CustomAllreduce.__init__`` gets ``max_size`` (its IPC buffers) cut to the
-  largest size the profile routes to a custom kernel, and ``CustomAllreduce.should_custom_ar``
-  (per call) answers False where the profile chose NCCL for that size and mode.
-- A TP size where SGLang would run NCCL anyway, or where the profile keeps v1 off:
-  ``dispatch_custom_allreduce`` (called when the group is built) refuses, so SGLang logs that
-  custom all-reduce is off and allocates no IPC buffers.
-
-``NCCL_TUNER_PLUGIN`` is set to artune's NCCL plugin if unset, so NCCL itself runs the
-algorithm and protocol the profile chose.
+Beyond the per-call gates:
+- v2 (full NVLink): ``custom_all_reduce_v2.get_all_reduce_config`` returns SGLang's config with
+  the 1shot_push / 1shot_pull / 2shot_pull thresholds from the profile, two-shot push off, and
+  the multicast range clipped to the profile's custom band (``_pick_config`` tests it before
+  the 2shot_pull limit). ``CustomAllReduceV2.__init__`` gets a workspace (``max_size``) large
+  enough for the profile's limits when the caller left it at the default, so it takes effect
+  with ``sglang.Engine(...)`` as with ``sglang serve`` (SGLang reads
+  SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB once, at import, often before plugins load).
+- v1 (a PCIe pair): ``max_size`` cut to the largest custom size; per call, what the profile
+  chose.
+- ``GroupCoordinator.__init__``: a TP group whose size the profile gives NCCL at every size is
+  built with ``use_custom_allreduce=False`` (no IPC buffers, no "Setup Custom allreduce
+  failed" warning); each TP group logs one line saying what SGLang runs per size band. Groups
+  other than TP keep SGLang's choice.
+- FlashInfer's allreduce+RMSNorm fusion is left to SGLang (said in the start-up line).
+- SGLang's deterministic inference: the plugin changes nothing. ``ARTUNE_SGLANG=0``: off.
 """
 
 import functools
 import inspect
 import logging
 import os
-import sys
 
 from . import _engine
 
-log = logging.getLogger("artune")
+log = logging.getLogger("sglang.artune")
 
 _PATCHED = "_artune_patched"
 ENV_V2_WORKSPACE = "SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB"
-
-
-class _ProfileChoseNccl(RuntimeError):
-    """Raised where SGLang asks for a custom all-reduce the profile does not want."""
+GATED = ("mscclpp", "flashinfer", "pcie_ipc", "quick_ar", "torch_symm_mem")
+TP_GROUPS = ("tp", "attn_tp")
+#: What the last register() patched (``applied.undo()`` puts SGLang back), or None.
+applied = None
 
 
 def register() -> None:
     """SGLang's plugin hook. Never raises: any failure leaves SGLang as it was."""
+    global applied
+    patches = None
     try:
-        _register()
+        patches = _engine.Patches("sglang")
+        _register(patches)
+        if patches.applied:
+            applied = patches
     except Exception as e:  # noqa: BLE001 - a plugin must not stop the engine
+        if patches is not None:
+            patches.undo()
         log.warning("artune: the SGLang plugin could not apply the profile (%s); SGLang starts "
                     "as without artune", e)
 
@@ -67,66 +77,57 @@ def plans(p):
     return out
 
 
-def _register() -> None:
-    p = _engine.load("SGLang")
+def _deterministic() -> bool:
+    from sglang.srt.distributed.parallel_state import GroupCoordinator
+
+    return bool(GroupCoordinator._deterministic_collectives_enabled())
+
+
+def _version() -> str:
+    import sglang
+
+    return getattr(sglang, "__version__", "unknown")
+
+
+def _register(patches: "_engine.Patches") -> None:
+    if not os.environ.get(_engine.ENV_PROFILE):
+        return
+    determinism = ("SGLang's deterministic inference (SGLANG_ENABLE_DETERMINISTIC_INFERENCE)"
+                   if _deterministic() else None)
+    p = _engine.start(log, "SGLang", "sglang", _version(), determinism)
     if p is None:
         return
-    plan = plans(p)
-    v2_top = max(
-        (max(max(lim) for lim in v[1].values()) for v in plan.values() if v[0] == "v2"),
-        default=0,
-    )
-    v2_module = "sglang.srt.distributed.device_communicators.custom_all_reduce_v2"
-    if v2_top and ENV_V2_WORKSPACE not in os.environ:
-        if v2_module in sys.modules:
-            log.warning("artune: SGLang imported its v2 all-reduce before the plugin ran, so its "
-                        "workspace keeps its default size")
-        else:
-            os.environ[ENV_V2_WORKSPACE] = str(max(1, -(-v2_top // 1024)))
+    from sglang.srt.distributed import parallel_state
     from sglang.srt.distributed.device_communicators import custom_all_reduce, custom_all_reduce_v2
 
     car = custom_all_reduce.CustomAllreduce
     if getattr(car, _PATCHED, False):
         return
+    plan = plans(p)
     bands = _engine.Bands(p)
-    _engine.nccl_env()
     import torch.distributed as dist
 
-    dispatch = custom_all_reduce.dispatch_custom_allreduce
+    pcie_ws = lambda c: getattr(c, "world_size", getattr(c, "_world_size", None))  # noqa: E731
+    for path in GATED:
+        patches.apply(path, _engine.gate(bands, pcie_ws))
+    patches.apply("custom_v1", _engine.follow(bands))
+    patches.apply("custom_v2", lambda get_config: _v2_follows(get_config, plan))
 
-    @functools.wraps(dispatch)
-    def dispatch_wrapped(group, device):
-        v = plan.get(dist.get_world_size(group))
-        if v is not None and (v[0] == "nccl" or (v[0] == "v1" and not (v[1] and v[2]))):
-            raise _ProfileChoseNccl(
-                f"artune: {bands.path} chooses NCCL at every size this TP size runs a custom "
-                "all-reduce, so none is built"
-            )
-        return dispatch(group, device)
+    v2 = custom_all_reduce_v2.CustomAllReduceV2
+    v2_init = v2.__init__
+    v2_sig = inspect.signature(v2_init)
 
-    get_config = custom_all_reduce_v2.get_all_reduce_config
-
-    @functools.wraps(get_config)
-    def get_config_wrapped(world_size):
-        base = get_config(world_size)
-        v = plan.get(world_size)
-        if v is None or v[0] != "v2":
-            return base
-
-        def follow(h, lim):
-            push1, pull1, pull2 = lim
-            return h._replace(
-                one_shot_push_threshold=push1,
-                one_shot_pull_threshold=pull1,
-                two_shot_pull_threshold=pull2,
-                two_shot_push_threshold=0,
-            )
-
-        lims = v[1]
-        return base._replace(
-            graph=follow(base.graph, lims.get("graph", lims.get("eager"))),
-            eager=follow(base.eager, lims.get("eager", lims.get("graph"))),
-        )
+    @functools.wraps(v2_init)
+    def v2_init_wrapped(self, *args, **kwargs):
+        b = v2_sig.bind(self, *args, **kwargs)
+        # A workspace the user sized (SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB) stays theirs.
+        if "max_size" not in b.arguments and ENV_V2_WORKSPACE not in os.environ:
+            v = plan.get(dist.get_world_size(group=b.arguments["group"]))
+            if v is not None and v[0] == "v2":
+                top = max(max(lim) for lim in v[1].values())
+                default = v2_sig.parameters["max_size"].default
+                b.arguments["max_size"] = max(default, top)
+        return v2_init(*b.args, **b.kwargs)
 
     car_init = car.__init__
     car_sig = inspect.signature(car_init)
@@ -141,14 +142,66 @@ def _register() -> None:
             b.arguments["max_size"] = min(b.arguments["max_size"], _engine.round_up16(v[2]))
         return car_init(*b.args, **b.kwargs)
 
-    should_wrapped = _engine.follow_should(car.should_custom_ar, bands)
+    gc = parallel_state.GroupCoordinator
+    gc_init = gc.__init__
+    gc_sig = inspect.signature(gc_init)
 
-    custom_all_reduce.dispatch_custom_allreduce = dispatch_wrapped
-    custom_all_reduce_v2.get_all_reduce_config = get_config_wrapped
-    car.__init__ = car_init_wrapped
-    car.should_custom_ar = should_wrapped
+    @functools.wraps(gc_init)
+    def gc_init_wrapped(self, *args, **kwargs):
+        b = gc_sig.bind(self, *args, **kwargs)
+        name = b.arguments.get("group_name") or ""
+        rank = dist.get_rank()
+        ws = next((len(r) for r in b.arguments["group_ranks"] if rank in r), 0)
+        if name not in TP_GROUPS or ws < 2:
+            return gc_init(*b.args, **b.kwargs)
+        if _deterministic():
+            bands.active = False
+            log.info("artune: TP%d group %s: SGLang's deterministic inference is on, so artune "
+                     "changes nothing", ws, name)
+            return gc_init(*b.args, **b.kwargs)
+        v = plan.get(ws)
+        off = v is not None and (v[0] == "nccl" or (v[0] == "v1" and not (v[1] and v[2])))
+        if off and b.arguments.get("use_custom_allreduce"):
+            b.arguments["use_custom_allreduce"] = False
+        gc_init(*b.args, **b.kwargs)
+        log.info("%s", startup_line(bands, patches, plan, name, ws, off))
+
+    patches.replace(v2, "__init__", v2_init_wrapped)
+    patches.replace(car, "__init__", car_init_wrapped)
+    patches.replace(gc, "__init__", gc_init_wrapped)
     setattr(car, _PATCHED, True)
-    log.info("artune: SGLang follows %s (%s)", bands.path, describe(plan))
+    _engine.nccl_env(log)
+
+
+def _v2_follows(get_config, plan):
+    @functools.wraps(get_config)
+    def followed(world_size):
+        base = get_config(world_size)
+        v = plan.get(world_size)
+        if v is None or v[0] != "v2":
+            return base
+
+        def follow(h, lim):
+            push1, pull1, pull2 = lim
+            # Multicast two-shot runs inside its range before the 2shot_pull limit is
+            # tested: clip it to the profile's custom band, so NCCL sizes stay NCCL.
+            mc = h.mc._replace(min_bytes=min(h.mc.min_bytes, pull2),
+                               max_bytes=min(h.mc.max_bytes, pull2))
+            return h._replace(
+                one_shot_push_threshold=push1,
+                one_shot_pull_threshold=pull1,
+                two_shot_pull_threshold=pull2,
+                two_shot_push_threshold=0,
+                mc=mc,
+            )
+
+        lims = v[1]
+        return base._replace(
+            graph=follow(base.graph, lims.get("graph", lims.get("eager"))),
+            eager=follow(base.eager, lims.get("eager", lims.get("graph"))),
+        )
+
+    return followed
 
 
 def describe(plan) -> str:
@@ -160,4 +213,30 @@ def describe(plan) -> str:
             parts.append(f"TP{tp}: v1 up to {v[2]} B" if v[1] and v[2] else f"TP{tp}: NCCL")
         else:
             parts.append(f"TP{tp}: NCCL ({v[1]})")
+    return "; ".join(parts)
+
+
+def startup_line(bands, patches, plan, name: str, ws: int, off: bool) -> str:
+    """One line per TP group: what SGLang runs per size band with the profile applied."""
+    v = plan.get(ws)
+    if v is None:
+        return (f"artune: TP{ws} group {name}: {bands.path} has no TP{ws} group, so SGLang "
+                "keeps its own choice here")
+    parts = [f"artune: TP{ws} group {name} follows {bands.path}"]
+    for mode in ("graph", "eager"):
+        parts.append(f"{mode}: {bands.describe(ws, mode)}")
+    if v[0] == "v2":
+        parts.append("custom sizes run v2 at the profile's limits " + str(v[1]) +
+                     " (multicast inside them only)")
+    elif off:
+        parts.append(f"custom all-reduce not built ({v[1] if v[0] == 'nccl' else 'NCCL wins'}),"
+                     " so no IPC buffers are allocated")
+    else:
+        parts.append(f"custom sizes run v1 up to {_engine.size(v[2])}")
+    parts.append("NCCL sizes run NCCL with artune's tuner plugin")
+    parts.append("left alone: NCCL symmetric memory (it is NCCL) and FlashInfer's "
+                 "allreduce+RMSNorm fusion (--enforce-disable-flashinfer-allreduce-fusion turns "
+                 "it off)")
+    if patches.skipped:
+        parts.append("not applied: " + "; ".join(patches.skipped))
     return "; ".join(parts)

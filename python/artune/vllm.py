@@ -1,62 +1,88 @@
-"""vLLM plugin: make vLLM's custom all-reduce follow an artune profile.
+"""vLLM plugin: every allreduce path of vLLM follows an artune profile, or is left alone with
+a reason in the start-up line.
 
 Enabled by ``ARTUNE_PROFILE=/path/profile.json``; loaded by vLLM through the entry point
 ``vllm.general_plugins: artune = artune.vllm:register`` in every process, before any
 communicator is built (vllm/plugins/__init__.py ``load_general_plugins``; ``VLLM_PLUGINS`` is a
-whitelist). Read against vLLM 0.33.0 (the wheel on PyPI). What is patched, and when vLLM reads it:
+whitelist). Read against the vLLM release named in engines.json, whose ``vllm.order`` lists
+each path of ``CudaCommunicator.all_reduce``, how vLLM picks it and what this plugin does; the
+rule (artune/_engine.py, docs/ENGINE-PATHS.md): where the profile says NCCL at a size, no
+peer-to-peer path takes it; where it says custom, vLLM's own order applies.
 
-- ``CudaCommunicator.__init__`` (device_communicators/cuda_communicator.py), at communicator
-  construction: for a TP size where the profile chooses NCCL at every size, vLLM's module flag
+Beyond the per-call gates:
+- ``CudaCommunicator.__init__``: at a TP size the profile gives NCCL at every size,
   ``parallel_state._ENABLE_CUSTOM_ALL_REDUCE`` reads False while the TP communicator is built,
-  so no custom all-reduce and no IPC buffers exist.
-- ``CustomAllreduce.__init__`` (device_communicators/custom_all_reduce.py), at construction:
-  ``max_size`` (its metadata buffer, and the messages it takes) is cut to the largest size the
-  profile routes to a custom kernel. vLLM still sizes its registered buffer at least to its
-  all-gather and reduce-scatter limits.
-- ``CustomAllreduce.should_custom_ar``, per call: where the profile chose NCCL for this TP size,
-  size and mode (graph while vLLM captures, else eager), it answers False.
-- ``SymmMemCommunicator.should_use_symm_mem`` (device_communicators/symm_mem.py), per call: False
-  where the profile chose NCCL, so symmetric memory does not take what the profile gave NCCL.
-
-``NCCL_TUNER_PLUGIN`` is set to artune's NCCL plugin if unset, so NCCL itself runs the
-algorithm and protocol the profile chose. What vLLM cannot express is logged once: vLLM
-chooses one-stage or two-stage inside its C++ kernel, and runs no custom all-reduce on more
-than two PCIe-only GPUs whatever it is told.
+  so no custom all-reduce and no IPC buffers exist (vLLM's custom all-gather and
+  reduce-scatter go with it: the start-up line says so). Each TP communicator logs one line.
+- ``CustomAllreduce.__init__``: ``max_size`` cut to the largest size the profile routes to a
+  custom kernel.
+- The fusion pass (allreduce+RMSNorm into one FlashInfer kernel at compile time) is decided
+  by the profile, because it runs FlashInfer's peer-to-peer kernel at every size it fuses: it
+  fuses only up to the profile's custom band that starts at the smallest size, and not at all
+  where the profile starts with NCCL. It saves a kernel and a norm pass the profile did not
+  measure; ``ARTUNE_VLLM_FUSION=engine`` keeps vLLM's own fusion sizes instead.
+- ``VLLM_BATCH_INVARIANT=1``: the plugin changes nothing (vLLM routes every size to custom AR
+  for a fixed reduction order). ``ARTUNE_VLLM=0``: off.
+- Ray workers: ``ARTUNE_`` is added to ``VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY``, so the
+  profile reaches them (vllm/ray/ray_env.py).
 """
 
 import functools
 import inspect
 import logging
+import os
 
 from . import _engine
 
-log = logging.getLogger("artune")
+log = logging.getLogger("vllm.artune")
 
 _PATCHED = "_artune_patched"
+ENV_FUSION = "ARTUNE_VLLM_FUSION"
+RAY_PREFIXES = "VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY"
+GATED = ("flashinfer", "quick_reduce", "flashinfer_pcie_ipc", "aiter", "torch_symm_mem")
+#: What the last register() patched (``applied.undo()`` puts vLLM back), or None.
+applied = None
 
 
 def register() -> None:
     """vLLM's plugin hook. Never raises: any failure leaves vLLM as it was."""
+    global applied
+    patches = None
     try:
-        _register()
+        patches = _engine.Patches("vllm")
+        _register(patches)
+        if patches.applied:
+            applied = patches
     except Exception as e:  # noqa: BLE001 - a plugin must not stop the engine
+        if patches is not None:
+            patches.undo()
         log.warning("artune: the vLLM plugin could not apply the profile (%s); vLLM starts as "
                     "without artune", e)
 
 
-def _register() -> None:
-    p = _engine.load("vLLM")
+def _register(patches: "_engine.Patches") -> None:
+    import vllm
+    import vllm.envs as envs
+
+    determinism = "VLLM_BATCH_INVARIANT=1" if envs.VLLM_BATCH_INVARIANT else None
+    p = _engine.start(log, "vLLM", "vllm", vllm.__version__, determinism)
     if p is None:
         return
     from vllm.distributed import parallel_state
-    from vllm.distributed.device_communicators import cuda_communicator, custom_all_reduce, symm_mem
+    from vllm.distributed.device_communicators import cuda_communicator, custom_all_reduce
 
     car = custom_all_reduce.CustomAllreduce
     if getattr(car, _PATCHED, False):
         return
     bands = _engine.Bands(p)
-    _engine.nccl_env()
     import torch.distributed as dist
+
+    for path in GATED:
+        patches.apply(path, _engine.gate(bands))
+    patches.apply("custom", _engine.follow(bands))
+    fusion = os.environ.get(ENV_FUSION) != "engine"
+    if fusion:
+        patches.apply("fusion_pass", lambda f: _fusion_follows(f, bands))
 
     comm = cuda_communicator.CudaCommunicator
     comm_init = comm.__init__
@@ -66,15 +92,20 @@ def _register() -> None:
     def comm_init_wrapped(self, *args, **kwargs):
         a = comm_sig.bind(self, *args, **kwargs).arguments
         name = a.get("unique_name", "") or ""
+        if name.split(":")[0] != "tp":
+            return comm_init(self, *args, **kwargs)
         ws = dist.get_world_size(a["cpu_group"])
-        if name.split(":")[0] == "tp" and bands.covers(ws) and bands.largest_custom(ws) == 0:
+        off = bands.covers(ws) and bands.largest_custom(ws) == 0
+        if off:
             saved = parallel_state._ENABLE_CUSTOM_ALL_REDUCE
             parallel_state._ENABLE_CUSTOM_ALL_REDUCE = False
             try:
-                return comm_init(self, *args, **kwargs)
+                comm_init(self, *args, **kwargs)
             finally:
                 parallel_state._ENABLE_CUSTOM_ALL_REDUCE = saved
-        return comm_init(self, *args, **kwargs)
+        else:
+            comm_init(self, *args, **kwargs)
+        log.info("%s", startup_line(bands, patches, name, ws, off, fusion))
 
     car_init = car.__init__
     car_sig = inspect.signature(car_init)
@@ -90,31 +121,64 @@ def _register() -> None:
             b.arguments["max_size"] = min(b.arguments["max_size"], _engine.round_up16(top + 1))
         return car_init(*b.args, **b.kwargs)
 
-    should_wrapped = _engine.follow_should(car.should_custom_ar, bands)
-
-    symm = symm_mem.SymmMemCommunicator
-    symm_should = symm.should_use_symm_mem
-
-    @functools.wraps(symm_should)
-    def symm_should_wrapped(self, inp):
-        if not symm_should(self, inp):
-            return False
-        mode = "graph" if _engine.capturing_now() else "eager"
-        chosen = bands.custom_at(self.world_size, inp.numel() * inp.element_size(), mode)
-        return chosen is not False
-
-    comm.__init__ = comm_init_wrapped
-    car.__init__ = car_init_wrapped
-    car.should_custom_ar = should_wrapped
-    symm.should_use_symm_mem = symm_should_wrapped
+    patches.replace(comm, "__init__", comm_init_wrapped)
+    patches.replace(car, "__init__", car_init_wrapped)
     setattr(car, _PATCHED, True)
-    summary = ", ".join(
-        f"TP{tp}: custom up to {bands.largest_custom(tp)} B" if bands.largest_custom(tp)
-        else f"TP{tp}: NCCL only"
-        for tp in p.tp_sizes
-    )
-    log.info(
-        "artune: vLLM follows %s (%s); vLLM picks one-stage or two-stage inside its kernel and "
-        "runs no custom all-reduce on more than two PCIe-only GPUs, which artune cannot change",
-        bands.path, summary,
-    )
+    _engine.nccl_env(log)
+    prefixes = [x for x in os.environ.get(RAY_PREFIXES, "").split(",") if x]
+    if "ARTUNE_" not in prefixes:
+        os.environ[RAY_PREFIXES] = ",".join(prefixes + ["ARTUNE_"])
+
+
+def _fusion_follows(flashinfer_max_size, bands: "_engine.Bands"):
+    """PassConfig.flashinfer_max_size, cut to the profile's custom band from the smallest
+    size: the fused kernel runs at every size up to it, so it must be custom throughout."""
+
+    @functools.wraps(flashinfer_max_size)
+    def followed(self, world_size):
+        base = flashinfer_max_size(self, world_size)
+        if base is None or not bands.covers(world_size):
+            return base
+        top = bands.custom_prefix(world_size)
+        return min(base, top) if top > 0 else None
+
+    return followed
+
+
+def _capability():
+    try:
+        import torch
+
+        c = torch.cuda.get_device_capability()
+        return f"{c[0]}.{c[1]}"
+    except Exception:  # noqa: BLE001 - no GPU: the line leaves the engine's sizes out
+        return None
+
+
+def startup_line(bands, patches, name: str, ws: int, off: bool, fusion: bool) -> str:
+    """One line per TP communicator: what vLLM runs per size band with the profile applied."""
+    m = _engine.MODEL["vllm"]
+    if not bands.covers(ws):
+        return (f"artune: TP{ws} group {name}: {bands.path} has no TP{ws} group, so vLLM keeps "
+                "its own choice here")
+    cap = _capability()
+    parts = [f"artune: TP{ws} group {name} follows {bands.path}"]
+    for mode in ("graph", "eager"):
+        parts.append(f"{mode}: {bands.describe(ws, mode)}")
+    order = "custom sizes run vLLM's own order"
+    fi = m["flashinfer_max_bytes"].get(cap or "", {}).get(str(ws))
+    if fi and "flashinfer" in patches.applied:
+        order += f" (FlashInfer to {_engine.size(fi)} on {cap}, then custom AR)"
+    parts.append(order + "; NCCL sizes run NCCL with artune's tuner plugin")
+    if off:
+        parts.append("custom AR off, so its IPC buffers (about 24 MiB per GPU) are not "
+                     "allocated and vLLM's custom all-gather/reduce-scatter use NCCL too")
+    if fusion and "fusion_pass" in patches.applied:
+        top = bands.custom_prefix(ws)
+        parts.append(f"fusion pass to {_engine.size(top)}" if top else "fusion pass off")
+    elif not fusion:
+        parts.append(f"fusion pass left to vLLM ({ENV_FUSION}=engine)")
+    parts.append("left alone: NCCL symmetric memory (it is NCCL)")
+    if patches.skipped:
+        parts.append("not applied: " + "; ".join(patches.skipped))
+    return "; ".join(parts)

@@ -8,6 +8,7 @@
 //! Each engine module also says what that engine will run for one message ([`EngineRun`]),
 //! with artune's export applied, so `artune why` and the exports tell the same story.
 
+pub mod engines;
 mod env;
 mod nccl;
 pub mod sample;

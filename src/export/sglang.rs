@@ -1,18 +1,19 @@
 //! SGLang: which custom all-reduce it runs per TP size, and the limits that make it follow the
 //! profile where it can.
 //!
-//! As read in sgl-project/sglang `python/sglang/srt/distributed/device_communicators/`:
-//! - `custom_all_reduce_v2.py` (commit 50e143a67729): v2 (default on,
+//! As read in the SGLang 0.5.23 wheel, `sglang/srt/distributed/device_communicators/` (the
+//! multicast table lives in the shared engine model, python/artune/engines.json):
+//! - `custom_all_reduce_v2.py`: v2 (default on,
 //!   SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2) needs `can_use_custom_all_reduce_v2`, i.e. full
 //!   NVLink between all GPUs of the group, even at TP2. It runs 1shot_push up to the first
 //!   limit, 1shot_pull up to the second, 2shot_pull up to the third, NCCL above, and takes a
 //!   message only up to its pull workspace: SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB (16 MiB by
 //!   default) caps the tuned sizes. Its push workspace is 2 x world size buffers of the push
 //!   limit.
-//! - `config/custom_all_reduce_v2_tuning.py` (commit ff35b05d2b28): limits per architecture and
-//!   world size as `(one_shot_push, one_shot_pull, two_shot_pull[, (multicast_min,
-//!   multicast_max)])`, at most UNTUNED_MAX = 128 MiB; the fourth element is the range where
-//!   two-shot runs over NVLink multicast.
+//! - `configs/custom_all_reduce_v2.py`: limits per architecture and world size as
+//!   `(one_shot_push, one_shot_pull, two_shot_pull[, mc range])`; `_pick_config` tests the
+//!   multicast range (two-shot over NVLink multicast) after one-shot pull and BEFORE the
+//!   two-shot pull limit, so a size inside it runs multicast whatever that limit says.
 //! - `custom_all_reduce.py` (v1, the fallback): world sizes 2, 4, 6, 8; two GPUs need only
 //!   P2P (a PCIe pair works), more need full NVLink; messages up to 8 MiB (`inp_size <= max_size`); its kernels are
 //!   vLLM's (one-stage pull on two GPUs).
@@ -151,25 +152,12 @@ fn limits(g: &GroupProfile, bands: &[usize]) -> [u64; 3] {
     lim
 }
 
-/// SGLang's own multicast range for this architecture, world size and mode (tuning.py at
-/// ff35b05d2b28), kept so a pasted tuple does not drop it; artune does not measure multicast.
+/// SGLang's own multicast range for this architecture, world size and mode, from the shared
+/// engine model; artune does not measure multicast.
 fn multicast_range(cap: Option<ComputeCapability>, n: usize, mode: Mode) -> Option<(u64, u64)> {
-    let c = cap?;
-    let graph = mode == Mode::Graph;
-    Some(match (c.major, c.minor >= 7, n, graph) {
-        (9, _, 4 | 5, false) => (0, 32 * MIB),
-        (9, _, 6, true) => (8 * MIB, 32 * MIB),
-        (9, _, 6 | 7, false) => (0, 32 * MIB),
-        (9, _, 7, true) => (MIB, 32 * MIB),
-        (9, _, 8, true) => (512 * KIB, V2_MAX),
-        (9, _, 8, false) => (0, V2_MAX),
-        (10, false, 5, false) => (0, 56 * MIB),
-        (10, false, 6 | 7, false) => (0, 64 * MIB),
-        (10, false, 8, true) => (8 * MIB, V2_MAX),
-        (10, false, 8, false) => (0, V2_MAX),
-        (10, false, 16, _) => (256 * KIB, V2_MAX),
-        _ => return None,
-    })
+    engines::model()
+        .sglang
+        .multicast(cap, n, mode == Mode::Graph)
 }
 
 /// v2's plan for one group: limits within the default workspace, and what a larger workspace
@@ -363,7 +351,10 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
                         continue;
                     };
                     let plan = v2_plan(g);
-                    let mc = multicast_range(capability(&p.topology, &g.gpus), tp, mode);
+                    // _pick_config tests the multicast range before the two-shot limit:
+                    // clipped to that limit, NCCL sizes stay NCCL (as the plugin does).
+                    let mc = multicast_range(capability(&p.topology, &g.gpus), tp, mode)
+                        .map(|(lo, hi)| (lo.min(plan.lim[2]), hi.min(plan.lim[2])));
                     entry.push(format!("\"{}\": {}", mode.id(), tuple(plan.lim, mc)));
                     let (mut ordered, mut chosen, mut worst) = (0.0, 0.0, (0.0f64, 0u64));
                     notes.push_str(&format!("# TP{tp} {} (GPUs {:?}):\n", mode.id(), g.gpus));
@@ -430,8 +421,10 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
 
     let mut s = String::new();
     s.push_str("# SGLang custom all-reduce: what it runs per TP size, and v2 limits for full-NVLink groups.\n");
-    s.push_str("# Read against sgl-project/sglang custom_all_reduce_v2.py (50e143a67729) and\n");
-    s.push_str("# config/custom_all_reduce_v2_tuning.py (ff35b05d2b28).\n");
+    s.push_str(&format!(
+        "# Read against SGLang {} (custom_all_reduce_v2.py, configs/custom_all_reduce_v2.py).\n",
+        engines::model().sglang.read_against
+    ));
     s.push_str(&provenance(p, o, "#"));
     s.push_str("#\n");
     if table.is_empty() {
@@ -439,7 +432,8 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
     } else {
         s.push_str("# v2 limits (one_shot_push, one_shot_pull, two_shot_pull, multicast range or None) per TP size, for\n");
         s.push_str("# the tuning(...) entries of config/custom_all_reduce_v2_tuning.py for this architecture. The\n");
-        s.push_str("# multicast range is SGLang's own (artune does not measure multicast), kept so it is not dropped.\n");
+        s.push_str("# multicast range is SGLang's own (artune does not measure multicast), clipped to the two-shot limit:\n");
+        s.push_str("# SGLang tests it before that limit, so unclipped it would run multicast where the profile says NCCL.\n");
         s.push_str("ARTUNE_CUSTOM_ALL_REDUCE_V2 = {\n");
         s.push_str(&table);
         s.push_str("}\n");

@@ -104,8 +104,14 @@ fn every_export_names_its_source_and_says_simulated() {
 fn every_export_header_names_the_engine_source_it_was_read_against() {
     for (engine, needle) in [
         (Engine::Trtllm, "allreduceOp.cpp (4bb1ef88800b)"),
-        (Engine::Vllm, "all_reduce_utils.py\n# (b250ac3dd5ef"),
-        (Engine::Sglang, "custom_all_reduce_v2.py (50e143a67729)"),
+        (
+            Engine::Vllm,
+            "Read against vLLM 0.33.0 (cuda_communicator.py",
+        ),
+        (
+            Engine::Sglang,
+            "Read against SGLang 0.5.23 (custom_all_reduce_v2.py",
+        ),
         (Engine::Nccl, "tuner/tuner_v7.h, commit 2449986fd9ec"),
     ] {
         let e = export(&nvswitch(), &opts(engine)).unwrap();
@@ -360,22 +366,27 @@ fn vllm_chain_follows_its_source() {
     assert!(matches!(builtin(t, &[0, 1], bf, 8 << 20), Path::Nccl(w) if w.contains("limit of 8M")));
     assert!(matches!(builtin(t, &[0, 1], bf, 4100), Path::Nccl(w) if w.contains("multiple of 16")));
     assert!(matches!(builtin(t, &[0, 1, 2, 3], bf, 4096), Path::Nccl(_)));
-    // H100 (9.0) on NVSwitch: custom allreduce tops out per world size, then symmetric memory.
+    // H100 (9.0) on NVSwitch: FlashInfer first up to its table (2 MiB at TP4, 512 KiB at
+    // TP8, 64 MiB at TP2), then custom allreduce to its limit, then symmetric memory.
     let nv = crate::topology::presets::get("nvswitch-8x").unwrap();
     let eight: Vec<usize> = (0..8).collect();
     assert_eq!(
-        builtin(&nv, &[0, 1, 2, 3], bf, 256 << 10),
-        Path::Custom(Backend::OneStagePull)
+        builtin(&nv, &[0, 1, 2, 3], bf, 2 << 20),
+        Path::FlashInfer(2 << 20)
     );
     assert_eq!(
-        builtin(&nv, &[0, 1, 2, 3], bf, 512 << 10),
+        builtin(&nv, &[0, 1, 2, 3], bf, 4 << 20),
         Path::Custom(Backend::TwoStagePull)
     );
     assert_eq!(
-        builtin(&nv, &eight, bf, 128 << 10),
-        Path::Custom(Backend::OneStagePull)
+        builtin(&nv, &eight, bf, 512 << 10),
+        Path::FlashInfer(512 << 10)
     );
-    // CUSTOM_ALL_REDUCE_MAX_SIZES["9.0"][8] = 256 KiB, not 8 MiB.
+    assert_eq!(
+        builtin(&nv, &[0, 1], bf, 64 << 20),
+        Path::FlashInfer(64 << 20)
+    );
+    // Above FlashInfer: CUSTOM_ALL_REDUCE_MAX_SIZES["9.0"][8] = 256 KiB, not 8 MiB.
     assert_eq!(
         builtin(&nv, &eight, bf, 1 << 20),
         Path::SymmMem("torch symmetric-memory multimem")
@@ -384,6 +395,11 @@ fn vllm_chain_follows_its_source() {
         matches!(builtin(&nv, &eight, Dtype::Fp16, 1 << 20), Path::Nccl(w) if w.contains("bf16"))
     );
     assert!(matches!(builtin(&nv, &eight, bf, 64 << 20), Path::Nccl(_)));
+    // Six GPUs: FlashInfer has no entry; custom allreduce to 512 KiB.
+    assert_eq!(
+        builtin(&nv, &[0, 1, 2, 3, 4, 5], bf, 256 << 10),
+        Path::Custom(Backend::TwoStagePull)
+    );
     assert!(matches!(builtin(&nv, &[0, 1, 2], bf, 1024), Path::Nccl(_)));
 }
 
@@ -413,8 +429,9 @@ fn sglang_v2_tuples_have_four_elements_within_the_workspace() {
         .take_while(|l| *l != "}")
         .collect();
     assert_eq!(table.len(), 3, "{text}");
+    let mut checked_mc = false;
     for line in table {
-        for t in line.split("\": (").skip(1) {
+        for (i, t) in line.split("\": (").skip(1).enumerate() {
             let inner = t.split(")").next().unwrap();
             let nums: Vec<u64> = inner
                 .split(", ")
@@ -427,10 +444,18 @@ fn sglang_v2_tuples_have_four_elements_within_the_workspace() {
             );
             let fourth = inner.split(", ").nth(3).unwrap();
             assert!(fourth == "None" || fourth.starts_with('('), "{line}");
+            // SM90 graph mode has multicast at TP8 from 512 KiB (SGLang 0.5.23), clipped to
+            // the two-shot limit: _pick_config tests it first, so no NCCL size may sit inside.
+            if line.starts_with("    8: {\"graph\"") && i == 0 {
+                checked_mc = true;
+                let mc = t.split('(').nth(1).unwrap().split(')').next().unwrap();
+                let hi: u64 = mc.split(", ").nth(1).unwrap().parse().unwrap();
+                let lo: u64 = mc.split(", ").next().unwrap().parse().unwrap();
+                assert_eq!((lo, hi), ((512 << 10).min(nums[2]), nums[2]), "{line}");
+            }
         }
     }
-    // SM90 TP8 keeps SGLang's multicast range (tuning.py: graph (512 KiB, 128 MiB)).
-    assert!(text.contains("(524288, 134217728)"));
+    assert!(checked_mc, "{text}");
     assert!(text.contains("SGLang's order (push, pull, two-shot, NCCL) costs"));
 }
 

@@ -1,23 +1,24 @@
 //! vLLM: what its allreduce chain runs per TP size and size on this GPU, which of the profile's
 //! choices it can follow, and the GPU P2P access cache it reads.
 //!
-//! As read in vllm-project/vllm:
-//! - `vllm/distributed/device_communicators/cuda_communicator.py` (commit 089eca13b071),
-//!   CudaCommunicator.all_reduce: quick reduce (ROCm MI300 only), then custom allreduce
-//!   (`should_custom_ar`), then symmetric memory (`should_use_symm_mem`), then pynccl.
+//! As read in the vLLM 0.33.0 wheel (`vllm/distributed/device_communicators/`); the size
+//! tables live in the shared engine model (python/artune/engines.json, [`engines`]):
+//! - `cuda_communicator.py`, CudaCommunicator.all_reduce: FlashInfer first (on by default,
+//!   VLLM_ALLREDUCE_USE_FLASHINFER; capabilities 9.0 and 10.x at TP 2/4/8, up to its size
+//!   table), then NCCL symmetric memory, quick reduce (ROCm), FlashInfer PCIe IPC (opt-in),
+//!   AITER (ROCm), custom allreduce (`should_custom_ar`), torch symmetric memory
+//!   (`should_use_symm_mem`), then pynccl.
 //! - `custom_all_reduce.py`: world sizes 2, 4, 6, 8; more than two GPUs only when fully
 //!   NVLinked; P2P required; max_size 8 MiB, lowered to CUSTOM_ALL_REDUCE_MAX_SIZES[capability]
 //!   [world size] while symmetric memory is enabled (the default); a message must be under
 //!   max_size and a multiple of 16 bytes. Its kernels (csrc/custom_all_reduce.cuh) read peers:
 //!   one-stage on two GPUs, and on NVLink one-stage below 512 KiB (up to 4 GPUs) or 256 KiB
 //!   (up to 8), two-stage above.
-//! - `all_reduce_utils.py` (commit b250ac3dd5ef): CUSTOM_ALL_REDUCE_MAX_SIZES and
-//!   SYMM_MEM_ALL_REDUCE_MAX_SIZES (capabilities 9.0 and 10.0 only), and gpu_p2p_access_check,
-//!   which reads `$VLLM_CACHE_ROOT/gpu_p2p_access_cache_for_<CUDA_VISIBLE_DEVICES>.json`
-//!   ("i->j": bool for every ordered pair of visible devices, self pairs included).
-//! - `symm_mem.py` (commit 19a181205da0): capability and world size in the table, bf16 only,
-//!   NVLink multicast required (it disables itself when rendezvous returns no multicast
-//!   pointer), size under the table's limit and a multiple of 4; multimem at world sizes
+//! - `all_reduce_utils.py`: gpu_p2p_access_check reads
+//!   `$VLLM_CACHE_ROOT/gpu_p2p_access_cache_for_<CUDA_VISIBLE_DEVICES>.json` ("i->j": bool for
+//!   every ordered pair of visible devices, self pairs included).
+//! - `symm_mem.py`: capability and world size in the table, bf16 only, NVLink multicast
+//!   required, size under the table's limit and a multiple of 4; multimem at world sizes
 //!   4/6/8 (9.0) or 6/8 (10.0), torch two-shot otherwise.
 //! - `envs.py`: VLLM_SKIP_P2P_CHECK defaults to 1, so vLLM trusts the driver's P2P answer and
 //!   reads the cache only with VLLM_SKIP_P2P_CHECK=0, where the cache replaces its functional
@@ -36,6 +37,8 @@ pub const BUFFER_BYTES: u64 = 3 * MAX_SIZE;
 /// What vLLM's chain runs for one allreduce.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Path {
+    /// FlashInfer's standalone allreduce, first in the chain, up to this many bytes.
+    FlashInfer(u64),
     /// Its custom kernel, as the profile's backend id (one_stage_pull or two_stage_pull).
     Custom(Backend),
     /// torch symmetric memory (multimem or two-shot), which artune does not measure.
@@ -44,35 +47,8 @@ pub enum Path {
     Nccl(String),
 }
 
-fn cap_key(t: &Topology, gpus: &[usize]) -> Option<(u32, u32)> {
-    capability(t, gpus).map(|c| (c.major, c.minor))
-}
-
-/// CUSTOM_ALL_REDUCE_MAX_SIZES[capability][world size], capped by max_size.
-fn custom_max(cap: Option<(u32, u32)>, n: usize) -> u64 {
-    let table = match (cap, n) {
-        (Some((9, 0)), 2) => 64 * MIB,
-        (Some((9, 0)), 4) => 32 * MIB,
-        (Some((9, 0)), 6) => MIB / 2,
-        (Some((9, 0)), 8) => MIB / 4,
-        (Some((10, 0)), 2 | 4) => 2 * MIB,
-        (Some((10, 0)), 6 | 8) => MIB,
-        _ => MAX_SIZE,
-    };
-    table.min(MAX_SIZE)
-}
-
-/// SYMM_MEM_ALL_REDUCE_MAX_SIZES[capability][world size], and whether multimem is used.
-fn symm_mem(cap: Option<(u32, u32)>, n: usize) -> Option<(u64, bool)> {
-    Some(match (cap?, n) {
-        ((9, 0), 2) => (64 * MIB, false),
-        ((9, 0), 4) => (32 * MIB, true),
-        ((9, 0), 6 | 8) => (64 * MIB, true),
-        ((10, 0), 2) => (8 * MIB, false),
-        ((10, 0), 4) => (32 * MIB, false),
-        ((10, 0), 6 | 8) => (128 * MIB, true),
-        _ => return None,
-    })
+fn model() -> &'static engines::Vllm {
+    &engines::model().vllm
 }
 
 /// Why vLLM would not run its custom all-reduce on these GPUs at all, if it would not.
@@ -91,21 +67,33 @@ pub fn disabled_because(t: &Topology, gpus: &[usize]) -> Option<&'static str> {
 
 /// The largest message (exclusive) vLLM's custom all-reduce takes on these GPUs.
 pub fn custom_limit(t: &Topology, gpus: &[usize]) -> u64 {
-    custom_max(cap_key(t, gpus), gpus.len())
+    model().custom_max(capability(t, gpus), gpus.len())
+}
+
+/// The largest message (inclusive) FlashInfer's standalone allreduce takes on these GPUs, where
+/// vLLM builds it: capabilities 9.0 and 10.x, TP 2, 4 or 8, GPUs that reach each other.
+pub fn flashinfer_limit(t: &Topology, gpus: &[usize]) -> Option<u64> {
+    if !p2p_ok(t, gpus) || (gpus.len() > 2 && !fully_nvlinked(t, gpus)) {
+        return None;
+    }
+    model().flashinfer_max(capability(t, gpus), gpus.len())
 }
 
 /// vLLM's chain for one allreduce of `bytes` bytes of `dtype` on `gpus`.
 pub fn builtin(t: &Topology, gpus: &[usize], dtype: Dtype, bytes: u64) -> Path {
     let n = gpus.len();
-    let cap = cap_key(t, gpus);
-    let limit = custom_max(cap, n);
+    let cap = capability(t, gpus);
+    if let Some(max) = flashinfer_limit(t, gpus).filter(|&m| bytes <= m) {
+        return Path::FlashInfer(max);
+    }
+    let limit = model().custom_max(cap, n);
     let custom_no = match disabled_because(t, gpus) {
         Some(why) => why.to_string(),
         None if bytes % 16 != 0 => "the message is not a multiple of 16 bytes".into(),
         None if bytes >= limit => format!(
             "the message is at or above the custom all-reduce limit of {} on {}",
             fmt_bytes(limit),
-            cap.map_or("this GPU".into(), |(a, b)| format!("capability {a}.{b}"))
+            cap.map_or("this GPU".into(), |c| format!("capability {c}"))
         ),
         None => {
             let nv = fully_nvlinked(t, gpus);
@@ -117,15 +105,21 @@ pub fn builtin(t: &Topology, gpus: &[usize], dtype: Dtype, bytes: u64) -> Path {
             });
         }
     };
-    let symm = match symm_mem(cap, n) {
+    // symm_mem.py: multimem at world sizes 4/6/8 on 9.0 and 6/8 on 10.0, two-shot otherwise.
+    let multimem = cap.is_some_and(|c| match (c.major, c.minor) {
+        (9, 0) => matches!(n, 4 | 6 | 8),
+        (10, 0) => matches!(n, 6 | 8),
+        _ => false,
+    });
+    let symm = match model().symm_mem_max(cap, n) {
         None => "symmetric memory has no entry for this capability and world size",
         Some(_) if !multicast(t, gpus) => "symmetric memory needs NVLink multicast",
         Some(_) if dtype != Dtype::Bf16 => "symmetric memory takes bf16 only",
-        Some((max, _)) if bytes % 4 != 0 || bytes >= max => {
+        Some(max) if bytes % 4 != 0 || bytes >= max => {
             "the message is outside symmetric memory's limit"
         }
-        Some((_, true)) => return Path::SymmMem("torch symmetric-memory multimem"),
-        Some((_, false)) => return Path::SymmMem("torch symmetric-memory two-shot"),
+        Some(_) if multimem => return Path::SymmMem("torch symmetric-memory multimem"),
+        Some(_) => return Path::SymmMem("torch symmetric-memory two-shot"),
     };
     Path::Nccl(format!("{custom_no}; {symm}"))
 }
@@ -154,6 +148,15 @@ pub(super) fn runs(p: &Profile, g: &GroupProfile, bytes: u64) -> EngineRun {
             runs: "NCCL".into(),
             backend: Some(Backend::Nccl),
             because: "artune's export disables the custom all-reduce for this TP size (NCCL was faster where vLLM would use it)".into(),
+        },
+        Path::FlashInfer(max) => EngineRun {
+            engine,
+            runs: "FlashInfer allreduce".into(),
+            backend: None,
+            because: format!(
+                "FlashInfer comes first in CudaCommunicator.all_reduce and takes up to {} here; --disable-custom-all-reduce leaves it on (VLLM_ALLREDUCE_USE_FLASHINFER=0 turns it off), artune's vLLM plugin gives NCCL the sizes the profile gives NCCL",
+                fmt_bytes(max)
+            ),
         },
         Path::SymmMem(what) => EngineRun {
             engine,
@@ -272,8 +275,10 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
     let cache = no_cache.is_none().then(|| p2p_cache(p, o));
     let mut s = String::new();
     s.push_str("# vLLM: what its allreduce chain runs per TP size on this GPU, and the GPU P2P access cache.\n");
-    s.push_str("# Read against vllm-project/vllm cuda_communicator.py (089eca13b071), all_reduce_utils.py\n");
-    s.push_str("# (b250ac3dd5ef: CUSTOM_ALL_REDUCE_MAX_SIZES, SYMM_MEM_ALL_REDUCE_MAX_SIZES), symm_mem.py (19a181205da0).\n");
+    s.push_str(&format!(
+        "# Read against vLLM {} (cuda_communicator.py, all_reduce_utils.py, flashinfer_all_reduce.py, symm_mem.py).\n",
+        model().read_against
+    ));
     s.push_str(&provenance(p, o, "#"));
     let cap = p
         .topology
@@ -282,7 +287,7 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
         .and_then(|g| g.compute_capability)
         .map_or("unknown".to_string(), |c| c.to_string());
     s.push_str(&format!(
-        "#\n# Chain, in order: quick reduce (ROCm only: never here), custom allreduce, symmetric memory, NCCL.\n# GPU capability {cap}.\n"
+        "#\n# Chain, in order: FlashInfer, NCCL symmetric memory (NCCL), quick reduce and AITER (ROCm only: never here),\n# custom allreduce, torch symmetric memory, NCCL.\n# GPU capability {cap}.\n"
     ));
     for &tp in tps {
         let Some(g) = preferred_group(p, tp) else {
@@ -293,6 +298,12 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
             g.gpus,
             g.mode.id()
         ));
+        if let Some(max) = flashinfer_limit(&p.topology, &g.gpus) {
+            s.push_str(&format!(
+                "#   FlashInfer allreduce: up to {} (first in the chain; --disable-custom-all-reduce leaves it on; artune's vLLM plugin gives NCCL the sizes the profile gives NCCL).\n",
+                fmt_bytes(max)
+            ));
+        }
         if let Some(why) = disabled_because(&p.topology, &g.gpus) {
             s.push_str(&format!("#   custom allreduce: off ({why}).\n"));
         } else {

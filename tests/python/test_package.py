@@ -77,3 +77,48 @@ def test_plugin_path_is_the_plain_library():
     undefined = subprocess.run(["nm", "-D", "--undefined-only", path], capture_output=True,
                                text=True, check=True).stdout
     assert " Py" not in undefined, "the NCCL plugin must not need the Python interpreter"
+
+
+def test_the_engine_paths_page_is_the_engine_model():
+    """docs/ENGINE-PATHS.md is rendered from python/artune/engines.json; the installed
+    package ships the same model the plugins read."""
+    import engine_paths
+    from artune import _engine
+
+    with open(os.path.join(engine_paths.ROOT, "docs", "ENGINE-PATHS.md")) as f:
+        assert f.read() == engine_paths.render(engine_paths.model()), (
+            "regenerate: python3 tests/python/engine_paths.py > docs/ENGINE-PATHS.md")
+    assert _engine.MODEL == engine_paths.model()
+
+
+def test_check_without_nvml_is_a_hardware_error_and_loads_no_nccl(profiles):
+    """In a fresh process (no torch): no NVML here is a HardwareError, and the check maps no
+    NCCL library (it used to load one, through a python3 child, for its version)."""
+    import sys
+
+    code = (
+        "import artune\n"
+        f"p = artune.Profile.load({profiles['pair']!r})\n"
+        "try:\n"
+        "    p.check()\n"
+        "    print('held')\n"
+        "except artune.HardwareError as e:\n"
+        "    print('hardware', e)\n"
+        "maps = open('/proc/self/maps').read()\n"
+        "print('nccl mapped' if 'libnccl' in maps else 'no nccl')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    if os.path.exists("/dev/nvidiactl"):
+        pytest.skip("this machine has an NVIDIA driver")
+    assert out.splitlines()[0].startswith("hardware"), out
+    assert "NVIDIA management library" in out
+    assert out.splitlines()[-1] == "no nccl", out
+
+
+def test_a_negative_size_is_a_value_error_in_artunes_words(profiles):
+    p = artune.Profile.load(profiles["pair"])
+    for call in (lambda: p.select(2, -1), lambda: p.explain(2, -4096),
+                 lambda: p.select(-2, 4096)):
+        with pytest.raises(ValueError, match=r"is negative; pass 0 or more"):
+            call()

@@ -1,12 +1,14 @@
-"""artune.sglang against the released SGLang installed beside it."""
+"""artune.sglang against the released SGLang installed beside it, through SGLang's own
+dispatch: ``GroupCoordinator.all_reduce`` and ``_resolve_outplace_all_reduce_method`` on a
+coordinator holding SGLang's own custom all-reduce (v2 built by its real constructor, whose
+``_pick_config`` picks the kernel). Only what needs a GPU is stubbed: the capability, the
+process group, v2's symmetric-memory workspace and JIT module, and a tensor that says it is
+on CUDA."""
 
-import functools
 import inspect
-import json
 import logging
 import os
-import subprocess
-import sys
+import types
 
 import pytest
 
@@ -15,159 +17,206 @@ pytest.importorskip("sglang", reason="needs the SGLang test environment (.ci/pyt
 import artune  # noqa: E402
 import artune.sglang  # noqa: E402
 import torch  # noqa: E402
+from sglang.srt.distributed import parallel_state  # noqa: E402
 from sglang.srt.distributed.device_communicators import (  # noqa: E402
     custom_all_reduce,
     custom_all_reduce_v2,
 )
+from sglang.srt.distributed.device_communicators.configs import (  # noqa: E402
+    custom_all_reduce_v2 as v2_configs,
+)
 
-from conftest import BIN  # noqa: E402
+from machines import MACHINES, MODES, SIZES, message  # noqa: E402
 
 CAR = custom_all_reduce.CustomAllreduce
-MODULE_PATCHES = [
-    (custom_all_reduce, "dispatch_custom_allreduce"),
-    (custom_all_reduce_v2, "get_all_reduce_config"),
-]
-CLASS_PATCHES = [(CAR, "__init__"), (CAR, "should_custom_ar")]
+V2 = custom_all_reduce_v2.CustomAllReduceV2
+GC = parallel_state.GroupCoordinator
+log_name = "sglang.artune"
+PATCHED = [(CAR, "__init__"), (CAR, "should_custom_ar"), (V2, "__init__"), (GC, "__init__"),
+           (GC, "_can_use_flashinfer_allreduce")]
 
 
-def current():
-    return [getattr(m, n) for m, n in MODULE_PATCHES] + [c.__dict__[n] for c, n in CLASS_PATCHES]
-
-
-@pytest.fixture(autouse=True)
-def restore(monkeypatch):
-    saved = current()
-    monkeypatch.delenv(artune.sglang.ENV_V2_WORKSPACE, raising=False)
-    yield
-    for (m, n), f in zip(MODULE_PATCHES, saved):
-        setattr(m, n, f)
-    for (c, n), f in zip(CLASS_PATCHES, saved[len(MODULE_PATCHES):]):
-        setattr(c, n, f)
+def unregister():
+    if artune.sglang.applied is not None:
+        artune.sglang.applied.undo()
+        artune.sglang.applied = None
     if hasattr(CAR, "_artune_patched"):
         delattr(CAR, "_artune_patched")
 
 
-def test_the_symbols_the_plugin_patches_exist_as_expected():
-    assert list(inspect.signature(CAR.__init__).parameters) == [
-        "self", "group", "device", "max_size"]
-    assert list(inspect.signature(CAR.should_custom_ar).parameters) == ["self", "inp"]
-    assert list(inspect.signature(custom_all_reduce.dispatch_custom_allreduce).parameters) == [
-        "group", "device"]
-    cfg = custom_all_reduce_v2.get_all_reduce_config
-    assert list(inspect.signature(cfg).parameters) == ["world_size"]
-    fields = custom_all_reduce_v2.get_all_reduce_config.__wrapped__ if hasattr(
-        cfg, "__wrapped__") else cfg
-    assert fields is not None
+def current():
+    return [c.__dict__[n] for c, n in PATCHED] + [custom_all_reduce_v2.get_all_reduce_config]
 
 
-def test_v2_thresholds_follow_the_profile_on_nvswitch(profiles, follow, monkeypatch):
-    follow(profiles["nvswitch"])
-    base = custom_all_reduce_v2.get_all_reduce_config
-    # SGLang's table is per GPU architecture; on a machine without a GPU, ask for one.
-    monkeypatch.setattr(custom_all_reduce_v2, "get_all_reduce_config",
-                        functools.wraps(base)(lambda ws: fake_config(ws)))
-    artune.sglang.register()
-    p = artune.Profile.load(profiles["nvswitch"])
-    cfg = custom_all_reduce_v2.get_all_reduce_config(8)
-    for mode in ("graph", "eager"):
-        kind, lim = p.sglang_plan(8, mode)
-        h = getattr(cfg, mode)
-        assert kind == "v2"
-        assert (h.one_shot_push_threshold, h.one_shot_pull_threshold,
-                h.two_shot_pull_threshold, h.two_shot_push_threshold) == (*lim, 0)
-        assert h.mc == getattr(fake_config(8), mode).mc, "the multicast range stays SGLang's"
-    assert cfg.num_push_blocks == fake_config(8).num_push_blocks
+@pytest.fixture(autouse=True)
+def restore(monkeypatch):
+    for k in ("ARTUNE_SGLANG", "SGLANG_ENABLE_DETERMINISTIC_INFERENCE"):
+        monkeypatch.delenv(k, raising=False)
+    yield
+    unregister()
 
 
-def test_the_v2_workspace_is_sized_before_sglang_reads_it(profiles):
-    """SGLang reads the workspace variable when custom_all_reduce_v2 is imported: in a fresh
-    process, register() first, then the import sees the profile's size."""
-    p = artune.Profile.load(profiles["nvswitch"])
-    top = max(max(p.sglang_plan(tp, m)[1]) for tp in (2, 8) for m in ("graph", "eager"))
-    env = dict(os.environ, ARTUNE_PROFILE=profiles["nvswitch"], ARTUNE_ALLOW_SIMULATED="1",
-               ARTUNE_ALLOW_STALE="1")
-    env.pop(artune.sglang.ENV_V2_WORKSPACE, None)
-    out = subprocess.run(
-        [sys.executable, "-c",
-         "import artune.sglang; artune.sglang.register(); "
-         "from sglang.srt.distributed.device_communicators import custom_all_reduce_v2 as m; "
-         "print(m._DEFAULT_MAX_SIZE)"],
-        env=env, check=True, capture_output=True, text=True).stdout
-    assert int(out.split()[-1]) == -(-top // 1024) * 1024
+def on_machine(m, mode, monkeypatch):
+    """A TP coordinator as SGLang builds it on machine ``m``."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: m.cap)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda *a: types.SimpleNamespace(multi_processor_count=132))
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: mode == "graph")
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: m.tp)
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda group=None: 0)
+    for f in (v2_configs._get_all_reduce_configs, v2_configs.get_supported_world_sizes,
+              v2_configs.get_all_reduce_config):
+        f.cache_clear()
+    gc = object.__new__(GC)
+    gc.world_size, gc.unique_name, gc.local_size = m.tp, "tp:0", 0
+    gc.device_group = gc.cpu_group = None
+    gc.hpu_communicator = gc.xpu_communicator = gc.pymscclpp_comm = None
+    gc.qr_comm = gc.pcie_ipc_comm = gc.torch_symm_mem_comm = None
+    gc.pynccl_comm = object()
+    gc.is_symmetric_memory_enabled = lambda: False
+    gc._fi_workspace_hint = None
+    gc.ca_comm = None
+    if m.nvlink:
+        # dispatch_custom_allreduce: v2 on full NVLink, built by its own constructor.
+        monkeypatch.setattr(custom_all_reduce_v2, "can_use_custom_all_reduce_v2",
+                            lambda group, device: True)
+        monkeypatch.setattr(custom_all_reduce_v2, "in_the_same_node_as",
+                            lambda group, source_rank=0: [True] * m.tp)
+        monkeypatch.setattr(custom_all_reduce_v2, "IPCManager", lambda: None)
+        monkeypatch.setattr(custom_all_reduce_v2, "VmmGraphInputManager", lambda **k: None)
+        monkeypatch.setattr(custom_all_reduce_v2, "get_all_reduce_module", lambda d, w: "jit")
+
+        def workspace(self):
+            # Symmetric memory needs GPUs: SGLang keeps multicast only where rendezvous gave
+            # a multicast pointer.
+            self.has_multicast = m.multicast
+            if not m.multicast:
+                self.config = self.config._replace(num_mc_blocks=None)
+
+        monkeypatch.setattr(V2, "_init_workspace", workspace)
+        monkeypatch.setattr(V2, "__del__", lambda self: None)
+        ca = V2(group=None, device="meta")
+        ca._graph_mode_allowed = mode == "graph"
+        gc.ca_comm = ca
+    elif m.tp == 2:
+        ca = object.__new__(CAR)
+        ca._ptr, ca.disabled, ca.world_size, ca.full_nvlink = 0, False, 2, False
+        ca.max_size = 8 << 20
+        ca._IS_CAPTURING = mode == "graph"
+        monkeypatch.setattr(CAR, "__del__", lambda self: None, raising=False)
+        gc.ca_comm = ca
+    return gc
 
 
-def fake_config(ws):
-    from sglang.srt.distributed.device_communicators.configs.custom_all_reduce_v2 import (
-        AllReduceConfig, Heuristic, Range)
-    mb = 1 << 20
-    h = Heuristic(mb, 4 * mb, 64 * mb, Range(mb, 32 * mb))
-    return AllReduceConfig(graph=h, eager=h, num_push_blocks=132, num_pull_blocks=96,
-                           num_mc_blocks=32)
-
-
-def fake_v1(capturing):
-    ca = object.__new__(CAR)
-    ca._ptr = 0  # so SGLang's __del__ has nothing to free
-    ca.disabled = False
-    ca.world_size = 2
-    ca.full_nvlink = False
-    ca.max_size = 8 << 20
-    ca._IS_CAPTURING = capturing
-    return ca
-
-
-def test_v1_on_a_pcie_pair_follows_the_profile_per_size(profiles, follow, monkeypatch):
-    follow(profiles["pair"])
+def dispatch(m, nbytes, mode, monkeypatch):
+    """What SGLang runs: the outplace method its all_reduce picks, and for v2 the kernel."""
     seen = []
-    real = CAR.__init__
-
-    @functools.wraps(real)
-    def recording(self, group, device, max_size=8 << 20):
-        self.disabled, self._ptr = True, 0
-        seen.append(max_size)
-
-    monkeypatch.setattr(CAR, "__init__", recording)
-    monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: 2)
-    artune.sglang.register()
-    p = artune.Profile.load(profiles["pair"])
-    plans = [p.sglang_plan(2, m) for m in ("graph", "eager")]
-    assert {k for k, _ in plans} == {"v1"}
-    keep = all(k for _, (k, _) in plans)
-    top = max(t for _, (_, t) in plans)
-    CAR(group=None, device="cpu")
-    if keep and top:
-        assert seen == [min(8 << 20, (top + 15) // 16 * 16)]
-    for capturing, mode in ((True, "graph"), (False, "eager")):
-        for nbytes in (1 << 10, 64 << 10, 1 << 20, 4 << 20, 8 << 20):
-            inp = torch.empty(nbytes // 2, dtype=torch.bfloat16)
-            assert CAR.should_custom_ar(fake_v1(capturing), inp) is p.select(2, nbytes,
-                                                                             mode).custom
+    monkeypatch.setattr(parallel_state, "outplace_all_reduce",
+                        lambda x, group_name, outplace_all_reduce_method: seen.append(
+                            outplace_all_reduce_method))
+    monkeypatch.setattr(parallel_state, "inplace_all_reduce",
+                        lambda x, group_name: seen.append("nccl"))
+    gc = on_machine(m, mode, monkeypatch)
+    gc.all_reduce(message(nbytes))
+    assert len(seen) == 1, seen
+    if seen[0] == "ca" and isinstance(gc.ca_comm, V2):
+        cfg = gc.ca_comm._pick_config(nbytes, gc.ca_comm._can_use_graph())
+        return f"v2 {cfg.algo.algo_name}" + (" multicast" if cfg.use_multicast else "")
+    return "v1" if seen[0] == "ca" else seen[0]
 
 
-def test_the_story_box_builds_no_custom_all_reduce_and_says_so(profiles, follow, monkeypatch,
-                                                              capsys):
-    """8 PCIe GPUs, TP8 (the story): SGLang's v1 needs NVLink beyond two GPUs and v2 always
-    does, so the profile's custom bands cannot run there; the plugin keeps SGLang from building
-    one, and `artune why` agrees at every size."""
+V2_KERNEL = ["1shot_push", "1shot_pull", "2shot_pull"]
+
+
+def expected(p, m, n, mode, was):
+    """By the rule: NCCL where the profile says NCCL; inside its custom band SGLang's own
+    order, which for v2 runs at the limits artune's plan gives (push, pull, two-shot)."""
+    c = p.select(m.tp, n, mode)
+    if c is None:
+        return {was}
+    plan = p.sglang_plan(m.tp, mode)
+    if plan[0] == "v2":
+        band = next((i for i, lim in enumerate(plan[1]) if n <= lim), 3)
+        if band == 3:
+            return {"nccl"}
+        # Inside the two-shot band SGLang's order may run it over multicast.
+        return {f"v2 {V2_KERNEL[band]}"} | ({"v2 2shot_pull multicast"} if band == 2 else set())
+    if not c.custom:
+        return {"nccl"}
+    return {was}
+
+
+def test_every_row_runs_what_the_profile_says_through_sglangs_own_dispatch(
+        profiles, follow, monkeypatch):
+    """5 GPU classes x 4 sizes x 2 modes, one profile registered at a time."""
+    changed, native = 0, {}
+    for prof in sorted({m.profile for m in MACHINES}):
+        machines = [m for m in MACHINES if m.profile == prof]
+        for m in machines:
+            for n in SIZES:
+                for mode in MODES:
+                    native[(m.name, n, mode)] = dispatch(m, n, mode, monkeypatch)
+        follow(profiles[prof])
+        artune.sglang.register()
+        p = artune.Profile.load(profiles[prof])
+        for m in machines:
+            for n in SIZES:
+                for mode in MODES:
+                    was = native[(m.name, n, mode)]
+                    want = expected(p, m, n, mode, was)
+                    got = dispatch(m, n, mode, monkeypatch)
+                    assert got in want, (m.name, n, mode, was, p.sglang_plan(m.tp, mode))
+                    changed += got != was
+        unregister()
+    assert changed >= 4, changed
+    # Without artune, SGLang 0.5.23 on H200 TP8 runs v2 two-shot over multicast from 512 KiB
+    # in graph mode and at every size above the one-shot limit in eager mode.
+    assert native[("H200 TP8 NVSwitch", 4 << 20, "graph")] == "v2 2shot_pull multicast"
+    assert native[("H200 TP8 NVSwitch", 512 << 10, "eager")] == "v2 2shot_pull multicast"
+    assert native[("A100 TP8 NVLink", 4 << 10, "graph")] == "v2 1shot_push"
+    assert native[("L40S TP2 PCIe", 64 << 10, "graph")] == "v1"
+
+
+def test_a_profile_that_gives_nccl_everything_builds_no_custom_all_reduce(
+        profiles, follow, monkeypatch, caplog):
+    """The story box: SGLang is told not to build one, so it never logs 'Setup Custom
+    allreduce failed'; the start-up line says what runs, through SGLang's logger."""
+    seen = []
+    real = GC.__init__
+
+    def recording(self, *a, **k):
+        seen.append(inspect.signature(real).bind(self, *a, **k).arguments["use_custom_allreduce"])
+
+    recording.__wrapped__ = real
+    monkeypatch.setattr(GC, "__init__", recording)
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda group=None: 0)
     follow(profiles["story"])
-    monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: 8)
     artune.sglang.register()
-    with pytest.raises(RuntimeError, match="chooses NCCL"):
-        custom_all_reduce.dispatch_custom_allreduce(None, "cpu")
-    p = artune.Profile.load(profiles["story"])
-    assert p.sglang_plan(8, "graph")[0] == "nccl"
-    custom_bytes = max(b.up_to_bytes for b in p.bands(8) if b.custom)
-    for nbytes in (4096, 65536, custom_bytes):
-        why = json.loads(subprocess.run(
-            [BIN, "why", profiles["story"], "--tp", "8", "--bytes", str(nbytes), "--json"],
-            check=True, capture_output=True, text=True).stdout)
-        sgl = next(e for e in why["engines"] if e["engine"] == "SGLang")
-        assert sgl["runs"] == "NCCL", sgl
-    # v1 forced on would allocate, per GPU: metadata + max_size, the IPC buffer, rank data.
-    forced = 3 * (8 << 20)
-    print(f"story TP8: artune's profile wants custom kernels up to {custom_bytes} B, which "
-          f"SGLang cannot run on 8 PCIe GPUs; IPC buffers with the plugin 0 B, SGLang's "
-          f"default 0 B, v1 forced on about {forced} B per GPU")
+    args = dict(local_rank=0, torch_distributed_backend="nccl", use_pynccl=True,
+                use_mscclpp=False, use_custom_allreduce=True,
+                use_torch_symm_mem_all_reduce=False, use_hpu_communicator=False,
+                use_xpu_communicator=False)
+    with caplog.at_level(logging.INFO, logger=log_name):
+        GC(group_ranks=[list(range(8))], group_name="tp", **args)
+        GC(group_ranks=[list(range(8))], group_name="pp", **args)
+    assert seen == [False, True]
+    lines = [r.getMessage() for r in caplog.records if r.name == log_name]
+    assert len(lines) == 1 and "TP8 group tp" in lines[0] and "not built" in lines[0], lines
+    assert "failed" not in caplog.text
+
+
+def test_deterministic_inference_and_the_off_switch_leave_sglang_alone(profiles, follow,
+                                                                       monkeypatch, caplog):
+    before = current()
+    follow(profiles["nvswitch"])
+    for var, val in (("SGLANG_ENABLE_DETERMINISTIC_INFERENCE", "1"), ("ARTUNE_SGLANG", "0")):
+        monkeypatch.setenv(var, val)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger=log_name):
+            artune.sglang.register()
+        assert current() == before
+        assert len(caplog.records) == 1, caplog.text
+        monkeypatch.delenv(var)
 
 
 def test_no_profile_or_a_bad_one_leaves_sglang_as_it_was(follow, monkeypatch, tmp_path,
@@ -179,8 +228,77 @@ def test_no_profile_or_a_bad_one_leaves_sglang_as_it_was(follow, monkeypatch, tm
     bad = tmp_path / "truncated.json"
     bad.write_text('{"schema_version": 1')
     follow(str(bad))
-    with caplog.at_level(logging.WARNING, logger="artune"):
+    with caplog.at_level(logging.WARNING, logger=log_name):
         artune.sglang.register()
     assert current() == before
     assert len(caplog.records) == 1 and "truncated.json" in caplog.text
-    assert artune.sglang.ENV_V2_WORKSPACE not in os.environ
+    assert "NCCL_TUNER_PLUGIN" not in os.environ
+
+
+def test_every_patch_point_is_as_read(profiles, follow):
+    follow(profiles["nvswitch"])
+    artune.sglang.register()
+    # ROCm-only quick AR imports here too; MSCCL++ may not: each is said, none is guessed.
+    assert not [s for s in artune.sglang.applied.skipped
+                if not s.startswith(("mscclpp", "quick_ar"))], artune.sglang.applied.skipped
+    assert {"custom_v2", "custom_v1", "flashinfer", "pcie_ipc", "torch_symm_mem"} <= set(
+        artune.sglang.applied.applied)
+
+
+
+def test_the_engine_model_holds_sglangs_own_multicast_table():
+    """python/artune/engines.json (read by the plugin and by `artune why`) against the
+    installed SGLang's tuned configs."""
+    import math
+
+    m = artune._engine.MODEL["sglang"]
+    import sglang
+
+    assert m["read_against"] == sglang.__version__
+    for arch, configs in (("9.0", v2_configs._sm90_configs), ("10.0", v2_configs._sm100_configs),
+                          ("10.7", v2_configs._sm107_configs)):
+        want = {}
+        for ws, c in configs(132).items():
+            if c.num_mc_blocks is None:
+                continue
+            e = {mode: (None if getattr(c, mode).mc.max_bytes == 0 else
+                        [math.ceil(getattr(c, mode).mc.min_bytes),
+                         math.ceil(getattr(c, mode).mc.max_bytes)]) for mode in MODES}
+            if e["graph"] or e["eager"]:
+                want[str(ws)] = e
+        assert m["v2_multicast"][arch] == want, arch
+    assert custom_all_reduce_v2._DEFAULT_MAX_SIZE == m["v2_workspace_bytes"]
+
+
+def test_flashinfer_standalone_gives_nccl_sizes_back(profiles, follow, monkeypatch):
+    """A group tagged for FlashInfer's allreduce (fusion on): SGLang's all_reduce tries it
+    before its custom all-reduce. FlashInfer's workspace needs GPUs, so its availability
+    check answers yes; SGLang's own _can_use_flashinfer_allreduce and order decide the rest."""
+    from sglang.srt.layers import flashinfer_comm_fusion
+
+    monkeypatch.setattr(flashinfer_comm_fusion, "can_use_flashinfer_allreduce",
+                        lambda x, **k: True)
+    b200 = next(m for m in MACHINES if m.name.startswith("B200"))
+
+    def run(n, mode):
+        seen = []
+        monkeypatch.setattr(parallel_state, "flashinfer_allreduce",
+                            lambda x, group_name: seen.append("flashinfer"))
+        monkeypatch.setattr(parallel_state, "outplace_all_reduce",
+                            lambda x, group_name, outplace_all_reduce_method: seen.append(
+                                outplace_all_reduce_method))
+        monkeypatch.setattr(parallel_state, "inplace_all_reduce",
+                            lambda x, group_name: seen.append("nccl"))
+        gc = on_machine(b200, mode, monkeypatch)
+        gc._fi_workspace_hint = "tp"
+        gc.all_reduce(message(n))
+        return seen
+
+    assert all(run(n, mode) == ["flashinfer"] for n in SIZES for mode in MODES)
+    follow(profiles[b200.profile])
+    artune.sglang.register()
+    p = artune.Profile.load(profiles[b200.profile])
+    for n in SIZES:
+        for mode in MODES:
+            assert not p.select(8, n, mode).custom
+            assert run(n, mode) == ["nccl"], (n, mode)

@@ -1,9 +1,11 @@
-"""artune.vllm against the released vLLM installed beside it: the symbols it patches exist as
-expected, and after register() vLLM's own functions answer as the profile says."""
+"""artune.vllm against the released vLLM installed beside it, through vLLM's own dispatch:
+``CudaCommunicator.all_reduce`` on an instance whose sub-communicators are recording stand-ins
+that keep vLLM's real ``should_*`` methods (FlashInfer's built by its real constructor). Only
+what needs a GPU is stubbed: the platform's capability, the process group, FlashInfer's
+workspace, and a tensor that says it is on CUDA."""
 
-import functools
-import inspect
 import logging
+import os
 
 import pytest
 
@@ -12,90 +14,308 @@ vllm = pytest.importorskip("vllm", reason="needs the vLLM test environment (.ci/
 import artune  # noqa: E402
 import artune.vllm  # noqa: E402
 import torch  # noqa: E402
-from vllm.distributed import parallel_state  # noqa: E402
+import vllm.platforms  # noqa: E402
+from vllm.config.compilation import PassConfig  # noqa: E402
 from vllm.distributed.device_communicators import (  # noqa: E402
+    all_reduce_utils,
     cuda_communicator,
     custom_all_reduce,
+    flashinfer_all_reduce,
     symm_mem,
 )
+from vllm.platforms.interface import DeviceCapability  # noqa: E402
 
+from machines import MACHINES, MODES, SIZES, message, rows  # noqa: E402
+
+def _fusion_table():
+    """vLLM's FI_ALLREDUCE_FUSION_MAX_SIZE_MB, read from its source: the module that holds it
+    needs vLLM's CUDA ops to import."""
+    import ast
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(importlib.util.find_spec("vllm").origin), "compilation",
+                        "passes", "fusion", "allreduce_rms_fusion.py")
+    for node in ast.parse(open(path).read()).body:
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == \
+                "FI_ALLREDUCE_FUSION_MAX_SIZE_MB":
+            return ast.literal_eval(node.value)
+    raise AssertionError("vLLM no longer defines FI_ALLREDUCE_FUSION_MAX_SIZE_MB")
+
+
+FUSION_MB = _fusion_table()
+REAL_PLATFORM = vllm.platforms.current_platform
 CAR = custom_all_reduce.CustomAllreduce
-PATCHED = [
-    (cuda_communicator.CudaCommunicator, "__init__"),
-    (CAR, "__init__"),
-    (CAR, "should_custom_ar"),
-    (symm_mem.SymmMemCommunicator, "should_use_symm_mem"),
-]
+FI = flashinfer_all_reduce.FlashInferAllReduce
+SYMM = symm_mem.SymmMemCommunicator
+COMM = cuda_communicator.CudaCommunicator
+PATCHED = [(COMM, "__init__"), (CAR, "__init__"), (CAR, "should_custom_ar"),
+           (SYMM, "should_use_symm_mem"), (FI, "should_use_fi_ar"),
+           (PassConfig, "flashinfer_max_size")]
+log_name = "vllm.artune"
 
 
 @pytest.fixture(autouse=True)
-def restore():
+def restore(monkeypatch):
     saved = [(cls, name, cls.__dict__[name]) for cls, name in PATCHED]
+    for k in ("VLLM_BATCH_INVARIANT", "ARTUNE_VLLM", artune.vllm.RAY_PREFIXES,
+              artune.vllm.ENV_FUSION):
+        monkeypatch.delenv(k, raising=False)
     yield
+    unregister()
     for cls, name, f in saved:
         setattr(cls, name, f)
     if hasattr(CAR, "_artune_patched"):
         delattr(CAR, "_artune_patched")
 
 
-def test_the_symbols_the_plugin_patches_exist_as_expected():
-    assert "_ENABLE_CUSTOM_ALL_REDUCE" in vars(parallel_state)
-    params = list(inspect.signature(cuda_communicator.CudaCommunicator.__init__).parameters)
-    assert params[:2] == ["self", "cpu_group"] and "unique_name" in params
-    assert list(inspect.signature(CAR.__init__).parameters)[:4] == [
-        "self", "group", "device", "max_size"]
-    assert list(inspect.signature(CAR.should_custom_ar).parameters) == ["self", "inp"]
-    assert list(inspect.signature(symm_mem.SymmMemCommunicator.should_use_symm_mem).parameters) \
-        == ["self", "inp"]
+class Platform:
+    """vLLM's current_platform for a GPU class."""
+
+    def __init__(self, cap):
+        self.cap = DeviceCapability(*cap)
+
+    def is_cuda(self):
+        return True
+
+    def is_rocm(self):
+        return False
+
+    def get_device_capability(self, device_id=0):
+        return self.cap
+
+    def has_device_capability(self, c, device_id=0):
+        return self.cap.to_int() >= (c if isinstance(c, int) else c[0] * 10 + c[1])
+
+    def __getattr__(self, name):
+        return getattr(REAL_PLATFORM, name)
 
 
-def fake_ca(world_size, capturing):
-    """A CustomAllreduce as vLLM leaves it once built on a PCIe pair (no GPU needed)."""
-    ca = object.__new__(CAR)
-    ca._ptr = 0  # so vLLM's __del__ has nothing to free
-    ca.disabled = False
-    ca.world_size = world_size
-    ca.fully_connected = False
-    ca.max_size = 8 << 20
+def stub_platform(monkeypatch, cap):
+    plat = Platform(cap)
+    monkeypatch.setattr(vllm.platforms, "current_platform", plat, raising=False)
+    monkeypatch.setattr(flashinfer_all_reduce, "current_platform", plat)
+    table = FUSION_MB.get(plat.cap.to_int(), {})
+    monkeypatch.setattr(PassConfig, "default_fi_allreduce_fusion_max_size_mb",
+                        staticmethod(lambda: table))
+
+
+class Workspace:
+    """Stands for FlashInfer's workspace, which needs GPUs to exist."""
+
+    def is_buffer_size_sufficient(self, **_):
+        return True
+
+
+def on_machine(m, mode, monkeypatch, seen):
+    """A TP communicator as vLLM builds it on machine ``m``, recording what runs."""
+    stub_platform(monkeypatch, m.cap)
+    monkeypatch.setattr(flashinfer_all_reduce, "fi_ar_available", True)
+    monkeypatch.setattr(flashinfer_all_reduce, "_node_count", lambda g: 1)
+    monkeypatch.setattr(flashinfer_all_reduce, "get_fi_ar_workspace", lambda **k: Workspace())
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: m.tp)
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda group=None: 0)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: mode == "graph")
+    key = f"{m.cap[0]}.{m.cap[1]}"
+
+    class RecFI(FI):
+        def all_reduce(self, x):
+            seen.append("flashinfer")
+            return x
+
+    class RecCA(CAR):
+        def custom_all_reduce(self, x):
+            seen.append("custom")
+            return x
+
+        def __del__(self):
+            pass
+
+    class RecSymm(SYMM):
+        def all_reduce(self, x, *, out=None):
+            seen.append("torch_symm_mem")
+            return x
+
+    class RecNccl:
+        world_size, disabled = m.tp, False
+
+        def all_reduce(self, x):
+            seen.append("pynccl")
+            return x
+
+    comm = object.__new__(COMM)
+    comm.world_size, comm.device_group = m.tp, None
+    comm.pynccl_comm = RecNccl()
+    comm.qr_comm = comm.fi_pcie_ipc_ar_comm = comm.aiter_ar_comm = None
+    comm.use_aiter_allreduce = False
+    comm.fi_ar_comm = RecFI(group=None, device="cuda:0")  # vLLM's own constructor
+    symm_table = all_reduce_utils.SYMM_MEM_ALL_REDUCE_MAX_SIZES.get(key, {})
+    symm = object.__new__(RecSymm)
+    symm.disabled = not (m.multicast and m.tp in symm_table)
+    symm.dtype, symm.world_size = torch.bfloat16, m.tp
+    symm.max_size = symm_table.get(m.tp, 0)
+    comm.symm_mem_comm = symm
+    # CustomAllreduce as its constructor leaves it: off on more than two PCIe-only GPUs,
+    # max_size lowered to CUSTOM_ALL_REDUCE_MAX_SIZES while symmetric memory is on.
+    ca = object.__new__(RecCA)
+    ca._ptr, ca.world_size, ca.fully_connected = 0, m.tp, m.nvlink
+    ca.disabled = m.tp > 2 and not m.nvlink
     ca.batch_invariant = False
-    ca._IS_CAPTURING = capturing
-    return ca
+    ca.max_size = 8 << 20
+    if not symm.disabled:
+        ca.max_size = min(all_reduce_utils.CUSTOM_ALL_REDUCE_MAX_SIZES[key][m.tp], ca.max_size)
+    ca._IS_CAPTURING = mode == "graph"
+    comm.ca_comm = ca
+    return comm
 
 
-SIZES = [1 << 10, 16 << 10, 256 << 10, 1 << 20, 2 << 20, 4 << 20, (8 << 20) - 16]
-
-
-def test_should_custom_ar_follows_the_profile_at_tp2(profiles, follow):
-    follow(profiles["pair"])
-    p = artune.Profile.load(profiles["pair"])
-    artune.vllm.register()
-    checked = 0
-    for capturing, mode in ((True, "graph"), (False, "eager")):
-        for nbytes in SIZES:
-            inp = torch.empty(nbytes // 2, dtype=torch.bfloat16)
-            want = p.select(2, nbytes, mode).custom
-            assert CAR.should_custom_ar(fake_ca(2, capturing), inp) is want, (nbytes, mode)
-            checked += want
-    assert 0 < checked < 2 * len(SIZES), "the profile should choose both custom and NCCL"
-
-
-def test_max_size_is_cut_to_the_profiles_largest_custom_band(profiles, follow, monkeypatch):
+def dispatch(m, nbytes, mode, monkeypatch):
     seen = []
-    real = CAR.__init__
+    on_machine(m, mode, monkeypatch, seen).all_reduce(message(nbytes))
+    assert len(seen) == 1, seen
+    return seen[0]
 
-    @functools.wraps(real)
-    def recording(self, group, device, max_size=8192 * 1024, *a, **k):
-        self.disabled, self._ptr = True, 0
-        seen.append(max_size)
 
-    monkeypatch.setattr(CAR, "__init__", recording)
+def unregister():
+    if artune.vllm.applied is not None:
+        artune.vllm.applied.undo()
+        artune.vllm.applied = None
+    if hasattr(CAR, "_artune_patched"):
+        delattr(CAR, "_artune_patched")
+
+
+def test_every_row_runs_what_the_profile_says_through_vllms_own_dispatch(
+        profiles, follow, monkeypatch):
+    """5 GPU classes x 4 sizes x 2 modes, one profile registered at a time as in an engine
+    process. Where the profile says NCCL, pynccl runs; where it says custom, vLLM's own order
+    (what it runs without artune) applies."""
+    changed = 0
+    native = {}
+    for prof in sorted({m.profile for m in MACHINES}):
+        machines = [m for m in MACHINES if m.profile == prof]
+        for m in machines:
+            for n in SIZES:
+                for mode in MODES:
+                    native[(m.name, n, mode)] = dispatch(m, n, mode, monkeypatch)
+        follow(profiles[prof])
+        artune.vllm.register()
+        p = artune.Profile.load(profiles[prof])
+        for m in machines:
+            for n in SIZES:
+                for mode in MODES:
+                    c = p.select(m.tp, n, mode)
+                    was = native[(m.name, n, mode)]
+                    want = was if c is None or c.custom else "pynccl"
+                    got = dispatch(m, n, mode, monkeypatch)
+                    assert got == want, (m.name, n, mode, c and c.backend, was)
+                    changed += got != was
+        unregister()
+    # The table must hold rows where the plugin changes what vLLM runs, or it proves nothing.
+    assert changed >= 4, changed
+    # Without artune, FlashInfer takes 4 KiB to 512 KiB on H200 TP8 (vLLM 0.33.0), torch
+    # symmetric memory above; B200 TP8 FlashInfer to 128 MiB; A100 custom AR.
+    assert [native[("H200 TP8 NVSwitch", n, "eager")] for n in SIZES] == [
+        "flashinfer", "flashinfer", "flashinfer", "torch_symm_mem"]
+    assert {native[("B200 TP8 NVSwitch", n, "graph")] for n in SIZES} == {"flashinfer"}
+    assert native[("A100 TP8 NVLink", 64 << 10, "graph")] == "custom"
+    assert {native[("RTX PRO 6000 TP8 PCIe", n, "graph")] for n in SIZES} == {"pynccl"}
+
+
+def test_the_fusion_pass_fuses_only_inside_the_profiles_custom_prefix(profiles, follow,
+                                                                     monkeypatch):
+    stub_platform(monkeypatch, (9, 0))
+    cfg = PassConfig()
+    base = {ws: cfg.flashinfer_max_size(ws) for ws in (2, 8)}
+    assert base == {2: 64 << 20, 8: 512 << 10}, "vLLM 0.33.0's table on 9.0"
+    follow(profiles["nvswitch"])
+    artune.vllm.register()
+    p = artune.Profile.load(profiles["nvswitch"])
+    for ws in (2, 8):
+        top = 0
+        for b in p.bands(ws, "graph"):
+            if not b.custom:
+                break
+            top = b.up_to_bytes
+        eager_top = 0
+        for b in p.bands(ws, "eager"):
+            if not b.custom:
+                break
+            eager_top = b.up_to_bytes
+        top = min(top, eager_top)
+        assert cfg.flashinfer_max_size(ws) == (min(base[ws], top) if top else None), ws
+
+
+def test_the_fusion_pass_stays_vllms_when_asked(profiles, follow, monkeypatch):
+    stub_platform(monkeypatch, (9, 0))
+    monkeypatch.setenv(artune.vllm.ENV_FUSION, "engine")
+    follow(profiles["nvswitch"])
+    artune.vllm.register()
+    assert PassConfig().flashinfer_max_size(8) == 512 << 10
+
+
+def test_batch_invariance_and_the_off_switch_leave_vllm_alone(profiles, follow, monkeypatch,
+                                                              caplog):
+    before = [cls.__dict__[name] for cls, name in PATCHED]
+    follow(profiles["nvswitch"])
+    for var in ("VLLM_BATCH_INVARIANT", "ARTUNE_VLLM"):
+        monkeypatch.setenv(var, "1" if var == "VLLM_BATCH_INVARIANT" else "0")
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger=log_name):
+            artune.vllm.register()
+        assert [cls.__dict__[name] for cls, name in PATCHED] == before
+        assert len(caplog.records) == 1 and var in caplog.text, caplog.text
+        monkeypatch.delenv(var)
+
+
+def test_artune_settings_reach_ray_workers(profiles, follow):
+    from vllm.ray.ray_env import get_env_vars_to_copy
+
+    follow(profiles["pair"])
+    assert "ARTUNE_PROFILE" not in get_env_vars_to_copy()
+    artune.vllm.register()
+    assert {"ARTUNE_PROFILE", "ARTUNE_ALLOW_SIMULATED"} <= get_env_vars_to_copy()
+
+
+def test_one_startup_line_per_tp_group_through_vllms_logger(profiles, follow, monkeypatch,
+                                                             caplog):
+    """Through the plugin's real constructor wrapper; vLLM's constructor (which needs GPUs)
+    is replaced by one that records whether custom AR was enabled for it."""
+    from vllm.distributed import parallel_state
+
+    real = COMM.__init__
+    seen = []
+
+    def recording(self, *a, **k):
+        seen.append(parallel_state._ENABLE_CUSTOM_ALL_REDUCE)
+
+    recording.__wrapped__ = real  # the plugin binds arguments by vLLM's signature
+    monkeypatch.setattr(COMM, "__init__", recording)
     monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: 2)
     follow(profiles["pair"])
     artune.vllm.register()
-    CAR(group=None, device="cpu")
+    with caplog.at_level(logging.INFO, logger=log_name):
+        COMM(None, unique_name="tp:0")
+        COMM(None, unique_name="pp:0")
+    lines = [r.getMessage() for r in caplog.records if r.name == log_name]
+    assert len(lines) == 1 and lines[0].startswith("artune: TP2 group tp:0 follows"), lines
+    assert "graph: " in lines[0] and "NCCL sizes run NCCL" in lines[0]
     p = artune.Profile.load(profiles["pair"])
-    top = max(b.up_to_bytes for m in ("graph", "eager") for b in p.bands(2, m) if b.custom)
-    assert seen == [min(8 << 20, (top + 16) // 16 * 16)]
+    assert seen == [any(b.custom for m in MODES for b in p.bands(2, m)), True]
+
+
+def test_a_patch_point_not_as_read_is_skipped_and_said(profiles, follow, monkeypatch):
+    def changed(self, input_tensor, extra):
+        return True
+
+    monkeypatch.setattr(FI, "should_use_fi_ar", changed)
+    should = CAR.__dict__["should_custom_ar"]
+    follow(profiles["nvswitch"])
+    artune.vllm.register()
+    assert FI.__dict__["should_use_fi_ar"] is changed
+    assert CAR.__dict__["should_custom_ar"] is not should
+    assert any(s.startswith("flashinfer (") for s in artune.vllm.applied.skipped)
+    line = artune.vllm.startup_line(artune._engine.Bands(artune.Profile.load(
+        profiles["nvswitch"])), artune.vllm.applied, "tp:0", 8, False, True)
+    assert "not applied: flashinfer" in line
 
 
 def test_no_profile_bad_profile_or_simulated_leaves_vllm_as_it_was(
@@ -107,21 +327,46 @@ def test_no_profile_bad_profile_or_simulated_leaves_vllm_as_it_was(
     bad = tmp_path / "bad.json"
     bad.write_text("{")
     follow(str(bad))
-    with caplog.at_level(logging.WARNING, logger="artune"):
+    with caplog.at_level(logging.WARNING, logger=log_name):
         artune.vllm.register()
     assert [cls.__dict__[name] for cls, name in PATCHED] == before
     assert len(caplog.records) == 1 and "bad.json" in caplog.text
     caplog.clear()
     follow(profiles["pair"])
     monkeypatch.delenv("ARTUNE_ALLOW_SIMULATED")
-    with caplog.at_level(logging.WARNING, logger="artune"):
+    with caplog.at_level(logging.WARNING, logger=log_name):
         artune.vllm.register()
     assert [cls.__dict__[name] for cls, name in PATCHED] == before
     assert len(caplog.records) == 1 and "SIMULATED" in caplog.text
-    assert "NCCL_TUNER_PLUGIN" not in __import__("os").environ
+    assert "NCCL_TUNER_PLUGIN" not in os.environ
+
+
+def test_the_engine_model_holds_vllms_own_tables():
+    """python/artune/engines.json (read by the plugin and by `artune why`) against the
+    installed vLLM's tables."""
+    m = artune._engine.MODEL["vllm"]
+    assert m["read_against"] == vllm.__version__
+
+    def by_ws(t):
+        return {str(k): int(v) for k, v in t.items()}
+
+    for cap, t in all_reduce_utils.CUSTOM_ALL_REDUCE_MAX_SIZES.items():
+        assert m["custom_max_bytes"][cap] == by_ws(t), cap
+    for cap, t in all_reduce_utils.SYMM_MEM_ALL_REDUCE_MAX_SIZES.items():
+        assert m["symm_mem_max_bytes"][cap] == by_ws(t), cap
+    for cap_int, t in FUSION_MB.items():
+        cap = f"{cap_int // 10}.{cap_int % 10}"
+        assert m["fusion_max_bytes"][cap] == {
+            str(w): int(mb * (1 << 20)) for w, mb in t.items() if w in (2, 4, 8)}, cap
+        # FlashInfer standalone: the fusion table, unless MNNVL has a tuned single-node size.
+        want = {str(w): int(mb * (1 << 20)) for w, mb in t.items() if w in (2, 4, 8)}
+        for (c, w, nodes), mb in all_reduce_utils.FI_MNNVL_ALLREDUCE_MAX_SIZE_MB.items():
+            if c == cap_int and nodes == 1:
+                want[str(w)] = int(mb * (1 << 20))
+        assert m["flashinfer_max_bytes"][cap] == want, cap
 
 
 def test_the_nccl_plugin_is_named_for_nccl(profiles, follow):
     follow(profiles["pair"])
     artune.vllm.register()
-    assert __import__("os").environ["NCCL_TUNER_PLUGIN"] == artune.plugin_path()
+    assert os.environ["NCCL_TUNER_PLUGIN"] == artune.plugin_path()

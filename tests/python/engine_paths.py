@@ -1,0 +1,50 @@
+"""Renders docs/ENGINE-PATHS.md from python/artune/engines.json, the one engine model:
+`python3 tests/python/engine_paths.py > docs/ENGINE-PATHS.md`. test_package checks the page
+is current."""
+
+import json
+import os
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+
+INTRO = "# Every allreduce path of vLLM and SGLang, and what artune does with it\n\nThe rule the engine plugins (`artune.vllm`, `artune.sglang`) follow:\n\n- artune's one-stage and two-stage, pull and push kernels stand for the engine's peer-to-peer\n  kernels of the same shape (FlashInfer's one-shot/two-shot, custom all-reduce's 1stage/2stage,\n  SGLang v2's 1shot/2shot push/pull, QuickReduce, MSCCL++, symmetric memory).\n- Where the profile says **NCCL** at a size (TP size, size, graph or eager), no peer-to-peer path\n  of the engine takes that size, FlashInfer included, unless the user opts that path out of\n  artune's control.\n- Where the profile says **custom**, the engine's own order applies inside the profile's custom\n  band (for SGLang v2, at the limits artune's plan sets: 1shot_push, 1shot_pull, 2shot_pull).\n- NCCL itself runs the algorithm and protocol the profile chose, through artune's tuner plugin\n  (`NCCL_TUNER_PLUGIN`, set by the plugins when unset).\n- A path the plugin cannot verify in the installed release (symbol missing, signature changed)\n  is not patched, and the start-up line names it.\n\nThe tables below are `python/artune/engines.json`, the one description of each released\nengine that the plugins, `artune why` and the exports all read (src/export/engines.rs embeds\nthe same file). This page is generated from it (see the end).\n\n## Fusion passes, decided\n\n- **vLLM** (`AllReduceFusionPass`, on at `-O2` on 9.0/10.x with FlashInfer): the fused\n  allreduce+RMSNorm runs FlashInfer's peer-to-peer kernel at *every* size up to its limit, and\n  saves a kernel and a norm pass that the profile did not measure. artune decides it by the\n  profile: it fuses only up to the profile's custom band that starts at the smallest size (both\n  modes), and not at all where the profile starts with NCCL, because a fused size is a\n  peer-to-peer size. The other choice is an opt-in: `ARTUNE_VLLM_FUSION=engine` keeps vLLM's own\n  fusion sizes.\n- **SGLang** (FlashInfer allreduce+residual+RMSNorm, auto-enabled for the architectures listed\n  below): left to SGLang, and said in the start-up line; `--enforce-disable-flashinfer-allreduce-fusion`\n  turns it off. Its standalone FlashInfer allreduce (`_can_use_flashinfer_allreduce`) is gated.\n\n## Switches\n\n| setting | effect |\n|---|---|\n| `ARTUNE_PROFILE=path` | the profile to follow (unset: the plugins do nothing) |\n| `ARTUNE_VLLM=0`, `ARTUNE_SGLANG=0` | that engine's plugin does nothing (one line says so) |\n| `VLLM_BATCH_INVARIANT=1` | vLLM's fixed reduction order: the vLLM plugin does nothing and says why |\n| SGLang deterministic inference (`SGLANG_ENABLE_DETERMINISTIC_INFERENCE`) | the SGLang plugin does nothing and says why |\n| `ARTUNE_VLLM_FUSION=engine` | vLLM's fusion pass keeps vLLM's sizes |\n| `SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB` set by you | SGLang v2's workspace stays yours |\n\nvLLM's Ray workers get `ARTUNE_*`: the plugin adds `ARTUNE_` to\n`VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY` (vllm/ray/ray_env.py).\n\n"
+
+
+def render(d) -> str:
+    out = [INTRO]
+    for key, name in (("vllm", "vLLM"), ("sglang", "SGLang")):
+        e = d[key]
+        out.append(f"## {name} {e['read_against']}: paths in dispatch order\n")
+        out.append("| path | how the engine picks it | what the plugin does | patch point |")
+        out.append("|---|---|---|---|")
+        for r in e["order"]:
+            pt = r.get("patch")
+            pp = f"`{pt['module']}.{pt['qualname']}`" if pt else "none"
+            out.append(f"| {r['path']} | {r['picked_by']} | {r['plugin']} | {pp} |")
+        out.append("")
+    v = d["vllm"]
+    out.append("## vLLM size tables (bytes; capability, then TP size)\n")
+    for t in ("flashinfer_max_bytes", "fusion_max_bytes", "custom_max_bytes",
+              "symm_mem_max_bytes"):
+        out.append(f"- `{t}`: " + "; ".join(
+            f"{c}: " + ", ".join(f"TP{w} {n}" for w, n in tab.items())
+            for c, tab in v[t].items()))
+    out.append("\n## SGLang v2 multicast ranges (inclusive bytes; architecture, TP size, mode)\n")
+    for c, tab in d["sglang"]["v2_multicast"].items():
+        out.append(f"- {c}: " + "; ".join(
+            f"TP{w} graph {r['graph']}, eager {r['eager']}" for w, r in tab.items()))
+    out.append("\nSGLang auto-enables FlashInfer allreduce fusion for: "
+               + ", ".join(d["sglang"]["flashinfer_fusion_auto"]) + ".")
+    out.append("\n## Regenerating this page\n")
+    out.append("Edit `python/artune/engines.json`, never this page, then run\n"
+               "`python3 tests/python/engine_paths.py > docs/ENGINE-PATHS.md`.")
+    return "\n".join(out) + "\n"
+
+
+def model():
+    with open(os.path.join(ROOT, "python", "artune", "engines.json")) as f:
+        return json.load(f)
+
+
+if __name__ == "__main__":
+    print(render(model()), end="")
