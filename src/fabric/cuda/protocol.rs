@@ -1,6 +1,8 @@
 //! The coordinator's conversation with its worker processes (`artune __worker`): one JSON
-//! request per line on the worker's stdin, one JSON response per line on its stdout, stderr
-//! left to the user's terminal. Pipes, no service and no port, as torchrun's workers.
+//! request per line on the worker's stdin, one JSON reply per line on a pipe of its own
+//! ([`REPLY_FD`]), each naming the request's id. The worker's stdout and stderr (NCCL's and
+//! CUDA's logs among them) are read by the coordinator, logged and quoted when it fails.
+//! Pipes, no service and no port, as torchrun's workers.
 //!
 //! A [`Link`] owns one child. Every answer is awaited against a deadline, so a worker that
 //! exits, writes garbage or stops answering becomes a [`LinkError`] the coordinator acts on
@@ -123,6 +125,8 @@ pub enum Req {
         n: usize,
         ranks: Vec<ProbeHandles>,
     },
+    /// Closes the probe buffers opened from other ranks (before their owners free them).
+    ProbeDisconnect,
     ProbeQueue {
         direction: Direction,
         peers: usize,
@@ -247,17 +251,68 @@ pub enum Resp {
     Failed(WireError),
 }
 
+/// One request on the wire: each names its id, and the reply names it back, so a reply that
+/// comes late (to a request the coordinator gave up on) can never pass for the answer to a
+/// later one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Envelope<T> {
+    pub id: u64,
+    pub body: T,
+}
+
+/// The id of the hello a worker sends before any request.
+pub const HELLO_ID: u64 = 0;
+/// The environment variable naming the worker's reply descriptor.
+pub const ENV_REPLY_FD: &str = "ARTUNE_REPLY_FD";
+/// The descriptor the coordinator hands every worker for its replies. stdout is not used:
+/// NCCL, CUDA and libraries print there (`NCCL_DEBUG=INFO`), and that must not break the
+/// conversation.
+pub const REPLY_FD: i32 = 3;
+
 /// Why a worker's answer did not come.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum LinkError {
     #[error("worker {who} could not be started ({reason})")]
     Spawn { who: String, reason: String },
-    #[error("worker {who} exited ({status})")]
-    Exited { who: String, status: String },
+    #[error("worker {who} exited ({status}){}", quote_tail(tail))]
+    Exited {
+        who: String,
+        status: String,
+        tail: Vec<String>,
+    },
     #[error("worker {who} wrote something that is not a worker response: {line:?}")]
     Garbage { who: String, line: String },
-    #[error("worker {who} did not answer within {seconds:.1} s")]
-    Silent { who: String, seconds: f64 },
+    #[error(
+        "worker {who} did not answer within {seconds:.1} s{}",
+        quote_tail(tail)
+    )]
+    Silent {
+        who: String,
+        seconds: f64,
+        tail: Vec<String>,
+    },
+    #[error("worker {who} missed an earlier deadline and was replaced; it is not asked again")]
+    Retired { who: String },
+}
+
+fn quote_tail(tail: &[String]) -> String {
+    match tail.is_empty() {
+        true => String::new(),
+        false => format!("; its last output: {}", clip(&tail.join(" | "), 600)),
+    }
+}
+
+/// `s` cut to at most `max` bytes at a character boundary (worker text is not trusted to be
+/// ASCII, and `String::truncate` inside a character panics).
+pub fn clip(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
 }
 
 /// What to start: the artune binary (or a stand-in, for tests) and its arguments.
@@ -269,7 +324,11 @@ pub struct Spawn {
 }
 
 /// How long a killed worker is waited for before the coordinator goes on without it.
-const KILL_WAIT: Duration = Duration::from_secs(10);
+pub const KILL_WAIT: Duration = Duration::from_secs(10);
+/// Lines of a worker's stderr kept to quote when it fails.
+const TAIL_LINES: usize = 8;
+
+type Tail = std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<String>>>;
 
 /// One worker process and the pipes to it.
 pub struct Link {
@@ -277,50 +336,119 @@ pub struct Link {
     child: Child,
     stdin: Option<ChildStdin>,
     lines: Receiver<std::io::Result<String>>,
+    /// The last lines of its stdout and stderr (which it shares for both).
+    tail: Tail,
+    next_id: u64,
+    /// The id of the request whose reply is awaited (the hello's at first).
+    awaited: Option<u64>,
     /// Its pipe closed or it talked nonsense: no more requests go to it.
     dead: bool,
+    /// It missed a deadline: killed, and never asked again.
+    retired: bool,
     /// Reaped: nothing of it is left.
     reaped: bool,
 }
 
+/// A pipe whose both ends close on exec (the child gets its end by `dup2` only).
+fn reply_pipe() -> std::io::Result<(std::fs::File, std::os::fd::OwnedFd)> {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe2 fills two descriptors on success; each is owned exactly once below.
+    let r = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned by nothing else.
+    unsafe {
+        Ok((
+            std::fs::File::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        ))
+    }
+}
+
 impl Link {
-    /// Starts `spawn`; `who` names it in errors (e.g. "for GPU 1").
+    /// Starts `spawn`; `who` names it in errors and in its output lines (e.g. "for GPU 1").
+    /// Requests go on the child's stdin, replies come on descriptor [`REPLY_FD`]; its stdout
+    /// is joined to its stderr, which the coordinator reads, logs (`-v`) and quotes on failure.
     pub fn start(spawn: &Spawn, who: &str) -> Result<Link, LinkError> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::process::CommandExt;
+        let fail = |reason: String| LinkError::Spawn {
+            who: who.into(),
+            reason,
+        };
+        let (reply_r, reply_w) = reply_pipe().map_err(|e| fail(e.to_string()))?;
+        let w = reply_w.as_raw_fd();
+        // SAFETY: getpid has no preconditions.
+        let parent = unsafe { libc::getpid() };
         let mut cmd = Command::new(&spawn.program);
         cmd.args(&spawn.args)
             .envs(spawn.env.iter().map(|(k, v)| (k, v)))
+            .env(ENV_REPLY_FD, REPLY_FD.to_string())
             .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        let mut child = cmd.spawn().map_err(|e| LinkError::Spawn {
-            who: who.into(),
-            reason: format!("{}: {e}", spawn.program.display()),
-        })?;
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take();
-        let (tx, rx) = mpsc::channel();
-        if let Some(out) = stdout {
-            std::thread::Builder::new()
-                .name("artune-worker-reader".into())
-                .spawn(move || {
-                    for line in BufReader::new(out).lines() {
-                        let end = line.is_err();
-                        if tx.send(line).is_err() || end {
-                            break;
-                        }
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        // SAFETY: runs in the forked child before exec and calls only async-signal-safe
+        // functions (dup2, fcntl, prctl, getppid, _exit) on descriptors it owns.
+        unsafe {
+            cmd.pre_exec(move || {
+                // The worker dies with its coordinator: armed before exec, so there is no
+                // window after the spawn; if the parent is already gone, stop here.
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::getppid() != parent {
+                    libc::_exit(1);
+                }
+                if w == REPLY_FD {
+                    if libc::fcntl(w, libc::F_SETFD, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
                     }
-                })
-                .map_err(|e| LinkError::Spawn {
-                    who: who.into(),
-                    reason: e.to_string(),
-                })?;
+                } else if libc::dup2(w, REPLY_FD) != REPLY_FD {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // Whatever NCCL or CUDA print on stdout joins stderr, never the replies.
+                if libc::dup2(2, 1) != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| fail(format!("{}: {e}", spawn.program.display())))?;
+        drop(reply_w);
+        let stdin = child.stdin.take();
+        let (tx, rx) = mpsc::channel();
+        let thread = |name: &str| std::thread::Builder::new().name(name.into());
+        thread("artune-worker-reader")
+            .spawn(move || {
+                for line in BufReader::new(reply_r).lines() {
+                    let end = line.is_err();
+                    if tx.send(line).is_err() || end {
+                        break;
+                    }
+                }
+            })
+            .map_err(|e| fail(e.to_string()))?;
+        let tail: Tail = Default::default();
+        if let Some(err) = child.stderr.take() {
+            let (tail, who) = (tail.clone(), who.to_string());
+            thread("artune-worker-stderr")
+                .spawn(move || forward_output(err, &who, &tail))
+                .map_err(|e| fail(e.to_string()))?;
         }
         Ok(Link {
             who: who.into(),
             child,
             stdin,
             lines: rx,
+            tail,
+            next_id: HELLO_ID + 1,
+            awaited: Some(HELLO_ID),
             dead: false,
+            retired: false,
             reaped: false,
         })
     }
@@ -329,41 +457,84 @@ impl Link {
         self.child.id()
     }
 
-    /// Sends one request (no wait for the answer).
+    /// The last lines the worker printed.
+    pub fn tail(&self) -> Vec<String> {
+        self.tail
+            .lock()
+            .map(|t| t.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Sends one request (no wait for the answer); its reply is the next one awaited.
     pub fn send(&mut self, req: &Req) -> Result<(), LinkError> {
-        let mut line = serde_json::to_string(req).unwrap_or_default();
+        if self.retired {
+            return Err(LinkError::Retired {
+                who: self.who.clone(),
+            });
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut line = serde_json::to_string(&Envelope { id, body: req }).unwrap_or_default();
         line.push('\n');
         let ok = self
             .stdin
             .as_mut()
             .is_some_and(|s| s.write_all(line.as_bytes()).and_then(|_| s.flush()).is_ok());
         if ok {
+            self.awaited = Some(id);
             Ok(())
         } else {
             Err(self.exited())
         }
     }
 
-    /// The next response, within `limit`.
+    /// The reply to the request last sent (or the hello), within `limit`. A reply to an
+    /// earlier request is dropped and logged. A worker that misses the deadline is killed
+    /// at once and never asked again: it may still be working on the request, and nothing
+    /// it says later can be trusted to mean what it would have meant.
     pub fn recv(&mut self, limit: Duration) -> Result<Resp, LinkError> {
+        if self.retired {
+            return Err(LinkError::Retired {
+                who: self.who.clone(),
+            });
+        }
         if self.dead {
             return Err(self.exited());
         }
-        match self.lines.recv_timeout(limit) {
-            Ok(Ok(line)) => serde_json::from_str(&line).map_err(|_| {
-                self.dead = true;
-                let mut line = line;
-                line.truncate(200);
-                LinkError::Garbage {
-                    who: self.who.clone(),
-                    line,
+        let end = std::time::Instant::now() + limit;
+        loop {
+            let left = end.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(Ok(line)) => {
+                    let Ok(env) = serde_json::from_str::<Envelope<Resp>>(&line) else {
+                        self.dead = true;
+                        return Err(LinkError::Garbage {
+                            who: self.who.clone(),
+                            line: clip(&line, 200),
+                        });
+                    };
+                    if Some(env.id) == self.awaited {
+                        self.awaited = None;
+                        return Ok(env.body);
+                    }
+                    tracing::warn!(
+                        "worker {}: dropped a reply to request {} (awaiting {}): late or unknown",
+                        self.who,
+                        env.id,
+                        self.awaited
+                            .map_or_else(|| "none".to_string(), |a| a.to_string())
+                    );
                 }
-            }),
-            Ok(Err(_)) | Err(RecvTimeoutError::Disconnected) => Err(self.exited()),
-            Err(RecvTimeoutError::Timeout) => Err(LinkError::Silent {
-                who: self.who.clone(),
-                seconds: limit.as_secs_f64(),
-            }),
+                Ok(Err(_)) | Err(RecvTimeoutError::Disconnected) => return Err(self.exited()),
+                Err(RecvTimeoutError::Timeout) => {
+                    self.retire();
+                    return Err(LinkError::Silent {
+                        who: self.who.clone(),
+                        seconds: limit.as_secs_f64(),
+                        tail: self.tail(),
+                    });
+                }
+            }
         }
     }
 
@@ -371,6 +542,14 @@ impl Link {
     pub fn call(&mut self, req: &Req, limit: Duration) -> Result<Resp, LinkError> {
         self.send(req)?;
         self.recv(limit)
+    }
+
+    /// Kills it without waiting (SIGKILL); it is reaped later, side by side with others.
+    pub fn retire(&mut self) {
+        self.retired = true;
+        self.dead = true;
+        self.stdin = None;
+        let _ = self.child.kill();
     }
 
     fn exited(&mut self) -> LinkError {
@@ -381,37 +560,33 @@ impl Link {
         for _ in 0..300 {
             if let Ok(Some(s)) = self.child.try_wait() {
                 status = s.to_string();
+                self.reaped = true;
                 break;
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+        // Its last words may still be on their way through the stderr reader.
+        std::thread::sleep(Duration::from_millis(20));
         LinkError::Exited {
             who: self.who.clone(),
             status,
+            tail: self.tail(),
         }
     }
 
-    /// Kills the process (SIGKILL) and reaps it, waiting at most [`KILL_WAIT`]: a process
-    /// stuck in the driver (after an Xid) may not die at once, and must not hold the tune.
-    pub fn kill(&mut self) {
-        self.stdin = None;
-        let _ = self.child.kill();
-        self.dead = true;
-        let end = std::time::Instant::now() + KILL_WAIT;
-        while std::time::Instant::now() < end {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                self.reaped = true;
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
+    /// Whether the process has ended (and is reaped).
+    fn reap(&mut self) -> bool {
+        if !self.reaped && matches!(self.child.try_wait(), Ok(Some(_))) {
+            self.reaped = true;
+            self.dead = true;
         }
-        tracing::warn!(
-            "{} did not exit within {:.0} s of SIGKILL (stuck in the driver?); going on without it",
-            self.who,
-            KILL_WAIT.as_secs_f64()
-        );
-        // Not waited for again: Drop would otherwise block on it.
-        self.reaped = true;
+        self.reaped
+    }
+
+    /// Kills the process (SIGKILL) and reaps it, waiting at most [`KILL_WAIT`].
+    pub fn kill(&mut self) {
+        self.retire();
+        shutdown_all(&mut [self], Duration::ZERO);
     }
 
     /// Closes stdin: the worker exits at end of input.
@@ -421,17 +596,68 @@ impl Link {
 
     /// Closes stdin (the worker exits at end of input) and waits up to `limit`, then kills.
     pub fn shutdown(&mut self, limit: Duration) {
-        self.close_input();
+        shutdown_all(&mut [self], limit);
+    }
+}
+
+/// Copies a worker's output to the log, each line named by its worker (`-v` shows them; its
+/// own warnings and errors show without), keeping the last lines to quote if it fails.
+fn forward_output(err: std::process::ChildStderr, who: &str, tail: &Tail) {
+    for line in BufReader::new(err).lines() {
+        let Ok(line) = line else { break };
+        let line = clip(&line, 2000);
+        if line.contains(" WARN ") || line.contains(" ERROR ") {
+            tracing::warn!("[worker {who}] {line}");
+        } else {
+            tracing::info!("[worker {who}] {line}");
+        }
+        if let Ok(mut t) = tail.lock() {
+            if t.len() == TAIL_LINES {
+                t.pop_front();
+            }
+            t.push_back(line);
+        }
+    }
+}
+
+/// Ends every worker in `links` under one deadline: stdin closed on all (each exits at end of
+/// input, tearing its CUDA context down side by side with the others), `limit` for all to
+/// exit, then SIGKILL for the rest and [`KILL_WAIT`] for all of those together. A process
+/// stuck in the driver (after an Xid) may not die at once, and must not hold the tune.
+pub fn shutdown_all(links: &mut [&mut Link], limit: Duration) {
+    for l in links.iter_mut() {
+        l.close_input();
+    }
+    let wait = |links: &mut [&mut Link], limit: Duration| {
         let end = std::time::Instant::now() + limit;
-        while std::time::Instant::now() < end {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                self.dead = true;
-                self.reaped = true;
-                return;
+        loop {
+            let mut all = true;
+            for l in links.iter_mut() {
+                all &= l.reap();
+            }
+            if all || std::time::Instant::now() >= end {
+                return all;
             }
             std::thread::sleep(Duration::from_millis(5));
         }
-        self.kill();
+    };
+    if wait(links, limit) {
+        return;
+    }
+    for l in links.iter_mut().filter(|l| !l.reaped) {
+        l.retire();
+    }
+    if wait(links, KILL_WAIT) {
+        return;
+    }
+    for l in links.iter_mut().filter(|l| !l.reaped) {
+        tracing::warn!(
+            "{} did not exit within {:.0} s of SIGKILL (stuck in the driver?); going on without it",
+            l.who,
+            KILL_WAIT.as_secs_f64()
+        );
+        // Not waited for again: Drop would otherwise block on it.
+        l.reaped = true;
     }
 }
 
@@ -450,9 +676,9 @@ impl Drop for Link {
     }
 }
 
-/// Writes one response line; the worker's only output on stdout.
-pub fn write_resp(out: &mut impl Write, resp: &Resp) -> std::io::Result<()> {
-    let mut line = serde_json::to_string(resp).unwrap_or_default();
+/// Writes one reply line on the worker's reply channel.
+pub fn write_resp(out: &mut impl Write, id: u64, resp: &Resp) -> std::io::Result<()> {
+    let mut line = serde_json::to_string(&Envelope { id, body: resp }).unwrap_or_default();
     line.push('\n');
     out.write_all(line.as_bytes())?;
     out.flush()
@@ -487,7 +713,7 @@ mod tests {
 
     #[test]
     fn garbage_on_the_pipe_is_a_clear_error() {
-        let mut l = Link::start(&sh("read x; echo 'hello, not json'; sleep 30"), "w").unwrap();
+        let mut l = Link::start(&sh("read x; echo 'hello, not json' >&3; sleep 30"), "w").unwrap();
         let e = l.call(&Req::NcclId, Duration::from_secs(20)).unwrap_err();
         assert!(
             matches!(&e, LinkError::Garbage { line, .. } if line == "hello, not json"),
@@ -499,7 +725,7 @@ mod tests {
     }
 
     #[test]
-    fn a_worker_that_never_answers_times_out_and_is_killed() {
+    fn a_worker_that_never_answers_times_out_is_killed_and_never_asked_again() {
         let mut l = Link::start(&sh("sleep 60"), "for GPU 3").unwrap();
         let t = std::time::Instant::now();
         let e = l
@@ -507,8 +733,10 @@ mod tests {
             .unwrap_err();
         assert!(matches!(e, LinkError::Silent { .. }), "{e}");
         assert!(e.to_string().contains("did not answer within 0.3 s"), "{e}");
+        let again = l.call(&Req::Release, Duration::from_secs(5)).unwrap_err();
+        assert!(matches!(again, LinkError::Retired { .. }), "{again}");
         let pid = l.pid();
-        l.kill();
+        drop(l);
         assert!(!alive(pid));
         assert!(t.elapsed() < Duration::from_secs(10));
     }
@@ -524,11 +752,15 @@ mod tests {
         assert!(e.to_string().contains("/nonexistent/artune"), "{e}");
     }
 
+    fn reply(id: u64, resp: &Resp) -> String {
+        serde_json::to_string(&Envelope { id, body: resp }).unwrap()
+    }
+
     #[test]
     fn responses_round_trip_through_a_child() {
         let resp = Resp::Checked(Some("rank 1 wrong".into()));
-        let line = serde_json::to_string(&resp).unwrap();
-        let mut l = Link::start(&sh(&format!("read x; echo '{line}'")), "w").unwrap();
+        let line = reply(1, &resp);
+        let mut l = Link::start(&sh(&format!("read x; echo '{line}' >&3")), "w").unwrap();
         assert_eq!(l.call(&Req::NcclId, Duration::from_secs(20)).unwrap(), resp);
         let e = WireError::from_fabric(FabricError::Device("x".into()), true);
         assert_eq!(
@@ -539,5 +771,56 @@ mod tests {
             }
         );
         assert!(matches!(e.into_fabric(), FabricError::Device(_)));
+    }
+
+    #[test]
+    fn log_lines_on_stdout_do_not_break_the_protocol_and_are_quoted_on_failure() {
+        // As NCCL_DEBUG=INFO does: a log line on stdout before the reply, another on stderr.
+        let line = reply(1, &Resp::Done);
+        let script = format!(
+            "read x; echo 'vm:452:452 [0] NCCL INFO Bootstrap: Using eth0'; \
+             echo 'a note on stderr' >&2; echo '{line}' >&3; read y; echo 'dying words'; exit 7"
+        );
+        let mut l = Link::start(&sh(&script), "0 (loopback rank 0 on GPU 0)").unwrap();
+        assert_eq!(
+            l.call(&Req::NcclId, Duration::from_secs(20)).unwrap(),
+            Resp::Done
+        );
+        let e = l.call(&Req::NcclId, Duration::from_secs(20)).unwrap_err();
+        let s = e.to_string();
+        assert!(s.contains("exited (exit status: 7)"), "{s}");
+        assert!(s.contains("NCCL INFO Bootstrap"), "{s}");
+        assert!(s.contains("dying words"), "{s}");
+    }
+
+    #[test]
+    fn a_late_reply_is_dropped_not_taken_for_the_next_answer() {
+        // The worker answers request 1 only after request 2 came; the reply to 2 is Done.
+        let late = reply(1, &Resp::Checked(Some("late".into())));
+        let now = reply(2, &Resp::Done);
+        let script = format!("read x; read y; echo '{late}' >&3; echo '{now}' >&3; sleep 5");
+        let mut l = Link::start(&sh(&script), "w").unwrap();
+        l.send(&Req::NcclId).unwrap();
+        assert_eq!(
+            l.call(&Req::Disconnect, Duration::from_secs(20)).unwrap(),
+            Resp::Done
+        );
+    }
+
+    #[test]
+    fn the_worker_is_given_the_reply_channel() {
+        let line = reply(HELLO_ID, &Resp::Done);
+        let script = format!("test \"$ARTUNE_REPLY_FD\" = 3 && echo '{line}' >&3; sleep 5");
+        let mut l = Link::start(&sh(&script), "w").unwrap();
+        assert_eq!(l.recv(Duration::from_secs(20)).unwrap(), Resp::Done);
+    }
+
+    #[test]
+    fn clip_cuts_at_a_character_boundary() {
+        let s = "é".repeat(200);
+        let c = clip(&s, 199);
+        assert!(c.ends_with("..."));
+        assert_eq!(c.len(), 198 + 3);
+        assert_eq!(clip("short", 10), "short");
     }
 }

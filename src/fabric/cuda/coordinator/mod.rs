@@ -57,18 +57,9 @@ pub struct CudaFabric {
 
 impl Drop for CudaFabric {
     fn drop(&mut self) {
-        // Every worker is told first, then waited for: each one's exit tears down a CUDA
-        // context, and those run side by side rather than one after another.
-        for s in &mut self.sets {
-            for w in &mut s.workers {
-                w.link.close_input();
-            }
-        }
-        for s in &mut self.sets {
-            for w in &mut s.workers {
-                w.link.shutdown(Duration::from_secs(10));
-            }
-        }
+        // Every worker is told first, then all are waited for under one deadline: each one's
+        // exit tears down a CUDA context, and those run side by side.
+        self.shutdown_all(Duration::from_secs(10));
     }
 }
 
