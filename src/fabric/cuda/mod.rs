@@ -15,6 +15,7 @@ mod coordinator;
 mod data;
 mod driver;
 pub mod kernels;
+pub mod link;
 pub mod nccl;
 mod probe;
 pub mod protocol;

@@ -5,9 +5,8 @@ use std::time::Duration;
 
 use super::CudaFabric;
 use crate::fabric::cuda::driver::DeviceFacts;
-use crate::fabric::cuda::protocol::{
-    clip, shutdown_all, Link, LinkError, Req, Resp, Spawn, WireError,
-};
+use crate::fabric::cuda::link::{clip, shutdown_all, Link, LinkError, Spawn};
+use crate::fabric::cuda::protocol::{Req, Resp, WireError};
 use crate::fabric::cuda::watchdog;
 use crate::fabric::cuda::{nccl, NO_GPU};
 use crate::fabric::{Backend, FabricError, NcclAlgo, NcclProto};
