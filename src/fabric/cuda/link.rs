@@ -350,7 +350,7 @@ fn forward_output(err: std::process::ChildStderr, who: &str, tail: &Tail) {
     for line in BufReader::new(err).lines() {
         let Ok(line) = line else { break };
         let line = clip(&line, 2000);
-        if line.contains(" WARN ") || line.contains(" ERROR ") {
+        if line.contains("WARN") || line.contains("ERROR") {
             tracing::warn!("[worker {who}] {line}");
         } else {
             tracing::info!("[worker {who}] {line}");
