@@ -53,6 +53,9 @@ pub struct CudaFabric {
     links: Vec<LinkReading>,
     kernels: Option<Result<String, String>>,
     deadline: Deadline,
+    /// Faults recovered so far, and the size being measured (for their record).
+    recovered: Vec<crate::fabric::Recovery>,
+    at_bytes: Option<u64>,
 }
 
 impl Drop for CudaFabric {
@@ -200,6 +203,8 @@ impl CudaFabric {
             links: Vec::new(),
             kernels: None,
             deadline: Deadline::from_env(),
+            recovered: Vec::new(),
+            at_bytes: None,
         })
     }
 
@@ -281,6 +286,7 @@ impl Fabric for CudaFabric {
         batch: u32,
         samples: u32,
     ) -> Result<Vec<f64>, FabricError> {
+        self.at_bytes = Some(bytes);
         self.verify_timed(backend, bytes, mode)?;
         let (set, ws) = self.targets(backend)?;
         let rendezvous = ws.len() > 1;
@@ -346,7 +352,12 @@ impl Fabric for CudaFabric {
         super::pinned_channels(|k| std::env::var(k).ok())
     }
 
+    fn recoveries(&self) -> Vec<crate::fabric::Recovery> {
+        self.recovered.clone()
+    }
+
     fn release(&mut self) -> Result<(), FabricError> {
+        self.at_bytes = None;
         // After a failed setup too: a worker that frees its buffers while a peer still maps
         // them is undefined behaviour, so every import is closed first (release_inner).
         if self.plan.is_none() && !self.holding {
@@ -355,7 +366,7 @@ impl Fabric for CudaFabric {
         match self.release_inner() {
             Ok(()) => Ok(()),
             Err(Trouble::Fabric(e)) => Err(e),
-            Err(Trouble::Restart(_)) => self.restart(None),
+            Err(Trouble::Restart(why)) => self.restart(None, &why),
         }
     }
 }

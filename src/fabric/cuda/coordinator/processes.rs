@@ -193,7 +193,31 @@ impl CudaFabric {
 
     /// Kills every worker, starts fresh ones and prepares the group again with the backends
     /// still ready (less `failed`).
-    pub(super) fn restart(&mut self, failed: Option<Backend>) -> Result<(), FabricError> {
+    pub(super) fn restart(
+        &mut self,
+        failed: Option<Backend>,
+        cause: &str,
+    ) -> Result<(), FabricError> {
+        let r = crate::fabric::Recovery {
+            group: self
+                .plan
+                .as_ref()
+                .map(|p| p.group.gpus.clone())
+                .unwrap_or_default(),
+            backend: failed,
+            bytes: self.at_bytes,
+            cause: clip(cause, 300),
+        };
+        tracing::warn!(
+            "recovered: {}; every worker was replaced and GPUs {:?} set up again{}",
+            r.cause,
+            r.group,
+            match failed {
+                Some(b) => format!(" without {b}"),
+                None => String::new(),
+            }
+        );
+        self.recovered.push(r);
         self.retire_all();
         self.sets.clear();
         self.probe_bytes = 0;
