@@ -349,7 +349,7 @@ impl Link {
 fn forward_output(err: std::process::ChildStderr, who: &str, tail: &Tail) {
     for line in BufReader::new(err).lines() {
         let Ok(line) = line else { break };
-        let line = clip(&line, 2000);
+        let line = clip(&plain(&line), 2000);
         if line.contains("WARN") || line.contains("ERROR") {
             tracing::warn!("[worker {who}] {line}");
         } else {
@@ -362,6 +362,25 @@ fn forward_output(err: std::process::ChildStderr, who: &str, tail: &Tail) {
             t.push_back(line);
         }
     }
+}
+
+/// `line` without terminal colour codes (a worker's own log is coloured), so the coordinator's
+/// log does not show them escaped.
+fn plain(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Ends every worker in `links` under one deadline: stdin closed on all (each exits at end of
@@ -551,6 +570,11 @@ mod tests {
         let script = format!("test \"$ARTUNE_REPLY_FD\" = 3 && echo '{line}' >&3; sleep 5");
         let mut l = Link::start(&sh(&script), "w").unwrap();
         assert_eq!(l.recv(Duration::from_secs(20)).unwrap(), Resp::Done);
+    }
+
+    #[test]
+    fn colour_codes_are_taken_out_of_worker_lines() {
+        assert_eq!(plain("\x1b[33m WARN\x1b[0m é x"), " WARN é x");
     }
 
     #[test]
