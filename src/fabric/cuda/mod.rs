@@ -13,6 +13,7 @@
 pub mod compile;
 mod coordinator;
 mod data;
+mod device;
 mod driver;
 pub mod kernels;
 pub mod link;
