@@ -95,17 +95,3 @@ pub fn free_bytes(ctx: &Arc<CudaContext>) -> Result<u64, DriverError> {
     ctx.bind_to_thread()?;
     Ok(result::mem_get_info()?.0 as u64)
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn large_buffers_are_whole_large_pages_small_ones_are_left_alone() {
-        assert_eq!(whole_pages(4096), 4096);
-        assert_eq!(whole_pages(LARGE_PAGE - 1), LARGE_PAGE - 1);
-        assert_eq!(whole_pages(LARGE_PAGE), LARGE_PAGE);
-        // A 64 MiB message plus its guard bytes: the page the guard spills into is whole.
-        assert_eq!(whole_pages((64 << 20) + 4096), 66 << 20);
-    }
-}

@@ -634,3 +634,17 @@ impl Function {
 pub use super::device::{
     cuda_version, device_facts, free_bytes, p2p_matrix, visible_bus_ids, DeviceFacts,
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn large_buffers_are_whole_large_pages_small_ones_are_left_alone() {
+        assert_eq!(whole_pages(4096), 4096);
+        assert_eq!(whole_pages(LARGE_PAGE - 1), LARGE_PAGE - 1);
+        assert_eq!(whole_pages(LARGE_PAGE), LARGE_PAGE);
+        // A 64 MiB message plus its guard bytes: the page the guard spills into is whole.
+        assert_eq!(whole_pages((64 << 20) + 4096), 66 << 20);
+    }
+}
