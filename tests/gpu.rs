@@ -60,12 +60,16 @@ fn live_workers() -> Vec<String> {
 
 fn open_or_skip(test: &str, k: usize) -> Option<(MutexGuard<'static, ()>, CudaFabric)> {
     let guard = GPU.lock().unwrap_or_else(|p| p.into_inner());
+    // Skipped only when CUDA sees no GPU at all; on a GPU machine a failing open fails.
+    if artune::fabric::cuda::visible_gpus() == 0 {
+        skip(format!(
+            "{test}: skipped: no GPU (no driver, or it sees no device)"
+        ));
+        return None;
+    }
     match CudaFabric::open_with(Some(k), bin()) {
         Ok(f) => Some((guard, f)),
-        Err(e) => {
-            skip(format!("{test}: skipped: no GPU ({e})"));
-            None
-        }
+        Err(e) => panic!("{test}: a GPU is present but opening the CUDA fabric failed: {e}"),
     }
 }
 
@@ -603,4 +607,94 @@ fn gpu_buffers_a_peer_cannot_open_waive_kernels_not_the_tune_or_skip() {
             && !b.results.contains_key(&Backend::OneStagePull)));
     assert!(live_workers().is_empty());
     println!("noipc=0-1: every kernel waived, NCCL measured; noopen=one_stage_pull: it alone waived ({why})");
+}
+
+/// A small loopback tune through the binary with `env` set; kernels cached in `cache`.
+fn small_tune(
+    cache: &std::path::Path,
+    out: &std::path::Path,
+    env: &[(&str, &str)],
+) -> std::process::Output {
+    Command::new(bin())
+        .args([
+            "tune",
+            "--loopback",
+            "2",
+            "--sizes",
+            "4K:16K",
+            "--mode",
+            "graph",
+            "--out",
+        ])
+        .arg(out)
+        .env("ARTUNE_CACHE_DIR", cache)
+        .envs(env.iter().copied())
+        .output()
+        .expect("artune runs")
+}
+
+/// The kernel cache as a full disk or a kill during a write would leave it: each file is
+/// found unusable (one line), compiled again and rewritten, and the tune goes on.
+#[test]
+fn gpu_a_corrupt_kernel_cache_is_rebuilt_and_the_tune_goes_on_or_skip() {
+    let _gpu = GPU.lock().unwrap_or_else(|p| p.into_inner());
+    if artune::fabric::cuda::visible_gpus() == 0 {
+        return skip("gpu_a_corrupt_kernel_cache: skipped: no GPU".into());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (cache, out) = (dir.path().join("kernels"), dir.path().join("p.json"));
+    let o = small_tune(&cache, &out, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let files: Vec<PathBuf> = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(!files.is_empty(), "nothing was cached in {cache:?}");
+    let good: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).unwrap()).collect();
+    for (i, f) in files.iter().enumerate() {
+        match i % 2 {
+            0 => std::fs::write(f, [0x5au8; 4096]).unwrap(),
+            _ => std::fs::write(f, &good[i][..good[i].len() / 2]).unwrap(),
+        }
+    }
+    let o = small_tune(&cache, &out, &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("is unusable"), "{err}");
+    for (f, g) in files.iter().zip(&good) {
+        assert_eq!(&std::fs::read(f).unwrap(), g, "{f:?} was not rebuilt");
+    }
+    println!("{} corrupt cache files found and rebuilt", files.len());
+}
+
+/// NCCL's own log (`NCCL_DEBUG=INFO`, written on the worker's stdout) must not break the
+/// conversation with the workers; `-v` shows it, named by worker.
+#[test]
+fn gpu_nccl_debug_info_does_not_break_the_protocol_or_skip() {
+    let _gpu = GPU.lock().unwrap_or_else(|p| p.into_inner());
+    if artune::fabric::cuda::visible_gpus() == 0 || nccl::nccl_version().is_none() {
+        return skip("gpu_nccl_debug_info: skipped: no GPU or no NCCL".into());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("p.json");
+    let o = Command::new(bin())
+        .args([
+            "-v",
+            "tune",
+            "--loopback",
+            "2",
+            "--sizes",
+            "4K:16K",
+            "--out",
+        ])
+        .arg(&out)
+        .env("NCCL_DEBUG", "INFO")
+        .output()
+        .expect("artune runs");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("[worker 0") && err.contains("NCCL INFO"),
+        "{err}"
+    );
 }

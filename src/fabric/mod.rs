@@ -161,6 +161,20 @@ impl From<FabricError> for crate::error::Error {
     }
 }
 
+/// A fault the fabric recovered from on its own: a worker lost, killed or silent, after which
+/// every worker was replaced and the group set up again. The tune goes on, so this is how the
+/// profile and the user learn of it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Recovery {
+    /// GPUs of the group that was restarted (topology indices).
+    pub group: Vec<usize>,
+    /// The backend running when it happened, left out of the restarted group.
+    pub backend: Option<Backend>,
+    /// The message size being measured, when known.
+    pub bytes: Option<u64>,
+    pub cause: String,
+}
+
 /// The hardware seam. See the module docs for the order of calls.
 pub trait Fabric {
     fn info(&self) -> FabricInfo;
@@ -218,6 +232,11 @@ pub trait Fabric {
 
     /// Releases everything the prepared group holds.
     fn release(&mut self) -> Result<(), FabricError>;
+
+    /// Faults recovered since the fabric opened, oldest first (none for simulated fabrics).
+    fn recoveries(&self) -> Vec<Recovery> {
+        Vec::new()
+    }
 }
 
 #[cfg(test)]

@@ -220,24 +220,82 @@ fn compile_cached(
         return compile(name, src, target);
     };
     let file = cache_file(dir, nvrtc, name, src, target);
-    if let Ok(img) = std::fs::read(&file) {
-        if !img.is_empty() {
-            return Ok(img);
-        }
+    let key = file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    match std::fs::read(&file) {
+        Ok(bytes) => match unseal(&bytes, &key) {
+            Ok(img) => return Ok(img.to_vec()),
+            // A full disk, a kill during a write or another tool leaves such files: loading
+            // one is undefined behaviour in the driver, so it is rebuilt instead.
+            Err(why) => tracing::warn!(
+                "kernel cache file {} is unusable ({why}); compiling it again",
+                file.display()
+            ),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::debug!("cannot read {}: {e}", file.display()),
     }
     let img = compile(name, src, target)?;
-    if let Err(e) = store(dir, &file, &img) {
+    if let Err(e) = store(dir, &file, &seal(&img, &key)) {
         tracing::debug!("not caching {}: {e}", file.display());
     }
     Ok(img)
 }
 
-/// Writes `img` to `file` whole or not at all (a temporary file renamed into place), so a
-/// reader never sees half an image.
-fn store(dir: &Path, file: &Path, img: &[u8]) -> std::io::Result<()> {
+/// First line of every cache file.
+const MAGIC: &[u8] = b"artune kernel cache 1\n";
+
+/// A cache file: [`MAGIC`], the key (the file's name, which hashes NVRTC, target, options and
+/// sources), the image's length and SHA-256, then the image.
+fn seal(img: &[u8], key: &str) -> Vec<u8> {
+    let mut out = MAGIC.to_vec();
+    out.extend(format!("{key}\n{}\n", img.len()).as_bytes());
+    out.extend(Sha256::digest(img));
+    out.extend(img);
+    out
+}
+
+/// The image in a cache file, or why the file cannot be trusted: wrong header, another key
+/// (a file renamed or copied from elsewhere), a length or digest that does not match.
+fn unseal<'a>(bytes: &'a [u8], key: &str) -> Result<&'a [u8], &'static str> {
+    let rest = bytes
+        .strip_prefix(MAGIC)
+        .ok_or("not an artune cache file")?;
+    let head = format!("{key}\n");
+    let rest = rest
+        .strip_prefix(head.as_bytes())
+        .ok_or("made for another GPU, NVRTC or source")?;
+    let nl = rest
+        .iter()
+        .position(|&b| b == b'\n')
+        .ok_or("truncated header")?;
+    let len: usize = std::str::from_utf8(&rest[..nl])
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or("unreadable length")?;
+    let rest = &rest[nl + 1..];
+    if rest.len() < 32 {
+        return Err("truncated header");
+    }
+    let (digest, img) = rest.split_at(32);
+    if img.len() != len {
+        return Err("truncated or padded image");
+    }
+    if img.is_empty() || Sha256::digest(img).as_slice() != digest {
+        return Err("its contents do not match their checksum");
+    }
+    Ok(img)
+}
+
+/// Writes `bytes` to `file` whole or not at all (a temporary file, synced, renamed into
+/// place), so a reader never sees half an image.
+fn store(dir: &Path, file: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    std::io::Write::write_all(&mut tmp, img)?;
+    std::io::Write::write_all(&mut tmp, bytes)?;
+    tmp.as_file().sync_all()?;
     tmp.persist(file).map_err(|e| e.error)?;
     Ok(())
 }
@@ -394,11 +452,37 @@ mod tests {
         // A stored image is read back instead of compiling (no NVRTC is needed here).
         let sub = dir.path().join("kernels");
         let file = cache_file(&sub, (13, 0), "probe.cu", PROBE, &t90);
-        store(&sub, &file, b"image").unwrap();
+        let key = file.file_name().unwrap().to_string_lossy().into_owned();
+        store(&sub, &file, &seal(b"image", &key)).unwrap();
         let img = compile_cached(Some(&sub), (13, 0), "probe.cu", PROBE, &t90).unwrap();
         assert_eq!(img, b"image");
         let names: Vec<_> = std::fs::read_dir(&sub).unwrap().collect();
         assert_eq!(names.len(), 1, "no temporary file is left: {names:?}");
+    }
+
+    #[test]
+    fn a_corrupt_truncated_or_foreign_cache_file_is_refused() {
+        let img = b"\x7fELF an image of some length".to_vec();
+        let good = seal(&img, "probe-00.cubin");
+        assert_eq!(unseal(&good, "probe-00.cubin").unwrap(), &img[..]);
+        // Truncated anywhere, including inside the header.
+        for cut in [0, 5, MAGIC.len() + 3, good.len() - 40, good.len() - 1] {
+            assert!(unseal(&good[..cut], "probe-00.cubin").is_err(), "cut {cut}");
+        }
+        // One flipped byte of the image.
+        let mut bad = good.clone();
+        *bad.last_mut().unwrap() ^= 1;
+        assert_eq!(
+            unseal(&bad, "probe-00.cubin").unwrap_err(),
+            "its contents do not match their checksum"
+        );
+        // Random bytes, a bare image as older artune wrote, another key, padding.
+        assert!(unseal(b"random bytes here", "probe-00.cubin").is_err());
+        assert!(unseal(&img, "probe-00.cubin").is_err());
+        assert!(unseal(&good, "probe-01.cubin").is_err());
+        let mut long = good.clone();
+        long.push(0);
+        assert!(unseal(&long, "probe-00.cubin").is_err());
     }
 
     #[test]

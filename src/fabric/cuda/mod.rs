@@ -13,8 +13,10 @@
 pub mod compile;
 mod coordinator;
 mod data;
+mod device;
 mod driver;
 pub mod kernels;
+pub mod link;
 pub mod nccl;
 mod probe;
 pub mod protocol;
@@ -37,6 +39,20 @@ pub use self::coordinator::CudaFabric;
 pub use self::kernels::traffic_bytes;
 pub use self::nccl::nccl_version;
 pub use self::topo::LinkReading;
+
+/// How many GPUs CUDA sees: 0 only when there is no driver or the driver finds no device.
+/// Tests skip on 0 alone; a driver that is there but fails to start counts as present (1), so
+/// a broken GPU path fails its tests instead of passing them as skipped.
+pub fn visible_gpus() -> usize {
+    if !driver::driver_present() {
+        return 0;
+    }
+    match driver::visible_bus_ids() {
+        Ok(v) => v.len(),
+        Err(e) if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_NO_DEVICE => 0,
+        Err(_) => 1,
+    }
+}
 
 /// What to tell a user on a machine without a usable GPU.
 const NO_GPU: &str = "run with `--sim PRESET` to tune a simulated machine instead (`artune topo --list-presets` lists them)";

@@ -1,12 +1,13 @@
 //! One worker process (`artune __worker --ordinal N`): owns one GPU's context, the buffers of
 //! the ranks it owns, the kernels and NCCL rank of the ranks it launches, and answers the
-//! coordinator's requests ([`super::protocol`]) one line at a time until its stdin closes.
+//! coordinator's requests ([`super::protocol`]) one line at a time until its stdin closes,
+//! replying on the channel the coordinator passed; its stdout is only a log.
 
-use std::io::{BufRead, Write};
+use std::io::BufRead;
 
 use super::driver;
 use super::probe::{ProbeLauncher, ProbeOwned};
-use super::protocol::{write_resp, Req, Resp, WireError};
+use super::protocol::{write_resp, Envelope, Req, Resp, WireError, ENV_REPLY_FD, HELLO_ID};
 use super::run::Launcher;
 use super::setup::Owned;
 use super::watchdog::Deadline;
@@ -165,6 +166,10 @@ impl Engine {
                 self.probe = Some(p);
                 Resp::Done
             }
+            Req::ProbeDisconnect => {
+                self.probe = None;
+                Resp::Done
+            }
             Req::ProbeQueue {
                 direction,
                 peers,
@@ -263,28 +268,47 @@ pub fn pin_cpus(cpus: &str) -> Option<()> {
     (r == 0).then_some(())
 }
 
+/// The reply channel the coordinator passed ([`ENV_REPLY_FD`]), closed on exec so nothing
+/// the worker might start inherits it.
+fn reply_channel() -> Option<std::fs::File> {
+    use std::os::fd::FromRawFd;
+    let fd: i32 = std::env::var(ENV_REPLY_FD).ok()?.parse().ok()?;
+    // SAFETY: fcntl on a descriptor number only queries or sets its flags.
+    if fd < 3 || unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } != 0 {
+        return None;
+    }
+    // SAFETY: the descriptor is open (fcntl succeeded) and this process owns it alone.
+    Some(unsafe { std::fs::File::from_raw_fd(fd) })
+}
+
 /// The worker's main loop: says hello (or why the GPU could not be opened), then answers each
 /// request line until stdin closes. Returns the process exit code.
 pub fn serve(ordinal: usize, cpus: Option<&str>) -> i32 {
     // The coordinator handles Ctrl-C and SIGTERM (sent to the whole process group by a
-    // terminal or `timeout`) and shuts workers down; a worker must also not outlive it.
-    // SAFETY: plain signal disposition and prctl calls.
+    // terminal or `timeout`) and shuts workers down; the parent-death signal it armed before
+    // exec keeps a worker from outliving it.
+    // SAFETY: plain signal dispositions.
     unsafe {
         libc::signal(libc::SIGINT, libc::SIG_IGN);
         libc::signal(libc::SIGTERM, libc::SIG_IGN);
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
     }
+    let Some(mut out) = reply_channel() else {
+        eprintln!(
+            "artune __worker is started by artune's coordinator, which passes its reply \
+             channel in {ENV_REPLY_FD}; it cannot run on its own"
+        );
+        return 2;
+    };
     if let Some(c) = cpus {
         if pin_cpus(c).is_none() {
             tracing::warn!("worker for GPU {ordinal}: could not pin to CPUs {c}");
         }
     }
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
     let mut engine = match Engine::open(ordinal) {
         Ok(e) => e,
         Err(e) => {
-            let _ = write_resp(&mut out, &Resp::Failed(WireError::from_fabric(e, false)));
+            let failed = Resp::Failed(WireError::from_fabric(e, false));
+            let _ = write_resp(&mut out, HELLO_ID, &failed);
             return 4;
         }
     };
@@ -292,28 +316,37 @@ pub fn serve(ordinal: usize, cpus: Option<&str>) -> i32 {
         facts: engine.gpu.facts.clone(),
         pid: std::process::id(),
     };
-    if write_resp(&mut out, &hello).is_err() {
+    if write_resp(&mut out, HELLO_ID, &hello).is_err() {
         return 4;
     }
     let stdin = std::io::stdin();
     for line in stdin.lock().lines() {
         let Ok(line) = line else { break };
-        let resp = match serde_json::from_str::<Req>(&line) {
-            Ok(req) => match engine.handle(req) {
-                Ok(r) => r,
-                Err(e) => {
-                    let stuck = engine.note_stuck();
-                    Resp::Failed(WireError::from_fabric(e, stuck))
-                }
+        let (id, resp) = match serde_json::from_str::<Envelope<serde_json::Value>>(&line) {
+            Ok(Envelope { id, body }) => match serde_json::from_value::<Req>(body) {
+                Ok(req) => match engine.handle(req) {
+                    Ok(r) => (id, r),
+                    Err(e) => {
+                        let stuck = engine.note_stuck();
+                        (id, Resp::Failed(WireError::from_fabric(e, stuck)))
+                    }
+                },
+                Err(e) => (
+                    id,
+                    Resp::Failed(WireError::BadRequest(format!(
+                        "the worker could not read request {id} ({e})"
+                    ))),
+                ),
             },
-            Err(e) => Resp::Failed(WireError::BadRequest(format!(
-                "the worker could not read a request ({e})"
-            ))),
+            // No id to answer: the coordinator's wait for it runs out, and it replaces us.
+            Err(e) => {
+                tracing::error!("the worker could not read a request ({e})");
+                continue;
+            }
         };
-        if write_resp(&mut out, &resp).is_err() {
+        if write_resp(&mut out, id, &resp).is_err() {
             break;
         }
-        let _ = out.flush();
     }
     0
 }

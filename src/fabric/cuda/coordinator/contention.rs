@@ -21,6 +21,21 @@ impl CudaFabric {
         let n = p.owners.len();
         let limit = self.limit(want * peers as u64, 1) + Duration::from_secs(10);
         if self.probe_bytes < want {
+            if self.probe_bytes > 0 {
+                // Growing frees the old probe buffers, which every launcher maps: all close
+                // them and say so before any owner frees.
+                let reqs = p
+                    .launchers
+                    .iter()
+                    .map(|&(w, _)| (w, Req::ProbeDisconnect))
+                    .collect();
+                for r in self.exchange(0, reqs, limit)? {
+                    if r != Resp::Done {
+                        return Err(unexpected(r));
+                    }
+                }
+                self.probe_bytes = 0;
+            }
             let mut owners = p.owners.clone();
             owners.sort_unstable();
             owners.dedup();

@@ -3,13 +3,13 @@
 
 use std::collections::BTreeMap;
 
-use super::processes::{trouble_to_device, Trouble};
+use super::processes::{trouble_to_device, unexpected, Trouble};
 use super::waivers::{ll128_waiver, unlike};
 use super::CudaFabric;
 use crate::fabric::cuda::driver::DeviceFacts;
 use crate::fabric::cuda::kernels::MAX_RANKS;
 use crate::fabric::cuda::nccl;
-use crate::fabric::cuda::protocol::{Launch, Req, Shape};
+use crate::fabric::cuda::protocol::{Launch, Req, Resp, Shape};
 use crate::fabric::{memory, Backend, FabricError, Group, Mode, NcclAlgo, NcclProto, Readiness};
 
 /// Testing only: `one` makes the first worker of a loopback group own every rank's buffers
@@ -253,7 +253,13 @@ impl CudaFabric {
                 let reqs = (0..self.sets[set].workers.len())
                     .map(|w| (w, req.clone()))
                     .collect();
-                self.exchange(set, reqs, self.limit(0, 1))?;
+                // Only the reply to this very request acknowledges it (ids match), and only
+                // `Done` says the handles are closed.
+                for r in self.exchange(set, reqs, self.limit(0, 1))? {
+                    if r != Resp::Done {
+                        return Err(unexpected(r));
+                    }
+                }
             }
         }
         self.holding = false;

@@ -49,7 +49,7 @@ impl CudaFabric {
                 Err(e)
             }
             Err(Trouble::Restart(why)) => {
-                self.restart(Some(backend))?;
+                self.restart(Some(backend), &why)?;
                 Err(FabricError::Backend {
                     backend,
                     reason: format!(
@@ -71,7 +71,7 @@ impl CudaFabric {
         let reqs = ws.into_iter().map(|w| (w, Req::Drop { backend })).collect();
         match self.exchange(set, reqs, self.limit(0, 1)) {
             Ok(_) | Err(Trouble::Fabric(_)) => Ok(()),
-            Err(Trouble::Restart(_)) => self.restart(None),
+            Err(Trouble::Restart(why)) => self.restart(None, &why),
         }
     }
 
@@ -86,6 +86,7 @@ impl CudaFabric {
         mode: Mode,
         calls: u32,
     ) -> Result<Verification, FabricError> {
+        self.at_bytes = Some(bytes);
         let (set, ws) = self.targets(backend)?;
         let limit = self.limit(bytes, 2 * calls.max(1) + 2);
         self.backend_op(backend, |f| {

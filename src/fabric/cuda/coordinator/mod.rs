@@ -53,22 +53,16 @@ pub struct CudaFabric {
     links: Vec<LinkReading>,
     kernels: Option<Result<String, String>>,
     deadline: Deadline,
+    /// Faults recovered so far, and the size being measured (for their record).
+    recovered: Vec<crate::fabric::Recovery>,
+    at_bytes: Option<u64>,
 }
 
 impl Drop for CudaFabric {
     fn drop(&mut self) {
-        // Every worker is told first, then waited for: each one's exit tears down a CUDA
-        // context, and those run side by side rather than one after another.
-        for s in &mut self.sets {
-            for w in &mut s.workers {
-                w.link.close_input();
-            }
-        }
-        for s in &mut self.sets {
-            for w in &mut s.workers {
-                w.link.shutdown(Duration::from_secs(10));
-            }
-        }
+        // Every worker is told first, then all are waited for under one deadline: each one's
+        // exit tears down a CUDA context, and those run side by side.
+        self.shutdown_all(Duration::from_secs(10));
     }
 }
 
@@ -209,6 +203,8 @@ impl CudaFabric {
             links: Vec::new(),
             kernels: None,
             deadline: Deadline::from_env(),
+            recovered: Vec::new(),
+            at_bytes: None,
         })
     }
 
@@ -290,6 +286,7 @@ impl Fabric for CudaFabric {
         batch: u32,
         samples: u32,
     ) -> Result<Vec<f64>, FabricError> {
+        self.at_bytes = Some(bytes);
         self.verify_timed(backend, bytes, mode)?;
         let (set, ws) = self.targets(backend)?;
         let rendezvous = ws.len() > 1;
@@ -355,7 +352,12 @@ impl Fabric for CudaFabric {
         super::pinned_channels(|k| std::env::var(k).ok())
     }
 
+    fn recoveries(&self) -> Vec<crate::fabric::Recovery> {
+        self.recovered.clone()
+    }
+
     fn release(&mut self) -> Result<(), FabricError> {
+        self.at_bytes = None;
         // After a failed setup too: a worker that frees its buffers while a peer still maps
         // them is undefined behaviour, so every import is closed first (release_inner).
         if self.plan.is_none() && !self.holding {
@@ -364,7 +366,7 @@ impl Fabric for CudaFabric {
         match self.release_inner() {
             Ok(()) => Ok(()),
             Err(Trouble::Fabric(e)) => Err(e),
-            Err(Trouble::Restart(_)) => self.restart(None),
+            Err(Trouble::Restart(why)) => self.restart(None, &why),
         }
     }
 }

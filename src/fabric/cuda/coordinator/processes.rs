@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use super::CudaFabric;
 use crate::fabric::cuda::driver::DeviceFacts;
-use crate::fabric::cuda::protocol::{Link, LinkError, Req, Resp, Spawn, WireError};
+use crate::fabric::cuda::link::{clip, shutdown_all, Link, LinkError, Spawn};
+use crate::fabric::cuda::protocol::{Req, Resp, WireError};
 use crate::fabric::cuda::watchdog;
 use crate::fabric::cuda::{nccl, NO_GPU};
 use crate::fabric::{Backend, FabricError, NcclAlgo, NcclProto};
@@ -86,13 +87,15 @@ fn spawn(
     Link::start(&spawn, who).map_err(|e| FabricError::Device(e.to_string()))
 }
 
-/// Waits for a started worker's hello.
-fn hello(mut link: Link, who: &str) -> Result<Worker, FabricError> {
-    match link.recv(HELLO_DEADLINE) {
+/// Reads a started worker's hello within what is left of the shared start-up deadline.
+fn hello(mut link: Link, who: &str, end: std::time::Instant) -> Result<Worker, FabricError> {
+    let left = end.saturating_duration_since(std::time::Instant::now());
+    match link.recv(left.max(ANSWER_GRACE)) {
         Ok(Resp::Hello { facts, .. }) => Ok(Worker { link, facts }),
         Ok(Resp::Failed(e)) => Err(e.into_fabric()),
         Ok(other) => Err(FabricError::Device(format!(
-            "worker {who} answered {other:?} instead of hello"
+            "worker {who} answered {} instead of hello",
+            clip(&format!("{other:?}"), 120)
         ))),
         Err(e) => Err(FabricError::Device(format!("{e}; {NO_GPU}"))),
     }
@@ -150,6 +153,30 @@ impl CudaFabric {
         }
     }
 
+    /// Kills every worker and reaps them all under one deadline.
+    pub(super) fn retire_all(&mut self) {
+        let mut links: Vec<&mut Link> = self
+            .sets
+            .iter_mut()
+            .flat_map(|s| s.workers.iter_mut().map(|w| &mut w.link))
+            .collect();
+        for l in links.iter_mut() {
+            l.retire();
+        }
+        shutdown_all(&mut links, Duration::ZERO);
+    }
+
+    /// Asks every worker to exit and waits for all of them under one deadline (`limit`),
+    /// killing those still there after it.
+    pub(super) fn shutdown_all(&mut self, limit: Duration) {
+        let mut links: Vec<&mut Link> = self
+            .sets
+            .iter_mut()
+            .flat_map(|s| s.workers.iter_mut().map(|w| &mut w.link))
+            .collect();
+        shutdown_all(&mut links, limit);
+    }
+
     pub(super) fn one(
         &mut self,
         set: usize,
@@ -166,12 +193,32 @@ impl CudaFabric {
 
     /// Kills every worker, starts fresh ones and prepares the group again with the backends
     /// still ready (less `failed`).
-    pub(super) fn restart(&mut self, failed: Option<Backend>) -> Result<(), FabricError> {
-        for s in &mut self.sets {
-            for w in &mut s.workers {
-                w.link.kill();
+    pub(super) fn restart(
+        &mut self,
+        failed: Option<Backend>,
+        cause: &str,
+    ) -> Result<(), FabricError> {
+        let r = crate::fabric::Recovery {
+            group: self
+                .plan
+                .as_ref()
+                .map(|p| p.group.gpus.clone())
+                .unwrap_or_default(),
+            backend: failed,
+            bytes: self.at_bytes,
+            cause: clip(cause, 300),
+        };
+        tracing::warn!(
+            "recovered: {}; every worker was replaced and GPUs {:?} set up again{}",
+            r.cause,
+            r.group,
+            match failed {
+                Some(b) => format!(" without {b}"),
+                None => String::new(),
             }
-        }
+        );
+        self.recovered.push(r);
+        self.retire_all();
         self.sets.clear();
         self.probe_bytes = 0;
         self.holding = false;
@@ -208,16 +255,36 @@ pub(super) fn start_set(
             who,
         ));
     }
-    let mut workers = Vec::new();
+    // One deadline for all: they open their contexts side by side, so k wedged GPUs cost
+    // the start-up deadline once, not k times.
+    let end = std::time::Instant::now() + HELLO_DEADLINE;
+    let mut workers: Vec<Worker> = Vec::new();
+    let mut rest: Vec<Link> = Vec::new();
+    let mut failed = None;
     for (link, who) in started {
-        workers.push(hello(link, &who)?);
+        match failed {
+            None => match hello(link, &who, end) {
+                Ok(w) => workers.push(w),
+                Err(e) => failed = Some(e),
+            },
+            Some(_) => rest.push(link),
+        }
+    }
+    if let Some(e) = failed {
+        // All are ended together, not one Drop after another.
+        let mut links: Vec<&mut Link> = workers.iter_mut().map(|w| &mut w.link).collect();
+        links.extend(rest.iter_mut());
+        for l in links.iter_mut() {
+            l.retire();
+        }
+        shutdown_all(&mut links, Duration::ZERO);
+        return Err(e);
     }
     Ok(Set { pin, workers })
 }
 
 pub(super) fn unexpected(r: Resp) -> Trouble {
-    let mut s = format!("{r:?}");
-    s.truncate(120);
+    let s = clip(&format!("{r:?}"), 120);
     Trouble::Restart(format!("a worker answered out of turn ({s})"))
 }
 

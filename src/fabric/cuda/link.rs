@@ -1,0 +1,588 @@
+//! One worker process as the coordinator holds it: started with its reply pipe and its
+//! parent-death signal armed before exec, asked requests ([`super::protocol`]) whose replies
+//! must come within a deadline, its output logged and quoted, and ended (alone or together
+//! with the others under one deadline). A worker that exits, writes garbage or stops
+//! answering becomes a [`LinkError`] the coordinator acts on (kill, restart, disqualify),
+//! never a hang.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::Duration;
+
+use super::protocol::{Envelope, Req, Resp, ENV_REPLY_FD, HELLO_ID, REPLY_FD};
+
+/// Why a worker's answer did not come.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LinkError {
+    #[error("worker {who} could not be started ({reason})")]
+    Spawn { who: String, reason: String },
+    #[error("worker {who} exited ({status}){}", quote_tail(tail))]
+    Exited {
+        who: String,
+        status: String,
+        tail: Vec<String>,
+    },
+    #[error("worker {who} wrote something that is not a worker response: {line:?}")]
+    Garbage { who: String, line: String },
+    #[error(
+        "worker {who} did not answer within {seconds:.1} s{}",
+        quote_tail(tail)
+    )]
+    Silent {
+        who: String,
+        seconds: f64,
+        tail: Vec<String>,
+    },
+    #[error("worker {who} missed an earlier deadline and was replaced; it is not asked again")]
+    Retired { who: String },
+}
+
+fn quote_tail(tail: &[String]) -> String {
+    match tail.is_empty() {
+        true => String::new(),
+        false => format!("; its last output: {}", clip(&tail.join(" | "), 600)),
+    }
+}
+
+/// `s` cut to at most `max` bytes at a character boundary (worker text is not trusted to be
+/// ASCII, and `String::truncate` inside a character panics).
+pub fn clip(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}
+
+/// What to start: the artune binary (or a stand-in, for tests) and its arguments.
+#[derive(Debug, Clone)]
+pub struct Spawn {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+}
+
+/// How long a killed worker is waited for before the coordinator goes on without it.
+pub const KILL_WAIT: Duration = Duration::from_secs(10);
+/// Lines of a worker's stderr kept to quote when it fails.
+const TAIL_LINES: usize = 8;
+
+type Tail = std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<String>>>;
+
+/// One worker process and the pipes to it.
+pub struct Link {
+    who: String,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<std::io::Result<String>>,
+    /// The last lines of its stdout and stderr (which it shares for both).
+    tail: Tail,
+    next_id: u64,
+    /// The id of the request whose reply is awaited (the hello's at first).
+    awaited: Option<u64>,
+    /// Its pipe closed or it talked nonsense: no more requests go to it.
+    dead: bool,
+    /// It missed a deadline: killed, and never asked again.
+    retired: bool,
+    /// Reaped: nothing of it is left.
+    reaped: bool,
+}
+
+/// A pipe whose both ends close on exec (the child gets its end by `dup2` only).
+fn reply_pipe() -> std::io::Result<(std::fs::File, std::os::fd::OwnedFd)> {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe2 fills two descriptors on success; each is owned exactly once below.
+    let r = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned by nothing else.
+    unsafe {
+        Ok((
+            std::fs::File::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        ))
+    }
+}
+
+impl Link {
+    /// Starts `spawn`; `who` names it in errors and in its output lines (e.g. "for GPU 1").
+    /// Requests go on the child's stdin, replies come on descriptor [`REPLY_FD`]; its stdout
+    /// is joined to its stderr, which the coordinator reads, logs (`-v`) and quotes on failure.
+    pub fn start(spawn: &Spawn, who: &str) -> Result<Link, LinkError> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::process::CommandExt;
+        let fail = |reason: String| LinkError::Spawn {
+            who: who.into(),
+            reason,
+        };
+        let (reply_r, reply_w) = reply_pipe().map_err(|e| fail(e.to_string()))?;
+        let w = reply_w.as_raw_fd();
+        // SAFETY: getpid has no preconditions.
+        let parent = unsafe { libc::getpid() };
+        let mut cmd = Command::new(&spawn.program);
+        cmd.args(&spawn.args)
+            .envs(spawn.env.iter().map(|(k, v)| (k, v)))
+            .env(ENV_REPLY_FD, REPLY_FD.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        // SAFETY: runs in the forked child before exec and calls only async-signal-safe
+        // functions (dup2, fcntl, prctl, getppid, _exit) on descriptors it owns.
+        unsafe {
+            cmd.pre_exec(move || {
+                // The worker dies with its coordinator: armed before exec, so there is no
+                // window after the spawn; if the parent is already gone, stop here.
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::getppid() != parent {
+                    libc::_exit(1);
+                }
+                if w == REPLY_FD {
+                    if libc::fcntl(w, libc::F_SETFD, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                } else if libc::dup2(w, REPLY_FD) != REPLY_FD {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // Whatever NCCL or CUDA print on stdout joins stderr, never the replies.
+                if libc::dup2(2, 1) != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| fail(format!("{}: {e}", spawn.program.display())))?;
+        drop(reply_w);
+        let stdin = child.stdin.take();
+        let (tx, rx) = mpsc::channel();
+        let thread = |name: &str| std::thread::Builder::new().name(name.into());
+        thread("artune-worker-reader")
+            .spawn(move || {
+                for line in BufReader::new(reply_r).lines() {
+                    let end = line.is_err();
+                    if tx.send(line).is_err() || end {
+                        break;
+                    }
+                }
+            })
+            .map_err(|e| fail(e.to_string()))?;
+        let tail: Tail = Default::default();
+        if let Some(err) = child.stderr.take() {
+            let (tail, who) = (tail.clone(), who.to_string());
+            thread("artune-worker-stderr")
+                .spawn(move || forward_output(err, &who, &tail))
+                .map_err(|e| fail(e.to_string()))?;
+        }
+        Ok(Link {
+            who: who.into(),
+            child,
+            stdin,
+            lines: rx,
+            tail,
+            next_id: HELLO_ID + 1,
+            awaited: Some(HELLO_ID),
+            dead: false,
+            retired: false,
+            reaped: false,
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The last lines the worker printed.
+    pub fn tail(&self) -> Vec<String> {
+        self.tail
+            .lock()
+            .map(|t| t.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Sends one request (no wait for the answer); its reply is the next one awaited.
+    pub fn send(&mut self, req: &Req) -> Result<(), LinkError> {
+        if self.retired {
+            return Err(LinkError::Retired {
+                who: self.who.clone(),
+            });
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut line = serde_json::to_string(&Envelope { id, body: req }).unwrap_or_default();
+        line.push('\n');
+        let ok = self
+            .stdin
+            .as_mut()
+            .is_some_and(|s| s.write_all(line.as_bytes()).and_then(|_| s.flush()).is_ok());
+        if ok {
+            self.awaited = Some(id);
+            Ok(())
+        } else {
+            Err(self.exited())
+        }
+    }
+
+    /// The reply to the request last sent (or the hello), within `limit`. A reply to an
+    /// earlier request is dropped and logged. A worker that misses the deadline is killed
+    /// at once and never asked again: it may still be working on the request, and nothing
+    /// it says later can be trusted to mean what it would have meant.
+    pub fn recv(&mut self, limit: Duration) -> Result<Resp, LinkError> {
+        if self.retired {
+            return Err(LinkError::Retired {
+                who: self.who.clone(),
+            });
+        }
+        if self.dead {
+            return Err(self.exited());
+        }
+        let end = std::time::Instant::now() + limit;
+        loop {
+            let left = end.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(Ok(line)) => {
+                    let Ok(env) = serde_json::from_str::<Envelope<Resp>>(&line) else {
+                        self.dead = true;
+                        return Err(LinkError::Garbage {
+                            who: self.who.clone(),
+                            line: clip(&line, 200),
+                        });
+                    };
+                    if Some(env.id) == self.awaited {
+                        self.awaited = None;
+                        return Ok(env.body);
+                    }
+                    tracing::warn!(
+                        "worker {}: dropped a reply to request {} (awaiting {}): late or unknown",
+                        self.who,
+                        env.id,
+                        self.awaited
+                            .map_or_else(|| "none".to_string(), |a| a.to_string())
+                    );
+                }
+                Ok(Err(_)) | Err(RecvTimeoutError::Disconnected) => return Err(self.exited()),
+                Err(RecvTimeoutError::Timeout) => {
+                    self.retire();
+                    return Err(LinkError::Silent {
+                        who: self.who.clone(),
+                        seconds: limit.as_secs_f64(),
+                        tail: self.tail(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Sends and waits for the answer.
+    pub fn call(&mut self, req: &Req, limit: Duration) -> Result<Resp, LinkError> {
+        self.send(req)?;
+        self.recv(limit)
+    }
+
+    /// Kills it without waiting (SIGKILL); it is reaped later, side by side with others.
+    pub fn retire(&mut self) {
+        self.retired = true;
+        self.dead = true;
+        self.stdin = None;
+        let _ = self.child.kill();
+    }
+
+    fn exited(&mut self) -> LinkError {
+        self.dead = true;
+        // The pipe closed: the process is gone or going (tearing down a CUDA context can take
+        // a second); give it a moment to be reaped, to say how it ended.
+        let mut status = "its pipe closed".to_string();
+        for _ in 0..300 {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                status = s.to_string();
+                self.reaped = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // Its last words may still be on their way through the stderr reader.
+        std::thread::sleep(Duration::from_millis(20));
+        LinkError::Exited {
+            who: self.who.clone(),
+            status,
+            tail: self.tail(),
+        }
+    }
+
+    /// Whether the process has ended (and is reaped).
+    fn reap(&mut self) -> bool {
+        if !self.reaped && matches!(self.child.try_wait(), Ok(Some(_))) {
+            self.reaped = true;
+            self.dead = true;
+        }
+        self.reaped
+    }
+
+    /// Kills the process (SIGKILL) and reaps it, waiting at most [`KILL_WAIT`].
+    pub fn kill(&mut self) {
+        self.retire();
+        shutdown_all(&mut [self], Duration::ZERO);
+    }
+
+    /// Closes stdin: the worker exits at end of input.
+    pub fn close_input(&mut self) {
+        self.stdin = None;
+    }
+
+    /// Closes stdin (the worker exits at end of input) and waits up to `limit`, then kills.
+    pub fn shutdown(&mut self, limit: Duration) {
+        shutdown_all(&mut [self], limit);
+    }
+}
+
+/// Copies a worker's output to the log, each line named by its worker (`-v` shows them; its
+/// own warnings and errors show without), keeping the last lines to quote if it fails.
+fn forward_output(err: std::process::ChildStderr, who: &str, tail: &Tail) {
+    for line in BufReader::new(err).lines() {
+        let Ok(line) = line else { break };
+        let line = clip(&plain(&line), 2000);
+        if line.contains("WARN") || line.contains("ERROR") {
+            tracing::warn!("[worker {who}] {line}");
+        } else {
+            tracing::info!("[worker {who}] {line}");
+        }
+        if let Ok(mut t) = tail.lock() {
+            if t.len() == TAIL_LINES {
+                t.pop_front();
+            }
+            t.push_back(line);
+        }
+    }
+}
+
+/// `line` without terminal colour codes (a worker's own log is coloured), so the coordinator's
+/// log does not show them escaped.
+fn plain(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Ends every worker in `links` under one deadline: stdin closed on all (each exits at end of
+/// input, tearing its CUDA context down side by side with the others), `limit` for all to
+/// exit, then SIGKILL for the rest and [`KILL_WAIT`] for all of those together. A process
+/// stuck in the driver (after an Xid) may not die at once, and must not hold the tune.
+pub fn shutdown_all(links: &mut [&mut Link], limit: Duration) {
+    for l in links.iter_mut() {
+        l.close_input();
+    }
+    let wait = |links: &mut [&mut Link], limit: Duration| {
+        let end = std::time::Instant::now() + limit;
+        loop {
+            let mut all = true;
+            for l in links.iter_mut() {
+                all &= l.reap();
+            }
+            if all || std::time::Instant::now() >= end {
+                return all;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    if wait(links, limit) {
+        return;
+    }
+    for l in links.iter_mut().filter(|l| !l.reaped) {
+        l.retire();
+    }
+    if wait(links, KILL_WAIT) {
+        return;
+    }
+    for l in links.iter_mut().filter(|l| !l.reaped) {
+        tracing::warn!(
+            "{} did not exit within {:.0} s of SIGKILL (stuck in the driver?); going on without it",
+            l.who,
+            KILL_WAIT.as_secs_f64()
+        );
+        // Not waited for again: Drop would otherwise block on it.
+        l.reaped = true;
+    }
+}
+
+impl Drop for Link {
+    /// A healthy worker gets to exit at end of input; one that failed is killed. Either way
+    /// no process is left behind.
+    fn drop(&mut self) {
+        if self.reaped {
+            return;
+        }
+        if self.dead {
+            self.kill();
+        } else {
+            self.shutdown(Duration::from_secs(5));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fabric::cuda::protocol::WireError;
+    use crate::fabric::FabricError;
+
+    fn sh(script: &str) -> Spawn {
+        Spawn {
+            program: "sh".into(),
+            args: vec!["-c".into(), script.into()],
+            env: Vec::new(),
+        }
+    }
+
+    fn alive(pid: u32) -> bool {
+        // A reaped child has no /proc entry (a zombie would still show, but kill reaps).
+        std::path::Path::new(&format!("/proc/{pid}")).exists()
+    }
+
+    #[test]
+    fn a_worker_that_exits_early_is_reported_not_waited_for() {
+        let mut l = Link::start(&sh("exit 3"), "for GPU 0").unwrap();
+        let t = std::time::Instant::now();
+        let e = l.call(&Req::NcclId, Duration::from_secs(20)).unwrap_err();
+        assert!(matches!(e, LinkError::Exited { .. }), "{e}");
+        assert!(e.to_string().contains("worker for GPU 0 exited"), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn garbage_on_the_pipe_is_a_clear_error() {
+        let mut l = Link::start(&sh("read x; echo 'hello, not json' >&3; sleep 30"), "w").unwrap();
+        let e = l.call(&Req::NcclId, Duration::from_secs(20)).unwrap_err();
+        assert!(
+            matches!(&e, LinkError::Garbage { line, .. } if line == "hello, not json"),
+            "{e}"
+        );
+        let pid = l.pid();
+        drop(l);
+        assert!(!alive(pid), "the worker was left running");
+    }
+
+    #[test]
+    fn a_worker_that_never_answers_times_out_is_killed_and_never_asked_again() {
+        let mut l = Link::start(&sh("sleep 60"), "for GPU 3").unwrap();
+        let t = std::time::Instant::now();
+        let e = l
+            .call(&Req::Release, Duration::from_millis(300))
+            .unwrap_err();
+        assert!(matches!(e, LinkError::Silent { .. }), "{e}");
+        assert!(e.to_string().contains("did not answer within 0.3 s"), "{e}");
+        let again = l.call(&Req::Release, Duration::from_secs(5)).unwrap_err();
+        assert!(matches!(again, LinkError::Retired { .. }), "{again}");
+        let pid = l.pid();
+        drop(l);
+        assert!(!alive(pid));
+        assert!(t.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_missing_program_cannot_start() {
+        let s = Spawn {
+            program: "/nonexistent/artune".into(),
+            args: Vec::new(),
+            env: Vec::new(),
+        };
+        let e = Link::start(&s, "for GPU 0").err().unwrap();
+        assert!(e.to_string().contains("/nonexistent/artune"), "{e}");
+    }
+
+    fn reply(id: u64, resp: &Resp) -> String {
+        serde_json::to_string(&Envelope { id, body: resp }).unwrap()
+    }
+
+    #[test]
+    fn responses_round_trip_through_a_child() {
+        let resp = Resp::Checked(Some("rank 1 wrong".into()));
+        let line = reply(1, &resp);
+        let mut l = Link::start(&sh(&format!("read x; echo '{line}' >&3")), "w").unwrap();
+        assert_eq!(l.call(&Req::NcclId, Duration::from_secs(20)).unwrap(), resp);
+        let e = WireError::from_fabric(FabricError::Device("x".into()), true);
+        assert_eq!(
+            e,
+            WireError::Device {
+                message: "x".into(),
+                stuck: true
+            }
+        );
+        assert!(matches!(e.into_fabric(), FabricError::Device(_)));
+    }
+
+    #[test]
+    fn log_lines_on_stdout_do_not_break_the_protocol_and_are_quoted_on_failure() {
+        // As NCCL_DEBUG=INFO does: a log line on stdout before the reply, another on stderr.
+        let line = reply(1, &Resp::Done);
+        let script = format!(
+            "read x; echo 'vm:452:452 [0] NCCL INFO Bootstrap: Using eth0'; \
+             echo 'a note on stderr' >&2; echo '{line}' >&3; read y; echo 'dying words'; exit 7"
+        );
+        let mut l = Link::start(&sh(&script), "0 (loopback rank 0 on GPU 0)").unwrap();
+        assert_eq!(
+            l.call(&Req::NcclId, Duration::from_secs(20)).unwrap(),
+            Resp::Done
+        );
+        let e = l.call(&Req::NcclId, Duration::from_secs(20)).unwrap_err();
+        let s = e.to_string();
+        assert!(s.contains("exited (exit status: 7)"), "{s}");
+        assert!(s.contains("NCCL INFO Bootstrap"), "{s}");
+        assert!(s.contains("dying words"), "{s}");
+    }
+
+    #[test]
+    fn a_late_reply_is_dropped_not_taken_for_the_next_answer() {
+        // The worker answers request 1 only after request 2 came; the reply to 2 is Done.
+        let late = reply(1, &Resp::Checked(Some("late".into())));
+        let now = reply(2, &Resp::Done);
+        let script = format!("read x; read y; echo '{late}' >&3; echo '{now}' >&3; sleep 5");
+        let mut l = Link::start(&sh(&script), "w").unwrap();
+        l.send(&Req::NcclId).unwrap();
+        assert_eq!(
+            l.call(&Req::Disconnect, Duration::from_secs(20)).unwrap(),
+            Resp::Done
+        );
+    }
+
+    #[test]
+    fn the_worker_is_given_the_reply_channel() {
+        let line = reply(HELLO_ID, &Resp::Done);
+        let script = format!("test \"$ARTUNE_REPLY_FD\" = 3 && echo '{line}' >&3; sleep 5");
+        let mut l = Link::start(&sh(&script), "w").unwrap();
+        assert_eq!(l.recv(Duration::from_secs(20)).unwrap(), Resp::Done);
+    }
+
+    #[test]
+    fn colour_codes_are_taken_out_of_worker_lines() {
+        assert_eq!(plain("\x1b[33m WARN\x1b[0m é x"), " WARN é x");
+    }
+
+    #[test]
+    fn clip_cuts_at_a_character_boundary() {
+        let s = "é".repeat(200);
+        let c = clip(&s, 199);
+        assert!(c.ends_with("..."));
+        assert_eq!(c.len(), 198 + 3);
+        assert_eq!(clip("short", 10), "short");
+    }
+}
