@@ -255,6 +255,16 @@ pub fn run(
         node: Some(crate::profile::Node::here()),
         fleet: None,
         environment: Some(environment),
+        recovered: fabric
+            .recoveries()
+            .into_iter()
+            .map(|r| crate::profile::Recovered {
+                group: r.group,
+                backend: r.backend,
+                bytes: r.bytes,
+                cause: r.cause,
+            })
+            .collect(),
     };
     check_measured(&profile)?;
     crate::profile::validate_built(&profile)?;

@@ -137,6 +137,7 @@ pub fn profile_with(preset: &str, tps: &[usize], sizes: &[u64]) -> Profile {
         node: None,
         fleet: None,
         environment: None,
+        recovered: Vec::new(),
     }
 }
 

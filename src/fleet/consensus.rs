@@ -151,6 +151,7 @@ pub fn class_profile(
         }),
         assumed: Vec::new(),
         environment: template.environment.clone(),
+        recovered: Vec::new(),
     };
     Some(crate::profile::validate_built(&p).map(|()| p))
 }

@@ -322,6 +322,24 @@ pub struct Profile {
     /// in profiles of older versions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub environment: Option<Environment>,
+    /// Faults the fabric recovered from on its own (a worker lost, killed or silent; its group
+    /// set up again and the backend re-timed or left out), so a clean-looking profile says so.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recovered: Vec<Recovered>,
+}
+
+/// One fault the fabric recovered from during the tune.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Recovered {
+    /// GPUs (topology indices) of the group whose workers were replaced.
+    pub group: Vec<usize>,
+    /// The backend running when it happened; the restarted group measured on without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<Backend>,
+    /// The message size being measured, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    pub cause: String,
 }
 
 /// Which group a question is about.

@@ -93,6 +93,7 @@ pub(crate) fn fixture() -> Profile {
         node: None,
         fleet: None,
         environment: None,
+        recovered: Vec::new(),
     }
 }
 

@@ -437,6 +437,21 @@ pub fn summary(p: &Profile) -> String {
             pts.join("  ")
         );
     }
+    for r in &p.recovered {
+        let at = r
+            .bytes
+            .map_or(String::new(), |b| format!(" at {}", fmt_bytes(b)));
+        let what = r
+            .backend
+            .map_or(String::new(), |b| format!(" while timing {b}{at}"));
+        let _ = writeln!(
+            out,
+            "RECOVERED on GPUs {}{what}: {}; its workers were replaced and the group measured again{}",
+            fmt_gpus(&r.group),
+            r.cause,
+            r.backend.map_or(String::new(), |b| format!(" without {b}")),
+        );
+    }
     if !p.faults.is_empty() {
         let _ = writeln!(out, "\nfaults:");
         for f in &p.faults {
@@ -500,7 +515,7 @@ pub fn summary_json(p: &Profile) -> serde_json::Value {
         "sampling": p.settings.sampling, "target_ci": p.settings.target_ci,
         "tuning_seconds": p.settings.tuning_seconds, "phases": p.settings.phases,
         "mem_budget_bytes": p.settings.mem_budget_bytes,
-        "assumed": p.assumed, "groups": groups, "faults": p.faults,
+        "assumed": p.assumed, "groups": groups, "faults": p.faults, "recovered": p.recovered,
         "environment": p.environment, "mem_budget_bytes": p.settings.mem_budget_bytes,
     })
 }

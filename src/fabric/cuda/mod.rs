@@ -64,7 +64,8 @@ const NO_GPU: &str = "run with `--sim PRESET` to tune a simulated machine instea
 /// buffers, or B's A's, as CUDA IPC fails between GPUs without a peer mapping),
 /// `noopen=BACKEND` (its shared buffers cannot be opened by peers, as when BAR1 or the peer
 /// mapping limit runs out), `wrong=BACKEND` (one element of its output is spoiled before the
-/// check, as a broken kernel would leave it).
+/// check, as a broken kernel would leave it), `slow=BACKEND:K` (each of its calls is queued K
+/// times, so it times K times slower: a real change `check --measure` must catch).
 pub const ENV_FAULTS: &str = "ARTUNE_CUDA_FAULTS";
 
 /// Faults a worker injects, from [`ENV_FAULTS`].
@@ -76,6 +77,7 @@ pub struct Faults {
     pub no_ipc: Option<(usize, usize)>,
     pub no_open: Option<Backend>,
     pub wrong: Option<Backend>,
+    pub slow: Option<(Backend, u32)>,
     /// A zeroed device word the never-ending kernel spins on.
     flag: u64,
 }
@@ -95,6 +97,18 @@ impl Faults {
                 "stall" => f.stall = Some(backend()?),
                 "wrong" => f.wrong = Some(backend()?),
                 "noopen" => f.no_open = Some(backend()?),
+                "slow" => {
+                    let (b, k) = v
+                        .split_once(':')
+                        .ok_or_else(|| format!("`{item}` wants slow=BACKEND:K"))?;
+                    let b = Backend::from_id(b)
+                        .ok_or_else(|| format!("`{b}` in `{item}` is not a backend id"))?;
+                    let k =
+                        k.parse::<u32>().ok().filter(|&k| k >= 1).ok_or_else(|| {
+                            format!("`{k}` in `{item}` is not a whole number >= 1")
+                        })?;
+                    f.slow = Some((b, k));
+                }
                 "nop2p" | "noipc" => {
                     let pair = v.split_once('-').and_then(|(a, b)| {
                         Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?))
@@ -108,7 +122,7 @@ impl Faults {
                 }
                 _ => {
                     return Err(format!(
-                        "`{k}` is not a fault (hang, stall, nop2p, noipc, noopen, wrong)"
+                        "`{k}` is not a fault (hang, stall, nop2p, noipc, noopen, wrong, slow)"
                     ))
                 }
             }
@@ -360,5 +374,9 @@ mod tests {
             .contains("not a backend"));
         assert!(Faults::parse("nop2p=1").unwrap_err().contains("nop2p=A-B"));
         assert!(Faults::parse("boom=1").unwrap_err().contains("not a fault"));
+        let s = Faults::parse("slow=one_stage_pull:3").unwrap();
+        assert_eq!(s.slow, Some((Backend::OneStagePull, 3)));
+        assert!(Faults::parse("slow=one_stage_pull").is_err());
+        assert!(Faults::parse("slow=one_stage_pull:0").is_err());
     }
 }

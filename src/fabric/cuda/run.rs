@@ -201,7 +201,11 @@ impl Launcher {
                 "{elems} elements are more than the group was prepared for"
             )));
         }
-        for _ in 0..calls {
+        let repeats = match faults.slow {
+            Some((b, k)) if b == backend => k,
+            _ => 1,
+        };
+        for _ in 0..calls * repeats {
             // SAFETY: elems fits the group's buffers (checked above).
             unsafe { self.launch(gpu, faults, backend, elems) }?;
         }
