@@ -603,6 +603,7 @@ mod tests {
             ci_high_us: us * 1.01,
             samples: 10,
             outliers: 0,
+            model: None,
         }
     }
 
@@ -724,6 +725,7 @@ mod tests {
             ci_high_us: us + half,
             samples: 10,
             outliers: 0,
+            model: None,
         }
     }
 

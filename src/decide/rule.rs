@@ -22,23 +22,34 @@ use crate::profile::Timing;
 pub const MIN_EFFECT: f64 = 0.05;
 
 /// `a` is significantly faster than `b`: statistically (the 95% intervals of the medians do
-/// not overlap) and practically (by more than [`MIN_EFFECT`]).
+/// not overlap, each widened by its model band where the time is simulated) and practically
+/// (by more than [`MIN_EFFECT`]). A simulated custom kernel thus wins only beyond what the
+/// model could be wrong by.
 pub fn beats(a: &Timing, b: &Timing) -> bool {
-    a.ci_high_us < b.ci_low_us && b.median_us > a.median_us * (1.0 + MIN_EFFECT)
+    a.high_us() < b.low_us() && b.median_us > a.median_us * (1.0 + MIN_EFFECT)
+}
+
+/// The model band's factors (low, high), 1 where the time is measured. They scale the
+/// sampling interval and stay whatever more samples say.
+fn band(t: &Timing) -> (f64, f64) {
+    t.model.map_or((1.0, 1.0), |m| (m.low, m.high))
 }
 
 /// Whether more samples could still turn `beats(a, b)`: the intervals allow `a`'s advantage
 /// to be above the effect and below it. A comparison that is not open stays as it is however
-/// long either side is sampled, up to noise beyond the intervals.
+/// long either side is sampled, up to noise beyond the intervals. Model bands do not shrink
+/// with samples: they scale both ends, so a comparison that only the model's error leaves
+/// undecided is not open.
 pub fn open(a: &Timing, b: &Timing) -> bool {
     let effect = 1.0 + MIN_EFFECT;
-    b.ci_low_us < a.ci_high_us * effect && b.ci_high_us > a.ci_low_us * effect
+    let widen = band(a).1 / band(b).0;
+    b.ci_low_us < a.ci_high_us * effect * widen && b.ci_high_us > a.ci_low_us * effect * widen
 }
 
-/// `a` beats `b` whatever more samples say: `b`'s interval lies above `a`'s by more than the
-/// effect, so [`beats`] holds and the comparison is not [`open`].
+/// `a` beats `b` whatever more samples say: `b`'s widened interval lies above `a`'s by more
+/// than the effect, so [`beats`] holds and the comparison is not [`open`].
 pub fn beats_settled(a: &Timing, b: &Timing) -> bool {
-    b.ci_low_us >= a.ci_high_us * (1.0 + MIN_EFFECT)
+    b.low_us() >= a.high_us() * (1.0 + MIN_EFFECT)
 }
 
 /// The backends at one size whose comparisons, as [`choose`] makes them, are [`open`]: where

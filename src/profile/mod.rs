@@ -60,6 +60,36 @@ pub struct Timing {
     /// Samples set aside as outliers (beyond 3 scaled MADs) before the median was taken.
     #[serde(default)]
     pub outliers: u32,
+    /// Simulated times only: how wrong the model can be, as factors on the median
+    /// (fabric/sim/band.rs, docs/MODEL-ERROR.md). The steering rule widens the interval by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelBand>,
+}
+
+/// The simulator's error band on one time: the true time lies within
+/// [median · low, median · high] as far as the calibration residuals can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ModelBand {
+    pub low: f64,
+    pub high: f64,
+    /// Whether a property the topology did not state widened it.
+    #[serde(default)]
+    pub assumed: bool,
+}
+
+impl Timing {
+    /// Lower end of the interval the steering rule compares: the sampling interval, widened
+    /// by the model band where there is one.
+    pub fn low_us(&self) -> f64 {
+        self.model
+            .map_or(self.ci_low_us, |m| self.ci_low_us * m.low)
+    }
+
+    /// Upper end, as [`Timing::low_us`].
+    pub fn high_us(&self) -> f64 {
+        self.model
+            .map_or(self.ci_high_us, |m| self.ci_high_us * m.high)
+    }
 }
 
 #[cfg(test)]
@@ -72,6 +102,7 @@ impl Timing {
             ci_high_us: median + half,
             samples: 20,
             outliers: 0,
+            model: None,
         }
     }
 }

@@ -14,8 +14,9 @@
 //! Kernel (SM) loads and stores weigh more than copy-engine bytes on every resource they
 //! cross, by the node factors of [`kernel`](super::kernel).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
+use super::band::Part;
 use super::flow::{self, Problem};
 use super::kernel::{Kernel, NodeKind};
 use crate::fabric::Direction;
@@ -180,6 +181,8 @@ pub struct Net {
     gpu_alone: Vec<(f64, f64)>,
     /// Which kernel-traffic and collapse values no file stated, in words.
     assumed: Vec<String>,
+    /// The model part (and so the error band) of each switch's kernel traffic.
+    sw_part: Vec<Part>,
     n: usize,
 }
 
@@ -188,6 +191,7 @@ pub struct Net {
 struct Assumed {
     microchip: Vec<String>,
     broadcom: Vec<String>,
+    unstated: Vec<String>,
     cpu: Vec<String>,
     collapse: Vec<String>,
 }
@@ -198,6 +202,7 @@ impl Assumed {
             NodeKind::Microchip => self.microchip.push(what),
             NodeKind::Broadcom => self.broadcom.push(what),
             NodeKind::Cpu => self.cpu.push(what),
+            NodeKind::Unstated => self.unstated.push(what),
         }
     }
 
@@ -210,7 +215,7 @@ impl Assumed {
         let mut out = Vec::new();
         if !self.microchip.is_empty() {
             out.push(format!(
-                "kernel traffic through {} (Microchip or unstated make): calibration C5, one kernel stream reaches {:.1}% (stores) / {:.1}% (loads) of its link, and with 12 or more kernel flows through the switch {:.1}% / {:.1}% of the copy-engine capacity",
+                "kernel traffic through {} (Microchip): calibration C5, one kernel stream reaches {:.1}% (stores) / {:.1}% (loads) of its link, and with 12 or more kernel flows through the switch {:.1}% / {:.1}% of the copy-engine capacity",
                 self.microchip.join(", "),
                 100.0 * m.store_alone,
                 100.0 * m.load_alone,
@@ -224,6 +229,14 @@ impl Assumed {
                 self.broadcom.join(", "),
                 pct(&b, Direction::Write, 12),
                 pct(&b, Direction::Read, 12),
+            ));
+        }
+        if !self.unstated.is_empty() {
+            let u = Kernel::default_for(NodeKind::Unstated);
+            out.push(format!(
+                "switch make not stated for {} (switches[].vendor): kernel traffic takes the middle of the Microchip and Broadcom data, {:.1}% of the copy-engine capacity both ways at 12 or more kernel flows, with the widest model band (either make's curve may hold)",
+                self.unstated.join(", "),
+                pct(&u, Direction::Write, 12),
             ));
         }
         if !self.cpu.is_empty() {
@@ -288,15 +301,22 @@ impl Net {
             (vec![], vec![], vec![], vec![], vec![]);
         let mut node_kernel: Vec<(usize, Kernel)> = Vec::new();
         let mut assumed = Assumed::default();
+        let mut sw_part = vec![];
         for s in &t.switches {
             let curve = s.contention.as_ref().map(Curve::from);
             let node = add(curve.map_or(f64::INFINITY, |c| c.peak), curve);
             sw_node.push(node);
-            let kind = NodeKind::of_switch(s.vendor.as_deref());
+            // An unknown make was refused by `check_topology`; a hand-built one gets the middle.
+            let kind = NodeKind::of_switch(s.vendor.as_deref()).unwrap_or(NodeKind::Unstated);
             let (k, guessed) = Kernel::resolve(s.contention.as_ref(), kind);
             if guessed {
                 assumed.kernel(kind, format!("switch `{}`", s.id));
             }
+            sw_part.push(match kind {
+                NodeKind::Broadcom => Part::KernelBroadcom,
+                NodeKind::Unstated if guessed => Part::KernelUnstated,
+                _ => Part::KernelMicrochip,
+            });
             node_kernel.push((node, k));
             let (u, d) = link_rates(&s.uplink);
             sw_up.push(add(u, None));
@@ -432,8 +452,43 @@ impl Net {
             kernel,
             gpu_alone,
             assumed: assumed.into_words(),
+            sw_part,
             n,
         }
+    }
+
+    /// The model parts the peer routes between `gpus` cross, each at its half-width for the
+    /// all-to-all of the group (a switch's kernel band grows with the flows crossing it).
+    pub fn parts(&self, gpus: &[usize]) -> BTreeMap<Part, f64> {
+        let mut out = BTreeMap::new();
+        let mut sw_flows = vec![0usize; self.sw_node.len()];
+        for &a in gpus {
+            for &b in gpus.iter().filter(|&&b| b != a) {
+                let r = self.route(a, b);
+                if r.nvlink {
+                    out.insert(Part::NvLink, Part::NvLink.half_width());
+                    continue;
+                }
+                out.insert(Part::Links, Part::Links.half_width());
+                for (s, &node) in self.sw_node.iter().enumerate() {
+                    if r.resources.contains(&node) {
+                        sw_flows[s] += 1;
+                    }
+                }
+                if self.rc_node.iter().any(|x| r.resources.contains(x)) {
+                    out.insert(Part::RootComplex, Part::RootComplex.half_width());
+                }
+                if self.sock_x_up.iter().any(|x| r.resources.contains(x)) {
+                    out.insert(Part::Interconnect, Part::Interconnect.half_width());
+                }
+            }
+        }
+        for (s, &flows) in sw_flows.iter().enumerate().filter(|(_, &f)| f > 0) {
+            let (part, w) = (self.sw_part[s], self.sw_part[s].width(flows));
+            let e = out.entry(part).or_insert(w);
+            *e = e.max(w);
+        }
+        out
     }
 
     /// What the model assumed because the topology did not say, one sentence each.
