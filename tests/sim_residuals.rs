@@ -409,3 +409,37 @@ fn an_unstated_switch_make_widens_the_custom_band() {
         f.assumed()
     );
 }
+
+/// Bad input: a topology that states an error band, or a switch make the simulator has no
+/// calibration data for, is refused in one sentence with exit 2 and no profile.
+#[test]
+fn a_stated_error_band_or_an_unknown_make_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let base: serde_json::Value =
+        serde_json::from_str(artune::topology::presets::json("pcie-4x-1switch").unwrap()).unwrap();
+    let mut band = base.clone();
+    band["switches"][0]["error_band"] = serde_json::json!(0.1);
+    let mut make = base.clone();
+    make["switches"][0]["vendor"] = serde_json::json!("ASMedia");
+    for (i, (t, needle)) in [
+        (band, "`switches[0].error_band` states a model error band"),
+        (make, "switch `sw0` states vendor `ASMedia`, a make the simulator has no calibration data for"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let path = dir.path().join(format!("t{i}.json"));
+        std::fs::write(&path, serde_json::to_string(&t).unwrap()).unwrap();
+        let out = dir.path().join(format!("p{i}.json"));
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_artune"))
+            .args(["tune", "--topology", path.to_str().unwrap(), "--out"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains(needle), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(!out.exists());
+    }
+}
