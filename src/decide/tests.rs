@@ -74,3 +74,35 @@ fn nccl_own_choice_preferred_among_nccl_ties() {
     .into();
     assert_eq!(choose(&r, |_| 0), Some(Backend::Nccl));
 }
+
+/// A simulated time's model band widens its interval: a kernel modelled 1.5x faster than NCCL
+/// with tight sampling intervals does not win when the model could be wrong by more, and wins
+/// when its advantage lies beyond both bands. More samples cannot settle it either way.
+#[test]
+fn a_simulated_kernel_wins_only_beyond_the_model_band() {
+    let band = |t: Timing, f: f64| Timing {
+        model: Some(crate::profile::ModelBand {
+            low: 1.0 / f,
+            high: f,
+            assumed: false,
+        }),
+        ..t
+    };
+    let r: BTreeMap<_, _> = [
+        (Backend::Nccl, band(t(15.0, 0.1), 1.3)),
+        (Backend::OneStagePull, band(t(10.0, 0.1), 1.3)),
+    ]
+    .into();
+    assert_eq!(choose(&r, |b| extra_memory(b, 8, 4096)), Some(Backend::Nccl));
+    assert!(unsettled(&r).is_empty(), "{:?}", unsettled(&r));
+    let r: BTreeMap<_, _> = [
+        (Backend::Nccl, band(t(20.0, 0.1), 1.3)),
+        (Backend::OneStagePull, band(t(10.0, 0.1), 1.3)),
+    ]
+    .into();
+    assert_eq!(
+        choose(&r, |b| extra_memory(b, 8, 4096)),
+        Some(Backend::OneStagePull)
+    );
+    assert!(beats_settled(&r[&Backend::OneStagePull], &r[&Backend::Nccl]));
+}
