@@ -93,7 +93,10 @@ fn a_simulated_kernel_wins_only_beyond_the_model_band() {
         (Backend::OneStagePull, band(t(10.0, 0.1), 1.3)),
     ]
     .into();
-    assert_eq!(choose(&r, |b| extra_memory(b, 8, 4096)), Some(Backend::Nccl));
+    assert_eq!(
+        choose(&r, |b| extra_memory(b, 8, 4096)),
+        Some(Backend::Nccl)
+    );
     assert!(unsettled(&r).is_empty(), "{:?}", unsettled(&r));
     let r: BTreeMap<_, _> = [
         (Backend::Nccl, band(t(20.0, 0.1), 1.3)),
@@ -104,5 +107,8 @@ fn a_simulated_kernel_wins_only_beyond_the_model_band() {
         choose(&r, |b| extra_memory(b, 8, 4096)),
         Some(Backend::OneStagePull)
     );
-    assert!(beats_settled(&r[&Backend::OneStagePull], &r[&Backend::Nccl]));
+    assert!(beats_settled(
+        &r[&Backend::OneStagePull],
+        &r[&Backend::Nccl]
+    ));
 }
