@@ -5,7 +5,9 @@
 //!
 //! Raw figures measure noise as well as choices: two reference runs of one machine differ by
 //! 5–7% at single sizes and place tied kernels' band edges anywhere in the tie. So the worst
-//! size is also judged by its *significant* regret (the part beyond B's confidence intervals),
+//! size is also judged by its *significant* regret (the part beyond B's confidence intervals,
+//! and beyond the model band where B is simulated and the rule applies it: a crossover the
+//! band leaves open sits anywhere in the band, so misplacing it is a tie, not a regret),
 //! and a crossover without a counterpart within a step is *tied*, not a miss, where B's own
 //! rule cannot tell A's choice from B's anywhere in between, its intervals included
 //! ([`decide::beats_settled`]): a verdict they leave open at the 5% effect could go either way. The summed
@@ -54,8 +56,10 @@ pub struct BucketRegret {
     pub b_choice_us: f64,
     /// `a_choice_us − b_choice_us` (never below 0), µs; None as above.
     pub regret_us: Option<f64>,
-    /// The regret B's intervals can tell from noise: B's interval low for A's choice minus its
-    /// interval high for B's choice (never below 0), µs; None as above.
+    /// The regret B's intervals can tell from noise and, where B is simulated, from model
+    /// error: B's interval low for A's choice minus its interval high for B's choice, each
+    /// widened as the steering rule widens them ([`decide::beyond`]), never below 0, µs; None
+    /// as above.
     pub significant_us: Option<f64>,
     /// Whether B's choice beats A's choice by B's own rule with the effect beyond B's
     /// intervals ([`decide::beats_settled`]), so no number of samples would make them a tie;
@@ -323,7 +327,7 @@ fn group(
                 a_choice_us: theirs.map(|t| t.median_us),
                 b_choice_us: best.median_us,
                 regret_us: theirs.map(|t| (t.median_us - best.median_us).max(0.0)),
-                significant_us: theirs.map(|t| (t.ci_low_us - best.ci_high_us).max(0.0)),
+                significant_us: theirs.map(|t| decide::beyond(best, t)),
                 b_beats_a: theirs.map(|t| decide::beats_settled(best, t)),
             })
         })

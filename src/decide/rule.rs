@@ -22,17 +22,38 @@ use crate::profile::Timing;
 pub const MIN_EFFECT: f64 = 0.05;
 
 /// `a` is significantly faster than `b`: statistically (the 95% intervals of the medians do
-/// not overlap, each widened by its model band where the time is simulated) and practically
-/// (by more than [`MIN_EFFECT`]). A simulated custom kernel thus wins only beyond what the
-/// model could be wrong by.
+/// not overlap, each widened by its model band where the [`model_error`] of the pair says so)
+/// and practically (by more than [`MIN_EFFECT`]). A simulated custom kernel thus wins over
+/// simulated NCCL only beyond what the model could be wrong by.
 pub fn beats(a: &Timing, b: &Timing) -> bool {
-    a.high_us() < b.low_us() && b.median_us > a.median_us * (1.0 + MIN_EFFECT)
+    high(a, b) < low(b, a) && b.median_us > a.median_us * (1.0 + MIN_EFFECT)
 }
 
-/// The model band's factors (low, high), 1 where the time is measured. They scale the
-/// sampling interval and stay whatever more samples say.
-fn band(t: &Timing) -> (f64, f64) {
-    t.model.map_or((1.0, 1.0), |m| (m.low, m.high))
+/// The model band's factors (low, high) that `t`'s interval takes in a comparison with
+/// `other`: 1 where the time is measured, and 1 where both times come from the same family
+/// of the model. Two NCCL variants cross the same links, root complex and sockets and differ
+/// only in the protocol's costs; two custom kernels cross the same switch contention model.
+/// Those shared parts make up the band, so their error moves both times alike and cancels in
+/// the ratio; treated as independent, a pin would need about twice the band to win, i.e.
+/// never. The protocol part the NCCL variants do not share is not split out (a band records
+/// no parts): within a family the comparison is the sampling intervals' alone. Across
+/// families (NCCL against a kernel) the bands stand as they are (docs/MODEL-ERROR.md).
+pub fn model_error(t: &Timing, other: &Timing) -> (f64, f64) {
+    match (t.model, other.model) {
+        (Some(m), Some(o)) if m.family.is_some() && m.family == o.family => (1.0, 1.0),
+        (Some(m), _) => (m.low, m.high),
+        (None, _) => (1.0, 1.0),
+    }
+}
+
+/// Lower end of `t`'s interval as compared with `other`: sampling interval times model band.
+fn low(t: &Timing, other: &Timing) -> f64 {
+    t.ci_low_us * model_error(t, other).0
+}
+
+/// Upper end, as [`low`].
+fn high(t: &Timing, other: &Timing) -> f64 {
+    t.ci_high_us * model_error(t, other).1
 }
 
 /// Whether more samples could still turn `beats(a, b)`: the intervals allow `a`'s advantage
@@ -42,14 +63,20 @@ fn band(t: &Timing) -> (f64, f64) {
 /// undecided is not open.
 pub fn open(a: &Timing, b: &Timing) -> bool {
     let effect = 1.0 + MIN_EFFECT;
-    let widen = band(a).1 / band(b).0;
+    let widen = model_error(a, b).1 / model_error(b, a).0;
     b.ci_low_us < a.ci_high_us * effect * widen && b.ci_high_us > a.ci_low_us * effect * widen
 }
 
 /// `a` beats `b` whatever more samples say: `b`'s widened interval lies above `a`'s by more
 /// than the effect, so [`beats`] holds and the comparison is not [`open`].
 pub fn beats_settled(a: &Timing, b: &Timing) -> bool {
-    b.low_us() >= a.high_us() * (1.0 + MIN_EFFECT)
+    low(b, a) >= high(a, b) * (1.0 + MIN_EFFECT)
+}
+
+/// How much slower `b` is than `a` beyond what their intervals and model bands can tell, µs
+/// (never below 0): the part of a regret that is not noise or model error.
+pub fn beyond(a: &Timing, b: &Timing) -> f64 {
+    (low(b, a) - high(a, b)).max(0.0)
 }
 
 /// The backends at one size whose comparisons, as [`choose`] makes them, are [`open`]: where

@@ -75,21 +75,21 @@ pub struct ModelBand {
     /// Whether a property the topology did not state widened it.
     #[serde(default)]
     pub assumed: bool,
+    /// The model the time came from. Two times of one family share the parts whose error
+    /// dominates, so their ratio does not carry the band (decide::rule). None: unknown,
+    /// taken as independent of every other time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub family: Option<ModelFamily>,
 }
 
-impl Timing {
-    /// Lower end of the interval the steering rule compares: the sampling interval, widened
-    /// by the model band where there is one.
-    pub fn low_us(&self) -> f64 {
-        self.model
-            .map_or(self.ci_low_us, |m| self.ci_low_us * m.low)
-    }
-
-    /// Upper end, as [`Timing::low_us`].
-    pub fn high_us(&self) -> f64 {
-        self.model
-            .map_or(self.ci_high_us, |m| self.ci_high_us * m.high)
-    }
+/// Which half of the simulator a time came from: NCCL's model (copy-engine links, root
+/// complex and sockets, then the protocol) or the custom kernels' (loads and stores under
+/// switch contention).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelFamily {
+    Nccl,
+    Custom,
 }
 
 #[cfg(test)]

@@ -592,6 +592,11 @@ impl Fabric for SimFabric {
             low: b.low,
             high: b.high,
             assumed: b.parts.iter().any(|p| p.assumed()),
+            family: Some(if backend.is_custom() {
+                crate::profile::ModelFamily::Custom
+            } else {
+                crate::profile::ModelFamily::Nccl
+            }),
         })
     }
 
