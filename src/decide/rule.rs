@@ -57,14 +57,20 @@ fn high(t: &Timing, other: &Timing) -> f64 {
 }
 
 /// Whether more samples could still turn `beats(a, b)`: the intervals allow `a`'s advantage
-/// to be above the effect and below it. A comparison that is not open stays as it is however
-/// long either side is sampled, up to noise beyond the intervals. Model bands do not shrink
-/// with samples: they scale both ends, so a comparison that only the model's error leaves
-/// undecided is not open.
+/// to be above the rule's edge and below it. A comparison that is not open stays as it is
+/// however long either side is sampled, up to noise beyond the intervals.
+///
+/// Where a model band applies, the edge is the larger of the effect (on the medians) and the
+/// bands' ratio (on the intervals), not their product; model bands do not shrink with samples.
+/// The edge of the sampling intervals alone stays open too: the band must not take away the
+/// settle rounds a measured cell of the same spread gets, which outlier rejection in noisy
+/// cells relies on.
 pub fn open(a: &Timing, b: &Timing) -> bool {
     let effect = 1.0 + MIN_EFFECT;
-    let widen = model_error(a, b).1 / model_error(b, a).0;
-    b.ci_low_us < a.ci_high_us * effect * widen && b.ci_high_us > a.ci_low_us * effect * widen
+    let banded = model_error(a, b).1 / model_error(b, a).0;
+    let straddles =
+        |edge: f64| b.ci_low_us < a.ci_high_us * edge && b.ci_high_us > a.ci_low_us * edge;
+    straddles(effect) || straddles(banded.max(effect))
 }
 
 /// `a` beats `b` whatever more samples say: `b`'s widened interval lies above `a`'s by more

@@ -180,3 +180,30 @@ fn the_model_band_cancels_within_a_family_and_stands_across_them() {
         "a regret within the bands is no significant regret"
     );
 }
+
+/// Where a model band applies, the verdict's edge is the bands' ratio (here 1.3² = 1.69), and
+/// a comparison straddling it is open, so it is sampled until it settles; one straddling the
+/// effect on the sampling intervals alone stays open as it would be measured.
+#[test]
+fn a_banded_comparison_is_open_at_the_band_edge_and_at_the_sampling_edge() {
+    use crate::profile::{ModelBand, ModelFamily};
+    let sim = |t: Timing, family| Timing {
+        model: Some(ModelBand {
+            low: 1.0 / 1.3,
+            high: 1.3,
+            assumed: false,
+            family: Some(family),
+        }),
+        ..t
+    };
+    let n = sim(t(16.9, 0.3), ModelFamily::Nccl);
+    // 1.69x apart, intervals ±2%: more samples decide whether the kernel wins.
+    let k = sim(t(10.0, 0.2), ModelFamily::Custom);
+    assert!(open(&k, &n));
+    // 5% apart, as close a call as a measured one: still sampled.
+    let near = sim(t(16.1, 0.3), ModelFamily::Custom);
+    assert!(open(&near, &n));
+    // 1.3x apart with tight intervals: nothing more samples could change.
+    let mid = sim(t(13.0, 0.05), ModelFamily::Custom);
+    assert!(!open(&mid, &sim(t(16.9, 0.05), ModelFamily::Nccl)));
+}
