@@ -9,7 +9,9 @@ pub mod rule;
 
 use std::collections::BTreeMap;
 
-pub use rule::{beats, beats_settled, choose, nccl_choice, open, unsettled, MIN_EFFECT};
+pub use rule::{
+    beats, beats_settled, beyond, choose, model_error, nccl_choice, open, unsettled, MIN_EFFECT,
+};
 
 use crate::allreduce::{memory, Backend, Dtype, Mode};
 use crate::fabric::Readiness;

@@ -670,48 +670,6 @@ fn c7_p2p_is_faster_only_where_the_fabric_makes_it_so() {
     assert!(p2p < shm, "normal root complexes: SHM {shm} vs P2P {p2p}");
 }
 
-// ---- Topology files: kernel-traffic fields are checked --------------------------------------
-
-/// A kernel-traffic factor of 0 or a curve that rises with more flows is refused with one
-/// sentence naming the field and its limit, exit 2.
-#[test]
-fn bad_kernel_traffic_fields_exit_2_naming_the_field() {
-    let dir = tempfile::tempdir().unwrap();
-    let base: serde_json::Value =
-        serde_json::from_str(artune::topology::presets::json("pcie-4x-1switch").unwrap()).unwrap();
-    let cases = [
-        (
-            serde_json::json!({"store_factor": 0.0}),
-            "kernel.store_factor is 0; it must be above 0 and at most 1",
-        ),
-        (
-            serde_json::json!({"load_curve": [{"flows": 1, "factor": 0.5}, {"flows": 4, "factor": 0.8}]}),
-            "kernel.load_curve[1] factor 0.8 at 4 flows is above 0.5 at 1 flows",
-        ),
-        (
-            serde_json::json!({"store_curve": [{"flows": 4, "factor": 0.5}, {"flows": 2, "factor": 0.4}]}),
-            "kernel.store_curve[1] has flows 2 after 4",
-        ),
-    ];
-    for (i, (kernel, needle)) in cases.into_iter().enumerate() {
-        let mut t = base.clone();
-        t["switches"][0]["contention"]["kernel"] = kernel;
-        let path = dir.path().join(format!("t{i}.json"));
-        std::fs::write(&path, serde_json::to_string(&t).unwrap()).unwrap();
-        let o = std::process::Command::new(env!("CARGO_BIN_EXE_artune"))
-            .args(["tune", "--topology", path.to_str().unwrap(), "--out"])
-            .arg(dir.path().join(format!("p{i}.json")))
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(2), "{err}");
-        assert!(err.contains(needle), "{err}");
-        assert!(err.contains("switch `sw0` contention"), "{err}");
-        assert_eq!(err.trim().lines().count(), 1, "{err}");
-        assert!(!dir.path().join(format!("p{i}.json")).exists());
-    }
-}
-
 // ---- NVSwitch ---------------------------------------------------------------------------
 
 /// The brief's NVLink check: one-stage beats NCCL ring at 4 KB by at least 2× (8 GPUs on

@@ -159,20 +159,33 @@ fn c2_direct_attach_crossover_and_contention() {
     assert!(within(all.per_gpu_gbps, 23.5, 0.2), "{all:?}");
 }
 
+/// Four GPUs behind one switch: the simulated custom kernels are faster than NCCL up to
+/// 256K, but a simulated kernel wins over simulated NCCL only beyond both model bands (about
+/// 2.2x apart here, `show` prints them). So custom serves the decode sizes, 2.3-2.6x faster,
+/// and NCCL the sizes up to 256K where the kernel's 1.4-2.1x could be the model's error.
 #[test]
-fn four_gpus_under_one_switch_prefer_custom_up_to_256k() {
+fn four_gpus_under_one_switch_prefer_custom_only_beyond_the_model_band() {
     let (p, _) = tuned(
         "pcie-4x-1switch",
         &["--tp", "4", "--sizes", "1K:1M", "--mode", "graph"],
     );
     let g = group(&p, &[0, 1, 2, 3], Mode::Graph);
     for b in g.buckets.iter().filter(|b| b.bytes <= 256 << 10) {
+        let custom = b.results.iter().filter(|(k, _)| k.is_custom());
+        let (_, fastest) = custom
+            .min_by(|x, y| x.1.median_us.total_cmp(&y.1.median_us))
+            .expect("custom kernels measured");
+        assert!(fastest.model.is_some(), "{} has no model band", b.bytes);
         assert!(
-            b.choice.is_custom(),
-            "at {} the choice is {}",
-            b.bytes,
-            b.choice
+            fastest.median_us < median(g, b.bytes, Backend::Nccl),
+            "at {} custom is not faster than NCCL",
+            b.bytes
         );
+        if b.bytes <= 8 << 10 {
+            assert!(b.choice.is_custom(), "at {} chose {}", b.bytes, b.choice);
+        } else if b.bytes >= 16 << 10 {
+            assert!(!b.choice.is_custom(), "at {} chose {}", b.bytes, b.choice);
+        }
     }
 }
 

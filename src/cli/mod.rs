@@ -484,6 +484,7 @@ pub fn open_fabric(
     }
     if simulated {
         let t = load_topology(source)?;
+        crate::fabric::sim::check_topology(&t).map_err(Error::bad_input)?;
         faults
             .check(t.gpu_count())
             .map_err(|e| Error::bad_input(format!("--sim-faults: {e}")))?;

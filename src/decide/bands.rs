@@ -142,6 +142,7 @@ mod tests {
             ci_high_us: median * 1.005,
             samples: 20,
             outliers: 0,
+            model: None,
         }
     }
 

@@ -22,23 +22,67 @@ use crate::profile::Timing;
 pub const MIN_EFFECT: f64 = 0.05;
 
 /// `a` is significantly faster than `b`: statistically (the 95% intervals of the medians do
-/// not overlap) and practically (by more than [`MIN_EFFECT`]).
+/// not overlap, each widened by its model band where the [`model_error`] of the pair says so)
+/// and practically (by more than [`MIN_EFFECT`]). A simulated custom kernel thus wins over
+/// simulated NCCL only beyond what the model could be wrong by.
 pub fn beats(a: &Timing, b: &Timing) -> bool {
-    a.ci_high_us < b.ci_low_us && b.median_us > a.median_us * (1.0 + MIN_EFFECT)
+    high(a, b) < low(b, a) && b.median_us > a.median_us * (1.0 + MIN_EFFECT)
+}
+
+/// The model band's factors (low, high) that `t`'s interval takes in a comparison with
+/// `other`: 1 where the time is measured, and 1 where both times come from the same family
+/// of the model. Two NCCL variants cross the same links, root complex and sockets and differ
+/// only in the protocol's costs; two custom kernels cross the same switch contention model.
+/// Those shared parts make up the band, so their error moves both times alike and cancels in
+/// the ratio; treated as independent, a pin would need about twice the band to win, i.e.
+/// never. The protocol part the NCCL variants do not share is not split out (a band records
+/// no parts): within a family the comparison is the sampling intervals' alone. Across
+/// families (NCCL against a kernel) the bands stand as they are (docs/MODEL-ERROR.md).
+pub fn model_error(t: &Timing, other: &Timing) -> (f64, f64) {
+    match (t.model, other.model) {
+        (Some(m), Some(o)) if m.family.is_some() && m.family == o.family => (1.0, 1.0),
+        (Some(m), _) => (m.low, m.high),
+        (None, _) => (1.0, 1.0),
+    }
+}
+
+/// Lower end of `t`'s interval as compared with `other`: sampling interval times model band.
+fn low(t: &Timing, other: &Timing) -> f64 {
+    t.ci_low_us * model_error(t, other).0
+}
+
+/// Upper end, as [`low`].
+fn high(t: &Timing, other: &Timing) -> f64 {
+    t.ci_high_us * model_error(t, other).1
 }
 
 /// Whether more samples could still turn `beats(a, b)`: the intervals allow `a`'s advantage
-/// to be above the effect and below it. A comparison that is not open stays as it is however
-/// long either side is sampled, up to noise beyond the intervals.
+/// to be above the rule's edge and below it. A comparison that is not open stays as it is
+/// however long either side is sampled, up to noise beyond the intervals.
+///
+/// Where a model band applies, the edge is the larger of the effect (on the medians) and the
+/// bands' ratio (on the intervals), not their product; model bands do not shrink with samples.
+/// The edge of the sampling intervals alone stays open too: the band must not take away the
+/// settle rounds a measured cell of the same spread gets, which outlier rejection in noisy
+/// cells relies on.
 pub fn open(a: &Timing, b: &Timing) -> bool {
     let effect = 1.0 + MIN_EFFECT;
-    b.ci_low_us < a.ci_high_us * effect && b.ci_high_us > a.ci_low_us * effect
+    let banded = model_error(a, b).1 / model_error(b, a).0;
+    let straddles =
+        |edge: f64| b.ci_low_us < a.ci_high_us * edge && b.ci_high_us > a.ci_low_us * edge;
+    straddles(effect) || straddles(banded.max(effect))
 }
 
-/// `a` beats `b` whatever more samples say: `b`'s interval lies above `a`'s by more than the
-/// effect, so [`beats`] holds and the comparison is not [`open`].
+/// `a` beats `b` whatever more samples say: `b`'s widened interval lies above `a`'s by more
+/// than the effect, so [`beats`] holds and the comparison is not [`open`].
 pub fn beats_settled(a: &Timing, b: &Timing) -> bool {
-    b.ci_low_us >= a.ci_high_us * (1.0 + MIN_EFFECT)
+    low(b, a) >= high(a, b) * (1.0 + MIN_EFFECT)
+}
+
+/// How much slower `b` is than `a` beyond what their intervals and model bands can tell, µs
+/// (never below 0): the part of a regret that is not noise or model error.
+pub fn beyond(a: &Timing, b: &Timing) -> f64 {
+    (low(b, a) - high(a, b)).max(0.0)
 }
 
 /// The backends at one size whose comparisons, as [`choose`] makes them, are [`open`]: where

@@ -34,6 +34,7 @@ fn timing(us: f64) -> Timing {
         ci_high_us: us * 1.02,
         samples: 30,
         outliers: 0,
+        model: None,
     }
 }
 

@@ -18,6 +18,9 @@ pub struct Row {
     pub median_us: f64,
     pub ci_low_us: f64,
     pub ci_high_us: f64,
+    /// Simulated: the model's error band (µs) the rule compared with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_us: Option<(f64, f64)>,
     /// Forcing this backend instead of the profile's choice: its time over the choice's, minus 1.
     pub vs_chosen: f64,
     /// Extra device memory per GPU it costs an engine at this size (0 for NCCL).
@@ -109,6 +112,7 @@ pub fn explain(p: &Profile, tp: usize, mode: Mode, bytes: u64) -> Result<Why, Er
             median_us: t.median_us,
             ci_low_us: t.ci_low_us,
             ci_high_us: t.ci_high_us,
+            model_us: t.model.map(|m| (t.median_us * m.low, t.median_us * m.high)),
             vs_chosen: t.median_us / chosen_us - 1.0,
             extra_bytes: extra_memory(*k, tp, b.bytes),
             waived: b.waived.get(k).cloned(),
@@ -283,6 +287,11 @@ pub fn render(w: &Why) -> String {
             r.waived
                 .as_ref()
                 .map_or(String::new(), |why| format!("  (excluded: {why})"))
+                + &r.model_us.map_or(String::new(), |(lo, hi)| format!(
+                    "  model band {} .. {}",
+                    fmt_us(lo),
+                    fmt_us(hi)
+                ))
         ));
     }
     for (k, why) in &w.not_measured {

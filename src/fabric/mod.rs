@@ -225,6 +225,12 @@ pub trait Fabric {
         Vec::new()
     }
 
+    /// How wrong a model's time of `backend` at `bytes` on the prepared group can be; None
+    /// for measured fabrics.
+    fn model_band(&mut self, _backend: Backend, _bytes: u64) -> Option<crate::profile::ModelBand> {
+        None
+    }
+
     /// NCCL channels the prepared group's NCCL backends run with, when known.
     fn nccl_channels(&self) -> Option<u32> {
         None

@@ -71,6 +71,7 @@ pub fn class_profile(
                         ci_high_us: v[hi],
                         samples: v.len() as u32,
                         outliers: 0,
+                        model: None,
                     };
                     (b, t)
                 })

@@ -109,6 +109,7 @@ pub fn timing(backend: Backend, s: &Summary) -> Result<Timing, FabricError> {
         ci_high_us: s.ci_high,
         samples: s.kept as u32,
         outliers: s.outliers as u32,
+        model: None,
     })
 }
 
@@ -130,7 +131,10 @@ pub fn measure_cell(
         cell.add(fabric, backend, bytes, mode, cell.round_len(h))?;
         let s = cell.summary();
         if cell.finished(&s, h, rival) {
-            return timing(backend, &s);
+            return timing(backend, &s).map(|t| Timing {
+                model: fabric.model_band(backend, bytes),
+                ..t
+            });
         }
     }
 }

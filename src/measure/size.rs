@@ -184,7 +184,12 @@ impl<'a> At<'a> {
         .map(Ok)
     }
 
-    fn store(&self, res: &mut GroupResults, backend: Backend, t: Timing) {
+    fn store(&mut self, res: &mut GroupResults, backend: Backend, t: Timing) {
+        // A simulated time carries the model's error band; the rule widens its interval by it.
+        let t = Timing {
+            model: self.fabric.model_band(backend, self.bytes),
+            ..t
+        };
         res.cells
             .entry(self.mode)
             .or_default()

@@ -63,6 +63,36 @@ pub struct Timing {
     /// Samples set aside as outliers (beyond 3 scaled MADs) before the median was taken.
     #[serde(default)]
     pub outliers: u32,
+    /// Simulated times only: how wrong the model can be, as factors on the median
+    /// (fabric/sim/band.rs, docs/MODEL-ERROR.md). The steering rule widens the interval by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelBand>,
+}
+
+/// The simulator's error band on one time: the true time lies within
+/// [median · low, median · high] as far as the calibration residuals can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ModelBand {
+    pub low: f64,
+    pub high: f64,
+    /// Whether a property the topology did not state widened it.
+    #[serde(default)]
+    pub assumed: bool,
+    /// The model the time came from. Two times of one family share the parts whose error
+    /// dominates, so their ratio does not carry the band (decide::rule). None: unknown,
+    /// taken as independent of every other time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub family: Option<ModelFamily>,
+}
+
+/// Which half of the simulator a time came from: NCCL's model (copy-engine links, root
+/// complex and sockets, then the protocol) or the custom kernels' (loads and stores under
+/// switch contention).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelFamily {
+    Nccl,
+    Custom,
 }
 
 #[cfg(test)]
@@ -75,6 +105,7 @@ impl Timing {
             ci_high_us: median + half,
             samples: 20,
             outliers: 0,
+            model: None,
         }
     }
 }

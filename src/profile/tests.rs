@@ -8,6 +8,7 @@ fn timing(us: f64) -> Timing {
         ci_high_us: us * 1.01,
         samples: 20,
         outliers: 0,
+        model: None,
     }
 }
 

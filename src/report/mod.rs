@@ -311,6 +311,52 @@ fn table_row(out: &mut String, cells: [&str; 5]) {
     let _ = writeln!(out, "{}", line.trim_end());
 }
 
+/// Simulated groups: the model's error band per backend kind, and the sizes where a custom
+/// kernel is modelled faster than the choice but not beyond what the model could be wrong by.
+fn model_lines(g: &GroupProfile, out: &mut String) {
+    let span = |custom: bool| {
+        let ms = g.buckets.iter().flat_map(|b| b.results.iter());
+        let ms = ms
+            .filter(|(k, _)| k.is_custom() == custom)
+            .filter_map(|(_, t)| t.model);
+        ms.fold(None, |a: Option<(f64, f64)>, m| {
+            Some(a.map_or((m.low, m.high), |(l, h)| (l.min(m.low), h.max(m.high))))
+        })
+    };
+    let (Some(n), c) = (span(false), span(true)) else {
+        return;
+    };
+    let c = c.map_or(String::new(), |(l, h)| {
+        format!(", custom kernels x{l:.2}-x{h:.2}")
+    });
+    let _ = writeln!(
+        out,
+        "  model error (simulated; docs/MODEL-ERROR.md): NCCL x{:.2}-x{:.2}{c}; a choice of custom is sure beyond it",
+        n.0, n.1
+    );
+    let unsure: Vec<&Bucket> = g
+        .buckets
+        .iter()
+        .filter(|b| !b.choice.is_custom())
+        .filter(|b| {
+            let chosen = b.results.get(&b.choice).map_or(f64::NAN, |t| t.median_us);
+            b.results
+                .iter()
+                .any(|(k, t)| k.is_custom() && t.median_us * 1.05 < chosen)
+        })
+        .collect();
+    if let (Some(a), Some(z)) = (unsure.first(), unsure.last()) {
+        let _ = writeln!(
+            out,
+            "  not sure: at {} of the sizes {}–{} a custom kernel is modelled faster than {}, but within the model's error; measure on the machine to decide",
+            unsure.len(),
+            fmt_bytes(a.bytes),
+            fmt_bytes(z.bytes),
+            a.choice
+        );
+    }
+}
+
 /// The text summary printed by `tune` and `show`.
 pub fn summary(p: &Profile) -> String {
     let mut out = String::new();
@@ -377,6 +423,7 @@ pub fn summary(p: &Profile) -> String {
                 .collect();
             let _ = writeln!(out, "  crossovers: {}", xs.join("; "));
         }
+        model_lines(g, &mut out);
         match g.regret {
             Some(r) if r.worst > 0.0 => {
                 let _ = writeln!(

@@ -31,7 +31,7 @@ const C5_FLOWS: u32 = 12;
 /// Which defaults a node gets when its file says nothing about kernel traffic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NodeKind {
-    /// Microchip Switchtec, and switches of unknown make (C5 is the only published data).
+    /// Microchip Switchtec (C5 is the only published kernel-traffic data).
     Microchip,
     /// Broadcom / PLX: reads are the robust direction (C3), so C5's curves swap directions.
     Broadcom,
@@ -39,16 +39,28 @@ pub enum NodeKind {
     /// all-to-all rate (1 MB: 7 MB per GPU in 288.6 µs = 24.3 GB/s vs 22.7-24.3 with copy
     /// engines), so no degradation beyond the copy-engine curve.
     Cpu,
+    /// A switch whose make the topology does not state: the middle of the two makes' data
+    /// (the mean of C5's store and load factors, the same both ways), not one make's curve.
+    Unstated,
 }
 
+/// Vendor strings (as sysfs or a file names them) of the switch makes the model knows.
+const MICROCHIP: &[&str] = &["microchip", "microsemi", "pmc", "switchtec", "0x11f8"];
+const BROADCOM: &[&str] = &["broadcom", "plx", "avago", "0x1000", "0x10b5", "0x14e4"];
+
 impl NodeKind {
-    /// The defaults class of a switch from its vendor string as sysfs or a file names it.
-    pub fn of_switch(vendor: Option<&str>) -> NodeKind {
-        let v = vendor.unwrap_or("").to_ascii_lowercase();
-        if v.contains("broadcom") || v.contains("plx") || v == "0x1000" || v == "0x10b5" {
-            NodeKind::Broadcom
+    /// The defaults class of a switch from its vendor string; None for a make the model has
+    /// no calibration data for (the simulator refuses such a topology).
+    pub fn of_switch(vendor: Option<&str>) -> Option<NodeKind> {
+        let v = vendor.unwrap_or("").trim().to_ascii_lowercase();
+        if v.is_empty() {
+            Some(NodeKind::Unstated)
+        } else if BROADCOM.iter().any(|m| v.contains(m)) {
+            Some(NodeKind::Broadcom)
+        } else if MICROCHIP.iter().any(|m| v.contains(m)) {
+            Some(NodeKind::Microchip)
         } else {
-            NodeKind::Microchip
+            None
         }
     }
 }
@@ -77,10 +89,15 @@ impl Kernel {
             (1.0, 1.0),
             (C5_FLOWS as f64, C5_CONCURRENT_LOAD_GBPS / COPY_PAIR_GBPS),
         ];
+        let middle = (C5_CONCURRENT_STORE_GBPS + C5_CONCURRENT_LOAD_GBPS) / 2.0 / COPY_PAIR_GBPS;
         let (store, load) = match kind {
             NodeKind::Microchip => (store, load),
             NodeKind::Broadcom => (load, store),
             NodeKind::Cpu => (vec![], vec![]),
+            NodeKind::Unstated => {
+                let mid = vec![(1.0, 1.0), (C5_FLOWS as f64, middle)];
+                (mid.clone(), mid)
+            }
         };
         Kernel {
             store_alone: C5_ALONE_STORE_GBPS / COPY_PAIR_GBPS,
@@ -191,9 +208,24 @@ mod tests {
         );
         assert_eq!(
             NodeKind::of_switch(Some("Broadcom (PLX)")),
-            NodeKind::Broadcom
+            Some(NodeKind::Broadcom)
         );
-        assert_eq!(NodeKind::of_switch(None), NodeKind::Microchip);
+        assert_eq!(NodeKind::of_switch(None), Some(NodeKind::Unstated));
+        assert_eq!(NodeKind::of_switch(Some("ASMedia")), None);
+    }
+
+    #[test]
+    fn an_unstated_make_sits_between_the_makes_both_ways() {
+        let (m, b, u) = (
+            Kernel::default_for(NodeKind::Microchip),
+            Kernel::default_for(NodeKind::Broadcom),
+            Kernel::default_for(NodeKind::Unstated),
+        );
+        for d in [Direction::Read, Direction::Write] {
+            let lo = m.factor(d, 12).min(b.factor(d, 12));
+            let hi = m.factor(d, 12).max(b.factor(d, 12));
+            assert!(lo < u.factor(d, 12) && u.factor(d, 12) < hi, "{d:?}");
+        }
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //!    times are cached per (group, backend, bytes, mode), so a full tune costs little more than
 //!    drawing random numbers.
 
+pub mod band;
 pub mod custom;
 pub mod faults;
 pub mod flow;
@@ -24,6 +25,7 @@ use std::collections::HashMap;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use self::band::{Band, GroupParts};
 use self::custom::Custom;
 pub use self::faults::Faults;
 use self::net::{Flow, Net, Route};
@@ -50,6 +52,8 @@ struct GroupModel {
     nccl: nccl::Model,
     schedule: nccl::Schedule,
     custom: Custom,
+    /// The model parts the group's times use, for their error bands.
+    parts: GroupParts,
     cache: HashMap<(Backend, u64, Mode), f64>,
     probes: HashMap<(Direction, usize), ProbePattern>,
 }
@@ -70,6 +74,10 @@ fn group_model<'a>(
             nccl: model,
             schedule,
             custom: Custom::new(net, gpus),
+            parts: GroupParts {
+                fabric: net.parts(gpus),
+                host_stated: host.cpu != nccl::Cpu::Unknown,
+            },
             cache: HashMap::new(),
             probes: HashMap::new(),
         }
@@ -106,6 +114,21 @@ fn probe_pattern(net: &Net, gpus: &[usize], direction: Direction, peers: usize) 
                 .collect()
         })
         .collect()
+}
+
+/// Why the simulator cannot model `t`, if it cannot: a switch of a make it has no calibration
+/// data for (one sentence, for the CLI's exit 2).
+pub fn check_topology(t: &Topology) -> Result<(), String> {
+    for s in &t.switches {
+        if kernel::NodeKind::of_switch(s.vendor.as_deref()).is_none() {
+            return Err(format!(
+                "switch `{}` states vendor `{}`, a make the simulator has no calibration data for; state \"Microchip\" or \"Broadcom\" if it is one, or drop `vendor` to simulate it as an unstated make (widest error band)",
+                s.id,
+                s.vendor.as_deref().unwrap_or("").escape_debug()
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[derive(Debug, Clone)]
@@ -277,6 +300,18 @@ impl SimFabric {
             );
         }
         out
+    }
+
+    /// How wrong the model's time of `backend` on the prepared group can be
+    /// ([`band`]); None where no group is prepared.
+    pub fn band(&mut self, backend: Backend) -> Option<Band> {
+        let gpus = self.prepared.as_ref()?.group.gpus.clone();
+        let parts = &self.model(&gpus).parts;
+        Some(if backend.is_custom() {
+            parts.custom()
+        } else {
+            parts.nccl()
+        })
     }
 
     /// The prepared group, after checking `backend` is ready on it and `bytes` fits.
@@ -549,6 +584,20 @@ impl Fabric for SimFabric {
 
     fn assumed(&self) -> Vec<String> {
         SimFabric::assumed(self)
+    }
+
+    fn model_band(&mut self, backend: Backend, _bytes: u64) -> Option<crate::profile::ModelBand> {
+        let b = self.band(backend)?;
+        Some(crate::profile::ModelBand {
+            low: b.low,
+            high: b.high,
+            assumed: b.parts.iter().any(|p| p.assumed()),
+            family: Some(if backend.is_custom() {
+                crate::profile::ModelFamily::Custom
+            } else {
+                crate::profile::ModelFamily::Nccl
+            }),
+        })
     }
 
     /// The channel count the simulated NCCL model uses for the prepared group.

@@ -16,6 +16,9 @@
 
 use std::collections::HashMap;
 
+use self::assumed::Assumed;
+
+use super::band::Part;
 use super::flow::{self, Problem};
 use super::kernel::{Kernel, NodeKind};
 use crate::fabric::Direction;
@@ -180,66 +183,9 @@ pub struct Net {
     gpu_alone: Vec<(f64, f64)>,
     /// Which kernel-traffic and collapse values no file stated, in words.
     assumed: Vec<String>,
+    /// The model part (and so the error band) of each switch's kernel traffic.
+    sw_part: Vec<Part>,
     n: usize,
-}
-
-/// Nodes whose kernel-traffic or collapse behaviour came from defaults, by kind.
-#[derive(Debug, Default)]
-struct Assumed {
-    microchip: Vec<String>,
-    broadcom: Vec<String>,
-    cpu: Vec<String>,
-    collapse: Vec<String>,
-}
-
-impl Assumed {
-    fn kernel(&mut self, kind: NodeKind, what: String) {
-        match kind {
-            NodeKind::Microchip => self.microchip.push(what),
-            NodeKind::Broadcom => self.broadcom.push(what),
-            NodeKind::Cpu => self.cpu.push(what),
-        }
-    }
-
-    fn into_words(self) -> Vec<String> {
-        let pct = |k: &Kernel, dir, flows| 100.0 * k.factor(dir, flows);
-        let (m, b) = (
-            Kernel::default_for(NodeKind::Microchip),
-            Kernel::default_for(NodeKind::Broadcom),
-        );
-        let mut out = Vec::new();
-        if !self.microchip.is_empty() {
-            out.push(format!(
-                "kernel traffic through {} (Microchip or unstated make): calibration C5, one kernel stream reaches {:.1}% (stores) / {:.1}% (loads) of its link, and with 12 or more kernel flows through the switch {:.1}% / {:.1}% of the copy-engine capacity",
-                self.microchip.join(", "),
-                100.0 * m.store_alone,
-                100.0 * m.load_alone,
-                pct(&m, Direction::Write, 12),
-                pct(&m, Direction::Read, 12),
-            ));
-        }
-        if !self.broadcom.is_empty() {
-            out.push(format!(
-                "kernel traffic through {} (Broadcom): C5's curves with directions swapped, as Broadcom keeps reads better than writes (C3): stores {:.1}%, loads {:.1}% of the copy-engine capacity at 12 or more kernel flows",
-                self.broadcom.join(", "),
-                pct(&b, Direction::Write, 12),
-                pct(&b, Direction::Read, 12),
-            ));
-        }
-        if !self.cpu.is_empty() {
-            out.push(format!(
-                "kernel traffic through {}: no worse than copy-engine traffic under contention (C2: one-shot pulls match the copy-engine all-to-all rate)",
-                self.cpu.join(", ")
-            ));
-        }
-        if !self.collapse.is_empty() {
-            out.push(format!(
-                "posted writes of {} (Broadcom PEX890xx) collapse to {BROADCOM_COLLAPSE_GBPS} GB/s when two or more of its GPUs write to peers behind different root complexes (C3)",
-                self.collapse.join(", ")
-            ));
-        }
-        out
-    }
 }
 
 /// Up and down rate of a PCIe link, GB/s.
@@ -288,15 +234,22 @@ impl Net {
             (vec![], vec![], vec![], vec![], vec![]);
         let mut node_kernel: Vec<(usize, Kernel)> = Vec::new();
         let mut assumed = Assumed::default();
+        let mut sw_part = vec![];
         for s in &t.switches {
             let curve = s.contention.as_ref().map(Curve::from);
             let node = add(curve.map_or(f64::INFINITY, |c| c.peak), curve);
             sw_node.push(node);
-            let kind = NodeKind::of_switch(s.vendor.as_deref());
+            // An unknown make was refused by `check_topology`; a hand-built one gets the middle.
+            let kind = NodeKind::of_switch(s.vendor.as_deref()).unwrap_or(NodeKind::Unstated);
             let (k, guessed) = Kernel::resolve(s.contention.as_ref(), kind);
             if guessed {
                 assumed.kernel(kind, format!("switch `{}`", s.id));
             }
+            sw_part.push(match kind {
+                NodeKind::Broadcom => Part::KernelBroadcom,
+                NodeKind::Unstated if guessed => Part::KernelUnstated,
+                _ => Part::KernelMicrochip,
+            });
             node_kernel.push((node, k));
             let (u, d) = link_rates(&s.uplink);
             sw_up.push(add(u, None));
@@ -432,6 +385,7 @@ impl Net {
             kernel,
             gpu_alone,
             assumed: assumed.into_words(),
+            sw_part,
             n,
         }
     }
@@ -631,83 +585,6 @@ impl Net {
         flow::max_min(&p)
     }
 
-    /// Per flow, (weight on every resource, own cap): 1 and no cap for copy-engine flows and
-    /// on NVLink. A kernel flow weighs 1 / the lowest concurrency factor of the nodes it
-    /// crosses, each at the number of distinct kernel flows crossing it, and is capped at its
-    /// driving GPU's lone-stream share of that GPU's port rate.
-    fn kernel_costs(&self, flows: &[Flow], routes: &[&Route]) -> Vec<(f64, f64)> {
-        let mut seen: Vec<Vec<(usize, usize, bool)>> = vec![Vec::new(); self.caps.len()];
-        for (f, r) in flows.iter().zip(routes) {
-            if f.engine != Engine::Kernel || r.nvlink {
-                continue;
-            }
-            let key = (f.src, f.dst, r.dst_root.is_none());
-            for &x in r.resources.iter().filter(|&&x| self.kernel[x].is_some()) {
-                if !seen[x].contains(&key) {
-                    seen[x].push(key);
-                }
-            }
-        }
-        flows
-            .iter()
-            .zip(routes)
-            .map(|(f, r)| {
-                if f.engine != Engine::Kernel || r.nvlink {
-                    return (1.0, f64::INFINITY);
-                }
-                let factor = r
-                    .resources
-                    .iter()
-                    .filter_map(|&x| {
-                        self.kernel[x]
-                            .as_ref()
-                            .map(|k| k.factor(f.dir, seen[x].len()))
-                    })
-                    .fold(1.0, f64::min);
-                let cap = match f.dir {
-                    Direction::Write => self.gpu_alone[f.src].0 * self.caps[self.gpu_up[f.src]],
-                    Direction::Read => self.gpu_alone[f.dst].1 * self.caps[self.gpu_down[f.dst]],
-                };
-                (1.0 / factor, cap)
-            })
-            .collect()
-    }
-
-    /// C3: posted writes leaving one switch collapse to its `write_collapse_gbps`, all
-    /// together, once two or more of its GPUs write to peers behind two or more different root
-    /// complexes. One GPU writing to two root complexes does not trigger it. Adds one resource
-    /// per collapsing switch and returns it with its member flows.
-    fn collapse_groups(
-        &self,
-        flows: &[Flow],
-        routes: &[&Route],
-        p: &mut Problem,
-    ) -> Vec<(usize, Vec<usize>)> {
-        let mut out = Vec::new();
-        for (s, rate) in self.sw_collapse.iter().enumerate() {
-            let Some(rate) = *rate else { continue };
-            let members: Vec<usize> = (0..flows.len())
-                .filter(|&i| {
-                    flows[i].dir == Direction::Write
-                        && routes[i].dst_root.is_some()
-                        && routes[i].resources.contains(&self.sw_up[s])
-                })
-                .collect();
-            let mut roots: Vec<usize> =
-                members.iter().filter_map(|&i| routes[i].dst_root).collect();
-            roots.sort_unstable();
-            roots.dedup();
-            let mut sources: Vec<usize> = members.iter().map(|&i| flows[i].src).collect();
-            sources.sort_unstable();
-            sources.dedup();
-            if roots.len() >= 2 && sources.len() >= 2 {
-                p.caps.push(rate);
-                out.push((p.caps.len() - 1, members));
-            }
-        }
-        out
-    }
-
     /// When each flow finishes (µs) if all start together and flow `i` moves `bytes[i]`; rates
     /// are re-shared (and node flow counts drop) each time one finishes.
     pub fn finish_times(&self, flows: &[Flow], routes: &[&Route], bytes: &[f64]) -> Vec<f64> {
@@ -746,225 +623,9 @@ impl Net {
     }
 }
 
+mod assumed;
+mod costs;
+mod parts;
+
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::topology::presets;
-
-    fn close(a: f64, b: f64, tol: f64) -> bool {
-        (a - b).abs() <= tol * b.abs()
-    }
-
-    fn run(net: &Net, pairs: &[(usize, usize)], dir: Direction) -> Vec<f64> {
-        let flows: Vec<Flow> = pairs
-            .iter()
-            .map(|&(src, dst)| Flow::copy(src, dst, dir))
-            .collect();
-        let routes: Vec<Route> = pairs.iter().map(|&(a, b)| net.route(a, b)).collect();
-        let refs: Vec<&Route> = routes.iter().collect();
-        net.rates(&flows, &refs)
-    }
-
-    #[test]
-    fn curve_matches_its_formula() {
-        // peak 300, knee 8, slope 0.03, 44 flows: 300 / (1 + 0.03 · 36) = 144.23.
-        let c = Curve::from(&Contention {
-            peak_gbps: Some(300.0),
-            knee_flows: Some(8),
-            slope: Some(0.03),
-            ..Default::default()
-        });
-        assert!(close(c.capacity(44), 144.23, 1e-3));
-        assert_eq!(c.capacity(8), 300.0);
-    }
-
-    #[test]
-    fn cross_switch_route_and_latency() {
-        let t = presets::get("pcie-8x-2switch").unwrap();
-        let net = Net::build(&t);
-        let r = net.route(0, 4);
-        // GPU port, sw0 node, sw0 uplink up, rc0, sw1 uplink down, sw1 node, GPU port.
-        assert_eq!(r.resources.len(), 7);
-        // 0.33 + 0.2 + 0.2 + 0.33 (C1: about 1.07 µs across switches).
-        assert!(close(r.latency_us, 1.06, 1e-9));
-        assert!(close(net.route(0, 1).latency_us, 0.66, 1e-9));
-    }
-
-    #[test]
-    fn one_pair_runs_at_link_rate_and_uplink_is_shared() {
-        let t = presets::get("pcie-8x-2switch").unwrap();
-        let net = Net::build(&t);
-        // Gen5 x16 = 16 · 3.52 = 56.32 GB/s (C1: 56.2–56.3).
-        let one = run(&net, &[(0, 4)], Direction::Write);
-        assert!(close(one[0], 56.32, 1e-9));
-        // Two pairs across one uplink share it (C1: 56.4 GB/s in total).
-        let two = run(&net, &[(0, 4), (1, 5)], Direction::Write);
-        assert!(close(two[0] + two[1], 56.32, 1e-9));
-    }
-
-    #[test]
-    fn cross_socket_flow_is_capped() {
-        let t = presets::get("pcie-8x-direct-2socket").unwrap();
-        let net = Net::build(&t);
-        let r = run(&net, &[(0, 4)], Direction::Read);
-        let cap = t.sockets[0]
-            .interconnect
-            .as_ref()
-            .unwrap()
-            .max_flow_gbps
-            .unwrap();
-        assert!(close(r[0], cap, 1e-9));
-    }
-
-    #[test]
-    fn finish_times_reshare_after_a_flow_ends() {
-        // Two flows into GPU 1's port (56.32 shared): the 1 MB one ends first at half rate,
-        // then the 2 MB one has the port alone.
-        let t = presets::get("pcie-4x-1switch").unwrap();
-        let net = Net::build(&t);
-        let flows = [
-            Flow::copy(0, 1, Direction::Write),
-            Flow::copy(2, 1, Direction::Write),
-        ];
-        let routes = [net.route(0, 1), net.route(2, 1)];
-        let refs: Vec<&Route> = routes.iter().collect();
-        let done = net.finish_times(&flows, &refs, &[1e6, 2e6]);
-        let half = 56.32e3 / 2.0;
-        assert!(close(done[0], 1e6 / half, 1e-9));
-        assert!(close(done[1], 1e6 / half + 1e6 / 56.32e3, 1e-9));
-    }
-
-    #[test]
-    fn zero_capacity_in_a_file_slows_instead_of_stalling() {
-        let mut t = presets::get("pcie-2x").unwrap();
-        t.switches[0].contention.as_mut().unwrap().peak_gbps = Some(0.0);
-        let net = Net::build(&t);
-        let flows = [Flow::copy(0, 1, Direction::Write)];
-        let routes = [net.route(0, 1)];
-        let refs: Vec<&Route> = routes.iter().collect();
-        let done = net.finish_times(&flows, &refs, &[1e6]);
-        assert!(done[0].is_finite() && done[0] > 1e5, "{done:?}");
-    }
-
-    /// A Broadcom switch under rc0 whose GPUs write to peers behind rc1 and rc2.
-    fn broadcom() -> Topology {
-        let mut t = presets::get("pcie-8x-2switch").unwrap();
-        t.pairs.clear();
-        t.root_complexes.push(crate::topology::RootComplex {
-            id: "rc1".into(),
-            socket: 0,
-            contention: None,
-        });
-        t.root_complexes.push(crate::topology::RootComplex {
-            id: "rc2".into(),
-            socket: 0,
-            contention: None,
-        });
-        t.switches[0].vendor = Some("Broadcom".into());
-        t.switches[0].contention = Some(Contention {
-            write_collapse_gbps: Some(2.7),
-            ..Default::default()
-        });
-        t.switches[1].parent = "rc1".into();
-        t.gpus[7].parent = "rc2".into();
-        t.normalize().unwrap();
-        t
-    }
-
-    #[test]
-    fn posted_writes_collapse_towards_two_root_complexes() {
-        let net = Net::build(&broadcom());
-        // One destination root complex: full rate.
-        let one = run(&net, &[(0, 4)], Direction::Write);
-        assert!(close(one[0], 56.32, 1e-9));
-        // rc1 and rc2 at once: writes collapse to 2.7 GB/s together (C3) ...
-        let w = run(&net, &[(0, 4), (1, 7)], Direction::Write);
-        assert!(close(w[0] + w[1], 2.7, 1e-9), "{w:?}");
-        // ... while reads of the same pairs keep the uplink rate.
-        let r = run(&net, &[(0, 4), (1, 7)], Direction::Read);
-        assert!(close(r[0] + r[1], 56.32, 1e-9), "{r:?}");
-    }
-
-    #[test]
-    fn one_gpu_writing_to_two_root_complexes_does_not_collapse() {
-        let net = Net::build(&broadcom());
-        // GPU 0 alone towards rc1 and rc2: the uplink's rate, shared.
-        let w = run(&net, &[(0, 4), (0, 7)], Direction::Write);
-        assert!(close(w[0] + w[1], 56.32, 1e-9), "{w:?}");
-        // Two GPUs towards one root complex: no collapse either.
-        let w = run(&net, &[(0, 4), (1, 5)], Direction::Write);
-        assert!(close(w[0] + w[1], 56.32, 1e-9), "{w:?}");
-    }
-
-    /// Kernel stores of every GPU of the switch to every peer behind rc1 and rc2.
-    fn kernel_rates(net: &Net, pairs: &[(usize, usize)], engine: Engine) -> f64 {
-        let flows: Vec<Flow> = pairs
-            .iter()
-            .map(|&(src, dst)| Flow {
-                src,
-                dst,
-                dir: Direction::Write,
-                engine,
-            })
-            .collect();
-        let routes: Vec<Route> = pairs.iter().map(|&(a, b)| net.route(a, b)).collect();
-        let refs: Vec<&Route> = routes.iter().collect();
-        net.rates(&flows, &refs).iter().sum()
-    }
-
-    #[test]
-    fn kernel_all_to_all_collapses_at_least_as_badly_as_two_copies() {
-        let net = Net::build(&broadcom());
-        let two = kernel_rates(&net, &[(0, 4), (1, 7)], Engine::Copy);
-        let all: Vec<(usize, usize)> = (0..4).flat_map(|a| [4, 5, 6, 7].map(|b| (a, b))).collect();
-        let kernel = kernel_rates(&net, &all, Engine::Kernel);
-        assert!(kernel <= two * (1.0 + 1e-9), "{kernel} vs {two}");
-    }
-
-    #[test]
-    fn broadcom_pex890_collapses_by_default_and_says_so() {
-        let mut t = broadcom();
-        t.switches[0].contention = None;
-        t.switches[0].device = Some("PEX89144".into());
-        let net = Net::build(&t);
-        let w = run(&net, &[(0, 4), (1, 7)], Direction::Write);
-        assert!(close(w[0] + w[1], 2.7, 1e-9), "{w:?}");
-        assert!(
-            net.assumed()
-                .iter()
-                .any(|a| a.contains("sw0") && a.contains("2.7")),
-            "{:?}",
-            net.assumed()
-        );
-    }
-
-    #[test]
-    fn kernel_streams_are_capped_and_degrade_under_all_to_all() {
-        let t = presets::get("pcie-4x-1switch").unwrap();
-        let net = Net::build(&t);
-        // One kernel store stream: C5's 44.8 GB/s share of the 56.32 port.
-        let one = kernel_rates(&net, &[(0, 1)], Engine::Kernel);
-        assert!(close(one, 56.32 * 44.78 / 56.25, 1e-9), "{one}");
-        // All 12 directed pairs: 25.4 GB/s per GPU's share of the port (C5).
-        let all: Vec<(usize, usize)> = (0..4)
-            .flat_map(|a| (0..4).filter(move |&b| b != a).map(move |b| (a, b)))
-            .collect();
-        let per_gpu = kernel_rates(&net, &all, Engine::Kernel) / 4.0;
-        assert!(close(per_gpu, 56.32 * 25.40 / 56.25, 1e-9), "{per_gpu}");
-        // Copy engines on the same pattern keep the full port.
-        let copy = kernel_rates(&net, &all, Engine::Copy) / 4.0;
-        assert!(close(copy, 56.32, 1e-9), "{copy}");
-    }
-
-    #[test]
-    fn host_route_skips_peer_forwarding() {
-        let t = presets::get("pcie-8x-2switch").unwrap();
-        let net = Net::build(&t);
-        let up = net.host_route(0, 0, true);
-        // GPU port, sw0 node, sw0 uplink, host memory.
-        assert_eq!(up.resources.len(), 4);
-        assert!(close(up.latency_us, 0.33 + 0.2 + HOST_MEM_US, 1e-9));
-        let down = net.host_route(4, 0, false);
-        assert_eq!(down.resources.last(), Some(&net.gpu_down[4]));
-    }
-}
+mod tests;

@@ -1,0 +1,84 @@
+//! What kernel traffic and Broadcom's posted-write collapse add to a max-min solve.
+
+use super::{Engine, Flow, Net, Route};
+use crate::fabric::sim::flow::Problem;
+use crate::fabric::Direction;
+
+impl Net {
+    /// Per flow, (weight on every resource, own cap): 1 and no cap for copy-engine flows and
+    /// on NVLink. A kernel flow weighs 1 / the lowest concurrency factor of the nodes it
+    /// crosses, each at the number of distinct kernel flows crossing it, and is capped at its
+    /// driving GPU's lone-stream share of that GPU's port rate.
+    pub(super) fn kernel_costs(&self, flows: &[Flow], routes: &[&Route]) -> Vec<(f64, f64)> {
+        let mut seen: Vec<Vec<(usize, usize, bool)>> = vec![Vec::new(); self.caps.len()];
+        for (f, r) in flows.iter().zip(routes) {
+            if f.engine != Engine::Kernel || r.nvlink {
+                continue;
+            }
+            let key = (f.src, f.dst, r.dst_root.is_none());
+            for &x in r.resources.iter().filter(|&&x| self.kernel[x].is_some()) {
+                if !seen[x].contains(&key) {
+                    seen[x].push(key);
+                }
+            }
+        }
+        flows
+            .iter()
+            .zip(routes)
+            .map(|(f, r)| {
+                if f.engine != Engine::Kernel || r.nvlink {
+                    return (1.0, f64::INFINITY);
+                }
+                let factor = r
+                    .resources
+                    .iter()
+                    .filter_map(|&x| {
+                        self.kernel[x]
+                            .as_ref()
+                            .map(|k| k.factor(f.dir, seen[x].len()))
+                    })
+                    .fold(1.0, f64::min);
+                let cap = match f.dir {
+                    Direction::Write => self.gpu_alone[f.src].0 * self.caps[self.gpu_up[f.src]],
+                    Direction::Read => self.gpu_alone[f.dst].1 * self.caps[self.gpu_down[f.dst]],
+                };
+                (1.0 / factor, cap)
+            })
+            .collect()
+    }
+
+    /// C3: posted writes leaving one switch collapse to its `write_collapse_gbps`, all
+    /// together, once two or more of its GPUs write to peers behind two or more different root
+    /// complexes. One GPU writing to two root complexes does not trigger it. Adds one resource
+    /// per collapsing switch and returns it with its member flows.
+    pub(super) fn collapse_groups(
+        &self,
+        flows: &[Flow],
+        routes: &[&Route],
+        p: &mut Problem,
+    ) -> Vec<(usize, Vec<usize>)> {
+        let mut out = Vec::new();
+        for (s, rate) in self.sw_collapse.iter().enumerate() {
+            let Some(rate) = *rate else { continue };
+            let members: Vec<usize> = (0..flows.len())
+                .filter(|&i| {
+                    flows[i].dir == Direction::Write
+                        && routes[i].dst_root.is_some()
+                        && routes[i].resources.contains(&self.sw_up[s])
+                })
+                .collect();
+            let mut roots: Vec<usize> =
+                members.iter().filter_map(|&i| routes[i].dst_root).collect();
+            roots.sort_unstable();
+            roots.dedup();
+            let mut sources: Vec<usize> = members.iter().map(|&i| flows[i].src).collect();
+            sources.sort_unstable();
+            sources.dedup();
+            if roots.len() >= 2 && sources.len() >= 2 {
+                p.caps.push(rate);
+                out.push((p.caps.len() - 1, members));
+            }
+        }
+        out
+    }
+}

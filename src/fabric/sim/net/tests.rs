@@ -1,0 +1,219 @@
+use super::*;
+use crate::topology::presets;
+
+fn close(a: f64, b: f64, tol: f64) -> bool {
+    (a - b).abs() <= tol * b.abs()
+}
+
+fn run(net: &Net, pairs: &[(usize, usize)], dir: Direction) -> Vec<f64> {
+    let flows: Vec<Flow> = pairs
+        .iter()
+        .map(|&(src, dst)| Flow::copy(src, dst, dir))
+        .collect();
+    let routes: Vec<Route> = pairs.iter().map(|&(a, b)| net.route(a, b)).collect();
+    let refs: Vec<&Route> = routes.iter().collect();
+    net.rates(&flows, &refs)
+}
+
+#[test]
+fn curve_matches_its_formula() {
+    // peak 300, knee 8, slope 0.03, 44 flows: 300 / (1 + 0.03 · 36) = 144.23.
+    let c = Curve::from(&Contention {
+        peak_gbps: Some(300.0),
+        knee_flows: Some(8),
+        slope: Some(0.03),
+        ..Default::default()
+    });
+    assert!(close(c.capacity(44), 144.23, 1e-3));
+    assert_eq!(c.capacity(8), 300.0);
+}
+
+#[test]
+fn cross_switch_route_and_latency() {
+    let t = presets::get("pcie-8x-2switch").unwrap();
+    let net = Net::build(&t);
+    let r = net.route(0, 4);
+    // GPU port, sw0 node, sw0 uplink up, rc0, sw1 uplink down, sw1 node, GPU port.
+    assert_eq!(r.resources.len(), 7);
+    // 0.33 + 0.2 + 0.2 + 0.33 (C1: about 1.07 µs across switches).
+    assert!(close(r.latency_us, 1.06, 1e-9));
+    assert!(close(net.route(0, 1).latency_us, 0.66, 1e-9));
+}
+
+#[test]
+fn one_pair_runs_at_link_rate_and_uplink_is_shared() {
+    let t = presets::get("pcie-8x-2switch").unwrap();
+    let net = Net::build(&t);
+    // Gen5 x16 = 16 · 3.52 = 56.32 GB/s (C1: 56.2–56.3).
+    let one = run(&net, &[(0, 4)], Direction::Write);
+    assert!(close(one[0], 56.32, 1e-9));
+    // Two pairs across one uplink share it (C1: 56.4 GB/s in total).
+    let two = run(&net, &[(0, 4), (1, 5)], Direction::Write);
+    assert!(close(two[0] + two[1], 56.32, 1e-9));
+}
+
+#[test]
+fn cross_socket_flow_is_capped() {
+    let t = presets::get("pcie-8x-direct-2socket").unwrap();
+    let net = Net::build(&t);
+    let r = run(&net, &[(0, 4)], Direction::Read);
+    let cap = t.sockets[0]
+        .interconnect
+        .as_ref()
+        .unwrap()
+        .max_flow_gbps
+        .unwrap();
+    assert!(close(r[0], cap, 1e-9));
+}
+
+#[test]
+fn finish_times_reshare_after_a_flow_ends() {
+    // Two flows into GPU 1's port (56.32 shared): the 1 MB one ends first at half rate,
+    // then the 2 MB one has the port alone.
+    let t = presets::get("pcie-4x-1switch").unwrap();
+    let net = Net::build(&t);
+    let flows = [
+        Flow::copy(0, 1, Direction::Write),
+        Flow::copy(2, 1, Direction::Write),
+    ];
+    let routes = [net.route(0, 1), net.route(2, 1)];
+    let refs: Vec<&Route> = routes.iter().collect();
+    let done = net.finish_times(&flows, &refs, &[1e6, 2e6]);
+    let half = 56.32e3 / 2.0;
+    assert!(close(done[0], 1e6 / half, 1e-9));
+    assert!(close(done[1], 1e6 / half + 1e6 / 56.32e3, 1e-9));
+}
+
+#[test]
+fn zero_capacity_in_a_file_slows_instead_of_stalling() {
+    let mut t = presets::get("pcie-2x").unwrap();
+    t.switches[0].contention.as_mut().unwrap().peak_gbps = Some(0.0);
+    let net = Net::build(&t);
+    let flows = [Flow::copy(0, 1, Direction::Write)];
+    let routes = [net.route(0, 1)];
+    let refs: Vec<&Route> = routes.iter().collect();
+    let done = net.finish_times(&flows, &refs, &[1e6]);
+    assert!(done[0].is_finite() && done[0] > 1e5, "{done:?}");
+}
+
+/// A Broadcom switch under rc0 whose GPUs write to peers behind rc1 and rc2.
+fn broadcom() -> Topology {
+    let mut t = presets::get("pcie-8x-2switch").unwrap();
+    t.pairs.clear();
+    t.root_complexes.push(crate::topology::RootComplex {
+        id: "rc1".into(),
+        socket: 0,
+        contention: None,
+    });
+    t.root_complexes.push(crate::topology::RootComplex {
+        id: "rc2".into(),
+        socket: 0,
+        contention: None,
+    });
+    t.switches[0].vendor = Some("Broadcom".into());
+    t.switches[0].contention = Some(Contention {
+        write_collapse_gbps: Some(2.7),
+        ..Default::default()
+    });
+    t.switches[1].parent = "rc1".into();
+    t.gpus[7].parent = "rc2".into();
+    t.normalize().unwrap();
+    t
+}
+
+#[test]
+fn posted_writes_collapse_towards_two_root_complexes() {
+    let net = Net::build(&broadcom());
+    // One destination root complex: full rate.
+    let one = run(&net, &[(0, 4)], Direction::Write);
+    assert!(close(one[0], 56.32, 1e-9));
+    // rc1 and rc2 at once: writes collapse to 2.7 GB/s together (C3) ...
+    let w = run(&net, &[(0, 4), (1, 7)], Direction::Write);
+    assert!(close(w[0] + w[1], 2.7, 1e-9), "{w:?}");
+    // ... while reads of the same pairs keep the uplink rate.
+    let r = run(&net, &[(0, 4), (1, 7)], Direction::Read);
+    assert!(close(r[0] + r[1], 56.32, 1e-9), "{r:?}");
+}
+
+#[test]
+fn one_gpu_writing_to_two_root_complexes_does_not_collapse() {
+    let net = Net::build(&broadcom());
+    // GPU 0 alone towards rc1 and rc2: the uplink's rate, shared.
+    let w = run(&net, &[(0, 4), (0, 7)], Direction::Write);
+    assert!(close(w[0] + w[1], 56.32, 1e-9), "{w:?}");
+    // Two GPUs towards one root complex: no collapse either.
+    let w = run(&net, &[(0, 4), (1, 5)], Direction::Write);
+    assert!(close(w[0] + w[1], 56.32, 1e-9), "{w:?}");
+}
+
+/// Kernel stores of every GPU of the switch to every peer behind rc1 and rc2.
+fn kernel_rates(net: &Net, pairs: &[(usize, usize)], engine: Engine) -> f64 {
+    let flows: Vec<Flow> = pairs
+        .iter()
+        .map(|&(src, dst)| Flow {
+            src,
+            dst,
+            dir: Direction::Write,
+            engine,
+        })
+        .collect();
+    let routes: Vec<Route> = pairs.iter().map(|&(a, b)| net.route(a, b)).collect();
+    let refs: Vec<&Route> = routes.iter().collect();
+    net.rates(&flows, &refs).iter().sum()
+}
+
+#[test]
+fn kernel_all_to_all_collapses_at_least_as_badly_as_two_copies() {
+    let net = Net::build(&broadcom());
+    let two = kernel_rates(&net, &[(0, 4), (1, 7)], Engine::Copy);
+    let all: Vec<(usize, usize)> = (0..4).flat_map(|a| [4, 5, 6, 7].map(|b| (a, b))).collect();
+    let kernel = kernel_rates(&net, &all, Engine::Kernel);
+    assert!(kernel <= two * (1.0 + 1e-9), "{kernel} vs {two}");
+}
+
+#[test]
+fn broadcom_pex890_collapses_by_default_and_says_so() {
+    let mut t = broadcom();
+    t.switches[0].contention = None;
+    t.switches[0].device = Some("PEX89144".into());
+    let net = Net::build(&t);
+    let w = run(&net, &[(0, 4), (1, 7)], Direction::Write);
+    assert!(close(w[0] + w[1], 2.7, 1e-9), "{w:?}");
+    assert!(
+        net.assumed()
+            .iter()
+            .any(|a| a.contains("sw0") && a.contains("2.7")),
+        "{:?}",
+        net.assumed()
+    );
+}
+
+#[test]
+fn kernel_streams_are_capped_and_degrade_under_all_to_all() {
+    let t = presets::get("pcie-4x-1switch").unwrap();
+    let net = Net::build(&t);
+    // One kernel store stream: C5's 44.8 GB/s share of the 56.32 port.
+    let one = kernel_rates(&net, &[(0, 1)], Engine::Kernel);
+    assert!(close(one, 56.32 * 44.78 / 56.25, 1e-9), "{one}");
+    // All 12 directed pairs: 25.4 GB/s per GPU's share of the port (C5).
+    let all: Vec<(usize, usize)> = (0..4)
+        .flat_map(|a| (0..4).filter(move |&b| b != a).map(move |b| (a, b)))
+        .collect();
+    let per_gpu = kernel_rates(&net, &all, Engine::Kernel) / 4.0;
+    assert!(close(per_gpu, 56.32 * 25.40 / 56.25, 1e-9), "{per_gpu}");
+    // Copy engines on the same pattern keep the full port.
+    let copy = kernel_rates(&net, &all, Engine::Copy) / 4.0;
+    assert!(close(copy, 56.32, 1e-9), "{copy}");
+}
+
+#[test]
+fn host_route_skips_peer_forwarding() {
+    let t = presets::get("pcie-8x-2switch").unwrap();
+    let net = Net::build(&t);
+    let up = net.host_route(0, 0, true);
+    // GPU port, sw0 node, sw0 uplink, host memory.
+    assert_eq!(up.resources.len(), 4);
+    assert!(close(up.latency_us, 0.33 + 0.2 + HOST_MEM_US, 1e-9));
+    let down = net.host_route(4, 0, false);
+    assert_eq!(down.resources.last(), Some(&net.gpu_down[4]));
+}

@@ -1,0 +1,487 @@
+//! The simulator's residuals against every published figure of shared/calibration it can
+//! reproduce, part by part: the table docs/MODEL-ERROR.md quotes and the bands of
+//! fabric/sim/band.rs are derived from. Each figure must fall inside the band the simulator
+//! itself gives that time (for timings: the band the profile records; for rates: the band of
+//! the parts the pattern crosses), so a model change that moves a figure out of its band fails
+//! here. `cargo test --test sim_residuals -- --nocapture` prints the table and the agreement
+//! count (figures within 0.67-1.5x).
+
+use std::collections::BTreeSet;
+
+use artune::fabric::sim::band::{Band, Part};
+use artune::fabric::sim::nccl::Level;
+use artune::fabric::sim::SimFabric;
+use artune::fabric::{Backend, Direction, Dtype, Fabric, Group, Mode};
+use artune::topology::presets::get;
+use artune::topology::{Status, Topology};
+
+const KB: u64 = 1024;
+const MB: u64 = 1024 * KB;
+const ALL8: [usize; 8] = [0, 1, 2, 3, 4, 5, 6, 7];
+
+struct Row {
+    figure: String,
+    published: f64,
+    simulated: f64,
+    band: Band,
+}
+
+impl Row {
+    fn ratio(&self) -> f64 {
+        self.simulated / self.published
+    }
+    /// The published figure lies inside the simulated value's band. Rates (GB/s) and times
+    /// invert alike in log space, so one test serves both.
+    fn inside(&self) -> bool {
+        let r = self.ratio();
+        r >= self.band.low * 0.999 && r <= self.band.high * 1.001
+    }
+}
+
+fn group(gpus: &[usize]) -> Group {
+    Group {
+        gpus: gpus.to_vec(),
+        dtype: Dtype::Bf16,
+        max_bytes: 256 * MB,
+    }
+}
+
+fn prepared(t: Topology, gpus: &[usize], level: Option<Level>) -> SimFabric {
+    let mut f = SimFabric::new(t, 2024).with_nccl_p2p_level(level);
+    f.prepare(&group(gpus), &Backend::ALL).unwrap();
+    f
+}
+
+fn median(f: &mut SimFabric, b: Backend, bytes: u64, mode: Mode) -> f64 {
+    let mut x = f.time(b, bytes, mode, 10, 31).unwrap();
+    x.sort_by(f64::total_cmp);
+    x[15]
+}
+
+fn busbw(bytes: u64, us: f64, n: usize) -> f64 {
+    bytes as f64 / (us * 1e3) * 2.0 * (n as f64 - 1.0) / n as f64
+}
+
+fn parts(p: &[Part]) -> Band {
+    Band::of(p.iter().copied().collect::<BTreeSet<_>>())
+}
+
+/// `base` with every GPU a GeForce-class Gen4 card (C6's 4090 boxes).
+fn gen4(mut t: Topology) -> Topology {
+    for g in &mut t.gpus {
+        g.name = "NVIDIA GeForce RTX 4090".into();
+        g.compute_capability = Some(artune::topology::ComputeCapability { major: 8, minor: 9 });
+        g.pcie.gen = Some(4);
+        g.pcie.max_gen = Some(4);
+    }
+    t
+}
+
+fn rows() -> Vec<Row> {
+    let mut out = Vec::new();
+    let mut push = |figure: String, published: f64, simulated: f64, band: Band| {
+        out.push(Row {
+            figure,
+            published,
+            simulated,
+            band,
+        })
+    };
+    let links = || parts(&[Part::Links]);
+
+    // C1: copy-engine rates on the two-switch box.
+    let c1 = SimFabric::new(get("pcie-8x-2switch").unwrap(), 1);
+    let sum = |f: &SimFabric, d, p: &[(usize, usize)]| -> f64 {
+        f.transfer_gbps(d, p).unwrap().iter().sum()
+    };
+    push(
+        "C1 one pair, same switch, GB/s".into(),
+        56.25,
+        sum(&c1, Direction::Write, &[(0, 1)]),
+        links(),
+    );
+    push(
+        "C1 one pair, across switches, GB/s".into(),
+        56.25,
+        sum(&c1, Direction::Write, &[(0, 4)]),
+        parts(&[Part::Links, Part::RootComplex]),
+    );
+    push(
+        "C1 four pairs across, total GB/s".into(),
+        56.4,
+        sum(&c1, Direction::Write, &[(0, 4), (1, 5), (2, 6), (3, 7)]),
+        parts(&[Part::Links, Part::RootComplex]),
+    );
+    push(
+        "C1 bidirectional 2 pairs, total GB/s".into(),
+        109.3,
+        sum(&c1, Direction::Write, &[(0, 4), (4, 0), (1, 5), (5, 1)]),
+        parts(&[Part::Links, Part::RootComplex]),
+    );
+    let mut c1p = prepared(get("pcie-8x-2switch").unwrap(), &ALL8, Some(Level::Sys));
+    push(
+        "C1 all 56 pairs, total GB/s".into(),
+        179.0,
+        c1p.probe(Direction::Write, 7, 64 * MB)
+            .unwrap()
+            .aggregate_gbps,
+        parts(&[Part::Links, Part::RootComplex]),
+    );
+    // C1 table, B column (both uplinks on one root complex, as the preset), eager, ring
+    // forced: NCCL's ring with its own protocol choice.
+    let ring = |f: &mut SimFabric, bytes| {
+        median(f, Backend::NcclRingLl, bytes, Mode::Eager).min(median(
+            f,
+            Backend::NcclRingSimple,
+            bytes,
+            Mode::Eager,
+        ))
+    };
+    let nccl_band = c1p.band(Backend::Nccl).unwrap();
+    for (bytes, us) in [
+        (4 * KB, 17.34),
+        (16 * KB, 17.31),
+        (64 * KB, 25.21),
+        (256 * KB, 24.96),
+        (MB, 79.98),
+        (4 * MB, 182.44),
+    ] {
+        push(
+            format!("C1 NCCL ring {} KB, us", bytes / KB),
+            us,
+            ring(&mut c1p, bytes),
+            nccl_band.clone(),
+        );
+    }
+    for (bytes, bw) in [(16 * MB, 44.61), (64 * MB, 45.74), (256 * MB, 46.10)] {
+        let t = ring(&mut c1p, bytes);
+        push(
+            format!("C1 NCCL ring busbw {} MB, GB/s", bytes / MB),
+            bw,
+            busbw(bytes, t, 8),
+            nccl_band.clone(),
+        );
+    }
+
+    // C2: direct-attached, two sockets.
+    let c2 = SimFabric::new(get("pcie-8x-direct-2socket").unwrap(), 1);
+    let rc = || parts(&[Part::Links, Part::RootComplex]);
+    let x = || parts(&[Part::Links, Part::RootComplex, Part::Interconnect]);
+    push(
+        "C2 one pair same socket, GB/s".into(),
+        57.2,
+        sum(&c2, Direction::Write, &[(0, 1)]),
+        rc(),
+    );
+    push(
+        "C2 one pair across sockets, GB/s".into(),
+        43.0,
+        sum(&c2, Direction::Write, &[(0, 4)]),
+        x(),
+    );
+    push(
+        "C2 bidirectional same socket, GB/s".into(),
+        112.3,
+        sum(&c2, Direction::Write, &[(0, 1), (1, 0)]),
+        rc(),
+    );
+    push(
+        "C2 bidirectional across sockets, GB/s".into(),
+        81.5,
+        sum(&c2, Direction::Write, &[(0, 4), (4, 0)]),
+        x(),
+    );
+    let seven: Vec<(usize, usize)> = (1..8).map(|p| (p, 0)).collect();
+    push(
+        "C2 one GPU pulls from 7, GB/s".into(),
+        55.7,
+        sum(&c2, Direction::Read, &seven),
+        x(),
+    );
+    let mut c2p = prepared(
+        get("pcie-8x-direct-2socket").unwrap(),
+        &ALL8,
+        Some(Level::Sys),
+    );
+    push(
+        "C2 56 flows pulling, total GB/s".into(),
+        184.6,
+        c2p.probe(Direction::Read, 7, 64 * MB)
+            .unwrap()
+            .aggregate_gbps,
+        x(),
+    );
+    for (k, want) in (1..8).zip([52.3, 37.9, 26.8, 19.3, 39.6, 41.2, 40.8]) {
+        let pairs: Vec<(usize, usize)> = (0..8).map(|i| ((i + k) % 8, i)).collect();
+        push(
+            format!("C2 staggered reads k={k}, GB/s per GPU"),
+            want,
+            sum(&c2, Direction::Read, &pairs) / 8.0,
+            x(),
+        );
+    }
+    let one_band = c2p.band(Backend::OneStagePull).unwrap();
+    let c2_nccl_band = c2p.band(Backend::Nccl).unwrap();
+    for (bytes, one, nccl) in [
+        (KB, 7.5, 18.0),
+        (4 * KB, 8.2, 28.2),
+        (8 * KB, 8.9, 18.6),
+        (16 * KB, 12.0, 25.7),
+        (32 * KB, 16.4, 24.9),
+        (64 * KB, 25.6, 27.0),
+        (72 * KB, 26.9, 31.7),
+        (80 * KB, 30.1, 23.3),
+        (128 * KB, 44.5, 30.9),
+        (256 * KB, 80.8, 55.4),
+        (512 * KB, 149.1, 79.6),
+        (MB, 288.6, 129.7),
+    ] {
+        push(
+            format!("C2 one-shot {} KB, us", bytes / KB),
+            one,
+            median(&mut c2p, Backend::OneStagePull, bytes, Mode::Graph),
+            one_band.clone(),
+        );
+        let n = median(&mut c2p, Backend::NcclRingLl, bytes, Mode::Graph).min(median(
+            &mut c2p,
+            Backend::NcclRingSimple,
+            bytes,
+            Mode::Graph,
+        ));
+        push(
+            format!("C2 NCCL (graph XML) {} KB, us", bytes / KB),
+            nccl,
+            n,
+            c2_nccl_band.clone(),
+        );
+    }
+
+    // C5: kernel loads and stores, 4 GPUs under one Microchip switch.
+    let c5 = SimFabric::new(get("pcie-4x-1switch").unwrap(), 1);
+    let kernel = || parts(&[Part::Links, Part::KernelMicrochip]);
+    let all4: Vec<(usize, usize)> = (0..4)
+        .flat_map(|a| (0..4).filter(move |&b| b != a).map(move |b| (a, b)))
+        .collect();
+    let k =
+        |d, p: &[(usize, usize)]| -> f64 { c5.kernel_transfer_gbps(d, p).unwrap().iter().sum() };
+    push(
+        "C5 isolated store, GB/s".into(),
+        44.78,
+        k(Direction::Write, &[(0, 1)]),
+        kernel(),
+    );
+    push(
+        "C5 isolated load, GB/s".into(),
+        42.83,
+        k(Direction::Read, &[(0, 1)]),
+        kernel(),
+    );
+    push(
+        "C5 concurrent store, GB/s per GPU".into(),
+        25.40,
+        k(Direction::Write, &all4) / 4.0,
+        kernel(),
+    );
+    push(
+        "C5 concurrent load, GB/s per GPU".into(),
+        20.60,
+        k(Direction::Read, &all4) / 4.0,
+        kernel(),
+    );
+
+    // C6: NCCL with its defaults on PCIe-only boxes.
+    let mut nop2p = gen4(get("pcie-8x-direct-2socket").unwrap());
+    for p in &mut nop2p.pairs {
+        p.p2p.read = Status::No;
+        p.p2p.write = Status::No;
+    }
+    let mut f = prepared(nop2p, &ALL8, None);
+    let b = f.band(Backend::Nccl).unwrap();
+    push(
+        "C6 #1530 8 B, 8 GPUs without P2P, us".into(),
+        42.1,
+        median(&mut f, Backend::Nccl, 8, Mode::Eager),
+        b,
+    );
+    let mut quad = gen4(get("pcie-8x-direct-2socket").unwrap());
+    quad.gpus.truncate(4);
+    quad.pairs.clear();
+    quad.normalize().unwrap();
+    for (level, want, what) in [(None, 18.0, "SHM"), (Some(Level::Sys), 22.0, "P2P")] {
+        let mut f = prepared(quad.clone(), &[0, 1, 2, 3], level);
+        let b = f.band(Backend::Nccl).unwrap();
+        let t = median(&mut f, Backend::Nccl, 256 * MB, Mode::Eager);
+        push(
+            format!("C6 #1603 4x4090 {what} busbw, GB/s"),
+            want,
+            busbw(256 * MB, t, 4),
+            b,
+        );
+    }
+    let mut d = prepared(get("pcie-8x-direct-2socket").unwrap(), &ALL8, None);
+    let db = d.band(Backend::Nccl).unwrap();
+    for (bytes, slow, fast) in [
+        (32 * KB, 48.2, 26.2),
+        (64 * KB, 48.7, 25.6),
+        (128 * KB, 51.6, 32.1),
+        (256 * KB, 56.5, 37.3),
+    ] {
+        push(
+            format!("C6 Turin NCCL defaults {} KB, us", bytes / KB),
+            slow,
+            median(&mut d, Backend::Nccl, bytes, Mode::Eager),
+            db.clone(),
+        );
+        let best = median(&mut c2p, Backend::NcclRingLl, bytes, Mode::Eager).min(median(
+            &mut c2p,
+            Backend::NcclRingSimple,
+            bytes,
+            Mode::Eager,
+        ));
+        push(
+            format!("C6 Turin NCCL graph XML {} KB, us", bytes / KB),
+            fast,
+            best,
+            c2_nccl_band.clone(),
+        );
+    }
+    out
+}
+
+#[test]
+fn every_published_figure_lies_inside_its_simulated_band() {
+    let rows = rows();
+    println!("| figure | published | simulated | sim/published | band | inside |");
+    println!("|---|---|---|---|---|---|");
+    for r in &rows {
+        println!(
+            "| {} | {} | {:.2} | {:.2} | {:.2}-{:.2} | {} |",
+            r.figure,
+            r.published,
+            r.simulated,
+            r.ratio(),
+            r.band.low,
+            r.band.high,
+            if r.inside() { "yes" } else { "NO" }
+        );
+    }
+    let agree = rows
+        .iter()
+        .filter(|r| (0.67..=1.5).contains(&r.ratio()))
+        .count();
+    let inside = rows.iter().filter(|r| r.inside()).count();
+    println!(
+        "within 0.67-1.5x: {agree} of {}; inside the simulated band: {inside} of {}",
+        rows.len(),
+        rows.len()
+    );
+    let out: Vec<String> = rows
+        .iter()
+        .filter(|r| !r.inside())
+        .map(|r| format!("{} ({:.2}x)", r.figure, r.ratio()))
+        .collect();
+    assert!(out.is_empty(), "outside the model band: {out:?}");
+}
+
+/// A switch whose make the file leaves out gets the widest kernel band, and its times are
+/// marked as resting on an assumption.
+#[test]
+fn an_unstated_switch_make_widens_the_custom_band() {
+    let stated = prepared(get("pcie-4x-1switch").unwrap(), &[0, 1, 2, 3], None)
+        .band(Backend::OneStagePush)
+        .unwrap();
+    let mut t = get("pcie-4x-1switch").unwrap();
+    for s in &mut t.switches {
+        s.vendor = None;
+        s.device = None;
+    }
+    let mut f = prepared(t, &[0, 1, 2, 3], None);
+    let unstated = f.band(Backend::OneStagePush).unwrap();
+    assert!(unstated.high > stated.high, "{unstated:?} vs {stated:?}");
+    assert!(unstated.parts.contains(&Part::KernelUnstated));
+    let m = Fabric::model_band(&mut f, Backend::OneStagePush, 4096).unwrap();
+    assert!(m.assumed);
+    assert!(
+        f.assumed()
+            .iter()
+            .any(|a| a.contains("switch make not stated")),
+        "{:?}",
+        f.assumed()
+    );
+}
+
+/// Bad input: a topology that states an error band, or a switch make the simulator has no
+/// calibration data for, is refused in one sentence with exit 2 and no profile.
+#[test]
+fn a_stated_error_band_or_an_unknown_make_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let base: serde_json::Value =
+        serde_json::from_str(artune::topology::presets::json("pcie-4x-1switch").unwrap()).unwrap();
+    let mut band = base.clone();
+    band["switches"][0]["error_band"] = serde_json::json!(0.1);
+    let mut make = base.clone();
+    make["switches"][0]["vendor"] = serde_json::json!("ASMedia");
+    for (i, (t, needle)) in [
+        (band, "`switches[0].error_band` states a model error band"),
+        (make, "switch `sw0` states vendor `ASMedia`, a make the simulator has no calibration data for"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let path = dir.path().join(format!("t{i}.json"));
+        std::fs::write(&path, serde_json::to_string(&t).unwrap()).unwrap();
+        let out = dir.path().join(format!("p{i}.json"));
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_artune"))
+            .args(["tune", "--topology", path.to_str().unwrap(), "--out"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains(needle), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(!out.exists());
+    }
+}
+
+// ---- Topology files: kernel-traffic fields are checked --------------------------------------
+
+/// A kernel-traffic factor of 0 or a curve that rises with more flows is refused with one
+/// sentence naming the field and its limit, exit 2.
+#[test]
+fn bad_kernel_traffic_fields_exit_2_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let base: serde_json::Value =
+        serde_json::from_str(artune::topology::presets::json("pcie-4x-1switch").unwrap()).unwrap();
+    let cases = [
+        (
+            serde_json::json!({"store_factor": 0.0}),
+            "kernel.store_factor is 0; it must be above 0 and at most 1",
+        ),
+        (
+            serde_json::json!({"load_curve": [{"flows": 1, "factor": 0.5}, {"flows": 4, "factor": 0.8}]}),
+            "kernel.load_curve[1] factor 0.8 at 4 flows is above 0.5 at 1 flows",
+        ),
+        (
+            serde_json::json!({"store_curve": [{"flows": 4, "factor": 0.5}, {"flows": 2, "factor": 0.4}]}),
+            "kernel.store_curve[1] has flows 2 after 4",
+        ),
+    ];
+    for (i, (kernel, needle)) in cases.into_iter().enumerate() {
+        let mut t = base.clone();
+        t["switches"][0]["contention"]["kernel"] = kernel;
+        let path = dir.path().join(format!("t{i}.json"));
+        std::fs::write(&path, serde_json::to_string(&t).unwrap()).unwrap();
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_artune"))
+            .args(["tune", "--topology", path.to_str().unwrap(), "--out"])
+            .arg(dir.path().join(format!("p{i}.json")))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains(needle), "{err}");
+        assert!(err.contains("switch `sw0` contention"), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(!dir.path().join(format!("p{i}.json")).exists());
+    }
+}
