@@ -104,9 +104,9 @@ fn a_bug_in_artune_exits_70_with_one_line_and_writes_nothing() {
     assert!(!out.exists());
 }
 
-/// A profile with two placements of TP2 (GPUs 0,1 under one switch; 3,4 across two).
+/// A profile with two placements of TP2 (GPUs 0,1 on one socket; 3,4 across the two).
 fn two_placements(dir: &Path) -> PathBuf {
-    let args = ["--sim", "pcie-8x-2switch", "--tp", "2", "--mode", "graph"];
+    let args = ["--sim", "pcie-8x-direct-2socket", "--tp", "2", "--mode", "graph"];
     tuned(dir, "two.json", &args)
 }
 
@@ -120,27 +120,27 @@ fn select_and_why_answer_for_the_placement_asked_and_name_it() {
         assert_eq!(o.status.code(), Some(0), "{args:?}: {}", text(&o.stderr));
         serde_json::from_str(&text(&o.stdout)).unwrap()
     };
-    let default = json(&["select", p, "--tp", "2", "--bytes", "3M", "--json"]);
+    let default = json(&["select", p, "--tp", "2", "--bytes", "64K", "--json"]);
     let across = json(&[
-        "select", p, "--tp", "2", "--bytes", "3M", "--gpus", "3,4", "--json",
+        "select", p, "--tp", "2", "--bytes", "64K", "--gpus", "3,4", "--json",
     ]);
     assert_eq!(default["gpus"], serde_json::json!([0, 1]));
     assert_eq!(default["other_placements"], serde_json::json!([[3, 4]]));
     assert_eq!(across["gpus"], serde_json::json!([3, 4]));
-    assert_eq!(across["placement"], "2 switches, 1 root complex");
-    // At 3M the two placements choose differently: the answer depends on the GPUs asked.
+    assert_eq!(across["placement"], "2 root ports, 2 root complexes, 2 sockets");
+    // At 64K the two placements choose differently: the answer depends on the GPUs asked.
     assert_ne!(default["backend"], across["backend"], "{default} {across}");
     // Text: the backend alone on stdout, the group it answered for on stderr.
-    let o = artune(&["select", p, "--tp", "2", "--bytes", "3M"]);
+    let o = artune(&["select", p, "--tp", "2", "--bytes", "64K"]);
     assert_eq!(text(&o.stdout).trim(), default["backend"].as_str().unwrap());
     let err = text(&o.stderr);
     assert!(
-        err.contains("answered for TP2 graph on GPUs 0,1 (1 switch)") && err.contains("--gpus 3,4"),
+        err.contains("answered for TP2 graph on GPUs 0,1 (2 root ports, 2 root complexes)") && err.contains("--gpus 3,4"),
         "{err}"
     );
     // why explains the same group select answered for.
     let w = json(&[
-        "why", p, "--tp", "2", "--bytes", "3M", "--gpus", "3,4", "--json",
+        "why", p, "--tp", "2", "--bytes", "64K", "--gpus", "3,4", "--json",
     ]);
     assert_eq!(w["gpus"], serde_json::json!([3, 4]));
     assert_eq!(w["chosen"], across["backend"]);

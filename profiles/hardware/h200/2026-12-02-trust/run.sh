@@ -1,7 +1,7 @@
 #!/bin/bash
 # Run 20 (2026-12-02): the merged tree on the H200, for issue #24's evidence (and #27's GPU
 # tests again). Binaries in .carry/final; everything kept under $W and packed after each step.
-B=$PWD/.carry/final
+R=$PWD; B=$R/.carry/final
 export ARTUNE_BIN=$B/artune
 W=/tmp/run20; mkdir -p $W
 PY=/opt/torch/.venv/bin/python
@@ -48,6 +48,7 @@ kill $N; wait $N 2>/dev/null
 step nccl-info 60 env NCCL_DEBUG=INFO $A tune --loopback 4 --tp 4 --sizes 4K:64K --out $W/nccl-info.json
 # 7. The GPU tests (probe growth with each rank launching its own kernels), time allowing.
 if [ $SECONDS -lt 380 ]; then
+  cd $R
   step gpu-tests-each 170 env ARTUNE_LOOPBACK_LAUNCH=each $B/gpu --test-threads 1
 fi
 echo "end $(date -u +%T) after $SECONDS s; workers left: $(pgrep -fc __worker)" >> $W/env.txt
