@@ -6,7 +6,8 @@
 //! watchdog turns a hang into a timeout.
 
 use super::facts::PairTransfer;
-use crate::fabric::{Backend, Dtype, Fabric, FabricError, Group, Readiness, Verification};
+use crate::allreduce::{Backend, Dtype, Readiness};
+use crate::fabric::{Fabric, FabricError, Group, Verification};
 
 /// Bytes each transfer check moves: big enough to cross many pages, small enough for any BAR1.
 pub const BYTES: u64 = 1 << 20;
