@@ -86,7 +86,7 @@ fn pair(
 /// The topology with each GPU's link replaced by a reading taken under load.
 pub fn with_links(
     t: &crate::topology::Topology,
-    readings: &[crate::fabric::cuda::LinkReading],
+    readings: &[crate::topology::reading::LinkReading],
 ) -> crate::topology::Topology {
     let mut t = t.clone();
     let small = |v: Option<u32>| v.and_then(|x| u8::try_from(x).ok());
