@@ -16,6 +16,7 @@ mod data;
 mod device;
 mod driver;
 pub mod kernels;
+mod layout;
 pub mod link;
 pub mod nccl;
 mod probe;

@@ -8,7 +8,8 @@ use std::ffi::c_void;
 use std::time::Duration;
 
 use super::driver::{self, dev, wait_dev, DevBuf, Event, Imported, Span, Stream};
-use super::kernels::{self, ProbeArgs, MAX_RANKS, THREADS};
+use super::kernels;
+use super::layout::{ProbeArgs, MAX_RANKS, THREADS};
 use super::protocol::{Launch, ProbeHandles};
 use super::topo;
 use super::watchdog;

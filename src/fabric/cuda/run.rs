@@ -6,7 +6,8 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use super::driver::{dev, Event, Graph, Span, Stream, DEVICE_HINT};
-use super::kernels::{self, SIGNAL_STATUS_OFFSET};
+use super::kernels;
+use super::layout::SIGNAL_STATUS_OFFSET;
 use super::nccl;
 use super::protocol::{Launch, Shape};
 use super::setup::CustomView;

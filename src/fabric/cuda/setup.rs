@@ -6,7 +6,8 @@ use std::collections::{HashMap, HashSet};
 
 use super::data;
 use super::driver::{self, dev, is_oom, DevBuf, Event, Imported, IpcHandle, Span, Stream};
-use super::kernels::{self, ArArgs, MAX_RANKS};
+use super::kernels;
+use super::layout::{ArArgs, MAX_RANKS};
 use super::nccl;
 use super::protocol::{BufHandles, Launch, RankHandles, Shape};
 use super::run::{Impl, Launcher, Ready, Unit};

@@ -7,7 +7,8 @@ use std::ffi::c_void;
 
 use super::data;
 use super::driver::{dev, wait_dev, DevBuf, Span};
-use super::kernels::{Kernels, THREADS};
+use super::kernels::Kernels;
+use super::layout::THREADS;
 use super::run::{Impl, Launcher};
 use super::setup::GUARD;
 use super::{Faults, Gpu};

@@ -16,7 +16,7 @@ use std::time::Duration;
 use self::group::{not_prepared, Plan};
 use self::processes::{start_set, unexpected, Set, Trouble};
 use super::driver::DeviceFacts;
-use super::kernels::MAX_RANKS;
+use super::layout::MAX_RANKS;
 use super::protocol::{Req, Resp};
 use super::topo;
 use super::watchdog::Deadline;
