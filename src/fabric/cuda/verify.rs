@@ -9,8 +9,7 @@ use super::data;
 use super::driver::{dev, wait_dev, DevBuf, Span};
 use super::kernels::Kernels;
 use super::layout::THREADS;
-use super::run::{Impl, Launcher};
-use super::setup::GUARD;
+use super::setup::{Impl, Launcher, GUARD};
 use super::{Faults, Gpu};
 use crate::fabric::{Backend, FabricError, Mode};
 
