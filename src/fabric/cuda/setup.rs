@@ -1,7 +1,7 @@
 //! Worker side of preparing a group: the buffers a worker owns (allocated with plain cuMemAlloc
 //! and exported by IPC handle, as vLLM and SGLang share theirs), the launcher that opens every
 //! other rank's buffers, and NCCL ranks. The launcher is defined here, where it is built;
-//! [`super::run`] runs it.
+//! `run.rs` runs it.
 
 use std::collections::{HashMap, HashSet};
 
