@@ -13,8 +13,7 @@ pub use rule::{
     beats, beats_settled, beyond, choose, model_error, nccl_choice, open, unsettled, MIN_EFFECT,
 };
 
-use crate::allreduce::{memory, Backend, Dtype, Mode};
-use crate::fabric::Readiness;
+use crate::allreduce::{memory, Backend, Dtype, MemoryCost, Mode, Readiness};
 use crate::profile::{Bucket, Crossover, GroupProfile, Memory, Timing};
 use crate::results::GroupResults;
 
@@ -89,7 +88,7 @@ pub fn group_profile(
 ) -> GroupProfile {
     let tp = res.gpus.len();
     let mut waived_group: BTreeMap<Backend, String> = res.disqualified.clone();
-    let mut costs: BTreeMap<Backend, crate::fabric::MemoryCost> = BTreeMap::new();
+    let mut costs: BTreeMap<Backend, MemoryCost> = BTreeMap::new();
     for r in &res.readiness {
         match r {
             Readiness::Waived { backend, reason } => {

@@ -30,6 +30,6 @@ pub mod tune;
 pub mod units;
 pub mod workload;
 
+pub use allreduce::{Backend, Dtype, Mode};
 pub use error::{Error, Result};
-pub use fabric::{Backend, Dtype, Mode};
 pub use profile::{Profile, Query, Selection};

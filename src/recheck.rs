@@ -14,10 +14,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::allreduce::Backend;
+use crate::allreduce::{Backend, Readiness};
 use crate::cancel::Cancel;
 use crate::error::Error;
-use crate::fabric::{Fabric, FabricError, Group, Readiness, Verification};
+use crate::fabric::{Fabric, FabricError, Group, Verification};
 use crate::measure::{measure_cell, Harness};
 use crate::profile::{GroupProfile, Profile, Timing};
 

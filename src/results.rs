@@ -2,8 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::allreduce::{Backend, Mode};
-use crate::fabric::Readiness;
+use crate::allreduce::{Backend, Mode, Readiness};
 use crate::profile::{ContentionCurve, GroupPhases, Timing};
 
 /// Everything measured on one GPU set.

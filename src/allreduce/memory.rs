@@ -1,6 +1,9 @@
 //! What each backend costs a GPU in device memory: the model both fabrics start from and the
 //! decision uses to honour `--mem-budget`. The CUDA fabric measures the real figure beside it.
 
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
 use super::Backend;
 
 /// Cross-GPU signal flags: one cache line per (rank, peer, phase), rounded up generously.
@@ -11,6 +14,17 @@ pub const GRAPH_TABLE_BYTES: u64 = 2 << 20;
 /// One NCCL connection's buffers per channel with default NCCL_BUFFSIZE: LL 512 KiB +
 /// LL128 4.69 MiB + Simple 4 MiB (calibration C4).
 pub const NCCL_CONN_BYTES: u64 = 9_646_899;
+
+/// What one backend costs each GPU of the group.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MemoryCost {
+    /// The figure to trust: measured where `measured`, else modelled.
+    pub bytes_per_gpu: u64,
+    /// True when read from the device (cuMemGetInfo before/after setup).
+    pub measured: bool,
+    /// What the model predicts, kept beside a measurement for comparison.
+    pub modelled_bytes_per_gpu: u64,
+}
 
 /// Modelled bytes per GPU for `backend` in a group of `tp` ranks whose buffers serve messages up
 /// to `max_bytes`. `nccl_channels` is the channel count NCCL uses on this fabric.

@@ -5,6 +5,8 @@
 
 pub mod memory;
 
+pub use memory::MemoryCost;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -212,6 +214,28 @@ pub struct ProbeSample {
     pub per_gpu_gbps: f64,
     /// All bytes moved by all GPUs per second, GB/s.
     pub aggregate_gbps: f64,
+}
+
+/// Outcome of preparing one backend for a group: what a fabric's `prepare` answers, and what
+/// the results hand to the decision, so neither depends on the fabric for it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Readiness {
+    Ready {
+        backend: Backend,
+        memory: MemoryCost,
+    },
+    Waived {
+        backend: Backend,
+        reason: String,
+    },
+}
+
+impl Readiness {
+    pub fn backend(&self) -> Backend {
+        match self {
+            Readiness::Ready { backend, .. } | Readiness::Waived { backend, .. } => *backend,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -10,9 +10,10 @@ use super::output::{out, outln};
 use serde_json::{json, Value};
 
 use super::BenchArgs;
+use crate::allreduce::{Backend, Dtype, Mode, Readiness};
 use crate::error::Error;
 use crate::fabric::cuda::{self, CudaFabric};
-use crate::fabric::{Backend, Dtype, Fabric, Group, Mode, Readiness, Verification};
+use crate::fabric::{Fabric, Group, Verification};
 use crate::units::{fmt_bytes, fmt_us};
 
 const SIZES: [u64; 8] = [

@@ -6,7 +6,8 @@
 //! watchdog turns a hang into a timeout.
 
 use super::facts::PairTransfer;
-use crate::fabric::{Backend, Dtype, Fabric, FabricError, Group, Readiness, Verification};
+use crate::allreduce::{Backend, Dtype, Readiness};
+use crate::fabric::{Fabric, FabricError, Group, Verification};
 
 /// Bytes each transfer check moves: big enough to cross many pages, small enough for any BAR1.
 pub const BYTES: u64 = 1 << 20;
@@ -85,7 +86,7 @@ fn pair(
 /// The topology with each GPU's link replaced by a reading taken under load.
 pub fn with_links(
     t: &crate::topology::Topology,
-    readings: &[crate::fabric::cuda::LinkReading],
+    readings: &[crate::topology::reading::LinkReading],
 ) -> crate::topology::Topology {
     let mut t = t.clone();
     let small = |v: Option<u32>| v.and_then(|x| u8::try_from(x).ok());

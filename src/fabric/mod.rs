@@ -13,11 +13,9 @@ pub mod sim;
 
 // The vocabulary lives below the seam so that profiles and exports need not depend on it.
 pub use crate::allreduce::{
-    memory, Backend, Direction, Dtype, Mode, NcclAlgo, NcclProto, ProbeSample,
+    memory, Backend, Direction, Dtype, MemoryCost, Mode, NcclAlgo, NcclProto, ProbeSample,
+    Readiness,
 };
-
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 
 use crate::topology::Topology;
 
@@ -60,38 +58,6 @@ impl Group {
             return bad("a group's largest message must be at least 1 byte".into());
         }
         Ok(())
-    }
-}
-
-/// What one backend costs each GPU of the group.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct MemoryCost {
-    /// The figure to trust: measured where `measured`, else modelled.
-    pub bytes_per_gpu: u64,
-    /// True when read from the device (cuMemGetInfo before/after setup).
-    pub measured: bool,
-    /// What the model predicts, kept beside a measurement for comparison.
-    pub modelled_bytes_per_gpu: u64,
-}
-
-/// Outcome of preparing one backend.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Readiness {
-    Ready {
-        backend: Backend,
-        memory: MemoryCost,
-    },
-    Waived {
-        backend: Backend,
-        reason: String,
-    },
-}
-
-impl Readiness {
-    pub fn backend(&self) -> Backend {
-        match self {
-            Readiness::Ready { backend, .. } | Readiness::Waived { backend, .. } => *backend,
-        }
     }
 }
 

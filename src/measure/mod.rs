@@ -9,8 +9,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::allreduce::{Backend, Direction, Dtype, Mode, Readiness};
 use crate::cancel::Cancel;
-use crate::fabric::{Backend, Direction, Dtype, Fabric, FabricError, Group, Mode, Readiness};
+use crate::fabric::{Fabric, FabricError, Group};
 use crate::plan::{self, CloseCalls, Winner};
 use crate::profile::{ContentionCurve, GroupPhases, Timing};
 pub use crate::results::GroupResults;

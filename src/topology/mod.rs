@@ -16,6 +16,7 @@ pub mod occupancy;
 mod paths;
 mod pci_config;
 pub mod presets;
+pub mod reading;
 pub mod render;
 pub mod sysfs;
 

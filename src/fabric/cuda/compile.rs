@@ -303,7 +303,7 @@ fn store(dir: &Path, file: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// The options passed to NVRTC for `target`.
 pub fn options(target: &Target) -> Vec<String> {
     let mut o = vec![target.option(), "--std=c++17".into()];
-    o.extend(super::kernels::defines());
+    o.extend(super::layout::defines());
     o
 }
 

@@ -1,5 +1,5 @@
-//! Host side of kernels/*.cu: argument layouts, the functions loaded per GPU, launch shapes
-//! and how many bytes each kernel moves.
+//! Host side of kernels/*.cu: the functions loaded per GPU, launch shapes and how many bytes
+//! each kernel moves (the constants and argument layouts both sides share: [`super::layout`]).
 
 use std::sync::Arc;
 
@@ -7,75 +7,10 @@ use cudarc::driver::CudaContext;
 
 use super::compile;
 use super::driver::{dev, Function, Module};
+use super::layout::{
+    LL1_MAX_BYTES, LL2_MAX_BYTES, LL_LINE, LL_THREADS, MAX_BLOCKS, SIGNAL_ALLOC, THREADS,
+};
 use crate::fabric::{Backend, Dtype, FabricError};
-
-// The constants below marked "shared" reach kernels/*.cu as NVRTC -D options ([`defines`]).
-
-/// Shared.
-pub const MAX_RANKS: usize = 16;
-/// Shared.
-pub const MAX_BLOCKS: u32 = 256;
-/// Shared: threads per block of the bandwidth kernels.
-pub const THREADS: u32 = 512;
-/// Bytes reserved for one rank's `Signal` (kernels/common.cuh); its LL lines follow. Shared as
-/// `LL_OFFSET`.
-pub const SIGNAL_ALLOC: usize = 64 << 10;
-/// Offset of `Signal::status` (3 x 256 x 16 flags + 256 epochs, all u32).
-pub const SIGNAL_STATUS_OFFSET: usize = (3 * 256 * 16 + 256) * 4;
-/// Largest message per rank (bytes) that one-stage push sends through its LL kernel. Shared as
-/// `LL1_MAX_BYTES`.
-pub const LL1_MAX_BYTES: u64 = 32 << 10;
-/// The same for two-stage push and pull. Shared as `LL2_MAX_BYTES`.
-pub const LL2_MAX_BYTES: u64 = 64 << 10;
-/// Bytes of one LL line: 8 data bytes and two 4-byte flags. Shared.
-const LL_LINE: u64 = 16;
-/// Threads per block of the LL kernels, one 8-byte data word each. Shared.
-pub const LL_THREADS: u32 = 128;
-
-/// The NVRTC options that give kernels/*.cu the constants shared with this file.
-pub fn defines() -> Vec<String> {
-    [
-        ("MAX_RANKS", MAX_RANKS as u64),
-        ("MAX_BLOCKS", MAX_BLOCKS as u64),
-        ("THREADS", THREADS as u64),
-        ("LL_OFFSET", SIGNAL_ALLOC as u64),
-        ("LL_LINE", LL_LINE),
-        ("LL_THREADS", LL_THREADS as u64),
-        ("LL1_MAX_BYTES", LL1_MAX_BYTES),
-        ("LL2_MAX_BYTES", LL2_MAX_BYTES),
-    ]
-    .iter()
-    .map(|(k, v)| format!("-D{k}={v}"))
-    .collect()
-}
-
-/// Mirrors `struct ArArgs` in kernels/common.cuh.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct ArArgs {
-    pub input: [u64; MAX_RANKS],
-    pub out: [u64; MAX_RANKS],
-    pub scratch: [u64; MAX_RANKS],
-    pub sig: [u64; MAX_RANKS],
-    pub n: u64,
-    pub slot_bytes: u64,
-    pub nranks: i32,
-    pub rank_base: i32,
-}
-
-/// Mirrors `struct ProbeArgs` in kernels/probe.cu.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct ProbeArgs {
-    pub src: [u64; MAX_RANKS],
-    pub dst: [u64; MAX_RANKS],
-    pub bytes: u64,
-    pub sink: u64,
-    pub nranks: i32,
-    pub rank: i32,
-    pub peers: i32,
-    pub pad: i32,
-}
 
 /// Kernel name for a custom backend and element type, e.g. "one_stage_pull_bf16".
 pub fn kernel_name(backend: Backend, dtype: Dtype) -> Option<String> {
@@ -330,6 +265,9 @@ pub fn slot_bytes(backend: Backend, max_bytes: u64, n: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fabric::cuda::layout::{
+        defines, ArArgs, ProbeArgs, MAX_RANKS, SIGNAL_STATUS_OFFSET,
+    };
 
     #[test]
     fn programmatic_launch_from_hopper_on() {

@@ -16,6 +16,7 @@ mod data;
 mod device;
 mod driver;
 pub mod kernels;
+mod layout;
 pub mod link;
 pub mod nccl;
 mod probe;
@@ -34,11 +35,11 @@ use cudarc::driver::CudaContext;
 use self::driver::{dev, DeviceFacts};
 use self::kernels::Kernels;
 use crate::fabric::{Backend, FabricError};
+use crate::topology::reading::LinkReading;
 
 pub use self::coordinator::CudaFabric;
 pub use self::kernels::traffic_bytes;
 pub use self::nccl::nccl_version;
-pub use self::topo::LinkReading;
 
 /// How many GPUs CUDA sees: 0 only when there is no driver or the driver finds no device.
 /// Tests skip on 0 alone; a driver that is there but fails to start counts as present (1), so

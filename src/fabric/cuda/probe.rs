@@ -8,12 +8,14 @@ use std::ffi::c_void;
 use std::time::Duration;
 
 use super::driver::{self, dev, wait_dev, DevBuf, Event, Imported, Span, Stream};
-use super::kernels::{self, ProbeArgs, MAX_RANKS, THREADS};
+use super::kernels;
+use super::layout::{ProbeArgs, MAX_RANKS, THREADS};
 use super::protocol::{Launch, ProbeHandles};
-use super::topo::{self, LinkReading};
+use super::topo;
 use super::watchdog;
 use super::Gpu;
 use crate::fabric::{Direction, FabricError};
+use crate::topology::reading::LinkReading;
 
 /// Probe buffers of the ranks a worker owns, and the latch if it owns rank 0.
 pub struct ProbeOwned {

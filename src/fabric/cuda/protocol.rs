@@ -10,8 +10,8 @@ use std::io::Write;
 use serde::{Deserialize, Serialize};
 
 use super::driver::{DeviceFacts, IpcHandle};
-use super::topo::LinkReading;
 use crate::fabric::{Backend, Direction, Dtype, FabricError, Mode};
+use crate::topology::reading::LinkReading;
 
 /// The ranks one worker launches kernels for: `count` ranks from `base` (one on a real
 /// machine; all of a loopback group in one grid, as before worker processes).

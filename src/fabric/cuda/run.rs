@@ -2,78 +2,15 @@
 //! worker launches, capturing them into CUDA graphs, timing batches, and recovering from a
 //! backend that hung or failed (abort, drain, forget it).
 
-use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use super::driver::{dev, Event, Graph, Span, Stream, DEVICE_HINT};
-use super::kernels::{self, SIGNAL_STATUS_OFFSET};
-use super::nccl;
-use super::protocol::{Launch, Shape};
-use super::setup::CustomView;
-use super::watchdog::{self, Deadline, Poll, Waited};
+use super::driver::{dev, Event, Graph, DEVICE_HINT};
+use super::kernels;
+use super::layout::SIGNAL_STATUS_OFFSET;
+use super::setup::{Impl, Launcher, Ready};
+use super::watchdog::{self, Poll, Waited};
 use super::{Faults, Gpu};
 use crate::fabric::{Backend, FabricError, Mode};
-
-/// The stream this worker launches on, with its timing events.
-pub struct Unit {
-    pub stream: Stream,
-    pub start: Event,
-    pub stop: Event,
-}
-
-pub enum Impl {
-    Custom(Box<CustomView>),
-    Nccl {
-        comms: nccl::Comms,
-        rank: usize,
-        nranks: usize,
-    },
-}
-
-pub struct Ready {
-    pub backend: Backend,
-    pub imp: Impl,
-}
-
-/// Fields are released in the order NCCL and CUDA need (see the Drop impl): graphs, which
-/// hold NCCL's communicators; communicators; the stream; opened IPC buffers.
-pub struct Launcher {
-    pub shape: Shape,
-    pub launch: Launch,
-    pub graphs: HashMap<(Backend, u64, u32), Graph>,
-    pub ready: Vec<Ready>,
-    pub unit: Unit,
-    /// Every rank's user input and output, as this process sees them.
-    pub user: Vec<(Span, Span)>,
-    pub warm: HashSet<(Backend, u64)>,
-    /// Whether this GPU's test data was found equal to the host's (once per worker).
-    pub data_checked: bool,
-    pub _imported: Vec<super::driver::Imported>,
-    pub deadline: Deadline,
-    /// Why this GPU no longer finishes its work, once that happened: nothing more is
-    /// launched, and memory a stuck kernel may still touch is never freed.
-    pub stuck: Option<String>,
-}
-
-impl Drop for Launcher {
-    fn drop(&mut self) {
-        // A CUDA graph keeps NCCL's communicator alive (NCCL waits for it on destroy).
-        self.graphs.clear();
-        if self.stuck.is_none() && self.drain().is_ok() {
-            self.ready.clear();
-            return;
-        }
-        for r in &mut self.ready {
-            if let Impl::Nccl { comms, .. } = &mut r.imp {
-                comms.abort();
-            }
-        }
-        // Work may still run on a stuck GPU: leak what it may touch. The worker is about to
-        // be killed, and the driver frees everything with its context.
-        std::mem::forget(std::mem::take(&mut self.ready));
-        std::mem::forget(std::mem::take(&mut self._imported));
-    }
-}
 
 /// Maps the end of a wait on `backend`'s work to the error the harness acts on.
 pub fn waited(backend: Backend, nccl: bool, what: &str, w: Waited) -> FabricError {

@@ -1,18 +1,80 @@
 //! Worker side of preparing a group: the buffers a worker owns (allocated with plain cuMemAlloc
 //! and exported by IPC handle, as vLLM and SGLang share theirs), the launcher that opens every
-//! other rank's buffers, and NCCL ranks.
+//! other rank's buffers, and NCCL ranks. The launcher is defined here, where it is built;
+//! `run.rs` runs it.
 
 use std::collections::{HashMap, HashSet};
 
 use super::data;
-use super::driver::{self, dev, is_oom, DevBuf, Event, Imported, IpcHandle, Span, Stream};
-use super::kernels::{self, ArArgs, MAX_RANKS};
+use super::driver::{self, dev, is_oom, DevBuf, Event, Graph, Imported, IpcHandle, Span, Stream};
+use super::kernels;
+use super::layout::{ArArgs, MAX_RANKS};
 use super::nccl;
 use super::protocol::{BufHandles, Launch, RankHandles, Shape};
-use super::run::{Impl, Launcher, Ready, Unit};
 use super::watchdog::{self, Deadline};
 use super::{Faults, Gpu};
 use crate::fabric::{Backend, Dtype, FabricError};
+
+/// The stream this worker launches on, with its timing events.
+pub struct Unit {
+    pub stream: Stream,
+    pub start: Event,
+    pub stop: Event,
+}
+
+pub enum Impl {
+    Custom(Box<CustomView>),
+    Nccl {
+        comms: nccl::Comms,
+        rank: usize,
+        nranks: usize,
+    },
+}
+
+pub struct Ready {
+    pub backend: Backend,
+    pub imp: Impl,
+}
+
+/// Fields are released in the order NCCL and CUDA need (see the Drop impl): graphs, which
+/// hold NCCL's communicators; communicators; the stream; opened IPC buffers.
+pub struct Launcher {
+    pub shape: Shape,
+    pub launch: Launch,
+    pub graphs: HashMap<(Backend, u64, u32), Graph>,
+    pub ready: Vec<Ready>,
+    pub unit: Unit,
+    /// Every rank's user input and output, as this process sees them.
+    pub user: Vec<(Span, Span)>,
+    pub warm: HashSet<(Backend, u64)>,
+    /// Whether this GPU's test data was found equal to the host's (once per worker).
+    pub data_checked: bool,
+    pub _imported: Vec<Imported>,
+    pub deadline: Deadline,
+    /// Why this GPU no longer finishes its work, once that happened: nothing more is
+    /// launched, and memory a stuck kernel may still touch is never freed.
+    pub stuck: Option<String>,
+}
+
+impl Drop for Launcher {
+    fn drop(&mut self) {
+        // A CUDA graph keeps NCCL's communicator alive (NCCL waits for it on destroy).
+        self.graphs.clear();
+        if self.stuck.is_none() && self.drain().is_ok() {
+            self.ready.clear();
+            return;
+        }
+        for r in &mut self.ready {
+            if let Impl::Nccl { comms, .. } = &mut r.imp {
+                comms.abort();
+            }
+        }
+        // Work may still run on a stuck GPU: leak what it may touch. The worker is about to
+        // be killed, and the driver frees everything with its context.
+        std::mem::forget(std::mem::take(&mut self.ready));
+        std::mem::forget(std::mem::take(&mut self._imported));
+    }
+}
 
 /// What a launcher could not reach: ranks whose buffers it could not open or read (the pair
 /// has no working P2P), and custom backends whose shared buffers it could not open.

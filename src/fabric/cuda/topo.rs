@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 use nvml_wrapper::Nvml;
 
 use super::driver::DeviceFacts;
+use crate::topology::reading::LinkReading;
 use crate::topology::{
     Gpu, Host, Link, Origin, P2p, Pair, PathClass, RootComplex, Socket, Status, Topology,
 };
@@ -18,18 +19,6 @@ fn nvml() -> Option<&'static Nvml> {
 /// The NVIDIA driver version, e.g. "580.159.04", from NVML.
 pub fn driver_version() -> Option<String> {
     nvml()?.sys_driver_version().ok()
-}
-
-/// One GPU's PCIe link as NVML reports it at the moment of the call.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct LinkReading {
-    /// GPU index as the fabric's topology numbers it (in loopback, the physical GPU: 0).
-    pub gpu: usize,
-    pub bus_id: String,
-    pub gen: Option<u32>,
-    pub width: Option<u32>,
-    pub max_gen: Option<u32>,
-    pub max_width: Option<u32>,
 }
 
 /// Reads current and maximum PCIe generation and width of each GPU through NVML.

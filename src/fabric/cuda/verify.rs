@@ -7,9 +7,9 @@ use std::ffi::c_void;
 
 use super::data;
 use super::driver::{dev, wait_dev, DevBuf, Span};
-use super::kernels::{Kernels, THREADS};
-use super::run::{Impl, Launcher};
-use super::setup::GUARD;
+use super::kernels::Kernels;
+use super::layout::THREADS;
+use super::setup::{Impl, Launcher, GUARD};
 use super::{Faults, Gpu};
 use crate::fabric::{Backend, FabricError, Mode};
 

@@ -7,8 +7,9 @@ use super::group::not_prepared;
 use super::processes::{trouble_to_device, unexpected, Trouble};
 use super::CudaFabric;
 use crate::fabric::cuda::protocol::{ProbeHandles, Req, Resp};
-use crate::fabric::cuda::topo::{self, LinkReading};
+use crate::fabric::cuda::topo;
 use crate::fabric::{Direction, FabricError, ProbeSample};
+use crate::topology::reading::LinkReading;
 
 impl CudaFabric {
     pub(super) fn probe_inner(

@@ -7,7 +7,7 @@ use super::processes::{trouble_to_device, unexpected, Trouble};
 use super::waivers::{ll128_waiver, unlike};
 use super::CudaFabric;
 use crate::fabric::cuda::driver::DeviceFacts;
-use crate::fabric::cuda::kernels::MAX_RANKS;
+use crate::fabric::cuda::layout::MAX_RANKS;
 use crate::fabric::cuda::nccl;
 use crate::fabric::cuda::protocol::{Launch, Req, Resp, Shape};
 use crate::fabric::{memory, Backend, FabricError, Group, Mode, NcclAlgo, NcclProto, Readiness};

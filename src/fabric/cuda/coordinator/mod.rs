@@ -16,15 +16,16 @@ use std::time::Duration;
 use self::group::{not_prepared, Plan};
 use self::processes::{start_set, unexpected, Set, Trouble};
 use super::driver::DeviceFacts;
-use super::kernels::MAX_RANKS;
+use super::layout::MAX_RANKS;
 use super::protocol::{Req, Resp};
-use super::topo::{self, LinkReading};
+use super::topo;
 use super::watchdog::Deadline;
 use super::{nccl_version, NO_GPU};
 use crate::fabric::{
     Backend, Direction, Fabric, FabricError, FabricInfo, Group, Mode, ProbeSample, Readiness,
     Verification,
 };
+use crate::topology::reading::LinkReading;
 use crate::topology::Topology;
 
 /// Names the program workers run: the artune binary (`ARTUNE_WORKER_BIN`, else this process).

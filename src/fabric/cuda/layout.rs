@@ -1,0 +1,71 @@
+//! What the host and kernels/*.cu agree on: the constants passed to NVRTC as -D options (so
+//! neither side defines them twice) and the argument structs the kernels read. Both the
+//! compiler's options and the host-side kernel code read them from here.
+
+// The constants below marked "shared" reach kernels/*.cu as NVRTC -D options ([`defines`]).
+
+/// Shared.
+pub const MAX_RANKS: usize = 16;
+/// Shared.
+pub const MAX_BLOCKS: u32 = 256;
+/// Shared: threads per block of the bandwidth kernels.
+pub const THREADS: u32 = 512;
+/// Bytes reserved for one rank's `Signal` (kernels/common.cuh); its LL lines follow. Shared as
+/// `LL_OFFSET`.
+pub const SIGNAL_ALLOC: usize = 64 << 10;
+/// Offset of `Signal::status` (3 x 256 x 16 flags + 256 epochs, all u32).
+pub const SIGNAL_STATUS_OFFSET: usize = (3 * 256 * 16 + 256) * 4;
+/// Largest message per rank (bytes) that one-stage push sends through its LL kernel. Shared as
+/// `LL1_MAX_BYTES`.
+pub const LL1_MAX_BYTES: u64 = 32 << 10;
+/// The same for two-stage push and pull. Shared as `LL2_MAX_BYTES`.
+pub const LL2_MAX_BYTES: u64 = 64 << 10;
+/// Bytes of one LL line: 8 data bytes and two 4-byte flags. Shared.
+pub const LL_LINE: u64 = 16;
+/// Threads per block of the LL kernels, one 8-byte data word each. Shared.
+pub const LL_THREADS: u32 = 128;
+
+/// The NVRTC options that give kernels/*.cu the constants shared with this file.
+pub fn defines() -> Vec<String> {
+    [
+        ("MAX_RANKS", MAX_RANKS as u64),
+        ("MAX_BLOCKS", MAX_BLOCKS as u64),
+        ("THREADS", THREADS as u64),
+        ("LL_OFFSET", SIGNAL_ALLOC as u64),
+        ("LL_LINE", LL_LINE),
+        ("LL_THREADS", LL_THREADS as u64),
+        ("LL1_MAX_BYTES", LL1_MAX_BYTES),
+        ("LL2_MAX_BYTES", LL2_MAX_BYTES),
+    ]
+    .iter()
+    .map(|(k, v)| format!("-D{k}={v}"))
+    .collect()
+}
+
+/// Mirrors `struct ArArgs` in kernels/common.cuh.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ArArgs {
+    pub input: [u64; MAX_RANKS],
+    pub out: [u64; MAX_RANKS],
+    pub scratch: [u64; MAX_RANKS],
+    pub sig: [u64; MAX_RANKS],
+    pub n: u64,
+    pub slot_bytes: u64,
+    pub nranks: i32,
+    pub rank_base: i32,
+}
+
+/// Mirrors `struct ProbeArgs` in kernels/probe.cu.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ProbeArgs {
+    pub src: [u64; MAX_RANKS],
+    pub dst: [u64; MAX_RANKS],
+    pub bytes: u64,
+    pub sink: u64,
+    pub nranks: i32,
+    pub rank: i32,
+    pub peers: i32,
+    pub pad: i32,
+}
