@@ -393,7 +393,9 @@ mod tests {
         handmade().write_atomic(&path).unwrap();
         let cpath = CString::new(path.to_str().unwrap()).unwrap();
         let num = |name: &str| header_number(name) as c_int;
-        let rows: [(u32, c_int, u64, Option<(&str, u64, f64, u64)>); 9] = [
+        // (backend id, bucket_bytes, expected_us, buffer_bytes), or None: no answer.
+        type Want = Option<(&'static str, u64, f64, u64)>;
+        let rows: [(u32, c_int, u64, Want); 9] = [
             (2, ARTUNE_MODE_GRAPH, 4096, None),
             (2, ARTUNE_MODE_GRAPH, 8191, None),
             (

@@ -379,7 +379,7 @@ impl Link {
         self.retired = true;
         self.dead = true;
         self.stdin = None;
-        let _ = self.child.kill();
+        self.child.kill();
     }
 
     fn exited(&mut self) -> LinkError {
