@@ -275,20 +275,23 @@ mod tests {
         }
     }
 
+    /// The value of `#define name` in src/artune.h.
+    fn header_number(name: &str) -> i64 {
+        let line = HEADER
+            .lines()
+            .find(|l| l.starts_with(&format!("#define {name} ")))
+            .unwrap_or_else(|| panic!("{name}"));
+        line.split_whitespace()
+            .nth(2)
+            .unwrap()
+            .trim_matches(|c| c == '(' || c == ')')
+            .parse()
+            .unwrap()
+    }
+
     #[test]
     fn header_constants_match() {
-        let num = |name: &str| -> i64 {
-            let line = HEADER
-                .lines()
-                .find(|l| l.starts_with(&format!("#define {name} ")))
-                .unwrap_or_else(|| panic!("{name}"));
-            line.split_whitespace()
-                .nth(2)
-                .unwrap()
-                .trim_matches(|c| c == '(' || c == ')')
-                .parse()
-                .unwrap()
-        };
+        let num = header_number;
         for (name, v) in [
             ("ARTUNE_OK", ARTUNE_OK),
             ("ARTUNE_NO_ANSWER", ARTUNE_NO_ANSWER),
@@ -349,26 +352,124 @@ mod tests {
         }
     }
 
+    /// A profile whose answers are set by hand: TP2 graph buckets at 8 KiB, 64 KiB and 1 MiB
+    /// choosing one_stage_pull, two_stage_push and nccl_ring_simple, at made-up times.
+    fn handmade() -> crate::profile::Profile {
+        let mut p = crate::export::sample::profile_with(
+            "pcie-4x-1switch",
+            &[2],
+            &[8 << 10, 64 << 10, 1 << 20],
+        );
+        let g = p
+            .groups
+            .iter_mut()
+            .find(|g| g.tp == 2 && g.mode == Mode::Graph)
+            .unwrap();
+        let picks = [
+            (Backend::OneStagePull, 11.5),
+            (Backend::TwoStagePush, 22.25),
+            (Backend::NcclRingSimple, 99.0),
+        ];
+        for (bucket, (b, us)) in g.buckets.iter_mut().zip(picks) {
+            bucket.choice = b;
+            let t = bucket.results.get_mut(&b).unwrap();
+            (t.median_us, t.ci_low_us, t.ci_high_us) = (us, us - 0.5, us + 0.5);
+        }
+        let m = g.memory.get_mut(&Backend::OneStagePull).unwrap();
+        (m.bytes_per_gpu, m.required_bytes_per_gpu) = (4_000_000, None);
+        // What the backend needs to serve (the profile's required size) outranks its total.
+        let m = g.memory.get_mut(&Backend::TwoStagePush).unwrap();
+        (m.bytes_per_gpu, m.required_bytes_per_gpu) = (999, Some(123_456));
+        p
+    }
+
     #[test]
-    fn the_handle_answers_exactly_like_profile_select() {
-        let p = crate::export::sample::profile();
-        let h = ArtuneProfile::new(p.clone());
-        for tp in [2, 3, 4, 8] {
-            for mode in [Mode::Graph, Mode::Eager] {
-                for bytes in (0..3000u64).map(|i| 1 + i * i * 2003) {
-                    let q = Query {
-                        tp,
-                        mode,
-                        gpus: None,
-                    };
-                    assert_eq!(
-                        h.select(tp, mode, bytes),
-                        p.select(q, bytes),
-                        "TP{tp} {mode:?} {bytes}"
-                    );
+    fn select_answers_as_the_header_says() {
+        // Expectations from src/artune.h: the bucket serving a message is the smallest measured
+        // size >= bytes; above the largest, below a smallest above the 4 KiB latency floor, or
+        // without the group: ARTUNE_NO_ANSWER, backend NULL, code -1; buffer_bytes 0 for NCCL.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.json");
+        handmade().write_atomic(&path).unwrap();
+        let cpath = CString::new(path.to_str().unwrap()).unwrap();
+        let num = |name: &str| header_number(name) as c_int;
+        // (backend id, bucket_bytes, expected_us, buffer_bytes), or None: no answer.
+        type Want = Option<(&'static str, u64, f64, u64)>;
+        let rows: [(u32, c_int, u64, Want); 9] = [
+            (2, ARTUNE_MODE_GRAPH, 4096, None),
+            (2, ARTUNE_MODE_GRAPH, 8191, None),
+            (
+                2,
+                ARTUNE_MODE_GRAPH,
+                8192,
+                Some(("one_stage_pull", 8192, 11.5, 4_000_000)),
+            ),
+            (
+                2,
+                ARTUNE_MODE_GRAPH,
+                8193,
+                Some(("two_stage_push", 65536, 22.25, 123_456)),
+            ),
+            (
+                2,
+                ARTUNE_MODE_GRAPH,
+                65536,
+                Some(("two_stage_push", 65536, 22.25, 123_456)),
+            ),
+            (
+                2,
+                ARTUNE_MODE_GRAPH,
+                65537,
+                Some(("nccl_ring_simple", 1 << 20, 99.0, 0)),
+            ),
+            (
+                2,
+                ARTUNE_MODE_GRAPH,
+                1 << 20,
+                Some(("nccl_ring_simple", 1 << 20, 99.0, 0)),
+            ),
+            (2, ARTUNE_MODE_GRAPH, (1 << 20) + 1, None),
+            (4, ARTUNE_MODE_GRAPH, 8192, None),
+        ];
+        let mut h = std::ptr::null_mut();
+        unsafe {
+            let rc = artune_profile_open(cpath.as_ptr(), &mut h);
+            let err = CStr::from_ptr(artune_last_error()).to_str().unwrap();
+            assert_eq!(rc, ARTUNE_OK, "{err}");
+            for (tp, mode, bytes, want) in rows {
+                let mut s = std::mem::zeroed::<ArtuneSelection>();
+                let rc = artune_select(h, tp, mode, bytes, &mut s);
+                let at = format!("TP{tp} mode {mode} {bytes} bytes");
+                assert_eq!(s.simulated, 1, "{at}");
+                match want {
+                    None => {
+                        assert_eq!(rc, ARTUNE_NO_ANSWER, "{at}");
+                        assert!(s.backend.is_null(), "{at}");
+                        assert_eq!(s.backend_code, -1, "{at}");
+                    }
+                    Some((id, bucket, us, buffer)) => {
+                        assert_eq!(rc, ARTUNE_OK, "{at}");
+                        assert_eq!(CStr::from_ptr(s.backend).to_str().unwrap(), id, "{at}");
+                        let code = num(&format!("ARTUNE_BACKEND_{}", id.to_ascii_uppercase()));
+                        assert_eq!(s.backend_code, code, "{at}");
+                        assert_eq!(s.bucket_bytes, bucket, "{at}");
+                        assert_eq!(s.expected_us, us, "{at}");
+                        assert_eq!(s.buffer_bytes, buffer, "{at}");
+                    }
                 }
             }
+            artune_profile_close(h);
         }
+        // A group whose smallest bucket is at the latency floor answers below it.
+        let p = crate::export::sample::profile_with("pcie-4x-1switch", &[2], &[4096, 65536]);
+        let h = ArtuneProfile::new(p);
+        assert!(matches!(
+            h.select(2, Mode::Graph, 1),
+            Selection::Chosen {
+                bucket_bytes: 4096,
+                ..
+            }
+        ));
     }
 
     #[test]

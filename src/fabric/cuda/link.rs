@@ -7,7 +7,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::Duration;
 
@@ -74,11 +74,48 @@ const TAIL_LINES: usize = 8;
 
 type Tail = std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<String>>>;
 
+/// What runs at the other end: a worker process, or (tests) a scripted worker on a thread.
+enum Peer {
+    Child(Child),
+    #[cfg(test)]
+    Thread(std::thread::JoinHandle<()>),
+}
+
+impl Peer {
+    fn id(&self) -> u32 {
+        match self {
+            Peer::Child(c) => c.id(),
+            #[cfg(test)]
+            Peer::Thread(_) => 0,
+        }
+    }
+
+    fn kill(&mut self) {
+        match self {
+            Peer::Child(c) => {
+                let _ = c.kill();
+            }
+            // A scripted worker ends when its input closes (retire closes it).
+            #[cfg(test)]
+            Peer::Thread(_) => {}
+        }
+    }
+
+    /// How it ended, once it has.
+    fn ended(&mut self) -> Option<String> {
+        match self {
+            Peer::Child(c) => c.try_wait().ok().flatten().map(|s| s.to_string()),
+            #[cfg(test)]
+            Peer::Thread(t) => t.is_finished().then(|| "its thread ended".to_string()),
+        }
+    }
+}
+
 /// One worker process and the pipes to it.
 pub struct Link {
     who: String,
-    child: Child,
-    stdin: Option<ChildStdin>,
+    child: Peer,
+    stdin: Option<std::fs::File>,
     lines: Receiver<std::io::Result<String>>,
     /// The last lines of its stdout and stderr (which it shares for both).
     tail: Tail,
@@ -163,7 +200,26 @@ impl Link {
             .spawn()
             .map_err(|e| fail(format!("{}: {e}", spawn.program.display())))?;
         drop(reply_w);
-        let stdin = child.stdin.take();
+        let stdin = child
+            .stdin
+            .take()
+            .map(|s| std::fs::File::from(std::os::fd::OwnedFd::from(s)));
+        let err = child.stderr.take();
+        Link::with(who, Peer::Child(child), stdin, reply_r, err)
+    }
+
+    /// A link to `peer`, whose requests go to `stdin` and whose replies come on `replies`.
+    fn with(
+        who: &str,
+        child: Peer,
+        stdin: Option<std::fs::File>,
+        reply_r: std::fs::File,
+        err: Option<std::process::ChildStderr>,
+    ) -> Result<Link, LinkError> {
+        let fail = |reason: String| LinkError::Spawn {
+            who: who.into(),
+            reason,
+        };
         let (tx, rx) = mpsc::channel();
         let thread = |name: &str| std::thread::Builder::new().name(name.into());
         thread("artune-worker-reader")
@@ -177,7 +233,7 @@ impl Link {
             })
             .map_err(|e| fail(e.to_string()))?;
         let tail: Tail = Default::default();
-        if let Some(err) = child.stderr.take() {
+        if let Some(err) = err {
             let (tail, who) = (tail.clone(), who.to_string());
             thread("artune-worker-stderr")
                 .spawn(move || forward_output(err, &who, &tail))
@@ -195,6 +251,36 @@ impl Link {
             retired: false,
             reaped: false,
         })
+    }
+
+    /// Testing only: a worker played by `serve` on a thread of this process, over the same
+    /// pipes and wire format as a worker process. It says `hello` first, then answers each
+    /// request with what `serve` returns; `None` ends it (as a worker that died).
+    #[cfg(test)]
+    pub fn scripted(
+        who: &str,
+        hello: Resp,
+        mut serve: impl FnMut(Req) -> Option<Resp> + Send + 'static,
+    ) -> Link {
+        let (req_r, req_w) = reply_pipe().expect("a pipe");
+        let (reply_r, reply_w) = reply_pipe().expect("a pipe");
+        let t = std::thread::spawn(move || {
+            let mut out = std::fs::File::from(reply_w);
+            if super::protocol::write_resp(&mut out, HELLO_ID, &hello).is_err() {
+                return;
+            }
+            for line in BufReader::new(req_r).lines() {
+                let Ok(line) = line else { break };
+                let Ok(env) = serde_json::from_str::<Envelope<Req>>(&line) else {
+                    break;
+                };
+                match serve(env.body) {
+                    Some(r) if super::protocol::write_resp(&mut out, env.id, &r).is_ok() => {}
+                    _ => break,
+                }
+            }
+        });
+        Link::with(who, Peer::Thread(t), Some(req_w.into()), reply_r, None).expect("a link")
     }
 
     pub fn pid(&self) -> u32 {
@@ -293,7 +379,7 @@ impl Link {
         self.retired = true;
         self.dead = true;
         self.stdin = None;
-        let _ = self.child.kill();
+        self.child.kill();
     }
 
     fn exited(&mut self) -> LinkError {
@@ -302,8 +388,8 @@ impl Link {
         // a second); give it a moment to be reaped, to say how it ended.
         let mut status = "its pipe closed".to_string();
         for _ in 0..300 {
-            if let Ok(Some(s)) = self.child.try_wait() {
-                status = s.to_string();
+            if let Some(s) = self.child.ended() {
+                status = s;
                 self.reaped = true;
                 break;
             }
@@ -320,7 +406,7 @@ impl Link {
 
     /// Whether the process has ended (and is reaped).
     fn reap(&mut self) -> bool {
-        if !self.reaped && matches!(self.child.try_wait(), Ok(Some(_))) {
+        if !self.reaped && self.child.ended().is_some() {
             self.reaped = true;
             self.dead = true;
         }

@@ -8,6 +8,8 @@ mod contention;
 mod group;
 mod measure;
 mod processes;
+#[cfg(test)]
+mod scripted;
 mod waivers;
 
 use std::path::PathBuf;
@@ -57,6 +59,9 @@ pub struct CudaFabric {
     /// Faults recovered so far, and the size being measured (for their record).
     recovered: Vec<crate::fabric::Recovery>,
     at_bytes: Option<u64>,
+    /// Testing only: makes the worker of each slot in place of a process (scripted.rs).
+    #[cfg(test)]
+    script: Option<scripted::Script>,
 }
 
 impl Drop for CudaFabric {
@@ -206,6 +211,8 @@ impl CudaFabric {
             deadline: Deadline::from_env(),
             recovered: Vec::new(),
             at_bytes: None,
+            #[cfg(test)]
+            script: None,
         })
     }
 

@@ -106,6 +106,14 @@ const ANSWER_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 
 impl CudaFabric {
     pub(super) fn start_set(&self, pin: Option<(NcclAlgo, NcclProto)>) -> Result<Set, FabricError> {
+        #[cfg(test)]
+        if let Some(script) = &self.script {
+            let end = std::time::Instant::now() + HELLO_DEADLINE;
+            let workers = (0..self.slots.len())
+                .map(|i| hello(script(i), &format!("{i} (scripted)"), end))
+                .collect::<Result<_, _>>()?;
+            return Ok(Set { pin, workers });
+        }
         start_set(&self.program, &self.slots, self.loopback.is_some(), pin)
     }
 
