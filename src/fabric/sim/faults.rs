@@ -12,14 +12,16 @@
 //! | `hang=B[+B..]`   | B never finishes: reported as a timeout after the simulated deadline (virtual time, nothing sleeps) |
 //! | `slow=B[+B..]:F` | B is F times slower on every call                                   |
 //! | `spikes=P:F`     | a share P (0 to 1) of all timing samples, drawn from `--seed`, is F times slower |
+//! | `drift=B[+B..]:F` | B's time moves by F between successive timings: F or F² times slower, alternating, never back to the model's; which comes first is drawn from `--seed` ([`Drift`]) |
 //! | `lose=G:N`       | GPU G falls off the bus after N fabric calls: every later call fails |
 //! | `delay=MS`       | every timing call sleeps MS milliseconds of real time (to interrupt a tune) |
 //! | `panic=N`        | the fabric panics at call N, standing in for a bug in artune (exit 70) |
 
+use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
-use crate::fabric::Backend;
+use crate::fabric::{Backend, Mode};
 
 /// A share of samples slowed by a factor.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -49,6 +51,8 @@ pub struct Faults {
     pub slow: Vec<(Backend, f64)>,
     /// Samples slowed at random, on every backend.
     pub spikes: Option<Spikes>,
+    /// Backends whose time moves by a factor between successive timings ([`Drift`]).
+    pub drift: Vec<(Backend, f64)>,
     pub lost_gpu: Option<LostGpu>,
     /// Real time each timing call sleeps.
     pub delay: Duration,
@@ -56,7 +60,7 @@ pub struct Faults {
     pub panic_at_call: Option<u64>,
 }
 
-const EXAMPLE: &str = "write items like wrong=one_stage_pull,hang=nccl_tree_ll,slow=two_stage_push:3,spikes=0.2:20,lose=3:100,delay=20";
+const EXAMPLE: &str = "write items like wrong=one_stage_pull,hang=nccl_tree_ll,slow=two_stage_push:3,spikes=0.2:20,drift=one_stage_pull:1.5,lose=3:100,delay=20";
 
 impl Faults {
     /// True when nothing is injected.
@@ -85,6 +89,19 @@ impl Faults {
                         ));
                     }
                     f.slow
+                        .extend(backends(bs)?.into_iter().map(|b| (b, factor)));
+                }
+                "drift" => {
+                    let (bs, factor) = value.rsplit_once(':').ok_or_else(|| {
+                        format!("drift=`{value}` needs a factor, e.g. drift=one_stage_pull:1.5")
+                    })?;
+                    let factor = number(factor, "drift factor")?;
+                    if factor < 1.0 {
+                        return Err(format!(
+                            "drift factor {factor} is below 1; give how far the time moves between timings, e.g. 1.5"
+                        ));
+                    }
+                    f.drift
                         .extend(backends(bs)?.into_iter().map(|b| (b, factor)));
                 }
                 "spikes" => {
@@ -121,7 +138,7 @@ impl Faults {
                 "panic" => f.panic_at_call = Some(whole(value, "panic call number")? as u64),
                 other => {
                     return Err(format!(
-                        "`{other}` is not a fault; use wrong, hang, slow, spikes, lose, delay or panic ({EXAMPLE})"
+                        "`{other}` is not a fault; use wrong, hang, slow, spikes, drift, lose, delay or panic ({EXAMPLE})"
                     ))
                 }
             }
@@ -140,6 +157,73 @@ impl Faults {
                 gpus.saturating_sub(1)
             )),
             _ => Ok(()),
+        }
+    }
+}
+
+/// Where the drifting backends stand, as a host whose launch path moves for seconds at a time
+/// would leave them (the H200's VM moves eager launches by up to 45%): a drifting backend
+/// enters a new episode whenever it is timed after any other fabric call than a timing of the
+/// same backend, size and mode, i.e. at each size a tune or a check comes back to. Within an
+/// episode its factor holds; from one episode to the next it moves by F, between F and F²
+/// times slower, so the backend is never as fast as the model and never steady. Which of the
+/// two a backend starts with is drawn once from the seed: deterministic for a seed.
+#[derive(Debug, Clone)]
+pub struct Drift {
+    /// Per backend, whether its first episode is the slower one.
+    starts_high: u64,
+    /// Episodes begun so far, per backend.
+    episodes: HashMap<Backend, u64>,
+    /// The last timing call, while nothing else has been called since.
+    last: Option<(Backend, u64, Mode)>,
+}
+
+impl Drift {
+    pub fn new(seed: u64) -> Drift {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15);
+        Drift {
+            starts_high: rng.random(),
+            episodes: HashMap::new(),
+            last: None,
+        }
+    }
+
+    /// A fabric call other than a timing: the next timing starts a new episode.
+    pub fn interrupt(&mut self) {
+        self.last = None;
+    }
+
+    /// The factor a timing call of `backend` at `bytes` in `mode` is slowed by under `drift`
+    /// (1 for a backend that does not drift).
+    pub fn factor(
+        &mut self,
+        drift: &[(Backend, f64)],
+        backend: Backend,
+        bytes: u64,
+        mode: Mode,
+    ) -> f64 {
+        let key = (backend, bytes, mode);
+        let new_episode = self.last != Some(key);
+        self.last = Some(key);
+        let f = drift
+            .iter()
+            .filter(|(b, _)| *b == backend)
+            .map(|(_, f)| *f)
+            .product::<f64>();
+        if f == 1.0 {
+            return 1.0;
+        }
+        let n = self.episodes.entry(backend).or_insert(0);
+        if new_episode {
+            *n += 1;
+        }
+        let index = Backend::ALL.iter().position(|&b| b == backend).unwrap_or(0);
+        let high = (*n + (self.starts_high >> index & 1)) % 2 == 0;
+        if high {
+            f * f
+        } else {
+            f
         }
     }
 }
@@ -187,6 +271,9 @@ impl fmt::Display for Faults {
         if let Some(s) = self.spikes {
             items.push(format!("spikes={}:{}", s.fraction, s.factor));
         }
+        for (b, x) in &self.drift {
+            items.push(format!("drift={b}:{x}"));
+        }
         if let Some(l) = self.lost_gpu {
             items.push(format!("lose={}:{}", l.gpu, l.after_calls));
         }
@@ -207,7 +294,7 @@ mod tests {
     #[test]
     fn every_item_parses_and_prints_back() {
         let f = Faults::parse(
-            "wrong=one_stage_pull+two_stage_push, hang=nccl_tree_ll,slow=nccl:2.5,spikes=0.2:20,lose=3:100,delay=15,panic=9",
+            "wrong=one_stage_pull+two_stage_push, hang=nccl_tree_ll,slow=nccl:2.5,spikes=0.2:20,drift=one_stage_pull:1.5,lose=3:100,delay=15,panic=9",
         )
         .unwrap();
         assert_eq!(f.wrong, [Backend::OneStagePull, Backend::TwoStagePush]);
@@ -227,6 +314,7 @@ mod tests {
                 after_calls: 100
             })
         );
+        assert_eq!(f.drift, [(Backend::OneStagePull, 1.5)]);
         assert_eq!(f.delay, Duration::from_millis(15));
         assert_eq!(f.panic_at_call, Some(9));
         assert_eq!(Faults::parse(&f.to_string()).unwrap(), f);
@@ -242,6 +330,9 @@ mod tests {
             ("slow=nccl:0.5", "below 1"),
             ("spikes=1.5:3", "out of range"),
             ("spikes=0.1", "SHARE:FACTOR"),
+            ("drift=nccl", "needs a factor"),
+            ("drift=nccl:0.9", "below 1"),
+            ("drift=fast_one:2", "is not a backend"),
             ("lose=x:3", "not a whole number"),
             ("delay=-1", "not a whole number"),
             ("melt=1", "is not a fault"),
@@ -252,5 +343,74 @@ mod tests {
         let f = Faults::parse("lose=8:1").unwrap();
         assert!(f.check(8).unwrap_err().contains("GPUs 0..7"));
         assert!(f.check(9).is_ok());
+    }
+
+    #[test]
+    fn a_drifting_backend_moves_by_its_factor_from_one_timing_to_the_next() {
+        let drift = [(Backend::OneStagePull, 2.0)];
+        let (b, m) = (Backend::OneStagePull, Mode::Eager);
+        let mut d = Drift::new(3);
+        let first = d.factor(&drift, b, 4096, m);
+        // Timed again with nothing between: the same episode.
+        assert_eq!(d.factor(&drift, b, 4096, m), first);
+        // Another call between, or another size: the next episode, F apart, never below F.
+        d.interrupt();
+        let second = d.factor(&drift, b, 4096, m);
+        let third = d.factor(&drift, b, 8192, m);
+        let seen = [first, second, third];
+        assert!(seen.iter().all(|&x| x == 2.0 || x == 4.0), "{seen:?}");
+        assert_eq!(first * second, 8.0, "{seen:?}");
+        assert_eq!(first, third, "{seen:?}");
+        // Backends that do not drift are left alone.
+        assert_eq!(d.factor(&drift, Backend::Nccl, 4096, m), 1.0);
+        // The seed picks where each backend starts; some seed starts it the other way.
+        let starts: Vec<f64> = (0..16)
+            .map(|s| Drift::new(s).factor(&drift, b, 4096, m))
+            .collect();
+        assert!(starts.contains(&2.0) && starts.contains(&4.0), "{starts:?}");
+        assert_eq!(Drift::new(3).factor(&drift, b, 4096, m), first);
+    }
+
+    /// Through the simulated fabric: the drifting backend's median moves by F from one
+    /// verified timing to the next and stays F or more slower than without the fault; a
+    /// backend it does not name is timed exactly as without it.
+    #[test]
+    fn the_simulated_fabric_moves_a_drifting_backend_between_timings() {
+        use crate::fabric::sim::SimFabric;
+        use crate::fabric::{Dtype, Fabric, Group};
+        let t = crate::topology::presets::get("pcie-4x-1switch").unwrap();
+        let g = Group {
+            gpus: vec![0, 1, 2, 3],
+            dtype: Dtype::Bf16,
+            max_bytes: 1 << 20,
+        };
+        let (b, m, n) = (Backend::OneStagePull, Mode::Eager, 64 << 10);
+        let median = |f: &mut SimFabric, k: Backend| {
+            f.verify(k, n, 7).unwrap();
+            let mut xs = f.time(k, n, m, 10, 40).unwrap();
+            xs.sort_by(f64::total_cmp);
+            xs[20]
+        };
+        let mut plain = SimFabric::new(t.clone(), 5);
+        let mut drifting =
+            SimFabric::new(t, 5).with_faults(Faults::parse("drift=one_stage_pull:1.5").unwrap());
+        for f in [&mut plain, &mut drifting] {
+            f.prepare(&g, &[b, Backend::Nccl]).unwrap();
+        }
+        let model: Vec<f64> = (0..4).map(|_| median(&mut plain, b)).collect();
+        let moved: Vec<f64> = (0..4).map(|_| median(&mut drifting, b)).collect();
+        for i in 0..4 {
+            let r = moved[i] / model[i];
+            assert!((1.4..2.4).contains(&r), "{i}: {r} ({moved:?} vs {model:?})");
+            if i > 0 {
+                let step = moved[i] / moved[i - 1];
+                let step = step.max(1.0 / step);
+                assert!((1.35..1.65).contains(&step), "{i}: {step} ({moved:?})");
+            }
+        }
+        assert_eq!(
+            median(&mut plain, Backend::Nccl),
+            median(&mut drifting, Backend::Nccl)
+        );
     }
 }

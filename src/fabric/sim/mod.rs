@@ -149,6 +149,8 @@ pub struct SimFabric {
     /// Draws which samples an injected `spikes` fault slows, apart from the noise so the
     /// noise stays the same with and without faults.
     spike_rng: ChaCha8Rng,
+    /// Where an injected `drift` stands.
+    drift: faults::Drift,
     /// Fabric calls so far, for an injected lost GPU.
     calls: u64,
     models: HashMap<Vec<usize>, GroupModel>,
@@ -176,6 +178,7 @@ impl SimFabric {
             noise: Noise::new(seed),
             faults: Faults::default(),
             spike_rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5bd1_e995_0f1a_57ed),
+            drift: faults::Drift::new(seed),
             calls: 0,
             models: HashMap::new(),
             prepared: None,
@@ -436,6 +439,7 @@ impl Fabric for SimFabric {
         backends: &[Backend],
     ) -> Result<Vec<Readiness>, FabricError> {
         self.prepared = None;
+        self.drift.interrupt();
         self.tick()?;
         group.check(self.topo.gpu_count())?;
         let n = group.gpus.len();
@@ -471,6 +475,7 @@ impl Fabric for SimFabric {
         bytes: u64,
         _seed: u64,
     ) -> Result<Verification, FabricError> {
+        self.drift.interrupt();
         self.tick()?;
         self.ready(backend, bytes)?;
         self.hang(backend, bytes)?;
@@ -508,7 +513,8 @@ impl Fabric for SimFabric {
             .filter(|(b, _)| *b == backend)
             .map(|(_, f)| *f)
             .product::<f64>();
-        let base = self.base_time(&gpus, backend, bytes, mode) * slow;
+        let drift = self.drift.factor(&self.faults.drift, backend, bytes, mode);
+        let base = self.base_time(&gpus, backend, bytes, mode) * slow * drift;
         let spikes = self.faults.spikes;
         Ok((0..samples)
             .map(|_| {
@@ -527,6 +533,7 @@ impl Fabric for SimFabric {
         peers: usize,
         bytes: u64,
     ) -> Result<ProbeSample, FabricError> {
+        self.drift.interrupt();
         self.tick()?;
         let gpus = self
             .prepared
@@ -607,6 +614,7 @@ impl Fabric for SimFabric {
     }
 
     fn release(&mut self) -> Result<(), FabricError> {
+        self.drift.interrupt();
         self.prepared = None;
         Ok(())
     }
