@@ -157,6 +157,43 @@ fn preferred_group(p: &Profile, tp: usize) -> Option<&GroupProfile> {
     })
 }
 
+/// Every placement of TP `tp` in the mode [`preferred_group`] follows, that group first (the
+/// one an engine that cannot tell placements apart is given), then the others by GPUs.
+fn placements(p: &Profile, tp: usize) -> Vec<&GroupProfile> {
+    let Some(first) = preferred_group(p, tp) else {
+        return Vec::new();
+    };
+    let mut v = vec![first];
+    v.extend(
+        p.groups
+            .iter()
+            .filter(|g| g.tp == tp && g.mode == first.mode && g.gpus != first.gpus),
+    );
+    v
+}
+
+/// The group of `g`'s GPUs in `mode`, if the profile has one.
+fn same_gpus<'p>(p: &'p Profile, g: &GroupProfile, mode: Mode) -> Option<&'p GroupProfile> {
+    p.group(Query {
+        tp: g.tp,
+        mode,
+        gpus: Some(&g.gpus),
+    })
+}
+
+/// GPU ids as CUDA_VISIBLE_DEVICES and file names take them: "3,4".
+fn gpu_list(gpus: &[usize]) -> String {
+    gpus.iter()
+        .map(|g| g.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The GPUs are the engine's default placement, ranks on GPUs 0..tp.
+fn default_placement(gpus: &[usize]) -> bool {
+    gpus.iter().copied().eq(0..gpus.len())
+}
+
 /// The profile's TP sizes and modes, each once, e.g. "TP2 graph, TP2 eager" (for messages).
 pub fn group_names(p: &Profile) -> String {
     let mut v: Vec<String> = Vec::new();
