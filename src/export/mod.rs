@@ -4,6 +4,11 @@
 //! files of text). Every file names the profile it came from (path, creation time, fingerprint,
 //! and SIMULATED in capitals when it was not measured on real GPUs) and says plainly what the
 //! engine's knobs cannot express. The per-engine files cite the engine sources they follow.
+//! Every placement of a TP size is exported (a TP2 group on GPUs 0,1 and one on 3,4): per
+//! placement where the engine can be told the GPUs (vLLM and SGLang through
+//! CUDA_VISIBLE_DEVICES, vLLM's P2P cache per GPU set), and where its format holds one answer
+//! per TP size (SGLang's table, TensorRT-LLM's cache, NCCL's tuner), the file says which
+//! placement it holds and lists the others'.
 //!
 //! Each engine module also says what that engine will run for one message ([`EngineRun`]),
 //! with artune's export applied, so `artune why` and the exports tell the same story.
