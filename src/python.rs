@@ -207,8 +207,12 @@ impl Profile {
     #[pyo3(signature = (tp, nbytes, mode = "graph"))]
     fn explain(&self, tp: i64, nbytes: i64, mode: &str) -> PyResult<String> {
         let (tp, nbytes) = (tp_size(tp)?, unsigned("the message size in bytes", nbytes)?);
-        let w = crate::export::why::explain(&self.profile, tp, self::mode(mode)?, nbytes)
-            .map_err(to_py)?;
+        let q = Query {
+            tp,
+            mode: self::mode(mode)?,
+            gpus: None,
+        };
+        let w = crate::export::why::explain(&self.profile, q, nbytes).map_err(to_py)?;
         Ok(crate::export::why::render(&w))
     }
 

@@ -591,3 +591,98 @@ fn tuned_profiles_flow_through_every_consumer() {
         "profile is stale:",
     );
 }
+
+/// The lines of `text` from the one starting with `head` to the next TP heading.
+fn block<'t>(text: &'t str, head: &str) -> Vec<&'t str> {
+    let mut lines = text.lines().skip_while(|l| !l.starts_with(head));
+    let first = lines
+        .next()
+        .unwrap_or_else(|| panic!("no `{head}` in:\n{text}"));
+    std::iter::once(first)
+        .chain(lines.take_while(|l| !l.starts_with("#   TP")))
+        .collect()
+}
+
+#[test]
+fn exports_cover_every_placement() {
+    let d = tempfile::tempdir().unwrap();
+    let file = common::tuned(d.path(), "p.json", &["--sim", "pcie-8x-2switch"]);
+    let p = Profile::load(&file).unwrap();
+    let graph = |tp: usize| -> Vec<&artune::profile::GroupProfile> {
+        p.groups
+            .iter()
+            .filter(|g| g.tp == tp && g.mode == artune::fabric::Mode::Graph)
+            .collect()
+    };
+    // pcie-8x-2switch tunes two placements of TP2 and of TP4.
+    assert_eq!(graph(2).len(), 2);
+    assert_eq!(graph(4).len(), 2);
+    let ids = |g: &[usize]| {
+        g.iter()
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let export = |engine: &str, out: Option<&Path>| {
+        let mut args = vec!["export", s(&file), "--engine", engine, "--hidden", "7168"];
+        args.push("--allow-simulated");
+        if let Some(o) = out {
+            args.extend(["--out", s(o)]);
+        }
+        let o = artune(&args);
+        assert_eq!(o.code, 0, "{engine}: {}", o.stderr);
+        o.stdout
+    };
+    let nccl = export("nccl", None);
+    let sglang = export("sglang", None);
+    let env = export("env", None);
+    let vllm_dir = d.path().join("vllm");
+    export("vllm", Some(&vllm_dir));
+    let vllm = std::fs::read_to_string(vllm_dir.join("vllm.txt")).unwrap();
+    let trtllm_dir = d.path().join("trtllm");
+    export("trtllm", Some(&trtllm_dir));
+    let trtllm = std::fs::read_to_string(trtllm_dir.join("extra-llm-api-options.yaml")).unwrap();
+    for tp in [2, 4] {
+        let (first, other) = (graph(tp)[0], graph(tp)[1]);
+        for g in [first, other] {
+            let shown = format!("GPUs {:?}", g.gpus);
+            let named = format!("TP{tp} on GPUs {}", ids(&g.gpus));
+            assert!(vllm.contains(&shown), "vllm lacks {shown}:\n{vllm}");
+            assert!(trtllm.contains(&shown), "trtllm lacks {shown}:\n{trtllm}");
+            assert!(sglang.contains(&named), "sglang lacks {named}:\n{sglang}");
+            assert!(env.contains(&named), "env lacks {named}:\n{env}");
+            // The NCCL plugin's bands, per placement, are that group's own: the first band
+            // ends where the group's NCCL variant first changes.
+            let head = format!("#   TP{tp} (graph mode, {shown})");
+            let lines = block(&nccl, &head);
+            let change = g
+                .buckets
+                .windows(2)
+                .find(|w| w[0].nccl_choice != w[1].nccl_choice)
+                .map(|w| w[0].bytes)
+                .unwrap();
+            let want = format!("up to {}:", artune::units::fmt_bytes(change));
+            assert!(lines[1].contains(&want), "{want}: {lines:?}");
+        }
+        // The plugin cannot tell GPU sets apart: it says which placement it follows.
+        assert!(
+            block(
+                &nccl,
+                &format!("#   TP{tp} (graph mode, GPUs {:?})", other.gpus)
+            )[0]
+            .contains("NOT followed"),
+            "{nccl}"
+        );
+        // vLLM is started per placement, with its own P2P cache keyed by visible index.
+        let visible = format!("CUDA_VISIBLE_DEVICES={} vllm serve", ids(&other.gpus));
+        assert!(vllm.contains(&visible), "{visible}:\n{vllm}");
+        let cache = vllm_dir.join(format!(
+            "gpu_p2p_access_cache_for_{}.json",
+            ids(&other.gpus)
+        ));
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&cache).unwrap()).unwrap();
+        assert_eq!(v[format!("{}->0", tp - 1)], true, "{v}");
+        assert!(v.get(format!("{tp}->0")).is_none(), "{v}");
+    }
+}

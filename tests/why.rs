@@ -108,3 +108,108 @@ fn why_refuses_what_the_profile_cannot_answer() {
         assert!(errors[0].contains(needle), "{a:?}: {err}");
     }
 }
+
+fn json(out: &str) -> serde_json::Value {
+    serde_json::from_str(out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+#[test]
+fn why_answers_for_the_placement_asked_and_names_it() {
+    let d = tempfile::tempdir().unwrap();
+    let file = common::tuned(d.path(), "p.json", &["--sim", "pcie-8x-2switch"]);
+    let file = file.to_str().unwrap();
+    // pcie-8x-2switch tunes TP2 on GPUs 0,1 (one switch) and 3,4 (across the root complex).
+    for (gpus, label) in [
+        (None, "TP2 graph on GPUs 0,1 (1 switch)"),
+        (Some("0,1"), "TP2 graph on GPUs 0,1 (1 switch)"),
+        (Some("3,4"), "TP2 graph on GPUs 3,4 (2 switches"),
+    ] {
+        let mut args = vec!["why", file, "--tp", "2", "--bytes", "3M"];
+        args.extend(gpus.iter().flat_map(|g| ["--gpus", *g]));
+        let (code, out, err) = run(&args);
+        assert_eq!(code, 0, "{gpus:?}: {err}");
+        assert!(out.starts_with(label), "{gpus:?}: {out}");
+        args.push("--json");
+        let (code, out, err) = run(&args);
+        assert_eq!(code, 0, "{gpus:?}: {err}");
+        let v = json(&out);
+        let want: Vec<usize> = gpus
+            .unwrap_or("0,1")
+            .split(',')
+            .map(|g| g.parse().unwrap())
+            .collect();
+        assert_eq!(v["gpus"], serde_json::json!(want), "{gpus:?}");
+        assert!(v["group"].as_str().unwrap().starts_with(label), "{v}");
+        // The answer is that group's: its chosen backend is the profile's for those GPUs.
+        let p = Profile::load(Path::new(file)).unwrap();
+        let q = artune::profile::Query {
+            tp: 2,
+            mode: artune::fabric::Mode::Graph,
+            gpus: Some(&want),
+        };
+        let chosen = match p.select(q, 3 << 20) {
+            artune::profile::Selection::Chosen { backend, .. } => backend,
+            s => panic!("{s:?}"),
+        };
+        assert_eq!(v["chosen"], chosen.id(), "{gpus:?}");
+    }
+}
+
+#[test]
+fn why_names_the_memory_budget_as_the_reason_when_it_decided() {
+    let d = tempfile::tempdir().unwrap();
+    let budget = common::tuned(
+        d.path(),
+        "b.json",
+        &["--sim", "pcie-8x-2switch", "--mem-budget", "1M"],
+    );
+    let free = common::tuned(d.path(), "p.json", &["--sim", "pcie-8x-2switch"]);
+    let why = |file: &Path, bytes: &str| {
+        let (code, out, err) = run(&[
+            "why",
+            file.to_str().unwrap(),
+            "--tp",
+            "8",
+            "--bytes",
+            bytes,
+            "--json",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        json(&out)
+    };
+    // At 4K the rule takes two_stage_push unless the budget excludes it.
+    let v = why(&free, "4K");
+    assert_eq!(v["chosen"], "two_stage_push", "{v}");
+    assert!(
+        !v["reason"].as_str().unwrap().contains("--mem-budget"),
+        "{v}"
+    );
+    let v = why(&budget, "4K");
+    let reason = v["reason"].as_str().unwrap();
+    assert_eq!(v["chosen"], "nccl", "{v}");
+    assert!(
+        reason.contains("The reason is --mem-budget: without it the rule picks two_stage_push"),
+        "{reason}"
+    );
+    assert!(reason.contains("memory budget of 1M per GPU"), "{reason}");
+    assert!(!reason.contains("No custom kernel beats it"), "{reason}");
+    assert!(!v["over_budget"].as_array().unwrap().is_empty(), "{v}");
+    // At 64K the excluded kernels are faster by median but would not have won: the budget
+    // is named, and not as the reason.
+    let v = why(&budget, "64K");
+    let reason = v["reason"].as_str().unwrap();
+    assert!(reason.contains("--mem-budget"), "{reason}");
+    assert!(reason.contains("would still answer nccl"), "{reason}");
+    assert!(!reason.contains("The reason is --mem-budget"), "{reason}");
+    // The text form says the same.
+    let (code, out, err) = run(&[
+        "why",
+        budget.to_str().unwrap(),
+        "--tp",
+        "8",
+        "--bytes",
+        "4K",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("The reason is --mem-budget"), "{out}");
+}

@@ -315,12 +315,7 @@ pub fn why(a: MessageArgs) -> Result<i32, Error> {
     if let Selection::Unknown(why) = p.select(q, bytes) {
         return no_answer(&a, &p, &outside(&a, g, bytes, why));
     }
-    // `explain` answers for the TP size's default group: hand it a profile in which the asked
-    // placement is the only one of its TP size and mode.
-    let mut only = p.clone();
-    only.groups
-        .retain(|o| !(o.tp == g.tp && o.mode == g.mode) || o.gpus == g.gpus);
-    let w = export::why::explain(&only, a.tp, a.mode.into(), bytes)?;
+    let w = export::why::explain(&p, q, bytes)?;
     warn_simulated(&a.profile, &p);
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&w).unwrap_or_default());

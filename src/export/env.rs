@@ -12,18 +12,28 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
     s.push_str("# profile (`artune export --engine nccl` lists what it runs at each size).\n");
     s.push_str(&super::nccl::plugin_lines(p, o));
 
-    let per_tp: Vec<(usize, Result<String, String>)> = tps
+    // Variables hold for every communicator, so every placement of every TP size must agree.
+    let per_tp: Vec<(String, Result<String, String>)> = tps
         .iter()
-        .filter_map(|&tp| preferred_group(p, tp).map(|g| (tp, g)))
-        .map(|(tp, g)| {
-            (
-                tp,
-                super::nccl::uniform(p, g).map(|(a, pr)| super::nccl::env_values(a, pr)),
-            )
+        .flat_map(|&tp| {
+            let all = placements(p, tp);
+            let several = all.len() > 1;
+            all.into_iter().map(move |g| {
+                let name = if several {
+                    format!("TP{tp} on GPUs {}", gpu_list(&g.gpus))
+                } else {
+                    format!("TP{tp}")
+                };
+                (
+                    name,
+                    super::nccl::uniform(p, g).map(|(a, pr)| super::nccl::env_values(a, pr)),
+                )
+            })
         })
         .collect();
     s.push_str("\n# Without the plugin (NCCL 2.24 or later): per-collective NCCL_ALGO / NCCL_PROTO, exported only\n");
-    s.push_str("# when one pinned variant beats NCCL's own choice at every size, 4K to 256M, of every TP size.\n");
+    s.push_str("# when one pinned variant beats NCCL's own choice at every size, 4K to 256M, of every TP size and\n");
+    s.push_str("# placement.\n");
     let first = per_tp.first().and_then(|(_, v)| v.clone().ok());
     match first {
         Some(v) if per_tp.iter().all(|(_, o)| o.as_ref().ok() == Some(&v)) => {
@@ -34,8 +44,8 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
         _ => {
             for (tp, one) in &per_tp {
                 match one {
-                    Ok(v) => s.push_str(&format!("# TP{tp} alone: {v}\n")),
-                    Err(why) => s.push_str(&format!("# TP{tp}: {why}; use the plugin.\n")),
+                    Ok(v) => s.push_str(&format!("# {tp} alone: {v}\n")),
+                    Err(why) => s.push_str(&format!("# {tp}: {why}; use the plugin.\n")),
                 }
             }
         }

@@ -4,6 +4,11 @@
 //! files of text). Every file names the profile it came from (path, creation time, fingerprint,
 //! and SIMULATED in capitals when it was not measured on real GPUs) and says plainly what the
 //! engine's knobs cannot express. The per-engine files cite the engine sources they follow.
+//! Every placement of a TP size is exported (a TP2 group on GPUs 0,1 and one on 3,4): per
+//! placement where the engine can be told the GPUs (vLLM and SGLang through
+//! CUDA_VISIBLE_DEVICES, vLLM's P2P cache per GPU set), and where its format holds one answer
+//! per TP size (SGLang's table, TensorRT-LLM's cache, NCCL's tuner), the file says which
+//! placement it holds and lists the others'.
 //!
 //! Each engine module also says what that engine will run for one message ([`EngineRun`]),
 //! with artune's export applied, so `artune why` and the exports tell the same story.
@@ -155,6 +160,43 @@ fn preferred_group(p: &Profile, tp: usize) -> Option<&GroupProfile> {
             gpus: None,
         })
     })
+}
+
+/// Every placement of TP `tp` in the mode [`preferred_group`] follows, that group first (the
+/// one an engine that cannot tell placements apart is given), then the others by GPUs.
+fn placements(p: &Profile, tp: usize) -> Vec<&GroupProfile> {
+    let Some(first) = preferred_group(p, tp) else {
+        return Vec::new();
+    };
+    let mut v = vec![first];
+    v.extend(
+        p.groups
+            .iter()
+            .filter(|g| g.tp == tp && g.mode == first.mode && g.gpus != first.gpus),
+    );
+    v
+}
+
+/// The group of `g`'s GPUs in `mode`, if the profile has one.
+fn same_gpus<'p>(p: &'p Profile, g: &GroupProfile, mode: Mode) -> Option<&'p GroupProfile> {
+    p.group(Query {
+        tp: g.tp,
+        mode,
+        gpus: Some(&g.gpus),
+    })
+}
+
+/// GPU ids as CUDA_VISIBLE_DEVICES and file names take them: "3,4".
+fn gpu_list(gpus: &[usize]) -> String {
+    gpus.iter()
+        .map(|g| g.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The GPUs are the engine's default placement, ranks on GPUs 0..tp.
+fn default_placement(gpus: &[usize]) -> bool {
+    gpus.iter().copied().eq(0..gpus.len())
 }
 
 /// The profile's TP sizes and modes, each once, e.g. "TP2 graph, TP2 eager" (for messages).

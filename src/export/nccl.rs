@@ -151,41 +151,58 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
     );
     let mut fallback = String::new();
     for &tp in tps {
-        let Some(g) = preferred_group(p, tp) else {
-            continue;
-        };
-        s.push_str(&format!(
-            "#   TP{tp} ({} mode, GPUs {:?}):\n",
-            g.mode.id(),
-            g.gpus
-        ));
-        for band in bands(g) {
-            let what = match band.backend.nccl_pin() {
-                Some((a, pr)) => format!("{}/{} ({})", a.name(), pr.name(), band.backend),
-                None => "NCCL's own choice (no pinned variant beats it)".into(),
-            };
-            let range = if band.lo <= 1 {
-                format!("up to {}", fmt_bytes(band.hi))
+        let all = placements(p, tp);
+        for (i, g) in all.iter().enumerate() {
+            let held = if all.len() == 1 {
+                ":".to_string()
+            } else if i == 0 {
+                format!(
+                    ": the plugin follows this placement for every TP{tp} communicator (NCCL does not tell it the GPUs):"
+                )
             } else {
                 format!(
-                    "above {} up to {}",
-                    fmt_bytes(band.lo - 1),
-                    fmt_bytes(band.hi)
+                    ": NOT followed, the plugin runs GPUs {}'s answers here too; this placement's own answers:",
+                    gpu_list(&all[0].gpus)
                 )
             };
-            s.push_str(&format!("#     {range}: {what}\n"));
+            s.push_str(&format!(
+                "#   TP{tp} ({} mode, GPUs {:?}){held}\n",
+                g.mode.id(),
+                g.gpus
+            ));
+            for band in bands(g) {
+                let what = match band.backend.nccl_pin() {
+                    Some((a, pr)) => format!("{}/{} ({})", a.name(), pr.name(), band.backend),
+                    None => "NCCL's own choice (no pinned variant beats it)".into(),
+                };
+                let range = if band.lo <= 1 {
+                    format!("up to {}", fmt_bytes(band.hi))
+                } else {
+                    format!(
+                        "above {} up to {}",
+                        fmt_bytes(band.lo - 1),
+                        fmt_bytes(band.hi)
+                    )
+                };
+                s.push_str(&format!("#     {range}: {what}\n"));
+            }
+            s.push_str(&format!(
+                "#     above {}: NCCL's own choice (not measured)\n",
+                fmt_bytes(g.buckets.last().map_or(0, |b| b.bytes))
+            ));
+            let name = if all.len() == 1 {
+                format!("TP{tp}")
+            } else {
+                format!("TP{tp} on GPUs {}", gpu_list(&g.gpus))
+            };
+            fallback.push_str(&match uniform(p, g) {
+                Ok((a, pr)) => format!(
+                    "#   {name}: one variant holds at every size: export {}\n",
+                    env_values(a, pr)
+                ),
+                Err(why) => format!("#   {name}: {why}; only the plugin can follow it.\n"),
+            });
         }
-        s.push_str(&format!(
-            "#     above {}: NCCL's own choice (not measured)\n",
-            fmt_bytes(g.buckets.last().map_or(0, |b| b.bytes))
-        ));
-        fallback.push_str(&match uniform(p, g) {
-            Ok((a, pr)) => format!(
-                "#   TP{tp}: one variant holds at every size: export {}\n",
-                env_values(a, pr)
-            ),
-            Err(why) => format!("#   TP{tp}: {why}; only the plugin can follow it.\n"),
-        });
     }
     s.push_str("#\n# Without the plugin: NCCL 2.24 or later takes per-collective values, which pin allreduce only:\n");
     s.push_str(&fallback);
@@ -195,6 +212,10 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
     s.push_str("# - NCCL's example tuner plugin is not used: its pluginGetCollInfo (NVIDIA/nccl\n");
     s.push_str("#   plugins/tuner/example/plugin.c, 2.29+) sets *nChannels = 1 before matching its CSV rows, so\n");
     s.push_str("#   every collective it sees would run on ONE channel.\n");
+    if tps.iter().any(|&tp| placements(p, tp).len() > 1) {
+        s.push_str("# - Placements: a tuner is not told which GPUs a communicator holds, so for a TP size with several\n");
+        s.push_str("#   placements the plugin follows the first listed above (GPUs 0..TP where the profile has it).\n");
+    }
     s.push_str("# - Launch mode: a tuner cannot tell CUDA-graph capture from eager launches; ARTUNE_MODE picks which\n");
     s.push_str("#   measurements the plugin follows.\n");
     Ok(Export {

@@ -39,6 +39,11 @@ fn timing(us: f64) -> Timing {
 }
 
 fn group(gpus: Vec<usize>, mode: Mode, sizes: &[u64]) -> GroupProfile {
+    group_scaled(gpus, mode, sizes, 1.0)
+}
+
+/// A group whose custom kernels take `custom` times as long as the model says.
+fn group_scaled(gpus: Vec<usize>, mode: Mode, sizes: &[u64], custom: f64) -> GroupProfile {
     let tp = gpus.len();
     let eager = if mode == Mode::Eager { 3.0 } else { 0.0 };
     let max = sizes.last().copied().unwrap_or(1);
@@ -48,8 +53,10 @@ fn group(gpus: Vec<usize>, mode: Mode, sizes: &[u64]) -> GroupProfile {
             let results: BTreeMap<Backend, Timing> = Backend::ALL
                 .into_iter()
                 .filter_map(|b| {
-                    model(b, tp)
-                        .map(|(lat, gbps)| (b, timing(lat + eager + bytes as f64 / (gbps * 1e3))))
+                    model(b, tp).map(|(lat, gbps)| {
+                        let k = if b.is_custom() { custom } else { 1.0 };
+                        (b, timing(k * (lat + eager + bytes as f64 / (gbps * 1e3))))
+                    })
                 })
                 .collect();
             let choice = crate::decide::rule_choice(&results, tp, bytes).unwrap_or(Backend::Nccl);
@@ -146,4 +153,19 @@ pub fn profile_with(preset: &str, tps: &[usize], sizes: &[u64]) -> Profile {
 pub fn profile() -> Profile {
     let sizes: Vec<u64> = (0..8).map(|i| 1024u64 << (2 * i)).collect();
     profile_with("pcie-4x-1switch", &[2, 4], &sizes)
+}
+
+/// `nvswitch-8x` with two placements per TP size: TP2 on GPUs 0,1 and 4,5, TP4 on 0-3 and
+/// 4-7, the second of each with custom kernels 1.6 times slower, so their answers differ.
+pub fn placements() -> Profile {
+    let sizes: Vec<u64> = (0..8).map(|i| 1024u64 << (2 * i)).collect();
+    let mut p = profile_with("nvswitch-8x", &[2, 4], &sizes);
+    for tp in [2, 4] {
+        for m in [Mode::Graph, Mode::Eager] {
+            let mut g = group_scaled((4..4 + tp).collect(), m, &sizes, 1.6);
+            g.placement = "the other half".into();
+            p.groups.push(g);
+        }
+    }
+    p
 }

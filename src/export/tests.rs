@@ -45,7 +45,11 @@ fn exports_match_snapshots() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/export/snapshots");
     let update = std::env::var("ARTUNE_UPDATE_SNAPSHOTS").as_deref() == Ok("1");
     let mut mismatched = Vec::new();
-    for (p, suffix) in [(sample::profile(), ""), (nvswitch(), "-nvswitch")] {
+    for (p, suffix) in [
+        (sample::profile(), ""),
+        (nvswitch(), "-nvswitch"),
+        (sample::placements(), "-placements"),
+    ] {
         for (engine, name) in all_engines() {
             for f in export(&p, &opts(engine)).unwrap().files {
                 let path = dir.join(format!("{name}{suffix}")).join(&f.name);
@@ -319,7 +323,15 @@ fn vllm_p2p_cache_only_where_peer_kernels_verified() {
         "{text}"
     );
     assert!(text.contains("0->2"), "{text}");
-    assert!(!text.contains("VLLM_SKIP_P2P_CHECK=0"), "{text}");
+    assert!(
+        text.contains("CUDA_VISIBLE_DEVICES unset or 0,1,2,3: not written"),
+        "{text}"
+    );
+    // The TP2 placement's own GPU set was verified: its file is written (keys 0 and 1).
+    let v: serde_json::Value =
+        serde_json::from_str(file(&e, "gpu_p2p_access_cache_for_0,1.json").unwrap()).unwrap();
+    assert_eq!(v["0->1"], true);
+    assert!(v.get("0->2").is_none(), "{v}");
     // Where NVML reports no P2P, the pair needs no kernel: false is what is known.
     let mut q = p.clone();
     for x in q.topology.pairs.iter_mut() {
@@ -342,7 +354,7 @@ fn vllm_p2p_cache_only_where_peer_kernels_verified() {
     }
     let e = export(&p, &opts(Engine::Vllm)).unwrap();
     assert_eq!(e.files.len(), 1);
-    assert!(e.files[0].contents.contains("Not written: no peer kernel"));
+    assert!(e.files[0].contents.contains("not written: no peer kernel"));
     assert!(!e.files[0].contents.contains("VLLM_SKIP_P2P_CHECK=0"));
     // Loopback: virtual ranks on one GPU exercise no P2P between GPUs.
     let mut p = sample::profile();

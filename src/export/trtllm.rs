@@ -169,59 +169,74 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
     let mut notes = String::new();
     let (mut nvlink, mut pcie) = (Vec::new(), Vec::new());
     for &tp in tps {
-        let Some(g) = preferred_group(p, tp) else {
-            continue;
-        };
-        if !fully_nvlinked(&p.topology, &g.gpus) {
-            pcie.push(tp);
-            notes.push_str(&format!(
+        // The cache's keys carry no GPU set: it holds one NVLink placement per TP size.
+        let mut held: Option<&[usize]> = None;
+        for g in placements(p, tp) {
+            if !fully_nvlinked(&p.topology, &g.gpus) {
+                if !pcie.contains(&tp) {
+                    pcie.push(tp);
+                }
+                notes.push_str(&format!(
                 "#\n# TP{tp} (GPUs {:?}): no NVLink between them, so ifFallbackToNCCL runs NCCL at every size\n#   whatever the strategy or cache says; artune's NCCL plugin then picks NCCL's variant.\n",
                 g.gpus
             ));
-            continue;
-        }
-        nvlink.push(tp);
-        notes.push_str(&format!(
-            "#\n# TP{tp} ({} mode measurements), {hidden} x {} per token; entries only where a custom kernel wins:\n",
+                continue;
+            }
+            if let Some(held) = held {
+                notes.push_str(&format!(
+                "#\n# TP{tp} (GPUs {:?}): NOT in the cache, whose keys carry no GPU set: on these GPUs TensorRT-LLM\n#   reads the entries of GPUs {}; artune why {} --tp {tp} --gpus {} --bytes N gives this\n#   placement's own answers.\n",
+                g.gpus,
+                gpu_list(held),
+                shell_quote(&o.source),
+                gpu_list(&g.gpus)
+            ));
+                continue;
+            }
+            held = Some(&g.gpus);
+            nvlink.push(tp);
+            notes.push_str(&format!(
+            "#\n# TP{tp} (GPUs {:?}, {} mode measurements), {hidden} x {} per token; entries only where a custom kernel wins:\n",
+            g.gpus,
             g.mode.id(),
             o.dtype.id()
         ));
-        let mut tokens = 1u64;
-        while tokens <= MAX_TOKENS {
-            let bytes = tokens * row;
-            let line = match bucket_for(g, bytes) {
-                None => "beyond the profile: no entry (TensorRT-LLM tunes it)".to_string(),
-                Some(_) if bytes > WORKSPACE => format!(
-                    "above the {} workspace: NCCL (no entry)",
-                    fmt_bytes(WORKSPACE)
-                ),
-                Some(b) => match decide(b, tp, tokens, bytes) {
-                    Some(s) => {
-                        let us = median(b, s.backend()).unwrap_or(f64::NAN);
-                        for (op, _) in FUSIONS {
-                            entries.push(Entry {
-                                key: key(tp, op, tokens, hidden),
-                                strategy: s,
-                                min_time_ms: us / 1000.0,
-                            });
-                        }
-                        format!(
-                            "{} ({us:.1} us measured at {} bytes; profile chose {})",
-                            s.name(),
-                            b.bytes,
-                            b.choice
-                        )
-                    }
-                    None => format!(
-                        "NCCL band (profile chose {}): no entry, TensorRT-LLM tunes it",
-                        b.choice
+            let mut tokens = 1u64;
+            while tokens <= MAX_TOKENS {
+                let bytes = tokens * row;
+                let line = match bucket_for(g, bytes) {
+                    None => "beyond the profile: no entry (TensorRT-LLM tunes it)".to_string(),
+                    Some(_) if bytes > WORKSPACE => format!(
+                        "above the {} workspace: NCCL (no entry)",
+                        fmt_bytes(WORKSPACE)
                     ),
-                },
-            };
-            notes.push_str(&format!(
-                "#   {tokens:>5} tokens = {bytes:>9} bytes: {line}\n"
-            ));
-            tokens *= 2;
+                    Some(b) => match decide(b, tp, tokens, bytes) {
+                        Some(s) => {
+                            let us = median(b, s.backend()).unwrap_or(f64::NAN);
+                            for (op, _) in FUSIONS {
+                                entries.push(Entry {
+                                    key: key(tp, op, tokens, hidden),
+                                    strategy: s,
+                                    min_time_ms: us / 1000.0,
+                                });
+                            }
+                            format!(
+                                "{} ({us:.1} us measured at {} bytes; profile chose {})",
+                                s.name(),
+                                b.bytes,
+                                b.choice
+                            )
+                        }
+                        None => format!(
+                            "NCCL band (profile chose {}): no entry, TensorRT-LLM tunes it",
+                            b.choice
+                        ),
+                    },
+                };
+                notes.push_str(&format!(
+                    "#   {tokens:>5} tokens = {bytes:>9} bytes: {line}\n"
+                ));
+                tokens *= 2;
+            }
         }
     }
 
@@ -262,6 +277,16 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
     y.push_str("# - Fusions: entries for NONE and RESIDUAL_RMS_NORM carry plain-allreduce timings; quantizing fusions are\n");
     y.push_str("#   not written. Keys assume 2-D [tokens, hidden] inputs and a workspace of 3*TP+2 pointers.\n");
     y.push_str("# - One/two-shot above the 64 MiB fusion workspace run NCCL (ifFallbackToNCCL).\n");
+    let nvlinked = |tp: usize| {
+        placements(p, tp)
+            .iter()
+            .filter(|g| fully_nvlinked(&p.topology, &g.gpus))
+            .count()
+    };
+    if tps.iter().any(|&tp| nvlinked(tp) > 1) {
+        y.push_str("# - Placements: cache keys carry TP size and shapes, not GPUs; for a TP size with several NVLink\n");
+        y.push_str("#   placements the cache holds the first (named below), and TensorRT-LLM uses it on the others.\n");
+    }
     y.push_str("# - Launch mode: the autotuner has none; graph-mode measurements are used where the profile has them.\n");
     y.push_str(&notes);
 

@@ -211,22 +211,24 @@ fn nvml_p2p(p: &Profile, a: usize, b: usize) -> bool {
         .is_some_and(|x| x.p2p.read == Status::Ok && x.p2p.write == Status::Ok)
 }
 
-/// Why no P2P cache may be written from this profile, if none may.
-fn no_cache_because(p: &Profile) -> Option<String> {
+/// Why no P2P cache may be written for `gpus` (the devices CUDA_VISIBLE_DEVICES names) from
+/// this profile, if none may.
+fn no_cache_because(p: &Profile, gpus: &[usize]) -> Option<String> {
     if p.topology.origin.kind == "loopback" {
         return Some("its GPUs are virtual ranks on one GPU (loopback), so no P2P between real GPUs was exercised".into());
     }
-    let n = p.topology.gpu_count();
-    let any = (0..n).any(|a| (0..n).any(|b| a != b && verified_pair(p, a, b)));
-    if !any {
+    let n = gpus.len();
+    let pairs = || {
+        gpus.iter()
+            .flat_map(move |&a| gpus.iter().map(move |&b| (a, b)))
+            .filter(|&(a, b)| a != b)
+    };
+    if !pairs().any(|(a, b)| verified_pair(p, a, b)) {
         return Some("no peer kernel of the profile verified P2P between any two GPUs".into());
     }
     // The cache answers for every pair, so a pair NVML allows but no kernel exercised would
     // be written false and turn vLLM's custom all-reduce off where P2P may well work.
-    let allowed: Vec<(usize, usize)> = (0..n)
-        .flat_map(|a| (0..n).map(move |b| (a, b)))
-        .filter(|&(a, b)| a != b && nvml_p2p(p, a, b))
-        .collect();
+    let allowed: Vec<(usize, usize)> = pairs().filter(|&(a, b)| nvml_p2p(p, a, b)).collect();
     let unverified: Vec<String> = allowed
         .iter()
         .filter(|&&(a, b)| !verified_pair(p, a, b))
@@ -244,15 +246,14 @@ fn no_cache_because(p: &Profile) -> Option<String> {
     })
 }
 
-/// The P2P cache for all GPUs of the profile's topology, in vLLM's key order.
-fn p2p_cache(p: &Profile, o: &Options) -> File {
-    let n = p.topology.gpu_count();
-    let ids: Vec<String> = (0..n).map(|i| i.to_string()).collect();
+/// The P2P cache vLLM reads with CUDA_VISIBLE_DEVICES set to `gpus`: its keys are CUDA device
+/// indices, which count the visible devices from 0, so "0->1" is `gpus[0]` to `gpus[1]`.
+fn p2p_cache(p: &Profile, o: &Options, gpus: &[usize]) -> File {
     let mut s = String::from("{\n");
-    for a in 0..n {
-        for b in 0..n {
+    for (i, &a) in gpus.iter().enumerate() {
+        for (j, &b) in gpus.iter().enumerate() {
             let ok = a == b || verified_pair(p, a, b);
-            s.push_str(&format!("    \"{a}->{b}\": {ok},\n"));
+            s.push_str(&format!("    \"{i}->{j}\": {ok},\n"));
         }
     }
     s.push_str(&format!(
@@ -260,7 +261,7 @@ fn p2p_cache(p: &Profile, o: &Options) -> File {
         serde_json::to_string(&provenance_json(p, o)).unwrap_or_default()
     ));
     File {
-        name: format!("gpu_p2p_access_cache_for_{}.json", ids.join(",")),
+        name: format!("gpu_p2p_access_cache_for_{}.json", gpu_list(gpus)),
         contents: s,
     }
 }
@@ -271,8 +272,27 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
             "the profile is SIMULATED, and a vLLM export writes a GPU P2P access cache that replaces vLLM's own P2P test; export from a measured profile, or pass --allow-simulated for tests only",
         ));
     }
-    let no_cache = no_cache_because(p);
-    let cache = no_cache.is_none().then(|| p2p_cache(p, o));
+    // One cache per GPU set vLLM may be started on: all GPUs (CUDA_VISIBLE_DEVICES unset),
+    // and each placement of the profile, whose file vLLM reads when started on those GPUs.
+    let all: Vec<usize> = (0..p.topology.gpu_count()).collect();
+    let mut sets: Vec<Vec<usize>> = vec![all.clone()];
+    for &tp in tps {
+        for g in placements(p, tp) {
+            if !sets.contains(&g.gpus) {
+                sets.push(g.gpus.clone());
+            }
+        }
+    }
+    let caches: Vec<(Vec<usize>, Result<File, String>)> = sets
+        .into_iter()
+        .map(|gpus| {
+            let c = match no_cache_because(p, &gpus) {
+                None => Ok(p2p_cache(p, o, &gpus)),
+                Some(why) => Err(why),
+            };
+            (gpus, c)
+        })
+        .collect();
     let mut s = String::new();
     s.push_str("# vLLM: what its allreduce chain runs per TP size on this GPU, and the GPU P2P access cache.\n");
     s.push_str(&format!(
@@ -290,119 +310,118 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
         "#\n# Chain, in order: FlashInfer, NCCL symmetric memory (NCCL), quick reduce and AITER (ROCm only: never here),\n# custom allreduce, torch symmetric memory, NCCL.\n# GPU capability {cap}.\n"
     ));
     for &tp in tps {
-        let Some(g) = preferred_group(p, tp) else {
-            continue;
-        };
-        s.push_str(&format!(
-            "#\n# TP{tp} (GPUs {:?}, {} mode measurements):\n",
-            g.gpus,
-            g.mode.id()
-        ));
-        if let Some(max) = flashinfer_limit(&p.topology, &g.gpus) {
+        for g in placements(p, tp) {
+            // vLLM puts its ranks on the visible devices in order, so another placement is
+            // selected by starting it with those GPUs visible.
+            let visible = if default_placement(&g.gpus) {
+                String::new()
+            } else {
+                format!("CUDA_VISIBLE_DEVICES={} ", gpu_list(&g.gpus))
+            };
             s.push_str(&format!(
+                "#\n# TP{tp} (GPUs {:?}, {} mode measurements):\n",
+                g.gpus,
+                g.mode.id()
+            ));
+            if let Some(max) = flashinfer_limit(&p.topology, &g.gpus) {
+                s.push_str(&format!(
                 "#   FlashInfer allreduce: up to {} (first in the chain; --disable-custom-all-reduce leaves it on; artune's vLLM plugin gives NCCL the sizes the profile gives NCCL).\n",
                 fmt_bytes(max)
             ));
-        }
-        if let Some(why) = disabled_because(&p.topology, &g.gpus) {
-            s.push_str(&format!("#   custom allreduce: off ({why}).\n"));
-        } else {
-            s.push_str(&format!(
+            }
+            if let Some(why) = disabled_because(&p.topology, &g.gpus) {
+                s.push_str(&format!("#   custom allreduce: off ({why}).\n"));
+            } else {
+                s.push_str(&format!(
                 "#   custom allreduce: below {} (CUSTOM_ALL_REDUCE_MAX_SIZES on this capability, or max_size).\n",
                 fmt_bytes(custom_limit(&p.topology, &g.gpus))
             ));
-        }
-        let keep = keep_custom(p, g);
-        let (mut follows, mut cannot) = (0, 0);
-        for b in &g.buckets {
-            let run = runs(p, g, b.bytes);
-            let chosen = median(b, b.choice);
-            let t = match run.backend {
-                Some(Backend::Nccl) => plugin_time(b).map(|t| t.median_us),
-                Some(k) => median(b, k),
-                None => None,
-            };
-            let same = match run.backend {
-                Some(Backend::Nccl) => b.choice.is_nccl(),
-                Some(k) => k == b.choice,
-                None => false,
-            };
-            let verdict = if same {
-                follows += 1;
-                "follows the profile".to_string()
-            } else {
-                cannot += 1;
-                match (t, chosen) {
-                    (Some(t), Some(c)) => {
-                        format!("cannot follow {} ({})", b.choice, pct(t, c))
+            }
+            let keep = keep_custom(p, g);
+            let (mut follows, mut cannot) = (0, 0);
+            for b in &g.buckets {
+                let run = runs(p, g, b.bytes);
+                let chosen = median(b, b.choice);
+                let t = match run.backend {
+                    Some(Backend::Nccl) => plugin_time(b).map(|t| t.median_us),
+                    Some(k) => median(b, k),
+                    None => None,
+                };
+                let same = match run.backend {
+                    Some(Backend::Nccl) => b.choice.is_nccl(),
+                    Some(k) => k == b.choice,
+                    None => false,
+                };
+                let verdict = if same {
+                    follows += 1;
+                    "follows the profile".to_string()
+                } else {
+                    cannot += 1;
+                    match (t, chosen) {
+                        (Some(t), Some(c)) => {
+                            format!("cannot follow {} ({})", b.choice, pct(t, c))
+                        }
+                        _ => format!("cannot follow {} (not measured)", b.choice),
                     }
-                    _ => format!("cannot follow {} (not measured)", b.choice),
-                }
-            };
+                };
+                s.push_str(&format!(
+                    "#   {:>8}: {:<34} {:>10}  {verdict}\n",
+                    fmt_bytes(b.bytes),
+                    run.runs,
+                    t.map_or("-".into(), |t| format!("{t:.1} us"))
+                ));
+            }
             s.push_str(&format!(
-                "#   {:>8}: {:<34} {:>10}  {verdict}\n",
-                fmt_bytes(b.bytes),
-                run.runs,
-                t.map_or("-".into(), |t| format!("{t:.1} us"))
-            ));
-        }
-        s.push_str(&format!(
             "#   vLLM follows the profile at {follows} of {} sizes (NCCL sizes with artune's NCCL plugin loaded).\n",
             follows + cannot
         ));
-        let v = custom_vs_nccl(p, g);
-        let runs_custom = g.buckets.iter().any(|b| {
-            matches!(
-                builtin(&p.topology, &g.gpus, g.dtype, b.bytes),
-                Path::Custom(_)
-            )
-        });
-        if !runs_custom {
-            s.push_str(&format!(
-                "#   vLLM runs no custom kernel at any measured size; the flag only frees its buffers.\nvllm serve MODEL --tensor-parallel-size {tp} --disable-custom-all-reduce\n"
+            let v = custom_vs_nccl(p, g);
+            let runs_custom = g.buckets.iter().any(|b| {
+                matches!(
+                    builtin(&p.topology, &g.gpus, g.dtype, b.bytes),
+                    Path::Custom(_)
+                )
+            });
+            if !runs_custom {
+                s.push_str(&format!(
+                "#   vLLM runs no custom kernel at any measured size; the flag only frees its buffers.\n{visible}vllm serve MODEL --tensor-parallel-size {tp} --disable-custom-all-reduce\n"
             ));
-        } else if keep {
-            s.push_str(&format!(
-                "#   Where vLLM runs its custom kernel it is {}: keep it.\nvllm serve MODEL --tensor-parallel-size {tp}\n",
+            } else if keep {
+                s.push_str(&format!(
+                "#   Where vLLM runs its custom kernel it is {}: keep it.\n{visible}vllm serve MODEL --tensor-parallel-size {tp}\n",
                 v.describe()
             ));
-        } else {
-            s.push_str(&format!(
-                "#   Where vLLM runs its custom kernel it is {}:\n#   disable it (also frees about {} MiB per GPU).\nvllm serve MODEL --tensor-parallel-size {tp} --disable-custom-all-reduce\n",
+            } else {
+                s.push_str(&format!(
+                "#   Where vLLM runs its custom kernel it is {}:\n#   disable it (also frees about {} MiB per GPU).\n{visible}vllm serve MODEL --tensor-parallel-size {tp} --disable-custom-all-reduce\n",
                 v.describe(),
                 BUFFER_BYTES >> 20
             ));
+            }
         }
     }
     s.push_str("#\n# GPU P2P access cache:\n");
-    match (&cache, &no_cache) {
-        (Some(cache), _) => {
-            s.push_str(&format!(
-                "# {} marks a pair true only where NVML reported P2P read and write OK and a\n",
-                cache.name
-            ));
-            s.push_str("# peer kernel of this profile verified results between the two GPUs; every other pair is false.\n");
-            s.push_str("# vLLM reads it only with VLLM_SKIP_P2P_CHECK=0 (the default 1 trusts the driver), and then it\n");
-            s.push_str("# replaces vLLM's own functional P2P test. vLLM names the file after CUDA_VISIBLE_DEVICES; this\n");
-            s.push_str(&format!(
-                "# one serves CUDA_VISIBLE_DEVICES unset or {}:\n",
-                (0..p.topology.gpu_count())
-                    .map(|i| i.to_string())
-                    .collect::<Vec<_>>()
-                    .join(",")
-            ));
-            s.push_str(&format!(
-                "#   cp {} \"${{VLLM_CACHE_ROOT:-${{XDG_CACHE_HOME:-$HOME/.cache}}/vllm}}/\"\n",
-                cache.name
-            ));
-            s.push_str("export VLLM_SKIP_P2P_CHECK=0\n");
+    if caches.iter().any(|(_, c)| c.is_ok()) {
+        s.push_str("# Each gpu_p2p_access_cache_for_<GPUs>.json marks a pair true only where NVML reported P2P read\n");
+        s.push_str("# and write OK and a peer kernel of this profile verified results between the two GPUs; every\n");
+        s.push_str("# other pair is false. vLLM reads it only with VLLM_SKIP_P2P_CHECK=0 (the default 1 trusts the\n");
+        s.push_str("# driver), and then it replaces vLLM's own functional P2P test. vLLM names the file after\n");
+        s.push_str("# CUDA_VISIBLE_DEVICES and keys it by visible-device index; copy the files for the GPU sets you run:\n");
+        s.push_str("#   cp gpu_p2p_access_cache_for_*.json \"${VLLM_CACHE_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/vllm}/\"\n");
+    }
+    for (gpus, c) in &caches {
+        let serves = if *gpus == all {
+            format!("CUDA_VISIBLE_DEVICES unset or {}", gpu_list(gpus))
+        } else {
+            format!("CUDA_VISIBLE_DEVICES={}", gpu_list(gpus))
+        };
+        match c {
+            Ok(f) => s.push_str(&format!("#   {}: serves {serves}\n", f.name)),
+            Err(why) => s.push_str(&format!("#   {serves}: not written: {why}; leave VLLM_SKIP_P2P_CHECK as it is there and let vLLM test P2P itself.\n")),
         }
-        (None, Some(why)) => {
-            s.push_str(&format!(
-                "# Not written: {why}. Leave VLLM_SKIP_P2P_CHECK as it is and let vLLM test P2P itself.\n"
-            ));
-        }
-        (None, None) => {}
+    }
+    if caches.iter().any(|(_, c)| c.is_ok()) {
+        s.push_str("export VLLM_SKIP_P2P_CHECK=0\n");
     }
     s.push_str("#\n# What vLLM's knobs cannot express:\n");
     s.push_str("# - Per-size choice: --disable-custom-all-reduce is all or nothing; vLLM's size limits are fixed per capability.\n");
@@ -416,6 +435,6 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
         name: "vllm.txt".into(),
         contents: s,
     }];
-    files.extend(cache);
+    files.extend(caches.into_iter().filter_map(|(_, c)| c.ok()));
     Ok(Export { files })
 }

@@ -47,6 +47,8 @@ pub struct Why {
     pub tp: usize,
     pub mode: Mode,
     pub gpus: Vec<usize>,
+    /// The group answered for, named for a reader ("TP2 graph on GPUs 3,4 (...)").
+    pub group: String,
     pub bytes: u64,
     /// The bucket that serves this size (the first measured size at or above it).
     pub bucket_bytes: u64,
@@ -65,22 +67,38 @@ pub struct Why {
     pub nccl_choice: Backend,
     /// Which clause of the rule decided, in words.
     pub reason: String,
+    /// Kernels the memory budget (`--mem-budget`) excluded here that would have beaten the
+    /// choice: the reason, rather than the rule, that they do not serve.
+    pub over_budget: Vec<OverBudget>,
     pub engines: Vec<EngineLine>,
 }
 
-/// Explains the profile's answer for `bytes` on the TP `tp` group in `mode`.
-pub fn explain(p: &Profile, tp: usize, mode: Mode, bytes: u64) -> Result<Why, Error> {
-    let q = Query {
-        tp,
-        mode,
-        gpus: None,
-    };
-    let g = p.group(q).ok_or_else(|| {
-        Error::bad_input(format!(
+/// A kernel the memory budget excluded at the bucket though it is faster than the choice.
+#[derive(Debug, Clone, Serialize)]
+pub struct OverBudget {
+    pub backend: Backend,
+    /// The choice's time over the kernel's (> 1: the kernel is that many times faster).
+    pub speedup: f64,
+    /// The exclusion as the profile recorded it.
+    pub because: String,
+}
+
+/// Explains the profile's answer for `bytes` on the group `q` names (`q.gpus` None: the
+/// engine's default placement, GPUs 0..tp); the answer names that group.
+pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
+    let (tp, mode) = (q.tp, q.mode);
+    let g = p.group(q).ok_or_else(|| match q.gpus {
+        Some(gpus) => Error::bad_input(format!(
+            "the profile has no TP{tp} {} group on GPUs {} (it has {}); pass one of those to --gpus",
+            mode.id(),
+            crate::report::fmt_gpus(gpus),
+            placements(p, tp, mode)
+        )),
+        None => Error::bad_input(format!(
             "the profile has no TP{tp} {} group (it has {}); pass one of those to --tp and --mode",
             mode.id(),
             group_names(p)
-        ))
+        )),
     })?;
     let b = bucket_for(g, bytes).ok_or_else(|| {
         let smallest = g.buckets.first().map_or(0, |b| b.bytes);
@@ -130,7 +148,34 @@ pub fn explain(p: &Profile, tp: usize, mode: Mode, bytes: u64) -> Result<Why, Er
         }
     }
     let nccl_reference = crate::decide::nccl_choice(&eligible);
-    let mut reason = reason(&eligible, nccl_reference, rule_choice, b.choice);
+    let mut over_budget: Vec<OverBudget> = crate::report::budget_exclusions(b)
+        .into_iter()
+        .filter_map(|(k, r, why)| {
+            r.filter(|&r| r > 1.0).map(|speedup| OverBudget {
+                backend: k,
+                speedup,
+                because: why.to_string(),
+            })
+        })
+        .collect();
+    over_budget.sort_by(|a, b| b.speedup.total_cmp(&a.speedup));
+    // What the rule would answer here with nothing excluded: where that is an excluded kernel,
+    // the budget, not the rule, is why it does not serve.
+    let unbudgeted = crate::decide::rule_choice(&b.results, tp, b.bytes).unwrap_or(rule_choice);
+    let budget_decided = unbudgeted != rule_choice && b.waived.contains_key(&unbudgeted);
+    let mut reason = reason(
+        &eligible,
+        nccl_reference,
+        rule_choice,
+        b.choice,
+        !over_budget.is_empty(),
+    );
+    reason.push_str(&budget_reason(
+        p,
+        b,
+        &over_budget,
+        budget_decided.then_some(unbudgeted),
+    ));
     if b.nccl_choice.is_none() {
         reason.push_str(" The profile records no NCCL variant per size (an older profile), so artune's plugin leaves NCCL its own choice.");
     } else if nccl_reference.is_some_and(|r| r != plugin_nccl(b)) {
@@ -168,6 +213,7 @@ pub fn explain(p: &Profile, tp: usize, mode: Mode, bytes: u64) -> Result<Why, Er
         tp,
         mode,
         gpus: g.gpus.clone(),
+        group: crate::report::group_label(g),
         bytes,
         bucket_bytes: b.bytes,
         rows,
@@ -178,8 +224,63 @@ pub fn explain(p: &Profile, tp: usize, mode: Mode, bytes: u64) -> Result<Why, Er
         smoothed: rule_choice != b.choice,
         nccl_choice: plugin_nccl(b),
         reason,
+        over_budget,
         engines,
     })
+}
+
+/// How `--mem-budget` bears on the answer: the reason, where without it the rule picks
+/// `unbudgeted`; else the faster kernels it excluded, which would not have won anyway.
+fn budget_reason(
+    p: &Profile,
+    b: &Bucket,
+    over: &[OverBudget],
+    unbudgeted: Option<Backend>,
+) -> String {
+    let Some(fastest) = over.first() else {
+        return String::new();
+    };
+    let budget = p
+        .settings
+        .mem_budget_bytes
+        .map_or("the memory budget".to_string(), |m| {
+            format!("the memory budget of {} per GPU", fmt_bytes(m))
+        });
+    let names = over
+        .iter()
+        .map(|o| format!("{} ({:.2}x faster)", o.backend, o.speedup))
+        .collect::<Vec<_>>()
+        .join(", ");
+    match unbudgeted {
+        Some(k) => {
+            let because = over
+                .iter()
+                .find(|o| o.backend == k)
+                .map_or(fastest.because.as_str(), |o| o.because.as_str());
+            format!(
+                " The reason is --mem-budget: without it the rule picks {k}, but {budget} excluded it here ({because}); in all it excluded {names}. Raise --mem-budget and tune again to let it serve."
+            )
+        }
+        None => format!(
+            " --mem-budget ({budget}) excluded {names} here; without the budget the rule would still answer {}, as none of them beats it beyond the intervals (and model bands) it compares.",
+            b.choice
+        ),
+    }
+}
+
+/// The placements of a TP size and mode, "GPUs 0,1, GPUs 3,4" (for messages).
+fn placements(p: &Profile, tp: usize, mode: Mode) -> String {
+    let v: Vec<String> = p
+        .groups
+        .iter()
+        .filter(|g| g.tp == tp && g.mode == mode)
+        .map(|g| format!("GPUs {}", crate::report::fmt_gpus(&g.gpus)))
+        .collect();
+    if v.is_empty() {
+        group_names(p)
+    } else {
+        v.join(", ")
+    }
 }
 
 /// The clause of the steering rule (src/decide/rule.rs) that produced `rule`, in words.
@@ -188,6 +289,7 @@ fn reason(
     reference: Option<Backend>,
     rule: Backend,
     chosen: Backend,
+    budgeted: bool,
 ) -> String {
     let pct = (MIN_EFFECT * 100.0).round();
     let mut s = match reference {
@@ -207,7 +309,11 @@ fn reason(
         .map(|(k, _)| *k)
         .collect();
     if rule.is_nccl() {
-        s.push_str(" No custom kernel beats it significantly, so NCCL serves: a kernel must earn its IPC buffers.");
+        s.push_str(if budgeted {
+            " No custom kernel within the memory budget beats it significantly, so NCCL serves."
+        } else {
+            " No custom kernel beats it significantly, so NCCL serves: a kernel must earn its IPC buffers."
+        });
     } else {
         let best = earning
             .iter()
@@ -244,10 +350,8 @@ fn reason(
 pub fn render(w: &Why) -> String {
     let mut s = String::new();
     s.push_str(&format!(
-        "TP{} {} on GPUs {:?}, {} bytes: served by the bucket at {} ({} bytes){}\n",
-        w.tp,
-        w.mode.id(),
-        w.gpus,
+        "{}, {} bytes: served by the bucket at {} ({} bytes){}\n",
+        w.group,
         w.bytes,
         fmt_bytes(w.bucket_bytes),
         w.bucket_bytes,
@@ -319,10 +423,18 @@ pub fn render(w: &Why) -> String {
 mod tests {
     use super::*;
 
+    fn q(tp: usize) -> Query<'static> {
+        Query {
+            tp,
+            mode: Mode::Graph,
+            gpus: None,
+        }
+    }
+
     #[test]
     fn explains_the_rule_and_prices_every_alternative() {
         let p = sample::profile();
-        let w = explain(&p, 2, Mode::Graph, 4096).unwrap();
+        let w = explain(&p, q(2), 4096).unwrap();
         assert_eq!(w.bucket_bytes, 4096);
         assert_eq!(w.chosen, p.groups[0].buckets[1].choice);
         assert!(w
@@ -335,8 +447,8 @@ mod tests {
             text.contains("SIMULATED") && text.contains("why: "),
             "{text}"
         );
-        assert!(explain(&p, 8, Mode::Graph, 4096).is_err());
-        assert!(explain(&p, 2, Mode::Graph, 1 << 40).is_err());
+        assert!(explain(&p, q(8), 4096).is_err());
+        assert!(explain(&p, q(2), 1 << 40).is_err());
     }
 
     #[test]
@@ -348,7 +460,7 @@ mod tests {
         let other = *b.results.keys().find(|k| **k != rule).unwrap();
         b.choice = other;
         let bytes = b.bytes;
-        let w = explain(&p, 2, Mode::Graph, bytes).unwrap();
+        let w = explain(&p, q(2), bytes).unwrap();
         assert!(w.smoothed && w.rule_choice == rule && w.chosen == other);
         assert!(w.reason.contains("Band smoothing"), "{}", w.reason);
     }
