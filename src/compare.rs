@@ -24,7 +24,7 @@ pub mod band;
 pub use band::BandCheck;
 
 use crate::decide;
-use crate::fabric::{Backend, Dtype, Mode};
+use crate::allreduce::{Backend, Dtype, Mode};
 use crate::plan;
 use crate::profile::{Crossover, GroupProfile, Profile, Query, Selector};
 

@@ -408,7 +408,7 @@ mod tests {
         }
         fn probe(
             &mut self,
-            d: crate::fabric::Direction,
+            d: crate::allreduce::Direction,
             peers: usize,
             bytes: u64,
         ) -> Result<crate::fabric::ProbeSample, FabricError> {
@@ -482,7 +482,7 @@ mod tests {
         }
         fn probe(
             &mut self,
-            d: crate::fabric::Direction,
+            d: crate::allreduce::Direction,
             peers: usize,
             bytes: u64,
         ) -> Result<crate::fabric::ProbeSample, FabricError> {

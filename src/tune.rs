@@ -4,7 +4,8 @@
 use crate::cancel::Cancel;
 use crate::decide::{self, Policy};
 use crate::error::Error;
-use crate::fabric::{Backend, Dtype, Fabric, Mode};
+use crate::allreduce::{Backend, Dtype, Mode};
+use crate::fabric::Fabric;
 use crate::measure::{self, Harness, Plan, Progress};
 use crate::plan;
 use crate::profile::{Fingerprint, Profile, Sampling, Settings, Versions, SCHEMA_VERSION};

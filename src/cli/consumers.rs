@@ -6,7 +6,7 @@ use std::path::Path;
 use super::{load_topology, CheckArgs, DtypeArg, ExportArgs, MessageArgs, PredictArgs, Source};
 use crate::error::{Error, EXIT_NO_ANSWER};
 use crate::export;
-use crate::fabric::Mode;
+use crate::allreduce::Mode;
 use crate::profile::stale::staleness;
 use crate::profile::{GroupProfile, Profile, Query, Selection, UnknownReason};
 use crate::report;
@@ -240,9 +240,9 @@ pub fn export(a: ExportArgs) -> Result<i32, Error> {
         tp: a.tp,
         hidden: a.hidden,
         dtype: match a.dtype {
-            DtypeArg::Bf16 => crate::fabric::Dtype::Bf16,
-            DtypeArg::Fp16 => crate::fabric::Dtype::Fp16,
-            DtypeArg::Fp32 => crate::fabric::Dtype::Fp32,
+            DtypeArg::Bf16 => crate::allreduce::Dtype::Bf16,
+            DtypeArg::Fp16 => crate::allreduce::Dtype::Fp16,
+            DtypeArg::Fp32 => crate::allreduce::Dtype::Fp32,
         },
         source,
         world_size: a.world_size,

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::error::Error;
-use crate::fabric::{Dtype, Mode};
+use crate::allreduce::{Dtype, Mode};
 use output::out;
 
 #[derive(Parser, Debug)]

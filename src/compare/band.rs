@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::fabric::Backend;
+use crate::allreduce::Backend;
 use crate::profile::{GroupProfile, Profile};
 
 /// One backend at one size, timed by the measured side, against the simulated side's band.

@@ -1,5 +1,5 @@
 use super::*;
-use crate::fabric::Backend;
+use crate::allreduce::Backend;
 use crate::profile::{Bucket, Timing};
 
 fn timing(us: f64) -> Timing {

@@ -8,7 +8,7 @@ use super::read::{ClassData, Collected, Versions};
 use super::{
     majority, CellBackend, CellReport, ChoiceDiff, ClassReport, Deviation, NodeNote, Outlier,
 };
-use crate::fabric::{Backend, Mode};
+use crate::allreduce::{Backend, Mode};
 use crate::stats::{median_sorted, OUTLIER_Z};
 
 /// How far from its class's median a result must be, relative to it, to count as deviating

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashSet};
 use super::read::{Collected, NodeInfo};
 use super::{majority, ClassReport, Report};
 use crate::error::Error;
-use crate::fabric::{Backend, Mode};
+use crate::allreduce::{Backend, Mode};
 use crate::profile::{
     Bucket, Fingerprint, Fleet, GroupProfile, LeftOut, Profile, Timing, Versions,
 };
@@ -160,7 +160,7 @@ pub fn class_profile(
 /// A group of the class profile: the template's placement and memory, the consensus buckets.
 fn group(
     template: &Profile,
-    dtype: crate::fabric::Dtype,
+    dtype: crate::allreduce::Dtype,
     tp: usize,
     gpus: Vec<usize>,
     mode: Mode,

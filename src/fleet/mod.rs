@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Serialize;
 
 use crate::error::Error;
-use crate::fabric::{Backend, Dtype, Mode};
+use crate::allreduce::{Backend, Dtype, Mode};
 use compare::class_report;
 use read::{Collected, Skipped};
 

@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 use super::{ClassReport, Report};
-use crate::fabric::Backend;
+use crate::allreduce::Backend;
 use crate::units::{fmt_bytes, fmt_us};
 
 /// Rows of the per-size table shown per class; the JSON has them all.

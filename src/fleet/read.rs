@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use crate::error::Error;
-use crate::fabric::{Backend, Dtype, Mode};
+use crate::allreduce::{Backend, Dtype, Mode};
 use crate::profile::Profile;
 
 /// A file that was not aggregated, and why.

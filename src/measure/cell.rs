@@ -2,7 +2,8 @@
 
 use super::{check_interrupt, Harness};
 use crate::cancel::Cancel;
-use crate::fabric::{Backend, Fabric, FabricError, Mode};
+use crate::allreduce::{Backend, Mode};
+use crate::fabric::{Fabric, FabricError};
 use crate::profile::Timing;
 use crate::stats::{self, Summary};
 

@@ -12,7 +12,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::cell::{timing, Sampled};
 use super::{cell_seed, check_interrupt, disqualify, fastest, timed, Plan, Progress};
-use crate::fabric::{Backend, Fabric, FabricError, Mode, Verification};
+use crate::allreduce::{Backend, Mode};
+use crate::fabric::{Fabric, FabricError, Verification};
 use crate::plan::CloseCalls;
 use crate::profile::Timing;
 use crate::results::GroupResults;
