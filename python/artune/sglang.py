@@ -13,10 +13,13 @@ Beyond the per-call gates:
 - v2 (full NVLink): ``custom_all_reduce_v2.get_all_reduce_config`` returns SGLang's config with
   the 1shot_push / 1shot_pull / 2shot_pull thresholds from the profile, two-shot push off, and
   the multicast range clipped to the profile's custom band (``_pick_config`` tests it before
-  the 2shot_pull limit). ``CustomAllReduceV2.__init__`` gets a workspace (``max_size``) large
-  enough for the profile's limits when the caller left it at the default, so it takes effect
-  with ``sglang.Engine(...)`` as with ``sglang serve`` (SGLang reads
-  SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB once, at import, often before plugins load).
+  the 2shot_pull limit). ``CustomAllReduceV2.__init__`` sizes its pull and push workspaces
+  from this config when it is built (clipped to its ``max_size``), so the workspace is the
+  profile's in every process, with ``sglang.Engine(...)`` as with ``sglang serve``; no
+  environment variable is involved. The plan keeps every limit within SGLang's default 16
+  MiB workspace (src/export/sglang.rs), so the plugin never needs to grow it; a larger
+  ``SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB`` of the user's changes nothing, a smaller one
+  caps the profile's limits.
 - v1 (a PCIe pair): ``max_size`` cut to the largest custom size; per call, what the profile
   chose.
 - ``GroupCoordinator.__init__``: a TP group whose size the profile gives NCCL at every size is
@@ -37,7 +40,6 @@ from . import _engine
 log = logging.getLogger("sglang.artune")
 
 _PATCHED = "_artune_patched"
-ENV_V2_WORKSPACE = "SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB"
 GATED = ("mscclpp", "flashinfer", "pcie_ipc", "quick_ar", "torch_symm_mem")
 TP_GROUPS = ("tp", "attn_tp")
 #: What the last register() patched (``applied.undo()`` puts SGLang back), or None.
@@ -113,22 +115,6 @@ def _register(patches: "_engine.Patches") -> None:
     patches.apply("custom_v1", _engine.follow(bands))
     patches.apply("custom_v2", lambda get_config: _v2_follows(get_config, plan))
 
-    v2 = custom_all_reduce_v2.CustomAllReduceV2
-    v2_init = v2.__init__
-    v2_sig = inspect.signature(v2_init)
-
-    @functools.wraps(v2_init)
-    def v2_init_wrapped(self, *args, **kwargs):
-        b = v2_sig.bind(self, *args, **kwargs)
-        # A workspace the user sized (SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB) stays theirs.
-        if "max_size" not in b.arguments and ENV_V2_WORKSPACE not in os.environ:
-            v = plan.get(dist.get_world_size(group=b.arguments["group"]))
-            if v is not None and v[0] == "v2":
-                top = max(max(lim) for lim in v[1].values())
-                default = v2_sig.parameters["max_size"].default
-                b.arguments["max_size"] = max(default, top)
-        return v2_init(*b.args, **b.kwargs)
-
     car_init = car.__init__
     car_sig = inspect.signature(car_init)
 
@@ -166,7 +152,6 @@ def _register(patches: "_engine.Patches") -> None:
         gc_init(*b.args, **b.kwargs)
         log.info("%s", startup_line(bands, patches, plan, name, ws, off))
 
-    patches.replace(v2, "__init__", v2_init_wrapped)
     patches.replace(car, "__init__", car_init_wrapped)
     patches.replace(gc, "__init__", gc_init_wrapped)
     setattr(car, _PATCHED, True)

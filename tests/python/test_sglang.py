@@ -302,3 +302,100 @@ def test_flashinfer_standalone_gives_nccl_sizes_back(profiles, follow, monkeypat
         for mode in MODES:
             assert not p.select(8, n, mode).custom
             assert run(n, mode) == ["nccl"], (n, mode)
+
+
+def test_the_v2_workspace_is_the_profiles_in_an_engine_style_start(profiles, follow,
+                                                                  monkeypatch):
+    """As with ``sglang.Engine(...)``: SGLang is imported before the plugin loads and nothing
+    sets SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB. SGLang's own v2 constructor sizes its
+    workspaces from the config the plugin patched, so it allocates what the profile's limits
+    need. The nvswitch profile's custom band reaches 48 MiB at TP8, but the plan keeps v2 in
+    SGLang's 16 MiB default workspace and gives larger sizes to NCCL."""
+    monkeypatch.delenv("SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB", raising=False)
+    align = custom_all_reduce_v2._ALIGN_BYTES
+    h200 = {tp: MACHINES[0]._replace(name=f"H200 TP{tp}", tp=tp, profile="nvswitch")
+            for tp in (2, 8)}
+    native = {tp: on_machine(m, "graph", monkeypatch).ca_comm for tp, m in h200.items()}
+    follow(profiles["nvswitch"])
+    artune.sglang.register()
+    p = artune.Profile.load(profiles["nvswitch"])
+    for tp, m in h200.items():
+        lims = [p.sglang_plan(tp, mode)[1] for mode in MODES]
+        ca = on_machine(m, "graph", monkeypatch).ca_comm
+        want_pull = -(-max(lim[2] for lim in lims) // align) * align
+        want_push = -(-max(lim[0] for lim in lims) // align) * align
+        assert (ca.max_pull_size, ca.max_push_size) == (want_pull, want_push), tp
+    # TP2: the profile's 8 MiB pull and 896 KiB push workspaces, not SGLang's 16 MiB each.
+    assert (native[2].max_pull_size, native[2].max_push_size) == (16 << 20, 16 << 20)
+    assert on_machine(h200[2], "graph", monkeypatch).ca_comm.max_pull_size == 8 << 20
+    # TP8: custom to 48 MiB in the profile, v2 to 16 MiB in the plan, NCCL above.
+    top = p.bands(8, "graph")[-2]
+    assert top.custom and top.up_to_bytes > 16 << 20, top.up_to_bytes
+    assert on_machine(h200[8], "graph", monkeypatch).ca_comm.max_pull_size == 16 << 20
+    for mode in MODES:
+        assert dispatch(h200[8], 32 << 20, mode, monkeypatch) == "nccl", mode
+
+
+def v1_pair(monkeypatch, allocated):
+    """SGLang's own v1 constructor on a PCIe pair; the IPC buffers it asks for are recorded
+    instead of allocated."""
+    from sglang.srt.distributed.device_communicators import custom_all_reduce_ops as ops
+
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: 2)
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda group=None: 0)
+    monkeypatch.setattr(ops, "IS_CUSTOM_AR_AVAILABLE", True)
+    monkeypatch.setattr(ops, "meta_size", lambda: 0, raising=False)
+    monkeypatch.setattr(ops, "init_custom_ar", lambda *a: 1, raising=False)
+    monkeypatch.setattr(ops, "register_buffer", lambda *a: None, raising=False)
+    monkeypatch.setattr(custom_all_reduce, "can_use_custom_all_reduce_with_nvlink",
+                        lambda **k: False)
+    monkeypatch.setattr(CAR, "create_shared_buffer",
+                        staticmethod(lambda n, group=None: allocated.append(n) or [0, 0]))
+    monkeypatch.setattr(CAR, "__del__", lambda self: None)
+    return CAR(group=None, device="meta")
+
+
+def test_v1_max_size_is_cut_to_the_profiles_largest_custom_size(profiles, follow,
+                                                                monkeypatch):
+    """Through SGLang's own v1 constructor and its own size check (``should_custom_ar`` as
+    SGLang ships it, not the plugin's per-call gate): sizes above the profile's largest custom
+    size are refused by SGLang itself, and their IPC buffers are never allocated."""
+    engine_should = CAR.__dict__["should_custom_ar"]
+    allocated = []
+    ca = v1_pair(monkeypatch, allocated)
+    assert ca.max_size == 8 << 20 and allocated == [8 << 20, 8 << 20]
+    follow(profiles["pair"])
+    artune.sglang.register()
+    plan = artune.Profile.load(profiles["pair"]).sglang_plan(2, "eager")
+    assert plan[0] == "v1" and plan[1][0], plan
+    top = plan[1][1]
+    assert 0 < top < 8 << 20 and top % 4096 == 0, top
+    allocated.clear()
+    ca = v1_pair(monkeypatch, allocated)
+    assert ca.max_size == top and allocated == [top, top]
+    assert engine_should(ca, message(top))
+    assert not engine_should(ca, message(top + 4096))
+
+
+def test_an_unread_release_is_said_once_and_only_verified_patches_apply(
+        profiles, follow, monkeypatch, caplog):
+    """A faked SGLang version, and one patch point whose signature changed in it: one line
+    names both versions; the changed one is left alone and named; the rest apply."""
+    import sglang
+
+    monkeypatch.setattr(sglang, "__version__", "0.9.0")
+
+    def changed(self, input_, extra):
+        return True
+
+    monkeypatch.setattr(GC, "_can_use_flashinfer_allreduce", changed)
+    follow(profiles["nvswitch"])
+    with caplog.at_level(logging.INFO, logger=log_name):
+        artune.sglang.register()
+    lines = [r.getMessage() for r in caplog.records if r.name == log_name]
+    assert len(lines) == 1 and "0.9.0" in lines[0] and "0.5.23" in lines[0], lines
+    assert GC.__dict__["_can_use_flashinfer_allreduce"] is changed
+    applied = artune.sglang.applied
+    assert "flashinfer" not in applied.applied
+    assert any(s.startswith("flashinfer (") for s in applied.skipped), applied.skipped
+    assert {"custom_v2", "custom_v1", "pcie_ipc", "torch_symm_mem"} <= set(applied.applied)

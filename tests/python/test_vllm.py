@@ -370,3 +370,93 @@ def test_the_nccl_plugin_is_named_for_nccl(profiles, follow):
     follow(profiles["pair"])
     artune.vllm.register()
     assert os.environ["NCCL_TUNER_PLUGIN"] == artune.plugin_path()
+
+
+def test_an_unread_release_is_said_once_and_only_verified_patches_apply(
+        profiles, follow, monkeypatch, caplog):
+    """A faked vLLM version, and one patch point whose signature changed in it: one line
+    names both versions; the changed one is left alone and named; the rest apply."""
+    monkeypatch.setattr(vllm, "__version__", "0.99.0")
+
+    def changed(self, input_tensor, extra):
+        return True
+
+    monkeypatch.setattr(FI, "should_use_fi_ar", changed)
+    follow(profiles["nvswitch"])
+    with caplog.at_level(logging.INFO, logger=log_name):
+        artune.vllm.register()
+    lines = [r.getMessage() for r in caplog.records if r.name == log_name]
+    assert len(lines) == 1 and "0.99.0" in lines[0] and "0.33.0" in lines[0], lines
+    assert FI.__dict__["should_use_fi_ar"] is changed
+    applied = artune.vllm.applied
+    assert "flashinfer" not in applied.applied
+    assert any(s.startswith("flashinfer (") for s in applied.skipped), applied.skipped
+    assert {"custom", "torch_symm_mem", "fusion_pass"} <= set(applied.applied)
+
+
+def custom_ar_pair(monkeypatch, allocated):
+    """vLLM's own CustomAllreduce constructor on a PCIe pair; the IPC buffers it asks for are
+    recorded instead of allocated, and the GPU probes answer as on two P2P-capable GPUs."""
+    from vllm import _custom_ops as ops
+
+    class Pair:
+        def get_device_capability(self, device_id=0):
+            return DeviceCapability(8, 9)
+
+        def is_cuda(self):
+            return True
+
+        def is_cuda_alike(self):
+            return True
+
+        def is_rocm(self):
+            return False
+
+        def visible_device_id_to_physical_device_id(self, i):
+            return 0
+
+        def is_fully_connected(self, ids):
+            return False
+
+    monkeypatch.setattr(custom_all_reduce, "custom_ar", True)
+    monkeypatch.setattr(custom_all_reduce, "current_platform", Pair())
+    monkeypatch.setattr(custom_all_reduce, "in_the_same_node_as",
+                        lambda group, source_rank=0: [True, True])
+    monkeypatch.setattr(custom_all_reduce, "_can_p2p", lambda rank, ws: True)
+    monkeypatch.setattr(custom_all_reduce, "_supports_mnnvl_multimem_reduce_scatter",
+                        lambda device, ws: False)
+    monkeypatch.setattr(custom_all_reduce, "_all_ranks_true", lambda group, v: False)
+    monkeypatch.setattr(torch.distributed, "get_backend", lambda group=None: "gloo")
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: 2)
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda group=None: 0)
+    monkeypatch.setattr(torch.distributed, "all_gather", lambda out, t, group=None: None)
+    monkeypatch.setattr(ops, "meta_size", lambda: 0, raising=False)
+    monkeypatch.setattr(ops, "init_custom_ar", lambda *a: 1, raising=False)
+    monkeypatch.setattr(ops, "register_buffer", lambda *a: None, raising=False)
+    monkeypatch.setattr(CAR, "create_shared_buffer", staticmethod(
+        lambda n, group=None, uncached=False: allocated.append(n) or [0, 0]))
+    monkeypatch.setattr(CAR, "_init_mnnvl_buffer", lambda self, n: None)
+    monkeypatch.setattr(CAR, "__del__", lambda self: None)
+    return CAR(group=None, device="meta")
+
+
+def test_custom_ar_max_size_is_cut_to_the_profiles_largest_custom_size(profiles, follow,
+                                                                       monkeypatch):
+    """Through vLLM's own constructor and its own size check (``should_custom_ar`` as vLLM
+    ships it, not the plugin's per-call rule): sizes above the profile's largest custom size
+    are refused by vLLM itself, and its metadata buffer shrinks with max_size (the IPC buffer
+    stays at vLLM's reduce-scatter size, 16 MiB)."""
+    engine_should = CAR.__dict__["should_custom_ar"]
+    allocated = []
+    ca = custom_ar_pair(monkeypatch, allocated)
+    assert not ca.disabled and ca.max_size == 8 << 20 and allocated[0] == 8 << 20
+    follow(profiles["pair"])
+    artune.vllm.register()
+    p = artune.Profile.load(profiles["pair"])
+    top = max(b.up_to_bytes for m in MODES for b in p.bands(2, m) if b.custom)
+    assert 0 < top < 8 << 20 and top % 4096 == 0, top
+    allocated.clear()
+    ca = custom_ar_pair(monkeypatch, allocated)
+    assert ca.max_size == top + 16 and allocated == [top + 16, 16 << 20], allocated
+    assert engine_should(ca, message(top))
+    assert not engine_should(ca, message(top + 4096))
