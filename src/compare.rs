@@ -23,8 +23,8 @@ use serde::Serialize;
 pub mod band;
 pub use band::BandCheck;
 
-use crate::decide;
 use crate::allreduce::{Backend, Dtype, Mode};
+use crate::decide;
 use crate::plan;
 use crate::profile::{Crossover, GroupProfile, Profile, Query, Selector};
 

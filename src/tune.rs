@@ -1,10 +1,10 @@
 //! The pipeline in one call: plan from the topology → measure through a fabric → decide per
 //! group and mode → a [`Profile`]. The CLI adds files, progress and output around it.
 
+use crate::allreduce::{Backend, Dtype, Mode};
 use crate::cancel::Cancel;
 use crate::decide::{self, Policy};
 use crate::error::Error;
-use crate::allreduce::{Backend, Dtype, Mode};
 use crate::fabric::Fabric;
 use crate::measure::{self, Harness, Plan, Progress};
 use crate::plan;

@@ -106,7 +106,14 @@ fn a_bug_in_artune_exits_70_with_one_line_and_writes_nothing() {
 
 /// A profile with two placements of TP2 (GPUs 0,1 on one socket; 3,4 across the two).
 fn two_placements(dir: &Path) -> PathBuf {
-    let args = ["--sim", "pcie-8x-direct-2socket", "--tp", "2", "--mode", "graph"];
+    let args = [
+        "--sim",
+        "pcie-8x-direct-2socket",
+        "--tp",
+        "2",
+        "--mode",
+        "graph",
+    ];
     tuned(dir, "two.json", &args)
 }
 
@@ -127,7 +134,10 @@ fn select_and_why_answer_for_the_placement_asked_and_name_it() {
     assert_eq!(default["gpus"], serde_json::json!([0, 1]));
     assert_eq!(default["other_placements"], serde_json::json!([[3, 4]]));
     assert_eq!(across["gpus"], serde_json::json!([3, 4]));
-    assert_eq!(across["placement"], "2 root ports, 2 root complexes, 2 sockets");
+    assert_eq!(
+        across["placement"],
+        "2 root ports, 2 root complexes, 2 sockets"
+    );
     // At 64K the two placements choose differently: the answer depends on the GPUs asked.
     assert_ne!(default["backend"], across["backend"], "{default} {across}");
     // Text: the backend alone on stdout, the group it answered for on stderr.
@@ -135,7 +145,8 @@ fn select_and_why_answer_for_the_placement_asked_and_name_it() {
     assert_eq!(text(&o.stdout).trim(), default["backend"].as_str().unwrap());
     let err = text(&o.stderr);
     assert!(
-        err.contains("answered for TP2 graph on GPUs 0,1 (2 root ports, 2 root complexes)") && err.contains("--gpus 3,4"),
+        err.contains("answered for TP2 graph on GPUs 0,1 (2 root ports, 2 root complexes)")
+            && err.contains("--gpus 3,4"),
         "{err}"
     );
     // why explains the same group select answered for.

@@ -4,9 +4,9 @@ use super::output::{out, outln};
 use std::path::Path;
 
 use super::{load_topology, CheckArgs, DtypeArg, ExportArgs, MessageArgs, PredictArgs, Source};
+use crate::allreduce::Mode;
 use crate::error::{Error, EXIT_NO_ANSWER};
 use crate::export;
-use crate::allreduce::Mode;
 use crate::profile::stale::staleness;
 use crate::profile::{GroupProfile, Profile, Query, Selection, UnknownReason};
 use crate::report;

@@ -15,8 +15,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::error::Error;
 use crate::allreduce::{Dtype, Mode};
+use crate::error::Error;
 use output::out;
 
 #[derive(Parser, Debug)]

@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, HashSet};
 
 use super::read::{Collected, NodeInfo};
 use super::{majority, ClassReport, Report};
-use crate::error::Error;
 use crate::allreduce::{Backend, Mode};
+use crate::error::Error;
 use crate::profile::{
     Bucket, Fingerprint, Fleet, GroupProfile, LeftOut, Profile, Timing, Versions,
 };

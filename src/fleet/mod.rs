@@ -16,8 +16,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use crate::error::Error;
 use crate::allreduce::{Backend, Dtype, Mode};
+use crate::error::Error;
 use compare::class_report;
 use read::{Collected, Skipped};
 

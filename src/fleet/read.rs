@@ -6,8 +6,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use crate::error::Error;
 use crate::allreduce::{Backend, Dtype, Mode};
+use crate::error::Error;
 use crate::profile::Profile;
 
 /// A file that was not aggregated, and why.

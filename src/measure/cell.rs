@@ -1,8 +1,8 @@
 //! One (backend, size, mode) cell: its samples, when it has enough, and its timing.
 
 use super::{check_interrupt, Harness};
-use crate::cancel::Cancel;
 use crate::allreduce::{Backend, Mode};
+use crate::cancel::Cancel;
 use crate::fabric::{Fabric, FabricError};
 use crate::profile::Timing;
 use crate::stats::{self, Summary};

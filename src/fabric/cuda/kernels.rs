@@ -265,9 +265,7 @@ pub fn slot_bytes(backend: Backend, max_bytes: u64, n: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fabric::cuda::layout::{
-        defines, ArArgs, ProbeArgs, MAX_RANKS, SIGNAL_STATUS_OFFSET,
-    };
+    use crate::fabric::cuda::layout::{defines, ArArgs, ProbeArgs, SIGNAL_STATUS_OFFSET};
 
     #[test]
     fn programmatic_launch_from_hopper_on() {
