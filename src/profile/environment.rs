@@ -33,6 +33,11 @@ const NCCL_IGNORED_PREFIXES: &[&str] = &[
     "NCCL_HOSTID",
 ];
 
+/// `NCCL_` names NCCL never reads: NVIDIA's container images set `NCCL_VERSION` to the version
+/// they ship (2.28.3-1 on the H200's image, run 20), so counting it would call a profile tuned
+/// in such a container stale on its host.
+const NCCL_NOT_READ: &[&str] = &["NCCL_VERSION"];
+
 /// Variables an engine sets to run artune's own plugin, which differ from a tune's by design.
 const CONSUMER_VARS: &[&str] = &["NCCL_TUNER_PLUGIN", "CUDA_VISIBLE_DEVICES"];
 
@@ -42,7 +47,9 @@ pub fn matters(name: &str) -> bool {
     if CUDA_VARS.contains(&name) {
         return true;
     }
-    name.starts_with("NCCL_") && !NCCL_IGNORED_PREFIXES.iter().any(|p| name.starts_with(p))
+    name.starts_with("NCCL_")
+        && !NCCL_NOT_READ.contains(&name)
+        && !NCCL_IGNORED_PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
 /// The variables of `vars` that [`matters`] keeps, sorted by name.
@@ -220,6 +227,7 @@ mod tests {
             ("NCCL_P2P_LEVEL", "SYS"),
             ("NCCL_DEBUG", "INFO"),
             ("NCCL_IB_HCA", "mlx5_0"),
+            ("NCCL_VERSION", "2.28.3-1"),
             ("CUDA_DEVICE_MAX_CONNECTIONS", "1"),
             ("CUDA_HOME", "/usr/local/cuda"),
             ("PATH", "/bin"),
