@@ -24,7 +24,11 @@ def tune(tmp, preset, *args, name=None):
 def profiles(tmp_path_factory):
     tmp = str(tmp_path_factory.mktemp("profiles"))
     return {
-        "pair": tune(tmp, "pcie-2x"),
+        # The simulator's model bands keep a plain pcie-2x on NCCL at every size; with NCCL's
+        # variants made twice as slow (a fault knob) the pair has a custom band (to 1.6M) and
+        # NCCL above, so the plugins' custom and NCCL paths are both exercised.
+        "pair": tune(tmp, "pcie-2x", "--sim-faults",
+                     "slow=nccl+nccl_ring_ll+nccl_ring_simple+nccl_tree_ll+nccl_tree_simple:2"),
         "nvswitch": tune(tmp, "nvswitch-8x", "--tp", "2,8"),
         "story": tune(tmp, "pcie-8x-2switch", "--tp", "8"),
         # Memory budgets make NCCL win where the custom kernels' buffers do not fit: custom
