@@ -319,19 +319,21 @@ def test_the_v2_workspace_is_the_profiles_in_an_engine_style_start(profiles, fol
     follow(profiles["nvswitch"])
     artune.sglang.register()
     p = artune.Profile.load(profiles["nvswitch"])
+    followed = {}
     for tp, m in h200.items():
         lims = [p.sglang_plan(tp, mode)[1] for mode in MODES]
         ca = on_machine(m, "graph", monkeypatch).ca_comm
         want_pull = -(-max(lim[2] for lim in lims) // align) * align
         want_push = -(-max(lim[0] for lim in lims) // align) * align
         assert (ca.max_pull_size, ca.max_push_size) == (want_pull, want_push), tp
-    # TP2: the profile's 8 MiB pull and 896 KiB push workspaces, not SGLang's 16 MiB each.
+        followed[tp] = (ca.max_pull_size, ca.max_push_size)
+    # The profile's workspaces differ from SGLang's own at some TP size, so the comparison
+    # above is not one the unpatched constructor passes by coincidence.
     assert (native[2].max_pull_size, native[2].max_push_size) == (16 << 20, 16 << 20)
-    assert on_machine(h200[2], "graph", monkeypatch).ca_comm.max_pull_size == 8 << 20
-    # TP8: custom to 48 MiB in the profile, v2 to 16 MiB in the plan, NCCL above.
-    top = p.bands(8, "graph")[-2]
-    assert top.custom and top.up_to_bytes > 16 << 20, top.up_to_bytes
-    assert on_machine(h200[8], "graph", monkeypatch).ca_comm.max_pull_size == 16 << 20
+    assert any(followed[tp] != (native[tp].max_pull_size, native[tp].max_push_size)
+               for tp in h200), (followed, native)
+    # The plan never grows v2 past SGLang's 16 MiB default: 32 MiB goes to NCCL.
+    assert all(max(f) <= 16 << 20 for f in followed.values()), followed
     for mode in MODES:
         assert dispatch(h200[8], 32 << 20, mode, monkeypatch) == "nccl", mode
 
