@@ -13,6 +13,7 @@
 //! | `slow=B[+B..]:F` | B is F times slower on every call                                   |
 //! | `spikes=P:F`     | a share P (0 to 1) of all timing samples, drawn from `--seed`, is F times slower |
 //! | `drift=B[+B..]:F` | B's time moves by F between successive timings: F or F² times slower, alternating, never back to the model's; which comes first is drawn from `--seed` ([`Drift`]) |
+//! | `phases=B[+B..]:F:N` | B is F times slower in every other run of N fabric calls (calls N to 2N, 3N to 4N, ...): a host whose launch path moves for seconds at a time, steady within a phase |
 //! | `lose=G:N`       | GPU G falls off the bus after N fabric calls: every later call fails |
 //! | `delay=MS`       | every timing call sleeps MS milliseconds of real time (to interrupt a tune) |
 //! | `panic=N`        | the fabric panics at call N, standing in for a bug in artune (exit 70) |
@@ -53,6 +54,8 @@ pub struct Faults {
     pub spikes: Option<Spikes>,
     /// Backends whose time moves by a factor between successive timings ([`Drift`]).
     pub drift: Vec<(Backend, f64)>,
+    /// Backends slowed by a factor in every other run of so many fabric calls.
+    pub phases: Vec<(Backend, f64, u64)>,
     pub lost_gpu: Option<LostGpu>,
     /// Real time each timing call sleeps.
     pub delay: Duration,
@@ -60,7 +63,7 @@ pub struct Faults {
     pub panic_at_call: Option<u64>,
 }
 
-const EXAMPLE: &str = "write items like wrong=one_stage_pull,hang=nccl_tree_ll,slow=two_stage_push:3,spikes=0.2:20,drift=one_stage_pull:1.5,lose=3:100,delay=20";
+const EXAMPLE: &str = "write items like wrong=one_stage_pull,hang=nccl_tree_ll,slow=two_stage_push:3,spikes=0.2:20,drift=one_stage_pull:1.5,phases=nccl:1.3:400,lose=3:100,delay=20";
 
 impl Faults {
     /// True when nothing is injected.
@@ -104,6 +107,25 @@ impl Faults {
                     f.drift
                         .extend(backends(bs)?.into_iter().map(|b| (b, factor)));
                 }
+                "phases" => {
+                    let mut parts = value.rsplitn(3, ':');
+                    let (Some(n), Some(factor), Some(bs)) =
+                        (parts.next(), parts.next(), parts.next())
+                    else {
+                        return Err(format!(
+                            "phases=`{value}` needs BACKENDS:FACTOR:CALLS, e.g. phases=nccl:1.3:400"
+                        ));
+                    };
+                    let factor = number(factor, "phases factor")?;
+                    let n = whole(n, "phases call count")? as u64;
+                    if factor < 1.0 || n == 0 {
+                        return Err(format!(
+                            "phases={value} is out of range; the factor goes from 1 up and a phase lasts at least 1 call, e.g. phases=nccl:1.3:400"
+                        ));
+                    }
+                    f.phases
+                        .extend(backends(bs)?.into_iter().map(|b| (b, factor, n)));
+                }
                 "spikes" => {
                     let (p, factor) = value.split_once(':').ok_or_else(|| {
                         format!("spikes=`{value}` needs SHARE:FACTOR, e.g. spikes=0.2:20")
@@ -138,7 +160,7 @@ impl Faults {
                 "panic" => f.panic_at_call = Some(whole(value, "panic call number")? as u64),
                 other => {
                     return Err(format!(
-                        "`{other}` is not a fault; use wrong, hang, slow, spikes, drift, lose, delay or panic ({EXAMPLE})"
+                        "`{other}` is not a fault; use wrong, hang, slow, spikes, drift, phases, lose, delay or panic ({EXAMPLE})"
                     ))
                 }
             }
@@ -274,6 +296,9 @@ impl fmt::Display for Faults {
         for (b, x) in &self.drift {
             items.push(format!("drift={b}:{x}"));
         }
+        for (b, x, n) in &self.phases {
+            items.push(format!("phases={b}:{x}:{n}"));
+        }
         if let Some(l) = self.lost_gpu {
             items.push(format!("lose={}:{}", l.gpu, l.after_calls));
         }
@@ -294,7 +319,7 @@ mod tests {
     #[test]
     fn every_item_parses_and_prints_back() {
         let f = Faults::parse(
-            "wrong=one_stage_pull+two_stage_push, hang=nccl_tree_ll,slow=nccl:2.5,spikes=0.2:20,drift=one_stage_pull:1.5,lose=3:100,delay=15,panic=9",
+            "wrong=one_stage_pull+two_stage_push, hang=nccl_tree_ll,slow=nccl:2.5,spikes=0.2:20,drift=one_stage_pull:1.5,phases=nccl:1.3:400,lose=3:100,delay=15,panic=9",
         )
         .unwrap();
         assert_eq!(f.wrong, [Backend::OneStagePull, Backend::TwoStagePush]);
@@ -315,6 +340,7 @@ mod tests {
             })
         );
         assert_eq!(f.drift, [(Backend::OneStagePull, 1.5)]);
+        assert_eq!(f.phases, [(Backend::Nccl, 1.3, 400)]);
         assert_eq!(f.delay, Duration::from_millis(15));
         assert_eq!(f.panic_at_call, Some(9));
         assert_eq!(Faults::parse(&f.to_string()).unwrap(), f);
@@ -331,6 +357,8 @@ mod tests {
             ("spikes=1.5:3", "out of range"),
             ("spikes=0.1", "SHARE:FACTOR"),
             ("drift=nccl", "needs a factor"),
+            ("phases=nccl:1.3", "needs BACKENDS:FACTOR:CALLS"),
+            ("phases=nccl:0.5:10", "out of range"),
             ("drift=nccl:0.9", "below 1"),
             ("drift=fast_one:2", "is not a backend"),
             ("lose=x:3", "not a whole number"),

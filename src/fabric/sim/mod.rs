@@ -514,7 +514,14 @@ impl Fabric for SimFabric {
             .map(|(_, f)| *f)
             .product::<f64>();
         let drift = self.drift.factor(&self.faults.drift, backend, bytes, mode);
-        let base = self.base_time(&gpus, backend, bytes, mode) * slow * drift;
+        let phase = self
+            .faults
+            .phases
+            .iter()
+            .filter(|(b, _, n)| *b == backend && (self.calls / n) % 2 == 1)
+            .map(|(_, f, _)| *f)
+            .product::<f64>();
+        let base = self.base_time(&gpus, backend, bytes, mode) * slow * drift * phase;
         let spikes = self.faults.spikes;
         Ok((0..samples)
             .map(|_| {
