@@ -241,6 +241,11 @@ pub fn group_profile(
         nccl_channels: res.nccl_channels,
         waived: waived_group,
         regret,
+        drift: res
+            .drift
+            .get(&mode)
+            .map(|d| d.iter().map(|(b, ln)| (*b, ln.exp() - 1.0)).collect())
+            .unwrap_or_default(),
     }
 }
 

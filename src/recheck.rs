@@ -2,15 +2,18 @@
 //! upgrade changes the fingerprint, but the question is whether the choices changed. This
 //! re-times only what decides the profile: at each crossover the sizes on both sides, and the
 //! middle of every band, each time the chosen backend against its rival there, then applies
-//! the one steering rule to the fresh numbers. A choice no longer holds where the backend the
-//! rule picks now is faster than the profile's choice by more than twice MIN_EFFECT (once for
-//! the noise of the tune that made the profile, once for this one's) plus the machine's own
-//! run-to-run variation right now. That variation is measured, not assumed: a point that looks
-//! changed is timed in three passes (the second in the opposite order), and how far each
-//! backend's median moved between passes is the drift. A gain the drift could explain is not
-//! a changed machine but one that moves too much to tell ([`EXIT_UNDECIDED`]): on the H200's
-//! VM the eager launch path moves by up to 45% for seconds at a time, and the check called a
-//! profile tuned seconds before stale in 7 of 10 runs.
+//! the one steering rule to the fresh numbers.
+//!
+//! A choice no longer holds where a backend moved since the tune by more than this machine
+//! moved it while tuning, and that move makes another backend faster than the profile's choice
+//! by more than the rule's margin (twice MIN_EFFECT, once for the tune's noise and once for
+//! this check's) compounded with the drift between this check's passes. What the tune saw is
+//! [`GroupProfile::drift`]: each cell's revisit, seconds after its first samples, against
+//! them. On the H200's VM NCCL's one-rank eager time moves by up to 45% for seconds at a time,
+//! longer than a check lasts: judged on its own passes, the check called a profile tuned
+//! seconds before stale in 15 of 20 runs. A point that looks changed is timed three times (the
+//! second in the opposite order); one that only the drift between them could explain is
+//! undecided ([`EXIT_UNDECIDED`]), not stale.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -46,27 +49,69 @@ pub struct Point {
     pub chosen: Backend,
     /// One pass where the choice held; a second, in the opposite order, where it did not.
     pub passes: Vec<Pass>,
+    /// How far each backend timed here moved while the profile was tuned (its
+    /// [`GroupProfile::drift`], the largest over the profile's groups in this mode): the
+    /// machine's own variation over seconds, which one check's passes cannot see.
+    pub tuned: BTreeMap<Backend, f64>,
 }
 
 /// One round of fresh timings at a point, and what the rule chooses from them.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Pass {
+    /// What the rule chooses from the fresh timings.
     pub now: Backend,
     /// Fresh medians, microseconds.
     pub us: BTreeMap<Backend, f64>,
+    /// What the rule chooses once each backend's move since the tune is allowed for up to
+    /// the variation the tune saw in it ([`beyond_variation`]).
+    pub judged: Backend,
+    /// Those medians, microseconds.
+    pub beyond_us: BTreeMap<Backend, f64>,
+}
+
+/// How much faster `now` is than `chosen` in `us`, as a fraction.
+fn gain_in(us: &BTreeMap<Backend, f64>, chosen: Backend, now: Backend) -> f64 {
+    match (us.get(&chosen), us.get(&now)) {
+        (Some(c), Some(n)) if *n > 0.0 => c / n - 1.0,
+        _ => 0.0,
+    }
 }
 
 impl Pass {
     /// How much faster `now` is than `chosen` in this pass, as a fraction.
     pub fn gain(&self, chosen: Backend) -> f64 {
-        match (self.us.get(&chosen), self.us.get(&self.now)) {
-            (Some(c), Some(n)) if *n > 0.0 => c / n - 1.0,
-            _ => 0.0,
-        }
+        gain_in(&self.us, chosen, self.now)
     }
 
     pub fn holds(&self, chosen: Backend) -> bool {
         self.now == chosen || self.gain(chosen) <= 2.0 * crate::decide::MIN_EFFECT
+    }
+
+    /// The gain that is left once the tune's variation is allowed for.
+    pub fn gain_beyond(&self, chosen: Backend) -> f64 {
+        gain_in(&self.beyond_us, chosen, self.judged)
+    }
+
+    fn holds_beyond(&self, chosen: Backend) -> bool {
+        self.judged == chosen || self.gain_beyond(chosen) <= 2.0 * crate::decide::MIN_EFFECT
+    }
+}
+
+/// A fresh timing with the move since the tune allowed for: a backend whose median moved from
+/// `then` by no more than the `drift` the tune saw in it is taken as it was, and one that
+/// moved further keeps only the part beyond that drift. What is left is what changed.
+fn beyond_variation(fresh: &Timing, then: Option<&Timing>, drift: f64) -> Timing {
+    let Some(then) = then.filter(|t| t.median_us > 0.0 && fresh.median_us > 0.0) else {
+        return *fresh;
+    };
+    let moved = (fresh.median_us / then.median_us).ln();
+    let left = moved.signum() * (moved.abs() - (1.0 + drift.max(0.0)).ln()).max(0.0);
+    let scale = then.median_us * left.exp() / fresh.median_us;
+    Timing {
+        median_us: fresh.median_us * scale,
+        ci_low_us: fresh.ci_low_us * scale,
+        ci_high_us: fresh.ci_high_us * scale,
+        ..*fresh
     }
 }
 
@@ -78,6 +123,12 @@ impl Point {
     /// Every pass finds another backend faster than the choice by more than the rule's margin.
     fn looks_changed(&self) -> bool {
         self.passes.iter().all(|p| !p.holds(self.chosen))
+    }
+
+    /// Every pass finds another backend faster by more than the rule's margin even once each
+    /// backend's move since the tune is allowed for up to the variation the tune saw.
+    fn changed_beyond_variation(&self) -> bool {
+        self.passes.iter().all(|p| !p.holds_beyond(self.chosen))
     }
 
     /// How far the fastest and slowest pass of any backend timed here lie apart, as a
@@ -103,16 +154,23 @@ impl Point {
         worst
     }
 
-    /// The choice no longer holds: every pass says so, and by more than the rule's margin plus
-    /// the drift measured here.
+    /// The choice no longer holds: every pass says so beyond the variation the tune saw, and
+    /// by more than the rule's margin compounded with the drift measured between passes.
     pub fn changed(&self) -> bool {
-        self.looks_changed() && self.gain() > 2.0 * crate::decide::MIN_EFFECT + self.drift()
+        let bar = (1.0 + 2.0 * crate::decide::MIN_EFFECT) * (1.0 + self.drift()) - 1.0;
+        self.changed_beyond_variation() && self.gain_beyond() > bar
     }
 
-    /// Every pass finds a faster backend, but the machine moved between passes by as much as
-    /// the gain: it drifts too much right now to tell.
+    /// Every pass finds a faster backend beyond the tune's variation, but the machine moved
+    /// between passes by as much: it drifts too much right now to tell.
     pub fn drifting(&self) -> bool {
-        self.looks_changed() && !self.changed()
+        self.changed_beyond_variation() && !self.changed()
+    }
+
+    /// Every pass finds a faster backend, but no backend moved since the tune by more than
+    /// this machine moved it while tuning: the profile's call holds.
+    pub fn within_variation(&self) -> bool {
+        self.looks_changed() && !self.changed_beyond_variation()
     }
 
     /// The passes disagree: the timings here moved by more than the rule's margin between
@@ -138,6 +196,29 @@ impl Point {
             .fold(f64::INFINITY, f64::min)
             .max(0.0)
     }
+
+    /// The same once the tune's variation is allowed for.
+    pub fn gain_beyond(&self) -> f64 {
+        self.passes
+            .iter()
+            .map(|p| p.gain_beyond(self.chosen))
+            .fold(f64::INFINITY, f64::min)
+            .max(0.0)
+    }
+}
+
+/// The variation the tune saw, per mode and backend: the largest over the profile's groups,
+/// since what moves a backend (the host's launch path, clocks) is the machine's, not one
+/// group's, and one group's revisits may have missed a phase another's met.
+fn tuned_drift(p: &Profile) -> BTreeMap<(crate::allreduce::Mode, Backend), f64> {
+    let mut out: BTreeMap<(crate::allreduce::Mode, Backend), f64> = BTreeMap::new();
+    for g in &p.groups {
+        for (b, d) in &g.drift {
+            let e = out.entry((g.mode, *b)).or_insert(0.0);
+            *e = e.max(*d);
+        }
+    }
+    out
 }
 
 /// The sizes that decide a group: both sides of every crossover and the middle of each band.
@@ -203,6 +284,17 @@ fn retime(
     Ok(fresh)
 }
 
+/// Refuses a profile with a group on GPUs a machine of `n` GPUs does not have.
+pub fn fits(p: &Profile, n: usize) -> Result<(), Error> {
+    match p.groups.iter().find(|g| g.gpus.iter().any(|&x| x >= n)) {
+        Some(g) => Err(Error::bad_input(format!(
+            "the profile's group on GPUs {:?} does not fit this machine of {n} GPUs; check it on the machine it was made for",
+            g.gpus
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Re-times the decisive sizes of every group of `p` on `fabric`.
 pub fn run(
     fabric: &mut dyn Fabric,
@@ -210,14 +302,9 @@ pub fn run(
     h: &Harness,
     cancel: &Cancel,
 ) -> Result<Vec<Point>, Error> {
-    let n = fabric.topology().gpu_count();
-    if let Some(g) = p.groups.iter().find(|g| g.gpus.iter().any(|&x| x >= n)) {
-        return Err(Error::bad_input(format!(
-            "the profile's group on GPUs {:?} does not fit this machine of {n} GPUs; check it on the machine it was made for",
-            g.gpus
-        )));
-    }
+    fits(p, fabric.topology().gpu_count())?;
     let mut points = Vec::new();
+    let tuned = tuned_drift(p);
     // Groups of the same GPUs (one per mode) share one preparation.
     let mut by_gpus: BTreeMap<Vec<usize>, Vec<&GroupProfile>> = BTreeMap::new();
     for g in &p.groups {
@@ -261,14 +348,25 @@ pub fn run(
                         .into_iter()
                         .filter(|k| ready.contains(k))
                         .collect();
+                    let drift_of = |k: &Backend| tuned.get(&(g.mode, *k)).copied().unwrap_or(0.0);
                     let pass = |fabric: &mut dyn Fabric, order: &[Backend]| {
                         let fresh = retime(fabric, order, b.bytes, g.mode, h, cancel)?;
-                        Ok::<_, Error>(crate::decide::rule_choice(&fresh, g.tp, b.bytes).map(
-                            |now| Pass {
-                                now,
-                                us: fresh.iter().map(|(k, t)| (*k, t.median_us)).collect(),
-                            },
-                        ))
+                        let beyond: BTreeMap<Backend, Timing> = fresh
+                            .iter()
+                            .map(|(k, t)| (*k, beyond_variation(t, b.results.get(k), drift_of(k))))
+                            .collect();
+                        let rule = |r: &BTreeMap<Backend, Timing>| {
+                            crate::decide::rule_choice(r, g.tp, b.bytes)
+                        };
+                        let medians = |r: &BTreeMap<Backend, Timing>| {
+                            r.iter().map(|(k, t)| (*k, t.median_us)).collect()
+                        };
+                        Ok::<_, Error>(rule(&fresh).zip(rule(&beyond)).map(|(now, judged)| Pass {
+                            now,
+                            us: medians(&fresh),
+                            judged,
+                            beyond_us: medians(&beyond),
+                        }))
                     };
                     let Some(first) = pass(fabric, &order)? else {
                         continue;
@@ -280,6 +378,11 @@ pub fn run(
                         bytes: b.bytes,
                         chosen: b.choice,
                         passes: vec![first],
+                        tuned: order
+                            .iter()
+                            .filter(|k| tuned.contains_key(&(g.mode, **k)))
+                            .map(|k| (*k, drift_of(k)))
+                            .collect(),
                     };
                     if !point.passes[0].holds(b.choice) {
                         // Confirmed in the opposite order, then once more, before it counts: a
@@ -328,6 +431,80 @@ mod tests {
             ..Default::default()
         };
         crate::tune::run(&mut f, &o, &mut |_| {}).unwrap()
+    }
+
+    /// A graph profile of `pcie-4x-1switch` tuned while NCCL ran 1.3x slower in every other
+    /// run of 300 fabric calls: a host whose phases outlast one size's samples.
+    fn tuned_in_phases() -> Profile {
+        let t = presets::get("pcie-4x-1switch").unwrap();
+        let faults = Faults::parse("phases=nccl:1.3:300").unwrap();
+        let mut f = SimFabric::new(t, 1).with_faults(faults);
+        let o = crate::tune::Options {
+            tp: vec![4],
+            min_bytes: 4096,
+            max_bytes: 4 << 20,
+            modes: vec![crate::allreduce::Mode::Graph],
+            contention: false,
+            ..Default::default()
+        };
+        crate::tune::run(&mut f, &o, &mut |_| {}).unwrap()
+    }
+
+    fn check_with(p: &Profile, faults: &str) -> Vec<Point> {
+        let t = presets::get("pcie-4x-1switch").unwrap();
+        let mut f = SimFabric::new(t, 2).with_faults(Faults::parse(faults).unwrap());
+        run(&mut f, p, &harness(), &Cancel::new()).unwrap()
+    }
+
+    #[test]
+    fn the_tune_records_how_far_a_backend_moved_while_it_was_measured() {
+        let g = &tuned_in_phases().groups[0];
+        assert!(
+            (0.2..0.4).contains(&g.drift[&Backend::Nccl]),
+            "{:?}",
+            g.drift
+        );
+        let kernel = g.drift[&Backend::OneStagePull];
+        assert!(kernel < 0.06, "{:?}", g.drift);
+        assert!(g
+            .drift
+            .keys()
+            .all(|b| g.buckets[0].results.contains_key(b) || !b.is_custom()));
+    }
+
+    #[test]
+    fn a_backend_moving_as_far_as_it_did_while_tuned_is_not_a_changed_machine() {
+        let p = tuned_in_phases();
+        // NCCL steady at the slow phase's time for the whole check: it moved as far when tuned.
+        let pts = check_with(&p, "slow=nccl:1.3");
+        assert!(pts.iter().all(Point::holds), "{pts:?}");
+        let within: Vec<&Point> = pts.iter().filter(|x| x.within_variation()).collect();
+        assert!(!within.is_empty(), "{pts:?}");
+        // The same check of the same profile without the record calls it stale.
+        let mut blind = p.clone();
+        for g in &mut blind.groups {
+            g.drift.clear();
+        }
+        let pts = check_with(&blind, "slow=nccl:1.3");
+        assert!(pts.iter().any(Point::changed), "{pts:?}");
+        // NCCL moving further than it did while tuned is a change again.
+        let pts = check_with(&p, "slow=nccl:1.8");
+        assert!(
+            pts.iter().any(|x| x.changed() && x.chosen == Backend::Nccl),
+            "{pts:?}"
+        );
+    }
+
+    #[test]
+    fn a_slowed_kernel_is_named_though_its_rival_moved_while_tuned() {
+        let p = tuned_in_phases();
+        let chosen = p.groups[0].buckets[0].choice;
+        assert!(chosen.is_custom(), "{chosen:?}");
+        let pts = check_with(&p, &format!("slow={}:3", chosen.id()));
+        assert!(
+            pts.iter().any(|x| x.changed() && x.chosen == chosen),
+            "{pts:?}"
+        );
     }
 
     #[test]

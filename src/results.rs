@@ -19,4 +19,8 @@ pub struct GroupResults {
     pub nccl_channels: Option<u32>,
     /// Where this group's measuring time went.
     pub phases: GroupPhases,
+    /// Per mode and backend, the largest |ln| of the ratio between a cell's revisit median
+    /// and its first visit's, seconds apart: how far this machine moved the backend while it
+    /// was measured, which a later `check --measure` must not mistake for a change.
+    pub drift: BTreeMap<Mode, BTreeMap<Backend, f64>>,
 }

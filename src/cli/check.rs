@@ -34,6 +34,23 @@ pub fn environment_verdict(p: &Profile) -> Result<(), Error> {
     )))
 }
 
+/// The GPUs and links of the machine against the profile's, before measuring: a link that
+/// trained narrower or a GPU that changed is a changed machine whether or not the choices
+/// still hold on it (a downtrained link slows NCCL and the kernels alike, so re-timing alone
+/// can miss it). Versions are left to the measurement: deciding whether a driver upgrade
+/// changed anything is what `--measure` is for.
+pub fn hardware_verdict(p: &Profile, now: &crate::topology::Topology) -> Result<(), Error> {
+    let mut st = crate::profile::stale::staleness(p, now);
+    st.changes.retain(crate::profile::stale::Change::is_gpu);
+    if st.holds() {
+        return Ok(());
+    }
+    Err(Error::Stale(format!(
+        "the GPUs or their links differ from the tune's: {}",
+        st.summary(4)
+    )))
+}
+
 /// `check --measure`: the profile's decisive sizes re-timed here, the rule applied again.
 pub fn measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
     let source = Source {
@@ -52,6 +69,8 @@ pub fn measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
     )?;
     let started = std::time::Instant::now();
     let mut fabric = super::open_fabric(&source, a.loopback, 7, faults)?;
+    crate::recheck::fits(p, fabric.topology().gpu_count())?;
+    hardware_verdict(p, fabric.topology())?;
     let cancel = crate::cancel::Cancel::new();
     let points = crate::recheck::run(fabric.as_mut(), p, &crate::recheck::harness(), &cancel);
     drop(fabric);
@@ -78,14 +97,27 @@ pub fn measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
             x.chosen
         );
     }
-    let drifting: Vec<&crate::recheck::Point> = points.iter().filter(|x| x.drifting()).collect();
-    for x in &drifting {
+    let varied: Vec<&crate::recheck::Point> =
+        points.iter().filter(|x| x.within_variation()).collect();
+    for x in &varied {
         outln!(
-            "{}: undecided: {} beat the profile's {} by {:.0}% in every pass, but the timings moved {:.0}% between passes",
+            "{}: holds: {} beat the profile's {} by {:.0}% in every pass, within the variation this machine showed when tuned ({})",
             at(x),
             x.now(),
             x.chosen,
             x.gain() * 100.0,
+            tuned_moves(x)
+        );
+    }
+    let drifting: Vec<&crate::recheck::Point> = points.iter().filter(|x| x.drifting()).collect();
+    for x in &drifting {
+        outln!(
+            "{}: undecided: {} beat the profile's {} by {:.0}% in every pass ({:.0}% beyond the variation the tune saw), but the timings moved {:.0}% between passes",
+            at(x),
+            x.now(),
+            x.chosen,
+            x.gain() * 100.0,
+            x.gain_beyond() * 100.0,
             x.drift() * 100.0
         );
     }
@@ -104,7 +136,7 @@ pub fn measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
     if broken.is_empty() {
         let judged = points.len() - unsettled.len();
         outln!(
-            "{} holds, measured: at the {judged} decisive sizes judged here no other backend beats its choice by more than 10% plus the drift between passes ({:.1} s){}{}",
+            "{} holds, measured: at the {judged} decisive sizes judged here no other backend beats its choice by more than 10% plus this machine's variation (as the tune saw it, and between passes) ({:.1} s){}{}",
             a.profile.display(),
             took,
             match unsettled.len() {
@@ -117,11 +149,12 @@ pub fn measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
     }
     for x in &broken {
         outln!(
-            "{}: the profile chose {}, now {} is {:.0}% faster (at least, over three passes, beyond the drift between them); {}",
+            "{}: the profile chose {}, now {} is {:.0}% faster (at least, over three passes; {:.0}% beyond what the variation the tune saw and the drift between passes explain); {}",
             at(x),
             x.chosen,
             x.now(),
             x.gain() * 100.0,
+            x.gain_beyond() * 100.0,
             moved(p, x)
         );
     }
@@ -131,6 +164,20 @@ pub fn measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
         points.len(),
         took
     )))
+}
+
+/// How far the backends of a point moved while the profile was tuned, in words.
+fn tuned_moves(x: &crate::recheck::Point) -> String {
+    let parts: Vec<String> = x
+        .tuned
+        .iter()
+        .map(|(b, d)| format!("{b} by up to {:.0}%", d * 100.0))
+        .collect();
+    if parts.is_empty() {
+        "none recorded".into()
+    } else {
+        parts.join(", ")
+    }
 }
 
 /// Which backends moved since the profile was made, at a re-timed point: the profile's

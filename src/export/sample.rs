@@ -105,6 +105,7 @@ fn group_scaled(gpus: Vec<usize>, mode: Mode, sizes: &[u64], custom: f64) -> Gro
         nccl_channels: None,
         waived: Default::default(),
         regret: None,
+        drift: Default::default(),
     }
 }
 

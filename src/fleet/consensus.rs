@@ -204,5 +204,7 @@ fn group(
         nccl_channels: t.and_then(|t| t.nccl_channels),
         waived: BTreeMap::new(),
         regret,
+        // The template node's variation: the consensus keeps its placement and memory too.
+        drift: t.map(|t| t.drift.clone()).unwrap_or_default(),
     }
 }

@@ -19,6 +19,9 @@ use crate::profile::Timing;
 use crate::results::GroupResults;
 use crate::stats::Summary;
 
+/// Samples each side of a revisit needs before its medians count as a drift.
+const MIN_DRIFT_SAMPLES: usize = 5;
+
 /// Every cell's samples in one mode, by backend and size, kept for settling.
 pub type Raw = BTreeMap<(Backend, u64), Sampled>;
 
@@ -214,12 +217,35 @@ impl<'a> At<'a> {
         faults: &mut Vec<String>,
     ) -> Result<(), FabricError> {
         let (h, bytes) = (&self.plan.harness, self.bytes);
-        let backends: Vec<Backend> = raw
+        let first: Vec<(Backend, usize, f64)> = raw
             .iter()
             .filter(|((b, n), s)| *n == bytes && !res.disqualified.contains_key(b) && s.room(h))
-            .map(|((b, _), _)| *b)
+            .map(|((b, _), s)| (*b, s.samples.len(), s.summary().median))
             .collect();
-        self.again(&backends, res, raw, progress, faults)
+        let backends: Vec<Backend> = first.iter().map(|(b, _, _)| *b).collect();
+        self.again(&backends, res, raw, progress, faults)?;
+        // How far each backend moved between its first visit and this one.
+        for (backend, n, before) in first {
+            let Some(s) = raw.get(&(backend, bytes)) else {
+                continue;
+            };
+            let after = crate::stats::summarize(&s.samples[n.min(s.samples.len())..]).median;
+            if n >= MIN_DRIFT_SAMPLES
+                && s.samples.len() - n >= MIN_DRIFT_SAMPLES
+                && before > 0.0
+                && after > 0.0
+            {
+                let moved = (after / before).ln().abs();
+                let worst = res
+                    .drift
+                    .entry(self.mode)
+                    .or_default()
+                    .entry(backend)
+                    .or_insert(0.0);
+                *worst = worst.max(moved);
+            }
+        }
+        Ok(())
     }
 
     /// Another round for `backends`, whose samples are in `raw`.

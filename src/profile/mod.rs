@@ -178,6 +178,12 @@ pub struct GroupProfile {
     /// What the choices cost against the fastest backend measured at each size.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub regret: Option<Regret>,
+    /// How far each backend's median moved while it was measured (a cell's revisit, seconds
+    /// after its first samples, at the size where it moved most), as a fraction: the
+    /// run-to-run variation this machine showed when tuned, which `check --measure` allows
+    /// for before it calls a choice changed. Empty for profiles made before it was recorded.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub drift: BTreeMap<Backend, f64>,
 }
 
 /// The time the profile's choices give away against the per-size fastest measured backend:

@@ -39,6 +39,12 @@ pub enum Change {
         old: String,
         new: String,
     },
+    /// The link trained narrower than its maximum, and was not when the profile was made.
+    Narrowed {
+        gpu: usize,
+        width: u8,
+        max_width: u8,
+    },
     /// The path class between two GPUs (as `nvidia-smi topo -m` labels it).
     Path {
         a: usize,
@@ -69,6 +75,7 @@ impl Change {
                 | Change::GpuName { .. }
                 | Change::GpuUuid { .. }
                 | Change::GpuLink { .. }
+                | Change::Narrowed { .. }
                 | Change::Path { .. }
         )
     }
@@ -86,6 +93,14 @@ impl fmt::Display for Change {
             Change::GpuName { gpu, old, new } => write!(f, "GPU {gpu} {old} → {new}"),
             Change::GpuUuid { gpu, old, new } => write!(f, "GPU {gpu} UUID {old} → {new}"),
             Change::GpuLink { gpu, old, new } => write!(f, "GPU {gpu} PCIe link {old} → {new}"),
+            Change::Narrowed {
+                gpu,
+                width,
+                max_width,
+            } => write!(
+                f,
+                "GPU {gpu} PCIe link trained at x{width} of x{max_width} (it ran full width when profiled)"
+            ),
             Change::Path { a, b, old, new } => write!(f, "GPU {a}–{b} path {old} → {new}"),
             Change::TopologyClass { old, new } => write!(f, "topology class {old} → {new}"),
             Change::Host { old, new } => write!(f, "host fingerprint {old} → {new}"),
@@ -228,6 +243,12 @@ pub fn staleness(p: &Profile, now: &Topology) -> Staleness {
                     gpu: a.index,
                     old: link(&a.pcie),
                     new: link(&b.pcie),
+                });
+            } else if b.pcie.narrowed() && !a.pcie.narrowed() {
+                st.changes.push(Change::Narrowed {
+                    gpu: a.index,
+                    width: b.pcie.width.unwrap_or(0),
+                    max_width: b.pcie.max_width.unwrap_or(0),
                 });
             }
         }

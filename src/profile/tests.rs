@@ -72,6 +72,7 @@ pub(crate) fn fixture() -> Profile {
         .collect(),
         nccl_channels: None,
         regret: None,
+        drift: Default::default(),
         waived: Default::default(),
     };
     Profile {

@@ -286,6 +286,19 @@ fn group_notes(g: &GroupProfile) -> Vec<String> {
             if m.measured { "measured" } else { "modelled" }
         ));
     }
+    // Only a variation the rule could mistake for a difference is worth a line.
+    if g.drift.values().any(|d| *d > crate::decide::MIN_EFFECT) {
+        let moved: Vec<String> = g
+            .drift
+            .iter()
+            .filter(|(_, d)| **d > crate::decide::MIN_EFFECT)
+            .map(|(b, d)| format!("{b} up to {:.0}%", d * 100.0))
+            .collect();
+        v.push(format!(
+            "moved while tuned (a size's revisit against its first samples): {}; `check --measure` allows for it",
+            moved.join(", ")
+        ));
+    }
     v
 }
 

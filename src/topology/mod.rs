@@ -100,8 +100,13 @@ impl Link {
 
     /// True when the link trained below its maximum generation or width.
     pub fn degraded(&self) -> bool {
-        matches!((self.gen, self.max_gen), (Some(g), Some(m)) if g < m)
-            || matches!((self.width, self.max_width), (Some(w), Some(m)) if w < m)
+        matches!((self.gen, self.max_gen), (Some(g), Some(m)) if g < m) || self.narrowed()
+    }
+
+    /// True when the link trained narrower than its maximum: a fault (a bad slot, riser or
+    /// seating), never power saving, since idle GPUs lower their generation but not their width.
+    pub fn narrowed(&self) -> bool {
+        matches!((self.width, self.max_width), (Some(w), Some(m)) if w < m)
     }
 
     /// Usable unidirectional PCIe payload rate in GB/s from gen × width (after encoding and

@@ -167,9 +167,7 @@ pub fn links(f: &Facts) -> Check {
             l.max_gen.unwrap_or(0),
             l.max_width.unwrap_or(0)
         );
-        let narrow = matches!((l.width, l.max_width), (Some(w), Some(m)) if w < m);
-        // Idle GPUs lower their generation to save power, never their width.
-        if narrow || f.machine.simulated() || t.origin.link_reading == "load" {
+        if l.narrowed() || f.machine.simulated() || t.origin.link_reading == "load" {
             hard.push(s);
         } else {
             idle.push(s);
