@@ -31,7 +31,9 @@ pub struct Options {
     pub harness: Harness,
     /// Stops the run between measurements; [`run`] then returns [`Error::Interrupted`].
     pub cancel: Cancel,
-    /// Seconds the caller spent opening the fabric, recorded with the other phases.
+    /// Seconds the caller spent before opening the fabric (the busy check), and opening it,
+    /// recorded with the other phases.
+    pub checks_seconds: f64,
     pub startup_seconds: f64,
     /// The NCCL and CUDA variables the tune runs with ([`crate::profile::environment::current`]
     /// from the CLI), recorded in the profile.
@@ -56,6 +58,7 @@ impl Default for Options {
             sampling: Sampling::Fast,
             harness: fast_harness(),
             cancel: Cancel::new(),
+            checks_seconds: 0.0,
             startup_seconds: 0.0,
             environment: Default::default(),
             allow_busy: false,
@@ -247,6 +250,7 @@ pub fn run(
             tuning_seconds: started.elapsed().as_secs_f64(),
             dtype: Some(opts.dtype),
             phases: Some(crate::profile::Phases {
+                checks_s: opts.checks_seconds,
                 startup_s: opts.startup_seconds,
                 groups: results.iter().map(|r| r.phases.clone()).collect(),
             }),

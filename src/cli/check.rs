@@ -60,6 +60,7 @@ pub fn measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
     let faults = super::sim_faults(a.sim_faults.as_deref(), &source)?;
     environment_verdict(p)?;
     busy_note(&a.profile, p);
+    super::compile_ahead(&source);
     super::tune::occupancy_gate(
         &source,
         a.loopback,

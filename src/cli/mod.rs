@@ -470,6 +470,14 @@ pub fn sim_faults(
 
 /// Opens the fabric a command measures on: simulated for --sim/--topology (with injected
 /// `faults`), else the GPUs (`loopback`: K virtual ranks on one).
+/// On real GPUs, starts compiling the kernels in the background while the command checks the
+/// GPUs and starts its workers ([`crate::fabric::cuda::prefetch`]).
+pub fn compile_ahead(source: &Source) {
+    if source.sim.is_none() && source.topology.is_none() {
+        crate::fabric::cuda::prefetch::start();
+    }
+}
+
 pub fn open_fabric(
     source: &Source,
     loopback: Option<usize>,

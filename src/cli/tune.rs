@@ -165,6 +165,8 @@ pub fn run(mut a: TuneArgs) -> Result<i32, Error> {
     if let Some(dir) = &a.plot {
         crate::profile::paths::check_output(dir, "--plot", crate::profile::paths::Expect::Dir)?;
     }
+    let entered = std::time::Instant::now();
+    super::compile_ahead(&a.source);
     let busy = occupancy_gate(
         &a.source,
         a.loopback,
@@ -178,6 +180,7 @@ pub fn run(mut a: TuneArgs) -> Result<i32, Error> {
     let mut fabric = super::open_fabric(&a.source, a.loopback, a.seed, faults)
         .map_err(|e| beside_busy(e, &busy))?;
     let opts = tune::Options {
+        checks_seconds: (opening - entered).as_secs_f64(),
         startup_seconds: opening.elapsed().as_secs_f64(),
         environment: crate::profile::environment::current(),
         allow_busy: a.allow_busy,

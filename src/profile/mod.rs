@@ -260,6 +260,10 @@ impl Sampling {
 /// Wall-clock seconds per phase of a tune.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Phases {
+    /// Before opening the fabric: the check for other processes on the GPUs (NVML, and a
+    /// second's utilization sample).
+    #[serde(default)]
+    pub checks_s: f64,
     /// Opening the fabric: workers, contexts, kernel compilation (0 for a simulated fabric).
     pub startup_s: f64,
     pub groups: Vec<GroupPhases>,

@@ -254,7 +254,12 @@ fn header(p: &Profile, out: &mut String) {
         let sum = |f: fn(&crate::profile::GroupPhases) -> f64| ph.groups.iter().map(f).sum::<f64>();
         let _ = writeln!(
             out,
-            "  where it went: start-up {:.2} s, set-up {:.2} s, probes {:.2} s, verification {:.2} s, timing {:.2} s (graph capture included) over {} GPU groups",
+            "  where it went: {}start-up {:.2} s, set-up {:.2} s, probes {:.2} s, verification {:.2} s, timing {:.2} s (graph capture included) over {} GPU groups",
+            if ph.checks_s > 0.0 {
+                format!("busy check {:.2} s, ", ph.checks_s)
+            } else {
+                String::new()
+            },
             ph.startup_s,
             sum(|g| g.setup_s),
             sum(|g| g.probes_s),
@@ -613,6 +618,7 @@ mod tests {
         let mut p = crate::profile::tests::fixture();
         p.assumed = vec!["kernel traffic through switch `sw0`: Microchip defaults".into()];
         p.settings.phases = Some(crate::profile::Phases {
+            checks_s: 0.0,
             startup_s: 1.5,
             groups: vec![crate::profile::GroupPhases {
                 gpus: vec![0, 1],

@@ -141,10 +141,23 @@ pub fn images_for(cc: (u32, u32)) -> Result<Arc<Images>, FabricError> {
     let started = std::time::Instant::now();
     let nvrtc = nvrtc_version()?;
     let dir = cache_dir();
-    let mut images = Vec::new();
-    for (name, src) in PROGRAMS {
-        images.push(compile_cached(dir.as_deref(), nvrtc, name, src, &target)?);
-    }
+    // The programs are independent: compiled side by side, the set costs the longest one.
+    let images = std::thread::scope(|s| {
+        let jobs: Vec<_> = PROGRAMS
+            .iter()
+            .map(|(name, src)| {
+                let (dir, target) = (dir.as_deref(), &target);
+                s.spawn(move || compile_cached(dir, nvrtc, name, src, target))
+            })
+            .collect();
+        jobs.into_iter()
+            .map(|j| {
+                j.join().unwrap_or_else(|_| {
+                    Err(FabricError::Device("NVRTC panicked while compiling".into()))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+    })?;
     tracing::info!(
         "kernels for {} ready in {:.2} s (cache {})",
         target.option(),

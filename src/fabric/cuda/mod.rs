@@ -19,6 +19,7 @@ pub mod kernels;
 mod layout;
 pub mod link;
 pub mod nccl;
+pub mod prefetch;
 mod probe;
 pub mod protocol;
 mod run;

@@ -151,6 +151,7 @@ impl CudaFabric {
             started.elapsed().as_secs_f64()
         );
         let main = start_set(&program, &slots, loopback.is_some(), None)?;
+        super::prefetch::wait();
         tracing::info!(
             "{} workers up after {:.2} s",
             slots.len(),
