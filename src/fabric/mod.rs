@@ -134,11 +134,35 @@ impl From<FabricError> for crate::error::Error {
 pub struct Recovery {
     /// GPUs of the group that was restarted (topology indices).
     pub group: Vec<usize>,
-    /// The backend running when it happened, left out of the restarted group.
+    /// The backend running when it happened.
     pub backend: Option<Backend>,
+    /// Whether that backend stayed in the restarted group and its interrupted measurement was
+    /// run again on the fresh workers (a first loss), or was left out (a second loss, on fresh
+    /// workers: the backend itself is at fault).
+    #[serde(default)]
+    pub kept: bool,
     /// The message size being measured, when known.
     pub bytes: Option<u64>,
     pub cause: String,
+}
+
+/// One line: what happened, and what was measured again.
+impl std::fmt::Display for Recovery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let at = self.bytes.map_or(String::new(), |b| {
+            format!(" at {}", crate::units::fmt_bytes(b))
+        });
+        write!(
+            f,
+            "{}; every worker was replaced and GPUs {:?} set up again",
+            self.cause, self.group
+        )?;
+        match (self.backend, self.kept) {
+            (Some(b), true) => write!(f, " with {b}, which was measured again{at}"),
+            (Some(b), false) => write!(f, " without {b}, which failed again{at}"),
+            (None, _) => Ok(()),
+        }
+    }
 }
 
 /// The hardware seam. See the module docs for the order of calls.

@@ -295,19 +295,19 @@ impl Fabric for CudaFabric {
         samples: u32,
     ) -> Result<Vec<f64>, FabricError> {
         self.at_bytes = Some(bytes);
-        self.verify_timed(backend, bytes, mode)?;
-        let (set, ws) = self.targets(backend)?;
-        let rendezvous = ws.len() > 1;
         let calls = batch.max(1) * (samples.max(1) + 1) + samples + 3;
         let limit = self.limit(bytes, calls);
+        // Inside the operation: fresh workers after a restart verify and are found again.
         self.backend_op(backend, |f| {
+            f.verify_timed(backend, bytes, mode)?;
+            let (set, ws) = f.targets(backend)?;
             let req = Req::Time {
                 backend,
                 bytes,
                 mode,
                 batch,
                 samples,
-                rendezvous,
+                rendezvous: ws.len() > 1,
             };
             let reqs = ws.iter().map(|&w| (w, req.clone())).collect();
             let mut per: Vec<Vec<f64>> = Vec::new();

@@ -200,10 +200,12 @@ impl CudaFabric {
     }
 
     /// Kills every worker, starts fresh ones and prepares the group again with the backends
-    /// still ready (less `failed`).
+    /// still ready: all of them, or all but `running`'s backend when it is not to be kept.
+    /// `running`: the backend whose operation lost the worker, and whether it stays (to run
+    /// again on the fresh workers).
     pub(super) fn restart(
         &mut self,
-        failed: Option<Backend>,
+        running: Option<(Backend, bool)>,
         cause: &str,
     ) -> Result<(), FabricError> {
         let r = crate::fabric::Recovery {
@@ -212,19 +214,12 @@ impl CudaFabric {
                 .as_ref()
                 .map(|p| p.group.gpus.clone())
                 .unwrap_or_default(),
-            backend: failed,
+            backend: running.map(|(b, _)| b),
+            kept: running.is_some_and(|(_, keep)| keep),
             bytes: self.at_bytes,
             cause: clip(cause, 300),
         };
-        tracing::warn!(
-            "recovered: {}; every worker was replaced and GPUs {:?} set up again{}",
-            r.cause,
-            r.group,
-            match failed {
-                Some(b) => format!(" without {b}"),
-                None => String::new(),
-            }
-        );
+        tracing::warn!("recovered: {r}");
         self.recovered.push(r);
         self.retire_all();
         self.sets.clear();
@@ -238,7 +233,7 @@ impl CudaFabric {
             .ready
             .iter()
             .map(|(b, _)| *b)
-            .filter(|b| Some(*b) != failed)
+            .filter(|b| running.is_none_or(|(r, keep)| keep || r != *b))
             .collect();
         self.setup(&p.group, &keep).map(|_| ())
     }
