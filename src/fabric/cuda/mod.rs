@@ -18,6 +18,7 @@ mod driver;
 pub mod kernels;
 mod layout;
 pub mod link;
+mod module;
 pub mod nccl;
 mod probe;
 pub mod protocol;
@@ -30,9 +31,7 @@ pub mod worker;
 
 use std::sync::{Arc, OnceLock};
 
-use cudarc::driver::CudaContext;
-
-use self::driver::{dev, DeviceFacts};
+use self::driver::{dev, Ctx, DeviceFacts};
 use self::kernels::Kernels;
 use crate::fabric::{Backend, FabricError};
 use crate::topology::reading::LinkReading;
@@ -180,7 +179,7 @@ impl Faults {
 
 /// One opened GPU: the worker's own.
 pub struct Gpu {
-    ctx: Arc<CudaContext>,
+    ctx: Arc<Ctx>,
     pub facts: DeviceFacts,
     /// Compiled on first use: only workers that launch need them.
     kernels: OnceLock<Result<Kernels, String>>,
@@ -193,12 +192,9 @@ impl Gpu {
                 "no NVIDIA driver (libcuda.so) was found on this machine; {NO_GPU}"
             )));
         }
-        let ctx = dev(CudaContext::new(ordinal), &format!("opening GPU {ordinal}"))?;
-        // SAFETY: we synchronize streams explicitly; cudarc's per-allocation events would
-        // only add latency to small calls.
-        unsafe { ctx.disable_event_tracking() };
+        let ctx = dev(Ctx::new(ordinal), &format!("opening GPU {ordinal}"))?;
         let facts = dev(
-            driver::device_facts(&ctx),
+            driver::device_facts(ctx.cuda()),
             &format!("reading GPU {ordinal}'s properties"),
         )?;
         Ok(Gpu {
@@ -257,15 +253,12 @@ impl Gpu {
             }
             dev(b.record(&s), "recording an event")?;
             let limit = deadline.for_work(bytes, batch);
-            driver::wait_dev(b.wait(limit), "device-to-device copies")?;
+            b.finish(limit, "device-to-device copies")?;
             out.push(
                 dev(a.elapsed_ms(&b), "reading the timing events")? as f64 * 1000.0 / batch as f64,
             );
         }
-        driver::wait_dev(
-            s.wait(deadline.for_work(bytes, 2)),
-            "device-to-device copies",
-        )?;
+        s.finish(deadline.for_work(bytes, 2), "device-to-device copies")?;
         Ok(out)
     }
 
@@ -296,7 +289,7 @@ impl Gpu {
             std::thread::sleep(std::time::Duration::from_millis(10));
             let r = topo::read_links(&[(self.facts.ordinal, &self.facts)]);
             let limit = watchdog::Deadline::from_env().for_work(32 * CHUNK as u64, 1);
-            driver::wait_dev(s.wait(limit), "host-to-device copies")?;
+            s.finish(limit, "host-to-device copies")?;
             Ok(r)
         })();
         if run.is_ok() {

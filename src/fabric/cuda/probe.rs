@@ -7,7 +7,7 @@
 use std::ffi::c_void;
 use std::time::Duration;
 
-use super::driver::{self, dev, wait_dev, DevBuf, Event, Imported, Span, Stream};
+use super::driver::{self, dev, DevBuf, Event, Imported, Span, Stream};
 use super::kernels;
 use super::layout::{ProbeArgs, MAX_RANKS, THREADS};
 use super::protocol::{Launch, ProbeHandles};
@@ -83,10 +83,8 @@ impl ProbeOwned {
             self.side.set_u32(&l.span(), epoch),
             "releasing the probe latch",
         )?;
-        wait_dev(
-            self.side.wait(watchdog::OP_DEADLINE),
-            "releasing the probe latch",
-        )
+        self.side
+            .finish(watchdog::OP_DEADLINE, "releasing the probe latch")
     }
 }
 
@@ -148,8 +146,9 @@ impl ProbeLauncher {
         let mut latch = None;
         for h in handles {
             let own = mine(h.rank);
-            src.push(open(own.map(|x| x.0), &h.src)?);
-            dst.push(open(own.map(|x| x.1), &h.dst)?);
+            let (own_src, own_dst) = own.unzip();
+            src.push(open(own_src, &h.src)?);
+            dst.push(open(own_dst, &h.dst)?);
             if let Some(l) = &h.latch {
                 let own_latch = owned.and_then(|o| o.latch.as_ref()).map(|b| b.span());
                 latch = Some(open(own_latch, l)?);
@@ -234,8 +233,8 @@ impl ProbeLauncher {
             )?;
             dev(lane.events.0.record(s), "recording an event")?;
             let f = match direction {
-                Direction::Read => k.probe_read,
-                Direction::Write => k.probe_write,
+                Direction::Read => &k.probe_read,
+                Direction::Write => &k.probe_write,
             };
             let blocks = kernels::block_cap(gpu.facts.sms, 1, self.launch.count as u32)
                 .min((bytes / 16).div_ceil(THREADS as u64).max(1) as u32);
@@ -268,7 +267,7 @@ impl ProbeLauncher {
             // The latch kernel gives up by itself after 10 s; the watchdog waits beyond that.
             let limit = watchdog::Deadline::from_env().for_work(bytes * peers as u64, 1)
                 + Duration::from_secs(10);
-            wait_dev(lane.stream.wait(limit), "a contention probe")?;
+            lane.stream.finish(limit, "a contention probe")?;
             let ms = dev(
                 lane.events.0.elapsed_ms(&lane.events.1),
                 "reading the timing events",

@@ -54,8 +54,9 @@ impl Launcher {
         Ok(bytes / size)
     }
 
-    fn check_stuck(&self) -> Result<(), FabricError> {
-        match &self.stuck {
+    /// Fails at once on a poisoned context: nothing more is launched there.
+    pub fn check_stuck(&self) -> Result<(), FabricError> {
+        match self.unit.stream.ctx().poisoned() {
             Some(why) => Err(FabricError::Device(why.clone())),
             None => Ok(()),
         }
@@ -104,7 +105,7 @@ impl Launcher {
                 )
             }
             Impl::Nccl { comms, rank, .. } => {
-                let (send, recv) = self.user[*rank.min(&(self.user.len() - 1))];
+                let (send, recv) = &self.user[*rank.min(&(self.user.len() - 1))];
                 let limit = self.deadline.for_work(elems * dtype.size(), 1);
                 // SAFETY: the rank's user buffers hold the largest message; elems fits it.
                 unsafe {
@@ -325,7 +326,8 @@ impl Launcher {
         Ok(out)
     }
 
-    /// Waits (bounded) until the stream is idle; a stream that stays busy marks the GPU stuck.
+    /// Waits (bounded) until the stream is idle; a stream that stays busy poisons the
+    /// context (the GPU is stuck, and nothing its work may touch is freed).
     pub fn drain(&mut self) -> Result<(), FabricError> {
         self.check_stuck()?;
         if let Err(w) = self.unit.stream.wait(watchdog::DRAIN_DEADLINE) {
@@ -336,7 +338,7 @@ impl Launcher {
                 ),
                 Waited::Failed(e) => format!("the GPU failed while draining its work: {e}"),
             };
-            self.stuck = Some(why.clone());
+            self.unit.stream.ctx().poison(why.clone());
             return Err(FabricError::Device(why));
         }
         Ok(())
@@ -351,9 +353,8 @@ impl Launcher {
             if let Impl::Nccl { comms, .. } = &mut r.imp {
                 comms.abort();
             }
-            if self.stuck.is_some() {
-                std::mem::forget(r);
-            }
+            // Its memory is freed only if the context is not poisoned (see driver::Ctx).
+            drop(r);
         }
     }
 

@@ -51,16 +51,16 @@ pub struct Launcher {
     pub data_checked: bool,
     pub _imported: Vec<Imported>,
     pub deadline: Deadline,
-    /// Why this GPU no longer finishes its work, once that happened: nothing more is
-    /// launched, and memory a stuck kernel may still touch is never freed.
-    pub stuck: Option<String>,
 }
 
 impl Drop for Launcher {
+    /// Drains the stream first. A stream that does not drain poisons the context (see
+    /// `drain`), after which dropping the rest frees nothing: work may still run on a stuck
+    /// GPU, and its memory goes with the context when the worker is replaced.
     fn drop(&mut self) {
         // A CUDA graph keeps NCCL's communicator alive (NCCL waits for it on destroy).
         self.graphs.clear();
-        if self.stuck.is_none() && self.drain().is_ok() {
+        if self.drain().is_ok() {
             self.ready.clear();
             return;
         }
@@ -69,10 +69,6 @@ impl Drop for Launcher {
                 comms.abort();
             }
         }
-        // Work may still run on a stuck GPU: leak what it may touch. The worker is about to
-        // be killed, and the driver frees everything with its context.
-        std::mem::forget(std::mem::take(&mut self.ready));
-        std::mem::forget(std::mem::take(&mut self._imported));
     }
 }
 
@@ -298,7 +294,7 @@ fn view(
 
 /// The real-transfer check of P2P: reads the start of `rank`'s user input through the opened
 /// handle and compares it with the pattern its owner wrote.
-fn transfer_check(span: Span, dtype: Dtype, rank: usize) -> Result<(), String> {
+fn transfer_check(span: &Span, dtype: Dtype, rank: usize) -> Result<(), String> {
     let want = pattern(dtype, user_seed(rank));
     let len = want.len().min(4096).min(span.bytes);
     let mut got = vec![0u8; len];
@@ -381,13 +377,13 @@ impl Launcher {
                     Some((a, b)) => Err(format!(
                         "P2P between ranks {a} and {b} was switched off by ARTUNE_CUDA_FAULTS (nop2p)"
                     )),
-                    None => transfer_check(ui, shape.dtype, r),
+                    None => transfer_check(&ui, shape.dtype, r),
                 };
                 if let Err(e) = check {
                     broken.push((r, e));
                 }
             }
-            user.push((ui, uo));
+            user.push((ui.clone(), uo.clone()));
             for (b, bh) in &h.custom {
                 let oc = own.and_then(|o| o.custom.iter().find(|(x, _)| x == b).map(|(_, c)| c));
                 let refused = (faults.no_open == Some(*b) && own.is_none()).then(|| {
@@ -409,9 +405,13 @@ impl Launcher {
                     .entry(*b)
                     .or_insert_with(|| CustomView::new(*b, shape));
                 match (input, scratch, out, signal) {
-                    (Ok(i), Ok(s), Ok(o), Ok(g)) => {
-                        v.set(r, i.unwrap_or(ui), s, o.unwrap_or(uo), g)
-                    }
+                    (Ok(i), Ok(s), Ok(o), Ok(g)) => v.set(
+                        r,
+                        i.unwrap_or_else(|| ui.clone()),
+                        s,
+                        o.unwrap_or_else(|| uo.clone()),
+                        g,
+                    ),
                     (Err(e), ..) | (_, Err(e), ..) | (.., Err(e), _) | (.., Err(e)) => {
                         v.broken = Some(e)
                     }
@@ -456,7 +456,6 @@ impl Launcher {
                 data_checked: false,
                 _imported: imported,
                 deadline,
-                stuck: None,
             },
             (broken, unready),
         ))
@@ -517,6 +516,8 @@ pub struct CustomView {
     pub input: Vec<Span>,
     pub out: Vec<Span>,
     pub signal: Vec<Span>,
+    /// Every pointer in `args` names memory one of these spans keeps (scratch has no other).
+    scratch: Vec<Span>,
     pub args: ArArgs,
     count: usize,
     broken: Option<String>,
@@ -524,11 +525,11 @@ pub struct CustomView {
 
 impl CustomView {
     fn new(b: Backend, shape: Shape) -> CustomView {
-        let empty = Span { ptr: 0, bytes: 0 };
         CustomView {
-            input: vec![empty; shape.n],
-            out: vec![empty; shape.n],
-            signal: vec![empty; shape.n],
+            input: vec![Span::NONE; shape.n],
+            out: vec![Span::NONE; shape.n],
+            signal: vec![Span::NONE; shape.n],
+            scratch: Vec::new(),
             args: ArArgs {
                 input: [0; MAX_RANKS],
                 out: [0; MAX_RANKS],
@@ -545,13 +546,15 @@ impl CustomView {
     }
 
     fn set(&mut self, r: usize, input: Span, scratch: Option<Span>, out: Span, sig: Span) {
+        self.args.input[r] = input.ptr;
+        self.args.out[r] = out.ptr;
+        self.args.scratch[r] = scratch.as_ref().map_or(0, |s| s.ptr);
+        self.args.sig[r] = sig.ptr;
         self.input[r] = input;
         self.out[r] = out;
         self.signal[r] = sig;
-        self.args.input[r] = input.ptr;
-        self.args.out[r] = out.ptr;
-        self.args.scratch[r] = scratch.map_or(0, |s| s.ptr);
-        self.args.sig[r] = sig.ptr;
+        // The kernel arguments name the scratch memory: keep it mapped as long as they live.
+        self.scratch.extend(scratch);
         self.count += 1;
     }
 }
