@@ -15,28 +15,44 @@ use std::time::Duration;
 use cudarc::driver::{result, sys, CudaContext, DriverError};
 
 use super::watchdog::{self, Poll, Waited};
-use crate::fabric::FabricError;
+use crate::fabric::{DeviceError, FabricError};
 
 pub use super::module::{Function, Module};
 
-/// What to do after the driver or a GPU failed.
-pub const DEVICE_HINT: &str =
-    "check the GPUs with `nvidia-smi` and the kernel log (`dmesg`) for Xid errors, then run again";
-
-/// Maps a driver failure to a device error that names what was being done and what to do.
+/// Maps a driver failure to the device error of `what` (out of memory is its own cause).
 pub fn dev<T>(r: Result<T, DriverError>, what: &str) -> Result<T, FabricError> {
-    r.map_err(|e| FabricError::Device(format!("{what} failed: {e}; {DEVICE_HINT}")))
+    r.map_err(|e| FabricError::Device(driver_error(&e, what, None)))
+}
+
+/// The device error of driver failure `e` while doing `what`, on `ctx` when known (to read the
+/// GPU and its free memory for an out-of-memory error).
+pub fn driver_error(e: &DriverError, what: &str, ctx: Option<&Ctx>) -> DeviceError {
+    if is_oom(e) {
+        return DeviceError::OutOfMemory {
+            gpu: ctx.map_or(0, |c| c.cu.ordinal()),
+            what: what.into(),
+            bytes: None,
+            free: ctx.and_then(|c| free_bytes(c).ok()),
+        };
+    }
+    DeviceError::Driver {
+        what: what.into(),
+        code: e.to_string(),
+    }
 }
 
 /// The error of a wait on work that belongs to no backend (a copy, a probe, a check): there is
 /// nothing to disqualify, so a hang ends the run.
-fn wait_error(w: Waited, what: &str) -> FabricError {
+fn wait_error(w: Waited, what: &str) -> DeviceError {
     match w {
-        Waited::Expired(t) => FabricError::Device(format!(
-            "{what} did not finish within {:.0} s: the GPU may be stuck; reset it (`nvidia-smi -r`, or reboot) and run again",
-            t.as_secs_f64()
-        )),
-        Waited::Failed(e) => FabricError::Device(format!("{what} failed: {e}; {DEVICE_HINT}")),
+        Waited::Expired(t) => DeviceError::Stuck {
+            what: what.into(),
+            seconds: t.as_secs_f64(),
+        },
+        Waited::Failed(code) => DeviceError::Driver {
+            what: what.into(),
+            code,
+        },
     }
 }
 
@@ -48,7 +64,7 @@ fn wait_error(w: Waited, what: &str) -> FabricError {
 /// undefined behaviour; `cuMemFree` could also block behind a kernel that never ends.
 pub struct Ctx {
     cu: Arc<CudaContext>,
-    poisoned: OnceLock<String>,
+    poisoned: OnceLock<DeviceError>,
 }
 
 impl Ctx {
@@ -72,7 +88,7 @@ impl Ctx {
     }
 
     /// Marks the context poisoned (the first reason is kept).
-    pub fn poison(&self, why: String) {
+    pub fn poison(&self, why: DeviceError) {
         if self.poisoned.set(why.clone()).is_ok() {
             tracing::warn!(
                 "GPU {}: {why}; its memory is kept until the worker ends",
@@ -82,7 +98,7 @@ impl Ctx {
     }
 
     /// Why the context is poisoned, if it is.
-    pub fn poisoned(&self) -> Option<&String> {
+    pub fn poisoned(&self) -> Option<&DeviceError> {
         self.poisoned.get()
     }
 
@@ -96,18 +112,18 @@ impl Ctx {
             c.bind_to_thread()?;
             c.synchronize()
         }) {
-            Some(r) => dev(r, what),
+            Some(r) => r.map_err(|e| driver_error(&e, what, Some(self)).into()),
             None => Err(self.expired(Waited::Expired(limit), what)),
         }
     }
 
     /// The error of a wait that ended without the work done; an expired one poisons.
     fn expired(&self, w: Waited, what: &str) -> FabricError {
-        let e = wait_error(w.clone(), what);
-        if matches!(w, Waited::Expired(_)) {
-            self.poison(e.to_string());
+        let e = wait_error(w, what);
+        if matches!(e, DeviceError::Stuck { .. }) {
+            self.poison(e.clone());
         }
-        e
+        e.into()
     }
 }
 

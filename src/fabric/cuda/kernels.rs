@@ -8,7 +8,7 @@ use super::driver::{dev, Ctx, Function, Module};
 use super::layout::{
     LL1_MAX_BYTES, LL2_MAX_BYTES, LL_LINE, LL_THREADS, MAX_BLOCKS, SIGNAL_ALLOC, THREADS,
 };
-use crate::fabric::{Backend, Dtype, FabricError};
+use crate::fabric::{Backend, DeviceError, Dtype, FabricError};
 
 /// Kernel name for a custom backend and element type, e.g. "one_stage_pull_bf16".
 pub fn kernel_name(backend: Backend, dtype: Dtype) -> Option<String> {
@@ -109,9 +109,10 @@ impl Kernels {
             let f = modules[0].function(name)?;
             let per_sm = dev(f.blocks_per_sm(threads), "the occupancy query")?;
             if per_sm == 0 {
-                return Err(FabricError::Device(format!(
-                    "kernel {name} cannot run {threads} threads per block on this GPU"
-                )));
+                return Err(FabricError::Device(DeviceError::Kernel {
+                    name: name.into(),
+                    detail: format!("it cannot run {threads} threads per block on this GPU"),
+                }));
             }
             Ok((f, per_sm))
         };

@@ -33,7 +33,7 @@ use std::sync::{Arc, OnceLock};
 
 use self::driver::{dev, Ctx, DeviceFacts};
 use self::kernels::Kernels;
-use crate::fabric::{Backend, FabricError};
+use crate::fabric::{Backend, DeviceError, FabricError};
 use crate::topology::reading::LinkReading;
 
 pub use self::coordinator::CudaFabric;
@@ -54,8 +54,7 @@ pub fn visible_gpus() -> usize {
     }
 }
 
-/// What to tell a user on a machine without a usable GPU.
-const NO_GPU: &str = "run with `--sim PRESET` to tune a simulated machine instead (`artune topo --list-presets` lists them)";
+use crate::fabric::NO_GPU;
 
 /// The fault knob of the CUDA path (testing only): `ARTUNE_CUDA_FAULTS`, items joined by `,`:
 /// `hang=BACKEND` (its calls launch a kernel that never completes), `stall=BACKEND` (the
@@ -164,9 +163,7 @@ impl Faults {
 
     /// Launches the kernel that never completes.
     pub fn launch_hang(&self, gpu: &Gpu, stream: &driver::Stream) -> Result<(), FabricError> {
-        let k = gpu
-            .kernels()
-            .map_err(|e| FabricError::Device(e.to_string()))?;
+        let k = gpu.kernels()?;
         let mut flag = self.flag;
         let mut params = [&mut flag as *mut u64 as *mut std::ffi::c_void];
         // SAFETY: spin_forever(const u32*) reads one word of a live 16-byte allocation.
@@ -182,7 +179,7 @@ pub struct Gpu {
     ctx: Arc<Ctx>,
     pub facts: DeviceFacts,
     /// Compiled on first use: only workers that launch need them.
-    kernels: OnceLock<Result<Kernels, String>>,
+    kernels: OnceLock<Result<Kernels, DeviceError>>,
 }
 
 impl Gpu {
@@ -204,10 +201,18 @@ impl Gpu {
         })
     }
 
-    pub fn kernels(&self) -> Result<&Kernels, &String> {
-        self.kernels
-            .get_or_init(|| Kernels::load(&self.ctx, self.facts.cc).map_err(|e| e.to_string()))
-            .as_ref()
+    /// The kernels, or why they could not be compiled or loaded.
+    pub fn kernels(&self) -> Result<&Kernels, DeviceError> {
+        let k = self.kernels.get_or_init(|| {
+            Kernels::load(&self.ctx, self.facts.cc).map_err(|e| match e {
+                FabricError::Device(d) => d,
+                other => DeviceError::Kernel {
+                    name: "kernels/*.cu".into(),
+                    detail: other.to_string(),
+                },
+            })
+        });
+        k.as_ref().map_err(Clone::clone)
     }
 
     /// Microseconds per device-to-device copy of `bytes` (cuMemcpyDtoD), `batch` copies per

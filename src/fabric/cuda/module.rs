@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use cudarc::driver::{result, sys, DriverError};
 
-use super::driver::{Ctx, Stream};
-use crate::fabric::FabricError;
+use super::driver::{dev, Ctx, Stream};
+use crate::fabric::{DeviceError, FabricError};
 
 /// A loaded module; the functions taken from it keep it loaded (as cudarc's functions hold
 /// their `Arc<CudaModule>`). `Rc`, not `Arc`: modules and functions stay on the worker's one
@@ -30,15 +30,15 @@ impl Module {
     }
 
     pub fn function(self: &Rc<Self>, name: &str) -> Result<Function, FabricError> {
-        let cname = CString::new(name)
-            .map_err(|_| FabricError::Device(format!("kernel name `{name}` contains NUL")))?;
-        self.ctx
-            .bind_to_thread()
-            .map_err(|e| FabricError::Device(format!("binding the CUDA context failed: {e}")))?;
+        let kernel = |detail: String| DeviceError::Kernel {
+            name: name.into(),
+            detail,
+        };
+        let cname = CString::new(name).map_err(|_| kernel("its name contains NUL".into()))?;
+        dev(self.ctx.bind_to_thread(), "binding the CUDA context")?;
         // SAFETY: the module is loaded; the function keeps it loaded.
-        let raw = unsafe { result::module::get_function(self.raw, cname) }.map_err(|e| {
-            FabricError::Device(format!("kernel `{name}` is missing from the module: {e}"))
-        })?;
+        let raw = unsafe { result::module::get_function(self.raw, cname) }
+            .map_err(|e| kernel(format!("missing from the module ({e})")))?;
         Ok(Function {
             raw,
             _module: self.clone(),

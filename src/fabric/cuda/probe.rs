@@ -14,7 +14,7 @@ use super::protocol::{Launch, ProbeHandles};
 use super::topo;
 use super::watchdog;
 use super::Gpu;
-use crate::fabric::{Direction, FabricError};
+use crate::fabric::{DeviceError, Direction, FabricError};
 use crate::topology::reading::LinkReading;
 
 /// Probe buffers of the ranks a worker owns, and the latch if it owns rank 0.
@@ -123,11 +123,10 @@ impl ProbeLauncher {
                 if let Some(s) = own {
                     return Ok(s);
                 }
-                let i = Imported::open(ctx, h).map_err(|e| {
-                    FabricError::Device(format!(
-                        "GPU {} could not open a peer's probe buffer ({e})",
-                        gpu.facts.ordinal
-                    ))
+                let i = Imported::open(ctx, h).map_err(|e| DeviceError::Ipc {
+                    gpu: gpu.facts.ordinal,
+                    what: "a peer's probe buffer".into(),
+                    detail: e.to_string(),
                 })?;
                 let s = i.span();
                 imported.push(i);
@@ -192,9 +191,7 @@ impl ProbeLauncher {
         bytes: u64,
         epoch: u32,
     ) -> Result<(), FabricError> {
-        let k = gpu
-            .kernels()
-            .map_err(|e| FabricError::Device(e.to_string()))?;
+        let k = gpu.kernels()?;
         let n = self.n;
         let bytes = bytes / 16 * 16;
         if bytes == 0 || self.src.iter().any(|s| (s.bytes as u64) < bytes) || peers >= n {
@@ -275,9 +272,7 @@ impl ProbeLauncher {
             let mut w = [0u8; 4];
             dev(lane.words.download(0, &mut w), "reading probe status")?;
             if u32::from_le_bytes(w) != 0 {
-                return Err(FabricError::Device(
-                    "a probe latch was never released (a worker stalled for over 10 s); run again on a less loaded machine".into(),
-                ));
+                return Err(DeviceError::LatchNeverReleased.into());
             }
             secs.push((ms as f64 / 1000.0).max(1e-9));
         }

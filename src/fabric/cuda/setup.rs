@@ -6,14 +6,14 @@
 use std::collections::{HashMap, HashSet};
 
 use super::data;
-use super::driver::{self, dev, is_oom, DevBuf, Event, Graph, Imported, IpcHandle, Span, Stream};
+use super::driver::{self, dev, DevBuf, Event, Graph, Imported, IpcHandle, Span, Stream};
 use super::kernels;
 use super::layout::{ArArgs, MAX_RANKS};
 use super::nccl;
 use super::protocol::{BufHandles, Launch, RankHandles, Shape};
 use super::watchdog::{self, Deadline};
 use super::{Faults, Gpu};
-use crate::fabric::{Backend, Dtype, FabricError};
+use crate::fabric::{Backend, DeviceError, Dtype, FabricError};
 
 /// The stream this worker launches on, with its timing events.
 pub struct Unit {
@@ -108,16 +108,13 @@ pub struct Owned {
     pub ranks: Vec<OwnedRank>,
 }
 
-pub fn alloc(gpu: &Gpu, bytes: u64, what: &str) -> Result<DevBuf, String> {
+pub fn alloc(gpu: &Gpu, bytes: u64, what: &str) -> Result<DevBuf, DeviceError> {
     DevBuf::alloc(&gpu.ctx, bytes as usize).map_err(|e| {
-        if is_oom(&e) {
-            format!(
-                "out of device memory allocating {what} ({bytes} bytes) on GPU {}; free device memory (other processes on the GPU) or tune smaller sizes with --sizes",
-                gpu.facts.ordinal
-            )
-        } else {
-            format!("allocating {what} failed: {e}")
+        let mut d = driver::driver_error(&e, &format!("allocating {what}"), Some(&gpu.ctx));
+        if let DeviceError::OutOfMemory { bytes: b, .. } = &mut d {
+            *b = Some(bytes);
         }
+        d
     })
 }
 
@@ -129,15 +126,13 @@ fn pattern(dtype: Dtype, seed: u64) -> Vec<u8> {
     )
 }
 
-fn fill_random(buf: &DevBuf, dtype: Dtype, seed: u64) -> Result<(), FabricError> {
+fn fill_random(buf: &DevBuf, dtype: Dtype, seed: u64) -> Result<(), DeviceError> {
     let p = pattern(dtype, seed);
     let mut off = 0;
     while off < buf.bytes {
         let len = p.len().min(buf.bytes - off);
-        dev(
-            buf.upload(off, &p[..len]),
-            "filling a buffer with test data",
-        )?;
+        buf.upload(off, &p[..len])
+            .map_err(|e| driver::driver_error(&e, "filling a buffer with test data", None))?;
         off += len;
     }
     Ok(())
@@ -164,10 +159,8 @@ impl Owned {
         let bytes = padded(shape.max_bytes);
         let mut ranks = Vec::new();
         for &r in owned {
-            let user_in =
-                alloc(gpu, bytes + GUARD as u64, "an input buffer").map_err(FabricError::Device)?;
-            let user_out = alloc(gpu, bytes + GUARD as u64, "an output buffer")
-                .map_err(FabricError::Device)?;
+            let user_in = alloc(gpu, bytes + GUARD as u64, "an input buffer")?;
+            let user_out = alloc(gpu, bytes + GUARD as u64, "an output buffer")?;
             fill_random(&user_in, shape.dtype, user_seed(r))?;
             ranks.push(OwnedRank {
                 rank: r,
@@ -186,7 +179,7 @@ impl Owned {
                 match custom_bufs(gpu, shape, b, r.rank) {
                     Ok(c) => got.push(c),
                     Err(e) => {
-                        failed = Some(e);
+                        failed = Some(e.to_string());
                         break;
                     }
                 }
@@ -230,14 +223,19 @@ impl Owned {
     }
 }
 
-fn custom_bufs(gpu: &Gpu, shape: Shape, b: Backend, rank: usize) -> Result<CustomOwned, String> {
+fn custom_bufs(
+    gpu: &Gpu,
+    shape: Shape,
+    b: Backend,
+    rank: usize,
+) -> Result<CustomOwned, DeviceError> {
     let n = shape.n as u64;
     let max = padded(shape.max_bytes);
     let slot = kernels::slot_bytes(b, max, n);
     let input = match b {
         Backend::OneStagePull | Backend::TwoStagePull => {
             let buf = alloc(gpu, max + GUARD as u64, "a shared input buffer")?;
-            fill_random(&buf, shape.dtype, 0xB22 + rank as u64).map_err(|e| e.to_string())?;
+            fill_random(&buf, shape.dtype, 0xB22 + rank as u64)?;
             Some(buf)
         }
         _ => None,
@@ -260,7 +258,7 @@ fn custom_bufs(gpu: &Gpu, shape: Shape, b: Backend, rank: usize) -> Result<Custo
     let signal = alloc(gpu, kernels::signal_bytes(b, shape.n), "signal flags")?;
     signal
         .fill(0)
-        .map_err(|e| format!("clearing signal flags failed: {e}"))?;
+        .map_err(|e| driver::driver_error(&e, "clearing signal flags", None))?;
     Ok(CustomOwned {
         input,
         scratch,

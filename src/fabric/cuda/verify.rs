@@ -11,10 +11,10 @@ use super::kernels::Kernels;
 use super::layout::THREADS;
 use super::setup::{Impl, Launcher, GUARD};
 use super::{Faults, Gpu};
-use crate::fabric::{Backend, FabricError, Mode};
+use crate::fabric::{Backend, DeviceError, FabricError, Mode};
 
 fn kernels_of(gpu: &Gpu) -> Result<&Kernels, FabricError> {
-    gpu.kernels().map_err(|e| FabricError::Device(e.clone()))
+    Ok(gpu.kernels()?)
 }
 
 /// Blocks for a grid-stride pass over `n` elements: enough to fill the GPU, no more.
@@ -133,9 +133,10 @@ impl Launcher {
         let mut got = vec![0u8; (n * dtype.size()) as usize];
         dev(buf.download(0, &mut got), "reading test data")?;
         if got != data::encode(dtype, &data::rank_values(seed, rank, n as usize)) {
-            return Err(FabricError::Device(
-                "the GPU's test data differs from the host's (kernels/check.cu and src/fabric/cuda/data.rs disagree); this is a bug in artune".into(),
-            ));
+            return Err(DeviceError::Bug(
+                "the GPU's test data differs from the host's (kernels/check.cu and src/fabric/cuda/data.rs disagree)".into(),
+            )
+            .into());
         }
         self.data_checked = true;
         Ok(())

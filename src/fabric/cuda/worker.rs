@@ -11,7 +11,7 @@ use super::protocol::{write_resp, Envelope, Req, Resp, WireError, ENV_REPLY_FD, 
 use super::setup::{Launcher, Owned};
 use super::watchdog::Deadline;
 use super::{Faults, Gpu};
-use crate::fabric::FabricError;
+use crate::fabric::{DeviceError, FabricError};
 
 /// Everything one worker holds.
 pub struct Engine {
@@ -50,7 +50,7 @@ impl Engine {
 
     fn handle(&mut self, req: Req) -> Result<Resp, FabricError> {
         if let Some(why) = self.gpu.ctx.poisoned() {
-            return Err(FabricError::Device(why.clone()));
+            return Err(why.clone().into());
         }
         let gpu = &self.gpu;
         Ok(match req {
@@ -92,7 +92,7 @@ impl Engine {
                     unready,
                 }
             }
-            Req::NcclId => Resp::NcclId(super::nccl::unique_id().map_err(FabricError::Device)?),
+            Req::NcclId => Resp::NcclId(super::nccl::unique_id().map_err(DeviceError::Nccl)?),
             Req::NcclInit {
                 backend,
                 id,

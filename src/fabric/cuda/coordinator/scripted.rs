@@ -122,7 +122,7 @@ impl Fake {
         let plot = self.world.lock().unwrap().plot.fail;
         if plot.is_some_and(|(w, on)| w == self.id && on == k) {
             return Some(Resp::Failed(WireError::Device {
-                message: format!("scripted failure of {k}"),
+                error: crate::fabric::DeviceError::Nccl(format!("scripted failure of {k}")),
                 stuck: false,
             }));
         }
