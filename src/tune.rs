@@ -266,6 +266,7 @@ pub fn run(
             .map(|r| crate::profile::Recovered {
                 group: r.group,
                 backend: r.backend,
+                kept: r.kept,
                 bytes: r.bytes,
                 cause: r.cause,
             })

@@ -2,6 +2,8 @@
 //! prints a `skipped: ...` line saying why and returns, so `cargo test` passes anywhere and the
 //! output shows what did not run. Run them on a GPU with `--nocapture` to see every line.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
@@ -19,8 +21,7 @@ const DTYPES: [Dtype; 3] = [Dtype::Bf16, Dtype::Fp16, Dtype::Fp32];
 /// Element counts: tiny, around one 16-byte vector, and odd counts that leave tails.
 const ELEMS: [u64; 9] = [1, 3, 7, 8, 9, 1000, 4099, 65536, 262_147];
 
-/// Prints a skip line that `cargo test` shows even without `--nocapture` (the test harness
-/// captures `println!`, not direct writes to stderr).
+/// A skip line `cargo test` shows without `--nocapture` (the harness captures `println!`).
 fn skip(line: String) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "{line}");
@@ -36,6 +37,11 @@ fn bin() -> PathBuf {
     std::env::var_os("ARTUNE_BIN")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_artune")))
+}
+
+/// The artune binary, dying with the test (see tests/common).
+fn artune() -> Command {
+    common::dies_with_test(bin())
 }
 
 /// Worker processes of `bin()` still running (a test asserts none is left behind).
@@ -418,7 +424,7 @@ fn gpu_each_worker_launching_its_own_rank_verifies_or_skip() {
 
 /// Runs a small loopback tune through the binary with the CUDA fault knob set.
 fn faulty_tune(faults: &str, out: &std::path::Path) -> std::process::Output {
-    Command::new(bin())
+    artune()
         .args([
             "tune",
             "--loopback",
@@ -523,7 +529,7 @@ fn gpu_a_pair_without_p2p_waives_custom_kernels_and_keeps_nccl_or_skip() {
     drop(f);
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("p.json");
-    let o = Command::new(bin())
+    let o = artune()
         .args([
             "tune",
             "--loopback",
@@ -615,7 +621,7 @@ fn small_tune(
     out: &std::path::Path,
     env: &[(&str, &str)],
 ) -> std::process::Output {
-    Command::new(bin())
+    artune()
         .args([
             "tune",
             "--loopback",
@@ -677,7 +683,7 @@ fn gpu_nccl_debug_info_does_not_break_the_protocol_or_skip() {
     }
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("p.json");
-    let o = Command::new(bin())
+    let o = artune()
         .args([
             "-v",
             "tune",

@@ -56,7 +56,9 @@ fn pair(
     let ready = match fabric.prepare(&group, &BACKENDS) {
         Ok(r) => r,
         Err(e) if e.backend_local() => return Ok(Err(e.to_string())),
-        Err(FabricError::Device(e)) => return Ok(Err(e)),
+        Err(e @ (FabricError::Device(_) | FabricError::Worker(_))) => {
+            return Ok(Err(e.to_string()))
+        }
         Err(e) => return Err(e),
     };
     let mut ran = Vec::new();

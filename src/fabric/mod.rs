@@ -9,7 +9,10 @@
 //!    talks to.
 
 pub mod cuda;
+mod error;
 pub mod sim;
+
+pub use error::{DeviceError, FabricError, WorkerError, NO_GPU};
 
 // The vocabulary lives below the seam so that profiles and exports need not depend on it.
 pub use crate::allreduce::{
@@ -79,54 +82,6 @@ pub struct FabricInfo {
     pub nccl: Option<String>,
 }
 
-/// Failures below the seam.
-#[derive(Debug, thiserror::Error)]
-pub enum FabricError {
-    /// The request itself is wrong (a GPU index out of range, a group of one).
-    #[error("{0}")]
-    BadRequest(String),
-    /// A backend did not finish within its deadline; the run can go on with others.
-    #[error("{backend} did not finish within {seconds:.1} s ({what}); it was aborted")]
-    Timeout {
-        backend: Backend,
-        what: String,
-        seconds: f64,
-    },
-    /// One backend failed (launch error, out of memory); the run can go on with others.
-    #[error("{backend} failed: {reason}")]
-    Backend { backend: Backend, reason: String },
-    /// The device, driver or a library failed; the run cannot continue.
-    #[error("{0}")]
-    Device(String),
-    /// What was asked cannot run on this group (contention probes between GPUs without working
-    /// P2P); the run goes on without it.
-    #[error("{0}")]
-    Waived(String),
-    #[error("interrupted")]
-    Interrupted,
-}
-
-impl FabricError {
-    /// True when only one backend is affected and the tune can continue without it.
-    pub fn backend_local(&self) -> bool {
-        matches!(
-            self,
-            FabricError::Timeout { .. } | FabricError::Backend { .. }
-        )
-    }
-}
-
-impl From<FabricError> for crate::error::Error {
-    fn from(e: FabricError) -> Self {
-        use crate::error::Error;
-        match e {
-            FabricError::Interrupted => Error::Interrupted,
-            FabricError::BadRequest(m) => Error::BadInput(m),
-            other => Error::Hardware(other.to_string()),
-        }
-    }
-}
-
 /// A fault the fabric recovered from on its own: a worker lost, killed or silent, after which
 /// every worker was replaced and the group set up again. The tune goes on, so this is how the
 /// profile and the user learn of it.
@@ -134,11 +89,35 @@ impl From<FabricError> for crate::error::Error {
 pub struct Recovery {
     /// GPUs of the group that was restarted (topology indices).
     pub group: Vec<usize>,
-    /// The backend running when it happened, left out of the restarted group.
+    /// The backend running when it happened.
     pub backend: Option<Backend>,
+    /// Whether that backend stayed in the restarted group and its interrupted measurement was
+    /// run again on the fresh workers (a first loss), or was left out (a second loss, on fresh
+    /// workers: the backend itself is at fault).
+    #[serde(default)]
+    pub kept: bool,
     /// The message size being measured, when known.
     pub bytes: Option<u64>,
     pub cause: String,
+}
+
+/// One line: what happened, and what was measured again.
+impl std::fmt::Display for Recovery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let at = self.bytes.map_or(String::new(), |b| {
+            format!(" at {}", crate::units::fmt_bytes(b))
+        });
+        write!(
+            f,
+            "{}; every worker was replaced and GPUs {:?} set up again",
+            self.cause, self.group
+        )?;
+        match (self.backend, self.kept) {
+            (Some(b), true) => write!(f, " with {b}, which was measured again{at}"),
+            (Some(b), false) => write!(f, " without {b}, which failed again{at}"),
+            (None, _) => Ok(()),
+        }
+    }
 }
 
 /// The hardware seam. See the module docs for the order of calls.
@@ -221,7 +200,10 @@ mod tests {
         let cases: [(Error, i32); 4] = [
             (FabricError::Interrupted.into(), EXIT_INTERRUPTED),
             (FabricError::BadRequest("x".into()).into(), EXIT_BAD_INPUT),
-            (FabricError::Device("x".into()).into(), EXIT_HARDWARE),
+            (
+                FabricError::Device(DeviceError::NoNvrtc).into(),
+                EXIT_HARDWARE,
+            ),
             (
                 FabricError::Timeout {
                     backend: Backend::Nccl,

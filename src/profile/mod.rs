@@ -374,9 +374,13 @@ pub struct Profile {
 pub struct Recovered {
     /// GPUs (topology indices) of the group whose workers were replaced.
     pub group: Vec<usize>,
-    /// The backend running when it happened; the restarted group measured on without it.
+    /// The backend running when it happened.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<Backend>,
+    /// Whether that backend stayed and was measured again on the fresh workers (a first
+    /// loss); false: left out after failing again there (and in profiles before this field).
+    #[serde(default)]
+    pub kept: bool,
     /// The message size being measured, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes: Option<u64>,

@@ -514,7 +514,11 @@ pub fn summary(p: &Profile) -> String {
             "RECOVERED on GPUs {}{what}: {}; its workers were replaced and the group measured again{}",
             fmt_gpus(&r.group),
             r.cause,
-            r.backend.map_or(String::new(), |b| format!(" without {b}")),
+            match (r.backend, r.kept) {
+                (Some(b), true) => format!(" with {b}, which was timed again on the fresh workers"),
+                (Some(b), false) => format!(" without {b}, which failed again"),
+                (None, _) => String::new(),
+            },
         );
     }
     if !p.faults.is_empty() {

@@ -10,7 +10,7 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_artune");
 
 /// Runs artune with `args` and collects its output.
 pub fn artune(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().expect("artune runs")
+    dies_with_test(BIN).args(args).output().expect("artune runs")
 }
 
 /// Runs `artune tune ARGS --out DIR/NAME`, which must succeed, and returns the profile's path.
@@ -52,4 +52,21 @@ pub fn with_closed_stdout(args: &[&str]) -> Output {
         .stderr(Stdio::piped())
         .output()
         .expect("artune runs")
+}
+
+/// `program` to run from a test, dying with the test binary (SIGKILL when its parent exits),
+/// so a test killed at a time bound leaves no `artune tune` on the GPU.
+pub fn dies_with_test(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    use std::os::unix::process::CommandExt;
+    let mut c = Command::new(program);
+    // SAFETY: prctl is async-signal-safe and touches only the forked child.
+    unsafe {
+        c.pre_exec(
+            || match libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            },
+        );
+    }
+    c
 }

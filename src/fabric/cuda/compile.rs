@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::nvrtc::sys;
 use sha2::{Digest, Sha256};
 
-use crate::fabric::FabricError;
+use crate::fabric::{DeviceError, FabricError};
 
 pub const COMMON: &str = include_str!("../../../kernels/common.cuh");
 pub const ALLREDUCE: &str = include_str!("../../../kernels/allreduce.cu");
@@ -70,18 +70,17 @@ fn check(r: sys::nvrtcResult, what: &str) -> Result<(), FabricError> {
     let msg = unsafe { CStr::from_ptr(sys::nvrtcGetErrorString(r)) }
         .to_string_lossy()
         .into_owned();
-    Err(FabricError::Device(format!("NVRTC {what} failed: {msg}")))
+    Err(FabricError::Device(DeviceError::Nvrtc {
+        what: what.into(),
+        detail: msg,
+    }))
 }
 
 fn require_nvrtc() -> Result<(), FabricError> {
     if nvrtc_present() {
         Ok(())
     } else {
-        Err(FabricError::Device(
-            "NVRTC (libnvrtc.so) was not found; install the CUDA toolkit's NVRTC or \
-             `pip install nvidia-cuda-nvrtc` and put its lib directory on LD_LIBRARY_PATH"
-                .into(),
-        ))
+        Err(FabricError::Device(DeviceError::NoNvrtc))
     }
 }
 
@@ -127,13 +126,7 @@ fn cache() -> &'static Mutex<HashMap<Target, Arc<Images>>> {
 
 /// Compiles every program for a GPU of compute capability `cc`, once per process.
 pub fn images_for(cc: (u32, u32)) -> Result<Arc<Images>, FabricError> {
-    let target = target_for(cc, &supported_archs()?).ok_or_else(|| {
-        FabricError::Device(format!(
-            "this NVRTC cannot compile for compute capability {}.{}; install an NVRTC at least \
-             as new as the GPU",
-            cc.0, cc.1
-        ))
-    })?;
+    let target = target_for(cc, &supported_archs()?).ok_or(DeviceError::NvrtcTooOld { cc })?;
     let mut map = cache().lock().unwrap_or_else(|p| p.into_inner());
     if let Some(hit) = map.get(&target) {
         return Ok(hit.clone());
@@ -325,8 +318,11 @@ pub fn compile(name: &str, src: &str, target: &Target) -> Result<Vec<u8>, Fabric
     require_nvrtc()?;
     let opts = options(target);
     let c = |s: &str| {
-        CString::new(s)
-            .map_err(|_| FabricError::Device(format!("NUL byte in NVRTC input `{name}`")))
+        CString::new(s).map_err(|_| {
+            FabricError::Device(DeviceError::Bug(format!(
+                "NUL byte in NVRTC input `{name}`"
+            )))
+        })
     };
     let (csrc, cname, hdr, hdr_name) = (c(src)?, c(name)?, c(COMMON)?, c("common.cuh")?);
     let copts: Vec<CString> = opts.iter().map(|o| c(o)).collect::<Result<_, _>>()?;
@@ -365,11 +361,11 @@ unsafe fn compile_program(
     let r = sys::nvrtcCompileProgram(prog, opt_ptrs.len() as c_int, opt_ptrs.as_ptr());
     if r != sys::nvrtcResult::NVRTC_SUCCESS {
         let log = program_log(prog);
-        return Err(FabricError::Device(format!(
-            "NVRTC could not compile kernels/{name} with options [{}]: {}",
-            opts.join(" "),
-            log.trim()
-        )));
+        return Err(FabricError::Device(DeviceError::Compile {
+            program: name.into(),
+            options: opts.join(" "),
+            log: log.trim().into(),
+        }));
     }
     let mut size = 0usize;
     let mut buf;

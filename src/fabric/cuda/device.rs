@@ -89,9 +89,3 @@ pub fn cuda_version() -> Result<String, DriverError> {
     unsafe { sys::cuDriverGetVersion(&mut v).result() }?;
     Ok(format!("{}.{}", v / 1000, (v % 1000) / 10))
 }
-
-/// Free bytes on the context's device.
-pub fn free_bytes(ctx: &Arc<CudaContext>) -> Result<u64, DriverError> {
-    ctx.bind_to_thread()?;
-    Ok(result::mem_get_info()?.0 as u64)
-}

@@ -3,14 +3,12 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::CudaContext;
-
 use super::compile;
-use super::driver::{dev, Function, Module};
+use super::driver::{dev, Ctx, Function, Module};
 use super::layout::{
     LL1_MAX_BYTES, LL2_MAX_BYTES, LL_LINE, LL_THREADS, MAX_BLOCKS, SIGNAL_ALLOC, THREADS,
 };
-use crate::fabric::{Backend, Dtype, FabricError};
+use crate::fabric::{Backend, DeviceError, Dtype, FabricError};
 
 /// Kernel name for a custom backend and element type, e.g. "one_stage_pull_bf16".
 pub fn kernel_name(backend: Backend, dtype: Dtype) -> Option<String> {
@@ -82,7 +80,7 @@ pub fn signal_bytes(backend: Backend, n: usize) -> u64 {
 
 /// The compiled kernels loaded into one GPU's context.
 pub struct Kernels {
-    _modules: Vec<Module>,
+    _modules: Vec<std::rc::Rc<Module>>,
     allreduce: Vec<(Backend, Dtype, Function, u32)>,
     ll: Vec<(Backend, Dtype, Function, u32)>,
     pub latch_wait: Function,
@@ -98,7 +96,7 @@ pub struct Kernels {
 }
 
 impl Kernels {
-    pub fn load(ctx: &Arc<CudaContext>, cc: (u32, u32)) -> Result<Kernels, FabricError> {
+    pub fn load(ctx: &Arc<Ctx>, cc: (u32, u32)) -> Result<Kernels, FabricError> {
         let images = compile::images_for(cc)?;
         let mut modules = Vec::new();
         for (img, (name, _)) in images.images.iter().zip(compile::PROGRAMS) {
@@ -111,9 +109,10 @@ impl Kernels {
             let f = modules[0].function(name)?;
             let per_sm = dev(f.blocks_per_sm(threads), "the occupancy query")?;
             if per_sm == 0 {
-                return Err(FabricError::Device(format!(
-                    "kernel {name} cannot run {threads} threads per block on this GPU"
-                )));
+                return Err(FabricError::Device(DeviceError::Kernel {
+                    name: name.into(),
+                    detail: format!("it cannot run {threads} threads per block on this GPU"),
+                }));
             }
             Ok((f, per_sm))
         };
@@ -143,22 +142,22 @@ impl Kernels {
     }
 
     /// `fill_<dtype>(out, n, seed, rank)`: writes rank `rank`'s test data.
-    pub fn fill(&self, dtype: Dtype) -> Function {
-        self.fill[slot(dtype)]
+    pub fn fill(&self, dtype: Dtype) -> &Function {
+        &self.fill[slot(dtype)]
     }
 
     /// `check_<dtype>(out, n, seed, world, data_bytes, guard_end, result)`: counts wrong
     /// elements and spoiled guard bytes.
-    pub fn check(&self, dtype: Dtype) -> Function {
-        self.check[slot(dtype)]
+    pub fn check(&self, dtype: Dtype) -> &Function {
+        &self.check[slot(dtype)]
     }
 
     /// The kernel and how many of its blocks fit on one multiprocessor.
-    pub fn allreduce(&self, backend: Backend, dtype: Dtype) -> Option<(Function, u32)> {
+    pub fn allreduce(&self, backend: Backend, dtype: Dtype) -> Option<(&Function, u32)> {
         self.allreduce
             .iter()
             .find(|(b, d, _, _)| *b == backend && *d == dtype)
-            .map(|(_, _, f, n)| (*f, *n))
+            .map(|(_, _, f, n)| (f, *n))
     }
 
     /// The kernel, blocks and threads per block for one call of `elems` elements over `n`
@@ -174,7 +173,7 @@ impl Kernels {
         n: usize,
         sms: u32,
         ranks_on_gpu: u32,
-    ) -> Option<(Function, u32, u32)> {
+    ) -> Option<(&Function, u32, u32)> {
         let ll = self
             .ll
             .iter()
@@ -183,7 +182,7 @@ impl Kernels {
             (ll, ll_blocks(backend, elems * dtype.size(), n))
         {
             if need <= block_cap(sms, *per_sm, ranks_on_gpu) {
-                return Some((*f, need, LL_THREADS));
+                return Some((f, need, LL_THREADS));
             }
         }
         let (f, per_sm) = self.allreduce(backend, dtype)?;

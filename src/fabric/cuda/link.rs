@@ -605,15 +605,21 @@ mod tests {
         let line = reply(1, &resp);
         let mut l = Link::start(&sh(&format!("read x; echo '{line}' >&3")), "w").unwrap();
         assert_eq!(l.call(&Req::NcclId, Duration::from_secs(20)).unwrap(), resp);
-        let e = WireError::from_fabric(FabricError::Device("x".into()), true);
-        assert_eq!(
-            e,
-            WireError::Device {
-                message: "x".into(),
-                stuck: true
+        let oom = crate::fabric::DeviceError::OutOfMemory {
+            gpu: 1,
+            what: "allocating x".into(),
+            bytes: Some(4096),
+            free: Some(0),
+        };
+        let e = WireError::from_fabric(FabricError::Device(oom.clone()), true);
+        let line = serde_json::to_string(&Resp::Failed(e)).unwrap();
+        match serde_json::from_str::<Resp>(&line).unwrap() {
+            Resp::Failed(WireError::Device { error, stuck }) => {
+                assert!(stuck);
+                assert_eq!(error, oom);
             }
-        );
-        assert!(matches!(e.into_fabric(), FabricError::Device(_)));
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

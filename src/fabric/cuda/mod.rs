@@ -18,6 +18,7 @@ mod driver;
 pub mod kernels;
 mod layout;
 pub mod link;
+mod module;
 pub mod nccl;
 pub mod prefetch;
 mod probe;
@@ -31,11 +32,9 @@ pub mod worker;
 
 use std::sync::{Arc, OnceLock};
 
-use cudarc::driver::CudaContext;
-
-use self::driver::{dev, DeviceFacts};
+use self::driver::{dev, Ctx, DeviceFacts};
 use self::kernels::Kernels;
-use crate::fabric::{Backend, FabricError};
+use crate::fabric::{Backend, DeviceError, FabricError};
 use crate::topology::reading::LinkReading;
 
 pub use self::coordinator::CudaFabric;
@@ -56,8 +55,7 @@ pub fn visible_gpus() -> usize {
     }
 }
 
-/// What to tell a user on a machine without a usable GPU.
-const NO_GPU: &str = "run with `--sim PRESET` to tune a simulated machine instead (`artune topo --list-presets` lists them)";
+use crate::fabric::NO_GPU;
 
 /// The fault knob of the CUDA path (testing only): `ARTUNE_CUDA_FAULTS`, items joined by `,`:
 /// `hang=BACKEND` (its calls launch a kernel that never completes), `stall=BACKEND` (the
@@ -166,9 +164,7 @@ impl Faults {
 
     /// Launches the kernel that never completes.
     pub fn launch_hang(&self, gpu: &Gpu, stream: &driver::Stream) -> Result<(), FabricError> {
-        let k = gpu
-            .kernels()
-            .map_err(|e| FabricError::Device(e.to_string()))?;
+        let k = gpu.kernels()?;
         let mut flag = self.flag;
         let mut params = [&mut flag as *mut u64 as *mut std::ffi::c_void];
         // SAFETY: spin_forever(const u32*) reads one word of a live 16-byte allocation.
@@ -181,10 +177,10 @@ impl Faults {
 
 /// One opened GPU: the worker's own.
 pub struct Gpu {
-    ctx: Arc<CudaContext>,
+    ctx: Arc<Ctx>,
     pub facts: DeviceFacts,
     /// Compiled on first use: only workers that launch need them.
-    kernels: OnceLock<Result<Kernels, String>>,
+    kernels: OnceLock<Result<Kernels, DeviceError>>,
 }
 
 impl Gpu {
@@ -194,12 +190,9 @@ impl Gpu {
                 "no NVIDIA driver (libcuda.so) was found on this machine; {NO_GPU}"
             )));
         }
-        let ctx = dev(CudaContext::new(ordinal), &format!("opening GPU {ordinal}"))?;
-        // SAFETY: we synchronize streams explicitly; cudarc's per-allocation events would
-        // only add latency to small calls.
-        unsafe { ctx.disable_event_tracking() };
+        let ctx = dev(Ctx::new(ordinal), &format!("opening GPU {ordinal}"))?;
         let facts = dev(
-            driver::device_facts(&ctx),
+            driver::device_facts(ctx.cuda()),
             &format!("reading GPU {ordinal}'s properties"),
         )?;
         Ok(Gpu {
@@ -209,10 +202,18 @@ impl Gpu {
         })
     }
 
-    pub fn kernels(&self) -> Result<&Kernels, &String> {
-        self.kernels
-            .get_or_init(|| Kernels::load(&self.ctx, self.facts.cc).map_err(|e| e.to_string()))
-            .as_ref()
+    /// The kernels, or why they could not be compiled or loaded.
+    pub fn kernels(&self) -> Result<&Kernels, DeviceError> {
+        let k = self.kernels.get_or_init(|| {
+            Kernels::load(&self.ctx, self.facts.cc).map_err(|e| match e {
+                FabricError::Device(d) => d,
+                other => DeviceError::Kernel {
+                    name: "kernels/*.cu".into(),
+                    detail: other.to_string(),
+                },
+            })
+        });
+        k.as_ref().map_err(Clone::clone)
     }
 
     /// Microseconds per device-to-device copy of `bytes` (cuMemcpyDtoD), `batch` copies per
@@ -258,15 +259,12 @@ impl Gpu {
             }
             dev(b.record(&s), "recording an event")?;
             let limit = deadline.for_work(bytes, batch);
-            driver::wait_dev(b.wait(limit), "device-to-device copies")?;
+            b.finish(limit, "device-to-device copies")?;
             out.push(
                 dev(a.elapsed_ms(&b), "reading the timing events")? as f64 * 1000.0 / batch as f64,
             );
         }
-        driver::wait_dev(
-            s.wait(deadline.for_work(bytes, 2)),
-            "device-to-device copies",
-        )?;
+        s.finish(deadline.for_work(bytes, 2), "device-to-device copies")?;
         Ok(out)
     }
 
@@ -297,7 +295,7 @@ impl Gpu {
             std::thread::sleep(std::time::Duration::from_millis(10));
             let r = topo::read_links(&[(self.facts.ordinal, &self.facts)]);
             let limit = watchdog::Deadline::from_env().for_work(32 * CHUNK as u64, 1);
-            driver::wait_dev(s.wait(limit), "host-to-device copies")?;
+            s.finish(limit, "host-to-device copies")?;
             Ok(r)
         })();
         if run.is_ok() {

@@ -204,11 +204,6 @@ pub struct Lib {
     ) -> Res,
 }
 
-// SAFETY: the function pointers are plain C entry points; NCCL is thread-safe for distinct
-// communicators.
-unsafe impl Send for Lib {}
-unsafe impl Sync for Lib {}
-
 fn dlerror() -> String {
     // SAFETY: dlerror returns a thread-local string or NULL.
     let p = unsafe { libc::dlerror() };
@@ -361,10 +356,8 @@ pub struct Comms {
     aborted: bool,
 }
 
-// SAFETY: NCCL communicators may be used from any thread, one thread per communicator at a
-// time, which the fabric guarantees.
-unsafe impl Send for Comms {}
-unsafe impl Sync for Comms {}
+// Neither Send nor Sync (the raw communicators keep it so): NCCL allows one thread per
+// communicator at a time, and a worker drives its communicators from its one thread.
 
 /// A new NCCL unique id (ncclGetUniqueId), in hex, for the coordinator to hand to every rank.
 pub fn unique_id() -> Result<String, String> {

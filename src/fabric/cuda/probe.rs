@@ -7,14 +7,14 @@
 use std::ffi::c_void;
 use std::time::Duration;
 
-use super::driver::{self, dev, wait_dev, DevBuf, Event, Imported, Span, Stream};
+use super::driver::{self, dev, DevBuf, Event, Imported, Span, Stream};
 use super::kernels;
 use super::layout::{ProbeArgs, MAX_RANKS, THREADS};
 use super::protocol::{Launch, ProbeHandles};
 use super::topo;
 use super::watchdog;
 use super::Gpu;
-use crate::fabric::{Direction, FabricError};
+use crate::fabric::{DeviceError, Direction, FabricError};
 use crate::topology::reading::LinkReading;
 
 /// Probe buffers of the ranks a worker owns, and the latch if it owns rank 0.
@@ -83,10 +83,8 @@ impl ProbeOwned {
             self.side.set_u32(&l.span(), epoch),
             "releasing the probe latch",
         )?;
-        wait_dev(
-            self.side.wait(watchdog::OP_DEADLINE),
-            "releasing the probe latch",
-        )
+        self.side
+            .finish(watchdog::OP_DEADLINE, "releasing the probe latch")
     }
 }
 
@@ -125,11 +123,10 @@ impl ProbeLauncher {
                 if let Some(s) = own {
                     return Ok(s);
                 }
-                let i = Imported::open(ctx, h).map_err(|e| {
-                    FabricError::Device(format!(
-                        "GPU {} could not open a peer's probe buffer ({e})",
-                        gpu.facts.ordinal
-                    ))
+                let i = Imported::open(ctx, h).map_err(|e| DeviceError::Ipc {
+                    gpu: gpu.facts.ordinal,
+                    what: "a peer's probe buffer".into(),
+                    detail: e.to_string(),
                 })?;
                 let s = i.span();
                 imported.push(i);
@@ -148,8 +145,9 @@ impl ProbeLauncher {
         let mut latch = None;
         for h in handles {
             let own = mine(h.rank);
-            src.push(open(own.map(|x| x.0), &h.src)?);
-            dst.push(open(own.map(|x| x.1), &h.dst)?);
+            let (own_src, own_dst) = own.unzip();
+            src.push(open(own_src, &h.src)?);
+            dst.push(open(own_dst, &h.dst)?);
             if let Some(l) = &h.latch {
                 let own_latch = owned.and_then(|o| o.latch.as_ref()).map(|b| b.span());
                 latch = Some(open(own_latch, l)?);
@@ -193,9 +191,7 @@ impl ProbeLauncher {
         bytes: u64,
         epoch: u32,
     ) -> Result<(), FabricError> {
-        let k = gpu
-            .kernels()
-            .map_err(|e| FabricError::Device(e.to_string()))?;
+        let k = gpu.kernels()?;
         let n = self.n;
         let bytes = bytes / 16 * 16;
         if bytes == 0 || self.src.iter().any(|s| (s.bytes as u64) < bytes) || peers >= n {
@@ -234,8 +230,8 @@ impl ProbeLauncher {
             )?;
             dev(lane.events.0.record(s), "recording an event")?;
             let f = match direction {
-                Direction::Read => k.probe_read,
-                Direction::Write => k.probe_write,
+                Direction::Read => &k.probe_read,
+                Direction::Write => &k.probe_write,
             };
             let blocks = kernels::block_cap(gpu.facts.sms, 1, self.launch.count as u32)
                 .min((bytes / 16).div_ceil(THREADS as u64).max(1) as u32);
@@ -268,7 +264,7 @@ impl ProbeLauncher {
             // The latch kernel gives up by itself after 10 s; the watchdog waits beyond that.
             let limit = watchdog::Deadline::from_env().for_work(bytes * peers as u64, 1)
                 + Duration::from_secs(10);
-            wait_dev(lane.stream.wait(limit), "a contention probe")?;
+            lane.stream.finish(limit, "a contention probe")?;
             let ms = dev(
                 lane.events.0.elapsed_ms(&lane.events.1),
                 "reading the timing events",
@@ -276,9 +272,7 @@ impl ProbeLauncher {
             let mut w = [0u8; 4];
             dev(lane.words.download(0, &mut w), "reading probe status")?;
             if u32::from_le_bytes(w) != 0 {
-                return Err(FabricError::Device(
-                    "a probe latch was never released (a worker stalled for over 10 s); run again on a less loaded machine".into(),
-                ));
+                return Err(DeviceError::LatchNeverReleased.into());
             }
             secs.push((ms as f64 / 1000.0).max(1e-9));
         }

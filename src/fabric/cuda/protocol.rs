@@ -10,7 +10,7 @@ use std::io::Write;
 use serde::{Deserialize, Serialize};
 
 use super::driver::{DeviceFacts, IpcHandle};
-use crate::fabric::{Backend, Direction, Dtype, FabricError, Mode};
+use crate::fabric::{Backend, DeviceError, Direction, Dtype, FabricError, Mode};
 use crate::topology::reading::LinkReading;
 
 /// The ranks one worker launches kernels for: `count` ranks from `base` (one on a real
@@ -160,7 +160,7 @@ pub enum WireError {
         reason: String,
     },
     Device {
-        message: String,
+        error: DeviceError,
         stuck: bool,
     },
     Waived(String),
@@ -181,7 +181,9 @@ impl WireError {
                 seconds,
             },
             FabricError::Backend { backend, reason } => WireError::Backend { backend, reason },
-            FabricError::Device(message) => WireError::Device { message, stuck },
+            FabricError::Device(error) => WireError::Device { error, stuck },
+            // Arises only in the coordinator; a worker never sends it.
+            FabricError::Worker(w) => WireError::BadRequest(w.to_string()),
             FabricError::Waived(m) => WireError::Waived(m),
             FabricError::Interrupted => WireError::Interrupted,
         }
@@ -200,7 +202,7 @@ impl WireError {
                 seconds,
             },
             WireError::Backend { backend, reason } => FabricError::Backend { backend, reason },
-            WireError::Device { message, .. } => FabricError::Device(message),
+            WireError::Device { error, .. } => FabricError::Device(error),
             WireError::Waived(m) => FabricError::Waived(m),
             WireError::Interrupted => FabricError::Interrupted,
         }

@@ -4,13 +4,13 @@
 
 use std::time::Duration;
 
-use super::driver::{dev, Event, Graph, DEVICE_HINT};
+use super::driver::{dev, Event, Graph};
 use super::kernels;
 use super::layout::SIGNAL_STATUS_OFFSET;
 use super::setup::{Impl, Launcher, Ready};
 use super::watchdog::{self, Poll, Waited};
 use super::{Faults, Gpu};
-use crate::fabric::{Backend, FabricError, Mode};
+use crate::fabric::{Backend, DeviceError, FabricError, Mode};
 
 /// Maps the end of a wait on `backend`'s work to the error the harness acts on.
 pub fn waited(backend: Backend, nccl: bool, what: &str, w: Waited) -> FabricError {
@@ -24,7 +24,10 @@ pub fn waited(backend: Backend, nccl: bool, what: &str, w: Waited) -> FabricErro
             backend,
             reason: format!("{what}: {reason}"),
         },
-        Waited::Failed(e) => FabricError::Device(format!("{what} failed: {e}; {DEVICE_HINT}")),
+        Waited::Failed(code) => FabricError::Device(DeviceError::Driver {
+            what: what.into(),
+            code,
+        }),
     }
 }
 
@@ -54,9 +57,10 @@ impl Launcher {
         Ok(bytes / size)
     }
 
-    fn check_stuck(&self) -> Result<(), FabricError> {
-        match &self.stuck {
-            Some(why) => Err(FabricError::Device(why.clone())),
+    /// Fails at once on a poisoned context: nothing more is launched there.
+    pub fn check_stuck(&self) -> Result<(), FabricError> {
+        match self.unit.stream.ctx().poisoned() {
+            Some(why) => Err(why.clone().into()),
             None => Ok(()),
         }
     }
@@ -81,14 +85,13 @@ impl Launcher {
         }
         match &self.find(backend)?.imp {
             Impl::Custom(c) => {
-                let k = gpu
-                    .kernels()
-                    .map_err(|e| FabricError::Device(e.to_string()))?;
+                let k = gpu.kernels()?;
                 let count = self.launch.count as u32;
                 let (f, blocks, threads) = k
                     .plan(backend, dtype, elems, self.shape.n, gpu.facts.sms, count)
-                    .ok_or_else(|| {
-                        FabricError::Device(format!("no kernel for {backend} {}", dtype.id()))
+                    .ok_or_else(|| DeviceError::Kernel {
+                        name: format!("{backend} {}", dtype.id()),
+                        detail: "no such kernel was loaded".into(),
                     })?;
                 let mut a = c.args;
                 a.n = elems;
@@ -104,7 +107,7 @@ impl Launcher {
                 )
             }
             Impl::Nccl { comms, rank, .. } => {
-                let (send, recv) = self.user[*rank.min(&(self.user.len() - 1))];
+                let (send, recv) = &self.user[*rank.min(&(self.user.len() - 1))];
                 let limit = self.deadline.for_work(elems * dtype.size(), 1);
                 // SAFETY: the rank's user buffers hold the largest message; elems fits it.
                 unsafe {
@@ -325,19 +328,28 @@ impl Launcher {
         Ok(out)
     }
 
-    /// Waits (bounded) until the stream is idle; a stream that stays busy marks the GPU stuck.
+    /// Waits (bounded) until the stream is idle; a stream that stays busy poisons the
+    /// context (the GPU is stuck, and nothing its work may touch is freed).
     pub fn drain(&mut self) -> Result<(), FabricError> {
+        self.drain_after("a backend was aborted")
+    }
+
+    /// [`Launcher::drain`] after `after` went wrong (named in the error).
+    fn drain_after(&mut self, after: &str) -> Result<(), FabricError> {
         self.check_stuck()?;
         if let Err(w) = self.unit.stream.wait(watchdog::DRAIN_DEADLINE) {
             let why = match w {
-                Waited::Expired(t) => format!(
-                    "the GPU still had work running {:.0} s after it was aborted: it is stuck",
-                    t.as_secs_f64()
-                ),
-                Waited::Failed(e) => format!("the GPU failed while draining its work: {e}"),
+                Waited::Expired(t) => DeviceError::Undrained {
+                    after: after.into(),
+                    seconds: t.as_secs_f64(),
+                },
+                Waited::Failed(code) => DeviceError::Driver {
+                    what: format!("draining the GPU's work after {after}"),
+                    code,
+                },
             };
-            self.stuck = Some(why.clone());
-            return Err(FabricError::Device(why));
+            self.unit.stream.ctx().poison(why.clone());
+            return Err(why.into());
         }
         Ok(())
     }
@@ -351,9 +363,8 @@ impl Launcher {
             if let Impl::Nccl { comms, .. } = &mut r.imp {
                 comms.abort();
             }
-            if self.stuck.is_some() {
-                std::mem::forget(r);
-            }
+            // Its memory is freed only if the context is not poisoned (see driver::Ctx).
+            drop(r);
         }
     }
 
@@ -365,10 +376,10 @@ impl Launcher {
             return e;
         }
         self.forget(backend);
-        if let Err(stuck) = self.drain() {
-            return FabricError::Device(format!("{e}; {stuck}"));
+        match self.drain_after(&e.to_string()) {
+            Ok(()) => e,
+            Err(stuck) => stuck,
         }
-        e
     }
 }
 

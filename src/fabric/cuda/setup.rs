@@ -6,14 +6,14 @@
 use std::collections::{HashMap, HashSet};
 
 use super::data;
-use super::driver::{self, dev, is_oom, DevBuf, Event, Graph, Imported, IpcHandle, Span, Stream};
+use super::driver::{self, dev, DevBuf, Event, Graph, Imported, IpcHandle, Span, Stream};
 use super::kernels;
 use super::layout::{ArArgs, MAX_RANKS};
 use super::nccl;
 use super::protocol::{BufHandles, Launch, RankHandles, Shape};
 use super::watchdog::{self, Deadline};
 use super::{Faults, Gpu};
-use crate::fabric::{Backend, Dtype, FabricError};
+use crate::fabric::{Backend, DeviceError, Dtype, FabricError};
 
 /// The stream this worker launches on, with its timing events.
 pub struct Unit {
@@ -51,16 +51,16 @@ pub struct Launcher {
     pub data_checked: bool,
     pub _imported: Vec<Imported>,
     pub deadline: Deadline,
-    /// Why this GPU no longer finishes its work, once that happened: nothing more is
-    /// launched, and memory a stuck kernel may still touch is never freed.
-    pub stuck: Option<String>,
 }
 
 impl Drop for Launcher {
+    /// Drains the stream first. A stream that does not drain poisons the context (see
+    /// `drain`), after which dropping the rest frees nothing: work may still run on a stuck
+    /// GPU, and its memory goes with the context when the worker is replaced.
     fn drop(&mut self) {
         // A CUDA graph keeps NCCL's communicator alive (NCCL waits for it on destroy).
         self.graphs.clear();
-        if self.stuck.is_none() && self.drain().is_ok() {
+        if self.drain().is_ok() {
             self.ready.clear();
             return;
         }
@@ -69,10 +69,6 @@ impl Drop for Launcher {
                 comms.abort();
             }
         }
-        // Work may still run on a stuck GPU: leak what it may touch. The worker is about to
-        // be killed, and the driver frees everything with its context.
-        std::mem::forget(std::mem::take(&mut self.ready));
-        std::mem::forget(std::mem::take(&mut self._imported));
     }
 }
 
@@ -112,16 +108,13 @@ pub struct Owned {
     pub ranks: Vec<OwnedRank>,
 }
 
-pub fn alloc(gpu: &Gpu, bytes: u64, what: &str) -> Result<DevBuf, String> {
+pub fn alloc(gpu: &Gpu, bytes: u64, what: &str) -> Result<DevBuf, DeviceError> {
     DevBuf::alloc(&gpu.ctx, bytes as usize).map_err(|e| {
-        if is_oom(&e) {
-            format!(
-                "out of device memory allocating {what} ({bytes} bytes) on GPU {}; free device memory (other processes on the GPU) or tune smaller sizes with --sizes",
-                gpu.facts.ordinal
-            )
-        } else {
-            format!("allocating {what} failed: {e}")
+        let mut d = driver::driver_error(&e, &format!("allocating {what}"), Some(&gpu.ctx));
+        if let DeviceError::OutOfMemory { bytes: b, .. } = &mut d {
+            *b = Some(bytes);
         }
+        d
     })
 }
 
@@ -133,15 +126,13 @@ fn pattern(dtype: Dtype, seed: u64) -> Vec<u8> {
     )
 }
 
-fn fill_random(buf: &DevBuf, dtype: Dtype, seed: u64) -> Result<(), FabricError> {
+fn fill_random(buf: &DevBuf, dtype: Dtype, seed: u64) -> Result<(), DeviceError> {
     let p = pattern(dtype, seed);
     let mut off = 0;
     while off < buf.bytes {
         let len = p.len().min(buf.bytes - off);
-        dev(
-            buf.upload(off, &p[..len]),
-            "filling a buffer with test data",
-        )?;
+        buf.upload(off, &p[..len])
+            .map_err(|e| driver::driver_error(&e, "filling a buffer with test data", None))?;
         off += len;
     }
     Ok(())
@@ -168,10 +159,8 @@ impl Owned {
         let bytes = padded(shape.max_bytes);
         let mut ranks = Vec::new();
         for &r in owned {
-            let user_in =
-                alloc(gpu, bytes + GUARD as u64, "an input buffer").map_err(FabricError::Device)?;
-            let user_out = alloc(gpu, bytes + GUARD as u64, "an output buffer")
-                .map_err(FabricError::Device)?;
+            let user_in = alloc(gpu, bytes + GUARD as u64, "an input buffer")?;
+            let user_out = alloc(gpu, bytes + GUARD as u64, "an output buffer")?;
             fill_random(&user_in, shape.dtype, user_seed(r))?;
             ranks.push(OwnedRank {
                 rank: r,
@@ -190,7 +179,7 @@ impl Owned {
                 match custom_bufs(gpu, shape, b, r.rank) {
                     Ok(c) => got.push(c),
                     Err(e) => {
-                        failed = Some(e);
+                        failed = Some(e.to_string());
                         break;
                     }
                 }
@@ -234,14 +223,19 @@ impl Owned {
     }
 }
 
-fn custom_bufs(gpu: &Gpu, shape: Shape, b: Backend, rank: usize) -> Result<CustomOwned, String> {
+fn custom_bufs(
+    gpu: &Gpu,
+    shape: Shape,
+    b: Backend,
+    rank: usize,
+) -> Result<CustomOwned, DeviceError> {
     let n = shape.n as u64;
     let max = padded(shape.max_bytes);
     let slot = kernels::slot_bytes(b, max, n);
     let input = match b {
         Backend::OneStagePull | Backend::TwoStagePull => {
             let buf = alloc(gpu, max + GUARD as u64, "a shared input buffer")?;
-            fill_random(&buf, shape.dtype, 0xB22 + rank as u64).map_err(|e| e.to_string())?;
+            fill_random(&buf, shape.dtype, 0xB22 + rank as u64)?;
             Some(buf)
         }
         _ => None,
@@ -264,7 +258,7 @@ fn custom_bufs(gpu: &Gpu, shape: Shape, b: Backend, rank: usize) -> Result<Custo
     let signal = alloc(gpu, kernels::signal_bytes(b, shape.n), "signal flags")?;
     signal
         .fill(0)
-        .map_err(|e| format!("clearing signal flags failed: {e}"))?;
+        .map_err(|e| driver::driver_error(&e, "clearing signal flags", None))?;
     Ok(CustomOwned {
         input,
         scratch,
@@ -298,7 +292,7 @@ fn view(
 
 /// The real-transfer check of P2P: reads the start of `rank`'s user input through the opened
 /// handle and compares it with the pattern its owner wrote.
-fn transfer_check(span: Span, dtype: Dtype, rank: usize) -> Result<(), String> {
+fn transfer_check(span: &Span, dtype: Dtype, rank: usize) -> Result<(), String> {
     let want = pattern(dtype, user_seed(rank));
     let len = want.len().min(4096).min(span.bytes);
     let mut got = vec![0u8; len];
@@ -381,13 +375,13 @@ impl Launcher {
                     Some((a, b)) => Err(format!(
                         "P2P between ranks {a} and {b} was switched off by ARTUNE_CUDA_FAULTS (nop2p)"
                     )),
-                    None => transfer_check(ui, shape.dtype, r),
+                    None => transfer_check(&ui, shape.dtype, r),
                 };
                 if let Err(e) = check {
                     broken.push((r, e));
                 }
             }
-            user.push((ui, uo));
+            user.push((ui.clone(), uo.clone()));
             for (b, bh) in &h.custom {
                 let oc = own.and_then(|o| o.custom.iter().find(|(x, _)| x == b).map(|(_, c)| c));
                 let refused = (faults.no_open == Some(*b) && own.is_none()).then(|| {
@@ -409,9 +403,13 @@ impl Launcher {
                     .entry(*b)
                     .or_insert_with(|| CustomView::new(*b, shape));
                 match (input, scratch, out, signal) {
-                    (Ok(i), Ok(s), Ok(o), Ok(g)) => {
-                        v.set(r, i.unwrap_or(ui), s, o.unwrap_or(uo), g)
-                    }
+                    (Ok(i), Ok(s), Ok(o), Ok(g)) => v.set(
+                        r,
+                        i.unwrap_or_else(|| ui.clone()),
+                        s,
+                        o.unwrap_or_else(|| uo.clone()),
+                        g,
+                    ),
                     (Err(e), ..) | (_, Err(e), ..) | (.., Err(e), _) | (.., Err(e)) => {
                         v.broken = Some(e)
                     }
@@ -456,7 +454,6 @@ impl Launcher {
                 data_checked: false,
                 _imported: imported,
                 deadline,
-                stuck: None,
             },
             (broken, unready),
         ))
@@ -517,6 +514,8 @@ pub struct CustomView {
     pub input: Vec<Span>,
     pub out: Vec<Span>,
     pub signal: Vec<Span>,
+    /// Every pointer in `args` names memory one of these spans keeps (scratch has no other).
+    scratch: Vec<Span>,
     pub args: ArArgs,
     count: usize,
     broken: Option<String>,
@@ -524,11 +523,11 @@ pub struct CustomView {
 
 impl CustomView {
     fn new(b: Backend, shape: Shape) -> CustomView {
-        let empty = Span { ptr: 0, bytes: 0 };
         CustomView {
-            input: vec![empty; shape.n],
-            out: vec![empty; shape.n],
-            signal: vec![empty; shape.n],
+            input: vec![Span::NONE; shape.n],
+            out: vec![Span::NONE; shape.n],
+            signal: vec![Span::NONE; shape.n],
+            scratch: Vec::new(),
             args: ArArgs {
                 input: [0; MAX_RANKS],
                 out: [0; MAX_RANKS],
@@ -545,13 +544,15 @@ impl CustomView {
     }
 
     fn set(&mut self, r: usize, input: Span, scratch: Option<Span>, out: Span, sig: Span) {
+        self.args.input[r] = input.ptr;
+        self.args.out[r] = out.ptr;
+        self.args.scratch[r] = scratch.as_ref().map_or(0, |s| s.ptr);
+        self.args.sig[r] = sig.ptr;
         self.input[r] = input;
         self.out[r] = out;
         self.signal[r] = sig;
-        self.args.input[r] = input.ptr;
-        self.args.out[r] = out.ptr;
-        self.args.scratch[r] = scratch.map_or(0, |s| s.ptr);
-        self.args.sig[r] = sig.ptr;
+        // The kernel arguments name the scratch memory: keep it mapped as long as they live.
+        self.scratch.extend(scratch);
         self.count += 1;
     }
 }

@@ -6,15 +6,15 @@
 use std::ffi::c_void;
 
 use super::data;
-use super::driver::{dev, wait_dev, DevBuf, Span};
+use super::driver::{dev, DevBuf, Span};
 use super::kernels::Kernels;
 use super::layout::THREADS;
 use super::setup::{Impl, Launcher, GUARD};
 use super::{Faults, Gpu};
-use crate::fabric::{Backend, FabricError, Mode};
+use crate::fabric::{Backend, DeviceError, FabricError, Mode};
 
 fn kernels_of(gpu: &Gpu) -> Result<&Kernels, FabricError> {
-    gpu.kernels().map_err(|e| FabricError::Device(e.clone()))
+    Ok(gpu.kernels()?)
 }
 
 /// Blocks for a grid-stride pass over `n` elements: enough to fill the GPU, no more.
@@ -41,8 +41,8 @@ impl Launcher {
 
     fn spans(&self, backend: Backend, r: usize) -> Result<(Span, Span), FabricError> {
         Ok(match &self.find(backend)?.imp {
-            Impl::Custom(c) => (c.input[r], c.out[r]),
-            Impl::Nccl { .. } => self.user[r.min(self.user.len() - 1)],
+            Impl::Custom(c) => (c.input[r].clone(), c.out[r].clone()),
+            Impl::Nccl { .. } => self.user[r.min(self.user.len() - 1)].clone(),
         })
     }
 
@@ -126,18 +126,17 @@ impl Launcher {
         )?;
         // SAFETY: buf holds n elements of the dtype; the stream is waited for before it is freed.
         unsafe { self.launch_fill(gpu, buf.ptr, n, seed, rank as u32) }?;
-        wait_dev(
-            self.unit
-                .stream
-                .wait(self.deadline.for_work(n * dtype.size(), 1)),
+        self.unit.stream.finish(
+            self.deadline.for_work(n * dtype.size(), 1),
             "drawing test data",
         )?;
         let mut got = vec![0u8; (n * dtype.size()) as usize];
         dev(buf.download(0, &mut got), "reading test data")?;
         if got != data::encode(dtype, &data::rank_values(seed, rank, n as usize)) {
-            return Err(FabricError::Device(
-                "the GPU's test data differs from the host's (kernels/check.cu and src/fabric/cuda/data.rs disagree); this is a bug in artune".into(),
-            ));
+            return Err(DeviceError::Bug(
+                "the GPU's test data differs from the host's (kernels/check.cu and src/fabric/cuda/data.rs disagree)".into(),
+            )
+            .into());
         }
         self.data_checked = true;
         Ok(())
@@ -157,9 +156,7 @@ impl Launcher {
         mode: Mode,
         calls: u32,
     ) -> Result<Option<String>, FabricError> {
-        if let Some(why) = &self.stuck {
-            return Err(FabricError::Device(why.clone()));
-        }
+        self.check_stuck()?;
         self.check_inner(gpu, faults, backend, bytes, seed, mode, calls)
             .map_err(|e| self.recover(backend, e))
     }
@@ -253,10 +250,9 @@ impl Launcher {
                 },
                 "launching the verification kernel",
             )?;
-            wait_dev(
-                self.unit.stream.wait(self.deadline.for_work(bytes, 1)),
-                "checking the output",
-            )?;
+            self.unit
+                .stream
+                .finish(self.deadline.for_work(bytes, 1), "checking the output")?;
             let mut v = [0u8; 24];
             dev(
                 verdict.download(0, &mut v),

@@ -11,7 +11,7 @@ use super::protocol::{write_resp, Envelope, Req, Resp, WireError, ENV_REPLY_FD, 
 use super::setup::{Launcher, Owned};
 use super::watchdog::Deadline;
 use super::{Faults, Gpu};
-use crate::fabric::FabricError;
+use crate::fabric::{DeviceError, FabricError};
 
 /// Everything one worker holds.
 pub struct Engine {
@@ -24,7 +24,6 @@ pub struct Engine {
     probe: Option<ProbeLauncher>,
     owned: Option<Owned>,
     probe_owned: Option<ProbeOwned>,
-    stuck: Option<String>,
 }
 
 impl Engine {
@@ -46,13 +45,12 @@ impl Engine {
             probe: None,
             owned: None,
             probe_owned: None,
-            stuck: None,
         })
     }
 
     fn handle(&mut self, req: Req) -> Result<Resp, FabricError> {
-        if let Some(why) = &self.stuck {
-            return Err(FabricError::Device(why.clone()));
+        if let Some(why) = self.gpu.ctx.poisoned() {
+            return Err(why.clone().into());
         }
         let gpu = &self.gpu;
         Ok(match req {
@@ -94,7 +92,7 @@ impl Engine {
                     unready,
                 }
             }
-            Req::NcclId => Resp::NcclId(super::nccl::unique_id().map_err(FabricError::Device)?),
+            Req::NcclId => Resp::NcclId(super::nccl::unique_id().map_err(DeviceError::Nccl)?),
             Req::NcclInit {
                 backend,
                 id,
@@ -211,12 +209,10 @@ impl Engine {
         })
     }
 
-    /// Whether this worker's GPU is stuck (a stream that never drained).
+    /// Whether this worker's GPU is stuck: work on its context may never finish (a wait
+    /// that expired, a stream that never drained), so the coordinator must replace it.
     fn note_stuck(&mut self) -> bool {
-        if self.stuck.is_none() {
-            self.stuck = self.launcher.as_ref().and_then(|l| l.stuck.clone());
-        }
-        self.stuck.is_some()
+        self.gpu.ctx.poisoned().is_some()
     }
 }
 
@@ -225,15 +221,13 @@ fn no_group() -> FabricError {
 }
 
 impl Drop for Engine {
+    /// Launchers before what they opened, opened buffers before their owners'. On a poisoned
+    /// context none of it frees anything (see driver::Ctx): it all goes with the process.
     fn drop(&mut self) {
-        if self.note_stuck() {
-            // Destroying a context under a kernel that never ends can block: leave it all to
-            // the driver's cleanup at process exit.
-            std::mem::forget(self.launcher.take());
-            std::mem::forget(self.owned.take());
-            std::mem::forget(self.probe.take());
-            std::mem::forget(self.probe_owned.take());
-        }
+        self.probe = None;
+        self.launcher = None;
+        self.probe_owned = None;
+        self.owned = None;
     }
 }
 

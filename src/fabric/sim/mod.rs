@@ -31,8 +31,8 @@ pub use self::faults::Faults;
 use self::net::{Flow, Net, Route};
 use self::noise::Noise;
 use super::{
-    memory, Backend, Direction, Fabric, FabricError, FabricInfo, Group, MemoryCost, Mode, NcclAlgo,
-    ProbeSample, Readiness, Verification,
+    memory, Backend, DeviceError, Direction, Fabric, FabricError, FabricInfo, Group, MemoryCost,
+    Mode, NcclAlgo, ProbeSample, Readiness, Verification,
 };
 use crate::topology::{Status, Topology};
 
@@ -399,10 +399,10 @@ impl SimFabric {
             );
         }
         match self.faults.lost_gpu {
-            Some(l) if self.calls > l.after_calls => Err(FabricError::Device(format!(
-                "GPU {} is no longer reachable (simulated fault: it fell off the bus after {} fabric calls); on a real machine check `nvidia-smi` and the kernel log for Xid errors, reset the GPU, then run again",
-                l.gpu, l.after_calls
-            ))),
+            Some(l) if self.calls > l.after_calls => Err(FabricError::Device(DeviceError::Lost {
+                gpu: l.gpu,
+                after_calls: l.after_calls,
+            })),
             _ => Ok(()),
         }
     }

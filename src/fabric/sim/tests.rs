@@ -243,7 +243,10 @@ fn a_lost_gpu_fails_every_call_after_the_count() {
     f.time(Backend::Nccl, 4096, Mode::Graph, 1, 3).unwrap();
     let e = f.time(Backend::Nccl, 4096, Mode::Graph, 1, 3).unwrap_err();
     assert!(
-        matches!(&e, FabricError::Device(m) if m.contains("GPU 1")),
+        matches!(
+            &e,
+            FabricError::Device(crate::fabric::DeviceError::Lost { gpu: 1, .. })
+        ),
         "{e}"
     );
     assert!(!e.backend_local());

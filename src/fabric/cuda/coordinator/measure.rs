@@ -33,29 +33,48 @@ impl CudaFabric {
         Ok((set, ws))
     }
 
-    /// Runs `op` for `backend`; on a worker that hung, died or whose GPU is stuck, replaces
-    /// every worker, sets the group up again without the backend and fails the backend.
+    /// Runs `op` for `backend`. A failure of the backend alone fails it (every worker drops
+    /// it). A worker that hung, died or whose GPU is stuck says nothing yet about the backend
+    /// (a `kill -9`, an Xid elsewhere): every worker is replaced, the group is set up again
+    /// *with* the backend and `op` runs once more on the fresh workers. Only a second loss
+    /// there fails the backend, and the group is set up once more without it. Both restarts
+    /// are on record ([`crate::fabric::Recovery`]).
     pub(super) fn backend_op<T>(
         &mut self,
         backend: Backend,
-        op: impl FnOnce(&mut Self) -> Result<T, Trouble>,
+        mut op: impl FnMut(&mut Self) -> Result<T, Trouble>,
     ) -> Result<T, FabricError> {
-        match op(self) {
-            Ok(v) => Ok(v),
-            Err(Trouble::Fabric(e)) => {
-                if e.backend_local() {
-                    self.drop_backend(backend)?;
+        let mut retried = false;
+        loop {
+            match op(self) {
+                Ok(v) => return Ok(v),
+                Err(Trouble::Fabric(e)) => {
+                    if e.backend_local() {
+                        self.drop_backend(backend)?;
+                    }
+                    return Err(e);
                 }
-                Err(e)
-            }
-            Err(Trouble::Restart(why)) => {
-                self.restart(Some(backend), &why)?;
-                Err(FabricError::Backend {
-                    backend,
-                    reason: format!(
-                        "{why}; its workers were killed and fresh ones set the group up again"
-                    ),
-                })
+                Err(Trouble::Restart(why)) if !retried => {
+                    self.restart(Some((backend, true)), &why)?;
+                    retried = true;
+                    if self.targets(backend).is_err() {
+                        return Err(FabricError::Backend {
+                            backend,
+                            reason: format!(
+                                "{why}; fresh workers could not set it up again, so it was left out"
+                            ),
+                        });
+                    }
+                }
+                Err(Trouble::Restart(why)) => {
+                    self.restart(Some((backend, false)), &why)?;
+                    return Err(FabricError::Backend {
+                        backend,
+                        reason: format!(
+                            "{why}; it failed again after its workers were killed and fresh ones set the group up again, so it was left out"
+                        ),
+                    });
+                }
             }
         }
     }
@@ -87,78 +106,73 @@ impl CudaFabric {
         calls: u32,
     ) -> Result<Verification, FabricError> {
         self.at_bytes = Some(bytes);
-        let (set, ws) = self.targets(backend)?;
-        let limit = self.limit(bytes, 2 * calls.max(1) + 2);
-        self.backend_op(backend, |f| {
-            let stage = ws
-                .iter()
-                .map(|&w| {
-                    (
-                        w,
-                        Req::Stage {
-                            backend,
-                            bytes,
-                            seed,
-                        },
-                    )
-                })
-                .collect();
-            f.exchange(set, stage, limit)?;
-            let check = ws
-                .iter()
-                .map(|&w| {
-                    (
-                        w,
-                        Req::Check {
-                            backend,
-                            bytes,
-                            seed,
-                            mode,
-                            calls,
-                        },
-                    )
-                })
-                .collect();
-            for r in f.exchange(set, check, limit)? {
-                match r {
-                    Resp::Checked(None) => {}
-                    Resp::Checked(Some(reason)) => return Ok(Verification::Wrong { reason }),
-                    other => return Err(unexpected(other)),
-                }
-            }
-            Ok(Verification::Correct)
-        })
+        self.backend_op(backend, |f| f.verify_run(backend, bytes, seed, mode, calls))
     }
 
-    /// Before the first timing of `backend` at `bytes` in `mode`: verifies it in that mode,
-    /// [`CALLS_VERIFIED`] calls in a row on the same buffers (one graph of them in graph mode),
-    /// so what is timed is what was checked. A wrong result fails the backend.
+    /// One verification on the workers running `backend` now: stage the data on all, then
+    /// run and check on all.
+    fn verify_run(
+        &mut self,
+        backend: Backend,
+        bytes: u64,
+        seed: u64,
+        mode: Mode,
+        calls: u32,
+    ) -> Result<Verification, Trouble> {
+        let (set, ws) = self.targets(backend)?;
+        let limit = self.limit(bytes, 2 * calls.max(1) + 2);
+        let each = |req: Req| ws.iter().map(|&w| (w, req.clone())).collect();
+        let stage = Req::Stage {
+            backend,
+            bytes,
+            seed,
+        };
+        self.exchange(set, each(stage), limit)?;
+        let check = Req::Check {
+            backend,
+            bytes,
+            seed,
+            mode,
+            calls,
+        };
+        for r in self.exchange(set, each(check), limit)? {
+            match r {
+                Resp::Checked(None) => {}
+                Resp::Checked(Some(reason)) => return Ok(Verification::Wrong { reason }),
+                other => return Err(unexpected(other)),
+            }
+        }
+        Ok(Verification::Correct)
+    }
+
+    /// Before the first timing of `backend` at `bytes` in `mode` on these workers: verifies it
+    /// in that mode, [`CALLS_VERIFIED`] calls in a row on the same buffers (one graph of them in
+    /// graph mode), so what is timed is what was checked. A wrong result fails the backend.
+    /// Fresh workers after a restart verify again (the new plan has verified nothing).
     pub(super) fn verify_timed(
         &mut self,
         backend: Backend,
         bytes: u64,
         mode: Mode,
-    ) -> Result<(), FabricError> {
+    ) -> Result<(), Trouble> {
         let key = (backend, bytes, mode);
         let p = self.plan.as_ref().ok_or_else(not_prepared)?;
         if p.verified.contains(&key) {
             return Ok(());
         }
         let seed = 0x7e57 ^ bytes.rotate_left(17) ^ (backend as u64) << 40 ^ (mode as u64) << 48;
-        match self.verify_with(backend, bytes, seed, mode, CALLS_VERIFIED)? {
+        match self.verify_run(backend, bytes, seed, mode, CALLS_VERIFIED)? {
             Verification::Correct => {
                 if let Some(p) = &mut self.plan {
                     p.verified.insert(key);
                 }
                 Ok(())
             }
-            Verification::Wrong { reason } => {
-                self.drop_backend(backend)?;
-                Err(FabricError::Backend {
-                    backend,
-                    reason: format!("wrong result before timing: {reason}"),
-                })
-            }
+            // A backend failure: `backend_op` makes every worker drop it.
+            Verification::Wrong { reason } => Err(Trouble::Fabric(FabricError::Backend {
+                backend,
+                reason: format!("wrong result before timing: {reason}"),
+            })),
         }
     }
 

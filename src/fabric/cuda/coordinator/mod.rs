@@ -24,8 +24,8 @@ use super::topo;
 use super::watchdog::Deadline;
 use super::{nccl_version, NO_GPU};
 use crate::fabric::{
-    Backend, Direction, Fabric, FabricError, FabricInfo, Group, Mode, ProbeSample, Readiness,
-    Verification,
+    Backend, DeviceError, Direction, Fabric, FabricError, FabricInfo, Group, Mode, ProbeSample,
+    Readiness, Verification, WorkerError,
 };
 use crate::topology::reading::LinkReading;
 use crate::topology::Topology;
@@ -77,11 +77,7 @@ fn worker_program() -> Result<PathBuf, FabricError> {
     if let Some(p) = std::env::var_os(ENV_WORKER_BIN).filter(|p| !p.is_empty()) {
         return Ok(PathBuf::from(p));
     }
-    std::env::current_exe().map_err(|e| {
-        FabricError::Device(format!(
-            "cannot find the artune executable to start GPU workers ({e}); set {ENV_WORKER_BIN}"
-        ))
-    })
+    std::env::current_exe().map_err(|e| WorkerError::NoProgram(e.to_string()).into())
 }
 
 impl CudaFabric {
@@ -105,8 +101,8 @@ impl CudaFabric {
             )));
         }
         let started = std::time::Instant::now();
-        let visible = super::driver::visible_bus_ids().map_err(|e| {
-            FabricError::Device(format!("the CUDA driver could not start ({e}); {NO_GPU}"))
+        let visible = super::driver::visible_bus_ids().map_err(|e| DeviceError::DriverStart {
+            code: e.to_string(),
         })?;
         if visible.is_empty() {
             return Err(FabricError::BadRequest(format!(
@@ -161,7 +157,7 @@ impl CudaFabric {
         let host = topo::host(info.cuda.clone(), info.nccl.clone());
         let (t, map) = match (loopback, nvml) {
             (Some(k), _) => (
-                topo::loopback(k, &facts[0], host).map_err(FabricError::Device)?,
+                topo::loopback(k, &facts[0], host).map_err(DeviceError::Bug)?,
                 (0..k).map(Some).collect(),
             ),
             (None, Some(Ok(mut t))) => {
@@ -176,7 +172,7 @@ impl CudaFabric {
                 };
                 let p2p = super::driver::p2p_matrix(facts.len());
                 (
-                    topo::from_cuda(&facts, &p2p, host, &why).map_err(FabricError::Device)?,
+                    topo::from_cuda(&facts, &p2p, host, &why).map_err(DeviceError::Bug)?,
                     (0..facts.len()).map(Some).collect(),
                 )
             }
@@ -296,19 +292,19 @@ impl Fabric for CudaFabric {
         samples: u32,
     ) -> Result<Vec<f64>, FabricError> {
         self.at_bytes = Some(bytes);
-        self.verify_timed(backend, bytes, mode)?;
-        let (set, ws) = self.targets(backend)?;
-        let rendezvous = ws.len() > 1;
         let calls = batch.max(1) * (samples.max(1) + 1) + samples + 3;
         let limit = self.limit(bytes, calls);
+        // Inside the operation: fresh workers after a restart verify and are found again.
         self.backend_op(backend, |f| {
+            f.verify_timed(backend, bytes, mode)?;
+            let (set, ws) = f.targets(backend)?;
             let req = Req::Time {
                 backend,
                 bytes,
                 mode,
                 batch,
                 samples,
-                rendezvous,
+                rendezvous: ws.len() > 1,
             };
             let reqs = ws.iter().map(|&w| (w, req.clone())).collect();
             let mut per: Vec<Vec<f64>> = Vec::new();
@@ -350,9 +346,7 @@ impl Fabric for CudaFabric {
         self.probe_inner(direction, peers, want)
             .map_err(|t| match t {
                 Trouble::Fabric(e) => e,
-                Trouble::Restart(why) => {
-                    FabricError::Device(format!("a contention probe failed: {why}"))
-                }
+                Trouble::Restart(why) => WorkerError::Probe(Box::new(why)).into(),
             })
     }
 

@@ -6,10 +6,10 @@ use std::time::Duration;
 use super::CudaFabric;
 use crate::fabric::cuda::driver::DeviceFacts;
 use crate::fabric::cuda::link::{clip, shutdown_all, Link, LinkError, Spawn};
+use crate::fabric::cuda::nccl;
 use crate::fabric::cuda::protocol::{Req, Resp, WireError};
 use crate::fabric::cuda::watchdog;
-use crate::fabric::cuda::{nccl, NO_GPU};
-use crate::fabric::{Backend, FabricError, NcclAlgo, NcclProto};
+use crate::fabric::{Backend, FabricError, NcclAlgo, NcclProto, WorkerError};
 
 /// Time a worker gets to start (open its GPU) and say hello.
 const HELLO_DEADLINE: Duration = Duration::from_secs(120);
@@ -31,7 +31,7 @@ pub(super) struct Set {
 /// Something went wrong: a failure to report as it is, or workers to replace.
 pub(super) enum Trouble {
     Fabric(FabricError),
-    Restart(String),
+    Restart(WorkerError),
 }
 
 impl From<FabricError> for Trouble {
@@ -41,7 +41,7 @@ impl From<FabricError> for Trouble {
 }
 
 fn lost(e: LinkError) -> Trouble {
-    Trouble::Restart(e.to_string())
+    Trouble::Restart(WorkerError::Link(e))
 }
 
 fn spawn(
@@ -84,7 +84,7 @@ fn spawn(
         args,
         env,
     };
-    Link::start(&spawn, who).map_err(|e| FabricError::Device(e.to_string()))
+    Link::start(&spawn, who).map_err(|e| FabricError::Worker(WorkerError::Link(e)))
 }
 
 /// Reads a started worker's hello within what is left of the shared start-up deadline.
@@ -93,11 +93,11 @@ fn hello(mut link: Link, who: &str, end: std::time::Instant) -> Result<Worker, F
     match link.recv(left.max(ANSWER_GRACE)) {
         Ok(Resp::Hello { facts, .. }) => Ok(Worker { link, facts }),
         Ok(Resp::Failed(e)) => Err(e.into_fabric()),
-        Ok(other) => Err(FabricError::Device(format!(
-            "worker {who} answered {} instead of hello",
-            clip(&format!("{other:?}"), 120)
-        ))),
-        Err(e) => Err(FabricError::Device(format!("{e}; {NO_GPU}"))),
+        Ok(other) => Err(FabricError::Worker(WorkerError::NotHello {
+            who: who.into(),
+            answer: clip(&format!("{other:?}"), 120),
+        })),
+        Err(e) => Err(WorkerError::Start(Box::new(WorkerError::Link(e))).into()),
     }
 }
 
@@ -137,11 +137,8 @@ impl CudaFabric {
         for (w, _) in &reqs {
             let left = end.saturating_duration_since(std::time::Instant::now());
             match ws[*w].link.recv(left.max(ANSWER_GRACE)) {
-                Ok(Resp::Failed(WireError::Device {
-                    message,
-                    stuck: true,
-                })) => {
-                    first.get_or_insert(Trouble::Restart(message));
+                Ok(Resp::Failed(WireError::Device { error, stuck: true })) => {
+                    first.get_or_insert(Trouble::Restart(WorkerError::Stuck(error)));
                 }
                 Ok(Resp::Failed(e)) => {
                     first.get_or_insert(Trouble::Fabric(e.into_fabric()));
@@ -200,11 +197,13 @@ impl CudaFabric {
     }
 
     /// Kills every worker, starts fresh ones and prepares the group again with the backends
-    /// still ready (less `failed`).
+    /// still ready: all of them, or all but `running`'s backend when it is not to be kept.
+    /// `running`: the backend whose operation lost the worker, and whether it stays (to run
+    /// again on the fresh workers).
     pub(super) fn restart(
         &mut self,
-        failed: Option<Backend>,
-        cause: &str,
+        running: Option<(Backend, bool)>,
+        cause: &WorkerError,
     ) -> Result<(), FabricError> {
         let r = crate::fabric::Recovery {
             group: self
@@ -212,19 +211,12 @@ impl CudaFabric {
                 .as_ref()
                 .map(|p| p.group.gpus.clone())
                 .unwrap_or_default(),
-            backend: failed,
+            backend: running.map(|(b, _)| b),
+            kept: running.is_some_and(|(_, keep)| keep),
             bytes: self.at_bytes,
-            cause: clip(cause, 300),
+            cause: clip(&cause.to_string(), 300),
         };
-        tracing::warn!(
-            "recovered: {}; every worker was replaced and GPUs {:?} set up again{}",
-            r.cause,
-            r.group,
-            match failed {
-                Some(b) => format!(" without {b}"),
-                None => String::new(),
-            }
-        );
+        tracing::warn!("recovered: {r}");
         self.recovered.push(r);
         self.retire_all();
         self.sets.clear();
@@ -238,7 +230,7 @@ impl CudaFabric {
             .ready
             .iter()
             .map(|(b, _)| *b)
-            .filter(|b| Some(*b) != failed)
+            .filter(|b| running.is_none_or(|(r, keep)| keep || r != *b))
             .collect();
         self.setup(&p.group, &keep).map(|_| ())
     }
@@ -293,12 +285,12 @@ pub(super) fn start_set(
 
 pub(super) fn unexpected(r: Resp) -> Trouble {
     let s = clip(&format!("{r:?}"), 120);
-    Trouble::Restart(format!("a worker answered out of turn ({s})"))
+    Trouble::Restart(WorkerError::OutOfTurn(s))
 }
 
 pub(super) fn trouble_to_device(t: Trouble) -> FabricError {
     match t {
         Trouble::Fabric(e) => e,
-        Trouble::Restart(why) => FabricError::Device(why),
+        Trouble::Restart(why) => FabricError::Worker(why),
     }
 }

@@ -28,11 +28,13 @@ enum Ev {
     Exit(usize),
 }
 
-/// A request kind ("Connect", "Stage", ...) on which worker `.0` fails or dies.
+/// A request kind ("Connect", "Stage", ...) on which worker `.0` fails or dies, or on which
+/// every worker of slot `.0` dies (the first and each fresh one: a backend that kills it).
 #[derive(Default)]
 struct Plot {
     fail: Option<(usize, &'static str)>,
     die: Option<(usize, &'static str)>,
+    die_in_slot: Option<(usize, &'static str)>,
 }
 
 #[derive(Default)]
@@ -47,6 +49,7 @@ type Shared = Arc<Mutex<World>>;
 /// What one scripted worker holds, as [`crate::fabric::cuda::worker::Engine`] does.
 struct Fake {
     id: usize,
+    slot: usize,
     world: Shared,
     owned: Vec<String>,
     probe_owned: Vec<String>,
@@ -119,12 +122,17 @@ impl Fake {
         let plot = self.world.lock().unwrap().plot.fail;
         if plot.is_some_and(|(w, on)| w == self.id && on == k) {
             return Some(Resp::Failed(WireError::Device {
-                message: format!("scripted failure of {k}"),
+                error: crate::fabric::DeviceError::Nccl(format!("scripted failure of {k}")),
                 stuck: false,
             }));
         }
-        let die = self.world.lock().unwrap().plot.die;
-        if die.is_some_and(|(w, on)| w == self.id && on == k) {
+        let (die, in_slot) = {
+            let w = self.world.lock().unwrap();
+            (w.plot.die, w.plot.die_in_slot)
+        };
+        if die.is_some_and(|(w, on)| w == self.id && on == k)
+            || in_slot.is_some_and(|(s, on)| s == self.slot && on == k)
+        {
             return None;
         }
         Some(match req {
@@ -258,7 +266,7 @@ fn facts() -> DeviceFacts {
 /// other ranks' buffers, as on a real machine).
 fn fabric(k: usize, world: &Shared) -> CudaFabric {
     let w = world.clone();
-    let script: Script = Arc::new(move |_slot| {
+    let script: Script = Arc::new(move |slot| {
         let id = {
             let mut g = w.lock().unwrap();
             g.workers += 1;
@@ -266,6 +274,7 @@ fn fabric(k: usize, world: &Shared) -> CudaFabric {
         };
         let mut fake = Fake {
             id,
+            slot,
             world: w.clone(),
             owned: Vec::new(),
             probe_owned: Vec::new(),
@@ -449,12 +458,11 @@ fn a_worker_replaced_mid_group_leaves_no_map_of_the_old_buffers() {
     f.prepare(&group(3), &CUSTOM).unwrap();
     f.probe(Direction::Write, 2, 4096).unwrap();
     // Worker 1 dies when asked to stage data: every worker is replaced, the group set up
-    // again without the backend.
+    // again (with the backend) and the verification runs again on the fresh workers.
     world.lock().unwrap().plot.die = Some((1, "Stage"));
-    let e = f.verify(Backend::OneStagePull, 4096, 1).unwrap_err();
-    assert!(
-        e.to_string().contains("fresh ones set the group up again"),
-        "{e}"
+    assert_eq!(
+        f.verify(Backend::OneStagePull, 4096, 1).unwrap(),
+        crate::fabric::Verification::Correct
     );
     assert_eq!(world.lock().unwrap().workers, 6);
     let l = log(&world);
@@ -465,9 +473,10 @@ fn a_worker_replaced_mid_group_leaves_no_map_of_the_old_buffers() {
             assert_eq!(*w >= 3, owner >= 3, "worker {w} maps {h}");
         }
     }
+    // Both backends again: in, out and 2 x (scratch, signal) of the 2 other ranks.
     assert_eq!(
         count(&l, |e| matches!(e, Ev::Map(w, _) if *w >= 3)),
-        3 * 2 * 4
+        3 * 2 * 6
     );
     check(&l).unwrap();
     f.verify(Backend::TwoStagePull, 4096, 1).unwrap();
@@ -477,4 +486,112 @@ fn a_worker_replaced_mid_group_leaves_no_map_of_the_old_buffers() {
     assert_eq!(count(&l, |e| matches!(e, Ev::Exit(w) if *w < 3)), 3);
     let (_, left) = check(&l).unwrap();
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// Workers that ended.
+fn exits(log: &[Ev]) -> usize {
+    count(log, |e| matches!(e, Ev::Exit(_)))
+}
+
+#[test]
+fn a_worker_killed_once_keeps_its_backend_which_is_timed_again_on_fresh_workers() {
+    let world = Shared::default();
+    let mut f = fabric(3, &world);
+    f.prepare(&group(3), &CUSTOM).unwrap();
+    // Worker 1 dies (as under `kill -9`) while timing one_stage_pull at 4 KiB.
+    world.lock().unwrap().plot.die = Some((1, "Time"));
+    let t = f
+        .time(
+            Backend::OneStagePull,
+            4096,
+            crate::fabric::Mode::Graph,
+            2,
+            3,
+        )
+        .unwrap();
+    assert_eq!(t.len(), 3);
+    assert_eq!(world.lock().unwrap().workers, 6, "one restart");
+    let r = f.recoveries();
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0].backend, Some(Backend::OneStagePull));
+    assert!(r[0].kept, "{r:?}");
+    assert_eq!(r[0].bytes, Some(4096));
+    assert!(r[0].cause.contains("scripted 1"), "{}", r[0].cause);
+    assert!(
+        r[0].to_string()
+            .contains("with one_stage_pull, which was measured again at 4K"),
+        "{}",
+        r[0]
+    );
+    // Still ready on the fresh workers, as is the other backend.
+    f.time(
+        Backend::OneStagePull,
+        1 << 20,
+        crate::fabric::Mode::Eager,
+        2,
+        3,
+    )
+    .unwrap();
+    f.time(
+        Backend::TwoStagePull,
+        4096,
+        crate::fabric::Mode::Graph,
+        2,
+        3,
+    )
+    .unwrap();
+    assert_eq!(world.lock().unwrap().workers, 6);
+    f.release().unwrap();
+    let l = log(&world);
+    assert_eq!(exits(&l), 3, "only the first workers ended");
+    check(&l).unwrap();
+}
+
+#[test]
+fn a_backend_that_kills_its_worker_again_on_fresh_workers_is_failed() {
+    let world = Shared::default();
+    let mut f = fabric(3, &world);
+    f.prepare(&group(3), &CUSTOM).unwrap();
+    // Whichever worker serves slot 1 dies whenever it is asked to time: the backend's fault.
+    world.lock().unwrap().plot.die_in_slot = Some((1, "Time"));
+    let e = f
+        .time(
+            Backend::OneStagePull,
+            4096,
+            crate::fabric::Mode::Graph,
+            2,
+            3,
+        )
+        .unwrap_err();
+    assert!(e.backend_local(), "{e}");
+    assert!(
+        e.to_string()
+            .contains("it failed again after its workers were killed"),
+        "{e}"
+    );
+    assert_eq!(world.lock().unwrap().workers, 9, "two restarts");
+    let r = f.recoveries();
+    assert_eq!(r.len(), 2, "{r:?}");
+    assert!(r[0].kept && !r[1].kept, "{r:?}");
+    assert!(r
+        .iter()
+        .all(|x| x.backend == Some(Backend::OneStagePull) && x.bytes == Some(4096)));
+    assert!(
+        r[1].to_string()
+            .contains("without one_stage_pull, which failed again"),
+        "{}",
+        r[1]
+    );
+    // Left out of the group; the other backend is measured on (slot 1 dies only when timing,
+    // so verify it).
+    assert!(matches!(
+        f.verify(Backend::OneStagePull, 4096, 1),
+        Err(crate::fabric::FabricError::BadRequest(_))
+    ));
+    assert_eq!(
+        f.verify(Backend::TwoStagePull, 4096, 1).unwrap(),
+        crate::fabric::Verification::Correct
+    );
+    f.release().unwrap();
+    check(&log(&world)).unwrap();
 }

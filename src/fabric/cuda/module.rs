@@ -1,0 +1,168 @@
+//! Loaded kernels: a module, and the functions taken from it, which keep it loaded.
+
+use std::ffi::{c_void, CString};
+use std::rc::Rc;
+use std::sync::Arc;
+
+use cudarc::driver::{result, sys, DriverError};
+
+use super::driver::{dev, Ctx, Stream};
+use crate::fabric::{DeviceError, FabricError};
+
+/// A loaded module; the functions taken from it keep it loaded (as cudarc's functions hold
+/// their `Arc<CudaModule>`). `Rc`, not `Arc`: modules and functions stay on the worker's one
+/// thread (the raw handles make them neither `Send` nor `Sync`).
+pub struct Module {
+    raw: sys::CUmodule,
+    ctx: Arc<Ctx>,
+}
+
+impl Module {
+    /// Loads a cubin or NUL-terminated PTX image.
+    pub fn load(ctx: &Arc<Ctx>, image: &[u8]) -> Result<Rc<Module>, DriverError> {
+        ctx.bind_to_thread()?;
+        // SAFETY: image is a complete cubin or NUL-terminated PTX produced by NVRTC.
+        let raw = unsafe { result::module::load_data(image.as_ptr() as *const c_void) }?;
+        Ok(Rc::new(Module {
+            raw,
+            ctx: ctx.clone(),
+        }))
+    }
+
+    pub fn function(self: &Rc<Self>, name: &str) -> Result<Function, FabricError> {
+        let kernel = |detail: String| DeviceError::Kernel {
+            name: name.into(),
+            detail,
+        };
+        let cname = CString::new(name).map_err(|_| kernel("its name contains NUL".into()))?;
+        dev(self.ctx.bind_to_thread(), "binding the CUDA context")?;
+        // SAFETY: the module is loaded; the function keeps it loaded.
+        let raw = unsafe { result::module::get_function(self.raw, cname) }
+            .map_err(|e| kernel(format!("missing from the module ({e})")))?;
+        Ok(Function {
+            raw,
+            _module: self.clone(),
+        })
+    }
+}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        if self.ctx.poisoned().is_none() && self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: loaded above and unloaded once.
+            let _ = unsafe { result::module::unload(self.raw) };
+        }
+    }
+}
+
+/// A kernel in a loaded module, which it keeps loaded.
+#[derive(Clone)]
+pub struct Function {
+    pub raw: sys::CUfunction,
+    _module: Rc<Module>,
+}
+
+impl Function {
+    /// Launches with a single by-value argument struct `args`.
+    ///
+    /// # Safety
+    /// The kernel takes exactly one parameter of type `A`, and every pointer in `args` names
+    /// memory that holds what the kernel reads and writes until it has finished.
+    pub unsafe fn launch<A>(
+        &self,
+        grid: (u32, u32),
+        block: u32,
+        stream: &Stream,
+        args: &A,
+    ) -> Result<(), DriverError> {
+        // SAFETY: the caller's contract.
+        unsafe { self.launch_with(grid, block, stream, args, false) }
+    }
+
+    /// `launch`, optionally as a programmatic dependent launch (compute capability 9.0 and
+    /// later): the grid may be scheduled while the previous kernel in the stream drains, and
+    /// waits in `griddepcontrol.wait` (kernels/common.cuh, pdl_wait) until that kernel has
+    /// finished and its memory is visible. It hides the gap between back-to-back launches.
+    ///
+    /// # Safety
+    /// As [`Function::launch`].
+    pub unsafe fn launch_with<A>(
+        &self,
+        grid: (u32, u32),
+        block: u32,
+        stream: &Stream,
+        args: &A,
+        pdl: bool,
+    ) -> Result<(), DriverError> {
+        // The kernel takes exactly one parameter of type A (layouts mirrored in the CUDA
+        // sources); the driver copies it before returning.
+        let mut params = [args as *const A as *mut c_void];
+        if !pdl {
+            // SAFETY: the caller's contract; `params` points at one A.
+            return unsafe { self.launch_raw(grid, block, stream, &mut params) };
+        }
+        // SAFETY: a zeroed attribute is valid; the union field set is the one its id names.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let config = sys::CUlaunchConfig {
+            gridDimX: grid.0,
+            gridDimY: grid.1,
+            gridDimZ: 1,
+            blockDimX: block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: 0,
+            hStream: stream.raw,
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        // SAFETY: `params` as above; `config` and `attr` outlive the call.
+        unsafe {
+            sys::cuLaunchKernelEx(&config, self.raw, params.as_mut_ptr(), std::ptr::null_mut())
+                .result()
+        }
+    }
+
+    /// Launches with raw parameter pointers.
+    ///
+    /// # Safety
+    /// `params` matches the kernel's signature, each entry pointing at one argument, and the
+    /// memory the arguments name stays valid until the kernel has finished.
+    pub unsafe fn launch_raw(
+        &self,
+        grid: (u32, u32),
+        block: u32,
+        stream: &Stream,
+        params: &mut [*mut c_void],
+    ) -> Result<(), DriverError> {
+        // SAFETY: the caller matches `params` to the kernel's signature.
+        unsafe {
+            sys::cuLaunchKernel(
+                self.raw,
+                grid.0,
+                grid.1,
+                1,
+                block,
+                1,
+                1,
+                0,
+                stream.raw,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+            .result()
+        }
+    }
+
+    /// Blocks of `threads` that fit on one multiprocessor at once.
+    pub fn blocks_per_sm(&self, threads: u32) -> Result<u32, DriverError> {
+        let mut n: i32 = 0;
+        // SAFETY: valid function handle.
+        unsafe {
+            sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut n, self.raw, threads as i32, 0)
+                .result()
+        }?;
+        Ok(n.max(0) as u32)
+    }
+}

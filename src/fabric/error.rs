@@ -1,0 +1,221 @@
+//! Failures below the seam, typed where they arise and put into words here, once: each
+//! variant's message carries its own hint (what to check, what to run), so no caller glues one
+//! on. [`DeviceError`] crosses the worker protocol as it is; the coordinator adds
+//! [`WorkerError`] for workers that are lost or talk nonsense.
+
+use serde::{Deserialize, Serialize};
+
+use super::Backend;
+use crate::fabric::cuda::link::LinkError;
+use crate::units::fmt_bytes;
+
+/// What to do after the driver or a GPU failed.
+const DEVICE_HINT: &str =
+    "check the GPUs with `nvidia-smi` and the kernel log (`dmesg`) for Xid errors, then run again";
+/// What to do on a GPU that stopped finishing its work.
+const STUCK_HINT: &str = "reset it (`nvidia-smi -r`, or reboot) and run again";
+/// What to tell a user on a machine without a usable GPU.
+pub const NO_GPU: &str = "run with `--sim PRESET` to tune a simulated machine instead (`artune topo --list-presets` lists them)";
+
+/// Failures below the seam.
+#[derive(Debug, thiserror::Error)]
+pub enum FabricError {
+    /// The request itself is wrong (a GPU index out of range, a group of one).
+    #[error("{0}")]
+    BadRequest(String),
+    /// A backend did not finish within its deadline; the run can go on with others.
+    #[error("{backend} did not finish within {seconds:.1} s ({what}); it was aborted")]
+    Timeout {
+        backend: Backend,
+        what: String,
+        seconds: f64,
+    },
+    /// One backend failed (launch error, out of memory); the run can go on with others.
+    #[error("{backend} failed: {reason}")]
+    Backend { backend: Backend, reason: String },
+    /// The device, driver or a library failed; the run cannot continue.
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    /// Worker processes were lost and could not be replaced; the run cannot continue.
+    #[error(transparent)]
+    Worker(#[from] WorkerError),
+    /// What was asked cannot run on this group (contention probes between GPUs without working
+    /// P2P); the run goes on without it.
+    #[error("{0}")]
+    Waived(String),
+    #[error("interrupted")]
+    Interrupted,
+}
+
+impl FabricError {
+    /// True when only one backend is affected and the tune can continue without it.
+    pub fn backend_local(&self) -> bool {
+        matches!(
+            self,
+            FabricError::Timeout { .. } | FabricError::Backend { .. }
+        )
+    }
+}
+
+impl From<FabricError> for crate::error::Error {
+    fn from(e: FabricError) -> Self {
+        use crate::error::Error;
+        match e {
+            FabricError::Interrupted => Error::Interrupted,
+            FabricError::BadRequest(m) => Error::BadInput(m),
+            FabricError::Device(DeviceError::Bug(m)) => Error::Bug(m),
+            other => Error::Hardware(other.to_string()),
+        }
+    }
+}
+
+/// A failure of the GPU, its driver, NVRTC or NCCL, where it happened (mostly in a worker).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
+pub enum DeviceError {
+    /// A driver call failed; `code` is the driver's name and text for it.
+    #[error("{what} failed: {code}; {DEVICE_HINT}")]
+    Driver { what: String, code: String },
+    /// The driver ran out of device memory.
+    #[error(
+        "out of device memory {what}{} on GPU {gpu}{}; free device memory (other processes on the GPU: `nvidia-smi` lists them) or tune smaller sizes with --sizes",
+        bytes.map_or(String::new(), |b| format!(" ({} bytes)", b)),
+        free.map_or(String::new(), |f| format!(" ({} free)", fmt_bytes(f)))
+    )]
+    OutOfMemory {
+        gpu: usize,
+        what: String,
+        bytes: Option<u64>,
+        /// Free device memory when it happened, when it could be read.
+        free: Option<u64>,
+    },
+    /// A wait on work of no backend expired: the work may still run.
+    #[error("{what} did not finish within {seconds:.0} s: the GPU may be stuck; {STUCK_HINT}")]
+    Stuck { what: String, seconds: f64 },
+    /// After a backend was aborted, its stream did not drain.
+    #[error("{after}; the GPU still had work running {seconds:.0} s after it was aborted: it is stuck; {STUCK_HINT}")]
+    Undrained { after: String, seconds: f64 },
+    #[error(
+        "NVRTC (libnvrtc.so) was not found; install the CUDA toolkit's NVRTC or `pip install nvidia-cuda-nvrtc` and put its lib directory on LD_LIBRARY_PATH"
+    )]
+    NoNvrtc,
+    #[error("NVRTC {what} failed: {detail}")]
+    Nvrtc { what: String, detail: String },
+    #[error(
+        "this NVRTC cannot compile for compute capability {}.{}; install an NVRTC at least as new as the GPU",
+        cc.0,
+        cc.1
+    )]
+    NvrtcTooOld { cc: (u32, u32) },
+    #[error("NVRTC could not compile kernels/{program} with options [{options}]: {log}")]
+    Compile {
+        program: String,
+        options: String,
+        log: String,
+    },
+    /// A kernel artune needs is not there, or cannot run here.
+    #[error("kernel {name}: {detail}")]
+    Kernel { name: String, detail: String },
+    #[error("{0}")]
+    Nccl(String),
+    /// Another process's buffer could not be opened by IPC.
+    #[error("GPU {gpu} could not open {what} ({detail})")]
+    Ipc {
+        gpu: usize,
+        what: String,
+        detail: String,
+    },
+    /// The driver is there but could not start.
+    #[error("the CUDA driver could not start ({code}); {NO_GPU}")]
+    DriverStart { code: String },
+    #[error(
+        "a probe latch was never released (a worker stalled for over 10 s); run again on a less loaded machine"
+    )]
+    LatchNeverReleased,
+    /// A GPU fell off the bus (the simulated fabric's fault knob).
+    #[error(
+        "GPU {gpu} is no longer reachable (simulated fault: it fell off the bus after {after_calls} fabric calls); on a real machine {DEVICE_HINT}"
+    )]
+    Lost { gpu: usize, after_calls: u64 },
+    /// artune broke its own rules (the host's and the GPU's test data differ).
+    #[error("{0}")]
+    Bug(String),
+}
+
+/// Why workers were lost: the link to one broke, one answered nonsense, or one's GPU is
+/// stuck; each means every worker is replaced.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum WorkerError {
+    #[error(transparent)]
+    Link(#[from] LinkError),
+    /// A reply that is not the answer to the request (a protocol violation).
+    #[error("a worker answered out of turn ({0})")]
+    OutOfTurn(String),
+    #[error("worker {who} answered {answer} instead of hello")]
+    NotHello { who: String, answer: String },
+    /// The worker's GPU no longer finishes its work.
+    #[error("{0}")]
+    Stuck(DeviceError),
+    #[error("cannot find the artune executable to start GPU workers ({0}); set ARTUNE_WORKER_BIN")]
+    NoProgram(String),
+    /// Workers could not be started (no hello).
+    #[error("{0}; {NO_GPU}")]
+    Start(Box<WorkerError>),
+    #[error("a contention probe failed: {0}")]
+    Probe(Box<WorkerError>),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_cause_says_what_to_do_once() {
+        let driver = DeviceError::Driver {
+            what: "launching".into(),
+            code: "CUDA_ERROR_ILLEGAL_ADDRESS".into(),
+        };
+        let s = driver.to_string();
+        assert_eq!(s.matches("nvidia-smi").count(), 1, "{s}");
+        let oom = DeviceError::OutOfMemory {
+            gpu: 3,
+            what: "allocating receive slots".into(),
+            bytes: Some(1 << 20),
+            free: Some(512 << 20),
+        };
+        let s = oom.to_string();
+        assert!(
+            s.contains("receive slots (1048576 bytes) on GPU 3 (512M free)")
+                && s.contains("--sizes"),
+            "{s}"
+        );
+        let stuck = DeviceError::Stuck {
+            what: "checking the output".into(),
+            seconds: 10.0,
+        };
+        assert!(stuck
+            .to_string()
+            .contains("within 10 s: the GPU may be stuck; reset it"));
+        let start = WorkerError::Start(Box::new(WorkerError::NotHello {
+            who: "for GPU 0".into(),
+            answer: "Done".into(),
+        }));
+        assert!(start
+            .to_string()
+            .ends_with("(`artune topo --list-presets` lists them)"));
+        // Wire form: a worker's error comes back as it went.
+        let back: DeviceError =
+            serde_json::from_str(&serde_json::to_string(&oom).unwrap()).unwrap();
+        assert_eq!(back, oom);
+    }
+
+    #[test]
+    fn a_bug_exits_70_the_rest_of_the_device_4() {
+        use crate::error::{Error, EXIT_BUG, EXIT_HARDWARE};
+        let bug: Error = FabricError::Device(DeviceError::Bug("x".into())).into();
+        assert_eq!(bug.exit_code(), EXIT_BUG);
+        let w: Error = FabricError::Worker(WorkerError::OutOfTurn("x".into())).into();
+        assert_eq!(w.exit_code(), EXIT_HARDWARE);
+        let d: Error = FabricError::Device(DeviceError::NoNvrtc).into();
+        assert_eq!(d.exit_code(), EXIT_HARDWARE);
+    }
+}
