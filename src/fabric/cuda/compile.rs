@@ -146,7 +146,10 @@ pub fn images_for(cc: (u32, u32)) -> Result<Arc<Images>, FabricError> {
         jobs.into_iter()
             .map(|j| {
                 j.join().unwrap_or_else(|_| {
-                    Err(FabricError::Device("NVRTC panicked while compiling".into()))
+                    Err(FabricError::Device(DeviceError::Nvrtc {
+                        what: "compilation".into(),
+                        detail: "NVRTC panicked".into(),
+                    }))
                 })
             })
             .collect::<Result<Vec<_>, _>>()
