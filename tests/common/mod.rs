@@ -10,7 +10,10 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_artune");
 
 /// Runs artune with `args` and collects its output.
 pub fn artune(args: &[&str]) -> Output {
-    dies_with_test(BIN).args(args).output().expect("artune runs")
+    dies_with_test(BIN)
+        .args(args)
+        .output()
+        .expect("artune runs")
 }
 
 /// Runs `artune tune ARGS --out DIR/NAME`, which must succeed, and returns the profile's path.
