@@ -14,9 +14,25 @@
 //! - the concurrency curve scales the copy-engine capacity of every resource a kernel flow
 //!   crosses by the factor of the most-degraded node on its route, at the number of distinct
 //!   kernel flows crossing that node.
+//!
+//! The defaults are transaction limits, not shares of a lane rate: a window of outstanding
+//! requests or credits over a round trip is so many GB/s whatever the link's generation. C5
+//! measured them on Gen5 x16 links (56.25 GB/s by copy engine); a slower link reaches
+//! min(1, share × 56.25 / its rate) of itself, so a Gen4 link is barely held back and a
+//! Gen3 link not at all. The shape this reproduces: NCCL's kernel stores reach 46.1 of 56.25
+//! GB/s on C1's Gen5 box (82%) but 26.0 of 26.26 on Gen4 4090s (C6 tinygrad#36 against C9's
+//! Gen4 single hop: 99%). What a topology file states keeps its meaning there: shares of
+//! that node's own links.
 
 use crate::fabric::Direction;
 use crate::topology::{Contention, KernelPoint, KernelTraffic};
+
+/// A kernel's prologue: block scheduling, loading its arguments and peer pointers, µs. With
+/// the barriers and read round trip of a one-shot it makes C2's 1 KB one-shot 7.5 µs (CUDA
+/// graphs); NCCL's kernels pay the same before their first step.
+pub const KERNEL_PROLOGUE_US: f64 = 1.0;
+/// A kernel polling a flag in its own GPU's memory sees it this long after it lands, µs.
+pub const FLAG_POLL_US: f64 = 0.3;
 
 /// C1: one pair of these GPUs writes at 56.2-56.3 GB/s with copy engines.
 const COPY_PAIR_GBPS: f64 = 56.25;
@@ -72,6 +88,9 @@ pub struct Kernel {
     pub load_alone: f64,
     store: Vec<(f64, f64)>,
     load: Vec<(f64, f64)>,
+    /// The calibration defaults: shares of C5's Gen5 link, i.e. absolute rates. False where
+    /// a file stated any of it: shares of the node's own links.
+    absolute: bool,
 }
 
 fn points(p: &[KernelPoint]) -> Vec<(f64, f64)> {
@@ -104,6 +123,7 @@ impl Kernel {
             load_alone: C5_ALONE_LOAD_GBPS / COPY_PAIR_GBPS,
             store,
             load,
+            absolute: true,
         }
     }
 
@@ -138,6 +158,7 @@ impl Kernel {
                 } else {
                     points(load_curve)
                 },
+                absolute: false,
             },
             assumed,
         )
@@ -149,6 +170,27 @@ impl Kernel {
             Direction::Read => self.load_alone,
             Direction::Write => self.store_alone,
         }
+    }
+
+    /// `share` of C5's link as a share of a link of `port_gbps` (the defaults), or as it is
+    /// (a file's own figure).
+    fn on_link(&self, share: f64, port_gbps: f64) -> f64 {
+        if self.absolute && port_gbps.is_finite() && port_gbps > 0.0 {
+            (share * COPY_PAIR_GBPS / port_gbps).min(1.0)
+        } else {
+            share
+        }
+    }
+
+    /// Lone-stream share of a port of `port_gbps` (the driving GPU's).
+    pub fn alone_on(&self, dir: Direction, port_gbps: f64) -> f64 {
+        self.on_link(self.alone(dir), port_gbps)
+    }
+
+    /// Concurrency factor with `flows` kernel flows, for a flow driven through a port of
+    /// `port_gbps`.
+    pub fn factor_on(&self, dir: Direction, flows: usize, port_gbps: f64) -> f64 {
+        self.on_link(self.factor(dir, flows), port_gbps)
     }
 
     /// Concurrency factor with `flows` distinct kernel flows crossing the node: linear

@@ -333,7 +333,8 @@ impl Net {
         let gpu_alone = t
             .gpus
             .iter()
-            .map(|g| {
+            .enumerate()
+            .map(|(i, g)| {
                 let node = t
                     .switches
                     .iter()
@@ -348,7 +349,10 @@ impl Net {
                 let k = node
                     .and_then(|x| kernel[x].clone())
                     .unwrap_or_else(|| Kernel::default_for(NodeKind::Cpu));
-                (k.alone(Direction::Write), k.alone(Direction::Read))
+                (
+                    k.alone_on(Direction::Write, caps[gpu_up[i]]),
+                    k.alone_on(Direction::Read, caps[gpu_down[i]]),
+                )
             })
             .collect();
         let mut paths = vec![PathClass::X; n * n];

@@ -8,7 +8,8 @@ impl Net {
     /// Per flow, (weight on every resource, own cap): 1 and no cap for copy-engine flows and
     /// on NVLink. A kernel flow weighs 1 / the lowest concurrency factor of the nodes it
     /// crosses, each at the number of distinct kernel flows crossing it, and is capped at its
-    /// driving GPU's lone-stream share of that GPU's port rate.
+    /// driving GPU's lone-stream share of that GPU's port rate; both as shares of the driving
+    /// port ([`Kernel::factor_on`](crate::fabric::sim::kernel::Kernel::factor_on)).
     pub(super) fn kernel_costs(&self, flows: &[Flow], routes: &[&Route]) -> Vec<(f64, f64)> {
         let mut seen: Vec<Vec<(usize, usize, bool)>> = vec![Vec::new(); self.caps.len()];
         for (f, r) in flows.iter().zip(routes) {
@@ -29,20 +30,24 @@ impl Net {
                 if f.engine != Engine::Kernel || r.nvlink {
                     return (1.0, f64::INFINITY);
                 }
+                let port = match f.dir {
+                    Direction::Write => self.caps[self.gpu_up[f.src]],
+                    Direction::Read => self.caps[self.gpu_down[f.dst]],
+                };
                 let factor = r
                     .resources
                     .iter()
                     .filter_map(|&x| {
                         self.kernel[x]
                             .as_ref()
-                            .map(|k| k.factor(f.dir, seen[x].len()))
+                            .map(|k| k.factor_on(f.dir, seen[x].len(), port))
                     })
                     .fold(1.0, f64::min);
-                let cap = match f.dir {
-                    Direction::Write => self.gpu_alone[f.src].0 * self.caps[self.gpu_up[f.src]],
-                    Direction::Read => self.gpu_alone[f.dst].1 * self.caps[self.gpu_down[f.dst]],
+                let alone = match f.dir {
+                    Direction::Write => self.gpu_alone[f.src].0,
+                    Direction::Read => self.gpu_alone[f.dst].1,
                 };
-                (1.0 / factor, cap)
+                (1.0 / factor, alone * port)
             })
             .collect()
     }
