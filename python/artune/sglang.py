@@ -28,6 +28,11 @@ Beyond the per-call gates:
   other than TP keep SGLang's choice.
 - FlashInfer's allreduce+RMSNorm fusion is left to SGLang (said in the start-up line).
 - SGLang's deterministic inference: the plugin changes nothing. ``ARTUNE_SGLANG=0``: off.
+- Ray (``--use-ray``, ``RayEngine``): each scheduler is a Ray actor whose constructor builds
+  the Scheduler without ``load_plugins()`` (sglang/srt/ray/scheduler_actor.py; the forked
+  ``run_scheduler_process`` calls it), so no plugin runs where the communicators are built,
+  whatever environment reaches the actor. The driver's plugin says so in one warning line
+  when SGLang launches its schedulers that way; nothing is applied there.
 """
 
 import functools
@@ -154,8 +159,39 @@ def _register(patches: "_engine.Patches") -> None:
 
     patches.replace(car, "__init__", car_init_wrapped)
     patches.replace(gc, "__init__", gc_init_wrapped)
+    _say_ray(patches)
     setattr(car, _PATCHED, True)
     _engine.nccl_env(log)
+
+
+RAY_LINE = ("artune: SGLang launches its schedulers as Ray actors here (--use-ray or RayEngine), "
+            "and a Ray scheduler actor never loads SGLang's plugins "
+            "(sglang/srt/ray/scheduler_actor.py builds its Scheduler without load_plugins()), so "
+            "artune cannot apply %s there: SGLang runs as without artune in those schedulers, "
+            "whatever ARTUNE_* reaches the Ray workers; launch without Ray to follow the profile")
+
+
+def _say_ray(patches: "_engine.Patches") -> None:
+    """Wraps ``Engine._launch_subprocesses`` (which ``RayEngine`` inherits; sglang serve,
+    launch_server and Engine(...) load plugins before calling it) to say, in the driver, that
+    a Ray launch leaves the schedulers without the plugin."""
+    from sglang.srt.entrypoints.engine import Engine
+
+    launch = inspect.getattr_static(Engine, "_launch_subprocesses", None)
+    if not isinstance(launch, classmethod):
+        patches.skipped.append("the Ray launch line (Engine._launch_subprocesses is not as read)")
+        return
+    f = launch.__func__
+
+    @functools.wraps(f)
+    def launching(cls, server_args, *args, **kwargs):
+        ray = getattr(server_args, "use_ray", False) or any(
+            c.__module__.startswith("sglang.srt.ray") for c in cls.__mro__)
+        if ray:
+            log.warning(RAY_LINE, os.environ.get(_engine.ENV_PROFILE, "the profile"))
+        return f(cls, server_args, *args, **kwargs)
+
+    patches.replace(Engine, "_launch_subprocesses", classmethod(launching))
 
 
 def _v2_follows(get_config, plan):

@@ -10,10 +10,14 @@ rule (artune/_engine.py, docs/ENGINE-PATHS.md): where the profile says NCCL at a
 peer-to-peer path takes it; where it says custom, vLLM's own order applies.
 
 Beyond the per-call gates:
-- ``CudaCommunicator.__init__``: at a TP size the profile gives NCCL at every size,
-  ``parallel_state._ENABLE_CUSTOM_ALL_REDUCE`` reads False while the TP communicator is built,
-  so no custom all-reduce and no IPC buffers exist (vLLM's custom all-gather and
-  reduce-scatter go with it: the start-up line says so). Each TP communicator logs one line.
+- ``CudaCommunicator.__init__``: vLLM builds its custom all-reduce as it would without
+  artune, because the same object (and its IPC buffers) serves vLLM's custom all-gather and
+  reduce-scatter (sequence parallelism, some models' logits gather), which the profile does
+  not measure; at a TP size the profile gives NCCL at every size its all-reduce runs at no
+  size (``should_custom_ar``). ``ARTUNE_VLLM_CUSTOM_AR=off`` is the other choice: there
+  ``parallel_state._ENABLE_CUSTOM_ALL_REDUCE`` reads False while the TP communicator is
+  built, so no IPC buffers exist and those all-gathers and reduce-scatters run NCCL. Each TP
+  communicator logs one line saying which happened and how much IPC memory vLLM allocated.
 - ``CustomAllreduce.__init__``: ``max_size`` cut to the largest size the profile routes to a
   custom kernel.
 - The fusion pass (allreduce+RMSNorm into one FlashInfer kernel at compile time) is decided
@@ -38,6 +42,7 @@ log = logging.getLogger("vllm.artune")
 
 _PATCHED = "_artune_patched"
 ENV_FUSION = "ARTUNE_VLLM_FUSION"
+ENV_CUSTOM_AR = "ARTUNE_VLLM_CUSTOM_AR"
 RAY_PREFIXES = "VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY"
 GATED = ("flashinfer", "quick_reduce", "flashinfer_pcie_ipc", "aiter", "torch_symm_mem")
 #: What the last register() patched (``applied.undo()`` puts vLLM back), or None.
@@ -95,7 +100,8 @@ def _register(patches: "_engine.Patches") -> None:
         if name.split(":")[0] != "tp":
             return comm_init(self, *args, **kwargs)
         ws = dist.get_world_size(a["cpu_group"])
-        off = bands.covers(ws) and bands.largest_custom(ws) == 0
+        off = (os.environ.get(ENV_CUSTOM_AR) == "off" and bands.covers(ws)
+               and bands.largest_custom(ws) == 0)
         if off:
             saved = parallel_state._ENABLE_CUSTOM_ALL_REDUCE
             parallel_state._ENABLE_CUSTOM_ALL_REDUCE = False
@@ -105,7 +111,8 @@ def _register(patches: "_engine.Patches") -> None:
                 parallel_state._ENABLE_CUSTOM_ALL_REDUCE = saved
         else:
             comm_init(self, *args, **kwargs)
-        log.info("%s", startup_line(bands, patches, name, ws, off, fusion))
+        log.info("%s", startup_line(bands, patches, name, ws, off, fusion,
+                                    getattr(self, "ca_comm", None)))
 
     car_init = car.__init__
     car_sig = inspect.signature(car_init)
@@ -155,7 +162,48 @@ def _capability():
         return None
 
 
-def startup_line(bands, patches, name: str, ws: int, off: bool, fusion: bool) -> str:
+def mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB"
+
+
+def custom_ar_note(ca, bands, ws: int, off: bool) -> str:
+    """What vLLM's custom all-reduce object is here, and the memory it holds: vLLM's own
+    figures, read from the object its constructor left (custom_all_reduce.py)."""
+    if off:
+        return (f"custom AR not built ({ENV_CUSTOM_AR}=off): no IPC buffers are allocated, "
+                "and vLLM's custom all-gather/reduce-scatter run NCCL too")
+    if ca is None:
+        return "vLLM built no custom AR for this group (its settings turned it off)"
+    if ca.disabled:
+        return "vLLM's own checks left custom AR off here, so it holds no IPC buffers"
+    # Metadata (signals, then a scratch area of max_size) and the staging buffer, which is
+    # as large as the largest custom all-reduce, all-gather or reduce-scatter.
+    try:
+        from vllm import _custom_ops as ops
+
+        signals = int(ops.meta_size())
+    except Exception:  # noqa: BLE001 - no CUDA ops here: the signals' few KiB left out
+        signals = 0
+    ipc = signals + ca.max_size + max(ca.max_size, ca.max_all_gather_size,
+                                      ca.max_reduce_scatter_size)
+    mem = f"{mib(ipc)} of IPC buffers per GPU allocated"
+    if getattr(ca, "mnnvl_multicast_ptr", 0):
+        mem += f" (and {mib(6 * ca.mnnvl_buffer_size)} of multicast memory)"
+    if bands.largest_custom(ws) > 0:
+        return f"custom AR built for all-reduces under {mib(ca.max_size)}: {mem}"
+    line = f"custom AR built but runs no all-reduce (the profile gives NCCL at every size): {mem}"
+    if ca.fully_connected or getattr(ca, "mnnvl_multicast_ptr", 0):
+        multicast = bool(getattr(ca, "mnnvl_multicast_ptr", 0))
+        ag = ca.max_mnnvl_all_gather_size if multicast else ca.max_all_gather_size
+        rs = ca.max_mnnvl_reduce_scatter_size if multicast else ca.max_reduce_scatter_size
+        return (f"{line}, kept for vLLM's custom all-gather (to {mib(ag)}) and reduce-scatter "
+                f"(to {mib(rs)}), which the profile does not measure; {ENV_CUSTOM_AR}=off frees "
+                "them and runs those on NCCL")
+    return (f"{line}, which serve no path here (vLLM runs its custom all-gather/reduce-scatter "
+            f"only on full NVLink or multicast); {ENV_CUSTOM_AR}=off frees them")
+
+
+def startup_line(bands, patches, name: str, ws: int, off: bool, fusion: bool, ca=None) -> str:
     """One line per TP communicator: what vLLM runs per size band with the profile applied."""
     m = _engine.MODEL["vllm"]
     if not bands.covers(ws):
@@ -170,15 +218,14 @@ def startup_line(bands, patches, name: str, ws: int, off: bool, fusion: bool) ->
     if fi and "flashinfer" in patches.applied:
         order += f" (FlashInfer to {_engine.size(fi)} on {cap}, then custom AR)"
     parts.append(order + "; NCCL sizes run NCCL with artune's tuner plugin")
-    if off:
-        parts.append("custom AR off, so its IPC buffers (about 24 MiB per GPU) are not "
-                     "allocated and vLLM's custom all-gather/reduce-scatter use NCCL too")
+    parts.append(custom_ar_note(ca, bands, ws, off))
     if fusion and "fusion_pass" in patches.applied:
         top = bands.custom_prefix(ws)
         parts.append(f"fusion pass to {_engine.size(top)}" if top else "fusion pass off")
     elif not fusion:
         parts.append(f"fusion pass left to vLLM ({ENV_FUSION}=engine)")
-    parts.append("left alone: NCCL symmetric memory (it is NCCL)")
+    parts.append("left alone: NCCL symmetric memory (it is NCCL) and DeepSeek-V4.1's fused "
+                 "all-reduce+mHC kernel (model code the profile does not measure)")
     if patches.skipped:
         parts.append("not applied: " + "; ".join(patches.skipped))
     return "; ".join(parts)

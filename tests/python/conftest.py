@@ -29,6 +29,8 @@ def profiles(tmp_path_factory):
         # NCCL above, so the plugins' custom and NCCL paths are both exercised.
         "pair": tune(tmp, "pcie-2x", "--sim-faults",
                      "slow=nccl+nccl_ring_ll+nccl_ring_simple+nccl_tree_ll+nccl_tree_simple:2"),
+        # The plain pair: NCCL at every size.
+        "pair_nccl": tune(tmp, "pcie-2x", name="pair-nccl"),
         "nvswitch": tune(tmp, "nvswitch-8x", "--tp", "2,8"),
         "story": tune(tmp, "pcie-8x-2switch", "--tp", "8"),
         # Memory budgets make NCCL win where the custom kernels' buffers do not fit: custom

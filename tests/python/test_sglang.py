@@ -25,6 +25,7 @@ from sglang.srt.distributed.device_communicators import (  # noqa: E402
 from sglang.srt.distributed.device_communicators.configs import (  # noqa: E402
     custom_all_reduce_v2 as v2_configs,
 )
+from sglang.srt.entrypoints.engine import Engine  # noqa: E402
 
 from machines import MACHINES, MODES, SIZES, message  # noqa: E402
 
@@ -33,7 +34,7 @@ V2 = custom_all_reduce_v2.CustomAllReduceV2
 GC = parallel_state.GroupCoordinator
 log_name = "sglang.artune"
 PATCHED = [(CAR, "__init__"), (CAR, "should_custom_ar"), (V2, "__init__"), (GC, "__init__"),
-           (GC, "_can_use_flashinfer_allreduce")]
+           (GC, "_can_use_flashinfer_allreduce"), (Engine, "_launch_subprocesses")]
 
 
 def unregister():
@@ -401,3 +402,65 @@ def test_an_unread_release_is_said_once_and_only_verified_patches_apply(
     assert "flashinfer" not in applied.applied
     assert any(s.startswith("flashinfer (") for s in applied.skipped), applied.skipped
     assert {"custom_v2", "custom_v1", "pcie_ipc", "torch_symm_mem"} <= set(applied.applied)
+
+
+def fake_ray(monkeypatch):
+    """Just enough of Ray for SGLang's Ray launch modules to import here (Ray is an extra
+    of SGLang's, not installed): ``ray.remote`` leaves the actor class as SGLang wrote it."""
+    import importlib
+    import sys
+
+    ray = types.ModuleType("ray")
+    ray.remote = lambda cls=None, **k: cls if cls is not None else (lambda c: c)
+    util = types.ModuleType("ray.util")
+    pg = types.ModuleType("ray.util.placement_group")
+    pg.PlacementGroup = object
+    strategies = types.ModuleType("ray.util.scheduling_strategies")
+    strategies.PlacementGroupSchedulingStrategy = object
+    ray.util, util.placement_group, util.scheduling_strategies = util, pg, strategies
+    for mod in (ray, util, pg, strategies):
+        monkeypatch.setitem(sys.modules, mod.__name__, mod)
+    for name in ("sglang.srt.ray.engine", "sglang.srt.ray.scheduler_actor"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    return importlib.import_module("sglang.srt.ray.engine")
+
+
+def test_a_ray_launch_is_said_to_leave_the_schedulers_without_artune(profiles, follow,
+                                                                     monkeypatch, caplog):
+    """SGLang's Ray scheduler actor builds its Scheduler without load_plugins(), unlike the
+    forked scheduler process, so no ARTUNE_* setting could make the plugin run there; the
+    driver's plugin says so when SGLang launches through Ray (RayEngine, or --use-ray), and
+    says nothing otherwise. SGLang's launch itself (which needs GPUs) is a recording stand-in
+    with its signature, so the plugin's wrapper binds as on the real one."""
+    from sglang.srt.entrypoints import engine as engine_mod
+    from sglang.srt.managers.scheduler import run_scheduler_process
+
+    ray_engine = fake_ray(monkeypatch)
+    from sglang.srt.ray.scheduler_actor import SchedulerActor
+
+    assert "load_plugins()" in inspect.getsource(run_scheduler_process)
+    assert "load_plugins" not in inspect.getsource(SchedulerActor)
+    launched = []
+    real = inspect.getattr_static(engine_mod.Engine, "_launch_subprocesses").__func__
+
+    def launch(cls, server_args, init_tokenizer_manager_func, run_scheduler_process_func,
+               run_detokenizer_process_func, port_args=None, placement_group=None):
+        launched.append(cls.__name__)
+
+    assert list(inspect.signature(launch).parameters) == list(
+        inspect.signature(real).parameters)
+    monkeypatch.setattr(engine_mod.Engine, "_launch_subprocesses", classmethod(launch))
+    follow(profiles["nvswitch"])
+    artune.sglang.register()
+    for cls, use_ray in ((ray_engine.RayEngine, False), (engine_mod.Engine, True),
+                         (engine_mod.Engine, False)):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger=log_name):
+            cls._launch_subprocesses(types.SimpleNamespace(use_ray=use_ray), None, None, None)
+        lines = [r.getMessage() for r in caplog.records if r.name == log_name]
+        if cls is engine_mod.Engine and not use_ray:
+            assert lines == [], lines
+        else:
+            assert len(lines) == 1 and "Ray actors" in lines[0], lines
+            assert "cannot apply " + profiles["nvswitch"] in lines[0], lines
+    assert launched == ["RayEngine", "Engine", "Engine"]

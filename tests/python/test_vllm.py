@@ -1,8 +1,11 @@
 """artune.vllm against the released vLLM installed beside it, through vLLM's own dispatch:
-``CudaCommunicator.all_reduce`` on an instance whose sub-communicators are recording stand-ins
-that keep vLLM's real ``should_*`` methods (FlashInfer's built by its real constructor). Only
-what needs a GPU is stubbed: the platform's capability, the process group, FlashInfer's
-workspace, and a tensor that says it is on CUDA."""
+``CudaCommunicator`` built by its own constructor (through the plugin's wrapper), whose
+``all_reduce``, ``custom_all_gather`` and ``custom_reduce_scatter`` pick what runs; custom
+all-reduce and FlashInfer are built by their own constructors, torch symmetric memory and
+pynccl are recording stand-ins that keep vLLM's real ``should_*`` methods. Only what needs a
+GPU is stubbed: the platform's capability and topology probes, the process group, the IPC
+and multicast allocations, the kernels (recorded), FlashInfer's workspace, and a tensor that
+says it is on CUDA."""
 
 import logging
 import os
@@ -106,65 +109,127 @@ class Workspace:
         return True
 
 
-def on_machine(m, mode, monkeypatch, seen):
-    """A TP communicator as vLLM builds it on machine ``m``, recording what runs."""
+class Group:
+    """A stateless process group (vLLM's base constructor asks it for rank and size)."""
+
+    def __init__(self, ws):
+        self.ws = ws
+
+    def rank(self):
+        return 0
+
+    def size(self):
+        return self.ws
+
+
+class OnMachine(Platform):
+    """The platform as custom all-reduce's constructor probes it on machine ``m``."""
+
+    def __init__(self, m):
+        super().__init__(m.cap)
+        self.nvlink = m.nvlink
+
+    def is_cuda_alike(self):
+        return True
+
+    def visible_device_id_to_physical_device_id(self, i):
+        return 0
+
+    def is_fully_connected(self, ids):
+        return self.nvlink
+
+
+def on_machine(m, mode, monkeypatch, seen, allocated=None):
+    """A TP communicator built by vLLM's own ``CudaCommunicator.__init__`` on machine ``m``
+    (through the plugin's wrapper when registered). CustomAllreduce is built by its own
+    constructor, whose GPU probes answer as on ``m`` and whose IPC and multicast buffers are
+    recorded in ``allocated`` instead of allocated; its kernels, pynccl, FlashInfer and torch
+    symmetric memory record in ``seen`` what runs."""
+    from vllm import _custom_ops as ops
+    from vllm.distributed.device_communicators import pynccl
+
+    allocated = [] if allocated is None else allocated
     stub_platform(monkeypatch, m.cap)
+    plat = OnMachine(m)
+    for mod in (cuda_communicator, custom_all_reduce):
+        monkeypatch.setattr(mod, "current_platform", plat)
     monkeypatch.setattr(flashinfer_all_reduce, "fi_ar_available", True)
     monkeypatch.setattr(flashinfer_all_reduce, "_node_count", lambda g: 1)
     monkeypatch.setattr(flashinfer_all_reduce, "get_fi_ar_workspace", lambda **k: Workspace())
     monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: m.tp)
     monkeypatch.setattr(torch.distributed, "get_rank", lambda group=None: 0)
+    monkeypatch.setattr(torch.distributed, "get_backend", lambda group=None: "gloo")
+    monkeypatch.setattr(torch.distributed, "all_gather", lambda out, t, group=None: None)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: mode == "graph")
     key = f"{m.cap[0]}.{m.cap[1]}"
 
-    class RecFI(FI):
-        def all_reduce(self, x):
-            seen.append("flashinfer")
-            return x
+    monkeypatch.setattr(custom_all_reduce, "custom_ar", True)
+    monkeypatch.setattr(custom_all_reduce, "in_the_same_node_as",
+                        lambda group, source_rank=0: [True] * m.tp)
+    monkeypatch.setattr(custom_all_reduce, "_can_p2p", lambda rank, ws: True)
+    monkeypatch.setattr(custom_all_reduce, "_supports_mnnvl_multimem_reduce_scatter",
+                        lambda device, ws: False)
+    monkeypatch.setattr(custom_all_reduce, "_all_ranks_true", lambda group, v: v)
+    monkeypatch.setattr(ops, "meta_size", lambda: 2048, raising=False)  # vLLM's signals
+    for op, name in (("init_custom_ar", None), ("register_buffer", None),
+                     ("all_reduce", "custom"), ("custom_all_gather", "custom all_gather"),
+                     ("custom_reduce_scatter", "custom reduce_scatter"),
+                     ("mnnvl_lamport_all_gather", "multicast all_gather"),
+                     ("mnnvl_lamport_reduce_scatter", "multicast reduce_scatter")):
+        monkeypatch.setattr(ops, op, (lambda *a, _n=name: seen.append(_n)) if name else
+                            (lambda *a: 0), raising=False)
+    monkeypatch.setattr(CAR, "create_shared_buffer", staticmethod(
+        lambda n, group=None, uncached=False: allocated.append(("ipc", n)) or [0] * m.tp))
 
-    class RecCA(CAR):
-        def custom_all_reduce(self, x):
-            seen.append("custom")
-            return x
+    def multicast_buffer(self, stage):
+        # torch symmetric memory gives a multicast pointer only on NVSwitch (NVLS).
+        if m.multicast:
+            allocated.append(("multicast", 6 * stage))
+            self.mnnvl_multicast_ptr, self.mnnvl_buffer_size = 1, stage
 
-        def __del__(self):
-            pass
+    monkeypatch.setattr(CAR, "_init_mnnvl_buffer", multicast_buffer)
+    monkeypatch.setattr(CAR, "__del__", lambda self: None)
 
-    class RecSymm(SYMM):
-        def all_reduce(self, x, *, out=None):
-            seen.append("torch_symm_mem")
-            return x
+    # Recorded on vLLM's own classes, not subclasses: the plugin patches those classes.
+    def fi_all_reduce(self, x):
+        seen.append("flashinfer")
+        return x
+
+    def symm_init(self, group, device):
+        table = all_reduce_utils.SYMM_MEM_ALL_REDUCE_MAX_SIZES.get(key, {})
+        self.disabled = not (m.multicast and m.tp in table)
+        self.dtype, self.world_size = torch.bfloat16, m.tp
+        self.max_size = table.get(m.tp, 0)
+
+    def symm_all_reduce(self, x, *, out=None):
+        seen.append("torch_symm_mem")
+        return x
+
+    monkeypatch.setattr(FI, "all_reduce", fi_all_reduce)
+    monkeypatch.setattr(SYMM, "__init__", symm_init)
+    monkeypatch.setattr(SYMM, "all_reduce", symm_all_reduce)
 
     class RecNccl:
-        world_size, disabled = m.tp, False
+        disabled, nccl_version = False, 22903
+
+        def __init__(self, group, device):
+            self.world_size = m.tp
 
         def all_reduce(self, x):
             seen.append("pynccl")
             return x
 
-    comm = object.__new__(COMM)
-    comm.world_size, comm.device_group = m.tp, None
-    comm.pynccl_comm = RecNccl()
-    comm.qr_comm = comm.fi_pcie_ipc_ar_comm = comm.aiter_ar_comm = None
-    comm.use_aiter_allreduce = False
-    comm.fi_ar_comm = RecFI(group=None, device="cuda:0")  # vLLM's own constructor
-    symm_table = all_reduce_utils.SYMM_MEM_ALL_REDUCE_MAX_SIZES.get(key, {})
-    symm = object.__new__(RecSymm)
-    symm.disabled = not (m.multicast and m.tp in symm_table)
-    symm.dtype, symm.world_size = torch.bfloat16, m.tp
-    symm.max_size = symm_table.get(m.tp, 0)
-    comm.symm_mem_comm = symm
-    # CustomAllreduce as its constructor leaves it: off on more than two PCIe-only GPUs,
-    # max_size lowered to CUSTOM_ALL_REDUCE_MAX_SIZES while symmetric memory is on.
-    ca = object.__new__(RecCA)
-    ca._ptr, ca.world_size, ca.fully_connected = 0, m.tp, m.nvlink
-    ca.disabled = m.tp > 2 and not m.nvlink
-    ca.batch_invariant = False
-    ca.max_size = 8 << 20
-    if not symm.disabled:
-        ca.max_size = min(all_reduce_utils.CUSTOM_ALL_REDUCE_MAX_SIZES[key][m.tp], ca.max_size)
-    ca._IS_CAPTURING = mode == "graph"
-    comm.ca_comm = ca
+        def all_gather(self, out, x):
+            seen.append("nccl all_gather")
+
+        def reduce_scatter(self, out, x):
+            seen.append("nccl reduce_scatter")
+
+    monkeypatch.setattr(pynccl, "PyNcclCommunicator", RecNccl)
+    comm = COMM(Group(m.tp), device=torch.device("meta"), unique_name="tp:0",
+                global_ranks=list(range(m.tp)), global_world_size=m.tp)
+    if comm.ca_comm is not None:
+        comm.ca_comm._IS_CAPTURING = mode == "graph"  # vLLM's graph_capture() sets it
     return comm
 
 
@@ -460,3 +525,106 @@ def test_custom_ar_max_size_is_cut_to_the_profiles_largest_custom_size(profiles,
     assert ca.max_size == top + 16 and allocated == [top + 16, 16 << 20], allocated
     assert engine_should(ca, message(top))
     assert not engine_should(ca, message(top + 4096))
+
+
+def sequence_parallel(comm, monkeypatch):
+    """vLLM's sequence-parallel all-gather and reduce-scatter
+    (vllm/models/common/ops/sequence_parallel.py) on ``comm``: the communicator's custom
+    collective first, the TP group's own (which ends in ``comm.all_gather`` /
+    ``comm.reduce_scatter``) where that declines."""
+    import types
+
+    from vllm.models.common.ops import sequence_parallel as sp
+
+    monkeypatch.setattr(sp, "get_tp_group",
+                        lambda: types.SimpleNamespace(device_communicator=comm))
+    monkeypatch.setattr(sp, "get_tensor_model_parallel_world_size", lambda: comm.world_size)
+    monkeypatch.setattr(sp, "tensor_model_parallel_all_gather",
+                        lambda x, dim=-1: comm.all_gather(x, dim))
+    monkeypatch.setattr(sp, "tensor_model_parallel_reduce_scatter",
+                        lambda x, dim=-1: comm.reduce_scatter(x, dim))
+    return sp
+
+
+def collectives(m, monkeypatch, seen, allocated):
+    """Builds the TP communicator on ``m`` and runs through vLLM's own dispatch: a 64 KiB
+    sequence-parallel all-gather, a 1 MiB reduce-scatter, and an all-reduce per size and
+    mode. Returns (what the all-gather and reduce-scatter ran, the all-reduces' paths)."""
+    runs = {}
+    for mode in MODES:
+        seen.clear()
+        comm = on_machine(m, mode, monkeypatch, seen, allocated if mode == "graph" else [])
+        if mode == "graph":
+            sp = sequence_parallel(comm, monkeypatch)
+            sp.sp_all_gather(message(64 << 10))
+            sp.sp_reduce_scatter(message(1 << 20))
+            ag_rs = list(seen)
+        for n in SIZES:
+            seen.clear()
+            comm.all_reduce(message(n))
+            runs[(n, mode)] = seen[0]
+    return ag_rs, runs
+
+
+@pytest.mark.parametrize("machine", ["H200 TP8 NVSwitch", "A100 TP8 NVLink"])
+def test_nccl_everywhere_keeps_vllms_custom_all_gather_and_reduce_scatter(
+        machine, profiles, follow, monkeypatch, caplog):
+    """A profile that gives NCCL at every TP8 size: every all-reduce runs NCCL, while vLLM's
+    custom all-gather and reduce-scatter (which the profile did not measure) run as without
+    artune, on the IPC buffers vLLM allocates as without artune; the start-up line gives
+    that memory as the constructor asked for it. ARTUNE_VLLM_CUSTOM_AR=off is the other
+    choice: nothing allocated, and those collectives run NCCL."""
+    m = next(x for x in MACHINES if x.name == machine)._replace(profile="nv_nccl")
+    p = artune.Profile.load(profiles["nv_nccl"])
+    assert not any(b.custom for mode in MODES for b in p.bands(8, mode))
+    seen, native_mem = [], []
+    native_ag_rs, native = collectives(m, monkeypatch, seen, native_mem)
+    kind = "multicast" if m.multicast else "custom"
+    assert native_ag_rs == [f"{kind} all_gather", f"{kind} reduce_scatter"], native_ag_rs
+    assert any(r != "pynccl" for r in native.values()), native
+
+    follow(profiles["nv_nccl"])
+    artune.vllm.register()
+    mem = []
+    with caplog.at_level(logging.INFO, logger=log_name):
+        ag_rs, runs = collectives(m, monkeypatch, seen, mem)
+    assert set(runs.values()) == {"pynccl"}, runs
+    assert ag_rs == native_ag_rs and mem == native_mem, (ag_rs, mem)
+    line = next(r.getMessage() for r in caplog.records if r.name == log_name)
+    ipc = sum(n for k, n in mem if k == "ipc")
+    assert f"{artune.vllm.mib(ipc)} of IPC buffers per GPU allocated" in line, line
+    assert "kept for vLLM's custom all-gather" in line, line
+    assert (f"{artune.vllm.mib(sum(n for k, n in mem if k == 'multicast'))} of multicast"
+            in line) == m.multicast, line
+
+    unregister()
+    monkeypatch.setenv(artune.vllm.ENV_CUSTOM_AR, "off")
+    artune.vllm.register()
+    mem.clear()
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger=log_name):
+        ag_rs, runs = collectives(m, monkeypatch, seen, mem)
+    assert set(runs.values()) == {"pynccl"} and mem == [], (runs, mem)
+    assert ag_rs == ["nccl all_gather", "nccl reduce_scatter"], ag_rs
+    line = next(r.getMessage() for r in caplog.records if r.name == log_name)
+    assert "custom AR not built" in line and "no IPC buffers" in line, line
+
+
+def test_on_a_pcie_pair_the_line_says_the_buffers_serve_nothing_else(profiles, follow,
+                                                                     monkeypatch, caplog):
+    """Where vLLM runs no custom all-gather or reduce-scatter (PCIe), a profile with NCCL at
+    every size leaves custom all-reduce's buffers serving nothing: the line says so, with the
+    memory vLLM's constructor asked for, and names the switch that frees it."""
+    m = next(x for x in MACHINES if x.name == "L40S TP2 PCIe")
+    p = artune.Profile.load(profiles["pair_nccl"])
+    assert not any(b.custom for mode in MODES for b in p.bands(2, mode))
+    follow(profiles["pair_nccl"])
+    artune.vllm.register()
+    seen, mem = [], []
+    with caplog.at_level(logging.INFO, logger=log_name):
+        ag_rs, runs = collectives(m, monkeypatch, seen, mem)
+    assert set(runs.values()) == {"pynccl"}, runs
+    assert ag_rs == ["nccl all_gather", "nccl reduce_scatter"], ag_rs
+    line = next(r.getMessage() for r in caplog.records if r.name == log_name)
+    assert f"{artune.vllm.mib(sum(n for _, n in mem))} of IPC buffers" in line, (line, mem)
+    assert "serve no path here" in line and "ARTUNE_VLLM_CUSTOM_AR=off frees them" in line, line
