@@ -16,8 +16,10 @@ Beyond the per-call gates:
   not measure; at a TP size the profile gives NCCL at every size its all-reduce runs at no
   size (``should_custom_ar``). ``ARTUNE_VLLM_CUSTOM_AR=off`` is the other choice: there
   ``parallel_state._ENABLE_CUSTOM_ALL_REDUCE`` reads False while the TP communicator is
-  built, so no IPC buffers exist and those all-gathers and reduce-scatters run NCCL. Each TP
-  communicator logs one line saying which happened and how much IPC memory vLLM allocated.
+  built, so no IPC buffers exist and those all-gathers and reduce-scatters run NCCL. Where
+  vLLM runs none of those on it (no full NVLink, no multicast: a PCIe pair), the object serves
+  nothing the profile leaves custom, so the plugin closes it at once and its buffers are freed.
+  Each TP communicator logs one line saying which happened and how much IPC memory it holds.
 - ``CustomAllreduce.__init__``: ``max_size`` cut to the largest size the profile routes to a
   custom kernel.
 - The fusion pass (allreduce+RMSNorm into one FlashInfer kernel at compile time) is decided
@@ -111,8 +113,16 @@ def _register(patches: "_engine.Patches") -> None:
                 parallel_state._ENABLE_CUSTOM_ALL_REDUCE = saved
         else:
             comm_init(self, *args, **kwargs)
-        log.info("%s", startup_line(bands, patches, name, ws, off, fusion,
-                                    getattr(self, "ca_comm", None)))
+        ca = getattr(self, "ca_comm", None)
+        freed = None
+        if (not off and bands.covers(ws) and bands.largest_custom(ws) == 0 and ca is not None
+                and not ca.disabled and not serves_other_collectives(ca)):
+            # Nothing but the all-reduce could use it, and the profile gives that to NCCL
+            # at every size: closing it changes no path and frees its IPC buffers.
+            freed = ipc_bytes(ca)
+            ca.close()
+            self.ca_comm = ca = None
+        log.info("%s", startup_line(bands, patches, name, ws, off, fusion, ca, freed))
 
     car_init = car.__init__
     car_sig = inspect.signature(car_init)
@@ -166,44 +176,57 @@ def mib(n: int) -> str:
     return f"{n / (1 << 20):.1f} MiB"
 
 
-def custom_ar_note(ca, bands, ws: int, off: bool) -> str:
-    """What vLLM's custom all-reduce object is here, and the memory it holds: vLLM's own
-    figures, read from the object its constructor left (custom_all_reduce.py)."""
-    if off:
-        return (f"custom AR not built ({ENV_CUSTOM_AR}=off): no IPC buffers are allocated, "
-                "and vLLM's custom all-gather/reduce-scatter run NCCL too")
-    if ca is None:
-        return "vLLM built no custom AR for this group (its settings turned it off)"
-    if ca.disabled:
-        return "vLLM's own checks left custom AR off here, so it holds no IPC buffers"
-    # Metadata (signals, then a scratch area of max_size) and the staging buffer, which is
-    # as large as the largest custom all-reduce, all-gather or reduce-scatter.
+def serves_other_collectives(ca) -> bool:
+    """vLLM 0.33.0 runs its custom all-gather and reduce-scatter (and DeepSeek-V4.1's fused
+    mHC all-reduce) on this object only on full NVLink or with NVLink multicast."""
+    return bool(ca.fully_connected or getattr(ca, "mnnvl_multicast_ptr", 0))
+
+
+def ipc_bytes(ca) -> int:
+    """The IPC memory vLLM's custom all-reduce holds per GPU, by its constructor
+    (custom_all_reduce.py): metadata (signals, then a scratch area of max_size) and a staging
+    buffer as large as the largest custom all-reduce, all-gather or reduce-scatter."""
     try:
         from vllm import _custom_ops as ops
 
         signals = int(ops.meta_size())
     except Exception:  # noqa: BLE001 - no CUDA ops here: the signals' few KiB left out
         signals = 0
-    ipc = signals + ca.max_size + max(ca.max_size, ca.max_all_gather_size,
-                                      ca.max_reduce_scatter_size)
-    mem = f"{mib(ipc)} of IPC buffers per GPU allocated"
+    return signals + ca.max_size + max(ca.max_size, ca.max_all_gather_size,
+                                       ca.max_reduce_scatter_size)
+
+
+def custom_ar_note(ca, bands, ws: int, off: bool, freed=None) -> str:
+    """What vLLM's custom all-reduce object is here, and the memory it holds: vLLM's own
+    figures, read from the object its constructor left."""
+    if off:
+        return (f"custom AR not built ({ENV_CUSTOM_AR}=off): no IPC buffers are allocated, "
+                "and vLLM's custom all-gather/reduce-scatter run NCCL too")
+    if freed is not None:
+        return (f"custom AR closed as soon as vLLM built it, {mib(freed)} of IPC buffers per "
+                "GPU freed: the profile gives NCCL at every size, and vLLM runs its custom "
+                "all-gather/reduce-scatter only on full NVLink or multicast, so nothing else "
+                "used them")
+    if ca is None:
+        return "vLLM built no custom AR for this group (its settings turned it off)"
+    if ca.disabled:
+        return "vLLM's own checks left custom AR off here, so it holds no IPC buffers"
+    mem = f"{mib(ipc_bytes(ca))} of IPC buffers per GPU allocated"
     if getattr(ca, "mnnvl_multicast_ptr", 0):
         mem += f" (and {mib(6 * ca.mnnvl_buffer_size)} of multicast memory)"
     if bands.largest_custom(ws) > 0:
         return f"custom AR built for all-reduces under {mib(ca.max_size)}: {mem}"
-    line = f"custom AR built but runs no all-reduce (the profile gives NCCL at every size): {mem}"
-    if ca.fully_connected or getattr(ca, "mnnvl_multicast_ptr", 0):
-        multicast = bool(getattr(ca, "mnnvl_multicast_ptr", 0))
-        ag = ca.max_mnnvl_all_gather_size if multicast else ca.max_all_gather_size
-        rs = ca.max_mnnvl_reduce_scatter_size if multicast else ca.max_reduce_scatter_size
-        return (f"{line}, kept for vLLM's custom all-gather (to {mib(ag)}) and reduce-scatter "
-                f"(to {mib(rs)}), which the profile does not measure; {ENV_CUSTOM_AR}=off frees "
-                "them and runs those on NCCL")
-    return (f"{line}, which serve no path here (vLLM runs its custom all-gather/reduce-scatter "
-            f"only on full NVLink or multicast); {ENV_CUSTOM_AR}=off frees them")
+    multicast = bool(getattr(ca, "mnnvl_multicast_ptr", 0))
+    ag = ca.max_mnnvl_all_gather_size if multicast else ca.max_all_gather_size
+    rs = ca.max_mnnvl_reduce_scatter_size if multicast else ca.max_reduce_scatter_size
+    return (f"custom AR built but runs no all-reduce (the profile gives NCCL at every size): "
+            f"{mem}, kept for vLLM's custom all-gather (to {mib(ag)}) and reduce-scatter "
+            f"(to {mib(rs)}), which the profile does not measure; {ENV_CUSTOM_AR}=off frees "
+            "them and runs those on NCCL")
 
 
-def startup_line(bands, patches, name: str, ws: int, off: bool, fusion: bool, ca=None) -> str:
+def startup_line(bands, patches, name: str, ws: int, off: bool, fusion: bool, ca=None,
+                 freed=None) -> str:
     """One line per TP communicator: what vLLM runs per size band with the profile applied."""
     m = _engine.MODEL["vllm"]
     if not bands.covers(ws):
@@ -218,7 +241,7 @@ def startup_line(bands, patches, name: str, ws: int, off: bool, fusion: bool, ca
     if fi and "flashinfer" in patches.applied:
         order += f" (FlashInfer to {_engine.size(fi)} on {cap}, then custom AR)"
     parts.append(order + "; NCCL sizes run NCCL with artune's tuner plugin")
-    parts.append(custom_ar_note(ca, bands, ws, off))
+    parts.append(custom_ar_note(ca, bands, ws, off, freed))
     if fusion and "fusion_pass" in patches.applied:
         top = bands.custom_prefix(ws)
         parts.append(f"fusion pass to {_engine.size(top)}" if top else "fusion pass off")

@@ -171,7 +171,8 @@ def on_machine(m, mode, monkeypatch, seen, allocated=None):
                         lambda device, ws: False)
     monkeypatch.setattr(custom_all_reduce, "_all_ranks_true", lambda group, v: v)
     monkeypatch.setattr(ops, "meta_size", lambda: 2048, raising=False)  # vLLM's signals
-    for op, name in (("init_custom_ar", None), ("register_buffer", None),
+    monkeypatch.setattr(ops, "init_custom_ar", lambda *a: 1, raising=False)  # its handle
+    for op, name in (("register_buffer", None), ("dispose", None),
                      ("all_reduce", "custom"), ("custom_all_gather", "custom all_gather"),
                      ("custom_reduce_scatter", "custom reduce_scatter"),
                      ("mnnvl_lamport_all_gather", "multicast all_gather"),
@@ -180,6 +181,8 @@ def on_machine(m, mode, monkeypatch, seen, allocated=None):
                             (lambda *a: 0), raising=False)
     monkeypatch.setattr(CAR, "create_shared_buffer", staticmethod(
         lambda n, group=None, uncached=False: allocated.append(("ipc", n)) or [0] * m.tp))
+    monkeypatch.setattr(CAR, "free_shared_buffer", staticmethod(
+        lambda pointers, group=None, rank=None: allocated.append(("free", 0))))
 
     def multicast_buffer(self, stage):
         # torch symmetric memory gives a multicast pointer only on NVSwitch (NVLS).
@@ -610,21 +613,27 @@ def test_nccl_everywhere_keeps_vllms_custom_all_gather_and_reduce_scatter(
     assert "custom AR not built" in line and "no IPC buffers" in line, line
 
 
-def test_on_a_pcie_pair_the_line_says_the_buffers_serve_nothing_else(profiles, follow,
-                                                                     monkeypatch, caplog):
+def test_on_a_pcie_pair_nccl_everywhere_frees_custom_ars_buffers(profiles, follow, monkeypatch,
+                                                                caplog):
     """Where vLLM runs no custom all-gather or reduce-scatter (PCIe), a profile with NCCL at
-    every size leaves custom all-reduce's buffers serving nothing: the line says so, with the
-    memory vLLM's constructor asked for, and names the switch that frees it."""
+    every size leaves custom all-reduce's buffers serving nothing: vLLM's constructor builds
+    it, the plugin closes it at once (vLLM's own close(), freeing both IPC buffers), nothing
+    changes path, and the line gives the memory freed."""
     m = next(x for x in MACHINES if x.name == "L40S TP2 PCIe")
     p = artune.Profile.load(profiles["pair_nccl"])
     assert not any(b.custom for mode in MODES for b in p.bands(2, mode))
+    seen, native_mem = [], []
+    native_ag_rs, _ = collectives(m, monkeypatch, seen, native_mem)
+    assert native_ag_rs == ["nccl all_gather", "nccl reduce_scatter"], native_ag_rs
+    assert [k for k, _ in native_mem] == ["ipc", "ipc"], native_mem
     follow(profiles["pair_nccl"])
     artune.vllm.register()
-    seen, mem = [], []
+    mem = []
     with caplog.at_level(logging.INFO, logger=log_name):
         ag_rs, runs = collectives(m, monkeypatch, seen, mem)
     assert set(runs.values()) == {"pynccl"}, runs
-    assert ag_rs == ["nccl all_gather", "nccl reduce_scatter"], ag_rs
+    assert ag_rs == native_ag_rs, ag_rs
+    assert [k for k, _ in mem] == ["ipc", "ipc", "free", "free"], mem
     line = next(r.getMessage() for r in caplog.records if r.name == log_name)
-    assert f"{artune.vllm.mib(sum(n for _, n in mem))} of IPC buffers" in line, (line, mem)
-    assert "serve no path here" in line and "ARTUNE_VLLM_CUSTOM_AR=off frees them" in line, line
+    ipc = sum(n for k, n in mem if k == "ipc")
+    assert f"custom AR closed as soon as vLLM built it, {artune.vllm.mib(ipc)} of IPC" in line, line
