@@ -163,7 +163,7 @@ fn a_profile_of_other_gpus_is_refused() {
 
 /// Runs artune with one extra variable in its environment.
 fn artune_with(vars: &[(&str, &str)], args: &[&str]) -> std::process::Output {
-    std::process::Command::new(common::BIN)
+    common::dies_with_test(common::BIN)
         .args(args)
         .envs(vars.iter().copied())
         .output()

@@ -4,10 +4,10 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn artune(args: &[&str], level: Option<&str>) -> Output {
-    let mut c = Command::new(common::BIN);
+    let mut c = common::dies_with_test(common::BIN);
     c.args(args)
         .env_remove("NCCL_P2P_LEVEL")
         .env_remove("NCCL_P2P_DISABLE");

@@ -27,10 +27,11 @@
 //! After a change of output, regenerate every block and kept file in place with
 //! `ARTUNE_BLESS=1 cargo test --test docs` and review the diff.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
 
-const BIN: &str = env!("CARGO_BIN_EXE_artune");
+use std::path::{Path, PathBuf};
+
+use common::BIN;
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const WIDTH: usize = 110;
 const RUN: &str = "<!-- artune:run";
@@ -133,7 +134,7 @@ fn run(dir: &Path, line: &str) -> Result<(String, i32), String> {
         ["cargo", "run", "--release", "--", ..] => argv[4..].to_vec(),
         _ => return Err(format!("`{line}` is not an artune command")),
     };
-    let mut cmd = Command::new(BIN);
+    let mut cmd = common::dies_with_test(BIN);
     cmd.args(&args).current_dir(dir);
     // What the reader's environment might set must not change the figures.
     for (k, _) in std::env::vars() {

@@ -5,7 +5,7 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
@@ -37,7 +37,7 @@ fn doctor(topology: &str, tree: &str, extra: &[&str], env: &[(&str, &str)]) -> O
 }
 
 fn run(args: &[String], env: &[(&str, &str)]) -> Output {
-    let mut c = Command::new(common::BIN);
+    let mut c = common::dies_with_test(common::BIN);
     c.args(args).env_clear().env("PATH", "/usr/bin:/bin");
     for (k, v) in env {
         c.env(k, v);
@@ -322,7 +322,7 @@ fn the_real_machine_never_crashes() {
 #[test]
 fn an_environment_value_that_is_not_utf8_is_named() {
     use std::os::unix::ffi::OsStrExt;
-    let o = Command::new(common::BIN)
+    let o = common::dies_with_test(common::BIN)
         .args(["doctor", "--sim", "pcie-2x", "--json"])
         .env_clear()
         .env("NCCL_ALGO", std::ffi::OsStr::from_bytes(b"Ri\xffng"))

@@ -11,7 +11,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -34,7 +34,7 @@ const TUNE: [&str; 8] = [
 ];
 
 fn tune(out: &Path, faults: Option<&str>) -> Output {
-    let mut c = Command::new(BIN);
+    let mut c = common::dies_with_test(BIN);
     c.args(TUNE).arg("--out").arg(out);
     if let Some(f) = faults {
         c.args(["--sim-faults", f]);
@@ -312,14 +312,17 @@ fn fault_specs_are_checked_before_anything_runs() {
             "GPUs 0..1",
         ),
     ] {
-        let o = Command::new(BIN).args(&args).output().unwrap();
+        let o = common::dies_with_test(BIN).args(&args).output().unwrap();
         let e = text(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
         assert_eq!(e.lines().count(), 1, "{e}");
         assert!(e.contains(says), "{args:?}: {e}");
     }
     assert!(others(dir.path(), &[]).is_empty());
-    let help = Command::new(BIN).args(["tune", "--help"]).output().unwrap();
+    let help = common::dies_with_test(BIN)
+        .args(["tune", "--help"])
+        .output()
+        .unwrap();
     assert!(
         !text(&help.stdout).contains("sim-faults"),
         "testing-only option is hidden"
@@ -329,7 +332,7 @@ fn fault_specs_are_checked_before_anything_runs() {
 /// Starts a tune slowed to real time (every timing call sleeps), with one hanging backend
 /// so stderr shows a warning once measuring has begun.
 fn slow_tune(out: &Path) -> (Child, mpsc::Receiver<String>) {
-    let mut child = Command::new(BIN)
+    let mut child = common::dies_with_test(BIN)
         .args(TUNE)
         .arg("--out")
         .arg(out)
@@ -408,7 +411,7 @@ fn kill_9_at_any_point_leaves_a_whole_profile() {
     std::fs::remove_file(dir.path().join("timing.json")).unwrap();
     let mut kept_old = 0;
     for i in 0..12u32 {
-        let mut child = Command::new(BIN)
+        let mut child = common::dies_with_test(BIN)
             .args(TUNE)
             .arg("--out")
             .arg(&path)

@@ -4,7 +4,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
 use serde_json::Value;
 
@@ -245,7 +244,7 @@ fn nothing_to_aggregate_is_one_sentence_and_exit_2() {
 fn host_in_out_names_the_file_and_the_profile_names_the_node() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("{host}.json");
-    let o = Command::new(common::BIN)
+    let o = common::dies_with_test(common::BIN)
         .args([
             "tune",
             "--sim",
@@ -272,7 +271,7 @@ fn host_in_out_names_the_file_and_the_profile_names_the_node() {
     );
     assert_eq!(p["node"]["args"][0], "tune");
     assert_eq!(p["settings"]["dtype"], "bf16");
-    let bad = Command::new(common::BIN)
+    let bad = common::dies_with_test(common::BIN)
         .args(["tune", "--sim", "pcie-2x", "--out"])
         .arg(&out)
         .env("SLURMD_NODENAME", "../etc")

@@ -4,7 +4,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::OnceLock;
 
 use artune::fabric::{Backend, Direction, Mode};
@@ -32,7 +32,7 @@ fn tuned_at(preset: &'static str, extra: &[&str], level: Option<&str>) -> (Profi
     if !out.exists() {
         let mut args = vec!["tune", "--sim", preset, "--out", out.to_str().unwrap()];
         args.extend_from_slice(extra);
-        let mut c = Command::new(common::BIN);
+        let mut c = common::dies_with_test(common::BIN);
         c.args(&args)
             .env_remove("NCCL_P2P_LEVEL")
             .env_remove("NCCL_P2P_DISABLE");
