@@ -545,15 +545,33 @@ mod tests {
         );
     }
 
-    /// The simulated machine, except that `victim` runs 3x slower the first time it is timed
-    /// at each size: a burst on the host, not a changed machine.
-    struct Burst {
+    /// `victim`'s timing at a size, given the pass (1, 2, 3: how many times it was verified
+    /// there) and the simulated machine.
+    type Shape =
+        fn(usize, &mut SimFabric, Backend, u64, crate::allreduce::Mode, u32, u32) -> TimeResult;
+    type TimeResult = Result<Vec<f64>, FabricError>;
+
+    /// The simulated machine, except that `victim`'s timings go through `shape`.
+    struct Reshaped {
         inner: SimFabric,
         victim: Backend,
-        verified: BTreeMap<u64, u32>,
+        verified: BTreeMap<u64, usize>,
+        shape: Shape,
     }
 
-    impl Fabric for Burst {
+    impl Reshaped {
+        fn new(victim: Backend, shape: Shape) -> Reshaped {
+            let t = presets::get("pcie-4x-1switch").unwrap();
+            Reshaped {
+                inner: SimFabric::new(t, 2),
+                victim,
+                verified: BTreeMap::new(),
+                shape,
+            }
+        }
+    }
+
+    impl Fabric for Reshaped {
         fn info(&self) -> crate::fabric::FabricInfo {
             self.inner.info()
         }
@@ -576,12 +594,11 @@ mod tests {
             m: crate::allreduce::Mode,
             batch: u32,
             samples: u32,
-        ) -> Result<Vec<f64>, FabricError> {
-            let t = self.inner.time(b, n, m, batch, samples)?;
-            let slow = b == self.victim && self.verified.get(&n) == Some(&1);
-            Ok(t.into_iter()
-                .map(|x| if slow { 3.0 * x } else { x })
-                .collect())
+        ) -> TimeResult {
+            if b != self.victim {
+                return self.inner.time(b, n, m, batch, samples);
+            }
+            (self.shape)(self.verified[&n], &mut self.inner, b, n, m, batch, samples)
         }
         fn probe(
             &mut self,
@@ -596,16 +613,44 @@ mod tests {
         }
     }
 
+    /// 3x slower the first time it is timed at each size: a burst on the host, not a
+    /// changed machine.
+    fn burst(
+        pass: usize,
+        f: &mut SimFabric,
+        b: Backend,
+        n: u64,
+        m: crate::allreduce::Mode,
+        batch: u32,
+        samples: u32,
+    ) -> TimeResult {
+        let t = f.time(b, n, m, batch, samples)?;
+        let k = if pass == 1 { 3.0 } else { 1.0 };
+        Ok(t.into_iter().map(|x| k * x).collect())
+    }
+
+    /// As long as NCCL times a factor that changes from pass to pass (1.6, 1.25, 1.4):
+    /// always slower than NCCL, by an amount that moves more than the gain. A drifting host,
+    /// not a changed one.
+    fn drift(
+        pass: usize,
+        f: &mut SimFabric,
+        _: Backend,
+        n: u64,
+        m: crate::allreduce::Mode,
+        batch: u32,
+        samples: u32,
+    ) -> TimeResult {
+        let k = [1.6, 1.25, 1.4][(pass - 1) % 3];
+        let t = f.time(Backend::Nccl, n, m, batch, samples)?;
+        Ok(t.into_iter().map(|x| k * x).collect())
+    }
+
     #[test]
     fn a_burst_in_one_pass_leaves_a_point_unjudged_not_the_profile_stale() {
         let p = tuned();
         let chosen = p.groups[0].buckets[0].choice;
-        let t = presets::get("pcie-4x-1switch").unwrap();
-        let mut f = Burst {
-            inner: SimFabric::new(t, 2),
-            victim: chosen,
-            verified: BTreeMap::new(),
-        };
+        let mut f = Reshaped::new(chosen, burst);
         let pts = run(&mut f, &p, &harness(), &Cancel::new()).unwrap();
         assert!(pts.iter().all(Point::holds), "{pts:?}");
         let moved: Vec<&Point> = pts.iter().filter(|x| x.unsettled()).collect();
@@ -617,69 +662,11 @@ mod tests {
         }
     }
 
-    /// The simulated machine, except that `victim` takes as long as NCCL times a factor that
-    /// changes from pass to pass (1.6, 1.25, 1.4 at each size): always slower than NCCL, by an
-    /// amount that moves more than the gain. A drifting host, not a changed one.
-    struct Drift {
-        inner: SimFabric,
-        victim: Backend,
-        verified: BTreeMap<u64, usize>,
-    }
-
-    impl Fabric for Drift {
-        fn info(&self) -> crate::fabric::FabricInfo {
-            self.inner.info()
-        }
-        fn topology(&self) -> &crate::topology::Topology {
-            self.inner.topology()
-        }
-        fn prepare(&mut self, g: &Group, b: &[Backend]) -> Result<Vec<Readiness>, FabricError> {
-            self.inner.prepare(g, b)
-        }
-        fn verify(&mut self, b: Backend, n: u64, s: u64) -> Result<Verification, FabricError> {
-            if b == self.victim {
-                *self.verified.entry(n).or_default() += 1;
-            }
-            self.inner.verify(b, n, s)
-        }
-        fn time(
-            &mut self,
-            b: Backend,
-            n: u64,
-            m: crate::allreduce::Mode,
-            batch: u32,
-            samples: u32,
-        ) -> Result<Vec<f64>, FabricError> {
-            if b != self.victim {
-                return self.inner.time(b, n, m, batch, samples);
-            }
-            let f = [1.6, 1.25, 1.4][(self.verified[&n] - 1) % 3];
-            let t = self.inner.time(Backend::Nccl, n, m, batch, samples)?;
-            Ok(t.into_iter().map(|x| f * x).collect())
-        }
-        fn probe(
-            &mut self,
-            d: crate::allreduce::Direction,
-            peers: usize,
-            bytes: u64,
-        ) -> Result<crate::fabric::ProbeSample, FabricError> {
-            self.inner.probe(d, peers, bytes)
-        }
-        fn release(&mut self) -> Result<(), FabricError> {
-            self.inner.release()
-        }
-    }
-
     #[test]
     fn a_machine_drifting_between_passes_is_undecided_not_stale() {
         let p = tuned();
         let chosen = p.groups[0].buckets[0].choice;
-        let t = presets::get("pcie-4x-1switch").unwrap();
-        let mut f = Drift {
-            inner: SimFabric::new(t, 2),
-            victim: chosen,
-            verified: BTreeMap::new(),
-        };
+        let mut f = Reshaped::new(chosen, drift);
         let pts = run(&mut f, &p, &harness(), &Cancel::new()).unwrap();
         // Where the victim's only rival is NCCL, the one it drifts against.
         let against_nccl: Vec<&Point> = pts
