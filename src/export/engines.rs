@@ -44,6 +44,19 @@ pub struct Vllm {
     /// SYMM_MEM_ALL_REDUCE_MAX_SIZES.
     symm_mem_max_bytes: Table,
     pub custom_default_max_bytes: u64,
+    /// CustomAllreduce._SUPPORTED_WORLD_SIZES.
+    pub custom_world_sizes: Vec<usize>,
+    /// Per world size: its kernel runs one-stage below this size, two-stage from it
+    /// (csrc/custom_all_reduce.cuh); a world size not listed always runs two-stage.
+    custom_one_stage_below_bytes: BTreeMap<String, u64>,
+    /// The staging buffer is as large as the largest custom all-reduce, all-gather
+    /// (_DEFAULT_ALL_GATHER_MAX_SIZE) or reduce-scatter (_DEFAULT_REDUCE_SCATTER_MAX_SIZE).
+    custom_all_gather_default_bytes: u64,
+    custom_reduce_scatter_default_bytes: u64,
+    /// The registered-pointer table (`rank_data`).
+    custom_rank_data_bytes: u64,
+    /// SymmMemCommunicator._WORLD_SIZES_MULTIMEM: multimem there, torch two-shot elsewhere.
+    symm_mem_multimem_world_sizes: BTreeMap<String, Vec<usize>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -93,6 +106,28 @@ impl Vllm {
             .min(self.custom_default_max_bytes)
     }
 
+    /// Whether custom all-reduce's kernel runs one-stage for `bytes` on `n` GPUs.
+    pub fn custom_one_stage(&self, n: usize, bytes: u64) -> bool {
+        self.custom_one_stage_below_bytes
+            .get(&n.to_string())
+            .is_some_and(|&below| bytes < below)
+    }
+
+    /// Device memory custom all-reduce allocates per GPU at this message limit: metadata and
+    /// scratch (the limit), the staging buffer, and the rank-data table (custom_all_reduce.py).
+    pub fn custom_buffer_bytes(&self, max_size: u64) -> u64 {
+        let staging = max_size
+            .max(self.custom_all_gather_default_bytes)
+            .max(self.custom_reduce_scatter_default_bytes);
+        max_size + staging + self.custom_rank_data_bytes
+    }
+
+    /// Whether torch symmetric memory runs multimem (else two-shot) on this GPU and world size.
+    pub fn symm_mem_multimem(&self, cap: Option<ComputeCapability>, n: usize) -> bool {
+        cap.and_then(|c| self.symm_mem_multimem_world_sizes.get(&key(c)))
+            .is_some_and(|w| w.contains(&n))
+    }
+
     /// Symmetric memory's exclusive limit, or None without an entry.
     pub fn symm_mem_max(&self, cap: Option<ComputeCapability>, n: usize) -> Option<u64> {
         lookup(&self.symm_mem_max_bytes, cap, n)
@@ -100,6 +135,17 @@ impl Vllm {
 }
 
 impl Sglang {
+    /// The largest size any of v2's multicast ranges reaches: no v2 limit goes above it.
+    pub fn largest_range(&self) -> u64 {
+        self.v2_multicast
+            .values()
+            .flat_map(|w| w.values())
+            .flat_map(|m| m.values())
+            .filter_map(|r| r.map(|(_, hi)| hi))
+            .max()
+            .unwrap_or(self.v2_workspace_bytes)
+    }
+
     /// SGLang's multicast range (inclusive) for this GPU, world size and mode.
     pub fn multicast(
         &self,
@@ -155,5 +201,16 @@ mod tests {
         );
         assert_eq!(m.sglang.multicast(cap(8, 0), 8, false), None);
         assert!(m.vllm.order.iter().any(|r| r.path == "flashinfer"));
+        // custom_all_reduce.cuh: one-stage on a pair, below 512 KiB on 4 GPUs, 256 KiB on 8.
+        assert!(m.vllm.custom_one_stage(2, 4 << 20));
+        assert!(m.vllm.custom_one_stage(4, 256 << 10) && !m.vllm.custom_one_stage(4, 512 << 10));
+        assert!(!m.vllm.custom_one_stage(8, 256 << 10) && !m.vllm.custom_one_stage(16, 1024));
+        // H200 TP8: max_size 256 KiB, the 16 MiB reduce-scatter staging, 8 MiB rank data.
+        assert_eq!(
+            m.vllm.custom_buffer_bytes(256 << 10),
+            (256 << 10) + (24 << 20)
+        );
+        assert!(m.vllm.symm_mem_multimem(cap(9, 0), 4) && !m.vllm.symm_mem_multimem(cap(10, 0), 4));
+        assert_eq!(m.sglang.largest_range(), 128 << 20);
     }
 }

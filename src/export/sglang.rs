@@ -22,13 +22,18 @@ use super::*;
 use crate::units::fmt_bytes;
 
 const KIB: u64 = 1 << 10;
-const MIB: u64 = 1 << 20;
-/// v2's default pull workspace (SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB = 16384).
-const V2_WORKSPACE: u64 = 16 * MIB;
-/// The largest v2 limit SGLang's tuning takes (UNTUNED_MAX).
-const V2_MAX: u64 = 128 * MIB;
-/// v1's message limit (CustomAllreduce max_size, exclusive).
-const V1_MAX: u64 = 8 * MIB;
+/// v2's default pull workspace (SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB), from the model.
+fn v2_workspace() -> u64 {
+    engines::model().sglang.v2_workspace_bytes
+}
+/// The largest size SGLang's v2 tables reach: no limit artune sets goes above it.
+fn v2_max() -> u64 {
+    engines::model().sglang.largest_range()
+}
+/// v1's message limit (CustomAllreduce max_size, exclusive), from the model.
+fn v1_max() -> u64 {
+    engines::model().sglang.v1_max_bytes
+}
 
 /// The four v2 bands in SGLang's fixed order.
 const BANDS: [(Option<Backend>, &str); 4] = [
@@ -98,8 +103,14 @@ fn assign(g: &GroupProfile, workspace: u64) -> Vec<usize> {
         };
         match (timing, b.results.get(&b.choice)) {
             (None, _) => UNMEASURED,
+            // Not significantly faster than the choice (intervals and model bands, as the
+            // profile's rule judges): it costs what the choice's band costs, and a hair more,
+            // so an exact tie goes to the choice and not to the earlier band.
             (Some(x), Some(c)) if !is_choice(b, s) && !crate::decide::beats(&x, c) => {
-                x.median_us.max(c.median_us)
+                let own = (0..4)
+                    .filter(|&q| is_choice(b, q))
+                    .find_map(|q| band_time(b, q));
+                x.median_us.max(c.median_us).max(own.unwrap_or(0.0)) * (1.0 + 1e-9)
             }
             (Some(x), _) => x.median_us,
         }
@@ -147,7 +158,7 @@ fn limits(g: &GroupProfile, bands: &[usize]) -> [u64; 3] {
             .max();
         lim[k] = last
             .unwrap_or(if k == 0 { 0 } else { lim[k - 1] })
-            .min(V2_MAX);
+            .min(v2_max());
     }
     lim
 }
@@ -170,13 +181,13 @@ struct V2Plan {
 }
 
 fn v2_plan(g: &GroupProfile) -> V2Plan {
-    let bands = assign(g, V2_WORKSPACE);
+    let bands = assign(g, v2_workspace());
     let lim = limits(g, &bands);
-    let big = limits(g, &assign(g, V2_MAX));
+    let big = limits(g, &assign(g, v2_max()));
     V2Plan {
         bands,
         lim,
-        wants: (big[2] > V2_WORKSPACE).then_some(big[2]),
+        wants: (big[2] > v2_workspace()).then_some(big[2]),
     }
 }
 
@@ -185,7 +196,7 @@ fn v1_versus(g: &GroupProfile) -> Versus {
     Versus::of(
         g.buckets
             .iter()
-            .filter(|b| b.bytes <= V1_MAX)
+            .filter(|b| b.bytes <= v1_max())
             .filter_map(|b| Some((median(b, Backend::OneStagePull)?, plugin_time(b)?.median_us))),
     )
 }
@@ -203,7 +214,7 @@ pub(super) fn runs(p: &Profile, g: &GroupProfile, bytes: u64) -> EngineRun {
         Kind::None(why) => nccl(why.into()),
         Kind::V1 => {
             let keep = v1_versus(g).keep();
-            if bytes > V1_MAX || bytes % 16 != 0 {
+            if bytes > v1_max() || bytes % 16 != 0 {
                 nccl(
                     "custom all-reduce v1 takes messages up to 8 MiB, multiples of 16 bytes".into(),
                 )
@@ -220,7 +231,7 @@ pub(super) fn runs(p: &Profile, g: &GroupProfile, bytes: u64) -> EngineRun {
         }
         Kind::V2 => {
             let plan = v2_plan(g);
-            let band = if bytes % 16 != 0 || bytes > V2_WORKSPACE {
+            let band = if bytes % 16 != 0 || bytes > v2_workspace() {
                 3
             } else {
                 (0..3).find(|&k| bytes <= plan.lim[k]).unwrap_or(3)
@@ -275,7 +286,7 @@ pub fn plugin_plan(p: &Profile, g: &GroupProfile) -> PluginPlan {
             max_bytes: g
                 .buckets
                 .iter()
-                .filter(|b| b.bytes <= V1_MAX && b.choice.is_custom())
+                .filter(|b| b.bytes <= v1_max() && b.choice.is_custom())
                 .map(|b| b.bytes)
                 .max()
                 .unwrap_or(0),
@@ -411,15 +422,15 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
                         "#   SGLang's order (push, pull, two-shot, NCCL) costs {:+.1}% summed against the profile's bands ({ordered:.1} vs {chosen:.1} us), {worst}.\n",
                         (ordered / chosen - 1.0) * 100.0,
                     ));
-                        if let Some((lo, hi)) = mc {
+                        if let Some((lo, hi)) = mc.filter(|&(_, hi)| hi > 0) {
                             notes.push_str(&format!("#   Where its two-shot band falls between {} and {}, SGLang runs it over NVLink multicast, which artune did not measure.\n", fmt_bytes(lo), fmt_bytes(hi)));
                         }
-                        let push = plan.lim[0].min(V2_WORKSPACE);
+                        let push = plan.lim[0].min(v2_workspace());
                         notes.push_str(&format!(
                         "#   v2 workspace per GPU at these limits: pull {} + push 2 x {tp} x {} = {}.\n",
-                        fmt_bytes(V2_WORKSPACE),
+                        fmt_bytes(v2_workspace()),
                         fmt_bytes(push),
-                        fmt_bytes(V2_WORKSPACE + 2 * tp as u64 * push)
+                        fmt_bytes(v2_workspace() + 2 * tp as u64 * push)
                     ));
                         if let Some(want) = plan.wants {
                             env.push_str(&format!(
@@ -427,7 +438,7 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
                             mode.id(),
                             fmt_bytes(want),
                             want.div_ceil(KIB),
-                            fmt_bytes(want - V2_WORKSPACE)
+                            fmt_bytes(want - v2_workspace())
                         ));
                         }
                     }
@@ -514,13 +525,54 @@ mod tests {
     fn bands_never_go_backwards_and_stay_in_the_workspace() {
         let p = sample::profile_with("nvswitch-8x", &[4], &[1 << 10, 1 << 20, 32 << 20]);
         for g in &p.groups {
-            let bands = assign(g, V2_WORKSPACE);
+            let bands = assign(g, v2_workspace());
             assert!(bands.windows(2).all(|w| w[0] <= w[1]), "{bands:?}");
             let lim = limits(g, &bands);
             assert!(lim[0] <= lim[1] && lim[1] <= lim[2], "{lim:?}");
-            assert!(lim[2] <= V2_WORKSPACE, "{lim:?}");
+            assert!(lim[2] <= v2_workspace(), "{lim:?}");
             assert_eq!(bands[2], 3, "32 MiB is above the workspace: NCCL");
         }
+    }
+
+    /// A simulated profile that keeps NCCL where a kernel is modelled faster but within the
+    /// model's error: v2 takes none of those sizes, as the rule of docs/ENGINE-PATHS.md says
+    /// (an exact tie once went to the earlier band).
+    #[test]
+    fn a_kernel_faster_only_within_the_model_band_gets_no_v2_size() {
+        let mut p = sample::profile_with("nvswitch-8x", &[4], &[1 << 10, 64 << 10, 1 << 20]);
+        let g = &mut p.groups[0];
+        for b in &mut g.buckets {
+            // The NCCL variant the plugin runs, so that the kernel ties the choice's band.
+            b.choice = plugin_nccl(b);
+            for (k, t) in b.results.iter_mut() {
+                let family = if k.is_custom() {
+                    crate::profile::ModelFamily::Custom
+                } else {
+                    crate::profile::ModelFamily::Nccl
+                };
+                t.model = Some(crate::profile::ModelBand {
+                    low: 0.4,
+                    high: 2.5,
+                    assumed: false,
+                    family: Some(family),
+                });
+            }
+            let nccl = b.results[&b.choice].median_us;
+            let pull = b.results.get_mut(&Backend::OneStagePull).unwrap();
+            (pull.median_us, pull.ci_low_us, pull.ci_high_us) =
+                (nccl / 1.5, nccl / 1.52, nccl / 1.48);
+        }
+        let plan = v2_plan(&p.groups[0]);
+        assert_eq!(plan.lim, [0, 0, 0], "{:?}", plan.bands);
+        // Beyond the band, 1shot_pull takes the sizes again.
+        for b in &mut p.groups[0].buckets {
+            b.choice = Backend::OneStagePull;
+            let nccl = b.results[&Backend::Nccl].median_us;
+            let pull = b.results.get_mut(&Backend::OneStagePull).unwrap();
+            (pull.median_us, pull.ci_low_us, pull.ci_high_us) =
+                (nccl / 10.0, nccl / 10.2, nccl / 9.8);
+        }
+        assert_eq!(v2_plan(&p.groups[0]).lim, [0, 1 << 20, 1 << 20]);
     }
 
     #[test]
@@ -535,7 +587,7 @@ mod tests {
             .unwrap();
         (t.median_us, t.ci_low_us, t.ci_high_us) = (nccl / 2.0, nccl / 2.1, nccl / 1.9);
         let plan = v2_plan(&p.groups[0]);
-        assert!(plan.lim[2] <= V2_WORKSPACE, "{:?}", plan.lim);
+        assert!(plan.lim[2] <= v2_workspace(), "{:?}", plan.lim);
         assert_eq!(plan.wants, Some(32 << 20));
         let o = Options {
             engine: Engine::Sglang,

@@ -27,13 +27,6 @@
 use super::*;
 use crate::units::fmt_bytes;
 
-const MIB: u64 = 1 << 20;
-/// vLLM's custom all-reduce message limit before the per-capability table (max_size).
-pub const MAX_SIZE: u64 = 8 * MIB;
-/// Device memory vLLM's custom all-reduce allocates per GPU: meta + scratch (max_size), the
-/// IPC input buffer (max_size) and the rank-data table (8 MiB).
-pub const BUFFER_BYTES: u64 = 3 * MAX_SIZE;
-
 /// What vLLM's chain runs for one allreduce.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Path {
@@ -54,8 +47,8 @@ fn model() -> &'static engines::Vllm {
 /// Why vLLM would not run its custom all-reduce on these GPUs at all, if it would not.
 pub fn disabled_because(t: &Topology, gpus: &[usize]) -> Option<&'static str> {
     let n = gpus.len();
-    if ![2, 4, 6, 8].contains(&n) {
-        Some("vLLM's custom all-reduce supports 2, 4, 6 or 8 GPUs only")
+    if !model().custom_world_sizes.contains(&n) {
+        Some("vLLM's custom all-reduce does not support this number of GPUs")
     } else if n > 2 && !fully_nvlinked(t, gpus) {
         Some("vLLM disables its custom all-reduce on more than two PCIe-only GPUs")
     } else if !p2p_ok(t, gpus) {
@@ -96,21 +89,14 @@ pub fn builtin(t: &Topology, gpus: &[usize], dtype: Dtype, bytes: u64) -> Path {
             cap.map_or("this GPU".into(), |c| format!("capability {c}"))
         ),
         None => {
-            let nv = fully_nvlinked(t, gpus);
-            let one = n == 2 || (nv && ((n <= 4 && bytes < 512 * 1024) || bytes < 256 * 1024));
-            return Path::Custom(if one {
+            return Path::Custom(if model().custom_one_stage(n, bytes) {
                 Backend::OneStagePull
             } else {
                 Backend::TwoStagePull
             });
         }
     };
-    // symm_mem.py: multimem at world sizes 4/6/8 on 9.0 and 6/8 on 10.0, two-shot otherwise.
-    let multimem = cap.is_some_and(|c| match (c.major, c.minor) {
-        (9, 0) => matches!(n, 4 | 6 | 8),
-        (10, 0) => matches!(n, 6 | 8),
-        _ => false,
-    });
+    let multimem = model().symm_mem_multimem(cap, n);
     let symm = match model().symm_mem_max(cap, n) {
         None => "symmetric memory has no entry for this capability and world size",
         Some(_) if !multicast(t, gpus) => "symmetric memory needs NVLink multicast",
@@ -171,6 +157,75 @@ pub(super) fn runs(p: &Profile, g: &GroupProfile, bytes: u64) -> EngineRun {
             because: why,
         },
     }
+}
+
+/// What vLLM runs for `bytes` (bucket `b` of group `g`) with artune's vLLM plugin loaded, by
+/// the rule of docs/ENGINE-PATHS.md: where the profile says NCCL no peer-to-peer path takes the
+/// size; inside its custom band vLLM's own order applies. The fusion pass is said apart,
+/// because it replaces an allreduce followed by RMSNorm, not every allreduce.
+pub(super) fn plugin_runs(p: &Profile, g: &GroupProfile, b: &Bucket, bytes: u64) -> EngineRun {
+    let engine = "vLLM + artune's plugin";
+    let mut run = if !b.choice.is_custom() {
+        EngineRun {
+            engine,
+            runs: "NCCL".into(),
+            backend: Some(Backend::Nccl),
+            because: "the profile gives NCCL here, so the plugin turns down FlashInfer, custom all-reduce and symmetric memory at this size".into(),
+        }
+    } else {
+        match builtin(&p.topology, &g.gpus, g.dtype, bytes) {
+            Path::Custom(k) => EngineRun {
+                engine,
+                runs: format!(
+                    "custom allreduce, {}",
+                    if k == Backend::OneStagePull { "1stage" } else { "2stage" }
+                ),
+                backend: Some(k),
+                because: "inside the profile's custom band vLLM's own order applies, and should_custom_ar takes it".into(),
+            },
+            Path::FlashInfer(max) => EngineRun {
+                engine,
+                runs: "FlashInfer allreduce".into(),
+                backend: None,
+                because: format!(
+                    "inside the profile's custom band vLLM's own order applies, and FlashInfer comes first (to {} here)",
+                    fmt_bytes(max)
+                ),
+            },
+            Path::SymmMem(what) => EngineRun {
+                engine,
+                runs: what.into(),
+                backend: None,
+                because: "inside the profile's custom band vLLM's own order applies; custom all-reduce does not take it and symmetric memory does".into(),
+            },
+            Path::Nccl(why) => EngineRun {
+                engine,
+                runs: "NCCL".into(),
+                backend: Some(Backend::Nccl),
+                because: format!("vLLM has no peer-to-peer path for it ({why})"),
+            },
+        }
+    };
+    if let Some(max) = model().fusion_max(capability(&p.topology, &g.gpus), g.gpus.len()) {
+        // The custom band from the smallest size, in this group's mode (the plugin also
+        // requires it in the other mode).
+        let prefix = g
+            .buckets
+            .iter()
+            .take_while(|x| x.choice.is_custom())
+            .last()
+            .map_or(0, |x| x.bytes);
+        run.because.push_str(&if bytes <= max.min(prefix) {
+            "; at -O2 an allreduce followed by RMSNorm is fused into FlashInfer's kernel here".to_string()
+        } else {
+            format!(
+                "; at -O2 an allreduce followed by RMSNorm is not fused here (vLLM fuses to {}, the plugin only inside the profile's custom band from the smallest size{})",
+                fmt_bytes(max),
+                if prefix > 0 { format!(", to {}", fmt_bytes(prefix)) } else { ", which starts with NCCL".into() }
+            )
+        });
+    }
+    run
 }
 
 /// vLLM's custom kernel against NCCL (with artune's plugin) where vLLM would run it.
@@ -329,6 +384,12 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
                 fmt_bytes(max)
             ));
             }
+            if let Some(max) = model().fusion_max(capability(&p.topology, &g.gpus), tp) {
+                s.push_str(&format!(
+                "#   fusion pass (-O2): allreduce+RMSNorm fused into FlashInfer's kernel up to {} (--disable-custom-all-reduce leaves it on; artune's vLLM plugin fuses only inside the profile's custom band from the smallest size).\n",
+                fmt_bytes(max)
+            ));
+            }
             if let Some(why) = disabled_because(&p.topology, &g.gpus) {
                 s.push_str(&format!("#   custom allreduce: off ({why}).\n"));
             } else {
@@ -393,9 +454,14 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
             ));
             } else {
                 s.push_str(&format!(
-                "#   Where vLLM runs its custom kernel it is {}:\n#   disable it (also frees about {} MiB per GPU).\n{visible}vllm serve MODEL --tensor-parallel-size {tp} --disable-custom-all-reduce\n",
+                "#   Where vLLM runs its custom kernel it is {}:\n#   disable it (also frees about {} MiB per GPU{}).\n{visible}vllm serve MODEL --tensor-parallel-size {tp} --disable-custom-all-reduce\n",
                 v.describe(),
-                BUFFER_BYTES >> 20
+                model().custom_buffer_bytes(custom_limit(&p.topology, &g.gpus)) >> 20,
+                if fully_nvlinked(&p.topology, &g.gpus) {
+                    ", and moves vLLM's custom all-gather and reduce-scatter, which artune did not measure, to NCCL; artune's vLLM plugin gates only the all-reduce"
+                } else {
+                    ""
+                }
             ));
             }
         }

@@ -187,6 +187,7 @@ pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
     }
     let engines = [
         vllm::runs(p, g, bytes),
+        vllm::plugin_runs(p, g, b, bytes),
         sglang::runs(p, g, bytes),
         trtllm::runs(p, g, bytes),
         nccl::runs(g, bytes),
@@ -441,7 +442,14 @@ mod tests {
             .rows
             .iter()
             .any(|r| r.backend == w.chosen && r.vs_chosen == 0.0));
-        assert_eq!(w.engines.len(), 4);
+        assert_eq!(w.engines.len(), 5);
+        // With the plugin, vLLM follows the profile: NCCL where it says NCCL.
+        let plugin = w
+            .engines
+            .iter()
+            .find(|e| e.run.engine == "vLLM + artune's plugin")
+            .unwrap();
+        assert_eq!(plugin.run.runs == "NCCL", w.chosen.is_nccl(), "{plugin:?}");
         let text = render(&w);
         assert!(
             text.contains("SIMULATED") && text.contains("why: "),

@@ -115,7 +115,7 @@ ARTUNE_CUSTOM_ALL_REDUCE_V2 = {
 #   SGLang's order (push, pull, two-shot, NCCL) costs +0.0% summed against the profile's bands (1053.8 vs 1053.8 us), slower at no size.
 #   v2 workspace per GPU at these limits: pull 16M + push 2 x 4 x 0B = 16M.
 # TP4 eager (GPUs [4, 5, 6, 7]):
-#         1K: 1shot_pull 14.7 us; profile chose nccl_ring_ll (15.2 us), -3%
+#         1K: NCCL       15.2 us
 #         4K: NCCL       15.7 us
 #        16K: NCCL       17.7 us
 #        64K: NCCL       20.6 us
@@ -123,8 +123,7 @@ ARTUNE_CUSTOM_ALL_REDUCE_V2 = {
 #         1M: NCCL       64.7 us
 #         4M: NCCL       195.8 us
 #        16M: NCCL       720.1 us
-#   SGLang's order (push, pull, two-shot, NCCL) costs -0.0% summed against the profile's bands (1081.4 vs 1081.8 us), slower at no size.
-#   Where its two-shot band falls between 0B and 1K, SGLang runs it over NVLink multicast, which artune did not measure.
+#   SGLang's order (push, pull, two-shot, NCCL) costs +0.0% summed against the profile's bands (1081.8 vs 1081.8 us), slower at no size.
 #   v2 workspace per GPU at these limits: pull 16M + push 2 x 4 x 0B = 16M.
 #   NOT in the table, which holds one entry per TP size (GPUs 0,1,2,3's); on these GPUs SGLang
-#   would need {"graph": (0, 4096, 4096, None), "eager": (0, 1024, 1024, (0, 1024))}.
+#   would need {"graph": (0, 4096, 4096, None), "eager": (0, 0, 0, (0, 0))}.
