@@ -218,9 +218,9 @@ impl Profile {
 
     /// The group's bands, ascending: what an engine configures once at start-up.
     #[pyo3(signature = (tp, mode = "graph"))]
-    fn bands(&self, tp: usize, mode: &str) -> PyResult<Vec<Band>> {
+    fn bands(&self, tp: i64, mode: &str) -> PyResult<Vec<Band>> {
         let q = Query {
-            tp,
+            tp: tp_size(tp)?,
             mode: self::mode(mode)?,
             gpus: None,
         };
@@ -247,9 +247,9 @@ impl Profile {
     /// Device memory per GPU each backend costs an engine that follows the profile at `tp`:
     /// custom buffers sized to the largest size the profile routes to them, NCCL's communicator.
     #[pyo3(signature = (tp, mode = "graph"))]
-    fn memory(&self, tp: usize, mode: &str) -> PyResult<std::collections::BTreeMap<String, u64>> {
+    fn memory(&self, tp: i64, mode: &str) -> PyResult<std::collections::BTreeMap<String, u64>> {
         let q = Query {
-            tp,
+            tp: tp_size(tp)?,
             mode: self::mode(mode)?,
             gpus: None,
         };
@@ -303,12 +303,12 @@ impl Profile {
     fn sglang_plan<'py>(
         &self,
         py: Python<'py>,
-        tp: usize,
+        tp: i64,
         mode: &str,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
         use crate::export::SglangPlan;
         let q = Query {
-            tp,
+            tp: tp_size(tp)?,
             mode: self::mode(mode)?,
             gpus: None,
         };
