@@ -6,7 +6,9 @@ mod common;
 
 use common::{artune, text, tuned};
 
-/// A small simulated profile to check.
+/// A small simulated profile to check: TP4 on the direct-attached box, where NCCL's defaults
+/// go through host memory and the custom kernel wins at the smallest sizes beyond the model's
+/// error (under one switch NCCL's ring is within it: `tune_cli`).
 fn profile(dir: &std::path::Path) -> String {
     profile_seeded(dir, 1)
 }
@@ -16,7 +18,7 @@ fn profile_seeded(dir: &std::path::Path, seed: u64) -> String {
     let seed = seed.to_string();
     let args = [
         "--sim",
-        "pcie-4x-1switch",
+        "pcie-8x-direct-2socket",
         "--tp",
         "4",
         "--sizes",
@@ -35,7 +37,7 @@ fn profile_seeded(dir: &std::path::Path, seed: u64) -> String {
 fn holds_on_its_machine_and_names_a_choice_that_no_longer_holds() {
     let dir = tempfile::tempdir().unwrap();
     let p = profile(dir.path());
-    let o = artune(&["check", &p, "--measure", "--sim", "pcie-4x-1switch"]);
+    let o = artune(&["check", &p, "--measure", "--sim", "pcie-8x-direct-2socket"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     assert!(
         text(&o.stdout).contains("holds, measured"),
@@ -52,7 +54,7 @@ fn holds_on_its_machine_and_names_a_choice_that_no_longer_holds() {
         &p,
         "--measure",
         "--sim",
-        "pcie-4x-1switch",
+        "pcie-8x-direct-2socket",
         "--sim-faults",
         &faults,
     ]);
@@ -90,9 +92,9 @@ fn holds_on_its_machine_and_names_a_choice_that_no_longer_holds() {
     assert!((150.0..250.0).contains(&pct), "{line}");
 }
 
-/// `check --measure PROFILE --sim pcie-4x-1switch`, with `faults` injected if any.
+/// `check --measure PROFILE --sim pcie-8x-direct-2socket`, with `faults` injected if any.
 fn check_measured(p: &str, faults: Option<&str>) -> std::process::Output {
-    let mut args = vec!["check", p, "--measure", "--sim", "pcie-4x-1switch"];
+    let mut args = vec!["check", p, "--measure", "--sim", "pcie-8x-direct-2socket"];
     if let Some(f) = faults {
         args.extend(["--sim-faults", f]);
     }
@@ -328,7 +330,7 @@ fn a_busy_gpu_refuses_the_tune_unless_allowed_and_the_profile_says_so() {
 fn a_downtrained_link_is_caught_by_the_measured_check() {
     let dir = tempfile::tempdir().unwrap();
     let p = profile(dir.path());
-    let o = artune(&["topo", "--sim", "pcie-4x-1switch", "--json"]);
+    let o = artune(&["topo", "--sim", "pcie-8x-direct-2socket", "--json"]);
     let same = dir.path().join("same.json");
     std::fs::write(&same, &o.stdout).unwrap();
     let check = |topo: &std::path::Path, measure: bool| {
@@ -373,7 +375,7 @@ fn a_backend_moving_as_it_did_while_tuned_holds_and_a_slowed_kernel_does_not() {
     let dir = tempfile::tempdir().unwrap();
     let args = [
         "--sim",
-        "pcie-4x-1switch",
+        "pcie-8x-direct-2socket",
         "--tp",
         "4",
         "--sizes",

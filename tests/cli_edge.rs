@@ -127,9 +127,9 @@ fn select_and_why_answer_for_the_placement_asked_and_name_it() {
         assert_eq!(o.status.code(), Some(0), "{args:?}: {}", text(&o.stderr));
         serde_json::from_str(&text(&o.stdout)).unwrap()
     };
-    let default = json(&["select", p, "--tp", "2", "--bytes", "64K", "--json"]);
+    let default = json(&["select", p, "--tp", "2", "--bytes", "128K", "--json"]);
     let across = json(&[
-        "select", p, "--tp", "2", "--bytes", "64K", "--gpus", "3,4", "--json",
+        "select", p, "--tp", "2", "--bytes", "128K", "--gpus", "3,4", "--json",
     ]);
     assert_eq!(default["gpus"], serde_json::json!([0, 1]));
     assert_eq!(default["other_placements"], serde_json::json!([[3, 4]]));
@@ -138,10 +138,11 @@ fn select_and_why_answer_for_the_placement_asked_and_name_it() {
         across["placement"],
         "2 root ports, 2 root complexes, 2 sockets"
     );
-    // At 64K the two placements choose differently: the answer depends on the GPUs asked.
+    // At 128K the two placements choose differently (NCCL's ring with Simple on one socket,
+    // NCCL's own choice across sockets): the answer depends on the GPUs asked.
     assert_ne!(default["backend"], across["backend"], "{default} {across}");
     // Text: the backend alone on stdout, the group it answered for on stderr.
-    let o = artune(&["select", p, "--tp", "2", "--bytes", "64K"]);
+    let o = artune(&["select", p, "--tp", "2", "--bytes", "128K"]);
     assert_eq!(text(&o.stdout).trim(), default["backend"].as_str().unwrap());
     let err = text(&o.stderr);
     assert!(
@@ -151,7 +152,7 @@ fn select_and_why_answer_for_the_placement_asked_and_name_it() {
     );
     // why explains the same group select answered for.
     let w = json(&[
-        "why", p, "--tp", "2", "--bytes", "64K", "--gpus", "3,4", "--json",
+        "why", p, "--tp", "2", "--bytes", "128K", "--gpus", "3,4", "--json",
     ]);
     assert_eq!(w["gpus"], serde_json::json!([3, 4]));
     assert_eq!(w["chosen"], across["backend"]);
@@ -236,9 +237,14 @@ fn show_prints_shared_lines_once_aligns_columns_and_lists_the_budget() {
     assert_eq!(s.matches("NCCL communicator").count(), 1, "{s}");
     assert!(s.contains("every group:\n  NCCL communicator"), "{s}");
     assert!(s.contains("memory budget: 2.5M per GPU"), "{s}");
-    // At 384K two_stage_push needs more than 2.5M per GPU: excluded there, and show says so.
+    // From 384K two_stage_push needs more than 2.5M per GPU: excluded from the first bucket
+    // there (384K where the tune refined around a change of winner, else 512K), and show
+    // says so.
     assert!(
-        s.contains("over the memory budget, excluded:") && s.contains("two_stage_push at 384K"),
+        s.contains("over the memory budget, excluded:")
+            && ["384K", "448K", "512K"]
+                .iter()
+                .any(|at| s.contains(&format!("two_stage_push at {at}"))),
         "{s}"
     );
     // Titles sit over their values.
@@ -332,8 +338,14 @@ fn predict_interpolates_between_buckets_and_follows_select_below_them() {
         .iter()
         .map(|s| s["ms"]["profile"].as_f64().unwrap())
         .collect();
-    // Each token adds bytes, and so time: no two token counts share one bucket's time.
-    assert!(ms.windows(2).all(|w| w[1] > w[0]), "{ms:?}");
+    // Each token adds bytes, and so time: no two token counts share one bucket's time. Where
+    // the profile's choice changes, the time may step down by less than the rule's 5% edge
+    // (a backend up to 5% faster does not displace the choice until it is more).
+    assert!(
+        ms.windows(2).all(|w| w[1] != w[0] && w[1] > 0.95 * w[0]),
+        "{ms:?}"
+    );
+    assert!(ms[ms.len() - 1] > 1.2 * ms[0], "{ms:?}");
     // At a measured size the prediction is the measurement select reports.
     let sel = artune(&["select", p, "--tp", "8", "--bytes", "32K", "--json"]);
     let sel: serde_json::Value = serde_json::from_str(&text(&sel.stdout)).unwrap();

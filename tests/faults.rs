@@ -20,14 +20,15 @@ use artune::profile::{Bucket, Profile};
 
 use common::{text, BIN};
 
-/// A small tune: TP2 inside a switch and TP8 across both, sizes where every backend wins
-/// somewhere (one-stage and two-stage kernels, NCCL).
+/// A small tune: TP2 and TP4 on the direct-attached box (NCCL's defaults go through host
+/// memory across root complexes, so the kernels win beyond the model's error there), sizes
+/// where every backend wins somewhere (one-stage and two-stage kernels, NCCL).
 const TUNE: [&str; 8] = [
     "tune",
     "--sim",
-    "pcie-8x-2switch",
+    "pcie-8x-direct-2socket",
     "--tp",
-    "2,8",
+    "2,4",
     "--sizes",
     "4K:4M",
     "--no-contention",
@@ -88,11 +89,9 @@ fn faulty_backends_are_never_chosen_and_every_fault_is_reported() {
     let wrong = [Backend::TwoStagePush, Backend::NcclRingSimple];
     let hang = [Backend::OneStagePush, Backend::Nccl];
     let faulty: Vec<Backend> = wrong.iter().chain(&hang).copied().collect();
-    // The faults hit backends the fault-free tune chooses, so ignoring them would show. Not
-    // one-stage push: since simulated kernels win over NCCL only beyond the model band, the
-    // fault-free tune chooses two-stage push alone among kernels here. It stays faulted: a
-    // hanging kernel that kept a timing or went unreported would still fail the checks below.
+    // The faults hit backends the fault-free tune chooses, so ignoring them would show.
     for b in [
+        Backend::OneStagePush,
         Backend::TwoStagePush,
         Backend::NcclRingSimple,
         Backend::Nccl,
@@ -216,12 +215,23 @@ fn random_slowness_is_set_aside_as_outliers_and_choices_stay_sane() {
             }
         }
         // A different choice is only a close call: by the fault-free timings, the backend
-        // chosen here costs at most 10% more than the one chosen there.
+        // chosen here costs at most 10% more than the one chosen there, beyond the model
+        // bands where the rule applies them (a kernel against NCCL: the choice turns at the
+        // bands' edge, and spikes move the intervals that meet there).
         if k.choice != c.choice {
             let mine = c.results[&k.choice].median_us;
             let theirs = c.results[&c.choice].median_us;
+            let edge = if k.choice.is_custom() != c.choice.is_custom() {
+                [&c.results[&k.choice], &c.results[&c.choice]]
+                    .iter()
+                    .filter_map(|t| t.model.as_ref())
+                    .map(|m| (m.high / m.low).sqrt())
+                    .product()
+            } else {
+                1.0
+            };
             assert!(
-                mine < theirs * 1.10,
+                mine < theirs * 1.10 * edge,
                 "{key:?}: {} {mine} vs {} {theirs}",
                 k.choice,
                 c.choice

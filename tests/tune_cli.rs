@@ -160,9 +160,10 @@ fn c2_direct_attach_crossover_and_contention() {
 }
 
 /// Four GPUs behind one switch: the simulated custom kernels are faster than NCCL up to
-/// 256K, but a simulated kernel wins over simulated NCCL only beyond both model bands (about
-/// 2.2x apart here, `show` prints them). So custom serves the decode sizes, 2.3-2.6x faster,
-/// and NCCL the sizes up to 256K where the kernel's 1.4-2.1x could be the model's error.
+/// 256K, but a simulated kernel wins over simulated NCCL only beyond both model bands (`show`
+/// prints them). A one-shot crosses about three hops (barrier, data, barrier) where NCCL's
+/// ring crosses 2(N-1) = 6, so at decode sizes it is 1.3-2x faster: less than the two bands
+/// apart (NCCL's x0.61-x1.64 alone), so NCCL serves every size and `show` says "not sure".
 #[test]
 fn four_gpus_under_one_switch_prefer_custom_only_beyond_the_model_band() {
     let (p, _) = tuned(
@@ -175,16 +176,26 @@ fn four_gpus_under_one_switch_prefer_custom_only_beyond_the_model_band() {
         let (_, fastest) = custom
             .min_by(|x, y| x.1.median_us.total_cmp(&y.1.median_us))
             .expect("custom kernels measured");
-        assert!(fastest.model.is_some(), "{} has no model band", b.bytes);
+        let c = fastest.model.as_ref().expect("custom has a model band");
+        let nccl = &b.results[&Backend::Nccl];
+        let n = nccl.model.as_ref().expect("nccl has a model band");
         assert!(
-            fastest.median_us < median(g, b.bytes, Backend::Nccl),
+            fastest.median_us < nccl.median_us,
             "at {} custom is not faster than NCCL",
             b.bytes
         );
+        // Within the bands: the custom interval's top reaches past NCCL's bottom.
+        assert!(
+            fastest.median_us * c.high > nccl.median_us * n.low,
+            "at {} custom {} is beyond NCCL {}'s band",
+            b.bytes,
+            fastest.median_us,
+            nccl.median_us
+        );
+        assert!(!b.choice.is_custom(), "at {} chose {}", b.bytes, b.choice);
         if b.bytes <= 8 << 10 {
-            assert!(b.choice.is_custom(), "at {} chose {}", b.bytes, b.choice);
-        } else if b.bytes >= 16 << 10 {
-            assert!(!b.choice.is_custom(), "at {} chose {}", b.bytes, b.choice);
+            let ratio = nccl.median_us / fastest.median_us;
+            assert!((1.3..=2.0).contains(&ratio), "at {}: {ratio}", b.bytes);
         }
     }
 }

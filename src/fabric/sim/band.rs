@@ -66,8 +66,9 @@ impl Part {
             Part::RootComplex => 0.05,
             // C2 staggered cross-socket reads: largest residual ln(1.30) = 0.26 (k = 7).
             Part::Interconnect => 0.30,
-            // C1's ring at 256 KB, simulated 1.95x the published time: ln(1.95) = 0.67.
-            Part::NcclProtocol => 0.70,
+            // C2's NCCL at 4 KB, simulated 0.67x the published time: ln(1/0.667) = 0.41
+            // (a row above both its neighbours; next, C1's ring at 16 KB: ln(1.45) = 0.37).
+            Part::NcclProtocol => 0.45,
             // C9: the host CPU's make moves peer bandwidth by about 20%: ln(1.2) = 0.18.
             Part::HostUnstated => 0.20,
             // No NVLink figure in the calibration set: a guess, said so in the doc.

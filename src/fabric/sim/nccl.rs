@@ -13,8 +13,8 @@
 //!   `NCCL_P2P_LEVEL` goes through host memory (SHM transport): the sender stores into host
 //!   memory, the receiver loads from it and polls its flags there.
 
-use super::net::{Flow, Net, Route};
-use crate::fabric::{Direction, NcclAlgo, NcclProto};
+use super::net::Net;
+use crate::fabric::{NcclAlgo, NcclProto};
 use crate::topology::{PathClass, Status, Topology};
 
 /// Base latency, µs, [Tree, Ring] × [LL, LL128, Simple] (tuning.cc baseLat; calibration C4).
@@ -501,143 +501,8 @@ fn hop_bw(
     bw
 }
 
-/// What a ring or chain costs on the link graph.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Schedule {
-    n: usize,
-    channels: u32,
-    nvlink: bool,
-    /// Slowest flow of the ring (all channels running), GB/s.
-    ring_gbps: f64,
-    /// Slowest ring hop, one-way µs.
-    ring_hop_us: f64,
-    chain_gbps: f64,
-    chain_hop_us: f64,
-}
-
-/// The flows and routes of one hop a → b, and the hop's latency as a step sees it.
-fn hop_flows(net: &Net, a: usize, b: usize, via: Transport) -> (Vec<Flow>, Vec<Route>, f64) {
-    let (flows, mut routes, lat) = match via {
-        Transport::P2p => {
-            let r = net.route(a, b);
-            let lat = r.latency_us;
-            (vec![Flow::kernel(a, b, Direction::Write)], vec![r], lat)
-        }
-        Transport::Shm => {
-            // The buffer is in the receiver's host memory: the sender's stores land there
-            // one way; the receiver finds them by polling it, a load round trip.
-            let mem = net.socket_of(b);
-            let up = net.host_route(a, mem, true);
-            let down = net.host_route(b, mem, false);
-            let lat = up.latency_us + 2.0 * down.latency_us;
-            (
-                vec![
-                    Flow::kernel(a, b, Direction::Write),
-                    Flow::kernel(a, b, Direction::Read),
-                ],
-                vec![up, down],
-                lat,
-            )
-        }
-    };
-    for r in routes.iter_mut().filter(|r| !r.nvlink) {
-        r.flow_cap = r.flow_cap.min(PCIE_CHANNEL_GBPS);
-    }
-    (flows, routes, lat)
-}
-
-/// Rate of the slowest of `hops` (× channels) all moving at once, and the slowest hop.
-fn lockstep(net: &Net, hops: &[(usize, usize, Transport)], channels: u32) -> (f64, f64) {
-    let mut flows = Vec::new();
-    let mut routes = Vec::new();
-    let mut hop = 0.0f64;
-    for &(a, b, via) in hops {
-        let (f, r, lat) = hop_flows(net, a, b, via);
-        hop = hop.max(lat);
-        for _ in 0..channels {
-            flows.extend(f.iter().copied());
-            routes.extend(r.iter().cloned());
-        }
-    }
-    let refs: Vec<&Route> = routes.iter().collect();
-    let rate = net
-        .rates(&flows, &refs)
-        .into_iter()
-        .fold(f64::INFINITY, f64::min);
-    (rate, hop)
-}
-
-impl Schedule {
-    /// NCCL stores into the next rank's buffers (P2P write is its PCIe default) or, for SHM
-    /// hops, into host memory the next rank loads from.
-    pub fn new(t: &Topology, net: &Net, host: &Host, ring: &[usize], model: &Model) -> Schedule {
-        let n = ring.len();
-        let ring_hops: Vec<(usize, usize, Transport)> = (0..n)
-            .map(|i| (ring[i], ring[(i + 1) % n], model.transports[i]))
-            .collect();
-        let chain_hops: Vec<(usize, usize, Transport)> = (0..n - 1)
-            .flat_map(|i| [(ring[i + 1], ring[i]), (ring[i], ring[i + 1])])
-            .map(|(a, b)| (a, b, transport(t, net, host, n, a, b)))
-            .collect();
-        let channels = model.channels * RUNTIME_CHANNELS_PER_GRAPH_CHANNEL;
-        let (ring_gbps, ring_hop_us) = lockstep(net, &ring_hops, channels);
-        let (chain_gbps, chain_hop_us) = lockstep(net, &chain_hops, channels);
-        Schedule {
-            n,
-            channels,
-            nvlink: model.nvlink,
-            ring_gbps,
-            ring_hop_us,
-            chain_gbps,
-            chain_hop_us,
-        }
-    }
-
-    /// Cost of one protocol step over a hop of `hop_us`, never below NCCL's LL per-hop figure
-    /// (C4). LL's flags travel with the data: one hop. Simple stores the data, then a flag
-    /// behind a fence: two hops (C6: NCCL's defaults with Simple take 48 µs at 32 KB on 8
-    /// PCIe GPUs, about 2.5 µs a step, where NCCL's model charges 5.7). LL128 keeps NCCL's
-    /// figure; it runs only on NVLink.
-    fn step_us(&self, proto: NcclProto, hop_us: f64) -> f64 {
-        let kind = if self.nvlink { 0 } else { 1 };
-        let per_hop = HW_LAT[kind][1];
-        let one = hop_us.max(per_hop[0]);
-        match proto {
-            NcclProto::LL => one,
-            NcclProto::LL128 => per_hop[1] + (hop_us - per_hop[0]).max(0.0),
-            NcclProto::Simple => 2.0 * one,
-        }
-    }
-
-    /// Device time (µs) of one allreduce of `bytes`, launch excluded.
-    pub fn time(&self, algo: NcclAlgo, proto: NcclProto, bytes: u64) -> f64 {
-        let n = self.n as f64;
-        let steps = 2.0 * (n - 1.0);
-        let per_channel = bytes as f64 / self.channels as f64;
-        let wire = 1.0 / efficiency(proto);
-        let p = proto_index(proto);
-        match algo {
-            NcclAlgo::Ring => {
-                let data = wire * (steps / n) * per_channel / (self.ring_gbps * 1e3);
-                BASE_LAT[1][p] + steps * self.step_us(proto, self.ring_hop_us) + data
-            }
-            NcclAlgo::Tree => {
-                // Each link carries the whole message up (reduce) and down (broadcast). Simple
-                // forwards whole chunks, so the first chunk crosses 2(N−1) hops before the
-                // pipeline is full; LL and LL128 forward each flagged line as it lands, so
-                // their fill is the per-hop latency already counted in the steps.
-                let stream = wire * per_channel / (self.chain_gbps * 1e3);
-                let data = if proto == NcclProto::Simple {
-                    let chunks = (per_channel / TREE_CHUNK[p]).ceil().max(1.0);
-                    stream * (chunks + steps - 1.0) / chunks
-                } else {
-                    stream
-                };
-                BASE_LAT[0][p] + steps * self.step_us(proto, self.chain_hop_us) + data
-            }
-        }
-    }
-}
+mod schedule;
+pub use schedule::Schedule;
 
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,254 @@
+//! What NCCL's ring or chain costs on the link graph when it runs, apart from what NCCL's
+//! tuning model predicts ([`Model`]).
+//!
+//! Latency: a small message is not paced by a global step clock. Each rank forwards a slice
+//! as soon as its predecessor's has landed, so the message's critical path is the chain of
+//! hops it crosses, each at its own cost: on a ring 2(N−1) consecutive hops (every hop twice
+//! but the two the path starts after), on a chain every hop up and every hop down. A ring
+//! with two slow hops among fast ones pays the slow ones twice, not 2(N−1) times (C6's
+//! per-step cost through host memory against C1's between peers). A hop costs the time its
+//! stores take to land plus the receiver's poll that sees them; the fixed part is the
+//! kernel's prologue, not NCCL's modelled base latency (C6 #1530: 8 B on 8 GPUs takes 1.74x
+//! what it takes on 5, the ratio of their steps, 14/8).
+
+use super::{
+    efficiency, proto_index, transport, Host, Model, Transport, HW_LAT, PCIE_CHANNEL_GBPS,
+    RUNTIME_CHANNELS_PER_GRAPH_CHANNEL, TREE_CHUNK,
+};
+use crate::fabric::sim::kernel::{FLAG_POLL_US, KERNEL_PROLOGUE_US};
+use crate::fabric::sim::net::{Flow, Net, Route};
+use crate::fabric::{Direction, NcclAlgo, NcclProto};
+use crate::topology::Topology;
+
+/// enqueue.cc (getAlgoInfo): an operation runs on fewer channels than the communicator has
+/// while its bytes are below channels × threads × this many bytes per thread (device.h
+/// thread thresholds; tuning.cc multiplies Ring LL's by the ranks), [LL, LL128, Simple].
+const THREAD_THRESHOLD: [f64; 3] = [8.0, 8.0, 64.0];
+/// Threads per channel (device.h maxima; tuning.cc gives Ring Simple 256 when the graph's
+/// bandwidth is at most PCI_BW), [LL, LL128, Simple].
+const MAX_THREADS: [f64; 3] = [512.0, 640.0, 512.0];
+const PCI_BW: f64 = 12.0;
+
+/// A receiver polling host memory sees a landed line after half a load round trip on
+/// average (the poll in flight when it lands returns the old value) plus one more.
+const HOST_POLL_ROUND_TRIPS: f64 = 1.5;
+
+/// One hop's latency as a protocol step sees it, µs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HopLat {
+    /// The sender's stores land: in the receiver's buffer (P2P) or in host memory (SHM).
+    pub land: f64,
+    /// The receiver sees them: a poll of its own memory (P2P) or of host memory over PCIe.
+    pub poll: f64,
+    /// SHM only: Simple's data is read from host memory after its flag, one load round trip
+    /// (LL's lines carry their flags, so the poll that sees them has fetched them).
+    pub fetch: f64,
+}
+
+impl HopLat {
+    /// Cost of one protocol step over this hop. Posted writes arrive in order, so Simple's
+    /// flag, stored after its data, lands behind it without a round trip (C1: the ring at 256
+    /// KB takes 24.96 µs, of which moving 2(N−1)/N of it at the kernel store rate takes 10, so
+    /// 14 steps cost about 1 µs each, one hop and a poll). LL128 adds NCCL's own per-hop
+    /// figure for its 128-byte lines over LL's (C4); it runs only on NVLink.
+    pub fn step(&self, proto: NcclProto, nvlink: bool) -> f64 {
+        let base = self.land + self.poll;
+        match proto {
+            NcclProto::LL => base,
+            NcclProto::LL128 => {
+                let kind = if nvlink { 0 } else { 1 };
+                base + HW_LAT[kind][1][1] - HW_LAT[kind][1][0]
+            }
+            NcclProto::Simple => base + self.fetch,
+        }
+    }
+}
+
+/// What a ring or chain costs on the link graph.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Schedule {
+    n: usize,
+    channels: u32,
+    nvlink: bool,
+    /// Ring Simple runs 256 threads per channel (the graph's bandwidth is at most PCI_BW).
+    narrow_simple: bool,
+    /// Slowest flow of the ring (all channels running), GB/s.
+    ring_gbps: f64,
+    /// Latency of each ring hop ring[i] → ring[i+1].
+    pub ring_hops: Vec<HopLat>,
+    chain_gbps: f64,
+    /// Latency of each chain hop, up (towards ring[0]) and down alike.
+    chain_hops: Vec<HopLat>,
+}
+
+/// The flows and routes of one hop a → b, and the hop's latency.
+fn hop_flows(net: &Net, a: usize, b: usize, via: Transport) -> (Vec<Flow>, Vec<Route>, HopLat) {
+    let (flows, mut routes, lat) = match via {
+        Transport::P2p => {
+            let r = net.route(a, b);
+            let lat = HopLat {
+                land: r.latency_us,
+                poll: FLAG_POLL_US,
+                fetch: 0.0,
+            };
+            (vec![Flow::kernel(a, b, Direction::Write)], vec![r], lat)
+        }
+        Transport::Shm => {
+            // The buffer is in the receiver's host memory: the sender's stores land there
+            // one way; the receiver finds them by polling it, loads over PCIe.
+            let mem = net.socket_of(b);
+            let up = net.host_route(a, mem, true);
+            let down = net.host_route(b, mem, false);
+            let round_trip = 2.0 * down.latency_us;
+            let lat = HopLat {
+                land: up.latency_us,
+                poll: HOST_POLL_ROUND_TRIPS * round_trip,
+                fetch: round_trip,
+            };
+            (
+                vec![
+                    Flow::kernel(a, b, Direction::Write),
+                    Flow::kernel(a, b, Direction::Read),
+                ],
+                vec![up, down],
+                lat,
+            )
+        }
+    };
+    for r in routes.iter_mut().filter(|r| !r.nvlink) {
+        r.flow_cap = r.flow_cap.min(PCIE_CHANNEL_GBPS);
+    }
+    (flows, routes, lat)
+}
+
+/// Rate of the slowest of `hops` (× channels) all moving at once, and each hop's latency.
+fn lockstep(net: &Net, hops: &[(usize, usize, Transport)], channels: u32) -> (f64, Vec<HopLat>) {
+    let mut flows = Vec::new();
+    let mut routes = Vec::new();
+    let mut lats = Vec::with_capacity(hops.len());
+    for &(a, b, via) in hops {
+        let (f, r, lat) = hop_flows(net, a, b, via);
+        lats.push(lat);
+        for _ in 0..channels {
+            flows.extend(f.iter().copied());
+            routes.extend(r.iter().cloned());
+        }
+    }
+    let refs: Vec<&Route> = routes.iter().collect();
+    let rate = net
+        .rates(&flows, &refs)
+        .into_iter()
+        .fold(f64::INFINITY, f64::min);
+    (rate, lats)
+}
+
+impl Schedule {
+    /// NCCL stores into the next rank's buffers (P2P write is its PCIe default) or, for SHM
+    /// hops, into host memory the next rank loads from.
+    pub fn new(t: &Topology, net: &Net, host: &Host, ring: &[usize], model: &Model) -> Schedule {
+        let n = ring.len();
+        let ring_hops: Vec<(usize, usize, Transport)> = (0..n)
+            .map(|i| (ring[i], ring[(i + 1) % n], model.transports[i]))
+            .collect();
+        let chain_hops: Vec<(usize, usize, Transport)> = (0..n - 1)
+            .flat_map(|i| [(ring[i + 1], ring[i]), (ring[i], ring[i + 1])])
+            .map(|(a, b)| (a, b, transport(t, net, host, n, a, b)))
+            .collect();
+        let channels = model.channels * RUNTIME_CHANNELS_PER_GRAPH_CHANNEL;
+        let (ring_gbps, ring_lats) = lockstep(net, &ring_hops, channels);
+        let (chain_gbps, chain_lats) = lockstep(net, &chain_hops, channels);
+        Schedule {
+            n,
+            channels,
+            nvlink: model.nvlink,
+            narrow_simple: model.bw_per_channel * model.channels as f64 <= PCI_BW,
+            ring_gbps,
+            ring_hops: ring_lats,
+            chain_gbps,
+            chain_hops: chain_lats,
+        }
+    }
+
+    /// The ring's critical path for `proto`: the slowest run of 2(N−1) consecutive hops.
+    fn ring_path_us(&self, proto: NcclProto) -> f64 {
+        let n = self.ring_hops.len();
+        let cost: Vec<f64> = self
+            .ring_hops
+            .iter()
+            .map(|h| h.step(proto, self.nvlink))
+            .collect();
+        let run = 2 * n.saturating_sub(1);
+        (0..n)
+            .map(|s| (0..run).map(|k| cost[(s + k) % n]).sum::<f64>())
+            .fold(0.0, f64::max)
+    }
+
+    /// The chain's critical path: every hop up (reduce), then every hop down (broadcast).
+    fn chain_path_us(&self, proto: NcclProto) -> f64 {
+        self.chain_hops
+            .iter()
+            .map(|h| h.step(proto, self.nvlink))
+            .sum()
+    }
+
+    /// The channels one operation of `bytes` runs on (enqueue.cc getAlgoInfo): NCCL drops
+    /// channels while the bytes would give each thread less than its threshold.
+    fn op_channels(&self, algo: NcclAlgo, proto: NcclProto, bytes: u64) -> f64 {
+        let p = proto_index(proto);
+        let mut threshold = THREAD_THRESHOLD[p];
+        if algo == NcclAlgo::Ring && proto == NcclProto::LL {
+            threshold *= self.n as f64;
+        }
+        let threads = if algo == NcclAlgo::Ring && proto == NcclProto::Simple && self.narrow_simple
+        {
+            256.0
+        } else {
+            MAX_THREADS[p]
+        };
+        let per_channel = threads * threshold;
+        (bytes as f64 / per_channel)
+            .ceil()
+            .clamp(1.0, self.channels as f64)
+    }
+
+    /// What `nc` of the channels move over the slowest hop together, GB/s: each channel at most
+    /// its own PCIe rate, all of them at most what the hop gives all channels at once.
+    fn hop_gbps(&self, all_channels_gbps: f64, nc: f64) -> f64 {
+        let all = all_channels_gbps * self.channels as f64;
+        if self.nvlink {
+            all
+        } else {
+            all.min(nc * PCIE_CHANNEL_GBPS)
+        }
+    }
+
+    /// Device time (µs) of one allreduce of `bytes`, launch excluded.
+    pub fn time(&self, algo: NcclAlgo, proto: NcclProto, bytes: u64) -> f64 {
+        let n = self.n as f64;
+        let steps = 2.0 * (n - 1.0);
+        let nc = self.op_channels(algo, proto, bytes);
+        let wire = 1.0 / efficiency(proto);
+        let p = proto_index(proto);
+        let b = bytes as f64;
+        match algo {
+            NcclAlgo::Ring => {
+                let data = wire * (steps / n) * b / (self.hop_gbps(self.ring_gbps, nc) * 1e3);
+                KERNEL_PROLOGUE_US + self.ring_path_us(proto) + data
+            }
+            NcclAlgo::Tree => {
+                // Each link carries the whole message up (reduce) and down (broadcast). Simple
+                // forwards whole chunks, so the first chunk crosses 2(N−1) hops before the
+                // pipeline is full; LL and LL128 forward each flagged line as it lands, so
+                // their fill is the per-hop latency already counted in the path.
+                let stream = wire * b / (self.hop_gbps(self.chain_gbps, nc) * 1e3);
+                let data = if proto == NcclProto::Simple {
+                    let chunks = (b / nc / TREE_CHUNK[p]).ceil().max(1.0);
+                    stream * (chunks + steps - 1.0) / chunks
+                } else {
+                    stream
+                };
+                KERNEL_PROLOGUE_US + self.chain_path_us(proto) + data
+            }
+        }
+    }
+}
