@@ -45,6 +45,18 @@ pub fn median_sorted(xs: &[f64]) -> f64 {
 /// interval of the median: the order statistics x(l) and x(u) with P(l ≤ B < u) ≥ 0.95 for
 /// B ~ Binomial(n, 1/2) (Conover, Practical Nonparametric Statistics, 3rd ed., §3.2).
 pub fn median_ci_indices(n: usize) -> (usize, usize) {
+    // Every interval of every sample set asks for these, and the binomial CDF is the tune's
+    // costliest arithmetic: remember them per n.
+    const CACHED: usize = 4096;
+    static MEMO: [std::sync::OnceLock<(usize, usize)>; CACHED] =
+        [const { std::sync::OnceLock::new() }; CACHED];
+    match MEMO.get(n) {
+        Some(cell) => *cell.get_or_init(|| ci_indices(n)),
+        None => ci_indices(n),
+    }
+}
+
+fn ci_indices(n: usize) -> (usize, usize) {
     if n < 6 {
         // Fewer than 6 samples cannot reach 95% coverage: the CI is the whole range.
         return (0, n.saturating_sub(1));
