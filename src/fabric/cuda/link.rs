@@ -91,7 +91,9 @@ enum Peer {
 pub enum Scripted {
     Req(Req),
     /// Its input closed: `killed` as by SIGKILL (nothing runs), else asked to exit.
-    End { killed: bool },
+    End {
+        killed: bool,
+    },
 }
 
 impl Peer {
@@ -592,6 +594,15 @@ mod tests {
             matches!(&e, LinkError::Garbage { line, .. } if line == "hello, not json"),
             "{e}"
         );
+        // Given up on: the next request is refused at once, saying why (no wait on its pipe).
+        let t = std::time::Instant::now();
+        let again = l.send(&Req::NcclId).unwrap_err();
+        assert!(t.elapsed() < Duration::from_millis(500));
+        let s = again.to_string();
+        assert!(
+            matches!(again, LinkError::Retired { .. }) && s.contains("not a worker response"),
+            "{s}"
+        );
         let pid = l.pid();
         drop(l);
         assert!(!alive(pid), "the worker was left running");
@@ -608,6 +619,12 @@ mod tests {
         assert!(e.to_string().contains("did not answer within 0.3 s"), "{e}");
         let again = l.call(&Req::Release, Duration::from_secs(5)).unwrap_err();
         assert!(matches!(again, LinkError::Retired { .. }), "{again}");
+        // Only what happened: it missed the deadline (a link replaces nothing).
+        assert!(
+            again.to_string().contains("did not answer within 0.3 s"),
+            "{again}"
+        );
+        assert!(!again.to_string().contains("replaced"), "{again}");
         let pid = l.pid();
         drop(l);
         assert!(!alive(pid));

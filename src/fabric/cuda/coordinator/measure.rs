@@ -189,7 +189,10 @@ impl CudaFabric {
             batch,
             samples,
         };
-        match self.one(0, 0, req, limit).map_err(|t| self.settle(t, true))? {
+        match self
+            .one(0, 0, req, limit)
+            .map_err(|t| self.settle(t, true))?
+        {
             Resp::Times(t) => Ok(t),
             other => Err(self.settle(unexpected(other), true)),
         }

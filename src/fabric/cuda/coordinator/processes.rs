@@ -329,5 +329,3 @@ pub(super) fn unexpected(r: Resp) -> Trouble {
     let s = clip(&format!("{r:?}"), 120);
     Trouble::Restart(WorkerError::OutOfTurn(s))
 }
-
-

@@ -129,7 +129,11 @@ impl Fake {
         if killed {
             return;
         }
-        let imports: Vec<String> = self.probe_imports.drain(..).chain(self.imports.drain(..)).collect();
+        let imports: Vec<String> = self
+            .probe_imports
+            .drain(..)
+            .chain(self.imports.drain(..))
+            .collect();
         if !imports.is_empty() {
             std::thread::sleep(Duration::from_millis(20 * (self.slot as u64 + 1)));
         }
