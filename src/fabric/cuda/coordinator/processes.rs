@@ -97,7 +97,11 @@ fn hello(mut link: Link, who: &str, end: std::time::Instant) -> Result<Worker, F
             who: who.into(),
             answer: clip(&format!("{other:?}"), 120),
         })),
-        Err(e) => Err(WorkerError::Start(Box::new(WorkerError::Link(e))).into()),
+        Err(e) => Err(WorkerError::Start {
+            why: Box::new(WorkerError::Link(e)),
+            gpu_visible: crate::fabric::cuda::visible_gpus() > 0,
+        }
+        .into()),
     }
 }
 
