@@ -3,6 +3,7 @@
 //! output shows what did not run. Run them on a GPU with `--nocapture` to see every line.
 
 mod common;
+mod gpu_nccl;
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -140,37 +141,6 @@ fn nvrtc_compiles_the_kernel_sources_or_skips_without_nvrtc() {
         msg.contains("--gpu-architecture=sm_") && msg.contains("error"),
         "{msg}"
     );
-}
-
-#[test]
-fn nccl_absence_is_explained_or_skips_when_nccl_is_installed() {
-    match nccl::library() {
-        Ok(lib) => skip(format!(
-            "nccl_absence_is_explained: skipped: NCCL {} is installed ({})",
-            nccl::version_string(lib.version),
-            lib.path
-        )),
-        Err(e) => {
-            assert!(nccl::nccl_version().is_none());
-            assert!(
-                e.contains("pip install nvidia-nccl-cu13") || e.contains("ARTUNE_NCCL_LIB"),
-                "{e}"
-            );
-        }
-    }
-}
-
-#[test]
-fn nccl_wheel_lookup_loads_libnccl_so_2_or_skips_without_a_wheel() {
-    let wheels = nccl::wheel_libraries();
-    if wheels.is_empty() {
-        skip("nccl_wheel_lookup: skipped: no nvidia-nccl wheel in python3's site-packages".into());
-        return;
-    }
-    for w in wheels {
-        let v = nccl::version_of(&w).unwrap_or_else(|e| panic!("{w}: {e}"));
-        println!("nccl wheel found and loaded: {w} (NCCL {v})");
-    }
 }
 
 #[test]
