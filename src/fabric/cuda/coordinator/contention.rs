@@ -127,7 +127,7 @@ impl CudaFabric {
         }
         let ws: Vec<usize> = match self.loopback {
             Some(_) => vec![0],
-            None => (0..self.sets[0].workers.len()).collect(),
+            None => (0..self.sets.first().map_or(0, |s| s.workers.len())).collect(),
         };
         let limit = self.limit(2 << 30, 1);
         let mut out = Vec::new();

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::processes::{unexpected, Trouble};
+use super::processes::{no_workers, unexpected, Trouble};
 use super::waivers::{ll128_waiver, unlike};
 use super::CudaFabric;
 use crate::fabric::cuda::driver::DeviceFacts;
@@ -98,6 +98,9 @@ impl CudaFabric {
         backends: &[Backend],
     ) -> Result<Vec<Readiness>, FabricError> {
         let mut plan = self.plan_for(group)?;
+        if self.sets.is_empty() {
+            return Err(no_workers());
+        }
         self.holding = true;
         let n = plan.owners.len();
         let shape = Shape {

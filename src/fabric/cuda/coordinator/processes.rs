@@ -130,11 +130,7 @@ impl CudaFabric {
         limit: Duration,
     ) -> Result<Vec<Resp>, Trouble> {
         let Some(s) = self.sets.get_mut(set) else {
-            return Err(Trouble::Fabric(FabricError::BadRequest(
-                "no GPU workers are running (fresh ones could not be started after a fault); \
-                 open the fabric again"
-                    .into(),
-            )));
+            return Err(Trouble::Fabric(no_workers()));
         };
         let ws = &mut s.workers;
         for (w, r) in &reqs {
@@ -327,6 +323,15 @@ pub(super) fn start_set(
         return Err(e);
     }
     Ok(Set { pin, workers })
+}
+
+/// What every request gets once fresh workers could not be started after a fault.
+pub(super) fn no_workers() -> FabricError {
+    FabricError::BadRequest(
+        "no GPU workers are running (fresh ones could not be started after a fault); open the \
+         fabric again"
+            .into(),
+    )
 }
 
 pub(super) fn unexpected(r: Resp) -> Trouble {

@@ -122,3 +122,22 @@ fn a_worker_that_answers_late_mid_group_is_replaced_and_frees_nothing_while_mapp
     let (_, left) = check(&l).unwrap();
     assert!(left.is_empty(), "{left:?}");
 }
+
+#[test]
+fn when_fresh_workers_cannot_start_every_request_says_so_without_a_panic() {
+    let world = Shared::default();
+    let mut f = fabric(3, &world);
+    f.prepare(&group(3), &CUSTOM).unwrap();
+    {
+        let mut w = world.lock().unwrap();
+        w.plot.die = Some((1, "ProbeQueue"));
+        w.plot.no_start = true;
+    }
+    assert!(f.probe(Direction::Read, 1, 4096).is_err());
+    let again = f.prepare(&group(3), &CUSTOM).unwrap_err().to_string();
+    assert!(again.contains("no GPU workers are running"), "{again}");
+    let copy = f.time_copy(4096, 1, 1).unwrap_err().to_string();
+    assert!(copy.contains("no GPU workers are running"), "{copy}");
+    assert!(f.link_under_load().is_err());
+    f.release().unwrap();
+}

@@ -31,7 +31,7 @@ enum Ev {
 /// A request kind ("Connect", "Stage", ...) on which worker `.0` fails or dies, or on which
 /// every worker of slot `.0` dies (the first and each fresh one: a backend that kills it), or
 /// on which worker `.0` answers only after `.2` ms; and a worker whose Connect reply names a
-/// rank that does not exist among the broken ones.
+/// rank that does not exist among the broken ones; or fresh workers that cannot start.
 #[derive(Default)]
 struct Plot {
     fail: Option<(usize, &'static str)>,
@@ -39,6 +39,8 @@ struct Plot {
     die_in_slot: Option<(usize, &'static str)>,
     late: Option<(usize, &'static str, u64)>,
     bad_broken: Option<usize>,
+    /// Fresh workers fail to start.
+    no_start: bool,
 }
 
 #[derive(Default)]
@@ -324,9 +326,15 @@ fn fabric(k: usize, world: &Shared) -> CudaFabric {
             probe_imports: Vec::new(),
             next: 0,
         };
-        let hello = Resp::Hello {
-            facts: facts(),
-            pid: 0,
+        let hello = match w.lock().unwrap().plot.no_start {
+            true => Resp::Failed(WireError::Device {
+                error: crate::fabric::DeviceError::Bug("scripted: no GPU context".into()),
+                stuck: false,
+            }),
+            false => Resp::Hello {
+                facts: facts(),
+                pid: 0,
+            },
         };
         Link::scripted(&format!("scripted {id}"), hello, move |req| fake.serve(req))
     });
