@@ -476,10 +476,14 @@ fn gpu_watchdog_aborts_a_late_backend_and_the_others_go_on_or_skip() {
     if artune::fabric::cuda::visible_gpus() == 0 {
         return skip("no GPU (no driver, or it sees no device)".into());
     }
-    let mut f = CudaFabric::open(Some(2))
+    // Workers run the artune binary (`CudaFabric::open` would start this test binary).
+    let bin = std::env::var_os("ARTUNE_BIN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_artune").into());
+    let mut f = CudaFabric::open_with(Some(2), bin)
         .unwrap_or_else(|e| panic!("a GPU is present but opening the CUDA fabric failed: {e}"));
-    if nccl::nccl_version().is_none() {
-        return skip("no NCCL".into());
+    if let Err(e) = nccl::library() {
+        return skip(format!("NCCL cannot be loaded ({e})"));
     }
     let group = Group {
         gpus: vec![0, 1],

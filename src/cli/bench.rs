@@ -203,6 +203,7 @@ fn kernels(k: usize, backends: &[Backend], sizes: &[u64]) -> Result<Value, Error
             }
         }
     }
+    f.release()?;
 
     let mut bw_targets = Vec::new();
     let mut lat_targets = Vec::new();

@@ -157,11 +157,22 @@ pub enum WorkerError {
     Stuck(DeviceError),
     #[error("cannot find the artune executable to start GPU workers ({0}); set ARTUNE_WORKER_BIN")]
     NoProgram(String),
-    /// Workers could not be started (no hello).
-    #[error("{0}; {NO_GPU}")]
-    Start(Box<WorkerError>),
+    /// Workers could not be started (no hello); the `--sim` hint only where CUDA sees no
+    /// GPU (on a GPU machine it would send the user away from the GPU to fix).
+    #[error("{why}{}", no_gpu_hint(*gpu_visible))]
+    Start {
+        why: Box<WorkerError>,
+        gpu_visible: bool,
+    },
     #[error("a contention probe failed: {0}")]
     Probe(Box<WorkerError>),
+}
+
+fn no_gpu_hint(gpu_visible: bool) -> String {
+    match gpu_visible {
+        true => String::new(),
+        false => format!("; {NO_GPU}"),
+    }
 }
 
 #[cfg(test)]
@@ -195,13 +206,20 @@ mod tests {
         assert!(stuck
             .to_string()
             .contains("within 10 s: the GPU may be stuck; reset it"));
-        let start = WorkerError::Start(Box::new(WorkerError::NotHello {
-            who: "for GPU 0".into(),
-            answer: "Done".into(),
-        }));
-        assert!(start
+        let start = |gpu_visible| WorkerError::Start {
+            why: Box::new(WorkerError::NotHello {
+                who: "for GPU 0".into(),
+                answer: "Done".into(),
+            }),
+            gpu_visible,
+        };
+        assert!(start(false)
             .to_string()
             .ends_with("(`artune topo --list-presets` lists them)"));
+        assert_eq!(
+            start(true).to_string(),
+            "worker for GPU 0 answered Done instead of hello"
+        );
         // Wire form: a worker's error comes back as it went.
         let back: DeviceError =
             serde_json::from_str(&serde_json::to_string(&oom).unwrap()).unwrap();

@@ -112,11 +112,24 @@ pub fn supported_archs() -> Result<Vec<i32>, FabricError> {
     }
 }
 
-/// Compiled images for one target, one per program in [`PROGRAMS`] order.
+/// Compiled images for one target, one per program in [`PROGRAMS`] order. Made only by
+/// [`images_for`], so each image is fresh NVRTC output or a cache file whose header, key
+/// (NVRTC, target, options, sources), length and SHA-256 were checked: what
+/// [`super::module::Module::load`] requires.
 #[derive(Debug)]
 pub struct Images {
-    pub target: Target,
-    pub images: Vec<Vec<u8>>,
+    target: Target,
+    images: Vec<Vec<u8>>,
+}
+
+impl Images {
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    pub fn images(&self) -> &[Vec<u8>] {
+        &self.images
+    }
 }
 
 fn cache() -> &'static Mutex<HashMap<Target, Arc<Images>>> {

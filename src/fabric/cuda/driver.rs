@@ -17,6 +17,7 @@ use cudarc::driver::{result, sys, CudaContext, DriverError};
 use super::watchdog::{self, Poll, Waited};
 use crate::fabric::{DeviceError, FabricError};
 
+pub use super::ipc::{Imported, IpcHandle};
 pub use super::module::{Function, Module};
 
 /// Maps a driver failure to the device error of `what` (out of memory is its own cause).
@@ -180,11 +181,11 @@ pub fn whole_pages(bytes: usize) -> usize {
 /// Device memory in this process: allocated here (freed on drop) or another process's opened
 /// through its IPC handle (closed on drop). Shared by every handle to it, so it goes only
 /// when the last one does.
-struct Mem {
-    ptr: sys::CUdeviceptr,
-    bytes: usize,
-    imported: bool,
-    ctx: Arc<Ctx>,
+pub(super) struct Mem {
+    pub(super) ptr: sys::CUdeviceptr,
+    pub(super) bytes: usize,
+    pub(super) imported: bool,
+    pub(super) ctx: Arc<Ctx>,
 }
 
 impl Drop for Mem {
@@ -204,13 +205,24 @@ impl Drop for Mem {
 }
 
 /// Plain `cuMemAlloc` memory: exportable through IPC, unlike stream-ordered pool memory.
+/// Its address and length are read-only: safe code cannot enlarge what a bounds check uses.
 pub struct DevBuf {
-    pub ptr: sys::CUdeviceptr,
-    pub bytes: usize,
+    ptr: sys::CUdeviceptr,
+    bytes: usize,
     mem: Arc<Mem>,
 }
 
 impl DevBuf {
+    /// The device address (for kernel arguments and raw driver calls).
+    pub fn ptr(&self) -> sys::CUdeviceptr {
+        self.ptr
+    }
+
+    /// The length in bytes (whole pages).
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
     pub fn alloc(ctx: &Arc<Ctx>, bytes: usize) -> Result<DevBuf, DriverError> {
         let bytes = whole_pages(bytes);
         ctx.bind_to_thread()?;
@@ -259,8 +271,10 @@ impl DevBuf {
     /// buffer came from plain cuMemAlloc, which IPC accepts).
     pub fn export(&self) -> Result<IpcHandle, DriverError> {
         self.mem.ctx.bind_to_thread()?;
-        // SAFETY: zeroed bytes are a valid handle to fill in; ptr is this allocation's base.
+        // SAFETY: zeroed bytes are a valid handle to fill in.
         let mut h: sys::CUipcMemHandle = unsafe { std::mem::zeroed() };
+        // SAFETY: the out-pointer is valid; ptr is the base of a live cuMemAlloc allocation
+        // of the bound context (self.mem keeps it allocated).
         unsafe { sys::cuIpcGetMemHandle(&mut h, self.ptr).result() }?;
         Ok(IpcHandle {
             hex: h
@@ -278,8 +292,8 @@ impl DevBuf {
 /// allocated (or opened) while the span lives. Cloning shares the memory, never copies it.
 #[derive(Clone)]
 pub struct Span {
-    pub ptr: sys::CUdeviceptr,
-    pub bytes: usize,
+    ptr: sys::CUdeviceptr,
+    bytes: usize,
     _mem: Option<Arc<Mem>>,
 }
 
@@ -290,6 +304,25 @@ impl std::fmt::Debug for Span {
 }
 
 impl Span {
+    /// The device address (for kernel arguments and raw driver calls).
+    pub fn ptr(&self) -> sys::CUdeviceptr {
+        self.ptr
+    }
+
+    /// The length in bytes every copy is checked against.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// All of `mem`, which the span keeps allocated (or opened).
+    pub(super) fn of(mem: &Arc<Mem>) -> Span {
+        Span {
+            ptr: mem.ptr,
+            bytes: mem.bytes,
+            _mem: Some(mem.clone()),
+        }
+    }
+
     /// No memory: the place of a peer's buffer this GPU could not open, never launched on.
     pub const NONE: Span = Span {
         ptr: 0,
@@ -322,66 +355,6 @@ impl Span {
         self.check(offset, len)?;
         // SAFETY: as above.
         unsafe { result::memset_d8_sync(self.ptr + offset as u64, byte, len) }
-    }
-}
-
-/// A cuIpcGetMemHandle handle in hex, with the size of the buffer it names.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct IpcHandle {
-    pub hex: String,
-    pub bytes: u64,
-}
-
-/// Another process's buffer opened through its IPC handle; closed when the last span of it
-/// goes (the coordinator has every importer close before any owner frees).
-pub struct Imported {
-    mem: Arc<Mem>,
-}
-
-/// Why an IPC handle could not be opened.
-#[derive(Debug, thiserror::Error)]
-pub enum IpcError {
-    #[error("the handle is not 64 bytes of hex")]
-    Malformed,
-    #[error("cuIpcOpenMemHandle failed: {0}")]
-    Open(DriverError),
-}
-
-impl Imported {
-    pub fn open(ctx: &Arc<Ctx>, h: &IpcHandle) -> Result<Imported, IpcError> {
-        let raw = h.hex.as_bytes();
-        if raw.len() != 128 {
-            return Err(IpcError::Malformed);
-        }
-        // SAFETY: zeroed bytes are a valid handle to fill in.
-        let mut handle: sys::CUipcMemHandle = unsafe { std::mem::zeroed() };
-        for (i, pair) in raw.chunks(2).enumerate() {
-            let s = std::str::from_utf8(pair).map_err(|_| IpcError::Malformed)?;
-            handle.reserved[i] =
-                u8::from_str_radix(s, 16).map_err(|_| IpcError::Malformed)? as std::ffi::c_char;
-        }
-        ctx.bind_to_thread().map_err(IpcError::Open)?;
-        let mut ptr = 0;
-        let lazy = sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32;
-        // SAFETY: a handle exported by cuIpcGetMemHandle in another process; out-pointer valid.
-        unsafe { sys::cuIpcOpenMemHandle_v2(&mut ptr, handle, lazy).result() }
-            .map_err(IpcError::Open)?;
-        Ok(Imported {
-            mem: Arc::new(Mem {
-                ptr,
-                bytes: h.bytes as usize,
-                imported: true,
-                ctx: ctx.clone(),
-            }),
-        })
-    }
-
-    pub fn span(&self) -> Span {
-        Span {
-            ptr: self.mem.ptr,
-            bytes: self.mem.bytes,
-            _mem: Some(self.mem.clone()),
-        }
     }
 }
 

@@ -99,9 +99,11 @@ impl Kernels {
     pub fn load(ctx: &Arc<Ctx>, cc: (u32, u32)) -> Result<Kernels, FabricError> {
         let images = compile::images_for(cc)?;
         let mut modules = Vec::new();
-        for (img, (name, _)) in images.images.iter().zip(compile::PROGRAMS) {
+        for (img, (name, _)) in images.images().iter().zip(compile::PROGRAMS) {
             modules.push(dev(
-                Module::load(ctx, img),
+                // SAFETY: an image of `compile::Images`, which holds only fresh NVRTC output
+                // and validated cache entries.
+                unsafe { Module::load(ctx, img) },
                 &format!("loading the compiled kernels/{name}"),
             )?);
         }
@@ -137,7 +139,7 @@ impl Kernels {
             _modules: modules,
             allreduce,
             ll,
-            target: images.target.option(),
+            target: images.target().option(),
         })
     }
 

@@ -15,6 +15,7 @@ mod coordinator;
 mod data;
 mod device;
 mod driver;
+mod ipc;
 pub mod kernels;
 mod layout;
 pub mod link;
@@ -156,7 +157,7 @@ impl Faults {
                 "allocating the fault word",
             )?;
             dev(w.fill(0), "clearing the fault word")?;
-            self.flag = w.ptr;
+            self.flag = w.ptr();
             std::mem::forget(w);
         }
         Ok(())
@@ -245,7 +246,7 @@ impl Gpu {
         let copy = |s: &driver::Stream| {
             // SAFETY: both buffers hold `bytes`.
             dev(
-                unsafe { s.copy(dst.ptr, src.ptr, bytes as usize) },
+                unsafe { s.copy(dst.ptr(), src.ptr(), bytes as usize) },
                 "device-to-device copy",
             )
         };
@@ -288,7 +289,7 @@ impl Gpu {
             for _ in 0..32 {
                 // SAFETY: both ranges are CHUNK bytes and alive until the stream is synchronized.
                 dev(
-                    unsafe { sys::cuMemcpyHtoDAsync_v2(buf.ptr, host, CHUNK, s.raw).result() },
+                    unsafe { sys::cuMemcpyHtoDAsync_v2(buf.ptr(), host, CHUNK, s.raw).result() },
                     "host-to-device copy",
                 )?;
             }

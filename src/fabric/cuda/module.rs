@@ -19,9 +19,15 @@ pub struct Module {
 
 impl Module {
     /// Loads a cubin or NUL-terminated PTX image.
-    pub fn load(ctx: &Arc<Ctx>, image: &[u8]) -> Result<Rc<Module>, DriverError> {
+    ///
+    /// # Safety
+    /// `image` must be a complete cubin or NUL-terminated PTX made by NVRTC: the driver
+    /// parses it unchecked, and a truncated or foreign image is undefined behaviour (a
+    /// crash at best). Images of [`super::compile::Images`] are (fresh, or a cache file
+    /// whose header, key, length and digest were checked).
+    pub unsafe fn load(ctx: &Arc<Ctx>, image: &[u8]) -> Result<Rc<Module>, DriverError> {
         ctx.bind_to_thread()?;
-        // SAFETY: image is a complete cubin or NUL-terminated PTX produced by NVRTC.
+        // SAFETY: the caller vouches for the image (above).
         let raw = unsafe { result::module::load_data(image.as_ptr() as *const c_void) }?;
         Ok(Rc::new(Module {
             raw,

@@ -194,7 +194,7 @@ impl ProbeLauncher {
         let k = gpu.kernels()?;
         let n = self.n;
         let bytes = bytes / 16 * 16;
-        if bytes == 0 || self.src.iter().any(|s| (s.bytes as u64) < bytes) || peers >= n {
+        if bytes == 0 || self.src.iter().any(|s| (s.bytes() as u64) < bytes) || peers >= n {
             return Err(FabricError::BadRequest(format!(
                 "a probe of {bytes} bytes with {peers} peers does not fit the probe buffers"
             )));
@@ -210,13 +210,13 @@ impl ProbeLauncher {
             pad: 0,
         };
         for r in 0..n {
-            args.src[r] = self.src[r].ptr;
-            args.dst[r] = self.dst[r].ptr;
+            args.src[r] = self.src[r].ptr();
+            args.dst[r] = self.dst[r].ptr();
         }
         dev(gpu.ctx.bind_to_thread(), "binding the CUDA context")?;
         for lane in &self.lanes {
             let s = &lane.stream;
-            let (mut latch_ptr, mut go, mut status) = (self.latch.ptr, epoch, lane.words.ptr);
+            let (mut latch_ptr, mut go, mut status) = (self.latch.ptr(), epoch, lane.words.ptr());
             let mut params = [
                 &mut latch_ptr as *mut u64 as *mut c_void,
                 &mut go as *mut u32 as *mut c_void,
@@ -237,7 +237,7 @@ impl ProbeLauncher {
                 .min((bytes / 16).div_ceil(THREADS as u64).max(1) as u32);
             let mut a = args;
             a.rank = lane.rank as i32;
-            a.sink = lane.words.ptr + 4;
+            a.sink = lane.words.ptr() + 4;
             // SAFETY: every rank's source holds `bytes` and its receive area `bytes` per
             // distance (checked above); the kernel takes one ProbeArgs.
             dev(

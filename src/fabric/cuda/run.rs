@@ -113,8 +113,8 @@ impl Launcher {
                 unsafe {
                     comms.all_reduce(
                         0,
-                        send.ptr,
-                        recv.ptr,
+                        send.ptr(),
+                        recv.ptr(),
                         elems as usize,
                         dtype,
                         unit.stream.raw as *mut _,
@@ -208,7 +208,7 @@ impl Launcher {
         }
         if failed {
             for s in &c.signal[mine] {
-                dev(s.fill_range(0, s.bytes, 0), "clearing signal flags")?;
+                dev(s.fill_range(0, s.bytes(), 0), "clearing signal flags")?;
             }
             return Err(FabricError::Timeout {
                 backend,

@@ -129,8 +129,8 @@ fn pattern(dtype: Dtype, seed: u64) -> Vec<u8> {
 fn fill_random(buf: &DevBuf, dtype: Dtype, seed: u64) -> Result<(), DeviceError> {
     let p = pattern(dtype, seed);
     let mut off = 0;
-    while off < buf.bytes {
-        let len = p.len().min(buf.bytes - off);
+    while off < buf.bytes() {
+        let len = p.len().min(buf.bytes() - off);
         buf.upload(off, &p[..len])
             .map_err(|e| driver::driver_error(&e, "filling a buffer with test data", None))?;
         off += len;
@@ -294,7 +294,7 @@ fn view(
 /// handle and compares it with the pattern its owner wrote.
 fn transfer_check(span: &Span, dtype: Dtype, rank: usize) -> Result<(), String> {
     let want = pattern(dtype, user_seed(rank));
-    let len = want.len().min(4096).min(span.bytes);
+    let len = want.len().min(4096).min(span.bytes());
     let mut got = vec![0u8; len];
     span.download(0, &mut got)
         .map_err(|e| format!("reading rank {rank}'s buffer through P2P failed: {e}"))?;
@@ -544,10 +544,10 @@ impl CustomView {
     }
 
     fn set(&mut self, r: usize, input: Span, scratch: Option<Span>, out: Span, sig: Span) {
-        self.args.input[r] = input.ptr;
-        self.args.out[r] = out.ptr;
-        self.args.scratch[r] = scratch.as_ref().map_or(0, |s| s.ptr);
-        self.args.sig[r] = sig.ptr;
+        self.args.input[r] = input.ptr();
+        self.args.out[r] = out.ptr();
+        self.args.scratch[r] = scratch.as_ref().map_or(0, |s| s.ptr());
+        self.args.sig[r] = sig.ptr();
         self.input[r] = input;
         self.out[r] = out;
         self.signal[r] = sig;

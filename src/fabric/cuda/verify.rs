@@ -61,16 +61,16 @@ impl Launcher {
         let (ranks, _) = self.checked_ranks(backend)?;
         for r in ranks {
             let (input, out) = self.spans(backend, r)?;
-            if input.bytes < bytes as usize {
+            if input.bytes() < bytes as usize {
                 return Err(FabricError::BadRequest(format!(
                     "rank {r}'s input holds {} bytes, less than {bytes}",
-                    input.bytes
+                    input.bytes()
                 )));
             }
             // SAFETY: the input holds at least `bytes` = `elems` elements (checked above), and
             // the stream is synchronized below, before the input can be freed.
-            unsafe { self.launch_fill(gpu, input.ptr, elems, seed, r as u32) }?;
-            let span = (bytes as usize + GUARD).min(out.bytes);
+            unsafe { self.launch_fill(gpu, input.ptr(), elems, seed, r as u32) }?;
+            let span = (bytes as usize + GUARD).min(out.bytes());
             dev(out.fill_range(0, span, 0xff), "poisoning the output")?;
         }
         super::driver::sync_ctx(&gpu.ctx, "synchronizing the GPU")
@@ -125,7 +125,7 @@ impl Launcher {
             "allocating the test-data check",
         )?;
         // SAFETY: buf holds n elements of the dtype; the stream is waited for before it is freed.
-        unsafe { self.launch_fill(gpu, buf.ptr, n, seed, rank as u32) }?;
+        unsafe { self.launch_fill(gpu, buf.ptr(), n, seed, rank as u32) }?;
         self.unit.stream.finish(
             self.deadline.for_work(n * dtype.size(), 1),
             "drawing test data",
@@ -201,7 +201,7 @@ impl Launcher {
         )?;
         for r in ranks {
             let (_, out) = self.spans(backend, r)?;
-            let span = (bytes as usize + GUARD).min(out.bytes);
+            let span = (bytes as usize + GUARD).min(out.bytes());
             if faults.wrong == Some(backend) {
                 // The middle element's low byte: a wrong value wherever the kernel splits work.
                 let mid = (elems / 2 * dtype.size()) as usize;
@@ -219,13 +219,13 @@ impl Launcher {
                 "clearing the verification counters",
             )?;
             let (mut ptr, mut n, mut seed_, mut world_, mut data_end, mut guard_end, mut res) = (
-                out.ptr,
+                out.ptr(),
                 elems,
                 seed,
                 world as u32,
                 bytes,
                 span as u64,
-                verdict.ptr,
+                verdict.ptr(),
             );
             let mut params = [
                 &mut ptr as *mut u64 as *mut c_void,

@@ -221,13 +221,15 @@ fn no_group() -> FabricError {
 }
 
 impl Drop for Engine {
-    /// Launchers before what they opened, opened buffers before their owners'. On a poisoned
-    /// context none of it frees anything (see driver::Ctx): it all goes with the process.
+    /// At exit (end of input, or an early return) without a Release: what this worker opened
+    /// of its peers' buffers is closed first; what it exported is never freed here, since a
+    /// peer exiting at the same moment may still map it. The process's end reclaims it with
+    /// the context, as it does everything on a poisoned context (see driver::Ctx).
     fn drop(&mut self) {
         self.probe = None;
         self.launcher = None;
-        self.probe_owned = None;
-        self.owned = None;
+        std::mem::forget(self.probe_owned.take());
+        std::mem::forget(self.owned.take());
     }
 }
 

@@ -72,11 +72,12 @@ impl CudaFabric {
                 ranks: handles.clone(),
             };
             match self.one(set, w, req, limit)? {
+                // A broken rank outside the group is no answer to this request: out of turn.
                 Resp::Connected {
                     kernels,
                     broken,
                     unready,
-                } => {
+                } if broken.iter().all(|(r, _)| *r < shape.n) => {
                     if let Err(e) = &kernels {
                         for &b in custom {
                             waived.entry(b).or_insert_with(|| e.clone());

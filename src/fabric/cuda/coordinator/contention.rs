@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::group::not_prepared;
-use super::processes::{trouble_to_device, unexpected, Trouble};
+use super::processes::{unexpected, Trouble};
 use super::CudaFabric;
 use crate::fabric::cuda::protocol::{ProbeHandles, Req, Resp};
 use crate::fabric::cuda::topo;
@@ -22,9 +22,10 @@ impl CudaFabric {
         let n = p.owners.len();
         let limit = self.limit(want * peers as u64, 1) + Duration::from_secs(10);
         if self.probe_bytes < want {
-            if self.probe_bytes > 0 {
-                // Growing frees the old probe buffers, which every launcher maps: all close
-                // them and say so before any owner frees.
+            if self.probe_mapped {
+                // Growing frees the old probe buffers, which launchers may map (all, or those
+                // whose ProbeConnect went through before another's failed): all close them
+                // and say so before any owner frees.
                 let reqs = p
                     .launchers
                     .iter()
@@ -35,8 +36,9 @@ impl CudaFabric {
                         return Err(unexpected(r));
                     }
                 }
-                self.probe_bytes = 0;
+                self.probe_mapped = false;
             }
+            self.probe_bytes = 0;
             let mut owners = p.owners.clone();
             owners.sort_unstable();
             owners.dedup();
@@ -72,6 +74,8 @@ impl CudaFabric {
                     )
                 })
                 .collect();
+            // Set before asking: a launcher may map them even if another fails to.
+            self.probe_mapped = true;
             self.exchange(0, reqs, limit)?;
             self.probe_bytes = want;
         }
@@ -123,14 +127,14 @@ impl CudaFabric {
         }
         let ws: Vec<usize> = match self.loopback {
             Some(_) => vec![0],
-            None => (0..self.sets[0].workers.len()).collect(),
+            None => (0..self.sets.first().map_or(0, |s| s.workers.len())).collect(),
         };
         let limit = self.limit(2 << 30, 1);
         let mut out = Vec::new();
         for w in ws {
             match self
                 .one(0, w, Req::LinksUnderLoad, limit)
-                .map_err(trouble_to_device)?
+                .map_err(|t| self.settle(t, true))?
             {
                 Resp::Links(mut l) => {
                     for r in &mut l {
@@ -138,7 +142,7 @@ impl CudaFabric {
                     }
                     out.extend(l)
                 }
-                other => return Err(trouble_to_device(unexpected(other))),
+                other => return Err(self.settle(unexpected(other), true)),
             }
         }
         if self.loopback.is_some() {

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::processes::{trouble_to_device, unexpected, Trouble};
+use super::processes::{no_workers, unexpected, Trouble};
 use super::waivers::{ll128_waiver, unlike};
 use super::CudaFabric;
 use crate::fabric::cuda::driver::DeviceFacts;
@@ -98,6 +98,9 @@ impl CudaFabric {
         backends: &[Backend],
     ) -> Result<Vec<Readiness>, FabricError> {
         let mut plan = self.plan_for(group)?;
+        if self.sets.is_empty() {
+            return Err(no_workers());
+        }
         self.holding = true;
         let n = plan.owners.len();
         let shape = Shape {
@@ -179,7 +182,7 @@ impl CudaFabric {
                 &mut waived,
                 &mut memory,
             )
-            .map_err(trouble_to_device)?;
+            .map_err(|t| self.settle(t, false))?;
             tracing::info!(
                 "GPUs {:?}: buffers of {} custom backends set up and connected in {:.2} s",
                 group.gpus,
@@ -193,7 +196,9 @@ impl CudaFabric {
                 .collect();
             for b in here {
                 let t = std::time::Instant::now();
-                let r = self.nccl_init(set, &plan, b).map_err(trouble_to_device)?;
+                let r = self
+                    .nccl_init(set, &plan, b)
+                    .map_err(|t| self.settle(t, false))?;
                 tracing::info!(
                     "GPUs {:?}: {b} set up in {:.2} s",
                     group.gpus,
@@ -244,7 +249,8 @@ impl CudaFabric {
             .collect())
     }
 
-    pub(super) fn release_inner(&mut self) -> Result<(), Trouble> {
+    /// Closes every import on every worker, then frees: each round waits at most `limit`.
+    pub(super) fn release_inner(&mut self, limit: std::time::Duration) -> Result<(), Trouble> {
         self.plan = None;
         self.probe_bytes = 0;
         // Every opened handle is closed before any owner frees what it names.
@@ -255,12 +261,14 @@ impl CudaFabric {
                     .collect();
                 // Only the reply to this very request acknowledges it (ids match), and only
                 // `Done` says the handles are closed.
-                for r in self.exchange(set, reqs, self.limit(0, 1))? {
+                for r in self.exchange(set, reqs, limit)? {
                     if r != Resp::Done {
                         return Err(unexpected(r));
                     }
                 }
             }
+            // Disconnect closes the probe's imports too.
+            self.probe_mapped = false;
         }
         self.holding = false;
         Ok(())

@@ -3,7 +3,7 @@
 //! fail the backend, or replace its workers.
 
 use super::group::not_prepared;
-use super::processes::{trouble_to_device, unexpected, Trouble};
+use super::processes::{unexpected, Trouble};
 use super::CudaFabric;
 use crate::fabric::cuda::protocol::{Req, Resp};
 use crate::fabric::{Backend, FabricError, Mode, Verification};
@@ -189,9 +189,12 @@ impl CudaFabric {
             batch,
             samples,
         };
-        match self.one(0, 0, req, limit).map_err(trouble_to_device)? {
+        match self
+            .one(0, 0, req, limit)
+            .map_err(|t| self.settle(t, true))?
+        {
             Resp::Times(t) => Ok(t),
-            other => Err(trouble_to_device(unexpected(other))),
+            other => Err(self.settle(unexpected(other), true)),
         }
     }
 }

@@ -52,6 +52,9 @@ pub struct CudaFabric {
     /// once they are released. A setup that failed leaves no plan but may leave imports open.
     holding: bool,
     probe_bytes: u64,
+    /// Launchers may map probe buffers: set before ProbeConnect is sent, cleared once every
+    /// launcher has closed them (ProbeDisconnect, Disconnect) or the workers are replaced.
+    probe_mapped: bool,
     epoch: u32,
     links: Vec<LinkReading>,
     kernels: Option<Result<String, String>>,
@@ -62,15 +65,33 @@ pub struct CudaFabric {
     /// Testing only: makes the worker of each slot in place of a process (scripted.rs).
     #[cfg(test)]
     script: Option<scripted::Script>,
+    /// Testing only: the wait for every answer, in place of [`CudaFabric::limit`]'s.
+    #[cfg(test)]
+    limit_for_tests: Option<Duration>,
 }
 
 impl Drop for CudaFabric {
     fn drop(&mut self) {
+        // Buffers still held (never released, a release that failed, an early return on an
+        // error): a worker's exit frees what it exported, and peers exiting at the same time
+        // may still map it. So first a bounded release: every import closed, then frees.
+        if self.plan.is_some() || self.holding {
+            let limit = self.limit(0, 1).min(RELEASE_AT_DROP);
+            if self.release_inner(limit).is_err() {
+                tracing::warn!(
+                    "the GPU workers could not release their buffers before exiting; each \
+                     closes its imports at exit and leaves its own to the process's end"
+                );
+            }
+        }
         // Every worker is told first, then all are waited for under one deadline: each one's
         // exit tears down a CUDA context, and those run side by side.
         self.shutdown_all(Duration::from_secs(10));
     }
 }
+
+/// The most a release at drop may take per round (closes, then frees).
+const RELEASE_AT_DROP: Duration = Duration::from_secs(10);
 
 /// The worker program: `ARTUNE_WORKER_BIN`, else this executable.
 fn worker_program() -> Result<PathBuf, FabricError> {
@@ -202,6 +223,7 @@ impl CudaFabric {
             plan: None,
             holding: false,
             probe_bytes: 0,
+            probe_mapped: false,
             epoch: 0,
             links: Vec::new(),
             kernels: None,
@@ -210,6 +232,8 @@ impl CudaFabric {
             at_bytes: None,
             #[cfg(test)]
             script: None,
+            #[cfg(test)]
+            limit_for_tests: None,
         })
     }
 
@@ -343,10 +367,12 @@ impl Fabric for CudaFabric {
             return Err(FabricError::Waived(why.clone()));
         }
         let want = bytes.max(16).div_ceil(16) * 16;
+        // A worker lost in a probe is replaced at once and the group set up again; the probe
+        // fails (a measurement says so), and no backend is charged with the restart.
         self.probe_inner(direction, peers, want)
-            .map_err(|t| match t {
-                Trouble::Fabric(e) => e,
-                Trouble::Restart(why) => WorkerError::Probe(Box::new(why)).into(),
+            .map_err(|t| match self.settle(t, true) {
+                FabricError::Worker(why) => WorkerError::Probe(Box::new(why)).into(),
+                e => e,
             })
     }
 
@@ -366,7 +392,7 @@ impl Fabric for CudaFabric {
         if self.plan.is_none() && !self.holding {
             return Ok(());
         }
-        match self.release_inner() {
+        match self.release_inner(self.limit(0, 1)) {
             Ok(()) => Ok(()),
             Err(Trouble::Fabric(e)) => Err(e),
             Err(Trouble::Restart(why)) => self.restart(None, &why),

@@ -97,7 +97,11 @@ fn hello(mut link: Link, who: &str, end: std::time::Instant) -> Result<Worker, F
             who: who.into(),
             answer: clip(&format!("{other:?}"), 120),
         })),
-        Err(e) => Err(WorkerError::Start(Box::new(WorkerError::Link(e))).into()),
+        Err(e) => Err(WorkerError::Start {
+            why: Box::new(WorkerError::Link(e)),
+            gpu_visible: crate::fabric::cuda::visible_gpus() > 0,
+        }
+        .into()),
     }
 }
 
@@ -125,7 +129,10 @@ impl CudaFabric {
         reqs: Vec<(usize, Req)>,
         limit: Duration,
     ) -> Result<Vec<Resp>, Trouble> {
-        let ws = &mut self.sets[set].workers;
+        let Some(s) = self.sets.get_mut(set) else {
+            return Err(Trouble::Fabric(no_workers()));
+        };
+        let ws = &mut s.workers;
         for (w, r) in &reqs {
             ws[*w].link.send(r).map_err(lost)?;
         }
@@ -193,6 +200,10 @@ impl CudaFabric {
     }
 
     pub(super) fn limit(&self, bytes: u64, calls: u32) -> Duration {
+        #[cfg(test)]
+        if let Some(l) = self.limit_for_tests {
+            return l;
+        }
         self.deadline.for_work(bytes, calls) + watchdog::DRAIN_DEADLINE + SLACK
     }
 
@@ -205,6 +216,44 @@ impl CudaFabric {
         running: Option<(Backend, bool)>,
         cause: &WorkerError,
     ) -> Result<(), FabricError> {
+        let Some(p) = self.replace(running, cause)? else {
+            return Ok(());
+        };
+        let keep: Vec<Backend> = p
+            .ready
+            .iter()
+            .map(|(b, _)| *b)
+            .filter(|b| running.is_none_or(|(r, keep)| keep || r != *b))
+            .collect();
+        self.setup(&p.group, &keep).map(|_| ())
+    }
+
+    /// A trouble outside any backend's operation, as an error: a lost worker is replaced at
+    /// once (and the group set up again when `again`), never left in place for the next
+    /// request to find and be blamed for. Inside a setup `again` is false: the setup that
+    /// failed is not retried from within itself.
+    pub(super) fn settle(&mut self, t: Trouble, again: bool) -> FabricError {
+        let why = match t {
+            Trouble::Fabric(e) => return e,
+            Trouble::Restart(why) => why,
+        };
+        let r = match again {
+            true => self.restart(None, &why),
+            false => self.replace(None, &why).map(|_| ()),
+        };
+        if let Err(e) = r {
+            tracing::warn!("after {why}: {e}");
+        }
+        FabricError::Worker(why)
+    }
+
+    /// Kills every worker and starts a fresh set with nothing prepared, on record; returns
+    /// the plan that was prepared.
+    fn replace(
+        &mut self,
+        running: Option<(Backend, bool)>,
+        cause: &WorkerError,
+    ) -> Result<Option<super::group::Plan>, FabricError> {
         let r = crate::fabric::Recovery {
             group: self
                 .plan
@@ -221,18 +270,11 @@ impl CudaFabric {
         self.retire_all();
         self.sets.clear();
         self.probe_bytes = 0;
+        self.probe_mapped = false;
         self.holding = false;
+        let plan = self.plan.take();
         self.sets.push(self.start_set(None)?);
-        let Some(p) = self.plan.take() else {
-            return Ok(());
-        };
-        let keep: Vec<Backend> = p
-            .ready
-            .iter()
-            .map(|(b, _)| *b)
-            .filter(|b| running.is_none_or(|(r, keep)| keep || r != *b))
-            .collect();
-        self.setup(&p.group, &keep).map(|_| ())
+        Ok(plan)
     }
 }
 
@@ -283,14 +325,16 @@ pub(super) fn start_set(
     Ok(Set { pin, workers })
 }
 
+/// What every request gets once fresh workers could not be started after a fault.
+pub(super) fn no_workers() -> FabricError {
+    FabricError::BadRequest(
+        "no GPU workers are running (fresh ones could not be started after a fault); open the \
+         fabric again"
+            .into(),
+    )
+}
+
 pub(super) fn unexpected(r: Resp) -> Trouble {
     let s = clip(&format!("{r:?}"), 120);
     Trouble::Restart(WorkerError::OutOfTurn(s))
-}
-
-pub(super) fn trouble_to_device(t: Trouble) -> FabricError {
-    match t {
-        Trouble::Fabric(e) => e,
-        Trouble::Restart(why) => FabricError::Worker(why),
-    }
 }

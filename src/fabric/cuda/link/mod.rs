@@ -35,8 +35,9 @@ pub enum LinkError {
         seconds: f64,
         tail: Vec<String>,
     },
-    #[error("worker {who} missed an earlier deadline and was replaced; it is not asked again")]
-    Retired { who: String },
+    /// Asked again after it was given up on (the coordinator replaces such workers at once).
+    #[error("worker {who} is not asked again: it was given up on earlier ({why})")]
+    Retired { who: String, why: String },
 }
 
 fn quote_tail(tail: &[String]) -> String {
@@ -77,8 +78,22 @@ type Tail = std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<String>>>
 /// What runs at the other end: a worker process, or (tests) a scripted worker on a thread.
 enum Peer {
     Child(Child),
+    /// Its flag says it was killed (not asked to exit) when its input closes.
     #[cfg(test)]
-    Thread(std::thread::JoinHandle<()>),
+    Thread(
+        std::thread::JoinHandle<()>,
+        std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ),
+}
+
+/// Testing only: what a scripted worker is given, a request or the end of its input.
+#[cfg(test)]
+pub enum Scripted {
+    Req(Req),
+    /// Its input closed: `killed` as by SIGKILL (nothing runs), else asked to exit.
+    End {
+        killed: bool,
+    },
 }
 
 impl Peer {
@@ -86,7 +101,7 @@ impl Peer {
         match self {
             Peer::Child(c) => c.id(),
             #[cfg(test)]
-            Peer::Thread(_) => 0,
+            Peer::Thread(..) => 0,
         }
     }
 
@@ -95,9 +110,9 @@ impl Peer {
             Peer::Child(c) => {
                 let _ = c.kill();
             }
-            // A scripted worker ends when its input closes (retire closes it).
+            // A scripted worker ends when its input closes (retire closes it after this).
             #[cfg(test)]
-            Peer::Thread(_) => {}
+            Peer::Thread(_, killed) => killed.store(true, std::sync::atomic::Ordering::SeqCst),
         }
     }
 
@@ -106,7 +121,7 @@ impl Peer {
         match self {
             Peer::Child(c) => c.try_wait().ok().flatten().map(|s| s.to_string()),
             #[cfg(test)]
-            Peer::Thread(t) => t.is_finished().then(|| "its thread ended".to_string()),
+            Peer::Thread(t, _) => t.is_finished().then(|| "its thread ended".to_string()),
         }
     }
 }
@@ -124,8 +139,9 @@ pub struct Link {
     awaited: Option<u64>,
     /// Its pipe closed or it talked nonsense: no more requests go to it.
     dead: bool,
-    /// It missed a deadline: killed, and never asked again.
-    retired: bool,
+    /// Why it was given up on (it exited, talked nonsense, missed a deadline): it is never
+    /// asked again, and every later request fails at once with this.
+    gone: Option<String>,
     /// Reaped: nothing of it is left.
     reaped: bool,
 }
@@ -248,22 +264,25 @@ impl Link {
             next_id: HELLO_ID + 1,
             awaited: Some(HELLO_ID),
             dead: false,
-            retired: false,
+            gone: None,
             reaped: false,
         })
     }
 
     /// Testing only: a worker played by `serve` on a thread of this process, over the same
     /// pipes and wire format as a worker process. It says `hello` first, then answers each
-    /// request with what `serve` returns; `None` ends it (as a worker that died).
+    /// request with what `serve` returns; `None` ends it (as a worker that died). At the end
+    /// of its input it is told so, and whether it was killed.
     #[cfg(test)]
     pub fn scripted(
         who: &str,
         hello: Resp,
-        mut serve: impl FnMut(Req) -> Option<Resp> + Send + 'static,
+        mut serve: impl FnMut(Scripted) -> Option<Resp> + Send + 'static,
     ) -> Link {
         let (req_r, req_w) = reply_pipe().expect("a pipe");
         let (reply_r, reply_w) = reply_pipe().expect("a pipe");
+        let killed: std::sync::Arc<std::sync::atomic::AtomicBool> = Default::default();
+        let k = killed.clone();
         let t = std::thread::spawn(move || {
             let mut out = std::fs::File::from(reply_w);
             if super::protocol::write_resp(&mut out, HELLO_ID, &hello).is_err() {
@@ -274,13 +293,16 @@ impl Link {
                 let Ok(env) = serde_json::from_str::<Envelope<Req>>(&line) else {
                     break;
                 };
-                match serve(env.body) {
+                match serve(Scripted::Req(env.body)) {
                     Some(r) if super::protocol::write_resp(&mut out, env.id, &r).is_ok() => {}
-                    _ => break,
+                    _ => return,
                 }
             }
+            let killed = k.load(std::sync::atomic::Ordering::SeqCst);
+            serve(Scripted::End { killed });
         });
-        Link::with(who, Peer::Thread(t), Some(req_w.into()), reply_r, None).expect("a link")
+        let peer = Peer::Thread(t, killed);
+        Link::with(who, peer, Some(req_w.into()), reply_r, None).expect("a link")
     }
 
     pub fn pid(&self) -> u32 {
@@ -297,11 +319,7 @@ impl Link {
 
     /// Sends one request (no wait for the answer); its reply is the next one awaited.
     pub fn send(&mut self, req: &Req) -> Result<(), LinkError> {
-        if self.retired {
-            return Err(LinkError::Retired {
-                who: self.who.clone(),
-            });
-        }
+        self.refuse_if_gone()?;
         let id = self.next_id;
         self.next_id += 1;
         let mut line = serde_json::to_string(&Envelope { id, body: req }).unwrap_or_default();
@@ -323,25 +341,19 @@ impl Link {
     /// at once and never asked again: it may still be working on the request, and nothing
     /// it says later can be trusted to mean what it would have meant.
     pub fn recv(&mut self, limit: Duration) -> Result<Resp, LinkError> {
-        if self.retired {
-            return Err(LinkError::Retired {
-                who: self.who.clone(),
-            });
-        }
-        if self.dead {
-            return Err(self.exited());
-        }
+        self.refuse_if_gone()?;
         let end = std::time::Instant::now() + limit;
         loop {
             let left = end.saturating_duration_since(std::time::Instant::now());
             match self.lines.recv_timeout(left) {
                 Ok(Ok(line)) => {
                     let Ok(env) = serde_json::from_str::<Envelope<Resp>>(&line) else {
-                        self.dead = true;
-                        return Err(LinkError::Garbage {
+                        // Nothing it says later can be trusted: killed, never asked again.
+                        self.retire();
+                        return Err(self.give_up(LinkError::Garbage {
                             who: self.who.clone(),
                             line: clip(&line, 200),
-                        });
+                        }));
                     };
                     if Some(env.id) == self.awaited {
                         self.awaited = None;
@@ -358,11 +370,11 @@ impl Link {
                 Ok(Err(_)) | Err(RecvTimeoutError::Disconnected) => return Err(self.exited()),
                 Err(RecvTimeoutError::Timeout) => {
                     self.retire();
-                    return Err(LinkError::Silent {
+                    return Err(self.give_up(LinkError::Silent {
                         who: self.who.clone(),
                         seconds: limit.as_secs_f64(),
                         tail: self.tail(),
-                    });
+                    }));
                 }
             }
         }
@@ -376,10 +388,29 @@ impl Link {
 
     /// Kills it without waiting (SIGKILL); it is reaped later, side by side with others.
     pub fn retire(&mut self) {
-        self.retired = true;
         self.dead = true;
-        self.stdin = None;
         self.child.kill();
+        self.stdin = None;
+        if self.gone.is_none() {
+            self.gone = Some("it was killed".into());
+        }
+    }
+
+    /// A link given up on fails every request at once, saying why (no wait on its pipe).
+    fn refuse_if_gone(&self) -> Result<(), LinkError> {
+        match &self.gone {
+            Some(why) => Err(LinkError::Retired {
+                who: self.who.clone(),
+                why: why.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Records `e` as the reason this link is given up on, and returns it.
+    fn give_up(&mut self, e: LinkError) -> LinkError {
+        self.gone = Some(clip(&e.to_string(), 300));
+        e
     }
 
     fn exited(&mut self) -> LinkError {
@@ -397,11 +428,12 @@ impl Link {
         }
         // Its last words may still be on their way through the stderr reader.
         std::thread::sleep(Duration::from_millis(20));
-        LinkError::Exited {
+        let e = LinkError::Exited {
             who: self.who.clone(),
             status,
             tail: self.tail(),
-        }
+        };
+        self.give_up(e)
     }
 
     /// Whether the process has ended (and is reaped).
@@ -526,155 +558,4 @@ impl Drop for Link {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::fabric::cuda::protocol::WireError;
-    use crate::fabric::FabricError;
-
-    fn sh(script: &str) -> Spawn {
-        Spawn {
-            program: "sh".into(),
-            args: vec!["-c".into(), script.into()],
-            env: Vec::new(),
-        }
-    }
-
-    fn alive(pid: u32) -> bool {
-        // A reaped child has no /proc entry (a zombie would still show, but kill reaps).
-        std::path::Path::new(&format!("/proc/{pid}")).exists()
-    }
-
-    #[test]
-    fn a_worker_that_exits_early_is_reported_not_waited_for() {
-        let mut l = Link::start(&sh("exit 3"), "for GPU 0").unwrap();
-        let t = std::time::Instant::now();
-        let e = l.call(&Req::NcclId, Duration::from_secs(20)).unwrap_err();
-        assert!(matches!(e, LinkError::Exited { .. }), "{e}");
-        assert!(e.to_string().contains("worker for GPU 0 exited"), "{e}");
-        assert!(t.elapsed() < Duration::from_secs(10));
-    }
-
-    #[test]
-    fn garbage_on_the_pipe_is_a_clear_error() {
-        let mut l = Link::start(&sh("read x; echo 'hello, not json' >&3; sleep 30"), "w").unwrap();
-        let e = l.call(&Req::NcclId, Duration::from_secs(20)).unwrap_err();
-        assert!(
-            matches!(&e, LinkError::Garbage { line, .. } if line == "hello, not json"),
-            "{e}"
-        );
-        let pid = l.pid();
-        drop(l);
-        assert!(!alive(pid), "the worker was left running");
-    }
-
-    #[test]
-    fn a_worker_that_never_answers_times_out_is_killed_and_never_asked_again() {
-        let mut l = Link::start(&sh("sleep 60"), "for GPU 3").unwrap();
-        let t = std::time::Instant::now();
-        let e = l
-            .call(&Req::Release, Duration::from_millis(300))
-            .unwrap_err();
-        assert!(matches!(e, LinkError::Silent { .. }), "{e}");
-        assert!(e.to_string().contains("did not answer within 0.3 s"), "{e}");
-        let again = l.call(&Req::Release, Duration::from_secs(5)).unwrap_err();
-        assert!(matches!(again, LinkError::Retired { .. }), "{again}");
-        let pid = l.pid();
-        drop(l);
-        assert!(!alive(pid));
-        assert!(t.elapsed() < Duration::from_secs(10));
-    }
-
-    #[test]
-    fn a_missing_program_cannot_start() {
-        let s = Spawn {
-            program: "/nonexistent/artune".into(),
-            args: Vec::new(),
-            env: Vec::new(),
-        };
-        let e = Link::start(&s, "for GPU 0").err().unwrap();
-        assert!(e.to_string().contains("/nonexistent/artune"), "{e}");
-    }
-
-    fn reply(id: u64, resp: &Resp) -> String {
-        serde_json::to_string(&Envelope { id, body: resp }).unwrap()
-    }
-
-    #[test]
-    fn responses_round_trip_through_a_child() {
-        let resp = Resp::Checked(Some("rank 1 wrong".into()));
-        let line = reply(1, &resp);
-        let mut l = Link::start(&sh(&format!("read x; echo '{line}' >&3")), "w").unwrap();
-        assert_eq!(l.call(&Req::NcclId, Duration::from_secs(20)).unwrap(), resp);
-        let oom = crate::fabric::DeviceError::OutOfMemory {
-            gpu: 1,
-            what: "allocating x".into(),
-            bytes: Some(4096),
-            free: Some(0),
-        };
-        let e = WireError::from_fabric(FabricError::Device(oom.clone()), true);
-        let line = serde_json::to_string(&Resp::Failed(e)).unwrap();
-        match serde_json::from_str::<Resp>(&line).unwrap() {
-            Resp::Failed(WireError::Device { error, stuck }) => {
-                assert!(stuck);
-                assert_eq!(error, oom);
-            }
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn log_lines_on_stdout_do_not_break_the_protocol_and_are_quoted_on_failure() {
-        // As NCCL_DEBUG=INFO does: a log line on stdout before the reply, another on stderr.
-        let line = reply(1, &Resp::Done);
-        let script = format!(
-            "read x; echo 'vm:452:452 [0] NCCL INFO Bootstrap: Using eth0'; \
-             echo 'a note on stderr' >&2; echo '{line}' >&3; read y; echo 'dying words'; exit 7"
-        );
-        let mut l = Link::start(&sh(&script), "0 (loopback rank 0 on GPU 0)").unwrap();
-        assert_eq!(
-            l.call(&Req::NcclId, Duration::from_secs(20)).unwrap(),
-            Resp::Done
-        );
-        let e = l.call(&Req::NcclId, Duration::from_secs(20)).unwrap_err();
-        let s = e.to_string();
-        assert!(s.contains("exited (exit status: 7)"), "{s}");
-        assert!(s.contains("NCCL INFO Bootstrap"), "{s}");
-        assert!(s.contains("dying words"), "{s}");
-    }
-
-    #[test]
-    fn a_late_reply_is_dropped_not_taken_for_the_next_answer() {
-        // The worker answers request 1 only after request 2 came; the reply to 2 is Done.
-        let late = reply(1, &Resp::Checked(Some("late".into())));
-        let now = reply(2, &Resp::Done);
-        let script = format!("read x; read y; echo '{late}' >&3; echo '{now}' >&3; sleep 5");
-        let mut l = Link::start(&sh(&script), "w").unwrap();
-        l.send(&Req::NcclId).unwrap();
-        assert_eq!(
-            l.call(&Req::Disconnect, Duration::from_secs(20)).unwrap(),
-            Resp::Done
-        );
-    }
-
-    #[test]
-    fn the_worker_is_given_the_reply_channel() {
-        let line = reply(HELLO_ID, &Resp::Done);
-        let script = format!("test \"$ARTUNE_REPLY_FD\" = 3 && echo '{line}' >&3; sleep 5");
-        let mut l = Link::start(&sh(&script), "w").unwrap();
-        assert_eq!(l.recv(Duration::from_secs(20)).unwrap(), Resp::Done);
-    }
-
-    #[test]
-    fn colour_codes_are_taken_out_of_worker_lines() {
-        assert_eq!(plain("\x1b[33m WARN\x1b[0m é x"), " WARN é x");
-    }
-
-    #[test]
-    fn clip_cuts_at_a_character_boundary() {
-        let s = "é".repeat(200);
-        let c = clip(&s, 199);
-        assert!(c.ends_with("..."));
-        assert_eq!(c.len(), 198 + 3);
-        assert_eq!(clip("short", 10), "short");
-    }
-}
+mod tests;

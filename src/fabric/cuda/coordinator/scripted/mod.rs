@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use super::CudaFabric;
 use crate::fabric::cuda::driver::{DeviceFacts, IpcHandle};
-use crate::fabric::cuda::link::Link;
+use crate::fabric::cuda::link::{Link, Scripted};
 use crate::fabric::cuda::protocol::{BufHandles, ProbeHandles, RankHandles, Req, Resp, WireError};
 use crate::fabric::cuda::topo;
 use crate::fabric::cuda::watchdog::Deadline;
-use crate::fabric::{Backend, Direction, Dtype, Fabric, FabricInfo, Group};
+use crate::fabric::{Backend, Dtype, FabricInfo, Group};
 
 /// Makes the worker of one slot (a fresh one each call: a restart calls it again).
 pub(super) type Script = Arc<dyn Fn(usize) -> Link + Send + Sync>;
@@ -29,12 +29,18 @@ enum Ev {
 }
 
 /// A request kind ("Connect", "Stage", ...) on which worker `.0` fails or dies, or on which
-/// every worker of slot `.0` dies (the first and each fresh one: a backend that kills it).
+/// every worker of slot `.0` dies (the first and each fresh one: a backend that kills it), or
+/// on which worker `.0` answers only after `.2` ms; and a worker whose Connect reply names a
+/// rank that does not exist among the broken ones; or fresh workers that cannot start.
 #[derive(Default)]
 struct Plot {
     fail: Option<(usize, &'static str)>,
     die: Option<(usize, &'static str)>,
     die_in_slot: Option<(usize, &'static str)>,
+    late: Option<(usize, &'static str, u64)>,
+    bad_broken: Option<usize>,
+    /// Fresh workers fail to start.
+    no_start: bool,
 }
 
 #[derive(Default)]
@@ -117,8 +123,42 @@ impl Fake {
         }
     }
 
-    fn serve(&mut self, req: Req) -> Option<Resp> {
+    /// At the end of its input a worker closes its imports and exits; the exit frees what it
+    /// exported (the driver reclaims a process's memory), whether or not a peer maps it. Slot
+    /// k takes (k + 1) x 20 ms to close, so peers exiting together overlap. A killed one
+    /// runs nothing: its maps and buffers just go with it.
+    fn end(&mut self, killed: bool) {
+        if killed {
+            return;
+        }
+        let imports: Vec<String> = self
+            .probe_imports
+            .drain(..)
+            .chain(self.imports.drain(..))
+            .collect();
+        if !imports.is_empty() {
+            std::thread::sleep(Duration::from_millis(20 * (self.slot as u64 + 1)));
+        }
+        for h in imports {
+            self.log(Ev::Close(self.id, h));
+        }
+        self.free(true);
+        self.free(false);
+    }
+
+    fn serve(&mut self, input: Scripted) -> Option<Resp> {
+        let req = match input {
+            Scripted::Req(r) => r,
+            Scripted::End { killed } => {
+                self.end(killed);
+                return None;
+            }
+        };
         let k = kind(&req);
+        let late = self.world.lock().unwrap().plot.late;
+        if let Some((_, _, ms)) = late.filter(|&(w, on, _)| w == self.id && on == k) {
+            std::thread::sleep(Duration::from_millis(ms));
+        }
         let plot = self.world.lock().unwrap().plot.fail;
         if plot.is_some_and(|(w, on)| w == self.id && on == k) {
             return Some(Resp::Failed(WireError::Device {
@@ -177,9 +217,13 @@ impl Fake {
                         self.map(&b.signal, false);
                     }
                 }
+                let bad = self.world.lock().unwrap().plot.bad_broken == Some(self.id);
                 Resp::Connected {
                     kernels: Ok("--gpu-architecture=sm_90".into()),
-                    broken: Vec::new(),
+                    broken: match bad {
+                        true => vec![(99, "scripted: a rank that does not exist".into())],
+                        false => Vec::new(),
+                    },
                     unready: Vec::new(),
                 }
             }
@@ -282,9 +326,15 @@ fn fabric(k: usize, world: &Shared) -> CudaFabric {
             probe_imports: Vec::new(),
             next: 0,
         };
-        let hello = Resp::Hello {
-            facts: facts(),
-            pid: 0,
+        let hello = match w.lock().unwrap().plot.no_start {
+            true => Resp::Failed(WireError::Device {
+                error: crate::fabric::DeviceError::Bug("scripted: no GPU context".into()),
+                stuck: false,
+            }),
+            false => Resp::Hello {
+                facts: facts(),
+                pid: 0,
+            },
         };
         Link::scripted(&format!("scripted {id}"), hello, move |req| fake.serve(req))
     });
@@ -307,6 +357,7 @@ fn fabric(k: usize, world: &Shared) -> CudaFabric {
         plan: None,
         holding: false,
         probe_bytes: 0,
+        probe_mapped: false,
         epoch: 0,
         links: Vec::new(),
         kernels: None,
@@ -314,6 +365,7 @@ fn fabric(k: usize, world: &Shared) -> CudaFabric {
         recovered: Vec::new(),
         at_bytes: None,
         script: Some(script),
+        limit_for_tests: None,
     };
     let set = f.start_set(None).unwrap();
     f.sets.push(set);
@@ -397,201 +449,5 @@ fn count(log: &[Ev], f: impl Fn(&Ev) -> bool) -> usize {
 
 const CUSTOM: [Backend; 2] = [Backend::OneStagePull, Backend::TwoStagePull];
 
-#[test]
-fn setup_then_release_closes_every_map_before_any_free() {
-    let world = Shared::default();
-    let mut f = fabric(3, &world);
-    f.prepare(&group(3), &CUSTOM).unwrap();
-    let l = log(&world);
-    // Each of 3 launchers maps the 2 other ranks' in, out and 2 x (scratch, signal).
-    assert_eq!(count(&l, |e| matches!(e, Ev::Map(..))), 3 * 2 * 6);
-    assert_eq!(count(&l, |e| matches!(e, Ev::Free(..))), 0);
-    f.release().unwrap();
-    let l = log(&world);
-    let (freed, left) = check(&l).unwrap();
-    assert_eq!(freed.len(), 3 * 6);
-    assert!(left.is_empty(), "{left:?}");
-}
-
-#[test]
-fn a_growing_probe_closes_the_old_buffers_on_every_peer_before_their_owners_free_them() {
-    let world = Shared::default();
-    let mut f = fabric(3, &world);
-    f.prepare(&group(3), &CUSTOM).unwrap();
-    f.probe(Direction::Read, 1, 4096).unwrap();
-    let before = log(&world).len();
-    f.probe(Direction::Read, 1, 1 << 20).unwrap();
-    let l = log(&world);
-    let growth = &l[before..];
-    // The first probe's src and dst of 3 ranks and rank 0's latch, freed in the growth.
-    assert_eq!(
-        count(growth, |e| matches!(e, Ev::Free(..))),
-        7,
-        "{growth:?}"
-    );
-    check(&l).unwrap();
-    f.release().unwrap();
-    let (_, left) = check(&log(&world)).unwrap();
-    assert!(left.is_empty(), "{left:?}");
-}
-
-#[test]
-fn release_after_a_failed_setup_closes_the_maps_that_were_made() {
-    let world = Shared::default();
-    let mut f = fabric(3, &world);
-    // Workers 0 and 1 connect (mapping their peers' buffers), worker 2 fails.
-    world.lock().unwrap().plot.fail = Some((2, "Connect"));
-    assert!(f.prepare(&group(3), &CUSTOM).is_err());
-    let l = log(&world);
-    assert_eq!(count(&l, |e| matches!(e, Ev::Map(..))), 2 * 2 * 6);
-    world.lock().unwrap().plot.fail = None;
-    f.release().unwrap();
-    let (freed, left) = check(&log(&world)).unwrap();
-    assert_eq!(freed.len(), 3 * 6);
-    assert!(left.is_empty(), "{left:?}");
-}
-
-#[test]
-fn a_worker_replaced_mid_group_leaves_no_map_of_the_old_buffers() {
-    let world = Shared::default();
-    let mut f = fabric(3, &world);
-    f.prepare(&group(3), &CUSTOM).unwrap();
-    f.probe(Direction::Write, 2, 4096).unwrap();
-    // Worker 1 dies when asked to stage data: every worker is replaced, the group set up
-    // again (with the backend) and the verification runs again on the fresh workers.
-    world.lock().unwrap().plot.die = Some((1, "Stage"));
-    assert_eq!(
-        f.verify(Backend::OneStagePull, 4096, 1).unwrap(),
-        crate::fabric::Verification::Correct
-    );
-    assert_eq!(world.lock().unwrap().workers, 6);
-    let l = log(&world);
-    // The new workers (3..6) map only each other's buffers.
-    for e in &l {
-        if let Ev::Map(w, h) = e {
-            let owner: usize = h[1..h.find('-').unwrap()].parse().unwrap();
-            assert_eq!(*w >= 3, owner >= 3, "worker {w} maps {h}");
-        }
-    }
-    // Both backends again: in, out and 2 x (scratch, signal) of the 2 other ranks.
-    assert_eq!(
-        count(&l, |e| matches!(e, Ev::Map(w, _) if *w >= 3)),
-        3 * 2 * 6
-    );
-    check(&l).unwrap();
-    f.verify(Backend::TwoStagePull, 4096, 1).unwrap();
-    f.release().unwrap();
-    let l = log(&world);
-    // All three old workers ended (their buffers went with them); the new ones freed theirs.
-    assert_eq!(count(&l, |e| matches!(e, Ev::Exit(w) if *w < 3)), 3);
-    let (_, left) = check(&l).unwrap();
-    assert!(left.is_empty(), "{left:?}");
-}
-
-/// Workers that ended.
-fn exits(log: &[Ev]) -> usize {
-    count(log, |e| matches!(e, Ev::Exit(_)))
-}
-
-#[test]
-fn a_worker_killed_once_keeps_its_backend_which_is_timed_again_on_fresh_workers() {
-    let world = Shared::default();
-    let mut f = fabric(3, &world);
-    f.prepare(&group(3), &CUSTOM).unwrap();
-    // Worker 1 dies (as under `kill -9`) while timing one_stage_pull at 4 KiB.
-    world.lock().unwrap().plot.die = Some((1, "Time"));
-    let t = f
-        .time(
-            Backend::OneStagePull,
-            4096,
-            crate::fabric::Mode::Graph,
-            2,
-            3,
-        )
-        .unwrap();
-    assert_eq!(t.len(), 3);
-    assert_eq!(world.lock().unwrap().workers, 6, "one restart");
-    let r = f.recoveries();
-    assert_eq!(r.len(), 1, "{r:?}");
-    assert_eq!(r[0].backend, Some(Backend::OneStagePull));
-    assert!(r[0].kept, "{r:?}");
-    assert_eq!(r[0].bytes, Some(4096));
-    assert!(r[0].cause.contains("scripted 1"), "{}", r[0].cause);
-    assert!(
-        r[0].to_string()
-            .contains("with one_stage_pull, which was measured again at 4K"),
-        "{}",
-        r[0]
-    );
-    // Still ready on the fresh workers, as is the other backend.
-    f.time(
-        Backend::OneStagePull,
-        1 << 20,
-        crate::fabric::Mode::Eager,
-        2,
-        3,
-    )
-    .unwrap();
-    f.time(
-        Backend::TwoStagePull,
-        4096,
-        crate::fabric::Mode::Graph,
-        2,
-        3,
-    )
-    .unwrap();
-    assert_eq!(world.lock().unwrap().workers, 6);
-    f.release().unwrap();
-    let l = log(&world);
-    assert_eq!(exits(&l), 3, "only the first workers ended");
-    check(&l).unwrap();
-}
-
-#[test]
-fn a_backend_that_kills_its_worker_again_on_fresh_workers_is_failed() {
-    let world = Shared::default();
-    let mut f = fabric(3, &world);
-    f.prepare(&group(3), &CUSTOM).unwrap();
-    // Whichever worker serves slot 1 dies whenever it is asked to time: the backend's fault.
-    world.lock().unwrap().plot.die_in_slot = Some((1, "Time"));
-    let e = f
-        .time(
-            Backend::OneStagePull,
-            4096,
-            crate::fabric::Mode::Graph,
-            2,
-            3,
-        )
-        .unwrap_err();
-    assert!(e.backend_local(), "{e}");
-    assert!(
-        e.to_string()
-            .contains("it failed again after its workers were killed"),
-        "{e}"
-    );
-    assert_eq!(world.lock().unwrap().workers, 9, "two restarts");
-    let r = f.recoveries();
-    assert_eq!(r.len(), 2, "{r:?}");
-    assert!(r[0].kept && !r[1].kept, "{r:?}");
-    assert!(r
-        .iter()
-        .all(|x| x.backend == Some(Backend::OneStagePull) && x.bytes == Some(4096)));
-    assert!(
-        r[1].to_string()
-            .contains("without one_stage_pull, which failed again"),
-        "{}",
-        r[1]
-    );
-    // Left out of the group; the other backend is measured on (slot 1 dies only when timing,
-    // so verify it).
-    assert!(matches!(
-        f.verify(Backend::OneStagePull, 4096, 1),
-        Err(crate::fabric::FabricError::BadRequest(_))
-    ));
-    assert_eq!(
-        f.verify(Backend::TwoStagePull, 4096, 1).unwrap(),
-        crate::fabric::Verification::Correct
-    );
-    f.release().unwrap();
-    check(&log(&world)).unwrap();
-}
+mod lifetimes;
+mod lost;
