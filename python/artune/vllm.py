@@ -26,7 +26,9 @@ Beyond the per-call gates:
   by the profile, because it runs FlashInfer's peer-to-peer kernel at every size it fuses: it
   fuses only up to the profile's custom band that starts at the smallest size, and not at all
   where the profile starts with NCCL. It saves a kernel and a norm pass the profile did not
-  measure; ``ARTUNE_VLLM_FUSION=engine`` keeps vLLM's own fusion sizes instead.
+  measure; ``ARTUNE_VLLM_FUSION=engine`` keeps vLLM's own fusion sizes instead. The models
+  that call FlashInfer's fused allreduce+RMSNorm from their own code (DeepSeek-V3.2, Kimi-K3,
+  MiniMax-M3, through ``fused_allreduce_gemma_rms_norm._max_token_num``) follow the same cut.
 - ``VLLM_BATCH_INVARIANT=1``: the plugin changes nothing (vLLM routes every size to custom AR
   for a fixed reduction order). ``ARTUNE_VLLM=0``: off.
 - Ray workers: ``ARTUNE_`` is added to ``VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY``, so the
@@ -90,6 +92,7 @@ def _register(patches: "_engine.Patches") -> None:
     fusion = os.environ.get(ENV_FUSION) != "engine"
     if fusion:
         patches.apply("fusion_pass", lambda f: _fusion_follows(f, bands))
+        patches.apply("model_fused_rms_norm", lambda f: _model_fusion_follows(f, bands))
 
     comm = cuda_communicator.CudaCommunicator
     comm_init = comm.__init__
@@ -157,6 +160,25 @@ def _fusion_follows(flashinfer_max_size, bands: "_engine.Bands"):
         if base is None or not bands.covers(world_size):
             return base
         top = bands.custom_prefix(world_size)
+        return min(base, top) if top > 0 else None
+
+    return followed
+
+
+def _model_fusion_follows(max_token_num, bands: "_engine.Bands"):
+    """fused_allreduce_gemma_rms_norm._max_token_num, cut like the fusion pass: the models'
+    eager fused allreduce+RMSNorm runs FlashInfer at every token count up to it, and a count
+    it refuses falls back to tensor_model_parallel_all_reduce (the communicator's gates)."""
+
+    @functools.wraps(max_token_num)
+    def followed(tp_size, hidden_size, dtype):
+        base = max_token_num(tp_size, hidden_size, dtype)
+        if base is None or not bands.covers(tp_size):
+            return base
+        import torch
+
+        per_token = hidden_size * torch.tensor([], dtype=dtype).element_size()
+        top = bands.custom_prefix(tp_size) // per_token
         return min(base, top) if top > 0 else None
 
     return followed
@@ -242,13 +264,19 @@ def startup_line(bands, patches, name: str, ws: int, off: bool, fusion: bool, ca
         order += f" (FlashInfer to {_engine.size(fi)} on {cap}, then custom AR)"
     parts.append(order + "; NCCL sizes run NCCL with artune's tuner plugin")
     parts.append(custom_ar_note(ca, bands, ws, off, freed))
-    if fusion and "fusion_pass" in patches.applied:
+    fused = [n for p, n in (("fusion_pass", "fusion pass"),
+                            ("model_fused_rms_norm", "models' fused allreduce+RMSNorm"))
+             if p in patches.applied]
+    if fusion and fused:
         top = bands.custom_prefix(ws)
-        parts.append(f"fusion pass to {_engine.size(top)}" if top else "fusion pass off")
+        parts.append(" and ".join(fused) + (f" to {_engine.size(top)}" if top else " off"))
     elif not fusion:
-        parts.append(f"fusion pass left to vLLM ({ENV_FUSION}=engine)")
-    parts.append("left alone: NCCL symmetric memory (it is NCCL) and DeepSeek-V4.1's fused "
-                 "all-reduce+mHC kernel (model code the profile does not measure)")
+        parts.append(f"fusion pass and models' fused allreduce+RMSNorm left to vLLM "
+                     f"({ENV_FUSION}=engine)")
+    parts.append("left alone: NCCL symmetric memory (it is NCCL) and the model-specific fused "
+                 "kernels the profile does not measure (DeepSeek-V4.1's all-reduce+mHC, Beam's "
+                 "multicast all-reduce+norm, Kimi-K3's latent MoE tail, MiniMax's Lamport "
+                 "QK-norm variance)")
     if patches.skipped:
         parts.append("not applied: " + "; ".join(patches.skipped))
     return "; ".join(parts)

@@ -8,6 +8,7 @@ and multicast allocations, the kernels (recorded), FlashInfer's workspace, and a
 says it is on CUDA."""
 
 import logging
+import types
 import os
 
 import pytest
@@ -637,3 +638,57 @@ def test_on_a_pcie_pair_nccl_everywhere_frees_custom_ars_buffers(profiles, follo
     line = next(r.getMessage() for r in caplog.records if r.name == log_name)
     ipc = sum(n for k, n in mem if k == "ipc")
     assert f"custom AR closed as soon as vLLM built it, {artune.vllm.mib(ipc)} of IPC" in line, line
+
+
+def model_fused_rms_norm(tp, nbytes, monkeypatch):
+    """What DeepSeek-V3.2's layers run (vllm/models/common/ops/fused_allreduce_rms_norm.py,
+    vLLM's own code): FlashInfer's fused allreduce+RMSNorm where ``_can_use_flashinfer`` (in
+    fused_allreduce_gemma_rms_norm) says yes, else the TP all-reduce. The FlashInfer op and
+    its workspace need GPUs: recording stand-ins."""
+    from vllm.model_executor.layers import fused_allreduce_gemma_rms_norm as gemma
+    from vllm.models.common.ops import fused_allreduce_rms_norm as common
+
+    seen = []
+    stub_platform(monkeypatch, (9, 0))
+    fused = lambda **k: seen.append("flashinfer fused")  # noqa: E731
+    for mod in (gemma, common):
+        monkeypatch.setattr(mod, "flashinfer_trtllm_fused_allreduce_norm", fused)
+    monkeypatch.setattr(gemma, "_AR_RESIDUAL_RMS_NORM", 1)
+    monkeypatch.setattr(gemma, "get_fi_ar_workspace", lambda **k: Workspace())
+    monkeypatch.setattr(gemma, "get_tensor_model_parallel_rank", lambda: 0)
+    monkeypatch.setattr(gemma, "get_tp_group", lambda: types.SimpleNamespace(cpu_group=None))
+    monkeypatch.setattr(common, "get_tensor_model_parallel_world_size", lambda: tp)
+    monkeypatch.setattr(common, "tensor_model_parallel_all_reduce",
+                        lambda x: seen.append("all_reduce") or x)
+    norm = lambda x, r: (x, r)  # noqa: E731
+    norm.weight = norm.variance_epsilon = None
+    x = message(nbytes, hidden=1024)  # 2 KiB a token
+    common.fused_allreduce_rms_norm(x, x, norm)
+    assert len(seen) == 1, seen
+    return seen[0]
+
+
+def test_the_models_fused_allreduce_rms_norm_fuses_only_inside_the_custom_prefix(
+        profiles, follow, monkeypatch, caplog):
+    """DeepSeek-V3.2 / Kimi-K3 / MiniMax-M3 call FlashInfer's fused kernel from model code
+    with the fusion pass's table (bypassing the communicator): with the profile it fuses
+    only up to the profile's custom prefix; above, the all-reduce goes to the communicator."""
+    sizes = [2 << 10, 4 << 10, 64 << 10, 512 << 10]
+    native = {n: model_fused_rms_norm(8, n, monkeypatch) for n in sizes}
+    assert set(native.values()) == {"flashinfer fused"}, native  # H200 TP8: to 512 KiB
+    tops = []
+    for prof in ("story", "nv_nccl"):
+        follow(profiles[prof])
+        artune.vllm.register()
+        top = artune._engine.Bands(artune.Profile.load(profiles[prof])).custom_prefix(8)
+        with caplog.at_level(logging.WARNING):
+            got = {n: model_fused_rms_norm(8, n, monkeypatch) for n in sizes}
+        assert got == {n: "flashinfer fused" if n <= top else "all_reduce" for n in sizes}, (
+            prof, top, got)
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+        tops.append(top)
+        unregister()
+    assert 2 << 10 <= tops[0] < 4 << 10 and tops[1] == 0, tops  # a cut inside, and none
+    monkeypatch.setenv(artune.vllm.ENV_FUSION, "engine")
+    artune.vllm.register()
+    assert {n: model_fused_rms_norm(8, n, monkeypatch) for n in sizes} == native
