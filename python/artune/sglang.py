@@ -46,7 +46,7 @@ log = logging.getLogger("sglang.artune")
 
 _PATCHED = "_artune_patched"
 GATED = ("mscclpp", "flashinfer", "pcie_ipc", "quick_ar", "torch_symm_mem")
-TP_GROUPS = ("tp", "attn_tp")
+TP_GROUPS = ("tp", "attention_tp")
 #: What the last register() patched (``applied.undo()`` puts SGLang back), or None.
 applied = None
 

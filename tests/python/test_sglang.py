@@ -178,32 +178,50 @@ def test_every_row_runs_what_the_profile_says_through_sglangs_own_dispatch(
     assert native[("L40S TP2 PCIe", 64 << 10, "graph")] == "v1"
 
 
+def real_gc(tp, monkeypatch, allocated, name="tp", rank=0):
+    """A group coordinator built by SGLang's own ``GroupCoordinator.__init__`` (through the
+    plugin's wrapper when registered) on a PCIe box of ``tp`` GPUs: process groups are
+    stand-ins, pynccl is a stand-in, and SGLang's own v1 constructor records the IPC buffers
+    it asks for in ``allocated`` (``dispatch_custom_allreduce`` answers v1, as on PCIe)."""
+    from sglang.srt.distributed.device_communicators import pcie_ipc_ar, pynccl
+
+    v1_pair(monkeypatch, allocated, build=False)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: tp)
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda group=None: rank)
+    monkeypatch.setattr(torch.distributed, "new_group", lambda ranks, **k: object())
+    monkeypatch.setattr(parallel_state, "_group_coordinator_device",
+                        lambda local_rank: torch.device("meta"))
+    monkeypatch.setattr(torch, "get_device_module", lambda d=None: torch.cuda)
+    monkeypatch.setattr(pynccl, "PyNcclCommunicator", lambda **k: object())
+    monkeypatch.setattr(pcie_ipc_ar, "eligible_group", lambda **k: False)
+    monkeypatch.setattr(custom_all_reduce, "dispatch_custom_allreduce", lambda **k: CAR)
+    return GC(group_ranks=[list(range(tp))], group_name=name, local_rank=0,
+              torch_distributed_backend="nccl", use_pynccl=True, use_mscclpp=False,
+              use_custom_allreduce=True, use_torch_symm_mem_all_reduce=False,
+              use_hpu_communicator=False, use_xpu_communicator=False)
+
+
+@pytest.mark.parametrize("group", ["tp", "attention_tp"])
 def test_a_profile_that_gives_nccl_everything_builds_no_custom_all_reduce(
-        profiles, follow, monkeypatch, caplog):
-    """The story box: SGLang is told not to build one, so it never logs 'Setup Custom
-    allreduce failed'; the start-up line says what runs, through SGLang's logger."""
-    seen = []
-    real = GC.__init__
-
-    def recording(self, *a, **k):
-        seen.append(inspect.signature(real).bind(self, *a, **k).arguments["use_custom_allreduce"])
-
-    recording.__wrapped__ = real
-    monkeypatch.setattr(GC, "__init__", recording)
-    monkeypatch.setattr(torch.distributed, "get_rank", lambda group=None: 0)
-    follow(profiles["story"])
+        group, profiles, follow, monkeypatch, caplog):
+    """A PCIe pair's TP group and attention-TP group (SGLang names it "attention_tp",
+    parallel_state.py), each built by SGLang's own constructor: without artune it builds v1
+    and its IPC buffers; with a profile that gives NCCL at every size SGLang is told not to
+    build one (no buffers, no 'Setup Custom allreduce failed'), and one line says what runs.
+    A group that is not TP keeps SGLang's choice."""
+    allocated = []
+    assert real_gc(2, monkeypatch, allocated, group).ca_comm is not None and allocated
+    follow(profiles["pair_nccl"])
     artune.sglang.register()
-    args = dict(local_rank=0, torch_distributed_backend="nccl", use_pynccl=True,
-                use_mscclpp=False, use_custom_allreduce=True,
-                use_torch_symm_mem_all_reduce=False, use_hpu_communicator=False,
-                use_xpu_communicator=False)
-    with caplog.at_level(logging.INFO, logger=log_name):
-        GC(group_ranks=[list(range(8))], group_name="tp", **args)
-        GC(group_ranks=[list(range(8))], group_name="pp", **args)
-    assert seen == [False, True]
+    allocated.clear()
+    with caplog.at_level(logging.INFO):
+        gc = real_gc(2, monkeypatch, allocated, group)
+    assert gc.ca_comm is None and allocated == [], allocated
     lines = [r.getMessage() for r in caplog.records if r.name == log_name]
-    assert len(lines) == 1 and "TP8 group tp" in lines[0] and "not built" in lines[0], lines
+    assert len(lines) == 1 and f"TP2 group {group}" in lines[0], lines
+    assert "not built" in lines[0], lines
     assert "failed" not in caplog.text
+    assert real_gc(2, monkeypatch, allocated, "pp").ca_comm is not None
 
 
 def test_deterministic_inference_and_the_off_switch_leave_sglang_alone(profiles, follow,
@@ -339,7 +357,7 @@ def test_the_v2_workspace_is_the_profiles_in_an_engine_style_start(profiles, fol
         assert dispatch(h200[8], 32 << 20, mode, monkeypatch) == "nccl", mode
 
 
-def v1_pair(monkeypatch, allocated):
+def v1_pair(monkeypatch, allocated, build=True):
     """SGLang's own v1 constructor on a PCIe pair; the IPC buffers it asks for are recorded
     instead of allocated."""
     from sglang.srt.distributed.device_communicators import custom_all_reduce_ops as ops
@@ -355,7 +373,7 @@ def v1_pair(monkeypatch, allocated):
     monkeypatch.setattr(CAR, "create_shared_buffer",
                         staticmethod(lambda n, group=None: allocated.append(n) or [0, 0]))
     monkeypatch.setattr(CAR, "__del__", lambda self: None)
-    return CAR(group=None, device="meta")
+    return CAR(group=None, device="meta") if build else None
 
 
 def test_v1_max_size_is_cut_to_the_profiles_largest_custom_size(profiles, follow,
