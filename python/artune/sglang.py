@@ -114,9 +114,9 @@ def _register(patches: "_engine.Patches") -> None:
     bands = _engine.Bands(p)
     import torch.distributed as dist
 
-    pcie_ws = lambda c: getattr(c, "world_size", getattr(c, "_world_size", None))  # noqa: E731
+    unknown = _engine.unknown_reporter(log, patches, "SGLang")
     for path in GATED:
-        patches.apply(path, _engine.gate(bands, pcie_ws))
+        patches.apply(path, _engine.gate(bands, unknown=unknown, path=path))
     patches.apply("custom_v1", _engine.follow(bands))
     patches.apply("custom_v2", lambda get_config: _v2_follows(get_config, plan))
 
@@ -144,7 +144,8 @@ def _register(patches: "_engine.Patches") -> None:
         rank = dist.get_rank()
         ws = next((len(r) for r in b.arguments["group_ranks"] if rank in r), 0)
         if name not in TP_GROUPS or ws < 2:
-            return gc_init(*b.args, **b.kwargs)
+            gc_init(*b.args, **b.kwargs)
+            return stamp_world_size(self)
         if _deterministic():
             bands.active = False
             log.info("artune: TP%d group %s: SGLang's deterministic inference is on, so artune "
@@ -155,6 +156,7 @@ def _register(patches: "_engine.Patches") -> None:
         if off and b.arguments.get("use_custom_allreduce"):
             b.arguments["use_custom_allreduce"] = False
         gc_init(*b.args, **b.kwargs)
+        stamp_world_size(self)
         log.info("%s", startup_line(bands, patches, plan, name, ws, off))
 
     patches.replace(car, "__init__", car_init_wrapped)
@@ -162,6 +164,14 @@ def _register(patches: "_engine.Patches") -> None:
     _say_ray(patches)
     setattr(car, _PATCHED, True)
     _engine.nccl_env(log)
+
+
+SUB_COMMUNICATORS = ("pymscclpp_comm", "ca_comm", "pcie_ipc_comm", "qr_comm",
+                     "torch_symm_mem_comm")
+
+
+def stamp_world_size(comm) -> None:
+    _engine.stamp_world_size(comm, SUB_COMMUNICATORS)
 
 
 RAY_LINE = ("artune: SGLang launches its schedulers as Ray actors here (--use-ray or RayEngine), "

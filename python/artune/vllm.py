@@ -86,8 +86,9 @@ def _register(patches: "_engine.Patches") -> None:
     bands = _engine.Bands(p)
     import torch.distributed as dist
 
+    unknown = _engine.unknown_reporter(log, patches, "vLLM")
     for path in GATED:
-        patches.apply(path, _engine.gate(bands))
+        patches.apply(path, _engine.gate(bands, unknown=unknown, path=path))
     patches.apply("custom", _engine.follow(bands))
     fusion = os.environ.get(ENV_FUSION) != "engine"
     if fusion:
@@ -103,7 +104,9 @@ def _register(patches: "_engine.Patches") -> None:
         a = comm_sig.bind(self, *args, **kwargs).arguments
         name = a.get("unique_name", "") or ""
         if name.split(":")[0] != "tp":
-            return comm_init(self, *args, **kwargs)
+            comm_init(self, *args, **kwargs)
+            stamp_world_size(self)
+            return
         ws = dist.get_world_size(a["cpu_group"])
         off = (os.environ.get(ENV_CUSTOM_AR) == "off" and bands.covers(ws)
                and bands.largest_custom(ws) == 0)
@@ -116,6 +119,7 @@ def _register(patches: "_engine.Patches") -> None:
                 parallel_state._ENABLE_CUSTOM_ALL_REDUCE = saved
         else:
             comm_init(self, *args, **kwargs)
+        stamp_world_size(self)
         ca = getattr(self, "ca_comm", None)
         freed = None
         if (not off and bands.covers(ws) and bands.largest_custom(ws) == 0 and ca is not None
@@ -163,6 +167,14 @@ def _fusion_follows(flashinfer_max_size, bands: "_engine.Bands"):
         return min(base, top) if top > 0 else None
 
     return followed
+
+
+SUB_COMMUNICATORS = ("fi_ar_comm", "qr_comm", "fi_pcie_ipc_ar_comm", "aiter_ar_comm",
+                     "ca_comm", "symm_mem_comm")
+
+
+def stamp_world_size(comm) -> None:
+    _engine.stamp_world_size(comm, SUB_COMMUNICATORS)
 
 
 def _model_fusion_follows(max_token_num, bands: "_engine.Bands"):

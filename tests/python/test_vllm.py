@@ -692,3 +692,35 @@ def test_the_models_fused_allreduce_rms_norm_fuses_only_inside_the_custom_prefix
     monkeypatch.setenv(artune.vllm.ENV_FUSION, "engine")
     artune.vllm.register()
     assert {n: model_fused_rms_norm(8, n, monkeypatch) for n in sizes} == native
+
+
+def test_aiter_custom_ar_follows_the_profile_though_it_keeps_no_world_size(
+        profiles, follow, monkeypatch, caplog):
+    """vLLM's AiterCustomAllreduce (ROCm) wraps aiter's object and keeps no world size: its
+    gate takes the TP communicator's, stamped when the communicator is built; where no size
+    can be told the engine's answer stands and the start-up line says "not applied"."""
+    from vllm.distributed.device_communicators import aiter_custom_all_reduce as aiter
+
+    m = next(x for x in MACHINES if x.name.startswith("H200"))._replace(profile="nv_nccl")
+    follow(profiles["nv_nccl"])
+    artune.vllm.register()
+    seen = []
+    comm = on_machine(m, "eager", monkeypatch, seen)
+    ar = object.__new__(aiter.AiterCustomAllreduce)
+    ar._impl = types.SimpleNamespace(disabled=False, should_custom_ar=lambda x: True,
+                                     custom_all_reduce=lambda x: seen.append("aiter") or x)
+    assert artune._engine.world_size_of(ar) is None
+    comm.aiter_ar_comm, comm.use_aiter_allreduce, comm.fi_ar_comm = ar, True, None
+    artune.vllm.stamp_world_size(comm)  # what the plugin's constructor wrapper does
+    seen.clear()
+    comm.all_reduce(message(64 << 10))
+    assert seen == ["pynccl"], seen
+    bare = object.__new__(aiter.AiterCustomAllreduce)
+    bare._impl = ar._impl
+    with caplog.at_level(logging.WARNING, logger=log_name):
+        assert bare.should_custom_ar(message(64 << 10)) is True
+        assert bare.should_custom_ar(message(64 << 10)) is True
+    assert len(caplog.records) == 1 and "aiter" in caplog.text, caplog.text
+    line = artune.vllm.startup_line(artune._engine.Bands(artune.Profile.load(
+        profiles["nv_nccl"])), artune.vllm.applied, "tp:0", 8, False, True)
+    assert "not applied: aiter (its TP size cannot be told" in line, line
