@@ -106,6 +106,15 @@ def start(log: logging.Logger, engine: str, key: str, version: str,
     return p
 
 
+def fell_back(log: logging.Logger, what: str, e: Exception, engine: str,
+              built: bool = False) -> None:
+    """One warning for a failure of artune's own logic around an engine's call."""
+    then = (f"{engine} keeps what it built" if built
+            else f"{engine}'s own call runs unchanged")
+    log.warning("artune: %s failed inside artune (%s: %s); %s", what, type(e).__name__, e,
+                then)
+
+
 def nccl_env(log: logging.Logger) -> None:
     """Points NCCL at artune's tuner plugin, unless the user chose one."""
     if "NCCL_TUNER_PLUGIN" in os.environ:
@@ -166,10 +175,30 @@ class Patches:
         self.applied.append(path)
         return True
 
-    def replace(self, owner, name: str, new) -> None:
-        """A patch the model does not list (constructors), kept for undo."""
-        self._undo.append((owner, name, inspect.getattr_static(owner, name)))
+    def replace(self, owner, name: str, new, needs: List[str],
+                log: Optional[logging.Logger] = None) -> bool:
+        """A constructor wrapper (engines.json ``constructors``), kept for undo: applied only
+        where the engine's function still takes every parameter the wrapper binds by name
+        (``needs``); else skipped and named in the start-up line."""
+        what = f"{owner.__name__}.{name}"
+        current = inspect.getattr_static(owner, name, None)
+        f = current.__func__ if isinstance(current, classmethod) else current
+        try:
+            params = list(inspect.signature(f).parameters)
+        except (TypeError, ValueError):
+            params = None
+        missing = [p for p in needs if p not in (params or [])]
+        if f is None or missing:
+            why = f"{what} (takes {params}; artune binds {missing} by name)"
+            self.skipped.append(why)
+            if log is not None:
+                log.warning("artune: not applied: %s; the engine builds it as without artune",
+                            why)
+            return False
+        self._undo.append((owner, name, current))
         setattr(owner, name, new)
+        self.applied.append(what)
+        return True
 
     def undo(self) -> None:
         """Puts back everything patched, newest first: never a half-changed engine."""

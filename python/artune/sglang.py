@@ -28,6 +28,9 @@ Beyond the per-call gates:
   other than TP keep SGLang's choice.
 - FlashInfer's allreduce+RMSNorm fusion is left to SGLang (said in the start-up line).
 - SGLang's deterministic inference: the plugin changes nothing. ``ARTUNE_SGLANG=0``: off.
+- The start-up line is logged at INFO by each group's rank 0. ``sglang.Engine(...)`` sets
+  ``log_level="error"`` when the caller passes none, dropping it with SGLang's own lines;
+  artune keeps the caller's choice (pass ``log_level="info"`` to see it).
 - Ray (``--use-ray``, ``RayEngine``): each scheduler is a Ray actor whose constructor builds
   the Scheduler without ``load_plugins()`` (sglang/srt/ray/scheduler_actor.py; the forked
   ``run_scheduler_process`` calls it), so no plugin runs where the communicators are built,
@@ -122,16 +125,22 @@ def _register(patches: "_engine.Patches") -> None:
 
     car_init = car.__init__
     car_sig = inspect.signature(car_init)
+    ctors = _engine.MODEL["sglang"]["constructors"]
 
     @functools.wraps(car_init)
     def car_init_wrapped(self, *args, **kwargs):
-        b = car_sig.bind(self, *args, **kwargs)
-        b.apply_defaults()
-        v = plan.get(dist.get_world_size(b.arguments["group"]))
-        if v is not None and v[0] == "v1" and v[2] > 0:
-            # SGLang's v1 takes a message up to max_size, inclusive.
-            b.arguments["max_size"] = min(b.arguments["max_size"], _engine.round_up16(v[2]))
-        return car_init(*b.args, **b.kwargs)
+        try:
+            b = car_sig.bind(self, *args, **kwargs)
+            b.apply_defaults()
+            v = plan.get(dist.get_world_size(b.arguments["group"]))
+            if v is not None and v[0] == "v1" and v[2] > 0:
+                # SGLang's v1 takes a message up to max_size, inclusive.
+                b.arguments["max_size"] = min(b.arguments["max_size"],
+                                              _engine.round_up16(v[2]))
+            args, kwargs = b.args[1:], b.kwargs
+        except Exception as e:  # noqa: BLE001 - artune's own logic: SGLang's call runs as is
+            _engine.fell_back(log, "CustomAllreduce.__init__", e, "SGLang")
+        return car_init(self, *args, **kwargs)
 
     gc = parallel_state.GroupCoordinator
     gc_init = gc.__init__
@@ -139,28 +148,39 @@ def _register(patches: "_engine.Patches") -> None:
 
     @functools.wraps(gc_init)
     def gc_init_wrapped(self, *args, **kwargs):
-        b = gc_sig.bind(self, *args, **kwargs)
-        name = b.arguments.get("group_name") or ""
-        rank = dist.get_rank()
-        ws = next((len(r) for r in b.arguments["group_ranks"] if rank in r), 0)
-        if name not in TP_GROUPS or ws < 2:
-            gc_init(*b.args, **b.kwargs)
-            return stamp_world_size(self)
-        if _deterministic():
-            bands.active = False
-            log.info("artune: TP%d group %s: SGLang's deterministic inference is on, so artune "
-                     "changes nothing", ws, name)
-            return gc_init(*b.args, **b.kwargs)
-        v = plan.get(ws)
-        off = v is not None and (v[0] == "nccl" or (v[0] == "v1" and not (v[1] and v[2])))
-        if off and b.arguments.get("use_custom_allreduce"):
-            b.arguments["use_custom_allreduce"] = False
-        gc_init(*b.args, **b.kwargs)
-        stamp_world_size(self)
-        log.info("%s", startup_line(bands, patches, plan, name, ws, off))
+        try:
+            b = gc_sig.bind(self, *args, **kwargs)
+            name = b.arguments.get("group_name") or ""
+            rank = dist.get_rank()
+            ws = next((len(r) for r in b.arguments["group_ranks"] if rank in r), 0)
+            tp = name in TP_GROUPS and ws >= 2
+            deterministic = tp and _deterministic()
+            v = plan.get(ws)
+            off = (tp and not deterministic and v is not None
+                   and (v[0] == "nccl" or (v[0] == "v1" and not (v[1] and v[2]))))
+            if off and b.arguments.get("use_custom_allreduce"):
+                b.arguments["use_custom_allreduce"] = False
+            args, kwargs = b.args[1:], b.kwargs
+        except Exception as e:  # noqa: BLE001 - artune's own logic: SGLang's call runs as is
+            _engine.fell_back(log, "GroupCoordinator.__init__", e, "SGLang")
+            return gc_init(self, *args, **kwargs)
+        gc_init(self, *args, **kwargs)
+        try:
+            stamp_world_size(self)
+            if not tp or getattr(self, "rank_in_group", 0) != 0:  # one line per group
+                return
+            if deterministic:
+                bands.active = False
+                log.info("artune: TP%d group %s: SGLang's deterministic inference is on, so "
+                         "artune changes nothing", ws, name)
+            else:
+                log.info("%s", startup_line(bands, patches, plan, name, ws, off))
+        except Exception as e:  # noqa: BLE001 - SGLang built it; artune only failed to report
+            _engine.fell_back(log, "GroupCoordinator.__init__ (after SGLang built it)", e,
+                              "SGLang", built=True)
 
-    patches.replace(car, "__init__", car_init_wrapped)
-    patches.replace(gc, "__init__", gc_init_wrapped)
+    patches.replace(car, "__init__", car_init_wrapped, ctors["CustomAllreduce.__init__"], log)
+    patches.replace(gc, "__init__", gc_init_wrapped, ctors["GroupCoordinator.__init__"], log)
     _say_ray(patches)
     setattr(car, _PATCHED, True)
     _engine.nccl_env(log)
@@ -194,14 +214,20 @@ def _say_ray(patches: "_engine.Patches") -> None:
     f = launch.__func__
 
     @functools.wraps(f)
-    def launching(cls, server_args, *args, **kwargs):
-        ray = getattr(server_args, "use_ray", False) or any(
-            c.__module__.startswith("sglang.srt.ray") for c in cls.__mro__)
-        if ray:
-            log.warning(RAY_LINE, os.environ.get(_engine.ENV_PROFILE, "the profile"))
-        return f(cls, server_args, *args, **kwargs)
+    def launching(cls, *args, **kwargs):
+        try:
+            server_args = inspect.signature(f).bind(cls, *args, **kwargs).arguments[
+                "server_args"]
+            ray = getattr(server_args, "use_ray", False) or any(
+                c.__module__.startswith("sglang.srt.ray") for c in cls.__mro__)
+            if ray:
+                log.warning(RAY_LINE, os.environ.get(_engine.ENV_PROFILE, "the profile"))
+        except Exception as e:  # noqa: BLE001 - artune's own logic: SGLang's call runs as is
+            _engine.fell_back(log, "Engine._launch_subprocesses", e, "SGLang")
+        return f(cls, *args, **kwargs)
 
-    patches.replace(Engine, "_launch_subprocesses", classmethod(launching))
+    patches.replace(Engine, "_launch_subprocesses", classmethod(launching),
+                    _engine.MODEL["sglang"]["constructors"]["Engine._launch_subprocesses"], log)
 
 
 def _v2_follows(get_config, plan):

@@ -101,15 +101,16 @@ def _register(patches: "_engine.Patches") -> None:
 
     @functools.wraps(comm_init)
     def comm_init_wrapped(self, *args, **kwargs):
-        a = comm_sig.bind(self, *args, **kwargs).arguments
-        name = a.get("unique_name", "") or ""
-        if name.split(":")[0] != "tp":
-            comm_init(self, *args, **kwargs)
-            stamp_world_size(self)
-            return
-        ws = dist.get_world_size(a["cpu_group"])
-        off = (os.environ.get(ENV_CUSTOM_AR) == "off" and bands.covers(ws)
-               and bands.largest_custom(ws) == 0)
+        try:
+            a = comm_sig.bind(self, *args, **kwargs).arguments
+            name = a.get("unique_name", "") or ""
+            tp = name.split(":")[0] == "tp"
+            ws = dist.get_world_size(a["cpu_group"]) if tp else 0
+            off = (tp and os.environ.get(ENV_CUSTOM_AR) == "off" and bands.covers(ws)
+                   and bands.largest_custom(ws) == 0)
+        except Exception as e:  # noqa: BLE001 - artune's own logic: vLLM's call runs as is
+            _engine.fell_back(log, "CudaCommunicator.__init__", e, "vLLM")
+            return comm_init(self, *args, **kwargs)
         if off:
             saved = parallel_state._ENABLE_CUSTOM_ALL_REDUCE
             parallel_state._ENABLE_CUSTOM_ALL_REDUCE = False
@@ -119,7 +120,16 @@ def _register(patches: "_engine.Patches") -> None:
                 parallel_state._ENABLE_CUSTOM_ALL_REDUCE = saved
         else:
             comm_init(self, *args, **kwargs)
+        try:
+            _after_comm_init(self, tp, name, ws, off)
+        except Exception as e:  # noqa: BLE001 - vLLM built it; artune only failed to report
+            _engine.fell_back(log, "CudaCommunicator.__init__ (after vLLM built it)", e,
+                              "vLLM", built=True)
+
+    def _after_comm_init(self, tp, name, ws, off):
         stamp_world_size(self)
+        if not tp:
+            return
         ca = getattr(self, "ca_comm", None)
         freed = None
         if (not off and bands.covers(ws) and bands.largest_custom(ws) == 0 and ca is not None
@@ -129,24 +139,31 @@ def _register(patches: "_engine.Patches") -> None:
             freed = ipc_bytes(ca)
             ca.close()
             self.ca_comm = ca = None
-        log.info("%s", startup_line(bands, patches, name, ws, off, fusion, ca, freed))
+        if getattr(self, "rank_in_group", 0) == 0:  # one line per group, not per rank
+            log.info("%s", startup_line(bands, patches, name, ws, off, fusion, ca, freed))
 
     car_init = car.__init__
     car_sig = inspect.signature(car_init)
 
     @functools.wraps(car_init)
     def car_init_wrapped(self, *args, **kwargs):
-        b = car_sig.bind(self, *args, **kwargs)
-        b.apply_defaults()
-        ws = dist.get_world_size(b.arguments["group"])
-        top = bands.largest_custom(ws)
-        if top > 0:
-            # vLLM takes a message when its size is below max_size.
-            b.arguments["max_size"] = min(b.arguments["max_size"], _engine.round_up16(top + 1))
-        return car_init(*b.args, **b.kwargs)
+        try:
+            b = car_sig.bind(self, *args, **kwargs)
+            b.apply_defaults()
+            ws = dist.get_world_size(b.arguments["group"])
+            top = bands.largest_custom(ws)
+            if top > 0:
+                # vLLM takes a message when its size is below max_size.
+                b.arguments["max_size"] = min(b.arguments["max_size"],
+                                              _engine.round_up16(top + 1))
+            args, kwargs = b.args[1:], b.kwargs
+        except Exception as e:  # noqa: BLE001 - artune's own logic: vLLM's call runs as is
+            _engine.fell_back(log, "CustomAllreduce.__init__", e, "vLLM")
+        return car_init(self, *args, **kwargs)
 
-    patches.replace(comm, "__init__", comm_init_wrapped)
-    patches.replace(car, "__init__", car_init_wrapped)
+    ctors = _engine.MODEL["vllm"]["constructors"]
+    patches.replace(comm, "__init__", comm_init_wrapped, ctors["CudaCommunicator.__init__"], log)
+    patches.replace(car, "__init__", car_init_wrapped, ctors["CustomAllreduce.__init__"], log)
     setattr(car, _PATCHED, True)
     _engine.nccl_env(log)
     prefixes = [x for x in os.environ.get(RAY_PREFIXES, "").split(",") if x]

@@ -482,3 +482,48 @@ def test_a_ray_launch_is_said_to_leave_the_schedulers_without_artune(profiles, f
             assert len(lines) == 1 and "Ray actors" in lines[0], lines
             assert "cannot apply " + profiles["nvswitch"] in lines[0], lines
     assert launched == ["RayEngine", "Engine", "Engine"]
+
+
+def test_a_failure_inside_the_constructor_wrapper_falls_back_to_sglangs_call(
+        profiles, follow, monkeypatch, caplog):
+    """Any failure of artune's own logic in GroupCoordinator's wrapper: SGLang's constructor
+    runs with the caller's arguments (so it builds its custom all-reduce), one warning."""
+    follow(profiles["pair_nccl"])
+    artune.sglang.register()
+    monkeypatch.setattr(artune.sglang, "_deterministic", lambda: 1 / 0)
+    with caplog.at_level(logging.WARNING, logger=log_name):
+        gc = real_gc(2, monkeypatch, [], "tp")
+    assert gc.ca_comm is not None
+    lines = [r.getMessage() for r in caplog.records if r.name == log_name]
+    assert len(lines) == 1 and "GroupCoordinator.__init__ failed inside artune" in lines[0]
+
+
+def test_a_renamed_constructor_parameter_leaves_sglangs_constructor_alone(
+        profiles, follow, monkeypatch, caplog):
+    real = GC.__init__
+
+    def renamed(self, group_ranks, local_rank, torch_distributed_backend, use_pynccl,
+                use_mscclpp, use_ca, **k):
+        real(self, group_ranks, local_rank, torch_distributed_backend, use_pynccl,
+             use_mscclpp, use_ca, **k)
+
+    monkeypatch.setattr(GC, "__init__", renamed)
+    follow(profiles["pair_nccl"])
+    with caplog.at_level(logging.WARNING, logger=log_name):
+        artune.sglang.register()
+    assert GC.__dict__["__init__"] is renamed
+    lines = [r.getMessage() for r in caplog.records if r.name == log_name]
+    assert len(lines) == 1 and "GroupCoordinator.__init__" in lines[0], lines
+
+
+def test_the_startup_line_is_printed_once_per_group_by_its_rank_0(profiles, follow,
+                                                                  monkeypatch, caplog):
+    follow(profiles["pair_nccl"])
+    artune.sglang.register()
+    for rank in (0, 1):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger=log_name):
+            gc = real_gc(2, monkeypatch, [], "tp", rank=rank)
+        assert gc.rank_in_group == rank and gc.ca_comm is None
+        lines = [r.getMessage() for r in caplog.records if r.name == log_name]
+        assert len(lines) == (rank == 0), (rank, lines)

@@ -724,3 +724,65 @@ def test_aiter_custom_ar_follows_the_profile_though_it_keeps_no_world_size(
     line = artune.vllm.startup_line(artune._engine.Bands(artune.Profile.load(
         profiles["nv_nccl"])), artune.vllm.applied, "tp:0", 8, False, True)
     assert "not applied: aiter (its TP size cannot be told" in line, line
+
+
+def test_a_renamed_constructor_parameter_leaves_vllms_constructor_alone(
+        profiles, follow, monkeypatch, caplog):
+    """A release whose CustomAllreduce.__init__ renamed ``max_size``: the wrapper would bind
+    it by name, so it is not applied, said once; vLLM's constructor builds as without it."""
+    real = CAR.__init__
+
+    def renamed(self, group, device, max_bytes=8 << 20, **k):
+        real(self, group, device, max_size=max_bytes, **k)
+
+    monkeypatch.setattr(CAR, "__init__", renamed)
+    follow(profiles["pair"])
+    with caplog.at_level(logging.WARNING, logger=log_name):
+        artune.vllm.register()
+    assert CAR.__dict__["__init__"] is renamed
+    lines = [r.getMessage() for r in caplog.records if r.name == log_name]
+    assert len(lines) == 1 and "CustomAllreduce.__init__" in lines[0], lines
+    assert any(s.startswith("CustomAllreduce.__init__") for s in artune.vllm.applied.skipped)
+    assert custom_ar_pair(monkeypatch, []).max_size == 8 << 20
+
+
+def test_a_failure_inside_the_constructor_wrappers_falls_back_to_vllms_call(
+        profiles, follow, monkeypatch, caplog):
+    """Any failure of artune's own logic in a constructor wrapper: vLLM's constructor runs
+    with the caller's arguments, and one warning says so; nothing raises into vLLM."""
+    follow(profiles["pair"])
+    artune.vllm.register()
+
+    def broken(n):
+        raise KeyError("max_size")
+
+    monkeypatch.setattr(artune._engine, "round_up16", broken)
+    with caplog.at_level(logging.WARNING, logger=log_name):
+        ca = custom_ar_pair(monkeypatch, [])
+    assert ca.max_size == 8 << 20 and not ca.disabled
+    lines = [r.getMessage() for r in caplog.records if r.name == log_name]
+    assert len(lines) == 1 and "failed inside artune" in lines[0], lines
+    m = next(x for x in MACHINES if x.name == "L40S TP2 PCIe")
+    monkeypatch.setenv(artune.vllm.ENV_CUSTOM_AR, "off")
+    monkeypatch.setattr(artune._engine.Bands, "covers", lambda self, tp: 1 / 0)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger=log_name):
+        comm = on_machine(m, "eager", monkeypatch, [])
+    assert comm.ca_comm is not None
+    assert sum("CudaCommunicator.__init__ failed inside artune" in r.getMessage()
+               for r in caplog.records) == 1, caplog.text
+
+
+def test_the_startup_line_is_printed_once_per_group_by_its_rank_0(profiles, follow,
+                                                                  monkeypatch, caplog):
+    m = next(x for x in MACHINES if x.name == "L40S TP2 PCIe")
+    follow(profiles["pair"])
+    artune.vllm.register()
+    for rank in (0, 1):
+        monkeypatch.setattr(Group, "rank", lambda self, _r=rank: _r)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger=log_name):
+            comm = on_machine(m, "eager", monkeypatch, [])
+        assert comm.rank_in_group == rank
+        lines = [r.getMessage() for r in caplog.records if r.name == log_name]
+        assert len(lines) == (rank == 0), (rank, lines)
