@@ -27,6 +27,7 @@ from sglang.srt.distributed.device_communicators.configs import (  # noqa: E402
 )
 from sglang.srt.entrypoints.engine import Engine  # noqa: E402
 
+from conftest import NEWEST  # noqa: E402
 from machines import MACHINES, MODES, SIZES, message  # noqa: E402
 
 CAR = custom_all_reduce.CustomAllreduce
@@ -273,7 +274,6 @@ def test_the_engine_model_holds_sglangs_own_multicast_table():
     m = artune._engine.MODEL["sglang"]
     import sglang
 
-    assert m["read_against"] == sglang.__version__
     for arch, configs in (("9.0", v2_configs._sm90_configs), ("10.0", v2_configs._sm100_configs),
                           ("10.7", v2_configs._sm107_configs)):
         want = {}
@@ -513,7 +513,7 @@ def test_a_renamed_constructor_parameter_leaves_sglangs_constructor_alone(
         artune.sglang.register()
     assert GC.__dict__["__init__"] is renamed
     lines = [r.getMessage() for r in caplog.records if r.name == log_name]
-    assert len(lines) == 1 and "GroupCoordinator.__init__" in lines[0], lines
+    assert sum("GroupCoordinator.__init__" in x for x in lines) == 1, lines
 
 
 def test_the_startup_line_is_printed_once_per_group_by_its_rank_0(profiles, follow,
@@ -527,3 +527,11 @@ def test_the_startup_line_is_printed_once_per_group_by_its_rank_0(profiles, foll
         assert gc.rank_in_group == rank and gc.ca_comm is None
         lines = [r.getMessage() for r in caplog.records if r.name == log_name]
         assert len(lines) == (rank == 0), (rank, lines)
+
+
+@pytest.mark.skipif(NEWEST, reason="the newest-release CI run: a new release is expected to differ "
+                    "from the pinned one; only patch breakage is reported there")
+def test_the_engine_model_was_read_against_the_installed_release():
+    import sglang
+
+    assert artune._engine.MODEL["sglang"]["read_against"] == sglang.__version__

@@ -29,6 +29,7 @@ from vllm.distributed.device_communicators import (  # noqa: E402
 )
 from vllm.platforms.interface import DeviceCapability  # noqa: E402
 
+from conftest import NEWEST  # noqa: E402
 from machines import MACHINES, MODES, SIZES, message, rows  # noqa: E402
 
 def _fusion_table():
@@ -414,7 +415,6 @@ def test_the_engine_model_holds_vllms_own_tables():
     """python/artune/engines.json (read by the plugin and by `artune why`) against the
     installed vLLM's tables."""
     m = artune._engine.MODEL["vllm"]
-    assert m["read_against"] == vllm.__version__
 
     def by_ws(t):
         return {str(k): int(v) for k, v in t.items()}
@@ -741,7 +741,7 @@ def test_a_renamed_constructor_parameter_leaves_vllms_constructor_alone(
         artune.vllm.register()
     assert CAR.__dict__["__init__"] is renamed
     lines = [r.getMessage() for r in caplog.records if r.name == log_name]
-    assert len(lines) == 1 and "CustomAllreduce.__init__" in lines[0], lines
+    assert sum("CustomAllreduce.__init__" in x for x in lines) == 1, lines
     assert any(s.startswith("CustomAllreduce.__init__") for s in artune.vllm.applied.skipped)
     assert custom_ar_pair(monkeypatch, []).max_size == 8 << 20
 
@@ -786,3 +786,11 @@ def test_the_startup_line_is_printed_once_per_group_by_its_rank_0(profiles, foll
         assert comm.rank_in_group == rank
         lines = [r.getMessage() for r in caplog.records if r.name == log_name]
         assert len(lines) == (rank == 0), (rank, lines)
+
+
+@pytest.mark.skipif(NEWEST, reason="the newest-release CI run: a new release is expected to differ "
+                    "from the pinned one; only patch breakage is reported there")
+def test_the_engine_model_was_read_against_the_installed_release():
+    import vllm
+
+    assert artune._engine.MODEL["vllm"]["read_against"] == vllm.__version__
