@@ -26,7 +26,10 @@ Beyond the per-call gates:
   built with ``use_custom_allreduce=False`` (no IPC buffers, no "Setup Custom allreduce
   failed" warning); each TP group logs one line saying what SGLang runs per size band. Groups
   other than TP keep SGLang's choice.
-- FlashInfer's allreduce+RMSNorm fusion is left to SGLang (said in the start-up line).
+- FlashInfer's allreduce+RMSNorm fusion (auto-enabled for many architectures) is decided by
+  the profile, as vLLM's fusion pass: it fuses only up to the profile's custom band from the
+  smallest size; a size it refuses is declined as SGLang declines, and the norm's all-reduce
+  runs. ``ARTUNE_SGLANG_FUSION=engine`` leaves it to SGLang.
 - SGLang's deterministic inference: the plugin changes nothing. ``ARTUNE_SGLANG=0``: off.
 - The start-up line is logged at INFO by each group's rank 0. ``sglang.Engine(...)`` sets
   ``log_level="error"`` when the caller passes none, dropping it with SGLang's own lines;
@@ -50,6 +53,7 @@ log = logging.getLogger("sglang.artune")
 _PATCHED = "_artune_patched"
 GATED = ("mscclpp", "flashinfer", "pcie_ipc", "quick_ar", "torch_symm_mem")
 TP_GROUPS = ("tp", "attention_tp")
+ENV_FUSION = "ARTUNE_SGLANG_FUSION"
 #: What the last register() patched (``applied.undo()`` puts SGLang back), or None.
 applied = None
 
@@ -122,6 +126,8 @@ def _register(patches: "_engine.Patches") -> None:
         patches.apply(path, _engine.gate(bands, unknown=unknown, path=path))
     patches.apply("custom_v1", _engine.follow(bands))
     patches.apply("custom_v2", lambda get_config: _v2_follows(get_config, plan))
+    if os.environ.get(ENV_FUSION) != "engine":
+        patches.apply("flashinfer_fusion", lambda f: _fusion_follows(f, bands))
 
     car_init = car.__init__
     car_sig = inspect.signature(car_init)
@@ -230,6 +236,29 @@ def _say_ray(patches: "_engine.Patches") -> None:
                     _engine.MODEL["sglang"]["constructors"]["Engine._launch_subprocesses"], log)
 
 
+def _fusion_follows(fused, bands: "_engine.Bands"):
+    """flashinfer_allreduce_residual_rmsnorm, declined (SGLang's own (None, None)) above the
+    profile's custom band from the smallest size at the fusion group's TP size: the fused
+    kernel is FlashInfer's peer-to-peer all-reduce. The answer depends only on the TP size,
+    the size and the profile, so every rank of the group declines alike (SGLang's rule)."""
+
+    @functools.wraps(fused)
+    def followed(input_tensor, residual, weight, eps=1e-6, max_token_num=2048,
+                 use_oneshot=None, trigger_completion_at_end=False, fp32_acc=True,
+                 use_attn_tp_group=True):
+        from sglang.srt.layers import flashinfer_comm_fusion
+
+        ws = flashinfer_comm_fusion.resolve_fusion_world_size(
+            use_attn_tp_group=use_attn_tp_group)
+        if bands.active and bands.covers(ws) and (
+                _engine.nbytes_of(input_tensor) > bands.custom_prefix(ws)):
+            return None, None
+        return fused(input_tensor, residual, weight, eps, max_token_num, use_oneshot,
+                     trigger_completion_at_end, fp32_acc, use_attn_tp_group)
+
+    return followed
+
+
 def _v2_follows(get_config, plan):
     @functools.wraps(get_config)
     def followed(world_size):
@@ -291,9 +320,13 @@ def startup_line(bands, patches, plan, name: str, ws: int, off: bool) -> str:
     else:
         parts.append(f"custom sizes run v1 up to {_engine.size(v[2])}")
     parts.append("NCCL sizes run NCCL with artune's tuner plugin")
-    parts.append("left alone: NCCL symmetric memory (it is NCCL) and FlashInfer's "
-                 "allreduce+RMSNorm fusion (--enforce-disable-flashinfer-allreduce-fusion turns "
-                 "it off)")
+    if "flashinfer_fusion" in patches.applied:
+        top = bands.custom_prefix(ws)
+        parts.append("FlashInfer allreduce+RMSNorm fusion " +
+                     (f"to {_engine.size(top)}" if top else "off (the profile starts with NCCL)"))
+    elif os.environ.get(ENV_FUSION) == "engine":
+        parts.append(f"FlashInfer allreduce+RMSNorm fusion left to SGLang ({ENV_FUSION}=engine)")
+    parts.append("left alone: NCCL symmetric memory (it is NCCL)")
     if patches.skipped:
         parts.append("not applied: " + "; ".join(patches.skipped))
     return "; ".join(parts)

@@ -535,3 +535,68 @@ def test_the_engine_model_was_read_against_the_installed_release():
     import sglang
 
     assert artune._engine.MODEL["sglang"]["read_against"] == sglang.__version__
+
+
+def fused_norm(tp, nbytes, monkeypatch):
+    """What a layer's norm runs (sglang/srt/layers/layernorm.py
+    ``_forward_with_allreduce_fusion``, SGLang's own code, with the fusion on): FlashInfer's
+    fused allreduce+RMSNorm where ``flashinfer_allreduce_residual_rmsnorm`` takes it, else the
+    attention-TP all-reduce. That op runs only on CUDA tensors, so the kernel behind it is a
+    recording stand-in with its signature, installed before the plugin registers (see
+    ``fused_standin``)."""
+    import sglang.srt.distributed as dist_mod
+    from sglang.srt.layers import flashinfer_comm_fusion as fc
+    from sglang.srt.layers import layernorm
+
+    monkeypatch.setattr(fc, "resolve_fusion_world_size", lambda use_attn_tp_group: tp)
+    monkeypatch.setattr(layernorm, "get_parallel",
+                        lambda: types.SimpleNamespace(attn_tp_size=tp))
+    monkeypatch.setattr(dist_mod, "attention_tensor_model_parallel_all_reduce",
+                        lambda x: FUSED.append("all_reduce") or x)
+    norm = types.SimpleNamespace(variance_epsilon=1e-6, forward=lambda x, r, p: (x, r))
+    x = message(nbytes, hidden=1024)
+    FUSED.clear()
+    layernorm._forward_with_allreduce_fusion(norm, x, x, None, x, use_attn_tp_group=True)
+    assert len(FUSED) == 1, FUSED
+    return FUSED[0]
+
+
+FUSED = []
+
+
+def fused_standin(input_tensor, residual, weight, eps=1e-6, max_token_num=2048,
+                  use_oneshot=None, trigger_completion_at_end=False, fp32_acc=True,
+                  use_attn_tp_group=True):
+    FUSED.append("flashinfer fused")
+    return input_tensor, residual
+
+
+def test_flashinfer_fusion_fuses_only_inside_the_profiles_custom_prefix(
+        profiles, follow, monkeypatch, caplog):
+    """SGLang's FlashInfer allreduce+RMSNorm fusion, governed by default (ENGINE-PATHS.md):
+    fused up to the profile's custom prefix, the group's all-reduce above; none where the
+    profile starts with NCCL; ARTUNE_SGLANG_FUSION=engine leaves SGLang's own choice."""
+    from sglang.srt.layers import flashinfer_comm_fusion as fc
+
+    real = fc.flashinfer_allreduce_residual_rmsnorm
+    assert list(inspect.signature(fused_standin).parameters) == list(
+        inspect.signature(real).parameters)
+    monkeypatch.setattr(fc, "flashinfer_allreduce_residual_rmsnorm", fused_standin)
+    sizes = [2 << 10, 4 << 10, 64 << 10, 512 << 10]
+    native = {n: fused_norm(8, n, monkeypatch) for n in sizes}
+    assert set(native.values()) == {"flashinfer fused"}, native
+    tops = []
+    for prof in ("story", "nv_nccl"):
+        follow(profiles[prof])
+        artune.sglang.register()
+        top = artune._engine.Bands(artune.Profile.load(profiles[prof])).custom_prefix(8)
+        got = {n: fused_norm(8, n, monkeypatch) for n in sizes}
+        assert got == {n: "flashinfer fused" if n <= top else "all_reduce" for n in sizes}, (
+            prof, top, got)
+        tops.append(top)
+        unregister()
+    assert 2 << 10 <= tops[0] < 4 << 10 and tops[1] == 0, tops
+    monkeypatch.setenv(artune.sglang.ENV_FUSION, "engine")
+    artune.sglang.register()
+    assert "flashinfer_fusion" not in artune.sglang.applied.applied
+    assert {n: fused_norm(8, n, monkeypatch) for n in sizes} == native
