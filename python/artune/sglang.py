@@ -326,7 +326,10 @@ def startup_line(bands, patches, plan, name: str, ws: int, off: bool) -> str:
                      (f"to {_engine.size(top)}" if top else "off (the profile starts with NCCL)"))
     elif os.environ.get(ENV_FUSION) == "engine":
         parts.append(f"FlashInfer allreduce+RMSNorm fusion left to SGLang ({ENV_FUSION}=engine)")
-    parts.append("left alone: NCCL symmetric memory (it is NCCL)")
+    parts.append("left alone: NCCL symmetric memory (it is NCCL) and the model-specific fused "
+                 "kernels the profile does not measure (MiMo's CuTe DSL fusion, DeepSeek-V4's "
+                 "all-reduce+mHC, Beam's and Inkling's own all-reduces, Muse Spark's grown push "
+                 "plane, Kimi-K3's NVLS pull)")
     if patches.skipped:
         parts.append("not applied: " + "; ".join(patches.skipped))
     return "; ".join(parts)

@@ -94,6 +94,7 @@ def _register(patches: "_engine.Patches") -> None:
     if fusion:
         patches.apply("fusion_pass", lambda f: _fusion_follows(f, bands))
         patches.apply("model_fused_rms_norm", lambda f: _model_fusion_follows(f, bands))
+        patches.apply("fusion_pass_build", lambda f: _fusion_pass_refused_quietly(f, bands))
 
     comm = cuda_communicator.CudaCommunicator
     comm_init = comm.__init__
@@ -192,6 +193,29 @@ SUB_COMMUNICATORS = ("fi_ar_comm", "qr_comm", "fi_pcie_ipc_ar_comm", "aiter_ar_c
 
 def stamp_world_size(comm) -> None:
     _engine.stamp_world_size(comm, SUB_COMMUNICATORS)
+
+
+def _fusion_pass_refused_quietly(configure, bands: "_engine.Bands"):
+    """PostGradPassManager.configure, without AllReduceFusionPass where the profile refuses
+    fusion at this TP size: built, the pass would log vLLM's WARNING that fusion "is not
+    supported" for artune's own refusal. The pass config is put back at once."""
+    import sys
+
+    @functools.wraps(configure)
+    def configured(self, config):
+        pc = config.compilation_config.pass_config
+        tp = config.parallel_config.tensor_parallel_size
+        aiter = getattr(sys.modules[configure.__module__], "rocm_aiter_ops", None)
+        if (not pc.fuse_allreduce_rms or not bands.covers(tp) or bands.custom_prefix(tp) > 0
+                or (aiter is not None and aiter.is_enabled())):
+            return configure(self, config)
+        pc.fuse_allreduce_rms = False
+        try:
+            return configure(self, config)
+        finally:
+            pc.fuse_allreduce_rms = True
+
+    return configured
 
 
 def _model_fusion_follows(max_token_num, bands: "_engine.Bands"):

@@ -600,3 +600,20 @@ def test_flashinfer_fusion_fuses_only_inside_the_profiles_custom_prefix(
     artune.sglang.register()
     assert "flashinfer_fusion" not in artune.sglang.applied.applied
     assert {n: fused_norm(8, n, monkeypatch) for n in sizes} == native
+
+
+def test_the_fusion_auto_list_is_sglangs():
+    """engines.json's flashinfer_fusion_auto against the installed SGLang's own
+    _FLASHINFER_ALLREDUCE_FUSION_ARCHS, and the MiMo (cutedsl) architectures against the
+    tuple its auto-enable reads them from, so neither can go stale silently."""
+    import ast
+
+    from sglang.srt.arg_groups import overrides
+
+    m = artune._engine.MODEL["sglang"]
+    assert sorted(overrides._FLASHINFER_ALLREDUCE_FUSION_ARCHS) == m["flashinfer_fusion_auto"]
+    src = inspect.getsource(overrides._flashinfer_allreduce_fusion_auto_enable)
+    mimo = next(n for n in ast.walk(ast.parse(src))
+                if isinstance(n, ast.Compare) and isinstance(n.left, ast.Name)
+                and n.left.id == "model_arch" and isinstance(n.comparators[0], ast.Tuple))
+    assert sorted(ast.literal_eval(mimo.comparators[0])) == m["flashinfer_fusion_auto_cutedsl"]

@@ -423,12 +423,13 @@ def test_the_engine_model_holds_vllms_own_tables():
         assert m["custom_max_bytes"][cap] == by_ws(t), cap
     for cap, t in all_reduce_utils.SYMM_MEM_ALL_REDUCE_MAX_SIZES.items():
         assert m["symm_mem_max_bytes"][cap] == by_ws(t), cap
+    assert m["flashinfer_world_sizes"] == [2, 4, 8, 16]  # PassConfig's FI_SUPPORTED_WORLD_SIZES
     for cap_int, t in FUSION_MB.items():
         cap = f"{cap_int // 10}.{cap_int % 10}"
         assert m["fusion_max_bytes"][cap] == {
-            str(w): int(mb * (1 << 20)) for w, mb in t.items() if w in (2, 4, 8)}, cap
+            str(w): int(mb * (1 << 20)) for w, mb in t.items()}, cap
         # FlashInfer standalone: the fusion table, unless MNNVL has a tuned single-node size.
-        want = {str(w): int(mb * (1 << 20)) for w, mb in t.items() if w in (2, 4, 8)}
+        want = {str(w): int(mb * (1 << 20)) for w, mb in t.items()}
         for (c, w, nodes), mb in all_reduce_utils.FI_MNNVL_ALLREDUCE_MAX_SIZE_MB.items():
             if c == cap_int and nodes == 1:
                 want[str(w)] = int(mb * (1 << 20))
@@ -794,3 +795,47 @@ def test_the_engine_model_was_read_against_the_installed_release():
     import vllm
 
     assert artune._engine.MODEL["vllm"]["read_against"] == vllm.__version__
+
+
+def test_a_refused_fusion_pass_is_not_built_so_vllm_reports_no_failure(
+        profiles, follow, monkeypatch, caplog):
+    """vLLM's own PostGradPassManager.configure at -O2 (fuse_allreduce_rms on). Where the
+    profile refuses fusion at the TP size, the pass would log vLLM's WARNING "Flashinfer
+    allreduce fusion is not supported..." for artune's refusal: it is not built at all, and
+    no WARNING is logged. AllReduceFusionPass itself needs vLLM's CUDA ops to import, so it is
+    a recording stand-in that logs vLLM's warning where flashinfer_max_size is None."""
+    from vllm.compilation.passes import pass_manager as pm
+    from vllm.config.compilation import CompilationConfig
+
+    stub_platform(monkeypatch, (9, 0))
+    built = []
+
+    def fusion_pass(config):
+        pc = config.compilation_config.pass_config
+        if pc.flashinfer_max_size(config.parallel_config.tensor_parallel_size) is None:
+            logging.getLogger("vllm.compilation.passes.fusion.allreduce_rms_fusion").warning(
+                "Flashinfer allreduce fusion is not supported for world size %s", 8)
+        built.append("fusion pass")
+        return types.SimpleNamespace()
+
+    monkeypatch.setattr(pm, "AllReduceFusionPass", fusion_pass, raising=False)
+
+    def configure(tp):
+        pc = PassConfig(fuse_allreduce_rms=True, eliminate_noops=False)
+        cfg = types.SimpleNamespace(
+            compilation_config=CompilationConfig(pass_config=pc), model_config=None,
+            device_config=None, parallel_config=types.SimpleNamespace(tensor_parallel_size=tp))
+        built.clear()
+        pm.PostGradPassManager().configure(cfg)
+        assert pc.fuse_allreduce_rms  # put back
+        return list(built)
+
+    assert configure(8) == ["fusion pass"]
+    for prof, want in (("nv_nccl", []), ("story", ["fusion pass"])):
+        follow(profiles[prof])
+        artune.vllm.register()
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            assert configure(8) == want, prof
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+        unregister()
