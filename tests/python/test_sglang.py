@@ -59,54 +59,58 @@ def restore(monkeypatch):
 
 
 def on_machine(m, mode, monkeypatch):
-    """A TP coordinator as SGLang builds it on machine ``m``."""
+    """A TP coordinator as SGLang builds it on machine ``m``: SGLang's own
+    ``GroupCoordinator.__init__`` (through the plugin's wrapper when registered) and its own
+    ``dispatch_custom_allreduce``, which picks v2 on full NVLink (built by its own
+    constructor) and v1 otherwise (its own constructor, whose NVLink probe answers as SGLang's
+    does on ``m``: None, with SGLang's warning, on more than two PCIe-only GPUs)."""
+    from sglang.srt.distributed.device_communicators import pynccl
+
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: m.cap)
     monkeypatch.setattr(torch.cuda, "get_device_properties",
                         lambda *a: types.SimpleNamespace(multi_processor_count=132))
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: mode == "graph")
-    monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: m.tp)
-    monkeypatch.setattr(torch.distributed, "get_rank", lambda group=None: 0)
     for f in (v2_configs._get_all_reduce_configs, v2_configs.get_supported_world_sizes,
               v2_configs.get_all_reduce_config):
         f.cache_clear()
-    gc = object.__new__(GC)
-    gc.world_size, gc.unique_name, gc.local_size = m.tp, "tp:0", 0
-    gc.device_group = gc.cpu_group = None
-    gc.hpu_communicator = gc.xpu_communicator = gc.pymscclpp_comm = None
-    gc.qr_comm = gc.pcie_ipc_comm = gc.torch_symm_mem_comm = None
-    gc.pynccl_comm = object()
-    gc.is_symmetric_memory_enabled = lambda: False
-    gc._fi_workspace_hint = None
-    gc.ca_comm = None
-    if m.nvlink:
-        # dispatch_custom_allreduce: v2 on full NVLink, built by its own constructor.
-        monkeypatch.setattr(custom_all_reduce_v2, "can_use_custom_all_reduce_v2",
-                            lambda group, device: True)
-        monkeypatch.setattr(custom_all_reduce_v2, "in_the_same_node_as",
-                            lambda group, source_rank=0: [True] * m.tp)
-        monkeypatch.setattr(custom_all_reduce_v2, "IPCManager", lambda: None)
-        monkeypatch.setattr(custom_all_reduce_v2, "VmmGraphInputManager", lambda **k: None)
-        monkeypatch.setattr(custom_all_reduce_v2, "get_all_reduce_module", lambda d, w: "jit")
+    # v1: SGLang's constructor with its IPC buffers recorded, not allocated.
+    v1_pair(monkeypatch, [], build=False)
+    monkeypatch.setattr(custom_all_reduce, "can_use_custom_all_reduce_with_nvlink",
+                        lambda **k: None if m.tp > 2 and not m.nvlink else m.nvlink)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: m.tp)
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda group=None: 0)
+    monkeypatch.setattr(torch.distributed, "new_group", lambda ranks, **k: object())
+    monkeypatch.setattr(parallel_state, "_group_coordinator_device",
+                        lambda local_rank: torch.device("meta"))
+    monkeypatch.setattr(torch, "get_device_module", lambda d=None: torch.cuda)
+    monkeypatch.setattr(pynccl, "PyNcclCommunicator", lambda **k: object())
+    monkeypatch.setattr(custom_all_reduce, "_is_cuda", True)  # SGLang's CUDA branch
+    # v2: full NVLink only; symmetric memory and the JIT module need GPUs.
+    monkeypatch.setattr(custom_all_reduce_v2, "can_use_custom_all_reduce_v2",
+                        lambda group, device: m.nvlink)
+    monkeypatch.setattr(custom_all_reduce_v2, "in_the_same_node_as",
+                        lambda group, source_rank=0: [True] * m.tp)
+    monkeypatch.setattr(custom_all_reduce_v2, "IPCManager", lambda: None)
+    monkeypatch.setattr(custom_all_reduce_v2, "VmmGraphInputManager", lambda **k: None)
+    monkeypatch.setattr(custom_all_reduce_v2, "get_all_reduce_module", lambda d, w: "jit")
 
-        def workspace(self):
-            # Symmetric memory needs GPUs: SGLang keeps multicast only where rendezvous gave
-            # a multicast pointer.
-            self.has_multicast = m.multicast
-            if not m.multicast:
-                self.config = self.config._replace(num_mc_blocks=None)
+    def workspace(self):
+        # SGLang keeps multicast only where rendezvous gave a multicast pointer.
+        self.has_multicast = m.multicast
+        if not m.multicast:
+            self.config = self.config._replace(num_mc_blocks=None)
 
-        monkeypatch.setattr(V2, "_init_workspace", workspace)
-        monkeypatch.setattr(V2, "__del__", lambda self: None)
-        ca = V2(group=None, device="meta")
+    monkeypatch.setattr(V2, "_init_workspace", workspace)
+    monkeypatch.setattr(V2, "__del__", lambda self: None)
+    gc = GC(group_ranks=[list(range(m.tp))], group_name="tp", local_rank=0,
+            torch_distributed_backend="nccl", use_pynccl=True, use_mscclpp=False,
+            use_custom_allreduce=True, use_torch_symm_mem_all_reduce=False,
+            use_hpu_communicator=False, use_xpu_communicator=False)
+    ca = gc.ca_comm
+    if isinstance(ca, V2):
         ca._graph_mode_allowed = mode == "graph"
-        gc.ca_comm = ca
-    elif m.tp == 2:
-        ca = object.__new__(CAR)
-        ca._ptr, ca.disabled, ca.world_size, ca.full_nvlink = 0, False, 2, False
-        ca.max_size = 8 << 20
+    elif ca is not None:
         ca._IS_CAPTURING = mode == "graph"
-        monkeypatch.setattr(CAR, "__del__", lambda self: None, raising=False)
-        gc.ca_comm = ca
     return gc
 
 
