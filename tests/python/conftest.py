@@ -40,6 +40,11 @@ def profiles(tmp_path_factory):
         # to 512 KiB and NCCL above, or NCCL at every size (simulated, like all of these).
         "nv_mid": tune(tmp, "nvswitch-8x", "--tp", "8", "--mem-budget", "4MiB", name="nv-mid"),
         "nv_nccl": tune(tmp, "nvswitch-8x", "--tp", "8", "--mem-budget", "1MiB", name="nv-nccl"),
+        # NCCL made twice as slow: custom from the smallest size to a few hundred KiB at TP8,
+        # NCCL above (the fusion rules' cut inside the profile).
+        "nv_prefix": tune(tmp, "nvswitch-8x", "--tp", "8", "--sim-faults",
+                          "slow=nccl+nccl_ring_ll+nccl_ring_simple+nccl_tree_ll+nccl_tree_simple:2",
+                          name="nv-prefix"),
     }
 
 

@@ -586,20 +586,19 @@ def test_flashinfer_fusion_fuses_only_inside_the_profiles_custom_prefix(
     assert list(inspect.signature(fused_standin).parameters) == list(
         inspect.signature(real).parameters)
     monkeypatch.setattr(fc, "flashinfer_allreduce_residual_rmsnorm", fused_standin)
-    sizes = [2 << 10, 4 << 10, 64 << 10, 512 << 10]
+    top = artune._engine.Bands(artune.Profile.load(profiles["nv_prefix"])).custom_prefix(8)
+    assert 4 << 10 <= top < 2 << 20, top  # the simulator must still give such a prefix
+    top -= top % (2 << 10)
+    sizes = [2 << 10, top, top + (2 << 10), 2 << 20]
     native = {n: fused_norm(8, n, monkeypatch) for n in sizes}
     assert set(native.values()) == {"flashinfer fused"}, native
-    tops = []
-    for prof in ("story", "nv_nccl"):
+    for prof, cut in (("nv_prefix", top), ("nv_nccl", 0)):
         follow(profiles[prof])
         artune.sglang.register()
-        top = artune._engine.Bands(artune.Profile.load(profiles[prof])).custom_prefix(8)
         got = {n: fused_norm(8, n, monkeypatch) for n in sizes}
-        assert got == {n: "flashinfer fused" if n <= top else "all_reduce" for n in sizes}, (
-            prof, top, got)
-        tops.append(top)
+        assert got == {n: "flashinfer fused" if n <= cut else "all_reduce" for n in sizes}, (
+            prof, cut, got)
         unregister()
-    assert 2 << 10 <= tops[0] < 4 << 10 and tops[1] == 0, tops
     monkeypatch.setenv(artune.sglang.ENV_FUSION, "engine")
     artune.sglang.register()
     assert "flashinfer_fusion" not in artune.sglang.applied.applied

@@ -70,7 +70,7 @@ def model_fused_rms_norm(tp, nbytes, monkeypatch):
     from vllm.models.common.ops import fused_allreduce_rms_norm as common
 
     seen = []
-    stub_platform(monkeypatch, (9, 0))
+    stub_platform(monkeypatch, (10, 3))
     fused = lambda **k: seen.append("flashinfer fused")  # noqa: E731
     for mod in (gemma, common):
         monkeypatch.setattr(mod, "flashinfer_trtllm_fused_allreduce_norm", fused)
@@ -89,27 +89,34 @@ def model_fused_rms_norm(tp, nbytes, monkeypatch):
     return seen[0]
 
 
+def prefix_sizes(profiles):
+    """Sizes around the nv_prefix profile's custom prefix at TP8 (2 KiB a token): one fused
+    at each end of it, one just above, one well above."""
+    top = artune._engine.Bands(artune.Profile.load(profiles["nv_prefix"])).custom_prefix(8)
+    assert 4 << 10 <= top < 2 << 20, top  # the simulator must still give such a prefix
+    top -= top % (2 << 10)
+    return top, [2 << 10, top, top + (2 << 10), 2 << 20]
+
+
 def test_the_models_fused_allreduce_rms_norm_fuses_only_inside_the_custom_prefix(
         profiles, follow, monkeypatch, caplog):
     """DeepSeek-V3.2 / Kimi-K3 / MiniMax-M3 call FlashInfer's fused kernel from model code
     with the fusion pass's table (bypassing the communicator): with the profile it fuses
-    only up to the profile's custom prefix; above, the all-reduce goes to the communicator."""
-    sizes = [2 << 10, 4 << 10, 64 << 10, 512 << 10]
+    only up to the profile's custom prefix; above, the all-reduce goes to the communicator.
+    On 10.3 vLLM's own table fuses to 4 MiB at TP8, above every size here."""
+    top, sizes = prefix_sizes(profiles)
     native = {n: model_fused_rms_norm(8, n, monkeypatch) for n in sizes}
-    assert set(native.values()) == {"flashinfer fused"}, native  # H200 TP8: to 512 KiB
-    tops = []
-    for prof in ("story", "nv_nccl"):
+    assert set(native.values()) == {"flashinfer fused"}, native
+    for prof, cut in (("nv_prefix", top), ("nv_nccl", 0)):
         follow(profiles[prof])
         artune.vllm.register()
-        top = artune._engine.Bands(artune.Profile.load(profiles[prof])).custom_prefix(8)
+        assert artune._engine.Bands(artune.Profile.load(profiles[prof])).custom_prefix(8) >= cut
         with caplog.at_level(logging.WARNING):
             got = {n: model_fused_rms_norm(8, n, monkeypatch) for n in sizes}
-        assert got == {n: "flashinfer fused" if n <= top else "all_reduce" for n in sizes}, (
-            prof, top, got)
+        assert got == {n: "flashinfer fused" if n <= cut else "all_reduce" for n in sizes}, (
+            prof, cut, got)
         assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
-        tops.append(top)
         unregister()
-    assert 2 << 10 <= tops[0] < 4 << 10 and tops[1] == 0, tops  # a cut inside, and none
     monkeypatch.setenv(artune.vllm.ENV_FUSION, "engine")
     artune.vllm.register()
     assert {n: model_fused_rms_norm(8, n, monkeypatch) for n in sizes} == native
@@ -245,7 +252,7 @@ def test_a_refused_fusion_pass_is_not_built_so_vllm_reports_no_failure(
         return list(built)
 
     assert configure(8) == ["fusion pass"]
-    for prof, want in (("nv_nccl", []), ("story", ["fusion pass"])):
+    for prof, want in (("nv_nccl", []), ("nv_prefix", ["fusion pass"])):
         follow(profiles[prof])
         artune.vllm.register()
         caplog.clear()
