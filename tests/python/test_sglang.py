@@ -620,3 +620,20 @@ def test_the_fusion_auto_list_is_sglangs():
                 if isinstance(n, ast.Compare) and isinstance(n.left, ast.Name)
                 and n.left.id == "model_arch" and isinstance(n.comparators[0], ast.Tuple))
     assert sorted(ast.literal_eval(mimo.comparators[0])) == m["flashinfer_fusion_auto_cutedsl"]
+
+
+def test_a_failure_inside_the_v1_wrapper_falls_back_to_sglangs_call(profiles, follow,
+                                                                    monkeypatch, caplog):
+    follow(profiles["pair"])
+    artune.sglang.register()
+
+    def broken(n):
+        raise KeyError("max_size")
+
+    monkeypatch.setattr(artune._engine, "round_up16", broken)
+    allocated = []
+    with caplog.at_level(logging.WARNING, logger=log_name):
+        ca = v1_pair(monkeypatch, allocated)
+    assert ca.max_size == 8 << 20 and allocated == [8 << 20, 8 << 20]
+    lines = [r.getMessage() for r in caplog.records if r.name == log_name]
+    assert len(lines) == 1 and "CustomAllreduce.__init__ failed inside artune" in lines[0]

@@ -12,7 +12,6 @@ vllm = pytest.importorskip("vllm", reason="needs the vLLM test environment (.ci/
 
 import artune  # noqa: E402
 import artune.vllm  # noqa: E402
-import torch  # noqa: E402
 from vllm.config.compilation import PassConfig  # noqa: E402
 
 from machines import MACHINES, message  # noqa: E402
