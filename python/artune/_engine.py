@@ -106,6 +106,15 @@ def start(log: logging.Logger, engine: str, key: str, version: str,
     return p
 
 
+def fell_back(log: logging.Logger, what: str, e: Exception, engine: str,
+              built: bool = False) -> None:
+    """One warning for a failure of artune's own logic around an engine's call."""
+    then = (f"{engine} keeps what it built" if built
+            else f"{engine}'s own call runs unchanged")
+    log.warning("artune: %s failed inside artune (%s: %s); %s", what, type(e).__name__, e,
+                then)
+
+
 def nccl_env(log: logging.Logger) -> None:
     """Points NCCL at artune's tuner plugin, unless the user chose one."""
     if "NCCL_TUNER_PLUGIN" in os.environ:
@@ -166,10 +175,30 @@ class Patches:
         self.applied.append(path)
         return True
 
-    def replace(self, owner, name: str, new) -> None:
-        """A patch the model does not list (constructors), kept for undo."""
-        self._undo.append((owner, name, inspect.getattr_static(owner, name)))
+    def replace(self, owner, name: str, new, needs: List[str],
+                log: Optional[logging.Logger] = None) -> bool:
+        """A constructor wrapper (engines.json ``constructors``), kept for undo: applied only
+        where the engine's function still takes every parameter the wrapper binds by name
+        (``needs``); else skipped and named in the start-up line."""
+        what = f"{owner.__name__}.{name}"
+        current = inspect.getattr_static(owner, name, None)
+        f = current.__func__ if isinstance(current, classmethod) else current
+        try:
+            params = list(inspect.signature(f).parameters)
+        except (TypeError, ValueError):
+            params = None
+        missing = [p for p in needs if p not in (params or [])]
+        if f is None or missing:
+            why = f"{what} (takes {params}; artune binds {missing} by name)"
+            self.skipped.append(why)
+            if log is not None:
+                log.warning("artune: not applied: %s; the engine builds it as without artune",
+                            why)
+            return False
+        self._undo.append((owner, name, current))
         setattr(owner, name, new)
+        self.applied.append(what)
+        return True
 
     def undo(self) -> None:
         """Puts back everything patched, newest first: never a half-changed engine."""
@@ -272,10 +301,38 @@ def nbytes_of(inp) -> int:
     return inp.numel() * inp.element_size()
 
 
-def gate(bands: Bands, world_size: Callable = lambda c: getattr(c, "world_size", None)):
+def world_size_of(c) -> Optional[int]:
+    """A sub-communicator's TP size: the one its communicator stamped on it
+    (``_artune_world_size``, for those that keep none, e.g. vLLM's AiterCustomAllreduce),
+    else its own ``world_size`` / ``_world_size``; None where none is known."""
+    for a in ("_artune_world_size", "world_size", "_world_size"):
+        v = getattr(c, a, None)
+        if isinstance(v, int):
+            return v
+    return None
+
+
+def stamp_world_size(comm, attrs) -> None:
+    """Gives each sub-communicator of ``comm`` named in ``attrs`` that keeps no world size
+    (vLLM's AiterCustomAllreduce wraps aiter's object and keeps none) the communicator's
+    own, so its gate can follow the profile."""
+    ws = getattr(comm, "world_size", None)
+    for attr in attrs:
+        sub = getattr(comm, attr, None)
+        if sub is not None and isinstance(ws, int) and world_size_of(sub) is None:
+            try:
+                sub._artune_world_size = ws
+            except Exception:  # noqa: BLE001 - a slotted object: its gate says it is unknown
+                pass
+
+
+def gate(bands: Bands, world_size: Callable = world_size_of,
+         unknown: Optional[Callable[[str], None]] = None, path: str = ""):
     """The rule for a peer-to-peer path's ``should_*(self, inp, ...)``: still False wherever
     the engine says no, and False where the profile chose NCCL for this TP size, size and
-    mode. Where the profile says custom or has no answer, the engine's answer stands."""
+    mode. Where the profile says custom or has no answer, the engine's answer stands. Where
+    the TP size cannot be told, the engine's answer stands and ``unknown(path)`` says so
+    (the plugins list it under "not applied" and warn once): never a silent pass."""
 
     def wrap(should):
         @functools.wraps(should)
@@ -284,12 +341,29 @@ def gate(bands: Bands, world_size: Callable = lambda c: getattr(c, "world_size",
                 return False
             ws = world_size(self)
             if ws is None:
+                if unknown is not None:
+                    unknown(path)
                 return True
             return bands.custom_at(ws, nbytes_of(inp), mode_of(self)) is not False
 
         return gated
 
     return wrap
+
+
+def unknown_reporter(log: logging.Logger, patches: "Patches", engine: str):
+    """``gate``'s ``unknown``: one warning per path, and the path listed as not applied."""
+    seen = set()
+
+    def report(path: str) -> None:
+        if path in seen:
+            return
+        seen.add(path)
+        why = f"{path} (its TP size cannot be told, so it keeps {engine}'s choice)"
+        patches.skipped.append(why)
+        log.warning("artune: not applied: %s", why)
+
+    return report
 
 
 def follow(bands: Bands):

@@ -26,8 +26,14 @@ Beyond the per-call gates:
   built with ``use_custom_allreduce=False`` (no IPC buffers, no "Setup Custom allreduce
   failed" warning); each TP group logs one line saying what SGLang runs per size band. Groups
   other than TP keep SGLang's choice.
-- FlashInfer's allreduce+RMSNorm fusion is left to SGLang (said in the start-up line).
+- FlashInfer's allreduce+RMSNorm fusion (auto-enabled for many architectures) is decided by
+  the profile, as vLLM's fusion pass: it fuses only up to the profile's custom band from the
+  smallest size; a size it refuses is declined as SGLang declines, and the norm's all-reduce
+  runs. ``ARTUNE_SGLANG_FUSION=engine`` leaves it to SGLang.
 - SGLang's deterministic inference: the plugin changes nothing. ``ARTUNE_SGLANG=0``: off.
+- The start-up line is logged at INFO by each group's rank 0. ``sglang.Engine(...)`` sets
+  ``log_level="error"`` when the caller passes none, dropping it with SGLang's own lines;
+  artune keeps the caller's choice (pass ``log_level="info"`` to see it).
 - Ray (``--use-ray``, ``RayEngine``): each scheduler is a Ray actor whose constructor builds
   the Scheduler without ``load_plugins()`` (sglang/srt/ray/scheduler_actor.py; the forked
   ``run_scheduler_process`` calls it), so no plugin runs where the communicators are built,
@@ -46,7 +52,8 @@ log = logging.getLogger("sglang.artune")
 
 _PATCHED = "_artune_patched"
 GATED = ("mscclpp", "flashinfer", "pcie_ipc", "quick_ar", "torch_symm_mem")
-TP_GROUPS = ("tp", "attn_tp")
+TP_GROUPS = ("tp", "attention_tp")
+ENV_FUSION = "ARTUNE_SGLANG_FUSION"
 #: What the last register() patched (``applied.undo()`` puts SGLang back), or None.
 applied = None
 
@@ -114,24 +121,32 @@ def _register(patches: "_engine.Patches") -> None:
     bands = _engine.Bands(p)
     import torch.distributed as dist
 
-    pcie_ws = lambda c: getattr(c, "world_size", getattr(c, "_world_size", None))  # noqa: E731
+    unknown = _engine.unknown_reporter(log, patches, "SGLang")
     for path in GATED:
-        patches.apply(path, _engine.gate(bands, pcie_ws))
+        patches.apply(path, _engine.gate(bands, unknown=unknown, path=path))
     patches.apply("custom_v1", _engine.follow(bands))
     patches.apply("custom_v2", lambda get_config: _v2_follows(get_config, plan))
+    if os.environ.get(ENV_FUSION) != "engine":
+        patches.apply("flashinfer_fusion", lambda f: _fusion_follows(f, bands))
 
     car_init = car.__init__
     car_sig = inspect.signature(car_init)
+    ctors = _engine.MODEL["sglang"]["constructors"]
 
     @functools.wraps(car_init)
     def car_init_wrapped(self, *args, **kwargs):
-        b = car_sig.bind(self, *args, **kwargs)
-        b.apply_defaults()
-        v = plan.get(dist.get_world_size(b.arguments["group"]))
-        if v is not None and v[0] == "v1" and v[2] > 0:
-            # SGLang's v1 takes a message up to max_size, inclusive.
-            b.arguments["max_size"] = min(b.arguments["max_size"], _engine.round_up16(v[2]))
-        return car_init(*b.args, **b.kwargs)
+        try:
+            b = car_sig.bind(self, *args, **kwargs)
+            b.apply_defaults()
+            v = plan.get(dist.get_world_size(b.arguments["group"]))
+            if v is not None and v[0] == "v1" and v[2] > 0:
+                # SGLang's v1 takes a message up to max_size, inclusive.
+                b.arguments["max_size"] = min(b.arguments["max_size"],
+                                              _engine.round_up16(v[2]))
+            args, kwargs = b.args[1:], b.kwargs
+        except Exception as e:  # noqa: BLE001 - artune's own logic: SGLang's call runs as is
+            _engine.fell_back(log, "CustomAllreduce.__init__", e, "SGLang")
+        return car_init(self, *args, **kwargs)
 
     gc = parallel_state.GroupCoordinator
     gc_init = gc.__init__
@@ -139,29 +154,50 @@ def _register(patches: "_engine.Patches") -> None:
 
     @functools.wraps(gc_init)
     def gc_init_wrapped(self, *args, **kwargs):
-        b = gc_sig.bind(self, *args, **kwargs)
-        name = b.arguments.get("group_name") or ""
-        rank = dist.get_rank()
-        ws = next((len(r) for r in b.arguments["group_ranks"] if rank in r), 0)
-        if name not in TP_GROUPS or ws < 2:
-            return gc_init(*b.args, **b.kwargs)
-        if _deterministic():
-            bands.active = False
-            log.info("artune: TP%d group %s: SGLang's deterministic inference is on, so artune "
-                     "changes nothing", ws, name)
-            return gc_init(*b.args, **b.kwargs)
-        v = plan.get(ws)
-        off = v is not None and (v[0] == "nccl" or (v[0] == "v1" and not (v[1] and v[2])))
-        if off and b.arguments.get("use_custom_allreduce"):
-            b.arguments["use_custom_allreduce"] = False
-        gc_init(*b.args, **b.kwargs)
-        log.info("%s", startup_line(bands, patches, plan, name, ws, off))
+        try:
+            b = gc_sig.bind(self, *args, **kwargs)
+            name = b.arguments.get("group_name") or ""
+            rank = dist.get_rank()
+            ws = next((len(r) for r in b.arguments["group_ranks"] if rank in r), 0)
+            tp = name in TP_GROUPS and ws >= 2
+            deterministic = tp and _deterministic()
+            v = plan.get(ws)
+            off = (tp and not deterministic and v is not None
+                   and (v[0] == "nccl" or (v[0] == "v1" and not (v[1] and v[2]))))
+            if off and b.arguments.get("use_custom_allreduce"):
+                b.arguments["use_custom_allreduce"] = False
+            args, kwargs = b.args[1:], b.kwargs
+        except Exception as e:  # noqa: BLE001 - artune's own logic: SGLang's call runs as is
+            _engine.fell_back(log, "GroupCoordinator.__init__", e, "SGLang")
+            return gc_init(self, *args, **kwargs)
+        gc_init(self, *args, **kwargs)
+        try:
+            stamp_world_size(self)
+            if not tp or getattr(self, "rank_in_group", 0) != 0:  # one line per group
+                return
+            if deterministic:
+                bands.active = False
+                log.info("artune: TP%d group %s: SGLang's deterministic inference is on, so "
+                         "artune changes nothing", ws, name)
+            else:
+                log.info("%s", startup_line(bands, patches, plan, name, ws, off))
+        except Exception as e:  # noqa: BLE001 - SGLang built it; artune only failed to report
+            _engine.fell_back(log, "GroupCoordinator.__init__ (after SGLang built it)", e,
+                              "SGLang", built=True)
 
-    patches.replace(car, "__init__", car_init_wrapped)
-    patches.replace(gc, "__init__", gc_init_wrapped)
+    patches.replace(car, "__init__", car_init_wrapped, ctors["CustomAllreduce.__init__"], log)
+    patches.replace(gc, "__init__", gc_init_wrapped, ctors["GroupCoordinator.__init__"], log)
     _say_ray(patches)
     setattr(car, _PATCHED, True)
     _engine.nccl_env(log)
+
+
+SUB_COMMUNICATORS = ("pymscclpp_comm", "ca_comm", "pcie_ipc_comm", "qr_comm",
+                     "torch_symm_mem_comm")
+
+
+def stamp_world_size(comm) -> None:
+    _engine.stamp_world_size(comm, SUB_COMMUNICATORS)
 
 
 RAY_LINE = ("artune: SGLang launches its schedulers as Ray actors here (--use-ray or RayEngine), "
@@ -184,14 +220,43 @@ def _say_ray(patches: "_engine.Patches") -> None:
     f = launch.__func__
 
     @functools.wraps(f)
-    def launching(cls, server_args, *args, **kwargs):
-        ray = getattr(server_args, "use_ray", False) or any(
-            c.__module__.startswith("sglang.srt.ray") for c in cls.__mro__)
-        if ray:
-            log.warning(RAY_LINE, os.environ.get(_engine.ENV_PROFILE, "the profile"))
-        return f(cls, server_args, *args, **kwargs)
+    def launching(cls, *args, **kwargs):
+        try:
+            server_args = inspect.signature(f).bind(cls, *args, **kwargs).arguments[
+                "server_args"]
+            ray = getattr(server_args, "use_ray", False) or any(
+                c.__module__.startswith("sglang.srt.ray") for c in cls.__mro__)
+            if ray:
+                log.warning(RAY_LINE, os.environ.get(_engine.ENV_PROFILE, "the profile"))
+        except Exception as e:  # noqa: BLE001 - artune's own logic: SGLang's call runs as is
+            _engine.fell_back(log, "Engine._launch_subprocesses", e, "SGLang")
+        return f(cls, *args, **kwargs)
 
-    patches.replace(Engine, "_launch_subprocesses", classmethod(launching))
+    patches.replace(Engine, "_launch_subprocesses", classmethod(launching),
+                    _engine.MODEL["sglang"]["constructors"]["Engine._launch_subprocesses"], log)
+
+
+def _fusion_follows(fused, bands: "_engine.Bands"):
+    """flashinfer_allreduce_residual_rmsnorm, declined (SGLang's own (None, None)) above the
+    profile's custom band from the smallest size at the fusion group's TP size: the fused
+    kernel is FlashInfer's peer-to-peer all-reduce. The answer depends only on the TP size,
+    the size and the profile, so every rank of the group declines alike (SGLang's rule)."""
+
+    @functools.wraps(fused)
+    def followed(input_tensor, residual, weight, eps=1e-6, max_token_num=2048,
+                 use_oneshot=None, trigger_completion_at_end=False, fp32_acc=True,
+                 use_attn_tp_group=True):
+        from sglang.srt.layers import flashinfer_comm_fusion
+
+        ws = flashinfer_comm_fusion.resolve_fusion_world_size(
+            use_attn_tp_group=use_attn_tp_group)
+        if bands.active and bands.covers(ws) and (
+                _engine.nbytes_of(input_tensor) > bands.custom_prefix(ws)):
+            return None, None
+        return fused(input_tensor, residual, weight, eps, max_token_num, use_oneshot,
+                     trigger_completion_at_end, fp32_acc, use_attn_tp_group)
+
+    return followed
 
 
 def _v2_follows(get_config, plan):
@@ -255,9 +320,16 @@ def startup_line(bands, patches, plan, name: str, ws: int, off: bool) -> str:
     else:
         parts.append(f"custom sizes run v1 up to {_engine.size(v[2])}")
     parts.append("NCCL sizes run NCCL with artune's tuner plugin")
-    parts.append("left alone: NCCL symmetric memory (it is NCCL) and FlashInfer's "
-                 "allreduce+RMSNorm fusion (--enforce-disable-flashinfer-allreduce-fusion turns "
-                 "it off)")
+    if "flashinfer_fusion" in patches.applied:
+        top = bands.custom_prefix(ws)
+        parts.append("FlashInfer allreduce+RMSNorm fusion " +
+                     (f"to {_engine.size(top)}" if top else "off (the profile starts with NCCL)"))
+    elif os.environ.get(ENV_FUSION) == "engine":
+        parts.append(f"FlashInfer allreduce+RMSNorm fusion left to SGLang ({ENV_FUSION}=engine)")
+    parts.append("left alone: NCCL symmetric memory (it is NCCL) and the model-specific fused "
+                 "kernels the profile does not measure (MiMo's CuTe DSL fusion, DeepSeek-V4's "
+                 "all-reduce+mHC, Beam's and Inkling's own all-reduces, Muse Spark's grown push "
+                 "plane, Kimi-K3's NVLS pull)")
     if patches.skipped:
         parts.append("not applied: " + "; ".join(patches.skipped))
     return "; ".join(parts)

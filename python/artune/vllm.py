@@ -26,7 +26,9 @@ Beyond the per-call gates:
   by the profile, because it runs FlashInfer's peer-to-peer kernel at every size it fuses: it
   fuses only up to the profile's custom band that starts at the smallest size, and not at all
   where the profile starts with NCCL. It saves a kernel and a norm pass the profile did not
-  measure; ``ARTUNE_VLLM_FUSION=engine`` keeps vLLM's own fusion sizes instead.
+  measure; ``ARTUNE_VLLM_FUSION=engine`` keeps vLLM's own fusion sizes instead. The models
+  that call FlashInfer's fused allreduce+RMSNorm from their own code (DeepSeek-V3.2, Kimi-K3,
+  MiniMax-M3, through ``fused_allreduce_gemma_rms_norm._max_token_num``) follow the same cut.
 - ``VLLM_BATCH_INVARIANT=1``: the plugin changes nothing (vLLM routes every size to custom AR
   for a fixed reduction order). ``ARTUNE_VLLM=0``: off.
 - Ray workers: ``ARTUNE_`` is added to ``VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY``, so the
@@ -84,12 +86,15 @@ def _register(patches: "_engine.Patches") -> None:
     bands = _engine.Bands(p)
     import torch.distributed as dist
 
+    unknown = _engine.unknown_reporter(log, patches, "vLLM")
     for path in GATED:
-        patches.apply(path, _engine.gate(bands))
+        patches.apply(path, _engine.gate(bands, unknown=unknown, path=path))
     patches.apply("custom", _engine.follow(bands))
     fusion = os.environ.get(ENV_FUSION) != "engine"
     if fusion:
         patches.apply("fusion_pass", lambda f: _fusion_follows(f, bands))
+        patches.apply("model_fused_rms_norm", lambda f: _model_fusion_follows(f, bands))
+        patches.apply("fusion_pass_build", lambda f: _fusion_pass_refused_quietly(f, bands))
 
     comm = cuda_communicator.CudaCommunicator
     comm_init = comm.__init__
@@ -97,13 +102,16 @@ def _register(patches: "_engine.Patches") -> None:
 
     @functools.wraps(comm_init)
     def comm_init_wrapped(self, *args, **kwargs):
-        a = comm_sig.bind(self, *args, **kwargs).arguments
-        name = a.get("unique_name", "") or ""
-        if name.split(":")[0] != "tp":
+        try:
+            a = comm_sig.bind(self, *args, **kwargs).arguments
+            name = a.get("unique_name", "") or ""
+            tp = name.split(":")[0] == "tp"
+            ws = dist.get_world_size(a["cpu_group"]) if tp else 0
+            off = (tp and os.environ.get(ENV_CUSTOM_AR) == "off" and bands.covers(ws)
+                   and bands.largest_custom(ws) == 0)
+        except Exception as e:  # noqa: BLE001 - artune's own logic: vLLM's call runs as is
+            _engine.fell_back(log, "CudaCommunicator.__init__", e, "vLLM")
             return comm_init(self, *args, **kwargs)
-        ws = dist.get_world_size(a["cpu_group"])
-        off = (os.environ.get(ENV_CUSTOM_AR) == "off" and bands.covers(ws)
-               and bands.largest_custom(ws) == 0)
         if off:
             saved = parallel_state._ENABLE_CUSTOM_ALL_REDUCE
             parallel_state._ENABLE_CUSTOM_ALL_REDUCE = False
@@ -113,6 +121,16 @@ def _register(patches: "_engine.Patches") -> None:
                 parallel_state._ENABLE_CUSTOM_ALL_REDUCE = saved
         else:
             comm_init(self, *args, **kwargs)
+        try:
+            _after_comm_init(self, tp, name, ws, off)
+        except Exception as e:  # noqa: BLE001 - vLLM built it; artune only failed to report
+            _engine.fell_back(log, "CudaCommunicator.__init__ (after vLLM built it)", e,
+                              "vLLM", built=True)
+
+    def _after_comm_init(self, tp, name, ws, off):
+        stamp_world_size(self)
+        if not tp:
+            return
         ca = getattr(self, "ca_comm", None)
         freed = None
         if (not off and bands.covers(ws) and bands.largest_custom(ws) == 0 and ca is not None
@@ -122,24 +140,31 @@ def _register(patches: "_engine.Patches") -> None:
             freed = ipc_bytes(ca)
             ca.close()
             self.ca_comm = ca = None
-        log.info("%s", startup_line(bands, patches, name, ws, off, fusion, ca, freed))
+        if getattr(self, "rank_in_group", 0) == 0:  # one line per group, not per rank
+            log.info("%s", startup_line(bands, patches, name, ws, off, fusion, ca, freed))
 
     car_init = car.__init__
     car_sig = inspect.signature(car_init)
 
     @functools.wraps(car_init)
     def car_init_wrapped(self, *args, **kwargs):
-        b = car_sig.bind(self, *args, **kwargs)
-        b.apply_defaults()
-        ws = dist.get_world_size(b.arguments["group"])
-        top = bands.largest_custom(ws)
-        if top > 0:
-            # vLLM takes a message when its size is below max_size.
-            b.arguments["max_size"] = min(b.arguments["max_size"], _engine.round_up16(top + 1))
-        return car_init(*b.args, **b.kwargs)
+        try:
+            b = car_sig.bind(self, *args, **kwargs)
+            b.apply_defaults()
+            ws = dist.get_world_size(b.arguments["group"])
+            top = bands.largest_custom(ws)
+            if top > 0:
+                # vLLM takes a message when its size is below max_size.
+                b.arguments["max_size"] = min(b.arguments["max_size"],
+                                              _engine.round_up16(top + 1))
+            args, kwargs = b.args[1:], b.kwargs
+        except Exception as e:  # noqa: BLE001 - artune's own logic: vLLM's call runs as is
+            _engine.fell_back(log, "CustomAllreduce.__init__", e, "vLLM")
+        return car_init(self, *args, **kwargs)
 
-    patches.replace(comm, "__init__", comm_init_wrapped)
-    patches.replace(car, "__init__", car_init_wrapped)
+    ctors = _engine.MODEL["vllm"]["constructors"]
+    patches.replace(comm, "__init__", comm_init_wrapped, ctors["CudaCommunicator.__init__"], log)
+    patches.replace(car, "__init__", car_init_wrapped, ctors["CustomAllreduce.__init__"], log)
     setattr(car, _PATCHED, True)
     _engine.nccl_env(log)
     prefixes = [x for x in os.environ.get(RAY_PREFIXES, "").split(",") if x]
@@ -157,6 +182,56 @@ def _fusion_follows(flashinfer_max_size, bands: "_engine.Bands"):
         if base is None or not bands.covers(world_size):
             return base
         top = bands.custom_prefix(world_size)
+        return min(base, top) if top > 0 else None
+
+    return followed
+
+
+SUB_COMMUNICATORS = ("fi_ar_comm", "qr_comm", "fi_pcie_ipc_ar_comm", "aiter_ar_comm",
+                     "ca_comm", "symm_mem_comm")
+
+
+def stamp_world_size(comm) -> None:
+    _engine.stamp_world_size(comm, SUB_COMMUNICATORS)
+
+
+def _fusion_pass_refused_quietly(configure, bands: "_engine.Bands"):
+    """PostGradPassManager.configure, without AllReduceFusionPass where the profile refuses
+    fusion at this TP size: built, the pass would log vLLM's WARNING that fusion "is not
+    supported" for artune's own refusal. The pass config is put back at once."""
+    import sys
+
+    @functools.wraps(configure)
+    def configured(self, config):
+        pc = config.compilation_config.pass_config
+        tp = config.parallel_config.tensor_parallel_size
+        aiter = getattr(sys.modules[configure.__module__], "rocm_aiter_ops", None)
+        if (not pc.fuse_allreduce_rms or not bands.covers(tp) or bands.custom_prefix(tp) > 0
+                or (aiter is not None and aiter.is_enabled())):
+            return configure(self, config)
+        pc.fuse_allreduce_rms = False
+        try:
+            return configure(self, config)
+        finally:
+            pc.fuse_allreduce_rms = True
+
+    return configured
+
+
+def _model_fusion_follows(max_token_num, bands: "_engine.Bands"):
+    """fused_allreduce_gemma_rms_norm._max_token_num, cut like the fusion pass: the models'
+    eager fused allreduce+RMSNorm runs FlashInfer at every token count up to it, and a count
+    it refuses falls back to tensor_model_parallel_all_reduce (the communicator's gates)."""
+
+    @functools.wraps(max_token_num)
+    def followed(tp_size, hidden_size, dtype):
+        base = max_token_num(tp_size, hidden_size, dtype)
+        if base is None or not bands.covers(tp_size):
+            return base
+        import torch
+
+        per_token = hidden_size * torch.tensor([], dtype=dtype).element_size()
+        top = bands.custom_prefix(tp_size) // per_token
         return min(base, top) if top > 0 else None
 
     return followed
@@ -242,13 +317,19 @@ def startup_line(bands, patches, name: str, ws: int, off: bool, fusion: bool, ca
         order += f" (FlashInfer to {_engine.size(fi)} on {cap}, then custom AR)"
     parts.append(order + "; NCCL sizes run NCCL with artune's tuner plugin")
     parts.append(custom_ar_note(ca, bands, ws, off, freed))
-    if fusion and "fusion_pass" in patches.applied:
+    fused = [n for p, n in (("fusion_pass", "fusion pass"),
+                            ("model_fused_rms_norm", "models' fused allreduce+RMSNorm"))
+             if p in patches.applied]
+    if fusion and fused:
         top = bands.custom_prefix(ws)
-        parts.append(f"fusion pass to {_engine.size(top)}" if top else "fusion pass off")
+        parts.append(" and ".join(fused) + (f" to {_engine.size(top)}" if top else " off"))
     elif not fusion:
-        parts.append(f"fusion pass left to vLLM ({ENV_FUSION}=engine)")
-    parts.append("left alone: NCCL symmetric memory (it is NCCL) and DeepSeek-V4.1's fused "
-                 "all-reduce+mHC kernel (model code the profile does not measure)")
+        parts.append(f"fusion pass and models' fused allreduce+RMSNorm left to vLLM "
+                     f"({ENV_FUSION}=engine)")
+    parts.append("left alone: NCCL symmetric memory (it is NCCL) and the model-specific fused "
+                 "kernels the profile does not measure (DeepSeek-V4.1's all-reduce+mHC, Beam's "
+                 "multicast all-reduce+norm, Kimi-K3's latent MoE tail, MiniMax's Lamport "
+                 "QK-norm variance)")
     if patches.skipped:
         parts.append("not applied: " + "; ".join(patches.skipped))
     return "; ".join(parts)

@@ -41,8 +41,8 @@ class OnCuda(torch.Tensor):
         return False
 
 
-def message(nbytes: int) -> torch.Tensor:
-    t = torch.empty((nbytes // (2 * HIDDEN), HIDDEN), dtype=torch.bfloat16, device="meta")
+def message(nbytes: int, hidden: int = HIDDEN) -> torch.Tensor:
+    t = torch.empty((nbytes // (2 * hidden), hidden), dtype=torch.bfloat16, device="meta")
     return t.as_subclass(OnCuda)
 
 

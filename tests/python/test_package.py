@@ -119,6 +119,7 @@ def test_check_without_nvml_is_a_hardware_error_and_loads_no_nccl(profiles):
 def test_a_negative_size_is_a_value_error_in_artunes_words(profiles):
     p = artune.Profile.load(profiles["pair"])
     for call in (lambda: p.select(2, -1), lambda: p.explain(2, -4096),
-                 lambda: p.select(-2, 4096)):
+                 lambda: p.select(-2, 4096), lambda: p.bands(-2), lambda: p.memory(-2),
+                 lambda: p.sglang_plan(-2)):
         with pytest.raises(ValueError, match=r"is negative; pass 0 or more"):
             call()

@@ -27,6 +27,7 @@ from sglang.srt.distributed.device_communicators.configs import (  # noqa: E402
 )
 from sglang.srt.entrypoints.engine import Engine  # noqa: E402
 
+from conftest import NEWEST  # noqa: E402
 from machines import MACHINES, MODES, SIZES, message  # noqa: E402
 
 CAR = custom_all_reduce.CustomAllreduce
@@ -58,54 +59,58 @@ def restore(monkeypatch):
 
 
 def on_machine(m, mode, monkeypatch):
-    """A TP coordinator as SGLang builds it on machine ``m``."""
+    """A TP coordinator as SGLang builds it on machine ``m``: SGLang's own
+    ``GroupCoordinator.__init__`` (through the plugin's wrapper when registered) and its own
+    ``dispatch_custom_allreduce``, which picks v2 on full NVLink (built by its own
+    constructor) and v1 otherwise (its own constructor, whose NVLink probe answers as SGLang's
+    does on ``m``: None, with SGLang's warning, on more than two PCIe-only GPUs)."""
+    from sglang.srt.distributed.device_communicators import pynccl
+
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: m.cap)
     monkeypatch.setattr(torch.cuda, "get_device_properties",
                         lambda *a: types.SimpleNamespace(multi_processor_count=132))
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: mode == "graph")
-    monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: m.tp)
-    monkeypatch.setattr(torch.distributed, "get_rank", lambda group=None: 0)
     for f in (v2_configs._get_all_reduce_configs, v2_configs.get_supported_world_sizes,
               v2_configs.get_all_reduce_config):
         f.cache_clear()
-    gc = object.__new__(GC)
-    gc.world_size, gc.unique_name, gc.local_size = m.tp, "tp:0", 0
-    gc.device_group = gc.cpu_group = None
-    gc.hpu_communicator = gc.xpu_communicator = gc.pymscclpp_comm = None
-    gc.qr_comm = gc.pcie_ipc_comm = gc.torch_symm_mem_comm = None
-    gc.pynccl_comm = object()
-    gc.is_symmetric_memory_enabled = lambda: False
-    gc._fi_workspace_hint = None
-    gc.ca_comm = None
-    if m.nvlink:
-        # dispatch_custom_allreduce: v2 on full NVLink, built by its own constructor.
-        monkeypatch.setattr(custom_all_reduce_v2, "can_use_custom_all_reduce_v2",
-                            lambda group, device: True)
-        monkeypatch.setattr(custom_all_reduce_v2, "in_the_same_node_as",
-                            lambda group, source_rank=0: [True] * m.tp)
-        monkeypatch.setattr(custom_all_reduce_v2, "IPCManager", lambda: None)
-        monkeypatch.setattr(custom_all_reduce_v2, "VmmGraphInputManager", lambda **k: None)
-        monkeypatch.setattr(custom_all_reduce_v2, "get_all_reduce_module", lambda d, w: "jit")
+    # v1: SGLang's constructor with its IPC buffers recorded, not allocated.
+    v1_pair(monkeypatch, [], build=False)
+    monkeypatch.setattr(custom_all_reduce, "can_use_custom_all_reduce_with_nvlink",
+                        lambda **k: None if m.tp > 2 and not m.nvlink else m.nvlink)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: m.tp)
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda group=None: 0)
+    monkeypatch.setattr(torch.distributed, "new_group", lambda ranks, **k: object())
+    monkeypatch.setattr(parallel_state, "_group_coordinator_device",
+                        lambda local_rank: torch.device("meta"))
+    monkeypatch.setattr(torch, "get_device_module", lambda d=None: torch.cuda)
+    monkeypatch.setattr(pynccl, "PyNcclCommunicator", lambda **k: object())
+    monkeypatch.setattr(custom_all_reduce, "_is_cuda", True)  # SGLang's CUDA branch
+    # v2: full NVLink only; symmetric memory and the JIT module need GPUs.
+    monkeypatch.setattr(custom_all_reduce_v2, "can_use_custom_all_reduce_v2",
+                        lambda group, device: m.nvlink)
+    monkeypatch.setattr(custom_all_reduce_v2, "in_the_same_node_as",
+                        lambda group, source_rank=0: [True] * m.tp)
+    monkeypatch.setattr(custom_all_reduce_v2, "IPCManager", lambda: None)
+    monkeypatch.setattr(custom_all_reduce_v2, "VmmGraphInputManager", lambda **k: None)
+    monkeypatch.setattr(custom_all_reduce_v2, "get_all_reduce_module", lambda d, w: "jit")
 
-        def workspace(self):
-            # Symmetric memory needs GPUs: SGLang keeps multicast only where rendezvous gave
-            # a multicast pointer.
-            self.has_multicast = m.multicast
-            if not m.multicast:
-                self.config = self.config._replace(num_mc_blocks=None)
+    def workspace(self):
+        # SGLang keeps multicast only where rendezvous gave a multicast pointer.
+        self.has_multicast = m.multicast
+        if not m.multicast:
+            self.config = self.config._replace(num_mc_blocks=None)
 
-        monkeypatch.setattr(V2, "_init_workspace", workspace)
-        monkeypatch.setattr(V2, "__del__", lambda self: None)
-        ca = V2(group=None, device="meta")
+    monkeypatch.setattr(V2, "_init_workspace", workspace)
+    monkeypatch.setattr(V2, "__del__", lambda self: None)
+    gc = GC(group_ranks=[list(range(m.tp))], group_name="tp", local_rank=0,
+            torch_distributed_backend="nccl", use_pynccl=True, use_mscclpp=False,
+            use_custom_allreduce=True, use_torch_symm_mem_all_reduce=False,
+            use_hpu_communicator=False, use_xpu_communicator=False)
+    ca = gc.ca_comm
+    if isinstance(ca, V2):
         ca._graph_mode_allowed = mode == "graph"
-        gc.ca_comm = ca
-    elif m.tp == 2:
-        ca = object.__new__(CAR)
-        ca._ptr, ca.disabled, ca.world_size, ca.full_nvlink = 0, False, 2, False
-        ca.max_size = 8 << 20
+    elif ca is not None:
         ca._IS_CAPTURING = mode == "graph"
-        monkeypatch.setattr(CAR, "__del__", lambda self: None, raising=False)
-        gc.ca_comm = ca
     return gc
 
 
@@ -178,32 +183,50 @@ def test_every_row_runs_what_the_profile_says_through_sglangs_own_dispatch(
     assert native[("L40S TP2 PCIe", 64 << 10, "graph")] == "v1"
 
 
+def real_gc(tp, monkeypatch, allocated, name="tp", rank=0):
+    """A group coordinator built by SGLang's own ``GroupCoordinator.__init__`` (through the
+    plugin's wrapper when registered) on a PCIe box of ``tp`` GPUs: process groups are
+    stand-ins, pynccl is a stand-in, and SGLang's own v1 constructor records the IPC buffers
+    it asks for in ``allocated`` (``dispatch_custom_allreduce`` answers v1, as on PCIe)."""
+    from sglang.srt.distributed.device_communicators import pcie_ipc_ar, pynccl
+
+    v1_pair(monkeypatch, allocated, build=False)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: tp)
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda group=None: rank)
+    monkeypatch.setattr(torch.distributed, "new_group", lambda ranks, **k: object())
+    monkeypatch.setattr(parallel_state, "_group_coordinator_device",
+                        lambda local_rank: torch.device("meta"))
+    monkeypatch.setattr(torch, "get_device_module", lambda d=None: torch.cuda)
+    monkeypatch.setattr(pynccl, "PyNcclCommunicator", lambda **k: object())
+    monkeypatch.setattr(pcie_ipc_ar, "eligible_group", lambda **k: False)
+    monkeypatch.setattr(custom_all_reduce, "dispatch_custom_allreduce", lambda **k: CAR)
+    return GC(group_ranks=[list(range(tp))], group_name=name, local_rank=0,
+              torch_distributed_backend="nccl", use_pynccl=True, use_mscclpp=False,
+              use_custom_allreduce=True, use_torch_symm_mem_all_reduce=False,
+              use_hpu_communicator=False, use_xpu_communicator=False)
+
+
+@pytest.mark.parametrize("group", ["tp", "attention_tp"])
 def test_a_profile_that_gives_nccl_everything_builds_no_custom_all_reduce(
-        profiles, follow, monkeypatch, caplog):
-    """The story box: SGLang is told not to build one, so it never logs 'Setup Custom
-    allreduce failed'; the start-up line says what runs, through SGLang's logger."""
-    seen = []
-    real = GC.__init__
-
-    def recording(self, *a, **k):
-        seen.append(inspect.signature(real).bind(self, *a, **k).arguments["use_custom_allreduce"])
-
-    recording.__wrapped__ = real
-    monkeypatch.setattr(GC, "__init__", recording)
-    monkeypatch.setattr(torch.distributed, "get_rank", lambda group=None: 0)
-    follow(profiles["story"])
+        group, profiles, follow, monkeypatch, caplog):
+    """A PCIe pair's TP group and attention-TP group (SGLang names it "attention_tp",
+    parallel_state.py), each built by SGLang's own constructor: without artune it builds v1
+    and its IPC buffers; with a profile that gives NCCL at every size SGLang is told not to
+    build one (no buffers, no 'Setup Custom allreduce failed'), and one line says what runs.
+    A group that is not TP keeps SGLang's choice."""
+    allocated = []
+    assert real_gc(2, monkeypatch, allocated, group).ca_comm is not None and allocated
+    follow(profiles["pair_nccl"])
     artune.sglang.register()
-    args = dict(local_rank=0, torch_distributed_backend="nccl", use_pynccl=True,
-                use_mscclpp=False, use_custom_allreduce=True,
-                use_torch_symm_mem_all_reduce=False, use_hpu_communicator=False,
-                use_xpu_communicator=False)
-    with caplog.at_level(logging.INFO, logger=log_name):
-        GC(group_ranks=[list(range(8))], group_name="tp", **args)
-        GC(group_ranks=[list(range(8))], group_name="pp", **args)
-    assert seen == [False, True]
+    allocated.clear()
+    with caplog.at_level(logging.INFO):
+        gc = real_gc(2, monkeypatch, allocated, group)
+    assert gc.ca_comm is None and allocated == [], allocated
     lines = [r.getMessage() for r in caplog.records if r.name == log_name]
-    assert len(lines) == 1 and "TP8 group tp" in lines[0] and "not built" in lines[0], lines
+    assert len(lines) == 1 and f"TP2 group {group}" in lines[0], lines
+    assert "not built" in lines[0], lines
     assert "failed" not in caplog.text
+    assert real_gc(2, monkeypatch, allocated, "pp").ca_comm is not None
 
 
 def test_deterministic_inference_and_the_off_switch_leave_sglang_alone(profiles, follow,
@@ -255,7 +278,6 @@ def test_the_engine_model_holds_sglangs_own_multicast_table():
     m = artune._engine.MODEL["sglang"]
     import sglang
 
-    assert m["read_against"] == sglang.__version__
     for arch, configs in (("9.0", v2_configs._sm90_configs), ("10.0", v2_configs._sm100_configs),
                           ("10.7", v2_configs._sm107_configs)):
         want = {}
@@ -339,7 +361,7 @@ def test_the_v2_workspace_is_the_profiles_in_an_engine_style_start(profiles, fol
         assert dispatch(h200[8], 32 << 20, mode, monkeypatch) == "nccl", mode
 
 
-def v1_pair(monkeypatch, allocated):
+def v1_pair(monkeypatch, allocated, build=True):
     """SGLang's own v1 constructor on a PCIe pair; the IPC buffers it asks for are recorded
     instead of allocated."""
     from sglang.srt.distributed.device_communicators import custom_all_reduce_ops as ops
@@ -355,7 +377,7 @@ def v1_pair(monkeypatch, allocated):
     monkeypatch.setattr(CAR, "create_shared_buffer",
                         staticmethod(lambda n, group=None: allocated.append(n) or [0, 0]))
     monkeypatch.setattr(CAR, "__del__", lambda self: None)
-    return CAR(group=None, device="meta")
+    return CAR(group=None, device="meta") if build else None
 
 
 def test_v1_max_size_is_cut_to_the_profiles_largest_custom_size(profiles, follow,
@@ -464,3 +486,154 @@ def test_a_ray_launch_is_said_to_leave_the_schedulers_without_artune(profiles, f
             assert len(lines) == 1 and "Ray actors" in lines[0], lines
             assert "cannot apply " + profiles["nvswitch"] in lines[0], lines
     assert launched == ["RayEngine", "Engine", "Engine"]
+
+
+def test_a_failure_inside_the_constructor_wrapper_falls_back_to_sglangs_call(
+        profiles, follow, monkeypatch, caplog):
+    """Any failure of artune's own logic in GroupCoordinator's wrapper: SGLang's constructor
+    runs with the caller's arguments (so it builds its custom all-reduce), one warning."""
+    follow(profiles["pair_nccl"])
+    artune.sglang.register()
+    monkeypatch.setattr(artune.sglang, "_deterministic", lambda: 1 / 0)
+    with caplog.at_level(logging.WARNING, logger=log_name):
+        gc = real_gc(2, monkeypatch, [], "tp")
+    assert gc.ca_comm is not None
+    lines = [r.getMessage() for r in caplog.records if r.name == log_name]
+    assert len(lines) == 1 and "GroupCoordinator.__init__ failed inside artune" in lines[0]
+
+
+def test_a_renamed_constructor_parameter_leaves_sglangs_constructor_alone(
+        profiles, follow, monkeypatch, caplog):
+    real = GC.__init__
+
+    def renamed(self, group_ranks, local_rank, torch_distributed_backend, use_pynccl,
+                use_mscclpp, use_ca, **k):
+        real(self, group_ranks, local_rank, torch_distributed_backend, use_pynccl,
+             use_mscclpp, use_ca, **k)
+
+    monkeypatch.setattr(GC, "__init__", renamed)
+    follow(profiles["pair_nccl"])
+    with caplog.at_level(logging.WARNING, logger=log_name):
+        artune.sglang.register()
+    assert GC.__dict__["__init__"] is renamed
+    lines = [r.getMessage() for r in caplog.records if r.name == log_name]
+    assert sum("GroupCoordinator.__init__" in x for x in lines) == 1, lines
+
+
+def test_the_startup_line_is_printed_once_per_group_by_its_rank_0(profiles, follow,
+                                                                  monkeypatch, caplog):
+    follow(profiles["pair_nccl"])
+    artune.sglang.register()
+    for rank in (0, 1):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger=log_name):
+            gc = real_gc(2, monkeypatch, [], "tp", rank=rank)
+        assert gc.rank_in_group == rank and gc.ca_comm is None
+        lines = [r.getMessage() for r in caplog.records if r.name == log_name]
+        assert len(lines) == (rank == 0), (rank, lines)
+
+
+@pytest.mark.skipif(NEWEST, reason="the newest-release CI run: a new release is expected to differ "
+                    "from the pinned one; only patch breakage is reported there")
+def test_the_engine_model_was_read_against_the_installed_release():
+    import sglang
+
+    assert artune._engine.MODEL["sglang"]["read_against"] == sglang.__version__
+
+
+def fused_norm(tp, nbytes, monkeypatch):
+    """What a layer's norm runs (sglang/srt/layers/layernorm.py
+    ``_forward_with_allreduce_fusion``, SGLang's own code, with the fusion on): FlashInfer's
+    fused allreduce+RMSNorm where ``flashinfer_allreduce_residual_rmsnorm`` takes it, else the
+    attention-TP all-reduce. That op runs only on CUDA tensors, so the kernel behind it is a
+    recording stand-in with its signature, installed before the plugin registers (see
+    ``fused_standin``)."""
+    import sglang.srt.distributed as dist_mod
+    from sglang.srt.layers import flashinfer_comm_fusion as fc
+    from sglang.srt.layers import layernorm
+
+    monkeypatch.setattr(fc, "resolve_fusion_world_size", lambda use_attn_tp_group: tp)
+    monkeypatch.setattr(layernorm, "get_parallel",
+                        lambda: types.SimpleNamespace(attn_tp_size=tp))
+    monkeypatch.setattr(dist_mod, "attention_tensor_model_parallel_all_reduce",
+                        lambda x: FUSED.append("all_reduce") or x)
+    norm = types.SimpleNamespace(variance_epsilon=1e-6, forward=lambda x, r, p: (x, r))
+    x = message(nbytes, hidden=1024)
+    FUSED.clear()
+    layernorm._forward_with_allreduce_fusion(norm, x, x, None, x, use_attn_tp_group=True)
+    assert len(FUSED) == 1, FUSED
+    return FUSED[0]
+
+
+FUSED = []
+
+
+def fused_standin(input_tensor, residual, weight, eps=1e-6, max_token_num=2048,
+                  use_oneshot=None, trigger_completion_at_end=False, fp32_acc=True,
+                  use_attn_tp_group=True):
+    FUSED.append("flashinfer fused")
+    return input_tensor, residual
+
+
+def test_flashinfer_fusion_fuses_only_inside_the_profiles_custom_prefix(
+        profiles, follow, monkeypatch, caplog):
+    """SGLang's FlashInfer allreduce+RMSNorm fusion, governed by default (ENGINE-PATHS.md):
+    fused up to the profile's custom prefix, the group's all-reduce above; none where the
+    profile starts with NCCL; ARTUNE_SGLANG_FUSION=engine leaves SGLang's own choice."""
+    from sglang.srt.layers import flashinfer_comm_fusion as fc
+
+    real = fc.flashinfer_allreduce_residual_rmsnorm
+    assert list(inspect.signature(fused_standin).parameters) == list(
+        inspect.signature(real).parameters)
+    monkeypatch.setattr(fc, "flashinfer_allreduce_residual_rmsnorm", fused_standin)
+    top = artune._engine.Bands(artune.Profile.load(profiles["nv_prefix"])).custom_prefix(8)
+    assert 4 << 10 <= top < 2 << 20, top  # the simulator must still give such a prefix
+    top -= top % (2 << 10)
+    sizes = [2 << 10, top, top + (2 << 10), 2 << 20]
+    native = {n: fused_norm(8, n, monkeypatch) for n in sizes}
+    assert set(native.values()) == {"flashinfer fused"}, native
+    for prof, cut in (("nv_prefix", top), ("nv_nccl", 0)):
+        follow(profiles[prof])
+        artune.sglang.register()
+        got = {n: fused_norm(8, n, monkeypatch) for n in sizes}
+        assert got == {n: "flashinfer fused" if n <= cut else "all_reduce" for n in sizes}, (
+            prof, cut, got)
+        unregister()
+    monkeypatch.setenv(artune.sglang.ENV_FUSION, "engine")
+    artune.sglang.register()
+    assert "flashinfer_fusion" not in artune.sglang.applied.applied
+    assert {n: fused_norm(8, n, monkeypatch) for n in sizes} == native
+
+
+def test_the_fusion_auto_list_is_sglangs():
+    """engines.json's flashinfer_fusion_auto against the installed SGLang's own
+    _FLASHINFER_ALLREDUCE_FUSION_ARCHS, and the MiMo (cutedsl) architectures against the
+    tuple its auto-enable reads them from, so neither can go stale silently."""
+    import ast
+
+    from sglang.srt.arg_groups import overrides
+
+    m = artune._engine.MODEL["sglang"]
+    assert sorted(overrides._FLASHINFER_ALLREDUCE_FUSION_ARCHS) == m["flashinfer_fusion_auto"]
+    src = inspect.getsource(overrides._flashinfer_allreduce_fusion_auto_enable)
+    mimo = next(n for n in ast.walk(ast.parse(src))
+                if isinstance(n, ast.Compare) and isinstance(n.left, ast.Name)
+                and n.left.id == "model_arch" and isinstance(n.comparators[0], ast.Tuple))
+    assert sorted(ast.literal_eval(mimo.comparators[0])) == m["flashinfer_fusion_auto_cutedsl"]
+
+
+def test_a_failure_inside_the_v1_wrapper_falls_back_to_sglangs_call(profiles, follow,
+                                                                    monkeypatch, caplog):
+    follow(profiles["pair"])
+    artune.sglang.register()
+
+    def broken(n):
+        raise KeyError("max_size")
+
+    monkeypatch.setattr(artune._engine, "round_up16", broken)
+    allocated = []
+    with caplog.at_level(logging.WARNING, logger=log_name):
+        ca = v1_pair(monkeypatch, allocated)
+    assert ca.max_size == 8 << 20 and allocated == [8 << 20, 8 << 20]
+    lines = [r.getMessage() for r in caplog.records if r.name == log_name]
+    assert len(lines) == 1 and "CustomAllreduce.__init__ failed inside artune" in lines[0]
