@@ -588,8 +588,8 @@ mod tests {
     /// is waited for in vain: the wait poisons the context, and the buffer that work copies
     /// into is then not freed when dropped (the drop returns at once and free memory does not
     /// grow); opening the gate lets the copy run into memory that is still there. Freeing it
-    /// anyway blocks in cuMemFree behind the gate (H200, run 24), so the drop runs on a
-    /// thread of its own and a drop that does not return fails the test instead of hanging.
+    /// anyway blocks in cuMemFree behind the gate, and every other driver call of the process
+    /// with it (H200, runs 24 and 25): without the guard this test hangs rather than fails.
     #[test]
     fn memory_under_an_expired_wait_is_kept_or_skip() {
         if crate::fabric::cuda::visible_gpus() == 0 {
@@ -617,18 +617,9 @@ mod tests {
         assert!(e.to_string().contains("may be stuck"), "{e}");
         assert!(ctx.poisoned().is_some());
         let before = free_bytes(&ctx).unwrap();
-        let (done, dropped) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            drop(big);
-            let _ = done.send(());
-        });
-        let returned = dropped.recv_timeout(Duration::from_secs(5)).is_ok();
+        drop(big);
         let after = free_bytes(&ctx).unwrap();
         gate.upload(0, &1u32.to_le_bytes()).unwrap();
-        assert!(
-            returned,
-            "the drop blocked (in cuMemFree) behind the queued work"
-        );
         assert!(
             after < before + (64 << 20),
             "256 MiB freed under queued work: {before} -> {after} bytes free"

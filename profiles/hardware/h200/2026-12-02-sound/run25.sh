@@ -30,3 +30,10 @@ fi
 echo "end $(date -u +%T) after $SECONDS s; artune left: $(pgrep -fa artune | grep -v pgrep | wc -l)" >> $W/env.txt
 pgrep -fa artune >> $W/env.txt
 pack
+# Part c (trial): NCCL hung in its worker, through the binary.
+if [ "$PART" = b ]; then
+  cd /tmp
+  step hang-nccl 120 env ARTUNE_CUDA_FAULTS=hang=nccl ARTUNE_GPU_DEADLINE_MS=1500 $A tune --loopback 2 --sizes 4K:16K --mode graph --out $W/hang.json
+  step hang-nccl-show 20 $A show $W/hang.json
+  pack
+fi
