@@ -244,12 +244,6 @@ impl CudaFabric {
             .unwrap_or_else(|| Err("no group has been prepared yet".into()))
     }
 
-    /// Sets the deadline of one GPU operation for later groups' coordinator waits (workers
-    /// read theirs from `ARTUNE_GPU_DEADLINE_MS`).
-    pub fn set_op_deadline(&mut self, d: Deadline) {
-        self.deadline = d;
-    }
-
     /// Testing only: every loopback worker launches its own rank, as on a real machine.
     pub fn set_launch_each(&mut self, on: bool) {
         self.launch_each = on;
