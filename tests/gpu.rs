@@ -325,6 +325,13 @@ fn gpu_contention_probe_and_link_reading_or_skip() {
     };
     f.prepare(&group(4, Dtype::Bf16, 1 << 20), &[Backend::OneStagePull])
         .unwrap();
+    // A small probe first, so the 16 MiB one grows the probe buffers while every launcher
+    // maps the small ones: close on every peer, acknowledge, then free (with
+    // ARTUNE_LOOPBACK_LAUNCH=each, across processes as on real GPUs).
+    let small = f
+        .probe(artune::fabric::Direction::Read, 3, 1 << 20)
+        .unwrap();
+    assert!(small.per_gpu_gbps.is_finite() && small.per_gpu_gbps > 0.0);
     for dir in [
         artune::fabric::Direction::Read,
         artune::fabric::Direction::Write,
