@@ -556,10 +556,9 @@ mod tests {
         );
     }
 
-    /// `victim`'s timing at a size, given the pass (1, 2, 3: how many times it was verified
-    /// there) and the simulated machine.
-    type Shape =
-        fn(usize, &mut SimFabric, Backend, u64, crate::allreduce::Mode, u32, u32) -> TimeResult;
+    /// What `victim`'s timing at a size becomes in pass 1, 2, 3 (how many times it was
+    /// verified there): the backend whose time it takes (None: its own), times a factor.
+    type Shape = fn(usize) -> (Option<Backend>, f64);
     type TimeResult = Result<Vec<f64>, FabricError>;
 
     /// The simulated machine, except that `victim`'s timings go through `shape`.
@@ -609,7 +608,9 @@ mod tests {
             if b != self.victim {
                 return self.inner.time(b, n, m, batch, samples);
             }
-            (self.shape)(self.verified[&n], &mut self.inner, b, n, m, batch, samples)
+            let (like, k) = (self.shape)(self.verified[&n]);
+            let t = self.inner.time(like.unwrap_or(b), n, m, batch, samples)?;
+            Ok(t.into_iter().map(|x| k * x).collect())
         }
         fn probe(
             &mut self,
@@ -626,35 +627,15 @@ mod tests {
 
     /// 3x slower the first time it is timed at each size: a burst on the host, not a
     /// changed machine.
-    fn burst(
-        pass: usize,
-        f: &mut SimFabric,
-        b: Backend,
-        n: u64,
-        m: crate::allreduce::Mode,
-        batch: u32,
-        samples: u32,
-    ) -> TimeResult {
-        let t = f.time(b, n, m, batch, samples)?;
-        let k = if pass == 1 { 3.0 } else { 1.0 };
-        Ok(t.into_iter().map(|x| k * x).collect())
+    fn burst(pass: usize) -> (Option<Backend>, f64) {
+        (None, if pass == 1 { 3.0 } else { 1.0 })
     }
 
     /// As long as NCCL times a factor that changes from pass to pass (1.6, 1.25, 1.4):
     /// always slower than NCCL, by an amount that moves more than the gain. A drifting host,
     /// not a changed one.
-    fn drift(
-        pass: usize,
-        f: &mut SimFabric,
-        _: Backend,
-        n: u64,
-        m: crate::allreduce::Mode,
-        batch: u32,
-        samples: u32,
-    ) -> TimeResult {
-        let k = [1.6, 1.25, 1.4][(pass - 1) % 3];
-        let t = f.time(Backend::Nccl, n, m, batch, samples)?;
-        Ok(t.into_iter().map(|x| k * x).collect())
+    fn drift(pass: usize) -> (Option<Backend>, f64) {
+        (Some(Backend::Nccl), [1.6, 1.25, 1.4][(pass - 1) % 3])
     }
 
     #[test]
