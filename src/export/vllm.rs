@@ -110,6 +110,16 @@ pub fn builtin(t: &Topology, gpus: &[usize], dtype: Dtype, bytes: u64) -> Path {
     Path::Nccl(format!("{custom_no}; {symm}"))
 }
 
+/// vLLM's name for its custom kernel of this shape.
+fn custom_name(k: Backend) -> String {
+    let stage = if k == Backend::OneStagePull {
+        "1stage"
+    } else {
+        "2stage"
+    };
+    format!("custom allreduce, {stage}")
+}
+
 /// What vLLM runs for `bytes` on group `g`, with artune's `--disable-custom-all-reduce` advice.
 pub(super) fn runs(p: &Profile, g: &GroupProfile, bytes: u64) -> EngineRun {
     let engine = "vLLM";
@@ -117,14 +127,7 @@ pub(super) fn runs(p: &Profile, g: &GroupProfile, bytes: u64) -> EngineRun {
     match builtin(&p.topology, &g.gpus, g.dtype, bytes) {
         Path::Custom(k) if keep => EngineRun {
             engine,
-            runs: format!(
-                "custom allreduce, {}",
-                if k == Backend::OneStagePull {
-                    "1stage"
-                } else {
-                    "2stage"
-                }
-            ),
+            runs: custom_name(k),
             backend: Some(k),
             because: "should_custom_ar takes it (size under the limit, a multiple of 16 bytes)"
                 .into(),
@@ -176,10 +179,7 @@ pub(super) fn plugin_runs(p: &Profile, g: &GroupProfile, b: &Bucket, bytes: u64)
         match builtin(&p.topology, &g.gpus, g.dtype, bytes) {
             Path::Custom(k) => EngineRun {
                 engine,
-                runs: format!(
-                    "custom allreduce, {}",
-                    if k == Backend::OneStagePull { "1stage" } else { "2stage" }
-                ),
+                runs: custom_name(k),
                 backend: Some(k),
                 because: "inside the profile's custom band vLLM's own order applies, and should_custom_ar takes it".into(),
             },
