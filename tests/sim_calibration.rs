@@ -14,7 +14,7 @@ use artune::fabric::sim::nccl::Level;
 use artune::fabric::sim::SimFabric;
 use artune::fabric::{Backend, Direction, Dtype, Fabric, Group, Mode, Readiness};
 use artune::topology::presets::get;
-use artune::topology::Contention;
+use artune::topology::{Contention, Topology};
 
 const KB: u64 = 1024;
 const MB: u64 = 1024 * KB;
@@ -332,6 +332,102 @@ fn c3_eight_pcie_gpus_one_stage_loses_past_tens_of_kb() {
         let n = median(&mut f, Backend::Nccl, bytes, Mode::Graph);
         assert!(o > 1.5 * n, "{bytes} B: one-stage {o} vs nccl {n}");
     }
+}
+
+/// A box as `artune topo` reads it from sysfs: the switches' make, model and forwarding
+/// curve unstated.
+fn as_read(mut t: Topology) -> Topology {
+    for s in &mut t.switches {
+        s.vendor = None;
+        s.device = None;
+        s.contention = None;
+    }
+    t
+}
+
+/// `n` GPUs of pcie-4x-1switch's kind under its one switch.
+fn one_switch(n: usize) -> Topology {
+    let mut t = get("pcie-4x-1switch").unwrap();
+    let g = t.gpus[0].clone();
+    t.gpus = (0..n)
+        .map(|i| artune::topology::Gpu {
+            index: i,
+            ..g.clone()
+        })
+        .collect();
+    t.pairs.clear();
+    t.normalize().unwrap();
+    t
+}
+
+fn with_sys(t: Topology, gpus: &[usize]) -> SimFabric {
+    let mut f = SimFabric::new(t, 2024).with_nccl_p2p_level(Some(Level::Sys));
+    f.prepare(&group(gpus), &Backend::ALL).unwrap();
+    f
+}
+
+/// C1 read without its switches' curve: a switch whose forwarding the file does not state
+/// is no crossbar without limit. All 56 pairs move 179 GB/s in total; the uplinks alone
+/// would allow 192 (every pair at the cross-switch pairs' 3.4 GB/s), and C1's switches
+/// forward that much less under 44 flows each. The default is that measured curve.
+#[test]
+fn c1_a_switch_without_a_stated_curve_forwards_as_c1s() {
+    let mut f = with_sys(as_read(get("pcie-8x-2switch").unwrap()), &ALL8);
+    let s = f.probe(Direction::Write, 7, 64 * MB).unwrap();
+    assert!(within(s.aggregate_gbps, 179.0, 0.03), "{s:?}");
+    assert!(f
+        .assumed()
+        .iter()
+        .any(|a| a.contains("forwarding under many flows not stated for switch `sw0`")));
+}
+
+/// C3 on 8 GPUs under one switch chip, read as sysfs gives it: one-stage all-to-all puts 7
+/// flows on every port (56 in the chip, against C5's 3 per port), so the chip's forwarding
+/// limits it where a ring, one flow per port, passes untouched. One-stage loses to NCCL
+/// "past a few tens of KB" (C3), no later than on C2's 8 GPUs without a switch (72 KB), while
+/// the same chip's four-GPU all-to-all (C5's load) runs as C5 measured it.
+#[test]
+fn c3_eight_gpus_under_one_switch_chip_one_stage_loses_past_tens_of_kb() {
+    let mut f = with_sys(as_read(one_switch(8)), &ALL8);
+    let one = |f: &mut SimFabric, bytes| {
+        median(f, Backend::OneStagePush, bytes, Mode::Graph).min(median(
+            f,
+            Backend::OneStagePull,
+            bytes,
+            Mode::Graph,
+        ))
+    };
+    assert!(one(&mut f, 4 * KB) < median(&mut f, Backend::Nccl, 4 * KB, Mode::Graph));
+    let cross = (1..=32)
+        .map(|i| i * 4 * KB)
+        .find(|&b| one(&mut f, b) > median(&mut f, Backend::Nccl, b, Mode::Graph))
+        .unwrap_or(u64::MAX);
+    println!("8 GPUs under one chip: one-stage loses to NCCL from {cross} B");
+    assert!((16 * KB..=64 * KB).contains(&cross), "crossover {cross}");
+    // A ring, one flow per port, is not held back by the chip: its large-message time is
+    // what it is through a switch stated to forward without limit.
+    let mut free = as_read(one_switch(8));
+    free.switches[0].contention = Some(Contention {
+        peak_gbps: Some(1e6),
+        ..Default::default()
+    });
+    let mut free = with_sys(free, &ALL8);
+    let ring = |f: &mut SimFabric| median(f, Backend::NcclRingSimple, 256 * MB, Mode::Graph);
+    let (r, r_free) = (ring(&mut f), ring(&mut free));
+    assert!(
+        within(r, r_free, 0.02),
+        "{r} us vs {r_free} us without limit"
+    );
+    // Four of those GPUs all-to-all through the same kind of chip run as C5 measured (the
+    // middle of its stores and loads, the make unstated): the chip does not hold them back.
+    let four = SimFabric::new(as_read(one_switch(4)), 1);
+    let per_gpu: f64 = four
+        .kernel_transfer_gbps(Direction::Write, &all_pairs(4))
+        .unwrap()
+        .iter()
+        .sum::<f64>()
+        / 4.0;
+    assert!(within(per_gpu, (25.40 + 20.60) / 2.0, 0.05), "{per_gpu}");
 }
 
 /// C3: on a Broadcom box, posted writes from one switch to two root complexes collapse to

@@ -410,6 +410,45 @@ fn an_unstated_switch_make_widens_the_custom_band() {
     );
 }
 
+/// A switch whose forwarding under many flows the file leaves out takes C1's curve with a
+/// band of its own: the custom kernels' band widens (their all-to-all is what loads the chip),
+/// NCCL's does not (a ring puts one flow per port through it), and `show` says so.
+#[test]
+fn an_unstated_forwarding_curve_widens_the_custom_band_only() {
+    let gpus = [0, 1, 2, 3];
+    let mut stated = prepared(get("pcie-4x-1switch").unwrap(), &gpus, None);
+    let mut t = get("pcie-4x-1switch").unwrap();
+    t.switches[0].contention = None;
+    let mut f = prepared(t, &gpus, None);
+    let (kernel, kernel_stated) = (
+        f.band(Backend::OneStagePush).unwrap(),
+        stated.band(Backend::OneStagePush).unwrap(),
+    );
+    assert!(
+        kernel.parts.contains(&Part::ForwardingUnstated),
+        "{kernel:?}"
+    );
+    assert!(
+        kernel.high > kernel_stated.high,
+        "{kernel:?} vs {kernel_stated:?}"
+    );
+    let nccl = f.band(Backend::Nccl).unwrap();
+    assert!(!nccl.parts.contains(&Part::ForwardingUnstated), "{nccl:?}");
+    assert_eq!(nccl, stated.band(Backend::Nccl).unwrap());
+    assert!(
+        Fabric::model_band(&mut f, Backend::OneStagePush, 4096)
+            .unwrap()
+            .assumed
+    );
+    assert!(
+        f.assumed()
+            .iter()
+            .any(|a| a.contains("forwarding under many flows not stated for switch `sw0`")),
+        "{:?}",
+        f.assumed()
+    );
+}
+
 /// Bad input: a topology that states an error band, or a switch make the simulator has no
 /// calibration data for, is refused in one sentence with exit 2 and no profile.
 #[test]

@@ -44,6 +44,9 @@ pub enum Part {
     HostUnstated,
     /// NVLink/NVSwitch rates: no published NVLink figure in the calibration set.
     NvLink,
+    /// A switch or socket fabric whose forwarding under many flows the topology does not
+    /// state: C1's curve, the only published aggregate of such a node.
+    ForwardingUnstated,
 }
 
 impl Part {
@@ -73,6 +76,10 @@ impl Part {
             Part::HostUnstated => 0.20,
             // No NVLink figure in the calibration set: a guess, said so in the doc.
             Part::NvLink => 0.50,
+            // C1's curve on another node: no second make's aggregate is published, so as
+            // wide as the unstated make of kernel traffic; past C1's flows per port the
+            // curve's own further loss is added (`Curve::extrapolated`).
+            Part::ForwardingUnstated => 0.30,
         }
     }
 
@@ -96,7 +103,10 @@ impl Part {
 
     /// Whether the part stands for a property the topology did not state.
     pub fn assumed(self) -> bool {
-        matches!(self, Part::KernelUnstated | Part::HostUnstated)
+        matches!(
+            self,
+            Part::KernelUnstated | Part::HostUnstated | Part::ForwardingUnstated
+        )
     }
 
     pub fn id(self) -> &'static str {
@@ -110,6 +120,7 @@ impl Part {
             Part::NcclProtocol => "nccl-protocol",
             Part::HostUnstated => "host-unstated",
             Part::NvLink => "nvlink",
+            Part::ForwardingUnstated => "forwarding-unstated",
         }
     }
 }
@@ -162,7 +173,9 @@ impl GroupParts {
     }
 
     /// The band of an NCCL time: the copy-engine fabric (kernel-traffic parts do not apply)
-    /// plus NCCL's own protocol costs, and the host's make where unstated.
+    /// plus NCCL's own protocol costs, and the host's make where unstated. An unstated
+    /// forwarding curve does not apply either: NCCL's rings and trees put one or two flows per
+    /// GPU through a node, below any curve's knee, where all-to-all kernels put N−1.
     pub fn nccl(&self) -> Band {
         let mut parts: BTreeMap<Part, f64> = self
             .fabric
@@ -171,7 +184,10 @@ impl GroupParts {
             .filter(|p| {
                 !matches!(
                     p,
-                    Part::KernelMicrochip | Part::KernelBroadcom | Part::KernelUnstated
+                    Part::KernelMicrochip
+                        | Part::KernelBroadcom
+                        | Part::KernelUnstated
+                        | Part::ForwardingUnstated
                 )
             })
             .map(|p| (p, p.half_width()))

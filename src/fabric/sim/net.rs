@@ -64,7 +64,71 @@ pub struct Curve {
     pub write_factor: f64,
 }
 
+/// How a switch or a socket's I/O fabric forwards peer traffic when its file does not say,
+/// from the only published aggregate of such a node: C1's switches (Microchip PM50100, five
+/// Gen5 x16 ports: four GPUs and the uplink), 56 copy-engine flows at 179 GB/s in total, 44 of
+/// them through each switch, which this curve reproduces. A crossbar without limit is no
+/// default: every measured box forwards all-to-all far below the sum of its ports (C3).
+pub const FORWARDING_DEFAULT: Contention = Contention {
+    peak_gbps: Some(300.0),
+    knee_flows: Some(8),
+    slope: Some(0.03),
+    read_factor: Some(0.9),
+    write_factor: Some(1.0),
+    write_collapse_gbps: None,
+    kernel: None,
+    cpu_vendor: None,
+};
+/// The ports of C1's switch [`FORWARDING_DEFAULT`] was measured on, and their rate.
+const FORWARDING_PORTS: f64 = 5.0;
+const FORWARDING_PORT_GBPS: f64 = 56.32;
+
+/// Flows through each switch at C1's calibration point (12 inside, 16 out, 16 in).
+pub const FORWARDING_CALIBRATED_FLOWS: usize = 44;
+
 impl Curve {
+    /// C1's curve for a node with ports of `ports` GB/s: a crossbar grows with its ports, and
+    /// contention with the flows per port, so the peak scales with the ports' total rate and
+    /// the knee and slope with their count. On C1's own five Gen5 ports it is C1's curve.
+    pub fn forwarding_default(ports: &[f64]) -> Curve {
+        let d = Curve::from(&FORWARDING_DEFAULT);
+        let n = ports.len().max(1) as f64;
+        let total: f64 = ports.iter().sum();
+        let total = if total > 0.0 && total.is_finite() {
+            total
+        } else {
+            FORWARDING_PORTS * FORWARDING_PORT_GBPS
+        };
+        Curve {
+            peak: d.peak * total / (FORWARDING_PORTS * FORWARDING_PORT_GBPS),
+            knee: d.knee * n / FORWARDING_PORTS,
+            slope: d.slope * FORWARDING_PORTS / n,
+            ..d
+        }
+    }
+
+    /// A node's curve: what its file states, or where it states no peak, the forwarding of
+    /// [`Curve::forwarding_default`] for its `ports` (with any read/write factor it states).
+    /// Returns also whether that was assumed.
+    pub fn resolve(c: Option<&Contention>, ports: &[f64]) -> (Curve, bool) {
+        match c {
+            Some(c) if c.peak_gbps.is_some() => (Curve::from(c), false),
+            _ => {
+                let mut d = Curve::forwarding_default(ports);
+                if let Some(c) = c {
+                    let stated = Curve::from(c);
+                    if c.read_factor.is_some() {
+                        d.read_factor = stated.read_factor;
+                    }
+                    if c.write_factor.is_some() {
+                        d.write_factor = stated.write_factor;
+                    }
+                }
+                (d, true)
+            }
+        }
+    }
+
     /// Unset fields mean "no limit": infinite peak, no slope, factors of 1.
     pub fn from(c: &Contention) -> Curve {
         Curve {
@@ -80,6 +144,15 @@ impl Curve {
     pub fn capacity(&self, flows: usize) -> f64 {
         let over = (flows as f64 - self.knee).max(0.0);
         self.peak / (1.0 + self.slope * over)
+    }
+
+    /// ln of the capacity this curve loses past the flows per port C1 measured (44 through
+    /// a switch whose knee is 8): its extrapolation, added to an assumed curve's band.
+    pub fn extrapolated(&self, flows: usize) -> f64 {
+        let knee = FORWARDING_DEFAULT.knee_flows.unwrap_or(8) as f64;
+        let measured = FORWARDING_CALIBRATED_FLOWS as f64 * self.knee.max(1.0) / knee;
+        let at = |f: f64| self.peak / (1.0 + self.slope * (f.max(measured) - self.knee).max(0.0));
+        (at(measured) / at(flows as f64)).ln().max(0.0)
     }
 
     /// Capacity units one unit of payload costs in `dir`.
@@ -185,6 +258,10 @@ pub struct Net {
     assumed: Vec<String>,
     /// The model part (and so the error band) of each switch's kernel traffic.
     sw_part: Vec<Part>,
+    /// Whether each switch's / socket fabric's forwarding curve came from
+    /// [`FORWARDING_DEFAULT`].
+    sw_forwarding_assumed: Vec<bool>,
+    sock_forwarding_assumed: Vec<bool>,
     n: usize,
 }
 
@@ -235,9 +312,28 @@ impl Net {
         let mut node_kernel: Vec<(usize, Kernel)> = Vec::new();
         let mut assumed = Assumed::default();
         let mut sw_part = vec![];
+        let mut sw_forwarding_assumed = vec![];
         for s in &t.switches {
-            let curve = s.contention.as_ref().map(Curve::from);
-            let node = add(curve.map_or(f64::INFINITY, |c| c.peak), curve);
+            // Its ports: the GPUs and switches below it, and its uplink.
+            let ports: Vec<f64> = t
+                .gpus
+                .iter()
+                .filter(|g| g.parent == s.id)
+                .map(|g| link_rates(&g.pcie).0)
+                .chain(
+                    t.switches
+                        .iter()
+                        .filter(|c| c.parent == s.id)
+                        .map(|c| link_rates(&c.uplink).0),
+                )
+                .chain([link_rates(&s.uplink).0])
+                .collect();
+            let (curve, guessed) = Curve::resolve(s.contention.as_ref(), &ports);
+            if guessed {
+                assumed.forwarding.push(format!("switch `{}`", s.id));
+            }
+            sw_forwarding_assumed.push(guessed);
+            let node = add(curve.peak, Some(curve));
             sw_node.push(node);
             // An unknown make was refused by `check_topology`; a hand-built one gets the middle.
             let kind = NodeKind::of_switch(s.vendor.as_deref()).unwrap_or(NodeKind::Unstated);
@@ -287,13 +383,41 @@ impl Net {
         let (mut sock_fabric, mut sock_x_up, mut sock_x_down, mut sock_x_lat, mut sock_x_flow_cap) =
             (vec![], vec![], vec![], vec![], vec![]);
         let mut sock_mem = vec![];
+        let mut sock_forwarding_assumed = vec![];
         for s in &t.sockets {
-            let curve = s.contention.as_ref().map(Curve::from);
-            let node = add(curve.map_or(f64::INFINITY, |c| c.peak), curve);
-            sock_fabric.push(node);
-            let (k, guessed) = Kernel::resolve(s.contention.as_ref(), NodeKind::Cpu);
             let crossed = t.sockets.len() > 1
                 || t.root_complexes.iter().filter(|r| r.socket == s.id).count() > 1;
+            // Its ports: what hangs off its root complexes, and the interconnect.
+            let roots: Vec<&str> = t
+                .root_complexes
+                .iter()
+                .filter(|r| r.socket == s.id)
+                .map(|r| r.id.as_str())
+                .collect();
+            let x = s.interconnect.as_ref().map(|l| link_rates(l).0);
+            let ports: Vec<f64> = t
+                .gpus
+                .iter()
+                .filter(|g| roots.contains(&g.parent.as_str()))
+                .map(|g| link_rates(&g.pcie).0)
+                .chain(
+                    t.switches
+                        .iter()
+                        .filter(|c| roots.contains(&c.parent.as_str()))
+                        .map(|c| link_rates(&c.uplink).0),
+                )
+                .chain(x.filter(|_| t.sockets.len() > 1))
+                .collect();
+            let (curve, guessed) = Curve::resolve(s.contention.as_ref(), &ports);
+            if guessed && crossed {
+                assumed
+                    .forwarding
+                    .push(format!("socket {} I/O fabric", s.id));
+            }
+            sock_forwarding_assumed.push(guessed);
+            let node = add(curve.peak, Some(curve));
+            sock_fabric.push(node);
+            let (k, guessed) = Kernel::resolve(s.contention.as_ref(), NodeKind::Cpu);
             if guessed && crossed {
                 assumed.kernel(NodeKind::Cpu, format!("socket {} I/O fabric", s.id));
             }
@@ -390,6 +514,8 @@ impl Net {
             gpu_alone,
             assumed: assumed.into_words(),
             sw_part,
+            sw_forwarding_assumed,
+            sock_forwarding_assumed,
             n,
         }
     }

@@ -1,6 +1,6 @@
 //! Which kernel-traffic and collapse behaviour came from defaults, said in words for `show`.
 
-use super::BROADCOM_COLLAPSE_GBPS;
+use super::{BROADCOM_COLLAPSE_GBPS, FORWARDING_DEFAULT};
 use crate::fabric::sim::kernel::{Kernel, NodeKind};
 use crate::fabric::Direction;
 
@@ -12,6 +12,7 @@ pub(super) struct Assumed {
     unstated: Vec<String>,
     cpu: Vec<String>,
     pub(super) collapse: Vec<String>,
+    pub(super) forwarding: Vec<String>,
 }
 
 impl Assumed {
@@ -61,6 +62,16 @@ impl Assumed {
             out.push(format!(
                 "kernel traffic through {}: no worse than copy-engine traffic under contention (C2: one-shot pulls match the copy-engine all-to-all rate)",
                 self.cpu.join(", ")
+            ));
+        }
+        if !self.forwarding.is_empty() {
+            let d = FORWARDING_DEFAULT;
+            out.push(format!(
+                "forwarding under many flows not stated for {} (contention.peak_gbps): C1's measured switch curve ({:.0} GB/s over five Gen5 x16 ports up to {} flows, 1/(1 + {} per flow past them)) scaled to the node's ports, the peak by their rate and the knee and slope by their count, with a widened model band for custom kernels (no other make's aggregate is published)",
+                self.forwarding.join(", "),
+                d.peak_gbps.unwrap_or_default(),
+                d.knee_flows.unwrap_or_default(),
+                d.slope.unwrap_or_default(),
             ));
         }
         if !self.collapse.is_empty() {

@@ -13,6 +13,7 @@ impl Net {
     pub fn parts(&self, gpus: &[usize]) -> BTreeMap<Part, f64> {
         let mut out = BTreeMap::new();
         let mut sw_flows = vec![0usize; self.sw_node.len()];
+        let mut sock_flows = vec![0usize; self.sock_fabric.len()];
         for &a in gpus {
             for &b in gpus.iter().filter(|&&b| b != a) {
                 let r = self.route(a, b);
@@ -26,6 +27,11 @@ impl Net {
                         sw_flows[s] += 1;
                     }
                 }
+                for (k, &node) in self.sock_fabric.iter().enumerate() {
+                    if r.resources.contains(&node) {
+                        sock_flows[k] += 1;
+                    }
+                }
                 if self.rc_node.iter().any(|x| r.resources.contains(x)) {
                     out.insert(Part::RootComplex, Part::RootComplex.half_width());
                 }
@@ -34,11 +40,33 @@ impl Net {
                 }
             }
         }
-        for (s, &flows) in sw_flows.iter().enumerate().filter(|(_, &f)| f > 0) {
-            let (part, w) = (self.sw_part[s], self.sw_part[s].width(flows));
+        let mut widen = |part: Part, w: f64| {
             let e = out.entry(part).or_insert(w);
             *e = e.max(w);
+        };
+        for (s, &flows) in sw_flows.iter().enumerate().filter(|(_, &f)| f > 0) {
+            widen(self.sw_part[s], self.sw_part[s].width(flows));
+            if self.sw_forwarding_assumed[s] {
+                widen(
+                    Part::ForwardingUnstated,
+                    self.forwarding_width(self.sw_node[s], flows),
+                );
+            }
+        }
+        for (k, &flows) in sock_flows.iter().enumerate().filter(|(_, &f)| f > 0) {
+            if self.sock_forwarding_assumed[k] {
+                widen(
+                    Part::ForwardingUnstated,
+                    self.forwarding_width(self.sock_fabric[k], flows),
+                );
+            }
         }
         out
+    }
+
+    /// An assumed forwarding curve's half-width with `flows` through its node.
+    fn forwarding_width(&self, node: usize, flows: usize) -> f64 {
+        let extra = self.curves[node].map_or(0.0, |c| c.extrapolated(flows));
+        Part::ForwardingUnstated.half_width() + extra
     }
 }

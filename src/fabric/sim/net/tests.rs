@@ -29,6 +29,27 @@ fn curve_matches_its_formula() {
 }
 
 #[test]
+fn the_default_forwarding_is_c1s_curve_scaled_by_ports() {
+    // C1's switch: four GPUs and the uplink, Gen5 x16 each: exactly the stated curve.
+    let c1 = Curve::forwarding_default(&[56.32; 5]);
+    assert_eq!(c1, Curve::from(&FORWARDING_DEFAULT));
+    // Twice the ports: twice the crossbar, and contention by flows per port.
+    let ten = Curve::forwarding_default(&[56.32; 10]);
+    assert!(close(ten.capacity(88), 2.0 * c1.capacity(44), 1e-9));
+    assert!(close(ten.knee, 16.0, 1e-12));
+    // A curve the file states is kept; one it leaves out is assumed.
+    let stated = Contention {
+        peak_gbps: Some(100.0),
+        ..Default::default()
+    };
+    assert_eq!(Curve::resolve(Some(&stated), &[56.32; 5]).0.peak, 100.0);
+    assert!(Curve::resolve(None, &[56.32; 5]).1);
+    // The band's extrapolation starts past C1's 44 flows per five ports.
+    assert_eq!(c1.extrapolated(44), 0.0);
+    assert!(c1.extrapolated(56) > 0.0 && ten.extrapolated(88) == 0.0);
+}
+
+#[test]
 fn cross_switch_route_and_latency() {
     let t = presets::get("pcie-8x-2switch").unwrap();
     let net = Net::build(&t);
