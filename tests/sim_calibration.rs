@@ -381,6 +381,28 @@ fn c1_a_switch_without_a_stated_curve_forwards_as_c1s() {
         .any(|a| a.contains("forwarding under many flows not stated for switch `sw0`")));
 }
 
+/// C2 read without its sockets' curve: a socket's I/O fabric, crossed by peer traffic
+/// between its root complexes, takes the same default (four root ports and the
+/// interconnect), and all 8 GPUs pulling from all 7 still move what C2 measured per GPU,
+/// 22.7-24.3 GB/s (without any limit there: 34).
+#[test]
+fn c2_a_socket_without_a_stated_curve_forwards_as_c2s() {
+    let mut t = get("pcie-8x-direct-2socket").unwrap();
+    for s in &mut t.sockets {
+        let c = s.contention.as_mut().unwrap();
+        c.peak_gbps = None;
+        c.knee_flows = None;
+        c.slope = None;
+    }
+    let mut f = with_sys(t, &ALL8);
+    let s = f.probe(Direction::Read, 7, 64 * MB).unwrap();
+    assert!((22.7..=24.3).contains(&s.per_gpu_gbps), "{s:?}");
+    assert!(f
+        .assumed()
+        .iter()
+        .any(|a| a.contains("not stated for socket 0 I/O fabric")));
+}
+
 /// C3 on 8 GPUs under one switch chip, read as sysfs gives it: one-stage all-to-all puts 7
 /// flows on every port (56 in the chip, against C5's 3 per port), so the chip's forwarding
 /// limits it where a ring, one flow per port, passes untouched. One-stage loses to NCCL
