@@ -383,8 +383,8 @@ fn c1_a_switch_without_a_stated_curve_forwards_as_c1s() {
 
 /// C2 read without its sockets' curve: a socket's I/O fabric, crossed by peer traffic
 /// between its root complexes, takes the same default (four root ports and the
-/// interconnect), and all 8 GPUs pulling from all 7 still move what C2 measured per GPU,
-/// 22.7-24.3 GB/s (without any limit there: 34).
+/// interconnect), and all 8 GPUs pulling from all 7 still move C2's 184.6 GB/s in total
+/// (without any limit there: 273).
 #[test]
 fn c2_a_socket_without_a_stated_curve_forwards_as_c2s() {
     let mut t = get("pcie-8x-direct-2socket").unwrap();
@@ -396,11 +396,84 @@ fn c2_a_socket_without_a_stated_curve_forwards_as_c2s() {
     }
     let mut f = with_sys(t, &ALL8);
     let s = f.probe(Direction::Read, 7, 64 * MB).unwrap();
-    assert!((22.7..=24.3).contains(&s.per_gpu_gbps), "{s:?}");
+    assert!(within(s.aggregate_gbps, 184.6, 0.05), "{s:?}");
     assert!(f
         .assumed()
         .iter()
         .any(|a| a.contains("not stated for socket 0 I/O fabric")));
+}
+
+/// C9 (flashinfer#4870, CX8: 8 Gen5 GPUs in switch pairs, halves 0-3 / 4-7), read from
+/// sysfs: four switches of two GPUs, each under its own root complex, two per socket. The
+/// copy-engine rates of
+/// each schedule's own hops: a pair alone 53.2-55.0 GB/s, a ring inside the switch pairs
+/// 52.33, a flat ring 49.64, every flow across the halves at once 23.75. The defaults for
+/// unstated switches and socket fabric must not hold back what a ring or a pair exchange
+/// puts through them, and flows crossing at once share the uplinks.
+#[test]
+fn c9_cx8_switch_pairs_read_from_sysfs() {
+    let mut t = as_read(get("pcie-8x-2switch").unwrap());
+    let sw = t.switches[0].clone();
+    let rc = t.root_complexes[0].clone();
+    // The halves are the two sockets, the interconnect between them unstated.
+    let socket = t.sockets[0].clone();
+    t.sockets = (0..2)
+        .map(|id| artune::topology::Socket {
+            id,
+            ..socket.clone()
+        })
+        .collect();
+    t.root_complexes = (0..4)
+        .map(|i| artune::topology::RootComplex {
+            id: format!("rc{i}"),
+            socket: i / 2,
+            ..rc.clone()
+        })
+        .collect();
+    t.switches = (0..4)
+        .map(|i| artune::topology::Switch {
+            id: format!("sw{i}"),
+            parent: format!("rc{i}"),
+            ..sw.clone()
+        })
+        .collect();
+    for (i, g) in t.gpus.iter_mut().enumerate() {
+        g.parent = format!("sw{}", i / 2);
+    }
+    t.pairs.clear();
+    t.normalize().unwrap();
+    let f = SimFabric::new(t, 1);
+    let rate = |pairs: &[(usize, usize)]| -> f64 {
+        let r = f.transfer_gbps(Direction::Write, pairs).unwrap();
+        r.iter().sum::<f64>() / r.len() as f64
+    };
+    let alone = rate(&[(0, 1)]);
+    let pairs = rate(&[
+        (0, 1),
+        (1, 0),
+        (2, 3),
+        (3, 2),
+        (4, 5),
+        (5, 4),
+        (6, 7),
+        (7, 6),
+    ]);
+    let ring: Vec<(usize, usize)> = (0..8).map(|i| (i, (i + 1) % 8)).collect();
+    let flat = rate(&ring);
+    let across: Vec<(usize, usize)> = (0..4).flat_map(|i| [(i, i + 4), (i + 4, i)]).collect();
+    let across = rate(&across);
+    for (got, published) in [
+        (alone, 54.1),
+        (pairs, 52.33),
+        (flat, 49.64),
+        (across, 23.75),
+    ] {
+        assert!(
+            (0.67..=1.5).contains(&(got / published)),
+            "{got} vs {published}"
+        );
+    }
+    assert!(across < 0.6 * flat, "across {across} vs flat ring {flat}");
 }
 
 /// C3 on 8 GPUs under one switch chip, read as sysfs gives it: one-stage all-to-all puts 7

@@ -90,9 +90,13 @@ impl Curve {
     /// C1's curve for a node with ports of `ports` GB/s: a crossbar grows with its ports, and
     /// contention with the flows per port, so the peak scales with the ports' total rate and
     /// the knee and slope with their count. On C1's own five Gen5 ports it is C1's curve.
+    /// With no ports given, C1's curve as it is (a socket's I/O fabric, below).
     pub fn forwarding_default(ports: &[f64]) -> Curve {
         let d = Curve::from(&FORWARDING_DEFAULT);
-        let n = ports.len().max(1) as f64;
+        if ports.is_empty() {
+            return d;
+        }
+        let n = ports.len() as f64;
         let total: f64 = ports.iter().sum();
         let total = if total > 0.0 && total.is_finite() {
             total
@@ -387,28 +391,10 @@ impl Net {
         for s in &t.sockets {
             let crossed = t.sockets.len() > 1
                 || t.root_complexes.iter().filter(|r| r.socket == s.id).count() > 1;
-            // Its ports: what hangs off its root complexes, and the interconnect.
-            let roots: Vec<&str> = t
-                .root_complexes
-                .iter()
-                .filter(|r| r.socket == s.id)
-                .map(|r| r.id.as_str())
-                .collect();
-            let x = s.interconnect.as_ref().map(|l| link_rates(l).0);
-            let ports: Vec<f64> = t
-                .gpus
-                .iter()
-                .filter(|g| roots.contains(&g.parent.as_str()))
-                .map(|g| link_rates(&g.pcie).0)
-                .chain(
-                    t.switches
-                        .iter()
-                        .filter(|c| roots.contains(&c.parent.as_str()))
-                        .map(|c| link_rates(&c.uplink).0),
-                )
-                .chain(x.filter(|_| t.sockets.len() > 1))
-                .collect();
-            let (curve, guessed) = Curve::resolve(s.contention.as_ref(), &ports);
+            // A CPU's I/O fabric is one size whatever its root ports carry, so it takes the
+            // curve unscaled: C2's sockets (four GPUs and the interconnect) forward as C1's
+            // switches, and C9's CX8 halves (two switch uplinks each) are not held back.
+            let (curve, guessed) = Curve::resolve(s.contention.as_ref(), &[]);
             if guessed && crossed {
                 assumed
                     .forwarding
