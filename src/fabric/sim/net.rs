@@ -262,10 +262,8 @@ pub struct Net {
     assumed: Vec<String>,
     /// The model part (and so the error band) of each switch's kernel traffic.
     sw_part: Vec<Part>,
-    /// Whether each switch's / socket fabric's forwarding curve came from
-    /// [`FORWARDING_DEFAULT`].
-    sw_forwarding_assumed: Vec<bool>,
-    sock_forwarding_assumed: Vec<bool>,
+    /// Per resource: whether its forwarding curve came from [`FORWARDING_DEFAULT`].
+    forwarding_assumed: Vec<bool>,
     n: usize,
 }
 
@@ -316,7 +314,7 @@ impl Net {
         let mut node_kernel: Vec<(usize, Kernel)> = Vec::new();
         let mut assumed = Assumed::default();
         let mut sw_part = vec![];
-        let mut sw_forwarding_assumed = vec![];
+        let mut forwarding_assumed = vec![];
         for s in &t.switches {
             // Its ports: the GPUs and switches below it, and its uplink.
             let ports: Vec<f64> = t
@@ -336,8 +334,10 @@ impl Net {
             if guessed {
                 assumed.forwarding.push(format!("switch `{}`", s.id));
             }
-            sw_forwarding_assumed.push(guessed);
             let node = add(curve.peak, Some(curve));
+            if guessed {
+                forwarding_assumed.push(node);
+            }
             sw_node.push(node);
             // An unknown make was refused by `check_topology`; a hand-built one gets the middle.
             let kind = NodeKind::of_switch(s.vendor.as_deref()).unwrap_or(NodeKind::Unstated);
@@ -387,7 +387,6 @@ impl Net {
         let (mut sock_fabric, mut sock_x_up, mut sock_x_down, mut sock_x_lat, mut sock_x_flow_cap) =
             (vec![], vec![], vec![], vec![], vec![]);
         let mut sock_mem = vec![];
-        let mut sock_forwarding_assumed = vec![];
         for s in &t.sockets {
             let crossed = t.sockets.len() > 1
                 || t.root_complexes.iter().filter(|r| r.socket == s.id).count() > 1;
@@ -400,8 +399,10 @@ impl Net {
                     .forwarding
                     .push(format!("socket {} I/O fabric", s.id));
             }
-            sock_forwarding_assumed.push(guessed);
             let node = add(curve.peak, Some(curve));
+            if guessed {
+                forwarding_assumed.push(node);
+            }
             sock_fabric.push(node);
             let (k, guessed) = Kernel::resolve(s.contention.as_ref(), NodeKind::Cpu);
             if guessed && crossed {
@@ -471,6 +472,9 @@ impl Net {
                 paths[a * n + b] = t.pair(a, b).map_or_else(|| t.pcie_path(a, b), |p| p.path);
             }
         }
+        let forwarding_assumed = (0..caps.len())
+            .map(|x| forwarding_assumed.contains(&x))
+            .collect();
         Net {
             caps,
             curves,
@@ -500,8 +504,7 @@ impl Net {
             gpu_alone,
             assumed: assumed.into_words(),
             sw_part,
-            sw_forwarding_assumed,
-            sock_forwarding_assumed,
+            forwarding_assumed,
             n,
         }
     }

@@ -12,8 +12,8 @@ impl Net {
     /// all-to-all of the group (a switch's kernel band grows with the flows crossing it).
     pub fn parts(&self, gpus: &[usize]) -> BTreeMap<Part, f64> {
         let mut out = BTreeMap::new();
-        let mut sw_flows = vec![0usize; self.sw_node.len()];
-        let mut sock_flows = vec![0usize; self.sock_fabric.len()];
+        // Distinct GPU pairs crossing each resource.
+        let mut flows = vec![0usize; self.caps.len()];
         for &a in gpus {
             for &b in gpus.iter().filter(|&&b| b != a) {
                 let r = self.route(a, b);
@@ -22,15 +22,8 @@ impl Net {
                     continue;
                 }
                 out.insert(Part::Links, Part::Links.half_width());
-                for (s, &node) in self.sw_node.iter().enumerate() {
-                    if r.resources.contains(&node) {
-                        sw_flows[s] += 1;
-                    }
-                }
-                for (k, &node) in self.sock_fabric.iter().enumerate() {
-                    if r.resources.contains(&node) {
-                        sock_flows[k] += 1;
-                    }
+                for &x in &r.resources {
+                    flows[x] += 1;
                 }
                 if self.rc_node.iter().any(|x| r.resources.contains(x)) {
                     out.insert(Part::RootComplex, Part::RootComplex.half_width());
@@ -44,21 +37,14 @@ impl Net {
             let e = out.entry(part).or_insert(w);
             *e = e.max(w);
         };
-        for (s, &flows) in sw_flows.iter().enumerate().filter(|(_, &f)| f > 0) {
-            widen(self.sw_part[s], self.sw_part[s].width(flows));
-            if self.sw_forwarding_assumed[s] {
-                widen(
-                    Part::ForwardingUnstated,
-                    self.forwarding_width(self.sw_node[s], flows),
-                );
+        for (s, &node) in self.sw_node.iter().enumerate() {
+            if flows[node] > 0 {
+                widen(self.sw_part[s], self.sw_part[s].width(flows[node]));
             }
         }
-        for (k, &flows) in sock_flows.iter().enumerate().filter(|(_, &f)| f > 0) {
-            if self.sock_forwarding_assumed[k] {
-                widen(
-                    Part::ForwardingUnstated,
-                    self.forwarding_width(self.sock_fabric[k], flows),
-                );
+        for (node, &f) in flows.iter().enumerate() {
+            if f > 0 && self.forwarding_assumed[node] {
+                widen(Part::ForwardingUnstated, self.forwarding_width(node, f));
             }
         }
         out
