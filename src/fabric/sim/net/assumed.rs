@@ -67,7 +67,7 @@ impl Assumed {
         if !self.forwarding.is_empty() {
             let d = FORWARDING_DEFAULT;
             out.push(format!(
-                "forwarding under many flows not stated for {} (contention.peak_gbps): C1's measured switch curve ({:.0} GB/s over five Gen5 x16 ports up to {} flows, 1/(1 + {} per flow past them)) (a switch's scaled to its ports, the peak by their rate and the knee and slope by their count; a socket fabric's as it is), with a widened model band for custom kernels (no other make's aggregate is published)",
+                "forwarding under many flows not stated for {} (contention.peak_gbps): C1's measured switch curve, {:.0} GB/s over five Gen5 x16 ports up to {} flows and 1/(1 + {} per flow) past them; a switch takes it scaled to its ports (the peak by their rate, the knee and slope by their count), a socket fabric as it is; custom kernels' model band is widened for it (no other make's aggregate is published)",
                 self.forwarding.join(", "),
                 d.peak_gbps.unwrap_or_default(),
                 d.knee_flows.unwrap_or_default(),
