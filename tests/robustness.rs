@@ -708,6 +708,31 @@ fn wrong_types_are_named_with_their_place() {
     );
 }
 
+/// serde_json quotes the value it refused, and a JSON escape can put a line break or a control
+/// character in it; the error still reads as one line, with the character written as an escape.
+#[test]
+fn control_characters_in_a_refused_value_stay_escaped() {
+    let e = perr(&profile_edit(|p| {
+        p["groups"][0]["buckets"][1]["choice"] = json!("o\ne_stage\u{7}\rpull")
+    }));
+    assert_has(
+        &e,
+        &[
+            "`groups[0].buckets[1].choice`",
+            "unknown variant `o\\ne_stage\\u{7}\\rpull`",
+        ],
+    );
+    let e = terr(&topo_edit("pcie-2x", |t| {
+        t["gpus"][0]["compute_capability"] = json!("9.\n0")
+    }));
+    assert_has(&e, &["`gpus[0].compute_capability`", "9.\\n0"]);
+    let long = "x".repeat(5000);
+    perr(&profile_edit(|p| {
+        p["groups"][0]["buckets"][1]["choice"] = json!(long)
+    }));
+    perr(&profile_edit(|p| p["fingerprint"][&long] = json!(1)));
+}
+
 fn many<T: Clone>(one: &T, n: usize) -> Vec<T> {
     vec![one.clone(); n]
 }

@@ -138,6 +138,7 @@ pub fn describe(e: &serde_json::Error, text: &str) -> String {
     let msg = full
         .strip_suffix(&format!(" at line {line} column {column}"))
         .unwrap_or(&full);
+    let msg = &*printable(msg);
     let at = format!("line {line}, column {column}");
     match e.classify() {
         Category::Eof if text.trim().is_empty() => "it is empty".into(),
@@ -153,6 +154,7 @@ pub fn describe(e: &serde_json::Error, text: &str) -> String {
         Category::Data => {
             let missing = msg.starts_with("missing field");
             let path = locate(text, offset(text, line, column), missing);
+            let path = &*printable(&path);
             let hint = if msg.contains("expected u")
                 && (msg.contains("floating point") || msg.contains("integer `-"))
             {
@@ -169,6 +171,30 @@ pub fn describe(e: &serde_json::Error, text: &str) -> String {
             }
         }
     }
+}
+
+/// Longest part of a serde_json message kept; it quotes the refused value whole.
+const MAX_QUOTED: usize = 600;
+
+/// serde_json quotes the value it refused, and a JSON escape (`\n`) can put a line break or
+/// another control character in it: those are written as escapes so an error stays one line,
+/// and a long value is cut.
+fn printable(msg: &str) -> Cow<'_, str> {
+    if msg.len() <= MAX_QUOTED && !msg.chars().any(char::is_control) {
+        return Cow::Borrowed(msg);
+    }
+    let mut out = String::new();
+    for c in msg.chars() {
+        if out.len() >= MAX_QUOTED {
+            out.push('…');
+            break;
+        }
+        match c.is_control() {
+            true => out.extend(c.escape_default()),
+            false => out.push(c),
+        }
+    }
+    Cow::Owned(out)
 }
 
 /// Byte index of the last character serde_json read, from its 1-based line and column.
