@@ -331,11 +331,9 @@ impl Net {
                 .chain([link_rates(&s.uplink).0])
                 .collect();
             let (curve, guessed) = Curve::resolve(s.contention.as_ref(), &ports);
-            if guessed {
-                assumed.forwarding.push(format!("switch `{}`", s.id));
-            }
             let node = add(curve.peak, Some(curve));
             if guessed {
+                assumed.forwarding.push(format!("switch `{}`", s.id));
                 forwarding_assumed.push(node);
             }
             sw_node.push(node);
