@@ -13,36 +13,59 @@ pub use rule::{
     beats, beats_settled, beyond, choose, model_error, nccl_choice, open, unsettled, MIN_EFFECT,
 };
 
-use crate::allreduce::{memory, Backend, Dtype, MemoryCost, Mode, Readiness};
+use crate::allreduce::{memory, Backend, Dtype, MemoryCost, Mode, Ranks, Readiness};
 use crate::profile::{Bucket, Crossover, GroupProfile, Memory, Timing};
 use crate::results::GroupResults;
 
 /// Extra memory per GPU a backend costs an engine to serve messages up to `bytes`.
-pub fn extra_memory(backend: Backend, tp: usize, bytes: u64) -> u64 {
+pub fn extra_memory(backend: Backend, ranks: Ranks, bytes: u64) -> u64 {
     if backend.is_custom() {
-        memory::modelled(backend, tp, bytes, 0)
+        memory::modelled(backend, ranks, bytes, 0)
     } else {
         0
     }
 }
 
-/// The rule's choice for a group of `tp` ranks at `bytes` bytes, counting each custom kernel's
+/// The rule's choice for a group of `ranks` at `bytes` bytes, counting each custom kernel's
 /// buffers as extra memory.
-pub fn rule_choice(results: &BTreeMap<Backend, Timing>, tp: usize, bytes: u64) -> Option<Backend> {
-    choose(results, |b| extra_memory(b, tp, bytes))
+pub fn rule_choice(
+    results: &BTreeMap<Backend, Timing>,
+    ranks: Ranks,
+    bytes: u64,
+) -> Option<Backend> {
+    choose(results, |b| extra_memory(b, ranks, bytes))
 }
 
-/// The choice at each measured size of a group of `tp` ranks, as its profile would make it:
+/// What an engine without artune's kernels runs at one size where `choice` is a backend no
+/// engine has: the rule among the backends engines have. None where engines have `choice`.
+pub fn fallback(
+    choice: Backend,
+    results: &BTreeMap<Backend, Timing>,
+    ranks: Ranks,
+    bytes: u64,
+) -> Option<Backend> {
+    if choice.engines_have() {
+        return None;
+    }
+    let runnable: BTreeMap<Backend, Timing> = results
+        .iter()
+        .filter(|(b, _)| b.engines_have())
+        .map(|(b, t)| (*b, *t))
+        .collect();
+    rule_choice(&runnable, ranks, bytes)
+}
+
+/// The choice at each measured size of a group of `ranks`, as its profile would make it:
 /// the rule per size, then stable bands. The winner the plan refines around: a band edge
 /// that smoothing places between two sizes where the rule's choice is the same is as much a
 /// crossover as a change of the rule, and must be bisected as finely.
 pub fn winner(
     cells: &BTreeMap<u64, BTreeMap<Backend, Timing>>,
-    tp: usize,
+    ranks: Ranks,
 ) -> BTreeMap<u64, Backend> {
     let ruled: Vec<(u64, Backend, &BTreeMap<Backend, Timing>)> = cells
         .iter()
-        .filter_map(|(&bytes, r)| Some((bytes, rule_choice(r, tp, bytes)?, r)))
+        .filter_map(|(&bytes, r)| Some((bytes, rule_choice(r, ranks, bytes)?, r)))
         .collect();
     let steps: Vec<bands::Step> = ruled
         .iter()
@@ -87,6 +110,7 @@ pub fn group_profile(
     faults: &mut Vec<String>,
 ) -> GroupProfile {
     let tp = res.gpus.len();
+    let ranks = Ranks::of(tp, res.islands.as_ref());
     let mut waived_group: BTreeMap<Backend, String> = res.disqualified.clone();
     let mut costs: BTreeMap<Backend, MemoryCost> = BTreeMap::new();
     for r in &res.readiness {
@@ -105,7 +129,7 @@ pub fn group_profile(
         if !b.is_custom() {
             return None;
         }
-        Some(memory::largest_within(b, tp, budget, 0).unwrap_or(0))
+        Some(memory::largest_within(b, ranks, budget, 0).unwrap_or(0))
     };
 
     // Per size: the eligible timings and the rule's choices; sizes with nothing measured drop out.
@@ -123,14 +147,14 @@ pub fn group_profile(
                         format!(
                             "its buffers for {} need {} per GPU, above the memory budget of {}",
                             crate::units::fmt_bytes(bytes),
-                            crate::units::fmt_bytes(memory::modelled(*b, tp, bytes, 0)),
+                            crate::units::fmt_bytes(memory::modelled(*b, ranks, bytes, 0)),
                             crate::units::fmt_bytes(policy.mem_budget.unwrap_or(0))
                         ),
                     );
                 }
             }
         }
-        match choose(&eligible, |b| extra_memory(b, tp, bytes)) {
+        match choose(&eligible, |b| extra_memory(b, ranks, bytes)) {
             Some(choice) => measured.push((bytes, choice, nccl_choice(&eligible), eligible, results, waived)),
             None => faults.push(format!(
                 "GPUs {:?} {}: no backend could be measured at {bytes} bytes; the size is left out of the profile",
@@ -179,15 +203,18 @@ pub fn group_profile(
             .map(|(_, _, nccl, ..)| *nccl)
             .collect::<Vec<_>>()
     };
+    let fallbacks = engine_bands(&measured, ranks);
     let buckets: Vec<Bucket> = measured
         .into_iter()
         .zip(chosen)
         .zip(nccl_bands)
+        .zip(fallbacks)
         .map(
-            |(((bytes, _, _, _, results, waived), choice), nccl_choice)| Bucket {
+            |((((bytes, _, _, _, results, waived), choice), nccl_choice), fallback)| Bucket {
                 bytes,
                 choice,
                 nccl_choice,
+                fallback: fallback.filter(|_| !choice.engines_have()),
                 results: results.clone(),
                 waived,
             },
@@ -212,7 +239,7 @@ pub fn group_profile(
                 .map(|k| k.bytes)
                 .max();
             let required = match (b.is_custom(), chosen_up_to) {
-                (true, Some(up_to)) => Some(memory::modelled(b, tp, up_to, 0)),
+                (true, Some(up_to)) => Some(memory::modelled(b, ranks, up_to, 0)),
                 (true, None) => None,
                 (false, _) => Some(cost.bytes_per_gpu),
             };
@@ -235,6 +262,7 @@ pub fn group_profile(
         mode,
         dtype,
         placement: res.placement.clone(),
+        islands: res.islands.clone(),
         buckets,
         crossovers,
         memory,
@@ -247,6 +275,51 @@ pub fn group_profile(
             .map(|d| d.iter().map(|(b, ln)| (*b, ln.exp() - 1.0)).collect())
             .unwrap_or_default(),
     }
+}
+
+/// A measured size as `group_profile` holds it: bytes, the rule's choice, NCCL's variant, the
+/// eligible timings, all timings, and the backends waived at this size.
+type Measured<'a> = (
+    u64,
+    Backend,
+    Option<Backend>,
+    BTreeMap<Backend, Timing>,
+    &'a BTreeMap<Backend, Timing>,
+    BTreeMap<Backend, String>,
+);
+
+/// The bands among the backends engines have (NCCL and the flat kernels): what an engine
+/// without artune's kernels runs where the profile chooses one only artune runs. The same rule
+/// and smoothing as the profile's own choice, on the timings of those backends.
+fn engine_bands(measured: &[Measured<'_>], ranks: Ranks) -> Vec<Option<Backend>> {
+    let runnable: Vec<(u64, BTreeMap<Backend, Timing>)> = measured
+        .iter()
+        .map(|(bytes, _, _, eligible, _, _)| {
+            let r = eligible
+                .iter()
+                .filter(|(b, _)| b.engines_have())
+                .map(|(b, t)| (*b, *t))
+                .collect();
+            (*bytes, r)
+        })
+        .collect();
+    let ruled: Vec<Option<Backend>> = runnable
+        .iter()
+        .map(|(bytes, r)| rule_choice(r, ranks, *bytes))
+        .collect();
+    if ruled.iter().any(Option::is_none) {
+        return ruled;
+    }
+    let steps: Vec<bands::Step> = runnable
+        .iter()
+        .zip(&ruled)
+        .map(|((bytes, results), rule)| bands::Step {
+            bytes: *bytes,
+            rule: rule.unwrap_or(Backend::Nccl),
+            results,
+        })
+        .collect();
+    bands::smooth(&steps).into_iter().map(Some).collect()
 }
 
 #[cfg(test)]

@@ -87,6 +87,9 @@ pub struct Choice {
     buffer_bytes: u64,
     /// True for a custom peer-to-peer kernel, False for NCCL and its variants.
     custom: bool,
+    /// What an engine without artune's kernels runs: `backend` where engines have a path of
+    /// its shape, else the profile's choice among those (for an island schedule).
+    fallback: String,
 }
 
 #[pymethods]
@@ -107,6 +110,8 @@ pub struct Band {
     backend: String,
     nccl: String,
     custom: bool,
+    /// What an engine without artune's kernels runs in this band (see `Choice.fallback`).
+    fallback: String,
 }
 
 #[pymethods]
@@ -186,6 +191,7 @@ impl Profile {
             Selection::Chosen {
                 backend,
                 nccl,
+                fallback,
                 expected_us,
                 bucket_bytes,
                 buffer_bytes,
@@ -196,6 +202,7 @@ impl Profile {
                 bucket_bytes,
                 buffer_bytes,
                 custom: backend.is_custom(),
+                fallback: fallback.id().into(),
             }),
             Selection::Unknown(_) => None,
         })
@@ -230,7 +237,11 @@ impl Profile {
         let mut out: Vec<Band> = Vec::new();
         for (&bytes, a) in g.sizes().iter().zip(g.answers()) {
             match out.last_mut() {
-                Some(b) if b.backend == a.backend.id() && b.nccl == a.nccl.id() => {
+                Some(b)
+                    if b.backend == a.backend.id()
+                        && b.nccl == a.nccl.id()
+                        && b.fallback == a.fallback.id() =>
+                {
                     b.up_to_bytes = bytes
                 }
                 _ => out.push(Band {
@@ -238,6 +249,7 @@ impl Profile {
                     backend: a.backend.id().into(),
                     nccl: a.nccl.id().into(),
                     custom: a.backend.is_custom(),
+                    fallback: a.fallback.id().into(),
                 }),
             }
         }

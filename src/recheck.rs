@@ -324,6 +324,10 @@ pub fn run(
             gpus: gpus.clone(),
             dtype: groups[0].dtype,
             max_bytes,
+            islands: groups[0]
+                .islands
+                .clone()
+                .ok_or_else(|| "the profile gives this group no islands".to_string()),
         };
         let wanted: Vec<Backend> = wanted.into_iter().collect();
         let t = std::time::Instant::now();
@@ -335,6 +339,12 @@ pub fn run(
                 Readiness::Waived { .. } => None,
             })
             .collect();
+        // The island phases run the way the tune oriented them.
+        if let Some(d) = groups[0].islands.as_ref().and_then(|i| i.directions.as_ref()) {
+            if ready.iter().any(|b| b.is_hierarchical()) {
+                fabric.orient(d)?;
+            }
+        }
         tracing::info!(
             "GPUs {gpus:?}: prepared in {:.2} s",
             t.elapsed().as_secs_f64()
@@ -356,7 +366,7 @@ pub fn run(
                             .map(|(k, t)| (*k, beyond_variation(t, b.results.get(k), drift_of(k))))
                             .collect();
                         let rule = |r: &BTreeMap<Backend, Timing>| {
-                            crate::decide::rule_choice(r, g.tp, b.bytes)
+                            crate::decide::rule_choice(r, g.ranks(), b.bytes)
                         };
                         let medians = |r: &BTreeMap<Backend, Timing>| {
                             r.iter().map(|(k, t)| (*k, t.median_us)).collect()
@@ -619,6 +629,9 @@ mod tests {
             bytes: u64,
         ) -> Result<crate::fabric::ProbeSample, FabricError> {
             self.inner.probe(d, peers, bytes)
+        }
+        fn orient(&mut self, d: &crate::fabric::Directions) -> Result<(), FabricError> {
+            self.inner.orient(d)
         }
         fn release(&mut self) -> Result<(), FabricError> {
             self.inner.release()

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::allreduce::{Backend, Mode, Readiness};
+use crate::allreduce::{Backend, Islands, Mode, Readiness};
 use crate::profile::{ContentionCurve, GroupPhases, Timing};
 
 /// Everything measured on one GPU set.
@@ -10,6 +10,8 @@ use crate::profile::{ContentionCurve, GroupPhases, Timing};
 pub struct GroupResults {
     pub gpus: Vec<usize>,
     pub placement: String,
+    /// The islands the hierarchical backends ran in, oriented by the probe.
+    pub islands: Option<Islands>,
     pub readiness: Vec<Readiness>,
     /// Backends that failed verification or timed out, for the whole group.
     pub disqualified: BTreeMap<Backend, String>,

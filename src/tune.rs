@@ -38,6 +38,9 @@ pub struct Options {
     /// The NCCL and CUDA variables the tune runs with ([`crate::profile::environment::current`]
     /// from the CLI), recorded in the profile.
     pub environment: std::collections::BTreeMap<String, String>,
+    /// Island sizes for the groups of as many GPUs as they add up to (`--islands`), in place of
+    /// the islands the topology gives: an experiment, or virtual islands on one GPU.
+    pub islands: Option<Vec<usize>>,
     /// The caller measured beside other processes on the GPUs (`--allow-busy`), and which.
     pub allow_busy: bool,
     pub busy: Vec<crate::profile::environment::BusyGpu>,
@@ -61,6 +64,7 @@ impl Default for Options {
             checks_seconds: 0.0,
             startup_seconds: 0.0,
             environment: Default::default(),
+            islands: None,
             allow_busy: false,
             busy: Vec::new(),
         }
@@ -171,7 +175,12 @@ pub fn run(
     };
     let mut groups = Vec::new();
     for &tp in &tps {
-        groups.extend(plan::placements(&topology, tp, opts.placements_per_tp));
+        groups.extend(plan::placements(
+            &topology,
+            tp,
+            opts.placements_per_tp,
+            opts.islands.as_deref(),
+        ));
     }
     let (harness, sizes) = opts.sampling_plan(&tps);
     let plan = Plan {
@@ -348,11 +357,11 @@ mod tests {
                         Readiness::Ready {
                             backend: b,
                             memory: MemoryCost {
-                                bytes_per_gpu: memory::modelled(b, g.gpus.len(), g.max_bytes, 2),
+                                bytes_per_gpu: memory::modelled(b, g.ranks(), g.max_bytes, 2),
                                 measured: false,
                                 modelled_bytes_per_gpu: memory::modelled(
                                     b,
-                                    g.gpus.len(),
+                                    g.ranks(),
                                     g.max_bytes,
                                     2,
                                 ),
@@ -401,6 +410,9 @@ mod tests {
                 per_gpu_gbps: 50.0 / peers as f64,
                 aggregate_gbps: 100.0,
             })
+        }
+        fn orient(&mut self, _: &crate::fabric::Directions) -> Result<(), FabricError> {
+            Ok(())
         }
         fn release(&mut self) -> Result<(), FabricError> {
             Ok(())

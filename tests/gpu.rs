@@ -81,11 +81,7 @@ fn open_or_skip(test: &str, k: usize) -> Option<(MutexGuard<'static, ()>, CudaFa
 }
 
 fn group(k: usize, dtype: Dtype, max_bytes: u64) -> Group {
-    Group {
-        gpus: (0..k).collect(),
-        dtype,
-        max_bytes,
-    }
+    Group::flat((0..k).collect(), dtype, max_bytes)
 }
 
 fn all_ready(r: &[Readiness]) {

@@ -135,11 +135,7 @@ fn kernels(k: usize, backends: &[Backend], sizes: &[u64]) -> Result<Value, Error
     let dtype = Dtype::Bf16;
     let max = *sizes.iter().max().unwrap_or(&(64 << 20));
     let ready = f.prepare(
-        &Group {
-            gpus: (0..k).collect(),
-            dtype,
-            max_bytes: max,
-        },
+        &Group::flat((0..k).collect(), dtype, max),
         backends,
     )?;
     let mut waived = Vec::new();
@@ -191,7 +187,7 @@ fn kernels(k: usize, backends: &[Backend], sizes: &[u64]) -> Result<Value, Error
             };
             // NCCL runs one rank in loopback; custom kernels run k.
             let ranks = if b.is_custom() { k as u64 } else { 1 };
-            let traffic = ranks * cuda::traffic_bytes(b, s, ranks);
+            let traffic = ranks * cuda::traffic_bytes(b, s, crate::allreduce::Ranks::flat(ranks as usize));
             for mode in [Mode::Graph, Mode::Eager] {
                 let us = measure(&mut f, b, s, mode)?;
                 let gbps = traffic as f64 / us / 1e3;

@@ -184,6 +184,7 @@ pub fn select(a: MessageArgs) -> Result<i32, Error> {
         Selection::Chosen {
             backend,
             nccl,
+            fallback,
             expected_us,
             bucket_bytes,
             buffer_bytes,
@@ -196,6 +197,7 @@ pub fn select(a: MessageArgs) -> Result<i32, Error> {
                     "bucket_bytes": bucket_bytes,
                     "buffer_bytes": buffer_bytes,
                     "nccl_variant": nccl.id(),
+                    "fallback": fallback.id(),
                     "tp": g.tp,
                     "mode": g.mode.id(),
                     "gpus": g.gpus,
@@ -214,6 +216,11 @@ pub fn select(a: MessageArgs) -> Result<i32, Error> {
                     report::group_label(g),
                     fmt_bytes(bucket_bytes)
                 );
+                if fallback != backend {
+                    eprintln!(
+                        "{backend} is an island schedule only artune's kernels run; an engine without them runs {fallback} here"
+                    );
+                }
                 note_other_placements(&p, g);
             }
             Ok(0)

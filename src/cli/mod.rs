@@ -181,6 +181,11 @@ pub struct TuneArgs {
     /// One GPU as K virtual ranks (custom kernels on one device; NCCL with one rank).
     #[arg(long, value_name = "K")]
     pub loopback: Option<usize>,
+    /// Island sizes for the island schedules, e.g. 4,4, in place of the islands the topology
+    /// gives, for the groups of as many GPUs as they add up to (ranks in order): virtual islands
+    /// with --loopback, or an experiment. Equal sizes of 2 or more GPUs.
+    #[arg(long, value_delimiter = ',', value_name = "SIZES")]
+    pub islands: Option<Vec<String>>,
     /// Skip the contention probes.
     #[arg(long)]
     pub no_contention: bool,

@@ -36,6 +36,53 @@ pub fn parse_tp(items: &[String], gpus: usize) -> Result<Vec<usize>, Error> {
     Ok(out.into_iter().collect())
 }
 
+/// Parses `--islands 4,4` against the TP sizes to tune (`tps`, the default ones where empty):
+/// equal islands of 2 or more GPUs, two or more of them, adding up to a tuned group's size.
+pub fn parse_islands(items: &[String], tps: &[usize]) -> Result<Vec<usize>, Error> {
+    let sizes = items
+        .iter()
+        .map(|it| {
+            it.trim().parse::<usize>().map_err(|_| {
+                Error::bad_input(format!(
+                    "--islands `{it}` is not a number; give island sizes like --islands 4,4"
+                ))
+            })
+        })
+        .collect::<Result<Vec<usize>, Error>>()?;
+    let shown = sizes
+        .iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    if sizes.len() < 2 {
+        return Err(Error::bad_input(format!(
+            "--islands {shown} is one island: an island schedule crosses between two or more; give sizes like --islands 4,4"
+        )));
+    }
+    if sizes.iter().any(|&s| s < 2) {
+        return Err(Error::bad_input(format!(
+            "--islands {shown} has an island of fewer than 2 GPUs, with nothing to reduce inside it; give islands of 2 or more"
+        )));
+    }
+    if sizes.windows(2).any(|w| w[0] != w[1]) {
+        return Err(Error::bad_input(format!(
+            "--islands {shown} are of unequal size: the island schedules need equal islands; give equal sizes such as --islands 4,4"
+        )));
+    }
+    let sum: usize = sizes.iter().sum();
+    if !tps.contains(&sum) {
+        let list = tps
+            .iter()
+            .map(usize::to_string)
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Err(Error::bad_input(format!(
+            "--islands {shown} adds up to {sum} GPUs, but the groups tuned have {list}; give sizes that add up to one of them (or tune that size with --tp {sum})"
+        )));
+    }
+    Ok(sizes)
+}
+
 /// Connects SIGINT and SIGTERM to `cancel`: the first stops the tune between measurements, a
 /// second exits at once with code 130.
 fn cancel_on_signals(cancel: &Cancel) {
@@ -96,6 +143,11 @@ fn options(a: &TuneArgs, gpus: usize, cancel: Cancel) -> Result<tune::Options, E
         Some(items) => parse_tp(items, gpus)?,
         None => Vec::new(),
     };
+    let islands = match &a.islands {
+        Some(items) if tp.is_empty() => Some(parse_islands(items, &crate::plan::default_tp(gpus))?),
+        Some(items) => Some(parse_islands(items, &tp)?),
+        None => None,
+    };
     let mem_budget = a
         .mem_budget
         .as_deref()
@@ -117,6 +169,7 @@ fn options(a: &TuneArgs, gpus: usize, cancel: Cancel) -> Result<tune::Options, E
         mem_budget,
         seed: a.seed,
         contention: !a.no_contention,
+        islands,
         cancel,
         ..Default::default()
     })

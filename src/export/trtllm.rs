@@ -81,7 +81,7 @@ fn decide(b: &Bucket, tp: usize, tokens: u64, bytes: u64) -> Option<Strategy> {
             .filter(|(k, _)| runnable(**k) && !b.waived.contains_key(k))
             .map(|(k, t)| (*k, *t))
             .collect();
-        crate::decide::rule_choice(&eligible, tp, bytes)?
+        crate::decide::rule_choice(&eligible, crate::allreduce::Ranks::flat(tp), bytes)?
     };
     match choice {
         Backend::OneStagePush => Some(Strategy::OneShot),

@@ -120,7 +120,7 @@ pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
         .filter(|(k, _)| !b.waived.contains_key(k))
         .map(|(k, t)| (*k, *t))
         .collect();
-    let rule_choice = crate::decide::rule_choice(&eligible, tp, b.bytes).unwrap_or(b.choice);
+    let rule_choice = crate::decide::rule_choice(&eligible, g.ranks(), b.bytes).unwrap_or(b.choice);
     let chosen_us = median(b, b.choice).unwrap_or(f64::NAN);
     let mut rows: Vec<Row> = b
         .results
@@ -132,7 +132,7 @@ pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
             ci_high_us: t.ci_high_us,
             model_us: t.model.map(|m| (t.median_us * m.low, t.median_us * m.high)),
             vs_chosen: t.median_us / chosen_us - 1.0,
-            extra_bytes: extra_memory(*k, tp, b.bytes),
+            extra_bytes: extra_memory(*k, g.ranks(), b.bytes),
             waived: b.waived.get(k).cloned(),
         })
         .collect();
@@ -161,7 +161,7 @@ pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
     over_budget.sort_by(|a, b| b.speedup.total_cmp(&a.speedup));
     // What the rule would answer here with nothing excluded: where that is an excluded kernel,
     // the budget, not the rule, is why it does not serve.
-    let unbudgeted = crate::decide::rule_choice(&b.results, tp, b.bytes).unwrap_or(rule_choice);
+    let unbudgeted = crate::decide::rule_choice(&b.results, g.ranks(), b.bytes).unwrap_or(rule_choice);
     let budget_decided = unbudgeted != rule_choice && b.waived.contains_key(&unbudgeted);
     let mut reason = reason(
         &eligible,

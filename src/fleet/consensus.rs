@@ -88,6 +88,7 @@ pub fn class_profile(
                     choice,
                     // The one rule on the class's medians: no node's own plugin answer decides.
                     nccl_choice: crate::decide::nccl_choice(&results),
+                    fallback: None,
                     results,
                     waived: BTreeMap::new(),
                 });
@@ -164,12 +165,16 @@ fn group(
     tp: usize,
     gpus: Vec<usize>,
     mode: Mode,
-    buckets: Vec<Bucket>,
+    mut buckets: Vec<Bucket>,
 ) -> GroupProfile {
     let t = template
         .groups
         .iter()
         .find(|g| g.tp == tp && g.gpus == gpus && g.mode == mode);
+    let ranks = crate::allreduce::Ranks::of(tp, t.and_then(|t| t.islands.as_ref()));
+    for b in &mut buckets {
+        b.fallback = crate::decide::fallback(b.choice, &b.results, ranks, b.bytes);
+    }
     let crossovers = crate::decide::crossovers(&buckets);
     let steps: Vec<crate::decide::bands::Step> = buckets
         .iter()
@@ -198,6 +203,7 @@ fn group(
         mode,
         dtype,
         placement: t.map(|t| t.placement.clone()).unwrap_or_default(),
+        islands: t.and_then(|t| t.islands.clone()),
         buckets,
         crossovers,
         memory,

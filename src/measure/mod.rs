@@ -9,10 +9,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::allreduce::{Backend, Direction, Dtype, Mode, Readiness};
+use crate::allreduce::{Backend, Direction, Dtype, Mode, Ranks, Readiness};
 use crate::cancel::Cancel;
 use crate::fabric::{Fabric, FabricError, Group};
-use crate::plan::{self, CloseCalls, Winner};
+use crate::plan::{self, CloseCalls, Placement, Winner};
 use crate::profile::{ContentionCurve, GroupPhases, Timing};
 pub use crate::results::GroupResults;
 
@@ -84,8 +84,8 @@ impl Default for Harness {
 /// What to measure.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    /// GPU sets with a label saying what sets each apart.
-    pub groups: Vec<(Vec<usize>, String)>,
+    /// GPU sets, what sets each apart, and their islands.
+    pub groups: Vec<Placement>,
     pub modes: Vec<Mode>,
     pub dtype: Dtype,
     /// Grid of sizes (bytes), ascending.
@@ -133,12 +133,12 @@ pub fn run(
     progress(Progress::Planned(per_group * plan.groups.len() as u64));
     let mut out = Vec::new();
     let mut faults = Vec::new();
-    for (gpus, placement) in &plan.groups {
+    for placement in &plan.groups {
         progress(Progress::Group {
-            gpus: gpus.clone(),
-            placement: placement.clone(),
+            gpus: placement.gpus.clone(),
+            placement: placement.label.clone(),
         });
-        let r = measure_group(fabric, plan, gpus, placement, progress, &mut faults);
+        let r = measure_group(fabric, plan, placement, progress, &mut faults);
         let mut release_s = 0.0;
         let released = timed(&mut release_s, || fabric.release());
         let mut r = r?;
@@ -168,16 +168,17 @@ fn check_interrupt(cancel: &Cancel) -> Result<(), FabricError> {
 fn measure_group(
     fabric: &mut dyn Fabric,
     plan: &Plan,
-    gpus: &[usize],
-    placement: &str,
+    placement: &Placement,
     progress: &mut dyn FnMut(Progress),
     faults: &mut Vec<String>,
 ) -> Result<GroupResults, FabricError> {
     let max_bytes = plan.sizes.last().copied().unwrap_or(0);
+    let gpus = &placement.gpus[..];
     let group = Group {
         gpus: gpus.to_vec(),
         dtype: plan.dtype,
         max_bytes,
+        islands: placement.islands.clone(),
     };
     let mut phases = GroupPhases {
         gpus: gpus.to_vec(),
@@ -188,7 +189,8 @@ fn measure_group(
     })?;
     let mut res = GroupResults {
         gpus: gpus.to_vec(),
-        placement: placement.into(),
+        placement: placement.label.clone(),
+        islands: placement.islands.clone().ok(),
         readiness,
         nccl_channels: fabric.nccl_channels(),
         phases,
@@ -226,6 +228,7 @@ fn measure_group(
             });
         }
     }
+    orient(fabric, &mut res, &ready)?;
 
     let mut verified = BTreeSet::new();
     for &mode in &plan.modes {
@@ -246,7 +249,7 @@ fn measure_group(
             }
             let refine = round < plan.harness.refine_rounds;
             let mut next = if refine {
-                refinement(&res, mode, gpus.len(), plan)
+                refinement(&res, mode, plan)
             } else {
                 Vec::new()
             };
@@ -275,7 +278,7 @@ fn measure_group(
                 }
             }
             if refine {
-                next = refinement(&res, mode, gpus.len(), plan);
+                next = refinement(&res, mode, plan);
             }
             if next.is_empty() {
                 break;
@@ -293,10 +296,36 @@ fn measure_group(
     Ok(res)
 }
 
+/// Which way the hierarchical backends move data in each phase, from the group's probe
+/// curves (reads where none ran), told to the fabric and kept with the results.
+fn orient(
+    fabric: &mut dyn Fabric,
+    res: &mut GroupResults,
+    ready: &[Backend],
+) -> Result<(), FabricError> {
+    let Some(islands) = res.islands.as_mut() else {
+        return Ok(());
+    };
+    if !ready.iter().any(|b| b.is_hierarchical()) {
+        return Ok(());
+    }
+    let curve = |d: Direction| {
+        res.contention
+            .iter()
+            .find(|c| c.direction == d)
+            .map_or(&[][..], |c| &c.points[..])
+    };
+    let directions = islands.orient(curve(Direction::Read), curve(Direction::Write));
+    fabric.orient(&directions)?;
+    islands.directions = Some(directions);
+    Ok(())
+}
+
 /// The sizes to bisect next in `mode`, given everything measured so far.
-fn refinement(res: &GroupResults, mode: Mode, tp: usize, plan: &Plan) -> Vec<u64> {
+fn refinement(res: &GroupResults, mode: Mode, plan: &Plan) -> Vec<u64> {
     let cells = res.cells.get(&mode).cloned().unwrap_or_default();
-    plan::refine_points(&cells, &res.disqualified, tp, plan.dtype, plan.winner)
+    let ranks = Ranks::of(res.gpus.len(), res.islands.as_ref());
+    plan::refine_points(&cells, &res.disqualified, ranks, plan.dtype, plan.winner)
 }
 
 fn disqualify(

@@ -26,7 +26,7 @@ use std::path::Path;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::allreduce::{Backend, Direction, Dtype, Mode, ProbeSample};
+use crate::allreduce::{Backend, Direction, Dtype, Islands, Mode, ProbeSample};
 use crate::error::Error;
 use crate::topology::Topology;
 
@@ -122,6 +122,11 @@ pub struct Bucket {
     /// Absent in older profiles, which then leave NCCL its own choice.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nccl_choice: Option<Backend>,
+    /// Where `choice` is a backend no engine has (an island schedule, which only artune's
+    /// kernels run), what an engine without them runs instead: the same rule among NCCL and
+    /// the flat kernels. Absent elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<Backend>,
     pub results: BTreeMap<Backend, Timing>,
     /// Backends not measured at this size, and why.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -165,6 +170,10 @@ pub struct GroupProfile {
     /// What sets this GPU subset apart, e.g. "one switch" or "2 switches, 1 root complex".
     #[serde(default)]
     pub placement: String,
+    /// The islands the hierarchical backends ran in, and which way each phase moved data;
+    /// absent where the group has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub islands: Option<Islands>,
     pub buckets: Vec<Bucket>,
     pub crossovers: Vec<Crossover>,
     pub memory: BTreeMap<Backend, Memory>,
@@ -184,6 +193,13 @@ pub struct GroupProfile {
     /// for before it calls a choice changed. Empty for profiles made before it was recorded.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub drift: BTreeMap<Backend, f64>,
+}
+
+impl GroupProfile {
+    /// The ranks its kernels saw: in islands where it has them.
+    pub fn ranks(&self) -> crate::allreduce::Ranks {
+        crate::allreduce::Ranks::of(self.tp, self.islands.as_ref())
+    }
 }
 
 /// The time the profile's choices give away against the per-size fastest measured backend:
@@ -403,6 +419,9 @@ pub enum Selection {
         backend: Backend,
         /// The NCCL variant to run where NCCL serves this size.
         nccl: Backend,
+        /// What a caller without artune's kernels runs: `backend` where engines have it,
+        /// else the rule's choice among those they have (`Bucket::fallback`).
+        fallback: Backend,
         /// Median time measured at the bucket that serves this size.
         expected_us: f64,
         /// Bytes the bucket serves up to (its measured size).

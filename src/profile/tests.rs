@@ -19,6 +19,7 @@ pub(crate) fn fixture() -> Profile {
         bytes,
         choice,
         nccl_choice: Some(Backend::Nccl),
+        fallback: None,
         results: [
             (Backend::Nccl, timing(20.0)),
             (
@@ -36,6 +37,7 @@ pub(crate) fn fixture() -> Profile {
         mode: Mode::Graph,
         dtype: Dtype::Bf16,
         placement: "one switch".into(),
+        islands: None,
         buckets: vec![
             bucket(4096, Backend::OneStagePull),
             bucket(8192, Backend::OneStagePull),

@@ -72,7 +72,7 @@ pub fn ranges(g: &GroupProfile) -> Vec<Range> {
                 })
                 .min_by(|a, b| (a.1 + a.2).total_cmp(&(b.1 + b.2)))
         };
-        let extra = crate::decide::extra_memory(backend, g.tp, run[run.len() - 1].bytes);
+        let extra = crate::decide::extra_memory(backend, g.ranks(), run[run.len() - 1].bytes);
         out.push(Range {
             from_bytes: run[0].bytes,
             to_bytes: run[run.len() - 1].bytes,
@@ -375,6 +375,75 @@ fn model_lines(g: &GroupProfile, out: &mut String) {
     }
 }
 
+/// Groups with islands: how they split and which way each phase moved data, and where an
+/// island schedule was the fastest measured: by how much over the choice, and whether it was
+/// chosen (what engines without artune's kernels run instead) or why not.
+fn island_lines(g: &GroupProfile, out: &mut String) {
+    let Some(i) = &g.islands else {
+        return;
+    };
+    let dirs = i.directions.as_ref().map_or(String::new(), |d| {
+        format!(
+            "; inside islands {}, across {} (probe: {})",
+            plane_word(d.inside),
+            plane_word(d.across),
+            d.because
+        )
+    });
+    let _ = writeln!(out, "  islands: {}{dirs}", i.describe());
+    for k in Backend::ALL.into_iter().filter(|k| k.is_hierarchical()) {
+        let fastest: Vec<(&Bucket, f64)> = g
+            .buckets
+            .iter()
+            .filter_map(|b| {
+                let t = b.results.get(&k)?.median_us;
+                let best = b
+                    .results
+                    .iter()
+                    .filter(|(x, _)| !x.is_hierarchical())
+                    .map(|(_, t)| t.median_us)
+                    .fold(f64::INFINITY, f64::min);
+                (t < best).then(|| (b, best / t))
+            })
+            .collect();
+        let (Some(first), Some(last)) = (fastest.first(), fastest.last()) else {
+            if g.buckets.iter().any(|b| b.results.contains_key(&k)) {
+                let _ = writeln!(out, "  {k}: never the fastest measured here");
+            }
+            continue;
+        };
+        let best = fastest.iter().map(|x| x.1).fold(0.0, f64::max);
+        let chosen: Vec<&Bucket> = g.buckets.iter().filter(|b| b.choice == k).collect();
+        let verdict = match (chosen.first(), chosen.last()) {
+            (Some(a), Some(z)) => format!(
+                "chosen at {}; engines without artune's kernels run {} there",
+                fmt_span(a.bytes, z.bytes),
+                a.fallback.map_or("-".to_string(), |f| f.id().to_string())
+            ),
+            _ if fastest.iter().any(|(b, _)| b.results[&k].model.is_some()) => {
+                "not chosen: within the model's error (see not sure)".into()
+            }
+            _ => "not chosen: not significantly faster than the choice".into(),
+        };
+        let _ = writeln!(
+            out,
+            "  {k}: the fastest measured at {} of the sizes {}–{}, up to {} faster than every flat backend; {verdict}",
+            fastest.len(),
+            fmt_bytes(first.0.bytes),
+            fmt_bytes(last.0.bytes),
+            format!("{best:.2}x")
+        );
+    }
+}
+
+/// "pull" or "push", for a phase's direction.
+fn plane_word(d: Direction) -> &'static str {
+    match d {
+        Direction::Read => "pull",
+        Direction::Write => "push",
+    }
+}
+
 /// The text summary printed by `tune` and `show`.
 pub fn summary(p: &Profile) -> String {
     let mut out = String::new();
@@ -442,6 +511,7 @@ pub fn summary(p: &Profile) -> String {
             let _ = writeln!(out, "  crossovers: {}", xs.join("; "));
         }
         model_lines(g, &mut out);
+        island_lines(g, &mut out);
         match g.regret {
             Some(r) if r.worst > 0.0 => {
                 let _ = writeln!(

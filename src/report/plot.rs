@@ -10,7 +10,8 @@ use crate::allreduce::{Backend, Direction};
 use crate::error::Error;
 use crate::profile::{GroupProfile, Profile};
 
-const COLORS: [RGBColor; 11] = [
+/// One colour per backend in table order; the island schedules get the two darkest.
+const COLORS: [RGBColor; 13] = [
     RGBColor(31, 119, 180),
     RGBColor(174, 199, 232),
     RGBColor(158, 218, 229),
@@ -22,10 +23,13 @@ const COLORS: [RGBColor; 11] = [
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
     RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
 ];
 
 fn color(b: Backend) -> RGBColor {
-    COLORS[Backend::ALL.iter().position(|x| *x == b).unwrap_or(0)]
+    let i = Backend::ALL.iter().position(|x| *x == b).unwrap_or(0);
+    COLORS[i % COLORS.len()]
 }
 
 fn draw_err(path: &Path, e: impl std::fmt::Display) -> Error {

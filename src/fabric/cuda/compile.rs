@@ -13,14 +13,16 @@ use crate::fabric::{DeviceError, FabricError};
 
 pub const COMMON: &str = include_str!("../../../kernels/common.cuh");
 pub const ALLREDUCE: &str = include_str!("../../../kernels/allreduce.cu");
+pub const ISLAND: &str = include_str!("../../../kernels/island.cu");
 pub const PROBE: &str = include_str!("../../../kernels/probe.cu");
 pub const CHECK: &str = include_str!("../../../kernels/check.cu");
 
 /// The sources compiled for every GPU: (program name, source).
-pub const PROGRAMS: [(&str, &str); 3] = [
+pub const PROGRAMS: [(&str, &str); 4] = [
     ("allreduce.cu", ALLREDUCE),
     ("probe.cu", PROBE),
     ("check.cu", CHECK),
+    ("island.cu", ISLAND),
 ];
 
 /// What NVRTC is asked to produce for a GPU of compute capability `cc`.

@@ -10,7 +10,10 @@ use std::io::Write;
 use serde::{Deserialize, Serialize};
 
 use super::driver::{DeviceFacts, IpcHandle};
-use crate::fabric::{Backend, DeviceError, Direction, Dtype, FabricError, Mode};
+use super::layout::{DIRS_PUSH_ACROSS, DIRS_PUSH_INSIDE, MAX_RANKS};
+use crate::fabric::{
+    Backend, DeviceError, Direction, Directions, Dtype, FabricError, Group, Mode, Ranks,
+};
 use crate::topology::reading::LinkReading;
 
 /// The ranks one worker launches kernels for: `count` ranks from `base` (one on a real
@@ -55,6 +58,59 @@ pub struct Shape {
     pub n: usize,
     pub dtype: Dtype,
     pub max_bytes: u64,
+    /// Ranks per island (n where the group has none).
+    pub island: usize,
+    /// The ranks island by island (the identity where there are none).
+    pub order: [u8; MAX_RANKS],
+    /// `ArArgs::dirs`: which phases of the island kernels push.
+    pub dirs: u32,
+}
+
+impl Shape {
+    /// A group's shape: its ranks, and its islands where it has some that fit the kernels.
+    pub fn of(group: &Group) -> Shape {
+        let n = group.gpus.len();
+        let mut order = [0u8; MAX_RANKS];
+        for (i, o) in order.iter_mut().enumerate() {
+            *o = i.min(u8::MAX as usize) as u8;
+        }
+        let mut island = n;
+        if let Ok(i) = &group.islands {
+            if let Some(ranks) = i.order(&group.gpus).filter(|r| r.len() <= MAX_RANKS) {
+                island = i.size();
+                for (o, r) in order.iter_mut().zip(ranks) {
+                    *o = r as u8;
+                }
+            }
+        }
+        let dirs = group
+            .islands
+            .as_ref()
+            .ok()
+            .and_then(|i| i.directions.as_ref())
+            .map_or(0, dirs);
+        Shape {
+            n,
+            dtype: group.dtype,
+            max_bytes: group.max_bytes,
+            island,
+            order,
+            dirs,
+        }
+    }
+
+    pub fn ranks(&self) -> Ranks {
+        Ranks {
+            n: self.n,
+            island: self.island,
+        }
+    }
+}
+
+/// `ArArgs::dirs` for oriented islands.
+pub fn dirs(d: &Directions) -> u32 {
+    let push = |x: Direction, bit: u32| if x == Direction::Write { bit } else { 0 };
+    push(d.inside, DIRS_PUSH_INSIDE) | push(d.across, DIRS_PUSH_ACROSS)
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -107,6 +163,10 @@ pub enum Req {
     /// Aborts and forgets one backend (after a failure elsewhere in the group).
     Drop {
         backend: Backend,
+    },
+    /// Sets which phases of the island kernels push (`ArArgs::dirs`).
+    Orient {
+        dirs: u32,
     },
     ProbeSetup {
         bytes: u64,

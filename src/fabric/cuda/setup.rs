@@ -13,6 +13,7 @@ use super::nccl;
 use super::protocol::{BufHandles, Launch, RankHandles, Shape};
 use super::watchdog::{self, Deadline};
 use super::{Faults, Gpu};
+use crate::allreduce::Buffers;
 use crate::fabric::{Backend, DeviceError, Dtype, FabricError};
 
 /// The stream this worker launches on, with its timing events.
@@ -229,31 +230,27 @@ fn custom_bufs(
     b: Backend,
     rank: usize,
 ) -> Result<CustomOwned, DeviceError> {
-    let n = shape.n as u64;
     let max = padded(shape.max_bytes);
-    let slot = kernels::slot_bytes(b, max, n);
-    let input = match b {
-        Backend::OneStagePull | Backend::TwoStagePull => {
+    let bufs = b.spec().buffers.unwrap_or(Buffers {
+        input: false,
+        scratch: &[],
+        output: false,
+    });
+    let input = match bufs.input {
+        true => {
             let buf = alloc(gpu, max + GUARD as u64, "a shared input buffer")?;
             fill_random(&buf, shape.dtype, 0xB22 + rank as u64)?;
             Some(buf)
         }
-        _ => None,
+        false => None,
     };
-    let scratch = match b {
-        Backend::OneStagePush | Backend::TwoStagePush => {
-            Some(alloc(gpu, slot * (n - 1), "receive slots")?)
-        }
-        Backend::TwoStagePull => Some(alloc(
-            gpu,
-            kernels::slot_bytes(Backend::TwoStagePush, max, n),
-            "a shard buffer",
-        )?),
-        _ => None,
+    let scratch = match kernels::scratch_bytes(b, max, shape.ranks()) {
+        0 => None,
+        bytes => Some(alloc(gpu, bytes, "receive slots")?),
     };
-    let out = match b {
-        Backend::TwoStagePush => Some(alloc(gpu, max + GUARD as u64, "a shared output buffer")?),
-        _ => None,
+    let out = match bufs.output {
+        true => Some(alloc(gpu, max + GUARD as u64, "a shared output buffer")?),
+        false => None,
     };
     let signal = alloc(gpu, kernels::signal_bytes(b, shape.n), "signal flags")?;
     signal
@@ -509,6 +506,18 @@ impl Launcher {
     }
 }
 
+impl Launcher {
+    /// Sets which phases the island kernels push; graphs captured with the old arguments go.
+    pub fn orient(&mut self, dirs: u32) {
+        for r in &mut self.ready {
+            if let (true, Impl::Custom(c)) = (r.backend.is_hierarchical(), &mut r.imp) {
+                c.args.dirs = dirs;
+            }
+        }
+        self.graphs.retain(|(b, _, _), _| !b.is_hierarchical());
+    }
+}
+
 /// One custom backend's view of every rank's buffers, and the kernel arguments made of them.
 pub struct CustomView {
     pub input: Vec<Span>,
@@ -534,9 +543,12 @@ impl CustomView {
                 scratch: [0; MAX_RANKS],
                 sig: [0; MAX_RANKS],
                 n: 0,
-                slot_bytes: kernels::slot_bytes(b, padded(shape.max_bytes), shape.n as u64),
+                slot_bytes: kernels::slot_bytes(b, padded(shape.max_bytes), shape.ranks()),
                 nranks: shape.n as i32,
                 rank_base: 0,
+                island: shape.island as i32,
+                dirs: shape.dirs,
+                order: shape.order.map(i32::from),
             },
             count: 0,
             broken: None,

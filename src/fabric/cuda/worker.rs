@@ -143,6 +143,11 @@ impl Engine {
                     gpu, faults, backend, bytes, mode, batch, samples, rendezvous,
                 )?)
             }
+            Req::Orient { dirs } => {
+                let l = self.launcher.as_mut().ok_or_else(no_group)?;
+                l.orient(dirs);
+                Resp::Done
+            }
             Req::Drop { backend } => {
                 if let Some(l) = self.launcher.as_mut() {
                     l.forget(backend);

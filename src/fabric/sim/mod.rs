@@ -31,9 +31,10 @@ pub use self::faults::Faults;
 use self::net::{Flow, Net, Route};
 use self::noise::Noise;
 use super::{
-    memory, Backend, DeviceError, Direction, Fabric, FabricError, FabricInfo, Group, MemoryCost,
-    Mode, NcclAlgo, ProbeSample, Readiness, Verification,
+    memory, Backend, DeviceError, Direction, Directions, Fabric, FabricError, FabricInfo, Group,
+    Islands, MemoryCost, Mode, NcclAlgo, ProbeSample, Readiness, Verification,
 };
+use crate::allreduce::Plane;
 use crate::topology::{Status, Topology};
 
 /// CUDA-graph replay of one captured kernel (or NCCL's captured launch), µs.
@@ -58,22 +59,27 @@ struct GroupModel {
     probes: HashMap<(Direction, usize), ProbePattern>,
 }
 
-/// The model of `gpus`, built on first use.
+/// A group model's key: its GPUs and its islands.
+type ModelKey = (Vec<usize>, Option<Vec<Vec<usize>>>);
+
+/// The model of `gpus` in `islands`, built on first use.
 fn group_model<'a>(
-    models: &'a mut HashMap<Vec<usize>, GroupModel>,
+    models: &'a mut HashMap<ModelKey, GroupModel>,
     topo: &Topology,
     net: &Net,
     host: &nccl::Host,
     gpus: &[usize],
+    islands: Option<&Islands>,
 ) -> &'a mut GroupModel {
-    models.entry(gpus.to_vec()).or_insert_with(|| {
+    let key = (gpus.to_vec(), islands.map(|i| i.gpus.clone()));
+    models.entry(key).or_insert_with(|| {
         let ring = nccl::ring_order(topo, gpus);
         let model = nccl::Model::new(topo, net, host, &ring);
         let schedule = nccl::Schedule::new(topo, net, host, &ring, &model);
         GroupModel {
             nccl: model,
             schedule,
-            custom: Custom::new(net, gpus),
+            custom: Custom::new(net, gpus, islands),
             parts: GroupParts {
                 fabric: net.parts(gpus),
                 host_stated: host.cpu != nccl::Cpu::Unknown,
@@ -135,6 +141,8 @@ pub fn check_topology(t: &Topology) -> Result<(), String> {
 struct Prepared {
     group: Group,
     readiness: Vec<Readiness>,
+    /// How the hierarchical backends move data, once oriented.
+    directions: Option<Directions>,
 }
 
 /// A simulated machine. See the module docs.
@@ -153,7 +161,7 @@ pub struct SimFabric {
     drift: faults::Drift,
     /// Fabric calls so far, for an injected lost GPU.
     calls: u64,
-    models: HashMap<Vec<usize>, GroupModel>,
+    models: HashMap<ModelKey, GroupModel>,
     prepared: Option<Prepared>,
 }
 
@@ -257,23 +265,35 @@ impl SimFabric {
         Ok(self.net.rates(&flows, &refs))
     }
 
-    /// Why `backend` cannot run on `gpus`, if it cannot.
-    fn waiver(&self, backend: Backend, gpus: &[usize], model: &nccl::Model) -> Option<String> {
-        if backend.is_custom() {
-            let (what, needed) = if backend.pulls() {
-                ("read", "reads")
-            } else {
-                ("write", "writes")
-            };
+    /// Why `backend` cannot run on `group`, if it cannot.
+    fn waiver(&self, backend: Backend, group: &Group, model: &nccl::Model) -> Option<String> {
+        if backend.is_hierarchical() {
+            if let Err(why) = &group.islands {
+                return Some(why.clone());
+            }
+        }
+        let needs: &[(Direction, &str, &str)] = match backend.spec().plane {
+            Plane::Nccl => {
+                return match backend.nccl_pin() {
+                    Some((_, crate::fabric::NcclProto::LL128)) => model.ll128_off.clone(),
+                    _ => None,
+                }
+            }
+            Plane::Pull => &[(Direction::Read, "read", "reads")],
+            Plane::Push => &[(Direction::Write, "write", "writes")],
+            Plane::PerPhase => &[
+                (Direction::Read, "read", "reads or writes"),
+                (Direction::Write, "write", "reads or writes"),
+            ],
+        };
+        let gpus = &group.gpus;
+        for &(dir, what, needed) in needs {
             for &a in gpus {
                 for &b in gpus.iter().filter(|&&b| b != a) {
                     let p2p = self.topo.pair(a, b).map(|p| &p.p2p);
-                    let status = p2p.map_or(Status::Unknown, |p| {
-                        if backend.pulls() {
-                            p.read
-                        } else {
-                            p.write
-                        }
+                    let status = p2p.map_or(Status::Unknown, |p| match dir {
+                        Direction::Read => p.read,
+                        Direction::Write => p.write,
                     });
                     if status == Status::No {
                         return Some(format!(
@@ -282,16 +302,24 @@ impl SimFabric {
                     }
                 }
             }
-            return None;
         }
-        match backend.nccl_pin() {
-            Some((_, crate::fabric::NcclProto::LL128)) => model.ll128_off.clone(),
-            _ => None,
-        }
+        None
     }
 
     fn model(&mut self, gpus: &[usize]) -> &mut GroupModel {
-        group_model(&mut self.models, &self.topo, &self.net, &self.host, gpus)
+        let islands = self
+            .prepared
+            .as_ref()
+            .filter(|p| p.group.gpus == gpus)
+            .and_then(|p| p.group.islands.as_ref().ok().cloned());
+        group_model(
+            &mut self.models,
+            &self.topo,
+            &self.net,
+            &self.host,
+            gpus,
+            islands.as_ref(),
+        )
     }
 
     /// What the model assumed because the topology did not state it, one sentence each.
@@ -351,12 +379,13 @@ impl SimFabric {
 
     /// Noiseless per-call time (µs) of `backend` on `gpus`, cached.
     fn base_time(&mut self, gpus: &[usize], backend: Backend, bytes: u64, mode: Mode) -> f64 {
+        let directions = self.prepared.as_ref().and_then(|p| p.directions.clone());
         let m = self.model(gpus);
         if let Some(&t) = m.cache.get(&(backend, bytes, mode)) {
             return t;
         }
         let device = if backend.is_custom() {
-            m.custom.time(backend, bytes)
+            m.custom.time(backend, bytes, directions.as_ref())
         } else {
             let (algo, proto) = backend.nccl_pin().unwrap_or_else(|| m.nccl.choose(bytes));
             m.schedule.time(algo, proto, bytes)
@@ -442,14 +471,19 @@ impl Fabric for SimFabric {
         self.drift.interrupt();
         self.tick()?;
         group.check(self.topo.gpu_count())?;
-        let n = group.gpus.len();
+        self.prepared = Some(Prepared {
+            group: group.clone(),
+            readiness: Vec::new(),
+            directions: None,
+        });
         let model = self.model(&group.gpus).nccl.clone();
         let readiness: Vec<Readiness> = backends
             .iter()
-            .map(|&backend| match self.waiver(backend, &group.gpus, &model) {
+            .map(|&backend| match self.waiver(backend, group, &model) {
                 Some(reason) => Readiness::Waived { backend, reason },
                 None => {
-                    let bytes = memory::modelled(backend, n, group.max_bytes, model.channels);
+                    let bytes =
+                        memory::modelled(backend, group.ranks(), group.max_bytes, model.channels);
                     Readiness::Ready {
                         backend,
                         memory: MemoryCost {
@@ -464,6 +498,7 @@ impl Fabric for SimFabric {
         self.prepared = Some(Prepared {
             group: group.clone(),
             readiness: readiness.clone(),
+            directions: None,
         });
         Ok(readiness)
     }
@@ -560,7 +595,18 @@ impl Fabric for SimFabric {
             return Err(bad("a probe must move at least 1 byte"));
         }
         let net = &self.net;
-        let m = group_model(&mut self.models, &self.topo, net, &self.host, &gpus);
+        let islands = self
+            .prepared
+            .as_ref()
+            .and_then(|p| p.group.islands.as_ref().ok().cloned());
+        let m = group_model(
+            &mut self.models,
+            &self.topo,
+            net,
+            &self.host,
+            &gpus,
+            islands.as_ref(),
+        );
         let pattern = m
             .probes
             .entry((direction, peers))
@@ -618,6 +664,19 @@ impl Fabric for SimFabric {
     fn nccl_channels(&self) -> Option<u32> {
         let p = self.prepared.as_ref()?;
         Some(SimFabric::nccl_channels(self, &p.group))
+    }
+
+    fn orient(&mut self, directions: &Directions) -> Result<(), FabricError> {
+        let p = self
+            .prepared
+            .as_mut()
+            .ok_or_else(|| bad("no group is prepared; call prepare before orient"))?;
+        p.directions = Some(directions.clone());
+        let gpus = p.group.gpus.clone();
+        self.model(&gpus)
+            .cache
+            .retain(|(b, _, _), _| !b.is_hierarchical());
+        Ok(())
     }
 
     fn release(&mut self) -> Result<(), FabricError> {

@@ -10,7 +10,9 @@ use crate::fabric::cuda::driver::DeviceFacts;
 use crate::fabric::cuda::layout::MAX_RANKS;
 use crate::fabric::cuda::nccl;
 use crate::fabric::cuda::protocol::{Launch, Req, Resp, Shape};
-use crate::fabric::{memory, Backend, FabricError, Group, Mode, NcclAlgo, NcclProto, Readiness};
+use crate::fabric::{
+    memory, Backend, Directions, FabricError, Group, Mode, NcclAlgo, NcclProto, Readiness,
+};
 
 /// Testing only: `one` makes the first worker of a loopback group own every rank's buffers
 /// (no IPC between processes), to compare with IPC-shared buffers.
@@ -103,14 +105,12 @@ impl CudaFabric {
         }
         self.holding = true;
         let n = plan.owners.len();
-        let shape = Shape {
-            n,
-            dtype: group.dtype,
-            max_bytes: group.max_bytes,
-        };
+        let shape = Shape::of(group);
         let mut waived: BTreeMap<Backend, String> = BTreeMap::new();
         for &b in backends {
-            if b.is_custom() && n > MAX_RANKS {
+            if let (true, Err(why)) = (b.is_hierarchical(), &group.islands) {
+                waived.insert(b, why.clone());
+            } else if b.is_custom() && n > MAX_RANKS {
                 waived.insert(
                     b,
                     format!("custom kernels support at most {MAX_RANKS} ranks; this group has {n}"),
@@ -235,7 +235,7 @@ impl CudaFabric {
                         measured: true,
                         modelled_bytes_per_gpu: memory::modelled(
                             b,
-                            n,
+                            group.ranks(),
                             group.max_bytes,
                             MODEL_NCCL_CHANNELS,
                         ),
@@ -247,6 +247,32 @@ impl CudaFabric {
                 },
             })
             .collect())
+    }
+
+    /// Tells the workers launching the island kernels which phases push (see
+    /// [`Fabric::orient`](crate::fabric::Fabric::orient)), and keeps it with the group so a
+    /// group set up again after a restart runs the same way.
+    pub(super) fn orient_inner(&mut self, d: &Directions) -> Result<(), FabricError> {
+        let p = self.plan.as_mut().ok_or_else(not_prepared)?;
+        if let Ok(i) = &mut p.group.islands {
+            i.directions = Some(d.clone());
+        }
+        let Some(&(b, _)) = p.ready.iter().find(|(b, _)| b.is_hierarchical()) else {
+            return Ok(());
+        };
+        let (set, ws) = self.targets(b)?;
+        let req = Req::Orient {
+            dirs: crate::fabric::cuda::protocol::dirs(d),
+        };
+        let limit = self.limit(0, 1);
+        let reqs = ws.iter().map(|&w| (w, req.clone())).collect();
+        match self.exchange(set, reqs, limit) {
+            Ok(rs) => match rs.into_iter().find(|r| *r != Resp::Done) {
+                Some(r) => Err(self.settle(unexpected(r), false)),
+                None => Ok(()),
+            },
+            Err(t) => Err(self.settle(t, false)),
+        }
     }
 
     /// Closes every import on every worker, then frees: each round waits at most `limit`.

@@ -370,6 +370,10 @@ impl Fabric for CudaFabric {
             })
     }
 
+    fn orient(&mut self, directions: &crate::fabric::Directions) -> Result<(), FabricError> {
+        self.orient_inner(directions)
+    }
+
     /// NCCL does not report its channel count; it is known only when the user pinned it.
     fn nccl_channels(&self) -> Option<u32> {
         super::pinned_channels(|k| std::env::var(k).ok())

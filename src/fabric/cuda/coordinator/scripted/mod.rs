@@ -280,6 +280,7 @@ impl Fake {
             Req::NcclInit { .. } => Resp::Memory(Ok(0)),
             Req::Stage { .. }
             | Req::Drop { .. }
+            | Req::Orient { .. }
             | Req::ProbeQueue { .. }
             | Req::ProbeRelease { .. } => Resp::Done,
         })
@@ -373,11 +374,7 @@ fn fabric(k: usize, world: &Shared) -> CudaFabric {
 }
 
 fn group(k: usize) -> Group {
-    Group {
-        gpus: (0..k).collect(),
-        dtype: Dtype::Bf16,
-        max_bytes: 1 << 20,
-    }
+    Group::flat((0..k).collect(), Dtype::Bf16, 1 << 20)
 }
 
 /// Replays the log: every free finds no peer mapping the buffer, every map names a buffer
