@@ -36,6 +36,10 @@
 #include "common.cuh"
 
 #define FLAGS_PER_CALL 5
+// Loads in flight per thread in a reduce: four, in a loop that is not unrolled over the ranks,
+// keep the kernels within 64 registers (eight, or the loop unrolled as allreduce.cu's
+// reduce_vec, spill: each peer's source pointer is chosen at run time here).
+#define ISLAND_LOADS 4
 
 __device__ __forceinline__ bool reached(u32 v, u32 want) { return (int)(v - want) >= 0; }
 
@@ -74,6 +78,23 @@ __device__ __forceinline__ void set_barrier(const ArArgs& a, int rank, u32 mask,
     wait_reach<PUBLISH>(&self->flags[0][blockIdx.x][t], flag, &self->status);
   }
   __syncthreads();
+}
+
+// acc[0..P) = sum over q = 0 .. n-1, in order, of the vector at src(q).
+template <typename T, typename Src>
+__device__ __forceinline__ void reduce_island(float* acc, int n, Src src) {
+#pragma unroll
+  for (int e = 0; e < T::P; e++) acc[e] = 0.f;
+#pragma unroll 1
+  for (int g = 0; g < n; g += ISLAND_LOADS) {
+    V4 x[ISLAND_LOADS];
+#pragma unroll
+    for (int j = 0; j < ISLAND_LOADS; j++)
+      if (g + j < n) x[j] = ld_v4(src(g + j));
+#pragma unroll
+    for (int j = 0; j < ISLAND_LOADS; j++)
+      if (g + j < n) add_vec<T>(acc, x[j]);
+  }
 }
 
 // Where one rank stands among the islands.
@@ -169,14 +190,11 @@ __device__ void island_two_shot(const ArArgs& a) {
   // This rank's shard summed over the island: its partial, kept and (push) sent across.
   for (u64 i = first; i < mine; i += stride) {
     float acc[T::P];
-#pragma unroll
-    for (int e = 0; e < T::P; e++) acc[e] = 0.f;
-    for (int q = 0; q < w.m; q++) {
-      const char* src = q == w.j ? in + ((u64)w.j * sv + i) * 16
-                        : push_in ? inside_slot(a, w, rank, w.j, q) + i * 16
-                                  : (const char*)a.in[at(a, w, w.k, q)] + ((u64)w.j * sv + i) * 16;
-      add_vec<T>(acc, ld_v4(src));
-    }
+    reduce_island<T>(acc, w.m, [&](int q) {
+      return q == w.j ? in + ((u64)w.j * sv + i) * 16
+             : push_in ? inside_slot(a, w, rank, w.j, q) + i * 16
+                       : (const char*)a.in[at(a, w, w.k, q)] + ((u64)w.j * sv + i) * 16;
+    });
     const V4 p = pack_vec<T>(acc);
     st_v4(partial(a, w, rank) + i * 16, p);
     if (push_across)
@@ -188,14 +206,12 @@ __device__ void island_two_shot(const ArArgs& a) {
   // The islands' partials summed in island order: this shard of the result.
   for (u64 i = first; i < mine; i += stride) {
     float acc[T::P];
-#pragma unroll
-    for (int e = 0; e < T::P; e++) acc[e] = 0.f;
-    for (int q = 0; q < w.islands; q++) {
+    reduce_island<T>(acc, w.islands, [&](int q) {
       const char* src = q == w.k ? partial(a, w, rank)
                         : push_across ? across_slot(a, w, rank, w.k, q)
                                       : partial(a, w, at(a, w, q, w.j));
-      add_vec<T>(acc, ld_v4(src + i * 16));
-    }
+      return src + i * 16;
+    });
     const V4 r = pack_vec<T>(acc);
     const u64 off = ((u64)w.j * sv + i) * 16;
     st_v4(out + off, r);
@@ -244,12 +260,10 @@ __device__ void island_one_shot(const ArArgs& a) {
   // The island's sum: kept and (push) sent to the counterparts.
   for (u64 v = first; v < nvec; v += stride) {
     float acc[T::P];
-#pragma unroll
-    for (int e = 0; e < T::P; e++) acc[e] = 0.f;
-    for (int q = 0; q < w.m; q++) {
+    reduce_island<T>(acc, w.m, [&](int q) {
       const char* src = q == w.j ? in : push_in ? inside_slot(a, w, rank, w.j, q) : (const char*)a.in[at(a, w, w.k, q)];
-      add_vec<T>(acc, ld_v4(src + v * 16));
-    }
+      return src + v * 16;
+    });
     const V4 p = pack_vec<T>(acc);
     st_v4(partial(a, w, rank) + v * 16, p);
     if (push_across)
@@ -259,14 +273,12 @@ __device__ void island_one_shot(const ArArgs& a) {
   set_barrier<true>(a, rank, w.across, flag + 2);
   for (u64 v = first; v < nvec; v += stride) {
     float acc[T::P];
-#pragma unroll
-    for (int e = 0; e < T::P; e++) acc[e] = 0.f;
-    for (int q = 0; q < w.islands; q++) {
+    reduce_island<T>(acc, w.islands, [&](int q) {
       const char* src = q == w.k ? partial(a, w, rank)
                         : push_across ? across_slot(a, w, rank, w.k, q)
                                       : partial(a, w, at(a, w, q, w.j));
-      add_vec<T>(acc, ld_v4(src + v * 16));
-    }
+      return src + v * 16;
+    });
     st_v4(out + v * 16, pack_vec<T>(acc));
   }
   tail<T>(a, rank, nvec);
