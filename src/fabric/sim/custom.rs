@@ -278,6 +278,100 @@ mod tests {
         assert!(c.time(Backend::TwoStagePull, 1024, None) > c.time(Backend::OneStagePull, 1024, None));
     }
 
+    /// Bytes each resource of the net carries in one call of `backend` on `gpus` in `islands`:
+    /// every phase's flows, each moving its part, summed over the resources of its route.
+    fn link_bytes(net: &Net, gpus: &[usize], islands: &Islands, b: Backend, bytes: u64) -> Vec<f64> {
+        let c = Custom::new(net, gpus, Some(islands));
+        let mut load: Vec<f64> = Vec::new();
+        for p in b.phases() {
+            let part = c.part(p.part, bytes as f64);
+            for (src, dst) in pairs(gpus, Some(islands), p.peers) {
+                for &r in &net.route(src, dst).resources {
+                    if load.len() <= r {
+                        load.resize(r + 1, 0.0);
+                    }
+                    load[r] += part;
+                }
+            }
+        }
+        load
+    }
+
+    #[test]
+    fn the_crossing_carries_a_shard_per_gpu_not_every_pair() {
+        // Two switches of four under one root complex (pcie-8x-2switch): the resources only
+        // flows between the islands use are the switches' uplinks. Island two-shot sends each
+        // GPU's island shard (S/4) to its one counterpart: S across in each direction, where a
+        // ring sends 2(N-1)/N·S = 1.75·S through every link and the flat kernels more.
+        let t = presets::get("pcie-8x-2switch").unwrap();
+        let net = Net::build(&t);
+        let gpus: Vec<usize> = (0..8).collect();
+        let islands = crate::plan::islands(&t, &gpus).unwrap();
+        let inside: std::collections::BTreeSet<usize> = pairs(&gpus, Some(&islands), Peers::Island)
+            .into_iter()
+            .flat_map(|(a, b)| net.route(a, b).resources)
+            .collect();
+        let s = (8u64 << 20) as f64;
+        // The links from GPU 0 to GPU 4 that no flow inside an island uses, one direction
+        // each (the root complex, which carries both, is counted on its own below).
+        let across: Vec<usize> = net
+            .route(0, 4)
+            .resources
+            .into_iter()
+            .filter(|r| !inside.contains(r))
+            .collect();
+        assert!(!across.is_empty());
+        let crossing = |b: Backend| {
+            let load = link_bytes(&net, &gpus, &islands, b, 8 << 20);
+            across.iter().map(|&r| load[r] / s).fold(f64::INFINITY, f64::min)
+        };
+        assert_eq!(crossing(Backend::IslandTwoShot), 1.0);
+        assert_eq!(crossing(Backend::IslandOneShot), 4.0);
+        // Flat: every GPU with every GPU of the other island.
+        assert_eq!(crossing(Backend::OneStagePull), 16.0);
+        assert_eq!(crossing(Backend::TwoStagePull), 4.0);
+    }
+
+    #[test]
+    fn island_phases_price_their_own_flows() {
+        // The counterpart phase has one flow per GPU across the uplink; the island phase
+        // three per GPU inside its switch: each is solved alone, so neither sees the other's
+        // contention, and the one-shot's across phase moves the whole message.
+        let t = presets::get("pcie-8x-2switch").unwrap();
+        let net = Net::build(&t);
+        let gpus: Vec<usize> = (0..8).collect();
+        let islands = crate::plan::islands(&t, &gpus).unwrap();
+        let c = Custom::new(&net, &gpus, Some(&islands));
+        assert_eq!(c.pattern(Peers::Island).peers, 3);
+        assert_eq!(c.pattern(Peers::Counterparts).peers, 1);
+        let per_gpu = c.phase_bytes(Backend::IslandTwoShot, 8 << 20);
+        let quarter = (2u64 << 20) as f64;
+        assert_eq!(
+            per_gpu,
+            vec![
+                (Peers::Island, 3.0 * quarter),
+                (Peers::Counterparts, quarter),
+                (Peers::Island, 3.0 * quarter)
+            ]
+        );
+        // At large sizes the island schedule beats the flat two-stage kernel, which drives
+        // 28 flows through both uplinks at once; at 1 KiB its extra phase costs latency.
+        let read = Directions {
+            inside: Direction::Read,
+            across: Direction::Read,
+            because: String::new(),
+        };
+        let big = 64 << 20;
+        assert!(
+            c.time(Backend::IslandTwoShot, big, Some(&read))
+                < c.time(Backend::TwoStagePull, big, None)
+        );
+        assert!(
+            c.time(Backend::IslandTwoShot, 1024, Some(&read))
+                > c.time(Backend::OneStagePull, 1024, None)
+        );
+    }
+
     #[test]
     fn push_pays_the_local_reduce_pull_does_not() {
         // On one switch with equal read/write rates push would win by its one-way latency;
