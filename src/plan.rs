@@ -71,11 +71,22 @@ pub fn islands(t: &Topology, gpus: &[usize]) -> Result<Islands, String> {
             }
         }
     }
-    let by = match worst {
-        PathClass::NODE => Separation::RootComplex,
-        PathClass::SYS => Separation::Socket,
-        _ if best == PathClass::NV => Separation::Nvlink,
-        _ => Separation::Switch,
+    // Named for what holds each island together: the slowest path inside one.
+    let within = sets
+        .iter()
+        .flat_map(|s| {
+            s.iter()
+                .enumerate()
+                .flat_map(move |(i, &a)| s[i + 1..].iter().map(move |&b| (a, b)))
+        })
+        .filter_map(|(a, b)| class(a, b))
+        .max()
+        .unwrap_or(PathClass::X);
+    let by = match within {
+        PathClass::X | PathClass::NV => Separation::Nvlink,
+        PathClass::PIX | PathClass::PXB => Separation::Switch,
+        PathClass::PHB => Separation::RootComplex,
+        PathClass::NODE | PathClass::SYS => Separation::Socket,
     };
     equal_islands(sets, by)
 }

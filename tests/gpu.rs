@@ -10,7 +10,9 @@ use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 
 use artune::fabric::cuda::{compile, nccl, CudaFabric};
-use artune::fabric::{Backend, Dtype, Fabric, Group, Mode, Readiness, Verification};
+use artune::fabric::{
+    Backend, Direction, Directions, Dtype, Fabric, Group, Mode, Readiness, Verification,
+};
 
 const CUSTOM: [Backend; 4] = [
     Backend::OneStagePull,
@@ -82,6 +84,37 @@ fn open_or_skip(test: &str, k: usize) -> Option<(MutexGuard<'static, ()>, CudaFa
 
 fn group(k: usize, dtype: Dtype, max_bytes: u64) -> Group {
     Group::flat((0..k).collect(), dtype, max_bytes)
+}
+
+/// The island schedules (every hierarchical entry of the backend table).
+fn islands() -> Vec<Backend> {
+    Backend::ALL
+        .into_iter()
+        .filter(|b| b.is_hierarchical())
+        .collect()
+}
+
+/// A loopback group of `k` ranks in virtual islands of `sizes`.
+fn island_group(k: usize, dtype: Dtype, max_bytes: u64, sizes: &[usize]) -> Group {
+    let mut g = group(k, dtype, max_bytes);
+    g.islands = artune::plan::given_islands(&g.gpus, sizes);
+    assert!(g.islands.is_ok(), "{:?}", g.islands);
+    g
+}
+
+/// Every way the two kinds of phase can move data.
+fn orientations() -> Vec<Directions> {
+    let mut out = Vec::new();
+    for inside in [Direction::Read, Direction::Write] {
+        for across in [Direction::Read, Direction::Write] {
+            out.push(Directions {
+                inside,
+                across,
+                because: "a test".into(),
+            });
+        }
+    }
+    out
 }
 
 fn all_ready(r: &[Readiness]) {
@@ -200,6 +233,100 @@ fn gpu_custom_kernels_verify_bit_exactly_in_loopback_2_4_8_or_skip() {
 }
 
 #[test]
+fn gpu_island_kernels_verify_bit_exactly_in_virtual_islands_or_skip() {
+    // Loopback islands are virtual (one GPU): this exercises the three-phase protocol, its
+    // subset barriers and flags, and every pull/push combination, not a multi-GPU fabric.
+    for (k, sizes) in [(4, vec![2, 2]), (8, vec![4, 4]), (8, vec![2, 2, 2, 2])] {
+        let Some((_gpu, mut f)) = open_or_skip("gpu_island_kernels_verify_bit_exactly", k) else {
+            return;
+        };
+        for dtype in DTYPES {
+            let max = ELEMS.iter().max().unwrap() * dtype.size();
+            all_ready(
+                &f.prepare(&island_group(k, dtype, max, &sizes), &islands())
+                    .unwrap(),
+            );
+            for d in orientations() {
+                f.orient(&d).unwrap();
+                for b in islands() {
+                    for (i, e) in ELEMS.iter().enumerate() {
+                        let bytes = e * dtype.size();
+                        let v = f.verify(b, bytes, 2000 + i as u64).unwrap();
+                        correct(
+                            v,
+                            &format!(
+                                "K={k} islands {sizes:?} {b} {} {bytes} bytes, inside {:?} across {:?}",
+                                dtype.id(),
+                                d.inside,
+                                d.across
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+        println!(
+            "K={k} islands {sizes:?}: {} island kernels x 3 dtypes x 4 orientations x {} sizes verified bit-exactly",
+            islands().len(),
+            ELEMS.len()
+        );
+    }
+}
+
+#[test]
+fn gpu_island_kernels_replay_in_graphs_and_across_worker_processes_or_skip() {
+    let Some((_gpu, mut f)) = open_or_skip("gpu_island_kernels_replay", 8) else {
+        return;
+    };
+    let max = 4 << 20;
+    all_ready(
+        &f.prepare(&island_group(8, Dtype::Bf16, max, &[4, 4]), &islands())
+            .unwrap(),
+    );
+    let mut seed = 1;
+    for d in orientations() {
+        f.orient(&d).unwrap();
+        for b in islands() {
+            for bytes in [4096u64, 4098, 1 << 20, max] {
+                seed += 1;
+                correct(
+                    f.verify_with(b, bytes, seed, Mode::Eager, 25).unwrap(),
+                    &format!("{b} eager x25 at {bytes} ({d:?})"),
+                );
+                let t = f.time(b, bytes, Mode::Graph, 50, 3).unwrap();
+                assert!(t.iter().all(|x| x.is_finite() && *x > 0.0), "{t:?}");
+                seed += 1;
+                correct(
+                    f.verify_with(b, bytes, seed, Mode::Graph, 10).unwrap(),
+                    &format!("{b} graph x10 replayed at {bytes} ({d:?})"),
+                );
+            }
+        }
+    }
+    // The real-machine path: each worker process opens the others' handles by IPC and
+    // launches only its own rank.
+    drop(f);
+    let Some((_gpu2, mut f)) = open_or_skip("gpu_island_kernels_each_rank", 4) else {
+        return;
+    };
+    f.set_launch_each(true);
+    all_ready(
+        &f.prepare(&island_group(4, Dtype::Fp32, 64 << 10, &[2, 2]), &islands())
+            .unwrap(),
+    );
+    for d in orientations() {
+        f.orient(&d).unwrap();
+        for b in islands() {
+            correct(
+                f.verify_with(b, 64 << 10, 7, Mode::Eager, 3).unwrap(),
+                &format!("{b} with one launching process per rank ({d:?})"),
+            );
+        }
+    }
+    println!("island kernels: eager x25, graph replays and timing in 8 ranks; each-rank launches in 4");
+}
+
+#[test]
 fn gpu_repeated_calls_and_graph_replay_stay_correct_or_skip() {
     let Some((_gpu, mut f)) = open_or_skip("gpu_repeated_calls_and_graph_replay", 8) else {
         return;
@@ -286,8 +413,8 @@ fn gpu_memory_is_measured_beside_the_model_or_skip() {
     let max = 64 << 20;
     let r = f
         .prepare(
-            &group(8, Dtype::Bf16, max),
-            &[CUSTOM.as_slice(), &[Backend::Nccl]].concat(),
+            &island_group(8, Dtype::Bf16, max, &[4, 4]),
+            &[CUSTOM.as_slice(), &islands(), &[Backend::Nccl]].concat(),
         )
         .unwrap();
     for x in &r {

@@ -154,6 +154,37 @@ impl Islands {
     }
 }
 
+/// A backend's phases in words for a group of `ranks`, each with its peers, its part of the
+/// message and which way it moves data: "inside each island with 3 peers, 1/4 of the message,
+/// pull (reduce); ...".
+pub fn phases_in_words(b: super::Backend, ranks: Ranks, d: Option<&Directions>) -> String {
+    use super::{Part, Plane};
+    b.phases()
+        .iter()
+        .map(|p| {
+            let (where_, k) = match p.peers {
+                Peers::All => ("with every GPU", ranks.n - 1),
+                Peers::Island => ("inside each island", ranks.island - 1),
+                Peers::Counterparts => ("across islands", ranks.islands() - 1),
+            };
+            let part = match p.part {
+                Part::Message => "the whole message".to_string(),
+                Part::Shard => format!("1/{} of the message", ranks.n),
+                Part::IslandShard => format!("1/{} of the message", ranks.island),
+            };
+            let dir = match (b.spec().plane, d) {
+                (Plane::Push, _) => "push",
+                (Plane::PerPhase, Some(d)) if d.of(p.peers) == Direction::Write => "push",
+                _ => "pull",
+            };
+            let s = if k == 1 { "" } else { "s" };
+            let what = if p.reduces { "sum" } else { "gather" };
+            format!("{where_} ({k} peer{s}, {part} each, {dir}, {what})")
+        })
+        .collect::<Vec<_>>()
+        .join(", then ")
+}
+
 /// The ranks a group's kernels see: `n` in all, in islands of `island` (n where there are none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ranks {

@@ -11,7 +11,7 @@ pub use backend::{
     Backend, Buffers, Count, EnginePath, Extent, Family, Kernel, Part, Peers, Phase, Plane,
     Schedule, Spec, TABLE,
 };
-pub use islands::{Directions, Islands, Ranks, Separation};
+pub use islands::{phases_in_words, Directions, Islands, Ranks, Separation};
 pub use memory::MemoryCost;
 
 use schemars::JsonSchema;

@@ -353,9 +353,12 @@ pub struct BenchArgs {
     /// Virtual ranks on the one GPU.
     #[arg(long, default_value_t = 8)]
     pub loopback: usize,
-    /// Only these backends (repeat the flag; default: the four custom kernels and nccl).
+    /// Only these backends (repeat the flag; default: every custom kernel and nccl).
     #[arg(long = "backend", value_name = "ID")]
     pub backends: Vec<String>,
+    /// Virtual islands for the island schedules, e.g. 4,4 or 2,2,2,2 (default: two halves).
+    #[arg(long, value_delimiter = ',', value_name = "SIZES")]
+    pub islands: Option<Vec<String>>,
     /// Only the standard sizes (4K, 16K, ..., 64M per rank) inside this range.
     #[arg(long, default_value = "4K:64M", value_name = "LOW:HIGH")]
     pub sizes: String,

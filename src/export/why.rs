@@ -67,10 +67,25 @@ pub struct Why {
     pub nccl_choice: Backend,
     /// Which clause of the rule decided, in words.
     pub reason: String,
+    /// Where `chosen` is an island schedule no engine has: what an engine without artune's
+    /// kernels runs instead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<Backend>,
+    /// The group's islands and each island schedule's phases, where it has islands.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub islands: Option<IslandsView>,
     /// Kernels the memory budget (`--mem-budget`) excluded here that would have beaten the
     /// choice: the reason, rather than the rule, that they do not serve.
     pub over_budget: Vec<OverBudget>,
     pub engines: Vec<EngineLine>,
+}
+
+/// A group's islands and the island schedules' phases on them, as `why` prints them.
+#[derive(Debug, Clone, Serialize)]
+pub struct IslandsView {
+    pub islands: crate::allreduce::Islands,
+    /// Per island schedule measured here, its phases in words.
+    pub phases: Vec<(Backend, String)>,
 }
 
 /// A kernel the memory budget excluded at the bucket though it is faster than the choice.
@@ -225,6 +240,20 @@ pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
         smoothed: rule_choice != b.choice,
         nccl_choice: plugin_nccl(b),
         reason,
+        fallback: b.fallback,
+        islands: g.islands.as_ref().map(|i| IslandsView {
+            islands: i.clone(),
+            phases: b
+                .results
+                .keys()
+                .filter(|k| k.is_hierarchical())
+                .map(|&k| {
+                    let words =
+                        crate::allreduce::phases_in_words(k, g.ranks(), i.directions.as_ref());
+                    (k, words)
+                })
+                .collect(),
+        }),
         over_budget,
         engines,
     })
@@ -372,7 +401,24 @@ pub fn render(w: &Why) -> String {
         },
         w.nccl_choice
     ));
-    s.push_str(&format!("why: {}\n\n", w.reason));
+    if let Some(f) = w.fallback {
+        s.push_str(&format!(
+            "{} is an island schedule: only artune's own kernels run it; an engine without them runs {f} here (the same rule among the backends engines have)\n",
+            w.chosen
+        ));
+    }
+    s.push_str(&format!("why: {}\n", w.reason));
+    if let Some(v) = &w.islands {
+        let i = &v.islands;
+        let dirs = i.directions.as_ref().map_or(String::new(), |d| {
+            format!(" (phases oriented by the probe: {})", d.because)
+        });
+        s.push_str(&format!("islands: {}{dirs}\n", i.describe()));
+        for (k, words) in &v.phases {
+            s.push_str(&format!("  {k}: {words}\n"));
+        }
+    }
+    s.push('\n');
     s.push_str(&format!(
         "{:<18} {:>12} {:>25} {:>10} {:>12}\n",
         "backend", "median", "95% interval", "forcing it", "extra memory"

@@ -66,6 +66,29 @@ pub fn pin_of(variant: Backend) -> Option<Pin> {
     })
 }
 
+/// Where the profile chooses a backend NCCL's tuner cannot make NCCL run (an island schedule,
+/// run only by artune's own kernels), one line saying so: NCCL keeps the profile's best NCCL
+/// variant there, as at every size the profile gives a kernel.
+pub fn inexpressible(g: &GroupSelector) -> Option<String> {
+    let sizes: Vec<(u64, Backend)> = g
+        .sizes()
+        .iter()
+        .zip(g.answers())
+        .filter(|(_, a)| !a.backend.nccl_expressible() && !a.backend.engines_have())
+        .map(|(&s, a)| (s, a.backend))
+        .collect();
+    let (first, last) = (sizes.first()?, sizes.last()?);
+    let mut names: Vec<&str> = sizes.iter().map(|(_, b)| b.id()).collect();
+    names.dedup();
+    Some(format!(
+        "the profile chooses {} at {} of the sizes {}..{} bytes: NCCL's tuner cannot express an island schedule, so NCCL runs the profile's best NCCL variant there (artune's own kernels run it where the engine routes to them)",
+        names.join(", "),
+        sizes.len(),
+        first.0,
+        last.0
+    ))
+}
+
 /// An entry of the cost table to favour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pin {
@@ -313,6 +336,9 @@ impl Context {
                         if p.simulated { " (SIMULATED profile)" } else { "" }
                     ),
                 );
+                if let Some(line) = c.group.as_ref().and_then(inexpressible) {
+                    log(logger, LOG_INFO, &line);
+                }
                 c
             }
             Err(why) => quiet(LOG_INFO, why),

@@ -414,11 +414,20 @@ fn island_lines(g: &GroupProfile, out: &mut String) {
         };
         let best = fastest.iter().map(|x| x.1).fold(0.0, f64::max);
         let chosen: Vec<&Bucket> = g.buckets.iter().filter(|b| b.choice == k).collect();
+        let mut instead: Vec<&str> = chosen
+            .iter()
+            .filter_map(|b| b.fallback.map(|f| f.id()))
+            .collect();
+        instead.dedup();
         let verdict = match (chosen.first(), chosen.last()) {
             (Some(a), Some(z)) => format!(
                 "chosen at {}; engines without artune's kernels run {} there",
                 fmt_span(a.bytes, z.bytes),
-                a.fallback.map_or("-".to_string(), |f| f.id().to_string())
+                if instead.is_empty() {
+                    "their own choice".to_string()
+                } else {
+                    instead.join(" then ")
+                }
             ),
             _ if fastest.iter().any(|(b, _)| b.results[&k].model.is_some()) => {
                 "not chosen: within the model's error (see not sure)".into()
