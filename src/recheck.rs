@@ -453,10 +453,14 @@ mod tests {
         crate::tune::run(&mut f, &o, &mut |_| {}).unwrap()
     }
 
-    /// A graph profile of [`PRESET`] tuned while NCCL ran 1.3x slower in every other
+    /// Four GPUs under one switch: NCCL's own choice serves the largest sizes there (from
+    /// 832K), so a check sees NCCL decide a size; on [`PRESET`] a pinned ring band runs through.
+    const PHASES_PRESET: &str = "pcie-4x-1switch";
+
+    /// A graph profile of [`PHASES_PRESET`] tuned while NCCL ran 1.3x slower in every other
     /// run of 300 fabric calls: a host whose phases outlast one size's samples.
-    fn tuned_in_phases() -> Profile {
-        let t = presets::get(PRESET).unwrap();
+    fn tuned_in_phases(preset: &str) -> Profile {
+        let t = presets::get(preset).unwrap();
         let faults = Faults::parse("phases=nccl:1.3:300").unwrap();
         let mut f = SimFabric::new(t, 1).with_faults(faults);
         let o = crate::tune::Options {
@@ -471,15 +475,15 @@ mod tests {
         crate::tune::run(&mut f, &o, &mut |_| {}).unwrap()
     }
 
-    fn check_with(p: &Profile, faults: &str) -> Vec<Point> {
-        let t = presets::get(PRESET).unwrap();
+    fn check_with(preset: &str, p: &Profile, faults: &str) -> Vec<Point> {
+        let t = presets::get(preset).unwrap();
         let mut f = SimFabric::new(t, 2).with_faults(Faults::parse(faults).unwrap());
         run(&mut f, p, &harness(), &Cancel::new()).unwrap()
     }
 
     #[test]
     fn the_tune_records_how_far_a_backend_moved_while_it_was_measured() {
-        let g = &tuned_in_phases().groups[0];
+        let g = &tuned_in_phases(PRESET).groups[0];
         assert!(
             (0.2..0.4).contains(&g.drift[&Backend::Nccl]),
             "{:?}",
@@ -495,9 +499,9 @@ mod tests {
 
     #[test]
     fn a_backend_moving_as_far_as_it_did_while_tuned_is_not_a_changed_machine() {
-        let p = tuned_in_phases();
+        let p = tuned_in_phases(PHASES_PRESET);
         // NCCL steady at the slow phase's time for the whole check: it moved as far when tuned.
-        let pts = check_with(&p, "slow=nccl:1.3");
+        let pts = check_with(PHASES_PRESET, &p, "slow=nccl:1.3");
         assert!(pts.iter().all(Point::holds), "{pts:?}");
         let within: Vec<&Point> = pts.iter().filter(|x| x.within_variation()).collect();
         assert!(!within.is_empty(), "{pts:?}");
@@ -506,10 +510,10 @@ mod tests {
         for g in &mut blind.groups {
             g.drift.clear();
         }
-        let pts = check_with(&blind, "slow=nccl:1.3");
+        let pts = check_with(PHASES_PRESET, &blind, "slow=nccl:1.3");
         assert!(pts.iter().any(Point::changed), "{pts:?}");
         // NCCL moving further than it did while tuned is a change again.
-        let pts = check_with(&p, "slow=nccl:1.8");
+        let pts = check_with(PHASES_PRESET, &p, "slow=nccl:1.8");
         assert!(
             pts.iter().any(|x| x.changed() && x.chosen == Backend::Nccl),
             "{pts:?}"
@@ -518,10 +522,10 @@ mod tests {
 
     #[test]
     fn a_slowed_kernel_is_named_though_its_rival_moved_while_tuned() {
-        let p = tuned_in_phases();
+        let p = tuned_in_phases(PRESET);
         let chosen = p.groups[0].buckets[0].choice;
         assert!(chosen.is_custom(), "{chosen:?}");
-        let pts = check_with(&p, &format!("slow={}:3", chosen.id()));
+        let pts = check_with(PRESET, &p, &format!("slow={}:3", chosen.id()));
         assert!(
             pts.iter().any(|x| x.changed() && x.chosen == chosen),
             "{pts:?}"

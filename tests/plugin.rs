@@ -223,8 +223,46 @@ fn c_abi_links_against_the_header() {
         text
     };
     assert!(run("2", "1000", "one_stage_pull").contains("one_stage_pull 7 "));
+    assert!(run("2", "1000", "one_stage_pull").contains("fallback=one_stage_pull"));
     run("8", "1000", "none");
     run("2", "1073741824", "none");
+}
+
+/// Where the profile chooses an island schedule, a C caller gets its code and, as the
+/// fallback, what it runs without artune's kernels (the harness checks it is never one).
+#[test]
+fn c_abi_gives_a_fallback_for_an_island_choice() {
+    let Some((_, capi)) = harnesses() else { return };
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("islands.json");
+    let tune = common::artune(&[
+        "tune", "--sim", "pcie-8x-direct-2socket", "--tp", "8", "--mode", "graph", "--sizes",
+        "4K:4M", "-o", path.to_str().unwrap(),
+    ]);
+    assert!(tune.status.success(), "{}", String::from_utf8_lossy(&tune.stderr));
+    let p = artune::Profile::load(&path).unwrap();
+    let b = p.groups[0]
+        .buckets
+        .iter()
+        .find(|b| b.choice == artune::Backend::IslandTwoShot)
+        .expect("an island band on the two-socket box");
+    let out = Command::new(capi)
+        .args([
+            path.to_str().unwrap(),
+            "8",
+            &b.bytes.to_string(),
+            "island_two_shot",
+            path.with_file_name("missing.json").to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    let fallback = b.fallback.expect("a fallback where an island schedule is chosen");
+    assert!(
+        text.contains("island_two_shot 11 ") && text.contains(&format!("fallback={fallback}")),
+        "{text}"
+    );
 }
 
 #[test]

@@ -7,10 +7,11 @@
 //! group. Staying on a backend the rule did not choose at a bucket is allowed only where it is
 //! not significantly slower than the rule's choice there (a tie), and it never counts as faster
 //! than that choice: smoothing only ever removes changes, it never chases noise. A backend that
-//! asks more of the engine than the rule's choice (a pinned setting over NCCL's own choice, IPC
-//! buffers over either) may only bridge a tie between two sizes where the rule chose it: a band
-//! that must earn its pin or buffers is never stretched past the sizes where it did, and a band
-//! of NCCL's own choice that gains nothing does not split one pinned band in two. Each change of
+//! asks more of the engine than the rule's choice is never stretched over it (a custom kernel
+//! must earn its buffers at every size it serves), except that a pinned NCCL variant may bridge
+//! a tie with NCCL's own choice between two sizes where the rule chose the pin: a pin is free to
+//! keep, and a band of NCCL's own choice that gains nothing does not split one pinned band in
+//! two. Each change of
 //! backend costs MIN_EFFECT/2 of the time at the change, so a one-bucket band inside another
 //! (two changes) survives only if it wins by more than MIN_EFFECT there. So every band but the
 //! reference's holds a size where its backend won by the rule.
@@ -51,7 +52,8 @@ fn cost(s: &Step<'_>, b: Backend, inside: bool) -> Option<f64> {
     }
     let t = s.results.get(&b)?;
     let r = &s.results[&s.rule];
-    ((demand(b) <= demand(s.rule) || inside) && !beats(r, t)).then_some(t.median_us.max(chosen))
+    let bridge = inside && b.nccl_pin().is_some() && s.rule == Backend::Nccl;
+    ((demand(b) <= demand(s.rule) || bridge) && !beats(r, t)).then_some(t.median_us.max(chosen))
 }
 
 /// The backend per step after smoothing; the rule's choice wherever no smoother sequence is

@@ -62,17 +62,29 @@ struct GroupModel {
 /// A group model's key: its GPUs and its islands.
 type ModelKey = (Vec<usize>, Option<Vec<Vec<usize>>>);
 
-/// The model of `gpus` in `islands`, built on first use.
-fn group_model<'a>(
-    models: &'a mut HashMap<ModelKey, GroupModel>,
+/// Where the model of `gpus` in `islands` is in `models`, built on first use. A tune has a few
+/// groups, so a scan beats hashing the key on every call.
+fn group_model(
+    models: &mut Vec<(ModelKey, GroupModel)>,
     topo: &Topology,
     net: &Net,
     host: &nccl::Host,
     gpus: &[usize],
     islands: Option<&Islands>,
-) -> &'a mut GroupModel {
+) -> usize {
+    let same = |k: &ModelKey| {
+        k.0 == gpus
+            && match (&k.1, islands) {
+                (None, None) => true,
+                (Some(a), Some(b)) => *a == b.gpus,
+                _ => false,
+            }
+    };
+    if let Some(i) = models.iter().position(|(k, _)| same(k)) {
+        return i;
+    }
     let key = (gpus.to_vec(), islands.map(|i| i.gpus.clone()));
-    models.entry(key).or_insert_with(|| {
+    models.push((key, {
         let ring = nccl::ring_order(topo, gpus);
         let model = nccl::Model::new(topo, net, host, &ring);
         let schedule = nccl::Schedule::new(topo, net, host, &ring, &model);
@@ -87,7 +99,8 @@ fn group_model<'a>(
             cache: HashMap::new(),
             probes: HashMap::new(),
         }
-    })
+    }));
+    models.len() - 1
 }
 
 /// Per GPU of a probe, (finish µs per byte, one-way latency µs) of each of its flows.
@@ -143,6 +156,8 @@ struct Prepared {
     readiness: Vec<Readiness>,
     /// How the hierarchical backends move data, once oriented.
     directions: Option<Directions>,
+    /// Where the group's model is in `SimFabric::models`.
+    model: usize,
 }
 
 /// A simulated machine. See the module docs.
@@ -161,7 +176,7 @@ pub struct SimFabric {
     drift: faults::Drift,
     /// Fabric calls so far, for an injected lost GPU.
     calls: u64,
-    models: HashMap<ModelKey, GroupModel>,
+    models: Vec<(ModelKey, GroupModel)>,
     prepared: Option<Prepared>,
 }
 
@@ -188,7 +203,7 @@ impl SimFabric {
             spike_rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5bd1_e995_0f1a_57ed),
             drift: faults::Drift::new(seed),
             calls: 0,
-            models: HashMap::new(),
+            models: Vec::new(),
             prepared: None,
         }
     }
@@ -306,20 +321,13 @@ impl SimFabric {
         None
     }
 
+    /// The model of `gpus`: the prepared group's (in its islands) without a search.
     fn model(&mut self, gpus: &[usize]) -> &mut GroupModel {
-        let islands = self
-            .prepared
-            .as_ref()
-            .filter(|p| p.group.gpus == gpus)
-            .and_then(|p| p.group.islands.as_ref().ok().cloned());
-        group_model(
-            &mut self.models,
-            &self.topo,
-            &self.net,
-            &self.host,
-            gpus,
-            islands.as_ref(),
-        )
+        let i = match &self.prepared {
+            Some(p) if p.group.gpus == gpus => p.model,
+            _ => group_model(&mut self.models, &self.topo, &self.net, &self.host, gpus, None),
+        };
+        &mut self.models[i].1
     }
 
     /// What the model assumed because the topology did not state it, one sentence each.
@@ -377,15 +385,17 @@ impl SimFabric {
         Ok(&p.group)
     }
 
-    /// Noiseless per-call time (µs) of `backend` on `gpus`, cached.
-    fn base_time(&mut self, gpus: &[usize], backend: Backend, bytes: u64, mode: Mode) -> f64 {
-        let directions = self.prepared.as_ref().and_then(|p| p.directions.clone());
-        let m = self.model(gpus);
+    /// Noiseless per-call time (µs) of `backend` on the prepared group, cached.
+    fn base_time(&mut self, backend: Backend, bytes: u64, mode: Mode) -> f64 {
+        let Some(p) = &self.prepared else {
+            return f64::NAN;
+        };
+        let m = &mut self.models[p.model].1;
         if let Some(&t) = m.cache.get(&(backend, bytes, mode)) {
             return t;
         }
         let device = if backend.is_custom() {
-            m.custom.time(backend, bytes, directions.as_ref())
+            m.custom.time(backend, bytes, p.directions.as_ref())
         } else {
             let (algo, proto) = backend.nccl_pin().unwrap_or_else(|| m.nccl.choose(bytes));
             m.schedule.time(algo, proto, bytes)
@@ -471,10 +481,19 @@ impl Fabric for SimFabric {
         self.drift.interrupt();
         self.tick()?;
         group.check(self.topo.gpu_count())?;
+        let index = group_model(
+            &mut self.models,
+            &self.topo,
+            &self.net,
+            &self.host,
+            &group.gpus,
+            group.islands.as_ref().ok(),
+        );
         self.prepared = Some(Prepared {
             group: group.clone(),
             readiness: Vec::new(),
             directions: None,
+            model: index,
         });
         let model = self.model(&group.gpus).nccl.clone();
         let readiness: Vec<Readiness> = backends
@@ -499,6 +518,7 @@ impl Fabric for SimFabric {
             group: group.clone(),
             readiness: readiness.clone(),
             directions: None,
+            model: index,
         });
         Ok(readiness)
     }
@@ -533,7 +553,7 @@ impl Fabric for SimFabric {
         samples: u32,
     ) -> Result<Vec<f64>, FabricError> {
         self.tick()?;
-        let gpus = self.ready(backend, bytes)?.gpus.clone();
+        self.ready(backend, bytes)?;
         if batch == 0 {
             return Err(bad("batch must be at least 1 call"));
         }
@@ -556,7 +576,7 @@ impl Fabric for SimFabric {
             .filter(|(b, _, n)| *b == backend && (self.calls / n) % 2 == 1)
             .map(|(_, f, _)| *f)
             .product::<f64>();
-        let base = self.base_time(&gpus, backend, bytes, mode) * slow * drift * phase;
+        let base = self.base_time(backend, bytes, mode) * slow * drift * phase;
         let spikes = self.faults.spikes;
         Ok((0..samples)
             .map(|_| {
@@ -594,19 +614,9 @@ impl Fabric for SimFabric {
         if bytes == 0 {
             return Err(bad("a probe must move at least 1 byte"));
         }
+        let i = self.prepared.as_ref().map_or(0, |p| p.model);
         let net = &self.net;
-        let islands = self
-            .prepared
-            .as_ref()
-            .and_then(|p| p.group.islands.as_ref().ok().cloned());
-        let m = group_model(
-            &mut self.models,
-            &self.topo,
-            net,
-            &self.host,
-            &gpus,
-            islands.as_ref(),
-        );
+        let m = &mut self.models[i].1;
         let pattern = m
             .probes
             .entry((direction, peers))
