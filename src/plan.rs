@@ -56,7 +56,10 @@ pub fn islands(t: &Topology, gpus: &[usize]) -> Result<Islands, String> {
         for j in i + 1..gpus.len() {
             if class(gpus[i], gpus[j]).is_some_and(|c| c < worst) {
                 let (a, b) = (island_of[i], island_of[j]);
-                island_of.iter_mut().filter(|x| **x == b).for_each(|x| *x = a);
+                island_of
+                    .iter_mut()
+                    .filter(|x| **x == b)
+                    .for_each(|x| *x = a);
             }
         }
     }
@@ -434,7 +437,14 @@ mod tests {
         );
         let mut dq = BTreeMap::new();
         dq.insert(Backend::OneStagePull, "wrong".to_string());
-        assert!(refine_points(&cells, &dq, Ranks::flat(8), Dtype::Bf16, crate::decide::winner).is_empty());
+        assert!(refine_points(
+            &cells,
+            &dq,
+            Ranks::flat(8),
+            Dtype::Bf16,
+            crate::decide::winner
+        )
+        .is_empty());
     }
 
     #[test]
@@ -550,8 +560,12 @@ mod tests {
         // The override: consecutive ranks, checked as derived ones are.
         let g = given_islands(&[0, 4, 1, 5], &[2, 2]).unwrap();
         assert_eq!(g.gpus, vec![vec![0, 4], vec![1, 5]]);
-        assert!(given_islands(&[0, 1, 2], &[1, 2]).unwrap_err().contains("alone"));
-        assert!(given_islands(&[0, 1, 2], &[2, 2]).unwrap_err().contains("add up to 4"));
+        assert!(given_islands(&[0, 1, 2], &[1, 2])
+            .unwrap_err()
+            .contains("alone"));
+        assert!(given_islands(&[0, 1, 2], &[2, 2])
+            .unwrap_err()
+            .contains("add up to 4"));
         let p8 = placements(&t, 8, 3, Some(&[2, 2, 2, 2]));
         assert_eq!(p8[0].islands.as_ref().unwrap().count(), 4);
     }

@@ -340,7 +340,11 @@ pub fn run(
             })
             .collect();
         // The island phases run the way the tune oriented them.
-        if let Some(d) = groups[0].islands.as_ref().and_then(|i| i.directions.as_ref()) {
+        if let Some(d) = groups[0]
+            .islands
+            .as_ref()
+            .and_then(|i| i.directions.as_ref())
+        {
             if ready.iter().any(|b| b.is_hierarchical()) {
                 fabric.orient(d)?;
             }

@@ -14,12 +14,14 @@ use artune::fabric::{
     Backend, Direction, Directions, Dtype, Fabric, Group, Mode, Readiness, Verification,
 };
 
-const CUSTOM: [Backend; 4] = [
-    Backend::OneStagePull,
-    Backend::OneStagePush,
-    Backend::TwoStagePull,
-    Backend::TwoStagePush,
-];
+/// The flat custom kernels: every entry of the backend table with a kernel that works on the
+/// whole group (the island schedules need islands; see [`islands`]).
+fn custom() -> Vec<Backend> {
+    Backend::ALL
+        .into_iter()
+        .filter(|b| b.is_custom() && !b.is_hierarchical())
+        .collect()
+}
 const DTYPES: [Dtype; 3] = [Dtype::Bf16, Dtype::Fp16, Dtype::Fp32];
 /// Element counts: tiny, around one 16-byte vector, and odd counts that leave tails.
 const ELEMS: [u64; 9] = [1, 3, 7, 8, 9, 1000, 4099, 65536, 262_147];
@@ -216,8 +218,8 @@ fn gpu_custom_kernels_verify_bit_exactly_in_loopback_2_4_8_or_skip() {
         };
         for dtype in DTYPES {
             let max = ELEMS.iter().max().unwrap() * dtype.size();
-            all_ready(&f.prepare(&group(k, dtype, max), &CUSTOM).unwrap());
-            for b in CUSTOM {
+            all_ready(&f.prepare(&group(k, dtype, max), &custom()).unwrap());
+            for b in custom() {
                 for (i, e) in ELEMS.iter().enumerate() {
                     let bytes = e * dtype.size();
                     let v = f.verify(b, bytes, 1000 + i as u64).unwrap();
@@ -323,7 +325,9 @@ fn gpu_island_kernels_replay_in_graphs_and_across_worker_processes_or_skip() {
             );
         }
     }
-    println!("island kernels: eager x25, graph replays and timing in 8 ranks; each-rank launches in 4");
+    println!(
+        "island kernels: eager x25, graph replays and timing in 8 ranks; each-rank launches in 4"
+    );
 }
 
 #[test]
@@ -332,9 +336,9 @@ fn gpu_repeated_calls_and_graph_replay_stay_correct_or_skip() {
         return;
     };
     let max = 4 << 20;
-    all_ready(&f.prepare(&group(8, Dtype::Bf16, max), &CUSTOM).unwrap());
+    all_ready(&f.prepare(&group(8, Dtype::Bf16, max), &custom()).unwrap());
     let mut seed = 1;
-    for b in CUSTOM {
+    for b in custom() {
         for bytes in [4096u64, 4098, 1 << 20, max] {
             seed += 1;
             correct(
@@ -414,7 +418,7 @@ fn gpu_memory_is_measured_beside_the_model_or_skip() {
     let r = f
         .prepare(
             &island_group(8, Dtype::Bf16, max, &[4, 4]),
-            &[CUSTOM.as_slice(), &islands(), &[Backend::Nccl]].concat(),
+            &[custom().as_slice(), &islands(), &[Backend::Nccl]].concat(),
         )
         .unwrap();
     for x in &r {
@@ -489,8 +493,11 @@ fn gpu_workers_are_processes_sharing_buffers_by_ipc_and_leave_nothing_behind_or_
     uniq.dedup();
     assert_eq!(uniq.len(), 4);
     assert!(!pids.contains(&std::process::id()));
-    all_ready(&f.prepare(&group(4, Dtype::Bf16, 1 << 20), &CUSTOM).unwrap());
-    for b in CUSTOM {
+    all_ready(
+        &f.prepare(&group(4, Dtype::Bf16, 1 << 20), &custom())
+            .unwrap(),
+    );
+    for b in custom() {
         correct(
             f.verify(b, 1 << 20, 5).unwrap(),
             &format!("{b} through 4 processes"),
@@ -511,10 +518,10 @@ fn gpu_each_worker_launching_its_own_rank_verifies_or_skip() {
     };
     f.set_launch_each(true);
     all_ready(
-        &f.prepare(&group(2, Dtype::Fp32, 64 << 10), &CUSTOM)
+        &f.prepare(&group(2, Dtype::Fp32, 64 << 10), &custom())
             .unwrap(),
     );
-    for b in CUSTOM {
+    for b in custom() {
         for bytes in [4096u64, 64 << 10] {
             correct(
                 f.verify_with(b, bytes, 11, Mode::Eager, 3).unwrap(),
@@ -522,7 +529,7 @@ fn gpu_each_worker_launching_its_own_rank_verifies_or_skip() {
             );
         }
     }
-    let t = f.time(CUSTOM[0], 4096, Mode::Eager, 2, 3).unwrap();
+    let t = f.time(custom()[0], 4096, Mode::Eager, 2, 3).unwrap();
     assert!(t.iter().all(|x| x.is_finite() && *x > 0.0), "{t:?}");
     println!("each of 2 workers launched its own rank: 4 kernels verified, samples {t:?} us");
 }
@@ -664,7 +671,7 @@ fn gpu_a_pair_without_p2p_waives_custom_kernels_and_keeps_nccl_or_skip() {
     let p: artune::profile::Profile =
         serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     let g = &p.groups[0];
-    for b in CUSTOM {
+    for b in custom() {
         let why = g.waived.get(&b).unwrap_or_else(|| panic!("{b} not waived"));
         assert!(
             why.contains("P2P between GPU 0 and GPU 1 does not work"),
@@ -675,7 +682,7 @@ fn gpu_a_pair_without_p2p_waives_custom_kernels_and_keeps_nccl_or_skip() {
     assert!(live_workers().is_empty());
     println!(
         "nop2p=0-1: custom kernels waived ({}), NCCL measured",
-        g.waived[&CUSTOM[0]]
+        g.waived[&custom()[0]]
     );
 }
 
@@ -701,7 +708,7 @@ fn gpu_buffers_a_peer_cannot_open_waive_kernels_not_the_tune_or_skip() {
     }
     assert_eq!(o.status.code(), Some(0), "{err}");
     let g = &load(&out).groups[0];
-    for b in CUSTOM {
+    for b in custom() {
         let why = g.waived.get(&b).unwrap_or_else(|| panic!("{b} not waived"));
         assert!(why.contains("could not open rank 1's input"), "{why}");
     }

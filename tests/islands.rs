@@ -25,7 +25,15 @@ fn bad_islands_are_refused_in_one_sentence() {
         ("x,4", "not a number"),
     ] {
         let r = artune(&[
-            "tune", "--sim", "pcie-8x-2switch", "--tp", "8", "--islands", islands, "--out", o,
+            "tune",
+            "--sim",
+            "pcie-8x-2switch",
+            "--tp",
+            "8",
+            "--islands",
+            islands,
+            "--out",
+            o,
         ]);
         let err = text(&r.stderr);
         assert_eq!(r.status.code(), Some(2), "--islands {islands}: {err}");
@@ -36,8 +44,17 @@ fn bad_islands_are_refused_in_one_sentence() {
     }
     // Adding up to a TP size that is tuned by default (8 of 2, 4, 8) is fine.
     let r = artune(&[
-        "tune", "--sim", "pcie-8x-2switch", "--islands", "2,2", "--sizes", "4K:64K", "--out", o,
-        "--mode", "graph",
+        "tune",
+        "--sim",
+        "pcie-8x-2switch",
+        "--islands",
+        "2,2",
+        "--sizes",
+        "4K:64K",
+        "--out",
+        o,
+        "--mode",
+        "graph",
     ]);
     assert_eq!(r.status.code(), Some(0), "{}", text(&r.stderr));
     let p = json(&out);
@@ -56,7 +73,10 @@ fn bad_islands_are_refused_in_one_sentence() {
 #[test]
 fn islands_come_from_the_topology_and_show_says_where_they_win() {
     let dir = tempfile::tempdir().unwrap();
-    let sixteen = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/topologies/16x-four-switches.json");
+    let sixteen = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/topologies/16x-four-switches.json"
+    );
     for (source, arg, tp, islands, by) in [
         ("--sim", "pcie-8x-2switch", "8", 2, "switch"),
         ("--sim", "pcie-8x-direct-2socket", "8", 2, "socket"),
@@ -65,11 +85,17 @@ fn islands_come_from_the_topology_and_show_says_where_they_win() {
         let p = tuned(
             dir.path(),
             &format!("{arg}.json").replace('/', "_"),
-            &[source, arg, "--tp", tp, "--mode", "graph", "--sizes", "4K:4M"],
+            &[
+                source, arg, "--tp", tp, "--mode", "graph", "--sizes", "4K:4M",
+            ],
         );
         let v = json(&p);
         let g = &v["groups"][0];
-        assert_eq!(g["islands"]["gpus"].as_array().unwrap().len(), islands, "{arg}");
+        assert_eq!(
+            g["islands"]["gpus"].as_array().unwrap().len(),
+            islands,
+            "{arg}"
+        );
         assert_eq!(g["islands"]["by"], by, "{arg}");
         assert!(g["islands"]["directions"]["because"].is_string(), "{arg}");
         let timed = g["buckets"]
@@ -86,7 +112,16 @@ fn islands_come_from_the_topology_and_show_says_where_they_win() {
     let p = tuned(
         dir.path(),
         "one.json",
-        &["--sim", "pcie-4x-1switch", "--tp", "4", "--mode", "graph", "--sizes", "4K:64K"],
+        &[
+            "--sim",
+            "pcie-4x-1switch",
+            "--tp",
+            "4",
+            "--mode",
+            "graph",
+            "--sizes",
+            "4K:64K",
+        ],
     );
     let g = &json(&p)["groups"][0];
     assert!(g["islands"].is_null());
@@ -103,7 +138,16 @@ fn an_island_choice_is_explained_with_its_phases_and_fallback() {
     let p = tuned(
         dir.path(),
         "p.json",
-        &["--sim", "pcie-8x-direct-2socket", "--tp", "8", "--mode", "graph", "--sizes", "4K:4M"],
+        &[
+            "--sim",
+            "pcie-8x-direct-2socket",
+            "--tp",
+            "8",
+            "--mode",
+            "graph",
+            "--sizes",
+            "4K:4M",
+        ],
     );
     let v = json(&p);
     let b = v["groups"][0]["buckets"]
@@ -123,7 +167,10 @@ fn an_island_choice_is_explained_with_its_phases_and_fallback() {
         why.contains(&format!("an engine without them runs {fallback} here")),
         "{why}"
     );
-    assert!(why.contains("islands: 2 sockets of 4 GPUs: [0, 1, 2, 3] [4, 5, 6, 7]"), "{why}");
+    assert!(
+        why.contains("islands: 2 sockets of 4 GPUs: [0, 1, 2, 3] [4, 5, 6, 7]"),
+        "{why}"
+    );
     assert!(
         why.contains("island_two_shot: inside each island (3 peers, 1/4 of the message each"),
         "{why}"
@@ -142,15 +189,35 @@ fn an_unknown_backend_name_is_refused_in_one_sentence() {
     let p = tuned(
         dir.path(),
         "p.json",
-        &["--sim", "pcie-8x-2switch", "--tp", "8", "--mode", "graph", "--sizes", "4K:64K"],
+        &[
+            "--sim",
+            "pcie-8x-2switch",
+            "--tp",
+            "8",
+            "--mode",
+            "graph",
+            "--sizes",
+            "4K:64K",
+        ],
     );
     let s = std::fs::read_to_string(&p).unwrap();
     assert!(s.contains("\"island_two_shot\""));
     let future = dir.path().join("future.json");
-    std::fs::write(&future, s.replace("\"island_two_shot\"", "\"island_three_shot\"")).unwrap();
+    std::fs::write(
+        &future,
+        s.replace("\"island_two_shot\"", "\"island_three_shot\""),
+    )
+    .unwrap();
     for cmd in [
         vec!["show", future.to_str().unwrap()],
-        vec!["select", future.to_str().unwrap(), "--tp", "8", "--bytes", "4K"],
+        vec![
+            "select",
+            future.to_str().unwrap(),
+            "--tp",
+            "8",
+            "--bytes",
+            "4K",
+        ],
     ] {
         let r = artune(&cmd);
         let err = text(&r.stderr);

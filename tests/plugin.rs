@@ -236,10 +236,23 @@ fn c_abi_gives_a_fallback_for_an_island_choice() {
     let d = tempfile::tempdir().unwrap();
     let path = d.path().join("islands.json");
     let tune = common::artune(&[
-        "tune", "--sim", "pcie-8x-direct-2socket", "--tp", "8", "--mode", "graph", "--sizes",
-        "4K:4M", "-o", path.to_str().unwrap(),
+        "tune",
+        "--sim",
+        "pcie-8x-direct-2socket",
+        "--tp",
+        "8",
+        "--mode",
+        "graph",
+        "--sizes",
+        "4K:4M",
+        "-o",
+        path.to_str().unwrap(),
     ]);
-    assert!(tune.status.success(), "{}", String::from_utf8_lossy(&tune.stderr));
+    assert!(
+        tune.status.success(),
+        "{}",
+        String::from_utf8_lossy(&tune.stderr)
+    );
     let p = artune::Profile::load(&path).unwrap();
     let b = p.groups[0]
         .buckets
@@ -257,8 +270,14 @@ fn c_abi_gives_a_fallback_for_an_island_choice() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
-    let fallback = b.fallback.expect("a fallback where an island schedule is chosen");
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fallback = b
+        .fallback
+        .expect("a fallback where an island schedule is chosen");
     assert!(
         text.contains("island_two_shot 11 ") && text.contains(&format!("fallback={fallback}")),
         "{text}"

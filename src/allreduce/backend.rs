@@ -239,8 +239,18 @@ use NcclProto::*;
 
 /// Every backend, in [`Backend`]'s order (checked by a test).
 pub const TABLE: [Spec; 13] = [
-    nccl(Backend::Nccl, "nccl", None, "NCCL with its own algorithm and protocol choice"),
-    nccl(Backend::NcclRingLl, "nccl_ring_ll", Some((Ring, LL)), "NCCL pinned to Ring/LL"),
+    nccl(
+        Backend::Nccl,
+        "nccl",
+        None,
+        "NCCL with its own algorithm and protocol choice",
+    ),
+    nccl(
+        Backend::NcclRingLl,
+        "nccl_ring_ll",
+        Some((Ring, LL)),
+        "NCCL pinned to Ring/LL",
+    ),
     nccl(
         Backend::NcclRingLl128,
         "nccl_ring_ll128",
@@ -253,7 +263,12 @@ pub const TABLE: [Spec; 13] = [
         Some((Ring, Simple)),
         "NCCL pinned to Ring/Simple",
     ),
-    nccl(Backend::NcclTreeLl, "nccl_tree_ll", Some((Tree, LL)), "NCCL pinned to Tree/LL"),
+    nccl(
+        Backend::NcclTreeLl,
+        "nccl_tree_ll",
+        Some((Tree, LL)),
+        "NCCL pinned to Tree/LL",
+    ),
     nccl(
         Backend::NcclTreeLl128,
         "nccl_tree_ll128",
@@ -340,7 +355,8 @@ pub const TABLE: [Spec; 13] = [
         family: Family::Peer,
         schedule: Schedule::Phases(TWO_STAGE),
         plane: Plane::Push,
-        summary: "reduce-scatter by writing shards to their owners, then all-gather by writing sums",
+        summary:
+            "reduce-scatter by writing shards to their owners, then all-gather by writing sums",
         buffers: Some(Buffers {
             input: false,
             scratch: &[(Peers, E::Shard)],
@@ -362,7 +378,8 @@ pub const TABLE: [Spec; 13] = [
         family: Family::Hierarchical,
         schedule: Schedule::Phases(ISLAND_TWO_SHOT),
         plane: Plane::PerPhase,
-        summary: "reduce-scatter inside each island, shards summed across islands, all-gather inside",
+        summary:
+            "reduce-scatter inside each island, shards summed across islands, all-gather inside",
         // Sized for either direction in every phase, so the direction can follow the probe:
         // the shared input (pulled), slots for island peers' shards and other islands'
         // partials (pushed), the island's partial (pulled across), and the output (pushed).

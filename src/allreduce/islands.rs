@@ -253,7 +253,8 @@ mod tests {
         let d = i.orient(&read, &write);
         assert_eq!((d.inside, d.across), (Direction::Write, Direction::Read));
         assert!(
-            d.because.contains("inside islands, 3 peers at once read 30.0 and write 40.0"),
+            d.because
+                .contains("inside islands, 3 peers at once read 30.0 and write 40.0"),
             "{}",
             d.because
         );

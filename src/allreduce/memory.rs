@@ -104,7 +104,10 @@ mod tests {
         // Two-stage pull: the input and the reduced shard; push: a shard slot per peer and
         // the output peers gather into.
         assert_eq!(modelled(Backend::TwoStagePull, r, m, 2), m + m / 8 + FIXED);
-        assert_eq!(modelled(Backend::TwoStagePush, r, m, 2), 7 * m / 8 + m + FIXED);
+        assert_eq!(
+            modelled(Backend::TwoStagePush, r, m, 2),
+            7 * m / 8 + m + FIXED
+        );
         assert_eq!(
             modelled(Backend::Nccl, r, m, 2),
             4 * NCCL_CONN_BYTES,

@@ -272,7 +272,14 @@ mod tests {
             ]
         );
         // A gap the pin loses significantly is not bridged.
-        let r2 = [r[0].clone(), r[1].clone(), mk(10.0, 12.0), r[3].clone(), r[4].clone(), r[5].clone()];
+        let r2 = [
+            r[0].clone(),
+            r[1].clone(),
+            mk(10.0, 12.0),
+            r[3].clone(),
+            r[4].clone(),
+            r[5].clone(),
+        ];
         assert_eq!(smooth(&steps(&rules, &r2)), rules);
     }
 

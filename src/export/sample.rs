@@ -61,8 +61,9 @@ fn group_scaled(gpus: Vec<usize>, mode: Mode, sizes: &[u64], custom: f64) -> Gro
                     })
                 })
                 .collect();
-            let choice = crate::decide::rule_choice(&results, crate::allreduce::Ranks::flat(tp), bytes)
-                .unwrap_or(Backend::Nccl);
+            let choice =
+                crate::decide::rule_choice(&results, crate::allreduce::Ranks::flat(tp), bytes)
+                    .unwrap_or(Backend::Nccl);
             let nccl_choice = crate::decide::nccl_choice(&results);
             let waived = Backend::ALL
                 .into_iter()

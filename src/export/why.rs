@@ -176,7 +176,8 @@ pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
     over_budget.sort_by(|a, b| b.speedup.total_cmp(&a.speedup));
     // What the rule would answer here with nothing excluded: where that is an excluded kernel,
     // the budget, not the rule, is why it does not serve.
-    let unbudgeted = crate::decide::rule_choice(&b.results, g.ranks(), b.bytes).unwrap_or(rule_choice);
+    let unbudgeted =
+        crate::decide::rule_choice(&b.results, g.ranks(), b.bytes).unwrap_or(rule_choice);
     let budget_decided = unbudgeted != rule_choice && b.waived.contains_key(&unbudgeted);
     let mut reason = reason(
         &eligible,

@@ -16,8 +16,8 @@ pub use error::{DeviceError, FabricError, WorkerError, NO_GPU};
 
 // The vocabulary lives below the seam so that profiles and exports need not depend on it.
 pub use crate::allreduce::{
-    memory, Backend, Direction, Directions, Dtype, Islands, MemoryCost, Mode, NcclAlgo,
-    NcclProto, ProbeSample, Ranks, Readiness,
+    memory, Backend, Direction, Directions, Dtype, Islands, MemoryCost, Mode, NcclAlgo, NcclProto,
+    ProbeSample, Ranks, Readiness,
 };
 
 use crate::topology::Topology;
@@ -80,7 +80,10 @@ impl Group {
         }
         if let Ok(i) = &self.islands {
             let equal = i.gpus.iter().all(|x| x.len() == i.size());
-            if i.count() < 2 || i.size() < 2 || !equal || i.order(&self.gpus).is_none()
+            if i.count() < 2
+                || i.size() < 2
+                || !equal
+                || i.order(&self.gpus).is_none()
                 || i.size() * i.count() != self.gpus.len()
             {
                 return bad(format!(

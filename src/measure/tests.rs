@@ -253,7 +253,10 @@ fn a_revisit_after_the_sweep_sees_a_backend_drift() {
             ..Harness::default()
         };
         let cell = cell(&mut f, &plan(&PAIR, Mode::Eager, h));
-        (decide::rule_choice(&cell, crate::allreduce::Ranks::flat(2), 4096), cell)
+        (
+            decide::rule_choice(&cell, crate::allreduce::Ranks::flat(2), 4096),
+            cell,
+        )
     };
     // Timed once, NCCL's slow moment stands and the kernel wins by 25%.
     let (once, cell) = choice(false);

@@ -436,11 +436,10 @@ fn island_lines(g: &GroupProfile, out: &mut String) {
         };
         let _ = writeln!(
             out,
-            "  {k}: the fastest measured at {} of the sizes {}–{}, up to {} faster than every flat backend; {verdict}",
+            "  {k}: the fastest measured at {} of the sizes {}–{}, up to {best:.2}x faster than every flat backend; {verdict}",
             fastest.len(),
             fmt_bytes(first.0.bytes),
             fmt_bytes(last.0.bytes),
-            format!("{best:.2}x")
         );
     }
 }

@@ -99,7 +99,10 @@ impl Kernels {
                 &format!("loading the compiled kernels/{name}"),
             )?);
         }
-        let load = |m: &std::rc::Rc<Module>, name: &str, threads: u32| -> Result<(Function, u32), FabricError> {
+        let load = |m: &std::rc::Rc<Module>,
+                    name: &str,
+                    threads: u32|
+         -> Result<(Function, u32), FabricError> {
             let f = m.function(name)?;
             let per_sm = dev(f.blocks_per_sm(threads), "the occupancy query")?;
             if per_sm == 0 {
@@ -273,7 +276,11 @@ pub fn traffic_bytes(backend: Backend, bytes: u64, ranks: Ranks) -> u64 {
                 (false, true) => k + 2,
                 (false, false) => 2 * (k + 1),
                 (true, true) => {
-                    let send = if p.part == Part::Message { 1 + k } else { 2 * k };
+                    let send = if p.part == Part::Message {
+                        1 + k
+                    } else {
+                        2 * k
+                    };
                     send + (k + 1) + u64::from(!gather_next)
                 }
                 (true, false) => k + 1,
@@ -444,12 +451,24 @@ mod tests {
 
     #[test]
     fn small_messages_use_one_block() {
-        assert_eq!(blocks(Backend::OneStagePull, 2048, Dtype::Bf16, Ranks::flat(8), 16), 1);
         assert_eq!(
-            blocks(Backend::OneStagePull, 1 << 24, Dtype::Bf16, Ranks::flat(8), 16),
+            blocks(Backend::OneStagePull, 2048, Dtype::Bf16, Ranks::flat(8), 16),
+            1
+        );
+        assert_eq!(
+            blocks(
+                Backend::OneStagePull,
+                1 << 24,
+                Dtype::Bf16,
+                Ranks::flat(8),
+                16
+            ),
             16
         );
-        assert_eq!(blocks(Backend::TwoStagePush, 3, Dtype::Fp32, Ranks::flat(8), 16), 1);
+        assert_eq!(
+            blocks(Backend::TwoStagePush, 3, Dtype::Fp32, Ranks::flat(8), 16),
+            1
+        );
     }
 
     #[test]
@@ -542,16 +561,34 @@ mod tests {
 
     #[test]
     fn traffic_counts() {
-        assert_eq!(traffic_bytes(Backend::OneStagePull, 100, Ranks::flat(8)), 900);
-        assert_eq!(traffic_bytes(Backend::OneStagePush, 100, Ranks::flat(8)), 1700);
-        assert_eq!(traffic_bytes(Backend::TwoStagePull, 800, Ranks::flat(8)), 2500);
-        assert_eq!(traffic_bytes(Backend::TwoStagePush, 800, Ranks::flat(8)), 1400 + 1600);
+        assert_eq!(
+            traffic_bytes(Backend::OneStagePull, 100, Ranks::flat(8)),
+            900
+        );
+        assert_eq!(
+            traffic_bytes(Backend::OneStagePush, 100, Ranks::flat(8)),
+            1700
+        );
+        assert_eq!(
+            traffic_bytes(Backend::TwoStagePull, 800, Ranks::flat(8)),
+            2500
+        );
+        assert_eq!(
+            traffic_bytes(Backend::TwoStagePush, 800, Ranks::flat(8)),
+            1400 + 1600
+        );
     }
 
     #[test]
     fn slots_hold_a_shard_and_its_tail() {
-        assert_eq!(slot_bytes(Backend::TwoStagePush, 1 << 20, Ranks::flat(8)) % 256, 0);
-        assert!(slot_bytes(Backend::TwoStagePush, 1000, Ranks::flat(3)) >= (1000 / 16u64).div_ceil(3) * 16 + 16);
+        assert_eq!(
+            slot_bytes(Backend::TwoStagePush, 1 << 20, Ranks::flat(8)) % 256,
+            0
+        );
+        assert!(
+            slot_bytes(Backend::TwoStagePush, 1000, Ranks::flat(3))
+                >= (1000 / 16u64).div_ceil(3) * 16 + 16
+        );
         assert!(slot_bytes(Backend::OneStagePush, 1001, Ranks::flat(8)) >= 1001);
     }
 }

@@ -88,7 +88,14 @@ impl Launcher {
                 let k = gpu.kernels()?;
                 let count = self.launch.count as u32;
                 let (f, blocks, threads) = k
-                    .plan(backend, dtype, elems, self.shape.ranks(), gpu.facts.sms, count)
+                    .plan(
+                        backend,
+                        dtype,
+                        elems,
+                        self.shape.ranks(),
+                        gpu.facts.sms,
+                        count,
+                    )
                     .ok_or_else(|| DeviceError::Kernel {
                         name: format!("{backend} {}", dtype.id()),
                         detail: "no such kernel was loaded".into(),

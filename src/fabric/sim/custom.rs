@@ -84,7 +84,12 @@ fn pairs(gpus: &[usize], islands: Option<&Islands>, peers: Peers) -> Vec<(usize,
         (Peers::All, _) | (_, None) => vec![gpus.to_vec()],
         (Peers::Island, Some(i)) => i.gpus.clone(),
         (Peers::Counterparts, Some(i)) => (0..i.size())
-            .map(|j| i.gpus.iter().filter_map(|isl| isl.get(j).copied()).collect())
+            .map(|j| {
+                i.gpus
+                    .iter()
+                    .filter_map(|isl| isl.get(j).copied())
+                    .collect()
+            })
             .collect(),
     };
     sets.iter()
@@ -133,7 +138,10 @@ impl Custom {
         let n = gpus.len();
         let island = islands.map_or(n, Islands::size);
         let mut patterns = HashMap::new();
-        patterns.insert(key(Peers::All), pattern(net, &pairs(gpus, None, Peers::All), n - 1));
+        patterns.insert(
+            key(Peers::All),
+            pattern(net, &pairs(gpus, None, Peers::All), n - 1),
+        );
         if let Some(i) = islands {
             for (p, peers) in [
                 (Peers::Island, island - 1),
@@ -209,7 +217,9 @@ impl Custom {
             if ph.reduces {
                 t += match d {
                     Direction::Read => Self::reduce(1.0, part),
-                    Direction::Write => Self::reduce((self.pattern(ph.peers).peers + 1) as f64, part),
+                    Direction::Write => {
+                        Self::reduce((self.pattern(ph.peers).peers + 1) as f64, part)
+                    }
                 };
             }
         }
@@ -273,14 +283,25 @@ mod tests {
     fn two_stage_moves_less_per_flow_than_one_stage() {
         let c = custom("pcie-8x-2switch", &[0, 1, 2, 3, 4, 5, 6, 7]);
         let big = 8 << 20;
-        assert!(c.time(Backend::TwoStagePull, big, None) < c.time(Backend::OneStagePull, big, None) / 2.0);
+        assert!(
+            c.time(Backend::TwoStagePull, big, None)
+                < c.time(Backend::OneStagePull, big, None) / 2.0
+        );
         // Tiny messages: the extra phase and barrier make two-stage slower.
-        assert!(c.time(Backend::TwoStagePull, 1024, None) > c.time(Backend::OneStagePull, 1024, None));
+        assert!(
+            c.time(Backend::TwoStagePull, 1024, None) > c.time(Backend::OneStagePull, 1024, None)
+        );
     }
 
     /// Bytes each resource of the net carries in one call of `backend` on `gpus` in `islands`:
     /// every phase's flows, each moving its part, summed over the resources of its route.
-    fn link_bytes(net: &Net, gpus: &[usize], islands: &Islands, b: Backend, bytes: u64) -> Vec<f64> {
+    fn link_bytes(
+        net: &Net,
+        gpus: &[usize],
+        islands: &Islands,
+        b: Backend,
+        bytes: u64,
+    ) -> Vec<f64> {
         let c = Custom::new(net, gpus, Some(islands));
         let mut load: Vec<f64> = Vec::new();
         for p in b.phases() {
@@ -323,7 +344,10 @@ mod tests {
         assert!(!across.is_empty());
         let crossing = |b: Backend| {
             let load = link_bytes(&net, &gpus, &islands, b, 8 << 20);
-            across.iter().map(|&r| load[r] / s).fold(f64::INFINITY, f64::min)
+            across
+                .iter()
+                .map(|&r| load[r] / s)
+                .fold(f64::INFINITY, f64::min)
         };
         assert_eq!(crossing(Backend::IslandTwoShot), 1.0);
         assert_eq!(crossing(Backend::IslandOneShot), 4.0);
@@ -377,7 +401,12 @@ mod tests {
         // On one switch with equal read/write rates push would win by its one-way latency;
         // the reduce of N landed buffers costs it more at large sizes.
         let c = custom("nvswitch-8x", &[0, 1, 2, 3, 4, 5, 6, 7]);
-        assert!(c.time(Backend::OneStagePush, 1024, None) < c.time(Backend::OneStagePull, 1024, None));
-        assert!(c.time(Backend::OneStagePush, 64 << 20, None) > c.time(Backend::OneStagePull, 64 << 20, None));
+        assert!(
+            c.time(Backend::OneStagePush, 1024, None) < c.time(Backend::OneStagePull, 1024, None)
+        );
+        assert!(
+            c.time(Backend::OneStagePush, 64 << 20, None)
+                > c.time(Backend::OneStagePull, 64 << 20, None)
+        );
     }
 }

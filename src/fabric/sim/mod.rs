@@ -325,7 +325,14 @@ impl SimFabric {
     fn model(&mut self, gpus: &[usize]) -> &mut GroupModel {
         let i = match &self.prepared {
             Some(p) if p.group.gpus == gpus => p.model,
-            _ => group_model(&mut self.models, &self.topo, &self.net, &self.host, gpus, None),
+            _ => group_model(
+                &mut self.models,
+                &self.topo,
+                &self.net,
+                &self.host,
+                gpus,
+                None,
+            ),
         };
         &mut self.models[i].1
     }

@@ -90,7 +90,12 @@ fn memory_is_modelled_with_the_nccl_channel_count() {
     };
     assert_eq!(
         memory.bytes_per_gpu,
-        memory::modelled(Backend::Nccl, crate::allreduce::Ranks::flat(8), 8 << 20, channels)
+        memory::modelled(
+            Backend::Nccl,
+            crate::allreduce::Ranks::flat(8),
+            8 << 20,
+            channels
+        )
     );
     assert!(!memory.measured);
     let Readiness::Ready { memory, .. } = r[1] else {
@@ -98,7 +103,12 @@ fn memory_is_modelled_with_the_nccl_channel_count() {
     };
     assert_eq!(
         memory.bytes_per_gpu,
-        memory::modelled(Backend::OneStagePush, crate::allreduce::Ranks::flat(8), 8 << 20, channels)
+        memory::modelled(
+            Backend::OneStagePush,
+            crate::allreduce::Ranks::flat(8),
+            8 << 20,
+            channels
+        )
     );
 }
 
