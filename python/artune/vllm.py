@@ -270,11 +270,12 @@ def _workspace_follows(get_workspace, bands: "_engine.Bands"):
 
 
 def _capability():
+    """The GPU's capability as vLLM's platform reports it (the one its tables are keyed by)."""
     try:
-        import torch
+        import vllm.platforms
 
-        c = torch.cuda.get_device_capability()
-        return f"{c[0]}.{c[1]}"
+        c = vllm.platforms.current_platform.get_device_capability()
+        return f"{c.major}.{c.minor}" if c is not None else None
     except Exception:  # noqa: BLE001 - no GPU: the line leaves the engine's sizes out
         return None
 

@@ -277,3 +277,39 @@ def test_the_mode_is_the_capture_state_for_communicators_that_keep_none(profiles
             seen = []
             on_machine(m, mode, monkeypatch, seen).all_reduce(message(64 * KIB))
             assert seen == [want], (m.name, mode, seen)
+
+
+def test_hisparse_moves_flashinfer_to_trtllm_and_the_startup_line_says_so(
+        profiles, follow, monkeypatch, caplog):
+    """Under HiSparse vLLM 0.34.0 resolves FlashInfer to its trtllm backend on one node, whose
+    limit is the fusion table's (1 MiB on B200 TP8, not MNNVL's tuned 128 MiB): vLLM's own
+    FlashInferAllReduce takes that limit, and the plugin's start-up line gives the same range
+    and names the backend; the line also lists every path left alone, Muse Spark's build
+    probe among them."""
+    import vllm.config as config
+    from vllm.distributed.device_communicators import flashinfer_all_reduce
+
+    b200 = next(x for x in MACHINES if x.name == "B200 TP8 NVSwitch")
+    m = artune._engine.MODEL["vllm"]
+    # vLLM's config as the parts read while a communicator is built see it, HiSparse on.
+    cfg = types.SimpleNamespace(attention_config=types.SimpleNamespace(hisparse_config=object()),
+                                parallel_config=types.SimpleNamespace(all2all_backend=None),
+                                use_cumem_cudagraph_pool=False)
+    follow(profiles["nv_prefix"])
+    artune.vllm.register()
+    for hisparse, limit, note in ((False, m["flashinfer_max_bytes"]["10.0"]["8"], ""),
+                                  (True, m["fusion_max_bytes"]["10.0"]["8"],
+                                   ", trtllm backend under HiSparse")):
+        current = (lambda: cfg) if hisparse else (lambda: None)
+        monkeypatch.setattr(config, "get_current_vllm_config_or_none", current)
+        monkeypatch.setattr(flashinfer_all_reduce, "get_current_vllm_config_or_none", current)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger=log_name):
+            comm = on_machine(b200, "eager", monkeypatch, [])
+        assert comm.fi_ar_comm.max_workspace_size == limit, (hisparse, limit)
+        line = next(r.getMessage() for r in caplog.records if "follows" in r.getMessage())
+        assert f"FlashInfer to {artune._engine.size(limit)} on 10.0{note}," in line, line
+        assert "Muse Spark's build probe of FlashInfer" in line, line
+        for r in m["order"]:
+            if "left_alone" in r:
+                assert r["left_alone"] in line, (r["path"], line)
