@@ -364,7 +364,6 @@ def flashinfer_range(cap, ws: int):
 def startup_line(bands, patches, name: str, ws: int, off: bool, fusion: bool, ca=None,
                  freed=None) -> str:
     """One line per TP communicator: what vLLM runs per size band with the profile applied."""
-    m = _engine.MODEL["vllm"]
     if not bands.covers(ws):
         return (f"artune: TP{ws} group {name}: {bands.path} has no TP{ws} group, so vLLM keeps "
                 "its own choice here")

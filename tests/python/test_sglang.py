@@ -681,8 +681,9 @@ def test_no_construction_path_raises_with_the_plugin_what_it_does_not_raise_with
     paths += [(f"GroupCoordinator {g} on a PCIe pair",
                lambda g=g: real_gc(2, monkeypatch, [], g)) for g in ("tp", "attention_tp", "pp")]
     paths.append(("v1 on a PCIe pair", lambda: v1_pair(monkeypatch, [])))
-    paths.append(("Qwen4-exp's decode push plane", lambda: qwen4_decode._get_decode_comm.__wrapped__(
-        on_machine(h200_tp4, "graph", monkeypatch).ca_comm)))
+    paths.append(("Qwen4-exp's decode push plane",
+                  lambda: qwen4_decode._get_decode_comm.__wrapped__(
+                      on_machine(h200_tp4, "graph", monkeypatch).ca_comm)))
 
     def outcome(call):
         try:
