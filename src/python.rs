@@ -256,6 +256,35 @@ impl Profile {
         Ok(out)
     }
 
+    /// The engine plugins' rule (src/export/follow.rs, which `artune why` reports): True
+    /// where the profile chose a custom kernel for `nbytes` at `tp` in `mode`, False where
+    /// NCCL (no peer-to-peer path may take it), None where it has no answer.
+    #[pyo3(signature = (tp, nbytes, mode = "graph"))]
+    fn custom_at(&self, tp: i64, nbytes: i64, mode: &str) -> PyResult<Option<bool>> {
+        let (tp, nbytes) = (tp_size(tp)?, unsigned("the message size in bytes", nbytes)?);
+        Ok(self.follow(tp).custom_at(nbytes, self::mode(mode)?))
+    }
+
+    /// The largest size up to which the profile chooses custom from the smallest size, in
+    /// every mode it has at `tp` (0: it starts with NCCL): where a fused allreduce+norm stops.
+    fn custom_prefix(&self, tp: i64) -> PyResult<u64> {
+        Ok(self.follow(tp_size(tp)?).custom_prefix())
+    }
+
+    /// The largest message the profile routes to a custom kernel at `tp`, either mode.
+    fn largest_custom(&self, tp: i64) -> PyResult<u64> {
+        Ok(self.follow(tp_size(tp)?).largest_custom())
+    }
+
+    /// A fused allreduce+norm the engine fuses up to `engine` bytes at `tp` (None: not
+    /// at all): the size the plugins let it fuse to, None for none.
+    fn fused_up_to(&self, tp: i64, engine: Option<i64>) -> PyResult<Option<u64>> {
+        let engine = engine
+            .map(|e| unsigned("the engine's fusion size", e))
+            .transpose()?;
+        Ok(self.follow(tp_size(tp)?).fused_up_to(engine))
+    }
+
     /// Device memory per GPU each backend costs an engine that follows the profile at `tp`:
     /// custom buffers sized to the largest size the profile routes to them, NCCL's communicator.
     #[pyo3(signature = (tp, mode = "graph"))]
@@ -339,6 +368,29 @@ impl Profile {
         Ok(Some(t))
     }
 
+    /// What artune's SGLang plugin sets up at TP size `tp` (both modes of the default
+    /// placement): `("v2", {"graph": (push1, pull1, pull2), "eager": (...)})`,
+    /// `("v1", build, max_bytes)`, `("nccl", reason)`, or None without the TP size.
+    fn sglang_setup<'py>(&self, py: Python<'py>, tp: i64) -> PyResult<Option<Bound<'py, PyAny>>> {
+        use crate::export::SglangSetup;
+        let Some(s) = crate::export::sglang_plugin_setup(&self.profile, tp_size(tp)?) else {
+            return Ok(None);
+        };
+        let t = match s {
+            SglangSetup::V2 { graph, eager } => {
+                let d = pyo3::types::PyDict::new(py);
+                d.set_item("graph", (graph[0], graph[1], graph[2]))?;
+                d.set_item("eager", (eager[0], eager[1], eager[2]))?;
+                ("v2", d).into_pyobject(py)?.into_any()
+            }
+            SglangSetup::V1 { build, max_bytes } => {
+                ("v1", build, max_bytes).into_pyobject(py)?.into_any()
+            }
+            SglangSetup::Nccl { because } => ("nccl", because).into_pyobject(py)?.into_any(),
+        };
+        Ok(Some(t))
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "Profile({}, created {}, TP {:?}{})",
@@ -351,6 +403,12 @@ impl Profile {
                 ""
             }
         )
+    }
+}
+
+impl Profile {
+    fn follow(&self, tp: usize) -> crate::export::follow::Follow<'_> {
+        crate::export::follow::Follow::new(&self.selector, tp, None)
     }
 }
 

@@ -44,6 +44,8 @@ fn why_prints_every_backend_the_rule_and_every_engine() {
         "vLLM",
         "vLLM + artune's plugin",
         "SGLang",
+        "SGLang + artune's plugin",
+        "SGLang + artune's plugin, FlashInfer group",
         "TensorRT-LLM",
         "NCCL with artune's plugin",
     ] {
@@ -65,7 +67,7 @@ fn why_prints_every_backend_the_rule_and_every_engine() {
         assert!(r["ci_low_us"].as_f64() <= r["median_us"].as_f64());
         assert!(r["vs_chosen"].is_number());
     }
-    assert_eq!(v["engines"].as_array().unwrap().len(), 5);
+    assert_eq!(v["engines"].as_array().unwrap().len(), 7);
     assert!(v["smoothed"].is_boolean() && v["reason"].is_string());
     // TP4 on PCIe: vLLM and SGLang disable their kernels, TensorRT-LLM falls back to NCCL.
     for e in v["engines"].as_array().unwrap() {

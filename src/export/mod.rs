@@ -15,13 +15,17 @@
 
 pub mod engines;
 mod env;
+pub mod follow;
 mod nccl;
 pub mod sample;
 mod sglang;
 mod trtllm;
 pub mod vllm;
 
-pub use sglang::{plugin_plan as sglang_plugin_plan, PluginPlan as SglangPlan};
+pub use sglang::{
+    plugin_plan as sglang_plugin_plan, plugin_setup as sglang_plugin_setup,
+    PluginPlan as SglangPlan, Setup as SglangSetup,
+};
 pub mod why;
 
 use crate::allreduce::{Backend, Dtype, Mode};

@@ -110,7 +110,7 @@ fn every_export_header_names_the_engine_source_it_was_read_against() {
         (Engine::Trtllm, "allreduceOp.cpp (4bb1ef88800b)"),
         (
             Engine::Vllm,
-            "Read against vLLM 0.33.0 (cuda_communicator.py",
+            "Read against vLLM 0.34.0 (cuda_communicator.py",
         ),
         (
             Engine::Sglang,

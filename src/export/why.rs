@@ -203,8 +203,10 @@ pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
     }
     let engines = [
         vllm::runs(p, g, bytes),
-        vllm::plugin_runs(p, g, b, bytes),
+        vllm::plugin_runs(p, g, bytes),
         sglang::runs(p, g, bytes),
+        sglang::plugin_runs(p, g, bytes, false),
+        sglang::plugin_runs(p, g, bytes, true),
         trtllm::runs(p, g, bytes),
         nccl::runs(g, bytes),
     ]
@@ -489,7 +491,7 @@ mod tests {
             .rows
             .iter()
             .any(|r| r.backend == w.chosen && r.vs_chosen == 0.0));
-        assert_eq!(w.engines.len(), 5);
+        assert_eq!(w.engines.len(), 7);
         // With the plugin, vLLM follows the profile: NCCL where it says NCCL.
         let plugin = w
             .engines
