@@ -11,6 +11,7 @@
 //! Field names are a contract (see profiles/schema/profile-v1.json); add fields, never rename.
 
 pub mod environment;
+pub mod kernels;
 pub mod paths;
 pub mod schema;
 pub mod selector;
@@ -31,6 +32,7 @@ use crate::error::Error;
 use crate::topology::Topology;
 
 pub use environment::Environment;
+pub use kernels::{KernelImages, KernelMismatch, ProgramImage};
 pub use selector::Selector;
 pub use validate::{Limits, LIMITS};
 
@@ -367,6 +369,10 @@ pub struct Profile {
     /// set up again and the backend re-timed or left out), so a clean-looking profile says so.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub recovered: Vec<Recovered>,
+    /// The compiled kernels the tune timed, per target: artune's allreduce inside an engine
+    /// runs only these. Absent in simulated profiles and in profiles of older versions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kernels: Vec<KernelImages>,
 }
 
 /// One fault the fabric recovered from during the tune.

@@ -9,6 +9,7 @@ use super::layout::{
     LL1_MAX_BYTES, LL2_MAX_BYTES, LL_LINE, LL_THREADS, MAX_BLOCKS, SIGNAL_ALLOC, THREADS,
 };
 use crate::fabric::{Backend, DeviceError, Dtype, FabricError};
+use crate::profile::KernelImages;
 
 /// Kernel name for a custom backend and element type, e.g. "one_stage_pull_bf16".
 pub fn kernel_name(backend: Backend, dtype: Dtype) -> Option<String> {
@@ -93,6 +94,8 @@ pub struct Kernels {
     check: [Function; 3],
     /// What NVRTC was asked for, e.g. "--gpu-architecture=sm_90".
     pub target: String,
+    /// The hashes of the images loaded, which a profile records (profile::kernels).
+    pub images: KernelImages,
 }
 
 impl Kernels {
@@ -140,6 +143,7 @@ impl Kernels {
             allreduce,
             ll,
             target: images.target().option(),
+            images: images.record(),
         })
     }
 

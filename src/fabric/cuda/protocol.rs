@@ -223,8 +223,9 @@ pub enum Resp {
         memory: Vec<(Backend, Result<u64, String>)>,
     },
     Connected {
-        /// What NVRTC compiled for, or why the kernels are unavailable.
-        kernels: Result<String, String>,
+        /// The kernels loaded (what NVRTC compiled for, the images' hashes), or why they are
+        /// unavailable.
+        kernels: Result<crate::profile::KernelImages, String>,
         /// Ranks whose buffers could not be opened or failed the real-transfer check, with
         /// the reason.
         broken: Vec<(usize, String)>,
