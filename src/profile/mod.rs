@@ -13,6 +13,7 @@
 pub mod environment;
 pub mod kernels;
 pub mod paths;
+pub mod routes;
 pub mod schema;
 pub mod selector;
 pub mod stale;
