@@ -84,35 +84,32 @@ impl Routes {
     /// `backend` at every size up to `max_bytes`, whatever the profile chose: for proving and
     /// benchmarking a kernel against the profile's time of it. Without `max_bytes` its
     /// buffers are sized as the tune sized them (the profile's `serves_up_to_bytes`), so
-    /// their memory is the profile's measured figure.
-    pub fn forced(
-        p: &Profile,
-        tp: usize,
-        backend: Backend,
-        max_bytes: Option<u64>,
-    ) -> Result<Routes, NoRoute> {
+    /// their memory is the profile's measured figure. A TP size the profile lacks (one rank,
+    /// for the launch-overhead benchmark) takes the profile's dtype and largest size.
+    pub fn forced(p: &Profile, tp: usize, backend: Backend, max_bytes: Option<u64>) -> Routes {
         let q = |mode| Query {
             tp,
             mode,
             gpus: None,
         };
-        let Some(group) = p.group(q(Mode::Graph)).or_else(|| p.group(q(Mode::Eager))) else {
-            return Err(NoRoute::NoGroup { tp });
-        };
+        let group = p.group(q(Mode::Graph)).or_else(|| p.group(q(Mode::Eager)));
         let max = max_bytes
-            .or_else(|| group.memory.get(&backend)?.serves_up_to_bytes)
+            .or_else(|| group?.memory.get(&backend)?.serves_up_to_bytes)
             .unwrap_or(p.settings.max_bytes)
             .max(1);
         let buffers = vec![(backend, max)];
-        Ok(Routes {
+        Routes {
             tp,
-            dtype: group.dtype,
+            dtype: group
+                .map(|g| g.dtype)
+                .or(p.settings.dtype)
+                .unwrap_or(Dtype::Bf16),
             graph: None,
             eager: None,
             forced: Some(backend),
-            profile_memory: memory_of(group, &buffers),
+            profile_memory: group.map_or_else(Vec::new, |g| memory_of(g, &buffers)),
             buffers,
-        })
+        }
     }
 
     /// The backend artune's kernels run for `bytes` in `mode`, or None: the engine's path.
@@ -268,16 +265,22 @@ mod tests {
     #[test]
     fn a_forced_backend_serves_every_size_up_to_its_buffers() {
         let p = fixture();
-        let r = Routes::forced(&p, 2, Backend::OneStagePush, Some(1 << 20)).unwrap();
+        let r = Routes::forced(&p, 2, Backend::OneStagePush, Some(1 << 20));
         assert_eq!(r.dtype, Dtype::Bf16);
         assert_eq!(r.backend(Mode::Graph, 4096), Some(Backend::OneStagePush));
         assert_eq!(r.backend(Mode::Eager, 1 << 20), Some(Backend::OneStagePush));
         assert_eq!(r.backend(Mode::Eager, (1 << 20) + 2), None);
         assert_eq!(r.backend(Mode::Eager, 0), None);
         // Sized as the tune sized it by default: the profile's measured figure applies.
-        let r = Routes::forced(&p, 2, Backend::OneStagePull, None).unwrap();
+        let r = Routes::forced(&p, 2, Backend::OneStagePull, None);
         assert_eq!(r.buffers, vec![(Backend::OneStagePull, 16384)]);
         assert_eq!(r.profile_memory[0].1.bytes_per_gpu, 5 << 20);
-        assert!(Routes::forced(&p, 4, Backend::OneStagePull, None).is_err());
+        // No group of one rank: the profile's dtype and largest size, no figure to compare.
+        let one = Routes::forced(&p, 1, Backend::OneStagePull, None);
+        assert_eq!(
+            one.buffers,
+            vec![(Backend::OneStagePull, p.settings.max_bytes.max(1))]
+        );
+        assert!(one.profile_memory.is_empty());
     }
 }

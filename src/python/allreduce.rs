@@ -73,9 +73,14 @@ impl Routes {
         let max = max_bytes
             .map(|m| unsigned("the largest message in bytes", m))
             .transpose()?;
-        routes::Routes::forced(&profile.profile, tp_size(tp)?, self::backend(backend)?, max)
-            .map(|routes| Routes { routes })
-            .map_err(|e| ArtuneError::new_err(e.to_string()))
+        Ok(Routes {
+            routes: routes::Routes::forced(
+                &profile.profile,
+                tp_size(tp)?,
+                self::backend(backend)?,
+                max,
+            ),
+        })
     }
 
     #[getter]
