@@ -24,12 +24,13 @@ the kernel, so under CUDA-graph capture they are captured with it: the graph rec
 tensors' addresses (the capture's own memory pool keeps them fixed) and every replay moves the
 bytes again, one device-to-device copy of the message per call for those backends.
 
-A peer that dies mid-call: every barrier that waits for it gives up after 5 s, records the
-failure (``failed()`` lists the backends) and lets the kernel finish, so the engine sees that
-call, and every later one, return wrong data rather than hang; custom allreduces cannot recover
-from a lost peer, and the engine's own collectives then fail on the dead rank as they would
-without artune. Tear an op down on every rank together (``close()``) and never while a captured
-graph that uses it may still be replayed.
+A peer that dies mid-call cannot be recovered from (no custom allreduce can). The kernels do
+not hang: a barrier that waits for it gives up after 5 s, records the failure (``failed()``
+lists the backends) and lets the kernel finish, so that call returns wrong data and every later
+one gives up at its first wait; whether the dead process's buffers stay mapped for the others is
+the driver's (docs/ENGINES.md). The engine's own collectives then fail on the dead rank as they
+would without artune. Tear an op down on every rank together (``close()``) and never while a
+captured graph that uses it may still be replayed.
 """
 
 import logging
