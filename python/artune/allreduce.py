@@ -198,10 +198,18 @@ class Allreduce:
                 else _CODES.get(backend, -1))
         if out is None:
             out = torch.empty_like(inp)
+        # The kernels write a distinct, aligned tensor of the input's kind; anything else (an
+        # in-place call) gets one and a copy back.
+        fits = (out.dtype is inp.dtype and out.numel() == inp.numel() and out.is_contiguous()
+                and out.device == inp.device and out.data_ptr() % 16 == 0
+                and out.data_ptr() != inp.data_ptr())
+        dst = out if fits else torch.empty_like(inp)
         try:
             if code < 0:
                 raise ArtuneError(f"{nbytes} bytes is not routed to artune's kernels")
-            self._native.launch(code, inp.data_ptr(), out.data_ptr(), nbytes, self._stream())
+            self._native.launch(code, inp.data_ptr(), dst.data_ptr(), nbytes, self._stream())
+            if dst is not out:
+                out.copy_(dst.view_as(out))
         except Exception as e:  # noqa: BLE001 - a bug of artune's: the group's own path
             self._off = True
             self._log.warning("artune: allreduce kernels failed (%s: %s) and are off from now "
@@ -240,12 +248,14 @@ class Allreduce:
         return self._native.failed()
 
     def close(self) -> None:
-        """Releases the buffers on every rank together (a barrier first: peers may still read
-        this rank's buffers until they finish their last call)."""
+        """Releases the buffers, on every rank together: every rank stops and closes the
+        peers' buffers it opened before any rank frees its own."""
         if self._native is None:
             return
+        self._off = True
         if self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()
-        dist.barrier(self.group)
+        dist.barrier(self.group)  # nobody launches any more
+        self._native.disconnect()
+        dist.barrier(self.group)  # nobody maps a peer's buffers any more
         self._native = None
-        self._off = True

@@ -303,6 +303,12 @@ impl AllreduceKernels {
         .map_err(op_err)
     }
 
+    /// Closes the peers' buffers this rank opened; run a barrier of the group before dropping
+    /// the object (which frees this rank's own buffers).
+    fn disconnect(&self) -> PyResult<()> {
+        self.op().disconnect().map_err(op_err)
+    }
+
     /// Backends whose barrier gave up waiting for a peer on this rank (a dead or stalled peer):
     /// their results since are wrong. A synchronous read: for health checks.
     fn failed(&self) -> PyResult<Vec<&'static str>> {

@@ -100,9 +100,13 @@ class Fake:
         if self.plot.get("launch"):
             raise artune.ArtuneError("scripted launch failure")
         self.calls.append(("launch", artune.backends()[code], nbytes, self.graph))
+        self.pointers = (inp, out)
 
     def failed(self):
         return []
+
+    def disconnect(self):
+        self.calls.append(("disconnect",))
 
     def stream(self):
         return 0
@@ -172,7 +176,14 @@ def _dispatch(rank, path):
                 assert op._native.calls[-1] == ("launch", choice.backend, nbytes, graph)
     t = torch.ones(2048, dtype=torch.bfloat16)
     others = [op.should_run(t.float()), op.should_run(t[::2]), op.should_run(t[1:-7])]
-    return {"seen": seen, "others": others, "lines": lines}
+    # In place: the kernel gets a tensor of its own to write, never its input.
+    assert op.all_reduce(t, out=t) is t
+    inp, out = op._native.pointers
+    assert inp == t.data_ptr() and out != inp
+    native = op._native
+    op.close()
+    return {"seen": seen, "others": others, "lines": lines,
+            "closed": native.calls[-1] == ("disconnect",) and not op.should_run(t)}
 
 
 def test_the_op_takes_the_sizes_the_profile_gives_its_kernels_and_no_others(measured):
@@ -184,6 +195,7 @@ def test_the_op_takes_the_sizes_the_profile_gives_its_kernels_and_no_others(meas
         assert r["others"] == [False, False, False]
         info = [m for lvl, m in r["lines"] if lvl == "INFO"]
         assert len(info) == 1 and "TP2 bf16" in info[0], r["lines"]
+        assert r["closed"]
 
 
 def _exchange(rank, path, bus):

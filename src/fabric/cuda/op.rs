@@ -416,6 +416,20 @@ impl Op {
         Ok(())
     }
 
+    /// Closes every peer's buffers this rank opened, after draining its work. Before any rank
+    /// frees its own buffers every rank closes what it opened (CUDA leaves freeing memory a
+    /// peer still maps undefined), so the caller runs a barrier between this and the drop.
+    pub fn disconnect(&mut self) -> Result<(), OpError> {
+        self.gpu
+            .ctx
+            .synchronize("draining artune's allreduce calls")?;
+        for p in &mut self.bufs {
+            p.view = None;
+        }
+        self.imported.clear();
+        Ok(())
+    }
+
     /// Backends whose barrier on this rank gave up waiting for a peer (the kernels record it
     /// in the signal's status word and finish, with wrong results, rather than hang). Reads
     /// device memory synchronously: a health check, not for every call.
