@@ -84,6 +84,11 @@ def profile_time(prof, tp, mode, backend, nbytes):
     return None
 
 
+def say(rank, text):
+    if rank == 0:
+        print(text, flush=True)
+
+
 def time_calls(fn, calls, samples, rendezvous):
     """Per-call microseconds of `samples` samples of fn() (which queues `calls` calls)."""
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -112,10 +117,10 @@ def proof(args, log, lines, rank, world, dev, prof, allreduce, artune):
     kernels = args.kernels.split(",")
     out = {"kernels": {}}
     for backend in kernels:
-        del lines[:]
+        del lines.lines[:]
         op = allreduce.Allreduce.create(dist.group.WORLD, args.profile, force=backend,
                                         logger=log)
-        rec = {"lines": list(lines)}
+        rec = {"lines": list(lines.lines)}
         out["kernels"][backend] = rec
         if op is None:
             continue
@@ -161,6 +166,8 @@ def proof(args, log, lines, rank, world, dev, prof, allreduce, artune):
         rec["checked"] = checks
         rec["wrong"] = bad
         rec["failed_barriers"] = op.failed()
+        say(rank, f"{backend}: {checks} results checked, {len(bad)} wrong, "
+                  f"failed barriers {rec['failed_barriers']}")
         timings = []
         for nbytes in args.timing_sizes:
             n = nbytes // esize
@@ -197,6 +204,9 @@ def proof(args, log, lines, rank, world, dev, prof, allreduce, artune):
             for mode in ("eager", "graph"):
                 row[f"tune_{mode}"] = profile_time(prof, world, mode, backend, nbytes)
             timings.append(row)
+            say(rank, f"{backend} {nbytes} B us/call: " + ", ".join(
+                f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
+                for k, v in row.items() if k != "bytes"))
         rec["timings"] = timings
         rec["failed_barriers_after_timing"] = op.failed()
         op.close()
@@ -209,13 +219,15 @@ def refusal(args, log, lines, allreduce):
     ok = op is not None
     if op is not None:
         op.close()
-    return {"created": ok, "lines": list(lines)}
+    return {"created": ok, "lines": list(lines.lines)}
 
 
 def peer_dies(args, log, lines, rank, world, dev, prof, allreduce):
     dtype = DTYPES[next(g["dtype"] for g in prof["groups"])]
     op = allreduce.Allreduce.create(dist.group.WORLD, args.profile, force="one_stage_pull",
                                     logger=log)
+    if op is None:
+        return {"created": False, "lines": list(lines.lines)}
     n = 65536 // torch.tensor([], dtype=dtype).element_size()
     x = data(rank, n, 1, dtype, dev)
     y = op.all_reduce(x)
@@ -241,7 +253,7 @@ def peer_dies(args, log, lines, rank, world, dev, prof, allreduce):
     except Exception as e:  # noqa: BLE001
         failed = f"{type(e).__name__}: {e}"
     return {"first_call_correct": first, "after_peer_left": results,
-            "seconds_for_3_calls": took, "failed_barriers": failed, "lines": list(lines)}
+            "seconds_for_3_calls": took, "failed_barriers": failed, "lines": list(lines.lines)}
 
 
 def main():

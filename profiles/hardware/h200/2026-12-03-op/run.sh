@@ -46,10 +46,12 @@ step slice2 180 $TR --nproc-per-node 2 $P --profile $W/profile.json --out $W/sli
 export CUDA_MPS_PIPE_DIRECTORY=$W/mps/pipe CUDA_MPS_LOG_DIRECTORY=$W/mps/log
 mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
 trap 'echo quit | nvidia-cuda-mps-control' EXIT
-nvidia-cuda-mps-control -d > $W/mps-start.txt 2>&1; echo "exit $?" >> $W/mps-start.txt
-for K in 2 4 8; do
-  step mps$K 150 $TR --nproc-per-node $K $P --profile $W/profile.json --out $W/mps$K.json
-done
+if nvidia-cuda-mps-control -d > $W/mps-start.txt 2>&1; then
+  for K in 2 4 8; do
+    step mps$K 150 $TR --nproc-per-node $K $P --profile $W/profile.json --out $W/mps$K.json
+    [ $K = 2 ] && echo get_server_list | nvidia-cuda-mps-control >> $W/mps-start.txt 2>&1
+  done
+else echo "MPS did not start: no mps steps" >> $W/mps-start.txt; fi
 cp $W/mps/log/*.log $W/ 2>/dev/null
 echo quit | nvidia-cuda-mps-control; trap - EXIT; sleep 1
 unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
