@@ -113,10 +113,9 @@ impl Op {
     /// thread runs another context (torch runs the primary one).
     pub fn open(ordinal: usize) -> Result<Op, OpError> {
         if !driver::driver_present() {
-            return Err(OpError::Setup(format!(
-                "no NVIDIA driver (libcuda.so) was found; {}",
-                crate::fabric::NO_GPU
-            )));
+            return Err(OpError::Setup(
+                "no NVIDIA driver (libcuda.so) was found on this machine".into(),
+            ));
         }
         // SAFETY: cuInit may be called any number of times; it loads nothing else.
         dev(unsafe { sys::cuInit(0).result() }, "initialising CUDA")?;
@@ -250,6 +249,9 @@ impl Op {
             return Err(OpError::Setup("the op is connected already".into()));
         }
         let ctx = self.gpu.ctx.clone();
+        // The fault knob's `noipc=A-B` (testing only): ranks A and B cannot open each other's
+        // buffers, as between GPUs without a peer mapping.
+        let no_ipc = super::Faults::from_env().no_ipc;
         let mut imported = Vec::new();
         let mut views = Vec::new();
         for p in &self.bufs {
@@ -276,6 +278,14 @@ impl Op {
                     .find(|(b, _)| *b == p.backend)
                     .map(|(_, h)| h)
                     .ok_or_else(|| peer(format!("it published no buffers for {}", p.backend)))?;
+                if no_ipc
+                    .is_some_and(|(a, b)| (a, b) == (place.rank, r) || (b, a) == (place.rank, r))
+                {
+                    return Err(peer(format!(
+                        "GPU {} could not open its buffers (switched off by ARTUNE_CUDA_FAULTS, noipc); artune's kernels need CUDA IPC between the group's GPUs",
+                        self.gpu.facts.ordinal
+                    )));
+                }
                 let mut open = |h: &IpcHandle, what: &str| -> Result<Span, OpError> {
                     let i = Imported::open(&ctx, h).map_err(|e| {
                         peer(format!(

@@ -40,6 +40,7 @@ json.dump(t, open(f"{w}/tampered.json", "w"))
 PYEOF
 step refuse-tampered 90 $TR --nproc-per-node 2 $P --refusal --profile $W/tampered.json --out $W/refuse-tampered.json
 step refuse-old 90 $TR --nproc-per-node 2 $P --refusal --profile $W/old.json --out $W/refuse-old.json
+step refuse-nop2p 90 env ARTUNE_CUDA_FAULTS=noipc=0-1 $TR --nproc-per-node 2 $P --refusal --profile $W/profile.json --out $W/refuse-nop2p.json
 step overhead 150 $TR --nproc-per-node 1 benches/op_overhead.py --profile $W/profile.json --out $W/overhead.json
 step slice2 180 $TR --nproc-per-node 2 $P --profile $W/profile.json --out $W/slice2.json
 # Under MPS: the processes' kernels run together, as ranks on separate GPUs would.
