@@ -26,6 +26,17 @@ import sys
 import torch
 import torch.distributed as dist
 
+
+def die_with_parent():
+    """A worker whose torchrun is killed dies too, instead of spinning on the GPU."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PDEATHSIG
+    except OSError:
+        pass
+
 KERNELS = ["one_stage_pull", "one_stage_push", "two_stage_pull", "two_stage_push"]
 
 
@@ -48,6 +59,7 @@ def main():
     ap.add_argument("--calls", type=int, default=100)
     ap.add_argument("--samples", type=int, default=21)
     args = ap.parse_args()
+    die_with_parent()
     dist.init_process_group("gloo")
     torch.cuda.set_device(0)
     from artune import allreduce

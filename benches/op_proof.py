@@ -39,6 +39,17 @@ import time
 import torch
 import torch.distributed as dist
 
+
+def die_with_parent():
+    """A worker whose torchrun is killed dies too, instead of spinning on the GPU."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PDEATHSIG
+    except OSError:
+        pass
+
 KERNELS = ["one_stage_pull", "one_stage_push", "two_stage_pull", "two_stage_push"]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -268,6 +279,7 @@ def main():
     ap.add_argument("--refusal", action="store_true")
     ap.add_argument("--peer-dies", action="store_true")
     args = ap.parse_args()
+    die_with_parent()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     local = int(os.environ.get("LOCAL_RANK", rank))
