@@ -375,27 +375,23 @@ impl Op {
         }
         let gpu = &self.gpu;
         let k = gpu.kernels().map_err(FabricError::Device)?;
-        let (f, blocks, threads) = k
-            .plan(
-                backend,
-                place.dtype,
-                elems,
-                place.world,
-                gpu.facts.sms,
-                place.ranks_on_gpu,
-            )
-            .ok_or_else(|| OpError::Call(format!("no {backend} kernel was loaded")))?;
+        let work = kernels::Work {
+            backend,
+            dtype: place.dtype,
+            elems,
+            nranks: place.world,
+            base: place.rank,
+            count: 1,
+            on_gpu: place.ranks_on_gpu,
+        };
         let (shared_in, _, shared_out, _) = p.own.spans();
         let mut a = view.args;
-        a.n = elems;
-        a.rank_base = place.rank as i32;
         if shared_in.is_none() {
             a.input[place.rank] = input;
         }
         if shared_out.is_none() {
             a.out[place.rank] = output;
         }
-        let pdl = kernels::programmatic_launch(gpu.facts.cc);
         let raw = stream as sys::CUstream;
         let fail = |what: &str, e: cudarc::driver::DriverError| {
             OpError::Call(format!("{what} failed: {e}"))
@@ -415,10 +411,10 @@ impl Op {
                 copy(s.ptr(), input)?;
             }
             // SAFETY: `a` names every rank's buffers for this backend, each sized for
-            // max_bytes >= bytes, and this rank's tensors (the caller's contract); the kernel
-            // takes exactly one ArArgs; `raw` is a stream of the module's context.
-            unsafe { f.launch_on((blocks, 1), threads, raw, &a, pdl) }
-                .map_err(|e| fail("launching the kernel", e))?;
+            // max_bytes >= bytes, and this rank's tensors (the caller's contract); `raw` is a
+            // stream of the kernels' context.
+            unsafe { k.launch(work, &a, &gpu.facts, raw) }
+                .map_err(|e| OpError::Call(e.to_string()))?;
             if let (Some(s), true) = (&shared_out, copies) {
                 copy(output, s.ptr())?;
             }
