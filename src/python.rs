@@ -3,6 +3,8 @@
 //! which are Python. The Python package (python/artune/) re-exports it and adds the engine
 //! plugins. Errors become Python exceptions carrying artune's one-sentence messages.
 
+mod allreduce;
+
 use std::path::PathBuf;
 
 use pyo3::create_exception;
@@ -425,6 +427,7 @@ fn _artune(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Band>()?;
     m.add_class::<Check>()?;
     m.add_function(wrap_pyfunction!(backends, m)?)?;
+    allreduce::register(m)?;
     m.add("ArtuneError", m.py().get_type::<ArtuneError>())?;
     m.add("ProfileError", m.py().get_type::<ProfileError>())?;
     m.add("BadInputError", m.py().get_type::<BadInputError>())?;

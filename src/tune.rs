@@ -280,6 +280,7 @@ pub fn run(
                 cause: r.cause,
             })
             .collect(),
+        kernels: fabric.kernels(),
     };
     check_measured(&profile)?;
     crate::profile::validate_built(&profile)?;

@@ -153,6 +153,7 @@ pub fn profile_with(preset: &str, tps: &[usize], sizes: &[u64]) -> Profile {
         fleet: None,
         environment: None,
         recovered: Vec::new(),
+        kernels: Vec::new(),
     }
 }
 

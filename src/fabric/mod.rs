@@ -224,6 +224,12 @@ pub trait Fabric {
     fn recoveries(&self) -> Vec<Recovery> {
         Vec::new()
     }
+
+    /// The compiled kernels the workers loaded, one entry per target (none for simulated
+    /// fabrics): what the profile records so only these kernels run inside an engine.
+    fn kernels(&self) -> Vec<crate::profile::KernelImages> {
+        Vec::new()
+    }
 }
 
 #[cfg(test)]

@@ -154,6 +154,12 @@ pub fn class_profile(
         assumed: Vec::new(),
         environment: template.environment.clone(),
         recovered: Vec::new(),
+        // The template node's kernels: a node that compiled others is refused by the
+        // in-engine allreduce, which then keeps the engine's path.
+        kernels: match simulated {
+            true => Vec::new(),
+            false => template.kernels.clone(),
+        },
     };
     Some(crate::profile::validate_built(&p).map(|()| p))
 }

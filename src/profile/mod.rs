@@ -11,7 +11,9 @@
 //! Field names are a contract (see profiles/schema/profile-v1.json); add fields, never rename.
 
 pub mod environment;
+pub mod kernels;
 pub mod paths;
+pub mod routes;
 pub mod schema;
 pub mod selector;
 pub mod stale;
@@ -31,6 +33,7 @@ use crate::error::Error;
 use crate::topology::Topology;
 
 pub use environment::Environment;
+pub use kernels::{KernelImages, KernelMismatch, ProgramImage};
 pub use selector::Selector;
 pub use validate::{Limits, LIMITS};
 
@@ -383,6 +386,10 @@ pub struct Profile {
     /// set up again and the backend re-timed or left out), so a clean-looking profile says so.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub recovered: Vec<Recovered>,
+    /// The compiled kernels the tune timed, per target: artune's allreduce inside an engine
+    /// runs only these. Absent in simulated profiles and in profiles of older versions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kernels: Vec<KernelImages>,
 }
 
 /// One fault the fabric recovered from during the tune.

@@ -98,6 +98,7 @@ pub(crate) fn fixture() -> Profile {
         fleet: None,
         environment: None,
         recovered: Vec::new(),
+        kernels: Vec::new(),
     }
 }
 
@@ -234,6 +235,20 @@ fn impossible_contents_are_refused() {
     let e = Profile::parse(&p.to_json()).unwrap_err();
     assert!(matches!(e, ProfileError::Invalid(_)), "{e:?}");
     assert!(e.to_string().contains("GPU"), "{e}");
+    // A kernel record a reader cannot trust: a digest that is not one.
+    let mut p = fixture();
+    p.simulated = false;
+    p.kernels = vec![crate::profile::KernelImages {
+        nvrtc: "13.0".into(),
+        target: "sm_90".into(),
+        programs: vec![crate::profile::ProgramImage {
+            program: "allreduce.cu".into(),
+            source_sha256: "0".repeat(64),
+            image_sha256: "not hex".into(),
+        }],
+    }];
+    let e = Profile::parse(&p.to_json()).unwrap_err();
+    assert!(e.to_string().contains("SHA-256"), "{e}");
 }
 
 #[test]

@@ -10,6 +10,7 @@ use cudarc::nvrtc::sys;
 use sha2::{Digest, Sha256};
 
 use crate::fabric::{DeviceError, FabricError};
+use crate::profile::{KernelImages, ProgramImage};
 
 pub const COMMON: &str = include_str!("../../../kernels/common.cuh");
 pub const ALLREDUCE: &str = include_str!("../../../kernels/allreduce.cu");
@@ -121,6 +122,7 @@ pub fn supported_archs() -> Result<Vec<i32>, FabricError> {
 #[derive(Debug)]
 pub struct Images {
     target: Target,
+    nvrtc: (i32, i32),
     images: Vec<Vec<u8>>,
 }
 
@@ -132,6 +134,55 @@ impl Images {
     pub fn images(&self) -> &[Vec<u8>] {
         &self.images
     }
+
+    /// What the profile records of these images (see [`record`]).
+    pub fn record(&self) -> KernelImages {
+        let programs: Vec<(&str, &str, &[u8])> = PROGRAMS
+            .iter()
+            .zip(&self.images)
+            .map(|((name, src), img)| (*name, *src, img.as_slice()))
+            .collect();
+        record(self.nvrtc, &self.target, &programs)
+    }
+}
+
+/// The record of compiled programs `(name, source, image)` for `target` by NVRTC `nvrtc`: the
+/// hashes that tell the kernels a tune timed from any others.
+pub fn record(
+    nvrtc: (i32, i32),
+    target: &Target,
+    programs: &[(&str, &str, &[u8])],
+) -> KernelImages {
+    let hex = |d: &[u8]| d.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    KernelImages {
+        nvrtc: format!("{}.{}", nvrtc.0, nvrtc.1),
+        target: match target {
+            Target::Cubin(a) | Target::Ptx(a) => a.clone(),
+        },
+        programs: programs
+            .iter()
+            .map(|(name, src, img)| ProgramImage {
+                program: name.to_string(),
+                source_sha256: hex(&source_digest(name, src, target)),
+                image_sha256: hex(&Sha256::digest(img)),
+            })
+            .collect(),
+    }
+}
+
+/// SHA-256 of what artune hands NVRTC for one program: the compiler options, the program's
+/// name and source, and the shared header.
+fn source_digest(name: &str, src: &str, target: &Target) -> Vec<u8> {
+    let mut h = Sha256::new();
+    for o in options(target) {
+        h.update(o.as_bytes());
+        h.update([0]);
+    }
+    for part in [name, src, COMMON] {
+        h.update(part.as_bytes());
+        h.update([0]);
+    }
+    h.finalize().to_vec()
 }
 
 fn cache() -> &'static Mutex<HashMap<Target, Arc<Images>>> {
@@ -178,6 +229,7 @@ pub fn images_for(cc: (u32, u32)) -> Result<Arc<Images>, FabricError> {
     );
     let out = Arc::new(Images {
         target: target.clone(),
+        nvrtc,
         images,
     });
     map.insert(target, out.clone());
@@ -210,14 +262,7 @@ pub fn cache_file(
 ) -> PathBuf {
     let mut h = Sha256::new();
     h.update(format!("nvrtc {}.{}\0", nvrtc.0, nvrtc.1));
-    for o in options(target) {
-        h.update(o.as_bytes());
-        h.update([0]);
-    }
-    for part in [name, src, COMMON] {
-        h.update(part.as_bytes());
-        h.update([0]);
-    }
+    h.update(source_digest(name, src, target));
     let hex: String = h
         .finalize()
         .iter()
@@ -485,6 +530,33 @@ mod tests {
         assert_eq!(img, b"image");
         let names: Vec<_> = std::fs::read_dir(&sub).unwrap().collect();
         assert_eq!(names.len(), 1, "no temporary file is left: {names:?}");
+    }
+
+    #[test]
+    fn the_record_names_the_source_and_the_image_apart() {
+        let t90 = Target::Cubin("sm_90".into());
+        let r = record((13, 0), &t90, &[("allreduce.cu", ALLREDUCE, b"image")]);
+        assert_eq!((r.nvrtc.as_str(), r.target.as_str()), ("13.0", "sm_90"));
+        let p = &r.programs[0];
+        assert_eq!(p.program, "allreduce.cu");
+        // sha256("image")
+        assert_eq!(
+            p.image_sha256,
+            "6105d6cc76af400325e94d588ce511be5bfdbb73b437dc51eca43917d7a43e3d"
+        );
+        let other_image = record((13, 0), &t90, &[("allreduce.cu", ALLREDUCE, b"imagf")]);
+        assert_eq!(other_image.programs[0].source_sha256, p.source_sha256);
+        assert_ne!(other_image.programs[0].image_sha256, p.image_sha256);
+        let other_source = record((13, 0), &t90, &[("allreduce.cu", PROBE, b"image")]);
+        assert_ne!(other_source.programs[0].source_sha256, p.source_sha256);
+        // The options are part of what NVRTC is handed: another target is another source.
+        let t80 = Target::Cubin("sm_80".into());
+        let other_target = record((13, 0), &t80, &[("allreduce.cu", ALLREDUCE, b"image")]);
+        assert_ne!(other_target.programs[0].source_sha256, p.source_sha256);
+        assert_eq!(
+            record((12, 8), &Target::Ptx("compute_90".into()), &[]).target,
+            "compute_90"
+        );
     }
 
     #[test]

@@ -3,13 +3,16 @@
 
 use std::sync::Arc;
 
+use cudarc::driver::sys;
+
 use super::compile;
-use super::driver::{dev, Ctx, Function, Module};
+use super::driver::{dev, Ctx, DeviceFacts, Function, Module};
 use super::layout::{
-    LL1_MAX_BYTES, LL2_MAX_BYTES, LL_LINE, LL_THREADS, MAX_BLOCKS, SIGNAL_ALLOC, THREADS,
+    ArArgs, LL1_MAX_BYTES, LL2_MAX_BYTES, LL_LINE, LL_THREADS, MAX_BLOCKS, SIGNAL_ALLOC, THREADS,
 };
 use crate::allreduce::{memory, Extent, Kernel, Part, Peers, Plane, Ranks, TABLE};
 use crate::fabric::{Backend, DeviceError, Dtype, FabricError};
+use crate::profile::KernelImages;
 
 /// Kernel name for a custom backend and element type, e.g. "one_stage_pull_bf16".
 pub fn kernel_name(backend: Backend, dtype: Dtype) -> Option<String> {
@@ -85,6 +88,8 @@ pub struct Kernels {
     check: [Function; 3],
     /// What NVRTC was asked for, e.g. "--gpu-architecture=sm_90".
     pub target: String,
+    /// The hashes of the images loaded, which a profile records (profile::kernels).
+    pub images: KernelImages,
 }
 
 impl Kernels {
@@ -145,6 +150,7 @@ impl Kernels {
             allreduce,
             ll,
             target: images.target().option(),
+            images: images.record(),
         })
     }
 
@@ -196,6 +202,65 @@ impl Kernels {
         let (f, per_sm) = self.allreduce(backend, dtype)?;
         let cap = block_cap(sms, per_sm, ranks_on_gpu);
         Some((f, blocks(backend, elems, dtype, ranks, cap), THREADS))
+    }
+}
+
+/// One call of a custom backend: `elems` elements of `dtype` over a group of `nranks`, for the
+/// ranks `base .. base + count` in one grid (rank = base + blockIdx.y), `on_gpu` ranks of the
+/// group sharing this GPU (more than one only in loopback).
+#[derive(Debug, Clone, Copy)]
+pub struct Work {
+    pub backend: Backend,
+    pub dtype: Dtype,
+    pub elems: u64,
+    /// The group's ranks, in islands where its kernel works in them.
+    pub ranks: Ranks,
+    pub base: usize,
+    pub count: u32,
+    pub on_gpu: u32,
+}
+
+impl Kernels {
+    /// Queues `work` on `stream`: the one launch rule of the tune's workers and of artune's
+    /// in-engine op. The kernel, blocks and threads come from [`Kernels::plan`], programmatic
+    /// launch where the GPU has it; `args` gets the call's size and first rank.
+    ///
+    /// # Safety
+    /// `args` names every rank's buffers, each holding `elems` elements (and what the backend's
+    /// kernel reads and writes besides), alive until the call has run; `stream` is a live
+    /// stream of the context these kernels were loaded in.
+    pub unsafe fn launch(
+        &self,
+        work: Work,
+        args: &ArArgs,
+        gpu: &DeviceFacts,
+        stream: sys::CUstream,
+    ) -> Result<(), FabricError> {
+        let Work { backend, dtype, .. } = work;
+        let (f, blocks, threads) = self
+            .plan(
+                backend,
+                dtype,
+                work.elems,
+                work.ranks,
+                gpu.sms,
+                work.on_gpu,
+            )
+            .ok_or_else(|| DeviceError::Kernel {
+                name: format!("{backend} {}", dtype.id()),
+                detail: "no such kernel was loaded".into(),
+            })?;
+        let mut a = *args;
+        a.n = work.elems;
+        a.rank_base = work.base as i32;
+        let pdl = programmatic_launch(gpu.cc);
+        // SAFETY: the caller's contract; the kernel takes exactly one ArArgs.
+        unsafe { f.launch_on((blocks, work.count), threads, stream, &a, pdl) }.map_err(|e| {
+            FabricError::Backend {
+                backend,
+                reason: format!("kernel launch failed: {e}"),
+            }
+        })
     }
 }
 

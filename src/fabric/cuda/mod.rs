@@ -21,6 +21,7 @@ mod layout;
 pub mod link;
 mod module;
 pub mod nccl;
+pub mod op;
 pub mod prefetch;
 mod probe;
 pub mod protocol;
@@ -61,8 +62,9 @@ use crate::fabric::NO_GPU;
 /// The fault knob of the CUDA path (testing only): `ARTUNE_CUDA_FAULTS`, items joined by `,`:
 /// `hang=BACKEND` (its calls launch a kernel that never completes), `stall=BACKEND` (the
 /// worker stops answering when asked to run it), `nop2p=A-B` (ranks A and B report that P2P
-/// between them does not work), `noipc=A-B` (the worker of rank A cannot open rank B's
-/// buffers, or B's A's, as CUDA IPC fails between GPUs without a peer mapping),
+/// between them does not work), `noipc=A-B` (the worker, or the in-engine op, of rank A
+/// cannot open rank B's buffers, or B's A's, as CUDA IPC fails between GPUs without a peer
+/// mapping),
 /// `noopen=BACKEND` (its shared buffers cannot be opened by peers, as when BAR1 or the peer
 /// mapping limit runs out), `wrong=BACKEND` (one element of its output is spoiled before the
 /// check, as a broken kernel would leave it), `slow=BACKEND:K` (each of its calls is queued K

@@ -100,12 +100,29 @@ impl Function {
         args: &A,
         pdl: bool,
     ) -> Result<(), DriverError> {
+        // SAFETY: the caller's contract.
+        unsafe { self.launch_on(grid, block, stream.raw, args, pdl) }
+    }
+
+    /// [`Function::launch_with`] on a stream this process did not create here (an engine's,
+    /// whose context must be the one this kernel's module was loaded in, and current).
+    ///
+    /// # Safety
+    /// As [`Function::launch`], and `stream` is a live stream of the module's context.
+    pub unsafe fn launch_on<A>(
+        &self,
+        grid: (u32, u32),
+        block: u32,
+        stream: sys::CUstream,
+        args: &A,
+        pdl: bool,
+    ) -> Result<(), DriverError> {
         // The kernel takes exactly one parameter of type A (layouts mirrored in the CUDA
         // sources); the driver copies it before returning.
         let mut params = [args as *const A as *mut c_void];
         if !pdl {
             // SAFETY: the caller's contract; `params` points at one A.
-            return unsafe { self.launch_raw(grid, block, stream, &mut params) };
+            return unsafe { self.launch_params(grid, block, stream, &mut params) };
         }
         // SAFETY: a zeroed attribute is valid; the union field set is the one its id names.
         let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
@@ -119,7 +136,7 @@ impl Function {
             blockDimY: 1,
             blockDimZ: 1,
             sharedMemBytes: 0,
-            hStream: stream.raw,
+            hStream: stream,
             attrs: &mut attr,
             numAttrs: 1,
         };
@@ -142,6 +159,18 @@ impl Function {
         stream: &Stream,
         params: &mut [*mut c_void],
     ) -> Result<(), DriverError> {
+        // SAFETY: the caller's contract.
+        unsafe { self.launch_params(grid, block, stream.raw, params) }
+    }
+
+    /// SAFETY: as [`Function::launch_raw`], on a live stream of the module's context.
+    unsafe fn launch_params(
+        &self,
+        grid: (u32, u32),
+        block: u32,
+        stream: sys::CUstream,
+        params: &mut [*mut c_void],
+    ) -> Result<(), DriverError> {
         // SAFETY: the caller matches `params` to the kernel's signature.
         unsafe {
             sys::cuLaunchKernel(
@@ -153,7 +182,7 @@ impl Function {
                 1,
                 1,
                 0,
-                stream.raw,
+                stream,
                 params.as_mut_ptr(),
                 std::ptr::null_mut(),
             )

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::driver::{DeviceFacts, IpcHandle};
 use super::layout::{DIRS_PUSH_ACROSS, DIRS_PUSH_INSIDE, MAX_RANKS};
 use crate::fabric::{
-    Backend, DeviceError, Direction, Directions, Dtype, FabricError, Group, Mode, Ranks,
+    Backend, DeviceError, Direction, Directions, Dtype, FabricError, Group, Islands, Mode, Ranks,
 };
 use crate::topology::reading::LinkReading;
 
@@ -69,33 +69,43 @@ pub struct Shape {
 impl Shape {
     /// A group's shape: its ranks, and its islands where it has some that fit the kernels.
     pub fn of(group: &Group) -> Shape {
-        let n = group.gpus.len();
+        Shape::new(
+            group.gpus.len(),
+            group.dtype,
+            group.max_bytes,
+            group.islands.as_ref().ok().map(|i| (&group.gpus[..], i)),
+        )
+    }
+
+    /// `n` ranks of `dtype` up to `max_bytes`; with `islands`, rank r on GPU `gpus[r]` in the
+    /// islands (and their directions) a tune found for those GPUs.
+    pub fn new(
+        n: usize,
+        dtype: Dtype,
+        max_bytes: u64,
+        islands: Option<(&[usize], &Islands)>,
+    ) -> Shape {
         let mut order = [0u8; MAX_RANKS];
         for (i, o) in order.iter_mut().enumerate() {
             *o = i.min(u8::MAX as usize) as u8;
         }
-        let mut island = n;
-        if let Ok(i) = &group.islands {
-            if let Some(ranks) = i.order(&group.gpus).filter(|r| r.len() <= MAX_RANKS) {
+        let (mut island, mut dirs_bits) = (n, 0);
+        if let Some((gpus, i)) = islands {
+            if let Some(ranks) = i.order(gpus).filter(|r| r.len() == n && n <= MAX_RANKS) {
                 island = i.size();
                 for (o, r) in order.iter_mut().zip(ranks) {
                     *o = r as u8;
                 }
+                dirs_bits = i.directions.as_ref().map_or(0, dirs);
             }
         }
-        let dirs = group
-            .islands
-            .as_ref()
-            .ok()
-            .and_then(|i| i.directions.as_ref())
-            .map_or(0, dirs);
         Shape {
             n,
-            dtype: group.dtype,
-            max_bytes: group.max_bytes,
+            dtype,
+            max_bytes,
             island,
             order,
-            dirs,
+            dirs: dirs_bits,
         }
     }
 
@@ -283,8 +293,9 @@ pub enum Resp {
         memory: Vec<(Backend, Result<u64, String>)>,
     },
     Connected {
-        /// What NVRTC compiled for, or why the kernels are unavailable.
-        kernels: Result<String, String>,
+        /// The kernels loaded (what NVRTC compiled for, the images' hashes), or why they are
+        /// unavailable.
+        kernels: Result<crate::profile::KernelImages, String>,
         /// Ranks whose buffers could not be opened or failed the real-transfer check, with
         /// the reason.
         broken: Vec<(usize, String)>,

@@ -85,33 +85,22 @@ impl Launcher {
         }
         match &self.find(backend)?.imp {
             Impl::Custom(c) => {
-                let k = gpu.kernels()?;
                 let count = self.launch.count as u32;
-                let (f, blocks, threads) = k
-                    .plan(
-                        backend,
-                        dtype,
-                        elems,
-                        self.shape.ranks(),
-                        gpu.facts.sms,
-                        count,
-                    )
-                    .ok_or_else(|| DeviceError::Kernel {
-                        name: format!("{backend} {}", dtype.id()),
-                        detail: "no such kernel was loaded".into(),
-                    })?;
-                let mut a = c.args;
-                a.n = elems;
-                a.rank_base = self.launch.base as i32;
-                let pdl = kernels::programmatic_launch(gpu.facts.cc);
-                // SAFETY: `a` holds every rank's buffers, sized for the group's largest message
-                // (see the function's contract); the kernel takes exactly one ArArgs.
-                unsafe { f.launch_with((blocks, count), threads, &unit.stream, &a, pdl) }.map_err(
-                    |e| FabricError::Backend {
-                        backend,
-                        reason: format!("kernel launch failed: {e}"),
-                    },
-                )
+                let work = kernels::Work {
+                    backend,
+                    dtype,
+                    elems,
+                    ranks: self.shape.ranks(),
+                    base: self.launch.base,
+                    count,
+                    on_gpu: count,
+                };
+                // SAFETY: `c.args` holds every rank's buffers, sized for the group's largest
+                // message (see the function's contract); the stream is this worker's.
+                unsafe {
+                    gpu.kernels()?
+                        .launch(work, &c.args, &gpu.facts, unit.stream.raw)
+                }
             }
             Impl::Nccl { comms, rank, .. } => {
                 let (send, recv) = &self.user[*rank.min(&(self.user.len() - 1))];

@@ -202,16 +202,7 @@ impl Owned {
         for r in &ranks {
             let mut custom = Vec::new();
             for (b, c) in &r.custom {
-                let opt = |x: &Option<DevBuf>| x.as_ref().map(export).transpose();
-                custom.push((
-                    *b,
-                    BufHandles {
-                        input: opt(&c.input)?,
-                        scratch: opt(&c.scratch)?,
-                        out: opt(&c.out)?,
-                        signal: export(&c.signal)?,
-                    },
-                ));
+                custom.push((*b, c.handles()?));
             }
             handles.push(RankHandles {
                 rank: r.rank,
@@ -224,7 +215,34 @@ impl Owned {
     }
 }
 
-fn custom_bufs(
+impl CustomOwned {
+    /// The IPC handles peers open these buffers by.
+    pub(super) fn handles(&self) -> Result<BufHandles, FabricError> {
+        let opt = |x: &Option<DevBuf>| x.as_ref().map(export).transpose();
+        Ok(BufHandles {
+            input: opt(&self.input)?,
+            scratch: opt(&self.scratch)?,
+            out: opt(&self.out)?,
+            signal: export(&self.signal)?,
+        })
+    }
+
+    /// The buffers as spans: shared input (pull kernels), slots or shard, shared output
+    /// (two-stage push), signal. Where there is no shared input or output, the kernel uses
+    /// the rank's own input or output and no peer touches it.
+    pub(super) fn spans(&self) -> (Option<Span>, Option<Span>, Option<Span>, Span) {
+        let s = |x: &Option<DevBuf>| x.as_ref().map(DevBuf::span);
+        (
+            s(&self.input),
+            s(&self.scratch),
+            s(&self.out),
+            self.signal.span(),
+        )
+    }
+}
+
+/// Allocates one rank's buffers of custom backend `b` (what the profile's memory measures).
+pub(super) fn custom_bufs(
     gpu: &Gpu,
     shape: Shape,
     b: Backend,
@@ -531,7 +549,7 @@ pub struct CustomView {
 }
 
 impl CustomView {
-    fn new(b: Backend, shape: Shape) -> CustomView {
+    pub(super) fn new(b: Backend, shape: Shape) -> CustomView {
         CustomView {
             input: vec![Span::NONE; shape.n],
             out: vec![Span::NONE; shape.n],
@@ -555,7 +573,14 @@ impl CustomView {
         }
     }
 
-    fn set(&mut self, r: usize, input: Span, scratch: Option<Span>, out: Span, sig: Span) {
+    pub(super) fn set(
+        &mut self,
+        r: usize,
+        input: Span,
+        scratch: Option<Span>,
+        out: Span,
+        sig: Span,
+    ) {
         self.args.input[r] = input.ptr();
         self.args.out[r] = out.ptr();
         self.args.scratch[r] = scratch.as_ref().map_or(0, |s| s.ptr());

@@ -74,7 +74,7 @@ impl Engine {
                 self.launcher = None;
                 let kernels = gpu
                     .kernels()
-                    .map(|k| k.target.clone())
+                    .map(|k| k.images.clone())
                     .map_err(|e| e.to_string());
                 let (l, (broken, unready)) = Launcher::connect(
                     gpu,

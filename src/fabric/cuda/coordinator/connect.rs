@@ -86,7 +86,13 @@ impl CudaFabric {
                     for (b, why) in unready {
                         waived.entry(b).or_insert(why);
                     }
-                    self.kernels = Some(kernels);
+                    if let Ok(k) = &kernels {
+                        if !self.images.contains(k) {
+                            self.images.push(k.clone());
+                        }
+                    }
+                    self.kernels =
+                        Some(kernels.map(|k| format!("--gpu-architecture={}", k.target)));
                     let opened: Vec<usize> =
                         (0..shape.n).filter(|&r| plan.owners[r] != w).collect();
                     record_p2p(

@@ -58,6 +58,8 @@ pub struct CudaFabric {
     epoch: u32,
     links: Vec<LinkReading>,
     kernels: Option<Result<String, String>>,
+    /// Every distinct set of kernel images a worker loaded, for the profile.
+    images: Vec<crate::profile::KernelImages>,
     deadline: Deadline,
     /// Faults recovered so far, and the size being measured (for their record).
     recovered: Vec<crate::fabric::Recovery>,
@@ -227,6 +229,7 @@ impl CudaFabric {
             epoch: 0,
             links: Vec::new(),
             kernels: None,
+            images: Vec::new(),
             deadline: Deadline::from_env(),
             recovered: Vec::new(),
             at_bytes: None,
@@ -381,6 +384,10 @@ impl Fabric for CudaFabric {
 
     fn recoveries(&self) -> Vec<crate::fabric::Recovery> {
         self.recovered.clone()
+    }
+
+    fn kernels(&self) -> Vec<crate::profile::KernelImages> {
+        self.images.clone()
     }
 
     fn release(&mut self) -> Result<(), FabricError> {

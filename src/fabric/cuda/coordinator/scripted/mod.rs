@@ -219,7 +219,7 @@ impl Fake {
                 }
                 let bad = self.world.lock().unwrap().plot.bad_broken == Some(self.id);
                 Resp::Connected {
-                    kernels: Ok("--gpu-architecture=sm_90".into()),
+                    kernels: Ok(scripted_images()),
                     broken: match bad {
                         true => vec![(99, "scripted: a rank that does not exist".into())],
                         false => Vec::new(),
@@ -296,6 +296,16 @@ impl Drop for Fake {
     }
 }
 
+/// The kernels a scripted worker says it loaded.
+fn scripted_images() -> crate::profile::KernelImages {
+    use crate::fabric::cuda::compile::{record, Target};
+    record(
+        (13, 0),
+        &Target::Cubin("sm_90".into()),
+        &[("allreduce.cu", "scripted source", b"scripted image")],
+    )
+}
+
 fn facts() -> DeviceFacts {
     DeviceFacts {
         ordinal: 0,
@@ -362,6 +372,7 @@ fn fabric(k: usize, world: &Shared) -> CudaFabric {
         epoch: 0,
         links: Vec::new(),
         kernels: None,
+        images: Vec::new(),
         deadline: Deadline::from_env(),
         recovered: Vec::new(),
         at_bytes: None,
@@ -446,5 +457,6 @@ fn count(log: &[Ev], f: impl Fn(&Ev) -> bool) -> usize {
 
 const CUSTOM: [Backend; 2] = [Backend::OneStagePull, Backend::TwoStagePull];
 
+mod kernels;
 mod lifetimes;
 mod lost;
