@@ -50,7 +50,10 @@ def die_with_parent():
     except OSError:
         pass
 
-KERNELS = ["one_stage_pull", "one_stage_push", "two_stage_pull", "two_stage_push"]
+# The island schedules run only where the profile's group has islands (run.sh tunes TP8 in
+# virtual islands of 4); elsewhere the op refuses them, in one line.
+KERNELS = ["one_stage_pull", "one_stage_push", "two_stage_pull", "two_stage_push",
+           "island_two_shot", "island_one_shot"]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 

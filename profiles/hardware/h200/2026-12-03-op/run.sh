@@ -30,7 +30,7 @@ P=benches/op_proof.py
 # The wheel's extension; the Python files are this tree's (the wheel may predate them).
 $PY -m pip install -q --no-deps --target $W/py $C/artune-*.whl >> $W/env.txt 2>&1
 cp python/artune/*.py $W/py/artune/ && echo "python files from $(git rev-parse --short HEAD 2>/dev/null || echo this tree)" >> $W/env.txt
-step tune 150 $A tune --loopback 8 --tp 2,4,8 --sizes 4K:16M --no-contention --out $W/profile.json
+step tune 150 $A tune --loopback 8 --tp 2,4,8 --islands 4,4 --sizes 4K:16M --no-contention --out $W/profile.json
 $PY - "$W" >> $W/env.txt 2>&1 <<'PYEOF'
 import json, sys
 w = sys.argv[1]
