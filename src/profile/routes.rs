@@ -14,6 +14,54 @@ pub enum NoRoute {
     NoGroup { tp: usize },
     #[error("the profile chooses no custom kernel at TP{tp} (NCCL serves every size)")]
     NoCustom { tp: usize },
+    /// Custom kernels are chosen, but none of the backends asked for (`only`).
+    #[error("the profile chooses none of {only} at TP{tp}")]
+    NoneOf { tp: usize, only: String },
+}
+
+/// Which of the profile's custom choices artune's own kernels take inside an engine: the
+/// plugins' kernels setting (`ARTUNE_KERNELS`), read by the plugins (through the Python
+/// extension) and by `artune why`, so both say the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernels {
+    /// Only the backends no engine has a path of (the island schedules): the default, since
+    /// the engine has nothing of that shape to run there.
+    Islands,
+    /// Every custom choice (the opt-in): artune's kernels, as timed, instead of the engine's
+    /// kernels of the same shape.
+    Artune,
+}
+
+impl Kernels {
+    pub fn id(self) -> &'static str {
+        match self {
+            Kernels::Islands => "islands",
+            Kernels::Artune => "artune",
+        }
+    }
+
+    pub fn from_id(id: &str) -> Option<Kernels> {
+        [Kernels::Islands, Kernels::Artune]
+            .into_iter()
+            .find(|k| k.id() == id)
+    }
+
+    /// Whether artune's kernels take a size the profile gives `b`.
+    pub fn takes(self, b: Backend) -> bool {
+        b.is_custom()
+            && match self {
+                Kernels::Islands => !b.engines_have(),
+                Kernels::Artune => true,
+            }
+    }
+
+    /// The backends it takes, in table order.
+    pub fn backends(self) -> Vec<Backend> {
+        Backend::ALL
+            .into_iter()
+            .filter(|&b| self.takes(b))
+            .collect()
+    }
 }
 
 /// The routed messages of one TP size: per mode, the profile's buckets; per backend, the
@@ -57,9 +105,11 @@ impl Routes {
             return Err(NoRoute::NoGroup { tp });
         };
         let mut buffers: Vec<(Backend, u64)> = Vec::new();
+        let mut custom = false;
         for g in [&graph, &eager].into_iter().flatten() {
             for (&bytes, a) in g.sizes().iter().zip(g.answers()) {
                 let b = a.backend;
+                custom |= b.is_custom();
                 if !b.is_custom() || only.is_some_and(|o| !o.contains(&b)) {
                     continue;
                 }
@@ -69,8 +119,13 @@ impl Routes {
                 }
             }
         }
-        if buffers.is_empty() {
-            return Err(NoRoute::NoCustom { tp });
+        match (buffers.is_empty(), only) {
+            (false, _) => {}
+            (true, Some(o)) if custom => {
+                let only = o.iter().map(|b| b.id()).collect::<Vec<_>>().join(", ");
+                return Err(NoRoute::NoneOf { tp, only });
+            }
+            (true, _) => return Err(NoRoute::NoCustom { tp }),
         }
         buffers.sort();
         Ok(Routes {
@@ -83,6 +138,11 @@ impl Routes {
             islands: group.islands.clone().map(|i| (group.gpus.clone(), i)),
             buffers,
         })
+    }
+
+    /// What artune's kernels serve inside an engine at `tp` under the plugins' setting.
+    pub fn for_engine(p: &Profile, tp: usize, kernels: Kernels) -> Result<Routes, NoRoute> {
+        Routes::from_profile(p, tp, Some(&kernels.backends()))
     }
 
     /// `backend` at every size up to `max_bytes`, whatever the profile chose: for proving and
@@ -265,6 +325,46 @@ mod tests {
             Routes::from_profile(&p, 7, None).unwrap_err().to_string(),
             "the profile has no TP7 group"
         );
+        // Custom choices, none of them among the backends asked for: said as such.
+        let p = custom_profile();
+        let only = [Backend::IslandTwoShot, Backend::IslandOneShot];
+        assert_eq!(
+            Routes::from_profile(&p, tp, Some(&only))
+                .unwrap_err()
+                .to_string(),
+            format!("the profile chooses none of island_two_shot, island_one_shot at TP{tp}")
+        );
+    }
+
+    #[test]
+    fn engines_get_artunes_kernels_where_they_lack_one_or_everywhere_when_asked() {
+        // The default takes the backends no engine has a path of: the island schedules.
+        assert_eq!(
+            Kernels::Islands.backends(),
+            vec![Backend::IslandTwoShot, Backend::IslandOneShot]
+        );
+        let customs: Vec<Backend> = Backend::ALL.into_iter().filter(|b| b.is_custom()).collect();
+        assert_eq!(Kernels::Artune.backends(), customs);
+        for k in [Kernels::Islands, Kernels::Artune] {
+            assert_eq!(Kernels::from_id(k.id()), Some(k));
+        }
+        assert_eq!(Kernels::from_id("engine"), None);
+        // A flat and an island choice: the default routes the island size only.
+        let mut p = custom_profile();
+        let g = &mut p.groups[0];
+        g.buckets[1].choice = Backend::IslandTwoShot;
+        g.buckets[1].fallback = Some(Backend::Nccl);
+        g.buckets[1]
+            .results
+            .insert(Backend::IslandTwoShot, Timing::around(4.0, 0.1));
+        let (tp, mode) = (g.tp, g.mode);
+        let (b0, b1) = (g.buckets[0].bytes, g.buckets[1].bytes);
+        let r = Routes::for_engine(&p, tp, Kernels::Islands).unwrap();
+        assert_eq!(r.backend(mode, b0), None);
+        assert_eq!(r.backend(mode, b1), Some(Backend::IslandTwoShot));
+        let r = Routes::for_engine(&p, tp, Kernels::Artune).unwrap();
+        assert_eq!(r.backend(mode, b0), Some(Backend::OneStagePull));
+        assert_eq!(r.backend(mode, b1), Some(Backend::IslandTwoShot));
     }
 
     #[test]

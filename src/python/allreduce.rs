@@ -17,8 +17,14 @@ fn backend(id: &str) -> PyResult<Backend> {
     Backend::from_id(id)
         .filter(|b| b.is_custom())
         .ok_or_else(|| {
+            let kernels: Vec<&str> = Backend::ALL
+                .iter()
+                .filter(|b| b.is_custom())
+                .map(|b| b.id())
+                .collect();
             BadInputError::new_err(format!(
-                "`{id}` is not one of artune's kernels; pass one of one_stage_pull, one_stage_push, two_stage_pull, two_stage_push"
+                "`{id}` is not one of artune's kernels; pass one of {}",
+                kernels.join(", ")
             ))
         })
 }
@@ -329,6 +335,19 @@ impl AllreduceKernels {
     }
 }
 
+/// The backends artune's kernels take inside an engine under the plugins' kernels setting
+/// (`islands`: those no engine has a path of, the default; `artune`: every custom one): the
+/// rule `artune why` reports from.
+#[pyfunction]
+pub fn engine_kernels(setting: &str) -> PyResult<Vec<&'static str>> {
+    let k = routes::Kernels::from_id(setting).ok_or_else(|| {
+        BadInputError::new_err(format!(
+            "`{setting}` is not a kernels setting; pass islands or artune"
+        ))
+    })?;
+    Ok(k.backends().into_iter().map(Backend::id).collect())
+}
+
 /// How many ranks share the busiest GPU among `bus_ids` (one per rank).
 #[pyfunction]
 pub fn ranks_per_gpu(bus_ids: Vec<String>) -> u32 {
@@ -339,5 +358,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Routes>()?;
     m.add_class::<AllreduceKernels>()?;
     m.add_function(wrap_pyfunction!(ranks_per_gpu, m)?)?;
+    m.add_function(wrap_pyfunction!(engine_kernels, m)?)?;
     Ok(())
 }
