@@ -34,7 +34,7 @@ captured graph that uses it may still be replayed.
 """
 
 import logging
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
@@ -100,15 +100,36 @@ class Allreduce:
         whatever the profile chose, for proofs and benchmarks; the kernels are still checked
         against the profile's. ``_native`` replaces the device layer in tests."""
         log = logger or logging.getLogger("artune")
-
-        def refuse(why: str) -> None:
+        op, why = cls.build(group, profile, device=device, logger=log, only=only, force=force,
+                            max_bytes=max_bytes, _native=_native)
+        if op is None:
             log.warning("artune: allreduce kernels not used: %s; %s", why, KEEPS)
-            return None
+        else:
+            log.info("artune: allreduce kernels serve %s; buffers %s", why,
+                     op.describe_memory())
+        return op
 
+    @classmethod
+    def build(
+        cls,
+        group,
+        profile,
+        *,
+        device=None,
+        logger: Optional[logging.Logger] = None,
+        only: Optional[List[str]] = None,
+        force: Optional[str] = None,
+        max_bytes: Optional[int] = None,
+        _native=None,
+    ) -> Tuple[Optional["Allreduce"], str]:
+        """:meth:`create` without its log line, for callers that say it in their own (the
+        engine plugins' start-up line): (the op, what it routes) on every rank, or (None, why
+        not) on every rank. Never raises."""
+        log = logger or logging.getLogger("artune")
         try:
             rank, world = dist.get_rank(group), dist.get_world_size(group)
         except Exception as e:  # noqa: BLE001 - no group, or not initialised: refuse
-            return refuse(f"the process group cannot be read ({type(e).__name__}: {e})")
+            return None, f"the process group cannot be read ({type(e).__name__}: {e})"
 
         # Local work first; every failure is agreed on below, so every rank leaves together.
         err, native, routes, bus = None, None, None, None
@@ -140,7 +161,7 @@ class Allreduce:
             replies = _gather(group, (err, bus))
             why = _first_error(replies)
             if why:
-                return refuse(why)
+                return None, why
             on_gpu = ranks_per_gpu([r[1] for r in replies])
             # Ranks that share a GPU allocate in turns, so each measures only its own memory.
             err, handles = None, None
@@ -155,16 +176,16 @@ class Allreduce:
             replies = _gather(group, (err, handles))
             why = _first_error(replies)
             if why:
-                return refuse(why)
+                return None, why
             try:
                 native.connect([r[1] for r in replies])
             except Exception as e:  # noqa: BLE001
                 err = str(e) if isinstance(e, ArtuneError) else f"{type(e).__name__}: {e}"
             why = _first_error(_gather(group, (err, None)))
             if why:
-                return refuse(why)
+                return None, why
         except Exception as e:  # noqa: BLE001 - the group could not exchange: nobody uses it
-            return refuse(f"the process group could not exchange handles "
+            return None, (f"the process group could not exchange handles "
                           f"({type(e).__name__}: {e})")
         if _native is None:
             def stream() -> int:
@@ -173,9 +194,7 @@ class Allreduce:
         else:
             stream, capturing = native.stream, native.capturing
         op = cls(group, native, routes, device, rank, world, log, stream, capturing)
-        log.info("artune: allreduce kernels serve %s; buffers %s", routes.describe(),
-                 op.describe_memory())
-        return op
+        return op, routes.describe()
 
     def should_run(self, inp: torch.Tensor) -> bool:
         """Whether artune's kernels take this tensor: the profile's dtype, contiguous, 16-byte
@@ -189,10 +208,14 @@ class Allreduce:
         return self._native.route(nbytes, self._capturing()) >= 0
 
     def all_reduce(self, inp: torch.Tensor, out: Optional[torch.Tensor] = None,
-                   backend: Optional[str] = None) -> torch.Tensor:
+                   backend: Optional[str] = None,
+                   fallback: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
+                   ) -> torch.Tensor:
         """The sum of ``inp`` over the group, in ``out`` (a new tensor by default), queued on
         torch's current stream. Call it where :meth:`should_run` said yes, on every rank alike;
-        ``backend`` names a prepared kernel instead of the profile's (proofs, benchmarks)."""
+        ``backend`` names a prepared kernel instead of the profile's (proofs, benchmarks).
+        ``fallback``: the engine's own out-of-place allreduce, which serves this call where the
+        kernels fail (default: ``torch.distributed`` on the op's group)."""
         nbytes = inp.numel() * inp.element_size()
         code = (self._native.route(nbytes, self._capturing()) if backend is None
                 else _CODES.get(backend, -1))
@@ -214,6 +237,11 @@ class Allreduce:
             self._off = True
             self._log.warning("artune: allreduce kernels failed (%s: %s) and are off from now "
                               "on; %s", type(e).__name__, e, KEEPS)
+            if fallback is not None:
+                summed = fallback(inp)
+                if summed is not out:
+                    out.copy_(summed)
+                return out
             out.copy_(inp)
             dist.all_reduce(out, group=self.group)
         return out
