@@ -10,17 +10,21 @@ use artune::{Backend, Mode};
 
 fn main() {
     // Criterion's harness flags (`--bench`) mean nothing here.
-    let machines: Vec<(String, artune::topology::Topology)> = ["pcie-8x-2switch", "pcie-8x-direct-2socket"]
-        .iter()
-        .map(|p| (p.to_string(), presets::get(p).expect("preset")))
-        .chain(std::iter::once({
-            let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/topologies/16x-four-switches.json");
-            (
-                "docs/topologies/16x-four-switches.json".to_string(),
-                file::load(std::path::Path::new(path)).expect("topology file"),
-            )
-        }))
-        .collect();
+    let machines: Vec<(String, artune::topology::Topology)> =
+        ["pcie-8x-2switch", "pcie-8x-direct-2socket"]
+            .iter()
+            .map(|p| (p.to_string(), presets::get(p).expect("preset")))
+            .chain(std::iter::once({
+                let path = concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/docs/topologies/16x-four-switches.json"
+                );
+                (
+                    "docs/topologies/16x-four-switches.json".to_string(),
+                    file::load(std::path::Path::new(path)).expect("topology file"),
+                )
+            }))
+            .collect();
     println!("SIMULATED (a model of each machine, not a measurement); graph mode, bf16, all GPUs in one group\n");
     for (name, topo) in machines {
         let n = topo.gpu_count();
@@ -62,9 +66,8 @@ fn main() {
                 .map(|x| x.1)
                 .fold(f64::INFINITY, f64::min);
             let cell = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.1}"));
-            let named = |x: Option<(Backend, f64)>| {
-                x.map_or("-".into(), |(k, v)| format!("{v:.1} ({k})"))
-            };
+            let named =
+                |x: Option<(Backend, f64)>| x.map_or("-".into(), |(k, v)| format!("{v:.1} ({k})"));
             println!(
                 "| {} | {} | {} | {} | {} | {:.2}x | {} |",
                 artune::units::fmt_bytes(b.bytes),
@@ -81,7 +84,10 @@ fn main() {
             .iter()
             .find_map(|b| b.results.get(&Backend::IslandTwoShot).and_then(|t| t.model));
         if let Some(m) = m {
-            println!("\nmodel error of the island schedules' times here: x{:.2}-x{:.2}\n", m.low, m.high);
+            println!(
+                "\nmodel error of the island schedules' times here: x{:.2}-x{:.2}\n",
+                m.low, m.high
+            );
         }
     }
 }

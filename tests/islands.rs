@@ -227,3 +227,69 @@ fn an_unknown_backend_name_is_refused_in_one_sentence() {
         assert_no_panic(&err);
     }
 }
+
+/// An engine without artune's kernels, facing an island choice, runs what it would if the
+/// profile had chosen the bucket's fallback: every engine line of `why` is the same for the
+/// profile as tuned and for one with the fallback written as the choice.
+#[test]
+fn engines_follow_the_fallback_where_an_island_schedule_is_chosen() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = tuned(
+        dir.path(),
+        "p.json",
+        &[
+            "--sim",
+            "pcie-8x-direct-2socket",
+            "--tp",
+            "8",
+            "--mode",
+            "graph",
+            "--sizes",
+            "4K:4M",
+        ],
+    );
+    let mut v = json(&p);
+    let buckets = v["groups"][0]["buckets"].as_array_mut().unwrap();
+    let at: Vec<u64> = buckets
+        .iter()
+        .filter(|b| b["choice"] == "island_two_shot")
+        .map(|b| b["bytes"].as_u64().unwrap())
+        .collect();
+    assert!(!at.is_empty());
+    for b in buckets.iter_mut().filter(|b| b["fallback"].is_string()) {
+        b["choice"] = b["fallback"].clone();
+        b.as_object_mut().unwrap().remove("fallback");
+    }
+    let flat = dir.path().join("flat.json");
+    std::fs::write(&flat, serde_json::to_string(&v).unwrap()).unwrap();
+    let engines = |file: &Path, bytes: u64| {
+        let o = artune(&[
+            "why",
+            file.to_str().unwrap(),
+            "--tp",
+            "8",
+            "--bytes",
+            &bytes.to_string(),
+            "--json",
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        let w: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        w["engines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| (e["engine"].clone(), e["runs"].clone(), e["backend"].clone()))
+            .collect::<Vec<_>>()
+    };
+    for bytes in at {
+        let (island, fallback) = (engines(&p, bytes), engines(&flat, bytes));
+        assert_eq!(island, fallback, "at {bytes} bytes");
+        assert!(
+            island
+                .iter()
+                .all(|(_, runs, b)| !runs.to_string().contains("island")
+                    && !b.to_string().contains("island")),
+            "{island:?}"
+        );
+    }
+}

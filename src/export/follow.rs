@@ -4,7 +4,9 @@
 //!
 //! The rule (docs/ENGINE-PATHS.md): where the profile says NCCL at a size (TP size, size,
 //! graph or eager), no peer-to-peer path of the engine takes it; where it says custom or has no
-//! answer, the engine's own answer stands. A fused allreduce+norm runs the engine's peer kernel
+//! answer, the engine's own answer stands. Where it says an island schedule, which no engine
+//! has, the engine follows the bucket's fallback (the rule among the backends engines have);
+//! the sizes artune's own kernels take are routed before the engine's paths are asked. A fused allreduce+norm runs the engine's peer kernel
 //! at every size up to its limit, so it fuses only inside the custom band that starts at the
 //! smallest size, in both modes (the pass is built once for both).
 
@@ -46,7 +48,7 @@ impl<'s> Follow<'s> {
             Mode::Graph => self.graph,
             Mode::Eager => self.eager,
         }?;
-        g.at(bytes).map(|(_, a)| a.backend.is_custom())
+        g.at(bytes).map(|(_, a)| a.fallback.is_custom())
     }
 
     /// A peer-to-peer path the engine would take: whether the plugin lets it.
@@ -62,7 +64,7 @@ impl<'s> Follow<'s> {
                 g.sizes()
                     .iter()
                     .zip(g.answers())
-                    .take_while(|(_, a)| a.backend.is_custom())
+                    .take_while(|(_, a)| a.fallback.is_custom())
                     .last()
                     .map_or(0, |(&s, _)| s)
             })
@@ -74,7 +76,7 @@ impl<'s> Follow<'s> {
     pub fn largest_custom(&self) -> u64 {
         self.groups()
             .flat_map(|g| g.sizes().iter().zip(g.answers()))
-            .filter(|(_, a)| a.backend.is_custom())
+            .filter(|(_, a)| a.fallback.is_custom())
             .map(|(&s, _)| s)
             .max()
             .unwrap_or(0)
@@ -115,6 +117,27 @@ mod tests {
             }
         }
         p
+    }
+
+    #[test]
+    fn an_island_choice_is_followed_as_its_fallback() {
+        // Graph: an island schedule at 64K whose fallback is NCCL, then one whose fallback is
+        // a flat kernel at 1M. The engine's peer paths are turned down at 64K (NCCL is what it
+        // runs without artune's kernels there) and allowed at 1M.
+        let mut p = shaped(&[true, true, true], &[true, true, true]);
+        for g in p.groups.iter_mut().filter(|g| g.mode == Mode::Graph) {
+            let flat = g.buckets[2].choice;
+            g.buckets[1].choice = Backend::IslandTwoShot;
+            g.buckets[1].fallback = Some(Backend::Nccl);
+            g.buckets[2].choice = Backend::IslandOneShot;
+            g.buckets[2].fallback = Some(flat);
+        }
+        let sel = p.selector();
+        let f = Follow::new(&sel, 2, None);
+        assert_eq!(f.custom_at(64 << 10, Mode::Graph), Some(false));
+        assert_eq!(f.custom_at(1 << 20, Mode::Graph), Some(true));
+        assert_eq!(f.custom_prefix(), 4 << 10);
+        assert_eq!(f.largest_custom(), 1 << 20);
     }
 
     #[test]

@@ -78,8 +78,8 @@ fn band_time(b: &Bucket, band: usize) -> Option<f64> {
 /// Whether band `s` is what the profile chose at this bucket.
 fn is_choice(b: &Bucket, s: usize) -> bool {
     match BANDS[s].0 {
-        Some(k) => k == b.choice,
-        None => b.choice.is_nccl(),
+        Some(k) => k == b.engine_choice(),
+        None => b.engine_choice().is_nccl(),
     }
 }
 
@@ -101,7 +101,7 @@ fn assign(g: &GroupProfile, workspace: u64) -> Vec<usize> {
             Some(k) => b.results.get(&k).copied(),
             None => plugin_time(b),
         };
-        match (timing, b.results.get(&b.choice)) {
+        match (timing, b.results.get(&b.engine_choice())) {
             (None, _) => UNMEASURED,
             // Not significantly faster than the choice (intervals and model bands, as the
             // profile's rule judges): it costs what the choice's band costs, and a hair more,
@@ -286,7 +286,7 @@ pub fn plugin_plan(p: &Profile, g: &GroupProfile) -> PluginPlan {
             max_bytes: g
                 .buckets
                 .iter()
-                .filter(|b| b.bytes <= v1_max() && b.choice.is_custom())
+                .filter(|b| b.bytes <= v1_max() && b.engine_choice().is_custom())
                 .map(|b| b.bytes)
                 .max()
                 .unwrap_or(0),

@@ -90,8 +90,8 @@ fn decide(b: &Bucket, tp: usize, tokens: u64, bytes: u64) -> Option<Strategy> {
         Some(Strategy::TwoShot) => tokens >= tp as u64,
         None => false,
     };
-    let choice = if runnable(b.choice) {
-        b.choice
+    let choice = if runnable(b.engine_choice()) {
+        b.engine_choice()
     } else {
         let eligible: std::collections::BTreeMap<Backend, Timing> = b
             .results

@@ -415,15 +415,15 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
             let (mut follows, mut cannot) = (0, 0);
             for b in &g.buckets {
                 let run = runs(p, g, b.bytes);
-                let chosen = median(b, b.choice);
+                let chosen = median(b, b.engine_choice());
                 let t = match run.backend {
                     Some(Backend::Nccl) => plugin_time(b).map(|t| t.median_us),
                     Some(k) => median(b, k),
                     None => None,
                 };
                 let same = match run.backend {
-                    Some(Backend::Nccl) => b.choice.is_nccl(),
-                    Some(k) => k == b.choice,
+                    Some(Backend::Nccl) => b.engine_choice().is_nccl(),
+                    Some(k) => k == b.engine_choice(),
                     None => false,
                 };
                 let verdict = if same {
@@ -433,9 +433,9 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
                     cannot += 1;
                     match (t, chosen) {
                         (Some(t), Some(c)) => {
-                            format!("cannot follow {} ({})", b.choice, pct(t, c))
+                            format!("cannot follow {} ({})", b.engine_choice(), pct(t, c))
                         }
-                        _ => format!("cannot follow {} (not measured)", b.choice),
+                        _ => format!("cannot follow {} (not measured)", b.engine_choice()),
                     }
                 };
                 s.push_str(&format!(

@@ -136,6 +136,14 @@ pub struct Bucket {
     pub waived: BTreeMap<Backend, String>,
 }
 
+impl Bucket {
+    /// What an engine without artune's own kernels runs here: the choice where engines have a
+    /// path of its shape, else the bucket's `fallback` (the same rule among those they have).
+    pub fn engine_choice(&self) -> Backend {
+        self.fallback.unwrap_or(self.choice)
+    }
+}
+
 /// Where the choice changes between neighbouring sizes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Crossover {

@@ -238,14 +238,7 @@ impl Kernels {
     ) -> Result<(), FabricError> {
         let Work { backend, dtype, .. } = work;
         let (f, blocks, threads) = self
-            .plan(
-                backend,
-                dtype,
-                work.elems,
-                work.ranks,
-                gpu.sms,
-                work.on_gpu,
-            )
+            .plan(backend, dtype, work.elems, work.ranks, gpu.sms, work.on_gpu)
             .ok_or_else(|| DeviceError::Kernel {
                 name: format!("{backend} {}", dtype.id()),
                 detail: "no such kernel was loaded".into(),
