@@ -5,14 +5,31 @@
 //! The rule (docs/ENGINE-PATHS.md): where the profile says NCCL at a size (TP size, size,
 //! graph or eager), no peer-to-peer path of the engine takes it; where it says custom or has no
 //! answer, the engine's own answer stands. Where it says an island schedule, which no engine
-//! has, the engine follows the bucket's fallback (the rule among the backends engines have);
-//! the sizes artune's own kernels take are routed before the engine's paths are asked. A fused allreduce+norm runs the engine's peer kernel
-//! at every size up to its limit, so it fuses only inside the custom band that starts at the
-//! smallest size, in both modes (the pass is built once for both).
+//! has, the engine follows the bucket's fallback (the rule among the backends engines have).
+//! The sizes artune's own kernels take ([`own_kernel`]) are routed to them before the engine's
+//! paths are asked. A fused allreduce+norm runs the engine's peer kernel at every size up to
+//! its limit, so it fuses only inside the custom band that starts at the smallest size, in both
+//! modes (the pass is built once for both).
 
-use crate::allreduce::Mode;
+use crate::allreduce::{Backend, Mode};
+use crate::profile::routes::{Kernels, Routes};
 use crate::profile::selector::GroupSelector;
-use crate::profile::{Query, Selector};
+use crate::profile::{Profile, Query, Selector};
+
+/// The kernel of artune's own that the plugins' op (artune.allreduce, built on the engine's TP
+/// group at start-up) runs for `bytes` in `mode` at TP `tp` under the kernels setting, or None
+/// where the engine's paths take the message. Only messages of the profile's dtype are routed.
+pub fn own_kernel(
+    p: &Profile,
+    tp: usize,
+    mode: Mode,
+    bytes: u64,
+    kernels: Kernels,
+) -> Option<Backend> {
+    Routes::for_engine(p, tp, kernels)
+        .ok()?
+        .backend(mode, bytes)
+}
 
 /// The profile's groups of one TP size (graph and eager) on one placement.
 #[derive(Debug, Clone, Copy)]
@@ -100,7 +117,6 @@ impl<'s> Follow<'s> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::allreduce::Backend;
     use crate::export::sample;
 
     /// The sample's TP2 group, with its choices replaced: custom where `custom` says.

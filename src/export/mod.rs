@@ -83,6 +83,40 @@ pub struct EngineRun {
     pub because: String,
 }
 
+/// What an engine's plugin runs for `bytes` on `g` where artune's own kernels may take it:
+/// the op's kernel where the plugins' default routes the size to it (a backend the engine has
+/// no kernel of), else `run` (the engine's paths under the plugin), with a note where the
+/// opt-in (`ARTUNE_KERNELS=artune`) would route it.
+fn with_own_kernels(
+    p: &Profile,
+    g: &GroupProfile,
+    bytes: u64,
+    engine: &str,
+    mut run: EngineRun,
+) -> EngineRun {
+    use crate::profile::routes::Kernels;
+    let own = |k| follow::own_kernel(p, g.tp, g.mode, bytes, k);
+    if let Some(k) = own(Kernels::Islands) {
+        return EngineRun {
+            engine: run.engine,
+            runs: format!("artune's kernels, {k}"),
+            backend: Some(k),
+            because: format!(
+                "the profile chooses {k}, which {engine} has no kernel of, so the plugin's op (artune's own kernels, built on the TP group at start-up) takes a {} message of this size before {engine}'s own order. Where the op cannot be built: {}, because {}",
+                g.dtype.id(),
+                run.runs,
+                run.because
+            ),
+        };
+    }
+    if let Some(k) = own(Kernels::Artune) {
+        run.because.push_str(&format!(
+            "; with ARTUNE_KERNELS=artune the plugin's op runs artune's {k} here instead"
+        ));
+    }
+    run
+}
+
 /// One file of an export.
 #[derive(Debug, Clone, PartialEq)]
 pub struct File {

@@ -356,8 +356,9 @@ pub fn plugin_setup(p: &Profile, tp: usize) -> Option<Setup> {
     }
 }
 
-/// What SGLang runs for `bytes` on group `g` with artune's SGLang plugin loaded: the plugin's
-/// setup ([`plugin_setup`]) and its gates ([`follow`]) on SGLang's order. `flashinfer`: the
+/// What SGLang runs for `bytes` on group `g` with artune's SGLang plugin loaded: artune's own
+/// kernels where the plugin routes the size to them, else the plugin's setup
+/// ([`plugin_setup`]) and its gates ([`follow`]) on SGLang's order. `flashinfer`: the
 /// group is one SGLang tags for FlashInfer's allreduce (the fusion is on for the model), where
 /// FlashInfer comes first (in eager mode too) for a message within its workspace.
 pub(super) fn plugin_runs(
@@ -366,6 +367,12 @@ pub(super) fn plugin_runs(
     bytes: u64,
     flashinfer: bool,
 ) -> EngineRun {
+    let run = paths_under_plugin(p, g, bytes, flashinfer);
+    with_own_kernels(p, g, bytes, "SGLang", run)
+}
+
+/// What SGLang's own paths run for `bytes` under the plugin, where artune's kernels do not.
+fn paths_under_plugin(p: &Profile, g: &GroupProfile, bytes: u64, flashinfer: bool) -> EngineRun {
     let engine = if flashinfer {
         "SGLang + artune's plugin, FlashInfer group"
     } else {

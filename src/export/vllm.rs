@@ -163,8 +163,9 @@ pub(super) fn runs(p: &Profile, g: &GroupProfile, bytes: u64) -> EngineRun {
     }
 }
 
-/// What vLLM runs for `bytes` on group `g` with artune's vLLM plugin loaded: the plugin's own
-/// rule ([`follow`]) on vLLM's order. The plugin knows the TP size, not the GPUs, so it follows
+/// What vLLM runs for `bytes` on group `g` with artune's vLLM plugin loaded: artune's own
+/// kernels where the plugin routes the size to them, else the plugin's own rule ([`follow`])
+/// on vLLM's order. The plugin knows the TP size, not the GPUs, so it follows
 /// the profile's default placement. The fusion pass is said apart, because it replaces an
 /// allreduce followed by RMSNorm, not every allreduce.
 pub(super) fn plugin_runs(p: &Profile, g: &GroupProfile, bytes: u64) -> EngineRun {
@@ -210,6 +211,7 @@ pub(super) fn plugin_runs(p: &Profile, g: &GroupProfile, bytes: u64) -> EngineRu
             },
         }
     };
+    run = with_own_kernels(p, g, bytes, "vLLM", run);
     let vllm_max = model().fusion_max(capability(&p.topology, &g.gpus), g.gpus.len());
     if let Some(max) = vllm_max {
         let top = rule.fused_up_to(Some(max));
