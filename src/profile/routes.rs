@@ -5,7 +5,6 @@
 use super::selector::GroupSelector;
 use super::{Memory, Profile, Query};
 use crate::allreduce::{Backend, Dtype, Mode};
-use crate::units::fmt_bytes;
 
 /// Why a profile routes nothing to artune's kernels for a TP size.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -233,9 +232,21 @@ impl Routes {
             if b.is_empty() {
                 return format!("{}: none", m.id());
             }
+            // Sizes as the bands read elsewhere ("above 112K to 1152K"): exact, in the largest
+            // unit that divides them.
+            let exact = |n: u64| match [(30, "G"), (20, "M"), (10, "K")]
+                .into_iter()
+                .find(|(s, _)| n >= 1 << s && n % (1 << s) == 0)
+            {
+                Some((s, unit)) => format!("{}{unit}", n >> s),
+                None => format!("{n}B"),
+            };
             let parts: Vec<String> = b
                 .iter()
-                .map(|(lo, hi, be)| format!("{}..{} {be}", fmt_bytes(*lo), fmt_bytes(*hi)))
+                .map(|&(lo, hi, be)| match lo {
+                    1 => format!("to {} {be}", exact(hi)),
+                    _ => format!("above {} to {} {be}", exact(lo - 1), exact(hi)),
+                })
                 .collect();
             format!("{}: {}", m.id(), parts.join(", "))
         };
@@ -307,7 +318,16 @@ mod tests {
             only.bands(g.mode),
             vec![(b0 + 1, b1, Backend::TwoStagePush)]
         );
-        assert!(r.describe().contains("two_stage_push"), "{}", r.describe());
+        // Sizes read as the bands elsewhere, exact: the fixture's buckets are 4K and 8K.
+        assert_eq!((b0, b1), (4096, 8192));
+        assert_eq!(
+            r.describe(),
+            format!(
+                "TP2 bf16: {}: to 4K one_stage_pull, above 4K to 8K two_stage_push; {}: none",
+                g.mode.id(),
+                other.id()
+            )
+        );
     }
 
     #[test]
