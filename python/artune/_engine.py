@@ -523,3 +523,94 @@ def follow(bands: Bands, asked_by=frozenset(), other: Optional[Callable] = None,
 
 def round_up16(n: int) -> int:
     return (n + 15) // 16 * 16
+
+
+#: Which sizes artune's own kernels (artune.allreduce) take inside an engine: ``islands`` (the
+#: default) where the profile chose a kernel no engine has (the island schedules), ``artune``
+#: every size the profile gives a custom kernel, ``engine`` none. The rule is Rust's
+#: (src/profile/routes.rs ``Kernels``), which `artune why` reports from.
+ENV_KERNELS = "ARTUNE_KERNELS"
+KERNELS = {"islands": ("islands",), "artune": ON + ("artune",), "engine": OFF + ("engine",)}
+
+
+def kernels_env(key: str) -> str:
+    """The per-engine variable (ARTUNE_VLLM_KERNELS, ARTUNE_SGLANG_KERNELS)."""
+    return f"ARTUNE_{key.upper()}_KERNELS"
+
+
+def kernels(key: str) -> Tuple[str, str]:
+    """The engine's kernels setting and how it was set: (``islands``, ``artune`` or
+    ``engine``, "VAR=value" or "the default"). The engine's own variable wins over
+    ARTUNE_KERNELS; both are read, and BadSetting is raised for another word in either."""
+    everywhere = setting(ENV_KERNELS, KERNELS, "")
+    own = setting(kernels_env(key), KERNELS, "")
+    if own:
+        return own, f"{kernels_env(key)}={own}"
+    if everywhere:
+        return everywhere, f"{ENV_KERNELS}={everywhere}"
+    return "islands", "the default"
+
+
+class OwnKernels:
+    """artune's own kernels in one TP group: the op (None: the engine's paths everywhere) and
+    what the start-up line says of them; ``refused`` where the profile gives them sizes but
+    the op could not be built (the line is then a warning)."""
+
+    def __init__(self, op, said: str, refused: bool = False) -> None:
+        self.op = op
+        self.said = said
+        self.refused = refused
+
+
+def own_kernels(p: Profile, chosen: Tuple[str, str], group, tp: int, device,
+                log: logging.Logger, engine: str) -> OwnKernels:
+    """Builds artune's op (artune.allreduce) on ``group``, the TP group's gloo group, for the
+    sizes the kernels setting ``chosen`` (from :func:`kernels`) gives it, or says why there is
+    none. Collective where the profile gives the op sizes: every rank of the group calls it
+    with the same profile and settings (the engine's processes share one environment), and
+    the op agrees every failure among them, so all ranks route alike. Never raises: the
+    engine's paths serve whatever the op does not take."""
+    choice, how = chosen
+    if choice == "engine":
+        return OwnKernels(None, f"artune's own kernels off ({how})")
+    try:
+        from ._artune import Routes, engine_kernels
+
+        only = engine_kernels(choice)
+        Routes.from_profile(p, tp, only)
+    except ArtuneError as e:
+        more = ("; ARTUNE_KERNELS=artune gives them every custom size"
+                if choice == "islands" else "")
+        return OwnKernels(None, f"artune's own kernels take no size here ({e}; {how}{more})")
+    except Exception as e:  # noqa: BLE001 - artune's own logic: the engine keeps its paths
+        return OwnKernels(None, f"artune's own kernels not used ({type(e).__name__}: {e}); "
+                          f"{engine} runs its own paths", True)
+    try:
+        from .allreduce import Allreduce
+
+        op, why = Allreduce.build(group, p, device=device, logger=log, only=only)
+    except Exception as e:  # noqa: BLE001 - no torch, or a bug of artune's: engine's paths
+        op, why = None, f"{type(e).__name__}: {e}"
+    if op is None:
+        return OwnKernels(None, f"artune's own kernels not used: {why}; {engine} runs its own "
+                          "paths at the sizes the profile gives them", True)
+    return OwnKernels(op, f"artune's own kernels ({how}) take {why}; their buffers, allocated "
+                      f"before {engine} sizes its KV cache: {op.describe_memory()}")
+
+
+def routed_first(attr: str = "_artune_op"):
+    """For an engine's all-reduce ``f(self, input_)``: artune's op (``self.<attr>``) takes the
+    message where it says it runs it, else the engine's call runs unchanged. Not while
+    torch.compile traces: the traced code reaches the engine's call through its custom op."""
+
+    def wrap(all_reduce):
+        @functools.wraps(all_reduce)
+        def routed(self, input_):
+            op = getattr(self, attr, None)
+            if op is not None and not compiling() and op.should_run(input_):
+                return op.all_reduce(input_, fallback=lambda x: all_reduce(self, x))
+            return all_reduce(self, input_)
+
+        return routed
+
+    return wrap

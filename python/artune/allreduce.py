@@ -269,7 +269,8 @@ class Allreduce:
                       f"profile {p[2]} for its chosen sizes" if p and p[2] is not None else
                       "profile: none")
             parts.append(f"{b} to {up_to} bytes {measured} ({theirs})")
-        return f"{mine} bytes per GPU measured: " + ", ".join(parts)
+        return (f"{mine / (1 << 20):.1f} MiB ({mine} bytes) per GPU measured: "
+                + ", ".join(parts))
 
     def failed(self) -> List[str]:
         """Backends whose barrier gave up on a peer on this rank (see the module docs)."""

@@ -10,6 +10,15 @@ rule (artune/_engine.py, docs/ENGINE-PATHS.md): where the profile says NCCL at a
 peer-to-peer path takes it; where it says custom, vLLM's own order applies.
 
 Beyond the per-call gates:
+- artune's own kernels (artune.allreduce): where the profile chooses a kernel vLLM has no
+  path of (the island schedules), and at every custom size with ``ARTUNE_KERNELS=artune``
+  (``ARTUNE_VLLM_KERNELS`` for vLLM alone; ``engine``: never), ``CudaCommunicator.__init__``
+  builds artune's op on the TP group's gloo group before vLLM builds its own communicators,
+  and ``CudaCommunicator.all_reduce`` hands it those sizes (messages of the profile's dtype)
+  before vLLM's order. Its buffers exist before vLLM takes the memory snapshot its KV cache
+  is sized from. Where the op cannot be built (no GPU, no P2P, other kernels than the
+  profile timed, a group that cannot exchange handles), vLLM's paths serve every size and
+  the start-up line, then a warning, says why.
 - ``CudaCommunicator.__init__``: vLLM builds its custom all-reduce as it would without
   artune, because the same object (and its IPC buffers) serves vLLM's custom all-gather and
   reduce-scatter (sequence parallelism, some models' logits gather), which the profile does
@@ -74,13 +83,14 @@ def register() -> None:
 
 
 def settings():
-    """ARTUNE_VLLM_FUSION (profile | engine) and ARTUNE_VLLM_CUSTOM_AR (keep | off), in the
-    usual spellings; _engine.BadSetting for any other word."""
+    """ARTUNE_VLLM_FUSION (profile | engine), ARTUNE_VLLM_CUSTOM_AR (keep | off) and the
+    kernels setting (ARTUNE_VLLM_KERNELS, else ARTUNE_KERNELS: islands | artune | engine, see
+    _engine.kernels), in the usual spellings; _engine.BadSetting for any other word."""
     fusion = _engine.setting(ENV_FUSION, {"profile": _engine.ON + ("profile", "artune"),
                                           "engine": _engine.OFF + ("engine",)}, "profile")
     custom_ar = _engine.setting(ENV_CUSTOM_AR, {"keep": _engine.ON + ("keep",),
                                                 "off": _engine.OFF}, "keep")
-    return fusion == "profile", custom_ar == "off"
+    return fusion == "profile", custom_ar == "off", _engine.kernels("vllm")
 
 
 def _register(patches: "_engine.Patches") -> None:
@@ -91,7 +101,7 @@ def _register(patches: "_engine.Patches") -> None:
     started = _engine.start(log, "vLLM", "vllm", vllm.__version__, determinism, settings)
     if started is None:
         return
-    p, (fusion, custom_ar_off) = started
+    p, (fusion, custom_ar_off, kernels) = started
     from vllm.distributed import parallel_state
     from vllm.distributed.device_communicators import cuda_communicator, custom_all_reduce
 
@@ -111,6 +121,8 @@ def _register(patches: "_engine.Patches") -> None:
     asked = patches.asked_by("custom")
     if asked is not None:
         patches.apply("custom", _engine.follow(bands, asked, other))
+    # artune's own kernels first, where the op built for the communicator takes the message.
+    patches.apply("artune", _engine.routed_first())
     if fusion:
         patches.apply("fusion_pass", lambda f: _fusion_follows(f, bands))
         patches.apply("model_fused_rms_norm", lambda f: _model_fusion_follows(f, bands))
@@ -128,8 +140,15 @@ def _register(patches: "_engine.Patches") -> None:
             name = a.get("unique_name", "") or ""
             tp = name.split(":")[0] == "tp"
             ws = dist.get_world_size(a["cpu_group"]) if tp else 0
+            # artune's op, collectively on vLLM's gloo group, before vLLM builds its own
+            # communicators: Worker.init_device (vllm/v1/worker/gpu_worker.py) builds every
+            # group in init_worker_distributed_environment before it takes the MemorySnapshot
+            # that request_memory (vllm/v1/worker/utils.py) and the KV cache sizing start
+            # from, so the op's buffers count as vLLM's own custom AR buffers do.
+            own = (own_kernels(p, kernels, a["cpu_group"], ws, a.get("device"))
+                   if tp and bands.covers(ws) else None)
             off = (tp and custom_ar_off and bands.covers(ws)
-                   and bands.largest_custom(ws) == 0)
+                   and (bands.largest_custom(ws) == 0 or takes_every_custom(own, kernels)))
         except Exception as e:  # noqa: BLE001 - artune's own logic: vLLM's call runs as is
             _engine.fell_back(log, "CudaCommunicator.__init__", e, "vLLM")
             return comm_init(self, *args, **kwargs)
@@ -142,13 +161,21 @@ def _register(patches: "_engine.Patches") -> None:
                 parallel_state._ENABLE_CUSTOM_ALL_REDUCE = saved
         else:
             comm_init(self, *args, **kwargs)
+        if own is not None and own.op is not None:
+            self._artune_op = own.op
         try:
-            _after_comm_init(self, tp, name, ws, off)
+            _after_comm_init(self, tp, name, ws, off, own)
         except Exception as e:  # noqa: BLE001 - vLLM built it; artune only failed to report
             _engine.fell_back(log, "CudaCommunicator.__init__ (after vLLM built it)", e,
                               "vLLM", built=True)
 
-    def _after_comm_init(self, tp, name, ws, off):
+    def own_kernels(p, kernels, group, ws, device):
+        if "artune" not in patches.applied:
+            return _engine.OwnKernels(None, "artune's own kernels not used (CudaCommunicator."
+                                      "all_reduce is not as read)")
+        return _engine.own_kernels(p, kernels, group, ws, device, log, "vLLM")
+
+    def _after_comm_init(self, tp, name, ws, off, own):
         stamp_world_size(self)
         if not tp:
             return
@@ -162,7 +189,11 @@ def _register(patches: "_engine.Patches") -> None:
             ca.close()
             self.ca_comm = ca = None
         if getattr(self, "rank_in_group", 0) == 0:  # one line per group, not per rank
-            log.info("%s", startup_line(bands, patches, name, ws, off, fusion, ca, freed))
+            line = startup_line(bands, patches, name, ws, off, fusion, ca, freed, own)
+            if own is not None and own.refused:
+                log.warning("%s", line)
+            else:
+                log.info("%s", line)
 
     car_init = car.__init__
     car_sig = inspect.signature(car_init)
@@ -191,6 +222,13 @@ def _register(patches: "_engine.Patches") -> None:
     prefixes = [x for x in os.environ.get(RAY_PREFIXES, "").split(",") if x]
     if "ARTUNE_" not in prefixes:
         os.environ[RAY_PREFIXES] = ",".join(prefixes + ["ARTUNE_"])
+
+
+def takes_every_custom(own, kernels) -> bool:
+    """artune's op serves every size the profile gives a custom kernel (ARTUNE_KERNELS=artune,
+    for the profile's dtype), so vLLM's custom all-reduce would serve none of the profile's
+    all-reduces."""
+    return own is not None and own.op is not None and kernels[0] == "artune"
 
 
 def _fusion_follows(flashinfer_max_size, bands: "_engine.Bands"):
@@ -304,12 +342,14 @@ def ipc_bytes(ca) -> int:
                                        ca.max_reduce_scatter_size)
 
 
-def custom_ar_note(ca, bands, ws: int, off: bool, freed=None) -> str:
+def custom_ar_note(ca, bands, ws: int, off: bool, freed=None, own=None) -> str:
     """What vLLM's custom all-reduce object is here, and the memory it holds: vLLM's own
     figures, read from the object its constructor left."""
     if off:
-        return (f"custom AR not built ({ENV_CUSTOM_AR}=off): no IPC buffers are allocated, "
-                "and vLLM's custom all-gather/reduce-scatter run NCCL too")
+        why = ("; artune's own kernels take every custom size"
+               if own is not None and own.op is not None and bands.largest_custom(ws) else "")
+        return (f"custom AR not built ({ENV_CUSTOM_AR}=off{why}): no IPC buffers are "
+                "allocated, and vLLM's custom all-gather/reduce-scatter run NCCL too")
     if freed is not None:
         return (f"custom AR closed as soon as vLLM built it, {mib(freed)} of IPC buffers per "
                 "GPU freed: the profile gives NCCL at every size, and vLLM runs its custom "
@@ -362,7 +402,7 @@ def flashinfer_range(cap, ws: int):
 
 
 def startup_line(bands, patches, name: str, ws: int, off: bool, fusion: bool, ca=None,
-                 freed=None) -> str:
+                 freed=None, own=None) -> str:
     """One line per TP communicator: what vLLM runs per size band with the profile applied."""
     if not bands.covers(ws):
         return (f"artune: TP{ws} group {name}: {bands.path} has no TP{ws} group, so vLLM keeps "
@@ -376,7 +416,9 @@ def startup_line(bands, patches, name: str, ws: int, off: bool, fusion: bool, ca
     if fi and "flashinfer" in patches.applied:
         order += f" (FlashInfer to {_engine.size(fi)} on {cap}{backend}, then custom AR)"
     parts.append(order + "; NCCL sizes run NCCL with artune's tuner plugin")
-    parts.append(custom_ar_note(ca, bands, ws, off, freed))
+    if own is not None:
+        parts.append(own.said)
+    parts.append(custom_ar_note(ca, bands, ws, off, freed, own))
     fused = [n for p, n in (("fusion_pass", "fusion pass"),
                             ("model_fused_rms_norm", "models' fused allreduce+RMSNorm"))
              if p in patches.applied]

@@ -1,0 +1,72 @@
+"""artune's op inside an engine without a GPU, for the engines' dispatch tests
+(test_vllm_kernels.py, test_sglang_kernels.py): the op is the real one (artune.allreduce: its
+routing over the profile, its agreement over the group, its checks of each tensor); only its
+device layer, which needs GPUs, is a fake that records each launch, put in at the op's own
+seam (``Allreduce.build``'s ``_native``). The process group answers as every rank of it would,
+as the engines' tests stub it."""
+
+import torch
+
+import artune
+from artune import allreduce
+from test_allreduce import Fake
+
+HIDDEN = 256  # values per token: 512 bf16 bytes, so every size a profile measures is a message
+
+
+class Device(Fake):
+    """The op's device layer (artune._artune.AllreduceKernels) without a GPU: launches are
+    recorded in ``Device.seen`` as "artune <backend>", beside what the engine's own paths
+    record; allocations in ``Device.allocated``. Capture is torch's, as the real op reads it."""
+
+    seen: list = []
+    allocated: list = []
+
+    def allocate(self, rank, world, ranks_on_gpu, routes):
+        Device.allocated.append(("artune", routes.buffers))
+        return super().allocate(rank, world, ranks_on_gpu, routes)
+
+    def launch(self, code, inp, out, nbytes, stream, copies=True, repeat=1):
+        super().launch(code, inp, out, nbytes, stream, copies, repeat)
+        Device.seen.append(f"artune {artune.backends()[code]}")
+
+    def capturing(self):
+        return torch.cuda.is_current_stream_capturing()
+
+
+def every_rank_alike(monkeypatch):
+    """The group's collectives, answered as every rank of it would: each rank's reply is this
+    one's (the engines' tests stub the rest of torch.distributed)."""
+    monkeypatch.setattr(torch.distributed, "all_gather_object",
+                        lambda out, obj, group=None: out.__setitem__(slice(None),
+                                                                     [obj] * len(out)))
+    monkeypatch.setattr(torch.distributed, "barrier", lambda group=None: None)
+
+
+def fake_device(monkeypatch):
+    """The fake device layer in every op the plugins build."""
+    build = allreduce.Allreduce.build.__func__
+    monkeypatch.setattr(allreduce.Allreduce, "build",
+                        classmethod(lambda cls, *a, **k: build(cls, *a, _native=Device, **k)))
+    Fake.plot = {}
+    Device.seen, Device.allocated = [], []
+    return Device
+
+
+def message(nbytes, dtype=torch.bfloat16):
+    """A message of ``nbytes`` that says it is on CUDA (machines.OnCuda), ``HIDDEN`` wide."""
+    from machines import OnCuda
+
+    per = torch.tensor([], dtype=dtype).element_size() * HIDDEN
+    t = torch.empty((nbytes // per, HIDDEN), dtype=dtype, device="meta")
+    return t.as_subclass(OnCuda)
+
+
+def sizes(p, tp):
+    """Every edge of the profile's bands at ``tp`` and the size just above it (served by the
+    next band): where the routes change, on both sides."""
+    out = set()
+    for mode in ("graph", "eager"):
+        for b in p.bands(tp, mode):
+            out.update({b.up_to_bytes, b.up_to_bytes + 512})
+    return sorted(out)
