@@ -10,6 +10,16 @@ the rule (artune/_engine.py, docs/ENGINE-PATHS.md): where the profile says NCCL 
 peer-to-peer path takes it; where it says custom, SGLang's own order applies.
 
 Beyond the per-call gates:
+- artune's own kernels (artune.allreduce): where the profile chooses a kernel SGLang has no
+  path of (the island schedules), and at every custom size with ``ARTUNE_KERNELS=artune``
+  (``ARTUNE_SGLANG_KERNELS`` for SGLang alone; ``engine``: never), ``GroupCoordinator.__init__``
+  builds artune's op on each TP group's gloo group as SGLang builds the group, and
+  ``GroupCoordinator.all_reduce`` hands it those sizes (messages of the profile's dtype)
+  before SGLang's order. Its buffers exist before SGLang reads the free memory its KV cache is
+  sized from. Where the op cannot be built (no GPU, no P2P, other kernels than the profile
+  timed, a group that cannot exchange handles), SGLang's paths serve every size and the
+  start-up line, then a warning, says why. Under torch.compile the traced call goes down
+  SGLang's own order (the op is not traced).
 - v2 (full NVLink): ``custom_all_reduce_v2.get_all_reduce_config`` returns SGLang's config with
   the 1shot_push / 1shot_pull / 2shot_pull thresholds from the profile, two-shot push off, and
   the multicast range clipped to the profile's custom band (``_pick_config`` tests it before
@@ -97,11 +107,12 @@ def _version() -> str:
 
 
 def settings():
-    """ARTUNE_SGLANG_FUSION (profile | engine), in the usual spellings; _engine.BadSetting
-    for any other word."""
-    return _engine.setting(ENV_FUSION, {"profile": _engine.ON + ("profile", "artune"),
-                                        "engine": _engine.OFF + ("engine",)},
-                           "profile") == "profile"
+    """ARTUNE_SGLANG_FUSION (profile | engine) and the kernels setting (ARTUNE_SGLANG_KERNELS,
+    else ARTUNE_KERNELS: islands | artune | engine, see _engine.kernels), in the usual
+    spellings; _engine.BadSetting for any other word."""
+    fusion = _engine.setting(ENV_FUSION, {"profile": _engine.ON + ("profile", "artune"),
+                                          "engine": _engine.OFF + ("engine",)}, "profile")
+    return fusion == "profile", _engine.kernels("sglang")
 
 
 def _register(patches: "_engine.Patches") -> None:
@@ -112,7 +123,7 @@ def _register(patches: "_engine.Patches") -> None:
     started = _engine.start(log, "SGLang", "sglang", _version(), determinism, settings)
     if started is None:
         return
-    p, fusion = started
+    p, (fusion, kernels) = started
     from sglang.srt.distributed import parallel_state
     from sglang.srt.distributed.device_communicators import custom_all_reduce, custom_all_reduce_v2
 
@@ -134,6 +145,8 @@ def _register(patches: "_engine.Patches") -> None:
     if asked is not None:
         patches.apply("custom_v1", _engine.follow(bands, asked, other, "custom_v1"))
     patches.apply("custom_v2", lambda get_config: _v2_follows(get_config, plan))
+    # artune's own kernels first, where the op built for the group takes the message.
+    patches.apply("artune", _engine.routed_first())
     if fusion:
         patches.apply("flashinfer_fusion", lambda f: _fusion_follows(f, bands))
 
@@ -181,17 +194,39 @@ def _register(patches: "_engine.Patches") -> None:
         gc_init(self, *args, **kwargs)
         try:
             stamp_world_size(self)
-            if not tp or getattr(self, "rank_in_group", 0) != 0:  # one line per group
+            if not tp:
+                return
+            own = None
+            if not deterministic and v is not None:
+                # artune's op, collectively on the group's gloo group, as SGLang builds the
+                # group: init_parallel_runtime (sglang/srt/distributed/bootstrap.py) builds
+                # every group before ModelRunner.init_torch_distributed takes
+                # measure_pre_model_load_memory, the free memory its KV pool is sized from,
+                # so the op's buffers count as SGLang's custom all-reduce's do.
+                own = own_kernels(p, kernels, self.cpu_group, ws, self.device)
+                if own.op is not None:
+                    self._artune_op = own.op
+            if getattr(self, "rank_in_group", 0) != 0:  # one line per group
                 return
             if deterministic:
                 bands.active = False
                 log.info("artune: TP%d group %s: SGLang's deterministic inference is on, so "
                          "artune changes nothing", ws, name)
             else:
-                log.info("%s", startup_line(bands, patches, plan, name, ws, off))
+                line = startup_line(bands, patches, plan, name, ws, off, own)
+                if own is not None and own.refused:
+                    log.warning("%s", line)
+                else:
+                    log.info("%s", line)
         except Exception as e:  # noqa: BLE001 - SGLang built it; artune only failed to report
             _engine.fell_back(log, "GroupCoordinator.__init__ (after SGLang built it)", e,
                               "SGLang", built=True)
+
+    def own_kernels(p, kernels, group, ws, device):
+        if "artune" not in patches.applied:
+            return _engine.OwnKernels(None, "artune's own kernels not used (GroupCoordinator."
+                                      "all_reduce is not as read)")
+        return _engine.own_kernels(p, kernels, group, ws, device, log, "SGLang")
 
     patches.replace(car, "__init__", car_init_wrapped, ctors["CustomAllreduce.__init__"], log)
     patches.replace(gc, "__init__", gc_init_wrapped, ctors["GroupCoordinator.__init__"], log)
@@ -310,7 +345,7 @@ def describe(plan) -> str:
     return "; ".join(parts)
 
 
-def startup_line(bands, patches, plan, name: str, ws: int, off: bool) -> str:
+def startup_line(bands, patches, plan, name: str, ws: int, off: bool, own=None) -> str:
     """One line per TP group: what SGLang runs per size band with the profile applied."""
     v = plan.get(ws)
     if v is None:
@@ -328,6 +363,8 @@ def startup_line(bands, patches, plan, name: str, ws: int, off: bool) -> str:
     else:
         parts.append(f"custom sizes run v1 up to {_engine.size(v[2])}")
     parts.append("NCCL sizes run NCCL with artune's tuner plugin")
+    if own is not None:
+        parts.append(own.said)
     if "flashinfer_fusion" in patches.applied:
         top = bands.custom_prefix(ws)
         parts.append("FlashInfer allreduce+RMSNorm fusion " +
