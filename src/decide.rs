@@ -14,8 +14,8 @@ pub use rule::{
 };
 
 use crate::allreduce::{memory, Backend, Dtype, MemoryCost, Mode, Readiness};
-use crate::profile::{Bucket, Crossover, GroupProfile, Memory, Timing};
-use crate::results::GroupResults;
+use crate::profile::{Bucket, Crossover, GroupProfile, Memory};
+use crate::results::{GroupResults, Timing};
 
 /// Extra memory per GPU a backend costs an engine to serve messages up to `bytes`.
 pub fn extra_memory(backend: Backend, tp: usize, bytes: u64) -> u64 {

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::allreduce::{Backend, Dtype};
-use crate::profile::Timing;
+use crate::results::Timing;
 use crate::topology::{PathClass, Topology};
 
 /// The decision's choice at each size of a group of `tp` ranks, given its timings per size

@@ -13,8 +13,8 @@ use crate::allreduce::{Backend, Direction, Dtype, Mode, Readiness};
 use crate::cancel::Cancel;
 use crate::fabric::{Fabric, FabricError, Group};
 use crate::plan::{self, CloseCalls, Winner};
-use crate::profile::{ContentionCurve, GroupPhases, Timing};
 pub use crate::results::GroupResults;
+use crate::results::{ContentionCurve, GroupPhases, Timing};
 
 mod cell;
 mod size;
