@@ -9,15 +9,36 @@
 
 use std::path::Path;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
-use crate::profile::environment::BusyGpu;
 use crate::units::fmt_bytes;
 
 /// Utilization (percent, the highest seen over the sample) above which a GPU with no process
 /// visible still counts as busy: a process in another container NVML will not name.
 pub const BUSY_UTILIZATION: u32 = 10;
+
+/// Another process on a measured GPU, as NVML reported it before measuring.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct BusyGpu {
+    pub gpu: usize,
+    pub pid: u32,
+    pub name: String,
+    /// Device memory it held, when NVML says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+}
+
+impl std::fmt::Display for BusyGpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GPU {}: pid {} ({})", self.gpu, self.pid, self.name)?;
+        if let Some(m) = self.memory_bytes {
+            write!(f, " holding {}", crate::units::fmt_bytes(m))?;
+        }
+        Ok(())
+    }
+}
 
 /// What NVML says about one GPU.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
