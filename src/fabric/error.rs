@@ -1,12 +1,12 @@
 //! Failures below the seam, typed where they arise and put into words here, once: each
 //! variant's message carries its own hint (what to check, what to run), so no caller glues one
 //! on. [`DeviceError`] crosses the worker protocol as it is; the coordinator adds
-//! [`WorkerError`] for workers that are lost or talk nonsense.
+//! [`WorkerError`] for workers that are lost or talk nonsense, and [`LinkError`] for the pipe to
+//! one: any fabric that runs workers can say so without naming the CUDA fabric.
 
 use serde::{Deserialize, Serialize};
 
 use super::Backend;
-use crate::fabric::cuda::link::LinkError;
 use crate::units::fmt_bytes;
 
 /// What to do after the driver or a GPU failed.
@@ -166,6 +166,53 @@ pub enum WorkerError {
     },
     #[error("a contention probe failed: {0}")]
     Probe(Box<WorkerError>),
+}
+
+/// Why a worker's answer did not come.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LinkError {
+    #[error("worker {who} could not be started ({reason})")]
+    Spawn { who: String, reason: String },
+    #[error("worker {who} exited ({status}){}", quote_tail(tail))]
+    Exited {
+        who: String,
+        status: String,
+        tail: Vec<String>,
+    },
+    #[error("worker {who} wrote something that is not a worker response: {line:?}")]
+    Garbage { who: String, line: String },
+    #[error(
+        "worker {who} did not answer within {seconds:.1} s{}",
+        quote_tail(tail)
+    )]
+    Silent {
+        who: String,
+        seconds: f64,
+        tail: Vec<String>,
+    },
+    /// Asked again after it was given up on (the coordinator replaces such workers at once).
+    #[error("worker {who} is not asked again: it was given up on earlier ({why})")]
+    Retired { who: String, why: String },
+}
+
+fn quote_tail(tail: &[String]) -> String {
+    match tail.is_empty() {
+        true => String::new(),
+        false => format!("; its last output: {}", clip(&tail.join(" | "), 600)),
+    }
+}
+
+/// `s` cut to at most `max` bytes at a character boundary (worker text is not trusted to be
+/// ASCII, and `String::truncate` inside a character panics).
+pub fn clip(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
 }
 
 fn no_gpu_hint(gpu_visible: bool) -> String {

@@ -9,7 +9,7 @@ use super::kernels;
 use super::layout::SIGNAL_STATUS_OFFSET;
 use super::setup::{Impl, Launcher, Ready};
 use super::watchdog::{self, Poll, Waited};
-use super::{Faults, Gpu};
+use super::{Gpu, WorkerFaults};
 use crate::fabric::{Backend, DeviceError, FabricError, Mode};
 
 /// Maps the end of a wait on `backend`'s work to the error the harness acts on.
@@ -74,7 +74,7 @@ impl Launcher {
     unsafe fn launch(
         &self,
         gpu: &Gpu,
-        faults: &Faults,
+        faults: &WorkerFaults,
         backend: Backend,
         elems: u64,
     ) -> Result<(), FabricError> {
@@ -131,7 +131,7 @@ impl Launcher {
     pub fn launch_calls(
         &self,
         gpu: &Gpu,
-        faults: &Faults,
+        faults: &WorkerFaults,
         backend: Backend,
         elems: u64,
         calls: u32,
@@ -223,7 +223,7 @@ impl Launcher {
     pub fn warm_up(&self, gpu: &Gpu, backend: Backend, elems: u64) -> Result<(), FabricError> {
         let bytes = elems * self.shape.dtype.size();
         let limit = self.deadline.for_work(bytes, 1);
-        self.launch_calls(gpu, &Faults::default(), backend, elems, 1)?;
+        self.launch_calls(gpu, &WorkerFaults::default(), backend, elems, 1)?;
         self.finish(backend, None, limit, "NCCL warm-up")
     }
 
@@ -231,7 +231,7 @@ impl Launcher {
     pub fn capture(
         &self,
         gpu: &Gpu,
-        faults: &Faults,
+        faults: &WorkerFaults,
         backend: Backend,
         elems: u64,
         calls: u32,
@@ -259,7 +259,7 @@ impl Launcher {
     pub fn time(
         &mut self,
         gpu: &Gpu,
-        faults: &Faults,
+        faults: &WorkerFaults,
         backend: Backend,
         bytes: u64,
         mode: Mode,
@@ -278,7 +278,7 @@ impl Launcher {
     fn time_inner(
         &mut self,
         gpu: &Gpu,
-        faults: &Faults,
+        faults: &WorkerFaults,
         backend: Backend,
         bytes: u64,
         mode: Mode,

@@ -10,7 +10,7 @@ use super::driver::{dev, DevBuf, Span};
 use super::kernels::Kernels;
 use super::layout::THREADS;
 use super::setup::{Impl, Launcher, GUARD};
-use super::{Faults, Gpu};
+use super::{Gpu, WorkerFaults};
 use crate::fabric::{Backend, DeviceError, FabricError, Mode};
 
 fn kernels_of(gpu: &Gpu) -> Result<&Kernels, FabricError> {
@@ -149,7 +149,7 @@ impl Launcher {
     pub fn check(
         &mut self,
         gpu: &Gpu,
-        faults: &Faults,
+        faults: &WorkerFaults,
         backend: Backend,
         bytes: u64,
         seed: u64,
@@ -165,7 +165,7 @@ impl Launcher {
     fn check_inner(
         &mut self,
         gpu: &Gpu,
-        faults: &Faults,
+        faults: &WorkerFaults,
         backend: Backend,
         bytes: u64,
         seed: u64,

@@ -10,14 +10,14 @@ use super::probe::{ProbeLauncher, ProbeOwned};
 use super::protocol::{write_resp, Envelope, Req, Resp, WireError, ENV_REPLY_FD, HELLO_ID};
 use super::setup::{Launcher, Owned};
 use super::watchdog::Deadline;
-use super::{Faults, Gpu};
+use super::{Gpu, WorkerFaults};
 use crate::fabric::{DeviceError, FabricError};
 
 /// Everything one worker holds.
-pub struct Engine {
+pub struct WorkerState {
     gpu: Gpu,
     deadline: Deadline,
-    faults: Faults,
+    faults: WorkerFaults,
     /// Launcher before owned buffers in drop order: opened handles close before the owner's
     /// buffers are freed (they may be the same process in loopback).
     launcher: Option<Launcher>,
@@ -26,8 +26,8 @@ pub struct Engine {
     probe_owned: Option<ProbeOwned>,
 }
 
-impl Engine {
-    pub fn open(ordinal: usize) -> Result<Engine, FabricError> {
+impl WorkerState {
+    pub fn open(ordinal: usize) -> Result<WorkerState, FabricError> {
         let t = std::time::Instant::now();
         let gpu = Gpu::open(ordinal)?;
         tracing::info!(
@@ -35,9 +35,9 @@ impl Engine {
             std::process::id(),
             t.elapsed().as_secs_f64()
         );
-        let mut faults = Faults::from_env();
+        let mut faults = WorkerFaults::from_env();
         faults.arm(&gpu)?;
-        Ok(Engine {
+        Ok(WorkerState {
             gpu,
             deadline: Deadline::from_env(),
             faults,
@@ -220,7 +220,7 @@ fn no_group() -> FabricError {
     FabricError::BadRequest("no group is prepared on this worker; set it up first".into())
 }
 
-impl Drop for Engine {
+impl Drop for WorkerState {
     /// At exit (end of input, or an early return) without a Release: what this worker opened
     /// of its peers' buffers is closed first; what it exported is never freed here, since a
     /// peer exiting at the same moment may still map it. The process's end reclaims it with
@@ -299,7 +299,7 @@ pub fn serve(ordinal: usize, cpus: Option<&str>) -> i32 {
             tracing::warn!("worker for GPU {ordinal}: could not pin to CPUs {c}");
         }
     }
-    let mut engine = match Engine::open(ordinal) {
+    let mut engine = match WorkerState::open(ordinal) {
         Ok(e) => e,
         Err(e) => {
             let failed = Resp::Failed(WireError::from_fabric(e, false));
