@@ -7,6 +7,7 @@ mod consumers;
 mod doctor;
 mod fleet;
 mod output;
+mod progress;
 mod topo;
 mod tune;
 mod worker;

@@ -1,19 +1,96 @@
 //! `artune tune` and `artune show`.
 
-use super::output::{out, outln};
-use std::io::IsTerminal;
-
-use super::{ShowArgs, TuneArgs};
 use std::collections::BTreeSet;
 
+use super::output::{out, outln};
+use super::progress::{stop_on_signals, Status};
+use super::{ShowArgs, TuneArgs};
 use crate::cancel::Cancel;
 use crate::error::Error;
-use crate::measure::Progress;
+use crate::measure::Harness;
 use crate::profile::{Profile, Sampling};
 use crate::{report, tune, units};
 
-/// Parses `--tp 2,4,8` against the machine's GPU count.
-pub fn parse_tp(items: &[String], gpus: usize) -> Result<Vec<usize>, Error> {
+/// `tune`'s arguments, each checked once and turned into what the run uses, before anything
+/// touches a GPU (as ripgrep's `HiArgs::from_low_args`). A new flag is one field of
+/// [`TuneArgs`] and one line in [`Tune::from_args`]; only the TP sizes wait for the machine
+/// ([`Tune::options`]).
+struct Tune {
+    source: super::Source,
+    loopback: Option<usize>,
+    faults: crate::fabric::sim::Faults,
+    occupancy: Option<std::path::PathBuf>,
+    allow_busy: bool,
+    /// `--out` with `{host}` replaced, checked writable.
+    out: std::path::PathBuf,
+    plot: Option<std::path::PathBuf>,
+    json: bool,
+    node: crate::profile::Node,
+    /// `--tp` as given (each at least 2); empty: the default for the machine.
+    tp: Vec<usize>,
+    /// Everything else the pipeline takes.
+    options: tune::Options,
+}
+
+impl Tune {
+    fn from_args(a: TuneArgs) -> Result<Tune, Error> {
+        let mut node = crate::profile::Node::here();
+        node.args = std::env::args().skip(1).collect();
+        let out = out_path(&a.out, &node)?;
+        crate::profile::check_writable(&out)?;
+        if let Some(dir) = &a.plot {
+            crate::profile::paths::check_output(dir, "--plot", crate::profile::paths::Expect::Dir)?;
+        }
+        let dtype = a.dtype.into();
+        let (min_bytes, max_bytes) = sizes(&a.sizes, dtype)?;
+        let (sampling, harness) = sampling(a.exhaustive, a.target_ci.as_deref())?;
+        Ok(Tune {
+            faults: super::sim_faults(a.sim_faults.as_deref(), &a.source)?,
+            source: a.source,
+            loopback: a.loopback,
+            occupancy: a.sim_occupancy,
+            allow_busy: a.allow_busy,
+            out,
+            plot: a.plot,
+            json: a.json,
+            node,
+            tp: a
+                .tp
+                .as_deref()
+                .map(parse_tp)
+                .transpose()?
+                .unwrap_or_default(),
+            options: tune::Options {
+                min_bytes,
+                max_bytes,
+                modes: a.mode.modes(),
+                dtype,
+                mem_budget: a.mem_budget.as_deref().map(mem_budget).transpose()?,
+                seed: a.seed,
+                contention: !a.no_contention,
+                sampling,
+                harness,
+                ..Default::default()
+            },
+        })
+    }
+
+    /// The pipeline's options for a machine of `gpus` GPUs: the one check that needs it.
+    fn options(&self, gpus: usize) -> Result<tune::Options, Error> {
+        if let Some(t) = self.tp.iter().find(|&&t| t > gpus) {
+            return Err(Error::bad_input(format!(
+                "--tp {t} does not fit this machine of {gpus} GPUs; choose sizes from 2 to {gpus}"
+            )));
+        }
+        Ok(tune::Options {
+            tp: self.tp.clone(),
+            ..self.options.clone()
+        })
+    }
+}
+
+/// Parses `--tp 2,4,8`: TP sizes of at least 2 (whether they fit is the machine's to say).
+fn parse_tp(items: &[String]) -> Result<Vec<usize>, Error> {
     let mut out = BTreeSet::new();
     for it in items {
         let t: usize = it.trim().parse().map_err(|_| {
@@ -21,9 +98,9 @@ pub fn parse_tp(items: &[String], gpus: usize) -> Result<Vec<usize>, Error> {
                 "--tp `{it}` is not a number; give TP sizes like --tp 2,4,8"
             ))
         })?;
-        if t < 2 || t > gpus {
+        if t < 2 {
             return Err(Error::bad_input(format!(
-                "--tp {t} does not fit this machine of {gpus} GPUs; choose sizes from 2 to {gpus}"
+                "--tp {t}: an allreduce needs at least 2 GPUs; give TP sizes like --tp 2,4,8"
             )));
         }
         out.insert(t);
@@ -36,13 +113,25 @@ pub fn parse_tp(items: &[String], gpus: usize) -> Result<Vec<usize>, Error> {
     Ok(out.into_iter().collect())
 }
 
-/// Connects SIGINT and SIGTERM to `cancel`: the first stops the tune between measurements, a
-/// second exits at once with code 130.
-fn cancel_on_signals(cancel: &Cancel) {
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        // Registered first, so it sees the flag as it was before this signal set it.
-        let _ = signal_hook::flag::register_conditional_shutdown(sig, 130, cancel.flag().clone());
-        let _ = signal_hook::flag::register(sig, cancel.flag().clone());
+/// `--sizes LOW:HIGH`: within the profile's limits, and whole elements of `dtype` at both ends.
+fn sizes(text: &str, dtype: crate::allreduce::Dtype) -> Result<(u64, u64), Error> {
+    let (min_bytes, max_bytes) = units::parse_range(text)?;
+    if max_bytes > crate::profile::LIMITS.message_bytes {
+        return Err(Error::bad_input(format!(
+            "--sizes {text} goes above 1 TiB; choose a smaller upper bound"
+        )));
+    }
+    tune::check_sizes(min_bytes, max_bytes, dtype)
+        .map_err(|e| Error::bad_input(format!("--sizes {text}: {e}")))?;
+    Ok((min_bytes, max_bytes))
+}
+
+/// `--mem-budget BYTES`, above 0: a budget of 0 would exclude every custom kernel at every
+/// size, so it is refused, not applied.
+fn mem_budget(text: &str) -> Result<u64, Error> {
+    match units::parse_bytes(text)? {
+        0 => Err(Error::bad_input(format!("--mem-budget {text} leaves no custom kernel; give a size such as 256MiB, or leave --mem-budget out to allow any"))),
+        b => Ok(b),
     }
 }
 
@@ -68,58 +157,22 @@ pub fn parse_target_ci(text: &str) -> Result<f64, Error> {
     Ok(pct / 100.0)
 }
 
-/// The sampling asked for, or why the flags contradict each other.
-fn sampling(a: &TuneArgs) -> Result<(Sampling, Option<f64>), Error> {
-    let target = a.target_ci.as_deref().map(parse_target_ci).transpose()?;
-    if a.exhaustive && target.is_some() {
-        return Err(Error::bad_input(
-            "--exhaustive samples every backend to the reference 2% target, so --target-ci cannot change it; drop one of them",
-        ));
-    }
-    let s = if a.exhaustive {
-        Sampling::Exhaustive
-    } else {
-        Sampling::Fast
-    };
-    Ok((s, target))
-}
-
-fn options(a: &TuneArgs, gpus: usize, cancel: Cancel) -> Result<tune::Options, Error> {
-    let (min_bytes, max_bytes) = units::parse_range(&a.sizes)?;
-    if max_bytes > crate::profile::LIMITS.message_bytes {
-        return Err(Error::bad_input(format!(
-            "--sizes {} goes above 1 TiB; choose a smaller upper bound",
-            a.sizes
-        )));
-    }
-    let tp = match &a.tp {
-        Some(items) => parse_tp(items, gpus)?,
-        None => Vec::new(),
-    };
-    let mem_budget = a
-        .mem_budget
-        .as_deref()
-        .map(units::parse_bytes)
-        .transpose()?;
-    let (sampling, target_ci) = sampling(a)?;
+/// The sampling asked for (`--exhaustive`, `--target-ci`), or why the flags contradict.
+fn sampling(exhaustive: bool, target_ci: Option<&str>) -> Result<(Sampling, Harness), Error> {
+    let target = target_ci.map(parse_target_ci).transpose()?;
     let mut harness = tune::fast_harness();
-    if let Some(t) = target_ci {
-        harness.target_ci = t;
+    match (exhaustive, target) {
+        (true, Some(_)) => Err(Error::bad_input(
+            "--exhaustive samples every backend to the reference 2% target, so --target-ci cannot change it; drop one of them",
+        )),
+        (true, None) => Ok((Sampling::Exhaustive, harness)),
+        (false, t) => {
+            if let Some(t) = t {
+                harness.target_ci = t;
+            }
+            Ok((Sampling::Fast, harness))
+        }
     }
-    Ok(tune::Options {
-        tp,
-        sampling,
-        harness,
-        min_bytes,
-        max_bytes,
-        modes: a.mode.modes(),
-        dtype: a.dtype.into(),
-        mem_budget,
-        seed: a.seed,
-        contention: !a.no_contention,
-        cancel,
-        ..Default::default()
-    })
 }
 
 /// `--out` with `{host}` replaced by this node's name (the scheduler's, else the host name), so
@@ -145,97 +198,60 @@ fn out_path(
     Ok(text.replace("{host}", &name).into())
 }
 
-pub fn run(mut a: TuneArgs) -> Result<i32, Error> {
-    let mut node = crate::profile::Node::here();
-    node.args = std::env::args().skip(1).collect();
-    a.out = out_path(&a.out, &node)?;
-    // Validate everything cheap before touching hardware.
-    let (min_bytes, max_bytes) = units::parse_range(&a.sizes)?;
-    tune::check_sizes(min_bytes, max_bytes, a.dtype.into())
-        .map_err(|e| Error::bad_input(format!("--sizes {}: {e}", a.sizes)))?;
-    // A budget of 0 would exclude every custom kernel at every size: refused, not applied.
-    if let Some(b) = &a.mem_budget {
-        if units::parse_bytes(b)? == 0 {
-            return Err(Error::bad_input(format!("--mem-budget {b} leaves no custom kernel; give a size such as 256MiB, or leave --mem-budget out to allow any")));
-        }
-    }
-    sampling(&a)?;
-    let faults = super::sim_faults(a.sim_faults.as_deref(), &a.source)?;
-    crate::profile::check_writable(&a.out)?;
-    if let Some(dir) = &a.plot {
-        crate::profile::paths::check_output(dir, "--plot", crate::profile::paths::Expect::Dir)?;
-    }
+pub fn run(a: TuneArgs) -> Result<i32, Error> {
+    let t = Tune::from_args(a)?;
+    let status = Status::new();
+    let cancel = Cancel::new();
+    let stopping = stop_on_signals(&cancel, &status);
     let entered = std::time::Instant::now();
-    super::compile_ahead(&a.source);
+    super::compile_ahead(&t.source);
+    status.stage("looking for other processes on the GPUs");
     let busy = occupancy_gate(
-        &a.source,
-        a.loopback,
-        a.sim_occupancy.as_deref(),
-        a.allow_busy,
+        &t.source,
+        t.loopback,
+        t.occupancy.as_deref(),
+        t.allow_busy,
         "tune",
     )?;
-    let cancel = Cancel::new();
-    cancel_on_signals(&cancel);
+    status.stage(
+        match t.source.sim.is_some() || t.source.topology.is_some() {
+            true => "modelling the simulated machine",
+            false => "starting a worker per GPU and compiling the kernels",
+        },
+    );
     let opening = std::time::Instant::now();
-    let mut fabric = super::open_fabric(&a.source, a.loopback, a.seed, faults)
+    let mut fabric = super::open_fabric(&t.source, t.loopback, t.options.seed, t.faults.clone())
         .map_err(|e| beside_busy(e, &busy))?;
     let opts = tune::Options {
         checks_seconds: (opening - entered).as_secs_f64(),
         startup_seconds: opening.elapsed().as_secs_f64(),
         environment: crate::profile::environment::current(),
-        allow_busy: a.allow_busy,
+        allow_busy: t.allow_busy,
         busy,
-        ..options(&a, fabric.topology().gpu_count(), cancel)?
+        cancel,
+        ..t.options(fabric.topology().gpu_count())?
     };
-
-    let bar = std::io::stderr().is_terminal().then(|| {
-        let pb = indicatif::ProgressBar::new(0);
-        pb.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} {msg}",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        pb
-    });
-    let mut on_progress = |p: Progress| {
-        if let Progress::Fault(f) = &p {
-            match &bar {
-                Some(pb) => pb.println(format!("warning: {f}")),
-                None => eprintln!("warning: {f}"),
-            }
-        }
-        let Some(pb) = &bar else { return };
-        match p {
-            Progress::Planned(n) => pb.set_length(n),
-            Progress::Group { gpus, placement } => {
-                pb.set_message(format!("GPUs {gpus:?} ({placement})"))
-            }
-            Progress::Cell { .. } => pb.inc(1),
-            Progress::Fault(_) => {}
-        }
-    };
-    let result = tune::run(fabric.as_mut(), &opts, &mut on_progress);
-    if let Some(pb) = &bar {
-        pb.finish_and_clear();
-    }
+    status.stage("planning the GPU groups and sizes");
+    let result = tune::run(fabric.as_mut(), &opts, &mut |p| status.progress(p));
+    stopping.commit();
+    status.finish();
     // Releases communicators and device memory before anything is written.
     drop(fabric);
     let mut profile = result.map_err(|e| beside_busy(e, &opts.busy))?;
-    profile.node = Some(node);
-    profile.write_atomic(&a.out)?;
-    if let Some(dir) = &a.plot {
+    profile.node = Some(t.node);
+    profile.write_atomic(&t.out)?;
+    if let Some(dir) = &t.plot {
         let files = report::plots(&profile, dir)?;
         eprintln!("wrote {} plots to {}", files.len(), dir.display());
     }
-    if a.json {
+    if t.json {
         outln!(
             "{}",
             serde_json::to_string_pretty(&report::summary_json(&profile)).expect("json")
         );
     } else {
         out!("{}", report::summary(&profile));
-        eprint!("\n{}", report::next_steps(&a.out, &profile));
+        eprint!("\n{}", report::next_steps(&t.out, &profile));
     }
     Ok(0)
 }
@@ -354,9 +370,26 @@ mod tests {
     }
 
     #[test]
-    fn tp_sizes_parse_against_the_gpu_count() {
-        assert_eq!(parse_tp(&["4".into(), "2".into()], 8).unwrap(), vec![2, 4]);
-        assert!(parse_tp(&["16".into()], 8).is_err());
-        assert!(parse_tp(&["x".into()], 8).is_err());
+    fn tp_sizes_parse_and_must_fit_the_machine() {
+        assert_eq!(parse_tp(&["4".into(), "2".into()]).unwrap(), vec![2, 4]);
+        assert!(parse_tp(&["1".into()]).is_err());
+        assert!(parse_tp(&["x".into()]).is_err());
+        use clap::Parser;
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("p.json");
+        let args = ["artune", "tune", "--sim", "pcie-2x", "--tp", "4", "--out"];
+        let a =
+            crate::cli::Cli::try_parse_from(args.iter().copied().chain([out.to_str().unwrap()]))
+                .unwrap();
+        let crate::cli::Command::Tune(a) = a.command else {
+            panic!("not tune")
+        };
+        let t = super::Tune::from_args(a).unwrap();
+        let e = t.options(2).unwrap_err().to_string();
+        assert!(
+            e.contains("--tp 4 does not fit this machine of 2 GPUs"),
+            "{e}"
+        );
+        assert_eq!(t.options(4).unwrap().tp, vec![4]);
     }
 }
