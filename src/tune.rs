@@ -92,24 +92,11 @@ pub fn exhaustive_harness() -> Harness {
 }
 
 impl Options {
-    /// The harness and size grid this sampling measures with, for these TP sizes.
-    fn sampling_plan(&self, tps: &[usize]) -> (Harness, Vec<u64>) {
+    /// The harness this sampling measures with, and whether on the reference grid.
+    fn sampling_plan(&self) -> (Harness, bool) {
         match self.sampling {
-            Sampling::Fast => (
-                self.harness,
-                plan::size_grid(self.min_bytes, self.max_bytes),
-            ),
-            Sampling::Exhaustive => {
-                // One grid serves every group, so it is aligned for all of them.
-                let align = tps
-                    .iter()
-                    .map(|&tp| plan::alignment(tp, self.dtype))
-                    .fold(1, lcm);
-                (
-                    exhaustive_harness(),
-                    plan::fine_grid(self.min_bytes, self.max_bytes, align),
-                )
-            }
+            Sampling::Fast => (self.harness, false),
+            Sampling::Exhaustive => (exhaustive_harness(), true),
         }
     }
 
@@ -173,12 +160,13 @@ pub fn run(
     for &tp in &tps {
         groups.extend(plan::placements(&topology, tp, opts.placements_per_tp));
     }
-    let (harness, sizes) = opts.sampling_plan(&tps);
+    let (harness, fine) = opts.sampling_plan();
     let plan = Plan {
         groups,
         modes: opts.modes.clone(),
         dtype: opts.dtype,
-        sizes,
+        sizes: plan::size_grid(opts.min_bytes, opts.max_bytes),
+        fine,
         backends: Backend::ALL.to_vec(),
         seed: opts.seed,
         contention: opts.contention,
@@ -278,17 +266,6 @@ pub fn run(
         return Err(Error::Interrupted);
     }
     Ok(profile)
-}
-
-fn lcm(a: u64, b: u64) -> u64 {
-    fn gcd(a: u64, b: u64) -> u64 {
-        if b == 0 {
-            a
-        } else {
-            gcd(b, a % b)
-        }
-    }
-    a / gcd(a, b) * b
 }
 
 /// A group where every backend failed or was waived has nothing to offer: that is a hardware

@@ -399,7 +399,10 @@ fn sigint_and_sigterm_stop_between_measurements_with_130_and_keep_the_old_profil
         let rest: Vec<String> = lines.iter().collect();
         assert_eq!(status.code(), Some(130), "signal {sig}: {rest:?}");
         assert_eq!(rest.len(), 2, "{rest:?}");
-        assert!(rest[0].starts_with("stopping after the current measurement"), "{rest:?}");
+        assert!(
+            rest[0].starts_with("stopping after the current measurement"),
+            "{rest:?}"
+        );
         assert!(rest[1].starts_with("error: interrupted"), "{rest:?}");
         assert_eq!(
             std::fs::read(&path).unwrap(),
@@ -467,7 +470,10 @@ fn a_signal_in_the_first_seconds_of_a_large_tune_ends_it_within_seconds() {
     let mut err = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
     assert_eq!(status.code(), Some(130), "{err}");
-    assert!(err.starts_with("stopping after the current measurement"), "{err}");
+    assert!(
+        err.starts_with("stopping after the current measurement"),
+        "{err}"
+    );
     assert!(err.contains("error: interrupted"), "{err}");
     assert!(!out.exists(), "a profile was written");
     eprintln!("ended {:.1} s after SIGINT", sent.elapsed().as_secs_f64());

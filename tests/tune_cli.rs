@@ -531,3 +531,28 @@ fn tune_without_gpu_suggests_sim() {
     );
     assert!(!out.exists());
 }
+
+/// A group's answer is the group's own: tuned alone (one TP size, one mode) it gets the same
+/// buckets, crossovers and regret as in a tune of every TP size and mode. The simulated noise
+/// once ran on from one group into the next, so the TP8 graph crossover sat at 192K in a full
+/// tune and at 176K with `--tp 8`.
+#[test]
+fn a_group_answers_the_same_whichever_other_groups_were_tuned() {
+    let (full, _) = tuned("pcie-8x-2switch", &[]);
+    for tp in ["2", "4", "8"] {
+        for mode in ["graph", "eager"] {
+            let (alone, _) = tuned("pcie-8x-2switch", &["--tp", tp, "--mode", mode]);
+            for g in &alone.groups {
+                let twin = full
+                    .groups
+                    .iter()
+                    .find(|f| f.gpus == g.gpus && f.mode == g.mode)
+                    .expect("the full tune has the group");
+                let at = format!("TP{} {} GPUs {:?}", g.tp, g.mode.id(), g.gpus);
+                assert_eq!(twin.crossovers, g.crossovers, "{at}");
+                assert_eq!(twin.buckets, g.buckets, "{at}");
+                assert_eq!(twin.regret, g.regret, "{at}");
+            }
+        }
+    }
+}

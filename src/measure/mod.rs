@@ -90,6 +90,10 @@ pub struct Plan {
     pub dtype: Dtype,
     /// Grid of sizes (bytes), ascending.
     pub sizes: Vec<u64>,
+    /// The reference grid instead: between the grid's ends, every size bisection could ever
+    /// add, aligned for each group's own TP size (so a group's sizes do not depend on which
+    /// other TP sizes are tuned).
+    pub fine: bool,
     pub backends: Vec<Backend>,
     pub seed: u64,
     pub contention: bool,
@@ -174,6 +178,12 @@ fn measure_group(
     faults: &mut Vec<String>,
 ) -> Result<GroupResults, FabricError> {
     let max_bytes = plan.sizes.last().copied().unwrap_or(0);
+    let grid = match (plan.fine, plan.sizes.first()) {
+        (true, Some(&lo)) => {
+            plan::fine_grid(lo, max_bytes, plan::alignment(gpus.len(), plan.dtype))
+        }
+        _ => plan.sizes.clone(),
+    };
     let group = Group {
         gpus: gpus.to_vec(),
         dtype: plan.dtype,
@@ -230,7 +240,7 @@ fn measure_group(
     let mut verified = BTreeSet::new();
     for &mode in &plan.modes {
         let mut raw = Raw::new();
-        let mut sizes = plan.sizes.clone();
+        let mut sizes = grid.clone();
         let mut round = 0;
         let mut revisited = !plan.harness.revisit;
         loop {

@@ -78,6 +78,7 @@ fn plan(backends: &[Backend], mode: Mode, harness: Harness) -> Plan {
         modes: vec![mode],
         dtype: Dtype::Bf16,
         sizes: vec![4096],
+        fine: false,
         backends: backends.to_vec(),
         seed: 1,
         contention: false,
