@@ -23,6 +23,7 @@ use crate::error::Error;
 use crate::fabric::{Fabric, FabricError, Group, Verification};
 use crate::measure::{measure_cell, Harness};
 use crate::profile::{GroupProfile, Profile, Timing};
+use crate::topology::occupancy::{BusyGpu, Neighbours};
 
 pub use crate::error::EXIT_UNDECIDED;
 
@@ -53,6 +54,8 @@ pub struct Point {
     /// [`GroupProfile::drift`], the largest over the profile's groups in this mode): the
     /// machine's own variation over seconds, which one check's passes cannot see.
     pub tuned: BTreeMap<Backend, f64>,
+    /// Other processes on the GPUs while this point was timed (`--allow-busy`).
+    pub beside: Vec<BusyGpu>,
 }
 
 /// One round of fresh timings at a point, and what the rule chooses from them.
@@ -295,12 +298,14 @@ pub fn fits(p: &Profile, n: usize) -> Result<(), Error> {
     }
 }
 
-/// Re-times the decisive sizes of every group of `p` on `fabric`.
+/// Re-times the decisive sizes of every group of `p` on `fabric`, asking `neighbours` before
+/// and after each point who else is on the GPUs.
 pub fn run(
     fabric: &mut dyn Fabric,
     p: &Profile,
     h: &Harness,
     cancel: &Cancel,
+    neighbours: &Neighbours,
 ) -> Result<Vec<Point>, Error> {
     fits(p, fabric.topology().gpu_count())?;
     let mut points = Vec::new();
@@ -368,6 +373,8 @@ pub fn run(
                             beyond_us: medians(&beyond),
                         }))
                     };
+                    let at = format!("before timing GPUs {gpus:?} {}", g.mode.id());
+                    let before = neighbours.look(&at).map_err(Error::BadInput)?;
                     let Some(first) = pass(fabric, &order)? else {
                         continue;
                     };
@@ -383,6 +390,7 @@ pub fn run(
                             .filter(|k| tuned.contains_key(&(g.mode, **k)))
                             .map(|k| (*k, drift_of(k)))
                             .collect(),
+                        beside: before.now,
                     };
                     if !point.passes[0].holds(b.choice) {
                         // Confirmed in the opposite order, then once more, before it counts: a
@@ -396,6 +404,12 @@ pub fn run(
                             if let Some(again) = pass(fabric, o)? {
                                 point.passes.push(again);
                             }
+                        }
+                    }
+                    let at = format!("while timing GPUs {gpus:?} {}", g.mode.id());
+                    for b in neighbours.look(&at).map_err(Error::BadInput)?.now {
+                        if !point.beside.contains(&b) {
+                            point.beside.push(b);
                         }
                     }
                     points.push(point);
@@ -464,7 +478,7 @@ mod tests {
     fn check_with(p: &Profile, faults: &str) -> Vec<Point> {
         let t = presets::get(PRESET).unwrap();
         let mut f = SimFabric::new(t, 2).with_faults(Faults::parse(faults).unwrap());
-        run(&mut f, p, &harness(), &Cancel::new()).unwrap()
+        run(&mut f, p, &harness(), &Cancel::new(), &Default::default()).unwrap()
     }
 
     #[test]
@@ -538,14 +552,28 @@ mod tests {
         let p = tuned();
         let t = presets::get(PRESET).unwrap();
         let mut same = SimFabric::new(t.clone(), 2);
-        let pts = run(&mut same, &p, &harness(), &Cancel::new()).unwrap();
+        let pts = run(
+            &mut same,
+            &p,
+            &harness(),
+            &Cancel::new(),
+            &Default::default(),
+        )
+        .unwrap();
         assert!(!pts.is_empty() && pts.iter().all(Point::holds), "{pts:?}");
         // The machine changed: the custom kernel the profile relies on got 3x slower.
         let chosen = p.groups[0].buckets[0].choice;
         assert!(chosen.is_custom(), "{chosen:?}");
         let faults = Faults::parse(&format!("slow={}:3", chosen.id())).unwrap();
         let mut slower = SimFabric::new(t, 2).with_faults(faults);
-        let pts = run(&mut slower, &p, &harness(), &Cancel::new()).unwrap();
+        let pts = run(
+            &mut slower,
+            &p,
+            &harness(),
+            &Cancel::new(),
+            &Default::default(),
+        )
+        .unwrap();
         let broken: Vec<&Point> = pts.iter().filter(|x| x.changed()).collect();
         assert!(!broken.is_empty(), "{pts:?}");
         assert!(
@@ -643,7 +671,7 @@ mod tests {
         let p = tuned();
         let chosen = p.groups[0].buckets[0].choice;
         let mut f = Reshaped::new(chosen, burst);
-        let pts = run(&mut f, &p, &harness(), &Cancel::new()).unwrap();
+        let pts = run(&mut f, &p, &harness(), &Cancel::new(), &Default::default()).unwrap();
         assert!(pts.iter().all(Point::holds), "{pts:?}");
         let moved: Vec<&Point> = pts.iter().filter(|x| x.unsettled()).collect();
         assert!(!moved.is_empty(), "{pts:?}");
@@ -659,7 +687,7 @@ mod tests {
         let p = tuned();
         let chosen = p.groups[0].buckets[0].choice;
         let mut f = Reshaped::new(chosen, drift);
-        let pts = run(&mut f, &p, &harness(), &Cancel::new()).unwrap();
+        let pts = run(&mut f, &p, &harness(), &Cancel::new(), &Default::default()).unwrap();
         // Where the victim's only rival is NCCL, the one it drifts against.
         let against_nccl: Vec<&Point> = pts
             .iter()

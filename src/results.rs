@@ -26,6 +26,8 @@ pub struct GroupResults {
     /// and its first visit's, seconds apart: how far this machine moved the backend while it
     /// was measured, which a later `check --measure` must not mistake for a change.
     pub drift: BTreeMap<Mode, BTreeMap<Backend, f64>>,
+    /// Other processes seen on the GPUs while this group was measured (`--allow-busy`).
+    pub beside: Vec<crate::topology::occupancy::BusyGpu>,
 }
 
 /// One backend's timing at one size.

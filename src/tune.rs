@@ -41,6 +41,8 @@ pub struct Options {
     /// The caller measured beside other processes on the GPUs (`--allow-busy`), and which.
     pub allow_busy: bool,
     pub busy: Vec<crate::profile::environment::BusyGpu>,
+    /// Asked between phases and groups who else is on the GPUs (nobody watches by default).
+    pub neighbours: crate::topology::occupancy::Neighbours,
 }
 
 impl Default for Options {
@@ -63,6 +65,7 @@ impl Default for Options {
             environment: Default::default(),
             allow_busy: false,
             busy: Vec::new(),
+            neighbours: Default::default(),
         }
     }
 }
@@ -174,6 +177,7 @@ pub fn run(
         cancel: opts.cancel.clone(),
         winner: decide::winner,
         close_calls: Some(decide::unsettled),
+        neighbours: opts.neighbours.clone(),
     };
     let (results, mut faults) = measure::run(fabric, &plan, progress)?;
     let policy = Policy {

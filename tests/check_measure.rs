@@ -324,6 +324,101 @@ fn a_busy_gpu_refuses_the_tune_unless_allowed_and_the_profile_says_so() {
     assert_eq!(tune(&[]).status.code(), Some(0));
 }
 
+/// A neighbour that starts mid-run (here at the third look, after the first group's set-up)
+/// is caught between phases: without --allow-busy the tune stops with exit 2 naming it and
+/// writes nothing; with it, every group measured beside it says so and records no drift, so
+/// its interference never widens what `check --measure` accepts. `check --measure` looks the
+/// same way.
+#[test]
+fn a_neighbour_arriving_mid_tune_is_caught_and_recorded_with_its_groups() {
+    let dir = tempfile::tempdir().unwrap();
+    let reading = dir.path().join("arrives.json");
+    let idle = r#"{"gpus": [{"index": 0, "utilization_pct": 0}]}"#;
+    let busy = r#"{"gpus": [{"index": 0, "processes": [{"pid": 4242, "name": "matmul", "memory_bytes": 917504000}]}]}"#;
+    std::fs::write(&reading, format!("[{idle}, {idle}, {busy}]")).unwrap();
+    let out = dir.path().join("p.json");
+    let (r, p) = (reading.to_str().unwrap(), out.to_str().unwrap());
+    let tune = |extra: &[&str]| {
+        let mut args = vec![
+            "tune",
+            "--sim",
+            "pcie-4x-1switch",
+            "--sizes",
+            "4K:1M",
+            "--no-contention",
+            "--sim-occupancy",
+            r,
+            "--out",
+            p,
+        ];
+        args.extend_from_slice(extra);
+        artune(&args)
+    };
+    let o = tune(&[]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(
+            "another process started using the GPUs during tune (GPU 0: pid 4242 (matmul)"
+        ) && err.contains("--allow-busy"),
+        "{err}"
+    );
+    assert!(
+        !out.exists(),
+        "a tune stopped by a neighbour wrote a profile"
+    );
+
+    let o = tune(&["--allow-busy"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("started using the GPUs while GPUs 0,1 were measured"),
+        "{err}"
+    );
+    let prof = artune::profile::Profile::load(&out).unwrap();
+    assert!(!prof.groups.is_empty());
+    for g in &prof.groups {
+        assert_eq!(g.beside.len(), 1, "TP{} {}", g.tp, g.mode.id());
+        assert_eq!(g.beside[0].pid, 4242);
+        assert!(
+            g.drift.is_empty(),
+            "drift recorded beside a neighbour: {:?}",
+            g.drift
+        );
+    }
+    let shown = text(&artune(&["show", p]).stdout);
+    assert!(shown.contains("BESIDE other work"), "{shown}");
+
+    // The measured check looks between its points the same way.
+    let check = |extra: &[&str]| {
+        let mut args = vec![
+            "check",
+            p,
+            "--measure",
+            "--sim",
+            "pcie-4x-1switch",
+            "--sim-occupancy",
+            r,
+        ];
+        args.extend_from_slice(extra);
+        artune(&args)
+    };
+    let o = check(&[]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("during check --measure (GPU 0: pid 4242"),
+        "{err}"
+    );
+    let o = check(&["--allow-busy"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("decisive sizes were timed beside other processes"),
+        "{err}"
+    );
+}
+
 /// A link that trained narrower, or links of another width, are a changed machine whether or
 /// not the choices still hold on it: both checks say so (exit 3) and name the link.
 #[test]

@@ -12,7 +12,13 @@ pub fn busy_note(path: &std::path::Path, p: &Profile) {
     let Some(e) = p.environment.as_ref().filter(|e| e.allow_busy) else {
         return;
     };
-    let who: Vec<String> = e.busy.iter().map(ToString::to_string).collect();
+    let mut who: Vec<String> = Vec::new();
+    for b in e.busy.iter().chain(p.groups.iter().flat_map(|g| &g.beside)) {
+        let b = b.to_string();
+        if !who.contains(&b) {
+            who.push(b);
+        }
+    }
     eprintln!(
         "note: {} was measured with --allow-busy, beside other processes ({}); its timings may include theirs",
         path.display(),
@@ -61,7 +67,11 @@ pub fn measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
     environment_verdict(p)?;
     busy_note(&a.profile, p);
     super::compile_ahead(&source);
-    super::tune::occupancy_gate(
+    let status = super::progress::Status::new();
+    let cancel = crate::cancel::Cancel::new();
+    let stopping = super::progress::stop_on_signals(&cancel, &status);
+    status.stage("looking for other processes on the GPUs");
+    let (_, neighbours) = super::tune::occupancy_gate(
         &source,
         a.loopback,
         a.sim_occupancy.as_deref(),
@@ -69,13 +79,23 @@ pub fn measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
         "check --measure",
     )?;
     let started = std::time::Instant::now();
+    status.stage("opening the machine");
     let mut fabric = super::open_fabric(&source, a.loopback, 7, faults)?;
     crate::recheck::fits(p, fabric.topology().gpu_count())?;
     hardware_verdict(p, fabric.topology())?;
-    let cancel = crate::cancel::Cancel::new();
-    let points = crate::recheck::run(fabric.as_mut(), p, &crate::recheck::harness(), &cancel);
+    status.stage("re-timing the decisive sizes");
+    let points = crate::recheck::run(
+        fabric.as_mut(),
+        p,
+        &crate::recheck::harness(),
+        &cancel,
+        &neighbours,
+    );
+    stopping.commit();
+    status.finish();
     drop(fabric);
     let points = points?;
+    beside_note(&points);
     let broken: Vec<&crate::recheck::Point> = points.iter().filter(|x| x.changed()).collect();
     let unsettled: Vec<&crate::recheck::Point> = points.iter().filter(|x| x.unsettled()).collect();
     let took = started.elapsed().as_secs_f64();
@@ -165,6 +185,34 @@ pub fn measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
         points.len(),
         took
     )))
+}
+
+/// Says on standard error which points were timed beside other processes (`--allow-busy`).
+fn beside_note(points: &[crate::recheck::Point]) {
+    let beside: Vec<&crate::recheck::Point> =
+        points.iter().filter(|x| !x.beside.is_empty()).collect();
+    let Some(first) = beside.first() else {
+        return;
+    };
+    let mut who: Vec<String> = Vec::new();
+    for b in beside.iter().flat_map(|x| &x.beside) {
+        let b = b.to_string();
+        if !who.contains(&b) {
+            who.push(b);
+        }
+    }
+    let groups: std::collections::BTreeSet<String> = beside
+        .iter()
+        .map(|x| format!("TP{} {} GPUs {:?}", x.tp, x.mode.id(), x.gpus))
+        .collect();
+    eprintln!(
+        "note: {} of {} decisive sizes were timed beside other processes ({}; --allow-busy), in {} (first at {}); their verdicts may be that work's",
+        beside.len(),
+        points.len(),
+        who.join("; "),
+        groups.into_iter().collect::<Vec<_>>().join(", "),
+        crate::units::fmt_bytes(first.bytes)
+    );
 }
 
 /// How far the backends of a point moved while the profile was tuned, in words.

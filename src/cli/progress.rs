@@ -59,8 +59,17 @@ impl Status {
     /// Follows the harness: cells done of those planned (refinement adds cells, so the total
     /// grows when the count reaches it), and the group being measured.
     pub fn progress(&self, p: Progress) {
-        if let Progress::Fault(f) = &p {
-            self.line(&format!("warning: {f}"));
+        match &p {
+            Progress::Fault(f) => self.line(&format!("warning: {f}")),
+            Progress::Beside { gpus, who } => {
+                let who: Vec<String> = who.iter().map(ToString::to_string).collect();
+                self.line(&format!(
+                    "warning: another process started using the GPUs while GPUs {} were measured: {}; measuring beside it (--allow-busy), and the profile records each group measured beside it",
+                    crate::report::fmt_gpus(gpus),
+                    who.join("; ")
+                ))
+            }
+            _ => {}
         }
         let Some(pb) = &self.bar else { return };
         match p {
@@ -84,7 +93,7 @@ impl Status {
                 }
                 pb.inc(1);
             }
-            Progress::Fault(_) => {}
+            Progress::Fault(_) | Progress::Beside { .. } => {}
         }
     }
 

@@ -9,6 +9,7 @@ use crate::cancel::Cancel;
 use crate::error::Error;
 use crate::measure::Harness;
 use crate::profile::{Profile, Sampling};
+use crate::topology::occupancy::Neighbours;
 use crate::{report, tune, units};
 
 /// `tune`'s arguments, each checked once and turned into what the run uses, before anything
@@ -206,7 +207,7 @@ pub fn run(a: TuneArgs) -> Result<i32, Error> {
     let entered = std::time::Instant::now();
     super::compile_ahead(&t.source);
     status.stage("looking for other processes on the GPUs");
-    let busy = occupancy_gate(
+    let (busy, neighbours) = occupancy_gate(
         &t.source,
         t.loopback,
         t.occupancy.as_deref(),
@@ -228,6 +229,7 @@ pub fn run(a: TuneArgs) -> Result<i32, Error> {
         environment: crate::profile::environment::current(),
         allow_busy: t.allow_busy,
         busy,
+        neighbours,
         cancel,
         ..t.options(fabric.topology().gpu_count())?
     };
@@ -258,19 +260,24 @@ pub fn run(a: TuneArgs) -> Result<i32, Error> {
 
 /// Before measuring: who else is on the GPUs the command will use (NVML on real GPUs, or the
 /// testing `--sim-occupancy FILE`). Another process refuses the command (exit 2) unless
-/// `allow_busy`; then it is warned about and returned for the profile.
+/// `allow_busy`; then it is warned about and returned for the profile. Also returns the watch
+/// that asks the same again between the command's phases and groups.
 pub fn occupancy_gate(
     source: &super::Source,
     loopback: Option<usize>,
     fake: Option<&std::path::Path>,
     allow_busy: bool,
     command: &str,
-) -> Result<Vec<crate::profile::environment::BusyGpu>, Error> {
+) -> Result<(Vec<crate::profile::environment::BusyGpu>, Neighbours), Error> {
     use crate::topology::occupancy;
     let simulated = source.sim.is_some() || source.topology.is_some();
-    let reading = match fake {
-        Some(f) => occupancy::read_file(f)?,
-        None if simulated => return Ok(Vec::new()),
+    let (reading, watch) = match fake {
+        Some(f) => {
+            let readings = occupancy::read_file_polls(f)?;
+            let first = readings[0].clone();
+            (first, Neighbours::script(readings, command, allow_busy))
+        }
+        None if simulated => return Ok((Vec::new(), Neighbours::default())),
         None => match occupancy::read_nvml(None, std::time::Duration::from_secs(1)) {
             Ok(mut r) => {
                 let uuids: Vec<(usize, String)> = r
@@ -279,27 +286,27 @@ pub fn occupancy_gate(
                     .filter_map(|g| Some((g.index, g.uuid.clone()?)))
                     .collect();
                 let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
-                if let Some(keep) =
-                    occupancy::cuda_indices(visible.as_deref(), &uuids, loopback.is_some())
-                {
+                let keep = occupancy::cuda_indices(visible.as_deref(), &uuids, loopback.is_some());
+                if let Some(keep) = &keep {
                     r.gpus.retain(|g| keep.contains(&g.index));
                 }
-                r
+                let watch = Neighbours::nvml(keep, command, allow_busy).unwrap_or_default();
+                (r, watch)
             }
             // Opening the GPUs will say what is wrong with NVML or the driver.
             Err(e) => {
                 tracing::debug!("GPU occupancy not read: {e}");
-                return Ok(Vec::new());
+                return Ok((Vec::new(), Neighbours::default()));
             }
         },
     };
     match (reading.refusal(command), reading.describe()) {
         (Some(_), Some(what)) if allow_busy => {
             eprintln!("warning: measuring beside other work (--allow-busy, recorded in the profile): {what}");
-            Ok(reading.busy())
+            Ok((reading.busy(), watch))
         }
         (Some(why), _) => Err(Error::bad_input(why)),
-        _ => Ok(Vec::new()),
+        _ => Ok((Vec::new(), watch)),
     }
 }
 

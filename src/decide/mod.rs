@@ -246,6 +246,7 @@ pub fn group_profile(
             .get(&mode)
             .map(|d| d.iter().map(|(b, ln)| (*b, ln.exp() - 1.0)).collect())
             .unwrap_or_default(),
+        beside: res.beside.clone(),
     }
 }
 

@@ -45,6 +45,10 @@ pub enum FabricError {
     Waived(String),
     #[error("interrupted")]
     Interrupted,
+    /// Another process started using the GPUs mid-measurement (the harness's neighbour
+    /// watch), and measuring beside it was not allowed.
+    #[error("{0}")]
+    Busy(String),
 }
 
 impl FabricError {
@@ -62,7 +66,7 @@ impl From<FabricError> for crate::error::Error {
         use crate::error::Error;
         match e {
             FabricError::Interrupted => Error::Interrupted,
-            FabricError::BadRequest(m) => Error::BadInput(m),
+            FabricError::BadRequest(m) | FabricError::Busy(m) => Error::BadInput(m),
             FabricError::Device(DeviceError::Bug(m)) => Error::Bug(m),
             other => Error::Hardware(other.to_string()),
         }

@@ -206,5 +206,7 @@ fn group(
         regret,
         // The template node's variation: the consensus keeps its placement and memory too.
         drift: t.map(|t| t.drift.clone()).unwrap_or_default(),
+        // Nodes measured beside other work are the nodes' own record, not the class's.
+        beside: Vec::new(),
     }
 }

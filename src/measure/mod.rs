@@ -15,6 +15,7 @@ use crate::fabric::{Fabric, FabricError, Group};
 use crate::plan::{self, CloseCalls, Winner};
 pub use crate::results::GroupResults;
 use crate::results::{ContentionCurve, GroupPhases, Timing};
+use crate::topology::occupancy::{BusyGpu, Neighbours};
 
 mod cell;
 mod size;
@@ -105,6 +106,8 @@ pub struct Plan {
     /// Names the close calls at a size, to sample them until settled; None samples each cell
     /// once, to its target.
     pub close_calls: Option<CloseCalls>,
+    /// Asked between phases and groups who else is on the GPUs.
+    pub neighbours: Neighbours,
 }
 
 /// Progress events for a UI; the harness knows nothing about terminals.
@@ -124,6 +127,12 @@ pub enum Progress {
     /// A backend was disqualified (wrong result, timeout, failure); the text is also in the
     /// returned faults. Shown as it happens, so a long tune does not hide it until the end.
     Fault(String),
+    /// Processes that started using the GPUs while `gpus` were measured (allowed by the plan's
+    /// neighbours, and recorded with the group).
+    Beside {
+        gpus: Vec<usize>,
+        who: Vec<BusyGpu>,
+    },
 }
 
 /// Runs the plan. Backend-local failures disqualify that backend for the group and are
@@ -161,6 +170,33 @@ fn timed<T>(acc: &mut f64, f: impl FnOnce() -> T) -> T {
     out
 }
 
+/// Between phases: who else is on the GPUs. Anyone there is recorded as measured beside this
+/// group (a stop, unless the plan allows it); the revisit drift of such a group is not kept,
+/// since it would be the neighbour's doing, not the machine's.
+fn look_around(
+    plan: &Plan,
+    res: &mut GroupResults,
+    during: &str,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<(), FabricError> {
+    let looked = plan
+        .neighbours
+        .look(&format!("{during} GPUs {:?}", res.gpus))
+        .map_err(FabricError::Busy)?;
+    if !looked.new.is_empty() {
+        progress(Progress::Beside {
+            gpus: res.gpus.clone(),
+            who: looked.new,
+        });
+    }
+    for b in looked.now {
+        if !res.beside.contains(&b) {
+            res.beside.push(b);
+        }
+    }
+    Ok(())
+}
+
 fn check_interrupt(cancel: &Cancel) -> Result<(), FabricError> {
     if cancel.is_cancelled() {
         Err(FabricError::Interrupted)
@@ -189,21 +225,20 @@ fn measure_group(
         dtype: plan.dtype,
         max_bytes,
     };
-    let mut phases = GroupPhases {
-        gpus: gpus.to_vec(),
-        ..Default::default()
-    };
-    let readiness = timed(&mut phases.setup_s, || {
-        fabric.prepare(&group, &plan.backends)
-    })?;
     let mut res = GroupResults {
         gpus: gpus.to_vec(),
         placement: placement.into(),
-        readiness,
-        nccl_channels: fabric.nccl_channels(),
-        phases,
+        phases: GroupPhases {
+            gpus: gpus.to_vec(),
+            ..Default::default()
+        },
         ..Default::default()
     };
+    look_around(plan, &mut res, "before setting up", progress)?;
+    res.readiness = timed(&mut res.phases.setup_s, || {
+        fabric.prepare(&group, &plan.backends)
+    })?;
+    res.nccl_channels = fabric.nccl_channels();
     let ready: Vec<Backend> = res
         .readiness
         .iter()
@@ -239,6 +274,12 @@ fn measure_group(
 
     let mut verified = BTreeSet::new();
     for &mode in &plan.modes {
+        look_around(
+            plan,
+            &mut res,
+            &format!("before timing {}", mode.id()),
+            progress,
+        )?;
         let mut raw = Raw::new();
         let mut sizes = grid.clone();
         let mut round = 0;
@@ -292,7 +333,17 @@ fn measure_group(
             }
             round += 1;
             sizes = next;
+            look_around(
+                plan,
+                &mut res,
+                &format!("while timing {}", mode.id()),
+                progress,
+            )?;
         }
+    }
+    look_around(plan, &mut res, "at the end of measuring", progress)?;
+    if !res.beside.is_empty() {
+        res.drift.clear();
     }
     // A backend disqualified mid-way must not keep the timings it got before.
     for modes in res.cells.values_mut() {

@@ -89,6 +89,7 @@ fn plan(backends: &[Backend], mode: Mode, harness: Harness) -> Plan {
         cancel: Cancel::new(),
         winner: decide::winner,
         close_calls: Some(decide::unsettled),
+        neighbours: Default::default(),
     }
 }
 

@@ -127,6 +127,11 @@ pub struct GroupProfile {
     /// for before it calls a choice changed. Empty for profiles made before it was recorded.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub drift: BTreeMap<Backend, f64>,
+    /// Other processes that were on these GPUs while this group was measured (allowed with
+    /// `--allow-busy`, before the tune or since): its times may include their work, and no
+    /// drift is recorded for it, since that would be theirs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub beside: Vec<environment::BusyGpu>,
 }
 
 /// The time the profile's choices give away against the per-size fastest measured backend:

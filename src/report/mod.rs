@@ -304,6 +304,13 @@ fn group_notes(g: &GroupProfile) -> Vec<String> {
             moved.join(", ")
         ));
     }
+    if !g.beside.is_empty() {
+        let who: Vec<String> = g.beside.iter().map(ToString::to_string).collect();
+        v.push(format!(
+            "BESIDE other work: measured while another process used the GPUs ({}; --allow-busy): its times may include that work, and no drift is recorded for `check --measure`",
+            who.join("; ")
+        ));
+    }
     v
 }
 
@@ -574,7 +581,7 @@ pub fn summary_json(p: &Profile) -> serde_json::Value {
             serde_json::json!({
                 "tp": g.tp, "mode": g.mode, "gpus": g.gpus, "placement": g.placement,
                 "ranges": ranges(g), "crossovers": g.crossovers, "waived": g.waived,
-                "regret": g.regret, "over_budget": over_budget(g),
+                "regret": g.regret, "over_budget": over_budget(g), "beside": g.beside,
             })
         })
         .collect();
