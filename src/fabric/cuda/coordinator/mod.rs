@@ -190,9 +190,10 @@ impl CudaFabric {
             started.elapsed().as_secs_f64()
         );
         let main = start_set(&program, &slots, loopback.is_some(), None)?;
+        let hello = started.elapsed().as_secs_f64();
         super::prefetch::wait();
         tracing::info!(
-            "{} workers up after {:.2} s",
+            "{} workers up after {:.2} s ({hello:.2} s to say hello, then the kernels compiled ahead)",
             slots.len(),
             started.elapsed().as_secs_f64()
         );
