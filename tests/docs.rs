@@ -113,6 +113,37 @@ fn words(line: &str) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
+/// The binary under test installed as the docs describe (GUIDE, "The NCCL plugin library"):
+/// PREFIX/usr/local/bin/artune beside PREFIX/usr/local/lib/libartune.so, linked from this
+/// build, so what the exports name for NCCL reads as on an installed machine once PREFIX is
+/// masked. Returns (PREFIX, the binary).
+fn installed() -> &'static (PathBuf, PathBuf) {
+    static AT: std::sync::OnceLock<(PathBuf, PathBuf)> = std::sync::OnceLock::new();
+    AT.get_or_init(|| {
+        let prefix = Path::new(env!("CARGO_TARGET_TMPDIR")).join("docs-install");
+        let _ = std::fs::remove_dir_all(&prefix);
+        let bin = prefix.join("usr/local/bin/artune");
+        let lib = prefix.join("usr/local/lib/libartune.so");
+        let place = |from: &Path, to: &Path| {
+            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+            let _ = std::fs::remove_file(to);
+            if std::fs::hard_link(from, to).is_err() {
+                std::fs::copy(from, to).unwrap();
+            }
+        };
+        place(Path::new(BIN), &bin);
+        // cargo test leaves the cdylib in deps/ (cargo build also beside the binary).
+        let built = Path::new(BIN).parent().unwrap();
+        if let Some(l) = [built.join("deps/libartune.so"), built.join("libartune.so")]
+            .into_iter()
+            .find(|l| l.is_file())
+        {
+            place(&l, &lib);
+        }
+        (prefix, bin)
+    })
+}
+
 /// Runs one command line in `dir` and returns what a reader of the block sees.
 fn run(dir: &Path, line: &str) -> Result<(String, i32), String> {
     let mut argv = words(line)?;
@@ -134,7 +165,8 @@ fn run(dir: &Path, line: &str) -> Result<(String, i32), String> {
         ["cargo", "run", "--release", "--", ..] => argv[4..].to_vec(),
         _ => return Err(format!("`{line}` is not an artune command")),
     };
-    let mut cmd = common::dies_with_test(BIN);
+    let (prefix, bin) = installed();
+    let mut cmd = common::dies_with_test(bin);
     cmd.args(&args).current_dir(dir);
     // What the reader's environment might set must not change the figures.
     for (k, _) in std::env::vars() {
@@ -160,6 +192,12 @@ fn run(dir: &Path, line: &str) -> Result<(String, i32), String> {
         let d = format!("{}/", d.display());
         if d.len() > 1 {
             text = text.replace(&d, "");
+        }
+    }
+    for p in [prefix.clone(), prefix.canonicalize().unwrap_or_default()] {
+        let p = p.display().to_string();
+        if p.len() > 1 {
+            text = text.replace(&p, "");
         }
     }
     if code != 0 {

@@ -247,6 +247,7 @@ pub fn export(a: ExportArgs) -> Result<i32, Error> {
         source,
         world_size: a.world_size,
         allow_simulated: a.allow_simulated,
+        plugin: crate::plugin::library::tuner_plugin_value(),
     };
     let e = export::export(&p, &o)?;
     if let Some(out) = &a.out {

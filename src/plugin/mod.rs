@@ -15,6 +15,7 @@
 //! The symbols and struct layouts are in [`abi`].
 
 pub mod abi;
+pub mod library;
 
 use std::ffi::{c_char, c_int, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
