@@ -506,3 +506,47 @@ fn a_backend_moving_as_it_did_while_tuned_holds_and_a_slowed_kernel_does_not() {
         text(&o.stdout)
     );
 }
+
+/// `check --json` gives scripts the verdict as data, with the same exit codes: the changes
+/// and the command that tunes again when stale, each re-timed point with `--measure`.
+#[test]
+fn check_json_gives_the_verdict_with_the_same_exit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = profile(dir.path());
+    let json = |o: &std::process::Output| -> serde_json::Value {
+        serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}{}", text(&o.stdout), text(&o.stderr)))
+    };
+    let o = artune(&["check", &p, "--sim", "pcie-8x-direct-2socket", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let v = json(&o);
+    assert_eq!(
+        (v["holds"].clone(), v["measured"].clone()),
+        (true.into(), false.into())
+    );
+    let o = artune(&["check", &p, "--sim", "pcie-2x", "--json"]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+    let v = json(&o);
+    assert_eq!(v["holds"], false);
+    assert!(
+        v["changes"][0]
+            .as_str()
+            .unwrap()
+            .contains("GPU count 8 → 2"),
+        "{v}"
+    );
+    assert_eq!(v["retune"], format!("artune tune --sim pcie-2x --out {p}"));
+    let o = artune(&[
+        "check",
+        &p,
+        "--measure",
+        "--sim",
+        "pcie-8x-direct-2socket",
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let v = json(&o);
+    assert_eq!(v["verdict"], "holds");
+    let points = v["points"].as_array().unwrap();
+    assert!(!points.is_empty() && points[0]["passes"].is_array(), "{v}");
+}

@@ -507,11 +507,11 @@ fn tune_without_gpu_suggests_sim() {
     let out = tmp().join("nogpu.json");
     assert_bad_input(
         &artune(&["tune", "--out", out.to_str().unwrap()]),
-        "--sim PRESET",
+        "`artune tune --sim pcie-8x-2switch --out sim.json`",
     );
     assert_bad_input(
         &artune(&["tune", "--loopback", "8", "--out", out.to_str().unwrap()]),
-        "--sim PRESET",
+        "`artune tune --sim pcie-8x-2switch --out sim.json`",
     );
     assert_bad_input(
         &artune(&["tune", "--loopback", "99", "--out", out.to_str().unwrap()]),

@@ -316,6 +316,9 @@ pub struct CheckArgs {
     /// Testing only, hidden from --help: the GPUs' occupancy as `tune --sim-occupancy`.
     #[arg(long, hide = true, value_name = "FILE", requires = "measure")]
     pub sim_occupancy: Option<PathBuf>,
+    /// Print the verdict as JSON (the exit code is the same).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -437,7 +440,7 @@ fn run(cmd: Command) -> Result<i32, Error> {
         Command::Select(a) => consumers::select(a),
         Command::Export(a) => consumers::export(a),
         Command::Why(a) => consumers::why(a),
-        Command::Check(a) => consumers::check(a),
+        Command::Check(a) => check::run(a),
         Command::Predict(a) => consumers::predict(a),
         Command::Bench(a) => bench::run(a),
         Command::Compare(a) => compare::run(a),

@@ -15,7 +15,7 @@ const DEVICE_HINT: &str =
 /// What to do on a GPU that stopped finishing its work.
 const STUCK_HINT: &str = "reset it (`nvidia-smi -r`, or reboot) and run again";
 /// What to tell a user on a machine without a usable GPU.
-pub const NO_GPU: &str = "run with `--sim PRESET` to tune a simulated machine instead (`artune topo --list-presets` lists them)";
+pub const NO_GPU: &str = "on a machine without an NVIDIA GPU, `artune tune --sim pcie-8x-2switch --out sim.json` tunes a simulated one instead (`artune topo --list-presets` lists the machines it simulates)";
 
 /// Failures below the seam.
 #[derive(Debug, thiserror::Error)]
@@ -266,7 +266,7 @@ mod tests {
         };
         assert!(start(false)
             .to_string()
-            .ends_with("(`artune topo --list-presets` lists them)"));
+            .ends_with("(`artune topo --list-presets` lists the machines it simulates)"));
         assert_eq!(
             start(true).to_string(),
             "worker for GPU 0 answered Done instead of hello"

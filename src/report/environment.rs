@@ -17,7 +17,7 @@ pub fn lines(p: &Profile, out: &mut String) {
     } else {
         let _ = writeln!(
             out,
-            "environment: measured with {} (`artune check` names any that differ)",
+            "environment: measured with {} (a later check compares them with its own)",
             e.describe()
         );
     }

@@ -538,36 +538,62 @@ pub fn summary(p: &Profile) -> String {
 }
 
 /// What `tune` says after writing a profile (on stderr, with its other status lines): where
-/// it went and the commands to run next, filled in with this profile's path and a group of it.
+/// it went and the commands to run next, filled in with this profile's path, a group and a
+/// size it measured, so each runs as printed (tests/suggestions.rs runs them). A simulated
+/// profile gets the NCCL export: the engine exports refuse it.
 pub fn next_steps(path: &std::path::Path, p: &Profile) -> String {
-    let path = path.display();
-    let mut s = format!("profile written to {path}\nnext:\n");
-    let _ = writeln!(
-        s,
-        "  artune show {path}                  # this summary again"
-    );
-    if let Some(g) = p
+    let written = path.display();
+    let path = crate::shell::quote(&written.to_string());
+    let mut lines: Vec<(String, &str)> =
+        vec![(format!("artune show {path}"), "this summary again")];
+    let graph = p
         .groups
         .iter()
-        .find(|g| g.mode == crate::allreduce::Mode::Graph)
-    {
-        let gpus: Vec<String> = g.gpus.iter().map(|x| x.to_string()).collect();
-        let _ = writeln!(
-            s,
-            "  artune why {path} --tp {} --gpus {} --bytes 1M   # one answer explained",
-            g.tp,
-            gpus.join(",")
-        );
+        .find(|g| g.mode == crate::allreduce::Mode::Graph);
+    if let Some(g) = graph.or(p.groups.first()) {
+        // A measured size near 1M, so the answer is a measurement, not an interpolation.
+        let bytes = g
+            .buckets
+            .iter()
+            .map(|b| b.bytes)
+            .filter(|b| b.is_power_of_two())
+            .min_by_key(|b| b.abs_diff(1 << 20));
+        if let Some(bytes) = bytes {
+            let gpus: Vec<String> = g.gpus.iter().map(|x| x.to_string()).collect();
+            let mode = match g.mode {
+                crate::allreduce::Mode::Graph => String::new(),
+                m => format!(" --mode {}", m.id()),
+            };
+            lines.push((
+                format!(
+                    "artune why {path} --tp {} --gpus {} --bytes {}{mode}",
+                    g.tp,
+                    gpus.join(","),
+                    fmt_bytes(bytes)
+                ),
+                "one answer explained",
+            ));
+        }
     }
-    let _ = writeln!(
-        s,
-        "  artune export {path} --engine vllm   # what an engine needs (also sglang, trtllm, nccl, env)"
-    );
-    if !p.simulated {
-        let _ = writeln!(
-            s,
-            "  artune check {path}                 # later: does it still hold for this machine"
-        );
+    if p.simulated {
+        lines.push((
+            format!("artune export {path} --engine nccl"),
+            "NCCL's settings; engine exports need a measured profile",
+        ));
+    } else {
+        lines.push((
+            format!("artune export {path} --engine vllm"),
+            "what vLLM needs (also sglang, nccl, env; trtllm with --hidden N)",
+        ));
+        lines.push((
+            format!("artune check {path}"),
+            "later: does it still hold for this machine",
+        ));
+    }
+    let width = lines.iter().map(|(c, _)| c.len()).max().unwrap_or(0);
+    let mut s = format!("profile written to {written}\nnext:\n");
+    for (c, why) in lines {
+        let _ = writeln!(s, "  {c:<width$}   # {why}");
     }
     s
 }
