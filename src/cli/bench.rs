@@ -9,7 +9,7 @@
 use super::output::{out, outln};
 use serde_json::{json, Value};
 
-use super::BenchArgs;
+use super::{BenchArgs, BenchKernelsArgs, BenchWhat};
 use crate::allreduce::{Backend, Dtype, Mode, Readiness};
 use crate::error::Error;
 use crate::fabric::cuda::{self, CudaFabric};
@@ -57,12 +57,12 @@ fn copy_us(f: &mut CudaFabric, bytes: u64) -> Result<f64, Error> {
 }
 
 pub fn run(a: BenchArgs) -> Result<i32, Error> {
-    if a.what != "kernels" {
-        return Err(Error::bad_input(format!(
-            "there is no benchmark `{}`; the one there is: `kernels`",
-            a.what
-        )));
+    match a.what {
+        BenchWhat::Kernels(k) => bench_kernels(k),
     }
+}
+
+fn bench_kernels(a: BenchKernelsArgs) -> Result<i32, Error> {
     let (low, high) = crate::units::parse_range(&a.sizes)?;
     let sizes: Vec<u64> = SIZES
         .into_iter()

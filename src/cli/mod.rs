@@ -347,8 +347,20 @@ pub struct PredictArgs {
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// What to benchmark: `kernels`.
-    pub what: String,
+    #[command(subcommand)]
+    pub what: BenchWhat,
+}
+
+/// The benchmarks there are.
+#[derive(Subcommand, Debug)]
+pub enum BenchWhat {
+    /// Custom kernels' bandwidth against a device copy, and their 4 KiB latency (GPU only).
+    #[command(after_help = "Example: artune bench kernels --loopback 8 --sizes 4K:1M")]
+    Kernels(BenchKernelsArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct BenchKernelsArgs {
     /// Virtual ranks on the one GPU.
     #[arg(long, default_value_t = 8)]
     pub loopback: usize,
@@ -546,5 +558,33 @@ mod tests {
             }
         }
         assert!(missing.is_empty(), "{missing:#?}");
+    }
+
+    /// `artune help A B` shows the help of every command, nested ones (`bench kernels`)
+    /// included: it once failed for `bench kernels`, a positional argument then.
+    #[test]
+    fn help_names_every_command_at_every_depth() {
+        fn paths(c: &clap::Command, at: Vec<String>, out: &mut Vec<Vec<String>>) {
+            for sub in c.get_subcommands().filter(|s| !s.is_hide_set()) {
+                let mut p = at.clone();
+                p.push(sub.get_name().to_string());
+                out.push(p.clone());
+                paths(sub, p, out);
+            }
+        }
+        let mut all = Vec::new();
+        paths(&super::Cli::command(), Vec::new(), &mut all);
+        assert!(all.iter().any(|p| p == &["bench", "kernels"]), "{all:?}");
+        for p in all.iter().filter(|p| p.last().is_some_and(|l| l != "help")) {
+            let args = ["artune", "help"]
+                .into_iter()
+                .chain(p.iter().map(String::as_str));
+            let e = <super::Cli as clap::Parser>::try_parse_from(args).unwrap_err();
+            assert_eq!(
+                e.kind(),
+                clap::error::ErrorKind::DisplayHelp,
+                "help {p:?}: {e}"
+            );
+        }
     }
 }
