@@ -177,7 +177,8 @@ fn sampling(exhaustive: bool, target_ci: Option<&str>) -> Result<(Sampling, Harn
 }
 
 /// `--out` with `{host}` replaced by this node's name (the scheduler's, else the host name), so
-/// one command line launched on every node writes one file per node.
+/// one command line launched on every node writes one file per node. A name that cannot be a
+/// file name is refused naming where it came from.
 fn out_path(
     out: &std::path::Path,
     node: &crate::profile::Node,
@@ -186,16 +187,38 @@ fn out_path(
     if !text.contains("{host}") {
         return Ok(out.to_path_buf());
     }
-    let name = node
+    let set = |k: &'static str| std::env::var(k).ok().filter(|v| !v.is_empty()).map(|_| k);
+    let from = match &node.scheduler_node {
+        Some(_) => set("SLURMD_NODENAME")
+            .or_else(|| set("NODE_NAME"))
+            .unwrap_or("the scheduler's node name"),
+        None => "the host name",
+    };
+    let Some(name) = node
         .scheduler_node
         .clone()
         .or_else(|| node.hostname.clone())
-        .filter(|n| !n.contains('/') && n != "." && n != "..")
-        .ok_or_else(|| {
-            Error::bad_input(
-                "--out names {host}, but this machine's host name is unknown or not a file name; write the file name out",
-            )
-        })?;
+    else {
+        return Err(Error::bad_input(
+            "--out names {host}, but SLURMD_NODENAME and NODE_NAME are unset and the host name is unknown; set NODE_NAME or write the file name out",
+        ));
+    };
+    let why = if name.contains('/') {
+        Some("it holds a /")
+    } else if name == "." || name == ".." {
+        Some("it names a directory")
+    } else {
+        None
+    };
+    if let Some(why) = why {
+        let shown = match from {
+            "the host name" => format!("the host name `{name}`"),
+            var => format!("{var}={name}"),
+        };
+        return Err(Error::bad_input(format!(
+            "--out names {{host}}, which would be {shown} here, and that is not a file name ({why}); set it to the node's name, or write the file name out"
+        )));
+    }
     Ok(text.replace("{host}", &name).into())
 }
 
@@ -341,6 +364,7 @@ pub fn show(a: ShowArgs) -> Result<i32, Error> {
 #[cfg(test)]
 mod tests {
     use super::{beside_busy, parse_target_ci, parse_tp};
+
     use crate::error::Error;
     use crate::profile::environment::BusyGpu;
 
@@ -364,6 +388,29 @@ mod tests {
         assert_eq!(e.exit_code(), crate::error::EXIT_HARDWARE);
         let quiet = beside_busy(Error::Hardware("x".into()), &[]);
         assert_eq!(quiet.to_string(), "x");
+    }
+
+    #[test]
+    fn a_host_name_that_is_no_file_name_is_refused_naming_its_variable() {
+        let node = |sched: Option<&str>, host: Option<&str>| crate::profile::Node {
+            scheduler_node: sched.map(Into::into),
+            hostname: host.map(Into::into),
+            args: Vec::new(),
+        };
+        let out = std::path::Path::new("/p/{host}.json");
+        let ok = super::out_path(out, &node(None, Some("n7"))).unwrap();
+        assert_eq!(ok, std::path::Path::new("/p/n7.json"));
+        let e = super::out_path(out, &node(None, Some("..")))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("the host name `..`") && e.contains("names a directory"),
+            "{e}"
+        );
+        let e = super::out_path(out, &node(None, None))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("SLURMD_NODENAME and NODE_NAME are unset"), "{e}");
     }
 
     #[test]
