@@ -9,6 +9,7 @@ use crate::fabric::Fabric;
 use crate::measure::{self, Harness, Plan, Progress};
 use crate::plan;
 use crate::profile::{Fingerprint, Profile, Sampling, Settings, Versions, SCHEMA_VERSION};
+use crate::units::fmt_size;
 
 /// What to tune.
 #[derive(Debug, Clone)]
@@ -124,12 +125,15 @@ pub fn check_sizes(min_bytes: u64, max_bytes: u64, dtype: Dtype) -> Result<(), E
     let size = dtype.size();
     if min_bytes == 0 || min_bytes > max_bytes {
         return Err(Error::bad_input(format!(
-            "the size range {min_bytes}..{max_bytes} bytes is empty; give LOW:HIGH with 1 <= LOW <= HIGH"
+            "the size range {}..{} is empty; give LOW:HIGH with 1 <= LOW <= HIGH",
+            fmt_size(min_bytes),
+            fmt_size(max_bytes)
         )));
     }
     match [min_bytes, max_bytes].into_iter().find(|b| b % size != 0) {
         Some(bad) => Err(Error::bad_input(format!(
-            "{bad} bytes is not a whole number of {} elements ({size} bytes each); choose sizes that are multiples of {size}",
+            "{} is not a whole number of {} elements ({size} bytes each); choose sizes that are multiples of {size}",
+            fmt_size(bad),
             dtype.id()
         ))),
         None => Ok(()),

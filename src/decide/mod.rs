@@ -133,9 +133,10 @@ pub fn group_profile(
         match choose(&eligible, |b| extra_memory(b, tp, bytes)) {
             Some(choice) => measured.push((bytes, choice, nccl_choice(&eligible), eligible, results, waived)),
             None => faults.push(format!(
-                "GPUs {:?} {}: no backend could be measured at {bytes} bytes; the size is left out of the profile",
+                "GPUs {:?} {}: no backend could be measured at {}; the size is left out of the profile",
                 res.gpus,
-                mode.id()
+                mode.id(),
+                crate::units::fmt_size(bytes)
             )),
         }
     }

@@ -82,7 +82,7 @@ pub enum DeviceError {
     /// The driver ran out of device memory.
     #[error(
         "out of device memory {what}{} on GPU {gpu}{}; free device memory (other processes on the GPU: `nvidia-smi` lists them) or tune smaller sizes with --sizes",
-        bytes.map_or(String::new(), |b| format!(" ({} bytes)", b)),
+        bytes.map_or(String::new(), |b| format!(" ({})", crate::units::fmt_size(b))),
         free.map_or(String::new(), |f| format!(" ({} free)", fmt_bytes(f)))
     )]
     OutOfMemory {
@@ -246,8 +246,7 @@ mod tests {
         };
         let s = oom.to_string();
         assert!(
-            s.contains("receive slots (1048576 bytes) on GPU 3 (512M free)")
-                && s.contains("--sizes"),
+            s.contains("receive slots (1M) on GPU 3 (512M free)") && s.contains("--sizes"),
             "{s}"
         );
         let stuck = DeviceError::Stuck {

@@ -297,7 +297,7 @@ impl Launcher {
             self.check_status(backend)?;
             self.graphs.insert(key, g);
         }
-        let what = format!("{backend} allreduce of {bytes} bytes");
+        let what = format!("{backend} allreduce of {}", crate::units::fmt_size(bytes));
         if mode == Mode::Eager && !self.warm.contains(&(backend, bytes)) {
             let limit = self.deadline.for_work(bytes, 3);
             self.launch_calls(gpu, faults, backend, elems, 3)?;

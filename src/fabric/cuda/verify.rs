@@ -12,6 +12,7 @@ use super::layout::THREADS;
 use super::setup::{Impl, Launcher, GUARD};
 use super::{Gpu, WorkerFaults};
 use crate::fabric::{Backend, DeviceError, FabricError, Mode};
+use crate::units::fmt_size;
 
 fn kernels_of(gpu: &Gpu) -> Result<&Kernels, FabricError> {
     Ok(gpu.kernels()?)
@@ -174,7 +175,7 @@ impl Launcher {
     ) -> Result<Option<String>, FabricError> {
         let elems = self.elems(bytes)?;
         let calls = calls.max(1);
-        let what = format!("{backend} allreduce of {bytes} bytes");
+        let what = format!("{backend} allreduce of {}", fmt_size(bytes));
         match mode {
             Mode::Eager => {
                 let limit = self.deadline.for_work(bytes, calls);
@@ -271,14 +272,16 @@ impl Launcher {
                 let got = u32::from_le_bytes(raw);
                 let want = data::expected_bits(dtype, seed, world, first);
                 return Ok(Some(format!(
-                    "{backend} at {bytes} bytes ({} x{calls}), rank {r}: {}",
+                    "{backend} at {} ({} x{calls}), rank {r}: {}",
+                    fmt_size(bytes),
                     mode.id(),
                     data::mismatch(dtype, first, elems, got, want, wrong)
                 )));
             }
             if spoiled > 0 {
                 return Ok(Some(format!(
-                    "{backend} at {bytes} bytes, rank {r}: wrote past the end of the output ({spoiled} of the {} bytes after it changed)",
+                    "{backend} at {}, rank {r}: wrote past the end of the output ({spoiled} of the {} bytes after it changed)",
+                    fmt_size(bytes),
                     span - bytes as usize
                 )));
             }
