@@ -556,3 +556,28 @@ fn a_group_answers_the_same_whichever_other_groups_were_tuned() {
         }
     }
 }
+
+/// A simulated profile's regret headline is what lies beyond the model's error: on NVSwitch a
+/// kernel modelled 2-3x faster than NCCL at 1K, but within the model's error, made "worst 186%"
+/// the headline of a profile that chose as well as the model can tell.
+#[test]
+fn a_simulated_regret_is_headlined_beyond_the_models_error() {
+    let (_, path) = tuned("nvswitch-8x", &[]);
+    let shown = common::text(&artune(&["show", path.to_str().unwrap()]).stdout);
+    let regrets: Vec<&str> = shown.lines().filter(|l| l.contains("regret")).collect();
+    assert!(!regrets.is_empty(), "{shown}");
+    for l in &regrets {
+        assert!(
+            l.trim_start()
+                .starts_with("regret beyond the model's error")
+                || l.contains("regret: none"),
+            "{l}"
+        );
+    }
+    assert!(
+        regrets
+            .iter()
+            .any(|l| l.contains("all within the model's error")),
+        "{regrets:?}"
+    );
+}
