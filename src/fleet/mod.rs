@@ -50,6 +50,9 @@ pub struct ChoiceDiff {
     pub differ: usize,
     /// Cells where it chose otherwise within its intervals (a tie with the class's choice).
     pub ties: usize,
+    /// Cells where it chose what the class chose at a neighbouring size (its crossover sits
+    /// one size from the class's).
+    pub edges: usize,
     pub of: usize,
     /// A few of them: (TP, bytes, the node's choice, the class's).
     pub examples: Vec<(usize, u64, Backend, Backend)>,

@@ -93,6 +93,14 @@ fn class_text(o: &mut String, c: &ClassReport, profile: Option<&String>) {
             if tied == 1 { "" } else { "s" }
         );
     }
+    let edged: usize = c.choices_differ.iter().filter(|d| d.edges > 0).count();
+    if edged > 0 {
+        let _ = writeln!(
+            o,
+            "  {edged} node{} put a crossover one size from the class's (band edges, in --json)",
+            if edged == 1 { "" } else { "s" }
+        );
+    }
     for d in c.choices_differ.iter().filter(|d| d.differ > 0) {
         let ex: Vec<String> = d
             .examples
@@ -130,7 +138,13 @@ fn class_text(o: &mut String, c: &ClassReport, profile: Option<&String>) {
             let _ = writeln!(o, "  class profile: not written (see the warning)");
         }
     }
-    // Per (TP, size): the median of each backend the class ever chose, and NCCL's.
+    let shown = size_table(o, c);
+    node_lines(o, c, &shown);
+}
+
+/// Per (TP, size): the median of each backend the class ever chose, and NCCL's; returns those
+/// backends.
+fn size_table(o: &mut String, c: &ClassReport) -> Vec<Backend> {
     let mut shown: Vec<Backend> = vec![Backend::Nccl];
     for cell in &c.cells {
         if !shown.contains(&cell.choice) {
@@ -174,6 +188,11 @@ fn class_text(o: &mut String, c: &ClassReport, profile: Option<&String>) {
             c.cells.len() - TABLE_ROWS
         );
     }
+    shown
+}
+
+/// The nodes away from their class, by their median ratio per backend in `shown`.
+fn node_lines(o: &mut String, c: &ClassReport, shown: &[Backend]) {
     // Only nodes away from their class: a healthy fleet of hundreds prints one line here.
     let pct = super::DEVIATION * 100.0;
     let away: Vec<&String> = c
