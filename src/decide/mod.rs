@@ -16,6 +16,7 @@ pub use rule::{
 use crate::allreduce::{memory, Backend, Dtype, MemoryCost, Mode, Readiness};
 use crate::profile::{Bucket, Crossover, GroupProfile, Memory};
 use crate::results::{GroupResults, Timing};
+use crate::units::fmt_bytes;
 
 /// Extra memory per GPU a backend costs an engine to serve messages up to `bytes`.
 pub fn extra_memory(backend: Backend, tp: usize, bytes: u64) -> u64 {
@@ -78,6 +79,36 @@ pub struct Policy {
     pub mem_budget: Option<u64>,
 }
 
+impl Policy {
+    /// Why `b` may not serve `bytes` on `tp` ranks: its buffers for that size, the memory
+    /// [`extra_memory`] counts, exceed the budget. The one place the budget applies.
+    pub fn excludes(&self, b: Backend, tp: usize, bytes: u64) -> Option<String> {
+        let budget = self.mem_budget?;
+        let need = extra_memory(b, tp, bytes);
+        (need > budget).then(|| {
+            format!(
+                "its buffers for {} need {} per GPU, above the memory budget of {}",
+                fmt_bytes(bytes),
+                fmt_bytes(need),
+                fmt_bytes(budget)
+            )
+        })
+    }
+}
+
+/// One measured size of a group: what may serve it and what the rule chose among those.
+struct Size<'a> {
+    bytes: u64,
+    /// The rule's per-size choice, and the NCCL variant's among NCCL variants.
+    rule: Backend,
+    nccl: Option<Backend>,
+    /// The timings of the backends within the memory budget.
+    eligible: BTreeMap<Backend, Timing>,
+    /// Every timing, and why a backend was excluded here.
+    results: &'a BTreeMap<Backend, Timing>,
+    waived: BTreeMap<Backend, String>,
+}
+
 /// Builds the profile of one group in one mode from its measurements.
 pub fn group_profile(
     res: &GroupResults,
@@ -87,51 +118,102 @@ pub fn group_profile(
     faults: &mut Vec<String>,
 ) -> GroupProfile {
     let tp = res.gpus.len();
-    let mut waived_group: BTreeMap<Backend, String> = res.disqualified.clone();
+    let (waived, costs) = readiness(res);
+    let sizes = sizes(res, mode, policy, faults);
+    let steps: Vec<bands::Step> = sizes
+        .iter()
+        .map(|s| bands::Step {
+            bytes: s.bytes,
+            rule: s.rule,
+            results: &s.eligible,
+        })
+        .collect();
+    let chosen = bands::smooth(&steps);
+    let regret = bands::regret(&steps, &chosen);
+    let nccl = nccl_bands(&sizes);
+    let buckets: Vec<Bucket> = sizes
+        .into_iter()
+        .zip(chosen)
+        .zip(nccl)
+        .map(|((s, choice), nccl_choice)| Bucket {
+            bytes: s.bytes,
+            choice,
+            nccl_choice,
+            results: s.results.clone(),
+            waived: s.waived,
+        })
+        .collect();
+    GroupProfile {
+        gpus: res.gpus.clone(),
+        tp,
+        mode,
+        dtype,
+        placement: res.placement.clone(),
+        crossovers: crossovers(&buckets),
+        memory: memory_table(res, &costs, &buckets),
+        buckets,
+        nccl_channels: res.nccl_channels,
+        waived,
+        regret,
+        drift: res
+            .drift
+            .get(&mode)
+            .map(|d| d.iter().map(|(b, ln)| (*b, ln.exp() - 1.0)).collect())
+            .unwrap_or_default(),
+        beside: res.beside.clone(),
+    }
+}
+
+/// The backends waived for the whole group (not set up, disqualified), and what each one
+/// that was set up costs in memory.
+fn readiness(res: &GroupResults) -> (BTreeMap<Backend, String>, BTreeMap<Backend, MemoryCost>) {
+    let mut waived: BTreeMap<Backend, String> = res.disqualified.clone();
     let mut costs: BTreeMap<Backend, MemoryCost> = BTreeMap::new();
     for r in &res.readiness {
         match r {
             Readiness::Waived { backend, reason } => {
-                waived_group.insert(*backend, reason.clone());
+                waived.insert(*backend, reason.clone());
             }
             Readiness::Ready { backend, memory } => {
                 costs.insert(*backend, *memory);
             }
         }
     }
-    // Largest message each custom backend may serve within the budget.
-    let limit = |b: Backend| -> Option<u64> {
-        let budget = policy.mem_budget?;
-        if !b.is_custom() {
-            return None;
-        }
-        Some(memory::largest_within(b, tp, budget, 0).unwrap_or(0))
-    };
+    (waived, costs)
+}
 
-    // Per size: the eligible timings and the rule's choices; sizes with nothing measured drop out.
-    let mut measured = Vec::new();
-    let empty = BTreeMap::new();
-    for (&bytes, results) in res.cells.get(&mode).unwrap_or(&empty) {
-        let mut eligible = results.clone();
-        let mut waived = BTreeMap::new();
-        for b in results.keys() {
-            if let Some(max) = limit(*b) {
-                if bytes > max {
-                    eligible.remove(b);
-                    waived.insert(
-                        *b,
-                        format!(
-                            "its buffers for {} need {} per GPU, above the memory budget of {}",
-                            crate::units::fmt_bytes(bytes),
-                            crate::units::fmt_bytes(memory::modelled(*b, tp, bytes, 0)),
-                            crate::units::fmt_bytes(policy.mem_budget.unwrap_or(0))
-                        ),
-                    );
-                }
-            }
-        }
+/// Per measured size: the timings within the memory budget and the rule's choices among them;
+/// a size where nothing can be chosen is left out, and said so in `faults`.
+fn sizes<'a>(
+    res: &'a GroupResults,
+    mode: Mode,
+    policy: Policy,
+    faults: &mut Vec<String>,
+) -> Vec<Size<'a>> {
+    let tp = res.gpus.len();
+    let mut out = Vec::new();
+    let Some(cells) = res.cells.get(&mode) else {
+        return out;
+    };
+    for (&bytes, results) in cells {
+        let waived: BTreeMap<Backend, String> = results
+            .keys()
+            .filter_map(|&b| Some((b, policy.excludes(b, tp, bytes)?)))
+            .collect();
+        let eligible: BTreeMap<Backend, Timing> = results
+            .iter()
+            .filter(|(b, _)| !waived.contains_key(b))
+            .map(|(b, t)| (*b, *t))
+            .collect();
         match choose(&eligible, |b| extra_memory(b, tp, bytes)) {
-            Some(choice) => measured.push((bytes, choice, nccl_choice(&eligible), eligible, results, waived)),
+            Some(rule) => out.push(Size {
+                bytes,
+                rule,
+                nccl: nccl_choice(&eligible),
+                eligible,
+                results,
+                waived,
+            }),
             None => faults.push(format!(
                 "GPUs {:?} {}: no backend could be measured at {}; the size is left out of the profile",
                 res.gpus,
@@ -140,63 +222,48 @@ pub fn group_profile(
             )),
         }
     }
-    let steps: Vec<bands::Step> = measured
+    out
+}
+
+/// The NCCL variant per size, in bands of its own among NCCL variants only: the plugin
+/// follows them. Where a size has no NCCL variant to choose, the per-size choices stand.
+fn nccl_bands(sizes: &[Size<'_>]) -> Vec<Option<Backend>> {
+    let nccl_only: Vec<BTreeMap<Backend, Timing>> = sizes
         .iter()
-        .map(|(bytes, choice, _, eligible, _, _)| bands::Step {
-            bytes: *bytes,
-            rule: *choice,
-            results: eligible,
-        })
-        .collect();
-    let chosen = bands::smooth(&steps);
-    let regret = bands::regret(&steps, &chosen);
-    // The NCCL variant gets its own bands, among NCCL variants only: the plugin follows them.
-    let nccl_only: Vec<BTreeMap<Backend, Timing>> = measured
-        .iter()
-        .map(|(.., eligible, _, _)| {
-            eligible
+        .map(|s| {
+            s.eligible
                 .iter()
                 .filter(|(b, _)| !b.is_custom())
                 .map(|(b, t)| (*b, *t))
                 .collect()
         })
         .collect();
-    let nccl_steps: Vec<bands::Step> = measured
+    let steps: Vec<bands::Step> = sizes
         .iter()
         .zip(&nccl_only)
-        .filter_map(|((bytes, _, nccl, ..), results)| {
+        .filter_map(|(s, results)| {
             Some(bands::Step {
-                bytes: *bytes,
-                rule: (*nccl)?,
+                bytes: s.bytes,
+                rule: s.nccl?,
                 results,
             })
         })
         .collect();
-    let nccl_bands = if nccl_steps.len() == measured.len() {
-        bands::smooth(&nccl_steps).into_iter().map(Some).collect()
+    if steps.len() == sizes.len() {
+        bands::smooth(&steps).into_iter().map(Some).collect()
     } else {
-        measured
-            .iter()
-            .map(|(_, _, nccl, ..)| *nccl)
-            .collect::<Vec<_>>()
-    };
-    let buckets: Vec<Bucket> = measured
-        .into_iter()
-        .zip(chosen)
-        .zip(nccl_bands)
-        .map(
-            |(((bytes, _, _, _, results, waived), choice), nccl_choice)| Bucket {
-                bytes,
-                choice,
-                nccl_choice,
-                results: results.clone(),
-                waived,
-            },
-        )
-        .collect();
+        sizes.iter().map(|s| s.nccl).collect()
+    }
+}
 
-    let crossovers = crossovers(&buckets);
-
+/// Per backend set up: what it cost, up to which size it was chosen, and what serving those
+/// sizes needs.
+fn memory_table(
+    res: &GroupResults,
+    costs: &BTreeMap<Backend, MemoryCost>,
+    buckets: &[Bucket],
+) -> BTreeMap<Backend, Memory> {
+    let tp = res.gpus.len();
     let max_bytes = res
         .cells
         .values()
@@ -204,7 +271,7 @@ pub fn group_profile(
         .copied()
         .max()
         .unwrap_or(0);
-    let memory = costs
+    costs
         .iter()
         .map(|(&b, cost)| {
             let chosen_up_to = buckets
@@ -228,27 +295,7 @@ pub fn group_profile(
                 },
             )
         })
-        .collect();
-
-    GroupProfile {
-        gpus: res.gpus.clone(),
-        tp,
-        mode,
-        dtype,
-        placement: res.placement.clone(),
-        buckets,
-        crossovers,
-        memory,
-        nccl_channels: res.nccl_channels,
-        waived: waived_group,
-        regret,
-        drift: res
-            .drift
-            .get(&mode)
-            .map(|d| d.iter().map(|(b, ln)| (*b, ln.exp() - 1.0)).collect())
-            .unwrap_or_default(),
-        beside: res.beside.clone(),
-    }
+        .collect()
 }
 
 #[cfg(test)]
