@@ -13,6 +13,11 @@ use super::watchdog::Deadline;
 use super::{Gpu, WorkerFaults};
 use crate::fabric::{DeviceError, FabricError};
 
+/// A request handed to the wrong handler: a bug in the dispatch above it.
+fn not_for(req: &Req, kind: &str) -> FabricError {
+    FabricError::BadRequest(format!("{req:?} is not a {kind} request"))
+}
+
 /// Everything one worker holds.
 pub struct WorkerState {
     gpu: Gpu,
@@ -52,6 +57,30 @@ impl WorkerState {
         if let Some(why) = self.gpu.ctx.poisoned() {
             return Err(why.clone().into());
         }
+        match req {
+            Req::ProbeSetup { .. }
+            | Req::ProbeConnect { .. }
+            | Req::ProbeDisconnect
+            | Req::ProbeQueue { .. }
+            | Req::ProbeRelease { .. }
+            | Req::ProbeFinish { .. } => self.probe_request(req),
+            Req::Copy {
+                bytes,
+                batch,
+                samples,
+            } => Ok(Resp::Times(self.gpu.time_copy(
+                bytes,
+                batch,
+                samples,
+                self.deadline,
+            )?)),
+            Req::LinksUnderLoad => Ok(Resp::Links(self.gpu.load_and_read()?)),
+            other => self.group_request(other),
+        }
+    }
+
+    /// Setting a group up, running its backends and releasing it.
+    fn group_request(&mut self, req: Req) -> Result<Resp, FabricError> {
         let gpu = &self.gpu;
         Ok(match req {
             Req::Setup {
@@ -150,6 +179,27 @@ impl WorkerState {
                 }
                 Resp::Done
             }
+            Req::Disconnect => {
+                self.probe = None;
+                self.launcher = None;
+                Resp::Done
+            }
+            Req::Release => {
+                self.probe = None;
+                self.launcher = None;
+                self.probe_owned = None;
+                self.owned = None;
+                driver::sync_ctx(&self.gpu.ctx, "synchronizing the GPU")?;
+                Resp::Done
+            }
+            other => return Err(not_for(&other, "group")),
+        })
+    }
+
+    /// The contention probe's buffers, their mapping by the launchers, and its rounds.
+    fn probe_request(&mut self, req: Req) -> Result<Resp, FabricError> {
+        let gpu = &self.gpu;
+        Ok(match req {
             Req::ProbeSetup { bytes, owned, n } => {
                 self.probe = None;
                 self.probe_owned = None;
@@ -187,25 +237,7 @@ impl WorkerState {
                 let (secs, links) = p.finish(gpu, bytes, peers)?;
                 Resp::Probed { secs, links }
             }
-            Req::Copy {
-                bytes,
-                batch,
-                samples,
-            } => Resp::Times(gpu.time_copy(bytes, batch, samples, self.deadline)?),
-            Req::LinksUnderLoad => Resp::Links(gpu.load_and_read()?),
-            Req::Disconnect => {
-                self.probe = None;
-                self.launcher = None;
-                Resp::Done
-            }
-            Req::Release => {
-                self.probe = None;
-                self.launcher = None;
-                self.probe_owned = None;
-                self.owned = None;
-                driver::sync_ctx(&self.gpu.ctx, "synchronizing the GPU")?;
-                Resp::Done
-            }
+            other => return Err(not_for(&other, "probe")),
         })
     }
 

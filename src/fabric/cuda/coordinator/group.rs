@@ -200,32 +200,7 @@ impl CudaFabric {
             }
         }
         self.prepared = Some(plan);
-        Ok(backends
-            .iter()
-            .map(|&b| match (waived.get(&b), memory.get(&b)) {
-                (Some(reason), _) => Readiness::Waived {
-                    backend: b,
-                    reason: reason.clone(),
-                },
-                (None, Some(&bytes)) => Readiness::Ready {
-                    backend: b,
-                    memory: crate::fabric::MemoryCost {
-                        bytes_per_gpu: bytes,
-                        measured: true,
-                        modelled_bytes_per_gpu: memory::modelled(
-                            b,
-                            n,
-                            group.max_bytes,
-                            MODEL_NCCL_CHANNELS,
-                        ),
-                    },
-                },
-                (None, None) => Readiness::Waived {
-                    backend: b,
-                    reason: "it was not set up".into(),
-                },
-            })
-            .collect())
+        Ok(readiness(backends, &waived, &memory, n, group.max_bytes))
     }
 
     /// A trouble while setting `group` up, as an error: lost workers are replaced at once,
@@ -266,4 +241,36 @@ impl CudaFabric {
         self.holding = false;
         Ok(())
     }
+}
+
+/// What `prepare` answers per backend asked for: waived with the reason, or ready with the
+/// memory its workers measured beside what the model expects for `n` ranks.
+fn readiness(
+    backends: &[Backend],
+    waived: &BTreeMap<Backend, String>,
+    memory: &BTreeMap<Backend, u64>,
+    n: usize,
+    max_bytes: u64,
+) -> Vec<Readiness> {
+    backends
+        .iter()
+        .map(|&b| match (waived.get(&b), memory.get(&b)) {
+            (Some(reason), _) => Readiness::Waived {
+                backend: b,
+                reason: reason.clone(),
+            },
+            (None, Some(&bytes)) => Readiness::Ready {
+                backend: b,
+                memory: crate::fabric::MemoryCost {
+                    bytes_per_gpu: bytes,
+                    measured: true,
+                    modelled_bytes_per_gpu: memory::modelled(b, n, max_bytes, MODEL_NCCL_CHANNELS),
+                },
+            },
+            (None, None) => Readiness::Waived {
+                backend: b,
+                reason: "it was not set up".into(),
+            },
+        })
+        .collect()
 }
