@@ -336,6 +336,56 @@ fn table_row(out: &mut String, cells: [&str; 5]) {
     let _ = writeln!(out, "{}", line.trim_end());
 }
 
+/// Why a backend faster than the choice at a size was not chosen there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum PassedOver {
+    /// Its buffers for that size exceed the memory budget.
+    OverBudget,
+    /// Its lead lies within the model's error (a simulated profile): not sure; a
+    /// measurement on the machine decides.
+    WithinModel,
+    /// Not significantly faster by the rule (the intervals overlap, or by under 5%), or kept
+    /// in its neighbours' band.
+    NotSignificant,
+}
+
+impl PassedOver {
+    pub fn why(self) -> &'static str {
+        match self {
+            PassedOver::OverBudget => "over the memory budget",
+            PassedOver::WithinModel => "not sure: within the model's error",
+            PassedOver::NotSignificant => "not significantly faster, or kept in the band",
+        }
+    }
+}
+
+/// Per size, each backend whose median beats the choice's by more than the rule's effect
+/// ([`crate::decide::MIN_EFFECT`]), and why it was not chosen: what a plot or a table must say
+/// wherever it shows a backend faster than the choice.
+pub fn passed_over(g: &GroupProfile) -> Vec<(u64, Backend, PassedOver)> {
+    let mut out = Vec::new();
+    for b in &g.buckets {
+        let Some(chosen) = b.results.get(&b.choice) else {
+            continue;
+        };
+        for (k, t) in &b.results {
+            if *k == b.choice || t.median_us * (1.0 + crate::decide::MIN_EFFECT) >= chosen.median_us
+            {
+                continue;
+            }
+            let why = if b.waived.contains_key(k) {
+                PassedOver::OverBudget
+            } else if t.model.is_some() && crate::decide::beyond(t, chosen) <= 0.0 {
+                PassedOver::WithinModel
+            } else {
+                PassedOver::NotSignificant
+            };
+            out.push((b.bytes, *k, why));
+        }
+    }
+    out
+}
+
 /// Simulated groups: the model's error band per backend kind, and the sizes where a custom
 /// kernel is modelled faster than the choice but not beyond what the model could be wrong by.
 fn model_lines(g: &GroupProfile, out: &mut String) {
@@ -359,15 +409,15 @@ fn model_lines(g: &GroupProfile, out: &mut String) {
         "  model error (simulated; docs/MODEL-ERROR.md): NCCL x{:.2}-x{:.2}{c}; a choice of custom is sure beyond it",
         n.0, n.1
     );
+    let passed = passed_over(g);
     let unsure: Vec<&Bucket> = g
         .buckets
         .iter()
         .filter(|b| !b.choice.is_custom())
         .filter(|b| {
-            let chosen = b.results.get(&b.choice).map_or(f64::NAN, |t| t.median_us);
-            b.results
-                .iter()
-                .any(|(k, t)| k.is_custom() && t.median_us * 1.05 < chosen)
+            passed.iter().any(|(bytes, k, why)| {
+                *bytes == b.bytes && k.is_custom() && *why == PassedOver::WithinModel
+            })
         })
         .collect();
     if let (Some(a), Some(z)) = (unsure.first(), unsure.last()) {
