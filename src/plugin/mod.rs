@@ -306,11 +306,11 @@ impl Context {
                     logger,
                     LOG_INFO,
                     &format!(
-                        "following {} for TP{n_ranks} {} allreduce: {steered} of {} sizes steered, up to {} bytes{}",
+                        "following {} for TP{n_ranks} {} allreduce: {steered} of {} sizes steered, up to {}{}",
                         path.to_string_lossy(),
                         mode.id(),
                         sizes,
-                        largest,
+                        crate::units::fmt_size(largest),
                         if p.simulated { " (SIMULATED profile)" } else { "" }
                     ),
                 );
