@@ -374,7 +374,9 @@ pub fn run(
                         }))
                     };
                     let at = format!("before timing GPUs {gpus:?} {}", g.mode.id());
-                    let before = neighbours.look(&at).map_err(Error::BadInput)?;
+                    let before = neighbours
+                        .look(&at, fabric.recoveries().len())
+                        .map_err(Error::BadInput)?;
                     let Some(first) = pass(fabric, &order)? else {
                         continue;
                     };
@@ -407,7 +409,8 @@ pub fn run(
                         }
                     }
                     let at = format!("while timing GPUs {gpus:?} {}", g.mode.id());
-                    for b in neighbours.look(&at).map_err(Error::BadInput)?.now {
+                    let after = neighbours.look(&at, fabric.recoveries().len());
+                    for b in after.map_err(Error::BadInput)?.now {
                         if !point.beside.contains(&b) {
                             point.beside.push(b);
                         }

@@ -174,14 +174,17 @@ fn timed<T>(acc: &mut f64, f: impl FnOnce() -> T) -> T {
 /// group (a stop, unless the plan allows it); the revisit drift of such a group is not kept,
 /// since it would be the neighbour's doing, not the machine's.
 fn look_around(
+    fabric: &dyn Fabric,
     plan: &Plan,
     res: &mut GroupResults,
     during: &str,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<(), FabricError> {
+    // Workers replaced since the last look are the fabric's own, not neighbours.
+    let generation = fabric.recoveries().len();
     let looked = plan
         .neighbours
-        .look(&format!("{during} GPUs {:?}", res.gpus))
+        .look(&format!("{during} GPUs {:?}", res.gpus), generation)
         .map_err(FabricError::Busy)?;
     if !looked.new.is_empty() {
         progress(Progress::Beside {
@@ -234,7 +237,7 @@ fn measure_group(
         },
         ..Default::default()
     };
-    look_around(plan, &mut res, "before setting up", progress)?;
+    look_around(fabric, plan, &mut res, "before setting up", progress)?;
     res.readiness = timed(&mut res.phases.setup_s, || {
         fabric.prepare(&group, &plan.backends)
     })?;
@@ -275,6 +278,7 @@ fn measure_group(
     let mut verified = BTreeSet::new();
     for &mode in &plan.modes {
         look_around(
+            fabric,
             plan,
             &mut res,
             &format!("before timing {}", mode.id()),
@@ -334,6 +338,7 @@ fn measure_group(
             round += 1;
             sizes = next;
             look_around(
+                fabric,
                 plan,
                 &mut res,
                 &format!("while timing {}", mode.id()),
@@ -341,7 +346,7 @@ fn measure_group(
             )?;
         }
     }
-    look_around(plan, &mut res, "at the end of measuring", progress)?;
+    look_around(fabric, plan, &mut res, "at the end of measuring", progress)?;
     if !res.beside.is_empty() {
         res.drift.clear();
     }

@@ -273,6 +273,9 @@ struct Watch {
     unseen: Option<BTreeSet<u32>>,
     /// Every neighbour seen so far, so each is announced once.
     seen: BTreeSet<(usize, u32)>,
+    /// The caller's count of worker replacements at the last look: fresh workers in another
+    /// PID namespace are taken as the command's own at the next look, as the first were.
+    generation: usize,
 }
 
 /// Other processes on the GPUs while a command measures them, asked between its phases and
@@ -329,6 +332,7 @@ impl Neighbours {
             source,
             unseen: None,
             seen: BTreeSet::new(),
+            generation: 0,
         };
         Neighbours {
             watch: Some(Arc::new(Mutex::new(watch))),
@@ -339,12 +343,17 @@ impl Neighbours {
 
     /// Who else is on the GPUs now, and which of them are new since the last look. Without
     /// `allow`, anyone is an error: the sentence the command stops with, naming them and
-    /// `during` (what was being measured).
-    pub fn look(&self, during: &str) -> Result<Looked, String> {
+    /// `during` (what was being measured). `generation` counts the command's worker
+    /// replacements so far.
+    pub fn look(&self, during: &str, generation: usize) -> Result<Looked, String> {
         let Some(w) = &self.watch else {
             return Ok(Looked::default());
         };
         let mut w = w.lock().unwrap_or_else(|e| e.into_inner());
+        if w.generation != generation {
+            w.generation = generation;
+            w.unseen = None;
+        }
         let now = w.others();
         let new: Vec<BusyGpu> = now
             .iter()
@@ -509,21 +518,21 @@ mod tests {
         };
         let readings = vec![idle.clone(), idle, neighbour()];
         let watch = Neighbours::script(readings.clone(), "tune", true);
-        assert_eq!(watch.look("before GPUs 0,1").unwrap(), Looked::default());
-        let first = watch.look("after probes").unwrap();
+        assert_eq!(watch.look("before GPUs 0,1", 0).unwrap(), Looked::default());
+        let first = watch.look("after probes", 0).unwrap();
         assert_eq!(first.new.len(), 1);
         assert_eq!(first.now[0].pid, 4242);
-        let again = watch.look("later").unwrap();
+        let again = watch.look("later", 0).unwrap();
         assert_eq!((again.now.len(), again.new.len()), (1, 0));
         let strict = Neighbours::script(readings, "tune", false);
-        strict.look("before GPUs 0,1").unwrap();
-        let e = strict.look("while measuring GPUs 0,1").unwrap_err();
+        strict.look("before GPUs 0,1", 0).unwrap();
+        let e = strict.look("while measuring GPUs 0,1", 0).unwrap_err();
         assert!(
             e.contains("during tune (GPU 0: pid 4242 (python3) holding 140G, first seen while measuring GPUs 0,1)")
                 && e.contains("--allow-busy"),
             "{e}"
         );
-        assert!(Neighbours::default().look("x").unwrap().now.is_empty());
+        assert!(Neighbours::default().look("x", 0).unwrap().now.is_empty());
     }
 
     #[test]
