@@ -3,7 +3,7 @@
 
 use crate::allreduce::{Backend, Dtype, Mode};
 use crate::cancel::Cancel;
-use crate::decide::{self, Policy};
+use crate::decide::{self, Constraints};
 use crate::error::Error;
 use crate::fabric::Fabric;
 use crate::measure::{self, Harness, Plan, Progress};
@@ -184,7 +184,7 @@ pub fn run(
         neighbours: opts.neighbours.clone(),
     };
     let (results, mut faults) = measure::run(fabric, &plan, progress)?;
-    let policy = Policy {
+    let policy = Constraints {
         mem_budget: opts.mem_budget,
     };
     let mut out_groups = Vec::new();

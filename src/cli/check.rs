@@ -162,7 +162,7 @@ fn measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
     environment_verdict(a, p)?;
     busy_note(&a.profile, p);
     super::compile_ahead(&source);
-    let status = super::progress::Status::new();
+    let status = super::progress::StatusLine::new();
     let cancel = crate::cancel::Cancel::new();
     let stopping = super::progress::stop_on_signals(&cancel, &status);
     status.stage("looking for other processes on the GPUs");

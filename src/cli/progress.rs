@@ -23,12 +23,12 @@ const GRACE: Duration = Duration::from_secs(2);
 
 /// The status line on standard error (None when standard error is not a terminal).
 #[derive(Clone)]
-pub struct Status {
+pub struct StatusLine {
     bar: Option<ProgressBar>,
 }
 
-impl Status {
-    pub fn new() -> Status {
+impl StatusLine {
+    pub fn new() -> StatusLine {
         let bar = std::io::stderr().is_terminal().then(|| {
             let pb = ProgressBar::new_spinner();
             pb.set_style(
@@ -38,7 +38,7 @@ impl Status {
             pb.enable_steady_tick(Duration::from_millis(100));
             pb
         });
-        Status { bar }
+        StatusLine { bar }
     }
 
     /// What the command is doing now, before the cells are counted.
@@ -108,7 +108,7 @@ impl Status {
 /// measurements and says so at once; if the run has not stopped [`GRACE`] later, the process
 /// ends with 130 anyway, which is safe until [`Stopping::commit`]: a profile is only ever
 /// written whole, and the workers die with this process. A second signal ends it at once.
-pub fn stop_on_signals(cancel: &Cancel, status: &Status) -> Stopping {
+pub fn stop_on_signals(cancel: &Cancel, status: &StatusLine) -> Stopping {
     let committed = Arc::new(AtomicBool::new(false));
     let stopping = Stopping {
         committed: committed.clone(),

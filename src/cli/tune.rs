@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use super::output::{out, outln};
-use super::progress::{stop_on_signals, Status};
+use super::progress::{stop_on_signals, StatusLine};
 use super::{ShowArgs, TuneArgs};
 use crate::cancel::Cancel;
 use crate::error::Error;
@@ -224,7 +224,7 @@ fn out_path(
 
 pub fn run(a: TuneArgs) -> Result<i32, Error> {
     let t = Tune::from_args(a)?;
-    let status = Status::new();
+    let status = StatusLine::new();
     let cancel = Cancel::new();
     let stopping = stop_on_signals(&cancel, &status);
     let entered = std::time::Instant::now();

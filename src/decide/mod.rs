@@ -73,13 +73,13 @@ pub fn crossovers(buckets: &[Bucket]) -> Vec<Crossover> {
         .collect()
 }
 
-/// Decision settings for one group.
+/// What may serve a size besides speed: the memory a custom kernel's buffers may take.
 #[derive(Debug, Clone, Copy)]
-pub struct Policy {
+pub struct Constraints {
     pub mem_budget: Option<u64>,
 }
 
-impl Policy {
+impl Constraints {
     /// Why `b` may not serve `bytes` on `tp` ranks: its buffers for that size, the memory
     /// [`extra_memory`] counts, exceed the budget. The one place the budget applies.
     pub fn excludes(&self, b: Backend, tp: usize, bytes: u64) -> Option<String> {
@@ -97,7 +97,7 @@ impl Policy {
 }
 
 /// One measured size of a group: what may serve it and what the rule chose among those.
-struct Size<'a> {
+struct SizeChoice<'a> {
     bytes: u64,
     /// The rule's per-size choice, and the NCCL variant's among NCCL variants.
     rule: Backend,
@@ -114,7 +114,7 @@ pub fn group_profile(
     res: &GroupResults,
     mode: Mode,
     dtype: Dtype,
-    policy: Policy,
+    policy: Constraints,
     faults: &mut Vec<String>,
 ) -> GroupProfile {
     let tp = res.gpus.len();
@@ -187,9 +187,9 @@ fn readiness(res: &GroupResults) -> (BTreeMap<Backend, String>, BTreeMap<Backend
 fn sizes<'a>(
     res: &'a GroupResults,
     mode: Mode,
-    policy: Policy,
+    policy: Constraints,
     faults: &mut Vec<String>,
-) -> Vec<Size<'a>> {
+) -> Vec<SizeChoice<'a>> {
     let tp = res.gpus.len();
     let mut out = Vec::new();
     let Some(cells) = res.cells.get(&mode) else {
@@ -206,7 +206,7 @@ fn sizes<'a>(
             .map(|(b, t)| (*b, *t))
             .collect();
         match choose(&eligible, |b| extra_memory(b, tp, bytes)) {
-            Some(rule) => out.push(Size {
+            Some(rule) => out.push(SizeChoice {
                 bytes,
                 rule,
                 nccl: nccl_choice(&eligible),
@@ -227,7 +227,7 @@ fn sizes<'a>(
 
 /// The NCCL variant per size, in bands of its own among NCCL variants only: the plugin
 /// follows them. Where a size has no NCCL variant to choose, the per-size choices stand.
-fn nccl_bands(sizes: &[Size<'_>]) -> Vec<Option<Backend>> {
+fn nccl_bands(sizes: &[SizeChoice<'_>]) -> Vec<Option<Backend>> {
     let nccl_only: Vec<BTreeMap<Backend, Timing>> = sizes
         .iter()
         .map(|s| {

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::read::{ClassData, Collected, Versions};
+use super::read::{ClassData, Collected, NodeVersions};
 use super::{
     majority, CellBackend, CellReport, ChoiceDiff, ClassReport, Deviation, NodeNote, Outlier,
 };
@@ -21,7 +21,7 @@ pub const OUTLIER_SHARE: f64 = 0.05;
 /// (MAD 0) do not make every tiny difference infinitely significant.
 const MAD_FLOOR: f64 = 0.01;
 
-fn fmt_versions(v: &Versions) -> String {
+fn fmt_versions(v: &NodeVersions) -> String {
     let s = |o: &Option<String>| o.clone().unwrap_or_else(|| "?".into());
     format!("driver {}, CUDA {}, NCCL {}", s(&v.0), s(&v.1), s(&v.2))
 }

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use super::{ClassReport, Report};
+use super::{ClassReport, FleetReport};
 use crate::allreduce::Backend;
 use crate::units::{fmt_bytes, fmt_us};
 
@@ -15,7 +15,7 @@ fn short(class: &str) -> &str {
 }
 
 /// The human report.
-pub fn text(r: &Report) -> String {
+pub fn text(r: &FleetReport) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -227,7 +227,7 @@ fn node_lines(o: &mut String, c: &ClassReport, shown: &[Backend]) {
 }
 
 /// The report as pretty JSON with a trailing newline.
-pub fn json(r: &Report) -> String {
+pub fn json(r: &FleetReport) -> String {
     let mut s = serde_json::to_string_pretty(r).expect("fleet report serializes");
     s.push('\n');
     s
@@ -241,7 +241,7 @@ fn label(v: &str) -> String {
 }
 
 /// The Prometheus text exposition format, for node_exporter's textfile collector.
-pub fn prom(r: &Report) -> String {
+pub fn prom(r: &FleetReport) -> String {
     let mut o = String::new();
     let mut metric = |name: &str, help: &str, rows: Vec<(String, f64)>| {
         let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");

@@ -469,14 +469,14 @@ pub fn summary(p: &Profile) -> String {
 /// Group notes said once: those every group has, and waivers of one set of backends that
 /// several groups have for reasons differing only in which GPUs they name (on a large machine
 /// the LL128 waiver was printed once per group, 40 times).
-struct Shared {
+struct SharedNotes {
     every: Vec<String>,
     several: Vec<String>,
     /// Every note said once above, to leave out of the groups.
     hoisted: Vec<String>,
 }
 
-fn shared_notes(notes: &[Vec<String>]) -> Shared {
+fn shared_notes(notes: &[Vec<String>]) -> SharedNotes {
     let every: Vec<String> = match notes.split_first() {
         Some((first, rest)) if !rest.is_empty() => first
             .iter()
@@ -519,7 +519,7 @@ fn shared_notes(notes: &[Vec<String>]) -> Shared {
         }
         hoisted.extend(ls.into_iter().cloned());
     }
-    Shared {
+    SharedNotes {
         every,
         several,
         hoisted,

@@ -257,7 +257,7 @@ fn read_with(
 }
 
 /// Where [`Neighbours`] reads the GPUs from.
-enum Source {
+enum ReadFrom {
     Nvml {
         nvml: Box<nvml_wrapper::Nvml>,
         indices: Option<Vec<usize>>,
@@ -267,7 +267,7 @@ enum Source {
 }
 
 struct Watch {
-    source: Source,
+    source: ReadFrom,
     /// Processes NVML named at the first look that cannot be seen in /proc (another PID
     /// namespace, as in a container): this command's own workers, as far as can be told.
     unseen: Option<BTreeSet<u32>>,
@@ -316,7 +316,7 @@ impl Neighbours {
     pub fn nvml(indices: Option<Vec<usize>>, command: &str, allow: bool) -> Result<Self, Error> {
         let nvml = Box::new(crate::topology::nvml::open()?);
         Ok(Neighbours::with(
-            Source::Nvml { nvml, indices },
+            ReadFrom::Nvml { nvml, indices },
             command,
             allow,
         ))
@@ -324,10 +324,10 @@ impl Neighbours {
 
     /// Looks at `readings` in turn (the testing stand-in for NVML; the first was the gate's).
     pub fn script(readings: Vec<Reading>, command: &str, allow: bool) -> Self {
-        Neighbours::with(Source::Script { readings, next: 1 }, command, allow)
+        Neighbours::with(ReadFrom::Script { readings, next: 1 }, command, allow)
     }
 
-    fn with(source: Source, command: &str, allow: bool) -> Self {
+    fn with(source: ReadFrom, command: &str, allow: bool) -> Self {
         let watch = Watch {
             source,
             unseen: None,
@@ -386,7 +386,7 @@ pub struct Looked {
 impl Watch {
     fn others(&mut self) -> Vec<BusyGpu> {
         let reading = match &mut self.source {
-            Source::Nvml { nvml, indices } => {
+            ReadFrom::Nvml { nvml, indices } => {
                 match read_with(nvml, indices.as_deref(), std::time::Duration::ZERO) {
                     Ok(r) => r,
                     Err(e) => {
@@ -395,7 +395,7 @@ impl Watch {
                     }
                 }
             }
-            Source::Script { readings, next } => {
+            ReadFrom::Script { readings, next } => {
                 let r = readings[(*next).min(readings.len() - 1)].clone();
                 *next += 1;
                 return r.busy();

@@ -26,7 +26,7 @@ pub const PROGRAMS: [(&str, &str); 3] = [
 
 /// One thing NVRTC compiles: a program, or its share of the kernels of one element type.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Unit {
+pub struct CompileUnit {
     /// The program's file name, with the element type where it was split (`allreduce.cu`,
     /// `allreduce-bf16.cu`): the cache file and the compiler's messages name it.
     pub name: String,
@@ -38,15 +38,15 @@ pub struct Unit {
 /// its longest unit: kernels/allreduce.cu instantiates its 21 kernels with one macro line per
 /// element type (`AR_KERNELS(Bf16, bf16)`), and a first tune on a freshly booted H200 waited
 /// 7.1 s for the whole program to compile.
-pub fn units() -> &'static [Unit] {
-    static UNITS: OnceLock<Vec<Unit>> = OnceLock::new();
+pub fn units() -> &'static [CompileUnit] {
+    static UNITS: OnceLock<Vec<CompileUnit>> = OnceLock::new();
     UNITS.get_or_init(|| {
         let mut out = Vec::new();
         for (name, src) in PROGRAMS {
-            let split: Vec<Unit> = Dtype::ALL
+            let split: Vec<CompileUnit> = Dtype::ALL
                 .iter()
                 .filter_map(|&d| {
-                    Some(Unit {
+                    Some(CompileUnit {
                         name: format!("{}-{}.cu", name.trim_end_matches(".cu"), d.id()),
                         src: instantiating(src, d)?,
                     })
@@ -54,7 +54,7 @@ pub fn units() -> &'static [Unit] {
                 .collect();
             match split.len() == Dtype::ALL.len() {
                 true => out.extend(split),
-                false => out.push(Unit {
+                false => out.push(CompileUnit {
                     name: name.into(),
                     src: src.into(),
                 }),
