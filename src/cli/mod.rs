@@ -201,7 +201,8 @@ pub struct TuneArgs {
     #[arg(long)]
     pub allow_busy: bool,
     /// Testing only, hidden from --help: read the GPUs' occupancy from this JSON file instead
-    /// of NVML (src/topology/occupancy.rs, `Reading`); applies to simulated machines too.
+    /// of NVML (src/topology/occupancy.rs, `Reading`, or a list of them: one per look, the
+    /// first before measuring); applies to simulated machines too.
     #[arg(long, hide = true, value_name = "FILE")]
     pub sim_occupancy: Option<PathBuf>,
     /// Testing only, hidden from --help: inject faults into the simulated machine (needs
