@@ -124,11 +124,17 @@ pub fn stop_on_signals(cancel: &Cancel, status: &StatusLine) -> Stopping {
             if n > 0 {
                 std::process::exit(EXIT_INTERRUPTED);
             }
+            // Said before the run is asked to stop, so it is never lost to a run that stops
+            // and prints its error first.
+            let finishing = committed.load(Ordering::SeqCst);
+            if !finishing {
+                status
+                    .line("stopping after the current measurement (signal again to stop at once)");
+            }
             cancel.cancel();
-            if committed.load(Ordering::SeqCst) {
+            if finishing {
                 continue;
             }
-            status.line("stopping after the current measurement (signal again to stop at once)");
             let (committed, status) = (committed.clone(), status.clone());
             std::thread::spawn(move || {
                 std::thread::sleep(GRACE);
