@@ -14,8 +14,14 @@ root=target/ci-python
 mkdir -p "$root"
 py=python3
 
+# Its own target folder, without debug info, removed once the wheel is built: an engine with
+# its CUDA wheels takes about 10 GiB while pip installs it, and CI's disk is not ours to size
+# (a run failed with "No space left on device" installing vLLM 0.34.0).
+export CARGO_TARGET_DIR="$PWD/$root/cargo" CARGO_PROFILE_RELEASE_DEBUG=0
 cargo build --release --locked --bin artune
-export ARTUNE_BIN="$PWD/target/release/artune"
+mkdir -p "$root/bin"
+cp "$CARGO_TARGET_DIR/release/artune" "$root/bin/artune"
+export ARTUNE_BIN="$PWD/$root/bin/artune"
 
 if [ ! -x "$root/build/bin/maturin" ]; then
     "$py" -m venv "$root/build"
@@ -31,10 +37,12 @@ case "$wheel" in
 *manylinux_2_17*|*manylinux2014*) ;;
 *) echo "the wheel is not tagged manylinux2014: $wheel" >&2; exit 1 ;;
 esac
+rm -rf "$CARGO_TARGET_DIR"
 
 install() {  # install NAME REQUIREMENT: a fresh environment holding the release and the wheel
     local venv="$root/$1"
     rm -rf "$venv"
+    echo "installing $2: $(df -h --output=avail . | tail -1 | tr -d ' ') free on this disk"
     "$py" -m venv "$venv"
     # An engine with its CUDA wheels is about 10 GiB: no pip cache, and each environment goes
     # once its tests ran, so two never sit on the disk together.

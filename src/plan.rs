@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::allreduce::{Backend, Dtype, Islands, Ranks, Separation};
-use crate::profile::Timing;
+use crate::results::Timing;
 use crate::topology::{PathClass, Topology};
 
 /// The decision's choice at each size of a group of `ranks`, given its timings per size

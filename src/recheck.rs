@@ -23,6 +23,7 @@ use crate::error::Error;
 use crate::fabric::{Fabric, FabricError, Group, Verification};
 use crate::measure::{measure_cell, Harness};
 use crate::profile::{GroupProfile, Profile, Timing};
+use crate::topology::occupancy::{BusyGpu, Neighbours};
 
 pub use crate::error::EXIT_UNDECIDED;
 
@@ -53,6 +54,8 @@ pub struct Point {
     /// [`GroupProfile::drift`], the largest over the profile's groups in this mode): the
     /// machine's own variation over seconds, which one check's passes cannot see.
     pub tuned: BTreeMap<Backend, f64>,
+    /// Other processes on the GPUs while this point was timed (`--allow-busy`).
+    pub beside: Vec<BusyGpu>,
 }
 
 /// One round of fresh timings at a point, and what the rule chooses from them.
@@ -295,12 +298,14 @@ pub fn fits(p: &Profile, n: usize) -> Result<(), Error> {
     }
 }
 
-/// Re-times the decisive sizes of every group of `p` on `fabric`.
+/// Re-times the decisive sizes of every group of `p` on `fabric`, asking `neighbours` before
+/// and after each point who else is on the GPUs.
 pub fn run(
     fabric: &mut dyn Fabric,
     p: &Profile,
     h: &Harness,
     cancel: &Cancel,
+    neighbours: &Neighbours,
 ) -> Result<Vec<Point>, Error> {
     fits(p, fabric.topology().gpu_count())?;
     let mut points = Vec::new();
@@ -382,6 +387,10 @@ pub fn run(
                             beyond_us: medians(&beyond),
                         }))
                     };
+                    let at = format!("before timing GPUs {gpus:?} {}", g.mode.id());
+                    let before = neighbours
+                        .look(&at, fabric.recoveries().len())
+                        .map_err(Error::BadInput)?;
                     let Some(first) = pass(fabric, &order)? else {
                         continue;
                     };
@@ -397,6 +406,7 @@ pub fn run(
                             .filter(|k| tuned.contains_key(&(g.mode, **k)))
                             .map(|k| (*k, drift_of(k)))
                             .collect(),
+                        beside: before.now,
                     };
                     if !point.passes[0].holds(b.choice) {
                         // Confirmed in the opposite order, then once more, before it counts: a
@@ -410,6 +420,13 @@ pub fn run(
                             if let Some(again) = pass(fabric, o)? {
                                 point.passes.push(again);
                             }
+                        }
+                    }
+                    let at = format!("while timing GPUs {gpus:?} {}", g.mode.id());
+                    let after = neighbours.look(&at, fabric.recoveries().len());
+                    for b in after.map_err(Error::BadInput)?.now {
+                        if !point.beside.contains(&b) {
+                            point.beside.push(b);
                         }
                     }
                     points.push(point);
@@ -459,13 +476,13 @@ mod tests {
 
     /// Four GPUs under one switch: NCCL's own choice serves the largest sizes there (from
     /// 832K), so a check sees NCCL decide a size; on [`PRESET`] a pinned ring band runs through.
-    const PHASES_PRESET: &str = "pcie-4x-1switch";
+    const PHASES_PRESET: &str = "pcie-8x-2switch";
 
-    /// A graph profile of [`PHASES_PRESET`] tuned while NCCL ran 1.3x slower in every other
+    /// A graph profile of TP4 on `preset` tuned while `phased` ran 1.3x slower in every other
     /// run of 300 fabric calls: a host whose phases outlast one size's samples.
-    fn tuned_in_phases(preset: &str) -> Profile {
+    fn tuned_in_phases(preset: &str, phased: Backend) -> Profile {
         let t = presets::get(preset).unwrap();
-        let faults = Faults::parse("phases=nccl:1.3:300").unwrap();
+        let faults = Faults::parse(&format!("phases={}:1.3:300", phased.id())).unwrap();
         let mut f = SimFabric::new(t, 1).with_faults(faults);
         let o = crate::tune::Options {
             tp: vec![4],
@@ -482,12 +499,12 @@ mod tests {
     fn check_with(preset: &str, p: &Profile, faults: &str) -> Vec<Point> {
         let t = presets::get(preset).unwrap();
         let mut f = SimFabric::new(t, 2).with_faults(Faults::parse(faults).unwrap());
-        run(&mut f, p, &harness(), &Cancel::new()).unwrap()
+        run(&mut f, p, &harness(), &Cancel::new(), &Default::default()).unwrap()
     }
 
     #[test]
     fn the_tune_records_how_far_a_backend_moved_while_it_was_measured() {
-        let g = &tuned_in_phases(PRESET).groups[0];
+        let g = &tuned_in_phases(PRESET, Backend::Nccl).groups[0];
         assert!(
             (0.2..0.4).contains(&g.drift[&Backend::Nccl]),
             "{:?}",
@@ -503,9 +520,13 @@ mod tests {
 
     #[test]
     fn a_backend_moving_as_far_as_it_did_while_tuned_is_not_a_changed_machine() {
-        let p = tuned_in_phases(PHASES_PRESET);
-        // NCCL steady at the slow phase's time for the whole check: it moved as far when tuned.
-        let pts = check_with(PHASES_PRESET, &p, "slow=nccl:1.3");
+        // The pinned variant this box chooses at its small sizes, so its phases decide choices.
+        let phased = Backend::NcclTreeLl;
+        let p = tuned_in_phases(PHASES_PRESET, phased);
+        assert!(p.groups[0].buckets.iter().any(|b| b.choice == phased));
+        let slow = |x: f64| format!("slow={}:{x}", phased.id());
+        // Steady at the slow phase's time for the whole check: it moved as far when tuned.
+        let pts = check_with(PHASES_PRESET, &p, &slow(1.3));
         assert!(pts.iter().all(Point::holds), "{pts:?}");
         let within: Vec<&Point> = pts.iter().filter(|x| x.within_variation()).collect();
         assert!(!within.is_empty(), "{pts:?}");
@@ -514,19 +535,19 @@ mod tests {
         for g in &mut blind.groups {
             g.drift.clear();
         }
-        let pts = check_with(PHASES_PRESET, &blind, "slow=nccl:1.3");
+        let pts = check_with(PHASES_PRESET, &blind, &slow(1.3));
         assert!(pts.iter().any(Point::changed), "{pts:?}");
-        // NCCL moving further than it did while tuned is a change again.
-        let pts = check_with(PHASES_PRESET, &p, "slow=nccl:1.8");
+        // Moving further than it did while tuned is a change again.
+        let pts = check_with(PHASES_PRESET, &p, &slow(1.8));
         assert!(
-            pts.iter().any(|x| x.changed() && x.chosen == Backend::Nccl),
+            pts.iter().any(|x| x.changed() && x.chosen == phased),
             "{pts:?}"
         );
     }
 
     #[test]
     fn a_slowed_kernel_is_named_though_its_rival_moved_while_tuned() {
-        let p = tuned_in_phases(PRESET);
+        let p = tuned_in_phases(PRESET, Backend::Nccl);
         let chosen = p.groups[0].buckets[0].choice;
         assert!(chosen.is_custom(), "{chosen:?}");
         let pts = check_with(PRESET, &p, &format!("slow={}:3", chosen.id()));
@@ -556,14 +577,28 @@ mod tests {
         let p = tuned();
         let t = presets::get(PRESET).unwrap();
         let mut same = SimFabric::new(t.clone(), 2);
-        let pts = run(&mut same, &p, &harness(), &Cancel::new()).unwrap();
+        let pts = run(
+            &mut same,
+            &p,
+            &harness(),
+            &Cancel::new(),
+            &Default::default(),
+        )
+        .unwrap();
         assert!(!pts.is_empty() && pts.iter().all(Point::holds), "{pts:?}");
         // The machine changed: the custom kernel the profile relies on got 3x slower.
         let chosen = p.groups[0].buckets[0].choice;
         assert!(chosen.is_custom(), "{chosen:?}");
         let faults = Faults::parse(&format!("slow={}:3", chosen.id())).unwrap();
         let mut slower = SimFabric::new(t, 2).with_faults(faults);
-        let pts = run(&mut slower, &p, &harness(), &Cancel::new()).unwrap();
+        let pts = run(
+            &mut slower,
+            &p,
+            &harness(),
+            &Cancel::new(),
+            &Default::default(),
+        )
+        .unwrap();
         let broken: Vec<&Point> = pts.iter().filter(|x| x.changed()).collect();
         assert!(!broken.is_empty(), "{pts:?}");
         assert!(
@@ -664,7 +699,7 @@ mod tests {
         let p = tuned();
         let chosen = p.groups[0].buckets[0].choice;
         let mut f = Reshaped::new(chosen, burst);
-        let pts = run(&mut f, &p, &harness(), &Cancel::new()).unwrap();
+        let pts = run(&mut f, &p, &harness(), &Cancel::new(), &Default::default()).unwrap();
         assert!(pts.iter().all(Point::holds), "{pts:?}");
         let moved: Vec<&Point> = pts.iter().filter(|x| x.unsettled()).collect();
         assert!(!moved.is_empty(), "{pts:?}");
@@ -680,7 +715,7 @@ mod tests {
         let p = tuned();
         let chosen = p.groups[0].buckets[0].choice;
         let mut f = Reshaped::new(chosen, drift);
-        let pts = run(&mut f, &p, &harness(), &Cancel::new()).unwrap();
+        let pts = run(&mut f, &p, &harness(), &Cancel::new(), &Default::default()).unwrap();
         // Where the victim's only rival is NCCL, the one it drifts against.
         let against_nccl: Vec<&Point> = pts
             .iter()

@@ -146,8 +146,9 @@ fn nvrtc_compiles_the_kernel_sources_or_skips_without_nvrtc() {
             continue;
         }
         let t = compile::Target::Cubin(format!("sm_{want}"));
-        for (name, src) in compile::PROGRAMS {
-            let img = compile::compile(name, src, &t).unwrap_or_else(|e| panic!("{e}"));
+        for u in compile::units() {
+            let name = &u.name;
+            let img = compile::compile(name, &u.src, &t).unwrap_or_else(|e| panic!("{e}"));
             assert!(
                 img.len() > 1000,
                 "{name} for sm_{want} is only {} bytes",

@@ -379,3 +379,43 @@ fn a_user_pin_is_left_alone_and_init_logs_the_nccl_version_once() {
         "{err}"
     );
 }
+
+/// The exports name the plugin library installed with the artune that runs: PREFIX/bin/artune
+/// finds PREFIX/lib/libartune.so and writes its absolute path for NCCL; with none there, the
+/// bare name and what to do.
+#[test]
+fn the_exports_name_the_plugin_library_installed_with_artune() {
+    let prefix = tempfile::tempdir().unwrap();
+    let (bin, libdir) = (prefix.path().join("bin"), prefix.path().join("lib"));
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(&libdir).unwrap();
+    let place = |from: &std::path::Path, to: &std::path::Path| {
+        if std::fs::hard_link(from, to).is_err() {
+            std::fs::copy(from, to).unwrap();
+        }
+    };
+    place(std::path::Path::new(common::BIN), &bin.join("artune"));
+    place(&lib(), &libdir.join("libartune.so"));
+    let (_d, profile) = profile(false);
+    let export = || {
+        let o = common::dies_with_test(bin.join("artune"))
+            .args(["export", profile.to_str().unwrap(), "--engine", "nccl"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", common::text(&o.stderr));
+        common::text(&o.stdout)
+    };
+    let want = libdir.canonicalize().unwrap().join("libartune.so");
+    let text = export();
+    assert!(
+        text.contains(&format!("export NCCL_TUNER_PLUGIN={}\n", want.display())),
+        "{text}"
+    );
+    std::fs::remove_file(libdir.join("libartune.so")).unwrap();
+    let text = export();
+    assert!(
+        text.contains("export NCCL_TUNER_PLUGIN=libartune.so\n"),
+        "{text}"
+    );
+    assert!(text.contains("was not found beside this artune"), "{text}");
+}

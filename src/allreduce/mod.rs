@@ -82,6 +82,8 @@ pub enum Dtype {
 }
 
 impl Dtype {
+    pub const ALL: [Dtype; 3] = [Dtype::Bf16, Dtype::Fp16, Dtype::Fp32];
+
     pub fn size(self) -> u64 {
         match self {
             Dtype::Bf16 | Dtype::Fp16 => 2,

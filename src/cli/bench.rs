@@ -9,7 +9,7 @@
 use super::output::{out, outln};
 use serde_json::{json, Value};
 
-use super::BenchArgs;
+use super::{BenchArgs, BenchKernelsArgs, BenchWhat};
 use crate::allreduce::{Backend, Dtype, Mode, Readiness};
 use crate::error::Error;
 use crate::fabric::cuda::{self, CudaFabric};
@@ -59,12 +59,12 @@ fn copy_us(f: &mut CudaFabric, bytes: u64) -> Result<f64, Error> {
 }
 
 pub fn run(a: BenchArgs) -> Result<i32, Error> {
-    if a.what != "kernels" {
-        return Err(Error::bad_input(format!(
-            "there is no benchmark `{}`; the one there is: `kernels`",
-            a.what
-        )));
+    match a.what {
+        BenchWhat::Kernels(k) => bench_kernels(k),
     }
+}
+
+fn bench_kernels(a: BenchKernelsArgs) -> Result<i32, Error> {
     let (low, high) = crate::units::parse_range(&a.sizes)?;
     let sizes: Vec<u64> = SIZES
         .into_iter()
@@ -78,7 +78,17 @@ pub fn run(a: BenchArgs) -> Result<i32, Error> {
     }
     let backends = chosen(&a.backends)?;
     let islands = match &a.islands {
-        Some(items) => super::tune::parse_islands(items, &[a.loopback])?,
+        Some(items) => {
+            let sizes = super::tune::parse_islands(items)?;
+            if sizes.iter().sum::<usize>() != a.loopback {
+                return Err(Error::bad_input(format!(
+                    "--islands adds up to {} GPUs, but the benchmark runs {} ranks (--loopback); give sizes that add up to it",
+                    sizes.iter().sum::<usize>(),
+                    a.loopback
+                )));
+            }
+            sizes
+        }
         None if a.loopback >= 4 && a.loopback % 2 == 0 => vec![a.loopback / 2; 2],
         None => Vec::new(),
     };

@@ -20,7 +20,8 @@ use std::collections::BTreeMap;
 
 use super::rule::{beats, MIN_EFFECT};
 use crate::allreduce::Backend;
-use crate::profile::{Regret, Timing};
+use crate::profile::Regret;
+use crate::results::Timing;
 
 /// One bucket as the smoothing sees it.
 pub struct Step<'a> {

@@ -112,6 +112,7 @@ fn group_scaled(gpus: Vec<usize>, mode: Mode, sizes: &[u64], custom: f64) -> Gro
         waived: Default::default(),
         regret: None,
         drift: Default::default(),
+        beside: Vec::new(),
     }
 }
 

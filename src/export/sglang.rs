@@ -769,6 +769,7 @@ mod tests {
             source: "s.json".into(),
             world_size: None,
             allow_simulated: false,
+            plugin: "libartune.so".into(),
         };
         let text = export(&p, &o, &[4]).unwrap().files.remove(0).contents;
         assert!(

@@ -100,9 +100,10 @@ pub struct OverBudget {
 
 /// Explains the profile's answer for `bytes` on the group `q` names (`q.gpus` None: the
 /// engine's default placement, GPUs 0..tp); the answer names that group.
-pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
+/// The group `q` names, or what the profile has instead.
+fn find_group<'a>(p: &'a Profile, q: Query<'_>) -> Result<&'a GroupProfile, Error> {
     let (tp, mode) = (q.tp, q.mode);
-    let g = p.group(q).ok_or_else(|| match q.gpus {
+    p.group(q).ok_or_else(|| match q.gpus {
         Some(gpus) => Error::bad_input(format!(
             "the profile has no TP{tp} {} group on GPUs {} (it has {}); pass one of those to --gpus",
             mode.id(),
@@ -114,8 +115,13 @@ pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
             mode.id(),
             group_names(p)
         )),
-    })?;
-    let b = bucket_for(g, bytes).ok_or_else(|| {
+    })
+}
+
+/// The bucket serving `bytes`, or which way the asked size is outside the measured ones.
+fn find_bucket<'a>(g: &'a GroupProfile, q: Query<'_>, bytes: u64) -> Result<&'a Bucket, Error> {
+    let (tp, mode) = (q.tp, q.mode);
+    bucket_for(g, bytes).ok_or_else(|| {
         let smallest = g.buckets.first().map_or(0, |b| b.bytes);
         if bytes < smallest {
             return Error::bad_input(format!(
@@ -128,7 +134,13 @@ pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
             mode.id(),
             g.buckets.last().map_or(0, |b| b.bytes)
         ))
-    })?;
+    })
+}
+
+pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
+    let (tp, mode) = (q.tp, q.mode);
+    let g = find_group(p, q)?;
+    let b = find_bucket(g, q, bytes)?;
     let eligible: BTreeMap<Backend, Timing> = b
         .results
         .iter()
@@ -201,31 +213,7 @@ pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
             nccl_reference.map_or("-", |r| r.id())
         ));
     }
-    let engines = [
-        vllm::runs(p, g, bytes),
-        vllm::plugin_runs(p, g, bytes),
-        sglang::runs(p, g, bytes),
-        sglang::plugin_runs(p, g, bytes, false),
-        sglang::plugin_runs(p, g, bytes, true),
-        trtllm::runs(p, g, bytes),
-        nccl::runs(g, bytes),
-    ]
-    .into_iter()
-    .map(|run| {
-        let t = match run.backend {
-            Some(Backend::Nccl) if run.engine != "NCCL with artune's plugin" => {
-                plugin_time(b).map(|t| t.median_us)
-            }
-            Some(k) => median(b, k),
-            None => None,
-        };
-        EngineLine {
-            vs_chosen: t.map(|t| t / chosen_us - 1.0),
-            median_us: t,
-            run,
-        }
-    })
-    .collect();
+    let engines = engine_lines(p, g, b, bytes, chosen_us);
     Ok(Why {
         simulated: p.simulated,
         fabric: p.fabric.clone(),
@@ -260,6 +248,41 @@ pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
         over_budget,
         engines,
     })
+}
+
+/// What each engine runs at `bytes`, with and without artune's plugins, priced from the bucket.
+fn engine_lines(
+    p: &Profile,
+    g: &GroupProfile,
+    b: &Bucket,
+    bytes: u64,
+    chosen_us: f64,
+) -> Vec<EngineLine> {
+    [
+        vllm::runs(p, g, bytes),
+        vllm::plugin_runs(p, g, bytes),
+        sglang::runs(p, g, bytes),
+        sglang::plugin_runs(p, g, bytes, false),
+        sglang::plugin_runs(p, g, bytes, true),
+        trtllm::runs(p, g, bytes),
+        nccl::runs(g, bytes),
+    ]
+    .into_iter()
+    .map(|run| {
+        let t = match run.backend {
+            Some(Backend::Nccl) if run.engine != "NCCL with artune's plugin" => {
+                plugin_time(b).map(|t| t.median_us)
+            }
+            Some(k) => median(b, k),
+            None => None,
+        };
+        EngineLine {
+            vs_chosen: t.map(|t| t / chosen_us - 1.0),
+            median_us: t,
+            run,
+        }
+    })
+    .collect()
 }
 
 /// How `--mem-budget` bears on the answer: the reason, where without it the rule picks

@@ -204,7 +204,7 @@ pub trait Fabric {
 
     /// How wrong a model's time of `backend` at `bytes` on the prepared group can be; None
     /// for measured fabrics.
-    fn model_band(&mut self, _backend: Backend, _bytes: u64) -> Option<crate::profile::ModelBand> {
+    fn model_band(&mut self, _backend: Backend, _bytes: u64) -> Option<crate::results::ModelBand> {
         None
     }
 

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use super::read::{Collected, NodeInfo};
-use super::{majority, ClassReport, Report};
+use super::{majority, ClassReport, FleetReport};
 use crate::allreduce::{Backend, Mode};
 use crate::error::Error;
 use crate::profile::{
@@ -17,7 +17,7 @@ use crate::stats::{median_ci_indices, median_sorted};
 /// build it from.
 pub fn class_profile(
     c: &Collected,
-    report: &Report,
+    report: &FleetReport,
     class: &str,
 ) -> Option<Result<Profile, Error>> {
     let template = c.templates.get(&(report.dtype, class.to_string()))?;
@@ -218,5 +218,7 @@ fn group(
         regret,
         // The template node's variation: the consensus keeps its placement and memory too.
         drift: t.map(|t| t.drift.clone()).unwrap_or_default(),
+        // Nodes measured beside other work are the nodes' own record, not the class's.
+        beside: Vec::new(),
     }
 }

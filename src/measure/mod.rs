@@ -13,8 +13,9 @@ use crate::allreduce::{Backend, Direction, Dtype, Mode, Ranks, Readiness};
 use crate::cancel::Cancel;
 use crate::fabric::{Fabric, FabricError, Group};
 use crate::plan::{self, CloseCalls, Placement, Winner};
-use crate::profile::{ContentionCurve, GroupPhases, Timing};
 pub use crate::results::GroupResults;
+use crate::results::{ContentionCurve, GroupPhases, Timing};
+use crate::topology::occupancy::{BusyGpu, Neighbours};
 
 mod cell;
 mod size;
@@ -90,6 +91,10 @@ pub struct Plan {
     pub dtype: Dtype,
     /// Grid of sizes (bytes), ascending.
     pub sizes: Vec<u64>,
+    /// The reference grid instead: between the grid's ends, every size bisection could ever
+    /// add, aligned for each group's own TP size (so a group's sizes do not depend on which
+    /// other TP sizes are tuned).
+    pub fine: bool,
     pub backends: Vec<Backend>,
     pub seed: u64,
     pub contention: bool,
@@ -101,6 +106,8 @@ pub struct Plan {
     /// Names the close calls at a size, to sample them until settled; None samples each cell
     /// once, to its target.
     pub close_calls: Option<CloseCalls>,
+    /// Asked between phases and groups who else is on the GPUs.
+    pub neighbours: Neighbours,
 }
 
 /// Progress events for a UI; the harness knows nothing about terminals.
@@ -120,6 +127,12 @@ pub enum Progress {
     /// A backend was disqualified (wrong result, timeout, failure); the text is also in the
     /// returned faults. Shown as it happens, so a long tune does not hide it until the end.
     Fault(String),
+    /// Processes that started using the GPUs while `gpus` were measured (allowed by the plan's
+    /// neighbours, and recorded with the group).
+    Beside {
+        gpus: Vec<usize>,
+        who: Vec<BusyGpu>,
+    },
 }
 
 /// Runs the plan. Backend-local failures disqualify that backend for the group and are
@@ -157,6 +170,36 @@ fn timed<T>(acc: &mut f64, f: impl FnOnce() -> T) -> T {
     out
 }
 
+/// Between phases: who else is on the GPUs. Anyone there is recorded as measured beside this
+/// group (a stop, unless the plan allows it); the revisit drift of such a group is not kept,
+/// since it would be the neighbour's doing, not the machine's.
+fn look_around(
+    fabric: &dyn Fabric,
+    plan: &Plan,
+    res: &mut GroupResults,
+    during: &str,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<(), FabricError> {
+    // Workers replaced since the last look are the fabric's own, not neighbours.
+    let generation = fabric.recoveries().len();
+    let looked = plan
+        .neighbours
+        .look(&format!("{during} GPUs {:?}", res.gpus), generation)
+        .map_err(FabricError::Busy)?;
+    if !looked.new.is_empty() {
+        progress(Progress::Beside {
+            gpus: res.gpus.clone(),
+            who: looked.new,
+        });
+    }
+    for b in looked.now {
+        if !res.beside.contains(&b) {
+            res.beside.push(b);
+        }
+    }
+    Ok(())
+}
+
 fn check_interrupt(cancel: &Cancel) -> Result<(), FabricError> {
     if cancel.is_cancelled() {
         Err(FabricError::Interrupted)
@@ -174,28 +217,33 @@ fn measure_group(
 ) -> Result<GroupResults, FabricError> {
     let max_bytes = plan.sizes.last().copied().unwrap_or(0);
     let gpus = &placement.gpus[..];
+    let grid = match (plan.fine, plan.sizes.first()) {
+        (true, Some(&lo)) => {
+            plan::fine_grid(lo, max_bytes, plan::alignment(gpus.len(), plan.dtype))
+        }
+        _ => plan.sizes.clone(),
+    };
     let group = Group {
         gpus: gpus.to_vec(),
         dtype: plan.dtype,
         max_bytes,
         islands: placement.islands.clone(),
     };
-    let mut phases = GroupPhases {
-        gpus: gpus.to_vec(),
-        ..Default::default()
-    };
-    let readiness = timed(&mut phases.setup_s, || {
-        fabric.prepare(&group, &plan.backends)
-    })?;
     let mut res = GroupResults {
         gpus: gpus.to_vec(),
         placement: placement.label.clone(),
         islands: placement.islands.clone().ok(),
-        readiness,
-        nccl_channels: fabric.nccl_channels(),
-        phases,
+        phases: GroupPhases {
+            gpus: gpus.to_vec(),
+            ..Default::default()
+        },
         ..Default::default()
     };
+    look_around(fabric, plan, &mut res, "before setting up", progress)?;
+    res.readiness = timed(&mut res.phases.setup_s, || {
+        fabric.prepare(&group, &plan.backends)
+    })?;
+    res.nccl_channels = fabric.nccl_channels();
     let ready: Vec<Backend> = res
         .readiness
         .iter()
@@ -205,35 +253,20 @@ fn measure_group(
         })
         .collect();
 
-    if plan.contention && gpus.len() > 1 {
-        'probes: for direction in [Direction::Read, Direction::Write] {
-            let mut points = Vec::new();
-            for peers in 1..gpus.len() {
-                check_interrupt(&plan.cancel)?;
-                let probe = timed(&mut res.phases.probes_s, || {
-                    fabric.probe(direction, peers, plan.harness.probe_bytes)
-                });
-                match probe {
-                    Ok(p) => points.push(p),
-                    // The reason is in the waived custom backends of the same group.
-                    Err(FabricError::Waived(_)) => break 'probes,
-                    Err(e) => return Err(e),
-                }
-            }
-            res.contention.push(ContentionCurve {
-                gpus: gpus.to_vec(),
-                direction,
-                bytes: plan.harness.probe_bytes,
-                points,
-            });
-        }
-    }
+    probe_contention(fabric, plan, &mut res)?;
     orient(fabric, &mut res, &ready)?;
 
     let mut verified = BTreeSet::new();
     for &mode in &plan.modes {
+        look_around(
+            fabric,
+            plan,
+            &mut res,
+            &format!("before timing {}", mode.id()),
+            progress,
+        )?;
         let mut raw = Raw::new();
-        let mut sizes = plan.sizes.clone();
+        let mut sizes = grid.clone();
         let mut round = 0;
         let mut revisited = !plan.harness.revisit;
         loop {
@@ -285,7 +318,18 @@ fn measure_group(
             }
             round += 1;
             sizes = next;
+            look_around(
+                fabric,
+                plan,
+                &mut res,
+                &format!("while timing {}", mode.id()),
+                progress,
+            )?;
         }
+    }
+    look_around(fabric, plan, &mut res, "at the end of measuring", progress)?;
+    if !res.beside.is_empty() {
+        res.drift.clear();
     }
     // A backend disqualified mid-way must not keep the timings it got before.
     for modes in res.cells.values_mut() {
@@ -294,6 +338,40 @@ fn measure_group(
         }
     }
     Ok(res)
+}
+
+/// The contention curves of the group: reads, then writes, from 1 peer at once to all.
+fn probe_contention(
+    fabric: &mut dyn Fabric,
+    plan: &Plan,
+    res: &mut GroupResults,
+) -> Result<(), FabricError> {
+    let gpus = res.gpus.clone();
+    if !plan.contention || gpus.len() < 2 {
+        return Ok(());
+    }
+    'probes: for direction in [Direction::Read, Direction::Write] {
+        let mut points = Vec::new();
+        for peers in 1..gpus.len() {
+            check_interrupt(&plan.cancel)?;
+            let probe = timed(&mut res.phases.probes_s, || {
+                fabric.probe(direction, peers, plan.harness.probe_bytes)
+            });
+            match probe {
+                Ok(p) => points.push(p),
+                // The reason is in the waived custom backends of the same group.
+                Err(FabricError::Waived(_)) => break 'probes,
+                Err(e) => return Err(e),
+            }
+        }
+        res.contention.push(ContentionCurve {
+            gpus: gpus.to_vec(),
+            direction,
+            bytes: plan.harness.probe_bytes,
+            points,
+        });
+    }
+    Ok(())
 }
 
 /// Which way the hierarchical backends move data in each phase, from the group's probe

@@ -85,6 +85,7 @@ fn plan(backends: &[Backend], mode: Mode, harness: Harness) -> Plan {
         modes: vec![mode],
         dtype: Dtype::Bf16,
         sizes: vec![4096],
+        fine: false,
         backends: backends.to_vec(),
         seed: 1,
         contention: false,
@@ -95,6 +96,7 @@ fn plan(backends: &[Backend], mode: Mode, harness: Harness) -> Plan {
         cancel: Cancel::new(),
         winner: decide::winner,
         close_calls: Some(decide::unsettled),
+        neighbours: Default::default(),
     }
 }
 

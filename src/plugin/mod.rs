@@ -15,6 +15,7 @@
 //! The symbols and struct layouts are in [`abi`].
 
 pub mod abi;
+pub mod library;
 
 use std::ffi::{c_char, c_int, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -328,11 +329,11 @@ impl Context {
                     logger,
                     LOG_INFO,
                     &format!(
-                        "following {} for TP{n_ranks} {} allreduce: {steered} of {} sizes steered, up to {} bytes{}",
+                        "following {} for TP{n_ranks} {} allreduce: {steered} of {} sizes steered, up to {}{}",
                         path.to_string_lossy(),
                         mode.id(),
                         sizes,
-                        largest,
+                        crate::units::fmt_size(largest),
                         if p.simulated { " (SIMULATED profile)" } else { "" }
                     ),
                 );

@@ -28,10 +28,11 @@ use std::path::Path;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::allreduce::{Backend, Direction, Dtype, Islands, Mode, ProbeSample};
+use crate::allreduce::{Backend, Dtype, Islands, Mode};
 use crate::error::Error;
 use crate::topology::Topology;
 
+pub use crate::results::{ContentionCurve, GroupPhases, ModelBand, ModelFamily, Timing};
 pub use environment::Environment;
 pub use kernels::{KernelImages, KernelMismatch, ProgramImage};
 pub use selector::Selector;
@@ -53,64 +54,6 @@ pub struct Versions {
     pub driver: Option<String>,
     pub cuda: Option<String>,
     pub nccl: Option<String>,
-}
-
-/// One backend's timing at one size.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct Timing {
-    pub median_us: f64,
-    /// 95% confidence interval of the median.
-    pub ci_low_us: f64,
-    pub ci_high_us: f64,
-    pub samples: u32,
-    /// Samples set aside as outliers (beyond 3 scaled MADs) before the median was taken.
-    #[serde(default)]
-    pub outliers: u32,
-    /// Simulated times only: how wrong the model can be, as factors on the median
-    /// (fabric/sim/band.rs, docs/MODEL-ERROR.md). The steering rule widens the interval by it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<ModelBand>,
-}
-
-/// The simulator's error band on one time: the true time lies within
-/// [median · low, median · high] as far as the calibration residuals can tell.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct ModelBand {
-    pub low: f64,
-    pub high: f64,
-    /// Whether a property the topology did not state widened it.
-    #[serde(default)]
-    pub assumed: bool,
-    /// The model the time came from. Two times of one family share the parts whose error
-    /// dominates, so their ratio does not carry the band (decide::rule). None: unknown,
-    /// taken as independent of every other time.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub family: Option<ModelFamily>,
-}
-
-/// Which half of the simulator a time came from: NCCL's model (copy-engine links, root
-/// complex and sockets, then the protocol) or the custom kernels' (loads and stores under
-/// switch contention).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ModelFamily {
-    Nccl,
-    Custom,
-}
-
-#[cfg(test)]
-impl Timing {
-    /// A timing with the median's 95% interval `half` either side (20 samples), for tests.
-    pub(crate) fn around(median: f64, half: f64) -> Timing {
-        Timing {
-            median_us: median,
-            ci_low_us: median - half,
-            ci_high_us: median + half,
-            samples: 20,
-            outliers: 0,
-            model: None,
-        }
-    }
 }
 
 /// One message size.
@@ -204,6 +147,11 @@ pub struct GroupProfile {
     /// for before it calls a choice changed. Empty for profiles made before it was recorded.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub drift: BTreeMap<Backend, f64>,
+    /// Other processes that were on these GPUs while this group was measured (allowed with
+    /// `--allow-busy`, before the tune or since): its times may include their work, and no
+    /// drift is recorded for it, since that would be theirs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub beside: Vec<environment::BusyGpu>,
 }
 
 impl GroupProfile {
@@ -223,16 +171,6 @@ pub struct Regret {
     pub worst: f64,
     /// The bucket where the worst is.
     pub worst_bytes: u64,
-}
-
-/// A contention curve: bandwidth as more peers transfer at once.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct ContentionCurve {
-    pub gpus: Vec<usize>,
-    pub direction: Direction,
-    /// Bytes each GPU moved with each peer per probe.
-    pub bytes: u64,
-    pub points: Vec<ProbeSample>,
 }
 
 /// How the tune was run, so a reader can reproduce it.
@@ -294,19 +232,6 @@ pub struct Phases {
     /// Opening the fabric: workers, contexts, kernel compilation (0 for a simulated fabric).
     pub startup_s: f64,
     pub groups: Vec<GroupPhases>,
-}
-
-/// Seconds one GPU group spent in each phase, both modes together.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct GroupPhases {
-    pub gpus: Vec<usize>,
-    /// Preparing and releasing the backends: buffers, IPC handles, NCCL communicators.
-    pub setup_s: f64,
-    pub probes_s: f64,
-    /// Checking each backend's results against a reference before it is timed.
-    pub verify_s: f64,
-    /// Warm-up and timed samples, CUDA-graph capture included.
-    pub timing_s: f64,
 }
 
 /// The machine a tune ran on, so `artune fleet` can name nodes (also for simulated tunes, whose

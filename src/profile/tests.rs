@@ -75,6 +75,7 @@ pub(crate) fn fixture() -> Profile {
         nccl_channels: None,
         regret: None,
         drift: Default::default(),
+        beside: Vec::new(),
         waived: Default::default(),
     };
     Profile {

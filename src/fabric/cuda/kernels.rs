@@ -6,7 +6,7 @@ use std::sync::Arc;
 use cudarc::driver::sys;
 
 use super::compile;
-use super::driver::{dev, Ctx, DeviceFacts, Function, Module};
+use super::driver::{dev, Ctx, DeviceFacts, Function, Modules};
 use super::layout::{
     ArArgs, LL1_MAX_BYTES, LL2_MAX_BYTES, LL_LINE, LL_THREADS, MAX_BLOCKS, SIGNAL_ALLOC, THREADS,
 };
@@ -75,7 +75,7 @@ pub fn signal_bytes(backend: Backend, n: usize) -> u64 {
 
 /// The compiled kernels loaded into one GPU's context.
 pub struct Kernels {
-    _modules: Vec<std::rc::Rc<Module>>,
+    _modules: Modules,
     allreduce: Vec<(Backend, Dtype, Function, u32)>,
     ll: Vec<(Backend, Dtype, Function, u32)>,
     pub latch_wait: Function,
@@ -95,20 +95,9 @@ pub struct Kernels {
 impl Kernels {
     pub fn load(ctx: &Arc<Ctx>, cc: (u32, u32)) -> Result<Kernels, FabricError> {
         let images = compile::images_for(cc)?;
-        let mut modules = Vec::new();
-        for (img, (name, _)) in images.images().iter().zip(compile::PROGRAMS) {
-            modules.push(dev(
-                // SAFETY: an image of `compile::Images`, which holds only fresh NVRTC output
-                // and validated cache entries.
-                unsafe { Module::load(ctx, img) },
-                &format!("loading the compiled kernels/{name}"),
-            )?);
-        }
-        let load = |m: &std::rc::Rc<Module>,
-                    name: &str,
-                    threads: u32|
-         -> Result<(Function, u32), FabricError> {
-            let f = m.function(name)?;
+        let modules = Modules::load(ctx, &images)?;
+        let load = |name: &str, threads: u32| -> Result<(Function, u32), FabricError> {
+            let f = modules.function(name)?;
             let per_sm = dev(f.blocks_per_sm(threads), "the occupancy query")?;
             if per_sm == 0 {
                 return Err(FabricError::Device(DeviceError::Kernel {
@@ -120,32 +109,22 @@ impl Kernels {
         };
         let (mut allreduce, mut ll) = (Vec::new(), Vec::new());
         for (b, k) in custom() {
-            let module = compile::PROGRAMS
-                .iter()
-                .position(|(name, _)| *name == k.source)
-                .map(|i| &modules[i])
-                .ok_or_else(|| {
-                    FabricError::Device(DeviceError::Kernel {
-                        name: k.name.into(),
-                        detail: format!("kernels/{} is not among the compiled programs", k.source),
-                    })
-                })?;
             for d in DTYPES {
-                let (f, per_sm) = load(module, &format!("{}_{}", k.name, d.id()), THREADS)?;
+                let (f, per_sm) = load(&format!("{}_{}", k.name, d.id()), THREADS)?;
                 allreduce.push((b, d, f, per_sm));
                 if let Some(name) = ll_kernel_name(b, d) {
-                    let (f, per_sm) = load(module, &name, LL_THREADS)?;
+                    let (f, per_sm) = load(&name, LL_THREADS)?;
                     ll.push((b, d, f, per_sm));
                 }
             }
         }
         Ok(Kernels {
-            latch_wait: modules[1].function("latch_wait")?,
-            probe_read: modules[1].function("probe_read")?,
-            probe_write: modules[1].function("probe_write")?,
-            spin_forever: modules[1].function("spin_forever")?,
-            fill: per_dtype(|d| modules[2].function(&format!("fill_{}", d.id())))?,
-            check: per_dtype(|d| modules[2].function(&format!("check_{}", d.id())))?,
+            latch_wait: modules.function("latch_wait")?,
+            probe_read: modules.function("probe_read")?,
+            probe_write: modules.function("probe_write")?,
+            spin_forever: modules.function("spin_forever")?,
+            fill: per_dtype(|d| modules.function(&format!("fill_{}", d.id())))?,
+            check: per_dtype(|d| modules.function(&format!("check_{}", d.id())))?,
             _modules: modules,
             allreduce,
             ll,

@@ -52,6 +52,43 @@ impl Module {
     }
 }
 
+/// Every compiled unit loaded into one context; a kernel is looked up by name in whichever
+/// holds it (a program may be split into units, [`super::compile::units`]).
+pub struct Modules(Vec<Rc<Module>>);
+
+impl Modules {
+    /// Loads each image of `images`.
+    pub fn load(ctx: &Arc<Ctx>, images: &super::compile::Images) -> Result<Modules, FabricError> {
+        let mut out = Vec::new();
+        for (img, unit) in images.images().iter().zip(super::compile::units()) {
+            out.push(dev(
+                // SAFETY: an image of `compile::Images`, which holds only fresh NVRTC output
+                // and validated cache entries.
+                unsafe { Module::load(ctx, img) },
+                &format!("loading the compiled kernels/{}", unit.name),
+            )?);
+        }
+        Ok(Modules(out))
+    }
+
+    /// The kernel `name` from the first module that has it.
+    pub fn function(&self, name: &str) -> Result<Function, FabricError> {
+        let mut last = None;
+        for m in &self.0 {
+            match m.function(name) {
+                Ok(f) => return Ok(f),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            FabricError::Device(DeviceError::Kernel {
+                name: name.into(),
+                detail: "no kernels are loaded".into(),
+            })
+        }))
+    }
+}
+
 impl Drop for Module {
     fn drop(&mut self) {
         if self.ctx.poisoned().is_none() && self.ctx.bind_to_thread().is_ok() {

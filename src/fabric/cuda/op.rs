@@ -271,7 +271,7 @@ impl Op {
         let ctx = self.gpu.ctx.clone();
         // The fault knob's `noipc=A-B` (testing only): ranks A and B cannot open each other's
         // buffers, as between GPUs without a peer mapping.
-        let no_ipc = super::Faults::from_env().no_ipc;
+        let no_ipc = super::WorkerFaults::from_env().no_ipc;
         let mut imported = Vec::new();
         let mut views = Vec::new();
         for p in &self.bufs {

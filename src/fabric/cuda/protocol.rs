@@ -252,8 +252,9 @@ impl WireError {
             },
             FabricError::Backend { backend, reason } => WireError::Backend { backend, reason },
             FabricError::Device(error) => WireError::Device { error, stuck },
-            // Arises only in the coordinator; a worker never sends it.
+            // Arise only in the coordinator or the harness; a worker never sends them.
             FabricError::Worker(w) => WireError::BadRequest(w.to_string()),
+            FabricError::Busy(m) => WireError::BadRequest(m),
             FabricError::Waived(m) => WireError::Waived(m),
             FabricError::Interrupted => WireError::Interrupted,
         }

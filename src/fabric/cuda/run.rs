@@ -9,7 +9,7 @@ use super::kernels;
 use super::layout::SIGNAL_STATUS_OFFSET;
 use super::setup::{Impl, Launcher, Ready};
 use super::watchdog::{self, Poll, Waited};
-use super::{Faults, Gpu};
+use super::{Gpu, WorkerFaults};
 use crate::fabric::{Backend, DeviceError, FabricError, Mode};
 
 /// Maps the end of a wait on `backend`'s work to the error the harness acts on.
@@ -74,7 +74,7 @@ impl Launcher {
     unsafe fn launch(
         &self,
         gpu: &Gpu,
-        faults: &Faults,
+        faults: &WorkerFaults,
         backend: Backend,
         elems: u64,
     ) -> Result<(), FabricError> {
@@ -127,7 +127,7 @@ impl Launcher {
     pub fn launch_calls(
         &self,
         gpu: &Gpu,
-        faults: &Faults,
+        faults: &WorkerFaults,
         backend: Backend,
         elems: u64,
         calls: u32,
@@ -219,7 +219,7 @@ impl Launcher {
     pub fn warm_up(&self, gpu: &Gpu, backend: Backend, elems: u64) -> Result<(), FabricError> {
         let bytes = elems * self.shape.dtype.size();
         let limit = self.deadline.for_work(bytes, 1);
-        self.launch_calls(gpu, &Faults::default(), backend, elems, 1)?;
+        self.launch_calls(gpu, &WorkerFaults::default(), backend, elems, 1)?;
         self.finish(backend, None, limit, "NCCL warm-up")
     }
 
@@ -227,7 +227,7 @@ impl Launcher {
     pub fn capture(
         &self,
         gpu: &Gpu,
-        faults: &Faults,
+        faults: &WorkerFaults,
         backend: Backend,
         elems: u64,
         calls: u32,
@@ -255,7 +255,7 @@ impl Launcher {
     pub fn time(
         &mut self,
         gpu: &Gpu,
-        faults: &Faults,
+        faults: &WorkerFaults,
         backend: Backend,
         bytes: u64,
         mode: Mode,
@@ -274,7 +274,7 @@ impl Launcher {
     fn time_inner(
         &mut self,
         gpu: &Gpu,
-        faults: &Faults,
+        faults: &WorkerFaults,
         backend: Backend,
         bytes: u64,
         mode: Mode,
@@ -293,7 +293,7 @@ impl Launcher {
             self.check_status(backend)?;
             self.graphs.insert(key, g);
         }
-        let what = format!("{backend} allreduce of {bytes} bytes");
+        let what = format!("{backend} allreduce of {}", crate::units::fmt_size(bytes));
         if mode == Mode::Eager && !self.warm.contains(&(backend, bytes)) {
             let limit = self.deadline.for_work(bytes, 3);
             self.launch_calls(gpu, faults, backend, elems, 3)?;

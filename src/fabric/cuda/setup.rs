@@ -12,7 +12,7 @@ use super::layout::{ArArgs, MAX_RANKS};
 use super::nccl;
 use super::protocol::{BufHandles, Launch, RankHandles, Shape};
 use super::watchdog::{self, Deadline};
-use super::{Faults, Gpu};
+use super::{Gpu, WorkerFaults};
 use crate::allreduce::Buffers;
 use crate::fabric::{Backend, DeviceError, Dtype, FabricError};
 
@@ -333,7 +333,7 @@ impl Launcher {
         launch: Launch,
         handles: &[RankHandles],
         deadline: Deadline,
-        faults: &Faults,
+        faults: &WorkerFaults,
     ) -> Result<(Launcher, Unreached), FabricError> {
         let n = shape.n;
         if handles.len() != n || launch.base + launch.count > n || n > MAX_RANKS {

@@ -167,6 +167,13 @@ pub struct SimFabric {
     net: Net,
     /// What NCCL knows of the host: CPU vendor and the P2P level in force.
     host: nccl::Host,
+    /// The measurement seed. Each group's noise, and each mode's within it, is drawn from it
+    /// and the group's GPUs and mode alone, so a group times the same whichever groups and
+    /// modes were measured before it.
+    seed: u64,
+    /// The prepared group's seed, and the mode its noise was last drawn for.
+    group_seed: u64,
+    noise_mode: Option<Mode>,
     noise: Noise,
     faults: Faults,
     /// Draws which samples an injected `spikes` fault slows, apart from the noise so the
@@ -198,6 +205,9 @@ impl SimFabric {
             topo: topology,
             net,
             host,
+            seed,
+            group_seed: seed,
+            noise_mode: None,
             noise: Noise::new(seed),
             faults: Faults::default(),
             spike_rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5bd1_e995_0f1a_57ed),
@@ -220,6 +230,14 @@ impl SimFabric {
     pub fn with_faults(mut self, faults: Faults) -> SimFabric {
         self.faults = faults;
         self
+    }
+
+    /// Noise for the prepared group from here on: its probes (`mode` None), then each mode.
+    fn reseed(&mut self, mode: Option<Mode>) {
+        let seed = self.group_seed ^ mode.map_or(0, |m| m as u64 + 1).wrapping_mul(0x9e37_79b9);
+        self.noise = Noise::new(seed);
+        self.spike_rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5bd1_e995_0f1a_57ed);
+        self.noise_mode = mode;
     }
 
     /// NCCL's channel count on `group` as its ring search would find it (the profile records
@@ -502,6 +520,10 @@ impl Fabric for SimFabric {
             directions: None,
             model: index,
         });
+        self.group_seed = group.gpus.iter().fold(self.seed, |h, &g| {
+            (h ^ g as u64).wrapping_mul(0x0100_0000_01b3)
+        });
+        self.reseed(None);
         let model = self.model(&group.gpus).nccl.clone();
         let readiness: Vec<Readiness> = backends
             .iter()
@@ -584,6 +606,9 @@ impl Fabric for SimFabric {
             .map(|(_, f, _)| *f)
             .product::<f64>();
         let base = self.base_time(backend, bytes, mode) * slow * drift * phase;
+        if self.noise_mode != Some(mode) {
+            self.reseed(Some(mode));
+        }
         let spikes = self.faults.spikes;
         Ok((0..samples)
             .map(|_| {

@@ -3,9 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use super::group::Plan;
 use super::processes::{unexpected, Trouble};
 use super::CudaFabric;
+use super::PreparedGroup;
 use crate::fabric::cuda::protocol::{Launch, Req, Resp, Shape};
 use crate::fabric::cuda::watchdog;
 use crate::fabric::Backend;
@@ -17,7 +17,7 @@ impl CudaFabric {
     pub(super) fn connect_set(
         &mut self,
         set: usize,
-        plan: &mut Plan,
+        plan: &mut PreparedGroup,
         shape: Shape,
         custom: &[Backend],
         waived: &mut BTreeMap<Backend, String>,
@@ -123,7 +123,7 @@ impl CudaFabric {
     pub(super) fn nccl_init(
         &mut self,
         set: usize,
-        plan: &Plan,
+        plan: &PreparedGroup,
         b: Backend,
     ) -> Result<Result<u64, String>, Trouble> {
         let limit = watchdog::INIT_DEADLINE + self.limit(plan.group.max_bytes, 16);

@@ -1,5 +1,5 @@
 //! Tests of IPC buffer lifetimes: the coordinator drives scripted workers (threads speaking
-//! the worker protocol over pipes, [`Link::scripted`]) that keep what a real worker would hold
+//! the worker protocol over pipes, [`WorkerLink::scripted`]) that keep what a real worker would hold
 //! and record every export, map (cuIpcOpenMemHandle), close and free they are asked to do. The
 //! rule checked: no exported buffer is freed while any peer maps it.
 
@@ -9,14 +9,14 @@ use std::time::Duration;
 
 use super::CudaFabric;
 use crate::fabric::cuda::driver::{DeviceFacts, IpcHandle};
-use crate::fabric::cuda::link::{Link, Scripted};
+use crate::fabric::cuda::link::{Scripted, WorkerLink};
 use crate::fabric::cuda::protocol::{BufHandles, ProbeHandles, RankHandles, Req, Resp, WireError};
 use crate::fabric::cuda::topo;
 use crate::fabric::cuda::watchdog::Deadline;
 use crate::fabric::{Backend, Dtype, FabricInfo, Group};
 
 /// Makes the worker of one slot (a fresh one each call: a restart calls it again).
-pub(super) type Script = Arc<dyn Fn(usize) -> Link + Send + Sync>;
+pub(super) type Script = Arc<dyn Fn(usize) -> WorkerLink + Send + Sync>;
 
 #[derive(Debug, Clone, PartialEq)]
 enum Ev {
@@ -52,7 +52,7 @@ struct World {
 
 type Shared = Arc<Mutex<World>>;
 
-/// What one scripted worker holds, as [`crate::fabric::cuda::worker::Engine`] does.
+/// What one scripted worker holds, as [`crate::fabric::cuda::worker::WorkerState`] does.
 struct Fake {
     id: usize,
     slot: usize,
@@ -347,7 +347,7 @@ fn fabric(k: usize, world: &Shared) -> CudaFabric {
                 pid: 0,
             },
         };
-        Link::scripted(&format!("scripted {id}"), hello, move |req| fake.serve(req))
+        WorkerLink::scripted(&format!("scripted {id}"), hello, move |req| fake.serve(req))
     });
     let host = topo::host(None, None);
     let mut f = CudaFabric {
@@ -365,7 +365,7 @@ fn fabric(k: usize, world: &Shared) -> CudaFabric {
             cuda: None,
             nccl: None,
         },
-        plan: None,
+        prepared: None,
         holding: false,
         probe_bytes: 0,
         probe_mapped: false,
