@@ -568,8 +568,8 @@ fn prints(parts: &[String], line: &str) -> bool {
             return line.starts_with(p.as_str()) && rest(more, &line[p.len()..], false);
         }
         if more.is_empty() {
-            let skipped = line.len() >= p.len() && !line[..line.len() - p.len()].contains("; ");
-            return line.ends_with(p.as_str()) && skipped;
+            // `ends_with` first: only then is the cut on a character boundary.
+            return line.ends_with(p.as_str()) && !line[..line.len() - p.len()].contains("; ");
         }
         line.match_indices(p.as_str())
             .filter(|(at, _)| !line[..*at].contains("; "))
