@@ -25,7 +25,8 @@ Beyond the per-call gates:
   not measure; at a TP size the profile gives NCCL at every size its all-reduce runs at no
   size (``should_custom_ar``). ``ARTUNE_VLLM_CUSTOM_AR=off`` is the other choice: there
   ``parallel_state._ENABLE_CUSTOM_ALL_REDUCE`` reads False while the TP communicator is
-  built, so no IPC buffers exist and those all-gathers and reduce-scatters run NCCL. Where
+  built, so no IPC buffers exist and those all-gathers and reduce-scatters run NCCL (also
+  where artune's op takes every custom size, ``ARTUNE_KERNELS=artune``). Where
   vLLM runs none of those on it (no full NVLink, no multicast: a PCIe pair), the object serves
   nothing the profile leaves custom, so the plugin closes it at once and its buffers are freed.
   Each TP communicator logs one line saying which happened and how much IPC memory it holds.

@@ -20,7 +20,7 @@ from artune import _engine, allreduce  # noqa: E402
 
 from conftest import BIN, tune  # noqa: E402
 from device_layer import Device, Fake, every_rank_alike, fake_device, message, sizes  # noqa: E402
-from machines import MODES, Machine  # noqa: E402
+from machines import MACHINES, MODES, Machine  # noqa: E402
 from test_vllm import log_name, on_machine, restore, unregister  # noqa: E402,F401
 
 #: Eight PCIe GPUs on two sockets: vLLM has no peer-to-peer path at TP8 on PCIe, and the
@@ -181,6 +181,39 @@ def test_engine_and_a_profile_without_islands_build_no_op(profiles, islands, fol
         on_machine(BOX, "graph", monkeypatch, [])
     assert device.allocated == []
     assert "artune's own kernels take no size here (the profile chooses none of" in caplog.text
+
+
+def test_custom_ar_off_builds_none_where_the_op_takes_every_custom_size(
+        profiles, follow, monkeypatch, device, caplog):
+    """ARTUNE_VLLM_CUSTOM_AR=off on a PCIe pair whose profile has a custom band: with
+    ARTUNE_VLLM_KERNELS=artune the op takes every custom size, so vLLM builds no custom AR (no
+    IPC buffers) and the line says why; by default (no island schedule on a pair, so no op)
+    vLLM's custom AR is built as without the setting, since it serves the custom band."""
+    pair = next(m for m in MACHINES if m.name == "L40S TP2 PCIe")
+    p = artune.Profile.load(profiles["pair"])
+    assert any(b.custom for mode in MODES for b in p.bands(2, mode))
+    monkeypatch.setenv(artune.vllm.ENV_CUSTOM_AR, "off")
+    register(profiles["pair"], follow, monkeypatch)
+    mem = []
+    on_machine(pair, "graph", monkeypatch, [], mem)
+    assert device.allocated == [] and [k for k, _ in mem] == ["ipc", "ipc"], mem
+    register(profiles["pair"], follow, monkeypatch, "artune")
+    mem.clear()
+    caplog.clear()
+    seen = []
+    with caplog.at_level(logging.INFO, logger=log_name):
+        comm = on_machine(pair, "graph", monkeypatch, seen, mem)
+    assert mem == [] and device.allocated, (mem, device.allocated)
+    line = next(r.getMessage() for r in caplog.records if r.name == log_name)
+    assert ("custom AR not built (ARTUNE_VLLM_CUSTOM_AR=off; artune's own kernels take every "
+            "custom size)") in line, line
+    Device.seen = seen
+    for n in sizes(p, 2):
+        c = p.select(2, n, "graph")
+        seen.clear()
+        comm.all_reduce(message(n))
+        want = f"artune {c.backend}" if c is not None and c.custom else "pynccl"
+        assert seen == [want], (n, seen)
 
 
 @pytest.mark.parametrize("var", ["ARTUNE_KERNELS", "ARTUNE_VLLM_KERNELS"])
