@@ -127,14 +127,15 @@ fn rows() -> Vec<Row> {
             .aggregate_gbps,
         parts(&[Part::Links, Part::RootComplex]),
     );
-    // C1 table, B column (both uplinks on one root complex, as the preset), eager, ring
-    // forced: NCCL's ring with its own protocol choice.
+    // C1 table, B column (both uplinks on one root complex, as the preset), ring forced:
+    // NCCL's ring with its own protocol choice. Timed back to back, so each call's host
+    // launch overlaps the previous call's kernel: compared as launched from a graph.
     let ring = |f: &mut SimFabric, bytes| {
-        median(f, Backend::NcclRingLl, bytes, Mode::Eager).min(median(
+        median(f, Backend::NcclRingLl, bytes, Mode::Graph).min(median(
             f,
             Backend::NcclRingSimple,
             bytes,
-            Mode::Eager,
+            Mode::Graph,
         ))
     };
     let nccl_band = c1p.band(Backend::Nccl).unwrap();
@@ -318,7 +319,13 @@ fn rows() -> Vec<Row> {
             b,
         );
     }
-    let mut d = prepared(get("pcie-8x-direct-2socket").unwrap(), &ALL8, None);
+    // rtx6kpro optimization/nccl-tuning.md sets NCCL_P2P_LEVEL=SYS in every configuration;
+    // "defaults" there means NCCL's own graph search (AMD_BW) rather than a graph file.
+    let mut d = prepared(
+        get("pcie-8x-direct-2socket").unwrap(),
+        &ALL8,
+        Some(Level::Sys),
+    );
     let db = d.band(Backend::Nccl).unwrap();
     for (bytes, slow, fast) in [
         (32 * KB, 48.2, 26.2),
