@@ -212,8 +212,28 @@ pub fn placements(t: &Topology, tp: usize, max: usize) -> Vec<(Vec<usize>, Strin
     out
 }
 
+/// Medians within this share of each other are taken as the same code path: NCCL running the
+/// pinned variant it chose itself.
+const TWIN: f64 = 0.02;
+
+/// The pinned NCCL variant NCCL's own choice ran at one size, recognised by its time: the
+/// pinned variant whose median is closest to `nccl`'s, if within [`TWIN`].
+fn nccl_twin(results: &BTreeMap<Backend, Timing>) -> Option<Backend> {
+    let own = results.get(&Backend::Nccl)?.median_us;
+    results
+        .iter()
+        .filter(|(b, _)| b.nccl_pin().is_some())
+        .map(|(&b, t)| (b, (t.median_us / own - 1.0).abs()))
+        .filter(|&(_, gap)| gap <= TWIN)
+        .min_by(|x, y| x.1.total_cmp(&y.1))
+        .map(|(b, _)| b)
+}
+
 /// Sizes to measure next: midpoints where the choice changes between neighbouring sizes,
-/// until neighbours are within one step ([`within_step`]) of each other.
+/// or where NCCL's own choice changes its algorithm or protocol (its tuning model switches
+/// where it predicts, and a pinned variant can beat it anywhere between where it truly wins
+/// and that switch, though both ends agree), until neighbours are within one step
+/// ([`within_step`]) of each other.
 pub fn refine_points(
     cells: &BTreeMap<u64, BTreeMap<Backend, Timing>>,
     disqualified: &BTreeMap<Backend, String>,
@@ -238,7 +258,9 @@ pub fn refine_points(
     let mut out = Vec::new();
     for w in sizes.windows(2) {
         let (a, b) = (w[0], w[1]);
-        if chosen.get(&a) == chosen.get(&b) {
+        let twins = (nccl_twin(&eligible[&a]), nccl_twin(&eligible[&b]));
+        let switched = matches!(twins, (Some(x), Some(y)) if x != y);
+        if chosen.get(&a) == chosen.get(&b) && !switched {
             continue;
         }
         if let Some(mid) = split(a, b, align).filter(|m| !cells.contains_key(m)) {
@@ -299,6 +321,37 @@ mod tests {
         let mut dq = BTreeMap::new();
         dq.insert(Backend::OneStagePull, "wrong".to_string());
         assert!(refine_points(&cells, &dq, 8, Dtype::Bf16, crate::decide::winner).is_empty());
+    }
+
+    #[test]
+    fn refinement_bisects_where_nccl_switches_protocol() {
+        // NCCL agrees with its ring/LL pin at 1 MiB and its ring/Simple pin at 2 MiB: its
+        // model switched protocol in between, where Simple may already win.
+        let at = |nccl: f64, ll: f64, simple: f64| -> BTreeMap<Backend, Timing> {
+            [
+                (Backend::Nccl, t(nccl, 0.5)),
+                (Backend::NcclRingLl, t(ll, 0.5)),
+                (Backend::NcclRingSimple, t(simple, 0.5)),
+            ]
+            .into()
+        };
+        let cells: BTreeMap<u64, BTreeMap<Backend, Timing>> = [
+            (1 << 20, at(100.0, 100.2, 97.0)),
+            (2 << 20, at(150.0, 190.0, 150.3)),
+        ]
+        .into();
+        let winner = crate::decide::winner;
+        assert_eq!(
+            refine_points(&cells, &BTreeMap::new(), 8, Dtype::Bf16, winner),
+            vec![3 << 19]
+        );
+        // The same code path at both ends: nothing to look for in between.
+        let same: BTreeMap<u64, BTreeMap<Backend, Timing>> = [
+            (1 << 20, at(100.0, 100.2, 97.0)),
+            (2 << 20, at(190.0, 190.3, 200.0)),
+        ]
+        .into();
+        assert!(refine_points(&same, &BTreeMap::new(), 8, Dtype::Bf16, winner).is_empty());
     }
 
     #[test]
