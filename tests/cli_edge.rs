@@ -345,7 +345,9 @@ fn predict_interpolates_between_buckets_and_follows_select_below_them() {
         ms.windows(2).all(|w| w[1] != w[0] && w[1] > 0.95 * w[0]),
         "{ms:?}"
     );
-    assert!(ms[ms.len() - 1] > 1.2 * ms[0], "{ms:?}");
+    // NCCL's LL steps overlap their data (C1: 17.3 µs at 4 KB, 25.0 at 256 KB), so 3 to 16
+    // tokens (43 KB to 229 KB) add a tenth or more, not much more.
+    assert!(ms[ms.len() - 1] > 1.1 * ms[0], "{ms:?}");
     // At a measured size the prediction is the measurement select reports.
     let sel = artune(&["select", p, "--tp", "8", "--bytes", "32K", "--json"]);
     let sel: serde_json::Value = serde_json::from_str(&text(&sel.stdout)).unwrap();
