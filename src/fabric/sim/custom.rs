@@ -12,7 +12,7 @@
 //! one way. Two-stage moves size/N per flow but over the same N(N−1) concurrent flows as
 //! one-stage, so it meets the same contention: its phases are priced from the same solve.
 
-use super::kernel::{FLAG_POLL_US, KERNEL_PROLOGUE_US as PROLOGUE_US};
+use super::kernel::FLAG_POLL_US;
 use super::net::{Engine, Flow, Net, Route};
 use crate::fabric::{Backend, Direction};
 
@@ -31,6 +31,8 @@ pub struct Custom {
     write_us_per_byte: f64,
     /// Slowest one-way latency between two GPUs of the group.
     max_latency_us: f64,
+    /// The kernel's prologue, µs (calibration: C2's 1 KB one-shot).
+    prologue_us: f64,
 }
 
 /// Every ordered pair of `gpus`, as flows in `dir`.
@@ -70,6 +72,7 @@ impl Custom {
             read_us_per_byte: us_per_byte(net, &reads, &refs),
             write_us_per_byte: us_per_byte(net, &writes, &refs),
             max_latency_us: routes.iter().map(|r| r.latency_us).fold(0.0, f64::max),
+            prologue_us: net.calibration().kernel_prologue_us,
         }
     }
 
@@ -97,7 +100,7 @@ impl Custom {
         let n = self.n as f64;
         let b = bytes as f64;
         let shard = (b / n).ceil();
-        let start = PROLOGUE_US + self.barrier();
+        let start = self.prologue_us + self.barrier();
         match backend {
             // Pulled data is summed in registers as it arrives: only the local input is read.
             Backend::OneStagePull => {

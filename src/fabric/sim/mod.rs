@@ -12,6 +12,7 @@
 //!    drawing random numbers.
 
 pub mod band;
+pub mod calibration;
 pub mod custom;
 pub mod faults;
 pub mod flow;
@@ -189,6 +190,14 @@ impl SimFabric {
     /// default for the host), whatever the environment says.
     pub fn with_nccl_p2p_level(mut self, level: Option<nccl::Level>) -> SimFabric {
         self.host = nccl::Host::new(&self.topo, level);
+        self.models.clear();
+        self
+    }
+
+    /// The same machine modelled with `cal`'s fitted constants (a fit leaving a calibration
+    /// source out, for docs/MODEL-ERROR.md's leave-one-source-out table).
+    pub fn with_calibration(mut self, cal: &calibration::Calibration) -> SimFabric {
+        self.net = Net::build_with(&self.topo, cal);
         self.models.clear();
         self
     }

@@ -21,7 +21,7 @@
 
 use super::{
     algo_index, efficiency, proto_index, transport, Host, Model, Transport, BASE_LAT, HW_LAT,
-    PCIE_CHANNEL_GBPS, RUNTIME_CHANNELS_PER_GRAPH_CHANNEL, TREE_CHUNK,
+    RUNTIME_CHANNELS_PER_GRAPH_CHANNEL, TREE_CHUNK,
 };
 use crate::fabric::sim::kernel::FLAG_POLL_US;
 use crate::fabric::sim::net::{Flow, Net, Route};
@@ -85,6 +85,8 @@ pub struct Schedule {
     nvlink: bool,
     /// Ring Simple runs 256 threads per channel (the graph's bandwidth is at most PCI_BW).
     narrow_simple: bool,
+    /// What one channel moves over PCIe at most, GB/s (calibration: C6).
+    channel_gbps: f64,
     /// Slowest flow of the ring (all channels running), GB/s.
     ring_gbps: f64,
     /// Latency of each ring hop ring[i] → ring[i+1].
@@ -130,8 +132,10 @@ fn hop_flows(net: &Net, a: usize, b: usize, via: Transport) -> (Vec<Flow>, Vec<R
             )
         }
     };
+    // What one NCCL channel (one thread block) moves over PCIe at most (calibration: C6).
+    let channel = net.calibration().nccl_channel_gbps;
     for r in routes.iter_mut().filter(|r| !r.nvlink) {
-        r.flow_cap = r.flow_cap.min(PCIE_CHANNEL_GBPS);
+        r.flow_cap = r.flow_cap.min(channel);
     }
     (flows, routes, lat)
 }
@@ -177,6 +181,7 @@ impl Schedule {
             channels,
             nvlink: model.nvlink,
             narrow_simple: model.bw_per_channel * model.channels as f64 <= PCI_BW,
+            channel_gbps: net.calibration().nccl_channel_gbps,
             ring_gbps,
             ring_hops: ring_lats,
             chain_gbps,
@@ -248,7 +253,7 @@ impl Schedule {
         if self.nvlink {
             all
         } else {
-            all.min(nc * PCIE_CHANNEL_GBPS)
+            all.min(nc * self.channel_gbps)
         }
     }
 
