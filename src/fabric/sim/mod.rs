@@ -314,16 +314,34 @@ impl SimFabric {
         out
     }
 
-    /// How wrong the model's time of `backend` on the prepared group can be
+    /// How wrong the model's time of `backend` for `bytes` on the prepared group can be
     /// ([`band`]); None where no group is prepared.
-    pub fn band(&mut self, backend: Backend) -> Option<Band> {
+    pub fn band(&mut self, backend: Backend, bytes: u64) -> Option<Band> {
+        let (fixed, data) = self.model_split(backend, bytes)?;
         let gpus = self.prepared.as_ref()?.group.gpus.clone();
         let parts = &self.model(&gpus).parts;
         Some(if backend.is_custom() {
-            parts.custom()
+            parts.custom(fixed, data)
         } else {
-            parts.nccl()
+            parts.nccl(fixed, data)
         })
+    }
+
+    /// The model's device time of `backend` for `bytes` on the prepared group in two parts,
+    /// µs: what it costs with no bytes (launch excluded) and what the bytes add.
+    pub fn model_split(&mut self, backend: Backend, bytes: u64) -> Option<(f64, f64)> {
+        let gpus = self.prepared.as_ref()?.group.gpus.clone();
+        let m = self.model(&gpus);
+        let device = |b: u64| {
+            if backend.is_custom() {
+                m.custom.time(backend, b)
+            } else {
+                let (algo, proto) = backend.nccl_pin().unwrap_or_else(|| m.nccl.choose(bytes));
+                m.schedule.time(algo, proto, b)
+            }
+        };
+        let fixed = device(0);
+        Some((fixed, (device(bytes) - fixed).max(0.0)))
     }
 
     /// The prepared group, after checking `backend` is ready on it and `bytes` fits.
@@ -609,8 +627,8 @@ impl Fabric for SimFabric {
         SimFabric::assumed(self)
     }
 
-    fn model_band(&mut self, backend: Backend, _bytes: u64) -> Option<crate::profile::ModelBand> {
-        let b = self.band(backend)?;
+    fn model_band(&mut self, backend: Backend, bytes: u64) -> Option<crate::profile::ModelBand> {
+        let b = self.band(backend, bytes)?;
         Some(crate::profile::ModelBand {
             low: b.low,
             high: b.high,
