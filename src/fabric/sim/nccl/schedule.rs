@@ -192,8 +192,9 @@ impl Schedule {
     /// The ring's critical path for `proto` with `chunk` µs of data per step on the wire:
     /// the slowest run of 2(N−1) consecutive hops. A line-forwarding protocol (LL, LL128)
     /// starts a step once the previous step's first line has landed and its link has sent the
-    /// previous chunk, so a step costs the larger of the two and the last chunk drains after;
-    /// Simple forwards a chunk after its flag, so a step costs both.
+    /// previous chunk, so a step costs the larger of the two, and the last line lands the
+    /// smaller of the two after its link sends it: S·max(h, c) + min(h, c). Simple forwards
+    /// a chunk after its flag, so a step costs both.
     fn ring_path_us(&self, proto: NcclProto, chunk: f64) -> f64 {
         let n = self.ring_hops.len();
         let cost: Vec<f64> = self
@@ -208,9 +209,14 @@ impl Schedule {
             })
             .collect();
         let run = 2 * n.saturating_sub(1);
+        let quickest = self
+            .ring_hops
+            .iter()
+            .map(|h| h.step(proto, self.nvlink))
+            .fold(f64::INFINITY, f64::min);
         let drain = match proto {
             NcclProto::Simple => 0.0,
-            _ => chunk,
+            _ => chunk.min(quickest),
         };
         (0..n)
             .map(|s| (0..run).map(|k| cost[(s + k) % n]).sum::<f64>())
@@ -228,7 +234,7 @@ impl Schedule {
 
     /// The channels one operation of `bytes` runs on (enqueue.cc getAlgoInfo): NCCL drops
     /// channels while the bytes would give each thread less than its threshold.
-    fn op_channels(&self, algo: NcclAlgo, proto: NcclProto, bytes: u64) -> f64 {
+    pub(super) fn op_channels(&self, algo: NcclAlgo, proto: NcclProto, bytes: u64) -> f64 {
         let p = proto_index(proto);
         let mut threshold = THREAD_THRESHOLD[p];
         if algo == NcclAlgo::Ring && proto == NcclProto::LL {
@@ -274,13 +280,15 @@ impl Schedule {
             }
             NcclAlgo::Tree => {
                 // Each link carries the whole message up (reduce) and down (broadcast). Simple
-                // forwards whole chunks, so the first chunk crosses 2(N−1) hops before the
-                // pipeline is full; LL and LL128 forward each flagged line as it lands, so
-                // their fill is the per-hop latency already counted in the path.
+                // forwards whole chunks of a fixed size (the last one what remains), so the
+                // first chunk crosses 2(N−1) hops before the pipeline is full; LL and LL128
+                // forward each flagged line as it lands, so their fill is the per-hop latency
+                // already counted in the path.
                 let stream = wire * b / (self.hop_gbps(self.chain_gbps, nc) * 1e3);
-                let data = if proto == NcclProto::Simple {
-                    let chunks = (b / nc / TREE_CHUNK[p]).ceil().max(1.0);
-                    stream * (chunks + steps - 1.0) / chunks
+                let data = if proto == NcclProto::Simple && b > 0.0 {
+                    let per_channel = b / nc;
+                    let first = TREE_CHUNK[p].min(per_channel) / per_channel;
+                    stream * (1.0 + (steps - 1.0) * first)
                 } else {
                     stream
                 };
