@@ -7,10 +7,10 @@
 //! that part explains, in sample or predicted by a fit without the figure's source, rounded
 //! up. A time is a fixed part (launch, prologue, barriers, NCCL's per-operation and per-step
 //! costs) and a data part (bytes over the fabric): each is priced by its own parts, combined
-//! in quadrature (calibrated on different figures, so taken as independent), and the two
-//! sides' errors are weighted by their shares of the time and added, so a small message's
-//! band is its fixed costs' and a large one's its fabric's. The band is symmetric in log
-//! space: true ∈ [t·e^−h, t·e^h].
+//! in quadrature (calibrated on different figures, so taken as independent), and each side
+//! may be off by its own factor, both the same way: true ∈ [f·e^−hf + d·e^−hd, f·e^hf +
+//! d·e^hd] for a time of f fixed and d data. A small message's band is its fixed costs' and a
+//! large one's its fabric's.
 //!
 //! Where the topology left a property unstated, the model takes the middle of its class's
 //! calibration data and the part's band covers every make of the class: the widest band.
@@ -57,6 +57,11 @@ pub enum Part {
     /// NCCL's fixed costs: its per-operation base latency and per-step hops (C1's and C2's
     /// small messages, C6's 8 bytes).
     NcclFixed,
+    /// Kernel loads and stores that cross a socket interconnect from behind a switch. No
+    /// figure of C1-C9 times such traffic, and the one published timing of it (R2) is up to
+    /// 12x slower than the model, where the same box's copy engines are not: no mechanism is
+    /// known, so its band is that miss.
+    KernelAcrossSockets,
 }
 
 impl Part {
@@ -91,10 +96,14 @@ impl Part {
             // wide as the unstated make of kernel traffic; past C1's flows per port the
             // curve's own further loss is added (`Curve::extrapolated`).
             Part::ForwardingUnstated => 0.30,
-            // C2's one-shot at 1 KB fitted without C2 (no prologue): 0.82x, ln 0.20.
-            Part::KernelFixed => 0.25,
+            // R2's one-shot on 4 GPUs at 256 B and 4 KB, 1.31x: ln 0.27 (C2's at 1 KB fitted
+            // without C2, no prologue: 0.82x, ln 0.20).
+            Part::KernelFixed => 0.30,
             // C1's ring at 16 KB, 1.35x: ln 0.30.
             Part::NcclFixed => 0.35,
+            // R2's one-shot on 8 GPUs across two sockets behind Broadcom switches, 256 KB:
+            // 2427 µs published, 12x the model.
+            Part::KernelAcrossSockets => 2.50,
         }
     }
 
@@ -143,6 +152,7 @@ impl Part {
             Part::ForwardingUnstated => "forwarding-unstated",
             Part::KernelFixed => "kernel-fixed",
             Part::NcclFixed => "nccl-fixed",
+            Part::KernelAcrossSockets => "kernel-across-sockets",
         }
     }
 }
@@ -188,8 +198,9 @@ impl Band {
     }
 
     /// The band of a time of `fixed_us` priced by the `fixed` parts and `data_us` priced by
-    /// the `data` parts: each side's error weighted by its share of the time, added (both
-    /// sides may err the same way, so a time of both is as uncertain as their weighted mean).
+    /// the `data` parts: each side may be off by its own band, both the same way, so the
+    /// time's ends are the sums of the sides' ends. A small share of bytes known only to a
+    /// factor of ten still moves the time by that share times ten.
     pub fn split(
         fixed: &BTreeMap<Part, f64>,
         data: &BTreeMap<Part, f64>,
@@ -197,8 +208,12 @@ impl Band {
         data_us: f64,
     ) -> Band {
         let (f, d) = shares(fixed_us, data_us);
-        let h = f * quadrature(fixed) + d * quadrature(data);
-        Band::half(h, fixed.keys().chain(data.keys()).copied().collect())
+        let (hf, hd) = (quadrature(fixed), quadrature(data));
+        Band {
+            low: f * (-hf).exp() + d * (-hd).exp(),
+            high: f * hf.exp() + d * hd.exp(),
+            parts: fixed.keys().chain(data.keys()).copied().collect(),
+        }
     }
 
     fn half(h: f64, parts: BTreeSet<Part>) -> Band {
@@ -259,6 +274,7 @@ impl GroupParts {
                     Part::KernelMicrochip
                         | Part::KernelBroadcom
                         | Part::KernelUnstated
+                        | Part::KernelAcrossSockets
                         | Part::ForwardingUnstated
                 )
             })
@@ -296,9 +312,10 @@ mod tests {
         let data = (0.05f64.powi(2) + 1.0f64.powi(2)).sqrt();
         assert!((g.custom(5.0, 0.0).high.ln() - fixed).abs() < 1e-12);
         assert!((g.custom(0.0, 5.0).high.ln() - data).abs() < 1e-12);
-        // Half and half: the mean of the two sides' errors.
-        let half = (fixed + data) / 2.0;
-        assert!((g.custom(5.0, 5.0).high.ln() - half).abs() < 1e-12);
+        // Half and half: each half off by its own factor, the same way.
+        let b = g.custom(5.0, 5.0);
+        assert!((b.high - (fixed.exp() + data.exp()) / 2.0).abs() < 1e-12);
+        assert!((b.low - ((-fixed).exp() + (-data).exp()) / 2.0).abs() < 1e-12);
         assert!(g.custom(5.0, 1.0).high < g.custom(5.0, 50.0).high);
     }
 

@@ -4,9 +4,9 @@
 //! no other source informs a constant, the fit without its source falls back to what the model
 //! would assume with no data at all, said per field.
 
-/// A calibration source whose figures fit a constant: C1-C9 are shared/calibration's; R1 is
-/// a published source found beside them (cited where its figures are used), which fits
-/// nothing in the model and stands in for C5 only in a fit that leaves C5 out.
+/// A calibration source whose figures fit a constant: C1-C9 are shared/calibration's; R1 and
+/// R2 are published sources found beside them (cited where their figures are used), which fit
+/// nothing in the model (R1 stands in for C5 only in a fit that leaves C5 out).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Source {
     C1,
@@ -16,10 +16,21 @@ pub enum Source {
     /// rtx6kpro hardware/wrx90-cpayne-2switch-flat.md: SGLang's start-up one-shot (a
     /// kernel pulling every peer's buffer) on 4 RTX PRO 6000 under one Microchip switch.
     R1,
+    /// rtx6kpro hardware/asus-esc8000a-e13p-broadcom-switches.md: the same one-shot and NCCL
+    /// on 8 RTX PRO 6000 behind Broadcom PEX890xx switches over two sockets, and on the 4 of
+    /// one socket. Fits nothing.
+    R2,
 }
 
 impl Source {
-    pub const ALL: [Source; 5] = [Source::C1, Source::C2, Source::C5, Source::C6, Source::R1];
+    pub const ALL: [Source; 6] = [
+        Source::C1,
+        Source::C2,
+        Source::C5,
+        Source::C6,
+        Source::R1,
+        Source::R2,
+    ];
 
     pub fn id(self) -> &'static str {
         match self {
@@ -28,6 +39,7 @@ impl Source {
             Source::C5 => "C5",
             Source::C6 => "C6",
             Source::R1 => "R1",
+            Source::R2 => "R2",
         }
     }
 }
