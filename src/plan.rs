@@ -216,17 +216,17 @@ pub fn placements(t: &Topology, tp: usize, max: usize) -> Vec<(Vec<usize>, Strin
 /// pinned variant it chose itself.
 const TWIN: f64 = 0.02;
 
-/// The pinned NCCL variant NCCL's own choice ran at one size, recognised by its time: the
-/// pinned variant whose median is closest to `nccl`'s, if within [`TWIN`].
-fn nccl_twin(results: &BTreeMap<Backend, Timing>) -> Option<Backend> {
-    let own = results.get(&Backend::Nccl)?.median_us;
+/// The pinned NCCL variants NCCL's own choice may have run at one size, recognised by their
+/// time: those whose median is within [`TWIN`] of `nccl`'s (more than one where pins tie).
+fn nccl_twins(results: &BTreeMap<Backend, Timing>) -> BTreeSet<Backend> {
+    let Some(own) = results.get(&Backend::Nccl).map(|t| t.median_us) else {
+        return BTreeSet::new();
+    };
     results
         .iter()
-        .filter(|(b, _)| b.nccl_pin().is_some())
-        .map(|(&b, t)| (b, (t.median_us / own - 1.0).abs()))
-        .filter(|&(_, gap)| gap <= TWIN)
-        .min_by(|x, y| x.1.total_cmp(&y.1))
-        .map(|(b, _)| b)
+        .filter(|(b, t)| b.nccl_pin().is_some() && (t.median_us / own - 1.0).abs() <= TWIN)
+        .map(|(&b, _)| b)
+        .collect()
 }
 
 /// Sizes to measure next: midpoints where the choice changes between neighbouring sizes,
@@ -258,8 +258,8 @@ pub fn refine_points(
     let mut out = Vec::new();
     for w in sizes.windows(2) {
         let (a, b) = (w[0], w[1]);
-        let twins = (nccl_twin(&eligible[&a]), nccl_twin(&eligible[&b]));
-        let switched = matches!(twins, (Some(x), Some(y)) if x != y);
+        let (x, y) = (nccl_twins(&eligible[&a]), nccl_twins(&eligible[&b]));
+        let switched = !x.is_empty() && !y.is_empty() && x != y;
         if chosen.get(&a) == chosen.get(&b) && !switched {
             continue;
         }
@@ -343,6 +343,17 @@ mod tests {
         let winner = crate::decide::winner;
         assert_eq!(
             refine_points(&cells, &BTreeMap::new(), 8, Dtype::Bf16, winner),
+            vec![3 << 19]
+        );
+        // Two pins tie with NCCL at one end, one of them alone at the other: NCCL may have
+        // switched from the other, so look in between.
+        let tied: BTreeMap<u64, BTreeMap<Backend, Timing>> = [
+            (1 << 20, at(100.0, 100.2, 99.9)),
+            (2 << 20, at(150.0, 190.0, 150.3)),
+        ]
+        .into();
+        assert_eq!(
+            refine_points(&tied, &BTreeMap::new(), 8, Dtype::Bf16, winner),
             vec![3 << 19]
         );
         // The same code path at both ends: nothing to look for in between.
