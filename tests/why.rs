@@ -188,7 +188,8 @@ fn why_names_the_memory_budget_as_the_reason_when_it_decided() {
     );
     let v = why(&budget, "4K");
     let reason = v["reason"].as_str().unwrap();
-    assert_eq!(v["chosen"], "nccl_tree_ll", "{v}");
+    // An NCCL variant serves (its ring and tree LL tie there; band smoothing picks one).
+    assert!(v["chosen"].as_str().unwrap().starts_with("nccl"), "{v}");
     assert!(
         reason.contains("The reason is --mem-budget: without it the rule picks one_stage_push"),
         "{reason}"
@@ -201,10 +202,7 @@ fn why_names_the_memory_budget_as_the_reason_when_it_decided() {
     let v = why(&budget, "256K");
     let reason = v["reason"].as_str().unwrap();
     assert!(reason.contains("--mem-budget"), "{reason}");
-    assert!(
-        reason.contains("would still answer nccl_tree_ll"),
-        "{reason}"
-    );
+    assert!(reason.contains("would still answer nccl"), "{reason}");
     assert!(!reason.contains("The reason is --mem-budget"), "{reason}");
     // The text form says the same.
     let (code, out, err) = run(&[
