@@ -217,16 +217,17 @@ pub fn placements(t: &Topology, tp: usize, max: usize) -> Vec<(Vec<usize>, Strin
 const TWIN: f64 = 0.02;
 
 /// The pinned NCCL variants NCCL's own choice may have run at one size, recognised by their
-/// time: those whose median is within [`TWIN`] of `nccl`'s (more than one where pins tie).
-fn nccl_twins(results: &BTreeMap<Backend, Timing>) -> BTreeSet<Backend> {
+/// time: those whose median is within [`TWIN`] of `nccl`'s (more than one where pins tie), as
+/// a mask over [`Backend::ALL`].
+fn nccl_twins(results: &BTreeMap<Backend, Timing>) -> u64 {
     let Some(own) = results.get(&Backend::Nccl).map(|t| t.median_us) else {
-        return BTreeSet::new();
+        return 0;
     };
     results
         .iter()
         .filter(|(b, t)| b.nccl_pin().is_some() && (t.median_us / own - 1.0).abs() <= TWIN)
-        .map(|(&b, _)| b)
-        .collect()
+        .filter_map(|(b, _)| Backend::ALL.iter().position(|x| x == b))
+        .fold(0, |m, i| m | 1 << i)
 }
 
 /// Sizes to measure next: midpoints where the choice changes between neighbouring sizes,
@@ -242,24 +243,32 @@ pub fn refine_points(
     winner: Winner,
 ) -> Vec<u64> {
     let align = alignment(tp, dtype);
-    let eligible: BTreeMap<u64, BTreeMap<Backend, Timing>> = cells
-        .iter()
-        .map(|(&bytes, r)| {
-            let r = r
-                .iter()
-                .filter(|(b, _)| !disqualified.contains_key(b))
-                .map(|(b, t)| (*b, *t))
-                .collect();
-            (bytes, r)
-        })
-        .collect();
-    let chosen = winner(&eligible, tp);
+    // Every backend is eligible unless one was disqualified: then the cells without it.
+    let filtered;
+    let eligible = if disqualified.is_empty() {
+        cells
+    } else {
+        filtered = cells
+            .iter()
+            .map(|(&bytes, r)| {
+                let r = r
+                    .iter()
+                    .filter(|(b, _)| !disqualified.contains_key(b))
+                    .map(|(b, t)| (*b, *t))
+                    .collect();
+                (bytes, r)
+            })
+            .collect::<BTreeMap<u64, BTreeMap<Backend, Timing>>>();
+        &filtered
+    };
+    let chosen = winner(eligible, tp);
     let sizes: Vec<u64> = cells.keys().copied().collect();
+    let twins: Vec<u64> = sizes.iter().map(|s| nccl_twins(&eligible[s])).collect();
     let mut out = Vec::new();
-    for w in sizes.windows(2) {
+    for (i, w) in sizes.windows(2).enumerate() {
         let (a, b) = (w[0], w[1]);
-        let (x, y) = (nccl_twins(&eligible[&a]), nccl_twins(&eligible[&b]));
-        let switched = !x.is_empty() && !y.is_empty() && x != y;
+        let (x, y) = (twins[i], twins[i + 1]);
+        let switched = x != 0 && y != 0 && x != y;
         if chosen.get(&a) == chosen.get(&b) && !switched {
             continue;
         }

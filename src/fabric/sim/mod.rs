@@ -21,7 +21,7 @@ pub mod nccl;
 pub mod net;
 pub mod noise;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -47,6 +47,34 @@ const LAUNCH_EAGER_NCCL_US: f64 = 6.5;
 /// deadline for one GPU operation. Virtual time: the simulator reports it without waiting.
 const HANG_DEADLINE_S: f64 = 10.0;
 
+/// A family's band half-widths on a group, fixed side and data side (ln), and whether any
+/// part assumed what the topology did not state: [`band::Band::split`] precomputed.
+#[derive(Debug, Clone, Copy)]
+struct Halves {
+    fixed: f64,
+    data: f64,
+    assumed: bool,
+}
+
+impl Halves {
+    fn of(fixed: Band, data: Band) -> Halves {
+        Halves {
+            fixed: fixed.high.ln(),
+            data: data.high.ln(),
+            assumed: fixed.parts.union(&data.parts).any(|p| p.assumed()),
+        }
+    }
+
+    /// (low, high) for a time of `f` µs fixed costs and `d` µs data.
+    fn ends(&self, f: f64, d: f64) -> (f64, f64) {
+        let (f, d) = band::shares(f, d);
+        (
+            f * (-self.fixed).exp() + d * (-self.data).exp(),
+            f * self.fixed.exp() + d * self.data.exp(),
+        )
+    }
+}
+
 /// Everything computed once per GPU group.
 #[derive(Debug, Clone)]
 struct GroupModel {
@@ -55,34 +83,71 @@ struct GroupModel {
     custom: Custom,
     /// The model parts the group's times use, for their error bands.
     parts: GroupParts,
-    cache: HashMap<(Backend, u64, Mode), f64>,
+    /// Noiseless times per (bytes, backend, mode): ordered, as comparing a few keys costs less
+    /// than hashing one at every call.
+    cache: BTreeMap<(u64, Backend, Mode), f64>,
+    /// NCCL's device time with no bytes, per algorithm and protocol.
+    fixed: HashMap<(NcclAlgo, crate::fabric::NcclProto), f64>,
+    /// The custom kernels' and NCCL's band half-widths on this group.
+    custom_halves: Halves,
+    nccl_halves: Halves,
     probes: HashMap<(Direction, usize), ProbePattern>,
+}
+
+/// The models of the groups used so far, by their GPUs. A tune uses a handful of groups and
+/// asks for the prepared one at every call, so a short list searched from the last hit costs
+/// less than hashing the GPUs each time.
+#[derive(Debug, Clone, Default)]
+struct Models {
+    groups: Vec<(Vec<usize>, GroupModel)>,
+    last: usize,
+}
+
+impl Models {
+    fn clear(&mut self) {
+        self.groups.clear();
+        self.last = 0;
+    }
 }
 
 /// The model of `gpus`, built on first use.
 fn group_model<'a>(
-    models: &'a mut HashMap<Vec<usize>, GroupModel>,
+    models: &'a mut Models,
     topo: &Topology,
     net: &Net,
     host: &nccl::Host,
     gpus: &[usize],
 ) -> &'a mut GroupModel {
-    models.entry(gpus.to_vec()).or_insert_with(|| {
+    let hit = match models.groups.get(models.last) {
+        Some((k, _)) if k == gpus => Some(models.last),
+        _ => models.groups.iter().position(|(k, _)| k == gpus),
+    };
+    let i = hit.unwrap_or_else(|| {
         let ring = nccl::ring_order(topo, gpus);
         let model = nccl::Model::new(topo, net, host, &ring);
         let schedule = nccl::Schedule::new(topo, net, host, &ring, &model);
-        GroupModel {
-            nccl: model,
-            schedule,
-            custom: Custom::new(net, gpus),
-            parts: GroupParts {
-                fabric: net.parts(gpus),
-                host_stated: host.cpu != nccl::Cpu::Unknown,
+        let parts = GroupParts {
+            fabric: net.parts(gpus),
+            host_stated: host.cpu != nccl::Cpu::Unknown,
+        };
+        models.groups.push((
+            gpus.to_vec(),
+            GroupModel {
+                nccl: model,
+                schedule,
+                custom: Custom::new(net, gpus),
+                custom_halves: Halves::of(parts.custom(1.0, 0.0), parts.custom(0.0, 1.0)),
+                nccl_halves: Halves::of(parts.nccl(1.0, 0.0), parts.nccl(0.0, 1.0)),
+                parts,
+                fixed: HashMap::new(),
+                cache: BTreeMap::new(),
+                probes: HashMap::new(),
             },
-            cache: HashMap::new(),
-            probes: HashMap::new(),
-        }
-    })
+        ));
+        models.groups.len() - 1
+    });
+    models.last = i;
+    &mut models.groups[i].1
 }
 
 /// Per GPU of a probe, (finish µs per byte, one-way latency µs) of each of its flows.
@@ -154,7 +219,7 @@ pub struct SimFabric {
     drift: faults::Drift,
     /// Fabric calls so far, for an injected lost GPU.
     calls: u64,
-    models: HashMap<Vec<usize>, GroupModel>,
+    models: Models,
     prepared: Option<Prepared>,
 }
 
@@ -181,7 +246,7 @@ impl SimFabric {
             spike_rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5bd1_e995_0f1a_57ed),
             drift: faults::Drift::new(seed),
             calls: 0,
-            models: HashMap::new(),
+            models: Models::default(),
             prepared: None,
         }
     }
@@ -330,18 +395,20 @@ impl SimFabric {
     /// The model's device time of `backend` for `bytes` on the prepared group in two parts,
     /// µs: what it costs with no bytes (launch excluded) and what the bytes add.
     pub fn model_split(&mut self, backend: Backend, bytes: u64) -> Option<(f64, f64)> {
-        let gpus = self.prepared.as_ref()?.group.gpus.clone();
-        let m = self.model(&gpus);
-        let device = |b: u64| {
-            if backend.is_custom() {
-                m.custom.time(backend, b)
-            } else {
-                let (algo, proto) = backend.nccl_pin().unwrap_or_else(|| m.nccl.choose(bytes));
-                m.schedule.time(algo, proto, b)
-            }
+        let gpus = &self.prepared.as_ref()?.group.gpus;
+        let m = group_model(&mut self.models, &self.topo, &self.net, &self.host, gpus);
+        // What the bytes add to the time the tune already priced (launch excluded).
+        let (algo, proto) = backend.nccl_pin().unwrap_or_else(|| m.nccl.choose(bytes));
+        let (fixed, total) = if backend.is_custom() {
+            (m.custom.time(backend, 0), m.custom.time(backend, bytes))
+        } else {
+            let fixed = *m
+                .fixed
+                .entry((algo, proto))
+                .or_insert_with(|| m.schedule.time(algo, proto, 0));
+            (fixed, m.schedule.time(algo, proto, bytes))
         };
-        let fixed = device(0);
-        Some((fixed, (device(bytes) - fixed).max(0.0)))
+        Some((fixed, (total - fixed).max(0.0)))
     }
 
     /// The prepared group, after checking `backend` is ready on it and `bytes` fits.
@@ -377,9 +444,10 @@ impl SimFabric {
     }
 
     /// Noiseless per-call time (µs) of `backend` on `gpus`, cached.
-    fn base_time(&mut self, gpus: &[usize], backend: Backend, bytes: u64, mode: Mode) -> f64 {
-        let m = self.model(gpus);
-        if let Some(&t) = m.cache.get(&(backend, bytes, mode)) {
+    fn base_time(&mut self, backend: Backend, bytes: u64, mode: Mode) -> f64 {
+        let gpus = self.prepared.as_ref().map_or(&[][..], |p| &p.group.gpus);
+        let m = group_model(&mut self.models, &self.topo, &self.net, &self.host, gpus);
+        if let Some(&t) = m.cache.get(&(bytes, backend, mode)) {
             return t;
         }
         let device = if backend.is_custom() {
@@ -394,7 +462,7 @@ impl SimFabric {
             (Mode::Eager, false) => LAUNCH_EAGER_NCCL_US,
         };
         let t = device + launch;
-        m.cache.insert((backend, bytes, mode), t);
+        m.cache.insert((bytes, backend, mode), t);
         t
     }
 
@@ -525,7 +593,7 @@ impl Fabric for SimFabric {
         samples: u32,
     ) -> Result<Vec<f64>, FabricError> {
         self.tick()?;
-        let gpus = self.ready(backend, bytes)?.gpus.clone();
+        self.ready(backend, bytes)?;
         if batch == 0 {
             return Err(bad("batch must be at least 1 call"));
         }
@@ -548,7 +616,7 @@ impl Fabric for SimFabric {
             .filter(|(b, _, n)| *b == backend && (self.calls / n) % 2 == 1)
             .map(|(_, f, _)| *f)
             .product::<f64>();
-        let base = self.base_time(&gpus, backend, bytes, mode) * slow * drift * phase;
+        let base = self.base_time(backend, bytes, mode) * slow * drift * phase;
         let spikes = self.faults.spikes;
         Ok((0..samples)
             .map(|_| {
@@ -628,16 +696,20 @@ impl Fabric for SimFabric {
     }
 
     fn model_band(&mut self, backend: Backend, bytes: u64) -> Option<crate::profile::ModelBand> {
-        let b = self.band(backend, bytes)?;
+        let (fixed, data) = self.model_split(backend, bytes)?;
+        let gpus = &self.prepared.as_ref()?.group.gpus;
+        let m = group_model(&mut self.models, &self.topo, &self.net, &self.host, gpus);
+        let (halves, family) = if backend.is_custom() {
+            (m.custom_halves, crate::profile::ModelFamily::Custom)
+        } else {
+            (m.nccl_halves, crate::profile::ModelFamily::Nccl)
+        };
+        let (low, high) = halves.ends(fixed, data);
         Some(crate::profile::ModelBand {
-            low: b.low,
-            high: b.high,
-            assumed: b.parts.iter().any(|p| p.assumed()),
-            family: Some(if backend.is_custom() {
-                crate::profile::ModelFamily::Custom
-            } else {
-                crate::profile::ModelFamily::Nccl
-            }),
+            low,
+            high,
+            assumed: halves.assumed,
+            family: Some(family),
         })
     }
 
