@@ -30,8 +30,8 @@ pub enum Part {
     Links,
     /// Kernel loads and stores under contention through a Microchip switch (C5).
     KernelMicrochip,
-    /// The same through a Broadcom switch: C5's curves with directions swapped (C3). No
-    /// published kernel timing of a Broadcom box exists, so its band also covers Microchip's.
+    /// The same through a Broadcom switch: C5's curves with directions swapped (C3); no C1-C9
+    /// figure times it (R2's 4 GPUs do), so its band also covers Microchip's.
     KernelBroadcom,
     /// The same through a switch whose make or kernel behaviour the topology does not state:
     /// the middle of both makes, with a band covering either.
@@ -72,11 +72,12 @@ impl Part {
         match self {
             // C1/C2 point to point: largest residual ln(57.2/56.32) = 0.016.
             Part::Links => 0.05,
-            // C5 in sample to 0.3%; fitted without C5 (kernel traffic as copy engines), C5's
-            // concurrent loads come out 2.7x too fast: ln 1.00. See `width` for flows beyond
+            // C5 in sample to 0.3%; fitted without C5 (R1's one-shot gives the loads' rate),
+            // C5's concurrent stores come out 0.52x: ln 0.65. See `width` for flows beyond
             // C5's twelve.
             Part::KernelMicrochip => 0.70,
-            // No published kernel timing of a Broadcom box: as wide as Microchip's.
+            // R2's 4 GPUs, the one Broadcom kernel timing, reach ln 0.50 (1 MB, 1.64x); its
+            // curves are C5's swapped, so at least as wide as Microchip's.
             Part::KernelBroadcom => 0.70,
             // The middle of the two makes, and either make's curve may hold: the widest.
             Part::KernelUnstated => 0.75,
