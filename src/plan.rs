@@ -213,28 +213,36 @@ pub fn placements(t: &Topology, tp: usize, max: usize) -> Vec<(Vec<usize>, Strin
 }
 
 /// Medians within this share of each other are taken as the same code path: NCCL running the
-/// pinned variant it chose itself.
+/// pinned variant it chose itself. Beyond twice it, clearly another.
 const TWIN: f64 = 0.02;
 
 /// The pinned NCCL variants NCCL's own choice may have run at one size, recognised by their
-/// time: those whose median is within [`TWIN`] of `nccl`'s (more than one where pins tie), as
-/// a mask over [`Backend::ALL`].
-fn nccl_twins(results: &BTreeMap<Backend, Timing>) -> u64 {
+/// time: those whose median is within [`TWIN`] of `nccl`'s (more than one where pins tie), and
+/// those clearly not (beyond twice it), as masks over [`Backend::ALL`].
+fn nccl_twins(results: &BTreeMap<Backend, Timing>) -> (u64, u64) {
     let Some(own) = results.get(&Backend::Nccl).map(|t| t.median_us) else {
-        return 0;
+        return (0, 0);
     };
-    results
-        .iter()
-        .filter(|(b, t)| b.nccl_pin().is_some() && (t.median_us / own - 1.0).abs() <= TWIN)
-        .filter_map(|(b, _)| Backend::ALL.iter().position(|x| x == b))
-        .fold(0, |m, i| m | 1 << i)
+    let mut masks = (0, 0);
+    for (b, t) in results.iter().filter(|(b, _)| b.nccl_pin().is_some()) {
+        let Some(i) = Backend::ALL.iter().position(|x| x == b) else {
+            continue;
+        };
+        let gap = (t.median_us / own - 1.0).abs();
+        if gap <= TWIN {
+            masks.0 |= 1 << i;
+        } else if gap > 2.0 * TWIN {
+            masks.1 |= 1 << i;
+        }
+    }
+    masks
 }
 
 /// Sizes to measure next: midpoints where the choice changes between neighbouring sizes,
-/// or where NCCL's own choice changes its algorithm or protocol (its tuning model switches
-/// where it predicts, and a pinned variant can beat it anywhere between where it truly wins
-/// and that switch, though both ends agree), until neighbours are within one step
-/// ([`within_step`]) of each other.
+/// or where NCCL's own choice changes its algorithm or protocol, seen as NCCL matching a pin
+/// at one end that it clearly does not match at the other (its tuning model switches where it
+/// predicts, and a pinned variant can beat it anywhere between where it truly wins and that
+/// switch, though both ends agree), until neighbours are within one step ([`within_step`]).
 pub fn refine_points(
     cells: &BTreeMap<u64, BTreeMap<Backend, Timing>>,
     disqualified: &BTreeMap<Backend, String>,
@@ -263,12 +271,13 @@ pub fn refine_points(
     };
     let chosen = winner(eligible, tp);
     let sizes: Vec<u64> = cells.keys().copied().collect();
-    let twins: Vec<u64> = sizes.iter().map(|s| nccl_twins(&eligible[s])).collect();
+    let twins: Vec<(u64, u64)> = sizes.iter().map(|s| nccl_twins(&eligible[s])).collect();
     let mut out = Vec::new();
     for (i, w) in sizes.windows(2).enumerate() {
         let (a, b) = (w[0], w[1]);
-        let (x, y) = (twins[i], twins[i + 1]);
-        let switched = x != 0 && y != 0 && x != y;
+        let ((x, x_off), (y, y_off)) = (twins[i], twins[i + 1]);
+        // NCCL matched a pin at one end that it clearly does not match at the other.
+        let switched = x != 0 && y != 0 && (x & y_off != 0 || y & x_off != 0);
         if chosen.get(&a) == chosen.get(&b) && !switched {
             continue;
         }
@@ -372,6 +381,14 @@ mod tests {
         ]
         .into();
         assert!(refine_points(&same, &BTreeMap::new(), 8, Dtype::Bf16, winner).is_empty());
+        // A tied pin drifting just past the twin share at the other end, not clearly away:
+        // noise, not a switch, so nothing to look for.
+        let drift: BTreeMap<u64, BTreeMap<Backend, Timing>> = [
+            (1 << 20, at(100.0, 100.2, 101.9)),
+            (2 << 20, at(150.0, 150.2, 154.5)),
+        ]
+        .into();
+        assert!(refine_points(&drift, &BTreeMap::new(), 8, Dtype::Bf16, winner).is_empty());
     }
 
     #[test]
