@@ -166,39 +166,56 @@ fn c2_direct_attach_crossover_and_contention() {
 /// TP4 on one switch: 4.3x at 1 KB, 2.8x at 16 KB, 1.4x at 64 KB). A small message's band is
 /// its fixed costs', so there the kernel wins beyond both bands and the profile chooses it;
 /// where its bytes weigh, the kernel-contention band (C5 against R1, out of sample) leaves it
-/// open, and `show` names those sizes as not sure; at 1 MB NCCL wins outright.
+/// open, and `show` names those sizes as not sure; at 1 MB NCCL wins outright. The same holds
+/// for a TP4 group inside one switch of the story's box.
 #[test]
 fn four_gpus_under_one_switch_choose_custom_where_it_wins_beyond_the_bands() {
-    let (p, path) = tuned(
-        "pcie-4x-1switch",
-        &["--tp", "4", "--sizes", "1K:1M", "--mode", "graph"],
-    );
-    let g = group(&p, &[0, 1, 2, 3], Mode::Graph);
-    let fastest_custom = |b: &artune::profile::Bucket| {
-        b.results
+    // The 4-GPU box, and the TP4 group inside one switch of the story's box.
+    for preset in ["pcie-4x-1switch", "pcie-8x-2switch"] {
+        let (p, path) = tuned(
+            preset,
+            &["--tp", "4", "--sizes", "1K:1M", "--mode", "graph"],
+        );
+        let g = group(&p, &[0, 1, 2, 3], Mode::Graph);
+        let fastest_custom = |b: &artune::profile::Bucket| {
+            b.results
+                .iter()
+                .filter(|(k, _)| k.is_custom())
+                .map(|(_, t)| t.median_us)
+                .fold(f64::INFINITY, f64::min)
+        };
+        for b in g.buckets.iter().filter(|b| b.bytes <= 4 << 10) {
+            assert!(
+                b.choice.is_custom(),
+                "{preset} at {} chose {}",
+                b.bytes,
+                b.choice
+            );
+            let ratio = b.results[&Backend::Nccl].median_us / fastest_custom(b);
+            assert!(
+                (1.4..=4.9).contains(&ratio),
+                "{preset} at {}: {ratio}",
+                b.bytes
+            );
+        }
+        let unsure: Vec<u64> = g
+            .buckets
             .iter()
-            .filter(|(k, _)| k.is_custom())
-            .map(|(_, t)| t.median_us)
-            .fold(f64::INFINITY, f64::min)
-    };
-    for b in g.buckets.iter().filter(|b| b.bytes <= 4 << 10) {
-        assert!(b.choice.is_custom(), "at {} chose {}", b.bytes, b.choice);
-        let ratio = b.results[&Backend::Nccl].median_us / fastest_custom(b);
-        assert!((1.4..=4.9).contains(&ratio), "at {}: {ratio}", b.bytes);
+            .filter(|b| !b.choice.is_custom() && b.bytes <= 256 << 10)
+            .filter(|b| fastest_custom(b) * 1.05 < b.results[&b.choice].median_us)
+            .map(|b| b.bytes)
+            .collect();
+        assert!(!unsure.is_empty(), "{preset}: no size left open");
+        let last = g.buckets.last().unwrap();
+        assert!(
+            !last.choice.is_custom(),
+            "{preset} at 1 MB chose {}",
+            last.choice
+        );
+        let o = artune(&["show", path.to_str().unwrap()]);
+        let shown = String::from_utf8_lossy(&o.stdout);
+        assert!(shown.contains("not sure"), "{preset}: {shown}");
     }
-    let unsure: Vec<u64> = g
-        .buckets
-        .iter()
-        .filter(|b| !b.choice.is_custom() && b.bytes <= 256 << 10)
-        .filter(|b| fastest_custom(b) * 1.05 < b.results[&b.choice].median_us)
-        .map(|b| b.bytes)
-        .collect();
-    assert!(!unsure.is_empty(), "no size left open");
-    let last = g.buckets.last().unwrap();
-    assert!(!last.choice.is_custom(), "at 1 MB chose {}", last.choice);
-    let o = artune(&["show", path.to_str().unwrap()]);
-    let shown = String::from_utf8_lossy(&o.stdout);
-    assert!(shown.contains("not sure"), "{shown}");
 }
 
 #[test]
