@@ -109,6 +109,8 @@ fn bench(c: &mut Criterion<ThreadCpu>) {
         expected_us: 0.0,
         bucket_bytes: 0,
         buffer_bytes: 0,
+        fallback: std::ptr::null(),
+        fallback_code: -1,
     };
     c.bench_function("artune_select (C ABI)", |b| {
         let mut i = 0usize;

@@ -58,6 +58,9 @@ struct ArArgs {
   u64 slot_bytes;          // distance between receive slots (push)
   int nranks;
   int rank_base;           // this launch's first rank; rank = rank_base + blockIdx.y
+  int island;              // ranks per island (island kernels; nranks elsewhere)
+  u32 dirs;                // island kernels: bit 0 push inside islands, bit 1 push across
+  int order[MAX_RANKS];    // island kernels: the ranks island by island
 };
 
 // Programmatic dependent launch (sm_90 and later; the host sets the launch attribute there,

@@ -25,7 +25,7 @@
 extern "C" {
 #endif
 
-#define ARTUNE_ABI_VERSION 1
+#define ARTUNE_ABI_VERSION 2
 
 /* Return codes. */
 #define ARTUNE_OK 0
@@ -51,6 +51,8 @@ extern "C" {
 #define ARTUNE_BACKEND_ONE_STAGE_PUSH 8
 #define ARTUNE_BACKEND_TWO_STAGE_PULL 9
 #define ARTUNE_BACKEND_TWO_STAGE_PUSH 10
+#define ARTUNE_BACKEND_ISLAND_TWO_SHOT 11 /* island schedules: only artune's kernels run them */
+#define ARTUNE_BACKEND_ISLAND_ONE_SHOT 12
 
 typedef struct artune_profile artune_profile;
 
@@ -61,6 +63,11 @@ typedef struct artune_selection {
     double expected_us;   /* median time measured at the serving size, microseconds */
     uint64_t bucket_bytes; /* the measured size that serves this message (>= bytes) */
     uint64_t buffer_bytes; /* device memory per GPU the backend's buffers need (0 for NCCL) */
+    /* ABI 2: what a caller without artune's kernels runs. `backend` where engines have a path
+     * of its shape; for an island schedule (ARTUNE_BACKEND_ISLAND_*), the profile's choice
+     * among NCCL and the flat kernels. Same NULL/-1 convention as backend. */
+    const char* fallback;
+    int fallback_code;
 } artune_selection;
 
 /* Loads and validates a profile. On ARTUNE_OK, *out is a handle to close later; otherwise *out

@@ -32,7 +32,7 @@ pub const ARTUNE_MODE_GRAPH: c_int = 0;
 pub const ARTUNE_MODE_EAGER: c_int = 1;
 
 /// Version of this ABI; bumped on any incompatible change to artune.h.
-pub const ARTUNE_ABI_VERSION: c_int = 1;
+pub const ARTUNE_ABI_VERSION: c_int = 2;
 
 /// An open profile (opaque to C) and the one [`Selector`] every consumer answers through.
 pub struct ArtuneProfile {
@@ -77,6 +77,10 @@ pub struct ArtuneSelection {
     pub bucket_bytes: u64,
     /// Device memory per GPU the backend's buffers need (0 for NCCL).
     pub buffer_bytes: u64,
+    /// What a caller without artune's kernels runs (ABI 2): `backend` where engines have a
+    /// path of its shape, else the profile's choice among those (for an island schedule).
+    pub fallback: *const c_char,
+    pub fallback_code: c_int,
 }
 
 thread_local! {
@@ -96,23 +100,21 @@ fn guard(f: impl FnOnce() -> c_int) -> c_int {
     })
 }
 
-/// NUL-terminated backend ids, in `Backend::ALL` order.
-const IDS: [&CStr; 11] = [
-    c"nccl",
-    c"nccl_ring_ll",
-    c"nccl_ring_ll128",
-    c"nccl_ring_simple",
-    c"nccl_tree_ll",
-    c"nccl_tree_ll128",
-    c"nccl_tree_simple",
-    c"one_stage_pull",
-    c"one_stage_push",
-    c"two_stage_pull",
-    c"two_stage_push",
-];
+/// NUL-terminated backend ids, in `Backend::ALL` order, made once from the backend table.
+fn ids() -> &'static [CString] {
+    static IDS: std::sync::OnceLock<Vec<CString>> = std::sync::OnceLock::new();
+    IDS.get_or_init(|| {
+        Backend::ALL
+            .iter()
+            .map(|b| CString::new(b.id()).unwrap_or_default())
+            .collect()
+    })
+}
 
-fn code(b: Backend) -> usize {
-    Backend::ALL.iter().position(|x| *x == b).unwrap_or(0)
+/// A backend's id as a C string and its ARTUNE_BACKEND_* code.
+fn c_backend(b: Backend) -> (*const c_char, c_int) {
+    let i = Backend::ALL.iter().position(|x| *x == b).unwrap_or(0);
+    (ids()[i].as_ptr(), i as c_int)
 }
 
 /// Opens and validates the profile at `path`; on success stores a handle in `*out`.
@@ -187,18 +189,20 @@ pub unsafe extern "C" fn artune_select(
             expected_us: f64::NAN,
             bucket_bytes: 0,
             buffer_bytes: 0,
+            fallback: std::ptr::null(),
+            fallback_code: -1,
         };
         let rc = match h.select(tp as usize, mode, bytes) {
             Selection::Chosen {
                 backend,
+                fallback,
                 expected_us,
                 bucket_bytes,
                 buffer_bytes,
                 ..
             } => {
-                let i = code(backend);
-                sel.backend = IDS[i].as_ptr();
-                sel.backend_code = i as c_int;
+                (sel.backend, sel.backend_code) = c_backend(backend);
+                (sel.fallback, sel.fallback_code) = c_backend(fallback);
                 sel.expected_us = expected_us;
                 sel.bucket_bytes = bucket_bytes;
                 sel.buffer_bytes = buffer_bytes;
@@ -306,7 +310,7 @@ mod tests {
             assert_eq!(num(name), i64::from(v), "{name}");
         }
         for (i, b) in Backend::ALL.iter().enumerate() {
-            assert_eq!(IDS[i].to_str().unwrap(), b.id());
+            assert_eq!(ids()[i].to_str().unwrap(), b.id());
             assert_eq!(
                 num(&format!("ARTUNE_BACKEND_{}", b.id().to_ascii_uppercase())),
                 i as i64

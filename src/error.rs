@@ -39,14 +39,15 @@ pub enum Error {
     Read { path: PathBuf, reason: String },
     #[error("cannot write {path}: {reason}; choose a writable location with --out")]
     Write { path: PathBuf, reason: String },
-    #[error("{path} is not a valid {what}: {reason}{}", parse_hint(what))]
+    #[error("{path} is not a valid {what}: {reason}{}", parse_hint(what, path))]
     Parse {
         path: PathBuf,
         what: &'static str,
         reason: String,
     },
-    #[error("profile is stale: {0}; run `artune tune` again on this machine")]
-    Stale(String),
+    /// `retune` is the command that tunes this machine again into the same file.
+    #[error("profile is stale: {why}; run `{retune}` to tune this machine again")]
+    Stale { why: String, retune: String },
     #[error("{0}")]
     Hardware(String),
     #[error("interrupted; the previous profile (if any) is left as it was; run the command again to finish")]
@@ -61,11 +62,14 @@ pub enum Error {
 }
 
 /// What to do about a file that does not parse, where the reason does not already say.
-fn parse_hint(what: &str) -> &'static str {
+fn parse_hint(what: &str, path: &std::path::Path) -> String {
     match what {
-        "profile" => "; run `artune tune` to write a new one",
-        "workload file" => "; see `artune predict --help` for the format",
-        _ => "",
+        "profile" => format!(
+            "; run `artune tune --out {}` to write a new one",
+            crate::shell::quote(&path.display().to_string())
+        ),
+        "workload file" => "; see `artune predict --help` for the format".into(),
+        _ => String::new(),
     }
 }
 
@@ -75,7 +79,7 @@ impl Error {
         match self {
             Error::BadInput(_) | Error::Read { .. } | Error::Parse { .. } => EXIT_BAD_INPUT,
             Error::Write { .. } => EXIT_BAD_INPUT,
-            Error::Stale(_) => EXIT_STALE,
+            Error::Stale { .. } => EXIT_STALE,
             Error::Hardware(_) => EXIT_HARDWARE,
             Error::Interrupted => EXIT_INTERRUPTED,
             Error::Bug(_) => EXIT_BUG,
@@ -121,7 +125,13 @@ mod tests {
                 },
                 EXIT_BAD_INPUT,
             ),
-            (Error::Stale("x".into()), EXIT_STALE),
+            (
+                Error::Stale {
+                    why: "x".into(),
+                    retune: "artune tune".into(),
+                },
+                EXIT_STALE,
+            ),
             (Error::Hardware("x".into()), EXIT_HARDWARE),
             (Error::Interrupted, EXIT_INTERRUPTED),
             (Error::Bug("x".into()), EXIT_BUG),
@@ -142,15 +152,19 @@ mod tests {
         };
         assert!(parse("profile")
             .to_string()
-            .ends_with("run `artune tune` to write a new one"));
+            .ends_with("run `artune tune --out p.json` to write a new one"));
         assert!(parse("workload file")
             .to_string()
             .contains("artune predict --help"));
         assert!(Error::Interrupted
             .to_string()
             .contains("run the command again"));
-        assert!(Error::Stale("x".into())
+        let stale = Error::Stale {
+            why: "x".into(),
+            retune: "artune tune --out p.json".into(),
+        };
+        assert!(stale
             .to_string()
-            .contains("run `artune tune` again"));
+            .ends_with("run `artune tune --out p.json` to tune this machine again"));
     }
 }

@@ -24,6 +24,7 @@ mod python;
 pub mod recheck;
 pub mod report;
 pub mod results;
+pub mod shell;
 pub mod stats;
 pub mod topology;
 pub mod tune;

@@ -3,14 +3,143 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::allreduce::{Backend, Dtype};
-use crate::profile::Timing;
+use crate::allreduce::{Backend, Dtype, Islands, Ranks, Separation};
+use crate::results::Timing;
 use crate::topology::{PathClass, Topology};
 
-/// The decision's choice at each size of a group of `tp` ranks, given its timings per size
+/// The decision's choice at each size of a group of `ranks`, given its timings per size
 /// (sizes where nothing can be chosen are left out). Passed in so planning does not depend on
 /// deciding.
-pub type Winner = fn(&BTreeMap<u64, BTreeMap<Backend, Timing>>, usize) -> BTreeMap<u64, Backend>;
+pub type Winner = fn(&BTreeMap<u64, BTreeMap<Backend, Timing>>, Ranks) -> BTreeMap<u64, Backend>;
+
+/// A GPU subset to tune: its GPUs in rank order, what sets it apart, and the islands the
+/// hierarchical backends work in (or why it has none).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Placement {
+    pub gpus: Vec<usize>,
+    pub label: String,
+    pub islands: Result<Islands, String>,
+}
+
+/// The islands of `gpus`: the sets that the slowest crossing among them separates (GPUs
+/// joined by anything faster than the worst path class of the group), so the island schedule
+/// crosses that link once with a shard per GPU where flat kernels cross it with every pair.
+/// Err says, in a sentence, why the group has none: NVLink or one kind of path throughout
+/// (nothing to work around), a GPU alone in its island, or islands of unequal size.
+pub fn islands(t: &Topology, gpus: &[usize]) -> Result<Islands, String> {
+    let class = |a: usize, b: usize| t.pair(a, b).map(|p| p.path);
+    let mut worst = PathClass::X;
+    let mut best = PathClass::SYS;
+    for (i, &a) in gpus.iter().enumerate() {
+        for &b in &gpus[i + 1..] {
+            let c = class(a, b).ok_or_else(|| {
+                format!("the topology has no path between GPUs {a} and {b}, so its islands cannot be derived")
+            })?;
+            worst = worst.max(c);
+            best = best.min(c);
+        }
+    }
+    let list = format!("{gpus:?}");
+    if worst == PathClass::NV {
+        return Err(format!(
+            "every pair of GPUs {list} is joined by NVLink: one island, nothing to cross"
+        ));
+    }
+    if worst == best {
+        return Err(format!(
+            "every pair of GPUs {list} is joined alike ({worst:?}): one island, no slower crossing to work around"
+        ));
+    }
+    // Islands: the components of "joined by a faster path than the worst".
+    let mut island_of: Vec<usize> = (0..gpus.len()).collect();
+    for i in 0..gpus.len() {
+        for j in i + 1..gpus.len() {
+            if class(gpus[i], gpus[j]).is_some_and(|c| c < worst) {
+                let (a, b) = (island_of[i], island_of[j]);
+                island_of
+                    .iter_mut()
+                    .filter(|x| **x == b)
+                    .for_each(|x| *x = a);
+            }
+        }
+    }
+    let mut sets: Vec<Vec<usize>> = Vec::new();
+    let mut seen: Vec<usize> = Vec::new();
+    for (i, &g) in gpus.iter().enumerate() {
+        match seen.iter().position(|&k| k == island_of[i]) {
+            Some(k) => sets[k].push(g),
+            None => {
+                seen.push(island_of[i]);
+                sets.push(vec![g]);
+            }
+        }
+    }
+    // Named for what holds each island together: the slowest path inside one.
+    let within = sets
+        .iter()
+        .flat_map(|s| {
+            s.iter()
+                .enumerate()
+                .flat_map(move |(i, &a)| s[i + 1..].iter().map(move |&b| (a, b)))
+        })
+        .filter_map(|(a, b)| class(a, b))
+        .max()
+        .unwrap_or(PathClass::X);
+    let by = match within {
+        PathClass::X | PathClass::NV => Separation::Nvlink,
+        PathClass::PIX | PathClass::PXB => Separation::Switch,
+        PathClass::PHB => Separation::RootComplex,
+        PathClass::NODE | PathClass::SYS => Separation::Socket,
+    };
+    equal_islands(sets, by)
+}
+
+/// Islands of the given sizes, over a group's GPUs in rank order (`--islands`).
+pub fn given_islands(gpus: &[usize], sizes: &[usize]) -> Result<Islands, String> {
+    if sizes.iter().sum::<usize>() != gpus.len() {
+        return Err(format!(
+            "islands of {sizes:?} GPUs add up to {}, not to the group's {} GPUs",
+            sizes.iter().sum::<usize>(),
+            gpus.len()
+        ));
+    }
+    let mut at = 0;
+    let sets = sizes
+        .iter()
+        .map(|&k| {
+            at += k;
+            gpus[at - k..at].to_vec()
+        })
+        .collect();
+    equal_islands(sets, Separation::Given)
+}
+
+/// `sets` as islands, if the island schedules can run on them: two or more, of equal size,
+/// two or more GPUs each.
+fn equal_islands(sets: Vec<Vec<usize>>, by: Separation) -> Result<Islands, String> {
+    let shown: Vec<String> = sets.iter().map(|s| format!("{s:?}")).collect();
+    let shown = shown.join(" ");
+    if let Some(alone) = sets.iter().find(|s| s.len() < 2) {
+        return Err(format!(
+            "GPU {} is alone in its {} (islands {shown}): an island schedule needs 2 or more GPUs in every island",
+            alone.first().copied().unwrap_or_default(),
+            by.noun()
+        ));
+    }
+    if sets.windows(2).any(|w| w[0].len() != w[1].len()) {
+        return Err(format!(
+            "the islands {shown} are of unequal size: the island schedules need islands of equal size"
+        ));
+    }
+    if sets.len() < 2 {
+        return Err(format!("{shown} is one island: nothing to cross"));
+    }
+    Ok(Islands {
+        gpus: sets,
+        by,
+        directions: None,
+    })
+}
 
 /// The backends at one size whose comparisons the decision's choice hangs on and more samples
 /// could still turn (close calls). Passed in for the same reason as [`Winner`].
@@ -166,8 +295,10 @@ pub fn placement_label(t: &Topology, gpus: &[usize]) -> String {
 }
 
 /// GPU subsets of size `tp` worth tuning: ranks on GPUs 0..tp (what engines do by default)
-/// first, then subsets that differ in topology class (not every subset), at most `max`.
-pub fn placements(t: &Topology, tp: usize, max: usize) -> Vec<(Vec<usize>, String)> {
+/// first, then subsets that differ in topology class (not every subset), at most `max`; each
+/// with its islands, from the topology or, for a group of as many GPUs as `given` sums to,
+/// of those sizes (`--islands`).
+pub fn placements(t: &Topology, tp: usize, max: usize, given: Option<&[usize]>) -> Vec<Placement> {
     let n = t.gpu_count();
     let mut candidates: Vec<Vec<usize>> = Vec::new();
     for start in (0..n).step_by((tp / 2).max(1)) {
@@ -179,11 +310,11 @@ pub fn placements(t: &Topology, tp: usize, max: usize) -> Vec<(Vec<usize>, Strin
         candidates.push((0..tp).map(|i| i * stride).collect());
     }
     // One GPU from each island in turn, so small groups that span islands are seen.
-    let islands = t.islands();
+    let under = t.islands();
     let mut spread = Vec::new();
     for k in 0.. {
         let before = spread.len();
-        for isl in &islands {
+        for isl in &under {
             if let Some(&g) = isl.get(k) {
                 if spread.len() < tp {
                     spread.push(g);
@@ -206,7 +337,15 @@ pub fn placements(t: &Topology, tp: usize, max: usize) -> Vec<(Vec<usize>, Strin
         }
         if seen.insert(signature(t, &c)) {
             let label = placement_label(t, &c);
-            out.push((c, label));
+            let split = match given {
+                Some(sizes) if sizes.iter().sum::<usize>() == c.len() => given_islands(&c, sizes),
+                _ => islands(t, &c),
+            };
+            out.push(Placement {
+                gpus: c,
+                label,
+                islands: split,
+            });
         }
     }
     out
@@ -246,11 +385,11 @@ fn nccl_twins(results: &BTreeMap<Backend, Timing>) -> (u64, u64) {
 pub fn refine_points(
     cells: &BTreeMap<u64, BTreeMap<Backend, Timing>>,
     disqualified: &BTreeMap<Backend, String>,
-    tp: usize,
+    ranks: Ranks,
     dtype: Dtype,
     winner: Winner,
 ) -> Vec<u64> {
-    let align = alignment(tp, dtype);
+    let align = alignment(ranks.n, dtype);
     // Every backend is eligible unless one was disqualified: then the cells without it.
     let filtered;
     let eligible = if disqualified.is_empty() {
@@ -269,7 +408,7 @@ pub fn refine_points(
             .collect::<BTreeMap<u64, BTreeMap<Backend, Timing>>>();
         &filtered
     };
-    let chosen = winner(eligible, tp);
+    let chosen = winner(eligible, ranks);
     let sizes: Vec<u64> = cells.keys().copied().collect();
     let twins: Vec<(u64, u64)> = sizes.iter().map(|s| nccl_twins(&eligible[s])).collect();
     let mut out = Vec::new();
@@ -330,7 +469,7 @@ mod tests {
             refine_points(
                 &cells,
                 &BTreeMap::new(),
-                8,
+                Ranks::flat(8),
                 Dtype::Bf16,
                 crate::decide::winner
             ),
@@ -338,7 +477,14 @@ mod tests {
         );
         let mut dq = BTreeMap::new();
         dq.insert(Backend::OneStagePull, "wrong".to_string());
-        assert!(refine_points(&cells, &dq, 8, Dtype::Bf16, crate::decide::winner).is_empty());
+        assert!(refine_points(
+            &cells,
+            &dq,
+            Ranks::flat(8),
+            Dtype::Bf16,
+            crate::decide::winner
+        )
+        .is_empty());
     }
 
     #[test]
@@ -360,7 +506,13 @@ mod tests {
         .into();
         let winner = crate::decide::winner;
         assert_eq!(
-            refine_points(&cells, &BTreeMap::new(), 8, Dtype::Bf16, winner),
+            refine_points(
+                &cells,
+                &BTreeMap::new(),
+                Ranks::flat(8),
+                Dtype::Bf16,
+                winner
+            ),
             vec![3 << 19]
         );
         // Two pins tie with NCCL at one end, one of them alone at the other: NCCL may have
@@ -371,7 +523,7 @@ mod tests {
         ]
         .into();
         assert_eq!(
-            refine_points(&tied, &BTreeMap::new(), 8, Dtype::Bf16, winner),
+            refine_points(&tied, &BTreeMap::new(), Ranks::flat(8), Dtype::Bf16, winner),
             vec![3 << 19]
         );
         // The same code path at both ends: nothing to look for in between.
@@ -380,7 +532,9 @@ mod tests {
             (2 << 20, at(190.0, 190.3, 200.0)),
         ]
         .into();
-        assert!(refine_points(&same, &BTreeMap::new(), 8, Dtype::Bf16, winner).is_empty());
+        assert!(
+            refine_points(&same, &BTreeMap::new(), Ranks::flat(8), Dtype::Bf16, winner).is_empty()
+        );
         // A tied pin drifting just past the twin share at the other end, not clearly away:
         // noise, not a switch, so nothing to look for.
         let drift: BTreeMap<u64, BTreeMap<Backend, Timing>> = [
@@ -388,7 +542,14 @@ mod tests {
             (2 << 20, at(150.0, 150.2, 154.5)),
         ]
         .into();
-        assert!(refine_points(&drift, &BTreeMap::new(), 8, Dtype::Bf16, winner).is_empty());
+        assert!(refine_points(
+            &drift,
+            &BTreeMap::new(),
+            Ranks::flat(8),
+            Dtype::Bf16,
+            winner
+        )
+        .is_empty());
     }
 
     #[test]
@@ -435,7 +596,7 @@ mod tests {
             let more = refine_points(
                 &cells,
                 &BTreeMap::new(),
-                8,
+                Ranks::flat(8),
                 Dtype::Bf16,
                 crate::decide::winner,
             );
@@ -460,24 +621,57 @@ mod tests {
     #[test]
     fn placements_differ_in_class() {
         let t = presets::get("pcie-8x-2switch").unwrap();
-        let p4 = placements(&t, 4, 3);
-        assert_eq!(p4[0].0, vec![0, 1, 2, 3]);
-        assert_eq!(p4[0].1, "1 switch");
+        let p4 = placements(&t, 4, 3, None);
+        assert_eq!(p4[0].gpus, vec![0, 1, 2, 3]);
+        assert_eq!(p4[0].label, "1 switch");
         assert!(
-            p4.iter().any(|(_, l)| l == "2 switches, 1 root complex"),
+            p4.iter().any(|p| p.label == "2 switches, 1 root complex"),
             "{p4:?}"
         );
-        let p2 = placements(&t, 2, 3);
+        let p2 = placements(&t, 2, 3, None);
         assert_eq!(p2.len(), 2, "{p2:?}");
-        let p8 = placements(&t, 8, 3);
+        let p8 = placements(&t, 8, 3, None);
         assert_eq!(p8.len(), 1);
         let nv = presets::get("nvswitch-8x").unwrap();
-        let p = placements(&nv, 4, 3);
+        let p = placements(&nv, 4, 3, None);
         assert_eq!(p.len(), 1);
-        assert_eq!(p[0].1, "NVSwitch");
+        assert_eq!(p[0].label, "NVSwitch");
         let d = presets::get("pcie-8x-direct-2socket").unwrap();
-        assert!(placements(&d, 4, 3)
+        assert!(placements(&d, 4, 3, None)
             .iter()
-            .any(|(_, l)| l.contains("2 sockets")));
+            .any(|p| p.label.contains("2 sockets")));
+    }
+
+    #[test]
+    fn islands_are_what_the_slowest_crossing_separates() {
+        let t = presets::get("pcie-8x-2switch").unwrap();
+        let i = islands(&t, &[0, 1, 2, 3, 4, 5, 6, 7]).unwrap();
+        assert_eq!(i.gpus, vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7]]);
+        assert_eq!(i.by, Separation::Switch);
+        // Rank order is kept inside each island.
+        let i = islands(&t, &[4, 0, 5, 1]).unwrap();
+        assert_eq!(i.gpus, vec![vec![4, 5], vec![0, 1]]);
+        let e = islands(&t, &[0, 1, 2, 3]).unwrap_err();
+        assert!(e.contains("joined alike (PIX)"), "{e}");
+        let e = islands(&t, &[0, 1, 2, 4]).unwrap_err();
+        assert!(e.contains("GPU 4 is alone in its switch"), "{e}");
+        let e = islands(&t, &[0, 1, 2, 4, 5]).unwrap_err();
+        assert!(e.contains("unequal size"), "{e}");
+        let d = presets::get("pcie-8x-direct-2socket").unwrap();
+        let i = islands(&d, &[0, 1, 2, 3, 4, 5, 6, 7]).unwrap();
+        assert_eq!((i.count(), i.by), (2, Separation::Socket));
+        let nv = presets::get("nvswitch-8x").unwrap();
+        assert!(islands(&nv, &[0, 1, 2, 3]).unwrap_err().contains("NVLink"));
+        // The override: consecutive ranks, checked as derived ones are.
+        let g = given_islands(&[0, 4, 1, 5], &[2, 2]).unwrap();
+        assert_eq!(g.gpus, vec![vec![0, 4], vec![1, 5]]);
+        assert!(given_islands(&[0, 1, 2], &[1, 2])
+            .unwrap_err()
+            .contains("alone"));
+        assert!(given_islands(&[0, 1, 2], &[2, 2])
+            .unwrap_err()
+            .contains("add up to 4"));
+        let p8 = placements(&t, 8, 3, Some(&[2, 2, 2, 2]));
+        assert_eq!(p8[0].islands.as_ref().unwrap().count(), 4);
     }
 }

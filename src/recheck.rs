@@ -23,6 +23,7 @@ use crate::error::Error;
 use crate::fabric::{Fabric, FabricError, Group, Verification};
 use crate::measure::{measure_cell, Harness};
 use crate::profile::{GroupProfile, Profile, Timing};
+use crate::topology::occupancy::{BusyGpu, Neighbours};
 
 pub use crate::error::EXIT_UNDECIDED;
 
@@ -53,6 +54,8 @@ pub struct Point {
     /// [`GroupProfile::drift`], the largest over the profile's groups in this mode): the
     /// machine's own variation over seconds, which one check's passes cannot see.
     pub tuned: BTreeMap<Backend, f64>,
+    /// Other processes on the GPUs while this point was timed (`--allow-busy`).
+    pub beside: Vec<BusyGpu>,
 }
 
 /// One round of fresh timings at a point, and what the rule chooses from them.
@@ -295,12 +298,14 @@ pub fn fits(p: &Profile, n: usize) -> Result<(), Error> {
     }
 }
 
-/// Re-times the decisive sizes of every group of `p` on `fabric`.
+/// Re-times the decisive sizes of every group of `p` on `fabric`, asking `neighbours` before
+/// and after each point who else is on the GPUs.
 pub fn run(
     fabric: &mut dyn Fabric,
     p: &Profile,
     h: &Harness,
     cancel: &Cancel,
+    neighbours: &Neighbours,
 ) -> Result<Vec<Point>, Error> {
     fits(p, fabric.topology().gpu_count())?;
     let mut points = Vec::new();
@@ -324,6 +329,10 @@ pub fn run(
             gpus: gpus.clone(),
             dtype: groups[0].dtype,
             max_bytes,
+            islands: groups[0]
+                .islands
+                .clone()
+                .ok_or_else(|| "the profile gives this group no islands".to_string()),
         };
         let wanted: Vec<Backend> = wanted.into_iter().collect();
         let t = std::time::Instant::now();
@@ -335,6 +344,16 @@ pub fn run(
                 Readiness::Waived { .. } => None,
             })
             .collect();
+        // The island phases run the way the tune oriented them.
+        if let Some(d) = groups[0]
+            .islands
+            .as_ref()
+            .and_then(|i| i.directions.as_ref())
+        {
+            if ready.iter().any(|b| b.is_hierarchical()) {
+                fabric.orient(d)?;
+            }
+        }
         tracing::info!(
             "GPUs {gpus:?}: prepared in {:.2} s",
             t.elapsed().as_secs_f64()
@@ -356,7 +375,7 @@ pub fn run(
                             .map(|(k, t)| (*k, beyond_variation(t, b.results.get(k), drift_of(k))))
                             .collect();
                         let rule = |r: &BTreeMap<Backend, Timing>| {
-                            crate::decide::rule_choice(r, g.tp, b.bytes)
+                            crate::decide::rule_choice(r, g.ranks(), b.bytes)
                         };
                         let medians = |r: &BTreeMap<Backend, Timing>| {
                             r.iter().map(|(k, t)| (*k, t.median_us)).collect()
@@ -368,6 +387,10 @@ pub fn run(
                             beyond_us: medians(&beyond),
                         }))
                     };
+                    let at = format!("before timing GPUs {gpus:?} {}", g.mode.id());
+                    let before = neighbours
+                        .look(&at, fabric.recoveries().len())
+                        .map_err(Error::BadInput)?;
                     let Some(first) = pass(fabric, &order)? else {
                         continue;
                     };
@@ -383,6 +406,7 @@ pub fn run(
                             .filter(|k| tuned.contains_key(&(g.mode, **k)))
                             .map(|k| (*k, drift_of(k)))
                             .collect(),
+                        beside: before.now,
                     };
                     if !point.passes[0].holds(b.choice) {
                         // Confirmed in the opposite order, then once more, before it counts: a
@@ -396,6 +420,13 @@ pub fn run(
                             if let Some(again) = pass(fabric, o)? {
                                 point.passes.push(again);
                             }
+                        }
+                    }
+                    let at = format!("while timing GPUs {gpus:?} {}", g.mode.id());
+                    let after = neighbours.look(&at, fabric.recoveries().len());
+                    for b in after.map_err(Error::BadInput)?.now {
+                        if !point.beside.contains(&b) {
+                            point.beside.push(b);
                         }
                     }
                     points.push(point);
@@ -443,17 +474,22 @@ mod tests {
         crate::tune::run(&mut f, &o, &mut |_| {}).unwrap()
     }
 
-    /// A graph profile of [`PRESET`] tuned while NCCL ran 1.3x slower in every other
-    /// run of 300 fabric calls: a host whose phases outlast one size's samples. Its sizes
-    /// are where NCCL is the model's choice (custom kernels win below them).
-    fn tuned_in_phases() -> Profile {
-        let t = presets::get(PRESET).unwrap();
-        let faults = Faults::parse("phases=nccl:1.3:300").unwrap();
+    /// TP4 inside one switch of the two-switch box, from 64K (below it a kernel wins, and its
+    /// crossover to NCCL sits at the model band's edge): NCCL's own choice serves most sizes
+    /// there, with a pinned ring/Simple band through it, so NCCL's phases decide choices.
+    const PHASES_PRESET: &str = "pcie-8x-2switch";
+
+    /// A graph profile of TP4 on `preset` from `min_bytes` to 4M tuned while `phased` ran 1.3x
+    /// slower in every other run of 300 fabric calls: a host whose phases outlast one size's
+    /// samples.
+    fn tuned_in_phases(preset: &str, phased: Backend, min_bytes: u64) -> Profile {
+        let t = presets::get(preset).unwrap();
+        let faults = Faults::parse(&format!("phases={}:1.3:300", phased.id())).unwrap();
         let mut f = SimFabric::new(t, 1).with_faults(faults);
         let o = crate::tune::Options {
             tp: vec![4],
-            min_bytes: 1 << 20,
-            max_bytes: 16 << 20,
+            min_bytes,
+            max_bytes: 4 << 20,
             placements_per_tp: 1,
             modes: vec![crate::allreduce::Mode::Graph],
             contention: false,
@@ -462,15 +498,15 @@ mod tests {
         crate::tune::run(&mut f, &o, &mut |_| {}).unwrap()
     }
 
-    fn check_with(p: &Profile, faults: &str) -> Vec<Point> {
-        let t = presets::get(PRESET).unwrap();
+    fn check_with(preset: &str, p: &Profile, faults: &str) -> Vec<Point> {
+        let t = presets::get(preset).unwrap();
         let mut f = SimFabric::new(t, 2).with_faults(Faults::parse(faults).unwrap());
-        run(&mut f, p, &harness(), &Cancel::new()).unwrap()
+        run(&mut f, p, &harness(), &Cancel::new(), &Default::default()).unwrap()
     }
 
     #[test]
     fn the_tune_records_how_far_a_backend_moved_while_it_was_measured() {
-        let g = &tuned_in_phases().groups[0];
+        let g = &tuned_in_phases(PRESET, Backend::Nccl, 4096).groups[0];
         assert!(
             (0.2..0.4).contains(&g.drift[&Backend::Nccl]),
             "{:?}",
@@ -486,9 +522,13 @@ mod tests {
 
     #[test]
     fn a_backend_moving_as_far_as_it_did_while_tuned_is_not_a_changed_machine() {
-        let p = tuned_in_phases();
-        // NCCL steady at the slow phase's time for the whole check: it moved as far when tuned.
-        let pts = check_with(&p, "slow=nccl:1.3");
+        // NCCL's own choice serves most sizes there, so its phases decide choices.
+        let phased = Backend::Nccl;
+        let p = tuned_in_phases(PHASES_PRESET, phased, 64 << 10);
+        assert!(p.groups[0].buckets.iter().any(|b| b.choice == phased));
+        let slow = |x: f64| format!("slow={}:{x}", phased.id());
+        // Steady at the slow phase's time for the whole check: it moved as far when tuned.
+        let pts = check_with(PHASES_PRESET, &p, &slow(1.3));
         assert!(pts.iter().all(Point::holds), "{pts:?}");
         let within: Vec<&Point> = pts.iter().filter(|x| x.within_variation()).collect();
         assert!(!within.is_empty(), "{pts:?}");
@@ -497,22 +537,22 @@ mod tests {
         for g in &mut blind.groups {
             g.drift.clear();
         }
-        let pts = check_with(&blind, "slow=nccl:1.3");
+        let pts = check_with(PHASES_PRESET, &blind, &slow(1.3));
         assert!(pts.iter().any(Point::changed), "{pts:?}");
-        // NCCL moving further than it did while tuned is a change again.
-        let pts = check_with(&p, "slow=nccl:1.8");
+        // Moving further than it did while tuned is a change again.
+        let pts = check_with(PHASES_PRESET, &p, &slow(1.8));
         assert!(
-            pts.iter().any(|x| x.changed() && x.chosen == Backend::Nccl),
+            pts.iter().any(|x| x.changed() && x.chosen == phased),
             "{pts:?}"
         );
     }
 
     #[test]
     fn a_slowed_kernel_is_named_though_its_rival_moved_while_tuned() {
-        let p = tuned_in_phases();
+        let p = tuned_in_phases(PRESET, Backend::Nccl, 4096);
         let chosen = p.groups[0].buckets[0].choice;
         assert!(chosen.is_custom(), "{chosen:?}");
-        let pts = check_with(&p, &format!("slow={}:3", chosen.id()));
+        let pts = check_with(PRESET, &p, &format!("slow={}:3", chosen.id()));
         assert!(
             pts.iter().any(|x| x.changed() && x.chosen == chosen),
             "{pts:?}"
@@ -539,14 +579,28 @@ mod tests {
         let p = tuned();
         let t = presets::get(PRESET).unwrap();
         let mut same = SimFabric::new(t.clone(), 2);
-        let pts = run(&mut same, &p, &harness(), &Cancel::new()).unwrap();
+        let pts = run(
+            &mut same,
+            &p,
+            &harness(),
+            &Cancel::new(),
+            &Default::default(),
+        )
+        .unwrap();
         assert!(!pts.is_empty() && pts.iter().all(Point::holds), "{pts:?}");
         // The machine changed: the custom kernel the profile relies on got 3x slower.
         let chosen = p.groups[0].buckets[0].choice;
         assert!(chosen.is_custom(), "{chosen:?}");
         let faults = Faults::parse(&format!("slow={}:3", chosen.id())).unwrap();
         let mut slower = SimFabric::new(t, 2).with_faults(faults);
-        let pts = run(&mut slower, &p, &harness(), &Cancel::new()).unwrap();
+        let pts = run(
+            &mut slower,
+            &p,
+            &harness(),
+            &Cancel::new(),
+            &Default::default(),
+        )
+        .unwrap();
         let broken: Vec<&Point> = pts.iter().filter(|x| x.changed()).collect();
         assert!(!broken.is_empty(), "{pts:?}");
         assert!(
@@ -621,6 +675,9 @@ mod tests {
         ) -> Result<crate::fabric::ProbeSample, FabricError> {
             self.inner.probe(d, peers, bytes)
         }
+        fn orient(&mut self, d: &crate::fabric::Directions) -> Result<(), FabricError> {
+            self.inner.orient(d)
+        }
         fn release(&mut self) -> Result<(), FabricError> {
             self.inner.release()
         }
@@ -644,7 +701,7 @@ mod tests {
         let p = tuned();
         let chosen = p.groups[0].buckets[0].choice;
         let mut f = Reshaped::new(chosen, burst);
-        let pts = run(&mut f, &p, &harness(), &Cancel::new()).unwrap();
+        let pts = run(&mut f, &p, &harness(), &Cancel::new(), &Default::default()).unwrap();
         assert!(pts.iter().all(Point::holds), "{pts:?}");
         let moved: Vec<&Point> = pts.iter().filter(|x| x.unsettled()).collect();
         assert!(!moved.is_empty(), "{pts:?}");
@@ -660,7 +717,7 @@ mod tests {
         let p = tuned();
         let chosen = p.groups[0].buckets[0].choice;
         let mut f = Reshaped::new(chosen, drift);
-        let pts = run(&mut f, &p, &harness(), &Cancel::new()).unwrap();
+        let pts = run(&mut f, &p, &harness(), &Cancel::new(), &Default::default()).unwrap();
         // Where the victim's only rival is NCCL, the one it drifts against.
         let against_nccl: Vec<&Point> = pts
             .iter()

@@ -3,12 +3,13 @@
 
 use crate::allreduce::{Backend, Dtype, Mode};
 use crate::cancel::Cancel;
-use crate::decide::{self, Policy};
+use crate::decide::{self, Constraints};
 use crate::error::Error;
 use crate::fabric::Fabric;
 use crate::measure::{self, Harness, Plan, Progress};
 use crate::plan;
 use crate::profile::{Fingerprint, Profile, Sampling, Settings, Versions, SCHEMA_VERSION};
+use crate::units::fmt_size;
 
 /// What to tune.
 #[derive(Debug, Clone)]
@@ -38,9 +39,14 @@ pub struct Options {
     /// The NCCL and CUDA variables the tune runs with ([`crate::profile::environment::current`]
     /// from the CLI), recorded in the profile.
     pub environment: std::collections::BTreeMap<String, String>,
+    /// Island sizes for the groups of as many GPUs as they add up to (`--islands`), in place of
+    /// the islands the topology gives: an experiment, or virtual islands on one GPU.
+    pub islands: Option<Vec<usize>>,
     /// The caller measured beside other processes on the GPUs (`--allow-busy`), and which.
     pub allow_busy: bool,
     pub busy: Vec<crate::profile::environment::BusyGpu>,
+    /// Asked between phases and groups who else is on the GPUs (nobody watches by default).
+    pub neighbours: crate::topology::occupancy::Neighbours,
 }
 
 impl Default for Options {
@@ -61,8 +67,10 @@ impl Default for Options {
             checks_seconds: 0.0,
             startup_seconds: 0.0,
             environment: Default::default(),
+            islands: None,
             allow_busy: false,
             busy: Vec::new(),
+            neighbours: Default::default(),
         }
     }
 }
@@ -92,24 +100,11 @@ pub fn exhaustive_harness() -> Harness {
 }
 
 impl Options {
-    /// The harness and size grid this sampling measures with, for these TP sizes.
-    fn sampling_plan(&self, tps: &[usize]) -> (Harness, Vec<u64>) {
+    /// The harness this sampling measures with, and whether on the reference grid.
+    fn sampling_plan(&self) -> (Harness, bool) {
         match self.sampling {
-            Sampling::Fast => (
-                self.harness,
-                plan::size_grid(self.min_bytes, self.max_bytes),
-            ),
-            Sampling::Exhaustive => {
-                // One grid serves every group, so it is aligned for all of them.
-                let align = tps
-                    .iter()
-                    .map(|&tp| plan::alignment(tp, self.dtype))
-                    .fold(1, lcm);
-                (
-                    exhaustive_harness(),
-                    plan::fine_grid(self.min_bytes, self.max_bytes, align),
-                )
-            }
+            Sampling::Fast => (self.harness, false),
+            Sampling::Exhaustive => (exhaustive_harness(), true),
         }
     }
 
@@ -134,12 +129,15 @@ pub fn check_sizes(min_bytes: u64, max_bytes: u64, dtype: Dtype) -> Result<(), E
     let size = dtype.size();
     if min_bytes == 0 || min_bytes > max_bytes {
         return Err(Error::bad_input(format!(
-            "the size range {min_bytes}..{max_bytes} bytes is empty; give LOW:HIGH with 1 <= LOW <= HIGH"
+            "the size range {}..{} is empty; give LOW:HIGH with 1 <= LOW <= HIGH",
+            fmt_size(min_bytes),
+            fmt_size(max_bytes)
         )));
     }
     match [min_bytes, max_bytes].into_iter().find(|b| b % size != 0) {
         Some(bad) => Err(Error::bad_input(format!(
-            "{bad} bytes is not a whole number of {} elements ({size} bytes each); choose sizes that are multiples of {size}",
+            "{} is not a whole number of {} elements ({size} bytes each); choose sizes that are multiples of {size}",
+            fmt_size(bad),
             dtype.id()
         ))),
         None => Ok(()),
@@ -171,14 +169,20 @@ pub fn run(
     };
     let mut groups = Vec::new();
     for &tp in &tps {
-        groups.extend(plan::placements(&topology, tp, opts.placements_per_tp));
+        groups.extend(plan::placements(
+            &topology,
+            tp,
+            opts.placements_per_tp,
+            opts.islands.as_deref(),
+        ));
     }
-    let (harness, sizes) = opts.sampling_plan(&tps);
+    let (harness, fine) = opts.sampling_plan();
     let plan = Plan {
         groups,
         modes: opts.modes.clone(),
         dtype: opts.dtype,
-        sizes,
+        sizes: plan::size_grid(opts.min_bytes, opts.max_bytes),
+        fine,
         backends: Backend::ALL.to_vec(),
         seed: opts.seed,
         contention: opts.contention,
@@ -186,9 +190,10 @@ pub fn run(
         cancel: opts.cancel.clone(),
         winner: decide::winner,
         close_calls: Some(decide::unsettled),
+        neighbours: opts.neighbours.clone(),
     };
     let (results, mut faults) = measure::run(fabric, &plan, progress)?;
-    let policy = Policy {
+    let policy = Constraints {
         mem_budget: opts.mem_budget,
     };
     let mut out_groups = Vec::new();
@@ -271,6 +276,7 @@ pub fn run(
                 cause: r.cause,
             })
             .collect(),
+        kernels: fabric.kernels(),
     };
     check_measured(&profile)?;
     crate::profile::validate_built(&profile)?;
@@ -278,17 +284,6 @@ pub fn run(
         return Err(Error::Interrupted);
     }
     Ok(profile)
-}
-
-fn lcm(a: u64, b: u64) -> u64 {
-    fn gcd(a: u64, b: u64) -> u64 {
-        if b == 0 {
-            a
-        } else {
-            gcd(b, a % b)
-        }
-    }
-    a / gcd(a, b) * b
 }
 
 /// A group where every backend failed or was waived has nothing to offer: that is a hardware
@@ -348,11 +343,11 @@ mod tests {
                         Readiness::Ready {
                             backend: b,
                             memory: MemoryCost {
-                                bytes_per_gpu: memory::modelled(b, g.gpus.len(), g.max_bytes, 2),
+                                bytes_per_gpu: memory::modelled(b, g.ranks(), g.max_bytes, 2),
                                 measured: false,
                                 modelled_bytes_per_gpu: memory::modelled(
                                     b,
-                                    g.gpus.len(),
+                                    g.ranks(),
                                     g.max_bytes,
                                     2,
                                 ),
@@ -401,6 +396,9 @@ mod tests {
                 per_gpu_gbps: 50.0 / peers as f64,
                 aggregate_gbps: 100.0,
             })
+        }
+        fn orient(&mut self, _: &crate::fabric::Directions) -> Result<(), FabricError> {
+            Ok(())
         }
         fn release(&mut self) -> Result<(), FabricError> {
             Ok(())

@@ -60,6 +60,17 @@ pub fn fmt_bytes(b: u64) -> String {
     format!("{b}B")
 }
 
+/// A byte count for a sentence: as a user types it where that is exact ("64K", "3M"), else
+/// exact with the short form beside it ("1537 bytes, about 1.5K"); below 1 KiB, "100 bytes".
+pub fn fmt_size(b: u64) -> String {
+    const UNITS: [(&str, u64); 3] = [("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)];
+    match UNITS.into_iter().find(|(_, size)| b >= *size) {
+        Some((name, size)) if b % size == 0 => format!("{}{name}", b / size),
+        Some(_) => format!("{b} bytes, about {}", fmt_bytes(b)),
+        None => format!("{b} bytes"),
+    }
+}
+
 /// Formats microseconds with a sensible unit.
 pub fn fmt_us(us: f64) -> String {
     if us >= 1000.0 {
@@ -92,6 +103,15 @@ mod tests {
         assert!(parse_range("2K:1K").is_err());
         assert!(parse_range("0:1K").is_err());
         assert!(parse_range("1K").is_err());
+    }
+
+    #[test]
+    fn sizes_in_sentences_read_as_typed_and_stay_exact() {
+        assert_eq!(fmt_size(114688), "112K");
+        assert_eq!(fmt_size(3 << 20), "3M");
+        assert_eq!(fmt_size(1537), "1537 bytes, about 1.5K");
+        assert_eq!(fmt_size(6), "6 bytes");
+        assert_eq!(parse_bytes(&fmt_size(64 << 10)).unwrap(), 64 << 10);
     }
 
     #[test]

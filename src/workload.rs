@@ -227,7 +227,8 @@ impl Workload {
             };
             if bytes == 0 || bytes > LIMITS.message_bytes {
                 return Err(format!(
-                    "item {i} is {bytes} bytes; an allreduce must be 1 byte to 1 TiB"
+                    "item {i} is {}; an allreduce must be 1 byte to 1 TiB",
+                    crate::units::fmt_size(bytes)
                 ));
             }
             terms.push(Term {

@@ -24,6 +24,12 @@
 //! document: it must equal the committed FILE beside the document (for profiles, apart from the
 //! creation time, the host name and the tuning time).
 //!
+//! `<!-- artune:printed-by FILE [FILE...] -->` before a fenced block quotes lines that code
+//! prints where no command here can run it (an engine plugin, the NCCL plugin inside NCCL):
+//! each line of the block must be a string literal of one of the FILEs (paths from the
+//! repository root), or of a log kept from hardware, with `…` where the line varies; a line
+//! joined from parts with "; " may match part by part. So a changed message shows up here.
+//!
 //! After a change of output, regenerate every block and kept file in place with
 //! `ARTUNE_BLESS=1 cargo test --test docs` and review the diff.
 
@@ -36,6 +42,7 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const WIDTH: usize = 110;
 const RUN: &str = "<!-- artune:run";
 const KEEP: &str = "<!-- artune:keep";
+const PRINTED_BY: &str = "<!-- artune:printed-by";
 
 /// The documents this test owns the figures of.
 fn documents() -> Vec<PathBuf> {
@@ -113,6 +120,37 @@ fn words(line: &str) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
+/// The binary under test installed as the docs describe (GUIDE, "The NCCL plugin library"):
+/// PREFIX/usr/local/bin/artune beside PREFIX/usr/local/lib/libartune.so, linked from this
+/// build, so what the exports name for NCCL reads as on an installed machine once PREFIX is
+/// masked. Returns (PREFIX, the binary).
+fn installed() -> &'static (PathBuf, PathBuf) {
+    static AT: std::sync::OnceLock<(PathBuf, PathBuf)> = std::sync::OnceLock::new();
+    AT.get_or_init(|| {
+        let prefix = Path::new(env!("CARGO_TARGET_TMPDIR")).join("docs-install");
+        let _ = std::fs::remove_dir_all(&prefix);
+        let bin = prefix.join("usr/local/bin/artune");
+        let lib = prefix.join("usr/local/lib/libartune.so");
+        let place = |from: &Path, to: &Path| {
+            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+            let _ = std::fs::remove_file(to);
+            if std::fs::hard_link(from, to).is_err() {
+                std::fs::copy(from, to).unwrap();
+            }
+        };
+        place(Path::new(BIN), &bin);
+        // cargo test leaves the cdylib in deps/ (cargo build also beside the binary).
+        let built = Path::new(BIN).parent().unwrap();
+        if let Some(l) = [built.join("deps/libartune.so"), built.join("libartune.so")]
+            .into_iter()
+            .find(|l| l.is_file())
+        {
+            place(&l, &lib);
+        }
+        (prefix, bin)
+    })
+}
+
 /// Runs one command line in `dir` and returns what a reader of the block sees.
 fn run(dir: &Path, line: &str) -> Result<(String, i32), String> {
     let mut argv = words(line)?;
@@ -134,7 +172,8 @@ fn run(dir: &Path, line: &str) -> Result<(String, i32), String> {
         ["cargo", "run", "--release", "--", ..] => argv[4..].to_vec(),
         _ => return Err(format!("`{line}` is not an artune command")),
     };
-    let mut cmd = common::dies_with_test(BIN);
+    let (prefix, bin) = installed();
+    let mut cmd = common::dies_with_test(bin);
     cmd.args(&args).current_dir(dir);
     // What the reader's environment might set must not change the figures.
     for (k, _) in std::env::vars() {
@@ -160,6 +199,12 @@ fn run(dir: &Path, line: &str) -> Result<(String, i32), String> {
         let d = format!("{}/", d.display());
         if d.len() > 1 {
             text = text.replace(&d, "");
+        }
+    }
+    for p in [prefix.clone(), prefix.canonicalize().unwrap_or_default()] {
+        let p = p.display().to_string();
+        if p.len() > 1 {
+            text = text.replace(&p, "");
         }
     }
     if code != 0 {
@@ -401,6 +446,276 @@ fn kept_files(doc: &Path, dir: &Path, bless: bool) -> Result<Vec<String>, String
         }
     }
     Ok(drift)
+}
+
+/// The string literals of a source file (Rust or Python), with adjacent ones joined (Python
+/// joins them, and both continue a line with a backslash), each as the parts between its
+/// format placeholders (`{…}`, `%s`, `%d`, ...). A log has none: `check_printed_by` matches
+/// its lines itself.
+fn literals(path: &Path) -> Vec<Vec<String>> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let is_code = path.extension().is_some_and(|x| x == "rs" || x == "py");
+    if !is_code {
+        return Vec::new();
+    }
+    let python = path.extension().is_some_and(|x| x == "py");
+    let b: Vec<char> = text.chars().collect();
+    // (start, end, contents) of each literal.
+    let mut found: Vec<(usize, usize, String)> = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        if c == '#' && python || (c == '/' && b.get(i + 1) == Some(&'/')) {
+            while i < b.len() && b[i] != '\n' {
+                i += 1;
+            }
+            continue;
+        }
+        if c == '\'' && !python {
+            i += 1;
+            continue;
+        }
+        if c != '"' && c != '\'' {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        let mut s = String::new();
+        i += 1;
+        while i < b.len() && b[i] != c {
+            if b[i] == '\\' && i + 1 < b.len() {
+                match b[i + 1] {
+                    '\n' => {
+                        i += 2;
+                        while i < b.len() && b[i].is_whitespace() {
+                            i += 1;
+                        }
+                        continue;
+                    }
+                    'n' => s.push('\n'),
+                    other => s.push(other),
+                }
+                i += 2;
+                continue;
+            }
+            s.push(b[i]);
+            i += 1;
+        }
+        found.push((start, i, s));
+        i += 1;
+    }
+    let mut joined: Vec<String> = Vec::new();
+    let mut last_end = None;
+    for (start, end, s) in found {
+        let gap: String =
+            last_end.map_or(String::new(), |e: usize| b[e + 1..start].iter().collect());
+        let adjacent = last_end.is_some()
+            && gap.trim_end_matches(['f', 'r', 'F', 'R']).trim().is_empty()
+            && (python || gap.is_empty());
+        match (adjacent, joined.last_mut()) {
+            (true, Some(prev)) => prev.push_str(&s),
+            _ => joined.push(s),
+        }
+        last_end = Some(end);
+    }
+    joined.iter().map(|l| format_parts(l)).collect()
+}
+
+/// A format string's fixed parts, split where `{…}` or a `%` conversion stands.
+fn format_parts(l: &str) -> Vec<String> {
+    let mut parts = vec![String::new()];
+    let c: Vec<char> = l.chars().collect();
+    let mut i = 0;
+    while i < c.len() {
+        match (c[i], c.get(i + 1)) {
+            ('{', Some('{')) | ('}', Some('}')) | ('%', Some('%')) => {
+                parts.last_mut().unwrap().push(c[i]);
+                i += 2;
+            }
+            ('{', _) => {
+                while i < c.len() && c[i] != '}' {
+                    i += 1;
+                }
+                parts.push(String::new());
+                i += 1;
+            }
+            ('%', Some(n)) if n.is_ascii_alphanumeric() || *n == '.' => {
+                i += 1;
+                while i < c.len() && !c[i].is_ascii_alphabetic() {
+                    i += 1;
+                }
+                parts.push(String::new());
+                i += 1;
+            }
+            (ch, _) => {
+                parts.last_mut().unwrap().push(ch);
+                i += 1;
+            }
+        }
+    }
+    parts
+}
+
+/// Whether `line` (`…` where it varies) is what the literal with `parts` prints: the parts in
+/// order, and between them what a placeholder stands for: anything but "; ", which joins the
+/// parts of a composed line (each part is then checked on its own).
+fn prints(parts: &[String], line: &str) -> bool {
+    fn rest(parts: &[String], line: &str, first: bool) -> bool {
+        let Some((p, more)) = parts.split_first() else {
+            return line.is_empty();
+        };
+        if first {
+            return line.starts_with(p.as_str()) && rest(more, &line[p.len()..], false);
+        }
+        if more.is_empty() {
+            let skipped = line.len() >= p.len() && !line[..line.len() - p.len()].contains("; ");
+            return line.ends_with(p.as_str()) && skipped;
+        }
+        line.match_indices(p.as_str())
+            .filter(|(at, _)| !line[..*at].contains("; "))
+            .any(|(at, _)| rest(more, &line[at + p.len()..], false))
+    }
+    if parts.len() == 1 {
+        return parts[0] == line;
+    }
+    rest(parts, line, true)
+}
+
+/// Checks a `printed-by` block: every line printed by a literal of the files (see `literals`).
+fn check_printed_by(doc: &Path, marker: &str, block: &[&str]) -> Vec<String> {
+    let files: Vec<&str> = marker
+        .trim()
+        .trim_start_matches(PRINTED_BY)
+        .trim_end_matches("-->")
+        .split_whitespace()
+        .collect();
+    let all: Vec<Vec<String>> = files
+        .iter()
+        .flat_map(|f| literals(&Path::new(ROOT).join(f)))
+        .collect();
+    let trim = |s: &str| {
+        s.trim_matches(|c: char| c == ';' || c.is_whitespace())
+            .to_string()
+    };
+    // Literals also as their "; "-joined parts, for lines joined from parts.
+    let pieces: Vec<Vec<String>> = all
+        .iter()
+        .flat_map(|parts| {
+            let whole = parts.join("\u{1}");
+            whole
+                .split("; ")
+                .map(|seg| {
+                    seg.split('\u{1}')
+                        .map(|p| p.to_string())
+                        .collect::<Vec<_>>()
+                })
+                .collect::<Vec<_>>()
+        })
+        .map(|parts| {
+            let n = parts.len();
+            parts
+                .into_iter()
+                .enumerate()
+                .map(|(i, p)| match (i, n) {
+                    (0, 1) => trim(&p),
+                    (0, _) => p
+                        .trim_start_matches(|c: char| c == ';' || c.is_whitespace())
+                        .to_string(),
+                    (i, n) if i == n - 1 => p
+                        .trim_end_matches(|c: char| c == ';' || c.is_whitespace())
+                        .to_string(),
+                    _ => p,
+                })
+                .collect()
+        })
+        .collect();
+    // A kept log is matched the other way round: the quoted line's `…` stand for what varies
+    // in the log's lines.
+    let logs: Vec<String> = files
+        .iter()
+        .map(|f| Path::new(ROOT).join(f))
+        .filter(|p| !p.extension().is_some_and(|x| x == "rs" || x == "py"))
+        .flat_map(|p| {
+            std::fs::read_to_string(p)
+                .unwrap_or_default()
+                .lines()
+                .map(String::from)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    // A literal that is all placeholder ("%s", "{msg}") would print anything: it says nothing.
+    let says = |parts: &&Vec<String>| parts.concat().trim().len() >= 4;
+    let all: Vec<&Vec<String>> = all.iter().filter(says).collect();
+    let pieces: Vec<&Vec<String>> = pieces.iter().collect();
+    let mut bad = Vec::new();
+    for line in block.iter().map(|l| l.trim()).filter(|l| !l.is_empty()) {
+        let quoted: Vec<String> = line.split('…').map(String::from).collect();
+        let logged = || logs.iter().any(|l| prints(&quoted, l));
+        let whole = all.iter().any(|parts| prints(parts, line)) || logged();
+        // Part by part, a third of a part at least must be the literal's own text: a placeholder
+        // stands for a value, not for most of a sentence (short parts like `graph: …` excepted).
+        let fixed = |s: &str| s.replace('…', "").trim().len();
+        let by_parts = || {
+            line.split("; ").all(|seg| {
+                let seg = seg.trim();
+                pieces.iter().any(|p| {
+                    (fixed(&p.concat()) * 3 >= fixed(seg) || fixed(seg) <= 8) && prints(p, seg)
+                })
+            })
+        };
+        if !whole && !by_parts() {
+            bad.push(format!(
+                "{}: `{line}` is printed by nothing in {}",
+                doc.display(),
+                files.join(", ")
+            ));
+        }
+    }
+    bad
+}
+
+/// Every `printed-by` block of a document.
+fn printed_by(doc: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(doc).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut bad = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        if !l.trim_start().starts_with(PRINTED_BY) {
+            continue;
+        }
+        let body: Vec<&str> = lines[i + 2..]
+            .iter()
+            .take_while(|l| !l.starts_with("```"))
+            .copied()
+            .collect();
+        bad.extend(check_printed_by(doc, l, &body));
+    }
+    bad
+}
+
+#[test]
+fn quoted_lines_are_printed_by_the_code_they_name() {
+    let bad: Vec<String> = documents().iter().flat_map(|d| printed_by(d)).collect();
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    // The matcher itself: a placeholder matches a `…`, fixed text must match.
+    let parts = format_parts("artune: %s is stale for this machine (%s); run `artune tune` again");
+    assert!(prints(
+        &parts,
+        "artune: … is stale for this machine (…); run `artune tune` again"
+    ));
+    assert!(!prints(
+        &parts,
+        "artune: … is fresh for this machine (…); run `artune tune` again"
+    ));
+    let parts = format_parts("artune: TP{ws} group {name} follows {bands.path}");
+    assert!(prints(
+        &parts,
+        "artune: TP2 group tp follows /etc/artune/profile.json"
+    ));
+    assert!(!prints(
+        &parts,
+        "artune: TP2 group tp uses /etc/artune/profile.json"
+    ));
 }
 
 /// Where the regenerated text first departs from the committed one.

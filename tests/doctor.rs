@@ -174,7 +174,12 @@ fn warnings_only_exit_5_and_name_the_variables() {
         line.contains("environment") && line.contains("NCCL_P2P_DISABLE=1"),
         "{line}"
     );
-    assert!(text.contains("do: unset them"), "{text}");
+    assert!(
+        text.contains(
+            "do: tune without them (`env -u NCCL_IB_HCA -u NCCL_P2P_DISABLE artune tune`)"
+        ),
+        "{text}"
+    );
     assert!(text.contains("0 fail"), "{text}");
 }
 
@@ -258,9 +263,26 @@ fn versions_against_a_profile() {
         "{}",
         String::from_utf8_lossy(&tune.stderr)
     );
-    // The profile's versions are the model's; pretend the driver was upgraded since.
+    // A simulated profile is a warning against any machine, the model it came from included:
+    // engines refuse it.
+    let o = doctor(
+        "two-gpus.json",
+        "acs-off",
+        &["--json", "--profile", p.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(5));
+    let (st, ev, act) = check(&json(&o), "versions");
+    assert_eq!(st, "warn");
+    assert!(ev.contains("is a SIMULATED profile"), "{ev}");
+    assert!(
+        act.contains(&format!("`artune tune --out {}`", p.display())),
+        "{act}"
+    );
+    // The profile's versions are the model's; as if measured, pretend the driver was upgraded.
     let mut v: Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
     v["versions"]["driver"] = "570.86.15".into();
+    v["simulated"] = false.into();
     std::fs::write(&p, v.to_string()).unwrap();
     let o = doctor(
         "two-gpus.json",

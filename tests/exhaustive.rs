@@ -77,7 +77,7 @@ fn contradictory_or_out_of_range_sampling_flags_are_one_line_and_exit_2() {
     if !Path::new("/dev/nvidiactl").exists() {
         assert_bad_input(
             &artune(&["tune", "--loopback", "8", "--exhaustive", "--out", o]),
-            "--sim PRESET",
+            "`artune tune --sim pcie-8x-2switch --out sim.json`",
         );
     }
 }

@@ -398,8 +398,12 @@ fn sigint_and_sigterm_stop_between_measurements_with_130_and_keep_the_old_profil
         let status = wait(&mut child, Duration::from_secs(5));
         let rest: Vec<String> = lines.iter().collect();
         assert_eq!(status.code(), Some(130), "signal {sig}: {rest:?}");
-        assert_eq!(rest.len(), 1, "{rest:?}");
-        assert!(rest[0].starts_with("error: interrupted"), "{rest:?}");
+        assert_eq!(rest.len(), 2, "{rest:?}");
+        assert!(
+            rest[0].starts_with("stopping after the current measurement"),
+            "{rest:?}"
+        );
+        assert!(rest[1].starts_with("error: interrupted"), "{rest:?}");
         assert_eq!(
             std::fs::read(&path).unwrap(),
             before,
@@ -407,6 +411,72 @@ fn sigint_and_sigterm_stop_between_measurements_with_130_and_keep_the_old_profil
         );
         assert_eq!(others(dir.path(), &[&path]), Vec::<PathBuf>::new());
     }
+}
+
+/// A machine of `n` GPUs, eight per switch, four switches per root complex, two sockets: large
+/// enough that modelling it and planning its groups take far longer than a signal may wait.
+fn large_machine(n: usize) -> String {
+    let switches = n / 8;
+    let rcs: Vec<String> = (0..switches.div_ceil(4))
+        .map(|r| format!(r#"{{"id": "rc{r}", "socket": {}}}"#, r % 2))
+        .collect();
+    let sws: Vec<String> = (0..switches)
+        .map(|s| {
+            format!(
+                r#"{{"id": "sw{s}", "parent": "rc{}", "uplink": {{"gen": 5, "width": 16}}}}"#,
+                s / 4
+            )
+        })
+        .collect();
+    let gpus: Vec<String> = (0..n)
+        .map(|g| {
+            format!(
+                r#"{{"index": {g}, "name": "NVIDIA H100", "compute_capability": "9.0",
+                   "memory_bytes": 85899345920, "parent": "sw{}",
+                   "pcie": {{"gen": 5, "width": 16}}}}"#,
+                g / 8
+            )
+        })
+        .collect();
+    format!(
+        r#"{{"name": "large-{n}", "sockets": [{{"id": 0}}, {{"id": 1}}],
+            "root_complexes": [{}], "switches": [{}], "gpus": [{}]}}"#,
+        rcs.join(", "),
+        sws.join(", "),
+        gpus.join(", ")
+    )
+}
+
+#[test]
+fn a_signal_in_the_first_seconds_of_a_large_tune_ends_it_within_seconds() {
+    let dir = tempfile::tempdir().unwrap();
+    let topo = dir.path().join("large.json");
+    std::fs::write(&topo, large_machine(256)).unwrap();
+    let out = dir.path().join("p.json");
+    let mut child = common::dies_with_test(BIN)
+        .args(["tune", "--topology"])
+        .arg(&topo)
+        .arg("--out")
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let sent = Instant::now();
+    signal(&child, libc::SIGINT);
+    // Modelling 256 GPUs and planning their groups checks no token for longer than this.
+    let status = wait(&mut child, Duration::from_secs(6));
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(130), "{err}");
+    assert!(
+        err.starts_with("stopping after the current measurement"),
+        "{err}"
+    );
+    assert!(err.contains("error: interrupted"), "{err}");
+    assert!(!out.exists(), "a profile was written");
+    eprintln!("ended {:.1} s after SIGINT", sent.elapsed().as_secs_f64());
 }
 
 #[test]

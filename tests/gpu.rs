@@ -10,14 +10,18 @@ use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 
 use artune::fabric::cuda::{compile, nccl, CudaFabric};
-use artune::fabric::{Backend, Dtype, Fabric, Group, Mode, Readiness, Verification};
+use artune::fabric::{
+    Backend, Direction, Directions, Dtype, Fabric, Group, Mode, Readiness, Verification,
+};
 
-const CUSTOM: [Backend; 4] = [
-    Backend::OneStagePull,
-    Backend::OneStagePush,
-    Backend::TwoStagePull,
-    Backend::TwoStagePush,
-];
+/// The flat custom kernels: every entry of the backend table with a kernel that works on the
+/// whole group (the island schedules need islands; see [`islands`]).
+fn custom() -> Vec<Backend> {
+    Backend::ALL
+        .into_iter()
+        .filter(|b| b.is_custom() && !b.is_hierarchical())
+        .collect()
+}
 const DTYPES: [Dtype; 3] = [Dtype::Bf16, Dtype::Fp16, Dtype::Fp32];
 /// Element counts: tiny, around one 16-byte vector, and odd counts that leave tails.
 const ELEMS: [u64; 9] = [1, 3, 7, 8, 9, 1000, 4099, 65536, 262_147];
@@ -81,11 +85,38 @@ fn open_or_skip(test: &str, k: usize) -> Option<(MutexGuard<'static, ()>, CudaFa
 }
 
 fn group(k: usize, dtype: Dtype, max_bytes: u64) -> Group {
-    Group {
-        gpus: (0..k).collect(),
-        dtype,
-        max_bytes,
+    Group::flat((0..k).collect(), dtype, max_bytes)
+}
+
+/// The island schedules (every hierarchical entry of the backend table).
+fn islands() -> Vec<Backend> {
+    Backend::ALL
+        .into_iter()
+        .filter(|b| b.is_hierarchical())
+        .collect()
+}
+
+/// A loopback group of `k` ranks in virtual islands of `sizes`.
+fn island_group(k: usize, dtype: Dtype, max_bytes: u64, sizes: &[usize]) -> Group {
+    let mut g = group(k, dtype, max_bytes);
+    g.islands = artune::plan::given_islands(&g.gpus, sizes);
+    assert!(g.islands.is_ok(), "{:?}", g.islands);
+    g
+}
+
+/// Every way the two kinds of phase can move data.
+fn orientations() -> Vec<Directions> {
+    let mut out = Vec::new();
+    for inside in [Direction::Read, Direction::Write] {
+        for across in [Direction::Read, Direction::Write] {
+            out.push(Directions {
+                inside,
+                across,
+                because: "a test".into(),
+            });
+        }
     }
+    out
 }
 
 fn all_ready(r: &[Readiness]) {
@@ -115,8 +146,9 @@ fn nvrtc_compiles_the_kernel_sources_or_skips_without_nvrtc() {
             continue;
         }
         let t = compile::Target::Cubin(format!("sm_{want}"));
-        for (name, src) in compile::PROGRAMS {
-            let img = compile::compile(name, src, &t).unwrap_or_else(|e| panic!("{e}"));
+        for u in compile::units() {
+            let name = &u.name;
+            let img = compile::compile(name, &u.src, &t).unwrap_or_else(|e| panic!("{e}"));
             assert!(
                 img.len() > 1000,
                 "{name} for sm_{want} is only {} bytes",
@@ -187,8 +219,8 @@ fn gpu_custom_kernels_verify_bit_exactly_in_loopback_2_4_8_or_skip() {
         };
         for dtype in DTYPES {
             let max = ELEMS.iter().max().unwrap() * dtype.size();
-            all_ready(&f.prepare(&group(k, dtype, max), &CUSTOM).unwrap());
-            for b in CUSTOM {
+            all_ready(&f.prepare(&group(k, dtype, max), &custom()).unwrap());
+            for b in custom() {
                 for (i, e) in ELEMS.iter().enumerate() {
                     let bytes = e * dtype.size();
                     let v = f.verify(b, bytes, 1000 + i as u64).unwrap();
@@ -204,14 +236,110 @@ fn gpu_custom_kernels_verify_bit_exactly_in_loopback_2_4_8_or_skip() {
 }
 
 #[test]
+fn gpu_island_kernels_verify_bit_exactly_in_virtual_islands_or_skip() {
+    // Loopback islands are virtual (one GPU): this exercises the three-phase protocol, its
+    // subset barriers and flags, and every pull/push combination, not a multi-GPU fabric.
+    for (k, sizes) in [(4, vec![2, 2]), (8, vec![4, 4]), (8, vec![2, 2, 2, 2])] {
+        let Some((_gpu, mut f)) = open_or_skip("gpu_island_kernels_verify_bit_exactly", k) else {
+            return;
+        };
+        for dtype in DTYPES {
+            let max = ELEMS.iter().max().unwrap() * dtype.size();
+            all_ready(
+                &f.prepare(&island_group(k, dtype, max, &sizes), &islands())
+                    .unwrap(),
+            );
+            for d in orientations() {
+                f.orient(&d).unwrap();
+                for b in islands() {
+                    for (i, e) in ELEMS.iter().enumerate() {
+                        let bytes = e * dtype.size();
+                        let v = f.verify(b, bytes, 2000 + i as u64).unwrap();
+                        correct(
+                            v,
+                            &format!(
+                                "K={k} islands {sizes:?} {b} {} {bytes} bytes, inside {:?} across {:?}",
+                                dtype.id(),
+                                d.inside,
+                                d.across
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+        println!(
+            "K={k} islands {sizes:?}: {} island kernels x 3 dtypes x 4 orientations x {} sizes verified bit-exactly",
+            islands().len(),
+            ELEMS.len()
+        );
+    }
+}
+
+#[test]
+fn gpu_island_kernels_replay_in_graphs_and_across_worker_processes_or_skip() {
+    let Some((_gpu, mut f)) = open_or_skip("gpu_island_kernels_replay", 8) else {
+        return;
+    };
+    let max = 4 << 20;
+    all_ready(
+        &f.prepare(&island_group(8, Dtype::Bf16, max, &[4, 4]), &islands())
+            .unwrap(),
+    );
+    let mut seed = 1;
+    for d in orientations() {
+        f.orient(&d).unwrap();
+        for b in islands() {
+            for bytes in [4096u64, 4098, 1 << 20, max] {
+                seed += 1;
+                correct(
+                    f.verify_with(b, bytes, seed, Mode::Eager, 25).unwrap(),
+                    &format!("{b} eager x25 at {bytes} ({d:?})"),
+                );
+                let t = f.time(b, bytes, Mode::Graph, 50, 3).unwrap();
+                assert!(t.iter().all(|x| x.is_finite() && *x > 0.0), "{t:?}");
+                seed += 1;
+                correct(
+                    f.verify_with(b, bytes, seed, Mode::Graph, 10).unwrap(),
+                    &format!("{b} graph x10 replayed at {bytes} ({d:?})"),
+                );
+            }
+        }
+    }
+    // The real-machine path: each worker process opens the others' handles by IPC and
+    // launches only its own rank.
+    drop(f);
+    let Some((_gpu2, mut f)) = open_or_skip("gpu_island_kernels_each_rank", 4) else {
+        return;
+    };
+    f.set_launch_each(true);
+    all_ready(
+        &f.prepare(&island_group(4, Dtype::Fp32, 64 << 10, &[2, 2]), &islands())
+            .unwrap(),
+    );
+    for d in orientations() {
+        f.orient(&d).unwrap();
+        for b in islands() {
+            correct(
+                f.verify_with(b, 64 << 10, 7, Mode::Eager, 3).unwrap(),
+                &format!("{b} with one launching process per rank ({d:?})"),
+            );
+        }
+    }
+    println!(
+        "island kernels: eager x25, graph replays and timing in 8 ranks; each-rank launches in 4"
+    );
+}
+
+#[test]
 fn gpu_repeated_calls_and_graph_replay_stay_correct_or_skip() {
     let Some((_gpu, mut f)) = open_or_skip("gpu_repeated_calls_and_graph_replay", 8) else {
         return;
     };
     let max = 4 << 20;
-    all_ready(&f.prepare(&group(8, Dtype::Bf16, max), &CUSTOM).unwrap());
+    all_ready(&f.prepare(&group(8, Dtype::Bf16, max), &custom()).unwrap());
     let mut seed = 1;
-    for b in CUSTOM {
+    for b in custom() {
         for bytes in [4096u64, 4098, 1 << 20, max] {
             seed += 1;
             correct(
@@ -290,8 +418,8 @@ fn gpu_memory_is_measured_beside_the_model_or_skip() {
     let max = 64 << 20;
     let r = f
         .prepare(
-            &group(8, Dtype::Bf16, max),
-            &[CUSTOM.as_slice(), &[Backend::Nccl]].concat(),
+            &island_group(8, Dtype::Bf16, max, &[4, 4]),
+            &[custom().as_slice(), &islands(), &[Backend::Nccl]].concat(),
         )
         .unwrap();
     for x in &r {
@@ -366,8 +494,11 @@ fn gpu_workers_are_processes_sharing_buffers_by_ipc_and_leave_nothing_behind_or_
     uniq.dedup();
     assert_eq!(uniq.len(), 4);
     assert!(!pids.contains(&std::process::id()));
-    all_ready(&f.prepare(&group(4, Dtype::Bf16, 1 << 20), &CUSTOM).unwrap());
-    for b in CUSTOM {
+    all_ready(
+        &f.prepare(&group(4, Dtype::Bf16, 1 << 20), &custom())
+            .unwrap(),
+    );
+    for b in custom() {
         correct(
             f.verify(b, 1 << 20, 5).unwrap(),
             &format!("{b} through 4 processes"),
@@ -388,10 +519,10 @@ fn gpu_each_worker_launching_its_own_rank_verifies_or_skip() {
     };
     f.set_launch_each(true);
     all_ready(
-        &f.prepare(&group(2, Dtype::Fp32, 64 << 10), &CUSTOM)
+        &f.prepare(&group(2, Dtype::Fp32, 64 << 10), &custom())
             .unwrap(),
     );
-    for b in CUSTOM {
+    for b in custom() {
         for bytes in [4096u64, 64 << 10] {
             correct(
                 f.verify_with(b, bytes, 11, Mode::Eager, 3).unwrap(),
@@ -399,7 +530,7 @@ fn gpu_each_worker_launching_its_own_rank_verifies_or_skip() {
             );
         }
     }
-    let t = f.time(CUSTOM[0], 4096, Mode::Eager, 2, 3).unwrap();
+    let t = f.time(custom()[0], 4096, Mode::Eager, 2, 3).unwrap();
     assert!(t.iter().all(|x| x.is_finite() && *x > 0.0), "{t:?}");
     println!("each of 2 workers launched its own rank: 4 kernels verified, samples {t:?} us");
 }
@@ -541,7 +672,7 @@ fn gpu_a_pair_without_p2p_waives_custom_kernels_and_keeps_nccl_or_skip() {
     let p: artune::profile::Profile =
         serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     let g = &p.groups[0];
-    for b in CUSTOM {
+    for b in custom() {
         let why = g.waived.get(&b).unwrap_or_else(|| panic!("{b} not waived"));
         assert!(
             why.contains("P2P between GPU 0 and GPU 1 does not work"),
@@ -552,7 +683,7 @@ fn gpu_a_pair_without_p2p_waives_custom_kernels_and_keeps_nccl_or_skip() {
     assert!(live_workers().is_empty());
     println!(
         "nop2p=0-1: custom kernels waived ({}), NCCL measured",
-        g.waived[&CUSTOM[0]]
+        g.waived[&custom()[0]]
     );
 }
 
@@ -578,7 +709,7 @@ fn gpu_buffers_a_peer_cannot_open_waive_kernels_not_the_tune_or_skip() {
     }
     assert_eq!(o.status.code(), Some(0), "{err}");
     let g = &load(&out).groups[0];
-    for b in CUSTOM {
+    for b in custom() {
         let why = g.waived.get(&b).unwrap_or_else(|| panic!("{b} not waived"));
         assert!(why.contains("could not open rank 1's input"), "{why}");
     }

@@ -223,8 +223,65 @@ fn c_abi_links_against_the_header() {
         text
     };
     assert!(run("2", "1000", "one_stage_pull").contains("one_stage_pull 7 "));
+    assert!(run("2", "1000", "one_stage_pull").contains("fallback=one_stage_pull"));
     run("8", "1000", "none");
     run("2", "1073741824", "none");
+}
+
+/// Where the profile chooses an island schedule, a C caller gets its code and, as the
+/// fallback, what it runs without artune's kernels (the harness checks it is never one).
+#[test]
+fn c_abi_gives_a_fallback_for_an_island_choice() {
+    let Some((_, capi)) = harnesses() else { return };
+    let d = tempfile::tempdir().unwrap();
+    let path = d.path().join("islands.json");
+    let tune = common::artune(&[
+        "tune",
+        "--sim",
+        "pcie-8x-direct-2socket",
+        "--tp",
+        "8",
+        "--mode",
+        "graph",
+        "--sizes",
+        "4K:4M",
+        "-o",
+        path.to_str().unwrap(),
+    ]);
+    assert!(
+        tune.status.success(),
+        "{}",
+        String::from_utf8_lossy(&tune.stderr)
+    );
+    let p = artune::Profile::load(&path).unwrap();
+    let b = p.groups[0]
+        .buckets
+        .iter()
+        .find(|b| b.choice == artune::Backend::IslandTwoShot)
+        .expect("an island band on the two-socket box");
+    let out = Command::new(capi)
+        .args([
+            path.to_str().unwrap(),
+            "8",
+            &b.bytes.to_string(),
+            "island_two_shot",
+            path.with_file_name("missing.json").to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fallback = b
+        .fallback
+        .expect("a fallback where an island schedule is chosen");
+    assert!(
+        text.contains("island_two_shot 11 ") && text.contains(&format!("fallback={fallback}")),
+        "{text}"
+    );
 }
 
 #[test]
@@ -321,4 +378,44 @@ fn a_user_pin_is_left_alone_and_init_logs_the_nccl_version_once() {
         err.contains("NCCL_P2P_LEVEL=SYS when tuned, unset now"),
         "{err}"
     );
+}
+
+/// The exports name the plugin library installed with the artune that runs: PREFIX/bin/artune
+/// finds PREFIX/lib/libartune.so and writes its absolute path for NCCL; with none there, the
+/// bare name and what to do.
+#[test]
+fn the_exports_name_the_plugin_library_installed_with_artune() {
+    let prefix = tempfile::tempdir().unwrap();
+    let (bin, libdir) = (prefix.path().join("bin"), prefix.path().join("lib"));
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(&libdir).unwrap();
+    let place = |from: &std::path::Path, to: &std::path::Path| {
+        if std::fs::hard_link(from, to).is_err() {
+            std::fs::copy(from, to).unwrap();
+        }
+    };
+    place(std::path::Path::new(common::BIN), &bin.join("artune"));
+    place(&lib(), &libdir.join("libartune.so"));
+    let (_d, profile) = profile(false);
+    let export = || {
+        let o = common::dies_with_test(bin.join("artune"))
+            .args(["export", profile.to_str().unwrap(), "--engine", "nccl"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", common::text(&o.stderr));
+        common::text(&o.stdout)
+    };
+    let want = libdir.canonicalize().unwrap().join("libartune.so");
+    let text = export();
+    assert!(
+        text.contains(&format!("export NCCL_TUNER_PLUGIN={}\n", want.display())),
+        "{text}"
+    );
+    std::fs::remove_file(libdir.join("libartune.so")).unwrap();
+    let text = export();
+    assert!(
+        text.contains("export NCCL_TUNER_PLUGIN=libartune.so\n"),
+        "{text}"
+    );
+    assert!(text.contains("was not found beside this artune"), "{text}");
 }

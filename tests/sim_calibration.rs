@@ -42,11 +42,7 @@ fn c2_nccl(f: &mut SimFabric, bytes: u64) -> f64 {
 }
 
 fn group(gpus: &[usize]) -> Group {
-    Group {
-        gpus: gpus.to_vec(),
-        dtype: Dtype::Bf16,
-        max_bytes: 256 * MB,
-    }
+    Group::flat(gpus.to_vec(), Dtype::Bf16, 256 * MB)
 }
 
 const ALL8: [usize; 8] = [0, 1, 2, 3, 4, 5, 6, 7];

@@ -9,11 +9,7 @@ use artune::topology::presets::get;
 use artune::topology::{ComputeCapability, Status, Topology};
 
 fn group(gpus: &[usize]) -> Group {
-    Group {
-        gpus: gpus.to_vec(),
-        dtype: Dtype::Bf16,
-        max_bytes: 1 << 28,
-    }
+    Group::flat(gpus.to_vec(), Dtype::Bf16, 1 << 28)
 }
 
 fn prepared(t: Topology, gpus: &[usize], level: Option<Level>) -> SimFabric {

@@ -59,11 +59,7 @@ impl Row {
 }
 
 fn group(gpus: &[usize]) -> Group {
-    Group {
-        gpus: gpus.to_vec(),
-        dtype: Dtype::Bf16,
-        max_bytes: 256 * MB,
-    }
+    Group::flat(gpus.to_vec(), Dtype::Bf16, 256 * MB)
 }
 
 fn fabric(t: Topology, cal: &Calibration) -> SimFabric {

@@ -525,11 +525,11 @@ fn tune_without_gpu_suggests_sim() {
     let out = tmp().join("nogpu.json");
     assert_bad_input(
         &artune(&["tune", "--out", out.to_str().unwrap()]),
-        "--sim PRESET",
+        "`artune tune --sim pcie-8x-2switch --out sim.json`",
     );
     assert_bad_input(
         &artune(&["tune", "--loopback", "8", "--out", out.to_str().unwrap()]),
-        "--sim PRESET",
+        "`artune tune --sim pcie-8x-2switch --out sim.json`",
     );
     assert_bad_input(
         &artune(&["tune", "--loopback", "99", "--out", out.to_str().unwrap()]),
@@ -548,4 +548,54 @@ fn tune_without_gpu_suggests_sim() {
         "--loopback",
     );
     assert!(!out.exists());
+}
+
+/// A group's answer is the group's own: tuned alone (one TP size, one mode) it gets the same
+/// buckets, crossovers and regret as in a tune of every TP size and mode. The simulated noise
+/// once ran on from one group into the next, so the TP8 graph crossover sat at 192K in a full
+/// tune and at 176K with `--tp 8`.
+#[test]
+fn a_group_answers_the_same_whichever_other_groups_were_tuned() {
+    let (full, _) = tuned("pcie-8x-2switch", &[]);
+    for tp in ["2", "4", "8"] {
+        for mode in ["graph", "eager"] {
+            let (alone, _) = tuned("pcie-8x-2switch", &["--tp", tp, "--mode", mode]);
+            for g in &alone.groups {
+                let twin = full
+                    .groups
+                    .iter()
+                    .find(|f| f.gpus == g.gpus && f.mode == g.mode)
+                    .expect("the full tune has the group");
+                let at = format!("TP{} {} GPUs {:?}", g.tp, g.mode.id(), g.gpus);
+                assert_eq!(twin.crossovers, g.crossovers, "{at}");
+                assert_eq!(twin.buckets, g.buckets, "{at}");
+                assert_eq!(twin.regret, g.regret, "{at}");
+            }
+        }
+    }
+}
+
+/// A simulated profile's regret headline is what lies beyond the model's error: on NVSwitch a
+/// kernel modelled 2-3x faster than NCCL at 1K, but within the model's error, made "worst 186%"
+/// the headline of a profile that chose as well as the model can tell.
+#[test]
+fn a_simulated_regret_is_headlined_beyond_the_models_error() {
+    let (_, path) = tuned("nvswitch-8x", &[]);
+    let shown = common::text(&artune(&["show", path.to_str().unwrap()]).stdout);
+    let regrets: Vec<&str> = shown.lines().filter(|l| l.contains("regret")).collect();
+    assert!(!regrets.is_empty(), "{shown}");
+    for l in &regrets {
+        assert!(
+            l.trim_start()
+                .starts_with("regret beyond the model's error")
+                || l.contains("regret: none"),
+            "{l}"
+        );
+    }
+    assert!(
+        regrets
+            .iter()
+            .any(|l| l.contains("all within the model's error")),
+        "{regrets:?}"
+    );
 }

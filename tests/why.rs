@@ -44,6 +44,8 @@ fn why_prints_every_backend_the_rule_and_every_engine() {
         "vLLM",
         "vLLM + artune's plugin",
         "SGLang",
+        "SGLang + artune's plugin",
+        "SGLang + artune's plugin, FlashInfer group",
         "TensorRT-LLM",
         "NCCL with artune's plugin",
     ] {
@@ -65,7 +67,7 @@ fn why_prints_every_backend_the_rule_and_every_engine() {
         assert!(r["ci_low_us"].as_f64() <= r["median_us"].as_f64());
         assert!(r["vs_chosen"].is_number());
     }
-    assert_eq!(v["engines"].as_array().unwrap().len(), 5);
+    assert_eq!(v["engines"].as_array().unwrap().len(), 7);
     assert!(v["smoothed"].is_boolean() && v["reason"].is_string());
     // TP4 on PCIe: vLLM and SGLang disable their kernels, TensorRT-LLM falls back to NCCL.
     for e in v["engines"].as_array().unwrap() {
@@ -197,9 +199,9 @@ fn why_names_the_memory_budget_as_the_reason_when_it_decided() {
     assert!(reason.contains("memory budget of 1M per GPU"), "{reason}");
     assert!(!reason.contains("No custom kernel beats it"), "{reason}");
     assert!(!v["over_budget"].as_array().unwrap().is_empty(), "{v}");
-    // At 256K the excluded kernels are faster by median but within the model's bands, so
+    // At 8M the excluded kernels are faster by median but within the model's bands, so
     // they would not have won: the budget is named, and not as the reason.
-    let v = why(&budget, "256K");
+    let v = why(&budget, "8M");
     let reason = v["reason"].as_str().unwrap();
     assert!(reason.contains("--mem-budget"), "{reason}");
     assert!(reason.contains("would still answer nccl"), "{reason}");

@@ -1,15 +1,19 @@
 """What the engine plugins share: the engine model (engines.json, which Rust reads too), the
-one start-up sequence (off switch, determinism, profile, version), patching only what can be
-verified, and the rule every peer-to-peer path follows.
+one start-up sequence (settings, off switch, determinism, profile, version), patching only
+what can be verified, and the rule every peer-to-peer path follows.
 
 The rule: artune's one-/two-stage pull/push kernels stand for the engine's peer-to-peer kernels
 of the same shape. Where the profile says NCCL at a size, no peer-to-peer path of the engine
-takes that size; where it says custom, the engine's own order applies. Every refusal is one
-warning line naming the file and what to do; the engine then starts exactly as without
-artune. Nothing here raises into the engine.
+takes that size; where it says custom, the engine's own order applies. The rule itself is
+computed in Rust (src/export/follow.rs, through ``Profile.custom_at`` and its kin), the same
+code `artune why` reports from. A refusal is given only to a caller that falls back when
+refused (engines.json ``asked_by``: the engine's dispatch); any other caller, such as a model's
+build-time probe that raises when refused, gets the engine's own answer, so no engine ever
+fails because of artune. Every refusal of the profile is one warning line naming the file and
+what to do, said once per job; the engine then starts exactly as without artune. Nothing here
+raises into the engine.
 """
 
-import bisect
 import functools
 import importlib
 import inspect
@@ -17,6 +21,7 @@ import json
 import logging
 import os
 import sys
+import zlib
 from typing import Callable, Dict, List, Optional, Tuple
 
 from . import ArtuneError, Profile, plugin_path
@@ -42,6 +47,52 @@ def nccl_version() -> Optional[str]:
         return None
 
 
+#: The words a setting may take (any case): on, off, and for the fusion and custom-AR
+#: settings the engine-keeping choice.
+ON = ("1", "true", "on", "yes")
+OFF = ("0", "false", "off", "no")
+#: Hashes of the warnings this job already said, inherited by every process the first one
+#: starts (and copied to vLLM's Ray workers with the rest of ARTUNE_*).
+ENV_SAID = "ARTUNE_SAID"
+
+
+class BadSetting(Exception):
+    """An ARTUNE_* value that is none of the words it takes."""
+
+
+def setting(name: str, choices: Dict[str, Tuple[str, ...]], default: str) -> str:
+    """The value of setting ``name`` as one of ``choices`` (a choice: the words that mean it,
+    any case); ``default`` where unset or empty. Raises BadSetting for any other word."""
+    raw = os.environ.get(name, "")
+    v = raw.strip().lower()
+    if not v:
+        return default
+    for choice, words in choices.items():
+        if v in words:
+            return choice
+    words = ", ".join(w for ws in choices.values() for w in ws)
+    raise BadSetting(f"{name}={raw} is none of {words}")
+
+
+def switch(name: str) -> bool:
+    """An on/off setting (``ARTUNE_VLLM``, ``ARTUNE_ALLOW_SIMULATED``): True for on."""
+    return setting(name, {"on": ON, "off": OFF}, "") == "on"
+
+
+def say(log: logging.Logger, msg: str, *args) -> None:
+    """A warning about the profile or the settings, once per job: the first process of the
+    job (the engine's main process, which loads plugins before it starts the others) logs it
+    at WARNING; the processes it starts inherit ENV_SAID and log it at DEBUG only."""
+    text = msg % args if args else msg
+    key = format(zlib.crc32(text.encode()), "08x")
+    said = [k for k in os.environ.get(ENV_SAID, "").split(",") if k]
+    if key in said:
+        log.debug("%s", text)
+        return
+    log.warning("%s", text)
+    os.environ[ENV_SAID] = ",".join(said + [key])
+
+
 def load(log: logging.Logger, engine: str) -> Optional[Profile]:
     """The profile to follow, or None (with one warning line saying why) to change nothing."""
     path = os.environ.get(ENV_PROFILE)
@@ -49,61 +100,78 @@ def load(log: logging.Logger, engine: str) -> Optional[Profile]:
         return None
     unchanged = f"{engine} starts as without artune"
     try:
+        allow_simulated, allow_stale = switch(ENV_ALLOW_SIMULATED), switch(ENV_ALLOW_STALE)
+    except BadSetting as e:
+        say(log, "artune: %s; %s", e, unchanged)
+        return None
+    try:
         p = Profile.load(path)
     except ArtuneError as e:
-        log.warning("artune: %s; %s", e, unchanged)
+        say(log, "artune: %s; %s", e, unchanged)
         return None
-    if p.simulated and os.environ.get(ENV_ALLOW_SIMULATED) != "1":
-        log.warning(
+    if p.simulated and not allow_simulated:
+        say(log,
             "artune: %s is a SIMULATED profile (%s), not a measurement of this machine; run "
             "`artune tune` here, or set %s=1 to follow it anyway; %s",
-            path, p.fabric, ENV_ALLOW_SIMULATED, unchanged,
-        )
+            path, p.fabric, ENV_ALLOW_SIMULATED, unchanged)
         return None
-    if os.environ.get(ENV_ALLOW_STALE) != "1":
+    if not allow_stale:
         try:
             c = p.check(nccl=nccl_version())
         except ArtuneError as e:
-            log.warning(
+            say(log,
                 "artune: cannot check %s against this machine (%s); set %s=1 to follow it "
-                "unchecked; %s", path, e, ENV_ALLOW_STALE, unchanged,
-            )
+                "unchecked; %s", path, e, ENV_ALLOW_STALE, unchanged)
             return None
         if not c.holds:
-            log.warning(
+            say(log,
                 "artune: %s is stale for this machine (%s); run `artune tune` again, or set "
                 "%s=1 to follow it anyway; %s",
-                path, ", ".join(c.changes[:4]), ENV_ALLOW_STALE, unchanged,
-            )
+                path, ", ".join(c.changes[:4]), ENV_ALLOW_STALE, unchanged)
             return None
     return p
 
 
 def start(log: logging.Logger, engine: str, key: str, version: str,
-          determinism: Optional[str]) -> Optional[Profile]:
+          determinism: Optional[str], settings: Optional[Callable[[], object]] = None):
     """The plugins' one start: the per-engine off switch (``ARTUNE_VLLM=0``,
-    ``ARTUNE_SGLANG=0``), determinism the user asked for (``determinism`` names it), the
-    profile, and the engine's version against the one artune was read against. None: change
-    nothing (said in one line where the user set ARTUNE_PROFILE)."""
+    ``ARTUNE_SGLANG=off``), the engine's own settings (``settings()``, which raises
+    BadSetting for a word it does not take), determinism the user asked for
+    (``determinism`` names it), the profile, and the engine's version against the one artune
+    was read against. None: change nothing (said in one line where the user set
+    ARTUNE_PROFILE). Else (profile, what ``settings()`` returned)."""
     if not os.environ.get(ENV_PROFILE):
         return None
     off = f"ARTUNE_{key.upper()}"
-    if os.environ.get(off) == "0":
-        log.warning("artune: %s=0, so %s starts as without artune", off, engine)
+    try:
+        on = setting(off, {"on": ON, "off": OFF}, "on") == "on"
+        chosen = settings() if settings is not None else None
+    except BadSetting as e:
+        say(log, "artune: %s; %s starts as without artune", e, engine)
+        return None
+    if not on:
+        say(log, "artune: %s=%s, so %s starts as without artune", off, os.environ[off],
+            engine)
         return None
     if determinism:
-        log.warning("artune: %s asks for a fixed reduction order, so artune changes nothing "
-                    "in %s", determinism, engine)
+        say(log, "artune: %s asks for a fixed reduction order, so artune changes nothing in "
+            "%s", determinism, engine)
         return None
     p = load(log, engine)
     if p is None:
         return None
     read = MODEL[key]["read_against"]
     if version != read:
-        log.warning("artune: %s %s is not the release artune was read against (%s); artune "
-                    "applies only the patches whose symbol and signature it finds as read",
-                    engine, version, read)
-    return p
+        say(log, "artune: %s %s is not the release artune was read against (%s); artune "
+            "applies only the patches whose symbol and signature it finds as read",
+            engine, version, read)
+    return p, chosen
+
+
+def left_alone(key: str) -> str:
+    """The paths of an engine the plugin leaves alone, each with the short reason engines.json
+    gives it (``left_alone``): the start-up line's list."""
+    return "; ".join(r["left_alone"] for r in MODEL[key]["order"] if "left_alone" in r)
 
 
 def fell_back(log: logging.Logger, what: str, e: Exception, engine: str,
@@ -165,6 +233,23 @@ class Patches:
             return None
         return owner, name, f
 
+    def asked_by(self, path: str):
+        """The code objects of the callers a path's gate may refuse (engines.json
+        ``asked_by``: the engine's dispatch, which falls back when refused), or None
+        (recorded) where none of them is found as read: then the path is not gated."""
+        names = self.rows[path].get("asked_by", [])
+        codes = {n: code_of(n) for n in names}
+        found = frozenset(c for c in codes.values() if c is not None)
+        missing = [n for n, c in codes.items() if c is None]
+        if not found:
+            self.skipped.append(f"{path} (the callers it is refused to, {', '.join(missing)}, "
+                                "are not as read)")
+            return None
+        if missing:
+            self.skipped.append(f"{path} refused to {', '.join(missing)} (not as read, so "
+                                "it gets the engine's answer)")
+        return found
+
     def apply(self, path: str, wrap: Callable) -> bool:
         found = self.find(path)
         if found is None:
@@ -208,68 +293,52 @@ class Patches:
 
 
 class Bands:
-    """Per TP size and mode, where the profile routes messages to a custom kernel."""
+    """Per TP size and mode, where the profile routes messages to a custom kernel: the rule of
+    src/export/follow.rs (``Profile.custom_at``, ``custom_prefix``, ``largest_custom``,
+    ``fused_up_to``), which `artune why` reports, with the engine's patches' own state
+    (``active``: off under an engine's deterministic mode)."""
 
     def __init__(self, p: Profile) -> None:
         self.path = os.environ.get(ENV_PROFILE, "")
         self.active = True
-        self._bands: Dict[Tuple[int, str], Tuple[List[int], List[bool]]] = {}
-        for tp in p.tp_sizes:
-            for mode in ("graph", "eager"):
-                bs = p.bands(tp, mode)
-                if bs:
-                    self._bands[(tp, mode)] = ([b.up_to_bytes for b in bs], [b.custom for b in bs])
+        self.profile = p
+        self._tps = set(p.tp_sizes)
 
     def covers(self, tp: int) -> bool:
-        return any(k[0] == tp for k in self._bands)
+        return tp in self._tps
 
     def custom_at(self, tp: int, nbytes: int, mode: str) -> Optional[bool]:
         """True where the profile chose a custom kernel, False where NCCL, None where the
         profile has no answer (the engine keeps its own rule)."""
-        if not self.active:
+        if not self.active or tp not in self._tps:
             return None
-        b = self._bands.get((tp, mode))
-        if b is None:
-            return None
-        i = bisect.bisect_left(b[0], nbytes)
-        return b[1][i] if i < len(b[1]) else None
+        return self.profile.custom_at(tp, nbytes, mode)
 
     def largest_custom(self, tp: int) -> int:
         """The largest message the profile routes to a custom kernel at ``tp``, either mode."""
-        top = 0
-        for (t, _), (sizes, custom) in self._bands.items():
-            if t == tp:
-                top = max([top] + [s for s, c in zip(sizes, custom) if c])
-        return top
+        return self.profile.largest_custom(tp) if tp in self._tps else 0
 
     def custom_prefix(self, tp: int) -> int:
         """The largest size up to which the profile chooses custom at every size from the
         smallest, in both modes (0: it starts with NCCL)."""
-        tops = []
-        for mode in ("graph", "eager"):
-            b = self._bands.get((tp, mode))
-            if b is None:
-                continue
-            top = 0
-            for s, c in zip(*b):
-                if not c:
-                    break
-                top = s
-            tops.append(top)
-        return min(tops) if tops else 0
+        return self.profile.custom_prefix(tp) if tp in self._tps else 0
+
+    def fused_up_to(self, tp: int, engine: Optional[int]) -> Optional[int]:
+        """A fused allreduce+norm the engine fuses up to ``engine`` bytes: how far the plugin
+        lets it fuse (None: not at all)."""
+        return self.profile.fused_up_to(tp, engine)
 
     def describe(self, tp: int, mode: str) -> str:
         """The profile's bands at ``tp`` as "custom to 64K, NCCL to 64M"."""
-        b = self._bands.get((tp, mode))
-        if b is None:
+        bands = self.profile.bands(tp, mode)
+        if not bands:
             return "no bands (the engine keeps its own rule)"
-        out, last = [], None
-        for s, c in zip(*b):
-            if out and c == last:
-                out[-1] = (s, c)
+        out = []
+        for b in bands:
+            if out and out[-1][1] == b.custom:
+                out[-1] = (b.up_to_bytes, b.custom)
             else:
-                out.append((s, c))
-            last = c
+                out.append((b.up_to_bytes, b.custom))
         return ", ".join(f"{'custom' if c else 'NCCL'} to {size(s)}" for s, c in out)
 
 
@@ -326,13 +395,59 @@ def stamp_world_size(comm, attrs) -> None:
                 pass
 
 
+def compiling() -> bool:
+    """True while torch.compile traces: the call comes from the engine's traced dispatch
+    (SGLang's all_reduce under compile), where frames are not the engine's own."""
+    torch = sys.modules.get("torch")
+    try:
+        return bool(torch.compiler.is_compiling())
+    except Exception:  # noqa: BLE001 - no torch or an old one: not tracing
+        return False
+
+
+def code_of(name: str):
+    """The code object of ``module:Qual.name`` in the installed engine, or None."""
+    module, _, qualname = name.partition(":")
+    try:
+        owner = importlib.import_module(module)
+    except Exception:  # noqa: BLE001 - an optional engine module that cannot import
+        return None
+    *outer, last = qualname.split(".")
+    for part in outer:
+        owner = getattr(owner, part, None)
+        if owner is None:
+            return None
+    f = inspect.getattr_static(owner, last, None) if isinstance(owner, type) else getattr(
+        owner, last, None)
+    f = getattr(f, "__func__", f)
+    try:
+        f = inspect.unwrap(f)
+    except Exception:  # noqa: BLE001 - a wrapper chain that loops: take it as it is
+        pass
+    return getattr(f, "__code__", None)
+
+
+def refuses(asked_by, other: Optional[Callable], path: str, frame) -> bool:
+    """Whether a refusal may be given to the caller whose frame is ``frame``: one that falls
+    back when refused (``asked_by``), or the engine's dispatch being traced. Any other
+    caller gets the engine's answer, said once by ``other(path, code)``."""
+    if compiling() or frame.f_code in asked_by:
+        return True
+    if other is not None:
+        other(path, frame.f_code)
+    return False
+
+
 def gate(bands: Bands, world_size: Callable = world_size_of,
-         unknown: Optional[Callable[[str], None]] = None, path: str = ""):
+         unknown: Optional[Callable[[str], None]] = None, path: str = "",
+         asked_by=frozenset(), other: Optional[Callable] = None):
     """The rule for a peer-to-peer path's ``should_*(self, inp, ...)``: still False wherever
     the engine says no, and False where the profile chose NCCL for this TP size, size and
-    mode. Where the profile says custom or has no answer, the engine's answer stands. Where
-    the TP size cannot be told, the engine's answer stands and ``unknown(path)`` says so
-    (the plugins list it under "not applied" and warn once): never a silent pass."""
+    mode, when a caller in ``asked_by`` asks (one that falls back to the next path when
+    refused). Where the profile says custom or has no answer, or another caller asks, the
+    engine's answer stands. Where the TP size cannot be told, the engine's answer stands and
+    ``unknown(path)`` says so (the plugins list it under "not applied" and warn once): never
+    a silent pass."""
 
     def wrap(should):
         @functools.wraps(should)
@@ -344,7 +459,9 @@ def gate(bands: Bands, world_size: Callable = world_size_of,
                 if unknown is not None:
                     unknown(path)
                 return True
-            return bands.custom_at(ws, nbytes_of(inp), mode_of(self)) is not False
+            if bands.custom_at(ws, nbytes_of(inp), mode_of(self)) is not False:
+                return True
+            return not refuses(asked_by, other, path, sys._getframe(1))
 
         return gated
 
@@ -366,9 +483,28 @@ def unknown_reporter(log: logging.Logger, patches: "Patches", engine: str):
     return report
 
 
-def follow(bands: Bands):
+def other_reporter(log: logging.Logger, engine: str):
+    """``gate``'s ``other``: one line per path and caller that asked where the profile says
+    NCCL but which artune does not know to fall back, so it got the engine's answer."""
+    seen = set()
+
+    def report(path: str, code) -> None:
+        caller = f"{code.co_filename}:{getattr(code, 'co_qualname', code.co_name)}"
+        if (path, caller) in seen:
+            return
+        seen.add((path, caller))
+        log.info("artune: %s was asked by %s, which artune does not know to fall back when "
+                 "refused, so it gets %s's own answer (the profile gives NCCL at that size)",
+                 path, caller, engine)
+
+    return report
+
+
+def follow(bands: Bands, asked_by=frozenset(), other: Optional[Callable] = None,
+           path: str = "custom"):
     """For an engine's custom all-reduce ``should_custom_ar(self, inp)``: False wherever the
-    engine says no; where it says yes, what the profile chose for this size and mode."""
+    engine says no; where it says yes, what the profile chose for this size and mode, for a
+    caller in ``asked_by`` (any other caller gets the engine's yes)."""
 
     def wrap(should):
         @functools.wraps(should)
@@ -376,7 +512,9 @@ def follow(bands: Bands):
             if not should(self, inp):
                 return False
             chosen = bands.custom_at(self.world_size, nbytes_of(inp), mode_of(self))
-            return True if chosen is None else chosen
+            if chosen is not False:
+                return True
+            return not refuses(asked_by, other, path, sys._getframe(1))
 
         return followed
 

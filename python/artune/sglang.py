@@ -30,7 +30,10 @@ Beyond the per-call gates:
   the profile, as vLLM's fusion pass: it fuses only up to the profile's custom band from the
   smallest size; a size it refuses is declined as SGLang declines, and the norm's all-reduce
   runs. ``ARTUNE_SGLANG_FUSION=engine`` leaves it to SGLang.
-- SGLang's deterministic inference: the plugin changes nothing. ``ARTUNE_SGLANG=0``: off.
+- The gates refuse only SGLang's dispatch (engines.json ``asked_by``), which falls back to the
+  next path; any other caller gets SGLang's own answer.
+- SGLang's deterministic inference: the plugin changes nothing. ``ARTUNE_SGLANG=0`` (or false,
+  off, no): off.
 - The start-up line is logged at INFO by each group's rank 0. ``sglang.Engine(...)`` sets
   ``log_level="error"`` when the caller passes none, dropping it with SGLang's own lines;
   artune keeps the caller's choice (pass ``log_level="info"`` to see it).
@@ -75,20 +78,10 @@ def register() -> None:
 
 
 def plans(p):
-    """Per TP size: ("v2", limits per mode), ("v1", keep, max_bytes) or ("nccl", reason)."""
-    out = {}
-    for tp in p.tp_sizes:
-        per_mode = {m: p.sglang_plan(tp, m) for m in ("graph", "eager")}
-        kinds = {v[0] for v in per_mode.values() if v is not None}
-        if kinds == {"v2"}:
-            out[tp] = ("v2", {m: v[1] for m, v in per_mode.items() if v is not None})
-        elif kinds == {"v1"}:
-            keep = all(v[1][0] for v in per_mode.values() if v is not None)
-            top = max(v[1][1] for v in per_mode.values() if v is not None)
-            out[tp] = ("v1", keep, top)
-        elif kinds:
-            out[tp] = ("nccl", next(v[1] for v in per_mode.values() if v and v[0] == "nccl"))
-    return out
+    """Per TP size what the plugin sets up (src/export/sglang.rs ``plugin_setup``, the same
+    code `artune why` reports): ("v2", limits per mode), ("v1", build, max_bytes) or
+    ("nccl", reason)."""
+    return {tp: p.sglang_setup(tp) for tp in p.tp_sizes}
 
 
 def _deterministic() -> bool:
@@ -103,14 +96,23 @@ def _version() -> str:
     return getattr(sglang, "__version__", "unknown")
 
 
+def settings():
+    """ARTUNE_SGLANG_FUSION (profile | engine), in the usual spellings; _engine.BadSetting
+    for any other word."""
+    return _engine.setting(ENV_FUSION, {"profile": _engine.ON + ("profile", "artune"),
+                                        "engine": _engine.OFF + ("engine",)},
+                           "profile") == "profile"
+
+
 def _register(patches: "_engine.Patches") -> None:
     if not os.environ.get(_engine.ENV_PROFILE):
         return
     determinism = ("SGLang's deterministic inference (SGLANG_ENABLE_DETERMINISTIC_INFERENCE)"
                    if _deterministic() else None)
-    p = _engine.start(log, "SGLang", "sglang", _version(), determinism)
-    if p is None:
+    started = _engine.start(log, "SGLang", "sglang", _version(), determinism, settings)
+    if started is None:
         return
+    p, fusion = started
     from sglang.srt.distributed import parallel_state
     from sglang.srt.distributed.device_communicators import custom_all_reduce, custom_all_reduce_v2
 
@@ -122,11 +124,17 @@ def _register(patches: "_engine.Patches") -> None:
     import torch.distributed as dist
 
     unknown = _engine.unknown_reporter(log, patches, "SGLang")
+    other = _engine.other_reporter(log, "SGLang")
     for path in GATED:
-        patches.apply(path, _engine.gate(bands, unknown=unknown, path=path))
-    patches.apply("custom_v1", _engine.follow(bands))
+        asked = patches.asked_by(path)
+        if asked is not None:
+            patches.apply(path, _engine.gate(bands, unknown=unknown, path=path, asked_by=asked,
+                                             other=other))
+    asked = patches.asked_by("custom_v1")
+    if asked is not None:
+        patches.apply("custom_v1", _engine.follow(bands, asked, other, "custom_v1"))
     patches.apply("custom_v2", lambda get_config: _v2_follows(get_config, plan))
-    if os.environ.get(ENV_FUSION) != "engine":
+    if fusion:
         patches.apply("flashinfer_fusion", lambda f: _fusion_follows(f, bands))
 
     car_init = car.__init__
@@ -163,7 +171,7 @@ def _register(patches: "_engine.Patches") -> None:
             deterministic = tp and _deterministic()
             v = plan.get(ws)
             off = (tp and not deterministic and v is not None
-                   and (v[0] == "nccl" or (v[0] == "v1" and not (v[1] and v[2]))))
+                   and (v[0] == "nccl" or (v[0] == "v1" and not v[1])))
             if off and b.arguments.get("use_custom_allreduce"):
                 b.arguments["use_custom_allreduce"] = False
             args, kwargs = b.args[1:], b.kwargs
@@ -250,8 +258,8 @@ def _fusion_follows(fused, bands: "_engine.Bands"):
 
         ws = flashinfer_comm_fusion.resolve_fusion_world_size(
             use_attn_tp_group=use_attn_tp_group)
-        if bands.active and bands.covers(ws) and (
-                _engine.nbytes_of(input_tensor) > bands.custom_prefix(ws)):
+        n = _engine.nbytes_of(input_tensor)
+        if bands.active and bands.covers(ws) and (bands.fused_up_to(ws, n) or 0) < n:
             return None, None
         return fused(input_tensor, residual, weight, eps, max_token_num, use_oneshot,
                      trigger_completion_at_end, fp32_acc, use_attn_tp_group)
@@ -283,8 +291,8 @@ def _v2_follows(get_config, plan):
 
         lims = v[1]
         return base._replace(
-            graph=follow(base.graph, lims.get("graph", lims.get("eager"))),
-            eager=follow(base.eager, lims.get("eager", lims.get("graph"))),
+            graph=follow(base.graph, lims["graph"]),
+            eager=follow(base.eager, lims["eager"]),
         )
 
     return followed
@@ -296,7 +304,7 @@ def describe(plan) -> str:
         if v[0] == "v2":
             parts.append(f"TP{tp}: v2 limits {v[1]}")
         elif v[0] == "v1":
-            parts.append(f"TP{tp}: v1 up to {v[2]} B" if v[1] and v[2] else f"TP{tp}: NCCL")
+            parts.append(f"TP{tp}: v1 up to {v[2]} B" if v[1] else f"TP{tp}: NCCL")
         else:
             parts.append(f"TP{tp}: NCCL ({v[1]})")
     return "; ".join(parts)
@@ -324,12 +332,9 @@ def startup_line(bands, patches, plan, name: str, ws: int, off: bool) -> str:
         top = bands.custom_prefix(ws)
         parts.append("FlashInfer allreduce+RMSNorm fusion " +
                      (f"to {_engine.size(top)}" if top else "off (the profile starts with NCCL)"))
-    elif os.environ.get(ENV_FUSION) == "engine":
+    else:
         parts.append(f"FlashInfer allreduce+RMSNorm fusion left to SGLang ({ENV_FUSION}=engine)")
-    parts.append("left alone: NCCL symmetric memory (it is NCCL) and the model-specific fused "
-                 "kernels the profile does not measure (MiMo's CuTe DSL fusion, DeepSeek-V4's "
-                 "all-reduce+mHC, Beam's and Inkling's own all-reduces, Muse Spark's grown push "
-                 "plane, Kimi-K3's NVLS pull)")
+    parts.append("left alone: " + _engine.left_alone("sglang"))
     if patches.skipped:
         parts.append("not applied: " + "; ".join(patches.skipped))
     return "; ".join(parts)

@@ -28,9 +28,13 @@ Beyond the per-call gates:
   where the profile starts with NCCL. It saves a kernel and a norm pass the profile did not
   measure; ``ARTUNE_VLLM_FUSION=engine`` keeps vLLM's own fusion sizes instead. The models
   that call FlashInfer's fused allreduce+RMSNorm from their own code (DeepSeek-V3.2, Kimi-K3,
-  MiniMax-M3, through ``fused_allreduce_gemma_rms_norm._max_token_num``) follow the same cut.
+  MiniMax-M3, through ``fused_allreduce_gemma_rms_norm._max_token_num``) follow the same cut,
+  as does Qwen3.5's fused allreduce+norm+quant (its ``_get_workspace`` declines above it).
+- The gates refuse only vLLM's dispatch (engines.json ``asked_by``), which falls back to the
+  next path; any other caller gets vLLM's own answer, so Muse Spark's specialized decode, which
+  asks FlashInfer at build time and raises if refused, builds as without artune.
 - ``VLLM_BATCH_INVARIANT=1``: the plugin changes nothing (vLLM routes every size to custom AR
-  for a fixed reduction order). ``ARTUNE_VLLM=0``: off.
+  for a fixed reduction order). ``ARTUNE_VLLM=0`` (or false, off, no): off.
 - Ray workers: ``ARTUNE_`` is added to ``VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY``, so the
   profile reaches them (vllm/ray/ray_env.py).
 """
@@ -69,14 +73,25 @@ def register() -> None:
                     "without artune", e)
 
 
+def settings():
+    """ARTUNE_VLLM_FUSION (profile | engine) and ARTUNE_VLLM_CUSTOM_AR (keep | off), in the
+    usual spellings; _engine.BadSetting for any other word."""
+    fusion = _engine.setting(ENV_FUSION, {"profile": _engine.ON + ("profile", "artune"),
+                                          "engine": _engine.OFF + ("engine",)}, "profile")
+    custom_ar = _engine.setting(ENV_CUSTOM_AR, {"keep": _engine.ON + ("keep",),
+                                                "off": _engine.OFF}, "keep")
+    return fusion == "profile", custom_ar == "off"
+
+
 def _register(patches: "_engine.Patches") -> None:
     import vllm
     import vllm.envs as envs
 
     determinism = "VLLM_BATCH_INVARIANT=1" if envs.VLLM_BATCH_INVARIANT else None
-    p = _engine.start(log, "vLLM", "vllm", vllm.__version__, determinism)
-    if p is None:
+    started = _engine.start(log, "vLLM", "vllm", vllm.__version__, determinism, settings)
+    if started is None:
         return
+    p, (fusion, custom_ar_off) = started
     from vllm.distributed import parallel_state
     from vllm.distributed.device_communicators import cuda_communicator, custom_all_reduce
 
@@ -87,13 +102,19 @@ def _register(patches: "_engine.Patches") -> None:
     import torch.distributed as dist
 
     unknown = _engine.unknown_reporter(log, patches, "vLLM")
+    other = _engine.other_reporter(log, "vLLM")
     for path in GATED:
-        patches.apply(path, _engine.gate(bands, unknown=unknown, path=path))
-    patches.apply("custom", _engine.follow(bands))
-    fusion = os.environ.get(ENV_FUSION) != "engine"
+        asked = patches.asked_by(path)
+        if asked is not None:
+            patches.apply(path, _engine.gate(bands, unknown=unknown, path=path, asked_by=asked,
+                                             other=other))
+    asked = patches.asked_by("custom")
+    if asked is not None:
+        patches.apply("custom", _engine.follow(bands, asked, other))
     if fusion:
         patches.apply("fusion_pass", lambda f: _fusion_follows(f, bands))
         patches.apply("model_fused_rms_norm", lambda f: _model_fusion_follows(f, bands))
+        patches.apply("qwen3_5_fused_norm_quant", lambda f: _workspace_follows(f, bands))
         patches.apply("fusion_pass_build", lambda f: _fusion_pass_refused_quietly(f, bands))
 
     comm = cuda_communicator.CudaCommunicator
@@ -107,7 +128,7 @@ def _register(patches: "_engine.Patches") -> None:
             name = a.get("unique_name", "") or ""
             tp = name.split(":")[0] == "tp"
             ws = dist.get_world_size(a["cpu_group"]) if tp else 0
-            off = (tp and os.environ.get(ENV_CUSTOM_AR) == "off" and bands.covers(ws)
+            off = (tp and custom_ar_off and bands.covers(ws)
                    and bands.largest_custom(ws) == 0)
         except Exception as e:  # noqa: BLE001 - artune's own logic: vLLM's call runs as is
             _engine.fell_back(log, "CudaCommunicator.__init__", e, "vLLM")
@@ -173,16 +194,12 @@ def _register(patches: "_engine.Patches") -> None:
 
 
 def _fusion_follows(flashinfer_max_size, bands: "_engine.Bands"):
-    """PassConfig.flashinfer_max_size, cut to the profile's custom band from the smallest
-    size: the fused kernel runs at every size up to it, so it must be custom throughout."""
+    """PassConfig.flashinfer_max_size, cut by the profile (``Bands.fused_up_to``): the fused
+    kernel runs at every size up to it, so it must be custom throughout."""
 
     @functools.wraps(flashinfer_max_size)
     def followed(self, world_size):
-        base = flashinfer_max_size(self, world_size)
-        if base is None or not bands.covers(world_size):
-            return base
-        top = bands.custom_prefix(world_size)
-        return min(base, top) if top > 0 else None
+        return bands.fused_up_to(world_size, flashinfer_max_size(self, world_size))
 
     return followed
 
@@ -206,7 +223,7 @@ def _fusion_pass_refused_quietly(configure, bands: "_engine.Bands"):
         pc = config.compilation_config.pass_config
         tp = config.parallel_config.tensor_parallel_size
         aiter = getattr(sys.modules[configure.__module__], "rocm_aiter_ops", None)
-        if (not pc.fuse_allreduce_rms or not bands.covers(tp) or bands.custom_prefix(tp) > 0
+        if (not pc.fuse_allreduce_rms or bands.fused_up_to(tp, 1) is not None
                 or (aiter is not None and aiter.is_enabled())):
             return configure(self, config)
         pc.fuse_allreduce_rms = False
@@ -226,23 +243,39 @@ def _model_fusion_follows(max_token_num, bands: "_engine.Bands"):
     @functools.wraps(max_token_num)
     def followed(tp_size, hidden_size, dtype):
         base = max_token_num(tp_size, hidden_size, dtype)
-        if base is None or not bands.covers(tp_size):
-            return base
+        if base is None:
+            return None
         import torch
 
         per_token = hidden_size * torch.tensor([], dtype=dtype).element_size()
-        top = bands.custom_prefix(tp_size) // per_token
-        return min(base, top) if top > 0 else None
+        top = bands.fused_up_to(tp_size, base * per_token)
+        return top // per_token if top is not None and top >= per_token else None
+
+    return followed
+
+
+def _workspace_follows(get_workspace, bands: "_engine.Bands"):
+    """Qwen3.5's fused allreduce+norm+quant ``_get_workspace``, declined (None, as vLLM
+    declines) above the profile's custom band from the smallest size: the model then runs its
+    unfused all-reduce through the communicator's gates."""
+
+    @functools.wraps(get_workspace)
+    def followed(hidden_states, tp_size):
+        n = _engine.nbytes_of(hidden_states)
+        if bands.active and bands.covers(tp_size) and (bands.fused_up_to(tp_size, n) or 0) < n:
+            return None
+        return get_workspace(hidden_states, tp_size)
 
     return followed
 
 
 def _capability():
+    """The GPU's capability as vLLM's platform reports it (the one its tables are keyed by)."""
     try:
-        import torch
+        import vllm.platforms
 
-        c = torch.cuda.get_device_capability()
-        return f"{c[0]}.{c[1]}"
+        c = vllm.platforms.current_platform.get_device_capability()
+        return f"{c.major}.{c.minor}" if c is not None else None
     except Exception:  # noqa: BLE001 - no GPU: the line leaves the engine's sizes out
         return None
 
@@ -252,7 +285,7 @@ def mib(n: int) -> str:
 
 
 def serves_other_collectives(ca) -> bool:
-    """vLLM 0.33.0 runs its custom all-gather and reduce-scatter (and DeepSeek-V4.1's fused
+    """vLLM 0.34.0 runs its custom all-gather and reduce-scatter (and DeepSeek-V4.1's fused
     mHC all-reduce) on this object only on full NVLink or with NVLink multicast."""
     return bool(ca.fully_connected or getattr(ca, "mnnvl_multicast_ptr", 0))
 
@@ -300,10 +333,37 @@ def custom_ar_note(ca, bands, ws: int, off: bool, freed=None) -> str:
             "them and runs those on NCCL")
 
 
+def hisparse() -> bool:
+    """vLLM's config has HiSparse on (attention_config.hisparse_config)."""
+    try:
+        from vllm.config import get_current_vllm_config_or_none
+
+        cfg = get_current_vllm_config_or_none()
+        return cfg is not None and cfg.attention_config.hisparse_config is not None
+    except Exception:  # noqa: BLE001 - a release without it: no HiSparse
+        return False
+
+
+def flashinfer_range(cap, ws: int):
+    """(the largest message vLLM's FlashInfer all-reduce takes here, a note on its backend):
+    MNNVL's tuned size on one node by default; the fusion table's on the trtllm backend,
+    which vLLM picks under HiSparse or VLLM_FLASHINFER_ALLREDUCE_BACKEND=trtllm
+    (flashinfer_all_reduce.py _resolve_fi_ar_backend)."""
+    m = _engine.MODEL["vllm"]
+    if ws not in m["flashinfer_world_sizes"]:
+        return None, ""
+    if hisparse():
+        return (m["fusion_max_bytes"].get(cap or "", {}).get(str(ws)),
+                ", trtllm backend under HiSparse")
+    if os.environ.get("VLLM_FLASHINFER_ALLREDUCE_BACKEND", "auto") == "trtllm":
+        return (m["fusion_max_bytes"].get(cap or "", {}).get(str(ws)),
+                ", trtllm backend (VLLM_FLASHINFER_ALLREDUCE_BACKEND)")
+    return m["flashinfer_max_bytes"].get(cap or "", {}).get(str(ws)), ""
+
+
 def startup_line(bands, patches, name: str, ws: int, off: bool, fusion: bool, ca=None,
                  freed=None) -> str:
     """One line per TP communicator: what vLLM runs per size band with the profile applied."""
-    m = _engine.MODEL["vllm"]
     if not bands.covers(ws):
         return (f"artune: TP{ws} group {name}: {bands.path} has no TP{ws} group, so vLLM keeps "
                 "its own choice here")
@@ -312,9 +372,9 @@ def startup_line(bands, patches, name: str, ws: int, off: bool, fusion: bool, ca
     for mode in ("graph", "eager"):
         parts.append(f"{mode}: {bands.describe(ws, mode)}")
     order = "custom sizes run vLLM's own order"
-    fi = m["flashinfer_max_bytes"].get(cap or "", {}).get(str(ws))
+    fi, backend = flashinfer_range(cap, ws)
     if fi and "flashinfer" in patches.applied:
-        order += f" (FlashInfer to {_engine.size(fi)} on {cap}, then custom AR)"
+        order += f" (FlashInfer to {_engine.size(fi)} on {cap}{backend}, then custom AR)"
     parts.append(order + "; NCCL sizes run NCCL with artune's tuner plugin")
     parts.append(custom_ar_note(ca, bands, ws, off, freed))
     fused = [n for p, n in (("fusion_pass", "fusion pass"),
@@ -326,10 +386,7 @@ def startup_line(bands, patches, name: str, ws: int, off: bool, fusion: bool, ca
     elif not fusion:
         parts.append(f"fusion pass and models' fused allreduce+RMSNorm left to vLLM "
                      f"({ENV_FUSION}=engine)")
-    parts.append("left alone: NCCL symmetric memory (it is NCCL) and the model-specific fused "
-                 "kernels the profile does not measure (DeepSeek-V4.1's all-reduce+mHC, Beam's "
-                 "multicast all-reduce+norm, Kimi-K3's latent MoE tail, MiniMax's Lamport "
-                 "QK-norm variance)")
+    parts.append("left alone: " + _engine.left_alone("vllm"))
     if patches.skipped:
         parts.append("not applied: " + "; ".join(patches.skipped))
     return "; ".join(parts)

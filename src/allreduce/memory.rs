@@ -4,7 +4,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::Backend;
+use super::{Backend, Count, Extent, Ranks};
 
 /// Cross-GPU signal flags: one cache line per (rank, peer, phase), rounded up generously.
 pub const SIGNAL_BYTES: u64 = 64 << 10;
@@ -26,41 +26,61 @@ pub struct MemoryCost {
     pub modelled_bytes_per_gpu: u64,
 }
 
-/// Modelled bytes per GPU for `backend` in a group of `tp` ranks whose buffers serve messages up
-/// to `max_bytes`. `nccl_channels` is the channel count NCCL uses on this fabric.
-pub fn modelled(backend: Backend, tp: usize, max_bytes: u64, nccl_channels: u32) -> u64 {
-    let n = tp.max(1) as u64;
-    let shard = max_bytes.div_ceil(n);
-    let fixed = SIGNAL_BYTES + GRAPH_TABLE_BYTES;
-    match backend {
-        // Peers read this GPU's input from one IPC-shared buffer.
-        Backend::OneStagePull => max_bytes + fixed,
-        // Every peer writes its whole input into its own receive slot here.
-        Backend::OneStagePush => (n - 1) * max_bytes + fixed,
-        // Input shared for the reduce-scatter reads, plus this rank's reduced shard for the
-        // all-gather reads.
-        Backend::TwoStagePull => max_bytes + shard + fixed,
-        // Receive slots for peers' shards, plus the gathered result written by peers.
-        Backend::TwoStagePush => (n - 1) * shard + max_bytes + fixed,
-        // Ring and tree each keep a send/receive connection per channel.
-        _ => 2 * nccl_channels as u64 * NCCL_CONN_BYTES,
+/// Bytes of one extent for messages up to `max_bytes` over `ranks`.
+pub fn extent_bytes(e: Extent, ranks: Ranks, max_bytes: u64) -> u64 {
+    match e {
+        Extent::Message => max_bytes,
+        Extent::Shard => max_bytes.div_ceil(ranks.n.max(1) as u64),
+        Extent::IslandShard => max_bytes.div_ceil(ranks.island.max(1) as u64),
     }
+}
+
+/// How many buffers of a count one GPU keeps.
+pub fn count(c: Count, ranks: Ranks) -> u64 {
+    match c {
+        Count::One => 1,
+        Count::Peers => ranks.n.saturating_sub(1) as u64,
+        Count::IslandPeers => ranks.island.saturating_sub(1) as u64,
+        Count::OtherIslands => ranks.islands().saturating_sub(1) as u64,
+    }
+}
+
+/// Modelled bytes per GPU for `backend` in a group of `ranks` whose buffers serve messages up
+/// to `max_bytes`: its entry's buffers (backend.rs) plus flags and the graph table, or NCCL's
+/// connections (`nccl_channels` is the channel count NCCL uses on this fabric).
+pub fn modelled(backend: Backend, ranks: Ranks, max_bytes: u64, nccl_channels: u32) -> u64 {
+    let Some(b) = backend.spec().buffers else {
+        // Ring and tree each keep a send/receive connection per channel.
+        return 2 * nccl_channels as u64 * NCCL_CONN_BYTES;
+    };
+    let whole = |on: bool| if on { max_bytes } else { 0 };
+    let scratch: u64 = b
+        .scratch
+        .iter()
+        .map(|&(c, e)| count(c, ranks) * extent_bytes(e, ranks, max_bytes))
+        .sum();
+    whole(b.input) + scratch + whole(b.output) + SIGNAL_BYTES + GRAPH_TABLE_BYTES
 }
 
 /// Largest message a backend's buffers can serve within `budget` bytes per GPU, or None when
 /// even the fixed part does not fit. NCCL's cost does not grow with message size.
-pub fn largest_within(backend: Backend, tp: usize, budget: u64, nccl_channels: u32) -> Option<u64> {
+pub fn largest_within(
+    backend: Backend,
+    ranks: Ranks,
+    budget: u64,
+    nccl_channels: u32,
+) -> Option<u64> {
     if !backend.is_custom() {
-        return (modelled(backend, tp, 0, nccl_channels) <= budget).then_some(u64::MAX);
+        return (modelled(backend, ranks, 0, nccl_channels) <= budget).then_some(u64::MAX);
     }
-    if modelled(backend, tp, 0, nccl_channels) > budget {
+    if modelled(backend, ranks, 0, nccl_channels) > budget {
         return None;
     }
     // Cost is monotone in max_bytes: bisect.
     let (mut lo, mut hi) = (0u64, 1u64 << 42);
     while lo < hi {
         let mid = lo + (hi - lo).div_ceil(2);
-        if modelled(backend, tp, mid, nccl_channels) <= budget {
+        if modelled(backend, ranks, mid, nccl_channels) <= budget {
             lo = mid;
         } else {
             hi = mid - 1;
@@ -73,20 +93,52 @@ pub fn largest_within(backend: Backend, tp: usize, budget: u64, nccl_channels: u
 mod tests {
     use super::*;
 
+    const FIXED: u64 = SIGNAL_BYTES + GRAPH_TABLE_BYTES;
+
     #[test]
-    fn push_costs_more_than_pull_at_tp8() {
-        let pull = modelled(Backend::OneStagePull, 8, 1 << 20, 2);
-        let push = modelled(Backend::OneStagePush, 8, 1 << 20, 2);
-        assert_eq!(pull, (1 << 20) + SIGNAL_BYTES + GRAPH_TABLE_BYTES);
-        assert_eq!(push, 7 * (1 << 20) + SIGNAL_BYTES + GRAPH_TABLE_BYTES);
+    fn flat_kernels_cost_what_their_buffers_hold() {
+        let (m, r) = (1u64 << 20, Ranks::flat(8));
+        // Pull: the shared input; push: a slot per peer.
+        assert_eq!(modelled(Backend::OneStagePull, r, m, 2), m + FIXED);
+        assert_eq!(modelled(Backend::OneStagePush, r, m, 2), 7 * m + FIXED);
+        // Two-stage pull: the input and the reduced shard; push: a shard slot per peer and
+        // the output peers gather into.
+        assert_eq!(modelled(Backend::TwoStagePull, r, m, 2), m + m / 8 + FIXED);
+        assert_eq!(
+            modelled(Backend::TwoStagePush, r, m, 2),
+            7 * m / 8 + m + FIXED
+        );
+        assert_eq!(
+            modelled(Backend::Nccl, r, m, 2),
+            4 * NCCL_CONN_BYTES,
+            "NCCL's connections, whatever the message"
+        );
+    }
+
+    #[test]
+    fn island_kernels_cost_slots_for_either_direction() {
+        // Two islands of four: input, 3 island-peer slots + the partial + 1 other island's
+        // slot of a quarter each, and the output (two-shot); whole messages for one-shot.
+        let (m, r) = (1u64 << 20, Ranks { n: 8, island: 4 });
+        assert_eq!(
+            modelled(Backend::IslandTwoShot, r, m, 2),
+            m + 5 * (m / 4) + m + FIXED
+        );
+        assert_eq!(modelled(Backend::IslandOneShot, r, m, 2), m + 5 * m + FIXED);
+        // Four islands of two: 1 island peer, the partial, 3 other islands, of halves.
+        let r = Ranks { n: 8, island: 2 };
+        assert_eq!(
+            modelled(Backend::IslandTwoShot, r, m, 2),
+            m + 5 * (m / 2) + m + FIXED
+        );
     }
 
     #[test]
     fn budget_inverts_cost() {
-        let budget = 64 << 20;
-        let m = largest_within(Backend::OneStagePush, 8, budget, 2).unwrap();
-        assert!(modelled(Backend::OneStagePush, 8, m, 2) <= budget);
-        assert!(modelled(Backend::OneStagePush, 8, m + 1, 2) > budget);
-        assert_eq!(largest_within(Backend::OneStagePull, 8, 1024, 2), None);
+        let (budget, r) = (64 << 20, Ranks::flat(8));
+        let m = largest_within(Backend::OneStagePush, r, budget, 2).unwrap();
+        assert!(modelled(Backend::OneStagePush, r, m, 2) <= budget);
+        assert!(modelled(Backend::OneStagePush, r, m + 1, 2) > budget);
+        assert_eq!(largest_within(Backend::OneStagePull, r, 1024, 2), None);
     }
 }

@@ -1,18 +1,112 @@
-//! `artune check --measure`: the profile's decisive sizes re-timed here, judged against this
-//! machine's own run-to-run variation (see [`crate::recheck`]).
+//! `artune check`: does a profile still hold here? By its fingerprints, versions and NCCL/CUDA
+//! environment, or with `--measure` by its decisive sizes re-timed and judged against this
+//! machine's own run-to-run variation (see [`crate::recheck`]). A stale verdict names the
+//! command that tunes this machine again into the same file.
 
 use super::output::outln;
-use super::{CheckArgs, Source};
+use super::{load_topology, CheckArgs, Source};
 use crate::error::Error;
 use crate::profile::Profile;
+use crate::recheck::Point;
 use crate::units::fmt_bytes;
+
+fn source(a: &CheckArgs) -> Source {
+    Source {
+        sim: a.sim.clone(),
+        topology: a.topology.clone(),
+    }
+}
+
+/// The command that tunes the machine `a` checks against again, into the profile's file.
+fn retune(a: &CheckArgs) -> String {
+    let q = |s: &str| crate::shell::quote(s);
+    let mut c = String::from("artune tune");
+    if let Some(s) = &a.sim {
+        c += &format!(" --sim {}", q(s));
+    }
+    if let Some(t) = &a.topology {
+        c += &format!(" --topology {}", q(&t.display().to_string()));
+    }
+    if let Some(k) = a.loopback {
+        c += &format!(" --loopback {k}");
+    }
+    c + &format!(" --out {}", q(&a.profile.display().to_string()))
+}
+
+fn stale(a: &CheckArgs, why: String) -> Error {
+    Error::Stale {
+        why,
+        retune: retune(a),
+    }
+}
+
+/// `artune check PROFILE [--measure]`.
+pub fn run(a: CheckArgs) -> Result<i32, Error> {
+    let p = Profile::load(&a.profile)?;
+    if a.measure {
+        return measured(&a, &p);
+    }
+    let now = load_topology(&source(&a))?;
+    busy_note(&a.profile, &p);
+    let mut st = crate::profile::stale::staleness(&p, &now);
+    crate::profile::stale::add_environment(&mut st, &p, &crate::profile::environment::current());
+    let against = match (&a.topology, &a.sim) {
+        (Some(f), _) => format!("the topology in {}", f.display()),
+        (None, Some(preset)) => format!("the simulated preset {preset}"),
+        (None, None) => "this machine".into(),
+    };
+    let words = |v: &[String]| v.to_vec();
+    let changes: Vec<String> = st.changes.iter().map(ToString::to_string).collect();
+    let unchecked: Vec<String> = st.unchecked.iter().map(ToString::to_string).collect();
+    if a.json {
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "profile": a.profile, "against": against, "measured": false,
+                "holds": st.holds(), "changes": words(&changes), "unchecked": words(&unchecked),
+                "simulated": p.simulated,
+                "retune": (!st.holds()).then(|| retune(&a)),
+            }))
+            .expect("json")
+        );
+    }
+    if !st.holds() {
+        return Err(stale(&a, st.summary(4)));
+    }
+    if a.json {
+        return Ok(0);
+    }
+    let unchecked = match unchecked.is_empty() {
+        true => String::new(),
+        false => format!("; not checked (unknown here): {}", unchecked.join(", ")),
+    };
+    outln!(
+        "{} holds for {against}: topology class {}, host {} ({}){unchecked}{}",
+        a.profile.display(),
+        p.fingerprint.topology_class,
+        p.fingerprint.host,
+        crate::export::group_names(&p),
+        if p.simulated {
+            "; the profile is SIMULATED"
+        } else {
+            ""
+        }
+    );
+    Ok(0)
+}
 
 /// Says on standard error that the profile was measured beside other work (`--allow-busy`).
 pub fn busy_note(path: &std::path::Path, p: &Profile) {
     let Some(e) = p.environment.as_ref().filter(|e| e.allow_busy) else {
         return;
     };
-    let who: Vec<String> = e.busy.iter().map(ToString::to_string).collect();
+    let mut who: Vec<String> = Vec::new();
+    for b in e.busy.iter().chain(p.groups.iter().flat_map(|g| &g.beside)) {
+        let b = b.to_string();
+        if !who.contains(&b) {
+            who.push(b);
+        }
+    }
     eprintln!(
         "note: {} was measured with --allow-busy, beside other processes ({}); its timings may include theirs",
         path.display(),
@@ -22,16 +116,19 @@ pub fn busy_note(path: &std::path::Path, p: &Profile) {
 
 /// The variables of this process that differ from the profile's measuring environment, as
 /// one stale verdict: measuring under another environment would judge another machine.
-pub fn environment_verdict(p: &Profile) -> Result<(), Error> {
+fn environment_verdict(a: &CheckArgs, p: &Profile) -> Result<(), Error> {
     let mut st = crate::profile::stale::Staleness::default();
     crate::profile::stale::add_environment(&mut st, p, &crate::profile::environment::current());
     if st.holds() {
         return Ok(());
     }
-    Err(Error::Stale(format!(
-        "the NCCL/CUDA environment differs from the tune's: {}",
-        st.summary(4)
-    )))
+    Err(stale(
+        a,
+        format!(
+            "the NCCL/CUDA environment differs from the tune's: {}",
+            st.summary(4)
+        ),
+    ))
 }
 
 /// The GPUs and links of the machine against the profile's, before measuring: a link that
@@ -39,29 +136,37 @@ pub fn environment_verdict(p: &Profile) -> Result<(), Error> {
 /// still hold on it (a downtrained link slows NCCL and the kernels alike, so re-timing alone
 /// can miss it). Versions are left to the measurement: deciding whether a driver upgrade
 /// changed anything is what `--measure` is for.
-pub fn hardware_verdict(p: &Profile, now: &crate::topology::Topology) -> Result<(), Error> {
+fn hardware_verdict(
+    a: &CheckArgs,
+    p: &Profile,
+    now: &crate::topology::Topology,
+) -> Result<(), Error> {
     let mut st = crate::profile::stale::staleness(p, now);
     st.changes.retain(crate::profile::stale::Change::is_gpu);
     if st.holds() {
         return Ok(());
     }
-    Err(Error::Stale(format!(
-        "the GPUs or their links differ from the tune's: {}",
-        st.summary(4)
-    )))
+    Err(stale(
+        a,
+        format!(
+            "the GPUs or their links differ from the tune's: {}",
+            st.summary(4)
+        ),
+    ))
 }
 
 /// `check --measure`: the profile's decisive sizes re-timed here, the rule applied again.
-pub fn measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
-    let source = Source {
-        sim: a.sim.clone(),
-        topology: a.topology.clone(),
-    };
+fn measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
+    let source = source(a);
     let faults = super::sim_faults(a.sim_faults.as_deref(), &source)?;
-    environment_verdict(p)?;
+    environment_verdict(a, p)?;
     busy_note(&a.profile, p);
     super::compile_ahead(&source);
-    super::tune::occupancy_gate(
+    let status = super::progress::StatusLine::new();
+    let cancel = crate::cancel::Cancel::new();
+    let stopping = super::progress::stop_on_signals(&cancel, &status);
+    status.stage("looking for other processes on the GPUs");
+    let (_, neighbours) = super::tune::occupancy_gate(
         &source,
         a.loopback,
         a.sim_occupancy.as_deref(),
@@ -69,16 +174,31 @@ pub fn measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
         "check --measure",
     )?;
     let started = std::time::Instant::now();
+    status.stage("opening the machine");
     let mut fabric = super::open_fabric(&source, a.loopback, 7, faults)?;
     crate::recheck::fits(p, fabric.topology().gpu_count())?;
-    hardware_verdict(p, fabric.topology())?;
-    let cancel = crate::cancel::Cancel::new();
-    let points = crate::recheck::run(fabric.as_mut(), p, &crate::recheck::harness(), &cancel);
+    hardware_verdict(a, p, fabric.topology())?;
+    status.stage("re-timing the decisive sizes");
+    let points = crate::recheck::run(
+        fabric.as_mut(),
+        p,
+        &crate::recheck::harness(),
+        &cancel,
+        &neighbours,
+    );
+    stopping.commit();
+    status.finish();
     drop(fabric);
     let points = points?;
+    beside_note(&points);
+    verdict(a, p, &points, started.elapsed().as_secs_f64())
+}
+
+/// The measured verdict on `points`, printed (as text, or as JSON with `--json`): 0 holds,
+/// 3 stale, 8 undecided.
+fn verdict(a: &CheckArgs, p: &Profile, points: &[Point], took: f64) -> Result<i32, Error> {
     let broken: Vec<&crate::recheck::Point> = points.iter().filter(|x| x.changed()).collect();
     let unsettled: Vec<&crate::recheck::Point> = points.iter().filter(|x| x.unsettled()).collect();
-    let took = started.elapsed().as_secs_f64();
     let at = |x: &crate::recheck::Point| {
         format!(
             "TP{} {} GPUs {:?} at {}",
@@ -88,31 +208,52 @@ pub fn measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
             fmt_bytes(x.bytes)
         )
     };
+    let drifting: Vec<&crate::recheck::Point> = points.iter().filter(|x| x.drifting()).collect();
+    if a.json {
+        let v = match (broken.is_empty(), drifting.is_empty()) {
+            (false, _) => "stale",
+            (true, false) => "undecided",
+            (true, true) => "holds",
+        };
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "profile": a.profile, "measured": true, "verdict": v, "seconds": took,
+                "points": points, "retune": (v == "stale").then(|| retune(a)),
+            }))
+            .expect("json")
+        );
+    }
+    let outln_text = |line: String| -> Result<(), Error> {
+        if !a.json {
+            outln!("{line}");
+        }
+        Ok(())
+    };
     for x in &unsettled {
         let first = &x.passes[0];
-        outln!(
+        outln_text(format!(
             "{}: not judged: a first pass found {} {:.0}% faster than the profile's {}, a later pass (one in the other order) did not",
             at(x),
             first.now,
             first.gain(x.chosen) * 100.0,
             x.chosen
-        );
+        ))?;
     }
     let varied: Vec<&crate::recheck::Point> =
         points.iter().filter(|x| x.within_variation()).collect();
     for x in &varied {
-        outln!(
+        outln_text(format!(
             "{}: holds: {} beat the profile's {} by {:.0}% in every pass, within the variation this machine showed when tuned ({})",
             at(x),
             x.now(),
             x.chosen,
             x.gain() * 100.0,
             tuned_moves(x)
-        );
+        ))?;
     }
-    let drifting: Vec<&crate::recheck::Point> = points.iter().filter(|x| x.drifting()).collect();
     for x in &drifting {
-        outln!(
+        outln_text(format!(
             "{}: undecided: {} beat the profile's {} by {:.0}% in every pass ({:.0}% beyond the variation the tune saw), but the timings moved {:.0}% between passes",
             at(x),
             x.now(),
@@ -120,7 +261,7 @@ pub fn measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
             x.gain() * 100.0,
             x.gain_beyond() * 100.0,
             x.drift() * 100.0
-        );
+        ))?;
     }
     if broken.is_empty() && !drifting.is_empty() {
         let msg = format!(
@@ -130,13 +271,13 @@ pub fn measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
             points.len(),
             took
         );
-        outln!("{msg}");
+        outln_text(msg.clone())?;
         eprintln!("{msg}");
         return Ok(crate::recheck::EXIT_UNDECIDED);
     }
     if broken.is_empty() {
         let judged = points.len() - unsettled.len();
-        outln!(
+        outln_text(format!(
             "{} holds, measured: at the {judged} decisive sizes judged here no other backend beats its choice by more than 10% plus this machine's variation (as the tune saw it, and between passes) ({:.1} s){}{}",
             a.profile.display(),
             took,
@@ -145,11 +286,11 @@ pub fn measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
                 n => format!("; {n} more moved between passes (listed above)"),
             },
             if p.simulated { "; the profile is SIMULATED" } else { "" }
-        );
+        ))?;
         return Ok(0);
     }
     for x in &broken {
-        outln!(
+        outln_text(format!(
             "{}: the profile chose {}, now {} is {:.0}% faster (at least, over three passes; {:.0}% beyond what the variation the tune saw and the drift between passes explain); {}",
             at(x),
             x.chosen,
@@ -157,14 +298,45 @@ pub fn measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
             x.gain() * 100.0,
             x.gain_beyond() * 100.0,
             moved(p, x)
-        );
+        ))?;
     }
-    Err(Error::Stale(format!(
-        "{} of {} decisive sizes re-timed here no longer choose what the profile says (listed above, {:.1} s)",
-        broken.len(),
+    Err(stale(
+        a,
+        format!(
+            "{} of {} decisive sizes re-timed here no longer choose what the profile says (listed above, {:.1} s)",
+            broken.len(),
+            points.len(),
+            took
+        ),
+    ))
+}
+
+/// Says on standard error which points were timed beside other processes (`--allow-busy`).
+fn beside_note(points: &[crate::recheck::Point]) {
+    let beside: Vec<&crate::recheck::Point> =
+        points.iter().filter(|x| !x.beside.is_empty()).collect();
+    let Some(first) = beside.first() else {
+        return;
+    };
+    let mut who: Vec<String> = Vec::new();
+    for b in beside.iter().flat_map(|x| &x.beside) {
+        let b = b.to_string();
+        if !who.contains(&b) {
+            who.push(b);
+        }
+    }
+    let groups: std::collections::BTreeSet<String> = beside
+        .iter()
+        .map(|x| format!("TP{} {} GPUs {:?}", x.tp, x.mode.id(), x.gpus))
+        .collect();
+    eprintln!(
+        "note: {} of {} decisive sizes were timed beside other processes ({}; --allow-busy), in {} (first at {}); their verdicts may be that work's",
+        beside.len(),
         points.len(),
-        took
-    )))
+        who.join("; "),
+        groups.into_iter().collect::<Vec<_>>().join(", "),
+        crate::units::fmt_bytes(first.bytes)
+    );
 }
 
 /// How far the backends of a point moved while the profile was tuned, in words.

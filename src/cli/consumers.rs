@@ -3,11 +3,10 @@
 use super::output::{out, outln};
 use std::path::Path;
 
-use super::{load_topology, CheckArgs, DtypeArg, ExportArgs, MessageArgs, PredictArgs, Source};
+use super::{DtypeArg, ExportArgs, MessageArgs, PredictArgs};
 use crate::allreduce::Mode;
 use crate::error::{Error, EXIT_NO_ANSWER};
 use crate::export;
-use crate::profile::stale::staleness;
 use crate::profile::{GroupProfile, Profile, Query, Selection, UnknownReason};
 use crate::report;
 use crate::units::fmt_bytes;
@@ -184,6 +183,7 @@ pub fn select(a: MessageArgs) -> Result<i32, Error> {
         Selection::Chosen {
             backend,
             nccl,
+            fallback,
             expected_us,
             bucket_bytes,
             buffer_bytes,
@@ -196,6 +196,7 @@ pub fn select(a: MessageArgs) -> Result<i32, Error> {
                     "bucket_bytes": bucket_bytes,
                     "buffer_bytes": buffer_bytes,
                     "nccl_variant": nccl.id(),
+                    "fallback": fallback.id(),
                     "tp": g.tp,
                     "mode": g.mode.id(),
                     "gpus": g.gpus,
@@ -214,6 +215,11 @@ pub fn select(a: MessageArgs) -> Result<i32, Error> {
                     report::group_label(g),
                     fmt_bytes(bucket_bytes)
                 );
+                if fallback != backend {
+                    eprintln!(
+                        "{backend} is an island schedule only artune's kernels run; an engine without them runs {fallback} here"
+                    );
+                }
                 note_other_placements(&p, g);
             }
             Ok(0)
@@ -247,6 +253,7 @@ pub fn export(a: ExportArgs) -> Result<i32, Error> {
         source,
         world_size: a.world_size,
         allow_simulated: a.allow_simulated,
+        plugin: crate::plugin::library::tuner_plugin_value(),
     };
     let e = export::export(&p, &o)?;
     if let Some(out) = &a.out {
@@ -323,47 +330,6 @@ pub fn why(a: MessageArgs) -> Result<i32, Error> {
         out!("{}", export::why::render(&w));
         note_other_placements(&p, g);
     }
-    Ok(0)
-}
-
-pub fn check(a: CheckArgs) -> Result<i32, Error> {
-    let p = Profile::load(&a.profile)?;
-    if a.measure {
-        return super::check::measured(&a, &p);
-    }
-    let now = load_topology(&Source {
-        sim: a.sim.clone(),
-        topology: a.topology.clone(),
-    })?;
-    super::check::busy_note(&a.profile, &p);
-    let mut st = staleness(&p, &now);
-    crate::profile::stale::add_environment(&mut st, &p, &crate::profile::environment::current());
-    if !st.holds() {
-        return Err(Error::Stale(st.summary(4)));
-    }
-    let against = match (&a.topology, &a.sim) {
-        (Some(f), _) => format!("the topology in {}", f.display()),
-        (None, Some(preset)) => format!("the simulated preset {preset}"),
-        (None, None) => "this machine".into(),
-    };
-    let unchecked = if st.unchecked.is_empty() {
-        String::new()
-    } else {
-        let what: Vec<String> = st.unchecked.iter().map(ToString::to_string).collect();
-        format!("; not checked (unknown here): {}", what.join(", "))
-    };
-    outln!(
-        "{} holds for {against}: topology class {}, host {} ({}){unchecked}{}",
-        a.profile.display(),
-        p.fingerprint.topology_class,
-        p.fingerprint.host,
-        crate::export::group_names(&p),
-        if p.simulated {
-            "; the profile is SIMULATED"
-        } else {
-            ""
-        }
-    );
     Ok(0)
 }
 

@@ -7,6 +7,7 @@ mod consumers;
 mod doctor;
 mod fleet;
 mod output;
+mod progress;
 mod topo;
 mod tune;
 mod worker;
@@ -181,6 +182,11 @@ pub struct TuneArgs {
     /// One GPU as K virtual ranks (custom kernels on one device; NCCL with one rank).
     #[arg(long, value_name = "K")]
     pub loopback: Option<usize>,
+    /// Island sizes for the island schedules, e.g. 4,4, in place of the islands the topology
+    /// gives, for the groups of as many GPUs as they add up to (ranks in order): virtual islands
+    /// with --loopback, or an experiment. Equal sizes of 2 or more GPUs.
+    #[arg(long, value_delimiter = ',', value_name = "SIZES")]
+    pub islands: Option<Vec<String>>,
     /// Skip the contention probes.
     #[arg(long)]
     pub no_contention: bool,
@@ -200,7 +206,8 @@ pub struct TuneArgs {
     #[arg(long)]
     pub allow_busy: bool,
     /// Testing only, hidden from --help: read the GPUs' occupancy from this JSON file instead
-    /// of NVML (src/topology/occupancy.rs, `Reading`); applies to simulated machines too.
+    /// of NVML (src/topology/occupancy.rs, `Reading`, or a list of them: one per look, the
+    /// first before measuring); applies to simulated machines too.
     #[arg(long, hide = true, value_name = "FILE")]
     pub sim_occupancy: Option<PathBuf>,
     /// Testing only, hidden from --help: inject faults into the simulated machine (needs
@@ -315,6 +322,9 @@ pub struct CheckArgs {
     /// Testing only, hidden from --help: the GPUs' occupancy as `tune --sim-occupancy`.
     #[arg(long, hide = true, value_name = "FILE", requires = "measure")]
     pub sim_occupancy: Option<PathBuf>,
+    /// Print the verdict as JSON (the exit code is the same).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -343,14 +353,29 @@ pub struct PredictArgs {
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// What to benchmark: `kernels`.
-    pub what: String,
+    #[command(subcommand)]
+    pub what: BenchWhat,
+}
+
+/// The benchmarks there are.
+#[derive(Subcommand, Debug)]
+pub enum BenchWhat {
+    /// Custom kernels' bandwidth against a device copy, and their 4 KiB latency (GPU only).
+    #[command(after_help = "Example: artune bench kernels --loopback 8 --sizes 4K:1M")]
+    Kernels(BenchKernelsArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct BenchKernelsArgs {
     /// Virtual ranks on the one GPU.
     #[arg(long, default_value_t = 8)]
     pub loopback: usize,
-    /// Only these backends (repeat the flag; default: the four custom kernels and nccl).
+    /// Only these backends (repeat the flag; default: every custom kernel and nccl).
     #[arg(long = "backend", value_name = "ID")]
     pub backends: Vec<String>,
+    /// Virtual islands for the island schedules, e.g. 4,4 or 2,2,2,2 (default: two halves).
+    #[arg(long, value_delimiter = ',', value_name = "SIZES")]
+    pub islands: Option<Vec<String>>,
     /// Only the standard sizes (4K, 16K, ..., 64M per rank) inside this range.
     #[arg(long, default_value = "4K:64M", value_name = "LOW:HIGH")]
     pub sizes: String,
@@ -436,7 +461,7 @@ fn run(cmd: Command) -> Result<i32, Error> {
         Command::Select(a) => consumers::select(a),
         Command::Export(a) => consumers::export(a),
         Command::Why(a) => consumers::why(a),
-        Command::Check(a) => consumers::check(a),
+        Command::Check(a) => check::run(a),
         Command::Predict(a) => consumers::predict(a),
         Command::Bench(a) => bench::run(a),
         Command::Compare(a) => compare::run(a),
@@ -542,5 +567,33 @@ mod tests {
             }
         }
         assert!(missing.is_empty(), "{missing:#?}");
+    }
+
+    /// `artune help A B` shows the help of every command, nested ones (`bench kernels`)
+    /// included: it once failed for `bench kernels`, a positional argument then.
+    #[test]
+    fn help_names_every_command_at_every_depth() {
+        fn paths(c: &clap::Command, at: Vec<String>, out: &mut Vec<Vec<String>>) {
+            for sub in c.get_subcommands().filter(|s| !s.is_hide_set()) {
+                let mut p = at.clone();
+                p.push(sub.get_name().to_string());
+                out.push(p.clone());
+                paths(sub, p, out);
+            }
+        }
+        let mut all = Vec::new();
+        paths(&super::Cli::command(), Vec::new(), &mut all);
+        assert!(all.iter().any(|p| p == &["bench", "kernels"]), "{all:?}");
+        for p in all.iter().filter(|p| p.last().is_some_and(|l| l != "help")) {
+            let args = ["artune", "help"]
+                .into_iter()
+                .chain(p.iter().map(String::as_str));
+            let e = <super::Cli as clap::Parser>::try_parse_from(args).unwrap_err();
+            assert_eq!(
+                e.kind(),
+                clap::error::ErrorKind::DisplayHelp,
+                "help {p:?}: {e}"
+            );
+        }
     }
 }

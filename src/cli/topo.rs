@@ -14,9 +14,34 @@ pub fn run(a: TopoArgs) -> Result<i32, Error> {
             s.push('\n');
             s
         } else {
-            crate::topology::render::text(&t)
+            let mut s = crate::topology::render::text(&t);
+            s.push_str(&island_schedules(&t));
+            s
         }
     };
     super::output::write_fmt(format_args!("{out}"))?;
     Ok(0)
+}
+
+/// The islands the island schedules take for a group of every GPU, or why there are none: the
+/// partition `tune` derives (src/plan.rs), so it can be read before a tune.
+fn island_schedules(t: &crate::topology::Topology) -> String {
+    let all: Vec<usize> = (0..t.gpu_count()).collect();
+    if all.len() < 2 {
+        return String::new();
+    }
+    let names: Vec<&str> = crate::allreduce::Backend::ALL
+        .iter()
+        .filter(|b| b.is_hierarchical())
+        .map(|b| b.id())
+        .collect();
+    let split = match crate::plan::islands(t, &all) {
+        Ok(i) => i.describe(),
+        Err(why) => format!("none: {why}"),
+    };
+    format!(
+        "\nIsland schedules ({}) on all {} GPUs: {split}\n",
+        names.join(", "),
+        all.len()
+    )
 }

@@ -1,19 +1,154 @@
 //! `artune tune` and `artune show`.
 
-use super::output::{out, outln};
-use std::io::IsTerminal;
-
-use super::{ShowArgs, TuneArgs};
 use std::collections::BTreeSet;
 
+use super::output::{out, outln};
+use super::progress::{stop_on_signals, StatusLine};
+use super::{ShowArgs, TuneArgs};
 use crate::cancel::Cancel;
 use crate::error::Error;
-use crate::measure::Progress;
+use crate::measure::Harness;
 use crate::profile::{Profile, Sampling};
+use crate::topology::occupancy::Neighbours;
 use crate::{report, tune, units};
 
-/// Parses `--tp 2,4,8` against the machine's GPU count.
-pub fn parse_tp(items: &[String], gpus: usize) -> Result<Vec<usize>, Error> {
+/// `tune`'s arguments, each checked once and turned into what the run uses, before anything
+/// touches a GPU (as ripgrep's `HiArgs::from_low_args`). A new flag is one field of
+/// [`TuneArgs`] and one line in [`Tune::from_args`]; only the TP sizes wait for the machine
+/// ([`Tune::options`]).
+struct Tune {
+    source: super::Source,
+    loopback: Option<usize>,
+    faults: crate::fabric::sim::Faults,
+    occupancy: Option<std::path::PathBuf>,
+    allow_busy: bool,
+    /// `--out` with `{host}` replaced, checked writable.
+    out: std::path::PathBuf,
+    plot: Option<std::path::PathBuf>,
+    json: bool,
+    node: crate::profile::Node,
+    /// `--tp` as given (each at least 2); empty: the default for the machine.
+    tp: Vec<usize>,
+    /// `--islands` as given (equal islands of 2 or more, two or more of them).
+    islands: Option<Vec<usize>>,
+    /// Everything else the pipeline takes.
+    options: tune::Options,
+}
+
+impl Tune {
+    fn from_args(a: TuneArgs) -> Result<Tune, Error> {
+        let mut node = crate::profile::Node::here();
+        node.args = std::env::args().skip(1).collect();
+        let out = out_path(&a.out, &node)?;
+        crate::profile::check_writable(&out)?;
+        if let Some(dir) = &a.plot {
+            crate::profile::paths::check_output(dir, "--plot", crate::profile::paths::Expect::Dir)?;
+        }
+        let dtype = a.dtype.into();
+        let (min_bytes, max_bytes) = sizes(&a.sizes, dtype)?;
+        let (sampling, harness) = sampling(a.exhaustive, a.target_ci.as_deref())?;
+        Ok(Tune {
+            faults: super::sim_faults(a.sim_faults.as_deref(), &a.source)?,
+            source: a.source,
+            loopback: a.loopback,
+            occupancy: a.sim_occupancy,
+            allow_busy: a.allow_busy,
+            out,
+            plot: a.plot,
+            json: a.json,
+            node,
+            tp: a
+                .tp
+                .as_deref()
+                .map(parse_tp)
+                .transpose()?
+                .unwrap_or_default(),
+            islands: a.islands.as_deref().map(parse_islands).transpose()?,
+            options: tune::Options {
+                min_bytes,
+                max_bytes,
+                modes: a.mode.modes(),
+                dtype,
+                mem_budget: a.mem_budget.as_deref().map(mem_budget).transpose()?,
+                seed: a.seed,
+                contention: !a.no_contention,
+                sampling,
+                harness,
+                ..Default::default()
+            },
+        })
+    }
+
+    /// The pipeline's options for a machine of `gpus` GPUs: the one check that needs it.
+    fn options(&self, gpus: usize) -> Result<tune::Options, Error> {
+        if let Some(t) = self.tp.iter().find(|&&t| t > gpus) {
+            return Err(Error::bad_input(format!(
+                "--tp {t} does not fit this machine of {gpus} GPUs; choose sizes from 2 to {gpus}"
+            )));
+        }
+        let tuned = match self.tp.is_empty() {
+            true => crate::plan::default_tp(gpus),
+            false => self.tp.clone(),
+        };
+        if let Some(sizes) = &self.islands {
+            let sum: usize = sizes.iter().sum();
+            if !tuned.contains(&sum) {
+                let list: Vec<String> = tuned.iter().map(usize::to_string).collect();
+                return Err(Error::bad_input(format!(
+                    "--islands {} adds up to {sum} GPUs, but the groups tuned have {}; give sizes that add up to one of them (or tune that size with --tp {sum})",
+                    shown(sizes),
+                    list.join(", ")
+                )));
+            }
+        }
+        Ok(tune::Options {
+            tp: self.tp.clone(),
+            islands: self.islands.clone(),
+            ..self.options.clone()
+        })
+    }
+}
+
+/// Island sizes as typed: "4,4".
+fn shown(sizes: &[usize]) -> String {
+    let v: Vec<String> = sizes.iter().map(usize::to_string).collect();
+    v.join(",")
+}
+
+/// Parses `--islands 4,4`: equal islands of 2 or more GPUs, two or more of them. Whether they
+/// add up to a tuned group's size is checked once the machine is known ([`Tune::options`]).
+pub fn parse_islands(items: &[String]) -> Result<Vec<usize>, Error> {
+    let sizes = items
+        .iter()
+        .map(|it| {
+            it.trim().parse::<usize>().map_err(|_| {
+                Error::bad_input(format!(
+                    "--islands `{it}` is not a number; give island sizes like --islands 4,4"
+                ))
+            })
+        })
+        .collect::<Result<Vec<usize>, Error>>()?;
+    let s = shown(&sizes);
+    if sizes.len() < 2 {
+        return Err(Error::bad_input(format!(
+            "--islands {s} is one island: an island schedule crosses between two or more; give sizes like --islands 4,4"
+        )));
+    }
+    if sizes.iter().any(|&k| k < 2) {
+        return Err(Error::bad_input(format!(
+            "--islands {s} has an island of fewer than 2 GPUs, with nothing to reduce inside it; give islands of 2 or more"
+        )));
+    }
+    if sizes.windows(2).any(|w| w[0] != w[1]) {
+        return Err(Error::bad_input(format!(
+            "--islands {s} are of unequal size: the island schedules need equal islands; give equal sizes such as --islands 4,4"
+        )));
+    }
+    Ok(sizes)
+}
+
+/// Parses `--tp 2,4,8`: TP sizes of at least 2 (whether they fit is the machine's to say).
+fn parse_tp(items: &[String]) -> Result<Vec<usize>, Error> {
     let mut out = BTreeSet::new();
     for it in items {
         let t: usize = it.trim().parse().map_err(|_| {
@@ -21,9 +156,9 @@ pub fn parse_tp(items: &[String], gpus: usize) -> Result<Vec<usize>, Error> {
                 "--tp `{it}` is not a number; give TP sizes like --tp 2,4,8"
             ))
         })?;
-        if t < 2 || t > gpus {
+        if t < 2 {
             return Err(Error::bad_input(format!(
-                "--tp {t} does not fit this machine of {gpus} GPUs; choose sizes from 2 to {gpus}"
+                "--tp {t}: an allreduce needs at least 2 GPUs; give TP sizes like --tp 2,4,8"
             )));
         }
         out.insert(t);
@@ -36,13 +171,25 @@ pub fn parse_tp(items: &[String], gpus: usize) -> Result<Vec<usize>, Error> {
     Ok(out.into_iter().collect())
 }
 
-/// Connects SIGINT and SIGTERM to `cancel`: the first stops the tune between measurements, a
-/// second exits at once with code 130.
-fn cancel_on_signals(cancel: &Cancel) {
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        // Registered first, so it sees the flag as it was before this signal set it.
-        let _ = signal_hook::flag::register_conditional_shutdown(sig, 130, cancel.flag().clone());
-        let _ = signal_hook::flag::register(sig, cancel.flag().clone());
+/// `--sizes LOW:HIGH`: within the profile's limits, and whole elements of `dtype` at both ends.
+fn sizes(text: &str, dtype: crate::allreduce::Dtype) -> Result<(u64, u64), Error> {
+    let (min_bytes, max_bytes) = units::parse_range(text)?;
+    if max_bytes > crate::profile::LIMITS.message_bytes {
+        return Err(Error::bad_input(format!(
+            "--sizes {text} goes above 1 TiB; choose a smaller upper bound"
+        )));
+    }
+    tune::check_sizes(min_bytes, max_bytes, dtype)
+        .map_err(|e| Error::bad_input(format!("--sizes {text}: {e}")))?;
+    Ok((min_bytes, max_bytes))
+}
+
+/// `--mem-budget BYTES`, above 0: a budget of 0 would exclude every custom kernel at every
+/// size, so it is refused, not applied.
+fn mem_budget(text: &str) -> Result<u64, Error> {
+    match units::parse_bytes(text)? {
+        0 => Err(Error::bad_input(format!("--mem-budget {text} leaves no custom kernel; give a size such as 256MiB, or leave --mem-budget out to allow any"))),
+        b => Ok(b),
     }
 }
 
@@ -68,62 +215,27 @@ pub fn parse_target_ci(text: &str) -> Result<f64, Error> {
     Ok(pct / 100.0)
 }
 
-/// The sampling asked for, or why the flags contradict each other.
-fn sampling(a: &TuneArgs) -> Result<(Sampling, Option<f64>), Error> {
-    let target = a.target_ci.as_deref().map(parse_target_ci).transpose()?;
-    if a.exhaustive && target.is_some() {
-        return Err(Error::bad_input(
-            "--exhaustive samples every backend to the reference 2% target, so --target-ci cannot change it; drop one of them",
-        ));
-    }
-    let s = if a.exhaustive {
-        Sampling::Exhaustive
-    } else {
-        Sampling::Fast
-    };
-    Ok((s, target))
-}
-
-fn options(a: &TuneArgs, gpus: usize, cancel: Cancel) -> Result<tune::Options, Error> {
-    let (min_bytes, max_bytes) = units::parse_range(&a.sizes)?;
-    if max_bytes > crate::profile::LIMITS.message_bytes {
-        return Err(Error::bad_input(format!(
-            "--sizes {} goes above 1 TiB; choose a smaller upper bound",
-            a.sizes
-        )));
-    }
-    let tp = match &a.tp {
-        Some(items) => parse_tp(items, gpus)?,
-        None => Vec::new(),
-    };
-    let mem_budget = a
-        .mem_budget
-        .as_deref()
-        .map(units::parse_bytes)
-        .transpose()?;
-    let (sampling, target_ci) = sampling(a)?;
+/// The sampling asked for (`--exhaustive`, `--target-ci`), or why the flags contradict.
+fn sampling(exhaustive: bool, target_ci: Option<&str>) -> Result<(Sampling, Harness), Error> {
+    let target = target_ci.map(parse_target_ci).transpose()?;
     let mut harness = tune::fast_harness();
-    if let Some(t) = target_ci {
-        harness.target_ci = t;
+    match (exhaustive, target) {
+        (true, Some(_)) => Err(Error::bad_input(
+            "--exhaustive samples every backend to the reference 2% target, so --target-ci cannot change it; drop one of them",
+        )),
+        (true, None) => Ok((Sampling::Exhaustive, harness)),
+        (false, t) => {
+            if let Some(t) = t {
+                harness.target_ci = t;
+            }
+            Ok((Sampling::Fast, harness))
+        }
     }
-    Ok(tune::Options {
-        tp,
-        sampling,
-        harness,
-        min_bytes,
-        max_bytes,
-        modes: a.mode.modes(),
-        dtype: a.dtype.into(),
-        mem_budget,
-        seed: a.seed,
-        contention: !a.no_contention,
-        cancel,
-        ..Default::default()
-    })
 }
 
 /// `--out` with `{host}` replaced by this node's name (the scheduler's, else the host name), so
-/// one command line launched on every node writes one file per node.
+/// one command line launched on every node writes one file per node. A name that cannot be a
+/// file name is refused naming where it came from.
 fn out_path(
     out: &std::path::Path,
     node: &crate::profile::Node,
@@ -132,129 +244,120 @@ fn out_path(
     if !text.contains("{host}") {
         return Ok(out.to_path_buf());
     }
-    let name = node
+    let set = |k: &'static str| std::env::var(k).ok().filter(|v| !v.is_empty()).map(|_| k);
+    let from = match &node.scheduler_node {
+        Some(_) => set("SLURMD_NODENAME")
+            .or_else(|| set("NODE_NAME"))
+            .unwrap_or("the scheduler's node name"),
+        None => "the host name",
+    };
+    let Some(name) = node
         .scheduler_node
         .clone()
         .or_else(|| node.hostname.clone())
-        .filter(|n| !n.contains('/') && n != "." && n != "..")
-        .ok_or_else(|| {
-            Error::bad_input(
-                "--out names {host}, but this machine's host name is unknown or not a file name; write the file name out",
-            )
-        })?;
+    else {
+        return Err(Error::bad_input(
+            "--out names {host}, but SLURMD_NODENAME and NODE_NAME are unset and the host name is unknown; set NODE_NAME or write the file name out",
+        ));
+    };
+    let why = if name.contains('/') {
+        Some("it holds a /")
+    } else if name == "." || name == ".." {
+        Some("it names a directory")
+    } else {
+        None
+    };
+    if let Some(why) = why {
+        let shown = match from {
+            "the host name" => format!("the host name `{name}`"),
+            var => format!("{var}={name}"),
+        };
+        return Err(Error::bad_input(format!(
+            "--out names {{host}}, which would be {shown} here, and that is not a file name ({why}); set it to the node's name, or write the file name out"
+        )));
+    }
     Ok(text.replace("{host}", &name).into())
 }
 
-pub fn run(mut a: TuneArgs) -> Result<i32, Error> {
-    let mut node = crate::profile::Node::here();
-    node.args = std::env::args().skip(1).collect();
-    a.out = out_path(&a.out, &node)?;
-    // Validate everything cheap before touching hardware.
-    let (min_bytes, max_bytes) = units::parse_range(&a.sizes)?;
-    tune::check_sizes(min_bytes, max_bytes, a.dtype.into())
-        .map_err(|e| Error::bad_input(format!("--sizes {}: {e}", a.sizes)))?;
-    // A budget of 0 would exclude every custom kernel at every size: refused, not applied.
-    if let Some(b) = &a.mem_budget {
-        if units::parse_bytes(b)? == 0 {
-            return Err(Error::bad_input(format!("--mem-budget {b} leaves no custom kernel; give a size such as 256MiB, or leave --mem-budget out to allow any")));
-        }
-    }
-    sampling(&a)?;
-    let faults = super::sim_faults(a.sim_faults.as_deref(), &a.source)?;
-    crate::profile::check_writable(&a.out)?;
-    if let Some(dir) = &a.plot {
-        crate::profile::paths::check_output(dir, "--plot", crate::profile::paths::Expect::Dir)?;
-    }
+pub fn run(a: TuneArgs) -> Result<i32, Error> {
+    let t = Tune::from_args(a)?;
+    let status = StatusLine::new();
+    let cancel = Cancel::new();
+    let stopping = stop_on_signals(&cancel, &status);
     let entered = std::time::Instant::now();
-    super::compile_ahead(&a.source);
-    let busy = occupancy_gate(
-        &a.source,
-        a.loopback,
-        a.sim_occupancy.as_deref(),
-        a.allow_busy,
+    super::compile_ahead(&t.source);
+    status.stage("looking for other processes on the GPUs");
+    let (busy, neighbours) = occupancy_gate(
+        &t.source,
+        t.loopback,
+        t.occupancy.as_deref(),
+        t.allow_busy,
         "tune",
     )?;
-    let cancel = Cancel::new();
-    cancel_on_signals(&cancel);
+    status.stage(
+        match t.source.sim.is_some() || t.source.topology.is_some() {
+            true => "modelling the simulated machine",
+            false => "starting a worker per GPU and compiling the kernels",
+        },
+    );
     let opening = std::time::Instant::now();
-    let mut fabric = super::open_fabric(&a.source, a.loopback, a.seed, faults)
+    let mut fabric = super::open_fabric(&t.source, t.loopback, t.options.seed, t.faults.clone())
         .map_err(|e| beside_busy(e, &busy))?;
     let opts = tune::Options {
         checks_seconds: (opening - entered).as_secs_f64(),
         startup_seconds: opening.elapsed().as_secs_f64(),
         environment: crate::profile::environment::current(),
-        allow_busy: a.allow_busy,
+        allow_busy: t.allow_busy,
         busy,
-        ..options(&a, fabric.topology().gpu_count(), cancel)?
+        neighbours,
+        cancel,
+        ..t.options(fabric.topology().gpu_count())?
     };
-
-    let bar = std::io::stderr().is_terminal().then(|| {
-        let pb = indicatif::ProgressBar::new(0);
-        pb.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} {msg}",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        pb
-    });
-    let mut on_progress = |p: Progress| {
-        if let Progress::Fault(f) = &p {
-            match &bar {
-                Some(pb) => pb.println(format!("warning: {f}")),
-                None => eprintln!("warning: {f}"),
-            }
-        }
-        let Some(pb) = &bar else { return };
-        match p {
-            Progress::Planned(n) => pb.set_length(n),
-            Progress::Group { gpus, placement } => {
-                pb.set_message(format!("GPUs {gpus:?} ({placement})"))
-            }
-            Progress::Cell { .. } => pb.inc(1),
-            Progress::Fault(_) => {}
-        }
-    };
-    let result = tune::run(fabric.as_mut(), &opts, &mut on_progress);
-    if let Some(pb) = &bar {
-        pb.finish_and_clear();
-    }
+    status.stage("planning the GPU groups and sizes");
+    let result = tune::run(fabric.as_mut(), &opts, &mut |p| status.progress(p));
+    stopping.commit();
+    status.finish();
     // Releases communicators and device memory before anything is written.
     drop(fabric);
     let mut profile = result.map_err(|e| beside_busy(e, &opts.busy))?;
-    profile.node = Some(node);
-    profile.write_atomic(&a.out)?;
-    if let Some(dir) = &a.plot {
+    profile.node = Some(t.node);
+    profile.write_atomic(&t.out)?;
+    if let Some(dir) = &t.plot {
         let files = report::plots(&profile, dir)?;
         eprintln!("wrote {} plots to {}", files.len(), dir.display());
     }
-    if a.json {
+    if t.json {
         outln!(
             "{}",
             serde_json::to_string_pretty(&report::summary_json(&profile)).expect("json")
         );
     } else {
         out!("{}", report::summary(&profile));
-        eprint!("\n{}", report::next_steps(&a.out, &profile));
+        eprint!("\n{}", report::next_steps(&t.out, &profile));
     }
     Ok(0)
 }
 
 /// Before measuring: who else is on the GPUs the command will use (NVML on real GPUs, or the
 /// testing `--sim-occupancy FILE`). Another process refuses the command (exit 2) unless
-/// `allow_busy`; then it is warned about and returned for the profile.
+/// `allow_busy`; then it is warned about and returned for the profile. Also returns the watch
+/// that asks the same again between the command's phases and groups.
 pub fn occupancy_gate(
     source: &super::Source,
     loopback: Option<usize>,
     fake: Option<&std::path::Path>,
     allow_busy: bool,
     command: &str,
-) -> Result<Vec<crate::profile::environment::BusyGpu>, Error> {
+) -> Result<(Vec<crate::profile::environment::BusyGpu>, Neighbours), Error> {
     use crate::topology::occupancy;
     let simulated = source.sim.is_some() || source.topology.is_some();
-    let reading = match fake {
-        Some(f) => occupancy::read_file(f)?,
-        None if simulated => return Ok(Vec::new()),
+    let (reading, watch) = match fake {
+        Some(f) => {
+            let readings = occupancy::read_file_polls(f)?;
+            let first = readings[0].clone();
+            (first, Neighbours::script(readings, command, allow_busy))
+        }
+        None if simulated => return Ok((Vec::new(), Neighbours::default())),
         None => match occupancy::read_nvml(None, std::time::Duration::from_secs(1)) {
             Ok(mut r) => {
                 let uuids: Vec<(usize, String)> = r
@@ -263,27 +366,27 @@ pub fn occupancy_gate(
                     .filter_map(|g| Some((g.index, g.uuid.clone()?)))
                     .collect();
                 let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
-                if let Some(keep) =
-                    occupancy::cuda_indices(visible.as_deref(), &uuids, loopback.is_some())
-                {
+                let keep = occupancy::cuda_indices(visible.as_deref(), &uuids, loopback.is_some());
+                if let Some(keep) = &keep {
                     r.gpus.retain(|g| keep.contains(&g.index));
                 }
-                r
+                let watch = Neighbours::nvml(keep, command, allow_busy).unwrap_or_default();
+                (r, watch)
             }
             // Opening the GPUs will say what is wrong with NVML or the driver.
             Err(e) => {
                 tracing::debug!("GPU occupancy not read: {e}");
-                return Ok(Vec::new());
+                return Ok((Vec::new(), Neighbours::default()));
             }
         },
     };
     match (reading.refusal(command), reading.describe()) {
         (Some(_), Some(what)) if allow_busy => {
             eprintln!("warning: measuring beside other work (--allow-busy, recorded in the profile): {what}");
-            Ok(reading.busy())
+            Ok((reading.busy(), watch))
         }
         (Some(why), _) => Err(Error::bad_input(why)),
-        _ => Ok(Vec::new()),
+        _ => Ok((Vec::new(), watch)),
     }
 }
 
@@ -318,6 +421,7 @@ pub fn show(a: ShowArgs) -> Result<i32, Error> {
 #[cfg(test)]
 mod tests {
     use super::{beside_busy, parse_target_ci, parse_tp};
+
     use crate::error::Error;
     use crate::profile::environment::BusyGpu;
 
@@ -344,6 +448,29 @@ mod tests {
     }
 
     #[test]
+    fn a_host_name_that_is_no_file_name_is_refused_naming_its_variable() {
+        let node = |sched: Option<&str>, host: Option<&str>| crate::profile::Node {
+            scheduler_node: sched.map(Into::into),
+            hostname: host.map(Into::into),
+            args: Vec::new(),
+        };
+        let out = std::path::Path::new("/p/{host}.json");
+        let ok = super::out_path(out, &node(None, Some("n7"))).unwrap();
+        assert_eq!(ok, std::path::Path::new("/p/n7.json"));
+        let e = super::out_path(out, &node(None, Some("..")))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("the host name `..`") && e.contains("names a directory"),
+            "{e}"
+        );
+        let e = super::out_path(out, &node(None, None))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("SLURMD_NODENAME and NODE_NAME are unset"), "{e}");
+    }
+
+    #[test]
     fn target_ci_is_a_percentage_within_bounds() {
         assert_eq!(parse_target_ci("2").unwrap(), 0.02);
         assert_eq!(parse_target_ci("0.5%").unwrap(), 0.005);
@@ -354,9 +481,26 @@ mod tests {
     }
 
     #[test]
-    fn tp_sizes_parse_against_the_gpu_count() {
-        assert_eq!(parse_tp(&["4".into(), "2".into()], 8).unwrap(), vec![2, 4]);
-        assert!(parse_tp(&["16".into()], 8).is_err());
-        assert!(parse_tp(&["x".into()], 8).is_err());
+    fn tp_sizes_parse_and_must_fit_the_machine() {
+        assert_eq!(parse_tp(&["4".into(), "2".into()]).unwrap(), vec![2, 4]);
+        assert!(parse_tp(&["1".into()]).is_err());
+        assert!(parse_tp(&["x".into()]).is_err());
+        use clap::Parser;
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("p.json");
+        let args = ["artune", "tune", "--sim", "pcie-2x", "--tp", "4", "--out"];
+        let a =
+            crate::cli::Cli::try_parse_from(args.iter().copied().chain([out.to_str().unwrap()]))
+                .unwrap();
+        let crate::cli::Command::Tune(a) = a.command else {
+            panic!("not tune")
+        };
+        let t = super::Tune::from_args(a).unwrap();
+        let e = t.options(2).unwrap_err().to_string();
+        assert!(
+            e.contains("--tp 4 does not fit this machine of 2 GPUs"),
+            "{e}"
+        );
+        assert_eq!(t.options(4).unwrap().tp, vec![4]);
     }
 }

@@ -18,6 +18,7 @@ fn bucket(bytes: u64, choice: Backend, times: &[(Backend, f64)]) -> Bucket {
         bytes,
         choice,
         nccl_choice: None,
+        fallback: None,
         results: times.iter().map(|&(b, t)| (b, timing(t))).collect(),
         waived: Default::default(),
     }
@@ -140,6 +141,7 @@ fn noisy(bytes: u64, choice: Backend, times: &[(Backend, f64, f64)]) -> Bucket {
         bytes,
         choice,
         nccl_choice: None,
+        fallback: None,
         results: times.iter().map(|&(b, t, h)| (b, spread(t, h))).collect(),
         waived: Default::default(),
     }

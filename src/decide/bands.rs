@@ -5,19 +5,23 @@
 //!
 //! Dynamic programming over the buckets, one state per backend the rule chose somewhere in the
 //! group. Staying on a backend the rule did not choose at a bucket is allowed only where it is
-//! not significantly slower than the rule's choice there (a tie), where it asks no more of the
-//! engine than that choice (NCCL's own choice before a pinned variant, a pin before a custom
-//! kernel: a band that must earn its pin or buffers is never stretched over sizes where it does
-//! not), and it never counts as faster than that choice: smoothing only ever removes changes,
-//! it never chases noise. Each change of backend costs MIN_EFFECT/2 of the time at the change,
-//! so a one-bucket band inside another (two changes) survives only if it wins by more than
-//! MIN_EFFECT there.
+//! not significantly slower than the rule's choice there (a tie), and it never counts as faster
+//! than that choice: smoothing only ever removes changes, it never chases noise. A backend that
+//! asks more of the engine than the rule's choice is never stretched over it (a custom kernel
+//! must earn its buffers at every size it serves), except that a pinned NCCL variant may bridge
+//! a tie with NCCL's own choice between two sizes where the rule chose the pin: a pin is free to
+//! keep, and a band of NCCL's own choice that gains nothing does not split one pinned band in
+//! two. Each change of
+//! backend costs MIN_EFFECT/2 of the time at the change, so a one-bucket band inside another
+//! (two changes) survives only if it wins by more than MIN_EFFECT there. So every band but the
+//! reference's holds a size where its backend won by the rule.
 
 use std::collections::BTreeMap;
 
 use super::rule::{beats, MIN_EFFECT};
 use crate::allreduce::Backend;
-use crate::profile::{Regret, Timing};
+use crate::profile::Regret;
+use crate::results::Timing;
 
 /// One bucket as the smoothing sees it.
 pub struct Step<'a> {
@@ -40,15 +44,17 @@ fn demand(b: Backend) -> u8 {
     }
 }
 
-/// What staying on `b` at `s` costs, or None where `b` may not serve `s`.
-fn cost(s: &Step<'_>, b: Backend) -> Option<f64> {
+/// What staying on `b` at `s` costs, or None where `b` may not serve `s`; `inside` says
+/// whether `s` lies between two sizes where the rule chose `b`.
+fn cost(s: &Step<'_>, b: Backend, inside: bool) -> Option<f64> {
     let chosen = s.results.get(&s.rule)?.median_us;
     if b == s.rule {
         return Some(chosen);
     }
     let t = s.results.get(&b)?;
     let r = &s.results[&s.rule];
-    (demand(b) <= demand(s.rule) && !beats(r, t)).then_some(t.median_us.max(chosen))
+    let bridge = inside && b.nccl_pin().is_some() && s.rule == Backend::Nccl;
+    ((demand(b) <= demand(s.rule) || bridge) && !beats(r, t)).then_some(t.median_us.max(chosen))
 }
 
 /// The backend per step after smoothing; the rule's choice wherever no smoother sequence is
@@ -62,18 +68,29 @@ pub fn smooth(steps: &[Step<'_>]) -> Vec<Backend> {
         return Vec::new();
     }
     let k = states.len();
+    // Per state, the first and last step where the rule chose it: the span it may bridge.
+    let span: Vec<(usize, usize)> = states
+        .iter()
+        .map(|&b| {
+            let at = |i: &usize| steps[*i].rule == b;
+            let first = (0..n).find(at).unwrap_or(0);
+            let last = (0..n).rev().find(at).unwrap_or(0);
+            (first, last)
+        })
+        .collect();
+    let inside = |i: usize, j: usize| span[j].0 < i && i < span[j].1;
     // best[i][j]: least cost of steps 0..=i ending on states[j]; from[i][j]: the state before.
     let mut best = vec![vec![f64::INFINITY; k]; n];
     let mut from = vec![vec![usize::MAX; k]; n];
     for (j, &b) in states.iter().enumerate() {
-        if let Some(c) = cost(&steps[0], b) {
+        if let Some(c) = cost(&steps[0], b, false) {
             best[0][j] = c;
         }
     }
     for i in 1..n {
         let penalty = MIN_EFFECT / 2.0 * steps[i].results[&steps[i].rule].median_us;
         for (j, &b) in states.iter().enumerate() {
-            let Some(c) = cost(&steps[i], b) else {
+            let Some(c) = cost(&steps[i], b, inside(i, j)) else {
                 continue;
             };
             for p in 0..k {
@@ -218,6 +235,53 @@ mod tests {
         let r = [mk(10.0, 9.8), mk(10.0, 9.6), mk(10.0, 9.8)];
         let s = steps(&[Backend::Nccl, Backend::NcclRingSimple, Backend::Nccl], &r);
         assert_eq!(smooth(&s), [Backend::Nccl; 3]);
+    }
+
+    #[test]
+    fn a_pinned_band_bridges_a_tie_with_nccl_but_is_not_stretched_past_its_wins() {
+        // pcie-4x-1switch TP4 graph had ring_simple → nccl → ring_simple where the pin tied
+        // NCCL (0.999x) at 52K-64K: three bands where one pinned band gains as much.
+        let mk = |nccl: f64, ring: f64| {
+            BTreeMap::from([(Backend::Nccl, t(nccl)), (Backend::NcclRingSimple, t(ring))])
+        };
+        let r = [
+            mk(10.0, 9.9),
+            mk(10.0, 8.0),
+            mk(10.0, 9.99),
+            mk(10.0, 10.01),
+            mk(10.0, 8.0),
+            mk(10.0, 9.9),
+        ];
+        let rules = [
+            Backend::Nccl,
+            Backend::NcclRingSimple,
+            Backend::Nccl,
+            Backend::Nccl,
+            Backend::NcclRingSimple,
+            Backend::Nccl,
+        ];
+        let s = steps(&rules, &r);
+        assert_eq!(
+            smooth(&s),
+            [
+                Backend::Nccl,
+                Backend::NcclRingSimple,
+                Backend::NcclRingSimple,
+                Backend::NcclRingSimple,
+                Backend::NcclRingSimple,
+                Backend::Nccl
+            ]
+        );
+        // A gap the pin loses significantly is not bridged.
+        let r2 = [
+            r[0].clone(),
+            r[1].clone(),
+            mk(10.0, 12.0),
+            r[3].clone(),
+            r[4].clone(),
+            r[5].clone(),
+        ];
+        assert_eq!(smooth(&steps(&rules, &r2)), rules);
     }
 
     #[test]

@@ -15,7 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::allreduce::Backend;
-use crate::profile::Timing;
+use crate::results::Timing;
 
 /// An advantage smaller than this fraction is not worth more memory or a pinned NCCL
 /// setting, however tight the confidence intervals are.

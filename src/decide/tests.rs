@@ -1,4 +1,5 @@
 use super::*;
+use crate::allreduce::Ranks;
 
 fn t(median: f64, half: f64) -> Timing {
     Timing::around(median, half)
@@ -12,7 +13,7 @@ fn significant_winner_takes_it() {
     ]
     .into();
     assert_eq!(
-        choose(&r, |b| extra_memory(b, 8, 4096)),
+        choose(&r, |b| extra_memory(b, Ranks::flat(8), 4096)),
         Some(Backend::OneStagePull)
     );
 }
@@ -26,7 +27,7 @@ fn tie_goes_to_less_extra_memory() {
     ]
     .into();
     assert_eq!(
-        choose(&r, |b| extra_memory(b, 8, 4096)),
+        choose(&r, |b| extra_memory(b, Ranks::flat(8), 4096)),
         Some(Backend::Nccl)
     );
     // Between two custom kernels, the cheaper one (pull needs 1 buffer, push N-1) wins a tie.
@@ -36,7 +37,7 @@ fn tie_goes_to_less_extra_memory() {
     ]
     .into();
     assert_eq!(
-        choose(&r, |b| extra_memory(b, 8, 4096)),
+        choose(&r, |b| extra_memory(b, Ranks::flat(8), 4096)),
         Some(Backend::OneStagePull)
     );
 }
@@ -50,7 +51,7 @@ fn small_gaps_are_ties_even_with_tight_cis() {
     ]
     .into();
     assert_eq!(
-        choose(&r, |b| extra_memory(b, 8, 1 << 20)),
+        choose(&r, |b| extra_memory(b, Ranks::flat(8), 1 << 20)),
         Some(Backend::Nccl)
     );
     // 10% apart: the custom kernel earns its memory.
@@ -60,7 +61,7 @@ fn small_gaps_are_ties_even_with_tight_cis() {
     ]
     .into();
     assert_eq!(
-        choose(&r, |b| extra_memory(b, 8, 1 << 20)),
+        choose(&r, |b| extra_memory(b, Ranks::flat(8), 1 << 20)),
         Some(Backend::TwoStagePull)
     );
 }
@@ -95,7 +96,7 @@ fn a_simulated_kernel_wins_only_beyond_the_model_band() {
     ]
     .into();
     assert_eq!(
-        choose(&r, |b| extra_memory(b, 8, 4096)),
+        choose(&r, |b| extra_memory(b, Ranks::flat(8), 4096)),
         Some(Backend::Nccl)
     );
     assert!(unsettled(&r).is_empty(), "{:?}", unsettled(&r));
@@ -105,7 +106,7 @@ fn a_simulated_kernel_wins_only_beyond_the_model_band() {
     ]
     .into();
     assert_eq!(
-        choose(&r, |b| extra_memory(b, 8, 4096)),
+        choose(&r, |b| extra_memory(b, Ranks::flat(8), 4096)),
         Some(Backend::OneStagePull)
     );
     assert!(beats_settled(

@@ -48,11 +48,7 @@ fn pair(
     a: usize,
     b: usize,
 ) -> Result<Result<String, String>, FabricError> {
-    let group = Group {
-        gpus: vec![a, b],
-        dtype: Dtype::Bf16,
-        max_bytes: BYTES,
-    };
+    let group = Group::flat(vec![a, b], Dtype::Bf16, BYTES);
     let ready = match fabric.prepare(&group, &BACKENDS) {
         Ok(r) => r,
         Err(e) if e.backend_local() => return Ok(Err(e.to_string())),

@@ -65,6 +65,9 @@ pub struct Sglang {
     pub order: Vec<PathRow>,
     pub v2_workspace_bytes: u64,
     pub v1_max_bytes: u64,
+    /// FlashInfer's allreduce workspace on a tagged group holds this many tokens
+    /// (FUSE_ALLREDUCE_MAX_BATCH_SIZE); a larger message goes down SGLang's order.
+    pub flashinfer_max_tokens: u64,
     /// Per SGLang architecture table, world size, mode: the inclusive multicast range.
     v2_multicast: BTreeMap<String, BTreeMap<String, Ranges>>,
 }
@@ -92,6 +95,16 @@ impl Vllm {
             return None;
         }
         lookup(&self.flashinfer_max_bytes, cap, n)
+    }
+
+    /// FlashInfer's limit on its trtllm backend, which vLLM runs on one node under HiSparse
+    /// (or with VLLM_FLASHINFER_ALLREDUCE_BACKEND=trtllm): the fusion table, without MNNVL's
+    /// tuned standalone size.
+    pub fn flashinfer_max_trtllm(&self, cap: Option<ComputeCapability>, n: usize) -> Option<u64> {
+        if !self.flashinfer_world_sizes.contains(&n) {
+            return None;
+        }
+        lookup(&self.fusion_max_bytes, cap, n)
     }
 
     /// The largest message the fusion pass fuses, or None where vLLM does not run it.
@@ -179,9 +192,9 @@ mod tests {
     #[test]
     fn the_model_parses_and_holds_the_released_tables() {
         let m = model();
-        assert_eq!(m.vllm.read_against, "0.33.0");
+        assert_eq!(m.vllm.read_against, "0.34.0");
         assert_eq!(m.sglang.read_against, "0.5.23");
-        // vLLM 0.33.0: FlashInfer takes up to 512 KiB on H200 TP8, 64 MiB at TP2, 128 MiB on
+        // vLLM 0.34.0: FlashInfer takes up to 512 KiB on H200 TP8, 64 MiB at TP2, 128 MiB on
         // B200 TP8 (MNNVL); custom all-reduce stops at 256 KiB on H200 TP8.
         assert_eq!(m.vllm.flashinfer_max(cap(9, 0), 8), Some(512 << 10));
         assert_eq!(m.vllm.flashinfer_max(cap(9, 0), 2), Some(64 << 20));

@@ -9,7 +9,10 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
     s.push_str("# artune: environment for processes that use NCCL (source this file).\n");
     s.push_str(&provenance(p, o, "#"));
     s.push_str("\n# artune's NCCL tuner plugin steers NCCL's allreduce algorithm and protocol per size from the\n");
-    s.push_str("# profile (`artune export --engine nccl` lists what it runs at each size).\n");
+    s.push_str(&format!(
+        "# profile (`artune export {} --engine nccl` lists what it runs at each size).\n",
+        shell_quote(&o.source)
+    ));
     s.push_str(&super::nccl::plugin_lines(p, o));
 
     // Variables hold for every communicator, so every placement of every TP size must agree.

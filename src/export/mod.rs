@@ -15,18 +15,23 @@
 
 pub mod engines;
 mod env;
+pub mod follow;
 mod nccl;
 pub mod sample;
 mod sglang;
 mod trtllm;
 pub mod vllm;
 
-pub use sglang::{plugin_plan as sglang_plugin_plan, PluginPlan as SglangPlan};
+pub use sglang::{
+    plugin_plan as sglang_plugin_plan, plugin_setup as sglang_plugin_setup,
+    PluginPlan as SglangPlan, Setup as SglangSetup,
+};
 pub mod why;
 
 use crate::allreduce::{Backend, Dtype, Mode};
 use crate::error::Error;
 use crate::profile::{Bucket, GroupProfile, Profile, Query, Timing};
+use crate::shell::quote as shell_quote;
 use crate::topology::{ComputeCapability, PathClass, Status, Topology};
 
 /// The engine to export for (also the `--engine` argument).
@@ -61,6 +66,9 @@ pub struct Options {
     pub world_size: Option<usize>,
     /// Write engine state (vLLM's P2P cache) from a simulated profile: for tests only.
     pub allow_simulated: bool,
+    /// What `NCCL_TUNER_PLUGIN` is to name: the plugin library's absolute path where artune
+    /// found it installed ([`crate::plugin::library::tuner_plugin_value`]), else its bare name.
+    pub plugin: String,
 }
 
 /// Deployments larger than this are not a tensor-parallel group on one box.
@@ -381,18 +389,6 @@ fn pct(t: f64, reference: f64) -> String {
         format!("{:+.0}%", (t / reference - 1.0) * 100.0)
     } else {
         "n/a".into()
-    }
-}
-
-/// Quotes a string for POSIX shells.
-fn shell_quote(s: &str) -> String {
-    if !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "/._-+:,=@".contains(c))
-    {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
     }
 }
 

@@ -99,8 +99,16 @@ pub(super) fn plugin_lines(p: &Profile, o: &Options) -> String {
         s.push_str("# The plugin refuses SIMULATED profiles (it logs why and leaves NCCL's choice) unless\n");
         s.push_str("# ARTUNE_ALLOW_SIMULATED=1 is set, which is for tests only.\n");
     }
-    s.push_str("# Give the library's absolute path if it is not on the loader's search path.\n");
-    s.push_str("export NCCL_TUNER_PLUGIN=libartune.so\n");
+    match o.plugin.starts_with('/') {
+        true => s.push_str("# The plugin library installed with this artune:\n"),
+        false => s.push_str(
+            "# libartune.so was not found beside this artune or in ../lib: give NCCL its absolute\n# path (docs/GUIDE.md, \"The NCCL plugin library\"), or put it on the loader's search path.\n",
+        ),
+    }
+    s.push_str(&format!(
+        "export NCCL_TUNER_PLUGIN={}\n",
+        shell_quote(&o.plugin)
+    ));
     s.push_str(&format!(
         "export ARTUNE_PROFILE={}\n",
         shell_quote(&o.source)

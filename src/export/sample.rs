@@ -24,6 +24,8 @@ fn model(backend: Backend, tp: usize) -> Option<(f64, f64)> {
         Backend::OneStagePush => (3.0 + n, 24.0 / n),
         Backend::TwoStagePull => (4.0 + n, 32.0 / n),
         Backend::TwoStagePush => (5.0 + n, 30.0 / n),
+        // The sample's group has no islands.
+        Backend::IslandTwoShot | Backend::IslandOneShot => return None,
     })
 }
 
@@ -59,7 +61,9 @@ fn group_scaled(gpus: Vec<usize>, mode: Mode, sizes: &[u64], custom: f64) -> Gro
                     })
                 })
                 .collect();
-            let choice = crate::decide::rule_choice(&results, tp, bytes).unwrap_or(Backend::Nccl);
+            let choice =
+                crate::decide::rule_choice(&results, crate::allreduce::Ranks::flat(tp), bytes)
+                    .unwrap_or(Backend::Nccl);
             let nccl_choice = crate::decide::nccl_choice(&results);
             let waived = Backend::ALL
                 .into_iter()
@@ -70,6 +74,7 @@ fn group_scaled(gpus: Vec<usize>, mode: Mode, sizes: &[u64], custom: f64) -> Gro
                 bytes,
                 choice,
                 nccl_choice,
+                fallback: None,
                 results,
                 waived,
             }
@@ -84,7 +89,7 @@ fn group_scaled(gpus: Vec<usize>, mode: Mode, sizes: &[u64], custom: f64) -> Gro
             (
                 b,
                 Memory {
-                    bytes_per_gpu: memory::modelled(b, tp, max, 2),
+                    bytes_per_gpu: memory::modelled(b, crate::allreduce::Ranks::flat(tp), max, 2),
                     measured: false,
                     serves_up_to_bytes: custom.then_some(max),
                     chosen_up_to_bytes: None,
@@ -99,6 +104,7 @@ fn group_scaled(gpus: Vec<usize>, mode: Mode, sizes: &[u64], custom: f64) -> Gro
         mode,
         dtype: Dtype::Bf16,
         placement: "one switch".into(),
+        islands: None,
         buckets,
         crossovers,
         memory,
@@ -106,6 +112,7 @@ fn group_scaled(gpus: Vec<usize>, mode: Mode, sizes: &[u64], custom: f64) -> Gro
         waived: Default::default(),
         regret: None,
         drift: Default::default(),
+        beside: Vec::new(),
     }
 }
 
@@ -147,6 +154,7 @@ pub fn profile_with(preset: &str, tps: &[usize], sizes: &[u64]) -> Profile {
         fleet: None,
         environment: None,
         recovered: Vec::new(),
+        kernels: Vec::new(),
     }
 }
 

@@ -12,6 +12,7 @@ fn opts(engine: Engine) -> Options {
         source: SOURCE.into(),
         world_size: None,
         allow_simulated: true,
+        plugin: "/usr/local/lib/libartune.so".into(),
     }
 }
 
@@ -110,7 +111,7 @@ fn every_export_header_names_the_engine_source_it_was_read_against() {
         (Engine::Trtllm, "allreduceOp.cpp (4bb1ef88800b)"),
         (
             Engine::Vllm,
-            "Read against vLLM 0.33.0 (cuda_communicator.py",
+            "Read against vLLM 0.34.0 (cuda_communicator.py",
         ),
         (
             Engine::Sglang,
@@ -129,7 +130,18 @@ fn every_export_header_names_the_engine_source_it_was_read_against() {
 fn nccl_export_is_artunes_plugin_and_writes_no_example_csv() {
     let e = export(&sample::profile(), &opts(Engine::Nccl)).unwrap();
     let text = &e.files[0].contents;
-    assert!(text.contains("export NCCL_TUNER_PLUGIN=libartune.so"));
+    assert!(text.contains("export NCCL_TUNER_PLUGIN=/usr/local/lib/libartune.so"));
+    // Where artune found no installed library, the bare name comes with what to do.
+    let bare = Options {
+        plugin: "libartune.so".into(),
+        ..opts(Engine::Nccl)
+    };
+    let text = &export(&sample::profile(), &bare).unwrap().files[0].contents;
+    assert!(
+        text.contains("export NCCL_TUNER_PLUGIN=libartune.so"),
+        "{text}"
+    );
+    assert!(text.contains("was not found beside this artune"), "{text}");
     assert!(
         !text.lines().any(|l| l.starts_with("allreduce,")),
         "no rows for NCCL's example plugin, which forces one channel"
@@ -192,7 +204,7 @@ fn trtllm_without_nvlink_runs_nccl_and_writes_no_dead_cache() {
     );
     let y = &e.files[0].contents;
     assert!(y.contains("\nallreduce_strategy: NCCL\n"));
-    assert!(y.contains("NCCL_TUNER_PLUGIN=libartune.so"));
+    assert!(y.contains("NCCL_TUNER_PLUGIN=/usr/local/lib/libartune.so"));
     assert!(y.contains("ifFallbackToNCCL"));
 }
 

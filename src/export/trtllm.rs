@@ -52,13 +52,30 @@ impl Strategy {
             Strategy::TwoShot => "TWOSHOT",
         }
     }
+    /// The backend whose entry names this strategy among its engine paths.
     fn backend(self) -> Backend {
-        match self {
-            Strategy::OneShot => Backend::OneStagePush,
-            Strategy::TwoShot => Backend::TwoStagePush,
-        }
+        Backend::ALL
+            .into_iter()
+            .find(|&k| Strategy::of(k) == Some(self))
+            .unwrap_or(Backend::Nccl)
+    }
+
+    /// TensorRT-LLM's strategy of `k`'s shape, from its table entry (backend.rs).
+    fn of(k: Backend) -> Option<Strategy> {
+        let path = k
+            .spec()
+            .engine_paths
+            .iter()
+            .find(|(engine, _)| *engine == ENGINE)?
+            .1;
+        [Strategy::OneShot, Strategy::TwoShot]
+            .into_iter()
+            .find(|s| s.name() == path)
     }
 }
+
+/// The engine's name in the backend table's engine paths.
+const ENGINE: &str = "TensorRT-LLM";
 
 /// The custom strategy for one bucket, if the steering rule picks one among what TensorRT-LLM
 /// can run (NCCL variants, one-shot push, two-shot push with a token per rank), within the
@@ -67,13 +84,14 @@ fn decide(b: &Bucket, tp: usize, tokens: u64, bytes: u64) -> Option<Strategy> {
     if bytes > WORKSPACE {
         return None;
     }
-    let runnable = |k: Backend| {
-        k.is_nccl()
-            || k == Backend::OneStagePush
-            || (k == Backend::TwoStagePush && tokens >= tp as u64)
+    let runnable = |k: Backend| match Strategy::of(k) {
+        _ if k.is_nccl() => true,
+        Some(Strategy::OneShot) => true,
+        Some(Strategy::TwoShot) => tokens >= tp as u64,
+        None => false,
     };
-    let choice = if runnable(b.choice) {
-        b.choice
+    let choice = if runnable(b.engine_choice()) {
+        b.engine_choice()
     } else {
         let eligible: std::collections::BTreeMap<Backend, Timing> = b
             .results
@@ -81,13 +99,9 @@ fn decide(b: &Bucket, tp: usize, tokens: u64, bytes: u64) -> Option<Strategy> {
             .filter(|(k, _)| runnable(**k) && !b.waived.contains_key(k))
             .map(|(k, t)| (*k, *t))
             .collect();
-        crate::decide::rule_choice(&eligible, tp, bytes)?
+        crate::decide::rule_choice(&eligible, crate::allreduce::Ranks::flat(tp), bytes)?
     };
-    match choice {
-        Backend::OneStagePush => Some(Strategy::OneShot),
-        Backend::TwoStagePush => Some(Strategy::TwoShot),
-        _ => None,
-    }
+    Strategy::of(choice)
 }
 
 /// What TensorRT-LLM runs for `bytes` on group `g` with artune's export applied.

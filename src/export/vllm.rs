@@ -1,7 +1,7 @@
 //! vLLM: what its allreduce chain runs per TP size and size on this GPU, which of the profile's
 //! choices it can follow, and the GPU P2P access cache it reads.
 //!
-//! As read in the vLLM 0.33.0 wheel (`vllm/distributed/device_communicators/`); the size
+//! As read in the vLLM 0.34.0 wheel (`vllm/distributed/device_communicators/`); the size
 //! tables live in the shared engine model (python/artune/engines.json, [`engines`]):
 //! - `cuda_communicator.py`, CudaCommunicator.all_reduce: FlashInfer first (on by default,
 //!   VLLM_ALLREDUCE_USE_FLASHINFER; capabilities 9.0 and 10.x at TP 2/4/8, up to its size
@@ -143,8 +143,9 @@ pub(super) fn runs(p: &Profile, g: &GroupProfile, bytes: u64) -> EngineRun {
             runs: "FlashInfer allreduce".into(),
             backend: None,
             because: format!(
-                "FlashInfer comes first in CudaCommunicator.all_reduce and takes up to {} here; --disable-custom-all-reduce leaves it on (VLLM_ALLREDUCE_USE_FLASHINFER=0 turns it off), artune's vLLM plugin gives NCCL the sizes the profile gives NCCL",
-                fmt_bytes(max)
+                "FlashInfer comes first in CudaCommunicator.all_reduce and takes up to {} here{}; --disable-custom-all-reduce leaves it on (VLLM_ALLREDUCE_USE_FLASHINFER=0 turns it off), artune's vLLM plugin gives NCCL the sizes the profile gives NCCL",
+                fmt_bytes(max),
+                hisparse_note(p, g, bytes)
             ),
         },
         Path::SymmMem(what) => EngineRun {
@@ -162,13 +163,15 @@ pub(super) fn runs(p: &Profile, g: &GroupProfile, bytes: u64) -> EngineRun {
     }
 }
 
-/// What vLLM runs for `bytes` (bucket `b` of group `g`) with artune's vLLM plugin loaded, by
-/// the rule of docs/ENGINE-PATHS.md: where the profile says NCCL no peer-to-peer path takes the
-/// size; inside its custom band vLLM's own order applies. The fusion pass is said apart,
-/// because it replaces an allreduce followed by RMSNorm, not every allreduce.
-pub(super) fn plugin_runs(p: &Profile, g: &GroupProfile, b: &Bucket, bytes: u64) -> EngineRun {
+/// What vLLM runs for `bytes` on group `g` with artune's vLLM plugin loaded: the plugin's own
+/// rule ([`follow`]) on vLLM's order. The plugin knows the TP size, not the GPUs, so it follows
+/// the profile's default placement. The fusion pass is said apart, because it replaces an
+/// allreduce followed by RMSNorm, not every allreduce.
+pub(super) fn plugin_runs(p: &Profile, g: &GroupProfile, bytes: u64) -> EngineRun {
     let engine = "vLLM + artune's plugin";
-    let mut run = if !b.choice.is_custom() {
+    let sel = p.selector();
+    let rule = follow::Follow::new(&sel, g.tp, None);
+    let mut run = if !rule.allows(bytes, g.mode) {
         EngineRun {
             engine,
             runs: "NCCL".into(),
@@ -188,8 +191,9 @@ pub(super) fn plugin_runs(p: &Profile, g: &GroupProfile, b: &Bucket, bytes: u64)
                 runs: "FlashInfer allreduce".into(),
                 backend: None,
                 because: format!(
-                    "inside the profile's custom band vLLM's own order applies, and FlashInfer comes first (to {} here)",
-                    fmt_bytes(max)
+                    "inside the profile's custom band vLLM's own order applies, and FlashInfer comes first (to {} here{})",
+                    fmt_bytes(max),
+                    hisparse_note(p, g, bytes)
                 ),
             },
             Path::SymmMem(what) => EngineRun {
@@ -206,26 +210,35 @@ pub(super) fn plugin_runs(p: &Profile, g: &GroupProfile, b: &Bucket, bytes: u64)
             },
         }
     };
-    if let Some(max) = model().fusion_max(capability(&p.topology, &g.gpus), g.gpus.len()) {
-        // The custom band from the smallest size, in this group's mode (the plugin also
-        // requires it in the other mode).
-        let prefix = g
-            .buckets
-            .iter()
-            .take_while(|x| x.choice.is_custom())
-            .last()
-            .map_or(0, |x| x.bytes);
-        run.because.push_str(&if bytes <= max.min(prefix) {
-            "; at -O2 an allreduce followed by RMSNorm is fused into FlashInfer's kernel here".to_string()
-        } else {
-            format!(
-                "; at -O2 an allreduce followed by RMSNorm is not fused here (vLLM fuses to {}, the plugin only inside the profile's custom band from the smallest size{})",
+    let vllm_max = model().fusion_max(capability(&p.topology, &g.gpus), g.gpus.len());
+    if let Some(max) = vllm_max {
+        let top = rule.fused_up_to(Some(max));
+        run.because.push_str(&match top {
+            Some(top) if bytes <= top => "; at -O2 an allreduce followed by RMSNorm is fused into FlashInfer's kernel here".to_string(),
+            _ => format!(
+                "; at -O2 an allreduce followed by RMSNorm is not fused here (vLLM fuses to {}, the plugin only inside the profile's custom band from the smallest size in both modes{})",
                 fmt_bytes(max),
-                if prefix > 0 { format!(", to {}", fmt_bytes(prefix)) } else { ", which starts with NCCL".into() }
-            )
+                match top {
+                    Some(top) => format!(", to {}", fmt_bytes(top)),
+                    None => ", which starts with NCCL".into(),
+                }
+            ),
         });
     }
     run
+}
+
+/// Under HiSparse vLLM moves FlashInfer to its trtllm backend on one node (MNNVL's fused
+/// all-reduce+RMSNorm can crash with it), whose limit is the fusion table's: where that is
+/// smaller, the message may run custom all-reduce or NCCL instead.
+fn hisparse_note(p: &Profile, g: &GroupProfile, bytes: u64) -> String {
+    match model().flashinfer_max_trtllm(capability(&p.topology, &g.gpus), g.gpus.len()) {
+        Some(t) if bytes > t => format!(
+            "; with HiSparse vLLM runs FlashInfer's trtllm backend, which takes only up to {}, so there this size goes down vLLM's order past FlashInfer",
+            fmt_bytes(t)
+        ),
+        _ => String::new(),
+    }
 }
 
 /// vLLM's custom kernel against NCCL (with artune's plugin) where vLLM would run it.
@@ -402,15 +415,15 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
             let (mut follows, mut cannot) = (0, 0);
             for b in &g.buckets {
                 let run = runs(p, g, b.bytes);
-                let chosen = median(b, b.choice);
+                let chosen = median(b, b.engine_choice());
                 let t = match run.backend {
                     Some(Backend::Nccl) => plugin_time(b).map(|t| t.median_us),
                     Some(k) => median(b, k),
                     None => None,
                 };
                 let same = match run.backend {
-                    Some(Backend::Nccl) => b.choice.is_nccl(),
-                    Some(k) => k == b.choice,
+                    Some(Backend::Nccl) => b.engine_choice().is_nccl(),
+                    Some(k) => k == b.engine_choice(),
                     None => false,
                 };
                 let verdict = if same {
@@ -420,9 +433,9 @@ pub(super) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Result<Export, 
                     cannot += 1;
                     match (t, chosen) {
                         (Some(t), Some(c)) => {
-                            format!("cannot follow {} ({})", b.choice, pct(t, c))
+                            format!("cannot follow {} ({})", b.engine_choice(), pct(t, c))
                         }
-                        _ => format!("cannot follow {} (not measured)", b.choice),
+                        _ => format!("cannot follow {} (not measured)", b.engine_choice()),
                     }
                 };
                 s.push_str(&format!(

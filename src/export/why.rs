@@ -67,10 +67,25 @@ pub struct Why {
     pub nccl_choice: Backend,
     /// Which clause of the rule decided, in words.
     pub reason: String,
+    /// Where `chosen` is an island schedule no engine has: what an engine without artune's
+    /// kernels runs instead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<Backend>,
+    /// The group's islands and each island schedule's phases, where it has islands.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub islands: Option<IslandsView>,
     /// Kernels the memory budget (`--mem-budget`) excluded here that would have beaten the
     /// choice: the reason, rather than the rule, that they do not serve.
     pub over_budget: Vec<OverBudget>,
     pub engines: Vec<EngineLine>,
+}
+
+/// A group's islands and the island schedules' phases on them, as `why` prints them.
+#[derive(Debug, Clone, Serialize)]
+pub struct IslandsView {
+    pub islands: crate::allreduce::Islands,
+    /// Per island schedule measured here, its phases in words.
+    pub phases: Vec<(Backend, String)>,
 }
 
 /// A kernel the memory budget excluded at the bucket though it is faster than the choice.
@@ -85,9 +100,10 @@ pub struct OverBudget {
 
 /// Explains the profile's answer for `bytes` on the group `q` names (`q.gpus` None: the
 /// engine's default placement, GPUs 0..tp); the answer names that group.
-pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
+/// The group `q` names, or what the profile has instead.
+fn find_group<'a>(p: &'a Profile, q: Query<'_>) -> Result<&'a GroupProfile, Error> {
     let (tp, mode) = (q.tp, q.mode);
-    let g = p.group(q).ok_or_else(|| match q.gpus {
+    p.group(q).ok_or_else(|| match q.gpus {
         Some(gpus) => Error::bad_input(format!(
             "the profile has no TP{tp} {} group on GPUs {} (it has {}); pass one of those to --gpus",
             mode.id(),
@@ -99,8 +115,13 @@ pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
             mode.id(),
             group_names(p)
         )),
-    })?;
-    let b = bucket_for(g, bytes).ok_or_else(|| {
+    })
+}
+
+/// The bucket serving `bytes`, or which way the asked size is outside the measured ones.
+fn find_bucket<'a>(g: &'a GroupProfile, q: Query<'_>, bytes: u64) -> Result<&'a Bucket, Error> {
+    let (tp, mode) = (q.tp, q.mode);
+    bucket_for(g, bytes).ok_or_else(|| {
         let smallest = g.buckets.first().map_or(0, |b| b.bytes);
         if bytes < smallest {
             return Error::bad_input(format!(
@@ -113,14 +134,20 @@ pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
             mode.id(),
             g.buckets.last().map_or(0, |b| b.bytes)
         ))
-    })?;
+    })
+}
+
+pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
+    let (tp, mode) = (q.tp, q.mode);
+    let g = find_group(p, q)?;
+    let b = find_bucket(g, q, bytes)?;
     let eligible: BTreeMap<Backend, Timing> = b
         .results
         .iter()
         .filter(|(k, _)| !b.waived.contains_key(k))
         .map(|(k, t)| (*k, *t))
         .collect();
-    let rule_choice = crate::decide::rule_choice(&eligible, tp, b.bytes).unwrap_or(b.choice);
+    let rule_choice = crate::decide::rule_choice(&eligible, g.ranks(), b.bytes).unwrap_or(b.choice);
     let chosen_us = median(b, b.choice).unwrap_or(f64::NAN);
     let mut rows: Vec<Row> = b
         .results
@@ -132,7 +159,7 @@ pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
             ci_high_us: t.ci_high_us,
             model_us: t.model.map(|m| (t.median_us * m.low, t.median_us * m.high)),
             vs_chosen: t.median_us / chosen_us - 1.0,
-            extra_bytes: extra_memory(*k, tp, b.bytes),
+            extra_bytes: extra_memory(*k, g.ranks(), b.bytes),
             waived: b.waived.get(k).cloned(),
         })
         .collect();
@@ -161,7 +188,8 @@ pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
     over_budget.sort_by(|a, b| b.speedup.total_cmp(&a.speedup));
     // What the rule would answer here with nothing excluded: where that is an excluded kernel,
     // the budget, not the rule, is why it does not serve.
-    let unbudgeted = crate::decide::rule_choice(&b.results, tp, b.bytes).unwrap_or(rule_choice);
+    let unbudgeted =
+        crate::decide::rule_choice(&b.results, g.ranks(), b.bytes).unwrap_or(rule_choice);
     let budget_decided = unbudgeted != rule_choice && b.waived.contains_key(&unbudgeted);
     let mut reason = reason(
         &eligible,
@@ -185,10 +213,57 @@ pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
             nccl_reference.map_or("-", |r| r.id())
         ));
     }
-    let engines = [
+    let engines = engine_lines(p, g, b, bytes, chosen_us);
+    Ok(Why {
+        simulated: p.simulated,
+        fabric: p.fabric.clone(),
+        tp,
+        mode,
+        gpus: g.gpus.clone(),
+        group: crate::report::group_label(g),
+        bytes,
+        bucket_bytes: b.bytes,
+        rows,
+        not_measured,
+        nccl_reference,
+        rule_choice,
+        chosen: b.choice,
+        smoothed: rule_choice != b.choice,
+        nccl_choice: plugin_nccl(b),
+        reason,
+        fallback: b.fallback,
+        islands: g.islands.as_ref().map(|i| IslandsView {
+            islands: i.clone(),
+            phases: b
+                .results
+                .keys()
+                .filter(|k| k.is_hierarchical())
+                .map(|&k| {
+                    let words =
+                        crate::allreduce::phases_in_words(k, g.ranks(), i.directions.as_ref());
+                    (k, words)
+                })
+                .collect(),
+        }),
+        over_budget,
+        engines,
+    })
+}
+
+/// What each engine runs at `bytes`, with and without artune's plugins, priced from the bucket.
+fn engine_lines(
+    p: &Profile,
+    g: &GroupProfile,
+    b: &Bucket,
+    bytes: u64,
+    chosen_us: f64,
+) -> Vec<EngineLine> {
+    [
         vllm::runs(p, g, bytes),
-        vllm::plugin_runs(p, g, b, bytes),
+        vllm::plugin_runs(p, g, bytes),
         sglang::runs(p, g, bytes),
+        sglang::plugin_runs(p, g, bytes, false),
+        sglang::plugin_runs(p, g, bytes, true),
         trtllm::runs(p, g, bytes),
         nccl::runs(g, bytes),
     ]
@@ -207,27 +282,7 @@ pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
             run,
         }
     })
-    .collect();
-    Ok(Why {
-        simulated: p.simulated,
-        fabric: p.fabric.clone(),
-        tp,
-        mode,
-        gpus: g.gpus.clone(),
-        group: crate::report::group_label(g),
-        bytes,
-        bucket_bytes: b.bytes,
-        rows,
-        not_measured,
-        nccl_reference,
-        rule_choice,
-        chosen: b.choice,
-        smoothed: rule_choice != b.choice,
-        nccl_choice: plugin_nccl(b),
-        reason,
-        over_budget,
-        engines,
-    })
+    .collect()
 }
 
 /// How `--mem-budget` bears on the answer: the reason, where without it the rule picks
@@ -372,7 +427,24 @@ pub fn render(w: &Why) -> String {
         },
         w.nccl_choice
     ));
-    s.push_str(&format!("why: {}\n\n", w.reason));
+    if let Some(f) = w.fallback {
+        s.push_str(&format!(
+            "{} is an island schedule: only artune's own kernels run it; an engine without them runs {f} here (the same rule among the backends engines have)\n",
+            w.chosen
+        ));
+    }
+    s.push_str(&format!("why: {}\n", w.reason));
+    if let Some(v) = &w.islands {
+        let i = &v.islands;
+        let dirs = i.directions.as_ref().map_or(String::new(), |d| {
+            format!(" (phases oriented by the probe: {})", d.because)
+        });
+        s.push_str(&format!("islands: {}{dirs}\n", i.describe()));
+        for (k, words) in &v.phases {
+            s.push_str(&format!("  {k}: {words}\n"));
+        }
+    }
+    s.push('\n');
     s.push_str(&format!(
         "{:<18} {:>12} {:>25} {:>10} {:>12}\n",
         "backend", "median", "95% interval", "forcing it", "extra memory"
@@ -442,7 +514,7 @@ mod tests {
             .rows
             .iter()
             .any(|r| r.backend == w.chosen && r.vs_chosen == 0.0));
-        assert_eq!(w.engines.len(), 5);
+        assert_eq!(w.engines.len(), 7);
         // With the plugin, vLLM follows the profile: NCCL where it says NCCL.
         let plugin = w
             .engines

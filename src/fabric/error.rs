@@ -1,12 +1,12 @@
 //! Failures below the seam, typed where they arise and put into words here, once: each
 //! variant's message carries its own hint (what to check, what to run), so no caller glues one
 //! on. [`DeviceError`] crosses the worker protocol as it is; the coordinator adds
-//! [`WorkerError`] for workers that are lost or talk nonsense.
+//! [`WorkerError`] for workers that are lost or talk nonsense, and [`LinkError`] for the pipe to
+//! one: any fabric that runs workers can say so without naming the CUDA fabric.
 
 use serde::{Deserialize, Serialize};
 
 use super::Backend;
-use crate::fabric::cuda::link::LinkError;
 use crate::units::fmt_bytes;
 
 /// What to do after the driver or a GPU failed.
@@ -15,7 +15,7 @@ const DEVICE_HINT: &str =
 /// What to do on a GPU that stopped finishing its work.
 const STUCK_HINT: &str = "reset it (`nvidia-smi -r`, or reboot) and run again";
 /// What to tell a user on a machine without a usable GPU.
-pub const NO_GPU: &str = "run with `--sim PRESET` to tune a simulated machine instead (`artune topo --list-presets` lists them)";
+pub const NO_GPU: &str = "on a machine without an NVIDIA GPU, `artune tune --sim pcie-8x-2switch --out sim.json` tunes a simulated one instead (`artune topo --list-presets` lists the machines it simulates)";
 
 /// Failures below the seam.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +45,10 @@ pub enum FabricError {
     Waived(String),
     #[error("interrupted")]
     Interrupted,
+    /// Another process started using the GPUs mid-measurement (the harness's neighbour
+    /// watch), and measuring beside it was not allowed.
+    #[error("{0}")]
+    Busy(String),
 }
 
 impl FabricError {
@@ -62,7 +66,7 @@ impl From<FabricError> for crate::error::Error {
         use crate::error::Error;
         match e {
             FabricError::Interrupted => Error::Interrupted,
-            FabricError::BadRequest(m) => Error::BadInput(m),
+            FabricError::BadRequest(m) | FabricError::Busy(m) => Error::BadInput(m),
             FabricError::Device(DeviceError::Bug(m)) => Error::Bug(m),
             other => Error::Hardware(other.to_string()),
         }
@@ -78,7 +82,7 @@ pub enum DeviceError {
     /// The driver ran out of device memory.
     #[error(
         "out of device memory {what}{} on GPU {gpu}{}; free device memory (other processes on the GPU: `nvidia-smi` lists them) or tune smaller sizes with --sizes",
-        bytes.map_or(String::new(), |b| format!(" ({} bytes)", b)),
+        bytes.map_or(String::new(), |b| format!(" ({})", crate::units::fmt_size(b))),
         free.map_or(String::new(), |f| format!(" ({} free)", fmt_bytes(f)))
     )]
     OutOfMemory {
@@ -168,6 +172,53 @@ pub enum WorkerError {
     Probe(Box<WorkerError>),
 }
 
+/// Why a worker's answer did not come.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LinkError {
+    #[error("worker {who} could not be started ({reason})")]
+    Spawn { who: String, reason: String },
+    #[error("worker {who} exited ({status}){}", quote_tail(tail))]
+    Exited {
+        who: String,
+        status: String,
+        tail: Vec<String>,
+    },
+    #[error("worker {who} wrote something that is not a worker response: {line:?}")]
+    Garbage { who: String, line: String },
+    #[error(
+        "worker {who} did not answer within {seconds:.1} s{}",
+        quote_tail(tail)
+    )]
+    Silent {
+        who: String,
+        seconds: f64,
+        tail: Vec<String>,
+    },
+    /// Asked again after it was given up on (the coordinator replaces such workers at once).
+    #[error("worker {who} is not asked again: it was given up on earlier ({why})")]
+    Retired { who: String, why: String },
+}
+
+fn quote_tail(tail: &[String]) -> String {
+    match tail.is_empty() {
+        true => String::new(),
+        false => format!("; its last output: {}", clip(&tail.join(" | "), 600)),
+    }
+}
+
+/// `s` cut to at most `max` bytes at a character boundary (worker text is not trusted to be
+/// ASCII, and `String::truncate` inside a character panics).
+pub fn clip(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}
+
 fn no_gpu_hint(gpu_visible: bool) -> String {
     match gpu_visible {
         true => String::new(),
@@ -195,8 +246,7 @@ mod tests {
         };
         let s = oom.to_string();
         assert!(
-            s.contains("receive slots (1048576 bytes) on GPU 3 (512M free)")
-                && s.contains("--sizes"),
+            s.contains("receive slots (1M) on GPU 3 (512M free)") && s.contains("--sizes"),
             "{s}"
         );
         let stuck = DeviceError::Stuck {
@@ -215,7 +265,7 @@ mod tests {
         };
         assert!(start(false)
             .to_string()
-            .ends_with("(`artune topo --list-presets` lists them)"));
+            .ends_with("(`artune topo --list-presets` lists the machines it simulates)"));
         assert_eq!(
             start(true).to_string(),
             "worker for GPU 0 answered Done instead of hello"

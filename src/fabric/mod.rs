@@ -16,8 +16,8 @@ pub use error::{DeviceError, FabricError, WorkerError, NO_GPU};
 
 // The vocabulary lives below the seam so that profiles and exports need not depend on it.
 pub use crate::allreduce::{
-    memory, Backend, Direction, Dtype, MemoryCost, Mode, NcclAlgo, NcclProto, ProbeSample,
-    Readiness,
+    memory, Backend, Direction, Directions, Dtype, Islands, MemoryCost, Mode, NcclAlgo, NcclProto,
+    ProbeSample, Ranks, Readiness,
 };
 
 use crate::topology::Topology;
@@ -30,9 +30,27 @@ pub struct Group {
     pub dtype: Dtype,
     /// Largest message (bytes) any backend will be asked to reduce: sizes IPC buffers.
     pub max_bytes: u64,
+    /// The islands the hierarchical backends work in (`plan::islands`), or why there are none
+    /// (the reason they are waived).
+    pub islands: Result<Islands, String>,
 }
 
 impl Group {
+    /// A group the plan gave no islands: the hierarchical backends are waived on it.
+    pub fn flat(gpus: Vec<usize>, dtype: Dtype, max_bytes: u64) -> Group {
+        Group {
+            gpus,
+            dtype,
+            max_bytes,
+            islands: Err("no islands were planned for this group".into()),
+        }
+    }
+
+    /// The ranks its kernels see: in islands where there are any.
+    pub fn ranks(&self) -> Ranks {
+        Ranks::of(self.gpus.len(), self.islands.as_ref().ok())
+    }
+
     /// Checks the group fits a machine of `gpu_count` GPUs: 2 or more GPUs, each existing and
     /// listed once, and a largest message of at least 1 byte. Every fabric's `prepare` starts here.
     pub fn check(&self, gpu_count: usize) -> Result<(), FabricError> {
@@ -59,6 +77,20 @@ impl Group {
         }
         if self.max_bytes == 0 {
             return bad("a group's largest message must be at least 1 byte".into());
+        }
+        if let Ok(i) = &self.islands {
+            let equal = i.gpus.iter().all(|x| x.len() == i.size());
+            if i.count() < 2
+                || i.size() < 2
+                || !equal
+                || i.order(&self.gpus).is_none()
+                || i.size() * i.count() != self.gpus.len()
+            {
+                return bad(format!(
+                    "islands {:?} do not split the group {:?} into 2 or more equal islands of 2 or more GPUs",
+                    i.gpus, self.gpus
+                ));
+            }
         }
         Ok(())
     }
@@ -172,7 +204,7 @@ pub trait Fabric {
 
     /// How wrong a model's time of `backend` at `bytes` on the prepared group can be; None
     /// for measured fabrics.
-    fn model_band(&mut self, _backend: Backend, _bytes: u64) -> Option<crate::profile::ModelBand> {
+    fn model_band(&mut self, _backend: Backend, _bytes: u64) -> Option<crate::results::ModelBand> {
         None
     }
 
@@ -181,11 +213,21 @@ pub trait Fabric {
         None
     }
 
+    /// Sets which way the prepared group's hierarchical backends move data in each phase,
+    /// once its contention probe has run (`Islands::orient`). Until then they read.
+    fn orient(&mut self, directions: &Directions) -> Result<(), FabricError>;
+
     /// Releases everything the prepared group holds.
     fn release(&mut self) -> Result<(), FabricError>;
 
     /// Faults recovered since the fabric opened, oldest first (none for simulated fabrics).
     fn recoveries(&self) -> Vec<Recovery> {
+        Vec::new()
+    }
+
+    /// The compiled kernels the workers loaded, one entry per target (none for simulated
+    /// fabrics): what the profile records so only these kernels run inside an engine.
+    fn kernels(&self) -> Vec<crate::profile::KernelImages> {
         Vec::new()
     }
 }
@@ -221,11 +263,7 @@ mod tests {
 
     #[test]
     fn group_check_names_the_problem() {
-        let g = |gpus: Vec<usize>, max_bytes| Group {
-            gpus,
-            dtype: Dtype::Bf16,
-            max_bytes,
-        };
+        let g = |gpus: Vec<usize>, max_bytes| Group::flat(gpus, Dtype::Bf16, max_bytes);
         assert!(g(vec![0, 1], 1).check(2).is_ok());
         let msg = |r: Result<(), FabricError>| r.unwrap_err().to_string();
         assert!(msg(g(vec![0], 1).check(2)).contains("at least 2 GPUs"));

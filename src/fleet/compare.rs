@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::read::{ClassData, Collected, Versions};
+use super::read::{ClassData, Collected, NodeVersions};
 use super::{
     majority, CellBackend, CellReport, ChoiceDiff, ClassReport, Deviation, NodeNote, Outlier,
 };
@@ -21,7 +21,7 @@ pub const OUTLIER_SHARE: f64 = 0.05;
 /// (MAD 0) do not make every tiny difference infinitely significant.
 const MAD_FLOOR: f64 = 0.01;
 
-fn fmt_versions(v: &Versions) -> String {
+fn fmt_versions(v: &NodeVersions) -> String {
     let s = |o: &Option<String>| o.clone().unwrap_or_else(|| "?".into());
     format!("driver {}, CUDA {}, NCCL {}", s(&v.0), s(&v.1), s(&v.2))
 }
@@ -36,98 +36,10 @@ pub(super) fn class_report(
 ) -> ClassReport {
     let name = |e: usize| names[data.entries[e].node].clone();
     let info = |e: usize| &c.nodes[data.entries[e].node];
-    // Values per (cell, backend): (entry, µs).
-    let mut values: HashMap<(u32, Backend), Vec<(usize, f64)>> = HashMap::new();
-    for (e, entry) in data.entries.iter().enumerate() {
-        for &(cell, b, us) in &entry.times {
-            values.entry((cell, b)).or_default().push((e, us as f64));
-        }
-    }
     let n = data.entries.len();
-    let mut deviations: Vec<Vec<Deviation>> = vec![Vec::new(); n];
-    let mut results = vec![0usize; n];
-    let mut ratios: Vec<BTreeMap<Backend, Vec<f64>>> = vec![BTreeMap::new(); n];
-    let mut cell_backends: BTreeMap<u32, BTreeMap<Backend, CellBackend>> = BTreeMap::new();
-    let mut keys: Vec<&(u32, Backend)> = values.keys().collect();
-    keys.sort();
-    for key in keys {
-        let vs = &values[key];
-        let mut xs: Vec<f64> = vs.iter().map(|v| v.1).collect();
-        xs.sort_by(f64::total_cmp);
-        let m = median_sorted(&xs);
-        let mut dev: Vec<f64> = xs.iter().map(|x| (x - m).abs()).collect();
-        dev.sort_by(f64::total_cmp);
-        let mad = median_sorted(&dev).max(MAD_FLOOR * m);
-        let mut cb = CellBackend {
-            median_us: m,
-            ratios: vec![None; n],
-        };
-        for &(e, v) in vs {
-            let ratio = if m > 0.0 { v / m } else { 1.0 };
-            results[e] += 1;
-            ratios[e].entry(key.1).or_default().push(ratio);
-            cb.ratios[e] = Some(ratio);
-            // Modified z-score as for timing samples (stats::OUTLIER_Z); needs 3 nodes.
-            let z = if mad > 0.0 {
-                0.6745 * (v - m).abs() / mad
-            } else {
-                0.0
-            };
-            if n >= 3 && z > OUTLIER_Z && (ratio - 1.0).abs() >= DEVIATION {
-                let cell = &data.cells[key.0 as usize];
-                deviations[e].push(Deviation {
-                    tp: cell.tp,
-                    gpus: cell.gpus.clone(),
-                    bytes: cell.bytes,
-                    backend: key.1,
-                    ratio,
-                });
-            }
-        }
-        cell_backends.entry(key.0).or_default().insert(key.1, cb);
-    }
-    // The class's choice per cell, and who chose otherwise.
-    let mut choices: HashMap<u32, Vec<(usize, Backend)>> = HashMap::new();
-    for (e, entry) in data.entries.iter().enumerate() {
-        for &(cell, b) in &entry.choices {
-            choices.entry(cell).or_default().push((e, b));
-        }
-    }
-    let class_choice: HashMap<u32, Backend> = choices
-        .iter()
-        .filter_map(|(cell, v)| Some((*cell, majority(v.iter().map(|x| x.1))?)))
-        .collect();
-    let mut choices_differ = Vec::new();
-    for (e, entry) in data.entries.iter().enumerate() {
-        // A choice the node's own intervals cannot tell from the class's is a tie: counted,
-        // not reported as a difference.
-        let mut ties = 0;
-        let mut differ: Vec<(usize, u64, Backend, Backend)> = entry
-            .choices
-            .iter()
-            .zip(&entry.ties)
-            .filter_map(|(&(cell, b), &tied)| {
-                let cc = class_choice.get(&cell).copied()?;
-                let c = &data.cells[cell as usize];
-                if cc != b && tied & super::read::tie_bit(cc) != 0 {
-                    ties += 1;
-                    return None;
-                }
-                (cc != b).then_some((c.tp, c.bytes, b, cc))
-            })
-            .collect();
-        if !differ.is_empty() || ties > 0 {
-            let count = differ.len();
-            differ.truncate(4);
-            choices_differ.push(ChoiceDiff {
-                node: name(e),
-                differ: count,
-                ties,
-                of: entry.choices.len(),
-                examples: differ,
-            });
-        }
-    }
+    let t = timings(data);
+    let class_choice = class_choices(data);
+    let choices_differ = choice_diffs(data, &class_choice, &name);
     let usual = majority((0..n).map(|e| info(e).versions.clone())).unwrap_or_default();
     let stale: Vec<(usize, NodeNote)> = (0..n)
         .filter(|&e| info(e).versions != usual)
@@ -145,10 +57,208 @@ pub(super) fn class_report(
             )
         })
         .collect();
+    let (outliers, left_out, included) =
+        who_is_left_out(c, data, t.deviations, &t.results, &stale, &name);
+    let mut cells = t
+        .cell_backends
+        .into_iter()
+        .map(|(cell, backends)| {
+            let c = &data.cells[cell as usize];
+            CellReport {
+                tp: c.tp,
+                gpus: c.gpus.clone(),
+                bytes: c.bytes,
+                choice: class_choice.get(&cell).copied().unwrap_or(Backend::Nccl),
+                backends,
+            }
+        })
+        .collect::<Vec<_>>();
+    cells.sort_by(|a, b| (a.tp, &a.gpus, a.bytes).cmp(&(b.tp, &b.gpus, b.bytes)));
+    ClassReport {
+        topology_class: class.to_string(),
+        mode,
+        nodes: (0..n).map(name).collect(),
+        simulated: (0..n).filter(|&e| info(e).simulated).map(name).collect(),
+        stale: stale.into_iter().map(|(_, s)| s).collect(),
+        outliers,
+        choices_differ,
+        node_ratios: (0..n)
+            .map(|e| {
+                let per: BTreeMap<Backend, f64> = t.ratios[e]
+                    .iter()
+                    .map(|(b, v)| {
+                        let mut v = v.clone();
+                        v.sort_by(f64::total_cmp);
+                        (*b, median_sorted(&v))
+                    })
+                    .collect();
+                (name(e), per)
+            })
+            .collect(),
+        cells,
+        included,
+        left_out,
+    }
+}
+
+/// What the nodes' timings say: per (cell, backend) the class median and each node's ratio to
+/// it, and per node the results it has, its ratios per backend and its deviating results.
+struct Timings {
+    deviations: Vec<Vec<Deviation>>,
+    results: Vec<usize>,
+    ratios: Vec<BTreeMap<Backend, Vec<f64>>>,
+    cell_backends: BTreeMap<u32, BTreeMap<Backend, CellBackend>>,
+}
+
+fn timings(data: &ClassData) -> Timings {
+    // Values per (cell, backend): (entry, µs).
+    let mut values: HashMap<(u32, Backend), Vec<(usize, f64)>> = HashMap::new();
+    for (e, entry) in data.entries.iter().enumerate() {
+        for &(cell, b, us) in &entry.times {
+            values.entry((cell, b)).or_default().push((e, us as f64));
+        }
+    }
+    let n = data.entries.len();
+    let mut t = Timings {
+        deviations: vec![Vec::new(); n],
+        results: vec![0usize; n],
+        ratios: vec![BTreeMap::new(); n],
+        cell_backends: BTreeMap::new(),
+    };
+    let mut keys: Vec<&(u32, Backend)> = values.keys().collect();
+    keys.sort();
+    for key in keys {
+        let vs = &values[key];
+        let mut xs: Vec<f64> = vs.iter().map(|v| v.1).collect();
+        xs.sort_by(f64::total_cmp);
+        let m = median_sorted(&xs);
+        let mut dev: Vec<f64> = xs.iter().map(|x| (x - m).abs()).collect();
+        dev.sort_by(f64::total_cmp);
+        let mad = median_sorted(&dev).max(MAD_FLOOR * m);
+        let mut cb = CellBackend {
+            median_us: m,
+            ratios: vec![None; n],
+        };
+        for &(e, v) in vs {
+            let ratio = if m > 0.0 { v / m } else { 1.0 };
+            t.results[e] += 1;
+            t.ratios[e].entry(key.1).or_default().push(ratio);
+            cb.ratios[e] = Some(ratio);
+            // Modified z-score as for timing samples (stats::OUTLIER_Z); needs 3 nodes.
+            let z = if mad > 0.0 {
+                0.6745 * (v - m).abs() / mad
+            } else {
+                0.0
+            };
+            if n >= 3 && z > OUTLIER_Z && (ratio - 1.0).abs() >= DEVIATION {
+                let cell = &data.cells[key.0 as usize];
+                t.deviations[e].push(Deviation {
+                    tp: cell.tp,
+                    gpus: cell.gpus.clone(),
+                    bytes: cell.bytes,
+                    backend: key.1,
+                    ratio,
+                });
+            }
+        }
+        t.cell_backends.entry(key.0).or_default().insert(key.1, cb);
+    }
+    t
+}
+
+/// The class's choice per cell: what most of the nodes that have the cell chose.
+fn class_choices(data: &ClassData) -> HashMap<u32, Backend> {
+    let mut choices: HashMap<u32, Vec<Backend>> = HashMap::new();
+    for entry in &data.entries {
+        for &(cell, b) in &entry.choices {
+            choices.entry(cell).or_default().push(b);
+        }
+    }
+    choices
+        .into_iter()
+        .filter_map(|(cell, v)| Some((cell, majority(v.into_iter())?)))
+        .collect()
+}
+
+/// Who chose otherwise than the class, per node. Two kinds of difference are counted, not
+/// reported: a tie (the node's own intervals cannot tell its choice from the class's), and a
+/// band edge (the node chose what the class chose at the neighbouring size: its crossover sits
+/// one size from the class's). Healthy nodes of one class differ that way all the time: 12 of
+/// 30 were listed for a crossover one size off.
+fn choice_diffs(
+    data: &ClassData,
+    class_choice: &HashMap<u32, Backend>,
+    name: &dyn Fn(usize) -> String,
+) -> Vec<ChoiceDiff> {
+    // Per group, its cells in size order (bytes, cell), for the neighbours of a cell.
+    type Sizes = Vec<(u64, u32)>;
+    let mut by_group: HashMap<(usize, &[usize]), Sizes> = HashMap::new();
+    for (i, c) in data.cells.iter().enumerate() {
+        if class_choice.contains_key(&(i as u32)) {
+            by_group
+                .entry((c.tp, &c.gpus))
+                .or_default()
+                .push((c.bytes, i as u32));
+        }
+    }
+    by_group.values_mut().for_each(|v| v.sort_unstable());
+    let at_edge = |cell: u32, mine: Backend| {
+        let c = &data.cells[cell as usize];
+        let sizes = &by_group[&(c.tp, &c.gpus[..])];
+        let at = sizes.iter().position(|&(_, i)| i == cell).unwrap_or(0);
+        [at.checked_sub(1), Some(at + 1)]
+            .into_iter()
+            .flatten()
+            .filter_map(|j| sizes.get(j))
+            .any(|(_, i)| class_choice.get(i) == Some(&mine))
+    };
+    let mut out = Vec::new();
+    for (e, entry) in data.entries.iter().enumerate() {
+        let (mut ties, mut edges) = (0, 0);
+        let mut differ: Vec<(usize, u64, Backend, Backend)> = Vec::new();
+        for (&(cell, b), &tied) in entry.choices.iter().zip(&entry.ties) {
+            let Some(cc) = class_choice.get(&cell).copied().filter(|cc| *cc != b) else {
+                continue;
+            };
+            let c = &data.cells[cell as usize];
+            if tied & super::read::tie_bit(cc) != 0 {
+                ties += 1;
+            } else if at_edge(cell, b) {
+                edges += 1;
+            } else {
+                differ.push((c.tp, c.bytes, b, cc));
+            }
+        }
+        if !differ.is_empty() || ties > 0 || edges > 0 {
+            let count = differ.len();
+            differ.truncate(4);
+            out.push(ChoiceDiff {
+                node: name(e),
+                differ: count,
+                ties,
+                edges,
+                of: entry.choices.len(),
+                examples: differ,
+            });
+        }
+    }
+    out
+}
+
+/// Which nodes the class profile leaves out (outliers, stale nodes, simulated nodes where the
+/// class has measured ones), and which it is built from.
+fn who_is_left_out(
+    c: &Collected,
+    data: &ClassData,
+    mut deviations: Vec<Vec<Deviation>>,
+    results: &[usize],
+    stale: &[(usize, NodeNote)],
+    name: &dyn Fn(usize) -> String,
+) -> (Vec<Outlier>, Vec<NodeNote>, Vec<usize>) {
+    let info = |e: usize| &c.nodes[data.entries[e].node];
+    let n = data.entries.len();
     let any_real = (0..n).any(|e| !info(e).simulated);
-    let mut outliers = Vec::new();
-    let mut left_out = Vec::new();
-    let mut included = Vec::new();
+    let (mut outliers, mut left_out, mut included) = (Vec::new(), Vec::new(), Vec::new());
     for e in 0..n {
         let devs = &mut deviations[e];
         let is_outlier = !devs.is_empty() && devs.len() as f64 >= OUTLIER_SHARE * results[e] as f64;
@@ -187,44 +297,5 @@ pub(super) fn class_report(
             included.push(data.entries[e].node);
         }
     }
-    let cells = cell_backends
-        .into_iter()
-        .map(|(cell, backends)| {
-            let c = &data.cells[cell as usize];
-            CellReport {
-                tp: c.tp,
-                gpus: c.gpus.clone(),
-                bytes: c.bytes,
-                choice: class_choice.get(&cell).copied().unwrap_or(Backend::Nccl),
-                backends,
-            }
-        })
-        .collect::<Vec<_>>();
-    let mut cells = cells;
-    cells.sort_by(|a, b| (a.tp, &a.gpus, a.bytes).cmp(&(b.tp, &b.gpus, b.bytes)));
-    ClassReport {
-        topology_class: class.to_string(),
-        mode,
-        nodes: (0..n).map(name).collect(),
-        simulated: (0..n).filter(|&e| info(e).simulated).map(name).collect(),
-        stale: stale.into_iter().map(|(_, s)| s).collect(),
-        outliers,
-        choices_differ,
-        node_ratios: (0..n)
-            .map(|e| {
-                let per: BTreeMap<Backend, f64> = ratios[e]
-                    .iter()
-                    .map(|(b, v)| {
-                        let mut v = v.clone();
-                        v.sort_by(f64::total_cmp);
-                        (*b, median_sorted(&v))
-                    })
-                    .collect();
-                (name(e), per)
-            })
-            .collect(),
-        cells,
-        included,
-        left_out,
-    }
+    (outliers, left_out, included)
 }

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use super::read::{Collected, NodeInfo};
-use super::{majority, ClassReport, Report};
+use super::{majority, ClassReport, FleetReport};
 use crate::allreduce::{Backend, Mode};
 use crate::error::Error;
 use crate::profile::{
@@ -17,7 +17,7 @@ use crate::stats::{median_ci_indices, median_sorted};
 /// build it from.
 pub fn class_profile(
     c: &Collected,
-    report: &Report,
+    report: &FleetReport,
     class: &str,
 ) -> Option<Result<Profile, Error>> {
     let template = c.templates.get(&(report.dtype, class.to_string()))?;
@@ -88,6 +88,7 @@ pub fn class_profile(
                     choice,
                     // The one rule on the class's medians: no node's own plugin answer decides.
                     nccl_choice: crate::decide::nccl_choice(&results),
+                    fallback: None,
                     results,
                     waived: BTreeMap::new(),
                 });
@@ -153,6 +154,12 @@ pub fn class_profile(
         assumed: Vec::new(),
         environment: template.environment.clone(),
         recovered: Vec::new(),
+        // The template node's kernels: a node that compiled others is refused by the
+        // in-engine allreduce, which then keeps the engine's path.
+        kernels: match simulated {
+            true => Vec::new(),
+            false => template.kernels.clone(),
+        },
     };
     Some(crate::profile::validate_built(&p).map(|()| p))
 }
@@ -164,12 +171,16 @@ fn group(
     tp: usize,
     gpus: Vec<usize>,
     mode: Mode,
-    buckets: Vec<Bucket>,
+    mut buckets: Vec<Bucket>,
 ) -> GroupProfile {
     let t = template
         .groups
         .iter()
         .find(|g| g.tp == tp && g.gpus == gpus && g.mode == mode);
+    let ranks = crate::allreduce::Ranks::of(tp, t.and_then(|t| t.islands.as_ref()));
+    for b in &mut buckets {
+        b.fallback = crate::decide::fallback(b.choice, &b.results, ranks, b.bytes);
+    }
     let crossovers = crate::decide::crossovers(&buckets);
     let steps: Vec<crate::decide::bands::Step> = buckets
         .iter()
@@ -198,6 +209,7 @@ fn group(
         mode,
         dtype,
         placement: t.map(|t| t.placement.clone()).unwrap_or_default(),
+        islands: t.and_then(|t| t.islands.clone()),
         buckets,
         crossovers,
         memory,
@@ -206,5 +218,7 @@ fn group(
         regret,
         // The template node's variation: the consensus keeps its placement and memory too.
         drift: t.map(|t| t.drift.clone()).unwrap_or_default(),
+        // Nodes measured beside other work are the nodes' own record, not the class's.
+        beside: Vec::new(),
     }
 }

@@ -50,6 +50,9 @@ pub struct ChoiceDiff {
     pub differ: usize,
     /// Cells where it chose otherwise within its intervals (a tie with the class's choice).
     pub ties: usize,
+    /// Cells where it chose what the class chose at a neighbouring size (its crossover sits
+    /// one size from the class's).
+    pub edges: usize,
     pub of: usize,
     /// A few of them: (TP, bytes, the node's choice, the class's).
     pub examples: Vec<(usize, u64, Backend, Backend)>,
@@ -102,7 +105,7 @@ pub struct ClassReport {
 
 /// The whole fleet report.
 #[derive(Debug, Clone, Serialize)]
-pub struct Report {
+pub struct FleetReport {
     pub dtype: Dtype,
     /// Profiles aggregated.
     pub profiles: usize,
@@ -115,7 +118,7 @@ pub struct Report {
     pub names: Vec<String>,
 }
 
-impl Report {
+impl FleetReport {
     /// Distinct topology classes (each may hold a graph and an eager report).
     pub fn class_count(&self) -> usize {
         let mut v: Vec<&str> = self
@@ -145,7 +148,7 @@ impl Report {
 /// A class that cannot be written is a warning (returned, one sentence each), not a failure:
 /// the report is worth printing from a read-only directory.
 pub fn write_class_profiles(
-    report: &mut Report,
+    report: &mut FleetReport,
     collected: &Collected,
     out_dir: &std::path::Path,
 ) -> Result<Vec<String>, Error> {
@@ -279,7 +282,7 @@ fn names(c: &Collected, dtype: Dtype) -> Vec<String> {
 }
 
 /// Compares every class's nodes; `dir` names the directory in messages.
-pub fn analyze(c: &mut Collected, asked: Option<Dtype>, dir: &str) -> Result<Report, Error> {
+pub fn analyze(c: &mut Collected, asked: Option<Dtype>, dir: &str) -> Result<FleetReport, Error> {
     let dtype = choose_dtype(c, asked, dir)?;
     let names = names(c, dtype);
     for n in c.nodes.iter().filter(|n| n.dtype != dtype) {
@@ -299,7 +302,7 @@ pub fn analyze(c: &mut Collected, asked: Option<Dtype>, dir: &str) -> Result<Rep
         }
         classes.push(class_report(c, data, class, *mode, &names));
     }
-    Ok(Report {
+    Ok(FleetReport {
         dtype,
         profiles: c.nodes.iter().filter(|n| n.dtype == dtype).count(),
         skipped: c.skipped.clone(),
@@ -320,7 +323,7 @@ fn majority<T: Ord + Clone>(items: impl Iterator<Item = T>) -> Option<T> {
 }
 
 /// Reads `dir`, compares its nodes and returns the report with what a class profile needs.
-pub fn run(dir: &std::path::Path, dtype: Option<Dtype>) -> Result<(Report, Collected), Error> {
+pub fn run(dir: &std::path::Path, dtype: Option<Dtype>) -> Result<(FleetReport, Collected), Error> {
     let mut c = read::collect(dir)?;
     let r = analyze(&mut c, dtype, &dir.display().to_string())?;
     Ok((r, c))

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use super::{ClassReport, Report};
+use super::{ClassReport, FleetReport};
 use crate::allreduce::Backend;
 use crate::units::{fmt_bytes, fmt_us};
 
@@ -15,7 +15,7 @@ fn short(class: &str) -> &str {
 }
 
 /// The human report.
-pub fn text(r: &Report) -> String {
+pub fn text(r: &FleetReport) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
@@ -93,6 +93,14 @@ fn class_text(o: &mut String, c: &ClassReport, profile: Option<&String>) {
             if tied == 1 { "" } else { "s" }
         );
     }
+    let edged: usize = c.choices_differ.iter().filter(|d| d.edges > 0).count();
+    if edged > 0 {
+        let _ = writeln!(
+            o,
+            "  {edged} node{} put a crossover one size from the class's (band edges, in --json)",
+            if edged == 1 { "" } else { "s" }
+        );
+    }
     for d in c.choices_differ.iter().filter(|d| d.differ > 0) {
         let ex: Vec<String> = d
             .examples
@@ -130,7 +138,13 @@ fn class_text(o: &mut String, c: &ClassReport, profile: Option<&String>) {
             let _ = writeln!(o, "  class profile: not written (see the warning)");
         }
     }
-    // Per (TP, size): the median of each backend the class ever chose, and NCCL's.
+    let shown = size_table(o, c);
+    node_lines(o, c, &shown);
+}
+
+/// Per (TP, size): the median of each backend the class ever chose, and NCCL's; returns those
+/// backends.
+fn size_table(o: &mut String, c: &ClassReport) -> Vec<Backend> {
     let mut shown: Vec<Backend> = vec![Backend::Nccl];
     for cell in &c.cells {
         if !shown.contains(&cell.choice) {
@@ -174,6 +188,11 @@ fn class_text(o: &mut String, c: &ClassReport, profile: Option<&String>) {
             c.cells.len() - TABLE_ROWS
         );
     }
+    shown
+}
+
+/// The nodes away from their class, by their median ratio per backend in `shown`.
+fn node_lines(o: &mut String, c: &ClassReport, shown: &[Backend]) {
     // Only nodes away from their class: a healthy fleet of hundreds prints one line here.
     let pct = super::DEVIATION * 100.0;
     let away: Vec<&String> = c
@@ -208,7 +227,7 @@ fn class_text(o: &mut String, c: &ClassReport, profile: Option<&String>) {
 }
 
 /// The report as pretty JSON with a trailing newline.
-pub fn json(r: &Report) -> String {
+pub fn json(r: &FleetReport) -> String {
     let mut s = serde_json::to_string_pretty(r).expect("fleet report serializes");
     s.push('\n');
     s
@@ -222,7 +241,7 @@ fn label(v: &str) -> String {
 }
 
 /// The Prometheus text exposition format, for node_exporter's textfile collector.
-pub fn prom(r: &Report) -> String {
+pub fn prom(r: &FleetReport) -> String {
     let mut o = String::new();
     let mut metric = |name: &str, help: &str, rows: Vec<(String, f64)>| {
         let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");

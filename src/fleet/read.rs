@@ -26,7 +26,7 @@ pub struct Cell {
 }
 
 /// Driver, CUDA and NCCL versions of a node.
-pub type Versions = (Option<String>, Option<String>, Option<String>);
+pub type NodeVersions = (Option<String>, Option<String>, Option<String>);
 
 /// What one node's profile contributes to one class.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,7 +50,7 @@ pub struct NodeInfo {
     pub file: String,
     pub hostname: Option<String>,
     pub simulated: bool,
-    pub versions: Versions,
+    pub versions: NodeVersions,
     pub dtype: Dtype,
 }
 

@@ -4,7 +4,7 @@ use super::{check_interrupt, Harness};
 use crate::allreduce::{Backend, Mode};
 use crate::cancel::Cancel;
 use crate::fabric::{Fabric, FabricError};
-use crate::profile::Timing;
+use crate::results::Timing;
 use crate::stats::{self, Summary};
 
 /// One cell's samples so far, kept while its group is measured so a close call can add more.

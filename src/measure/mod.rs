@@ -9,12 +9,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::allreduce::{Backend, Direction, Dtype, Mode, Readiness};
+use crate::allreduce::{Backend, Direction, Dtype, Mode, Ranks, Readiness};
 use crate::cancel::Cancel;
 use crate::fabric::{Fabric, FabricError, Group};
-use crate::plan::{self, CloseCalls, Winner};
-use crate::profile::{ContentionCurve, GroupPhases, Timing};
+use crate::plan::{self, CloseCalls, Placement, Winner};
 pub use crate::results::GroupResults;
+use crate::results::{ContentionCurve, GroupPhases, Timing};
+use crate::topology::occupancy::{BusyGpu, Neighbours};
 
 mod cell;
 mod size;
@@ -84,12 +85,16 @@ impl Default for Harness {
 /// What to measure.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    /// GPU sets with a label saying what sets each apart.
-    pub groups: Vec<(Vec<usize>, String)>,
+    /// GPU sets, what sets each apart, and their islands.
+    pub groups: Vec<Placement>,
     pub modes: Vec<Mode>,
     pub dtype: Dtype,
     /// Grid of sizes (bytes), ascending.
     pub sizes: Vec<u64>,
+    /// The reference grid instead: between the grid's ends, every size bisection could ever
+    /// add, aligned for each group's own TP size (so a group's sizes do not depend on which
+    /// other TP sizes are tuned).
+    pub fine: bool,
     pub backends: Vec<Backend>,
     pub seed: u64,
     pub contention: bool,
@@ -101,6 +106,8 @@ pub struct Plan {
     /// Names the close calls at a size, to sample them until settled; None samples each cell
     /// once, to its target.
     pub close_calls: Option<CloseCalls>,
+    /// Asked between phases and groups who else is on the GPUs.
+    pub neighbours: Neighbours,
 }
 
 /// Progress events for a UI; the harness knows nothing about terminals.
@@ -120,6 +127,12 @@ pub enum Progress {
     /// A backend was disqualified (wrong result, timeout, failure); the text is also in the
     /// returned faults. Shown as it happens, so a long tune does not hide it until the end.
     Fault(String),
+    /// Processes that started using the GPUs while `gpus` were measured (allowed by the plan's
+    /// neighbours, and recorded with the group).
+    Beside {
+        gpus: Vec<usize>,
+        who: Vec<BusyGpu>,
+    },
 }
 
 /// Runs the plan. Backend-local failures disqualify that backend for the group and are
@@ -133,12 +146,12 @@ pub fn run(
     progress(Progress::Planned(per_group * plan.groups.len() as u64));
     let mut out = Vec::new();
     let mut faults = Vec::new();
-    for (gpus, placement) in &plan.groups {
+    for placement in &plan.groups {
         progress(Progress::Group {
-            gpus: gpus.clone(),
-            placement: placement.clone(),
+            gpus: placement.gpus.clone(),
+            placement: placement.label.clone(),
         });
-        let r = measure_group(fabric, plan, gpus, placement, progress, &mut faults);
+        let r = measure_group(fabric, plan, placement, progress, &mut faults);
         let mut release_s = 0.0;
         let released = timed(&mut release_s, || fabric.release());
         let mut r = r?;
@@ -157,6 +170,36 @@ fn timed<T>(acc: &mut f64, f: impl FnOnce() -> T) -> T {
     out
 }
 
+/// Between phases: who else is on the GPUs. Anyone there is recorded as measured beside this
+/// group (a stop, unless the plan allows it); the revisit drift of such a group is not kept,
+/// since it would be the neighbour's doing, not the machine's.
+fn look_around(
+    fabric: &dyn Fabric,
+    plan: &Plan,
+    res: &mut GroupResults,
+    during: &str,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<(), FabricError> {
+    // Workers replaced since the last look are the fabric's own, not neighbours.
+    let generation = fabric.recoveries().len();
+    let looked = plan
+        .neighbours
+        .look(&format!("{during} GPUs {:?}", res.gpus), generation)
+        .map_err(FabricError::Busy)?;
+    if !looked.new.is_empty() {
+        progress(Progress::Beside {
+            gpus: res.gpus.clone(),
+            who: looked.new,
+        });
+    }
+    for b in looked.now {
+        if !res.beside.contains(&b) {
+            res.beside.push(b);
+        }
+    }
+    Ok(())
+}
+
 fn check_interrupt(cancel: &Cancel) -> Result<(), FabricError> {
     if cancel.is_cancelled() {
         Err(FabricError::Interrupted)
@@ -168,32 +211,39 @@ fn check_interrupt(cancel: &Cancel) -> Result<(), FabricError> {
 fn measure_group(
     fabric: &mut dyn Fabric,
     plan: &Plan,
-    gpus: &[usize],
-    placement: &str,
+    placement: &Placement,
     progress: &mut dyn FnMut(Progress),
     faults: &mut Vec<String>,
 ) -> Result<GroupResults, FabricError> {
     let max_bytes = plan.sizes.last().copied().unwrap_or(0);
+    let gpus = &placement.gpus[..];
+    let grid = match (plan.fine, plan.sizes.first()) {
+        (true, Some(&lo)) => {
+            plan::fine_grid(lo, max_bytes, plan::alignment(gpus.len(), plan.dtype))
+        }
+        _ => plan.sizes.clone(),
+    };
     let group = Group {
         gpus: gpus.to_vec(),
         dtype: plan.dtype,
         max_bytes,
+        islands: placement.islands.clone(),
     };
-    let mut phases = GroupPhases {
-        gpus: gpus.to_vec(),
-        ..Default::default()
-    };
-    let readiness = timed(&mut phases.setup_s, || {
-        fabric.prepare(&group, &plan.backends)
-    })?;
     let mut res = GroupResults {
         gpus: gpus.to_vec(),
-        placement: placement.into(),
-        readiness,
-        nccl_channels: fabric.nccl_channels(),
-        phases,
+        placement: placement.label.clone(),
+        islands: placement.islands.clone().ok(),
+        phases: GroupPhases {
+            gpus: gpus.to_vec(),
+            ..Default::default()
+        },
         ..Default::default()
     };
+    look_around(fabric, plan, &mut res, "before setting up", progress)?;
+    res.readiness = timed(&mut res.phases.setup_s, || {
+        fabric.prepare(&group, &plan.backends)
+    })?;
+    res.nccl_channels = fabric.nccl_channels();
     let ready: Vec<Backend> = res
         .readiness
         .iter()
@@ -203,34 +253,20 @@ fn measure_group(
         })
         .collect();
 
-    if plan.contention && gpus.len() > 1 {
-        'probes: for direction in [Direction::Read, Direction::Write] {
-            let mut points = Vec::new();
-            for peers in 1..gpus.len() {
-                check_interrupt(&plan.cancel)?;
-                let probe = timed(&mut res.phases.probes_s, || {
-                    fabric.probe(direction, peers, plan.harness.probe_bytes)
-                });
-                match probe {
-                    Ok(p) => points.push(p),
-                    // The reason is in the waived custom backends of the same group.
-                    Err(FabricError::Waived(_)) => break 'probes,
-                    Err(e) => return Err(e),
-                }
-            }
-            res.contention.push(ContentionCurve {
-                gpus: gpus.to_vec(),
-                direction,
-                bytes: plan.harness.probe_bytes,
-                points,
-            });
-        }
-    }
+    probe_contention(fabric, plan, &mut res)?;
+    orient(fabric, &mut res, &ready)?;
 
     let mut verified = BTreeSet::new();
     for &mode in &plan.modes {
+        look_around(
+            fabric,
+            plan,
+            &mut res,
+            &format!("before timing {}", mode.id()),
+            progress,
+        )?;
         let mut raw = Raw::new();
-        let mut sizes = plan.sizes.clone();
+        let mut sizes = grid.clone();
         let mut round = 0;
         let mut revisited = !plan.harness.revisit;
         loop {
@@ -246,7 +282,7 @@ fn measure_group(
             }
             let refine = round < plan.harness.refine_rounds;
             let mut next = if refine {
-                refinement(&res, mode, gpus.len(), plan)
+                refinement(&res, mode, plan)
             } else {
                 Vec::new()
             };
@@ -275,14 +311,25 @@ fn measure_group(
                 }
             }
             if refine {
-                next = refinement(&res, mode, gpus.len(), plan);
+                next = refinement(&res, mode, plan);
             }
             if next.is_empty() {
                 break;
             }
             round += 1;
             sizes = next;
+            look_around(
+                fabric,
+                plan,
+                &mut res,
+                &format!("while timing {}", mode.id()),
+                progress,
+            )?;
         }
+    }
+    look_around(fabric, plan, &mut res, "at the end of measuring", progress)?;
+    if !res.beside.is_empty() {
+        res.drift.clear();
     }
     // A backend disqualified mid-way must not keep the timings it got before.
     for modes in res.cells.values_mut() {
@@ -293,10 +340,70 @@ fn measure_group(
     Ok(res)
 }
 
+/// The contention curves of the group: reads, then writes, from 1 peer at once to all.
+fn probe_contention(
+    fabric: &mut dyn Fabric,
+    plan: &Plan,
+    res: &mut GroupResults,
+) -> Result<(), FabricError> {
+    let gpus = res.gpus.clone();
+    if !plan.contention || gpus.len() < 2 {
+        return Ok(());
+    }
+    'probes: for direction in [Direction::Read, Direction::Write] {
+        let mut points = Vec::new();
+        for peers in 1..gpus.len() {
+            check_interrupt(&plan.cancel)?;
+            let probe = timed(&mut res.phases.probes_s, || {
+                fabric.probe(direction, peers, plan.harness.probe_bytes)
+            });
+            match probe {
+                Ok(p) => points.push(p),
+                // The reason is in the waived custom backends of the same group.
+                Err(FabricError::Waived(_)) => break 'probes,
+                Err(e) => return Err(e),
+            }
+        }
+        res.contention.push(ContentionCurve {
+            gpus: gpus.to_vec(),
+            direction,
+            bytes: plan.harness.probe_bytes,
+            points,
+        });
+    }
+    Ok(())
+}
+
+/// Which way the hierarchical backends move data in each phase, from the group's probe
+/// curves (reads where none ran), told to the fabric and kept with the results.
+fn orient(
+    fabric: &mut dyn Fabric,
+    res: &mut GroupResults,
+    ready: &[Backend],
+) -> Result<(), FabricError> {
+    let Some(islands) = res.islands.as_mut() else {
+        return Ok(());
+    };
+    if !ready.iter().any(|b| b.is_hierarchical()) {
+        return Ok(());
+    }
+    let curve = |d: Direction| {
+        res.contention
+            .iter()
+            .find(|c| c.direction == d)
+            .map_or(&[][..], |c| &c.points[..])
+    };
+    let directions = islands.orient(curve(Direction::Read), curve(Direction::Write));
+    fabric.orient(&directions)?;
+    islands.directions = Some(directions);
+    Ok(())
+}
+
 /// The sizes to bisect next in `mode`, given everything measured so far.
-fn refinement(res: &GroupResults, mode: Mode, tp: usize, plan: &Plan) -> Vec<u64> {
+fn refinement(res: &GroupResults, mode: Mode, plan: &Plan) -> Vec<u64> {
     let cells = res.cells.get(&mode).cloned().unwrap_or_default();
-    plan::refine_points(&cells, &res.disqualified, tp, plan.dtype, plan.winner)
+    let ranks = Ranks::of(res.gpus.len(), res.islands.as_ref());
+    plan::refine_points(&cells, &res.disqualified, ranks, plan.dtype, plan.winner)
 }
 
 fn disqualify(

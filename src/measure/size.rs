@@ -15,8 +15,8 @@ use super::{cell_seed, check_interrupt, disqualify, fastest, timed, Plan, Progre
 use crate::allreduce::{Backend, Mode};
 use crate::fabric::{Fabric, FabricError, Verification};
 use crate::plan::CloseCalls;
-use crate::profile::Timing;
 use crate::results::GroupResults;
+use crate::results::Timing;
 use crate::stats::Summary;
 
 /// Samples each side of a revisit needs before its medians count as a drift.

@@ -43,6 +43,9 @@ impl Fabric for Scripted {
     fn probe(&mut self, _: Direction, _: usize, _: u64) -> Result<ProbeSample, FabricError> {
         Err(FabricError::Waived("no P2P between GPU 0 and GPU 1".into()))
     }
+    fn orient(&mut self, d: &crate::fabric::Directions) -> Result<(), FabricError> {
+        self.inner.orient(d)
+    }
     fn release(&mut self) -> Result<(), FabricError> {
         self.inner.release()
     }
@@ -74,10 +77,15 @@ fn spread(base: fn(Backend) -> f64, spread: fn(Backend) -> f64) -> Script {
 /// GPUs 0 and 1 at 4 KiB: `backends` in `mode`, no refinement.
 fn plan(backends: &[Backend], mode: Mode, harness: Harness) -> Plan {
     Plan {
-        groups: vec![(vec![0, 1], "test".into())],
+        groups: vec![crate::plan::Placement {
+            gpus: vec![0, 1],
+            label: "test".into(),
+            islands: Err("a test pair".into()),
+        }],
         modes: vec![mode],
         dtype: Dtype::Bf16,
         sizes: vec![4096],
+        fine: false,
         backends: backends.to_vec(),
         seed: 1,
         contention: false,
@@ -88,6 +96,7 @@ fn plan(backends: &[Backend], mode: Mode, harness: Harness) -> Plan {
         cancel: Cancel::new(),
         winner: decide::winner,
         close_calls: Some(decide::unsettled),
+        neighbours: Default::default(),
     }
 }
 
@@ -246,7 +255,10 @@ fn a_revisit_after_the_sweep_sees_a_backend_drift() {
             ..Harness::default()
         };
         let cell = cell(&mut f, &plan(&PAIR, Mode::Eager, h));
-        (decide::rule_choice(&cell, 2, 4096), cell)
+        (
+            decide::rule_choice(&cell, crate::allreduce::Ranks::flat(2), 4096),
+            cell,
+        )
     };
     // Timed once, NCCL's slow moment stands and the kernel wins by 25%.
     let (once, cell) = choice(false);

@@ -15,6 +15,7 @@
 //! The symbols and struct layouts are in [`abi`].
 
 pub mod abi;
+pub mod library;
 
 use std::ffi::{c_char, c_int, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -64,6 +65,29 @@ pub fn pin_of(variant: Backend) -> Option<Pin> {
         algo: algo_index(a),
         proto: proto_index(p),
     })
+}
+
+/// Where the profile chooses a backend NCCL's tuner cannot make NCCL run (an island schedule,
+/// run only by artune's own kernels), one line saying so: NCCL keeps the profile's best NCCL
+/// variant there, as at every size the profile gives a kernel.
+pub fn inexpressible(g: &GroupSelector) -> Option<String> {
+    let sizes: Vec<(u64, Backend)> = g
+        .sizes()
+        .iter()
+        .zip(g.answers())
+        .filter(|(_, a)| !a.backend.nccl_expressible() && !a.backend.engines_have())
+        .map(|(&s, a)| (s, a.backend))
+        .collect();
+    let (first, last) = (sizes.first()?, sizes.last()?);
+    let mut names: Vec<&str> = sizes.iter().map(|(_, b)| b.id()).collect();
+    names.dedup();
+    Some(format!(
+        "the profile chooses {} at {} of the sizes {}..{} bytes: NCCL's tuner cannot express an island schedule, so NCCL runs the profile's best NCCL variant there (artune's own kernels run it where the engine routes to them)",
+        names.join(", "),
+        sizes.len(),
+        first.0,
+        last.0
+    ))
 }
 
 /// An entry of the cost table to favour.
@@ -305,14 +329,17 @@ impl Context {
                     logger,
                     LOG_INFO,
                     &format!(
-                        "following {} for TP{n_ranks} {} allreduce: {steered} of {} sizes steered, up to {} bytes{}",
+                        "following {} for TP{n_ranks} {} allreduce: {steered} of {} sizes steered, up to {}{}",
                         path.to_string_lossy(),
                         mode.id(),
                         sizes,
-                        largest,
+                        crate::units::fmt_size(largest),
                         if p.simulated { " (SIMULATED profile)" } else { "" }
                     ),
                 );
+                if let Some(line) = c.group.as_ref().and_then(inexpressible) {
+                    log(logger, LOG_INFO, &line);
+                }
                 c
             }
             Err(why) => quiet(LOG_INFO, why),

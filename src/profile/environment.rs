@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use crate::topology::occupancy::BusyGpu;
+
 /// CUDA variables that change how kernels launch or which devices a process sees.
 const CUDA_VARS: &[&str] = &[
     "CUDA_VISIBLE_DEVICES",
@@ -91,27 +93,6 @@ pub struct Environment {
     /// Other processes found on the measured GPUs (with `--allow-busy`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub busy: Vec<BusyGpu>,
-}
-
-/// Another process on a measured GPU, as NVML reported it before measuring.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub struct BusyGpu {
-    pub gpu: usize,
-    pub pid: u32,
-    pub name: String,
-    /// Device memory it held, when NVML says.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory_bytes: Option<u64>,
-}
-
-impl std::fmt::Display for BusyGpu {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "GPU {}: pid {} ({})", self.gpu, self.pid, self.name)?;
-        if let Some(m) = self.memory_bytes {
-            write!(f, " holding {}", crate::units::fmt_bytes(m))?;
-        }
-        Ok(())
-    }
 }
 
 impl Environment {

@@ -11,7 +11,9 @@
 //! Field names are a contract (see profiles/schema/profile-v1.json); add fields, never rename.
 
 pub mod environment;
+pub mod kernels;
 pub mod paths;
+pub mod routes;
 pub mod schema;
 pub mod selector;
 pub mod stale;
@@ -26,11 +28,13 @@ use std::path::Path;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::allreduce::{Backend, Direction, Dtype, Mode, ProbeSample};
+use crate::allreduce::{Backend, Dtype, Islands, Mode};
 use crate::error::Error;
 use crate::topology::Topology;
 
+pub use crate::results::{ContentionCurve, GroupPhases, ModelBand, ModelFamily, Timing};
 pub use environment::Environment;
+pub use kernels::{KernelImages, KernelMismatch, ProgramImage};
 pub use selector::Selector;
 pub use validate::{Limits, LIMITS};
 
@@ -52,64 +56,6 @@ pub struct Versions {
     pub nccl: Option<String>,
 }
 
-/// One backend's timing at one size.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct Timing {
-    pub median_us: f64,
-    /// 95% confidence interval of the median.
-    pub ci_low_us: f64,
-    pub ci_high_us: f64,
-    pub samples: u32,
-    /// Samples set aside as outliers (beyond 3 scaled MADs) before the median was taken.
-    #[serde(default)]
-    pub outliers: u32,
-    /// Simulated times only: how wrong the model can be, as factors on the median
-    /// (fabric/sim/band.rs, docs/MODEL-ERROR.md). The steering rule widens the interval by it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<ModelBand>,
-}
-
-/// The simulator's error band on one time: the true time lies within
-/// [median · low, median · high] as far as the calibration residuals can tell.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct ModelBand {
-    pub low: f64,
-    pub high: f64,
-    /// Whether a property the topology did not state widened it.
-    #[serde(default)]
-    pub assumed: bool,
-    /// The model the time came from. Two times of one family share the parts whose error
-    /// dominates, so their ratio does not carry the band (decide::rule). None: unknown,
-    /// taken as independent of every other time.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub family: Option<ModelFamily>,
-}
-
-/// Which half of the simulator a time came from: NCCL's model (copy-engine links, root
-/// complex and sockets, then the protocol) or the custom kernels' (loads and stores under
-/// switch contention).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ModelFamily {
-    Nccl,
-    Custom,
-}
-
-#[cfg(test)]
-impl Timing {
-    /// A timing with the median's 95% interval `half` either side (20 samples), for tests.
-    pub(crate) fn around(median: f64, half: f64) -> Timing {
-        Timing {
-            median_us: median,
-            ci_low_us: median - half,
-            ci_high_us: median + half,
-            samples: 20,
-            outliers: 0,
-            model: None,
-        }
-    }
-}
-
 /// One message size.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Bucket {
@@ -122,10 +68,23 @@ pub struct Bucket {
     /// Absent in older profiles, which then leave NCCL its own choice.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nccl_choice: Option<Backend>,
+    /// Where `choice` is a backend no engine has (an island schedule, which only artune's
+    /// kernels run), what an engine without them runs instead: the same rule among NCCL and
+    /// the flat kernels. Absent elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<Backend>,
     pub results: BTreeMap<Backend, Timing>,
     /// Backends not measured at this size, and why.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub waived: BTreeMap<Backend, String>,
+}
+
+impl Bucket {
+    /// What an engine without artune's own kernels runs here: the choice where engines have a
+    /// path of its shape, else the bucket's `fallback` (the same rule among those they have).
+    pub fn engine_choice(&self) -> Backend {
+        self.fallback.unwrap_or(self.choice)
+    }
 }
 
 /// Where the choice changes between neighbouring sizes.
@@ -165,6 +124,10 @@ pub struct GroupProfile {
     /// What sets this GPU subset apart, e.g. "one switch" or "2 switches, 1 root complex".
     #[serde(default)]
     pub placement: String,
+    /// The islands the hierarchical backends ran in, and which way each phase moved data;
+    /// absent where the group has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub islands: Option<Islands>,
     pub buckets: Vec<Bucket>,
     pub crossovers: Vec<Crossover>,
     pub memory: BTreeMap<Backend, Memory>,
@@ -184,6 +147,18 @@ pub struct GroupProfile {
     /// for before it calls a choice changed. Empty for profiles made before it was recorded.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub drift: BTreeMap<Backend, f64>,
+    /// Other processes that were on these GPUs while this group was measured (allowed with
+    /// `--allow-busy`, before the tune or since): its times may include their work, and no
+    /// drift is recorded for it, since that would be theirs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub beside: Vec<environment::BusyGpu>,
+}
+
+impl GroupProfile {
+    /// The ranks its kernels saw: in islands where it has them.
+    pub fn ranks(&self) -> crate::allreduce::Ranks {
+        crate::allreduce::Ranks::of(self.tp, self.islands.as_ref())
+    }
 }
 
 /// The time the profile's choices give away against the per-size fastest measured backend:
@@ -196,16 +171,6 @@ pub struct Regret {
     pub worst: f64,
     /// The bucket where the worst is.
     pub worst_bytes: u64,
-}
-
-/// A contention curve: bandwidth as more peers transfer at once.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct ContentionCurve {
-    pub gpus: Vec<usize>,
-    pub direction: Direction,
-    /// Bytes each GPU moved with each peer per probe.
-    pub bytes: u64,
-    pub points: Vec<ProbeSample>,
 }
 
 /// How the tune was run, so a reader can reproduce it.
@@ -267,19 +232,6 @@ pub struct Phases {
     /// Opening the fabric: workers, contexts, kernel compilation (0 for a simulated fabric).
     pub startup_s: f64,
     pub groups: Vec<GroupPhases>,
-}
-
-/// Seconds one GPU group spent in each phase, both modes together.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct GroupPhases {
-    pub gpus: Vec<usize>,
-    /// Preparing and releasing the backends: buffers, IPC handles, NCCL communicators.
-    pub setup_s: f64,
-    pub probes_s: f64,
-    /// Checking each backend's results against a reference before it is timed.
-    pub verify_s: f64,
-    /// Warm-up and timed samples, CUDA-graph capture included.
-    pub timing_s: f64,
 }
 
 /// The machine a tune ran on, so `artune fleet` can name nodes (also for simulated tunes, whose
@@ -367,6 +319,10 @@ pub struct Profile {
     /// set up again and the backend re-timed or left out), so a clean-looking profile says so.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub recovered: Vec<Recovered>,
+    /// The compiled kernels the tune timed, per target: artune's allreduce inside an engine
+    /// runs only these. Absent in simulated profiles and in profiles of older versions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kernels: Vec<KernelImages>,
 }
 
 /// One fault the fabric recovered from during the tune.
@@ -403,6 +359,9 @@ pub enum Selection {
         backend: Backend,
         /// The NCCL variant to run where NCCL serves this size.
         nccl: Backend,
+        /// What a caller without artune's kernels runs: `backend` where engines have it,
+        /// else the rule's choice among those they have (`Bucket::fallback`).
+        fallback: Backend,
         /// Median time measured at the bucket that serves this size.
         expected_us: f64,
         /// Bytes the bucket serves up to (its measured size).

@@ -100,6 +100,18 @@ pub fn check_output(path: &Path, flag: &str, expect: Expect) -> Result<PathBuf, 
             probe_in.display()
         )));
     }
+    // The probe's own name is short: a name too long for the file system would pass it and
+    // fail only at the final rename, after the work.
+    let most = name_max(&probe_in);
+    if let Some(long) = real
+        .components()
+        .map(|c| c.as_os_str().len())
+        .find(|&n| n > most)
+    {
+        return Err(refuse(format!(
+            "a name in it is {long} bytes, more than the {most} this file system allows; choose a shorter name"
+        )));
+    }
     tempfile::Builder::new()
         .prefix(".artune-probe-")
         .tempfile_in(&probe_in)
@@ -111,6 +123,21 @@ pub fn check_output(path: &Path, flag: &str, expect: Expect) -> Result<PathBuf, 
             ))
         })?;
     Ok(real)
+}
+
+/// The longest file name the file system of `dir` takes (NAME_MAX; 255 where it does not say).
+fn name_max(dir: &Path) -> usize {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return 255;
+    };
+    // SAFETY: a NUL-terminated path; pathconf only reads it.
+    let n = unsafe { libc::pathconf(c.as_ptr(), libc::_PC_NAME_MAX) };
+    if n > 0 {
+        n as usize
+    } else {
+        255
+    }
 }
 
 #[cfg(test)]
@@ -147,6 +174,20 @@ mod tests {
             msg.starts_with("--plot ") && msg.contains("a socket"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn a_name_too_long_for_the_file_system_is_refused_before_any_work() {
+        let dir = tempfile::tempdir().unwrap();
+        let long = dir.path().join(format!("{}.json", "a".repeat(300)));
+        let msg = check_output(&long, "--out", Expect::File)
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("is 305 bytes, more than the 255"), "{msg}");
+        let plots = dir.path().join("b".repeat(256)).join("plots");
+        assert!(check_output(&plots, "--plot", Expect::Dir).is_err());
+        let fine = dir.path().join(format!("{}.json", "a".repeat(250)));
+        assert!(check_output(&fine, "--out", Expect::File).is_ok());
     }
 
     #[test]

@@ -15,6 +15,9 @@ pub struct Answer {
     pub backend: Backend,
     /// The NCCL variant to run where NCCL serves (see `Bucket::nccl_choice`).
     pub nccl: Backend,
+    /// What a caller without artune's kernels runs (see `Bucket::fallback`); `backend`
+    /// where engines have it.
+    pub fallback: Backend,
     /// Median time measured for `backend` at the bucket.
     pub expected_us: f64,
     /// Device memory per GPU the backend's buffers need (0 for NCCL, which owns its own).
@@ -98,6 +101,7 @@ impl Selector {
                     .map(|b| Answer {
                         backend: b.choice,
                         nccl: b.nccl_choice.unwrap_or(Backend::Nccl),
+                        fallback: b.fallback.unwrap_or(b.choice),
                         expected_us: b.results.get(&b.choice).map_or(f64::NAN, |t| t.median_us),
                         buffer_bytes: if b.choice.is_custom() {
                             g.memory
@@ -142,6 +146,7 @@ impl Selector {
             Ok((bucket_bytes, a)) => Selection::Chosen {
                 backend: a.backend,
                 nccl: a.nccl,
+                fallback: a.fallback,
                 expected_us: a.expected_us,
                 bucket_bytes,
                 buffer_bytes: a.buffer_bytes,

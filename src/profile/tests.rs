@@ -19,6 +19,7 @@ pub(crate) fn fixture() -> Profile {
         bytes,
         choice,
         nccl_choice: Some(Backend::Nccl),
+        fallback: None,
         results: [
             (Backend::Nccl, timing(20.0)),
             (
@@ -36,6 +37,7 @@ pub(crate) fn fixture() -> Profile {
         mode: Mode::Graph,
         dtype: Dtype::Bf16,
         placement: "one switch".into(),
+        islands: None,
         buckets: vec![
             bucket(4096, Backend::OneStagePull),
             bucket(8192, Backend::OneStagePull),
@@ -73,6 +75,7 @@ pub(crate) fn fixture() -> Profile {
         nccl_channels: None,
         regret: None,
         drift: Default::default(),
+        beside: Vec::new(),
         waived: Default::default(),
     };
     Profile {
@@ -96,6 +99,7 @@ pub(crate) fn fixture() -> Profile {
         fleet: None,
         environment: None,
         recovered: Vec::new(),
+        kernels: Vec::new(),
     }
 }
 
@@ -232,6 +236,20 @@ fn impossible_contents_are_refused() {
     let e = Profile::parse(&p.to_json()).unwrap_err();
     assert!(matches!(e, ProfileError::Invalid(_)), "{e:?}");
     assert!(e.to_string().contains("GPU"), "{e}");
+    // A kernel record a reader cannot trust: a digest that is not one.
+    let mut p = fixture();
+    p.simulated = false;
+    p.kernels = vec![crate::profile::KernelImages {
+        nvrtc: "13.0".into(),
+        target: "sm_90".into(),
+        programs: vec![crate::profile::ProgramImage {
+            program: "allreduce.cu".into(),
+            source_sha256: "0".repeat(64),
+            image_sha256: "not hex".into(),
+        }],
+    }];
+    let e = Profile::parse(&p.to_json()).unwrap_err();
+    assert!(e.to_string().contains("SHA-256"), "{e}");
 }
 
 #[test]

@@ -110,7 +110,8 @@ pub fn check(p: &Profile) -> Result<(), ProfileError> {
     let mut topo = p.topology.clone();
     file::check(&topo).map_err(|e| ProfileError::Topology(TopologyError::Invalid(e)))?;
     topo.normalize().map_err(ProfileError::Topology)?;
-    check_groups(p, topo.gpu_count()).map_err(ProfileError::Invalid)
+    check_groups(p, topo.gpu_count()).map_err(ProfileError::Invalid)?;
+    super::kernels::validate(&p.kernels, p.simulated).map_err(ProfileError::Invalid)
 }
 
 fn check_groups(p: &Profile, ngpu: usize) -> Result<(), String> {

@@ -3,18 +3,11 @@
 use std::fmt::Write;
 
 use crate::profile::Profile;
-use crate::units::fmt_bytes;
 
-/// Lines naming the NCCL/CUDA variables, NCCL library, memory budget and busy GPUs a profile
-/// was measured with; nothing for a profile that predates the record.
+/// Lines naming the NCCL/CUDA variables, NCCL library and busy GPUs a profile was measured
+/// with; nothing for a profile that predates the record. (The memory budget has its own line
+/// in the summary.)
 pub fn lines(p: &Profile, out: &mut String) {
-    if let Some(b) = p.settings.mem_budget_bytes {
-        let _ = writeln!(
-            out,
-            "memory budget: {} per GPU (--mem-budget)",
-            fmt_bytes(b)
-        );
-    }
     let Some(e) = &p.environment else { return };
     if e.variables.is_empty() {
         let _ = writeln!(
@@ -24,7 +17,7 @@ pub fn lines(p: &Profile, out: &mut String) {
     } else {
         let _ = writeln!(
             out,
-            "environment: measured with {} (`artune check` names any that differ)",
+            "environment: measured with {} (a later check compares them with its own)",
             e.describe()
         );
     }
@@ -37,18 +30,22 @@ pub fn lines(p: &Profile, out: &mut String) {
     };
     let _ = writeln!(out, "NCCL library: {lib}");
     if e.allow_busy {
-        let who = if e.busy.is_empty() {
-            "no other process was found".to_string()
-        } else {
-            e.busy
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("; ")
+        let mut who: Vec<String> = e.busy.iter().map(ToString::to_string).collect();
+        let later = p.groups.iter().filter(|g| !g.beside.is_empty()).count();
+        let at_start = match who.is_empty() {
+            true => "no other process at the start".to_string(),
+            false => std::mem::take(&mut who).join("; "),
+        };
+        let since = match later {
+            0 => String::new(),
+            n => format!(
+                "; {n} of {} groups measured beside other work (each group says which)",
+                p.groups.len()
+            ),
         };
         let _ = writeln!(
             out,
-            "BUSY GPUs allowed (--allow-busy): measured beside other work, {who}"
+            "BUSY GPUs allowed (--allow-busy): measured beside other work, {at_start}{since}"
         );
     }
 }

@@ -72,7 +72,7 @@ pub fn ranges(g: &GroupProfile) -> Vec<Range> {
                 })
                 .min_by(|a, b| (a.1 + a.2).total_cmp(&(b.1 + b.2)))
         };
-        let extra = crate::decide::extra_memory(backend, g.tp, run[run.len() - 1].bytes);
+        let extra = crate::decide::extra_memory(backend, g.ranks(), run[run.len() - 1].bytes);
         out.push(Range {
             from_bytes: run[0].bytes,
             to_bytes: run[run.len() - 1].bytes,
@@ -304,6 +304,13 @@ fn group_notes(g: &GroupProfile) -> Vec<String> {
             moved.join(", ")
         ));
     }
+    if !g.beside.is_empty() {
+        let who: Vec<String> = g.beside.iter().map(ToString::to_string).collect();
+        v.push(format!(
+            "BESIDE other work: measured while another process used the GPUs ({}; --allow-busy): its times may include that work, and no drift is recorded for `check --measure`",
+            who.join("; ")
+        ));
+    }
     v
 }
 
@@ -327,6 +334,56 @@ fn table_row(out: &mut String, cells: [&str; 5]) {
         cells[0], cells[1], cells[2], cells[3], cells[4]
     );
     let _ = writeln!(out, "{}", line.trim_end());
+}
+
+/// Why a backend faster than the choice at a size was not chosen there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum PassedOver {
+    /// Its buffers for that size exceed the memory budget.
+    OverBudget,
+    /// Its lead lies within the model's error (a simulated profile): not sure; a
+    /// measurement on the machine decides.
+    WithinModel,
+    /// Not significantly faster by the rule (the intervals overlap, or by under 5%), or kept
+    /// in its neighbours' band.
+    NotSignificant,
+}
+
+impl PassedOver {
+    pub fn why(self) -> &'static str {
+        match self {
+            PassedOver::OverBudget => "over the memory budget",
+            PassedOver::WithinModel => "not sure: within the model's error",
+            PassedOver::NotSignificant => "not significantly faster, or kept in the band",
+        }
+    }
+}
+
+/// Per size, each backend whose median beats the choice's by more than the rule's effect
+/// ([`crate::decide::MIN_EFFECT`]), and why it was not chosen: what a plot or a table must say
+/// wherever it shows a backend faster than the choice.
+pub fn passed_over(g: &GroupProfile) -> Vec<(u64, Backend, PassedOver)> {
+    let mut out = Vec::new();
+    for b in &g.buckets {
+        let Some(chosen) = b.results.get(&b.choice) else {
+            continue;
+        };
+        for (k, t) in &b.results {
+            if *k == b.choice || t.median_us * (1.0 + crate::decide::MIN_EFFECT) >= chosen.median_us
+            {
+                continue;
+            }
+            let why = if b.waived.contains_key(k) {
+                PassedOver::OverBudget
+            } else if t.model.is_some() && crate::decide::beyond(t, chosen) <= 0.0 {
+                PassedOver::WithinModel
+            } else {
+                PassedOver::NotSignificant
+            };
+            out.push((b.bytes, *k, why));
+        }
+    }
+    out
 }
 
 /// Simulated groups: the model's error band per backend kind, and the sizes where a custom
@@ -362,13 +419,16 @@ fn model_lines(g: &GroupProfile, out: &mut String) {
 /// against, and the measurement that settles it (a tune on the machine, which has no model
 /// error).
 fn not_sure(g: &GroupProfile) -> Option<String> {
+    let passed = passed_over(g);
+    // The fastest custom kernel passed over at `b` for lying within the model's error.
     let faster = |b: &Bucket| -> Option<Backend> {
-        let chosen = b.results.get(&b.choice).map_or(f64::NAN, |t| t.median_us);
-        b.results
+        passed
             .iter()
-            .filter(|(k, t)| k.is_custom() && t.median_us * 1.05 < chosen)
-            .min_by(|x, y| x.1.median_us.total_cmp(&y.1.median_us))
-            .map(|(k, _)| *k)
+            .filter(|(bytes, k, why)| {
+                *bytes == b.bytes && k.is_custom() && *why == PassedOver::WithinModel
+            })
+            .map(|(_, k, _)| *k)
+            .min_by(|x, y| b.results[x].median_us.total_cmp(&b.results[y].median_us))
     };
     let mut spans: Vec<(u64, u64)> = Vec::new();
     let (mut kernels, mut choices) = (Vec::new(), Vec::new());
@@ -410,6 +470,83 @@ fn not_sure(g: &GroupProfile) -> Option<String> {
     ))
 }
 
+/// Groups with islands: how they split and which way each phase moved data, and where an
+/// island schedule was the fastest measured: by how much over the choice, and whether it was
+/// chosen (what engines without artune's kernels run instead) or why not.
+fn island_lines(g: &GroupProfile, out: &mut String) {
+    let Some(i) = &g.islands else {
+        return;
+    };
+    let dirs = i.directions.as_ref().map_or(String::new(), |d| {
+        format!(
+            "; inside islands {}, across {} (probe: {})",
+            plane_word(d.inside),
+            plane_word(d.across),
+            d.because
+        )
+    });
+    let _ = writeln!(out, "  islands: {}{dirs}", i.describe());
+    for k in Backend::ALL.into_iter().filter(|k| k.is_hierarchical()) {
+        let fastest: Vec<(&Bucket, f64)> = g
+            .buckets
+            .iter()
+            .filter_map(|b| {
+                let t = b.results.get(&k)?.median_us;
+                let best = b
+                    .results
+                    .iter()
+                    .filter(|(x, _)| !x.is_hierarchical())
+                    .map(|(_, t)| t.median_us)
+                    .fold(f64::INFINITY, f64::min);
+                (t < best).then(|| (b, best / t))
+            })
+            .collect();
+        let (Some(first), Some(last)) = (fastest.first(), fastest.last()) else {
+            if g.buckets.iter().any(|b| b.results.contains_key(&k)) {
+                let _ = writeln!(out, "  {k}: never the fastest measured here");
+            }
+            continue;
+        };
+        let best = fastest.iter().map(|x| x.1).fold(0.0, f64::max);
+        let chosen: Vec<&Bucket> = g.buckets.iter().filter(|b| b.choice == k).collect();
+        let mut instead: Vec<&str> = chosen
+            .iter()
+            .filter_map(|b| b.fallback.map(|f| f.id()))
+            .collect();
+        instead.dedup();
+        let verdict = match (chosen.first(), chosen.last()) {
+            (Some(a), Some(z)) => format!(
+                "chosen at {}; engines without artune's kernels run {} there",
+                fmt_span(a.bytes, z.bytes),
+                if instead.is_empty() {
+                    "their own choice".to_string()
+                } else {
+                    instead.join(" then ")
+                }
+            ),
+            _ if fastest.iter().any(|(b, _)| b.results[&k].model.is_some()) => {
+                "not chosen: within the model's error (see not sure)".into()
+            }
+            _ => "not chosen: not significantly faster than the choice".into(),
+        };
+        let _ = writeln!(
+            out,
+            "  {k}: the fastest measured at {} of the sizes {}–{}, up to {best:.2}x faster than every flat backend; {verdict}",
+            fastest.len(),
+            fmt_bytes(first.0.bytes),
+            fmt_bytes(last.0.bytes),
+        );
+    }
+}
+
+/// "pull" or "push", for a phase's direction.
+fn plane_word(d: Direction) -> &'static str {
+    match d {
+        Direction::Read => "pull",
+        Direction::Write => "push",
+    }
+}
+
 /// The text summary printed by `tune` and `show`.
 pub fn summary(p: &Profile) -> String {
     let mut out = String::new();
@@ -422,7 +559,40 @@ pub fn summary(p: &Profile) -> String {
         );
     }
     let notes: Vec<Vec<String>> = p.groups.iter().map(group_notes).collect();
-    let common: Vec<String> = match notes.split_first() {
+    let shared = shared_notes(&notes);
+    for (title, lines) in [
+        ("every group:", &shared.every),
+        ("several groups:", &shared.several),
+    ] {
+        if !lines.is_empty() {
+            let _ = writeln!(out, "{title}");
+            for l in lines {
+                let _ = writeln!(out, "  {l}");
+            }
+        }
+    }
+    for (g, notes) in p.groups.iter().zip(&notes) {
+        group_section(g, &mut out);
+        for l in notes.iter().filter(|l| !shared.hoisted.contains(l)) {
+            let _ = writeln!(out, "  {l}");
+        }
+    }
+    contention_and_faults(p, &mut out);
+    out
+}
+
+/// Group notes said once: those every group has, and waivers of one set of backends that
+/// several groups have for reasons differing only in which GPUs they name (on a large machine
+/// the LL128 waiver was printed once per group, 40 times).
+struct SharedNotes {
+    every: Vec<String>,
+    several: Vec<String>,
+    /// Every note said once above, to leave out of the groups.
+    hoisted: Vec<String>,
+}
+
+fn shared_notes(notes: &[Vec<String>]) -> SharedNotes {
+    let every: Vec<String> = match notes.split_first() {
         Some((first, rest)) if !rest.is_empty() => first
             .iter()
             .filter(|l| rest.iter().all(|n| n.contains(l)))
@@ -430,96 +600,176 @@ pub fn summary(p: &Profile) -> String {
             .collect(),
         _ => Vec::new(),
     };
-    if !common.is_empty() {
-        let _ = writeln!(out, "every group:");
-        for l in &common {
-            let _ = writeln!(out, "  {l}");
+    let mut hoisted = every.clone();
+    // "waived A, B: why" by the backends waived: (backends, the notes, groups having one).
+    let mut by_backends: Vec<(&str, Vec<&String>, usize)> = Vec::new();
+    for n in notes {
+        for l in n
+            .iter()
+            .filter(|l| l.starts_with("waived ") && !every.contains(l))
+        {
+            let key = l.split(':').next().unwrap_or(l);
+            match by_backends.iter_mut().find(|(k, ..)| *k == key) {
+                Some((_, ls, groups)) => {
+                    ls.push(l);
+                    *groups += 1;
+                }
+                None => by_backends.push((key, vec![l], 1)),
+            }
         }
     }
-    for (g, notes) in p.groups.iter().zip(&notes) {
+    let (mut every, mut several) = (every, Vec::new());
+    for (key, ls, groups) in by_backends.into_iter().filter(|(.., g)| *g > 1) {
+        let why = ls[0].split_once(": ").map_or("", |(_, w)| w);
+        let alike = match ls.iter().collect::<std::collections::BTreeSet<_>>().len() {
+            1 => "",
+            _ => ", and alike for each group's own GPUs",
+        };
+        match groups == notes.len() {
+            true => every.push(format!("{key}: {why}{alike}")),
+            false => several.push(format!(
+                "{key} in {groups} of {} groups: {why}{alike}",
+                notes.len()
+            )),
+        }
+        hoisted.extend(ls.into_iter().cloned());
+    }
+    SharedNotes {
+        every,
+        several,
+        hoisted,
+    }
+}
+
+/// One group's table of choices and what qualifies them (crossovers, the model's error, the
+/// regret, what the memory budget excluded).
+fn group_section(g: &GroupProfile, out: &mut String) {
+    let _ = writeln!(
+        out,
+        "\nTP{} {} — GPUs {} ({}), {}",
+        g.tp,
+        g.mode.id(),
+        fmt_gpus(&g.gpus),
+        g.placement,
+        g.dtype.id()
+    );
+    table_row(
+        out,
+        ["sizes", "backend", "vs nccl", "extra mem/GPU", "notes"],
+    );
+    for r in ranges(g) {
+        let sizes = fmt_span(r.from_bytes, r.to_bytes);
+        let vs = match (r.backend, r.speedup_vs_nccl) {
+            (Backend::Nccl, _) => "-".to_string(),
+            (_, Some(s)) => format!("{} faster", fmt_ratio(s)),
+            (_, None) => "nccl not measured".into(),
+        };
+        let mem = if r.extra_bytes_per_gpu > 0 {
+            fmt_bytes(r.extra_bytes_per_gpu)
+        } else {
+            "0".into()
+        };
+        let note = r
+            .custom_slowdown
+            .map(|(c, lo, hi)| forcing_note(c, lo, hi))
+            .unwrap_or_default();
+        table_row(out, [&sizes, r.backend.id(), &vs, &mem, &note]);
+    }
+    if !g.crossovers.is_empty() {
+        let xs: Vec<String> = g
+            .crossovers
+            .iter()
+            .map(|c| format!("{} → {} at {}", c.from, c.to, fmt_bytes(c.bytes)))
+            .collect();
+        let _ = writeln!(out, "  crossovers: {}", xs.join("; "));
+    }
+    model_lines(g, out);
+    island_lines(g, out);
+    if let Some(l) = regret_line(g) {
+        let _ = writeln!(out, "  {l}");
+    }
+    let excluded: Vec<String> = over_budget(g)
+        .iter()
+        .map(|o| {
+            let gain = match o.best_speedup {
+                Some(x) if x > 1.0 => format!("would have been up to {x:.2}x faster"),
+                _ => "no faster than the choice".into(),
+            };
+            format!(
+                "{} at {} ({gain})",
+                o.backend,
+                fmt_span(o.from_bytes, o.to_bytes)
+            )
+        })
+        .collect();
+    if !excluded.is_empty() {
         let _ = writeln!(
             out,
-            "\nTP{} {} — GPUs {} ({}), {}",
-            g.tp,
-            g.mode.id(),
-            fmt_gpus(&g.gpus),
-            g.placement,
-            g.dtype.id()
+            "  over the memory budget, excluded: {}",
+            excluded.join("; ")
         );
-        table_row(
-            &mut out,
-            ["sizes", "backend", "vs nccl", "extra mem/GPU", "notes"],
-        );
-        for r in ranges(g) {
-            let sizes = fmt_span(r.from_bytes, r.to_bytes);
-            let vs = match (r.backend, r.speedup_vs_nccl) {
-                (Backend::Nccl, _) => "-".to_string(),
-                (_, Some(s)) => format!("{} faster", fmt_ratio(s)),
-                (_, None) => "nccl not measured".into(),
-            };
-            let mem = if r.extra_bytes_per_gpu > 0 {
-                fmt_bytes(r.extra_bytes_per_gpu)
-            } else {
-                "0".into()
-            };
-            let note = r
-                .custom_slowdown
-                .map(|(c, lo, hi)| forcing_note(c, lo, hi))
-                .unwrap_or_default();
-            table_row(&mut out, [&sizes, r.backend.id(), &vs, &mem, &note]);
-        }
-        if !g.crossovers.is_empty() {
-            let xs: Vec<String> = g
-                .crossovers
-                .iter()
-                .map(|c| format!("{} → {} at {}", c.from, c.to, fmt_bytes(c.bytes)))
-                .collect();
-            let _ = writeln!(out, "  crossovers: {}", xs.join("; "));
-        }
-        model_lines(g, &mut out);
-        match g.regret {
-            Some(r) if r.worst > 0.0 => {
-                let _ = writeln!(
-                    out,
-                    "  regret against the fastest measured at each size: {:.1}% summed, worst {:.1}% at {}",
-                    r.summed * 100.0,
-                    r.worst * 100.0,
-                    fmt_bytes(r.worst_bytes)
-                );
-            }
-            Some(_) => {
-                let _ = writeln!(
-                    out,
-                    "  regret: none, the choice is the fastest measured at every size"
-                );
-            }
-            None => {}
-        }
-        let excluded: Vec<String> = over_budget(g)
-            .iter()
-            .map(|o| {
-                let gain = match o.best_speedup {
-                    Some(x) if x > 1.0 => format!("would have been up to {x:.2}x faster"),
-                    _ => "no faster than the choice".into(),
-                };
-                format!(
-                    "{} at {} ({gain})",
-                    o.backend,
-                    fmt_span(o.from_bytes, o.to_bytes)
-                )
-            })
-            .collect();
-        if !excluded.is_empty() {
-            let _ = writeln!(
-                out,
-                "  over the memory budget, excluded: {}",
-                excluded.join("; ")
-            );
-        }
-        for l in notes.iter().filter(|l| !common.contains(l)) {
-            let _ = writeln!(out, "  {l}");
+    }
+}
+
+/// What the choices give away against the fastest backend at each size. On a simulated
+/// profile the medians are the model's, which can be wrong by more than a kernel's apparent
+/// lead (the not sure line): the headline is the regret beyond the model's error, with the
+/// medians' figure beside it, so a 186% "worst regret" within the model's error does not read
+/// as a broken tuner.
+fn regret_line(g: &GroupProfile) -> Option<String> {
+    let r = g.regret?;
+    if r.worst <= 0.0 {
+        return Some("regret: none, the choice is the fastest measured at every size".into());
+    }
+    let medians = format!(
+        "{:.1}% summed, worst {:.1}% at {}",
+        r.summed * 100.0,
+        r.worst * 100.0,
+        fmt_bytes(r.worst_bytes)
+    );
+    let modelled = g
+        .buckets
+        .iter()
+        .any(|b| b.results.values().any(|t| t.model.is_some()));
+    if !modelled {
+        return Some(format!(
+            "regret against the fastest measured at each size: {medians}"
+        ));
+    }
+    // Per size: how much longer the choice takes than the fastest, beyond both intervals
+    // widened by the model's error (decide::beyond), against the fastest's median.
+    let (mut beyond, mut best, mut worst) = (0.0, 0.0, (0.0f64, 0u64));
+    for b in &g.buckets {
+        let Some(chosen) = b.results.get(&b.choice) else {
+            continue;
+        };
+        let fastest = b
+            .results
+            .values()
+            .min_by(|x, y| x.median_us.total_cmp(&y.median_us))
+            .unwrap_or(chosen);
+        let over = crate::decide::beyond(fastest, chosen);
+        beyond += over;
+        best += fastest.median_us;
+        if over / fastest.median_us > worst.0 {
+            worst = (over / fastest.median_us, b.bytes);
         }
     }
+    Some(match worst.0 > 0.0 {
+        true => format!(
+            "regret beyond the model's error: {:.1}% summed, worst {:.1}% at {} (against the modelled medians: {medians})",
+            beyond / best * 100.0,
+            worst.0 * 100.0,
+            fmt_bytes(worst.1)
+        ),
+        false => format!(
+            "regret beyond the model's error: none (against the modelled medians: {medians}, all within the model's error)"
+        ),
+    })
+}
+
+/// The contention curves, the recoveries and the faults, after the groups.
+fn contention_and_faults(p: &Profile, out: &mut String) {
     for c in &p.contention {
         let dir = match c.direction {
             Direction::Read => "read (pull)",
@@ -562,40 +812,65 @@ pub fn summary(p: &Profile) -> String {
             let _ = writeln!(out, "  {f}");
         }
     }
-    out
 }
 
 /// What `tune` says after writing a profile (on stderr, with its other status lines): where
-/// it went and the commands to run next, filled in with this profile's path and a group of it.
+/// it went and the commands to run next, filled in with this profile's path, a group and a
+/// size it measured, so each runs as printed (tests/suggestions.rs runs them). A simulated
+/// profile gets the NCCL export: the engine exports refuse it.
 pub fn next_steps(path: &std::path::Path, p: &Profile) -> String {
-    let path = path.display();
-    let mut s = format!("profile written to {path}\nnext:\n");
-    let _ = writeln!(
-        s,
-        "  artune show {path}                  # this summary again"
-    );
-    if let Some(g) = p
+    let written = path.display();
+    let path = crate::shell::quote(&written.to_string());
+    let mut lines: Vec<(String, &str)> =
+        vec![(format!("artune show {path}"), "this summary again")];
+    let graph = p
         .groups
         .iter()
-        .find(|g| g.mode == crate::allreduce::Mode::Graph)
-    {
-        let gpus: Vec<String> = g.gpus.iter().map(|x| x.to_string()).collect();
-        let _ = writeln!(
-            s,
-            "  artune why {path} --tp {} --gpus {} --bytes 1M   # one answer explained",
-            g.tp,
-            gpus.join(",")
-        );
+        .find(|g| g.mode == crate::allreduce::Mode::Graph);
+    if let Some(g) = graph.or(p.groups.first()) {
+        // A measured size near 1M, so the answer is a measurement, not an interpolation.
+        let bytes = g
+            .buckets
+            .iter()
+            .map(|b| b.bytes)
+            .filter(|b| b.is_power_of_two())
+            .min_by_key(|b| b.abs_diff(1 << 20));
+        if let Some(bytes) = bytes {
+            let gpus: Vec<String> = g.gpus.iter().map(|x| x.to_string()).collect();
+            let mode = match g.mode {
+                crate::allreduce::Mode::Graph => String::new(),
+                m => format!(" --mode {}", m.id()),
+            };
+            lines.push((
+                format!(
+                    "artune why {path} --tp {} --gpus {} --bytes {}{mode}",
+                    g.tp,
+                    gpus.join(","),
+                    fmt_bytes(bytes)
+                ),
+                "one answer explained",
+            ));
+        }
     }
-    let _ = writeln!(
-        s,
-        "  artune export {path} --engine vllm   # what an engine needs (also sglang, trtllm, nccl, env)"
-    );
-    if !p.simulated {
-        let _ = writeln!(
-            s,
-            "  artune check {path}                 # later: does it still hold for this machine"
-        );
+    if p.simulated {
+        lines.push((
+            format!("artune export {path} --engine nccl"),
+            "NCCL's settings; engine exports need a measured profile",
+        ));
+    } else {
+        lines.push((
+            format!("artune export {path} --engine vllm"),
+            "what vLLM needs (also sglang, nccl, env; trtllm with --hidden N)",
+        ));
+        lines.push((
+            format!("artune check {path}"),
+            "later: does it still hold for this machine",
+        ));
+    }
+    let width = lines.iter().map(|(c, _)| c.len()).max().unwrap_or(0);
+    let mut s = format!("profile written to {written}\nnext:\n");
+    for (c, why) in lines {
+        let _ = writeln!(s, "  {c:<width$}   # {why}");
     }
     s
 }
@@ -609,7 +884,7 @@ pub fn summary_json(p: &Profile) -> serde_json::Value {
             serde_json::json!({
                 "tp": g.tp, "mode": g.mode, "gpus": g.gpus, "placement": g.placement,
                 "ranges": ranges(g), "crossovers": g.crossovers, "waived": g.waived,
-                "regret": g.regret, "over_budget": over_budget(g),
+                "regret": g.regret, "over_budget": over_budget(g), "beside": g.beside,
             })
         })
         .collect();
@@ -627,6 +902,24 @@ pub fn summary_json(p: &Profile) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_waiver_several_groups_share_is_said_once() {
+        let n = |g: &str| {
+            vec![
+                format!("waived a, b: no LL128 ({g})"),
+                "NCCL communicator: 1M".to_string(),
+            ]
+        };
+        let notes = vec![n("0-1"), n("2-3"), vec!["NCCL communicator: 1M".into()]];
+        let s = shared_notes(&notes);
+        assert_eq!(s.every, ["NCCL communicator: 1M"]);
+        assert_eq!(
+            s.several,
+            ["waived a, b in 2 of 3 groups: no LL128 (0-1), and alike for each group's own GPUs"]
+        );
+        assert!(s.hoisted.contains(&notes[1][0]));
+    }
 
     #[test]
     fn summary_labels_simulation_and_ranges() {
@@ -688,6 +981,19 @@ mod tests {
     #[test]
     fn not_sure_names_its_sizes_the_kernels_and_the_tune_that_settles_it() {
         let mut g = crate::profile::tests::fixture().groups[0].clone();
+        // Simulated times: each with a band of a factor of two either way.
+        for t in g.buckets.iter_mut().flat_map(|b| b.results.iter_mut()) {
+            t.1.model = Some(crate::profile::ModelBand {
+                low: 0.5,
+                high: 2.0,
+                assumed: false,
+                family: Some(if t.0.is_custom() {
+                    crate::profile::ModelFamily::Custom
+                } else {
+                    crate::profile::ModelFamily::Nccl
+                }),
+            });
+        }
         let kernel_faster = |b: &mut Bucket, us: f64| {
             b.choice = Backend::Nccl;
             b.results.get_mut(&Backend::OneStagePull).unwrap().median_us = us;

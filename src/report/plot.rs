@@ -1,6 +1,10 @@
 //! SVG plots: per group, time vs size per backend (log-log, choice marked, crossovers drawn)
 //! above the speed-up over NCCL where the decision shows; and contention curves. Titles name
 //! the fabric; a run's plots replace the previous run's in the same directory.
+//!
+//! A plot never shows a backend faster than the choice without saying why it was not chosen
+//! (rings, by [`super::passed_over`]), draws whatever backends the group measured (no list of
+//! them here), and keeps its legend in a column of its own, clear of the data.
 
 use std::path::{Path, PathBuf};
 
@@ -10,7 +14,8 @@ use crate::allreduce::{Backend, Direction};
 use crate::error::Error;
 use crate::profile::{GroupProfile, Profile};
 
-const COLORS: [RGBColor; 11] = [
+/// One colour per backend in table order; the island schedules get the two darkest.
+const COLORS: [RGBColor; 13] = [
     RGBColor(31, 119, 180),
     RGBColor(174, 199, 232),
     RGBColor(158, 218, 229),
@@ -22,10 +27,74 @@ const COLORS: [RGBColor; 11] = [
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
     RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
 ];
 
+/// A backend's colour: by its place in the backend table, the palette repeating past its end
+/// (NCCL's own choice is drawn in black).
 fn color(b: Backend) -> RGBColor {
-    COLORS[Backend::ALL.iter().position(|x| *x == b).unwrap_or(0)]
+    if b == Backend::Nccl {
+        return BLACK;
+    }
+    let i = Backend::ALL.iter().position(|x| *x == b).unwrap_or(0);
+    COLORS[i % COLORS.len()]
+}
+
+/// The backends a group measured, in the backend table's order, NCCL's own choice last (it
+/// is drawn last and thick, so it stays visible over the pinned variants that follow it).
+fn drawn(g: &GroupProfile) -> Vec<Backend> {
+    let mut v: Vec<Backend> = Backend::ALL
+        .into_iter()
+        .filter(|b| *b != Backend::Nccl)
+        .filter(|b| g.buckets.iter().any(|k| k.results.contains_key(b)))
+        .collect();
+    if g.buckets
+        .iter()
+        .any(|k| k.results.contains_key(&Backend::Nccl))
+    {
+        v.push(Backend::Nccl);
+    }
+    v
+}
+
+/// Width of the plots, and of the legend column to their right.
+const PLOT_WIDTH: u32 = 900;
+const LEGEND_WIDTH: u32 = 330;
+
+/// One legend entry: what its mark looks like, and its label.
+enum Mark {
+    Line(RGBColor, u32),
+    Dot,
+    Ring(RGBColor),
+    Rule,
+}
+
+/// Draws the legend column: one entry per line, from the top.
+fn legend(
+    area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    entries: &[(Mark, String)],
+    path: &Path,
+) -> Result<(), Error> {
+    let font = ("sans-serif", 14).into_font();
+    for (i, (mark, label)) in entries.iter().enumerate() {
+        let y = 60 + 22 * i as i32;
+        let r = match mark {
+            Mark::Line(c, w) => {
+                area.draw(&PathElement::new([(10, y), (36, y)], c.stroke_width(*w)))
+            }
+            Mark::Dot => area.draw(&Circle::new((23, y), 4, BLACK.filled())),
+            Mark::Ring(c) => area.draw(&Circle::new((23, y), 5, c.stroke_width(2))),
+            Mark::Rule => area.draw(&PathElement::new(
+                [(23, y - 7), (23, y + 7)],
+                BLACK.mix(0.3),
+            )),
+        };
+        r.map_err(|e| draw_err(path, e))?;
+        area.draw(&Text::new(label.clone(), (44, y - 8), font.clone()))
+            .map_err(|e| draw_err(path, e))?;
+    }
+    Ok(())
 }
 
 fn draw_err(path: &Path, e: impl std::fmt::Display) -> Error {
@@ -128,9 +197,10 @@ fn group_plot(g: &GroupProfile, path: &Path, tag: &str) -> Result<(), Error> {
         return Ok(());
     }
     let (xmin, xmax) = (xs[0] - 0.25, xs[xs.len() - 1].max(xs[0] + 1.0) + 0.25);
-    let root = SVGBackend::new(path, (960, 900)).into_drawing_area();
+    let root = SVGBackend::new(path, (PLOT_WIDTH + LEGEND_WIDTH, 900)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| draw_err(path, e))?;
-    let (top, bottom) = root.split_vertically(560);
+    let (plots, side) = root.split_horizontally(PLOT_WIDTH);
+    let (top, bottom) = plots.split_vertically(560);
     let title = format!(
         "TP{} {} GPUs {:?} ({}){tag}",
         g.tp,
@@ -156,76 +226,76 @@ fn group_plot(g: &GroupProfile, path: &Path, tag: &str) -> Result<(), Error> {
         .y_label_formatter(&|y| fmt_tick_us(*y))
         .draw()
         .map_err(|e| draw_err(path, e))?;
-    let mut first = true;
     for c in &g.crossovers {
         let x = lx(c.bytes);
-        let s = chart
+        chart
             .draw_series(LineSeries::new(
                 [(x, ymin * 0.8), (x, ymax * 1.25)],
                 BLACK.mix(0.3).stroke_width(1),
             ))
             .map_err(|e| draw_err(path, e))?;
-        if std::mem::take(&mut first) {
-            s.label("crossover: the choice changes").legend(|(x, y)| {
-                PathElement::new([(x + 8, y - 6), (x + 8, y + 6)], BLACK.mix(0.3))
-            });
-        }
     }
-    // NCCL's own choice is drawn last and thick: the reference stays visible over the pinned
-    // variants that often follow it exactly.
-    let order = Backend::ALL
-        .into_iter()
-        .filter(|b| *b != Backend::Nccl)
-        .chain([Backend::Nccl]);
-    for b in order {
+    let backends = drawn(g);
+    for &b in &backends {
         let pts: Vec<(f64, f64)> = g
             .buckets
             .iter()
             .filter_map(|k| k.results.get(&b).map(|t| (lx(k.bytes), t.median_us)))
             .collect();
-        if pts.is_empty() {
-            continue;
-        }
-        let (col, width) = if b == Backend::Nccl {
-            (BLACK, 3)
-        } else {
-            (color(b), 2)
-        };
+        let width = if b == Backend::Nccl { 3 } else { 2 };
         chart
-            .draw_series(LineSeries::new(pts, col.stroke_width(width)))
-            .map_err(|e| draw_err(path, e))?
-            .label(b.id())
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], col.stroke_width(width)));
+            .draw_series(LineSeries::new(pts, color(b).stroke_width(width)))
+            .map_err(|e| draw_err(path, e))?;
     }
     // The choice at each size: a filled dot in the chosen backend's colour.
-    let chosen_color = |k: Backend| if k == Backend::Nccl { BLACK } else { color(k) };
     chart
         .draw_series(g.buckets.iter().filter_map(|k| {
             let t = k.results.get(&k.choice)?;
             Some(Circle::new(
                 (lx(k.bytes), t.median_us),
                 4,
-                chosen_color(k.choice).filled(),
+                color(k.choice).filled(),
             ))
         }))
-        .map_err(|e| draw_err(path, e))?
-        .label("the profile's choice at each size (dot)")
-        .legend(|(x, y)| Circle::new((x + 8, y), 4, BLACK.filled()));
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.3))
-        .draw()
         .map_err(|e| draw_err(path, e))?;
-    speedup_panel(g, &bottom, path, (xmin, xmax), x_labels)?;
+    let passed = super::passed_over(g);
+    speedup_panel(g, &passed, &bottom, path, (xmin, xmax), x_labels)?;
+    let mut entries: Vec<(Mark, String)> = backends
+        .iter()
+        .map(|&b| {
+            let w = if b == Backend::Nccl { 3 } else { 2 };
+            (Mark::Line(color(b), w), b.id().to_string())
+        })
+        .collect();
+    if !g.crossovers.is_empty() {
+        entries.push((Mark::Rule, "crossover: the choice changes".into()));
+    }
+    entries.push((Mark::Dot, "the profile's choice at each size (dot)".into()));
+    let mut reasons: Vec<super::PassedOver> = passed.iter().map(|p| p.2).collect();
+    reasons.sort();
+    reasons.dedup();
+    if !reasons.is_empty() {
+        entries.push((
+            Mark::Ring(BLACK),
+            "faster than the choice, not chosen (ring):".into(),
+        ));
+        for r in reasons {
+            entries.push((
+                Mark::Ring(RGBColor(128, 128, 128)),
+                format!("  {}", r.why()),
+            ));
+        }
+    }
+    legend(&side, &entries, path)?;
     root.present().map_err(|e| draw_err(path, e))
 }
 
 /// Below the times: NCCL's time over each backend's (above 1 = faster than NCCL), where a
-/// decision a log-log time plot hides is plain.
+/// decision a log-log time plot hides is plain. A backend faster than the choice at a size
+/// gets a ring there, and the legend says why it was not chosen.
 fn speedup_panel(
     g: &GroupProfile,
+    passed: &[(u64, Backend, super::PassedOver)],
     area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
     path: &Path,
     (xmin, xmax): (f64, f64),
@@ -265,45 +335,34 @@ fn speedup_panel(
             [(xmin, 1.0), (xmax, 1.0)],
             BLACK.stroke_width(2),
         ))
-        .map_err(|e| draw_err(path, e))?
-        .label("nccl (1.0x)")
-        .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], BLACK.stroke_width(2)));
-    for b in Backend::ALL.into_iter().filter(|b| *b != Backend::Nccl) {
+        .map_err(|e| draw_err(path, e))?;
+    for b in drawn(g).into_iter().filter(|b| *b != Backend::Nccl) {
         let pts: Vec<(f64, f64)> = g
             .buckets
             .iter()
             .filter_map(|k| Some((lx(k.bytes), ratio(k, b)?)))
             .collect();
-        if pts.is_empty() {
-            continue;
-        }
-        let col = color(b);
         chart
-            .draw_series(LineSeries::new(pts, col.stroke_width(2)))
-            .map_err(|e| draw_err(path, e))?
-            .label(b.id())
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], col.stroke_width(2)));
+            .draw_series(LineSeries::new(pts, color(b).stroke_width(2)))
+            .map_err(|e| draw_err(path, e))?;
     }
+    chart
+        .draw_series(passed.iter().filter_map(|(bytes, b, _)| {
+            let k = g.buckets.iter().find(|k| k.bytes == *bytes)?;
+            Some(Circle::new(
+                (lx(*bytes), ratio(k, *b)?),
+                6,
+                color(*b).stroke_width(2),
+            ))
+        }))
+        .map_err(|e| draw_err(path, e))?;
     chart
         .draw_series(g.buckets.iter().filter_map(|k| {
             let r = ratio(k, k.choice)?;
-            let col = if k.choice == Backend::Nccl {
-                BLACK
-            } else {
-                color(k.choice)
-            };
-            Some(Circle::new((lx(k.bytes), r), 4, col.filled()))
+            Some(Circle::new((lx(k.bytes), r), 4, color(k.choice).filled()))
         }))
-        .map_err(|e| draw_err(path, e))?
-        .label("the profile's choice (dot)")
-        .legend(|(x, y)| Circle::new((x + 8, y), 4, BLACK.filled()));
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.3))
-        .draw()
-        .map_err(|e| draw_err(path, e))
+        .map_err(|e| draw_err(path, e))?;
+    Ok(())
 }
 
 fn contention_plot(p: &Profile, gpus: &[usize], path: &Path, tag: &str) -> Result<(), Error> {

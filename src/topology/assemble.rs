@@ -232,7 +232,7 @@ fn resolve_nvlinks(gpus: &mut [Gpu], notes: &mut Vec<String>) -> Option<NvSwitch
     match generation.and_then(|gen| Some((gen, nvlink_gbps(gen)?))) {
         Some((gen, per_link)) => {
             notes.push(format!(
-                "NVLinks lead to devices that are not GPUs of this machine: NVSwitch assumed, at a nominal {per_link} GB/s per link and direction (NVLink{gen}); `artune tune` measures it"
+                "NVLinks lead to devices that are not GPUs of this machine: NVSwitch assumed, at a nominal {per_link} GB/s per link and direction (NVLink{gen}); a tune measures it"
             ));
             Some(NvSwitch {
                 generation: gen,

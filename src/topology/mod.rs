@@ -483,7 +483,7 @@ impl Topology {
                     l.max_gen.unwrap_or(0),
                     l.max_width.unwrap_or(0),
                     if self.origin.link_reading == "idle" {
-                        " (read while idle: GPUs lower the link speed to save power; `artune tune` re-reads it under load)"
+                        " (read while idle: GPUs lower the link speed to save power; a tune re-reads it under load)"
                     } else {
                         ""
                     }

@@ -6,18 +6,45 @@
 //!    file, so CPU tests drive the refusal through the binary.
 //! 2. [`Reading::busy`] names the GPUs another process holds; [`Reading::refusal`] is the one
 //!    sentence `tune` and `check --measure` refuse with (exit 2) unless `--allow-busy`.
+//! 3. [`Neighbours`] asks again between the phases and groups of a measurement: a neighbour
+//!    that starts 6 s into a tune stops it (exit 2), or with `--allow-busy` is recorded with
+//!    the groups measured beside it. On the H200 such a neighbour went unnoticed: the tune
+//!    exited 0 and its interference was recorded as the machine's own drift.
 
+use std::collections::BTreeSet;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
-use crate::profile::environment::BusyGpu;
 use crate::units::fmt_bytes;
 
 /// Utilization (percent, the highest seen over the sample) above which a GPU with no process
 /// visible still counts as busy: a process in another container NVML will not name.
 pub const BUSY_UTILIZATION: u32 = 10;
+
+/// Another process on a measured GPU, as NVML reported it before measuring.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct BusyGpu {
+    pub gpu: usize,
+    pub pid: u32,
+    pub name: String,
+    /// Device memory it held, when NVML says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+}
+
+impl std::fmt::Display for BusyGpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GPU {}: pid {} ({})", self.gpu, self.pid, self.name)?;
+        if let Some(m) = self.memory_bytes {
+            write!(f, " holding {}", crate::units::fmt_bytes(m))?;
+        }
+        Ok(())
+    }
+}
 
 /// What NVML says about one GPU.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -131,20 +158,47 @@ impl Reading {
     }
 }
 
-/// Reads a [`Reading`] from a JSON file (the testing stand-in for NVML).
+/// Reads a [`Reading`] from a JSON file (the testing stand-in for NVML): the first of its
+/// readings where it holds a list ([`read_file_polls`]).
 pub fn read_file(path: &Path) -> Result<Reading, Error> {
-    let text = crate::topology::file::read_text(path, 1 << 20, "GPU occupancy reading")?;
-    serde_json::from_str(&text).map_err(|e| Error::Parse {
+    Ok(read_file_polls(path)?.remove(0))
+}
+
+/// The readings of a JSON file: one object, or a list of them that successive looks take in
+/// turn (the first before measuring, then one per [`Neighbours::look`], the last repeating),
+/// so a test can make a neighbour arrive mid-measurement.
+pub fn read_file_polls(path: &Path) -> Result<Vec<Reading>, Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(Reading),
+        Many(Vec<Reading>),
+    }
+    let what = "GPU occupancy reading";
+    let text = crate::topology::file::read_text(path, 1 << 20, what)?;
+    let parse = |reason: String| Error::Parse {
         path: path.into(),
-        what: "GPU occupancy reading",
-        reason: e.to_string(),
-    })
+        what,
+        reason,
+    };
+    match serde_json::from_str(&text).map_err(|e| parse(e.to_string()))? {
+        OneOrMany::One(r) => Ok(vec![r]),
+        OneOrMany::Many(v) if v.is_empty() => Err(parse("the list of readings is empty".into())),
+        OneOrMany::Many(v) => Ok(v),
+    }
 }
 
 /// Asks NVML about the GPUs with these indices (all when `indices` is None): compute
 /// processes other than this one, free memory, and the highest utilization over `sample`.
 pub fn read_nvml(indices: Option<&[usize]>, sample: std::time::Duration) -> Result<Reading, Error> {
-    let nvml = crate::topology::nvml::open()?;
+    read_with(&crate::topology::nvml::open()?, indices, sample)
+}
+
+fn read_with(
+    nvml: &nvml_wrapper::Nvml,
+    indices: Option<&[usize]>,
+    sample: std::time::Duration,
+) -> Result<Reading, Error> {
     let count = nvml.device_count().map_err(|e| {
         Error::Hardware(format!(
             "NVML cannot count the GPUs ({e}): check that `nvidia-smi` works"
@@ -200,6 +254,176 @@ pub fn read_nvml(indices: Option<&[usize]>, sample: std::time::Duration) -> Resu
         }
     }
     Ok(out)
+}
+
+/// Where [`Neighbours`] reads the GPUs from.
+enum ReadFrom {
+    Nvml {
+        nvml: Box<nvml_wrapper::Nvml>,
+        indices: Option<Vec<usize>>,
+    },
+    /// A file's readings; the next one is taken at each look (the first was the gate's).
+    Script { readings: Vec<Reading>, next: usize },
+}
+
+struct Watch {
+    source: ReadFrom,
+    /// Processes NVML named at the first look that cannot be seen in /proc (another PID
+    /// namespace, as in a container): this command's own workers, as far as can be told.
+    unseen: Option<BTreeSet<u32>>,
+    /// Every neighbour seen so far, so each is announced once.
+    seen: BTreeSet<(usize, u32)>,
+    /// The caller's count of worker replacements at the last look: fresh workers in another
+    /// PID namespace are taken as the command's own at the next look, as the first were.
+    generation: usize,
+}
+
+/// Other processes on the GPUs while a command measures them, asked between its phases and
+/// groups. Its own process and its workers are not neighbours: a worker is a child of this
+/// process; where NVML names processes /proc cannot show (another PID namespace), those
+/// present at the first look, once the workers run, are taken as the workers.
+#[derive(Clone)]
+pub struct Neighbours {
+    watch: Option<Arc<Mutex<Watch>>>,
+    /// The command, for the sentence that stops it.
+    command: String,
+    /// Measure beside them (`--allow-busy`, recorded) rather than stop.
+    pub allow: bool,
+}
+
+impl std::fmt::Debug for Neighbours {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Neighbours")
+            .field("watching", &self.watch.is_some())
+            .field("allow", &self.allow)
+            .finish()
+    }
+}
+
+impl Default for Neighbours {
+    /// Nobody watching (a library caller, a test): every look finds no one.
+    fn default() -> Self {
+        Neighbours {
+            watch: None,
+            command: String::new(),
+            allow: false,
+        }
+    }
+}
+
+impl Neighbours {
+    /// Watches the GPUs with these NVML indices (all: None) for `command`.
+    pub fn nvml(indices: Option<Vec<usize>>, command: &str, allow: bool) -> Result<Self, Error> {
+        let nvml = Box::new(crate::topology::nvml::open()?);
+        Ok(Neighbours::with(
+            ReadFrom::Nvml { nvml, indices },
+            command,
+            allow,
+        ))
+    }
+
+    /// Looks at `readings` in turn (the testing stand-in for NVML; the first was the gate's).
+    pub fn script(readings: Vec<Reading>, command: &str, allow: bool) -> Self {
+        Neighbours::with(ReadFrom::Script { readings, next: 1 }, command, allow)
+    }
+
+    fn with(source: ReadFrom, command: &str, allow: bool) -> Self {
+        let watch = Watch {
+            source,
+            unseen: None,
+            seen: BTreeSet::new(),
+            generation: 0,
+        };
+        Neighbours {
+            watch: Some(Arc::new(Mutex::new(watch))),
+            command: command.into(),
+            allow,
+        }
+    }
+
+    /// Who else is on the GPUs now, and which of them are new since the last look. Without
+    /// `allow`, anyone is an error: the sentence the command stops with, naming them and
+    /// `during` (what was being measured). `generation` counts the command's worker
+    /// replacements so far.
+    pub fn look(&self, during: &str, generation: usize) -> Result<Looked, String> {
+        let Some(w) = &self.watch else {
+            return Ok(Looked::default());
+        };
+        let mut w = w.lock().unwrap_or_else(|e| e.into_inner());
+        if w.generation != generation {
+            w.generation = generation;
+            w.unseen = None;
+        }
+        let now = w.others();
+        let new: Vec<BusyGpu> = now
+            .iter()
+            .filter(|b| !w.seen.contains(&(b.gpu, b.pid)))
+            .cloned()
+            .collect();
+        w.seen.extend(now.iter().map(|b| (b.gpu, b.pid)));
+        if !now.is_empty() && !self.allow {
+            let who: Vec<String> = now.iter().map(ToString::to_string).collect();
+            return Err(format!(
+                "another process started using the GPUs during {} ({}, first seen {during}), and its work would be timed as this machine's, so {} stopped without a result: stop that process and run again, or pass --allow-busy to measure beside it (what was measured beside it is recorded)",
+                self.command,
+                who.join("; "),
+                self.command
+            ));
+        }
+        Ok(Looked { now, new })
+    }
+}
+
+/// What one look found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Looked {
+    /// Every other process on the GPUs now.
+    pub now: Vec<BusyGpu>,
+    /// Those not seen at an earlier look.
+    pub new: Vec<BusyGpu>,
+}
+
+impl Watch {
+    fn others(&mut self) -> Vec<BusyGpu> {
+        let reading = match &mut self.source {
+            ReadFrom::Nvml { nvml, indices } => {
+                match read_with(nvml, indices.as_deref(), std::time::Duration::ZERO) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::debug!("GPU occupancy not read: {e}");
+                        return Vec::new();
+                    }
+                }
+            }
+            ReadFrom::Script { readings, next } => {
+                let r = readings[(*next).min(readings.len() - 1)].clone();
+                *next += 1;
+                return r.busy();
+            }
+        };
+        let me = std::process::id();
+        let busy = reading.busy();
+        let unseen = self.unseen.get_or_insert_with(|| {
+            busy.iter()
+                .filter(|b| parent_of(b.pid).is_none())
+                .map(|b| b.pid)
+                .collect()
+        });
+        busy.into_iter()
+            .filter(|b| match parent_of(b.pid) {
+                Some(parent) => parent != me,
+                None => !unseen.contains(&b.pid),
+            })
+            .collect()
+    }
+}
+
+/// The parent of a process, from /proc (None where it is not visible).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may hold spaces: the fields after its last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// The command name of a process, from /proc (None where it is not visible).
@@ -282,6 +506,47 @@ mod tests {
         assert_eq!(r.refusal("tune"), None);
         r.gpus[0].utilization_pct = Some(60);
         assert!(r.refusal("tune").unwrap().contains("does not name"));
+    }
+
+    #[test]
+    fn a_neighbour_arriving_mid_run_is_named_once_and_stops_the_run_unless_allowed() {
+        let idle = Reading {
+            gpus: vec![GpuReading {
+                index: 0,
+                ..Default::default()
+            }],
+        };
+        let readings = vec![idle.clone(), idle, neighbour()];
+        let watch = Neighbours::script(readings.clone(), "tune", true);
+        assert_eq!(watch.look("before GPUs 0,1", 0).unwrap(), Looked::default());
+        let first = watch.look("after probes", 0).unwrap();
+        assert_eq!(first.new.len(), 1);
+        assert_eq!(first.now[0].pid, 4242);
+        let again = watch.look("later", 0).unwrap();
+        assert_eq!((again.now.len(), again.new.len()), (1, 0));
+        let strict = Neighbours::script(readings, "tune", false);
+        strict.look("before GPUs 0,1", 0).unwrap();
+        let e = strict.look("while measuring GPUs 0,1", 0).unwrap_err();
+        assert!(
+            e.contains("during tune (GPU 0: pid 4242 (python3) holding 140G, first seen while measuring GPUs 0,1)")
+                && e.contains("--allow-busy"),
+            "{e}"
+        );
+        assert!(Neighbours::default().look("x", 0).unwrap().now.is_empty());
+    }
+
+    #[test]
+    fn this_process_and_its_children_are_not_neighbours() {
+        let me = std::process::id();
+        let child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        assert_eq!(parent_of(child.id()), Some(me));
+        let mut child = child;
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(parent_of(u32::MAX), None);
     }
 
     #[test]

@@ -56,10 +56,16 @@ int main(int argc, char** argv) {
         CHECK(s.bucket_bytes >= bytes, "bucket %llu below %llu", (unsigned long long)s.bucket_bytes,
               (unsigned long long)bytes);
         CHECK(s.expected_us > 0.0, "expected_us %g", s.expected_us);
-        CHECK(s.backend_code >= ARTUNE_BACKEND_NCCL && s.backend_code <= ARTUNE_BACKEND_TWO_STAGE_PUSH, "code %d",
+        CHECK(s.backend_code >= ARTUNE_BACKEND_NCCL && s.backend_code <= ARTUNE_BACKEND_ISLAND_ONE_SHOT, "code %d",
               s.backend_code);
-        printf("%s %d %g %llu %llu simulated=%d\n", s.backend, s.backend_code, s.expected_us,
-               (unsigned long long)s.bucket_bytes, (unsigned long long)s.buffer_bytes, s.simulated);
+        /* What a caller without artune's kernels runs: never an island schedule, and the choice
+         * itself wherever engines have it. */
+        CHECK(s.fallback && s.fallback_code >= ARTUNE_BACKEND_NCCL && s.fallback_code <= ARTUNE_BACKEND_TWO_STAGE_PUSH,
+              "fallback code %d", s.fallback_code);
+        CHECK((s.backend_code < ARTUNE_BACKEND_ISLAND_TWO_SHOT) == (s.fallback_code == s.backend_code),
+              "fallback %s for %s", s.fallback ? s.fallback : "NULL", s.backend);
+        printf("%s %d %g %llu %llu simulated=%d fallback=%s\n", s.backend, s.backend_code, s.expected_us,
+               (unsigned long long)s.bucket_bytes, (unsigned long long)s.buffer_bytes, s.simulated, s.fallback);
     }
     CHECK(artune_select(p, tp, 42, bytes, &s) == ARTUNE_ERR_ARGUMENT, "bad mode not refused");
     CHECK(artune_select(NULL, tp, ARTUNE_MODE_GRAPH, bytes, &s) == ARTUNE_ERR_ARGUMENT, "NULL profile not refused");

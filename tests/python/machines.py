@@ -18,6 +18,7 @@ class Machine(NamedTuple):
     nvlink: bool  # every GPU of the group NVLinked to every other
     multicast: bool  # NVSwitch multicast (NVLS): Hopper and later on NVSwitch
     profile: str  # the conftest profile whose bands it follows (simulated: labelled so)
+    p2p: bool = True  # the GPUs reach each other's memory (CUDA peer access)
 
 
 MACHINES = [

@@ -178,6 +178,7 @@ def test_a_failure_inside_the_constructor_wrappers_falls_back_to_vllms_call(
     """Any failure of artune's own logic in a constructor wrapper: vLLM's constructor runs
     with the caller's arguments, and one warning says so; nothing raises into vLLM."""
     follow(profiles["pair"])
+    monkeypatch.setenv(artune.vllm.ENV_CUSTOM_AR, "off")
     artune.vllm.register()
 
     def broken(n):
@@ -190,7 +191,6 @@ def test_a_failure_inside_the_constructor_wrappers_falls_back_to_vllms_call(
     lines = [r.getMessage() for r in caplog.records if r.name == log_name]
     assert len(lines) == 1 and "failed inside artune" in lines[0], lines
     m = next(x for x in MACHINES if x.name == "L40S TP2 PCIe")
-    monkeypatch.setenv(artune.vllm.ENV_CUSTOM_AR, "off")
     monkeypatch.setattr(artune._engine.Bands, "covers", lambda self, tp: 1 / 0)
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger=log_name):

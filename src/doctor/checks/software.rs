@@ -2,7 +2,7 @@
 //! profile.
 
 use super::{list, no_topology, Check, Status};
-use crate::doctor::facts::{Facts, Machine};
+use crate::doctor::facts::Facts;
 
 pub fn driver(f: &Facts) -> Check {
     const ID: &str = "driver";
@@ -73,7 +73,11 @@ pub fn environment(env: &[(String, String)]) -> Check {
             "no NCCL or CUDA variable that changes the measurement is set",
         );
     }
-    let first = set[0].split('=').next().unwrap_or("NAME").to_string();
+    let unset: Vec<String> = set
+        .iter()
+        .filter_map(|kv| kv.split('=').next())
+        .map(|k| format!("-u {k}"))
+        .collect();
     Check::new(
         ID,
         Status::Warn,
@@ -82,7 +86,8 @@ pub fn environment(env: &[(String, String)]) -> Check {
             list(&set)
         ),
         format!(
-            "unset them before `artune tune` (e.g. `env -u {first} artune tune ...`), unless the engines run with exactly these settings"
+            "tune without them (`env {} artune tune`), unless the engines run with exactly these settings",
+            unset.join(" ")
         ),
     )
 }
@@ -101,15 +106,17 @@ pub fn versions(f: &Facts) -> Check {
         h.nccl.as_deref().unwrap_or("not found")
     );
     if let Some(p) = &f.profile {
-        if p.simulated && f.machine == Machine::Real {
+        let path = crate::shell::quote(&p.path.display().to_string());
+        if p.simulated {
+            // Engines and the NCCL plugin refuse it, whatever machine it is compared with.
             return Check::new(
                 ID,
                 Status::Warn,
                 format!(
-                    "{} is a simulated profile, not a measurement of this machine ({now})",
+                    "{} is a SIMULATED profile, a model rather than a measurement, which engines refuse ({now})",
                     p.path.display()
                 ),
-                "run `artune tune` on this machine and give engines that profile",
+                format!("on the GPU machine, run `artune tune --out {path}` and give engines that profile"),
             );
         }
         if !p.changes.is_empty() {
@@ -117,7 +124,7 @@ pub fn versions(f: &Facts) -> Check {
                 ID,
                 Status::Warn,
                 format!("since {} was tuned: {}", p.path.display(), list(&p.changes)),
-                "run `artune tune` again on this machine (`artune check` exits 3 on this profile)",
+                format!("run `artune tune --out {path}` again on this machine (`artune check {path}` exits 3 until then)"),
             );
         }
         let unchecked = if p.unchecked.is_empty() {

@@ -9,19 +9,89 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::nvrtc::sys;
 use sha2::{Digest, Sha256};
 
+use crate::allreduce::Dtype;
 use crate::fabric::{DeviceError, FabricError};
+use crate::profile::{KernelImages, ProgramImage};
 
 pub const COMMON: &str = include_str!("../../../kernels/common.cuh");
 pub const ALLREDUCE: &str = include_str!("../../../kernels/allreduce.cu");
+pub const ISLAND: &str = include_str!("../../../kernels/island.cu");
 pub const PROBE: &str = include_str!("../../../kernels/probe.cu");
 pub const CHECK: &str = include_str!("../../../kernels/check.cu");
 
 /// The sources compiled for every GPU: (program name, source).
-pub const PROGRAMS: [(&str, &str); 3] = [
+pub const PROGRAMS: [(&str, &str); 4] = [
     ("allreduce.cu", ALLREDUCE),
     ("probe.cu", PROBE),
     ("check.cu", CHECK),
+    ("island.cu", ISLAND),
 ];
+
+/// One thing NVRTC compiles: a program, or its share of the kernels of one element type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompileUnit {
+    /// The program's file name, with the element type where it was split (`allreduce.cu`,
+    /// `allreduce-bf16.cu`): the cache file and the compiler's messages name it.
+    pub name: String,
+    pub src: String,
+}
+
+/// What NVRTC compiles for a GPU: every program, those that instantiate their kernels per
+/// element type split into one unit per type. Units compile side by side, so the set costs
+/// its longest unit: kernels/allreduce.cu instantiates its 21 kernels with one macro line per
+/// element type (`AR_KERNELS(Bf16, bf16)`), and a first tune on a freshly booted H200 waited
+/// 7.1 s for the whole program to compile.
+pub fn units() -> &'static [CompileUnit] {
+    static UNITS: OnceLock<Vec<CompileUnit>> = OnceLock::new();
+    UNITS.get_or_init(|| {
+        let mut out = Vec::new();
+        for (name, src) in PROGRAMS {
+            let split: Vec<CompileUnit> = Dtype::ALL
+                .iter()
+                .filter_map(|&d| {
+                    Some(CompileUnit {
+                        name: format!("{}-{}.cu", name.trim_end_matches(".cu"), d.id()),
+                        src: instantiating(src, d)?,
+                    })
+                })
+                .collect();
+            match split.len() == Dtype::ALL.len() {
+                true => out.extend(split),
+                false => out.push(CompileUnit {
+                    name: name.into(),
+                    src: src.into(),
+                }),
+            }
+        }
+        out
+    })
+}
+
+/// `src` keeping only the instantiations of element type `keep`: top-level lines such as
+/// `AR_KERNELS(Bf16, bf16)` (a macro, the device type, the kernels' suffix) for another type
+/// are dropped. None when `src` instantiates nothing for `keep` (it is not split).
+fn instantiating(src: &str, keep: Dtype) -> Option<String> {
+    let of = |line: &str| {
+        let (mac, rest) = line.trim().split_once('(')?;
+        let (ty, suffix) = rest.strip_suffix(')')?.split_once(',')?;
+        let upper = |c: char| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_';
+        let d = Dtype::ALL.into_iter().find(|d| d.id() == suffix.trim())?;
+        (!mac.is_empty() && mac.chars().all(upper) && ty.trim().eq_ignore_ascii_case(d.id()))
+            .then_some(d)
+    };
+    let mut kept = false;
+    let mut out = String::with_capacity(src.len());
+    for line in src.lines() {
+        match of(line) {
+            Some(d) if d != keep => continue,
+            Some(_) => kept = true,
+            None => {}
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    kept.then_some(out)
+}
 
 /// What NVRTC is asked to produce for a GPU of compute capability `cc`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -112,13 +182,14 @@ pub fn supported_archs() -> Result<Vec<i32>, FabricError> {
     }
 }
 
-/// Compiled images for one target, one per program in [`PROGRAMS`] order. Made only by
+/// Compiled images for one target, one per [`units`] entry, in that order. Made only by
 /// [`images_for`], so each image is fresh NVRTC output or a cache file whose header, key
 /// (NVRTC, target, options, sources), length and SHA-256 were checked: what
 /// [`super::module::Module::load`] requires.
 #[derive(Debug)]
 pub struct Images {
     target: Target,
+    nvrtc: (i32, i32),
     images: Vec<Vec<u8>>,
 }
 
@@ -130,6 +201,55 @@ impl Images {
     pub fn images(&self) -> &[Vec<u8>] {
         &self.images
     }
+
+    /// What the profile records of these images (see [`record`]).
+    pub fn record(&self) -> KernelImages {
+        let programs: Vec<(&str, &str, &[u8])> = PROGRAMS
+            .iter()
+            .zip(&self.images)
+            .map(|((name, src), img)| (*name, *src, img.as_slice()))
+            .collect();
+        record(self.nvrtc, &self.target, &programs)
+    }
+}
+
+/// The record of compiled programs `(name, source, image)` for `target` by NVRTC `nvrtc`: the
+/// hashes that tell the kernels a tune timed from any others.
+pub fn record(
+    nvrtc: (i32, i32),
+    target: &Target,
+    programs: &[(&str, &str, &[u8])],
+) -> KernelImages {
+    let hex = |d: &[u8]| d.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    KernelImages {
+        nvrtc: format!("{}.{}", nvrtc.0, nvrtc.1),
+        target: match target {
+            Target::Cubin(a) | Target::Ptx(a) => a.clone(),
+        },
+        programs: programs
+            .iter()
+            .map(|(name, src, img)| ProgramImage {
+                program: name.to_string(),
+                source_sha256: hex(&source_digest(name, src, target)),
+                image_sha256: hex(&Sha256::digest(img)),
+            })
+            .collect(),
+    }
+}
+
+/// SHA-256 of what artune hands NVRTC for one program: the compiler options, the program's
+/// name and source, and the shared header.
+fn source_digest(name: &str, src: &str, target: &Target) -> Vec<u8> {
+    let mut h = Sha256::new();
+    for o in options(target) {
+        h.update(o.as_bytes());
+        h.update([0]);
+    }
+    for part in [name, src, COMMON] {
+        h.update(part.as_bytes());
+        h.update([0]);
+    }
+    h.finalize().to_vec()
 }
 
 fn cache() -> &'static Mutex<HashMap<Target, Arc<Images>>> {
@@ -149,11 +269,20 @@ pub fn images_for(cc: (u32, u32)) -> Result<Arc<Images>, FabricError> {
     let dir = cache_dir();
     // The programs are independent: compiled side by side, the set costs the longest one.
     let images = std::thread::scope(|s| {
-        let jobs: Vec<_> = PROGRAMS
+        let jobs: Vec<_> = units()
             .iter()
-            .map(|(name, src)| {
+            .map(|u| {
                 let (dir, target) = (dir.as_deref(), &target);
-                s.spawn(move || compile_cached(dir, nvrtc, name, src, target))
+                s.spawn(move || {
+                    let started = std::time::Instant::now();
+                    let img = compile_cached(dir, nvrtc, &u.name, &u.src, target);
+                    tracing::debug!(
+                        "kernels/{} ready in {:.2} s",
+                        u.name,
+                        started.elapsed().as_secs_f64()
+                    );
+                    img
+                })
             })
             .collect();
         jobs.into_iter()
@@ -176,6 +305,7 @@ pub fn images_for(cc: (u32, u32)) -> Result<Arc<Images>, FabricError> {
     );
     let out = Arc::new(Images {
         target: target.clone(),
+        nvrtc,
         images,
     });
     map.insert(target, out.clone());
@@ -208,14 +338,7 @@ pub fn cache_file(
 ) -> PathBuf {
     let mut h = Sha256::new();
     h.update(format!("nvrtc {}.{}\0", nvrtc.0, nvrtc.1));
-    for o in options(target) {
-        h.update(o.as_bytes());
-        h.update([0]);
-    }
-    for part in [name, src, COMMON] {
-        h.update(part.as_bytes());
-        h.update([0]);
-    }
+    h.update(source_digest(name, src, target));
     let hex: String = h
         .finalize()
         .iter()
@@ -486,6 +609,33 @@ mod tests {
     }
 
     #[test]
+    fn the_record_names_the_source_and_the_image_apart() {
+        let t90 = Target::Cubin("sm_90".into());
+        let r = record((13, 0), &t90, &[("allreduce.cu", ALLREDUCE, b"image")]);
+        assert_eq!((r.nvrtc.as_str(), r.target.as_str()), ("13.0", "sm_90"));
+        let p = &r.programs[0];
+        assert_eq!(p.program, "allreduce.cu");
+        // sha256("image")
+        assert_eq!(
+            p.image_sha256,
+            "6105d6cc76af400325e94d588ce511be5bfdbb73b437dc51eca43917d7a43e3d"
+        );
+        let other_image = record((13, 0), &t90, &[("allreduce.cu", ALLREDUCE, b"imagf")]);
+        assert_eq!(other_image.programs[0].source_sha256, p.source_sha256);
+        assert_ne!(other_image.programs[0].image_sha256, p.image_sha256);
+        let other_source = record((13, 0), &t90, &[("allreduce.cu", PROBE, b"image")]);
+        assert_ne!(other_source.programs[0].source_sha256, p.source_sha256);
+        // The options are part of what NVRTC is handed: another target is another source.
+        let t80 = Target::Cubin("sm_80".into());
+        let other_target = record((13, 0), &t80, &[("allreduce.cu", ALLREDUCE, b"image")]);
+        assert_ne!(other_target.programs[0].source_sha256, p.source_sha256);
+        assert_eq!(
+            record((12, 8), &Target::Ptx("compute_90".into()), &[]).target,
+            "compute_90"
+        );
+    }
+
+    #[test]
     fn a_corrupt_truncated_or_foreign_cache_file_is_refused() {
         let img = b"\x7fELF an image of some length".to_vec();
         let good = seal(&img, "probe-00.cubin");
@@ -508,6 +658,47 @@ mod tests {
         let mut long = good.clone();
         long.push(0);
         assert!(unseal(&long, "probe-00.cubin").is_err());
+    }
+
+    #[test]
+    fn the_allreduce_program_splits_into_one_unit_per_element_type() {
+        let names: Vec<&str> = units().iter().map(|u| u.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "allreduce-bf16.cu",
+                "allreduce-fp16.cu",
+                "allreduce-fp32.cu",
+                "probe.cu",
+                "check.cu",
+                "island-bf16.cu",
+                "island-fp16.cu",
+                "island-fp32.cu"
+            ]
+        );
+        // Each unit instantiates its own type only, and together they instantiate what the
+        // whole program did: every line of the program is in some unit.
+        for (u, d) in units().iter().zip(Dtype::ALL) {
+            for other in Dtype::ALL.into_iter().filter(|o| *o != d) {
+                assert!(!u.src.contains(&format!(", {})", other.id())), "{}", u.name);
+            }
+            assert!(u.src.contains(&format!(", {})", d.id())), "{}", u.name);
+        }
+        for line in ALLREDUCE.lines() {
+            assert!(
+                units()[..3]
+                    .iter()
+                    .any(|u| u.src.lines().any(|l| l == line)),
+                "{line}"
+            );
+        }
+        // A program with no such lines is compiled whole.
+        assert_eq!(instantiating(PROBE, Dtype::Bf16), None);
+        let tiny = "int x;\nK(Bf16, bf16)\nK(Fp32, fp32)\n";
+        assert_eq!(
+            instantiating(tiny, Dtype::Fp32).unwrap(),
+            "int x;\nK(Fp32, fp32)\n"
+        );
     }
 
     #[test]

@@ -18,7 +18,7 @@ use super::watchdog::{self, Poll, Waited};
 use crate::fabric::{DeviceError, FabricError};
 
 pub use super::ipc::{Imported, IpcHandle};
-pub use super::module::{Function, Module};
+pub use super::module::{Function, Modules};
 
 /// Maps a driver failure to the device error of `what` (out of memory is its own cause).
 pub fn dev<T>(r: Result<T, DriverError>, what: &str) -> Result<T, FabricError> {

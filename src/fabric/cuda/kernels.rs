@@ -3,55 +3,48 @@
 
 use std::sync::Arc;
 
+use cudarc::driver::sys;
+
 use super::compile;
-use super::driver::{dev, Ctx, Function, Module};
+use super::driver::{dev, Ctx, DeviceFacts, Function, Modules};
 use super::layout::{
-    LL1_MAX_BYTES, LL2_MAX_BYTES, LL_LINE, LL_THREADS, MAX_BLOCKS, SIGNAL_ALLOC, THREADS,
+    ArArgs, LL1_MAX_BYTES, LL2_MAX_BYTES, LL_LINE, LL_THREADS, MAX_BLOCKS, SIGNAL_ALLOC, THREADS,
 };
+use crate::allreduce::{memory, Extent, Kernel, Part, Peers, Plane, Ranks, TABLE};
 use crate::fabric::{Backend, DeviceError, Dtype, FabricError};
+use crate::profile::KernelImages;
 
 /// Kernel name for a custom backend and element type, e.g. "one_stage_pull_bf16".
 pub fn kernel_name(backend: Backend, dtype: Dtype) -> Option<String> {
-    let base = match backend {
-        Backend::OneStagePull => "one_stage_pull",
-        Backend::OneStagePush => "one_stage_push",
-        Backend::TwoStagePull => "two_stage_pull",
-        Backend::TwoStagePush => "two_stage_push",
-        _ => return None,
-    };
-    Some(format!("{base}_{}", dtype.id()))
+    let k = backend.spec().kernel?;
+    Some(format!("{}_{}", k.name, dtype.id()))
 }
 
-pub const CUSTOM: [Backend; 4] = [
-    Backend::OneStagePull,
-    Backend::OneStagePush,
-    Backend::TwoStagePull,
-    Backend::TwoStagePush,
-];
+/// The custom backends, each with its kernel: every entry of the table that has one.
+pub fn custom() -> impl Iterator<Item = (Backend, Kernel)> {
+    TABLE.iter().filter_map(|s| Some((s.backend, s.kernel?)))
+}
+
 pub const DTYPES: [Dtype; 3] = [Dtype::Bf16, Dtype::Fp16, Dtype::Fp32];
 
 /// Name of the LL (small-message) kernel of a backend, e.g. "two_stage_push_ll_bf16".
 pub fn ll_kernel_name(backend: Backend, dtype: Dtype) -> Option<String> {
-    let base = match backend {
-        Backend::OneStagePush => "one_stage_push",
-        Backend::TwoStagePull => "two_stage_pull",
-        Backend::TwoStagePush => "two_stage_push",
-        _ => return None,
-    };
-    Some(format!("{base}_ll_{}", dtype.id()))
+    let k = backend.spec().kernel.filter(|k| k.ll)?;
+    Some(format!("{}_ll_{}", k.name, dtype.id()))
 }
 
 /// Blocks the LL kernel of `backend` needs for a message of `bytes` per rank over `n` ranks
 /// (one 8-byte data word per thread, `LL_THREADS` threads per block; mirrors `ll_grid` in
-/// kernels/allreduce.cu), or None when
-/// the message is too large for LL or the backend has no LL kernel.
+/// kernels/allreduce.cu), or None when the message is too large for LL or the backend has no
+/// LL kernel. The limits are each LL kernel's own (how many lines its signal area holds).
 pub fn ll_blocks(backend: Backend, bytes: u64, n: usize) -> Option<u32> {
+    backend.spec().kernel.filter(|k| k.ll)?;
     let words = bytes.div_ceil(8);
-    let per_thread = match backend {
-        Backend::OneStagePush if bytes <= LL1_MAX_BYTES => words,
-        Backend::TwoStagePull | Backend::TwoStagePush if bytes <= LL2_MAX_BYTES => {
-            ll_shard(words, n)
-        }
+    let per_thread = match backend.phases() {
+        // One stage: a line per data word.
+        [_] if bytes <= LL1_MAX_BYTES => words,
+        // Two stages: a line per data word of a shard.
+        [_, _] if bytes <= LL2_MAX_BYTES => ll_shard(words, n),
         _ => return None,
     };
     Some(per_thread.div_ceil(LL_THREADS as u64) as u32)
@@ -66,21 +59,23 @@ fn ll_shard(words: u64, n: usize) -> u64 {
 /// the LL lines its LL kernel uses (kernels/allreduce.cu: ll1, ll2, llp).
 pub fn signal_bytes(backend: Backend, n: usize) -> u64 {
     let smax = ll_shard(LL2_MAX_BYTES / 8, n);
-    let lines = match backend {
+    let ll = backend.spec().kernel.is_some_and(|k| k.ll);
+    let lines = match (ll, backend.phases(), backend.spec().plane) {
+        (false, ..) => 0,
         // Two buffers (by flag parity) of a line per data word from each sender.
-        Backend::OneStagePush => 2 * n as u64 * (LL1_MAX_BYTES / 8),
+        (true, [_], _) => 2 * n as u64 * (LL1_MAX_BYTES / 8),
         // Two stages x two buffers of a shard's lines from each sender.
-        Backend::TwoStagePush => 4 * n as u64 * smax,
+        (true, [_, _], Plane::Push) => 4 * n as u64 * smax,
         // The reduced shard's lines, rounded up to whole blocks.
-        Backend::TwoStagePull => smax.div_ceil(LL_THREADS as u64) * LL_THREADS as u64,
-        _ => 0,
+        (true, [_, _], _) => smax.div_ceil(LL_THREADS as u64) * LL_THREADS as u64,
+        (true, _, _) => 0,
     };
     SIGNAL_ALLOC as u64 + lines * LL_LINE
 }
 
 /// The compiled kernels loaded into one GPU's context.
 pub struct Kernels {
-    _modules: Vec<std::rc::Rc<Module>>,
+    _modules: Modules,
     allreduce: Vec<(Backend, Dtype, Function, u32)>,
     ll: Vec<(Backend, Dtype, Function, u32)>,
     pub latch_wait: Function,
@@ -93,22 +88,16 @@ pub struct Kernels {
     check: [Function; 3],
     /// What NVRTC was asked for, e.g. "--gpu-architecture=sm_90".
     pub target: String,
+    /// The hashes of the images loaded, which a profile records (profile::kernels).
+    pub images: KernelImages,
 }
 
 impl Kernels {
     pub fn load(ctx: &Arc<Ctx>, cc: (u32, u32)) -> Result<Kernels, FabricError> {
         let images = compile::images_for(cc)?;
-        let mut modules = Vec::new();
-        for (img, (name, _)) in images.images().iter().zip(compile::PROGRAMS) {
-            modules.push(dev(
-                // SAFETY: an image of `compile::Images`, which holds only fresh NVRTC output
-                // and validated cache entries.
-                unsafe { Module::load(ctx, img) },
-                &format!("loading the compiled kernels/{name}"),
-            )?);
-        }
+        let modules = Modules::load(ctx, &images)?;
         let load = |name: &str, threads: u32| -> Result<(Function, u32), FabricError> {
-            let f = modules[0].function(name)?;
+            let f = modules.function(name)?;
             let per_sm = dev(f.blocks_per_sm(threads), "the occupancy query")?;
             if per_sm == 0 {
                 return Err(FabricError::Device(DeviceError::Kernel {
@@ -119,9 +108,9 @@ impl Kernels {
             Ok((f, per_sm))
         };
         let (mut allreduce, mut ll) = (Vec::new(), Vec::new());
-        for b in CUSTOM {
+        for (b, k) in custom() {
             for d in DTYPES {
-                let (f, per_sm) = load(&kernel_name(b, d).unwrap_or_default(), THREADS)?;
+                let (f, per_sm) = load(&format!("{}_{}", k.name, d.id()), THREADS)?;
                 allreduce.push((b, d, f, per_sm));
                 if let Some(name) = ll_kernel_name(b, d) {
                     let (f, per_sm) = load(&name, LL_THREADS)?;
@@ -130,16 +119,17 @@ impl Kernels {
             }
         }
         Ok(Kernels {
-            latch_wait: modules[1].function("latch_wait")?,
-            probe_read: modules[1].function("probe_read")?,
-            probe_write: modules[1].function("probe_write")?,
-            spin_forever: modules[1].function("spin_forever")?,
-            fill: per_dtype(|d| modules[2].function(&format!("fill_{}", d.id())))?,
-            check: per_dtype(|d| modules[2].function(&format!("check_{}", d.id())))?,
+            latch_wait: modules.function("latch_wait")?,
+            probe_read: modules.function("probe_read")?,
+            probe_write: modules.function("probe_write")?,
+            spin_forever: modules.function("spin_forever")?,
+            fill: per_dtype(|d| modules.function(&format!("fill_{}", d.id())))?,
+            check: per_dtype(|d| modules.function(&format!("check_{}", d.id())))?,
             _modules: modules,
             allreduce,
             ll,
             target: images.target().option(),
+            images: images.record(),
         })
     }
 
@@ -172,10 +162,11 @@ impl Kernels {
         backend: Backend,
         dtype: Dtype,
         elems: u64,
-        n: usize,
+        ranks: Ranks,
         sms: u32,
         ranks_on_gpu: u32,
     ) -> Option<(&Function, u32, u32)> {
+        let n = ranks.n;
         let ll = self
             .ll
             .iter()
@@ -189,7 +180,59 @@ impl Kernels {
         }
         let (f, per_sm) = self.allreduce(backend, dtype)?;
         let cap = block_cap(sms, per_sm, ranks_on_gpu);
-        Some((f, blocks(backend, elems, dtype, n, cap), THREADS))
+        Some((f, blocks(backend, elems, dtype, ranks, cap), THREADS))
+    }
+}
+
+/// One call of a custom backend: `elems` elements of `dtype` over a group of `nranks`, for the
+/// ranks `base .. base + count` in one grid (rank = base + blockIdx.y), `on_gpu` ranks of the
+/// group sharing this GPU (more than one only in loopback).
+#[derive(Debug, Clone, Copy)]
+pub struct Work {
+    pub backend: Backend,
+    pub dtype: Dtype,
+    pub elems: u64,
+    /// The group's ranks, in islands where its kernel works in them.
+    pub ranks: Ranks,
+    pub base: usize,
+    pub count: u32,
+    pub on_gpu: u32,
+}
+
+impl Kernels {
+    /// Queues `work` on `stream`: the one launch rule of the tune's workers and of artune's
+    /// in-engine op. The kernel, blocks and threads come from [`Kernels::plan`], programmatic
+    /// launch where the GPU has it; `args` gets the call's size and first rank.
+    ///
+    /// # Safety
+    /// `args` names every rank's buffers, each holding `elems` elements (and what the backend's
+    /// kernel reads and writes besides), alive until the call has run; `stream` is a live
+    /// stream of the context these kernels were loaded in.
+    pub unsafe fn launch(
+        &self,
+        work: Work,
+        args: &ArArgs,
+        gpu: &DeviceFacts,
+        stream: sys::CUstream,
+    ) -> Result<(), FabricError> {
+        let Work { backend, dtype, .. } = work;
+        let (f, blocks, threads) = self
+            .plan(backend, dtype, work.elems, work.ranks, gpu.sms, work.on_gpu)
+            .ok_or_else(|| DeviceError::Kernel {
+                name: format!("{backend} {}", dtype.id()),
+                detail: "no such kernel was loaded".into(),
+            })?;
+        let mut a = *args;
+        a.n = work.elems;
+        a.rank_base = work.base as i32;
+        let pdl = programmatic_launch(gpu.cc);
+        // SAFETY: the caller's contract; the kernel takes exactly one ArArgs.
+        unsafe { f.launch_on((blocks, work.count), threads, stream, &a, pdl) }.map_err(|e| {
+            FabricError::Backend {
+                backend,
+                reason: format!("kernel launch failed: {e}"),
+            }
+        })
     }
 }
 
@@ -216,33 +259,72 @@ pub fn block_cap(sms: u32, blocks_per_sm: u32, ranks_on_device: u32) -> u32 {
     (per_gpu / ranks_on_device.max(1)).clamp(1, MAX_BLOCKS)
 }
 
-/// Blocks for one call: enough for one vector per thread, at most `cap`.
-pub fn blocks(backend: Backend, elems: u64, dtype: Dtype, nranks: usize, cap: u32) -> u32 {
+/// Vectors of the widest part of a message any phase of `backend` works through per rank:
+/// the whole message, a shard of it, or an island's shard.
+fn work_vectors(backend: Backend, nvec: u64, ranks: Ranks) -> u64 {
+    backend
+        .phases()
+        .iter()
+        .map(|p| match p.part {
+            Part::Message => nvec,
+            Part::Shard => nvec.div_ceil(ranks.n.max(1) as u64),
+            Part::IslandShard => nvec.div_ceil(ranks.island.max(1) as u64),
+        })
+        .max()
+        .unwrap_or(nvec)
+}
+
+/// Blocks for one call: enough for one vector per thread of the widest part, at most `cap`.
+pub fn blocks(backend: Backend, elems: u64, dtype: Dtype, ranks: Ranks, cap: u32) -> u32 {
     let per_vec = 16 / dtype.size();
-    let nvec = elems / per_vec;
-    let work = match backend {
-        Backend::TwoStagePull | Backend::TwoStagePush => nvec.div_ceil(nranks.max(1) as u64),
-        _ => nvec,
-    };
+    let work = work_vectors(backend, elems / per_vec, ranks);
     (work.div_ceil(THREADS as u64).min(cap as u64) as u32).max(1)
 }
 
-/// Bytes one rank's kernel reads plus writes in one call of `bytes` with `n` ranks, counting
-/// every peer access: what the kernel-efficiency benchmark divides by time.
-pub fn traffic_bytes(backend: Backend, bytes: u64, n: u64) -> u64 {
-    let shard = bytes / n.max(1);
-    match backend {
-        // n inputs read, one output written.
-        Backend::OneStagePull => (n + 1) * bytes,
-        // Input read, written to n-1 peers; n slots read, output written.
-        Backend::OneStagePush => (2 * n + 1) * bytes,
-        // n shards read, one written; n reduced shards read, output written.
-        Backend::TwoStagePull => 3 * bytes + shard,
-        // n-1 shards read and sent; n shards read, the reduced shard written n times.
-        Backend::TwoStagePush => 2 * (n - 1) * shard + 2 * bytes,
-        // NCCL: count the algorithmic minimum, input read and output written.
-        _ => 2 * bytes,
+/// Bytes one rank's kernel reads plus writes in one call of `bytes` with `ranks`, counting
+/// every peer access: what the kernel-efficiency benchmark divides by time. Per phase of a
+/// part with k peers: pulling and reducing, k + 1 parts read and one written; pulling a
+/// gather, k + 1 read and written; pushing, the input read once and written k times (a
+/// message) or k shards read and sent, then k + 1 read by the reduce and its result written
+/// (by the gather that follows, where one does). Island phases count as pulled. NCCL: the
+/// algorithmic minimum, input read and output written.
+pub fn traffic_bytes(backend: Backend, bytes: u64, ranks: Ranks) -> u64 {
+    let phases = backend.phases();
+    if phases.is_empty() {
+        return 2 * bytes;
     }
+    let push = backend.spec().plane == Plane::Push;
+    phases
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let part = match p.part {
+                Part::Message => bytes,
+                Part::Shard => bytes / ranks.n.max(1) as u64,
+                Part::IslandShard => bytes / ranks.island.max(1) as u64,
+            };
+            let k = match p.peers {
+                Peers::All => ranks.n.saturating_sub(1),
+                Peers::Island => ranks.island.saturating_sub(1),
+                Peers::Counterparts => ranks.islands().saturating_sub(1),
+            } as u64;
+            let gather_next = phases.get(i + 1).is_some_and(|q| !q.reduces);
+            let parts = match (push, p.reduces) {
+                (false, true) => k + 2,
+                (false, false) => 2 * (k + 1),
+                (true, true) => {
+                    let send = if p.part == Part::Message {
+                        1 + k
+                    } else {
+                        2 * k
+                    };
+                    send + (k + 1) + u64::from(!gather_next)
+                }
+                (true, false) => k + 1,
+            };
+            parts * part
+        })
+        .sum()
 }
 
 /// Whether the allreduce kernels go out as programmatic dependent launches: compute
@@ -253,14 +335,37 @@ pub fn programmatic_launch(cc: (u32, u32)) -> bool {
     cc.0 >= 9
 }
 
-/// Receive-slot spacing for push kernels serving messages up to `max_bytes` over `n` ranks:
-/// room for one whole message (one-stage) or shard plus tail (two-stage), 256-byte aligned.
-pub fn slot_bytes(backend: Backend, max_bytes: u64, n: u64) -> u64 {
-    let need = match backend {
-        Backend::TwoStagePush => (max_bytes / 16).div_ceil(n.max(1)) * 16 + 16,
-        _ => max_bytes,
+/// Bytes of one scratch slot of `extent` for messages up to `max_bytes` over `ranks`: whole
+/// vectors, plus one vector for a shard's tail, 256-byte aligned.
+pub fn extent_slot(extent: Extent, max_bytes: u64, ranks: Ranks) -> u64 {
+    let shard = |k: usize| (max_bytes / 16).div_ceil(k.max(1) as u64) * 16 + 16;
+    let need = match extent {
+        Extent::Message => max_bytes,
+        Extent::Shard => shard(ranks.n),
+        Extent::IslandShard => shard(ranks.island),
     };
     need.div_ceil(256).max(1) * 256
+}
+
+/// Slot spacing of a backend's scratch: its entry's scratch extent (one per backend), or the
+/// message where it keeps none.
+pub fn slot_bytes(backend: Backend, max_bytes: u64, ranks: Ranks) -> u64 {
+    let extent = backend
+        .spec()
+        .buffers
+        .and_then(|b| b.scratch.first().map(|&(_, e)| e))
+        .unwrap_or(Extent::Message);
+    extent_slot(extent, max_bytes, ranks)
+}
+
+/// Bytes of a backend's scratch: each of its entry's (count, extent) as slots.
+pub fn scratch_bytes(backend: Backend, max_bytes: u64, ranks: Ranks) -> u64 {
+    backend.spec().buffers.map_or(0, |b| {
+        b.scratch
+            .iter()
+            .map(|&(c, e)| memory::count(c, ranks) * extent_slot(e, max_bytes, ranks))
+            .sum()
+    })
 }
 
 #[cfg(test)]
@@ -326,6 +431,9 @@ mod tests {
             ("slot_bytes", offset_of!(ArArgs, slot_bytes)),
             ("nranks", offset_of!(ArArgs, nranks)),
             ("rank_base", offset_of!(ArArgs, rank_base)),
+            ("island", offset_of!(ArArgs, island)),
+            ("dirs", offset_of!(ArArgs, dirs)),
+            ("order", offset_of!(ArArgs, order)),
         ];
         let rust: Vec<(String, usize)> = rust.iter().map(|(n, o)| (n.to_string(), *o)).collect();
         assert_eq!(f, rust);
@@ -380,12 +488,24 @@ mod tests {
 
     #[test]
     fn small_messages_use_one_block() {
-        assert_eq!(blocks(Backend::OneStagePull, 2048, Dtype::Bf16, 8, 16), 1);
         assert_eq!(
-            blocks(Backend::OneStagePull, 1 << 24, Dtype::Bf16, 8, 16),
+            blocks(Backend::OneStagePull, 2048, Dtype::Bf16, Ranks::flat(8), 16),
+            1
+        );
+        assert_eq!(
+            blocks(
+                Backend::OneStagePull,
+                1 << 24,
+                Dtype::Bf16,
+                Ranks::flat(8),
+                16
+            ),
             16
         );
-        assert_eq!(blocks(Backend::TwoStagePush, 3, Dtype::Fp32, 8, 16), 1);
+        assert_eq!(
+            blocks(Backend::TwoStagePush, 3, Dtype::Fp32, Ranks::flat(8), 16),
+            1
+        );
     }
 
     #[test]
@@ -478,16 +598,34 @@ mod tests {
 
     #[test]
     fn traffic_counts() {
-        assert_eq!(traffic_bytes(Backend::OneStagePull, 100, 8), 900);
-        assert_eq!(traffic_bytes(Backend::OneStagePush, 100, 8), 1700);
-        assert_eq!(traffic_bytes(Backend::TwoStagePull, 800, 8), 2500);
-        assert_eq!(traffic_bytes(Backend::TwoStagePush, 800, 8), 1400 + 1600);
+        assert_eq!(
+            traffic_bytes(Backend::OneStagePull, 100, Ranks::flat(8)),
+            900
+        );
+        assert_eq!(
+            traffic_bytes(Backend::OneStagePush, 100, Ranks::flat(8)),
+            1700
+        );
+        assert_eq!(
+            traffic_bytes(Backend::TwoStagePull, 800, Ranks::flat(8)),
+            2500
+        );
+        assert_eq!(
+            traffic_bytes(Backend::TwoStagePush, 800, Ranks::flat(8)),
+            1400 + 1600
+        );
     }
 
     #[test]
     fn slots_hold_a_shard_and_its_tail() {
-        assert_eq!(slot_bytes(Backend::TwoStagePush, 1 << 20, 8) % 256, 0);
-        assert!(slot_bytes(Backend::TwoStagePush, 1000, 3) >= (1000 / 16u64).div_ceil(3) * 16 + 16);
-        assert!(slot_bytes(Backend::OneStagePush, 1001, 8) >= 1001);
+        assert_eq!(
+            slot_bytes(Backend::TwoStagePush, 1 << 20, Ranks::flat(8)) % 256,
+            0
+        );
+        assert!(
+            slot_bytes(Backend::TwoStagePush, 1000, Ranks::flat(3))
+                >= (1000 / 16u64).div_ceil(3) * 16 + 16
+        );
+        assert!(slot_bytes(Backend::OneStagePush, 1001, Ranks::flat(8)) >= 1001);
     }
 }

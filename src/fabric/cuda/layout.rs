@@ -54,7 +54,15 @@ pub struct ArArgs {
     pub slot_bytes: u64,
     pub nranks: i32,
     pub rank_base: i32,
+    pub island: i32,
+    pub dirs: u32,
+    pub order: [i32; MAX_RANKS],
 }
+
+/// `ArArgs::dirs` bit: the phases inside islands push.
+pub const DIRS_PUSH_INSIDE: u32 = 1;
+/// `ArArgs::dirs` bit: the phase across islands pushes.
+pub const DIRS_PUSH_ACROSS: u32 = 2;
 
 /// Mirrors `struct ProbeArgs` in kernels/probe.cu.
 #[repr(C)]

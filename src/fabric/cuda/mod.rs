@@ -21,6 +21,7 @@ mod layout;
 pub mod link;
 mod module;
 pub mod nccl;
+pub mod op;
 pub mod prefetch;
 mod probe;
 pub mod protocol;
@@ -61,17 +62,18 @@ use crate::fabric::NO_GPU;
 /// The fault knob of the CUDA path (testing only): `ARTUNE_CUDA_FAULTS`, items joined by `,`:
 /// `hang=BACKEND` (its calls launch a kernel that never completes), `stall=BACKEND` (the
 /// worker stops answering when asked to run it), `nop2p=A-B` (ranks A and B report that P2P
-/// between them does not work), `noipc=A-B` (the worker of rank A cannot open rank B's
-/// buffers, or B's A's, as CUDA IPC fails between GPUs without a peer mapping),
+/// between them does not work), `noipc=A-B` (the worker, or the in-engine op, of rank A
+/// cannot open rank B's buffers, or B's A's, as CUDA IPC fails between GPUs without a peer
+/// mapping),
 /// `noopen=BACKEND` (its shared buffers cannot be opened by peers, as when BAR1 or the peer
 /// mapping limit runs out), `wrong=BACKEND` (one element of its output is spoiled before the
 /// check, as a broken kernel would leave it), `slow=BACKEND:K` (each of its calls is queued K
 /// times, so it times K times slower: a real change `check --measure` must catch).
 pub const ENV_FAULTS: &str = "ARTUNE_CUDA_FAULTS";
 
-/// Faults a worker injects, from [`ENV_FAULTS`].
+/// WorkerFaults a worker injects, from [`ENV_FAULTS`].
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Faults {
+pub struct WorkerFaults {
     pub hang: Option<Backend>,
     pub stall: Option<Backend>,
     pub no_p2p: Option<(usize, usize)>,
@@ -83,9 +85,9 @@ pub struct Faults {
     flag: u64,
 }
 
-impl Faults {
-    pub fn parse(spec: &str) -> Result<Faults, String> {
-        let mut f = Faults::default();
+impl WorkerFaults {
+    pub fn parse(spec: &str) -> Result<WorkerFaults, String> {
+        let mut f = WorkerFaults::default();
         for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let (k, v) = item
                 .split_once('=')
@@ -132,10 +134,10 @@ impl Faults {
     }
 
     /// The environment's faults; a malformed knob injects nothing (it is for tests only).
-    pub fn from_env() -> Faults {
+    pub fn from_env() -> WorkerFaults {
         std::env::var(ENV_FAULTS)
             .ok()
-            .and_then(|s| Faults::parse(&s).ok())
+            .and_then(|s| WorkerFaults::parse(&s).ok())
             .unwrap_or_default()
     }
 
@@ -358,26 +360,31 @@ mod tests {
 
     #[test]
     fn fault_knob_parses_and_names_what_is_wrong() {
-        let f = Faults::parse("hang=two_stage_push, stall=nccl,nop2p=0-3,wrong=one_stage_pull")
-            .unwrap();
+        let f =
+            WorkerFaults::parse("hang=two_stage_push, stall=nccl,nop2p=0-3,wrong=one_stage_pull")
+                .unwrap();
         assert_eq!(f.hang, Some(Backend::TwoStagePush));
         assert_eq!(f.stall, Some(Backend::Nccl));
         assert_eq!(f.no_p2p, Some((0, 3)));
-        let g = Faults::parse("noipc=1-2,noopen=one_stage_push").unwrap();
+        let g = WorkerFaults::parse("noipc=1-2,noopen=one_stage_push").unwrap();
         assert_eq!(
             (g.no_ipc, g.no_open),
             (Some((1, 2)), Some(Backend::OneStagePush))
         );
         assert_eq!(f.wrong, Some(Backend::OneStagePull));
-        assert_eq!(Faults::parse("").unwrap(), Faults::default());
-        assert!(Faults::parse("hang=nope")
+        assert_eq!(WorkerFaults::parse("").unwrap(), WorkerFaults::default());
+        assert!(WorkerFaults::parse("hang=nope")
             .unwrap_err()
             .contains("not a backend"));
-        assert!(Faults::parse("nop2p=1").unwrap_err().contains("nop2p=A-B"));
-        assert!(Faults::parse("boom=1").unwrap_err().contains("not a fault"));
-        let s = Faults::parse("slow=one_stage_pull:3").unwrap();
+        assert!(WorkerFaults::parse("nop2p=1")
+            .unwrap_err()
+            .contains("nop2p=A-B"));
+        assert!(WorkerFaults::parse("boom=1")
+            .unwrap_err()
+            .contains("not a fault"));
+        let s = WorkerFaults::parse("slow=one_stage_pull:3").unwrap();
         assert_eq!(s.slow, Some((Backend::OneStagePull, 3)));
-        assert!(Faults::parse("slow=one_stage_pull").is_err());
-        assert!(Faults::parse("slow=one_stage_pull:0").is_err());
+        assert!(WorkerFaults::parse("slow=one_stage_pull").is_err());
+        assert!(WorkerFaults::parse("slow=one_stage_pull:0").is_err());
     }
 }

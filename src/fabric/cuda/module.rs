@@ -52,6 +52,43 @@ impl Module {
     }
 }
 
+/// Every compiled unit loaded into one context; a kernel is looked up by name in whichever
+/// holds it (a program may be split into units, [`super::compile::units`]).
+pub struct Modules(Vec<Rc<Module>>);
+
+impl Modules {
+    /// Loads each image of `images`.
+    pub fn load(ctx: &Arc<Ctx>, images: &super::compile::Images) -> Result<Modules, FabricError> {
+        let mut out = Vec::new();
+        for (img, unit) in images.images().iter().zip(super::compile::units()) {
+            out.push(dev(
+                // SAFETY: an image of `compile::Images`, which holds only fresh NVRTC output
+                // and validated cache entries.
+                unsafe { Module::load(ctx, img) },
+                &format!("loading the compiled kernels/{}", unit.name),
+            )?);
+        }
+        Ok(Modules(out))
+    }
+
+    /// The kernel `name` from the first module that has it.
+    pub fn function(&self, name: &str) -> Result<Function, FabricError> {
+        let mut last = None;
+        for m in &self.0 {
+            match m.function(name) {
+                Ok(f) => return Ok(f),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            FabricError::Device(DeviceError::Kernel {
+                name: name.into(),
+                detail: "no kernels are loaded".into(),
+            })
+        }))
+    }
+}
+
 impl Drop for Module {
     fn drop(&mut self) {
         if self.ctx.poisoned().is_none() && self.ctx.bind_to_thread().is_ok() {
@@ -100,12 +137,29 @@ impl Function {
         args: &A,
         pdl: bool,
     ) -> Result<(), DriverError> {
+        // SAFETY: the caller's contract.
+        unsafe { self.launch_on(grid, block, stream.raw, args, pdl) }
+    }
+
+    /// [`Function::launch_with`] on a stream this process did not create here (an engine's,
+    /// whose context must be the one this kernel's module was loaded in, and current).
+    ///
+    /// # Safety
+    /// As [`Function::launch`], and `stream` is a live stream of the module's context.
+    pub unsafe fn launch_on<A>(
+        &self,
+        grid: (u32, u32),
+        block: u32,
+        stream: sys::CUstream,
+        args: &A,
+        pdl: bool,
+    ) -> Result<(), DriverError> {
         // The kernel takes exactly one parameter of type A (layouts mirrored in the CUDA
         // sources); the driver copies it before returning.
         let mut params = [args as *const A as *mut c_void];
         if !pdl {
             // SAFETY: the caller's contract; `params` points at one A.
-            return unsafe { self.launch_raw(grid, block, stream, &mut params) };
+            return unsafe { self.launch_params(grid, block, stream, &mut params) };
         }
         // SAFETY: a zeroed attribute is valid; the union field set is the one its id names.
         let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
@@ -119,7 +173,7 @@ impl Function {
             blockDimY: 1,
             blockDimZ: 1,
             sharedMemBytes: 0,
-            hStream: stream.raw,
+            hStream: stream,
             attrs: &mut attr,
             numAttrs: 1,
         };
@@ -142,6 +196,18 @@ impl Function {
         stream: &Stream,
         params: &mut [*mut c_void],
     ) -> Result<(), DriverError> {
+        // SAFETY: the caller's contract.
+        unsafe { self.launch_params(grid, block, stream.raw, params) }
+    }
+
+    /// SAFETY: as [`Function::launch_raw`], on a live stream of the module's context.
+    unsafe fn launch_params(
+        &self,
+        grid: (u32, u32),
+        block: u32,
+        stream: sys::CUstream,
+        params: &mut [*mut c_void],
+    ) -> Result<(), DriverError> {
         // SAFETY: the caller matches `params` to the kernel's signature.
         unsafe {
             sys::cuLaunchKernel(
@@ -153,7 +219,7 @@ impl Function {
                 1,
                 1,
                 0,
-                stream.raw,
+                stream,
                 params.as_mut_ptr(),
                 std::ptr::null_mut(),
             )

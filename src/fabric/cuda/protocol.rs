@@ -10,7 +10,10 @@ use std::io::Write;
 use serde::{Deserialize, Serialize};
 
 use super::driver::{DeviceFacts, IpcHandle};
-use crate::fabric::{Backend, DeviceError, Direction, Dtype, FabricError, Mode};
+use super::layout::{DIRS_PUSH_ACROSS, DIRS_PUSH_INSIDE, MAX_RANKS};
+use crate::fabric::{
+    Backend, DeviceError, Direction, Directions, Dtype, FabricError, Group, Islands, Mode, Ranks,
+};
 use crate::topology::reading::LinkReading;
 
 /// The ranks one worker launches kernels for: `count` ranks from `base` (one on a real
@@ -55,6 +58,69 @@ pub struct Shape {
     pub n: usize,
     pub dtype: Dtype,
     pub max_bytes: u64,
+    /// Ranks per island (n where the group has none).
+    pub island: usize,
+    /// The ranks island by island (the identity where there are none).
+    pub order: [u8; MAX_RANKS],
+    /// `ArArgs::dirs`: which phases of the island kernels push.
+    pub dirs: u32,
+}
+
+impl Shape {
+    /// A group's shape: its ranks, and its islands where it has some that fit the kernels.
+    pub fn of(group: &Group) -> Shape {
+        Shape::new(
+            group.gpus.len(),
+            group.dtype,
+            group.max_bytes,
+            group.islands.as_ref().ok().map(|i| (&group.gpus[..], i)),
+        )
+    }
+
+    /// `n` ranks of `dtype` up to `max_bytes`; with `islands`, rank r on GPU `gpus[r]` in the
+    /// islands (and their directions) a tune found for those GPUs.
+    pub fn new(
+        n: usize,
+        dtype: Dtype,
+        max_bytes: u64,
+        islands: Option<(&[usize], &Islands)>,
+    ) -> Shape {
+        let mut order = [0u8; MAX_RANKS];
+        for (i, o) in order.iter_mut().enumerate() {
+            *o = i.min(u8::MAX as usize) as u8;
+        }
+        let (mut island, mut dirs_bits) = (n, 0);
+        if let Some((gpus, i)) = islands {
+            if let Some(ranks) = i.order(gpus).filter(|r| r.len() == n && n <= MAX_RANKS) {
+                island = i.size();
+                for (o, r) in order.iter_mut().zip(ranks) {
+                    *o = r as u8;
+                }
+                dirs_bits = i.directions.as_ref().map_or(0, dirs);
+            }
+        }
+        Shape {
+            n,
+            dtype,
+            max_bytes,
+            island,
+            order,
+            dirs: dirs_bits,
+        }
+    }
+
+    pub fn ranks(&self) -> Ranks {
+        Ranks {
+            n: self.n,
+            island: self.island,
+        }
+    }
+}
+
+/// `ArArgs::dirs` for oriented islands.
+pub fn dirs(d: &Directions) -> u32 {
+    let push = |x: Direction, bit: u32| if x == Direction::Write { bit } else { 0 };
+    push(d.inside, DIRS_PUSH_INSIDE) | push(d.across, DIRS_PUSH_ACROSS)
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -107,6 +173,10 @@ pub enum Req {
     /// Aborts and forgets one backend (after a failure elsewhere in the group).
     Drop {
         backend: Backend,
+    },
+    /// Sets which phases of the island kernels push (`ArArgs::dirs`).
+    Orient {
+        dirs: u32,
     },
     ProbeSetup {
         bytes: u64,
@@ -182,8 +252,9 @@ impl WireError {
             },
             FabricError::Backend { backend, reason } => WireError::Backend { backend, reason },
             FabricError::Device(error) => WireError::Device { error, stuck },
-            // Arises only in the coordinator; a worker never sends it.
+            // Arise only in the coordinator or the harness; a worker never sends them.
             FabricError::Worker(w) => WireError::BadRequest(w.to_string()),
+            FabricError::Busy(m) => WireError::BadRequest(m),
             FabricError::Waived(m) => WireError::Waived(m),
             FabricError::Interrupted => WireError::Interrupted,
         }
@@ -223,8 +294,9 @@ pub enum Resp {
         memory: Vec<(Backend, Result<u64, String>)>,
     },
     Connected {
-        /// What NVRTC compiled for, or why the kernels are unavailable.
-        kernels: Result<String, String>,
+        /// The kernels loaded (what NVRTC compiled for, the images' hashes), or why they are
+        /// unavailable.
+        kernels: Result<crate::profile::KernelImages, String>,
         /// Ranks whose buffers could not be opened or failed the real-transfer check, with
         /// the reason.
         broken: Vec<(usize, String)>,

@@ -9,7 +9,7 @@ use super::kernels;
 use super::layout::SIGNAL_STATUS_OFFSET;
 use super::setup::{Impl, Launcher, Ready};
 use super::watchdog::{self, Poll, Waited};
-use super::{Faults, Gpu};
+use super::{Gpu, WorkerFaults};
 use crate::fabric::{Backend, DeviceError, FabricError, Mode};
 
 /// Maps the end of a wait on `backend`'s work to the error the harness acts on.
@@ -74,7 +74,7 @@ impl Launcher {
     unsafe fn launch(
         &self,
         gpu: &Gpu,
-        faults: &Faults,
+        faults: &WorkerFaults,
         backend: Backend,
         elems: u64,
     ) -> Result<(), FabricError> {
@@ -85,26 +85,22 @@ impl Launcher {
         }
         match &self.find(backend)?.imp {
             Impl::Custom(c) => {
-                let k = gpu.kernels()?;
                 let count = self.launch.count as u32;
-                let (f, blocks, threads) = k
-                    .plan(backend, dtype, elems, self.shape.n, gpu.facts.sms, count)
-                    .ok_or_else(|| DeviceError::Kernel {
-                        name: format!("{backend} {}", dtype.id()),
-                        detail: "no such kernel was loaded".into(),
-                    })?;
-                let mut a = c.args;
-                a.n = elems;
-                a.rank_base = self.launch.base as i32;
-                let pdl = kernels::programmatic_launch(gpu.facts.cc);
-                // SAFETY: `a` holds every rank's buffers, sized for the group's largest message
-                // (see the function's contract); the kernel takes exactly one ArArgs.
-                unsafe { f.launch_with((blocks, count), threads, &unit.stream, &a, pdl) }.map_err(
-                    |e| FabricError::Backend {
-                        backend,
-                        reason: format!("kernel launch failed: {e}"),
-                    },
-                )
+                let work = kernels::Work {
+                    backend,
+                    dtype,
+                    elems,
+                    ranks: self.shape.ranks(),
+                    base: self.launch.base,
+                    count,
+                    on_gpu: count,
+                };
+                // SAFETY: `c.args` holds every rank's buffers, sized for the group's largest
+                // message (see the function's contract); the stream is this worker's.
+                unsafe {
+                    gpu.kernels()?
+                        .launch(work, &c.args, &gpu.facts, unit.stream.raw)
+                }
             }
             Impl::Nccl { comms, rank, .. } => {
                 let (send, recv) = &self.user[*rank.min(&(self.user.len() - 1))];
@@ -131,7 +127,7 @@ impl Launcher {
     pub fn launch_calls(
         &self,
         gpu: &Gpu,
-        faults: &Faults,
+        faults: &WorkerFaults,
         backend: Backend,
         elems: u64,
         calls: u32,
@@ -223,7 +219,7 @@ impl Launcher {
     pub fn warm_up(&self, gpu: &Gpu, backend: Backend, elems: u64) -> Result<(), FabricError> {
         let bytes = elems * self.shape.dtype.size();
         let limit = self.deadline.for_work(bytes, 1);
-        self.launch_calls(gpu, &Faults::default(), backend, elems, 1)?;
+        self.launch_calls(gpu, &WorkerFaults::default(), backend, elems, 1)?;
         self.finish(backend, None, limit, "NCCL warm-up")
     }
 
@@ -231,7 +227,7 @@ impl Launcher {
     pub fn capture(
         &self,
         gpu: &Gpu,
-        faults: &Faults,
+        faults: &WorkerFaults,
         backend: Backend,
         elems: u64,
         calls: u32,
@@ -259,7 +255,7 @@ impl Launcher {
     pub fn time(
         &mut self,
         gpu: &Gpu,
-        faults: &Faults,
+        faults: &WorkerFaults,
         backend: Backend,
         bytes: u64,
         mode: Mode,
@@ -278,7 +274,7 @@ impl Launcher {
     fn time_inner(
         &mut self,
         gpu: &Gpu,
-        faults: &Faults,
+        faults: &WorkerFaults,
         backend: Backend,
         bytes: u64,
         mode: Mode,
@@ -297,7 +293,7 @@ impl Launcher {
             self.check_status(backend)?;
             self.graphs.insert(key, g);
         }
-        let what = format!("{backend} allreduce of {bytes} bytes");
+        let what = format!("{backend} allreduce of {}", crate::units::fmt_size(bytes));
         if mode == Mode::Eager && !self.warm.contains(&(backend, bytes)) {
             let limit = self.deadline.for_work(bytes, 3);
             self.launch_calls(gpu, faults, backend, elems, 3)?;

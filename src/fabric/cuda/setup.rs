@@ -12,7 +12,8 @@ use super::layout::{ArArgs, MAX_RANKS};
 use super::nccl;
 use super::protocol::{BufHandles, Launch, RankHandles, Shape};
 use super::watchdog::{self, Deadline};
-use super::{Faults, Gpu};
+use super::{Gpu, WorkerFaults};
+use crate::allreduce::Buffers;
 use crate::fabric::{Backend, DeviceError, Dtype, FabricError};
 
 /// The stream this worker launches on, with its timing events.
@@ -201,16 +202,7 @@ impl Owned {
         for r in &ranks {
             let mut custom = Vec::new();
             for (b, c) in &r.custom {
-                let opt = |x: &Option<DevBuf>| x.as_ref().map(export).transpose();
-                custom.push((
-                    *b,
-                    BufHandles {
-                        input: opt(&c.input)?,
-                        scratch: opt(&c.scratch)?,
-                        out: opt(&c.out)?,
-                        signal: export(&c.signal)?,
-                    },
-                ));
+                custom.push((*b, c.handles()?));
             }
             handles.push(RankHandles {
                 rank: r.rank,
@@ -223,37 +215,60 @@ impl Owned {
     }
 }
 
-fn custom_bufs(
+impl CustomOwned {
+    /// The IPC handles peers open these buffers by.
+    pub(super) fn handles(&self) -> Result<BufHandles, FabricError> {
+        let opt = |x: &Option<DevBuf>| x.as_ref().map(export).transpose();
+        Ok(BufHandles {
+            input: opt(&self.input)?,
+            scratch: opt(&self.scratch)?,
+            out: opt(&self.out)?,
+            signal: export(&self.signal)?,
+        })
+    }
+
+    /// The buffers as spans: shared input (pull kernels), slots or shard, shared output
+    /// (two-stage push), signal. Where there is no shared input or output, the kernel uses
+    /// the rank's own input or output and no peer touches it.
+    pub(super) fn spans(&self) -> (Option<Span>, Option<Span>, Option<Span>, Span) {
+        let s = |x: &Option<DevBuf>| x.as_ref().map(DevBuf::span);
+        (
+            s(&self.input),
+            s(&self.scratch),
+            s(&self.out),
+            self.signal.span(),
+        )
+    }
+}
+
+/// Allocates one rank's buffers of custom backend `b` (what the profile's memory measures).
+pub(super) fn custom_bufs(
     gpu: &Gpu,
     shape: Shape,
     b: Backend,
     rank: usize,
 ) -> Result<CustomOwned, DeviceError> {
-    let n = shape.n as u64;
     let max = padded(shape.max_bytes);
-    let slot = kernels::slot_bytes(b, max, n);
-    let input = match b {
-        Backend::OneStagePull | Backend::TwoStagePull => {
+    let bufs = b.spec().buffers.unwrap_or(Buffers {
+        input: false,
+        scratch: &[],
+        output: false,
+    });
+    let input = match bufs.input {
+        true => {
             let buf = alloc(gpu, max + GUARD as u64, "a shared input buffer")?;
             fill_random(&buf, shape.dtype, 0xB22 + rank as u64)?;
             Some(buf)
         }
-        _ => None,
+        false => None,
     };
-    let scratch = match b {
-        Backend::OneStagePush | Backend::TwoStagePush => {
-            Some(alloc(gpu, slot * (n - 1), "receive slots")?)
-        }
-        Backend::TwoStagePull => Some(alloc(
-            gpu,
-            kernels::slot_bytes(Backend::TwoStagePush, max, n),
-            "a shard buffer",
-        )?),
-        _ => None,
+    let scratch = match kernels::scratch_bytes(b, max, shape.ranks()) {
+        0 => None,
+        bytes => Some(alloc(gpu, bytes, "receive slots")?),
     };
-    let out = match b {
-        Backend::TwoStagePush => Some(alloc(gpu, max + GUARD as u64, "a shared output buffer")?),
-        _ => None,
+    let out = match bufs.output {
+        true => Some(alloc(gpu, max + GUARD as u64, "a shared output buffer")?),
+        false => None,
     };
     let signal = alloc(gpu, kernels::signal_bytes(b, shape.n), "signal flags")?;
     signal
@@ -318,7 +333,7 @@ impl Launcher {
         launch: Launch,
         handles: &[RankHandles],
         deadline: Deadline,
-        faults: &Faults,
+        faults: &WorkerFaults,
     ) -> Result<(Launcher, Unreached), FabricError> {
         let n = shape.n;
         if handles.len() != n || launch.base + launch.count > n || n > MAX_RANKS {
@@ -509,6 +524,18 @@ impl Launcher {
     }
 }
 
+impl Launcher {
+    /// Sets which phases the island kernels push; graphs captured with the old arguments go.
+    pub fn orient(&mut self, dirs: u32) {
+        for r in &mut self.ready {
+            if let (true, Impl::Custom(c)) = (r.backend.is_hierarchical(), &mut r.imp) {
+                c.args.dirs = dirs;
+            }
+        }
+        self.graphs.retain(|(b, _, _), _| !b.is_hierarchical());
+    }
+}
+
 /// One custom backend's view of every rank's buffers, and the kernel arguments made of them.
 pub struct CustomView {
     pub input: Vec<Span>,
@@ -522,7 +549,7 @@ pub struct CustomView {
 }
 
 impl CustomView {
-    fn new(b: Backend, shape: Shape) -> CustomView {
+    pub(super) fn new(b: Backend, shape: Shape) -> CustomView {
         CustomView {
             input: vec![Span::NONE; shape.n],
             out: vec![Span::NONE; shape.n],
@@ -534,16 +561,26 @@ impl CustomView {
                 scratch: [0; MAX_RANKS],
                 sig: [0; MAX_RANKS],
                 n: 0,
-                slot_bytes: kernels::slot_bytes(b, padded(shape.max_bytes), shape.n as u64),
+                slot_bytes: kernels::slot_bytes(b, padded(shape.max_bytes), shape.ranks()),
                 nranks: shape.n as i32,
                 rank_base: 0,
+                island: shape.island as i32,
+                dirs: shape.dirs,
+                order: shape.order.map(i32::from),
             },
             count: 0,
             broken: None,
         }
     }
 
-    fn set(&mut self, r: usize, input: Span, scratch: Option<Span>, out: Span, sig: Span) {
+    pub(super) fn set(
+        &mut self,
+        r: usize,
+        input: Span,
+        scratch: Option<Span>,
+        out: Span,
+        sig: Span,
+    ) {
         self.args.input[r] = input.ptr();
         self.args.out[r] = out.ptr();
         self.args.scratch[r] = scratch.as_ref().map_or(0, |s| s.ptr());

@@ -10,8 +10,9 @@ use super::driver::{dev, DevBuf, Span};
 use super::kernels::Kernels;
 use super::layout::THREADS;
 use super::setup::{Impl, Launcher, GUARD};
-use super::{Faults, Gpu};
+use super::{Gpu, WorkerFaults};
 use crate::fabric::{Backend, DeviceError, FabricError, Mode};
+use crate::units::fmt_size;
 
 fn kernels_of(gpu: &Gpu) -> Result<&Kernels, FabricError> {
     Ok(gpu.kernels()?)
@@ -149,7 +150,7 @@ impl Launcher {
     pub fn check(
         &mut self,
         gpu: &Gpu,
-        faults: &Faults,
+        faults: &WorkerFaults,
         backend: Backend,
         bytes: u64,
         seed: u64,
@@ -165,7 +166,7 @@ impl Launcher {
     fn check_inner(
         &mut self,
         gpu: &Gpu,
-        faults: &Faults,
+        faults: &WorkerFaults,
         backend: Backend,
         bytes: u64,
         seed: u64,
@@ -174,7 +175,7 @@ impl Launcher {
     ) -> Result<Option<String>, FabricError> {
         let elems = self.elems(bytes)?;
         let calls = calls.max(1);
-        let what = format!("{backend} allreduce of {bytes} bytes");
+        let what = format!("{backend} allreduce of {}", fmt_size(bytes));
         match mode {
             Mode::Eager => {
                 let limit = self.deadline.for_work(bytes, calls);
@@ -271,14 +272,16 @@ impl Launcher {
                 let got = u32::from_le_bytes(raw);
                 let want = data::expected_bits(dtype, seed, world, first);
                 return Ok(Some(format!(
-                    "{backend} at {bytes} bytes ({} x{calls}), rank {r}: {}",
+                    "{backend} at {} ({} x{calls}), rank {r}: {}",
+                    fmt_size(bytes),
                     mode.id(),
                     data::mismatch(dtype, first, elems, got, want, wrong)
                 )));
             }
             if spoiled > 0 {
                 return Ok(Some(format!(
-                    "{backend} at {bytes} bytes, rank {r}: wrote past the end of the output ({spoiled} of the {} bytes after it changed)",
+                    "{backend} at {}, rank {r}: wrote past the end of the output ({spoiled} of the {} bytes after it changed)",
+                    fmt_size(bytes),
                     span - bytes as usize
                 )));
             }

@@ -10,14 +10,19 @@ use super::probe::{ProbeLauncher, ProbeOwned};
 use super::protocol::{write_resp, Envelope, Req, Resp, WireError, ENV_REPLY_FD, HELLO_ID};
 use super::setup::{Launcher, Owned};
 use super::watchdog::Deadline;
-use super::{Faults, Gpu};
+use super::{Gpu, WorkerFaults};
 use crate::fabric::{DeviceError, FabricError};
 
+/// A request handed to the wrong handler: a bug in the dispatch above it.
+fn not_for(req: &Req, kind: &str) -> FabricError {
+    FabricError::BadRequest(format!("{req:?} is not a {kind} request"))
+}
+
 /// Everything one worker holds.
-pub struct Engine {
+pub struct WorkerState {
     gpu: Gpu,
     deadline: Deadline,
-    faults: Faults,
+    faults: WorkerFaults,
     /// Launcher before owned buffers in drop order: opened handles close before the owner's
     /// buffers are freed (they may be the same process in loopback).
     launcher: Option<Launcher>,
@@ -26,8 +31,8 @@ pub struct Engine {
     probe_owned: Option<ProbeOwned>,
 }
 
-impl Engine {
-    pub fn open(ordinal: usize) -> Result<Engine, FabricError> {
+impl WorkerState {
+    pub fn open(ordinal: usize) -> Result<WorkerState, FabricError> {
         let t = std::time::Instant::now();
         let gpu = Gpu::open(ordinal)?;
         tracing::info!(
@@ -35,9 +40,9 @@ impl Engine {
             std::process::id(),
             t.elapsed().as_secs_f64()
         );
-        let mut faults = Faults::from_env();
+        let mut faults = WorkerFaults::from_env();
         faults.arm(&gpu)?;
-        Ok(Engine {
+        Ok(WorkerState {
             gpu,
             deadline: Deadline::from_env(),
             faults,
@@ -52,6 +57,30 @@ impl Engine {
         if let Some(why) = self.gpu.ctx.poisoned() {
             return Err(why.clone().into());
         }
+        match req {
+            Req::ProbeSetup { .. }
+            | Req::ProbeConnect { .. }
+            | Req::ProbeDisconnect
+            | Req::ProbeQueue { .. }
+            | Req::ProbeRelease { .. }
+            | Req::ProbeFinish { .. } => self.probe_request(req),
+            Req::Copy {
+                bytes,
+                batch,
+                samples,
+            } => Ok(Resp::Times(self.gpu.time_copy(
+                bytes,
+                batch,
+                samples,
+                self.deadline,
+            )?)),
+            Req::LinksUnderLoad => Ok(Resp::Links(self.gpu.load_and_read()?)),
+            other => self.group_request(other),
+        }
+    }
+
+    /// Setting a group up, running its backends and releasing it.
+    fn group_request(&mut self, req: Req) -> Result<Resp, FabricError> {
         let gpu = &self.gpu;
         Ok(match req {
             Req::Setup {
@@ -74,7 +103,7 @@ impl Engine {
                 self.launcher = None;
                 let kernels = gpu
                     .kernels()
-                    .map(|k| k.target.clone())
+                    .map(|k| k.images.clone())
                     .map_err(|e| e.to_string());
                 let (l, (broken, unready)) = Launcher::connect(
                     gpu,
@@ -143,6 +172,11 @@ impl Engine {
                     gpu, faults, backend, bytes, mode, batch, samples, rendezvous,
                 )?)
             }
+            Req::Orient { dirs } => {
+                let l = self.launcher.as_mut().ok_or_else(no_group)?;
+                l.orient(dirs);
+                Resp::Done
+            }
             Req::Drop { backend } => {
                 if let Some(l) = self.launcher.as_mut() {
                     l.forget(backend);
@@ -150,6 +184,27 @@ impl Engine {
                 }
                 Resp::Done
             }
+            Req::Disconnect => {
+                self.probe = None;
+                self.launcher = None;
+                Resp::Done
+            }
+            Req::Release => {
+                self.probe = None;
+                self.launcher = None;
+                self.probe_owned = None;
+                self.owned = None;
+                driver::sync_ctx(&self.gpu.ctx, "synchronizing the GPU")?;
+                Resp::Done
+            }
+            other => return Err(not_for(&other, "group")),
+        })
+    }
+
+    /// The contention probe's buffers, their mapping by the launchers, and its rounds.
+    fn probe_request(&mut self, req: Req) -> Result<Resp, FabricError> {
+        let gpu = &self.gpu;
+        Ok(match req {
             Req::ProbeSetup { bytes, owned, n } => {
                 self.probe = None;
                 self.probe_owned = None;
@@ -187,25 +242,7 @@ impl Engine {
                 let (secs, links) = p.finish(gpu, bytes, peers)?;
                 Resp::Probed { secs, links }
             }
-            Req::Copy {
-                bytes,
-                batch,
-                samples,
-            } => Resp::Times(gpu.time_copy(bytes, batch, samples, self.deadline)?),
-            Req::LinksUnderLoad => Resp::Links(gpu.load_and_read()?),
-            Req::Disconnect => {
-                self.probe = None;
-                self.launcher = None;
-                Resp::Done
-            }
-            Req::Release => {
-                self.probe = None;
-                self.launcher = None;
-                self.probe_owned = None;
-                self.owned = None;
-                driver::sync_ctx(&self.gpu.ctx, "synchronizing the GPU")?;
-                Resp::Done
-            }
+            other => return Err(not_for(&other, "probe")),
         })
     }
 
@@ -220,7 +257,7 @@ fn no_group() -> FabricError {
     FabricError::BadRequest("no group is prepared on this worker; set it up first".into())
 }
 
-impl Drop for Engine {
+impl Drop for WorkerState {
     /// At exit (end of input, or an early return) without a Release: what this worker opened
     /// of its peers' buffers is closed first; what it exported is never freed here, since a
     /// peer exiting at the same moment may still map it. The process's end reclaims it with
@@ -299,7 +336,7 @@ pub fn serve(ordinal: usize, cpus: Option<&str>) -> i32 {
             tracing::warn!("worker for GPU {ordinal}: could not pin to CPUs {c}");
         }
     }
-    let mut engine = match Engine::open(ordinal) {
+    let mut engine = match WorkerState::open(ordinal) {
         Ok(e) => e,
         Err(e) => {
             let failed = Resp::Failed(WireError::from_fabric(e, false));

@@ -87,7 +87,7 @@ impl Part {
             Part::Interconnect => 0.30,
             // NCCL's bandwidth terms: its own figures reach ln 0.25 (C6 #1603's SHM busbw
             // fitted without C6); C6's Turin graph XML at 256 KB, fixed costs and bytes about
-            // equal, needs 0.35 for its time's band to hold it (1.50x).
+            // equal, needs 0.35 for its time's band to hold it (1.49x).
             Part::NcclProtocol => 0.35,
             // C9: the host CPU's make moves peer bandwidth by about 20%: ln(1.2) = 0.18.
             Part::HostUnstated => 0.20,
@@ -100,7 +100,7 @@ impl Part {
             // R2's one-shot on 4 GPUs at 256 B and 4 KB, 1.31x: ln 0.27 (C2's at 1 KB fitted
             // without C2, no prologue: 0.82x, ln 0.20).
             Part::KernelFixed => 0.30,
-            // C1's ring at 16 KB, 1.35x: ln 0.30.
+            // C1's ring at 16 KB, 1.37x: ln 0.31.
             Part::NcclFixed => 0.35,
             // R2's one-shot on 8 GPUs across two sockets behind Broadcom switches, 256 KB:
             // 2427 µs published, 12x the model.

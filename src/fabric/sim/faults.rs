@@ -407,11 +407,7 @@ mod tests {
         use crate::fabric::sim::SimFabric;
         use crate::fabric::{Dtype, Fabric, Group};
         let t = crate::topology::presets::get("pcie-4x-1switch").unwrap();
-        let g = Group {
-            gpus: vec![0, 1, 2, 3],
-            dtype: Dtype::Bf16,
-            max_bytes: 1 << 20,
-        };
+        let g = Group::flat(vec![0, 1, 2, 3], Dtype::Bf16, 1 << 20);
         let (b, m, n) = (Backend::OneStagePull, Mode::Eager, 64 << 10);
         let median = |f: &mut SimFabric, k: Backend| {
             f.verify(k, n, 7).unwrap();

@@ -32,9 +32,10 @@ pub use self::faults::Faults;
 use self::net::{Flow, Net, Route};
 use self::noise::Noise;
 use super::{
-    memory, Backend, DeviceError, Direction, Fabric, FabricError, FabricInfo, Group, MemoryCost,
-    Mode, NcclAlgo, ProbeSample, Readiness, Verification,
+    memory, Backend, DeviceError, Direction, Directions, Fabric, FabricError, FabricInfo, Group,
+    Islands, MemoryCost, Mode, NcclAlgo, ProbeSample, Readiness, Verification,
 };
+use crate::allreduce::Plane;
 use crate::topology::{Status, Topology};
 
 /// CUDA-graph replay of one captured kernel (or NCCL's captured launch), µs.
@@ -83,9 +84,9 @@ struct GroupModel {
     custom: Custom,
     /// The model parts the group's times use, for their error bands.
     parts: GroupParts,
-    /// Noiseless times per (bytes, backend, mode): ordered, as comparing a few keys costs less
+    /// Noiseless times per (backend, bytes, mode): ordered, as comparing a few keys costs less
     /// than hashing one at every call.
-    cache: BTreeMap<(u64, Backend, Mode), f64>,
+    cache: BTreeMap<(Backend, u64, Mode), f64>,
     /// NCCL's device time with no bytes, per algorithm and protocol.
     fixed: HashMap<(NcclAlgo, crate::fabric::NcclProto), f64>,
     /// The custom kernels' and NCCL's band half-widths on this group.
@@ -94,35 +95,32 @@ struct GroupModel {
     probes: HashMap<(Direction, usize), ProbePattern>,
 }
 
-/// The models of the groups used so far, by their GPUs. A tune uses a handful of groups and
-/// asks for the prepared one at every call, so a short list searched from the last hit costs
-/// less than hashing the GPUs each time.
-#[derive(Debug, Clone, Default)]
-struct Models {
-    groups: Vec<(Vec<usize>, GroupModel)>,
-    last: usize,
-}
+/// A group model's key: its GPUs and its islands.
+type ModelKey = (Vec<usize>, Option<Vec<Vec<usize>>>);
 
-impl Models {
-    fn clear(&mut self) {
-        self.groups.clear();
-        self.last = 0;
-    }
-}
-
-/// The model of `gpus`, built on first use.
-fn group_model<'a>(
-    models: &'a mut Models,
+/// Where the model of `gpus` in `islands` is in `models`, built on first use. A tune has a few
+/// groups, so a scan beats hashing the key on every call.
+fn group_model(
+    models: &mut Vec<(ModelKey, GroupModel)>,
     topo: &Topology,
     net: &Net,
     host: &nccl::Host,
     gpus: &[usize],
-) -> &'a mut GroupModel {
-    let hit = match models.groups.get(models.last) {
-        Some((k, _)) if k == gpus => Some(models.last),
-        _ => models.groups.iter().position(|(k, _)| k == gpus),
+    islands: Option<&Islands>,
+) -> usize {
+    let same = |k: &ModelKey| {
+        k.0 == gpus
+            && match (&k.1, islands) {
+                (None, None) => true,
+                (Some(a), Some(b)) => *a == b.gpus,
+                _ => false,
+            }
     };
-    let i = hit.unwrap_or_else(|| {
+    if let Some(i) = models.iter().position(|(k, _)| same(k)) {
+        return i;
+    }
+    let key = (gpus.to_vec(), islands.map(|i| i.gpus.clone()));
+    models.push((key, {
         let ring = nccl::ring_order(topo, gpus);
         let model = nccl::Model::new(topo, net, host, &ring);
         let schedule = nccl::Schedule::new(topo, net, host, &ring, &model);
@@ -130,24 +128,19 @@ fn group_model<'a>(
             fabric: net.parts(gpus),
             host_stated: host.cpu != nccl::Cpu::Unknown,
         };
-        models.groups.push((
-            gpus.to_vec(),
-            GroupModel {
-                nccl: model,
-                schedule,
-                custom: Custom::new(net, gpus),
-                custom_halves: Halves::of(parts.custom(1.0, 0.0), parts.custom(0.0, 1.0)),
-                nccl_halves: Halves::of(parts.nccl(1.0, 0.0), parts.nccl(0.0, 1.0)),
-                parts,
-                fixed: HashMap::new(),
-                cache: BTreeMap::new(),
-                probes: HashMap::new(),
-            },
-        ));
-        models.groups.len() - 1
-    });
-    models.last = i;
-    &mut models.groups[i].1
+        GroupModel {
+            nccl: model,
+            schedule,
+            custom: Custom::new(net, gpus, islands),
+            custom_halves: Halves::of(parts.custom(1.0, 0.0), parts.custom(0.0, 1.0)),
+            nccl_halves: Halves::of(parts.nccl(1.0, 0.0), parts.nccl(0.0, 1.0)),
+            parts,
+            fixed: HashMap::new(),
+            cache: BTreeMap::new(),
+            probes: HashMap::new(),
+        }
+    }));
+    models.len() - 1
 }
 
 /// Per GPU of a probe, (finish µs per byte, one-way latency µs) of each of its flows.
@@ -201,6 +194,10 @@ pub fn check_topology(t: &Topology) -> Result<(), String> {
 struct Prepared {
     group: Group,
     readiness: Vec<Readiness>,
+    /// How the hierarchical backends move data, once oriented.
+    directions: Option<Directions>,
+    /// Where the group's model is in `SimFabric::models`.
+    model: usize,
 }
 
 /// A simulated machine. See the module docs.
@@ -210,6 +207,13 @@ pub struct SimFabric {
     net: Net,
     /// What NCCL knows of the host: CPU vendor and the P2P level in force.
     host: nccl::Host,
+    /// The measurement seed. Each group's noise, and each mode's within it, is drawn from it
+    /// and the group's GPUs and mode alone, so a group times the same whichever groups and
+    /// modes were measured before it.
+    seed: u64,
+    /// The prepared group's seed, and the mode its noise was last drawn for.
+    group_seed: u64,
+    noise_mode: Option<Mode>,
     noise: Noise,
     faults: Faults,
     /// Draws which samples an injected `spikes` fault slows, apart from the noise so the
@@ -219,7 +223,7 @@ pub struct SimFabric {
     drift: faults::Drift,
     /// Fabric calls so far, for an injected lost GPU.
     calls: u64,
-    models: Models,
+    models: Vec<(ModelKey, GroupModel)>,
     prepared: Option<Prepared>,
 }
 
@@ -241,12 +245,15 @@ impl SimFabric {
             topo: topology,
             net,
             host,
+            seed,
+            group_seed: seed,
+            noise_mode: None,
             noise: Noise::new(seed),
             faults: Faults::default(),
             spike_rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5bd1_e995_0f1a_57ed),
             drift: faults::Drift::new(seed),
             calls: 0,
-            models: Models::default(),
+            models: Vec::new(),
             prepared: None,
         }
     }
@@ -271,6 +278,14 @@ impl SimFabric {
     pub fn with_faults(mut self, faults: Faults) -> SimFabric {
         self.faults = faults;
         self
+    }
+
+    /// Noise for the prepared group from here on: its probes (`mode` None), then each mode.
+    fn reseed(&mut self, mode: Option<Mode>) {
+        let seed = self.group_seed ^ mode.map_or(0, |m| m as u64 + 1).wrapping_mul(0x9e37_79b9);
+        self.noise = Noise::new(seed);
+        self.spike_rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5bd1_e995_0f1a_57ed);
+        self.noise_mode = mode;
     }
 
     /// NCCL's channel count on `group` as its ring search would find it (the profile records
@@ -331,23 +346,35 @@ impl SimFabric {
         Ok(self.net.rates(&flows, &refs))
     }
 
-    /// Why `backend` cannot run on `gpus`, if it cannot.
-    fn waiver(&self, backend: Backend, gpus: &[usize], model: &nccl::Model) -> Option<String> {
-        if backend.is_custom() {
-            let (what, needed) = if backend.pulls() {
-                ("read", "reads")
-            } else {
-                ("write", "writes")
-            };
+    /// Why `backend` cannot run on `group`, if it cannot.
+    fn waiver(&self, backend: Backend, group: &Group, model: &nccl::Model) -> Option<String> {
+        if backend.is_hierarchical() {
+            if let Err(why) = &group.islands {
+                return Some(why.clone());
+            }
+        }
+        let needs: &[(Direction, &str, &str)] = match backend.spec().plane {
+            Plane::Nccl => {
+                return match backend.nccl_pin() {
+                    Some((_, crate::fabric::NcclProto::LL128)) => model.ll128_off.clone(),
+                    _ => None,
+                }
+            }
+            Plane::Pull => &[(Direction::Read, "read", "reads")],
+            Plane::Push => &[(Direction::Write, "write", "writes")],
+            Plane::PerPhase => &[
+                (Direction::Read, "read", "reads or writes"),
+                (Direction::Write, "write", "reads or writes"),
+            ],
+        };
+        let gpus = &group.gpus;
+        for &(dir, what, needed) in needs {
             for &a in gpus {
                 for &b in gpus.iter().filter(|&&b| b != a) {
                     let p2p = self.topo.pair(a, b).map(|p| &p.p2p);
-                    let status = p2p.map_or(Status::Unknown, |p| {
-                        if backend.pulls() {
-                            p.read
-                        } else {
-                            p.write
-                        }
+                    let status = p2p.map_or(Status::Unknown, |p| match dir {
+                        Direction::Read => p.read,
+                        Direction::Write => p.write,
                     });
                     if status == Status::No {
                         return Some(format!(
@@ -356,16 +383,24 @@ impl SimFabric {
                     }
                 }
             }
-            return None;
         }
-        match backend.nccl_pin() {
-            Some((_, crate::fabric::NcclProto::LL128)) => model.ll128_off.clone(),
-            _ => None,
-        }
+        None
     }
 
+    /// The model of `gpus`: the prepared group's (in its islands) without a search.
     fn model(&mut self, gpus: &[usize]) -> &mut GroupModel {
-        group_model(&mut self.models, &self.topo, &self.net, &self.host, gpus)
+        let i = match &self.prepared {
+            Some(p) if p.group.gpus == gpus => p.model,
+            _ => group_model(
+                &mut self.models,
+                &self.topo,
+                &self.net,
+                &self.host,
+                gpus,
+                None,
+            ),
+        };
+        &mut self.models[i].1
     }
 
     /// What the model assumed because the topology did not state it, one sentence each.
@@ -395,12 +430,16 @@ impl SimFabric {
     /// The model's device time of `backend` for `bytes` on the prepared group in two parts,
     /// µs: what it costs with no bytes (launch excluded) and what the bytes add.
     pub fn model_split(&mut self, backend: Backend, bytes: u64) -> Option<(f64, f64)> {
-        let gpus = &self.prepared.as_ref()?.group.gpus;
-        let m = group_model(&mut self.models, &self.topo, &self.net, &self.host, gpus);
+        let p = self.prepared.as_ref()?;
+        let m = &mut self.models[p.model].1;
         // What the bytes add to the time the tune already priced (launch excluded).
         let (algo, proto) = backend.nccl_pin().unwrap_or_else(|| m.nccl.choose(bytes));
         let (fixed, total) = if backend.is_custom() {
-            (m.custom.time(backend, 0), m.custom.time(backend, bytes))
+            let directions = p.directions.as_ref();
+            (
+                m.custom.time(backend, 0, directions),
+                m.custom.time(backend, bytes, directions),
+            )
         } else {
             let fixed = *m
                 .fixed
@@ -443,15 +482,17 @@ impl SimFabric {
         Ok(&p.group)
     }
 
-    /// Noiseless per-call time (µs) of `backend` on `gpus`, cached.
+    /// Noiseless per-call time (µs) of `backend` on the prepared group, cached.
     fn base_time(&mut self, backend: Backend, bytes: u64, mode: Mode) -> f64 {
-        let gpus = self.prepared.as_ref().map_or(&[][..], |p| &p.group.gpus);
-        let m = group_model(&mut self.models, &self.topo, &self.net, &self.host, gpus);
-        if let Some(&t) = m.cache.get(&(bytes, backend, mode)) {
+        let Some(p) = &self.prepared else {
+            return f64::NAN;
+        };
+        let m = &mut self.models[p.model].1;
+        if let Some(&t) = m.cache.get(&(backend, bytes, mode)) {
             return t;
         }
         let device = if backend.is_custom() {
-            m.custom.time(backend, bytes)
+            m.custom.time(backend, bytes, p.directions.as_ref())
         } else {
             let (algo, proto) = backend.nccl_pin().unwrap_or_else(|| m.nccl.choose(bytes));
             m.schedule.time(algo, proto, bytes)
@@ -462,7 +503,7 @@ impl SimFabric {
             (Mode::Eager, false) => LAUNCH_EAGER_NCCL_US,
         };
         let t = device + launch;
-        m.cache.insert((bytes, backend, mode), t);
+        m.cache.insert((backend, bytes, mode), t);
         t
     }
 
@@ -537,14 +578,32 @@ impl Fabric for SimFabric {
         self.drift.interrupt();
         self.tick()?;
         group.check(self.topo.gpu_count())?;
-        let n = group.gpus.len();
+        let index = group_model(
+            &mut self.models,
+            &self.topo,
+            &self.net,
+            &self.host,
+            &group.gpus,
+            group.islands.as_ref().ok(),
+        );
+        self.prepared = Some(Prepared {
+            group: group.clone(),
+            readiness: Vec::new(),
+            directions: None,
+            model: index,
+        });
+        self.group_seed = group.gpus.iter().fold(self.seed, |h, &g| {
+            (h ^ g as u64).wrapping_mul(0x0100_0000_01b3)
+        });
+        self.reseed(None);
         let model = self.model(&group.gpus).nccl.clone();
         let readiness: Vec<Readiness> = backends
             .iter()
-            .map(|&backend| match self.waiver(backend, &group.gpus, &model) {
+            .map(|&backend| match self.waiver(backend, group, &model) {
                 Some(reason) => Readiness::Waived { backend, reason },
                 None => {
-                    let bytes = memory::modelled(backend, n, group.max_bytes, model.channels);
+                    let bytes =
+                        memory::modelled(backend, group.ranks(), group.max_bytes, model.channels);
                     Readiness::Ready {
                         backend,
                         memory: MemoryCost {
@@ -559,6 +618,8 @@ impl Fabric for SimFabric {
         self.prepared = Some(Prepared {
             group: group.clone(),
             readiness: readiness.clone(),
+            directions: None,
+            model: index,
         });
         Ok(readiness)
     }
@@ -617,6 +678,9 @@ impl Fabric for SimFabric {
             .map(|(_, f, _)| *f)
             .product::<f64>();
         let base = self.base_time(backend, bytes, mode) * slow * drift * phase;
+        if self.noise_mode != Some(mode) {
+            self.reseed(Some(mode));
+        }
         let spikes = self.faults.spikes;
         Ok((0..samples)
             .map(|_| {
@@ -654,8 +718,9 @@ impl Fabric for SimFabric {
         if bytes == 0 {
             return Err(bad("a probe must move at least 1 byte"));
         }
+        let i = self.prepared.as_ref().map_or(0, |p| p.model);
         let net = &self.net;
-        let m = group_model(&mut self.models, &self.topo, net, &self.host, &gpus);
+        let m = &mut self.models[i].1;
         let pattern = m
             .probes
             .entry((direction, peers))
@@ -697,8 +762,7 @@ impl Fabric for SimFabric {
 
     fn model_band(&mut self, backend: Backend, bytes: u64) -> Option<crate::profile::ModelBand> {
         let (fixed, data) = self.model_split(backend, bytes)?;
-        let gpus = &self.prepared.as_ref()?.group.gpus;
-        let m = group_model(&mut self.models, &self.topo, &self.net, &self.host, gpus);
+        let m = &self.models[self.prepared.as_ref()?.model].1;
         let (halves, family) = if backend.is_custom() {
             (m.custom_halves, crate::profile::ModelFamily::Custom)
         } else {
@@ -717,6 +781,19 @@ impl Fabric for SimFabric {
     fn nccl_channels(&self) -> Option<u32> {
         let p = self.prepared.as_ref()?;
         Some(SimFabric::nccl_channels(self, &p.group))
+    }
+
+    fn orient(&mut self, directions: &Directions) -> Result<(), FabricError> {
+        let p = self
+            .prepared
+            .as_mut()
+            .ok_or_else(|| bad("no group is prepared; call prepare before orient"))?;
+        p.directions = Some(directions.clone());
+        let gpus = p.group.gpus.clone();
+        self.model(&gpus)
+            .cache
+            .retain(|(b, _, _), _| !b.is_hierarchical());
+        Ok(())
     }
 
     fn release(&mut self) -> Result<(), FabricError> {

@@ -7,11 +7,7 @@ fn sim(preset: &str) -> SimFabric {
 }
 
 fn group(gpus: &[usize]) -> Group {
-    Group {
-        gpus: gpus.to_vec(),
-        dtype: Dtype::Bf16,
-        max_bytes: 8 << 20,
-    }
+    Group::flat(gpus.to_vec(), Dtype::Bf16, 8 << 20)
 }
 
 fn reason(r: &Readiness) -> Option<&str> {
@@ -44,14 +40,19 @@ fn ll128_is_waived_on_pcie_only() {
         let waived = reason(x).is_some();
         assert_eq!(
             waived,
-            matches!(x.backend(), Backend::NcclRingLl128 | Backend::NcclTreeLl128),
+            matches!(x.backend(), Backend::NcclRingLl128 | Backend::NcclTreeLl128)
+                || x.backend().is_hierarchical(),
             "{x:?}"
         );
     }
     assert!(reason(&r[2]).unwrap().contains("PCIe"));
     let mut nv = sim("nvswitch-8x");
     let r = nv.prepare(&group(&[0, 1, 2, 3]), &Backend::ALL).unwrap();
-    assert!(r.iter().all(|x| reason(x).is_none()), "{r:?}");
+    assert!(
+        r.iter()
+            .all(|x| reason(x).is_none() || x.backend().is_hierarchical()),
+        "{r:?}"
+    );
 }
 
 #[test]
@@ -89,7 +90,12 @@ fn memory_is_modelled_with_the_nccl_channel_count() {
     };
     assert_eq!(
         memory.bytes_per_gpu,
-        memory::modelled(Backend::Nccl, 8, 8 << 20, channels)
+        memory::modelled(
+            Backend::Nccl,
+            crate::allreduce::Ranks::flat(8),
+            8 << 20,
+            channels
+        )
     );
     assert!(!memory.measured);
     let Readiness::Ready { memory, .. } = r[1] else {
@@ -97,7 +103,12 @@ fn memory_is_modelled_with_the_nccl_channel_count() {
     };
     assert_eq!(
         memory.bytes_per_gpu,
-        memory::modelled(Backend::OneStagePush, 8, 8 << 20, channels)
+        memory::modelled(
+            Backend::OneStagePush,
+            crate::allreduce::Ranks::flat(8),
+            8 << 20,
+            channels
+        )
     );
 }
 

@@ -3,9 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use super::group::Plan;
 use super::processes::{unexpected, Trouble};
 use super::CudaFabric;
+use super::PreparedGroup;
 use crate::fabric::cuda::protocol::{Launch, Req, Resp, Shape};
 use crate::fabric::cuda::watchdog;
 use crate::fabric::Backend;
@@ -17,7 +17,7 @@ impl CudaFabric {
     pub(super) fn connect_set(
         &mut self,
         set: usize,
-        plan: &mut Plan,
+        plan: &mut PreparedGroup,
         shape: Shape,
         custom: &[Backend],
         waived: &mut BTreeMap<Backend, String>,
@@ -86,7 +86,13 @@ impl CudaFabric {
                     for (b, why) in unready {
                         waived.entry(b).or_insert(why);
                     }
-                    self.kernels = Some(kernels);
+                    if let Ok(k) = &kernels {
+                        if !self.images.contains(k) {
+                            self.images.push(k.clone());
+                        }
+                    }
+                    self.kernels =
+                        Some(kernels.map(|k| format!("--gpu-architecture={}", k.target)));
                     let opened: Vec<usize> =
                         (0..shape.n).filter(|&r| plan.owners[r] != w).collect();
                     record_p2p(
@@ -117,7 +123,7 @@ impl CudaFabric {
     pub(super) fn nccl_init(
         &mut self,
         set: usize,
-        plan: &Plan,
+        plan: &PreparedGroup,
         b: Backend,
     ) -> Result<Result<u64, String>, Trouble> {
         let limit = watchdog::INIT_DEADLINE + self.limit(plan.group.max_bytes, 16);

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::group::not_prepared;
+use super::not_prepared;
 use super::processes::{unexpected, Trouble};
 use super::CudaFabric;
 use crate::fabric::cuda::protocol::{ProbeHandles, Req, Resp};
@@ -18,7 +18,7 @@ impl CudaFabric {
         peers: usize,
         want: u64,
     ) -> Result<ProbeSample, Trouble> {
-        let p = self.plan.clone().ok_or_else(not_prepared)?;
+        let p = self.prepared.clone().ok_or_else(not_prepared)?;
         let n = p.owners.len();
         let limit = self.limit(want * peers as u64, 1) + Duration::from_secs(10);
         if self.probe_bytes < want {
@@ -134,7 +134,7 @@ impl CudaFabric {
         for w in ws {
             match self
                 .one(0, w, Req::LinksUnderLoad, limit)
-                .map_err(|t| self.settle(t, true))?
+                .map_err(|t| self.settle(t))?
             {
                 Resp::Links(mut l) => {
                     for r in &mut l {
@@ -142,7 +142,7 @@ impl CudaFabric {
                     }
                     out.extend(l)
                 }
-                other => return Err(self.settle(unexpected(other), true)),
+                other => return Err(self.settle(unexpected(other))),
             }
         }
         if self.loopback.is_some() {

@@ -5,12 +5,15 @@ use std::collections::BTreeMap;
 
 use super::processes::{no_workers, unexpected, Trouble};
 use super::waivers::{ll128_waiver, unlike};
-use super::CudaFabric;
+use super::PreparedGroup;
+use super::{not_prepared, CudaFabric};
 use crate::fabric::cuda::driver::DeviceFacts;
 use crate::fabric::cuda::layout::MAX_RANKS;
 use crate::fabric::cuda::nccl;
 use crate::fabric::cuda::protocol::{Launch, Req, Resp, Shape};
-use crate::fabric::{memory, Backend, FabricError, Group, Mode, NcclAlgo, NcclProto, Readiness};
+use crate::fabric::{
+    memory, Backend, Directions, FabricError, Group, NcclAlgo, NcclProto, Ranks, Readiness,
+};
 
 /// Testing only: `one` makes the first worker of a loopback group own every rank's buffers
 /// (no IPC between processes), to compare with IPC-shared buffers.
@@ -18,30 +21,8 @@ const ENV_LOOPBACK_OWNERS: &str = "ARTUNE_LOOPBACK_OWNERS";
 /// NCCL channels assumed for the memory model (NCCL does not report its channel count).
 const MODEL_NCCL_CHANNELS: u32 = 2;
 
-/// Who owns, launches and runs NCCL for each rank of the prepared group.
-#[derive(Debug, Clone)]
-pub(super) struct Plan {
-    pub(super) group: Group,
-    /// Worker index owning each rank.
-    pub(super) owners: Vec<usize>,
-    /// Launching workers and their ranks.
-    pub(super) launchers: Vec<(usize, Launch)>,
-    /// NCCL ranks: (worker, rank); NCCL runs one rank per GPU.
-    pub(super) nccl: Vec<(usize, usize)>,
-    /// Backends still usable, and which set runs each.
-    pub(super) ready: Vec<(Backend, usize)>,
-    /// Why custom kernels and probes are waived on this group (a pair without working P2P).
-    pub(super) no_p2p: Option<String>,
-    /// (backend, bytes, mode) verified in that mode before its first timing.
-    pub(super) verified: std::collections::HashSet<(Backend, u64, Mode)>,
-}
-
-pub(super) fn not_prepared() -> FabricError {
-    FabricError::BadRequest("no group is prepared; call prepare first".into())
-}
-
 impl CudaFabric {
-    fn plan_for(&self, group: &Group) -> Result<Plan, FabricError> {
+    fn layout(&self, group: &Group) -> Result<PreparedGroup, FabricError> {
         let mut owners = Vec::new();
         for &i in &group.gpus {
             match self.map.get(i) {
@@ -79,7 +60,7 @@ impl CudaFabric {
                 .collect();
             (l, (0..n).map(|r| (owners[r], r)).collect())
         };
-        Ok(Plan {
+        Ok(PreparedGroup {
             group: group.clone(),
             owners,
             launchers,
@@ -97,20 +78,18 @@ impl CudaFabric {
         group: &Group,
         backends: &[Backend],
     ) -> Result<Vec<Readiness>, FabricError> {
-        let mut plan = self.plan_for(group)?;
+        let mut plan = self.layout(group)?;
         if self.sets.is_empty() {
             return Err(no_workers());
         }
         self.holding = true;
         let n = plan.owners.len();
-        let shape = Shape {
-            n,
-            dtype: group.dtype,
-            max_bytes: group.max_bytes,
-        };
+        let shape = Shape::of(group);
         let mut waived: BTreeMap<Backend, String> = BTreeMap::new();
         for &b in backends {
-            if b.is_custom() && n > MAX_RANKS {
+            if let (true, Err(why)) = (b.is_hierarchical(), &group.islands) {
+                waived.insert(b, why.clone());
+            } else if b.is_custom() && n > MAX_RANKS {
                 waived.insert(
                     b,
                     format!("custom kernels support at most {MAX_RANKS} ranks; this group has {n}"),
@@ -182,7 +161,7 @@ impl CudaFabric {
                 &mut waived,
                 &mut memory,
             )
-            .map_err(|t| self.settle(t, false))?;
+            .map_err(|t| self.lost_in_setup(group, t))?;
             tracing::info!(
                 "GPUs {:?}: buffers of {} custom backends set up and connected in {:.2} s",
                 group.gpus,
@@ -198,7 +177,7 @@ impl CudaFabric {
                 let t = std::time::Instant::now();
                 let r = self
                     .nccl_init(set, &plan, b)
-                    .map_err(|t| self.settle(t, false))?;
+                    .map_err(|t| self.lost_in_setup(group, t))?;
                 tracing::info!(
                     "GPUs {:?}: {b} set up in {:.2} s",
                     group.gpus,
@@ -220,38 +199,59 @@ impl CudaFabric {
                 plan.ready.push((b, 0));
             }
         }
-        self.plan = Some(plan);
-        Ok(backends
-            .iter()
-            .map(|&b| match (waived.get(&b), memory.get(&b)) {
-                (Some(reason), _) => Readiness::Waived {
-                    backend: b,
-                    reason: reason.clone(),
-                },
-                (None, Some(&bytes)) => Readiness::Ready {
-                    backend: b,
-                    memory: crate::fabric::MemoryCost {
-                        bytes_per_gpu: bytes,
-                        measured: true,
-                        modelled_bytes_per_gpu: memory::modelled(
-                            b,
-                            n,
-                            group.max_bytes,
-                            MODEL_NCCL_CHANNELS,
-                        ),
-                    },
-                },
-                (None, None) => Readiness::Waived {
-                    backend: b,
-                    reason: "it was not set up".into(),
-                },
-            })
-            .collect())
+        self.prepared = Some(plan);
+        Ok(readiness(
+            backends,
+            &waived,
+            &memory,
+            group.ranks(),
+            group.max_bytes,
+        ))
+    }
+
+    /// A trouble while setting `group` up, as an error: lost workers are replaced at once,
+    /// with nothing set up again (the setup that failed is not retried from within itself).
+    fn lost_in_setup(&mut self, group: &Group, t: Trouble) -> FabricError {
+        let why = match t {
+            Trouble::Fabric(e) => return e,
+            Trouble::Restart(why) => why,
+        };
+        self.prepared = None;
+        if let Err(e) = self.replace(group.gpus.clone(), None, &why) {
+            tracing::warn!("after {why}: {e}");
+        }
+        FabricError::Worker(why)
+    }
+
+    /// Tells the workers launching the island kernels which phases push (see
+    /// [`Fabric::orient`](crate::fabric::Fabric::orient)), and keeps it with the group so a
+    /// group set up again after a restart runs the same way.
+    pub(super) fn orient_inner(&mut self, d: &Directions) -> Result<(), FabricError> {
+        let p = self.prepared.as_mut().ok_or_else(not_prepared)?;
+        if let Ok(i) = &mut p.group.islands {
+            i.directions = Some(d.clone());
+        }
+        let Some(&(b, _)) = p.ready.iter().find(|(b, _)| b.is_hierarchical()) else {
+            return Ok(());
+        };
+        let (set, ws) = self.targets(b)?;
+        let req = Req::Orient {
+            dirs: crate::fabric::cuda::protocol::dirs(d),
+        };
+        let limit = self.limit(0, 1);
+        let reqs = ws.iter().map(|&w| (w, req.clone())).collect();
+        match self.exchange(set, reqs, limit) {
+            Ok(rs) => match rs.into_iter().find(|r| *r != Resp::Done) {
+                Some(r) => Err(self.settle(unexpected(r))),
+                None => Ok(()),
+            },
+            Err(t) => Err(self.settle(t)),
+        }
     }
 
     /// Closes every import on every worker, then frees: each round waits at most `limit`.
     pub(super) fn release_inner(&mut self, limit: std::time::Duration) -> Result<(), Trouble> {
-        self.plan = None;
+        self.prepared = None;
         self.probe_bytes = 0;
         // Every opened handle is closed before any owner frees what it names.
         for req in [Req::Disconnect, Req::Release] {
@@ -273,4 +273,41 @@ impl CudaFabric {
         self.holding = false;
         Ok(())
     }
+}
+
+/// What `prepare` answers per backend asked for: waived with the reason, or ready with the
+/// memory its workers measured beside what the model expects for `n` ranks.
+fn readiness(
+    backends: &[Backend],
+    waived: &BTreeMap<Backend, String>,
+    memory: &BTreeMap<Backend, u64>,
+    ranks: Ranks,
+    max_bytes: u64,
+) -> Vec<Readiness> {
+    backends
+        .iter()
+        .map(|&b| match (waived.get(&b), memory.get(&b)) {
+            (Some(reason), _) => Readiness::Waived {
+                backend: b,
+                reason: reason.clone(),
+            },
+            (None, Some(&bytes)) => Readiness::Ready {
+                backend: b,
+                memory: crate::fabric::MemoryCost {
+                    bytes_per_gpu: bytes,
+                    measured: true,
+                    modelled_bytes_per_gpu: memory::modelled(
+                        b,
+                        ranks,
+                        max_bytes,
+                        MODEL_NCCL_CHANNELS,
+                    ),
+                },
+            },
+            (None, None) => Readiness::Waived {
+                backend: b,
+                reason: "it was not set up".into(),
+            },
+        })
+        .collect()
 }

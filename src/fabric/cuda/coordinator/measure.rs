@@ -2,7 +2,7 @@
 //! the check before its first timing), a copy timing, and what to do when a request goes wrong:
 //! fail the backend, or replace its workers.
 
-use super::group::not_prepared;
+use super::not_prepared;
 use super::processes::{unexpected, Trouble};
 use super::CudaFabric;
 use crate::fabric::cuda::protocol::{Req, Resp};
@@ -14,7 +14,7 @@ const CALLS_VERIFIED: u32 = 8;
 impl CudaFabric {
     /// The set running `backend` in the prepared group, and the workers it runs on.
     pub(super) fn targets(&self, backend: Backend) -> Result<(usize, Vec<usize>), FabricError> {
-        let p = self.plan.as_ref().ok_or_else(not_prepared)?;
+        let p = self.prepared.as_ref().ok_or_else(not_prepared)?;
         let set = p
             .ready
             .iter()
@@ -84,7 +84,7 @@ impl CudaFabric {
         let Ok((set, ws)) = self.targets(backend) else {
             return Ok(());
         };
-        if let Some(p) = &mut self.plan {
+        if let Some(p) = &mut self.prepared {
             p.ready.retain(|(b, _)| *b != backend);
         }
         let reqs = ws.into_iter().map(|w| (w, Req::Drop { backend })).collect();
@@ -156,14 +156,14 @@ impl CudaFabric {
         mode: Mode,
     ) -> Result<(), Trouble> {
         let key = (backend, bytes, mode);
-        let p = self.plan.as_ref().ok_or_else(not_prepared)?;
+        let p = self.prepared.as_ref().ok_or_else(not_prepared)?;
         if p.verified.contains(&key) {
             return Ok(());
         }
         let seed = 0x7e57 ^ bytes.rotate_left(17) ^ (backend as u64) << 40 ^ (mode as u64) << 48;
         match self.verify_run(backend, bytes, seed, mode, CALLS_VERIFIED)? {
             Verification::Correct => {
-                if let Some(p) = &mut self.plan {
+                if let Some(p) = &mut self.prepared {
                     p.verified.insert(key);
                 }
                 Ok(())
@@ -189,12 +189,9 @@ impl CudaFabric {
             batch,
             samples,
         };
-        match self
-            .one(0, 0, req, limit)
-            .map_err(|t| self.settle(t, true))?
-        {
+        match self.one(0, 0, req, limit).map_err(|t| self.settle(t))? {
             Resp::Times(t) => Ok(t),
-            other => Err(self.settle(unexpected(other), true)),
+            other => Err(self.settle(unexpected(other))),
         }
     }
 }

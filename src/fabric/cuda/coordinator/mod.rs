@@ -8,6 +8,7 @@ mod contention;
 mod group;
 mod measure;
 mod processes;
+mod recovery;
 #[cfg(test)]
 mod scripted;
 mod waivers;
@@ -15,11 +16,10 @@ mod waivers;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use self::group::{not_prepared, Plan};
 use self::processes::{start_set, unexpected, Set, Trouble};
 use super::driver::DeviceFacts;
 use super::layout::MAX_RANKS;
-use super::protocol::{Req, Resp};
+use super::protocol::{Launch, Req, Resp};
 use super::topo;
 use super::watchdog::Deadline;
 use super::{nccl_version, NO_GPU};
@@ -36,6 +36,28 @@ const ENV_WORKER_BIN: &str = "ARTUNE_WORKER_BIN";
 /// (kernels of different processes then share the GPU by time slices: correct, not fast).
 const ENV_LOOPBACK_LAUNCH: &str = "ARTUNE_LOOPBACK_LAUNCH";
 
+/// Who owns, launches and runs NCCL for each rank of the prepared group.
+#[derive(Debug, Clone)]
+pub(super) struct PreparedGroup {
+    pub(super) group: Group,
+    /// Worker index owning each rank.
+    pub(super) owners: Vec<usize>,
+    /// Launching workers and their ranks.
+    pub(super) launchers: Vec<(usize, Launch)>,
+    /// NCCL ranks: (worker, rank); NCCL runs one rank per GPU.
+    pub(super) nccl: Vec<(usize, usize)>,
+    /// Backends still usable, and which set runs each.
+    pub(super) ready: Vec<(Backend, usize)>,
+    /// Why custom kernels and probes are waived on this group (a pair without working P2P).
+    pub(super) no_p2p: Option<String>,
+    /// (backend, bytes, mode) verified in that mode before its first timing.
+    pub(super) verified: std::collections::HashSet<(Backend, u64, Mode)>,
+}
+
+pub(super) fn not_prepared() -> FabricError {
+    FabricError::BadRequest("no group is prepared; call prepare first".into())
+}
+
 pub struct CudaFabric {
     program: PathBuf,
     loopback: Option<usize>,
@@ -47,7 +69,7 @@ pub struct CudaFabric {
     /// Topology GPU index -> worker index.
     map: Vec<Option<usize>>,
     info: FabricInfo,
-    plan: Option<Plan>,
+    prepared: Option<PreparedGroup>,
     /// Workers may hold a group's buffers or each other's: set when a setup starts, cleared
     /// once they are released. A setup that failed leaves no plan but may leave imports open.
     holding: bool,
@@ -58,6 +80,8 @@ pub struct CudaFabric {
     epoch: u32,
     links: Vec<LinkReading>,
     kernels: Option<Result<String, String>>,
+    /// Every distinct set of kernel images a worker loaded, for the profile.
+    images: Vec<crate::profile::KernelImages>,
     deadline: Deadline,
     /// Faults recovered so far, and the size being measured (for their record).
     recovered: Vec<crate::fabric::Recovery>,
@@ -75,7 +99,7 @@ impl Drop for CudaFabric {
         // Buffers still held (never released, a release that failed, an early return on an
         // error): a worker's exit frees what it exported, and peers exiting at the same time
         // may still map it. So first a bounded release: every import closed, then frees.
-        if self.plan.is_some() || self.holding {
+        if self.prepared.is_some() || self.holding {
             let limit = self.limit(0, 1).min(RELEASE_AT_DROP);
             if self.release_inner(limit).is_err() {
                 tracing::warn!(
@@ -168,9 +192,10 @@ impl CudaFabric {
             started.elapsed().as_secs_f64()
         );
         let main = start_set(&program, &slots, loopback.is_some(), None)?;
+        let hello = started.elapsed().as_secs_f64();
         super::prefetch::wait();
         tracing::info!(
-            "{} workers up after {:.2} s",
+            "{} workers up after {:.2} s ({hello:.2} s to say hello, then the kernels compiled ahead)",
             slots.len(),
             started.elapsed().as_secs_f64()
         );
@@ -220,13 +245,14 @@ impl CudaFabric {
             topo: t,
             map,
             info,
-            plan: None,
+            prepared: None,
             holding: false,
             probe_bytes: 0,
             probe_mapped: false,
             epoch: 0,
             links: Vec::new(),
             kernels: None,
+            images: Vec::new(),
             deadline: Deadline::from_env(),
             recovered: Vec::new(),
             at_bytes: None,
@@ -349,7 +375,7 @@ impl Fabric for CudaFabric {
         peers: usize,
         bytes: u64,
     ) -> Result<ProbeSample, FabricError> {
-        let p = self.plan.as_ref().ok_or_else(not_prepared)?;
+        let p = self.prepared.as_ref().ok_or_else(not_prepared)?;
         let n = p.owners.len();
         if peers == 0 || peers >= n {
             return Err(FabricError::BadRequest(format!(
@@ -364,10 +390,14 @@ impl Fabric for CudaFabric {
         // A worker lost in a probe is replaced at once and the group set up again; the probe
         // fails (a measurement says so), and no backend is charged with the restart.
         self.probe_inner(direction, peers, want)
-            .map_err(|t| match self.settle(t, true) {
+            .map_err(|t| match self.settle(t) {
                 FabricError::Worker(why) => WorkerError::Probe(Box::new(why)).into(),
                 e => e,
             })
+    }
+
+    fn orient(&mut self, directions: &crate::fabric::Directions) -> Result<(), FabricError> {
+        self.orient_inner(directions)
     }
 
     /// NCCL does not report its channel count; it is known only when the user pinned it.
@@ -379,11 +409,15 @@ impl Fabric for CudaFabric {
         self.recovered.clone()
     }
 
+    fn kernels(&self) -> Vec<crate::profile::KernelImages> {
+        self.images.clone()
+    }
+
     fn release(&mut self) -> Result<(), FabricError> {
         self.at_bytes = None;
         // After a failed setup too: a worker that frees its buffers while a peer still maps
         // them is undefined behaviour, so every import is closed first (release_inner).
-        if self.plan.is_none() && !self.holding {
+        if self.prepared.is_none() && !self.holding {
             return Ok(());
         }
         match self.release_inner(self.limit(0, 1)) {

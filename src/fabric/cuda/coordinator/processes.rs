@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use super::CudaFabric;
 use crate::fabric::cuda::driver::DeviceFacts;
-use crate::fabric::cuda::link::{clip, shutdown_all, Link, LinkError, Spawn};
+use crate::fabric::cuda::link::{shutdown_all, Spawn, WorkerLink};
 use crate::fabric::cuda::nccl;
 use crate::fabric::cuda::protocol::{Req, Resp, WireError};
 use crate::fabric::cuda::watchdog;
+use crate::fabric::error::{clip, LinkError};
 use crate::fabric::{Backend, FabricError, NcclAlgo, NcclProto, WorkerError};
 
 /// Time a worker gets to start (open its GPU) and say hello.
@@ -18,7 +19,7 @@ const SLACK: Duration = Duration::from_secs(5);
 
 /// One worker process and what it said about its GPU.
 pub(super) struct Worker {
-    pub(super) link: Link,
+    pub(super) link: WorkerLink,
     pub(super) facts: DeviceFacts,
 }
 
@@ -51,7 +52,7 @@ fn spawn(
     pin: Option<(NcclAlgo, NcclProto)>,
     launches_all: bool,
     who: &str,
-) -> Result<Link, FabricError> {
+) -> Result<WorkerLink, FabricError> {
     let mut args = vec!["__worker".into(), "--ordinal".into(), ordinal.to_string()];
     if let Some(c) = cpus {
         args.extend(["--cpus".into(), c.clone()]);
@@ -84,11 +85,11 @@ fn spawn(
         args,
         env,
     };
-    Link::start(&spawn, who).map_err(|e| FabricError::Worker(WorkerError::Link(e)))
+    WorkerLink::start(&spawn, who).map_err(|e| FabricError::Worker(WorkerError::Link(e)))
 }
 
 /// Reads a started worker's hello within what is left of the shared start-up deadline.
-fn hello(mut link: Link, who: &str, end: std::time::Instant) -> Result<Worker, FabricError> {
+fn hello(mut link: WorkerLink, who: &str, end: std::time::Instant) -> Result<Worker, FabricError> {
     let left = end.saturating_duration_since(std::time::Instant::now());
     match link.recv(left.max(ANSWER_GRACE)) {
         Ok(Resp::Hello { facts, .. }) => Ok(Worker { link, facts }),
@@ -167,7 +168,7 @@ impl CudaFabric {
 
     /// Kills every worker and reaps them all under one deadline.
     pub(super) fn retire_all(&mut self) {
-        let mut links: Vec<&mut Link> = self
+        let mut links: Vec<&mut WorkerLink> = self
             .sets
             .iter_mut()
             .flat_map(|s| s.workers.iter_mut().map(|w| &mut w.link))
@@ -181,7 +182,7 @@ impl CudaFabric {
     /// Asks every worker to exit and waits for all of them under one deadline (`limit`),
     /// killing those still there after it.
     pub(super) fn shutdown_all(&mut self, limit: Duration) {
-        let mut links: Vec<&mut Link> = self
+        let mut links: Vec<&mut WorkerLink> = self
             .sets
             .iter_mut()
             .flat_map(|s| s.workers.iter_mut().map(|w| &mut w.link))
@@ -207,59 +208,17 @@ impl CudaFabric {
         self.deadline.for_work(bytes, calls) + watchdog::DRAIN_DEADLINE + SLACK
     }
 
-    /// Kills every worker, starts fresh ones and prepares the group again with the backends
-    /// still ready: all of them, or all but `running`'s backend when it is not to be kept.
-    /// `running`: the backend whose operation lost the worker, and whether it stays (to run
-    /// again on the fresh workers).
-    pub(super) fn restart(
+    /// Kills every worker and starts a fresh set with nothing prepared, on record: the
+    /// worker loss `cause` on GPUs `group`, while `running` ran (and whether it is kept).
+    /// The caller has already dropped what was prepared.
+    pub(super) fn replace(
         &mut self,
+        group: Vec<usize>,
         running: Option<(Backend, bool)>,
         cause: &WorkerError,
     ) -> Result<(), FabricError> {
-        let Some(p) = self.replace(running, cause)? else {
-            return Ok(());
-        };
-        let keep: Vec<Backend> = p
-            .ready
-            .iter()
-            .map(|(b, _)| *b)
-            .filter(|b| running.is_none_or(|(r, keep)| keep || r != *b))
-            .collect();
-        self.setup(&p.group, &keep).map(|_| ())
-    }
-
-    /// A trouble outside any backend's operation, as an error: a lost worker is replaced at
-    /// once (and the group set up again when `again`), never left in place for the next
-    /// request to find and be blamed for. Inside a setup `again` is false: the setup that
-    /// failed is not retried from within itself.
-    pub(super) fn settle(&mut self, t: Trouble, again: bool) -> FabricError {
-        let why = match t {
-            Trouble::Fabric(e) => return e,
-            Trouble::Restart(why) => why,
-        };
-        let r = match again {
-            true => self.restart(None, &why),
-            false => self.replace(None, &why).map(|_| ()),
-        };
-        if let Err(e) = r {
-            tracing::warn!("after {why}: {e}");
-        }
-        FabricError::Worker(why)
-    }
-
-    /// Kills every worker and starts a fresh set with nothing prepared, on record; returns
-    /// the plan that was prepared.
-    fn replace(
-        &mut self,
-        running: Option<(Backend, bool)>,
-        cause: &WorkerError,
-    ) -> Result<Option<super::group::Plan>, FabricError> {
         let r = crate::fabric::Recovery {
-            group: self
-                .plan
-                .as_ref()
-                .map(|p| p.group.gpus.clone())
-                .unwrap_or_default(),
+            group,
             backend: running.map(|(b, _)| b),
             kept: running.is_some_and(|(_, keep)| keep),
             bytes: self.at_bytes,
@@ -272,9 +231,8 @@ impl CudaFabric {
         self.probe_bytes = 0;
         self.probe_mapped = false;
         self.holding = false;
-        let plan = self.plan.take();
         self.sets.push(self.start_set(None)?);
-        Ok(plan)
+        Ok(())
     }
 }
 
@@ -301,7 +259,7 @@ pub(super) fn start_set(
     // the start-up deadline once, not k times.
     let end = std::time::Instant::now() + HELLO_DEADLINE;
     let mut workers: Vec<Worker> = Vec::new();
-    let mut rest: Vec<Link> = Vec::new();
+    let mut rest: Vec<WorkerLink> = Vec::new();
     let mut failed = None;
     for (link, who) in started {
         match failed {
@@ -314,7 +272,7 @@ pub(super) fn start_set(
     }
     if let Some(e) = failed {
         // All are ended together, not one Drop after another.
-        let mut links: Vec<&mut Link> = workers.iter_mut().map(|w| &mut w.link).collect();
+        let mut links: Vec<&mut WorkerLink> = workers.iter_mut().map(|w| &mut w.link).collect();
         links.extend(rest.iter_mut());
         for l in links.iter_mut() {
             l.retire();

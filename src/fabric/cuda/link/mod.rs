@@ -12,53 +12,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::Duration;
 
 use super::protocol::{Envelope, Req, Resp, ENV_REPLY_FD, HELLO_ID, REPLY_FD};
-
-/// Why a worker's answer did not come.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum LinkError {
-    #[error("worker {who} could not be started ({reason})")]
-    Spawn { who: String, reason: String },
-    #[error("worker {who} exited ({status}){}", quote_tail(tail))]
-    Exited {
-        who: String,
-        status: String,
-        tail: Vec<String>,
-    },
-    #[error("worker {who} wrote something that is not a worker response: {line:?}")]
-    Garbage { who: String, line: String },
-    #[error(
-        "worker {who} did not answer within {seconds:.1} s{}",
-        quote_tail(tail)
-    )]
-    Silent {
-        who: String,
-        seconds: f64,
-        tail: Vec<String>,
-    },
-    /// Asked again after it was given up on (the coordinator replaces such workers at once).
-    #[error("worker {who} is not asked again: it was given up on earlier ({why})")]
-    Retired { who: String, why: String },
-}
-
-fn quote_tail(tail: &[String]) -> String {
-    match tail.is_empty() {
-        true => String::new(),
-        false => format!("; its last output: {}", clip(&tail.join(" | "), 600)),
-    }
-}
-
-/// `s` cut to at most `max` bytes at a character boundary (worker text is not trusted to be
-/// ASCII, and `String::truncate` inside a character panics).
-pub fn clip(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &s[..end])
-}
+use crate::fabric::error::{clip, LinkError};
 
 /// What to start: the artune binary (or a stand-in, for tests) and its arguments.
 #[derive(Debug, Clone)]
@@ -127,7 +81,7 @@ impl Peer {
 }
 
 /// One worker process and the pipes to it.
-pub struct Link {
+pub struct WorkerLink {
     who: String,
     child: Peer,
     stdin: Option<std::fs::File>,
@@ -164,11 +118,11 @@ fn reply_pipe() -> std::io::Result<(std::fs::File, std::os::fd::OwnedFd)> {
     }
 }
 
-impl Link {
+impl WorkerLink {
     /// Starts `spawn`; `who` names it in errors and in its output lines (e.g. "for GPU 1").
     /// Requests go on the child's stdin, replies come on descriptor [`REPLY_FD`]; its stdout
     /// is joined to its stderr, which the coordinator reads, logs (`-v`) and quotes on failure.
-    pub fn start(spawn: &Spawn, who: &str) -> Result<Link, LinkError> {
+    pub fn start(spawn: &Spawn, who: &str) -> Result<WorkerLink, LinkError> {
         use std::os::fd::AsRawFd;
         use std::os::unix::process::CommandExt;
         let fail = |reason: String| LinkError::Spawn {
@@ -221,7 +175,7 @@ impl Link {
             .take()
             .map(|s| std::fs::File::from(std::os::fd::OwnedFd::from(s)));
         let err = child.stderr.take();
-        Link::with(who, Peer::Child(child), stdin, reply_r, err)
+        WorkerLink::with(who, Peer::Child(child), stdin, reply_r, err)
     }
 
     /// A link to `peer`, whose requests go to `stdin` and whose replies come on `replies`.
@@ -231,7 +185,7 @@ impl Link {
         stdin: Option<std::fs::File>,
         reply_r: std::fs::File,
         err: Option<std::process::ChildStderr>,
-    ) -> Result<Link, LinkError> {
+    ) -> Result<WorkerLink, LinkError> {
         let fail = |reason: String| LinkError::Spawn {
             who: who.into(),
             reason,
@@ -255,7 +209,7 @@ impl Link {
                 .spawn(move || forward_output(err, &who, &tail))
                 .map_err(|e| fail(e.to_string()))?;
         }
-        Ok(Link {
+        Ok(WorkerLink {
             who: who.into(),
             child,
             stdin,
@@ -278,7 +232,7 @@ impl Link {
         who: &str,
         hello: Resp,
         mut serve: impl FnMut(Scripted) -> Option<Resp> + Send + 'static,
-    ) -> Link {
+    ) -> WorkerLink {
         let (req_r, req_w) = reply_pipe().expect("a pipe");
         let (reply_r, reply_w) = reply_pipe().expect("a pipe");
         let killed: std::sync::Arc<std::sync::atomic::AtomicBool> = Default::default();
@@ -302,7 +256,7 @@ impl Link {
             serve(Scripted::End { killed });
         });
         let peer = Peer::Thread(t, killed);
-        Link::with(who, peer, Some(req_w.into()), reply_r, None).expect("a link")
+        WorkerLink::with(who, peer, Some(req_w.into()), reply_r, None).expect("a link")
     }
 
     pub fn pid(&self) -> u32 {
@@ -505,11 +459,11 @@ fn plain(line: &str) -> String {
 /// input, tearing its CUDA context down side by side with the others), `limit` for all to
 /// exit, then SIGKILL for the rest and [`KILL_WAIT`] for all of those together. A process
 /// stuck in the driver (after an Xid) may not die at once, and must not hold the tune.
-pub fn shutdown_all(links: &mut [&mut Link], limit: Duration) {
+pub fn shutdown_all(links: &mut [&mut WorkerLink], limit: Duration) {
     for l in links.iter_mut() {
         l.close_input();
     }
-    let wait = |links: &mut [&mut Link], limit: Duration| {
+    let wait = |links: &mut [&mut WorkerLink], limit: Duration| {
         let end = std::time::Instant::now() + limit;
         loop {
             let mut all = true;
@@ -542,7 +496,7 @@ pub fn shutdown_all(links: &mut [&mut Link], limit: Duration) {
     }
 }
 
-impl Drop for Link {
+impl Drop for WorkerLink {
     /// A healthy worker gets to exit at end of input; one that failed is killed. Either way
     /// no process is left behind.
     fn drop(&mut self) {

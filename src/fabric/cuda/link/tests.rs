@@ -19,7 +19,7 @@ fn alive(pid: u32) -> bool {
 
 #[test]
 fn a_worker_that_exits_early_is_reported_not_waited_for() {
-    let mut l = Link::start(&sh("exit 3"), "for GPU 0").unwrap();
+    let mut l = WorkerLink::start(&sh("exit 3"), "for GPU 0").unwrap();
     let t = std::time::Instant::now();
     let e = l.call(&Req::NcclId, Duration::from_secs(20)).unwrap_err();
     assert!(matches!(e, LinkError::Exited { .. }), "{e}");
@@ -29,7 +29,8 @@ fn a_worker_that_exits_early_is_reported_not_waited_for() {
 
 #[test]
 fn garbage_on_the_pipe_is_a_clear_error() {
-    let mut l = Link::start(&sh("read x; echo 'hello, not json' >&3; sleep 30"), "w").unwrap();
+    let mut l =
+        WorkerLink::start(&sh("read x; echo 'hello, not json' >&3; sleep 30"), "w").unwrap();
     let e = l.call(&Req::NcclId, Duration::from_secs(20)).unwrap_err();
     assert!(
         matches!(&e, LinkError::Garbage { line, .. } if line == "hello, not json"),
@@ -51,7 +52,7 @@ fn garbage_on_the_pipe_is_a_clear_error() {
 
 #[test]
 fn a_worker_that_never_answers_times_out_is_killed_and_never_asked_again() {
-    let mut l = Link::start(&sh("sleep 60"), "for GPU 3").unwrap();
+    let mut l = WorkerLink::start(&sh("sleep 60"), "for GPU 3").unwrap();
     let t = std::time::Instant::now();
     let e = l
         .call(&Req::Release, Duration::from_millis(300))
@@ -79,7 +80,7 @@ fn a_missing_program_cannot_start() {
         args: Vec::new(),
         env: Vec::new(),
     };
-    let e = Link::start(&s, "for GPU 0").err().unwrap();
+    let e = WorkerLink::start(&s, "for GPU 0").err().unwrap();
     assert!(e.to_string().contains("/nonexistent/artune"), "{e}");
 }
 
@@ -91,7 +92,7 @@ fn reply(id: u64, resp: &Resp) -> String {
 fn responses_round_trip_through_a_child() {
     let resp = Resp::Checked(Some("rank 1 wrong".into()));
     let line = reply(1, &resp);
-    let mut l = Link::start(&sh(&format!("read x; echo '{line}' >&3")), "w").unwrap();
+    let mut l = WorkerLink::start(&sh(&format!("read x; echo '{line}' >&3")), "w").unwrap();
     assert_eq!(l.call(&Req::NcclId, Duration::from_secs(20)).unwrap(), resp);
     let oom = crate::fabric::DeviceError::OutOfMemory {
         gpu: 1,
@@ -118,7 +119,7 @@ fn log_lines_on_stdout_do_not_break_the_protocol_and_are_quoted_on_failure() {
         "read x; echo 'vm:452:452 [0] NCCL INFO Bootstrap: Using eth0'; \
          echo 'a note on stderr' >&2; echo '{line}' >&3; read y; echo 'dying words'; exit 7"
     );
-    let mut l = Link::start(&sh(&script), "0 (loopback rank 0 on GPU 0)").unwrap();
+    let mut l = WorkerLink::start(&sh(&script), "0 (loopback rank 0 on GPU 0)").unwrap();
     assert_eq!(
         l.call(&Req::NcclId, Duration::from_secs(20)).unwrap(),
         Resp::Done
@@ -136,7 +137,7 @@ fn a_late_reply_is_dropped_not_taken_for_the_next_answer() {
     let late = reply(1, &Resp::Checked(Some("late".into())));
     let now = reply(2, &Resp::Done);
     let script = format!("read x; read y; echo '{late}' >&3; echo '{now}' >&3; sleep 5");
-    let mut l = Link::start(&sh(&script), "w").unwrap();
+    let mut l = WorkerLink::start(&sh(&script), "w").unwrap();
     l.send(&Req::NcclId).unwrap();
     assert_eq!(
         l.call(&Req::Disconnect, Duration::from_secs(20)).unwrap(),
@@ -148,7 +149,7 @@ fn a_late_reply_is_dropped_not_taken_for_the_next_answer() {
 fn the_worker_is_given_the_reply_channel() {
     let line = reply(HELLO_ID, &Resp::Done);
     let script = format!("test \"$ARTUNE_REPLY_FD\" = 3 && echo '{line}' >&3; sleep 5");
-    let mut l = Link::start(&sh(&script), "w").unwrap();
+    let mut l = WorkerLink::start(&sh(&script), "w").unwrap();
     assert_eq!(l.recv(Duration::from_secs(20)).unwrap(), Resp::Done);
 }
 

@@ -1,5 +1,5 @@
 //! Tests of IPC buffer lifetimes: the coordinator drives scripted workers (threads speaking
-//! the worker protocol over pipes, [`Link::scripted`]) that keep what a real worker would hold
+//! the worker protocol over pipes, [`WorkerLink::scripted`]) that keep what a real worker would hold
 //! and record every export, map (cuIpcOpenMemHandle), close and free they are asked to do. The
 //! rule checked: no exported buffer is freed while any peer maps it.
 
@@ -9,14 +9,14 @@ use std::time::Duration;
 
 use super::CudaFabric;
 use crate::fabric::cuda::driver::{DeviceFacts, IpcHandle};
-use crate::fabric::cuda::link::{Link, Scripted};
+use crate::fabric::cuda::link::{Scripted, WorkerLink};
 use crate::fabric::cuda::protocol::{BufHandles, ProbeHandles, RankHandles, Req, Resp, WireError};
 use crate::fabric::cuda::topo;
 use crate::fabric::cuda::watchdog::Deadline;
 use crate::fabric::{Backend, Dtype, FabricInfo, Group};
 
 /// Makes the worker of one slot (a fresh one each call: a restart calls it again).
-pub(super) type Script = Arc<dyn Fn(usize) -> Link + Send + Sync>;
+pub(super) type Script = Arc<dyn Fn(usize) -> WorkerLink + Send + Sync>;
 
 #[derive(Debug, Clone, PartialEq)]
 enum Ev {
@@ -52,7 +52,7 @@ struct World {
 
 type Shared = Arc<Mutex<World>>;
 
-/// What one scripted worker holds, as [`crate::fabric::cuda::worker::Engine`] does.
+/// What one scripted worker holds, as [`crate::fabric::cuda::worker::WorkerState`] does.
 struct Fake {
     id: usize,
     slot: usize,
@@ -219,7 +219,7 @@ impl Fake {
                 }
                 let bad = self.world.lock().unwrap().plot.bad_broken == Some(self.id);
                 Resp::Connected {
-                    kernels: Ok("--gpu-architecture=sm_90".into()),
+                    kernels: Ok(scripted_images()),
                     broken: match bad {
                         true => vec![(99, "scripted: a rank that does not exist".into())],
                         false => Vec::new(),
@@ -280,6 +280,7 @@ impl Fake {
             Req::NcclInit { .. } => Resp::Memory(Ok(0)),
             Req::Stage { .. }
             | Req::Drop { .. }
+            | Req::Orient { .. }
             | Req::ProbeQueue { .. }
             | Req::ProbeRelease { .. } => Resp::Done,
         })
@@ -293,6 +294,16 @@ impl Drop for Fake {
             w.log.push(Ev::Exit(self.id));
         }
     }
+}
+
+/// The kernels a scripted worker says it loaded.
+fn scripted_images() -> crate::profile::KernelImages {
+    use crate::fabric::cuda::compile::{record, Target};
+    record(
+        (13, 0),
+        &Target::Cubin("sm_90".into()),
+        &[("allreduce.cu", "scripted source", b"scripted image")],
+    )
 }
 
 fn facts() -> DeviceFacts {
@@ -336,7 +347,7 @@ fn fabric(k: usize, world: &Shared) -> CudaFabric {
                 pid: 0,
             },
         };
-        Link::scripted(&format!("scripted {id}"), hello, move |req| fake.serve(req))
+        WorkerLink::scripted(&format!("scripted {id}"), hello, move |req| fake.serve(req))
     });
     let host = topo::host(None, None);
     let mut f = CudaFabric {
@@ -354,13 +365,14 @@ fn fabric(k: usize, world: &Shared) -> CudaFabric {
             cuda: None,
             nccl: None,
         },
-        plan: None,
+        prepared: None,
         holding: false,
         probe_bytes: 0,
         probe_mapped: false,
         epoch: 0,
         links: Vec::new(),
         kernels: None,
+        images: Vec::new(),
         deadline: Deadline::from_env(),
         recovered: Vec::new(),
         at_bytes: None,
@@ -373,11 +385,7 @@ fn fabric(k: usize, world: &Shared) -> CudaFabric {
 }
 
 fn group(k: usize) -> Group {
-    Group {
-        gpus: (0..k).collect(),
-        dtype: Dtype::Bf16,
-        max_bytes: 1 << 20,
-    }
+    Group::flat((0..k).collect(), Dtype::Bf16, 1 << 20)
 }
 
 /// Replays the log: every free finds no peer mapping the buffer, every map names a buffer
@@ -449,5 +457,6 @@ fn count(log: &[Ev], f: impl Fn(&Ev) -> bool) -> usize {
 
 const CUSTOM: [Backend; 2] = [Backend::OneStagePull, Backend::TwoStagePull];
 
+mod kernels;
 mod lifetimes;
 mod lost;

@@ -3,6 +3,8 @@
 //! which are Python. The Python package (python/artune/) re-exports it and adds the engine
 //! plugins. Errors become Python exceptions carrying artune's one-sentence messages.
 
+mod allreduce;
+
 use std::path::PathBuf;
 
 use pyo3::create_exception;
@@ -87,6 +89,9 @@ pub struct Choice {
     buffer_bytes: u64,
     /// True for a custom peer-to-peer kernel, False for NCCL and its variants.
     custom: bool,
+    /// What an engine without artune's kernels runs: `backend` where engines have a path of
+    /// its shape, else the profile's choice among those (for an island schedule).
+    fallback: String,
 }
 
 #[pymethods]
@@ -107,6 +112,8 @@ pub struct Band {
     backend: String,
     nccl: String,
     custom: bool,
+    /// What an engine without artune's kernels runs in this band (see `Choice.fallback`).
+    fallback: String,
 }
 
 #[pymethods]
@@ -186,6 +193,7 @@ impl Profile {
             Selection::Chosen {
                 backend,
                 nccl,
+                fallback,
                 expected_us,
                 bucket_bytes,
                 buffer_bytes,
@@ -196,6 +204,7 @@ impl Profile {
                 bucket_bytes,
                 buffer_bytes,
                 custom: backend.is_custom(),
+                fallback: fallback.id().into(),
             }),
             Selection::Unknown(_) => None,
         })
@@ -230,7 +239,11 @@ impl Profile {
         let mut out: Vec<Band> = Vec::new();
         for (&bytes, a) in g.sizes().iter().zip(g.answers()) {
             match out.last_mut() {
-                Some(b) if b.backend == a.backend.id() && b.nccl == a.nccl.id() => {
+                Some(b)
+                    if b.backend == a.backend.id()
+                        && b.nccl == a.nccl.id()
+                        && b.fallback == a.fallback.id() =>
+                {
                     b.up_to_bytes = bytes
                 }
                 _ => out.push(Band {
@@ -238,10 +251,40 @@ impl Profile {
                     backend: a.backend.id().into(),
                     nccl: a.nccl.id().into(),
                     custom: a.backend.is_custom(),
+                    fallback: a.fallback.id().into(),
                 }),
             }
         }
         Ok(out)
+    }
+
+    /// The engine plugins' rule (src/export/follow.rs, which `artune why` reports): True
+    /// where the profile chose a custom kernel for `nbytes` at `tp` in `mode`, False where
+    /// NCCL (no peer-to-peer path may take it), None where it has no answer.
+    #[pyo3(signature = (tp, nbytes, mode = "graph"))]
+    fn custom_at(&self, tp: i64, nbytes: i64, mode: &str) -> PyResult<Option<bool>> {
+        let (tp, nbytes) = (tp_size(tp)?, unsigned("the message size in bytes", nbytes)?);
+        Ok(self.follow(tp).custom_at(nbytes, self::mode(mode)?))
+    }
+
+    /// The largest size up to which the profile chooses custom from the smallest size, in
+    /// every mode it has at `tp` (0: it starts with NCCL): where a fused allreduce+norm stops.
+    fn custom_prefix(&self, tp: i64) -> PyResult<u64> {
+        Ok(self.follow(tp_size(tp)?).custom_prefix())
+    }
+
+    /// The largest message the profile routes to a custom kernel at `tp`, either mode.
+    fn largest_custom(&self, tp: i64) -> PyResult<u64> {
+        Ok(self.follow(tp_size(tp)?).largest_custom())
+    }
+
+    /// A fused allreduce+norm the engine fuses up to `engine` bytes at `tp` (None: not
+    /// at all): the size the plugins let it fuse to, None for none.
+    fn fused_up_to(&self, tp: i64, engine: Option<i64>) -> PyResult<Option<u64>> {
+        let engine = engine
+            .map(|e| unsigned("the engine's fusion size", e))
+            .transpose()?;
+        Ok(self.follow(tp_size(tp)?).fused_up_to(engine))
     }
 
     /// Device memory per GPU each backend costs an engine that follows the profile at `tp`:
@@ -327,6 +370,29 @@ impl Profile {
         Ok(Some(t))
     }
 
+    /// What artune's SGLang plugin sets up at TP size `tp` (both modes of the default
+    /// placement): `("v2", {"graph": (push1, pull1, pull2), "eager": (...)})`,
+    /// `("v1", build, max_bytes)`, `("nccl", reason)`, or None without the TP size.
+    fn sglang_setup<'py>(&self, py: Python<'py>, tp: i64) -> PyResult<Option<Bound<'py, PyAny>>> {
+        use crate::export::SglangSetup;
+        let Some(s) = crate::export::sglang_plugin_setup(&self.profile, tp_size(tp)?) else {
+            return Ok(None);
+        };
+        let t = match s {
+            SglangSetup::V2 { graph, eager } => {
+                let d = pyo3::types::PyDict::new(py);
+                d.set_item("graph", (graph[0], graph[1], graph[2]))?;
+                d.set_item("eager", (eager[0], eager[1], eager[2]))?;
+                ("v2", d).into_pyobject(py)?.into_any()
+            }
+            SglangSetup::V1 { build, max_bytes } => {
+                ("v1", build, max_bytes).into_pyobject(py)?.into_any()
+            }
+            SglangSetup::Nccl { because } => ("nccl", because).into_pyobject(py)?.into_any(),
+        };
+        Ok(Some(t))
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "Profile({}, created {}, TP {:?}{})",
@@ -339,6 +405,12 @@ impl Profile {
                 ""
             }
         )
+    }
+}
+
+impl Profile {
+    fn follow(&self, tp: usize) -> crate::export::follow::Follow<'_> {
+        crate::export::follow::Follow::new(&self.selector, tp, None)
     }
 }
 
@@ -355,6 +427,7 @@ fn _artune(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Band>()?;
     m.add_class::<Check>()?;
     m.add_function(wrap_pyfunction!(backends, m)?)?;
+    allreduce::register(m)?;
     m.add("ArtuneError", m.py().get_type::<ArtuneError>())?;
     m.add("ProfileError", m.py().get_type::<ProfileError>())?;
     m.add("BadInputError", m.py().get_type::<BadInputError>())?;

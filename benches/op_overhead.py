@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""What artune.allreduce adds to a call of its kernel: the op's per-call time over the raw
+kernel launch, eager and in a CUDA graph, per kernel at 4 KiB, 64 KiB and 1 MiB.
+
+The raw launch is the same kernel on the same buffers, queued `--calls` times by one native
+call (no Python per call, no copies). The op's call is what an engine makes: `all_reduce` from
+Python on torch tensors (the checks, torch's current stream, the copies the kernel's shared
+buffers need). Eager: CUDA events around `--calls` back-to-back calls, so where the host is
+slower than the kernel the host's time is what shows. Graph: one replay of a graph that holds
+`--calls` calls. Median of `--samples` samples; overhead = op minus raw.
+
+One rank (a gloo group of one on one GPU): the kernels' barriers then wait for nobody, so the
+figures are the launch path and the copies alone, free of the time slicing between processes
+that several ranks on one GPU add (see op_proof.py). The kernels are checked against the
+profile's record as in an engine; the buffers are sized for 1 MiB.
+
+Run:  python -m torch.distributed.run --standalone --nproc-per-node 1 benches/op_overhead.py \
+          --profile profile.json --out overhead.json
+"""
+
+import argparse
+import json
+import statistics
+import sys
+
+import torch
+import torch.distributed as dist
+
+
+def die_with_parent():
+    """A worker whose torchrun is killed dies too, instead of spinning on the GPU."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PDEATHSIG
+    except OSError:
+        pass
+
+KERNELS = ["one_stage_pull", "one_stage_push", "two_stage_pull", "two_stage_push"]
+
+
+def per_call(fn, calls, samples):
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    out = []
+    for _ in range(samples):
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        out.append(start.elapsed_time(stop) * 1000.0 / calls)
+    return statistics.median(out)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--calls", type=int, default=100)
+    ap.add_argument("--samples", type=int, default=21)
+    args = ap.parse_args()
+    die_with_parent()
+    dist.init_process_group("gloo")
+    torch.cuda.set_device(0)
+    from artune import allreduce
+
+    rows = []
+    refused = {}
+    for backend in KERNELS:
+        op = allreduce.Allreduce.create(dist.group.WORLD, args.profile, force=backend,
+                                        max_bytes=1 << 20)
+        if op is None:
+            refused[backend] = "refused (see the log)"
+            continue
+        dtype = op._dtype
+        for nbytes in (4 << 10, 64 << 10, 1 << 20):
+            x = torch.ones(nbytes // torch.tensor([], dtype=dtype).element_size(),
+                           dtype=dtype, device="cuda")
+            y = torch.empty_like(x)
+            calls = args.calls
+
+            def op_calls():
+                for _ in range(calls):
+                    op.all_reduce(x, out=y, backend=backend)
+
+            def raw():
+                op.bench(x, y, backend, calls, copies=False)
+
+            def copies():
+                op.bench(x, y, backend, calls, copies=True)
+
+            row = {"backend": backend, "bytes": nbytes}
+            for name, fn in (("eager_op", op_calls), ("eager_raw", raw),
+                             ("eager_kernel_and_copies", copies)):
+                fn()
+                torch.cuda.synchronize()
+                row[name] = per_call(fn, calls, args.samples)
+            for name, body in (("graph_op", op_calls), ("graph_raw", raw)):
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    body()
+                g.replay()
+                torch.cuda.synchronize()
+                row[name] = per_call(g.replay, calls, args.samples)
+                del g
+            torch.cuda.synchronize()
+            row["correct"] = bool(torch.equal(y, x))  # one rank: the sum is the input
+            row["overhead_eager_us"] = row["eager_op"] - row["eager_raw"]
+            row["overhead_graph_us"] = row["graph_op"] - row["graph_raw"]
+            rows.append(row)
+            print(f"{backend:15} {nbytes:>8} B  eager op {row['eager_op']:7.2f} raw "
+                  f"{row['eager_raw']:6.2f} (+{row['overhead_eager_us']:5.2f})  graph op "
+                  f"{row['graph_op']:6.2f} raw {row['graph_raw']:6.2f} "
+                  f"(+{row['overhead_graph_us']:5.2f}) us/call  correct {row['correct']}",
+                  flush=True)
+        op.close()
+    with open(args.out, "w") as f:
+        json.dump({"rows": rows, "refused": refused, "calls": args.calls,
+                   "samples": args.samples, "torch": torch.__version__,
+                   "device": torch.cuda.get_device_name(0)}, f, indent=1)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

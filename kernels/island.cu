@@ -1,0 +1,304 @@
+// Island (hierarchical) allreduce kernels for bf16, fp16 and fp32: the GPUs of each island
+// work together first, then each GPU exchanges once with its counterpart (the GPU at its
+// place) in every other island, so the slow crossing between islands carries one shard per
+// GPU instead of every pair's traffic.
+//
+// - island_two_shot: reduce-scatter inside the island (GPU j of an island sums shard j of the
+//   island's inputs), the island's partial shards summed across islands between counterparts,
+//   all-gather inside the island.
+// - island_one_shot: the island's sum of the whole message in one stage, then the islands'
+//   sums exchanged between counterparts once. For small messages: fewer phases.
+//
+// Ranks and places: a.order lists the ranks island by island, a.island ranks each, so the rank
+// at place p is in island p / island at position p % island. The host derives the islands
+// from the topology (src/plan.rs) and sends them with the group.
+//
+// Each phase pulls (reads peers' buffers) or pushes (writes into peers' slots) as a.dirs says:
+// bit 0 for the phases inside islands, bit 1 for the phase across. The host picks them from the
+// group's contention probe, so a fabric that writes at a fraction of its read rate is read.
+//
+// Sums: a rank sums the island's inputs in place order (j = 0 .. island-1) in fp32 and rounds
+// once to the element type; the islands' partials are then summed in island order (k = 0 ..
+// islands-1) in fp32 and rounded once. Every counterpart sums the same partials in the same
+// order, so every rank of the group ends with the same bits.
+//
+// Barriers: one flag slot per (block, sender) in each rank's Signal (flags[0]), and flags that
+// only grow: the c-th call of a block uses epoch + 1 .. epoch + FLAGS_PER_CALL, one per barrier,
+// and a waiter accepts any value at or past the one it waits for. A barrier is among a subset
+// (the island, the counterparts, or both) and each pair of ranks is in every subset symmetric,
+// so a sender that already moved on to a later barrier (a larger value) has passed this one, and
+// what it published before is visible through the later release (same thread, later store).
+//
+// Buffer reuse across calls: every call ends with a barrier among the island and the
+// counterparts, which every rank reaches only after its last read of a peer's input, partial,
+// slots or output; a rank writes into a peer's output only after a barrier of the island in
+// the same call, which the peer reaches only once its stream is done with the last output.
+#include "common.cuh"
+
+#define FLAGS_PER_CALL 5
+// Loads in flight per thread in a reduce: four, in a loop that is not unrolled over the ranks,
+// keep the kernels within 64 registers (eight, or the loop unrolled as allreduce.cu's
+// reduce_vec, spill: each peer's source pointer is chosen at run time here).
+#define ISLAND_LOADS 4
+
+__device__ __forceinline__ bool reached(u32 v, u32 want) { return (int)(v - want) >= 0; }
+
+// As wait_for, for a flag that may have moved past `want`.
+template <bool ACQUIRE>
+__device__ __forceinline__ void wait_reach(const u32* p, u32 want, u32* status) {
+  u64 start = 0;
+  u32 spins = 0;
+  while (!reached(ACQUIRE ? ld_acquire(p) : ld_relaxed(p), want)) {
+    if ((++spins & 1023) == 0) {
+      u64 t = now_ns();
+      if (start == 0) {
+        start = t;
+        if (ld_volatile(status) != 0) return;
+      } else if (t - start > BARRIER_TIMEOUT_NS) {
+        atomicExch(status, 1u);
+        return;
+      }
+    }
+  }
+}
+
+// Announce `flag` to each rank in `mask` and wait until each has announced it to us.
+template <bool PUBLISH>
+__device__ __forceinline__ void set_barrier(const ArArgs& a, int rank, u32 mask, u32 flag) {
+  __syncthreads();
+  const int t = (int)threadIdx.x;
+  if (t < a.nranks && ((mask >> t) & 1u)) {
+    Signal* peer = (Signal*)a.sig[t];
+    Signal* self = (Signal*)a.sig[rank];
+    if (PUBLISH) {
+      st_release(&peer->flags[0][blockIdx.x][rank], flag);
+    } else {
+      st_relaxed(&peer->flags[0][blockIdx.x][rank], flag);
+    }
+    wait_reach<PUBLISH>(&self->flags[0][blockIdx.x][t], flag, &self->status);
+  }
+  __syncthreads();
+}
+
+// acc[0..P) = sum over q = 0 .. n-1, in order, of the vector at src(q).
+template <typename T, typename Src>
+__device__ __forceinline__ void reduce_island(float* acc, int n, Src src) {
+#pragma unroll
+  for (int e = 0; e < T::P; e++) acc[e] = 0.f;
+#pragma unroll 1
+  for (int g = 0; g < n; g += ISLAND_LOADS) {
+    V4 x[ISLAND_LOADS];
+#pragma unroll
+    for (int j = 0; j < ISLAND_LOADS; j++)
+      if (g + j < n) x[j] = ld_v4(src(g + j));
+#pragma unroll
+    for (int j = 0; j < ISLAND_LOADS; j++)
+      if (g + j < n) add_vec<T>(acc, x[j]);
+  }
+}
+
+// Where one rank stands among the islands.
+struct Where {
+  int k;       // its island
+  int j;       // its place in the island
+  int m;       // ranks per island
+  int islands;
+  u32 inside;  // mask of the other ranks of its island
+  u32 across;  // mask of its counterparts
+};
+
+__device__ __forceinline__ Where where(const ArArgs& a, int rank) {
+  Where w;
+  w.m = a.island;
+  w.islands = a.nranks / a.island;
+  int pos = 0;
+  for (int p = 0; p < a.nranks; p++)
+    if (a.order[p] == rank) pos = p;
+  w.k = pos / w.m;
+  w.j = pos % w.m;
+  w.inside = 0;
+  w.across = 0;
+  for (int q = 0; q < w.m; q++)
+    if (q != w.j) w.inside |= 1u << a.order[w.k * w.m + q];
+  for (int q = 0; q < w.islands; q++)
+    if (q != w.k) w.across |= 1u << a.order[q * w.m + w.j];
+  return w;
+}
+
+__device__ __forceinline__ int at(const ArArgs& a, const Where& w, int k, int j) { return a.order[k * w.m + j]; }
+
+// Scratch regions of a rank: island-1 slots for its island peers, its partial, then
+// islands-1 slots for the other islands, each a.slot_bytes apart.
+__device__ __forceinline__ char* inside_slot(const ArArgs& a, const Where& w, int owner, int owner_j, int from_j) {
+  const int idx = from_j < owner_j ? from_j : from_j - 1;
+  return (char*)a.scratch[owner] + (u64)idx * a.slot_bytes;
+}
+__device__ __forceinline__ char* partial(const ArArgs& a, const Where& w, int owner) {
+  return (char*)a.scratch[owner] + (u64)(w.m - 1) * a.slot_bytes;
+}
+__device__ __forceinline__ char* across_slot(const ArArgs& a, const Where& w, int owner, int owner_k, int from_k) {
+  const int idx = from_k < owner_k ? from_k : from_k - 1;
+  return (char*)a.scratch[owner] + (u64)(w.m + idx) * a.slot_bytes;
+}
+
+// Vectors in part s of nvec vectors cut into parts of sv.
+__device__ __forceinline__ u64 part_len(u64 nvec, u64 sv, int s) {
+  const u64 start = (u64)s * sv;
+  if (start >= nvec) return 0;
+  const u64 left = nvec - start;
+  return left < sv ? left : sv;
+}
+
+// The elements after the last whole vector, summed by block 0 of each rank from every rank's
+// shared input in rank order: fewer than a vector, before the last barrier.
+template <typename T>
+__device__ __forceinline__ void tail(const ArArgs& a, int rank, u64 nvec) {
+  if (blockIdx.x != 0) return;
+  char* out = (char*)a.out[rank];
+  for (u64 e = nvec * T::P + threadIdx.x; e < a.n; e += blockDim.x) {
+    float s = 0.f;
+    for (int p = 0; p < a.nranks; p++) s += T::load1((const char*)a.in[p], e);
+    T::store1(out, e, s);
+  }
+}
+
+template <typename T>
+__device__ void island_two_shot(const ArArgs& a) {
+  const int rank = a.rank_base + (int)blockIdx.y;
+  Signal* self = (Signal*)a.sig[rank];
+  const u32 flag = self->epoch[blockIdx.x] + 1;
+  const Where w = where(a, rank);
+  const bool push_in = a.dirs & 1u, push_across = a.dirs & 2u;
+  const u64 nvec = a.n / T::P;
+  const u64 sv = (nvec + w.m - 1) / w.m;
+  const u64 mine = part_len(nvec, sv, w.j);
+  const u64 stride = (u64)gridDim.x * blockDim.x;
+  const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+  const char* in = (const char*)a.in[rank];
+  char* out = (char*)a.out[rank];
+
+  // Inputs ready (peers read them) and slots free.
+  set_barrier<false>(a, rank, w.inside, flag);
+  if (push_in) {
+    // Shard q of this rank's input goes to the island peer at place q.
+    for (u64 i = first; i < sv; i += stride)
+      for (int q = 0; q < w.m; q++)
+        if (q != w.j && (u64)q * sv + i < nvec)
+          st_v4(inside_slot(a, w, at(a, w, w.k, q), q, w.j) + i * 16, ld_v4(in + ((u64)q * sv + i) * 16));
+    set_barrier<true>(a, rank, w.inside, flag + 1);
+  }
+  // This rank's shard summed over the island: its partial, kept and (push) sent across.
+  for (u64 i = first; i < mine; i += stride) {
+    float acc[T::P];
+    reduce_island<T>(acc, w.m, [&](int q) {
+      return q == w.j ? in + ((u64)w.j * sv + i) * 16
+             : push_in ? inside_slot(a, w, rank, w.j, q) + i * 16
+                       : (const char*)a.in[at(a, w, w.k, q)] + ((u64)w.j * sv + i) * 16;
+    });
+    const V4 p = pack_vec<T>(acc);
+    st_v4(partial(a, w, rank) + i * 16, p);
+    if (push_across)
+      for (int q = 0; q < w.islands; q++)
+        if (q != w.k) st_v4(across_slot(a, w, at(a, w, q, w.j), q, w.k) + i * 16, p);
+  }
+  // Partials published (pull) or landed (push).
+  set_barrier<true>(a, rank, w.across, flag + 2);
+  // The islands' partials summed in island order: this shard of the result.
+  for (u64 i = first; i < mine; i += stride) {
+    float acc[T::P];
+    reduce_island<T>(acc, w.islands, [&](int q) {
+      const char* src = q == w.k ? partial(a, w, rank)
+                        : push_across ? across_slot(a, w, rank, w.k, q)
+                                      : partial(a, w, at(a, w, q, w.j));
+      return src + i * 16;
+    });
+    const V4 r = pack_vec<T>(acc);
+    const u64 off = ((u64)w.j * sv + i) * 16;
+    st_v4(out + off, r);
+    if (push_in)
+      for (int q = 0; q < w.m; q++)
+        if (q != w.j) st_v4((char*)a.out[at(a, w, w.k, q)] + off, r);
+  }
+  // Results published in the outputs (pull) or landed in the peers' (push).
+  set_barrier<true>(a, rank, w.inside, flag + 3);
+  if (!push_in) {
+    for (u64 i = first; i < sv; i += stride)
+      for (int q = 0; q < w.m; q++)
+        if (q != w.j && (u64)q * sv + i < nvec) {
+          const u64 off = ((u64)q * sv + i) * 16;
+          st_v4(out + off, ld_v4((const char*)a.out[at(a, w, w.k, q)] + off));
+        }
+  }
+  tail<T>(a, rank, nvec);
+  // Every peer is done reading this rank's input, partial and output.
+  set_barrier<false>(a, rank, w.inside | w.across, flag + 4);
+  if (threadIdx.x == 0) self->epoch[blockIdx.x] = flag + FLAGS_PER_CALL - 1;
+}
+
+template <typename T>
+__device__ void island_one_shot(const ArArgs& a) {
+  const int rank = a.rank_base + (int)blockIdx.y;
+  Signal* self = (Signal*)a.sig[rank];
+  const u32 flag = self->epoch[blockIdx.x] + 1;
+  const Where w = where(a, rank);
+  const bool push_in = a.dirs & 1u, push_across = a.dirs & 2u;
+  const u64 nvec = a.n / T::P;
+  const u64 stride = (u64)gridDim.x * blockDim.x;
+  const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+  const char* in = (const char*)a.in[rank];
+  char* out = (char*)a.out[rank];
+
+  set_barrier<false>(a, rank, w.inside, flag);
+  if (push_in) {
+    for (u64 v = first; v < nvec; v += stride) {
+      const V4 x = ld_v4(in + v * 16);
+      for (int q = 0; q < w.m; q++)
+        if (q != w.j) st_v4(inside_slot(a, w, at(a, w, w.k, q), q, w.j) + v * 16, x);
+    }
+    set_barrier<true>(a, rank, w.inside, flag + 1);
+  }
+  // The island's sum: kept and (push) sent to the counterparts.
+  for (u64 v = first; v < nvec; v += stride) {
+    float acc[T::P];
+    reduce_island<T>(acc, w.m, [&](int q) {
+      const char* src = q == w.j ? in : push_in ? inside_slot(a, w, rank, w.j, q) : (const char*)a.in[at(a, w, w.k, q)];
+      return src + v * 16;
+    });
+    const V4 p = pack_vec<T>(acc);
+    st_v4(partial(a, w, rank) + v * 16, p);
+    if (push_across)
+      for (int q = 0; q < w.islands; q++)
+        if (q != w.k) st_v4(across_slot(a, w, at(a, w, q, w.j), q, w.k) + v * 16, p);
+  }
+  set_barrier<true>(a, rank, w.across, flag + 2);
+  for (u64 v = first; v < nvec; v += stride) {
+    float acc[T::P];
+    reduce_island<T>(acc, w.islands, [&](int q) {
+      const char* src = q == w.k ? partial(a, w, rank)
+                        : push_across ? across_slot(a, w, rank, w.k, q)
+                                      : partial(a, w, at(a, w, q, w.j));
+      return src + v * 16;
+    });
+    st_v4(out + v * 16, pack_vec<T>(acc));
+  }
+  tail<T>(a, rank, nvec);
+  set_barrier<false>(a, rank, w.inside | w.across, flag + 3);
+  // Same flags per call as island_two_shot, so each backend's signal area sees one sequence.
+  if (threadIdx.x == 0) self->epoch[blockIdx.x] = flag + FLAGS_PER_CALL - 1;
+}
+
+#define ISLAND_KERNELS(T, suffix)                                                                     \
+  extern "C" __global__ void __launch_bounds__(THREADS, 2) island_two_shot_##suffix(const ArArgs a) { \
+    pdl_wait();                                                                                       \
+    island_two_shot<T>(a);                                                                            \
+    pdl_trigger();                                                                                    \
+  }                                                                                                   \
+  extern "C" __global__ void __launch_bounds__(THREADS, 2) island_one_shot_##suffix(const ArArgs a) { \
+    pdl_wait();                                                                                       \
+    island_one_shot<T>(a);                                                                            \
+    pdl_trigger();                                                                                    \
+  }
+
+ISLAND_KERNELS(Bf16, bf16)
+ISLAND_KERNELS(Fp16, fp16)
+ISLAND_KERNELS(Fp32, fp32)

@@ -1,0 +1,261 @@
+"""artune's own allreduce kernels inside an engine: the kernels the profile timed, run on the
+engine's TP group and on torch's current stream.
+
+    import torch.distributed as dist
+    from artune.allreduce import Allreduce
+
+    ar = Allreduce.create(tp_group, "/etc/artune/profile.json", logger=log)  # every rank
+    ...
+    if ar is not None and ar.should_run(x):
+        y = ar.all_reduce(x)             # eager, or inside torch.cuda.graph capture
+    else:
+        dist.all_reduce(x, group=tp_group)  # the engine's own path, as without artune
+
+``create`` is collective over the group: every rank gets an op, or every rank gets None with
+one warning line saying why (no GPU, no kernel hashes in the profile or other kernels than the
+ones it timed, nothing the profile routes to artune's kernels, a peer whose buffers cannot be
+opened, a group that cannot exchange handles). Nothing here raises into the engine.
+
+Where the tensors meet the shared buffers: a kernel reads the engine's input and writes the
+engine's output directly wherever no peer touches them. One-stage push needs no copy; the pull
+kernels copy the input into their shared input first (peers read it); two-stage push copies the
+result out of its shared output (peers write it). The copies are queued on the same stream as
+the kernel, so under CUDA-graph capture they are captured with it: the graph records the
+tensors' addresses (the capture's own memory pool keeps them fixed) and every replay moves the
+bytes again, one device-to-device copy of the message per call for those backends.
+
+A peer that dies mid-call cannot be recovered from (no custom allreduce can). The kernels do
+not hang: a barrier that waits for it gives up after 5 s, records the failure (``failed()``
+lists the backends) and lets the kernel finish, so that call returns wrong data and every later
+one gives up at its first wait; whether the dead process's buffers stay mapped for the others is
+the driver's (docs/ENGINES.md). The engine's own collectives then fail on the dead rank as they
+would without artune. Tear an op down on every rank together (``close()``) and never while a
+captured graph that uses it may still be replayed.
+"""
+
+import logging
+from typing import Callable, List, Optional, Sequence
+
+import torch
+import torch.distributed as dist
+
+from . import ArtuneError, Profile
+from ._artune import AllreduceKernels, Routes, backends, ranks_per_gpu
+
+_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+_CODES = {b: i for i, b in enumerate(backends())}
+
+#: The end of every refusal: what the engine does instead.
+KEEPS = "the engine keeps its own allreduce"
+
+
+def _gather(group, mine) -> list:
+    out = [None] * dist.get_world_size(group)
+    dist.all_gather_object(out, mine, group=group)
+    return out
+
+
+def _first_error(replies: Sequence) -> Optional[str]:
+    for rank, r in enumerate(replies):
+        if r is None or r[0] is not None:
+            return f"rank {rank}: {r[0] if r else 'no reply'}"
+    return None
+
+
+class Allreduce:
+    """One rank's op; build it with :meth:`create` on every rank of the group."""
+
+    def __init__(self, group, native, routes, device, rank, world, log, stream, capturing):
+        self.group = group
+        self.device = device
+        self.rank = rank
+        self.world = world
+        self.routes = routes
+        self._native = native
+        self._dtype = next(t for t, i in _DTYPES.items() if i == routes.dtype)
+        self._log = log
+        self._stream = stream
+        self._capturing = capturing
+        self._off = False
+
+    @classmethod
+    def create(
+        cls,
+        group,
+        profile,
+        *,
+        device=None,
+        logger: Optional[logging.Logger] = None,
+        only: Optional[List[str]] = None,
+        force: Optional[str] = None,
+        max_bytes: Optional[int] = None,
+        _native=None,
+    ) -> Optional["Allreduce"]:
+        """The op for this rank of ``group`` (a torch process group whose world size is the TP
+        size, gloo or NCCL), following ``profile`` (a path or an ``artune.Profile``), or None
+        on every rank with one warning line.
+
+        ``only``: route only these backends (those the engine lacks). ``force``: run that
+        backend at every size up to ``max_bytes`` (default: as the tune sized its buffers),
+        whatever the profile chose, for proofs and benchmarks; the kernels are still checked
+        against the profile's. ``_native`` replaces the device layer in tests."""
+        log = logger or logging.getLogger("artune")
+
+        def refuse(why: str) -> None:
+            log.warning("artune: allreduce kernels not used: %s; %s", why, KEEPS)
+            return None
+
+        try:
+            rank, world = dist.get_rank(group), dist.get_world_size(group)
+        except Exception as e:  # noqa: BLE001 - no group, or not initialised: refuse
+            return refuse(f"the process group cannot be read ({type(e).__name__}: {e})")
+
+        # Local work first; every failure is agreed on below, so every rank leaves together.
+        err, native, routes, bus = None, None, None, None
+        try:
+            p = profile if isinstance(profile, Profile) else Profile.load(profile)
+            if force is not None:
+                routes = Routes.forced(p, world, force, max_bytes)
+            else:
+                routes = Routes.from_profile(p, world, only)
+            if _native is None:
+                if not torch.cuda.is_available():
+                    raise ArtuneError("torch sees no CUDA device")
+                device = torch.device("cuda", torch.cuda.current_device()) if device is None \
+                    else torch.device(device)
+                if device.type != "cuda":
+                    raise ArtuneError(f"{device} is not a CUDA device")
+                torch.cuda.set_device(device)
+                # torch's context is current on this thread before artune binds its own.
+                torch.cuda.current_stream(device).synchronize()
+            else:
+                device = torch.device("cpu") if device is None else torch.device(device)
+            native = (_native or AllreduceKernels).open(p, device.index or 0)
+            bus = native.bus_id
+        except ArtuneError as e:
+            err = str(e)
+        except Exception as e:  # noqa: BLE001 - whatever failed, the engine goes on without
+            err = f"{type(e).__name__}: {e}"
+        try:
+            replies = _gather(group, (err, bus))
+            why = _first_error(replies)
+            if why:
+                return refuse(why)
+            on_gpu = ranks_per_gpu([r[1] for r in replies])
+            # Ranks that share a GPU allocate in turns, so each measures only its own memory.
+            err, handles = None, None
+            for turn in (range(world) if on_gpu > 1 else [rank]):
+                if turn == rank:
+                    try:
+                        handles = native.allocate(rank, world, on_gpu, routes)
+                    except Exception as e:  # noqa: BLE001
+                        err = str(e) if isinstance(e, ArtuneError) else f"{type(e).__name__}: {e}"
+                if on_gpu > 1:
+                    dist.barrier(group)
+            replies = _gather(group, (err, handles))
+            why = _first_error(replies)
+            if why:
+                return refuse(why)
+            try:
+                native.connect([r[1] for r in replies])
+            except Exception as e:  # noqa: BLE001
+                err = str(e) if isinstance(e, ArtuneError) else f"{type(e).__name__}: {e}"
+            why = _first_error(_gather(group, (err, None)))
+            if why:
+                return refuse(why)
+        except Exception as e:  # noqa: BLE001 - the group could not exchange: nobody uses it
+            return refuse(f"the process group could not exchange handles "
+                          f"({type(e).__name__}: {e})")
+        if _native is None:
+            def stream() -> int:
+                return torch.cuda.current_stream(device).cuda_stream
+            capturing: Callable[[], bool] = torch.cuda.is_current_stream_capturing
+        else:
+            stream, capturing = native.stream, native.capturing
+        op = cls(group, native, routes, device, rank, world, log, stream, capturing)
+        log.info("artune: allreduce kernels serve %s; buffers %s", routes.describe(),
+                 op.describe_memory())
+        return op
+
+    def should_run(self, inp: torch.Tensor) -> bool:
+        """Whether artune's kernels take this tensor: the profile's dtype, contiguous, 16-byte
+        aligned, on this op's device, at a size (and mode: graph while torch captures) the
+        routes give them."""
+        if self._off or inp.dtype is not self._dtype or inp.device != self.device:
+            return False
+        if not inp.is_contiguous() or inp.data_ptr() % 16:
+            return False
+        nbytes = inp.numel() * inp.element_size()
+        return self._native.route(nbytes, self._capturing()) >= 0
+
+    def all_reduce(self, inp: torch.Tensor, out: Optional[torch.Tensor] = None,
+                   backend: Optional[str] = None) -> torch.Tensor:
+        """The sum of ``inp`` over the group, in ``out`` (a new tensor by default), queued on
+        torch's current stream. Call it where :meth:`should_run` said yes, on every rank alike;
+        ``backend`` names a prepared kernel instead of the profile's (proofs, benchmarks)."""
+        nbytes = inp.numel() * inp.element_size()
+        code = (self._native.route(nbytes, self._capturing()) if backend is None
+                else _CODES.get(backend, -1))
+        if out is None:
+            out = torch.empty_like(inp)
+        # The kernels write a distinct, aligned tensor of the input's kind; anything else (an
+        # in-place call) gets one and a copy back.
+        fits = (out.dtype is inp.dtype and out.numel() == inp.numel() and out.is_contiguous()
+                and out.device == inp.device and out.data_ptr() % 16 == 0
+                and out.data_ptr() != inp.data_ptr())
+        dst = out if fits else torch.empty_like(inp)
+        try:
+            if code < 0:
+                raise ArtuneError(f"{nbytes} bytes is not routed to artune's kernels")
+            self._native.launch(code, inp.data_ptr(), dst.data_ptr(), nbytes, self._stream())
+            if dst is not out:
+                out.copy_(dst.view_as(out))
+        except Exception as e:  # noqa: BLE001 - a bug of artune's: the group's own path
+            self._off = True
+            self._log.warning("artune: allreduce kernels failed (%s: %s) and are off from now "
+                              "on; %s", type(e).__name__, e, KEEPS)
+            out.copy_(inp)
+            dist.all_reduce(out, group=self.group)
+        return out
+
+    def bench(self, inp: torch.Tensor, out: torch.Tensor, backend: str, calls: int,
+              copies: bool) -> None:
+        """Queues ``calls`` calls of ``backend`` from one native call: with ``copies`` False the
+        bare kernel, the raw launch the op's overhead is measured against."""
+        self._native.launch(_CODES[backend], inp.data_ptr(), out.data_ptr(),
+                            inp.numel() * inp.element_size(), self._stream(), copies, calls)
+
+    def memory(self) -> list:
+        """(backend, largest message, device bytes measured, bytes allocated) per backend."""
+        return self._native.memory()
+
+    def describe_memory(self) -> str:
+        mine = sum(m[2] for m in self.memory())
+        prof = {b: (bytes_, up_to, need) for b, bytes_, _, up_to, need in
+                self.routes.profile_memory}
+        parts = []
+        for b, up_to, measured, _ in self.memory():
+            p = prof.get(b)
+            same = p is not None and p[1] == up_to
+            theirs = (f"profile {p[0]}" if same else
+                      f"profile {p[2]} for its chosen sizes" if p and p[2] is not None else
+                      "profile: none")
+            parts.append(f"{b} to {up_to} bytes {measured} ({theirs})")
+        return f"{mine} bytes per GPU measured: " + ", ".join(parts)
+
+    def failed(self) -> List[str]:
+        """Backends whose barrier gave up on a peer on this rank (see the module docs)."""
+        return self._native.failed()
+
+    def close(self) -> None:
+        """Releases the buffers, on every rank together: every rank stops and closes the
+        peers' buffers it opened before any rank frees its own."""
+        if self._native is None:
+            return
+        self._off = True
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()
+        dist.barrier(self.group)  # nobody launches any more
+        self._native.disconnect()
+        dist.barrier(self.group)  # nobody maps a peer's buffers any more
+        self._native = None

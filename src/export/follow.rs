@@ -1,0 +1,174 @@
+//! What artune's engine plugins follow at one TP size: the one rule they apply, which the
+//! plugins (python/artune/, through the extension module) and `artune why` both call, so the
+//! answer `why` reports is the plugin's by construction.
+//!
+//! The rule (docs/ENGINE-PATHS.md): where the profile says NCCL at a size (TP size, size,
+//! graph or eager), no peer-to-peer path of the engine takes it; where it says custom or has no
+//! answer, the engine's own answer stands. Where it says an island schedule, which no engine
+//! has, the engine follows the bucket's fallback (the rule among the backends engines have);
+//! the sizes artune's own kernels take are routed before the engine's paths are asked. A fused allreduce+norm runs the engine's peer kernel
+//! at every size up to its limit, so it fuses only inside the custom band that starts at the
+//! smallest size, in both modes (the pass is built once for both).
+
+use crate::allreduce::Mode;
+use crate::profile::selector::GroupSelector;
+use crate::profile::{Query, Selector};
+
+/// The profile's groups of one TP size (graph and eager) on one placement.
+#[derive(Debug, Clone, Copy)]
+pub struct Follow<'s> {
+    graph: Option<&'s GroupSelector>,
+    eager: Option<&'s GroupSelector>,
+}
+
+impl<'s> Follow<'s> {
+    /// The groups of `tp` on `gpus` (None: the engine's default placement, as the plugins
+    /// see it).
+    pub fn new(sel: &'s Selector, tp: usize, gpus: Option<&[usize]>) -> Follow<'s> {
+        let g = |mode| sel.group(Query { tp, mode, gpus });
+        Follow {
+            graph: g(Mode::Graph),
+            eager: g(Mode::Eager),
+        }
+    }
+
+    fn groups(&self) -> impl Iterator<Item = &'s GroupSelector> {
+        [self.graph, self.eager].into_iter().flatten()
+    }
+
+    /// The profile has this TP size at all (else the plugins keep the engine's choice).
+    pub fn covers(&self) -> bool {
+        self.groups().next().is_some()
+    }
+
+    /// Some(true) where the profile chose a custom kernel for `bytes` in `mode`, Some(false)
+    /// where NCCL, None where it has no answer (the engine keeps its own rule).
+    pub fn custom_at(&self, bytes: u64, mode: Mode) -> Option<bool> {
+        let g = match mode {
+            Mode::Graph => self.graph,
+            Mode::Eager => self.eager,
+        }?;
+        g.at(bytes).map(|(_, a)| a.fallback.is_custom())
+    }
+
+    /// A peer-to-peer path the engine would take: whether the plugin lets it.
+    pub fn allows(&self, bytes: u64, mode: Mode) -> bool {
+        self.custom_at(bytes, mode) != Some(false)
+    }
+
+    /// The largest size up to which the profile chooses custom at every size from the
+    /// smallest, in every mode it has (0: some mode starts with NCCL, or no group).
+    pub fn custom_prefix(&self) -> u64 {
+        self.groups()
+            .map(|g| {
+                g.sizes()
+                    .iter()
+                    .zip(g.answers())
+                    .take_while(|(_, a)| a.fallback.is_custom())
+                    .last()
+                    .map_or(0, |(&s, _)| s)
+            })
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// The largest message the profile routes to a custom kernel, either mode (0: none).
+    pub fn largest_custom(&self) -> u64 {
+        self.groups()
+            .flat_map(|g| g.sizes().iter().zip(g.answers()))
+            .filter(|(_, a)| a.fallback.is_custom())
+            .map(|(&s, _)| s)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// A fused allreduce+norm whose engine fuses up to `engine` bytes (None: it does not
+    /// fuse here): the size the plugin lets it fuse to, None where it fuses nothing. Where
+    /// the profile lacks this TP size the engine's own size stands.
+    pub fn fused_up_to(&self, engine: Option<u64>) -> Option<u64> {
+        let base = engine?;
+        if !self.covers() {
+            return Some(base);
+        }
+        match self.custom_prefix() {
+            0 => None,
+            top => Some(base.min(top)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::allreduce::Backend;
+    use crate::export::sample;
+
+    /// The sample's TP2 group, with its choices replaced: custom where `custom` says.
+    fn shaped(graph: &[bool], eager: &[bool]) -> crate::profile::Profile {
+        let mut p = sample::profile_with("nvswitch-8x", &[2], &[4 << 10, 64 << 10, 1 << 20]);
+        for g in &mut p.groups {
+            let want = if g.mode == Mode::Graph { graph } else { eager };
+            for (b, &c) in g.buckets.iter_mut().zip(want) {
+                b.choice = if c {
+                    *b.results.keys().find(|k| k.is_custom()).unwrap()
+                } else {
+                    Backend::Nccl
+                };
+            }
+        }
+        p
+    }
+
+    #[test]
+    fn an_island_choice_is_followed_as_its_fallback() {
+        // Graph: an island schedule at 64K whose fallback is NCCL, then one whose fallback is
+        // a flat kernel at 1M. The engine's peer paths are turned down at 64K (NCCL is what it
+        // runs without artune's kernels there) and allowed at 1M.
+        let mut p = shaped(&[true, true, true], &[true, true, true]);
+        for g in p.groups.iter_mut().filter(|g| g.mode == Mode::Graph) {
+            let flat = g.buckets[2].choice;
+            g.buckets[1].choice = Backend::IslandTwoShot;
+            g.buckets[1].fallback = Some(Backend::Nccl);
+            g.buckets[2].choice = Backend::IslandOneShot;
+            g.buckets[2].fallback = Some(flat);
+        }
+        let sel = p.selector();
+        let f = Follow::new(&sel, 2, None);
+        assert_eq!(f.custom_at(64 << 10, Mode::Graph), Some(false));
+        assert_eq!(f.custom_at(1 << 20, Mode::Graph), Some(true));
+        assert_eq!(f.custom_prefix(), 4 << 10);
+        assert_eq!(f.largest_custom(), 1 << 20);
+    }
+
+    #[test]
+    fn the_prefix_is_the_smaller_over_modes_and_the_largest_the_larger() {
+        let p = shaped(&[true, true, false], &[true, false, true]);
+        let sel = p.selector();
+        let f = Follow::new(&sel, 2, None);
+        assert!(f.covers());
+        // Graph custom to 64K, eager only to 4K: fusion (built once for both) stops at 4K.
+        assert_eq!(f.custom_prefix(), 4 << 10);
+        assert_eq!(f.largest_custom(), 1 << 20);
+        assert_eq!(f.fused_up_to(Some(32 << 20)), Some(4 << 10));
+        assert_eq!(f.fused_up_to(Some(2 << 10)), Some(2 << 10));
+        assert_eq!(f.fused_up_to(None), None);
+        assert_eq!(f.custom_at(64 << 10, Mode::Graph), Some(true));
+        assert_eq!(f.custom_at(64 << 10, Mode::Eager), Some(false));
+        assert!(!f.allows(64 << 10, Mode::Eager) && f.allows(64 << 10, Mode::Graph));
+        assert_eq!(f.custom_at(1 << 30, Mode::Graph), None);
+        assert!(f.allows(1 << 30, Mode::Graph));
+    }
+
+    #[test]
+    fn a_profile_that_starts_with_nccl_fuses_nothing_and_an_absent_tp_keeps_the_engines() {
+        let p = shaped(&[false, true, true], &[true, true, true]);
+        let sel = p.selector();
+        let f = Follow::new(&sel, 2, None);
+        assert_eq!(f.custom_prefix(), 0);
+        assert_eq!(f.fused_up_to(Some(1 << 20)), None);
+        let none = Follow::new(&sel, 8, None);
+        assert!(!none.covers());
+        assert_eq!(none.fused_up_to(Some(1 << 20)), Some(1 << 20));
+        assert_eq!(none.largest_custom(), 0);
+    }
+}

@@ -1,0 +1,536 @@
+//! artune's allreduce kernels inside another program's process: one rank of an engine's TP
+//! group, launching on the engine's stream.
+//!
+//! Nothing here is a second copy of the tune's CUDA code. The context is the GPU's primary
+//! one (the one torch and every CUDA runtime program run on), retained as the workers retain
+//! it; the kernels are loaded through the same compile cache and their images hashed as the
+//! profile records them ([`Op::images`]); each backend's buffers are allocated by the
+//! function that allocates the tune's ([`setup::custom_bufs`]) and measured as the tune
+//! measures them; and every launch takes its kernel, grid and block from
+//! [`super::kernels::Kernels::plan`] with the tune's programmatic-launch rule.
+//!
+//! What an engine call adds to the kernel is where the tensors meet the shared buffers. A
+//! kernel's own input and output are the engine's tensors wherever no peer touches them; a
+//! backend whose peers read this rank's input (the pull kernels) gets the input copied into
+//! its shared input first, and one whose peers write this rank's output (two-stage push)
+//! gets the result copied out after. The copies are queued on the same stream, so under
+//! CUDA-graph capture they are captured with the kernel and replay with it: the graph holds
+//! the tensors' addresses, and each replay moves the bytes again.
+//!
+//! The order of calls is [`Op::open`], [`Op::allocate`], [`Op::connect`] with every rank's
+//! handles, then [`Op::launch`]; the handle exchange between them is the caller's (the
+//! engine's process group).
+
+use cudarc::driver::{result, sys};
+
+use super::driver::{self, dev, DeviceFacts, Imported, IpcHandle, Span};
+use super::kernels;
+use super::layout::{MAX_RANKS, SIGNAL_STATUS_OFFSET};
+use super::protocol::{BufHandles, Shape};
+use super::setup::{self, CustomOwned, CustomView};
+use super::Gpu;
+use crate::fabric::{Backend, Dtype, FabricError, Islands};
+use crate::profile::KernelImages;
+
+/// Why the op cannot be set up or cannot run a call. Every message is one sentence ending in
+/// what the engine does instead: its own path.
+#[derive(Debug, thiserror::Error)]
+pub enum OpError {
+    #[error("{0}")]
+    Device(#[from] FabricError),
+    #[error("the calling thread runs another CUDA context than GPU {ordinal}'s primary one, which torch uses; artune's kernels would not see the engine's memory")]
+    OtherContext { ordinal: usize },
+    #[error("{0}")]
+    Setup(String),
+    /// A rank's handles could not be read or opened (no P2P between the GPUs, or a handle
+    /// from another group).
+    #[error("rank {rank}: {why}")]
+    Peer { rank: usize, why: String },
+    /// This call is not one the op serves (the caller checks first; this is the backstop).
+    #[error("{0}")]
+    Call(String),
+}
+
+/// What one rank allocated for one backend, and, once connected, every rank's buffers.
+struct Prepared {
+    backend: Backend,
+    max_bytes: u64,
+    /// Device memory the allocation took (free memory before minus after).
+    measured: u64,
+    /// Bytes asked of cuMemAlloc (whole pages above 2 MiB).
+    asked: u64,
+    view: Option<CustomView>,
+    own: CustomOwned,
+}
+
+/// The rank and group this process serves.
+#[derive(Debug, Clone)]
+struct Place {
+    rank: usize,
+    world: usize,
+    /// Ranks of the group sharing this GPU (more than one only in loopback); the same on
+    /// every rank, so every rank plans the same grid.
+    ranks_on_gpu: u32,
+    dtype: Dtype,
+    /// The GPUs of the profile's group (rank r on `gpus[r]`) and their islands, for the island
+    /// schedules; None for a group without islands.
+    islands: Option<(Vec<usize>, Islands)>,
+}
+
+impl Place {
+    /// The shape of this group for buffers of `max_bytes`: its islands where it has some.
+    fn shape(&self, max_bytes: u64) -> Shape {
+        Shape::new(
+            self.world,
+            self.dtype,
+            max_bytes,
+            self.islands.as_ref().map(|(g, i)| (&g[..], i)),
+        )
+    }
+}
+
+/// One rank's allreduce op. Fields drop in order: peers' buffers are closed before this
+/// rank's own are freed, and the GPU (its context) goes last.
+pub struct Op {
+    bufs: Vec<Prepared>,
+    imported: Vec<Imported>,
+    place: Option<Place>,
+    gpu: Gpu,
+}
+
+// SAFETY: the only non-Send parts are the `Rc`s between the loaded kernels and their module
+// (kernels::Kernels). Every clone of those `Rc`s lives inside this op (no function or module
+// is handed out; `plan` lends `&Function`), so moving the whole op moves every clone with it
+// and no count is ever touched from two threads. CUDA handles are usable from any thread once
+// the context is bound, which every entry point does.
+unsafe impl Send for Op {}
+
+/// One allreduce: `elems` elements of the op's dtype from device address `input` to
+/// `output`, with `backend`'s kernel.
+#[derive(Debug, Clone, Copy)]
+pub struct Call {
+    pub backend: Backend,
+    pub input: u64,
+    pub output: u64,
+    pub elems: u64,
+}
+
+/// The handles one rank publishes: its GPU, and each backend's buffers.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RankBuffers {
+    pub rank: usize,
+    pub bus_id: String,
+    pub backends: Vec<(Backend, BufHandles)>,
+}
+
+impl Op {
+    /// Opens GPU `ordinal`'s primary context and loads the kernels, refusing when the calling
+    /// thread runs another context (torch runs the primary one).
+    pub fn open(ordinal: usize) -> Result<Op, OpError> {
+        if !driver::driver_present() {
+            return Err(OpError::Setup(
+                "no NVIDIA driver (libcuda.so) was found on this machine".into(),
+            ));
+        }
+        // SAFETY: cuInit may be called any number of times; it loads nothing else.
+        dev(unsafe { sys::cuInit(0).result() }, "initialising CUDA")?;
+        let before = dev(
+            result::ctx::get_current(),
+            "reading the current CUDA context",
+        )?;
+        let gpu = Gpu::open(ordinal)?;
+        let primary = gpu.ctx.cuda().cu_ctx();
+        if let Some(c) = before.filter(|&c| c != primary) {
+            // Give the thread back the context it had.
+            // SAFETY: `c` was current on this thread a moment ago.
+            let _ = unsafe { result::ctx::set_current(c) };
+            return Err(OpError::OtherContext { ordinal });
+        }
+        gpu.kernels().map_err(FabricError::Device)?;
+        Ok(Op {
+            bufs: Vec::new(),
+            imported: Vec::new(),
+            place: None,
+            gpu,
+        })
+    }
+
+    /// The GPU: its bus id tells which ranks share it.
+    pub fn facts(&self) -> &DeviceFacts {
+        &self.gpu.facts
+    }
+
+    /// What the loaded kernels are, as a profile records them.
+    pub fn images(&self) -> Result<KernelImages, OpError> {
+        Ok(self
+            .gpu
+            .kernels()
+            .map_err(FabricError::Device)?
+            .images
+            .clone())
+    }
+
+    /// Allocates this rank's buffers for each backend and the largest message it serves,
+    /// measuring each as the tune does, and returns the handles to publish. `ranks_on_gpu`
+    /// is how many ranks of the group share this GPU (the same on every rank).
+    pub fn allocate(
+        &mut self,
+        rank: usize,
+        world: usize,
+        ranks_on_gpu: u32,
+        dtype: Dtype,
+        backends: &[(Backend, u64)],
+        islands: Option<(&[usize], &Islands)>,
+    ) -> Result<RankBuffers, OpError> {
+        if world == 0 || world > MAX_RANKS || rank >= world {
+            return Err(OpError::Setup(format!(
+                "rank {rank} of {world}: artune's kernels serve groups of 1 to {MAX_RANKS} ranks"
+            )));
+        }
+        if self.place.is_some() {
+            return Err(OpError::Setup(
+                "the op's buffers are allocated already".into(),
+            ));
+        }
+        let place = Place {
+            rank,
+            world,
+            ranks_on_gpu: ranks_on_gpu.max(1),
+            dtype,
+            islands: islands.map(|(g, i)| (g.to_vec(), i.clone())),
+        };
+        let mut published = Vec::new();
+        for &(b, max_bytes) in backends {
+            if !b.is_custom() || max_bytes == 0 {
+                return Err(OpError::Setup(format!(
+                    "{b} up to {max_bytes} bytes is not a custom kernel artune can run"
+                )));
+            }
+            let shape = place.shape(max_bytes);
+            if b.is_hierarchical() && shape.island == world {
+                return Err(OpError::Setup(format!(
+                    "{b} needs the group's islands, and the profile gives none for {world} ranks"
+                )));
+            }
+            let ctx = &self.gpu.ctx;
+            driver::sync_ctx(ctx, "synchronizing the GPU")?;
+            let free = || dev(driver::free_bytes(ctx), "reading free device memory");
+            let before = free()?;
+            let own = setup::custom_bufs(&self.gpu, shape, b, rank).map_err(FabricError::from)?;
+            driver::sync_ctx(ctx, "synchronizing the GPU")?;
+            let measured = before.saturating_sub(free()?);
+            let (i, s, o, g) = own.spans();
+            let asked = [i, s, o, Some(g)]
+                .iter()
+                .flatten()
+                .map(|x| x.bytes() as u64)
+                .sum();
+            published.push((b, own.handles()?));
+            self.bufs.push(Prepared {
+                backend: b,
+                max_bytes,
+                measured,
+                asked,
+                view: None,
+                own,
+            });
+        }
+        self.place = Some(place);
+        Ok(RankBuffers {
+            rank,
+            bus_id: self.gpu.facts.bus_id.clone(),
+            backends: published,
+        })
+    }
+
+    /// Per backend: the largest message it serves, device bytes measured, bytes asked for.
+    pub fn memory(&self) -> Vec<(Backend, u64, u64, u64)> {
+        self.bufs
+            .iter()
+            .map(|p| (p.backend, p.max_bytes, p.measured, p.asked))
+            .collect()
+    }
+
+    /// Opens every other rank's buffers (`all[r]` is rank r's) and readies the launches. A
+    /// peer whose buffers cannot be opened or read (no P2P between the GPUs) fails it.
+    pub fn connect(&mut self, all: &[RankBuffers]) -> Result<(), OpError> {
+        let place = self
+            .place
+            .clone()
+            .ok_or_else(|| OpError::Setup("allocate the op's buffers before connecting".into()))?;
+        if all.len() != place.world {
+            return Err(OpError::Setup(format!(
+                "{} ranks' handles for a group of {}",
+                all.len(),
+                place.world
+            )));
+        }
+        if self.bufs.iter().any(|p| p.view.is_some()) {
+            return Err(OpError::Setup("the op is connected already".into()));
+        }
+        let ctx = self.gpu.ctx.clone();
+        // The fault knob's `noipc=A-B` (testing only): ranks A and B cannot open each other's
+        // buffers, as between GPUs without a peer mapping.
+        let no_ipc = super::WorkerFaults::from_env().no_ipc;
+        let mut imported = Vec::new();
+        let mut views = Vec::new();
+        for p in &self.bufs {
+            let shape = place.shape(p.max_bytes);
+            let mut v = CustomView::new(p.backend, shape);
+            for (r, theirs) in all.iter().enumerate() {
+                let peer = |why: String| OpError::Peer { rank: r, why };
+                if theirs.rank != r {
+                    return Err(peer(format!("its handles came as rank {}'s", theirs.rank)));
+                }
+                if r == place.rank {
+                    // This rank's own input and output are the engine's tensors, set per call.
+                    let (i, s, o, g) = p.own.spans();
+                    v.set(r, i.unwrap_or(Span::NONE), s, o.unwrap_or(Span::NONE), g);
+                    continue;
+                }
+                let h = theirs
+                    .backends
+                    .iter()
+                    .find(|(b, _)| *b == p.backend)
+                    .map(|(_, h)| h)
+                    .ok_or_else(|| peer(format!("it published no buffers for {}", p.backend)))?;
+                if no_ipc
+                    .is_some_and(|(a, b)| (a, b) == (place.rank, r) || (b, a) == (place.rank, r))
+                {
+                    return Err(peer(format!(
+                        "GPU {} could not open its buffers (switched off by ARTUNE_CUDA_FAULTS, noipc); artune's kernels need CUDA IPC between the group's GPUs",
+                        self.gpu.facts.ordinal
+                    )));
+                }
+                let mut open = |h: &IpcHandle, what: &str| -> Result<Span, OpError> {
+                    let i = Imported::open(&ctx, h).map_err(|e| {
+                        peer(format!(
+                            "GPU {} could not open its {what} ({e}); artune's kernels need CUDA IPC between the group's GPUs",
+                            self.gpu.facts.ordinal
+                        ))
+                    })?;
+                    let s = i.span();
+                    imported.push(i);
+                    Ok(s)
+                };
+                let input = h
+                    .input
+                    .as_ref()
+                    .map(|h| open(h, "shared input"))
+                    .transpose()?;
+                let scratch = h.scratch.as_ref().map(|h| open(h, "slots")).transpose()?;
+                let out = h
+                    .out
+                    .as_ref()
+                    .map(|h| open(h, "shared output"))
+                    .transpose()?;
+                let signal = open(&h.signal, "flags")?;
+                check_reads_zero(&signal).map_err(peer)?;
+                v.set(
+                    r,
+                    input.unwrap_or(Span::NONE),
+                    scratch,
+                    out.unwrap_or(Span::NONE),
+                    signal,
+                );
+            }
+            views.push(v);
+        }
+        for (p, v) in self.bufs.iter_mut().zip(views) {
+            p.view = Some(v);
+        }
+        self.imported = imported;
+        Ok(())
+    }
+
+    /// Queues `call` on `stream`, with the backend's kernel as the tune ran it and the copies
+    /// its shared buffers need (module docs). With `copies` false only the kernel is queued, on
+    /// whatever the shared buffers hold: the raw launch a benchmark compares the op with.
+    /// `repeat` queues the call that many times.
+    ///
+    /// # Safety
+    /// The call's `input` and `output` each hold `elems` elements of the op's dtype, stay allocated until
+    /// the calls have run, and do not overlap; `stream` is a live stream of this GPU's primary
+    /// context (torch's current stream); nothing else writes `output` meanwhile.
+    pub unsafe fn launch(
+        &self,
+        call: Call,
+        stream: u64,
+        copies: bool,
+        repeat: u32,
+    ) -> Result<(), OpError> {
+        let Call {
+            backend,
+            input,
+            output,
+            elems,
+        } = call;
+        let place = self
+            .place
+            .as_ref()
+            .ok_or_else(|| OpError::Call("the op is not set up".into()))?;
+        let p = self
+            .bufs
+            .iter()
+            .find(|p| p.backend == backend)
+            .ok_or_else(|| OpError::Call(format!("{backend} was not prepared")))?;
+        let view = p
+            .view
+            .as_ref()
+            .ok_or_else(|| OpError::Call("the op is not connected".into()))?;
+        let bytes = elems.saturating_mul(place.dtype.size());
+        if elems == 0 || bytes > p.max_bytes {
+            return Err(OpError::Call(format!(
+                "{bytes} bytes is outside what {backend}'s buffers serve (1 to {} bytes)",
+                p.max_bytes
+            )));
+        }
+        if input % 16 != 0 || output % 16 != 0 || input == 0 || output == 0 {
+            return Err(OpError::Call(
+                "the tensors must start on a 16-byte boundary".into(),
+            ));
+        }
+        let gpu = &self.gpu;
+        let k = gpu.kernels().map_err(FabricError::Device)?;
+        let work = kernels::Work {
+            backend,
+            dtype: place.dtype,
+            elems,
+            ranks: place.shape(p.max_bytes).ranks(),
+            base: place.rank,
+            count: 1,
+            on_gpu: place.ranks_on_gpu,
+        };
+        let (shared_in, _, shared_out, _) = p.own.spans();
+        let mut a = view.args;
+        if shared_in.is_none() {
+            a.input[place.rank] = input;
+        }
+        if shared_out.is_none() {
+            a.out[place.rank] = output;
+        }
+        let raw = stream as sys::CUstream;
+        let fail = |what: &str, e: cudarc::driver::DriverError| {
+            OpError::Call(format!("{what} failed: {e}"))
+        };
+        gpu.ctx
+            .bind_to_thread()
+            .map_err(|e| fail("binding the context", e))?;
+        let copy = |dst: u64, src: u64| {
+            // SAFETY: both ranges hold `bytes` (the caller's tensors; the shared buffers were
+            // sized for max_bytes >= bytes) and outlive the copy (the caller's contract; the
+            // op's buffers live until the op is dropped, which synchronizes first).
+            unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, bytes as usize, raw).result() }
+                .map_err(|e| fail("queueing a copy", e))
+        };
+        for _ in 0..repeat {
+            if let (Some(s), true) = (&shared_in, copies) {
+                copy(s.ptr(), input)?;
+            }
+            // SAFETY: `a` names every rank's buffers for this backend, each sized for
+            // max_bytes >= bytes, and this rank's tensors (the caller's contract); `raw` is a
+            // stream of the kernels' context.
+            unsafe { k.launch(work, &a, &gpu.facts, raw) }
+                .map_err(|e| OpError::Call(e.to_string()))?;
+            if let (Some(s), true) = (&shared_out, copies) {
+                copy(output, s.ptr())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes every peer's buffers this rank opened, after draining its work. Before any rank
+    /// frees its own buffers every rank closes what it opened (CUDA leaves freeing memory a
+    /// peer still maps undefined), so the caller runs a barrier between this and the drop.
+    pub fn disconnect(&mut self) -> Result<(), OpError> {
+        self.gpu
+            .ctx
+            .synchronize("draining artune's allreduce calls")?;
+        for p in &mut self.bufs {
+            p.view = None;
+        }
+        self.imported.clear();
+        Ok(())
+    }
+
+    /// Backends whose barrier on this rank gave up waiting for a peer (the kernels record it
+    /// in the signal's status word and finish, with wrong results, rather than hang). Reads
+    /// device memory synchronously: a health check, not for every call.
+    pub fn failed(&self) -> Result<Vec<Backend>, OpError> {
+        let mut out = Vec::new();
+        dev(self.gpu.ctx.bind_to_thread(), "binding the CUDA context")?;
+        for p in &self.bufs {
+            let (.., sig) = p.own.spans();
+            let mut w = [0u8; 4];
+            dev(
+                sig.download(SIGNAL_STATUS_OFFSET, &mut w),
+                "reading barrier status",
+            )?;
+            if u32::from_le_bytes(w) != 0 {
+                out.push(p.backend);
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Drop for Op {
+    /// Waits (bounded) for queued work before anything is freed: the engine's stream may still
+    /// hold calls that use these buffers. A wait that expires poisons the context, which
+    /// then keeps the memory (driver::Ctx).
+    fn drop(&mut self) {
+        let _ = self
+            .gpu
+            .ctx
+            .synchronize("draining artune's allreduce calls");
+    }
+}
+
+/// The real-transfer check of a peer's mapping: the start of its signal, zeroed by its owner
+/// before it published the handle, reads back as zeros through P2P.
+fn check_reads_zero(signal: &Span) -> Result<(), String> {
+    let mut got = vec![0xa5u8; 256.min(signal.bytes())];
+    signal
+        .download(0, &mut got)
+        .map_err(|e| format!("reading its flags through P2P failed: {e}"))?;
+    match got.iter().all(|&b| b == 0) {
+        true => Ok(()),
+        false => Err("its flags read through P2P differ from what its owner wrote".into()),
+    }
+}
+
+/// How many of `bus_ids` (one per rank) name the GPU of the rank that shares it most: the
+/// `ranks_on_gpu` every rank plans with.
+pub fn ranks_per_gpu(bus_ids: &[String]) -> u32 {
+    bus_ids
+        .iter()
+        .map(|b| bus_ids.iter().filter(|x| *x == b).count())
+        .max()
+        .unwrap_or(1) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranks_sharing_a_gpu_are_counted_by_the_busiest_gpu() {
+        let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(ranks_per_gpu(&ids(&["a", "b", "c", "d"])), 1);
+        assert_eq!(ranks_per_gpu(&ids(&["a", "a", "a", "a"])), 4);
+        assert_eq!(ranks_per_gpu(&ids(&["a", "a", "b"])), 2);
+        assert_eq!(ranks_per_gpu(&[]), 1);
+    }
+
+    #[test]
+    fn without_a_driver_the_op_says_so() {
+        if super::super::visible_gpus() > 0 {
+            return;
+        }
+        let e = Op::open(0).err().unwrap();
+        assert!(
+            e.to_string().contains("driver") || e.to_string().contains("GPU"),
+            "{e}"
+        );
+    }
+}

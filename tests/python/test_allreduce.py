@@ -1,0 +1,322 @@
+"""artune.allreduce on a machine without a GPU: the real torch process groups (gloo, one process
+per rank) and artune's real routing and kernel-record checks; the device layer, which needs a
+GPU, is replaced by a fake that records what the op asks of it (it moves no data). What a GPU
+proves is in profiles/hardware/h200/ (the op's run script there)."""
+
+import json
+import logging
+import os
+import tempfile
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import artune
+from artune import allreduce
+from conftest import tune
+
+RECORD = {
+    "nvrtc": "13.0",
+    "target": "sm_90",
+    "programs": [{"program": "allreduce.cu", "source_sha256": "a" * 64,
+                  "image_sha256": "b" * 64}],
+}
+
+
+def _measured(src, dst, kernels=True):
+    with open(src) as f:
+        p = json.load(f)
+    p["simulated"] = False
+    p["fabric"] = "a simulated profile relabelled for tests"
+    if kernels:
+        p["kernels"] = [RECORD]
+    dst.write_text(json.dumps(p))
+    return str(dst)
+
+
+@pytest.fixture(scope="module")
+def measured(profiles, tmp_path_factory):
+    """Simulated profiles with a custom band, then NCCL, dressed as measured ones with a kernel
+    record: the pair (TP2) and four GPUs under one switch (TP4); the pair without the record
+    too, as older artune wrote them."""
+    tmp = tmp_path_factory.mktemp("op")
+    slow = "slow=nccl+nccl_ring_ll+nccl_ring_simple+nccl_tree_ll+nccl_tree_simple:4"
+    quad = tune(str(tmp), "pcie-4x-1switch", "--tp", "4", "--sim-faults", slow, name="quad")
+    return {
+        "measured": _measured(profiles["pair"], tmp / "measured.json"),
+        "quad": _measured(quad, tmp / "quad-measured.json"),
+        "old": _measured(profiles["pair"], tmp / "old.json", kernels=False),
+        "simulated": profiles["pair"],
+    }
+
+
+class Fake:
+    """The device layer's surface (artune._allreduce.AllreduceKernels), recording its calls.
+    `plot` makes it fail where a real one would: {"open": msg, "connect": msg} per rank, a
+    bus id per rank, and `launch` failing."""
+
+    plot: dict = {}
+
+    def __init__(self, rank):
+        self.rank = rank
+        self.calls = []
+        self.graph = False
+        self.routes = None
+
+    @classmethod
+    def open(cls, profile, ordinal):
+        rank = dist.get_rank()
+        why = cls.plot.get("open", {}).get(rank)
+        if why:
+            raise artune.ArtuneError(why)
+        return cls(rank)
+
+    @property
+    def bus_id(self):
+        return self.plot.get("bus", {}).get(self.rank, "0000:00:06.0")
+
+    def allocate(self, rank, world, ranks_on_gpu, routes):
+        self.routes = routes
+        self.calls.append(("allocate", rank, world, ranks_on_gpu, routes.buffers))
+        return f"handles of rank {rank}"
+
+    def connect(self, handles):
+        self.calls.append(("connect", list(handles)))
+        why = self.plot.get("connect", {}).get(self.rank)
+        if why:
+            raise artune.ArtuneError(why)
+
+    def memory(self):
+        return [(b, m, 1 << 20, 1 << 20) for b, m in self.routes.buffers]
+
+    def route(self, nbytes, graph):
+        # The real routing (artune's Routes over the profile), as the native op answers it.
+        b = self.routes.backend(nbytes, "graph" if graph else "eager")
+        return -1 if b is None else artune.backends().index(b)
+
+    def launch(self, code, inp, out, nbytes, stream, copies=True, repeat=1):
+        if self.plot.get("launch"):
+            raise artune.ArtuneError("scripted launch failure")
+        self.calls.append(("launch", artune.backends()[code], nbytes, self.graph))
+        self.pointers = (inp, out)
+
+    def failed(self):
+        return []
+
+    def disconnect(self):
+        self.calls.append(("disconnect",))
+
+    def stream(self):
+        return 0
+
+    def capturing(self):
+        return self.graph
+
+
+def _rank(rank, world, store, fn, args, out):
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
+                            world_size=world)
+    try:
+        result = fn(rank, *args)
+    finally:
+        dist.destroy_process_group()
+    with open(f"{out}.{rank}", "w") as f:
+        json.dump(result, f)
+
+
+def ranks(world, fn, *args):
+    """Runs fn(rank, *args) in `world` processes of one gloo group; returns their results."""
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "out")
+        mp.spawn(_rank, args=(world, os.path.join(d, "store"), fn, args, out), nprocs=world)
+        results = []
+        for r in range(world):
+            with open(f"{out}.{r}") as f:
+                results.append(json.load(f))
+        return results
+
+
+class Lines(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append((record.levelname, record.getMessage()))
+
+
+def _create(path, plot=None, **kw):
+    Fake.plot = plot or {}
+    log = logging.getLogger(f"engine-{dist.get_rank()}")
+    log.setLevel(logging.INFO)
+    h = Lines()
+    log.addHandler(h)
+    op = allreduce.Allreduce.create(dist.group.WORLD, path, logger=log, **kw)
+    return op, h.lines
+
+
+def _dispatch(rank, path):
+    op, lines = _create(path, _native=Fake)
+    assert op is not None, lines
+    p = artune.Profile.load(path)
+    seen = []
+    for graph in (False, True):
+        op._native.graph = graph
+        mode = "graph" if graph else "eager"
+        for nbytes in (1024, 4096, 65536, 1 << 20, 4 << 20, 64 << 20, 128 << 20):
+            t = torch.ones(nbytes // 2, dtype=torch.bfloat16)
+            choice = p.select(2, nbytes, mode)
+            want = choice is not None and choice.custom
+            got = op.should_run(t)
+            seen.append([mode, nbytes, want, got])
+            if got:
+                op.all_reduce(t)
+                assert op._native.calls[-1] == ("launch", choice.backend, nbytes, graph)
+    t = torch.ones(2048, dtype=torch.bfloat16)
+    others = [op.should_run(t.float()), op.should_run(t[::2]), op.should_run(t[1:-7])]
+    # In place: the kernel gets a tensor of its own to write, never its input.
+    assert op.all_reduce(t, out=t) is t
+    inp, out = op._native.pointers
+    assert inp == t.data_ptr() and out != inp
+    native = op._native
+    op.close()
+    return {"seen": seen, "others": others, "lines": lines,
+            "closed": native.calls[-1] == ("disconnect",) and not op.should_run(t)}
+
+
+def test_the_op_takes_the_sizes_the_profile_gives_its_kernels_and_no_others(measured):
+    for r in ranks(2, _dispatch, measured["measured"]):
+        for mode, nbytes, want, got in r["seen"]:
+            assert got == want, (mode, nbytes)
+        assert any(w for _, _, w, _ in r["seen"]) and not all(w for _, _, w, _ in r["seen"])
+        # Another dtype than the profile's, a strided view, a misaligned one: the engine's.
+        assert r["others"] == [False, False, False]
+        info = [m for lvl, m in r["lines"] if lvl == "INFO"]
+        assert len(info) == 1 and "TP2 bf16" in info[0], r["lines"]
+        assert r["closed"]
+
+
+def _exchange(rank, path, bus):
+    op, lines = _create(path, {"bus": bus}, _native=Fake)
+    return {"calls": op._native.calls if op else None, "lines": lines}
+
+
+def test_every_rank_connects_with_every_ranks_handles_in_rank_order(measured):
+    world = 4
+    buses = {r: f"0000:0{r}:00.0" for r in range(world)}
+    res = ranks(world, _exchange, measured["quad"], buses)
+    for r, got in enumerate(res):
+        allocate, connect = got["calls"]
+        assert allocate[1:4] == [r, world, 1]
+        assert connect == ["connect", [f"handles of rank {i}" for i in range(world)]]
+    # Ranks on one GPU (loopback) plan for sharing it, every one alike.
+    res = ranks(world, _exchange, measured["quad"], {0: "a", 1: "a", 2: "b", 3: "c"})
+    assert [g["calls"][0][3] for g in res] == [2] * world
+    res = ranks(2, _exchange, measured["measured"], {})
+    assert [g["calls"][0][3] for g in res] == [2, 2]
+
+
+def _refused(rank, path, plot, kw):
+    native = {"fake": Fake, "real": allreduce.AllreduceKernels}
+    kw = {k: native.get(v, v) for k, v in kw.items()}
+    op, lines = _create(path, plot, **kw)
+    return {"op": op is not None, "lines": lines}
+
+
+@pytest.mark.parametrize("where", ["open", "connect"])
+def test_one_ranks_failure_leaves_every_rank_on_the_engines_path(measured, where):
+    plot = {where: {1: "GPU 1 could not open rank 0's flags (no P2P)"}}
+    for r in ranks(2, _refused, measured["measured"], plot, {"_native": "fake"}):
+        assert not r["op"]
+        assert len(r["lines"]) == 1, r["lines"]
+        lvl, msg = r["lines"][0]
+        assert lvl == "WARNING" and "rank 1: GPU 1 could not open" in msg, msg
+        assert msg.endswith("the engine keeps its own allreduce")
+
+
+def test_a_profile_without_kernel_hashes_or_a_gpu_is_refused_in_one_line(measured):
+    # The real device layer: an older profile is refused before any GPU is touched.
+    for r in ranks(2, _refused, measured["old"], {}, {}):
+        assert not r["op"] and len(r["lines"]) == 1, r["lines"]
+        msg = r["lines"][0][1]
+        if torch.cuda.is_available():
+            assert "records no kernel hashes" in msg, msg
+        else:
+            assert "torch sees no CUDA device" in msg, msg
+    for r in ranks(2, _refused, measured["old"], {}, {"_native": "real"}):
+        assert "records no kernel hashes" in r["lines"][0][1], r["lines"]
+    # A simulated profile records none either.
+    for r in ranks(2, _refused, measured["simulated"], {}, {"_native": "real"}):
+        assert "records no kernel hashes" in r["lines"][0][1], r["lines"]
+    # With the hashes, the real device layer finds no driver here.
+    for r in ranks(2, _refused, measured["measured"], {}, {"_native": "real"}):
+        assert not r["op"] and len(r["lines"]) == 1
+        if not os.path.exists("/dev/nvidiactl"):
+            assert "driver" in r["lines"][0][1] or "GPU" in r["lines"][0][1], r["lines"]
+
+
+def test_what_the_profile_does_not_route_is_refused_in_one_line(measured, profiles):
+    # TP3: no group; the plain pair: NCCL at every size.
+    for r in ranks(3, _refused, measured["measured"], {}, {"_native": "fake"}):
+        assert not r["op"] and "has no TP3 group" in r["lines"][0][1], r["lines"]
+    for r in ranks(2, _refused, profiles["pair_nccl"], {}, {"_native": "fake"}):
+        assert not r["op"] and "chooses no custom kernel" in r["lines"][0][1], r["lines"]
+
+
+def _failing_launch(rank, path):
+    op, _ = _create(path, _native=Fake)
+    log = logging.getLogger(f"engine-{rank}")
+    h = Lines()
+    log.addHandler(h)
+    Fake.plot = {"launch": True}
+    t = torch.full((2048,), float(rank + 1), dtype=torch.bfloat16)
+    assert op.should_run(t)
+    out = op.all_reduce(t)
+    return {"sum": out.float().tolist()[:4], "after": op.should_run(t), "lines": h.lines}
+
+
+def test_a_failing_launch_falls_back_to_the_groups_own_allreduce_once(measured):
+    for r in ranks(2, _failing_launch, measured["measured"]):
+        assert r["sum"] == [3.0] * 4
+        assert r["after"] is False
+        assert len(r["lines"]) == 1 and "are off from now on" in r["lines"][0][1]
+
+
+def _no_exchange(rank, path):
+    def broken(*a, **k):
+        raise RuntimeError("connection reset by peer")
+
+    dist.all_gather_object, saved = broken, dist.all_gather_object
+    try:
+        op, lines = _create(path, _native=Fake)
+    finally:
+        dist.all_gather_object = saved
+    return {"op": op is not None, "lines": lines}
+
+
+def test_a_group_that_cannot_exchange_handles_leaves_the_engines_path(measured):
+    for r in ranks(2, _no_exchange, measured["measured"]):
+        assert not r["op"] and len(r["lines"]) == 1
+        assert "could not exchange handles (RuntimeError: connection reset" in r["lines"][0][1]
+    log = logging.getLogger("no-group")
+    h = Lines()
+    log.addHandler(h)
+    assert allreduce.Allreduce.create(None, measured["measured"], logger=log) is None
+    assert len(h.lines) == 1 and "process group cannot be read" in h.lines[0][1]
+
+
+def test_routes_match_the_selector_and_force_sizes_as_the_tune(measured):
+    p = artune.Profile.load(measured["measured"])
+    r = allreduce.Routes.from_profile(p, 2)
+    for mode in ("graph", "eager"):
+        for nbytes in (4096, 1 << 20, 64 << 20):
+            c = p.select(2, nbytes, mode)
+            assert r.backend(nbytes, mode) == (c.backend if c and c.custom else None)
+    f = allreduce.Routes.forced(p, 2, "two_stage_push")
+    ((b, up_to),) = f.buffers
+    assert b == "two_stage_push" and up_to == 64 << 20  # the tune's largest size
+    with pytest.raises(artune.BadInputError):
+        allreduce.Routes.forced(p, 2, "nccl")
+    assert allreduce.ranks_per_gpu(["a", "a", "b"]) == 2
