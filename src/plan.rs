@@ -351,8 +351,37 @@ pub fn placements(t: &Topology, tp: usize, max: usize, given: Option<&[usize]>) 
     out
 }
 
+/// Medians within this share of each other are taken as the same code path: NCCL running the
+/// pinned variant it chose itself. Beyond twice it, clearly another.
+const TWIN: f64 = 0.02;
+
+/// The pinned NCCL variants NCCL's own choice may have run at one size, recognised by their
+/// time: those whose median is within [`TWIN`] of `nccl`'s (more than one where pins tie), and
+/// those clearly not (beyond twice it), as masks over [`Backend::ALL`].
+fn nccl_twins(results: &BTreeMap<Backend, Timing>) -> (u64, u64) {
+    let Some(own) = results.get(&Backend::Nccl).map(|t| t.median_us) else {
+        return (0, 0);
+    };
+    let mut masks = (0, 0);
+    for (b, t) in results.iter().filter(|(b, _)| b.nccl_pin().is_some()) {
+        let Some(i) = Backend::ALL.iter().position(|x| x == b) else {
+            continue;
+        };
+        let gap = (t.median_us / own - 1.0).abs();
+        if gap <= TWIN {
+            masks.0 |= 1 << i;
+        } else if gap > 2.0 * TWIN {
+            masks.1 |= 1 << i;
+        }
+    }
+    masks
+}
+
 /// Sizes to measure next: midpoints where the choice changes between neighbouring sizes,
-/// until neighbours are within one step ([`within_step`]) of each other.
+/// or where NCCL's own choice changes its algorithm or protocol, seen as NCCL matching a pin
+/// at one end that it clearly does not match at the other (its tuning model switches where it
+/// predicts, and a pinned variant can beat it anywhere between where it truly wins and that
+/// switch, though both ends agree), until neighbours are within one step ([`within_step`]).
 pub fn refine_points(
     cells: &BTreeMap<u64, BTreeMap<Backend, Timing>>,
     disqualified: &BTreeMap<Backend, String>,
@@ -361,23 +390,34 @@ pub fn refine_points(
     winner: Winner,
 ) -> Vec<u64> {
     let align = alignment(ranks.n, dtype);
-    let eligible: BTreeMap<u64, BTreeMap<Backend, Timing>> = cells
-        .iter()
-        .map(|(&bytes, r)| {
-            let r = r
-                .iter()
-                .filter(|(b, _)| !disqualified.contains_key(b))
-                .map(|(b, t)| (*b, *t))
-                .collect();
-            (bytes, r)
-        })
-        .collect();
-    let chosen = winner(&eligible, ranks);
+    // Every backend is eligible unless one was disqualified: then the cells without it.
+    let filtered;
+    let eligible = if disqualified.is_empty() {
+        cells
+    } else {
+        filtered = cells
+            .iter()
+            .map(|(&bytes, r)| {
+                let r = r
+                    .iter()
+                    .filter(|(b, _)| !disqualified.contains_key(b))
+                    .map(|(b, t)| (*b, *t))
+                    .collect();
+                (bytes, r)
+            })
+            .collect::<BTreeMap<u64, BTreeMap<Backend, Timing>>>();
+        &filtered
+    };
+    let chosen = winner(eligible, ranks);
     let sizes: Vec<u64> = cells.keys().copied().collect();
+    let twins: Vec<(u64, u64)> = sizes.iter().map(|s| nccl_twins(&eligible[s])).collect();
     let mut out = Vec::new();
-    for w in sizes.windows(2) {
+    for (i, w) in sizes.windows(2).enumerate() {
         let (a, b) = (w[0], w[1]);
-        if chosen.get(&a) == chosen.get(&b) {
+        let ((x, x_off), (y, y_off)) = (twins[i], twins[i + 1]);
+        // NCCL matched a pin at one end that it clearly does not match at the other.
+        let switched = x != 0 && y != 0 && (x & y_off != 0 || y & x_off != 0);
+        if chosen.get(&a) == chosen.get(&b) && !switched {
             continue;
         }
         if let Some(mid) = split(a, b, align).filter(|m| !cells.contains_key(m)) {
@@ -443,6 +483,71 @@ mod tests {
             Ranks::flat(8),
             Dtype::Bf16,
             crate::decide::winner
+        )
+        .is_empty());
+    }
+
+    #[test]
+    fn refinement_bisects_where_nccl_switches_protocol() {
+        // NCCL agrees with its ring/LL pin at 1 MiB and its ring/Simple pin at 2 MiB: its
+        // model switched protocol in between, where Simple may already win.
+        let at = |nccl: f64, ll: f64, simple: f64| -> BTreeMap<Backend, Timing> {
+            [
+                (Backend::Nccl, t(nccl, 0.5)),
+                (Backend::NcclRingLl, t(ll, 0.5)),
+                (Backend::NcclRingSimple, t(simple, 0.5)),
+            ]
+            .into()
+        };
+        let cells: BTreeMap<u64, BTreeMap<Backend, Timing>> = [
+            (1 << 20, at(100.0, 100.2, 97.0)),
+            (2 << 20, at(150.0, 190.0, 150.3)),
+        ]
+        .into();
+        let winner = crate::decide::winner;
+        assert_eq!(
+            refine_points(
+                &cells,
+                &BTreeMap::new(),
+                Ranks::flat(8),
+                Dtype::Bf16,
+                winner
+            ),
+            vec![3 << 19]
+        );
+        // Two pins tie with NCCL at one end, one of them alone at the other: NCCL may have
+        // switched from the other, so look in between.
+        let tied: BTreeMap<u64, BTreeMap<Backend, Timing>> = [
+            (1 << 20, at(100.0, 100.2, 99.9)),
+            (2 << 20, at(150.0, 190.0, 150.3)),
+        ]
+        .into();
+        assert_eq!(
+            refine_points(&tied, &BTreeMap::new(), Ranks::flat(8), Dtype::Bf16, winner),
+            vec![3 << 19]
+        );
+        // The same code path at both ends: nothing to look for in between.
+        let same: BTreeMap<u64, BTreeMap<Backend, Timing>> = [
+            (1 << 20, at(100.0, 100.2, 97.0)),
+            (2 << 20, at(190.0, 190.3, 200.0)),
+        ]
+        .into();
+        assert!(
+            refine_points(&same, &BTreeMap::new(), Ranks::flat(8), Dtype::Bf16, winner).is_empty()
+        );
+        // A tied pin drifting just past the twin share at the other end, not clearly away:
+        // noise, not a switch, so nothing to look for.
+        let drift: BTreeMap<u64, BTreeMap<Backend, Timing>> = [
+            (1 << 20, at(100.0, 100.2, 101.9)),
+            (2 << 20, at(150.0, 150.2, 154.5)),
+        ]
+        .into();
+        assert!(refine_points(
+            &drift,
+            &BTreeMap::new(),
+            Ranks::flat(8),
+            Dtype::Bf16,
+            winner
         )
         .is_empty());
     }

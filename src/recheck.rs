@@ -474,19 +474,21 @@ mod tests {
         crate::tune::run(&mut f, &o, &mut |_| {}).unwrap()
     }
 
-    /// Four GPUs under one switch: NCCL's own choice serves the largest sizes there (from
-    /// 832K), so a check sees NCCL decide a size; on [`PRESET`] a pinned ring band runs through.
+    /// TP4 inside one switch of the two-switch box, from 64K (below it a kernel wins, and its
+    /// crossover to NCCL sits at the model band's edge): NCCL's own choice serves most sizes
+    /// there, with a pinned ring/Simple band through it, so NCCL's phases decide choices.
     const PHASES_PRESET: &str = "pcie-8x-2switch";
 
-    /// A graph profile of TP4 on `preset` tuned while `phased` ran 1.3x slower in every other
-    /// run of 300 fabric calls: a host whose phases outlast one size's samples.
-    fn tuned_in_phases(preset: &str, phased: Backend) -> Profile {
+    /// A graph profile of TP4 on `preset` from `min_bytes` to 4M tuned while `phased` ran 1.3x
+    /// slower in every other run of 300 fabric calls: a host whose phases outlast one size's
+    /// samples.
+    fn tuned_in_phases(preset: &str, phased: Backend, min_bytes: u64) -> Profile {
         let t = presets::get(preset).unwrap();
         let faults = Faults::parse(&format!("phases={}:1.3:300", phased.id())).unwrap();
         let mut f = SimFabric::new(t, 1).with_faults(faults);
         let o = crate::tune::Options {
             tp: vec![4],
-            min_bytes: 4096,
+            min_bytes,
             max_bytes: 4 << 20,
             placements_per_tp: 1,
             modes: vec![crate::allreduce::Mode::Graph],
@@ -504,7 +506,7 @@ mod tests {
 
     #[test]
     fn the_tune_records_how_far_a_backend_moved_while_it_was_measured() {
-        let g = &tuned_in_phases(PRESET, Backend::Nccl).groups[0];
+        let g = &tuned_in_phases(PRESET, Backend::Nccl, 4096).groups[0];
         assert!(
             (0.2..0.4).contains(&g.drift[&Backend::Nccl]),
             "{:?}",
@@ -520,9 +522,9 @@ mod tests {
 
     #[test]
     fn a_backend_moving_as_far_as_it_did_while_tuned_is_not_a_changed_machine() {
-        // The pinned variant this box chooses at its small sizes, so its phases decide choices.
-        let phased = Backend::NcclTreeLl;
-        let p = tuned_in_phases(PHASES_PRESET, phased);
+        // NCCL's own choice serves most sizes there, so its phases decide choices.
+        let phased = Backend::Nccl;
+        let p = tuned_in_phases(PHASES_PRESET, phased, 64 << 10);
         assert!(p.groups[0].buckets.iter().any(|b| b.choice == phased));
         let slow = |x: f64| format!("slow={}:{x}", phased.id());
         // Steady at the slow phase's time for the whole check: it moved as far when tuned.
@@ -547,7 +549,7 @@ mod tests {
 
     #[test]
     fn a_slowed_kernel_is_named_though_its_rival_moved_while_tuned() {
-        let p = tuned_in_phases(PRESET, Backend::Nccl);
+        let p = tuned_in_phases(PRESET, Backend::Nccl, 4096);
         let chosen = p.groups[0].buckets[0].choice;
         assert!(chosen.is_custom(), "{chosen:?}");
         let pts = check_with(PRESET, &p, &format!("slow={}:3", chosen.id()));

@@ -465,46 +465,54 @@ fn a_downtrained_link_is_caught_by_the_measured_check() {
     }
 }
 
-/// A profile tuned while NCCL's tree/LL ran 1.3x slower in every other run of 300 fabric calls
-/// (a host whose phases outlast one size's samples) records how far it moved; checked while it
-/// stays in the slow phase, it holds and says why (four GPUs under one switch, where tree/LL
-/// serves the small sizes), and a chosen kernel made 3x slower is still named (the
-/// direct-attached box, where a kernel serves the smallest).
+/// A profile tuned while NCCL ran 1.3x slower in every other run of 300 fabric calls (a host
+/// whose phases outlast one size's samples) records how far it moved; checked while it stays
+/// in the slow phase, it holds and says why (four GPUs under one switch from 64K, where NCCL's
+/// own choice serves), and a chosen kernel made 3x slower is still named (the direct-attached
+/// box, where a kernel serves the smallest).
 #[test]
 fn a_backend_moving_as_it_did_while_tuned_holds_and_a_slowed_kernel_does_not() {
     let dir = tempfile::tempdir().unwrap();
-    let args = |preset: &'static str| {
+    let args = |preset: &'static str, sizes: &'static str| {
         [
             "--sim",
             preset,
             "--tp",
             "4",
             "--sizes",
-            "4K:4M",
+            sizes,
             "--no-contention",
             "--mode",
             "graph",
             "--sim-faults",
-            "phases=nccl_tree_ll:1.3:300",
+            "phases=nccl:1.3:300",
         ]
     };
-    let p = tuned(dir.path(), "phases.json", &args("pcie-4x-1switch"));
+    let p = tuned(
+        dir.path(),
+        "phases.json",
+        &args("pcie-4x-1switch", "64K:4M"),
+    );
     let p = p.to_str().unwrap();
     let shown = artune(&["show", p]);
     let shown = text(&shown.stdout);
     assert!(
-        shown.contains("moved while tuned") && shown.contains("nccl_tree_ll up to 3"),
+        shown.contains("moved while tuned") && shown.contains("nccl up to 3"),
         "{shown}"
     );
-    let o = check_measured_on(p, "pcie-4x-1switch", Some("slow=nccl_tree_ll:1.3"));
+    let o = check_measured_on(p, "pcie-4x-1switch", Some("slow=nccl:1.3"));
     let out = text(&o.stdout);
     assert_eq!(o.status.code(), Some(0), "{out}{}", text(&o.stderr));
     assert!(
         out.contains("within the variation this machine showed when tuned (")
-            && out.contains("nccl_tree_ll by up to 3"),
+            && out.contains("nccl by up to 3"),
         "{out}"
     );
-    let p = tuned(dir.path(), "kernel.json", &args("pcie-8x-direct-2socket"));
+    let p = tuned(
+        dir.path(),
+        "kernel.json",
+        &args("pcie-8x-direct-2socket", "4K:4M"),
+    );
     let p = p.to_str().unwrap();
     let profile = artune::profile::Profile::load(std::path::Path::new(p)).unwrap();
     let first = profile.groups[0].buckets[0].choice;

@@ -127,9 +127,9 @@ fn select_and_why_answer_for_the_placement_asked_and_name_it() {
         assert_eq!(o.status.code(), Some(0), "{args:?}: {}", text(&o.stderr));
         serde_json::from_str(&text(&o.stdout)).unwrap()
     };
-    let default = json(&["select", p, "--tp", "2", "--bytes", "128K", "--json"]);
+    let default = json(&["select", p, "--tp", "2", "--bytes", "16K", "--json"]);
     let across = json(&[
-        "select", p, "--tp", "2", "--bytes", "128K", "--gpus", "3,4", "--json",
+        "select", p, "--tp", "2", "--bytes", "16K", "--gpus", "3,4", "--json",
     ]);
     assert_eq!(default["gpus"], serde_json::json!([0, 1]));
     assert_eq!(default["other_placements"], serde_json::json!([[3, 4]]));
@@ -138,11 +138,11 @@ fn select_and_why_answer_for_the_placement_asked_and_name_it() {
         across["placement"],
         "2 root ports, 2 root complexes, 2 sockets"
     );
-    // At 128K the two placements choose differently (NCCL's ring with Simple on one socket,
-    // NCCL's own choice across sockets): the answer depends on the GPUs asked.
+    // At 16K the two placements choose differently (NCCL's own choice on one socket, its
+    // ring/LL pin across sockets): the answer depends on the GPUs asked.
     assert_ne!(default["backend"], across["backend"], "{default} {across}");
     // Text: the backend alone on stdout, the group it answered for on stderr.
-    let o = artune(&["select", p, "--tp", "2", "--bytes", "128K"]);
+    let o = artune(&["select", p, "--tp", "2", "--bytes", "16K"]);
     assert_eq!(text(&o.stdout).trim(), default["backend"].as_str().unwrap());
     let err = text(&o.stderr);
     assert!(
@@ -152,7 +152,7 @@ fn select_and_why_answer_for_the_placement_asked_and_name_it() {
     );
     // why explains the same group select answered for.
     let w = json(&[
-        "why", p, "--tp", "2", "--bytes", "128K", "--gpus", "3,4", "--json",
+        "why", p, "--tp", "2", "--bytes", "16K", "--gpus", "3,4", "--json",
     ]);
     assert_eq!(w["gpus"], serde_json::json!([3, 4]));
     assert_eq!(w["chosen"], across["backend"]);
@@ -345,7 +345,9 @@ fn predict_interpolates_between_buckets_and_follows_select_below_them() {
         ms.windows(2).all(|w| w[1] != w[0] && w[1] > 0.95 * w[0]),
         "{ms:?}"
     );
-    assert!(ms[ms.len() - 1] > 1.2 * ms[0], "{ms:?}");
+    // NCCL's LL steps overlap their data (C1: 17.3 µs at 4 KB, 25.0 at 256 KB), so 3 to 16
+    // tokens (43 KB to 229 KB) add a tenth or more, not much more.
+    assert!(ms[ms.len() - 1] > 1.1 * ms[0], "{ms:?}");
     // At a measured size the prediction is the measurement select reports.
     let sel = artune(&["select", p, "--tp", "8", "--bytes", "32K", "--json"]);
     let sel: serde_json::Value = serde_json::from_str(&text(&sel.stdout)).unwrap();

@@ -71,6 +71,13 @@ fn live_workers() -> Vec<String> {
 
 fn open_or_skip(test: &str, k: usize) -> Option<(MutexGuard<'static, ()>, CudaFabric)> {
     let guard = GPU.lock().unwrap_or_else(|p| p.into_inner());
+    // With RUST_LOG set, the coordinator's and the workers' lines (a hang shows where it is).
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
     // Skipped only when CUDA sees no GPU at all; on a GPU machine a failing open fails.
     if artune::fabric::cuda::visible_gpus() == 0 {
         skip(format!(
@@ -278,7 +285,7 @@ fn gpu_island_kernels_verify_bit_exactly_in_virtual_islands_or_skip() {
 
 #[test]
 fn gpu_island_kernels_replay_in_graphs_and_across_worker_processes_or_skip() {
-    let Some((_gpu, mut f)) = open_or_skip("gpu_island_kernels_replay", 8) else {
+    let Some((gpu, mut f)) = open_or_skip("gpu_island_kernels_replay", 8) else {
         return;
     };
     let max = 4 << 20;
@@ -291,6 +298,7 @@ fn gpu_island_kernels_replay_in_graphs_and_across_worker_processes_or_skip() {
         f.orient(&d).unwrap();
         for b in islands() {
             for bytes in [4096u64, 4098, 1 << 20, max] {
+                eprintln!("{b} at {bytes}, inside {:?} across {:?}", d.inside, d.across);
                 seed += 1;
                 correct(
                     f.verify_with(b, bytes, seed, Mode::Eager, 25).unwrap(),
@@ -308,8 +316,10 @@ fn gpu_island_kernels_replay_in_graphs_and_across_worker_processes_or_skip() {
     }
     // The real-machine path: each worker process opens the others' handles by IPC and
     // launches only its own rank.
+    // The GPU's lock goes with the first fabric: open_or_skip takes it again.
     drop(f);
-    let Some((_gpu2, mut f)) = open_or_skip("gpu_island_kernels_each_rank", 4) else {
+    drop(gpu);
+    let Some((_gpu, mut f)) = open_or_skip("gpu_island_kernels_each_rank", 4) else {
         return;
     };
     f.set_launch_each(true);
@@ -320,6 +330,7 @@ fn gpu_island_kernels_replay_in_graphs_and_across_worker_processes_or_skip() {
     for d in orientations() {
         f.orient(&d).unwrap();
         for b in islands() {
+            eprintln!("{b}, each rank launched by its own process ({d:?})");
             correct(
                 f.verify_with(b, 64 << 10, 7, Mode::Eager, 3).unwrap(),
                 &format!("{b} with one launching process per rank ({d:?})"),

@@ -159,44 +159,62 @@ fn c2_direct_attach_crossover_and_contention() {
     assert!(within(all.per_gpu_gbps, 23.5, 0.2), "{all:?}");
 }
 
-/// Four GPUs behind one switch: the simulated custom kernels are faster than NCCL up to
-/// 256K, but a simulated kernel wins over simulated NCCL only beyond both model bands (`show`
-/// prints them). A one-shot crosses about three hops (barrier, data, barrier) where NCCL's
-/// ring crosses 2(N-1) = 6, so at decode sizes it is 1.3-2x faster: less than the two bands
-/// apart (NCCL's x0.61-x1.64 alone), so NCCL serves every size and `show` says "not sure".
+/// Four GPUs behind one switch, as published: a one-shot crosses about three hops where
+/// NCCL's ring crosses 2(N−1) = 6 and pays NCCL's per-operation cost, so at decode sizes the
+/// one-stage kernels win by 1.4-4.9x (rtx6kpro hardware/asus-esc8000a-e13p-broadcom-switches.md,
+/// 4 GPUs: 2.3x at 256 B, 2.1x at 4 KB, 1.4x at 32 KB; hardware/wrx90-cpayne-2switch-flat.md,
+/// TP4 on one switch: 4.3x at 1 KB, 2.8x at 16 KB, 1.4x at 64 KB). A small message's band is
+/// its fixed costs', so there the kernel wins beyond both bands and the profile chooses it;
+/// where its bytes weigh, the kernel-contention band (C5 against R1, out of sample) leaves it
+/// open, and `show` names those sizes as not sure; at 1 MB NCCL wins outright. The same holds
+/// for a TP4 group inside one switch of the story's box.
 #[test]
-fn four_gpus_under_one_switch_prefer_custom_only_beyond_the_model_band() {
-    let (p, _) = tuned(
-        "pcie-4x-1switch",
-        &["--tp", "4", "--sizes", "1K:1M", "--mode", "graph"],
-    );
-    let g = group(&p, &[0, 1, 2, 3], Mode::Graph);
-    for b in g.buckets.iter().filter(|b| b.bytes <= 256 << 10) {
-        let custom = b.results.iter().filter(|(k, _)| k.is_custom());
-        let (_, fastest) = custom
-            .min_by(|x, y| x.1.median_us.total_cmp(&y.1.median_us))
-            .expect("custom kernels measured");
-        let c = fastest.model.as_ref().expect("custom has a model band");
-        let nccl = &b.results[&Backend::Nccl];
-        let n = nccl.model.as_ref().expect("nccl has a model band");
-        assert!(
-            fastest.median_us < nccl.median_us,
-            "at {} custom is not faster than NCCL",
-            b.bytes
+fn four_gpus_under_one_switch_choose_custom_where_it_wins_beyond_the_bands() {
+    // The 4-GPU box, and the TP4 group inside one switch of the story's box.
+    for preset in ["pcie-4x-1switch", "pcie-8x-2switch"] {
+        let (p, path) = tuned(
+            preset,
+            &["--tp", "4", "--sizes", "1K:1M", "--mode", "graph"],
         );
-        // Within the bands: the custom interval's top reaches past NCCL's bottom.
-        assert!(
-            fastest.median_us * c.high > nccl.median_us * n.low,
-            "at {} custom {} is beyond NCCL {}'s band",
-            b.bytes,
-            fastest.median_us,
-            nccl.median_us
-        );
-        assert!(!b.choice.is_custom(), "at {} chose {}", b.bytes, b.choice);
-        if b.bytes <= 8 << 10 {
-            let ratio = nccl.median_us / fastest.median_us;
-            assert!((1.3..=2.0).contains(&ratio), "at {}: {ratio}", b.bytes);
+        let g = group(&p, &[0, 1, 2, 3], Mode::Graph);
+        let fastest_custom = |b: &artune::profile::Bucket| {
+            b.results
+                .iter()
+                .filter(|(k, _)| k.is_custom())
+                .map(|(_, t)| t.median_us)
+                .fold(f64::INFINITY, f64::min)
+        };
+        for b in g.buckets.iter().filter(|b| b.bytes <= 4 << 10) {
+            assert!(
+                b.choice.is_custom(),
+                "{preset} at {} chose {}",
+                b.bytes,
+                b.choice
+            );
+            let ratio = b.results[&Backend::Nccl].median_us / fastest_custom(b);
+            assert!(
+                (1.4..=4.9).contains(&ratio),
+                "{preset} at {}: {ratio}",
+                b.bytes
+            );
         }
+        let unsure: Vec<u64> = g
+            .buckets
+            .iter()
+            .filter(|b| !b.choice.is_custom() && b.bytes <= 256 << 10)
+            .filter(|b| fastest_custom(b) * 1.05 < b.results[&b.choice].median_us)
+            .map(|b| b.bytes)
+            .collect();
+        assert!(!unsure.is_empty(), "{preset}: no size left open");
+        let last = g.buckets.last().unwrap();
+        assert!(
+            !last.choice.is_custom(),
+            "{preset} at 1 MB chose {}",
+            last.choice
+        );
+        let o = artune(&["show", path.to_str().unwrap()]);
+        let shown = String::from_utf8_lossy(&o.stdout);
+        assert!(shown.contains("not sure"), "{preset}: {shown}");
     }
 }
 

@@ -409,27 +409,65 @@ fn model_lines(g: &GroupProfile, out: &mut String) {
         "  model error (simulated; docs/MODEL-ERROR.md): NCCL x{:.2}-x{:.2}{c}; a choice of custom is sure beyond it",
         n.0, n.1
     );
+    if let Some(line) = not_sure(g) {
+        let _ = writeln!(out, "  {line}");
+    }
+}
+
+/// Where a custom kernel is modelled faster than the choice but within the model's error: the
+/// sizes, in spans of neighbouring sizes, the kernels and the choices they were measured
+/// against, and the measurement that settles it (a tune on the machine, which has no model
+/// error).
+fn not_sure(g: &GroupProfile) -> Option<String> {
     let passed = passed_over(g);
-    let unsure: Vec<&Bucket> = g
-        .buckets
-        .iter()
-        .filter(|b| !b.choice.is_custom())
-        .filter(|b| {
-            passed.iter().any(|(bytes, k, why)| {
+    // The fastest custom kernel passed over at `b` for lying within the model's error.
+    let faster = |b: &Bucket| -> Option<Backend> {
+        passed
+            .iter()
+            .filter(|(bytes, k, why)| {
                 *bytes == b.bytes && k.is_custom() && *why == PassedOver::WithinModel
             })
-        })
-        .collect();
-    if let (Some(a), Some(z)) = (unsure.first(), unsure.last()) {
-        let _ = writeln!(
-            out,
-            "  not sure: at {} of the sizes {}–{} a custom kernel is modelled faster than {}, but within the model's error; measure on the machine to decide",
-            unsure.len(),
-            fmt_bytes(a.bytes),
-            fmt_bytes(z.bytes),
-            a.choice
-        );
+            .map(|(_, k, _)| *k)
+            .min_by(|x, y| b.results[x].median_us.total_cmp(&b.results[y].median_us))
+    };
+    let mut spans: Vec<(u64, u64)> = Vec::new();
+    let (mut kernels, mut choices) = (Vec::new(), Vec::new());
+    let mut open = false;
+    for b in &g.buckets {
+        match faster(b).filter(|_| !b.choice.is_custom()) {
+            Some(k) => {
+                match spans.last_mut() {
+                    Some(last) if open => last.1 = b.bytes,
+                    _ => spans.push((b.bytes, b.bytes)),
+                }
+                open = true;
+                for (list, x) in [(&mut kernels, k), (&mut choices, b.choice)] {
+                    if !list.contains(&x) {
+                        list.push(x);
+                    }
+                }
+            }
+            None => open = false,
+        }
     }
+    let (first, last) = (spans.first()?.0, spans.last()?.1);
+    // As `--sizes` reads them: whole KiB (or MiB) around the span, bytes below 1 KiB.
+    let arg = |b: u64, up: bool| match b {
+        b if b < 1024 => b.to_string(),
+        b if b % (1 << 20) == 0 => format!("{}M", b >> 20),
+        b => format!("{}K", if up { b.div_ceil(1024) } else { b / 1024 }),
+    };
+    let sizes: Vec<String> = spans.iter().map(|&(a, z)| fmt_span(a, z)).collect();
+    let names = |l: &[Backend]| l.iter().map(|b| b.id()).collect::<Vec<_>>().join(" or ");
+    Some(format!(
+        "not sure at {}: {} modelled faster than {}, but within the model's error; `artune tune --tp {} --sizes {}:{}` on the machine settles it",
+        sizes.join(", "),
+        names(&kernels),
+        names(&choices),
+        g.tp,
+        arg(first, false),
+        arg(last, true)
+    ))
 }
 
 /// Groups with islands: how they split and which way each phase moved data, and where an
@@ -938,6 +976,45 @@ mod tests {
         let j = summary_json(&p);
         assert_eq!(j["phases"]["startup_s"], 1.5);
         assert_eq!(j["assumed"][0], p.assumed[0].as_str());
+    }
+
+    #[test]
+    fn not_sure_names_its_sizes_the_kernels_and_the_tune_that_settles_it() {
+        let mut g = crate::profile::tests::fixture().groups[0].clone();
+        // Simulated times: each with a band of a factor of two either way.
+        for t in g.buckets.iter_mut().flat_map(|b| b.results.iter_mut()) {
+            t.1.model = Some(crate::profile::ModelBand {
+                low: 0.5,
+                high: 2.0,
+                assumed: false,
+                family: Some(if t.0.is_custom() {
+                    crate::profile::ModelFamily::Custom
+                } else {
+                    crate::profile::ModelFamily::Nccl
+                }),
+            });
+        }
+        let kernel_faster = |b: &mut Bucket, us: f64| {
+            b.choice = Backend::Nccl;
+            b.results.get_mut(&Backend::OneStagePull).unwrap().median_us = us;
+        };
+        // 4K and 8K open (the kernel modelled faster than NCCL's 20 µs), 16K not.
+        kernel_faster(&mut g.buckets[0], 15.0);
+        kernel_faster(&mut g.buckets[1], 12.0);
+        let line = not_sure(&g).unwrap();
+        assert_eq!(
+            line,
+            "not sure at 4K–8K: one_stage_pull modelled faster than nccl, but within the model's error; `artune tune --tp 2 --sizes 4K:8K` on the machine settles it"
+        );
+        // Spans apart are named apart, and the tune covers both.
+        kernel_faster(&mut g.buckets[1], 25.0);
+        kernel_faster(&mut g.buckets[2], 10.0);
+        let line = not_sure(&g).unwrap();
+        assert!(line.starts_with("not sure at 4K, 16K:"), "{line}");
+        assert!(line.contains("--sizes 4K:16K"), "{line}");
+        kernel_faster(&mut g.buckets[0], 25.0);
+        kernel_faster(&mut g.buckets[2], 25.0);
+        assert_eq!(not_sure(&g), None);
     }
 
     #[test]

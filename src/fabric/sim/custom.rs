@@ -19,7 +19,7 @@
 
 use std::collections::HashMap;
 
-use super::kernel::{FLAG_POLL_US, KERNEL_PROLOGUE_US as PROLOGUE_US};
+use super::kernel::FLAG_POLL_US;
 use super::net::{Engine, Flow, Net, Route};
 use crate::allreduce::{Directions, Islands, Part, Peers, Plane};
 use crate::fabric::{Backend, Direction};
@@ -48,6 +48,8 @@ pub struct Custom {
     n: usize,
     island: usize,
     patterns: HashMap<PeersKey, Pattern>,
+    /// The kernel's prologue, µs (calibration: C2's 1 KB one-shot).
+    prologue_us: f64,
 }
 
 /// `Peers` as a map key.
@@ -154,6 +156,7 @@ impl Custom {
             n,
             island,
             patterns,
+            prologue_us: net.calibration().kernel_prologue_us,
         }
     }
 
@@ -202,7 +205,7 @@ impl Custom {
         let Some(first) = phases.first() else {
             return f64::NAN;
         };
-        let mut t = PROLOGUE_US + self.barrier(first.peers);
+        let mut t = self.prologue_us + self.barrier(first.peers);
         for (i, ph) in phases.iter().enumerate() {
             let d = dir(ph.peers);
             let part = self.part(ph.part, bytes as f64);

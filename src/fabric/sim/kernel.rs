@@ -24,25 +24,12 @@
 //! Gen4 single hop: 99%). What a topology file states keeps its meaning there: shares of
 //! that node's own links.
 
+use super::calibration::{KernelRates, COPY_PAIR_GBPS};
 use crate::fabric::Direction;
 use crate::topology::{Contention, KernelPoint, KernelTraffic};
 
-/// A kernel's prologue: block scheduling, loading its arguments and peer pointers, µs. With
-/// the barriers and read round trip of a one-shot it makes C2's 1 KB one-shot 7.5 µs (CUDA
-/// graphs); NCCL's kernels pay the same before their first step.
-pub const KERNEL_PROLOGUE_US: f64 = 1.0;
 /// A kernel polling a flag in its own GPU's memory sees it this long after it lands, µs.
 pub const FLAG_POLL_US: f64 = 0.3;
-
-/// C1: one pair of these GPUs writes at 56.2-56.3 GB/s with copy engines.
-const COPY_PAIR_GBPS: f64 = 56.25;
-/// C5, 4 GPUs under one switch, kernel stores and loads (cudaIpcOpenMemHandle row).
-const C5_ALONE_STORE_GBPS: f64 = 44.78;
-const C5_ALONE_LOAD_GBPS: f64 = 42.83;
-const C5_CONCURRENT_STORE_GBPS: f64 = 25.40;
-const C5_CONCURRENT_LOAD_GBPS: f64 = 20.60;
-/// Distinct kernel flows crossing the switch in C5's concurrent case: 4 GPUs × 3 peers.
-const C5_FLOWS: u32 = 12;
 
 /// Which defaults a node gets when its file says nothing about kernel traffic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,29 +85,34 @@ fn points(p: &[KernelPoint]) -> Vec<(f64, f64)> {
 }
 
 impl Kernel {
-    /// The calibration-derived defaults for a kind of node.
-    pub fn default_for(kind: NodeKind) -> Kernel {
-        let store = vec![
-            (1.0, 1.0),
-            (C5_FLOWS as f64, C5_CONCURRENT_STORE_GBPS / COPY_PAIR_GBPS),
-        ];
-        let load = vec![
-            (1.0, 1.0),
-            (C5_FLOWS as f64, C5_CONCURRENT_LOAD_GBPS / COPY_PAIR_GBPS),
-        ];
-        let middle = (C5_CONCURRENT_STORE_GBPS + C5_CONCURRENT_LOAD_GBPS) / 2.0 / COPY_PAIR_GBPS;
+    /// The calibration-derived defaults for a kind of node, from kernel rates measured as C5
+    /// measured them; with none (a fit without C5), kernel traffic moves as copy engines do.
+    pub fn default_for(kind: NodeKind, rates: Option<&KernelRates>) -> Kernel {
+        let Some(r) = rates else {
+            return Kernel {
+                store_alone: 1.0,
+                load_alone: 1.0,
+                store: vec![],
+                load: vec![],
+                absolute: true,
+            };
+        };
+        let flows = r.flows as f64;
+        let store = vec![(1.0, 1.0), (flows, r.store_concurrent / COPY_PAIR_GBPS)];
+        let load = vec![(1.0, 1.0), (flows, r.load_concurrent / COPY_PAIR_GBPS)];
+        let middle = (r.store_concurrent + r.load_concurrent) / 2.0 / COPY_PAIR_GBPS;
         let (store, load) = match kind {
             NodeKind::Microchip => (store, load),
             NodeKind::Broadcom => (load, store),
             NodeKind::Cpu => (vec![], vec![]),
             NodeKind::Unstated => {
-                let mid = vec![(1.0, 1.0), (C5_FLOWS as f64, middle)];
+                let mid = vec![(1.0, 1.0), (flows, middle)];
                 (mid.clone(), mid)
             }
         };
         Kernel {
-            store_alone: C5_ALONE_STORE_GBPS / COPY_PAIR_GBPS,
-            load_alone: C5_ALONE_LOAD_GBPS / COPY_PAIR_GBPS,
+            store_alone: r.store_alone / COPY_PAIR_GBPS,
+            load_alone: r.load_alone / COPY_PAIR_GBPS,
             store,
             load,
             absolute: true,
@@ -129,8 +121,12 @@ impl Kernel {
 
     /// The node's behaviour: what its file states, the rest from `kind`'s defaults. Returns
     /// also whether anything was assumed.
-    pub fn resolve(c: Option<&Contention>, kind: NodeKind) -> (Kernel, bool) {
-        let d = Kernel::default_for(kind);
+    pub fn resolve(
+        c: Option<&Contention>,
+        kind: NodeKind,
+        rates: Option<&KernelRates>,
+    ) -> (Kernel, bool) {
+        let d = Kernel::default_for(kind, rates);
         let Some(k) = c.and_then(|c| c.kernel.as_ref()) else {
             return (d, true);
         };
@@ -224,10 +220,15 @@ impl Kernel {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fabric::sim::calibration::Calibration;
+
+    fn default_for(kind: NodeKind) -> Kernel {
+        Kernel::default_for(kind, Calibration::fitted().kernel.as_ref())
+    }
 
     #[test]
     fn microchip_defaults_reproduce_c5() {
-        let k = Kernel::default_for(NodeKind::Microchip);
+        let k = default_for(NodeKind::Microchip);
         assert!((k.factor(Direction::Write, 12) * COPY_PAIR_GBPS - 25.40).abs() < 1e-9);
         assert!((k.factor(Direction::Read, 12) * COPY_PAIR_GBPS - 20.60).abs() < 1e-9);
         assert_eq!(k.factor(Direction::Write, 1), 1.0);
@@ -238,16 +239,13 @@ mod tests {
 
     #[test]
     fn broadcom_swaps_directions_and_cpus_do_not_degrade() {
-        let m = Kernel::default_for(NodeKind::Microchip);
-        let b = Kernel::default_for(NodeKind::Broadcom);
+        let m = default_for(NodeKind::Microchip);
+        let b = default_for(NodeKind::Broadcom);
         assert_eq!(
             b.factor(Direction::Read, 12),
             m.factor(Direction::Write, 12)
         );
-        assert_eq!(
-            Kernel::default_for(NodeKind::Cpu).factor(Direction::Read, 56),
-            1.0
-        );
+        assert_eq!(default_for(NodeKind::Cpu).factor(Direction::Read, 56), 1.0);
         assert_eq!(
             NodeKind::of_switch(Some("Broadcom (PLX)")),
             Some(NodeKind::Broadcom)
@@ -259,9 +257,9 @@ mod tests {
     #[test]
     fn an_unstated_make_sits_between_the_makes_both_ways() {
         let (m, b, u) = (
-            Kernel::default_for(NodeKind::Microchip),
-            Kernel::default_for(NodeKind::Broadcom),
-            Kernel::default_for(NodeKind::Unstated),
+            default_for(NodeKind::Microchip),
+            default_for(NodeKind::Broadcom),
+            default_for(NodeKind::Unstated),
         );
         for d in [Direction::Read, Direction::Write] {
             let lo = m.factor(d, 12).min(b.factor(d, 12));
@@ -289,7 +287,8 @@ mod tests {
             }),
             ..Default::default()
         };
-        let (k, assumed) = Kernel::resolve(Some(&c), NodeKind::Microchip);
+        let rates = Calibration::fitted().kernel;
+        let (k, assumed) = Kernel::resolve(Some(&c), NodeKind::Microchip, rates.as_ref());
         assert!(assumed);
         assert_eq!(k.alone(Direction::Write), 0.5);
         assert!((k.factor(Direction::Read, 3) - 0.7).abs() < 1e-9);

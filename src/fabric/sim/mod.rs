@@ -12,6 +12,7 @@
 //!    drawing random numbers.
 
 pub mod band;
+pub mod calibration;
 pub mod custom;
 pub mod faults;
 pub mod flow;
@@ -20,7 +21,7 @@ pub mod nccl;
 pub mod net;
 pub mod noise;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -47,6 +48,34 @@ const LAUNCH_EAGER_NCCL_US: f64 = 6.5;
 /// deadline for one GPU operation. Virtual time: the simulator reports it without waiting.
 const HANG_DEADLINE_S: f64 = 10.0;
 
+/// A family's band half-widths on a group, fixed side and data side (ln), and whether any
+/// part assumed what the topology did not state: [`band::Band::split`] precomputed.
+#[derive(Debug, Clone, Copy)]
+struct Halves {
+    fixed: f64,
+    data: f64,
+    assumed: bool,
+}
+
+impl Halves {
+    fn of(fixed: Band, data: Band) -> Halves {
+        Halves {
+            fixed: fixed.high.ln(),
+            data: data.high.ln(),
+            assumed: fixed.parts.union(&data.parts).any(|p| p.assumed()),
+        }
+    }
+
+    /// (low, high) for a time of `f` µs fixed costs and `d` µs data.
+    fn ends(&self, f: f64, d: f64) -> (f64, f64) {
+        let (f, d) = band::shares(f, d);
+        (
+            f * (-self.fixed).exp() + d * (-self.data).exp(),
+            f * self.fixed.exp() + d * self.data.exp(),
+        )
+    }
+}
+
 /// Everything computed once per GPU group.
 #[derive(Debug, Clone)]
 struct GroupModel {
@@ -55,7 +84,14 @@ struct GroupModel {
     custom: Custom,
     /// The model parts the group's times use, for their error bands.
     parts: GroupParts,
-    cache: HashMap<(Backend, u64, Mode), f64>,
+    /// Noiseless times per (backend, bytes, mode): ordered, as comparing a few keys costs less
+    /// than hashing one at every call.
+    cache: BTreeMap<(Backend, u64, Mode), f64>,
+    /// NCCL's device time with no bytes, per algorithm and protocol.
+    fixed: HashMap<(NcclAlgo, crate::fabric::NcclProto), f64>,
+    /// The custom kernels' and NCCL's band half-widths on this group.
+    custom_halves: Halves,
+    nccl_halves: Halves,
     probes: HashMap<(Direction, usize), ProbePattern>,
 }
 
@@ -88,15 +124,19 @@ fn group_model(
         let ring = nccl::ring_order(topo, gpus);
         let model = nccl::Model::new(topo, net, host, &ring);
         let schedule = nccl::Schedule::new(topo, net, host, &ring, &model);
+        let parts = GroupParts {
+            fabric: net.parts(gpus),
+            host_stated: host.cpu != nccl::Cpu::Unknown,
+        };
         GroupModel {
             nccl: model,
             schedule,
             custom: Custom::new(net, gpus, islands),
-            parts: GroupParts {
-                fabric: net.parts(gpus),
-                host_stated: host.cpu != nccl::Cpu::Unknown,
-            },
-            cache: HashMap::new(),
+            custom_halves: Halves::of(parts.custom(1.0, 0.0), parts.custom(0.0, 1.0)),
+            nccl_halves: Halves::of(parts.nccl(1.0, 0.0), parts.nccl(0.0, 1.0)),
+            parts,
+            fixed: HashMap::new(),
+            cache: BTreeMap::new(),
             probes: HashMap::new(),
         }
     }));
@@ -222,6 +262,14 @@ impl SimFabric {
     /// default for the host), whatever the environment says.
     pub fn with_nccl_p2p_level(mut self, level: Option<nccl::Level>) -> SimFabric {
         self.host = nccl::Host::new(&self.topo, level);
+        self.models.clear();
+        self
+    }
+
+    /// The same machine modelled with `cal`'s fitted constants (a fit leaving a calibration
+    /// source out, for docs/MODEL-ERROR.md's leave-one-source-out table).
+    pub fn with_calibration(mut self, cal: &calibration::Calibration) -> SimFabric {
+        self.net = Net::build_with(&self.topo, cal);
         self.models.clear();
         self
     }
@@ -366,16 +414,40 @@ impl SimFabric {
         out
     }
 
-    /// How wrong the model's time of `backend` on the prepared group can be
+    /// How wrong the model's time of `backend` for `bytes` on the prepared group can be
     /// ([`band`]); None where no group is prepared.
-    pub fn band(&mut self, backend: Backend) -> Option<Band> {
+    pub fn band(&mut self, backend: Backend, bytes: u64) -> Option<Band> {
+        let (fixed, data) = self.model_split(backend, bytes)?;
         let gpus = self.prepared.as_ref()?.group.gpus.clone();
         let parts = &self.model(&gpus).parts;
         Some(if backend.is_custom() {
-            parts.custom()
+            parts.custom(fixed, data)
         } else {
-            parts.nccl()
+            parts.nccl(fixed, data)
         })
+    }
+
+    /// The model's device time of `backend` for `bytes` on the prepared group in two parts,
+    /// µs: what it costs with no bytes (launch excluded) and what the bytes add.
+    pub fn model_split(&mut self, backend: Backend, bytes: u64) -> Option<(f64, f64)> {
+        let p = self.prepared.as_ref()?;
+        let m = &mut self.models[p.model].1;
+        // What the bytes add to the time the tune already priced (launch excluded).
+        let (algo, proto) = backend.nccl_pin().unwrap_or_else(|| m.nccl.choose(bytes));
+        let (fixed, total) = if backend.is_custom() {
+            let directions = p.directions.as_ref();
+            (
+                m.custom.time(backend, 0, directions),
+                m.custom.time(backend, bytes, directions),
+            )
+        } else {
+            let fixed = *m
+                .fixed
+                .entry((algo, proto))
+                .or_insert_with(|| m.schedule.time(algo, proto, 0));
+            (fixed, m.schedule.time(algo, proto, bytes))
+        };
+        Some((fixed, (total - fixed).max(0.0)))
     }
 
     /// The prepared group, after checking `backend` is ready on it and `bytes` fits.
@@ -688,17 +760,20 @@ impl Fabric for SimFabric {
         SimFabric::assumed(self)
     }
 
-    fn model_band(&mut self, backend: Backend, _bytes: u64) -> Option<crate::profile::ModelBand> {
-        let b = self.band(backend)?;
+    fn model_band(&mut self, backend: Backend, bytes: u64) -> Option<crate::profile::ModelBand> {
+        let (fixed, data) = self.model_split(backend, bytes)?;
+        let m = &self.models[self.prepared.as_ref()?.model].1;
+        let (halves, family) = if backend.is_custom() {
+            (m.custom_halves, crate::profile::ModelFamily::Custom)
+        } else {
+            (m.nccl_halves, crate::profile::ModelFamily::Nccl)
+        };
+        let (low, high) = halves.ends(fixed, data);
         Some(crate::profile::ModelBand {
-            low: b.low,
-            high: b.high,
-            assumed: b.parts.iter().any(|p| p.assumed()),
-            family: Some(if backend.is_custom() {
-                crate::profile::ModelFamily::Custom
-            } else {
-                crate::profile::ModelFamily::Nccl
-            }),
+            low,
+            high,
+            assumed: halves.assumed,
+            family: Some(family),
         })
     }
 

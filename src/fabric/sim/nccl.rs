@@ -63,11 +63,6 @@ const DUPLICATE_AT_GBPS: f64 = 25.0;
 const FALLBACK_GBPS: f64 = 0.1;
 /// connect.cc (ncclTopoPostset) runs twice the channels the search found.
 const RUNTIME_CHANNELS_PER_GRAPH_CHANNEL: u32 = 2;
-/// What one NCCL channel (one thread block) moves over PCIe at most, GB/s on the wire. C6:
-/// NCCL's defaults on a dual-AMD box with 8 RTX PRO 6000 reach 22.2 GB/s busbw at 32 MB with
-/// the search's fallback of one channel, run as two; C1's box runs four and plateaus at
-/// 46 GB/s, where the link allows about 45.
-const PCIE_CHANNEL_GBPS: f64 = 22.2 / 2.0;
 /// NCCL's modelled PCIe rate per lane at Gen5 (C4: Gen5 x16 = 48, Gen4 x16 = 24 GB/s).
 const NCCL_PCIE_LANE_GEN5: f64 = 3.0;
 /// topo.h inter-socket bandwidths: AMD_BW for every AMD CPU; for Intel the Sapphire Rapids

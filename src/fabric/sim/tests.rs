@@ -283,3 +283,28 @@ fn probe_checks_its_arguments_and_reads_the_flow_model() {
     // Small probes are latency-bound.
     assert!(f.probe(Direction::Read, 3, 1024).unwrap().per_gpu_gbps < 10.0);
 }
+
+#[test]
+fn the_profiles_band_is_the_models_band_at_each_size() {
+    // model_band takes its half-widths precomputed per group; they must be band()'s.
+    for preset in ["pcie-8x-2switch", "pcie-4x-1switch", "nvswitch-8x"] {
+        let mut f = sim(preset);
+        let gpus: Vec<usize> = (0..f.topo.gpu_count()).collect();
+        f.prepare(&group(&gpus), &Backend::ALL).unwrap();
+        for b in [
+            Backend::Nccl,
+            Backend::NcclRingSimple,
+            Backend::OneStagePush,
+        ] {
+            for bytes in [1024, 64 << 10, 16 << 20] {
+                let m = Fabric::model_band(&mut f, b, bytes).unwrap();
+                let want = f.band(b, bytes).unwrap();
+                assert!(
+                    (m.low - want.low).abs() < 1e-9 && (m.high - want.high).abs() < 1e-9,
+                    "{preset} {b} {bytes}: {m:?} vs {want:?}"
+                );
+                assert_eq!(m.assumed, want.parts.iter().any(|p| p.assumed()));
+            }
+        }
+    }
+}

@@ -19,7 +19,9 @@ pack() { (cd $W && tar czf $OUT/op-run.tgz --exclude ./py --exclude ./kcache --e
 # torchrun if it is killed (op_proof.py and op_overhead.py ask for that at start).
 # Each step gets at most its limit and never past 570 s in all (the device tool's command limit
 # is 600 s, and the MPS daemon must be stopped before it): a step with no time left is skipped.
-step() { n=$1; t=$2; shift 2; left=$((570 - SECONDS)); [ $t -gt $left ] && t=$left
+# END and START (seconds used before this script began, in the same call) move that bound.
+END=${END:-570}; START=${START:-0}
+step() { n=$1; t=$2; shift 2; left=$((END - START - SECONDS)); [ $t -gt $left ] && t=$left
   if [ $t -lt 20 ]; then echo "skipped: no time left" > $W/$n.txt; return; fi
   ( time timeout -k 15 $t "$@" ) > $W/$n.txt 2>&1; echo "exit $?" >> $W/$n.txt; pack; }
 TR="$PY -m torch.distributed.run --standalone"

@@ -1,21 +1,29 @@
 //! What NCCL's ring or chain costs on the link graph when it runs, apart from what NCCL's
 //! tuning model predicts ([`Model`]).
 //!
-//! Latency: a small message is not paced by a global step clock. Each rank forwards a slice
-//! as soon as its predecessor's has landed, so the message's critical path is the chain of
-//! hops it crosses, each at its own cost: on a ring 2(N−1) consecutive hops (every hop twice
-//! but the two the path starts after), on a chain every hop up and every hop down. A ring
-//! with two slow hops among fast ones pays the slow ones twice, not 2(N−1) times (C6's
-//! per-step cost through host memory against C1's between peers). A hop costs the time its
-//! stores take to land plus the receiver's poll that sees them; the fixed part is the
-//! kernel's prologue, not NCCL's modelled base latency (C6 #1530: 8 B on 8 GPUs takes 1.74x
-//! what it takes on 5, the ratio of their steps, 14/8).
+//! A time has three parts:
+//! - a fixed cost per operation, whatever the ranks or hops: NCCL's own base latency per
+//!   algorithm and protocol (tuning.cc baseLat, C4: launch of its kernel, loading its
+//!   communicator and work, the teardown). nccl-tests#123 measures it as the intercept of the
+//!   small-message time against the ring's steps (6 µs on DGX-A100, about 2 µs per step), and
+//!   the rtx6kpro boxes show it on PCIe: 4 GPUs take 13 µs flat from 256 B to 64 KB, 8 GPUs 18-
+//!   25 µs, not 6/14 of it;
+//! - the critical path: each rank forwards a slice as soon as its predecessor's has landed,
+//!   so a small message crosses the chain of hops its path takes, each at its own cost: on a
+//!   ring 2(N−1) consecutive hops (every hop twice but the two the path starts after), on a
+//!   chain every hop up and every hop down. A ring with two slow hops among fast ones pays
+//!   the slow ones twice, not 2(N−1) times (C6's per-step cost through host memory against
+//!   C1's between peers);
+//! - the data, overlapped with the path as the protocol allows: LL forwards every flagged
+//!   line as it lands, so a ring step costs the larger of its hop and its chunk's time on the
+//!   wire; Simple forwards a chunk only after its flag, stored behind a memory fence, so a
+//!   step costs both.
 
 use super::{
-    efficiency, proto_index, transport, Host, Model, Transport, HW_LAT, PCIE_CHANNEL_GBPS,
+    algo_index, efficiency, proto_index, transport, Host, Model, Transport, BASE_LAT, HW_LAT,
     RUNTIME_CHANNELS_PER_GRAPH_CHANNEL, TREE_CHUNK,
 };
-use crate::fabric::sim::kernel::{FLAG_POLL_US, KERNEL_PROLOGUE_US};
+use crate::fabric::sim::kernel::FLAG_POLL_US;
 use crate::fabric::sim::net::{Flow, Net, Route};
 use crate::fabric::{Direction, NcclAlgo, NcclProto};
 use crate::topology::Topology;
@@ -43,14 +51,19 @@ pub struct HopLat {
     /// SHM only: Simple's data is read from host memory after its flag, one load round trip
     /// (LL's lines carry their flags, so the poll that sees them has fetched them).
     pub fetch: f64,
+    /// Simple only: the sender's system-scope fence between its data and its flag, a round
+    /// trip to where the data lands (GPU stores are weakly ordered; LL's flags travel inside
+    /// each 8-byte line, "so that we avoid expensive memory barriers", NVIDIA/nccl#281).
+    pub fence: f64,
 }
 
 impl HopLat {
-    /// Cost of one protocol step over this hop. Posted writes arrive in order, so Simple's
-    /// flag, stored after its data, lands behind it without a round trip (C1: the ring at 256
-    /// KB takes 24.96 µs, of which moving 2(N−1)/N of it at the kernel store rate takes 10, so
-    /// 14 steps cost about 1 µs each, one hop and a poll). LL128 adds NCCL's own per-hop
-    /// figure for its 128-byte lines over LL's (C4); it runs only on NVLink.
+    /// Cost of one protocol step over this hop, data apart: LL's lines land and are seen by
+    /// the receiver's poll (C1: about 1 µs a step between peers); Simple adds the fence before
+    /// its flag and, through host memory, the fetch after it (C4: NCCL's own per-hop figure
+    /// for Simple on PCIe is several times LL's; rtx6kpro: LL is 1.5-1.9x faster than Simple
+    /// at small sizes). LL128 adds NCCL's own per-hop figure for its 128-byte lines over LL's
+    /// (C4); it runs only on NVLink.
     pub fn step(&self, proto: NcclProto, nvlink: bool) -> f64 {
         let base = self.land + self.poll;
         match proto {
@@ -59,7 +72,7 @@ impl HopLat {
                 let kind = if nvlink { 0 } else { 1 };
                 base + HW_LAT[kind][1][1] - HW_LAT[kind][1][0]
             }
-            NcclProto::Simple => base + self.fetch,
+            NcclProto::Simple => base + self.fence + self.fetch,
         }
     }
 }
@@ -72,6 +85,8 @@ pub struct Schedule {
     nvlink: bool,
     /// Ring Simple runs 256 threads per channel (the graph's bandwidth is at most PCI_BW).
     narrow_simple: bool,
+    /// What one channel moves over PCIe at most, GB/s (calibration: C6).
+    channel_gbps: f64,
     /// Slowest flow of the ring (all channels running), GB/s.
     ring_gbps: f64,
     /// Latency of each ring hop ring[i] → ring[i+1].
@@ -90,6 +105,7 @@ fn hop_flows(net: &Net, a: usize, b: usize, via: Transport) -> (Vec<Flow>, Vec<R
                 land: r.latency_us,
                 poll: FLAG_POLL_US,
                 fetch: 0.0,
+                fence: 2.0 * r.latency_us,
             };
             (vec![Flow::kernel(a, b, Direction::Write)], vec![r], lat)
         }
@@ -104,6 +120,7 @@ fn hop_flows(net: &Net, a: usize, b: usize, via: Transport) -> (Vec<Flow>, Vec<R
                 land: up.latency_us,
                 poll: HOST_POLL_ROUND_TRIPS * round_trip,
                 fetch: round_trip,
+                fence: 2.0 * up.latency_us,
             };
             (
                 vec![
@@ -115,8 +132,10 @@ fn hop_flows(net: &Net, a: usize, b: usize, via: Transport) -> (Vec<Flow>, Vec<R
             )
         }
     };
+    // What one NCCL channel (one thread block) moves over PCIe at most (calibration: C6).
+    let channel = net.calibration().nccl_channel_gbps;
     for r in routes.iter_mut().filter(|r| !r.nvlink) {
-        r.flow_cap = r.flow_cap.min(PCIE_CHANNEL_GBPS);
+        r.flow_cap = r.flow_cap.min(channel);
     }
     (flows, routes, lat)
 }
@@ -162,6 +181,7 @@ impl Schedule {
             channels,
             nvlink: model.nvlink,
             narrow_simple: model.bw_per_channel * model.channels as f64 <= PCI_BW,
+            channel_gbps: net.calibration().nccl_channel_gbps,
             ring_gbps,
             ring_hops: ring_lats,
             chain_gbps,
@@ -169,18 +189,39 @@ impl Schedule {
         }
     }
 
-    /// The ring's critical path for `proto`: the slowest run of 2(N−1) consecutive hops.
-    fn ring_path_us(&self, proto: NcclProto) -> f64 {
+    /// The ring's critical path for `proto` with `chunk` µs of data per step on the wire:
+    /// the slowest run of 2(N−1) consecutive hops. A line-forwarding protocol (LL, LL128)
+    /// starts a step once the previous step's first line has landed and its link has sent the
+    /// previous chunk, so a step costs the larger of the two, and the last line lands the
+    /// smaller of the two after its link sends it: S·max(h, c) + min(h, c). Simple forwards
+    /// a chunk after its flag, so a step costs both.
+    fn ring_path_us(&self, proto: NcclProto, chunk: f64) -> f64 {
         let n = self.ring_hops.len();
         let cost: Vec<f64> = self
             .ring_hops
             .iter()
-            .map(|h| h.step(proto, self.nvlink))
+            .map(|h| {
+                let hop = h.step(proto, self.nvlink);
+                match proto {
+                    NcclProto::Simple => hop + chunk,
+                    _ => hop.max(chunk),
+                }
+            })
             .collect();
         let run = 2 * n.saturating_sub(1);
+        let quickest = self
+            .ring_hops
+            .iter()
+            .map(|h| h.step(proto, self.nvlink))
+            .fold(f64::INFINITY, f64::min);
+        let drain = match proto {
+            NcclProto::Simple => 0.0,
+            _ => chunk.min(quickest),
+        };
         (0..n)
             .map(|s| (0..run).map(|k| cost[(s + k) % n]).sum::<f64>())
             .fold(0.0, f64::max)
+            + drain
     }
 
     /// The chain's critical path: every hop up (reduce), then every hop down (broadcast).
@@ -193,7 +234,7 @@ impl Schedule {
 
     /// The channels one operation of `bytes` runs on (enqueue.cc getAlgoInfo): NCCL drops
     /// channels while the bytes would give each thread less than its threshold.
-    fn op_channels(&self, algo: NcclAlgo, proto: NcclProto, bytes: u64) -> f64 {
+    pub(super) fn op_channels(&self, algo: NcclAlgo, proto: NcclProto, bytes: u64) -> f64 {
         let p = proto_index(proto);
         let mut threshold = THREAD_THRESHOLD[p];
         if algo == NcclAlgo::Ring && proto == NcclProto::LL {
@@ -218,7 +259,7 @@ impl Schedule {
         if self.nvlink {
             all
         } else {
-            all.min(nc * PCIE_CHANNEL_GBPS)
+            all.min(nc * self.channel_gbps)
         }
     }
 
@@ -230,24 +271,28 @@ impl Schedule {
         let wire = 1.0 / efficiency(proto);
         let p = proto_index(proto);
         let b = bytes as f64;
+        let base = BASE_LAT[algo_index(algo)][p];
         match algo {
             NcclAlgo::Ring => {
-                let data = wire * (steps / n) * b / (self.hop_gbps(self.ring_gbps, nc) * 1e3);
-                KERNEL_PROLOGUE_US + self.ring_path_us(proto) + data
+                // Each step moves 1/N of the message over every hop.
+                let chunk = wire * b / n / (self.hop_gbps(self.ring_gbps, nc) * 1e3);
+                base + self.ring_path_us(proto, chunk)
             }
             NcclAlgo::Tree => {
                 // Each link carries the whole message up (reduce) and down (broadcast). Simple
-                // forwards whole chunks, so the first chunk crosses 2(N−1) hops before the
-                // pipeline is full; LL and LL128 forward each flagged line as it lands, so
-                // their fill is the per-hop latency already counted in the path.
+                // forwards whole chunks of a fixed size (the last one what remains), so the
+                // first chunk crosses 2(N−1) hops before the pipeline is full; LL and LL128
+                // forward each flagged line as it lands, so their fill is the per-hop latency
+                // already counted in the path.
                 let stream = wire * b / (self.hop_gbps(self.chain_gbps, nc) * 1e3);
-                let data = if proto == NcclProto::Simple {
-                    let chunks = (b / nc / TREE_CHUNK[p]).ceil().max(1.0);
-                    stream * (chunks + steps - 1.0) / chunks
+                let data = if proto == NcclProto::Simple && b > 0.0 {
+                    let per_channel = b / nc;
+                    let first = TREE_CHUNK[p].min(per_channel) / per_channel;
+                    stream * (1.0 + (steps - 1.0) * first)
                 } else {
                     stream
                 };
-                KERNEL_PROLOGUE_US + self.chain_path_us(proto) + data
+                base + self.chain_path_us(proto) + data
             }
         }
     }

@@ -30,6 +30,15 @@ impl Net {
                 }
                 if self.sock_x_up.iter().any(|x| r.resources.contains(x)) {
                     out.insert(Part::Interconnect, Part::Interconnect.half_width());
+                    let behind_switch = |g: usize| {
+                        self.chains[g]
+                            .iter()
+                            .any(|p| matches!(p, super::Place::Switch(_)))
+                    };
+                    if behind_switch(a) || behind_switch(b) {
+                        let p = Part::KernelAcrossSockets;
+                        out.insert(p, p.half_width());
+                    }
                 }
             }
         }
