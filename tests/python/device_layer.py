@@ -11,7 +11,7 @@ import artune
 from artune import allreduce
 from test_allreduce import Fake
 
-HIDDEN = 256  # values per token: 512 bf16 bytes, so every size a profile measures is a message
+HIDDEN = 256  # values per token where the size allows
 
 
 class Device(Fake):
@@ -54,11 +54,16 @@ def fake_device(monkeypatch):
 
 
 def message(nbytes, dtype=torch.bfloat16):
-    """A message of ``nbytes`` that says it is on CUDA (machines.OnCuda), ``HIDDEN`` wide."""
+    """A message of exactly ``nbytes`` that says it is on CUDA (machines.OnCuda): tokens of
+    ``HIDDEN`` values, or of fewer where the size is no whole number of those."""
     from machines import OnCuda
 
-    per = torch.tensor([], dtype=dtype).element_size() * HIDDEN
-    t = torch.empty((nbytes // per, HIDDEN), dtype=dtype, device="meta")
+    size = torch.tensor([], dtype=dtype).element_size()
+    assert nbytes % size == 0, (nbytes, dtype)
+    width = HIDDEN
+    while (nbytes // size) % width:
+        width //= 2
+    t = torch.empty((nbytes // size // width, width), dtype=dtype, device="meta")
     return t.as_subclass(OnCuda)
 
 
