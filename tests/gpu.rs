@@ -298,7 +298,10 @@ fn gpu_island_kernels_replay_in_graphs_and_across_worker_processes_or_skip() {
         f.orient(&d).unwrap();
         for b in islands() {
             for bytes in [4096u64, 4098, 1 << 20, max] {
-                eprintln!("{b} at {bytes}, inside {:?} across {:?}", d.inside, d.across);
+                eprintln!(
+                    "{b} at {bytes}, inside {:?} across {:?}",
+                    d.inside, d.across
+                );
                 seed += 1;
                 correct(
                     f.verify_with(b, bytes, seed, Mode::Eager, 25).unwrap(),
