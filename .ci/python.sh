@@ -15,8 +15,9 @@ mkdir -p "$root"
 py=python3
 
 # Its own target folder, without debug info, removed once the wheel is built: an engine with
-# its CUDA wheels takes about 10 GiB while pip installs it, and CI's disk is not ours to size
-# (a run failed with "No space left on device" installing vLLM 0.34.0).
+# its CUDA wheels needs about 13.7 GB while pip installs it (vLLM 0.34.0: 9.5 GB installed,
+# the rest pip's downloads; measured with .ci/install_release.py here), and CI's disk is not
+# ours to size (a run failed with "No space left on device" installing vLLM 0.34.0).
 export CARGO_TARGET_DIR="$PWD/$root/cargo" CARGO_PROFILE_RELEASE_DEBUG=0
 cargo build --release --locked --bin artune
 mkdir -p "$root/bin"
@@ -44,7 +45,7 @@ install() {  # install NAME REQUIREMENT: a fresh environment holding the release
     rm -rf "$venv"
     echo "installing $2: $(df -h --output=avail . | tail -1 | tr -d ' ') free on this disk"
     "$py" -m venv "$venv"
-    # An engine with its CUDA wheels is about 10 GiB: no pip cache, and each environment goes
+    # An engine with its CUDA wheels is about 9.5 GB: no pip cache, and each environment goes
     # once its tests ran, so two never sit on the disk together.
     # Exit 3: the release could not be installed here even with the nearest dependencies,
     # which says nothing about the plugins.
