@@ -13,6 +13,9 @@ use crate::fabric::cuda::op::{self, Op, OpError, RankBuffers};
 use crate::profile::kernels;
 use crate::profile::routes;
 
+/// (backend, bytes per GPU, measured, largest message they serve, bytes the chosen sizes need)
+type ProfileMemory = (&'static str, u64, bool, Option<u64>, Option<u64>);
+
 fn backend(id: &str) -> PyResult<Backend> {
     Backend::from_id(id)
         .filter(|b| b.is_custom())
@@ -113,7 +116,7 @@ impl Routes {
     /// What the profile says each routed backend's buffers cost per GPU: (backend, bytes,
     /// measured, largest message those bytes serve, bytes the profile's chosen sizes need).
     #[getter]
-    fn profile_memory(&self) -> Vec<(&'static str, u64, bool, Option<u64>, Option<u64>)> {
+    fn profile_memory(&self) -> Vec<ProfileMemory> {
         self.routes
             .profile_memory
             .iter()
