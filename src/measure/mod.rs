@@ -346,13 +346,13 @@ fn probe_contention(
     plan: &Plan,
     res: &mut GroupResults,
 ) -> Result<(), FabricError> {
-    let gpus = res.gpus.clone();
-    if !plan.contention || gpus.len() < 2 {
+    let n = res.gpus.len();
+    if !plan.contention || n < 2 {
         return Ok(());
     }
     'probes: for direction in [Direction::Read, Direction::Write] {
         let mut points = Vec::new();
-        for peers in 1..gpus.len() {
+        for peers in 1..n {
             check_interrupt(&plan.cancel)?;
             let probe = timed(&mut res.phases.probes_s, || {
                 fabric.probe(direction, peers, plan.harness.probe_bytes)
@@ -365,7 +365,7 @@ fn probe_contention(
             }
         }
         res.contention.push(ContentionCurve {
-            gpus: gpus.to_vec(),
+            gpus: res.gpus.clone(),
             direction,
             bytes: plan.harness.probe_bytes,
             points,
