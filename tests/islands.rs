@@ -129,14 +129,11 @@ fn islands_come_from_the_topology_and_show_says_where_they_win() {
     assert!(why.contains("one island"), "{why}");
 }
 
-/// Where the profile chooses an island schedule: `why` names the partition, the phases and
-/// what an engine without artune's kernels runs; `select` gives that in its JSON; the C ABI's
-/// fallback is tested in tests/plugin.rs.
-#[test]
-fn an_island_choice_is_explained_with_its_phases_and_fallback() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = tuned(
-        dir.path(),
+/// TP8 graph on the two-socket box, 4K to 4M: a profile that chooses island_two_shot at
+/// some sizes.
+fn two_sockets_tp8(dir: &std::path::Path) -> std::path::PathBuf {
+    tuned(
+        dir,
         "p.json",
         &[
             "--sim",
@@ -148,7 +145,16 @@ fn an_island_choice_is_explained_with_its_phases_and_fallback() {
             "--sizes",
             "4K:4M",
         ],
-    );
+    )
+}
+
+/// Where the profile chooses an island schedule: `why` names the partition, the phases and
+/// what an engine without artune's kernels runs; `select` gives that in its JSON; the C ABI's
+/// fallback is tested in tests/plugin.rs.
+#[test]
+fn an_island_choice_is_explained_with_its_phases_and_fallback() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = two_sockets_tp8(dir.path());
     let v = json(&p);
     let b = v["groups"][0]["buckets"]
         .as_array()
@@ -235,20 +241,7 @@ fn an_unknown_backend_name_is_refused_in_one_sentence() {
 #[test]
 fn engines_follow_the_fallback_where_an_island_schedule_is_chosen() {
     let dir = tempfile::tempdir().unwrap();
-    let p = tuned(
-        dir.path(),
-        "p.json",
-        &[
-            "--sim",
-            "pcie-8x-direct-2socket",
-            "--tp",
-            "8",
-            "--mode",
-            "graph",
-            "--sizes",
-            "4K:4M",
-        ],
-    );
+    let p = two_sockets_tp8(dir.path());
     let mut v = json(&p);
     let buckets = v["groups"][0]["buckets"].as_array_mut().unwrap();
     let at: Vec<u64> = buckets
