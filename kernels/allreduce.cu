@@ -97,41 +97,6 @@ __device__ __forceinline__ u32 peers_mask(int g, int n, int rank) {
   return m;
 }
 
-// ---- LL geometry: one data word (8 bytes) per thread, LL_THREADS per block ----
-//
-// Each LL line location is always handled by the same block index (blockIdx.x = location /
-// LL_THREADS) whatever the message size, so the flags stored there come from one block's
-// ll_epoch sequence and only grow (0 is skipped) until they wrap.
-
-// Data words of a message, for messages within the LL limits (32-bit arithmetic).
-__device__ __forceinline__ u32 ll_words(u64 bytes) { return (u32)((bytes + 7) / 8); }
-// Words per shard in the two-stage LL path; at least one, so every pair of ranks exchanges
-// a line in every call (the buffer-reuse arguments below need that).
-__device__ __forceinline__ u32 ll_shard(u32 words, int n) {
-  const u32 s = (words + (u32)n - 1) / (u32)n;
-  return s ? s : 1;
-}
-__device__ __forceinline__ u32 ll_grid(u32 words) { return (words + LL_THREADS - 1) / LL_THREADS; }
-
-// False (and the rank's status marked) when the host launched an LL kernel with a size or grid
-// it does not serve: the buffers would overflow. The host never does (kernels.rs tests).
-// `shards`: whether the grid covers a shard (two-stage) rather than the whole message.
-__device__ __forceinline__ bool ll_launch_ok(Signal* self, u64 bytes, u64 max_bytes, int n, bool shards) {
-  if (bytes <= max_bytes) {
-    const u32 words = ll_words(bytes);
-    if (gridDim.x == ll_grid(shards ? ll_shard(words, n) : words)) return true;
-  }
-  if (threadIdx.x == 0) atomicExch(&self->status, 2u);
-  return false;
-}
-
-// This block's LL flag: ll_epoch + 1, never 0 (zeroed lines must never match), and after
-// 0xffffffff comes 2 so that consecutive calls still alternate parity.
-__device__ __forceinline__ u32 ll_flag(const Signal* self) {
-  const u32 f = self->ll_epoch[blockIdx.x] + 1;
-  return f != 0 ? f : 2;
-}
-
 // One-stage push: rank `src`'s word j on the receiving rank, buffer q (flag parity).
 __device__ __forceinline__ char* ll1(u64 sig, int n, u32 q, int src, u64 j) {
   return (char*)sig + LL_OFFSET + (((u64)q * n + src) * LL1_LINES + j) * LL_LINE;

@@ -287,15 +287,198 @@ __device__ void island_one_shot(const ArArgs& a) {
   if (threadIdx.x == 0) self->epoch[blockIdx.x] = flag + FLAGS_PER_CALL - 1;
 }
 
+// ---- LL forms, for small messages ----
+//
+// The phases of island_one_shot and island_two_shot with every 8-byte word sent beside its
+// flag (common.cuh, LL lines), so no phase needs a barrier or a fence: a call is one flag
+// round trip per phase. Each thread takes one data word (one-shot: of the message; two-shot:
+// of the island shard), and sums in the order and with the roundings of the bandwidth kernel
+// it stands for, so both give the same bits.
+//
+// Each phase pushes or pulls as a.dirs says, like the bandwidth kernels. Push: the sender
+// writes its slot in the receiver's lines (slot: the sender's rank), which the receiver polls
+// locally and zeroes once read. Pull: the sender writes a slot of its own lines (the
+// receiver's rank where each receiver gets another word, its own rank where all get its
+// input or result, n where all get its island's partial) and the others poll it through peer
+// memory.
+//
+// Lines (lli): in each of `stages` stages, two buffers by flag parity of n + 1 slots of `len`
+// words. A rank's island peers and its counterparts are different ranks, so the phase inside
+// and the phase across share a stage; the two-shot's all-gather, inside again, takes the
+// second.
+//
+// Buffer reuse: a line of buffer q written in LL call F is next written in call F + 2. In
+// between, every block exchanges a word with each island peer and each counterpart (one word
+// at least per block and phase, padding included), so a rank that finished call F + 1 read a
+// line each of them wrote in F + 1: each had begun F + 1 and so finished F, where it read
+// (and, pushed, zeroed) the lines of F. A pulled line is only ever written by its owner, with
+// the flag of each of its block's calls in turn, so a stale one never carries the flag
+// awaited. Pushed and pulled lines of one pair never share a location within a call.
+
+// Word i of slot s, stage `stage`, buffer q, in the lines of the rank whose signal allocation
+// is `sig`; slots of `len` words.
+__device__ __forceinline__ char* lli(u64 sig, int n, u64 len, int stage, u32 q, int s, u64 i) {
+  return (char*)sig + LL_OFFSET + ((((u64)stage * 2 + q) * (n + 1) + s) * len + i) * LL_LINE;
+}
+
+// Words per slot of the two-shot's lines: an island shard of the largest LL message.
+__device__ __forceinline__ u64 ll_island_len(int m) { return (LL1_LINES + m - 1) / m; }
+
+// Waits for the word of each place p != me of `cnt` places (at line(p)) and hands every
+// place's word to use(p, word) in place order, `own` at `me`; zeroes the lines read when
+// `zero` (pushed lines).
+template <typename Line, typename Use>
+__device__ __forceinline__ void ll_take(int cnt, int me, u64 own, Line line, bool zero, u32 flag, u32* status,
+                                        Use use) {
+#pragma unroll
+  for (int g = 0; g < MAX_RANKS; g += 8) {
+    if (g < cnt) {
+      u32 want = 0;
+#pragma unroll
+      for (int k = 0; k < 8; k++)
+        if (g + k < cnt && g + k != me) want |= 1u << k;
+      u64 d[8];
+      ll_wait8(d, want, [&](int k) { return line(g + k < cnt ? g + k : cnt - 1); }, flag, status);
+#pragma unroll
+      for (int k = 0; k < 8; k++)
+        if (g + k < cnt) use(g + k, g + k == me ? own : d[k]);
+      if (zero) {
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+          if ((want >> k) & 1) ll_clear(line(g + k));
+      }
+    }
+  }
+}
+
+// Where one rank's LL lines are: every argument of lli but the owner, slot and word.
+struct Lines {
+  const ArArgs* a;
+  u64 len;
+  int stage;
+  u32 q;
+  __device__ char* at(int owner, int slot, u64 i) const {
+    return lli(a->sig[owner], a->nranks, len, stage, q, slot, i);
+  }
+};
+
+// One phase in which this rank (at place `me` of `cnt`, rank_at(p) the rank at place p)
+// gives the same word `mine` to every other place and returns the sum over places in order of
+// their words, rounded once. `sums`: the words are island partials (pulled from slot n) rather
+// than inputs (pulled from the owner's rank's slot).
+template <typename T, typename At>
+__device__ __forceinline__ u64 ll_sum(const Lines& l, int rank, Signal* self, int cnt, int me, At rank_at,
+                                      bool push, bool sums, u32 flag, u64 i, u64 mine) {
+  const int n = l.a->nranks;
+  if (push) {
+    for (int p = 0; p < cnt; p++)
+      if (p != me) ll_store(l.at(rank_at(p), rank, i), mine, flag);
+  } else {
+    ll_store(l.at(rank, sums ? n : rank, i), mine, flag);
+  }
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  ll_take(
+      cnt, me, mine,
+      [&](int p) {
+        const int r = rank_at(p);
+        return push ? l.at(rank, r, i) : l.at(r, sums ? n : r, i);
+      },
+      push, flag, &self->status, [&](int, u64 x) { add_line<T>(acc, x); });
+  return pack_line<T>(acc);
+}
+
+template <typename T>
+__device__ void island_one_shot_ll(const ArArgs& a) {
+  const int rank = a.rank_base + (int)blockIdx.y;
+  Signal* self = (Signal*)a.sig[rank];
+  if (!ll_launch_ok(self, a.n * T::SIZE, LL1_MAX_BYTES, a.nranks, false)) return;
+  const u64 words = ll_words(a.n * T::SIZE);
+  const u32 flag = ll_flag(self);
+  const Where w = where(a, rank);
+  const Lines l{&a, LL1_LINES, 0, flag & 1};
+  const u64 j = (u64)blockIdx.x * LL_THREADS + threadIdx.x;
+  if (j < words) {
+    const u64 mine = load_line<T>((const char*)a.in[rank], j, a.n);
+    const u64 part = ll_sum<T>(l, rank, self, w.m, w.j, [&](int p) { return at(a, w, w.k, p); }, a.dirs & 1u,
+                               false, flag, j, mine);
+    const u64 sum = ll_sum<T>(l, rank, self, w.islands, w.k, [&](int k) { return at(a, w, k, w.j); },
+                              a.dirs & 2u, true, flag, j, part);
+    store_line<T>((char*)a.out[rank], j, sum, a.n);
+  }
+  if (threadIdx.x == 0) self->ll_epoch[blockIdx.x] = flag;
+}
+
+// Word i of island shard s: word s * sw + i of the message.
+template <typename T>
+__device__ void island_two_shot_ll(const ArArgs& a) {
+  const int rank = a.rank_base + (int)blockIdx.y;
+  Signal* self = (Signal*)a.sig[rank];
+  if (!ll_launch_ok(self, a.n * T::SIZE, LL1_MAX_BYTES, a.island, true)) return;
+  const u64 words = ll_words(a.n * T::SIZE);
+  const u64 sw = ll_shard((u32)words, a.island);
+  const u32 flag = ll_flag(self);
+  const Where w = where(a, rank);
+  const bool push_in = a.dirs & 1u;
+  const u64 len = ll_island_len(w.m);
+  const Lines rs{&a, len, 0, flag & 1}, ag{&a, len, 1, flag & 1};
+  const u64 i = (u64)blockIdx.x * LL_THREADS + threadIdx.x;
+  auto inside = [&](int p) { return at(a, w, w.k, p); };
+  if (i < sw) {
+    const char* in = (const char*)a.in[rank];
+    char* out = (char*)a.out[rank];
+    // Reduce-scatter inside: word i of shard p to the island peer at place p (pulled: from a
+    // slot of this rank's lines per receiver).
+    for (int p = 0; p < w.m; p++)
+      if (p != w.j) {
+        const u64 x = load_line<T>(in, (u64)p * sw + i, a.n);
+        ll_store(push_in ? rs.at(inside(p), rank, i) : rs.at(rank, inside(p), i), x, flag);
+      }
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    ll_take(
+        w.m, w.j, load_line<T>(in, (u64)w.j * sw + i, a.n),
+        [&](int p) { return push_in ? rs.at(rank, inside(p), i) : rs.at(inside(p), rank, i); }, push_in, flag,
+        &self->status, [&](int, u64 x) { add_line<T>(acc, x); });
+    const u64 part = pack_line<T>(acc);
+    // Across: the island partials of this shard, summed in island order.
+    const u64 r = ll_sum<T>(rs, rank, self, w.islands, w.k, [&](int k) { return at(a, w, k, w.j); },
+                            a.dirs & 2u, true, flag, i, part);
+    // All-gather inside: this rank's result word to every island peer, theirs into the output.
+    if (push_in) {
+      for (int p = 0; p < w.m; p++)
+        if (p != w.j) ll_store(ag.at(inside(p), rank, i), r, flag);
+    } else {
+      ll_store(ag.at(rank, rank, i), r, flag);
+    }
+    ll_take(
+        w.m, w.j, r,
+        [&](int p) { return push_in ? ag.at(rank, inside(p), i) : ag.at(inside(p), inside(p), i); }, push_in,
+        flag, &self->status, [&](int p, u64 x) {
+          const u64 word = (u64)p * sw + i;
+          if (word < words) store_line<T>(out, word, x, a.n);
+        });
+  }
+  if (threadIdx.x == 0) self->ll_epoch[blockIdx.x] = flag;
+}
+
 #define ISLAND_KERNELS(T, suffix)                                                                     \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) island_two_shot_##suffix(const ArArgs a) { \
     pdl_wait();                                                                                       \
     island_two_shot<T>(a);                                                                            \
     pdl_trigger();                                                                                    \
   }                                                                                                   \
+  extern "C" __global__ void __launch_bounds__(LL_THREADS) island_two_shot_ll_##suffix(const ArArgs a) { \
+    pdl_wait();                                                                                       \
+    island_two_shot_ll<T>(a);                                                                         \
+    pdl_trigger();                                                                                    \
+  }                                                                                                   \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) island_one_shot_##suffix(const ArArgs a) { \
     pdl_wait();                                                                                       \
     island_one_shot<T>(a);                                                                            \
+    pdl_trigger();                                                                                    \
+  }                                                                                                   \
+  extern "C" __global__ void __launch_bounds__(LL_THREADS) island_one_shot_ll_##suffix(const ArArgs a) { \
+    pdl_wait();                                                                                       \
+    island_one_shot_ll<T>(a);                                                                         \
     pdl_trigger();                                                                                    \
   }
 

@@ -136,7 +136,25 @@ pub struct Buffers {
 pub struct Kernel {
     pub source: &'static str,
     pub name: &'static str,
-    pub ll: bool,
+    /// How its LL kernel lays out its lines, where it has one.
+    pub ll: Option<Ll>,
+}
+
+/// The lines an LL (small-message) kernel keeps in each rank's signal allocation after the
+/// flags, which fix how large a message it serves and its grid (src/fabric/cuda/kernels.rs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ll {
+    /// A line per data word of the message from each sender, in two buffers by flag parity
+    /// (kernels/allreduce.cu ll1).
+    Message,
+    /// As `Message` with one slot more, the rank's own sum, which peers pull (island.cu lli).
+    MessageAndSum,
+    /// Two stages of `MessageAndSum`'s slots, each of an island shard (island.cu lli).
+    IslandShards,
+    /// A line per data word of a shard from each sender, for two stages (allreduce.cu ll2).
+    Shards,
+    /// The rank's reduced shard, which peers pull (allreduce.cu llp).
+    PulledShard,
 }
 
 /// An engine's own path of this backend's shape: what the profile's band for this backend
@@ -296,7 +314,7 @@ pub const TABLE: [Spec; 13] = [
         kernel: Some(Kernel {
             source: "allreduce.cu",
             name: "one_stage_pull",
-            ll: false,
+            ll: None,
         }),
         engine_paths: &[
             ("vLLM", "custom allreduce, 1stage"),
@@ -319,7 +337,7 @@ pub const TABLE: [Spec; 13] = [
         kernel: Some(Kernel {
             source: "allreduce.cu",
             name: "one_stage_push",
-            ll: true,
+            ll: Some(Ll::Message),
         }),
         engine_paths: &[
             ("SGLang", "custom allreduce v2 1shot_push"),
@@ -342,7 +360,7 @@ pub const TABLE: [Spec; 13] = [
         kernel: Some(Kernel {
             source: "allreduce.cu",
             name: "two_stage_pull",
-            ll: true,
+            ll: Some(Ll::PulledShard),
         }),
         engine_paths: &[
             ("vLLM", "custom allreduce, 2stage"),
@@ -365,7 +383,7 @@ pub const TABLE: [Spec; 13] = [
         kernel: Some(Kernel {
             source: "allreduce.cu",
             name: "two_stage_push",
-            ll: true,
+            ll: Some(Ll::Shards),
         }),
         engine_paths: &[
             ("TensorRT-LLM", "TWOSHOT"),
@@ -395,7 +413,7 @@ pub const TABLE: [Spec; 13] = [
         kernel: Some(Kernel {
             source: "island.cu",
             name: "island_two_shot",
-            ll: false,
+            ll: Some(Ll::IslandShards),
         }),
         engine_paths: &[],
     },
@@ -420,7 +438,7 @@ pub const TABLE: [Spec; 13] = [
         kernel: Some(Kernel {
             source: "island.cu",
             name: "island_one_shot",
-            ll: false,
+            ll: Some(Ll::MessageAndSum),
         }),
         engine_paths: &[],
     },

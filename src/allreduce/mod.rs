@@ -8,7 +8,7 @@ pub mod islands;
 pub mod memory;
 
 pub use backend::{
-    Backend, Buffers, Count, EnginePath, Extent, Family, Kernel, Part, Peers, Phase, Plane,
+    Backend, Buffers, Count, EnginePath, Extent, Family, Kernel, Ll, Part, Peers, Phase, Plane,
     Schedule, Spec, TABLE,
 };
 pub use islands::{phases_in_words, Directions, Islands, Ranks, Separation};

@@ -10,7 +10,7 @@ use super::driver::{dev, Ctx, DeviceFacts, Function, Modules};
 use super::layout::{
     ArArgs, LL1_MAX_BYTES, LL2_MAX_BYTES, LL_LINE, LL_THREADS, MAX_BLOCKS, SIGNAL_ALLOC, THREADS,
 };
-use crate::allreduce::{memory, Extent, Kernel, Part, Peers, Plane, Ranks, TABLE};
+use crate::allreduce::{memory, Extent, Kernel, Ll, Part, Peers, Plane, Ranks, TABLE};
 use crate::fabric::{Backend, DeviceError, Dtype, FabricError};
 use crate::profile::KernelImages;
 
@@ -29,22 +29,24 @@ pub const DTYPES: [Dtype; 3] = [Dtype::Bf16, Dtype::Fp16, Dtype::Fp32];
 
 /// Name of the LL (small-message) kernel of a backend, e.g. "two_stage_push_ll_bf16".
 pub fn ll_kernel_name(backend: Backend, dtype: Dtype) -> Option<String> {
-    let k = backend.spec().kernel.filter(|k| k.ll)?;
+    let k = backend.spec().kernel.filter(|k| k.ll.is_some())?;
     Some(format!("{}_ll_{}", k.name, dtype.id()))
 }
 
-/// Blocks the LL kernel of `backend` needs for a message of `bytes` per rank over `n` ranks
+/// Blocks the LL kernel of `backend` needs for a message of `bytes` per rank over `ranks`
 /// (one 8-byte data word per thread, `LL_THREADS` threads per block; mirrors `ll_grid` in
-/// kernels/allreduce.cu), or None when the message is too large for LL or the backend has no
-/// LL kernel. The limits are each LL kernel's own (how many lines its signal area holds).
-pub fn ll_blocks(backend: Backend, bytes: u64, n: usize) -> Option<u32> {
-    backend.spec().kernel.filter(|k| k.ll)?;
+/// kernels/common.cuh), or None when the message is too large for LL or the backend has no
+/// LL kernel. The limits are each layout's own (how many lines its signal area holds).
+pub fn ll_blocks(backend: Backend, bytes: u64, ranks: Ranks) -> Option<u32> {
+    let ll = backend.spec().kernel?.ll?;
     let words = bytes.div_ceil(8);
-    let per_thread = match backend.phases() {
-        // One stage: a line per data word.
-        [_] if bytes <= LL1_MAX_BYTES => words,
-        // Two stages: a line per data word of a shard.
-        [_, _] if bytes <= LL2_MAX_BYTES => ll_shard(words, n),
+    let per_thread = match ll {
+        // A line per data word.
+        Ll::Message | Ll::MessageAndSum if bytes <= LL1_MAX_BYTES => words,
+        // A line per data word of a shard.
+        Ll::Shards | Ll::PulledShard if bytes <= LL2_MAX_BYTES => ll_shard(words, ranks.n),
+        // A line per data word of an island shard.
+        Ll::IslandShards if bytes <= LL1_MAX_BYTES => ll_shard(words, ranks.island),
         _ => return None,
     };
     Some(per_thread.div_ceil(LL_THREADS as u64) as u32)
@@ -55,20 +57,23 @@ fn ll_shard(words: u64, n: usize) -> u64 {
     words.div_ceil(n.max(1) as u64).max(1)
 }
 
-/// Bytes of one rank's signal allocation for `backend` over `n` ranks: the `Signal` flags, then
-/// the LL lines its LL kernel uses (kernels/allreduce.cu: ll1, ll2, llp).
-pub fn signal_bytes(backend: Backend, n: usize) -> u64 {
-    let smax = ll_shard(LL2_MAX_BYTES / 8, n);
-    let ll = backend.spec().kernel.is_some_and(|k| k.ll);
-    let lines = match (ll, backend.phases(), backend.spec().plane) {
-        (false, ..) => 0,
+/// Bytes of one rank's signal allocation for `backend` over `ranks`: the `Signal` flags, then
+/// the LL lines its LL kernel uses (kernels/allreduce.cu ll1, ll2, llp; island.cu lli).
+pub fn signal_bytes(backend: Backend, ranks: Ranks) -> u64 {
+    let smax = ll_shard(LL2_MAX_BYTES / 8, ranks.n);
+    let n = ranks.n as u64;
+    let lines = match backend.spec().kernel.and_then(|k| k.ll) {
+        None => 0,
         // Two buffers (by flag parity) of a line per data word from each sender.
-        (true, [_], _) => 2 * n as u64 * (LL1_MAX_BYTES / 8),
+        Some(Ll::Message) => 2 * n * (LL1_MAX_BYTES / 8),
+        // The same with one slot more, the rank's own sum.
+        Some(Ll::MessageAndSum) => 2 * (n + 1) * (LL1_MAX_BYTES / 8),
         // Two stages x two buffers of a shard's lines from each sender.
-        (true, [_, _], Plane::Push) => 4 * n as u64 * smax,
+        Some(Ll::Shards) => 4 * n * smax,
+        // Two stages x two buffers of n + 1 slots of an island shard of the largest message.
+        Some(Ll::IslandShards) => 4 * (n + 1) * ll_shard(LL1_MAX_BYTES / 8, ranks.island),
         // The reduced shard's lines, rounded up to whole blocks.
-        (true, [_, _], _) => smax.div_ceil(LL_THREADS as u64) * LL_THREADS as u64,
-        (true, _, _) => 0,
+        Some(Ll::PulledShard) => smax.div_ceil(LL_THREADS as u64) * LL_THREADS as u64,
     };
     SIGNAL_ALLOC as u64 + lines * LL_LINE
 }
@@ -167,13 +172,12 @@ impl Kernels {
         sms: u32,
         ranks_on_gpu: u32,
     ) -> Option<(&Function, u32, u32)> {
-        let n = ranks.n;
         let ll = self
             .ll
             .iter()
             .find(|(b, d, _, _)| *b == backend && *d == dtype);
         if let (Some((_, _, f, per_sm)), Some(need)) =
-            (ll, ll_blocks(backend, elems * dtype.size(), n))
+            (ll, ll_blocks(backend, elems * dtype.size(), ranks))
         {
             if need <= block_cap(sms, *per_sm, ranks_on_gpu) {
                 return Some((f, need, LL_THREADS));
@@ -497,7 +501,7 @@ mod tests {
                 .find(|(name, _)| *name == k.source)
                 .unwrap_or_else(|| panic!("{b}: kernels/{} is not a program", k.source));
             let mut names = vec![format!(" {}_##suffix(", k.name)];
-            if k.ll {
+            if k.ll.is_some() {
                 names.push(format!(" {}_ll_##suffix(", k.name));
             }
             for n in names {
@@ -558,18 +562,59 @@ mod tests {
     #[test]
     fn ll_grids_cover_one_word_per_thread() {
         // 4 KiB: 512 words, four blocks of 128; two-stage: a shard of 64 words.
-        assert_eq!(ll_blocks(Backend::OneStagePush, 4096, 8), Some(4));
-        assert_eq!(ll_blocks(Backend::TwoStagePush, 4096, 8), Some(1));
-        assert_eq!(ll_blocks(Backend::OneStagePush, 32 << 10, 8), Some(32));
-        assert_eq!(ll_blocks(Backend::OneStagePush, (32 << 10) + 2, 8), None);
-        assert_eq!(ll_blocks(Backend::TwoStagePull, 64 << 10, 2), Some(32));
-        assert_eq!(ll_blocks(Backend::TwoStagePull, 64 << 10, 8), Some(8));
+        assert_eq!(
+            ll_blocks(Backend::OneStagePush, 4096, Ranks::flat(8)),
+            Some(4)
+        );
+        assert_eq!(
+            ll_blocks(Backend::TwoStagePush, 4096, Ranks::flat(8)),
+            Some(1)
+        );
+        assert_eq!(
+            ll_blocks(Backend::OneStagePush, 32 << 10, Ranks::flat(8)),
+            Some(32)
+        );
+        assert_eq!(
+            ll_blocks(Backend::OneStagePush, (32 << 10) + 2, Ranks::flat(8)),
+            None
+        );
+        assert_eq!(
+            ll_blocks(Backend::TwoStagePull, 64 << 10, Ranks::flat(2)),
+            Some(32)
+        );
+        assert_eq!(
+            ll_blocks(Backend::TwoStagePull, 64 << 10, Ranks::flat(8)),
+            Some(8)
+        );
         // The largest LL grids still fit beside 7 other loopback ranks on an H200.
         assert!(32 <= block_cap(132, 2, 8));
-        assert_eq!(ll_blocks(Backend::TwoStagePush, (64 << 10) + 2, 8), None);
-        assert_eq!(ll_blocks(Backend::OneStagePull, 4096, 8), None);
+        assert_eq!(
+            ll_blocks(Backend::TwoStagePush, (64 << 10) + 2, Ranks::flat(8)),
+            None
+        );
+        assert_eq!(ll_blocks(Backend::OneStagePull, 4096, Ranks::flat(8)), None);
+        // The island one-shot: a line per word of the message, as one-stage push; the
+        // two-shot: a line per word of an island shard (4 KiB in islands of 4: 128 words).
+        let two_fours = Ranks { n: 8, island: 4 };
+        assert_eq!(ll_blocks(Backend::IslandOneShot, 4096, two_fours), Some(4));
+        assert_eq!(
+            ll_blocks(Backend::IslandOneShot, (32 << 10) + 2, two_fours),
+            None
+        );
+        assert_eq!(ll_blocks(Backend::IslandTwoShot, 4096, two_fours), Some(1));
+        assert_eq!(
+            ll_blocks(Backend::IslandTwoShot, 32 << 10, two_fours),
+            Some(8)
+        );
+        assert_eq!(
+            ll_blocks(Backend::IslandTwoShot, (32 << 10) + 2, two_fours),
+            None
+        );
         // Tiny messages still exchange a (padded) word between every pair.
-        assert_eq!(ll_blocks(Backend::TwoStagePush, 2, 16), Some(1));
+        assert_eq!(
+            ll_blocks(Backend::TwoStagePush, 2, Ranks::flat(16)),
+            Some(1)
+        );
         assert_eq!(ll_shard(1, 16), 1);
         assert_eq!(ll_shard(8193, 8), 1025);
     }
@@ -589,29 +634,47 @@ mod tests {
             (16, 131072, 32768, 512),
         ] {
             assert_eq!(
-                signal_bytes(Backend::OneStagePush, n),
+                signal_bytes(Backend::OneStagePush, Ranks::flat(n)),
                 signal + one_push * 16,
                 "n={n}"
             );
             assert_eq!(
-                signal_bytes(Backend::TwoStagePush, n),
+                signal_bytes(Backend::TwoStagePush, Ranks::flat(n)),
                 signal + two_push * 16,
                 "n={n}"
             );
             assert_eq!(
-                signal_bytes(Backend::TwoStagePull, n),
+                signal_bytes(Backend::TwoStagePull, Ranks::flat(n)),
                 signal + two_pull * 16,
                 "n={n}"
             );
-            assert_eq!(signal_bytes(Backend::OneStagePull, n), signal, "n={n}");
+            assert_eq!(
+                signal_bytes(Backend::OneStagePull, Ranks::flat(n)),
+                signal,
+                "n={n}"
+            );
+            // island.cu lli: (((stage * 2 + q) * (n + 1) + s) * len + j), q < 2, s <= n; the
+            // one-shot: one stage, len 4096 (32 KiB / 8); the two-shot: two stages, len
+            // ceil(4096 / m) for islands of m.
+            let n1 = n as u64 + 1;
+            assert_eq!(
+                signal_bytes(Backend::IslandOneShot, Ranks::flat(n)),
+                signal + 2 * n1 * 4096 * 16,
+                "n={n}"
+            );
+            assert_eq!(
+                signal_bytes(Backend::IslandTwoShot, Ranks { n, island: 2 }),
+                signal + 4 * n1 * 2048 * 16,
+                "n={n}"
+            );
         }
         // K = 8: 1 MiB of lines for one-stage push, 512 KiB for two-stage push.
         assert_eq!(
-            signal_bytes(Backend::OneStagePush, 8),
+            signal_bytes(Backend::OneStagePush, Ranks::flat(8)),
             (64 << 10) + (1 << 20)
         );
         assert_eq!(
-            signal_bytes(Backend::TwoStagePush, 8),
+            signal_bytes(Backend::TwoStagePush, Ranks::flat(8)),
             (64 << 10) + (512 << 10)
         );
     }

@@ -270,7 +270,7 @@ pub(super) fn custom_bufs(
         true => Some(alloc(gpu, max + GUARD as u64, "a shared output buffer")?),
         false => None,
     };
-    let signal = alloc(gpu, kernels::signal_bytes(b, shape.n), "signal flags")?;
+    let signal = alloc(gpu, kernels::signal_bytes(b, shape.ranks()), "signal flags")?;
     signal
         .fill(0)
         .map_err(|e| driver::driver_error(&e, "clearing signal flags", None))?;
