@@ -330,23 +330,22 @@ __device__ __forceinline__ u64 ll_island_len(int m) { return (LL1_LINES + m - 1)
 template <typename Line, typename Use>
 __device__ __forceinline__ void ll_take(int cnt, int me, u64 own, Line line, bool zero, u32 flag, u32* status,
                                         Use use) {
+// Groups of eight places, one after another (not unrolled: the kernels' compile time).
+#pragma unroll 1
+  for (int g = 0; g < cnt; g += 8) {
+    u32 want = 0;
 #pragma unroll
-  for (int g = 0; g < MAX_RANKS; g += 8) {
-    if (g < cnt) {
-      u32 want = 0;
+    for (int k = 0; k < 8; k++)
+      if (g + k < cnt && g + k != me) want |= 1u << k;
+    u64 d[8];
+    ll_wait8(d, want, [&](int k) { return line(g + k < cnt ? g + k : cnt - 1); }, flag, status);
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+      if (g + k < cnt) use(g + k, g + k == me ? own : d[k]);
+    if (zero) {
 #pragma unroll
       for (int k = 0; k < 8; k++)
-        if (g + k < cnt && g + k != me) want |= 1u << k;
-      u64 d[8];
-      ll_wait8(d, want, [&](int k) { return line(g + k < cnt ? g + k : cnt - 1); }, flag, status);
-#pragma unroll
-      for (int k = 0; k < 8; k++)
-        if (g + k < cnt) use(g + k, g + k == me ? own : d[k]);
-      if (zero) {
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-          if ((want >> k) & 1) ll_clear(line(g + k));
-      }
+        if ((want >> k) & 1) ll_clear(line(g + k));
     }
   }
 }
@@ -427,15 +426,24 @@ __device__ void island_two_shot_ll(const ArArgs& a) {
     const char* in = (const char*)a.in[rank];
     char* out = (char*)a.out[rank];
     // Reduce-scatter inside: word i of shard p to the island peer at place p (pulled: from a
-    // slot of this rank's lines per receiver).
-    for (int p = 0; p < w.m; p++)
-      if (p != w.j) {
-        const u64 x = load_line<T>(in, (u64)p * sw + i, a.n);
-        ll_store(push_in ? rs.at(inside(p), rank, i) : rs.at(rank, inside(p), i), x, flag);
+    // slot of this rank's lines per receiver). A group's loads are issued together, then its
+    // stores (each store is a compiler barrier: one load per store would wait its latency).
+    u64 own = 0;
+#pragma unroll 1
+    for (int g = 0; g < w.m; g += 8) {
+      u64 x[8];
+#pragma unroll
+      for (int k = 0; k < 8; k++) x[k] = g + k < w.m ? load_line<T>(in, (u64)(g + k) * sw + i, a.n) : 0;
+#pragma unroll
+      for (int k = 0; k < 8; k++) {
+        const int p = g + k;
+        if (p < w.m && p != w.j) ll_store(push_in ? rs.at(inside(p), rank, i) : rs.at(rank, inside(p), i), x[k], flag);
+        if (p == w.j) own = x[k];
       }
+    }
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     ll_take(
-        w.m, w.j, load_line<T>(in, (u64)w.j * sw + i, a.n),
+        w.m, w.j, own,
         [&](int p) { return push_in ? rs.at(rank, inside(p), i) : rs.at(inside(p), rank, i); }, push_in, flag,
         &self->status, [&](int, u64 x) { add_line<T>(acc, x); });
     const u64 part = pack_line<T>(acc);
