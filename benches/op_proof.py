@@ -17,8 +17,12 @@ sized as the tune sized them) and each size:
     kernel, size, TP size and mode;
   - the backend's device memory as the op measured it (and the bytes it allocated), beside the
     profile's figure for it.
-Rank 0 writes one JSON file (--out). Modes: --refusal (the op must refuse; records the line),
---peer-dies (rank 1 leaves after the first call; records what rank 0 sees).
+Every checked result is classed (`classes`): right, nan (all NaN), part_nan (some NaN) or wrong
+(no NaN and not the sum: plausible-wrong, what failing safe must never give), each with whether
+the kernels or the fallback served it (the op turns to the fallback once the kernels report a
+wait that gave up: `fault_lines`, `faulted`). Rank 0 writes one JSON file (--out). Modes:
+--refusal (the op must refuse; records the line), --peer-dies (rank 1 leaves after the first
+call; records what rank 0 sees).
 
 Loopback caveat: processes on one GPU run their kernels concurrently only under MPS; without
 it they take turns (time slices) and every barrier waits for the others' slices, so timings
@@ -80,6 +84,14 @@ def data(rank, n, seed, dtype, device):
     ranks exact too."""
     i = torch.arange(n, device=device, dtype=torch.int64)
     return (((i * 7 + rank * 13 + seed * 5) % 17 - 8).to(torch.float32) / 8).to(dtype)
+
+
+def classify(y, ref):
+    """right, nan (every element NaN), part_nan (some), or wrong (no NaN, not the sum)."""
+    if torch.equal(y, ref):
+        return "right"
+    nan = torch.isnan(y.float())
+    return "nan" if bool(nan.all()) else "part_nan" if bool(nan.any()) else "wrong"
 
 
 def reference(world, n, seed, dtype, device):
@@ -144,7 +156,17 @@ def proof(args, log, lines, rank, world, dev, prof, allreduce, artune):
         dist.all_gather_object(allmem, mem)
         rec["memory_per_rank"] = allmem
         checks, bad = 0, []
+        classes = {}
         seed = 1
+
+        def check(mode, nbytes, y, via):
+            nonlocal checks
+            checks += 1
+            c = classify(y, reference(world, n, seed, dtype, dev))
+            classes[f"{c} {via}"] = classes.get(f"{c} {via}", 0) + 1
+            if c != "right":
+                bad.append([mode, nbytes, seed, c, via])
+
         for nbytes in args.sizes:
             n = nbytes // esize
             # Eager, twice on fresh data.
@@ -153,9 +175,10 @@ def proof(args, log, lines, rank, world, dev, prof, allreduce, artune):
                 x = data(rank, n, seed, dtype, dev)
                 y = op.all_reduce(x, backend=backend)
                 torch.cuda.synchronize()
-                checks += 1
-                if not torch.equal(y, reference(world, n, seed, dtype, dev)):
-                    bad.append(["eager", nbytes, seed])
+                check("eager", nbytes, y, "fallback" if op._off else "kernel")
+            if op._off:
+                # The op turned to the fallback (gloo here), which a graph cannot capture.
+                continue
             # Graph: capture once, replay on fresh inputs copied into the captured tensor.
             sx = data(rank, n, seed, dtype, dev)
             sy = torch.empty_like(sx)
@@ -173,17 +196,19 @@ def proof(args, log, lines, rank, world, dev, prof, allreduce, artune):
                 sx.copy_(data(rank, n, seed, dtype, dev))
                 g.replay()
                 torch.cuda.synchronize()
-                checks += 1
-                if not torch.equal(sy, reference(world, n, seed, dtype, dev)):
-                    bad.append(["graph", nbytes, seed])
+                check("graph", nbytes, sy, "kernel")
             del g
         rec["checked"] = checks
         rec["wrong"] = bad
+        rec["classes"] = classes
         rec["failed_barriers"] = op.failed()
-        say(rank, f"{backend}: {checks} results checked, {len(bad)} wrong, "
-                  f"failed barriers {rec['failed_barriers']}")
+        rec["faulted"] = op._native.faulted()
+        rec["fault_lines"] = [m for m in lines.lines if "gave up waiting" in m]
+        say(rank, f"{backend}: {checks} results checked, {len(bad)} not right, {classes}, "
+                  f"failed barriers {rec['failed_barriers']}, fault lines "
+                  f"{len(rec['fault_lines'])}")
         timings = []
-        for nbytes in args.timing_sizes:
+        for nbytes in args.timing_sizes if not op._off else []:
             n = nbytes // esize
             x = data(rank, n, 3, dtype, dev)
             y = torch.empty_like(x)
@@ -252,12 +277,22 @@ def peer_dies(args, log, lines, rank, world, dev, prof, allreduce):
         os._exit(0)  # the peer is gone: no goodbye, as a crash
     time.sleep(2)
     t0 = time.monotonic()
-    results = []
+    results, own = [], []
+
+    def engine(x):
+        # The engine's own allreduce stands here; with a dead peer it would fail as it does
+        # without artune, so this one only records that it was called.
+        own.append(len(results))
+        return x.clone()
+
     for _ in range(3):
-        y = op.all_reduce(data(rank, n, 2, dtype, dev))
+        y = op.all_reduce(data(rank, n, 2, dtype, dev), fallback=engine)
         try:
             torch.cuda.synchronize()
-            results.append(bool(torch.equal(y, reference(world, n, 2, dtype, dev))))
+            if own and own[-1] == len(results):
+                results.append("fallback")
+            else:
+                results.append(classify(y, reference(world, n, 2, dtype, dev)))
         except Exception as e:  # noqa: BLE001 - what the engine would see is the point
             results.append(f"{type(e).__name__}: {e}")
             break
@@ -267,7 +302,8 @@ def peer_dies(args, log, lines, rank, world, dev, prof, allreduce):
     except Exception as e:  # noqa: BLE001
         failed = f"{type(e).__name__}: {e}"
     return {"first_call_correct": first, "after_peer_left": results,
-            "seconds_for_3_calls": took, "failed_barriers": failed, "lines": list(lines.lines)}
+            "seconds_for_3_calls": took, "failed_barriers": failed,
+            "faulted": op._native.faulted(), "lines": list(lines.lines)}
 
 
 def main():

@@ -37,7 +37,7 @@ __device__ __forceinline__ void barrier(const ArArgs& a, int rank, u32 flag, int
     } else {
       st_relaxed(&peer->flags[phase][blockIdx.x][rank], flag);
     }
-    wait_for<PUBLISH>(&self->flags[phase][blockIdx.x][threadIdx.x], flag, &self->status);
+    if (wait_for<PUBLISH>(&self->flags[phase][blockIdx.x][threadIdx.x], flag, &self->status)) raise_fault(a);
   }
   __syncthreads();
 }
@@ -178,7 +178,7 @@ __device__ void one_stage_push_ll(const ArArgs& a) {
       if (g < n) {
         const u32 want = peers_mask(g, n, rank);
         u64 d[8];
-        ll_wait8(d, want, [&](int k) { return ll1(a.sig[rank], n, q, clamp_rank(g + k, n), j); }, flag, &self->status);
+        if (ll_wait8(d, want, [&](int k) { return ll1(a.sig[rank], n, q, clamp_rank(g + k, n), j); }, flag, &self->status)) raise_fault(a);
 #pragma unroll
         for (int k = 0; k < 8; k++)
           if (g + k < n) add_line<T>(acc, g + k == rank ? mine : d[k]);
@@ -280,7 +280,7 @@ __device__ void two_stage_pull_ll(const ArArgs& a) {
       if (g < n) {
         const u32 want = peers_mask(g, n, rank);
         u64 d[8];
-        ll_wait8(d, want, [&](int k) { return llp(a.sig[clamp_rank(g + k, n)], i); }, flag, &self->status);
+        if (ll_wait8(d, want, [&](int k) { return llp(a.sig[clamp_rank(g + k, n)], i); }, flag, &self->status)) raise_fault(a);
 #pragma unroll
         for (int k = 0; k < 8; k++) {
           const u64 w = (u64)(g + k) * sw + i;
@@ -390,7 +390,7 @@ __device__ void two_stage_push_ll(const ArArgs& a) {
       if (g < n) {
         const u32 want = peers_mask(g, n, rank);
         u64 d[8];
-        ll_wait8(d, want, [&](int k) { return ll2(a.sig[rank], n, smax, 0, q, clamp_rank(g + k, n), i); }, flag, &self->status);
+        if (ll_wait8(d, want, [&](int k) { return ll2(a.sig[rank], n, smax, 0, q, clamp_rank(g + k, n), i); }, flag, &self->status)) raise_fault(a);
 #pragma unroll
         for (int k = 0; k < 8; k++)
           if (g + k < n) add_line<T>(acc, g + k == rank ? mine : d[k]);
@@ -410,7 +410,7 @@ __device__ void two_stage_push_ll(const ArArgs& a) {
       if (g < n) {
         const u32 want = peers_mask(g, n, rank);
         u64 d[8];
-        ll_wait8(d, want, [&](int k) { return ll2(a.sig[rank], n, smax, 1, q, clamp_rank(g + k, n), i); }, flag, &self->status);
+        if (ll_wait8(d, want, [&](int k) { return ll2(a.sig[rank], n, smax, 1, q, clamp_rank(g + k, n), i); }, flag, &self->status)) raise_fault(a);
 #pragma unroll
         for (int k = 0; k < 8; k++) {
           if ((want >> k) & 1) {
@@ -492,41 +492,49 @@ __device__ void two_stage_push(const ArArgs& a) {
 // and keep a line per peer in registers. Every kernel first waits for the previous call
 // (pdl_wait) and lets the next one be scheduled only when its own work is done (pdl_trigger):
 // triggering at the start would let the next call's blocks take SMs this call still needs
-// (profiles/hardware/h200/NOTES-kernel-choices.md).
+// (profiles/hardware/h200/NOTES-kernel-choices.md). fail_safe, last, leaves the output NaN where a
+// wait of the group gave up (common.cuh).
 #define AR_KERNELS(T, suffix)                                                                         \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) one_stage_pull_##suffix(const ArArgs a) {    \
     pdl_wait();                                                                                       \
     one_stage_pull<T>(a);                                                                             \
+    fail_safe<T>(a);                                                                                  \
     pdl_trigger();                                                                                    \
   }                                                                                                   \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) one_stage_push_##suffix(const ArArgs a) {    \
     pdl_wait();                                                                                       \
     one_stage_push<T>(a);                                                                             \
+    fail_safe<T>(a);                                                                                  \
     pdl_trigger();                                                                                    \
   }                                                                                                   \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) two_stage_pull_##suffix(const ArArgs a) {    \
     pdl_wait();                                                                                       \
     two_stage_pull<T>(a);                                                                             \
+    fail_safe<T>(a);                                                                                  \
     pdl_trigger();                                                                                    \
   }                                                                                                   \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) two_stage_push_##suffix(const ArArgs a) {    \
     pdl_wait();                                                                                       \
     two_stage_push<T>(a);                                                                             \
+    fail_safe<T>(a);                                                                                  \
     pdl_trigger();                                                                                    \
   }                                                                                                   \
   extern "C" __global__ void __launch_bounds__(LL_THREADS) one_stage_push_ll_##suffix(const ArArgs a) { \
     pdl_wait();                                                                                       \
     one_stage_push_ll<T>(a);                                                                          \
+    fail_safe<T>(a);                                                                                  \
     pdl_trigger();                                                                                    \
   }                                                                                                   \
   extern "C" __global__ void __launch_bounds__(LL_THREADS) two_stage_pull_ll_##suffix(const ArArgs a) { \
     pdl_wait();                                                                                       \
     two_stage_pull_ll<T>(a);                                                                          \
+    fail_safe<T>(a);                                                                                  \
     pdl_trigger();                                                                                    \
   }                                                                                                   \
   extern "C" __global__ void __launch_bounds__(LL_THREADS) two_stage_push_ll_##suffix(const ArArgs a) { \
     pdl_wait();                                                                                       \
     two_stage_push_ll<T>(a);                                                                          \
+    fail_safe<T>(a);                                                                                  \
     pdl_trigger();                                                                                    \
   }
 

@@ -11,7 +11,8 @@
 #error "compile through artune (src/fabric/cuda/compile.rs), which defines the shared constants"
 #endif
 // A barrier that waits longer than this gives up, records the failure in Signal::status and
-// lets the kernel finish, so a lost peer turns into an error on the host instead of a hang.
+// lets the kernel finish, so a lost peer turns into an error on the host instead of a hang. The
+// kernel then leaves the rank's output all NaN (fail_safe), never a sum that looks right.
 #define BARRIER_TIMEOUT_NS 5000000000ull
 
 typedef unsigned long long u64;
@@ -44,7 +45,7 @@ struct __align__(16) V4 {
 struct Signal {
   u32 flags[3][MAX_BLOCKS][MAX_RANKS];
   u32 epoch[MAX_BLOCKS];
-  u32 status;  // non-zero: a barrier timed out on this rank
+  u32 status;  // non-zero: a wait of this rank, or of a peer (raise_fault), gave up
   u32 ll_epoch[MAX_BLOCKS];
 };
 
@@ -56,6 +57,7 @@ struct ArArgs {
   u64 sig[MAX_RANKS];      // each rank's Signal
   u64 n;                   // elements to reduce
   u64 slot_bytes;          // distance between receive slots (push)
+  u64 fault;               // a host word (mapped pinned memory) set to 1 once status is; 0: none
   int nranks;
   int rank_base;           // this launch's first rank; rank = rank_base + blockIdx.y
   int island;              // ranks per island (island kernels; nranks elsewhere)
@@ -114,9 +116,10 @@ __device__ __forceinline__ u32 ld_relaxed(const u32* p) {
 
 // Spins until *p == want (acquire: later reads see what the writer published before its
 // release), or until the timeout passes, which is recorded in *status. Once a barrier of this
-// rank has timed out, later ones give up at their first timer check.
+// rank has timed out, later ones give up at their first timer check. True when it gave up:
+// the caller then tells the group (raise_fault) before it touches a peer's memory again.
 template <bool ACQUIRE>
-__device__ __forceinline__ void wait_for(const u32* p, u32 want, u32* status) {
+__device__ __forceinline__ bool wait_for(const u32* p, u32 want, u32* status) {
   u64 start = 0;
   u32 spins = 0;
   while ((ACQUIRE ? ld_acquire(p) : ld_relaxed(p)) != want) {
@@ -124,13 +127,26 @@ __device__ __forceinline__ void wait_for(const u32* p, u32 want, u32* status) {
       u64 t = now_ns();
       if (start == 0) {
         start = t;
-        if (ld_volatile(status) != 0) return;
+        if (ld_volatile(status) != 0) return true;
       } else if (t - start > BARRIER_TIMEOUT_NS) {
         atomicExch(status, 1u);
-        return;
+        return true;
       }
     }
   }
+  return false;
+}
+
+// A rank whose wait gave up goes on without the peer it waited for, so from here its writes
+// into peers' buffers (slots, LL lines, outputs) may land in a call those peers are still
+// running, and its flags no longer mean what they say: every rank of the group is marked
+// failed, each then leaves its own output NaN (fail_safe). The fence orders these stores before
+// every later store of this thread, and the __syncthreads after a barrier's waits (or the
+// caller's data dependence) orders them before the block's: a peer that reads data this rank
+// wrote after giving up reads its status after that data (fail_safe, below), and finds it set.
+__device__ __forceinline__ void raise_fault(const ArArgs& a) {
+  for (int p = 0; p < a.nranks; p++) st_relaxed(&((Signal*)a.sig[p])->status, 1u);
+  __threadfence_system();
 }
 
 // ---- LL lines: {data lo, flag, data hi, flag} ----
@@ -169,9 +185,9 @@ __device__ __forceinline__ void ll_load_if(u32 on, const void* p, u64& lo, u64& 
 // their data in d[k]. Each pass loads, back to back, only the lines still missing, so one
 // pass costs one memory round trip however many peers there are and arrived lines are not
 // read again. ptr(k) must be a valid address for every k (callers clamp). Gives up like
-// wait_for on timeout.
+// wait_for on timeout, and like it returns true then (d is not set).
 template <typename Ptr>
-__device__ __forceinline__ void ll_wait8(u64* d, u32 want, Ptr ptr, u32 flag, u32* status) {
+__device__ __forceinline__ bool ll_wait8(u64* d, u32 want, Ptr ptr, u32 flag, u32* status) {
   u64 start = 0;
   u32 spins = 0;
   u64 lo[8], hi[8];
@@ -187,16 +203,16 @@ __device__ __forceinline__ void ll_wait8(u64* d, u32 want, Ptr ptr, u32 flag, u3
     if (missing == 0) {
 #pragma unroll
       for (int k = 0; k < 8; k++) d[k] = (lo[k] & 0xffffffffull) | (hi[k] << 32);
-      return;
+      return false;
     }
     if ((++spins & 255) == 0) {
       u64 t = now_ns();
       if (start == 0) {
         start = t;
-        if (ld_volatile(status) != 0) return;
+        if (ld_volatile(status) != 0) return true;
       } else if (t - start > BARRIER_TIMEOUT_NS) {
         atomicExch(status, 1u);
-        return;
+        return true;
       }
     }
   }
@@ -332,9 +348,11 @@ __device__ __forceinline__ u16 f32_to_f16(float f) {
   return h;
 }
 
+// NAN_WORD: 32 bits of the type's quiet NaN (two of them for the 16-bit types).
 struct Bf16 {
   static const int P = 8;
   static const int SIZE = 2;
+  static const u32 NAN_WORD = 0x7fc07fc0u;
   __device__ static float get(u32 word, int half) {
     return bf16_to_f32(half ? (word >> 16) : (word & 0xffffu));
   }
@@ -346,6 +364,7 @@ struct Bf16 {
 struct Fp16 {
   static const int P = 8;
   static const int SIZE = 2;
+  static const u32 NAN_WORD = 0x7e007e00u;
   __device__ static float get(u32 word, int half) {
     return f16_to_f32((u16)(half ? (word >> 16) : (word & 0xffffu)));
   }
@@ -359,6 +378,7 @@ struct Fp16 {
 struct Fp32 {
   static const int P = 4;
   static const int SIZE = 4;
+  static const u32 NAN_WORD = 0x7fc00000u;
   __device__ static float load1(const char* base, u64 i) { return __uint_as_float(ld_u32(base + i * 4)); }
   __device__ static void store1(char* base, u64 i, float v) { st_u32(base + i * 4, __float_as_uint(v)); }
 };
@@ -467,4 +487,51 @@ __device__ __forceinline__ void store_line(char* base, u64 j, u64 d, u64 elems) 
   } else if (j * per < elems) {
     store_partial<T>(base, j, d, elems);
   }
+}
+
+// ---- failing safe ----
+
+// The last call of every allreduce kernel, by every thread of every block, whatever path the
+// kernel took: when this rank's status is set (a wait of this rank gave up, in this call or an
+// earlier one, or a peer's did: raise_fault), the block overwrites the rank's whole output with
+// the type's quiet NaN and sets the host's fault word. A result that timed out is then NaN, which
+// no engine mistakes for a sum, never partial sums that look plausible.
+//
+// Why the whole output and not the block's part: blocks of one rank finish at different times.
+// A block that ended before the status was set left its part as computed; the block whose wait
+// gave up (or any block that sees the status at its end) then overwrites every element with its
+// own threads. The status is sticky and is set before the end of the block that gave up (that
+// thread set it itself and reads it back here), so for every element the last writer of this
+// rank is a block that poisons it. Blocks that read the status as clear saw no fault of their
+// own, and a peer that gave up marked this rank before it wrote anything more into it
+// (raise_fault); this rank's loads of what it wrote returned before the status is read here
+// (each thread reads it after its own work, and __syncthreads_or joins them), so such a block's
+// part is a right sum. No fence is paid on the healthy path: without one, a right part from a
+// block that ended just before a peer's raise_fault may still land after the poison, so a failed
+// call holds NaN everywhere but, at worst, there.
+//
+// What this cannot cover: a kernel in which peers write this rank's output (two-stage push, the
+// island kernels) may receive a late peer's shard after the poison. Every such result still
+// holds NaN where this rank wrote: its own shard.
+// Out of line, with plain arguments: the healthy path keeps its registers and no copy of ArArgs.
+template <typename T>
+__device__ __noinline__ void poison(char* out, u64 n, u64 fault) {
+  const u64 nvec = n / T::P;
+  const V4 q = {T::NAN_WORD, T::NAN_WORD, T::NAN_WORD, T::NAN_WORD};
+  for (u64 v = threadIdx.x; v < nvec; v += blockDim.x) st_v4(out + v * 16, q);
+  for (u64 e = nvec * T::P + threadIdx.x; e < n; e += blockDim.x) {
+    if constexpr (T::SIZE == 2) {
+      st_u16(out + e * 2, (u16)T::NAN_WORD);
+    } else {
+      st_u32(out + e * 4, T::NAN_WORD);
+    }
+  }
+  if (threadIdx.x == 0 && fault != 0) st_relaxed((u32*)fault, 1u);
+}
+
+template <typename T>
+__device__ __forceinline__ void fail_safe(const ArArgs& a) {
+  const int rank = a.rank_base + (int)blockIdx.y;
+  const Signal* self = (const Signal*)a.sig[rank];
+  if (__syncthreads_or(ld_volatile(&self->status) != 0)) poison<T>((char*)a.out[rank], a.n, a.fault);
 }

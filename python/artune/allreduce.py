@@ -25,12 +25,19 @@ tensors' addresses (the capture's own memory pool keeps them fixed) and every re
 bytes again, one device-to-device copy of the message per call for those backends.
 
 A peer that dies mid-call cannot be recovered from (no custom allreduce can). The kernels do
-not hang: a barrier that waits for it gives up after 5 s, records the failure (``failed()``
-lists the backends) and lets the kernel finish, so that call returns wrong data and every later
-one gives up at its first wait; whether the dead process's buffers stay mapped for the others is
-the driver's (docs/ENGINES.md). The engine's own collectives then fail on the dead rank as they
-would without artune. Tear an op down on every rank together (``close()``) and never while a
-captured graph that uses it may still be replayed.
+not hang and never return a sum that looks right but is not: a barrier that waits for a peer
+gives up after 5 s, marks every rank of the group failed, and each rank's kernel leaves its
+output all NaN, in that call and every later one (``failed()`` lists the backends). The kernel
+also sets a word of host memory, which the op reads before every call without synchronizing:
+once set, the op logs one warning line, turns itself off and hands that call and every later one
+to the fallback (the engine's own allreduce). Calls queued before the host read it return NaN;
+under CUDA-graph replay the host is not called, so replays return NaN until the next eager call
+or ``failed()``. Ranks may read the word at different calls, so their fallbacks can pair
+different calls: after a fault the group's results are not to be trusted until it is rebuilt
+(docs/ENGINES.md). Whether the dead process's buffers stay mapped for the others is the
+driver's; the engine's own collectives then fail on the dead rank as they would without artune.
+Tear an op down on every rank together (``close()``) and never while a captured graph that uses
+it may still be replayed.
 """
 
 import logging
@@ -47,6 +54,12 @@ _CODES = {b: i for i, b in enumerate(backends())}
 
 #: The end of every refusal: what the engine does instead.
 KEEPS = "the engine keeps its own allreduce"
+
+#: Logged once when the kernels report a wait that gave up (rank, then the limit in seconds).
+FAULT = ("artune: a barrier on rank %d gave up waiting for a peer for %d s; the call(s) since "
+         "returned NaN; artune's kernels are off from now on; " + KEEPS)
+#: The barrier's limit (BARRIER_TIMEOUT_NS in kernels/common.cuh).
+BARRIER_TIMEOUT_S = 5
 
 
 def _gather(group, mine) -> list:
@@ -200,7 +213,8 @@ class Allreduce:
         """Whether artune's kernels take this tensor: the profile's dtype, contiguous, 16-byte
         aligned, on this op's device, at a size (and mode: graph while torch captures) the
         routes give them."""
-        if self._off or inp.dtype is not self._dtype or inp.device != self.device:
+        if self._off or self._faulted() or inp.dtype is not self._dtype \
+                or inp.device != self.device:
             return False
         if not inp.is_contiguous() or inp.data_ptr() % 16:
             return False
@@ -216,11 +230,13 @@ class Allreduce:
         ``backend`` names a prepared kernel instead of the profile's (proofs, benchmarks).
         ``fallback``: the engine's own out-of-place allreduce, which serves this call where the
         kernels fail (default: ``torch.distributed`` on the op's group)."""
+        if out is None:
+            out = torch.empty_like(inp)
+        if self._off or self._faulted():
+            return self._fallback(inp, out, fallback)
         nbytes = inp.numel() * inp.element_size()
         code = (self._native.route(nbytes, self._capturing()) if backend is None
                 else _CODES.get(backend, -1))
-        if out is None:
-            out = torch.empty_like(inp)
         # The kernels write a distinct, aligned tensor of the input's kind; anything else (an
         # in-place call) gets one and a copy back.
         fits = (out.dtype is inp.dtype and out.numel() == inp.numel() and out.is_contiguous()
@@ -237,13 +253,29 @@ class Allreduce:
             self._off = True
             self._log.warning("artune: allreduce kernels failed (%s: %s) and are off from now "
                               "on; %s", type(e).__name__, e, KEEPS)
-            if fallback is not None:
-                summed = fallback(inp)
-                if summed is not out:
-                    out.copy_(summed)
-                return out
-            out.copy_(inp)
-            dist.all_reduce(out, group=self.group)
+            return self._fallback(inp, out, fallback)
+        return out
+
+    def _faulted(self) -> bool:
+        """Whether the kernels reported a wait of the group that gave up (a host read, no
+        CUDA call); the first time, says so in one line and turns the op off."""
+        if self._off or not self._native.faulted():
+            return False
+        self._off = True
+        self._log.warning(FAULT, self.rank, BARRIER_TIMEOUT_S)
+        return True
+
+    def _fallback(self, inp: torch.Tensor, out: torch.Tensor,
+                  fallback: Optional[Callable[[torch.Tensor], torch.Tensor]]) -> torch.Tensor:
+        """The call served by the engine's own allreduce (``fallback``), or by
+        ``torch.distributed`` on the op's group."""
+        if fallback is not None:
+            summed = fallback(inp)
+            if summed is not out:
+                out.copy_(summed)
+            return out
+        out.copy_(inp)
+        dist.all_reduce(out, group=self.group)
         return out
 
     def bench(self, inp: torch.Tensor, out: torch.Tensor, backend: str, calls: int,
@@ -273,7 +305,8 @@ class Allreduce:
                 + ", ".join(parts))
 
     def failed(self) -> List[str]:
-        """Backends whose barrier gave up on a peer on this rank (see the module docs)."""
+        """Backends whose barrier gave up on a peer, on this rank or a peer (see the module
+        docs). Synchronous: a health check, not for every call."""
         return self._native.failed()
 
     def close(self) -> None:

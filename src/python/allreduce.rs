@@ -325,8 +325,16 @@ impl AllreduceKernels {
         self.op().disconnect().map_err(op_err)
     }
 
-    /// Backends whose barrier gave up waiting for a peer on this rank (a dead or stalled peer):
-    /// their results since are wrong. A synchronous read: for health checks.
+    /// Whether a kernel found a wait of the group given up (a dead or stalled peer) and left
+    /// its output NaN: a plain read of a host word the kernels set, no CUDA call, so it can
+    /// be asked before every call.
+    fn faulted(&self) -> bool {
+        self.op().faulted()
+    }
+
+    /// Backends whose barrier gave up waiting for a peer on this rank (a dead or stalled peer),
+    /// or were told by a peer whose barrier did: their results since are NaN. A synchronous
+    /// read: for health checks.
     fn failed(&self) -> PyResult<Vec<&'static str>> {
         Ok(self
             .op()

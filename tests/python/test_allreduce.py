@@ -101,6 +101,13 @@ class Fake:
             raise artune.ArtuneError("scripted launch failure")
         self.calls.append(("launch", artune.backends()[code], nbytes, self.graph))
         self.pointers = (inp, out)
+        # The kernel of this launch finds a wait of the group given up, as the real one
+        # reports it: in the host word the op reads.
+        if self.plot.get("fault_at") == len([c for c in self.calls if c[0] == "launch"]):
+            self.fault_word = 1
+
+    def faulted(self):
+        return getattr(self, "fault_word", 0) != 0
 
     def failed(self):
         return []
@@ -282,6 +289,50 @@ def test_a_failing_launch_falls_back_to_the_groups_own_allreduce_once(measured):
         assert r["sum"] == [3.0] * 4
         assert r["after"] is False
         assert len(r["lines"]) == 1 and "are off from now on" in r["lines"][0][1]
+
+
+def _peer_fault(rank, path):
+    """Two ops in a row: the fault seen first by should_run, then by all_reduce alone (an
+    engine that calls it without asking, as under its own routing)."""
+    out = {}
+    for first in ("should_run", "all_reduce"):
+        op, _ = _create(path, {"fault_at": 2}, _native=Fake)
+        log = logging.getLogger(f"engine-{rank}")
+        h = Lines()
+        log.addHandler(h)
+        t = torch.full((2048,), float(rank + 1), dtype=torch.bfloat16)
+        asked, sums = [], []
+        for call in range(4):
+            if first == "should_run" or call < 2:
+                asked.append(op.should_run(t))
+            sums.append(op.all_reduce(t).float().tolist()[:2])
+        # The engine's own allreduce, where it gives one.
+        mine = op.all_reduce(t, fallback=lambda x: x * 10)
+        launches = [c for c in op._native.calls if c[0] == "launch"]
+        log.removeHandler(h)
+        op.close()
+        out[first] = {"asked": asked, "sums": sums, "launches": len(launches),
+                      "own": mine.float().tolist()[:2], "lines": h.lines}
+    return out
+
+
+def test_a_wait_that_gave_up_turns_the_op_off_in_one_line_and_routes_to_the_fallback(
+        measured):
+    for rank, r in enumerate(ranks(2, _peer_fault, measured["measured"])):
+        for first, got in r.items():
+            # Two calls ran the kernels (the second one's set the fault word); every call
+            # after is the group's own allreduce: the sum, 1 + 2.
+            assert got["launches"] == 2, (first, got)
+            assert got["sums"][2:] == [[3.0, 3.0]] * 2, (first, got)
+            assert got["own"] == [10.0 * (rank + 1)] * 2, (first, got)
+            if first == "should_run":
+                assert got["asked"] == [True, True, False, False], got
+            assert len(got["lines"]) == 1, got["lines"]
+            lvl, msg = got["lines"][0]
+            assert lvl == "WARNING", msg
+            assert msg == (f"artune: a barrier on rank {rank} gave up waiting for a peer for 5 s;"
+                           " the call(s) since returned NaN; artune's kernels are off from now"
+                           " on; the engine keeps its own allreduce"), msg
 
 
 def _no_exchange(rank, path):

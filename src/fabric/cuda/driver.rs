@@ -287,6 +287,65 @@ impl DevBuf {
     }
 }
 
+/// One 32-bit word of pinned host memory that kernels write through its device address
+/// (cuMemHostAlloc with DEVICEMAP) and the host reads without synchronizing: a flag a kernel
+/// raises for a host that must not wait on the GPU to learn it.
+pub struct HostWord {
+    host: *mut u32,
+    device: sys::CUdeviceptr,
+    ctx: Arc<Ctx>,
+}
+
+impl HostWord {
+    /// A zeroed word, mapped into `ctx`'s device address space.
+    pub fn alloc(ctx: &Arc<Ctx>) -> Result<HostWord, DriverError> {
+        ctx.bind_to_thread()?;
+        let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
+        // SAFETY: a plain allocation of 4 bytes, zeroed below before any kernel sees it.
+        let host = unsafe { result::malloc_host(4, flags) }? as *mut u32;
+        let mut device: sys::CUdeviceptr = 0;
+        // SAFETY: `host` was allocated by cuMemHostAlloc with DEVICEMAP just above.
+        let mapped =
+            unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device, host.cast(), 0).result() };
+        let word = HostWord {
+            host,
+            device,
+            ctx: ctx.clone(),
+        };
+        mapped?;
+        word.clear();
+        Ok(word)
+    }
+
+    /// The address kernels write.
+    pub fn device_ptr(&self) -> sys::CUdeviceptr {
+        self.device
+    }
+
+    /// The word as the host sees it now (a volatile read: a kernel may set it at any time).
+    pub fn get(&self) -> u32 {
+        // SAFETY: `host` points to 4 live, aligned bytes until drop.
+        unsafe { std::ptr::read_volatile(self.host) }
+    }
+
+    pub fn clear(&self) {
+        // SAFETY: as in `get`.
+        unsafe { std::ptr::write_volatile(self.host, 0) }
+    }
+}
+
+impl Drop for HostWord {
+    fn drop(&mut self) {
+        // Queued kernels may still write a word of a poisoned context: it is kept then.
+        if self.ctx.poisoned().is_some() || self.ctx.bind_to_thread().is_err() {
+            return;
+        }
+        // SAFETY: allocated by cuMemHostAlloc and freed once, here; the owner synchronized its
+        // work first (Op's drop), so no kernel writes it any more.
+        let _ = unsafe { result::free_host(self.host.cast()) };
+    }
+}
+
 /// A device range in this process's address space (own or opened by IPC), with its length:
 /// every copy into or out of it is checked against the length, and the memory stays
 /// allocated (or opened) while the span lives. Cloning shares the memory, never copies it.

@@ -434,6 +434,7 @@ mod tests {
             ("sig", offset_of!(ArArgs, sig)),
             ("n", offset_of!(ArArgs, n)),
             ("slot_bytes", offset_of!(ArArgs, slot_bytes)),
+            ("fault", offset_of!(ArArgs, fault)),
             ("nranks", offset_of!(ArArgs, nranks)),
             ("rank_base", offset_of!(ArArgs, rank_base)),
             ("island", offset_of!(ArArgs, island)),
@@ -478,6 +479,35 @@ mod tests {
             assert!(
                 !compile::COMMON.contains(&format!("#define {name} ")),
                 "{name}"
+            );
+        }
+    }
+
+    /// Every allreduce kernel ends in `fail_safe` (common.cuh), after its work and before it
+    /// lets the next call in: where a wait of the group gave up, its output is NaN, never a
+    /// sum that looks right. (island.cu joins this list once its kernels call it.)
+    #[test]
+    fn every_allreduce_kernel_ends_failing_safe() {
+        let kernels: Vec<&str> = compile::ALLREDUCE
+            .split("extern \"C\" __global__")
+            .skip(1)
+            .collect();
+        assert_eq!(kernels.len(), 7);
+        for k in kernels {
+            let name = k
+                .split("(const")
+                .next()
+                .unwrap()
+                .rsplit(' ')
+                .next()
+                .unwrap();
+            let body = &k[..k.find("\n  }").unwrap_or(k.len())];
+            let safe = body.find("fail_safe<T>(a);");
+            let work = body.find("<T>(a);").unwrap();
+            let next = body.find("pdl_trigger();").unwrap();
+            assert!(
+                safe.is_some_and(|s| s > work && s < next),
+                "{name} does not call fail_safe between its work and pdl_trigger"
             );
         }
     }

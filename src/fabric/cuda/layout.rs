@@ -52,6 +52,11 @@ pub struct ArArgs {
     pub sig: [u64; MAX_RANKS],
     pub n: u64,
     pub slot_bytes: u64,
+    /// Device address of a host word the kernels set to 1 when the rank's status is set (a
+    /// wait of the group gave up; its output is then NaN), for a host that must not
+    /// synchronize to learn it (the op inside an engine); 0 where the host reads the status
+    /// itself (the tune).
+    pub fault: u64,
     pub nranks: i32,
     pub rank_base: i32,
     pub island: i32,

@@ -23,7 +23,7 @@
 
 use cudarc::driver::{result, sys};
 
-use super::driver::{self, dev, DeviceFacts, Imported, IpcHandle, Span};
+use super::driver::{self, dev, DeviceFacts, HostWord, Imported, IpcHandle, Span};
 use super::kernels;
 use super::layout::{MAX_RANKS, SIGNAL_STATUS_OFFSET};
 use super::protocol::{BufHandles, Shape};
@@ -95,6 +95,8 @@ pub struct Op {
     bufs: Vec<Prepared>,
     imported: Vec<Imported>,
     place: Option<Place>,
+    /// Set by the kernels once a wait of the group gave up on this rank ([`Op::faulted`]).
+    fault: HostWord,
     gpu: Gpu,
 }
 
@@ -147,10 +149,15 @@ impl Op {
             return Err(OpError::OtherContext { ordinal });
         }
         gpu.kernels().map_err(FabricError::Device)?;
+        let fault = dev(
+            HostWord::alloc(&gpu.ctx),
+            "allocating the fault word in pinned host memory",
+        )?;
         Ok(Op {
             bufs: Vec::new(),
             imported: Vec::new(),
             place: None,
+            fault,
             gpu,
         })
     }
@@ -403,6 +410,7 @@ impl Op {
         };
         let (shared_in, _, shared_out, _) = p.own.spans();
         let mut a = view.args;
+        a.fault = self.fault.device_ptr();
         if shared_in.is_none() {
             a.input[place.rank] = input;
         }
@@ -453,9 +461,18 @@ impl Op {
         Ok(())
     }
 
-    /// Backends whose barrier on this rank gave up waiting for a peer (the kernels record it
-    /// in the signal's status word and finish, with wrong results, rather than hang). Reads
-    /// device memory synchronously: a health check, not for every call.
+    /// Whether a kernel of this op found a wait of the group given up (this rank's or a
+    /// peer's) and left its output NaN: a read of host memory the kernels write, without any
+    /// synchronization, cheap enough for every call. It is set from the first such kernel's
+    /// end on, so calls queued before the host reads it may return NaN too.
+    pub fn faulted(&self) -> bool {
+        self.fault.get() != 0
+    }
+
+    /// Backends whose barrier on this rank gave up waiting for a peer, or were told by a peer
+    /// whose barrier did (the kernels record it in the signal's status word and finish, with
+    /// NaN results, rather than hang). Reads device memory synchronously: a health check, not
+    /// for every call.
     pub fn failed(&self) -> Result<Vec<Backend>, OpError> {
         let mut out = Vec::new();
         dev(self.gpu.ctx.bind_to_thread(), "binding the CUDA context")?;

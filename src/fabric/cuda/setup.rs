@@ -562,6 +562,7 @@ impl CustomView {
                 sig: [0; MAX_RANKS],
                 n: 0,
                 slot_bytes: kernels::slot_bytes(b, padded(shape.max_bytes), shape.ranks()),
+                fault: 0,
                 nranks: shape.n as i32,
                 rank_base: 0,
                 island: shape.island as i32,
