@@ -18,9 +18,9 @@ sized as the tune sized them) and each size:
   - the backend's device memory as the op measured it (and the bytes it allocated), beside the
     profile's figure for it.
 Every checked result is classed (`classes`): right, nan (all NaN), part_nan (some NaN) or wrong
-(no NaN and not the sum: plausible-wrong, what failing safe must never give), each with whether
-the kernels or the fallback served it (the op turns to the fallback once the kernels report a
-wait that gave up: `fault_lines`, `faulted`). Rank 0 writes one JSON file (--out). Modes:
+(no NaN and not the sum: plausible-wrong, what failing safe must never give), each with who
+served it: the kernels, the op of a broken group (NaN without a launch, once the kernels
+reported a wait that gave up: `fault_lines`, `faulted`) or the fallback (after a failed launch). Rank 0 writes one JSON file (--out). Modes:
 --refusal (the op must refuse; records the line), --peer-dies (rank 1 leaves after the first
 call; records what rank 0 sees).
 
@@ -175,7 +175,7 @@ def proof(args, log, lines, rank, world, dev, prof, allreduce, artune):
                 x = data(rank, n, seed, dtype, dev)
                 y = op.all_reduce(x, backend=backend)
                 torch.cuda.synchronize()
-                check("eager", nbytes, y, "fallback" if op._off else "kernel")
+                check("eager", nbytes, y, via(op))
             if op._off:
                 # The op turned to the fallback (gloo here), which a graph cannot capture.
                 continue
@@ -196,7 +196,7 @@ def proof(args, log, lines, rank, world, dev, prof, allreduce, artune):
                 sx.copy_(data(rank, n, seed, dtype, dev))
                 g.replay()
                 torch.cuda.synchronize()
-                check("graph", nbytes, sy, "kernel")
+                check("graph", nbytes, sy, via(op))
             del g
         rec["checked"] = checks
         rec["wrong"] = bad
@@ -259,6 +259,12 @@ def refusal(args, log, lines, allreduce):
     if op is not None:
         op.close()
     return {"created": ok, "lines": list(lines.lines)}
+
+
+def via(op) -> str:
+    """Who answered a call: the kernels, the op of a broken group (NaN without a launch), or the
+    fallback (an op turned off by a failed launch)."""
+    return "broken" if op._broken else "fallback" if op._off else "kernel"
 
 
 def peer_dies(args, log, lines, rank, world, dev, prof, allreduce):

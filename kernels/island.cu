@@ -43,9 +43,9 @@
 
 __device__ __forceinline__ bool reached(u32 v, u32 want) { return (int)(v - want) >= 0; }
 
-// As wait_for, for a flag that may have moved past `want`.
+// As wait_for, for a flag that may have moved past `want`; true when it gave up.
 template <bool ACQUIRE>
-__device__ __forceinline__ void wait_reach(const u32* p, u32 want, u32* status) {
+__device__ __forceinline__ bool wait_reach(const u32* p, u32 want, u32* status) {
   u64 start = 0;
   u32 spins = 0;
   while (!reached(ACQUIRE ? ld_acquire(p) : ld_relaxed(p), want)) {
@@ -53,13 +53,14 @@ __device__ __forceinline__ void wait_reach(const u32* p, u32 want, u32* status) 
       u64 t = now_ns();
       if (start == 0) {
         start = t;
-        if (ld_volatile(status) != 0) return;
+        if (ld_volatile(status) != 0) return true;
       } else if (t - start > BARRIER_TIMEOUT_NS) {
         atomicExch(status, 1u);
-        return;
+        return true;
       }
     }
   }
+  return false;
 }
 
 // Announce `flag` to each rank in `mask` and wait until each has announced it to us.
@@ -75,7 +76,7 @@ __device__ __forceinline__ void set_barrier(const ArArgs& a, int rank, u32 mask,
     } else {
       st_relaxed(&peer->flags[0][blockIdx.x][rank], flag);
     }
-    wait_reach<PUBLISH>(&self->flags[0][blockIdx.x][t], flag, &self->status);
+    if (wait_reach<PUBLISH>(&self->flags[0][blockIdx.x][t], flag, &self->status)) raise_fault(a);
   }
   __syncthreads();
 }
@@ -328,8 +329,8 @@ __device__ __forceinline__ u64 ll_island_len(int m) { return (LL1_LINES + m - 1)
 // place's word to use(p, word) in place order, `own` at `me`; zeroes the lines read when
 // `zero` (pushed lines).
 template <typename Line, typename Use>
-__device__ __forceinline__ void ll_take(int cnt, int me, u64 own, Line line, bool zero, u32 flag, u32* status,
-                                        Use use) {
+__device__ __forceinline__ void ll_take(const ArArgs& a, int cnt, int me, u64 own, Line line, bool zero, u32 flag,
+                                        u32* status, Use use) {
 // Groups of eight places, one after another (not unrolled: the kernels' compile time).
 #pragma unroll 1
   for (int g = 0; g < cnt; g += 8) {
@@ -338,7 +339,7 @@ __device__ __forceinline__ void ll_take(int cnt, int me, u64 own, Line line, boo
     for (int k = 0; k < 8; k++)
       if (g + k < cnt && g + k != me) want |= 1u << k;
     u64 d[8];
-    ll_wait8(d, want, [&](int k) { return line(g + k < cnt ? g + k : cnt - 1); }, flag, status);
+    if (ll_wait8(d, want, [&](int k) { return line(g + k < cnt ? g + k : cnt - 1); }, flag, status)) raise_fault(a);
 #pragma unroll
     for (int k = 0; k < 8; k++)
       if (g + k < cnt) use(g + k, g + k == me ? own : d[k]);
@@ -377,7 +378,7 @@ __device__ __forceinline__ u64 ll_sum(const Lines& l, int rank, Signal* self, in
   }
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
   ll_take(
-      cnt, me, mine,
+      *l.a, cnt, me, mine,
       [&](int p) {
         const int r = rank_at(p);
         return push ? l.at(rank, r, i) : l.at(r, sums ? n : r, i);
@@ -443,7 +444,7 @@ __device__ void island_two_shot_ll(const ArArgs& a) {
     }
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     ll_take(
-        w.m, w.j, own,
+        a, w.m, w.j, own,
         [&](int p) { return push_in ? rs.at(rank, inside(p), i) : rs.at(inside(p), rank, i); }, push_in, flag,
         &self->status, [&](int, u64 x) { add_line<T>(acc, x); });
     const u64 part = pack_line<T>(acc);
@@ -458,7 +459,7 @@ __device__ void island_two_shot_ll(const ArArgs& a) {
       ll_store(ag.at(rank, rank, i), r, flag);
     }
     ll_take(
-        w.m, w.j, r,
+        a, w.m, w.j, r,
         [&](int p) { return push_in ? ag.at(rank, inside(p), i) : ag.at(inside(p), inside(p), i); }, push_in,
         flag, &self->status, [&](int p, u64 x) {
           const u64 word = (u64)p * sw + i;
@@ -472,21 +473,25 @@ __device__ void island_two_shot_ll(const ArArgs& a) {
   extern "C" __global__ void __launch_bounds__(THREADS, 2) island_two_shot_##suffix(const ArArgs a) { \
     pdl_wait();                                                                                       \
     island_two_shot<T>(a);                                                                            \
+    fail_safe<T>(a);                                                                                  \
     pdl_trigger();                                                                                    \
   }                                                                                                   \
   extern "C" __global__ void __launch_bounds__(LL_THREADS) island_two_shot_ll_##suffix(const ArArgs a) { \
     pdl_wait();                                                                                       \
     island_two_shot_ll<T>(a);                                                                         \
+    fail_safe<T>(a);                                                                                  \
     pdl_trigger();                                                                                    \
   }                                                                                                   \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) island_one_shot_##suffix(const ArArgs a) { \
     pdl_wait();                                                                                       \
     island_one_shot<T>(a);                                                                            \
+    fail_safe<T>(a);                                                                                  \
     pdl_trigger();                                                                                    \
   }                                                                                                   \
   extern "C" __global__ void __launch_bounds__(LL_THREADS) island_one_shot_ll_##suffix(const ArArgs a) { \
     pdl_wait();                                                                                       \
     island_one_shot_ll<T>(a);                                                                         \
+    fail_safe<T>(a);                                                                                  \
     pdl_trigger();                                                                                    \
   }
 

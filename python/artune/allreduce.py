@@ -29,12 +29,12 @@ not hang and never return a sum that looks right but is not: a barrier that wait
 gives up after 5 s, marks every rank of the group failed, and each rank's kernel leaves its
 output all NaN, in that call and every later one (``failed()`` lists the backends). The kernel
 also sets a word of host memory, which the op reads before every call without synchronizing:
-once set, the op logs one warning line, turns itself off and hands that call and every later one
-to the fallback (the engine's own allreduce). Calls queued before the host read it return NaN;
-under CUDA-graph replay the host is not called, so replays return NaN until the next eager call
-or ``failed()``. Ranks may read the word at different calls, so their fallbacks can pair
-different calls: after a fault the group's results are not to be trusted until it is rebuilt
-(docs/ENGINES.md). Whether the dead process's buffers stay mapped for the others is the
+once set, the op logs one warning line and from then on answers every call it takes with NaN,
+without launching. It does not hand calls to the engine's own allreduce: each rank reads the
+word at a call of its own (the calls queued before it returned NaN from the kernels), so their
+fallbacks would pair different calls into sums that look right. The group is broken: restart
+the engine (docs/ENGINES.md). Under CUDA-graph replay the host is not called, and the replayed
+kernels return NaN. Whether the dead process's buffers stay mapped for the others is the
 driver's; the engine's own collectives then fail on the dead rank as they would without artune.
 Tear an op down on every rank together (``close()``) and never while a captured graph that uses
 it may still be replayed.
@@ -56,8 +56,10 @@ _CODES = {b: i for i, b in enumerate(backends())}
 KEEPS = "the engine keeps its own allreduce"
 
 #: Logged once when the kernels report a wait that gave up (rank, then the limit in seconds).
-FAULT = ("artune: a barrier on rank %d gave up waiting for a peer for %d s; the call(s) since "
-         "returned NaN; artune's kernels are off from now on; " + KEEPS)
+FAULT = ("artune: a barrier on rank %d gave up waiting for a peer for %d s: the TP group is "
+         "broken (a peer died or stalled); artune's allreduce answers NaN from now on, as on "
+         "every rank, rather than pair different calls through the engine's own; restart the "
+         "engine")
 #: The barrier's limit (BARRIER_TIMEOUT_NS in kernels/common.cuh).
 BARRIER_TIMEOUT_S = 5
 
@@ -90,6 +92,7 @@ class Allreduce:
         self._stream = stream
         self._capturing = capturing
         self._off = False
+        self._broken = False
 
     @classmethod
     def create(
@@ -213,8 +216,9 @@ class Allreduce:
         """Whether artune's kernels take this tensor: the profile's dtype, contiguous, 16-byte
         aligned, on this op's device, at a size (and mode: graph while torch captures) the
         routes give them."""
-        if self._off or self._faulted() or inp.dtype is not self._dtype \
-                or inp.device != self.device:
+        # A broken group (see the module docs) keeps its routes: every rank alike answers NaN.
+        self._faulted()
+        if self._off or inp.dtype is not self._dtype or inp.device != self.device:
             return False
         if not inp.is_contiguous() or inp.data_ptr() % 16:
             return False
@@ -232,7 +236,9 @@ class Allreduce:
         kernels fail (default: ``torch.distributed`` on the op's group)."""
         if out is None:
             out = torch.empty_like(inp)
-        if self._off or self._faulted():
+        if self._faulted():
+            return out.fill_(float("nan"))
+        if self._off:
             return self._fallback(inp, out, fallback)
         nbytes = inp.numel() * inp.element_size()
         code = (self._native.route(nbytes, self._capturing()) if backend is None
@@ -258,10 +264,12 @@ class Allreduce:
 
     def _faulted(self) -> bool:
         """Whether the kernels reported a wait of the group that gave up (a host read, no
-        CUDA call); the first time, says so in one line and turns the op off."""
-        if self._off or not self._native.faulted():
+        CUDA call); the first time, says so in one line."""
+        if self._broken:
+            return True
+        if self._native is None or not self._native.faulted():
             return False
-        self._off = True
+        self._broken = True
         self._log.warning(FAULT, self.rank, BARRIER_TIMEOUT_S)
         return True
 

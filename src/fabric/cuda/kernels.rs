@@ -488,11 +488,11 @@ mod tests {
     /// sum that looks right. (island.cu joins this list once its kernels call it.)
     #[test]
     fn every_allreduce_kernel_ends_failing_safe() {
-        let kernels: Vec<&str> = compile::ALLREDUCE
-            .split("extern \"C\" __global__")
-            .skip(1)
+        let split = |src: &'static str| src.split("extern \"C\" __global__").skip(1);
+        let kernels: Vec<&str> = split(compile::ALLREDUCE)
+            .chain(split(compile::ISLAND))
             .collect();
-        assert_eq!(kernels.len(), 7);
+        assert_eq!(kernels.len(), 7 + 4);
         for k in kernels {
             let name = k
                 .split("(const")

@@ -11,9 +11,9 @@
 # About 3 minutes; bounded by END (default 530 s) so the MPS daemon is stopped in time.
 # Look for, in summary.txt: "PLAUSIBLE-WRONG RESULTS: 0" for every step; every nan/part_nan
 # count on a rank whose kernel has failed barriers and faulted true, with exactly one fault
-# line, and only right results served by the fallback after it; peer-dies: after_peer_left
-# ["nan", "fallback", "fallback"] in about 5 s, faulted true, one "gave up waiting" line. The
-# island kernels fail safe only once kernels/island.cu ends them in fail_safe<T>(a).
+# line; after it every call answers NaN ("nan broken": the op of a broken group never hands
+# calls to the engine's own allreduce, which could pair different calls); peer-dies:
+# after_peer_left ["nan", "nan", "nan"] in about 5 s, faulted true, one "gave up waiting" line.
 set -u
 R=$PWD; C=$R/.carry/op; A=$C/artune; PY=/opt/torch/.venv/bin/python
 W=/tmp/fault-run; rm -rf $W; mkdir -p $W/py
