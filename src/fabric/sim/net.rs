@@ -41,7 +41,8 @@ const DEFAULT_NVSWITCH_US: f64 = 0.5;
 const NVLINK_LANE_GBPS: f64 = 25.0;
 /// Host DRAM access behind the root complex, one way, µs (a DRAM access of about 100-150 ns).
 pub const HOST_MEM_US: f64 = 0.15;
-/// C3: posted writes of a Broadcom PEX890xx switch collapse to about 2.7 GB/s.
+/// C3: bytes leaving a Broadcom PEX890xx partition towards two root complexes from two of its
+/// GPUs collapse to about 2.7 GB/s (rtx6kpro's two-flow posted-write figure).
 const BROADCOM_COLLAPSE_GBPS: f64 = 2.7;
 
 /// Rates a file states but `Topology::normalize` does not check (contention peaks, collapse
@@ -256,7 +257,7 @@ pub struct Net {
     sw_up: Vec<usize>,
     sw_down: Vec<usize>,
     sw_lat: Vec<f64>,
-    /// Posted-write collapse rate of each switch (C3, Broadcom).
+    /// Collapse rate of each switch's outgoing bytes (C3, Broadcom).
     sw_collapse: Vec<Option<f64>>,
     rc_node: Vec<usize>,
     rc_socket: Vec<usize>,

@@ -52,10 +52,13 @@ impl Net {
             .collect()
     }
 
-    /// C3: posted writes leaving one switch collapse to its `write_collapse_gbps`, all
-    /// together, once two or more of its GPUs write to peers behind two or more different root
-    /// complexes. One GPU writing to two root complexes does not trigger it. Adds one resource
-    /// per collapsing switch and returns it with its member flows.
+    /// C3: bytes leaving one switch's uplink collapse to its `write_collapse_gbps`, all
+    /// together, once two or more of its GPUs send to peers behind two or more different root
+    /// complexes; one GPU sending to two does not trigger it. The source names posted writes;
+    /// its own table collapses reads too where their completions meet the condition (16 flows
+    /// across the chips: 9.0 GB/s), and not where the data leaves a partition from one GPU, so
+    /// the condition is on the bytes, whichever side drives them. Adds one resource per
+    /// collapsing switch and returns it with its member flows.
     pub(super) fn collapse_groups(
         &self,
         flows: &[Flow],
@@ -67,9 +70,7 @@ impl Net {
             let Some(rate) = *rate else { continue };
             let members: Vec<usize> = (0..flows.len())
                 .filter(|&i| {
-                    flows[i].dir == Direction::Write
-                        && routes[i].dst_root.is_some()
-                        && routes[i].resources.contains(&self.sw_up[s])
+                    routes[i].dst_root.is_some() && routes[i].resources.contains(&self.sw_up[s])
                 })
                 .collect();
             let mut roots: Vec<usize> =
