@@ -446,9 +446,38 @@ fn rows(cal: &Calibration) -> Vec<Row> {
         (128 * KB, 17.4, 15.6),
         (MB, 95.3, 58.5),
     ];
-    // Eight GPUs' kernel flows cross the sockets from behind switches; four stay on one.
+    // The same page's collapse table, 16 copy-engine flows from the four GPUs of socket 0 to
+    // the four of socket 1 ("read" pulls them the other way): two GPUs of each sending
+    // partition towards two root complexes, so both directions collapse, to C3's 2.7 GB/s
+    // per uplink in the model.
+    let r2c = fabric(asus(), cal);
+    let cross: Vec<(usize, usize)> = (0..4).flat_map(|a| (4..8).map(move |b| (a, b))).collect();
+    let back: Vec<(usize, usize)> = cross.iter().map(|&(a, b)| (b, a)).collect();
+    let crossed = [
+        Part::Links,
+        Part::RootComplex,
+        Part::Interconnect,
+        Part::Collapse,
+    ];
+    for (dir, what, pairs, want) in [
+        (Direction::Write, "writes", &cross, 7.7),
+        (Direction::Read, "reads", &back, 9.0),
+    ] {
+        let got: f64 = r2c.transfer_gbps(dir, pairs).unwrap().iter().sum();
+        let figure = format!("R2 16 flows across the chips, {what}, total GB/s");
+        push(
+            Source::R2,
+            figure,
+            want,
+            got,
+            parts(&crossed),
+            Some(Part::Collapse),
+        );
+    }
+    // Eight GPUs' bytes leave each partition towards three root complexes and collapse (C3);
+    // four send to one and do not.
     let groups = [
-        (&mut r2, 8, eight, Part::KernelAcrossSockets),
+        (&mut r2, 8, eight, Part::Collapse),
         (&mut r2h, 4, four, Part::KernelBroadcom),
     ];
     for (f, n, sizes, data) in groups {
@@ -668,6 +697,40 @@ fn an_unstated_switch_make_widens_the_custom_band() {
             .any(|a| a.contains("switch make not stated")),
         "{:?}",
         f.assumed()
+    );
+}
+
+/// A switch of unstated make where a group's bytes leave it from two GPUs towards two root
+/// complexes: were it a Broadcom PEX890xx they would collapse (C3), so the custom band covers
+/// the time the stated make gets, and `show` marks it assumed. NCCL's ring sends one flow
+/// out of each switch, so its band does not take the part.
+#[test]
+fn an_unstated_make_covers_the_collapse_it_may_have() {
+    let fitted = Calibration::fitted();
+    let big = 256 * KB;
+    let mut broadcom = prepared(asus(), &ALL8, Some(Level::Sys), &fitted);
+    let mut t = asus();
+    for s in &mut t.switches {
+        s.vendor = None;
+        s.device = None;
+    }
+    let mut f = prepared(t, &ALL8, Some(Level::Sys), &fitted);
+    let (slow, fast) = (
+        median(&mut broadcom, Backend::OneStagePull, big, Mode::Graph),
+        median(&mut f, Backend::OneStagePull, big, Mode::Graph),
+    );
+    let band = f.band(Backend::OneStagePull, big).unwrap();
+    assert!(band.parts.contains(&Part::CollapseUnstated), "{band:?}");
+    assert!(
+        slow > 5.0 * fast && slow <= fast * band.high,
+        "{slow} vs {fast}: {band:?}"
+    );
+    let nccl = f.band(Backend::Nccl, big).unwrap();
+    assert!(!nccl.parts.contains(&Part::CollapseUnstated), "{nccl:?}");
+    assert!(
+        Fabric::model_band(&mut f, Backend::OneStagePull, big)
+            .unwrap()
+            .assumed
     );
 }
 
