@@ -259,6 +259,9 @@ pub struct Net {
     sw_lat: Vec<f64>,
     /// Collapse rate of each switch's outgoing bytes (C3, Broadcom).
     sw_collapse: Vec<Option<f64>>,
+    /// Whether a switch's collapse takes reads' completions too (a Broadcom's), or only its
+    /// posted writes.
+    sw_collapse_reads: Vec<bool>,
     rc_node: Vec<usize>,
     rc_socket: Vec<usize>,
     sock_fabric: Vec<usize>,
@@ -332,6 +335,7 @@ struct Switches {
     down: Vec<usize>,
     lat: Vec<f64>,
     collapse: Vec<Option<f64>>,
+    collapse_reads: Vec<bool>,
     part: Vec<Part>,
 }
 
@@ -436,6 +440,7 @@ fn switches(b: &mut Builder, t: &Topology, cal: &Calibration) -> Switches {
         out.lat
             .push(s.uplink.latency_us.unwrap_or(DEFAULT_UPLINK_US));
         out.collapse.push(collapse_rate(b, s, kind));
+        out.collapse_reads.push(kind == NodeKind::Broadcom);
     }
     out
 }
@@ -619,6 +624,7 @@ impl Net {
             sw_down: sw.down,
             sw_lat: sw.lat,
             sw_collapse: sw.collapse,
+            sw_collapse_reads: sw.collapse_reads,
             rc_node,
             rc_socket,
             sock_fabric: so.fabric,

@@ -162,6 +162,19 @@ fn bytes_leaving_a_switch_towards_two_root_complexes_collapse_whoever_drives_the
 }
 
 #[test]
+fn a_stated_collapse_on_another_make_takes_posted_writes_only() {
+    // b12x#139: behind four Microchip switches writes fell to 2.6 GB/s while pulls from
+    // three other islands at once ran at full rate.
+    let mut t = broadcom();
+    t.switches[0].vendor = Some("Microchip".into());
+    let net = Net::build(&t);
+    let w = run(&net, &[(0, 4), (1, 7)], Direction::Write);
+    assert!(close(w[0] + w[1], 2.7, 1e-9), "{w:?}");
+    let r = run(&net, &[(0, 4), (1, 7)], Direction::Read);
+    assert!(r[0] + r[1] > 40.0, "{r:?}");
+}
+
+#[test]
 fn one_gpu_writing_to_two_root_complexes_does_not_collapse() {
     let net = Net::build(&broadcom());
     // GPU 0 alone towards rc1 and rc2: the uplink's rate, shared.
