@@ -490,6 +490,24 @@ fn rows(cal: &Calibration) -> Vec<Row> {
             push(Source::R2, figure, nccl, t, band, part);
         }
     }
+    // R3 (local-inference-lab/b12x#139, "Measurements"): NCCL on 16 GPUs under four
+    // Microchip switches on four root complexes of one socket, BF16 [M, 7168]. NCCL's
+    // environment is not stated there; its author's wiki sets NCCL_P2P_LEVEL=SYS in every
+    // configuration (as for C6 above). With NCCL's defaults the model gives 1.30-1.42x
+    // (docs/MODEL-ERROR.md).
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/topologies/16x-four-switches.json"
+    );
+    let sixteen = artune::topology::file::load(std::path::Path::new(path)).unwrap();
+    let all16: Vec<usize> = (0..16).collect();
+    let mut r3 = prepared(sixteen, &all16, Some(Level::Sys), cal);
+    for (m, us) in [(1u64, 36.07), (4, 36.45), (8, 39.65), (12, 39.34)] {
+        let bytes = m * 7168 * 2;
+        let (t, band, part) = timing(&mut r3, &own, bytes, Mode::Graph, Part::NcclProtocol);
+        let figure = format!("R3 NCCL, 16 GPUs, {bytes} B, us");
+        push(Source::R3, figure, us, t, band, part);
+    }
     out
 }
 
@@ -544,7 +562,7 @@ fn asus() -> Topology {
 fn in_sample() -> Vec<Row> {
     rows(&Calibration::fitted())
         .into_iter()
-        .filter(|r| !matches!(r.source, Source::R1 | Source::R2))
+        .filter(|r| !matches!(r.source, Source::R1 | Source::R2 | Source::R3))
         .collect()
 }
 
