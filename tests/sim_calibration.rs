@@ -521,20 +521,29 @@ fn c3_eight_gpus_under_one_switch_chip_one_stage_loses_past_tens_of_kb() {
     assert!(within(per_gpu, (25.40 + 20.60) / 2.0, 0.05), "{per_gpu}");
 }
 
-/// C3: on a Broadcom box, posted writes from one switch to two root complexes collapse to
-/// about 2.7 GB/s while reads stay near 51 GB/s, so push and pull must both be measured. The
-/// preset is rewired like such a box: four Broadcom switches of two GPUs, each under its own
-/// root complex, with `write_collapse_gbps` set.
-#[test]
-fn c3_broadcom_write_collapse() {
+/// R2's box (rtx6kpro hardware/asus-esc8000a-e13p-broadcom-switches.md): two AMD sockets,
+/// four Broadcom PEX890xx partitions of two GPUs, each on its own root port, two per socket;
+/// no collapse rate stated, so the PEX890xx default (C3's 2.7 GB/s) applies.
+fn asus() -> Topology {
     let mut t = get("pcie-8x-2switch").unwrap();
     t.pairs.clear();
-    let template = t.switches[0].clone();
+    let (sw, rc, g, so) = (
+        t.switches[0].clone(),
+        t.root_complexes[0].clone(),
+        t.gpus[0].clone(),
+        t.sockets[0].clone(),
+    );
+    t.sockets = (0..2)
+        .map(|i| artune::topology::Socket {
+            id: i,
+            ..so.clone()
+        })
+        .collect();
     t.root_complexes = (0..4)
         .map(|i| artune::topology::RootComplex {
             id: format!("rc{i}"),
-            socket: 0,
-            contention: None,
+            socket: i / 2,
+            ..rc.clone()
         })
         .collect();
     t.switches = (0..4)
@@ -543,28 +552,110 @@ fn c3_broadcom_write_collapse() {
             parent: format!("rc{i}"),
             vendor: Some("Broadcom".into()),
             device: Some("PEX89144".into()),
-            contention: Some(Contention {
-                write_collapse_gbps: Some(2.7),
-                ..template.contention.clone().unwrap_or_default()
-            }),
-            ..template.clone()
+            contention: None,
+            ..sw.clone()
         })
         .collect();
-    for g in &mut t.gpus {
-        g.parent = format!("sw{}", g.index / 2);
-    }
+    t.gpus = (0..8)
+        .map(|i| artune::topology::Gpu {
+            index: i,
+            parent: format!("sw{}", i / 2),
+            numa_node: Some((i / 4) as u32),
+            ..g.clone()
+        })
+        .collect();
     t.normalize().unwrap();
-    let mut f = SimFabric::new(t, 5);
+    t
+}
+
+/// C3 as its source measured it (rtx6kpro hardware/asus-esc8000a-e13p-broadcom-switches.md,
+/// "PEX890xx Posted-Write Arbitration Bug", copy engines; its "read" (s, d) pulls d's buffer
+/// into s). The page's condition (two GPUs of one partition sending out of its uplink towards
+/// two root complexes) is met by the bytes, whichever side drives them: every row where the
+/// data leaves a partition from one GPU keeps its rate, reads included (51.1, 51.3 GB/s), and
+/// the one read row where two GPUs of each far partition send towards two root complexes,
+/// 16 flows across the chips, collapses as the writes do (9.0 GB/s reads, 7.7 writes).
+#[test]
+fn c3_the_collapse_follows_the_bytes_out_of_the_partition() {
+    let f = SimFabric::new(asus(), 5);
+    let total = |dir: Direction, pairs: &[(usize, usize)]| -> f64 {
+        // The page's (s, d) read pulls d into s: bytes move d → s.
+        let moved: Vec<(usize, usize)> = match dir {
+            Direction::Write => pairs.to_vec(),
+            Direction::Read => pairs.iter().map(|&(s, d)| (d, s)).collect(),
+        };
+        f.transfer_gbps(dir, &moved).unwrap().iter().sum()
+    };
+    let collapsed = |gbps: f64| gbps < 10.0;
+    // (pairs, writes collapse, reads collapse) per row of the page's table.
+    let cross: Vec<(usize, usize)> = (0..4).flat_map(|a| (4..8).map(move |b| (a, b))).collect();
+    let rows = [
+        ("1 flow", vec![(0, 4)], false, false),
+        (
+            "2 flows, two partitions",
+            vec![(0, 4), (2, 6)],
+            false,
+            false,
+        ),
+        ("2 flows, one partition", vec![(0, 4), (1, 6)], true, false),
+        (
+            "4 flows, GPU0,1 -> GPU4-7",
+            vec![(0, 4), (0, 6), (1, 5), (1, 7)],
+            true,
+            false,
+        ),
+        ("16 flows across the chips", cross, true, true),
+        (
+            "same partition, one root port",
+            vec![(0, 4), (1, 5)],
+            false,
+            false,
+        ),
+    ];
+    for (row, pairs, w, r) in rows {
+        let (wg, rg) = (
+            total(Direction::Write, &pairs),
+            total(Direction::Read, &pairs),
+        );
+        assert_eq!(collapsed(wg), w, "{row}: writes {wg:.1} GB/s");
+        assert_eq!(collapsed(rg), r, "{row}: reads {rg:.1} GB/s");
+    }
+    // One GPU to two root ports, and the reverse direction, do not collapse either.
+    assert!(!collapsed(total(Direction::Write, &[(0, 4), (0, 6)])));
+    assert!(!collapsed(total(Direction::Write, &[(4, 0), (6, 1)])));
+}
+
+/// R2 (the same page, "AllReduce: Custom vs NCCL (8 GPU)", p2pmark 3c39f36): its one-shot is a
+/// pull (each rank loads every peer's buffer and stores the sum locally), so its bytes leave
+/// every partition from both GPUs towards three root complexes and collapse. The shape: from
+/// 4 KB the time grows about linearly with the bytes (33.1, 73.8, 294, 2427 µs at 4, 8, 32,
+/// 256 KB), custom wins at 4 KB and NCCL from 8 KB; on the four GPUs of one socket (bytes
+/// towards one root complex) the same kernel does not collapse (6.2 µs at 4 KB, 17.4 at 128
+/// KB). No constant is fitted on R2: the rate is C3's two-flow copy-engine figure.
+#[test]
+fn r2_eight_gpus_one_shot_collapses_linearly_and_four_do_not() {
+    let pull = Backend::OneStagePull;
+    let mut f = SimFabric::new(asus(), 5).with_nccl_p2p_level(Some(Level::Sys));
     f.prepare(&group(&ALL8), &Backend::ALL).unwrap();
-    let read = f.probe(Direction::Read, 7, 16 * MB).unwrap();
-    let write = f.probe(Direction::Write, 7, 16 * MB).unwrap();
-    assert!(
-        write.aggregate_gbps < read.aggregate_gbps / 5.0,
-        "{read:?} vs {write:?}"
-    );
-    let pull = median(&mut f, Backend::OneStagePull, 256 * KB, Mode::Graph);
-    let push = median(&mut f, Backend::OneStagePush, 256 * KB, Mode::Graph);
-    assert!(push > 3.0 * pull, "push {push} vs pull {pull}");
+    let t = |f: &mut SimFabric, b: Backend, bytes: u64| median(f, b, bytes, Mode::Graph);
+    let base = t(&mut f, pull, 256);
+    let slope = |f: &mut SimFabric, bytes: u64| (t(f, pull, bytes) - base) / bytes as f64;
+    let s4 = slope(&mut f, 4 * KB);
+    for bytes in [8 * KB, 32 * KB, 256 * KB] {
+        let s = slope(&mut f, bytes);
+        assert!(
+            (0.6..1.6).contains(&(s / s4)),
+            "{bytes} B: {s} vs {s4} µs/B"
+        );
+    }
+    assert!(t(&mut f, pull, 4 * KB) < t(&mut f, Backend::Nccl, 4 * KB));
+    assert!(t(&mut f, pull, 8 * KB) > t(&mut f, Backend::Nccl, 8 * KB));
+    // 256 KB: the published one-shot is 32x NCCL; here at least 10x.
+    assert!(t(&mut f, pull, 256 * KB) > 10.0 * t(&mut f, Backend::Nccl, 256 * KB));
+    let mut h = SimFabric::new(asus(), 5).with_nccl_p2p_level(Some(Level::Sys));
+    h.prepare(&group(&[0, 1, 2, 3]), &Backend::ALL).unwrap();
+    let (four, eight) = (t(&mut h, pull, 128 * KB), t(&mut f, pull, 128 * KB));
+    assert!(four < 30.0 && eight > 20.0 * four, "{four} vs {eight}");
 }
 
 /// The story's box (C1 class, TP8): the profile never chooses a custom kernel where a NCCL

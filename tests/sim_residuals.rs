@@ -446,9 +446,38 @@ fn rows(cal: &Calibration) -> Vec<Row> {
         (128 * KB, 17.4, 15.6),
         (MB, 95.3, 58.5),
     ];
-    // Eight GPUs' kernel flows cross the sockets from behind switches; four stay on one.
+    // The same page's collapse table, 16 copy-engine flows from the four GPUs of socket 0 to
+    // the four of socket 1 ("read" pulls them the other way): two GPUs of each sending
+    // partition towards two root complexes, so both directions collapse, to C3's 2.7 GB/s
+    // per uplink in the model.
+    let r2c = fabric(asus(), cal);
+    let cross: Vec<(usize, usize)> = (0..4).flat_map(|a| (4..8).map(move |b| (a, b))).collect();
+    let back: Vec<(usize, usize)> = cross.iter().map(|&(a, b)| (b, a)).collect();
+    let crossed = [
+        Part::Links,
+        Part::RootComplex,
+        Part::Interconnect,
+        Part::Collapse,
+    ];
+    for (dir, what, pairs, want) in [
+        (Direction::Write, "writes", &cross, 7.7),
+        (Direction::Read, "reads", &back, 9.0),
+    ] {
+        let got: f64 = r2c.transfer_gbps(dir, pairs).unwrap().iter().sum();
+        let figure = format!("R2 16 flows across the chips, {what}, total GB/s");
+        push(
+            Source::R2,
+            figure,
+            want,
+            got,
+            parts(&crossed),
+            Some(Part::Collapse),
+        );
+    }
+    // Eight GPUs' bytes leave each partition towards three root complexes and collapse (C3);
+    // four send to one and do not.
     let groups = [
-        (&mut r2, 8, eight, Part::KernelAcrossSockets),
+        (&mut r2, 8, eight, Part::Collapse),
         (&mut r2h, 4, four, Part::KernelBroadcom),
     ];
     for (f, n, sizes, data) in groups {
@@ -460,6 +489,24 @@ fn rows(cal: &Calibration) -> Vec<Row> {
             let figure = format!("R2 NCCL, {n} GPUs, {bytes} B, us");
             push(Source::R2, figure, nccl, t, band, part);
         }
+    }
+    // R3 (local-inference-lab/b12x#139, "Measurements"): NCCL on 16 GPUs under four
+    // Microchip switches on four root complexes of one socket, BF16 [M, 7168]. NCCL's
+    // environment is not stated there; its author's wiki sets NCCL_P2P_LEVEL=SYS in every
+    // configuration (as for C6 above). With NCCL's defaults the model gives 1.30-1.42x
+    // (docs/MODEL-ERROR.md).
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/topologies/16x-four-switches.json"
+    );
+    let sixteen = artune::topology::file::load(std::path::Path::new(path)).unwrap();
+    let all16: Vec<usize> = (0..16).collect();
+    let mut r3 = prepared(sixteen, &all16, Some(Level::Sys), cal);
+    for (m, us) in [(1u64, 36.07), (4, 36.45), (8, 39.65), (12, 39.34)] {
+        let bytes = m * 7168 * 2;
+        let (t, band, part) = timing(&mut r3, &own, bytes, Mode::Graph, Part::NcclProtocol);
+        let figure = format!("R3 NCCL, 16 GPUs, {bytes} B, us");
+        push(Source::R3, figure, us, t, band, part);
     }
     out
 }
@@ -515,7 +562,7 @@ fn asus() -> Topology {
 fn in_sample() -> Vec<Row> {
     rows(&Calibration::fitted())
         .into_iter()
-        .filter(|r| !matches!(r.source, Source::R1 | Source::R2))
+        .filter(|r| !matches!(r.source, Source::R1 | Source::R2 | Source::R3))
         .collect()
 }
 
@@ -668,6 +715,40 @@ fn an_unstated_switch_make_widens_the_custom_band() {
             .any(|a| a.contains("switch make not stated")),
         "{:?}",
         f.assumed()
+    );
+}
+
+/// A switch of unstated make where a group's bytes leave it from two GPUs towards two root
+/// complexes: were it a Broadcom PEX890xx they would collapse (C3), so the custom band covers
+/// the time the stated make gets, and `show` marks it assumed. NCCL's ring sends one flow
+/// out of each switch, so its band does not take the part.
+#[test]
+fn an_unstated_make_covers_the_collapse_it_may_have() {
+    let fitted = Calibration::fitted();
+    let big = 256 * KB;
+    let mut broadcom = prepared(asus(), &ALL8, Some(Level::Sys), &fitted);
+    let mut t = asus();
+    for s in &mut t.switches {
+        s.vendor = None;
+        s.device = None;
+    }
+    let mut f = prepared(t, &ALL8, Some(Level::Sys), &fitted);
+    let (slow, fast) = (
+        median(&mut broadcom, Backend::OneStagePull, big, Mode::Graph),
+        median(&mut f, Backend::OneStagePull, big, Mode::Graph),
+    );
+    let band = f.band(Backend::OneStagePull, big).unwrap();
+    assert!(band.parts.contains(&Part::CollapseUnstated), "{band:?}");
+    assert!(
+        slow > 5.0 * fast && slow <= fast * band.high,
+        "{slow} vs {fast}: {band:?}"
+    );
+    let nccl = f.band(Backend::Nccl, big).unwrap();
+    assert!(!nccl.parts.contains(&Part::CollapseUnstated), "{nccl:?}");
+    assert!(
+        Fabric::model_band(&mut f, Backend::OneStagePull, big)
+            .unwrap()
+            .assumed
     );
 }
 

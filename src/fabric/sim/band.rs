@@ -57,12 +57,19 @@ pub enum Part {
     /// NCCL's fixed costs: its per-operation base latency and per-step hops (C1's and C2's
     /// small messages, C6's 8 bytes).
     NcclFixed,
-    /// Kernel loads and stores that cross a socket interconnect from behind a switch. No
-    /// figure of C1-C9 times such traffic, and the one published timing of it (R2) is up to
-    /// 12x slower than the model, where the same box's copy engines are not: no mechanism is
-    /// known, so its band is that miss.
-    KernelAcrossSockets,
+    /// Bytes leaving a Broadcom PEX890xx partition's uplink from two or more of its GPUs
+    /// towards two or more root complexes: C3's collapse, for posted writes and for the
+    /// completions that carry reads' data alike (rtx6kpro's 16-flow table; R2's one-shot).
+    Collapse,
+    /// The same pattern through a switch whose make the topology does not state: were it a
+    /// PEX890xx, those bytes would collapse; the model does not collapse them, so the band
+    /// covers the collapse ([`COLLAPSE_UNSTATED`]).
+    CollapseUnstated,
 }
+
+/// The uplink rate that bytes collapse to (C3), against which [`Part::CollapseUnstated`]'s
+/// width is the most a collapse can slow an uplink's bytes: ln(uplink rate / this).
+pub const COLLAPSE_UNSTATED: f64 = 2.7;
 
 impl Part {
     /// Half-width of the part's band, ln of the factor, where the part is used within the
@@ -102,9 +109,12 @@ impl Part {
             Part::KernelFixed => 0.30,
             // C1's ring at 16 KB, 1.37x: ln 0.31.
             Part::NcclFixed => 0.35,
-            // R2's one-shot on 8 GPUs across two sockets behind Broadcom switches, 256 KB:
-            // 2427 µs published, 12x the model.
-            Part::KernelAcrossSockets => 2.50,
+            // rtx6kpro's 16 flows across the chips collapse to 7.7 GB/s (writes) and 9.0
+            // (reads) over two uplinks, where C3's 2.7 per uplink gives 5.4: ln(9.0/5.4) =
+            // 0.51. R2's one-shot, left out, reaches ln 1.47 = 0.39 (4 KB).
+            Part::Collapse => 0.55,
+            // Per switch, ln(uplink rate / 2.7) from `Net::parts`; this is a floor.
+            Part::CollapseUnstated => 0.55,
         }
     }
 
@@ -130,7 +140,10 @@ impl Part {
     pub fn assumed(self) -> bool {
         matches!(
             self,
-            Part::KernelUnstated | Part::HostUnstated | Part::ForwardingUnstated
+            Part::KernelUnstated
+                | Part::HostUnstated
+                | Part::ForwardingUnstated
+                | Part::CollapseUnstated
         )
     }
 
@@ -153,7 +166,8 @@ impl Part {
             Part::ForwardingUnstated => "forwarding-unstated",
             Part::KernelFixed => "kernel-fixed",
             Part::NcclFixed => "nccl-fixed",
-            Part::KernelAcrossSockets => "kernel-across-sockets",
+            Part::Collapse => "uplink-collapse",
+            Part::CollapseUnstated => "collapse-unstated-make",
         }
     }
 }
@@ -263,7 +277,8 @@ impl GroupParts {
     /// traffic parts do not apply) and NCCL's protocol costs price the bytes, and the host's
     /// make where unstated moves both. An unstated forwarding curve does not apply either:
     /// NCCL's rings and trees put one or two flows per GPU through a node, below any curve's
-    /// knee, where all-to-all kernels put N−1.
+    /// knee, where all-to-all kernels put N−1; nor does a collapse, which takes two GPUs of
+    /// one switch sending out of it at once, where a ring sends one.
     pub fn nccl(&self, fixed_us: f64, data_us: f64) -> Band {
         let mut data: BTreeMap<Part, f64> = self
             .fabric
@@ -275,7 +290,8 @@ impl GroupParts {
                     Part::KernelMicrochip
                         | Part::KernelBroadcom
                         | Part::KernelUnstated
-                        | Part::KernelAcrossSockets
+                        | Part::Collapse
+                        | Part::CollapseUnstated
                         | Part::ForwardingUnstated
                 )
             })

@@ -20,16 +20,21 @@ pub enum Source {
     /// on 8 RTX PRO 6000 behind Broadcom PEX890xx switches over two sockets, and on the 4 of
     /// one socket. Fits nothing.
     R2,
+    /// local-inference-lab/b12x#139: NCCL's all-reduce on 16 RTX PRO 6000 in four four-GPU
+    /// islands under Microchip switches, each on its own root complex of one socket. Fits
+    /// nothing.
+    R3,
 }
 
 impl Source {
-    pub const ALL: [Source; 6] = [
+    pub const ALL: [Source; 7] = [
         Source::C1,
         Source::C2,
         Source::C5,
         Source::C6,
         Source::R1,
         Source::R2,
+        Source::R3,
     ];
 
     pub fn id(self) -> &'static str {
@@ -40,6 +45,7 @@ impl Source {
             Source::C6 => "C6",
             Source::R1 => "R1",
             Source::R2 => "R2",
+            Source::R3 => "R3",
         }
     }
 }

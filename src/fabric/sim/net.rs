@@ -41,7 +41,8 @@ const DEFAULT_NVSWITCH_US: f64 = 0.5;
 const NVLINK_LANE_GBPS: f64 = 25.0;
 /// Host DRAM access behind the root complex, one way, µs (a DRAM access of about 100-150 ns).
 pub const HOST_MEM_US: f64 = 0.15;
-/// C3: posted writes of a Broadcom PEX890xx switch collapse to about 2.7 GB/s.
+/// C3: bytes leaving a Broadcom PEX890xx partition towards two root complexes from two of its
+/// GPUs collapse to about 2.7 GB/s (rtx6kpro's two-flow posted-write figure).
 const BROADCOM_COLLAPSE_GBPS: f64 = 2.7;
 
 /// Rates a file states but `Topology::normalize` does not check (contention peaks, collapse
@@ -256,8 +257,11 @@ pub struct Net {
     sw_up: Vec<usize>,
     sw_down: Vec<usize>,
     sw_lat: Vec<f64>,
-    /// Posted-write collapse rate of each switch (C3, Broadcom).
+    /// Collapse rate of each switch's outgoing bytes (C3, Broadcom).
     sw_collapse: Vec<Option<f64>>,
+    /// Whether a switch's collapse takes reads' completions too (a Broadcom's), or only its
+    /// posted writes.
+    sw_collapse_reads: Vec<bool>,
     rc_node: Vec<usize>,
     rc_socket: Vec<usize>,
     sock_fabric: Vec<usize>,
@@ -331,6 +335,7 @@ struct Switches {
     down: Vec<usize>,
     lat: Vec<f64>,
     collapse: Vec<Option<f64>>,
+    collapse_reads: Vec<bool>,
     part: Vec<Part>,
 }
 
@@ -435,6 +440,7 @@ fn switches(b: &mut Builder, t: &Topology, cal: &Calibration) -> Switches {
         out.lat
             .push(s.uplink.latency_us.unwrap_or(DEFAULT_UPLINK_US));
         out.collapse.push(collapse_rate(b, s, kind));
+        out.collapse_reads.push(kind == NodeKind::Broadcom);
     }
     out
 }
@@ -618,6 +624,7 @@ impl Net {
             sw_down: sw.down,
             sw_lat: sw.lat,
             sw_collapse: sw.collapse,
+            sw_collapse_reads: sw.collapse_reads,
             rc_node,
             rc_socket,
             sock_fabric: so.fabric,

@@ -78,7 +78,7 @@ impl Assumed {
         }
         if !self.collapse.is_empty() {
             out.push(format!(
-                "posted writes of {} (Broadcom PEX890xx) collapse to {BROADCOM_COLLAPSE_GBPS} GB/s when two or more of its GPUs write to peers behind different root complexes (C3)",
+                "bytes leaving {} (Broadcom PEX890xx) collapse to {BROADCOM_COLLAPSE_GBPS} GB/s when two or more of its GPUs send to peers behind different root complexes, pushed or pulled (C3)",
                 self.collapse.join(", ")
             ));
         }

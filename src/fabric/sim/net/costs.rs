@@ -52,10 +52,16 @@ impl Net {
             .collect()
     }
 
-    /// C3: posted writes leaving one switch collapse to its `write_collapse_gbps`, all
-    /// together, once two or more of its GPUs write to peers behind two or more different root
-    /// complexes. One GPU writing to two root complexes does not trigger it. Adds one resource
-    /// per collapsing switch and returns it with its member flows.
+    /// C3: bytes leaving one switch's uplink collapse to its `write_collapse_gbps`, all
+    /// together, once two or more of its GPUs send to peers behind two or more different root
+    /// complexes; one GPU sending to two does not trigger it. The source names posted writes;
+    /// on its Broadcom box its own table collapses reads too where their completions meet the
+    /// condition (16 flows across the chips: 9.0 GB/s), and not where the data leaves a
+    /// partition from one GPU, so a Broadcom's condition is on the bytes, whichever side
+    /// drives them. Elsewhere only posted writes: on 16 GPUs behind four Microchip switches
+    /// whose writes fell to 2.6 GB/s, pulls from three other islands at once ran at full
+    /// rate (local-inference-lab/b12x#139). Adds one resource per collapsing switch and
+    /// returns it with its member flows.
     pub(super) fn collapse_groups(
         &self,
         flows: &[Flow],
@@ -67,7 +73,7 @@ impl Net {
             let Some(rate) = *rate else { continue };
             let members: Vec<usize> = (0..flows.len())
                 .filter(|&i| {
-                    flows[i].dir == Direction::Write
+                    (flows[i].dir == Direction::Write || self.sw_collapse_reads[s])
                         && routes[i].dst_root.is_some()
                         && routes[i].resources.contains(&self.sw_up[s])
                 })

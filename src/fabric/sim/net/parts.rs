@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::Net;
-use crate::fabric::sim::band::Part;
+use crate::fabric::sim::band::{Part, COLLAPSE_UNSTATED};
 
 impl Net {
     /// The model parts the peer routes between `gpus` cross, each at its half-width for the
@@ -30,17 +30,12 @@ impl Net {
                 }
                 if self.sock_x_up.iter().any(|x| r.resources.contains(x)) {
                     out.insert(Part::Interconnect, Part::Interconnect.half_width());
-                    let behind_switch = |g: usize| {
-                        self.chains[g]
-                            .iter()
-                            .any(|p| matches!(p, super::Place::Switch(_)))
-                    };
-                    if behind_switch(a) || behind_switch(b) {
-                        let p = Part::KernelAcrossSockets;
-                        out.insert(p, p.half_width());
-                    }
                 }
             }
+        }
+        for (part, w) in self.collapse_parts(gpus) {
+            let e = out.entry(part).or_insert(w);
+            *e = e.max(w);
         }
         let mut widen = |part: Part, w: f64| {
             let e = out.entry(part).or_insert(w);
@@ -54,6 +49,43 @@ impl Net {
         for (node, &f) in flows.iter().enumerate() {
             if f > 0 && self.forwarding_assumed[node] {
                 widen(Part::ForwardingUnstated, self.forwarding_width(node, f));
+            }
+        }
+        out
+    }
+
+    /// The collapse parts of the group's all-to-all: for each switch whose uplink two or more
+    /// of the group's GPUs send out of towards two or more root complexes (C3's condition),
+    /// [`Part::Collapse`] where it collapses, or where its make is unstated
+    /// [`Part::CollapseUnstated`], as wide as the collapse would slow its uplink's bytes.
+    fn collapse_parts(&self, gpus: &[usize]) -> Vec<(Part, f64)> {
+        let mut out = Vec::new();
+        for (s, &up) in self.sw_up.iter().enumerate() {
+            let (mut sources, mut roots) = (Vec::new(), Vec::new());
+            for &a in gpus {
+                for &b in gpus.iter().filter(|&&b| b != a) {
+                    let r = self.route(a, b);
+                    if let Some(root) = r.dst_root.filter(|_| r.resources.contains(&up)) {
+                        sources.push(a);
+                        roots.push(root);
+                    }
+                }
+            }
+            for v in [&mut sources, &mut roots] {
+                v.sort_unstable();
+                v.dedup();
+            }
+            if sources.len() < 2 || roots.len() < 2 {
+                continue;
+            }
+            if self.sw_collapse[s].is_some() {
+                out.push((Part::Collapse, Part::Collapse.half_width()));
+            } else if self.sw_part[s] == Part::KernelUnstated {
+                let w = (self.caps[up] / COLLAPSE_UNSTATED).ln();
+                out.push((
+                    Part::CollapseUnstated,
+                    w.max(Part::CollapseUnstated.half_width()),
+                ));
             }
         }
         out

@@ -143,17 +143,35 @@ fn broadcom() -> Topology {
 }
 
 #[test]
-fn posted_writes_collapse_towards_two_root_complexes() {
+fn bytes_leaving_a_switch_towards_two_root_complexes_collapse_whoever_drives_them() {
     let net = Net::build(&broadcom());
     // One destination root complex: full rate.
     let one = run(&net, &[(0, 4)], Direction::Write);
     assert!(close(one[0], 56.32, 1e-9));
-    // rc1 and rc2 at once: writes collapse to 2.7 GB/s together (C3) ...
+    // GPUs 0 and 1 send out of sw0 towards rc1 and rc2 at once: pushed (posted writes) or
+    // pulled by the peers (the completions carry the data out of the same uplink), the
+    // bytes collapse to 2.7 GB/s together (C3).
+    for dir in [Direction::Write, Direction::Read] {
+        let r = run(&net, &[(0, 4), (1, 7)], dir);
+        assert!(close(r[0] + r[1], 2.7, 1e-9), "{dir:?} {r:?}");
+    }
+    // GPUs 0 and 1 pulling from behind rc1 and rc2 (C3's read test): the data leaves each
+    // place from one GPU, so nothing collapses.
+    let r = run(&net, &[(4, 0), (7, 1)], Direction::Read);
+    assert!(r[0] + r[1] > 40.0, "{r:?}");
+}
+
+#[test]
+fn a_stated_collapse_on_another_make_takes_posted_writes_only() {
+    // b12x#139: behind four Microchip switches writes fell to 2.6 GB/s while pulls from
+    // three other islands at once ran at full rate.
+    let mut t = broadcom();
+    t.switches[0].vendor = Some("Microchip".into());
+    let net = Net::build(&t);
     let w = run(&net, &[(0, 4), (1, 7)], Direction::Write);
     assert!(close(w[0] + w[1], 2.7, 1e-9), "{w:?}");
-    // ... while reads of the same pairs keep the uplink rate.
     let r = run(&net, &[(0, 4), (1, 7)], Direction::Read);
-    assert!(close(r[0] + r[1], 56.32, 1e-9), "{r:?}");
+    assert!(r[0] + r[1] > 40.0, "{r:?}");
 }
 
 #[test]
