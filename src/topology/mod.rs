@@ -126,9 +126,9 @@ impl Link {
 }
 
 /// How a PCIe switch or root complex behaves when many peer flows cross it at once. Switch
-/// chips differ (C3 in the calibration notes): Broadcom PEX890xx collapse posted writes fanned
-/// out to several root complexes, Microchip Switchtec read slower than they write under
-/// all-to-all. Unset fields take defaults from the vendor.
+/// chips differ (C3 in the calibration notes): Broadcom PEX890xx collapse the data several of
+/// their GPUs send out to several root complexes (pushed or pulled), Microchip Switchtec read
+/// slower than they write under all-to-all. Unset fields take defaults from the vendor.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Contention {
     /// Aggregate peer throughput the node forwards at best, GB/s.
@@ -146,9 +146,10 @@ pub struct Contention {
     /// Multiplier on capacity for write (push, posted) traffic, 0..1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub write_factor: Option<f64>,
-    /// Rate (GB/s) that posted writes leaving this switch collapse to, all together, when two
-    /// or more of its GPUs write to peers behind two or more different root complexes at once
-    /// (one GPU writing to two root complexes does not collapse).
+    /// Rate (GB/s) that the data leaving this switch collapses to, all together, when two or
+    /// more of its GPUs send to peers behind two or more different root complexes at once (one
+    /// GPU sending to two root complexes does not collapse). A Broadcom's collapse takes
+    /// pulled data too (C3's 16-flow reads); one stated for another make, posted writes only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub write_collapse_gbps: Option<f64>,
     /// How peer loads and stores issued by kernels (SM traffic) fare here, apart from the
