@@ -493,49 +493,51 @@ __device__ void two_stage_push(const ArArgs& a) {
 // (pdl_wait) and lets the next one be scheduled only when its own work is done (pdl_trigger):
 // triggering at the start would let the next call's blocks take SMs this call still needs
 // (profiles/hardware/h200/NOTES-kernel-choices.md). fail_safe, last, leaves the output NaN where a
-// wait of the group gave up (common.cuh).
+// wait of the group gave up (common.cuh); after the trigger, so the next call's launch overlaps
+// its status read, and the next call still sees its writes (pdl_wait waits for this grid to
+// finish and its writes to be visible).
 #define AR_KERNELS(T, suffix)                                                                         \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) one_stage_pull_##suffix(const ArArgs a) {    \
     pdl_wait();                                                                                       \
     one_stage_pull<T>(a);                                                                             \
-    fail_safe<T>(a);                                                                                  \
     pdl_trigger();                                                                                    \
+    fail_safe<T>(a);                                                                                  \
   }                                                                                                   \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) one_stage_push_##suffix(const ArArgs a) {    \
     pdl_wait();                                                                                       \
     one_stage_push<T>(a);                                                                             \
-    fail_safe<T>(a);                                                                                  \
     pdl_trigger();                                                                                    \
+    fail_safe<T>(a);                                                                                  \
   }                                                                                                   \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) two_stage_pull_##suffix(const ArArgs a) {    \
     pdl_wait();                                                                                       \
     two_stage_pull<T>(a);                                                                             \
-    fail_safe<T>(a);                                                                                  \
     pdl_trigger();                                                                                    \
+    fail_safe<T>(a);                                                                                  \
   }                                                                                                   \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) two_stage_push_##suffix(const ArArgs a) {    \
     pdl_wait();                                                                                       \
     two_stage_push<T>(a);                                                                             \
-    fail_safe<T>(a);                                                                                  \
     pdl_trigger();                                                                                    \
+    fail_safe<T>(a);                                                                                  \
   }                                                                                                   \
   extern "C" __global__ void __launch_bounds__(LL_THREADS) one_stage_push_ll_##suffix(const ArArgs a) { \
     pdl_wait();                                                                                       \
     one_stage_push_ll<T>(a);                                                                          \
-    fail_safe<T>(a);                                                                                  \
     pdl_trigger();                                                                                    \
+    fail_safe<T>(a);                                                                                  \
   }                                                                                                   \
   extern "C" __global__ void __launch_bounds__(LL_THREADS) two_stage_pull_ll_##suffix(const ArArgs a) { \
     pdl_wait();                                                                                       \
     two_stage_pull_ll<T>(a);                                                                          \
-    fail_safe<T>(a);                                                                                  \
     pdl_trigger();                                                                                    \
+    fail_safe<T>(a);                                                                                  \
   }                                                                                                   \
   extern "C" __global__ void __launch_bounds__(LL_THREADS) two_stage_push_ll_##suffix(const ArArgs a) { \
     pdl_wait();                                                                                       \
     two_stage_push_ll<T>(a);                                                                          \
-    fail_safe<T>(a);                                                                                  \
     pdl_trigger();                                                                                    \
+    fail_safe<T>(a);                                                                                  \
   }
 
 AR_KERNELS(Bf16, bf16)

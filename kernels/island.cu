@@ -473,26 +473,26 @@ __device__ void island_two_shot_ll(const ArArgs& a) {
   extern "C" __global__ void __launch_bounds__(THREADS, 2) island_two_shot_##suffix(const ArArgs a) { \
     pdl_wait();                                                                                       \
     island_two_shot<T>(a);                                                                            \
-    fail_safe<T>(a);                                                                                  \
     pdl_trigger();                                                                                    \
+    fail_safe<T>(a);                                                                                  \
   }                                                                                                   \
   extern "C" __global__ void __launch_bounds__(LL_THREADS) island_two_shot_ll_##suffix(const ArArgs a) { \
     pdl_wait();                                                                                       \
     island_two_shot_ll<T>(a);                                                                         \
-    fail_safe<T>(a);                                                                                  \
     pdl_trigger();                                                                                    \
+    fail_safe<T>(a);                                                                                  \
   }                                                                                                   \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) island_one_shot_##suffix(const ArArgs a) { \
     pdl_wait();                                                                                       \
     island_one_shot<T>(a);                                                                            \
-    fail_safe<T>(a);                                                                                  \
     pdl_trigger();                                                                                    \
+    fail_safe<T>(a);                                                                                  \
   }                                                                                                   \
   extern "C" __global__ void __launch_bounds__(LL_THREADS) island_one_shot_ll_##suffix(const ArArgs a) { \
     pdl_wait();                                                                                       \
     island_one_shot_ll<T>(a);                                                                         \
-    fail_safe<T>(a);                                                                                  \
     pdl_trigger();                                                                                    \
+    fail_safe<T>(a);                                                                                  \
   }
 
 ISLAND_KERNELS(Bf16, bf16)
