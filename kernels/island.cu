@@ -427,21 +427,14 @@ __device__ void island_two_shot_ll(const ArArgs& a) {
     const char* in = (const char*)a.in[rank];
     char* out = (char*)a.out[rank];
     // Reduce-scatter inside: word i of shard p to the island peer at place p (pulled: from a
-    // slot of this rank's lines per receiver). A group's loads are issued together, then its
-    // stores (each store is a compiler barrier: one load per store would wait its latency).
-    u64 own = 0;
-#pragma unroll 1
-    for (int g = 0; g < w.m; g += 8) {
-      u64 x[8];
-#pragma unroll
-      for (int k = 0; k < 8; k++) x[k] = g + k < w.m ? load_line<T>(in, (u64)(g + k) * sw + i, a.n) : 0;
-#pragma unroll
-      for (int k = 0; k < 8; k++) {
-        const int p = g + k;
-        if (p < w.m && p != w.j) ll_store(push_in ? rs.at(inside(p), rank, i) : rs.at(rank, inside(p), i), x[k], flag);
-        if (p == w.j) own = x[k];
+    // slot of this rank's lines per receiver). One load per store: with a group's loads issued
+    // together first, this kernel was no faster at 4 KiB (island-ll NOTES, runs 3 and 4).
+    for (int p = 0; p < w.m; p++)
+      if (p != w.j) {
+        const u64 x = load_line<T>(in, (u64)p * sw + i, a.n);
+        ll_store(push_in ? rs.at(inside(p), rank, i) : rs.at(rank, inside(p), i), x, flag);
       }
-    }
+    const u64 own = load_line<T>(in, (u64)w.j * sw + i, a.n);
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     ll_take(
         a, w.m, w.j, own,
