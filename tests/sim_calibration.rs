@@ -10,11 +10,14 @@
 //! hand-written graph, so its "NCCL" is the best pinned ring, not NCCL's own choice); C6
 //! checks NCCL's defaults.
 
+mod boxes;
+
 use artune::fabric::sim::nccl::Level;
 use artune::fabric::sim::SimFabric;
 use artune::fabric::{Backend, Direction, Dtype, Fabric, Group, Mode, Readiness};
 use artune::topology::presets::get;
 use artune::topology::{Contention, Topology};
+use boxes::asus;
 
 const KB: u64 = 1024;
 const MB: u64 = 1024 * KB;
@@ -519,53 +522,6 @@ fn c3_eight_gpus_under_one_switch_chip_one_stage_loses_past_tens_of_kb() {
         .sum::<f64>()
         / 4.0;
     assert!(within(per_gpu, (25.40 + 20.60) / 2.0, 0.05), "{per_gpu}");
-}
-
-/// R2's box (rtx6kpro hardware/asus-esc8000a-e13p-broadcom-switches.md): two AMD sockets,
-/// four Broadcom PEX890xx partitions of two GPUs, each on its own root port, two per socket;
-/// no collapse rate stated, so the PEX890xx default (C3's 2.7 GB/s) applies.
-fn asus() -> Topology {
-    let mut t = get("pcie-8x-2switch").unwrap();
-    t.pairs.clear();
-    let (sw, rc, g, so) = (
-        t.switches[0].clone(),
-        t.root_complexes[0].clone(),
-        t.gpus[0].clone(),
-        t.sockets[0].clone(),
-    );
-    t.sockets = (0..2)
-        .map(|i| artune::topology::Socket {
-            id: i,
-            ..so.clone()
-        })
-        .collect();
-    t.root_complexes = (0..4)
-        .map(|i| artune::topology::RootComplex {
-            id: format!("rc{i}"),
-            socket: i / 2,
-            ..rc.clone()
-        })
-        .collect();
-    t.switches = (0..4)
-        .map(|i| artune::topology::Switch {
-            id: format!("sw{i}"),
-            parent: format!("rc{i}"),
-            vendor: Some("Broadcom".into()),
-            device: Some("PEX89144".into()),
-            contention: None,
-            ..sw.clone()
-        })
-        .collect();
-    t.gpus = (0..8)
-        .map(|i| artune::topology::Gpu {
-            index: i,
-            parent: format!("sw{}", i / 2),
-            numa_node: Some((i / 4) as u32),
-            ..g.clone()
-        })
-        .collect();
-    t.normalize().unwrap();
-    t
 }
 
 /// C3 as its source measured it (rtx6kpro hardware/asus-esc8000a-e13p-broadcom-switches.md,

@@ -8,6 +8,9 @@
 //! `cargo test --test sim_residuals -- --nocapture` prints the tables and the agreement count
 //! (figures within 0.67-1.5x).
 
+mod boxes;
+
+use boxes::asus;
 use std::collections::{BTreeMap, BTreeSet};
 
 use artune::fabric::sim::band::{Band, Part};
@@ -509,53 +512,6 @@ fn rows(cal: &Calibration) -> Vec<Row> {
         push(Source::R3, figure, us, t, band, part);
     }
     out
-}
-
-/// R2's box as its page describes it: two AMD sockets, four Broadcom PEX890xx partitions of
-/// two GPUs each on their own root ports, two partitions per socket (the partitions' pairing
-/// into two chips, which sysfs does not show, is left out).
-fn asus() -> Topology {
-    let mut t = get("pcie-8x-2switch").unwrap();
-    t.pairs.clear();
-    let (sw, rc, g, so) = (
-        t.switches[0].clone(),
-        t.root_complexes[0].clone(),
-        t.gpus[0].clone(),
-        t.sockets[0].clone(),
-    );
-    t.sockets = (0..2)
-        .map(|i| artune::topology::Socket {
-            id: i,
-            ..so.clone()
-        })
-        .collect();
-    t.root_complexes = (0..4)
-        .map(|i| artune::topology::RootComplex {
-            id: format!("rc{i}"),
-            socket: i / 2,
-            ..rc.clone()
-        })
-        .collect();
-    t.switches = (0..4)
-        .map(|i| artune::topology::Switch {
-            id: format!("sw{i}"),
-            parent: format!("rc{i}"),
-            vendor: Some("Broadcom".into()),
-            device: Some("PEX89144".into()),
-            contention: None,
-            ..sw.clone()
-        })
-        .collect();
-    t.gpus = (0..8)
-        .map(|i| artune::topology::Gpu {
-            index: i,
-            parent: format!("sw{}", i / 2),
-            numa_node: Some((i / 4) as u32),
-            ..g.clone()
-        })
-        .collect();
-    t.normalize().unwrap();
-    t
 }
 
 /// Every figure of shared/calibration as the model fitted on every source predicts it.
