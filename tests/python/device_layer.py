@@ -9,6 +9,7 @@ import torch
 
 import artune
 from artune import allreduce
+from machines import MODES
 from test_allreduce import Fake
 
 HIDDEN = 256  # values per token where the size allows
@@ -75,3 +76,23 @@ def sizes(p, tp):
         for b in p.bands(tp, mode):
             out.update({b.up_to_bytes, b.up_to_bytes + 512})
     return sorted(out)
+
+
+#: The backends no engine has, which the plugins route to artune's kernels by default.
+ISLANDS = set(artune._artune.engine_kernels("islands"))
+
+
+def check_routes(p, tp, kernels, without, got):
+    """``got`` (what the engine's dispatch ran per (mode, size), with the op) against the
+    profile ``p``: a size the profile gives artune's kernels (its island schedules by default,
+    every custom band with ``kernels="artune"``) ran them, every other size ran what it ran
+    without the op (``without``). Both modes route some sizes, and not every size."""
+    routed = 0
+    for (mode, n), ran in got.items():
+        c = p.select(tp, n, mode)  # None above the largest size measured
+        takes = c is not None and (c.backend in ISLANDS if kernels is None else c.custom)
+        want = f"artune {c.backend}" if takes else without[(mode, n)]
+        assert ran == want, (mode, n, c and c.backend, ran)
+        routed += takes
+    assert 4 <= routed < len(got), routed
+    assert {m for (m, _), r in got.items() if r.startswith("artune")} == set(MODES)

@@ -19,14 +19,14 @@ from artune import allreduce  # noqa: E402
 from sglang.srt.distributed import parallel_state  # noqa: E402
 
 from conftest import BIN, tune  # noqa: E402
-from device_layer import Device, Fake, every_rank_alike, fake_device, message, sizes  # noqa: E402
+from device_layer import (Device, Fake, check_routes, every_rank_alike, fake_device,  # noqa: E402
+                          message, sizes)
 from machines import MODES, Machine  # noqa: E402
 from test_sglang import V2, log_name, on_machine, restore, unregister  # noqa: E402,F401
 
 #: Eight PCIe GPUs on two sockets: SGLang's custom all-reduce needs NVLink beyond two GPUs,
 #: and the profile chooses the island schedules at some sizes.
 BOX = Machine("RTX PRO 6000 TP8 PCIe, two sockets", (12, 0), 8, False, False, "islands")
-ISLANDS = set(artune._artune.engine_kernels("islands"))
 
 
 @pytest.fixture(scope="module")
@@ -104,15 +104,7 @@ def test_the_op_takes_the_sizes_the_profile_gives_it_through_sglangs_dispatch(
     assert set(without.values()) == {"nccl"}, without  # SGLang has nothing else here
     register(islands, follow, monkeypatch, kernels)
     got = table(BOX, monkeypatch, p)
-    routed = 0
-    for (mode, n), r in got.items():
-        c = p.select(BOX.tp, n, mode)  # None above the largest size measured
-        takes = c is not None and (c.backend in ISLANDS if kernels is None else c.custom)
-        want = f"artune {c.backend}" if takes else without[(mode, n)]
-        assert r == want, (mode, n, c and c.backend, r)
-        routed += takes
-    assert 4 <= routed < len(got), routed
-    assert {m for (m, _), r in got.items() if r.startswith("artune")} == set(MODES)
+    check_routes(p, BOX.tp, kernels, without, got)
     # Another dtype than the profile's keeps SGLang's path at a routed size.
     n = next(n for (mode, n), r in got.items() if mode == "eager" and r.startswith("artune"))
     seen = []

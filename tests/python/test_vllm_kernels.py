@@ -19,14 +19,14 @@ import torch  # noqa: E402
 from artune import _engine, allreduce  # noqa: E402
 
 from conftest import BIN, tune  # noqa: E402
-from device_layer import Device, Fake, every_rank_alike, fake_device, message, sizes  # noqa: E402
+from device_layer import (Device, Fake, check_routes, every_rank_alike, fake_device,  # noqa: E402
+                          message, sizes)
 from machines import MACHINES, MODES, Machine  # noqa: E402
 from test_vllm import log_name, on_machine, restore, unregister  # noqa: E402,F401
 
 #: Eight PCIe GPUs on two sockets: vLLM has no peer-to-peer path at TP8 on PCIe, and the
 #: profile chooses the island schedules at some sizes.
 BOX = Machine("RTX PRO 6000 TP8 PCIe, two sockets", (12, 0), 8, False, False, "islands")
-ISLANDS = set(artune._artune.engine_kernels("islands"))
 
 
 @pytest.fixture(scope="module")
@@ -96,16 +96,7 @@ def test_the_op_takes_the_sizes_the_profile_gives_it_through_vllms_dispatch(
     assert set(without.values()) == {"pynccl"}, without  # vLLM has nothing else here
     register(islands, follow, monkeypatch, kernels)
     got = table(BOX, monkeypatch, p)
-    routed = 0
-    for (mode, n), ran in got.items():
-        c = p.select(BOX.tp, n, mode)  # None above the largest size measured
-        takes = c is not None and (c.backend in ISLANDS if kernels is None else c.custom)
-        want = f"artune {c.backend}" if takes else without[(mode, n)]
-        assert ran == want, (mode, n, c and c.backend, ran)
-        routed += takes
-    # The profile gives the op sizes in both modes, and leaves others to vLLM.
-    assert 4 <= routed < len(got), routed
-    assert {m for (m, _), r in got.items() if r.startswith("artune")} == set(MODES)
+    check_routes(p, BOX.tp, kernels, without, got)
     # Another dtype than the profile's keeps vLLM's path at a routed size.
     n = next(n for (mode, n), r in got.items() if mode == "eager" and r.startswith("artune"))
     assert run(BOX, "eager", monkeypatch, n, torch.float32) == "pynccl"
