@@ -362,13 +362,13 @@ struct Lines {
   }
 };
 
-// One phase in which this rank (at place `me` of `cnt`, rank_at(p) the rank at place p)
-// gives the same word `mine` to every other place and returns the sum over places in order of
-// their words, rounded once. `sums`: the words are island partials (pulled from slot n) rather
-// than inputs (pulled from the owner's rank's slot).
-template <typename T, typename At>
-__device__ __forceinline__ u64 ll_sum(const Lines& l, int rank, Signal* self, int cnt, int me, At rank_at,
-                                      bool push, bool sums, u32 flag, u64 i, u64 mine) {
+// One phase in which this rank (at place `me` of `cnt`, rank_at(p) the rank at place p) gives
+// the same word `mine` to every other place and hands each place's word to use(p, word) in
+// place order (ll_take). `sums`: the words are island partials (pulled from slot n) rather than
+// the owner's own words (pulled from the owner's rank's slot).
+template <typename At, typename Use>
+__device__ __forceinline__ void ll_share(const Lines& l, int rank, Signal* self, int cnt, int me, At rank_at,
+                                         bool push, bool sums, u32 flag, u64 i, u64 mine, Use use) {
   const int n = l.a->nranks;
   if (push) {
     for (int p = 0; p < cnt; p++)
@@ -376,14 +376,21 @@ __device__ __forceinline__ u64 ll_sum(const Lines& l, int rank, Signal* self, in
   } else {
     ll_store(l.at(rank, sums ? n : rank, i), mine, flag);
   }
-  float acc[4] = {0.f, 0.f, 0.f, 0.f};
   ll_take(
       *l.a, cnt, me, mine,
       [&](int p) {
         const int r = rank_at(p);
         return push ? l.at(rank, r, i) : l.at(r, sums ? n : r, i);
       },
-      push, flag, &self->status, [&](int, u64 x) { add_line<T>(acc, x); });
+      push, flag, &self->status, use);
+}
+
+// ll_share, returning the sum over places in order of their words, rounded once.
+template <typename T, typename At>
+__device__ __forceinline__ u64 ll_sum(const Lines& l, int rank, Signal* self, int cnt, int me, At rank_at,
+                                      bool push, bool sums, u32 flag, u64 i, u64 mine) {
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  ll_share(l, rank, self, cnt, me, rank_at, push, sums, flag, i, mine, [&](int, u64 x) { add_line<T>(acc, x); });
   return pack_line<T>(acc);
 }
 
@@ -445,19 +452,10 @@ __device__ void island_two_shot_ll(const ArArgs& a) {
     const u64 r = ll_sum<T>(rs, rank, self, w.islands, w.k, [&](int k) { return at(a, w, k, w.j); },
                             a.dirs & 2u, true, flag, i, part);
     // All-gather inside: this rank's result word to every island peer, theirs into the output.
-    if (push_in) {
-      for (int p = 0; p < w.m; p++)
-        if (p != w.j) ll_store(ag.at(inside(p), rank, i), r, flag);
-    } else {
-      ll_store(ag.at(rank, rank, i), r, flag);
-    }
-    ll_take(
-        a, w.m, w.j, r,
-        [&](int p) { return push_in ? ag.at(rank, inside(p), i) : ag.at(inside(p), inside(p), i); }, push_in,
-        flag, &self->status, [&](int p, u64 x) {
-          const u64 word = (u64)p * sw + i;
-          if (word < words) store_line<T>(out, word, x, a.n);
-        });
+    ll_share(ag, rank, self, w.m, w.j, inside, push_in, false, flag, i, r, [&](int p, u64 x) {
+      const u64 word = (u64)p * sw + i;
+      if (word < words) store_line<T>(out, word, x, a.n);
+    });
   }
   if (threadIdx.x == 0) self->ll_epoch[blockIdx.x] = flag;
 }
