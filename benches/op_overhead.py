@@ -2,15 +2,16 @@
 """What artune.allreduce adds to a call of its kernel: the op's per-call time over the raw
 kernel launch, eager and in a CUDA graph, per kernel at 4 KiB, 64 KiB and 1 MiB.
 
-The raw launch is the same kernel on the same buffers, queued `--calls` times by one native
-call (no Python per call, no copies). The op's call is what an engine makes: `all_reduce` from
-Python on torch tensors (the checks, torch's current stream, the copies the kernel's shared
-buffers need). Eager: CUDA events around `--calls` back-to-back calls, so where the host is
-slower than the kernel the host's time is what shows. Graph: one replay of a graph that holds
-`--calls` calls. Median of `--samples` samples; overhead = op minus raw.
+The raw launch is the same kernel on the same tensors, queued `--calls` times by one native
+call (no Python per call). The op's call is what an engine makes: `all_reduce` from Python on
+torch tensors (the checks, torch's current stream). Both stage through the kernel's shared
+buffers inside the kernel, as the tune timed it. Eager: CUDA events around `--calls`
+back-to-back calls, so where the host is slower than the kernel the host's time is what shows.
+Graph: one replay of a graph that holds `--calls` calls. Median of `--samples` samples;
+overhead = op minus raw.
 
 One rank (a gloo group of one on one GPU): the kernels' barriers then wait for nobody, so the
-figures are the launch path and the copies alone, free of the time slicing between processes
+figures are the launch path alone, free of the time slicing between processes
 that several ranks on one GPU add (see op_proof.py). The kernels are checked against the
 profile's record as in an engine; the buffers are sized for 1 MiB.
 
@@ -84,14 +85,10 @@ def main():
                     op.all_reduce(x, out=y, backend=backend)
 
             def raw():
-                op.bench(x, y, backend, calls, copies=False)
-
-            def copies():
-                op.bench(x, y, backend, calls, copies=True)
+                op.bench(x, y, backend, calls)
 
             row = {"backend": backend, "bytes": nbytes}
-            for name, fn in (("eager_op", op_calls), ("eager_raw", raw),
-                             ("eager_kernel_and_copies", copies)):
+            for name, fn in (("eager_op", op_calls), ("eager_raw", raw)):
                 fn()
                 torch.cuda.synchronize()
                 row[name] = per_call(fn, calls, args.samples)

@@ -13,7 +13,7 @@ sized as the tune sized them) and each size:
   - at the timing sizes: `--calls` back-to-back calls per sample (eager: Python calls; graph: one
     replay of a graph holding them), each sample after one untimed call that every rank must
     reach, per call = sample / calls, the slowest rank's median; the same for the bare kernel
-    (no copies, launched from Rust: the raw launch), beside the profile's median for that
+    (launched from Rust, no Python per call: the raw launch), beside the profile's median for that
     kernel, size, TP size and mode;
   - the backend's device memory as the op measured it (and the bytes it allocated), beside the
     profile's figure for it.
@@ -222,7 +222,7 @@ def proof(args, log, lines, rank, world, dev, prof, allreduce, artune):
                     op.all_reduce(x, out=y, backend=backend)
 
             def raw():
-                op.bench(x, y, backend, calls, copies=False)
+                op.bench(x, y, backend, calls)
 
             row = {"bytes": nbytes}
             for name, fn in (("eager", eager), ("eager_raw", raw)):

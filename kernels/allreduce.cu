@@ -85,6 +85,13 @@ __device__ __forceinline__ void copy1(char* dst, const char* src, u64 i) {
   }
 }
 
+// Elements [from, n) copied one by one by block 0 (a message's tail after its last vector).
+template <typename T>
+__device__ __forceinline__ void copy_tail(char* dst, const char* src, u64 from, u64 n) {
+  if (blockIdx.x == 0)
+    for (u64 e = from + threadIdx.x; e < n; e += blockDim.x) copy1<T>(dst, src, e);
+}
+
 // Rank g + k, or the last rank when there is no such rank: an address that is safe to load.
 __device__ __forceinline__ int clamp_rank(int r, int n) { return r < n ? r : n - 1; }
 
@@ -126,11 +133,23 @@ __device__ __forceinline__ char* llp(u64 sig, u64 i) { return (char*)sig + LL_OF
   if (threadIdx.x == 0) self->epoch[blockIdx.x] = flag;
 
 // Read every rank's input, reduce, write the local output.
+//
+// Staging: each block copies into the shared input the vectors that the peers' same block
+// reads (block 0 the tail too) before barrier 0, which then publishes them.
 template <typename T>
 __device__ void one_stage_pull(const ArArgs& a) {
   RANK_SETUP
-  char* out = (char*)a.out[rank];
-  barrier<false>(a, rank, flag, 0);
+  const char* in = (const char*)a.src[rank];
+  char* shared = (char*)a.in[rank];
+  char* out = (char*)a.dst[rank];
+  if (shared != in) {
+    for (u64 v = first; v < nvec; v += stride) st_v4(shared + v * 16, ld_v4(in + v * 16));
+    copy_tail<T>(shared, in, nvec * T::P, a.n);
+    barrier<true>(a, rank, flag, 0);
+  } else {
+    barrier<false>(a, rank, flag, 0);
+  }
+  // Every rank's input from in[], this rank's own too (staged by this block, or src itself).
   for (u64 v = first; v < nvec; v += stride) {
     float acc[T::P];
     reduce_vec<T>(acc, n, [&](int p) { return (const char*)a.in[p] + v * 16; });
@@ -168,7 +187,7 @@ __device__ void one_stage_push_ll(const ArArgs& a) {
   const u32 q = flag & 1;
   const u64 j = (u64)blockIdx.x * LL_THREADS + threadIdx.x;
   if (j < words) {
-    const u64 mine = load_line<T>((const char*)a.in[rank], j, a.n);
+    const u64 mine = load_line<T>((const char*)a.src[rank], j, a.n);
 #pragma unroll
     for (int p = 0; p < MAX_RANKS; p++)
       if (p < n && p != rank) ll_store(ll1(a.sig[p], n, q, rank, j), mine, flag);
@@ -187,7 +206,7 @@ __device__ void one_stage_push_ll(const ArArgs& a) {
           if ((want >> k) & 1) ll_clear(ll1(a.sig[rank], n, q, g + k, j));
       }
     }
-    store_line<T>((char*)a.out[rank], j, pack_line<T>(acc), a.n);
+    store_line<T>((char*)a.dst[rank], j, pack_line<T>(acc), a.n);
   }
   if (threadIdx.x == 0) self->ll_epoch[blockIdx.x] = flag;
 }
@@ -196,8 +215,8 @@ __device__ void one_stage_push_ll(const ArArgs& a) {
 template <typename T>
 __device__ void one_stage_push(const ArArgs& a) {
   RANK_SETUP
-  const char* in = (const char*)a.in[rank];
-  char* out = (char*)a.out[rank];
+  const char* in = (const char*)a.src[rank];
+  char* out = (char*)a.dst[rank];
   // Every peer has finished the previous call, so its slots are free.
   barrier<false>(a, rank, flag, 0);
   for (u64 v = first; v < nvec; v += stride) {
@@ -230,9 +249,11 @@ __device__ void one_stage_push(const ArArgs& a) {
 // LL two-stage pull: reduce this rank's shard from every rank's input, publish it as LL lines
 // in this rank's own signal allocation, and read the other shards from the peers' lines.
 //
-// - The relaxed barrier at the start says every peer's input for this call is ready (it was
+// - Staging: thread i copies word i of every shard into the shared input, which the peers'
+//   threads i read, before the start barrier, which then publishes it.
+// - The barrier at the start says every peer's input for this call is ready (staged, or
 //   written before that peer's kernel began) and that every peer finished its previous call,
-//   so none still reads the lines this call overwrites or zeroes.
+//   so none still reads the lines this call overwrites or zeroes, nor the shared input.
 // - No barrier at the end: the only remote reads of this rank's memory are peers' reads of
 //   its input and of its lines. Each input word a peer reads feeds a line value that this
 //   rank waits for (every rank reads every peer's whole shard, padding included), so those
@@ -249,12 +270,23 @@ __device__ void two_stage_pull_ll(const ArArgs& a) {
   const u64 words = ll_words(a.n * T::SIZE);
   const u64 sw = ll_shard((u32)words, n);
   const u32 flag = ll_flag(self);
+  const u64 i = (u64)blockIdx.x * LL_THREADS + threadIdx.x;
+  const char* in = (const char*)a.src[rank];
+  char* shared = (char*)a.in[rank];
   // Phase 2 slots serve only this kernel (two_stage_pull uses phases 0 and 1), always with
   // ll_epoch flags.
-  barrier<false>(a, rank, flag, 2);
+  if (shared != in) {
+    if (i < sw)
+      for (int p = 0; p < n; p++) {
+        const u64 w = (u64)p * sw + i;
+        if (w < words) store_line<T>(shared, w, load_line<T>(in, w, a.n), a.n);
+      }
+    barrier<true>(a, rank, flag, 2);
+  } else {
+    barrier<false>(a, rank, flag, 2);
+  }
   const u64 region = (u64)ll_grid(ll_shard(LL2_LINES, n)) * LL_THREADS;
-  const u64 i = (u64)blockIdx.x * LL_THREADS + threadIdx.x;
-  char* out = (char*)a.out[rank];
+  char* out = (char*)a.dst[rank];
   if (i < sw) {
     const u64 own = (u64)rank * sw + i;
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
@@ -301,15 +333,31 @@ __device__ void two_stage_pull_ll(const ArArgs& a) {
 // (a release, which orders those reads before it), and this rank waits there for all of
 // them. They read its reduced shard after barrier 1; it is next written in this rank's next
 // call, after that call's barrier 0, which every peer reaches only after finishing this call.
+//
+// Staging: vector i of each shard is read by the peers' block that holds i, so this rank's
+// same block stages it (block 0 the tail) before barrier 0, which then publishes it.
 template <typename T>
 __device__ void two_stage_pull(const ArArgs& a) {
   RANK_SETUP
   const u64 sv = (nvec + n - 1) / n;
   const u64 mine = shard_len(nvec, sv, rank);
   const u64 tail = a.n - nvec * T::P;
+  const char* in = (const char*)a.src[rank];
+  char* shared = (char*)a.in[rank];
   char* red = (char*)a.scratch[rank];
-  char* out = (char*)a.out[rank];
-  barrier<false>(a, rank, flag, 0);
+  char* out = (char*)a.dst[rank];
+  if (shared != in) {
+    for (int s = 0; s < n; s++)
+      for (u64 i = first; i < shard_len(nvec, sv, s); i += stride) {
+        const u64 off = ((u64)s * sv + i) * 16;
+        st_v4(shared + off, ld_v4(in + off));
+      }
+    copy_tail<T>(shared, in, nvec * T::P, a.n);
+    barrier<true>(a, rank, flag, 0);
+  } else {
+    barrier<false>(a, rank, flag, 0);
+  }
+  // Every rank's input from in[], this rank's own too (staged by this block, or src itself).
   for (u64 i = first; i < mine; i += stride) {
     const u64 off = ((u64)rank * sv + i) * 16;
     float acc[T::P];
@@ -365,8 +413,8 @@ __device__ void two_stage_push_ll(const ArArgs& a) {
   const u64 smax = ll_shard(LL2_LINES, n);
   const u64 i = (u64)blockIdx.x * LL_THREADS + threadIdx.x;
   if (i < sw) {
-    const char* in = (const char*)a.in[rank];
-    char* out = (char*)a.out[rank];
+    const char* in = (const char*)a.src[rank];
+    char* out = (char*)a.dst[rank];
     // Reduce-scatter: loads of a group issued together, then the stores.
 #pragma unroll
     for (int g = 0; g < MAX_RANKS; g += 8) {
@@ -430,8 +478,9 @@ __device__ void two_stage_push_ll(const ArArgs& a) {
 //
 // No barrier at the start: this rank's slots on a peer were last read in the peer's previous
 // call before it arrived at that call's final barrier (a release), and this rank left that
-// call only after every peer arrived there. Peers' outputs are written only after barrier 1,
-// which every peer reaches only from this call, once its stream is done with the last output.
+// call only after every peer arrived there. Peers' shared outputs are written only after
+// barrier 1, which every peer reaches only from this call, once it has copied the last call's
+// result out of it: after barrier 2 each block copies what the peers' same block wrote.
 // Loads per thread in flight in the reduce-scatter: enough to cover HBM latency, and still
 // within 64 registers for sm_90 (a few bytes spill on older targets). See
 // profiles/hardware/h200/NOTES-kernel-choices.md for what 4 and 8 measured.
@@ -442,7 +491,11 @@ __device__ void two_stage_push(const ArArgs& a) {
   const u64 sv = (nvec + n - 1) / n;
   const u64 mine = shard_len(nvec, sv, rank);
   const u64 tail = a.n - nvec * T::P;
-  const char* in = (const char*)a.in[rank];
+  const char* in = (const char*)a.src[rank];
+  char* out = (char*)a.dst[rank];
+  char* shared = (char*)a.out[rank];
+  // Where this rank's result goes on rank p: its own tensor here, the shared output there.
+  auto out_of = [&](int p) { return p == rank ? out : (char*)a.out[p]; };
   // The input is read once here; the slots written here are read back by the reduce below
   // (on the receiving GPU, where peers' writes land in L2), so the input makes way first.
   const u64 once = evict_first_policy();
@@ -473,18 +526,27 @@ __device__ void two_stage_push(const ArArgs& a) {
     const V4 r = pack_vec<T>(acc);
 #pragma unroll
     for (int p = 0; p < MAX_RANKS; p++)
-      if (p < n) st_v4((char*)a.out[p] + ((u64)rank * sv + i) * 16, r);
+      if (p < n) st_v4(out_of(p) + ((u64)rank * sv + i) * 16, r);
   }
   if (blockIdx.x == 0 && rank == n - 1) {
     for (u64 j = threadIdx.x; j < tail; j += blockDim.x) {
       float s = 0.f;
       for (int p = 0; p < n; p++)
         s += p == rank ? T::load1(in + nvec * 16, j) : T::load1(slot(a, rank, p) + mine * 16, j);
-      for (int p = 0; p < n; p++) T::store1((char*)a.out[p] + nvec * 16, j, s);
+      for (int p = 0; p < n; p++) T::store1(out_of(p) + nvec * 16, j, s);
     }
   }
   // Every shard has landed in our output once all peers pass this point.
   barrier<true>(a, rank, flag, 2);
+  if (shared != out) {
+    for (int s = 0; s < n; s++)
+      if (s != rank)
+        for (u64 i = first; i < shard_len(nvec, sv, s); i += stride) {
+          const u64 off = ((u64)s * sv + i) * 16;
+          st_v4(out + off, ld_v4(shared + off));
+        }
+    if (rank != n - 1) copy_tail<T>(out + nvec * 16, shared + nvec * 16, 0, tail);
+  }
   FINISH
 }
 

@@ -151,16 +151,44 @@ __device__ __forceinline__ u64 part_len(u64 nvec, u64 sv, int s) {
 }
 
 // The elements after the last whole vector, summed by block 0 of each rank from every rank's
-// shared input in rank order: fewer than a vector, before the last barrier.
+// shared input in rank order (its own too: staged by this block, or src itself): fewer than a
+// vector, before the last barrier. Each rank's block 0 staged its tail (stage) before the
+// first barrier, whose release reaches the ranks of other islands through the barrier across.
 template <typename T>
 __device__ __forceinline__ void tail(const ArArgs& a, int rank, u64 nvec) {
   if (blockIdx.x != 0) return;
-  char* out = (char*)a.out[rank];
+  char* out = (char*)a.dst[rank];
   for (u64 e = nvec * T::P + threadIdx.x; e < a.n; e += blockDim.x) {
     float s = 0.f;
     for (int p = 0; p < a.nranks; p++) s += T::load1((const char*)a.in[p], e);
     T::store1(out, e, s);
   }
+}
+
+// Copies this rank's input into its shared input where they differ, as the peers' same block
+// reads it: vector i of each of `parts` parts of sv vectors (the whole message: one part of
+// nvec) when `shards` (the island peers pull), and the tail always (every rank reads it).
+// True when it copied, so that the first barrier publishes.
+template <typename T>
+__device__ __forceinline__ bool stage(const ArArgs& a, int rank, u64 nvec, u64 sv, int parts, bool shards) {
+  const char* in = (const char*)a.src[rank];
+  char* shared = (char*)a.in[rank];
+  if (shared == in) return false;
+  const u64 stride = (u64)gridDim.x * blockDim.x;
+  if (shards)
+    for (int q = 0; q < parts; q++)
+      for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < sv && (u64)q * sv + i < nvec; i += stride) {
+        const u64 off = ((u64)q * sv + i) * 16;
+        st_v4(shared + off, ld_v4(in + off));
+      }
+  if (blockIdx.x == 0)
+    for (u64 e = nvec * T::P + threadIdx.x; e < a.n; e += blockDim.x)
+      if constexpr (T::SIZE == 2) {
+        st_u16(shared + e * 2, ld_u16(in + e * 2));
+      } else {
+        st_u32(shared + e * 4, ld_u32(in + e * 4));
+      }
+  return true;
 }
 
 template <typename T>
@@ -175,11 +203,16 @@ __device__ void island_two_shot(const ArArgs& a) {
   const u64 mine = part_len(nvec, sv, w.j);
   const u64 stride = (u64)gridDim.x * blockDim.x;
   const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-  const char* in = (const char*)a.in[rank];
-  char* out = (char*)a.out[rank];
+  const char* in = (const char*)a.src[rank];
+  char* out = (char*)a.dst[rank];
+  char* shared_out = (char*)a.out[rank];
 
-  // Inputs ready (peers read them) and slots free.
-  set_barrier<false>(a, rank, w.inside, flag);
+  // Inputs ready (peers read them; staged ones published) and slots free.
+  if (stage<T>(a, rank, nvec, sv, w.m, !push_in)) {
+    set_barrier<true>(a, rank, w.inside, flag);
+  } else {
+    set_barrier<false>(a, rank, w.inside, flag);
+  }
   if (push_in) {
     // Shard q of this rank's input goes to the island peer at place q.
     for (u64 i = first; i < sv; i += stride)
@@ -216,18 +249,24 @@ __device__ void island_two_shot(const ArArgs& a) {
     const V4 r = pack_vec<T>(acc);
     const u64 off = ((u64)w.j * sv + i) * 16;
     st_v4(out + off, r);
-    if (push_in)
+    if (push_in) {
       for (int q = 0; q < w.m; q++)
         if (q != w.j) st_v4((char*)a.out[at(a, w, w.k, q)] + off, r);
+    } else if (shared_out != out) {
+      st_v4(shared_out + off, r);
+    }
   }
-  // Results published in the outputs (pull) or landed in the peers' (push).
+  // Results published in the shared outputs (pull) or landed in the peers' (push).
   set_barrier<true>(a, rank, w.inside, flag + 3);
-  if (!push_in) {
+  // The island peers' shards: read from theirs (pull), or copied from ours, where the peers'
+  // same block wrote them (push).
+  if (!push_in || shared_out != out) {
     for (u64 i = first; i < sv; i += stride)
       for (int q = 0; q < w.m; q++)
         if (q != w.j && (u64)q * sv + i < nvec) {
           const u64 off = ((u64)q * sv + i) * 16;
-          st_v4(out + off, ld_v4((const char*)a.out[at(a, w, w.k, q)] + off));
+          const char* from = push_in ? shared_out : (const char*)a.out[at(a, w, w.k, q)];
+          st_v4(out + off, ld_v4(from + off));
         }
   }
   tail<T>(a, rank, nvec);
@@ -246,10 +285,14 @@ __device__ void island_one_shot(const ArArgs& a) {
   const u64 nvec = a.n / T::P;
   const u64 stride = (u64)gridDim.x * blockDim.x;
   const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-  const char* in = (const char*)a.in[rank];
-  char* out = (char*)a.out[rank];
+  const char* in = (const char*)a.src[rank];
+  char* out = (char*)a.dst[rank];
 
-  set_barrier<false>(a, rank, w.inside, flag);
+  if (stage<T>(a, rank, nvec, nvec, 1, !push_in)) {
+    set_barrier<true>(a, rank, w.inside, flag);
+  } else {
+    set_barrier<false>(a, rank, w.inside, flag);
+  }
   if (push_in) {
     for (u64 v = first; v < nvec; v += stride) {
       const V4 x = ld_v4(in + v * 16);
@@ -405,12 +448,12 @@ __device__ void island_one_shot_ll(const ArArgs& a) {
   const Lines l{&a, LL1_LINES, 0, flag & 1};
   const u64 j = (u64)blockIdx.x * LL_THREADS + threadIdx.x;
   if (j < words) {
-    const u64 mine = load_line<T>((const char*)a.in[rank], j, a.n);
+    const u64 mine = load_line<T>((const char*)a.src[rank], j, a.n);
     const u64 part = ll_sum<T>(l, rank, self, w.m, w.j, [&](int p) { return at(a, w, w.k, p); }, a.dirs & 1u,
                                false, flag, j, mine);
     const u64 sum = ll_sum<T>(l, rank, self, w.islands, w.k, [&](int k) { return at(a, w, k, w.j); },
                               a.dirs & 2u, true, flag, j, part);
-    store_line<T>((char*)a.out[rank], j, sum, a.n);
+    store_line<T>((char*)a.dst[rank], j, sum, a.n);
   }
   if (threadIdx.x == 0) self->ll_epoch[blockIdx.x] = flag;
 }
@@ -431,8 +474,8 @@ __device__ void island_two_shot_ll(const ArArgs& a) {
   const u64 i = (u64)blockIdx.x * LL_THREADS + threadIdx.x;
   auto inside = [&](int p) { return at(a, w, w.k, p); };
   if (i < sw) {
-    const char* in = (const char*)a.in[rank];
-    char* out = (char*)a.out[rank];
+    const char* in = (const char*)a.src[rank];
+    char* out = (char*)a.dst[rank];
     // Reduce-scatter inside: word i of shard p to the island peer at place p (pulled: from a
     // slot of this rank's lines per receiver). One load per store: with a group's loads issued
     // together first, this kernel was no faster at 4 KiB (island-ll NOTES, runs 3 and 4).

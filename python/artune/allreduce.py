@@ -16,13 +16,14 @@ one warning line saying why (no GPU, no kernel hashes in the profile or other ke
 ones it timed, nothing the profile routes to artune's kernels, a peer whose buffers cannot be
 opened, a group that cannot exchange handles). Nothing here raises into the engine.
 
-Where the tensors meet the shared buffers: a kernel reads the engine's input and writes the
-engine's output directly wherever no peer touches them. One-stage push needs no copy; the pull
-kernels copy the input into their shared input first (peers read it); two-stage push copies the
-result out of its shared output (peers write it). The copies are queued on the same stream as
-the kernel, so under CUDA-graph capture they are captured with it: the graph records the
-tensors' addresses (the capture's own memory pool keeps them fixed) and every replay moves the
-bytes again, one device-to-device copy of the message per call for those backends.
+Where the tensors meet the shared buffers: the kernel itself reads the engine's input and writes
+the engine's output. Where peers read a rank's input (the pull kernels, the island kernels that
+pull inside an island) each block first stages its part of the input into the shared input,
+published by the kernel's first barrier; where peers write a rank's output (two-stage push, the
+island kernels that push inside) the kernel copies it out of the shared output after the
+barrier that says it landed. The tune times the kernels with these copies, and under CUDA-graph
+capture each call is one kernel node: the graph records the tensors' addresses (the capture's
+own memory pool keeps them fixed) and every replay stages the bytes again inside the kernel.
 
 A peer that dies mid-call cannot be recovered from (no custom allreduce can). The kernels do
 not hang and never return a sum that looks right but is not: a barrier that waits for a peer
@@ -286,12 +287,11 @@ class Allreduce:
         dist.all_reduce(out, group=self.group)
         return out
 
-    def bench(self, inp: torch.Tensor, out: torch.Tensor, backend: str, calls: int,
-              copies: bool) -> None:
-        """Queues ``calls`` calls of ``backend`` from one native call: with ``copies`` False the
-        bare kernel, the raw launch the op's overhead is measured against."""
+    def bench(self, inp: torch.Tensor, out: torch.Tensor, backend: str, calls: int) -> None:
+        """Queues ``calls`` calls of ``backend`` from one native call, without the op's Python
+        path: the raw launch the op's overhead is measured against."""
         self._native.launch(_CODES[backend], inp.data_ptr(), out.data_ptr(),
-                            inp.numel() * inp.element_size(), self._stream(), copies, calls)
+                            inp.numel() * inp.element_size(), self._stream(), calls)
 
     def memory(self) -> list:
         """(backend, largest message, device bytes measured, bytes allocated) per backend."""

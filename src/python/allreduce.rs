@@ -267,15 +267,13 @@ impl AllreduceKernels {
     }
 
     /// Queues one allreduce of `nbytes` from device address `input` to `output` on the CUDA
-    /// stream `stream` (torch's `cuda_stream`), with the backend of code `backend`. With
-    /// `copies` False only the kernel is queued (the benchmark's raw launch); `repeat` queues
-    /// it that many times.
+    /// stream `stream` (torch's `cuda_stream`), with the backend of code `backend`; `repeat`
+    /// queues it that many times (the benchmark's raw launch).
     ///
     /// Like ctypes, this trusts its caller: `input` and `output` must be contiguous, distinct
     /// tensors of `nbytes` bytes of the profile's dtype on this GPU, kept alive until the work
     /// has run, and `stream` a live stream of this GPU. allreduce.py checks all of it.
-    #[pyo3(signature = (backend, input, output, nbytes, stream, copies = true, repeat = 1))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (backend, input, output, nbytes, stream, repeat = 1))]
     fn launch(
         &self,
         backend: i32,
@@ -283,7 +281,6 @@ impl AllreduceKernels {
         output: u64,
         nbytes: u64,
         stream: u64,
-        copies: bool,
         repeat: u32,
     ) -> PyResult<()> {
         let b = usize::try_from(backend)
@@ -312,7 +309,6 @@ impl AllreduceKernels {
                     elems: nbytes / dtype.size(),
                 },
                 stream,
-                copies,
                 repeat.max(1),
             )
         }

@@ -27,8 +27,8 @@ class Device(Fake):
         Device.allocated.append(("artune", routes.buffers))
         return super().allocate(rank, world, ranks_on_gpu, routes)
 
-    def launch(self, code, inp, out, nbytes, stream, copies=True, repeat=1):
-        super().launch(code, inp, out, nbytes, stream, copies, repeat)
+    def launch(self, code, inp, out, nbytes, stream, repeat=1):
+        super().launch(code, inp, out, nbytes, stream, repeat)
         Device.seen.append(f"artune {artune.backends()[code]}")
 
     def capturing(self):

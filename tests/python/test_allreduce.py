@@ -97,7 +97,7 @@ class Fake:
         b = self.routes.backend(nbytes, "graph" if graph else "eager")
         return -1 if b is None else artune.backends().index(b)
 
-    def launch(self, code, inp, out, nbytes, stream, copies=True, repeat=1):
+    def launch(self, code, inp, out, nbytes, stream, repeat=1):
         if self.plot.get("launch"):
             raise artune.ArtuneError("scripted launch failure")
         self.calls.append(("launch", artune.backends()[code], nbytes, self.graph))

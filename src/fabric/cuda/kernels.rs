@@ -432,6 +432,8 @@ mod tests {
             ("out", offset_of!(ArArgs, out)),
             ("scratch", offset_of!(ArArgs, scratch)),
             ("sig", offset_of!(ArArgs, sig)),
+            ("src", offset_of!(ArArgs, src)),
+            ("dst", offset_of!(ArArgs, dst)),
             ("n", offset_of!(ArArgs, n)),
             ("slot_bytes", offset_of!(ArArgs, slot_bytes)),
             ("fault", offset_of!(ArArgs, fault)),

@@ -50,6 +50,11 @@ pub struct ArArgs {
     pub out: [u64; MAX_RANKS],
     pub scratch: [u64; MAX_RANKS],
     pub sig: [u64; MAX_RANKS],
+    /// Each rank's own input and output: the caller's tensors. A kernel whose peers read the
+    /// input or write the output copies between these and `input` / `out` itself, so the
+    /// copies run inside the timed (and captured) kernel.
+    pub src: [u64; MAX_RANKS],
+    pub dst: [u64; MAX_RANKS],
     pub n: u64,
     pub slot_bytes: u64,
     /// Device address of a host word the kernels set to 1 when the rank's status is set (a

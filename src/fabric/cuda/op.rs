@@ -9,13 +9,12 @@
 //! measures them; and every launch takes its kernel, grid and block from
 //! [`super::kernels::Kernels::plan`] with the tune's programmatic-launch rule.
 //!
-//! What an engine call adds to the kernel is where the tensors meet the shared buffers. A
-//! kernel's own input and output are the engine's tensors wherever no peer touches them; a
-//! backend whose peers read this rank's input (the pull kernels) gets the input copied into
-//! its shared input first, and one whose peers write this rank's output (two-stage push)
-//! gets the result copied out after. The copies are queued on the same stream, so under
-//! CUDA-graph capture they are captured with the kernel and replay with it: the graph holds
-//! the tensors' addresses, and each replay moves the bytes again.
+//! What an engine call adds to the kernel is where the tensors meet the shared buffers, and
+//! the kernel does it itself: it reads the engine's input and writes the engine's output
+//! (`ArArgs::src`, `dst`), staging the input into its shared input where peers read it and
+//! copying the result out of its shared output where peers write it, as the tune timed it. So
+//! nothing but the kernel is queued: under CUDA-graph capture the graph holds one kernel node
+//! per call with the tensors' addresses, and each replay stages the bytes again inside it.
 //!
 //! The order of calls is [`Op::open`], [`Op::allocate`], [`Op::connect`] with every rank's
 //! handles, then [`Op::launch`]; the handle exchange between them is the caller's (the
@@ -292,7 +291,14 @@ impl Op {
                 if r == place.rank {
                     // This rank's own input and output are the engine's tensors, set per call.
                     let (i, s, o, g) = p.own.spans();
-                    v.set(r, i.unwrap_or(Span::NONE), s, o.unwrap_or(Span::NONE), g);
+                    v.set(
+                        r,
+                        i.unwrap_or(Span::NONE),
+                        s,
+                        o.unwrap_or(Span::NONE),
+                        g,
+                        (Span::NONE, Span::NONE),
+                    );
                     continue;
                 }
                 let h = theirs
@@ -339,6 +345,8 @@ impl Op {
                     scratch,
                     out.unwrap_or(Span::NONE),
                     signal,
+                    // Peers' tensors are theirs alone.
+                    (Span::NONE, Span::NONE),
                 );
             }
             views.push(v);
@@ -350,22 +358,15 @@ impl Op {
         Ok(())
     }
 
-    /// Queues `call` on `stream`, with the backend's kernel as the tune ran it and the copies
-    /// its shared buffers need (module docs). With `copies` false only the kernel is queued, on
-    /// whatever the shared buffers hold: the raw launch a benchmark compares the op with.
-    /// `repeat` queues the call that many times.
+    /// Queues `call` on `stream`: the backend's kernel as the tune ran it, which stages
+    /// through its shared buffers itself (module docs). `repeat` queues it that many times,
+    /// from one call (the raw launch a benchmark compares the op's Python path with).
     ///
     /// # Safety
     /// The call's `input` and `output` each hold `elems` elements of the op's dtype, stay allocated until
     /// the calls have run, and do not overlap; `stream` is a live stream of this GPU's primary
     /// context (torch's current stream); nothing else writes `output` meanwhile.
-    pub unsafe fn launch(
-        &self,
-        call: Call,
-        stream: u64,
-        copies: bool,
-        repeat: u32,
-    ) -> Result<(), OpError> {
+    pub unsafe fn launch(&self, call: Call, stream: u64, repeat: u32) -> Result<(), OpError> {
         let Call {
             backend,
             input,
@@ -411,6 +412,9 @@ impl Op {
         let (shared_in, _, shared_out, _) = p.own.spans();
         let mut a = view.args;
         a.fault = self.fault.device_ptr();
+        a.src[place.rank] = input;
+        a.dst[place.rank] = output;
+        // Where no peer touches them, the tensors are the kernel's buffers (nothing staged).
         if shared_in.is_none() {
             a.input[place.rank] = input;
         }
@@ -418,31 +422,15 @@ impl Op {
             a.out[place.rank] = output;
         }
         let raw = stream as sys::CUstream;
-        let fail = |what: &str, e: cudarc::driver::DriverError| {
-            OpError::Call(format!("{what} failed: {e}"))
-        };
         gpu.ctx
             .bind_to_thread()
-            .map_err(|e| fail("binding the context", e))?;
-        let copy = |dst: u64, src: u64| {
-            // SAFETY: both ranges hold `bytes` (the caller's tensors; the shared buffers were
-            // sized for max_bytes >= bytes) and outlive the copy (the caller's contract; the
-            // op's buffers live until the op is dropped, which synchronizes first).
-            unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, bytes as usize, raw).result() }
-                .map_err(|e| fail("queueing a copy", e))
-        };
+            .map_err(|e| OpError::Call(format!("binding the context failed: {e}")))?;
         for _ in 0..repeat {
-            if let (Some(s), true) = (&shared_in, copies) {
-                copy(s.ptr(), input)?;
-            }
             // SAFETY: `a` names every rank's buffers for this backend, each sized for
             // max_bytes >= bytes, and this rank's tensors (the caller's contract); `raw` is a
             // stream of the kernels' context.
             unsafe { k.launch(work, &a, &gpu.facts, raw) }
                 .map_err(|e| OpError::Call(e.to_string()))?;
-            if let (Some(s), true) = (&shared_out, copies) {
-                copy(output, s.ptr())?;
-            }
         }
         Ok(())
     }

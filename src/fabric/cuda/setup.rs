@@ -424,6 +424,7 @@ impl Launcher {
                         s,
                         o.unwrap_or_else(|| uo.clone()),
                         g,
+                        (ui.clone(), uo.clone()),
                     ),
                     (Err(e), ..) | (_, Err(e), ..) | (.., Err(e), _) | (.., Err(e)) => {
                         v.broken = Some(e)
@@ -560,6 +561,8 @@ impl CustomView {
                 out: [0; MAX_RANKS],
                 scratch: [0; MAX_RANKS],
                 sig: [0; MAX_RANKS],
+                src: [0; MAX_RANKS],
+                dst: [0; MAX_RANKS],
                 n: 0,
                 slot_bytes: kernels::slot_bytes(b, padded(shape.max_bytes), shape.ranks()),
                 fault: 0,
@@ -574,6 +577,8 @@ impl CustomView {
         }
     }
 
+    /// Rank `r`'s buffers: `input` and `out` where peers read or write them (the shared
+    /// buffers, or the rank's own where no peer touches them), `user` its own input and output.
     pub(super) fn set(
         &mut self,
         r: usize,
@@ -581,9 +586,12 @@ impl CustomView {
         scratch: Option<Span>,
         out: Span,
         sig: Span,
+        user: (Span, Span),
     ) {
         self.args.input[r] = input.ptr();
         self.args.out[r] = out.ptr();
+        self.args.src[r] = user.0.ptr();
+        self.args.dst[r] = user.1.ptr();
         self.args.scratch[r] = scratch.as_ref().map_or(0, |s| s.ptr());
         self.args.sig[r] = sig.ptr();
         self.input[r] = input;

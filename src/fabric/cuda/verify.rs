@@ -40,9 +40,11 @@ impl Launcher {
         })
     }
 
+    /// Rank `r`'s own input and output, which every backend reads and writes as an engine's
+    /// tensors (custom kernels stage through their shared buffers themselves).
     fn spans(&self, backend: Backend, r: usize) -> Result<(Span, Span), FabricError> {
         Ok(match &self.find(backend)?.imp {
-            Impl::Custom(c) => (c.input[r].clone(), c.out[r].clone()),
+            Impl::Custom(_) => self.user[r].clone(),
             Impl::Nccl { .. } => self.user[r.min(self.user.len() - 1)].clone(),
         })
     }
