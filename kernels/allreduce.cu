@@ -276,11 +276,26 @@ __device__ void two_stage_pull_ll(const ArArgs& a) {
   // Phase 2 slots serve only this kernel (two_stage_pull uses phases 0 and 1), always with
   // ll_epoch flags.
   if (shared != in) {
-    if (i < sw)
-      for (int p = 0; p < n; p++) {
-        const u64 w = (u64)p * sw + i;
-        if (w < words) store_line<T>(shared, w, load_line<T>(in, w, a.n), a.n);
+    // Eight loads in flight, then their stores: one memory round trip per eight shards, not
+    // one per shard (each store is ordered after the loads before it).
+    if (i < sw) {
+#pragma unroll
+      for (int g = 0; g < MAX_RANKS; g += 8) {
+        if (g < n) {
+          u64 x[8];
+#pragma unroll
+          for (int k = 0; k < 8; k++) {
+            const u64 w = (u64)(g + k) * sw + i;
+            if (g + k < n && w < words) x[k] = load_line<T>(in, w, a.n);
+          }
+#pragma unroll
+          for (int k = 0; k < 8; k++) {
+            const u64 w = (u64)(g + k) * sw + i;
+            if (g + k < n && w < words) store_line<T>(shared, w, x[k], a.n);
+          }
+        }
       }
+    }
     barrier<true>(a, rank, flag, 2);
   } else {
     barrier<false>(a, rank, flag, 2);

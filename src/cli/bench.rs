@@ -279,7 +279,7 @@ fn kernels(
         "loopback_ranks": k,
         "islands": islands,
         "dtype": dtype.id(),
-        "bytes_definition": "gbps = bytes every rank's kernel reads plus writes per call (each peer access counted) / time per call; copy gbps = 2 x bytes copied / time (cuMemcpyDtoD); efficiency = gbps / the largest copy gbps; algbw = bytes per rank / time (as nccl-tests reports it); NCCL runs 1 rank in loopback and is counted as input read + output written",
+        "bytes_definition": "gbps = bytes every rank's kernel reads plus writes per call (each peer access counted, and the staging between the caller's tensors and the shared buffers) / time per call; copy gbps = 2 x bytes copied / time (cuMemcpyDtoD); efficiency = gbps / the largest copy gbps; algbw = bytes per rank / time (as nccl-tests reports it); NCCL runs 1 rank in loopback and is counted as input read + output written",
         "samples": SAMPLES,
         "copy": copy,
         "copy_peak_gbps": peak,
