@@ -49,12 +49,22 @@ struct Signal {
   u32 ll_epoch[MAX_BLOCKS];
 };
 
-// Kernel argument block; the host mirrors this layout (src/fabric/cuda/kernels.rs).
+// Kernel argument block; the host mirrors this layout (src/fabric/cuda/layout.rs).
+//
+// A rank reads its own input from src and writes its own output to dst, the caller's tensors,
+// which no peer maps. Where peers read a rank's input (pull) the kernel first stages it from src
+// into the shared in[rank], each block the part that the peers' same block reads, published by
+// the first barrier; where peers write a rank's output (push) the kernel copies it from the
+// shared out[rank] to dst after the barrier that says it landed. So the copies are part of the
+// kernel the tune times and an engine captures in a CUDA graph, and no peer's late write can
+// reach the caller's tensor. With src == in[rank] (dst == out[rank]) nothing is copied.
 struct ArArgs {
-  u64 in[MAX_RANKS];       // each rank's input (peers read it in pull kernels)
-  u64 out[MAX_RANKS];      // each rank's output (peers write it in two-stage push)
+  u64 in[MAX_RANKS];       // where peers read each rank's input (pull kernels: a shared buffer)
+  u64 out[MAX_RANKS];      // where peers write or read each rank's output (shared, where they do)
   u64 scratch[MAX_RANKS];  // receive slots (push) or reduced shard (two-stage pull)
   u64 sig[MAX_RANKS];      // each rank's Signal
+  u64 src[MAX_RANKS];      // each rank's own input (the caller's tensor; read by that rank only)
+  u64 dst[MAX_RANKS];      // each rank's own output (the caller's tensor; written by that rank only)
   u64 n;                   // elements to reduce
   u64 slot_bytes;          // distance between receive slots (push)
   u64 fault;               // a host word (mapped pinned memory) set to 1 once status is; 0: none
