@@ -231,8 +231,9 @@ __device__ __forceinline__ bool ll_wait8(u64* d, u32 want, Ptr ptr, u32 flag, u3
 // ---- LL geometry: one data word (8 bytes) per thread, LL_THREADS per block ----
 //
 // Each LL line location is always handled by the same block index (blockIdx.x = location /
-// LL_THREADS) whatever the message size, so the flags stored there come from one block's
-// ll_epoch sequence and only grow (0 is skipped) until they wrap.
+// LL_THREADS, or / the words per block of a kernel that spreads a word over several threads)
+// whatever the message size, so the flags stored there come from one block's ll_epoch sequence
+// and only grow (0 is skipped) until they wrap.
 
 // Data words of a message, for messages within the LL limits (32-bit arithmetic).
 __device__ __forceinline__ u32 ll_words(u64 bytes) { return (u32)((bytes + 7) / 8); }
@@ -242,15 +243,18 @@ __device__ __forceinline__ u32 ll_shard(u32 words, int n) {
   const u32 s = (words + (u32)n - 1) / (u32)n;
   return s ? s : 1;
 }
-__device__ __forceinline__ u32 ll_grid(u32 words) { return (words + LL_THREADS - 1) / LL_THREADS; }
+// Blocks that cover `words` words, `per` words per block.
+__device__ __forceinline__ u32 ll_grid(u32 words, u32 per = LL_THREADS) { return (words + per - 1) / per; }
 
 // False (and the rank's status marked) when the host launched an LL kernel with a size or grid
 // it does not serve: the buffers would overflow. The host never does (kernels.rs tests).
-// `shards`: whether the grid covers a shard (two-stage) rather than the whole message.
-__device__ __forceinline__ bool ll_launch_ok(Signal* self, u64 bytes, u64 max_bytes, int n, bool shards) {
+// `shards`: whether the grid covers a shard (two-stage) rather than the whole message; `per`:
+// words per block (LL_THREADS, one per thread, but where a kernel spreads a word over threads).
+__device__ __forceinline__ bool ll_launch_ok(Signal* self, u64 bytes, u64 max_bytes, int n, bool shards,
+                                             u32 per = LL_THREADS) {
   if (bytes <= max_bytes) {
     const u32 words = ll_words(bytes);
-    if (gridDim.x == ll_grid(shards ? ll_shard(words, n) : words)) return true;
+    if (gridDim.x == ll_grid(shards ? ll_shard(words, n) : words, per)) return true;
   }
   if (threadIdx.x == 0) atomicExch(&self->status, 2u);
   return false;

@@ -335,9 +335,9 @@ __device__ void island_one_shot(const ArArgs& a) {
 //
 // The phases of island_one_shot and island_two_shot with every 8-byte word sent beside its
 // flag (common.cuh, LL lines), so no phase needs a barrier or a fence: a call is one flag
-// round trip per phase. Each thread takes one data word (one-shot: of the message; two-shot:
-// of the island shard), and sums in the order and with the roundings of the bandwidth kernel
-// it stands for, so both give the same bits.
+// round trip per phase. Each thread takes one data word of the message (one-shot), or one word
+// of the island shard at one place (two-shot: m threads a word), and sums in the order and with
+// the roundings of the bandwidth kernel it stands for, so both give the same bits.
 //
 // Each phase pushes or pulls as a.dirs says, like the bandwidth kernels. Push: the sender
 // writes its slot in the receiver's lines (slot: the sender's rank), which the receiver polls
@@ -351,13 +351,18 @@ __device__ void island_one_shot(const ArArgs& a) {
 // and the phase across share a stage; the two-shot's all-gather, inside again, takes the
 // second.
 //
-// Buffer reuse: a line of buffer q written in LL call F is next written in call F + 2. In
-// between, every block exchanges a word with each island peer and each counterpart (one word
-// at least per block and phase, padding included), so a rank that finished call F + 1 read a
-// line each of them wrote in F + 1: each had begun F + 1 and so finished F, where it read
-// (and, pushed, zeroed) the lines of F. A pulled line is only ever written by its owner, with
-// the flag of each of its block's calls in turn, so a stale one never carries the flag
-// awaited. Pushed and pulled lines of one pair never share a location within a call.
+// Buffer reuse: word i of every slot is handled by block i / (words per block: LL_THREADS, or
+// ll_island_block(m) in the two-shot, fixed for a group as lli's len is), whatever the message
+// size, so a line of buffer q written in that block's LL call F is next written in its call
+// F + 2. In its call F + 1 the block reads a line that each island peer and each counterpart
+// wrote in F + 1: every block has a word (padding included) at every place, and for that word
+// it takes every phase from every such peer (one-shot: each thread; two-shot: the thread at
+// the rank's own place takes the reduce-scatter and across lines, the thread at each other
+// place p the all-gather line of the peer at p). So each of them had begun F + 1 and so
+// finished F, where it read (and, pushed, zeroed) the lines of F. A pulled line is only ever
+// written by its owner, with the flag of each of its block's calls in turn, so a stale one
+// never carries the flag awaited. Pushed and pulled lines of one pair never share a location
+// within a call.
 
 // Word i of slot s, stage `stage`, buffer q, in the lines of the rank whose signal allocation
 // is `sig`; slots of `len` words.
@@ -367,6 +372,10 @@ __device__ __forceinline__ char* lli(u64 sig, int n, u64 len, int stage, u32 q, 
 
 // Words per slot of the two-shot's lines: an island shard of the largest LL message.
 __device__ __forceinline__ u64 ll_island_len(int m) { return (LL1_LINES + m - 1) / m; }
+
+// Island shard words per block of the two-shot's LL form: a thread per place and word
+// (kernels.rs ll_blocks mirrors it).
+__device__ __forceinline__ u32 ll_island_block(int m) { return LL_THREADS / (u32)m; }
 
 // Waits for the word of each place p != me of `cnt` places (at line(p)) and hands every
 // place's word to use(p, word) in place order, `own` at `me`; zeroes the lines read when
@@ -458,12 +467,20 @@ __device__ void island_one_shot_ll(const ArArgs& a) {
   if (threadIdx.x == 0) self->ll_epoch[blockIdx.x] = flag;
 }
 
-// Word i of island shard s: word s * sw + i of the message.
+// Word i of island shard s: word s * sw + i of the message. Each word of the shard is spread
+// over the island's m places, a thread each (ll_island_block words per block; threads past m
+// of them idle): the thread at place p != j (j: this rank's) sends word p * sw + i to the peer
+// at p and writes that peer's result into the output; the thread at j sums the island's words
+// of shard j, sums the partials across, and gives the result to the peers. So the m - 1 sends
+// of the reduce-scatter and the m - 1 waits and m output words of the all-gather, which one
+// thread per word did in a row, run side by side, and a shard's lines and polls go through m
+// times as many multiprocessors.
 template <typename T>
 __device__ void island_two_shot_ll(const ArArgs& a) {
   const int rank = a.rank_base + (int)blockIdx.y;
   Signal* self = (Signal*)a.sig[rank];
-  if (!ll_launch_ok(self, a.n * T::SIZE, LL1_MAX_BYTES, a.island, true)) return;
+  const u32 per = ll_island_block(a.island);
+  if (!ll_launch_ok(self, a.n * T::SIZE, LL1_MAX_BYTES, a.island, true, per)) return;
   const u64 words = ll_words(a.n * T::SIZE);
   const u64 sw = ll_shard((u32)words, a.island);
   const u32 flag = ll_flag(self);
@@ -471,35 +488,40 @@ __device__ void island_two_shot_ll(const ArArgs& a) {
   const bool push_in = a.dirs & 1u;
   const u64 len = ll_island_len(w.m);
   const Lines rs{&a, len, 0, flag & 1}, ag{&a, len, 1, flag & 1};
-  const u64 i = (u64)blockIdx.x * LL_THREADS + threadIdx.x;
-  auto inside = [&](int p) { return at(a, w, w.k, p); };
-  if (i < sw) {
-    const char* in = (const char*)a.src[rank];
-    char* out = (char*)a.dst[rank];
-    // Reduce-scatter inside: word i of shard p to the island peer at place p (pulled: from a
-    // slot of this rank's lines per receiver). One load per store: with a group's loads issued
-    // together first, this kernel was no faster at 4 KiB (island-ll NOTES, runs 3 and 4).
-    for (int p = 0; p < w.m; p++)
-      if (p != w.j) {
-        const u64 x = load_line<T>(in, (u64)p * sw + i, a.n);
-        ll_store(push_in ? rs.at(inside(p), rank, i) : rs.at(rank, inside(p), i), x, flag);
+  const int p = (int)(threadIdx.x / per);
+  const u64 i = (u64)blockIdx.x * per + threadIdx.x % per;
+  if (p < w.m && i < sw) {
+    const u64 word = (u64)p * sw + i;
+    const u64 x = load_line<T>((const char*)a.src[rank], word, a.n);
+    u64 r = 0;
+    if (p != w.j) {
+      // Reduce-scatter inside: this word to the peer at place p (pulled: from the slot of this
+      // rank's lines for that peer); then all-gather: that peer's result for it.
+      const int peer = at(a, w, w.k, p);
+      ll_store(push_in ? rs.at(peer, rank, i) : rs.at(rank, peer, i), x, flag);
+      auto line = [&](int) { return push_in ? ag.at(rank, peer, i) : ag.at(peer, peer, i); };
+      ll_take(a, 1, -1, 0, line, push_in, flag, &self->status, [&](int, u64 y) { r = y; });
+    } else {
+      // The island's words of shard j in place order, then the islands' partials in island
+      // order: this rank's result for word i, given to every island peer.
+      auto inside = [&](int q) { return at(a, w, w.k, q); };
+      auto line = [&](int q) { return push_in ? rs.at(rank, inside(q), i) : rs.at(inside(q), rank, i); };
+      float acc[4] = {0.f, 0.f, 0.f, 0.f};
+      ll_take(a, w.m, w.j, x, line, push_in, flag, &self->status, [&](int, u64 y) { add_line<T>(acc, y); });
+      auto across = [&](int k) { return at(a, w, k, w.j); };
+      r = ll_sum<T>(rs, rank, self, w.islands, w.k, across, a.dirs & 2u, true, flag, i, pack_line<T>(acc));
+      if (push_in) {
+        for (int q = 0; q < w.m; q++)
+          if (q != w.j) ll_store(ag.at(inside(q), rank, i), r, flag);
+      } else {
+        ll_store(ag.at(rank, rank, i), r, flag);
       }
-    const u64 own = load_line<T>(in, (u64)w.j * sw + i, a.n);
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    ll_take(
-        a, w.m, w.j, own,
-        [&](int p) { return push_in ? rs.at(rank, inside(p), i) : rs.at(inside(p), rank, i); }, push_in, flag,
-        &self->status, [&](int, u64 x) { add_line<T>(acc, x); });
-    const u64 part = pack_line<T>(acc);
-    // Across: the island partials of this shard, summed in island order.
-    const u64 r = ll_sum<T>(rs, rank, self, w.islands, w.k, [&](int k) { return at(a, w, k, w.j); },
-                            a.dirs & 2u, true, flag, i, part);
-    // All-gather inside: this rank's result word to every island peer, theirs into the output.
-    ll_share(ag, rank, self, w.m, w.j, inside, push_in, false, flag, i, r, [&](int p, u64 x) {
-      const u64 word = (u64)p * sw + i;
-      if (word < words) store_line<T>(out, word, x, a.n);
-    });
+    }
+    if (word < words) store_line<T>((char*)a.dst[rank], word, r, a.n);
   }
+  // Threads of a block wait on different peers, so one may finish before another has read
+  // this call's flag from the epoch that thread 0 moves on here.
+  __syncthreads();
   if (threadIdx.x == 0) self->ll_epoch[blockIdx.x] = flag;
 }
 

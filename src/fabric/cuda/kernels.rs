@@ -34,22 +34,30 @@ pub fn ll_kernel_name(backend: Backend, dtype: Dtype) -> Option<String> {
 }
 
 /// Blocks the LL kernel of `backend` needs for a message of `bytes` per rank over `ranks`
-/// (one 8-byte data word per thread, `LL_THREADS` threads per block; mirrors `ll_grid` in
-/// kernels/common.cuh), or None when the message is too large for LL or the backend has no
-/// LL kernel. The limits are each layout's own (how many lines its signal area holds).
+/// (one 8-byte data word per thread, `LL_THREADS` threads per block, but in the island
+/// two-shot; mirrors `ll_launch_ok` in kernels/common.cuh), or None when the message is too
+/// large for LL or the backend has no LL kernel. The limits are each layout's own (how many
+/// lines its signal area holds).
 pub fn ll_blocks(backend: Backend, bytes: u64, ranks: Ranks) -> Option<u32> {
     let ll = backend.spec().kernel?.ll?;
     let words = bytes.div_ceil(8);
-    let per_thread = match ll {
+    let threads = LL_THREADS as u64;
+    let (covered, per_block) = match ll {
         // A line per data word.
-        Ll::Message | Ll::MessageAndSum if bytes <= LL1_MAX_BYTES => words,
+        Ll::Message | Ll::MessageAndSum if bytes <= LL1_MAX_BYTES => (words, threads),
         // A line per data word of a shard.
-        Ll::Shards | Ll::PulledShard if bytes <= LL2_MAX_BYTES => ll_shard(words, ranks.n),
-        // A line per data word of an island shard.
-        Ll::IslandShards if bytes <= LL1_MAX_BYTES => ll_shard(words, ranks.island),
+        Ll::Shards | Ll::PulledShard if bytes <= LL2_MAX_BYTES => {
+            (ll_shard(words, ranks.n), threads)
+        }
+        // A line per data word of an island shard, each word a thread at each of the
+        // island's places (island.cu ll_island_block).
+        Ll::IslandShards if bytes <= LL1_MAX_BYTES => (
+            ll_shard(words, ranks.island),
+            (threads / ranks.island.max(1) as u64).max(1),
+        ),
         _ => return None,
     };
-    Some(per_thread.div_ceil(LL_THREADS as u64) as u32)
+    Some(covered.div_ceil(per_block) as u32)
 }
 
 /// Data words per shard in the two-stage LL kernels: at least one.
@@ -638,18 +646,27 @@ mod tests {
         );
         assert_eq!(ll_blocks(Backend::OneStagePull, 4096, Ranks::flat(8)), None);
         // The island one-shot: a line per word of the message, as one-stage push; the
-        // two-shot: a line per word of an island shard (4 KiB in islands of 4: 128 words).
+        // two-shot: a line per word of an island shard (4 KiB in islands of 4: 128 words),
+        // each word a thread at each of the 4 places, so 32 words per block.
         let two_fours = Ranks { n: 8, island: 4 };
         assert_eq!(ll_blocks(Backend::IslandOneShot, 4096, two_fours), Some(4));
         assert_eq!(
             ll_blocks(Backend::IslandOneShot, (32 << 10) + 2, two_fours),
             None
         );
-        assert_eq!(ll_blocks(Backend::IslandTwoShot, 4096, two_fours), Some(1));
+        assert_eq!(ll_blocks(Backend::IslandTwoShot, 4096, two_fours), Some(4));
         assert_eq!(
             ll_blocks(Backend::IslandTwoShot, 32 << 10, two_fours),
-            Some(8)
+            Some(32)
         );
+        // Islands of 2: 256-word shards, 64 words per block; of 3: 171-word shards, 42 words
+        // per block (two threads idle).
+        let pairs = Ranks { n: 8, island: 2 };
+        assert_eq!(ll_blocks(Backend::IslandTwoShot, 4096, pairs), Some(4));
+        let threes = Ranks { n: 6, island: 3 };
+        assert_eq!(ll_blocks(Backend::IslandTwoShot, 4096, threes), Some(5));
+        assert_eq!(ll_blocks(Backend::IslandTwoShot, 2, two_fours), Some(1));
+        assert!(32 <= block_cap(132, 2, 8));
         assert_eq!(
             ll_blocks(Backend::IslandTwoShot, (32 << 10) + 2, two_fours),
             None
@@ -661,6 +678,44 @@ mod tests {
         );
         assert_eq!(ll_shard(1, 16), 1);
         assert_eq!(ll_shard(8193, 8), 1025);
+    }
+
+    /// island.cu island_two_shot_ll: thread t of block b serves place t / per and shard word
+    /// b * per + t % per (per = LL_THREADS / m). The grid must give every (place, word) of the
+    /// shard one thread, and every block a word at every place: the lines' reuse argument
+    /// needs each block to exchange with every peer in every call.
+    #[test]
+    fn island_two_shot_ll_grid_gives_each_place_and_word_one_thread() {
+        for m in 2..=8usize {
+            let ranks = Ranks {
+                n: 16 / m * m,
+                island: m,
+            };
+            let per = LL_THREADS as u64 / m as u64;
+            for bytes in (1..=LL1_MAX_BYTES)
+                .step_by(61)
+                .chain([8 * 1023, LL1_MAX_BYTES])
+            {
+                let sw = ll_shard(bytes.div_ceil(8), m);
+                let blocks = ll_blocks(Backend::IslandTwoShot, bytes, ranks).unwrap() as u64;
+                let mut seen = vec![0u32; m * sw as usize];
+                for b in 0..blocks {
+                    let mut places = vec![false; m];
+                    for t in 0..LL_THREADS as u64 {
+                        let (p, i) = ((t / per) as usize, b * per + t % per);
+                        if p < m && i < sw {
+                            seen[p * sw as usize + i as usize] += 1;
+                            places[p] = true;
+                        }
+                    }
+                    assert!(
+                        places.iter().all(|x| *x),
+                        "m={m} {bytes} B: block {b} idles"
+                    );
+                }
+                assert!(seen.iter().all(|c| *c == 1), "m={m} {bytes} B: {seen:?}");
+            }
+        }
     }
 
     #[test]
