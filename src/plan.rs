@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::allreduce::{Backend, Dtype, Islands, Ranks, Separation};
+use crate::allreduce::{Backend, Dtype, Islands, Ll, Ranks, Separation};
 use crate::results::Timing;
 use crate::topology::{PathClass, Topology};
 
@@ -204,6 +204,24 @@ pub fn fine_grid(lo: u64, hi: u64, align: u64) -> Vec<u64> {
         fill(w[0], w[1], align, &mut out);
     }
     out.into_iter().collect()
+}
+
+/// The sizes of the fine grid just past each LL limit of `backends` (the table's
+/// `Ll::max_bytes`) within [lo, hi]: a kernel changes form there and its time jumps, which
+/// the winners at the powers of two on either side need not show (the limits are powers of
+/// two). Measured from the first pass, a change of winner across the jump is then bisected
+/// like any other.
+pub fn form_edges(backends: &[Backend], lo: u64, hi: u64, align: u64) -> Vec<u64> {
+    let fine = fine_grid(lo, hi, align);
+    let limits: BTreeSet<u64> = backends
+        .iter()
+        .filter_map(|b| b.spec().kernel?.ll.map(Ll::max_bytes))
+        .filter(|&l| lo <= l && l < hi)
+        .collect();
+    limits
+        .into_iter()
+        .filter_map(|l| fine.iter().copied().find(|&s| s > l))
+        .collect()
 }
 
 /// What sets a GPU subset apart: the multiset of pair path classes and how many switches,
@@ -558,6 +576,22 @@ mod tests {
         assert_eq!(default_tp(6), vec![2, 4]);
         assert_eq!(size_grid(1024, 8192), vec![1024, 2048, 4096, 8192]);
         assert_eq!(size_grid(1000, 3000), vec![1000, 1024, 2048, 3000]);
+    }
+
+    #[test]
+    fn the_grid_steps_past_every_ll_limit() {
+        // One-stage push's LL form runs to 32 KiB, two-stage push's to 64 KiB: the first fine
+        // sizes past them, an eighth above.
+        let all = form_edges(&Backend::ALL, 1024, 256 << 20, 256);
+        assert_eq!(all, vec![36 << 10, 72 << 10]);
+        assert_eq!(
+            form_edges(&[Backend::TwoStagePush], 1024, 1 << 20, 256),
+            vec![72 << 10]
+        );
+        assert!(form_edges(&[Backend::OneStagePull, Backend::Nccl], 1024, 1 << 20, 256).is_empty());
+        // Limits outside the range add nothing.
+        assert!(form_edges(&Backend::ALL, 128 << 10, 1 << 20, 256).is_empty());
+        assert!(form_edges(&Backend::ALL, 1024, 16 << 10, 256).is_empty());
     }
 
     #[test]

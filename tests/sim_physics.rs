@@ -226,7 +226,9 @@ fn simple_pays_a_fence_per_step_that_ll_does_not() {
 /// by how far its model misjudges the crossover. A profile follows NCCL's pinned variant where
 /// that beats it, so the time a profile's choice takes never falls by more than the rule's 5%
 /// edge from one size to the next, and `predict` inherits no saw-tooth (issue #37: a larger
-/// step costing less than a smaller one).
+/// step costing less than a smaller one). The one fall a profile cannot smooth is a kernel's
+/// own: where its LL form stops (the table's `Ll::max_bytes`) and its bandwidth form, which no
+/// backend pins below that limit, is faster than the lines were.
 #[test]
 fn a_profiles_time_never_falls_by_more_than_the_rules_edge_as_sizes_grow() {
     for (preset, tp) in [
@@ -247,14 +249,16 @@ fn a_profiles_time_never_falls_by_more_than_the_rules_edge_as_sizes_grow() {
         };
         let p = artune::tune::run(&mut f, &o, &mut |_| {}).unwrap();
         for g in &p.groups {
-            let line: Vec<(u64, f64)> = g
+            let line: Vec<(u64, f64, Backend)> = g
                 .buckets
                 .iter()
-                .map(|b| (b.bytes, b.results[&b.choice].median_us))
+                .map(|b| (b.bytes, b.results[&b.choice].median_us, b.choice))
                 .collect();
             for w in line.windows(2) {
+                let (small, large) = (w[0].0, w[1].0);
+                let form_ends = w[0].2.ll_at(small).is_some() && w[0].2.ll_at(large).is_none();
                 assert!(
-                    w[1].1 >= 0.95 * w[0].1,
+                    w[1].1 >= 0.95 * w[0].1 || form_ends,
                     "{preset} TP{tp}: {} us at {} B, {} us at {} B",
                     w[0].1,
                     w[0].0,

@@ -180,10 +180,11 @@ fn why_names_the_memory_budget_as_the_reason_when_it_decided() {
         assert_eq!(code, 0, "{err}");
         json(&out)
     };
-    // At 4K the rule takes one_stage_push unless the budget excludes it (on this box NCCL's
-    // defaults cross root complexes through host memory; the kernel wins beyond the bands).
+    // At 4K the rule takes two_stage_push (its LL form) unless the budget excludes it (on
+    // this box NCCL's defaults cross root complexes through host memory; the kernel wins
+    // beyond the bands).
     let v = why(&free, "4K");
-    assert_eq!(v["chosen"], "one_stage_push", "{v}");
+    assert_eq!(v["chosen"], "two_stage_push", "{v}");
     assert!(
         !v["reason"].as_str().unwrap().contains("--mem-budget"),
         "{v}"
@@ -193,7 +194,7 @@ fn why_names_the_memory_budget_as_the_reason_when_it_decided() {
     // An NCCL variant serves (its ring and tree LL tie there; band smoothing picks one).
     assert!(v["chosen"].as_str().unwrap().starts_with("nccl"), "{v}");
     assert!(
-        reason.contains("The reason is --mem-budget: without it the rule picks one_stage_push"),
+        reason.contains("The reason is --mem-budget: without it the rule picks two_stage_push"),
         "{reason}"
     );
     assert!(reason.contains("memory budget of 1M per GPU"), "{reason}");

@@ -157,6 +157,37 @@ pub enum Ll {
     PulledShard,
 }
 
+impl Ll {
+    /// The largest message per rank (bytes) this layout serves: what its lines hold. The one
+    /// rule both the CUDA fabric's choice of kernel (src/fabric/cuda/kernels.rs `ll_blocks`,
+    /// and kernels/*.cu through layout.rs's `LL1_MAX_BYTES` and `LL2_MAX_BYTES`) and the
+    /// simulator's read.
+    pub const fn max_bytes(self) -> u64 {
+        match self {
+            Ll::Message | Ll::MessageAndSum | Ll::IslandShards => 32 << 10,
+            Ll::Shards | Ll::PulledShard => 64 << 10,
+        }
+    }
+
+    /// How many of the schedule's first phases do not travel in lines: `PulledShard`'s
+    /// reduce-scatter reads peers' shared inputs directly, after a barrier, as the bandwidth
+    /// kernel does; every other layout sends every phase in lines.
+    pub const fn plain_phases(self) -> usize {
+        match self {
+            Ll::PulledShard => 1,
+            Ll::Message | Ll::MessageAndSum | Ll::IslandShards | Ll::Shards => 0,
+        }
+    }
+}
+
+impl Kernel {
+    /// The LL layout that runs a message of `bytes` per rank; None where the bandwidth kernel
+    /// does (no LL form, or a message too large for its lines).
+    pub fn ll_at(self, bytes: u64) -> Option<Ll> {
+        self.ll.filter(|l| bytes <= l.max_bytes())
+    }
+}
+
 /// An engine's own path of this backend's shape: what the profile's band for this backend
 /// stands for inside that engine.
 pub type EnginePath = (&'static str, &'static str);
@@ -501,6 +532,12 @@ impl Backend {
             Schedule::Nccl(_) => &[],
             Schedule::Phases(p) => p,
         }
+    }
+
+    /// The LL layout its kernel runs a message of `bytes` per rank in, if any
+    /// ([`Kernel::ll_at`]).
+    pub fn ll_at(self, bytes: u64) -> Option<Ll> {
+        self.spec().kernel?.ll_at(bytes)
     }
 
     /// Whether an engine has a path of this shape without artune's kernels.

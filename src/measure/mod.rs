@@ -217,9 +217,13 @@ fn measure_group(
 ) -> Result<GroupResults, FabricError> {
     let max_bytes = plan.sizes.last().copied().unwrap_or(0);
     let gpus = &placement.gpus[..];
+    let align = plan::alignment(gpus.len(), plan.dtype);
     let grid = match (plan.fine, plan.sizes.first()) {
-        (true, Some(&lo)) => {
-            plan::fine_grid(lo, max_bytes, plan::alignment(gpus.len(), plan.dtype))
+        (true, Some(&lo)) => plan::fine_grid(lo, max_bytes, align),
+        (false, Some(&lo)) => {
+            let edges = plan::form_edges(&plan.backends, lo, max_bytes, align);
+            let sizes: BTreeSet<u64> = plan.sizes.iter().copied().chain(edges).collect();
+            sizes.into_iter().collect()
         }
         _ => plan.sizes.clone(),
     };

@@ -120,15 +120,15 @@ def held_out(tmp_path_factory):
 def profiles(tmp_path_factory):
     tmp = str(tmp_path_factory.mktemp("profiles"))
     return {
-        # The simulator's model bands keep a plain pcie-2x on NCCL at every size; with NCCL's
-        # variants made twice as slow (a fault knob) the pair has a custom band (to 1.6M) and
-        # NCCL above, so the plugins' custom and NCCL paths are both exercised.
+        # A plain pcie-2x takes one-stage push's LL form up to about 20K and NCCL above; with
+        # NCCL's variants made twice as slow (a fault knob) the pair has a custom band (to
+        # 512K) and NCCL above, so the plugins' custom and NCCL paths are both exercised.
         # A 4 MiB memory budget keeps its largest custom size under custom AR's 8 MiB.
         "pair": tune(tmp, "pcie-2x", "--sim-faults",
                      "slow=nccl+nccl_ring_ll+nccl_ring_simple+nccl_tree_ll+nccl_tree_simple:2",
                      "--mem-budget", "4MiB"),
-        # The plain pair: NCCL at every size.
-        "pair_nccl": tune(tmp, "pcie-2x", name="pair-nccl"),
+        # The pair with NCCL at every size: a 1 MiB budget leaves no custom kernel room.
+        "pair_nccl": tune(tmp, "pcie-2x", "--mem-budget", "1MiB", name="pair-nccl"),
         "nvswitch": tune(tmp, "nvswitch-8x", "--tp", "2,8"),
         "story": tune(tmp, "pcie-8x-2switch", "--tp", "8"),
         # Memory budgets make NCCL win where the custom kernels' buffers do not fit: custom

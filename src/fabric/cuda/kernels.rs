@@ -36,26 +36,22 @@ pub fn ll_kernel_name(backend: Backend, dtype: Dtype) -> Option<String> {
 /// Blocks the LL kernel of `backend` needs for a message of `bytes` per rank over `ranks`
 /// (one 8-byte data word per thread, `LL_THREADS` threads per block, but in the island
 /// two-shot; mirrors `ll_launch_ok` in kernels/common.cuh), or None when the message is too
-/// large for LL or the backend has no LL kernel. The limits are each layout's own (how many
-/// lines its signal area holds).
+/// large for LL or the backend has no LL kernel. The limits are each layout's own
+/// ([`Ll::max_bytes`], which the simulator reads too).
 pub fn ll_blocks(backend: Backend, bytes: u64, ranks: Ranks) -> Option<u32> {
-    let ll = backend.spec().kernel?.ll?;
     let words = bytes.div_ceil(8);
     let threads = LL_THREADS as u64;
-    let (covered, per_block) = match ll {
+    let (covered, per_block) = match backend.ll_at(bytes)? {
         // A line per data word.
-        Ll::Message | Ll::MessageAndSum if bytes <= LL1_MAX_BYTES => (words, threads),
+        Ll::Message | Ll::MessageAndSum => (words, threads),
         // A line per data word of a shard.
-        Ll::Shards | Ll::PulledShard if bytes <= LL2_MAX_BYTES => {
-            (ll_shard(words, ranks.n), threads)
-        }
+        Ll::Shards | Ll::PulledShard => (ll_shard(words, ranks.n), threads),
         // A line per data word of an island shard, each word a thread at each of the
         // island's places (island.cu ll_island_block).
-        Ll::IslandShards if bytes <= LL1_MAX_BYTES => (
+        Ll::IslandShards => (
             ll_shard(words, ranks.island),
             (threads / ranks.island.max(1) as u64).max(1),
         ),
-        _ => return None,
     };
     Some(covered.div_ceil(per_block) as u32)
 }
@@ -559,6 +555,32 @@ mod tests {
             for n in names {
                 assert!(src.contains(&n), "{b}: no `{n}` in kernels/{}", k.source);
             }
+        }
+    }
+
+    /// Each LL kernel refuses a message past the limit of its layout's size, as the table
+    /// states it ([`Ll::max_bytes`], which the host and the simulator read): the constant its
+    /// `ll_launch_ok` checks is that limit.
+    #[test]
+    fn each_ll_kernel_checks_the_tables_limit() {
+        for (b, k) in custom() {
+            let Some(ll) = k.ll else { continue };
+            let (_, src) = compile::PROGRAMS
+                .iter()
+                .find(|(name, _)| *name == k.source)
+                .unwrap();
+            let body = src
+                .split_once(&format!("void {}_ll(const ArArgs& a)", k.name))
+                .unwrap_or_else(|| panic!("{b}: no {}_ll in kernels/{}", k.name, k.source))
+                .1;
+            let call = body.split_once("ll_launch_ok(").unwrap().1;
+            let limit = call.split(',').nth(2).unwrap().trim();
+            let bytes = match limit {
+                "LL1_MAX_BYTES" => LL1_MAX_BYTES,
+                "LL2_MAX_BYTES" => LL2_MAX_BYTES,
+                other => panic!("{b}: its LL kernel checks `{other}`"),
+            };
+            assert_eq!(bytes, ll.max_bytes(), "{b}: {limit}");
         }
     }
 

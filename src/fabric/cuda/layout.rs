@@ -2,6 +2,8 @@
 //! neither side defines them twice) and the argument structs the kernels read. Both the
 //! compiler's options and the host-side kernel code read them from here.
 
+use crate::allreduce::Ll;
+
 // The constants below marked "shared" reach kernels/*.cu as NVRTC -D options ([`defines`]).
 
 /// Shared.
@@ -15,11 +17,11 @@ pub const THREADS: u32 = 512;
 pub const SIGNAL_ALLOC: usize = 64 << 10;
 /// Offset of `Signal::status` (3 x 256 x 16 flags + 256 epochs, all u32).
 pub const SIGNAL_STATUS_OFFSET: usize = (3 * 256 * 16 + 256) * 4;
-/// Largest message per rank (bytes) that one-stage push sends through its LL kernel. Shared as
-/// `LL1_MAX_BYTES`.
-pub const LL1_MAX_BYTES: u64 = 32 << 10;
+/// Largest message per rank (bytes) that one-stage push and the island kernels send through
+/// their LL kernels: the table's rule ([`Ll::max_bytes`]). Shared as `LL1_MAX_BYTES`.
+pub const LL1_MAX_BYTES: u64 = Ll::Message.max_bytes();
 /// The same for two-stage push and pull. Shared as `LL2_MAX_BYTES`.
-pub const LL2_MAX_BYTES: u64 = 64 << 10;
+pub const LL2_MAX_BYTES: u64 = Ll::Shards.max_bytes();
 /// Bytes of one LL line: 8 data bytes and two 4-byte flags. Shared.
 pub const LL_LINE: u64 = 16;
 /// Threads per block of the LL kernels, one 8-byte data word each. Shared.

@@ -104,8 +104,8 @@ impl Part {
             // wide as the unstated make of kernel traffic; past C1's flows per port the
             // curve's own further loss is added (`Curve::extrapolated`).
             Part::ForwardingUnstated => 0.30,
-            // R2's one-shot on 4 GPUs at 256 B and 4 KB, 1.31x: ln 0.27 (C2's at 1 KB fitted
-            // without C2, no prologue: 0.82x, ln 0.20).
+            // R2's one-shot on 4 GPUs at 256 B and 4 KB, 1.34x: ln 0.29 (C2's at 1 KB fitted
+            // without C2, no prologue: 0.84x, ln 0.17).
             Part::KernelFixed => 0.30,
             // C1's ring at 16 KB, 1.37x: ln 0.31.
             Part::NcclFixed => 0.35,

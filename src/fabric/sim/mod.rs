@@ -428,7 +428,8 @@ impl SimFabric {
     }
 
     /// The model's device time of `backend` for `bytes` on the prepared group in two parts,
-    /// µs: what it costs with no bytes (launch excluded) and what the bytes add.
+    /// µs: what it costs with no bytes (launch excluded; a custom kernel in the form it runs at
+    /// `bytes`) and what the bytes add.
     pub fn model_split(&mut self, backend: Backend, bytes: u64) -> Option<(f64, f64)> {
         let p = self.prepared.as_ref()?;
         let m = &mut self.models[p.model].1;
@@ -437,7 +438,7 @@ impl SimFabric {
         let (fixed, total) = if backend.is_custom() {
             let directions = p.directions.as_ref();
             (
-                m.custom.time(backend, 0, directions),
+                m.custom.fixed(backend, bytes, directions),
                 m.custom.time(backend, bytes, directions),
             )
         } else {
