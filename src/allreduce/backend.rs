@@ -153,7 +153,9 @@ pub enum Ll {
     IslandShards,
     /// A line per data word of a shard from each sender, for two stages (allreduce.cu ll2).
     Shards,
-    /// The rank's reduced shard, which peers pull (allreduce.cu llp).
+    /// A line per data word of a shard for each rank, which peers pull: the rank's input
+    /// words of each peer's shard, and its own reduced shard in its own slot, in two buffers
+    /// by flag parity (allreduce.cu llp).
     PulledShard,
 }
 
