@@ -170,16 +170,6 @@ impl Ll {
             Ll::Shards | Ll::PulledShard => 64 << 10,
         }
     }
-
-    /// How many of the schedule's first phases do not travel in lines: `PulledShard`'s
-    /// reduce-scatter reads peers' shared inputs directly, after a barrier, as the bandwidth
-    /// kernel does; every other layout sends every phase in lines.
-    pub const fn plain_phases(self) -> usize {
-        match self {
-            Ll::PulledShard => 1,
-            Ll::Message | Ll::MessageAndSum | Ll::IslandShards | Ll::Shards => 0,
-        }
-    }
 }
 
 impl Kernel {
