@@ -117,8 +117,13 @@ __device__ __forceinline__ char* ll2(u64 sig, int n, u64 smax, int stage, u32 q,
   return (char*)sig + LL_OFFSET + ((((u64)stage * 2 + q) * n + src) * smax + i) * LL_LINE;
 }
 
-// Two-stage pull: word i of the owner's reduced shard, read by peers.
-__device__ __forceinline__ char* llp(u64 sig, u64 i) { return (char*)sig + LL_OFFSET + i * LL_LINE; }
+// Two-stage pull: word i of slot s in buffer q of the lines of the rank whose signal allocation
+// is `sig` (the owner); smax = ll_shard(LL2_LINES, n) words per slot. Slot s holds the owner's
+// word of shard s: its input, which rank s reads, for s != owner; its reduced shard, which
+// every peer reads, for s == owner. As in ll2, a slot's words are adjacent.
+__device__ __forceinline__ char* llp(u64 sig, int n, u64 smax, u32 q, int s, u64 i) {
+  return (char*)sig + LL_OFFSET + (((u64)q * n + s) * smax + i) * LL_LINE;
+}
 
 #define RANK_SETUP                                      \
   const int rank = a.rank_base + (int)blockIdx.y;       \
@@ -246,21 +251,25 @@ __device__ void one_stage_push(const ArArgs& a) {
   FINISH
 }
 
-// LL two-stage pull: reduce this rank's shard from every rank's input, publish it as LL lines
-// in this rank's own signal allocation, and read the other shards from the peers' lines.
+// LL two-stage pull: both phases pulled in lines, so nothing is staged and there is no
+// barrier. Thread i (word i of a shard) writes word i of each peer p's shard of this rank's
+// input into slot p of its own lines, sums word i of its own shard from slot `rank` of every
+// peer's lines (its own word from its input), writes the sum into slot `rank` of its own
+// lines and the output, and copies each peer's sum from slot p of that peer's lines into the
+// output. Peers read only lines, never the caller's tensors (src, dst), and lines carry their
+// flags, so no copy and no fence is needed.
 //
-// - Staging: thread i copies word i of every shard into the shared input, which the peers'
-//   threads i read, before the start barrier, which then publishes it.
-// - The barrier at the start says every peer's input for this call is ready (staged, or
-//   written before that peer's kernel began) and that every peer finished its previous call,
-//   so none still reads the lines this call overwrites or zeroes, nor the shared input.
-// - No barrier at the end: the only remote reads of this rank's memory are peers' reads of
-//   its input and of its lines. Each input word a peer reads feeds a line value that this
-//   rank waits for (every rank reads every peer's whole shard, padding included), so those
-//   reads have returned before this kernel ends and the stream may change the input. Lines
-//   are only rewritten after the next call's start barrier.
-// - Stale lines: a block writes or zeroes every line location it owns in every call, so a
-//   location holds 0 or the flag of that block's previous LL call, never the one awaited.
+// - Buffer reuse: word i of every slot is handled by block i / LL_THREADS whatever the message
+//   size, so a line of buffer q (flag parity) written in that block's LL call F is next
+//   written in its call F + 2. In its call F + 1 the block reads, in each phase, a line that
+//   the same block of every peer wrote in F + 1 (every block has a word of every shard, padding
+//   words past the message included: shards have at least one word), so each peer had begun
+//   F + 1 and thus finished F, with every read of this rank's lines of F.
+// - Stale lines: a line is written only by its owner, always by the same block, with that
+//   block's flags, which only grow (ll_flag; the lines start zeroed and flags are never 0), so
+//   it holds 0 or the flag of an earlier call, never the one awaited. Nothing is zeroed.
+// - No barrier at the end: no peer touches this rank's tensors, and its lines are rewritten
+//   only as above.
 template <typename T>
 __device__ void two_stage_pull_ll(const ArArgs& a) {
   const int rank = a.rank_base + (int)blockIdx.y;
@@ -270,64 +279,59 @@ __device__ void two_stage_pull_ll(const ArArgs& a) {
   const u64 words = ll_words(a.n * T::SIZE);
   const u64 sw = ll_shard((u32)words, n);
   const u32 flag = ll_flag(self);
+  const u32 q = flag & 1;
+  const u64 smax = ll_shard(LL2_LINES, n);
   const u64 i = (u64)blockIdx.x * LL_THREADS + threadIdx.x;
-  const char* in = (const char*)a.src[rank];
-  char* shared = (char*)a.in[rank];
-  // Phase 2 slots serve only this kernel (two_stage_pull uses phases 0 and 1), always with
-  // ll_epoch flags.
-  if (shared != in) {
-    // Eight loads in flight, then their stores: one memory round trip per eight shards, not
-    // one per shard (each store is ordered after the loads before it).
-    if (i < sw) {
-#pragma unroll
-      for (int g = 0; g < MAX_RANKS; g += 8) {
-        if (g < n) {
-          u64 x[8];
-#pragma unroll
-          for (int k = 0; k < 8; k++) {
-            const u64 w = (u64)(g + k) * sw + i;
-            if (g + k < n && w < words) x[k] = load_line<T>(in, w, a.n);
-          }
-#pragma unroll
-          for (int k = 0; k < 8; k++) {
-            const u64 w = (u64)(g + k) * sw + i;
-            if (g + k < n && w < words) store_line<T>(shared, w, x[k], a.n);
-          }
-        }
-      }
-    }
-    barrier<true>(a, rank, flag, 2);
-  } else {
-    barrier<false>(a, rank, flag, 2);
-  }
-  const u64 region = (u64)ll_grid(ll_shard(LL2_LINES, n)) * LL_THREADS;
-  char* out = (char*)a.dst[rank];
   if (i < sw) {
+    const char* in = (const char*)a.src[rank];
+    char* out = (char*)a.dst[rank];
     const u64 own = (u64)rank * sw + i;
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    if (own < words) {
+    // Reduce-scatter, given: this rank's word of its own shard and of each peer's, the loads
+    // of a group issued together, then the peers' line stores back to back, so the thread
+    // waits for one local round trip before its polls.
+    const u64 mine = load_line<T>(in, own, a.n);
 #pragma unroll
-      for (int g = 0; g < MAX_RANKS; g += 8) {
-        if (g < n) {
-          u64 x[8];
+    for (int g = 0; g < MAX_RANKS; g += 8) {
+      if (g < n) {
+        u64 x[8];
 #pragma unroll
-          for (int k = 0; k < 8; k++)
-            if (g + k < n) x[k] = load_line<T>((const char*)a.in[g + k], own, a.n);
-#pragma unroll
-          for (int k = 0; k < 8; k++)
-            if (g + k < n) add_line<T>(acc, x[k]);
+        for (int k = 0; k < 8; k++) {
+          const u64 w = (u64)(g + k) * sw + i;
+          x[k] = (g + k < n && g + k != rank) ? load_line<T>(in, w, a.n) : 0;
         }
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+          if (g + k < n && g + k != rank) ll_store(llp(a.sig[rank], n, smax, q, g + k, i), x[k], flag);
       }
     }
+    // Reduce-scatter, taken: one poll pass over the peers' slots for this rank, summed in
+    // rank order as two_stage_pull does.
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int g = 0; g < MAX_RANKS; g += 8) {
+      if (g < n) {
+        const u32 want = peers_mask(g, n, rank);
+        u64 d[8];
+        if (ll_wait8(d, want, [&](int k) { return llp(a.sig[clamp_rank(g + k, n)], n, smax, q, rank, i); }, flag, &self->status)) raise_fault(a);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+          if (g + k < n) add_line<T>(acc, g + k == rank ? mine : d[k]);
+      }
+    }
+    // All-gather: the sum into this rank's own slot, the peers' from theirs.
     const u64 r = pack_line<T>(acc);
-    ll_store(llp(a.sig[rank], i), r, flag);
+    ll_store(llp(a.sig[rank], n, smax, q, rank, i), r, flag);
     if (own < words) store_line<T>(out, own, r, a.n);
 #pragma unroll
     for (int g = 0; g < MAX_RANKS; g += 8) {
       if (g < n) {
         const u32 want = peers_mask(g, n, rank);
         u64 d[8];
-        if (ll_wait8(d, want, [&](int k) { return llp(a.sig[clamp_rank(g + k, n)], i); }, flag, &self->status)) raise_fault(a);
+        auto line = [&](int k) {
+          const int p = clamp_rank(g + k, n);
+          return llp(a.sig[p], n, smax, q, p, i);
+        };
+        if (ll_wait8(d, want, line, flag, &self->status)) raise_fault(a);
 #pragma unroll
         for (int k = 0; k < 8; k++) {
           const u64 w = (u64)(g + k) * sw + i;
@@ -335,9 +339,10 @@ __device__ void two_stage_pull_ll(const ArArgs& a) {
         }
       }
     }
-  } else if (i < region) {
-    ll_clear(llp(a.sig[rank], i));
   }
+  // With no barrier, a thread may finish before another of its block has read this call's
+  // flag from the epoch that thread 0 moves on here.
+  __syncthreads();
   if (threadIdx.x == 0) self->ll_epoch[blockIdx.x] = flag;
 }
 

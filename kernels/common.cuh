@@ -167,8 +167,9 @@ __device__ __forceinline__ void raise_fault(const ArArgs& a) {
 // writer's store or entirely from an earlier one. A word whose flag half holds this call's
 // flag therefore holds this call's data half; no other ordering is involved. The same holds
 // over PCIe and NVLink, where NCCL's LL protocol relies on 8-byte stores arriving whole.
-// Flags are never 0 (ll_flag), and lines are zeroed once consumed, so a stale line can never
-// carry the flag being awaited.
+// Flags are never 0 (ll_flag); a pushed line is zeroed once consumed, and a pulled one is only
+// ever written by its owner's same block, whose flags only grow, so a stale line can never carry
+// the flag being awaited.
 
 __device__ __forceinline__ void ll_store(void* p, u64 data, u32 flag) {
   const u64 lo = (data & 0xffffffffull) | ((u64)flag << 32);

@@ -153,7 +153,9 @@ pub enum Ll {
     IslandShards,
     /// A line per data word of a shard from each sender, for two stages (allreduce.cu ll2).
     Shards,
-    /// The rank's reduced shard, which peers pull (allreduce.cu llp).
+    /// A line per data word of a shard for each rank, which peers pull: the rank's input
+    /// words of each peer's shard, and its own reduced shard in its own slot, in two buffers
+    /// by flag parity (allreduce.cu llp).
     PulledShard,
 }
 
@@ -166,16 +168,6 @@ impl Ll {
         match self {
             Ll::Message | Ll::MessageAndSum | Ll::IslandShards => 32 << 10,
             Ll::Shards | Ll::PulledShard => 64 << 10,
-        }
-    }
-
-    /// How many of the schedule's first phases do not travel in lines: `PulledShard`'s
-    /// reduce-scatter reads peers' shared inputs directly, after a barrier, as the bandwidth
-    /// kernel does; every other layout sends every phase in lines.
-    pub const fn plain_phases(self) -> usize {
-        match self {
-            Ll::PulledShard => 1,
-            Ll::Message | Ll::MessageAndSum | Ll::IslandShards | Ll::Shards => 0,
         }
     }
 }

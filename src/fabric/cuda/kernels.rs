@@ -76,8 +76,9 @@ pub fn signal_bytes(backend: Backend, ranks: Ranks) -> u64 {
         Some(Ll::Shards) => 4 * n * smax,
         // Two stages x two buffers of n + 1 slots of an island shard of the largest message.
         Some(Ll::IslandShards) => 4 * (n + 1) * ll_shard(LL1_MAX_BYTES / 8, ranks.island),
-        // The reduced shard's lines, rounded up to whole blocks.
-        Some(Ll::PulledShard) => smax.div_ceil(LL_THREADS as u64) * LL_THREADS as u64,
+        // Two buffers of a shard's lines for each rank: the rank's input words of each peer's
+        // shard, and its own reduced shard in its own slot.
+        Some(Ll::PulledShard) => 2 * n * smax,
     };
     SIGNAL_ALLOC as u64 + lines * LL_LINE
 }
@@ -745,14 +746,14 @@ mod tests {
         // Written out from kernels/allreduce.cu's line addresses (LL_OFFSET + index * 16 bytes):
         // ll1: ((q * n + src) * LL1_LINES + j), q < 2, src < n, j < 4096 (32 KiB / 8): 2n x 4096
         // lines; ll2: (((stage * 2 + q) * n + src) * smax + i), smax = ceil(8192 / n): 4n x smax
-        // lines; llp: i < smax, but whole blocks of 128 threads each touch one line.
+        // lines; llp: ((q * n + s) * smax + i), q < 2, s < n, i < smax: 2n x smax lines.
         let signal = 64 << 10;
         for (n, one_push, two_push, two_pull) in [
-            // n, 2n*4096, 4n*ceil(8192/n), ceil(ceil(8192/n)/128)*128 lines
-            (2usize, 16384u64, 32768u64, 4096u64),
-            (3, 24576, 32772, 2816),
-            (8, 65536, 32768, 1024),
-            (16, 131072, 32768, 512),
+            // n, 2n*4096, 4n*ceil(8192/n), 2n*ceil(8192/n) lines
+            (2usize, 16384u64, 32768u64, 16384u64),
+            (3, 24576, 32772, 16386),
+            (8, 65536, 32768, 16384),
+            (16, 131072, 32768, 16384),
         ] {
             assert_eq!(
                 signal_bytes(Backend::OneStagePush, Ranks::flat(n)),
@@ -797,6 +798,11 @@ mod tests {
         assert_eq!(
             signal_bytes(Backend::TwoStagePush, Ranks::flat(8)),
             (64 << 10) + (512 << 10)
+        );
+        // 256 KiB for two-stage pull, whose reduce-scatter travels in lines too.
+        assert_eq!(
+            signal_bytes(Backend::TwoStagePull, Ranks::flat(8)),
+            (64 << 10) + (256 << 10)
         );
     }
 

@@ -23,9 +23,7 @@
 //! LL form (small messages): each 8-byte data word travels beside its flag in a 16-byte line,
 //! so a phase carries twice its data on the same flows, needs no barrier, and costs one flag
 //! round trip: pushed, the lines cross once and the receiver polls its own memory; pulled, the
-//! receiver's poll is a remote read round trip. Nothing is staged, except where a layout reads
-//! peers' shared inputs directly (`Ll::plain_phases`: two-stage pull's reduce-scatter, after a
-//! start barrier, as its bandwidth form).
+//! receiver's poll is a remote read round trip. Peers read only lines, so nothing is staged.
 //!
 //! Transfers are kernel loads and stores ([`Engine::Kernel`]) and cost their max-min finish
 //! time. Two-stage moves size/N per flow but over the same N(N−1) concurrent flows as
@@ -288,21 +286,22 @@ impl Custom {
             Plane::Push => Direction::Write,
             Plane::PerPhase => directions.map_or(Direction::Read, |d| d.of(peers)),
         };
+        if ll.is_some() {
+            // Every phase in lines: no staging, no barrier.
+            return phases
+                .iter()
+                .flat_map(|ph| self.ll_phase(ph, dir(ph.peers), bytes))
+                .collect();
+        }
         let buffers = backend.spec().buffers;
-        let (plain, lined) = phases.split_at(ll.map_or(phases.len(), Ll::plain_phases));
         let mut s = Vec::new();
         // Peers read this GPU's input from its shared copy, which the kernel fills first.
-        let staged_in = buffers.is_some_and(|b| b.input)
-            && plain
-                .first()
-                .is_some_and(|p| dir(p.peers) == Direction::Read);
+        let staged_in = buffers.is_some_and(|b| b.input) && dir(first.peers) == Direction::Read;
         if staged_in {
             s.push(Self::reduce(1.0, bytes));
         }
-        if !plain.is_empty() {
-            s.push(Step::Barrier(first.peers));
-        }
-        for (i, ph) in plain.iter().enumerate() {
+        s.push(Step::Barrier(first.peers));
+        for (i, ph) in phases.iter().enumerate() {
             let d = dir(ph.peers);
             let part = self.part(ph.part, bytes);
             if i > 0 && d == Direction::Read {
@@ -323,51 +322,40 @@ impl Custom {
                     Direction::Read => 1.0,
                     Direction::Write => (self.pattern(ph.peers).peers + 1) as f64,
                 };
-                s.push(match ll {
-                    // Each LL thread sums its word as it loads it: no pass of its own.
-                    Some(_) => Step::Local {
-                        bytes: 2.0 * part,
-                        pass: false,
-                    },
-                    None => Self::reduce(landed, part),
-                });
+                s.push(Self::reduce(landed, part));
             }
         }
-        if lined.is_empty() {
-            if phases.last().map(|p| dir(p.peers)) == Some(Direction::Read) {
-                // Peers done reading this GPU's buffers: every peer of every phase.
-                let slowest = phases
-                    .iter()
-                    .map(|p| p.peers)
-                    .max_by(|a, b| self.barrier(*a).total_cmp(&self.barrier(*b)))
-                    .unwrap_or(first.peers);
-                s.push(Step::Barrier(slowest));
-            }
-            // Peers wrote this GPU's result into its shared output: copied out after the
-            // last barrier.
-            let last = phases[phases.len() - 1];
-            if buffers.is_some_and(|b| b.output)
-                && !last.reduces
-                && dir(last.peers) == Direction::Write
-            {
-                s.push(Self::reduce(1.0, bytes));
-            }
+        if phases.last().map(|p| dir(p.peers)) == Some(Direction::Read) {
+            // Peers done reading this GPU's buffers: every peer of every phase.
+            let slowest = phases
+                .iter()
+                .map(|p| p.peers)
+                .max_by(|a, b| self.barrier(*a).total_cmp(&self.barrier(*b)))
+                .unwrap_or(first.peers);
+            s.push(Step::Barrier(slowest));
         }
-        for ph in lined {
-            s.extend(self.ll_phase(ph, dir(ph.peers), bytes));
+        // Peers wrote this GPU's result into its shared output: copied out after the last
+        // barrier.
+        let last = phases[phases.len() - 1];
+        if buffers.is_some_and(|b| b.output) && !last.reduces && dir(last.peers) == Direction::Write
+        {
+            s.push(Self::reduce(1.0, bytes));
         }
         s
     }
 
     /// One LL phase: its lines over the pattern's flows, then what it touches in the GPU's own
     /// memory, folded into the phase (each thread holds one word): pushed, the receiver reads
-    /// and zeroes each peer's landed line; pulled, the sender writes its own; and the data word
-    /// it loads or stores.
+    /// and zeroes each peer's landed line; pulled, the sender writes its own, one per peer where
+    /// each gets another shard (a reduce-scatter), one for all where all get the same; and the
+    /// data word it loads or stores.
     fn ll_phase(&self, ph: &Phase, dir: Direction, bytes: f64) -> [Step; 2] {
         let part = self.part(ph.part, bytes);
         let line = LL_WIRE_PER_DATA * part;
+        let peers = self.pattern(ph.peers).peers as f64;
         let landed = match dir {
-            Direction::Write => 2.0 * self.pattern(ph.peers).peers as f64 * line,
+            Direction::Write => 2.0 * peers * line,
+            Direction::Read if ph.reduces && ph.part != Part::Message => peers * line,
             Direction::Read => line,
         };
         [
@@ -623,16 +611,19 @@ mod tests {
             for bytes in [8, 1 << 10, max] {
                 let steps = c.steps(b, bytes, None);
                 assert!(lined(&steps), "{b} at {bytes}: not LL");
-                // Lines carry their flags: a barrier only before the phases that read peers'
-                // shared inputs directly.
-                let barriers = steps
-                    .iter()
-                    .filter(|s| matches!(s, Step::Barrier(_)))
-                    .count();
+                // Lines carry their flags: every phase in lines, no barrier, nothing staged.
+                assert!(
+                    steps.iter().all(|s| match s {
+                        Step::Transfer { lines, .. } => *lines,
+                        Step::Local { pass, .. } => !pass,
+                        Step::Barrier(_) => false,
+                    }),
+                    "{b} at {bytes}: {steps:?}"
+                );
                 assert_eq!(
-                    barriers,
-                    usize::from(ll.plain_phases() > 0),
-                    "{b} at {bytes}"
+                    steps.len(),
+                    2 * b.phases().len(),
+                    "{b} at {bytes}: a transfer and its words per phase"
                 );
             }
             assert!(!lined(&c.steps(b, max + 8, None)), "{b} past {max}");
@@ -668,18 +659,17 @@ mod tests {
                 .fold(f64::INFINITY, f64::min)
         };
         // The bandwidth forms' crossings (the_crossing_carries_a_shard_per_gpu_not_every_pair)
-        // doubled; two-stage pull's reduce-scatter reads inputs (4·S), its all-gather lines
-        // (2 x 4·S); one-stage pull has no LL form.
+        // doubled; one-stage pull has no LL form.
         assert_eq!(crossing(Backend::IslandTwoShot), 2.0);
         assert_eq!(crossing(Backend::IslandOneShot), 8.0);
         assert_eq!(crossing(Backend::OneStagePush), 32.0);
         assert_eq!(crossing(Backend::TwoStagePush), 8.0);
-        assert_eq!(crossing(Backend::TwoStagePull), 6.0);
+        assert_eq!(crossing(Backend::TwoStagePull), 8.0);
         assert_eq!(crossing(Backend::OneStagePull), 16.0);
-        // Every link: an all-lines form carries exactly twice its bandwidth form's bytes.
+        // Every link: an LL form carries exactly twice its bandwidth form's bytes.
         let c = Custom::new(&net, &gpus, Some(&islands));
         for (b, ll) in with_ll() {
-            let Some(ll) = ll.filter(|l| l.plain_phases() == 0) else {
+            let Some(ll) = ll else {
                 continue;
             };
             let load = |steps: Vec<Step>| {
@@ -708,7 +698,7 @@ mod tests {
     fn kernels_stage_where_peers_read_the_input_or_write_the_output() {
         // A local copy of the message (read and written: 2·S) before the first barrier where
         // peers read the shared input, after the last where they wrote the shared output;
-        // none in the LL forms but two-stage pull's, whose reduce-scatter reads inputs.
+        // none in the LL forms, whose peers read and write only lines.
         let t = presets::get("pcie-8x-2switch").unwrap();
         let net = Net::build(&t);
         let gpus: Vec<usize> = (0..8).collect();
@@ -730,8 +720,9 @@ mod tests {
         for b in [Backend::OneStagePull, Backend::TwoStagePull] {
             assert_eq!(first(b, big, None), Some(copy(big)), "{b}");
         }
-        assert_eq!(first(Backend::TwoStagePull, small, None), Some(copy(small)));
+        // One-stage pull has no LL form; two-stage pull's pulls lines.
         assert_eq!(first(Backend::OneStagePull, small, None), Some(copy(small)));
+        assert_ne!(first(Backend::TwoStagePull, small, None), Some(copy(small)));
         for b in [Backend::IslandOneShot, Backend::IslandTwoShot] {
             assert_eq!(first(b, big, Some(&pull)), Some(copy(big)), "{b}");
             assert_ne!(first(b, big, Some(&push)), Some(copy(big)), "{b}");
@@ -755,6 +746,26 @@ mod tests {
             let steps = c.steps(b, bytes, None);
             assert!(!steps.contains(&copy(bytes)), "{b} at {bytes}");
         }
+    }
+
+    #[test]
+    fn two_stage_pull_ll_pulls_both_phases_in_lines() {
+        // 4 KiB on 8 GPUs under two switches: the reduce-scatter and the all-gather each a
+        // read round trip of a shard's lines (512 B of data, 1 KiB on the wire per flow), with
+        // no staging copy and no barrier. In local memory the sender writes a line per peer
+        // (each takes another shard) in the reduce-scatter and one for all in the all-gather,
+        // beside the word it loads or stores.
+        let c = custom("pcie-8x-2switch", &[0, 1, 2, 3, 4, 5, 6, 7]);
+        let shard = 512.0;
+        let pat = c.pattern(Peers::All);
+        let phase = 2.0 * pat.max_latency_us + 2.0 * shard * pat.read_us_per_byte;
+        let local = |lines: f64| (lines * 2.0 * shard + shard) / (LOCAL_MEM_GBPS * 1e3);
+        let want = c.prologue_us + 2.0 * phase + local(7.0) + local(1.0);
+        let got = c.time(Backend::TwoStagePull, 4096, None);
+        assert!((got - want).abs() < 1e-9, "{got} vs {want}");
+        // So it beats its bandwidth form by the staging copy and three barriers, less the
+        // lines' second 4 KiB on the wire.
+        assert!(got < c.price(&c.steps_as(Backend::TwoStagePull, None, 4096.0, None)));
     }
 
     #[test]
