@@ -1,8 +1,8 @@
 #!/bin/bash
 # two_stage_pull's LL form with both phases pulled in lines (no staging, no barrier) on the
 # H200. Loopback: virtual ranks on one GPU; nothing here is multi-GPU evidence.
-# From the repository root, with .carry/pl/ holding artune and gpu (release binary and GPU test
-# binary of this tree):
+# From the repository root, with .carry/pl/ (or $C) holding artune and gpu (release binary and
+# GPU test binary of this tree):
 #   bash profiles/hardware/h200/2026-12-04-pullll/run.sh   (about 3 minutes)
 # Results: $OUT/pl.tgz, re-packed after each step.
 # Look for: gpu-verify, gpu-replay and gpu-workers "test result: ok" (two_stage_pull_ll bit-exact
@@ -11,8 +11,8 @@
 # gpu-memory's two_stage_pull line (its signal allocation grew from 80 KiB to 320 KiB at K = 8,
 # which the model does not count: measured against the last run's figure).
 set -u
-R=$PWD; C=$R/.carry/pl; A=$C/artune; G=$C/gpu; W=/tmp/pl; rm -rf $W; mkdir -p $W
-export ARTUNE_CACHE_DIR=/tmp/pl-kcache
+R=$PWD; C=${C:-$R/.carry/pl}; A=$C/artune; G=$C/gpu; W=/tmp/pl; rm -rf $W; mkdir -p $W
+export ARTUNE_CACHE_DIR=/tmp/pl-kcache ARTUNE_BIN=$A
 pack() { (cd $W && tar czf $OUT/pl.tgz .); }
 END=${END:-570}
 step() { n=$1; t=$2; shift 2; left=$((END - SECONDS)); [ $t -gt $left ] && t=$left
