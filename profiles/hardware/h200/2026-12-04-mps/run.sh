@@ -21,17 +21,24 @@ step() { n=$1; t=$2; shift 2; left=$((END - SECONDS)); [ $t -gt $left ] && t=$le
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv; $A --version; } > $W/env.txt 2>&1
 $PY -m pip install -q --no-deps --target $W/py $C/artune-*.whl >> $W/env.txt 2>&1
 cp python/artune/*.py $W/py/artune/
-step tune 60 $A tune --loopback 8 --tp 4,8 --islands 4,4 --sizes 4K:16M --no-contention --out $W/profile.json
+step tune 60 $A tune --loopback 8 --tp ${TP:-4,8} --islands 4,4 --sizes 4K:16M --no-contention --out $W/profile.json
 TR="$PY -m torch.distributed.run --standalone"
-P="benches/op_proof.py --profile $W/profile.json --timing-sizes 4K --calls 4 --samples 3"
+# TIMING: op_proof's timing options (run 40: "--timing-sizes 4K,64K,1M,16M"); KS and VARIANTS
+# pick the process counts and the steps (run 40: KS="2 4 8" VARIANTS=share).
+TIMING=${TIMING:---timing-sizes 4K --calls 4 --samples 3}
+P="benches/op_proof.py --profile $W/profile.json $TIMING"
 export CUDA_MPS_PIPE_DIRECTORY=$W/mps/pipe CUDA_MPS_LOG_DIRECTORY=$W/mps/log
 mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
 trap 'echo quit | nvidia-cuda-mps-control' EXIT
 nvidia-cuda-mps-control -d > $W/mps-start.txt 2>&1
-for K in 4 8; do
-  step mps$K-plain 70 $TR --nproc-per-node $K $P --out $W/mps$K-plain.json
-  step mps$K-queues 70 env CUDA_DEVICE_MAX_CONNECTIONS=32 $TR --nproc-per-node $K $P --out $W/mps$K-queues.json
-  step mps$K-share 70 env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$((100 / K)) $TR --nproc-per-node $K $P --out $W/mps$K-share.json
+for K in ${KS:-4 8}; do
+  for V in ${VARIANTS:-plain queues share}; do
+    case $V in
+      plain) step mps$K-plain 90 $TR --nproc-per-node $K $P --out $W/mps$K-plain.json ;;
+      queues) step mps$K-queues 90 env CUDA_DEVICE_MAX_CONNECTIONS=32 $TR --nproc-per-node $K $P --out $W/mps$K-queues.json ;;
+      share) step mps$K-share 90 env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$((100 / K)) $TR --nproc-per-node $K $P --out $W/mps$K-share.json ;;
+    esac
+  done
 done
 echo quit | nvidia-cuda-mps-control; trap - EXIT; sleep 1
 $PY - "$W" > $W/summary.txt 2>&1 <<'PYEOF'
