@@ -26,7 +26,9 @@ call; records what rank 0 sees).
 
 Loopback caveat: processes on one GPU run their kernels concurrently only under MPS; without
 it they take turns (time slices) and every barrier waits for the others' slices, so timings
-then measure the time slicing, not the kernels.
+then measure the time slicing, not the kernels. Under MPS hold each of K processes to its share
+of the SMs (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100/K): without it the processes' grids compete for
+SMs and barriers can give up (profiles/hardware/h200/2026-12-04-mps/).
 
 Run:  python -m torch.distributed.run --standalone --nproc-per-node 4 benches/op_proof.py \
           --profile profile.json --out op-4.json
