@@ -87,6 +87,8 @@ struct GroupModel {
     /// Noiseless times per (backend, bytes, mode): ordered, as comparing a few keys costs less
     /// than hashing one at every call.
     cache: BTreeMap<(Backend, u64, Mode), f64>,
+    /// [`SimFabric::model_split`] per (backend, bytes), which every measured cell asks for.
+    splits: BTreeMap<(Backend, u64), (f64, f64)>,
     /// NCCL's device time with no bytes, per algorithm and protocol.
     fixed: HashMap<(NcclAlgo, crate::fabric::NcclProto), f64>,
     /// The custom kernels' and NCCL's band half-widths on this group.
@@ -137,6 +139,7 @@ fn group_model(
             parts,
             fixed: HashMap::new(),
             cache: BTreeMap::new(),
+            splits: BTreeMap::new(),
             probes: HashMap::new(),
         }
     }));
@@ -433,6 +436,9 @@ impl SimFabric {
     pub fn model_split(&mut self, backend: Backend, bytes: u64) -> Option<(f64, f64)> {
         let p = self.prepared.as_ref()?;
         let m = &mut self.models[p.model].1;
+        if let Some(&split) = m.splits.get(&(backend, bytes)) {
+            return Some(split);
+        }
         // What the bytes add to the time the tune already priced (launch excluded).
         let (algo, proto) = backend.nccl_pin().unwrap_or_else(|| m.nccl.choose(bytes));
         let (fixed, total) = if backend.is_custom() {
@@ -448,7 +454,9 @@ impl SimFabric {
                 .or_insert_with(|| m.schedule.time(algo, proto, 0));
             (fixed, m.schedule.time(algo, proto, bytes))
         };
-        Some((fixed, (total - fixed).max(0.0)))
+        let split = (fixed, (total - fixed).max(0.0));
+        m.splits.insert((backend, bytes), split);
+        Some(split)
     }
 
     /// The prepared group, after checking `backend` is ready on it and `bytes` fits.
@@ -791,9 +799,9 @@ impl Fabric for SimFabric {
             .ok_or_else(|| bad("no group is prepared; call prepare before orient"))?;
         p.directions = Some(directions.clone());
         let gpus = p.group.gpus.clone();
-        self.model(&gpus)
-            .cache
-            .retain(|(b, _, _), _| !b.is_hierarchical());
+        let m = self.model(&gpus);
+        m.cache.retain(|(b, _, _), _| !b.is_hierarchical());
+        m.splits.retain(|(b, _), _| !b.is_hierarchical());
         Ok(())
     }
 
