@@ -405,10 +405,15 @@ def test_v1_max_size_is_cut_to_the_profiles_largest_custom_size(profiles, follow
     assert ca.max_size == 8 << 20 and allocated == [8 << 20, 8 << 20]
     follow(profiles["pair"])
     artune.sglang.register()
-    plan = artune.Profile.load(profiles["pair"]).sglang_plan(2, "eager")
-    assert plan[0] == "v1" and plan[1][0], plan
-    top = plan[1][1]
+    # The largest custom size of either mode: v1's buffers serve eager and graph calls alike.
+    prof = artune.Profile.load(profiles["pair"])
+    setup = prof.sglang_setup(2)
+    assert setup[0] == "v1" and setup[1], setup
+    top = setup[2]
     assert 0 < top < 8 << 20 and top % 4096 == 0, top
+    for mode in ("eager", "graph"):
+        plan = prof.sglang_plan(2, mode)
+        assert plan[0] == "v1" and plan[1][1] <= top, (mode, plan, top)
     allocated.clear()
     ca = v1_pair(monkeypatch, allocated)
     assert ca.max_size == top and allocated == [top, top]
