@@ -790,6 +790,37 @@ mod tests {
         );
     }
 
+    /// The memory model counts what this fabric allocates for each rank's signal, for every
+    /// backend with a kernel: the flags and the table's lines ([`Ll::lines`]), 16 bytes each.
+    #[test]
+    fn the_model_counts_the_signal_allocation() {
+        for (b, _) in custom() {
+            for ranks in [
+                Ranks::flat(2),
+                Ranks::flat(3),
+                Ranks::flat(4),
+                Ranks { n: 4, island: 2 },
+                Ranks::flat(8),
+                Ranks { n: 8, island: 4 },
+                Ranks { n: 8, island: 2 },
+                Ranks::flat(16),
+            ] {
+                let signal = signal_bytes(b, ranks);
+                assert_eq!(
+                    signal - SIGNAL_ALLOC as u64,
+                    b.ll_lines(ranks) * 16,
+                    "{b} {ranks:?}"
+                );
+                // With buffers for no message, the model is the signal and the graph table.
+                assert_eq!(
+                    memory::modelled(b, ranks, 0, 2),
+                    signal + memory::GRAPH_TABLE_BYTES,
+                    "{b} {ranks:?}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn traffic_counts() {
         assert_eq!(
