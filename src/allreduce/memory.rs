@@ -4,9 +4,10 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Backend, Count, Extent, Ranks};
+use super::{Backend, Count, Extent, Ll, Ranks};
 
-/// Cross-GPU signal flags: one cache line per (rank, peer, phase), rounded up generously.
+/// Cross-GPU signal flags: one cache line per (rank, peer, phase), rounded up generously. The
+/// CUDA fabric's `Signal` allocation (layout.rs `SIGNAL_ALLOC`); the LL lines follow it.
 pub const SIGNAL_BYTES: u64 = 64 << 10;
 /// Table of peer buffer pointers registered for CUDA-graph replay (production kernels keep a
 /// few thousand entries of rank pointers; vLLM reserves 8 MiB, we model 2 MiB).
@@ -45,9 +46,16 @@ pub fn count(c: Count, ranks: Ranks) -> u64 {
     }
 }
 
+/// Bytes of one rank's signal allocation: the flags, then the lines of the backend's LL
+/// kernel ([`Ll::lines`]; none where it has no LL form), whatever the message size.
+pub fn signal(backend: Backend, ranks: Ranks) -> u64 {
+    SIGNAL_BYTES + backend.ll_lines(ranks) * Ll::LINE_BYTES
+}
+
 /// Modelled bytes per GPU for `backend` in a group of `ranks` whose buffers serve messages up
-/// to `max_bytes`: its entry's buffers (backend.rs) plus flags and the graph table, or NCCL's
-/// connections (`nccl_channels` is the channel count NCCL uses on this fabric).
+/// to `max_bytes`: its entry's buffers (backend.rs) plus its signal allocation and the graph
+/// table, or NCCL's connections (`nccl_channels` is the channel count NCCL uses on this
+/// fabric).
 pub fn modelled(backend: Backend, ranks: Ranks, max_bytes: u64, nccl_channels: u32) -> u64 {
     let Some(b) = backend.spec().buffers else {
         // Ring and tree each keep a send/receive connection per channel.
@@ -59,7 +67,7 @@ pub fn modelled(backend: Backend, ranks: Ranks, max_bytes: u64, nccl_channels: u
         .iter()
         .map(|&(c, e)| count(c, ranks) * extent_bytes(e, ranks, max_bytes))
         .sum();
-    whole(b.input) + scratch + whole(b.output) + SIGNAL_BYTES + GRAPH_TABLE_BYTES
+    whole(b.input) + scratch + whole(b.output) + signal(backend, ranks) + GRAPH_TABLE_BYTES
 }
 
 /// Largest message a backend's buffers can serve within `budget` bytes per GPU, or None when
@@ -94,19 +102,28 @@ mod tests {
     use super::*;
 
     const FIXED: u64 = SIGNAL_BYTES + GRAPH_TABLE_BYTES;
+    const KIB: u64 = 1 << 10;
 
     #[test]
     fn flat_kernels_cost_what_their_buffers_hold() {
         let (m, r) = (1u64 << 20, Ranks::flat(8));
-        // Pull: the shared input; push: a slot per peer.
+        // Pull: the shared input, and no LL form; push: a slot per peer, and its LL lines
+        // (2 buffers x 8 senders x 4096 words of 32 KiB, 16 bytes each: 1 MiB).
         assert_eq!(modelled(Backend::OneStagePull, r, m, 2), m + FIXED);
-        assert_eq!(modelled(Backend::OneStagePush, r, m, 2), 7 * m + FIXED);
-        // Two-stage pull: the input and the reduced shard; push: a shard slot per peer and
-        // the output peers gather into.
-        assert_eq!(modelled(Backend::TwoStagePull, r, m, 2), m + m / 8 + FIXED);
+        assert_eq!(
+            modelled(Backend::OneStagePush, r, m, 2),
+            7 * m + FIXED + 1024 * KIB
+        );
+        // Two-stage pull: the input and the reduced shard, and 2 x 8 slots of a shard of
+        // 64 KiB's 8192 words in lines (256 KiB); push: a shard slot per peer and the output
+        // peers gather into, and two stages of those lines (512 KiB).
+        assert_eq!(
+            modelled(Backend::TwoStagePull, r, m, 2),
+            m + m / 8 + FIXED + 256 * KIB
+        );
         assert_eq!(
             modelled(Backend::TwoStagePush, r, m, 2),
-            7 * m / 8 + m + FIXED
+            7 * m / 8 + m + FIXED + 512 * KIB
         );
         assert_eq!(
             modelled(Backend::Nccl, r, m, 2),
@@ -119,17 +136,40 @@ mod tests {
     fn island_kernels_cost_slots_for_either_direction() {
         // Two islands of four: input, 3 island-peer slots + the partial + 1 other island's
         // slot of a quarter each, and the output (two-shot); whole messages for one-shot.
+        // Lines: two-shot, 2 stages x 2 buffers x 9 slots of a quarter of 4096 words
+        // (576 KiB); one-shot, 2 buffers x 9 slots of 4096 words (1152 KiB).
         let (m, r) = (1u64 << 20, Ranks { n: 8, island: 4 });
         assert_eq!(
             modelled(Backend::IslandTwoShot, r, m, 2),
-            m + 5 * (m / 4) + m + FIXED
+            m + 5 * (m / 4) + m + FIXED + 576 * KIB
         );
-        assert_eq!(modelled(Backend::IslandOneShot, r, m, 2), m + 5 * m + FIXED);
-        // Four islands of two: 1 island peer, the partial, 3 other islands, of halves.
+        assert_eq!(
+            modelled(Backend::IslandOneShot, r, m, 2),
+            m + 5 * m + FIXED + 1152 * KIB
+        );
+        // Four islands of two: 1 island peer, the partial, 3 other islands, of halves; lines
+        // of half of 4096 words.
         let r = Ranks { n: 8, island: 2 };
         assert_eq!(
             modelled(Backend::IslandTwoShot, r, m, 2),
-            m + 5 * (m / 2) + m + FIXED
+            m + 5 * (m / 2) + m + FIXED + 1152 * KIB
+        );
+    }
+
+    #[test]
+    fn the_lines_cost_the_same_at_every_size() {
+        // The signal allocation is made once for the LL kernel's largest message: a budget
+        // too small for it serves no size at all.
+        let r = Ranks::flat(8);
+        let fixed = modelled(Backend::OneStagePush, r, 0, 2);
+        assert_eq!(fixed, FIXED + 1024 * KIB);
+        assert_eq!(
+            largest_within(Backend::OneStagePush, r, FIXED + 1024 * KIB - 1, 2),
+            None
+        );
+        assert_eq!(
+            largest_within(Backend::OneStagePush, r, fixed + 7 * 1000, 2),
+            Some(1000)
         );
     }
 

@@ -7,9 +7,7 @@ use cudarc::driver::sys;
 
 use super::compile;
 use super::driver::{dev, Ctx, DeviceFacts, Function, Modules};
-use super::layout::{
-    ArArgs, LL1_MAX_BYTES, LL2_MAX_BYTES, LL_LINE, LL_THREADS, MAX_BLOCKS, SIGNAL_ALLOC, THREADS,
-};
+use super::layout::{ArArgs, LL_LINE, LL_THREADS, MAX_BLOCKS, SIGNAL_ALLOC, THREADS};
 use crate::allreduce::{memory, Extent, Kernel, Ll, Part, Peers, Plane, Ranks, TABLE};
 use crate::fabric::{Backend, DeviceError, Dtype, FabricError};
 use crate::profile::KernelImages;
@@ -62,25 +60,9 @@ fn ll_shard(words: u64, n: usize) -> u64 {
 }
 
 /// Bytes of one rank's signal allocation for `backend` over `ranks`: the `Signal` flags, then
-/// the LL lines its LL kernel uses (kernels/allreduce.cu ll1, ll2, llp; island.cu lli).
+/// the LL lines its LL kernel uses ([`Ll::lines`]).
 pub fn signal_bytes(backend: Backend, ranks: Ranks) -> u64 {
-    let smax = ll_shard(LL2_MAX_BYTES / 8, ranks.n);
-    let n = ranks.n as u64;
-    let lines = match backend.spec().kernel.and_then(|k| k.ll) {
-        None => 0,
-        // Two buffers (by flag parity) of a line per data word from each sender.
-        Some(Ll::Message) => 2 * n * (LL1_MAX_BYTES / 8),
-        // The same with one slot more, the rank's own sum.
-        Some(Ll::MessageAndSum) => 2 * (n + 1) * (LL1_MAX_BYTES / 8),
-        // Two stages x two buffers of a shard's lines from each sender.
-        Some(Ll::Shards) => 4 * n * smax,
-        // Two stages x two buffers of n + 1 slots of an island shard of the largest message.
-        Some(Ll::IslandShards) => 4 * (n + 1) * ll_shard(LL1_MAX_BYTES / 8, ranks.island),
-        // Two buffers of a shard's lines for each rank: the rank's input words of each peer's
-        // shard, and its own reduced shard in its own slot.
-        Some(Ll::PulledShard) => 2 * n * smax,
-    };
-    SIGNAL_ALLOC as u64 + lines * LL_LINE
+    SIGNAL_ALLOC as u64 + backend.ll_lines(ranks) * LL_LINE
 }
 
 /// The compiled kernels loaded into one GPU's context.
@@ -394,7 +376,9 @@ pub fn scratch_bytes(backend: Backend, max_bytes: u64, ranks: Ranks) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fabric::cuda::layout::{defines, ArArgs, ProbeArgs, SIGNAL_STATUS_OFFSET};
+    use crate::fabric::cuda::layout::{
+        defines, ArArgs, ProbeArgs, LL1_MAX_BYTES, LL2_MAX_BYTES, SIGNAL_STATUS_OFFSET,
+    };
 
     #[test]
     fn programmatic_launch_from_hopper_on() {
@@ -804,6 +788,37 @@ mod tests {
             signal_bytes(Backend::TwoStagePull, Ranks::flat(8)),
             (64 << 10) + (256 << 10)
         );
+    }
+
+    /// The memory model counts what this fabric allocates for each rank's signal, for every
+    /// backend with a kernel: the flags and the table's lines ([`Ll::lines`]), 16 bytes each.
+    #[test]
+    fn the_model_counts_the_signal_allocation() {
+        for (b, _) in custom() {
+            for ranks in [
+                Ranks::flat(2),
+                Ranks::flat(3),
+                Ranks::flat(4),
+                Ranks { n: 4, island: 2 },
+                Ranks::flat(8),
+                Ranks { n: 8, island: 4 },
+                Ranks { n: 8, island: 2 },
+                Ranks::flat(16),
+            ] {
+                let signal = signal_bytes(b, ranks);
+                assert_eq!(
+                    signal - SIGNAL_ALLOC as u64,
+                    b.ll_lines(ranks) * 16,
+                    "{b} {ranks:?}"
+                );
+                // With buffers for no message, the model is the signal and the graph table.
+                assert_eq!(
+                    memory::modelled(b, ranks, 0, 2),
+                    signal + memory::GRAPH_TABLE_BYTES,
+                    "{b} {ranks:?}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! neither side defines them twice) and the argument structs the kernels read. Both the
 //! compiler's options and the host-side kernel code read them from here.
 
-use crate::allreduce::Ll;
+use crate::allreduce::{memory, Ll};
 
 // The constants below marked "shared" reach kernels/*.cu as NVRTC -D options ([`defines`]).
 
@@ -12,9 +12,9 @@ pub const MAX_RANKS: usize = 16;
 pub const MAX_BLOCKS: u32 = 256;
 /// Shared: threads per block of the bandwidth kernels.
 pub const THREADS: u32 = 512;
-/// Bytes reserved for one rank's `Signal` (kernels/common.cuh); its LL lines follow. Shared as
-/// `LL_OFFSET`.
-pub const SIGNAL_ALLOC: usize = 64 << 10;
+/// Bytes reserved for one rank's `Signal` (kernels/common.cuh): the memory model's
+/// ([`memory::SIGNAL_BYTES`]); its LL lines follow. Shared as `LL_OFFSET`.
+pub const SIGNAL_ALLOC: usize = memory::SIGNAL_BYTES as usize;
 /// Offset of `Signal::status` (3 x 256 x 16 flags + 256 epochs, all u32).
 pub const SIGNAL_STATUS_OFFSET: usize = (3 * 256 * 16 + 256) * 4;
 /// Largest message per rank (bytes) that one-stage push and the island kernels send through
@@ -22,8 +22,8 @@ pub const SIGNAL_STATUS_OFFSET: usize = (3 * 256 * 16 + 256) * 4;
 pub const LL1_MAX_BYTES: u64 = Ll::Message.max_bytes();
 /// The same for two-stage push and pull. Shared as `LL2_MAX_BYTES`.
 pub const LL2_MAX_BYTES: u64 = Ll::Shards.max_bytes();
-/// Bytes of one LL line: 8 data bytes and two 4-byte flags. Shared.
-pub const LL_LINE: u64 = 16;
+/// Bytes of one LL line: the table's ([`Ll::LINE_BYTES`]). Shared.
+pub const LL_LINE: u64 = Ll::LINE_BYTES;
 /// Threads per block of the LL kernels, one 8-byte data word each. Shared.
 pub const LL_THREADS: u32 = 128;
 

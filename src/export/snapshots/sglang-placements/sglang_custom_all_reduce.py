@@ -12,7 +12,7 @@
 # multicast range is SGLang's own (artune does not measure multicast), clipped to the two-shot limit:
 # SGLang tests it before that limit, so unclipped it would run multicast where the profile says NCCL.
 ARTUNE_CUSTOM_ALL_REDUCE_V2 = {
-    2: {"graph": (0, 16384, 262144, None), "eager": (0, 16384, 262144, None)},
+    2: {"graph": (0, 65536, 262144, None), "eager": (0, 65536, 262144, None)},
     4: {"graph": (0, 16384, 65536, None), "eager": (0, 16384, 65536, (0, 65536))},
 }
 #
@@ -38,23 +38,23 @@ ARTUNE_CUSTOM_ALL_REDUCE_V2 = {
 #         1K: 1shot_pull 4.1 us
 #         4K: 1shot_pull 4.4 us
 #        16K: 1shot_pull 5.6 us
-#        64K: 2shot_pull 10.1 us; profile chose one_stage_push (10.5 us), -3%
+#        64K: 1shot_pull 10.6 us
 #       256K: 2shot_pull 22.4 us
 #         1M: NCCL       59.7 us
 #         4M: NCCL       190.8 us
 #        16M: NCCL       715.1 us
-#   SGLang's order (push, pull, two-shot, NCCL) costs -0.0% summed against the profile's bands (1012.1 vs 1012.5 us), slower at no size.
+#   SGLang's order (push, pull, two-shot, NCCL) costs +0.0% summed against the profile's bands (1012.6 vs 1012.6 us), slower at no size.
 #   v2 workspace per GPU at these limits: pull 16M + push 2 x 2 x 0B = 16M.
 # TP2 eager (GPUs [0, 1]):
 #         1K: 1shot_pull 7.1 us
 #         4K: 1shot_pull 7.4 us
 #        16K: 1shot_pull 8.6 us
-#        64K: 2shot_pull 13.1 us; profile chose one_stage_push (13.5 us), -3%
+#        64K: 1shot_pull 13.6 us
 #       256K: 2shot_pull 25.4 us
 #         1M: NCCL       62.7 us
 #         4M: NCCL       193.8 us
 #        16M: NCCL       718.1 us
-#   SGLang's order (push, pull, two-shot, NCCL) costs -0.0% summed against the profile's bands (1036.1 vs 1036.5 us), slower at no size.
+#   SGLang's order (push, pull, two-shot, NCCL) costs +0.0% summed against the profile's bands (1036.6 vs 1036.6 us), slower at no size.
 #   v2 workspace per GPU at these limits: pull 16M + push 2 x 2 x 0B = 16M.
 # TP2 graph (GPUs [4, 5]):
 #         1K: 1shot_pull 6.6 us

@@ -28,7 +28,7 @@
 #         1K: custom all-reduce v1, 1stage   4.1 us
 #         4K: custom all-reduce v1, 1stage   4.4 us
 #        16K: custom all-reduce v1, 1stage   5.6 us
-#        64K: custom all-reduce v1, 1stage   10.6 us; profile chose one_stage_push (10.5 us), +1%
+#        64K: custom all-reduce v1, 1stage   10.6 us
 #       256K: custom all-reduce v1, 1stage   30.2 us; profile chose two_stage_pull (22.4 us), +35%
 #         1M: custom all-reduce v1, 1stage   108.9 us; profile chose nccl_ring_simple (59.7 us), +82%
 #         4M: custom all-reduce v1, 1stage   423.4 us; profile chose nccl_ring_simple (190.8 us), +122%
