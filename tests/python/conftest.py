@@ -131,8 +131,9 @@ def profiles(tmp_path_factory):
         "pair_nccl": tune(tmp, "pcie-2x", "--mem-budget", "1MiB", name="pair-nccl"),
         "nvswitch": tune(tmp, "nvswitch-8x", "--tp", "2,8"),
         "story": tune(tmp, "pcie-8x-2switch", "--tp", "8"),
-        # Memory budgets make NCCL win where the custom kernels' buffers do not fit: custom
-        # to 512 KiB and NCCL above, or NCCL at every size (simulated, like all of these).
+        # Memory budgets make NCCL win where the custom kernels' buffers do not fit: a custom
+        # band at small sizes and NCCL above it, or NCCL at every size (simulated, like all
+        # of these).
         "nv_mid": tune(tmp, "nvswitch-8x", "--tp", "8", "--mem-budget", "4MiB", name="nv-mid"),
         "nv_nccl": tune(tmp, "nvswitch-8x", "--tp", "8", "--mem-budget", "1MiB", name="nv-nccl"),
         # NCCL made twice as slow: custom from the smallest size to a few hundred KiB at TP8,
