@@ -457,9 +457,43 @@ mod tests {
         assert!(bw(Backend::TwoStagePull) > bw(Backend::OneStagePull));
     }
 
+    /// The 8 GPUs of pcie-8x-2switch in the two switch islands the plan derives.
+    fn two_switches() -> (Net, Vec<usize>, Islands) {
+        let t = presets::get("pcie-8x-2switch").unwrap();
+        let gpus: Vec<usize> = (0..8).collect();
+        let islands = crate::plan::islands(&t, &gpus).unwrap();
+        (Net::build(&t), gpus, islands)
+    }
+
+    /// The links from GPU 0 to GPU 4 (the other switch) that no flow inside an island uses,
+    /// one direction each: what only the flows between the islands load (the root complex,
+    /// which carries both directions, is left to the tests that count it).
+    fn crossing_links(net: &Net, gpus: &[usize], islands: &Islands) -> Vec<usize> {
+        let inside: std::collections::BTreeSet<usize> = pairs(gpus, Some(islands), Peers::Island)
+            .into_iter()
+            .flat_map(|(a, b)| net.route(a, b).resources)
+            .collect();
+        let across: Vec<usize> = net
+            .route(0, 4)
+            .resources
+            .into_iter()
+            .filter(|r| !inside.contains(r))
+            .collect();
+        assert!(!across.is_empty());
+        across
+    }
+
+    /// The least any crossing link carries per byte of a `bytes` message in one call of `b`.
+    fn crossing(net: &Net, gpus: &[usize], islands: &Islands, b: Backend, bytes: u64) -> f64 {
+        let load = link_bytes(net, gpus, islands, b, bytes);
+        crossing_links(net, gpus, islands)
+            .iter()
+            .map(|&r| load[r] / bytes as f64)
+            .fold(f64::INFINITY, f64::min)
+    }
+
     /// Bytes each resource of the net carries in one call of `b` on `gpus` in `islands`, as
-    /// the model prices it: every transfer step's flows, each moving its bytes on the wire,
-    /// summed over the resources of its route.
+    /// the model prices it.
     fn link_bytes(
         net: &Net,
         gpus: &[usize],
@@ -468,8 +502,14 @@ mod tests {
         bytes: u64,
     ) -> Vec<f64> {
         let c = Custom::new(net, gpus, Some(islands));
+        steps_load(net, gpus, islands, &c.steps(b, bytes, None))
+    }
+
+    /// Bytes each resource carries for `steps`: every transfer step's flows, each moving its
+    /// bytes on the wire, summed over the resources of its route.
+    fn steps_load(net: &Net, gpus: &[usize], islands: &Islands, steps: &[Step]) -> Vec<f64> {
         let mut load: Vec<f64> = Vec::new();
-        for step in c.steps(b, bytes, None) {
+        for &step in steps {
             let Step::Transfer { peers, bytes, .. } = step else {
                 continue;
             };
@@ -491,31 +531,8 @@ mod tests {
         // flows between the islands use are the switches' uplinks. Island two-shot sends each
         // GPU's island shard (S/4) to its one counterpart: S across in each direction, where a
         // ring sends 2(N-1)/N·S = 1.75·S through every link and the flat kernels more.
-        let t = presets::get("pcie-8x-2switch").unwrap();
-        let net = Net::build(&t);
-        let gpus: Vec<usize> = (0..8).collect();
-        let islands = crate::plan::islands(&t, &gpus).unwrap();
-        let inside: std::collections::BTreeSet<usize> = pairs(&gpus, Some(&islands), Peers::Island)
-            .into_iter()
-            .flat_map(|(a, b)| net.route(a, b).resources)
-            .collect();
-        let s = (8u64 << 20) as f64;
-        // The links from GPU 0 to GPU 4 that no flow inside an island uses, one direction
-        // each (the root complex, which carries both, is counted on its own below).
-        let across: Vec<usize> = net
-            .route(0, 4)
-            .resources
-            .into_iter()
-            .filter(|r| !inside.contains(r))
-            .collect();
-        assert!(!across.is_empty());
-        let crossing = |b: Backend| {
-            let load = link_bytes(&net, &gpus, &islands, b, 8 << 20);
-            across
-                .iter()
-                .map(|&r| load[r] / s)
-                .fold(f64::INFINITY, f64::min)
-        };
+        let (net, gpus, islands) = two_switches();
+        let crossing = |b: Backend| crossing(&net, &gpus, &islands, b, 8 << 20);
         assert_eq!(crossing(Backend::IslandTwoShot), 1.0);
         assert_eq!(crossing(Backend::IslandOneShot), 4.0);
         // Flat: every GPU with every GPU of the other island.
@@ -528,10 +545,7 @@ mod tests {
         // The counterpart phase has one flow per GPU across the uplink; the island phase
         // three per GPU inside its switch: each is solved alone, so neither sees the other's
         // contention, and the one-shot's across phase moves the whole message.
-        let t = presets::get("pcie-8x-2switch").unwrap();
-        let net = Net::build(&t);
-        let gpus: Vec<usize> = (0..8).collect();
-        let islands = crate::plan::islands(&t, &gpus).unwrap();
+        let (net, gpus, islands) = two_switches();
         let c = Custom::new(&net, &gpus, Some(&islands));
         assert_eq!(c.pattern(Peers::Island).peers, 3);
         assert_eq!(c.pattern(Peers::Counterparts).peers, 1);
@@ -592,10 +606,7 @@ mod tests {
 
     #[test]
     fn the_ll_form_runs_exactly_up_to_the_tables_limit() {
-        let t = presets::get("pcie-8x-2switch").unwrap();
-        let net = Net::build(&t);
-        let gpus: Vec<usize> = (0..8).collect();
-        let islands = crate::plan::islands(&t, &gpus).unwrap();
+        let (net, gpus, islands) = two_switches();
         let c = Custom::new(&net, &gpus, Some(&islands));
         let mut seen = 0;
         for (b, ll) in with_ll() {
@@ -636,28 +647,9 @@ mod tests {
         // Two switches of four (pcie-8x-2switch), 8 KiB per GPU, within every LL limit: each
         // resource carries what the bandwidth form's flows carry, twice over where the phase
         // travels in lines (8 data bytes and 8 of flags per line).
-        let t = presets::get("pcie-8x-2switch").unwrap();
-        let net = Net::build(&t);
-        let gpus: Vec<usize> = (0..8).collect();
-        let islands = crate::plan::islands(&t, &gpus).unwrap();
+        let (net, gpus, islands) = two_switches();
         let s = 8u64 << 10;
-        let inside: std::collections::BTreeSet<usize> = pairs(&gpus, Some(&islands), Peers::Island)
-            .into_iter()
-            .flat_map(|(a, b)| net.route(a, b).resources)
-            .collect();
-        let across: Vec<usize> = net
-            .route(0, 4)
-            .resources
-            .into_iter()
-            .filter(|r| !inside.contains(r))
-            .collect();
-        let crossing = |b: Backend| {
-            let load = link_bytes(&net, &gpus, &islands, b, s);
-            across
-                .iter()
-                .map(|&r| load[r] / s as f64)
-                .fold(f64::INFINITY, f64::min)
-        };
+        let crossing = |b: Backend| crossing(&net, &gpus, &islands, b, s);
         // The bandwidth forms' crossings (the_crossing_carries_a_shard_per_gpu_not_every_pair)
         // doubled; one-stage pull has no LL form.
         assert_eq!(crossing(Backend::IslandTwoShot), 2.0);
@@ -672,19 +664,7 @@ mod tests {
             let Some(ll) = ll else {
                 continue;
             };
-            let load = |steps: Vec<Step>| {
-                let mut load = vec![0.0; 64];
-                for step in steps {
-                    if let Step::Transfer { peers, bytes, .. } = step {
-                        for (src, dst) in pairs(&gpus, Some(&islands), peers) {
-                            for r in net.route(src, dst).resources {
-                                load[r] += bytes;
-                            }
-                        }
-                    }
-                }
-                load
-            };
+            let load = |steps: Vec<Step>| steps_load(&net, &gpus, &islands, &steps);
             let lines = load(c.steps_as(b, Some(ll), s as f64, None));
             let data = load(c.steps_as(b, None, s as f64, None));
             assert!(data.iter().any(|&x| x > 0.0));
@@ -699,10 +679,7 @@ mod tests {
         // A local copy of the message (read and written: 2·S) before the first barrier where
         // peers read the shared input, after the last where they wrote the shared output;
         // none in the LL forms, whose peers read and write only lines.
-        let t = presets::get("pcie-8x-2switch").unwrap();
-        let net = Net::build(&t);
-        let gpus: Vec<usize> = (0..8).collect();
-        let islands = crate::plan::islands(&t, &gpus).unwrap();
+        let (net, gpus, islands) = two_switches();
         let c = Custom::new(&net, &gpus, Some(&islands));
         let (big, small) = (1u64 << 20, 4u64 << 10);
         let copy = |bytes: u64| Step::Local {
