@@ -539,10 +539,11 @@ impl Launcher {
 
 /// One custom backend's view of every rank's buffers, and the kernel arguments made of them.
 pub struct CustomView {
-    pub input: Vec<Span>,
-    pub out: Vec<Span>,
+    /// Every pointer in `args` names memory one of these spans keeps (input, out and scratch
+    /// have no other use; the ranks' own tensors, `src` and `dst`, are the launcher's `user`).
+    input: Vec<Span>,
+    out: Vec<Span>,
     pub signal: Vec<Span>,
-    /// Every pointer in `args` names memory one of these spans keeps (scratch has no other).
     scratch: Vec<Span>,
     pub args: ArArgs,
     count: usize,
