@@ -76,22 +76,6 @@ __device__ __forceinline__ u64 shard_len(u64 nvec, u64 sv, int s) {
   return left < sv ? left : sv;
 }
 
-template <typename T>
-__device__ __forceinline__ void copy1(char* dst, const char* src, u64 i) {
-  if constexpr (T::SIZE == 2) {
-    st_u16(dst + i * 2, ld_u16(src + i * 2));
-  } else {
-    st_u32(dst + i * 4, ld_u32(src + i * 4));
-  }
-}
-
-// Elements [from, n) copied one by one by block 0 (a message's tail after its last vector).
-template <typename T>
-__device__ __forceinline__ void copy_tail(char* dst, const char* src, u64 from, u64 n) {
-  if (blockIdx.x == 0)
-    for (u64 e = from + threadIdx.x; e < n; e += blockDim.x) copy1<T>(dst, src, e);
-}
-
 // Rank g + k, or the last rank when there is no such rank: an address that is safe to load.
 __device__ __forceinline__ int clamp_rank(int r, int n) { return r < n ? r : n - 1; }
 
@@ -144,12 +128,8 @@ __device__ __forceinline__ char* llp(u64 sig, int n, u64 smax, u32 q, int s, u64
 template <typename T>
 __device__ void one_stage_pull(const ArArgs& a) {
   RANK_SETUP
-  const char* in = (const char*)a.src[rank];
-  char* shared = (char*)a.in[rank];
   char* out = (char*)a.dst[rank];
-  if (shared != in) {
-    for (u64 v = first; v < nvec; v += stride) st_v4(shared + v * 16, ld_v4(in + v * 16));
-    copy_tail<T>(shared, in, nvec * T::P, a.n);
+  if (stage<T>(a, rank, nvec, nvec, 1, true)) {
     barrier<true>(a, rank, flag, 0);
   } else {
     barrier<false>(a, rank, flag, 0);
@@ -362,17 +342,9 @@ __device__ void two_stage_pull(const ArArgs& a) {
   const u64 sv = (nvec + n - 1) / n;
   const u64 mine = shard_len(nvec, sv, rank);
   const u64 tail = a.n - nvec * T::P;
-  const char* in = (const char*)a.src[rank];
-  char* shared = (char*)a.in[rank];
   char* red = (char*)a.scratch[rank];
   char* out = (char*)a.dst[rank];
-  if (shared != in) {
-    for (int s = 0; s < n; s++)
-      for (u64 i = first; i < shard_len(nvec, sv, s); i += stride) {
-        const u64 off = ((u64)s * sv + i) * 16;
-        st_v4(shared + off, ld_v4(in + off));
-      }
-    copy_tail<T>(shared, in, nvec * T::P, a.n);
+  if (stage<T>(a, rank, nvec, sv, n, true)) {
     barrier<true>(a, rank, flag, 0);
   } else {
     barrier<false>(a, rank, flag, 0);

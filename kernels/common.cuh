@@ -504,6 +504,44 @@ __device__ __forceinline__ void store_line(char* base, u64 j, u64 d, u64 elems) 
   }
 }
 
+// ---- staging (the comment above ArArgs) ----
+
+template <typename T>
+__device__ __forceinline__ void copy1(char* dst, const char* src, u64 i) {
+  if constexpr (T::SIZE == 2) {
+    st_u16(dst + i * 2, ld_u16(src + i * 2));
+  } else {
+    st_u32(dst + i * 4, ld_u32(src + i * 4));
+  }
+}
+
+// Elements [from, n) copied one by one by block 0 (a message's tail after its last vector).
+template <typename T>
+__device__ __forceinline__ void copy_tail(char* dst, const char* src, u64 from, u64 n) {
+  if (blockIdx.x == 0)
+    for (u64 e = from + threadIdx.x; e < n; e += blockDim.x) copy1<T>(dst, src, e);
+}
+
+// Copies this rank's input (src) into its shared input where they differ, as the peers' same
+// block reads it: vector i of each of `parts` parts of sv vectors (the whole message: one part
+// of nvec) when `shards` (the peers read them), and the tail, which block 0 reads, always.
+// True when it copied, so that the first barrier publishes.
+template <typename T>
+__device__ __forceinline__ bool stage(const ArArgs& a, int rank, u64 nvec, u64 sv, int parts, bool shards) {
+  const char* in = (const char*)a.src[rank];
+  char* shared = (char*)a.in[rank];
+  if (shared == in) return false;
+  const u64 stride = (u64)gridDim.x * blockDim.x;
+  if (shards)
+    for (int q = 0; q < parts; q++)
+      for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < sv && (u64)q * sv + i < nvec; i += stride) {
+        const u64 off = ((u64)q * sv + i) * 16;
+        st_v4(shared + off, ld_v4(in + off));
+      }
+  copy_tail<T>(shared, in, nvec * T::P, a.n);
+  return true;
+}
+
 // ---- failing safe ----
 
 // The last call of every allreduce kernel, by every thread of every block, whatever path the

@@ -165,32 +165,6 @@ __device__ __forceinline__ void tail(const ArArgs& a, int rank, u64 nvec) {
   }
 }
 
-// Copies this rank's input into its shared input where they differ, as the peers' same block
-// reads it: vector i of each of `parts` parts of sv vectors (the whole message: one part of
-// nvec) when `shards` (the island peers pull), and the tail always (every rank reads it).
-// True when it copied, so that the first barrier publishes.
-template <typename T>
-__device__ __forceinline__ bool stage(const ArArgs& a, int rank, u64 nvec, u64 sv, int parts, bool shards) {
-  const char* in = (const char*)a.src[rank];
-  char* shared = (char*)a.in[rank];
-  if (shared == in) return false;
-  const u64 stride = (u64)gridDim.x * blockDim.x;
-  if (shards)
-    for (int q = 0; q < parts; q++)
-      for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < sv && (u64)q * sv + i < nvec; i += stride) {
-        const u64 off = ((u64)q * sv + i) * 16;
-        st_v4(shared + off, ld_v4(in + off));
-      }
-  if (blockIdx.x == 0)
-    for (u64 e = nvec * T::P + threadIdx.x; e < a.n; e += blockDim.x)
-      if constexpr (T::SIZE == 2) {
-        st_u16(shared + e * 2, ld_u16(in + e * 2));
-      } else {
-        st_u32(shared + e * 4, ld_u32(in + e * 4));
-      }
-  return true;
-}
-
 template <typename T>
 __device__ void island_two_shot(const ArArgs& a) {
   const int rank = a.rank_base + (int)blockIdx.y;
