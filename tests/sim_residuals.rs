@@ -641,6 +641,67 @@ fn each_part_covers_its_figures_in_and_out_of_sample() {
     );
 }
 
+/// On a switch of a calibrated make (Microchip: C5; Broadcom: R2's 4 GPUs), a group whose
+/// kernels put no more flows through a switch than C5 measured gets a custom-kernel band no
+/// wider than 2x (half-width ln 2 ≈ 0.693, and at most 0.7) at every size, fixed costs or
+/// bytes: a simulated profile can advise a kernel that wins by 2x.
+#[test]
+fn custom_bands_on_calibrated_switch_makes_are_within_2x() {
+    let fitted = Calibration::fitted();
+    // R2's box with its switches' and sockets' forwarding stated (C1's curve), so that no
+    // part of the band rests on an assumption: the make's own band is what is judged.
+    let mut broadcom = asus();
+    let stated = get("pcie-8x-2switch").unwrap().switches[0]
+        .contention
+        .clone();
+    for s in &mut broadcom.switches {
+        s.contention = stated.clone();
+    }
+    for so in &mut broadcom.sockets {
+        let c = so.contention.get_or_insert_with(Default::default);
+        c.peak_gbps = Some(300.0);
+        c.knee_flows = Some(8);
+        c.slope = Some(0.03);
+    }
+    let boxes: [(Topology, &[usize], &str); 4] = [
+        (
+            get("pcie-4x-1switch").unwrap(),
+            &[0, 1, 2, 3],
+            "Microchip, one switch",
+        ),
+        (
+            get("pcie-8x-2switch").unwrap(),
+            &[2, 3, 4, 5],
+            "Microchip, two switches",
+        ),
+        (get("pcie-2x").unwrap(), &[0, 1], "Microchip, a pair"),
+        (broadcom, &[0, 1, 2, 3], "Broadcom, one socket"),
+    ];
+    for (t, gpus, what) in boxes {
+        let mut f = prepared(t, gpus, None, &fitted);
+        for b in Backend::ALL.into_iter().filter(|b| b.is_custom()) {
+            for bytes in [256, 4 * KB, 64 * KB, MB, 64 * MB] {
+                let Some(band) = f.band(b, bytes) else {
+                    continue;
+                };
+                assert!(
+                    !band.parts.iter().any(|p| p.assumed()),
+                    "{what}: {:?}",
+                    band.parts
+                );
+                let half = band.high.ln().max(-band.low.ln());
+                assert!(
+                    half <= 0.7,
+                    "{what} {b} at {bytes} B: x{:.2}-x{:.2} ({:?})",
+                    band.low,
+                    band.high,
+                    band.parts
+                );
+            }
+        }
+    }
+}
+
 /// A switch whose make the file leaves out gets the widest kernel band, and its times are
 /// marked as resting on an assumption.
 #[test]
