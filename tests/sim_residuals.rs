@@ -504,11 +504,34 @@ fn rows(cal: &Calibration) -> Vec<Row> {
     );
     let sixteen = artune::topology::file::load(std::path::Path::new(path)).unwrap();
     let all16: Vec<usize> = (0..16).collect();
-    let mut r3 = prepared(sixteen, &all16, Some(Level::Sys), cal);
+    let mut r3 = prepared(sixteen.clone(), &all16, Some(Level::Sys), cal);
     for (m, us) in [(1u64, 36.07), (4, 36.45), (8, 39.65), (12, 39.34)] {
         let bytes = m * 7168 * 2;
         let (t, band, part) = timing(&mut r3, &own, bytes, Mode::Graph, Part::NcclProtocol);
         let figure = format!("R3 NCCL, 16 GPUs, {bytes} B, us");
+        push(Source::R3, figure, us, t, band, part);
+    }
+    // The same page's island reduce-scatter: reduce-scatter in each four-GPU island, the
+    // shards summed between counterparts, all-gather in each island (2.25 times the payload
+    // per rank), artune's island_two_shot; every phase pulls (writes collapsed on that box).
+    // The one published kernel timing with more flows through a switch than C5's twelve.
+    let islands = Group {
+        islands: artune::plan::islands(&sixteen, &all16),
+        ..group(&all16)
+    };
+    let mut r3k = fabric(sixteen, cal).with_nccl_p2p_level(Some(Level::Sys));
+    r3k.prepare(&islands, &Backend::ALL).unwrap();
+    r3k.orient(&artune::allreduce::Directions {
+        inside: Direction::Read,
+        across: Direction::Read,
+        because: "b12x#139 pulls in every phase".into(),
+    })
+    .unwrap();
+    let island = [Backend::IslandTwoShot];
+    for (m, us) in [(1u64, 20.51), (4, 22.44), (8, 26.03), (12, 37.62)] {
+        let bytes = m * 7168 * 2;
+        let (t, band, part) = timing(&mut r3k, &island, bytes, Mode::Graph, km);
+        let figure = format!("R3 island two-shot, 16 GPUs, {bytes} B, us");
         push(Source::R3, figure, us, t, band, part);
     }
     out
