@@ -12,6 +12,9 @@ use artune::decide::MIN_EFFECT;
 use artune::profile::{Bucket, Profile};
 use common::{artune, text, tuned};
 
+/// What a consumer follows in a bucket: the profile's choice or the plugin's NCCL variant.
+type Pick = fn(&Bucket) -> Option<Backend>;
+
 /// The bands of `pick` over `buckets`: (backend, first bucket, length).
 fn bands(
     buckets: &[Bucket],
@@ -39,7 +42,7 @@ fn best_gain(band: &[Bucket], b: Backend, n: Backend) -> Option<f64> {
 fn flaps(name: &str, profile: &Profile) -> Vec<String> {
     let mut out = Vec::new();
     for g in &profile.groups {
-        let picks: [(&str, fn(&Bucket) -> Option<Backend>); 2] = [
+        let picks: [(&str, Pick); 2] = [
             ("choice", |b| Some(b.choice)),
             ("nccl_choice", |b| b.nccl_choice),
         ];
