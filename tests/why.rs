@@ -219,3 +219,46 @@ fn why_names_the_memory_budget_as_the_reason_when_it_decided() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("The reason is --mem-budget"), "{out}");
 }
+
+#[test]
+fn why_never_says_no_kernel_is_faster_beside_a_faster_kernel() {
+    let d = tempfile::tempdir().unwrap();
+    let file = common::tuned(d.path(), "p.json", &["--sim", "pcie-8x-2switch"]);
+    let file = file.to_str().unwrap();
+    // README's own example (TP8 112K) and TP2 64K: NCCL serves though a custom kernel's row
+    // is faster. The reason must be the margin the rule lost it by, named with its band.
+    for (tp, bytes) in [("8", "112K"), ("2", "64K"), ("8", "16K"), ("2", "1M")] {
+        let (code, out, err) = run(&["why", file, "--tp", tp, "--bytes", bytes, "--json"]);
+        assert_eq!(code, 0, "{err}");
+        let v = json(&out);
+        let reason = v["reason"].as_str().unwrap();
+        assert!(v["chosen"].as_str().unwrap().starts_with("nccl"), "{v}");
+        let faster: Vec<&str> = v["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| !r["backend"].as_str().unwrap().starts_with("nccl"))
+            .filter(|r| r["vs_chosen"].as_f64().unwrap() < 0.0)
+            .map(|r| r["backend"].as_str().unwrap())
+            .collect();
+        assert!(!faster.is_empty(), "TP{tp} {bytes}: {v}");
+        assert!(!reason.contains("No custom kernel is faster"), "{reason}");
+        let shorts = v["rule"]["kernels_short"].as_array().unwrap();
+        for k in &faster {
+            assert!(reason.contains(k), "TP{tp} {bytes}: {k} unnamed: {reason}");
+            let s = shorts.iter().find(|s| s["backend"] == *k).unwrap();
+            assert!(s["because"].is_string(), "{s}");
+        }
+        // On this simulated box the decisive margin of the fastest is the model's error,
+        // with the bands that decided it.
+        assert_eq!(shorts[0]["because"], "within_model", "{v}");
+        assert!(shorts[0]["a_band"][1].as_f64().unwrap() > 1.0, "{v}");
+        assert_eq!(v["rule"]["clause"], "nccl_reference");
+        let (_, text, _) = run(&["why", file, "--tp", tp, "--bytes", bytes]);
+        let why = text.lines().find(|l| l.starts_with("why: ")).unwrap();
+        assert!(
+            why.contains("but within the model's error: its interval widened by the band x"),
+            "{why}"
+        );
+    }
+}

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::*;
-use crate::decide::{beats, extra_memory, MIN_EFFECT};
+use crate::decide::{extra_memory, Clause, Passed, Short, Verdict, MIN_EFFECT};
 use crate::units::{fmt_bytes, fmt_us};
 
 /// One backend measured at the bucket.
@@ -59,6 +59,8 @@ pub struct Why {
     pub nccl_reference: Option<Backend>,
     /// The steering rule's answer at this size alone.
     pub rule_choice: Backend,
+    /// The clause of the rule that gave `rule_choice` and the margins that decided it.
+    pub rule: Option<Verdict>,
     /// The profile's answer (after band smoothing).
     pub chosen: Backend,
     /// Band smoothing replaced the per-size answer to avoid a band change worth less than MIN_EFFECT.
@@ -147,7 +149,8 @@ pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
         .filter(|(k, _)| !b.waived.contains_key(k))
         .map(|(k, t)| (*k, *t))
         .collect();
-    let rule_choice = crate::decide::rule_choice(&eligible, g.ranks(), b.bytes).unwrap_or(b.choice);
+    let verdict = crate::decide::rule_verdict(&eligible, g.ranks(), b.bytes);
+    let rule_choice = verdict.as_ref().map_or(b.choice, |v| v.choice);
     let chosen_us = median(b, b.choice).unwrap_or(f64::NAN);
     let mut rows: Vec<Row> = b
         .results
@@ -191,12 +194,9 @@ pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
     let unbudgeted =
         crate::decide::rule_choice(&b.results, g.ranks(), b.bytes).unwrap_or(rule_choice);
     let budget_decided = unbudgeted != rule_choice && b.waived.contains_key(&unbudgeted);
-    let mut reason = reason(
-        &eligible,
-        nccl_reference,
-        rule_choice,
-        b.choice,
-        !over_budget.is_empty(),
+    let mut reason = verdict.as_ref().map_or_else(
+        || "Nothing within the memory budget was measured here.".to_string(),
+        |v| reason(v, &eligible, b.choice, !over_budget.is_empty()),
     );
     reason.push_str(&budget_reason(
         p,
@@ -227,6 +227,7 @@ pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
         not_measured,
         nccl_reference,
         rule_choice,
+        rule: verdict,
         chosen: b.choice,
         smoothed: rule_choice != b.choice,
         nccl_choice: plugin_nccl(b),
@@ -339,64 +340,134 @@ fn placements(p: &Profile, tp: usize, mode: Mode) -> String {
     }
 }
 
-/// The clause of the steering rule (src/decide/rule.rs) that produced `rule`, in words.
-fn reason(
-    r: &BTreeMap<Backend, Timing>,
-    reference: Option<Backend>,
-    rule: Backend,
-    chosen: Backend,
-    budgeted: bool,
-) -> String {
-    let pct = (MIN_EFFECT * 100.0).round();
-    let mut s = match reference {
+/// A speed-up (a time over a faster one) in words: "17.9% faster", or "2.77x faster" from
+/// twice as fast.
+fn faster(speedup: f64) -> String {
+    match (speedup - 1.0) * 100.0 {
+        p if p < 0.05 => "less than 0.1% faster".into(),
+        p if p < 100.0 => format!("{p:.1}% faster"),
+        _ => format!("{speedup:.2}x faster"),
+    }
+}
+
+/// Why `a` does not beat `b`, in words: the margin of the rule that decided.
+fn short_words(a: Backend, b: Backend, s: &Short) -> String {
+    let edge = (MIN_EFFECT * 100.0).round();
+    match *s {
+        Short::UnderEffect { speedup } => format!(
+            "{a} is only {} than {b}, not the more than {edge}% the rule asks",
+            faster(speedup)
+        ),
+        Short::Overlap { speedup } => format!(
+            "{a} is {} than {b} by the medians, but their 95% intervals overlap",
+            faster(speedup)
+        ),
+        Short::WithinModel {
+            speedup,
+            a_band,
+            b_band,
+            a_high_us,
+            b_low_us,
+        } => format!(
+            "{a} is modelled {} than {b}, but within the model's error: its interval widened by the band x{:.2}-x{:.2} reaches {}, and {b}'s widened by x{:.2}-x{:.2} goes down to {}",
+            faster(speedup),
+            a_band.0,
+            a_band.1,
+            fmt_us(a_high_us),
+            b_band.0,
+            b_band.1,
+            fmt_us(b_low_us)
+        ),
+    }
+}
+
+/// The backends `passed` that lost to `b`, in words: the first of each kind of margin in full,
+/// the others of that kind after it.
+fn passed_words(passed: &[Passed], b: Backend) -> String {
+    let mut kinds: Vec<(std::mem::Discriminant<Short>, String, Vec<String>)> = Vec::new();
+    for p in passed {
+        let kind = std::mem::discriminant(&p.short);
+        let speedup = match p.short {
+            Short::UnderEffect { speedup }
+            | Short::Overlap { speedup }
+            | Short::WithinModel { speedup, .. } => speedup,
+        };
+        let brief = format!("{} ({})", p.backend, faster(speedup));
+        match kinds.iter_mut().find(|(k, ..)| *k == kind) {
+            Some((.., more)) => more.push(brief),
+            None => kinds.push((kind, short_words(p.backend, b, &p.short), Vec::new())),
+        }
+    }
+    kinds
+        .into_iter()
+        .map(|(_, first, more)| match more.is_empty() {
+            true => first,
+            false => format!("{first}; likewise {}", more.join(", ")),
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The clause of the steering rule (src/decide/rule.rs) that gave `v.choice`, in words, with
+/// the margins that decided it, then band smoothing's part where `chosen` differs.
+fn reason(v: &Verdict, r: &BTreeMap<Backend, Timing>, chosen: Backend, budgeted: bool) -> String {
+    let pct_edge = (MIN_EFFECT * 100.0).round();
+    let rule = v.choice;
+    let mut s = match v.reference {
         Some(Backend::Nccl) => format!(
-            "NCCL's own choice is the reference: no pinned algorithm x protocol beats it (intervals apart and more than {pct}% faster)."
+            "NCCL's own choice is the reference: no pinned algorithm x protocol beats it (intervals apart and more than {pct_edge}% faster)"
         ),
         Some(n) if r.contains_key(&Backend::Nccl) => {
-            format!("{n} beats NCCL's own choice (intervals apart, more than {pct}% faster), so it is the NCCL reference.")
+            format!("{n} beats NCCL's own choice (intervals apart, more than {pct_edge}% faster), so it is the NCCL reference")
         }
-        Some(n) => format!("NCCL's own choice was not measured; {n}, the fastest pinned variant, is the reference."),
-        None => "No NCCL variant was measured.".into(),
+        Some(n) => format!("NCCL's own choice was not measured; {n}, the fastest pinned variant, is the reference"),
+        None => "No NCCL variant was measured".into(),
     };
-    let reference_t = reference.and_then(|n| r.get(&n));
-    let earning: Vec<Backend> = r
-        .iter()
-        .filter(|(k, t)| k.is_custom() && reference_t.is_none_or(|n| beats(t, n)))
-        .map(|(k, _)| *k)
-        .collect();
-    if rule.is_nccl() {
-        s.push_str(if budgeted {
-            " No custom kernel within the memory budget beats it significantly, so NCCL serves."
-        } else {
-            " No custom kernel beats it significantly, so NCCL serves: a kernel must earn its IPC buffers."
-        });
+    if v.reference == Some(Backend::Nccl) && !v.pins_short.is_empty() {
+        s.push_str(&format!(": {}", passed_words(&v.pins_short, Backend::Nccl)));
+    }
+    s.push('.');
+    let within = if budgeted {
+        " within the memory budget"
     } else {
-        let best = earning
-            .iter()
-            .min_by(|a, b| r[a].median_us.total_cmp(&r[b].median_us))
-            .copied()
-            .unwrap_or(rule);
-        let others: Vec<String> = earning
-            .iter()
-            .filter(|k| **k != rule)
-            .map(|k| k.id().to_string())
-            .collect();
-        s.push_str(&format!(
-            " Custom kernels that beat it: {}.",
-            std::iter::once(rule.id().to_string())
-                .chain(others)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
-        if best == rule {
-            s.push_str(&format!(" {rule} is the fastest of them; any it does not beat significantly is a tie that goes to the least extra memory."));
-        } else {
-            s.push_str(&format!(" {best} is the fastest but does not beat {rule} significantly, and {rule} needs less extra memory, so the tie goes to {rule}."));
+        ""
+    };
+    match (v.clause, v.reference) {
+        (Clause::NcclReference, Some(n)) if v.kernels_short.is_empty() => s.push_str(&format!(
+            " No custom kernel{within} is faster than {n}, so it serves."
+        )),
+        (Clause::NcclReference, Some(n)) => s.push_str(&format!(
+            " No custom kernel{within} beats {n} by the rule (intervals apart, widened by the model's error on a simulated profile, and more than {pct_edge}% faster, to earn its IPC buffers), so {n} serves: {}.",
+            passed_words(&v.kernels_short, n)
+        )),
+        _ => {
+            let beat = match v.reference {
+                Some(n) => format!("Custom kernels that beat {n}"),
+                None => "Custom kernels measured".into(),
+            };
+            let names: Vec<&str> = v.earning.iter().map(|k| k.id()).collect();
+            s.push_str(&format!(" {beat}: {}.", names.join(", ")));
+            match (v.tie, v.tie_short) {
+                (Some(best), short) => s.push_str(&format!(
+                    " {best} is the fastest but does not beat {rule} by the rule{}, and {rule} needs less extra memory, so the tie goes to {rule}.",
+                    short.map_or(String::new(), |x| format!(" ({})", short_words(best, rule, &x)))
+                )),
+                (None, _) => s.push_str(&format!(
+                    " {rule} is the fastest of them; any it does not beat by the rule is a tie that goes to the least extra memory."
+                )),
+            }
         }
     }
     if chosen != rule {
+        let short = r
+            .get(&rule)
+            .zip(r.get(&chosen))
+            .and_then(|(a, b)| crate::decide::short(a, b));
         s.push_str(&format!(
-            " Band smoothing keeps {chosen} here instead: it is not significantly slower than {rule}, and a band change must gain more than {pct}%."
+            " Band smoothing keeps {chosen} here instead: {}, and a band change must gain more than {pct_edge}%.",
+            short.map_or(format!("it is not significantly slower than {rule}"), |x| {
+                short_words(rule, chosen, &x)
+            })
         ));
     }
     s
@@ -455,10 +526,10 @@ pub fn render(w: &Why) -> String {
             r.backend.id(),
             fmt_us(r.median_us),
             format!("{} .. {}", fmt_us(r.ci_low_us), fmt_us(r.ci_high_us)),
-            if r.backend == w.chosen {
-                "chosen".to_string()
-            } else {
-                format!("{:+.1}%", r.vs_chosen * 100.0)
+            match r.vs_chosen * 100.0 {
+                _ if r.backend == w.chosen => "chosen".to_string(),
+                v if v.abs() < 0.05 => "0.0%".into(),
+                v => format!("{v:+.1}%"),
             },
             fmt_bytes(r.extra_bytes),
             r.waived
