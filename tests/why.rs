@@ -262,3 +262,136 @@ fn why_never_says_no_kernel_is_faster_beside_a_faster_kernel() {
         );
     }
 }
+
+/// A topology that leaves its switches' make unstated, on four root complexes: the custom
+/// kernels' band covers a collapse it may have (about x26 either way), far outside what the
+/// model's calibration supports. show, why and predict flag those times and print them as
+/// rough as they are known; a preset's times within calibration are not flagged.
+#[test]
+fn times_outside_the_models_calibration_are_flagged_not_printed_precisely() {
+    let d = tempfile::tempdir().unwrap();
+    let o = common::artune(&["topo", "--sim", "pcie-8x-2switch", "--json"]);
+    let mut t: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let (so, rc, sw, g) = (
+        t["sockets"][0].clone(),
+        t["root_complexes"][0].clone(),
+        t["switches"][0].clone(),
+        t["gpus"][0].clone(),
+    );
+    let with = |v: &serde_json::Value, kv: serde_json::Value| {
+        let mut v = v.clone();
+        for (k, x) in kv.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        v
+    };
+    t["pairs"] = serde_json::json!([]);
+    t["sockets"] = (0..2)
+        .map(|i| with(&so, serde_json::json!({"id": i})))
+        .collect();
+    t["root_complexes"] = (0..4)
+        .map(|i| {
+            with(
+                &rc,
+                serde_json::json!({"id": format!("rc{i}"), "socket": i / 2}),
+            )
+        })
+        .collect();
+    t["switches"] = (0..4)
+        .map(|i| {
+            let mut s = with(
+                &sw,
+                serde_json::json!({"id": format!("sw{i}"), "parent": format!("rc{i}")}),
+            );
+            for k in ["vendor", "device", "contention"] {
+                s.as_object_mut().unwrap().remove(k);
+            }
+            s
+        })
+        .collect();
+    t["gpus"] = (0..8)
+        .map(|i| with(&g, serde_json::json!({"index": i, "parent": format!("sw{}", i / 2), "numa_node": i / 4})))
+        .collect();
+    let topo = d.path().join("t.json");
+    std::fs::write(&topo, t.to_string()).unwrap();
+    let args = [
+        "--topology",
+        topo.to_str().unwrap(),
+        "--tp",
+        "8",
+        "--sizes",
+        "64K:1M",
+    ];
+    let file = common::tuned(
+        d.path(),
+        "p.json",
+        &[&args[..], &["--no-contention"]].concat(),
+    );
+    let file = file.to_str().unwrap();
+
+    let (code, out, err) = run(&["show", file]);
+    assert_eq!(code, 0, "{err}");
+    let line = out
+        .lines()
+        .find(|l| l.contains("OUTSIDE CALIBRATION"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(line.contains("no estimate of the machine"), "{line}");
+    assert!(
+        !out.contains("custom kernels x0.0"),
+        "a band outside calibration as a range: {out}"
+    );
+
+    let (code, out, err) = run(&["why", file, "--tp", "8", "--bytes", "1M", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    let flagged: Vec<&serde_json::Value> = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["outside_calibration"] == true)
+        .collect();
+    assert!(!flagged.is_empty(), "{v}");
+    let (_, text, _) = run(&["why", file, "--tp", "8", "--bytes", "1M"]);
+    for r in flagged {
+        let id = r["backend"].as_str().unwrap();
+        let row = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{id} ")))
+            .unwrap();
+        assert!(
+            row.contains("OUTSIDE CALIBRATION") && row.contains('~'),
+            "{row}"
+        );
+        assert!(!row.contains(" ms .."), "printed precisely: {row}");
+    }
+
+    let (code, out, err) = run(&["predict", file, "--workload", "4x1M", "--tp", "8"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("\n~: priced from simulated times OUTSIDE the model's calibration"),
+        "{out}"
+    );
+    let (_, out, _) = run(&["predict", file, "--workload", "4x1M", "--tp", "8", "--json"]);
+    assert_eq!(
+        json(&out)["steps"][0]["outside_calibration"][0],
+        "one_stage",
+        "{out}"
+    );
+
+    // A preset within calibration: nothing flagged.
+    let preset = common::tuned(
+        d.path(),
+        "q.json",
+        &[
+            "--sim",
+            "pcie-8x-2switch",
+            "--tp",
+            "8",
+            "--sizes",
+            "64K:1M",
+            "--no-contention",
+        ],
+    );
+    let (_, out, _) = run(&["show", preset.to_str().unwrap()]);
+    assert!(!out.contains("OUTSIDE"), "{out}");
+}

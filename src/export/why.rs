@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::*;
 use crate::decide::{extra_memory, Clause, Passed, Short, Verdict, MIN_EFFECT};
+use crate::report::model::{fmt_factors, fmt_rough, outside_calibration};
 use crate::units::{fmt_bytes, fmt_us};
 
 /// One backend measured at the bucket.
@@ -21,6 +22,10 @@ pub struct Row {
     /// Simulated: the model's error band (µs) the rule compared with.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model_us: Option<(f64, f64)>,
+    /// Simulated: the band reaches beyond the model's calibration ([`crate::report::model`]), so
+    /// the time is no estimate of the machine.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub outside_calibration: bool,
     /// Forcing this backend instead of the profile's choice: its time over the choice's, minus 1.
     pub vs_chosen: f64,
     /// Extra device memory per GPU it costs an engine at this size (0 for NCCL).
@@ -161,6 +166,7 @@ pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
             ci_low_us: t.ci_low_us,
             ci_high_us: t.ci_high_us,
             model_us: t.model.map(|m| (t.median_us * m.low, t.median_us * m.high)),
+            outside_calibration: t.model.is_some_and(|m| outside_calibration(&m)),
             vs_chosen: t.median_us / chosen_us - 1.0,
             extra_bytes: extra_memory(*k, g.ranks(), b.bytes),
             waived: b.waived.get(k).cloned(),
@@ -521,11 +527,30 @@ pub fn render(w: &Why) -> String {
         "backend", "median", "95% interval", "forcing it", "extra memory"
     ));
     for r in &w.rows {
+        // A time outside the model's calibration is printed as rough as it is known.
+        let us = |x: f64| match r.outside_calibration {
+            true => fmt_rough(x),
+            false => fmt_us(x),
+        };
+        let band = match (r.model_us, r.outside_calibration) {
+            (Some((lo, hi)), true) => format!(
+                "  OUTSIDE CALIBRATION: model band x{}, no estimate",
+                fmt_factors(&crate::profile::ModelBand {
+                    low: lo / r.median_us,
+                    high: hi / r.median_us,
+                    assumed: false,
+                    family: None,
+                })
+                .trim_start_matches('x')
+            ),
+            (Some((lo, hi)), false) => format!("  model band {} .. {}", fmt_us(lo), fmt_us(hi)),
+            (None, _) => String::new(),
+        };
         s.push_str(&format!(
             "{:<18} {:>12} {:>25} {:>10} {:>12}{}\n",
             r.backend.id(),
-            fmt_us(r.median_us),
-            format!("{} .. {}", fmt_us(r.ci_low_us), fmt_us(r.ci_high_us)),
+            us(r.median_us),
+            format!("{} .. {}", us(r.ci_low_us), us(r.ci_high_us)),
             match r.vs_chosen * 100.0 {
                 _ if r.backend == w.chosen => "chosen".to_string(),
                 v if v.abs() < 0.05 => "0.0%".into(),
@@ -535,11 +560,7 @@ pub fn render(w: &Why) -> String {
             r.waived
                 .as_ref()
                 .map_or(String::new(), |why| format!("  (excluded: {why})"))
-                + &r.model_us.map_or(String::new(), |(lo, hi)| format!(
-                    "  model band {} .. {}",
-                    fmt_us(lo),
-                    fmt_us(hi)
-                ))
+                + &band
         ));
     }
     for (k, why) in &w.not_measured {

@@ -4,9 +4,10 @@
 use std::fmt::Write;
 
 use super::choices::{fmt_ratio, forcing_note};
+use super::model::{fmt_factors, outside_calibration};
 use super::{fmt_gpus, over_budget, passed_over, ranges, PassedOver};
 use crate::allreduce::{Backend, Direction};
-use crate::profile::{Bucket, GroupProfile};
+use crate::profile::{Bucket, GroupProfile, ModelBand};
 use crate::units::fmt_bytes;
 
 /// A group named for a reader: "TP2 graph on GPUs 3,4 (2 switches, 1 root complex)".
@@ -93,29 +94,76 @@ fn table_row(out: &mut String, cells: [&str; 5]) {
 /// Simulated groups: the model's error band per backend kind, and the sizes where a custom
 /// kernel is modelled faster than the choice but not beyond what the model could be wrong by.
 fn model_lines(g: &GroupProfile, out: &mut String) {
+    let bands = || {
+        g.buckets
+            .iter()
+            .flat_map(|b| b.results.iter().map(move |(k, t)| (b.bytes, *k, t.model)))
+            .filter_map(|(bytes, k, m)| Some((bytes, k, m?)))
+    };
     let span = |custom: bool| {
-        let ms = g.buckets.iter().flat_map(|b| b.results.iter());
-        let ms = ms
-            .filter(|(k, _)| k.is_custom() == custom)
-            .filter_map(|(_, t)| t.model);
-        ms.fold(None, |a: Option<(f64, f64)>, m| {
+        let ms = bands().filter(|(_, k, m)| k.is_custom() == custom && !outside_calibration(m));
+        ms.fold(None, |a: Option<(f64, f64)>, (.., m)| {
             Some(a.map_or((m.low, m.high), |(l, h)| (l.min(m.low), h.max(m.high))))
         })
     };
-    let (Some(n), c) = (span(false), span(true)) else {
+    if bands().next().is_none() {
         return;
-    };
-    let c = c.map_or(String::new(), |(l, h)| {
-        format!(", custom kernels x{l:.2}-x{h:.2}")
-    });
+    }
+    let side =
+        |name: &str, b: Option<(f64, f64)>| b.map(|(l, h)| format!("{name} x{l:.2}-x{h:.2}"));
+    let within: Vec<String> = [
+        side("NCCL", span(false)),
+        side("custom kernels", span(true)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     let _ = writeln!(
         out,
-        "  model error (simulated; docs/MODEL-ERROR.md): NCCL x{:.2}-x{:.2}{c}; a choice of custom is sure beyond it",
-        n.0, n.1
+        "  model error (simulated; docs/MODEL-ERROR.md): {}; a choice of custom is sure beyond it",
+        match within.is_empty() {
+            true => "no time within the model's calibration".to_string(),
+            false => within.join(", "),
+        }
     );
+    if let Some(line) = outside_line(g) {
+        let _ = writeln!(out, "  {line}");
+    }
     if let Some(line) = not_sure(g) {
         let _ = writeln!(out, "  {line}");
     }
+}
+
+/// The backends and sizes whose simulated times lie outside the model's calibration (a band
+/// beyond [`super::model::CALIBRATED`] either way), said once, with the widest band: those
+/// times are printed but are no estimate.
+fn outside_line(g: &GroupProfile) -> Option<String> {
+    let mut kernels: Vec<Backend> = Vec::new();
+    let (mut first, mut last, mut widest): (Option<u64>, u64, Option<ModelBand>) = (None, 0, None);
+    for b in &g.buckets {
+        for (k, m) in b.results.iter().filter_map(|(k, t)| Some((*k, t.model?))) {
+            if !outside_calibration(&m) {
+                continue;
+            }
+            if !kernels.contains(&k) {
+                kernels.push(k);
+            }
+            first.get_or_insert(b.bytes);
+            last = b.bytes;
+            if widest.is_none_or(|w| m.high / m.low > w.high / w.low) {
+                widest = Some(m);
+            }
+        }
+    }
+    let (first, widest) = (first?, widest?);
+    let names: Vec<&str> = kernels.iter().map(|k| k.id()).collect();
+    Some(format!(
+        "OUTSIDE CALIBRATION: {} at {}: bands up to {} (beyond x{} either way), so those times are no estimate of the machine; measure it",
+        names.join(", "),
+        fmt_span(first, last),
+        fmt_factors(&widest),
+        super::model::CALIBRATED
+    ))
 }
 
 /// Where a custom kernel is modelled faster than the choice but within the model's error: the

@@ -4,6 +4,7 @@
 mod choices;
 mod environment;
 mod group;
+pub mod model;
 mod plot;
 
 use std::fmt::Write;
