@@ -1,7 +1,7 @@
 //! Checks of the GPUs: P2P per pair, links against their maximum, persistence mode, like GPUs
 //! per island.
 
-use super::{list, no_topology, Check, Status, ON_THE_NODE};
+use super::{list, no_topology, nvml_failed, Check, Status, ON_THE_NODE};
 use crate::doctor::facts::Facts;
 use crate::topology::{PathClass, Status as P2pStatus};
 
@@ -207,7 +207,7 @@ pub fn busy(f: &Facts) -> Check {
     const ID: &str = "busy";
     let r = match &f.occupancy {
         Ok(r) => r,
-        Err(why) => return Check::new(ID, Status::Unknown, why.clone(), ON_THE_NODE),
+        Err(why) => return nvml_failed(f, ID, why),
     };
     match r.describe() {
         None => Check::ok(
@@ -232,7 +232,7 @@ pub fn persistence(f: &Facts) -> Check {
     const ID: &str = "persistence";
     let s = match &f.settings {
         Ok(s) => s,
-        Err(why) => return Check::new(ID, Status::Unknown, why.clone(), ON_THE_NODE),
+        Err(why) => return nvml_failed(f, ID, why),
     };
     let off: Vec<usize> = s
         .iter()
