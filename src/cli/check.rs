@@ -201,10 +201,10 @@ fn verdict(a: &CheckArgs, p: &Profile, points: &[Point], took: f64) -> Result<i3
     let unsettled: Vec<&crate::recheck::Point> = points.iter().filter(|x| x.unsettled()).collect();
     let at = |x: &crate::recheck::Point| {
         format!(
-            "TP{} {} GPUs {:?} at {}",
+            "TP{} {} GPUs {} at {}",
             x.tp,
             x.mode.id(),
-            x.gpus,
+            crate::report::fmt_gpus(&x.gpus),
             fmt_bytes(x.bytes)
         )
     };
@@ -271,7 +271,7 @@ fn verdict(a: &CheckArgs, p: &Profile, points: &[Point], took: f64) -> Result<i3
             points.len(),
             took
         );
-        outln_text(msg.clone())?;
+        // Said once, on standard error like a stale verdict, so it is also seen with --json.
         eprintln!("{msg}");
         return Ok(crate::recheck::EXIT_UNDECIDED);
     }
@@ -327,7 +327,14 @@ fn beside_note(points: &[crate::recheck::Point]) {
     }
     let groups: std::collections::BTreeSet<String> = beside
         .iter()
-        .map(|x| format!("TP{} {} GPUs {:?}", x.tp, x.mode.id(), x.gpus))
+        .map(|x| {
+            format!(
+                "TP{} {} GPUs {}",
+                x.tp,
+                x.mode.id(),
+                crate::report::fmt_gpus(&x.gpus)
+            )
+        })
         .collect();
     eprintln!(
         "note: {} of {} decisive sizes were timed beside other processes ({}; --allow-busy), in {} (first at {}); their verdicts may be that work's",
