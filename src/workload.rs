@@ -405,11 +405,17 @@ fn locate(g: &GroupProfile, bytes: u64) -> Result<(usize, Option<(usize, f64)>),
     let smallest = g.buckets.first().map_or(0, |b| b.bytes);
     let largest = g.buckets.last().map_or(0, |b| b.bytes);
     if !crate::profile::answers_below(smallest, bytes) {
-        return Err(format!("below the smallest measured ({smallest} bytes)"));
+        return Err(format!(
+            "below the smallest measured ({})",
+            crate::units::fmt_size(smallest)
+        ));
     }
     let i = g.buckets.partition_point(|b| b.bytes < bytes);
     if i >= g.buckets.len() {
-        return Err(format!("above the largest measured ({largest} bytes)"));
+        return Err(format!(
+            "above the largest measured ({})",
+            crate::units::fmt_size(largest)
+        ));
     }
     let hi = g.buckets[i].bytes;
     if hi == bytes || i == 0 {
@@ -479,7 +485,10 @@ pub fn predict<'a>(
                 }
             }
             if !beyond.is_empty() {
-                let why = format!("{} size(s) {why}", beyond.len());
+                let why = match beyond.len() {
+                    1 => format!("1 size {why}"),
+                    n => format!("{n} sizes {why}"),
+                };
                 us = [
                     Err(why.clone()),
                     Err(why.clone()),

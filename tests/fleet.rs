@@ -179,7 +179,7 @@ fn broken_files_are_listed_and_the_rest_aggregated() {
     assert_eq!(o.status.code(), Some(5), "skipped files exit 5");
     let out = String::from_utf8(o.stdout).unwrap();
     assert!(out.contains("artune fleet: 3 profiles"), "{out}");
-    assert!(out.contains("skipped 5 file(s)"), "{out}");
+    assert!(out.contains("skipped 5 files:"), "{out}");
     for (file, why) in [
         ("truncated.json", "truncated"),
         ("malformed.json", "line 1"),
@@ -503,8 +503,11 @@ fn a_size_only_an_outlier_measured_is_not_labelled_the_class_choice() {
         }
     }
     assert!(apart > 0, "no size only the outlier measured: {v}");
+    // One file that is no profile: counted in the singular.
+    std::fs::write(nodes.join("notes.json"), "{}").unwrap();
     let o = artune(&["fleet", nodes.to_str().unwrap()]);
     let out = common::text(&o.stdout);
+    assert!(out.contains("\nskipped 1 file:\n"), "{out}");
     assert!(!out.contains(" 48K "), "{out}");
     assert!(
         out.contains("measured only by nodes left out of the class profile (TP2 48K, TP4 48K;"),

@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::*;
 use crate::decide::{extra_memory, Clause, Passed, Short, Verdict, MIN_EFFECT};
 use crate::report::model::{fmt_factors, fmt_rough, outside_calibration};
-use crate::units::{fmt_bytes, fmt_us};
+use crate::units::{fmt_bytes, fmt_size, fmt_us};
 
 /// One backend measured at the bucket.
 #[derive(Debug, Clone, Serialize)]
@@ -132,14 +132,17 @@ fn find_bucket<'a>(g: &'a GroupProfile, q: Query<'_>, bytes: u64) -> Result<&'a 
         let smallest = g.buckets.first().map_or(0, |b| b.bytes);
         if bytes < smallest {
             return Error::bad_input(format!(
-                "{bytes} bytes is below the smallest size measured for TP{tp} {} ({smallest} bytes, above the 4 KiB where times stop depending on size); ask about a larger size or tune from 1K",
-                mode.id()
+                "{} is below the smallest size measured for TP{tp} {} ({}, above the 4 KiB where times stop depending on size); ask about a larger size or tune from 1K",
+                fmt_size(bytes),
+                mode.id(),
+                fmt_size(smallest)
             ));
         }
         Error::bad_input(format!(
-            "{bytes} bytes is above the largest size measured for TP{tp} {} ({} bytes); ask about a smaller size or tune larger sizes",
+            "{} is above the largest size measured for TP{tp} {} ({}); ask about a smaller size or tune larger sizes",
+            fmt_size(bytes),
             mode.id(),
-            g.buckets.last().map_or(0, |b| b.bytes)
+            fmt_size(g.buckets.last().map_or(0, |b| b.bytes))
         ))
     })
 }
@@ -483,11 +486,10 @@ fn reason(v: &Verdict, r: &BTreeMap<Backend, Timing>, chosen: Backend, budgeted:
 pub fn render(w: &Why) -> String {
     let mut s = String::new();
     s.push_str(&format!(
-        "{}, {} bytes: served by the bucket at {} ({} bytes){}\n",
+        "{}, {}: served by the bucket at {}{}\n",
         w.group,
-        w.bytes,
-        fmt_bytes(w.bucket_bytes),
-        w.bucket_bytes,
+        fmt_size(w.bytes),
+        fmt_size(w.bucket_bytes),
         if w.simulated {
             format!("; SIMULATED profile ({}), not a measurement", w.fabric)
         } else {

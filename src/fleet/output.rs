@@ -10,11 +10,6 @@ use crate::units::{fmt_bytes, fmt_us};
 /// Rows of the per-size table shown per class; the JSON has them all.
 const TABLE_ROWS: usize = 40;
 
-/// "1 size", "3 sizes".
-fn plural(n: usize, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
-}
-
 fn short(class: &str) -> &str {
     class.strip_prefix("sha256:").unwrap_or(class)
 }
@@ -35,7 +30,11 @@ pub fn text(r: &FleetReport) -> String {
         class_text(&mut o, c, r.class_profiles.get(&c.topology_class));
     }
     if !r.skipped.is_empty() {
-        let _ = writeln!(o, "\nskipped {} file(s):", r.skipped.len());
+        let _ = writeln!(
+            o,
+            "\nskipped {}:",
+            crate::report::count(r.skipped.len(), "file", "files")
+        );
         for s in &r.skipped {
             let _ = writeln!(o, "  {}: {}", s.file, s.reason);
         }
@@ -83,10 +82,15 @@ fn class_text(o: &mut String, c: &ClassReport, profile: Option<&String>) {
             .collect();
         let _ = writeln!(
             o,
-            "  OUTLIER {}: {} of {} results deviate; worst {}",
+            "  OUTLIER {}: {} of {} {}; worst {}",
             out.node,
             out.deviating,
             out.results,
+            if out.deviating == 1 {
+                "results deviates"
+            } else {
+                "results deviate"
+            },
             worst.join(", ")
         );
     }
@@ -200,7 +204,7 @@ fn size_table(o: &mut String, c: &ClassReport) -> Vec<Backend> {
         let _ = writeln!(
             o,
             "  not in the table: {} measured only by nodes left out of the class profile ({}; in --json)",
-            plural(apart.len(), "size", "sizes"),
+            crate::report::count(apart.len(), "size", "sizes"),
             sizes.join(", ")
         );
     }

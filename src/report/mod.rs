@@ -20,6 +20,11 @@ pub use group::group_label;
 use group::{group_notes, group_section, shared_notes};
 pub use plot::plots;
 
+/// A count and its noun: "1 GPU", "2 GPUs".
+pub fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// GPU ids as "0-3" when contiguous and more than two, else "0,1" or "3,4".
 pub fn fmt_gpus(gpus: &[usize]) -> String {
     let contiguous = gpus.windows(2).all(|w| w[1] == w[0] + 1);

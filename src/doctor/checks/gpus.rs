@@ -196,8 +196,12 @@ pub fn links(f: &Facts) -> Check {
     Check::ok(
         ID,
         format!(
-            "all {} links run at their maximum generation and width, {reading}{not_measured}",
-            t.links().len()
+            "{} at {} maximum generation and width, {reading}{not_measured}",
+            match t.links().len() {
+                1 => "the one link runs".to_string(),
+                n => format!("all {n} links run"),
+            },
+            if t.links().len() == 1 { "its" } else { "their" }
         ),
     )
 }
@@ -264,7 +268,13 @@ pub fn persistence(f: &Facts) -> Check {
             ON_THE_NODE,
         );
     }
-    Check::ok(ID, format!("persistence mode is on for all {on} GPUs"))
+    Check::ok(
+        ID,
+        match on {
+            1 => "persistence mode is on for the one GPU".to_string(),
+            n => format!("persistence mode is on for all {n} GPUs"),
+        },
+    )
 }
 
 pub fn islands(f: &Facts) -> Check {
