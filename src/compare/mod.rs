@@ -494,10 +494,10 @@ pub fn render(c: &Comparison) -> String {
     for g in &c.groups {
         let _ = writeln!(
             s,
-            "\nTP{} {} (GPUs {:?}{}):",
+            "\nTP{} {} (GPUs {}{}):",
             g.tp,
             mode_id(g.mode),
-            g.gpus,
+            crate::report::fmt_gpus(&g.gpus),
             if g.placement.is_empty() {
                 String::new()
             } else {

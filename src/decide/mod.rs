@@ -253,8 +253,8 @@ fn sizes<'a>(
                 waived,
             }),
             None => faults.push(format!(
-                "GPUs {:?} {}: no backend could be measured at {}; the size is left out of the profile",
-                res.gpus,
+                "GPUs {} {}: no backend could be measured at {}; the size is left out of the profile",
+                crate::report::fmt_gpus(&res.gpus),
                 mode.id(),
                 crate::units::fmt_size(bytes)
             )),

@@ -558,7 +558,10 @@ pub fn render(w: &Why) -> String {
                 v if v.abs() < 0.05 => "0.0%".into(),
                 v => format!("{v:+.1}%"),
             },
-            fmt_bytes(r.extra_bytes),
+            match r.extra_bytes {
+                0 => "0".to_string(),
+                b => fmt_bytes(b),
+            },
             r.waived
                 .as_ref()
                 .map_or(String::new(), |why| format!("  (excluded: {why})"))
@@ -569,9 +572,15 @@ pub fn render(w: &Why) -> String {
         s.push_str(&format!("{:<18} not measured: {why}\n", k.id()));
     }
     s.push_str("\nwhat each engine runs here (with artune's export applied):\n");
+    let width = w
+        .engines
+        .iter()
+        .map(|e| e.run.engine.len())
+        .max()
+        .unwrap_or(0);
     for e in &w.engines {
         s.push_str(&format!(
-            "  {:<26} {}{}: {}\n",
+            "  {:<width$} {}{}: {}\n",
             e.run.engine,
             e.run.runs,
             match (e.median_us, e.vs_chosen) {
