@@ -98,7 +98,7 @@ fn header(p: &Profile, out: &mut String) {
         let sum = |f: fn(&crate::profile::GroupPhases) -> f64| ph.groups.iter().map(f).sum::<f64>();
         let _ = writeln!(
             out,
-            "  where it went: {}start-up {:.2} s, set-up {:.2} s, probes {:.2} s, verification {:.2} s, timing {:.2} s (graph capture included) over {} GPU groups",
+            "  where it went: {}start-up {:.2} s, set-up {:.2} s, probes {:.2} s, verification {:.2} s, timing {:.2} s (graph capture included) over {}",
             if ph.checks_s > 0.0 {
                 format!("busy check {:.2} s, ", ph.checks_s)
             } else {
@@ -109,7 +109,7 @@ fn header(p: &Profile, out: &mut String) {
             sum(|g| g.probes_s),
             sum(|g| g.verify_s),
             sum(|g| g.timing_s),
-            ph.groups.len()
+            count(ph.groups.len(), "set of GPUs", "sets of GPUs")
         );
     }
 }
