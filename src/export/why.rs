@@ -363,10 +363,11 @@ fn faster(speedup: f64) -> String {
 fn short_words(a: Backend, b: Backend, s: &Short) -> String {
     let edge = (MIN_EFFECT * 100.0).round();
     match *s {
-        Short::UnderEffect { speedup } => format!(
-            "{a} is only {} than {b}, not the more than {edge}% the rule asks",
-            faster(speedup)
-        ),
+        Short::UnderEffect { speedup } => {
+            let f = faster(speedup);
+            let only = if f.starts_with("less") { "" } else { "only " };
+            format!("{a} is {only}{f} than {b}, not the more than {edge}% the rule asks")
+        }
         Short::Overlap { speedup } => format!(
             "{a} is {} than {b} by the medians, but their 95% intervals overlap",
             faster(speedup)
@@ -378,7 +379,7 @@ fn short_words(a: Backend, b: Backend, s: &Short) -> String {
             a_high_us,
             b_low_us,
         } => format!(
-            "{a} is modelled {} than {b}, but within the model's error: its interval widened by the band x{:.2}-x{:.2} reaches {}, and {b}'s widened by x{:.2}-x{:.2} goes down to {}",
+            "{a} is modelled {} than {b}, but within the model's error: widened by its band (x{:.2}-x{:.2}) {a} may take {}, and {b} (x{:.2}-x{:.2}) as little as {}",
             faster(speedup),
             a_band.0,
             a_band.1,
@@ -446,7 +447,7 @@ fn reason(v: &Verdict, r: &BTreeMap<Backend, Timing>, chosen: Backend, budgeted:
             " No custom kernel{within} is faster than {n}, so it serves."
         )),
         (Clause::NcclReference, Some(n)) => s.push_str(&format!(
-            " No custom kernel{within} beats {n} by the rule (intervals apart, widened by the model's error on a simulated profile, and more than {pct_edge}% faster, to earn its IPC buffers), so {n} serves: {}.",
+            " No custom kernel{within} beats {n} by that test (with the model's error on a simulated profile), so none earns its IPC buffers and {n} serves: {}.",
             passed_words(&v.kernels_short, n)
         )),
         _ => {
