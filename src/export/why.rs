@@ -200,8 +200,10 @@ pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
     over_budget.sort_by(|a, b| b.speedup.total_cmp(&a.speedup));
     // What the rule would answer here with nothing excluded: where that is an excluded kernel,
     // the budget, not the rule, is why it does not serve.
-    let unbudgeted =
-        crate::decide::rule_choice(&b.results, g.ranks(), b.bytes).unwrap_or(rule_choice);
+    let unbudgeted_verdict = crate::decide::rule_verdict(&b.results, g.ranks(), b.bytes);
+    let unbudgeted = unbudgeted_verdict
+        .as_ref()
+        .map_or(rule_choice, |v| v.choice);
     let budget_decided = unbudgeted != rule_choice && b.waived.contains_key(&unbudgeted);
     let mut reason = verdict.as_ref().map_or_else(
         || "Nothing within the memory budget was measured here.".to_string(),
@@ -212,6 +214,7 @@ pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
         b,
         &over_budget,
         budget_decided.then_some(unbudgeted),
+        unbudgeted_verdict.as_ref(),
     ));
     if b.nccl_choice.is_none() {
         reason.push_str(" The profile records no NCCL variant per size (an older profile), so artune's plugin leaves NCCL its own choice.");
@@ -296,12 +299,14 @@ fn engine_lines(
 }
 
 /// How `--mem-budget` bears on the answer: the reason, where without it the rule picks
-/// `unbudgeted`; else the faster kernels it excluded, which would not have won anyway.
+/// `unbudgeted`; else the faster kernels it excluded, which would not have won anyway, by the
+/// margins the rule's verdict without the budget (`free`) gives.
 fn budget_reason(
     p: &Profile,
     b: &Bucket,
     over: &[OverBudget],
     unbudgeted: Option<Backend>,
+    free: Option<&Verdict>,
 ) -> String {
     let Some(fastest) = over.first() else {
         return String::new();
@@ -327,10 +332,22 @@ fn budget_reason(
                 " The reason is --mem-budget: without it the rule picks {k}, but {budget} excluded it here ({because}); in all it excluded {names}. Raise --mem-budget and tune again to let it serve."
             )
         }
-        None => format!(
-            " --mem-budget ({budget}) excluded {names} here; without the budget the rule would still answer {}, as none of them beats it beyond the intervals (and model bands) it compares.",
-            b.choice
-        ),
+        None => {
+            let lost: Vec<Passed> = free
+                .map(|v| v.kernels_short.clone())
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|k| over.iter().any(|o| o.backend == k.backend))
+                .collect();
+            let why = match (free.and_then(|v| v.reference), lost.is_empty()) {
+                (Some(r), false) => format!(": {}", passed_words(&lost, r)),
+                _ => ", as none of them beats it by the rule".to_string(),
+            };
+            format!(
+                " --mem-budget ({budget}) excluded {names} here; without the budget the rule would still answer {}{why}.",
+                b.choice
+            )
+        }
     }
 }
 
