@@ -310,7 +310,13 @@ fn times_outside_the_models_calibration_are_flagged_not_printed_precisely() {
         })
         .collect();
     t["gpus"] = (0..8)
-        .map(|i| with(&g, serde_json::json!({"index": i, "parent": format!("sw{}", i / 2), "numa_node": i / 4})))
+        .map(|i| {
+            let parent = format!("sw{}", i / 2);
+            with(
+                &g,
+                serde_json::json!({"index": i, "parent": parent, "numa_node": i / 4}),
+            )
+        })
         .collect();
     let topo = d.path().join("t.json");
     std::fs::write(&topo, t.to_string()).unwrap();

@@ -519,7 +519,10 @@ pub fn predict(a: PredictArgs) -> Result<i32, Error> {
         outln!("n/a: {line}");
     }
     if rough {
-        outln!("~: priced from simulated times OUTSIDE the model's calibration (bands beyond x{} either way): no estimate of the machine; measure it", crate::report::model::CALIBRATED);
+        outln!(
+            "~: priced from simulated times OUTSIDE the model's calibration (bands beyond x{} either way): no estimate of the machine; measure it",
+            crate::report::model::CALIBRATED
+        );
     }
     Ok(0)
 }

@@ -445,9 +445,13 @@ fn reason(v: &Verdict, r: &BTreeMap<Backend, Timing>, chosen: Backend, budgeted:
             "NCCL's own choice is the reference: no pinned algorithm x protocol beats it (intervals apart and more than {pct_edge}% faster)"
         ),
         Some(n) if r.contains_key(&Backend::Nccl) => {
-            format!("{n} beats NCCL's own choice (intervals apart, more than {pct_edge}% faster), so it is the NCCL reference")
+            format!(
+                "{n} beats NCCL's own choice (intervals apart, more than {pct_edge}% faster), so it is the NCCL reference"
+            )
         }
-        Some(n) => format!("NCCL's own choice was not measured; {n}, the fastest pinned variant, is the reference"),
+        Some(n) => format!(
+            "NCCL's own choice was not measured; {n}, the fastest pinned variant, is the reference"
+        ),
         None => "No NCCL variant was measured".into(),
     };
     if v.reference == Some(Backend::Nccl) && !v.pins_short.is_empty() {

@@ -3,8 +3,8 @@
 //! the fabric; a run's plots replace the previous run's in the same directory.
 //!
 //! A plot never shows a backend faster than the choice without saying why it was not chosen
-//! (a mark per reason, by [`super::passed_over`]), draws whatever backends the group measured (no list of
-//! them here), and keeps its legend in a column of its own, clear of the data.
+//! (a mark per reason, by [`super::passed_over`]), draws whatever backends the group measured
+//! (no list of them here), and keeps its legend in a column of its own, clear of the data.
 
 use std::path::{Path, PathBuf};
 
