@@ -660,9 +660,9 @@ def test_a_failure_inside_the_v1_wrapper_falls_back_to_sglangs_call(profiles, fo
 
 
 def test_every_all_reduce_site_is_modelled():
-    """Every file of the installed SGLang that names an all-reduce mechanism belongs to a path
-    of engines.json (or is listed as no all-reduce): a release that adds a path is seen here
-    as "a new path is unmodelled" (.ci/verdict.py)."""
+    """Every call site of the installed SGLang that names an all-reduce mechanism is listed
+    by a path of engines.json or its dispatch (or lies where no all-reduce is): a release that
+    adds a path is seen here as "a new path is unmodelled" (.ci/verdict.py)."""
     import engine_sites
 
     found = engine_sites.sites("sglang")
@@ -706,3 +706,28 @@ def test_no_construction_path_raises_with_the_plugin_what_it_does_not_raise_with
         for name, call in paths:
             assert outcome(call) == native[name], (prof, name)
         unregister()
+
+
+def test_a_new_communicator_file_or_call_path_reads_as_not_modelled(tmp_path):
+    """The scan is per call site: a copy of the installed SGLang's communicators folder
+    and of a model file the model lists, with a new communicator file and a new function in
+    that model file added, has exactly those two as unmodelled sites, though their folder
+    and file are listed."""
+    import shutil
+
+    import engine_sites
+
+    src = engine_sites.package_dir("sglang")
+    for rel in ("srt/distributed/device_communicators", "srt/models/beam.py"):
+        dst = tmp_path / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if os.path.isdir(os.path.join(src, rel)) else shutil.copy)(
+            os.path.join(src, rel), dst)
+    assert engine_sites.unmodelled("sglang", str(tmp_path)) == []
+    (tmp_path / "srt/distributed/device_communicators" / "new_ar.py").write_text(
+        "class NewAllReduce:\n    def should_new_allreduce(self, inp):\n        return True\n")
+    with open(tmp_path / "srt/models/beam.py", "a") as f:
+        f.write("\n\ndef another_path(x):\n    return flashinfer_allreduce_fusion(x)\n")
+    assert sorted(engine_sites.unmodelled("sglang", str(tmp_path))) == [
+        "srt/distributed/device_communicators/new_ar.py::NewAllReduce.should_new_allreduce",
+        "srt/models/beam.py::another_path"]

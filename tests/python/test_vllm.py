@@ -619,12 +619,37 @@ def test_the_engine_model_was_read_against_the_installed_release():
 
 
 def test_every_all_reduce_site_is_modelled():
-    """Every file of the installed vLLM that names an all-reduce mechanism belongs to a path
-    of engines.json (or is listed as no all-reduce): a release that adds a path is seen here
-    as "a new path is unmodelled" (.ci/verdict.py)."""
+    """Every call site of the installed vLLM that names an all-reduce mechanism is listed
+    by a path of engines.json or its dispatch (or lies where no all-reduce is): a release that
+    adds a path is seen here as "a new path is unmodelled" (.ci/verdict.py)."""
     import engine_sites
 
     found = engine_sites.sites("vllm")
     assert any("cuda_communicator.py" in f for f in found), found  # the scan reads vLLM
     missing = engine_sites.unmodelled("vllm")
     assert not missing, "unmodelled all-reduce sites: " + ", ".join(missing)
+
+
+def test_a_new_communicator_file_or_call_path_reads_as_not_modelled(tmp_path):
+    """The scan is per call site: a copy of the installed vLLM's communicators folder
+    and of a model file the model lists, with a new communicator file and a new function in
+    that model file added, has exactly those two as unmodelled sites, though their folder
+    and file are listed."""
+    import shutil
+
+    import engine_sites
+
+    src = engine_sites.package_dir("vllm")
+    for rel in ("distributed/device_communicators", "models/beam/nvidia/model.py"):
+        dst = tmp_path / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if os.path.isdir(os.path.join(src, rel)) else shutil.copy)(
+            os.path.join(src, rel), dst)
+    assert engine_sites.unmodelled("vllm", str(tmp_path)) == []
+    (tmp_path / "distributed/device_communicators" / "new_ar.py").write_text(
+        "class NewAllReduce:\n    def should_new_allreduce(self, inp):\n        return True\n")
+    with open(tmp_path / "models/beam/nvidia/model.py", "a") as f:
+        f.write("\n\ndef another_path(x):\n    return flashinfer_allreduce_fusion(x)\n")
+    assert sorted(engine_sites.unmodelled("vllm", str(tmp_path))) == [
+        "distributed/device_communicators/new_ar.py::NewAllReduce.should_new_allreduce",
+        "models/beam/nvidia/model.py::another_path"]
