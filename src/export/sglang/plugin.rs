@@ -143,11 +143,6 @@ fn paths_under_plugin(p: &Profile, g: &GroupProfile, bytes: u64, flashinfer: boo
             );
         }
     }
-    let refused = if rule.allows(bytes, g.mode) {
-        ""
-    } else {
-        "the profile gives NCCL here; "
-    };
     match plugin_setup(p, g.tp) {
         None => nccl("the profile has no such TP size, so SGLang keeps its own choice".into()),
         Some(Setup::Nccl { because }) => nccl(because.into()),
@@ -175,6 +170,9 @@ fn paths_under_plugin(p: &Profile, g: &GroupProfile, bytes: u64, flashinfer: boo
                 )
             }
         }
+        Some(Setup::V2 { .. }) if !rule.allows(bytes, g.mode) => nccl(
+            "the profile gives NCCL here, so the plugin turns down v2's should_custom_ar".into(),
+        ),
         Some(Setup::V2 { graph, eager }) => {
             let lim = if g.mode == Mode::Graph { graph } else { eager };
             let band = if bytes % 16 != 0 {
@@ -191,14 +189,14 @@ fn paths_under_plugin(p: &Profile, g: &GroupProfile, bytes: u64, flashinfer: boo
                 return run(
                     "custom all-reduce v2, 2shot_pull over multicast",
                     None,
-                    format!("{refused}inside the plugin's two-shot limit and SGLang's multicast range (clipped to it), which artune does not measure"),
+                    "inside the plugin's two-shot limit and SGLang's multicast range (clipped to it), which artune does not measure".into(),
                 );
             }
             match BANDS[band].0 {
                 Some(k) => run(
                     &format!("custom all-reduce v2, {}", BANDS[band].1),
                     Some(k),
-                    format!("{refused}v2's limits are the plugin's plan {:?} (one-shot push, one-shot pull, two-shot pull)", lim),
+                    format!("v2's limits are the plugin's plan {:?} (one-shot push, one-shot pull, two-shot pull)", lim),
                 ),
                 None => nccl(format!(
                     "above the plugin's v2 limits {:?} (within SGLang's 16 MiB workspace)",

@@ -99,3 +99,24 @@ fn a_two_shot_band_past_the_workspace_is_clipped_and_priced() {
         "{text}"
     );
 }
+
+/// v2's limits are bands: a profile that goes custom, NCCL, custom is covered by limits
+/// that take the NCCL size between, and the plugin's per-call gate still gives it to NCCL.
+#[test]
+fn the_plugin_runs_nccl_inside_v2s_limits_where_the_profile_says_nccl() {
+    let mut p = sample::profile_with("nvswitch-8x", &[4], &[4 << 10, 64 << 10, 1 << 20]);
+    for g in &mut p.groups {
+        g.buckets[1].choice = plugin_nccl(&g.buckets[1]);
+    }
+    for g in &p.groups {
+        let Some(Setup::V2 { graph, eager }) = plugin_setup(&p, 4) else {
+            panic!("full NVLink at TP4 runs v2");
+        };
+        let lim = if g.mode == Mode::Graph { graph } else { eager };
+        assert!(lim[2] >= 1 << 20, "the limits cover 64K: {lim:?}");
+        let run = |n| plugin_runs(&p, g, n, false).backend;
+        assert_eq!(run(64 << 10), Some(Backend::Nccl), "{:?}", g.mode);
+        assert_ne!(run(4 << 10), Some(Backend::Nccl));
+        assert_ne!(run(1 << 20), Some(Backend::Nccl));
+    }
+}
