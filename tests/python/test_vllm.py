@@ -653,3 +653,35 @@ def test_a_new_communicator_file_or_call_path_reads_as_not_modelled(tmp_path):
     assert sorted(engine_sites.unmodelled("vllm", str(tmp_path))) == [
         "distributed/device_communicators/new_ar.py::NewAllReduce.should_new_allreduce",
         "models/beam/nvidia/model.py::another_path"]
+
+
+def test_a_message_is_sized_by_its_own_element_size(held_out, follow, monkeypatch):
+    """fp32 and fp16 messages through vLLM's dispatch on the held-out H100 TP4 shape (custom
+    to 16K in graph, 64K in eager, then NCCL): the gates size a message in bytes of its own
+    dtype, so an fp32 message just above the custom band, which counted as two bytes an
+    element would fall inside it, runs NCCL."""
+    from test_why import MACHINES as SHAPES
+
+    path, tp = held_out["H100 TP4 NVSwitch"]
+    m = SHAPES["H100 TP4 NVSwitch"]
+    p = artune.Profile.load(path)
+    grid = [n << 10 for n in (4, 8, 16, 32, 64, 128, 256)]
+    dtypes = [torch.bfloat16, torch.float16, torch.float32]
+
+    def run(n, mode, dtype):
+        seen = []
+        hidden = 4096 // torch.empty((), dtype=dtype).element_size()  # 4 KiB a token
+        on_machine(m, mode, monkeypatch, seen).all_reduce(message(n, hidden, dtype))
+        assert len(seen) == 1, seen
+        return seen[0]
+
+    native = {(n, mode, d): run(n, mode, d) for n in grid for mode in MODES for d in dtypes}
+    follow(path)
+    artune.vllm.register()
+    halves = 0
+    for (n, mode, d), was in native.items():
+        nccl = not p.select(tp, n, mode).custom
+        assert run(n, mode, d) == ("pynccl" if nccl else was), (n, mode, d, was)
+        halves += d == torch.float32 and nccl and was != "pynccl" and p.select(
+            tp, n // 2, mode).custom
+    assert halves >= 2, halves
