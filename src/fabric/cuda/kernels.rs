@@ -8,7 +8,7 @@ use cudarc::driver::sys;
 use super::compile;
 use super::driver::{dev, Ctx, DeviceFacts, Function, Modules};
 use super::layout::{ArArgs, LL_LINE, LL_THREADS, MAX_BLOCKS, SIGNAL_ALLOC, THREADS};
-use crate::allreduce::{memory, Extent, Kernel, Ll, Part, Peers, Plane, Ranks, TABLE};
+use crate::allreduce::{memory, Extent, Kernel, Ll, Part, Ranks, TABLE};
 use crate::fabric::{Backend, DeviceError, Dtype, FabricError};
 use crate::profile::KernelImages;
 
@@ -272,66 +272,6 @@ pub fn blocks(backend: Backend, elems: u64, dtype: Dtype, ranks: Ranks, cap: u32
     let work = work_vectors(backend, elems / per_vec, ranks);
     (work.div_ceil(THREADS as u64).min(cap as u64) as u32).max(1)
 }
-
-/// Bytes one rank's kernel reads plus writes in one call of `bytes` with `ranks`, counting
-/// every peer access: what the kernel-efficiency benchmark divides by time. Per phase of a
-/// part with k peers: pulling and reducing, k + 1 parts read and one written; pulling a
-/// gather, k + 1 read and written; pushing, the input read once and written k times (a
-/// message) or k shards read and sent, then k + 1 read by the reduce and its result written
-/// (by the gather that follows, where one does). Island phases count as pulled. Then what the
-/// kernel stages between the caller's tensors and its shared buffers (kernels/common.cuh,
-/// ArArgs): a pulled input copied in (read and written), a pushed-into output copied out, and
-/// a pulled gather's own shard written to the shared output as well. NCCL: the algorithmic
-/// minimum, input read and output written.
-pub fn traffic_bytes(backend: Backend, bytes: u64, ranks: Ranks) -> u64 {
-    let phases = backend.phases();
-    if phases.is_empty() {
-        return 2 * bytes;
-    }
-    let push = backend.spec().plane == Plane::Push;
-    let shared = backend.spec().buffers;
-    let staged = match shared {
-        Some(b) if b.input && !push => 2 * bytes,
-        _ => 0,
-    } + match shared {
-        Some(b) if b.output && push => 2 * (bytes - bytes / ranks.n.max(1) as u64),
-        Some(b) if b.output => bytes / ranks.island.max(1) as u64,
-        _ => 0,
-    };
-    staged
-        + phases
-            .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                let part = match p.part {
-                    Part::Message => bytes,
-                    Part::Shard => bytes / ranks.n.max(1) as u64,
-                    Part::IslandShard => bytes / ranks.island.max(1) as u64,
-                };
-                let k = match p.peers {
-                    Peers::All => ranks.n.saturating_sub(1),
-                    Peers::Island => ranks.island.saturating_sub(1),
-                    Peers::Counterparts => ranks.islands().saturating_sub(1),
-                } as u64;
-                let gather_next = phases.get(i + 1).is_some_and(|q| !q.reduces);
-                let parts = match (push, p.reduces) {
-                    (false, true) => k + 2,
-                    (false, false) => 2 * (k + 1),
-                    (true, true) => {
-                        let send = if p.part == Part::Message {
-                            1 + k
-                        } else {
-                            2 * k
-                        };
-                        send + (k + 1) + u64::from(!gather_next)
-                    }
-                    (true, false) => k + 1,
-                };
-                parts * part
-            })
-            .sum::<u64>()
-}
-
 /// Whether the allreduce kernels go out as programmatic dependent launches: compute
 /// capability 9.0 and later have `griddepcontrol` (kernels/common.cuh, pdl_wait and
 /// pdl_trigger), which lets a call's grid be scheduled while the previous one drains.
@@ -819,27 +759,6 @@ mod tests {
                 );
             }
         }
-    }
-
-    #[test]
-    fn traffic_counts() {
-        assert_eq!(
-            traffic_bytes(Backend::OneStagePull, 100, Ranks::flat(8)),
-            900 + 200
-        );
-        assert_eq!(
-            traffic_bytes(Backend::OneStagePush, 100, Ranks::flat(8)),
-            1700
-        );
-        assert_eq!(
-            traffic_bytes(Backend::TwoStagePull, 800, Ranks::flat(8)),
-            2500 + 1600
-        );
-        // The copy out: the 7 shards peers wrote, read and written.
-        assert_eq!(
-            traffic_bytes(Backend::TwoStagePush, 800, Ranks::flat(8)),
-            1400 + 1600 + 1400
-        );
     }
 
     #[test]

@@ -28,6 +28,7 @@ pub mod protocol;
 mod run;
 mod setup;
 pub mod topo;
+mod traffic;
 mod verify;
 pub mod watchdog;
 pub mod worker;
@@ -40,8 +41,8 @@ use crate::fabric::{Backend, DeviceError, FabricError};
 use crate::topology::reading::LinkReading;
 
 pub use self::coordinator::CudaFabric;
-pub use self::kernels::traffic_bytes;
 pub use self::nccl::nccl_version;
+pub use self::traffic::{floor_fraction, floor_us, must_bytes, traffic_bytes, FLOOR_DEFINITION};
 
 /// How many GPUs CUDA sees: 0 only when there is no driver or the driver finds no device.
 /// Tests skip on 0 alone; a driver that is there but fails to start counts as present (1), so
