@@ -8,7 +8,7 @@ use cudarc::driver::sys;
 use super::compile;
 use super::driver::{dev, Ctx, DeviceFacts, Function, Modules};
 use super::layout::{ArArgs, LL_LINE, LL_THREADS, MAX_BLOCKS, SIGNAL_ALLOC, THREADS};
-use crate::allreduce::{memory, Extent, Kernel, Ll, Part, Ranks, TABLE};
+use crate::allreduce::{memory, Extent, Kernel, Ll, Part, Plane, Ranks, TABLE};
 use crate::fabric::{Backend, DeviceError, Dtype, FabricError};
 use crate::profile::KernelImages;
 
@@ -29,6 +29,27 @@ pub const DTYPES: [Dtype; 3] = [Dtype::Bf16, Dtype::Fp16, Dtype::Fp32];
 pub fn ll_kernel_name(backend: Backend, dtype: Dtype) -> Option<String> {
     let k = backend.spec().kernel.filter(|k| k.ll.is_some())?;
     Some(format!("{}_ll_{}", k.name, dtype.id()))
+}
+
+/// Whether `backend` has a registered form (kernels/common.cuh, RegSlot): a flat kernel
+/// whose only shared buffer peers read is the input, so where every rank's own input is
+/// mapped by its peers nothing needs staging. The island kernels and two-stage push (peers
+/// write the output) keep the staged form.
+pub fn has_registered_form(backend: Backend) -> bool {
+    let s = backend.spec();
+    s.plane == Plane::Pull
+        && !backend.is_hierarchical()
+        && s.buffers.is_some_and(|b| b.input && !b.output)
+        && s.kernel.is_some()
+}
+
+/// Name of the registered form's kernel, e.g. "one_stage_pull_reg_bf16".
+pub fn registered_kernel_name(backend: Backend, dtype: Dtype) -> Option<String> {
+    let k = backend
+        .spec()
+        .kernel
+        .filter(|_| has_registered_form(backend))?;
+    Some(format!("{}_reg_{}", k.name, dtype.id()))
 }
 
 /// Blocks the LL kernel of `backend` needs for a message of `bytes` per rank over `ranks`
@@ -70,6 +91,8 @@ pub struct Kernels {
     _modules: Modules,
     allreduce: Vec<(Backend, Dtype, Function, u32)>,
     ll: Vec<(Backend, Dtype, Function, u32)>,
+    /// The registered forms ([`has_registered_form`]).
+    registered: Vec<(Backend, Dtype, Function, u32)>,
     pub latch_wait: Function,
     pub probe_read: Function,
     pub probe_write: Function,
@@ -99,7 +122,7 @@ impl Kernels {
             }
             Ok((f, per_sm))
         };
-        let (mut allreduce, mut ll) = (Vec::new(), Vec::new());
+        let (mut allreduce, mut ll, mut registered) = (Vec::new(), Vec::new(), Vec::new());
         for (b, _) in custom() {
             for d in DTYPES {
                 let name = kernel_name(b, d).expect("a custom backend has a kernel");
@@ -108,6 +131,10 @@ impl Kernels {
                 if let Some(name) = ll_kernel_name(b, d) {
                     let (f, per_sm) = load(&name, LL_THREADS)?;
                     ll.push((b, d, f, per_sm));
+                }
+                if let Some(name) = registered_kernel_name(b, d) {
+                    let (f, per_sm) = load(&name, THREADS)?;
+                    registered.push((b, d, f, per_sm));
                 }
             }
         }
@@ -121,6 +148,7 @@ impl Kernels {
             _modules: modules,
             allreduce,
             ll,
+            registered,
             target: images.target().option(),
             images: images.record(),
         })
@@ -146,10 +174,12 @@ impl Kernels {
     }
 
     /// The kernel, blocks and threads per block for one call of `elems` elements over `n`
-    /// ranks, `ranks_on_gpu` of which share this GPU of `sms` multiprocessors: the LL kernel
-    /// for small messages when its grid fits beside the other ranks', else the bandwidth
-    /// kernel. Depends only on the arguments, so every rank of a group of like GPUs makes the
-    /// same choice.
+    /// ranks, `ranks_on_gpu` of which share this GPU of `sms` multiprocessors, and whether it
+    /// is the registered form: the LL kernel for small messages when its grid fits beside the
+    /// other ranks' (it stages nothing), else the registered form where `registered` asks for
+    /// it and the backend has one, else the bandwidth kernel. Depends only on the arguments,
+    /// so every rank of a group of like GPUs makes the same choice.
+    #[allow(clippy::too_many_arguments)]
     pub fn plan(
         &self,
         backend: Backend,
@@ -158,22 +188,43 @@ impl Kernels {
         ranks: Ranks,
         sms: u32,
         ranks_on_gpu: u32,
-    ) -> Option<(&Function, u32, u32)> {
-        let ll = self
-            .ll
-            .iter()
-            .find(|(b, d, _, _)| *b == backend && *d == dtype);
-        if let (Some((_, _, f, per_sm)), Some(need)) =
-            (ll, ll_blocks(backend, elems * dtype.size(), ranks))
-        {
-            if need <= block_cap(sms, *per_sm, ranks_on_gpu) {
-                return Some((f, need, LL_THREADS));
+        registered: bool,
+    ) -> Option<(&Function, u32, u32, bool)> {
+        let find = |v: &'_ [(Backend, Dtype, Function, u32)]| -> Option<(usize, u32)> {
+            v.iter()
+                .position(|(b, d, _, _)| *b == backend && *d == dtype)
+                .map(|i| (i, v[i].3))
+        };
+        if let (Some((i, per_sm)), Some(need)) = (
+            find(&self.ll),
+            ll_blocks(backend, elems * dtype.size(), ranks),
+        ) {
+            if need <= block_cap(sms, per_sm, ranks_on_gpu) {
+                return Some((&self.ll[i].2, need, LL_THREADS, false));
             }
         }
-        let (f, per_sm) = self.allreduce(backend, dtype)?;
+        let reg = find(&self.registered).filter(|_| registered);
+        let (f, per_sm) = match reg {
+            Some((i, per_sm)) => (&self.registered[i].2, per_sm),
+            None => self.allreduce(backend, dtype)?,
+        };
         let cap = block_cap(sms, per_sm, ranks_on_gpu);
-        Some((f, blocks(backend, elems, dtype, ranks, cap), THREADS))
+        Some((
+            f,
+            blocks(backend, elems, dtype, ranks, cap),
+            THREADS,
+            reg.is_some(),
+        ))
     }
+}
+
+/// The registered form of one call (kernels/common.cuh, RegSlot): the device address of its
+/// slot, the generation the slot must hold, and the host word set when it does not.
+#[derive(Debug, Clone, Copy)]
+pub struct Registered {
+    pub slot: u64,
+    pub gen: u32,
+    pub missed: u64,
 }
 
 /// One call of a custom backend: `elems` elements of `dtype` over a group of `nranks`, for the
@@ -189,6 +240,8 @@ pub struct Work {
     pub base: usize,
     pub count: u32,
     pub on_gpu: u32,
+    /// Where the call may take the registered form (graph mode) and the backend has one.
+    pub registered: Option<Registered>,
 }
 
 impl Kernels {
@@ -208,8 +261,17 @@ impl Kernels {
         stream: sys::CUstream,
     ) -> Result<(), FabricError> {
         let Work { backend, dtype, .. } = work;
-        let (f, blocks, threads) = self
-            .plan(backend, dtype, work.elems, work.ranks, gpu.sms, work.on_gpu)
+        let reg = work.registered;
+        let (f, blocks, threads, registered) = self
+            .plan(
+                backend,
+                dtype,
+                work.elems,
+                work.ranks,
+                gpu.sms,
+                work.on_gpu,
+                reg.is_some(),
+            )
             .ok_or_else(|| DeviceError::Kernel {
                 name: format!("{backend} {}", dtype.id()),
                 detail: "no such kernel was loaded".into(),
@@ -217,6 +279,11 @@ impl Kernels {
         let mut a = *args;
         a.n = work.elems;
         a.rank_base = work.base as i32;
+        if let Some(r) = reg.filter(|_| registered) {
+            a.reg = r.slot;
+            a.reg_gen = r.gen;
+            a.missed = r.missed;
+        }
         let pdl = programmatic_launch(gpu.cc);
         // SAFETY: the caller's contract; the kernel takes exactly one ArArgs.
         unsafe { f.launch_on((blocks, work.count), threads, stream, &a, pdl) }.map_err(|e| {
@@ -317,7 +384,8 @@ pub fn scratch_bytes(backend: Backend, max_bytes: u64, ranks: Ranks) -> u64 {
 mod tests {
     use super::*;
     use crate::fabric::cuda::layout::{
-        defines, ArArgs, ProbeArgs, LL1_MAX_BYTES, LL2_MAX_BYTES, SIGNAL_STATUS_OFFSET,
+        defines, ArArgs, ProbeArgs, RegSlot, LL1_MAX_BYTES, LL2_MAX_BYTES, MAX_RANKS,
+        SIGNAL_STATUS_OFFSET,
     };
 
     #[test]
@@ -384,10 +452,28 @@ mod tests {
             ("island", offset_of!(ArArgs, island)),
             ("dirs", offset_of!(ArArgs, dirs)),
             ("order", offset_of!(ArArgs, order)),
+            ("reg", offset_of!(ArArgs, reg)),
+            ("missed", offset_of!(ArArgs, missed)),
+            ("reg_gen", offset_of!(ArArgs, reg_gen)),
         ];
         let rust: Vec<(String, usize)> = rust.iter().map(|(n, o)| (n.to_string(), *o)).collect();
         assert_eq!(f, rust);
         assert_eq!(size, size_of::<ArArgs>());
+        let (f, size) = c_layout(compile::COMMON, "RegSlot");
+        let rust = [
+            ("in", offset_of!(RegSlot, input)),
+            ("gen", offset_of!(RegSlot, gen)),
+            ("pad", offset_of!(RegSlot, pad)),
+        ];
+        let rust: Vec<(String, usize)> = rust.iter().map(|(n, o)| (n.to_string(), *o)).collect();
+        assert_eq!(f, rust);
+        assert_eq!(size, size_of::<RegSlot>());
+        let s = RegSlot {
+            input: [7; MAX_RANKS],
+            gen: 3,
+            pad: 0,
+        };
+        assert_eq!(s.to_bytes()[offset_of!(RegSlot, gen)], 3);
         let (f, size) = c_layout(compile::PROBE, "ProbeArgs");
         let rust = [
             ("src", offset_of!(ProbeArgs, src)),

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use self::processes::{start_set, unexpected, Set, Trouble};
 use super::driver::DeviceFacts;
+use super::kernels;
 use super::layout::MAX_RANKS;
 use super::protocol::{Launch, Req, Resp};
 use super::topo;
@@ -324,7 +325,15 @@ impl Fabric for CudaFabric {
         bytes: u64,
         seed: u64,
     ) -> Result<Verification, FabricError> {
-        self.verify_with(backend, bytes, seed, Mode::Eager, 1)
+        // Eager calls run the staged form; graph mode the registered form where the backend
+        // has one (kernels::has_registered_form), which is checked on fresh data too: both
+        // are timed.
+        match self.verify_with(backend, bytes, seed, Mode::Eager, 1)? {
+            Verification::Correct if kernels::has_registered_form(backend) => {
+                self.verify_with(backend, bytes, seed ^ 0x9e37, Mode::Graph, 1)
+            }
+            v => Ok(v),
+        }
     }
 
     fn time(
