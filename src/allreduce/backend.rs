@@ -533,6 +533,18 @@ impl Backend {
         self.family() == Family::Nccl
     }
 
+    /// Whether graph mode runs this backend's registered form (kernels/common.cuh, RegSlot):
+    /// a flat pull kernel whose only shared buffer peers touch is the input, so with every
+    /// rank's own input mapped by its peers after capture nothing is staged. An engine then
+    /// registers its captured graphs (artune.allreduce's `register_graph_buffers`).
+    pub fn has_registered_form(self) -> bool {
+        let s = self.spec();
+        s.plane == Plane::Pull
+            && !self.is_hierarchical()
+            && s.buffers.is_some_and(|b| b.input && !b.output)
+            && s.kernel.is_some()
+    }
+
     /// Whether it works inside islands first: needs a group the topology splits into islands.
     pub fn is_hierarchical(self) -> bool {
         self.family() == Family::Hierarchical

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use super::{BenchArgs, BenchKernelsArgs, BenchWhat};
 use crate::allreduce::{Backend, Dtype, Mode, Readiness};
 use crate::error::Error;
-use crate::fabric::cuda::{self, CudaFabric};
+use crate::fabric::cuda::{self, kernels, CudaFabric};
 use crate::fabric::{Fabric, Group, Verification};
 use crate::units::{fmt_bytes, fmt_us};
 
@@ -274,7 +274,7 @@ fn kernels(
         "islands": islands,
         "dtype": dtype.id(),
         "floor_definition": cuda::FLOOR_DEFINITION,
-        "bytes_definition": "traffic_bytes_per_call = what every rank's kernel reads plus writes per call (each peer access counted, and the staging between the caller's tensors and the shared buffers): what the kernel does, not the work; traffic_gbps = that / time per call; algbw = bytes per rank / time (as nccl-tests reports it); NCCL runs 1 rank in loopback",
+        "bytes_definition": "traffic_bytes_per_call = what every rank's kernel reads plus writes per call (each peer access counted, and the staging between the caller's tensors and the shared buffers where the form stages: form staged; graph mode runs the registered form, which stages nothing, where the backend has one): what the kernel does, not the work; traffic_gbps = that / time per call; algbw = bytes per rank / time (as nccl-tests reports it); NCCL runs 1 rank in loopback",
         "samples": SAMPLES,
         "copy": copy,
         "copy_peak_gbps": peak,
@@ -299,9 +299,15 @@ fn row(
     verified: bool,
 ) -> Value {
     let must = n * cuda::must_bytes(b, bytes, shape);
-    let traffic = n * cuda::traffic_bytes(b, bytes, shape);
+    // Graph mode runs the registered form where the backend has one and the message is past
+    // its LL kernel's (kernels::Kernels::plan); eager mode always the staged one.
+    let registered = mode == Mode::Graph
+        && b.has_registered_form()
+        && kernels::ll_blocks(b, bytes, shape).is_none();
+    let traffic = n * cuda::traffic_bytes(b, bytes, shape, registered);
     json!({
         "backend": b.id(), "mode": mode.id(), "bytes_per_rank": bytes, "ranks": n,
+        "form": if registered { "registered" } else { "staged" },
         "us_per_call": us, "must_bytes_per_call": must,
         "floor_us": cuda::floor_us(must, copy_gbps),
         "floor_fraction": cuda::floor_fraction(must, copy_gbps, us),
@@ -332,14 +338,15 @@ fn table(r: &Value) -> String {
         );
     }
     s += &format!(
-        "\n{:<16} {:<6} {:>8} {:>11} {:>11} {:>7}\n",
-        "backend", "mode", "per rank", "time/call", "floor", "of it"
+        "\n{:<16} {:<6} {:<10} {:>8} {:>11} {:>11} {:>7}\n",
+        "backend", "mode", "form", "per rank", "time/call", "floor", "of it"
     );
     for x in r["results"].as_array().into_iter().flatten() {
         s += &format!(
-            "{:<16} {:<6} {:>8} {:>11} {:>11} {:>6.1}%\n",
+            "{:<16} {:<6} {:<10} {:>8} {:>11} {:>11} {:>6.1}%\n",
             x["backend"].as_str().unwrap_or(""),
             x["mode"].as_str().unwrap_or(""),
+            x["form"].as_str().unwrap_or(""),
             fmt_bytes(x["bytes_per_rank"].as_u64().unwrap_or(0)),
             fmt_us(f(&x["us_per_call"])),
             fmt_us(f(&x["floor_us"])),

@@ -8,7 +8,7 @@ use cudarc::driver::sys;
 use super::compile;
 use super::driver::{dev, Ctx, DeviceFacts, Function, Modules};
 use super::layout::{ArArgs, LL_LINE, LL_THREADS, MAX_BLOCKS, SIGNAL_ALLOC, THREADS};
-use crate::allreduce::{memory, Extent, Kernel, Ll, Part, Plane, Ranks, TABLE};
+use crate::allreduce::{memory, Extent, Kernel, Ll, Part, Ranks, TABLE};
 use crate::fabric::{Backend, DeviceError, Dtype, FabricError};
 use crate::profile::KernelImages;
 
@@ -31,24 +31,12 @@ pub fn ll_kernel_name(backend: Backend, dtype: Dtype) -> Option<String> {
     Some(format!("{}_ll_{}", k.name, dtype.id()))
 }
 
-/// Whether `backend` has a registered form (kernels/common.cuh, RegSlot): a flat kernel
-/// whose only shared buffer peers read is the input, so where every rank's own input is
-/// mapped by its peers nothing needs staging. The island kernels and two-stage push (peers
-/// write the output) keep the staged form.
-pub fn has_registered_form(backend: Backend) -> bool {
-    let s = backend.spec();
-    s.plane == Plane::Pull
-        && !backend.is_hierarchical()
-        && s.buffers.is_some_and(|b| b.input && !b.output)
-        && s.kernel.is_some()
-}
-
 /// Name of the registered form's kernel, e.g. "one_stage_pull_reg_bf16".
 pub fn registered_kernel_name(backend: Backend, dtype: Dtype) -> Option<String> {
     let k = backend
         .spec()
         .kernel
-        .filter(|_| has_registered_form(backend))?;
+        .filter(|_| backend.has_registered_form())?;
     Some(format!("{}_reg_{}", k.name, dtype.id()))
 }
 
@@ -91,7 +79,7 @@ pub struct Kernels {
     _modules: Modules,
     allreduce: Vec<(Backend, Dtype, Function, u32)>,
     ll: Vec<(Backend, Dtype, Function, u32)>,
-    /// The registered forms ([`has_registered_form`]).
+    /// The registered forms ([`Backend::has_registered_form`]).
     registered: Vec<(Backend, Dtype, Function, u32)>,
     pub latch_wait: Function,
     pub probe_read: Function,
@@ -389,6 +377,34 @@ mod tests {
     };
 
     #[test]
+    fn the_flat_pull_kernels_and_only_they_have_a_registered_form() {
+        let with: Vec<Backend> = Backend::ALL
+            .into_iter()
+            .filter(|b| b.has_registered_form())
+            .collect();
+        assert_eq!(with, [Backend::OneStagePull, Backend::TwoStagePull]);
+        assert_eq!(
+            registered_kernel_name(Backend::TwoStagePull, Dtype::Fp16).as_deref(),
+            Some("two_stage_pull_reg_fp16")
+        );
+        assert_eq!(
+            registered_kernel_name(Backend::TwoStagePush, Dtype::Bf16),
+            None
+        );
+        // Every registered kernel is in the source.
+        for b in with {
+            for d in DTYPES {
+                let name = registered_kernel_name(b, d).unwrap();
+                let (stem, _) = name.rsplit_once('_').unwrap();
+                assert!(
+                    compile::ALLREDUCE.contains(&format!("{stem}_##suffix")),
+                    "{name}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn programmatic_launch_from_hopper_on() {
         assert!(!programmatic_launch((7, 5)));
         assert!(!programmatic_launch((8, 9)));
@@ -513,16 +529,16 @@ mod tests {
         }
     }
 
-    /// Every allreduce kernel, flat or island, ends in `fail_safe` (common.cuh), after its
-    /// work: where a wait of the group gave up, its output is NaN, never a sum that looks
-    /// right.
+    /// Every allreduce kernel, flat (staged or registered) or island, ends in `fail_safe`
+    /// (common.cuh), after its work: where a wait of the group gave up, its output is NaN,
+    /// never a sum that looks right.
     #[test]
     fn every_allreduce_kernel_ends_failing_safe() {
         let split = |src: &'static str| src.split("extern \"C\" __global__").skip(1);
         let kernels: Vec<&str> = split(compile::ALLREDUCE)
             .chain(split(compile::ISLAND))
             .collect();
-        assert_eq!(kernels.len(), 7 + 4);
+        assert_eq!(kernels.len(), 9 + 4);
         for k in kernels {
             let name = k
                 .split("(const")
@@ -533,7 +549,8 @@ mod tests {
                 .unwrap();
             let body = &k[..k.find("\n  }").unwrap_or(k.len())];
             let safe = body.find("fail_safe<T>(a);");
-            let work = body.find("<T>(a);").unwrap();
+            // The first call taking the arguments: the kernel's work.
+            let work = body.find(">(a);").unwrap();
             assert!(
                 safe.is_some_and(|s| s > work),
                 "{name} does not call fail_safe after its work"

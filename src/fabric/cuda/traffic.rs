@@ -61,21 +61,25 @@ pub fn floor_fraction(must: u64, copy_gbps: f64, us_per_call: f64) -> f64 {
 /// ArArgs): a pulled input copied in (read and written), a pushed-into output copied out, and
 /// a pulled gather's own shard written to the shared output as well. NCCL: the algorithmic
 /// minimum, input read and output written.
-pub fn traffic_bytes(backend: Backend, bytes: u64, ranks: Ranks) -> u64 {
+/// `registered`: the call runs the registered form (Backend::has_registered_form),
+/// which stages nothing.
+pub fn traffic_bytes(backend: Backend, bytes: u64, ranks: Ranks, registered: bool) -> u64 {
     let phases = backend.phases();
     if phases.is_empty() {
         return 2 * bytes;
     }
     let push = backend.spec().plane == Plane::Push;
     let shared = backend.spec().buffers;
-    let staged = match shared {
+    let input = match shared {
         Some(b) if b.input && !push => 2 * bytes,
         _ => 0,
-    } + match shared {
+    };
+    let output = match shared {
         Some(b) if b.output && push => 2 * (bytes - bytes / ranks.n.max(1) as u64),
         Some(b) if b.output => bytes / ranks.island.max(1) as u64,
         _ => 0,
     };
+    let staged = if registered { 0 } else { input + output };
     staged
         + phases
             .iter()
@@ -117,20 +121,20 @@ mod tests {
     #[test]
     fn traffic_counts() {
         assert_eq!(
-            traffic_bytes(Backend::OneStagePull, 100, Ranks::flat(8)),
+            traffic_bytes(Backend::OneStagePull, 100, Ranks::flat(8), false),
             900 + 200
         );
         assert_eq!(
-            traffic_bytes(Backend::OneStagePush, 100, Ranks::flat(8)),
+            traffic_bytes(Backend::OneStagePush, 100, Ranks::flat(8), false),
             1700
         );
         assert_eq!(
-            traffic_bytes(Backend::TwoStagePull, 800, Ranks::flat(8)),
+            traffic_bytes(Backend::TwoStagePull, 800, Ranks::flat(8), false),
             2500 + 1600
         );
         // The copy out: the 7 shards peers wrote, read and written.
         assert_eq!(
-            traffic_bytes(Backend::TwoStagePush, 800, Ranks::flat(8)),
+            traffic_bytes(Backend::TwoStagePush, 800, Ranks::flat(8), false),
             1400 + 1600 + 1400
         );
     }
@@ -155,10 +159,15 @@ mod tests {
             Backend::TwoStagePush,
         ] {
             assert!(
-                traffic_bytes(b, 800, flat) > must_bytes(b, 800, flat),
+                traffic_bytes(b, 800, flat, false) > must_bytes(b, 800, flat),
                 "{b}"
             );
         }
+        // The registered form stages nothing: one-stage pull then moves what it must.
+        assert_eq!(
+            traffic_bytes(Backend::OneStagePull, 100, flat, true),
+            must_bytes(Backend::OneStagePull, 100, flat)
+        );
         assert_eq!(must_bytes(Backend::Nccl, 800, Ranks::flat(1)), 1600);
     }
 

@@ -18,7 +18,6 @@ use std::time::Duration;
 
 use self::processes::{start_set, unexpected, Set, Trouble};
 use super::driver::DeviceFacts;
-use super::kernels;
 use super::layout::MAX_RANKS;
 use super::protocol::{Launch, Req, Resp};
 use super::topo;
@@ -326,10 +325,10 @@ impl Fabric for CudaFabric {
         seed: u64,
     ) -> Result<Verification, FabricError> {
         // Eager calls run the staged form; graph mode the registered form where the backend
-        // has one (kernels::has_registered_form), which is checked on fresh data too: both
+        // has one (Backend::has_registered_form), which is checked on fresh data too: both
         // are timed.
         match self.verify_with(backend, bytes, seed, Mode::Eager, 1)? {
-            Verification::Correct if kernels::has_registered_form(backend) => {
+            Verification::Correct if backend.has_registered_form() => {
                 self.verify_with(backend, bytes, seed ^ 0x9e37, Mode::Graph, 1)
             }
             v => Ok(v),
