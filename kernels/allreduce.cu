@@ -11,7 +11,7 @@
 //
 // Small messages in the push kernels and two-stage pull go to *_ll kernels (see common.cuh):
 // data travels with its flag, so they need no system-scope fence at all. The host picks them
-// from the message size alone (src/fabric/cuda/kernels.rs, ll_blocks), so every rank makes
+// from the message size alone (src/fabric/cuda/kernels/, ll_blocks), so every rank makes
 // the same choice, and launches exactly the grid they expect.
 //
 // Ordering arguments below speak of "kernel X" for a rank's X-th call of this backend: a rank's

@@ -4,11 +4,11 @@
 #pragma once
 
 // The constants the host shares with these sources (MAX_RANKS, MAX_BLOCKS, THREADS, LL_OFFSET,
-// LL_LINE, LL_THREADS, LL1_MAX_BYTES, LL2_MAX_BYTES) come from src/fabric/cuda/kernels.rs as
+// LL_LINE, LL_THREADS, LL1_MAX_BYTES, LL2_MAX_BYTES) come from src/fabric/cuda/kernels/ as
 // NVRTC -D options, so the two sides cannot disagree.
 #if !defined(MAX_RANKS) || !defined(MAX_BLOCKS) || !defined(THREADS) || !defined(LL_OFFSET) || \
     !defined(LL_LINE) || !defined(LL_THREADS) || !defined(LL1_MAX_BYTES) || !defined(LL2_MAX_BYTES)
-#error "compile through artune (src/fabric/cuda/compile.rs), which defines the shared constants"
+#error "compile through artune (src/fabric/cuda/compile/), which defines the shared constants"
 #endif
 // A barrier that waits longer than this gives up, records the failure in Signal::status and
 // lets the kernel finish, so a lost peer turns into an error on the host instead of a hang. The
