@@ -64,6 +64,11 @@ pub fn parse(text: &str) -> Result<Topology, TopologyError> {
     check_no_model_error(text).map_err(TopologyError::Invalid)?;
     let mut t: Topology =
         serde_json::from_str(text).map_err(|e| TopologyError::Json(describe(&e, text)))?;
+    // Pairs are derived data: a file cut down from `topo --json` (GPUs removed) keeps the
+    // pairs of the GPUs it no longer lists, and those describe nothing on this machine.
+    let listed: HashSet<usize> = t.gpus.iter().map(|g| g.index).collect();
+    t.pairs
+        .retain(|p| listed.contains(&p.from) && listed.contains(&p.to));
     check(&t).map_err(TopologyError::Invalid)?;
     t.normalize()?;
     Ok(t)
