@@ -8,6 +8,7 @@ use super::{ShowArgs, TuneArgs};
 use crate::cancel::Cancel;
 use crate::error::Error;
 use crate::measure::Harness;
+use crate::profile::paths::{self, check_replace, Writes};
 use crate::profile::{Profile, Sampling};
 use crate::topology::occupancy::Neighbours;
 use crate::{report, tune, units};
@@ -41,8 +42,10 @@ impl Tune {
         node.args = std::env::args().skip(1).collect();
         let out = out_path(&a.out, &node)?;
         crate::profile::check_writable(&out)?;
+        check_replace(&out, "--out", Writes::Profile, a.force)?;
         if let Some(dir) = &a.plot {
-            crate::profile::paths::check_output(dir, "--plot", crate::profile::paths::Expect::Dir)?;
+            paths::check_output(dir, "--plot", paths::Expect::Dir)?;
+            report::check_plot_dir(dir, a.force)?;
         }
         let dtype = a.dtype.into();
         let (min_bytes, max_bytes) = sizes(&a.sizes, dtype)?;

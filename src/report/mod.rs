@@ -12,7 +12,7 @@ use crate::allreduce::{Backend, Direction};
 use crate::profile::{Bucket, GroupProfile, Profile, Sampling};
 use crate::units::fmt_bytes;
 
-pub use plot::plots;
+pub use plot::{check_plot_dir, plots};
 
 /// A run of neighbouring sizes with the same choice.
 #[derive(Debug, Clone, Serialize, PartialEq)]
