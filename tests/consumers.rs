@@ -123,6 +123,16 @@ fn select_refuses_what_the_profile_does_not_cover() {
         2,
         "at least 1 byte",
     );
+    // A group of fewer than 2 GPUs is not a question a profile could answer: bad input.
+    for tp in ["0", "1"] {
+        for cmd in ["select", "why"] {
+            fails(
+                &[cmd, &p, "--tp", tp, "--bytes", "4K"],
+                2,
+                "an allreduce needs at least 2 GPUs",
+            );
+        }
+    }
 }
 
 #[test]
