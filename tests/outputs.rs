@@ -150,29 +150,48 @@ fn a_file_artune_did_not_write_is_never_replaced_without_force() {
 
     // Another version's profile is artune's: a tune replaces it.
     let profile = at("p.json");
-    std::fs::write(&profile, r#"{"schema_version": 0, "tool_version": "0.0.1"}"#).unwrap();
+    std::fs::write(
+        &profile,
+        r#"{"schema_version": 0, "tool_version": "0.0.1"}"#,
+    )
+    .unwrap();
     assert!(tune(&["--out", &profile]).status.success());
     // An export replaces its own file, and not the notes.
-    let export = ["export", &profile, "--engine", "nccl", "--allow-simulated", "--out"];
+    let export = [
+        "export",
+        &profile,
+        "--engine",
+        "nccl",
+        "--allow-simulated",
+        "--out",
+    ];
     let env = at("nccl.env");
     for _ in 0..2 {
         let o = artune(&[&export[..], &[&env]].concat());
         assert!(o.status.success(), "{}", text(&o.stderr));
     }
     refused(&[&export[..], &[&notes]].concat(), "not an artune export");
-    refused(&["fleet", dir.path().to_str().unwrap(), "--prom", &notes], "not artune's metrics");
+    refused(
+        &["fleet", dir.path().to_str().unwrap(), "--prom", &notes],
+        "not artune's metrics",
+    );
     // A plot's name on a file that is no plot: neither replaced nor removed.
     let plots = at("plots");
     std::fs::create_dir(&plots).unwrap();
     let fake = format!("{plots}/tp9-gpus0_1.svg");
     std::fs::write(&fake, "not a plot").unwrap();
-    refused(&[&TUNE[..], &["--out", &profile, "--plot", &plots]].concat(), "not an SVG plot");
+    refused(
+        &[&TUNE[..], &["--out", &profile, "--plot", &plots]].concat(),
+        "not an SVG plot",
+    );
     assert_eq!(std::fs::read_to_string(&fake).unwrap(), "not a plot");
     assert_eq!(std::fs::read_to_string(&notes).unwrap(), "my notes\n");
 
     let o = tune(&["--out", &notes, "--force"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
-    assert!(std::fs::read_to_string(&notes).unwrap().contains("schema_version"));
+    assert!(std::fs::read_to_string(&notes)
+        .unwrap()
+        .contains("schema_version"));
 }
 
 /// "Not a valid profile" advice fits the file: a topology file is passed as --topology, a file
@@ -186,12 +205,18 @@ fn advice_about_a_file_that_is_no_profile_fits_the_file() {
     std::fs::write(&topo, &o.stdout).unwrap();
     let err = refused(&["show", &topo], "it is a topology file");
     let tune_over = format!("--out {topo}");
-    assert!(err.contains(&format!("--topology {topo}")) && !err.contains(&tune_over), "{err}");
+    assert!(
+        err.contains(&format!("--topology {topo}")) && !err.contains(&tune_over),
+        "{err}"
+    );
     let notes = at("notes.txt");
     std::fs::write(&notes, "my notes\n").unwrap();
-    let err = refused(&["show", &notes], "it is not JSON");
+    let err = refused(&["show", &notes], "it is not valid JSON");
     assert!(!err.contains("--out"), "{err}");
     let old = at("old.json");
     std::fs::write(&old, r#"{"schema_version": 0}"#).unwrap();
-    refused(&["show", &old], &format!("run `artune tune --out {old}` to write a new one"));
+    refused(
+        &["show", &old],
+        &format!("run `artune tune --out {old}` to write a new one"),
+    );
 }

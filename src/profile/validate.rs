@@ -13,7 +13,7 @@ pub enum ProfileError {
     #[error("it is {len} bytes, more than the {limit} a profile may have")]
     TooLarge { len: u64, limit: u64 },
     /// Not JSON at all (a notes file, a binary): nothing says it is a profile.
-    #[error("it is not JSON ({0})")]
+    #[error("{0}")]
     NotJson(String),
     /// JSON of the wrong shape for its schema version (a missing field, a value of the wrong
     /// type).

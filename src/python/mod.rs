@@ -59,7 +59,7 @@ fn int(name: &str, v: &Bound<'_, PyAny>) -> PyResult<i64> {
     v.extract::<i64>().map_err(|e| {
         if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(v.py()) {
             PyValueError::new_err(format!(
-                "{name}={v} is too large: no message or group is that big; pass {name} in bytes or GPUs"
+                "{name}={v} is too large: no allreduce has one that big; pass a value below 2**63"
             ))
         } else {
             e
@@ -74,24 +74,31 @@ fn unsigned(name: &str, v: i64) -> PyResult<u64> {
         .map_err(|_| PyValueError::new_err(format!("{name}={v} is negative; pass 0 or more")))
 }
 
-/// A TP size: at least 2 GPUs, as `artune select --tp` takes it.
+/// A TP size as the engine plugins ask about it (a TP1 engine too: no answer, not an error).
 fn tp_size(v: &Bound<'_, PyAny>) -> PyResult<usize> {
-    match int("tp", v)? {
-        t if t < 2 => Err(PyValueError::new_err(format!(
-            "tp={t}: an allreduce needs at least 2 GPUs; pass the group's size, e.g. tp=2"
-        ))),
-        t => Ok(t as usize),
-    }
+    Ok(unsigned("tp", int("tp", v)?)? as usize)
 }
 
-/// A message size: at least 1 byte, as `artune select --bytes` takes it.
-fn nbytes(v: &Bound<'_, PyAny>) -> PyResult<u64> {
-    match int("nbytes", v)? {
-        n if n < 1 => Err(PyValueError::new_err(format!(
-            "nbytes={n} is not a message; pass its size in bytes, at least 1"
-        ))),
-        n => Ok(n as u64),
+/// A message size as the engine plugins ask about it (an empty tensor too).
+fn size(v: &Bound<'_, PyAny>) -> PyResult<u64> {
+    unsigned("nbytes", int("nbytes", v)?)
+}
+
+/// A question as `artune select` and `why` take it: a group of at least 2 GPUs, a message of
+/// at least 1 byte; what they refuse (exit 2) this refuses, naming the keyword.
+fn question(tp: &Bound<'_, PyAny>, nbytes: &Bound<'_, PyAny>) -> PyResult<(usize, u64)> {
+    let (t, n) = (int("tp", tp)?, int("nbytes", nbytes)?);
+    if t < 2 {
+        return Err(PyValueError::new_err(format!(
+            "tp={t}: an allreduce needs at least 2 GPUs; pass the group's size, e.g. tp=2"
+        )));
     }
+    if n < 1 {
+        return Err(PyValueError::new_err(format!(
+            "nbytes={n} is not a message; pass its size in bytes, at least 1"
+        )));
+    }
+    Ok((t as usize, n as u64))
 }
 
 fn mode(m: &str) -> PyResult<Mode> {
@@ -225,8 +232,13 @@ impl Profile {
     /// The choice for one allreduce of `nbytes` bytes on `tp` ranks, or None where the profile
     /// has no answer (keep the engine's default).
     #[pyo3(signature = (tp, nbytes, mode = "graph"))]
-    fn select(&self, tp: &Bound<'_, PyAny>, nbytes: &Bound<'_, PyAny>, mode: &str) -> PyResult<Option<Choice>> {
-        let (tp, nbytes) = (tp_size(tp)?, self::nbytes(nbytes)?);
+    fn select(
+        &self,
+        tp: &Bound<'_, PyAny>,
+        nbytes: &Bound<'_, PyAny>,
+        mode: &str,
+    ) -> PyResult<Option<Choice>> {
+        let (tp, nbytes) = question(tp, nbytes)?;
         let q = Query {
             tp,
             mode: self::mode(mode)?,
@@ -257,8 +269,13 @@ impl Profile {
     /// backend's time and interval, the rule that chose, what forcing each alternative costs,
     /// and what each engine runs there.
     #[pyo3(signature = (tp, nbytes, mode = "graph"))]
-    fn explain(&self, tp: &Bound<'_, PyAny>, nbytes: &Bound<'_, PyAny>, mode: &str) -> PyResult<String> {
-        let (tp, nbytes) = (tp_size(tp)?, self::nbytes(nbytes)?);
+    fn explain(
+        &self,
+        tp: &Bound<'_, PyAny>,
+        nbytes: &Bound<'_, PyAny>,
+        mode: &str,
+    ) -> PyResult<String> {
+        let (tp, nbytes) = question(tp, nbytes)?;
         let q = Query {
             tp,
             mode: self::mode(mode)?,
@@ -312,8 +329,13 @@ impl Profile {
     /// where the profile chose a custom kernel for `nbytes` at `tp` in `mode`, False where
     /// NCCL (no peer-to-peer path may take it), None where it has no answer.
     #[pyo3(signature = (tp, nbytes, mode = "graph"))]
-    fn custom_at(&self, tp: &Bound<'_, PyAny>, nbytes: &Bound<'_, PyAny>, mode: &str) -> PyResult<Option<bool>> {
-        let (tp, nbytes) = (tp_size(tp)?, self::nbytes(nbytes)?);
+    fn custom_at(
+        &self,
+        tp: &Bound<'_, PyAny>,
+        nbytes: &Bound<'_, PyAny>,
+        mode: &str,
+    ) -> PyResult<Option<bool>> {
+        let (tp, nbytes) = (tp_size(tp)?, size(nbytes)?);
         Ok(self.follow(tp).custom_at(nbytes, self::mode(mode)?))
     }
 
@@ -338,7 +360,11 @@ impl Profile {
     /// Device memory per GPU each backend costs an engine that follows the profile at `tp`:
     /// custom buffers sized to the largest size the profile routes to them, NCCL's communicator.
     #[pyo3(signature = (tp, mode = "graph"))]
-    fn memory(&self, tp: &Bound<'_, PyAny>, mode: &str) -> PyResult<std::collections::BTreeMap<String, u64>> {
+    fn memory(
+        &self,
+        tp: &Bound<'_, PyAny>,
+        mode: &str,
+    ) -> PyResult<std::collections::BTreeMap<String, u64>> {
         let q = Query {
             tp: tp_size(tp)?,
             mode: self::mode(mode)?,
@@ -421,7 +447,11 @@ impl Profile {
     /// What artune's SGLang plugin sets up at TP size `tp` (both modes of the default
     /// placement): `("v2", {"graph": (push1, pull1, pull2), "eager": (...)})`,
     /// `("v1", build, max_bytes)`, `("nccl", reason)`, or None without the TP size.
-    fn sglang_setup<'py>(&self, py: Python<'py>, tp: &Bound<'_, PyAny>) -> PyResult<Option<Bound<'py, PyAny>>> {
+    fn sglang_setup<'py>(
+        &self,
+        py: Python<'py>,
+        tp: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
         use crate::export::SglangSetup;
         let Some(s) = crate::export::sglang_plugin_setup(&self.profile, tp_size(tp)?) else {
             return Ok(None);

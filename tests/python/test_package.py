@@ -55,7 +55,7 @@ def test_bands_memory_and_check(profiles):
 def test_errors_are_exceptions_with_artunes_sentences(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{ not json")
-    with pytest.raises(artune.ProfileError, match=r"is not a valid profile: it is not JSON .*name a profile that `artune tune` wrote$"):
+    with pytest.raises(artune.ProfileError, match=r"is not a valid profile: it is not valid JSON.*name a profile that `artune tune` wrote$"):
         artune.Profile.load(bad)
     with pytest.raises(artune.ProfileError, match="cannot read"):
         artune.Profile.load(tmp_path / "missing.json")
