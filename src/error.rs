@@ -193,7 +193,10 @@ mod tests {
         );
         for e in [P::NotJson("x".into()), P::NotAProfile] {
             let m = profile(e).to_string();
-            assert!(m.ends_with("name a profile that `artune tune` wrote"), "{m}");
+            assert!(
+                m.ends_with("name a profile that `artune tune` wrote"),
+                "{m}"
+            );
         }
         assert!(parse("workload file")
             .to_string()

@@ -230,7 +230,11 @@ fn a_topo_json_with_gpus_removed_describes_the_smaller_machine() {
     assert!(json.status.success());
     let mut v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     v["gpus"].as_array_mut().unwrap().truncate(4);
-    assert_eq!(v["pairs"].as_array().unwrap().len(), 56, "pairs left as written");
+    assert_eq!(
+        v["pairs"].as_array().unwrap().len(),
+        56,
+        "pairs left as written"
+    );
     let path = dir.path().join("four.json");
     std::fs::write(&path, v.to_string()).unwrap();
     let p = path.to_str().unwrap();

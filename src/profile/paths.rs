@@ -190,8 +190,9 @@ pub fn replaceable(path: &Path, writes: Writes) -> bool {
             let t = text.trim_start();
             t.starts_with("<svg") || (t.starts_with("<?xml") && t.contains("<svg"))
         }
-        Writes::Json(key) => serde_json::from_str::<serde_json::Value>(&text)
-            .is_ok_and(|v| v.get(key).is_some()),
+        Writes::Json(key) => {
+            serde_json::from_str::<serde_json::Value>(&text).is_ok_and(|v| v.get(key).is_some())
+        }
     }
 }
 
@@ -204,7 +205,8 @@ fn p2p_cache(text: &str) -> bool {
     !m.is_empty()
         && m.iter().all(|(k, v)| {
             let pair = k.split_once("->");
-            v.is_boolean() && pair.is_some_and(|(a, b)| a.parse::<u32>().is_ok() && b.parse::<u32>().is_ok())
+            v.is_boolean()
+                && pair.is_some_and(|(a, b)| a.parse::<u32>().is_ok() && b.parse::<u32>().is_ok())
         })
 }
 
