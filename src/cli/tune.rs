@@ -415,34 +415,53 @@ pub fn occupancy_gate(
 ) -> Result<(Vec<crate::profile::environment::BusyGpu>, Neighbours), Error> {
     use crate::topology::occupancy;
     let simulated = source.sim.is_some() || source.topology.is_some();
-    let (reading, watch) = match fake {
-        Some(f) => {
-            let readings = occupancy::read_file_polls(f)?;
-            let first = readings[0].clone();
-            (first, Neighbours::script(readings, command, allow_busy))
-        }
-        None if simulated => return Ok((Vec::new(), Neighbours::default())),
-        None => match occupancy::read_nvml(None, std::time::Duration::from_secs(1)) {
-            Ok(mut r) => {
-                let uuids: Vec<(usize, String)> = r
-                    .gpus
-                    .iter()
-                    .filter_map(|g| Some((g.index, g.uuid.clone()?)))
-                    .collect();
-                let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
-                let keep = occupancy::cuda_indices(visible.as_deref(), &uuids, loopback.is_some());
-                if let Some(keep) = &keep {
-                    r.gpus.retain(|g| keep.contains(&g.index));
+    // Readings until the GPUs are free or in use (occupancy::settle), one per second: from
+    // NVML, or from the testing file in turn.
+    let script = fake.map(occupancy::read_file_polls).transpose()?;
+    if script.is_none() && simulated {
+        return Ok((Vec::new(), Neighbours::default()));
+    }
+    let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+    let (mut readings, mut kept) = (Vec::new(), None);
+    let mut said = false;
+    loop {
+        let reading = match &script {
+            Some(list) => list[readings.len().min(list.len() - 1)].clone(),
+            None => match occupancy::read_nvml(None, occupancy::SAMPLE) {
+                Ok(mut r) => {
+                    let uuids: Vec<(usize, String)> = r
+                        .gpus
+                        .iter()
+                        .filter_map(|g| Some((g.index, g.uuid.clone()?)))
+                        .collect();
+                    kept = occupancy::cuda_indices(visible.as_deref(), &uuids, loopback.is_some());
+                    if let Some(keep) = &kept {
+                        r.gpus.retain(|g| keep.contains(&g.index));
+                    }
+                    r
                 }
-                let watch = Neighbours::nvml(keep, command, allow_busy).unwrap_or_default();
-                (r, watch)
+                // Opening the GPUs will say what is wrong with NVML or the driver.
+                Err(e) => {
+                    tracing::debug!("GPU occupancy not read: {e}");
+                    return Ok((Vec::new(), Neighbours::default()));
+                }
+            },
+        };
+        readings.push(reading);
+        match occupancy::settle(&readings) {
+            occupancy::Settle::Wait(what) if !allow_busy => {
+                if !std::mem::replace(&mut said, true) {
+                    eprintln!("{what}");
+                }
             }
-            // Opening the GPUs will say what is wrong with NVML or the driver.
-            Err(e) => {
-                tracing::debug!("GPU occupancy not read: {e}");
-                return Ok((Vec::new(), Neighbours::default()));
-            }
-        },
+            _ => break,
+        }
+    }
+    let taken = readings.len();
+    let reading = readings.pop().unwrap_or_default();
+    let watch = match script {
+        Some(list) => Neighbours::script(list, taken, command, allow_busy),
+        None => Neighbours::nvml(kept, command, allow_busy).unwrap_or_default(),
     };
     match (reading.refusal(command), reading.describe()) {
         (Some(_), Some(what)) if allow_busy => {
