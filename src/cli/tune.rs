@@ -413,7 +413,7 @@ pub fn occupancy_gate(
     allow_busy: bool,
     command: &str,
 ) -> Result<(Vec<crate::profile::environment::BusyGpu>, Neighbours), Error> {
-    use crate::topology::occupancy;
+    use crate::topology::{lock, occupancy};
     let simulated = source.sim.is_some() || source.topology.is_some();
     // Readings until the GPUs are free or in use (occupancy::settle), one per second: from
     // NVML, or from the testing file in turn.
@@ -422,7 +422,7 @@ pub fn occupancy_gate(
         return Ok((Vec::new(), Neighbours::default()));
     }
     let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
-    let (mut readings, mut kept) = (Vec::new(), None);
+    let (mut readings, mut kept, mut locks) = (Vec::new(), None, None);
     let mut said = false;
     loop {
         let reading = match &script {
@@ -447,6 +447,21 @@ pub fn occupancy_gate(
                 }
             },
         };
+        // Another artune's workers would look like a neighbour: wait for its lock first, then
+        // read the GPUs afresh.
+        if locks.is_none() {
+            let gpus: Vec<String> = reading.gpus.iter().filter_map(|g| g.uuid.clone()).collect();
+            let mut waited = false;
+            let held = lock::acquire(&gpus, command, lock::WAIT, &mut |w| {
+                waited = true;
+                eprintln!("{w}");
+            })
+            .map_err(Error::bad_input)?;
+            locks = Some(held);
+            if waited {
+                continue;
+            }
+        }
         readings.push(reading);
         match occupancy::settle(&readings) {
             occupancy::Settle::Wait(what) if !allow_busy => {
@@ -462,7 +477,8 @@ pub fn occupancy_gate(
     let watch = match script {
         Some(list) => Neighbours::script(list, taken, command, allow_busy),
         None => Neighbours::nvml(kept, command, allow_busy).unwrap_or_default(),
-    };
+    }
+    .holding(locks.unwrap_or_default());
     match (reading.refusal(command), reading.describe()) {
         (Some(_), Some(what)) if allow_busy => {
             eprintln!("warning: measuring beside other work (--allow-busy, recorded in the profile): {what}");

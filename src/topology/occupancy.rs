@@ -344,6 +344,8 @@ pub struct Neighbours {
     command: String,
     /// Measure beside them (`--allow-busy`, recorded) rather than stop.
     pub allow: bool,
+    /// The GPUs' measurement locks, held as long as the watch (the command's run).
+    locks: Option<Arc<super::lock::GpuLocks>>,
 }
 
 impl std::fmt::Debug for Neighbours {
@@ -362,6 +364,7 @@ impl Default for Neighbours {
             watch: None,
             command: String::new(),
             allow: false,
+            locks: None,
         }
     }
 }
@@ -394,7 +397,14 @@ impl Neighbours {
             watch: Some(Arc::new(Mutex::new(watch))),
             command: command.into(),
             allow,
+            locks: None,
         }
+    }
+
+    /// The same watch, holding `locks` (the GPUs' measurement locks) for as long as it lives.
+    pub fn holding(mut self, locks: super::lock::GpuLocks) -> Self {
+        self.locks = Some(Arc::new(locks));
+        self
     }
 
     /// Who else is on the GPUs now, and which of them are new since the last look. Without
