@@ -42,8 +42,13 @@ pub fn parse_bytes(s: &str) -> Result<u64, Error> {
         "t" | "tb" | "tib" => 1 << 40,
         _ => return Err(bad()),
     };
-    let whole: u64 = whole.parse().map_err(|_| bad())?;
-    let n = whole.checked_mul(mult).ok_or_else(bad)?;
+    let too_big = || {
+        Error::bad_input(format!(
+            "`{s}` is more bytes than artune can count (at most 16 EiB); give a smaller size"
+        ))
+    };
+    let whole: u64 = whole.parse().map_err(|_| too_big())?;
+    let n = whole.checked_mul(mult).ok_or_else(too_big)?;
     // The fraction in u128: at most 38 digits keep 10^digits and the product in range.
     let digits = u32::try_from(frac.len())
         .ok()
@@ -144,7 +149,9 @@ mod tests {
         assert_eq!(parse_bytes("1g").unwrap(), 1 << 30);
         assert!(parse_bytes("K").is_err());
         assert!(parse_bytes("12Q").is_err());
-        assert!(parse_bytes("99999999999999999999T").is_err());
+        let e = parse_bytes("99999999999999999999").unwrap_err().to_string();
+        assert!(e.contains("more bytes than artune can count"), "{e}");
+        assert!(parse_bytes("99999999999T").is_err());
     }
 
     #[test]

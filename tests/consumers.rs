@@ -107,7 +107,10 @@ fn select_refuses_what_the_profile_does_not_cover() {
             ["--tp", "8", "--bytes", "4K"],
             "no TP8 graph group (it has TP2 graph",
         ),
-        (["--tp", "2", "--bytes", "1G"], "above the largest size"),
+        (
+            ["--tp", "2", "--bytes", "1G"],
+            "1G is above the largest size",
+        ),
     ] {
         let o = artune(&[&["select", p.as_str()][..], &args[..]].concat());
         assert_eq!(o.code, 6, "{args:?}: {}", o.stderr);

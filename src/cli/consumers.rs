@@ -107,10 +107,11 @@ fn outside(a: &MessageArgs, g: &GroupProfile, bytes: u64, why: UnknownReason) ->
         ),
     };
     format!(
-        "{bytes} bytes is {side} size {} measured for {} ({} bytes{note}); {hint}",
+        "{} is {side} size {} measured for {} ({}{note}); {hint}",
+        crate::units::fmt_size(bytes),
         a.profile.display(),
         report::group_label(g),
-        at.map_or(0, |b| b.bytes)
+        crate::units::fmt_size(at.map_or(0, |b| b.bytes))
     )
 }
 
