@@ -56,6 +56,11 @@ pub enum Error {
     Stale { why: String, retune: String },
     #[error("{0}")]
     Hardware(String),
+    /// The real machine cannot be read (no NVML, no driver, no GPU); `hardware` where a
+    /// driver is there and fails. Each edge says how to simulate one in its own words (the
+    /// Python package names its keywords).
+    #[error("{reason}, or simulate a machine with --sim PRESET / --topology FILE")]
+    NoMachine { reason: String, hardware: bool },
     #[error("interrupted; the previous profile (if any) is left as it was; run the command again to finish")]
     Interrupted,
     /// artune broke its own rules; the message names what, and asks for a report.
@@ -99,7 +104,8 @@ impl Error {
             Error::Profile { .. } => EXIT_BAD_INPUT,
             Error::Write { .. } => EXIT_BAD_INPUT,
             Error::Stale { .. } => EXIT_STALE,
-            Error::Hardware(_) => EXIT_HARDWARE,
+            Error::Hardware(_) | Error::NoMachine { hardware: true, .. } => EXIT_HARDWARE,
+            Error::NoMachine { .. } => EXIT_BAD_INPUT,
             Error::Interrupted => EXIT_INTERRUPTED,
             Error::Bug(_) => EXIT_BUG,
             Error::StdoutClosed => 0,
@@ -159,6 +165,20 @@ mod tests {
                 EXIT_STALE,
             ),
             (Error::Hardware("x".into()), EXIT_HARDWARE),
+            (
+                Error::NoMachine {
+                    reason: "x".into(),
+                    hardware: true,
+                },
+                EXIT_HARDWARE,
+            ),
+            (
+                Error::NoMachine {
+                    reason: "x".into(),
+                    hardware: false,
+                },
+                EXIT_BAD_INPUT,
+            ),
             (Error::Interrupted, EXIT_INTERRUPTED),
             (Error::Bug("x".into()), EXIT_BUG),
             (Error::StdoutClosed, 0),

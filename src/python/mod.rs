@@ -49,6 +49,9 @@ fn to_py(e: Error) -> PyErr {
         }
         Error::BadInput(_) | Error::Write { .. } => BadInputError::new_err(msg),
         Error::Hardware(_) => HardwareError::new_err(msg),
+        Error::NoMachine { reason, .. } => HardwareError::new_err(format!(
+            "{reason}, or check against a simulated machine with sim=PRESET or topology=FILE"
+        )),
         _ => ArtuneError::new_err(msg),
     }
 }

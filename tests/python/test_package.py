@@ -114,6 +114,7 @@ def test_check_without_nvml_is_a_hardware_error_and_loads_no_nccl(profiles):
         pytest.skip("this machine has an NVIDIA driver")
     assert out.splitlines()[0].startswith("hardware"), out
     assert "NVIDIA management library" in out
+    assert "sim=PRESET or topology=FILE" in out and "--sim" not in out, out
     assert out.splitlines()[-1] == "no nccl", out
 
 
