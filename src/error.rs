@@ -45,11 +45,22 @@ pub enum Error {
         what: &'static str,
         reason: String,
     },
+    /// A file given as a profile that is not a valid one: the advice fits what it is.
+    #[error("{path} is not a valid profile: {error}{}", profile_hint(error, path))]
+    Profile {
+        path: PathBuf,
+        error: crate::profile::ProfileError,
+    },
     /// `retune` is the command that tunes this machine again into the same file.
     #[error("profile is stale: {why}; run `{retune}` to tune this machine again")]
     Stale { why: String, retune: String },
     #[error("{0}")]
     Hardware(String),
+    /// The real machine cannot be read (no NVML, no driver, no GPU); `hardware` where a
+    /// driver is there and fails. Each edge says how to simulate one in its own words (the
+    /// Python package names its keywords).
+    #[error("{reason}, or simulate a machine with --sim PRESET / --topology FILE")]
+    NoMachine { reason: String, hardware: bool },
     #[error("interrupted; the previous profile (if any) is left as it was; run the command again to finish")]
     Interrupted,
     /// artune broke its own rules; the message names what, and asks for a report.
@@ -62,14 +73,26 @@ pub enum Error {
 }
 
 /// What to do about a file that does not parse, where the reason does not already say.
-fn parse_hint(what: &str, path: &std::path::Path) -> String {
+fn parse_hint(what: &str, _path: &std::path::Path) -> String {
     match what {
-        "profile" => format!(
-            "; run `artune tune --out {}` to write a new one",
-            crate::shell::quote(&path.display().to_string())
-        ),
         "workload file" => "; see `artune predict --help` for the format".into(),
         _ => String::new(),
+    }
+}
+
+/// What to do about a file that is not a valid profile: tune into it again only where it is
+/// one (the advice a tune would follow, see `ProfileError::is_a_profile`), pass a topology
+/// file as `--topology`, and otherwise name a profile.
+fn profile_hint(e: &crate::profile::ProfileError, path: &std::path::Path) -> String {
+    use crate::profile::ProfileError as P;
+    let quoted = crate::shell::quote(&path.display().to_string());
+    match e {
+        P::TopologyFile => format!(
+            "; to simulate that machine pass it as `--topology {quoted}` (e.g. `artune tune --topology {quoted} --out profile.json`)"
+        ),
+        P::TooLarge { .. } => String::new(),
+        e if !e.is_a_profile() => "; name a profile that `artune tune` wrote".into(),
+        _ => format!("; run `artune tune --out {quoted}` to write a new one"),
     }
 }
 
@@ -78,9 +101,11 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::BadInput(_) | Error::Read { .. } | Error::Parse { .. } => EXIT_BAD_INPUT,
+            Error::Profile { .. } => EXIT_BAD_INPUT,
             Error::Write { .. } => EXIT_BAD_INPUT,
             Error::Stale { .. } => EXIT_STALE,
-            Error::Hardware(_) => EXIT_HARDWARE,
+            Error::Hardware(_) | Error::NoMachine { hardware: true, .. } => EXIT_HARDWARE,
+            Error::NoMachine { .. } => EXIT_BAD_INPUT,
             Error::Interrupted => EXIT_INTERRUPTED,
             Error::Bug(_) => EXIT_BUG,
             Error::StdoutClosed => 0,
@@ -120,8 +145,15 @@ mod tests {
             (
                 Error::Parse {
                     path: p(),
-                    what: "profile",
+                    what: "topology file",
                     reason: "x".into(),
+                },
+                EXIT_BAD_INPUT,
+            ),
+            (
+                Error::Profile {
+                    path: p(),
+                    error: crate::profile::ProfileError::NotAProfile,
                 },
                 EXIT_BAD_INPUT,
             ),
@@ -133,6 +165,20 @@ mod tests {
                 EXIT_STALE,
             ),
             (Error::Hardware("x".into()), EXIT_HARDWARE),
+            (
+                Error::NoMachine {
+                    reason: "x".into(),
+                    hardware: true,
+                },
+                EXIT_HARDWARE,
+            ),
+            (
+                Error::NoMachine {
+                    reason: "x".into(),
+                    hardware: false,
+                },
+                EXIT_BAD_INPUT,
+            ),
             (Error::Interrupted, EXIT_INTERRUPTED),
             (Error::Bug("x".into()), EXIT_BUG),
             (Error::StdoutClosed, 0),
@@ -150,9 +196,28 @@ mod tests {
             what,
             reason: "it ends too early".into(),
         };
-        assert!(parse("profile")
-            .to_string()
-            .ends_with("run `artune tune --out p.json` to write a new one"));
+        use crate::profile::ProfileError as P;
+        let profile = |error| Error::Profile {
+            path: p.clone(),
+            error,
+        };
+        let old = profile(P::SchemaUnsupported { found: 0 }).to_string();
+        assert!(
+            old.ends_with("run `artune tune --out p.json` to write a new one"),
+            "{old}"
+        );
+        let topo = profile(P::TopologyFile).to_string();
+        assert!(
+            topo.contains("pass it as `--topology p.json`") && !topo.contains("--out p.json"),
+            "{topo}"
+        );
+        for e in [P::NotJson("x".into()), P::NotAProfile] {
+            let m = profile(e).to_string();
+            assert!(
+                m.ends_with("name a profile that `artune tune` wrote"),
+                "{m}"
+            );
+        }
         assert!(parse("workload file")
             .to_string()
             .contains("artune predict --help"));

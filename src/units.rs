@@ -1,22 +1,39 @@
-//! Byte sizes as users type them (`4K`, `256MiB`, `1G`) and as we print them.
+//! Byte sizes as users type them (`4K`, `256MiB`, `1.5M`) and as we print them. Every size
+//! printed parses back to the exact byte count it stands for: a unit with a short fraction only
+//! where that is exact (1.125K is 1152), else a smaller unit or plain bytes (1229B).
 
 use crate::error::Error;
 
-/// Parses a byte count: a plain integer or one with a binary suffix K/KB/KiB, M/MB/MiB, G/GB/GiB
-/// (all powers of 1024, as message sizes are in this field).
+/// Binary units, largest first.
+const UNITS: [(&str, u64); 4] = [
+    ("T", 1 << 40),
+    ("G", 1 << 30),
+    ("M", 1 << 20),
+    ("K", 1 << 10),
+];
+
+/// Most fraction digits a printed size has: the refinement points between powers of two are
+/// eighths (1.125K), which take three.
+const FRACTION_DIGITS: u32 = 3;
+
+/// Parses a byte count: an integer or a decimal with a binary suffix K/KB/KiB, M/MB/MiB,
+/// G/GB/GiB, T/TB/TiB (all powers of 1024, as message sizes are in this field). A decimal must
+/// name whole bytes: 1.5K is 1536, 1.2K (1228.8) is refused.
 pub fn parse_bytes(s: &str) -> Result<u64, Error> {
     let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
     let (num, suffix) = t.split_at(split);
     let bad = || {
         Error::bad_input(format!(
-            "`{s}` is not a byte size; write it like 4096, 4K, 256MiB or 1G"
+            "`{s}` is not a byte size; write it like 4096, 4K, 1.5M, 256MiB or 1G"
         ))
     };
-    if num.is_empty() {
+    let (whole, frac) = num.split_once('.').unwrap_or((num, ""));
+    if whole.is_empty() || (num.contains('.') && frac.is_empty()) || frac.contains('.') {
         return Err(bad());
     }
-    let n: u64 = num.parse().map_err(|_| bad())?;
     let mult: u64 = match suffix.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kb" | "kib" => 1 << 10,
@@ -25,7 +42,34 @@ pub fn parse_bytes(s: &str) -> Result<u64, Error> {
         "t" | "tb" | "tib" => 1 << 40,
         _ => return Err(bad()),
     };
-    n.checked_mul(mult).ok_or_else(bad)
+    let too_big = || {
+        Error::bad_input(format!(
+            "`{s}` is more bytes than artune can count (at most 16 EiB); give a smaller size"
+        ))
+    };
+    let whole: u64 = whole.parse().map_err(|_| too_big())?;
+    let n = whole.checked_mul(mult).ok_or_else(too_big)?;
+    // The fraction in u128: at most 38 digits keep 10^digits and the product in range.
+    let digits = u32::try_from(frac.len())
+        .ok()
+        .filter(|&d| d <= 30)
+        .ok_or_else(bad)?;
+    let frac: u128 = match digits {
+        0 => 0,
+        _ => frac.parse().map_err(|_| bad())?,
+    };
+    let scale = 10u128.pow(digits);
+    let part = frac * mult as u128;
+    if part % scale != 0 {
+        return Err(Error::bad_input(format!(
+            "`{s}` is not a whole number of bytes; write it in bytes (e.g. {}) or as a fraction that is exact (1.5K is 1536)",
+            n as u128 + part / scale
+        )));
+    }
+    u64::try_from(part / scale)
+        .ok()
+        .and_then(|p| n.checked_add(p))
+        .ok_or_else(bad)
 }
 
 /// Parses `LOW:HIGH` into an inclusive range of byte sizes.
@@ -44,31 +88,42 @@ pub fn parse_range(s: &str) -> Result<(u64, u64), Error> {
     Ok((lo, hi))
 }
 
-/// Formats a byte count compactly with a binary unit: 4096 -> "4K", 1.5 MiB -> "1.5M".
+/// Formats a byte count compactly and exactly: 4096 -> "4K", 1.5 MiB -> "1.5M", 1152 ->
+/// "1.125K", 1229 -> "1229B". [`parse_bytes`] reads every result back to `b`.
 pub fn fmt_bytes(b: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10), ("", 1)];
-    for (name, size) in UNITS {
-        if b >= size && size > 1 {
-            let v = b as f64 / size as f64;
-            return if b % size == 0 {
-                format!("{}{name}", b / size)
-            } else {
-                format!("{v:.1}{name}")
-            };
-        }
+    match with_unit(b) {
+        Some(s) => s,
+        None => format!("{b}B"),
     }
-    format!("{b}B")
 }
 
-/// A byte count for a sentence: as a user types it where that is exact ("64K", "3M"), else
-/// exact with the short form beside it ("1537 bytes, about 1.5K"); below 1 KiB, "100 bytes".
+/// `b` in the largest unit that shows it exactly with at most [`FRACTION_DIGITS`] decimals.
+fn with_unit(b: u64) -> Option<String> {
+    UNITS
+        .into_iter()
+        .filter(|&(_, size)| b >= size)
+        .find_map(|(name, size)| {
+            (0..=FRACTION_DIGITS).find_map(|d| {
+                let scale = 10u128.pow(d);
+                let scaled = b as u128 * scale;
+                (scaled % size as u128 == 0).then(|| {
+                    let v = scaled / size as u128;
+                    match d {
+                        0 => format!("{v}{name}"),
+                        _ => {
+                            let (i, f) = (v / scale, v % scale);
+                            let f = format!("{f:0w$}", w = d as usize);
+                            format!("{i}.{}{name}", f.trim_end_matches('0'))
+                        }
+                    }
+                })
+            })
+        })
+}
+
+/// A byte count for a sentence: as a user types it ("64K", "1.5M"), else "1537 bytes".
 pub fn fmt_size(b: u64) -> String {
-    const UNITS: [(&str, u64); 3] = [("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)];
-    match UNITS.into_iter().find(|(_, size)| b >= *size) {
-        Some((name, size)) if b % size == 0 => format!("{}{name}", b / size),
-        Some(_) => format!("{b} bytes, about {}", fmt_bytes(b)),
-        None => format!("{b} bytes"),
-    }
+    with_unit(b).unwrap_or_else(|| format!("{b} bytes"))
 }
 
 /// Formats microseconds with a sensible unit.
@@ -94,7 +149,9 @@ mod tests {
         assert_eq!(parse_bytes("1g").unwrap(), 1 << 30);
         assert!(parse_bytes("K").is_err());
         assert!(parse_bytes("12Q").is_err());
-        assert!(parse_bytes("99999999999999999999T").is_err());
+        let e = parse_bytes("99999999999999999999").unwrap_err().to_string();
+        assert!(e.contains("more bytes than artune can count"), "{e}");
+        assert!(parse_bytes("99999999999T").is_err());
     }
 
     #[test]
@@ -109,9 +166,60 @@ mod tests {
     fn sizes_in_sentences_read_as_typed_and_stay_exact() {
         assert_eq!(fmt_size(114688), "112K");
         assert_eq!(fmt_size(3 << 20), "3M");
-        assert_eq!(fmt_size(1537), "1537 bytes, about 1.5K");
+        assert_eq!(fmt_size(1537), "1537 bytes");
         assert_eq!(fmt_size(6), "6 bytes");
         assert_eq!(parse_bytes(&fmt_size(64 << 10)).unwrap(), 64 << 10);
+    }
+
+    #[test]
+    fn fractions_parse_only_where_they_name_whole_bytes() {
+        assert_eq!(parse_bytes("1.5K").unwrap(), 1536);
+        assert_eq!(parse_bytes("1.125K").unwrap(), 1152);
+        assert_eq!(parse_bytes("0.5M").unwrap(), 512 << 10);
+        let e = parse_bytes("1.2K").unwrap_err().to_string();
+        assert!(
+            e.contains("not a whole number of bytes") && e.contains("1228"),
+            "{e}"
+        );
+        for bad in ["1.", ".5K", "1..5K", "1.5.K", "1.5Q"] {
+            assert!(parse_bytes(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// The property the printing rests on: every size prints to text that parses back to it,
+    /// and the text is short (a unit, or bytes where no unit is exact in 3 decimals).
+    #[test]
+    fn every_printed_size_parses_back_to_its_bytes() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut values: Vec<u64> = (1..5000).collect();
+        for k in 10..=50 {
+            let p = 1u64 << k;
+            values.extend([
+                p - 1,
+                p,
+                p + 1,
+                p + p / 8,
+                p + 3 * p / 8,
+                p * 3 / 2,
+                p / 10 * 9,
+            ]);
+        }
+        for _ in 0..20000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            values.push(x >> (x % 40));
+        }
+        values.extend([u64::MAX, u64::MAX - 1, 1228, 1229, 1280, 5632, 1153434]);
+        for b in values {
+            for text in [fmt_bytes(b), fmt_size(b)] {
+                let typed = text.trim_end_matches(" bytes");
+                assert_eq!(parse_bytes(typed).unwrap(), b, "{b} printed as {text}");
+            }
+        }
+        assert_eq!(fmt_bytes(1229), "1229B");
+        assert_eq!(fmt_bytes(1280), "1.25K");
+        assert_eq!(fmt_bytes(5632), "5.5K");
     }
 
     #[test]
@@ -119,6 +227,8 @@ mod tests {
         assert_eq!(fmt_bytes(4096), "4K");
         assert_eq!(fmt_bytes(3 << 19), "1.5M");
         assert_eq!(fmt_bytes(100), "100B");
+        assert_eq!(fmt_bytes(1152), "1.125K");
+        assert_eq!(fmt_bytes((1 << 20) + 1024), "1025K");
         assert_eq!(fmt_us(4.26), "4.3 us");
         assert_eq!(fmt_us(2500.0), "2.50 ms");
     }

@@ -576,3 +576,105 @@ fn check_json_gives_the_verdict_with_the_same_exit_code() {
     let points = v["points"].as_array().unwrap();
     assert!(!points.is_empty() && points[0]["passes"].is_array(), "{v}");
 }
+
+/// A GPU busy with work no process is named for (on the H200: the driver releasing a process
+/// that had just exited) is read again, saying so, and measured once it settles; one that
+/// stays busy is refused after the wait.
+#[test]
+fn a_settling_gpu_is_waited_for_and_one_that_stays_busy_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("p.json");
+    let busy = r#"{"index": 0, "utilization_pct": 100, "free_bytes": 1073741824,
+                   "total_bytes": 151397597184}"#;
+    let settling = dir.path().join("settling.json");
+    std::fs::write(
+        &settling,
+        format!(
+            r#"[{{"gpus": [{busy}]}}, {{"gpus": [{{"index": 0, "utilization_pct": 60}}]}},
+               {{"gpus": [{{"index": 0, "utilization_pct": 0}}]}}]"#
+        ),
+    )
+    .unwrap();
+    let stays = dir.path().join("stays.json");
+    std::fs::write(&stays, format!(r#"{{"gpus": [{busy}]}}"#)).unwrap();
+    let tune = |reading: &std::path::Path| {
+        artune(&[
+            "tune",
+            "--sim",
+            "pcie-2x",
+            "--mode",
+            "graph",
+            "--sizes",
+            "4K:8K",
+            "--no-contention",
+            "--sim-occupancy",
+            reading.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ])
+    };
+    let waiting = "waiting up to 10 s for the GPUs to settle (GPU 0 100% utilized with no \
+                   process NVML names, 1G of 141G free)";
+    let o = tune(&settling);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert_eq!(err.matches(waiting).count(), 1, "{err}");
+    let o = tune(&stays);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.starts_with(waiting), "{err}");
+    assert!(
+        err.contains("another process is using the GPUs tune would measure"),
+        "{err}"
+    );
+}
+
+/// Two artune processes measuring one GPU: the second waits for the first's lock, saying
+/// whom it waits for, and measures once the first is done (here the first is this test,
+/// holding the GPU's lock as a tune would).
+#[test]
+fn a_second_measurement_of_the_same_gpu_waits_for_the_first() {
+    use artune::topology::lock;
+    let dir = tempfile::tempdir().unwrap();
+    let gpu = format!("GPU-lock-binary-{}", std::process::id());
+    let reading = dir.path().join("idle.json");
+    std::fs::write(
+        &reading,
+        format!(r#"{{"gpus": [{{"index": 0, "uuid": "{gpu}", "utilization_pct": 0}}]}}"#),
+    )
+    .unwrap();
+    let first = lock::acquire(std::slice::from_ref(&gpu), "tune", lock::WAIT, &mut |_| {}).unwrap();
+    let out = dir.path().join("p.json");
+    let second = common::dies_with_test(common::BIN)
+        .args([
+            "tune", "--sim", "pcie-2x", "--mode", "graph", "--sizes", "4K:8K",
+        ])
+        .args([
+            "--no-contention",
+            "--sim-occupancy",
+            reading.to_str().unwrap(),
+        ])
+        .args(["--out", out.to_str().unwrap()])
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert!(
+        !out.exists(),
+        "the second measured while the first held the GPU"
+    );
+    drop(first);
+    let o = second.wait_with_output().unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let pid = std::process::id();
+    assert!(
+        err.starts_with(&format!(
+            "waiting up to 60 s for another artune (pid {pid} (tune)) to finish measuring GPU {gpu}"
+        )),
+        "{err}"
+    );
+    assert!(out.exists());
+    let _ = std::fs::remove_file(lock::path(&gpu));
+}

@@ -220,3 +220,29 @@ fn committed_h200_capture_loads() {
         assert!(s.contains(want), "`{want}` missing from:\n{s}");
     }
 }
+
+/// docs/FORMATS.md invites describing a machine by editing `topo --json`: a file with GPUs
+/// removed from the end (and their pairs left in) is that machine, not a broken limit.
+#[test]
+fn a_topo_json_with_gpus_removed_describes_the_smaller_machine() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = artune(&["topo", "--sim", "pcie-8x-2switch", "--json"]);
+    assert!(json.status.success());
+    let mut v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    v["gpus"].as_array_mut().unwrap().truncate(4);
+    assert_eq!(
+        v["pairs"].as_array().unwrap().len(),
+        56,
+        "pairs left as written"
+    );
+    let path = dir.path().join("four.json");
+    std::fs::write(&path, v.to_string()).unwrap();
+    let p = path.to_str().unwrap();
+    let o = artune(&["topo", "--topology", p]);
+    assert!(o.status.success(), "{}", common::text(&o.stderr));
+    assert!(stdout(&o).starts_with("4 GPUs"), "{}", stdout(&o));
+    let out = dir.path().join("p.json");
+    let args = ["tune", "--topology", p, "--tp", "4", "--sizes", "1K:4K"];
+    let o = artune(&[&args[..], &["--out", out.to_str().unwrap()]].concat());
+    assert!(o.status.success(), "{}", common::text(&o.stderr));
+}

@@ -107,7 +107,10 @@ fn select_refuses_what_the_profile_does_not_cover() {
             ["--tp", "8", "--bytes", "4K"],
             "no TP8 graph group (it has TP2 graph",
         ),
-        (["--tp", "2", "--bytes", "1G"], "above the largest size"),
+        (
+            ["--tp", "2", "--bytes", "1G"],
+            "1G is above the largest size",
+        ),
     ] {
         let o = artune(&[&["select", p.as_str()][..], &args[..]].concat());
         assert_eq!(o.code, 6, "{args:?}: {}", o.stderr);
@@ -123,6 +126,16 @@ fn select_refuses_what_the_profile_does_not_cover() {
         2,
         "at least 1 byte",
     );
+    // A group of fewer than 2 GPUs is not a question a profile could answer: bad input.
+    for tp in ["0", "1"] {
+        for cmd in ["select", "why"] {
+            fails(
+                &[cmd, &p, "--tp", tp, "--bytes", "4K"],
+                2,
+                "an allreduce needs at least 2 GPUs",
+            );
+        }
+    }
 }
 
 #[test]

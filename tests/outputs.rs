@@ -84,7 +84,7 @@ fn a_device_or_fifo_is_refused_and_left_as_it_was() {
 fn a_symlinked_out_replaces_its_target_and_stays_a_link() {
     let dir = tempfile::tempdir().unwrap();
     let target = dir.path().join("real.json");
-    std::fs::write(&target, "old").unwrap();
+    std::fs::write(&target, r#"{"schema_version": 0}"#).unwrap();
     let link = dir.path().join("link.json");
     std::os::unix::fs::symlink("real.json", &link).unwrap();
     let o = tune(&["--out", link.to_str().unwrap()]);
@@ -95,7 +95,7 @@ fn a_symlinked_out_replaces_its_target_and_stays_a_link() {
         .is_symlink());
     let now = std::fs::read_to_string(&target).unwrap();
     assert!(
-        now.contains("schema_version"),
+        now.contains("tool_version"),
         "the target kept the old profile: {now}"
     );
 }
@@ -106,7 +106,7 @@ fn an_unwritable_plot_is_found_before_measuring_and_named() {
     let file = dir.path().join("a-file");
     std::fs::write(&file, "x").unwrap();
     let p = dir.path().join("p.json");
-    std::fs::write(&p, "previous").unwrap();
+    std::fs::write(&p, r#"{"schema_version": 0}"#).unwrap();
     let o = tune(&[
         "--out",
         p.to_str().unwrap(),
@@ -116,5 +116,107 @@ fn an_unwritable_plot_is_found_before_measuring_and_named() {
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.starts_with("error: --plot "), "{err}");
-    assert_eq!(std::fs::read_to_string(&p).unwrap(), "previous");
+    assert_eq!(
+        std::fs::read_to_string(&p).unwrap(),
+        r#"{"schema_version": 0}"#
+    );
+}
+
+/// Runs artune, expects bad input in one sentence holding `needle`, and returns it.
+fn refused(args: &[&str], needle: &str) -> String {
+    let o = artune(args);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(needle), "{args:?}: {err}");
+    err
+}
+
+/// A file that is not artune's is never replaced without `--force`: not by a tune, an export,
+/// fleet's metrics, nor plots; artune's own files (a profile of another version, an export)
+/// are replaced as before.
+#[test]
+fn a_file_artune_did_not_write_is_never_replaced_without_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let at = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    let notes = at("notes.txt");
+    std::fs::write(&notes, "my notes\n").unwrap();
+    let err = refused(
+        &[&TUNE[..], &["--out", &notes]].concat(),
+        "that file is not an artune profile and this would replace it",
+    );
+    assert!(err.contains("--force"), "{err}");
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "my notes\n");
+
+    // Another version's profile is artune's: a tune replaces it.
+    let profile = at("p.json");
+    std::fs::write(
+        &profile,
+        r#"{"schema_version": 0, "tool_version": "0.0.1"}"#,
+    )
+    .unwrap();
+    assert!(tune(&["--out", &profile]).status.success());
+    // An export replaces its own file, and not the notes.
+    let export = [
+        "export",
+        &profile,
+        "--engine",
+        "nccl",
+        "--allow-simulated",
+        "--out",
+    ];
+    let env = at("nccl.env");
+    for _ in 0..2 {
+        let o = artune(&[&export[..], &[&env]].concat());
+        assert!(o.status.success(), "{}", text(&o.stderr));
+    }
+    refused(&[&export[..], &[&notes]].concat(), "not an artune export");
+    refused(
+        &["fleet", dir.path().to_str().unwrap(), "--prom", &notes],
+        "not artune's metrics",
+    );
+    // A plot's name on a file that is no plot: neither replaced nor removed.
+    let plots = at("plots");
+    std::fs::create_dir(&plots).unwrap();
+    let fake = format!("{plots}/tp9-gpus0_1.svg");
+    std::fs::write(&fake, "not a plot").unwrap();
+    refused(
+        &[&TUNE[..], &["--out", &profile, "--plot", &plots]].concat(),
+        "not an SVG plot",
+    );
+    assert_eq!(std::fs::read_to_string(&fake).unwrap(), "not a plot");
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "my notes\n");
+
+    let o = tune(&["--out", &notes, "--force"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(std::fs::read_to_string(&notes)
+        .unwrap()
+        .contains("schema_version"));
+}
+
+/// "Not a valid profile" advice fits the file: a topology file is passed as --topology, a file
+/// that is not JSON is not to be tuned over, a profile of another version is.
+#[test]
+fn advice_about_a_file_that_is_no_profile_fits_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let at = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    let topo = at("box.json");
+    let o = artune(&["topo", "--sim", "pcie-2x", "--json"]);
+    std::fs::write(&topo, &o.stdout).unwrap();
+    let err = refused(&["show", &topo], "it is a topology file");
+    let tune_over = format!("--out {topo}");
+    assert!(
+        err.contains(&format!("--topology {topo}")) && !err.contains(&tune_over),
+        "{err}"
+    );
+    let notes = at("notes.txt");
+    std::fs::write(&notes, "my notes\n").unwrap();
+    let err = refused(&["show", &notes], "it is not valid JSON");
+    assert!(!err.contains("--out"), "{err}");
+    let old = at("old.json");
+    std::fs::write(&old, r#"{"schema_version": 0}"#).unwrap();
+    refused(
+        &["show", &old],
+        &format!("run `artune tune --out {old}` to write a new one"),
+    );
 }

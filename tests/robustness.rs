@@ -877,7 +877,10 @@ fn bad_pairs_are_named() {
         let p = t.pairs[0].clone();
         t.pairs.push(p);
     });
-    assert_has(&terr(&extra), &["13 GPU pairs", "at most 12"]);
+    assert_has(
+        &terr(&extra),
+        &["13 GPU pairs, but its 4 GPUs have 12 ordered pairs"],
+    );
     let partial = with_pairs(&|t| t.pairs.truncate(5));
     assert_has(&terr(&partial), &["5 of the 12 ordered GPU pairs"]);
     let to_self = with_pairs(&|t| t.pairs[0].to = 0);

@@ -240,6 +240,16 @@ fn situations(root: &Path) -> Vec<Said> {
     let d = at("broken");
     std::fs::write(d.join("bad.json"), "{").unwrap();
     out.push(say("a broken profile", &d, &["show", "bad.json"], &[]));
+    std::fs::write(d.join("old.json"), r#"{"schema_version": 0}"#).unwrap();
+    out.push(say("an old profile", &d, &["show", "old.json"], &[]));
+    let topo = artune_in(&d, &["topo", "--sim", "pcie-2x", "--json"], &[]);
+    std::fs::write(d.join("box.json"), topo.stdout).unwrap();
+    out.push(say(
+        "a topology file as a profile",
+        &d,
+        &["show", "box.json"],
+        &[],
+    ));
     // doctor's advice: on a model, with a simulated profile, with NCCL variables set, and on
     // fixture trees where P2P, a link or another process is wrong.
     let d = at("doctor");

@@ -599,3 +599,40 @@ fn a_simulated_regret_is_headlined_beyond_the_models_error() {
         "{regrets:?}"
     );
 }
+
+/// A size range the machine cannot hold is refused before measuring, in one sentence (exit 2):
+/// 1K:1T once ended in "this is a bug in artune", and 1K:512G on 96 GiB GPUs passed.
+#[test]
+fn a_size_range_beyond_the_gpus_or_the_profile_is_refused_up_front() {
+    let out = tmp().join("too-big.json");
+    // A machine whose file states no GPU memory: only the profile's limit bounds the range.
+    let json = artune(&["topo", "--sim", "pcie-2x", "--json"]);
+    let mut v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    for g in v["gpus"].as_array_mut().unwrap() {
+        g.as_object_mut().unwrap().remove("memory_bytes");
+    }
+    let unsized_box = tmp().join("no-memory.json");
+    std::fs::write(&unsized_box, v.to_string()).unwrap();
+    let file = ["--topology", unsized_box.to_str().unwrap()];
+    for (machine, sizes, needle) in [
+        (
+            &file,
+            "1K:1T",
+            "more than the 1T per GPU a profile records; choose HIGH at most 256G",
+        ),
+        (
+            &["--sim", "pcie-2x"],
+            "1K:512G",
+            "needs 1T per GPU for its input and output, more than the 96G GPU 0 has; \
+             choose HIGH at most 32G",
+        ),
+    ] {
+        let args = [&["tune"], &machine[..], &["--sizes", sizes, "--out"]].concat();
+        let o = artune(&[&args[..], &[out.to_str().unwrap()]].concat());
+        let err = common::text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{sizes}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(needle), "{sizes}: {err}");
+        assert!(!out.exists());
+    }
+}

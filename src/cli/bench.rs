@@ -96,6 +96,8 @@ fn bench_kernels(a: BenchKernelsArgs) -> Result<i32, Error> {
     // Find out now, not after minutes on the GPU, that the report cannot be written.
     if let Some(path) = &a.out {
         crate::profile::check_writable(path)?;
+        use crate::profile::paths::{check_replace, Writes};
+        check_replace(path, "--out", Writes::Json("benchmark"), a.force)?;
     }
     let report = kernels(a.loopback, &backends, &sizes, &islands)?;
     if let Some(path) = &a.out {

@@ -31,6 +31,12 @@ fn asked_group<'p>(
     a: &MessageArgs,
 ) -> Result<Result<&'p GroupProfile, String>, Error> {
     let mode: Mode = a.mode.into();
+    if a.tp < 2 {
+        return Err(Error::bad_input(format!(
+            "--tp {}: an allreduce needs at least 2 GPUs; give the group's size, e.g. --tp 2",
+            a.tp
+        )));
+    }
     if let Some(gpus) = &a.gpus {
         let mut sorted = gpus.clone();
         sorted.sort_unstable();
@@ -102,10 +108,11 @@ fn outside(a: &MessageArgs, g: &GroupProfile, bytes: u64, why: UnknownReason) ->
         ),
     };
     format!(
-        "{bytes} bytes is {side} size {} measured for {} ({} bytes{note}); {hint}",
+        "{} is {side} size {} measured for {} ({}{note}); {hint}",
+        crate::units::fmt_size(bytes),
         a.profile.display(),
         report::group_label(g),
-        at.map_or(0, |b| b.bytes)
+        crate::units::fmt_size(at.map_or(0, |b| b.bytes))
     )
 }
 
@@ -261,6 +268,15 @@ pub fn export(a: ExportArgs) -> Result<i32, Error> {
         use crate::profile::paths::{check_output, Expect};
         let one = !a.engine.writes_several() && e.files.len() == 1 && !out.is_dir();
         check_output(out, "--out", if one { Expect::File } else { Expect::Dir })?;
+        use crate::profile::paths::{check_replace, Writes};
+        match one {
+            true => check_replace(out, "--out", Writes::Export, a.force)?,
+            false => {
+                for f in &e.files {
+                    check_replace(&out.join(&f.name), "--out", Writes::Export, a.force)?;
+                }
+            }
+        }
     }
     warn_simulated(&a.profile, &p);
     match a.out {

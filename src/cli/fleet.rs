@@ -24,15 +24,20 @@ pub struct FleetArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Replace the output even where the file there is not one artune wrote (refused without).
+    #[arg(long)]
+    pub force: bool,
 }
 
 pub fn run(a: FleetArgs) -> Result<i32, Error> {
     let out_dir = a.out.clone().unwrap_or_else(|| a.dir.join("classes"));
     if let Some(p) = &a.prom {
-        crate::profile::paths::check_output(p, "--prom", crate::profile::paths::Expect::File)?;
+        use crate::profile::paths::{check_output, check_replace, Expect, Writes};
+        check_output(p, "--prom", Expect::File)?;
+        check_replace(p, "--prom", Writes::Metrics, a.force)?;
     }
     let (mut report, collected) = crate::fleet::run(&a.dir, a.dtype.map(Into::into))?;
-    let warnings = crate::fleet::write_class_profiles(&mut report, &collected, &out_dir)?;
+    let warnings = crate::fleet::write_class_profiles(&mut report, &collected, &out_dir, a.force)?;
     if let Some(p) = &a.prom {
         crate::profile::write_atomic(p, output::prom(&report).as_bytes())?;
     }

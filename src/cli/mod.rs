@@ -179,6 +179,9 @@ pub struct TuneArgs {
     /// Write SVG plots into this directory.
     #[arg(long, value_name = "DIR")]
     pub plot: Option<PathBuf>,
+    /// Replace the output even where the file there is not one artune wrote (refused without).
+    #[arg(long)]
+    pub force: bool,
     /// One GPU as K virtual ranks (custom kernels on one device; NCCL with one rank).
     #[arg(long, value_name = "K")]
     pub loopback: Option<usize>,
@@ -287,6 +290,9 @@ pub struct ExportArgs {
     /// Write here instead of standard output (a directory for multi-file exports).
     #[arg(long, short)]
     pub out: Option<PathBuf>,
+    /// Replace the output even where the file there is not one artune wrote (refused without).
+    #[arg(long)]
+    pub force: bool,
     /// Ranks of the deployment (TP x PP), for TensorRT-LLM's per-rank cache sections
     /// (default: the largest TP size exported).
     #[arg(long)]
@@ -385,6 +391,9 @@ pub struct BenchKernelsArgs {
     /// Also write the results (JSON) to this file.
     #[arg(long, short)]
     pub out: Option<PathBuf>,
+    /// Replace the output even where the file there is not one artune wrote (refused without).
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// `--version`: the crate's version and the commit it was built from (build.rs).

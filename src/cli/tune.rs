@@ -8,6 +8,7 @@ use super::{ShowArgs, TuneArgs};
 use crate::cancel::Cancel;
 use crate::error::Error;
 use crate::measure::Harness;
+use crate::profile::paths::{self, check_replace, Writes};
 use crate::profile::{Profile, Sampling};
 use crate::topology::occupancy::Neighbours;
 use crate::{report, tune, units};
@@ -25,6 +26,8 @@ struct Tune {
     /// `--out` with `{host}` replaced, checked writable.
     out: std::path::PathBuf,
     plot: Option<std::path::PathBuf>,
+    /// `--sizes` as typed, for messages.
+    sizes: String,
     json: bool,
     node: crate::profile::Node,
     /// `--tp` as given (each at least 2); empty: the default for the machine.
@@ -41,8 +44,10 @@ impl Tune {
         node.args = std::env::args().skip(1).collect();
         let out = out_path(&a.out, &node)?;
         crate::profile::check_writable(&out)?;
+        check_replace(&out, "--out", Writes::Profile, a.force)?;
         if let Some(dir) = &a.plot {
-            crate::profile::paths::check_output(dir, "--plot", crate::profile::paths::Expect::Dir)?;
+            paths::check_output(dir, "--plot", paths::Expect::Dir)?;
+            report::check_plot_dir(dir, a.force)?;
         }
         let dtype = a.dtype.into();
         let (min_bytes, max_bytes) = sizes(&a.sizes, dtype)?;
@@ -55,6 +60,7 @@ impl Tune {
             allow_busy: a.allow_busy,
             out,
             plot: a.plot,
+            sizes: a.sizes,
             json: a.json,
             node,
             tp: a
@@ -79,8 +85,9 @@ impl Tune {
         })
     }
 
-    /// The pipeline's options for a machine of `gpus` GPUs: the one check that needs it.
-    fn options(&self, gpus: usize) -> Result<tune::Options, Error> {
+    /// The pipeline's options for the machine `topo`: the checks that need it.
+    fn options(&self, topo: &crate::topology::Topology) -> Result<tune::Options, Error> {
+        let gpus = topo.gpu_count();
         if let Some(t) = self.tp.iter().find(|&&t| t > gpus) {
             return Err(Error::bad_input(format!(
                 "--tp {t} does not fit this machine of {gpus} GPUs; choose sizes from 2 to {gpus}"
@@ -101,11 +108,68 @@ impl Tune {
                 )));
             }
         }
+        self.sizes_fit(topo, &tuned)?;
         Ok(tune::Options {
             tp: self.tp.clone(),
             islands: self.islands.clone(),
             ..self.options.clone()
         })
+    }
+}
+
+impl Tune {
+    /// `--sizes`' largest message fits, before anything is measured: every custom kernel's
+    /// buffers for it within what a profile may record, and its input and output (on each of
+    /// the ranks a GPU holds) within the memory of every GPU that says how much it has.
+    fn sizes_fit(&self, topo: &crate::topology::Topology, tuned: &[usize]) -> Result<(), Error> {
+        use crate::allreduce::{memory, Backend, Ranks};
+        let high = self.options.max_bytes;
+        let limit = crate::profile::LIMITS.buffer_bytes;
+        let ranks = self.loopback.unwrap_or(1) as u64;
+        let need = high.saturating_mul(2 * ranks);
+        let small = topo
+            .gpus
+            .iter()
+            .filter_map(|g| Some((g.index, g.memory_bytes?)))
+            .min_by_key(|&(_, m)| m);
+        if let Some((gpu, mem)) = small.filter(|&(_, m)| need > m) {
+            let on = match ranks {
+                1 => String::new(),
+                k => format!(" on {k} ranks"),
+            };
+            return Err(Error::bad_input(format!(
+                "--sizes {}: a {} message needs {} per GPU for its input and output{on}, more than the {} GPU {gpu} has; choose HIGH at most {}",
+                self.sizes,
+                units::fmt_size(high),
+                units::fmt_size(need),
+                units::fmt_size(mem),
+                units::fmt_size(pow2_floor(mem / (2 * ranks)))
+            )));
+        }
+        let most = tuned
+            .iter()
+            .flat_map(|&t| Backend::ALL.iter().map(move |&b| (b, Ranks::flat(t))))
+            .filter(|(b, _)| b.is_custom())
+            .filter_map(|(b, r)| memory::largest_within(b, r, limit, 0))
+            .min();
+        if let Some(most) = most.filter(|&m| m < high) {
+            return Err(Error::bad_input(format!(
+                "--sizes {}: custom kernels' buffers for {} would be more than the {} per GPU a profile records; choose HIGH at most {}",
+                self.sizes,
+                units::fmt_size(high),
+                units::fmt_size(limit),
+                units::fmt_size(pow2_floor(most))
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The largest power of two at most `b` (1 for 0): a bound a user can type back exactly.
+fn pow2_floor(b: u64) -> u64 {
+    match b {
+        0 => 1,
+        b => 1 << (63 - b.leading_zeros()),
     }
 }
 
@@ -311,7 +375,7 @@ pub fn run(a: TuneArgs) -> Result<i32, Error> {
         busy,
         neighbours,
         cancel,
-        ..t.options(fabric.topology().gpu_count())?
+        ..t.options(fabric.topology())?
     };
     status.stage("planning the GPU groups and sizes");
     let result = tune::run(fabric.as_mut(), &opts, &mut |p| status.progress(p));
@@ -349,37 +413,72 @@ pub fn occupancy_gate(
     allow_busy: bool,
     command: &str,
 ) -> Result<(Vec<crate::profile::environment::BusyGpu>, Neighbours), Error> {
-    use crate::topology::occupancy;
+    use crate::topology::{lock, occupancy};
     let simulated = source.sim.is_some() || source.topology.is_some();
-    let (reading, watch) = match fake {
-        Some(f) => {
-            let readings = occupancy::read_file_polls(f)?;
-            let first = readings[0].clone();
-            (first, Neighbours::script(readings, command, allow_busy))
-        }
-        None if simulated => return Ok((Vec::new(), Neighbours::default())),
-        None => match occupancy::read_nvml(None, std::time::Duration::from_secs(1)) {
-            Ok(mut r) => {
-                let uuids: Vec<(usize, String)> = r
-                    .gpus
-                    .iter()
-                    .filter_map(|g| Some((g.index, g.uuid.clone()?)))
-                    .collect();
-                let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
-                let keep = occupancy::cuda_indices(visible.as_deref(), &uuids, loopback.is_some());
-                if let Some(keep) = &keep {
-                    r.gpus.retain(|g| keep.contains(&g.index));
+    // Readings until the GPUs are free or in use (occupancy::settle), one per second: from
+    // NVML, or from the testing file in turn.
+    let script = fake.map(occupancy::read_file_polls).transpose()?;
+    if script.is_none() && simulated {
+        return Ok((Vec::new(), Neighbours::default()));
+    }
+    let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+    let (mut readings, mut kept, mut locks) = (Vec::new(), None, None);
+    let mut said = false;
+    loop {
+        let reading = match &script {
+            Some(list) => list[readings.len().min(list.len() - 1)].clone(),
+            None => match occupancy::read_nvml(None, occupancy::SAMPLE) {
+                Ok(mut r) => {
+                    let uuids: Vec<(usize, String)> = r
+                        .gpus
+                        .iter()
+                        .filter_map(|g| Some((g.index, g.uuid.clone()?)))
+                        .collect();
+                    kept = occupancy::cuda_indices(visible.as_deref(), &uuids, loopback.is_some());
+                    if let Some(keep) = &kept {
+                        r.gpus.retain(|g| keep.contains(&g.index));
+                    }
+                    r
                 }
-                let watch = Neighbours::nvml(keep, command, allow_busy).unwrap_or_default();
-                (r, watch)
+                // Opening the GPUs will say what is wrong with NVML or the driver.
+                Err(e) => {
+                    tracing::debug!("GPU occupancy not read: {e}");
+                    return Ok((Vec::new(), Neighbours::default()));
+                }
+            },
+        };
+        // Another artune's workers would look like a neighbour: wait for its lock first, then
+        // read the GPUs afresh.
+        if locks.is_none() {
+            let gpus: Vec<String> = reading.gpus.iter().filter_map(|g| g.uuid.clone()).collect();
+            let mut waited = false;
+            let held = lock::acquire(&gpus, command, lock::WAIT, &mut |w| {
+                waited = true;
+                eprintln!("{w}");
+            })
+            .map_err(Error::bad_input)?;
+            locks = Some(held);
+            if waited {
+                continue;
             }
-            // Opening the GPUs will say what is wrong with NVML or the driver.
-            Err(e) => {
-                tracing::debug!("GPU occupancy not read: {e}");
-                return Ok((Vec::new(), Neighbours::default()));
+        }
+        readings.push(reading);
+        match occupancy::settle(&readings) {
+            occupancy::Settle::Wait(what) if !allow_busy => {
+                if !std::mem::replace(&mut said, true) {
+                    eprintln!("{what}");
+                }
             }
-        },
-    };
+            _ => break,
+        }
+    }
+    let taken = readings.len();
+    let reading = readings.pop().unwrap_or_default();
+    let watch = match script {
+        Some(list) => Neighbours::script(list, taken, command, allow_busy),
+        None => Neighbours::nvml(kept, command, allow_busy).unwrap_or_default(),
+    }
+    .holding(locks.unwrap_or_default());
     match (reading.refusal(command), reading.describe()) {
         (Some(_), Some(what)) if allow_busy => {
             eprintln!("warning: measuring beside other work (--allow-busy, recorded in the profile): {what}");
@@ -496,11 +595,12 @@ mod tests {
             panic!("not tune")
         };
         let t = super::Tune::from_args(a).unwrap();
-        let e = t.options(2).unwrap_err().to_string();
+        let machine = |m| crate::topology::presets::get(m).unwrap();
+        let e = t.options(&machine("pcie-2x")).unwrap_err().to_string();
         assert!(
             e.contains("--tp 4 does not fit this machine of 2 GPUs"),
             "{e}"
         );
-        assert_eq!(t.options(4).unwrap().tp, vec![4]);
+        assert_eq!(t.options(&machine("pcie-4x-1switch")).unwrap().tp, vec![4]);
     }
 }

@@ -152,6 +152,7 @@ pub fn write_class_profiles(
     report: &mut FleetReport,
     collected: &Collected,
     out_dir: &std::path::Path,
+    force: bool,
 ) -> Result<Vec<String>, Error> {
     let mut classes: Vec<String> = report
         .classes
@@ -177,6 +178,11 @@ pub fn write_class_profiles(
         let profile = profile?;
         let hash = class.strip_prefix("sha256:").unwrap_or(&class);
         let path = out_dir.join(format!("class-{hash}.json"));
+        use crate::profile::paths::{check_replace, Writes};
+        if let Err(e) = check_replace(&path, "--out", Writes::Profile, force) {
+            warnings.push(format!("class profile not written: {e}"));
+            continue;
+        }
         match profile.write_atomic(&path) {
             Ok(()) => {
                 report

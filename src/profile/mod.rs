@@ -410,10 +410,9 @@ impl Profile {
     pub fn load(path: &Path) -> Result<Profile, Error> {
         // Bounded read: a device or pipe named as a profile cannot make us allocate without end.
         let text = crate::topology::file::read_text(path, LIMITS.file_bytes, "profile")?;
-        Profile::parse(&text).map_err(|e| Error::Parse {
+        Profile::parse(&text).map_err(|error| Error::Profile {
             path: path.into(),
-            what: "profile",
-            reason: e.to_string(),
+            error,
         })
     }
 

@@ -12,11 +12,18 @@ use serde::Deserialize;
 pub enum ProfileError {
     #[error("it is {len} bytes, more than the {limit} a profile may have")]
     TooLarge { len: u64, limit: u64 },
-    /// Not JSON, or JSON of the wrong shape (a missing field, a value of the wrong type).
+    /// Not JSON at all (a notes file, a binary): nothing says it is a profile.
+    #[error("{0}")]
+    NotJson(String),
+    /// JSON of the wrong shape for its schema version (a missing field, a value of the wrong
+    /// type).
     #[error("{0}")]
     Json(String),
     #[error("it has no `schema_version`; it is not an artune profile")]
     NotAProfile,
+    /// JSON in the topology file format (`artune topo --json`), given where a profile goes.
+    #[error("it is a topology file (the format `artune topo --json` writes), not a profile")]
+    TopologyFile,
     #[error("its `schema_version` is {0}, not a version number")]
     SchemaNotANumber(String),
     #[error("it has schema version {found}, newer than this artune reads ({SCHEMA_VERSION}); upgrade artune or re-run the tune with this version")]
@@ -28,6 +35,25 @@ pub enum ProfileError {
     /// Sound JSON of the right shape that breaks a rule: a limit, an order, a reference.
     #[error("{0}")]
     Invalid(String),
+}
+
+impl ProfileError {
+    /// Whether the file is an artune profile, perhaps of another version or broken: one a
+    /// tune may replace (`--out`), where a file that is not one is refused without `--force`.
+    pub fn is_a_profile(&self) -> bool {
+        match self {
+            ProfileError::TooLarge { .. }
+            | ProfileError::NotJson(_)
+            | ProfileError::NotAProfile
+            | ProfileError::TopologyFile => false,
+            ProfileError::Json(_)
+            | ProfileError::SchemaNotANumber(_)
+            | ProfileError::SchemaTooNew { .. }
+            | ProfileError::SchemaUnsupported { .. }
+            | ProfileError::Topology(_)
+            | ProfileError::Invalid(_) => true,
+        }
+    }
 }
 
 /// Documented limits (docs/FORMATS.md, "Limits").
@@ -71,10 +97,11 @@ pub(super) fn parse(text: &str) -> Result<Profile, ProfileError> {
         });
     }
     // Syntax, depth and repeated keys first, so the typed passes below only meet sound JSON.
-    file::check_json(text).map_err(ProfileError::Json)?;
+    file::check_json(text).map_err(ProfileError::NotJson)?;
     let json = |e: serde_json::Error| ProfileError::Json(file::describe(&e, text));
     let peek: Peek = serde_json::from_str(text).map_err(json)?;
     match peek.schema_version {
+        None if file::parse(text).is_ok() => return Err(ProfileError::TopologyFile),
         None => return Err(ProfileError::NotAProfile),
         Some(v) => match v.as_u64() {
             None => return Err(ProfileError::SchemaNotANumber(short(&v))),

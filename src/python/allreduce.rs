@@ -61,7 +61,11 @@ impl Routes {
     /// backends. Raises ArtuneError, with the reason, where the profile routes nothing.
     #[staticmethod]
     #[pyo3(signature = (profile, tp, only = None))]
-    fn from_profile(profile: &Profile, tp: i64, only: Option<Vec<String>>) -> PyResult<Routes> {
+    fn from_profile(
+        profile: &Profile,
+        tp: &Bound<'_, PyAny>,
+        only: Option<Vec<String>>,
+    ) -> PyResult<Routes> {
         let only = only
             .map(|v| v.iter().map(|s| backend(s)).collect::<PyResult<Vec<_>>>())
             .transpose()?;
@@ -76,13 +80,11 @@ impl Routes {
     #[pyo3(signature = (profile, tp, backend, max_bytes = None))]
     fn forced(
         profile: &Profile,
-        tp: i64,
+        tp: &Bound<'_, PyAny>,
         backend: &str,
         max_bytes: Option<i64>,
     ) -> PyResult<Routes> {
-        let max = max_bytes
-            .map(|m| unsigned("the largest message in bytes", m))
-            .transpose()?;
+        let max = max_bytes.map(|m| unsigned("max_bytes", m)).transpose()?;
         Ok(Routes {
             routes: routes::Routes::forced(
                 &profile.profile,
@@ -136,7 +138,7 @@ impl Routes {
     /// The backend artune's kernels run for `nbytes` in `mode`, or None.
     #[pyo3(signature = (nbytes, mode = "graph"))]
     fn backend(&self, nbytes: i64, mode: &str) -> PyResult<Option<&'static str>> {
-        let bytes = unsigned("the message size in bytes", nbytes)?;
+        let bytes = unsigned("nbytes", nbytes)?;
         Ok(self
             .routes
             .backend(self::mode(mode)?, bytes)
@@ -173,7 +175,7 @@ impl AllreduceKernels {
     /// there is no GPU or driver.
     #[staticmethod]
     fn open(profile: &Profile, ordinal: i64) -> PyResult<AllreduceKernels> {
-        let ordinal = unsigned("the device index", ordinal)? as usize;
+        let ordinal = unsigned("ordinal", ordinal)? as usize;
         let recorded = &profile.profile.kernels;
         if recorded.is_empty() {
             return Err(ArtuneError::new_err(
@@ -212,10 +214,10 @@ impl AllreduceKernels {
         routes: &Routes,
     ) -> PyResult<String> {
         let (rank, world) = (
-            unsigned("the rank", rank)? as usize,
-            unsigned("the world size", world)? as usize,
+            unsigned("rank", rank)? as usize,
+            unsigned("world", world)? as usize,
         );
-        let on_gpu = unsigned("ranks on the GPU", ranks_on_gpu)?.clamp(1, 64) as u32;
+        let on_gpu = unsigned("ranks_on_gpu", ranks_on_gpu)?.clamp(1, 64) as u32;
         let r = &routes.routes;
         let mine = self
             .op()

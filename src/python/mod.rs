@@ -8,7 +8,7 @@ mod allreduce;
 use std::path::PathBuf;
 
 use pyo3::create_exception;
-use pyo3::exceptions::PyException;
+use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
 
 use crate::allreduce::{Backend, Mode};
@@ -44,23 +44,64 @@ create_exception!(
 fn to_py(e: Error) -> PyErr {
     let msg = e.to_string();
     match e {
-        Error::Read { .. } | Error::Parse { .. } => ProfileError::new_err(msg),
+        Error::Read { .. } | Error::Parse { .. } | Error::Profile { .. } => {
+            ProfileError::new_err(msg)
+        }
         Error::BadInput(_) | Error::Write { .. } => BadInputError::new_err(msg),
         Error::Hardware(_) => HardwareError::new_err(msg),
+        Error::NoMachine { reason, .. } => HardwareError::new_err(format!(
+            "{reason}, or check against a simulated machine with sim=PRESET or topology=FILE"
+        )),
         _ => ArtuneError::new_err(msg),
     }
 }
 
-/// A size or count from Python: a negative one is bad input in artune's words, not the
-/// OverflowError an unsigned argument would give.
-fn unsigned(what: &str, v: i64) -> PyResult<u64> {
-    u64::try_from(v).map_err(|_| {
-        pyo3::exceptions::PyValueError::new_err(format!("{what} {v} is negative; pass 0 or more"))
+/// An integer argument as i64, or a ValueError naming its keyword: a Python int too large for
+/// 64 bits would otherwise be a bare OverflowError that names nothing.
+fn int(name: &str, v: &Bound<'_, PyAny>) -> PyResult<i64> {
+    v.extract::<i64>().map_err(|e| {
+        if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(v.py()) {
+            PyValueError::new_err(format!(
+                "{name}={v} is too large: no allreduce has one that big; pass a value below 2**63"
+            ))
+        } else {
+            e
+        }
     })
 }
 
-fn tp_size(v: i64) -> PyResult<usize> {
-    Ok(unsigned("the TP size", v)? as usize)
+/// A size or count from Python: a negative one is bad input in artune's words, not the
+/// OverflowError an unsigned argument would give.
+fn unsigned(name: &str, v: i64) -> PyResult<u64> {
+    u64::try_from(v)
+        .map_err(|_| PyValueError::new_err(format!("{name}={v} is negative; pass 0 or more")))
+}
+
+/// A TP size as the engine plugins ask about it (a TP1 engine too: no answer, not an error).
+fn tp_size(v: &Bound<'_, PyAny>) -> PyResult<usize> {
+    Ok(unsigned("tp", int("tp", v)?)? as usize)
+}
+
+/// A message size as the engine plugins ask about it (an empty tensor too).
+fn size(v: &Bound<'_, PyAny>) -> PyResult<u64> {
+    unsigned("nbytes", int("nbytes", v)?)
+}
+
+/// A question as `artune select` and `why` take it: a group of at least 2 GPUs, a message of
+/// at least 1 byte; what they refuse (exit 2) this refuses, naming the keyword.
+fn question(tp: &Bound<'_, PyAny>, nbytes: &Bound<'_, PyAny>) -> PyResult<(usize, u64)> {
+    let (t, n) = (int("tp", tp)?, int("nbytes", nbytes)?);
+    if t < 2 {
+        return Err(PyValueError::new_err(format!(
+            "tp={t}: an allreduce needs at least 2 GPUs; pass the group's size, e.g. tp=2"
+        )));
+    }
+    if n < 1 {
+        return Err(PyValueError::new_err(format!(
+            "nbytes={n} is not a message; pass its size in bytes, at least 1"
+        )));
+    }
+    Ok((t as usize, n as u64))
 }
 
 fn mode(m: &str) -> PyResult<Mode> {
@@ -136,6 +177,18 @@ pub struct Check {
     unchecked: Vec<String>,
 }
 
+#[pymethods]
+impl Check {
+    fn __repr__(&self) -> String {
+        format!(
+            "Check(holds={}, changes={:?}, unchecked={:?})",
+            if self.holds { "True" } else { "False" },
+            self.changes,
+            self.unchecked
+        )
+    }
+}
+
 /// A validated profile and the selector every consumer answers through.
 #[pyclass(module = "artune", frozen)]
 pub struct Profile {
@@ -182,8 +235,13 @@ impl Profile {
     /// The choice for one allreduce of `nbytes` bytes on `tp` ranks, or None where the profile
     /// has no answer (keep the engine's default).
     #[pyo3(signature = (tp, nbytes, mode = "graph"))]
-    fn select(&self, tp: i64, nbytes: i64, mode: &str) -> PyResult<Option<Choice>> {
-        let (tp, nbytes) = (tp_size(tp)?, unsigned("the message size in bytes", nbytes)?);
+    fn select(
+        &self,
+        tp: &Bound<'_, PyAny>,
+        nbytes: &Bound<'_, PyAny>,
+        mode: &str,
+    ) -> PyResult<Option<Choice>> {
+        let (tp, nbytes) = question(tp, nbytes)?;
         let q = Query {
             tp,
             mode: self::mode(mode)?,
@@ -214,20 +272,32 @@ impl Profile {
     /// backend's time and interval, the rule that chose, what forcing each alternative costs,
     /// and what each engine runs there.
     #[pyo3(signature = (tp, nbytes, mode = "graph"))]
-    fn explain(&self, tp: i64, nbytes: i64, mode: &str) -> PyResult<String> {
-        let (tp, nbytes) = (tp_size(tp)?, unsigned("the message size in bytes", nbytes)?);
+    fn explain(
+        &self,
+        tp: &Bound<'_, PyAny>,
+        nbytes: &Bound<'_, PyAny>,
+        mode: &str,
+    ) -> PyResult<String> {
+        let (tp, nbytes) = question(tp, nbytes)?;
         let q = Query {
             tp,
             mode: self::mode(mode)?,
             gpus: None,
         };
+        if self.profile.group(q).is_none() {
+            return Err(BadInputError::new_err(format!(
+                "the profile has no TP{tp} {} group (it has {}); pass one of those as tp= and mode=",
+                q.mode.id(),
+                crate::export::group_names(&self.profile)
+            )));
+        }
         let w = crate::export::why::explain(&self.profile, q, nbytes).map_err(to_py)?;
         Ok(crate::export::why::render(&w))
     }
 
     /// The group's bands, ascending: what an engine configures once at start-up.
     #[pyo3(signature = (tp, mode = "graph"))]
-    fn bands(&self, tp: i64, mode: &str) -> PyResult<Vec<Band>> {
+    fn bands(&self, tp: &Bound<'_, PyAny>, mode: &str) -> PyResult<Vec<Band>> {
         let q = Query {
             tp: tp_size(tp)?,
             mode: self::mode(mode)?,
@@ -262,8 +332,13 @@ impl Profile {
     /// where the profile chose a custom kernel for `nbytes` at `tp` in `mode`, False where
     /// NCCL (no peer-to-peer path may take it), None where it has no answer.
     #[pyo3(signature = (tp, nbytes, mode = "graph"))]
-    fn custom_at(&self, tp: i64, nbytes: i64, mode: &str) -> PyResult<Option<bool>> {
-        let (tp, nbytes) = (tp_size(tp)?, unsigned("the message size in bytes", nbytes)?);
+    fn custom_at(
+        &self,
+        tp: &Bound<'_, PyAny>,
+        nbytes: &Bound<'_, PyAny>,
+        mode: &str,
+    ) -> PyResult<Option<bool>> {
+        let (tp, nbytes) = (tp_size(tp)?, size(nbytes)?);
         Ok(self.follow(tp).custom_at(nbytes, self::mode(mode)?))
     }
 
@@ -279,28 +354,30 @@ impl Profile {
 
     /// The largest size up to which the profile chooses custom from the smallest size, in
     /// every mode it has at `tp` (0: it starts with NCCL): where a fused allreduce+norm stops.
-    fn custom_prefix(&self, tp: i64) -> PyResult<u64> {
+    fn custom_prefix(&self, tp: &Bound<'_, PyAny>) -> PyResult<u64> {
         Ok(self.follow(tp_size(tp)?).custom_prefix())
     }
 
     /// The largest message the profile routes to a custom kernel at `tp`, either mode.
-    fn largest_custom(&self, tp: i64) -> PyResult<u64> {
+    fn largest_custom(&self, tp: &Bound<'_, PyAny>) -> PyResult<u64> {
         Ok(self.follow(tp_size(tp)?).largest_custom())
     }
 
     /// A fused allreduce+norm the engine fuses up to `engine` bytes at `tp` (None: not
     /// at all): the size the plugins let it fuse to, None for none.
-    fn fused_up_to(&self, tp: i64, engine: Option<i64>) -> PyResult<Option<u64>> {
-        let engine = engine
-            .map(|e| unsigned("the engine's fusion size", e))
-            .transpose()?;
+    fn fused_up_to(&self, tp: &Bound<'_, PyAny>, engine: Option<i64>) -> PyResult<Option<u64>> {
+        let engine = engine.map(|e| unsigned("engine", e)).transpose()?;
         Ok(self.follow(tp_size(tp)?).fused_up_to(engine))
     }
 
     /// Device memory per GPU each backend costs an engine that follows the profile at `tp`:
     /// custom buffers sized to the largest size the profile routes to them, NCCL's communicator.
     #[pyo3(signature = (tp, mode = "graph"))]
-    fn memory(&self, tp: i64, mode: &str) -> PyResult<std::collections::BTreeMap<String, u64>> {
+    fn memory(
+        &self,
+        tp: &Bound<'_, PyAny>,
+        mode: &str,
+    ) -> PyResult<std::collections::BTreeMap<String, u64>> {
         let q = Query {
             tp: tp_size(tp)?,
             mode: self::mode(mode)?,
@@ -356,7 +433,7 @@ impl Profile {
     fn sglang_plan<'py>(
         &self,
         py: Python<'py>,
-        tp: i64,
+        tp: &Bound<'_, PyAny>,
         mode: &str,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
         use crate::export::SglangPlan;
@@ -383,7 +460,11 @@ impl Profile {
     /// What artune's SGLang plugin sets up at TP size `tp` (both modes of the default
     /// placement): `("v2", {"graph": (push1, pull1, pull2), "eager": (...)})`,
     /// `("v1", build, max_bytes)`, `("nccl", reason)`, or None without the TP size.
-    fn sglang_setup<'py>(&self, py: Python<'py>, tp: i64) -> PyResult<Option<Bound<'py, PyAny>>> {
+    fn sglang_setup<'py>(
+        &self,
+        py: Python<'py>,
+        tp: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
         use crate::export::SglangSetup;
         let Some(s) = crate::export::sglang_plugin_setup(&self.profile, tp_size(tp)?) else {
             return Ok(None);

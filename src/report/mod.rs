@@ -18,7 +18,7 @@ pub use choices::{
 };
 pub use group::group_label;
 use group::{group_notes, group_section, shared_notes};
-pub use plot::plots;
+pub use plot::{check_plot_dir, plots};
 
 /// A count and its noun: "1 GPU", "2 GPUs".
 pub fn count(n: usize, one: &str, many: &str) -> String {

@@ -175,6 +175,21 @@ fn is_plot_name(name: &str) -> bool {
             || name.starts_with("contention-gpus"))
 }
 
+/// Refuses, before a tune, a `--plot DIR` holding a file with a plot's name that is not an
+/// SVG: the plots would replace or remove it.
+pub fn check_plot_dir(dir: &Path, force: bool) -> Result<(), Error> {
+    use crate::profile::paths::{check_replace, Writes};
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    for e in entries.flatten() {
+        if is_plot_name(&e.file_name().to_string_lossy()) {
+            check_replace(&e.path(), "--plot", Writes::Plot, force)?;
+        }
+    }
+    Ok(())
+}
+
 /// Removes plots an earlier run left in `dir` that this one did not write: a later tune into
 /// the same directory must not leave another machine's plots beside its own.
 fn remove_stale(dir: &Path, written: &[PathBuf]) -> Result<(), Error> {
@@ -184,7 +199,8 @@ fn remove_stale(dir: &Path, written: &[PathBuf]) -> Result<(), Error> {
     for e in entries.flatten() {
         let path = e.path();
         let name = e.file_name().to_string_lossy().into_owned();
-        if is_plot_name(&name) && !written.contains(&path) {
+        let ours = crate::profile::paths::replaceable(&path, crate::profile::paths::Writes::Plot);
+        if is_plot_name(&name) && !written.contains(&path) && ours {
             std::fs::remove_file(&path).map_err(|err| Error::Write {
                 path: path.clone(),
                 reason: format!("cannot remove the previous run's plot: {err}"),

@@ -10,6 +10,7 @@
 mod assemble;
 pub mod file;
 pub mod fingerprint;
+pub mod lock;
 mod normalize;
 pub mod nvml;
 pub mod occupancy;

@@ -29,8 +29,6 @@ const LOAD_UTILIZATION: u32 = 10;
 /// nvmlAffinityScope_t for NUMA nodes (NVML_AFFINITY_SCOPE_NODE in nvml.h).
 const NVML_AFFINITY_SCOPE_NODE: u32 = 0;
 
-const SIMULATE: &str = "or simulate a machine with --sim PRESET / --topology FILE";
-
 /// Reads the machine's topology through NVML and sysfs. `nccl` is the NCCL version the caller
 /// loaded (part of the host hash: a profile goes stale when NCCL changes under it); topology
 /// discovery itself loads no NCCL.
@@ -89,26 +87,25 @@ pub(crate) fn open() -> Result<Nvml, Error> {
             Err(e) => return Err(init_error(e)),
         }
     }
-    Err(Error::bad_input(format!(
-        "cannot load the NVIDIA management library (libnvidia-ml.so.1): install the NVIDIA driver, {SIMULATE}"
-    )))
+    Err(no_machine(
+        false,
+        "cannot load the NVIDIA management library (libnvidia-ml.so.1): install the NVIDIA driver"
+            .into(),
+    ))
+}
+
+/// The real machine cannot be read; the edge adds how to simulate one.
+fn no_machine(hardware: bool, reason: String) -> Error {
+    Error::NoMachine { reason, hardware }
 }
 
 fn init_error(e: NvmlError) -> Error {
     match e {
-        NvmlError::FailedToLoadSymbol(s) => Error::bad_input(format!(
-            "libnvidia-ml.so.1 was found but is not a usable NVIDIA management library ({s}): reinstall the NVIDIA driver, {SIMULATE}"
-        )),
-        NvmlError::DriverNotLoaded => Error::Hardware(format!(
-            "the NVIDIA kernel driver is not loaded: load it (`nvidia-smi` should then list the GPUs), {SIMULATE}"
-        )),
-        NvmlError::LibRmVersionMismatch => Error::Hardware(format!(
-            "the NVIDIA kernel driver and libnvidia-ml.so.1 are different versions: reboot or reload the driver, {SIMULATE}"
-        )),
-        NvmlError::NoPermission => Error::Hardware(format!(
-            "NVML has no permission to talk to the driver: run as a user who can open /dev/nvidia*, {SIMULATE}"
-        )),
-        other => Error::Hardware(format!("NVML failed to start ({other}): check that `nvidia-smi` works, {SIMULATE}")),
+        NvmlError::FailedToLoadSymbol(s) => no_machine(false, format!("libnvidia-ml.so.1 was found but is not a usable NVIDIA management library ({s}): reinstall the NVIDIA driver")),
+        NvmlError::DriverNotLoaded => no_machine(true, "the NVIDIA kernel driver is not loaded: load it (`nvidia-smi` should then list the GPUs)".into()),
+        NvmlError::LibRmVersionMismatch => no_machine(true, "the NVIDIA kernel driver and libnvidia-ml.so.1 are different versions: reboot or reload the driver".into()),
+        NvmlError::NoPermission => no_machine(true, "NVML has no permission to talk to the driver: run as a user who can open /dev/nvidia*".into()),
+        other => no_machine(true, format!("NVML failed to start ({other}): check that `nvidia-smi` works")),
     }
 }
 
@@ -132,22 +129,21 @@ fn soft<T>(r: Result<T, NvmlError>, what: &str, who: String, notes: &mut Notes) 
 
 /// Reads hosts, GPUs, pair classes and P2P status.
 pub fn read(nvml: &Nvml) -> Result<Reading, Error> {
-    let count = nvml.device_count().map_err(|e| {
-        Error::Hardware(format!(
-            "NVML cannot count the GPUs ({e}): check that `nvidia-smi` works, {SIMULATE}"
-        ))
+    let count = nvml.device_count().map_err(|e| Error::NoMachine {
+        reason: format!("NVML cannot count the GPUs ({e}): check that `nvidia-smi` works"),
+        hardware: true,
     })?;
     if count == 0 {
-        return Err(Error::bad_input(format!(
-            "NVML works but finds no NVIDIA GPU on this machine: check `nvidia-smi`, {SIMULATE}"
-        )));
+        return Err(Error::NoMachine {
+            reason: "NVML works but finds no NVIDIA GPU on this machine: check `nvidia-smi`".into(),
+            hardware: false,
+        });
     }
     let devices = (0..count)
         .map(|i| {
-            nvml.device_by_index(i).map_err(|e| {
-                Error::Hardware(format!(
-                    "NVML cannot open GPU {i} ({e}): check `nvidia-smi` for that GPU, {SIMULATE}"
-                ))
+            nvml.device_by_index(i).map_err(|e| Error::NoMachine {
+                reason: format!("NVML cannot open GPU {i} ({e}): check `nvidia-smi` for that GPU"),
+                hardware: true,
             })
         })
         .collect::<Result<Vec<_>, _>>()?;

@@ -158,6 +158,61 @@ impl Reading {
     }
 }
 
+/// Longest the gate waits for GPUs to settle before it refuses them.
+pub const SETTLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Time one reading covers (NVML's utilization is sampled over it).
+pub const SAMPLE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// What the gate makes of the GPUs after the readings so far.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settle {
+    /// Nobody else on them: measure.
+    Free,
+    /// Busy with work no process NVML names, which is how a GPU looks while the driver tears
+    /// down a process that just exited: read again. The sentence says what it waits for.
+    Wait(String),
+    /// In use (a process NVML names, or busy for the whole [`SETTLE_LIMIT`]): refuse.
+    Busy,
+}
+
+/// The gate's decision over `readings`, oldest first, one per [`SAMPLE`]. On the H200 a
+/// tune started a second after a process holding most of the GPU's memory exited saw 100%
+/// utilization and no process: the driver was still releasing the memory. So such a GPU is
+/// read again for up to [`SETTLE_LIMIT`]; a process NVML names is in use at once.
+pub fn settle(readings: &[Reading]) -> Settle {
+    let Some(last) = readings.last() else {
+        return Settle::Free;
+    };
+    if last.describe().is_none() {
+        return Settle::Free;
+    }
+    let waited = SAMPLE * (readings.len() as u32 - 1);
+    if !last.busy().is_empty() || waited >= SETTLE_LIMIT {
+        return Settle::Busy;
+    }
+    let what: Vec<String> = last
+        .unexplained()
+        .iter()
+        .map(|g| {
+            let free = match (g.free_bytes, g.total_bytes) {
+                (Some(f), Some(t)) => format!(", {} of {} free", fmt_bytes(f), fmt_bytes(t)),
+                _ => String::new(),
+            };
+            format!(
+                "GPU {} {}% utilized with no process NVML names{free}",
+                g.index,
+                g.utilization_pct.unwrap_or(0)
+            )
+        })
+        .collect();
+    Settle::Wait(format!(
+        "waiting up to {} s for the GPUs to settle ({}): a process that just exited may still be releasing them",
+        SETTLE_LIMIT.as_secs(),
+        what.join("; ")
+    ))
+}
+
 /// Reads a [`Reading`] from a JSON file (the testing stand-in for NVML): the first of its
 /// readings where it holds a list ([`read_file_polls`]).
 pub fn read_file(path: &Path) -> Result<Reading, Error> {
@@ -289,6 +344,8 @@ pub struct Neighbours {
     command: String,
     /// Measure beside them (`--allow-busy`, recorded) rather than stop.
     pub allow: bool,
+    /// The GPUs' measurement locks, held as long as the watch (the command's run).
+    locks: Option<Arc<super::lock::GpuLocks>>,
 }
 
 impl std::fmt::Debug for Neighbours {
@@ -307,6 +364,7 @@ impl Default for Neighbours {
             watch: None,
             command: String::new(),
             allow: false,
+            locks: None,
         }
     }
 }
@@ -322,9 +380,10 @@ impl Neighbours {
         ))
     }
 
-    /// Looks at `readings` in turn (the testing stand-in for NVML; the first was the gate's).
-    pub fn script(readings: Vec<Reading>, command: &str, allow: bool) -> Self {
-        Neighbours::with(ReadFrom::Script { readings, next: 1 }, command, allow)
+    /// Looks at `readings` in turn from `next` (the testing stand-in for NVML; those before
+    /// were the gate's).
+    pub fn script(readings: Vec<Reading>, next: usize, command: &str, allow: bool) -> Self {
+        Neighbours::with(ReadFrom::Script { readings, next }, command, allow)
     }
 
     fn with(source: ReadFrom, command: &str, allow: bool) -> Self {
@@ -338,7 +397,14 @@ impl Neighbours {
             watch: Some(Arc::new(Mutex::new(watch))),
             command: command.into(),
             allow,
+            locks: None,
         }
+    }
+
+    /// The same watch, holding `locks` (the GPUs' measurement locks) for as long as it lives.
+    pub fn holding(mut self, locks: super::lock::GpuLocks) -> Self {
+        self.locks = Some(Arc::new(locks));
+        self
     }
 
     /// Who else is on the GPUs now, and which of them are new since the last look. Without
@@ -465,6 +531,55 @@ pub fn cuda_indices(
 
 #[cfg(test)]
 mod tests {
+
+    fn gpu(util: u32, free_gib: u64, process: bool) -> GpuReading {
+        GpuReading {
+            index: 0,
+            utilization_pct: Some(util),
+            free_bytes: Some(free_gib << 30),
+            total_bytes: Some(141 << 30),
+            processes: match process {
+                true => vec![Process {
+                    pid: 7,
+                    name: "vllm".into(),
+                    memory_bytes: None,
+                }],
+                false => Vec::new(),
+            },
+            ..Default::default()
+        }
+    }
+
+    fn reading(g: GpuReading) -> Reading {
+        Reading { gpus: vec![g] }
+    }
+
+    /// A GPU busy with no process named is read again (the driver releasing an exited
+    /// process), for at most the limit; a process NVML names is in use at once.
+    #[test]
+    fn a_settling_gpu_is_waited_for_and_one_in_use_refused() {
+        let settling = reading(gpu(100, 1, false));
+        let Settle::Wait(what) = settle(std::slice::from_ref(&settling)) else {
+            panic!("not waited for")
+        };
+        assert!(
+            what.starts_with("waiting up to 10 s for the GPUs to settle (GPU 0 100% utilized")
+                && what.contains("1G of 141G free"),
+            "{what}"
+        );
+        let settled = [
+            settling.clone(),
+            reading(gpu(40, 90, false)),
+            reading(gpu(0, 140, false)),
+        ];
+        assert!(matches!(settle(&settled[..2]), Settle::Wait(_)));
+        assert_eq!(settle(&settled), Settle::Free);
+        assert_eq!(settle(&[reading(gpu(100, 1, true))]), Settle::Busy);
+        let stays = vec![settling; 11];
+        assert!(matches!(settle(&stays[..10]), Settle::Wait(_)));
+        assert_eq!(settle(&stays), Settle::Busy);
+        assert_eq!(settle(&[]), Settle::Free);
+    }
     use super::*;
 
     fn neighbour() -> Reading {
@@ -517,14 +632,14 @@ mod tests {
             }],
         };
         let readings = vec![idle.clone(), idle, neighbour()];
-        let watch = Neighbours::script(readings.clone(), "tune", true);
+        let watch = Neighbours::script(readings.clone(), 1, "tune", true);
         assert_eq!(watch.look("before GPUs 0,1", 0).unwrap(), Looked::default());
         let first = watch.look("after probes", 0).unwrap();
         assert_eq!(first.new.len(), 1);
         assert_eq!(first.now[0].pid, 4242);
         let again = watch.look("later", 0).unwrap();
         assert_eq!((again.now.len(), again.new.len()), (1, 0));
-        let strict = Neighbours::script(readings, "tune", false);
+        let strict = Neighbours::script(readings, 1, "tune", false);
         strict.look("before GPUs 0,1", 0).unwrap();
         let e = strict.look("while measuring GPUs 0,1", 0).unwrap_err();
         assert!(

@@ -55,7 +55,7 @@ def test_bands_memory_and_check(profiles):
 def test_errors_are_exceptions_with_artunes_sentences(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{ not json")
-    with pytest.raises(artune.ProfileError, match=r"is not a valid profile: .*run `artune tune --out .*`"):
+    with pytest.raises(artune.ProfileError, match=r"is not a valid profile: it is not valid JSON.*name a profile that `artune tune` wrote$"):
         artune.Profile.load(bad)
     with pytest.raises(artune.ProfileError, match="cannot read"):
         artune.Profile.load(tmp_path / "missing.json")
@@ -114,6 +114,7 @@ def test_check_without_nvml_is_a_hardware_error_and_loads_no_nccl(profiles):
         pytest.skip("this machine has an NVIDIA driver")
     assert out.splitlines()[0].startswith("hardware"), out
     assert "NVIDIA management library" in out
+    assert "sim=PRESET or topology=FILE" in out and "--sim" not in out, out
     assert out.splitlines()[-1] == "no nccl", out
 
 
@@ -122,5 +123,25 @@ def test_a_negative_size_is_a_value_error_in_artunes_words(profiles):
     for call in (lambda: p.select(2, -1), lambda: p.explain(2, -4096),
                  lambda: p.select(-2, 4096), lambda: p.bands(-2), lambda: p.memory(-2),
                  lambda: p.sglang_plan(-2)):
-        with pytest.raises(ValueError, match=r"is negative; pass 0 or more"):
+        with pytest.raises(ValueError, match=r"^(tp|nbytes)=-\d+[: ]"):
             call()
+
+
+def test_arguments_are_refused_as_the_binary_refuses_them_naming_keywords(profiles):
+    p = artune.Profile.load(profiles["story"])
+    for call, flags, needle in (
+        (lambda: p.select(8, 0), ["--tp", "8", "--bytes", "0"], r"^nbytes=0 is not a message"),
+        (lambda: p.select(0, 4096), ["--tp", "0", "--bytes", "4096"],
+         r"^tp=0: an allreduce needs at least 2 GPUs.*e\.g\. tp=2$"),
+    ):
+        with pytest.raises(ValueError, match=needle):
+            call()
+        cli = subprocess.run([BIN, "select", profiles["story"], *flags], capture_output=True)
+        assert cli.returncode == 2, cli.stderr
+    with pytest.raises(ValueError, match=r"^nbytes=1180591620717411303424 is too large"):
+        p.select(8, 1 << 70)
+    with pytest.raises(artune.BadInputError, match=r"pass one of those as tp= and mode=$") as e:
+        p.explain(3, 4096)
+    assert "--" not in str(e.value)
+    check = p.check(sim="pcie-4x-1switch")
+    assert repr(check).startswith("Check(holds=False, changes=["), repr(check)

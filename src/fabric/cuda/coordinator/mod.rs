@@ -146,14 +146,20 @@ impl CudaFabric {
             )));
         }
         let started = std::time::Instant::now();
-        let visible = super::driver::visible_bus_ids().map_err(|e| DeviceError::DriverStart {
-            code: e.to_string(),
-        })?;
-        if visible.is_empty() {
-            return Err(FabricError::BadRequest(format!(
-                "the CUDA driver sees no GPU; {NO_GPU}"
-            )));
-        }
+        let hidden = hidden_by_env(std::env::var("CUDA_VISIBLE_DEVICES").ok().as_deref());
+        let visible = match (super::driver::visible_bus_ids(), hidden) {
+            (Ok(v), _) if !v.is_empty() => v,
+            (_, Some(why)) => return Err(FabricError::BadRequest(why)),
+            (Ok(_), None) => {
+                return Err(FabricError::BadRequest(format!(
+                    "the CUDA driver sees no GPU; {NO_GPU}"
+                )))
+            }
+            (Err(e), None) => {
+                let code = format!("{:?}", e.0);
+                return Err(DeviceError::DriverStart { code }.into());
+            }
+        };
         let nvml = match loopback {
             Some(_) => None,
             None => Some(crate::topology::discover(nccl_version()).map(|mut t| {
@@ -434,4 +440,30 @@ impl Fabric for CudaFabric {
             Err(Trouble::Restart(why)) => self.restart(None, &why),
         }
     }
+}
+
+/// Why CUDA found no GPU where `CUDA_VISIBLE_DEVICES` is set (CUDA then lists only what it
+/// names, nothing for an empty value or a first entry it cannot read): the variable, not the
+/// driver, is what to fix.
+fn hidden_by_env(var: Option<&str>) -> Option<String> {
+    var.map(|v| {
+        format!(
+            "CUDA_VISIBLE_DEVICES={v:?} hides every GPU from CUDA; unset it, or list the GPUs to use (e.g. CUDA_VISIBLE_DEVICES=0,1)"
+        )
+    })
+}
+
+#[cfg(test)]
+#[test]
+fn a_variable_that_hides_every_gpu_is_named_without_debug_text() {
+    let m = hidden_by_env(Some("")).unwrap();
+    assert!(
+        m.starts_with("CUDA_VISIBLE_DEVICES=\"\" hides every GPU"),
+        "{m}"
+    );
+    assert!(
+        !m.contains("DriverError") && !m.contains("CUDA_ERROR"),
+        "{m}"
+    );
+    assert!(hidden_by_env(None).is_none());
 }
