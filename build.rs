@@ -4,8 +4,9 @@
 //! `libartune.so` — the C ABI and NCCL tuner plugin without Python — and put it in the Python
 //! package beside the extension module, where `artune.plugin_path()` finds it. NCCL loads the
 //! plugin into processes that need not be Python, so it cannot be the extension module, which
-//! expects the interpreter's symbols. The same build makes the `artune` binary, put in the
-//! wheel's data `scripts/` (pyproject.toml `data`), which pip installs as `bin/artune`: so
+//! expects the interpreter's symbols. The same build makes the `artune` binary, put where the
+//! wheel's data `scripts/artune` links to (pyproject.toml `data`; maturin copies the file a
+//! link names), which pip installs as `bin/artune`: so
 //! `pip install artune` gives the whole tool, as ruff's and uv's wheels do. Every other build
 //! does nothing here.
 
@@ -50,10 +51,11 @@ fn main() {
     let built = target.join("release").join("libartune.so");
     let dest = manifest.join("python").join("artune").join("libartune.so");
     copy(&built, &dest);
-    let scripts = manifest.join("python").join("artune.data").join("scripts");
-    std::fs::create_dir_all(&scripts)
-        .unwrap_or_else(|e| panic!("cannot create {}: {e}", scripts.display()));
-    copy(&target.join("release").join("artune"), &scripts.join("artune"));
+    // python/artune.data/scripts/artune, the wheel's script, is a link to this file.
+    let cli = manifest.join("python").join(".cli");
+    std::fs::create_dir_all(&cli)
+        .unwrap_or_else(|e| panic!("cannot create {}: {e}", cli.display()));
+    copy(&target.join("release").join("artune"), &cli.join("artune"));
     for f in ["src", "kernels", "Cargo.toml", "Cargo.lock"] {
         println!("cargo:rerun-if-changed={f}");
     }
