@@ -25,15 +25,23 @@ fn main() {
     let target = out.join("plain");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.args(["build", "--release", "--lib", "--bin", "artune", "--locked", "--target-dir"])
-        .arg(&target)
-        .arg("--manifest-path")
-        .arg(manifest.join("Cargo.toml"))
-        .current_dir(&manifest)
-        // NCCL maps the plugin into every engine process, and the binary is in every wheel:
-        // no debug info to carry along.
-        .env("CARGO_PROFILE_RELEASE_DEBUG", "0")
-        .env("CARGO_PROFILE_RELEASE_STRIP", "symbols");
+    cmd.args([
+        "build",
+        "--release",
+        "--lib",
+        "--bin",
+        "artune",
+        "--locked",
+        "--target-dir",
+    ])
+    .arg(&target)
+    .arg("--manifest-path")
+    .arg(manifest.join("Cargo.toml"))
+    .current_dir(&manifest)
+    // NCCL maps the plugin into every engine process, and the binary is in every wheel:
+    // no debug info to carry along.
+    .env("CARGO_PROFILE_RELEASE_DEBUG", "0")
+    .env("CARGO_PROFILE_RELEASE_STRIP", "symbols");
     // The outer build's feature flags and flags for the extension module must not leak into it.
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy().into_owned();
