@@ -248,7 +248,7 @@ fn c_abi_links_against_the_header() {
     let Some((_, capi)) = harnesses() else { return };
     let (_d, path) = profile(true);
     let missing = path.with_file_name("missing.json");
-    let run = |tp: &str, bytes: &str, expect: &str| {
+    let run_with = |tp: &str, bytes: &str, expect: &str, allow: &str| {
         let out = Command::new(capi)
             .args([
                 path.to_str().unwrap(),
@@ -257,6 +257,8 @@ fn c_abi_links_against_the_header() {
                 expect,
                 missing.to_str().unwrap(),
             ])
+            .env("ARTUNE_ALLOW_SIMULATED", allow)
+            .env("ARTUNE_ALLOW_INVALID", allow)
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout).to_string();
@@ -267,10 +269,23 @@ fn c_abi_links_against_the_header() {
         );
         text
     };
+    let run = |tp: &str, bytes: &str, expect: &str| run_with(tp, bytes, expect, "0");
     assert!(run("2", "1000", "one_stage_pull").contains("one_stage_pull 7 "));
     assert!(run("2", "1000", "one_stage_pull").contains("fallback=one_stage_pull"));
     run("8", "1000", "none");
     run("2", "1073741824", "none");
+    // artune_check: a simulated profile is not valid on this machine (real, or unreadable);
+    // the overrides let the caller follow it, and the verdict says so.
+    let text = run("2", "1000", "one_stage_pull");
+    assert!(
+        text.contains("check 2 not valid here (it was made on a simulated fabric"),
+        "{text}"
+    );
+    let text = run_with("2", "1000", "one_stage_pull", "1");
+    assert!(
+        text.contains("check 0 NOT valid here (it was made on a simulated fabric"),
+        "{text}"
+    );
 }
 
 /// Where the profile chooses an island schedule, a C caller gets its code and, as the
