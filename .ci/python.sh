@@ -8,8 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VLLM=vllm==0.34.0
 SGLANG=sglang==0.5.23
-VLLM_TESTS="test_wheel.py test_package.py test_vllm.py test_vllm_fusion.py test_vllm_callers.py test_why.py test_allreduce.py test_vllm_kernels.py"
-SGLANG_TESTS="test_wheel.py test_package.py test_sglang.py test_why.py test_sglang_kernels.py"
+VLLM_TESTS="test_wheel.py test_validity.py test_package.py test_vllm.py test_vllm_fusion.py test_vllm_callers.py test_why.py test_allreduce.py test_vllm_kernels.py"
+SGLANG_TESTS="test_wheel.py test_validity.py test_package.py test_sglang.py test_why.py test_sglang_kernels.py"
 root=target/ci-python
 mkdir -p "$root"
 py=python3

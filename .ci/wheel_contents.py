@@ -21,8 +21,9 @@ def newest_glibc(elf: bytes):
 def main(path: str) -> int:
     wheel = zipfile.ZipFile(path)
     names = wheel.namelist()
+    script = re.compile(r"artune-[^/]+\.data/scripts/artune")
     wanted = {
-        "the artune CLI": next((n for n in names if re.fullmatch(r"artune-[^/]+\.data/scripts/artune", n)), None),
+        "the artune CLI": next((n for n in names if script.fullmatch(n)), None),
         "the NCCL plugin library": "artune/libartune.so" if "artune/libartune.so" in names else None,
     }
     bad = [f"{what} is missing" for what, name in wanted.items() if name is None]

@@ -123,7 +123,7 @@ def _register(patches: "_engine.Patches") -> None:
     started = _engine.start(log, "SGLang", "sglang", _version(), determinism, settings)
     if started is None:
         return
-    p, (fusion, kernels) = started
+    p, (fusion, kernels), verdict = started
     from sglang.srt.distributed import parallel_state
     from sglang.srt.distributed.device_communicators import custom_all_reduce, custom_all_reduce_v2
 
@@ -131,7 +131,7 @@ def _register(patches: "_engine.Patches") -> None:
     if getattr(car, _PATCHED, False):
         return
     plan = plans(p)
-    bands = _engine.Bands(p)
+    bands = _engine.Bands(p, verdict)
     import torch.distributed as dist
 
     unknown = _engine.unknown_reporter(log, patches, "SGLang")
@@ -214,10 +214,7 @@ def _register(patches: "_engine.Patches") -> None:
                          "artune changes nothing", ws, name)
             else:
                 line = startup_line(bands, patches, plan, name, ws, off, own)
-                if own is not None and own.refused:
-                    log.warning("%s", line)
-                else:
-                    log.info("%s", line)
+                _engine.startup(log, "SGLang", bands, name, ws, own, line)
         except Exception as e:  # noqa: BLE001 - SGLang built it; artune only failed to report
             _engine.fell_back(log, "GroupCoordinator.__init__ (after SGLang built it)", e,
                               "SGLang", built=True)
@@ -346,7 +343,8 @@ def describe(plan) -> str:
 
 
 def startup_line(bands, patches, plan, name: str, ws: int, off: bool, own=None) -> str:
-    """One line per TP group: what SGLang runs per size band with the profile applied."""
+    """The full start-up list of one TP group (at DEBUG; ``_engine.startup`` logs the short
+    line): what SGLang runs per size band with the profile applied."""
     v = plan.get(ws)
     if v is None:
         return (f"artune: TP{ws} group {name}: {bands.path} has no TP{ws} group, so SGLang "
