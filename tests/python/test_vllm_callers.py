@@ -236,12 +236,12 @@ def test_a_profile_warning_is_said_once_per_job(profiles, tmp_path):
     env["ARTUNE_PROFILE"] = profiles["pair"]
     out = subprocess.run([sys.executable, str(script), "main"], env=env, capture_output=True,
                          text=True, check=True).stderr
-    said = [x for x in out.splitlines() if "SIMULATED profile" in x]
+    said = [x for x in out.splitlines() if "made on a simulated fabric" in x]
     assert len(said) == 1, out
     # A second job (a new main process) says it again.
     out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
                          text=True, check=True).stderr
-    assert sum("SIMULATED profile" in x for x in out.splitlines()) == 1, out
+    assert sum("made on a simulated fabric" in x for x in out.splitlines()) == 1, out
 
 
 def test_the_fusion_cut_is_the_smaller_custom_prefix_over_modes(profiles, follow, monkeypatch,
