@@ -68,8 +68,16 @@ pub fn run(a: DoctorArgs) -> Result<i32, Error> {
             ..Default::default()
         };
         if let Ok(now) = &facts.topology {
+            use crate::profile::validity::Change;
             let v = crate::profile::validity::validity(p, now);
             pf.changes = v.reasons().map(ToString::to_string).collect();
+            // Another node of the class is no finding for the platform.
+            let other = |c: &&Change| matches!(c, Change::OtherNode);
+            pf.notes = v
+                .notes()
+                .filter(|c| !other(c))
+                .map(ToString::to_string)
+                .collect();
             pf.unchecked = v.unchecked.iter().map(ToString::to_string).collect();
         }
         facts.profile = Some(pf);
