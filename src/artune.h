@@ -86,8 +86,8 @@ int artune_select(const artune_profile* profile, uint32_t tp, int mode, uint64_t
  * do not matter, and driver, CUDA and NCCL versions are notes. ARTUNE_OK: follow it (valid here,
  * or overridden by ARTUNE_ALLOW_INVALID=1 / ARTUNE_ALLOW_SIMULATED=1 in the environment);
  * ARTUNE_NOT_VALID: keep your default. artune_last_error() holds the verdict either way, e.g.
- * "valid here; driver 570.86.15 → 580.159.04: `artune check --measure` tells whether its choices
- * still hold". `nccl_version` ("2.28.9") is the NCCL you run, or NULL to leave it unchecked. A
+ * "valid here; driver 570.86.15 → 580.159.04: re-timing its decisive sizes (artune check
+ * --measure) tells whether its choices still hold". `nccl_version` ("2.28.9") is the NCCL you run, or NULL to leave it unchecked. A
  * machine that cannot be read is not valid. */
 int artune_check(const artune_profile* profile, const char* nccl_version);
 

@@ -216,7 +216,7 @@ fn a_variable_the_tune_ran_with_is_recorded_shown_and_checked() {
     let out = text(&o.stdout);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     assert!(
-        out.contains("; NCCL_P2P_LEVEL=SYS when tuned, unset now: `artune check --measure`"),
+        out.contains("; NCCL_P2P_LEVEL=SYS when tuned, unset now: re-timing its decisive sizes"),
         "{out}"
     );
     for extra in [&[][..], &["--measure"][..]] {

@@ -64,7 +64,7 @@ fn a_profile_holds_on_every_node_of_its_class_and_not_on_other_hardware() {
     assert_eq!(code, 0, "{out}{err}");
     assert!(
         out.contains("driver 570.86.15 → 580.159.04")
-            && out.contains("`artune check --measure` tells whether its choices still hold"),
+            && out.contains("re-timing its decisive sizes (artune check --measure) tells whether its choices still hold"),
         "{out}"
     );
 

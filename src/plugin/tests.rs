@@ -357,7 +357,7 @@ fn an_identical_node_or_a_driver_bump_is_followed_and_said() {
     let (out, line) = start_on(&now, Allow::default()).unwrap();
     assert!(matches!(out, Outcome::Lowered(_)), "{out:?}");
     assert!(
-        line.ends_with("; valid here; driver 570.86.15 → 580.159.04, tuned on another node of this class: `artune check --measure` tells whether its choices still hold"),
+        line.ends_with("; valid here; driver 570.86.15 → 580.159.04, tuned on another node of this class: re-timing its decisive sizes (artune check --measure) tells whether its choices still hold"),
         "{line}"
     );
 }

@@ -258,7 +258,7 @@ impl Validity {
                 vars(true)
             ),
             (false, false) => format!(
-                "not valid here ({}): run `artune tune` here, or set {} to follow it anyway",
+                "not valid here ({}): tune this machine again (artune tune), or set {} to follow it anyway",
                 self.summary(3),
                 vars(false)
             ),
@@ -266,7 +266,7 @@ impl Validity {
         if !notes.is_empty() {
             s += &format!("; {notes}");
             if measure {
-                s += ": `artune check --measure` tells whether its choices still hold";
+                s += ": re-timing its decisive sizes (artune check --measure) tells whether its choices still hold";
             }
         }
         s
@@ -491,7 +491,7 @@ mod tests {
         assert_eq!(texts(&v), ["driver 570.86.15 → 580.159.04"]);
         assert_eq!(
             v.verdict(Allow::default()),
-            "valid here; driver 570.86.15 → 580.159.04: `artune check --measure` tells whether its choices still hold"
+            "valid here; driver 570.86.15 → 580.159.04: re-timing its decisive sizes (artune check --measure) tells whether its choices still hold"
         );
     }
 
