@@ -24,7 +24,7 @@ def main(path: str) -> int:
     script = re.compile(r"artune-[^/]+\.data/scripts/artune")
     wanted = {
         "the artune CLI": next((n for n in names if script.fullmatch(n)), None),
-        "the NCCL plugin library": "artune/libartune.so" if "artune/libartune.so" in names else None,
+        "the NCCL plugin library": next((n for n in names if n == "artune/libartune.so"), None),
     }
     bad = [f"{what} is missing" for what, name in wanted.items() if name is None]
     for what, name in wanted.items():
