@@ -210,7 +210,7 @@ def test_the_custom_ar_opt_out_takes_the_usual_spellings(word, profiles, follow,
     monkeypatch.setenv(artune.vllm.ENV_CUSTOM_AR, word)
     follow(profiles["nv_nccl"])
     artune.vllm.register()
-    with caplog.at_level(logging.INFO, logger=log_name):
+    with caplog.at_level(logging.DEBUG, logger=log_name):
         comm = on_machine(m, "graph", monkeypatch, [])
     assert comm.ca_comm is None
     assert any("custom AR not built" in r.getMessage() for r in caplog.records)
