@@ -4,7 +4,11 @@
 //! `libartune.so` — the C ABI and NCCL tuner plugin without Python — and put it in the Python
 //! package beside the extension module, where `artune.plugin_path()` finds it. NCCL loads the
 //! plugin into processes that need not be Python, so it cannot be the extension module, which
-//! expects the interpreter's symbols. Every other build does nothing here.
+//! expects the interpreter's symbols. The same build makes the `artune` binary, put where the
+//! wheel's data `scripts/artune` links to (pyproject.toml `data`; maturin copies the file a
+//! link names), which pip installs as `bin/artune`: so
+//! `pip install artune` gives the whole tool, as ruff's and uv's wheels do. Every other build
+//! does nothing here.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -21,14 +25,23 @@ fn main() {
     let target = out.join("plain");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.args(["build", "--release", "--lib", "--locked", "--target-dir"])
-        .arg(&target)
-        .arg("--manifest-path")
-        .arg(manifest.join("Cargo.toml"))
-        .current_dir(&manifest)
-        // NCCL maps the plugin into every engine process: no debug info to carry along.
-        .env("CARGO_PROFILE_RELEASE_DEBUG", "0")
-        .env("CARGO_PROFILE_RELEASE_STRIP", "symbols");
+    cmd.args([
+        "build",
+        "--release",
+        "--lib",
+        "--bin",
+        "artune",
+        "--locked",
+        "--target-dir",
+    ])
+    .arg(&target)
+    .arg("--manifest-path")
+    .arg(manifest.join("Cargo.toml"))
+    .current_dir(&manifest)
+    // NCCL maps the plugin into every engine process, and the binary is in every wheel:
+    // no debug info to carry along.
+    .env("CARGO_PROFILE_RELEASE_DEBUG", "0")
+    .env("CARGO_PROFILE_RELEASE_STRIP", "symbols");
     // The outer build's feature flags and flags for the extension module must not leak into it.
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy().into_owned();
@@ -45,11 +58,20 @@ fn main() {
     assert!(status.success(), "building the plain libartune.so failed");
     let built = target.join("release").join("libartune.so");
     let dest = manifest.join("python").join("artune").join("libartune.so");
-    std::fs::copy(&built, &dest)
-        .unwrap_or_else(|e| panic!("cannot copy {} to {}: {e}", built.display(), dest.display()));
+    copy(&built, &dest);
+    // python/artune.data/scripts/artune, the wheel's script, is a link to this file.
+    let cli = manifest.join("python").join(".cli");
+    std::fs::create_dir_all(&cli)
+        .unwrap_or_else(|e| panic!("cannot create {}: {e}", cli.display()));
+    copy(&target.join("release").join("artune"), &cli.join("artune"));
     for f in ["src", "kernels", "Cargo.toml", "Cargo.lock"] {
         println!("cargo:rerun-if-changed={f}");
     }
+}
+
+fn copy(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::copy(from, to)
+        .unwrap_or_else(|e| panic!("cannot copy {} to {}: {e}", from.display(), to.display()));
 }
 
 /// Sets `ARTUNE_COMMIT` for the crate: the short hash of HEAD (a work tree's uncommitted

@@ -8,8 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VLLM=vllm==0.34.0
 SGLANG=sglang==0.5.23
-VLLM_TESTS="test_package.py test_vllm.py test_vllm_fusion.py test_vllm_callers.py test_why.py test_allreduce.py test_vllm_kernels.py"
-SGLANG_TESTS="test_package.py test_sglang.py test_why.py test_sglang_kernels.py"
+VLLM_TESTS="test_wheel.py test_validity.py test_package.py test_vllm.py test_vllm_fusion.py test_vllm_callers.py test_why.py test_allreduce.py test_vllm_kernels.py"
+SGLANG_TESTS="test_wheel.py test_validity.py test_package.py test_sglang.py test_why.py test_sglang_kernels.py"
 root=target/ci-python
 mkdir -p "$root"
 py=python3
@@ -18,11 +18,9 @@ py=python3
 # its CUDA wheels needs about 13.7 GB while pip installs it (vLLM 0.34.0: 9.5 GB installed,
 # the rest pip's downloads; measured with .ci/install_release.py here), and CI's disk is not
 # ours to size (a run failed with "No space left on device" installing vLLM 0.34.0).
+# The wheel is the only build: it carries the `artune` binary (build.rs), and every test below
+# runs the CLI the wheel installed (ARTUNE_BIN), so a wheel without it fails here.
 export CARGO_TARGET_DIR="$PWD/$root/cargo" CARGO_PROFILE_RELEASE_DEBUG=0
-cargo build --release --locked --bin artune
-mkdir -p "$root/bin"
-cp "$CARGO_TARGET_DIR/release/artune" "$root/bin/artune"
-export ARTUNE_BIN="$PWD/$root/bin/artune"
 
 if [ ! -x "$root/build/bin/maturin" ]; then
     "$py" -m venv "$root/build"
@@ -38,6 +36,9 @@ case "$wheel" in
 *manylinux_2_17*|*manylinux2014*) ;;
 *) echo "the wheel is not tagged manylinux2014: $wheel" >&2; exit 1 ;;
 esac
+# What `pip install artune` must give: the CLI as a script (installed as bin/artune) and the
+# NCCL plugin beside the extension module, each linked against glibc 2.17 at most.
+"$py" .ci/wheel_contents.py "$wheel"
 rm -rf "$CARGO_TARGET_DIR"
 
 install() {  # install NAME REQUIREMENT: a fresh environment holding the release and the wheel
@@ -54,6 +55,8 @@ install() {  # install NAME REQUIREMENT: a fresh environment holding the release
         return 3
     fi
     "$venv/bin/pip" install -q --no-cache-dir --force-reinstall --no-deps "$wheel"
+    # The tests tune their profiles with the CLI the wheel installed, nothing else.
+    export ARTUNE_BIN="$PWD/$venv/bin/artune"
 }
 
 run() {  # run NAME REQUIREMENT TEST...

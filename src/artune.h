@@ -9,6 +9,7 @@
  *   if (artune_profile_open("/etc/artune/profile.json", &p) != ARTUNE_OK) {
  *       fprintf(stderr, "%s\n", artune_last_error());   // keep the engine's default
  *   }
+ *   if (artune_check(p, NULL) != ARTUNE_OK) ...;               // not valid here: keep your default
  *   artune_selection s;
  *   if (artune_select(p, 8, ARTUNE_MODE_GRAPH, 14336, &s) == ARTUNE_OK) use(s.backend);
  *   artune_profile_close(p);
@@ -25,11 +26,12 @@
 extern "C" {
 #endif
 
-#define ARTUNE_ABI_VERSION 2
+#define ARTUNE_ABI_VERSION 3
 
 /* Return codes. */
 #define ARTUNE_OK 0
 #define ARTUNE_NO_ANSWER 1       /* the profile has no group or size for this query: keep your default */
+#define ARTUNE_NOT_VALID 2       /* ABI 3, artune_check: the profile is not valid for this machine */
 #define ARTUNE_ERR_ARGUMENT (-1) /* NULL pointer, unknown mode, path not UTF-8 */
 #define ARTUNE_ERR_READ (-2)     /* the file could not be read */
 #define ARTUNE_ERR_INVALID (-3)  /* not a valid profile (syntax, schema version, limits) */
@@ -77,6 +79,17 @@ int artune_profile_open(const char* path, artune_profile** out);
 /* The backend for one allreduce of `bytes` bytes on `tp` GPUs (ranks on GPUs 0..tp-1) in
  * `mode`. ARTUNE_NO_ANSWER means the profile does not cover this: keep your default. */
 int artune_select(const artune_profile* profile, uint32_t tp, int mode, uint64_t bytes, artune_selection* out);
+
+/* ABI 3. Applies artune's validity rule to the profile for this machine (NVML and sysfs), as
+ * the NCCL plugin and the engine plugins do: the hardware that decides (GPU model and count, link
+ * widths and generations, paths, switch layout) must be the profile's; GPU UUIDs and host names
+ * do not matter, and driver, CUDA and NCCL versions are notes. ARTUNE_OK: follow it (valid here,
+ * or overridden by ARTUNE_ALLOW_INVALID=1 / ARTUNE_ALLOW_SIMULATED=1 in the environment);
+ * ARTUNE_NOT_VALID: keep your default. artune_last_error() holds the verdict either way, e.g.
+ * "valid here; driver 570.86.15 → 580.159.04: re-timing its decisive sizes (artune check
+ * --measure) tells whether its choices still hold". `nccl_version` ("2.28.9") is the NCCL you run, or NULL to leave it unchecked. A
+ * machine that cannot be read is not valid. */
+int artune_check(const artune_profile* profile, const char* nccl_version);
 
 /* Frees a handle; NULL is ignored. */
 void artune_profile_close(artune_profile* profile);

@@ -2,7 +2,10 @@
 //!
 //! 1. `artune_profile_open(path, &handle)` loads and validates a profile.
 //! 2. `artune_select(handle, tp, mode, bytes, &out)` answers per message, without allocating.
-//! 3. `artune_profile_close(handle)` frees it; `artune_last_error()` explains the last failure
+//! 3. `artune_check(handle, nccl)` applies the validity rule (`profile::validity`) for this
+//!    machine, as every consumer does: ARTUNE_OK to follow it, ARTUNE_NOT_VALID not to, the
+//!    verdict in `artune_last_error()` either way.
+//! 4. `artune_profile_close(handle)` frees it; `artune_last_error()` explains the last failure
 //!    on the calling thread.
 //!
 //! Every function returns an integer code (0 ok, 1 "no answer, keep your default", negative on
@@ -14,11 +17,14 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 
 use crate::allreduce::{Backend, Mode};
+use crate::profile::validity::{Allow, Validity};
 use crate::profile::{Profile, Query, Selection, Selector};
 
 pub const ARTUNE_OK: c_int = 0;
 /// The profile has no answer for this query (no group, or above its largest size).
 pub const ARTUNE_NO_ANSWER: c_int = 1;
+/// `artune_check`: the profile is not valid for this machine (ABI 3).
+pub const ARTUNE_NOT_VALID: c_int = 2;
 /// A null pointer, a mode that is neither graph nor eager, or a path that is not UTF-8.
 pub const ARTUNE_ERR_ARGUMENT: c_int = -1;
 /// The file could not be read.
@@ -31,13 +37,15 @@ pub const ARTUNE_ERR_INTERNAL: c_int = -4;
 pub const ARTUNE_MODE_GRAPH: c_int = 0;
 pub const ARTUNE_MODE_EAGER: c_int = 1;
 
-/// Version of this ABI; bumped on any incompatible change to artune.h.
-pub const ARTUNE_ABI_VERSION: c_int = 2;
+/// Version of this ABI; bumped on any incompatible change to artune.h, and when a function is
+/// added (3: `artune_check`), so a caller can tell it is there.
+pub const ARTUNE_ABI_VERSION: c_int = 3;
 
 /// An open profile (opaque to C) and the one [`Selector`] every consumer answers through.
 pub struct ArtuneProfile {
     simulated: bool,
     selector: Selector,
+    profile: Profile,
 }
 
 impl ArtuneProfile {
@@ -45,6 +53,16 @@ impl ArtuneProfile {
         ArtuneProfile {
             simulated: profile.simulated,
             selector: profile.selector(),
+            profile,
+        }
+    }
+
+    /// `artune_check`'s code for the rule's verdict `v`, with the verdict as the last error.
+    fn check(&self, v: &Validity, allow: Allow) -> c_int {
+        set_error(&v.verdict(allow));
+        match v.followed(allow) {
+            true => ARTUNE_OK,
+            false => ARTUNE_NOT_VALID,
         }
     }
 
@@ -218,6 +236,37 @@ pub unsafe extern "C" fn artune_select(
     })
 }
 
+/// Applies the validity rule to the profile for this machine (read through NVML and sysfs):
+/// ARTUNE_OK where the caller may follow it (valid here, or overridden by
+/// `ARTUNE_ALLOW_INVALID` / `ARTUNE_ALLOW_SIMULATED`), ARTUNE_NOT_VALID where not; the verdict
+/// ("valid here; driver … → …: …") is `artune_last_error()` either way. `nccl_version` is the
+/// NCCL the caller runs ("2.28.9"), or NULL to leave it unchecked.
+///
+/// # Safety
+/// `profile` is null or a live handle; `nccl_version` is null or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn artune_check(
+    profile: *const ArtuneProfile,
+    nccl_version: *const c_char,
+) -> c_int {
+    guard(|| {
+        if profile.is_null() {
+            set_error("artune_check: profile must not be NULL");
+            return ARTUNE_ERR_ARGUMENT;
+        }
+        // SAFETY: checked non-null; the caller promises NUL termination.
+        let nccl = (!nccl_version.is_null()).then(|| {
+            unsafe { CStr::from_ptr(nccl_version) }
+                .to_string_lossy()
+                .into_owned()
+        });
+        // SAFETY: checked non-null; a live handle per the contract.
+        let h = unsafe { &*profile };
+        let (allow, _) = Allow::from_env();
+        h.check(&crate::profile::validity::here(&h.profile, nccl), allow)
+    })
+}
+
 /// Frees a handle from `artune_profile_open`; NULL is ignored.
 ///
 /// # Safety
@@ -270,7 +319,7 @@ mod tests {
     #[test]
     fn header_declares_every_exported_function() {
         let names = exported();
-        assert_eq!(names.len(), 5, "{names:?}");
+        assert_eq!(names.len(), 6, "{names:?}");
         for n in names {
             assert!(
                 HEADER.contains(&format!(" {n}(")),
@@ -299,6 +348,7 @@ mod tests {
         for (name, v) in [
             ("ARTUNE_OK", ARTUNE_OK),
             ("ARTUNE_NO_ANSWER", ARTUNE_NO_ANSWER),
+            ("ARTUNE_NOT_VALID", ARTUNE_NOT_VALID),
             ("ARTUNE_ERR_ARGUMENT", ARTUNE_ERR_ARGUMENT),
             ("ARTUNE_ERR_READ", ARTUNE_ERR_READ),
             ("ARTUNE_ERR_INVALID", ARTUNE_ERR_INVALID),
@@ -498,5 +548,54 @@ mod tests {
             assert!(!CStr::from_ptr(artune_last_error()).to_bytes().is_empty());
             artune_profile_close(std::ptr::null_mut());
         }
+    }
+
+    /// The rule's verdict as a C caller gets it: the code, and the verdict as the last error.
+    #[test]
+    fn check_gives_the_rules_verdict_and_says_it() {
+        let mut p = crate::export::sample::profile();
+        p.simulated = false;
+        p.versions.driver = Some("570.86.15".into());
+        let mut now = p.topology.clone();
+        now.origin.kind = "nvml".into();
+        let h = ArtuneProfile::new(p.clone());
+        let said = || {
+            unsafe { CStr::from_ptr(artune_last_error()) }
+                .to_str()
+                .unwrap()
+                .to_string()
+        };
+        let mut upgraded = now.clone();
+        upgraded.host.driver = Some("999.1".into());
+        let v = crate::profile::validity::validity(&p, &upgraded);
+        assert_eq!(h.check(&v, Allow::default()), ARTUNE_OK);
+        assert!(
+            said().starts_with("valid here; driver 570.86.15 → 999.1"),
+            "{}",
+            said()
+        );
+        let mut fewer = now.clone();
+        fewer.gpus[3].pcie.max_width = Some(4);
+        let v = crate::profile::validity::validity(&p, &fewer);
+        assert_eq!(h.check(&v, Allow::default()), ARTUNE_NOT_VALID);
+        assert!(
+            said().contains("GPU 3 PCIe link Gen5 x16 → Gen5 x4"),
+            "{}",
+            said()
+        );
+        let allow = Allow {
+            invalid: true,
+            ..Allow::default()
+        };
+        assert_eq!(h.check(&v, allow), ARTUNE_OK);
+        assert!(
+            said().ends_with("followed because ARTUNE_ALLOW_INVALID=1"),
+            "{}",
+            said()
+        );
+        assert_eq!(
+            unsafe { artune_check(std::ptr::null(), std::ptr::null()) },
+            ARTUNE_ERR_ARGUMENT
+        );
     }
 }

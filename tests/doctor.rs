@@ -294,7 +294,10 @@ fn versions_against_a_profile() {
     let (st, ev, act) = check(&json(&o), "versions");
     assert_eq!(st, "warn");
     assert!(ev.contains("driver 570.86.15 → 580.159.04"), "{ev}");
-    assert!(act.contains("artune tune"), "{act}");
+    assert!(
+        act.contains("artune check") && act.contains("--measure"),
+        "{act}"
+    );
 }
 
 #[test]

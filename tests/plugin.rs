@@ -73,6 +73,10 @@ fn profile(simulated: bool) -> (tempfile::TempDir, PathBuf) {
     (dir, path)
 }
 
+/// The override the tests about steering set: the plugin applies the validity rule to the
+/// machine it runs on, which it cannot read here (no NVML), or which is not the profile's.
+const FOLLOW: (&str, &str) = ("ARTUNE_ALLOW_INVALID", "1");
+
 /// Runs the plugin harness; returns (success, stdout, stderr = NCCL log lines).
 fn plugin(
     env: &[(&str, &str)],
@@ -89,7 +93,12 @@ fn plugin(
     ]);
     // "A,P CHANNELS" passes the expected channel count as a fifth argument.
     cmd.args(expect.split(' '));
-    for k in ["ARTUNE_PROFILE", "ARTUNE_MODE", "ARTUNE_ALLOW_SIMULATED"] {
+    for k in [
+        "ARTUNE_PROFILE",
+        "ARTUNE_MODE",
+        "ARTUNE_ALLOW_SIMULATED",
+        "ARTUNE_ALLOW_INVALID",
+    ] {
         cmd.env_remove(k);
     }
     cmd.envs(env.iter().copied());
@@ -121,16 +130,16 @@ fn lowers_the_measured_fastest_entry_in_every_version() {
     let p = path.to_str().unwrap();
     // 1000 bytes at TP2: ring LL (algorithm 1, protocol 0); 16 MiB: ring Simple (1, 2).
     assert_ok(
-        plugin(&[("ARTUNE_PROFILE", p)], 2, 1000, "1,0"),
+        plugin(&[("ARTUNE_PROFILE", p), FOLLOW], 2, 1000, "1,0"),
         "artune: following",
     );
     assert_ok(
-        plugin(&[("ARTUNE_PROFILE", p)], 2, 16 << 20, "1,2"),
+        plugin(&[("ARTUNE_PROFILE", p), FOLLOW], 2, 16 << 20, "1,2"),
         "artune: following",
     );
     assert_ok(
         plugin(
-            &[("ARTUNE_PROFILE", p), ("ARTUNE_MODE", "eager")],
+            &[("ARTUNE_PROFILE", p), ("ARTUNE_MODE", "eager"), FOLLOW],
             4,
             1000,
             "1,0",
@@ -144,11 +153,11 @@ fn leaves_table_alone_beyond_the_profile() {
     let (_d, path) = profile(false);
     let p = path.to_str().unwrap();
     assert_ok(
-        plugin(&[("ARTUNE_PROFILE", p)], 2, 1 << 30, "untouched"),
+        plugin(&[("ARTUNE_PROFILE", p), FOLLOW], 2, 1 << 30, "untouched"),
         "artune: following",
     );
     assert_ok(
-        plugin(&[("ARTUNE_PROFILE", p)], 8, 1000, "untouched"),
+        plugin(&[("ARTUNE_PROFILE", p), FOLLOW], 8, 1000, "untouched"),
         "no TP8 group",
     );
 }
@@ -185,11 +194,15 @@ fn missing_garbage_or_simulated_profile_falls_back_to_nccl() {
     let s = sim.to_str().unwrap();
     assert_ok(
         plugin(&[("ARTUNE_PROFILE", s)], 2, 1000, "untouched"),
-        "SIMULATED profile",
+        "made on a simulated fabric",
     );
     assert_ok(
         plugin(
-            &[("ARTUNE_PROFILE", s), ("ARTUNE_ALLOW_SIMULATED", "1")],
+            &[
+                ("ARTUNE_PROFILE", s),
+                ("ARTUNE_ALLOW_SIMULATED", "1"),
+                FOLLOW,
+            ],
             2,
             1000,
             "1,0",
@@ -198,12 +211,44 @@ fn missing_garbage_or_simulated_profile_falls_back_to_nccl() {
     );
 }
 
+/// The plugin applies the validity rule before it steers anything: a machine it cannot
+/// compare is not one the profile is valid for, and the override says what it overrode.
+#[test]
+fn the_plugin_follows_only_a_profile_valid_here_or_says_what_overrode_it() {
+    let (_d, path) = profile(false);
+    let p = path.to_str().unwrap();
+    let r = plugin(&[("ARTUNE_PROFILE", p)], 2, 1000, "untouched");
+    assert_ok(r.clone(), "is not valid here (");
+    let Some((_, _, err)) = r else { return };
+    assert!(
+        err.contains("set ARTUNE_ALLOW_INVALID=1 to follow it anyway; NCCL keeps its own"),
+        "{err}"
+    );
+    let r = plugin(&[("ARTUNE_PROFILE", p), FOLLOW], 2, 1000, "1,0");
+    assert_ok(r.clone(), "artune: following");
+    let Some((_, _, err)) = r else { return };
+    assert!(
+        err.contains("; NOT valid here (")
+            && err.contains("followed because ARTUNE_ALLOW_INVALID=1"),
+        "{err}"
+    );
+    assert_ok(
+        plugin(
+            &[("ARTUNE_PROFILE", p), ("ARTUNE_ALLOW_INVALID", "maybe")],
+            2,
+            1000,
+            "untouched",
+        ),
+        "ARTUNE_ALLOW_INVALID=maybe is none of 1, true, on, yes, 0, false, off, no",
+    );
+}
+
 #[test]
 fn c_abi_links_against_the_header() {
     let Some((_, capi)) = harnesses() else { return };
     let (_d, path) = profile(true);
     let missing = path.with_file_name("missing.json");
-    let run = |tp: &str, bytes: &str, expect: &str| {
+    let run_with = |tp: &str, bytes: &str, expect: &str, allow: &str| {
         let out = Command::new(capi)
             .args([
                 path.to_str().unwrap(),
@@ -212,6 +257,8 @@ fn c_abi_links_against_the_header() {
                 expect,
                 missing.to_str().unwrap(),
             ])
+            .env("ARTUNE_ALLOW_SIMULATED", allow)
+            .env("ARTUNE_ALLOW_INVALID", allow)
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout).to_string();
@@ -222,10 +269,23 @@ fn c_abi_links_against_the_header() {
         );
         text
     };
+    let run = |tp: &str, bytes: &str, expect: &str| run_with(tp, bytes, expect, "0");
     assert!(run("2", "1000", "one_stage_pull").contains("one_stage_pull 7 "));
     assert!(run("2", "1000", "one_stage_pull").contains("fallback=one_stage_pull"));
     run("8", "1000", "none");
     run("2", "1073741824", "none");
+    // artune_check: a simulated profile is not valid on this machine (real, or unreadable);
+    // the overrides let the caller follow it, and the verdict says so.
+    let text = run("2", "1000", "one_stage_pull");
+    assert!(
+        text.contains("check 2 not valid here (it was made on a simulated fabric"),
+        "{text}"
+    );
+    let text = run_with("2", "1000", "one_stage_pull", "1");
+    assert!(
+        text.contains("check 0 NOT valid here (it was made on a simulated fabric"),
+        "{text}"
+    );
 }
 
 /// Where the profile chooses an island schedule, a C caller gets its code and, as the
@@ -319,6 +379,7 @@ fn follows_a_profile_tuned_on_the_simulated_fabric() {
     let env = [
         ("ARTUNE_PROFILE", path.to_str().unwrap()),
         ("ARTUNE_ALLOW_SIMULATED", "1"),
+        FOLLOW,
     ];
     let mut lowered = 0;
     // Every power of two and 1.5x from 1 KiB to 256 MiB, and one size beyond the profile.
@@ -359,7 +420,7 @@ fn a_user_pin_is_left_alone_and_init_logs_the_nccl_version_once() {
     let p = path.to_str().unwrap();
     // NCCL_PROTO pins NCCL's choice: the entry the profile wants (1,0 at 1000 bytes) stays.
     let r = plugin(
-        &[("ARTUNE_PROFILE", p), ("NCCL_PROTO", "LL")],
+        &[("ARTUNE_PROFILE", p), ("NCCL_PROTO", "LL"), FOLLOW],
         2,
         1000,
         "untouched",

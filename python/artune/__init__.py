@@ -4,7 +4,7 @@
     p = artune.Profile.load("/etc/artune/profile.json")
     choice = p.select(tp=8, nbytes=14336, mode="graph")   # None: keep the engine's default
     print(choice.backend, choice.nccl, choice.expected_us)
-    stale = p.check()                                      # against this machine, as `artune check`
+    c = p.check()               # the validity rule for this machine: c.valid, c.reasons, c.notes
     os.environ["NCCL_TUNER_PLUGIN"] = artune.plugin_path()
 
 The engine plugins (``artune.vllm``, ``artune.sglang``) apply a profile at engine start-up.

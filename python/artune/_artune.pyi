@@ -27,9 +27,12 @@ class Band:
     custom: bool
 
 class Check:
-    holds: bool
-    changes: list[str]
+    valid: bool
+    followed: bool
+    reasons: list[str]
+    notes: list[str]
     unchecked: list[str]
+    verdict: str
 
 class Profile:
     @staticmethod
@@ -60,7 +63,10 @@ class Profile:
         sim: Optional[str] = None,
         topology: Optional[Union[str, PathLike[str]]] = None,
         nccl: Optional[str] = None,
+        allow_simulated: bool = False,
+        allow_invalid: bool = False,
     ) -> Check: ...
+    def sizes(self, tp: int, mode: Mode = "graph") -> list[int]: ...
 
 def backends() -> list[str]: ...
 

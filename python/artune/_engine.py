@@ -28,6 +28,8 @@ from . import ArtuneError, Profile, plugin_path
 
 ENV_PROFILE = "ARTUNE_PROFILE"
 ENV_ALLOW_SIMULATED = "ARTUNE_ALLOW_SIMULATED"
+ENV_ALLOW_INVALID = "ARTUNE_ALLOW_INVALID"
+#: The old override, which skipped every check and said nothing: no longer read, and said so.
 ENV_ALLOW_STALE = "ARTUNE_ALLOW_STALE"
 
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "engines.json")) as _f:
@@ -93,43 +95,34 @@ def say(log: logging.Logger, msg: str, *args) -> None:
     os.environ[ENV_SAID] = ",".join(said + [key])
 
 
-def load(log: logging.Logger, engine: str) -> Optional[Profile]:
-    """The profile to follow, or None (with one warning line saying why) to change nothing."""
+def load(log: logging.Logger, engine: str) -> Optional[Tuple[Profile, str]]:
+    """The profile to follow and the validity rule's verdict on it for this machine (the rule
+    of src/profile/validity.rs, which the NCCL plugin, the C ABI and `artune check` apply), or
+    None (with one warning line saying why) to change nothing."""
     path = os.environ.get(ENV_PROFILE)
     if not path:
         return None
     unchanged = f"{engine} starts as without artune"
     try:
-        allow_simulated, allow_stale = switch(ENV_ALLOW_SIMULATED), switch(ENV_ALLOW_STALE)
+        allow_simulated, allow_invalid = switch(ENV_ALLOW_SIMULATED), switch(ENV_ALLOW_INVALID)
     except BadSetting as e:
         say(log, "artune: %s; %s", e, unchanged)
         return None
+    if os.environ.get(ENV_ALLOW_STALE):
+        say(log, "artune: %s is no longer read (it skipped every check without a word); "
+            "artune follows a profile valid for this machine, and %s=1 follows one that is "
+            "not, saying why in the start-up line", ENV_ALLOW_STALE, ENV_ALLOW_INVALID)
     try:
         p = Profile.load(path)
     except ArtuneError as e:
         say(log, "artune: %s; %s", e, unchanged)
         return None
-    if p.simulated and not allow_simulated:
-        say(log,
-            "artune: %s is a SIMULATED profile (%s), not a measurement of this machine; run "
-            "`artune tune` here, or set %s=1 to follow it anyway; %s",
-            path, p.fabric, ENV_ALLOW_SIMULATED, unchanged)
+    c = p.check(nccl=nccl_version(), allow_simulated=allow_simulated,
+                allow_invalid=allow_invalid)
+    if not c.followed:
+        say(log, "artune: %s is %s; %s", path, c.verdict, unchanged)
         return None
-    if not allow_stale:
-        try:
-            c = p.check(nccl=nccl_version())
-        except ArtuneError as e:
-            say(log,
-                "artune: cannot check %s against this machine (%s); set %s=1 to follow it "
-                "unchecked; %s", path, e, ENV_ALLOW_STALE, unchanged)
-            return None
-        if not c.holds:
-            say(log,
-                "artune: %s is stale for this machine (%s); run `artune tune` again, or set "
-                "%s=1 to follow it anyway; %s",
-                path, ", ".join(c.changes[:4]), ENV_ALLOW_STALE, unchanged)
-            return None
-    return p
+    return p, c.verdict
 
 
 def start(log: logging.Logger, engine: str, key: str, version: str,
@@ -139,7 +132,7 @@ def start(log: logging.Logger, engine: str, key: str, version: str,
     BadSetting for a word it does not take), determinism the user asked for
     (``determinism`` names it), the profile, and the engine's version against the one artune
     was read against. None: change nothing (said in one line where the user set
-    ARTUNE_PROFILE). Else (profile, what ``settings()`` returned)."""
+    ARTUNE_PROFILE). Else (profile, what ``settings()`` returned, the validity verdict)."""
     if not os.environ.get(ENV_PROFILE):
         return None
     off = f"ARTUNE_{key.upper()}"
@@ -157,21 +150,49 @@ def start(log: logging.Logger, engine: str, key: str, version: str,
         say(log, "artune: %s asks for a fixed reduction order, so artune changes nothing in "
             "%s", determinism, engine)
         return None
-    p = load(log, engine)
-    if p is None:
+    loaded = load(log, engine)
+    if loaded is None:
         return None
+    p, verdict = loaded
     read = MODEL[key]["read_against"]
     if version != read:
         say(log, "artune: %s %s is not the release artune was read against (%s); artune "
             "applies only the patches whose symbol and signature it finds as read",
             engine, version, read)
-    return p, chosen
+    return p, chosen, verdict
 
 
 def left_alone(key: str) -> str:
     """The paths of an engine the plugin leaves alone, each with the short reason engines.json
     gives it (``left_alone``): the start-up line's list."""
     return "; ".join(r["left_alone"] for r in MODEL[key]["order"] if "left_alone" in r)
+
+
+def startup(log: logging.Logger, engine: str, bands: "Bands", name: str, ws: int,
+            own: Optional["OwnKernels"], full: str) -> None:
+    """The start-up line of one TP group, the same in both plugins and logged by the group's
+    rank 0 through the engine's logger: one short line at INFO (which profile, whether it is
+    valid here and why, how many sizes it steers, where artune's own kernels run), at WARNING
+    where the profile gives artune's kernels sizes they could not take; the full list
+    (``full``: every band, path and patch) at DEBUG."""
+    if not bands.covers(ws):
+        short = (f"artune: TP{ws} group {name}: {bands.path} ({bands.verdict}) has no TP{ws} "
+                 f"group, so {engine} keeps its own choice here")
+    else:
+        graph, eager = bands.describe(ws, "graph"), bands.describe(ws, "eager")
+        bands_said = (f"graph and eager: {graph}" if graph == eager
+                      else f"graph: {graph}; eager: {eager}")
+        n = len(set(bands.profile.sizes(ws, "graph")) | set(bands.profile.sizes(ws, "eager")))
+        short = "; ".join([
+            f"artune: TP{ws} group {name} follows {bands.path} ({bands.verdict})",
+            f"{n} sizes steered ({bands_said})",
+            own.where if own is not None else "artune's own kernels take no size here",
+        ])
+    if own is not None and own.refused:
+        log.warning("%s", short)
+    else:
+        log.info("%s", short)
+    log.debug("%s", full)
 
 
 def fell_back(log: logging.Logger, what: str, e: Exception, engine: str,
@@ -299,10 +320,12 @@ class Bands:
     ``fused_up_to``), which `artune why` reports, with the engine's patches' own state
     (``active``: off under an engine's deterministic mode)."""
 
-    def __init__(self, p: Profile) -> None:
+    def __init__(self, p: Profile, verdict: str = "valid here") -> None:
         self.path = os.environ.get(ENV_PROFILE, "")
         self.active = True
         self.profile = p
+        #: The validity rule's verdict for this machine, as :func:`load` found it.
+        self.verdict = verdict
         self._tps = set(p.tp_sizes)
 
     def covers(self, tp: int) -> bool:
@@ -561,14 +584,16 @@ def kernels(key: str) -> Tuple[str, str]:
 
 
 class OwnKernels:
-    """artune's own kernels in one TP group: the op (None: the engine's paths everywhere) and
-    what the start-up line says of them; ``refused`` where the profile gives them sizes but
-    the op could not be built (the line is then a warning)."""
+    """artune's own kernels in one TP group: the op (None: the engine's paths everywhere), what
+    the full start-up line says of them (``said``) and the short one (``where``: which sizes
+    they take); ``refused`` where the profile gives them sizes but the op could not be built
+    (the short line is then a warning, and says why)."""
 
-    def __init__(self, op, said: str, refused: bool = False) -> None:
+    def __init__(self, op, said: str, refused: bool = False, where: Optional[str] = None):
         self.op = op
         self.said = said
         self.refused = refused
+        self.where = said if where is None or refused else where
 
 
 def own_kernels(p: Profile, chosen: Tuple[str, str], group, tp: int, device,
@@ -603,8 +628,9 @@ def own_kernels(p: Profile, chosen: Tuple[str, str], group, tp: int, device,
     if op is None:
         return OwnKernels(None, f"artune's own kernels not used: {why}; {engine} runs its own "
                           "paths at the sizes the profile gives them", True)
-    return OwnKernels(op, f"artune's own kernels ({how}) take {why}; their buffers, allocated "
-                      f"before {engine} sizes its KV cache: {op.describe_memory()}")
+    where = f"artune's own kernels ({how}) take {why}"
+    return OwnKernels(op, f"{where}; their buffers, allocated before {engine} sizes its KV "
+                      f"cache: {op.describe_memory()}", where=where)
 
 
 def routed_first(attr: str = "_artune_op"):

@@ -131,7 +131,7 @@ def _register(patches: "_engine.Patches") -> None:
     started = _engine.start(log, "SGLang", "sglang", _version(), determinism, settings)
     if started is None:
         return
-    p, (fusion, kernels) = started
+    p, (fusion, kernels), verdict = started
     from sglang.srt.distributed import parallel_state
     from sglang.srt.distributed.device_communicators import custom_all_reduce, custom_all_reduce_v2
 
@@ -139,7 +139,7 @@ def _register(patches: "_engine.Patches") -> None:
     if getattr(car, _PATCHED, False):
         return
     plan = plans(p)
-    bands = Decided(p)
+    bands = Decided(p, verdict)
     import torch.distributed as dist
 
     unknown = _engine.unknown_reporter(log, patches, "SGLang")
@@ -224,10 +224,7 @@ def _register(patches: "_engine.Patches") -> None:
                          "artune changes nothing", ws, name)
             else:
                 line = startup_line(bands, patches, plan, name, ws, off, own)
-                if own is not None and own.refused:
-                    log.warning("%s", line)
-                else:
-                    log.info("%s", line)
+                _engine.startup(log, "SGLang", bands, name, ws, own, line)
         except Exception as e:  # noqa: BLE001 - SGLang built it; artune only failed to report
             _engine.fell_back(log, "GroupCoordinator.__init__ (after SGLang built it)", e,
                               "SGLang", built=True)
@@ -314,8 +311,8 @@ class Decided(_engine.Bands):
     once here. ``mode=None`` is a traced call, whose graph may replay inside a CUDA graph or
     eagerly: NCCL where the profile gives NCCL in either mode."""
 
-    def __init__(self, p) -> None:
-        super().__init__(p)
+    def __init__(self, p, verdict: str = "valid here") -> None:
+        super().__init__(p, verdict)
         self._steps = {(tp, m): p.custom_steps(tp, m) for tp in p.tp_sizes for m in MODES}
         # The cut of a fused allreduce+norm (None: it fuses nothing) at each TP size.
         self._fuse_to = {tp: p.fused_up_to(tp, 1 << 62) for tp in p.tp_sizes}
@@ -402,7 +399,8 @@ def describe(plan) -> str:
 
 
 def startup_line(bands, patches, plan, name: str, ws: int, off: bool, own=None) -> str:
-    """One line per TP group: what SGLang runs per size band with the profile applied."""
+    """The full start-up list of one TP group (at DEBUG; ``_engine.startup`` logs the short
+    line): what SGLang runs per size band with the profile applied."""
     v = plan.get(ws)
     if v is None:
         return (f"artune: TP{ws} group {name}: {bands.path} has no TP{ws} group, so SGLang "

@@ -102,14 +102,14 @@ def _register(patches: "_engine.Patches") -> None:
     started = _engine.start(log, "vLLM", "vllm", vllm.__version__, determinism, settings)
     if started is None:
         return
-    p, (fusion, custom_ar_off, kernels) = started
+    p, (fusion, custom_ar_off, kernels), verdict = started
     from vllm.distributed import parallel_state
     from vllm.distributed.device_communicators import cuda_communicator, custom_all_reduce
 
     car = custom_all_reduce.CustomAllreduce
     if getattr(car, _PATCHED, False):
         return
-    bands = _engine.Bands(p)
+    bands = _engine.Bands(p, verdict)
     import torch.distributed as dist
 
     unknown = _engine.unknown_reporter(log, patches, "vLLM")
@@ -191,10 +191,7 @@ def _register(patches: "_engine.Patches") -> None:
             self.ca_comm = ca = None
         if getattr(self, "rank_in_group", 0) == 0:  # one line per group, not per rank
             line = startup_line(bands, patches, name, ws, off, fusion, ca, freed, own)
-            if own is not None and own.refused:
-                log.warning("%s", line)
-            else:
-                log.info("%s", line)
+            _engine.startup(log, "vLLM", bands, name, ws, own, line)
 
     car_init = car.__init__
     car_sig = inspect.signature(car_init)
@@ -404,7 +401,8 @@ def flashinfer_range(cap, ws: int):
 
 def startup_line(bands, patches, name: str, ws: int, off: bool, fusion: bool, ca=None,
                  freed=None, own=None) -> str:
-    """One line per TP communicator: what vLLM runs per size band with the profile applied."""
+    """The full start-up list of one TP communicator (at DEBUG; ``_engine.startup`` logs the
+    short line): what vLLM runs per size band with the profile applied."""
     if not bands.covers(ws):
         return (f"artune: TP{ws} group {name}: {bands.path} has no TP{ws} group, so vLLM keeps "
                 "its own choice here")

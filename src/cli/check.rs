@@ -1,6 +1,7 @@
-//! `artune check`: does a profile still hold here? By its fingerprints, versions and NCCL/CUDA
-//! environment, or with `--measure` by its decisive sizes re-timed and judged against this
-//! machine's own run-to-run variation (see [`crate::recheck`]). A stale verdict names the
+//! `artune check`: does a profile still hold here? By the validity rule (the hardware that
+//! decides; versions and NCCL/CUDA variables are notes: [`crate::profile::validity`]), or with
+//! `--measure` by its decisive sizes re-timed and judged against this machine's own
+//! run-to-run variation (see [`crate::recheck`]). A stale verdict names the
 //! command that tunes this machine again into the same file.
 
 use super::output::outln;
@@ -49,30 +50,32 @@ pub fn run(a: CheckArgs) -> Result<i32, Error> {
     }
     let now = load_topology(&source(&a))?;
     busy_note(&a.profile, &p);
-    let mut st = crate::profile::stale::staleness(&p, &now);
-    crate::profile::stale::add_environment(&mut st, &p, &crate::profile::environment::current());
+    let mut v = crate::profile::validity::validity(&p, &now);
+    crate::profile::validity::add_environment(&mut v, &p, &crate::profile::environment::current());
     let against = match (&a.topology, &a.sim) {
         (Some(f), _) => format!("the topology in {}", f.display()),
         (None, Some(preset)) => format!("the simulated preset {preset}"),
         (None, None) => "this machine".into(),
     };
-    let words = |v: &[String]| v.to_vec();
-    let changes: Vec<String> = st.changes.iter().map(ToString::to_string).collect();
-    let unchecked: Vec<String> = st.unchecked.iter().map(ToString::to_string).collect();
+    let words = |c: &mut dyn Iterator<Item = &crate::profile::validity::Change>| -> Vec<String> {
+        c.map(ToString::to_string).collect()
+    };
+    let (reasons, notes) = (words(&mut v.reasons()), words(&mut v.notes()));
+    let unchecked: Vec<String> = v.unchecked.iter().map(ToString::to_string).collect();
     if a.json {
         outln!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
                 "profile": a.profile, "against": against, "measured": false,
-                "holds": st.holds(), "changes": words(&changes), "unchecked": words(&unchecked),
+                "holds": v.valid(), "changes": reasons, "notes": notes, "unchecked": unchecked,
                 "simulated": p.simulated,
-                "retune": (!st.holds()).then(|| retune(&a)),
+                "retune": (!v.valid()).then(|| retune(&a)),
             }))
             .expect("json")
         );
     }
-    if !st.holds() {
-        return Err(stale(&a, st.summary(4)));
+    if !v.valid() {
+        return Err(stale(&a, v.summary(4)));
     }
     if a.json {
         return Ok(0);
@@ -81,11 +84,12 @@ pub fn run(a: CheckArgs) -> Result<i32, Error> {
         true => String::new(),
         false => format!("; not checked (unknown here): {}", unchecked.join(", ")),
     };
+    let verdict = v.verdict(crate::profile::validity::Allow::default());
+    let notes = verdict.strip_prefix("valid here").unwrap_or_default();
     outln!(
-        "{} holds for {against}: topology class {}, host {} ({}){unchecked}{}",
+        "{} holds for {against}: topology class {} ({}){notes}{unchecked}{}",
         a.profile.display(),
         p.fingerprint.topology_class,
-        p.fingerprint.host,
         crate::export::group_names(&p),
         if p.simulated {
             "; the profile is SIMULATED"
@@ -118,16 +122,17 @@ pub fn busy_note(path: &std::path::Path, p: &Profile) {
 /// The variables of this process that differ from the profile's measuring environment, as
 /// one stale verdict: measuring under another environment would judge another machine.
 fn environment_verdict(a: &CheckArgs, p: &Profile) -> Result<(), Error> {
-    let mut st = crate::profile::stale::Staleness::default();
-    crate::profile::stale::add_environment(&mut st, p, &crate::profile::environment::current());
-    if st.holds() {
+    let mut v = crate::profile::validity::Validity::default();
+    crate::profile::validity::add_environment(&mut v, p, &crate::profile::environment::current());
+    if v.changes.is_empty() {
         return Ok(());
     }
+    let what: Vec<String> = v.changes.iter().map(ToString::to_string).collect();
     Err(stale(
         a,
         format!(
             "the NCCL/CUDA environment differs from the tune's: {}",
-            st.summary(4)
+            what.join(", ")
         ),
     ))
 }
@@ -142,16 +147,16 @@ fn hardware_verdict(
     p: &Profile,
     now: &crate::topology::Topology,
 ) -> Result<(), Error> {
-    let mut st = crate::profile::stale::staleness(p, now);
-    st.changes.retain(crate::profile::stale::Change::is_gpu);
-    if st.holds() {
+    let mut v = crate::profile::validity::validity(p, now);
+    v.changes.retain(crate::profile::validity::Change::is_gpu);
+    if v.valid() {
         return Ok(());
     }
     Err(stale(
         a,
         format!(
             "the GPUs or their links differ from the tune's: {}",
-            st.summary(4)
+            v.summary(4)
         ),
     ))
 }

@@ -68,9 +68,17 @@ pub fn run(a: DoctorArgs) -> Result<i32, Error> {
             ..Default::default()
         };
         if let Ok(now) = &facts.topology {
-            let st = crate::profile::stale::staleness(p, now);
-            pf.changes = st.changes.iter().map(ToString::to_string).collect();
-            pf.unchecked = st.unchecked.iter().map(ToString::to_string).collect();
+            use crate::profile::validity::Change;
+            let v = crate::profile::validity::validity(p, now);
+            pf.changes = v.reasons().map(ToString::to_string).collect();
+            // Another node of the class is no finding for the platform.
+            let other = |c: &&Change| matches!(c, Change::OtherNode);
+            pf.notes = v
+                .notes()
+                .filter(|c| !other(c))
+                .map(ToString::to_string)
+                .collect();
+            pf.unchecked = v.unchecked.iter().map(ToString::to_string).collect();
         }
         facts.profile = Some(pf);
     }

@@ -34,8 +34,10 @@ impl Machine {
 pub struct ProfileFacts {
     pub path: PathBuf,
     pub simulated: bool,
-    /// What changed since the tune (driver, CUDA, NCCL, GPUs, wiring), as `artune check` says.
+    /// Why the profile is not valid here (GPUs, links, wiring), as `artune check` says.
     pub changes: Vec<String>,
+    /// What differs but leaves it valid (driver, CUDA, NCCL, another node of the class).
+    pub notes: Vec<String>,
     /// What could not be compared because this machine does not say.
     pub unchecked: Vec<String>,
 }

@@ -8,8 +8,9 @@
 //!    entry for allreduce and touches nothing else: never a -1 (disabled) entry, never another
 //!    collective; it sets the channel count only where it lowered an entry and the profile states
 //!    the count its NCCL measurements ran with ([`Context::channels`]).
-//! 3. Anything wrong (no profile, unreadable, simulated, no matching group, a size beyond the
-//!    profile, a panic) is logged through NCCL's logger and leaves NCCL's choice as it was;
+//! 3. Anything wrong (no profile, unreadable, not valid for this machine by the rule every
+//!    consumer applies (`profile::validity`), no matching group, a size beyond the profile, a
+//!    panic) is logged through NCCL's logger and leaves NCCL's choice as it was;
 //!    every entry point returns ncclSuccess, because from NCCL 2.30 an error fails the collective.
 //!
 //! The symbols and struct layouts are in [`abi`].
@@ -22,6 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::allreduce::{Backend, Mode, NcclAlgo, NcclProto};
 use crate::profile::selector::GroupSelector;
+use crate::profile::validity::{self, Allow, Validity};
 use crate::profile::{Profile, Query};
 
 /// `ncclFuncAllReduce` in NCCL's `ncclFunc_t`.
@@ -35,8 +37,6 @@ pub const ENV_PROFILE: &str = "ARTUNE_PROFILE";
 /// `graph` (default) or `eager`: which of the profile's launch modes to follow. NCCL does not
 /// tell a tuner whether it is being captured.
 pub const ENV_MODE: &str = "ARTUNE_MODE";
-/// Set to 1 to let the plugin follow a profile measured on the simulated fabric (tests only).
-pub const ENV_ALLOW_SIMULATED: &str = "ARTUNE_ALLOW_SIMULATED";
 
 /// NCCL's index of an algorithm in the cost table.
 pub fn algo_index(a: NcclAlgo) -> u8 {
@@ -301,49 +301,67 @@ impl Context {
             Ok(p) => p,
             Err(e) => return quiet(LOG_WARN, e.to_string()),
         };
-        if p.simulated && std::env::var(ENV_ALLOW_SIMULATED).as_deref() != Ok("1") {
-            return quiet(
-                LOG_WARN,
-                format!(
-                    "{} is a SIMULATED profile ({}), not a measurement of this machine",
-                    path.to_string_lossy(),
-                    p.fabric
-                ),
-            );
+        let (allow, bad) = Allow::from_env();
+        if let Some(bad) = bad {
+            log(logger, LOG_WARN, &bad);
         }
+        let v = validity::here(&p, loading_nccl_version());
         let vars = crate::profile::environment::current();
         let pins = UserPins::from_vars(&vars);
-        match Context::from_profile(&p, n_ranks, n_nodes, mode, logger) {
-            Ok(c) => {
+        let path = path.to_string_lossy();
+        match Context::following(&p, &path, &v, allow, n_ranks, n_nodes, mode, logger) {
+            Ok((c, lines)) => {
                 log_environment_once(logger, &p, &vars, &pins);
-                let c = c.respecting(&pins);
-                let (steered, sizes, largest) = c.group.as_ref().map_or((0, 0, 0), |g| {
-                    let steered = g.answers().iter().filter(|a| pin_of(a.nccl).is_some());
-                    (
-                        steered.count(),
-                        g.sizes().len(),
-                        g.sizes().last().copied().unwrap_or(0),
-                    )
-                });
-                log(
-                    logger,
-                    LOG_INFO,
-                    &format!(
-                        "following {} for TP{n_ranks} {} allreduce: {steered} of {} sizes steered, up to {}{}",
-                        path.to_string_lossy(),
-                        mode.id(),
-                        sizes,
-                        crate::units::fmt_size(largest),
-                        if p.simulated { " (SIMULATED profile)" } else { "" }
-                    ),
-                );
-                if let Some(line) = c.group.as_ref().and_then(inexpressible) {
-                    log(logger, LOG_INFO, &line);
+                for (level, line) in lines {
+                    log(logger, level, &line);
                 }
-                c
+                c.respecting(&pins)
             }
-            Err(why) => quiet(LOG_INFO, why),
+            Err(why) => quiet(LOG_WARN, why),
         }
+    }
+
+    /// The context for `p` (read from `path`) given the validity rule's verdict on it for this
+    /// machine, and the start-up lines to log: what it follows, whether the profile is valid
+    /// here and why. Err: why NCCL keeps its own choice.
+    #[allow(clippy::too_many_arguments)]
+    pub fn following(
+        p: &Profile,
+        path: &str,
+        v: &Validity,
+        allow: Allow,
+        n_ranks: usize,
+        n_nodes: usize,
+        mode: Mode,
+        logger: Logger,
+    ) -> Result<(Context, Vec<(c_int, String)>), String> {
+        if !v.followed(allow) {
+            return Err(format!("{path} is {}", v.verdict(allow)));
+        }
+        let c = Context::from_profile(p, n_ranks, n_nodes, mode, logger)?;
+        let (steered, sizes, largest) = c.group.as_ref().map_or((0, 0, 0), |g| {
+            let steered = g.answers().iter().filter(|a| pin_of(a.nccl).is_some());
+            (
+                steered.count(),
+                g.sizes().len(),
+                g.sizes().last().copied().unwrap_or(0),
+            )
+        });
+        let level = if v.valid() { LOG_INFO } else { LOG_WARN };
+        let mut lines = vec![(
+            level,
+            format!(
+                "following {path} for TP{n_ranks} {} allreduce: {steered} of {sizes} sizes steered, up to {}{}; {}",
+                mode.id(),
+                crate::units::fmt_size(largest),
+                if p.simulated { " (SIMULATED profile)" } else { "" },
+                v.verdict(allow)
+            ),
+        )];
+        if let Some(line) = c.group.as_ref().and_then(inexpressible) {
+            lines.push((LOG_INFO, line));
+        }
+        Ok((c, lines))
     }
 
     /// The pin for a message of `bytes` bytes, if any. O(log buckets), no allocation.

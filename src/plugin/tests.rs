@@ -323,3 +323,74 @@ fn init_lines_name_the_nccl_version_pins_and_a_differing_environment() {
     assert!(lines.iter().all(|l| l.0 != LOG_WARN), "{lines:?}");
     assert!(lines[0].1.contains("unknown version"));
 }
+
+/// The sample profile as measured on a real box, and that box as NVML would read it.
+fn measured() -> (crate::profile::Profile, crate::topology::Topology) {
+    let mut p = sample::profile();
+    p.simulated = false;
+    for (i, g) in p.topology.gpus.iter_mut().enumerate() {
+        g.uuid = Some(format!("GPU-tuned-{i}"));
+    }
+    p.versions.driver = Some("570.86.15".into());
+    let mut now = p.topology.clone();
+    now.origin.kind = "nvml".into();
+    (p, now)
+}
+
+/// What the plugin starts with on `now`: the context's pin at 1000 bytes, or why none.
+fn start_on(now: &crate::topology::Topology, allow: Allow) -> Result<(Outcome, String), String> {
+    let (p, _) = measured();
+    let v = validity::validity(&p, now);
+    let (c, lines) = Context::following(&p, "p.json", &v, allow, 2, 1, Mode::Graph, None)?;
+    let mut t = table();
+    let out = unsafe { c.apply(NCCL_FUNC_ALLREDUCE, 1000, t.as_mut_ptr().cast(), 7, 3) };
+    Ok((out, lines[0].1.clone()))
+}
+
+#[test]
+fn an_identical_node_or_a_driver_bump_is_followed_and_said() {
+    let (_, mut now) = measured();
+    for g in &mut now.gpus {
+        g.uuid = Some(format!("{}-other-node", g.uuid.as_deref().unwrap()));
+    }
+    now.host.driver = Some("580.159.04".into());
+    let (out, line) = start_on(&now, Allow::default()).unwrap();
+    assert!(matches!(out, Outcome::Lowered(_)), "{out:?}");
+    assert!(
+        line.ends_with("; valid here; driver 570.86.15 → 580.159.04, tuned on another node of this class: re-timing its decisive sizes (artune check --measure) tells whether its choices still hold"),
+        "{line}"
+    );
+}
+
+#[test]
+fn other_hardware_leaves_nccl_alone_unless_overridden_and_said() {
+    let (_, now) = measured();
+    let mut model = now.clone();
+    model.gpus[1].name = "NVIDIA L40S".into();
+    let mut width = now.clone();
+    width.gpus[0].pcie.max_width = Some(8);
+    let count = {
+        let mut t = crate::topology::presets::get("pcie-2x").unwrap();
+        t.origin.kind = "nvml".into();
+        t
+    };
+    for now in [&model, &width, &count] {
+        let why = start_on(now, Allow::default()).unwrap_err();
+        assert!(why.starts_with("p.json is not valid here ("), "{why}");
+        assert!(
+            why.contains("ARTUNE_ALLOW_INVALID=1 to follow it anyway"),
+            "{why}"
+        );
+        let allow = Allow {
+            invalid: true,
+            ..Allow::default()
+        };
+        let (out, line) = start_on(now, allow).unwrap();
+        assert!(matches!(out, Outcome::Lowered(_)), "{out:?}");
+        assert!(
+            line.contains("; NOT valid here (")
+                && line.ends_with("followed because ARTUNE_ALLOW_INVALID=1"),
+            "{line}"
+        );
+    }
+}

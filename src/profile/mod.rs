@@ -16,8 +16,8 @@ pub mod paths;
 pub mod routes;
 pub mod schema;
 pub mod selector;
-pub mod stale;
 mod validate;
+pub mod validity;
 
 pub use validate::ProfileError;
 

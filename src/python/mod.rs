@@ -1,5 +1,5 @@
 //! The Python extension module `artune._artune` (built by maturin with `--features python`):
-//! the same profile validation, selection and staleness rules as the Rust API, for engines,
+//! the same profile validation, selection and validity rules as the Rust API, for engines,
 //! which are Python. The Python package (python/artune/) re-exports it and adds the engine
 //! plugins. Errors become Python exceptions carrying artune's one-sentence messages.
 
@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 
 use crate::allreduce::{Backend, Mode};
 use crate::error::Error;
-use crate::profile::stale::staleness;
+use crate::profile::validity::{self, Allow};
 use crate::profile::{Query, Selection, Selector};
 
 create_exception!(
@@ -167,14 +167,31 @@ impl Band {
     }
 }
 
-/// Whether a profile still holds for a machine.
+/// The validity rule's verdict on a profile for a machine (src/profile/validity.rs), as the
+/// NCCL plugin, the C ABI and `artune check` give it.
 #[pyclass(module = "artune", frozen, get_all)]
 pub struct Check {
-    holds: bool,
-    /// What changed, old → new.
-    changes: Vec<String>,
+    /// The hardware that decides is the profile's: it holds here.
+    valid: bool,
+    /// Whether a consumer follows it: valid, or every reason overridden (`allow_*`).
+    followed: bool,
+    /// Why it is not valid here, old → new.
+    reasons: Vec<String>,
+    /// What differs but leaves it valid (driver, CUDA or NCCL version, NCCL variables,
+    /// another node of the class): `artune check --measure` tells whether the choices hold.
+    notes: Vec<String>,
     /// What the machine does not report, so it was not compared.
     unchecked: Vec<String>,
+    /// The verdict in one phrase, as the start-up lines print it: "valid here; …",
+    /// "not valid here (…): …", or "NOT valid here (…), followed because …".
+    verdict: String,
+}
+
+#[pymethods]
+impl Check {
+    fn __repr__(&self) -> String {
+        format!("Check({})", self.verdict)
+    }
 }
 
 #[pymethods]
@@ -395,35 +412,63 @@ impl Profile {
             .unwrap_or_default())
     }
 
-    /// Whether the profile still holds: against a simulated preset (`sim`), a topology file
-    /// (`topology`), or, with neither, this machine as NVML sees it.
+    /// The validity rule's verdict: against a simulated preset (`sim`), a topology file
+    /// (`topology`), or, with neither, this machine as NVML and sysfs read it (a machine that
+    /// cannot be read is a reason: the profile is not valid there).
     ///
     /// `nccl` is the NCCL version the caller runs (e.g. from `torch.cuda.nccl.version()`);
-    /// without it the NCCL version is left unchecked. This loads no NCCL and starts no process,
-    /// so an engine can call it at start-up. Without NVML it raises HardwareError.
-    #[pyo3(signature = (sim = None, topology = None, nccl = None))]
+    /// without it the NCCL version is left unchecked. `allow_simulated` and `allow_invalid`
+    /// are the user's overrides (`ARTUNE_ALLOW_SIMULATED`, `ARTUNE_ALLOW_INVALID`): they make
+    /// `followed` true and the verdict say what they overrode. This loads no NCCL and starts no
+    /// process, so an engine can call it at start-up.
+    #[pyo3(signature = (sim = None, topology = None, nccl = None, allow_simulated = false,
+                        allow_invalid = false))]
     fn check(
         &self,
         sim: Option<&str>,
         topology: Option<PathBuf>,
         nccl: Option<String>,
+        allow_simulated: bool,
+        allow_invalid: bool,
     ) -> PyResult<Check> {
-        let now = match (sim, topology) {
-            (Some(name), _) => crate::topology::presets::get(name),
-            (None, Some(path)) => crate::topology::file::load(&path),
-            // No NVML on this machine is a hardware fact here: the caller asked about it.
-            (None, None) => crate::topology::discover(nccl).map_err(|e| match e {
-                Error::BadInput(m) => Error::Hardware(m),
-                e => e,
-            }),
-        }
-        .map_err(to_py)?;
-        let st = staleness(&self.profile, &now);
+        let v = match (sim, topology) {
+            (Some(name), _) => validity::validity(
+                &self.profile,
+                &crate::topology::presets::get(name).map_err(to_py)?,
+            ),
+            (None, Some(path)) => validity::validity(
+                &self.profile,
+                &crate::topology::file::load(&path).map_err(to_py)?,
+            ),
+            (None, None) => validity::here(&self.profile, nccl),
+        };
+        let allow = Allow {
+            simulated: allow_simulated,
+            invalid: allow_invalid,
+        };
         Ok(Check {
-            holds: st.holds(),
-            changes: st.changes.iter().map(ToString::to_string).collect(),
-            unchecked: st.unchecked.iter().map(ToString::to_string).collect(),
+            valid: v.valid(),
+            followed: v.followed(allow),
+            reasons: v.reasons().map(ToString::to_string).collect(),
+            notes: v.notes().map(ToString::to_string).collect(),
+            unchecked: v.unchecked.iter().map(ToString::to_string).collect(),
+            verdict: v.verdict(allow),
         })
+    }
+
+    /// The sizes the profile measured at `tp` in `mode`, ascending: the sizes it steers.
+    #[pyo3(signature = (tp, mode = "graph"))]
+    fn sizes(&self, tp: i64, mode: &str) -> PyResult<Vec<u64>> {
+        let q = Query {
+            tp: tp_size(tp)?,
+            mode: self::mode(mode)?,
+            gpus: None,
+        };
+        Ok(self
+            .selector
+            .group(q)
+            .map(|g| g.sizes().to_vec())
+            .unwrap_or_default())
     }
 
     /// What artune's SGLang plugin applies to the TP group: `("v2", (push1, pull1, pull2))`

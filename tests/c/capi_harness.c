@@ -70,6 +70,12 @@ int main(int argc, char** argv) {
     CHECK(artune_select(p, tp, 42, bytes, &s) == ARTUNE_ERR_ARGUMENT, "bad mode not refused");
     CHECK(artune_select(NULL, tp, ARTUNE_MODE_GRAPH, bytes, &s) == ARTUNE_ERR_ARGUMENT, "NULL profile not refused");
     CHECK(artune_select(p, tp, ARTUNE_MODE_GRAPH, bytes, NULL) == ARTUNE_ERR_ARGUMENT, "NULL out not refused");
+    /* The validity rule's verdict for this machine: either code, and always a sentence. */
+    rc = artune_check(p, "2.28.9");
+    CHECK(rc == ARTUNE_OK || rc == ARTUNE_NOT_VALID, "check returned %d", rc);
+    CHECK(strlen(artune_last_error()) > 0, "check said nothing");
+    printf("check %d %s\n", rc, artune_last_error());
+    CHECK(artune_check(NULL, NULL) == ARTUNE_ERR_ARGUMENT, "check(NULL) not refused");
     artune_profile_close(p);
     artune_profile_close(NULL);
     if (failures == 0) printf("ok\n");

@@ -204,8 +204,8 @@ def follow(monkeypatch):
     def set_profile(path):
         monkeypatch.setenv("ARTUNE_PROFILE", path)
         monkeypatch.setenv("ARTUNE_ALLOW_SIMULATED", "1")
-        # No NVML here: the staleness check cannot read this machine.
-        monkeypatch.setenv("ARTUNE_ALLOW_STALE", "1")
+        # No NVML here: the validity rule cannot read this machine, so the override.
+        monkeypatch.setenv("ARTUNE_ALLOW_INVALID", "1")
         monkeypatch.delenv("NCCL_TUNER_PLUGIN", raising=False)
 
     return set_profile

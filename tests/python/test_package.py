@@ -47,9 +47,9 @@ def test_bands_memory_and_check(profiles):
     mem = p.memory(2)
     top_custom = max(b.up_to_bytes for b in bands if b.custom)
     assert any(v > top_custom for k, v in mem.items() if k != "nccl")
-    assert p.check(sim="pcie-2x").holds
-    stale = p.check(sim="pcie-4x-1switch")
-    assert not stale.holds and any("GPU count" in c for c in stale.changes)
+    assert p.check(sim="pcie-2x").valid
+    other = p.check(sim="pcie-4x-1switch")
+    assert not other.valid and any("GPU count" in c for c in other.reasons)
 
 
 def test_errors_are_exceptions_with_artunes_sentences(tmp_path):
@@ -92,19 +92,17 @@ def test_the_engine_paths_page_is_the_engine_model():
         assert json.load(f) == engine_paths.model()
 
 
-def test_check_without_nvml_is_a_hardware_error_and_loads_no_nccl(profiles):
-    """In a fresh process (no torch): no NVML here is a HardwareError, and the check maps no
-    NCCL library (it used to load one, through a python3 child, for its version)."""
+def test_check_without_nvml_is_not_valid_and_loads_no_nccl(profiles):
+    """In a fresh process (no torch): no NVML here is a reason the profile is not valid (the
+    validity rule: nothing could be compared), and the check maps no NCCL library (it used to
+    load one, through a python3 child, for its version)."""
     import sys
 
     code = (
         "import artune\n"
         f"p = artune.Profile.load({profiles['pair']!r})\n"
-        "try:\n"
-        "    p.check()\n"
-        "    print('held')\n"
-        "except artune.HardwareError as e:\n"
-        "    print('hardware', e)\n"
+        "c = p.check()\n"
+        "print('valid' if c.valid else 'not valid', c.reasons)\n"
         "maps = open('/proc/self/maps').read()\n"
         "print('nccl mapped' if 'libnccl' in maps else 'no nccl')\n"
     )
@@ -112,8 +110,8 @@ def test_check_without_nvml_is_a_hardware_error_and_loads_no_nccl(profiles):
                          check=True).stdout
     if os.path.exists("/dev/nvidiactl"):
         pytest.skip("this machine has an NVIDIA driver")
-    assert out.splitlines()[0].startswith("hardware"), out
-    assert "NVIDIA management library" in out
+    assert out.splitlines()[0].startswith("not valid"), out
+    assert "this machine could not be read (" in out and "NVIDIA management library" in out
     assert "sim=PRESET or topology=FILE" in out and "--sim" not in out, out
     assert out.splitlines()[-1] == "no nccl", out
 

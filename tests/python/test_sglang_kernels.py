@@ -115,13 +115,19 @@ def test_the_op_takes_the_sizes_the_profile_gives_it_through_sglangs_dispatch(
 def test_the_startup_line_says_what_the_op_takes_and_its_buffers(
         islands, follow, monkeypatch, device, caplog):
     register(islands, follow, monkeypatch)
-    with caplog.at_level(logging.INFO, logger=log_name):
+    with caplog.at_level(logging.DEBUG, logger=log_name):
         coordinator(BOX, "graph", monkeypatch, [])
     lines = [r for r in caplog.records if r.name == log_name]
-    assert len(lines) == 1 and lines[0].levelname == "INFO", [r.getMessage() for r in lines]
-    line = lines[0].getMessage()
+    said = [r for r in lines if r.levelno >= logging.INFO]
+    assert len(said) == 1 and said[0].levelname == "INFO", [r.getMessage() for r in lines]
+    # The short line at INFO says where the kernels run; the full list at DEBUG says more.
+    short = said[0].getMessage()
+    line = next(r.getMessage() for r in lines
+                if r.levelno == logging.DEBUG and "follows" in r.getMessage())
     routes = allreduce.Routes.from_profile(artune.Profile.load(islands), 8,
                                            artune._artune.engine_kernels("islands"))
+    assert short.endswith(f"artune's own kernels (the default) take {routes.describe()}"), short
+    # The full list: the routes per mode, and the buffers' memory.
     assert f"artune's own kernels (the default) take {routes.describe()};" in line, line
     assert "MiB" in line and "per GPU measured" in line, line
     assert "before SGLang sizes its KV cache" in line, line

@@ -330,12 +330,16 @@ def test_one_startup_line_per_tp_group_through_vllms_logger(profiles, follow, mo
     monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: 2)
     follow(profiles["pair"])
     artune.vllm.register()
-    with caplog.at_level(logging.INFO, logger=log_name):
+    with caplog.at_level(logging.DEBUG, logger=log_name):
         COMM(None, unique_name="tp:0")
         COMM(None, unique_name="pp:0")
-    lines = [r.getMessage() for r in caplog.records if r.name == log_name]
-    assert len(lines) == 1 and lines[0].startswith("artune: TP2 group tp:0 follows"), lines
-    assert "graph: " in lines[0] and "NCCL sizes run NCCL" in lines[0]
+    said = [r.getMessage() for r in caplog.records
+            if r.name == log_name and r.levelno >= logging.INFO]
+    full = [r.getMessage() for r in caplog.records
+            if r.name == log_name and r.levelno == logging.DEBUG and "follows" in r.getMessage()]
+    # The short line at INFO, the full list at DEBUG.
+    assert len(said) == 1 and said[0].startswith("artune: TP2 group tp:0 follows"), said
+    assert "sizes steered" in said[0] and "NCCL sizes run NCCL" in full[0], full
     p = artune.Profile.load(profiles["pair"])
     assert seen == [any(b.custom for m in MODES for b in p.bands(2, m)), True]
 
@@ -560,11 +564,12 @@ def test_nccl_everywhere_keeps_vllms_custom_all_gather_and_reduce_scatter(
     follow(profiles["nv_nccl"])
     artune.vllm.register()
     mem = []
-    with caplog.at_level(logging.INFO, logger=log_name):
+    with caplog.at_level(logging.DEBUG, logger=log_name):
         ag_rs, runs = collectives(m, monkeypatch, seen, mem)
     assert set(runs.values()) == {"pynccl"}, runs
     assert ag_rs == native_ag_rs and mem == native_mem, (ag_rs, mem)
-    line = next(r.getMessage() for r in caplog.records if r.name == log_name)
+    line = next(r.getMessage() for r in caplog.records  # the full list, at DEBUG
+                if r.name == log_name and r.levelno == logging.DEBUG)
     ipc = sum(n for k, n in mem if k == "ipc")
     assert f"{artune.vllm.mib(ipc)} of IPC buffers per GPU allocated" in line, line
     assert "kept for vLLM's custom all-gather" in line, line
@@ -576,11 +581,12 @@ def test_nccl_everywhere_keeps_vllms_custom_all_gather_and_reduce_scatter(
     artune.vllm.register()
     mem.clear()
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger=log_name):
+    with caplog.at_level(logging.DEBUG, logger=log_name):
         ag_rs, runs = collectives(m, monkeypatch, seen, mem)
     assert set(runs.values()) == {"pynccl"} and mem == [], (runs, mem)
     assert ag_rs == ["nccl all_gather", "nccl reduce_scatter"], ag_rs
-    line = next(r.getMessage() for r in caplog.records if r.name == log_name)
+    line = next(r.getMessage() for r in caplog.records  # the full list, at DEBUG
+                if r.name == log_name and r.levelno == logging.DEBUG)
     assert "custom AR not built" in line and "no IPC buffers" in line, line
 
 
@@ -600,12 +606,13 @@ def test_on_a_pcie_pair_nccl_everywhere_frees_custom_ars_buffers(profiles, follo
     follow(profiles["pair_nccl"])
     artune.vllm.register()
     mem = []
-    with caplog.at_level(logging.INFO, logger=log_name):
+    with caplog.at_level(logging.DEBUG, logger=log_name):
         ag_rs, runs = collectives(m, monkeypatch, seen, mem)
     assert set(runs.values()) == {"pynccl"}, runs
     assert ag_rs == native_ag_rs, ag_rs
     assert [k for k, _ in mem] == ["ipc", "ipc", "free", "free"], mem
-    line = next(r.getMessage() for r in caplog.records if r.name == log_name)
+    line = next(r.getMessage() for r in caplog.records  # the full list, at DEBUG
+                if r.name == log_name and r.levelno == logging.DEBUG)
     ipc = sum(n for k, n in mem if k == "ipc")
     assert f"custom AR closed as soon as vLLM built it, {artune.vllm.mib(ipc)} of IPC" in line, line
 

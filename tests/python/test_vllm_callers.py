@@ -210,7 +210,7 @@ def test_the_custom_ar_opt_out_takes_the_usual_spellings(word, profiles, follow,
     monkeypatch.setenv(artune.vllm.ENV_CUSTOM_AR, word)
     follow(profiles["nv_nccl"])
     artune.vllm.register()
-    with caplog.at_level(logging.INFO, logger=log_name):
+    with caplog.at_level(logging.DEBUG, logger=log_name):
         comm = on_machine(m, "graph", monkeypatch, [])
     assert comm.ca_comm is None
     assert any("custom AR not built" in r.getMessage() for r in caplog.records)
@@ -236,12 +236,12 @@ def test_a_profile_warning_is_said_once_per_job(profiles, tmp_path):
     env["ARTUNE_PROFILE"] = profiles["pair"]
     out = subprocess.run([sys.executable, str(script), "main"], env=env, capture_output=True,
                          text=True, check=True).stderr
-    said = [x for x in out.splitlines() if "SIMULATED profile" in x]
+    said = [x for x in out.splitlines() if "made on a simulated fabric" in x]
     assert len(said) == 1, out
     # A second job (a new main process) says it again.
     out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
                          text=True, check=True).stderr
-    assert sum("SIMULATED profile" in x for x in out.splitlines()) == 1, out
+    assert sum("made on a simulated fabric" in x for x in out.splitlines()) == 1, out
 
 
 def test_the_fusion_cut_is_the_smaller_custom_prefix_over_modes(profiles, follow, monkeypatch,
@@ -304,10 +304,12 @@ def test_hisparse_moves_flashinfer_to_trtllm_and_the_startup_line_says_so(
         monkeypatch.setattr(config, "get_current_vllm_config_or_none", current)
         monkeypatch.setattr(flashinfer_all_reduce, "get_current_vllm_config_or_none", current)
         caplog.clear()
-        with caplog.at_level(logging.INFO, logger=log_name):
+        with caplog.at_level(logging.DEBUG, logger=log_name):
             comm = on_machine(b200, "eager", monkeypatch, [])
         assert comm.fi_ar_comm.max_workspace_size == limit, (hisparse, limit)
-        line = next(r.getMessage() for r in caplog.records if "follows" in r.getMessage())
+        # The full start-up list, at DEBUG after the short line.
+        line = next(r.getMessage() for r in caplog.records
+                    if "follows" in r.getMessage() and r.levelno == logging.DEBUG)
         assert f"FlashInfer to {artune._engine.size(limit)} on 10.0{note}," in line, line
         assert "Muse Spark's build probe of FlashInfer" in line, line
         for r in m["order"]:

@@ -105,14 +105,19 @@ def test_the_op_takes_the_sizes_the_profile_gives_it_through_vllms_dispatch(
 def test_the_startup_line_says_what_the_op_takes_and_its_buffers(
         islands, follow, monkeypatch, device, caplog):
     register(islands, follow, monkeypatch)
-    with caplog.at_level(logging.INFO, logger=log_name):
+    with caplog.at_level(logging.DEBUG, logger=log_name):
         on_machine(BOX, "graph", monkeypatch, [])
     lines = [r for r in caplog.records if r.name == log_name]
-    assert len(lines) == 1 and lines[0].levelname == "INFO", [r.getMessage() for r in lines]
-    line = lines[0].getMessage()
-    # The routes as artune's Routes give them, per mode, and the buffers' memory.
+    said = [r for r in lines if r.levelno >= logging.INFO]
+    assert len(said) == 1 and said[0].levelname == "INFO", [r.getMessage() for r in lines]
+    # The short line at INFO says where the kernels run; the full list at DEBUG says more.
+    short = said[0].getMessage()
+    line = next(r.getMessage() for r in lines
+                if r.levelno == logging.DEBUG and "follows" in r.getMessage())
     routes = allreduce.Routes.from_profile(artune.Profile.load(islands), 8,
                                            artune._artune.engine_kernels("islands"))
+    assert short.endswith(f"artune's own kernels (the default) take {routes.describe()}"), short
+    # The full list: the routes per mode, and the buffers' memory.
     assert f"artune's own kernels (the default) take {routes.describe()};" in line, line
     assert "island_two_shot" in line and "MiB" in line and "per GPU measured" in line, line
     assert "before vLLM sizes its KV cache" in line, line
@@ -192,10 +197,11 @@ def test_custom_ar_off_builds_none_where_the_op_takes_every_custom_size(
     mem.clear()
     caplog.clear()
     seen = []
-    with caplog.at_level(logging.INFO, logger=log_name):
+    with caplog.at_level(logging.DEBUG, logger=log_name):
         comm = on_machine(pair, "graph", monkeypatch, seen, mem)
     assert mem == [] and device.allocated, (mem, device.allocated)
-    line = next(r.getMessage() for r in caplog.records if r.name == log_name)
+    line = next(r.getMessage() for r in caplog.records  # the full list, at DEBUG
+                if r.name == log_name and r.levelno == logging.DEBUG)
     assert ("custom AR not built (ARTUNE_VLLM_CUSTOM_AR=off; artune's own kernels take every "
             "custom size)") in line, line
     Device.seen = seen

@@ -127,6 +127,14 @@ pub fn versions(f: &Facts) -> Check {
                 format!("run `artune tune --out {path}` again on this machine (`artune check {path}` exits 3 until then)"),
             );
         }
+        if !p.notes.is_empty() {
+            return Check::new(
+                ID,
+                Status::Warn,
+                format!("since {} was tuned: {}", p.path.display(), list(&p.notes)),
+                format!("the profile is still valid here; re-timing its decisive sizes (artune check {path} --measure) tells whether its choices still hold"),
+            );
+        }
         let unchecked = if p.unchecked.is_empty() {
             String::new()
         } else {

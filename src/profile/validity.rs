@@ -1,0 +1,642 @@
+//! What a profile is valid for: the one rule every consumer applies (`artune check`, the C ABI's
+//! `artune_check`, the NCCL tuner plugin, the Python package and both engine plugins).
+//!
+//! A profile is valid on a machine whose hardware that decides the choices is the profile's:
+//! the topology class (GPU model and count, link widths and generations, switch layout, the
+//! path between each pair). GPU UUIDs and host names are not part of it, so a node's profile is
+//! valid on an identical node and a `fleet` class profile on every node of its class. Driver,
+//! CUDA and NCCL versions and the NCCL/CUDA variables are recorded and reported as notes, with
+//! `artune check --measure` suggested: they can move times, and only a measurement tells
+//! whether the choices still hold. A profile measured on the simulated fabric is not valid on a
+//! real machine, and one that cannot be compared (the machine could not be read) is not valid.
+
+use std::fmt;
+
+use super::Profile;
+use crate::topology::{Link, Topology};
+
+/// One difference between the machine a profile was made on and the one it is checked on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// A simulated profile checked against a real machine: it was never measured there.
+    Simulated {
+        fabric: String,
+    },
+    /// The machine could not be read, so nothing could be compared.
+    Unread {
+        why: String,
+    },
+    /// Driver, CUDA or NCCL version: a note.
+    Version {
+        what: &'static str,
+        old: String,
+        new: String,
+    },
+    /// The same hardware class with other GPUs (their UUIDs differ): a note.
+    OtherNode,
+    GpuCount {
+        old: usize,
+        new: usize,
+    },
+    GpuName {
+        gpu: usize,
+        old: String,
+        new: String,
+    },
+    /// The link's maximum generation and width, as "Gen5 x16".
+    GpuLink {
+        gpu: usize,
+        old: String,
+        new: String,
+    },
+    /// The link trained narrower than its maximum, and was not when the profile was made.
+    Narrowed {
+        gpu: usize,
+        width: u8,
+        max_width: u8,
+    },
+    /// The path class between two GPUs (as `nvidia-smi topo -m` labels it).
+    Path {
+        a: usize,
+        b: usize,
+        old: String,
+        new: String,
+    },
+    /// The class hash changed (switch layout, memory, compute capability), and no GPU or path
+    /// change above explains it.
+    TopologyClass {
+        old: String,
+        new: String,
+    },
+    /// An NCCL or CUDA variable that changes a measurement differs from the tune's: a note.
+    Environment(super::environment::VarChange),
+}
+
+impl Change {
+    /// True where the difference makes the profile not valid here; false for a note.
+    pub fn decides(&self) -> bool {
+        !matches!(
+            self,
+            Change::Version { .. } | Change::OtherNode | Change::Environment(_)
+        )
+    }
+
+    /// True for a change of one GPU, its link, or of the GPU set itself.
+    pub fn is_gpu(&self) -> bool {
+        matches!(
+            self,
+            Change::GpuCount { .. }
+                | Change::GpuName { .. }
+                | Change::GpuLink { .. }
+                | Change::Narrowed { .. }
+                | Change::Path { .. }
+        )
+    }
+}
+
+impl fmt::Display for Change {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Change::Simulated { fabric } => write!(
+                f,
+                "it was made on a simulated fabric ({fabric}), not measured on this machine"
+            ),
+            Change::Unread { why } => write!(f, "this machine could not be read ({why})"),
+            Change::Version { what, old, new } => write!(f, "{what} {old} → {new}"),
+            Change::OtherNode => f.write_str("tuned on another node of this class"),
+            Change::GpuCount { old, new } => write!(f, "GPU count {old} → {new}"),
+            Change::GpuName { gpu, old, new } => write!(f, "GPU {gpu} {old} → {new}"),
+            Change::GpuLink { gpu, old, new } => write!(f, "GPU {gpu} PCIe link {old} → {new}"),
+            Change::Narrowed {
+                gpu,
+                width,
+                max_width,
+            } => write!(
+                f,
+                "GPU {gpu} PCIe link trained at x{width} of x{max_width} (it ran full width when profiled)"
+            ),
+            Change::Path { a, b, old, new } => write!(f, "GPU {a}–{b} path {old} → {new}"),
+            Change::TopologyClass { old, new } => write!(f, "topology class {old} → {new}"),
+            Change::Environment(v) => write!(f, "{v}"),
+        }
+    }
+}
+
+/// What the machine does not report, so it could not be compared (and is taken as unchanged).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unchecked {
+    Version(&'static str),
+    /// The profile predates the recorded environment.
+    Environment,
+}
+
+impl fmt::Display for Unchecked {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unchecked::Version(what) => write!(f, "{what} version"),
+            Unchecked::Environment => f.write_str("NCCL and CUDA variables (not recorded)"),
+        }
+    }
+}
+
+/// The verdict on a profile for one machine: every difference found, each a reason (the
+/// profile is not valid here) or a note.
+#[derive(Debug, Default, PartialEq)]
+pub struct Validity {
+    pub changes: Vec<Change>,
+    pub unchecked: Vec<Unchecked>,
+}
+
+/// The variable that lets a consumer follow a profile the rule finds not valid here; each
+/// consumer says, in its start-up line, what it overrode.
+pub const ENV_ALLOW_INVALID: &str = "ARTUNE_ALLOW_INVALID";
+/// The variable that lets a consumer follow a profile made on the simulated fabric (tests).
+pub const ENV_ALLOW_SIMULATED: &str = "ARTUNE_ALLOW_SIMULATED";
+
+/// Which reasons the user overrides (`ARTUNE_ALLOW_SIMULATED`, `ARTUNE_ALLOW_INVALID`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Allow {
+    pub simulated: bool,
+    pub invalid: bool,
+}
+
+/// The words an on/off variable takes (any case), as the Python package reads them.
+const ON: [&str; 4] = ["1", "true", "on", "yes"];
+const OFF: [&str; 4] = ["0", "false", "off", "no"];
+
+impl Allow {
+    /// The overrides this process's environment sets; Err names a variable set to a word
+    /// that is neither on nor off (then taken as off).
+    pub fn from_env() -> (Allow, Option<String>) {
+        let mut bad = None;
+        let mut on = |name: &str| {
+            let raw = std::env::var(name).unwrap_or_default();
+            let v = raw.trim().to_ascii_lowercase();
+            if ON.contains(&v.as_str()) {
+                return true;
+            }
+            if !v.is_empty() && !OFF.contains(&v.as_str()) {
+                bad = Some(format!(
+                    "{name}={raw} is none of {}, so it is taken as off",
+                    [ON, OFF].concat().join(", ")
+                ));
+            }
+            false
+        };
+        let allow = Allow {
+            simulated: on(ENV_ALLOW_SIMULATED),
+            invalid: on(ENV_ALLOW_INVALID),
+        };
+        (allow, bad)
+    }
+
+    /// Whether `allow` lets a consumer follow despite `c`.
+    fn covers(self, c: &Change) -> bool {
+        match c {
+            Change::Simulated { .. } => self.simulated,
+            c => !c.decides() || self.invalid,
+        }
+    }
+
+    fn variable(c: &Change) -> &'static str {
+        match c {
+            Change::Simulated { .. } => ENV_ALLOW_SIMULATED,
+            _ => ENV_ALLOW_INVALID,
+        }
+    }
+}
+
+impl Validity {
+    /// True where no difference decides: the profile holds for this machine.
+    pub fn valid(&self) -> bool {
+        !self.changes.iter().any(Change::decides)
+    }
+
+    /// The differences that make the profile not valid here.
+    pub fn reasons(&self) -> impl Iterator<Item = &Change> {
+        self.changes.iter().filter(|c| c.decides())
+    }
+
+    /// The differences reported that leave it valid (versions, variables, another node).
+    pub fn notes(&self) -> impl Iterator<Item = &Change> {
+        self.changes.iter().filter(|c| !c.decides())
+    }
+
+    /// Whether a consumer follows the profile: valid, or every reason overridden by `allow`.
+    pub fn followed(&self, allow: Allow) -> bool {
+        self.changes.iter().all(|c| allow.covers(c))
+    }
+
+    /// The first few reasons as one phrase, for a one-line message.
+    pub fn summary(&self, shown: usize) -> String {
+        list(self.reasons(), shown)
+    }
+
+    /// What a consumer decided, in one phrase: "valid here", with the notes and what to run
+    /// for them; "not valid here (reasons)" and what to do, or which variable overrode it.
+    pub fn verdict(&self, allow: Allow) -> String {
+        let notes = list(self.notes(), 3);
+        let measure = self
+            .notes()
+            .any(|c| matches!(c, Change::Version { .. } | Change::Environment(_)));
+        let vars = |all: bool| -> String {
+            let mut v: Vec<&str> = self
+                .reasons()
+                .filter(|c| all || !allow.covers(c))
+                .map(Allow::variable)
+                .collect();
+            v.sort_unstable();
+            v.dedup();
+            let v: Vec<String> = v.iter().map(|v| format!("{v}=1")).collect();
+            v.join(" and ")
+        };
+        let mut s = match (self.valid(), self.followed(allow)) {
+            (true, _) => "valid here".to_string(),
+            (false, true) => format!(
+                "NOT valid here ({}), followed because {}",
+                self.summary(3),
+                vars(true)
+            ),
+            (false, false) => format!(
+                "not valid here ({}): tune this machine again (artune tune), or set {} to follow it anyway",
+                self.summary(3),
+                vars(false)
+            ),
+        };
+        if !notes.is_empty() {
+            s += &format!("; {notes}");
+            if measure {
+                s += ": re-timing its decisive sizes (artune check --measure) tells whether its choices still hold";
+            }
+        }
+        s
+    }
+}
+
+fn list<'a>(changes: impl Iterator<Item = &'a Change>, shown: usize) -> String {
+    let all: Vec<String> = changes.map(ToString::to_string).collect();
+    let mut msg = all[..all.len().min(shown)].join(", ");
+    if all.len() > shown {
+        msg.push_str(&format!(" and {} more", all.len() - shown));
+    }
+    msg
+}
+
+/// The link as the wiring has it: its maximum, since idle GPUs train down.
+fn link(l: &Link) -> String {
+    format!(
+        "Gen{} x{}",
+        l.max_gen.or(l.gen).unwrap_or(0),
+        l.max_width.or(l.width).unwrap_or(0)
+    )
+}
+
+/// The verdict on `p` for this machine as NVML and sysfs read it, with `nccl` the NCCL version
+/// the caller runs (None: unchecked). A machine that cannot be read is a reason, not an error,
+/// so every consumer says the same thing about it.
+pub fn here(p: &Profile, nccl: Option<String>) -> Validity {
+    match crate::topology::discover(nccl) {
+        Ok(now) => validity(p, &now),
+        Err(e) => {
+            let mut v = Validity::default();
+            if p.simulated {
+                v.changes.push(Change::Simulated {
+                    fabric: p.fabric.clone(),
+                });
+            }
+            v.changes.push(Change::Unread { why: e.to_string() });
+            v
+        }
+    }
+}
+
+/// The verdict on `p` for the machine `now`. Versions `now` does not report are taken as
+/// unchanged and listed as unchecked.
+pub fn validity(p: &Profile, now: &Topology) -> Validity {
+    let then = &p.topology;
+    let mut v = Validity::default();
+    if p.simulated && now.origin.kind == "nvml" {
+        v.changes.push(Change::Simulated {
+            fabric: p.fabric.clone(),
+        });
+        return v;
+    }
+    let versions = [
+        (
+            "driver",
+            &p.versions.driver,
+            &then.host.driver,
+            &now.host.driver,
+        ),
+        ("CUDA", &p.versions.cuda, &then.host.cuda, &now.host.cuda),
+        ("NCCL", &p.versions.nccl, &then.host.nccl, &now.host.nccl),
+    ];
+    for (what, recorded, host, new) in versions {
+        match (recorded.as_ref().or(host.as_ref()), new.as_ref()) {
+            (Some(o), Some(n)) if o != n => v.changes.push(Change::Version {
+                what,
+                old: o.clone(),
+                new: n.clone(),
+            }),
+            (Some(_), None) => v.unchecked.push(Unchecked::Version(what)),
+            _ => {}
+        }
+    }
+    if then.gpu_count() != now.gpu_count() {
+        v.changes.push(Change::GpuCount {
+            old: then.gpu_count(),
+            new: now.gpu_count(),
+        });
+    } else {
+        gpus(then, now, &mut v);
+    }
+    if p.fingerprint.topology_class != now.class_hash() {
+        for x in &then.pairs {
+            if let Some(y) = now.pair(x.from, x.to) {
+                if x.from < x.to && (x.path, x.nvlinks) != (y.path, y.nvlinks) {
+                    v.changes.push(Change::Path {
+                        a: x.from,
+                        b: x.to,
+                        old: x.path.label(x.nvlinks),
+                        new: y.path.label(y.nvlinks),
+                    });
+                }
+            }
+        }
+        if !v.changes.iter().any(Change::is_gpu) {
+            v.changes.push(Change::TopologyClass {
+                old: p.fingerprint.topology_class.clone(),
+                new: now.class_hash(),
+            });
+        }
+    }
+    v
+}
+
+/// Each GPU of `then` against the one of `now` at the same index.
+fn gpus(then: &Topology, now: &Topology, v: &mut Validity) {
+    let mut other_node = false;
+    for (a, b) in then.gpus.iter().zip(&now.gpus) {
+        if a.name != b.name {
+            v.changes.push(Change::GpuName {
+                gpu: a.index,
+                old: a.name.clone(),
+                new: b.name.clone(),
+            });
+        }
+        other_node |= matches!((&a.uuid, &b.uuid), (Some(x), Some(y)) if x != y);
+        if link(&a.pcie) != link(&b.pcie) {
+            v.changes.push(Change::GpuLink {
+                gpu: a.index,
+                old: link(&a.pcie),
+                new: link(&b.pcie),
+            });
+        } else if b.pcie.narrowed() && !a.pcie.narrowed() {
+            v.changes.push(Change::Narrowed {
+                gpu: a.index,
+                width: b.pcie.width.unwrap_or(0),
+                max_width: b.pcie.max_width.unwrap_or(0),
+            });
+        }
+    }
+    if other_node {
+        v.changes.push(Change::OtherNode);
+    }
+}
+
+/// Adds to `v` each variable of `now` (this process's, see
+/// [`environment::current`](super::environment::current)) that differs from the environment
+/// the profile was measured in, as a note each. A profile that predates the record leaves the
+/// environment unchecked.
+pub fn add_environment(
+    v: &mut Validity,
+    p: &Profile,
+    now: &std::collections::BTreeMap<String, String>,
+) {
+    match &p.environment {
+        Some(e) => v.changes.extend(
+            super::environment::differences(&e.variables, now, &[])
+                .into_iter()
+                .map(Change::Environment),
+        ),
+        None => v.unchecked.push(Unchecked::Environment),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::export::sample;
+    use crate::topology::presets;
+
+    fn texts(v: &Validity) -> Vec<String> {
+        v.changes.iter().map(ToString::to_string).collect()
+    }
+
+    /// The sample profile as if measured on a real machine, and that machine.
+    fn measured() -> (Profile, Topology) {
+        let mut p = sample::profile();
+        p.simulated = false;
+        for (i, g) in p.topology.gpus.iter_mut().enumerate() {
+            g.uuid = Some(format!("GPU-tuned-{i}"));
+        }
+        p.topology.host.driver = Some("570.86.15".into());
+        p.versions.driver = p.topology.host.driver.clone();
+        let mut now = p.topology.clone();
+        now.origin.kind = "nvml".into();
+        (p, now)
+    }
+
+    #[test]
+    fn same_machine_is_valid() {
+        let (p, now) = measured();
+        assert_eq!(validity(&p, &now), Validity::default());
+        assert_eq!(validity(&p, &now).verdict(Allow::default()), "valid here");
+    }
+
+    #[test]
+    fn same_class_with_other_gpus_is_valid_with_a_note() {
+        let (p, mut now) = measured();
+        for (i, g) in now.gpus.iter_mut().enumerate() {
+            g.uuid = Some(format!("GPU-other-node-{i}"));
+            g.bus_id = Some(format!("0000:{:02x}:00.0", 0x80 + i));
+        }
+        now.host.hostname = Some("node-17".into());
+        let v = validity(&p, &now);
+        assert!(v.valid(), "{:?}", v.changes);
+        assert_eq!(texts(&v), ["tuned on another node of this class"]);
+        assert!(v.followed(Allow::default()));
+    }
+
+    #[test]
+    fn a_fleet_class_profile_is_valid_on_every_node_of_its_class() {
+        // `artune fleet` writes the class topology with no UUIDs and the majority versions.
+        let (mut p, now) = measured();
+        for g in &mut p.topology.gpus {
+            g.uuid = None;
+        }
+        p.fleet = Some(crate::profile::Fleet::default());
+        p.fingerprint.host = p.topology.host_hash();
+        let v = validity(&p, &now);
+        assert!(v.valid() && v.changes.is_empty(), "{:?}", v.changes);
+    }
+
+    #[test]
+    fn a_driver_bump_is_valid_with_a_note_that_suggests_measuring() {
+        let (p, mut now) = measured();
+        now.host.driver = Some("580.159.04".into());
+        now.host.nccl = Some("2.28.9".into());
+        let v = validity(&p, &now);
+        assert!(v.valid(), "{:?}", v.changes);
+        assert_eq!(texts(&v), ["driver 570.86.15 → 580.159.04"]);
+        assert_eq!(
+            v.verdict(Allow::default()),
+            "valid here; driver 570.86.15 → 580.159.04: re-timing its decisive sizes (artune check --measure) tells whether its choices still hold"
+        );
+    }
+
+    #[test]
+    fn other_gpu_model_count_or_link_width_is_not_valid() {
+        let (p, now) = measured();
+        let mut model = now.clone();
+        model.gpus[1].name = "NVIDIA L40S".into();
+        let mut width = now.clone();
+        width.gpus[2].pcie.max_width = Some(8);
+        width.gpus[2].pcie.width = Some(8);
+        let mut narrowed = now.clone();
+        narrowed.gpus[3].pcie.width = Some(4);
+        let count = {
+            let mut t = presets::get("pcie-2x").unwrap();
+            t.origin.kind = "nvml".into();
+            t
+        };
+        for (now, want) in [
+            (
+                &model,
+                "GPU 1 NVIDIA RTX PRO 6000 Blackwell Server Edition → NVIDIA L40S",
+            ),
+            (&width, "GPU 2 PCIe link Gen5 x16 → Gen5 x8"),
+            (
+                &narrowed,
+                "GPU 3 PCIe link trained at x4 of x16 (it ran full width when profiled)",
+            ),
+            (&count, "GPU count 4 → 2"),
+        ] {
+            let v = validity(&p, now);
+            assert!(!v.valid(), "{want}");
+            assert!(
+                texts(&v).iter().any(|t| t == want),
+                "{want}: {:?}",
+                texts(&v)
+            );
+            assert!(!v.followed(Allow::default()));
+            let verdict = v.verdict(Allow::default());
+            assert!(
+                verdict.starts_with("not valid here (") && verdict.contains(want),
+                "{verdict}"
+            );
+            assert!(verdict.contains("ARTUNE_ALLOW_INVALID=1"), "{verdict}");
+        }
+    }
+
+    #[test]
+    fn the_override_is_said_with_what_it_overrides() {
+        let (p, mut now) = measured();
+        now.gpus[0].name = "NVIDIA L40S".into();
+        let v = validity(&p, &now);
+        let allow = Allow {
+            invalid: true,
+            ..Allow::default()
+        };
+        assert!(v.followed(allow));
+        let verdict = v.verdict(allow);
+        assert!(
+            verdict.starts_with("NOT valid here (GPU 0 ")
+                && verdict.ends_with("followed because ARTUNE_ALLOW_INVALID=1"),
+            "{verdict}"
+        );
+        // ARTUNE_ALLOW_SIMULATED covers a simulated profile, not other hardware.
+        let sim = Allow {
+            simulated: true,
+            ..Allow::default()
+        };
+        assert!(!v.followed(sim));
+    }
+
+    #[test]
+    fn simulated_profile_is_not_valid_on_a_real_machine() {
+        let p = sample::profile();
+        let mut now = presets::get("pcie-4x-1switch").unwrap();
+        now.origin.kind = "nvml".into();
+        let v = validity(&p, &now);
+        assert!(matches!(v.changes[..], [Change::Simulated { .. }]));
+        assert!(texts(&v)[0].contains("simulated fabric"));
+        assert!(!v.followed(Allow::default()));
+        let allow = Allow {
+            simulated: true,
+            ..Allow::default()
+        };
+        assert!(v.followed(allow));
+        assert!(v
+            .verdict(Allow::default())
+            .contains("ARTUNE_ALLOW_SIMULATED=1"));
+        // Against a preset, it is compared like any other machine.
+        now.origin.kind = "preset".into();
+        assert!(validity(&p, &now).valid());
+    }
+
+    #[test]
+    fn what_the_machine_does_not_report_is_unchecked_not_a_change() {
+        let (mut p, mut now) = measured();
+        p.versions.nccl = Some("2.28.9".into());
+        now.gpus[0].uuid = None;
+        let v = validity(&p, &now);
+        assert!(v.valid() && v.changes.is_empty(), "{:?}", v.changes);
+        assert_eq!(v.unchecked, [Unchecked::Version("NCCL")]);
+    }
+
+    #[test]
+    fn a_changed_variable_is_a_note_of_its_own() {
+        let mut p = sample::profile();
+        let mut now = presets::get("pcie-4x-1switch").unwrap();
+        now.origin.kind = "file".into();
+        let vars = |items: &[(&str, &str)]| {
+            super::super::environment::relevant(items.iter().map(|(k, v)| (*k, *v)))
+        };
+        let mut v = validity(&p, &now);
+        add_environment(&mut v, &p, &vars(&[("NCCL_P2P_LEVEL", "SYS")]));
+        assert!(
+            v.changes.is_empty(),
+            "no record, no verdict: {:?}",
+            v.changes
+        );
+        assert_eq!(v.unchecked, [Unchecked::Environment]);
+        p.environment = Some(super::super::Environment {
+            variables: vars(&[("NCCL_P2P_LEVEL", "SYS")]),
+            ..Default::default()
+        });
+        let mut v = validity(&p, &now);
+        add_environment(&mut v, &p, &vars(&[("NCCL_DEBUG", "INFO")]));
+        assert_eq!(texts(&v), ["NCCL_P2P_LEVEL=SYS when tuned, unset now"]);
+        assert!(v.valid());
+        let mut v = validity(&p, &now);
+        add_environment(&mut v, &p, &vars(&[("NCCL_P2P_LEVEL", "SYS")]));
+        assert!(v.changes.is_empty(), "{:?}", v.changes);
+    }
+
+    #[test]
+    fn summary_shows_the_first_reasons_and_counts_the_rest() {
+        let v = Validity {
+            changes: (0..6)
+                .map(|gpu| Change::GpuName {
+                    gpu,
+                    old: "A".into(),
+                    new: "B".into(),
+                })
+                .chain([Change::OtherNode])
+                .collect(),
+            unchecked: vec![],
+        };
+        assert_eq!(v.summary(2), "GPU 0 A → B, GPU 1 A → B and 4 more");
+    }
+}

@@ -1,0 +1,135 @@
+//! The validity rule through the binary: `artune check` against topology files standing for
+//! the nodes of a fleet. A node's profile holds on an identical node (other GPU UUIDs, host
+//! name and bus ids), a `fleet` class profile on every node of its class, a driver bump is a
+//! note with `check --measure` suggested, and other hardware is exit 3 naming it.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{artune, text, tuned};
+use serde_json::Value;
+
+/// `pcie-4x-1switch` as node `tag` reads it: its own GPU UUIDs, bus ids and host name, and
+/// `driver`, with `edit` applied.
+fn node(dir: &Path, tag: &str, driver: &str, edit: impl Fn(&mut Value)) -> PathBuf {
+    let o = artune(&["topo", "--sim", "pcie-4x-1switch", "--json"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let mut t: Value = serde_json::from_slice(&o.stdout).unwrap();
+    for (i, g) in t["gpus"].as_array_mut().unwrap().iter_mut().enumerate() {
+        g["uuid"] = format!("GPU-{tag}-{i}").into();
+        g["bus_id"] = format!("0000:{:02x}:00.0", 0x20 + 0x10 * i + tag.len()).into();
+    }
+    t["host"] = serde_json::json!({ "hostname": tag, "driver": driver });
+    edit(&mut t);
+    let path = dir.join(format!("{tag}.topology.json"));
+    std::fs::write(&path, serde_json::to_vec_pretty(&t).unwrap()).unwrap();
+    path
+}
+
+fn check(profile: &Path, machine: &Path) -> (i32, String, String) {
+    let o = artune(&[
+        "check",
+        profile.to_str().unwrap(),
+        "--topology",
+        machine.to_str().unwrap(),
+    ]);
+    common::assert_no_panic(&text(&o.stderr));
+    (o.status.code().unwrap(), text(&o.stdout), text(&o.stderr))
+}
+
+#[test]
+fn a_profile_holds_on_every_node_of_its_class_and_not_on_other_hardware() {
+    let d = tempfile::tempdir().unwrap();
+    let a = node(d.path(), "node-a", "570.86.15", |_| {});
+    let b = node(d.path(), "node-b", "570.86.15", |_| {});
+    let args = [
+        "--topology",
+        a.to_str().unwrap(),
+        "--tp",
+        "2,4",
+        "--sizes",
+        "1K:64K",
+    ];
+    let pa = tuned(d.path(), "node-a.json", &args);
+
+    // An identical node: other UUIDs, bus ids and host name.
+    let (code, out, err) = check(&pa, &b);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("holds for") && out.contains("; tuned on another node of this class"));
+
+    // A driver bump is a note that suggests measuring, not a refusal.
+    let upgraded = node(d.path(), "node-a-580", "580.159.04", |_| {});
+    let (code, out, err) = check(&pa, &upgraded);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("driver 570.86.15 → 580.159.04")
+            && out.contains("re-timing its decisive sizes (artune check --measure) tells whether its choices still hold"),
+        "{out}"
+    );
+
+    // The class profile `artune fleet` writes from both nodes holds on each of them.
+    let nodes = d.path().join("nodes");
+    std::fs::create_dir(&nodes).unwrap();
+    for (tag, uuid) in [("node-a", "a"), ("node-b", "b")] {
+        let mut p: Value = serde_json::from_slice(&std::fs::read(&pa).unwrap()).unwrap();
+        p["node"]["hostname"] = tag.into();
+        for (i, g) in p["topology"]["gpus"]
+            .as_array_mut()
+            .unwrap()
+            .iter_mut()
+            .enumerate()
+        {
+            g["uuid"] = format!("GPU-node-{uuid}-{i}").into();
+        }
+        std::fs::write(nodes.join(format!("{tag}.json")), p.to_string()).unwrap();
+    }
+    let classes = d.path().join("classes");
+    let o = artune(&[
+        "fleet",
+        nodes.to_str().unwrap(),
+        "--out",
+        classes.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let class = std::fs::read_dir(&classes)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    for machine in [&a, &b] {
+        let (code, out, err) = check(&class, machine);
+        assert_eq!(code, 0, "{}: {out}{err}", machine.display());
+        assert!(!out.contains("another node"), "{out}");
+    }
+
+    // Another GPU model, GPU count or link width: exit 3, naming it.
+    let model = node(d.path(), "l40s", "570.86.15", |t| {
+        t["gpus"][1]["name"] = "NVIDIA L40S".into()
+    });
+    let narrow = node(d.path(), "x8", "570.86.15", |t| {
+        t["gpus"][2]["pcie"]["max_width"] = 8.into();
+        t["gpus"][2]["pcie"]["width"] = 8.into();
+    });
+    let o = artune(&["topo", "--sim", "pcie-2x", "--json"]);
+    let pair = d.path().join("pair.topology.json");
+    std::fs::write(&pair, &o.stdout).unwrap();
+    for (machine, reason) in [
+        (
+            &model,
+            "GPU 1 NVIDIA RTX PRO 6000 Blackwell Server Edition → NVIDIA L40S",
+        ),
+        (&narrow, "GPU 2 PCIe link Gen5 x16 → Gen5 x8"),
+        (&pair, "GPU count 4 → 2"),
+    ] {
+        for profile in [&pa, &class] {
+            let (code, out, err) = check(profile, machine);
+            assert_eq!(code, 3, "{reason}: {out}{err}");
+            assert!(
+                err.contains(&format!("profile is stale: {reason}")),
+                "{err}"
+            );
+        }
+    }
+}
