@@ -287,15 +287,26 @@ fn retime(
     Ok(fresh)
 }
 
-/// Refuses a profile with a group on GPUs a machine of `n` GPUs does not have.
+/// Refuses a profile with a group on GPUs a machine of `n` GPUs does not have. A profile of
+/// virtual ranks (`tune --loopback N`) is re-timed the same way, so the advice names it.
 pub fn fits(p: &Profile, n: usize) -> Result<(), Error> {
-    match p.groups.iter().find(|g| g.gpus.iter().any(|&x| x >= n)) {
-        Some(g) => Err(Error::bad_input(format!(
-            "the profile's group on GPUs {:?} does not fit this machine of {n} GPUs; check it on the machine it was made for",
-            g.gpus
-        ))),
-        None => Ok(()),
-    }
+    let Some(g) = p.groups.iter().find(|g| g.gpus.iter().any(|&x| x >= n)) else {
+        return Ok(());
+    };
+    let what = format!(
+        "the profile's group on GPUs {} does not fit this machine of {}",
+        crate::report::fmt_gpus(&g.gpus),
+        crate::report::count(n, "GPU", "GPUs")
+    );
+    Err(Error::bad_input(if p.topology.origin.kind == "loopback" {
+        format!(
+            "{what}; it was tuned as {} virtual ranks on one GPU: add --loopback {}",
+            p.topology.gpus.len(),
+            p.topology.gpus.len()
+        )
+    } else {
+        format!("{what}; check it on the machine it was made for")
+    }))
 }
 
 /// Re-times the decisive sizes of every group of `p` on `fabric`, asking `neighbours` before

@@ -126,6 +126,12 @@ pub fn fmt_size(b: u64) -> String {
     with_unit(b).unwrap_or_else(|| format!("{b} bytes"))
 }
 
+/// An amount of memory for a sentence, rounded to a tenth of a GiB ("139.8 GiB"): a reading,
+/// not a size to type back, so it is spelled in a unit artune never reads.
+pub fn fmt_mem(b: u64) -> String {
+    format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)
+}
+
 /// Formats microseconds with a sensible unit.
 pub fn fmt_us(us: f64) -> String {
     if us >= 1000.0 {

@@ -174,6 +174,25 @@ fn a_profile_of_other_gpus_is_refused() {
     assert!(err.contains("does not fit this machine of 2 GPUs"), "{err}");
 }
 
+#[test]
+fn a_loopback_profile_checked_without_loopback_is_told_to_add_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = profile(dir.path());
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    v["topology"]["origin"]["kind"] = "loopback".into();
+    let gpus = v["topology"]["gpus"].as_array().unwrap().len();
+    std::fs::write(&p, serde_json::to_string(&v).unwrap()).unwrap();
+    let o = artune(&["check", &p, "--measure", "--sim", "pcie-2x"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains(&format!("virtual ranks on one GPU: add --loopback {gpus}")),
+        "{err}"
+    );
+}
+
 /// Runs artune with one extra variable in its environment.
 fn artune_with(vars: &[(&str, &str)], args: &[&str]) -> std::process::Output {
     common::dies_with_test(common::BIN)
@@ -287,11 +306,11 @@ fn a_busy_gpu_refuses_the_tune_unless_allowed_and_the_profile_says_so() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert!(
-        err.contains("GPU 0: pid 4242 (matmul) holding 140G"),
+        err.contains("GPU 0: pid 4242 (matmul) holding 140.0 GiB"),
         "{err}"
     );
     assert!(
-        err.contains("1G of 141G free") && err.contains("--allow-busy"),
+        err.contains("1.0 GiB of 141.0 GiB free") && err.contains("--allow-busy"),
         "{err}"
     );
     assert!(!out.exists(), "a refused tune wrote a profile");
@@ -624,7 +643,7 @@ fn a_settling_gpu_is_waited_for_and_one_that_stays_busy_refused() {
         ])
     };
     let waiting = "waiting up to 10 s for the GPUs to settle (GPU 0 100% utilized with no \
-                   process NVML names, 1G of 141G free)";
+                   process NVML names, 1.0 GiB of 141.0 GiB free)";
     let o = tune(&settling);
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{err}");
@@ -681,7 +700,7 @@ fn a_second_measurement_of_the_same_gpu_waits_for_the_first() {
     let pid = std::process::id();
     assert!(
         err.starts_with(&format!(
-            "waiting up to 60 s for another artune (pid {pid} (tune)) to finish measuring GPU {gpu}"
+            "waiting up to 60 s for another artune (pid {pid} (tune)) to finish measuring {gpu}"
         )),
         "{err}"
     );

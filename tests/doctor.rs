@@ -395,7 +395,7 @@ fn a_busy_gpu_is_a_warning_naming_who() {
     let (st, ev, act) = check(&json(&o), "busy");
     assert_eq!(st, "warn");
     assert!(
-        ev.contains("GPU 0: pid 4242 (matmul) holding 1G, 98% utilized"),
+        ev.contains("GPU 0: pid 4242 (matmul) holding 1.0 GiB, 98% utilized"),
         "{ev}"
     );
     assert!(act.contains("--allow-busy"), "{act}");

@@ -69,13 +69,13 @@ pub fn acquire(
             let holder = holder(&mut f);
             if started.elapsed() >= wait {
                 return Err(format!(
-                    "GPU {gpu} is being measured by another artune ({holder}), still after {} s; run {command} again when it has finished (two measurements at once would time each other)",
+                    "{gpu} is being measured by another artune ({holder}), still after {} s; run {command} again when it has finished (two measurements at once would time each other)",
                     wait.as_secs()
                 ));
             }
             if !std::mem::replace(&mut said, true) {
                 waiting(&format!(
-                    "waiting up to {} s for another artune ({holder}) to finish measuring GPU {gpu}",
+                    "waiting up to {} s for another artune ({holder}) to finish measuring {gpu}",
                     wait.as_secs()
                 ));
             }
@@ -122,7 +122,7 @@ mod tests {
         let pid = std::process::id();
         assert!(
             e.starts_with(&format!(
-                "GPU {gpu} is being measured by another artune (pid {pid} (tune)), still after 0 s"
+                "{gpu} is being measured by another artune (pid {pid} (tune)), still after 0 s"
             )),
             "{e}"
         );

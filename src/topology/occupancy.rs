@@ -19,7 +19,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
-use crate::units::fmt_bytes;
+use crate::units::fmt_mem;
 
 /// Utilization (percent, the highest seen over the sample) above which a GPU with no process
 /// visible still counts as busy: a process in another container NVML will not name.
@@ -40,7 +40,7 @@ impl std::fmt::Display for BusyGpu {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "GPU {}: pid {} ({})", self.gpu, self.pid, self.name)?;
         if let Some(m) = self.memory_bytes {
-            write!(f, " holding {}", crate::units::fmt_bytes(m))?;
+            write!(f, " holding {}", crate::units::fmt_mem(m))?;
         }
         Ok(())
     }
@@ -120,8 +120,8 @@ impl Reading {
         let mut what: Vec<String> = Vec::new();
         for g in &self.gpus {
             let memory = match (g.free_bytes, g.total_bytes) {
-                (Some(f), Some(t)) => format!(", {} of {} free", fmt_bytes(f), fmt_bytes(t)),
-                (Some(f), None) => format!(", {} free", fmt_bytes(f)),
+                (Some(f), Some(t)) => format!(", {} of {} free", fmt_mem(f), fmt_mem(t)),
+                (Some(f), None) => format!(", {} free", fmt_mem(f)),
                 _ => String::new(),
             };
             let util = g
@@ -135,7 +135,7 @@ impl Reading {
                     .map(|p| {
                         let held = p
                             .memory_bytes
-                            .map(|m| format!(" holding {}", fmt_bytes(m)))
+                            .map(|m| format!(" holding {}", fmt_mem(m)))
                             .unwrap_or_default();
                         format!("pid {} ({}){held}", p.pid, p.name)
                     })
@@ -146,7 +146,7 @@ impl Reading {
         for g in self.unexplained() {
             let free = g
                 .free_bytes
-                .map(|f| format!(", {} free", fmt_bytes(f)))
+                .map(|f| format!(", {} free", fmt_mem(f)))
                 .unwrap_or_default();
             what.push(format!(
                 "GPU {}: {}% utilized over 1 s by a process NVML does not name (another container?){free}",
@@ -196,7 +196,7 @@ pub fn settle(readings: &[Reading]) -> Settle {
         .iter()
         .map(|g| {
             let free = match (g.free_bytes, g.total_bytes) {
-                (Some(f), Some(t)) => format!(", {} of {} free", fmt_bytes(f), fmt_bytes(t)),
+                (Some(f), Some(t)) => format!(", {} of {} free", fmt_mem(f), fmt_mem(t)),
                 _ => String::new(),
             };
             format!(
@@ -564,7 +564,7 @@ mod tests {
         };
         assert!(
             what.starts_with("waiting up to 10 s for the GPUs to settle (GPU 0 100% utilized")
-                && what.contains("1G of 141G free"),
+                && what.contains("1.0 GiB of 141.0 GiB free"),
             "{what}"
         );
         let settled = [
@@ -604,11 +604,11 @@ mod tests {
         let r = neighbour();
         let msg = r.refusal("tune").unwrap();
         assert!(
-            msg.contains("GPU 0: pid 4242 (python3) holding 140G"),
+            msg.contains("GPU 0: pid 4242 (python3) holding 140.0 GiB"),
             "{msg}"
         );
         assert!(msg.contains("97% utilized"), "{msg}");
-        assert!(msg.contains("1G of 141G free"), "{msg}");
+        assert!(msg.contains("1.0 GiB of 141.0 GiB free"), "{msg}");
         assert!(msg.contains("--allow-busy"), "{msg}");
         assert_eq!(r.busy().len(), 1);
     }
@@ -643,7 +643,7 @@ mod tests {
         strict.look("before GPUs 0,1", 0).unwrap();
         let e = strict.look("while measuring GPUs 0,1", 0).unwrap_err();
         assert!(
-            e.contains("during tune (GPU 0: pid 4242 (python3) holding 140G, first seen while measuring GPUs 0,1)")
+            e.contains("during tune (GPU 0: pid 4242 (python3) holding 140.0 GiB, first seen while measuring GPUs 0,1)")
                 && e.contains("--allow-busy"),
             "{e}"
         );
