@@ -1,5 +1,5 @@
 use super::*;
-use crate::topology::presets;
+use crate::topology::{presets, Contention, Topology};
 
 fn close(a: f64, b: f64, tol: f64) -> bool {
     (a - b).abs() <= tol * b.abs()

@@ -1,0 +1,82 @@
+//! The rates concurrent flows get on the net, and when they finish.
+
+use super::{Flow, Net, Route};
+use crate::fabric::sim::flow::{self, Problem};
+
+impl Net {
+    /// Max-min rates (GB/s) of `flows` running together over `routes` (one per flow).
+    pub fn rates(&self, flows: &[Flow], routes: &[&Route]) -> Vec<f64> {
+        // A node's load is counted in distinct GPU pairs: several NCCL channels between the
+        // same two GPUs are one stream of TLPs to the switch, not several.
+        let mut pairs: Vec<Vec<(usize, usize, bool)>> = vec![Vec::new(); self.caps.len()];
+        for (f, r) in flows.iter().zip(routes) {
+            let key = (f.src, f.dst, r.dst_root.is_none());
+            for &x in r.resources.iter().filter(|&&x| self.curves[x].is_some()) {
+                if !pairs[x].contains(&key) {
+                    pairs[x].push(key);
+                }
+            }
+        }
+        let count: Vec<usize> = pairs.iter().map(Vec::len).collect();
+        let costs = self.kernel_costs(flows, routes);
+        let caps = self
+            .caps
+            .iter()
+            .zip(&self.curves)
+            .zip(&count)
+            .map(|((&c, curve), &k)| curve.map_or(c, |cv| cv.capacity(k)))
+            .collect();
+        let mut p = Problem::new(caps);
+        let collapse = self.collapse_groups(flows, routes, &mut p);
+        for (i, (f, r)) in flows.iter().zip(routes).enumerate() {
+            let (weight, cap) = costs[i];
+            let extra = collapse
+                .iter()
+                .filter(|(_, members)| members.contains(&i))
+                .map(|(res, _)| (*res, weight));
+            let path = r
+                .resources
+                .iter()
+                .map(|&x| (x, weight * self.curves[x].map_or(1.0, |c| c.weight(f.dir))));
+            p.add_flow(path.chain(extra).collect::<Vec<_>>(), r.flow_cap.min(cap));
+        }
+        flow::max_min(&p)
+    }
+
+    /// When each flow finishes (µs) if all start together and flow `i` moves `bytes[i]`; rates
+    /// are re-shared (and node flow counts drop) each time one finishes.
+    pub fn finish_times(&self, flows: &[Flow], routes: &[&Route], bytes: &[f64]) -> Vec<f64> {
+        let mut left: Vec<f64> = bytes.to_vec();
+        let mut done = vec![f64::NAN; flows.len()];
+        let mut now = 0.0;
+        loop {
+            let live: Vec<usize> = (0..flows.len()).filter(|&i| done[i].is_nan()).collect();
+            if live.is_empty() {
+                return done;
+            }
+            let fl: Vec<Flow> = live.iter().map(|&i| flows[i]).collect();
+            let ro: Vec<&Route> = live.iter().map(|&i| routes[i]).collect();
+            // GB/s = 1e3 bytes/µs.
+            let rates: Vec<f64> = self.rates(&fl, &ro).into_iter().map(|r| r * 1e3).collect();
+            let dt = live
+                .iter()
+                .zip(&rates)
+                .map(|(&i, &r)| left[i] / r)
+                .fold(f64::INFINITY, f64::min);
+            if !dt.is_finite() {
+                // Only flows with no capacity left: they never finish.
+                for &i in &live {
+                    done[i] = f64::INFINITY;
+                }
+                return done;
+            }
+            now += dt;
+            for (&i, &r) in live.iter().zip(&rates) {
+                left[i] -= r * dt;
+                if left[i] <= bytes[i] * 1e-9 {
+                    done[i] = now;
+                }
+            }
+        }
+    }
+}
