@@ -17,20 +17,21 @@ pub mod custom;
 pub mod faults;
 pub mod flow;
 pub mod kernel;
+mod model;
 pub mod nccl;
 pub mod net;
 pub mod noise;
-
-use std::collections::{BTreeMap, HashMap};
+mod probe;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use self::band::{Band, GroupParts};
-use self::custom::Custom;
+use self::band::Band;
 pub use self::faults::Faults;
+use self::model::{group_model, GroupModel, ModelKey};
 use self::net::{Flow, Net, Route};
 use self::noise::Noise;
+use self::probe::probe_pattern;
 use super::{
     memory, Backend, DeviceError, Direction, Directions, Fabric, FabricError, FabricInfo, Group,
     Islands, MemoryCost, Mode, NcclAlgo, ProbeSample, Readiness, Verification,
@@ -47,136 +48,6 @@ const LAUNCH_EAGER_NCCL_US: f64 = 6.5;
 /// How long a hung backend is waited for before it is reported, seconds: the CUDA fabric's
 /// deadline for one GPU operation. Virtual time: the simulator reports it without waiting.
 const HANG_DEADLINE_S: f64 = 10.0;
-
-/// A family's band half-widths on a group, fixed side and data side (ln), and whether any
-/// part assumed what the topology did not state: [`band::Band::split`] precomputed.
-#[derive(Debug, Clone, Copy)]
-struct Halves {
-    fixed: f64,
-    data: f64,
-    assumed: bool,
-}
-
-impl Halves {
-    fn of(fixed: Band, data: Band) -> Halves {
-        Halves {
-            fixed: fixed.high.ln(),
-            data: data.high.ln(),
-            assumed: fixed.parts.union(&data.parts).any(|p| p.assumed()),
-        }
-    }
-
-    /// (low, high) for a time of `f` µs fixed costs and `d` µs data.
-    fn ends(&self, f: f64, d: f64) -> (f64, f64) {
-        let (f, d) = band::shares(f, d);
-        (
-            f * (-self.fixed).exp() + d * (-self.data).exp(),
-            f * self.fixed.exp() + d * self.data.exp(),
-        )
-    }
-}
-
-/// Everything computed once per GPU group.
-#[derive(Debug, Clone)]
-struct GroupModel {
-    nccl: nccl::Model,
-    schedule: nccl::Schedule,
-    custom: Custom,
-    /// The model parts the group's times use, for their error bands.
-    parts: GroupParts,
-    /// Noiseless times per (backend, bytes, mode): ordered, as comparing a few keys costs less
-    /// than hashing one at every call.
-    cache: BTreeMap<(Backend, u64, Mode), f64>,
-    /// [`SimFabric::model_split`] per (backend, bytes), which every measured cell asks for.
-    splits: BTreeMap<(Backend, u64), (f64, f64)>,
-    /// NCCL's device time with no bytes, per algorithm and protocol.
-    fixed: HashMap<(NcclAlgo, crate::fabric::NcclProto), f64>,
-    /// The custom kernels' and NCCL's band half-widths on this group.
-    custom_halves: Halves,
-    nccl_halves: Halves,
-    probes: HashMap<(Direction, usize), ProbePattern>,
-}
-
-/// A group model's key: its GPUs and its islands.
-type ModelKey = (Vec<usize>, Option<Vec<Vec<usize>>>);
-
-/// Where the model of `gpus` in `islands` is in `models`, built on first use. A tune has a few
-/// groups, so a scan beats hashing the key on every call.
-fn group_model(
-    models: &mut Vec<(ModelKey, GroupModel)>,
-    topo: &Topology,
-    net: &Net,
-    host: &nccl::Host,
-    gpus: &[usize],
-    islands: Option<&Islands>,
-) -> usize {
-    let same = |k: &ModelKey| {
-        k.0 == gpus
-            && match (&k.1, islands) {
-                (None, None) => true,
-                (Some(a), Some(b)) => *a == b.gpus,
-                _ => false,
-            }
-    };
-    if let Some(i) = models.iter().position(|(k, _)| same(k)) {
-        return i;
-    }
-    let key = (gpus.to_vec(), islands.map(|i| i.gpus.clone()));
-    models.push((key, {
-        let ring = nccl::ring_order(topo, gpus);
-        let model = nccl::Model::new(topo, net, host, &ring);
-        let schedule = nccl::Schedule::new(topo, net, host, &ring, &model);
-        let parts = GroupParts {
-            fabric: net.parts(gpus),
-            host_stated: host.cpu != nccl::Cpu::Unknown,
-        };
-        GroupModel {
-            nccl: model,
-            schedule,
-            custom: Custom::new(net, gpus, islands),
-            custom_halves: Halves::of(parts.custom(1.0, 0.0), parts.custom(0.0, 1.0)),
-            nccl_halves: Halves::of(parts.nccl(1.0, 0.0), parts.nccl(0.0, 1.0)),
-            parts,
-            fixed: HashMap::new(),
-            cache: BTreeMap::new(),
-            splits: BTreeMap::new(),
-            probes: HashMap::new(),
-        }
-    }));
-    models.len() - 1
-}
-
-/// Per GPU of a probe, (finish µs per byte, one-way latency µs) of each of its flows.
-type ProbePattern = Vec<Vec<(f64, f64)>>;
-
-/// Probe shape: GPU at rank i moves bytes with ranks i+1 .. i+peers, all at once. Finish
-/// times of equal-sized flows scale with their size, so one solve serves every size.
-fn probe_pattern(net: &Net, gpus: &[usize], direction: Direction, peers: usize) -> ProbePattern {
-    let n = gpus.len();
-    let mut flows = Vec::with_capacity(n * peers);
-    for (i, &g) in gpus.iter().enumerate() {
-        for k in 1..=peers {
-            let p = gpus[(i + k) % n];
-            // Probes time copy-engine transfers (p2pBandwidthLatencyTest), like the tables
-            // they are compared with.
-            flows.push(match direction {
-                Direction::Read => Flow::copy(p, g, direction),
-                Direction::Write => Flow::copy(g, p, direction),
-            });
-        }
-    }
-    let routes: Vec<Route> = flows.iter().map(|f| net.route(f.src, f.dst)).collect();
-    let refs: Vec<&Route> = routes.iter().collect();
-    const UNIT: f64 = 1e6;
-    let done = net.finish_times(&flows, &refs, &vec![UNIT; flows.len()]);
-    (0..n)
-        .map(|i| {
-            (0..peers)
-                .map(|k| (done[i * peers + k] / UNIT, routes[i * peers + k].latency_us))
-                .collect()
-        })
-        .collect()
-}
 
 /// Why the simulator cannot model `t`, if it cannot: a switch of a make it has no calibration
 /// data for (one sentence, for the CLI's exit 2).
