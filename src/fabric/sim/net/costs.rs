@@ -11,18 +11,24 @@ impl Net {
     /// driving GPU's lone-stream share of that GPU's port rate; both as shares of the driving
     /// port ([`Kernel::factor_on`](crate::fabric::sim::kernel::Kernel::factor_on)).
     pub(super) fn kernel_costs(&self, flows: &[Flow], routes: &[&Route]) -> Vec<(f64, f64)> {
-        let mut seen: Vec<Vec<(usize, usize, bool)>> = vec![Vec::new(); self.caps.len()];
-        for (f, r) in flows.iter().zip(routes) {
-            if f.engine != Engine::Kernel || r.nvlink {
-                continue;
-            }
-            let key = (f.src, f.dst, r.dst_root.is_none());
-            for &x in r.resources.iter().filter(|&&x| self.kernel[x].is_some()) {
-                if !seen[x].contains(&key) {
-                    seen[x].push(key);
-                }
-            }
-        }
+        let kernel: Vec<bool> = flows
+            .iter()
+            .zip(routes)
+            .map(|(f, r)| f.engine == Engine::Kernel && !r.nvlink)
+            .collect();
+        let seen = if kernel.iter().any(|&k| k) {
+            // Only kernel flows count towards a node's kernel concurrency.
+            let (kf, kr): (Vec<Flow>, Vec<&Route>) = flows
+                .iter()
+                .zip(routes)
+                .zip(&kernel)
+                .filter(|(_, &k)| k)
+                .map(|((f, r), _)| (*f, *r))
+                .unzip();
+            self.distinct_pairs(&kf, &kr, |x| self.kernel[x].is_some())
+        } else {
+            Vec::new()
+        };
         flows
             .iter()
             .zip(routes)
@@ -40,7 +46,7 @@ impl Net {
                     .filter_map(|&x| {
                         self.kernel[x]
                             .as_ref()
-                            .map(|k| k.factor_on(f.dir, seen[x].len(), port))
+                            .map(|k| k.factor_on(f.dir, seen[x], port))
                     })
                     .fold(1.0, f64::min);
                 let alone = match f.dir {

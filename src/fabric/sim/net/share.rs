@@ -4,20 +4,41 @@ use super::{Flow, Net, Route};
 use crate::fabric::sim::flow::{self, Problem};
 
 impl Net {
+    /// Per resource `counted`, how many distinct (source, destination, to host memory) keys
+    /// of `flows` cross it. Flows are grouped by key with a sort, so the count costs
+    /// O(E + F log F) for E route entries, not a search of each resource's keys per entry.
+    pub(super) fn distinct_pairs(
+        &self,
+        flows: &[Flow],
+        routes: &[&Route],
+        counted: impl Fn(usize) -> bool,
+    ) -> Vec<usize> {
+        let key = |i: usize| (flows[i].src, flows[i].dst, routes[i].dst_root.is_none());
+        let mut order: Vec<usize> = (0..flows.len()).collect();
+        order.sort_unstable_by_key(|&i| key(i));
+        let mut count = vec![0usize; self.caps.len()];
+        // The run of equal keys that last counted each resource.
+        let mut stamp = vec![usize::MAX; self.caps.len()];
+        let mut run = 0;
+        for (j, &i) in order.iter().enumerate() {
+            if j > 0 && key(order[j - 1]) != key(i) {
+                run += 1;
+            }
+            for &x in &routes[i].resources {
+                if stamp[x] != run && counted(x) {
+                    stamp[x] = run;
+                    count[x] += 1;
+                }
+            }
+        }
+        count
+    }
+
     /// Max-min rates (GB/s) of `flows` running together over `routes` (one per flow).
     pub fn rates(&self, flows: &[Flow], routes: &[&Route]) -> Vec<f64> {
         // A node's load is counted in distinct GPU pairs: several NCCL channels between the
         // same two GPUs are one stream of TLPs to the switch, not several.
-        let mut pairs: Vec<Vec<(usize, usize, bool)>> = vec![Vec::new(); self.caps.len()];
-        for (f, r) in flows.iter().zip(routes) {
-            let key = (f.src, f.dst, r.dst_root.is_none());
-            for &x in r.resources.iter().filter(|&&x| self.curves[x].is_some()) {
-                if !pairs[x].contains(&key) {
-                    pairs[x].push(key);
-                }
-            }
-        }
-        let count: Vec<usize> = pairs.iter().map(Vec::len).collect();
+        let count = self.distinct_pairs(flows, routes, |x| self.curves[x].is_some());
         let costs = self.kernel_costs(flows, routes);
         let caps = self
             .caps
@@ -32,7 +53,7 @@ impl Net {
             let (weight, cap) = costs[i];
             let extra = collapse
                 .iter()
-                .filter(|(_, members)| members.contains(&i))
+                .filter(|(_, members)| members.binary_search(&i).is_ok())
                 .map(|(res, _)| (*res, weight));
             let path = r
                 .resources
