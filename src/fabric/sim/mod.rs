@@ -220,45 +220,51 @@ impl SimFabric {
         Ok(self.net.rates(&flows, &refs))
     }
 
-    /// Why `backend` cannot run on `group`, if it cannot.
-    fn waiver(&self, backend: Backend, group: &Group, model: &nccl::Model) -> Option<String> {
+    /// The first pair of `gpus` (in group order) without P2P in `dir`, if any.
+    fn no_p2p(&self, gpus: &[usize], dir: Direction) -> Option<(usize, usize)> {
+        gpus.iter().find_map(|&a| {
+            gpus.iter().filter(|&&b| b != a).find_map(|&b| {
+                let p2p = self.topo.pair(a, b).map(|p| &p.p2p);
+                let status = p2p.map_or(Status::Unknown, |p| match dir {
+                    Direction::Read => p.read,
+                    Direction::Write => p.write,
+                });
+                (status == Status::No).then_some((a, b))
+            })
+        })
+    }
+
+    /// Why `backend` cannot run on `group`, if it cannot, given the first pair without P2P
+    /// reads and writes ([`SimFabric::no_p2p`], found once per group).
+    fn waiver(
+        backend: Backend,
+        group: &Group,
+        model: &nccl::Model,
+        no_p2p: [Option<(usize, usize)>; 2],
+    ) -> Option<String> {
         if backend.is_hierarchical() {
             if let Err(why) = &group.islands {
                 return Some(why.clone());
             }
         }
-        let needs: &[(Direction, &str, &str)] = match backend.spec().plane {
+        let needs: &[(usize, &str, &str)] = match backend.spec().plane {
             Plane::Nccl => {
                 return match backend.nccl_pin() {
                     Some((_, crate::fabric::NcclProto::LL128)) => model.ll128_off.clone(),
                     _ => None,
                 }
             }
-            Plane::Pull => &[(Direction::Read, "read", "reads")],
-            Plane::Push => &[(Direction::Write, "write", "writes")],
-            Plane::PerPhase => &[
-                (Direction::Read, "read", "reads or writes"),
-                (Direction::Write, "write", "reads or writes"),
-            ],
+            Plane::Pull => &[(0, "read", "reads")],
+            Plane::Push => &[(1, "write", "writes")],
+            Plane::PerPhase => &[(0, "read", "reads or writes"), (1, "write", "reads or writes")],
         };
-        let gpus = &group.gpus;
-        for &(dir, what, needed) in needs {
-            for &a in gpus {
-                for &b in gpus.iter().filter(|&&b| b != a) {
-                    let p2p = self.topo.pair(a, b).map(|p| &p.p2p);
-                    let status = p2p.map_or(Status::Unknown, |p| match dir {
-                        Direction::Read => p.read,
-                        Direction::Write => p.write,
-                    });
-                    if status == Status::No {
-                        return Some(format!(
-                            "P2P {what} is not available from GPU {a} to GPU {b}, and {backend} {needed} peer memory directly"
-                        ));
-                    }
-                }
-            }
-        }
-        None
+        needs.iter().find_map(|&(dir, what, needed)| {
+            no_p2p[dir].map(|(a, b)| {
+                format!(
+                    "P2P {what} is not available from GPU {a} to GPU {b}, and {backend} {needed} peer memory directly"
+                )
+            })
+        })
     }
 
     /// The model of `gpus`: the prepared group's (in its islands) without a search.
@@ -477,9 +483,10 @@ impl Fabric for SimFabric {
         });
         self.reseed(None);
         let model = self.model(&group.gpus).nccl.clone();
+        let no_p2p = [Direction::Read, Direction::Write].map(|d| self.no_p2p(&group.gpus, d));
         let readiness: Vec<Readiness> = backends
             .iter()
-            .map(|&backend| match self.waiver(backend, group, &model) {
+            .map(|&backend| match SimFabric::waiver(backend, group, &model, no_p2p) {
                 Some(reason) => Readiness::Waived { backend, reason },
                 None => {
                     let bytes =
