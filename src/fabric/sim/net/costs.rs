@@ -10,7 +10,12 @@ impl Net {
     /// crosses, each at the number of distinct kernel flows crossing it, and is capped at its
     /// driving GPU's lone-stream share of that GPU's port rate; both as shares of the driving
     /// port ([`Kernel::factor_on`](crate::fabric::sim::kernel::Kernel::factor_on)).
-    pub(super) fn kernel_costs(&self, flows: &[Flow], routes: &[&Route]) -> Vec<(f64, f64)> {
+    pub(super) fn kernel_costs(
+        &self,
+        flows: &[Flow],
+        routes: &[&Route],
+        order: &[usize],
+    ) -> Vec<(f64, f64)> {
         let kernel: Vec<bool> = flows
             .iter()
             .zip(routes)
@@ -18,14 +23,8 @@ impl Net {
             .collect();
         let seen = if kernel.iter().any(|&k| k) {
             // Only kernel flows count towards a node's kernel concurrency.
-            let (kf, kr): (Vec<Flow>, Vec<&Route>) = flows
-                .iter()
-                .zip(routes)
-                .zip(&kernel)
-                .filter(|(_, &k)| k)
-                .map(|((f, r), _)| (*f, *r))
-                .unzip();
-            self.distinct_pairs(&kf, &kr, |x| self.kernel[x].is_some())
+            let only: Vec<usize> = order.iter().copied().filter(|&i| kernel[i]).collect();
+            self.distinct_pairs(flows, routes, &only, |x| self.kernel[x].is_some())
         } else {
             Vec::new()
         };

@@ -3,25 +3,36 @@
 use super::{Flow, Net, Route};
 use crate::fabric::sim::flow::{self, Problem};
 
+/// What a node counts a flow as: its (source, destination, to host memory). Several NCCL
+/// channels between the same two GPUs are one stream of TLPs to a switch, not several.
+fn key(f: &Flow, r: &Route) -> (usize, usize, bool) {
+    (f.src, f.dst, r.dst_root.is_none())
+}
+
+/// The flows' indices sorted by [`key`], so equal keys are neighbours.
+fn key_order(flows: &[Flow], routes: &[&Route]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..flows.len()).collect();
+    order.sort_unstable_by_key(|&i| key(&flows[i], routes[i]));
+    order
+}
+
 impl Net {
-    /// Per resource `counted`, how many distinct (source, destination, to host memory) keys
-    /// of `flows` cross it. Flows are grouped by key with a sort, so the count costs
-    /// O(E + F log F) for E route entries, not a search of each resource's keys per entry.
+    /// Per resource `counted`, how many distinct [`key`]s of the flows in `order` (sorted by
+    /// key, [`key_order`]) cross it: O(E) for E route entries, with no search per entry.
     pub(super) fn distinct_pairs(
         &self,
         flows: &[Flow],
         routes: &[&Route],
+        order: &[usize],
         counted: impl Fn(usize) -> bool,
     ) -> Vec<usize> {
-        let key = |i: usize| (flows[i].src, flows[i].dst, routes[i].dst_root.is_none());
-        let mut order: Vec<usize> = (0..flows.len()).collect();
-        order.sort_unstable_by_key(|&i| key(i));
         let mut count = vec![0usize; self.caps.len()];
         // The run of equal keys that last counted each resource.
         let mut stamp = vec![usize::MAX; self.caps.len()];
         let mut run = 0;
         for (j, &i) in order.iter().enumerate() {
-            if j > 0 && key(order[j - 1]) != key(i) {
+            if j > 0 && key(&flows[order[j - 1]], routes[order[j - 1]]) != key(&flows[i], routes[i])
+            {
                 run += 1;
             }
             for &x in &routes[i].resources {
@@ -36,10 +47,13 @@ impl Net {
 
     /// Max-min rates (GB/s) of `flows` running together over `routes` (one per flow).
     pub fn rates(&self, flows: &[Flow], routes: &[&Route]) -> Vec<f64> {
-        // A node's load is counted in distinct GPU pairs: several NCCL channels between the
-        // same two GPUs are one stream of TLPs to the switch, not several.
-        let count = self.distinct_pairs(flows, routes, |x| self.curves[x].is_some());
-        let costs = self.kernel_costs(flows, routes);
+        self.rates_in(flows, routes, &key_order(flows, routes))
+    }
+
+    /// [`Net::rates`] with the flows' [`key_order`] given.
+    fn rates_in(&self, flows: &[Flow], routes: &[&Route], order: &[usize]) -> Vec<f64> {
+        let count = self.distinct_pairs(flows, routes, order, |x| self.curves[x].is_some());
+        let costs = self.kernel_costs(flows, routes, order);
         let caps = self
             .caps
             .iter()
@@ -59,7 +73,7 @@ impl Net {
                 .resources
                 .iter()
                 .map(|&x| (x, weight * self.curves[x].map_or(1.0, |c| c.weight(f.dir))));
-            p.add_flow(path.chain(extra).collect::<Vec<_>>(), r.flow_cap.min(cap));
+            p.add_flow(path.chain(extra), r.flow_cap.min(cap));
         }
         flow::max_min(&p)
     }
@@ -70,15 +84,30 @@ impl Net {
         let mut left: Vec<f64> = bytes.to_vec();
         let mut done = vec![f64::NAN; flows.len()];
         let mut now = 0.0;
+        // Sorted once: each round's live flows keep this order.
+        let all = key_order(flows, routes);
+        let mut local = vec![usize::MAX; flows.len()];
         loop {
             let live: Vec<usize> = (0..flows.len()).filter(|&i| done[i].is_nan()).collect();
             if live.is_empty() {
                 return done;
             }
+            for (j, &i) in live.iter().enumerate() {
+                local[i] = j;
+            }
+            let order: Vec<usize> = all
+                .iter()
+                .filter(|&&i| done[i].is_nan())
+                .map(|&i| local[i])
+                .collect();
             let fl: Vec<Flow> = live.iter().map(|&i| flows[i]).collect();
             let ro: Vec<&Route> = live.iter().map(|&i| routes[i]).collect();
             // GB/s = 1e3 bytes/µs.
-            let rates: Vec<f64> = self.rates(&fl, &ro).into_iter().map(|r| r * 1e3).collect();
+            let rates: Vec<f64> = self
+                .rates_in(&fl, &ro, &order)
+                .into_iter()
+                .map(|r| r * 1e3)
+                .collect();
             let dt = live
                 .iter()
                 .zip(&rates)
