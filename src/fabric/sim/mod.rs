@@ -256,7 +256,10 @@ impl SimFabric {
             }
             Plane::Pull => &[(0, "read", "reads")],
             Plane::Push => &[(1, "write", "writes")],
-            Plane::PerPhase => &[(0, "read", "reads or writes"), (1, "write", "reads or writes")],
+            Plane::PerPhase => &[
+                (0, "read", "reads or writes"),
+                (1, "write", "reads or writes"),
+            ],
         };
         needs.iter().find_map(|&(dir, what, needed)| {
             no_p2p[dir].map(|(a, b)| {
@@ -486,21 +489,27 @@ impl Fabric for SimFabric {
         let no_p2p = [Direction::Read, Direction::Write].map(|d| self.no_p2p(&group.gpus, d));
         let readiness: Vec<Readiness> = backends
             .iter()
-            .map(|&backend| match SimFabric::waiver(backend, group, &model, no_p2p) {
-                Some(reason) => Readiness::Waived { backend, reason },
-                None => {
-                    let bytes =
-                        memory::modelled(backend, group.ranks(), group.max_bytes, model.channels);
-                    Readiness::Ready {
-                        backend,
-                        memory: MemoryCost {
-                            bytes_per_gpu: bytes,
-                            measured: false,
-                            modelled_bytes_per_gpu: bytes,
-                        },
+            .map(
+                |&backend| match SimFabric::waiver(backend, group, &model, no_p2p) {
+                    Some(reason) => Readiness::Waived { backend, reason },
+                    None => {
+                        let bytes = memory::modelled(
+                            backend,
+                            group.ranks(),
+                            group.max_bytes,
+                            model.channels,
+                        );
+                        Readiness::Ready {
+                            backend,
+                            memory: MemoryCost {
+                                bytes_per_gpu: bytes,
+                                measured: false,
+                                modelled_bytes_per_gpu: bytes,
+                            },
+                        }
                     }
-                }
-            })
+                },
+            )
             .collect();
         self.prepared = Some(Prepared {
             group: group.clone(),
