@@ -34,7 +34,7 @@ use self::noise::Noise;
 use self::probe::probe_pattern;
 use super::{
     memory, Backend, DeviceError, Direction, Directions, Fabric, FabricError, FabricInfo, Group,
-    Islands, MemoryCost, Mode, NcclAlgo, ProbeSample, Readiness, Verification,
+    Islands, MemoryCost, Mode, NcclAlgo, ProbeSample, Readiness, TimeBand, TimeModel, Verification,
 };
 use crate::allreduce::Plane;
 use crate::topology::{Status, Topology};
@@ -656,20 +656,20 @@ impl Fabric for SimFabric {
         SimFabric::assumed(self)
     }
 
-    fn model_band(&mut self, backend: Backend, bytes: u64) -> Option<crate::profile::ModelBand> {
+    fn model_band(&mut self, backend: Backend, bytes: u64) -> Option<TimeBand> {
         let (fixed, data) = self.model_split(backend, bytes)?;
         let m = &self.models[self.prepared.as_ref()?.model].1;
         let (halves, family) = if backend.is_custom() {
-            (m.custom_halves, crate::profile::ModelFamily::Custom)
+            (m.custom_halves, TimeModel::Custom)
         } else {
-            (m.nccl_halves, crate::profile::ModelFamily::Nccl)
+            (m.nccl_halves, TimeModel::Nccl)
         };
         let (low, high) = halves.ends(fixed, data);
-        Some(crate::profile::ModelBand {
+        Some(TimeBand {
             low,
             high,
             assumed: halves.assumed,
-            family: Some(family),
+            model: family,
         })
     }
 
