@@ -10,6 +10,10 @@ back-to-back calls, so where the host is slower than the kernel the host's time 
 Graph: one replay of a graph that holds `--calls` calls. Median of `--samples` samples;
 overhead = op minus raw.
 
+With --register the op runs graph mode zero copy (``register_graphs``): each graph is registered
+(``register_graph_buffers()``) after capture, and the pull kernels replay their registered form,
+raw launch and op alike (`form` says which ran).
+
 One rank (a gloo group of one on one GPU): the kernels' barriers then wait for nobody, so the
 figures are the launch path alone, free of the time slicing between processes
 that several ranks on one GPU add (see op_proof.py). The kernels are checked against the
@@ -59,6 +63,8 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--calls", type=int, default=100)
     ap.add_argument("--samples", type=int, default=21)
+    ap.add_argument("--register", action="store_true",
+                    help="graph mode zero copy: register each captured graph's inputs")
     args = ap.parse_args()
     die_with_parent()
     dist.init_process_group("gloo")
@@ -69,7 +75,7 @@ def main():
     refused = {}
     for backend in KERNELS:
         op = allreduce.Allreduce.create(dist.group.WORLD, args.profile, force=backend,
-                                        max_bytes=1 << 20)
+                                        max_bytes=1 << 20, register_graphs=args.register)
         if op is None:
             refused[backend] = "refused (see the log)"
             continue
@@ -94,8 +100,12 @@ def main():
                 row[name] = per_call(fn, calls, args.samples)
             for name, body in (("graph_op", op_calls), ("graph_raw", raw)):
                 g = torch.cuda.CUDAGraph()
+                before = op.graph_calls()
                 with torch.cuda.graph(g):
                     body()
+                row[f"{name}_registered_calls"] = op.graph_calls()[1] - before[1]
+                if args.register:
+                    op.register_graph_buffers()
                 g.replay()
                 torch.cuda.synchronize()
                 row[name] = per_call(g.replay, calls, args.samples)
@@ -113,6 +123,7 @@ def main():
         op.close()
     with open(args.out, "w") as f:
         json.dump({"rows": rows, "refused": refused, "calls": args.calls,
+                   "register": args.register,
                    "samples": args.samples, "torch": torch.__version__,
                    "device": torch.cuda.get_device_name(0)}, f, indent=1)
     dist.destroy_process_group()

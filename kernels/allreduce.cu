@@ -11,7 +11,7 @@
 //
 // Small messages in the push kernels and two-stage pull go to *_ll kernels (see common.cuh):
 // data travels with its flag, so they need no system-scope fence at all. The host picks them
-// from the message size alone (src/fabric/cuda/kernels.rs, ll_blocks), so every rank makes
+// from the message size alone (src/fabric/cuda/kernels/, ll_blocks), so every rank makes
 // the same choice, and launches exactly the grid they expect.
 //
 // Ordering arguments below speak of "kernel X" for a rank's X-th call of this backend: a rank's
@@ -124,32 +124,46 @@ __device__ __forceinline__ char* llp(u64 sig, int n, u64 smax, u32 q, int s, u64
 // Read every rank's input, reduce, write the local output.
 //
 // Staging: each block copies into the shared input the vectors that the peers' same block
-// reads (block 0 the tail too) before barrier 0, which then publishes them.
-template <typename T>
+// reads (block 0 the tail too) before barrier 0, which then publishes them. REG, the
+// registered form: every rank's own input, read where it lies (common.cuh, RegSlot); barrier
+// 0 then only says "ready", the inputs having been written by kernels that finished before.
+template <typename T, bool REG>
 __device__ void one_stage_pull(const ArArgs& a) {
   RANK_SETUP
   char* out = (char*)a.dst[rank];
-  if (stage<T>(a, rank, nvec, nvec, 1, true)) {
+  __shared__ u64 ins[MAX_RANKS];
+  __shared__ u32 ok;
+  if constexpr (REG) {
+    reg_load(a, rank, ins, &ok);
+    barrier<false>(a, rank, flag, 0);
+  } else if (stage<T>(a, rank, nvec, nvec, 1, true)) {
     barrier<true>(a, rank, flag, 0);
   } else {
     barrier<false>(a, rank, flag, 0);
   }
-  // Every rank's input from in[], this rank's own too (staged by this block, or src itself).
-  for (u64 v = first; v < nvec; v += stride) {
-    float acc[T::P];
-    reduce_vec<T>(acc, n, [&](int p) { return (const char*)a.in[p] + v * 16; });
-    st_v4(out + v * 16, pack_vec<T>(acc));
-  }
-  if (blockIdx.x == 0) {
-    for (u64 e = nvec * T::P + threadIdx.x; e < a.n; e += blockDim.x) {
-      float s = 0.f;
-      for (int p = 0; p < n; p++) s += T::load1((const char*)a.in[p], e);
-      T::store1(out, e, s);
+  auto input = [&](int p) { return (const char*)(REG ? ins[p] : a.in[p]); };
+  // Every rank's input from in[] (this rank's own staged by this block, or src itself), or
+  // where the registration says it lies; nothing at all from an unregistered slot.
+  if (!REG || ok) {
+    for (u64 v = first; v < nvec; v += stride) {
+      float acc[T::P];
+      reduce_vec<T>(acc, n, [&](int p) { return input(p) + v * 16; });
+      st_v4(out + v * 16, pack_vec<T>(acc));
+    }
+    if (blockIdx.x == 0) {
+      for (u64 e = nvec * T::P + threadIdx.x; e < a.n; e += blockDim.x) {
+        float s = 0.f;
+        for (int p = 0; p < n; p++) s += T::load1(input(p), e);
+        T::store1(out, e, s);
+      }
     }
   }
   // Peers must finish reading our input before our stream may change it.
   barrier<false>(a, rank, flag, 2);
   FINISH
+  if constexpr (REG) {
+    if (!ok) reg_missed<T>(out, a.n, a.missed);
+  }
 }
 
 // LL one-stage push: each thread sends its input word to every peer's LL buffer, then sums the
@@ -335,8 +349,10 @@ __device__ void two_stage_pull_ll(const ArArgs& a) {
 // call, after that call's barrier 0, which every peer reaches only after finishing this call.
 //
 // Staging: vector i of each shard is read by the peers' block that holds i, so this rank's
-// same block stages it (block 0 the tail) before barrier 0, which then publishes it.
-template <typename T>
+// same block stages it (block 0 the tail) before barrier 0, which then publishes it. REG, the
+// registered form: as in one_stage_pull, nothing staged; an unregistered rank publishes a NaN
+// shard, so a peer whose slot was registered gathers NaN from it, never a plausible sum.
+template <typename T, bool REG>
 __device__ void two_stage_pull(const ArArgs& a) {
   RANK_SETUP
   const u64 sv = (nvec + n - 1) / n;
@@ -344,24 +360,41 @@ __device__ void two_stage_pull(const ArArgs& a) {
   const u64 tail = a.n - nvec * T::P;
   char* red = (char*)a.scratch[rank];
   char* out = (char*)a.dst[rank];
-  if (stage<T>(a, rank, nvec, sv, n, true)) {
+  __shared__ u64 ins[MAX_RANKS];
+  __shared__ u32 ok;
+  if constexpr (REG) {
+    reg_load(a, rank, ins, &ok);
+    barrier<false>(a, rank, flag, 0);
+  } else if (stage<T>(a, rank, nvec, sv, n, true)) {
     barrier<true>(a, rank, flag, 0);
   } else {
     barrier<false>(a, rank, flag, 0);
   }
-  // Every rank's input from in[], this rank's own too (staged by this block, or src itself).
-  for (u64 i = first; i < mine; i += stride) {
-    const u64 off = ((u64)rank * sv + i) * 16;
-    float acc[T::P];
-    reduce_vec<T>(acc, n, [&](int p) { return (const char*)a.in[p] + off; });
-    st_v4(red + i * 16, pack_vec<T>(acc));
-  }
-  if (blockIdx.x == 0 && rank == n - 1) {
-    for (u64 j = threadIdx.x; j < tail; j += blockDim.x) {
-      float s = 0.f;
-      for (int p = 0; p < n; p++) s += T::load1((const char*)a.in[p], nvec * T::P + j);
-      T::store1(red + mine * 16, j, s);
+  auto input = [&](int p) { return (const char*)(REG ? ins[p] : a.in[p]); };
+  if (!REG || ok) {
+    // Every rank's input from in[] (this rank's own staged by this block, or src itself).
+    for (u64 i = first; i < mine; i += stride) {
+      const u64 off = ((u64)rank * sv + i) * 16;
+      float acc[T::P];
+      reduce_vec<T>(acc, n, [&](int p) { return input(p) + off; });
+      st_v4(red + i * 16, pack_vec<T>(acc));
     }
+    if (blockIdx.x == 0 && rank == n - 1) {
+      for (u64 j = threadIdx.x; j < tail; j += blockDim.x) {
+        float s = 0.f;
+        for (int p = 0; p < n; p++) s += T::load1(input(p), nvec * T::P + j);
+        T::store1(red + mine * 16, j, s);
+      }
+    }
+  } else {
+    const float nan = __uint_as_float(0x7fc00000u);
+    float nans[T::P];
+#pragma unroll
+    for (int k = 0; k < T::P; k++) nans[k] = nan;
+    const V4 q = pack_vec<T>(nans);
+    for (u64 i = first; i < mine; i += stride) st_v4(red + i * 16, q);
+    if (blockIdx.x == 0 && rank == n - 1)
+      for (u64 j = threadIdx.x; j < tail; j += blockDim.x) T::store1(red + mine * 16, j, nan);
   }
   barrier<true>(a, rank, flag, 1);
   // Vector i of shard p is vector p * sv + i of the message; groups of 4 peers bound the
@@ -383,6 +416,9 @@ __device__ void two_stage_pull(const ArArgs& a) {
     for (u64 j = threadIdx.x; j < tail; j += blockDim.x) copy1<T>(out + nvec * 16, last, j);
   }
   FINISH
+  if constexpr (REG) {
+    if (!ok) reg_missed<T>(out, a.n, a.missed);
+  }
 }
 
 // LL two-stage push: each thread sends word i of every other rank's shard to that rank, sums
@@ -553,7 +589,19 @@ __device__ void two_stage_push(const ArArgs& a) {
 #define AR_KERNELS(T, suffix)                                                                         \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) one_stage_pull_##suffix(const ArArgs a) {    \
     pdl_wait();                                                                                       \
-    one_stage_pull<T>(a);                                                                             \
+    one_stage_pull<T, false>(a);                                                                      \
+    pdl_trigger();                                                                                    \
+    fail_safe<T>(a);                                                                                  \
+  }                                                                                                   \
+  extern "C" __global__ void __launch_bounds__(THREADS, 2) one_stage_pull_reg_##suffix(const ArArgs a) {\
+    pdl_wait();                                                                                       \
+    one_stage_pull<T, true>(a);                                                                       \
+    pdl_trigger();                                                                                    \
+    fail_safe<T>(a);                                                                                  \
+  }                                                                                                   \
+  extern "C" __global__ void __launch_bounds__(THREADS, 2) two_stage_pull_reg_##suffix(const ArArgs a) {\
+    pdl_wait();                                                                                       \
+    two_stage_pull<T, true>(a);                                                                       \
     pdl_trigger();                                                                                    \
     fail_safe<T>(a);                                                                                  \
   }                                                                                                   \
@@ -565,7 +613,7 @@ __device__ void two_stage_push(const ArArgs& a) {
   }                                                                                                   \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) two_stage_pull_##suffix(const ArArgs a) {    \
     pdl_wait();                                                                                       \
-    two_stage_pull<T>(a);                                                                             \
+    two_stage_pull<T, false>(a);                                                                      \
     pdl_trigger();                                                                                    \
     fail_safe<T>(a);                                                                                  \
   }                                                                                                   \

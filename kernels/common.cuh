@@ -4,11 +4,11 @@
 #pragma once
 
 // The constants the host shares with these sources (MAX_RANKS, MAX_BLOCKS, THREADS, LL_OFFSET,
-// LL_LINE, LL_THREADS, LL1_MAX_BYTES, LL2_MAX_BYTES) come from src/fabric/cuda/kernels.rs as
+// LL_LINE, LL_THREADS, LL1_MAX_BYTES, LL2_MAX_BYTES) come from src/fabric/cuda/kernels/ as
 // NVRTC -D options, so the two sides cannot disagree.
 #if !defined(MAX_RANKS) || !defined(MAX_BLOCKS) || !defined(THREADS) || !defined(LL_OFFSET) || \
     !defined(LL_LINE) || !defined(LL_THREADS) || !defined(LL1_MAX_BYTES) || !defined(LL2_MAX_BYTES)
-#error "compile through artune (src/fabric/cuda/compile.rs), which defines the shared constants"
+#error "compile through artune (src/fabric/cuda/compile/), which defines the shared constants"
 #endif
 // A barrier that waits longer than this gives up, records the failure in Signal::status and
 // lets the kernel finish, so a lost peer turns into an error on the host instead of a hang. The
@@ -73,7 +73,33 @@ struct ArArgs {
   int island;              // ranks per island (island kernels; nranks elsewhere)
   u32 dirs;                // island kernels: bit 0 push inside islands, bit 1 push across
   int order[MAX_RANKS];    // island kernels: the ranks island by island
+  u64 reg;                 // registered form: this call's RegSlot (0: the staged form)
+  u64 missed;              // registered form: a host word set to 1 when reg was not registered
+  u32 reg_gen;             // registered form: the generation reg must hold
 };
+
+// The registered form (CUDA graphs, as engines' custom allreduce runs them): peers read each
+// rank's own tensor, no shared input and no staging. A captured kernel's arguments are fixed
+// at capture, before any peer's tensor is mapped, so the peers' addresses come from a slot of
+// device memory the host fills once after capture (registration), with the generation the
+// capture was given. A call whose slot holds another generation (a replay before
+// registration, or after the host dropped the registrations) reads no peer address: it keeps
+// the group's barriers in step, leaves its output NaN, and says so in `missed`.
+struct RegSlot {
+  u64 in[MAX_RANKS];  // each rank's input as this rank maps it (its own: ArArgs::src)
+  u32 gen;
+  u32 pad;
+};
+
+// Loads this call's registered inputs into `ins` (threads < n) and returns, in every thread
+// after the __syncthreads the caller's first barrier starts with, whether the slot holds
+// them (the value `ok` is set to).
+__device__ __forceinline__ void reg_load(const ArArgs& a, int rank, u64* ins, u32* ok) {
+  const RegSlot* s = (const RegSlot*)a.reg;
+  if (threadIdx.x == 0) *ok = a.reg != 0 && s->gen == a.reg_gen;
+  if ((int)threadIdx.x < a.nranks)
+    ins[threadIdx.x] = (int)threadIdx.x == rank ? a.src[rank] : (a.reg != 0 ? s->in[threadIdx.x] : 0);
+}
 
 // Programmatic dependent launch (sm_90 and later; the host sets the launch attribute there,
 // kernels.rs programmatic_launch). A grid may be scheduled while the previous kernel in its
@@ -581,6 +607,13 @@ __device__ __noinline__ void poison(char* out, u64 n, u64 fault) {
     }
   }
   if (threadIdx.x == 0 && fault != 0) st_relaxed((u32*)fault, 1u);
+}
+
+// A registered-form call whose slot was not registered: its output NaN, `missed` set.
+template <typename T>
+__device__ __noinline__ void reg_missed(char* out, u64 n, u64 missed) {
+  poison<T>(out, n, 0);
+  if (threadIdx.x == 0 && missed != 0) st_relaxed((u32*)missed, 1u);
 }
 
 template <typename T>

@@ -299,8 +299,8 @@ fn check_measured(p: &Profile) -> Result<(), Error> {
         .map(|(b, why)| format!("; first, {b}: {why}"))
         .unwrap_or_default();
     Err(Error::Hardware(format!(
-        "no backend could be measured on GPUs {:?} ({} mode), so no profile was written{first}; fix what the warnings report, then run again",
-        g.gpus,
+        "no backend could be measured on GPUs {} ({} mode), so no profile was written{first}; fix what the warnings report, then run again",
+        crate::report::fmt_gpus(&g.gpus),
         g.mode.id()
     )))
 }

@@ -327,6 +327,9 @@ pub struct Row {
     pub tokens: Option<u64>,
     /// Per policy, in [`Policy::ALL`] order: total microseconds of the step's allreduces.
     pub us: [Result<f64, String>; 4],
+    /// Per policy: whether a time it was priced from is simulated outside the model's
+    /// calibration, so that the total is no estimate.
+    pub outside_calibration: [bool; 4],
     /// Sizes of this step outside what the profile answers (above its largest size, or below
     /// its smallest where `select` does not answer): the step is not predicted.
     pub beyond: Vec<u64>,
@@ -346,6 +349,17 @@ fn waived(g: &GroupProfile, b: &crate::profile::Bucket, k: Backend) -> String {
     }
 }
 
+/// A time priced from a bucket: microseconds, and whether its simulated band lies outside the
+/// model's calibration ([`crate::report::model`]), so that it is no estimate.
+type Priced = (f64, bool);
+
+fn priced(t: &crate::profile::Timing) -> Priced {
+    let outside = t
+        .model
+        .is_some_and(|m| crate::report::model::outside_calibration(&m));
+    (t.median_us, outside)
+}
+
 /// Microseconds of one allreduce of `bytes` under `policy`, as measured at bucket `b`; the
 /// profile's policy runs `choice` (the serving bucket's, which may lie above `b`).
 fn cost(
@@ -355,20 +369,15 @@ fn cost(
     choice: Backend,
     bytes: u64,
     policy: Policy,
-) -> Result<f64, String> {
-    let get = |k: Backend| {
-        b.results
-            .get(&k)
-            .map(|t| t.median_us)
-            .ok_or_else(|| waived(g, b, k))
-    };
+) -> Result<Priced, String> {
+    let get = |k: Backend| b.results.get(&k).map(priced).ok_or_else(|| waived(g, b, k));
     match policy {
         Policy::Profile => get(choice),
         Policy::Nccl => crate::export::nccl_time(b)
-            .map(|t| t.median_us)
+            .map(|t| priced(&t))
             .ok_or_else(|| "NCCL was not measured".to_string()),
         Policy::OneStage => match (get(Backend::OneStagePull), get(Backend::OneStagePush)) {
-            (Ok(a), Ok(c)) => Ok(a.min(c)),
+            (Ok(a), Ok(c)) => Ok(if a.0 <= c.0 { a } else { c }),
             (Ok(a), Err(_)) | (Err(_), Ok(a)) => Ok(a),
             (Err(a), Err(c)) => Err(format!("{a}; {c}")),
         },
@@ -396,11 +405,17 @@ fn locate(g: &GroupProfile, bytes: u64) -> Result<(usize, Option<(usize, f64)>),
     let smallest = g.buckets.first().map_or(0, |b| b.bytes);
     let largest = g.buckets.last().map_or(0, |b| b.bytes);
     if !crate::profile::answers_below(smallest, bytes) {
-        return Err(format!("below the smallest measured ({smallest} bytes)"));
+        return Err(format!(
+            "below the smallest measured ({})",
+            crate::units::fmt_size(smallest)
+        ));
     }
     let i = g.buckets.partition_point(|b| b.bytes < bytes);
     if i >= g.buckets.len() {
-        return Err(format!("above the largest measured ({largest} bytes)"));
+        return Err(format!(
+            "above the largest measured ({})",
+            crate::units::fmt_size(largest)
+        ));
     }
     let hi = g.buckets[i].bytes;
     if hi == bytes || i == 0 {
@@ -425,7 +440,7 @@ pub fn predict<'a>(
         Error::bad_input(format!(
             "the profile has no TP{tp} {} group{} (it has {}); pass --tp, --mode and --gpus to match",
             mode.id(),
-            gpus.map_or(String::new(), |v| format!(" on GPUs {v:?}")),
+            gpus.map_or(String::new(), |v| format!(" on GPUs {}", crate::report::fmt_gpus(v))),
             have
         ))
     })?;
@@ -435,6 +450,7 @@ pub fn predict<'a>(
         .into_iter()
         .map(|(tokens, allreduces)| {
             let mut us: [Result<f64, String>; 4] = [Ok(0.0), Ok(0.0), Ok(0.0), Ok(0.0)];
+            let mut outside = [false; 4];
             let mut beyond = Vec::new();
             let mut why = String::new();
             for (count, bytes) in allreduces {
@@ -451,23 +467,28 @@ pub fn predict<'a>(
                     let Ok(total) = &us[k] else { continue };
                     let at_hi = cost(p, g, hi, hi.choice, bytes, pol);
                     let one = match (at_hi, below) {
-                        (Ok(t_hi), Some((j, w))) => {
+                        (Ok((t_hi, o_hi)), Some((j, w))) => {
                             // The neighbour below may not have timed this backend (a racing
                             // tune stops slow ones early): then the upper time stands.
                             match cost(p, g, &g.buckets[j], hi.choice, bytes, pol) {
-                                Ok(t_lo) if t_lo > 0.0 && t_hi > 0.0 => {
-                                    Ok((t_lo.ln() * (1.0 - w) + t_hi.ln() * w).exp())
-                                }
-                                _ => Ok(t_hi),
+                                Ok((t_lo, o_lo)) if t_lo > 0.0 && t_hi > 0.0 => Ok((
+                                    (t_lo.ln() * (1.0 - w) + t_hi.ln() * w).exp(),
+                                    o_lo || o_hi,
+                                )),
+                                _ => Ok((t_hi, o_hi)),
                             }
                         }
                         (r, _) => r,
                     };
-                    us[k] = one.map(|c| total + c * count as f64);
+                    outside[k] |= one.as_ref().is_ok_and(|c| c.1);
+                    us[k] = one.map(|c| total + c.0 * count as f64);
                 }
             }
             if !beyond.is_empty() {
-                let why = format!("{} size(s) {why}", beyond.len());
+                let why = match beyond.len() {
+                    1 => format!("1 size {why}"),
+                    n => format!("{n} sizes {why}"),
+                };
                 us = [
                     Err(why.clone()),
                     Err(why.clone()),
@@ -475,7 +496,12 @@ pub fn predict<'a>(
                     Err(why),
                 ];
             }
-            Row { tokens, us, beyond }
+            Row {
+                tokens,
+                us,
+                outside_calibration: outside,
+                beyond,
+            }
         })
         .collect();
     Ok(Prediction {

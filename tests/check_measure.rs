@@ -120,6 +120,13 @@ fn a_machine_that_drifts_between_passes_is_undecided_not_stale() {
     let (out, err) = (text(&o.stdout), text(&o.stderr));
     assert_eq!(o.status.code(), Some(8), "{out}{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    // The verdict is said once, not on both streams.
+    let verdict = "undecided, measured: this machine drifts too much";
+    assert_eq!(
+        format!("{out}{err}").matches(verdict).count(),
+        1,
+        "{out}{err}"
+    );
     assert!(
         err.contains("undecided, measured: this machine drifts too much right now to tell")
             && err.contains("run the check again when the GPUs are quiet"),

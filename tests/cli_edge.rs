@@ -461,8 +461,8 @@ fn plots_say_why_a_faster_backend_was_not_chosen_and_keep_the_legend_clear() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     let svg = std::fs::read_to_string(plots.join("tp8-graph-gpus0_1_2_3_4_5_6_7.svg")).unwrap();
     assert!(
-        svg.contains("faster than the choice, not chosen (ring):"),
-        "no ring legend"
+        svg.contains("faster than the choice, not chosen (lower panel):"),
+        "no legend for the passed-over marks"
     );
     assert!(
         svg.contains("not sure: within the model&apos;s error"),

@@ -788,3 +788,73 @@ fn every_example_profile_is_kept_by_its_readme() {
         }
     }
 }
+
+/// Doc tests rustdoc runs and ignores in the library: the fenced blocks in `///` and `//!`
+/// comments under src/ (not the binary's main.rs) whose info string rustdoc compiles.
+fn doc_tests(dir: &Path, counts: &mut (usize, usize)) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for path in entries.flatten().map(|e| e.path()) {
+        if path.is_dir() {
+            doc_tests(&path, counts);
+            continue;
+        }
+        if path.extension().is_none_or(|x| x != "rs") || path.ends_with("src/main.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut open = false;
+        for line in text.lines().map(str::trim_start) {
+            let Some(doc) = line
+                .strip_prefix("///")
+                .or_else(|| line.strip_prefix("//!"))
+            else {
+                continue;
+            };
+            let Some(info) = doc.trim_start().strip_prefix("```") else {
+                continue;
+            };
+            open = !open;
+            if !open {
+                continue;
+            }
+            let words: Vec<&str> = info.split([',', ' ']).filter(|w| !w.is_empty()).collect();
+            let rust = words.iter().all(|w| {
+                ["rust", "no_run", "should_panic", "compile_fail", "ignore"].contains(w)
+                    || w.starts_with("edition")
+            });
+            match (rust, words.contains(&"ignore")) {
+                (true, true) => counts.1 += 1,
+                (true, false) => counts.0 += 1,
+                _ => {}
+            }
+        }
+    }
+}
+
+/// README's `cargo test --locked` block cannot be rerun here, but it must end on the line the
+/// run ends on: the summary of the library's doc tests, with as many as the source holds.
+#[test]
+fn the_readmes_test_block_ends_as_the_run_does() {
+    let readme = std::fs::read_to_string(Path::new(ROOT).join("README.md")).unwrap();
+    let start = readme
+        .find("```console\n$ cargo test --locked\n")
+        .expect("README has a `cargo test --locked` block");
+    let block = &readme[start..];
+    let block = &block[..block[3..].find("```").unwrap() + 3];
+    let lines: Vec<&str> = block.lines().collect();
+    let mut counts = (0, 0);
+    doc_tests(&Path::new(ROOT).join("src"), &mut counts);
+    let (run, ignored) = counts;
+    let result = format!(
+        "test result: ok. {run} passed; 0 failed; {ignored} ignored; 0 measured; 0 filtered out; finished in "
+    );
+    let last = lines[lines.len() - 1];
+    assert!(
+        last.strip_prefix(&result)
+            .and_then(|t| t.strip_suffix('s'))
+            .is_some_and(|t| t.parse::<f64>().is_ok()),
+        "the block ends on {last:?}, where `cargo test --locked` ends on {result}…s"
+    );
+}

@@ -179,7 +179,7 @@ fn broken_files_are_listed_and_the_rest_aggregated() {
     assert_eq!(o.status.code(), Some(5), "skipped files exit 5");
     let out = String::from_utf8(o.stdout).unwrap();
     assert!(out.contains("artune fleet: 3 profiles"), "{out}");
-    assert!(out.contains("skipped 5 file(s)"), "{out}");
+    assert!(out.contains("skipped 5 files:"), "{out}");
     for (file, why) in [
         ("truncated.json", "truncated"),
         ("malformed.json", "line 1"),
@@ -444,6 +444,73 @@ fn a_crossover_one_size_off_is_a_band_edge_not_a_difference() {
     assert!(!out.contains("choices differ"), "{out}");
     assert!(
         out.contains("put a crossover one size from the class's"),
+        "{out}"
+    );
+}
+
+/// A size only an outlier measured (its own refinement between the class's sizes) has no
+/// class choice: the table must not label the outlier's choice there as the class's, and
+/// every class choice comes from nodes the class profile is built from.
+#[test]
+fn a_size_only_an_outlier_measured_is_not_labelled_the_class_choice() {
+    let tmp = tempfile::tempdir().unwrap();
+    let nodes = tmp.path().join("nodes");
+    std::fs::create_dir(&nodes).unwrap();
+    let base = template(tmp.path());
+    for i in 0..3 {
+        std::fs::write(nodes.join(format!("ok{i}.json")), base.to_string()).unwrap();
+    }
+    let mut bad = base.clone();
+    scale(&mut bad, |b| b == "nccl", |_| 3.0);
+    // Its own size between 32K and 64K, where it chose what its slow NCCL made it choose.
+    for g in bad["groups"].as_array_mut().unwrap() {
+        let buckets = g["buckets"].as_array_mut().unwrap();
+        let at = buckets.iter().position(|b| b["bytes"] == 65536).unwrap();
+        let mut extra = buckets[at].clone();
+        extra["bytes"] = 49152.into();
+        buckets.insert(at, extra);
+    }
+    std::fs::write(nodes.join("bad.json"), bad.to_string()).unwrap();
+    let o = artune(&["fleet", nodes.to_str().unwrap(), "--json"]);
+    assert_eq!(o.status.code(), Some(7), "{}", common::text(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let mut apart = 0;
+    for c in v["classes"].as_array().unwrap() {
+        let names: Vec<&str> = c["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_str().unwrap())
+            .collect();
+        let left: Vec<&str> = c["left_out"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["node"].as_str().unwrap())
+            .collect();
+        assert!(!left.is_empty(), "{c}");
+        for cell in c["cells"].as_array().unwrap() {
+            let kept = cell["backends"].as_object().unwrap().values().any(|b| {
+                b["ratios"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .enumerate()
+                    .any(|(i, r)| !r.is_null() && !left.contains(&names[i]))
+            });
+            assert_eq!(cell["choice"].is_string(), kept, "{cell}");
+            apart += usize::from(!kept);
+        }
+    }
+    assert!(apart > 0, "no size only the outlier measured: {v}");
+    // One file that is no profile: counted in the singular.
+    std::fs::write(nodes.join("notes.json"), "{}").unwrap();
+    let o = artune(&["fleet", nodes.to_str().unwrap()]);
+    let out = common::text(&o.stdout);
+    assert!(out.contains("\nskipped 1 file:\n"), "{out}");
+    assert!(!out.contains(" 48K "), "{out}");
+    assert!(
+        out.contains("measured only by nodes left out of the class profile (TP2 48K, TP4 48K;"),
         "{out}"
     );
 }

@@ -504,11 +504,34 @@ fn rows(cal: &Calibration) -> Vec<Row> {
     );
     let sixteen = artune::topology::file::load(std::path::Path::new(path)).unwrap();
     let all16: Vec<usize> = (0..16).collect();
-    let mut r3 = prepared(sixteen, &all16, Some(Level::Sys), cal);
+    let mut r3 = prepared(sixteen.clone(), &all16, Some(Level::Sys), cal);
     for (m, us) in [(1u64, 36.07), (4, 36.45), (8, 39.65), (12, 39.34)] {
         let bytes = m * 7168 * 2;
         let (t, band, part) = timing(&mut r3, &own, bytes, Mode::Graph, Part::NcclProtocol);
         let figure = format!("R3 NCCL, 16 GPUs, {bytes} B, us");
+        push(Source::R3, figure, us, t, band, part);
+    }
+    // The same page's island reduce-scatter: reduce-scatter in each four-GPU island, the
+    // shards summed between counterparts, all-gather in each island (2.25 times the payload
+    // per rank), artune's island_two_shot; every phase pulls (writes collapsed on that box).
+    // The one published kernel timing with more flows through a switch than C5's twelve.
+    let islands = Group {
+        islands: artune::plan::islands(&sixteen, &all16),
+        ..group(&all16)
+    };
+    let mut r3k = fabric(sixteen, cal).with_nccl_p2p_level(Some(Level::Sys));
+    r3k.prepare(&islands, &Backend::ALL).unwrap();
+    r3k.orient(&artune::allreduce::Directions {
+        inside: Direction::Read,
+        across: Direction::Read,
+        because: "b12x#139 pulls in every phase".into(),
+    })
+    .unwrap();
+    let island = [Backend::IslandTwoShot];
+    for (m, us) in [(1u64, 20.51), (4, 22.44), (8, 26.03), (12, 37.62)] {
+        let bytes = m * 7168 * 2;
+        let (t, band, part) = timing(&mut r3k, &island, bytes, Mode::Graph, km);
+        let figure = format!("R3 island two-shot, 16 GPUs, {bytes} B, us");
         push(Source::R3, figure, us, t, band, part);
     }
     out
@@ -639,6 +662,67 @@ fn each_part_covers_its_figures_in_and_out_of_sample() {
         short.is_empty(),
         "half-widths short of their residuals: {short:?}"
     );
+}
+
+/// On a switch of a calibrated make (Microchip: C5; Broadcom: R2's 4 GPUs), a group whose
+/// kernels put no more flows through a switch than C5 measured gets a custom-kernel band no
+/// wider than 2x (half-width ln 2 ≈ 0.693, and at most 0.7) at every size, fixed costs or
+/// bytes: a simulated profile can advise a kernel that wins by 2x.
+#[test]
+fn custom_bands_on_calibrated_switch_makes_are_within_2x() {
+    let fitted = Calibration::fitted();
+    // R2's box with its switches' and sockets' forwarding stated (C1's curve), so that no
+    // part of the band rests on an assumption: the make's own band is what is judged.
+    let mut broadcom = asus();
+    let stated = get("pcie-8x-2switch").unwrap().switches[0]
+        .contention
+        .clone();
+    for s in &mut broadcom.switches {
+        s.contention = stated.clone();
+    }
+    for so in &mut broadcom.sockets {
+        let c = so.contention.get_or_insert_with(Default::default);
+        c.peak_gbps = Some(300.0);
+        c.knee_flows = Some(8);
+        c.slope = Some(0.03);
+    }
+    let boxes: [(Topology, &[usize], &str); 4] = [
+        (
+            get("pcie-4x-1switch").unwrap(),
+            &[0, 1, 2, 3],
+            "Microchip, one switch",
+        ),
+        (
+            get("pcie-8x-2switch").unwrap(),
+            &[2, 3, 4, 5],
+            "Microchip, two switches",
+        ),
+        (get("pcie-2x").unwrap(), &[0, 1], "Microchip, a pair"),
+        (broadcom, &[0, 1, 2, 3], "Broadcom, one socket"),
+    ];
+    for (t, gpus, what) in boxes {
+        let mut f = prepared(t, gpus, None, &fitted);
+        for b in Backend::ALL.into_iter().filter(|b| b.is_custom()) {
+            for bytes in [256, 4 * KB, 64 * KB, MB, 64 * MB] {
+                let Some(band) = f.band(b, bytes) else {
+                    continue;
+                };
+                assert!(
+                    !band.parts.iter().any(|p| p.assumed()),
+                    "{what}: {:?}",
+                    band.parts
+                );
+                let half = band.high.ln().max(-band.low.ln());
+                assert!(
+                    half <= 0.7,
+                    "{what} {b} at {bytes} B: x{:.2}-x{:.2} ({:?})",
+                    band.low,
+                    band.high,
+                    band.parts
+                );
+            }
+        }
+    }
 }
 
 /// A switch whose make the file leaves out gets the widest kernel band, and its times are

@@ -203,10 +203,11 @@ class Patches:
         self.skipped: List[str] = []
         self._undo: List[Tuple[object, str, object]] = []
 
-    def find(self, path: str):
-        """(owner, name, current) for a path's patch point, or None (recorded) if absent or
-        not as read."""
-        spec = self.rows[path]["patch"]
+    def find(self, path: str, point: str = "patch"):
+        """(owner, name, current) for a path's patch point (``point``: a row's "patch", or
+        another point it names, such as SGLang v2's per-call "gate"), or None (recorded) if
+        absent or not as read."""
+        spec = self.rows[path][point]
         try:
             owner = importlib.import_module(spec["module"])
         except Exception as e:  # noqa: BLE001 - an optional engine module that cannot import
@@ -250,14 +251,14 @@ class Patches:
                                 "it gets the engine's answer)")
         return found
 
-    def apply(self, path: str, wrap: Callable) -> bool:
-        found = self.find(path)
+    def apply(self, path: str, wrap: Callable, point: str = "patch") -> bool:
+        found = self.find(path, point)
         if found is None:
             return False
         owner, name, f = found
         self._undo.append((owner, name, f))
         setattr(owner, name, wrap(getattr(owner, name)))
-        self.applied.append(path)
+        self.applied.append(path if point == "patch" else f"{path} {point}")
         return True
 
     def replace(self, owner, name: str, new, needs: List[str],
@@ -307,11 +308,15 @@ class Bands:
     def covers(self, tp: int) -> bool:
         return tp in self._tps
 
-    def custom_at(self, tp: int, nbytes: int, mode: str) -> Optional[bool]:
+    def custom_at(self, tp: int, nbytes: int, mode: Optional[str]) -> Optional[bool]:
         """True where the profile chose a custom kernel, False where NCCL, None where the
-        profile has no answer (the engine keeps its own rule)."""
+        profile has no answer (the engine keeps its own rule). ``mode=None``: either mode
+        (False where either is NCCL)."""
         if not self.active or tp not in self._tps:
             return None
+        if mode is None:
+            got = [self.profile.custom_at(tp, nbytes, m) for m in ("graph", "eager")]
+            return False if False in got else True if True in got else None
         return self.profile.custom_at(tp, nbytes, mode)
 
     def largest_custom(self, tp: int) -> int:
@@ -459,9 +464,13 @@ def gate(bands: Bands, world_size: Callable = world_size_of,
                 if unknown is not None:
                     unknown(path)
                 return True
-            if bands.custom_at(ws, nbytes_of(inp), mode_of(self)) is not False:
+            # Traced (torch.compile: the engine's dispatch), the graph may replay captured or
+            # eagerly, so either mode; and no frame is read there, which Dynamo cannot trace.
+            traced = compiling()
+            mode = None if traced else mode_of(self)
+            if bands.custom_at(ws, nbytes_of(inp), mode) is not False:
                 return True
-            return not refuses(asked_by, other, path, sys._getframe(1))
+            return not traced and not refuses(asked_by, other, path, sys._getframe(1))
 
         return gated
 

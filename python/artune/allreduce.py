@@ -25,6 +25,16 @@ barrier that says it landed. The tune times the kernels with these copies, and u
 capture each call is one kernel node: the graph records the tensors' addresses (the capture's
 own memory pool keeps them fixed) and every replay stages the bytes again inside the kernel.
 
+Graph mode without staging (``register_graphs=True``), as vLLM's and SGLang's custom allreduce run
+CUDA graphs: while torch captures, the pull kernels (one-stage and two-stage pull) run their
+registered form, and the op records each call's input. After capturing, every rank calls
+:meth:`Allreduce.register_graph_buffers` (or captures inside ``with ar.capture():``, which calls it
+on exit): one exchange of the group maps every rank's captured inputs into its peers, and replays
+read them where they lie, with nothing staged and no extra barrier. A replay before that call (or
+after :meth:`Allreduce.unregister_graph_buffers`) reads no peer address: its output is NaN, never a
+sum that looks right, and the op says so in one line at its next call (``MISSED``). Eager calls
+keep staging. Without ``register_graphs`` graph mode stages as eager mode does.
+
 A peer that dies mid-call cannot be recovered from (no custom allreduce can). The kernels do
 not hang and never return a sum that looks right but is not: a barrier that waits for a peer
 gives up after 5 s, marks every rank of the group failed, and each rank's kernel leaves its
@@ -41,6 +51,7 @@ Tear an op down on every rank together (``close()``) and never while a captured 
 it may still be replayed.
 """
 
+import contextlib
 import logging
 from typing import Callable, List, Optional, Sequence, Tuple
 
@@ -61,6 +72,10 @@ FAULT = ("artune: a barrier on rank %d gave up waiting for a peer for %d s: the 
          "broken (a peer died or stalled); artune's allreduce answers NaN from now on, as on "
          "every rank, rather than pair different calls through the engine's own; restart the "
          "engine")
+#: Logged once per occurrence when a replayed call found its captured inputs unregistered.
+MISSED = ("artune: a CUDA graph replayed allreduce calls captured after the last "
+          "register_graph_buffers(): their results are NaN; call ar.register_graph_buffers() on "
+          "every rank after capturing and before replaying")
 #: The barrier's limit (BARRIER_TIMEOUT_NS in kernels/common.cuh).
 BARRIER_TIMEOUT_S = 5
 
@@ -81,7 +96,8 @@ def _first_error(replies: Sequence) -> Optional[str]:
 class Allreduce:
     """One rank's op; build it with :meth:`create` on every rank of the group."""
 
-    def __init__(self, group, native, routes, device, rank, world, log, stream, capturing):
+    def __init__(self, group, native, routes, device, rank, world, log, stream, capturing,
+                 register_graphs=False):
         self.group = group
         self.device = device
         self.rank = rank
@@ -94,6 +110,7 @@ class Allreduce:
         self._capturing = capturing
         self._off = False
         self._broken = False
+        self._register_graphs = register_graphs
 
     @classmethod
     def create(
@@ -106,6 +123,7 @@ class Allreduce:
         only: Optional[List[str]] = None,
         force: Optional[str] = None,
         max_bytes: Optional[int] = None,
+        register_graphs: bool = False,
         _native=None,
     ) -> Optional["Allreduce"]:
         """The op for this rank of ``group`` (a torch process group whose world size is the TP
@@ -115,10 +133,13 @@ class Allreduce:
         ``only``: route only these backends (those the engine lacks). ``force``: run that
         backend at every size up to ``max_bytes`` (default: as the tune sized its buffers),
         whatever the profile chose, for proofs and benchmarks; the kernels are still checked
-        against the profile's. ``_native`` replaces the device layer in tests."""
+        against the profile's. ``register_graphs``: the engine calls
+        :meth:`register_graph_buffers` after capturing, so captured calls read the peers'
+        tensors without staging (module docs). ``_native`` replaces the device layer in tests."""
         log = logger or logging.getLogger("artune")
         op, why = cls.build(group, profile, device=device, logger=log, only=only, force=force,
-                            max_bytes=max_bytes, _native=_native)
+                            max_bytes=max_bytes, register_graphs=register_graphs,
+                            _native=_native)
         if op is None:
             log.warning("artune: allreduce kernels not used: %s; %s", why, KEEPS)
         else:
@@ -137,6 +158,7 @@ class Allreduce:
         only: Optional[List[str]] = None,
         force: Optional[str] = None,
         max_bytes: Optional[int] = None,
+        register_graphs: bool = False,
         _native=None,
     ) -> Tuple[Optional["Allreduce"], str]:
         """:meth:`create` without its log line, for callers that say it in their own (the
@@ -210,7 +232,8 @@ class Allreduce:
             capturing: Callable[[], bool] = torch.cuda.is_current_stream_capturing
         else:
             stream, capturing = native.stream, native.capturing
-        op = cls(group, native, routes, device, rank, world, log, stream, capturing)
+        op = cls(group, native, routes, device, rank, world, log, stream, capturing,
+                 register_graphs)
         return op, routes.describe()
 
     def should_run(self, inp: torch.Tensor) -> bool:
@@ -219,6 +242,7 @@ class Allreduce:
         routes give them."""
         # A broken group (see the module docs) keeps its routes: every rank alike answers NaN.
         self._faulted()
+        self._missed()
         if self._off or inp.dtype is not self._dtype or inp.device != self.device:
             return False
         if not inp.is_contiguous() or inp.data_ptr() % 16:
@@ -237,6 +261,7 @@ class Allreduce:
         kernels fail (default: ``torch.distributed`` on the op's group)."""
         if out is None:
             out = torch.empty_like(inp)
+        self._missed()
         if self._faulted():
             return out.fill_(float("nan"))
         if self._off:
@@ -253,7 +278,9 @@ class Allreduce:
         try:
             if code < 0:
                 raise ArtuneError(f"{nbytes} bytes is not routed to artune's kernels")
-            self._native.launch(code, inp.data_ptr(), dst.data_ptr(), nbytes, self._stream())
+            reg = {"registered": True} if self._register_graphs and self._capturing() else {}
+            self._native.launch(code, inp.data_ptr(), dst.data_ptr(), nbytes, self._stream(),
+                                **reg)
             if dst is not out:
                 out.copy_(dst.view_as(out))
         except Exception as e:  # noqa: BLE001 - a bug of artune's: the group's own path
@@ -274,6 +301,63 @@ class Allreduce:
         self._log.warning(FAULT, self.rank, BARRIER_TIMEOUT_S)
         return True
 
+    def _missed(self) -> None:
+        """Says so in one line where a replay found its captured inputs unregistered."""
+        if self._register_graphs and self._native is not None \
+                and self._native.missed_registration():
+            self._log.warning(MISSED)
+
+    def register_graph_buffers(self) -> int:
+        """Maps the inputs of every call captured since the last registration into the peers
+        (one exchange of the group: call it on every rank after capturing, before replaying,
+        as vLLM's ``register_graph_buffers``). Returns how many calls were registered. Where it
+        fails, the op says why in one line and is off from then on (the engine's own path);
+        replays of the graphs captured stay NaN: capture them again."""
+        if self._native is None:
+            return 0
+        err, mine = None, None
+        try:
+            mine = self._native.publish_graph_inputs()
+        except Exception as e:  # noqa: BLE001
+            err = str(e) if isinstance(e, ArtuneError) else f"{type(e).__name__}: {e}"
+        try:
+            replies = _gather(self.group, (err, mine))
+            why = _first_error(replies)
+            count = 0
+            if why is None:
+                try:
+                    count = self._native.register_graph_inputs([r[1] for r in replies])
+                except Exception as e:  # noqa: BLE001
+                    err = str(e) if isinstance(e, ArtuneError) else f"{type(e).__name__}: {e}"
+                why = _first_error(_gather(self.group, (err, None)))
+        except Exception as e:  # noqa: BLE001 - the group could not exchange
+            why = f"the process group could not exchange handles ({type(e).__name__}: {e})"
+        if why is not None:
+            self._off = True
+            self._log.warning("artune: captured allreduce calls could not be registered (%s); "
+                              "their replays return NaN: capture the graphs again; %s", why,
+                              KEEPS)
+            return 0
+        return count
+
+    def unregister_graph_buffers(self) -> None:
+        """Drops every registration (after draining this rank's work): replays of graphs
+        captured so far return NaN. Call it before freeing a registered graph's memory."""
+        if self._native is not None:
+            self._native.unregister_graph_inputs()
+
+    def graph_calls(self) -> Tuple[int, int]:
+        """(captured calls registered, captured calls waiting for registration)."""
+        return self._native.graph_calls() if self._native is not None else (0, 0)
+
+    @contextlib.contextmanager
+    def capture(self):
+        """Capture inside this block; on exit, :meth:`register_graph_buffers` (every rank)."""
+        try:
+            yield self
+        finally:
+            self.register_graph_buffers()
+
     def _fallback(self, inp: torch.Tensor, out: torch.Tensor,
                   fallback: Optional[Callable[[torch.Tensor], torch.Tensor]]) -> torch.Tensor:
         """The call served by the engine's own allreduce (``fallback``), or by
@@ -289,9 +373,11 @@ class Allreduce:
 
     def bench(self, inp: torch.Tensor, out: torch.Tensor, backend: str, calls: int) -> None:
         """Queues ``calls`` calls of ``backend`` from one native call, without the op's Python
-        path: the raw launch the op's overhead is measured against."""
+        path: the raw launch the op's overhead is measured against (the form the op's call
+        would take: registered while capturing a graph to register)."""
+        reg = {"registered": True} if self._register_graphs and self._capturing() else {}
         self._native.launch(_CODES[backend], inp.data_ptr(), out.data_ptr(),
-                            inp.numel() * inp.element_size(), self._stream(), calls)
+                            inp.numel() * inp.element_size(), self._stream(), calls, **reg)
 
     def memory(self) -> list:
         """(backend, largest message, device bytes measured, bytes allocated) per backend."""
@@ -309,6 +395,9 @@ class Allreduce:
                       f"profile {p[2]} for its chosen sizes" if p and p[2] is not None else
                       "profile: none")
             parts.append(f"{b} to {up_to} bytes {measured} ({theirs})")
+        if self._register_graphs:
+            reg = self._native.registration_bytes()
+            parts.append(f"graph registrations {reg}")
         return (f"{mine / (1 << 20):.1f} MiB ({mine} bytes) per GPU measured: "
                 + ", ".join(parts))
 

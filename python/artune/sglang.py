@@ -27,9 +27,11 @@ Beyond the per-call gates:
   from this config when it is built (clipped to its ``max_size``), so the workspace is the
   profile's in every process, with ``sglang.Engine(...)`` as with ``sglang serve``; no
   environment variable is involved. The plan keeps every limit within SGLang's default 16
-  MiB workspace (src/export/sglang.rs), so the plugin never needs to grow it; a larger
+  MiB workspace (src/export/sglang/), so the plugin never needs to grow it; a larger
   ``SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB`` of the user's changes nothing, a smaller one
-  caps the profile's limits.
+  caps the profile's limits. The limits are bands; where the profile goes custom, NCCL,
+  custom, they cover NCCL sizes, so v2 is also gated per call as v1 is
+  (``CustomAllReduceV2.should_custom_ar``): a size the profile gives NCCL runs NCCL.
 - v1 (a PCIe pair): ``max_size`` cut to the largest custom size; per call, what the profile
   chose.
 - ``GroupCoordinator.__init__``: a TP group whose size the profile gives NCCL at every size is
@@ -42,6 +44,12 @@ Beyond the per-call gates:
   runs. ``ARTUNE_SGLANG_FUSION=engine`` leaves it to SGLang.
 - The gates refuse only SGLang's dispatch (engines.json ``asked_by``), which falls back to the
   next path; any other caller gets SGLang's own answer.
+- torch.compile (``--enable-torch-compile``): SGLang's ``all_reduce`` asks its FlashInfer
+  check and the layers' fused norm inside the trace, where Dynamo cannot call the extension
+  module; those answers come from plain data read from the profile at start-up
+  (:class:`Decided`), and since a traced graph may replay in a CUDA graph or eagerly, the
+  traced FlashInfer check gives way to SGLang's order (resolved per call when the graph runs)
+  where the profile gives NCCL in either mode.
 - SGLang's deterministic inference: the plugin changes nothing. ``ARTUNE_SGLANG=0`` (or false,
   off, no): off.
 - The start-up line is logged at INFO by each group's rank 0. ``sglang.Engine(...)`` sets
@@ -88,7 +96,7 @@ def register() -> None:
 
 
 def plans(p):
-    """Per TP size what the plugin sets up (src/export/sglang.rs ``plugin_setup``, the same
+    """Per TP size what the plugin sets up (src/export/sglang/ ``plugin_setup``, the same
     code `artune why` reports): ("v2", limits per mode), ("v1", build, max_bytes) or
     ("nccl", reason)."""
     return {tp: p.sglang_setup(tp) for tp in p.tp_sizes}
@@ -131,7 +139,7 @@ def _register(patches: "_engine.Patches") -> None:
     if getattr(car, _PATCHED, False):
         return
     plan = plans(p)
-    bands = _engine.Bands(p)
+    bands = Decided(p)
     import torch.distributed as dist
 
     unknown = _engine.unknown_reporter(log, patches, "SGLang")
@@ -141,9 +149,11 @@ def _register(patches: "_engine.Patches") -> None:
         if asked is not None:
             patches.apply(path, _engine.gate(bands, unknown=unknown, path=path, asked_by=asked,
                                              other=other))
-    asked = patches.asked_by("custom_v1")
-    if asked is not None:
-        patches.apply("custom_v1", _engine.follow(bands, asked, other, "custom_v1"))
+    for path in ("custom_v1", "custom_v2"):
+        asked = patches.asked_by(path)
+        if asked is not None:
+            patches.apply(path, _engine.follow(bands, asked, other, path),
+                          "gate" if path == "custom_v2" else "patch")
     patches.apply("custom_v2", lambda get_config: _v2_follows(get_config, plan))
     # artune's own kernels first, where the op built for the group takes the message.
     patches.apply("artune", _engine.routed_first())
@@ -277,6 +287,52 @@ def _say_ray(patches: "_engine.Patches") -> None:
 
     patches.replace(Engine, "_launch_subprocesses", classmethod(launching),
                     _engine.MODEL["sglang"]["constructors"]["Engine._launch_subprocesses"], log)
+
+
+MODES = ("graph", "eager")
+
+
+def answer(steps, nbytes: int):
+    """``Profile.custom_at`` from its plain-data form (``Profile.custom_steps``): True, False,
+    or None for no answer. A loop over a short list, which Dynamo traces as it is."""
+    if steps is None:
+        return None
+    low, up_to, custom = steps
+    if nbytes < low:
+        return None
+    for top, c in zip(up_to, custom):
+        if nbytes <= top:
+            return c
+    return None
+
+
+class Decided(_engine.Bands):
+    """The profile's rule (src/export/follow.rs) as plain Python data computed at start-up.
+    SGLang's all_reduce, its FlashInfer check and its fused norm run inside torch.compile's
+    trace (``--enable-torch-compile``), and Dynamo cannot trace a call into the extension, so
+    no per-message answer calls it: ``Profile.custom_steps`` and ``fused_up_to`` are read
+    once here. ``mode=None`` is a traced call, whose graph may replay inside a CUDA graph or
+    eagerly: NCCL where the profile gives NCCL in either mode."""
+
+    def __init__(self, p) -> None:
+        super().__init__(p)
+        self._steps = {(tp, m): p.custom_steps(tp, m) for tp in p.tp_sizes for m in MODES}
+        # The cut of a fused allreduce+norm (None: it fuses nothing) at each TP size.
+        self._fuse_to = {tp: p.fused_up_to(tp, 1 << 62) for tp in p.tp_sizes}
+
+    def custom_at(self, tp: int, nbytes: int, mode):
+        if not self.active or tp not in self._tps:
+            return None
+        if mode is not None:
+            return answer(self._steps[(tp, mode)], nbytes)
+        got = [answer(self._steps[(tp, m)], nbytes) for m in MODES]
+        return False if False in got else True if True in got else None
+
+    def fused_up_to(self, tp: int, engine):
+        if engine is None or tp not in self._tps:
+            return engine
+        top = self._fuse_to[tp]
+        return None if top is None else min(engine, top)
 
 
 def _fusion_follows(fused, bands: "_engine.Bands"):

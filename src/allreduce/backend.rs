@@ -141,7 +141,7 @@ pub struct Kernel {
 }
 
 /// The lines an LL (small-message) kernel keeps in each rank's signal allocation after the
-/// flags, which fix how large a message it serves and its grid (src/fabric/cuda/kernels.rs).
+/// flags, which fix how large a message it serves and its grid (src/fabric/cuda/kernels/).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ll {
     /// A line per data word of the message from each sender, in two buffers by flag parity
@@ -165,7 +165,7 @@ impl Ll {
     pub const LINE_BYTES: u64 = 16;
 
     /// The largest message per rank (bytes) this layout serves: what its lines hold. The one
-    /// rule both the CUDA fabric's choice of kernel (src/fabric/cuda/kernels.rs `ll_blocks`,
+    /// rule both the CUDA fabric's choice of kernel (src/fabric/cuda/kernels/ `ll_blocks`,
     /// and kernels/*.cu through layout.rs's `LL1_MAX_BYTES` and `LL2_MAX_BYTES`) and the
     /// simulator's read.
     pub const fn max_bytes(self) -> u64 {
@@ -531,6 +531,18 @@ impl Backend {
 
     pub fn is_nccl(self) -> bool {
         self.family() == Family::Nccl
+    }
+
+    /// Whether graph mode runs this backend's registered form (kernels/common.cuh, RegSlot):
+    /// a flat pull kernel whose only shared buffer peers touch is the input, so with every
+    /// rank's own input mapped by its peers after capture nothing is staged. An engine then
+    /// registers its captured graphs (artune.allreduce's `register_graph_buffers`).
+    pub fn has_registered_form(self) -> bool {
+        let s = self.spec();
+        s.plane == Plane::Pull
+            && !self.is_hierarchical()
+            && s.buffers.is_some_and(|b| b.input && !b.output)
+            && s.kernel.is_some()
     }
 
     /// Whether it works inside islands first: needs a group the topology splits into islands.

@@ -8,6 +8,7 @@ use super::{load_topology, CheckArgs, Source};
 use crate::error::Error;
 use crate::profile::Profile;
 use crate::recheck::Point;
+use crate::report::count;
 use crate::units::fmt_bytes;
 
 fn source(a: &CheckArgs) -> Source {
@@ -201,10 +202,10 @@ fn verdict(a: &CheckArgs, p: &Profile, points: &[Point], took: f64) -> Result<i3
     let unsettled: Vec<&crate::recheck::Point> = points.iter().filter(|x| x.unsettled()).collect();
     let at = |x: &crate::recheck::Point| {
         format!(
-            "TP{} {} GPUs {:?} at {}",
+            "TP{} {} GPUs {} at {}",
             x.tp,
             x.mode.id(),
-            x.gpus,
+            crate::report::fmt_gpus(&x.gpus),
             fmt_bytes(x.bytes)
         )
     };
@@ -265,21 +266,22 @@ fn verdict(a: &CheckArgs, p: &Profile, points: &[Point], took: f64) -> Result<i3
     }
     if broken.is_empty() && !drifting.is_empty() {
         let msg = format!(
-            "{}: undecided, measured: this machine drifts too much right now to tell whether the profile holds ({} of {} decisive sizes moved between passes by as much as the difference; {:.1} s); run the check again when the GPUs are quiet",
+            "{}: undecided, measured: this machine drifts too much right now to tell whether the profile holds ({} of {} moved between passes by as much as the difference; {:.1} s); run the check again when the GPUs are quiet",
             a.profile.display(),
             drifting.len(),
-            points.len(),
+            count(points.len(), "decisive size", "decisive sizes"),
             took
         );
-        outln_text(msg.clone())?;
+        // Said once, on standard error like a stale verdict, so it is also seen with --json.
         eprintln!("{msg}");
         return Ok(crate::recheck::EXIT_UNDECIDED);
     }
     if broken.is_empty() {
         let judged = points.len() - unsettled.len();
         outln_text(format!(
-            "{} holds, measured: at the {judged} decisive sizes judged here no other backend beats its choice by more than 10% plus this machine's variation (as the tune saw it, and between passes) ({:.1} s){}{}",
+            "{} holds, measured: at the {} judged here no other backend beats its choice by more than 10% plus this machine's variation (as the tune saw it, and between passes) ({:.1} s){}{}",
             a.profile.display(),
+            count(judged, "decisive size", "decisive sizes"),
             took,
             match unsettled.len() {
                 0 => String::new(),
@@ -303,9 +305,14 @@ fn verdict(a: &CheckArgs, p: &Profile, points: &[Point], took: f64) -> Result<i3
     Err(stale(
         a,
         format!(
-            "{} of {} decisive sizes re-timed here no longer choose what the profile says (listed above, {:.1} s)",
+            "{} of {} re-timed here no longer {} what the profile says (listed above, {:.1} s)",
             broken.len(),
-            points.len(),
+            count(points.len(), "decisive size", "decisive sizes"),
+            if broken.len() == 1 {
+                "chooses"
+            } else {
+                "choose"
+            },
             took
         ),
     ))
@@ -327,12 +334,20 @@ fn beside_note(points: &[crate::recheck::Point]) {
     }
     let groups: std::collections::BTreeSet<String> = beside
         .iter()
-        .map(|x| format!("TP{} {} GPUs {:?}", x.tp, x.mode.id(), x.gpus))
+        .map(|x| {
+            format!(
+                "TP{} {} GPUs {}",
+                x.tp,
+                x.mode.id(),
+                crate::report::fmt_gpus(&x.gpus)
+            )
+        })
         .collect();
     eprintln!(
-        "note: {} of {} decisive sizes were timed beside other processes ({}; --allow-busy), in {} (first at {}); their verdicts may be that work's",
+        "note: {} of {} {} timed beside other processes ({}; --allow-busy), in {} (first at {}); their verdicts may be that work's",
         beside.len(),
-        points.len(),
+        count(points.len(), "decisive size", "decisive sizes"),
+        if beside.len() == 1 { "was" } else { "were" },
         who.join("; "),
         groups.into_iter().collect::<Vec<_>>().join(", "),
         crate::units::fmt_bytes(first.bytes)

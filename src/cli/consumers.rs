@@ -9,6 +9,7 @@ use crate::error::{Error, EXIT_NO_ANSWER};
 use crate::export;
 use crate::profile::{GroupProfile, Profile, Query, Selection, UnknownReason};
 use crate::report;
+use crate::report::model::two_digits;
 use crate::units::fmt_bytes;
 use crate::workload::{self, Policy, Workload};
 
@@ -416,6 +417,12 @@ pub fn predict(a: PredictArgs) -> Result<i32, Error> {
                     "saving_ms": saving,
                     "unavailable": unavailable,
                     "beyond_profile_bytes": r.beyond,
+                    "outside_calibration": Policy::ALL
+                        .into_iter()
+                        .zip(r.outside_calibration)
+                        .filter(|(_, o)| *o)
+                        .map(|(p, _)| p)
+                        .collect::<Vec<_>>(),
                 })
             })
             .collect();
@@ -434,10 +441,10 @@ pub fn predict(a: PredictArgs) -> Result<i32, Error> {
         return Ok(0);
     }
     outln!(
-        "{}: TP{tp} {} on GPUs {:?}{}",
+        "{}: TP{tp} {} on GPUs {}{}",
         a.profile.display(),
         mode.id(),
-        pr.group.gpus,
+        crate::report::fmt_gpus(&pr.group.gpus),
         if p.simulated {
             format!(" (SIMULATED: {})", p.fabric)
         } else {
@@ -459,20 +466,35 @@ pub fn predict(a: PredictArgs) -> Result<i32, Error> {
         "vs vllm"
     );
     let mut reasons: Vec<String> = Vec::new();
+    let mut rough = false;
     for r in &pr.rows {
-        let cell = |x: Option<f64>| x.map_or("n/a".to_string(), |v| format!("{v:.3}"));
+        // "~": priced from times outside the model's calibration, as rough as they are known.
+        let out = |k: usize| r.outside_calibration[k];
+        rough |= r.outside_calibration.iter().any(|o| *o);
+        let num = |v: f64, k: bool| match k {
+            true => format!("~{}", two_digits(v)),
+            false => format!("{v:.3}"),
+        };
+        let cell = |k: usize| ms(&r.us[k]).map_or("n/a".to_string(), |v| num(v, out(k)));
         let mine = ms(&r.us[0]);
         let save = |k: usize| match (mine, ms(&r.us[k])) {
-            (Some(m), Some(o)) if o > 0.0 => format!("{:.3} ({:.0}%)", o - m, (o - m) / o * 100.0),
+            (Some(m), Some(o)) if o > 0.0 => match out(0) || out(k) {
+                true => format!(
+                    "~{} (~{}%)",
+                    two_digits(o - m),
+                    two_digits((o - m) / o * 100.0)
+                ),
+                false => format!("{:.3} ({:.0}%)", o - m, (o - m) / o * 100.0),
+            },
             _ => "n/a".to_string(),
         };
         outln!(
             "{:>6} {:>10} {:>10} {:>10} {:>10}  {:>15} {:>15} {:>15}",
             r.tokens.map_or("-".to_string(), |t| t.to_string()),
-            cell(mine),
-            cell(ms(&r.us[1])),
-            cell(ms(&r.us[2])),
-            cell(ms(&r.us[3])),
+            cell(0),
+            cell(1),
+            cell(2),
+            cell(3),
             save(1),
             save(2),
             save(3)
@@ -495,6 +517,12 @@ pub fn predict(a: PredictArgs) -> Result<i32, Error> {
     }
     for line in reasons {
         outln!("n/a: {line}");
+    }
+    if rough {
+        outln!(
+            "~: priced from simulated times OUTSIDE the model's calibration (bands beyond x{} either way): no estimate of the machine; measure it",
+            crate::report::model::CALIBRATED
+        );
     }
     Ok(0)
 }

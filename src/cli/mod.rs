@@ -69,7 +69,7 @@ and the engine should keep its default."
         after_help = "Example: artune predict profile.json --tp 2 --workload 122x7168xbf16@1..16"
     )]
     Predict(PredictArgs),
-    /// Benchmarks that need a GPU (kernel efficiency against copy bandwidth).
+    /// Benchmarks that need a GPU (kernels against the loopback floor of copy bandwidth).
     #[command(after_help = "Example: artune bench kernels --loopback 8 --sizes 4K:1M")]
     Bench(BenchArgs),
     /// Time profile A's choices by profile B's measurements (e.g. simulated vs measured).

@@ -494,10 +494,10 @@ pub fn render(c: &Comparison) -> String {
     for g in &c.groups {
         let _ = writeln!(
             s,
-            "\nTP{} {} (GPUs {:?}{}):",
+            "\nTP{} {} (GPUs {}{}):",
             g.tp,
             mode_id(g.mode),
-            g.gpus,
+            crate::report::fmt_gpus(&g.gpus),
             if g.placement.is_empty() {
                 String::new()
             } else {
@@ -557,15 +557,20 @@ pub fn render(c: &Comparison) -> String {
         if g.unmeasured > 0 {
             let _ = writeln!(
                 s,
-                "  {} sizes where B did not measure A's choice (waived there)",
-                g.unmeasured
+                "  {} where B did not measure A's choice (waived there)",
+                crate::report::count(g.unmeasured, "size", "sizes")
             );
         }
         if g.beyond_a > 0 {
             let _ = writeln!(
                 s,
-                "  {} of B's sizes lie above A's largest: not compared",
-                g.beyond_a
+                "  {} of B's {} above A's largest: not compared",
+                g.beyond_a,
+                if g.beyond_a == 1 {
+                    "sizes lies"
+                } else {
+                    "sizes lie"
+                }
             );
         }
         for b in g.buckets.iter().filter(|b| b.a_choice != b.b_choice) {

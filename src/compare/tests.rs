@@ -70,7 +70,7 @@ fn a_coarse_profile_answers_a_fine_one_as_an_engine_would() {
     assert_eq!(g.a_in_b[0].nearest_bytes, Some(32768));
     let text = render(&c);
     assert!(
-        text.contains("1 of B's sizes lie above A's largest"),
+        text.contains("1 of B's sizes lies above A's largest"),
         "{text}"
     );
     assert!(

@@ -13,8 +13,12 @@
 //! keep, and a band of NCCL's own choice that gains nothing does not split one pinned band in
 //! two. Each change of
 //! backend costs MIN_EFFECT/2 of the time at the change, so a one-bucket band inside another
-//! (two changes) survives only if it wins by more than MIN_EFFECT there. So every band but the
-//! reference's holds a size where its backend won by the rule.
+//! (two changes) survives only if it wins by more than MIN_EFFECT there.
+//!
+//! Then no band flaps: a band between two others whose backend gains less than MIN_EFFECT (on
+//! the medians, at its best size) over each neighbour's backend merges into them, whatever
+//! the rule chose there. Such a band is the rule's caution, not a win: an engine would switch
+//! away and back for nothing, and a kernel chosen on both sides already holds the buffers.
 
 use std::collections::BTreeMap;
 
@@ -57,9 +61,18 @@ fn cost(s: &Step<'_>, b: Backend, inside: bool) -> Option<f64> {
     ((demand(b) <= demand(s.rule) || bridge) && !beats(r, t)).then_some(t.median_us.max(chosen))
 }
 
-/// The backend per step after smoothing; the rule's choice wherever no smoother sequence is
-/// as cheap.
+/// The backend per step: the rule's choice wherever no smoother sequence is as cheap, with
+/// no band that flaps. Every consumer reads these bands (the profile's buckets).
 pub fn smooth(steps: &[Step<'_>]) -> Vec<Backend> {
+    let mut chosen = follow(steps);
+    while let Some((at, len)) = flap(steps, &chosen) {
+        merge(steps, &mut chosen, at, len);
+    }
+    chosen
+}
+
+/// The rule's choices, changed only where a tie saves a band change (the dynamic programme).
+fn follow(steps: &[Step<'_>]) -> Vec<Backend> {
     let mut states: Vec<Backend> = steps.iter().map(|s| s.rule).collect();
     states.sort_unstable();
     states.dedup();
@@ -120,6 +133,84 @@ pub fn smooth(steps: &[Step<'_>]) -> Vec<Backend> {
         }
     }
     out
+}
+
+/// The runs of one backend in `chosen`: (first step, length).
+fn runs(chosen: &[Backend]) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    for (i, b) in chosen.iter().enumerate() {
+        match out.last_mut() {
+            Some((at, len)) if chosen[*at] == *b => *len += 1,
+            _ => out.push((i, 1)),
+        }
+    }
+    out
+}
+
+/// What `b` gains over `n` at its best step of `at..at + len`: max of t_n / t_b − 1. None
+/// where `n` was not measured (or is not eligible) at one of them: it cannot take the band.
+fn best_gain(steps: &[Step<'_>], at: usize, len: usize, b: Backend, n: Backend) -> Option<f64> {
+    steps[at..at + len]
+        .iter()
+        .map(|s| Some(s.results.get(&n)?.median_us / s.results.get(&b)?.median_us - 1.0))
+        .try_fold(f64::NEG_INFINITY, |m, g| Some(m.max(g?)))
+}
+
+/// The band that flaps worst (its larger gain over a neighbour the least), as (first step,
+/// length): one between two others whose backend gains less than MIN_EFFECT over both.
+fn flap(steps: &[Step<'_>], chosen: &[Backend]) -> Option<(usize, usize)> {
+    let runs = runs(chosen);
+    runs.windows(3)
+        .filter_map(|w| {
+            let (at, len) = w[1];
+            let b = chosen[at];
+            let left = best_gain(steps, at, len, b, chosen[w[0].0])?;
+            let right = best_gain(steps, at, len, b, chosen[w[2].0])?;
+            (left < MIN_EFFECT && right < MIN_EFFECT).then_some((left.max(right), w[1]))
+        })
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, band)| band)
+}
+
+/// Hands the band `at..at + len` to its neighbours: all of it to one backend where both are
+/// the same, else its first steps to the left one and the rest to the right, split where the
+/// fewest steps go against the rule between the two (a tie goes to the one asking less of the
+/// engine), then where the medians sum least.
+fn merge(steps: &[Step<'_>], chosen: &mut [Backend], at: usize, len: usize) {
+    let (left, right) = (chosen[at - 1], chosen[at + len]);
+    let band = &steps[at..at + len];
+    let prefer = |s: &Step<'_>| {
+        let (l, r) = (&s.results[&left], &s.results[&right]);
+        if beats(l, r) || (!beats(r, l) && demand(left) < demand(right)) {
+            left
+        } else if beats(r, l) || demand(right) < demand(left) {
+            right
+        } else if l.median_us <= r.median_us {
+            left
+        } else {
+            right
+        }
+    };
+    let score = |k: usize| {
+        band.iter()
+            .enumerate()
+            .fold((0usize, 0.0f64), |(against, sum), (i, s)| {
+                let b = if i < k { left } else { right };
+                (
+                    against + usize::from(b != prefer(s)),
+                    sum + s.results[&b].median_us,
+                )
+            })
+    };
+    let k = (0..=len)
+        .min_by(|&a, &b| {
+            let (sa, sb) = (score(a), score(b));
+            sa.0.cmp(&sb.0).then(sa.1.total_cmp(&sb.1))
+        })
+        .unwrap_or(len);
+    for (i, c) in chosen[at..at + len].iter_mut().enumerate() {
+        *c = if i < k { left } else { right };
+    }
 }
 
 /// What `chosen` costs against the fastest backend measured at each step.
@@ -282,6 +373,51 @@ mod tests {
             r[5].clone(),
         ];
         assert_eq!(smooth(&steps(&rules, &r2)), rules);
+    }
+
+    #[test]
+    fn a_band_that_gains_less_than_the_margin_over_both_neighbours_merges() {
+        // pcie-8x-direct-2socket TP2 graph: push, then NCCL where push ties it within the
+        // model's band (NCCL at best 0.5% faster), then push again: one band of push.
+        let mk = |nccl: f64, push: f64| BTreeMap::from([(Backend::Nccl, t(nccl)), (Push, t(push))]);
+        let r = [
+            mk(20.0, 10.0),
+            mk(20.0, 20.1),
+            mk(20.0, 19.0),
+            mk(20.0, 10.0),
+        ];
+        let rules = [Push, Backend::Nccl, Backend::Nccl, Push];
+        assert_eq!(smooth(&steps(&rules, &r)), [Push; 4]);
+        // A band that gains the margin at one of its sizes stays.
+        let r = [
+            mk(20.0, 10.0),
+            mk(20.0, 21.2),
+            mk(20.0, 19.0),
+            mk(20.0, 10.0),
+        ];
+        assert_eq!(smooth(&steps(&rules, &r)), rules);
+        // At the ends a band has one neighbour and is no flap.
+        let r = [mk(20.0, 20.1), mk(20.0, 10.0), mk(20.0, 10.0)];
+        let rules = [Backend::Nccl, Push, Push];
+        assert_eq!(smooth(&steps(&rules, &r)), rules);
+    }
+
+    #[test]
+    fn a_flapping_band_between_two_backends_goes_to_the_rule_between_them() {
+        // Push, NCCL tying both, Ring LL: Ring LL ties push at the middle sizes (NCCL asks
+        // less than push), so the band goes to the pin, however fast push is modelled.
+        let ring = Backend::NcclRingLl;
+        let mk = |nccl: f64, ll: f64, push: f64| {
+            BTreeMap::from([(Backend::Nccl, t(nccl)), (ring, t(ll)), (Push, t(push))])
+        };
+        let r = [
+            mk(20.0, 20.0, 10.0),
+            mk(20.0, 20.1, 19.5),
+            mk(20.0, 20.1, 19.5),
+            mk(20.0, 10.0, 30.0),
+        ];
+        let rules = [Push, Backend::Nccl, Backend::Nccl, ring];
+        assert_eq!(smooth(&steps(&rules, &r)), [Push, ring, ring, ring]);
     }
 
     #[test]

@@ -10,7 +10,8 @@ pub mod rule;
 use std::collections::BTreeMap;
 
 pub use rule::{
-    beats, beats_settled, beyond, choose, model_error, nccl_choice, open, unsettled, MIN_EFFECT,
+    beats, beats_settled, beyond, choose, model_error, nccl_choice, open, short, unsettled,
+    verdict, Clause, Passed, Short, Verdict, MIN_EFFECT,
 };
 
 use crate::allreduce::{memory, Backend, Dtype, MemoryCost, Mode, Ranks, Readiness};
@@ -34,7 +35,16 @@ pub fn rule_choice(
     ranks: Ranks,
     bytes: u64,
 ) -> Option<Backend> {
-    choose(results, |b| extra_memory(b, ranks, bytes))
+    rule_verdict(results, ranks, bytes).map(|v| v.choice)
+}
+
+/// [`rule_choice`] with the clause that gave it and the margins that decided it.
+pub fn rule_verdict(
+    results: &BTreeMap<Backend, Timing>,
+    ranks: Ranks,
+    bytes: u64,
+) -> Option<Verdict> {
+    verdict(results, |b| extra_memory(b, ranks, bytes))
 }
 
 /// What an engine without artune's kernels runs at one size where `choice` is a backend no
@@ -243,8 +253,8 @@ fn sizes<'a>(
                 waived,
             }),
             None => faults.push(format!(
-                "GPUs {:?} {}: no backend could be measured at {}; the size is left out of the profile",
-                res.gpus,
+                "GPUs {} {}: no backend could be measured at {}; the size is left out of the profile",
+                crate::report::fmt_gpus(&res.gpus),
                 mode.id(),
                 crate::units::fmt_size(bytes)
             )),

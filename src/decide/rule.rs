@@ -14,6 +14,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use serde::Serialize;
+
 use crate::allreduce::Backend;
 use crate::results::Timing;
 
@@ -149,12 +151,134 @@ pub fn choose(
     results: &BTreeMap<Backend, Timing>,
     extra: impl Fn(Backend) -> u64,
 ) -> Option<Backend> {
-    let reference = nccl_choice(results).and_then(|b| results.get(&b).map(|t| (b, t)));
-    let earning = earning(results, reference.map(|(_, t)| t));
-    let Some((_, best)) = fastest(earning.iter().copied()) else {
-        return reference.map(|(b, _)| b);
+    verdict(results, extra).map(|v| v.choice)
+}
+
+/// Why `a`, faster than `b` by its median, does not [`beats`] it: the margin that decided.
+/// `speedup` is `b`'s median over `a`'s.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(tag = "because", rename_all = "snake_case")]
+pub enum Short {
+    /// Faster by no more than [`MIN_EFFECT`]: not worth more memory or a pinned setting.
+    UnderEffect { speedup: f64 },
+    /// The 95% intervals of the medians overlap: the samples cannot tell the two apart.
+    Overlap { speedup: f64 },
+    /// Simulated: the intervals are apart, but widened by the model's error bands (factors
+    /// `a_band`, `b_band`, as [`model_error`] applies them) they overlap: `a` may take as much
+    /// as `a_high_us` and `b` as little as `b_low_us`.
+    WithinModel {
+        speedup: f64,
+        a_band: (f64, f64),
+        b_band: (f64, f64),
+        a_high_us: f64,
+        b_low_us: f64,
+    },
+}
+
+/// Why `a` does not beat `b` though its median is lower; None where it beats `b`, or is not
+/// faster at all.
+pub fn short(a: &Timing, b: &Timing) -> Option<Short> {
+    if a.median_us >= b.median_us || beats(a, b) {
+        return None;
+    }
+    let speedup = b.median_us / a.median_us;
+    Some(if b.median_us <= a.median_us * (1.0 + MIN_EFFECT) {
+        Short::UnderEffect { speedup }
+    } else if a.ci_high_us >= b.ci_low_us {
+        Short::Overlap { speedup }
+    } else {
+        Short::WithinModel {
+            speedup,
+            a_band: model_error(a, b),
+            b_band: model_error(b, a),
+            a_high_us: high(a, b),
+            b_low_us: low(b, a),
+        }
+    })
+}
+
+/// A backend faster than the one it was compared with, by its median, that lost, and why.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Passed {
+    pub backend: Backend,
+    #[serde(flatten)]
+    pub short: Short,
+}
+
+/// Which clause of the rule gave the answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Clause {
+    /// No custom kernel beats the NCCL reference, so the reference serves.
+    NcclReference,
+    /// The fastest of the custom kernels that beat the reference.
+    FastestKernel,
+    /// A kernel the fastest does not beat (a tie), taken for its lesser extra memory.
+    LeastMemory,
+}
+
+/// The rule's answer at one size, the clause that gave it, and the margins that decided it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Verdict {
+    pub choice: Backend,
+    pub clause: Clause,
+    /// The NCCL variant kernels must beat ([`nccl_choice`]); None where none was measured.
+    pub reference: Option<Backend>,
+    /// Pinned NCCL variants faster than NCCL's own choice by their medians that do not beat it.
+    pub pins_short: Vec<Passed>,
+    /// Custom kernels faster than the reference by their medians that do not beat it: they
+    /// do not earn their buffers.
+    pub kernels_short: Vec<Passed>,
+    /// The kernels that beat the reference (every kernel where there is none), fastest first.
+    pub earning: Vec<Backend>,
+    /// Under [`Clause::LeastMemory`]: the fastest kernel and why it does not beat the choice.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tie: Option<Backend>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tie_short: Option<Short>,
+}
+
+/// The rule's answer given the timings at one size, with why; `extra` is each backend's
+/// extra memory. None where nothing was measured.
+pub fn verdict(
+    results: &BTreeMap<Backend, Timing>,
+    extra: impl Fn(Backend) -> u64,
+) -> Option<Verdict> {
+    let reference = nccl_choice(results);
+    let reference_t = reference.and_then(|b| results.get(&b));
+    let passed = |against: Option<&Timing>, pick: fn(&Backend) -> bool| -> Vec<Passed> {
+        let Some(r) = against else {
+            return Vec::new();
+        };
+        let mut v: Vec<(f64, Passed)> = results
+            .iter()
+            .filter(|(b, _)| pick(b))
+            .filter_map(|(b, t)| {
+                let short = short(t, r)?;
+                Some((t.median_us, Passed { backend: *b, short }))
+            })
+            .collect();
+        v.sort_by(|x, y| x.0.total_cmp(&y.0));
+        v.into_iter().map(|(_, p)| p).collect()
     };
-    earning
+    let pins_short = passed(results.get(&Backend::Nccl), |b| b.nccl_pin().is_some());
+    let kernels_short = passed(reference_t, |b| b.is_custom());
+    let mut earning = earning(results, reference_t);
+    earning.sort_by(|a, b| a.1.median_us.total_cmp(&b.1.median_us));
+    let mut v = Verdict {
+        choice: reference.or(earning.first().map(|(b, _)| **b))?,
+        clause: Clause::NcclReference,
+        reference,
+        pins_short,
+        kernels_short,
+        earning: earning.iter().map(|(b, _)| **b).collect(),
+        tie: None,
+        tie_short: None,
+    };
+    let Some(&(best_b, best)) = earning.first() else {
+        return Some(v);
+    };
+    let (choice, choice_t) = earning
         .iter()
         .filter(|(_, t)| !beats(best, t))
         .min_by(|(a, ta), (b, tb)| {
@@ -162,7 +286,16 @@ pub fn choose(
                 .cmp(&extra(**b))
                 .then(ta.median_us.total_cmp(&tb.median_us))
         })
-        .map(|(b, _)| **b)
+        .copied()
+        .unwrap_or((best_b, best));
+    v.choice = *choice;
+    v.clause = Clause::FastestKernel;
+    if choice != best_b {
+        v.clause = Clause::LeastMemory;
+        v.tie = Some(*best_b);
+        v.tie_short = short(best, choice_t);
+    }
+    Some(v)
 }
 
 #[cfg(test)]
@@ -290,6 +423,96 @@ mod tests {
         assert_eq!(
             unsettled(&r),
             [Backend::OneStagePull, Backend::TwoStagePush].into()
+        );
+    }
+
+    #[test]
+    fn the_verdict_names_the_margin_each_faster_backend_lost_by() {
+        let banded = |median: f64, low: f64, high: f64, family| {
+            let mut t = t(median, 0.1);
+            t.model = Some(crate::profile::ModelBand {
+                low,
+                high,
+                assumed: false,
+                family: Some(family),
+            });
+            t
+        };
+        use crate::profile::ModelFamily::{Custom, Nccl};
+        // NCCL serves: one kernel 2% faster, one whose intervals overlap NCCL's, one 25%
+        // faster whose model band overlaps NCCL's, one slower (not named at all).
+        let r: BTreeMap<_, _> = [
+            (Backend::Nccl, banded(10.0, 0.7, 1.4, Nccl)),
+            (Backend::NcclRingLl, banded(9.9, 0.7, 1.4, Nccl)),
+            (Backend::OneStagePush, banded(9.8, 0.5, 2.0, Custom)),
+            (Backend::TwoStagePush, Timing::around(9.0, 1.2)),
+            (Backend::OneStagePull, banded(8.0, 0.5, 2.0, Custom)),
+            (Backend::TwoStagePull, banded(12.0, 0.5, 2.0, Custom)),
+        ]
+        .into();
+        let v = verdict(&r, |_| 0).unwrap();
+        assert_eq!((v.choice, v.clause), (Backend::Nccl, Clause::NcclReference));
+        assert_eq!(v.reference, Some(Backend::Nccl));
+        let kinds: Vec<(Backend, &str)> = v
+            .kernels_short
+            .iter()
+            .map(|p| {
+                let k = match p.short {
+                    Short::UnderEffect { .. } => "effect",
+                    Short::Overlap { .. } => "overlap",
+                    Short::WithinModel { .. } => "model",
+                };
+                (p.backend, k)
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                (Backend::OneStagePull, "model"),
+                (Backend::TwoStagePush, "overlap"),
+                (Backend::OneStagePush, "effect"),
+            ]
+        );
+        let Short::WithinModel {
+            speedup,
+            a_band,
+            b_band,
+            a_high_us,
+            b_low_us,
+        } = v.kernels_short[0].short
+        else {
+            unreachable!()
+        };
+        assert!((speedup - 1.25).abs() < 1e-9);
+        assert_eq!((a_band, b_band), ((0.5, 2.0), (0.7, 1.4)));
+        assert!(a_high_us > b_low_us, "{a_high_us} {b_low_us}");
+        assert!(matches!(
+            v.pins_short[..],
+            [Passed {
+                backend: Backend::NcclRingLl,
+                short: Short::UnderEffect { .. }
+            }]
+        ));
+        // A kernel beyond NCCL and a faster one it ties with: the tie goes to memory, and
+        // the verdict says so and by what margin.
+        let r: BTreeMap<_, _> = [
+            (Backend::Nccl, t(20.0, 0.1)),
+            (Backend::OneStagePush, t(9.8, 0.3)),
+            (Backend::OneStagePull, t(10.0, 0.3)),
+        ]
+        .into();
+        let v = verdict(&r, |b| u64::from(b == Backend::OneStagePush)).unwrap();
+        assert_eq!(
+            (v.choice, v.clause),
+            (Backend::OneStagePull, Clause::LeastMemory)
+        );
+        assert_eq!(v.tie, Some(Backend::OneStagePush));
+        assert!(matches!(v.tie_short, Some(Short::UnderEffect { .. })));
+        assert_eq!(v.earning, [Backend::OneStagePush, Backend::OneStagePull]);
+        let v = verdict(&r, |_| 0).unwrap();
+        assert_eq!(
+            (v.choice, v.clause),
+            (Backend::OneStagePush, Clause::FastestKernel)
         );
     }
 }

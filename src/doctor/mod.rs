@@ -116,7 +116,21 @@ impl Report {
             },
             if self.measured { ", measured" } else { "" }
         );
-        for c in &self.checks {
+        for (i, c) in self.checks.iter().enumerate() {
+            // A check that says what an earlier one said (a model has no PCI config space,
+            // NVML could not be read) points to it rather than saying it again.
+            let same = self.checks[..i]
+                .iter()
+                .find(|e| (e.status, &e.evidence, &e.action) == (c.status, &c.evidence, &c.action));
+            if let Some(e) = same {
+                out.push_str(&format!(
+                    "{:<8} {:<12} as {} above\n",
+                    c.status.label(),
+                    c.id,
+                    e.id
+                ));
+                continue;
+            }
             out.push_str(&format!(
                 "{:<8} {:<12} {}\n",
                 c.status.label(),
@@ -177,5 +191,17 @@ mod tests {
         let text = r(&[Status::Ok, Status::Warn]).text();
         assert!(text.contains("do: a"), "{text}");
         assert!(text.contains("1 ok, 1 warn, 0 fail, 0 unknown"), "{text}");
+        // What an earlier check said is not said again.
+        let repeated = r(&[Status::Unknown, Status::Unknown, Status::Warn]).text();
+        assert_eq!(
+            repeated.matches("unknown  x            e\n").count(),
+            1,
+            "{repeated}"
+        );
+        assert_eq!(repeated.matches("do: a").count(), 2, "{repeated}");
+        assert!(
+            repeated.contains("unknown  x            as x above\n"),
+            "{repeated}"
+        );
     }
 }

@@ -14,7 +14,7 @@
 use crate::allreduce::{Backend, Mode};
 use crate::profile::routes::{Kernels, Routes};
 use crate::profile::selector::GroupSelector;
-use crate::profile::{Profile, Query, Selector};
+use crate::profile::{answers_below, Profile, Query, Selector};
 
 /// The kernel of artune's own that the plugins' op (artune.allreduce, built on the engine's TP
 /// group at start-up) runs for `bytes` in `mode` at TP `tp` under the kernels setting, or None
@@ -29,6 +29,17 @@ pub fn own_kernel(
     Routes::for_engine(p, tp, kernels)
         .ok()?
         .backend(mode, bytes)
+}
+
+/// [`Follow::custom_at`] of one mode as runs of sizes (see [`Follow::steps`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Steps {
+    /// The smallest size the profile answers (0: every size up to the first bound).
+    pub from: u64,
+    /// Each run's largest size, ascending.
+    pub up_to: Vec<u64>,
+    /// Whether the run is custom (a peer-to-peer path may take it) or NCCL.
+    pub custom: Vec<bool>,
 }
 
 /// The profile's groups of one TP size (graph and eager) on one placement.
@@ -66,6 +77,37 @@ impl<'s> Follow<'s> {
             Mode::Eager => self.eager,
         }?;
         g.at(bytes).map(|(_, a)| a.fallback.is_custom())
+    }
+
+    /// [`Follow::custom_at`] in `mode` as plain data, for callers that must not call back into
+    /// artune per message (SGLang's dispatch traced by torch.compile): the answer for `bytes`
+    /// is `custom[i]` for the first `i` with `bytes <= up_to[i]`, for `bytes >= from`; None
+    /// (no answer) below `from`, above the last bound, or where the profile lacks the mode.
+    pub fn steps(&self, mode: Mode) -> Option<Steps> {
+        let g = match mode {
+            Mode::Graph => self.graph,
+            Mode::Eager => self.eager,
+        }?;
+        let from = g
+            .sizes()
+            .first()
+            .map_or(0, |&s| if answers_below(s, 0) { 0 } else { s });
+        let mut steps = Steps {
+            from,
+            up_to: Vec::new(),
+            custom: Vec::new(),
+        };
+        for (&s, a) in g.sizes().iter().zip(g.answers()) {
+            let c = a.fallback.is_custom();
+            match (steps.custom.last(), steps.up_to.last_mut()) {
+                (Some(&last), Some(up_to)) if last == c => *up_to = s,
+                _ => {
+                    steps.up_to.push(s);
+                    steps.custom.push(c);
+                }
+            }
+        }
+        Some(steps)
     }
 
     /// A peer-to-peer path the engine would take: whether the plugin lets it.
@@ -173,6 +215,41 @@ mod tests {
         assert!(!f.allows(64 << 10, Mode::Eager) && f.allows(64 << 10, Mode::Graph));
         assert_eq!(f.custom_at(1 << 30, Mode::Graph), None);
         assert!(f.allows(1 << 30, Mode::Graph));
+    }
+
+    /// The plain-data form answers as the rule does at, between and around every bound.
+    #[test]
+    fn the_steps_answer_as_custom_at_does() {
+        for (graph, eager) in [
+            ([true, false, true], [false, false, true]),
+            ([true, true, true], [false, true, false]),
+        ] {
+            let mut p = shaped(&graph, &eager);
+            for small in [4 << 10, 8 << 10] {
+                for g in &mut p.groups {
+                    g.buckets[0].bytes = small;
+                }
+                let sel = p.selector();
+                let f = Follow::new(&sel, 2, None);
+                for mode in [Mode::Graph, Mode::Eager] {
+                    let s = f.steps(mode).unwrap();
+                    assert_eq!(s.from, if small > 4 << 10 { small } else { 0 });
+                    let probes = [
+                        0, 1, 4095, 4096, 4097, 8191, 8192, 8193, 65535, 65536, 65537,
+                    ]
+                    .into_iter()
+                    .chain([(1 << 20) - 1, 1 << 20, (1 << 20) + 1, 1 << 30]);
+                    for n in probes {
+                        let i = s.up_to.iter().position(|&u| n <= u);
+                        let got = i.filter(|_| n >= s.from).map(|i| s.custom[i]);
+                        assert_eq!(got, f.custom_at(n, mode), "{mode:?} {n}");
+                    }
+                }
+            }
+        }
+        let p = shaped(&[true, true, true], &[true, true, true]);
+        let sel = p.selector();
+        assert_eq!(Follow::new(&sel, 8, None).steps(Mode::Graph), None);
     }
 
     #[test]

@@ -8,8 +8,9 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::*;
-use crate::decide::{beats, extra_memory, MIN_EFFECT};
-use crate::units::{fmt_bytes, fmt_us};
+use crate::decide::{extra_memory, Clause, Passed, Short, Verdict, MIN_EFFECT};
+use crate::report::model::{fmt_factors, fmt_rough, outside_calibration};
+use crate::units::{fmt_bytes, fmt_size, fmt_us};
 
 /// One backend measured at the bucket.
 #[derive(Debug, Clone, Serialize)]
@@ -21,6 +22,10 @@ pub struct Row {
     /// Simulated: the model's error band (µs) the rule compared with.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model_us: Option<(f64, f64)>,
+    /// Simulated: the band reaches beyond the model's calibration ([`crate::report::model`]), so
+    /// the time is no estimate of the machine.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub outside_calibration: bool,
     /// Forcing this backend instead of the profile's choice: its time over the choice's, minus 1.
     pub vs_chosen: f64,
     /// Extra device memory per GPU it costs an engine at this size (0 for NCCL).
@@ -59,6 +64,8 @@ pub struct Why {
     pub nccl_reference: Option<Backend>,
     /// The steering rule's answer at this size alone.
     pub rule_choice: Backend,
+    /// The clause of the rule that gave `rule_choice` and the margins that decided it.
+    pub rule: Option<Verdict>,
     /// The profile's answer (after band smoothing).
     pub chosen: Backend,
     /// Band smoothing replaced the per-size answer to avoid a band change worth less than MIN_EFFECT.
@@ -125,14 +132,17 @@ fn find_bucket<'a>(g: &'a GroupProfile, q: Query<'_>, bytes: u64) -> Result<&'a 
         let smallest = g.buckets.first().map_or(0, |b| b.bytes);
         if bytes < smallest {
             return Error::bad_input(format!(
-                "{bytes} bytes is below the smallest size measured for TP{tp} {} ({smallest} bytes, above the 4 KiB where times stop depending on size); ask about a larger size or tune from 1K",
-                mode.id()
+                "{} is below the smallest size measured for TP{tp} {} ({}, above the 4 KiB where times stop depending on size); ask about a larger size or tune from 1K",
+                fmt_size(bytes),
+                mode.id(),
+                fmt_size(smallest)
             ));
         }
         Error::bad_input(format!(
-            "{bytes} bytes is above the largest size measured for TP{tp} {} ({} bytes); ask about a smaller size or tune larger sizes",
+            "{} is above the largest size measured for TP{tp} {} ({}); ask about a smaller size or tune larger sizes",
+            fmt_size(bytes),
             mode.id(),
-            g.buckets.last().map_or(0, |b| b.bytes)
+            fmt_size(g.buckets.last().map_or(0, |b| b.bytes))
         ))
     })
 }
@@ -147,7 +157,8 @@ pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
         .filter(|(k, _)| !b.waived.contains_key(k))
         .map(|(k, t)| (*k, *t))
         .collect();
-    let rule_choice = crate::decide::rule_choice(&eligible, g.ranks(), b.bytes).unwrap_or(b.choice);
+    let verdict = crate::decide::rule_verdict(&eligible, g.ranks(), b.bytes);
+    let rule_choice = verdict.as_ref().map_or(b.choice, |v| v.choice);
     let chosen_us = median(b, b.choice).unwrap_or(f64::NAN);
     let mut rows: Vec<Row> = b
         .results
@@ -158,6 +169,7 @@ pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
             ci_low_us: t.ci_low_us,
             ci_high_us: t.ci_high_us,
             model_us: t.model.map(|m| (t.median_us * m.low, t.median_us * m.high)),
+            outside_calibration: t.model.is_some_and(|m| outside_calibration(&m)),
             vs_chosen: t.median_us / chosen_us - 1.0,
             extra_bytes: extra_memory(*k, g.ranks(), b.bytes),
             waived: b.waived.get(k).cloned(),
@@ -188,21 +200,21 @@ pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
     over_budget.sort_by(|a, b| b.speedup.total_cmp(&a.speedup));
     // What the rule would answer here with nothing excluded: where that is an excluded kernel,
     // the budget, not the rule, is why it does not serve.
-    let unbudgeted =
-        crate::decide::rule_choice(&b.results, g.ranks(), b.bytes).unwrap_or(rule_choice);
+    let unbudgeted_verdict = crate::decide::rule_verdict(&b.results, g.ranks(), b.bytes);
+    let unbudgeted = unbudgeted_verdict
+        .as_ref()
+        .map_or(rule_choice, |v| v.choice);
     let budget_decided = unbudgeted != rule_choice && b.waived.contains_key(&unbudgeted);
-    let mut reason = reason(
-        &eligible,
-        nccl_reference,
-        rule_choice,
-        b.choice,
-        !over_budget.is_empty(),
+    let mut reason = verdict.as_ref().map_or_else(
+        || "Nothing within the memory budget was measured here.".to_string(),
+        |v| reason(v, &eligible, b.choice, !over_budget.is_empty()),
     );
     reason.push_str(&budget_reason(
         p,
         b,
         &over_budget,
         budget_decided.then_some(unbudgeted),
+        unbudgeted_verdict.as_ref(),
     ));
     if b.nccl_choice.is_none() {
         reason.push_str(" The profile records no NCCL variant per size (an older profile), so artune's plugin leaves NCCL its own choice.");
@@ -227,6 +239,7 @@ pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
         not_measured,
         nccl_reference,
         rule_choice,
+        rule: verdict,
         chosen: b.choice,
         smoothed: rule_choice != b.choice,
         nccl_choice: plugin_nccl(b),
@@ -286,12 +299,14 @@ fn engine_lines(
 }
 
 /// How `--mem-budget` bears on the answer: the reason, where without it the rule picks
-/// `unbudgeted`; else the faster kernels it excluded, which would not have won anyway.
+/// `unbudgeted`; else the faster kernels it excluded, which would not have won anyway, by the
+/// margins the rule's verdict without the budget (`free`) gives.
 fn budget_reason(
     p: &Profile,
     b: &Bucket,
     over: &[OverBudget],
     unbudgeted: Option<Backend>,
+    free: Option<&Verdict>,
 ) -> String {
     let Some(fastest) = over.first() else {
         return String::new();
@@ -317,10 +332,22 @@ fn budget_reason(
                 " The reason is --mem-budget: without it the rule picks {k}, but {budget} excluded it here ({because}); in all it excluded {names}. Raise --mem-budget and tune again to let it serve."
             )
         }
-        None => format!(
-            " --mem-budget ({budget}) excluded {names} here; without the budget the rule would still answer {}, as none of them beats it beyond the intervals (and model bands) it compares.",
-            b.choice
-        ),
+        None => {
+            let lost: Vec<Passed> = free
+                .map(|v| v.kernels_short.clone())
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|k| over.iter().any(|o| o.backend == k.backend))
+                .collect();
+            let why = match (free.and_then(|v| v.reference), lost.is_empty()) {
+                (Some(r), false) => format!(": {}", passed_words(&lost, r)),
+                _ => ", as none of them beats it by the rule".to_string(),
+            };
+            format!(
+                " --mem-budget ({budget}) excluded {names} here; without the budget the rule would still answer {}{why}.",
+                b.choice
+            )
+        }
     }
 }
 
@@ -339,64 +366,139 @@ fn placements(p: &Profile, tp: usize, mode: Mode) -> String {
     }
 }
 
-/// The clause of the steering rule (src/decide/rule.rs) that produced `rule`, in words.
-fn reason(
-    r: &BTreeMap<Backend, Timing>,
-    reference: Option<Backend>,
-    rule: Backend,
-    chosen: Backend,
-    budgeted: bool,
-) -> String {
-    let pct = (MIN_EFFECT * 100.0).round();
-    let mut s = match reference {
+/// A speed-up (a time over a faster one) in words: "17.9% faster", or "2.77x faster" from
+/// twice as fast.
+fn faster(speedup: f64) -> String {
+    match (speedup - 1.0) * 100.0 {
+        p if p < 0.05 => "less than 0.1% faster".into(),
+        p if p < 100.0 => format!("{p:.1}% faster"),
+        _ => format!("{speedup:.2}x faster"),
+    }
+}
+
+/// Why `a` does not beat `b`, in words: the margin of the rule that decided.
+fn short_words(a: Backend, b: Backend, s: &Short) -> String {
+    let edge = (MIN_EFFECT * 100.0).round();
+    match *s {
+        Short::UnderEffect { speedup } => {
+            let f = faster(speedup);
+            let only = if f.starts_with("less") { "" } else { "only " };
+            format!("{a} is {only}{f} than {b}, not the more than {edge}% the rule asks")
+        }
+        Short::Overlap { speedup } => format!(
+            "{a} is {} than {b} by the medians, but their 95% intervals overlap",
+            faster(speedup)
+        ),
+        Short::WithinModel {
+            speedup,
+            a_band,
+            b_band,
+            a_high_us,
+            b_low_us,
+        } => format!(
+            "{a} is modelled {} than {b}, but within the model's error: widened by its band (x{:.2}-x{:.2}) {a} may take {}, and {b} (x{:.2}-x{:.2}) as little as {}",
+            faster(speedup),
+            a_band.0,
+            a_band.1,
+            fmt_us(a_high_us),
+            b_band.0,
+            b_band.1,
+            fmt_us(b_low_us)
+        ),
+    }
+}
+
+/// The backends `passed` that lost to `b`, in words: the first of each kind of margin in full,
+/// the others of that kind after it.
+fn passed_words(passed: &[Passed], b: Backend) -> String {
+    let mut kinds: Vec<(std::mem::Discriminant<Short>, String, Vec<String>)> = Vec::new();
+    for p in passed {
+        let kind = std::mem::discriminant(&p.short);
+        let speedup = match p.short {
+            Short::UnderEffect { speedup }
+            | Short::Overlap { speedup }
+            | Short::WithinModel { speedup, .. } => speedup,
+        };
+        let brief = format!("{} ({})", p.backend, faster(speedup));
+        match kinds.iter_mut().find(|(k, ..)| *k == kind) {
+            Some((.., more)) => more.push(brief),
+            None => kinds.push((kind, short_words(p.backend, b, &p.short), Vec::new())),
+        }
+    }
+    kinds
+        .into_iter()
+        .map(|(_, first, more)| match more.is_empty() {
+            true => first,
+            false => format!("{first}; likewise {}", more.join(", ")),
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The clause of the steering rule (src/decide/rule.rs) that gave `v.choice`, in words, with
+/// the margins that decided it, then band smoothing's part where `chosen` differs.
+fn reason(v: &Verdict, r: &BTreeMap<Backend, Timing>, chosen: Backend, budgeted: bool) -> String {
+    let pct_edge = (MIN_EFFECT * 100.0).round();
+    let rule = v.choice;
+    let mut s = match v.reference {
         Some(Backend::Nccl) => format!(
-            "NCCL's own choice is the reference: no pinned algorithm x protocol beats it (intervals apart and more than {pct}% faster)."
+            "NCCL's own choice is the reference: no pinned algorithm x protocol beats it (intervals apart and more than {pct_edge}% faster)"
         ),
         Some(n) if r.contains_key(&Backend::Nccl) => {
-            format!("{n} beats NCCL's own choice (intervals apart, more than {pct}% faster), so it is the NCCL reference.")
+            format!(
+                "{n} beats NCCL's own choice (intervals apart, more than {pct_edge}% faster), so it is the NCCL reference"
+            )
         }
-        Some(n) => format!("NCCL's own choice was not measured; {n}, the fastest pinned variant, is the reference."),
-        None => "No NCCL variant was measured.".into(),
+        Some(n) => format!(
+            "NCCL's own choice was not measured; {n}, the fastest pinned variant, is the reference"
+        ),
+        None => "No NCCL variant was measured".into(),
     };
-    let reference_t = reference.and_then(|n| r.get(&n));
-    let earning: Vec<Backend> = r
-        .iter()
-        .filter(|(k, t)| k.is_custom() && reference_t.is_none_or(|n| beats(t, n)))
-        .map(|(k, _)| *k)
-        .collect();
-    if rule.is_nccl() {
-        s.push_str(if budgeted {
-            " No custom kernel within the memory budget beats it significantly, so NCCL serves."
-        } else {
-            " No custom kernel beats it significantly, so NCCL serves: a kernel must earn its IPC buffers."
-        });
+    if v.reference == Some(Backend::Nccl) && !v.pins_short.is_empty() {
+        s.push_str(&format!(": {}", passed_words(&v.pins_short, Backend::Nccl)));
+    }
+    s.push('.');
+    let within = if budgeted {
+        " within the memory budget"
     } else {
-        let best = earning
-            .iter()
-            .min_by(|a, b| r[a].median_us.total_cmp(&r[b].median_us))
-            .copied()
-            .unwrap_or(rule);
-        let others: Vec<String> = earning
-            .iter()
-            .filter(|k| **k != rule)
-            .map(|k| k.id().to_string())
-            .collect();
-        s.push_str(&format!(
-            " Custom kernels that beat it: {}.",
-            std::iter::once(rule.id().to_string())
-                .chain(others)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
-        if best == rule {
-            s.push_str(&format!(" {rule} is the fastest of them; any it does not beat significantly is a tie that goes to the least extra memory."));
-        } else {
-            s.push_str(&format!(" {best} is the fastest but does not beat {rule} significantly, and {rule} needs less extra memory, so the tie goes to {rule}."));
+        ""
+    };
+    match (v.clause, v.reference) {
+        (Clause::NcclReference, Some(n)) if v.kernels_short.is_empty() => s.push_str(&format!(
+            " No custom kernel{within} is faster than {n}, so it serves."
+        )),
+        (Clause::NcclReference, Some(n)) => s.push_str(&format!(
+            " No custom kernel{within} beats {n} by that test (with the model's error on a simulated profile), so none earns its IPC buffers and {n} serves: {}.",
+            passed_words(&v.kernels_short, n)
+        )),
+        _ => {
+            let beat = match v.reference {
+                Some(n) => format!("Custom kernels that beat {n}"),
+                None => "Custom kernels measured".into(),
+            };
+            let names: Vec<&str> = v.earning.iter().map(|k| k.id()).collect();
+            s.push_str(&format!(" {beat}: {}.", names.join(", ")));
+            match (v.tie, v.tie_short) {
+                (Some(best), short) => s.push_str(&format!(
+                    " {best} is the fastest but does not beat {rule} by the rule{}, and {rule} needs less extra memory, so the tie goes to {rule}.",
+                    short.map_or(String::new(), |x| format!(" ({})", short_words(best, rule, &x)))
+                )),
+                (None, _) => s.push_str(&format!(
+                    " {rule} is the fastest of them; any it does not beat by the rule is a tie that goes to the least extra memory."
+                )),
+            }
         }
     }
     if chosen != rule {
+        let short = r
+            .get(&rule)
+            .zip(r.get(&chosen))
+            .and_then(|(a, b)| crate::decide::short(a, b));
         s.push_str(&format!(
-            " Band smoothing keeps {chosen} here instead: it is not significantly slower than {rule}, and a band change must gain more than {pct}%."
+            " Band smoothing keeps {chosen} here instead: {}, and a band change must gain more than {pct_edge}%.",
+            short.map_or(format!("it is not significantly slower than {rule}"), |x| {
+                short_words(rule, chosen, &x)
+            })
         ));
     }
     s
@@ -406,11 +508,10 @@ fn reason(
 pub fn render(w: &Why) -> String {
     let mut s = String::new();
     s.push_str(&format!(
-        "{}, {} bytes: served by the bucket at {} ({} bytes){}\n",
+        "{}, {}: served by the bucket at {}{}\n",
         w.group,
-        w.bytes,
-        fmt_bytes(w.bucket_bytes),
-        w.bucket_bytes,
+        fmt_size(w.bytes),
+        fmt_size(w.bucket_bytes),
         if w.simulated {
             format!("; SIMULATED profile ({}), not a measurement", w.fabric)
         } else {
@@ -450,34 +551,58 @@ pub fn render(w: &Why) -> String {
         "backend", "median", "95% interval", "forcing it", "extra memory"
     ));
     for r in &w.rows {
+        // A time outside the model's calibration is printed as rough as it is known.
+        let us = |x: f64| match r.outside_calibration {
+            true => fmt_rough(x),
+            false => fmt_us(x),
+        };
+        let band = match (r.model_us, r.outside_calibration) {
+            (Some((lo, hi)), true) => format!(
+                "  OUTSIDE CALIBRATION: model band x{}, no estimate",
+                fmt_factors(&crate::profile::ModelBand {
+                    low: lo / r.median_us,
+                    high: hi / r.median_us,
+                    assumed: false,
+                    family: None,
+                })
+                .trim_start_matches('x')
+            ),
+            (Some((lo, hi)), false) => format!("  model band {} .. {}", fmt_us(lo), fmt_us(hi)),
+            (None, _) => String::new(),
+        };
         s.push_str(&format!(
             "{:<18} {:>12} {:>25} {:>10} {:>12}{}\n",
             r.backend.id(),
-            fmt_us(r.median_us),
-            format!("{} .. {}", fmt_us(r.ci_low_us), fmt_us(r.ci_high_us)),
-            if r.backend == w.chosen {
-                "chosen".to_string()
-            } else {
-                format!("{:+.1}%", r.vs_chosen * 100.0)
+            us(r.median_us),
+            format!("{} .. {}", us(r.ci_low_us), us(r.ci_high_us)),
+            match r.vs_chosen * 100.0 {
+                _ if r.backend == w.chosen => "chosen".to_string(),
+                v if v.abs() < 0.05 => "0.0%".into(),
+                v => format!("{v:+.1}%"),
             },
-            fmt_bytes(r.extra_bytes),
+            match r.extra_bytes {
+                0 => "0".to_string(),
+                b => fmt_bytes(b),
+            },
             r.waived
                 .as_ref()
                 .map_or(String::new(), |why| format!("  (excluded: {why})"))
-                + &r.model_us.map_or(String::new(), |(lo, hi)| format!(
-                    "  model band {} .. {}",
-                    fmt_us(lo),
-                    fmt_us(hi)
-                ))
+                + &band
         ));
     }
     for (k, why) in &w.not_measured {
         s.push_str(&format!("{:<18} not measured: {why}\n", k.id()));
     }
     s.push_str("\nwhat each engine runs here (with artune's export applied):\n");
+    let width = w
+        .engines
+        .iter()
+        .map(|e| e.run.engine.len())
+        .max()
+        .unwrap_or(0);
     for e in &w.engines {
         s.push_str(&format!(
-            "  {:<26} {}{}: {}\n",
+            "  {:<width$} {}{}: {}\n",
             e.run.engine,
             e.run.runs,
             match (e.median_us, e.vs_chosen) {

@@ -38,8 +38,6 @@ pub(super) fn class_report(
     let info = |e: usize| &c.nodes[data.entries[e].node];
     let n = data.entries.len();
     let t = timings(data);
-    let class_choice = class_choices(data);
-    let choices_differ = choice_diffs(data, &class_choice, &name);
     let usual = majority((0..n).map(|e| info(e).versions.clone())).unwrap_or_default();
     let stale: Vec<(usize, NodeNote)> = (0..n)
         .filter(|&e| info(e).versions != usual)
@@ -59,6 +57,8 @@ pub(super) fn class_report(
         .collect();
     let (outliers, left_out, included) =
         who_is_left_out(c, data, t.deviations, &t.results, &stale, &name);
+    let class_choice = class_choices(data, &included);
+    let choices_differ = choice_diffs(data, &class_choice, &name);
     let mut cells = t
         .cell_backends
         .into_iter()
@@ -68,7 +68,7 @@ pub(super) fn class_report(
                 tp: c.tp,
                 gpus: c.gpus.clone(),
                 bytes: c.bytes,
-                choice: class_choice.get(&cell).copied().unwrap_or(Backend::Nccl),
+                choice: class_choice.get(&cell).copied(),
                 backends,
             }
         })
@@ -166,10 +166,14 @@ fn timings(data: &ClassData) -> Timings {
     t
 }
 
-/// The class's choice per cell: what most of the nodes that have the cell chose.
-fn class_choices(data: &ClassData) -> HashMap<u32, Backend> {
+/// The class's choice per cell: what most of the nodes the class profile is built from
+/// (`included`, by node index) chose there, as the class profile has it; none at a cell only
+/// nodes left out of it have (an outlier's own refinement sizes). Where every node is left
+/// out, what most of them chose.
+fn class_choices(data: &ClassData, included: &[usize]) -> HashMap<u32, Backend> {
     let mut choices: HashMap<u32, Vec<Backend>> = HashMap::new();
-    for entry in &data.entries {
+    let counted = |node: usize| included.is_empty() || included.contains(&node);
+    for entry in data.entries.iter().filter(|e| counted(e.node)) {
         for &(cell, b) in &entry.choices {
             choices.entry(cell).or_default().push(b);
         }

@@ -78,8 +78,9 @@ pub struct CellReport {
     pub tp: usize,
     pub gpus: Vec<usize>,
     pub bytes: u64,
-    /// The choice most nodes made.
-    pub choice: Backend,
+    /// The choice most of the nodes the class profile is built from made; none where only
+    /// nodes left out of it measured this size.
+    pub choice: Option<Backend>,
     pub backends: BTreeMap<Backend, CellBackend>,
 }
 

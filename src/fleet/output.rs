@@ -30,7 +30,11 @@ pub fn text(r: &FleetReport) -> String {
         class_text(&mut o, c, r.class_profiles.get(&c.topology_class));
     }
     if !r.skipped.is_empty() {
-        let _ = writeln!(o, "\nskipped {} file(s):", r.skipped.len());
+        let _ = writeln!(
+            o,
+            "\nskipped {}:",
+            crate::report::count(r.skipped.len(), "file", "files")
+        );
         for s in &r.skipped {
             let _ = writeln!(o, "  {}: {}", s.file, s.reason);
         }
@@ -78,10 +82,15 @@ fn class_text(o: &mut String, c: &ClassReport, profile: Option<&String>) {
             .collect();
         let _ = writeln!(
             o,
-            "  OUTLIER {}: {} of {} results deviate; worst {}",
+            "  OUTLIER {}: {} of {} {}; worst {}",
             out.node,
             out.deviating,
             out.results,
+            if out.deviating == 1 {
+                "results deviates"
+            } else {
+                "results deviate"
+            },
             worst.join(", ")
         );
     }
@@ -146,11 +155,14 @@ fn class_text(o: &mut String, c: &ClassReport, profile: Option<&String>) {
 /// backends.
 fn size_table(o: &mut String, c: &ClassReport) -> Vec<Backend> {
     let mut shown: Vec<Backend> = vec![Backend::Nccl];
-    for cell in &c.cells {
-        if !shown.contains(&cell.choice) {
-            shown.push(cell.choice);
+    for b in c.cells.iter().filter_map(|cell| cell.choice) {
+        if !shown.contains(&b) {
+            shown.push(b);
         }
     }
+    // Sizes only nodes left out of the class measured (an outlier's own refinement) have no
+    // class choice, and their medians are not the class's: named, not tabled.
+    let (cells, apart): (Vec<_>, Vec<_>) = c.cells.iter().partition(|cell| cell.choice.is_some());
     let head: Vec<String> = shown.iter().map(|b| format!("{:>17}", b.id())).collect();
     let _ = writeln!(
         o,
@@ -161,7 +173,7 @@ fn size_table(o: &mut String, c: &ClassReport) -> Vec<Backend> {
         "class choice",
         head.join("")
     );
-    for cell in c.cells.iter().take(TABLE_ROWS) {
+    for cell in cells.iter().take(TABLE_ROWS) {
         let cols: Vec<String> = shown
             .iter()
             .map(|b| {
@@ -177,15 +189,23 @@ fn size_table(o: &mut String, c: &ClassReport) -> Vec<Backend> {
             format!("TP{}", cell.tp),
             gpus.join(","),
             fmt_bytes(cell.bytes),
-            cell.choice.id(),
+            cell.choice.map_or("-", |b| b.id()),
             cols.join("")
         );
     }
-    if c.cells.len() > TABLE_ROWS {
+    if cells.len() > TABLE_ROWS {
+        let _ = writeln!(o, "  ... {} more rows in --json", cells.len() - TABLE_ROWS);
+    }
+    if !apart.is_empty() {
+        let sizes: Vec<String> = apart
+            .iter()
+            .map(|cell| format!("TP{} {}", cell.tp, fmt_bytes(cell.bytes)))
+            .collect();
         let _ = writeln!(
             o,
-            "  ... {} more rows in --json",
-            c.cells.len() - TABLE_ROWS
+            "  not in the table: {} measured only by nodes left out of the class profile ({}; in --json)",
+            crate::report::count(apart.len(), "size", "sizes"),
+            sizes.join(", ")
         );
     }
     shown

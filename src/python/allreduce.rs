@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 use super::{mode, tp_size, unsigned, ArtuneError, BadInputError, HardwareError, Profile};
 use crate::allreduce::{Backend, Mode};
 use crate::fabric::cuda::op::{self, Op, OpError, RankBuffers};
+use crate::fabric::cuda::registry::Published;
 use crate::profile::kernels;
 use crate::profile::routes;
 
@@ -273,7 +274,10 @@ impl AllreduceKernels {
     /// Like ctypes, this trusts its caller: `input` and `output` must be contiguous, distinct
     /// tensors of `nbytes` bytes of the profile's dtype on this GPU, kept alive until the work
     /// has run, and `stream` a live stream of this GPU. allreduce.py checks all of it.
-    #[pyo3(signature = (backend, input, output, nbytes, stream, repeat = 1))]
+    /// `registered`: the call is being captured into a graph the caller will register
+    /// (`register_graph_inputs`): the registered form, where the backend has one.
+    #[pyo3(signature = (backend, input, output, nbytes, stream, repeat = 1, registered = false))]
+    #[allow(clippy::too_many_arguments)]
     fn launch(
         &self,
         backend: i32,
@@ -282,6 +286,7 @@ impl AllreduceKernels {
         nbytes: u64,
         stream: u64,
         repeat: u32,
+        registered: bool,
     ) -> PyResult<()> {
         let b = usize::try_from(backend)
             .ok()
@@ -310,9 +315,55 @@ impl AllreduceKernels {
                 },
                 stream,
                 repeat.max(1),
+                registered,
             )
         }
         .map_err(op_err)
+    }
+
+    /// The handles of the inputs captured since the last registration (JSON), for the group's
+    /// exchange.
+    fn publish_graph_inputs(&self) -> PyResult<String> {
+        let p = self.op().publish_graph_inputs().map_err(op_err)?;
+        Ok(serde_json::to_string(&p).unwrap_or_default())
+    }
+
+    /// Maps every rank's captured inputs (`published[r]` is rank r's `publish_graph_inputs`)
+    /// and fills the captured calls' slots; returns how many calls were registered.
+    fn register_graph_inputs(&self, published: Vec<String>) -> PyResult<usize> {
+        let all = published
+            .iter()
+            .enumerate()
+            .map(|(r, h)| {
+                serde_json::from_str::<Vec<Published>>(h).map_err(|e| {
+                    ArtuneError::new_err(format!(
+                        "rank {r}'s captured inputs are not artune's ({e}); every rank of the group must run this artune"
+                    ))
+                })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        self.op().register_graph_inputs(&all).map_err(op_err)
+    }
+
+    /// Drops every registration: replays of graphs captured so far return NaN.
+    fn unregister_graph_inputs(&self) -> PyResult<()> {
+        self.op().unregister_graph_inputs().map_err(op_err)
+    }
+
+    /// (calls registered, calls captured and waiting for registration).
+    fn graph_calls(&self) -> (usize, usize) {
+        self.op().graph_calls()
+    }
+
+    /// Whether a replay found its call unregistered (its output NaN) since this last said so:
+    /// a host read, no CUDA call.
+    fn missed_registration(&self) -> bool {
+        self.op().missed_registration()
+    }
+
+    /// Device bytes the registered form holds (its slot table).
+    fn registration_bytes(&self) -> u64 {
+        self.op().registration_bytes()
     }
 
     /// Closes the peers' buffers this rank opened; run a barrier of the group before dropping

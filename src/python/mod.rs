@@ -267,6 +267,16 @@ impl Profile {
         Ok(self.follow(tp).custom_at(nbytes, self::mode(mode)?))
     }
 
+    /// `custom_at` at `tp` in `mode` as plain data computed once (src/export/follow.rs
+    /// `Follow::steps`): None where the profile lacks the group, else (from, up_to, custom):
+    /// for `from <= nbytes`, `custom[i]` of the first `i` with `nbytes <= up_to[i]`, and no
+    /// answer past the last bound. The SGLang plugin decides from it inside traced code.
+    #[pyo3(signature = (tp, mode = "graph"))]
+    fn custom_steps(&self, tp: i64, mode: &str) -> PyResult<Option<(u64, Vec<u64>, Vec<bool>)>> {
+        let steps = self.follow(tp_size(tp)?).steps(self::mode(mode)?);
+        Ok(steps.map(|s| (s.from, s.up_to, s.custom)))
+    }
+
     /// The largest size up to which the profile chooses custom from the smallest size, in
     /// every mode it has at `tp` (0: it starts with NCCL): where a fused allreduce+norm stops.
     fn custom_prefix(&self, tp: i64) -> PyResult<u64> {

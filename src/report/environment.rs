@@ -39,8 +39,8 @@ pub fn lines(p: &Profile, out: &mut String) {
         let since = match later {
             0 => String::new(),
             n => format!(
-                "; {n} of {} groups measured beside other work (each group says which)",
-                p.groups.len()
+                "; {n} of {} measured beside other work (each group says which)",
+                super::count(p.groups.len(), "group", "groups")
             ),
         };
         let _ = writeln!(

@@ -3,13 +3,14 @@
 //! the fabric; a run's plots replace the previous run's in the same directory.
 //!
 //! A plot never shows a backend faster than the choice without saying why it was not chosen
-//! (rings, by [`super::passed_over`]), draws whatever backends the group measured (no list of
-//! them here), and keeps its legend in a column of its own, clear of the data.
+//! (a mark per reason, by [`super::passed_over`]), draws whatever backends the group measured
+//! (no list of them here), and keeps its legend in a column of its own, clear of the data.
 
 use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
 
+use super::PassedOver;
 use crate::allreduce::{Backend, Direction};
 use crate::error::Error;
 use crate::profile::{GroupProfile, Profile};
@@ -66,8 +67,27 @@ const LEGEND_WIDTH: u32 = 330;
 enum Mark {
     Line(RGBColor, u32),
     Dot,
-    Ring(RGBColor),
+    /// A heading: no mark.
+    Heading,
+    /// A backend faster than the choice, passed over for this reason.
+    Passed(PassedOver, RGBColor),
     Rule,
+}
+
+/// The marks of backends faster than the choice that were passed over, one shape per reason
+/// so a reader tells them apart on the plot as in the legend: a ring for within the model's
+/// error, a square for not significantly faster (or kept in the band), a cross for over the
+/// memory budget. Centred on the pixel origin; an [`EmptyElement`] places them.
+fn ring(c: RGBColor) -> Circle<(i32, i32), i32> {
+    Circle::new((0, 0), 6, c.stroke_width(2))
+}
+
+fn square(c: RGBColor) -> Rectangle<(i32, i32)> {
+    Rectangle::new([(-5, -5), (5, 5)], c.stroke_width(2))
+}
+
+fn cross(c: RGBColor) -> Cross<(i32, i32), i32> {
+    Cross::new((0, 0), 6, c.stroke_width(2))
 }
 
 /// Draws the legend column: one entry per line, from the top.
@@ -84,7 +104,15 @@ fn legend(
                 area.draw(&PathElement::new([(10, y), (36, y)], c.stroke_width(*w)))
             }
             Mark::Dot => area.draw(&Circle::new((23, y), 4, BLACK.filled())),
-            Mark::Ring(c) => area.draw(&Circle::new((23, y), 5, c.stroke_width(2))),
+            Mark::Heading => Ok(()),
+            Mark::Passed(r, c) => {
+                let at = EmptyElement::at((23, y));
+                match r {
+                    PassedOver::WithinModel => area.draw(&(at + ring(*c))),
+                    PassedOver::NotSignificant => area.draw(&(at + square(*c))),
+                    PassedOver::OverBudget => area.draw(&(at + cross(*c))),
+                }
+            }
             Mark::Rule => area.draw(&PathElement::new(
                 [(23, y - 7), (23, y + 7)],
                 BLACK.mix(0.3),
@@ -202,10 +230,10 @@ fn group_plot(g: &GroupProfile, path: &Path, tag: &str) -> Result<(), Error> {
     let (plots, side) = root.split_horizontally(PLOT_WIDTH);
     let (top, bottom) = plots.split_vertically(560);
     let title = format!(
-        "TP{} {} GPUs {:?} ({}){tag}",
+        "TP{} {} GPUs {} ({}){tag}",
         g.tp,
         g.mode.id(),
-        g.gpus,
+        super::fmt_gpus(&g.gpus),
         g.placement
     );
     let x_labels = ((xmax - xmin) as usize + 1).min(30);
@@ -271,17 +299,17 @@ fn group_plot(g: &GroupProfile, path: &Path, tag: &str) -> Result<(), Error> {
         entries.push((Mark::Rule, "crossover: the choice changes".into()));
     }
     entries.push((Mark::Dot, "the profile's choice at each size (dot)".into()));
-    let mut reasons: Vec<super::PassedOver> = passed.iter().map(|p| p.2).collect();
+    let mut reasons: Vec<PassedOver> = passed.iter().map(|p| p.2).collect();
     reasons.sort();
     reasons.dedup();
     if !reasons.is_empty() {
         entries.push((
-            Mark::Ring(BLACK),
-            "faster than the choice, not chosen (ring):".into(),
+            Mark::Heading,
+            "faster than the choice, not chosen (lower panel):".into(),
         ));
         for r in reasons {
             entries.push((
-                Mark::Ring(RGBColor(128, 128, 128)),
+                Mark::Passed(r, RGBColor(96, 96, 96)),
                 format!("  {}", r.why()),
             ));
         }
@@ -292,10 +320,10 @@ fn group_plot(g: &GroupProfile, path: &Path, tag: &str) -> Result<(), Error> {
 
 /// Below the times: NCCL's time over each backend's (above 1 = faster than NCCL), where a
 /// decision a log-log time plot hides is plain. A backend faster than the choice at a size
-/// gets a ring there, and the legend says why it was not chosen.
+/// gets the mark of the reason it was not chosen there, which the legend names.
 fn speedup_panel(
     g: &GroupProfile,
-    passed: &[(u64, Backend, super::PassedOver)],
+    passed: &[(u64, Backend, PassedOver)],
     area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
     path: &Path,
     (xmin, xmax): (f64, f64),
@@ -346,15 +374,24 @@ fn speedup_panel(
             .draw_series(LineSeries::new(pts, color(b).stroke_width(2)))
             .map_err(|e| draw_err(path, e))?;
     }
+    let marks = |why: PassedOver| {
+        passed
+            .iter()
+            .filter(move |p| p.2 == why)
+            .filter_map(|(bytes, b, _)| {
+                let k = g.buckets.iter().find(|k| k.bytes == *bytes)?;
+                Some((EmptyElement::at((lx(*bytes), ratio(k, *b)?)), color(*b)))
+            })
+    };
+    let at = |(e, c)| e + ring(c);
     chart
-        .draw_series(passed.iter().filter_map(|(bytes, b, _)| {
-            let k = g.buckets.iter().find(|k| k.bytes == *bytes)?;
-            Some(Circle::new(
-                (lx(*bytes), ratio(k, *b)?),
-                6,
-                color(*b).stroke_width(2),
-            ))
-        }))
+        .draw_series(marks(PassedOver::WithinModel).map(at))
+        .map_err(|e| draw_err(path, e))?;
+    chart
+        .draw_series(marks(PassedOver::NotSignificant).map(|(e, c)| e + square(c)))
+        .map_err(|e| draw_err(path, e))?;
+    chart
+        .draw_series(marks(PassedOver::OverBudget).map(|(e, c)| e + cross(c)))
         .map_err(|e| draw_err(path, e))?;
     chart
         .draw_series(g.buckets.iter().filter_map(|k| {
@@ -383,7 +420,7 @@ fn contention_plot(p: &Profile, gpus: &[usize], path: &Path, tag: &str) -> Resul
     root.fill(&WHITE).map_err(|e| draw_err(path, e))?;
     let mut chart = ChartBuilder::on(&root)
         .caption(
-            format!("Contention, GPUs {gpus:?}{tag}"),
+            format!("Contention, GPUs {}{tag}", super::fmt_gpus(gpus)),
             ("sans-serif", 20),
         )
         .margin(12)
@@ -426,4 +463,33 @@ fn contention_plot(p: &Profile, gpus: &[usize], path: &Path, tag: &str) -> Resul
         .draw()
         .map_err(|e| draw_err(path, e))?;
     root.present().map_err(|e| draw_err(path, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each reason a faster backend was passed over has a mark of its own: the legend entries
+    /// of the three reasons, drawn alone and with one label, are three different drawings.
+    #[test]
+    fn each_reason_for_passing_a_backend_over_has_its_own_mark() {
+        let draw = |r: PassedOver| {
+            let mut svg = String::new();
+            {
+                let area = SVGBackend::with_string(&mut svg, (200, 100)).into_drawing_area();
+                let entries = [(Mark::Passed(r, BLACK), "x".to_string())];
+                legend(&area, &entries, Path::new("t.svg")).unwrap();
+                area.present().unwrap();
+            }
+            svg
+        };
+        let marks = [
+            draw(PassedOver::WithinModel),
+            draw(PassedOver::NotSignificant),
+            draw(PassedOver::OverBudget),
+        ];
+        assert_ne!(marks[0], marks[1]);
+        assert_ne!(marks[1], marks[2]);
+        assert_ne!(marks[0], marks[2]);
+    }
 }

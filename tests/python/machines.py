@@ -42,8 +42,11 @@ class OnCuda(torch.Tensor):
         return False
 
 
-def message(nbytes: int, hidden: int = HIDDEN) -> torch.Tensor:
-    t = torch.empty((nbytes // (2 * hidden), hidden), dtype=torch.bfloat16, device="meta")
+def message(nbytes: int, hidden: int = HIDDEN, dtype=torch.bfloat16) -> torch.Tensor:
+    """A message of ``nbytes`` bytes of ``dtype``: an fp32 message has half the elements of a
+    bf16 one of the same size, so a size counted as two bytes an element is seen."""
+    size = torch.empty((), dtype=dtype).element_size()
+    t = torch.empty((nbytes // (size * hidden), hidden), dtype=dtype, device="meta")
     return t.as_subclass(OnCuda)
 
 

@@ -31,10 +31,13 @@ from conftest import NEWEST  # noqa: E402
 from machines import MACHINES, MODES, SIZES, message  # noqa: E402
 
 CAR = custom_all_reduce.CustomAllreduce
+GET_DEVICE_MODULE = torch.get_device_module
+IS_CAPTURING = torch.cuda.is_current_stream_capturing
 V2 = custom_all_reduce_v2.CustomAllReduceV2
 GC = parallel_state.GroupCoordinator
 log_name = "sglang.artune"
-PATCHED = [(CAR, "__init__"), (CAR, "should_custom_ar"), (V2, "__init__"), (GC, "__init__"),
+PATCHED = [(CAR, "__init__"), (CAR, "should_custom_ar"), (V2, "__init__"),
+           (V2, "should_custom_ar"), (GC, "__init__"),
            (GC, "_can_use_flashinfer_allreduce"), (Engine, "_launch_subprocesses")]
 
 
@@ -116,11 +119,11 @@ def on_machine(m, mode, monkeypatch):
     return gc
 
 
-def dispatch(m, nbytes, mode, monkeypatch, flashinfer_tokens=None):
+def dispatch(m, nbytes, mode, monkeypatch, flashinfer_tokens=None, dtype=torch.bfloat16):
     """What SGLang runs: the outplace method its all_reduce picks, and for v2 the kernel.
     ``flashinfer_tokens``: the group is one SGLang tags for FlashInfer's allreduce, whose
     workspace (it needs GPUs) takes messages of up to that many tokens; its kernel records
-    "flashinfer"."""
+    "flashinfer". The message is ``nbytes`` bytes of ``dtype``."""
     seen = []
     monkeypatch.setattr(parallel_state, "outplace_all_reduce",
                         lambda x, group_name, outplace_all_reduce_method: seen.append(
@@ -136,7 +139,9 @@ def dispatch(m, nbytes, mode, monkeypatch, flashinfer_tokens=None):
         monkeypatch.setattr(parallel_state, "flashinfer_allreduce",
                             lambda x, group_name: seen.append("flashinfer"))
         gc._fi_workspace_hint = "tp"
-    gc.all_reduce(message(nbytes))
+    # 4 KiB a token in every dtype, so the smallest size is one whole token.
+    hidden = 4096 // torch.empty((), dtype=dtype).element_size()
+    gc.all_reduce(message(nbytes, hidden=hidden, dtype=dtype))
     assert len(seen) == 1, seen
     if seen[0] == "ca" and isinstance(gc.ca_comm, V2):
         cfg = gc.ca_comm._pick_config(nbytes, gc.ca_comm._can_use_graph())
@@ -147,12 +152,21 @@ def dispatch(m, nbytes, mode, monkeypatch, flashinfer_tokens=None):
 V2_KERNEL = ["1shot_push", "1shot_pull", "2shot_pull"]
 
 
+def nccl_here(p, tp, n, mode):
+    """The profile (artune's select) gives NCCL to this message: no peer-to-peer path of
+    SGLang may take it, inside v2's limits or not. An island choice no engine has counts as
+    its fallback, what SGLang runs without artune's kernels."""
+    c = p.select(tp, n, mode)
+    return c is not None and (not c.custom or c.fallback.startswith("nccl"))
+
+
 def expected(p, m, n, mode, was):
     """By the rule: NCCL where the profile says NCCL; inside its custom band SGLang's own
     order, which for v2 runs at the limits artune's plan gives (push, pull, two-shot)."""
-    c = p.select(m.tp, n, mode)
-    if c is None:
+    if p.select(m.tp, n, mode) is None:
         return {was}
+    if nccl_here(p, m.tp, n, mode):
+        return {"nccl"}
     plan = p.sglang_plan(m.tp, mode)
     if plan[0] == "v2":
         band = next((i for i, lim in enumerate(plan[1]) if n <= lim), 3)
@@ -160,8 +174,6 @@ def expected(p, m, n, mode, was):
             return {"nccl"}
         # Inside the two-shot band SGLang's order may run it over multicast.
         return {f"v2 {V2_KERNEL[band]}"} | ({"v2 2shot_pull multicast"} if band == 2 else set())
-    if not c.custom:
-        return {"nccl"}
     return {was}
 
 
@@ -278,8 +290,8 @@ def test_every_patch_point_is_as_read(profiles, follow):
     # ROCm-only quick AR imports here too; MSCCL++ may not: each is said, none is guessed.
     assert not [s for s in artune.sglang.applied.skipped
                 if not s.startswith(("mscclpp", "quick_ar"))], artune.sglang.applied.skipped
-    assert {"custom_v2", "custom_v1", "flashinfer", "pcie_ipc", "torch_symm_mem"} <= set(
-        artune.sglang.applied.applied)
+    assert {"custom_v2", "custom_v2 gate", "custom_v1", "flashinfer", "pcie_ipc",
+            "torch_symm_mem"} <= set(artune.sglang.applied.applied)
 
 
 
@@ -561,7 +573,7 @@ def test_the_engine_model_was_read_against_the_installed_release():
     assert artune._engine.MODEL["sglang"]["read_against"] == sglang.__version__
 
 
-def fused_norm(tp, nbytes, monkeypatch):
+def fused_norm(tp, nbytes, monkeypatch, dtype=torch.bfloat16):
     """What a layer's norm runs (sglang/srt/layers/layernorm.py
     ``_forward_with_allreduce_fusion``, SGLang's own code, with the fusion on): FlashInfer's
     fused allreduce+RMSNorm where ``flashinfer_allreduce_residual_rmsnorm`` takes it, else the
@@ -578,7 +590,8 @@ def fused_norm(tp, nbytes, monkeypatch):
     monkeypatch.setattr(dist_mod, "attention_tensor_model_parallel_all_reduce",
                         lambda x: FUSED.append("all_reduce") or x)
     norm = types.SimpleNamespace(variance_epsilon=1e-6, forward=lambda x, r, p: (x, r))
-    x = message(nbytes, hidden=1024)
+    x = message(nbytes, hidden=2048 // torch.empty((), dtype=dtype).element_size(),
+                dtype=dtype)  # 2 KiB a token
     FUSED.clear()
     layernorm._forward_with_allreduce_fusion(norm, x, x, None, x, use_attn_tp_group=True)
     assert len(FUSED) == 1, FUSED
@@ -660,9 +673,9 @@ def test_a_failure_inside_the_v1_wrapper_falls_back_to_sglangs_call(profiles, fo
 
 
 def test_every_all_reduce_site_is_modelled():
-    """Every file of the installed SGLang that names an all-reduce mechanism belongs to a path
-    of engines.json (or is listed as no all-reduce): a release that adds a path is seen here
-    as "a new path is unmodelled" (.ci/verdict.py)."""
+    """Every call site of the installed SGLang that names an all-reduce mechanism is listed
+    by a path of engines.json or its dispatch (or lies where no all-reduce is): a release that
+    adds a path is seen here as "a new path is unmodelled" (.ci/verdict.py)."""
     import engine_sites
 
     found = engine_sites.sites("sglang")
@@ -706,3 +719,215 @@ def test_no_construction_path_raises_with_the_plugin_what_it_does_not_raise_with
         for name, call in paths:
             assert outcome(call) == native[name], (prof, name)
         unregister()
+
+
+def h100_tp4(held_out):
+    """The held-out H100 TP4 shape (custom to 16K in graph, 64K in eager, NCCL, custom again
+    from 512K to 1M) and the machine it describes."""
+    from test_why import MACHINES as SHAPES
+
+    path, tp = held_out["H100 TP4 NVSwitch"]
+    return artune.Profile.load(path), path, SHAPES["H100 TP4 NVSwitch"]
+
+
+GRID = [n << 10 for n in (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)]
+
+
+def test_v2_runs_nccl_where_the_profile_says_nccl_inside_its_limits(held_out, follow,
+                                                                     monkeypatch):
+    """v2's limits are bands (push, pull, two-shot, NCCL by size); a profile whose choice
+    goes custom, NCCL, custom is covered by limits that take the NCCL sizes between. Per
+    call, v2 (SGLang's own should_custom_ar and _pick_config) must still leave those sizes
+    to NCCL, as the profile's select says, not as the plugin's plan says."""
+    p, path, m = h100_tp4(held_out)
+    follow(path)
+    artune.sglang.register()
+    inside = 0
+    for n in GRID:
+        for mode in MODES:
+            got = dispatch(m, n, mode, monkeypatch)
+            if nccl_here(p, m.tp, n, mode):
+                assert got == "nccl", (n, mode, got, p.sglang_plan(m.tp, mode))
+                inside += n <= p.sglang_plan(m.tp, mode)[1][2]
+            else:
+                assert got.startswith("v2 "), (n, mode, got)
+    # The plan's limits do cover NCCL sizes, so the limits alone would run v2 there.
+    assert inside >= 2, inside
+
+
+DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+
+
+def test_a_message_is_sized_by_its_own_element_size(held_out, follow, monkeypatch):
+    """fp32 and fp16 messages through SGLang's dispatch: the gates size a message in bytes of
+    its own dtype. The shape's NCCL band starts just above its custom band, so an fp32
+    message sized as if its elements were 2 bytes would land in the custom band."""
+    p, path, m = h100_tp4(held_out)
+    follow(path)
+    artune.sglang.register()
+    halves = 0
+    for dtype in DTYPES:
+        for n in GRID:
+            for mode in MODES:
+                got = dispatch(m, n, mode, monkeypatch, dtype=dtype)
+                want = "nccl" if nccl_here(p, m.tp, n, mode) else "v2"
+                assert got.startswith(want), (dtype, n, mode, got)
+                halves += (dtype == torch.float32 and want == "nccl"
+                           and not nccl_here(p, m.tp, n // 2, mode))
+    assert halves >= 2, halves
+
+
+def test_v2_runs_the_kernel_the_profile_chose_below_each_of_its_three_limits(
+        profiles, follow, monkeypatch):
+    """A profile whose one-stage push, one-stage pull and two-stage pull bands all differ
+    (every other fixture gives two of v2's limits the same value): through SGLang's own
+    _pick_config each size runs the kernel of the profile's choice, so the plugin cannot
+    swap one limit for another unseen."""
+    m = next(x for x in MACHINES if x.name.startswith("A100"))._replace(profile="v2_steps")
+    follow(profiles["v2_steps"])
+    artune.sglang.register()
+    p = artune.Profile.load(profiles["v2_steps"])
+    for mode in MODES:
+        lims = p.sglang_plan(m.tp, mode)[1]
+        assert lims[0] < lims[1] < lims[2], (mode, lims)
+    kernel = {"one_stage_push": "v2 1shot_push", "one_stage_pull": "v2 1shot_pull",
+              "two_stage_pull": "v2 2shot_pull"}
+    seen = set()
+    for n in GRID + [4 << 20]:
+        for mode in MODES:
+            c = p.select(m.tp, n, mode)
+            want = "nccl" if not c.custom else kernel[c.backend]
+            got = dispatch(m, n, mode, monkeypatch)
+            assert got == want, (n, mode, got, c.backend)
+            seen.add(got)
+    assert seen == set(kernel.values()) | {"nccl"}, seen
+
+
+def test_the_fused_norm_sizes_an_fp32_message_by_its_bytes(profiles, follow, monkeypatch):
+    """SGLang's fused allreduce+RMSNorm on fp32 and fp16 hidden states: the cut is in bytes
+    of the message's own dtype, so an fp32 message just above the profile's custom prefix
+    (which holds half as many bytes as two-byte elements would count) is declined."""
+    from sglang.srt.layers import flashinfer_comm_fusion as fc
+
+    monkeypatch.setattr(fc, "flashinfer_allreduce_residual_rmsnorm", fused_standin)
+    top = artune._engine.Bands(artune.Profile.load(profiles["nv_prefix"])).custom_prefix(8)
+    top -= top % (8 << 10)
+    assert top >= 8 << 10, top
+    follow(profiles["nv_prefix"])
+    artune.sglang.register()
+    for dtype in DTYPES:
+        for n in (top, top + (8 << 10), 2 * top):
+            got = fused_norm(8, n, monkeypatch, dtype)
+            assert got == ("flashinfer fused" if n <= top else "all_reduce"), (dtype, n, got)
+
+
+def test_sglangs_traced_all_reduce_is_decided_from_plain_data(held_out, follow, monkeypatch):
+    """Under torch.compile (``--enable-torch-compile``) SGLang's ``all_reduce`` asks its
+    FlashInfer check inside the trace and leaves everything else to its ``outplace_all_reduce``
+    op (method "auto", resolved when the graph runs). With the plugin loaded the whole call
+    must still trace under fullgraph=True: nothing in it may call the extension (Dynamo
+    cannot trace a pyo3 method) or read the CUDA capture state (which the traced graph does
+    not keep). The traced decision is the profile's in either mode: FlashInfer only where
+    both modes give a custom kernel. The group is in eager mode, so a gate that read the
+    mode would let FlashInfer take the sizes where only eager is custom."""
+    from sglang.srt.layers import flashinfer_comm_fusion
+
+    p, path, m = h100_tp4(held_out)
+    seen = []
+    monkeypatch.setattr(flashinfer_comm_fusion, "can_use_flashinfer_allreduce",
+                        lambda x, **k: True)
+    monkeypatch.setattr(parallel_state, "flashinfer_allreduce",
+                        lambda x, group_name: seen.append("flashinfer") or x)
+    monkeypatch.setattr(parallel_state, "outplace_all_reduce",
+                        lambda x, group_name, outplace_all_reduce_method: seen.append(
+                            outplace_all_reduce_method) or x)
+    follow(path)
+    artune.sglang.register()
+    gc = on_machine(m, "eager", monkeypatch)
+    gc._fi_workspace_hint = "tp"
+    # Built; Dynamo needs torch's own get_device_module (the build's stand-in lacks its
+    # __wrapped__) and the real capture query, which it would record into the graph.
+    monkeypatch.setattr(torch, "get_device_module", GET_DEVICE_MODULE)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", IS_CAPTURING)
+    wants = set()
+    for n in GRID:
+        torch._dynamo.reset()
+        traced = torch.compile(gc.all_reduce, fullgraph=True, backend="eager", dynamic=False)
+        seen.clear()
+        traced(torch.empty((n // 4096, 2048), dtype=torch.bfloat16, device="meta"))
+        want = "auto" if any(nccl_here(p, m.tp, n, mode) for mode in MODES) else "flashinfer"
+        assert seen == [want], (n, seen)
+        wants.add((want, nccl_here(p, m.tp, n, "eager")))
+    # FlashInfer and SGLang's op both traced; a size where eager alone is custom among them.
+    assert wants == {("flashinfer", False), ("auto", True), ("auto", False)}, wants
+
+
+def test_sglangs_traced_fused_norm_is_decided_from_plain_data(profiles, follow, monkeypatch):
+    """SGLang's fused allreduce+RMSNorm traced with fullgraph=True with the plugin's cut in
+    it: fused up to the profile's custom prefix, the group's all-reduce above."""
+    from sglang.srt.layers import flashinfer_comm_fusion as fc
+    from sglang.srt.layers import layernorm
+
+    monkeypatch.setattr(fc, "flashinfer_allreduce_residual_rmsnorm", fused_standin)
+    top = artune._engine.Bands(artune.Profile.load(profiles["nv_prefix"])).custom_prefix(8)
+    top -= top % (2 << 10)
+    follow(profiles["nv_prefix"])
+    artune.sglang.register()
+    for n in (top, top + (2 << 10)):
+        fused_norm(8, n, monkeypatch)  # the stand-ins, installed
+        monkeypatch.setattr(torch, "get_device_module", GET_DEVICE_MODULE)
+        parallel = types.SimpleNamespace(attn_tp_size=8)  # Dynamo builds no namespace
+        monkeypatch.setattr(layernorm, "get_parallel", lambda: parallel)
+        norm = types.SimpleNamespace(variance_epsilon=1e-6, forward=lambda x, r, p: (x, r))
+        torch._dynamo.reset()
+        traced = torch.compile(
+            lambda x: layernorm._forward_with_allreduce_fusion(norm, x, x, None, x, True),
+            fullgraph=True, backend="eager", dynamic=False)
+        FUSED.clear()
+        traced(torch.empty((n // 2048, 1024), dtype=torch.bfloat16, device="meta"))
+        assert FUSED == ["flashinfer fused" if n <= top else "all_reduce"], (n, FUSED)
+
+
+def test_a_new_communicator_file_or_call_path_reads_as_not_modelled(tmp_path):
+    """The scan is per call site: a copy of the installed SGLang's communicators folder
+    and of a model file the model lists, with a new communicator file and a new function in
+    that model file added, has exactly those two as unmodelled sites, though their folder
+    and file are listed."""
+    import shutil
+
+    import engine_sites
+
+    src = engine_sites.package_dir("sglang")
+    for rel in ("srt/distributed/device_communicators", "srt/models/beam.py"):
+        dst = tmp_path / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if os.path.isdir(os.path.join(src, rel)) else shutil.copy)(
+            os.path.join(src, rel), dst)
+    assert engine_sites.unmodelled("sglang", str(tmp_path)) == []
+    (tmp_path / "srt/distributed/device_communicators" / "new_ar.py").write_text(
+        "class NewAllReduce:\n    def should_new_allreduce(self, inp):\n        return True\n")
+    with open(tmp_path / "srt/models/beam.py", "a") as f:
+        f.write("\n\ndef another_path(x):\n    return flashinfer_allreduce_fusion(x)\n")
+    assert sorted(engine_sites.unmodelled("sglang", str(tmp_path))) == [
+        "srt/distributed/device_communicators/new_ar.py::NewAllReduce.should_new_allreduce",
+        "srt/models/beam.py::another_path"]
+
+
+def test_the_plain_data_answers_as_the_profile_does(profiles, held_out):
+    """Decided (the plugin's start-up copy of the rule) against the extension's own
+    ``custom_at`` and ``fused_up_to`` on every fixture, at, around and between every bound."""
+    every = dict(profiles, **{k: v[0] for k, v in held_out.items()})
+    for name, path in sorted(every.items()):
+        p = artune.Profile.load(path)
+        d = artune.sglang.Decided(p)
+        for tp in p.tp_sizes + [3]:
+            bounds = {b.up_to_bytes for m in MODES for b in p.bands(tp, m)} if tp != 3 else {1}
+            sizes = sorted({0, 1, 4095, 4096, 4097} | {b + k for b in bounds for k in (-1, 0, 1)})
+            for n in sizes + [1 << 40]:
+                for mode in MODES:
+                    assert d.custom_at(tp, n, mode) == p.custom_at(tp, n, mode), (name, tp, n)
+                either = [p.custom_at(tp, n, m) for m in MODES]
+                assert d.custom_at(tp, n, None) == (
+                    False if False in either else True if True in either else None)
+            for engine in (None, 1, 4096, 1 << 20, 1 << 40):
+                assert d.fused_up_to(tp, engine) == p.fused_up_to(tp, engine), (name, tp, engine)

@@ -619,12 +619,69 @@ def test_the_engine_model_was_read_against_the_installed_release():
 
 
 def test_every_all_reduce_site_is_modelled():
-    """Every file of the installed vLLM that names an all-reduce mechanism belongs to a path
-    of engines.json (or is listed as no all-reduce): a release that adds a path is seen here
-    as "a new path is unmodelled" (.ci/verdict.py)."""
+    """Every call site of the installed vLLM that names an all-reduce mechanism is listed
+    by a path of engines.json or its dispatch (or lies where no all-reduce is): a release that
+    adds a path is seen here as "a new path is unmodelled" (.ci/verdict.py)."""
     import engine_sites
 
     found = engine_sites.sites("vllm")
     assert any("cuda_communicator.py" in f for f in found), found  # the scan reads vLLM
     missing = engine_sites.unmodelled("vllm")
     assert not missing, "unmodelled all-reduce sites: " + ", ".join(missing)
+
+
+def test_a_new_communicator_file_or_call_path_reads_as_not_modelled(tmp_path):
+    """The scan is per call site: a copy of the installed vLLM's communicators folder
+    and of a model file the model lists, with a new communicator file and a new function in
+    that model file added, has exactly those two as unmodelled sites, though their folder
+    and file are listed."""
+    import shutil
+
+    import engine_sites
+
+    src = engine_sites.package_dir("vllm")
+    for rel in ("distributed/device_communicators", "models/beam/nvidia/model.py"):
+        dst = tmp_path / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if os.path.isdir(os.path.join(src, rel)) else shutil.copy)(
+            os.path.join(src, rel), dst)
+    assert engine_sites.unmodelled("vllm", str(tmp_path)) == []
+    (tmp_path / "distributed/device_communicators" / "new_ar.py").write_text(
+        "class NewAllReduce:\n    def should_new_allreduce(self, inp):\n        return True\n")
+    with open(tmp_path / "models/beam/nvidia/model.py", "a") as f:
+        f.write("\n\ndef another_path(x):\n    return flashinfer_allreduce_fusion(x)\n")
+    assert sorted(engine_sites.unmodelled("vllm", str(tmp_path))) == [
+        "distributed/device_communicators/new_ar.py::NewAllReduce.should_new_allreduce",
+        "models/beam/nvidia/model.py::another_path"]
+
+
+def test_a_message_is_sized_by_its_own_element_size(held_out, follow, monkeypatch):
+    """fp32 and fp16 messages through vLLM's dispatch on the held-out H100 TP4 shape (custom
+    to 16K in graph, 64K in eager, then NCCL): the gates size a message in bytes of its own
+    dtype, so an fp32 message just above the custom band, which counted as two bytes an
+    element would fall inside it, runs NCCL."""
+    from test_why import MACHINES as SHAPES
+
+    path, tp = held_out["H100 TP4 NVSwitch"]
+    m = SHAPES["H100 TP4 NVSwitch"]
+    p = artune.Profile.load(path)
+    grid = [n << 10 for n in (4, 8, 16, 32, 64, 128, 256)]
+    dtypes = [torch.bfloat16, torch.float16, torch.float32]
+
+    def run(n, mode, dtype):
+        seen = []
+        hidden = 4096 // torch.empty((), dtype=dtype).element_size()  # 4 KiB a token
+        on_machine(m, mode, monkeypatch, seen).all_reduce(message(n, hidden, dtype))
+        assert len(seen) == 1, seen
+        return seen[0]
+
+    native = {(n, mode, d): run(n, mode, d) for n in grid for mode in MODES for d in dtypes}
+    follow(path)
+    artune.vllm.register()
+    halves = 0
+    for (n, mode, d), was in native.items():
+        nccl = not p.select(tp, n, mode).custom
+        assert run(n, mode, d) == ("pynccl" if nccl else was), (n, mode, d, was)
+        halves += d == torch.float32 and nccl and was != "pynccl" and p.select(
+            tp, n // 2, mode).custom
+    assert halves >= 2, halves

@@ -12,6 +12,7 @@ vllm = pytest.importorskip("vllm", reason="needs the vLLM test environment (.ci/
 
 import artune  # noqa: E402
 import artune.vllm  # noqa: E402
+import torch  # noqa: E402
 from vllm.config.compilation import PassConfig  # noqa: E402
 
 from machines import MACHINES, message  # noqa: E402
@@ -259,3 +260,59 @@ def test_a_refused_fusion_pass_is_not_built_so_vllm_reports_no_failure(
             assert configure(8) == want, prof
         assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
         unregister()
+    # Fusion left to vLLM (ARTUNE_VLLM_FUSION=engine): vLLM builds its pass as without artune.
+    monkeypatch.setenv(artune.vllm.ENV_FUSION, "engine")
+    follow(profiles["nv_nccl"])
+    artune.vllm.register()
+    assert configure(8) == ["fusion pass"]
+
+
+def qwen3_5_fused(tp, nbytes, monkeypatch, dtype=torch.bfloat16):
+    """Whether Qwen3.5's fused allreduce+norm+quant takes a message (vLLM's own
+    ``_get_workspace``, which the model calls before FlashInfer's kernel and which returns
+    None to run the unfused all-reduce); FlashInfer's quant workspace needs GPUs, so it is
+    a stand-in that fits every size; on 10.3 the fusion table reaches 4 MiB at TP8."""
+    from vllm.models.qwen3_5.nvidia.ops import fused_allreduce_norm_quant as q
+
+    stub_platform(monkeypatch, (10, 3))
+    monkeypatch.setattr(q.fi_ar, "fi_ar_available", True)
+    monkeypatch.setattr(q, "_workspace_unsupported", False)
+    monkeypatch.setattr(q.fi_ar, "get_fi_ar_quant_workspace", lambda **k: Workspace())
+    monkeypatch.setattr(q, "get_tensor_model_parallel_rank", lambda: 0)
+    monkeypatch.setattr(q, "get_tp_group", lambda: types.SimpleNamespace(cpu_group=None))
+    x = message(nbytes, hidden=2048 // torch.empty((), dtype=dtype).element_size(), dtype=dtype)
+    return q._get_workspace(x, tp) is not None
+
+
+def test_qwen3_5s_fused_norm_follows_the_profile_unless_fusion_is_left_to_vllm(
+        profiles, follow, monkeypatch):
+    """Qwen3.5's fused allreduce+norm+quant (a fused-norm path of its own, not the pass):
+    fused up to the profile's custom prefix in bytes of the message's dtype (bf16 and fp16),
+    the unfused all-reduce above; ARTUNE_VLLM_FUSION=engine keeps vLLM's sizes there too."""
+    top, sizes = prefix_sizes(profiles)
+    dtypes = [torch.bfloat16, torch.float16]
+    native = {(n, d): qwen3_5_fused(8, n, monkeypatch, d) for n in sizes for d in dtypes}
+    assert all(native.values()), native
+    follow(profiles["nv_prefix"])
+    artune.vllm.register()
+    got = {(n, d): qwen3_5_fused(8, n, monkeypatch, d) for n in sizes for d in dtypes}
+    assert got == {(n, d): n <= top for n in sizes for d in dtypes}, got
+    unregister()
+    monkeypatch.setenv(artune.vllm.ENV_FUSION, "engine")
+    artune.vllm.register()
+    assert {(n, d): qwen3_5_fused(8, n, monkeypatch, d) for n in sizes for d in dtypes} == native
+
+
+def test_the_models_fused_norm_counts_the_bytes_of_the_messages_dtype(profiles, follow,
+                                                                       monkeypatch):
+    """The models' fused allreduce+RMSNorm cut (``_max_token_num``) in tokens of the model's
+    dtype: an fp32 model's tokens hold twice the bytes, so it fuses half as many tokens."""
+    from vllm.model_executor.layers import fused_allreduce_gemma_rms_norm as gemma
+
+    stub_platform(monkeypatch, (10, 3))
+    follow(profiles["nv_prefix"])
+    artune.vllm.register()
+    top = artune._engine.Bands(artune.Profile.load(profiles["nv_prefix"])).custom_prefix(8)
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        size = torch.empty((), dtype=dtype).element_size()
+        assert gemma._max_token_num(8, 1024, dtype) == top // (1024 * size), dtype

@@ -101,7 +101,7 @@ def test_why_is_what_vllms_dispatch_runs_with_the_plugin(held_out, follow, monke
 def test_why_is_what_sglangs_dispatch_runs_with_the_plugin(held_out, follow, monkeypatch):
     pytest.importorskip("sglang", reason="needs the SGLang test environment (.ci/python.sh)")
     import artune.sglang
-    from test_sglang import dispatch, unregister
+    from test_sglang import dispatch, nccl_here, unregister
 
     max_tokens = artune._engine.MODEL["sglang"]["flashinfer_max_tokens"]
 
@@ -120,6 +120,7 @@ def test_why_is_what_sglangs_dispatch_runs_with_the_plugin(held_out, follow, mon
                           for nn in SIZES for mm in MODES for t in (False, True)}
                 follow(profile)
                 artune.sglang.register()
+                p = artune.Profile.load(profile)
                 last = profile
             said = why(profile, tp, n, mode)
             for tagged, engine in ((False, "SGLang + artune's plugin"),
@@ -130,6 +131,9 @@ def test_why_is_what_sglangs_dispatch_runs_with_the_plugin(held_out, follow, mon
                 if tagged and tokens > max_tokens:
                     want = said["SGLang + artune's plugin"]["runs"]
                 assert sglang_name(want) == got, (shape, n, mode, engine, said[engine], got)
+                # Against the profile, not the plugin's plan: NCCL wherever select says NCCL.
+                if nccl_here(p, tp, n, mode):
+                    assert got == "nccl", (shape, n, mode, engine, said[engine])
                 compared += 1
                 changed += got != native[(n, mode, tagged)]
     finally:

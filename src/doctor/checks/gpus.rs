@@ -1,7 +1,7 @@
 //! Checks of the GPUs: P2P per pair, links against their maximum, persistence mode, like GPUs
 //! per island.
 
-use super::{list, no_topology, Check, Status, ON_THE_NODE};
+use super::{list, no_topology, nvml_failed, Check, Status, ON_THE_NODE};
 use crate::doctor::facts::Facts;
 use crate::topology::{PathClass, Status as P2pStatus};
 
@@ -196,8 +196,12 @@ pub fn links(f: &Facts) -> Check {
     Check::ok(
         ID,
         format!(
-            "all {} links run at their maximum generation and width, {reading}{not_measured}",
-            t.links().len()
+            "{} at {} maximum generation and width, {reading}{not_measured}",
+            match t.links().len() {
+                1 => "the one link runs".to_string(),
+                n => format!("all {n} links run"),
+            },
+            if t.links().len() == 1 { "its" } else { "their" }
         ),
     )
 }
@@ -207,7 +211,7 @@ pub fn busy(f: &Facts) -> Check {
     const ID: &str = "busy";
     let r = match &f.occupancy {
         Ok(r) => r,
-        Err(why) => return Check::new(ID, Status::Unknown, why.clone(), ON_THE_NODE),
+        Err(why) => return nvml_failed(f, ID, why),
     };
     match r.describe() {
         None => Check::ok(
@@ -232,7 +236,7 @@ pub fn persistence(f: &Facts) -> Check {
     const ID: &str = "persistence";
     let s = match &f.settings {
         Ok(s) => s,
-        Err(why) => return Check::new(ID, Status::Unknown, why.clone(), ON_THE_NODE),
+        Err(why) => return nvml_failed(f, ID, why),
     };
     let off: Vec<usize> = s
         .iter()
@@ -264,7 +268,13 @@ pub fn persistence(f: &Facts) -> Check {
             ON_THE_NODE,
         );
     }
-    Check::ok(ID, format!("persistence mode is on for all {on} GPUs"))
+    Check::ok(
+        ID,
+        match on {
+            1 => "persistence mode is on for the one GPU".to_string(),
+            n => format!("persistence mode is on for all {n} GPUs"),
+        },
+    )
 }
 
 pub fn islands(f: &Facts) -> Check {

@@ -48,12 +48,23 @@ const ON_THE_NODE: &str = "run `artune doctor` on the GPU node itself, as root";
 
 /// What a check that needs the topology says when NVML gave none (the driver check has why).
 fn no_topology(id: &'static str) -> Check {
-    Check::new(
-        id,
-        Status::Unknown,
-        "NVML could not describe the GPUs (the driver check says why)",
-        "fix the driver check first",
-    )
+    Check::new(id, Status::Unknown, NVML_SAID, "fix the driver check first")
+}
+
+const NVML_SAID: &str = "NVML could not describe the GPUs (the driver check says why)";
+
+/// Whether `why`, an NVML reading's failure, is the one the driver check already reports:
+/// then the check says so rather than the same sentence again.
+fn driver_says(f: &Facts, why: &str) -> bool {
+    f.topology.as_ref().is_err_and(|t| t.contains(why))
+}
+
+/// A check that could not read NVML: the driver check's failure said once, else `why`.
+fn nvml_failed(f: &Facts, id: &'static str, why: &str) -> Check {
+    match driver_says(f, why) {
+        true => no_topology(id),
+        false => Check::new(id, Status::Unknown, why.to_string(), ON_THE_NODE),
+    }
 }
 
 #[cfg(test)]

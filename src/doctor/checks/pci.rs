@@ -1,7 +1,7 @@
 //! Checks of what PCI config space and sysfs say: ACS on the ports between GPUs, the IOMMU,
 //! BAR1.
 
-use super::{list, Check, Status, ON_THE_NODE};
+use super::{driver_says, list, Check, Status, NVML_SAID, ON_THE_NODE};
 use crate::doctor::facts::Facts;
 use crate::topology::sysfs::{self, Acs, PortType, ACS_REDIRECTS};
 use crate::topology::Topology;
@@ -284,6 +284,16 @@ pub fn bar1(f: &Facts) -> Check {
     }
     if fine.is_empty() {
         let why = match &f.settings {
+            Err(why) if driver_says(f, why) => {
+                return Check::new(
+                    ID,
+                    Status::Unknown,
+                    format!(
+                        "the BAR1 size is unknown: {NVML_SAID}, and sysfs shows no BAR1 either"
+                    ),
+                    "fix the driver check first",
+                )
+            }
             Err(why) => why.clone(),
             Ok(s) => s
                 .iter()

@@ -10,9 +10,9 @@ pub fn driver(f: &Facts) -> Check {
         (m, Ok(t)) if m.simulated() => Check::ok(
             ID,
             format!(
-                "{} is a model of {} GPUs: no driver is involved, and the checks below describe the model",
+                "{} is a model of {}: no driver is involved, and the checks below describe the model",
                 m.describe(),
-                t.gpu_count()
+                crate::report::count(t.gpu_count(), "GPU", "GPUs")
             ),
         ),
         (_, Ok(t)) => {

@@ -260,3 +260,25 @@ fn a_gpu_in_use_warns_naming_the_process() {
     assert_eq!(c.status, Status::Warn);
     assert!(c.evidence.contains("pid 77 (trainer)"), "{}", c.evidence);
 }
+
+#[test]
+fn nvmls_failure_is_said_once_by_the_driver_check() {
+    let mut f = facts("pcie-2x");
+    let why = "cannot load the NVIDIA management library (libnvidia-ml.so.1)";
+    f.topology = Err(format!("no NVIDIA GPU was found: {why}"));
+    f.settings = Err(why.into());
+    f.occupancy = Err(why.into());
+    let checks = all(&f);
+    let saying: Vec<&str> = checks
+        .iter()
+        .filter(|c| c.evidence.contains(why))
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(saying, ["driver"], "{checks:?}");
+    for c in [bar1(&f), persistence(&f), busy(&f)] {
+        assert_eq!(c.action, "fix the driver check first", "{c:?}");
+    }
+    // Another failure than the driver's is said where it happens.
+    f.settings = Err("NVML timed out".into());
+    assert!(persistence(&f).evidence.contains("NVML timed out"));
+}

@@ -271,20 +271,28 @@ impl DevBuf {
     /// buffer came from plain cuMemAlloc, which IPC accepts).
     pub fn export(&self) -> Result<IpcHandle, DriverError> {
         self.mem.ctx.bind_to_thread()?;
-        // SAFETY: zeroed bytes are a valid handle to fill in.
-        let mut h: sys::CUipcMemHandle = unsafe { std::mem::zeroed() };
-        // SAFETY: the out-pointer is valid; ptr is the base of a live cuMemAlloc allocation
-        // of the bound context (self.mem keeps it allocated).
-        unsafe { sys::cuIpcGetMemHandle(&mut h, self.ptr).result() }?;
-        Ok(IpcHandle {
-            hex: h
-                .reserved
-                .iter()
-                .map(|b| format!("{:02x}", *b as u8))
-                .collect(),
-            bytes: self.bytes as u64,
-        })
+        // self.mem keeps the allocation alive; ptr is its base.
+        export_base(self.ptr, self.bytes)
     }
+}
+
+/// An IPC handle of the allocation at `base` (a cuMemAlloc'd range of `bytes`, such as
+/// torch's caching allocator's segments), in the bound context: what an engine's tensors are
+/// shared by once a graph captured them.
+pub fn export_base(base: sys::CUdeviceptr, bytes: usize) -> Result<IpcHandle, DriverError> {
+    // SAFETY: zeroed bytes are a valid handle to fill in.
+    let mut h: sys::CUipcMemHandle = unsafe { std::mem::zeroed() };
+    // SAFETY: the out-pointer is valid; the caller names the base of a live allocation of the
+    // bound context (cuMemGetAddressRange's answer).
+    unsafe { sys::cuIpcGetMemHandle(&mut h, base).result() }?;
+    Ok(IpcHandle {
+        hex: h
+            .reserved
+            .iter()
+            .map(|b| format!("{:02x}", *b as u8))
+            .collect(),
+        bytes: bytes as u64,
+    })
 }
 
 /// One 32-bit word of pinned host memory that kernels write through its device address

@@ -69,6 +69,37 @@ pub struct ArArgs {
     pub island: i32,
     pub dirs: u32,
     pub order: [i32; MAX_RANKS],
+    /// The registered form (graph mode): device address of this call's [`RegSlot`], whose
+    /// peers' inputs the host fills after capture; 0 for the staged form.
+    pub reg: u64,
+    /// Device address of a host word the registered form sets to 1 when its slot did not hold
+    /// `reg_gen` (a replay before registration): its output is then NaN.
+    pub missed: u64,
+    /// The generation `reg` must hold for the call to read peers' tensors.
+    pub reg_gen: u32,
+}
+
+/// Mirrors `struct RegSlot` in kernels/common.cuh: one captured call's peers' inputs.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RegSlot {
+    pub input: [u64; MAX_RANKS],
+    pub gen: u32,
+    pub pad: u32,
+}
+
+impl RegSlot {
+    pub const BYTES: usize = std::mem::size_of::<RegSlot>();
+
+    /// The slot as the kernels read it (little-endian, as every CUDA GPU).
+    pub fn to_bytes(self) -> [u8; RegSlot::BYTES] {
+        let mut b = [0u8; RegSlot::BYTES];
+        for (i, p) in self.input.iter().enumerate() {
+            b[i * 8..i * 8 + 8].copy_from_slice(&p.to_le_bytes());
+        }
+        b[MAX_RANKS * 8..MAX_RANKS * 8 + 4].copy_from_slice(&self.gen.to_le_bytes());
+        b
+    }
 }
 
 /// `ArArgs::dirs` bit: the phases inside islands push.

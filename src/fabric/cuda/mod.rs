@@ -25,9 +25,11 @@ pub mod op;
 pub mod prefetch;
 mod probe;
 pub mod protocol;
+pub mod registry;
 mod run;
 mod setup;
 pub mod topo;
+mod traffic;
 mod verify;
 pub mod watchdog;
 pub mod worker;
@@ -40,8 +42,8 @@ use crate::fabric::{Backend, DeviceError, FabricError};
 use crate::topology::reading::LinkReading;
 
 pub use self::coordinator::CudaFabric;
-pub use self::kernels::traffic_bytes;
 pub use self::nccl::nccl_version;
+pub use self::traffic::{floor_fraction, floor_us, must_bytes, traffic_bytes, FLOOR_DEFINITION};
 
 /// How many GPUs CUDA sees: 0 only when there is no driver or the driver finds no device.
 /// Tests skip on 0 alone; a driver that is there but fails to start counts as present (1), so
@@ -68,7 +70,9 @@ use crate::fabric::NO_GPU;
 /// `noopen=BACKEND` (its shared buffers cannot be opened by peers, as when BAR1 or the peer
 /// mapping limit runs out), `wrong=BACKEND` (one element of its output is spoiled before the
 /// check, as a broken kernel would leave it), `slow=BACKEND:K` (each of its calls is queued K
-/// times, so it times K times slower: a real change `check --measure` must catch).
+/// times, so it times K times slower: a real change `check --measure` must catch),
+/// `unregistered=BACKEND` (its graph-mode calls find their registered slot holding another
+/// generation, as a replay before registration does: the output must be NaN).
 pub const ENV_FAULTS: &str = "ARTUNE_CUDA_FAULTS";
 
 /// WorkerFaults a worker injects, from [`ENV_FAULTS`].
@@ -81,6 +85,8 @@ pub struct WorkerFaults {
     pub no_open: Option<Backend>,
     pub wrong: Option<Backend>,
     pub slow: Option<(Backend, u32)>,
+    /// Graph-mode calls of this backend find their registered slot unregistered.
+    pub unregistered: Option<Backend>,
     /// A zeroed device word the never-ending kernel spins on.
     flag: u64,
 }
@@ -100,6 +106,7 @@ impl WorkerFaults {
                 "stall" => f.stall = Some(backend()?),
                 "wrong" => f.wrong = Some(backend()?),
                 "noopen" => f.no_open = Some(backend()?),
+                "unregistered" => f.unregistered = Some(backend()?),
                 "slow" => {
                     let (b, k) = v
                         .split_once(':')
@@ -125,7 +132,7 @@ impl WorkerFaults {
                 }
                 _ => {
                     return Err(format!(
-                        "`{k}` is not a fault (hang, stall, nop2p, noipc, noopen, wrong, slow)"
+                        "`{k}` is not a fault (hang, stall, nop2p, noipc, noopen, wrong, slow, unregistered)"
                     ))
                 }
             }

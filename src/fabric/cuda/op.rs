@@ -16,6 +16,11 @@
 //! nothing but the kernel is queued: under CUDA-graph capture the graph holds one kernel node
 //! per call with the tensors' addresses, and each replay stages the bytes again inside it.
 //!
+//! In graph mode the op can run the registered form instead (super::registry): calls
+//! captured while [`Op::launch`] is told so are recorded, [`Op::publish_graph_inputs`] and
+//! [`Op::register_graph_inputs`] (one exchange of the group after capture) map every rank's
+//! captured inputs into its peers, and replays read them there, with nothing staged.
+//!
 //! The order of calls is [`Op::open`], [`Op::allocate`], [`Op::connect`] with every rank's
 //! handles, then [`Op::launch`]; the handle exchange between them is the caller's (the
 //! engine's process group).
@@ -26,6 +31,7 @@ use super::driver::{self, dev, DeviceFacts, HostWord, Imported, IpcHandle, Span}
 use super::kernels;
 use super::layout::{MAX_RANKS, SIGNAL_STATUS_OFFSET};
 use super::protocol::{BufHandles, Shape};
+use super::registry::{Published, Registry};
 use super::setup::{self, CustomOwned, CustomView};
 use super::Gpu;
 use crate::fabric::{Backend, Dtype, FabricError, Islands};
@@ -96,6 +102,8 @@ pub struct Op {
     place: Option<Place>,
     /// Set by the kernels once a wait of the group gave up on this rank ([`Op::faulted`]).
     fault: HostWord,
+    /// The registered form's slots (graph mode).
+    registry: Registry,
     gpu: Gpu,
 }
 
@@ -152,11 +160,13 @@ impl Op {
             HostWord::alloc(&gpu.ctx),
             "allocating the fault word in pinned host memory",
         )?;
+        let registry = Registry::alloc(&gpu.ctx)?;
         Ok(Op {
             bufs: Vec::new(),
             imported: Vec::new(),
             place: None,
             fault,
+            registry,
             gpu,
         })
     }
@@ -247,6 +257,11 @@ impl Op {
             bus_id: self.gpu.facts.bus_id.clone(),
             backends: published,
         })
+    }
+
+    /// Device bytes the registered form holds whatever the backends (its slot table).
+    pub fn registration_bytes(&self) -> u64 {
+        self.registry.bytes()
     }
 
     /// Per backend: the largest message it serves, device bytes measured, bytes asked for.
@@ -359,14 +374,24 @@ impl Op {
     }
 
     /// Queues `call` on `stream`: the backend's kernel as the tune ran it, which stages
-    /// through its shared buffers itself (module docs). `repeat` queues it that many times,
-    /// from one call (the raw launch a benchmark compares the op's Python path with).
+    /// through its shared buffers itself (module docs). With `registered` (the engine is
+    /// capturing a graph it will register) a backend that has a registered form runs it: the
+    /// call is recorded, and its replays read the peers' inputs once registered, NaN before.
+    /// `repeat` queues it that many times, from one call (the raw launch a benchmark compares
+    /// the op's Python path with).
     ///
     /// # Safety
     /// The call's `input` and `output` each hold `elems` elements of the op's dtype, stay allocated until
     /// the calls have run, and do not overlap; `stream` is a live stream of this GPU's primary
-    /// context (torch's current stream); nothing else writes `output` meanwhile.
-    pub unsafe fn launch(&self, call: Call, stream: u64, repeat: u32) -> Result<(), OpError> {
+    /// context (torch's current stream); nothing else writes `output` meanwhile. With
+    /// `registered`, the input stays allocated as long as the captured graph may be replayed.
+    pub unsafe fn launch(
+        &mut self,
+        call: Call,
+        stream: u64,
+        repeat: u32,
+        registered: bool,
+    ) -> Result<(), OpError> {
         let Call {
             backend,
             input,
@@ -400,7 +425,7 @@ impl Op {
         }
         let gpu = &self.gpu;
         let k = gpu.kernels().map_err(FabricError::Device)?;
-        let work = kernels::Work {
+        let mut work = kernels::Work {
             backend,
             dtype: place.dtype,
             elems,
@@ -408,7 +433,26 @@ impl Op {
             base: place.rank,
             count: 1,
             on_gpu: place.ranks_on_gpu,
+            registered: None,
         };
+        let takes_registered = registered
+            && k.plan(
+                backend,
+                place.dtype,
+                elems,
+                work.ranks,
+                self.gpu.facts.sms,
+                place.ranks_on_gpu,
+                true,
+            )
+            .is_some_and(|p| p.3);
+        if takes_registered {
+            let r = self
+                .registry
+                .record(input, bytes)
+                .map_err(|e| OpError::Call(e.to_string()))?;
+            work.registered = Some(r);
+        }
         let (shared_in, _, shared_out, _) = p.own.spans();
         let mut a = view.args;
         a.fault = self.fault.device_ptr();
@@ -435,6 +479,51 @@ impl Op {
         Ok(())
     }
 
+    /// The handles (allocation and offset) of every input captured since the last
+    /// registration, for the group's exchange.
+    pub fn publish_graph_inputs(&self) -> Result<Vec<Published>, OpError> {
+        Ok(self.registry.publish(&self.gpu.ctx)?)
+    }
+
+    /// Opens the peers' captured inputs (`all[r]` is rank r's [`Op::publish_graph_inputs`])
+    /// and fills the captured calls' slots: their replays read the peers' tensors from now on.
+    /// Returns how many calls were registered.
+    pub fn register_graph_inputs(&mut self, all: &[Vec<Published>]) -> Result<usize, OpError> {
+        let rank = self
+            .place
+            .as_ref()
+            .ok_or_else(|| OpError::Setup("the op is not set up".into()))?
+            .rank;
+        self.registry
+            .register(&self.gpu.ctx, rank, all)
+            .map_err(OpError::Setup)
+    }
+
+    /// Drops every registration (after draining this rank's work): replays of graphs captured
+    /// so far return NaN, and captures from now on need a new registration.
+    pub fn unregister_graph_inputs(&mut self) -> Result<(), OpError> {
+        self.gpu
+            .ctx
+            .synchronize("draining artune's allreduce calls")?;
+        Ok(self.registry.reset()?)
+    }
+
+    /// (calls registered, calls captured and waiting for registration).
+    pub fn graph_calls(&self) -> (usize, usize) {
+        let b = &self.registry.book;
+        (b.registered(), b.pending().len())
+    }
+
+    /// Whether a replayed call found its slot unregistered (its output was NaN) since the last
+    /// time this answered true: a host read, no CUDA call.
+    pub fn missed_registration(&self) -> bool {
+        let m = self.registry.missed();
+        if m {
+            self.registry.clear_missed();
+        }
+        m
+    }
+
     /// Closes every peer's buffers this rank opened, after draining its work. Before any rank
     /// frees its own buffers every rank closes what it opened (CUDA leaves freeing memory a
     /// peer still maps undefined), so the caller runs a barrier between this and the drop.
@@ -446,6 +535,7 @@ impl Op {
             p.view = None;
         }
         self.imported.clear();
+        self.registry.reset()?;
         Ok(())
     }
 

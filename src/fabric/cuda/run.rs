@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::driver::{dev, Event, Graph};
 use super::kernels;
 use super::layout::SIGNAL_STATUS_OFFSET;
-use super::setup::{Impl, Launcher, Ready};
+use super::setup::{Impl, Launcher, Ready, REGISTERED_GEN};
 use super::watchdog::{self, Poll, Waited};
 use super::{Gpu, WorkerFaults};
 use crate::fabric::{Backend, DeviceError, FabricError, Mode};
@@ -77,6 +77,7 @@ impl Launcher {
         faults: &WorkerFaults,
         backend: Backend,
         elems: u64,
+        mode: Mode,
     ) -> Result<(), FabricError> {
         let unit = &self.unit;
         let dtype = self.shape.dtype;
@@ -94,6 +95,17 @@ impl Launcher {
                     base: self.launch.base,
                     count,
                     on_gpu: count,
+                    // Graph mode runs the registered form where the backend has one, as an
+                    // engine's registered graph does; the fault knob's `unregistered` gives it
+                    // a generation its slot never holds (a replay before registration).
+                    registered: (mode == Mode::Graph).then(|| kernels::Registered {
+                        slot: self.reg.ptr(),
+                        gen: match faults.unregistered == Some(backend) {
+                            true => REGISTERED_GEN + 1,
+                            false => REGISTERED_GEN,
+                        },
+                        missed: 0,
+                    }),
                 };
                 // SAFETY: `c.args` holds every rank's buffers, sized for the group's largest
                 // message (see the function's contract); the stream is this worker's.
@@ -131,6 +143,7 @@ impl Launcher {
         backend: Backend,
         elems: u64,
         calls: u32,
+        mode: Mode,
     ) -> Result<(), FabricError> {
         if elems * self.shape.dtype.size() > self.shape.max_bytes {
             return Err(FabricError::BadRequest(format!(
@@ -143,7 +156,7 @@ impl Launcher {
         };
         for _ in 0..calls * repeats {
             // SAFETY: elems fits the group's buffers (checked above).
-            unsafe { self.launch(gpu, faults, backend, elems) }?;
+            unsafe { self.launch(gpu, faults, backend, elems, mode) }?;
         }
         Ok(())
     }
@@ -219,7 +232,14 @@ impl Launcher {
     pub fn warm_up(&self, gpu: &Gpu, backend: Backend, elems: u64) -> Result<(), FabricError> {
         let bytes = elems * self.shape.dtype.size();
         let limit = self.deadline.for_work(bytes, 1);
-        self.launch_calls(gpu, &WorkerFaults::default(), backend, elems, 1)?;
+        self.launch_calls(
+            gpu,
+            &WorkerFaults::default(),
+            backend,
+            elems,
+            1,
+            Mode::Eager,
+        )?;
         self.finish(backend, None, limit, "NCCL warm-up")
     }
 
@@ -237,7 +257,7 @@ impl Launcher {
         let limit = self.deadline.for_work(bytes, calls);
         let what = format!("first replay of a CUDA graph of {calls} {backend} calls");
         dev(u.stream.begin_capture(), "starting a graph capture")?;
-        if let Err(e) = self.launch_calls(gpu, faults, backend, elems, calls) {
+        if let Err(e) = self.launch_calls(gpu, faults, backend, elems, calls, Mode::Graph) {
             u.stream.abort_capture();
             return Err(e);
         }
@@ -296,7 +316,7 @@ impl Launcher {
         let what = format!("{backend} allreduce of {}", crate::units::fmt_size(bytes));
         if mode == Mode::Eager && !self.warm.contains(&(backend, bytes)) {
             let limit = self.deadline.for_work(bytes, 3);
-            self.launch_calls(gpu, faults, backend, elems, 3)?;
+            self.launch_calls(gpu, faults, backend, elems, 3, Mode::Eager)?;
             self.finish(backend, None, limit, &what)?;
             self.check_status(backend)?;
             self.warm.insert((backend, bytes));
@@ -307,12 +327,12 @@ impl Launcher {
         let mut out = Vec::with_capacity(samples as usize);
         for _ in 0..samples {
             if rendezvous {
-                self.launch_calls(gpu, faults, backend, elems, 1)?;
+                self.launch_calls(gpu, faults, backend, elems, 1, Mode::Eager)?;
             }
             dev(u.start.record(&u.stream), "recording an event")?;
             match graph {
                 Some(g) => dev(g.launch(&u.stream), "launching a CUDA graph")?,
-                None => self.launch_calls(gpu, faults, backend, elems, batch)?,
+                None => self.launch_calls(gpu, faults, backend, elems, batch, Mode::Eager)?,
             }
             dev(u.stop.record(&u.stream), "recording an event")?;
             self.finish(backend, Some(&u.stop), limit, &what)?;

@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use super::data;
 use super::driver::{self, dev, DevBuf, Event, Graph, Imported, IpcHandle, Span, Stream};
 use super::kernels;
-use super::layout::{ArArgs, MAX_RANKS};
+use super::layout::{ArArgs, RegSlot, MAX_RANKS};
 use super::nccl;
 use super::protocol::{BufHandles, Launch, RankHandles, Shape};
 use super::watchdog::{self, Deadline};
@@ -50,6 +50,9 @@ pub struct Launcher {
     pub warm: HashSet<(Backend, u64)>,
     /// Whether this GPU's test data was found equal to the host's (once per worker).
     pub data_checked: bool,
+    /// The slot of the registered form (graph mode): every rank's user input, generation
+    /// [`REGISTERED_GEN`], as an engine's op fills its slots after capture.
+    pub reg: DevBuf,
     pub _imported: Vec<Imported>,
     pub deadline: Deadline,
 }
@@ -76,6 +79,30 @@ impl Drop for Launcher {
 /// What a launcher could not reach: ranks whose buffers it could not open or read (the pair
 /// has no working P2P), and custom backends whose shared buffers it could not open.
 pub type Unreached = (Vec<(usize, String)>, Vec<(Backend, String)>);
+
+/// The generation the launcher's registered slot holds.
+pub const REGISTERED_GEN: u32 = 1;
+
+/// The registered form's slot over every rank's user input as this process sees them: in
+/// graph mode the kernels read the ranks' own tensors, as an engine's registered graph does.
+fn registered_slot(gpu: &Gpu, user: &[(Span, Span)]) -> Result<DevBuf, FabricError> {
+    let mut slot = RegSlot {
+        gen: REGISTERED_GEN,
+        ..RegSlot::default()
+    };
+    for (r, (input, _)) in user.iter().enumerate().take(MAX_RANKS) {
+        slot.input[r] = input.ptr();
+    }
+    let buf = dev(
+        DevBuf::alloc(&gpu.ctx, RegSlot::BYTES),
+        "allocating the registered form's slot",
+    )?;
+    dev(
+        buf.upload(0, &slot.to_bytes()),
+        "writing the registered form's slot",
+    )?;
+    Ok(buf)
+}
 
 /// Bytes checked past the end of each output for stray writes during verification.
 pub const GUARD: usize = 256;
@@ -433,6 +460,7 @@ impl Launcher {
             }
         }
         let ctx = &gpu.ctx;
+        let reg = registered_slot(gpu, &user)?;
         let unit = Unit {
             stream: dev(Stream::new(ctx), "creating a stream")?,
             start: dev(Event::new(ctx), "creating an event")?,
@@ -468,6 +496,7 @@ impl Launcher {
                 user,
                 warm: HashSet::new(),
                 data_checked: false,
+                reg,
                 _imported: imported,
                 deadline,
             },
@@ -572,6 +601,9 @@ impl CustomView {
                 island: shape.island as i32,
                 dirs: shape.dirs,
                 order: shape.order.map(i32::from),
+                reg: 0,
+                missed: 0,
+                reg_gen: 0,
             },
             count: 0,
             broken: None,

@@ -181,7 +181,7 @@ impl Launcher {
         match mode {
             Mode::Eager => {
                 let limit = self.deadline.for_work(bytes, calls);
-                self.launch_calls(gpu, faults, backend, elems, calls)?;
+                self.launch_calls(gpu, faults, backend, elems, calls, Mode::Eager)?;
                 self.finish(backend, None, limit, &what)?;
             }
             Mode::Graph => {

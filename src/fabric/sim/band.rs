@@ -74,30 +74,33 @@ pub const COLLAPSE_UNSTATED: f64 = 2.7;
 impl Part {
     /// Half-width of the part's band, ln of the factor, where the part is used within the
     /// range it was calibrated on. From docs/MODEL-ERROR.md's tables: the largest residual of
-    /// the part's own figures, in sample or left out of the fit, rounded up to the next 0.05.
+    /// the part's own figures, in sample or left out of the fit, rounded up to the next 0.01
+    /// (a coarser step would widen a kernel's band past 2x for no figure's sake).
     pub fn half_width(self) -> f64 {
         match self {
-            // C1/C2 point to point: largest residual ln(57.2/56.32) = 0.016.
-            Part::Links => 0.05,
+            // C1/C2 point to point: largest residual ln(112.64/109.3) = 0.030 (C1's two
+            // pairs both ways).
+            Part::Links => 0.04,
             // C5 in sample to 0.3%; fitted without C5 (R1's one-shot gives the loads' rate),
-            // C5's concurrent stores come out 0.52x: ln 0.65. See `width` for flows beyond
-            // C5's twelve.
-            Part::KernelMicrochip => 0.70,
-            // R2's 4 GPUs, the one Broadcom kernel timing, reach ln 0.50 (1 MB, 1.64x); its
+            // C5's concurrent stores come out 0.52x: ln(25.40/13.23) = 0.652. See `width`
+            // for flows beyond C5's twelve.
+            Part::KernelMicrochip => 0.66,
+            // R2's 4 GPUs, the one Broadcom kernel timing, reach ln 0.50 (1 MB, 1.66x); its
             // curves are C5's swapped, so at least as wide as Microchip's.
-            Part::KernelBroadcom => 0.70,
+            Part::KernelBroadcom => 0.66,
             // The middle of the two makes, and either make's curve may hold: the widest.
             Part::KernelUnstated => 0.75,
-            // C1 across switches, C1 56 pairs, C2 same socket: largest residual 0.03.
-            Part::RootComplex => 0.05,
-            // C2 staggered cross-socket reads: largest residual ln(1.30) = 0.26 (k = 7).
-            Part::Interconnect => 0.30,
+            // C1 across switches, C1 56 pairs, C2 same socket: largest residual
+            // ln(182.26/179) = 0.018.
+            Part::RootComplex => 0.02,
+            // C2 staggered cross-socket reads: largest residual ln(52.99/40.8) = 0.261 (k = 7).
+            Part::Interconnect => 0.27,
             // NCCL's bandwidth terms: its own figures reach ln 0.25 (C6 #1603's SHM busbw
             // fitted without C6); C6's Turin graph XML at 256 KB, fixed costs and bytes about
-            // equal, needs 0.35 for its time's band to hold it (1.49x).
-            Part::NcclProtocol => 0.35,
-            // C9: the host CPU's make moves peer bandwidth by about 20%: ln(1.2) = 0.18.
-            Part::HostUnstated => 0.20,
+            // equal, needs 0.38 beside nccl-fixed for its time's band to hold it (1.49x).
+            Part::NcclProtocol => 0.38,
+            // C9: the host CPU's make moves peer bandwidth by about 20%: ln(1.2) = 0.182.
+            Part::HostUnstated => 0.19,
             // No NVLink figure in the calibration set: a guess, said so in the doc.
             Part::NvLink => 0.50,
             // C1's curve on another node: no second make's aggregate is published, so as
@@ -107,14 +110,14 @@ impl Part {
             // R2's one-shot on 4 GPUs at 256 B and 4 KB, 1.34x: ln 0.29 (C2's at 1 KB fitted
             // without C2, no prologue: 0.84x, ln 0.17).
             Part::KernelFixed => 0.30,
-            // C1's ring at 16 KB, 1.37x: ln 0.31.
-            Part::NcclFixed => 0.35,
+            // C1's ring at 16 KB, 1.37x: ln(23.65/17.31) = 0.312.
+            Part::NcclFixed => 0.32,
             // rtx6kpro's 16 flows across the chips collapse to 7.7 GB/s (writes) and 9.0
             // (reads) over two uplinks, where C3's 2.7 per uplink gives 5.4: ln(9.0/5.4) =
-            // 0.51. R2's one-shot, left out, reaches ln 1.47 = 0.39 (4 KB).
-            Part::Collapse => 0.55,
+            // 0.511. R2's one-shot, left out, reaches ln 1.47 = 0.39 (4 KB).
+            Part::Collapse => 0.52,
             // Per switch, ln(uplink rate / 2.7) from `Net::parts`; this is a floor.
-            Part::CollapseUnstated => 0.55,
+            Part::CollapseUnstated => 0.52,
         }
     }
 
@@ -315,7 +318,7 @@ mod tests {
     #[test]
     fn parts_add_in_quadrature() {
         let b = Band::of([Part::Links, Part::Interconnect].into());
-        let h = (0.05f64.powi(2) + 0.30f64.powi(2)).sqrt();
+        let h = (Part::Links.half_width().powi(2) + Part::Interconnect.half_width().powi(2)).sqrt();
         assert!((b.high - h.exp()).abs() < 1e-12 && (b.low * b.high - 1.0).abs() < 1e-12);
     }
 
@@ -325,7 +328,8 @@ mod tests {
             fabric: [(Part::Links, 0.05), (Part::KernelMicrochip, 1.0)].into(),
             host_stated: true,
         };
-        let fixed = (0.05f64.powi(2) + Part::KernelFixed.half_width().powi(2)).sqrt();
+        let links = Part::Links.half_width();
+        let fixed = (links.powi(2) + Part::KernelFixed.half_width().powi(2)).sqrt();
         let data = (0.05f64.powi(2) + 1.0f64.powi(2)).sqrt();
         assert!((g.custom(5.0, 0.0).high.ln() - fixed).abs() < 1e-12);
         assert!((g.custom(0.0, 5.0).high.ln() - data).abs() < 1e-12);

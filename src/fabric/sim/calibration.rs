@@ -20,9 +20,10 @@ pub enum Source {
     /// on 8 RTX PRO 6000 behind Broadcom PEX890xx switches over two sockets, and on the 4 of
     /// one socket. Fits nothing.
     R2,
-    /// local-inference-lab/b12x#139: NCCL's all-reduce on 16 RTX PRO 6000 in four four-GPU
-    /// islands under Microchip switches, each on its own root complex of one socket. Fits
-    /// nothing.
+    /// local-inference-lab/b12x#139: NCCL's all-reduce and an island reduce-scatter (artune's
+    /// island two-shot, pulling in every phase) on 16 RTX PRO 6000 in four four-GPU islands
+    /// under Microchip switches, each on its own root complex of one socket: the one kernel
+    /// timing past C5's 12 flows per switch. Fits nothing.
     R3,
 }
 

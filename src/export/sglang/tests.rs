@@ -1,0 +1,121 @@
+use super::*;
+
+#[test]
+fn bands_never_go_backwards_and_stay_in_the_workspace() {
+    let p = sample::profile_with("nvswitch-8x", &[4], &[1 << 10, 1 << 20, 32 << 20]);
+    for g in &p.groups {
+        let bands = assign(g, v2_workspace());
+        assert!(bands.windows(2).all(|w| w[0] <= w[1]), "{bands:?}");
+        let lim = limits(g, &bands);
+        assert!(lim[0] <= lim[1] && lim[1] <= lim[2], "{lim:?}");
+        assert!(lim[2] <= v2_workspace(), "{lim:?}");
+        assert_eq!(bands[2], 3, "32 MiB is above the workspace: NCCL");
+    }
+}
+
+/// A simulated profile that keeps NCCL where a kernel is modelled faster but within the
+/// model's error: v2 takes none of those sizes, as the rule of docs/ENGINE-PATHS.md says
+/// (an exact tie once went to the earlier band).
+#[test]
+fn a_kernel_faster_only_within_the_model_band_gets_no_v2_size() {
+    let mut p = sample::profile_with("nvswitch-8x", &[4], &[1 << 10, 64 << 10, 1 << 20]);
+    let g = &mut p.groups[0];
+    for b in &mut g.buckets {
+        // The NCCL variant the plugin runs, so that the kernel ties the choice's band.
+        b.choice = plugin_nccl(b);
+        for (k, t) in b.results.iter_mut() {
+            let family = if k.is_custom() {
+                crate::profile::ModelFamily::Custom
+            } else {
+                crate::profile::ModelFamily::Nccl
+            };
+            t.model = Some(crate::profile::ModelBand {
+                low: 0.4,
+                high: 2.5,
+                assumed: false,
+                family: Some(family),
+            });
+        }
+        let nccl = b.results[&b.choice].median_us;
+        let pull = b.results.get_mut(&Backend::OneStagePull).unwrap();
+        (pull.median_us, pull.ci_low_us, pull.ci_high_us) = (nccl / 1.5, nccl / 1.52, nccl / 1.48);
+    }
+    let plan = v2_plan(&p.groups[0]);
+    assert_eq!(plan.lim, [0, 0, 0], "{:?}", plan.bands);
+    // Beyond the band, 1shot_pull takes the sizes again.
+    for b in &mut p.groups[0].buckets {
+        b.choice = Backend::OneStagePull;
+        let nccl = b.results[&Backend::Nccl].median_us;
+        let pull = b.results.get_mut(&Backend::OneStagePull).unwrap();
+        (pull.median_us, pull.ci_low_us, pull.ci_high_us) = (nccl / 10.0, nccl / 10.2, nccl / 9.8);
+    }
+    assert_eq!(v2_plan(&p.groups[0]).lim, [0, 1 << 20, 1 << 20]);
+}
+
+#[test]
+fn a_two_shot_band_past_the_workspace_is_clipped_and_priced() {
+    let mut p = sample::profile_with("nvswitch-8x", &[4], &[1 << 10, 1 << 20, 32 << 20]);
+    let g = &mut p.groups[0];
+    // Make two-shot pull win clearly at 32 MiB.
+    let nccl = g.buckets[2].results[&Backend::Nccl].median_us;
+    let t = g.buckets[2]
+        .results
+        .get_mut(&Backend::TwoStagePull)
+        .unwrap();
+    (t.median_us, t.ci_low_us, t.ci_high_us) = (nccl / 2.0, nccl / 2.1, nccl / 1.9);
+    let plan = v2_plan(&p.groups[0]);
+    assert!(plan.lim[2] <= v2_workspace(), "{:?}", plan.lim);
+    assert_eq!(plan.wants, Some(32 << 20));
+    let o = Options {
+        engine: Engine::Sglang,
+        tp: None,
+        hidden: None,
+        dtype: Dtype::Bf16,
+        source: "s.json".into(),
+        world_size: None,
+        allow_simulated: false,
+        plugin: "libartune.so".into(),
+    };
+    let text = export(&p, &o, &[4]).unwrap().files.remove(0).contents;
+    assert!(
+        text.contains("SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB=32768"),
+        "{text}"
+    );
+    assert!(
+        text.contains("costs 16M more pull workspace per GPU"),
+        "{text}"
+    );
+    // Excluded at 32 MiB by a memory budget, two-shot pull is neither a band there nor a
+    // reason to grow the workspace.
+    p.groups[0].buckets[2].waived.insert(
+        Backend::TwoStagePull,
+        "its buffers ... above the memory budget".into(),
+    );
+    let plan = v2_plan(&p.groups[0]);
+    assert_eq!(plan.wants, None);
+    let text = export(&p, &o, &[4]).unwrap().files.remove(0).contents;
+    assert!(
+        !text.contains("SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB"),
+        "{text}"
+    );
+}
+
+/// v2's limits are bands: a profile that goes custom, NCCL, custom is covered by limits
+/// that take the NCCL size between, and the plugin's per-call gate still gives it to NCCL.
+#[test]
+fn the_plugin_runs_nccl_inside_v2s_limits_where_the_profile_says_nccl() {
+    let mut p = sample::profile_with("nvswitch-8x", &[4], &[4 << 10, 64 << 10, 1 << 20]);
+    for g in &mut p.groups {
+        g.buckets[1].choice = plugin_nccl(&g.buckets[1]);
+    }
+    for g in &p.groups {
+        let Some(Setup::V2 { graph, eager }) = plugin_setup(&p, 4) else {
+            panic!("full NVLink at TP4 runs v2");
+        };
+        let lim = if g.mode == Mode::Graph { graph } else { eager };
+        assert!(lim[2] >= 64 << 10, "the limits cover 64K: {lim:?}");
+        let run = |n| plugin_runs(&p, g, n, false).backend;
+        assert_eq!(run(64 << 10), Some(Backend::Nccl), "{:?}", g.mode);
+        assert_ne!(run(4 << 10), Some(Backend::Nccl));
+    }
+}

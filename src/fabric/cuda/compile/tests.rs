@@ -1,0 +1,160 @@
+use super::*;
+
+const NVRTC13: [i32; 12] = [75, 80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121];
+
+#[test]
+fn arch_string_comes_from_compute_capability() {
+    assert_eq!(
+        target_for((9, 0), &NVRTC13),
+        Some(Target::Cubin("sm_90".into()))
+    );
+    assert_eq!(
+        target_for((12, 1), &NVRTC13),
+        Some(Target::Cubin("sm_121".into()))
+    );
+    assert_eq!(
+        target_for((7, 5), &NVRTC13),
+        Some(Target::Cubin("sm_75".into()))
+    );
+    assert_eq!(
+        target_for((9, 0), &NVRTC13).unwrap().option(),
+        "--gpu-architecture=sm_90"
+    );
+}
+
+#[test]
+fn newer_gpu_than_nvrtc_gets_ptx_for_the_closest_older_arch() {
+    assert_eq!(
+        target_for((13, 0), &NVRTC13),
+        Some(Target::Ptx("compute_121".into()))
+    );
+    assert_eq!(
+        target_for((10, 1), &NVRTC13),
+        Some(Target::Ptx("compute_100".into()))
+    );
+    assert_eq!(target_for((7, 0), &NVRTC13), None);
+}
+
+#[test]
+fn a_cached_image_is_named_by_all_that_makes_it_and_stored_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let t90 = Target::Cubin("sm_90".into());
+    let a = cache_file(dir.path(), (13, 0), "probe.cu", PROBE, &t90);
+    assert_eq!(a, cache_file(dir.path(), (13, 0), "probe.cu", PROBE, &t90));
+    assert_ne!(a, cache_file(dir.path(), (13, 1), "probe.cu", PROBE, &t90));
+    assert_ne!(a, cache_file(dir.path(), (13, 0), "probe.cu", "x", &t90));
+    let t80 = Target::Cubin("sm_80".into());
+    assert_ne!(a, cache_file(dir.path(), (13, 0), "probe.cu", PROBE, &t80));
+    assert!(a.to_string_lossy().ends_with(".cubin"), "{a:?}");
+    // A stored image is read back instead of compiling (no NVRTC is needed here).
+    let sub = dir.path().join("kernels");
+    let file = cache_file(&sub, (13, 0), "probe.cu", PROBE, &t90);
+    let key = file.file_name().unwrap().to_string_lossy().into_owned();
+    store(&sub, &file, &seal(b"image", &key)).unwrap();
+    let img = compile_cached(Some(&sub), (13, 0), "probe.cu", PROBE, &t90).unwrap();
+    assert_eq!(img, b"image");
+    let names: Vec<_> = std::fs::read_dir(&sub).unwrap().collect();
+    assert_eq!(names.len(), 1, "no temporary file is left: {names:?}");
+}
+
+#[test]
+fn the_record_names_the_source_and_the_image_apart() {
+    let t90 = Target::Cubin("sm_90".into());
+    let r = record((13, 0), &t90, &[("allreduce.cu", ALLREDUCE, b"image")]);
+    assert_eq!((r.nvrtc.as_str(), r.target.as_str()), ("13.0", "sm_90"));
+    let p = &r.programs[0];
+    assert_eq!(p.program, "allreduce.cu");
+    // sha256("image")
+    assert_eq!(
+        p.image_sha256,
+        "6105d6cc76af400325e94d588ce511be5bfdbb73b437dc51eca43917d7a43e3d"
+    );
+    let other_image = record((13, 0), &t90, &[("allreduce.cu", ALLREDUCE, b"imagf")]);
+    assert_eq!(other_image.programs[0].source_sha256, p.source_sha256);
+    assert_ne!(other_image.programs[0].image_sha256, p.image_sha256);
+    let other_source = record((13, 0), &t90, &[("allreduce.cu", PROBE, b"image")]);
+    assert_ne!(other_source.programs[0].source_sha256, p.source_sha256);
+    // The options are part of what NVRTC is handed: another target is another source.
+    let t80 = Target::Cubin("sm_80".into());
+    let other_target = record((13, 0), &t80, &[("allreduce.cu", ALLREDUCE, b"image")]);
+    assert_ne!(other_target.programs[0].source_sha256, p.source_sha256);
+    assert_eq!(
+        record((12, 8), &Target::Ptx("compute_90".into()), &[]).target,
+        "compute_90"
+    );
+}
+
+#[test]
+fn a_corrupt_truncated_or_foreign_cache_file_is_refused() {
+    let img = b"\x7fELF an image of some length".to_vec();
+    let good = seal(&img, "probe-00.cubin");
+    assert_eq!(unseal(&good, "probe-00.cubin").unwrap(), &img[..]);
+    // Truncated anywhere, including inside the header.
+    for cut in [0, 5, MAGIC.len() + 3, good.len() - 40, good.len() - 1] {
+        assert!(unseal(&good[..cut], "probe-00.cubin").is_err(), "cut {cut}");
+    }
+    // One flipped byte of the image.
+    let mut bad = good.clone();
+    *bad.last_mut().unwrap() ^= 1;
+    assert_eq!(
+        unseal(&bad, "probe-00.cubin").unwrap_err(),
+        "its contents do not match their checksum"
+    );
+    // Random bytes, a bare image as older artune wrote, another key, padding.
+    assert!(unseal(b"random bytes here", "probe-00.cubin").is_err());
+    assert!(unseal(&img, "probe-00.cubin").is_err());
+    assert!(unseal(&good, "probe-01.cubin").is_err());
+    let mut long = good.clone();
+    long.push(0);
+    assert!(unseal(&long, "probe-00.cubin").is_err());
+}
+
+#[test]
+fn the_allreduce_program_splits_into_one_unit_per_element_type() {
+    let names: Vec<&str> = units().iter().map(|u| u.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "allreduce-bf16.cu",
+            "allreduce-fp16.cu",
+            "allreduce-fp32.cu",
+            "probe.cu",
+            "check.cu",
+            "island-bf16.cu",
+            "island-fp16.cu",
+            "island-fp32.cu"
+        ]
+    );
+    // Each unit instantiates its own type only, and together they instantiate what the
+    // whole program did: every line of the program is in some unit.
+    for (u, d) in units().iter().zip(Dtype::ALL) {
+        for other in Dtype::ALL.into_iter().filter(|o| *o != d) {
+            assert!(!u.src.contains(&format!(", {})", other.id())), "{}", u.name);
+        }
+        assert!(u.src.contains(&format!(", {})", d.id())), "{}", u.name);
+    }
+    for line in ALLREDUCE.lines() {
+        assert!(
+            units()[..3]
+                .iter()
+                .any(|u| u.src.lines().any(|l| l == line)),
+            "{line}"
+        );
+    }
+    // A program with no such lines is compiled whole.
+    assert_eq!(instantiating(PROBE, Dtype::Bf16), None);
+    let tiny = "int x;\nK(Bf16, bf16)\nK(Fp32, fp32)\n";
+    assert_eq!(
+        instantiating(tiny, Dtype::Fp32).unwrap(),
+        "int x;\nK(Fp32, fp32)\n"
+    );
+}
+
+#[test]
+fn sources_are_embedded() {
+    assert!(
+        ALLREDUCE.contains("one_stage_pull_bf16") || ALLREDUCE.contains("AR_KERNELS(Bf16, bf16)")
+    );
+    assert!(PROBE.contains("latch_wait"));
+    assert!(COMMON.contains("struct ArArgs"));
+}

@@ -1,0 +1,364 @@
+//! The registered form inside an engine (graph mode, as vLLM's and SGLang's custom allreduce
+//! run CUDA graphs): under capture the op records each call's input; after capture one
+//! collective call exchanges the IPC handles of the allocations holding them (with the
+//! offsets) and fills each captured call's slot with its peers' inputs, so replays read the
+//! peers' tensors where they lie, with nothing staged. A slot carries the generation its call
+//! was captured in; a replay whose slot holds another one (not registered yet, or dropped)
+//! reads no peer address and leaves its output NaN (kernels/common.cuh, RegSlot).
+//!
+//! [`Book`] is the bookkeeping, with no CUDA in it; [`Registry`] holds it with the slot table
+//! in device memory and the peers' allocations it opened.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cudarc::driver::sys;
+
+use super::driver::{dev, Ctx, DevBuf, HostWord, Imported, IpcHandle};
+use super::kernels::Registered;
+use super::layout::{RegSlot, MAX_RANKS};
+use crate::fabric::FabricError;
+
+/// Calls one op can have captured and not dropped: vLLM's buffer of 8 MiB holds as many
+/// of its 8-pointer slots as 16 384 of ours take in 2.2 MiB (decode graphs of 67 batch sizes
+/// x 2 allreduces x 80 layers stay under it).
+pub const SLOTS: usize = 16384;
+
+/// Why a call cannot be recorded or the group's recordings cannot be registered.
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub enum RegError {
+    #[error("{SLOTS} captured allreduce calls are registered or waiting for registration, the most artune keeps; call unregister_graph_buffers() before capturing more")]
+    Full,
+    #[error("rank {rank} recorded {theirs} captured allreduce calls since the last registration and this rank {mine}; every rank must capture the same graphs before register_graph_buffers()")]
+    Count {
+        rank: usize,
+        theirs: usize,
+        mine: usize,
+    },
+    #[error("{0} ranks' recordings for a group of {1}")]
+    Ranks(usize, usize),
+}
+
+/// One captured call: this rank's input and its length.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Record {
+    pub input: u64,
+    pub bytes: u64,
+    pub gen: u32,
+}
+
+/// Which slot each captured call has, which are registered, and the generation new captures
+/// get. Slot i holds record i; a reset starts again at slot 0 with a new generation, so no
+/// graph captured before it ever matches a slot registered after.
+#[derive(Debug)]
+pub struct Book {
+    gen: u32,
+    records: Vec<Record>,
+    registered: usize,
+}
+
+impl Default for Book {
+    fn default() -> Self {
+        Book {
+            gen: 1,
+            records: Vec::new(),
+            registered: 0,
+        }
+    }
+}
+
+impl Book {
+    /// A slot for a call being captured: its index and the generation it must hold.
+    pub fn record(&mut self, input: u64, bytes: u64) -> Result<(usize, u32), RegError> {
+        if self.records.len() >= SLOTS {
+            return Err(RegError::Full);
+        }
+        self.records.push(Record {
+            input,
+            bytes,
+            gen: self.gen,
+        });
+        Ok((self.records.len() - 1, self.gen))
+    }
+
+    /// The calls captured since the last registration, from slot [`Book::first_pending`].
+    pub fn pending(&self) -> &[Record] {
+        &self.records[self.registered..]
+    }
+
+    pub fn first_pending(&self) -> usize {
+        self.registered
+    }
+
+    /// Calls registered, whose replays read their peers' inputs.
+    pub fn registered(&self) -> usize {
+        self.registered
+    }
+
+    /// The slots of the pending calls: `peers[r][i]` is where rank r's input of pending call
+    /// i lies as this rank maps it (this rank's own entry is ignored: its input is its own).
+    /// Every rank must have recorded as many calls.
+    pub fn fill(&self, rank: usize, peers: &[Vec<u64>]) -> Result<Vec<RegSlot>, RegError> {
+        let pending = self.pending();
+        if peers.len() > MAX_RANKS || rank >= peers.len() {
+            return Err(RegError::Ranks(peers.len(), rank + 1));
+        }
+        if let Some((r, p)) = peers
+            .iter()
+            .enumerate()
+            .find(|(_, p)| p.len() != pending.len())
+        {
+            return Err(RegError::Count {
+                rank: r,
+                theirs: p.len(),
+                mine: pending.len(),
+            });
+        }
+        Ok(pending
+            .iter()
+            .enumerate()
+            .map(|(i, rec)| {
+                let mut s = RegSlot {
+                    gen: rec.gen,
+                    ..RegSlot::default()
+                };
+                for (r, p) in peers.iter().enumerate() {
+                    s.input[r] = if r == rank { rec.input } else { p[i] };
+                }
+                s
+            })
+            .collect())
+    }
+
+    /// The pending calls are registered now.
+    pub fn mark_registered(&mut self) {
+        self.registered = self.records.len();
+    }
+
+    /// Forgets every call: the slots of graphs captured so far stop matching (their replays
+    /// return NaN), and new captures start at slot 0 with a generation none of them had.
+    pub fn reset(&mut self) {
+        self.records.clear();
+        self.registered = 0;
+        self.gen = self.gen.wrapping_add(1).max(1);
+    }
+}
+
+/// What a rank publishes for one captured call: the IPC handle of the allocation holding its
+/// input (cuMemGetAddressRange's base) and where the input starts in it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Published {
+    pub handle: IpcHandle,
+    pub offset: u64,
+}
+
+/// One rank's registrations: the bookkeeping, the slot table the kernels read, the host word
+/// they set on a replay that found its slot unregistered, and the peers' allocations opened.
+pub struct Registry {
+    pub book: Book,
+    table: DevBuf,
+    missed: HostWord,
+    opened: HashMap<String, Imported>,
+}
+
+impl Registry {
+    pub fn alloc(ctx: &Arc<Ctx>) -> Result<Registry, FabricError> {
+        let table = dev(
+            DevBuf::alloc(ctx, SLOTS * RegSlot::BYTES),
+            "allocating the registered calls' slots",
+        )?;
+        dev(table.fill(0), "clearing the registered calls' slots")?;
+        let missed = dev(
+            HostWord::alloc(ctx),
+            "allocating the registration word in pinned host memory",
+        )?;
+        Ok(Registry {
+            book: Book::default(),
+            table,
+            missed,
+            opened: HashMap::new(),
+        })
+    }
+
+    /// Device bytes the registrations hold: the slot table (peers' allocations opened add
+    /// address space, not memory).
+    pub fn bytes(&self) -> u64 {
+        self.table.bytes() as u64
+    }
+
+    /// Records a call being captured and returns its registered form.
+    pub fn record(&mut self, input: u64, bytes: u64) -> Result<Registered, RegError> {
+        let (slot, gen) = self.book.record(input, bytes)?;
+        Ok(Registered {
+            slot: self.table.ptr() + (slot * RegSlot::BYTES) as u64,
+            gen,
+            missed: self.missed.device_ptr(),
+        })
+    }
+
+    /// Whether a replay found its slot unregistered since the last [`Registry::clear_missed`].
+    pub fn missed(&self) -> bool {
+        self.missed.get() != 0
+    }
+
+    pub fn clear_missed(&self) {
+        self.missed.clear()
+    }
+
+    /// The handles of the allocations holding the pending calls' inputs, with offsets.
+    pub fn publish(&self, ctx: &Arc<Ctx>) -> Result<Vec<Published>, FabricError> {
+        dev(ctx.bind_to_thread(), "binding the CUDA context")?;
+        let mut seen: HashMap<u64, IpcHandle> = HashMap::new();
+        let mut out = Vec::new();
+        for rec in self.book.pending() {
+            let (mut base, mut size) = (0, 0usize);
+            // SAFETY: out-pointers valid; the input is a live device address of this context
+            // (the engine keeps its captured graph's memory).
+            dev(
+                unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, rec.input).result() },
+                "finding the allocation that holds a captured input",
+            )?;
+            let handle = match seen.get(&base) {
+                Some(h) => h.clone(),
+                None => {
+                    let h = dev(
+                        super::driver::export_base(base, size),
+                        "exporting a captured input's allocation (cuIpcGetMemHandle; torch's expandable segments cannot be shared)",
+                    )?;
+                    seen.insert(base, h.clone());
+                    h
+                }
+            };
+            out.push(Published {
+                handle,
+                offset: rec.input - base,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Opens every peer's published allocations and fills the pending calls' slots: from now
+    /// on their replays read the peers' inputs. `all[r]` is rank r's [`Registry::publish`].
+    pub fn register(
+        &mut self,
+        ctx: &Arc<Ctx>,
+        rank: usize,
+        all: &[Vec<Published>],
+    ) -> Result<usize, String> {
+        let pending = self.book.pending().to_vec();
+        let mut peers = Vec::new();
+        for (r, theirs) in all.iter().enumerate() {
+            if r == rank || theirs.len() != pending.len() {
+                peers.push(vec![0; theirs.len()]);
+                continue;
+            }
+            let mut at = Vec::new();
+            for (p, rec) in theirs.iter().zip(&pending) {
+                if p.offset.saturating_add(rec.bytes) > p.handle.bytes {
+                    return Err(format!(
+                        "rank {r}'s captured input ends past the allocation it published"
+                    ));
+                }
+                let base = match self.opened.get(&p.handle.hex) {
+                    Some(i) => i.span().ptr(),
+                    None => {
+                        let i = Imported::open(ctx, &p.handle).map_err(|e| {
+                            format!("rank {r}'s captured input could not be opened ({e})")
+                        })?;
+                        let b = i.span().ptr();
+                        self.opened.insert(p.handle.hex.clone(), i);
+                        b
+                    }
+                };
+                at.push(base + p.offset);
+            }
+            peers.push(at);
+        }
+        let slots = self.book.fill(rank, &peers).map_err(|e| e.to_string())?;
+        let bytes: Vec<u8> = slots.iter().flat_map(|s| s.to_bytes()).collect();
+        dev(ctx.bind_to_thread(), "binding the CUDA context").map_err(|e| e.to_string())?;
+        self.table
+            .upload(self.book.first_pending() * RegSlot::BYTES, &bytes)
+            .map_err(|e| format!("writing the registered calls' slots failed: {e}"))?;
+        self.book.mark_registered();
+        Ok(slots.len())
+    }
+
+    /// Drops every registration: replays of graphs captured so far return NaN from here on.
+    /// The caller has drained the work that may read the slots or the peers' allocations.
+    pub fn reset(&mut self) -> Result<(), FabricError> {
+        dev(self.table.fill(0), "clearing the registered calls' slots")?;
+        self.opened.clear();
+        self.book.reset();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn captured_calls_get_slots_in_order_with_the_capture_generation() {
+        let mut b = Book::default();
+        assert_eq!(b.record(0x1000, 64), Ok((0, 1)));
+        assert_eq!(b.record(0x2000, 64), Ok((1, 1)));
+        assert_eq!(b.pending().len(), 2);
+        b.mark_registered();
+        assert!(b.pending().is_empty());
+        assert_eq!(b.record(0x3000, 64), Ok((2, 1)));
+        assert_eq!(b.first_pending(), 2);
+    }
+
+    #[test]
+    fn a_slot_holds_each_peers_input_and_the_rank_its_own() {
+        let mut b = Book::default();
+        b.record(0xa0, 64).unwrap();
+        b.record(0xb0, 64).unwrap();
+        let peers = vec![vec![0x10, 0x20], vec![0, 0], vec![0x30, 0x40]];
+        let s = b.fill(1, &peers).unwrap();
+        assert_eq!(s[0].input[..3], [0x10, 0xa0, 0x30]);
+        assert_eq!(s[1].input[..3], [0x20, 0xb0, 0x40]);
+        assert!(s.iter().all(|s| s.gen == 1));
+    }
+
+    #[test]
+    fn ranks_that_captured_different_calls_are_refused() {
+        let mut b = Book::default();
+        b.record(0xa0, 64).unwrap();
+        let e = b.fill(0, &[vec![0], vec![1, 2]]).unwrap_err();
+        assert_eq!(
+            e,
+            RegError::Count {
+                rank: 1,
+                theirs: 2,
+                mine: 1
+            }
+        );
+        assert!(e.to_string().contains("register_graph_buffers()"), "{e}");
+    }
+
+    #[test]
+    fn after_a_reset_no_earlier_capture_matches_a_new_slot() {
+        let mut b = Book::default();
+        let (slot, old) = b.record(0xa0, 64).unwrap();
+        b.mark_registered();
+        b.reset();
+        let (again, new) = b.record(0xa0, 64).unwrap();
+        assert_eq!(slot, again);
+        assert_ne!(old, new);
+        let s = b.fill(0, &[vec![0]]).unwrap();
+        assert_eq!(s[0].gen, new);
+        // Zeroed slots (never registered) match no generation a capture gets.
+        assert_ne!(new, 0);
+    }
+
+    #[test]
+    fn the_table_has_a_limit() {
+        let mut b = Book::default();
+        for i in 0..SLOTS as u64 {
+            b.record(i, 1).unwrap();
+        }
+        assert_eq!(b.record(0, 1), Err(RegError::Full));
+    }
+}

@@ -1,0 +1,244 @@
+//! What a group's choices are and what they pass over: ranges of equal choice, the kernels the
+//! memory budget excluded, and why a faster backend was not chosen.
+
+use serde::Serialize;
+
+use crate::allreduce::Backend;
+use crate::profile::{Bucket, GroupProfile};
+
+/// A run of neighbouring sizes with the same choice.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Range {
+    pub from_bytes: u64,
+    pub to_bytes: u64,
+    pub backend: Backend,
+    /// NCCL's time divided by the choice's, lowest and highest over the range (> 1 = faster).
+    pub speedup_vs_nccl: Option<(f64, f64)>,
+    /// The better one-stage kernel's time divided by the choice's, over the range, when the
+    /// choice is not one-stage: how much slower forcing a one-stage allreduce would be.
+    pub custom_slowdown: Option<(Backend, f64, f64)>,
+    /// Extra memory per GPU the choice costs (custom buffers sized to the range's top).
+    pub extra_bytes_per_gpu: u64,
+}
+
+fn ratio_range(values: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
+    values
+        .filter(|v| v.is_finite())
+        .fold(None, |acc, v| match acc {
+            None => Some((v, v)),
+            Some((lo, hi)) => Some((lo.min(v), hi.max(v))),
+        })
+}
+
+fn median(b: &Bucket, be: Backend) -> Option<f64> {
+    b.results.get(&be).map(|t| t.median_us)
+}
+
+/// Collapses a group's buckets into ranges of equal choice.
+pub fn ranges(g: &GroupProfile) -> Vec<Range> {
+    let mut out: Vec<Range> = Vec::new();
+    let mut start = 0;
+    for i in 0..g.buckets.len() {
+        let last = i + 1 == g.buckets.len() || g.buckets[i + 1].choice != g.buckets[i].choice;
+        if !last {
+            continue;
+        }
+        let run = &g.buckets[start..=i];
+        let backend = run[0].choice;
+        let speedup = ratio_range(
+            run.iter()
+                .filter_map(|b| Some(median(b, Backend::Nccl)? / median(b, backend)?)),
+        );
+        // What forcing a one-stage kernel (what engines force on PCIe) would cost here.
+        let custom_slowdown = if matches!(backend, Backend::OneStagePull | Backend::OneStagePush) {
+            None
+        } else {
+            [Backend::OneStagePull, Backend::OneStagePush]
+                .into_iter()
+                .filter_map(|c| {
+                    let r = ratio_range(
+                        run.iter()
+                            .filter_map(|b| Some(median(b, c)? / median(b, backend)?)),
+                    )?;
+                    Some((c, r.0, r.1))
+                })
+                .min_by(|a, b| (a.1 + a.2).total_cmp(&(b.1 + b.2)))
+        };
+        let extra = crate::decide::extra_memory(backend, g.ranks(), run[run.len() - 1].bytes);
+        out.push(Range {
+            from_bytes: run[0].bytes,
+            to_bytes: run[run.len() - 1].bytes,
+            backend,
+            speedup_vs_nccl: speedup,
+            custom_slowdown,
+            extra_bytes_per_gpu: extra,
+        });
+        start = i + 1;
+    }
+    out
+}
+
+pub(super) fn fmt_ratio((lo, hi): (f64, f64)) -> String {
+    if (hi - lo) / lo.max(1e-9) < 0.05 {
+        format!("{lo:.2}x")
+    } else {
+        format!("{lo:.2}–{hi:.2}x")
+    }
+}
+
+/// What forcing one-stage kernel `c` over a range would cost, from its time over the choice's
+/// (lowest, highest). Where it was sometimes a little faster (below the decision's threshold,
+/// or not worth its memory), say by how much rather than printing "0.96x slower".
+pub(super) fn forcing_note(c: Backend, lo: f64, hi: f64) -> String {
+    // Within half a percent of the choice is a tie, not "at best 1.00x faster".
+    if hi < 1.005 {
+        String::new()
+    } else if lo >= 0.995 {
+        let lo = lo.max(1.0);
+        if (hi - lo) / lo < 0.05 {
+            format!("forcing {c}: {hi:.2}x slower")
+        } else {
+            format!("forcing {c}: {lo:.2}–{hi:.2}x slower")
+        }
+    } else {
+        format!(
+            "forcing {c}: up to {hi:.2}x slower, at best {:.2}x faster",
+            1.0 / lo
+        )
+    }
+}
+
+/// A backend the memory budget excluded over a run of sizes, and what it gave up.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct OverBudget {
+    pub backend: Backend,
+    pub from_bytes: u64,
+    pub to_bytes: u64,
+    /// The profile's choice's time over the excluded backend's, highest over the sizes
+    /// (> 1: the excluded kernel would have been faster).
+    pub best_speedup: Option<f64>,
+}
+
+/// What the memory budget excluded at one bucket: each backend, its time against the
+/// bucket's choice (choice over it; > 1 means it was faster), and the reason recorded.
+/// The one reading of `Bucket::waived` for `show` and `why`.
+pub fn budget_exclusions(b: &Bucket) -> Vec<(Backend, Option<f64>, &str)> {
+    b.waived
+        .iter()
+        .map(|(k, why)| {
+            let r = median(b, b.choice).zip(median(b, *k)).map(|(c, x)| c / x);
+            (*k, r, why.as_str())
+        })
+        .collect()
+}
+
+/// Per backend, the sizes the memory budget excluded it from (first to last), and the most
+/// it would have gained there.
+pub fn over_budget(g: &GroupProfile) -> Vec<OverBudget> {
+    let mut out: Vec<OverBudget> = Vec::new();
+    for b in &g.buckets {
+        for (k, r, _) in budget_exclusions(b) {
+            match out.iter_mut().find(|o| o.backend == k) {
+                Some(o) => {
+                    o.to_bytes = b.bytes;
+                    o.best_speedup = match (o.best_speedup, r) {
+                        (Some(x), Some(y)) => Some(x.max(y)),
+                        (x, y) => x.or(y),
+                    };
+                }
+                None => out.push(OverBudget {
+                    backend: k,
+                    from_bytes: b.bytes,
+                    to_bytes: b.bytes,
+                    best_speedup: r,
+                }),
+            }
+        }
+    }
+    out
+}
+
+/// Why a backend faster than the choice at a size was not chosen there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum PassedOver {
+    /// Its buffers for that size exceed the memory budget.
+    OverBudget,
+    /// Its lead lies within the model's error (a simulated profile): not sure; a
+    /// measurement on the machine decides.
+    WithinModel,
+    /// Not significantly faster by the rule (the intervals overlap, or by under 5%), or kept
+    /// in its neighbours' band.
+    NotSignificant,
+}
+
+impl PassedOver {
+    pub fn why(self) -> &'static str {
+        match self {
+            PassedOver::OverBudget => "over the memory budget",
+            PassedOver::WithinModel => "not sure: within the model's error",
+            PassedOver::NotSignificant => "not significantly faster, or kept in the band",
+        }
+    }
+}
+
+/// Per size, each backend whose median beats the choice's by more than the rule's effect
+/// ([`crate::decide::MIN_EFFECT`]), and why it was not chosen: what a plot or a table must say
+/// wherever it shows a backend faster than the choice.
+pub fn passed_over(g: &GroupProfile) -> Vec<(u64, Backend, PassedOver)> {
+    let mut out = Vec::new();
+    for b in &g.buckets {
+        let Some(chosen) = b.results.get(&b.choice) else {
+            continue;
+        };
+        for (k, t) in &b.results {
+            if *k == b.choice || t.median_us * (1.0 + crate::decide::MIN_EFFECT) >= chosen.median_us
+            {
+                continue;
+            }
+            let why = if b.waived.contains_key(k) {
+                PassedOver::OverBudget
+            } else if t.model.is_some() && crate::decide::beyond(t, chosen) <= 0.0 {
+                PassedOver::WithinModel
+            } else {
+                PassedOver::NotSignificant
+            };
+            out.push((b.bytes, *k, why));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forcing_note_never_calls_a_faster_kernel_slower() {
+        let c = Backend::OneStagePull;
+        assert_eq!(
+            forcing_note(c, 1.5, 1.52),
+            "forcing one_stage_pull: 1.52x slower"
+        );
+        assert_eq!(
+            forcing_note(c, 1.0, 7.1),
+            "forcing one_stage_pull: 1.00–7.10x slower"
+        );
+        assert_eq!(
+            forcing_note(c, 0.96, 22.12),
+            "forcing one_stage_pull: up to 22.12x slower, at best 1.04x faster"
+        );
+        assert_eq!(forcing_note(c, 0.9, 0.99), "");
+    }
+
+    #[test]
+    fn ranges_merge_equal_choices() {
+        let p = crate::profile::tests::fixture();
+        let r = ranges(&p.groups[0]);
+        assert_eq!(r.len(), 2);
+        assert_eq!(
+            (r[0].from_bytes, r[0].to_bytes, r[0].backend),
+            (4096, 8192, Backend::OneStagePull)
+        );
+        assert_eq!(r[1].backend, Backend::Nccl);
+    }
+}
