@@ -19,7 +19,7 @@ use std::collections::HashMap;
 pub use self::curve::{Curve, FORWARDING_CALIBRATED_FLOWS, FORWARDING_DEFAULT};
 use super::band::Part;
 use super::calibration::Calibration;
-use super::kernel::Kernel;
+use super::kernel::KernelFactors;
 use crate::fabric::Direction;
 use crate::topology::PathClass;
 
@@ -133,7 +133,7 @@ pub struct Net {
     /// Path class per ordered GPU pair, row-major.
     paths: Vec<PathClass>,
     /// Kernel-traffic behaviour of each node resource (switch, root complex, socket fabric).
-    kernel: Vec<Option<Kernel>>,
+    kernel: Vec<Option<KernelFactors>>,
     /// Lone-stream kernel shares of each GPU's port (store, load), from the node above it.
     gpu_alone: Vec<(f64, f64)>,
     /// Which kernel-traffic and collapse values no file stated, in words.

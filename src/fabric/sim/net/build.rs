@@ -10,7 +10,7 @@ use super::{
 };
 use crate::fabric::sim::band::Part;
 use crate::fabric::sim::calibration::Calibration;
-use crate::fabric::sim::kernel::{Kernel, NodeKind};
+use crate::fabric::sim::kernel::{KernelFactors, NodeKind};
 use crate::fabric::Direction;
 use crate::topology::{Link, Node, PathClass, Topology};
 
@@ -26,7 +26,7 @@ struct Builder {
     caps: Vec<f64>,
     curves: Vec<Option<Curve>>,
     /// Kernel-traffic behaviour of node resources, by resource index.
-    node_kernel: Vec<(usize, Kernel)>,
+    node_kernel: Vec<(usize, KernelFactors)>,
     assumed: Assumed,
     forwarding_assumed: Vec<usize>,
 }
@@ -152,7 +152,7 @@ fn switches(b: &mut Builder, t: &Topology, cal: &Calibration) -> Switches {
         out.node.push(node);
         // An unknown make was refused by `check_topology`; a hand-built one gets the middle.
         let kind = NodeKind::of_switch(s.vendor.as_deref()).unwrap_or(NodeKind::Unstated);
-        let (k, guessed) = Kernel::resolve(s.contention.as_ref(), kind, cal.kernel.as_ref());
+        let (k, guessed) = KernelFactors::resolve(s.contention.as_ref(), kind, cal.kernel.as_ref());
         if guessed {
             b.assumed.kernel(kind, format!("switch `{}`", s.id));
         }
@@ -202,7 +202,7 @@ fn root_complexes(b: &mut Builder, t: &Topology, cal: &Calibration) -> (Vec<usiz
         let x = b.add(curve.map_or(f64::INFINITY, |c| c.peak), curve);
         node.push(x);
         let (k, guessed) =
-            Kernel::resolve(r.contention.as_ref(), NodeKind::Cpu, cal.kernel.as_ref());
+            KernelFactors::resolve(r.contention.as_ref(), NodeKind::Cpu, cal.kernel.as_ref());
         if guessed {
             b.assumed
                 .kernel(NodeKind::Cpu, format!("root complex `{}`", r.id));
@@ -234,7 +234,7 @@ fn sockets(b: &mut Builder, t: &Topology, cal: &Calibration) -> Sockets {
         }
         out.fabric.push(node);
         let (k, guessed) =
-            Kernel::resolve(s.contention.as_ref(), NodeKind::Cpu, cal.kernel.as_ref());
+            KernelFactors::resolve(s.contention.as_ref(), NodeKind::Cpu, cal.kernel.as_ref());
         if guessed && crossed {
             b.assumed
                 .kernel(NodeKind::Cpu, format!("socket {} I/O fabric", s.id));
@@ -325,9 +325,9 @@ impl Net {
                             .position(|r| r.id == g.parent)
                             .map(|r| rc_node[r])
                     });
-                let k = node
-                    .and_then(|x| kernel[x].clone())
-                    .unwrap_or_else(|| Kernel::default_for(NodeKind::Cpu, kernel_rates.as_ref()));
+                let k = node.and_then(|x| kernel[x].clone()).unwrap_or_else(|| {
+                    KernelFactors::default_for(NodeKind::Cpu, kernel_rates.as_ref())
+                });
                 (
                     k.alone_on(Direction::Write, b.caps[gpus.up[i]]),
                     k.alone_on(Direction::Read, b.caps[gpus.down[i]]),

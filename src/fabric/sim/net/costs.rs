@@ -9,7 +9,7 @@ impl Net {
     /// on NVLink. A kernel flow weighs 1 / the lowest concurrency factor of the nodes it
     /// crosses, each at the number of distinct kernel flows crossing it, and is capped at its
     /// driving GPU's lone-stream share of that GPU's port rate; both as shares of the driving
-    /// port ([`Kernel::factor_on`](crate::fabric::sim::kernel::Kernel::factor_on)).
+    /// port ([`KernelFactors::factor_on`](crate::fabric::sim::kernel::KernelFactors::factor_on)).
     pub(super) fn kernel_costs(
         &self,
         flows: &[Flow],
