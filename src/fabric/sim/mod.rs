@@ -22,6 +22,7 @@ pub mod nccl;
 pub mod net;
 pub mod noise;
 mod probe;
+mod waiver;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -36,8 +37,7 @@ use super::{
     memory, Backend, DeviceError, Direction, Directions, Fabric, FabricError, FabricInfo, Group,
     Islands, MemoryCost, Mode, NcclAlgo, ProbeSample, Readiness, TimeBand, TimeModel, Verification,
 };
-use crate::allreduce::Plane;
-use crate::topology::{Status, Topology};
+use crate::topology::Topology;
 
 /// CUDA-graph replay of one captured kernel (or NCCL's captured launch), µs.
 const LAUNCH_GRAPH_US: f64 = 1.5;
@@ -218,56 +218,6 @@ impl SimFabric {
         let routes: Vec<Route> = pairs.iter().map(|&(a, b)| self.net.route(a, b)).collect();
         let refs: Vec<&Route> = routes.iter().collect();
         Ok(self.net.rates(&flows, &refs))
-    }
-
-    /// The first pair of `gpus` (in group order) without P2P in `dir`, if any.
-    fn no_p2p(&self, gpus: &[usize], dir: Direction) -> Option<(usize, usize)> {
-        gpus.iter().find_map(|&a| {
-            gpus.iter().filter(|&&b| b != a).find_map(|&b| {
-                let p2p = self.topo.pair(a, b).map(|p| &p.p2p);
-                let status = p2p.map_or(Status::Unknown, |p| match dir {
-                    Direction::Read => p.read,
-                    Direction::Write => p.write,
-                });
-                (status == Status::No).then_some((a, b))
-            })
-        })
-    }
-
-    /// Why `backend` cannot run on `group`, if it cannot, given the first pair without P2P
-    /// reads and writes ([`SimFabric::no_p2p`], found once per group).
-    fn waiver(
-        backend: Backend,
-        group: &Group,
-        model: &nccl::Model,
-        no_p2p: [Option<(usize, usize)>; 2],
-    ) -> Option<String> {
-        if backend.is_hierarchical() {
-            if let Err(why) = &group.islands {
-                return Some(why.clone());
-            }
-        }
-        let needs: &[(usize, &str, &str)] = match backend.spec().plane {
-            Plane::Nccl => {
-                return match backend.nccl_pin() {
-                    Some((_, crate::fabric::NcclProto::LL128)) => model.ll128_off.clone(),
-                    _ => None,
-                }
-            }
-            Plane::Pull => &[(0, "read", "reads")],
-            Plane::Push => &[(1, "write", "writes")],
-            Plane::PerPhase => &[
-                (0, "read", "reads or writes"),
-                (1, "write", "reads or writes"),
-            ],
-        };
-        needs.iter().find_map(|&(dir, what, needed)| {
-            no_p2p[dir].map(|(a, b)| {
-                format!(
-                    "P2P {what} is not available from GPU {a} to GPU {b}, and {backend} {needed} peer memory directly"
-                )
-            })
-        })
     }
 
     /// The model of `gpus`: the prepared group's (in its islands) without a search.
