@@ -75,6 +75,20 @@ pub enum ModelFamily {
     Custom,
 }
 
+impl From<crate::fabric::TimeBand> for ModelBand {
+    fn from(b: crate::fabric::TimeBand) -> ModelBand {
+        ModelBand {
+            low: b.low,
+            high: b.high,
+            assumed: b.assumed,
+            family: Some(match b.model {
+                crate::fabric::TimeModel::Nccl => ModelFamily::Nccl,
+                crate::fabric::TimeModel::Custom => ModelFamily::Custom,
+            }),
+        }
+    }
+}
+
 /// A contention curve: bandwidth as more peers transfer at once.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ContentionCurve {

@@ -2,12 +2,12 @@
 //!
 //! On a terminal a spinner with the elapsed time says what is happening from the first
 //! moment (a large machine takes seconds to model before anything is measured), then becomes
-//! a bar once the tune knows how many cells it plans. Elsewhere (a pipe, a log, a scheduler)
-//! only warnings are printed, one line each.
+//! a bar once the tune knows how many steps (cells and contention probes) it plans.
+//! Elsewhere (a pipe, a log, a scheduler) only warnings are printed, one line each.
 
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -25,6 +25,8 @@ const GRACE: Duration = Duration::from_secs(2);
 #[derive(Clone)]
 pub struct StatusLine {
     bar: Option<ProgressBar>,
+    /// The group being measured, which a probe's message names and a cell's restores.
+    group: Arc<Mutex<String>>,
 }
 
 impl StatusLine {
@@ -38,7 +40,10 @@ impl StatusLine {
             pb.enable_steady_tick(Duration::from_millis(100));
             pb
         });
-        StatusLine { bar }
+        StatusLine {
+            bar,
+            group: Arc::default(),
+        }
     }
 
     /// What the command is doing now, before the cells are counted.
@@ -56,8 +61,9 @@ impl StatusLine {
         }
     }
 
-    /// Follows the harness: cells done of those planned (refinement adds cells, so the total
-    /// grows when the count reaches it), and the group being measured.
+    /// Follows the harness: steps done of those planned (each cell and each contention probe;
+    /// refinement adds cells, so the total grows when the count reaches it), and the group
+    /// being measured, with the probe running where one is.
     pub fn progress(&self, p: Progress) {
         match &p {
             Progress::Fault(f) => self.line(&format!("warning: {f}")),
@@ -72,26 +78,50 @@ impl StatusLine {
             _ => {}
         }
         let Some(pb) = &self.bar else { return };
+        let mut group = self.group.lock().unwrap_or_else(|e| e.into_inner());
+        let step = || {
+            if pb.length().is_some_and(|n| pb.position() + 1 >= n) {
+                pb.inc_length(1);
+            }
+            pb.inc(1);
+        };
         match p {
             Progress::Planned(n) => {
                 pb.set_style(
                     ProgressStyle::with_template(
-                        "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} cells  {msg}",
+                        "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} steps  {msg}",
                     )
                     .unwrap_or_else(|_| ProgressStyle::default_bar()),
                 );
                 pb.set_length(n);
             }
-            Progress::Group { gpus, placement } => pb.set_message(format!(
-                "TP{} GPUs {} ({placement})",
-                gpus.len(),
-                crate::report::fmt_gpus(&gpus)
-            )),
+            Progress::Group { gpus, placement } => {
+                *group = format!(
+                    "TP{} GPUs {} ({placement})",
+                    gpus.len(),
+                    crate::report::fmt_gpus(&gpus)
+                );
+                pb.set_message(group.clone());
+            }
+            Progress::Probe {
+                direction,
+                peers,
+                of,
+            } => {
+                let how = match direction {
+                    crate::fabric::Direction::Read => "reads",
+                    crate::fabric::Direction::Write => "writes",
+                };
+                pb.set_message(format!(
+                    "{group}: contention probe, {how} with {peers} of {of} peers at once"
+                ));
+                step();
+            }
             Progress::Cell { .. } => {
-                if pb.length().is_some_and(|n| pb.position() + 1 >= n) {
-                    pb.inc_length(1);
+                if pb.message() != *group {
+                    pb.set_message(group.clone());
                 }
-                pb.inc(1);
+                step();
             }
             Progress::Fault(_) | Progress::Beside { .. } => {}
         }

@@ -24,7 +24,7 @@ pub fn run(a: TopoArgs) -> Result<i32, Error> {
 }
 
 /// The islands the island schedules take for a group of every GPU, or why there are none: the
-/// partition `tune` derives (src/plan.rs), so it can be read before a tune.
+/// partition `tune` derives (src/plan/), so it can be read before a tune.
 fn island_schedules(t: &crate::topology::Topology) -> String {
     let all: Vec<usize> = (0..t.gpu_count()).collect();
     if all.len() < 2 {

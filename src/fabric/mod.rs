@@ -96,6 +96,25 @@ impl Group {
     }
 }
 
+/// How wrong a model's time can be: the true time lies within [time · low, time · high] as far
+/// as the calibration residuals tell. What a simulated fabric says of each time it gives; the
+/// harness records it in its own terms (`results::ModelBand`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TimeBand {
+    pub low: f64,
+    pub high: f64,
+    /// Whether a property the topology did not state widened it.
+    pub assumed: bool,
+    pub model: TimeModel,
+}
+
+/// Which half of a simulator a time came from: NCCL's model or the custom kernels'.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeModel {
+    Nccl,
+    Custom,
+}
+
 /// Result of checking a backend's output against the expected sum of its inputs.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verification {
@@ -204,7 +223,7 @@ pub trait Fabric {
 
     /// How wrong a model's time of `backend` at `bytes` on the prepared group can be; None
     /// for measured fabrics.
-    fn model_band(&mut self, _backend: Backend, _bytes: u64) -> Option<crate::results::ModelBand> {
+    fn model_band(&mut self, _backend: Backend, _bytes: u64) -> Option<TimeBand> {
         None
     }
 

@@ -133,7 +133,7 @@ pub fn measure_cell(
         let s = cell.summary();
         if cell.finished(&s, h, rival) {
             return timing(backend, &s).map(|t| Timing {
-                model: fabric.model_band(backend, bytes),
+                model: fabric.model_band(backend, bytes).map(Into::into),
                 ..t
             });
         }

@@ -113,7 +113,7 @@ pub struct Plan {
 /// Progress events for a UI; the harness knows nothing about terminals.
 #[derive(Debug, Clone)]
 pub enum Progress {
-    /// Roughly this many cells remain to be measured in total.
+    /// Roughly this many steps (cells and contention probes) remain in total.
     Planned(u64),
     Group {
         gpus: Vec<usize>,
@@ -123,6 +123,12 @@ pub enum Progress {
         backend: Backend,
         bytes: u64,
         mode: Mode,
+    },
+    /// A contention probe starts: every GPU moves bytes with `peers` of `of` peers at once.
+    Probe {
+        direction: Direction,
+        peers: usize,
+        of: usize,
     },
     /// A backend was disqualified (wrong result, timeout, failure); the text is also in the
     /// returned faults. Shown as it happens, so a long tune does not hide it until the end.
@@ -143,7 +149,15 @@ pub fn run(
     progress: &mut dyn FnMut(Progress),
 ) -> Result<(Vec<GroupResults>, Vec<String>), FabricError> {
     let per_group = (plan.modes.len() * plan.sizes.len() * plan.backends.len()) as u64;
-    progress(Progress::Planned(per_group * plan.groups.len() as u64));
+    // A probe is a step of its own: on a large group they take longer than its cells.
+    let probes: u64 = plan
+        .groups
+        .iter()
+        .map(|g| probe_count(plan, g.gpus.len()) as u64)
+        .sum();
+    progress(Progress::Planned(
+        per_group * plan.groups.len() as u64 + probes,
+    ));
     let mut out = Vec::new();
     let mut faults = Vec::new();
     for placement in &plan.groups {
@@ -257,7 +271,7 @@ fn measure_group(
         })
         .collect();
 
-    probe_contention(fabric, plan, &mut res)?;
+    probe_contention(fabric, plan, &mut res, progress)?;
     orient(fabric, &mut res, &ready)?;
 
     let mut verified = BTreeSet::new();
@@ -344,20 +358,35 @@ fn measure_group(
     Ok(res)
 }
 
+/// Probes a group of `n` GPUs runs: each direction with 1 peer at once to all.
+fn probe_count(plan: &Plan, n: usize) -> usize {
+    if plan.contention && n >= 2 {
+        2 * (n - 1)
+    } else {
+        0
+    }
+}
+
 /// The contention curves of the group: reads, then writes, from 1 peer at once to all.
 fn probe_contention(
     fabric: &mut dyn Fabric,
     plan: &Plan,
     res: &mut GroupResults,
+    progress: &mut dyn FnMut(Progress),
 ) -> Result<(), FabricError> {
     let n = res.gpus.len();
-    if !plan.contention || n < 2 {
+    if probe_count(plan, n) == 0 {
         return Ok(());
     }
     'probes: for direction in [Direction::Read, Direction::Write] {
         let mut points = Vec::new();
         for peers in 1..n {
             check_interrupt(&plan.cancel)?;
+            progress(Progress::Probe {
+                direction,
+                peers,
+                of: n - 1,
+            });
             let probe = timed(&mut res.phases.probes_s, || {
                 fabric.probe(direction, peers, plan.harness.probe_bytes)
             });

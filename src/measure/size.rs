@@ -194,7 +194,7 @@ impl<'a> At<'a> {
     fn store(&mut self, res: &mut GroupResults, backend: Backend, t: Timing) {
         // A simulated time carries the model's error band; the rule widens its interval by it.
         let t = Timing {
-            model: self.fabric.model_band(backend, self.bytes),
+            model: self.fabric.model_band(backend, self.bytes).map(Into::into),
             ..t
         };
         res.cells

@@ -267,3 +267,38 @@ fn a_revisit_after_the_sweep_sees_a_backend_drift() {
     let (again, cell) = choice(true);
     assert_eq!(again, Some(Backend::Nccl), "{cell:?}");
 }
+
+#[test]
+fn the_progress_counts_each_contention_probe_as_a_step_before_the_cells() {
+    let mut p = plan(&PAIR, Mode::Graph, Harness::default());
+    p.groups[0].gpus = vec![0, 1, 2, 3];
+    p.contention = true;
+    let mut events = Vec::new();
+    let mut fabric = SimFabric::new(crate::topology::presets::get("pcie-8x-2switch").unwrap(), 1);
+    run(&mut fabric, &p, &mut |e| events.push(e)).unwrap();
+    let probes: Vec<(Direction, usize, usize)> = events
+        .iter()
+        .filter_map(|e| match e {
+            Progress::Probe {
+                direction,
+                peers,
+                of,
+            } => Some((*direction, *peers, *of)),
+            _ => None,
+        })
+        .collect();
+    let each = |d| (1..=3).map(move |k| (d, k, 3));
+    let want: Vec<_> = each(Direction::Read)
+        .chain(each(Direction::Write))
+        .collect();
+    assert_eq!(probes, want);
+    // Planned: 2 backends at one size in one mode, and the 6 probes.
+    assert!(matches!(events[0], Progress::Planned(8)), "{:?}", events[0]);
+    let first_cell = events
+        .iter()
+        .position(|e| matches!(e, Progress::Cell { .. }));
+    let last_probe = events
+        .iter()
+        .rposition(|e| matches!(e, Progress::Probe { .. }));
+    assert!(last_probe < first_cell, "{events:?}");
+}

@@ -452,8 +452,15 @@ impl Topology {
         self.root_complexes.iter().find(|r| r.id == id)
     }
 
+    /// The pair `from` → `to`: at its row-major place, where pairs derived from the tree are,
+    /// without a search of all pairs (their count grows with the square of GPUs).
     pub fn pair(&self, from: usize, to: usize) -> Option<&Pair> {
-        self.pairs.iter().find(|p| p.from == from && p.to == to)
+        let at =
+            (from * self.gpus.len().saturating_sub(1) + to).checked_sub(usize::from(to > from));
+        match at.and_then(|i| self.pairs.get(i)) {
+            Some(p) if p.from == from && p.to == to => Some(p),
+            _ => self.pairs.iter().find(|p| p.from == from && p.to == to),
+        }
     }
 
     /// Every link with a label, for validation and display.

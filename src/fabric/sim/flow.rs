@@ -56,13 +56,13 @@ const EPS: f64 = 1e-9;
 pub fn max_min(p: &Problem) -> Vec<f64> {
     let n = p.flows();
     let mut rate = vec![0.0; n];
-    let mut active = vec![true; n];
+    // The unfrozen flows in index order, so every sum adds in the same order as over all.
+    let mut active: Vec<usize> = (0..n).collect();
     let mut used = vec![0.0; p.caps.len()];
     let mut load = vec![0.0; p.caps.len()];
-    let mut left = n;
-    while left > 0 {
+    while !active.is_empty() {
         load.iter_mut().for_each(|l| *l = 0.0);
-        for f in (0..n).filter(|&f| active[f]) {
+        for &f in &active {
             for &(r, w) in p.path(f) {
                 load[r] += w;
             }
@@ -73,16 +73,16 @@ pub fn max_min(p: &Problem) -> Vec<f64> {
                 inc = inc.min((p.caps[r] - used[r]).max(0.0) / l);
             }
         }
-        for f in (0..n).filter(|&f| active[f]) {
+        for &f in &active {
             inc = inc.min(p.flow_caps[f] - rate[f]);
         }
         if !inc.is_finite() {
-            for f in (0..n).filter(|&f| active[f]) {
+            for &f in &active {
                 rate[f] = f64::INFINITY;
             }
             break;
         }
-        for f in (0..n).filter(|&f| active[f]) {
+        for &f in &active {
             rate[f] += inc;
             for &(r, w) in p.path(f) {
                 used[r] += inc * w;
@@ -90,15 +90,9 @@ pub fn max_min(p: &Problem) -> Vec<f64> {
         }
         let full =
             |r: usize| p.caps[r].is_finite() && p.caps[r] - used[r] <= EPS * p.caps[r].max(1.0);
-        for f in 0..n {
-            if active[f]
-                && (rate[f] >= p.flow_caps[f] * (1.0 - EPS)
-                    || p.path(f).iter().any(|&(r, _)| full(r)))
-            {
-                active[f] = false;
-                left -= 1;
-            }
-        }
+        active.retain(|&f| {
+            !(rate[f] >= p.flow_caps[f] * (1.0 - EPS) || p.path(f).iter().any(|&(r, _)| full(r)))
+        });
     }
     rate
 }

@@ -70,7 +70,7 @@ impl NodeKind {
 
 /// One node's kernel-traffic behaviour, resolved.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Kernel {
+pub struct KernelFactors {
     pub store_alone: f64,
     pub load_alone: f64,
     store: Vec<(f64, f64)>,
@@ -84,12 +84,12 @@ fn points(p: &[KernelPoint]) -> Vec<(f64, f64)> {
     p.iter().map(|p| (p.flows as f64, p.factor)).collect()
 }
 
-impl Kernel {
+impl KernelFactors {
     /// The calibration-derived defaults for a kind of node, from kernel rates measured as C5
     /// measured them; with none (a fit without C5), kernel traffic moves as copy engines do.
-    pub fn default_for(kind: NodeKind, rates: Option<&KernelRates>) -> Kernel {
+    pub fn default_for(kind: NodeKind, rates: Option<&KernelRates>) -> KernelFactors {
         let Some(r) = rates else {
-            return Kernel {
+            return KernelFactors {
                 store_alone: 1.0,
                 load_alone: 1.0,
                 store: vec![],
@@ -110,7 +110,7 @@ impl Kernel {
                 (mid.clone(), mid)
             }
         };
-        Kernel {
+        KernelFactors {
             store_alone: r.store_alone / COPY_PAIR_GBPS,
             load_alone: r.load_alone / COPY_PAIR_GBPS,
             store,
@@ -125,8 +125,8 @@ impl Kernel {
         c: Option<&Contention>,
         kind: NodeKind,
         rates: Option<&KernelRates>,
-    ) -> (Kernel, bool) {
-        let d = Kernel::default_for(kind, rates);
+    ) -> (KernelFactors, bool) {
+        let d = KernelFactors::default_for(kind, rates);
         let Some(k) = c.and_then(|c| c.kernel.as_ref()) else {
             return (d, true);
         };
@@ -141,7 +141,7 @@ impl Kernel {
             || store_curve.is_empty()
             || load_curve.is_empty();
         (
-            Kernel {
+            KernelFactors {
                 store_alone: store_factor.unwrap_or(d.store_alone),
                 load_alone: load_factor.unwrap_or(d.load_alone),
                 store: if store_curve.is_empty() {
@@ -222,8 +222,8 @@ mod tests {
     use super::*;
     use crate::fabric::sim::calibration::Calibration;
 
-    fn default_for(kind: NodeKind) -> Kernel {
-        Kernel::default_for(kind, Calibration::fitted().kernel.as_ref())
+    fn default_for(kind: NodeKind) -> KernelFactors {
+        KernelFactors::default_for(kind, Calibration::fitted().kernel.as_ref())
     }
 
     #[test]
@@ -288,7 +288,7 @@ mod tests {
             ..Default::default()
         };
         let rates = Calibration::fitted().kernel;
-        let (k, assumed) = Kernel::resolve(Some(&c), NodeKind::Microchip, rates.as_ref());
+        let (k, assumed) = KernelFactors::resolve(Some(&c), NodeKind::Microchip, rates.as_ref());
         assert!(assumed);
         assert_eq!(k.alone(Direction::Write), 0.5);
         assert!((k.factor(Direction::Read, 3) - 0.7).abs() < 1e-9);

@@ -17,26 +17,27 @@ pub mod custom;
 pub mod faults;
 pub mod flow;
 pub mod kernel;
+mod model;
 pub mod nccl;
 pub mod net;
 pub mod noise;
-
-use std::collections::{BTreeMap, HashMap};
+mod probe;
+mod waiver;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use self::band::{Band, GroupParts};
-use self::custom::Custom;
+use self::band::Band;
 pub use self::faults::Faults;
+use self::model::{group_model, GroupModel, ModelKey};
 use self::net::{Flow, Net, Route};
 use self::noise::Noise;
+use self::probe::probe_pattern;
 use super::{
     memory, Backend, DeviceError, Direction, Directions, Fabric, FabricError, FabricInfo, Group,
-    Islands, MemoryCost, Mode, NcclAlgo, ProbeSample, Readiness, Verification,
+    Islands, MemoryCost, Mode, NcclAlgo, ProbeSample, Readiness, TimeBand, TimeModel, Verification,
 };
-use crate::allreduce::Plane;
-use crate::topology::{Status, Topology};
+use crate::topology::Topology;
 
 /// CUDA-graph replay of one captured kernel (or NCCL's captured launch), µs.
 const LAUNCH_GRAPH_US: f64 = 1.5;
@@ -47,136 +48,6 @@ const LAUNCH_EAGER_NCCL_US: f64 = 6.5;
 /// How long a hung backend is waited for before it is reported, seconds: the CUDA fabric's
 /// deadline for one GPU operation. Virtual time: the simulator reports it without waiting.
 const HANG_DEADLINE_S: f64 = 10.0;
-
-/// A family's band half-widths on a group, fixed side and data side (ln), and whether any
-/// part assumed what the topology did not state: [`band::Band::split`] precomputed.
-#[derive(Debug, Clone, Copy)]
-struct Halves {
-    fixed: f64,
-    data: f64,
-    assumed: bool,
-}
-
-impl Halves {
-    fn of(fixed: Band, data: Band) -> Halves {
-        Halves {
-            fixed: fixed.high.ln(),
-            data: data.high.ln(),
-            assumed: fixed.parts.union(&data.parts).any(|p| p.assumed()),
-        }
-    }
-
-    /// (low, high) for a time of `f` µs fixed costs and `d` µs data.
-    fn ends(&self, f: f64, d: f64) -> (f64, f64) {
-        let (f, d) = band::shares(f, d);
-        (
-            f * (-self.fixed).exp() + d * (-self.data).exp(),
-            f * self.fixed.exp() + d * self.data.exp(),
-        )
-    }
-}
-
-/// Everything computed once per GPU group.
-#[derive(Debug, Clone)]
-struct GroupModel {
-    nccl: nccl::Model,
-    schedule: nccl::Schedule,
-    custom: Custom,
-    /// The model parts the group's times use, for their error bands.
-    parts: GroupParts,
-    /// Noiseless times per (backend, bytes, mode): ordered, as comparing a few keys costs less
-    /// than hashing one at every call.
-    cache: BTreeMap<(Backend, u64, Mode), f64>,
-    /// [`SimFabric::model_split`] per (backend, bytes), which every measured cell asks for.
-    splits: BTreeMap<(Backend, u64), (f64, f64)>,
-    /// NCCL's device time with no bytes, per algorithm and protocol.
-    fixed: HashMap<(NcclAlgo, crate::fabric::NcclProto), f64>,
-    /// The custom kernels' and NCCL's band half-widths on this group.
-    custom_halves: Halves,
-    nccl_halves: Halves,
-    probes: HashMap<(Direction, usize), ProbePattern>,
-}
-
-/// A group model's key: its GPUs and its islands.
-type ModelKey = (Vec<usize>, Option<Vec<Vec<usize>>>);
-
-/// Where the model of `gpus` in `islands` is in `models`, built on first use. A tune has a few
-/// groups, so a scan beats hashing the key on every call.
-fn group_model(
-    models: &mut Vec<(ModelKey, GroupModel)>,
-    topo: &Topology,
-    net: &Net,
-    host: &nccl::Host,
-    gpus: &[usize],
-    islands: Option<&Islands>,
-) -> usize {
-    let same = |k: &ModelKey| {
-        k.0 == gpus
-            && match (&k.1, islands) {
-                (None, None) => true,
-                (Some(a), Some(b)) => *a == b.gpus,
-                _ => false,
-            }
-    };
-    if let Some(i) = models.iter().position(|(k, _)| same(k)) {
-        return i;
-    }
-    let key = (gpus.to_vec(), islands.map(|i| i.gpus.clone()));
-    models.push((key, {
-        let ring = nccl::ring_order(topo, gpus);
-        let model = nccl::Model::new(topo, net, host, &ring);
-        let schedule = nccl::Schedule::new(topo, net, host, &ring, &model);
-        let parts = GroupParts {
-            fabric: net.parts(gpus),
-            host_stated: host.cpu != nccl::Cpu::Unknown,
-        };
-        GroupModel {
-            nccl: model,
-            schedule,
-            custom: Custom::new(net, gpus, islands),
-            custom_halves: Halves::of(parts.custom(1.0, 0.0), parts.custom(0.0, 1.0)),
-            nccl_halves: Halves::of(parts.nccl(1.0, 0.0), parts.nccl(0.0, 1.0)),
-            parts,
-            fixed: HashMap::new(),
-            cache: BTreeMap::new(),
-            splits: BTreeMap::new(),
-            probes: HashMap::new(),
-        }
-    }));
-    models.len() - 1
-}
-
-/// Per GPU of a probe, (finish µs per byte, one-way latency µs) of each of its flows.
-type ProbePattern = Vec<Vec<(f64, f64)>>;
-
-/// Probe shape: GPU at rank i moves bytes with ranks i+1 .. i+peers, all at once. Finish
-/// times of equal-sized flows scale with their size, so one solve serves every size.
-fn probe_pattern(net: &Net, gpus: &[usize], direction: Direction, peers: usize) -> ProbePattern {
-    let n = gpus.len();
-    let mut flows = Vec::with_capacity(n * peers);
-    for (i, &g) in gpus.iter().enumerate() {
-        for k in 1..=peers {
-            let p = gpus[(i + k) % n];
-            // Probes time copy-engine transfers (p2pBandwidthLatencyTest), like the tables
-            // they are compared with.
-            flows.push(match direction {
-                Direction::Read => Flow::copy(p, g, direction),
-                Direction::Write => Flow::copy(g, p, direction),
-            });
-        }
-    }
-    let routes: Vec<Route> = flows.iter().map(|f| net.route(f.src, f.dst)).collect();
-    let refs: Vec<&Route> = routes.iter().collect();
-    const UNIT: f64 = 1e6;
-    let done = net.finish_times(&flows, &refs, &vec![UNIT; flows.len()]);
-    (0..n)
-        .map(|i| {
-            (0..peers)
-                .map(|k| (done[i * peers + k] / UNIT, routes[i * peers + k].latency_us))
-                .collect()
-        })
-        .collect()
-}
 
 /// Why the simulator cannot model `t`, if it cannot: a switch of a make it has no calibration
 /// data for (one sentence, for the CLI's exit 2).
@@ -347,47 +218,6 @@ impl SimFabric {
         let routes: Vec<Route> = pairs.iter().map(|&(a, b)| self.net.route(a, b)).collect();
         let refs: Vec<&Route> = routes.iter().collect();
         Ok(self.net.rates(&flows, &refs))
-    }
-
-    /// Why `backend` cannot run on `group`, if it cannot.
-    fn waiver(&self, backend: Backend, group: &Group, model: &nccl::Model) -> Option<String> {
-        if backend.is_hierarchical() {
-            if let Err(why) = &group.islands {
-                return Some(why.clone());
-            }
-        }
-        let needs: &[(Direction, &str, &str)] = match backend.spec().plane {
-            Plane::Nccl => {
-                return match backend.nccl_pin() {
-                    Some((_, crate::fabric::NcclProto::LL128)) => model.ll128_off.clone(),
-                    _ => None,
-                }
-            }
-            Plane::Pull => &[(Direction::Read, "read", "reads")],
-            Plane::Push => &[(Direction::Write, "write", "writes")],
-            Plane::PerPhase => &[
-                (Direction::Read, "read", "reads or writes"),
-                (Direction::Write, "write", "reads or writes"),
-            ],
-        };
-        let gpus = &group.gpus;
-        for &(dir, what, needed) in needs {
-            for &a in gpus {
-                for &b in gpus.iter().filter(|&&b| b != a) {
-                    let p2p = self.topo.pair(a, b).map(|p| &p.p2p);
-                    let status = p2p.map_or(Status::Unknown, |p| match dir {
-                        Direction::Read => p.read,
-                        Direction::Write => p.write,
-                    });
-                    if status == Status::No {
-                        return Some(format!(
-                            "P2P {what} is not available from GPU {a} to GPU {b}, and {backend} {needed} peer memory directly"
-                        ));
-                    }
-                }
-            }
-        }
-        None
     }
 
     /// The model of `gpus`: the prepared group's (in its islands) without a search.
@@ -606,23 +436,30 @@ impl Fabric for SimFabric {
         });
         self.reseed(None);
         let model = self.model(&group.gpus).nccl.clone();
+        let no_p2p = [Direction::Read, Direction::Write].map(|d| self.no_p2p(&group.gpus, d));
         let readiness: Vec<Readiness> = backends
             .iter()
-            .map(|&backend| match self.waiver(backend, group, &model) {
-                Some(reason) => Readiness::Waived { backend, reason },
-                None => {
-                    let bytes =
-                        memory::modelled(backend, group.ranks(), group.max_bytes, model.channels);
-                    Readiness::Ready {
-                        backend,
-                        memory: MemoryCost {
-                            bytes_per_gpu: bytes,
-                            measured: false,
-                            modelled_bytes_per_gpu: bytes,
-                        },
+            .map(
+                |&backend| match SimFabric::waiver(backend, group, &model, no_p2p) {
+                    Some(reason) => Readiness::Waived { backend, reason },
+                    None => {
+                        let bytes = memory::modelled(
+                            backend,
+                            group.ranks(),
+                            group.max_bytes,
+                            model.channels,
+                        );
+                        Readiness::Ready {
+                            backend,
+                            memory: MemoryCost {
+                                bytes_per_gpu: bytes,
+                                measured: false,
+                                modelled_bytes_per_gpu: bytes,
+                            },
+                        }
                     }
-                }
-            })
+                },
+            )
             .collect();
         self.prepared = Some(Prepared {
             group: group.clone(),
@@ -769,20 +606,20 @@ impl Fabric for SimFabric {
         SimFabric::assumed(self)
     }
 
-    fn model_band(&mut self, backend: Backend, bytes: u64) -> Option<crate::profile::ModelBand> {
+    fn model_band(&mut self, backend: Backend, bytes: u64) -> Option<TimeBand> {
         let (fixed, data) = self.model_split(backend, bytes)?;
         let m = &self.models[self.prepared.as_ref()?.model].1;
         let (halves, family) = if backend.is_custom() {
-            (m.custom_halves, crate::profile::ModelFamily::Custom)
+            (m.custom_halves, TimeModel::Custom)
         } else {
-            (m.nccl_halves, crate::profile::ModelFamily::Nccl)
+            (m.nccl_halves, TimeModel::Nccl)
         };
         let (low, high) = halves.ends(fixed, data);
-        Some(crate::profile::ModelBand {
+        Some(TimeBand {
             low,
             high,
             assumed: halves.assumed,
-            family: Some(family),
+            model: family,
         })
     }
 

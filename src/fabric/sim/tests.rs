@@ -1,6 +1,6 @@
 use super::*;
 use crate::fabric::Dtype;
-use crate::topology::presets;
+use crate::topology::{presets, Status};
 
 fn sim(preset: &str) -> SimFabric {
     SimFabric::new(presets::get(preset).unwrap(), 42)

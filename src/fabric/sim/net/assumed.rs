@@ -2,7 +2,7 @@
 
 use super::{BROADCOM_COLLAPSE_GBPS, FORWARDING_DEFAULT};
 use crate::fabric::sim::calibration::KernelRates;
-use crate::fabric::sim::kernel::{Kernel, NodeKind};
+use crate::fabric::sim::kernel::{KernelFactors, NodeKind};
 use crate::fabric::Direction;
 
 /// Nodes whose kernel-traffic or collapse behaviour came from defaults, by kind.
@@ -28,10 +28,10 @@ impl Assumed {
 
     /// The assumptions in words, quoting the kernel defaults fitted as `rates`.
     pub(super) fn into_words(self, rates: Option<&KernelRates>) -> Vec<String> {
-        let pct = |k: &Kernel, dir, flows| 100.0 * k.factor(dir, flows);
+        let pct = |k: &KernelFactors, dir, flows| 100.0 * k.factor(dir, flows);
         let (m, b) = (
-            Kernel::default_for(NodeKind::Microchip, rates),
-            Kernel::default_for(NodeKind::Broadcom, rates),
+            KernelFactors::default_for(NodeKind::Microchip, rates),
+            KernelFactors::default_for(NodeKind::Broadcom, rates),
         );
         let mut out = Vec::new();
         if !self.microchip.is_empty() {
@@ -53,7 +53,7 @@ impl Assumed {
             ));
         }
         if !self.unstated.is_empty() {
-            let u = Kernel::default_for(NodeKind::Unstated, rates);
+            let u = KernelFactors::default_for(NodeKind::Unstated, rates);
             out.push(format!(
                 "switch make not stated for {} (switches[].vendor): kernel traffic takes the middle of the Microchip and Broadcom data, {:.1}% of the copy-engine capacity both ways at 12 or more kernel flows, with the widest model band (either make's curve may hold)",
                 self.unstated.join(", "),

@@ -9,20 +9,25 @@ impl Net {
     /// on NVLink. A kernel flow weighs 1 / the lowest concurrency factor of the nodes it
     /// crosses, each at the number of distinct kernel flows crossing it, and is capped at its
     /// driving GPU's lone-stream share of that GPU's port rate; both as shares of the driving
-    /// port ([`Kernel::factor_on`](crate::fabric::sim::kernel::Kernel::factor_on)).
-    pub(super) fn kernel_costs(&self, flows: &[Flow], routes: &[&Route]) -> Vec<(f64, f64)> {
-        let mut seen: Vec<Vec<(usize, usize, bool)>> = vec![Vec::new(); self.caps.len()];
-        for (f, r) in flows.iter().zip(routes) {
-            if f.engine != Engine::Kernel || r.nvlink {
-                continue;
-            }
-            let key = (f.src, f.dst, r.dst_root.is_none());
-            for &x in r.resources.iter().filter(|&&x| self.kernel[x].is_some()) {
-                if !seen[x].contains(&key) {
-                    seen[x].push(key);
-                }
-            }
-        }
+    /// port ([`KernelFactors::factor_on`](crate::fabric::sim::kernel::KernelFactors::factor_on)).
+    pub(super) fn kernel_costs(
+        &self,
+        flows: &[Flow],
+        routes: &[&Route],
+        order: &[usize],
+    ) -> Vec<(f64, f64)> {
+        let kernel: Vec<bool> = flows
+            .iter()
+            .zip(routes)
+            .map(|(f, r)| f.engine == Engine::Kernel && !r.nvlink)
+            .collect();
+        let seen = if kernel.iter().any(|&k| k) {
+            // Only kernel flows count towards a node's kernel concurrency.
+            let only: Vec<usize> = order.iter().copied().filter(|&i| kernel[i]).collect();
+            self.distinct_pairs(flows, routes, &only, |x| self.kernel[x].is_some())
+        } else {
+            Vec::new()
+        };
         flows
             .iter()
             .zip(routes)
@@ -40,7 +45,7 @@ impl Net {
                     .filter_map(|&x| {
                         self.kernel[x]
                             .as_ref()
-                            .map(|k| k.factor_on(f.dir, seen[x].len(), port))
+                            .map(|k| k.factor_on(f.dir, seen[x], port))
                     })
                     .fold(1.0, f64::min);
                 let alone = match f.dir {

@@ -1,5 +1,5 @@
 use super::*;
-use crate::topology::presets;
+use crate::topology::{presets, Contention, Topology};
 
 fn close(a: f64, b: f64, tol: f64) -> bool {
     (a - b).abs() <= tol * b.abs()
@@ -255,4 +255,15 @@ fn host_route_skips_peer_forwarding() {
     assert!(close(up.latency_us, 0.33 + 0.2 + HOST_MEM_US, 1e-9));
     let down = net.host_route(4, 0, false);
     assert_eq!(down.resources.last(), Some(&net.gpu_down[4]));
+}
+
+#[test]
+fn a_node_counts_flows_between_the_same_two_gpus_once() {
+    // NCCL's channels between two GPUs are one stream to a switch: 200 of them across the
+    // switches share what one flow gets, where 200 distinct pairs would shrink the switch
+    // far past its knee.
+    let net = Net::build(&presets::get("pcie-8x-2switch").unwrap());
+    let one = run(&net, &[(0, 4)], Direction::Write)[0];
+    let many: f64 = run(&net, &[(0, 4); 200], Direction::Write).iter().sum();
+    assert!(close(many, one, 1e-9), "{many} vs {one}");
 }

@@ -1,0 +1,108 @@
+//! What the simulator computes once per GPU group, and where it keeps it.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::band::{self, Band, GroupParts};
+use super::custom::Custom;
+use super::net::Net;
+use super::probe::ProbePattern;
+use super::{nccl, Backend, Direction, Islands, Mode, NcclAlgo};
+use crate::topology::Topology;
+
+/// A family's band half-widths on a group, fixed side and data side (ln), and whether any
+/// part assumed what the topology did not state: [`band::Band::split`] precomputed.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Halves {
+    pub(super) fixed: f64,
+    pub(super) data: f64,
+    pub(super) assumed: bool,
+}
+
+impl Halves {
+    pub(super) fn of(fixed: Band, data: Band) -> Halves {
+        Halves {
+            fixed: fixed.high.ln(),
+            data: data.high.ln(),
+            assumed: fixed.parts.union(&data.parts).any(|p| p.assumed()),
+        }
+    }
+
+    /// (low, high) for a time of `f` µs fixed costs and `d` µs data.
+    pub(super) fn ends(&self, f: f64, d: f64) -> (f64, f64) {
+        let (f, d) = band::shares(f, d);
+        (
+            f * (-self.fixed).exp() + d * (-self.data).exp(),
+            f * self.fixed.exp() + d * self.data.exp(),
+        )
+    }
+}
+
+/// Everything computed once per GPU group.
+#[derive(Debug, Clone)]
+pub(super) struct GroupModel {
+    pub(super) nccl: nccl::Model,
+    pub(super) schedule: nccl::Schedule,
+    pub(super) custom: Custom,
+    /// The model parts the group's times use, for their error bands.
+    pub(super) parts: GroupParts,
+    /// Noiseless times per (backend, bytes, mode): ordered, as comparing a few keys costs less
+    /// than hashing one at every call.
+    pub(super) cache: BTreeMap<(Backend, u64, Mode), f64>,
+    /// [`SimFabric::model_split`] per (backend, bytes), which every measured cell asks for.
+    pub(super) splits: BTreeMap<(Backend, u64), (f64, f64)>,
+    /// NCCL's device time with no bytes, per algorithm and protocol.
+    pub(super) fixed: HashMap<(NcclAlgo, crate::fabric::NcclProto), f64>,
+    /// The custom kernels' and NCCL's band half-widths on this group.
+    pub(super) custom_halves: Halves,
+    pub(super) nccl_halves: Halves,
+    pub(super) probes: HashMap<(Direction, usize), ProbePattern>,
+}
+
+/// A group model's key: its GPUs and its islands.
+pub(super) type ModelKey = (Vec<usize>, Option<Vec<Vec<usize>>>);
+
+/// Where the model of `gpus` in `islands` is in `models`, built on first use. A tune has a few
+/// groups, so a scan beats hashing the key on every call.
+pub(super) fn group_model(
+    models: &mut Vec<(ModelKey, GroupModel)>,
+    topo: &Topology,
+    net: &Net,
+    host: &nccl::Host,
+    gpus: &[usize],
+    islands: Option<&Islands>,
+) -> usize {
+    let same = |k: &ModelKey| {
+        k.0 == gpus
+            && match (&k.1, islands) {
+                (None, None) => true,
+                (Some(a), Some(b)) => *a == b.gpus,
+                _ => false,
+            }
+    };
+    if let Some(i) = models.iter().position(|(k, _)| same(k)) {
+        return i;
+    }
+    let key = (gpus.to_vec(), islands.map(|i| i.gpus.clone()));
+    models.push((key, {
+        let ring = nccl::ring_order(topo, gpus);
+        let model = nccl::Model::new(topo, net, host, &ring);
+        let schedule = nccl::Schedule::new(topo, net, host, &ring, &model);
+        let parts = GroupParts {
+            fabric: net.parts(gpus),
+            host_stated: host.cpu != nccl::Cpu::Unknown,
+        };
+        GroupModel {
+            nccl: model,
+            schedule,
+            custom: Custom::new(net, gpus, islands),
+            custom_halves: Halves::of(parts.custom(1.0, 0.0), parts.custom(0.0, 1.0)),
+            nccl_halves: Halves::of(parts.nccl(1.0, 0.0), parts.nccl(0.0, 1.0)),
+            parts,
+            fixed: HashMap::new(),
+            cache: BTreeMap::new(),
+            splits: BTreeMap::new(),
+            probes: HashMap::new(),
+        }
+    }));
+    models.len() - 1
+}
