@@ -538,7 +538,7 @@ mod tests {
         );
         let msg = e.to_string();
         assert!(
-            msg.contains("GPU 0: pid 9 (matmul) holding 140G held the GPUs"),
+            msg.contains("GPU 0: pid 9 (matmul) holding 140.0 GiB held the GPUs"),
             "{msg}"
         );
         assert_eq!(e.exit_code(), crate::error::EXIT_HARDWARE);
