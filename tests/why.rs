@@ -32,7 +32,7 @@ fn why_prints_every_backend_the_rule_and_every_engine() {
     let b = &g.buckets[1];
     assert_eq!(b.bytes, 4096, "3000 bytes is served by the 4 KiB bucket");
     assert!(
-        out.contains("3000 bytes, about 2.9K: served by the bucket at 4K"),
+        out.contains("3000 bytes: served by the bucket at 4K"),
         "{out}"
     );
     assert!(out.contains(&format!("choice: {}", b.choice)), "{out}");

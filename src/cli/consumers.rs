@@ -402,46 +402,7 @@ pub fn predict(a: PredictArgs) -> Result<i32, Error> {
     let pr = workload::predict(&p, tp, mode, a.gpus.as_deref(), &w)?;
     let ms = |r: &Result<f64, String>| r.as_ref().ok().map(|us| us / 1000.0);
     if a.json {
-        let steps: Vec<serde_json::Value> = pr
-            .rows
-            .iter()
-            .map(|r| {
-                let mut msv = serde_json::Map::new();
-                let mut saving = serde_json::Map::new();
-                let mut unavailable = serde_json::Map::new();
-                let mine = ms(&r.us[0]);
-                for (k, pol) in Policy::ALL.into_iter().enumerate() {
-                    let key = serde_json::to_value(pol)
-                        .ok()
-                        .and_then(|v| v.as_str().map(String::from))
-                        .unwrap_or_default();
-                    msv.insert(key.clone(), ms(&r.us[k]).into());
-                    if let Err(why) = &r.us[k] {
-                        unavailable.insert(key.clone(), why.clone().into());
-                    }
-                    if k > 0 {
-                        let s = match (mine, ms(&r.us[k])) {
-                            (Some(m), Some(o)) => Some(o - m),
-                            _ => None,
-                        };
-                        saving.insert(key, s.into());
-                    }
-                }
-                serde_json::json!({
-                    "tokens": r.tokens,
-                    "ms": msv,
-                    "saving_ms": saving,
-                    "unavailable": unavailable,
-                    "beyond_profile_bytes": r.beyond,
-                    "outside_calibration": Policy::ALL
-                        .into_iter()
-                        .zip(r.outside_calibration)
-                        .filter(|(_, o)| *o)
-                        .map(|(p, _)| p)
-                        .collect::<Vec<_>>(),
-                })
-            })
-            .collect();
+        let steps: Vec<serde_json::Value> = pr.rows.iter().map(step_json).collect();
         let v = serde_json::json!({
             "profile": a.profile.display().to_string(),
             "simulated": p.simulated,
@@ -541,4 +502,44 @@ pub fn predict(a: PredictArgs) -> Result<i32, Error> {
         );
     }
     Ok(0)
+}
+
+/// One row of `predict --json`: each policy's milliseconds, its saving against the profile's
+/// choice, why a policy has no figure, and which figures are outside the model's calibration.
+fn step_json(r: &workload::Row) -> serde_json::Value {
+    let ms = |r: &Result<f64, String>| r.as_ref().ok().map(|us| us / 1000.0);
+    let mut msv = serde_json::Map::new();
+    let mut saving = serde_json::Map::new();
+    let mut unavailable = serde_json::Map::new();
+    let mine = ms(&r.us[0]);
+    for (k, pol) in Policy::ALL.into_iter().enumerate() {
+        let key = serde_json::to_value(pol)
+            .ok()
+            .and_then(|v| v.as_str().map(String::from))
+            .unwrap_or_default();
+        msv.insert(key.clone(), ms(&r.us[k]).into());
+        if let Err(why) = &r.us[k] {
+            unavailable.insert(key.clone(), why.clone().into());
+        }
+        if k > 0 {
+            let s = match (mine, ms(&r.us[k])) {
+                (Some(m), Some(o)) => Some(o - m),
+                _ => None,
+            };
+            saving.insert(key, s.into());
+        }
+    }
+    serde_json::json!({
+        "tokens": r.tokens,
+        "ms": msv,
+        "saving_ms": saving,
+        "unavailable": unavailable,
+        "beyond_profile_bytes": r.beyond,
+        "outside_calibration": Policy::ALL
+            .into_iter()
+            .zip(r.outside_calibration)
+            .filter(|(_, o)| *o)
+            .map(|(p, _)| p)
+            .collect::<Vec<_>>(),
+    })
 }

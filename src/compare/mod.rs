@@ -476,6 +476,49 @@ fn off_step(
 
 /// The comparison in words: per group the regret (summed and worst bucket), the buckets
 /// where the choices differ, and whether the crossovers agree to within one refinement step.
+/// The group's worst regret, and its worst beyond B's intervals.
+fn render_worst(g: &GroupComparison, s: &mut String) {
+    use std::fmt::Write;
+    match &g.worst {
+        Some(w) => {
+            let _ = writeln!(
+                s,
+                "  worst: {} at {} ({:.1}%): A chose {}, B chose {}",
+                crate::units::fmt_us(w.regret_us.unwrap_or(0.0)),
+                crate::units::fmt_bytes(w.bytes),
+                w.regret_pct().unwrap_or(0.0),
+                w.a_choice,
+                w.b_choice
+            );
+            match &g.worst_significant {
+                Some(w) => {
+                    let _ = writeln!(
+                        s,
+                        "  worst beyond B's intervals: {} at {} ({:.1}%): A chose {}, B chose {}",
+                        crate::units::fmt_us(w.significant_us.unwrap_or(0.0)),
+                        crate::units::fmt_bytes(w.bytes),
+                        w.significant_pct().unwrap_or(0.0),
+                        w.a_choice,
+                        w.b_choice
+                    );
+                }
+                None => {
+                    let _ = writeln!(
+                        s,
+                        "  worst beyond B's intervals: none (every regret is within B's noise)"
+                    );
+                }
+            }
+        }
+        None => {
+            let _ = writeln!(
+                s,
+                "  no regret: A's choices are as fast as B's (or B did not measure them)"
+            );
+        }
+    }
+}
+
 pub fn render(c: &Comparison) -> String {
     use std::fmt::Write;
     let mut s = String::new();
@@ -516,44 +559,7 @@ pub fn render(c: &Comparison) -> String {
             crate::units::fmt_us(g.regret_sum_us),
             g.regret_sum_pct
         );
-        match &g.worst {
-            Some(w) => {
-                let _ = writeln!(
-                    s,
-                    "  worst: {} at {} ({:.1}%): A chose {}, B chose {}",
-                    crate::units::fmt_us(w.regret_us.unwrap_or(0.0)),
-                    crate::units::fmt_bytes(w.bytes),
-                    w.regret_pct().unwrap_or(0.0),
-                    w.a_choice,
-                    w.b_choice
-                );
-                match &g.worst_significant {
-                    Some(w) => {
-                        let _ = writeln!(
-                            s,
-                            "  worst beyond B's intervals: {} at {} ({:.1}%): A chose {}, B chose {}",
-                            crate::units::fmt_us(w.significant_us.unwrap_or(0.0)),
-                            crate::units::fmt_bytes(w.bytes),
-                            w.significant_pct().unwrap_or(0.0),
-                            w.a_choice,
-                            w.b_choice
-                        );
-                    }
-                    None => {
-                        let _ = writeln!(
-                            s,
-                            "  worst beyond B's intervals: none (every regret is within B's noise)"
-                        );
-                    }
-                }
-            }
-            None => {
-                let _ = writeln!(
-                    s,
-                    "  no regret: A's choices are as fast as B's (or B did not measure them)"
-                );
-            }
-        }
+        render_worst(g, &mut s);
         if g.unmeasured > 0 {
             let _ = writeln!(
                 s,
