@@ -77,6 +77,9 @@ fn unsigned(name: &str, v: i64) -> PyResult<u64> {
         .map_err(|_| PyValueError::new_err(format!("{name}={v} is negative; pass 0 or more")))
 }
 
+/// `Follow::steps` as Python reads it: (from, up_to, custom).
+type Steps = (u64, Vec<u64>, Vec<bool>);
+
 /// A TP size as the engine plugins ask about it (a TP1 engine too: no answer, not an error).
 fn tp_size(v: &Bound<'_, PyAny>) -> PyResult<usize> {
     Ok(unsigned("tp", int("tp", v)?)? as usize)
@@ -190,17 +193,13 @@ pub struct Check {
 #[pymethods]
 impl Check {
     fn __repr__(&self) -> String {
-        format!("Check({})", self.verdict)
-    }
-}
-
-#[pymethods]
-impl Check {
-    fn __repr__(&self) -> String {
+        let py_bool = |b: bool| if b { "True" } else { "False" };
         format!(
-            "Check(holds={}, changes={:?}, unchecked={:?})",
-            if self.holds { "True" } else { "False" },
-            self.changes,
+            "Check(valid={}, followed={}, reasons={:?}, notes={:?}, unchecked={:?})",
+            py_bool(self.valid),
+            py_bool(self.followed),
+            self.reasons,
+            self.notes,
             self.unchecked
         )
     }
@@ -364,7 +363,7 @@ impl Profile {
     /// for `from <= nbytes`, `custom[i]` of the first `i` with `nbytes <= up_to[i]`, and no
     /// answer past the last bound. The SGLang plugin decides from it inside traced code.
     #[pyo3(signature = (tp, mode = "graph"))]
-    fn custom_steps(&self, tp: i64, mode: &str) -> PyResult<Option<(u64, Vec<u64>, Vec<bool>)>> {
+    fn custom_steps(&self, tp: &Bound<'_, PyAny>, mode: &str) -> PyResult<Option<Steps>> {
         let steps = self.follow(tp_size(tp)?).steps(self::mode(mode)?);
         Ok(steps.map(|s| (s.from, s.up_to, s.custom)))
     }
@@ -458,7 +457,7 @@ impl Profile {
 
     /// The sizes the profile measured at `tp` in `mode`, ascending: the sizes it steers.
     #[pyo3(signature = (tp, mode = "graph"))]
-    fn sizes(&self, tp: i64, mode: &str) -> PyResult<Vec<u64>> {
+    fn sizes(&self, tp: &Bound<'_, PyAny>, mode: &str) -> PyResult<Vec<u64>> {
         let q = Query {
             tp: tp_size(tp)?,
             mode: self::mode(mode)?,

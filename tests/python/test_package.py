@@ -142,4 +142,4 @@ def test_arguments_are_refused_as_the_binary_refuses_them_naming_keywords(profil
         p.explain(3, 4096)
     assert "--" not in str(e.value)
     check = p.check(sim="pcie-4x-1switch")
-    assert repr(check).startswith("Check(holds=False, changes=["), repr(check)
+    assert repr(check).startswith("Check(valid=False, followed=False, reasons=["), repr(check)
