@@ -112,7 +112,6 @@ def test_check_without_nvml_is_not_valid_and_loads_no_nccl(profiles):
         pytest.skip("this machine has an NVIDIA driver")
     assert out.splitlines()[0].startswith("not valid"), out
     assert "this machine could not be read (" in out and "NVIDIA management library" in out
-    assert "sim=PRESET or topology=FILE" in out and "--sim" not in out, out
     assert out.splitlines()[-1] == "no nccl", out
 
 
