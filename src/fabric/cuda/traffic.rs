@@ -2,7 +2,7 @@
 //! form, [`traffic_bytes`]), and what any allreduce of its schedule must move ([`must_bytes`]),
 //! the numerator of the loopback floor that `bench kernels` compares each kernel with.
 
-use crate::allreduce::{Part, Peers, Plane, Ranks};
+use crate::allreduce::{Part, Peers, Phase, Plane, Ranks};
 use crate::fabric::Backend;
 
 /// What `bench kernels` writes beside its figures, so a reader of the JSON has the rule.
@@ -24,20 +24,26 @@ pub fn must_bytes(backend: Backend, bytes: u64, ranks: Ranks) -> u64 {
         .phases()
         .iter()
         .map(|p| {
-            let part = match p.part {
-                Part::Message => bytes,
-                Part::Shard => bytes / ranks.n.max(1) as u64,
-                Part::IslandShard => bytes / ranks.island.max(1) as u64,
-            };
-            let peers = match p.peers {
-                Peers::All => ranks.n.saturating_sub(1),
-                Peers::Island => ranks.island.saturating_sub(1),
-                Peers::Counterparts => ranks.islands().saturating_sub(1),
-            } as u64;
+            let (part, peers) = part_and_peers(p, bytes, ranks);
             part * peers
         })
         .sum();
     2 * bytes + sent
+}
+
+/// A phase's part of a `bytes` message and how many peers it meets, with `ranks`.
+fn part_and_peers(p: &Phase, bytes: u64, ranks: Ranks) -> (u64, u64) {
+    let part = match p.part {
+        Part::Message => bytes,
+        Part::Shard => bytes / ranks.n.max(1) as u64,
+        Part::IslandShard => bytes / ranks.island.max(1) as u64,
+    };
+    let peers = match p.peers {
+        Peers::All => ranks.n.saturating_sub(1),
+        Peers::Island => ranks.island.saturating_sub(1),
+        Peers::Counterparts => ranks.islands().saturating_sub(1),
+    } as u64;
+    (part, peers)
 }
 
 /// Microseconds the copy engine's bandwidth (`copy_gbps`, read plus write) needs to move
@@ -85,16 +91,7 @@ pub fn traffic_bytes(backend: Backend, bytes: u64, ranks: Ranks, registered: boo
             .iter()
             .enumerate()
             .map(|(i, p)| {
-                let part = match p.part {
-                    Part::Message => bytes,
-                    Part::Shard => bytes / ranks.n.max(1) as u64,
-                    Part::IslandShard => bytes / ranks.island.max(1) as u64,
-                };
-                let k = match p.peers {
-                    Peers::All => ranks.n.saturating_sub(1),
-                    Peers::Island => ranks.island.saturating_sub(1),
-                    Peers::Counterparts => ranks.islands().saturating_sub(1),
-                } as u64;
+                let (part, k) = part_and_peers(p, bytes, ranks);
                 let gather_next = phases.get(i + 1).is_some_and(|q| !q.reduces);
                 let parts = match (push, p.reduces) {
                     (false, true) => k + 2,
