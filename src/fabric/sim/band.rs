@@ -85,7 +85,7 @@ impl Part {
             // C5's concurrent stores come out 0.52x: ln(25.40/13.23) = 0.652. See `width`
             // for flows beyond C5's twelve.
             Part::KernelMicrochip => 0.66,
-            // R2's 4 GPUs, the one Broadcom kernel timing, reach ln 0.50 (1 MB, 1.66x); its
+            // R2's 4 GPUs, the one Broadcom kernel timing, reach ln 0.16 (1 MB, 1.17x); its
             // curves are C5's swapped, so at least as wide as Microchip's.
             Part::KernelBroadcom => 0.66,
             // The middle of the two makes, and either make's curve may hold: the widest.

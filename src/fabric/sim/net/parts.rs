@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use super::Net;
 use crate::fabric::sim::band::{Part, COLLAPSE_UNSTATED};
+use crate::fabric::Direction;
 
 impl Net {
     /// The model parts the peer routes between `gpus` cross, each at its half-width for the
@@ -81,7 +82,12 @@ impl Net {
             if self.sw_collapse[s].is_some() {
                 out.push((Part::Collapse, Part::Collapse.half_width()));
             } else if self.sw_part[s] == Part::KernelUnstated {
-                let w = (self.caps[up] / COLLAPSE_UNSTATED).ln();
+                // Kernel bytes weigh by their concurrency factor at a collapse (costs.rs).
+                let f = self.kernel[self.sw_node[s]].as_ref().map_or(1.0, |k| {
+                    k.factor(Direction::Read, usize::MAX)
+                        .min(k.factor(Direction::Write, usize::MAX))
+                });
+                let w = (self.caps[up] / (COLLAPSE_UNSTATED * f)).ln();
                 out.push((
                     Part::CollapseUnstated,
                     w.max(Part::CollapseUnstated.half_width()),
