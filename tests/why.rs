@@ -227,7 +227,7 @@ fn why_never_says_no_kernel_is_faster_beside_a_faster_kernel() {
     let file = file.to_str().unwrap();
     // README's own example (TP8 112K) and TP2 64K: NCCL serves though a custom kernel's row
     // is faster. The reason must be the margin the rule lost it by, named with its band.
-    for (tp, bytes) in [("8", "112K"), ("2", "64K"), ("8", "16K"), ("2", "1M")] {
+    for (tp, bytes) in [("8", "112K"), ("2", "64K"), ("8", "64K"), ("2", "1M")] {
         let (code, out, err) = run(&["why", file, "--tp", tp, "--bytes", bytes, "--json"]);
         assert_eq!(code, 0, "{err}");
         let v = json(&out);

@@ -85,7 +85,7 @@ impl Part {
             // C5's concurrent stores come out 0.52x: ln(25.40/13.23) = 0.652. See `width`
             // for flows beyond C5's twelve.
             Part::KernelMicrochip => 0.66,
-            // R2's 4 GPUs, the one Broadcom kernel timing, reach ln 0.50 (1 MB, 1.66x); its
+            // R2's 4 GPUs, the one Broadcom kernel timing, reach ln 0.16 (1 MB, 1.17x); its
             // curves are C5's swapped, so at least as wide as Microchip's.
             Part::KernelBroadcom => 0.66,
             // The middle of the two makes, and either make's curve may hold: the widest.
@@ -121,22 +121,26 @@ impl Part {
         }
     }
 
-    /// Half-width where `flows` distinct kernel flows cross the node. C5 calibrated kernel
-    /// traffic at 12 flows and the model holds the factor flat past them; were the loss to go
-    /// on at C5's own log-slope (ln f₁₂ / ln 12 per ln flows), the factor at `flows` would be
-    /// lower by |ln f₁₂| · ln(flows/12) / ln 12. That extrapolation is the band added beyond
-    /// the calibrated range (f₁₂ = 20.60/56.25, the loads' factor, the larger loss).
-    pub fn width(self, flows: usize) -> f64 {
+    /// Half-width where `flows` distinct kernel flows cross the node, the factor being known
+    /// to `reach` flows ([`Calibration::kernel_flows_reach`]). The model holds the factor flat
+    /// past C5's 12 flows; were the loss to go on past `reach` at C5's own log-slope (ln f₁₂ /
+    /// ln 12 per ln flows), the factor at `flows` would be lower by |ln f₁₂| · ln(flows/reach)
+    /// / ln 12. That extrapolation is the band added beyond the calibrated range (f₁₂ =
+    /// 20.60/56.25, the loads' factor, the larger loss).
+    ///
+    /// [`Calibration::kernel_flows_reach`]: super::calibration::Calibration::kernel_flows_reach
+    pub fn width(self, flows: usize, reach: usize) -> f64 {
         let base = self.half_width();
         let kernel = matches!(
             self,
             Part::KernelMicrochip | Part::KernelBroadcom | Part::KernelUnstated
         );
-        if !kernel || flows <= C5_FLOWS {
+        let reach = reach.max(C5_FLOWS);
+        if !kernel || flows <= reach {
             return base;
         }
         let slope = (C5_LOAD_FACTOR.ln() / (C5_FLOWS as f64).ln()).abs();
-        base + slope * (flows as f64 / C5_FLOWS as f64).ln()
+        base + slope * (flows as f64 / reach as f64).ln()
     }
 
     /// Whether the part stands for a property the topology did not state.
@@ -251,6 +255,10 @@ pub struct GroupParts {
     pub fabric: BTreeMap<Part, f64>,
     /// Whether the host CPU vendor NCCL's choices depend on was stated.
     pub host_stated: bool,
+    /// The island schedules' fabric: each of their phases runs alone (custom/mod.rs), so a
+    /// switch carries the flows of one phase at a time, inside islands or across them, not
+    /// the group's all-to-all. None where the group has no islands.
+    pub islands: Option<BTreeMap<Part, f64>>,
 }
 
 impl GroupParts {
@@ -274,6 +282,15 @@ impl GroupParts {
             fixed_us,
             data_us,
         )
+    }
+
+    /// [`GroupParts::custom`] for an island schedule (`islands`: priced phase by phase on
+    /// the group's islands) or a flat kernel.
+    pub fn custom_of(&self, islands: bool, fixed_us: f64, data_us: f64) -> Band {
+        match self.islands.as_ref().filter(|_| islands) {
+            Some(fabric) => Band::split(&self.fixed(Part::KernelFixed), fabric, fixed_us, data_us),
+            None => self.custom(fixed_us, data_us),
+        }
     }
 
     /// The band of an NCCL time, as [`GroupParts::custom`]: the copy-engine fabric (kernel-
@@ -327,6 +344,7 @@ mod tests {
         let g = GroupParts {
             fabric: [(Part::Links, 0.05), (Part::KernelMicrochip, 1.0)].into(),
             host_stated: true,
+            islands: None,
         };
         let links = Part::Links.half_width();
         let fixed = (links.powi(2) + Part::KernelFixed.half_width().powi(2)).sqrt();
@@ -348,6 +366,7 @@ mod tests {
         let g = GroupParts {
             fabric: [(Part::Links, 0.05), (Part::KernelMicrochip, 0.05)].into(),
             host_stated: false,
+            islands: None,
         };
         let n = g.nccl(1.0, 1.0);
         assert!(n.parts.contains(&Part::HostUnstated));
@@ -358,10 +377,13 @@ mod tests {
     #[test]
     fn kernel_bands_grow_past_the_calibrated_flow_count() {
         let k = Part::KernelMicrochip;
-        assert_eq!(k.width(12), k.half_width());
-        assert!(k.width(56) > k.width(24) && k.width(24) > k.width(12));
+        assert_eq!(k.width(12, 12), k.half_width());
+        assert!(k.width(56, 12) > k.width(24, 12) && k.width(24, 12) > k.width(12, 12));
         // At C5's slope, 144 flows (12²) lose one more factor f₁₂: |ln f₁₂| more width.
-        assert!((k.width(144) - k.half_width() - C5_LOAD_FACTOR.ln().abs()).abs() < 1e-9);
-        assert_eq!(Part::Links.width(56), Part::Links.half_width());
+        assert!((k.width(144, 12) - k.half_width() - C5_LOAD_FACTOR.ln().abs()).abs() < 1e-9);
+        assert_eq!(Part::Links.width(56, 12), Part::Links.half_width());
+        // Known to 24 flows: flat to there, and from there at the same slope.
+        assert_eq!(k.width(24, 24), k.half_width());
+        assert!((k.width(48, 24) - k.width(24, 12)).abs() < 1e-12);
     }
 }

@@ -4,9 +4,10 @@
 //! no other source informs a constant, the fit without its source falls back to what the model
 //! would assume with no data at all, said per field.
 
-/// A calibration source whose figures fit a constant: C1-C9 are shared/calibration's; R1 and
-/// R2 are published sources found beside them (cited where their figures are used), which fit
-/// nothing in the model (R1 stands in for C5 only in a fit that leaves C5 out).
+/// A calibration source whose figures fit a constant: C1-C9 are shared/calibration's; R1-R3
+/// are published sources found beside them (cited where their figures are used), which fit
+/// no rate of the model (R1 stands in for C5 only in a fit that leaves C5 out; R3 sets how
+/// far C5's kernel factor is known to hold, `kernel_flows_reach`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Source {
     C1,
@@ -23,7 +24,7 @@ pub enum Source {
     /// local-inference-lab/b12x#139: NCCL's all-reduce and an island reduce-scatter (artune's
     /// island two-shot, pulling in every phase) on 16 RTX PRO 6000 in four four-GPU islands
     /// under Microchip switches, each on its own root complex of one socket: the one kernel
-    /// timing past C5's 12 flows per switch. Fits nothing.
+    /// timing past C5's 12 flows per switch. Fits `kernel_flows_reach` only.
     R3,
 }
 
@@ -106,6 +107,13 @@ pub struct Calibration {
     /// with the flows, GB/s: C1's 56 copy-engine pairs move 179 GB/s in total. Without C1,
     /// from C2's 56 flows pulling 184.6 GB/s through two socket fabrics of the same curve.
     pub forwarding_peak_gbps: f64,
+    /// How many distinct kernel flows through one switch the concurrency factor is known to,
+    /// flat past C5's 12 (the band extrapolates past it: `band::Part::width`). R3's island
+    /// reduce-scatter puts 24 through each switch in its crossing phase and, with the factor
+    /// flat, comes out 1.12-1.24x slow where bytes are most of its time: the loss C5's slope
+    /// would add from 12 to 24 flows (x0.76) would make it 1.5-1.6x, the wrong way. Without
+    /// R3, C5's 12.
+    pub kernel_flows_reach: usize,
 }
 
 impl Default for Calibration {
@@ -139,6 +147,11 @@ impl Calibration {
                 COPY_PAIR_GBPS / 4.0
             },
             kernel_prologue_us: if has(Source::C2) { 1.0 } else { 0.0 },
+            kernel_flows_reach: if has(Source::R3) {
+                24
+            } else {
+                C5.flows as usize
+            },
             forwarding_peak_gbps: if has(Source::C1) {
                 300.0
             } else if has(Source::C2) {
@@ -164,6 +177,8 @@ mod tests {
         assert_eq!(no5.kernel, Some(R1));
         assert!((R1.load_concurrent - 13.23).abs() < 0.01);
         assert_eq!(Calibration::without(&[Source::R1]), all);
+        assert_eq!(all.kernel_flows_reach, 24);
+        assert_eq!(Calibration::without(&[Source::R3]).kernel_flows_reach, 12);
         assert_eq!(Calibration::without(&[Source::C5, Source::R1]).kernel, None);
         assert_eq!(no5.nccl_channel_gbps, all.nccl_channel_gbps);
         let no6 = Calibration::without(&[Source::C6]);

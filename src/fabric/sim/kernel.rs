@@ -11,9 +11,15 @@
 //! - the lone-stream share ([`Kernel::store_alone`], [`Kernel::load_alone`]) caps each flow
 //!   at that share of the driving GPU's port rate (issue rate and outstanding requests of one
 //!   SM stream: a GPU-side limit, the same behind any switch);
-//! - the concurrency curve scales the copy-engine capacity of every resource a kernel flow
-//!   crosses by the factor of the most-degraded node on its route, at the number of distinct
-//!   kernel flows crossing that node.
+//! - the concurrency curve scales the driving GPU's port by the factor of the most-degraded
+//!   node on its route, at the number of distinct kernel flows crossing that node: a GPU
+//!   issues so many outstanding requests, a limit of its port, so its flows weigh more there
+//!   and on nothing shared (uplinks, root complexes forward their bytes as a copy engine's).
+//!   Weighted on every resource, 16 GPUs in four-GPU islands (R3, b12x#139) came out 1.9-2.0x
+//!   too slow where their pulls cross the uplinks, and R2's four GPUs behind two Broadcom
+//!   partitions up to 1.66x; weighted at the port, 1.12-1.24x and 1.16-1.19x, with C5 as
+//!   before (its four GPUs under one switch cross nothing shared that binds). A Broadcom
+//!   collapse still takes kernel bytes at their weight (C3: they collapse at least as badly).
 //!
 //! The defaults are transaction limits, not shares of a lane rate: a window of outstanding
 //! requests or credits over a round trip is so many GB/s whatever the link's generation. C5

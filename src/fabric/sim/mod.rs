@@ -254,7 +254,7 @@ impl SimFabric {
         let gpus = self.prepared.as_ref()?.group.gpus.clone();
         let parts = &self.model(&gpus).parts;
         Some(if backend.is_custom() {
-            parts.custom(fixed, data)
+            parts.custom_of(backend.is_hierarchical(), fixed, data)
         } else {
             parts.nccl(fixed, data)
         })
@@ -610,7 +610,8 @@ impl Fabric for SimFabric {
         let (fixed, data) = self.model_split(backend, bytes)?;
         let m = &self.models[self.prepared.as_ref()?.model].1;
         let (halves, family) = if backend.is_custom() {
-            (m.custom_halves, TimeModel::Custom)
+            let own = m.island_halves.filter(|_| backend.is_hierarchical());
+            (own.unwrap_or(m.custom_halves), TimeModel::Custom)
         } else {
             (m.nccl_halves, TimeModel::Nccl)
         };

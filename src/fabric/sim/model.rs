@@ -3,10 +3,11 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::band::{self, Band, GroupParts};
-use super::custom::Custom;
+use super::custom::{self, Custom};
 use super::net::Net;
 use super::probe::ProbePattern;
 use super::{nccl, Backend, Direction, Islands, Mode, NcclAlgo};
+use crate::allreduce::Peers;
 use crate::topology::Topology;
 
 /// A family's band half-widths on a group, fixed side and data side (ln), and whether any
@@ -52,10 +53,25 @@ pub(super) struct GroupModel {
     pub(super) splits: BTreeMap<(Backend, u64), (f64, f64)>,
     /// NCCL's device time with no bytes, per algorithm and protocol.
     pub(super) fixed: HashMap<(NcclAlgo, crate::fabric::NcclProto), f64>,
-    /// The custom kernels' and NCCL's band half-widths on this group.
+    /// The custom kernels' and NCCL's band half-widths on this group, and the island
+    /// schedules' where it has islands.
     pub(super) custom_halves: Halves,
+    pub(super) island_halves: Option<Halves>,
     pub(super) nccl_halves: Halves,
     pub(super) probes: HashMap<(Direction, usize), ProbePattern>,
+}
+
+/// The fabric parts of the island schedules' phases, each phase's flows alone (inside the
+/// islands, then between counterparts), a part at the wider of its two widths.
+fn island_parts(net: &Net, gpus: &[usize], islands: &Islands) -> BTreeMap<band::Part, f64> {
+    let mut out = BTreeMap::new();
+    for peers in [Peers::Island, Peers::Counterparts] {
+        for (p, w) in net.parts_of(&custom::pairs(gpus, Some(islands), peers)) {
+            let e = out.entry(p).or_insert(w);
+            *e = e.max(w);
+        }
+    }
+    out
 }
 
 /// A group model's key: its GPUs and its islands.
@@ -90,12 +106,20 @@ pub(super) fn group_model(
         let parts = GroupParts {
             fabric: net.parts(gpus),
             host_stated: host.cpu != nccl::Cpu::Unknown,
+            islands: islands.map(|i| island_parts(net, gpus, i)),
         };
+        let island_halves = parts.islands.as_ref().map(|_| {
+            Halves::of(
+                parts.custom_of(true, 1.0, 0.0),
+                parts.custom_of(true, 0.0, 1.0),
+            )
+        });
         GroupModel {
             nccl: model,
             schedule,
             custom: Custom::new(net, gpus, islands),
             custom_halves: Halves::of(parts.custom(1.0, 0.0), parts.custom(0.0, 1.0)),
+            island_halves,
             nccl_halves: Halves::of(parts.nccl(1.0, 0.0), parts.nccl(0.0, 1.0)),
             parts,
             fixed: HashMap::new(),

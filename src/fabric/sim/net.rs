@@ -11,8 +11,8 @@
 //! - a socket's host memory, where NCCL's SHM transport stages data between GPUs it does not
 //!   connect peer to peer (reached without the root complex's peer forwarding).
 //!
-//! Kernel (SM) loads and stores weigh more than copy-engine bytes on every resource they
-//! cross, by the node factors of [`kernel`](super::kernel).
+//! Kernel (SM) loads and stores weigh more than copy-engine bytes on their driving GPU's port
+//! (and a collapsing uplink), by the node factors of [`kernel`](super::kernel).
 
 use std::collections::HashMap;
 

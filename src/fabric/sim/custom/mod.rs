@@ -115,7 +115,11 @@ pub fn all_to_all(gpus: &[usize], dir: Direction) -> Vec<Flow> {
 }
 /// The ordered pairs of a pattern: all pairs, pairs inside an island, or pairs at the same
 /// place of different islands.
-fn pairs(gpus: &[usize], islands: Option<&Islands>, peers: Peers) -> Vec<(usize, usize)> {
+pub(in crate::fabric::sim) fn pairs(
+    gpus: &[usize],
+    islands: Option<&Islands>,
+    peers: Peers,
+) -> Vec<(usize, usize)> {
     let sets: Vec<Vec<usize>> = match (peers, islands) {
         (Peers::All, _) | (_, None) => vec![gpus.to_vec()],
         (Peers::Island, Some(i)) => i.gpus.clone(),

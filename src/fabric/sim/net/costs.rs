@@ -5,17 +5,19 @@ use crate::fabric::sim::flow::Problem;
 use crate::fabric::Direction;
 
 impl Net {
-    /// Per flow, (weight on every resource, own cap): 1 and no cap for copy-engine flows and
-    /// on NVLink. A kernel flow weighs 1 / the lowest concurrency factor of the nodes it
-    /// crosses, each at the number of distinct kernel flows crossing it, and is capped at its
-    /// driving GPU's lone-stream share of that GPU's port rate; both as shares of the driving
-    /// port ([`KernelFactors::factor_on`](crate::fabric::sim::kernel::KernelFactors::factor_on)).
+    /// Per flow, (weight, the resource it weighs on, own cap): 1, none and no cap for
+    /// copy-engine flows and on NVLink. A kernel flow weighs 1 / the lowest concurrency factor
+    /// of the nodes it crosses, each at the number of distinct kernel flows crossing it, on its
+    /// driving GPU's port only (the issuer's outstanding requests, a transaction limit per
+    /// GPU, not a share of every resource: docs/MODEL.md), and is capped at that GPU's
+    /// lone-stream share of its port rate; both as shares of the driving port
+    /// ([`KernelFactors::factor_on`](crate::fabric::sim::kernel::KernelFactors::factor_on)).
     pub(super) fn kernel_costs(
         &self,
         flows: &[Flow],
         routes: &[&Route],
         order: &[usize],
-    ) -> Vec<(f64, f64)> {
+    ) -> Vec<(f64, Option<usize>, f64)> {
         let kernel: Vec<bool> = flows
             .iter()
             .zip(routes)
@@ -33,12 +35,13 @@ impl Net {
             .zip(routes)
             .map(|(f, r)| {
                 if f.engine != Engine::Kernel || r.nvlink {
-                    return (1.0, f64::INFINITY);
+                    return (1.0, None, f64::INFINITY);
                 }
-                let port = match f.dir {
-                    Direction::Write => self.caps[self.gpu_up[f.src]],
-                    Direction::Read => self.caps[self.gpu_down[f.dst]],
+                let issuer = match f.dir {
+                    Direction::Write => self.gpu_up[f.src],
+                    Direction::Read => self.gpu_down[f.dst],
                 };
+                let port = self.caps[issuer];
                 let factor = r
                     .resources
                     .iter()
@@ -52,7 +55,7 @@ impl Net {
                     Direction::Write => self.gpu_alone[f.src].0,
                     Direction::Read => self.gpu_alone[f.dst].1,
                 };
-                (1.0 / factor, alone * port)
+                (1.0 / factor, Some(issuer), alone * port)
             })
             .collect()
     }

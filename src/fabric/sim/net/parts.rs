@@ -6,34 +6,42 @@ use std::collections::BTreeMap;
 
 use super::Net;
 use crate::fabric::sim::band::{Part, COLLAPSE_UNSTATED};
+use crate::fabric::Direction;
 
 impl Net {
     /// The model parts the peer routes between `gpus` cross, each at its half-width for the
     /// all-to-all of the group (a switch's kernel band grows with the flows crossing it).
     pub fn parts(&self, gpus: &[usize]) -> BTreeMap<Part, f64> {
+        let pairs: Vec<(usize, usize)> = gpus
+            .iter()
+            .flat_map(|&a| gpus.iter().filter(move |&&b| b != a).map(move |&b| (a, b)))
+            .collect();
+        self.parts_of(&pairs)
+    }
+
+    /// [`Net::parts`] for the flows of one pattern, `pairs` (source, destination) at once.
+    pub fn parts_of(&self, pairs: &[(usize, usize)]) -> BTreeMap<Part, f64> {
         let mut out = BTreeMap::new();
         // Distinct GPU pairs crossing each resource.
         let mut flows = vec![0usize; self.caps.len()];
-        for &a in gpus {
-            for &b in gpus.iter().filter(|&&b| b != a) {
-                let r = self.route(a, b);
-                if r.nvlink {
-                    out.insert(Part::NvLink, Part::NvLink.half_width());
-                    continue;
-                }
-                out.insert(Part::Links, Part::Links.half_width());
-                for &x in &r.resources {
-                    flows[x] += 1;
-                }
-                if self.rc_node.iter().any(|x| r.resources.contains(x)) {
-                    out.insert(Part::RootComplex, Part::RootComplex.half_width());
-                }
-                if self.sock_x_up.iter().any(|x| r.resources.contains(x)) {
-                    out.insert(Part::Interconnect, Part::Interconnect.half_width());
-                }
+        for &(a, b) in pairs {
+            let r = self.route(a, b);
+            if r.nvlink {
+                out.insert(Part::NvLink, Part::NvLink.half_width());
+                continue;
+            }
+            out.insert(Part::Links, Part::Links.half_width());
+            for &x in &r.resources {
+                flows[x] += 1;
+            }
+            if self.rc_node.iter().any(|x| r.resources.contains(x)) {
+                out.insert(Part::RootComplex, Part::RootComplex.half_width());
+            }
+            if self.sock_x_up.iter().any(|x| r.resources.contains(x)) {
+                out.insert(Part::Interconnect, Part::Interconnect.half_width());
             }
         }
-        for (part, w) in self.collapse_parts(gpus) {
+        for (part, w) in self.collapse_parts(pairs) {
             let e = out.entry(part).or_insert(w);
             *e = e.max(w);
         }
@@ -43,7 +51,8 @@ impl Net {
         };
         for (s, &node) in self.sw_node.iter().enumerate() {
             if flows[node] > 0 {
-                widen(self.sw_part[s], self.sw_part[s].width(flows[node]));
+                let reach = self.cal.kernel_flows_reach;
+                widen(self.sw_part[s], self.sw_part[s].width(flows[node], reach));
             }
         }
         for (node, &f) in flows.iter().enumerate() {
@@ -58,17 +67,15 @@ impl Net {
     /// of the group's GPUs send out of towards two or more root complexes (C3's condition),
     /// [`Part::Collapse`] where it collapses, or where its make is unstated
     /// [`Part::CollapseUnstated`], as wide as the collapse would slow its uplink's bytes.
-    fn collapse_parts(&self, gpus: &[usize]) -> Vec<(Part, f64)> {
+    fn collapse_parts(&self, pairs: &[(usize, usize)]) -> Vec<(Part, f64)> {
         let mut out = Vec::new();
         for (s, &up) in self.sw_up.iter().enumerate() {
             let (mut sources, mut roots) = (Vec::new(), Vec::new());
-            for &a in gpus {
-                for &b in gpus.iter().filter(|&&b| b != a) {
-                    let r = self.route(a, b);
-                    if let Some(root) = r.dst_root.filter(|_| r.resources.contains(&up)) {
-                        sources.push(a);
-                        roots.push(root);
-                    }
+            for &(a, b) in pairs {
+                let r = self.route(a, b);
+                if let Some(root) = r.dst_root.filter(|_| r.resources.contains(&up)) {
+                    sources.push(a);
+                    roots.push(root);
                 }
             }
             for v in [&mut sources, &mut roots] {
@@ -81,7 +88,12 @@ impl Net {
             if self.sw_collapse[s].is_some() {
                 out.push((Part::Collapse, Part::Collapse.half_width()));
             } else if self.sw_part[s] == Part::KernelUnstated {
-                let w = (self.caps[up] / COLLAPSE_UNSTATED).ln();
+                // Kernel bytes weigh by their concurrency factor at a collapse (costs.rs).
+                let f = self.kernel[self.sw_node[s]].as_ref().map_or(1.0, |k| {
+                    k.factor(Direction::Read, usize::MAX)
+                        .min(k.factor(Direction::Write, usize::MAX))
+                });
+                let w = (self.caps[up] / (COLLAPSE_UNSTATED * f)).ln();
                 out.push((
                     Part::CollapseUnstated,
                     w.max(Part::CollapseUnstated.half_width()),

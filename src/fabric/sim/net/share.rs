@@ -64,15 +64,15 @@ impl Net {
         let mut p = Problem::new(caps);
         let collapse = self.collapse_groups(flows, routes, &mut p);
         for (i, (f, r)) in flows.iter().zip(routes).enumerate() {
-            let (weight, cap) = costs[i];
+            let (weight, port, cap) = costs[i];
             let extra = collapse
                 .iter()
                 .filter(|(_, members)| members.binary_search(&i).is_ok())
                 .map(|(res, _)| (*res, weight));
-            let path = r
-                .resources
-                .iter()
-                .map(|&x| (x, weight * self.curves[x].map_or(1.0, |c| c.weight(f.dir))));
+            let path = r.resources.iter().map(|&x| {
+                let w = if port == Some(x) { weight } else { 1.0 };
+                (x, w * self.curves[x].map_or(1.0, |c| c.weight(f.dir)))
+            });
             p.add_flow(path.chain(extra), r.flow_cap.min(cap));
         }
         flow::max_min(&p)
