@@ -126,10 +126,17 @@ pub fn fmt_size(b: u64) -> String {
     with_unit(b).unwrap_or_else(|| format!("{b} bytes"))
 }
 
-/// An amount of memory for a sentence, rounded to a tenth of a GiB ("139.8 GiB"): a reading,
-/// not a size to type back, so it is spelled in a unit artune never reads.
+/// An amount of memory (buffers, registrations, a GPU's memory) for a reading: a tenth of the
+/// largest binary unit it reaches ("2.3 MiB", "139.8 GiB"), with a space and the unit spelled
+/// out. Memory is read, not typed back, so a reading need not be exact as sizes are.
 pub fn fmt_mem(b: u64) -> String {
-    format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)
+    let (unit, size) = match b {
+        b if b >= 1 << 30 => ("GiB", 1u64 << 30),
+        b if b >= 1 << 20 => ("MiB", 1 << 20),
+        b if b >= 1 << 10 => ("KiB", 1 << 10),
+        b => return format!("{b} B"),
+    };
+    format!("{:.1} {unit}", b as f64 / size as f64)
 }
 
 /// Formats microseconds with a sensible unit.
@@ -237,5 +244,15 @@ mod tests {
         assert_eq!(fmt_bytes((1 << 20) + 1024), "1025K");
         assert_eq!(fmt_us(4.26), "4.3 us");
         assert_eq!(fmt_us(2500.0), "2.50 ms");
+    }
+
+    #[test]
+    fn memory_reads_as_a_reading_in_the_largest_unit_it_reaches() {
+        assert_eq!(fmt_mem(0), "0 B");
+        assert_eq!(fmt_mem(512), "512 B");
+        assert_eq!(fmt_mem(2_795_776), "2.7 MiB");
+        assert_eq!(fmt_mem(96 << 30), "96.0 GiB");
+        assert_eq!(fmt_mem(150_000_000_000), "139.7 GiB");
+        assert_eq!(fmt_mem(3 << 10), "3.0 KiB");
     }
 }

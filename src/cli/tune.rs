@@ -141,8 +141,8 @@ impl Tune {
                 "--sizes {}: a {} message needs {} per GPU for its input and output{on}, more than the {} GPU {gpu} has; choose HIGH at most {}",
                 self.sizes,
                 units::fmt_size(high),
-                units::fmt_size(need),
-                units::fmt_size(mem),
+                units::fmt_mem(need),
+                units::fmt_mem(mem),
                 units::fmt_size(pow2_floor(mem / (2 * ranks)))
             )));
         }

@@ -8,7 +8,7 @@ use super::model::{fmt_factors, outside_calibration};
 use super::{fmt_gpus, over_budget, passed_over, ranges, PassedOver};
 use crate::allreduce::{Backend, Direction};
 use crate::profile::{Bucket, GroupProfile, ModelBand};
-use crate::units::fmt_bytes;
+use crate::units::{fmt_bytes, fmt_mem};
 
 /// A group named for a reader: "TP2 graph on GPUs 3,4 (2 switches, 1 root complex)".
 pub fn group_label(g: &GroupProfile) -> String {
@@ -42,7 +42,7 @@ pub(super) fn group_notes(g: &GroupProfile) -> Vec<String> {
     if let Some(m) = g.memory.get(&Backend::Nccl) {
         v.push(format!(
             "NCCL communicator: {} per GPU ({})",
-            fmt_bytes(m.bytes_per_gpu),
+            fmt_mem(m.bytes_per_gpu),
             if m.measured { "measured" } else { "modelled" }
         ));
     }
@@ -382,11 +382,7 @@ pub(super) fn group_section(g: &GroupProfile, out: &mut String) {
             (_, Some(s)) => format!("{} faster", fmt_ratio(s)),
             (_, None) => "nccl not measured".into(),
         };
-        let mem = if r.extra_bytes_per_gpu > 0 {
-            fmt_bytes(r.extra_bytes_per_gpu)
-        } else {
-            "0".into()
-        };
+        let mem = fmt_mem(r.extra_bytes_per_gpu);
         let note = r
             .custom_slowdown
             .map(|(c, lo, hi)| forcing_note(c, lo, hi))
