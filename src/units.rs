@@ -131,7 +131,8 @@ pub fn fmt_size(b: u64) -> String {
 /// out. Memory is read, not typed back, so a reading need not be exact as sizes are.
 pub fn fmt_mem(b: u64) -> String {
     let (unit, size) = match b {
-        b if b >= 1 << 30 => ("GiB", 1u64 << 30),
+        b if b >= 1 << 40 => ("TiB", 1u64 << 40),
+        b if b >= 1 << 30 => ("GiB", 1 << 30),
         b if b >= 1 << 20 => ("MiB", 1 << 20),
         b if b >= 1 << 10 => ("KiB", 1 << 10),
         b => return format!("{b} B"),
@@ -254,5 +255,6 @@ mod tests {
         assert_eq!(fmt_mem(96 << 30), "96.0 GiB");
         assert_eq!(fmt_mem(150_000_000_000), "139.7 GiB");
         assert_eq!(fmt_mem(3 << 10), "3.0 KiB");
+        assert_eq!(fmt_mem(3 << 40), "3.0 TiB");
     }
 }

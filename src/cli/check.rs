@@ -178,7 +178,7 @@ fn measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
     let cancel = crate::cancel::Cancel::new();
     let stopping = super::progress::stop_on_signals(&cancel, &status);
     status.stage("looking for other processes on the GPUs");
-    let (_, neighbours) = super::tune::occupancy_gate(
+    let (_, neighbours, _) = super::tune::occupancy_gate(
         &source,
         a.loopback,
         a.sim_occupancy.as_deref(),
