@@ -183,6 +183,7 @@ fn measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
         a.loopback,
         a.sim_occupancy.as_deref(),
         a.allow_busy,
+        std::time::Duration::from_secs(a.wait),
         "check --measure",
     )?;
     let started = std::time::Instant::now();
@@ -425,6 +426,7 @@ mod tests {
             loopback: None,
             sim_faults: None,
             allow_busy: false,
+            wait: 60,
             sim_occupancy: None,
             json: false,
         };

@@ -23,6 +23,8 @@ struct Tune {
     faults: crate::fabric::sim::Faults,
     occupancy: Option<std::path::PathBuf>,
     allow_busy: bool,
+    /// `--wait`: how long to wait for another artune measuring the same GPUs.
+    wait: std::time::Duration,
     /// `--out` with `{host}` replaced, checked writable.
     out: std::path::PathBuf,
     plot: Option<std::path::PathBuf>,
@@ -58,6 +60,7 @@ impl Tune {
             loopback: a.loopback,
             occupancy: a.sim_occupancy,
             allow_busy: a.allow_busy,
+            wait: std::time::Duration::from_secs(a.wait),
             out,
             plot: a.plot,
             sizes: a.sizes,
@@ -417,6 +420,7 @@ pub fn run(a: TuneArgs) -> Result<i32, Error> {
         t.loopback,
         t.occupancy.as_deref(),
         t.allow_busy,
+        t.wait,
         "tune",
     )?;
     status.stage(
@@ -473,6 +477,7 @@ pub fn occupancy_gate(
     loopback: Option<usize>,
     fake: Option<&std::path::Path>,
     allow_busy: bool,
+    wait: std::time::Duration,
     command: &str,
 ) -> Result<
     (
@@ -521,7 +526,7 @@ pub fn occupancy_gate(
         if locks.is_none() {
             let gpus: Vec<String> = reading.gpus.iter().filter_map(|g| g.uuid.clone()).collect();
             let mut waited = false;
-            let held = lock::acquire(&gpus, command, lock::WAIT, &mut |w| {
+            let held = lock::acquire(&gpus, command, wait, &mut |w| {
                 waited = true;
                 eprintln!("{w}");
             })
@@ -670,11 +675,17 @@ mod tests {
         };
         let t = super::Tune::from_args(a).unwrap();
         let machine = |m| crate::topology::presets::get(m).unwrap();
-        let e = t.options(&machine("pcie-2x")).unwrap_err().to_string();
+        let e = t
+            .options(&machine("pcie-2x"), None)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("--tp 4 does not fit this machine of 2 GPUs"),
             "{e}"
         );
-        assert_eq!(t.options(&machine("pcie-4x-1switch")).unwrap().tp, vec![4]);
+        assert_eq!(
+            t.options(&machine("pcie-4x-1switch"), None).unwrap().tp,
+            vec![4]
+        );
     }
 }
