@@ -522,7 +522,8 @@ mod tests {
         }
         let kernel_faster = |b: &mut Bucket, us: f64| {
             b.choice = Backend::Nccl;
-            b.results.get_mut(&Backend::OneStagePull).unwrap().median_us = us;
+            let t = b.results.get_mut(&Backend::OneStagePull).unwrap();
+            (t.median_us, t.ci_low_us, t.ci_high_us) = (us, us * 0.99, us * 1.01);
         };
         // 4K and 8K open (the kernel modelled faster than NCCL's 20 µs), 16K not.
         kernel_faster(&mut g.buckets[0], 15.0);
