@@ -122,6 +122,20 @@ fn an_unwritable_plot_is_found_before_measuring_and_named() {
     );
 }
 
+/// A directory no file can be created in (/proc) is named with the system's reason alone: no
+/// path of artune's own probe file, which the user never asked for.
+#[test]
+fn an_unwritable_out_directory_is_named_with_the_reason_only() {
+    let o = tune(&["--out", "/proc/p.json"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(
+        err.trim_end(),
+        "error: --out /proc/p.json: /proc cannot be written (No such file or directory (os error \
+         2)); choose a writable location"
+    );
+}
+
 /// Runs artune, expects bad input in one sentence holding `needle`, and returns it.
 fn refused(args: &[&str], needle: &str) -> String {
     let o = artune(args);

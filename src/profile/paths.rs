@@ -112,10 +112,19 @@ pub fn check_output(path: &Path, flag: &str, expect: Expect) -> Result<PathBuf, 
             "a name in it is {long} bytes, more than the {most} this file system allows; choose a shorter name"
         )));
     }
-    tempfile::Builder::new()
-        .prefix(".artune-probe-")
-        .tempfile_in(&probe_in)
-        .map(drop)
+    // A probe file of this process's own (not tempfile's, whose error names the probe's path).
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let probe = probe_in.join(format!(".artune-probe-{}-{nanos}", std::process::id()));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .map(|f| {
+            drop(f);
+            let _ = std::fs::remove_file(&probe);
+        })
         .map_err(|e| {
             refuse(format!(
                 "{} cannot be written ({e}); choose a writable location",
