@@ -147,7 +147,7 @@ fn refused(args: &[&str], needle: &str) -> String {
 }
 
 /// A file that is not artune's is never replaced without `--force`: not by a tune, an export,
-/// fleet's metrics, nor plots; artune's own files (a profile of another version, an export)
+/// fleet's metrics, nor plots; artune's own files (a profile of an older version, an export)
 /// are replaced as before.
 #[test]
 fn a_file_artune_did_not_write_is_never_replaced_without_force() {
@@ -170,6 +170,26 @@ fn a_file_artune_did_not_write_is_never_replaced_without_force() {
     )
     .unwrap();
     assert!(tune(&["--out", &profile]).status.success());
+    // A newer artune's profile is kept: this one would replace it with less than it records,
+    // and reading it advises no tune into it.
+    let newer = at("newer.json");
+    let future = std::fs::read_to_string(&profile).unwrap().replacen(
+        "\"schema_version\": 1",
+        "\"schema_version\": 9",
+        1,
+    );
+    std::fs::write(&newer, &future).unwrap();
+    refused(
+        &[&TUNE[..], &["--out", &newer]].concat(),
+        "that file is a newer artune's profile (schema version 9), and this would replace it \
+         with an older one; choose another path, or pass --force",
+    );
+    assert_eq!(std::fs::read_to_string(&newer).unwrap(), future);
+    let err = refused(&["show", &newer], "newer than this artune reads");
+    assert!(
+        err.contains("upgrade artune") && !err.contains("--out"),
+        "{err}"
+    );
     // An export replaces its own file, and not the notes.
     let export = [
         "export",

@@ -246,7 +246,7 @@ mod tests {
         };
         let s = oom.to_string();
         assert!(
-            s.contains("receive slots (1M) on GPU 3 (512M free)") && s.contains("--sizes"),
+            s.contains("receive slots (1M) on GPU 3 (512.0 MiB free)") && s.contains("--sizes"),
             "{s}"
         );
         let stuck = DeviceError::Stuck {
