@@ -121,9 +121,13 @@ fn with_unit(b: u64) -> Option<String> {
         })
 }
 
-/// A byte count for a sentence: as a user types it ("64K", "1.5M"), else "1537 bytes".
+/// A byte count for a sentence: as a user types it ("64K", "1.5M"), else "1537 bytes" (or
+/// "1 byte").
 pub fn fmt_size(b: u64) -> String {
-    with_unit(b).unwrap_or_else(|| format!("{b} bytes"))
+    with_unit(b).unwrap_or_else(|| match b {
+        1 => "1 byte".into(),
+        b => format!("{b} bytes"),
+    })
 }
 
 /// An amount of memory (buffers, registrations, a GPU's memory) for a reading: a tenth of the
@@ -182,6 +186,7 @@ mod tests {
         assert_eq!(fmt_size(3 << 20), "3M");
         assert_eq!(fmt_size(1537), "1537 bytes");
         assert_eq!(fmt_size(6), "6 bytes");
+        assert_eq!(fmt_size(1), "1 byte");
         assert_eq!(parse_bytes(&fmt_size(64 << 10)).unwrap(), 64 << 10);
     }
 

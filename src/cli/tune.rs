@@ -97,7 +97,11 @@ impl Tune {
         let gpus = topo.gpu_count();
         if let Some(t) = self.tp.iter().find(|&&t| t > gpus) {
             return Err(Error::bad_input(format!(
-                "--tp {t} does not fit this machine of {gpus} GPUs; choose sizes from 2 to {gpus}"
+                "--tp {t} does not fit this machine of {gpus} GPUs; {}",
+                match gpus {
+                    2 => "give --tp 2, or leave --tp out".to_string(),
+                    n => format!("choose sizes from 2 to {n}"),
+                }
             )));
         }
         let tuned = match self.tp.is_empty() {
@@ -679,9 +683,9 @@ mod tests {
             .options(&machine("pcie-2x"), None)
             .unwrap_err()
             .to_string();
-        assert!(
-            e.contains("--tp 4 does not fit this machine of 2 GPUs"),
-            "{e}"
+        assert_eq!(
+            e,
+            "--tp 4 does not fit this machine of 2 GPUs; give --tp 2, or leave --tp out"
         );
         assert_eq!(
             t.options(&machine("pcie-4x-1switch"), None).unwrap().tp,
