@@ -16,7 +16,8 @@ const UNITS: [(&str, u64); 4] = [
 /// eighths (1.125K), which take three.
 const FRACTION_DIGITS: u32 = 3;
 
-/// Parses a byte count: an integer or a decimal with a binary suffix K/KB/KiB, M/MB/MiB,
+/// Parses a byte count: an integer (with B, byte or bytes, as sentences print it), or a
+/// decimal with a binary suffix K/KB/KiB, M/MB/MiB,
 /// G/GB/GiB, T/TB/TiB (all powers of 1024, as message sizes are in this field). A decimal must
 /// name whole bytes: 1.5K is 1536, 1.2K (1228.8) is refused.
 pub fn parse_bytes(s: &str) -> Result<u64, Error> {
@@ -35,7 +36,7 @@ pub fn parse_bytes(s: &str) -> Result<u64, Error> {
         return Err(bad());
     }
     let mult: u64 = match suffix.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
+        "" | "b" | "byte" | "bytes" => 1,
         "k" | "kb" | "kib" => 1 << 10,
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
@@ -232,8 +233,7 @@ mod tests {
         values.extend([u64::MAX, u64::MAX - 1, 1228, 1229, 1280, 5632, 1153434]);
         for b in values {
             for text in [fmt_bytes(b), fmt_size(b)] {
-                let typed = text.trim_end_matches(" bytes");
-                assert_eq!(parse_bytes(typed).unwrap(), b, "{b} printed as {text}");
+                assert_eq!(parse_bytes(&text).unwrap(), b, "{b} printed as {text}");
             }
         }
         assert_eq!(fmt_bytes(1229), "1229B");
