@@ -154,6 +154,20 @@ fn select_refuses_what_the_profile_does_not_cover() {
     }
 }
 
+/// A profile with no groups is said to have none, not "several TP sizes".
+#[test]
+fn predict_on_a_profile_without_groups_says_it_has_none() {
+    let d = tempfile::tempdir().unwrap();
+    let mut empty = sample::profile();
+    empty.groups.clear();
+    let p = write(d.path(), "empty.json", &empty);
+    fails(
+        &["predict", &p, "--workload", "1x4K"],
+        2,
+        "the profile has no groups; there is nothing to price a workload with",
+    );
+}
+
 #[test]
 fn bad_profiles_are_refused_in_one_line() {
     let d = tempfile::tempdir().unwrap();

@@ -398,6 +398,11 @@ pub fn predict(a: PredictArgs) -> Result<i32, Error> {
             tps.dedup();
             match tps.as_slice() {
                 [t] => *t,
+                [] => {
+                    return Err(Error::bad_input(
+                        "the profile has no groups; there is nothing to price a workload with",
+                    ))
+                }
                 _ => {
                     return Err(Error::bad_input(format!(
                         "the profile has several TP sizes ({}); pass --tp to choose one",
