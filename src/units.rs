@@ -145,6 +145,15 @@ pub fn fmt_mem(b: u64) -> String {
     format!("{:.1} {unit}", b as f64 / size as f64)
 }
 
+/// Two amounts of memory set against each other ("65.8 MiB, more than the 64.0 MiB"): as
+/// readings, or as exact byte counts where the readings would read alike.
+pub fn fmt_mem_apart(a: u64, b: u64) -> (String, String) {
+    match (fmt_mem(a), fmt_mem(b)) {
+        (x, y) if x == y && a != b => (format!("{a} bytes"), format!("{b} bytes")),
+        pair => pair,
+    }
+}
+
 /// Formats microseconds with a sensible unit.
 pub fn fmt_us(us: f64) -> String {
     if us >= 1000.0 {
@@ -261,5 +270,15 @@ mod tests {
         assert_eq!(fmt_mem(150_000_000_000), "139.7 GiB");
         assert_eq!(fmt_mem(3 << 10), "3.0 KiB");
         assert_eq!(fmt_mem(3 << 40), "3.0 TiB");
+        let apart = |a, b| fmt_mem_apart(a, b);
+        assert_eq!(
+            apart(69_031_466, 64 << 20),
+            ("65.8 MiB".into(), "64.0 MiB".into())
+        );
+        let over = (64 << 20) + 1;
+        assert_eq!(
+            apart(over, 64 << 20),
+            ("67108865 bytes".into(), "67108864 bytes".into())
+        );
     }
 }

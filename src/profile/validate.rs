@@ -10,7 +10,7 @@ use serde::Deserialize;
 /// file; callers that act on the kind match on the variant.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ProfileError {
-    #[error("it is {len} bytes, more than the {limit} a profile may have")]
+    #[error("it is {}, more than the {} a profile may have", crate::units::fmt_mem_apart(*len, *limit).0, crate::units::fmt_mem_apart(*len, *limit).1)]
     TooLarge { len: u64, limit: u64 },
     /// Not JSON at all (a notes file, a binary): nothing says it is a profile.
     #[error("{0}")]
