@@ -653,6 +653,32 @@ mod tests {
         assert!(v.changes.is_empty(), "{:?}", v.changes);
     }
 
+    /// A loopback profile's GPUs are one real GPU: judged against the GPU at its bus id (here
+    /// GPU 1 of a machine whose GPU 0 is another model), not by a GPU count.
+    #[test]
+    fn a_loopback_profile_is_judged_by_the_gpu_it_ran_on() {
+        let (mut p, mut now) = measured();
+        p.topology.origin.kind = "loopback".into();
+        for g in &mut p.topology.gpus {
+            (g.uuid, g.bus_id) = (None, Some("0000:41:00.0".into()));
+        }
+        now.gpus.truncate(2);
+        now.pairs.retain(|x| x.from < 2 && x.to < 2);
+        now.gpus[0].name = "NVIDIA L40S".into();
+        now.gpus[1].bus_id = Some("0000:41:00.0".into());
+        assert!(
+            validity(&p, &now).valid(),
+            "{:?}",
+            validity(&p, &now).changes
+        );
+        now.gpus[1].bus_id = Some("0000:42:00.0".into());
+        let v = validity(&p, &now);
+        assert_eq!(
+            texts(&v),
+            ["GPU 0 NVIDIA RTX PRO 6000 Blackwell Server Edition → NVIDIA L40S"]
+        );
+    }
+
     #[test]
     fn summary_shows_the_first_reasons_and_counts_the_rest() {
         let v = Validity {
