@@ -90,7 +90,7 @@ fn profile_hint(e: &crate::profile::ProfileError, path: &std::path::Path) -> Str
         P::TopologyFile => format!(
             "; to simulate that machine pass it as `--topology {quoted}` (e.g. `artune tune --topology {quoted} --out profile.json`)"
         ),
-        P::TooLarge { .. } => String::new(),
+        P::TooLarge { .. } | P::SchemaTooNew { .. } => String::new(),
         e if !e.is_a_profile() => "; name a profile that `artune tune` wrote".into(),
         _ => format!("; run `artune tune --out {quoted}` to write a new one"),
     }

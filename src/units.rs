@@ -16,7 +16,8 @@ const UNITS: [(&str, u64); 4] = [
 /// eighths (1.125K), which take three.
 const FRACTION_DIGITS: u32 = 3;
 
-/// Parses a byte count: an integer or a decimal with a binary suffix K/KB/KiB, M/MB/MiB,
+/// Parses a byte count: an integer (with B, byte or bytes, as sentences print it), or a
+/// decimal with a binary suffix K/KB/KiB, M/MB/MiB,
 /// G/GB/GiB, T/TB/TiB (all powers of 1024, as message sizes are in this field). A decimal must
 /// name whole bytes: 1.5K is 1536, 1.2K (1228.8) is refused.
 pub fn parse_bytes(s: &str) -> Result<u64, Error> {
@@ -35,7 +36,7 @@ pub fn parse_bytes(s: &str) -> Result<u64, Error> {
         return Err(bad());
     }
     let mult: u64 = match suffix.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
+        "" | "b" | "byte" | "bytes" => 1,
         "k" | "kb" | "kib" => 1 << 10,
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
@@ -121,15 +122,36 @@ fn with_unit(b: u64) -> Option<String> {
         })
 }
 
-/// A byte count for a sentence: as a user types it ("64K", "1.5M"), else "1537 bytes".
+/// A byte count for a sentence: as a user types it ("64K", "1.5M"), else "1537 bytes" (or
+/// "1 byte").
 pub fn fmt_size(b: u64) -> String {
-    with_unit(b).unwrap_or_else(|| format!("{b} bytes"))
+    with_unit(b).unwrap_or_else(|| match b {
+        1 => "1 byte".into(),
+        b => format!("{b} bytes"),
+    })
 }
 
-/// An amount of memory for a sentence, rounded to a tenth of a GiB ("139.8 GiB"): a reading,
-/// not a size to type back, so it is spelled in a unit artune never reads.
+/// An amount of memory (buffers, registrations, a GPU's memory) for a reading: a tenth of the
+/// largest binary unit it reaches ("2.3 MiB", "139.8 GiB"), with a space and the unit spelled
+/// out. Memory is read, not typed back, so a reading need not be exact as sizes are.
 pub fn fmt_mem(b: u64) -> String {
-    format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)
+    let (unit, size) = match b {
+        b if b >= 1 << 40 => ("TiB", 1u64 << 40),
+        b if b >= 1 << 30 => ("GiB", 1 << 30),
+        b if b >= 1 << 20 => ("MiB", 1 << 20),
+        b if b >= 1 << 10 => ("KiB", 1 << 10),
+        b => return format!("{b} B"),
+    };
+    format!("{:.1} {unit}", b as f64 / size as f64)
+}
+
+/// Two amounts of memory set against each other ("65.8 MiB, more than the 64.0 MiB"): as
+/// readings, or as exact byte counts where the readings would read alike.
+pub fn fmt_mem_apart(a: u64, b: u64) -> (String, String) {
+    match (fmt_mem(a), fmt_mem(b)) {
+        (x, y) if x == y && a != b => (format!("{a} bytes"), format!("{b} bytes")),
+        pair => pair,
+    }
 }
 
 /// Formats microseconds with a sensible unit.
@@ -174,6 +196,7 @@ mod tests {
         assert_eq!(fmt_size(3 << 20), "3M");
         assert_eq!(fmt_size(1537), "1537 bytes");
         assert_eq!(fmt_size(6), "6 bytes");
+        assert_eq!(fmt_size(1), "1 byte");
         assert_eq!(parse_bytes(&fmt_size(64 << 10)).unwrap(), 64 << 10);
     }
 
@@ -219,8 +242,7 @@ mod tests {
         values.extend([u64::MAX, u64::MAX - 1, 1228, 1229, 1280, 5632, 1153434]);
         for b in values {
             for text in [fmt_bytes(b), fmt_size(b)] {
-                let typed = text.trim_end_matches(" bytes");
-                assert_eq!(parse_bytes(typed).unwrap(), b, "{b} printed as {text}");
+                assert_eq!(parse_bytes(&text).unwrap(), b, "{b} printed as {text}");
             }
         }
         assert_eq!(fmt_bytes(1229), "1229B");
@@ -237,5 +259,26 @@ mod tests {
         assert_eq!(fmt_bytes((1 << 20) + 1024), "1025K");
         assert_eq!(fmt_us(4.26), "4.3 us");
         assert_eq!(fmt_us(2500.0), "2.50 ms");
+    }
+
+    #[test]
+    fn memory_reads_as_a_reading_in_the_largest_unit_it_reaches() {
+        assert_eq!(fmt_mem(0), "0 B");
+        assert_eq!(fmt_mem(512), "512 B");
+        assert_eq!(fmt_mem(2_795_776), "2.7 MiB");
+        assert_eq!(fmt_mem(96 << 30), "96.0 GiB");
+        assert_eq!(fmt_mem(150_000_000_000), "139.7 GiB");
+        assert_eq!(fmt_mem(3 << 10), "3.0 KiB");
+        assert_eq!(fmt_mem(3 << 40), "3.0 TiB");
+        let apart = |a, b| fmt_mem_apart(a, b);
+        assert_eq!(
+            apart(69_031_466, 64 << 20),
+            ("65.8 MiB".into(), "64.0 MiB".into())
+        );
+        let over = (64 << 20) + 1;
+        assert_eq!(
+            apart(over, 64 << 20),
+            ("67108865 bytes".into(), "67108864 bytes".into())
+        );
     }
 }

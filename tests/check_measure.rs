@@ -707,3 +707,80 @@ fn a_second_measurement_of_the_same_gpu_waits_for_the_first() {
     assert!(out.exists());
     let _ = std::fs::remove_file(lock::path(&gpu));
 }
+
+/// `--wait 0` refuses at once, in one sentence, what the lock would wait for; the same flag
+/// on `check --measure`.
+#[test]
+fn wait_zero_refuses_at_once_while_another_artune_measures_the_gpu() {
+    use artune::topology::lock;
+    let dir = tempfile::tempdir().unwrap();
+    let gpu = format!("GPU-lock-wait0-{}", std::process::id());
+    let reading = dir.path().join("idle.json");
+    std::fs::write(
+        &reading,
+        format!(r#"{{"gpus": [{{"index": 0, "uuid": "{gpu}", "utilization_pct": 0}}]}}"#),
+    )
+    .unwrap();
+    let profile = common::tuned(
+        dir.path(),
+        "p.json",
+        &[
+            "--sim",
+            "pcie-2x",
+            "--mode",
+            "graph",
+            "--sizes",
+            "4K:8K",
+            "--no-contention",
+        ],
+    );
+    let first = lock::acquire(std::slice::from_ref(&gpu), "tune", lock::WAIT, &mut |_| {}).unwrap();
+    let out = dir.path().join("q.json");
+    let (r, o, p) = (
+        reading.to_str().unwrap(),
+        out.to_str().unwrap(),
+        profile.to_str().unwrap(),
+    );
+    let tune = [
+        "tune",
+        "--sim",
+        "pcie-2x",
+        "--sizes",
+        "4K:8K",
+        "--sim-occupancy",
+        r,
+        "--out",
+        o,
+        "--wait",
+        "0",
+    ];
+    let check = [
+        "check",
+        p,
+        "--measure",
+        "--sim",
+        "pcie-2x",
+        "--sim-occupancy",
+        r,
+        "--wait",
+        "0",
+    ];
+    for (args, command) in [(&tune[..], "tune"), (&check[..], "check --measure")] {
+        let started = std::time::Instant::now();
+        let o = artune(args);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        let pid = std::process::id();
+        assert!(
+            err.contains(&format!(
+                "{gpu} is being measured by another artune (pid {pid} (tune)); run {command} again when it has finished, or give --wait SECONDS to wait for it"
+            )),
+            "{err}"
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    }
+    assert!(!out.exists());
+    drop(first);
+    let _ = std::fs::remove_file(lock::path(&gpu));
+}

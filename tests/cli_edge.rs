@@ -481,3 +481,67 @@ fn plots_say_why_a_faster_backend_was_not_chosen_and_keep_the_legend_clear() {
         );
     }
 }
+
+/// Whether `cell` reads as an amount of memory: "0 B", "2.3 MiB", "139.7 GiB".
+fn reads_as_memory(cell: &str) -> bool {
+    let Some((n, unit)) = cell.trim().split_once(' ') else {
+        return false;
+    };
+    let tenths = n.split_once('.').is_some_and(|(i, f)| {
+        f.len() == 1 && [i, f].iter().all(|d| d.chars().all(|c| c.is_ascii_digit()))
+    });
+    match unit {
+        "B" => n.chars().all(|c| c.is_ascii_digit()),
+        "KiB" | "MiB" | "GiB" => tenths,
+        _ => false,
+    }
+}
+
+#[test]
+fn memory_reads_as_memory_in_show_and_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["--sim", "pcie-4x-1switch", "--tp", "4", "--sizes", "1K:1M"];
+    let p = tuned(dir.path(), "m.json", &args);
+    let s = text(&artune(&["show", p.to_str().unwrap()]).stdout);
+    let lines: Vec<&str> = s.lines().collect();
+    let head = lines
+        .iter()
+        .position(|l| l.contains("extra mem/GPU"))
+        .unwrap();
+    let h = lines[head];
+    let col = |t: &str| h[..h.find(t).unwrap()].chars().count();
+    let (from, to) = (col("extra mem/GPU"), col("notes"));
+    let rows: Vec<String> = lines[head + 1..]
+        .iter()
+        .take_while(|l| !l.contains("crossovers:"))
+        .map(|l| l.chars().skip(from).take(to - from).collect())
+        .collect();
+    assert!(rows.len() >= 2, "{s}");
+    assert!(rows.iter().all(|c| reads_as_memory(c)), "{rows:?}\n{s}");
+    assert!(rows.iter().any(|c| c.contains("MiB")), "{rows:?}");
+    let nccl = s.split("NCCL communicator: ").nth(1).unwrap();
+    assert!(
+        reads_as_memory(nccl.split(" per GPU").next().unwrap()),
+        "{s}"
+    );
+
+    let o = artune(&["why", p.to_str().unwrap(), "--tp", "4", "--bytes", "16K"]);
+    let w = text(&o.stdout);
+    let head = w.lines().position(|l| l.ends_with("extra memory")).unwrap();
+    let cells: Vec<String> = w
+        .lines()
+        .skip(head + 1)
+        .take_while(|l| !l.is_empty() && !l.contains("not measured"))
+        .map(|l| {
+            let t: Vec<&str> = l
+                .split("  model band")
+                .next()
+                .unwrap()
+                .split_whitespace()
+                .collect();
+            t[t.len() - 2..].join(" ")
+        })
+        .collect();
+    assert!(cells.len() >= 2, "{w}");
+    assert!(cells.iter().all(|c| reads_as_memory(c)), "{cells:?}\n{w}");
+}

@@ -94,12 +94,8 @@ fn profiles_of_different_tp_mode_or_dtype_exit_2() {
         &["--tp", "8", "--mode", "graph"],
         None,
     );
-    let tp4 = tune(
-        dir.path(),
-        "tp4.json",
-        &["--tp", "4", "--mode", "graph"],
-        None,
-    );
+    // Both modes, on each of several placements.
+    let tp4 = tune(dir.path(), "tp4.json", &["--tp", "4"], None);
     let eager = tune(
         dir.path(),
         "e.json",
@@ -125,6 +121,13 @@ fn profiles_of_different_tp_mode_or_dtype_exit_2() {
         assert_eq!(o.status.code(), Some(2), "{err}");
         assert!(err.contains(needle), "{err}");
         assert_eq!(err.trim().lines().count(), 1, "{err}");
+        // Several placements of one TP size and mode are named once.
+        if other == &tp4 {
+            assert!(
+                err.contains("(A has TP8 graph, B has TP4 graph, TP4 eager)"),
+                "{err}"
+            );
+        }
     }
     let missing = dir.path().join("none.json");
     let o = artune(

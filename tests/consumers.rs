@@ -135,7 +135,37 @@ fn select_refuses_what_the_profile_does_not_cover() {
                 "an allreduce needs at least 2 GPUs",
             );
         }
+        // The other commands that take a group's size refuse it the same way.
+        for args in [
+            &["export", &p, "--engine", "nccl"][..],
+            &["export", &p, "--engine", "vllm"],
+            &["predict", &p, "--workload", "2x4K"],
+        ] {
+            let o = artune(&[args, &["--tp", tp]].concat());
+            assert_eq!(o.code, 2, "{args:?}: {}", o.stderr);
+            assert_eq!(
+                o.stderr.trim_end(),
+                format!(
+                    "error: --tp {tp}: an allreduce needs at least 2 GPUs; give the group's size, e.g. --tp 2"
+                ),
+                "{args:?}"
+            );
+        }
     }
+}
+
+/// A profile with no groups is said to have none, not "several TP sizes".
+#[test]
+fn predict_on_a_profile_without_groups_says_it_has_none() {
+    let d = tempfile::tempdir().unwrap();
+    let mut empty = sample::profile();
+    empty.groups.clear();
+    let p = write(d.path(), "empty.json", &empty);
+    fails(
+        &["predict", &p, "--workload", "1x4K"],
+        2,
+        "the profile has no groups; there is nothing to price a workload with",
+    );
 }
 
 #[test]

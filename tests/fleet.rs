@@ -417,6 +417,34 @@ fn an_unwritable_class_directory_still_prints_the_report_and_warns() {
     );
 }
 
+/// An --out naming a file is bad input before the work, in one sentence; the file is kept.
+#[test]
+fn an_out_that_names_a_file_is_refused_before_the_work() {
+    let tmp = tempfile::tempdir().unwrap();
+    let nodes = tmp.path().join("nodes");
+    std::fs::create_dir(&nodes).unwrap();
+    std::fs::write(nodes.join("ok.json"), template(tmp.path()).to_string()).unwrap();
+    let file = tmp.path().join("notes.txt");
+    std::fs::write(&file, "mine").unwrap();
+    let o = artune(&[
+        "fleet",
+        nodes.to_str().unwrap(),
+        "--out",
+        file.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8(o.stderr).unwrap();
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(o.stdout.is_empty());
+    assert_eq!(
+        err.trim_end(),
+        format!(
+            "error: --out {}: it is a file, but this writes into a directory; give a directory",
+            file.display()
+        )
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
+}
+
 /// Healthy nodes of one class, tuned with different noise, put a crossover one size apart
 /// now and then: that is a band edge, counted, not a node whose choices differ (12 of 30
 /// nodes were listed for it). TP2 in eager mode, where one of twelve seeds does.

@@ -122,6 +122,20 @@ fn an_unwritable_plot_is_found_before_measuring_and_named() {
     );
 }
 
+/// A directory no file can be created in (/proc) is named with the system's reason alone: no
+/// path of artune's own probe file, which the user never asked for.
+#[test]
+fn an_unwritable_out_directory_is_named_with_the_reason_only() {
+    let o = tune(&["--out", "/proc/p.json"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(
+        err.trim_end(),
+        "error: --out /proc/p.json: /proc cannot be written (No such file or directory (os error \
+         2)); choose a writable location"
+    );
+}
+
 /// Runs artune, expects bad input in one sentence holding `needle`, and returns it.
 fn refused(args: &[&str], needle: &str) -> String {
     let o = artune(args);
@@ -133,7 +147,7 @@ fn refused(args: &[&str], needle: &str) -> String {
 }
 
 /// A file that is not artune's is never replaced without `--force`: not by a tune, an export,
-/// fleet's metrics, nor plots; artune's own files (a profile of another version, an export)
+/// fleet's metrics, nor plots; artune's own files (a profile of an older version, an export)
 /// are replaced as before.
 #[test]
 fn a_file_artune_did_not_write_is_never_replaced_without_force() {
@@ -156,6 +170,26 @@ fn a_file_artune_did_not_write_is_never_replaced_without_force() {
     )
     .unwrap();
     assert!(tune(&["--out", &profile]).status.success());
+    // A newer artune's profile is kept: this one would replace it with less than it records,
+    // and reading it advises no tune into it.
+    let newer = at("newer.json");
+    let future = std::fs::read_to_string(&profile).unwrap().replacen(
+        "\"schema_version\": 1",
+        "\"schema_version\": 9",
+        1,
+    );
+    std::fs::write(&newer, &future).unwrap();
+    refused(
+        &[&TUNE[..], &["--out", &newer]].concat(),
+        "that file is a newer artune's profile (schema version 9), and this would replace it \
+         with an older one; choose another path, or pass --force",
+    );
+    assert_eq!(std::fs::read_to_string(&newer).unwrap(), future);
+    let err = refused(&["show", &newer], "newer than this artune reads");
+    assert!(
+        err.contains("upgrade artune") && !err.contains("--out"),
+        "{err}"
+    );
     // An export replaces its own file, and not the notes.
     let export = [
         "export",

@@ -1001,7 +1001,7 @@ fn endless_devices_are_cut_off() {
     }
     // Its metadata says 0 bytes; the read must stop at the limit anyway.
     let e = file::load(Path::new("/dev/zero")).unwrap_err().to_string();
-    assert_has(&e, &["more than the 16777216 bytes"]);
+    assert_has(&e, &["more than the 16.0 MiB a topology file may have"]);
 }
 
 #[test]

@@ -623,8 +623,9 @@ fn a_size_range_beyond_the_gpus_or_the_profile_is_refused_up_front() {
         (
             &["--sim", "pcie-2x"],
             "1K:512G",
-            "needs 1T per GPU for its input and output, more than the 96G GPU 0 has; \
-             choose HIGH at most 32G",
+            "a TP2 group's custom kernels with their buffers for 512G messages and its input \
+             and output need at least 3.5 TiB per GPU, more than the 96.0 GiB GPU 0 has in all; \
+             choose HIGH at most 8G",
         ),
     ] {
         let args = [&["tune"], &machine[..], &["--sizes", sizes, "--out"]].concat();
@@ -635,4 +636,52 @@ fn a_size_range_beyond_the_gpus_or_the_profile_is_refused_up_front() {
         assert!(err.contains(needle), "{sizes}: {err}");
         assert!(!out.exists());
     }
+}
+
+/// Custom kernels' buffers are set up together, each sized for HIGH, beside the message's
+/// input and output: a range whose buffers outgrow the GPU's memory (or what NVML reads free)
+/// is refused in one sentence before measuring, not left to fail out of memory.
+#[test]
+fn custom_buffers_beyond_the_gpu_memory_are_refused_up_front() {
+    let out = tmp().join("buffers.json");
+    let tune = |extra: &[&str]| {
+        let args = [
+            &["tune", "--sim", "pcie-2x", "--mode", "graph", "--out"][..],
+            &[out.to_str().unwrap()],
+            extra,
+        ]
+        .concat();
+        artune(&args)
+    };
+    // 16G messages: 32 GiB of input and output fit a 96 GiB GPU, the buffers do not.
+    let o = tune(&["--sizes", "1K:16G"]);
+    let err = common::text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("custom kernels with their buffers for 16G messages")
+            && err.contains("more than the 96.0 GiB GPU 0 has in all; choose HIGH at most 8G"),
+        "{err}"
+    );
+    assert!(!out.exists());
+    // Free memory as NVML reads it bounds it further: 4 GiB free refuses 1G messages.
+    let reading = tmp().join("little-free.json");
+    let gpu = |i: usize| serde_json::json!({ "index": i, "free_bytes": 4u64 << 30 });
+    std::fs::write(
+        &reading,
+        serde_json::json!({ "gpus": [gpu(0), gpu(1)] }).to_string(),
+    )
+    .unwrap();
+    let occupancy = ["--sim-occupancy", reading.to_str().unwrap()];
+    let o = tune(&[&["--sizes", "1K:1G"][..], &occupancy].concat());
+    let err = common::text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("more than the 4.0 GiB GPU 0 has free; choose HIGH at most 512M"),
+        "{err}"
+    );
+    assert!(!out.exists());
+    // What fits is tuned.
+    let o = tune(&[&["--sizes", "1K:64K"][..], &occupancy].concat());
+    assert_eq!(o.status.code(), Some(0), "{}", common::text(&o.stderr));
 }

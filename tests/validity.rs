@@ -133,3 +133,62 @@ fn a_profile_holds_on_every_node_of_its_class_and_not_on_other_hardware() {
         }
     }
 }
+
+/// A loopback profile (`tune --loopback 4`: four virtual ranks on one GPU) as the tune writes
+/// it, from a simulated tune of `pcie-4x-1switch` whose GPUs stand for the one real GPU.
+fn loopback_profile(dir: &Path) -> PathBuf {
+    let p = tuned(
+        dir,
+        "sim.json",
+        &[
+            "--sim",
+            "pcie-4x-1switch",
+            "--tp",
+            "2,4",
+            "--sizes",
+            "1K:64K",
+        ],
+    );
+    let mut v: Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    v["simulated"] = false.into();
+    v["fabric"] = "cuda".into();
+    v["topology"]["origin"] = serde_json::json!({ "kind": "loopback", "link_reading": "idle" });
+    v["topology"]["host"] = serde_json::json!({ "hostname": "box", "driver": "570.86.15" });
+    v["versions"]["driver"] = "570.86.15".into();
+    for g in v["topology"]["gpus"].as_array_mut().unwrap() {
+        g["bus_id"] = "0000:21:00.0".into();
+    }
+    let path = dir.join("loopback.json");
+    std::fs::write(&path, v.to_string()).unwrap();
+    path
+}
+
+#[test]
+fn a_loopback_profile_holds_on_its_one_real_gpu_and_not_on_another_model() {
+    let d = tempfile::tempdir().unwrap();
+    let p = loopback_profile(d.path());
+    let one_gpu = |tag: &str, name: &str, driver: &str| {
+        node(d.path(), tag, driver, |t| {
+            t["gpus"] = serde_json::json!([t["gpus"][0].clone()]);
+            t["gpus"][0]["name"] = name.into();
+            t["pairs"] = serde_json::json!([]);
+        })
+    };
+    let same = "NVIDIA RTX PRO 6000 Blackwell Server Edition";
+    let (code, out, err) = check(&p, &one_gpu("one", same, "570.86.15"));
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("holds for"), "{out}");
+
+    // A driver bump is a note, as for any profile.
+    let (code, out, err) = check(&p, &one_gpu("bumped", same, "580.159.04"));
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("driver 570.86.15 → 580.159.04"), "{out}");
+
+    // Another GPU model: stale, naming it.
+    let (code, out, err) = check(&p, &one_gpu("l40s", "NVIDIA L40S", "570.86.15"));
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(
+        err.contains(&format!("profile is stale: GPU 0 {same} → NVIDIA L40S")),
+        "{err}"
+    );
+}

@@ -410,7 +410,8 @@ def startup_line(bands, patches, plan, name: str, ws: int, off: bool, own=None) 
         parts.append(f"{mode}: {bands.describe(ws, mode)}")
     if v[0] == "v2":
         parts.append("custom sizes run v2 at the profile's limits " + str(v[1]) +
-                     " (multicast inside them only)")
+                     ", gated per call (a size inside them the profile gives NCCL runs NCCL;"
+                     " multicast inside them only)")
     elif off:
         parts.append(f"custom all-reduce not built ({v[1] if v[0] == 'nccl' else 'NCCL wins'}),"
                      " so no IPC buffers are allocated")

@@ -19,8 +19,9 @@ fn source(a: &CheckArgs) -> Source {
     }
 }
 
-/// The command that tunes the machine `a` checks against again, into the profile's file.
-fn retune(a: &CheckArgs) -> String {
+/// The command that tunes the machine `a` checks against again, into the profile's file (as
+/// virtual ranks again where `p` was tuned so and nothing else names the machine).
+fn retune(a: &CheckArgs, p: &Profile) -> String {
     let q = |s: &str| crate::shell::quote(s);
     let mut c = String::from("artune tune");
     if let Some(s) = &a.sim {
@@ -29,16 +30,19 @@ fn retune(a: &CheckArgs) -> String {
     if let Some(t) = &a.topology {
         c += &format!(" --topology {}", q(&t.display().to_string()));
     }
-    if let Some(k) = a.loopback {
+    let virtual_ranks = (p.topology.origin.kind == "loopback" && a.sim.is_none())
+        .then_some(p.topology.gpu_count())
+        .filter(|_| a.topology.is_none());
+    if let Some(k) = a.loopback.or(virtual_ranks) {
         c += &format!(" --loopback {k}");
     }
     c + &format!(" --out {}", q(&a.profile.display().to_string()))
 }
 
-fn stale(a: &CheckArgs, why: String) -> Error {
+fn stale(a: &CheckArgs, p: &Profile, why: String) -> Error {
     Error::Stale {
         why,
-        retune: retune(a),
+        retune: retune(a, p),
     }
 }
 
@@ -69,13 +73,13 @@ pub fn run(a: CheckArgs) -> Result<i32, Error> {
                 "profile": a.profile, "against": against, "measured": false,
                 "holds": v.valid(), "changes": reasons, "notes": notes, "unchecked": unchecked,
                 "simulated": p.simulated,
-                "retune": (!v.valid()).then(|| retune(&a)),
+                "retune": (!v.valid()).then(|| retune(&a, &p)),
             }))
             .expect("json")
         );
     }
     if !v.valid() {
-        return Err(stale(&a, v.summary(4)));
+        return Err(stale(&a, &p, v.summary(4)));
     }
     if a.json {
         return Ok(0);
@@ -130,6 +134,7 @@ fn environment_verdict(a: &CheckArgs, p: &Profile) -> Result<(), Error> {
     let what: Vec<String> = v.changes.iter().map(ToString::to_string).collect();
     Err(stale(
         a,
+        p,
         format!(
             "the NCCL/CUDA environment differs from the tune's: {}",
             what.join(", ")
@@ -154,6 +159,7 @@ fn hardware_verdict(
     }
     Err(stale(
         a,
+        p,
         format!(
             "the GPUs or their links differ from the tune's: {}",
             v.summary(4)
@@ -172,11 +178,12 @@ fn measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
     let cancel = crate::cancel::Cancel::new();
     let stopping = super::progress::stop_on_signals(&cancel, &status);
     status.stage("looking for other processes on the GPUs");
-    let (_, neighbours) = super::tune::occupancy_gate(
+    let (_, neighbours, _) = super::tune::occupancy_gate(
         &source,
         a.loopback,
         a.sim_occupancy.as_deref(),
         a.allow_busy,
+        std::time::Duration::from_secs(a.wait),
         "check --measure",
     )?;
     let started = std::time::Instant::now();
@@ -225,7 +232,7 @@ fn verdict(a: &CheckArgs, p: &Profile, points: &[Point], took: f64) -> Result<i3
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
                 "profile": a.profile, "measured": true, "verdict": v, "seconds": took,
-                "points": points, "retune": (v == "stale").then(|| retune(a)),
+                "points": points, "retune": (v == "stale").then(|| retune(a, p)),
             }))
             .expect("json")
         );
@@ -309,6 +316,7 @@ fn verdict(a: &CheckArgs, p: &Profile, points: &[Point], took: f64) -> Result<i3
     }
     Err(stale(
         a,
+        p,
         format!(
             "{} of {} re-timed here no longer {} what the profile says (listed above, {:.1} s)",
             broken.len(),
@@ -401,4 +409,34 @@ fn moved(p: &Profile, x: &crate::recheck::Point) -> String {
         })
         .collect();
     parts.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_loopback_profile_is_tuned_again_as_virtual_ranks_on_this_machine() {
+        let mut p = crate::export::sample::profile();
+        let mut a = CheckArgs {
+            profile: "p.json".into(),
+            topology: None,
+            sim: None,
+            measure: false,
+            loopback: None,
+            sim_faults: None,
+            allow_busy: false,
+            wait: 60,
+            sim_occupancy: None,
+            json: false,
+        };
+        assert_eq!(retune(&a, &p), "artune tune --out p.json");
+        p.topology.origin.kind = "loopback".into();
+        assert_eq!(retune(&a, &p), "artune tune --loopback 4 --out p.json");
+        a.topology = Some("one.json".into());
+        assert_eq!(
+            retune(&a, &p),
+            "artune tune --topology one.json --out p.json"
+        );
+    }
 }

@@ -23,6 +23,17 @@ fn warn_simulated(path: &Path, p: &Profile) {
     }
 }
 
+/// `--tp` of a question about a profile: a group's size, so at least 2 (every consumer command
+/// refuses the same way, before reading the profile where it can).
+fn group_size(tp: usize) -> Result<usize, Error> {
+    match tp {
+        0 | 1 => Err(Error::bad_input(format!(
+            "--tp {tp}: an allreduce needs at least 2 GPUs; give the group's size, e.g. --tp 2"
+        ))),
+        tp => Ok(tp),
+    }
+}
+
 /// The group a `select` or `why` question is about, or why the profile has no answer there.
 /// `--gpus` of the wrong length or with repeats is bad input; GPUs the profile never tuned
 /// are a question it cannot answer (the engine keeps its default).
@@ -31,12 +42,7 @@ fn asked_group<'p>(
     a: &MessageArgs,
 ) -> Result<Result<&'p GroupProfile, String>, Error> {
     let mode: Mode = a.mode.into();
-    if a.tp < 2 {
-        return Err(Error::bad_input(format!(
-            "--tp {}: an allreduce needs at least 2 GPUs; give the group's size, e.g. --tp 2",
-            a.tp
-        )));
-    }
+    group_size(a.tp)?;
     if let Some(gpus) = &a.gpus {
         let mut sorted = gpus.clone();
         sorted.sort_unstable();
@@ -244,6 +250,7 @@ pub fn select(a: MessageArgs) -> Result<i32, Error> {
 }
 
 pub fn export(a: ExportArgs) -> Result<i32, Error> {
+    a.tp.map(group_size).transpose()?;
     let p = Profile::load(&a.profile)?;
     let source = std::fs::canonicalize(&a.profile)
         .unwrap_or_else(|_| a.profile.clone())
@@ -379,6 +386,7 @@ fn describe(w: &Workload) -> String {
 }
 
 pub fn predict(a: PredictArgs) -> Result<i32, Error> {
+    a.tp.map(group_size).transpose()?;
     let p = Profile::load(&a.profile)?;
     let w = Workload::load(&a.workload)?;
     let mode: Mode = a.mode.into();
@@ -390,6 +398,11 @@ pub fn predict(a: PredictArgs) -> Result<i32, Error> {
             tps.dedup();
             match tps.as_slice() {
                 [t] => *t,
+                [] => {
+                    return Err(Error::bad_input(
+                        "the profile has no groups; there is nothing to price a workload with",
+                    ))
+                }
                 _ => {
                     return Err(Error::bad_input(format!(
                         "the profile has several TP sizes ({}); pass --tp to choose one",

@@ -30,9 +30,15 @@ pub struct FleetArgs {
 }
 
 pub fn run(a: FleetArgs) -> Result<i32, Error> {
+    use crate::profile::paths::{check_output, check_replace, Expect, Writes};
     let out_dir = a.out.clone().unwrap_or_else(|| a.dir.join("classes"));
+    // An --out that names a file (a typo for a directory) is bad input, found before the
+    // work; a directory that cannot be made only costs the class profiles (a warning), so the
+    // report still prints from a read-only place.
+    if let Some(out) = a.out.as_ref().filter(|o| o.exists() && !o.is_dir()) {
+        check_output(out, "--out", Expect::Dir)?;
+    }
     if let Some(p) = &a.prom {
-        use crate::profile::paths::{check_output, check_replace, Expect, Writes};
         check_output(p, "--prom", Expect::File)?;
         check_replace(p, "--prom", Writes::Metrics, a.force)?;
     }

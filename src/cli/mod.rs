@@ -20,6 +20,8 @@ use crate::allreduce::{Dtype, Mode};
 use crate::error::Error;
 use output::out;
 
+/// `--wait`'s default: how long a measuring command waits for another artune's GPUs.
+const LOCK_WAIT_S: u64 = crate::topology::lock::WAIT.as_secs();
 #[derive(Parser, Debug)]
 #[command(
     name = "artune",
@@ -208,6 +210,9 @@ pub struct TuneArgs {
     /// Measure even when another process is using the GPUs (recorded in the profile).
     #[arg(long)]
     pub allow_busy: bool,
+    /// Wait up to SECONDS for another artune measuring the same GPUs (0: refuse at once).
+    #[arg(long, value_name = "SECONDS", default_value_t = LOCK_WAIT_S)]
+    pub wait: u64,
     /// Testing only, hidden from --help: read the GPUs' occupancy from this JSON file instead
     /// of NVML (src/topology/occupancy.rs, `Reading`, or a list of them: one per look, the
     /// first before measuring); applies to simulated machines too.
@@ -325,6 +330,10 @@ pub struct CheckArgs {
     /// With --measure: re-time even when another process is using the GPUs.
     #[arg(long, requires = "measure")]
     pub allow_busy: bool,
+    /// With --measure: wait up to SECONDS for another artune measuring the same GPUs (0:
+    /// refuse at once).
+    #[arg(long, value_name = "SECONDS", default_value_t = LOCK_WAIT_S, requires = "measure")]
+    pub wait: u64,
     /// Testing only, hidden from --help: the GPUs' occupancy as `tune --sim-occupancy`.
     #[arg(long, hide = true, value_name = "FILE", requires = "measure")]
     pub sim_occupancy: Option<PathBuf>,

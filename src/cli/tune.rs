@@ -23,6 +23,8 @@ struct Tune {
     faults: crate::fabric::sim::Faults,
     occupancy: Option<std::path::PathBuf>,
     allow_busy: bool,
+    /// `--wait`: how long to wait for another artune measuring the same GPUs.
+    wait: std::time::Duration,
     /// `--out` with `{host}` replaced, checked writable.
     out: std::path::PathBuf,
     plot: Option<std::path::PathBuf>,
@@ -58,6 +60,7 @@ impl Tune {
             loopback: a.loopback,
             occupancy: a.sim_occupancy,
             allow_busy: a.allow_busy,
+            wait: std::time::Duration::from_secs(a.wait),
             out,
             plot: a.plot,
             sizes: a.sizes,
@@ -86,11 +89,19 @@ impl Tune {
     }
 
     /// The pipeline's options for the machine `topo`: the checks that need it.
-    fn options(&self, topo: &crate::topology::Topology) -> Result<tune::Options, Error> {
+    fn options(
+        &self,
+        topo: &crate::topology::Topology,
+        free: Option<Free>,
+    ) -> Result<tune::Options, Error> {
         let gpus = topo.gpu_count();
         if let Some(t) = self.tp.iter().find(|&&t| t > gpus) {
             return Err(Error::bad_input(format!(
-                "--tp {t} does not fit this machine of {gpus} GPUs; choose sizes from 2 to {gpus}"
+                "--tp {t} does not fit this machine of {gpus} GPUs; {}",
+                match gpus {
+                    2 => "give --tp 2, or leave --tp out".to_string(),
+                    n => format!("choose sizes from 2 to {n}"),
+                }
             )));
         }
         let tuned = match self.tp.is_empty() {
@@ -108,7 +119,8 @@ impl Tune {
                 )));
             }
         }
-        self.sizes_fit(topo, &tuned)?;
+        self.buffers_fit(topo, &tuned, free)?;
+        self.sizes_fit(&tuned)?;
         Ok(tune::Options {
             tp: self.tp.clone(),
             islands: self.islands.clone(),
@@ -118,34 +130,12 @@ impl Tune {
 }
 
 impl Tune {
-    /// `--sizes`' largest message fits, before anything is measured: every custom kernel's
-    /// buffers for it within what a profile may record, and its input and output (on each of
-    /// the ranks a GPU holds) within the memory of every GPU that says how much it has.
-    fn sizes_fit(&self, topo: &crate::topology::Topology, tuned: &[usize]) -> Result<(), Error> {
+    /// `--sizes`' largest message fits what a profile records, before anything is measured:
+    /// every custom kernel's buffers for it within the profile's limit.
+    fn sizes_fit(&self, tuned: &[usize]) -> Result<(), Error> {
         use crate::allreduce::{memory, Backend, Ranks};
         let high = self.options.max_bytes;
         let limit = crate::profile::LIMITS.buffer_bytes;
-        let ranks = self.loopback.unwrap_or(1) as u64;
-        let need = high.saturating_mul(2 * ranks);
-        let small = topo
-            .gpus
-            .iter()
-            .filter_map(|g| Some((g.index, g.memory_bytes?)))
-            .min_by_key(|&(_, m)| m);
-        if let Some((gpu, mem)) = small.filter(|&(_, m)| need > m) {
-            let on = match ranks {
-                1 => String::new(),
-                k => format!(" on {k} ranks"),
-            };
-            return Err(Error::bad_input(format!(
-                "--sizes {}: a {} message needs {} per GPU for its input and output{on}, more than the {} GPU {gpu} has; choose HIGH at most {}",
-                self.sizes,
-                units::fmt_size(high),
-                units::fmt_size(need),
-                units::fmt_size(mem),
-                units::fmt_size(pow2_floor(mem / (2 * ranks)))
-            )));
-        }
         let most = tuned
             .iter()
             .flat_map(|&t| Backend::ALL.iter().map(move |&b| (b, Ranks::flat(t))))
@@ -164,6 +154,84 @@ impl Tune {
         Ok(())
     }
 }
+
+impl Tune {
+    /// The custom kernels' buffers fit beside the largest message's input and output: a group
+    /// sets every custom backend up at once, each sized for `--sizes`' HIGH, on each rank a GPU
+    /// holds, so a tune that would run out of device memory is refused before it starts. The
+    /// memory is what NVML read free where it did (`free`), else the topology's size.
+    fn buffers_fit(
+        &self,
+        topo: &crate::topology::Topology,
+        tuned: &[usize],
+        free: Option<Free>,
+    ) -> Result<(), Error> {
+        use crate::allreduce::{memory, Backend, Ranks};
+        let ranks = self.loopback.unwrap_or(1) as u64;
+        let total = topo
+            .gpus
+            .iter()
+            .filter_map(|g| Some((g.index, g.memory_bytes?)))
+            .min_by_key(|&(_, m)| m);
+        let (gpu, mem, what) = match (free, total) {
+            (Some((g, f)), _) => (g, f, "free"),
+            (None, Some((g, m))) => (g, m, "in all"),
+            (None, None) => return Ok(()),
+        };
+        // Per GPU for messages up to `high`: the largest group's buffers and its input and
+        // output, on each rank. Island kernels are left out, as a machine without islands
+        // waives them: the sum is at most what the group sets up, so it never refuses wrongly.
+        let flat: Vec<Backend> = Backend::ALL
+            .iter()
+            .copied()
+            .filter(|b| b.is_custom() && !b.is_hierarchical())
+            .collect();
+        let need = |high: u64| -> (u64, usize) {
+            tuned
+                .iter()
+                .map(|&t| {
+                    let bytes = flat
+                        .iter()
+                        .map(|&b| memory::modelled(b, Ranks::flat(t), high, 0))
+                        .fold(high.saturating_mul(2), u64::saturating_add);
+                    (bytes.saturating_mul(ranks), t)
+                })
+                .max()
+                .unwrap_or_default()
+        };
+        let high = self.options.max_bytes;
+        let (bytes, tp) = need(high);
+        if bytes <= mem {
+            return Ok(());
+        }
+        let (mut lo, mut hi) = (0u64, high);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            match need(mid).0 <= mem {
+                true => lo = mid,
+                false => hi = mid - 1,
+            }
+        }
+        let on = match ranks {
+            1 => String::new(),
+            k => format!(" on each of its {k} ranks"),
+        };
+        let advice = match lo {
+            0 => "free memory on the GPU".to_string(),
+            lo => format!("choose HIGH at most {}", units::fmt_size(pow2_floor(lo))),
+        };
+        Err(Error::bad_input(format!(
+            "--sizes {}: a TP{tp} group's custom kernels with their buffers for {} messages and its input and output{on} need at least {} per GPU, more than the {} GPU {gpu} has {what}; {advice}",
+            self.sizes,
+            units::fmt_size(high),
+            units::fmt_mem(bytes),
+            units::fmt_mem(mem),
+        )))
+    }
+}
+
+/// A GPU's index and its free memory in bytes, as NVML read it before measuring.
+pub type Free = (usize, u64);
 
 /// The largest power of two at most `b` (1 for 0): a bound a user can type back exactly.
 fn pow2_floor(b: u64) -> u64 {
@@ -351,11 +419,12 @@ pub fn run(a: TuneArgs) -> Result<i32, Error> {
     let entered = std::time::Instant::now();
     super::compile_ahead(&t.source);
     status.stage("looking for other processes on the GPUs");
-    let (busy, neighbours) = occupancy_gate(
+    let (busy, neighbours, free) = occupancy_gate(
         &t.source,
         t.loopback,
         t.occupancy.as_deref(),
         t.allow_busy,
+        t.wait,
         "tune",
     )?;
     status.stage(
@@ -375,7 +444,7 @@ pub fn run(a: TuneArgs) -> Result<i32, Error> {
         busy,
         neighbours,
         cancel,
-        ..t.options(fabric.topology())?
+        ..t.options(fabric.topology(), free)?
     };
     status.stage("planning the GPU groups and sizes");
     let result = tune::run(fabric.as_mut(), &opts, &mut |p| status.progress(p));
@@ -405,21 +474,30 @@ pub fn run(a: TuneArgs) -> Result<i32, Error> {
 /// Before measuring: who else is on the GPUs the command will use (NVML on real GPUs, or the
 /// testing `--sim-occupancy FILE`). Another process refuses the command (exit 2) unless
 /// `allow_busy`; then it is warned about and returned for the profile. Also returns the watch
-/// that asks the same again between the command's phases and groups.
+/// that asks the same again between the command's phases and groups, and the GPU with the least
+/// free memory as NVML read it (None where not read).
 pub fn occupancy_gate(
     source: &super::Source,
     loopback: Option<usize>,
     fake: Option<&std::path::Path>,
     allow_busy: bool,
+    wait: std::time::Duration,
     command: &str,
-) -> Result<(Vec<crate::profile::environment::BusyGpu>, Neighbours), Error> {
+) -> Result<
+    (
+        Vec<crate::profile::environment::BusyGpu>,
+        Neighbours,
+        Option<Free>,
+    ),
+    Error,
+> {
     use crate::topology::{lock, occupancy};
     let simulated = source.sim.is_some() || source.topology.is_some();
     // Readings until the GPUs are free or in use (occupancy::settle), one per second: from
     // NVML, or from the testing file in turn.
     let script = fake.map(occupancy::read_file_polls).transpose()?;
     if script.is_none() && simulated {
-        return Ok((Vec::new(), Neighbours::default()));
+        return Ok((Vec::new(), Neighbours::default(), None));
     }
     let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
     let (mut readings, mut kept, mut locks) = (Vec::new(), None, None);
@@ -443,7 +521,7 @@ pub fn occupancy_gate(
                 // Opening the GPUs will say what is wrong with NVML or the driver.
                 Err(e) => {
                     tracing::debug!("GPU occupancy not read: {e}");
-                    return Ok((Vec::new(), Neighbours::default()));
+                    return Ok((Vec::new(), Neighbours::default(), None));
                 }
             },
         };
@@ -452,7 +530,7 @@ pub fn occupancy_gate(
         if locks.is_none() {
             let gpus: Vec<String> = reading.gpus.iter().filter_map(|g| g.uuid.clone()).collect();
             let mut waited = false;
-            let held = lock::acquire(&gpus, command, lock::WAIT, &mut |w| {
+            let held = lock::acquire(&gpus, command, wait, &mut |w| {
                 waited = true;
                 eprintln!("{w}");
             })
@@ -479,13 +557,18 @@ pub fn occupancy_gate(
         None => Neighbours::nvml(kept, command, allow_busy).unwrap_or_default(),
     }
     .holding(locks.unwrap_or_default());
+    let free = reading
+        .gpus
+        .iter()
+        .filter_map(|g| Some((g.index, g.free_bytes?)))
+        .min_by_key(|&(_, f)| f);
     match (reading.refusal(command), reading.describe()) {
         (Some(_), Some(what)) if allow_busy => {
             eprintln!("warning: measuring beside other work (--allow-busy, recorded in the profile): {what}");
-            Ok((reading.busy(), watch))
+            Ok((reading.busy(), watch, free))
         }
         (Some(why), _) => Err(Error::bad_input(why)),
-        _ => Ok((Vec::new(), watch)),
+        _ => Ok((Vec::new(), watch, free)),
     }
 }
 
@@ -596,11 +679,17 @@ mod tests {
         };
         let t = super::Tune::from_args(a).unwrap();
         let machine = |m| crate::topology::presets::get(m).unwrap();
-        let e = t.options(&machine("pcie-2x")).unwrap_err().to_string();
-        assert!(
-            e.contains("--tp 4 does not fit this machine of 2 GPUs"),
-            "{e}"
+        let e = t
+            .options(&machine("pcie-2x"), None)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "--tp 4 does not fit this machine of 2 GPUs; give --tp 2, or leave --tp out"
         );
-        assert_eq!(t.options(&machine("pcie-4x-1switch")).unwrap().tp, vec![4]);
+        assert_eq!(
+            t.options(&machine("pcie-4x-1switch"), None).unwrap().tp,
+            vec![4]
+        );
     }
 }

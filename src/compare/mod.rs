@@ -202,8 +202,13 @@ fn key(g: &GroupProfile) -> String {
 }
 
 fn keys(p: &Profile) -> String {
-    let mut k: Vec<String> = p.groups.iter().map(key).collect();
-    k.dedup();
+    let mut k: Vec<String> = Vec::new();
+    for g in &p.groups {
+        let g = key(g);
+        if !k.contains(&g) {
+            k.push(g);
+        }
+    }
     if k.is_empty() {
         "no groups".into()
     } else {

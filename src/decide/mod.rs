@@ -122,7 +122,7 @@ impl Constraints {
             format!(
                 "its buffers for {} need {} per GPU, above the memory budget of {}",
                 fmt_bytes(bytes),
-                fmt_bytes(need),
+                crate::units::fmt_mem(need),
                 fmt_bytes(budget)
             )
         })

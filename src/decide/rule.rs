@@ -238,6 +238,23 @@ pub struct Verdict {
     pub tie_short: Option<Short>,
 }
 
+impl Verdict {
+    /// Why the rule did not take `b` though its median was faster than what it was compared
+    /// with: its margin against the NCCL reference (a custom kernel), against `nccl` (a pin),
+    /// or against the kernel taken for its lesser memory (the fastest kernel). None where `b`
+    /// lost on its median, or is the choice.
+    pub fn short_of(&self, b: Backend) -> Option<Short> {
+        if self.tie == Some(b) {
+            return self.tie_short;
+        }
+        self.kernels_short
+            .iter()
+            .chain(&self.pins_short)
+            .find(|p| p.backend == b)
+            .map(|p| p.short)
+    }
+}
+
 /// The rule's answer given the timings at one size, with why; `extra` is each backend's
 /// extra memory. None where nothing was measured.
 pub fn verdict(

@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::*;
 use crate::decide::{extra_memory, Clause, Passed, Short, Verdict, MIN_EFFECT};
 use crate::report::model::{fmt_factors, fmt_rough, outside_calibration};
-use crate::units::{fmt_bytes, fmt_size, fmt_us};
+use crate::units::{fmt_bytes, fmt_mem, fmt_size, fmt_us};
 
 /// One backend measured at the bucket.
 #[derive(Debug, Clone, Serialize)]
@@ -580,10 +580,7 @@ pub fn render(w: &Why) -> String {
                 v if v.abs() < 0.05 => "0.0%".into(),
                 v => format!("{v:+.1}%"),
             },
-            match r.extra_bytes {
-                0 => "0".to_string(),
-                b => fmt_bytes(b),
-            },
+            fmt_mem(r.extra_bytes),
             r.waived
                 .as_ref()
                 .map_or(String::new(), |why| format!("  (excluded: {why})"))

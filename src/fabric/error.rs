@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::Backend;
-use crate::units::fmt_bytes;
+use crate::units::fmt_mem;
 
 /// What to do after the driver or a GPU failed.
 const DEVICE_HINT: &str =
@@ -83,7 +83,7 @@ pub enum DeviceError {
     #[error(
         "out of device memory {what}{} on GPU {gpu}{}; free device memory (other processes on the GPU: `nvidia-smi` lists them) or tune smaller sizes with --sizes",
         bytes.map_or(String::new(), |b| format!(" ({})", crate::units::fmt_size(b))),
-        free.map_or(String::new(), |f| format!(" ({} free)", fmt_bytes(f)))
+        free.map_or(String::new(), |f| format!(" ({} free)", fmt_mem(f)))
     )]
     OutOfMemory {
         gpu: usize,
@@ -246,7 +246,7 @@ mod tests {
         };
         let s = oom.to_string();
         assert!(
-            s.contains("receive slots (1M) on GPU 3 (512M free)") && s.contains("--sizes"),
+            s.contains("receive slots (1M) on GPU 3 (512.0 MiB free)") && s.contains("--sizes"),
             "{s}"
         );
         let stuck = DeviceError::Stuck {

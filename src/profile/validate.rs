@@ -10,7 +10,7 @@ use serde::Deserialize;
 /// file; callers that act on the kind match on the variant.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ProfileError {
-    #[error("it is {len} bytes, more than the {limit} a profile may have")]
+    #[error("it is {}, more than the {} a profile may have", crate::units::fmt_mem_apart(*len, *limit).0, crate::units::fmt_mem_apart(*len, *limit).1)]
     TooLarge { len: u64, limit: u64 },
     /// Not JSON at all (a notes file, a binary): nothing says it is a profile.
     #[error("{0}")]
@@ -26,7 +26,7 @@ pub enum ProfileError {
     TopologyFile,
     #[error("its `schema_version` is {0}, not a version number")]
     SchemaNotANumber(String),
-    #[error("it has schema version {found}, newer than this artune reads ({SCHEMA_VERSION}); upgrade artune or re-run the tune with this version")]
+    #[error("it has schema version {found}, newer than this artune reads ({SCHEMA_VERSION}): a newer artune wrote it; upgrade artune to read it, or tune with this version into another file")]
     SchemaTooNew { found: u64 },
     #[error("schema version {found} is not supported; re-run the tune with this version")]
     SchemaUnsupported { found: u64 },
@@ -53,6 +53,13 @@ impl ProfileError {
             | ProfileError::Topology(_)
             | ProfileError::Invalid(_) => true,
         }
+    }
+
+    /// Whether a tune may replace the file (`--out`) without `--force`: a profile of this or
+    /// an older schema, perhaps broken. A newer artune's profile is kept, since this one would
+    /// replace it with less than it records.
+    pub fn may_replace(&self) -> bool {
+        self.is_a_profile() && !matches!(self, ProfileError::SchemaTooNew { .. })
     }
 }
 

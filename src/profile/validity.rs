@@ -9,11 +9,13 @@
 //! `artune check --measure` suggested: they can move times, and only a measurement tells
 //! whether the choices still hold. A profile measured on the simulated fabric is not valid on a
 //! real machine, and one that cannot be compared (the machine could not be read) is not valid.
+//! A loopback profile (`tune --loopback K`: K virtual ranks on one GPU) is compared by the one
+//! real GPU it ran on, since no machine has its K GPUs.
 
 use std::fmt;
 
 use super::Profile;
-use crate::topology::{Link, Topology};
+use crate::topology::{Gpu, Link, Topology};
 
 /// One difference between the machine a profile was made on and the one it is checked on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -342,6 +344,10 @@ pub fn validity(p: &Profile, now: &Topology) -> Validity {
             _ => {}
         }
     }
+    if then.origin.kind == LOOPBACK {
+        loopback(then, now, &mut v);
+        return v;
+    }
     if then.gpu_count() != now.gpu_count() {
         v.changes.push(Change::GpuCount {
             old: then.gpu_count(),
@@ -373,34 +379,57 @@ pub fn validity(p: &Profile, now: &Topology) -> Validity {
     v
 }
 
+/// The origin of a topology whose GPUs are virtual ranks on one real GPU.
+const LOOPBACK: &str = "loopback";
+
+/// A loopback topology's GPU (every one is the same real GPU) against the GPU of `now` it ran
+/// on: the one at its bus id, else the first (CUDA's ordinal 0, which a loopback tune takes).
+fn loopback(then: &Topology, now: &Topology, v: &mut Validity) {
+    let Some(a) = then.gpus.first() else {
+        return;
+    };
+    let on_bus = now.gpus.iter().find(
+        |b| matches!((&a.bus_id, &b.bus_id), (Some(x), Some(y)) if x.eq_ignore_ascii_case(y)),
+    );
+    match on_bus.or(now.gpus.first()) {
+        Some(b) => compare(a, b, v),
+        None => v.changes.push(Change::GpuCount { old: 1, new: 0 }),
+    }
+}
+
 /// Each GPU of `then` against the one of `now` at the same index.
 fn gpus(then: &Topology, now: &Topology, v: &mut Validity) {
     let mut other_node = false;
     for (a, b) in then.gpus.iter().zip(&now.gpus) {
-        if a.name != b.name {
-            v.changes.push(Change::GpuName {
-                gpu: a.index,
-                old: a.name.clone(),
-                new: b.name.clone(),
-            });
-        }
         other_node |= matches!((&a.uuid, &b.uuid), (Some(x), Some(y)) if x != y);
-        if link(&a.pcie) != link(&b.pcie) {
-            v.changes.push(Change::GpuLink {
-                gpu: a.index,
-                old: link(&a.pcie),
-                new: link(&b.pcie),
-            });
-        } else if b.pcie.narrowed() && !a.pcie.narrowed() {
-            v.changes.push(Change::Narrowed {
-                gpu: a.index,
-                width: b.pcie.width.unwrap_or(0),
-                max_width: b.pcie.max_width.unwrap_or(0),
-            });
-        }
+        compare(a, b, v);
     }
     if other_node {
         v.changes.push(Change::OtherNode);
+    }
+}
+
+/// One GPU the profile was measured on against one of this machine: model and link.
+fn compare(a: &Gpu, b: &Gpu, v: &mut Validity) {
+    if a.name != b.name {
+        v.changes.push(Change::GpuName {
+            gpu: b.index,
+            old: a.name.clone(),
+            new: b.name.clone(),
+        });
+    }
+    if link(&a.pcie) != link(&b.pcie) {
+        v.changes.push(Change::GpuLink {
+            gpu: b.index,
+            old: link(&a.pcie),
+            new: link(&b.pcie),
+        });
+    } else if b.pcie.narrowed() && !a.pcie.narrowed() {
+        v.changes.push(Change::Narrowed {
+            gpu: b.index,
+            width: b.pcie.width.unwrap_or(0),
+            max_width: b.pcie.max_width.unwrap_or(0),
+        });
     }
 }
 
@@ -622,6 +651,32 @@ mod tests {
         let mut v = validity(&p, &now);
         add_environment(&mut v, &p, &vars(&[("NCCL_P2P_LEVEL", "SYS")]));
         assert!(v.changes.is_empty(), "{:?}", v.changes);
+    }
+
+    /// A loopback profile's GPUs are one real GPU: judged against the GPU at its bus id (here
+    /// GPU 1 of a machine whose GPU 0 is another model), not by a GPU count.
+    #[test]
+    fn a_loopback_profile_is_judged_by_the_gpu_it_ran_on() {
+        let (mut p, mut now) = measured();
+        p.topology.origin.kind = "loopback".into();
+        for g in &mut p.topology.gpus {
+            (g.uuid, g.bus_id) = (None, Some("0000:41:00.0".into()));
+        }
+        now.gpus.truncate(2);
+        now.pairs.retain(|x| x.from < 2 && x.to < 2);
+        now.gpus[0].name = "NVIDIA L40S".into();
+        now.gpus[1].bus_id = Some("0000:41:00.0".into());
+        assert!(
+            validity(&p, &now).valid(),
+            "{:?}",
+            validity(&p, &now).changes
+        );
+        now.gpus[1].bus_id = Some("0000:42:00.0".into());
+        let v = validity(&p, &now);
+        assert_eq!(
+            texts(&v),
+            ["GPU 0 NVIDIA RTX PRO 6000 Blackwell Server Edition → NVIDIA L40S"]
+        );
     }
 
     #[test]

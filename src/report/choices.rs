@@ -3,8 +3,12 @@
 
 use serde::Serialize;
 
+use std::collections::BTreeMap;
+
 use crate::allreduce::Backend;
+use crate::decide::rule::Short;
 use crate::profile::{Bucket, GroupProfile};
+use crate::results::Timing;
 
 /// A run of neighbouring sizes with the same choice.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -182,7 +186,9 @@ impl PassedOver {
 }
 
 /// Per size, each backend whose median beats the choice's by more than the rule's effect
-/// ([`crate::decide::MIN_EFFECT`]), and why it was not chosen: what a plot or a table must say
+/// ([`crate::decide::MIN_EFFECT`]), and why it was not chosen, as the rule's verdict at that
+/// size says (over the budget where the bucket excluded it, within the model's error where its
+/// margin was, else not significant or kept in the band): what a plot or a table must say
 /// wherever it shows a backend faster than the choice.
 pub fn passed_over(g: &GroupProfile) -> Vec<(u64, Backend, PassedOver)> {
     let mut out = Vec::new();
@@ -190,17 +196,23 @@ pub fn passed_over(g: &GroupProfile) -> Vec<(u64, Backend, PassedOver)> {
         let Some(chosen) = b.results.get(&b.choice) else {
             continue;
         };
+        let eligible: BTreeMap<Backend, Timing> = b
+            .results
+            .iter()
+            .filter(|(k, _)| !b.waived.contains_key(k))
+            .map(|(k, t)| (*k, *t))
+            .collect();
+        let verdict = crate::decide::rule_verdict(&eligible, g.ranks(), b.bytes);
         for (k, t) in &b.results {
             if *k == b.choice || t.median_us * (1.0 + crate::decide::MIN_EFFECT) >= chosen.median_us
             {
                 continue;
             }
-            let why = if b.waived.contains_key(k) {
-                PassedOver::OverBudget
-            } else if t.model.is_some() && crate::decide::beyond(t, chosen) <= 0.0 {
-                PassedOver::WithinModel
-            } else {
-                PassedOver::NotSignificant
+            let short = verdict.as_ref().and_then(|v| v.short_of(*k));
+            let why = match short {
+                _ if b.waived.contains_key(k) => PassedOver::OverBudget,
+                Some(Short::WithinModel { .. }) => PassedOver::WithinModel,
+                _ => PassedOver::NotSignificant,
             };
             out.push((b.bytes, *k, why));
         }
@@ -228,6 +240,51 @@ mod tests {
             "forcing one_stage_pull: up to 22.12x slower, at best 1.04x faster"
         );
         assert_eq!(forcing_note(c, 0.9, 0.99), "");
+    }
+
+    /// Two kernels of one model family share its error, so a tie between them is the sampling
+    /// intervals' alone: the faster kernel passed over for the one with less memory is "not
+    /// significant", as the rule's verdict says, never "within the model's error".
+    #[test]
+    fn passed_over_says_what_the_rules_verdict_says() {
+        use crate::profile::{ModelBand, ModelFamily};
+        let mut g = crate::profile::tests::fixture().groups[0].clone();
+        let ranks = g.ranks();
+        let b = &mut g.buckets[0];
+        let timed = |us: f64, half: f64, family| Timing {
+            median_us: us,
+            ci_low_us: us - half,
+            ci_high_us: us + half,
+            samples: 20,
+            outliers: 0,
+            model: Some(ModelBand {
+                low: 0.5,
+                high: 2.0,
+                assumed: false,
+                family: Some(family),
+            }),
+        };
+        let lean = Backend::OneStagePull;
+        let extra = |k| crate::decide::extra_memory(k, ranks, 4096);
+        let fat = Backend::ALL
+            .into_iter()
+            .find(|&k| k.is_custom() && !k.is_hierarchical() && extra(k) > extra(lean))
+            .unwrap();
+        b.results = [
+            (Backend::Nccl, timed(100.0, 1.0, ModelFamily::Nccl)),
+            (lean, timed(20.0, 3.0, ModelFamily::Custom)),
+            (fat, timed(18.0, 3.0, ModelFamily::Custom)),
+        ]
+        .into();
+        let v = crate::decide::rule_verdict(&b.results, ranks, b.bytes).unwrap();
+        assert_eq!((v.choice, v.tie), (lean, Some(fat)), "{v:?}");
+        b.choice = lean;
+        let bytes = b.bytes;
+        let passed: Vec<_> = passed_over(&g)
+            .into_iter()
+            .filter(|(at, ..)| *at == bytes)
+            .collect();
+        assert_eq!(passed, [(bytes, fat, PassedOver::NotSignificant)]);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use super::model::{fmt_factors, outside_calibration};
 use super::{fmt_gpus, over_budget, passed_over, ranges, PassedOver};
 use crate::allreduce::{Backend, Direction};
 use crate::profile::{Bucket, GroupProfile, ModelBand};
-use crate::units::fmt_bytes;
+use crate::units::{fmt_bytes, fmt_mem};
 
 /// A group named for a reader: "TP2 graph on GPUs 3,4 (2 switches, 1 root complex)".
 pub fn group_label(g: &GroupProfile) -> String {
@@ -42,7 +42,7 @@ pub(super) fn group_notes(g: &GroupProfile) -> Vec<String> {
     if let Some(m) = g.memory.get(&Backend::Nccl) {
         v.push(format!(
             "NCCL communicator: {} per GPU ({})",
-            fmt_bytes(m.bytes_per_gpu),
+            fmt_mem(m.bytes_per_gpu),
             if m.measured { "measured" } else { "modelled" }
         ));
     }
@@ -382,11 +382,7 @@ pub(super) fn group_section(g: &GroupProfile, out: &mut String) {
             (_, Some(s)) => format!("{} faster", fmt_ratio(s)),
             (_, None) => "nccl not measured".into(),
         };
-        let mem = if r.extra_bytes_per_gpu > 0 {
-            fmt_bytes(r.extra_bytes_per_gpu)
-        } else {
-            "0".into()
-        };
+        let mem = fmt_mem(r.extra_bytes_per_gpu);
         let note = r
             .custom_slowdown
             .map(|(c, lo, hi)| forcing_note(c, lo, hi))
@@ -526,7 +522,8 @@ mod tests {
         }
         let kernel_faster = |b: &mut Bucket, us: f64| {
             b.choice = Backend::Nccl;
-            b.results.get_mut(&Backend::OneStagePull).unwrap().median_us = us;
+            let t = b.results.get_mut(&Backend::OneStagePull).unwrap();
+            (t.median_us, t.ci_low_us, t.ci_high_us) = (us, us * 0.99, us * 1.01);
         };
         // 4K and 8K open (the kernel modelled faster than NCCL's 20 µs), 16K not.
         kernel_faster(&mut g.buckets[0], 15.0);

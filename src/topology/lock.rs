@@ -68,9 +68,15 @@ pub fn acquire(
             }
             let holder = holder(&mut f);
             if started.elapsed() >= wait {
+                let (after, wait_more) = match wait.is_zero() {
+                    true => (String::new(), "to wait for it"),
+                    false => (
+                        format!(", still after {} s", wait.as_secs()),
+                        "to wait longer",
+                    ),
+                };
                 return Err(format!(
-                    "{gpu} is being measured by another artune ({holder}), still after {} s; run {command} again when it has finished (two measurements at once would time each other)",
-                    wait.as_secs()
+                    "{gpu} is being measured by another artune ({holder}){after}; run {command} again when it has finished, or give --wait SECONDS {wait_more} (two measurements at once would time each other)"
                 ));
             }
             if !std::mem::replace(&mut said, true) {

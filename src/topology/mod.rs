@@ -423,7 +423,7 @@ pub enum Node<'a> {
 /// phrase to embed in a sentence that names the source.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum TopologyError {
-    #[error("it is {len} bytes, more than the {limit} a topology file may have")]
+    #[error("it is {}, more than the {} a topology file may have", crate::units::fmt_mem_apart(*len, *limit).0, crate::units::fmt_mem_apart(*len, *limit).1)]
     TooLarge { len: u64, limit: u64 },
     /// Not JSON, or JSON of the wrong shape (a missing field, a value of the wrong type).
     #[error("{0}")]

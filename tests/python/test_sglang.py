@@ -738,7 +738,7 @@ GRID = [n << 10 for n in (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)]
 
 
 def test_v2_runs_nccl_where_the_profile_says_nccl_inside_its_limits(held_out, follow,
-                                                                     monkeypatch):
+                                                                     monkeypatch, caplog):
     """v2's limits are bands (push, pull, two-shot, NCCL by size); a profile whose choice
     goes custom, NCCL, custom is covered by limits that take the NCCL sizes between. Per
     call, v2 (SGLang's own should_custom_ar and _pick_config) must still leave those sizes
@@ -746,6 +746,13 @@ def test_v2_runs_nccl_where_the_profile_says_nccl_inside_its_limits(held_out, fo
     p, path, m = h100_tp4(held_out)
     follow(path)
     artune.sglang.register()
+    # The start-up list says so: v2's limits are not the whole of what runs.
+    with caplog.at_level(logging.DEBUG, logger=log_name):
+        on_machine(m, "graph", monkeypatch)
+    full = [r.getMessage() for r in caplog.records
+            if r.name == log_name and r.levelno == logging.DEBUG and "follows" in r.getMessage()]
+    assert len(full) == 1 and ", gated per call (a size inside them the profile gives NCCL " \
+        "runs NCCL;" in full[0], full
     inside = 0
     for n in GRID:
         for mode in MODES:

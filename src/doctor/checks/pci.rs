@@ -5,7 +5,7 @@ use super::{driver_says, list, Check, Status, NVML_SAID, ON_THE_NODE};
 use crate::doctor::facts::Facts;
 use crate::topology::sysfs::{self, Acs, PortType, ACS_REDIRECTS};
 use crate::topology::Topology;
-use crate::units::fmt_bytes;
+use crate::units::fmt_mem;
 
 /// A bridge on the way between GPUs whose ACS was read.
 struct Port {
@@ -245,17 +245,15 @@ pub fn bar1(f: &Facts) -> Check {
         match (nvml.or_else(from_sysfs), memory) {
             (Some(bar), Some(mem)) if bar < mem => small.push(format!(
                 "GPU {i}: {} for {} of memory",
-                fmt_bytes(bar),
-                fmt_bytes(mem)
+                fmt_mem(bar),
+                fmt_mem(mem)
             )),
-            (Some(bar), Some(mem)) => fine.push(format!(
-                "GPU {i}: {} for {}",
-                fmt_bytes(bar),
-                fmt_bytes(mem)
-            )),
+            (Some(bar), Some(mem)) => {
+                fine.push(format!("GPU {i}: {} for {}", fmt_mem(bar), fmt_mem(mem)))
+            }
             (Some(bar), None) => unknown.push(format!(
                 "GPU {i}: {} for an unknown memory size",
-                fmt_bytes(bar)
+                fmt_mem(bar)
             )),
             (None, _) => unknown.push(format!("GPU {i}")),
         }

@@ -79,7 +79,12 @@ fn bar1_smaller_than_memory_warns() {
     ]);
     let c = bar1(&f);
     assert_eq!(c.status, Status::Warn);
-    assert!(c.evidence.contains("GPU 0: 256M"), "{}", c.evidence);
+    assert!(
+        c.evidence
+            .contains("GPU 0: 256.0 MiB for 96.0 GiB of memory"),
+        "{}",
+        c.evidence
+    );
     assert!(c.action.contains("Resizable BAR"));
     f.settings = Ok(vec![
         settings(Ok(256 << 30), Ok(true)),

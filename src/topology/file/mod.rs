@@ -80,7 +80,8 @@ pub fn parse(text: &str) -> Result<Topology, TopologyError> {
 }
 
 fn too_big(len: u64, limit: u64, what: &str) -> String {
-    format!("it is {len} bytes, more than the {limit} a {what} may have")
+    let (len, limit) = crate::units::fmt_mem_apart(len, limit);
+    format!("it is {len}, more than the {limit} a {what} may have")
 }
 
 /// Reads a whole text file of at most `limit` bytes. The size is checked on the open file
@@ -113,7 +114,8 @@ pub fn read_text(path: &Path, limit: u64, what: &'static str) -> Result<String, 
         .map_err(read_err)?;
     if bytes.len() as u64 > limit {
         return Err(parse_err(format!(
-            "it is more than the {limit} bytes a {what} may have"
+            "it is more than the {} a {what} may have",
+            crate::units::fmt_mem(limit)
         )));
     }
     String::from_utf8(bytes).map_err(|e| {
