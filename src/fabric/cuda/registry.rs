@@ -17,12 +17,14 @@ use cudarc::driver::sys;
 use super::driver::{dev, Ctx, DevBuf, HostWord, Imported, IpcHandle};
 use super::kernels::Registered;
 use super::layout::{RegSlot, MAX_RANKS};
+use crate::allreduce::memory;
 use crate::fabric::FabricError;
 
-/// Calls one op can have captured and not dropped: vLLM's buffer of 8 MiB holds as many
-/// of its 8-pointer slots as 16 384 of ours take in 2.2 MiB (decode graphs of 67 batch sizes
-/// x 2 allreduces x 80 layers stay under it).
-pub const SLOTS: usize = 16384;
+/// Calls one op can have captured and not dropped: as many slots as fill the graph table the
+/// memory model counts for every custom backend ([`memory::GRAPH_TABLE_BYTES`], 2 MiB: 15 420
+/// slots; vLLM's 8 MiB buffer of 8-pointer slots holds 16 384), so the profile's memory counts
+/// what registration holds. Decode graphs of 67 batch sizes x 2 allreduces x 80 layers fit.
+pub const SLOTS: usize = memory::GRAPH_TABLE_BYTES as usize / RegSlot::BYTES;
 
 /// Why a call cannot be recorded or the group's recordings cannot be registered.
 #[derive(Debug, PartialEq, thiserror::Error)]
@@ -351,6 +353,13 @@ mod tests {
         assert_eq!(s[0].gen, new);
         // Zeroed slots (never registered) match no generation a capture gets.
         assert_ne!(new, 0);
+    }
+
+    #[test]
+    fn the_table_is_what_the_memory_model_counts() {
+        assert!(SLOTS * RegSlot::BYTES <= memory::GRAPH_TABLE_BYTES as usize);
+        assert!((SLOTS + 1) * RegSlot::BYTES > memory::GRAPH_TABLE_BYTES as usize);
+        assert!(SLOTS >= 67 * 2 * 80, "a decode engine's graphs fit");
     }
 
     #[test]
