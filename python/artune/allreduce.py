@@ -26,11 +26,13 @@ capture each call is one kernel node: the graph records the tensors' addresses (
 own memory pool keeps them fixed) and every replay stages the bytes again inside the kernel.
 
 Graph mode without staging (``register_graphs=True``), as vLLM's and SGLang's custom allreduce run
-CUDA graphs: while torch captures, the pull kernels (one-stage and two-stage pull) run their
-registered form, and the op records each call's input. After capturing, every rank calls
+CUDA graphs: while torch captures, the pull kernels (one-stage and two-stage pull) and two-stage
+push run their registered form, and the op records each call's input (pull: peers read it) or
+output (push: peers write it). After capturing, every rank calls
 :meth:`Allreduce.register_graph_buffers` (or captures inside ``with ar.capture():``, which calls it
-on exit): one exchange of the group maps every rank's captured inputs into its peers, and replays
-read them where they lie, with nothing staged and no extra barrier. A replay before that call (or
+on exit, and which the engine plugins wrap the engine's graph capture in): one exchange of the
+group maps every rank's captured tensors into its peers, and replays read or write them where they
+lie, with nothing staged and no extra barrier. A replay before that call (or
 after :meth:`Allreduce.unregister_graph_buffers`) reads no peer address: its output is NaN, never a
 sum that looks right, and the op says so in one line at its next call (``MISSED``). Eager calls
 keep staging. Without ``register_graphs`` graph mode stages as eager mode does.

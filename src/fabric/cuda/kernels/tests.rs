@@ -5,20 +5,36 @@ use crate::fabric::cuda::layout::{
 };
 
 #[test]
-fn the_flat_pull_kernels_and_only_they_have_a_registered_form() {
+fn the_flat_kernels_that_stage_have_a_registered_form() {
     let with: Vec<Backend> = Backend::ALL
         .into_iter()
         .filter(|b| b.has_registered_form())
         .collect();
-    assert_eq!(with, [Backend::OneStagePull, Backend::TwoStagePull]);
+    // One-stage push stages nothing (peers write only its slots); the island kernels read and
+    // write inside islands through both shared buffers.
+    assert_eq!(
+        with,
+        [
+            Backend::OneStagePull,
+            Backend::TwoStagePull,
+            Backend::TwoStagePush
+        ]
+    );
     assert_eq!(
         registered_kernel_name(Backend::TwoStagePull, Dtype::Fp16).as_deref(),
         Some("two_stage_pull_reg_fp16")
     );
     assert_eq!(
-        registered_kernel_name(Backend::TwoStagePush, Dtype::Bf16),
+        registered_kernel_name(Backend::OneStagePush, Dtype::Bf16),
         None
     );
+    // Peers read the pull kernels' inputs and write two-stage push's outputs.
+    let outputs: Vec<Backend> = with
+        .iter()
+        .copied()
+        .filter(|&b| registers_output(b))
+        .collect();
+    assert_eq!(outputs, [Backend::TwoStagePush]);
     // Every registered kernel is in the source.
     for b in with {
         for d in DTYPES {
@@ -105,7 +121,7 @@ fn arg_layouts_match_the_cuda_structs() {
     assert_eq!(size, size_of::<ArArgs>());
     let (f, size) = c_layout(compile::COMMON, "RegSlot");
     let rust = [
-        ("in", offset_of!(RegSlot, input)),
+        ("peer", offset_of!(RegSlot, peer)),
         ("gen", offset_of!(RegSlot, gen)),
         ("pad", offset_of!(RegSlot, pad)),
     ];
@@ -113,7 +129,7 @@ fn arg_layouts_match_the_cuda_structs() {
     assert_eq!(f, rust);
     assert_eq!(size, size_of::<RegSlot>());
     let s = RegSlot {
-        input: [7; MAX_RANKS],
+        peer: [7; MAX_RANKS],
         gen: 3,
         pad: 0,
     };
@@ -166,7 +182,7 @@ fn every_allreduce_kernel_ends_failing_safe() {
     let kernels: Vec<&str> = split(compile::ALLREDUCE)
         .chain(split(compile::ISLAND))
         .collect();
-    assert_eq!(kernels.len(), 9 + 4);
+    assert_eq!(kernels.len(), 10 + 4);
     for k in kernels {
         let name = k
             .split("(const")
