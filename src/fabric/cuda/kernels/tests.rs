@@ -521,3 +521,56 @@ fn slots_hold_a_shard_and_its_tail() {
     );
     assert!(slot_bytes(Backend::OneStagePush, 1001, Ranks::flat(8)) >= 1001);
 }
+
+/// A registered form's replay whose slot did not match (before registration, or after the
+/// registrations were dropped) must reach no peer's tensor: the slot then holds addresses of
+/// nothing mapped, or of another capture's tensors. In every registered kernel each use of the
+/// peers' addresses reg_load gave (through the accessor that reads them) lies inside the block
+/// of `if (!REG || ok)` or on a line guarded by `sends` (`!REG || ok`), and the kernel ends in
+/// reg_missed when the slot did not match.
+#[test]
+fn a_registered_replay_reaches_peers_only_once_its_slot_matched() {
+    let src = compile::ALLREDUCE;
+    let mut checked = Vec::new();
+    for (at, _) in src.match_indices("template <typename T, bool REG>") {
+        let body = &src[at..][..src[at..].find("\n}\n").unwrap()];
+        let name = body.lines().nth(1).unwrap();
+        let ptrs = body
+            .split("reg_load(a, rank, ")
+            .nth(1)
+            .and_then(|s| s.split(", ").nth(1))
+            .unwrap_or_else(|| panic!("{name} does not load its slot"));
+        // The accessor that reads the peers' addresses: `auto F = [&](int p) {... ptrs[p] ...}`.
+        let def = body
+            .lines()
+            .find(|l| l.contains("auto ") && l.contains(&format!("{ptrs}[p]")))
+            .unwrap_or_else(|| panic!("{name}: no accessor of {ptrs}"));
+        let accessor = def
+            .trim()
+            .trim_start_matches("auto ")
+            .split(' ')
+            .next()
+            .unwrap();
+        let (mut depth, mut guarded_at) = (0i32, None);
+        for line in body.lines() {
+            if line.contains("if (!REG || ok) {") {
+                guarded_at = Some(depth);
+            }
+            let uses = line.contains(&format!("{accessor}(")) && line != def;
+            assert!(
+                !uses || guarded_at.is_some() || line.contains("sends"),
+                "{name} reaches a peer's tensor unguarded: {line}"
+            );
+            depth += line.matches('{').count() as i32 - line.matches('}').count() as i32;
+            if guarded_at.is_some_and(|d| depth <= d) {
+                guarded_at = None;
+            }
+        }
+        assert!(
+            body.contains("if (!ok) reg_missed<T>(out, a.n, a.missed);"),
+            "{name} does not leave its output NaN when its slot did not match"
+        );
+        checked.push(name.to_string());
+    }
+    assert_eq!(checked.len(), 3, "{checked:?}");
+}
