@@ -134,7 +134,7 @@ __device__ void one_stage_pull(const ArArgs& a) {
   __shared__ u64 ins[MAX_RANKS];
   __shared__ u32 ok;
   if constexpr (REG) {
-    reg_load(a, rank, ins, &ok);
+    reg_load(a, rank, a.src[rank], ins, &ok);
     barrier<false>(a, rank, flag, 0);
   } else if (stage<T>(a, rank, nvec, nvec, 1, true)) {
     barrier<true>(a, rank, flag, 0);
@@ -363,7 +363,7 @@ __device__ void two_stage_pull(const ArArgs& a) {
   __shared__ u64 ins[MAX_RANKS];
   __shared__ u32 ok;
   if constexpr (REG) {
-    reg_load(a, rank, ins, &ok);
+    reg_load(a, rank, a.src[rank], ins, &ok);
     barrier<false>(a, rank, flag, 0);
   } else if (stage<T>(a, rank, nvec, sv, n, true)) {
     barrier<true>(a, rank, flag, 0);
@@ -509,11 +509,19 @@ __device__ void two_stage_push_ll(const ArArgs& a) {
 // call only after every peer arrived there. Peers' shared outputs are written only after
 // barrier 1, which every peer reaches only from this call, once it has copied the last call's
 // result out of it: after barrier 2 each block copies what the peers' same block wrote.
+//
+// REG, the registered form (common.cuh, RegSlot): the reduced shards go straight into every
+// rank's own output, nothing is copied out. A peer's output is written only after barrier 1
+// of this call, which that peer reached inside this call (its stream's earlier work done),
+// and barrier 2 keeps it in the call until every shard has landed. An unregistered rank sends
+// NaN into the peers' slots, so every shard they reduce is NaN, and writes no peer's output;
+// a block whose rank's status is set at barrier 1 (a wait gave up) gathers NaN, so no late
+// shard of a failed call lands in a peer's output looking right.
 // Loads per thread in flight in the reduce-scatter: enough to cover HBM latency, and still
 // within 64 registers for sm_90 (a few bytes spill on older targets). See
 // profiles/hardware/h200/NOTES-kernel-choices.md for what 4 and 8 measured.
 #define RS_GROUP 8
-template <typename T>
+template <typename T, bool REG>
 __device__ void two_stage_push(const ArArgs& a) {
   RANK_SETUP
   const u64 sv = (nvec + n - 1) / n;
@@ -522,8 +530,18 @@ __device__ void two_stage_push(const ArArgs& a) {
   const char* in = (const char*)a.src[rank];
   char* out = (char*)a.dst[rank];
   char* shared = (char*)a.out[rank];
-  // Where this rank's result goes on rank p: its own tensor here, the shared output there.
-  auto out_of = [&](int p) { return p == rank ? out : (char*)a.out[p]; };
+  __shared__ u64 outs[MAX_RANKS];
+  __shared__ u32 ok;
+  if constexpr (REG) {
+    reg_load(a, rank, a.dst[rank], outs, &ok);
+    __syncthreads();
+  }
+  // Whether this rank sends its data (else NaN) and writes the peers' outputs.
+  const bool sends = !REG || ok;
+  const float nan = __uint_as_float(0x7fc00000u);
+  // Where this rank's result goes on rank p: its own tensor here, the shared output there
+  // (the registered form: that rank's own tensor).
+  auto out_of = [&](int p) { return p == rank ? out : (char*)(REG ? outs[p] : a.out[p]); };
   // The input is read once here; the slots written here are read back by the reduce below
   // (on the receiving GPU, where peers' writes land in L2), so the input makes way first.
   const u64 once = evict_first_policy();
@@ -535,6 +553,13 @@ __device__ void two_stage_push(const ArArgs& a) {
       for (int j = 0; j < RS_GROUP; j++)
         if (g + j < n && g + j != rank && (u64)(g + j) * sv + i < nvec)
           x[j] = ld_v4_once(in + ((u64)(g + j) * sv + i) * 16, once);
+      if (REG && !sends) {
+        float nans[T::P];
+#pragma unroll
+        for (int k = 0; k < T::P; k++) nans[k] = nan;
+#pragma unroll
+        for (int j = 0; j < RS_GROUP; j++) x[j] = pack_vec<T>(nans);
+      }
 #pragma unroll
       for (int j = 0; j < RS_GROUP; j++)
         if (g + j < n && g + j != rank && (u64)(g + j) * sv + i < nvec) st_v4(slot(a, g + j, rank) + i * 16, x[j]);
@@ -542,31 +567,44 @@ __device__ void two_stage_push(const ArArgs& a) {
   }
   if (blockIdx.x == 0 && rank != n - 1) {
     char* dst = slot(a, n - 1, rank) + shard_len(nvec, sv, n - 1) * 16;
-    for (u64 j = threadIdx.x; j < tail; j += blockDim.x) copy1<T>(dst, in + nvec * 16, j);
+    for (u64 j = threadIdx.x; j < tail; j += blockDim.x) {
+      if (sends) {
+        copy1<T>(dst, in + nvec * 16, j);
+      } else {
+        T::store1(dst, j, nan);
+      }
+    }
   }
   barrier<true>(a, rank, flag, 1);
+  const bool failed = REG && __syncthreads_or(ld_volatile(&self->status) != 0);
   // Backwards: the vectors peers wrote last (this block's last reduce-scatter iterations) are
   // the likeliest still to be in this GPU's L2, where peers' writes land, so read them first.
   for (u64 m = first < mine ? (mine - 1 - first) / stride + 1 : 0; m-- > 0;) {
     const u64 i = first + m * stride;
     float acc[T::P];
     reduce_vec<T>(acc, n, [&](int p) { return p == rank ? in + ((u64)rank * sv + i) * 16 : slot(a, rank, p) + i * 16; });
+    if (failed) {
+#pragma unroll
+      for (int k = 0; k < T::P; k++) acc[k] = nan;
+    }
     const V4 r = pack_vec<T>(acc);
 #pragma unroll
     for (int p = 0; p < MAX_RANKS; p++)
-      if (p < n) st_v4(out_of(p) + ((u64)rank * sv + i) * 16, r);
+      if (p < n && (sends || p == rank)) st_v4(out_of(p) + ((u64)rank * sv + i) * 16, r);
   }
   if (blockIdx.x == 0 && rank == n - 1) {
     for (u64 j = threadIdx.x; j < tail; j += blockDim.x) {
       float s = 0.f;
       for (int p = 0; p < n; p++)
         s += p == rank ? T::load1(in + nvec * 16, j) : T::load1(slot(a, rank, p) + mine * 16, j);
-      for (int p = 0; p < n; p++) T::store1(out_of(p) + nvec * 16, j, s);
+      if (failed) s = nan;
+      for (int p = 0; p < n; p++)
+        if (sends || p == rank) T::store1(out_of(p) + nvec * 16, j, s);
     }
   }
   // Every shard has landed in our output once all peers pass this point.
   barrier<true>(a, rank, flag, 2);
-  if (shared != out) {
+  if (!REG && shared != out) {
     for (int s = 0; s < n; s++)
       if (s != rank)
         for (u64 i = first; i < shard_len(nvec, sv, s); i += stride) {
@@ -576,6 +614,9 @@ __device__ void two_stage_push(const ArArgs& a) {
     if (rank != n - 1) copy_tail<T>(out + nvec * 16, shared + nvec * 16, 0, tail);
   }
   FINISH
+  if constexpr (REG) {
+    if (!ok) reg_missed<T>(out, a.n, a.missed);
+  }
 }
 
 // The bandwidth kernels: two blocks per SM, so 64 registers. The LL kernels run small blocks
@@ -619,7 +660,13 @@ __device__ void two_stage_push(const ArArgs& a) {
   }                                                                                                   \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) two_stage_push_##suffix(const ArArgs a) {    \
     pdl_wait();                                                                                       \
-    two_stage_push<T>(a);                                                                             \
+    two_stage_push<T, false>(a);                                                                      \
+    pdl_trigger();                                                                                    \
+    fail_safe<T>(a);                                                                                  \
+  }                                                                                                   \
+  extern "C" __global__ void __launch_bounds__(THREADS, 2) two_stage_push_reg_##suffix(const ArArgs a) {\
+    pdl_wait();                                                                                       \
+    two_stage_push<T, true>(a);                                                                       \
     pdl_trigger();                                                                                    \
     fail_safe<T>(a);                                                                                  \
   }                                                                                                   \

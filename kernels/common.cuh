@@ -79,26 +79,27 @@ struct ArArgs {
 };
 
 // The registered form (CUDA graphs, as engines' custom allreduce runs them): peers read each
-// rank's own tensor, no shared input and no staging. A captured kernel's arguments are fixed
+// rank's own input (pull kernels) or write each rank's own output (two-stage push) where it
+// lies, with no shared buffer and no staging between. A captured kernel's arguments are fixed
 // at capture, before any peer's tensor is mapped, so the peers' addresses come from a slot of
 // device memory the host fills once after capture (registration), with the generation the
 // capture was given. A call whose slot holds another generation (a replay before
-// registration, or after the host dropped the registrations) reads no peer address: it keeps
-// the group's barriers in step, leaves its output NaN, and says so in `missed`.
+// registration, or after the host dropped the registrations) reads or writes no peer address:
+// it keeps the group's barriers in step, leaves its output NaN, and says so in `missed`.
 struct RegSlot {
-  u64 in[MAX_RANKS];  // each rank's input as this rank maps it (its own: ArArgs::src)
+  u64 peer[MAX_RANKS];  // each rank's registered tensor as this rank maps it (its own: `mine`)
   u32 gen;
   u32 pad;
 };
 
-// Loads this call's registered inputs into `ins` (threads < n) and returns, in every thread
-// after the __syncthreads the caller's first barrier starts with, whether the slot holds
-// them (the value `ok` is set to).
-__device__ __forceinline__ void reg_load(const ArArgs& a, int rank, u64* ins, u32* ok) {
+// Loads this call's registered tensors into `ptrs` (threads < n), this rank's own being
+// `mine` (ArArgs::src where peers read inputs, dst where they write outputs), and sets `ok`
+// (thread 0) to whether the slot holds them; both are read after a __syncthreads.
+__device__ __forceinline__ void reg_load(const ArArgs& a, int rank, u64 mine, u64* ptrs, u32* ok) {
   const RegSlot* s = (const RegSlot*)a.reg;
   if (threadIdx.x == 0) *ok = a.reg != 0 && s->gen == a.reg_gen;
   if ((int)threadIdx.x < a.nranks)
-    ins[threadIdx.x] = (int)threadIdx.x == rank ? a.src[rank] : (a.reg != 0 ? s->in[threadIdx.x] : 0);
+    ptrs[threadIdx.x] = (int)threadIdx.x == rank ? mine : (a.reg != 0 ? s->peer[threadIdx.x] : 0);
 }
 
 // Programmatic dependent launch (sm_90 and later; the host sets the launch attribute there,

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::allreduce::{Backend, Direction, Islands, Mode, ProbeSample, Readiness};
+use crate::allreduce::{Backend, Direction, Form, Islands, Mode, ProbeSample, Readiness};
 
 /// Everything measured on one GPU set.
 #[derive(Debug, Clone, Default)]
@@ -30,6 +30,8 @@ pub struct GroupResults {
     pub drift: BTreeMap<Mode, BTreeMap<Backend, f64>>,
     /// Other processes seen on the GPUs while this group was measured (`--allow-busy`).
     pub beside: Vec<crate::topology::occupancy::BusyGpu>,
+    /// Per mode, the form each custom backend was timed in, where the fabric tells.
+    pub forms: BTreeMap<Mode, BTreeMap<Backend, Form>>,
 }
 
 /// One backend's timing at one size.

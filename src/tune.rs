@@ -403,6 +403,9 @@ mod tests {
         fn release(&mut self) -> Result<(), FabricError> {
             Ok(())
         }
+        fn form(&self, b: Backend, mode: Mode) -> Option<crate::allreduce::Form> {
+            crate::allreduce::Form::runs(b, mode)
+        }
     }
 
     fn opts() -> Options {
@@ -436,6 +439,26 @@ mod tests {
         );
         assert!(g.waived.contains_key(&Backend::OneStagePush));
         assert_eq!(p.contention.len(), 2);
+        crate::profile::validate_built(&p).unwrap();
+    }
+
+    #[test]
+    fn the_profile_records_the_form_each_mode_timed_its_chosen_kernels_in() {
+        use crate::allreduce::Form;
+        let mut f = Toy {
+            topo: presets::get("pcie-2x").unwrap(),
+            wrong: None,
+        };
+        let o = Options {
+            modes: vec![Mode::Graph, Mode::Eager],
+            ..opts()
+        };
+        let p = run(&mut f, &o, &mut |_| {}).unwrap();
+        let forms = |m: Mode| p.groups.iter().find(|g| g.mode == m).unwrap().forms.clone();
+        // Chosen kernels only: two_stage_push was timed but never chosen, NCCL has no form.
+        let want = |f: Form| [(Backend::OneStagePull, f)].into();
+        assert_eq!(forms(Mode::Graph), want(Form::Registered));
+        assert_eq!(forms(Mode::Eager), want(Form::Staged));
         crate::profile::validate_built(&p).unwrap();
     }
 

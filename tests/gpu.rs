@@ -554,13 +554,17 @@ fn gpu_each_worker_launching_its_own_rank_verifies_or_skip() {
 
 /// Runs a small loopback tune through the binary with the CUDA fault knob set.
 fn faulty_tune(faults: &str, out: &std::path::Path) -> std::process::Output {
+    faulty_tune_at(faults, "4K:16K", out)
+}
+
+fn faulty_tune_at(faults: &str, sizes: &str, out: &std::path::Path) -> std::process::Output {
     artune()
         .args([
             "tune",
             "--loopback",
             "2",
             "--sizes",
-            "4K:16K",
+            sizes,
             "--mode",
             "graph",
             "--out",
@@ -654,51 +658,52 @@ fn gpu_a_wrong_result_is_found_on_the_device_and_fails_only_its_backend_or_skip(
     println!("wrong=one_stage_pull: {fault}");
 }
 
-/// Graph mode runs the registered form (peers read the ranks' own inputs, mapped once); a
-/// replay whose slot was not registered must leave every element NaN, never a sum. The fault
-/// knob gives one_stage_pull's graph calls a generation their slot never holds: the tune's
-/// graph-mode check (the capture its timing uses too) must then find all NaN and disqualify
-/// it, where the staged form would have passed.
+/// Graph mode runs the registered form (peers read the ranks' own inputs, or write their own
+/// outputs, mapped once); a replay whose slot was not registered must leave every element
+/// NaN, never a sum. The fault knob gives a backend's graph calls a generation their slot
+/// never holds: the tune's graph-mode check (the capture its timing uses too) must then find
+/// all NaN and disqualify it, where the staged form would have passed. One pull kernel and
+/// the push kernel, at sizes where each runs its bandwidth kernel (not its LL form, which
+/// needs no registration); the other kernels are tuned.
 #[test]
 fn gpu_an_unregistered_graph_replay_is_nan_never_a_sum_or_skip() {
     let Some((_gpu, f)) = open_or_skip("gpu_an_unregistered_graph_replay", 2) else {
         return;
     };
     drop(f);
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("p.json");
-    let o = faulty_tune("unregistered=one_stage_pull", &out);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(0), "{err}");
-    let p: artune::profile::Profile =
-        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-    let fault = p
-        .faults
-        .iter()
-        .find(|f| f.contains("one_stage_pull disqualified"))
-        .unwrap_or_else(|| panic!("no fault for one_stage_pull: {:#?}", p.faults));
-    assert!(fault.contains("is NaN"), "{fault}");
-    // Every element NaN: "; N of N elements differ".
-    let counts: Vec<&str> = fault
-        .rsplit("; ")
-        .next()
-        .unwrap()
-        .split(' ')
-        .filter(|w| w.parse::<u64>().is_ok())
-        .collect();
-    assert!(counts.len() == 2 && counts[0] == counts[1], "{fault}");
-    for g in &p.groups {
-        assert!(g
-            .buckets
+    for (b, sizes, other) in [
+        (Backend::OneStagePull, "4K:16K", Backend::TwoStagePull),
+        (Backend::TwoStagePush, "256K:1M", Backend::OneStagePush),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("p.json");
+        let o = faulty_tune_at(&format!("unregistered={b}"), sizes, &out);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{err}");
+        let p: artune::profile::Profile =
+            serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        let fault = p
+            .faults
             .iter()
-            .all(|b| !b.results.contains_key(&Backend::OneStagePull)));
-        assert!(g
-            .buckets
-            .iter()
-            .any(|b| b.results.contains_key(&Backend::TwoStagePull)));
+            .find(|f| f.contains(&format!("{b} disqualified")))
+            .unwrap_or_else(|| panic!("no fault for {b}: {:#?}", p.faults));
+        assert!(fault.contains("is NaN"), "{fault}");
+        // Every element NaN: "; N of N elements differ".
+        let counts: Vec<&str> = fault
+            .rsplit("; ")
+            .next()
+            .unwrap()
+            .split(' ')
+            .filter(|w| w.parse::<u64>().is_ok())
+            .collect();
+        assert!(counts.len() == 2 && counts[0] == counts[1], "{fault}");
+        for g in &p.groups {
+            assert!(g.buckets.iter().all(|k| !k.results.contains_key(&b)));
+            assert!(g.buckets.iter().any(|k| k.results.contains_key(&other)));
+        }
+        assert!(live_workers().is_empty());
+        println!("unregistered={b}: {fault}");
     }
-    assert!(live_workers().is_empty());
-    println!("unregistered=one_stage_pull: {fault}");
 }
 
 #[test]

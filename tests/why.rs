@@ -401,3 +401,62 @@ fn times_outside_the_models_calibration_are_flagged_not_printed_precisely() {
     let (_, out, _) = run(&["show", preset.to_str().unwrap()]);
     assert!(!out.contains("OUTSIDE"), "{out}");
 }
+
+#[test]
+fn why_says_the_form_the_choice_was_timed_in_where_the_profile_records_it() {
+    use artune::allreduce::{Form, Mode};
+    let d = tempfile::tempdir().unwrap();
+    let mut p = sample::profile();
+    let at = |p: &Profile, mode: Mode| {
+        let g = p.groups.iter().position(|g| g.tp == 2 && g.mode == mode);
+        let g = g.unwrap();
+        let b = p.groups[g].buckets.iter().find(|b| b.choice.is_custom());
+        (g, b.expect("a custom choice").clone())
+    };
+    let ((graph, gb), (eager, eb)) = (at(&p, Mode::Graph), at(&p, Mode::Eager));
+    let ask = |file: &str, mode: &str, bytes: u64| {
+        let (code, out, err) = run(&[
+            "why",
+            file,
+            "--tp",
+            "2",
+            "--bytes",
+            &bytes.to_string(),
+            "--mode",
+            mode,
+        ]);
+        assert_eq!(code, 0, "{err}");
+        out
+    };
+    // An older profile records none: nothing is said.
+    let file = write(d.path(), "old.json", &p);
+    assert!(!ask(&file, "graph", gb.bytes).contains("form:"));
+    p.groups[graph].forms = [(gb.choice, Form::Registered)].into();
+    p.groups[eager].forms = [(eb.choice, Form::Staged)].into();
+    let file = write(d.path(), "p.json", &p);
+    let out = ask(&file, "graph", gb.bytes);
+    assert!(
+        out.contains(&format!("form: {} was timed registered", gb.choice))
+            && out.contains("register_graph_buffers()"),
+        "{out}"
+    );
+    let out = ask(&file, "eager", eb.bytes);
+    assert!(
+        out.contains(&format!(
+            "form: {} was timed staged: each eager call",
+            eb.choice
+        )),
+        "{out}"
+    );
+    let (code, out, _) = run(&[
+        "why",
+        &file,
+        "--tp",
+        "2",
+        "--bytes",
+        &gb.bytes.to_string(),
+        "--json",
+    ]);
+    assert_eq!(code, 0);
+    assert_eq!(json(&out)["form"], "registered", "{out}");
+}

@@ -14,6 +14,7 @@ what to do, said once per job; the engine then starts exactly as without artune.
 raises into the engine.
 """
 
+import contextlib
 import functools
 import importlib
 import inspect
@@ -631,6 +632,33 @@ def own_kernels(p: Profile, chosen: Tuple[str, str], group, tp: int, device,
     where = f"artune's own kernels ({how}) take {why}"
     return OwnKernels(op, f"{where}; their buffers, allocated before {engine} sizes its KV "
                       f"cache: {op.describe_memory()}", where=where)
+
+
+def registering(graph_capture, op_of: Callable):
+    """For an engine's ``GroupCoordinator.graph_capture(self, ...)`` (a context manager, inside
+    which the engine captures its CUDA graphs): where the group has artune's op (``op_of``),
+    the calls it captures there take the registered form, and once the engine's context has
+    exited (where the engine registers its own custom all-reduce's graph buffers, in that
+    object's ``capture()``), the op registers them on every rank (``Allreduce.capture``).
+    Elsewhere the engine's context as it is."""
+
+    @functools.wraps(graph_capture)
+    def wrapped(self, *args, **kwargs):
+        try:
+            op = op_of(self)
+        except Exception:  # noqa: BLE001 - no op to read: the engine's capture as it is
+            op = None
+        if op is None:
+            return graph_capture(self, *args, **kwargs)
+        return _registered(op, graph_capture(self, *args, **kwargs))
+
+    return wrapped
+
+
+@contextlib.contextmanager
+def _registered(op, engine):
+    with op.capture(), engine as context:
+        yield context
 
 
 def routed_first(attr: str = "_artune_op"):

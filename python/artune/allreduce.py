@@ -26,11 +26,13 @@ capture each call is one kernel node: the graph records the tensors' addresses (
 own memory pool keeps them fixed) and every replay stages the bytes again inside the kernel.
 
 Graph mode without staging (``register_graphs=True``), as vLLM's and SGLang's custom allreduce run
-CUDA graphs: while torch captures, the pull kernels (one-stage and two-stage pull) run their
-registered form, and the op records each call's input. After capturing, every rank calls
+CUDA graphs: while torch captures, the pull kernels (one-stage and two-stage pull) and two-stage
+push run their registered form, and the op records each call's input (pull: peers read it) or
+output (push: peers write it). After capturing, every rank calls
 :meth:`Allreduce.register_graph_buffers` (or captures inside ``with ar.capture():``, which calls it
-on exit): one exchange of the group maps every rank's captured inputs into its peers, and replays
-read them where they lie, with nothing staged and no extra barrier. A replay before that call (or
+on exit, and which the engine plugins wrap the engine's graph capture in): one exchange of the
+group maps every rank's captured tensors into its peers, and replays read or write them where they
+lie, with nothing staged and no extra barrier. A replay before that call (or
 after :meth:`Allreduce.unregister_graph_buffers`) reads no peer address: its output is NaN, never a
 sum that looks right, and the op says so in one line at its next call (``MISSED``). Eager calls
 keep staging. Without ``register_graphs`` graph mode stages as eager mode does.
@@ -111,6 +113,10 @@ class Allreduce:
         self._off = False
         self._broken = False
         self._register_graphs = register_graphs
+        #: Inside :meth:`capture`: captured calls take the registered form.
+        self._in_capture = False
+        #: Whether any call may have taken it (the one line on a missed registration).
+        self._registers = register_graphs
 
     @classmethod
     def create(
@@ -278,9 +284,8 @@ class Allreduce:
         try:
             if code < 0:
                 raise ArtuneError(f"{nbytes} bytes is not routed to artune's kernels")
-            reg = {"registered": True} if self._register_graphs and self._capturing() else {}
             self._native.launch(code, inp.data_ptr(), dst.data_ptr(), nbytes, self._stream(),
-                                **reg)
+                                **self._registered())
             if dst is not out:
                 out.copy_(dst.view_as(out))
         except Exception as e:  # noqa: BLE001 - a bug of artune's: the group's own path
@@ -289,6 +294,12 @@ class Allreduce:
                               "on; %s", type(e).__name__, e, KEEPS)
             return self._fallback(inp, out, fallback)
         return out
+
+    def _registered(self) -> dict:
+        """The launch's keyword for the registered form: while torch captures a graph that
+        will be registered (``register_graphs``, or inside :meth:`capture`)."""
+        on = (self._register_graphs or self._in_capture) and self._capturing()
+        return {"registered": True} if on else {}
 
     def _faulted(self) -> bool:
         """Whether the kernels reported a wait of the group that gave up (a host read, no
@@ -303,7 +314,7 @@ class Allreduce:
 
     def _missed(self) -> None:
         """Says so in one line where a replay found its captured inputs unregistered."""
-        if self._register_graphs and self._native is not None \
+        if self._registers and self._native is not None \
                 and self._native.missed_registration():
             self._log.warning(MISSED)
 
@@ -352,10 +363,15 @@ class Allreduce:
 
     @contextlib.contextmanager
     def capture(self):
-        """Capture inside this block; on exit, :meth:`register_graph_buffers` (every rank)."""
+        """Capture inside this block, every rank: the calls captured in it take the registered
+        form (also without ``register_graphs``), and on exit :meth:`register_graph_buffers`
+        maps them, as vLLM's custom allreduce's ``capture()`` does. The engine plugins wrap the
+        engine's graph capture in it."""
+        was, self._in_capture, self._registers = self._in_capture, True, True
         try:
             yield self
         finally:
+            self._in_capture = was
             self.register_graph_buffers()
 
     def _fallback(self, inp: torch.Tensor, out: torch.Tensor,
@@ -375,9 +391,9 @@ class Allreduce:
         """Queues ``calls`` calls of ``backend`` from one native call, without the op's Python
         path: the raw launch the op's overhead is measured against (the form the op's call
         would take: registered while capturing a graph to register)."""
-        reg = {"registered": True} if self._register_graphs and self._capturing() else {}
         self._native.launch(_CODES[backend], inp.data_ptr(), out.data_ptr(),
-                            inp.numel() * inp.element_size(), self._stream(), calls, **reg)
+                            inp.numel() * inp.element_size(), self._stream(), calls,
+                            **self._registered())
 
     def memory(self) -> list:
         """(backend, largest message, device bytes measured, bytes allocated) per backend."""
@@ -395,9 +411,9 @@ class Allreduce:
                       f"profile {p[2]} for its chosen sizes" if p and p[2] is not None else
                       "profile: none")
             parts.append(f"{b} to {up_to} bytes {measured} ({theirs})")
-        if self._register_graphs:
-            reg = self._native.registration_bytes()
-            parts.append(f"graph registrations {reg}")
+        # The captured calls' slot table, held whatever the backends (the profile's memory
+        # counts it in every custom kernel's figure).
+        parts.append(f"graph registrations {self._native.registration_bytes()}")
         return (f"{mine / (1 << 20):.1f} MiB ({mine} bytes) per GPU measured: "
                 + ", ".join(parts))
 

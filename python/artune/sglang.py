@@ -237,6 +237,12 @@ def _register(patches: "_engine.Patches") -> None:
 
     patches.replace(car, "__init__", car_init_wrapped, ctors["CustomAllreduce.__init__"], log)
     patches.replace(gc, "__init__", gc_init_wrapped, ctors["GroupCoordinator.__init__"], log)
+    # Graphs captured in SGLang's graph_capture() run the op's registered form, registered
+    # after it, where SGLang's custom all-reduce registers its own (CustomAllreduce.capture).
+    patches.replace(gc, "graph_capture",
+                    _engine.registering(gc.graph_capture, lambda c: getattr(c, "_artune_op",
+                                                                            None)),
+                    ctors["GroupCoordinator.graph_capture"], log)
     _say_ray(patches)
     setattr(car, _PATCHED, True)
     _engine.nccl_env(log)

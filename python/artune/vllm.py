@@ -30,6 +30,11 @@ Beyond the per-call gates:
   vLLM runs none of those on it (no full NVLink, no multicast: a PCIe pair), the object serves
   nothing the profile leaves custom, so the plugin closes it at once and its buffers are freed.
   Each TP communicator logs one line saying which happened and how much IPC memory it holds.
+- ``GroupCoordinator.graph_capture``: the op's calls captured inside it (vLLM captures every
+  CUDA graph there) run its registered form, reading the peers' tensors with nothing staged,
+  and the op registers them (``register_graph_buffers``, every rank) as the context exits,
+  where vLLM's custom all-reduce registers its own (``CustomAllreduce.capture``). Graphs
+  captured elsewhere run the staged form.
 - ``CustomAllreduce.__init__``: ``max_size`` cut to the largest size the profile routes to a
   custom kernel.
 - The fusion pass (allreduce+RMSNorm into one FlashInfer kernel at compile time) is decided
@@ -215,11 +220,21 @@ def _register(patches: "_engine.Patches") -> None:
     ctors = _engine.MODEL["vllm"]["constructors"]
     patches.replace(comm, "__init__", comm_init_wrapped, ctors["CudaCommunicator.__init__"], log)
     patches.replace(car, "__init__", car_init_wrapped, ctors["CustomAllreduce.__init__"], log)
+    # Graphs captured in vLLM's graph_capture() run the op's registered form, registered
+    # after it, where vLLM's custom all-reduce registers its own (CustomAllreduce.capture).
+    gc = parallel_state.GroupCoordinator
+    patches.replace(gc, "graph_capture", _engine.registering(gc.graph_capture, op_of),
+                    ctors["GroupCoordinator.graph_capture"], log)
     setattr(car, _PATCHED, True)
     _engine.nccl_env(log)
     prefixes = [x for x in os.environ.get(RAY_PREFIXES, "").split(",") if x]
     if "ARTUNE_" not in prefixes:
         os.environ[RAY_PREFIXES] = ",".join(prefixes + ["ARTUNE_"])
+
+
+def op_of(coordinator):
+    """artune's op of a GroupCoordinator: its CudaCommunicator's, where the plugin built one."""
+    return getattr(coordinator.device_communicator, "_artune_op", None)
 
 
 def takes_every_custom(own, kernels) -> bool:

@@ -534,15 +534,19 @@ impl Backend {
     }
 
     /// Whether graph mode runs this backend's registered form (kernels/common.cuh, RegSlot):
-    /// a flat pull kernel whose only shared buffer peers touch is the input, so with every
-    /// rank's own input mapped by its peers after capture nothing is staged. An engine then
-    /// registers its captured graphs (artune.allreduce's `register_graph_buffers`).
+    /// a flat kernel whose one shared buffer of the caller's data is the input peers read
+    /// (pull) or the output peers write (push), so with every rank's own tensor mapped by its
+    /// peers after capture nothing is staged. An engine then registers its captured graphs
+    /// (artune.allreduce's `register_graph_buffers`).
     pub fn has_registered_form(self) -> bool {
         let s = self.spec();
-        s.plane == Plane::Pull
-            && !self.is_hierarchical()
-            && s.buffers.is_some_and(|b| b.input && !b.output)
+        !self.is_hierarchical()
             && s.kernel.is_some()
+            && s.buffers.is_some_and(|b| match s.plane {
+                Plane::Pull => b.input && !b.output,
+                Plane::Push => b.output && !b.input,
+                _ => false,
+            })
     }
 
     /// Whether it works inside islands first: needs a group the topology splits into islands.

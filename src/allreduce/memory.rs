@@ -9,8 +9,10 @@ use super::{Backend, Count, Extent, Ll, Ranks};
 /// Cross-GPU signal flags: one cache line per (rank, peer, phase), rounded up generously. The
 /// CUDA fabric's `Signal` allocation (layout.rs `SIGNAL_ALLOC`); the LL lines follow it.
 pub const SIGNAL_BYTES: u64 = 64 << 10;
-/// Table of peer buffer pointers registered for CUDA-graph replay (production kernels keep a
-/// few thousand entries of rank pointers; vLLM reserves 8 MiB, we model 2 MiB).
+/// The slot table an op holds for the calls captured in CUDA graphs (the registered form's
+/// peers' tensors, filled by `register_graph_buffers()`): the CUDA fabric's registry sizes its
+/// slots to fill exactly this, so the model counts what registration holds (vLLM reserves
+/// 8 MiB for the same purpose). Opening the peers' allocations adds address space, not memory.
 pub const GRAPH_TABLE_BYTES: u64 = 2 << 20;
 /// One NCCL connection's buffers per channel with default NCCL_BUFFSIZE: LL 512 KiB +
 /// LL128 4.69 MiB + Simple 4 MiB (calibration C4).

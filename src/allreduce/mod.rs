@@ -4,6 +4,7 @@
 //! depends on the hardware seam.
 
 mod backend;
+mod form;
 pub mod islands;
 pub mod memory;
 
@@ -11,6 +12,7 @@ pub use backend::{
     Backend, Buffers, Count, EnginePath, Extent, Family, Kernel, Ll, Part, Peers, Phase, Plane,
     Schedule, Spec, TABLE,
 };
+pub use form::Form;
 pub use islands::{phases_in_words, Directions, Islands, Ranks, Separation};
 pub use memory::MemoryCost;
 

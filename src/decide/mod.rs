@@ -189,6 +189,14 @@ pub fn group_profile(
         islands: res.islands.clone(),
         crossovers: crossovers(&buckets),
         memory: memory_table(res, &costs, &buckets),
+        forms: res
+            .forms
+            .get(&mode)
+            .into_iter()
+            .flatten()
+            .filter(|(b, _)| buckets.iter().any(|k| k.choice == **b))
+            .map(|(b, f)| (*b, *f))
+            .collect(),
         buckets,
         nccl_channels: res.nccl_channels,
         waived,

@@ -108,6 +108,7 @@ fn group_scaled(gpus: Vec<usize>, mode: Mode, sizes: &[u64], custom: f64) -> Gro
         buckets,
         crossovers,
         memory,
+        forms: Default::default(),
         nccl_channels: None,
         waived: Default::default(),
         regret: None,

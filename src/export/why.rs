@@ -70,6 +70,9 @@ pub struct Why {
     pub chosen: Backend,
     /// Band smoothing replaced the per-size answer to avoid a band change worth less than MIN_EFFECT.
     pub smoothed: bool,
+    /// The form the choice was timed in, where the profile records it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub form: Option<crate::allreduce::Form>,
     /// The NCCL variant artune's plugin runs here.
     pub nccl_choice: Backend,
     /// Which clause of the rule decided, in words.
@@ -242,6 +245,7 @@ pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
         rule: verdict,
         chosen: b.choice,
         smoothed: rule_choice != b.choice,
+        form: g.forms.get(&b.choice).copied(),
         nccl_choice: plugin_nccl(b),
         reason,
         fallback: b.fallback,
@@ -504,6 +508,14 @@ fn reason(v: &Verdict, r: &BTreeMap<Backend, Timing>, chosen: Backend, budgeted:
     s
 }
 
+/// What the form the choice was timed in means for an engine.
+fn form_words(f: crate::allreduce::Form, mode: Mode) -> String {
+    match f {
+        crate::allreduce::Form::Registered => "was timed registered: peers read the engine's own tensors, nothing staged; the engine calls register_graph_buffers() after capture, and a replay before it returns NaN".into(),
+        crate::allreduce::Form::Staged => format!("was timed staged: each {} call copies the tensors through its shared buffers inside the kernel", mode.id()),
+    }
+}
+
 /// The explanation as text.
 pub fn render(w: &Why) -> String {
     let mut s = String::new();
@@ -533,6 +545,9 @@ pub fn render(w: &Why) -> String {
             "{} is an island schedule: only artune's own kernels run it; an engine without them runs {f} here (the same rule among the backends engines have)\n",
             w.chosen
         ));
+    }
+    if let Some(f) = w.form {
+        s.push_str(&format!("form: {} {}\n", w.chosen, form_words(f, w.mode)));
     }
     s.push_str(&format!("why: {}\n", w.reason));
     if let Some(v) = &w.islands {

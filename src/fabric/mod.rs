@@ -227,6 +227,12 @@ pub trait Fabric {
         None
     }
 
+    /// The form (staged or registered) of `backend` this fabric times in `mode`; None for
+    /// NCCL, and where the fabric does not tell them apart (the simulator).
+    fn form(&self, _backend: Backend, _mode: Mode) -> Option<crate::allreduce::Form> {
+        None
+    }
+
     /// NCCL channels the prepared group's NCCL backends run with, when known.
     fn nccl_channels(&self) -> Option<u32> {
         None

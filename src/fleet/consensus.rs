@@ -213,6 +213,13 @@ fn group(
         buckets,
         crossovers,
         memory,
+        // The forms the template's kernels ran, for the backends the consensus still chooses.
+        forms: t
+            .map(|t| t.forms.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(b, _)| chosen.contains(b))
+            .collect(),
         nccl_channels: t.and_then(|t| t.nccl_channels),
         waived: BTreeMap::new(),
         regret,

@@ -274,6 +274,12 @@ fn measure_group(
     probe_contention(fabric, plan, &mut res, progress)?;
     orient(fabric, &mut res, &ready)?;
 
+    for &mode in &plan.modes {
+        let forms = ready
+            .iter()
+            .filter_map(|&b| Some((b, fabric.form(b, mode)?)));
+        res.forms.insert(mode, forms.collect());
+    }
     let mut verified = BTreeSet::new();
     for &mode in &plan.modes {
         look_around(

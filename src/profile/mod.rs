@@ -131,6 +131,12 @@ pub struct GroupProfile {
     pub buckets: Vec<Bucket>,
     pub crossovers: Vec<Crossover>,
     pub memory: BTreeMap<Backend, Memory>,
+    /// The form each custom backend the buckets choose was timed in, in this group's mode
+    /// (graph: registered or staged; eager: staged), where the fabric tells; empty in
+    /// simulated profiles and in profiles made before it was recorded (which timed graph mode
+    /// staged).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub forms: BTreeMap<Backend, crate::allreduce::Form>,
     /// NCCL channels the NCCL backends ran with, when the fabric knows it (a simulated model, or
     /// NCCL_MIN_NCHANNELS = NCCL_MAX_NCHANNELS on real GPUs); the tuner plugin reproduces it.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -72,6 +72,7 @@ pub(crate) fn fixture() -> Profile {
         ]
         .into_iter()
         .collect(),
+        forms: Default::default(),
         nccl_channels: None,
         regret: None,
         drift: Default::default(),
@@ -250,6 +251,25 @@ fn impossible_contents_are_refused() {
     }];
     let e = Profile::parse(&p.to_json()).unwrap_err();
     assert!(e.to_string().contains("SHA-256"), "{e}");
+}
+
+#[test]
+fn a_form_no_kernel_runs_is_refused() {
+    use crate::allreduce::Form;
+    let mut p = fixture();
+    p.groups[0].forms = [(Backend::OneStagePull, Form::Registered)].into();
+    assert_eq!(
+        Profile::parse(&p.to_json()).unwrap(),
+        p,
+        "graph mode, registered"
+    );
+    p.groups[0].forms = [(Backend::Nccl, Form::Staged)].into();
+    let e = Profile::parse(&p.to_json()).unwrap_err();
+    assert!(e.to_string().contains("never do"), "{e}");
+    p.groups[0].mode = Mode::Eager;
+    p.groups[0].forms = [(Backend::OneStagePull, Form::Registered)].into();
+    let e = Profile::parse(&p.to_json()).unwrap_err();
+    assert!(e.to_string().contains("registered in eager mode"), "{e}");
 }
 
 #[test]

@@ -246,6 +246,17 @@ fn check_groups(p: &Profile, ngpu: usize) -> Result<(), String> {
                 return Err(format!("{at} says {be} requires more than 1 TiB per GPU"));
             }
         }
+        for (be, f) in &g.forms {
+            if crate::allreduce::Form::runs(*be, g.mode).is_none()
+                || (g.mode == crate::allreduce::Mode::Eager && *f != crate::allreduce::Form::Staged)
+            {
+                return Err(format!(
+                    "{at} says {be} ran {} in {} mode, which artune's kernels never do",
+                    f.id(),
+                    g.mode.id()
+                ));
+            }
+        }
     }
     check_contention(p, ngpu)?;
     let s = &p.settings;

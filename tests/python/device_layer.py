@@ -27,9 +27,15 @@ class Device(Fake):
         Device.allocated.append(("artune", routes.buffers))
         return super().allocate(rank, world, ranks_on_gpu, routes)
 
-    def launch(self, code, inp, out, nbytes, stream, repeat=1):
-        super().launch(code, inp, out, nbytes, stream, repeat)
-        Device.seen.append(f"artune {artune.backends()[code]}")
+    def launch(self, code, inp, out, nbytes, stream, repeat=1, registered=False):
+        super().launch(code, inp, out, nbytes, stream, repeat, registered)
+        Device.seen.append(f"artune {artune.backends()[code]}"
+                           + (" registered" if registered else ""))
+
+    def register_graph_inputs(self, published):
+        n = super().register_graph_inputs(published)
+        Device.seen.append(f"artune registered {n}")
+        return n
 
     def capturing(self):
         return torch.cuda.is_current_stream_capturing()

@@ -97,10 +97,12 @@ class Fake:
         b = self.routes.backend(nbytes, "graph" if graph else "eager")
         return -1 if b is None else artune.backends().index(b)
 
-    def launch(self, code, inp, out, nbytes, stream, repeat=1):
+    def launch(self, code, inp, out, nbytes, stream, repeat=1, registered=False):
         if self.plot.get("launch"):
             raise artune.ArtuneError("scripted launch failure")
         self.calls.append(("launch", artune.backends()[code], nbytes, self.graph))
+        if registered:
+            self.calls.append(("recorded", artune.backends()[code]))
         self.pointers = (inp, out)
         # The kernel of this launch finds a wait of the group given up, as the real one
         # reports it: in the host word the op reads.
@@ -115,6 +117,30 @@ class Fake:
 
     def disconnect(self):
         self.calls.append(("disconnect",))
+
+    # The registered form's bookkeeping, as the native op keeps it: calls recorded while
+    # capturing, published and registered by the group's exchange.
+    def publish_graph_inputs(self):
+        return [f"rank {self.rank} call {i}" for i, c in enumerate(self.pending())]
+
+    def pending(self):
+        done = sum(c[1] for c in self.calls if c[0] == "registered")
+        return [c for c in self.calls if c[0] == "recorded"][done:]
+
+    def register_graph_inputs(self, published):
+        n = len(self.pending())
+        self.calls.append(("registered", n))
+        return n
+
+    def graph_calls(self):
+        n = len(self.pending())
+        return len([c for c in self.calls if c[0] == "recorded"]) - n, n
+
+    def missed_registration(self):
+        return False
+
+    def registration_bytes(self):
+        return 2 << 20
 
     def stream(self):
         return 0
@@ -375,3 +401,39 @@ def test_routes_match_the_selector_and_force_sizes_as_the_tune(measured):
     with pytest.raises(artune.BadInputError):
         allreduce.Routes.forced(p, 2, "nccl")
     assert allreduce.ranks_per_gpu(["a", "a", "b"]) == 2
+
+
+def _captures(rank, path):
+    op, lines = _create(path, _native=Fake)
+    t = torch.ones(2048, dtype=torch.bfloat16)
+    native = op._native
+    seen = {}
+    # Captured outside capture(), without register_graphs: the staged form, nothing recorded.
+    native.graph = True
+    op.all_reduce(t)
+    seen["outside"] = native.graph_calls()
+    with op.capture():
+        op.all_reduce(t)
+        native.graph = False
+        op.all_reduce(t)  # an eager call inside the block stages
+        native.graph = True
+        op.all_reduce(t)
+        seen["inside"] = native.graph_calls()
+    seen["after"] = native.graph_calls()
+    op.all_reduce(t)
+    seen["later"] = native.graph_calls()
+    seen["registered"] = [c[1] for c in native.calls if c[0] == "registered"]
+    op.close()
+    return seen
+
+
+def test_calls_captured_inside_capture_take_the_registered_form_and_are_registered_at_its_end(
+        measured):
+    for r in ranks(2, _captures, measured["measured"]):
+        # (registered, waiting): two graph calls recorded inside, registered by the exit on
+        # every rank alike; outside the block graph calls stage as before.
+        assert r["outside"] == [0, 0], r
+        assert r["inside"] == [0, 2], r
+        assert r["after"] == [2, 0], r
+        assert r["later"] == [2, 0], r
+        assert r["registered"] == [2], r

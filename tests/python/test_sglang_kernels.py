@@ -4,9 +4,11 @@ by its own constructor through the plugin's wrapper, which builds artune's op
 custom ops recording its own choices as in test_sglang.py. The op is the real one; only its
 device layer, which needs GPUs, is a fake that records each launch (device_layer.py)."""
 
+import contextlib
 import json
 import logging
 import subprocess
+import types
 
 import pytest
 
@@ -210,3 +212,45 @@ def test_why_says_what_sglangs_dispatch_runs_with_the_op(islands, follow, monkey
         assert name == r, (mode, n, line, r)
         compared += r.startswith("artune")
     assert compared >= 4, compared
+
+
+class OwnCapture:
+    """SGLang's custom all-reduce as its graph_capture() uses it: ``capture()`` registers its
+    graph buffers as it exits (CustomAllreduce.capture), recorded in ``seen``."""
+
+    disabled = False
+
+    def __init__(self, seen):
+        self.seen = seen
+
+    @contextlib.contextmanager
+    def capture(self):
+        yield
+        self.seen.append("SGLang registered")
+
+
+def test_calls_captured_in_sglangs_graph_capture_are_registered_after_sglangs_own(
+        islands, follow, monkeypatch, device):
+    """SGLang's own GroupCoordinator.graph_capture (through the plugin's wrapper): the op's
+    calls captured inside take the registered form, and the op registers them once SGLang's
+    context, which registers its custom all-reduce's, has exited; graph calls outside stage."""
+    p = artune.Profile.load(islands)
+    register(islands, follow, monkeypatch, "artune")
+    seen = []
+    gc = coordinator(BOX, "graph", monkeypatch, seen)
+    op = gc._artune_op
+    n = next(n for n in sizes(p, BOX.tp) if op.should_run(message(n)))
+    # No GPU here: SGLang's stream switch and its NCCL communicators' capture states are
+    # no-ops on these stand-ins; its custom all-reduce records its registration.
+    stream = object()
+    monkeypatch.setattr(parallel_state, "get_current_device_stream_fast", lambda: stream)
+    gc.device_module = types.SimpleNamespace(stream=lambda s: contextlib.nullcontext())
+    gc.pynccl_comm = gc.pymscclpp_comm = None
+    gc.ca_comm = OwnCapture(seen)
+    with gc.graph_capture(parallel_state.GraphCaptureContext(stream)):
+        gc.all_reduce(message(n))
+    gc.all_reduce(message(n))
+    b = seen[0].split()[1]
+    assert seen == [f"artune {b} registered", "SGLang registered", "artune registered 1",
+                    f"artune {b}"], seen
+    assert op.graph_calls() == (1, 0)

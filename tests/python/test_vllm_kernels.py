@@ -5,9 +5,11 @@ is the real one (its routing, its agreement over the group, its checks of each t
 its device layer, which needs GPUs, is a fake that records each launch (the op's ``_native``
 seam). The process group answers as every rank of it would, as in test_vllm.py."""
 
+import contextlib
 import json
 import logging
 import subprocess
+import types
 
 import pytest
 
@@ -258,3 +260,47 @@ def test_why_says_what_vllms_dispatch_runs_with_the_op(islands, follow, monkeypa
         assert name == ran, (mode, n, line, ran)
         compared += ran.startswith("artune")
     assert compared >= 4, compared
+
+
+class OwnCapture:
+    """vLLM's custom all-reduce as its graph_capture() uses it: ``capture()`` registers its
+    graph buffers as it exits (CustomAllreduce.capture), recorded in ``seen``."""
+
+    disabled = False
+
+    def __init__(self, seen):
+        self.seen = seen
+
+    @contextlib.contextmanager
+    def capture(self):
+        yield
+        self.seen.append("vLLM registered")
+
+
+def test_calls_captured_in_vllms_graph_capture_are_registered_after_vllms_own(
+        islands, follow, monkeypatch, device):
+    """vLLM's own GroupCoordinator.graph_capture (through the plugin's wrapper): the op's calls
+    captured inside take the registered form, and the op registers them once vLLM's context,
+    which registers its custom all-reduce's, has exited; graph calls outside it stage."""
+    from vllm.distributed import parallel_state
+
+    p = artune.Profile.load(islands)
+    register(islands, follow, monkeypatch, "artune")
+    seen = []
+    Device.seen = seen
+    comm = on_machine(BOX, "graph", monkeypatch, seen)
+    comm.ca_comm = OwnCapture(seen)
+    op = comm._artune_op
+    n = next(n for n in sizes(p, BOX.tp) if op.should_run(message(n)))
+    stream = object()  # no GPU here: vLLM's stream switch is a no-op on this stand-in
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a, **k: stream)
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    gc = types.SimpleNamespace(device_communicator=comm)
+    with parallel_state.GroupCoordinator.graph_capture(
+            gc, parallel_state.GraphCaptureContext(stream)):
+        comm.all_reduce(message(n))
+    comm.all_reduce(message(n))
+    b = seen[0].split()[1]
+    assert seen == [f"artune {b} registered", "vLLM registered", "artune registered 1",
+                    f"artune {b}"], seen
+    assert op.graph_calls() == (1, 0)

@@ -79,11 +79,12 @@ pub struct ArArgs {
     pub reg_gen: u32,
 }
 
-/// Mirrors `struct RegSlot` in kernels/common.cuh: one captured call's peers' inputs.
+/// Mirrors `struct RegSlot` in kernels/common.cuh: one captured call's peers' tensors (their
+/// inputs, or their outputs where peers write them: [`super::kernels::registers_output`]).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RegSlot {
-    pub input: [u64; MAX_RANKS],
+    pub peer: [u64; MAX_RANKS],
     pub gen: u32,
     pub pad: u32,
 }
@@ -94,7 +95,7 @@ impl RegSlot {
     /// The slot as the kernels read it (little-endian, as every CUDA GPU).
     pub fn to_bytes(self) -> [u8; RegSlot::BYTES] {
         let mut b = [0u8; RegSlot::BYTES];
-        for (i, p) in self.input.iter().enumerate() {
+        for (i, p) in self.peer.iter().enumerate() {
             b[i * 8..i * 8 + 8].copy_from_slice(&p.to_le_bytes());
         }
         b[MAX_RANKS * 8..MAX_RANKS * 8 + 4].copy_from_slice(&self.gen.to_le_bytes());

@@ -19,7 +19,8 @@
 //! In graph mode the op can run the registered form instead (super::registry): calls
 //! captured while [`Op::launch`] is told so are recorded, [`Op::publish_graph_inputs`] and
 //! [`Op::register_graph_inputs`] (one exchange of the group after capture) map every rank's
-//! captured inputs into its peers, and replays read them there, with nothing staged.
+//! captured tensors into its peers (inputs where they read them, outputs where they write
+//! them), and replays reach them there, with nothing staged.
 //!
 //! The order of calls is [`Op::open`], [`Op::allocate`], [`Op::connect`] with every rank's
 //! handles, then [`Op::launch`]; the handle exchange between them is the caller's (the
@@ -376,7 +377,7 @@ impl Op {
     /// Queues `call` on `stream`: the backend's kernel as the tune ran it, which stages
     /// through its shared buffers itself (module docs). With `registered` (the engine is
     /// capturing a graph it will register) a backend that has a registered form runs it: the
-    /// call is recorded, and its replays read the peers' inputs once registered, NaN before.
+    /// call is recorded, and its replays reach the peers' tensors once registered, NaN before.
     /// `repeat` queues it that many times, from one call (the raw launch a benchmark compares
     /// the op's Python path with).
     ///
@@ -447,9 +448,14 @@ impl Op {
             )
             .is_some_and(|p| p.3);
         if takes_registered {
+            // Peers read the pull kernels' inputs and write two-stage push's outputs.
+            let tensor = match kernels::registers_output(backend) {
+                true => output,
+                false => input,
+            };
             let r = self
                 .registry
-                .record(input, bytes)
+                .record(tensor, bytes)
                 .map_err(|e| OpError::Call(e.to_string()))?;
             work.registered = Some(r);
         }

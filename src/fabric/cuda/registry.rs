@@ -1,7 +1,8 @@
 //! The registered form inside an engine (graph mode, as vLLM's and SGLang's custom allreduce
-//! run CUDA graphs): under capture the op records each call's input; after capture one
-//! collective call exchanges the IPC handles of the allocations holding them (with the
-//! offsets) and fills each captured call's slot with its peers' inputs, so replays read the
+//! run CUDA graphs): under capture the op records each call's tensor that peers touch (its
+//! input, which peers read, or its output, which two-stage push's peers write); after capture
+//! one collective call exchanges the IPC handles of the allocations holding them (with the
+//! offsets) and fills each captured call's slot with its peers' tensors, so replays reach the
 //! peers' tensors where they lie, with nothing staged. A slot carries the generation its call
 //! was captured in; a replay whose slot holds another one (not registered yet, or dropped)
 //! reads no peer address and leaves its output NaN (kernels/common.cuh, RegSlot).
@@ -17,12 +18,15 @@ use cudarc::driver::sys;
 use super::driver::{dev, Ctx, DevBuf, HostWord, Imported, IpcHandle};
 use super::kernels::Registered;
 use super::layout::{RegSlot, MAX_RANKS};
+use crate::allreduce::memory;
 use crate::fabric::FabricError;
 
-/// Calls one op can have captured and not dropped: vLLM's buffer of 8 MiB holds as many
-/// of its 8-pointer slots as 16 384 of ours take in 2.2 MiB (decode graphs of 67 batch sizes
-/// x 2 allreduces x 80 layers stay under it).
-pub const SLOTS: usize = 16384;
+/// Calls one op can have captured and not dropped: as many slots as fill the graph table the
+/// memory model counts for every custom backend ([`memory::GRAPH_TABLE_BYTES`], 2 MiB: 15 420
+/// slots; vLLM's 8 MiB buffer of 8-pointer slots holds 16 384), so the profile's memory counts
+/// what registration holds. Decode graphs of 67 batch sizes x 2 allreduces x 80 layers fit.
+pub const SLOTS: usize = memory::GRAPH_TABLE_BYTES as usize / RegSlot::BYTES;
+const _: () = assert!(SLOTS >= 67 * 2 * 80, "a decode engine's captured calls fit");
 
 /// Why a call cannot be recorded or the group's recordings cannot be registered.
 #[derive(Debug, PartialEq, thiserror::Error)]
@@ -39,10 +43,11 @@ pub enum RegError {
     Ranks(usize, usize),
 }
 
-/// One captured call: this rank's input and its length.
+/// One captured call: this rank's registered tensor (its input, or its output where peers
+/// write outputs) and its length.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Record {
-    pub input: u64,
+    pub tensor: u64,
     pub bytes: u64,
     pub gen: u32,
 }
@@ -69,12 +74,12 @@ impl Default for Book {
 
 impl Book {
     /// A slot for a call being captured: its index and the generation it must hold.
-    pub fn record(&mut self, input: u64, bytes: u64) -> Result<(usize, u32), RegError> {
+    pub fn record(&mut self, tensor: u64, bytes: u64) -> Result<(usize, u32), RegError> {
         if self.records.len() >= SLOTS {
             return Err(RegError::Full);
         }
         self.records.push(Record {
-            input,
+            tensor,
             bytes,
             gen: self.gen,
         });
@@ -90,13 +95,13 @@ impl Book {
         self.registered
     }
 
-    /// Calls registered, whose replays read their peers' inputs.
+    /// Calls registered, whose replays reach their peers' tensors.
     pub fn registered(&self) -> usize {
         self.registered
     }
 
-    /// The slots of the pending calls: `peers[r][i]` is where rank r's input of pending call
-    /// i lies as this rank maps it (this rank's own entry is ignored: its input is its own).
+    /// The slots of the pending calls: `peers[r][i]` is where rank r's tensor of pending call
+    /// i lies as this rank maps it (this rank's own entry is ignored: its tensor is its own).
     /// Every rank must have recorded as many calls.
     pub fn fill(&self, rank: usize, peers: &[Vec<u64>]) -> Result<Vec<RegSlot>, RegError> {
         let pending = self.pending();
@@ -123,7 +128,7 @@ impl Book {
                     ..RegSlot::default()
                 };
                 for (r, p) in peers.iter().enumerate() {
-                    s.input[r] = if r == rank { rec.input } else { p[i] };
+                    s.peer[r] = if r == rank { rec.tensor } else { p[i] };
                 }
                 s
             })
@@ -145,7 +150,7 @@ impl Book {
 }
 
 /// What a rank publishes for one captured call: the IPC handle of the allocation holding its
-/// input (cuMemGetAddressRange's base) and where the input starts in it.
+/// tensor (cuMemGetAddressRange's base) and where the tensor starts in it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Published {
     pub handle: IpcHandle,
@@ -186,9 +191,10 @@ impl Registry {
         self.table.bytes() as u64
     }
 
-    /// Records a call being captured and returns its registered form.
-    pub fn record(&mut self, input: u64, bytes: u64) -> Result<Registered, RegError> {
-        let (slot, gen) = self.book.record(input, bytes)?;
+    /// Records a call being captured (`tensor`: what its peers read or write, as
+    /// [`Book::record`]) and returns its registered form.
+    pub fn record(&mut self, tensor: u64, bytes: u64) -> Result<Registered, RegError> {
+        let (slot, gen) = self.book.record(tensor, bytes)?;
         Ok(Registered {
             slot: self.table.ptr() + (slot * RegSlot::BYTES) as u64,
             gen,
@@ -205,25 +211,25 @@ impl Registry {
         self.missed.clear()
     }
 
-    /// The handles of the allocations holding the pending calls' inputs, with offsets.
+    /// The handles of the allocations holding the pending calls' tensors, with offsets.
     pub fn publish(&self, ctx: &Arc<Ctx>) -> Result<Vec<Published>, FabricError> {
         dev(ctx.bind_to_thread(), "binding the CUDA context")?;
         let mut seen: HashMap<u64, IpcHandle> = HashMap::new();
         let mut out = Vec::new();
         for rec in self.book.pending() {
             let (mut base, mut size) = (0, 0usize);
-            // SAFETY: out-pointers valid; the input is a live device address of this context
+            // SAFETY: out-pointers valid; the tensor is a live device address of this context
             // (the engine keeps its captured graph's memory).
             dev(
-                unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, rec.input).result() },
-                "finding the allocation that holds a captured input",
+                unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, rec.tensor).result() },
+                "finding the allocation that holds a captured tensor",
             )?;
             let handle = match seen.get(&base) {
                 Some(h) => h.clone(),
                 None => {
                     let h = dev(
                         super::driver::export_base(base, size),
-                        "exporting a captured input's allocation (cuIpcGetMemHandle; torch's expandable segments cannot be shared)",
+                        "exporting a captured tensor's allocation (cuIpcGetMemHandle; torch's expandable segments cannot be shared)",
                     )?;
                     seen.insert(base, h.clone());
                     h
@@ -231,14 +237,14 @@ impl Registry {
             };
             out.push(Published {
                 handle,
-                offset: rec.input - base,
+                offset: rec.tensor - base,
             });
         }
         Ok(out)
     }
 
     /// Opens every peer's published allocations and fills the pending calls' slots: from now
-    /// on their replays read the peers' inputs. `all[r]` is rank r's [`Registry::publish`].
+    /// on their replays reach the peers' tensors. `all[r]` is rank r's [`Registry::publish`].
     pub fn register(
         &mut self,
         ctx: &Arc<Ctx>,
@@ -256,14 +262,14 @@ impl Registry {
             for (p, rec) in theirs.iter().zip(&pending) {
                 if p.offset.saturating_add(rec.bytes) > p.handle.bytes {
                     return Err(format!(
-                        "rank {r}'s captured input ends past the allocation it published"
+                        "rank {r}'s captured tensor ends past the allocation it published"
                     ));
                 }
                 let base = match self.opened.get(&p.handle.hex) {
                     Some(i) => i.span().ptr(),
                     None => {
                         let i = Imported::open(ctx, &p.handle).map_err(|e| {
-                            format!("rank {r}'s captured input could not be opened ({e})")
+                            format!("rank {r}'s captured tensor could not be opened ({e})")
                         })?;
                         let b = i.span().ptr();
                         self.opened.insert(p.handle.hex.clone(), i);
@@ -317,8 +323,8 @@ mod tests {
         b.record(0xb0, 64).unwrap();
         let peers = vec![vec![0x10, 0x20], vec![0, 0], vec![0x30, 0x40]];
         let s = b.fill(1, &peers).unwrap();
-        assert_eq!(s[0].input[..3], [0x10, 0xa0, 0x30]);
-        assert_eq!(s[1].input[..3], [0x20, 0xb0, 0x40]);
+        assert_eq!(s[0].peer[..3], [0x10, 0xa0, 0x30]);
+        assert_eq!(s[1].peer[..3], [0x20, 0xb0, 0x40]);
         assert!(s.iter().all(|s| s.gen == 1));
     }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::driver::{dev, Event, Graph};
 use super::kernels;
 use super::layout::SIGNAL_STATUS_OFFSET;
-use super::setup::{Impl, Launcher, Ready, REGISTERED_GEN};
+use super::setup::{registered_slot_offset, Impl, Launcher, Ready, REGISTERED_GEN};
 use super::watchdog::{self, Poll, Waited};
 use super::{Gpu, WorkerFaults};
 use crate::fabric::{Backend, DeviceError, FabricError, Mode};
@@ -99,7 +99,7 @@ impl Launcher {
                     // engine's registered graph does; the fault knob's `unregistered` gives it
                     // a generation its slot never holds (a replay before registration).
                     registered: (mode == Mode::Graph).then(|| kernels::Registered {
-                        slot: self.reg.ptr(),
+                        slot: self.reg.ptr() + registered_slot_offset(backend),
                         gen: match faults.unregistered == Some(backend) {
                             true => REGISTERED_GEN + 1,
                             false => REGISTERED_GEN,

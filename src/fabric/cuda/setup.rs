@@ -50,8 +50,9 @@ pub struct Launcher {
     pub warm: HashSet<(Backend, u64)>,
     /// Whether this GPU's test data was found equal to the host's (once per worker).
     pub data_checked: bool,
-    /// The slot of the registered form (graph mode): every rank's user input, generation
-    /// [`REGISTERED_GEN`], as an engine's op fills its slots after capture.
+    /// The slots of the registered form (graph mode): every rank's user input, then output
+    /// ([`registered_slot_offset`]), generation [`REGISTERED_GEN`], as an engine's op fills
+    /// its slots after capture.
     pub reg: DevBuf,
     pub _imported: Vec<Imported>,
     pub deadline: Deadline,
@@ -86,22 +87,32 @@ pub const REGISTERED_GEN: u32 = 1;
 /// The registered form's slot over every rank's user input as this process sees them: in
 /// graph mode the kernels read the ranks' own tensors, as an engine's registered graph does.
 fn registered_slot(gpu: &Gpu, user: &[(Span, Span)]) -> Result<DevBuf, FabricError> {
-    let mut slot = RegSlot {
-        gen: REGISTERED_GEN,
-        ..RegSlot::default()
-    };
-    for (r, (input, _)) in user.iter().enumerate().take(MAX_RANKS) {
-        slot.input[r] = input.ptr();
+    let (mut inputs, mut outputs) = (RegSlot::default(), RegSlot::default());
+    inputs.gen = REGISTERED_GEN;
+    outputs.gen = REGISTERED_GEN;
+    for (r, (input, output)) in user.iter().enumerate().take(MAX_RANKS) {
+        inputs.peer[r] = input.ptr();
+        outputs.peer[r] = output.ptr();
     }
     let buf = dev(
-        DevBuf::alloc(&gpu.ctx, RegSlot::BYTES),
-        "allocating the registered form's slot",
+        DevBuf::alloc(&gpu.ctx, 2 * RegSlot::BYTES),
+        "allocating the registered form's slots",
     )?;
-    dev(
-        buf.upload(0, &slot.to_bytes()),
-        "writing the registered form's slot",
-    )?;
+    let bytes: Vec<u8> = [inputs, outputs]
+        .iter()
+        .flat_map(|s| s.to_bytes())
+        .collect();
+    dev(buf.upload(0, &bytes), "writing the registered form's slots")?;
     Ok(buf)
+}
+
+/// The registered form's slot in [`registered_slot`]'s buffer for `backend`: every rank's
+/// user input, or its user output where peers write outputs.
+pub fn registered_slot_offset(backend: Backend) -> u64 {
+    match super::kernels::registers_output(backend) {
+        true => RegSlot::BYTES as u64,
+        false => 0,
+    }
 }
 
 /// Bytes checked past the end of each output for stray writes during verification.

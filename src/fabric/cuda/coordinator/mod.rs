@@ -324,6 +324,10 @@ impl Fabric for CudaFabric {
         self.setup(group, backends)
     }
 
+    fn form(&self, backend: Backend, mode: Mode) -> Option<crate::allreduce::Form> {
+        crate::allreduce::Form::runs(backend, mode)
+    }
+
     fn verify(
         &mut self,
         backend: Backend,

@@ -40,6 +40,12 @@ pub fn registered_kernel_name(backend: Backend, dtype: Dtype) -> Option<String> 
     Some(format!("{}_reg_{}", k.name, dtype.id()))
 }
 
+/// Whether the registered form's slot holds the peers' outputs (peers write them: a push
+/// kernel) rather than their inputs (peers read them: a pull kernel).
+pub fn registers_output(backend: Backend) -> bool {
+    backend.spec().plane == crate::allreduce::Plane::Push
+}
+
 /// Blocks the LL kernel of `backend` needs for a message of `bytes` per rank over `ranks`
 /// (one 8-byte data word per thread, `LL_THREADS` threads per block, but in the island
 /// two-shot; mirrors `ll_launch_ok` in kernels/common.cuh), or None when the message is too

@@ -5,20 +5,36 @@ use crate::fabric::cuda::layout::{
 };
 
 #[test]
-fn the_flat_pull_kernels_and_only_they_have_a_registered_form() {
+fn the_flat_kernels_that_stage_have_a_registered_form() {
     let with: Vec<Backend> = Backend::ALL
         .into_iter()
         .filter(|b| b.has_registered_form())
         .collect();
-    assert_eq!(with, [Backend::OneStagePull, Backend::TwoStagePull]);
+    // One-stage push stages nothing (peers write only its slots); the island kernels read and
+    // write inside islands through both shared buffers.
+    assert_eq!(
+        with,
+        [
+            Backend::OneStagePull,
+            Backend::TwoStagePull,
+            Backend::TwoStagePush
+        ]
+    );
     assert_eq!(
         registered_kernel_name(Backend::TwoStagePull, Dtype::Fp16).as_deref(),
         Some("two_stage_pull_reg_fp16")
     );
     assert_eq!(
-        registered_kernel_name(Backend::TwoStagePush, Dtype::Bf16),
+        registered_kernel_name(Backend::OneStagePush, Dtype::Bf16),
         None
     );
+    // Peers read the pull kernels' inputs and write two-stage push's outputs.
+    let outputs: Vec<Backend> = with
+        .iter()
+        .copied()
+        .filter(|&b| registers_output(b))
+        .collect();
+    assert_eq!(outputs, [Backend::TwoStagePush]);
     // Every registered kernel is in the source.
     for b in with {
         for d in DTYPES {
@@ -105,7 +121,7 @@ fn arg_layouts_match_the_cuda_structs() {
     assert_eq!(size, size_of::<ArArgs>());
     let (f, size) = c_layout(compile::COMMON, "RegSlot");
     let rust = [
-        ("in", offset_of!(RegSlot, input)),
+        ("peer", offset_of!(RegSlot, peer)),
         ("gen", offset_of!(RegSlot, gen)),
         ("pad", offset_of!(RegSlot, pad)),
     ];
@@ -113,7 +129,7 @@ fn arg_layouts_match_the_cuda_structs() {
     assert_eq!(f, rust);
     assert_eq!(size, size_of::<RegSlot>());
     let s = RegSlot {
-        input: [7; MAX_RANKS],
+        peer: [7; MAX_RANKS],
         gen: 3,
         pad: 0,
     };
@@ -166,7 +182,7 @@ fn every_allreduce_kernel_ends_failing_safe() {
     let kernels: Vec<&str> = split(compile::ALLREDUCE)
         .chain(split(compile::ISLAND))
         .collect();
-    assert_eq!(kernels.len(), 9 + 4);
+    assert_eq!(kernels.len(), 10 + 4);
     for k in kernels {
         let name = k
             .split("(const")
@@ -504,4 +520,57 @@ fn slots_hold_a_shard_and_its_tail() {
             >= (1000 / 16u64).div_ceil(3) * 16 + 16
     );
     assert!(slot_bytes(Backend::OneStagePush, 1001, Ranks::flat(8)) >= 1001);
+}
+
+/// A registered form's replay whose slot did not match (before registration, or after the
+/// registrations were dropped) must reach no peer's tensor: the slot then holds addresses of
+/// nothing mapped, or of another capture's tensors. In every registered kernel each use of the
+/// peers' addresses reg_load gave (through the accessor that reads them) lies inside the block
+/// of `if (!REG || ok)` or on a line guarded by `sends` (`!REG || ok`), and the kernel ends in
+/// reg_missed when the slot did not match.
+#[test]
+fn a_registered_replay_reaches_peers_only_once_its_slot_matched() {
+    let src = compile::ALLREDUCE;
+    let mut checked = Vec::new();
+    for (at, _) in src.match_indices("template <typename T, bool REG>") {
+        let body = &src[at..][..src[at..].find("\n}\n").unwrap()];
+        let name = body.lines().nth(1).unwrap();
+        let ptrs = body
+            .split("reg_load(a, rank, ")
+            .nth(1)
+            .and_then(|s| s.split(", ").nth(1))
+            .unwrap_or_else(|| panic!("{name} does not load its slot"));
+        // The accessor that reads the peers' addresses: `auto F = [&](int p) {... ptrs[p] ...}`.
+        let def = body
+            .lines()
+            .find(|l| l.contains("auto ") && l.contains(&format!("{ptrs}[p]")))
+            .unwrap_or_else(|| panic!("{name}: no accessor of {ptrs}"));
+        let accessor = def
+            .trim()
+            .trim_start_matches("auto ")
+            .split(' ')
+            .next()
+            .unwrap();
+        let (mut depth, mut guarded_at) = (0i32, None);
+        for line in body.lines() {
+            if line.contains("if (!REG || ok) {") {
+                guarded_at = Some(depth);
+            }
+            let uses = line.contains(&format!("{accessor}(")) && line != def;
+            assert!(
+                !uses || guarded_at.is_some() || line.contains("sends"),
+                "{name} reaches a peer's tensor unguarded: {line}"
+            );
+            depth += line.matches('{').count() as i32 - line.matches('}').count() as i32;
+            if guarded_at.is_some_and(|d| depth <= d) {
+                guarded_at = None;
+            }
+        }
+        assert!(
+            body.contains("if (!ok) reg_missed<T>(out, a.n, a.missed);"),
+            "{name} does not leave its output NaN when its slot did not match"
+        );
+        checked.push(name.to_string());
+    }
+    assert_eq!(checked.len(), 3, "{checked:?}");
 }
