@@ -999,3 +999,26 @@ fn a_kernels_fixed_cost_is_its_gpu_classes() {
     assert_eq!(ada, blackwell);
     assert_eq!(fixed(None), blackwell);
 }
+
+/// Fitted without C2, the Blackwell prologue is R1's (the same start-up one-shot on 4 GPUs
+/// under a switch, 7.5 µs at 1 KB: 2.2 µs), not none: C2's one-shot is then predicted by a
+/// prologue measured elsewhere (docs/MODEL-ERROR.md, "Left out").
+#[test]
+fn without_c2_the_kernel_prologue_is_r1s() {
+    use artune::fabric::sim::calibration::{Calibration, Source};
+    let fixed = |left_out: &[Source]| {
+        let cal = Calibration::without(left_out);
+        let mut f = SimFabric::new(get("pcie-8x-direct-2socket").unwrap(), 2024)
+            .with_calibration(&cal)
+            .with_nccl_p2p_level(Some(Level::Sys));
+        f.prepare(&group(&ALL8), &Backend::ALL).unwrap();
+        f.model_split(Backend::OneStagePull, KB).unwrap().0
+    };
+    let (c2, r1, none) = (
+        fixed(&[]),
+        fixed(&[Source::C2]),
+        fixed(&[Source::C2, Source::R1]),
+    );
+    assert!((r1 - none - 2.2).abs() < 1e-9, "{r1} vs {none}");
+    assert!((c2 - none - 1.0).abs() < 1e-9, "{c2} vs {none}");
+}
