@@ -974,3 +974,51 @@ fn nvswitch_one_stage_wins_small() {
         assert!(ring >= 2.0 * one, "{b} {ring} vs one-stage {one}");
     }
 }
+
+/// A kernel's prologue is its GPU class's (src/fabric/sim/custom/fixed.rs): the same 8 GPUs
+/// on NVSwitch as Hopper (H200 loopback: one-stage push's LL form at 4 KiB, 3.25 µs a call
+/// in a graph, less the model's 1.5 µs graph launch and 0.3 µs flag poll: 1.45 µs) and as
+/// Blackwell (C2's 1 KB one-shot: 1.0 µs); a class with no kernel timing takes Blackwell's.
+#[test]
+fn a_kernels_fixed_cost_is_its_gpu_classes() {
+    let fixed = |cc: Option<artune::topology::ComputeCapability>| {
+        let mut t = get("nvswitch-8x").unwrap();
+        for g in &mut t.gpus {
+            g.compute_capability = cc;
+        }
+        let mut f = SimFabric::new(t, 2024);
+        f.prepare(&group(&ALL8), &Backend::ALL).unwrap();
+        f.model_split(Backend::OneStagePush, 1024).unwrap().0
+    };
+    let cc = |major| Some(artune::topology::ComputeCapability { major, minor: 0 });
+    let (hopper, blackwell, ada) = (fixed(cc(9)), fixed(cc(12)), fixed(cc(8)));
+    assert!(
+        (hopper - blackwell - 0.45).abs() < 1e-9,
+        "{hopper} vs {blackwell}"
+    );
+    assert_eq!(ada, blackwell);
+    assert_eq!(fixed(None), blackwell);
+}
+
+/// Fitted without C2, the Blackwell prologue is R1's (the same start-up one-shot on 4 GPUs
+/// under a switch, 7.5 µs at 1 KB: 2.2 µs), not none: C2's one-shot is then predicted by a
+/// prologue measured elsewhere (docs/MODEL-ERROR.md, "Left out").
+#[test]
+fn without_c2_the_kernel_prologue_is_r1s() {
+    use artune::fabric::sim::calibration::{Calibration, Source};
+    let fixed = |left_out: &[Source]| {
+        let cal = Calibration::without(left_out);
+        let mut f = SimFabric::new(get("pcie-8x-direct-2socket").unwrap(), 2024)
+            .with_calibration(&cal)
+            .with_nccl_p2p_level(Some(Level::Sys));
+        f.prepare(&group(&ALL8), &Backend::ALL).unwrap();
+        f.model_split(Backend::OneStagePull, KB).unwrap().0
+    };
+    let (c2, r1, none) = (
+        fixed(&[]),
+        fixed(&[Source::C2]),
+        fixed(&[Source::C2, Source::R1]),
+    );
+    assert!((r1 - none - 2.2).abs() < 1e-9, "{r1} vs {none}");
+    assert!((c2 - none - 1.0).abs() < 1e-9, "{c2} vs {none}");
+}

@@ -6,8 +6,8 @@
 
 /// A calibration source whose figures fit a constant: C1-C9 are shared/calibration's; R1-R3
 /// are published sources found beside them (cited where their figures are used), which fit
-/// no rate of the model (R1 stands in for C5 only in a fit that leaves C5 out; R3 sets how
-/// far C5's kernel factor is known to hold, `kernel_flows_reach`).
+/// no rate of the model (R1 stands in for C5 and C2 only in a fit that leaves them out; R3
+/// sets how far C5's kernel factor is known to hold, `kernel_flows_reach`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Source {
     C1,
@@ -99,9 +99,12 @@ pub struct Calibration {
     /// on a dual-AMD box reach 22.2 GB/s busbw with the search's one channel run as two;
     /// without C6, C1's plateau of 46.1 GB/s over its four runtime channels.
     pub nccl_channel_gbps: f64,
-    /// A kernel's prologue (block scheduling, loading arguments and peer pointers), µs. With
-    /// the barriers and read round trip of a one-shot it makes C2's 1 KB one-shot 7.5 µs (CUDA
-    /// graphs); without C2 no one-shot is timed and a kernel starts as it launches.
+    /// A kernel's prologue (block scheduling, loading arguments and peer pointers) on the
+    /// GPU class the published one-shots ran on (RTX PRO 6000, sm_120; other classes:
+    /// custom/fixed.rs), µs. With the barriers and read round trip of a one-shot it makes
+    /// C2's 1 KB one-shot 7.5 µs (CUDA graphs). Without C2, R1's, the same start-up
+    /// one-shot on 4 GPUs under a switch: 7.5 µs at 1 KB where the model without a prologue
+    /// gives 5.28, so 2.2.
     pub kernel_prologue_us: f64,
     /// The forwarding peak of C1's switch (five Gen5 x16 ports) past which its capacity falls
     /// with the flows, GB/s: C1's 56 copy-engine pairs move 179 GB/s in total. Without C1,
@@ -146,7 +149,13 @@ impl Calibration {
             } else {
                 COPY_PAIR_GBPS / 4.0
             },
-            kernel_prologue_us: if has(Source::C2) { 1.0 } else { 0.0 },
+            kernel_prologue_us: if has(Source::C2) {
+                1.0
+            } else if has(Source::R1) {
+                2.2
+            } else {
+                0.0
+            },
             kernel_flows_reach: if has(Source::R3) {
                 24
             } else {
@@ -183,7 +192,9 @@ mod tests {
         assert_eq!(no5.nccl_channel_gbps, all.nccl_channel_gbps);
         let no6 = Calibration::without(&[Source::C6]);
         assert!((no6.nccl_channel_gbps - 11.525).abs() < 1e-9);
-        assert_eq!(Calibration::without(&[Source::C2]).kernel_prologue_us, 0.0);
+        assert_eq!(Calibration::without(&[Source::C2]).kernel_prologue_us, 2.2);
+        let neither = Calibration::without(&[Source::C2, Source::R1]);
+        assert_eq!(neither.kernel_prologue_us, 0.0);
         assert!(Calibration::without(&[Source::C1]).forwarding_peak_gbps > 300.0);
     }
 }

@@ -117,7 +117,11 @@ pub(super) fn group_model(
         GroupModel {
             nccl: model,
             schedule,
-            custom: Custom::new(net, gpus, islands),
+            custom: Custom::new(net, gpus, islands).with_prologue(custom::fixed::prologue_us(
+                topo,
+                gpus,
+                net.calibration(),
+            )),
             custom_halves: Halves::of(parts.custom(1.0, 0.0), parts.custom(0.0, 1.0)),
             island_halves,
             nccl_halves: Halves::of(parts.nccl(1.0, 0.0), parts.nccl(0.0, 1.0)),

@@ -32,6 +32,8 @@
 
 use std::collections::HashMap;
 
+pub mod fixed;
+
 use super::kernel::FLAG_POLL_US;
 use super::net::{Engine, Flow, Net, Route};
 use crate::allreduce::{Directions, Islands, Ll, Part, Peers, Phase, Plane};
@@ -65,7 +67,7 @@ pub struct Custom {
     n: usize,
     island: usize,
     patterns: HashMap<PeersKey, Pattern>,
-    /// The kernel's prologue, µs (calibration: C2's 1 KB one-shot).
+    /// The kernel's prologue, µs: its GPU class's ([`fixed`]).
     prologue_us: f64,
 }
 
@@ -195,6 +197,15 @@ impl Custom {
             island,
             patterns,
             prologue_us: net.calibration().kernel_prologue_us,
+        }
+    }
+
+    /// The same with the prologue of the group's GPU class ([`fixed::prologue_us`]) in place
+    /// of the calibrated class's.
+    pub fn with_prologue(self, prologue_us: f64) -> Custom {
+        Custom {
+            prologue_us,
+            ..self
         }
     }
 
