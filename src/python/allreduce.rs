@@ -400,7 +400,7 @@ impl AllreduceKernels {
 /// rule `artune why` reports from.
 #[pyfunction]
 pub fn engine_kernels(setting: &str) -> PyResult<Vec<&'static str>> {
-    let k = routes::Kernels::from_id(setting).ok_or_else(|| {
+    let k = routes::KernelSetting::from_id(setting).ok_or_else(|| {
         BadInputError::new_err(format!(
             "`{setting}` is not a kernels setting; pass islands or artune"
         ))
