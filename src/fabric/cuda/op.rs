@@ -183,7 +183,8 @@ impl Op {
             .kernels()
             .map_err(FabricError::Device)?
             .images
-            .clone())
+            .clone()
+            .into())
     }
 
     /// Allocates this rank's buffers for each backend and the largest message it serves,
