@@ -149,11 +149,12 @@ pub fn run(
     progress: &mut dyn FnMut(Progress),
 ) -> Result<(Vec<GroupResults>, Vec<String>), FabricError> {
     let per_group = (plan.modes.len() * plan.sizes.len() * plan.backends.len()) as u64;
-    // A probe is a step of its own: on a large group they take longer than its cells.
+    // A probe is a step of its own: on a large group they take longer than its cells. Each
+    // peer count is probed in both directions.
     let probes: u64 = plan
         .groups
         .iter()
-        .map(|g| probe_peers(plan, g.gpus.len(), g.islands.as_ref().ok()).len() as u64)
+        .map(|g| 2 * probe_peers(plan, g.gpus.len(), g.islands.as_ref().ok()).len() as u64)
         .sum();
     progress(Progress::Planned(
         per_group * plan.groups.len() as u64 + probes,
