@@ -276,7 +276,7 @@ pub fn run(
                 cause: r.cause,
             })
             .collect(),
-        kernels: fabric.kernels(),
+        kernels: fabric.kernels().into_iter().map(Into::into).collect(),
     };
     check_measured(&profile)?;
     crate::profile::validate_built(&profile)?;

@@ -12,7 +12,7 @@
 //! modes (the pass is built once for both).
 
 use crate::allreduce::{Backend, Mode};
-use crate::profile::routes::{Kernels, Routes};
+use crate::profile::routes::{KernelSetting, Routes};
 use crate::profile::selector::GroupSelector;
 use crate::profile::{answers_below, Profile, Query, Selector};
 
@@ -24,7 +24,7 @@ pub fn own_kernel(
     tp: usize,
     mode: Mode,
     bytes: u64,
-    kernels: Kernels,
+    kernels: KernelSetting,
 ) -> Option<Backend> {
     Routes::for_engine(p, tp, kernels)
         .ok()?

@@ -98,9 +98,9 @@ fn with_own_kernels(
     engine: &str,
     mut run: EngineRun,
 ) -> EngineRun {
-    use crate::profile::routes::Kernels;
+    use crate::profile::routes::KernelSetting;
     let own = |k| follow::own_kernel(p, g.tp, g.mode, bytes, k);
-    if let Some(k) = own(Kernels::Islands) {
+    if let Some(k) = own(KernelSetting::Islands) {
         return EngineRun {
             engine: run.engine,
             runs: format!("artune's kernels, {k}"),
@@ -113,7 +113,7 @@ fn with_own_kernels(
             ),
         };
     }
-    if let Some(k) = own(Kernels::Artune) {
+    if let Some(k) = own(KernelSetting::Artune) {
         run.because.push_str(&format!(
             "; with ARTUNE_KERNELS=artune the plugin's op runs artune's {k} here instead"
         ));

@@ -122,6 +122,29 @@ pub enum Verification {
     Wrong { reason: String },
 }
 
+/// The kernels a fabric's workers compiled and loaded for one target, told apart by hashes:
+/// what the profile records (as its own `KernelImages`) so only these kernels run in an engine.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LoadedKernels {
+    /// NVRTC's version, e.g. "13.0".
+    pub nvrtc: String,
+    /// What NVRTC compiled for: "sm_90" (machine code) or "compute_121" (PTX the driver
+    /// finished).
+    pub target: String,
+    pub programs: Vec<LoadedProgram>,
+}
+
+/// One program of kernels/ as compiled and loaded.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LoadedProgram {
+    /// The program, e.g. "allreduce.cu".
+    pub program: String,
+    /// SHA-256 (hex) of what was handed NVRTC: name, source, shared header and options.
+    pub source_sha256: String,
+    /// SHA-256 (hex) of the cubin or PTX the driver loaded.
+    pub image_sha256: String,
+}
+
 /// What a fabric is, for the profile header.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FabricInfo {
@@ -252,7 +275,7 @@ pub trait Fabric {
 
     /// The compiled kernels the workers loaded, one entry per target (none for simulated
     /// fabrics): what the profile records so only these kernels run inside an engine.
-    fn kernels(&self) -> Vec<crate::profile::KernelImages> {
+    fn kernels(&self) -> Vec<LoadedKernels> {
         Vec::new()
     }
 }

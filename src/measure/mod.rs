@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::allreduce::{Backend, Direction, Dtype, Mode, Ranks, Readiness};
+use crate::allreduce::{Backend, Direction, Dtype, Islands, Mode, Ranks, Readiness};
 use crate::cancel::Cancel;
 use crate::fabric::{Fabric, FabricError, Group};
 use crate::plan::{self, CloseCalls, Placement, Winner};
@@ -149,11 +149,12 @@ pub fn run(
     progress: &mut dyn FnMut(Progress),
 ) -> Result<(Vec<GroupResults>, Vec<String>), FabricError> {
     let per_group = (plan.modes.len() * plan.sizes.len() * plan.backends.len()) as u64;
-    // A probe is a step of its own: on a large group they take longer than its cells.
+    // A probe is a step of its own: on a large group they take longer than its cells. Each
+    // peer count is probed in both directions.
     let probes: u64 = plan
         .groups
         .iter()
-        .map(|g| probe_count(plan, g.gpus.len()) as u64)
+        .map(|g| 2 * probe_peers(plan, g.gpus.len(), g.islands.as_ref().ok()).len() as u64)
         .sum();
     progress(Progress::Planned(
         per_group * plan.groups.len() as u64 + probes,
@@ -364,16 +365,17 @@ fn measure_group(
     Ok(res)
 }
 
-/// Probes a group of `n` GPUs runs: each direction with 1 peer at once to all.
-fn probe_count(plan: &Plan, n: usize) -> usize {
-    if plan.contention && n >= 2 {
-        2 * (n - 1)
-    } else {
-        0
+/// The peer counts a group of `n` GPUs probes in each direction: every one on the reference
+/// grid, else `plan::probe_peers`; none where the plan probes nothing.
+fn probe_peers(plan: &Plan, n: usize, islands: Option<&Islands>) -> Vec<usize> {
+    match (plan.contention && n >= 2, plan.fine) {
+        (false, _) => Vec::new(),
+        (true, true) => (1..n).collect(),
+        (true, false) => plan::probe_peers(n, islands.map(Islands::size)),
     }
 }
 
-/// The contention curves of the group: reads, then writes, from 1 peer at once to all.
+/// The contention curves of the group: reads, then writes, at each of its peer counts.
 fn probe_contention(
     fabric: &mut dyn Fabric,
     plan: &Plan,
@@ -381,12 +383,13 @@ fn probe_contention(
     progress: &mut dyn FnMut(Progress),
 ) -> Result<(), FabricError> {
     let n = res.gpus.len();
-    if probe_count(plan, n) == 0 {
+    let counts = probe_peers(plan, n, res.islands.as_ref());
+    if counts.is_empty() {
         return Ok(());
     }
     'probes: for direction in [Direction::Read, Direction::Write] {
         let mut points = Vec::new();
-        for peers in 1..n {
+        for &peers in &counts {
             check_interrupt(&plan.cancel)?;
             progress(Progress::Probe {
                 direction,

@@ -302,3 +302,41 @@ fn the_progress_counts_each_contention_probe_as_a_step_before_the_cells() {
         .rposition(|e| matches!(e, Progress::Probe { .. }));
     assert!(last_probe < first_cell, "{events:?}");
 }
+
+#[test]
+fn a_large_group_probes_a_few_counts_and_orients_as_with_every_count() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/benches/topologies/large-64.json"
+    );
+    let t = crate::topology::file::load(std::path::Path::new(path)).unwrap();
+    let gpus: Vec<usize> = (0..32).collect();
+    let mut p = plan(
+        &[Backend::Nccl, Backend::IslandTwoShot],
+        Mode::Graph,
+        Harness::default(),
+    );
+    p.contention = true;
+    p.groups[0].islands = crate::plan::islands(&t, &gpus);
+    p.groups[0].gpus = gpus;
+    let run_with = |fine: bool| {
+        let mut f = SimFabric::new(t.clone(), 1);
+        let (groups, _) = run(&mut f, &Plan { fine, ..p.clone() }, &mut |_| {}).unwrap();
+        groups.into_iter().next().unwrap()
+    };
+    let (few, all) = (run_with(false), run_with(true));
+    let peers = |g: &GroupResults| -> Vec<usize> {
+        g.contention[0].points.iter().map(|s| s.peers).collect()
+    };
+    assert_eq!(peers(&few), crate::plan::probe_peers(32, Some(8)));
+    assert_eq!(peers(&all), (1..32).collect::<Vec<_>>());
+    // Each count the grid probes reads as it does among all of them.
+    for (c, d) in few.contention.iter().zip(&all.contention) {
+        for s in &c.points {
+            assert_eq!(Some(s), d.points.iter().find(|x| x.peers == s.peers));
+        }
+    }
+    let directions = |g: &GroupResults| g.islands.as_ref().unwrap().directions.clone();
+    assert!(directions(&few).is_some());
+    assert_eq!(directions(&few), directions(&all));
+}

@@ -270,3 +270,22 @@ pub fn placements(t: &Topology, tp: usize, max: usize, given: Option<&[usize]>) 
     }
     out
 }
+
+/// Every peer count up to this many is probed; past it, a curve doubles.
+const PROBE_DENSE: usize = 8;
+
+/// The peer counts a contention probe of `n` GPUs runs, ascending: each up to [`PROBE_DENSE`]
+/// (all of them on a machine of 9 GPUs or fewer), then doubling, plus the two the islands are
+/// oriented by (`Islands::orient`: one island's peers and every peer), so a large group probes
+/// O(log n) times and orients as it would with every count.
+pub fn probe_peers(n: usize, island: Option<usize>) -> Vec<usize> {
+    let last = n.saturating_sub(1);
+    let mut out: BTreeSet<usize> = (1..=last.min(PROBE_DENSE)).collect();
+    let doubling = std::iter::successors(Some(PROBE_DENSE * 2), |k| k.checked_mul(2));
+    out.extend(doubling.take_while(|&k| k < last));
+    out.extend(island.map(|s| s.saturating_sub(1)).filter(|&k| k >= 1));
+    if last >= 1 {
+        out.insert(last);
+    }
+    out.into_iter().collect()
+}

@@ -27,7 +27,7 @@ pub type CloseCalls = fn(&BTreeMap<Backend, Timing>) -> BTreeSet<Backend>;
 mod groups;
 mod sizes;
 
-pub use self::groups::{given_islands, islands, placement_label, placements};
+pub use self::groups::{given_islands, islands, placement_label, placements, probe_peers};
 pub use self::sizes::{
     alignment, default_tp, fine_grid, form_edges, refine_points, size_grid, within_step,
 };

@@ -258,3 +258,16 @@ fn islands_are_what_the_slowest_crossing_separates() {
     let p8 = placements(&t, 8, 3, Some(&[2, 2, 2, 2]));
     assert_eq!(p8[0].islands.as_ref().unwrap().count(), 4);
 }
+
+#[test]
+fn probe_peers_are_dense_then_double_and_keep_what_orients() {
+    // A machine of 8 GPUs probes every count, as before.
+    assert_eq!(probe_peers(8, Some(4)), (1..8).collect::<Vec<_>>());
+    // 256 GPUs in islands of 32: 1..8, doublings, one island's 31 peers and all 255.
+    assert_eq!(
+        probe_peers(256, Some(32)),
+        [1, 2, 3, 4, 5, 6, 7, 8, 16, 31, 32, 64, 128, 255]
+    );
+    assert_eq!(probe_peers(2, None), [1]);
+    assert!(probe_peers(1, None).is_empty());
+}

@@ -30,6 +30,24 @@ pub struct ProgramImage {
     pub image_sha256: String,
 }
 
+impl From<crate::fabric::LoadedKernels> for KernelImages {
+    fn from(k: crate::fabric::LoadedKernels) -> KernelImages {
+        KernelImages {
+            nvrtc: k.nvrtc,
+            target: k.target,
+            programs: k
+                .programs
+                .into_iter()
+                .map(|p| ProgramImage {
+                    program: p.program,
+                    source_sha256: p.source_sha256,
+                    image_sha256: p.image_sha256,
+                })
+                .collect(),
+        }
+    }
+}
+
 /// Why the kernels loaded here are not the ones a profile timed. Each message is a phrase that
 /// says what differs and what to do.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

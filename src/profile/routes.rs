@@ -22,7 +22,7 @@ pub enum NoRoute {
 /// plugins' kernels setting (`ARTUNE_KERNELS`), read by the plugins (through the Python
 /// extension) and by `artune why`, so both say the same.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kernels {
+pub enum KernelSetting {
     /// Only the backends no engine has a path of (the island schedules): the default, since
     /// the engine has nothing of that shape to run there.
     Islands,
@@ -31,16 +31,16 @@ pub enum Kernels {
     Artune,
 }
 
-impl Kernels {
+impl KernelSetting {
     pub fn id(self) -> &'static str {
         match self {
-            Kernels::Islands => "islands",
-            Kernels::Artune => "artune",
+            KernelSetting::Islands => "islands",
+            KernelSetting::Artune => "artune",
         }
     }
 
-    pub fn from_id(id: &str) -> Option<Kernels> {
-        [Kernels::Islands, Kernels::Artune]
+    pub fn from_id(id: &str) -> Option<KernelSetting> {
+        [KernelSetting::Islands, KernelSetting::Artune]
             .into_iter()
             .find(|k| k.id() == id)
     }
@@ -49,8 +49,8 @@ impl Kernels {
     pub fn takes(self, b: Backend) -> bool {
         b.is_custom()
             && match self {
-                Kernels::Islands => !b.engines_have(),
-                Kernels::Artune => true,
+                KernelSetting::Islands => !b.engines_have(),
+                KernelSetting::Artune => true,
             }
     }
 
@@ -140,7 +140,7 @@ impl Routes {
     }
 
     /// What artune's kernels serve inside an engine at `tp` under the plugins' setting.
-    pub fn for_engine(p: &Profile, tp: usize, kernels: Kernels) -> Result<Routes, NoRoute> {
+    pub fn for_engine(p: &Profile, tp: usize, kernels: KernelSetting) -> Result<Routes, NoRoute> {
         Routes::from_profile(p, tp, Some(&kernels.backends()))
     }
 
@@ -360,15 +360,15 @@ mod tests {
     fn engines_get_artunes_kernels_where_they_lack_one_or_everywhere_when_asked() {
         // The default takes the backends no engine has a path of: the island schedules.
         assert_eq!(
-            Kernels::Islands.backends(),
+            KernelSetting::Islands.backends(),
             vec![Backend::IslandTwoShot, Backend::IslandOneShot]
         );
         let customs: Vec<Backend> = Backend::ALL.into_iter().filter(|b| b.is_custom()).collect();
-        assert_eq!(Kernels::Artune.backends(), customs);
-        for k in [Kernels::Islands, Kernels::Artune] {
-            assert_eq!(Kernels::from_id(k.id()), Some(k));
+        assert_eq!(KernelSetting::Artune.backends(), customs);
+        for k in [KernelSetting::Islands, KernelSetting::Artune] {
+            assert_eq!(KernelSetting::from_id(k.id()), Some(k));
         }
-        assert_eq!(Kernels::from_id("engine"), None);
+        assert_eq!(KernelSetting::from_id("engine"), None);
         // A flat and an island choice: the default routes the island size only.
         let mut p = custom_profile();
         let g = &mut p.groups[0];
@@ -379,10 +379,10 @@ mod tests {
             .insert(Backend::IslandTwoShot, Timing::around(4.0, 0.1));
         let (tp, mode) = (g.tp, g.mode);
         let (b0, b1) = (g.buckets[0].bytes, g.buckets[1].bytes);
-        let r = Routes::for_engine(&p, tp, Kernels::Islands).unwrap();
+        let r = Routes::for_engine(&p, tp, KernelSetting::Islands).unwrap();
         assert_eq!(r.backend(mode, b0), None);
         assert_eq!(r.backend(mode, b1), Some(Backend::IslandTwoShot));
-        let r = Routes::for_engine(&p, tp, Kernels::Artune).unwrap();
+        let r = Routes::for_engine(&p, tp, KernelSetting::Artune).unwrap();
         assert_eq!(r.backend(mode, b0), Some(Backend::OneStagePull));
         assert_eq!(r.backend(mode, b1), Some(Backend::IslandTwoShot));
     }

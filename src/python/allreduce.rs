@@ -183,7 +183,7 @@ impl AllreduceKernels {
             ));
         }
         let op = Op::open(ordinal).map_err(op_err)?;
-        let loaded = op.images().map_err(op_err)?;
+        let loaded: kernels::KernelImages = op.images().map_err(op_err)?.into();
         kernels::check(recorded, &loaded).map_err(|e| ArtuneError::new_err(e.to_string()))?;
         Ok(AllreduceKernels {
             op: Mutex::new(op),
@@ -199,7 +199,7 @@ impl AllreduceKernels {
 
     /// The loaded kernels as the profile records them (JSON).
     fn images(&self) -> PyResult<String> {
-        let k = self.op().images().map_err(op_err)?;
+        let k: kernels::KernelImages = self.op().images().map_err(op_err)?.into();
         Ok(serde_json::to_string(&k).unwrap_or_default())
     }
 
@@ -400,7 +400,7 @@ impl AllreduceKernels {
 /// rule `artune why` reports from.
 #[pyfunction]
 pub fn engine_kernels(setting: &str) -> PyResult<Vec<&'static str>> {
-    let k = routes::Kernels::from_id(setting).ok_or_else(|| {
+    let k = routes::KernelSetting::from_id(setting).ok_or_else(|| {
         BadInputError::new_err(format!(
             "`{setting}` is not a kernels setting; pass islands or artune"
         ))

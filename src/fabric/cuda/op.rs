@@ -35,8 +35,7 @@ use super::protocol::{BufHandles, Shape};
 use super::registry::{Published, Registry};
 use super::setup::{self, CustomOwned, CustomView};
 use super::Gpu;
-use crate::fabric::{Backend, Dtype, FabricError, Islands};
-use crate::profile::KernelImages;
+use crate::fabric::{Backend, Dtype, FabricError, Islands, LoadedKernels};
 
 /// Why the op cannot be set up or cannot run a call. Every message is one sentence ending in
 /// what the engine does instead: its own path.
@@ -177,8 +176,8 @@ impl Op {
         &self.gpu.facts
     }
 
-    /// What the loaded kernels are, as a profile records them.
-    pub fn images(&self) -> Result<KernelImages, OpError> {
+    /// What the loaded kernels are (a profile records them as its `KernelImages`).
+    pub fn images(&self) -> Result<LoadedKernels, OpError> {
         Ok(self
             .gpu
             .kernels()

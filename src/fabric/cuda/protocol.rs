@@ -296,7 +296,7 @@ pub enum Resp {
     Connected {
         /// The kernels loaded (what NVRTC compiled for, the images' hashes), or why they are
         /// unavailable.
-        kernels: Result<crate::profile::KernelImages, String>,
+        kernels: Result<crate::fabric::LoadedKernels, String>,
         /// Ranks whose buffers could not be opened or failed the real-transfer check, with
         /// the reason.
         broken: Vec<(usize, String)>,

@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 
 use crate::allreduce::Dtype;
 use crate::fabric::{DeviceError, FabricError};
-use crate::profile::{KernelImages, ProgramImage};
+use crate::fabric::{LoadedKernels, LoadedProgram};
 
 pub const COMMON: &str = include_str!("../../../../kernels/common.cuh");
 pub const ALLREDUCE: &str = include_str!("../../../../kernels/allreduce.cu");
@@ -203,7 +203,7 @@ impl Images {
     }
 
     /// What the profile records of these images (see [`record`]).
-    pub fn record(&self) -> KernelImages {
+    pub fn record(&self) -> LoadedKernels {
         let programs: Vec<(&str, &str, &[u8])> = PROGRAMS
             .iter()
             .zip(&self.images)
@@ -219,16 +219,16 @@ pub fn record(
     nvrtc: (i32, i32),
     target: &Target,
     programs: &[(&str, &str, &[u8])],
-) -> KernelImages {
+) -> LoadedKernels {
     let hex = |d: &[u8]| d.iter().map(|b| format!("{b:02x}")).collect::<String>();
-    KernelImages {
+    LoadedKernels {
         nvrtc: format!("{}.{}", nvrtc.0, nvrtc.1),
         target: match target {
             Target::Cubin(a) | Target::Ptx(a) => a.clone(),
         },
         programs: programs
             .iter()
-            .map(|(name, src, img)| ProgramImage {
+            .map(|(name, src, img)| LoadedProgram {
                 program: name.to_string(),
                 source_sha256: hex(&source_digest(name, src, target)),
                 image_sha256: hex(&Sha256::digest(img)),

@@ -81,7 +81,7 @@ pub struct CudaFabric {
     links: Vec<LinkReading>,
     kernels: Option<Result<String, String>>,
     /// Every distinct set of kernel images a worker loaded, for the profile.
-    images: Vec<crate::profile::KernelImages>,
+    images: Vec<crate::fabric::LoadedKernels>,
     deadline: Deadline,
     /// Faults recovered so far, and the size being measured (for their record).
     recovered: Vec<crate::fabric::Recovery>,
@@ -427,7 +427,7 @@ impl Fabric for CudaFabric {
         self.recovered.clone()
     }
 
-    fn kernels(&self) -> Vec<crate::profile::KernelImages> {
+    fn kernels(&self) -> Vec<crate::fabric::LoadedKernels> {
         self.images.clone()
     }
 

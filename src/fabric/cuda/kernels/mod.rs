@@ -9,8 +9,8 @@ use super::compile;
 use super::driver::{dev, Ctx, DeviceFacts, Function, Modules};
 use super::layout::{ArArgs, LL_LINE, LL_THREADS, MAX_BLOCKS, SIGNAL_ALLOC, THREADS};
 use crate::allreduce::{memory, Extent, Kernel, Ll, Part, Ranks, TABLE};
+use crate::fabric::LoadedKernels;
 use crate::fabric::{Backend, DeviceError, Dtype, FabricError};
-use crate::profile::KernelImages;
 
 /// Kernel name for a custom backend and element type, e.g. "one_stage_pull_bf16".
 pub fn kernel_name(backend: Backend, dtype: Dtype) -> Option<String> {
@@ -98,7 +98,7 @@ pub struct Kernels {
     /// What NVRTC was asked for, e.g. "--gpu-architecture=sm_90".
     pub target: String,
     /// The hashes of the images loaded, which a profile records (profile::kernels).
-    pub images: KernelImages,
+    pub images: LoadedKernels,
 }
 
 impl Kernels {

@@ -68,16 +68,23 @@ impl Net {
     /// [`Part::Collapse`] where it collapses, or where its make is unstated
     /// [`Part::CollapseUnstated`], as wide as the collapse would slow its uplink's bytes.
     fn collapse_parts(&self, pairs: &[(usize, usize)]) -> Vec<(Part, f64)> {
-        let mut out = Vec::new();
+        // Which switch an uplink resource belongs to, so one pass over the pairs serves all.
+        let mut uplink_of = vec![None; self.caps.len()];
         for (s, &up) in self.sw_up.iter().enumerate() {
-            let (mut sources, mut roots) = (Vec::new(), Vec::new());
-            for &(a, b) in pairs {
-                let r = self.route(a, b);
-                if let Some(root) = r.dst_root.filter(|_| r.resources.contains(&up)) {
-                    sources.push(a);
-                    roots.push(root);
-                }
+            uplink_of[up] = Some(s);
+        }
+        let mut seen = vec![(Vec::new(), Vec::new()); self.sw_up.len()];
+        for &(a, b) in pairs {
+            let r = self.route(a, b);
+            let Some(root) = r.dst_root else { continue };
+            for s in r.resources.iter().filter_map(|&x| uplink_of[x]) {
+                seen[s].0.push(a);
+                seen[s].1.push(root);
             }
+        }
+        let mut out = Vec::new();
+        for (s, (mut sources, mut roots)) in seen.into_iter().enumerate() {
+            let up = self.sw_up[s];
             for v in [&mut sources, &mut roots] {
                 v.sort_unstable();
                 v.dedup();

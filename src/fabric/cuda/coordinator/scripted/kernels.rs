@@ -19,9 +19,13 @@ fn a_tune_records_the_kernel_images_its_workers_loaded() {
         ..crate::tune::Options::default()
     };
     let p = crate::tune::run(&mut f, &opts, &mut |_| {}).unwrap();
-    assert_eq!(p.kernels, vec![scripted_images()]);
+    assert_eq!(p.kernels, vec![scripted_images().into()]);
     assert_eq!(p.kernels[0].target, "sm_90");
     assert_eq!(p.kernels[0].programs[0].program, "allreduce.cu");
+    // The profile keeps the fabric's hashes as they were loaded.
+    let loaded = &scripted_images().programs[0];
+    assert_eq!(p.kernels[0].programs[0].source_sha256, loaded.source_sha256);
+    assert_eq!(p.kernels[0].programs[0].image_sha256, loaded.image_sha256);
     // What a reader checks: the file round-trips with them.
     let back = crate::profile::Profile::parse(&p.to_json()).unwrap();
     assert_eq!(back.kernels, p.kernels);

@@ -297,7 +297,7 @@ impl Drop for Fake {
 }
 
 /// The kernels a scripted worker says it loaded.
-fn scripted_images() -> crate::profile::KernelImages {
+fn scripted_images() -> crate::fabric::LoadedKernels {
     use crate::fabric::cuda::compile::{record, Target};
     record(
         (13, 0),
