@@ -449,7 +449,7 @@ mod tests {
     #[test]
     fn entry_points_survive_null_and_hand_out_no_handle() {
         unsafe {
-            let mut h: *mut c_void = 1 as *mut c_void;
+            let mut h: *mut c_void = std::ptr::dangling_mut::<c_void>();
             let t = &ncclProfiler_v6;
             assert_eq!(
                 (t.start_event)(std::ptr::null_mut(), &mut h, std::ptr::null_mut()),
