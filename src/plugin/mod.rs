@@ -317,7 +317,9 @@ impl Context {
         let path = path.to_string_lossy();
         match Context::following(&p, &path, &v, allow, n_ranks, n_nodes, mode, logger) {
             Ok((c, lines)) => {
-                log_environment_once(logger, &p, &vars, &pins);
+                if logger.is_some() {
+                    log_environment_once(logger, &p, &vars, &pins);
+                }
                 for (level, line) in lines {
                     log(logger, level, &line);
                 }
