@@ -238,28 +238,41 @@ pub fn verdict(summaries: &[Summary], pinned: &[u64], ranks: usize) -> Verdict {
         .nccl
         .clone()
         .unwrap_or_else(|| "of unknown version".into());
+    let judged: u64 = summaries.iter().map(|s| s.judged).sum();
+    let classes = summaries.iter().flat_map(|s| &s.classes);
+    let differ = |kind: &str| -> u64 {
+        classes
+            .clone()
+            .filter(|c| c.kind == kind)
+            .map(|c| c.calls)
+            .sum()
+    };
     if let Some(s) = summaries.iter().find(|s| !s.user_pins.is_empty()) {
+        let seen = match classes.clone().find(|c| c.kind == "variant") {
+            Some(c) => format!(
+                " (NCCL ran {} where the profile pins {}, first at {} bytes; {} of {judged} pinned calls differ)",
+                c.ran,
+                c.expected,
+                c.first_bytes,
+                differ("variant")
+            ),
+            None => String::new(),
+        };
         return No(format!(
-            "{} is set in the ranks' environment, so NCCL runs the user's choice and the tuner steers nothing; unset it to follow the profile",
+            "{} is set in the ranks' environment, so NCCL runs the user's choice and the tuner steers nothing{seen}; unset it to follow the profile",
             s.user_pins.join(", ")
         ));
     }
     if let Some(why) = summaries.iter().find_map(|s| s.why_not.clone()) {
         return No(format!("the tuner follows no profile: {why}"));
     }
-    let judged: u64 = summaries.iter().map(|s| s.judged).sum();
     if judged > 0 && summaries.iter().any(|s| s.tuner_calls == 0) {
         return No(format!(
             "NCCL {nccl} never asked libartune.so's tuner (NCCL_TUNER_PLUGIN was not loaded), so it kept its own choices"
         ));
     }
-    let classes = summaries.iter().flat_map(|s| &s.classes);
     if let Some(c) = classes.clone().find(|c| c.kind == "variant") {
-        let calls: u64 = classes
-            .clone()
-            .filter(|c| c.kind == "variant")
-            .map(|c| c.calls)
-            .sum();
+        let calls = differ("variant");
         return No(format!(
             "NCCL {nccl} ran {} where the profile pins {} (first at {} bytes; {calls} of {judged} pinned calls differ): it does not follow the tuner's cost table",
             c.ran, c.expected, c.first_bytes

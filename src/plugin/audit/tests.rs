@@ -122,6 +122,18 @@ fn each_cause_is_named_in_order() {
     s.user_pins = vec!["NCCL_ALGO=Tree".into()];
     let why = not_followed(verdict(&[s.clone(), good(&pinned, 1)], &pinned, 2));
     assert!(why.starts_with("NCCL_ALGO=Tree is set"), "{why}");
+    assert!(!why.contains("NCCL ran"), "{why}");
+    // ... and what NCCL ran instead, where the profiler saw it.
+    s.count(
+        393216,
+        expect(Some(Backend::NcclRingSimple), Some(2)),
+        ran("TREE", "SIMPLE", 2),
+    );
+    let why = not_followed(verdict(&[s, good(&pinned, 1)], &pinned, 2));
+    assert!(
+        why.contains("steers nothing (NCCL ran TREE/SIMPLE where the profile pins RING/SIMPLE, first at 393216 bytes; 1 of 3 pinned calls differ)"),
+        "{why}"
+    );
     // The tuner refuses the profile.
     let mut s = good(&pinned, 1);
     s.following = false;
