@@ -47,9 +47,12 @@ pub struct RankArgs {
     pub iters: usize,
     #[arg(long)]
     pub max_ctas: Option<i32>,
+    /// Where to write `BYTES US` per size: NCCL logs to standard output (NCCL_DEBUG).
+    #[arg(long)]
+    pub times: PathBuf,
 }
 
-/// `artune __nccl-rank`: runs the sweep, prints `BYTES US` per size; exit 4 with the reason.
+/// `artune __nccl-rank`: runs the sweep, writes `BYTES US` per size; exit 4 with the reason.
 pub fn rank(a: RankArgs) -> i32 {
     let s = Sweep {
         id_hex: a.id,
@@ -62,10 +65,17 @@ pub fn rank(a: RankArgs) -> i32 {
     };
     match nccl_sweep::run(&s) {
         Ok(times) => {
-            for (b, us) in times {
-                println!("{b} {us:.2}");
+            let text: String = times
+                .iter()
+                .map(|(b, us)| format!("{b} {us:.2}\n"))
+                .collect();
+            match std::fs::write(&a.times, text) {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("rank {}: cannot write {}: {e}", s.rank, a.times.display());
+                    crate::error::EXIT_HARDWARE
+                }
             }
-            0
         }
         Err(e) => {
             eprintln!("rank {}: {e}", s.rank);
@@ -229,15 +239,16 @@ fn report(tp: usize, s: &[Summary], times: &[(u64, f64)]) -> Result<(), Error> {
     Ok(())
 }
 
-/// Where a rank's standard error goes: the terminal where the user asked NCCL to log
-/// (`NCCL_DEBUG`), else a file the audit reads the rank's reason from when it fails.
-fn rank_log(dir: &Path, rank: usize) -> Result<Stdio, Error> {
+/// Where a rank's output goes: the terminal where the user asked NCCL to log (`NCCL_DEBUG`;
+/// NCCL logs to standard output), else nowhere, and its standard error into a file the audit
+/// reads the rank's reason from when it fails.
+fn rank_log(dir: &Path, rank: usize) -> Result<(Stdio, Stdio), Error> {
     if std::env::var_os("NCCL_DEBUG").is_some() {
-        return Ok(Stdio::inherit());
+        return Ok((Stdio::inherit(), Stdio::inherit()));
     }
     let path = dir.join(format!("rank{rank}.err"));
     std::fs::File::create(&path)
-        .map(Stdio::from)
+        .map(|f| (Stdio::null(), Stdio::from(f)))
         .map_err(|e| Error::Write {
             path,
             reason: e.to_string(),
@@ -264,13 +275,15 @@ fn sweep(
             .args(["--nranks", &tp.to_string(), "--iters", &ITERS.to_string()])
             .args(["--ordinal", &(if shared { 0 } else { rank }).to_string()])
             .args(["--sizes", &list.join(",")])
+            .arg("--times")
+            .arg(dir.join(format!("rank{rank}.times")))
             .env("NCCL_TUNER_PLUGIN", lib)
             .env("NCCL_PROFILER_PLUGIN", lib)
             .env(plugin::ENV_PROFILE, profile)
             .env(audit::ENV_DIR, dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(rank_log(dir, rank)?);
+            .stdin(Stdio::null());
+        let (out, err) = rank_log(dir, rank)?;
+        c.stdout(out).stderr(err);
         if shared {
             c.env("NCCL_MULTI_RANK_GPU_ENABLE", "1");
             if tp > 2 {
@@ -299,12 +312,9 @@ fn sweep(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let mut times = Vec::new();
-    for (rank, c) in children.into_iter().enumerate() {
-        let out = c
-            .wait_with_output()
-            .map_err(|e| Error::Hardware(e.to_string()))?;
-        if !out.status.success() {
+    for (rank, mut c) in children.into_iter().enumerate() {
+        let status = c.wait().map_err(|e| Error::Hardware(e.to_string()))?;
+        if !status.success() {
             let err =
                 std::fs::read_to_string(dir.join(format!("rank{rank}.err"))).unwrap_or_default();
             let last = err
@@ -317,17 +327,15 @@ fn sweep(
                 if last.is_empty() { "no reason given" } else { last }
             )));
         }
-        if rank == 0 {
-            times = String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .filter_map(|l| {
-                    let (b, us) = l.split_once(' ')?;
-                    Some((b.parse().ok()?, us.parse().ok()?))
-                })
-                .collect();
-        }
     }
-    Ok(times)
+    let times = std::fs::read_to_string(dir.join("rank0.times")).unwrap_or_default();
+    Ok(times
+        .lines()
+        .filter_map(|l| {
+            let (b, us) = l.split_once(' ')?;
+            Some((b.parse().ok()?, us.parse().ok()?))
+        })
+        .collect())
 }
 
 #[cfg(test)]
