@@ -56,6 +56,9 @@ pub enum Error {
     Stale { why: String, retune: String },
     #[error("{0}")]
     Hardware(String),
+    /// `check --nccl-audit`: NCCL does not run what the profile pins; the sentence says why.
+    #[error("NCCL does not follow the profile: {0}")]
+    NotFollowed(String),
     /// The real machine cannot be read (no NVML, no driver, no GPU); `hardware` where a
     /// driver is there and fails. Each edge says how to simulate one in its own words (the
     /// Python package names its keywords).
@@ -103,7 +106,7 @@ impl Error {
             Error::BadInput(_) | Error::Read { .. } | Error::Parse { .. } => EXIT_BAD_INPUT,
             Error::Profile { .. } => EXIT_BAD_INPUT,
             Error::Write { .. } => EXIT_BAD_INPUT,
-            Error::Stale { .. } => EXIT_STALE,
+            Error::Stale { .. } | Error::NotFollowed(_) => EXIT_STALE,
             Error::Hardware(_) | Error::NoMachine { hardware: true, .. } => EXIT_HARDWARE,
             Error::NoMachine { .. } => EXIT_BAD_INPUT,
             Error::Interrupted => EXIT_INTERRUPTED,
@@ -165,6 +168,7 @@ mod tests {
                 EXIT_STALE,
             ),
             (Error::Hardware("x".into()), EXIT_HARDWARE),
+            (Error::NotFollowed("x".into()), EXIT_STALE),
             (
                 Error::NoMachine {
                     reason: "x".into(),

@@ -480,3 +480,83 @@ fn the_exports_name_the_plugin_library_installed_with_artune() {
     );
     assert!(text.contains("was not found beside this artune"), "{text}");
 }
+
+/// The profiler harness, compiled once, or None without a C compiler (skipped by `harnesses`).
+fn profiler_harness() -> Option<&'static PathBuf> {
+    static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
+    harnesses()?;
+    BUILT
+        .get_or_init(|| {
+            let out = tempfile::tempdir().unwrap().keep().join("profiler_harness");
+            let src = format!("{ROOT}/tests/c/profiler_harness.c");
+            let args = [
+                "-std=c11",
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-o",
+                out.to_str().unwrap(),
+                &src,
+                "-ldl",
+            ];
+            let r = Command::new("cc").args(args).output().unwrap();
+            assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+            Some(out)
+        })
+        .as_ref()
+}
+
+/// Drives ncclProfiler_`version` with NCCL's v6 descriptor layout and reads back the audit
+/// summary finalize wrote: 500 bf16 (1000 bytes) is pinned to ring LL at TP2 in the sample,
+/// with 4 channels set; 16 MiB to ring Simple; 1 GiB is beyond the profile.
+#[test]
+fn the_profiler_audits_what_nccl_reports_through_the_headers_layout() {
+    let Some(h) = profiler_harness() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = sample::profile();
+    p.simulated = false;
+    p.groups.iter_mut().for_each(|g| g.nccl_channels = Some(4));
+    let path = dir.path().join("p.json");
+    p.write_atomic(&path).unwrap();
+    let audit = dir.path().join("audit");
+    std::fs::create_dir(&audit).unwrap();
+    for version in ["v6", "v5"] {
+        let out = Command::new(h)
+            .args([lib().to_str().unwrap(), version, "2"])
+            .args([
+                "500:RING:LL:2",
+                "500:TREE:LL:2",
+                "500:RING:LL:8",
+                "gather:500",
+            ])
+            .args(["8388608:RING:SIMPLE:4", "536870912:RING:SIMPLE:32"])
+            .env("ARTUNE_PROFILE", &path)
+            .env("ARTUNE_NCCL_AUDIT", &audit)
+            .env(FOLLOW.0, FOLLOW.1)
+            .env_remove("NCCL_ALGO")
+            .env_remove("NCCL_PROTO")
+            .output()
+            .unwrap();
+        let (so, se) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(out.status.success(), "{so}\n{se}");
+        assert!(se.contains("audit: NCCL ran TREE/LL over 2 channels at 1000 bytes where the profile pins RING/LL"), "{se}");
+        assert!(se.contains("audit: rank 0 of 2: 2 of 4 allreduces at pinned sizes ran as the profile pins (1 left to NCCL)"), "{se}");
+    }
+    let files: Vec<_> = std::fs::read_dir(&audit)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(files.len(), 2, "{files:?}");
+    let s: artune::plugin::audit::Summary =
+        serde_json::from_slice(&std::fs::read(&files[0]).unwrap()).unwrap();
+    assert_eq!((s.allreduces, s.judged, s.agreed, s.nranks), (5, 4, 2, 2));
+    assert!(s.following, "{s:?}");
+    let bytes: Vec<u64> = s.sizes.iter().map(|r| r.bytes).collect();
+    assert_eq!(bytes, [1000, 1000, 1000, 16 << 20, 1 << 30]);
+    assert_eq!(s.sizes[3].set_channels, Some(4));
+    assert_eq!(s.tuner_calls, 0, "the harness never called the tuner");
+}

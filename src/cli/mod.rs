@@ -6,6 +6,7 @@ mod compare;
 mod consumers;
 mod doctor;
 mod fleet;
+mod nccl_audit;
 mod output;
 mod progress;
 mod topo;
@@ -90,6 +91,9 @@ Exit 7 when a node is an outlier of its class; 5 when files were skipped.")]
     /// One GPU's worker process, started by artune itself.
     #[command(name = "__worker", hide = true)]
     Worker(worker::WorkerArgs),
+    /// One rank of `check --nccl-audit`'s NCCL sweep, started by artune itself.
+    #[command(name = "__nccl-rank", hide = true)]
+    NcclRank(nccl_audit::RankArgs),
 }
 
 /// Where the machine comes from: a preset, a file, or (neither) the real GPUs.
@@ -340,6 +344,13 @@ pub struct CheckArgs {
     /// Print the verdict as JSON (the exit code is the same).
     #[arg(long)]
     pub json: bool,
+    /// Run a short allreduce sweep through NCCL with libartune.so as its tuner and profiler,
+    /// and say whether NCCL ran what the profile pins (exit 3 when it does not).
+    #[arg(long, conflicts_with_all = ["measure", "json", "topology", "sim"])]
+    pub nccl_audit: bool,
+    /// With --nccl-audit: only this TP size (default: each of the profile's).
+    #[arg(long, value_name = "K", requires = "nccl_audit")]
+    pub tp: Option<usize>,
 }
 
 #[derive(Args, Debug)]
@@ -479,6 +490,7 @@ fn run(cmd: Command) -> Result<i32, Error> {
         Command::Select(a) => consumers::select(a),
         Command::Export(a) => consumers::export(a),
         Command::Why(a) => consumers::why(a),
+        Command::Check(a) if a.nccl_audit => nccl_audit::run(a),
         Command::Check(a) => check::run(a),
         Command::Predict(a) => consumers::predict(a),
         Command::Bench(a) => bench::run(a),
@@ -486,6 +498,7 @@ fn run(cmd: Command) -> Result<i32, Error> {
         Command::Doctor(a) => doctor::run(a),
         Command::Fleet(a) => fleet::run(a),
         Command::Worker(a) => Ok(worker::run(a)),
+        Command::NcclRank(a) => Ok(nccl_audit::rank(a)),
         Command::Schema => {
             out!("{}", crate::profile::schema::generate());
             Ok(0)

@@ -224,6 +224,9 @@ pub unsafe extern "C" fn get_coll_info(
     }
     // SAFETY: a non-null ctx is one init handed out and finalize has not freed.
     let c = unsafe { &*(ctx as *const Context) };
+    if coll == super::NCCL_FUNC_ALLREDUCE {
+        super::TUNER_ALLREDUCE_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
     // The table is float[num_algo][num_proto] cast to float**: index it flat.
     let table = cost_table.cast::<f32>();
     let r = catch_unwind(AssertUnwindSafe(|| unsafe {

@@ -16,7 +16,9 @@
 //! The symbols and struct layouts are in [`abi`].
 
 pub mod abi;
+pub mod audit;
 pub mod library;
+pub mod profiler;
 
 use std::ffi::{c_char, c_int, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,6 +33,11 @@ pub const NCCL_FUNC_ALLREDUCE: c_int = 4;
 /// Largest table dimensions we believe (NCCL has 7 algorithms and 3 protocols).
 const MAX_ALGO: c_int = 64;
 const MAX_PROTO: c_int = 16;
+
+/// allreduce getCollInfo calls the tuner answered in this process: NCCL opens one library for
+/// its tuner and its profiler, so the audit reads here whether the tuner was asked at all.
+pub static TUNER_ALLREDUCE_CALLS: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(0);
 
 /// Environment variable naming the profile.
 pub const ENV_PROFILE: &str = "ARTUNE_PROFILE";
@@ -274,29 +281,28 @@ impl Context {
     /// Reads `ARTUNE_PROFILE` (and `ARTUNE_MODE`), logging what it follows or why it follows
     /// nothing. Never fails: the worst case is a passthrough context.
     pub fn from_env(n_ranks: usize, n_nodes: usize, logger: Logger) -> Context {
+        Context::from_env_or_why(n_ranks, n_nodes, logger).0
+    }
+
+    /// [`Context::from_env`], with the phrase saying why it follows nothing where it does not
+    /// (the profiler's audit reports the tuner's decision in the same words).
+    pub fn from_env_or_why(
+        n_ranks: usize,
+        n_nodes: usize,
+        logger: Logger,
+    ) -> (Context, Option<String>) {
         let quiet = |level, msg: String| {
             log(
                 logger,
                 level,
                 &format!("{msg}; NCCL keeps its own algorithm and protocol choice"),
             );
-            Context::passthrough(logger)
+            (Context::passthrough(logger), Some(msg))
         };
         let Some(path) = std::env::var_os(ENV_PROFILE) else {
             return quiet(LOG_INFO, format!("{ENV_PROFILE} is not set"));
         };
-        let mode = match std::env::var(ENV_MODE).as_deref() {
-            Err(_) | Ok("graph") => Mode::Graph,
-            Ok("eager") => Mode::Eager,
-            Ok(other) => {
-                log(
-                    logger,
-                    LOG_WARN,
-                    &format!("{ENV_MODE}={other} is neither graph nor eager; following graph"),
-                );
-                Mode::Graph
-            }
-        };
+        let mode = mode_from_env(logger);
         let p = match Profile::load(std::path::Path::new(&path)) {
             Ok(p) => p,
             Err(e) => return quiet(LOG_WARN, e.to_string()),
@@ -311,11 +317,13 @@ impl Context {
         let path = path.to_string_lossy();
         match Context::following(&p, &path, &v, allow, n_ranks, n_nodes, mode, logger) {
             Ok((c, lines)) => {
-                log_environment_once(logger, &p, &vars, &pins);
+                if logger.is_some() {
+                    log_environment_once(logger, &p, &vars, &pins);
+                }
                 for (level, line) in lines {
                     log(logger, level, &line);
                 }
-                c.respecting(&pins)
+                (c.respecting(&pins), None)
             }
             Err(why) => quiet(LOG_WARN, why),
         }
@@ -451,6 +459,22 @@ impl Context {
     /// Logs a message through this communicator's logger.
     pub fn log_warn(&self, msg: &str) {
         log(self.logger, LOG_WARN, msg);
+    }
+}
+
+/// The launch mode `ARTUNE_MODE` names (graph unless it says eager; anything else is logged).
+pub fn mode_from_env(logger: Logger) -> Mode {
+    match std::env::var(ENV_MODE).as_deref() {
+        Err(_) | Ok("graph") => Mode::Graph,
+        Ok("eager") => Mode::Eager,
+        Ok(other) => {
+            log(
+                logger,
+                LOG_WARN,
+                &format!("{ENV_MODE}={other} is neither graph nor eager; following graph"),
+            );
+            Mode::Graph
+        }
     }
 }
 

@@ -421,6 +421,19 @@ impl Comms {
         nranks: usize,
         limit: Duration,
     ) -> Result<Comms, String> {
+        Comms::init_rank_ctas(lib, id_hex, rank, nranks, limit, None)
+    }
+
+    /// [`Comms::init_rank`] with NCCL's per-communicator `maxCTAs` (its channel limit): ranks
+    /// that share one GPU must leave room for each other's kernels, which all run at once.
+    pub fn init_rank_ctas(
+        lib: &'static Lib,
+        id_hex: &str,
+        rank: usize,
+        nranks: usize,
+        limit: Duration,
+        max_ctas: Option<c_int>,
+    ) -> Result<Comms, String> {
         let Some(nb) = lib.nonblocking else {
             if nranks != 1 {
                 return Err(format!(
@@ -455,6 +468,9 @@ impl Comms {
             aborted: false,
         };
         let mut cfg = Config::nonblocking();
+        if let Some(m) = max_ctas {
+            cfg.max_ctas = m;
+        }
         // SAFETY: out-pointer into `comms`; NCCL copies the config before returning.
         let r = unsafe {
             (nb.init_rank_config)(

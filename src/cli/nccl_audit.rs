@@ -1,0 +1,408 @@
+//! `artune check PROFILE --nccl-audit`: does NCCL run what the profile pins? A short allreduce
+//! sweep through NCCL, in one process per rank started with libartune.so as NCCL's tuner and
+//! profiler, then the verdict of [`crate::plugin::audit::verdict`] on what every rank's
+//! profiler saw: 0 with the agreement count, or 3 with one sentence saying why NCCL does not
+//! follow the profile. Ranks go on GPUs 0..K where the machine has K; where it has fewer they
+//! share GPU 0, which NCCL allows from 2.30 with `NCCL_MULTI_RANK_GPU_ENABLE=1`.
+//!
+//! `artune __nccl-rank` is one rank ([`crate::fabric::cuda::nccl_sweep`]).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+
+use super::output::outln;
+use super::CheckArgs;
+use crate::allreduce::Mode;
+use crate::error::Error;
+use crate::fabric::cuda::nccl;
+use crate::fabric::cuda::nccl_sweep::{self, Sweep};
+use crate::plugin::audit::{self, Summary, Verdict};
+use crate::plugin::{self, Context};
+use crate::profile::Profile;
+
+/// Timed calls per size in each rank.
+const ITERS: usize = 5;
+/// A rank that has not finished by then is killed: the sweep is a few seconds.
+const RANK_LIMIT: Duration = Duration::from_secs(180);
+/// `maxCTAs` for more than two ranks sharing one GPU: every rank's kernel must be resident at
+/// once, and 4 ranks with NCCL's default channel count do not fit (seen on an H200).
+const SHARED_MAX_CTAS: i32 = 8;
+
+#[derive(Args, Debug)]
+pub struct RankArgs {
+    #[arg(long)]
+    pub id: String,
+    #[arg(long)]
+    pub rank: usize,
+    #[arg(long)]
+    pub nranks: usize,
+    #[arg(long)]
+    pub ordinal: usize,
+    #[arg(long, value_delimiter = ',')]
+    pub sizes: Vec<u64>,
+    #[arg(long)]
+    pub iters: usize,
+    #[arg(long)]
+    pub max_ctas: Option<i32>,
+    /// Where to write `BYTES US` per size: NCCL logs to standard output (NCCL_DEBUG).
+    #[arg(long)]
+    pub times: PathBuf,
+}
+
+/// `artune __nccl-rank`: runs the sweep, writes `BYTES US` per size; exit 4 with the reason.
+pub fn rank(a: RankArgs) -> i32 {
+    let s = Sweep {
+        id_hex: a.id,
+        rank: a.rank,
+        nranks: a.nranks,
+        ordinal: a.ordinal,
+        sizes: a.sizes,
+        iters: a.iters,
+        max_ctas: a.max_ctas,
+    };
+    match nccl_sweep::run(&s) {
+        Ok(times) => {
+            let text: String = times
+                .iter()
+                .map(|(b, us)| format!("{b} {us:.2}\n"))
+                .collect();
+            match std::fs::write(&a.times, text) {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("rank {}: cannot write {}: {e}", s.rank, a.times.display());
+                    crate::error::EXIT_HARDWARE
+                }
+            }
+        }
+        Err(e) => {
+            eprintln!("rank {}: {e}", s.rank);
+            crate::error::EXIT_HARDWARE
+        }
+    }
+}
+
+/// What one TP size's sweep runs: every size of the profile's group (even, for bf16), and
+/// those of them the profile pins.
+pub fn plan(p: &Profile, tp: usize, mode: Mode) -> Result<(Vec<u64>, Vec<u64>), Error> {
+    let c = Context::from_profile(p, tp, 1, mode, None).map_err(Error::bad_input)?;
+    let g = p
+        .selector()
+        .group(crate::profile::Query {
+            tp,
+            mode,
+            gpus: None,
+        })
+        .ok_or_else(|| Error::bad_input(format!("the profile has no TP{tp} group")))?
+        .clone();
+    let sizes: Vec<u64> = g
+        .sizes()
+        .iter()
+        .map(|&s| s & !1)
+        .filter(|&s| s > 0)
+        .collect();
+    let pinned = sizes
+        .iter()
+        .copied()
+        .filter(|&s| matches!(c.pin(s), Ok(Some(_))))
+        .collect();
+    Ok((sizes, pinned))
+}
+
+/// Reads every summary the ranks' profilers wrote into `dir`.
+pub fn summaries(dir: &Path) -> Result<Vec<Summary>, Error> {
+    let mut out = Vec::new();
+    let rd = std::fs::read_dir(dir).map_err(|e| Error::Read {
+        path: dir.into(),
+        reason: e.to_string(),
+    })?;
+    let mut files: Vec<PathBuf> = rd
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    for f in files {
+        let text = std::fs::read(&f).map_err(|e| Error::Read {
+            path: f.clone(),
+            reason: e.to_string(),
+        })?;
+        out.push(serde_json::from_slice(&text).map_err(|e| Error::Parse {
+            path: f.clone(),
+            what: "NCCL audit summary",
+            reason: e.to_string(),
+        })?);
+    }
+    Ok(out)
+}
+
+/// `artune check PROFILE --nccl-audit [--tp K]`.
+pub fn run(a: CheckArgs) -> Result<i32, Error> {
+    let p = Profile::load(&a.profile)?;
+    let profile = a.profile.canonicalize().map_err(|e| Error::Read {
+        path: a.profile.clone(),
+        reason: e.to_string(),
+    })?;
+    let mode = plugin::mode_from_env(None);
+    let mut tps: Vec<usize> = p
+        .groups
+        .iter()
+        .filter(|g| g.mode == mode)
+        .map(|g| g.tp)
+        .collect();
+    tps.sort_unstable();
+    tps.dedup();
+    if let Some(k) = a.tp {
+        if !tps.contains(&k) {
+            return Err(Error::bad_input(format!(
+                "{} has no TP{k} group in {} mode (it has {}); name one of its TP sizes with --tp",
+                a.profile.display(),
+                mode.id(),
+                crate::export::group_names(&p)
+            )));
+        }
+        tps = vec![k];
+    }
+    let lib = plugin::library::installed().ok_or_else(|| {
+        Error::Hardware(format!(
+            "{} was not found beside the artune binary; build it with `cargo build --release` or install the Python package, then run the audit again",
+            plugin::library::FILE
+        ))
+    })?;
+    let nccl = nccl::library().map_err(Error::Hardware)?;
+    let gpus = crate::fabric::cuda::visible_gpus();
+    if gpus == 0 {
+        return Err(Error::Hardware(
+            "no GPU is visible, and the audit runs NCCL's allreduces on GPUs; run it on the machine the profile is for".into(),
+        ));
+    }
+    for tp in tps {
+        let (sizes, pinned) = plan(&p, tp, mode)?;
+        let shared = tp > gpus;
+        if shared && nccl.version < 23000 {
+            return Err(Error::Hardware(format!(
+                "TP{tp} needs {tp} GPUs and this machine has {gpus}; NCCL {} cannot put several ranks on one GPU (2.30 or later can, with NCCL_MULTI_RANK_GPU_ENABLE=1), so set ARTUNE_NCCL_LIB to a newer libnccl.so.2",
+                nccl::version_string(nccl.version)
+            )));
+        }
+        let dir = tempfile::tempdir().map_err(|e| Error::Hardware(e.to_string()))?;
+        let times = sweep(&lib, &profile, dir.path(), tp, shared, &sizes)?;
+        let s = summaries(dir.path())?;
+        let v = audit::verdict(&s, &pinned, tp);
+        report(tp, &s, &times)?;
+        match v {
+            Verdict::Follows {
+                agreed,
+                unpinned,
+                ranks,
+            } => outln!(
+                "NCCL {} follows {} at TP{tp}{}: {agreed} of {agreed} allreduces at its {} pinned sizes ran as pinned on {ranks} ranks ({unpinned} at sizes left to NCCL)",
+                nccl::version_string(nccl.version),
+                a.profile.display(),
+                if shared { " (ranks sharing GPU 0)" } else { "" },
+                pinned.len()
+            ),
+            Verdict::NotFollowed(why) => return Err(Error::NotFollowed(format!("TP{tp}: {why}"))),
+        }
+    }
+    Ok(0)
+}
+
+/// Per size, on standard output: what the profile pins there, what NCCL ran on rank 0, and
+/// rank 0's mean time per call.
+fn report(tp: usize, s: &[Summary], times: &[(u64, f64)]) -> Result<(), Error> {
+    let Some(r0) = s.iter().find(|s| s.rank == 0) else {
+        return Ok(());
+    };
+    for &(bytes, us) in times {
+        let ran: Vec<String> = r0
+            .sizes
+            .iter()
+            .filter(|r| r.bytes == bytes)
+            .map(|r| format!("{} x{} ch ({} calls)", r.ran, r.channels, r.calls))
+            .collect();
+        let pin = r0.sizes.iter().find(|r| r.bytes == bytes).and_then(|r| {
+            r.expected.as_ref().map(|e| match r.set_channels {
+                Some(c) => format!("{e} <={c} ch"),
+                None => e.clone(),
+            })
+        });
+        outln!(
+            "  TP{tp} {:>8}: {:<22} ran {:<36} {us:>9.2} us/call",
+            crate::units::fmt_size(bytes),
+            pin.unwrap_or_else(|| "NCCL's own".into()),
+            ran.join(", "),
+        );
+    }
+    Ok(())
+}
+
+/// Where a rank's output goes: the terminal where the user asked NCCL to log (`NCCL_DEBUG`;
+/// NCCL logs to standard output), else nowhere, and its standard error into a file the audit
+/// reads the rank's reason from when it fails.
+fn rank_log(dir: &Path, rank: usize) -> Result<(Stdio, Stdio), Error> {
+    if std::env::var_os("NCCL_DEBUG").is_some() {
+        return Ok((Stdio::inherit(), Stdio::inherit()));
+    }
+    let path = dir.join(format!("rank{rank}.err"));
+    std::fs::File::create(&path)
+        .map(|f| (Stdio::null(), Stdio::from(f)))
+        .map_err(|e| Error::Write {
+            path,
+            reason: e.to_string(),
+        })
+}
+
+/// Starts one rank process per rank with NCCL's plugin variables, waits for all of them, and
+/// returns rank 0's times.
+fn sweep(
+    lib: &Path,
+    profile: &Path,
+    dir: &Path,
+    tp: usize,
+    shared: bool,
+    sizes: &[u64],
+) -> Result<Vec<(u64, f64)>, Error> {
+    let id = nccl::unique_id().map_err(Error::Hardware)?;
+    let exe = std::env::current_exe().map_err(|e| Error::Hardware(e.to_string()))?;
+    let list: Vec<String> = sizes.iter().map(u64::to_string).collect();
+    let mut children: Vec<Child> = Vec::new();
+    for rank in 0..tp {
+        let mut c = Command::new(&exe);
+        c.args(["__nccl-rank", "--id", &id, "--rank", &rank.to_string()])
+            .args(["--nranks", &tp.to_string(), "--iters", &ITERS.to_string()])
+            .args(["--ordinal", &(if shared { 0 } else { rank }).to_string()])
+            .args(["--sizes", &list.join(",")])
+            .arg("--times")
+            .arg(dir.join(format!("rank{rank}.times")))
+            .env("NCCL_TUNER_PLUGIN", lib)
+            .env("NCCL_PROFILER_PLUGIN", lib)
+            .env(plugin::ENV_PROFILE, profile)
+            .env(audit::ENV_DIR, dir)
+            .stdin(Stdio::null());
+        let (out, err) = rank_log(dir, rank)?;
+        c.stdout(out).stderr(err);
+        if shared {
+            c.env("NCCL_MULTI_RANK_GPU_ENABLE", "1");
+            if tp > 2 {
+                c.args(["--max-ctas", &SHARED_MAX_CTAS.to_string()]);
+            }
+        }
+        match c.spawn() {
+            Ok(ch) => children.push(ch),
+            Err(e) => {
+                children.iter_mut().for_each(|c| drop(c.kill()));
+                return Err(Error::Hardware(format!("cannot start a rank process: {e}")));
+            }
+        }
+    }
+    let deadline = Instant::now() + RANK_LIMIT;
+    while children
+        .iter_mut()
+        .any(|c| matches!(c.try_wait(), Ok(None)))
+    {
+        if Instant::now() > deadline {
+            children.iter_mut().for_each(|c| drop(c.kill()));
+            return Err(Error::Hardware(format!(
+                "the TP{tp} NCCL sweep did not finish within {} s; its ranks were stopped",
+                RANK_LIMIT.as_secs()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for (rank, mut c) in children.into_iter().enumerate() {
+        let status = c.wait().map_err(|e| Error::Hardware(e.to_string()))?;
+        if !status.success() {
+            let err =
+                std::fs::read_to_string(dir.join(format!("rank{rank}.err"))).unwrap_or_default();
+            let last = err
+                .lines()
+                .rev()
+                .find(|l| l.starts_with("rank "))
+                .unwrap_or("");
+            return Err(Error::Hardware(format!(
+                "NCCL rank {rank} of the TP{tp} sweep failed ({}); rerun with NCCL_DEBUG=WARN to see NCCL's reason",
+                if last.is_empty() { "no reason given" } else { last }
+            )));
+        }
+    }
+    let times = std::fs::read_to_string(dir.join("rank0.times")).unwrap_or_default();
+    Ok(times
+        .lines()
+        .filter_map(|l| {
+            let (b, us) = l.split_once(' ')?;
+            Some((b.parse().ok()?, us.parse().ok()?))
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::allreduce::Backend;
+    use crate::plugin::audit::{Expected, Ran};
+
+    /// A rank's summary as its profiler writes it: `ran` at 4096 bytes, pinned ring Simple.
+    fn write(dir: &Path, rank: i32, ran: &str) {
+        let mut s = Summary {
+            rank,
+            nranks: 2,
+            following: true,
+            tuner_calls: 3,
+            ..Summary::default()
+        };
+        let e = Expected {
+            pin: plugin::pin_of(Backend::NcclRingSimple),
+            channels: Some(2),
+        };
+        let (algo, proto) = ran.split_once('/').unwrap();
+        s.count(
+            4096,
+            e,
+            Ran {
+                algo,
+                proto,
+                channels: 2,
+            },
+        );
+        let name = format!("audit-1-0000000000000007-r{rank}.json");
+        std::fs::write(dir.join(name), serde_json::to_vec(&s).unwrap()).unwrap();
+    }
+
+    #[test]
+    fn the_verdict_comes_from_the_summaries_the_ranks_wrote() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("rank0.err"), "NCCL INFO lines\n").unwrap();
+        write(d.path(), 0, "RING/SIMPLE");
+        write(d.path(), 1, "RING/SIMPLE");
+        let s = summaries(d.path()).unwrap();
+        assert_eq!(s.len(), 2, "the rank logs are not summaries");
+        assert!(matches!(
+            audit::verdict(&s, &[4096], 2),
+            Verdict::Follows { agreed: 2, .. }
+        ));
+        write(d.path(), 1, "TREE/SIMPLE");
+        let v = audit::verdict(&summaries(d.path()).unwrap(), &[4096], 2);
+        assert!(
+            matches!(&v, Verdict::NotFollowed(w) if w.contains("ran TREE/SIMPLE where the profile pins RING/SIMPLE")),
+            "{v:?}"
+        );
+        std::fs::write(d.path().join("audit-2-r0.json"), "{ half").unwrap();
+        let e = summaries(d.path()).unwrap_err();
+        assert_eq!(e.exit_code(), crate::error::EXIT_BAD_INPUT, "{e}");
+    }
+
+    #[test]
+    fn the_sweep_runs_every_size_and_judges_the_pinned_ones() {
+        let p = crate::export::sample::profile();
+        let (sizes, pinned) = plan(&p, 2, Mode::Graph).unwrap();
+        assert!(sizes.iter().all(|s| s % 2 == 0 && *s > 0));
+        assert!(!pinned.is_empty() && pinned.len() <= sizes.len());
+        let c = Context::from_profile(&p, 2, 1, Mode::Graph, None).unwrap();
+        for s in &sizes {
+            assert_eq!(pinned.contains(s), matches!(c.pin(*s), Ok(Some(_))), "{s}");
+        }
+    }
+}

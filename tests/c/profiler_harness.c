@@ -1,0 +1,146 @@
+/*
+ * Loads libartune.so the way NCCL 2.28+ loads a profiler (dlopen + dlsym of ncclProfiler_v6,
+ * and ncclProfiler_v5) and sends it what NCCL's profiler.cc sends for collectives: an
+ * ncclProfilerEventDescr_vN_t with type ncclProfileColl, laid out here after NCCL's
+ * src/include/plugin/profiler/profiler_v6.h (the whole union, so the compiler places `coll`).
+ *
+ *   profiler_harness LIB VERSION NRANKS [COUNT:ALGO:PROTO:CHANNELS | gather:COUNT]...
+ *
+ * COUNT is in bf16 elements. Checks that init asks for collective events, that every
+ * startEvent hands back a NULL handle, and calls finalize (which writes the audit summary
+ * where ARTUNE_NCCL_AUDIT says). Exit 0 when every check holds; otherwise prints what failed.
+ */
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+
+typedef int result_t;
+typedef void (*logger_t)(int level, unsigned long flags, const char* file, int line, const char* fmt, ...);
+
+#define PROFILE_GROUP (1 << 0)
+#define PROFILE_COLL (1 << 1)
+
+typedef struct {
+    uint64_t type;
+    void* parentObj;
+    int rank;
+    union {
+        struct { bool graphCaptured; int groupDepth; } groupApi;
+        struct { const char* func; size_t count; const char* datatype; int root; void* stream; bool graphCaptured; } collApi;
+        struct { const char* func; size_t count; const char* datatype; void* stream; bool graphCaptured; } p2pApi;
+        struct { void* stream; } kernelLaunch;
+        struct {
+            uint64_t seqNumber;
+            const char* func;
+            void const* sendBuff;
+            void* recvBuff;
+            size_t count;
+            int root;
+            const char* datatype;
+            uint8_t nChannels;
+            uint8_t nWarps;
+            const char* algo;
+            const char* proto;
+            void* parentGroup;
+        } coll;
+        struct { const char* func; void* buff; const char* datatype; size_t count; int peer; uint8_t nChannels; void* parentGroup; } p2p;
+        struct { pid_t pid; uint8_t channelId; int peer; int nSteps; int chunkSize; int isSend; } proxyOp;
+        struct { int step; } proxyStep;
+        struct { uint8_t channelId; uint64_t pTimer; } kernelCh;
+        struct { int64_t id; void* data; } netPlugin;
+        struct {
+            uint64_t seqNumber; const char* func; void const* sendBuff; void* recvBuff; size_t count; int root;
+            const char* datatype; const char* syncStrategy; bool intraBatchSync; uint32_t batchSize;
+            uint32_t numBatches; uint32_t ceSeqNum; void* stream;
+        } ceColl;
+        struct { bool isComplete; int nRanks; } ceCollSync;
+        struct { int numOps; size_t totalBytes; bool useIntraSync; } ceCollBatch;
+    };
+} descr_v6;
+
+typedef struct {
+    const char* name;
+    result_t (*init)(void** ctx, uint64_t comm_id, int* mask, const char* comm_name, int n_nodes, int n_ranks,
+                     int rank, logger_t log);
+    result_t (*start_event)(void* ctx, void** handle, descr_v6* d);
+    result_t (*stop_event)(void* handle);
+    result_t (*record_event_state)(void* handle, int state, void* args);
+    result_t (*finalize)(void* ctx);
+} profiler_v6;
+
+static void logger(int level, unsigned long flags, const char* file, int line, const char* fmt, ...) {
+    va_list ap;
+    char buf[2048];
+    (void)flags;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "[nccl log level %d %s:%d] %s\n", level, file ? file : "?", line, buf);
+}
+
+#define CHECK(c, msg)                                   \
+    do {                                                \
+        if (!(c)) {                                     \
+            printf("FAIL: %s\n", msg);                  \
+            return 1;                                   \
+        }                                               \
+    } while (0)
+
+int main(int argc, char** argv) {
+    if (argc < 4) return 2;
+    void* lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+    CHECK(lib, dlerror());
+    char sym[32];
+    snprintf(sym, sizeof sym, "ncclProfiler_%s", argv[2]);
+    profiler_v6* p = (profiler_v6*)dlsym(lib, sym);
+    CHECK(p, "no profiler symbol");
+    CHECK(p->name && strcmp(p->name, "artune") == 0, "name");
+    void* ctx = NULL;
+    int mask = 0;
+    CHECK(p->init(&ctx, 0xabcdef, &mask, "harness", 1, atoi(argv[3]), 0, logger) == 0, "init");
+    CHECK(ctx != NULL, "init gave no context");
+    CHECK(mask & PROFILE_COLL, "init did not ask for collective events");
+    /* A group event first, as NCCL sends one around each plan. */
+    descr_v6 g;
+    memset(&g, 0, sizeof g);
+    g.type = PROFILE_GROUP;
+    void* h = (void*)1;
+    CHECK(p->start_event(ctx, &h, &g) == 0 && h == NULL, "group event");
+    for (int i = 4; i < argc; i++) {
+        char func[32] = "AllReduce", algo[32] = "", proto[32] = "";
+        unsigned long count = 0;
+        unsigned ch = 0;
+        if (strncmp(argv[i], "gather:", 7) == 0) {
+            strcpy(func, "AllGather");
+            count = strtoul(argv[i] + 7, NULL, 10);
+            strcpy(algo, "RING");
+            strcpy(proto, "LL");
+            ch = 1;
+        } else if (sscanf(argv[i], "%lu:%31[^:]:%31[^:]:%u", &count, algo, proto, &ch) != 4) {
+            return 2;
+        }
+        descr_v6 d;
+        memset(&d, 0, sizeof d);
+        d.type = PROFILE_COLL;
+        d.rank = 0;
+        d.coll.seqNumber = (uint64_t)i;
+        d.coll.func = func;
+        d.coll.count = count;
+        d.coll.datatype = "ncclBfloat16";
+        d.coll.nChannels = (uint8_t)ch;
+        d.coll.nWarps = 16;
+        d.coll.algo = algo;
+        d.coll.proto = proto;
+        h = (void*)1;
+        CHECK(p->start_event(ctx, &h, &d) == 0, "startEvent failed");
+        CHECK(h == NULL, "startEvent handed out a handle");
+    }
+    CHECK(p->finalize(ctx) == 0, "finalize");
+    printf("ok %s\n", argv[2]);
+    return 0;
+}
