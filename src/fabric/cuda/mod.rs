@@ -12,6 +12,7 @@
 
 pub mod compile;
 mod coordinator;
+pub mod copy;
 mod data;
 mod device;
 mod driver;
