@@ -13,6 +13,7 @@
 pub mod compile;
 mod coordinator;
 pub mod copy;
+pub mod copy_plan;
 mod data;
 mod device;
 mod driver;
