@@ -168,7 +168,8 @@ pub fn capacity(backend: Backend, ranks: Ranks, elems: u64, buf: Buf) -> u64 {
     let b = backend.spec().buffers;
     match buf {
         Buf::Src | Buf::Dst => elems,
-        Buf::Input => b.is_some_and(|b| b.input).then_some(elems).unwrap_or(0),
+        Buf::Input if b.is_some_and(|b| b.input) => elems,
+        Buf::Input => 0,
         Buf::Scratch { entry, slot } => match b.and_then(|b| b.scratch.get(entry).copied()) {
             Some((count, extent)) if (slot as u64) < memory::count(count, ranks) => {
                 memory::extent_bytes(extent, ranks, elems)

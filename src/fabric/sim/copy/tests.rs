@@ -97,3 +97,55 @@ fn copy_engine_times_carry_their_own_band_and_family() {
     let t = |f: &mut SimFabric, m| f.time(Backend::TwoStageCopy, 4096, m, 1, 3).unwrap()[0];
     assert!(t(&mut f, Mode::Eager) > t(&mut f, Mode::Graph) + 20.0);
 }
+
+/// A simulated cell as the tune records it: the model's time, a tight interval, its band.
+fn cell(f: &mut SimFabric, b: Backend, bytes: u64) -> crate::results::Timing {
+    let (fixed, data) = f.model_split(b, bytes).unwrap();
+    let us = fixed + data;
+    crate::results::Timing {
+        median_us: us,
+        ci_low_us: us * 0.99,
+        ci_high_us: us * 1.01,
+        samples: 20,
+        outliers: 0,
+        model: f.model_band(b, bytes).map(Into::into),
+    }
+}
+
+#[test]
+fn decide_takes_a_copy_engine_backend_only_beyond_both_bands() {
+    // Four GPUs under one switch. At 16 and 64 MiB two_stage_copy is modelled the fastest
+    // (ahead of NCCL, 2x ahead of the push kernel), but within NCCL's band: the rule keeps
+    // NCCL. Were NCCL three times as slow, it would win beyond both bands and be chosen.
+    let mut f = SimFabric::new(presets::get("pcie-4x-1switch").unwrap(), 42);
+    let g = Group::flat(vec![0, 1, 2, 3], Dtype::Bf16, 64 << 20);
+    f.prepare(&g, &Backend::ALL).unwrap();
+    let ranks = crate::allreduce::Ranks::flat(4);
+    for bytes in [16u64 << 20, 64 << 20] {
+        let mut r: std::collections::BTreeMap<_, _> =
+            [Backend::Nccl, Backend::TwoStagePush, Backend::TwoStageCopy]
+                .into_iter()
+                .map(|b| (b, cell(&mut f, b, bytes)))
+                .collect();
+        let fastest = r
+            .iter()
+            .min_by(|a, b| a.1.median_us.total_cmp(&b.1.median_us));
+        assert_eq!(
+            fastest.map(|x| *x.0),
+            Some(Backend::TwoStageCopy),
+            "{bytes}"
+        );
+        let choice = crate::decide::rule_choice(&r, ranks, bytes);
+        assert_eq!(choice, Some(Backend::Nccl), "{bytes}");
+        let nccl = r.get_mut(&Backend::Nccl).unwrap();
+        for t in [
+            &mut nccl.median_us,
+            &mut nccl.ci_low_us,
+            &mut nccl.ci_high_us,
+        ] {
+            *t *= 3.0;
+        }
+        let choice = crate::decide::rule_choice(&r, ranks, bytes);
+        assert_eq!(choice, Some(Backend::TwoStageCopy), "{bytes}");
+    }
+}
