@@ -73,7 +73,7 @@ pub struct ModelBand {
 pub enum ModelFamily {
     Nccl,
     Custom,
-    /// The copy-engine backends' (sim/copy.rs): copy-engine flows and assumed fixed costs.
+    /// The copy-engine backends' (sim/copy/): copy-engine flows and assumed fixed costs.
     CopyEngine,
 }
 

@@ -703,7 +703,7 @@ fn custom_bands_on_calibrated_switch_makes_are_within_2x() {
     ];
     for (t, gpus, what) in boxes {
         let mut f = prepared(t, gpus, None, &fitted);
-        // The SM kernels: copy engines' fixed costs are assumed constants (sim/copy.rs).
+        // The SM kernels: copy engines' fixed costs are assumed constants (sim/copy/).
         let sm = |b: &Backend| match b.executor() {
             Executor::SmKernel => true,
             Executor::Nccl | Executor::CopyEngine(_) => false,

@@ -58,7 +58,7 @@ pub enum Part {
     /// small messages, C6's 8 bytes).
     NcclFixed,
     /// A copy-engine backend's fixed costs: each copy's and each stream memory operation's
-    /// (sim/copy.rs). No published figure times them.
+    /// (sim/copy/). No published figure times them.
     CopyFixed,
     /// Bytes leaving a Broadcom PEX890xx partition's uplink from two or more of its GPUs
     /// towards two or more root complexes: C3's collapse, for posted writes and for the
