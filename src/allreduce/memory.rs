@@ -53,7 +53,7 @@ pub fn signal(backend: Backend, ranks: Ranks) -> u64 {
 }
 
 /// Modelled bytes per GPU for `backend` in a group of `ranks` whose buffers serve messages up
-/// to `max_bytes`: its entry's buffers (backend.rs) plus its signal allocation and, for an SM
+/// to `max_bytes`: its entry's buffers (backend/) plus its signal allocation and, for an SM
 /// kernel, the graph table, or NCCL's connections (`nccl_channels` is the channel count NCCL uses on this
 /// fabric).
 pub fn modelled(backend: Backend, ranks: Ranks, max_bytes: u64, nccl_channels: u32) -> u64 {

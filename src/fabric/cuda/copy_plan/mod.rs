@@ -1,5 +1,5 @@
 //! A copy-engine backend's call as operations: the copies, sums and barriers each rank's stream
-//! runs, made from the table row's phases and buffers (allreduce/backend.rs), so the CUDA
+//! runs, made from the table row's phases and buffers (allreduce/backend/), so the CUDA
 //! executor enqueues them and [`run`] executes them on the host for tests with no GPU.
 //!
 //! Every copy pulls into the rank's own memory (a peer's copy engine never writes here), so a

@@ -1,5 +1,5 @@
 //! Our peer-to-peer kernels on the simulated network, priced phase by phase from the
-//! schedule their table entry states (allreduce/backend.rs), so a new backend of known phases
+//! schedule their table entry states (allreduce/backend/), so a new backend of known phases
 //! needs no new model. A call is a list of [`Step`]s, in the form the real kernel runs at that
 //! size (the table's `Ll::max_bytes`, the rule the CUDA fabric reads too), each priced on the
 //! same flow network:
