@@ -55,6 +55,8 @@ extern "C" {
 #define ARTUNE_BACKEND_TWO_STAGE_PUSH 10
 #define ARTUNE_BACKEND_ISLAND_TWO_SHOT 11 /* island schedules: only artune's kernels run them */
 #define ARTUNE_BACKEND_ISLAND_ONE_SHOT 12
+#define ARTUNE_BACKEND_TWO_STAGE_COPY 13 /* copy-engine backends: only artune runs them */
+#define ARTUNE_BACKEND_ISLAND_TWO_SHOT_COPY 14
 
 typedef struct artune_profile artune_profile;
 

@@ -75,6 +75,19 @@ pub struct ModelBand {
 pub enum ModelFamily {
     Nccl,
     Custom,
+    /// The copy-engine backends' (sim/copy/): copy-engine flows and assumed fixed costs.
+    CopyEngine,
+}
+
+impl ModelFamily {
+    /// The model a backend's simulated times come from: its executor's.
+    pub fn of(b: crate::allreduce::Backend) -> ModelFamily {
+        match b.executor() {
+            crate::allreduce::Executor::Nccl => ModelFamily::Nccl,
+            crate::allreduce::Executor::SmKernel => ModelFamily::Custom,
+            crate::allreduce::Executor::CopyEngine(_) => ModelFamily::CopyEngine,
+        }
+    }
 }
 
 impl From<crate::fabric::TimeBand> for ModelBand {
@@ -86,6 +99,7 @@ impl From<crate::fabric::TimeBand> for ModelBand {
             family: Some(match b.model {
                 crate::fabric::TimeModel::Nccl => ModelFamily::Nccl,
                 crate::fabric::TimeModel::Custom => ModelFamily::Custom,
+                crate::fabric::TimeModel::CopyEngine => ModelFamily::CopyEngine,
             }),
         }
     }

@@ -9,18 +9,28 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 
+use artune::allreduce::Executor;
 use artune::fabric::cuda::{compile, nccl, CudaFabric};
 use artune::fabric::{
     Backend, Direction, Directions, Dtype, Fabric, Group, Mode, Readiness, Verification,
 };
 
-/// The flat custom kernels: every entry of the backend table with a kernel that works on the
-/// whole group (the island schedules need islands; see [`islands`]).
+/// The flat custom backends: every entry of the backend table artune's data plane runs on this
+/// fabric that works on the whole group (the island schedules need islands; see [`islands`]).
 fn custom() -> Vec<Backend> {
     Backend::ALL
         .into_iter()
-        .filter(|b| b.is_custom() && !b.is_hierarchical())
+        .filter(|b| runs(*b) && !b.is_hierarchical())
         .collect()
+}
+
+/// Whether the CUDA fabric runs `b` with artune's own data plane.
+fn runs(b: Backend) -> bool {
+    match b.executor() {
+        Executor::Nccl => false,
+        Executor::SmKernel => true,
+        Executor::CopyEngine(_) => artune::fabric::cuda::copy::RUNS,
+    }
 }
 const DTYPES: [Dtype; 3] = [Dtype::Bf16, Dtype::Fp16, Dtype::Fp32];
 /// Element counts: tiny, around one 16-byte vector, and odd counts that leave tails.
@@ -99,7 +109,7 @@ fn group(k: usize, dtype: Dtype, max_bytes: u64) -> Group {
 fn islands() -> Vec<Backend> {
     Backend::ALL
         .into_iter()
-        .filter(|b| b.is_hierarchical())
+        .filter(|b| runs(*b) && b.is_hierarchical())
         .collect()
 }
 
@@ -456,7 +466,7 @@ fn gpu_memory_is_measured_beside_the_model_or_skip() {
                 }
             }
             Readiness::Waived { backend, reason } => {
-                assert!(!backend.is_custom(), "{backend} waived: {reason}");
+                assert!(!runs(*backend), "{backend} waived: {reason}");
                 println!("{backend}: waived ({reason})");
             }
         }

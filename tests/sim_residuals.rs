@@ -13,6 +13,7 @@ mod boxes;
 use boxes::asus;
 use std::collections::{BTreeMap, BTreeSet};
 
+use artune::allreduce::Executor;
 use artune::fabric::sim::band::{Band, Part};
 use artune::fabric::sim::calibration::{Calibration, Source};
 use artune::fabric::sim::nccl::Level;
@@ -97,10 +98,10 @@ fn timing(
         .unwrap();
     let band = f.band(b, bytes).unwrap();
     let (fixed, moved) = f.model_split(b, bytes).unwrap();
-    let own = if b.is_custom() {
-        Part::KernelFixed
-    } else {
-        Part::NcclFixed
+    let own = match b.executor() {
+        Executor::Nccl => Part::NcclFixed,
+        Executor::SmKernel => Part::KernelFixed,
+        Executor::CopyEngine(_) => Part::CopyFixed,
     };
     let share = fixed / (fixed + moved);
     let part = if share >= ALONE {
@@ -780,7 +781,12 @@ fn custom_bands_on_calibrated_switch_makes_are_within_2x() {
     ];
     for (t, gpus, what) in boxes {
         let mut f = prepared(t, gpus, None, &fitted);
-        for b in Backend::ALL.into_iter().filter(|b| b.is_custom()) {
+        // The SM kernels: copy engines' fixed costs are assumed constants (sim/copy/).
+        let sm = |b: &Backend| match b.executor() {
+            Executor::SmKernel => true,
+            Executor::Nccl | Executor::CopyEngine(_) => false,
+        };
+        for b in Backend::ALL.into_iter().filter(sm) {
             for bytes in [256, 4 * KB, 64 * KB, MB, 64 * MB] {
                 half_width(&mut f, b, bytes, what);
             }

@@ -4,7 +4,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Backend, Count, Extent, Ll, Ranks};
+use super::{Backend, Count, Executor, Extent, Ll, Ranks};
 
 /// Cross-GPU signal flags: one cache line per (rank, peer, phase), rounded up generously. The
 /// CUDA fabric's `Signal` allocation (layout.rs `SIGNAL_ALLOC`); the LL lines follow it.
@@ -55,13 +55,19 @@ pub fn signal(backend: Backend, ranks: Ranks) -> u64 {
 }
 
 /// Modelled bytes per GPU for `backend` in a group of `ranks` whose buffers serve messages up
-/// to `max_bytes`: its entry's buffers (backend.rs) plus its signal allocation and the graph
-/// table, or NCCL's connections (`nccl_channels` is the channel count NCCL uses on this
+/// to `max_bytes`: its entry's buffers (backend/) plus its signal allocation and, for an SM
+/// kernel, the graph table, or NCCL's connections (`nccl_channels` is the channel count NCCL uses on this
 /// fabric).
 pub fn modelled(backend: Backend, ranks: Ranks, max_bytes: u64, nccl_channels: u32) -> u64 {
-    let Some(b) = backend.spec().buffers else {
+    let table = match backend.executor() {
         // Ring and tree each keep a send/receive connection per channel.
-        return 2 * nccl_channels as u64 * NCCL_CONN_BYTES;
+        Executor::Nccl => return 2 * nccl_channels as u64 * NCCL_CONN_BYTES,
+        Executor::SmKernel => GRAPH_TABLE_BYTES,
+        // A captured copy names its pointers in its graph node: no table to register.
+        Executor::CopyEngine(_) => 0,
+    };
+    let Some(b) = backend.spec().buffers else {
+        return table;
     };
     let whole = |on: bool| if on { max_bytes } else { 0 };
     let scratch: u64 = b
@@ -69,7 +75,7 @@ pub fn modelled(backend: Backend, ranks: Ranks, max_bytes: u64, nccl_channels: u
         .iter()
         .map(|&(c, e)| count(c, ranks) * extent_bytes(e, ranks, max_bytes))
         .sum();
-    whole(b.input) + scratch + whole(b.output) + signal(backend, ranks) + GRAPH_TABLE_BYTES
+    whole(b.input) + scratch + whole(b.output) + signal(backend, ranks) + table
 }
 
 /// Largest message a backend's buffers can serve within `budget` bytes per GPU, or None when
@@ -155,6 +161,24 @@ mod tests {
         assert_eq!(
             modelled(Backend::IslandTwoShot, r, m, 2),
             m + 5 * (m / 2) + m + FIXED + 1152 * KIB
+        );
+    }
+
+    #[test]
+    fn copy_engine_backends_cost_their_slots_and_flags_and_no_graph_table() {
+        // Two-stage by copy engines over 8: the shared input, a shard slot per peer and the
+        // reduced shard, the flags; no LL lines, no registered pointer table.
+        let (m, r) = (1u64 << 20, Ranks::flat(8));
+        assert_eq!(
+            modelled(Backend::TwoStageCopy, r, m, 2),
+            m + 7 * m / 8 + m / 8 + SIGNAL_BYTES
+        );
+        // Its island schedule over two islands of four: the input, 3 island-peer slots, the
+        // partial, 1 other island's slot and the summed shard, of a quarter each.
+        let r = Ranks { n: 8, island: 4 };
+        assert_eq!(
+            modelled(Backend::IslandTwoShotCopy, r, m, 2),
+            m + 6 * (m / 4) + SIGNAL_BYTES
         );
     }
 

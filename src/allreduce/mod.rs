@@ -9,8 +9,8 @@ pub mod islands;
 pub mod memory;
 
 pub use backend::{
-    Backend, Buffers, Count, EnginePath, Extent, Family, Kernel, Ll, Part, Peers, Phase, Plane,
-    Schedule, Spec, TABLE,
+    Backend, Buffers, CopySum, Count, EnginePath, Executor, Extent, Family, Kernel, Ll, Part,
+    Peers, Phase, Plane, Schedule, Spec, TABLE,
 };
 pub use form::Form;
 pub use islands::{phases_in_words, Directions, Islands, Ranks, Separation};

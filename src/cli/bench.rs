@@ -11,7 +11,7 @@ use super::output::{out, outln};
 use serde_json::{json, Value};
 
 use super::{BenchArgs, BenchKernelsArgs, BenchWhat};
-use crate::allreduce::{Backend, Dtype, Mode, Readiness};
+use crate::allreduce::{Backend, Dtype, Executor, Mode, Readiness};
 use crate::error::Error;
 use crate::fabric::cuda::{self, kernels, CudaFabric};
 use crate::fabric::{Fabric, Group, Verification};
@@ -35,9 +35,17 @@ const TARGET_LARGE: u64 = 16 << 20;
 const TARGET_SMALL_US: f64 = 5.0;
 const TARGET_ISLAND_VS_ONE_STAGE: f64 = 1.5;
 
-/// Every custom kernel in the backend table.
+/// Every backend of the table that artune's own data plane runs on this fabric: the SM
+/// kernels, and the copy-engine backends where the fabric runs them.
 fn custom() -> Vec<Backend> {
-    Backend::ALL.into_iter().filter(|b| b.is_custom()).collect()
+    Backend::ALL
+        .into_iter()
+        .filter(|b| match b.executor() {
+            Executor::Nccl => false,
+            Executor::SmKernel => true,
+            Executor::CopyEngine(_) => cuda::copy::RUNS,
+        })
+        .collect()
 }
 const SAMPLES: u32 = 15;
 
@@ -213,9 +221,9 @@ fn kernels(
                 }
             };
             // NCCL runs one rank in loopback; custom kernels run k.
-            let (n, shape) = match b.is_custom() {
-                true => (k as u64, ranks),
-                false => (1, crate::allreduce::Ranks::flat(1)),
+            let (n, shape) = match b.executor() {
+                Executor::SmKernel | Executor::CopyEngine(_) => (k as u64, ranks),
+                Executor::Nccl => (1, crate::allreduce::Ranks::flat(1)),
             };
             for mode in [Mode::Graph, Mode::Eager] {
                 let us = measure(&mut f, b, s, mode)?;

@@ -25,7 +25,11 @@ fn model(backend: Backend, tp: usize) -> Option<(f64, f64)> {
         Backend::TwoStagePull => (4.0 + n, 32.0 / n),
         Backend::TwoStagePush => (5.0 + n, 30.0 / n),
         // The sample's group has no islands.
-        Backend::IslandTwoShot | Backend::IslandOneShot => return None,
+        Backend::IslandTwoShot | Backend::IslandOneShot | Backend::IslandTwoShotCopy => {
+            return None
+        }
+        // Made-up figures would say nothing of copy engines; the sample leaves them out.
+        Backend::TwoStageCopy => return None,
     })
 }
 

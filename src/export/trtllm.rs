@@ -60,7 +60,7 @@ impl Strategy {
             .unwrap_or(Backend::Nccl)
     }
 
-    /// TensorRT-LLM's strategy of `k`'s shape, from its table entry (backend.rs).
+    /// TensorRT-LLM's strategy of `k`'s shape, from its table entry (allreduce/backend/).
     fn of(k: Backend) -> Option<Strategy> {
         let path = k
             .spec()

@@ -113,6 +113,7 @@ pub struct TimeBand {
 pub enum TimeModel {
     Nccl,
     Custom,
+    CopyEngine,
 }
 
 /// Result of checking a backend's output against the expected sum of its inputs.

@@ -4,7 +4,7 @@
 
 use super::selector::GroupSelector;
 use super::{Memory, Profile, Query};
-use crate::allreduce::{Backend, Dtype, Mode};
+use crate::allreduce::{Backend, Dtype, Executor, Mode};
 
 /// Why a profile routes nothing to artune's kernels for a TP size.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -45,9 +45,15 @@ impl KernelSetting {
             .find(|k| k.id() == id)
     }
 
-    /// Whether artune's kernels take a size the profile gives `b`.
+    /// Whether artune's kernels take a size the profile gives `b`: the engine's op runs SM
+    /// kernels only, so at a copy-engine backend's sizes the engine runs the bucket's
+    /// fallback.
     pub fn takes(self, b: Backend) -> bool {
-        b.is_custom()
+        let op_runs = match b.executor() {
+            Executor::SmKernel => true,
+            Executor::Nccl | Executor::CopyEngine(_) => false,
+        };
+        op_runs
             && match self {
                 KernelSetting::Islands => !b.engines_have(),
                 KernelSetting::Artune => true,
@@ -363,7 +369,11 @@ mod tests {
             KernelSetting::Islands.backends(),
             vec![Backend::IslandTwoShot, Backend::IslandOneShot]
         );
-        let customs: Vec<Backend> = Backend::ALL.into_iter().filter(|b| b.is_custom()).collect();
+        // Everything the op runs: the SM kernels, not the copy-engine backends.
+        let customs: Vec<Backend> = Backend::ALL
+            .into_iter()
+            .filter(|b| b.is_custom() && b.spec().kernel.is_some())
+            .collect();
         assert_eq!(KernelSetting::Artune.backends(), customs);
         for k in [KernelSetting::Islands, KernelSetting::Artune] {
             assert_eq!(KernelSetting::from_id(k.id()), Some(k));

@@ -18,19 +18,19 @@ use crate::profile::routes;
 type ProfileMemory = (&'static str, u64, bool, Option<u64>, Option<u64>);
 
 fn backend(id: &str) -> PyResult<Backend> {
-    Backend::from_id(id)
-        .filter(|b| b.is_custom())
-        .ok_or_else(|| {
-            let kernels: Vec<&str> = Backend::ALL
-                .iter()
-                .filter(|b| b.is_custom())
-                .map(|b| b.id())
-                .collect();
-            BadInputError::new_err(format!(
-                "`{id}` is not one of artune's kernels; pass one of {}",
-                kernels.join(", ")
-            ))
-        })
+    // What the op runs: the SM kernels (copy-engine backends are the tune's alone).
+    let runs = |b: &Backend| routes::Kernels::Artune.takes(*b);
+    Backend::from_id(id).filter(runs).ok_or_else(|| {
+        let kernels: Vec<&str> = Backend::ALL
+            .iter()
+            .filter(|b| runs(b))
+            .map(|b| b.id())
+            .collect();
+        BadInputError::new_err(format!(
+            "`{id}` is not one of artune's kernels; pass one of {}",
+            kernels.join(", ")
+        ))
+    })
 }
 
 /// The C ABI code of a backend (its place in `artune.backends()`).

@@ -513,11 +513,7 @@ mod tests {
                 low: 0.5,
                 high: 2.0,
                 assumed: false,
-                family: Some(if t.0.is_custom() {
-                    crate::profile::ModelFamily::Custom
-                } else {
-                    crate::profile::ModelFamily::Nccl
-                }),
+                family: Some(crate::profile::ModelFamily::of(*t.0)),
             });
         }
         let kernel_faster = |b: &mut Bucket, us: f64| {

@@ -15,8 +15,9 @@ use crate::allreduce::{Backend, Direction};
 use crate::error::Error;
 use crate::profile::{GroupProfile, Profile};
 
-/// One colour per backend in table order; the island schedules get the two darkest.
-const COLORS: [RGBColor; 13] = [
+/// One colour per backend in table order; the island schedules get the two darkest, the
+/// copy-engine backends the last two.
+const COLORS: [RGBColor; Backend::COUNT] = [
     RGBColor(31, 119, 180),
     RGBColor(174, 199, 232),
     RGBColor(158, 218, 229),
@@ -30,6 +31,8 @@ const COLORS: [RGBColor; 13] = [
     RGBColor(148, 103, 189),
     RGBColor(140, 86, 75),
     RGBColor(227, 119, 194),
+    RGBColor(0, 128, 96),
+    RGBColor(96, 48, 144),
 ];
 
 /// A backend's colour: by its place in the backend table, the palette repeating past its end

@@ -24,11 +24,7 @@ fn a_kernel_faster_only_within_the_model_band_gets_no_v2_size() {
         // The NCCL variant the plugin runs, so that the kernel ties the choice's band.
         b.choice = plugin_nccl(b);
         for (k, t) in b.results.iter_mut() {
-            let family = if k.is_custom() {
-                crate::profile::ModelFamily::Custom
-            } else {
-                crate::profile::ModelFamily::Nccl
-            };
+            let family = crate::profile::ModelFamily::of(*k);
             t.model = Some(crate::profile::ModelBand {
                 low: 0.4,
                 high: 2.5,

@@ -12,6 +12,8 @@
 
 pub mod compile;
 mod coordinator;
+pub mod copy;
+pub mod copy_plan;
 mod data;
 mod device;
 mod driver;

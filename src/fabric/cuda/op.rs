@@ -35,6 +35,7 @@ use super::protocol::{BufHandles, Shape};
 use super::registry::{Published, Registry};
 use super::setup::{self, CustomOwned, CustomView};
 use super::Gpu;
+use crate::allreduce::Executor;
 use crate::fabric::{Backend, Dtype, FabricError, Islands, LoadedKernels};
 
 /// Why the op cannot be set up or cannot run a call. Every message is one sentence ending in
@@ -217,7 +218,11 @@ impl Op {
         };
         let mut published = Vec::new();
         for &(b, max_bytes) in backends {
-            if !b.is_custom() || max_bytes == 0 {
+            let kernel = match b.executor() {
+                Executor::SmKernel => max_bytes > 0,
+                Executor::Nccl | Executor::CopyEngine(_) => false,
+            };
+            if !kernel {
                 return Err(OpError::Setup(format!(
                     "{b} up to {max_bytes} bytes is not a custom kernel artune can run"
                 )));

@@ -57,6 +57,9 @@ pub enum Part {
     /// NCCL's fixed costs: its per-operation base latency and per-step hops (C1's and C2's
     /// small messages, C6's 8 bytes).
     NcclFixed,
+    /// A copy-engine backend's fixed costs: each copy's and each stream memory operation's
+    /// (sim/copy/). No published figure times them.
+    CopyFixed,
     /// Bytes leaving a Broadcom PEX890xx partition's uplink from two or more of its GPUs
     /// towards two or more root complexes: C3's collapse, for posted writes and for the
     /// completions that carry reads' data alike (rtx6kpro's 16-flow table; R2's one-shot).
@@ -112,6 +115,8 @@ impl Part {
             Part::KernelFixed => 0.30,
             // C1's ring at 16 KB, 1.37x: ln(23.65/17.31) = 0.312.
             Part::NcclFixed => 0.32,
+            // Assumed constants no figure checks: either way by a factor of two, ln 2.
+            Part::CopyFixed => 0.70,
             // rtx6kpro's 16 flows across the chips collapse to 7.7 GB/s (writes) and 9.0
             // (reads) over two uplinks, where C3's 2.7 per uplink gives 5.4: ln(9.0/5.4) =
             // 0.511. R2's one-shot, left out, reaches ln 1.47 = 0.39 (4 KB).
@@ -156,7 +161,7 @@ impl Part {
 
     /// Whether the part prices a time's fixed costs rather than its bytes.
     pub fn fixed(self) -> bool {
-        matches!(self, Part::KernelFixed | Part::NcclFixed)
+        matches!(self, Part::KernelFixed | Part::NcclFixed | Part::CopyFixed)
     }
 
     pub fn id(self) -> &'static str {
@@ -173,6 +178,7 @@ impl Part {
             Part::ForwardingUnstated => "forwarding-unstated",
             Part::KernelFixed => "kernel-fixed",
             Part::NcclFixed => "nccl-fixed",
+            Part::CopyFixed => "copy-fixed",
             Part::Collapse => "uplink-collapse",
             Part::CollapseUnstated => "collapse-unstated-make",
         }

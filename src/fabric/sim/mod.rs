@@ -5,14 +5,15 @@
 //! 1. [`net`] turns the topology into a link graph and routes GPU→GPU flows over it; [`flow`]
 //!    shares capacity between concurrent flows by max-min fairness; [`kernel`] prices kernel
 //!    loads and stores apart from copy-engine transfers.
-//! 2. [`nccl`] and [`custom`] schedule each backend step by step on that network; launch costs
-//!    are added here per mode.
+//! 2. [`nccl`], [`custom`] and [`copy`] (copy-engine backends) schedule each backend step by
+//!    step on that network; launch costs are added here per mode.
 //! 3. [`noise`] turns the deterministic time into samples that look measured. Deterministic
 //!    times are cached per (group, backend, bytes, mode), so a full tune costs little more than
 //!    drawing random numbers.
 
 pub mod band;
 pub mod calibration;
+pub mod copy;
 pub mod custom;
 pub mod faults;
 pub mod flow;
@@ -37,6 +38,7 @@ use super::{
     memory, Backend, DeviceError, Direction, Directions, Fabric, FabricError, FabricInfo, Group,
     Islands, MemoryCost, Mode, NcclAlgo, ProbeSample, Readiness, TimeBand, TimeModel, Verification,
 };
+use crate::allreduce::Executor;
 use crate::topology::Topology;
 
 /// CUDA-graph replay of one captured kernel (or NCCL's captured launch), µs.
@@ -253,10 +255,10 @@ impl SimFabric {
         let (fixed, data) = self.model_split(backend, bytes)?;
         let gpus = self.prepared.as_ref()?.group.gpus.clone();
         let parts = &self.model(&gpus).parts;
-        Some(if backend.is_custom() {
-            parts.custom_of(backend.is_hierarchical(), fixed, data)
-        } else {
-            parts.nccl(fixed, data)
+        Some(match backend.executor() {
+            Executor::Nccl => parts.nccl(fixed, data),
+            Executor::SmKernel => parts.custom_of(backend.is_hierarchical(), fixed, data),
+            Executor::CopyEngine(_) => copy::band(parts, fixed, data),
         })
     }
 
@@ -271,18 +273,22 @@ impl SimFabric {
         }
         // What the bytes add to the time the tune already priced (launch excluded).
         let (algo, proto) = backend.nccl_pin().unwrap_or_else(|| m.nccl.choose(bytes));
-        let (fixed, total) = if backend.is_custom() {
-            let directions = p.directions.as_ref();
-            (
-                m.custom.fixed(backend, bytes, directions),
-                m.custom.time(backend, bytes, directions),
-            )
-        } else {
-            let fixed = *m
-                .fixed
-                .entry((algo, proto))
-                .or_insert_with(|| m.schedule.time(algo, proto, 0));
-            (fixed, m.schedule.time(algo, proto, bytes))
+        let (fixed, total) = match backend.executor() {
+            Executor::SmKernel => {
+                let directions = p.directions.as_ref();
+                (
+                    m.custom.fixed(backend, bytes, directions),
+                    m.custom.time(backend, bytes, directions),
+                )
+            }
+            Executor::CopyEngine(_) => (m.copy.fixed(backend), m.copy.time(backend, bytes)),
+            Executor::Nccl => {
+                let fixed = *m
+                    .fixed
+                    .entry((algo, proto))
+                    .or_insert_with(|| m.schedule.time(algo, proto, 0));
+                (fixed, m.schedule.time(algo, proto, bytes))
+            }
         };
         let split = (fixed, (total - fixed).max(0.0));
         m.splits.insert((backend, bytes), split);
@@ -330,16 +336,26 @@ impl SimFabric {
         if let Some(&t) = m.cache.get(&(backend, bytes, mode)) {
             return t;
         }
-        let device = if backend.is_custom() {
-            m.custom.time(backend, bytes, p.directions.as_ref())
-        } else {
-            let (algo, proto) = backend.nccl_pin().unwrap_or_else(|| m.nccl.choose(bytes));
-            m.schedule.time(algo, proto, bytes)
-        };
-        let launch = match (mode, backend.is_custom()) {
-            (Mode::Graph, _) => LAUNCH_GRAPH_US,
-            (Mode::Eager, true) => LAUNCH_EAGER_CUSTOM_US,
-            (Mode::Eager, false) => LAUNCH_EAGER_NCCL_US,
+        let (device, launch) = match backend.executor() {
+            Executor::SmKernel => (
+                m.custom.time(backend, bytes, p.directions.as_ref()),
+                match mode {
+                    Mode::Graph => LAUNCH_GRAPH_US,
+                    Mode::Eager => LAUNCH_EAGER_CUSTOM_US,
+                },
+            ),
+            Executor::CopyEngine(_) => (
+                m.copy.time(backend, bytes),
+                m.copy.launch(backend, mode, LAUNCH_GRAPH_US),
+            ),
+            Executor::Nccl => {
+                let (algo, proto) = backend.nccl_pin().unwrap_or_else(|| m.nccl.choose(bytes));
+                let launch = match mode {
+                    Mode::Graph => LAUNCH_GRAPH_US,
+                    Mode::Eager => LAUNCH_EAGER_NCCL_US,
+                };
+                (m.schedule.time(algo, proto, bytes), launch)
+            }
         };
         let t = device + launch;
         m.cache.insert((backend, bytes, mode), t);
@@ -612,11 +628,13 @@ impl Fabric for SimFabric {
     fn model_band(&mut self, backend: Backend, bytes: u64) -> Option<TimeBand> {
         let (fixed, data) = self.model_split(backend, bytes)?;
         let m = &self.models[self.prepared.as_ref()?.model].1;
-        let (halves, family) = if backend.is_custom() {
-            let own = m.island_halves.filter(|_| backend.is_hierarchical());
-            (own.unwrap_or(m.custom_halves), TimeModel::Custom)
-        } else {
-            (m.nccl_halves, TimeModel::Nccl)
+        let (halves, family) = match backend.executor() {
+            Executor::Nccl => (m.nccl_halves, TimeModel::Nccl),
+            Executor::SmKernel => {
+                let own = m.island_halves.filter(|_| backend.is_hierarchical());
+                (own.unwrap_or(m.custom_halves), TimeModel::Custom)
+            }
+            Executor::CopyEngine(_) => (m.copy_halves, TimeModel::CopyEngine),
         };
         let (low, high) = halves.ends(fixed, data);
         Some(TimeBand {

@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::band::{self, Band, GroupParts};
+use super::copy::{self, CopyEngines};
 use super::custom::{self, Custom};
 use super::net::Net;
 use super::probe::ProbePattern;
@@ -44,6 +45,7 @@ pub(super) struct GroupModel {
     pub(super) nccl: nccl::Model,
     pub(super) schedule: nccl::Schedule,
     pub(super) custom: Custom,
+    pub(super) copy: CopyEngines,
     /// The model parts the group's times use, for their error bands.
     pub(super) parts: GroupParts,
     /// Noiseless times per (backend, bytes, mode): ordered, as comparing a few keys costs less
@@ -58,6 +60,7 @@ pub(super) struct GroupModel {
     pub(super) custom_halves: Halves,
     pub(super) island_halves: Option<Halves>,
     pub(super) nccl_halves: Halves,
+    pub(super) copy_halves: Halves,
     pub(super) probes: HashMap<(Direction, usize), ProbePattern>,
 }
 
@@ -122,6 +125,8 @@ pub(super) fn group_model(
                 gpus,
                 net.calibration(),
             )),
+            copy: CopyEngines::new(net, gpus, islands),
+            copy_halves: Halves::of(copy::band(&parts, 1.0, 0.0), copy::band(&parts, 0.0, 1.0)),
             custom_halves: Halves::of(parts.custom(1.0, 0.0), parts.custom(0.0, 1.0)),
             island_halves,
             nccl_halves: Halves::of(parts.nccl(1.0, 0.0), parts.nccl(0.0, 1.0)),

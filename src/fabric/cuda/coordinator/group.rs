@@ -7,6 +7,8 @@ use super::processes::{no_workers, unexpected, Trouble};
 use super::waivers::{ll128_waiver, unlike};
 use super::PreparedGroup;
 use super::{not_prepared, CudaFabric};
+use crate::allreduce::Executor;
+use crate::fabric::cuda::copy;
 use crate::fabric::cuda::driver::DeviceFacts;
 use crate::fabric::cuda::layout::MAX_RANKS;
 use crate::fabric::cuda::nccl;
@@ -89,11 +91,8 @@ impl CudaFabric {
         for &b in backends {
             if let (true, Err(why)) = (b.is_hierarchical(), &group.islands) {
                 waived.insert(b, why.clone());
-            } else if b.is_custom() && n > MAX_RANKS {
-                waived.insert(
-                    b,
-                    format!("custom kernels support at most {MAX_RANKS} ranks; this group has {n}"),
-                );
+            } else if let Some(why) = executor_waiver(b, n) {
+                waived.insert(b, why);
             } else if b.is_nccl() {
                 if let Err(e) = nccl::library() {
                     waived.insert(b, e);
@@ -310,4 +309,15 @@ fn readiness(
             },
         })
         .collect()
+}
+
+/// Why this fabric cannot run `b`'s executor on a group of `n` ranks, if it cannot.
+fn executor_waiver(b: Backend, n: usize) -> Option<String> {
+    match b.executor() {
+        Executor::Nccl => None,
+        Executor::SmKernel => (n > MAX_RANKS).then(|| {
+            format!("custom kernels support at most {MAX_RANKS} ranks; this group has {n}")
+        }),
+        Executor::CopyEngine(_) => (!copy::RUNS).then(|| copy::UNBUILT.into()),
+    }
 }

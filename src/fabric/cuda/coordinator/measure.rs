@@ -5,6 +5,7 @@
 use super::not_prepared;
 use super::processes::{unexpected, Trouble};
 use super::CudaFabric;
+use crate::allreduce::Executor;
 use crate::fabric::cuda::protocol::{Req, Resp};
 use crate::fabric::{Backend, FabricError, Mode, Verification};
 
@@ -25,10 +26,11 @@ impl CudaFabric {
                     "backend {backend} was not prepared (or was waived) for this group"
                 ))
             })?;
-        let ws = if backend.is_custom() {
-            p.launchers.iter().map(|(w, _)| *w).collect()
-        } else {
-            p.nccl.iter().map(|(w, _)| *w).collect()
+        let ws = match backend.executor() {
+            Executor::SmKernel | Executor::CopyEngine(_) => {
+                p.launchers.iter().map(|(w, _)| *w).collect()
+            }
+            Executor::Nccl => p.nccl.iter().map(|(w, _)| *w).collect(),
         };
         Ok((set, ws))
     }

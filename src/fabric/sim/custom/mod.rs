@@ -1,5 +1,5 @@
 //! Our peer-to-peer kernels on the simulated network, priced phase by phase from the
-//! schedule their table entry states (allreduce/backend.rs), so a new backend of known phases
+//! schedule their table entry states (allreduce/backend/), so a new backend of known phases
 //! needs no new model. A call is a list of [`Step`]s, in the form the real kernel runs at that
 //! size (the table's `Ll::max_bytes`, the rule the CUDA fabric reads too), each priced on the
 //! same flow network:
@@ -40,11 +40,11 @@ use crate::allreduce::{Directions, Islands, Ll, Part, Peers, Phase, Plane};
 use crate::fabric::{Backend, Direction};
 
 /// Fixed cost of a local pass over a buffer (the reduce loop, a staging copy).
-const REDUCE_FIXED_US: f64 = 0.2;
+pub(super) const REDUCE_FIXED_US: f64 = 0.2;
 /// Local memory rate for the reduce and the staging copies, GB/s: conservative for both GDDR7
 /// (RTX PRO 6000, ~1.8 TB/s) and HBM3 (H100, ~3.3 TB/s); it is a few percent of the total
 /// either way.
-const LOCAL_MEM_GBPS: f64 = 1500.0;
+pub(super) const LOCAL_MEM_GBPS: f64 = 1500.0;
 /// Bytes on the wire per data byte in an LL line: 8 data bytes and two 4-byte flags
 /// (kernels/common.cuh, `ll_store`).
 const LL_WIRE_PER_DATA: f64 = 2.0;
@@ -122,7 +122,19 @@ pub(in crate::fabric::sim) fn pairs(
     islands: Option<&Islands>,
     peers: Peers,
 ) -> Vec<(usize, usize)> {
-    let sets: Vec<Vec<usize>> = match (peers, islands) {
+    sets(gpus, islands, peers)
+        .iter()
+        .flat_map(|s| {
+            s.iter()
+                .flat_map(move |&a| s.iter().filter(move |&&b| b != a).map(move |&b| (a, b)))
+        })
+        .collect()
+}
+
+/// The sets of GPUs a pattern exchanges within: the group, each island, or the GPUs at each
+/// place of the islands.
+pub(super) fn sets(gpus: &[usize], islands: Option<&Islands>, peers: Peers) -> Vec<Vec<usize>> {
+    match (peers, islands) {
         (Peers::All, _) | (_, None) => vec![gpus.to_vec()],
         (Peers::Island, Some(i)) => i.gpus.clone(),
         (Peers::Counterparts, Some(i)) => (0..i.size())
@@ -133,17 +145,11 @@ pub(in crate::fabric::sim) fn pairs(
                     .collect()
             })
             .collect(),
-    };
-    sets.iter()
-        .flat_map(|s| {
-            s.iter()
-                .flat_map(move |&a| s.iter().filter(move |&&b| b != a).map(move |&b| (a, b)))
-        })
-        .collect()
+    }
 }
 
 /// Time for the slowest of `flows` to move `probe` bytes each, µs, divided by `probe`.
-fn us_per_byte(net: &Net, flows: &[Flow], routes: &[&Route]) -> f64 {
+pub(super) fn us_per_byte(net: &Net, flows: &[Flow], routes: &[&Route]) -> f64 {
     const PROBE: f64 = 1e6;
     let sizes = vec![PROBE; flows.len()];
     net.finish_times(flows, routes, &sizes)

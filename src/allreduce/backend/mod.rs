@@ -1,13 +1,17 @@
 //! The backends, one entry each in [`TABLE`]: what every consumer (measure, decide, memory, the
 //! simulator, the CUDA kernels, report, exports, `why`, the NCCL plugin, the C ABI, Python,
 //! the schema) knows about a backend is read from its entry. Consumers match on the entry's
-//! [`Schedule`] or [`Plane`], never on the backend itself, so a new backend of a known schedule
-//! is one new row; a new schedule fails to compile wherever a consumer must learn it (its
-//! kernel, its model). CONTRIBUTING.md, "Add a backend", walks through it.
+//! [`Executor`], [`Schedule`] or [`Plane`], never on the backend itself, so a new backend of a
+//! known executor and schedule is one new row; a new executor or schedule fails to compile
+//! wherever a consumer must learn it (how it runs, its model). CONTRIBUTING.md, "Add a
+//! backend", walks through it.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+mod ll;
+
+pub use self::ll::Ll;
 use super::{NcclAlgo, NcclProto, Ranks};
 
 /// An allreduce implementation. The serialized ids are a contract with profile readers; a
@@ -29,6 +33,32 @@ pub enum Backend {
     TwoStagePush,
     IslandTwoShot,
     IslandOneShot,
+    TwoStageCopy,
+    IslandTwoShotCopy,
+}
+
+/// What runs a backend's calls on the GPU: the question every consumer that launches, prices,
+/// sizes or times a backend asks, by an exhaustive `match`, so a new executor makes the
+/// compiler list each of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Executor {
+    /// NCCL's kernels, through its communicator.
+    Nccl,
+    /// One SM kernel per call moves the data through peer mappings and sums it
+    /// ([`Spec::kernel`]).
+    SmKernel,
+    /// The GPUs' copy engines move every phase's data between the IPC-mapped buffers
+    /// (cuMemcpyDtoDAsync), an SM kernel sums what they landed, and stream memory operations
+    /// on IPC-mapped flags order the ranks: no SM spins on a barrier.
+    CopyEngine(CopySum),
+}
+
+/// The SM kernel a copy-engine backend sums with: `<name>_<dtype>` in kernels/`<source>`,
+/// reading `inputs` landed buffers and writing one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CopySum {
+    pub source: &'static str,
+    pub name: &'static str,
 }
 
 /// Who runs a backend, as engines and users group them.
@@ -140,66 +170,6 @@ pub struct Kernel {
     pub ll: Option<Ll>,
 }
 
-/// The lines an LL (small-message) kernel keeps in each rank's signal allocation after the
-/// flags, which fix how large a message it serves and its grid (src/fabric/cuda/kernels/).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ll {
-    /// A line per data word of the message from each sender, in two buffers by flag parity
-    /// (kernels/allreduce.cu ll1).
-    Message,
-    /// As `Message` with one slot more, the rank's own sum, which peers pull (island.cu lli).
-    MessageAndSum,
-    /// Two stages of `MessageAndSum`'s slots, each of an island shard (island.cu lli).
-    IslandShards,
-    /// A line per data word of a shard from each sender, for two stages (allreduce.cu ll2).
-    Shards,
-    /// A line per data word of a shard for each rank, which peers pull: the rank's input
-    /// words of each peer's shard, and its own reduced shard in its own slot, in two buffers
-    /// by flag parity (allreduce.cu llp).
-    PulledShard,
-}
-
-impl Ll {
-    /// Bytes of one line: an 8-byte data word and two 4-byte flags. Shared with kernels/*.cu
-    /// as layout.rs's `LL_LINE`.
-    pub const LINE_BYTES: u64 = 16;
-
-    /// The largest message per rank (bytes) this layout serves: what its lines hold. The one
-    /// rule both the CUDA fabric's choice of kernel (src/fabric/cuda/kernels/ `ll_blocks`,
-    /// and kernels/*.cu through layout.rs's `LL1_MAX_BYTES` and `LL2_MAX_BYTES`) and the
-    /// simulator's read.
-    pub const fn max_bytes(self) -> u64 {
-        match self {
-            Ll::Message | Ll::MessageAndSum | Ll::IslandShards => 32 << 10,
-            Ll::Shards | Ll::PulledShard => 64 << 10,
-        }
-    }
-
-    /// Lines this layout keeps in each rank's signal allocation over `ranks`, sized for its
-    /// largest message: the one rule both the CUDA fabric's allocation (kernels.rs
-    /// `signal_bytes`, mirroring the line addresses of kernels/allreduce.cu ll1, ll2, llp and
-    /// island.cu lli) and the memory model (memory.rs) read.
-    pub fn lines(self, ranks: Ranks) -> u64 {
-        let words = self.max_bytes() / 8;
-        // Data words of a shard over `of` ranks: at least one.
-        let shard = |of: usize| words.div_ceil(of.max(1) as u64).max(1);
-        let n = ranks.n as u64;
-        match self {
-            // Two buffers (by flag parity) of a line per data word from each sender.
-            Ll::Message => 2 * n * words,
-            // The same with one slot more, the rank's own sum.
-            Ll::MessageAndSum => 2 * (n + 1) * words,
-            // Two stages x two buffers of n + 1 slots of an island shard.
-            Ll::IslandShards => 4 * (n + 1) * shard(ranks.island),
-            // Two stages x two buffers of a shard's lines from each sender.
-            Ll::Shards => 4 * n * shard(ranks.n),
-            // Two buffers of a shard's lines for each rank: the rank's input words of each
-            // peer's shard, and its own reduced shard in its own slot.
-            Ll::PulledShard => 2 * n * shard(ranks.n),
-        }
-    }
-}
-
 impl Kernel {
     /// The LL layout that runs a message of `bytes` per rank; None where the bandwidth kernel
     /// does (no LL form, or a message too large for its lines).
@@ -219,12 +189,14 @@ pub struct Spec {
     /// The id written in profiles.
     pub id: &'static str,
     pub family: Family,
+    pub executor: Executor,
     pub schedule: Schedule,
     pub plane: Plane,
     /// One sentence for `why`, the docs and `--help`.
     pub summary: &'static str,
     /// None for NCCL, whose connections memory.rs models apart.
     pub buffers: Option<Buffers>,
+    /// The one SM kernel of [`Executor::SmKernel`]; None for the other executors.
     pub kernel: Option<Kernel>,
     /// Engine paths of the same shape (engine, path); empty where no engine has one.
     pub engine_paths: &'static [EnginePath],
@@ -292,6 +264,7 @@ const fn nccl(
         backend,
         id,
         family: Family::Nccl,
+        executor: Executor::Nccl,
         schedule: Schedule::Nccl(pin),
         plane: Plane::Nccl,
         summary,
@@ -307,7 +280,7 @@ use NcclAlgo::*;
 use NcclProto::*;
 
 /// Every backend, in [`Backend`]'s order (checked by a test).
-pub const TABLE: [Spec; 13] = [
+pub const TABLE: [Spec; Backend::COUNT] = [
     nccl(
         Backend::Nccl,
         "nccl",
@@ -354,6 +327,7 @@ pub const TABLE: [Spec; 13] = [
         backend: Backend::OneStagePull,
         id: "one_stage_pull",
         family: Family::Peer,
+        executor: Executor::SmKernel,
         schedule: Schedule::Phases(ONE_STAGE),
         plane: Plane::Pull,
         summary: "every GPU reads all peers' inputs through peer memory and reduces locally",
@@ -377,6 +351,7 @@ pub const TABLE: [Spec; 13] = [
         backend: Backend::OneStagePush,
         id: "one_stage_push",
         family: Family::Peer,
+        executor: Executor::SmKernel,
         schedule: Schedule::Phases(ONE_STAGE),
         plane: Plane::Push,
         summary: "every GPU writes its input into every peer's receive slot, then each reduces",
@@ -400,6 +375,7 @@ pub const TABLE: [Spec; 13] = [
         backend: Backend::TwoStagePull,
         id: "two_stage_pull",
         family: Family::Peer,
+        executor: Executor::SmKernel,
         schedule: Schedule::Phases(TWO_STAGE),
         plane: Plane::Pull,
         summary: "reduce-scatter by reading peers' shards, then all-gather by reading their sums",
@@ -422,6 +398,7 @@ pub const TABLE: [Spec; 13] = [
         backend: Backend::TwoStagePush,
         id: "two_stage_push",
         family: Family::Peer,
+        executor: Executor::SmKernel,
         schedule: Schedule::Phases(TWO_STAGE),
         plane: Plane::Push,
         summary:
@@ -445,6 +422,7 @@ pub const TABLE: [Spec; 13] = [
         backend: Backend::IslandTwoShot,
         id: "island_two_shot",
         family: Family::Hierarchical,
+        executor: Executor::SmKernel,
         schedule: Schedule::Phases(ISLAND_TWO_SHOT),
         plane: Plane::PerPhase,
         summary:
@@ -472,6 +450,7 @@ pub const TABLE: [Spec; 13] = [
         backend: Backend::IslandOneShot,
         id: "island_one_shot",
         family: Family::Hierarchical,
+        executor: Executor::SmKernel,
         schedule: Schedule::Phases(ISLAND_ONE_SHOT),
         plane: Plane::PerPhase,
         summary: "each island sums in one stage, then islands exchange their sums once",
@@ -493,11 +472,63 @@ pub const TABLE: [Spec; 13] = [
         }),
         engine_paths: &[],
     },
+    Spec {
+        backend: Backend::TwoStageCopy,
+        id: "two_stage_copy",
+        family: Family::Peer,
+        executor: Executor::CopyEngine(SUM),
+        schedule: Schedule::Phases(TWO_STAGE),
+        plane: Plane::Pull,
+        summary: "copy engines gather peers' shards into local slots, an SM kernel sums them, \
+                  then copy engines gather the sums",
+        // The shared input peers' copy engines read shards from, a slot per peer for the
+        // shards copied in, and the reduced shard peers copy out.
+        buffers: Some(Buffers {
+            input: true,
+            scratch: &[(Peers, E::Shard), (One, E::Shard)],
+            output: false,
+        }),
+        kernel: None,
+        engine_paths: &[],
+    },
+    Spec {
+        backend: Backend::IslandTwoShotCopy,
+        id: "island_two_shot_copy",
+        family: Family::Hierarchical,
+        executor: Executor::CopyEngine(SUM),
+        schedule: Schedule::Phases(ISLAND_TWO_SHOT),
+        plane: Plane::Pull,
+        summary: "island_two_shot with copy engines moving every phase, the crossing between \
+                  islands included, and an SM kernel summing",
+        // The shared input, slots for island peers' shards, the island's partial, slots for
+        // other islands' partials, and the summed shard island peers gather.
+        buffers: Some(Buffers {
+            input: true,
+            scratch: &[
+                (IslandPeers, E::IslandShard),
+                (One, E::IslandShard),
+                (OtherIslands, E::IslandShard),
+                (One, E::IslandShard),
+            ],
+            output: false,
+        }),
+        kernel: None,
+        engine_paths: &[],
+    },
 ];
 
+/// The sum kernel of the copy-engine backends.
+const SUM: CopySum = CopySum {
+    source: "ce_sum.cu",
+    name: "ce_sum",
+};
+
 impl Backend {
-    pub const ALL: [Backend; 13] = {
-        let mut out = [Backend::Nccl; 13];
+    /// How many backends there are.
+    pub const COUNT: usize = 15;
+
+    pub const ALL: [Backend; Backend::COUNT] = {
+        let mut out = [Backend::Nccl; Backend::COUNT];
         let mut i = 0;
         while i < TABLE.len() {
             out[i] = TABLE[i].backend;
@@ -524,9 +555,19 @@ impl Backend {
         self.spec().family
     }
 
-    /// A peer-to-peer kernel of ours (needs P2P and IPC buffers), as opposed to NCCL.
+    /// What runs its calls ([`Executor`]).
+    pub fn executor(self) -> Executor {
+        self.spec().executor
+    }
+
+    /// Whether artune's own data plane runs it (P2P and IPC buffers: an SM kernel or copy
+    /// engines), as opposed to NCCL: the one "not NCCL" question, for consumers that ask
+    /// what an engine needs rather than how it runs.
     pub fn is_custom(self) -> bool {
-        self.spec().buffers.is_some()
+        match self.executor() {
+            Executor::Nccl => false,
+            Executor::SmKernel | Executor::CopyEngine(_) => true,
+        }
     }
 
     pub fn is_nccl(self) -> bool {
@@ -605,10 +646,14 @@ impl JsonSchema for Backend {
         let one_of: Vec<serde_json::Value> = TABLE
             .iter()
             .map(|s| {
-                let family = match s.family {
-                    Family::Nccl => "NCCL",
-                    Family::Peer => "peer-to-peer kernel",
-                    Family::Hierarchical => "island schedule (only artune's kernels run it)",
+                let family = match (s.family, s.executor) {
+                    (Family::Nccl, _) => "NCCL",
+                    (Family::Peer, Executor::CopyEngine(_)) => "peer-to-peer, by copy engines",
+                    (Family::Peer, _) => "peer-to-peer kernel",
+                    (Family::Hierarchical, Executor::CopyEngine(_)) => {
+                        "island schedule by copy engines (only artune runs it)"
+                    }
+                    (Family::Hierarchical, _) => "island schedule (only artune's kernels run it)",
                 };
                 serde_json::json!({
                     "type": "string",
@@ -618,7 +663,7 @@ impl JsonSchema for Backend {
             })
             .collect();
         schemars::json_schema!({
-            "description": "An allreduce implementation, as profiles name it (src/allreduce/backend.rs).",
+            "description": "An allreduce implementation, as profiles name it (src/allreduce/backend/).",
             "oneOf": one_of,
         })
     }
@@ -631,45 +676,4 @@ impl std::fmt::Display for Backend {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_table_is_in_backend_order_and_ids_match_serde() {
-        for (i, s) in TABLE.iter().enumerate() {
-            assert_eq!(s.backend as usize, i, "{} is out of place", s.id);
-            assert_eq!(Backend::from_id(s.id), Some(s.backend));
-            assert_eq!(
-                serde_json::to_string(&s.backend).unwrap(),
-                format!("\"{}\"", s.id)
-            );
-        }
-    }
-
-    #[test]
-    fn entries_agree_with_themselves() {
-        for s in &TABLE {
-            let b = s.backend;
-            // A kernel exactly where there are buffers, and phases exactly where not NCCL.
-            assert_eq!(s.kernel.is_some(), s.buffers.is_some(), "{b}");
-            assert_eq!(b.phases().is_empty(), b.is_nccl(), "{b}");
-            assert_eq!(s.plane == Plane::Nccl, b.is_nccl(), "{b}");
-            // Island phases only in hierarchical schedules, and every hierarchical schedule
-            // crosses between islands.
-            let islands = b
-                .phases()
-                .iter()
-                .any(|p| p.peers != Peers::All || p.part == Part::IslandShard);
-            assert_eq!(islands, b.is_hierarchical(), "{b}");
-            if b.is_hierarchical() {
-                assert!(b.phases().iter().any(|p| p.peers == Peers::Counterparts));
-                assert!(!b.engines_have(), "{b}: no engine has an island schedule");
-            }
-            // Every schedule ends with every GPU holding the whole sum: the last phase covers
-            // the message or gathers it.
-            if let Some(last) = b.phases().last() {
-                assert!(last.part == Part::Message || !last.reduces, "{b}");
-            }
-        }
-    }
-}
+mod tests;
