@@ -624,7 +624,7 @@ fn a_size_range_beyond_the_gpus_or_the_profile_is_refused_up_front() {
             &["--sim", "pcie-2x"],
             "1K:512G",
             "a TP2 group's custom kernels with their buffers for 512G messages and its input \
-             and output need at least 3.5 TiB per GPU, more than the 96.0 GiB GPU 0 has in all; \
+             and output need at least 4.5 TiB per GPU, more than the 96.0 GiB GPU 0 has in all; \
              choose HIGH at most 8G",
         ),
     ] {
@@ -677,7 +677,7 @@ fn custom_buffers_beyond_the_gpu_memory_are_refused_up_front() {
     let err = common::text(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(
-        err.contains("more than the 4.0 GiB GPU 0 has free; choose HIGH at most 512M"),
+        err.contains("more than the 4.0 GiB GPU 0 has free; choose HIGH at most 256M"),
         "{err}"
     );
     assert!(!out.exists());

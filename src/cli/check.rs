@@ -429,6 +429,8 @@ mod tests {
             wait: 60,
             sim_occupancy: None,
             json: false,
+            nccl_audit: false,
+            tp: None,
         };
         assert_eq!(retune(&a, &p), "artune tune --out p.json");
         p.topology.origin.kind = "loopback".into();
