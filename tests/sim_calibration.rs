@@ -373,7 +373,9 @@ fn with_sys(t: Topology, gpus: &[usize]) -> SimFabric {
 fn c1_a_switch_without_a_stated_curve_forwards_as_c1s() {
     let mut f = with_sys(as_read(get("pcie-8x-2switch").unwrap()), &ALL8);
     let s = f.probe(Direction::Write, 7, 64 * MB).unwrap();
-    assert!(within(s.aggregate_gbps, 179.0, 0.03), "{s:?}");
+    // 5%: a probe's jitter (σ 1.3%, one draw per direction and peer count) on the model's
+    // 179; a crossbar without limit reads 192 before its jitter.
+    assert!(within(s.aggregate_gbps, 179.0, 0.05), "{s:?}");
     assert!(f
         .assumed()
         .iter()

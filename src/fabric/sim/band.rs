@@ -94,8 +94,8 @@ impl Part {
             // The middle of the two makes, and either make's curve may hold: the widest.
             Part::KernelUnstated => 0.75,
             // C1 across switches, C1 56 pairs, C2 same socket: largest residual
-            // ln(182.26/179) = 0.018.
-            Part::RootComplex => 0.02,
+            // ln(186.03/179) = 0.039, C1's 56 pairs read through one probe's jitter (σ 1.3%).
+            Part::RootComplex => 0.04,
             // C2 staggered cross-socket reads: largest residual ln(52.99/40.8) = 0.261 (k = 7).
             Part::Interconnect => 0.27,
             // NCCL's bandwidth terms: its own figures reach ln 0.25 (C6 #1603's SHM busbw
