@@ -19,7 +19,7 @@ type ProfileMemory = (&'static str, u64, bool, Option<u64>, Option<u64>);
 
 fn backend(id: &str) -> PyResult<Backend> {
     // What the op runs: the SM kernels (copy-engine backends are the tune's alone).
-    let runs = |b: &Backend| routes::Kernels::Artune.takes(*b);
+    let runs = |b: &Backend| routes::KernelSetting::Artune.takes(*b);
     Backend::from_id(id).filter(runs).ok_or_else(|| {
         let kernels: Vec<&str> = Backend::ALL
             .iter()
