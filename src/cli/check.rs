@@ -22,6 +22,12 @@ fn source(a: &CheckArgs) -> Source {
 /// The command that tunes the machine `a` checks against again, into the profile's file (as
 /// virtual ranks again where `p` was tuned so and nothing else names the machine).
 fn retune(a: &CheckArgs, p: &Profile) -> String {
+    retune_on(a, p, None)
+}
+
+/// [`retune`] for a machine read with `machine_gpus` GPUs: one GPU tunes only as virtual ranks,
+/// as many as the profile had.
+fn retune_on(a: &CheckArgs, p: &Profile, machine_gpus: Option<usize>) -> String {
     let q = |s: &str| crate::shell::quote(s);
     let mut c = String::from("artune tune");
     if let Some(s) = &a.sim {
@@ -30,8 +36,9 @@ fn retune(a: &CheckArgs, p: &Profile) -> String {
     if let Some(t) = &a.topology {
         c += &format!(" --topology {}", q(&t.display().to_string()));
     }
-    let virtual_ranks = (p.topology.origin.kind == "loopback" && a.sim.is_none())
-        .then_some(p.topology.gpu_count())
+    let one_gpu = machine_gpus == Some(1);
+    let virtual_ranks = ((p.topology.origin.kind == "loopback" || one_gpu) && a.sim.is_none())
+        .then_some(p.topology.gpu_count().max(2))
         .filter(|_| a.topology.is_none());
     if let Some(k) = a.loopback.or(virtual_ranks) {
         c += &format!(" --loopback {k}");
@@ -73,13 +80,16 @@ pub fn run(a: CheckArgs) -> Result<i32, Error> {
                 "profile": a.profile, "against": against, "measured": false,
                 "holds": v.valid(), "changes": reasons, "notes": notes, "unchecked": unchecked,
                 "simulated": p.simulated,
-                "retune": (!v.valid()).then(|| retune(&a, &p)),
+                "retune": (!v.valid()).then(|| retune_on(&a, &p, Some(now.gpu_count()))),
             }))
             .expect("json")
         );
     }
     if !v.valid() {
-        return Err(stale(&a, &p, v.summary(4)));
+        return Err(Error::Stale {
+            why: v.summary(4),
+            retune: retune_on(&a, &p, Some(now.gpu_count())),
+        });
     }
     if a.json {
         return Ok(0);
@@ -433,6 +443,15 @@ mod tests {
             tp: None,
         };
         assert_eq!(retune(&a, &p), "artune tune --out p.json");
+        // A machine of one GPU tunes the profile's GPUs as virtual ranks.
+        assert_eq!(
+            retune_on(&a, &p, Some(1)),
+            format!(
+                "artune tune --loopback {} --out p.json",
+                p.topology.gpu_count()
+            )
+        );
+        assert_eq!(retune_on(&a, &p, Some(2)), "artune tune --out p.json");
         p.topology.origin.kind = "loopback".into();
         assert_eq!(retune(&a, &p), "artune tune --loopback 4 --out p.json");
         a.topology = Some("one.json".into());
