@@ -94,7 +94,7 @@ pub fn run(a: CheckArgs) -> Result<i32, Error> {
         "{} holds for {against}: topology class {} ({}){notes}{unchecked}{}",
         a.profile.display(),
         p.fingerprint.topology_class,
-        crate::export::group_names(&p),
+        p.group_names(),
         if p.simulated {
             "; the profile is SIMULATED"
         } else {
@@ -217,7 +217,7 @@ fn verdict(a: &CheckArgs, p: &Profile, points: &[Point], took: f64) -> Result<i3
             "TP{} {} GPUs {} at {}",
             x.tp,
             x.mode.id(),
-            crate::report::fmt_gpus(&x.gpus),
+            crate::topology::fmt_gpus(&x.gpus),
             fmt_bytes(x.bytes)
         )
     };
@@ -352,7 +352,7 @@ fn beside_note(points: &[crate::recheck::Point]) {
                 "TP{} {} GPUs {}",
                 x.tp,
                 x.mode.id(),
-                crate::report::fmt_gpus(&x.gpus)
+                crate::topology::fmt_gpus(&x.gpus)
             )
         })
         .collect();
