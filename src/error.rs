@@ -46,10 +46,12 @@ pub enum Error {
         reason: String,
     },
     /// A file given as a profile that is not a valid one: the advice fits what it is.
-    #[error("{path} is not a valid profile: {error}{}", profile_hint(error, path))]
+    /// Built by `ProfileError::at`, which knows the kinds of refusal and their advice.
+    #[error("{path} is not a valid profile: {reason}{hint}")]
     Profile {
         path: PathBuf,
-        error: crate::profile::ProfileError,
+        reason: String,
+        hint: String,
     },
     /// `retune` is the command that tunes this machine again into the same file.
     #[error("profile is stale: {why}; run `{retune}` to tune this machine again")]
@@ -80,22 +82,6 @@ fn parse_hint(what: &str, _path: &std::path::Path) -> String {
     match what {
         "workload file" => "; see `artune predict --help` for the format".into(),
         _ => String::new(),
-    }
-}
-
-/// What to do about a file that is not a valid profile: tune into it again only where it is
-/// one (the advice a tune would follow, see `ProfileError::is_a_profile`), pass a topology
-/// file as `--topology`, and otherwise name a profile.
-fn profile_hint(e: &crate::profile::ProfileError, path: &std::path::Path) -> String {
-    use crate::profile::ProfileError as P;
-    let quoted = crate::shell::quote(&path.display().to_string());
-    match e {
-        P::TopologyFile => format!(
-            "; to simulate that machine pass it as `--topology {quoted}` (e.g. `artune tune --topology {quoted} --out profile.json`)"
-        ),
-        P::TooLarge { .. } | P::SchemaTooNew { .. } => String::new(),
-        e if !e.is_a_profile() => "; name a profile that `artune tune` wrote".into(),
-        _ => format!("; run `artune tune --out {quoted}` to write a new one"),
     }
 }
 
@@ -154,10 +140,7 @@ mod tests {
                 EXIT_BAD_INPUT,
             ),
             (
-                Error::Profile {
-                    path: p(),
-                    error: crate::profile::ProfileError::NotAProfile,
-                },
+                crate::profile::ProfileError::NotAProfile.at(&p()),
                 EXIT_BAD_INPUT,
             ),
             (
@@ -201,10 +184,7 @@ mod tests {
             reason: "it ends too early".into(),
         };
         use crate::profile::ProfileError as P;
-        let profile = |error| Error::Profile {
-            path: p.clone(),
-            error,
-        };
+        let profile = |error: P| error.at(&p);
         let old = profile(P::SchemaUnsupported { found: 0 }).to_string();
         assert!(
             old.ends_with("run `artune tune --out p.json` to write a new one"),

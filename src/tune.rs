@@ -300,7 +300,7 @@ fn check_measured(p: &Profile) -> Result<(), Error> {
         .unwrap_or_default();
     Err(Error::Hardware(format!(
         "no backend could be measured on GPUs {} ({} mode), so no profile was written{first}; fix what the warnings report, then run again",
-        crate::report::fmt_gpus(&g.gpus),
+        crate::topology::fmt_gpus(&g.gpus),
         g.mode.id()
     )))
 }

@@ -436,11 +436,11 @@ pub fn predict<'a>(
     w: &Workload,
 ) -> Result<Prediction<'a>, Error> {
     let g = p.group(Query { tp, mode, gpus }).ok_or_else(|| {
-        let have = crate::export::group_names(p);
+        let have = p.group_names();
         Error::bad_input(format!(
             "the profile has no TP{tp} {} group{} (it has {}); pass --tp, --mode and --gpus to match",
             mode.id(),
-            gpus.map_or(String::new(), |v| format!(" on GPUs {}", crate::report::fmt_gpus(v))),
+            gpus.map_or(String::new(), |v| format!(" on GPUs {}", crate::topology::fmt_gpus(v))),
             have
         ))
     })?;

@@ -220,3 +220,128 @@ fn no_function_runs_over_150_lines() {
     }
     assert!(long.is_empty(), "split these: {long:?}");
 }
+
+/// The top-level modules each line of `text` names, `crate::a::..` and `crate::{a, b}` alike.
+fn tops_named(text: &str) -> Vec<String> {
+    let word = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
+        for (i, _) in line.match_indices("crate::") {
+            let rest = &line[i + "crate::".len()..];
+            if let Some(group) = rest.strip_prefix('{') {
+                let group = group.split('}').next().unwrap_or("");
+                out.extend(group.split(',').map(|s| word(s.trim())));
+            } else {
+                out.push(word(rest));
+            }
+        }
+    }
+    out.retain(|w| !w.is_empty());
+    out
+}
+
+/// `text` without its `#[cfg(test)]` modules, and the names of those declared in other files.
+fn without_tests(text: &str) -> (String, Vec<String>) {
+    let lines: Vec<&str> = text.lines().collect();
+    let (mut kept, mut test_files) = (Vec::new(), Vec::new());
+    let mut i = 0;
+    while i < lines.len() {
+        let next = lines.get(i + 1).map_or("", |l| l.trim());
+        if lines[i].trim() == "#[cfg(test)]" && next.starts_with("mod ") {
+            if let Some(name) = next.strip_prefix("mod ").and_then(|n| n.strip_suffix(';')) {
+                test_files.push(name.to_string());
+                i += 2;
+                continue;
+            }
+            // An inline module: skip to the brace that closes it.
+            let mut depth = 0i32;
+            i += 1;
+            while i < lines.len() {
+                depth +=
+                    lines[i].matches('{').count() as i32 - lines[i].matches('}').count() as i32;
+                i += 1;
+                if depth <= 0 && lines[i - 1].contains('}') {
+                    break;
+                }
+            }
+            continue;
+        }
+        kept.push(lines[i]);
+        i += 1;
+    }
+    (kept.join("\n"), test_files)
+}
+
+/// Every .rs file under src/ that is not a test file, with its code outside test modules.
+fn non_test_sources() -> Vec<(PathBuf, String)> {
+    let mut files = Vec::new();
+    let mut stack = vec![Path::new(ROOT).join("src")];
+    while let Some(p) = stack.pop() {
+        if p.is_dir() {
+            stack.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            files.push(p);
+        }
+    }
+    let mut test_only: Vec<PathBuf> = Vec::new();
+    let mut out = Vec::new();
+    for p in &files {
+        let (code, tests) = without_tests(&std::fs::read_to_string(p).unwrap());
+        let stem = p.file_stem().unwrap().to_string_lossy();
+        let dir = if ["mod", "lib", "main"].contains(&stem.as_ref()) {
+            p.parent().unwrap().to_path_buf()
+        } else {
+            p.with_extension("")
+        };
+        for t in tests {
+            test_only.push(dir.join(format!("{t}.rs")));
+            test_only.push(dir.join(t));
+        }
+        out.push((p.clone(), code));
+    }
+    out.retain(|(p, _)| !test_only.iter().any(|t| p.starts_with(t)));
+    out
+}
+
+#[test]
+fn no_two_top_level_modules_name_each_other() {
+    let src = Path::new(ROOT).join("src");
+    let mut edges: Vec<(String, String)> = Vec::new();
+    for (path, text) in non_test_sources() {
+        let rel = path.strip_prefix(&src).unwrap();
+        let first = rel
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy();
+        let from = first.trim_end_matches(".rs").to_string();
+        if from == "lib" || from == "main" {
+            continue;
+        }
+        for to in tops_named(&text) {
+            if to != from && !edges.contains(&(from.clone(), to.clone())) {
+                edges.push((from.clone(), to));
+            }
+        }
+    }
+    assert!(
+        edges.len() > 50,
+        "the scan found too few imports: {edges:?}"
+    );
+    let mut pairs: Vec<String> = edges
+        .iter()
+        .filter(|(a, b)| a < b && edges.contains(&(b.clone(), a.clone())))
+        .map(|(a, b)| format!("{a} <-> {b}"))
+        .collect();
+    pairs.sort();
+    assert!(
+        pairs.is_empty(),
+        "top-level modules that name each other (move what one borrows to where it belongs): {}",
+        pairs.join(", ")
+    );
+}

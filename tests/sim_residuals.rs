@@ -14,7 +14,7 @@ use boxes::asus;
 use std::collections::{BTreeMap, BTreeSet};
 
 use artune::allreduce::Executor;
-use artune::fabric::sim::band::{Band, Part};
+use artune::fabric::sim::band::{Band, BandPart};
 use artune::fabric::sim::calibration::{Calibration, Source};
 use artune::fabric::sim::nccl::Level;
 use artune::fabric::sim::SimFabric;
@@ -35,7 +35,7 @@ struct Row {
     /// The model part the figure judges, where one part alone prices it: a rate's part, or a
     /// time's fixed or data part where that side is at least [`ALONE`] of the time. A time
     /// of both is judged by its band only.
-    part: Option<Part>,
+    part: Option<BandPart>,
 }
 
 /// The share of a time one side must have for the figure to judge that side's part alone.
@@ -89,8 +89,8 @@ fn timing(
     backends: &[Backend],
     bytes: u64,
     mode: Mode,
-    data: Part,
-) -> (f64, Band, Option<Part>) {
+    data: BandPart,
+) -> (f64, Band, Option<BandPart>) {
     let (b, t) = backends
         .iter()
         .map(|&b| (b, median(f, b, bytes, mode)))
@@ -99,9 +99,9 @@ fn timing(
     let band = f.band(b, bytes).unwrap();
     let (fixed, moved) = f.model_split(b, bytes).unwrap();
     let own = match b.executor() {
-        Executor::Nccl => Part::NcclFixed,
-        Executor::SmKernel => Part::KernelFixed,
-        Executor::CopyEngine(_) => Part::CopyFixed,
+        Executor::Nccl => BandPart::NcclFixed,
+        Executor::SmKernel => BandPart::KernelFixed,
+        Executor::CopyEngine(_) => BandPart::CopyFixed,
     };
     let share = fixed / (fixed + moved);
     let part = if share >= ALONE {
@@ -118,7 +118,7 @@ fn busbw(bytes: u64, us: f64, n: usize) -> f64 {
     bytes as f64 / (us * 1e3) * 2.0 * (n as f64 - 1.0) / n as f64
 }
 
-fn parts(p: &[Part]) -> Band {
+fn parts(p: &[BandPart]) -> Band {
     Band::of(p.iter().copied().collect::<BTreeSet<_>>())
 }
 
@@ -146,15 +146,15 @@ fn rows(cal: &Calibration) -> Vec<Row> {
             part,
         })
     };
-    let links = || parts(&[Part::Links]);
-    let rc = || parts(&[Part::Links, Part::RootComplex]);
+    let links = || parts(&[BandPart::Links]);
+    let rc = || parts(&[BandPart::Links, BandPart::RootComplex]);
     let sum = |f: &SimFabric, d, p: &[(usize, usize)]| -> f64 {
         f.transfer_gbps(d, p).unwrap().iter().sum()
     };
 
     // C1: copy-engine rates on the two-switch box.
     let c1 = fabric(get("pcie-8x-2switch").unwrap(), cal);
-    let (l, r) = (Some(Part::Links), Some(Part::RootComplex));
+    let (l, r) = (Some(BandPart::Links), Some(BandPart::RootComplex));
     for (figure, published, pairs, band, part) in [
         (
             "C1 one pair, same switch, GB/s",
@@ -215,20 +215,26 @@ fn rows(cal: &Calibration) -> Vec<Row> {
         (MB, 79.98),
         (4 * MB, 182.44),
     ] {
-        let (t, band, part) = timing(&mut c1p, &ring, bytes, Mode::Graph, Part::NcclProtocol);
+        let (t, band, part) = timing(&mut c1p, &ring, bytes, Mode::Graph, BandPart::NcclProtocol);
         let figure = format!("C1 NCCL ring {} KB, us", bytes / KB);
         push(Source::C1, figure, us, t, band, part);
     }
     for (bytes, bw) in [(16 * MB, 44.61), (64 * MB, 45.74), (256 * MB, 46.10)] {
-        let (t, band, part) = timing(&mut c1p, &ring, bytes, Mode::Graph, Part::NcclProtocol);
+        let (t, band, part) = timing(&mut c1p, &ring, bytes, Mode::Graph, BandPart::NcclProtocol);
         let figure = format!("C1 NCCL ring busbw {} MB, GB/s", bytes / MB);
         push(Source::C1, figure, bw, busbw(bytes, t, 8), band, part);
     }
 
     // C2: direct-attached, two sockets.
     let c2 = fabric(get("pcie-8x-direct-2socket").unwrap(), cal);
-    let x = || parts(&[Part::Links, Part::RootComplex, Part::Interconnect]);
-    let i = Some(Part::Interconnect);
+    let x = || {
+        parts(&[
+            BandPart::Links,
+            BandPart::RootComplex,
+            BandPart::Interconnect,
+        ])
+    };
+    let i = Some(BandPart::Interconnect);
     let seven: Vec<(usize, usize)> = (1..8).map(|p| (p, 0)).collect();
     for (figure, published, dir, pairs, band, part) in [
         (
@@ -317,23 +323,23 @@ fn rows(cal: &Calibration) -> Vec<Row> {
         (MB, 288.6, 129.7),
     ] {
         let pull = [Backend::OneStagePull];
-        let (t, band, part) = timing(&mut c2p, &pull, bytes, Mode::Graph, Part::Interconnect);
+        let (t, band, part) = timing(&mut c2p, &pull, bytes, Mode::Graph, BandPart::Interconnect);
         let figure = format!("C2 one-shot {} KB, us", bytes / KB);
         push(Source::C2, figure, one, t, band, part);
-        let (t, band, part) = timing(&mut c2p, &ring, bytes, Mode::Graph, Part::NcclProtocol);
+        let (t, band, part) = timing(&mut c2p, &ring, bytes, Mode::Graph, BandPart::NcclProtocol);
         let figure = format!("C2 NCCL (graph XML) {} KB, us", bytes / KB);
         push(Source::C2, figure, nccl, t, band, part);
     }
 
     // C5: kernel loads and stores, 4 GPUs under one Microchip switch.
     let c5 = fabric(get("pcie-4x-1switch").unwrap(), cal);
-    let kernel = || parts(&[Part::Links, Part::KernelMicrochip]);
+    let kernel = || parts(&[BandPart::Links, BandPart::KernelMicrochip]);
     let all4: Vec<(usize, usize)> = (0..4)
         .flat_map(|a| (0..4).filter(move |&b| b != a).map(move |b| (a, b)))
         .collect();
     let k =
         |d, p: &[(usize, usize)]| -> f64 { c5.kernel_transfer_gbps(d, p).unwrap().iter().sum() };
-    let km = Part::KernelMicrochip;
+    let km = BandPart::KernelMicrochip;
     for (figure, published, simulated) in [
         (
             "C5 isolated store, GB/s",
@@ -374,7 +380,7 @@ fn rows(cal: &Calibration) -> Vec<Row> {
         p.p2p.write = Status::No;
     }
     let mut f = prepared(nop2p, &ALL8, None, cal);
-    let (t, band, part) = timing(&mut f, &own, 8, Mode::Eager, Part::NcclProtocol);
+    let (t, band, part) = timing(&mut f, &own, 8, Mode::Eager, BandPart::NcclProtocol);
     let figure = "C6 #1530 8 B, 8 GPUs without P2P, us".to_string();
     push(Source::C6, figure, 42.1, t, band, part);
     let mut quad = gen4(get("pcie-8x-direct-2socket").unwrap());
@@ -383,7 +389,7 @@ fn rows(cal: &Calibration) -> Vec<Row> {
     quad.normalize().unwrap();
     for (level, want, what) in [(None, 18.0, "SHM"), (Some(Level::Sys), 22.0, "P2P")] {
         let mut f = prepared(quad.clone(), &[0, 1, 2, 3], level, cal);
-        let (t, band, part) = timing(&mut f, &own, 256 * MB, Mode::Eager, Part::NcclProtocol);
+        let (t, band, part) = timing(&mut f, &own, 256 * MB, Mode::Eager, BandPart::NcclProtocol);
         let figure = format!("C6 #1603 4x4090 {what} busbw, GB/s");
         push(Source::C6, figure, want, busbw(256 * MB, t, 4), band, part);
     }
@@ -401,10 +407,10 @@ fn rows(cal: &Calibration) -> Vec<Row> {
         (128 * KB, 51.6, 32.1),
         (256 * KB, 56.5, 37.3),
     ] {
-        let (t, band, part) = timing(&mut d, &own, bytes, Mode::Eager, Part::NcclProtocol);
+        let (t, band, part) = timing(&mut d, &own, bytes, Mode::Eager, BandPart::NcclProtocol);
         let figure = format!("C6 Turin NCCL defaults {} KB, us", bytes / KB);
         push(Source::C6, figure, slow, t, band, part);
-        let (t, band, part) = timing(&mut c2p, &ring, bytes, Mode::Eager, Part::NcclProtocol);
+        let (t, band, part) = timing(&mut c2p, &ring, bytes, Mode::Eager, BandPart::NcclProtocol);
         let figure = format!("C6 Turin NCCL graph XML {} KB, us", bytes / KB);
         push(Source::C6, figure, fast, t, band, part);
     }
@@ -458,10 +464,10 @@ fn rows(cal: &Calibration) -> Vec<Row> {
     let cross: Vec<(usize, usize)> = (0..4).flat_map(|a| (4..8).map(move |b| (a, b))).collect();
     let back: Vec<(usize, usize)> = cross.iter().map(|&(a, b)| (b, a)).collect();
     let crossed = [
-        Part::Links,
-        Part::RootComplex,
-        Part::Interconnect,
-        Part::Collapse,
+        BandPart::Links,
+        BandPart::RootComplex,
+        BandPart::Interconnect,
+        BandPart::Collapse,
     ];
     for (dir, what, pairs, want) in [
         (Direction::Write, "writes", &cross, 7.7),
@@ -475,21 +481,21 @@ fn rows(cal: &Calibration) -> Vec<Row> {
             want,
             got,
             parts(&crossed),
-            Some(Part::Collapse),
+            Some(BandPart::Collapse),
         );
     }
     // Eight GPUs' bytes leave each partition towards three root complexes and collapse (C3);
     // four send to one and do not.
     let groups = [
-        (&mut r2, 8, eight, Part::Collapse),
-        (&mut r2h, 4, four, Part::KernelBroadcom),
+        (&mut r2, 8, eight, BandPart::Collapse),
+        (&mut r2h, 4, four, BandPart::KernelBroadcom),
     ];
     for (f, n, sizes, data) in groups {
         for &(bytes, one, nccl) in sizes {
             let (t, band, part) = timing(f, &[Backend::OneStagePull], bytes, Mode::Graph, data);
             let figure = format!("R2 one-shot, {n} GPUs, {bytes} B, us");
             push(Source::R2, figure, one, t, band, part);
-            let (t, band, part) = timing(f, &own, bytes, Mode::Graph, Part::NcclProtocol);
+            let (t, band, part) = timing(f, &own, bytes, Mode::Graph, BandPart::NcclProtocol);
             let figure = format!("R2 NCCL, {n} GPUs, {bytes} B, us");
             push(Source::R2, figure, nccl, t, band, part);
         }
@@ -508,7 +514,7 @@ fn rows(cal: &Calibration) -> Vec<Row> {
     let mut r3 = prepared(sixteen.clone(), &all16, Some(Level::Sys), cal);
     for (m, us) in [(1u64, 36.07), (4, 36.45), (8, 39.65), (12, 39.34)] {
         let bytes = m * 7168 * 2;
-        let (t, band, part) = timing(&mut r3, &own, bytes, Mode::Graph, Part::NcclProtocol);
+        let (t, band, part) = timing(&mut r3, &own, bytes, Mode::Graph, BandPart::NcclProtocol);
         let figure = format!("R3 NCCL, 16 GPUs, {bytes} B, us");
         push(Source::R3, figure, us, t, band, part);
     }
@@ -625,7 +631,7 @@ fn every_figure_predicted_without_its_source_lies_inside_its_band() {
 /// and left out (docs/MODEL-ERROR.md's derivation table).
 #[test]
 fn each_part_covers_its_figures_in_and_out_of_sample() {
-    let mut worst: BTreeMap<Part, (f64, String, f64, String)> = BTreeMap::new();
+    let mut worst: BTreeMap<BandPart, (f64, String, f64, String)> = BTreeMap::new();
     for (rows, left) in [(in_sample(), false), (left_out(), true)] {
         for r in rows {
             let Some(part) = r.part else { continue };
@@ -815,7 +821,7 @@ fn an_unstated_switch_make_widens_the_custom_band() {
     let mut f = prepared(t, &[0, 1, 2, 3], None, &fitted);
     let unstated = f.band(Backend::OneStagePush, 4096).unwrap();
     assert!(unstated.high > stated.high, "{unstated:?} vs {stated:?}");
-    assert!(unstated.parts.contains(&Part::KernelUnstated));
+    assert!(unstated.parts.contains(&BandPart::KernelUnstated));
     let m = Fabric::model_band(&mut f, Backend::OneStagePush, 4096).unwrap();
     assert!(m.assumed);
     assert!(
@@ -847,13 +853,16 @@ fn an_unstated_make_covers_the_collapse_it_may_have() {
         median(&mut f, Backend::OneStagePull, big, Mode::Graph),
     );
     let band = f.band(Backend::OneStagePull, big).unwrap();
-    assert!(band.parts.contains(&Part::CollapseUnstated), "{band:?}");
+    assert!(band.parts.contains(&BandPart::CollapseUnstated), "{band:?}");
     assert!(
         slow > 5.0 * fast && slow <= fast * band.high,
         "{slow} vs {fast}: {band:?}"
     );
     let nccl = f.band(Backend::Nccl, big).unwrap();
-    assert!(!nccl.parts.contains(&Part::CollapseUnstated), "{nccl:?}");
+    assert!(
+        !nccl.parts.contains(&BandPart::CollapseUnstated),
+        "{nccl:?}"
+    );
     assert!(
         Fabric::model_band(&mut f, Backend::OneStagePull, big)
             .unwrap()
@@ -879,7 +888,7 @@ fn an_unstated_forwarding_curve_widens_the_custom_band_only() {
         stated.band(Backend::OneStagePush, big).unwrap(),
     );
     assert!(
-        kernel.parts.contains(&Part::ForwardingUnstated),
+        kernel.parts.contains(&BandPart::ForwardingUnstated),
         "{kernel:?}"
     );
     assert!(
@@ -887,7 +896,10 @@ fn an_unstated_forwarding_curve_widens_the_custom_band_only() {
         "{kernel:?} vs {kernel_stated:?}"
     );
     let nccl = f.band(Backend::Nccl, big).unwrap();
-    assert!(!nccl.parts.contains(&Part::ForwardingUnstated), "{nccl:?}");
+    assert!(
+        !nccl.parts.contains(&BandPart::ForwardingUnstated),
+        "{nccl:?}"
+    );
     assert_eq!(nccl, stated.band(Backend::Nccl, big).unwrap());
     assert!(
         Fabric::model_band(&mut f, Backend::OneStagePush, 4096)

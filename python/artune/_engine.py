@@ -561,7 +561,7 @@ def round_up16(n: int) -> int:
 #: Which sizes artune's own kernels (artune.allreduce) take inside an engine: ``islands`` (the
 #: default) where the profile chose a kernel no engine has (the island schedules), ``artune``
 #: every size the profile gives a custom kernel, ``engine`` none. The rule is Rust's
-#: (src/profile/routes.rs ``Kernels``), which `artune why` reports from.
+#: (src/profile/routes.rs ``KernelSetting``), which `artune why` reports from.
 ENV_KERNELS = "ARTUNE_KERNELS"
 KERNELS = {"islands": ("islands",), "artune": ON + ("artune",), "engine": OFF + ("engine",)}
 

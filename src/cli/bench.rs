@@ -310,7 +310,7 @@ fn row(
 ) -> Value {
     let must = n * cuda::must_bytes(b, bytes, shape);
     // Graph mode runs the registered form where the backend has one and the message is past
-    // its LL kernel's (kernels::Kernels::plan); eager mode always the staged one.
+    // its LL kernel's (kernels::GpuKernels::plan); eager mode always the staged one.
     let registered = mode == Mode::Graph
         && b.has_registered_form()
         && kernels::ll_blocks(b, bytes, shape).is_none();

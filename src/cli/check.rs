@@ -104,7 +104,7 @@ pub fn run(a: CheckArgs) -> Result<i32, Error> {
         "{} holds for {against}: topology class {} ({}){notes}{unchecked}{}",
         a.profile.display(),
         p.fingerprint.topology_class,
-        crate::export::group_names(&p),
+        p.group_names(),
         if p.simulated {
             "; the profile is SIMULATED"
         } else {
@@ -227,7 +227,7 @@ fn verdict(a: &CheckArgs, p: &Profile, points: &[Point], took: f64) -> Result<i3
             "TP{} {} GPUs {} at {}",
             x.tp,
             x.mode.id(),
-            crate::report::fmt_gpus(&x.gpus),
+            crate::topology::fmt_gpus(&x.gpus),
             fmt_bytes(x.bytes)
         )
     };
@@ -362,7 +362,7 @@ fn beside_note(points: &[crate::recheck::Point]) {
                 "TP{} {} GPUs {}",
                 x.tp,
                 x.mode.id(),
-                crate::report::fmt_gpus(&x.gpus)
+                crate::topology::fmt_gpus(&x.gpus)
             )
         })
         .collect();

@@ -76,7 +76,7 @@ fn asked_group<'p>(
             a.profile.display(),
             a.tp,
             mode.id(),
-            report::fmt_gpus(gpus),
+            crate::topology::fmt_gpus(gpus),
             placements.join(", ")
         ),
         _ => format!(
@@ -84,7 +84,7 @@ fn asked_group<'p>(
             a.profile.display(),
             a.tp,
             mode.id(),
-            crate::export::group_names(p)
+            p.group_names()
         ),
     }))
 }
@@ -137,7 +137,7 @@ fn note_other_placements(p: &Profile, g: &GroupProfile) {
         .map(|o| {
             format!(
                 "GPUs {} ({}): --gpus {}",
-                report::fmt_gpus(&o.gpus),
+                crate::topology::fmt_gpus(&o.gpus),
                 o.placement,
                 ids(&o.gpus)
             )
@@ -406,7 +406,7 @@ pub fn predict(a: PredictArgs) -> Result<i32, Error> {
                 _ => {
                     return Err(Error::bad_input(format!(
                         "the profile has several TP sizes ({}); pass --tp to choose one",
-                        crate::export::group_names(&p)
+                        p.group_names()
                     )))
                 }
             }
@@ -434,7 +434,7 @@ pub fn predict(a: PredictArgs) -> Result<i32, Error> {
         "{}: TP{tp} {} on GPUs {}{}",
         a.profile.display(),
         mode.id(),
-        crate::report::fmt_gpus(&pr.group.gpus),
+        crate::topology::fmt_gpus(&pr.group.gpus),
         if p.simulated {
             format!(" (SIMULATED: {})", p.fabric)
         } else {

@@ -160,7 +160,7 @@ pub fn run(a: CheckArgs) -> Result<i32, Error> {
                 "{} has no TP{k} group in {} mode (it has {}); name one of its TP sizes with --tp",
                 a.profile.display(),
                 mode.id(),
-                crate::export::group_names(&p)
+                p.group_names()
             )));
         }
         tps = vec![k];

@@ -71,7 +71,7 @@ impl StatusLine {
                 let who: Vec<String> = who.iter().map(ToString::to_string).collect();
                 self.line(&format!(
                     "warning: another process started using the GPUs while GPUs {} were measured: {}; measuring beside it (--allow-busy), and the profile records each group measured beside it",
-                    crate::report::fmt_gpus(gpus),
+                    crate::topology::fmt_gpus(gpus),
                     who.join("; ")
                 ))
             }
@@ -99,7 +99,7 @@ impl StatusLine {
                 *group = format!(
                     "TP{} GPUs {} ({placement})",
                     gpus.len(),
-                    crate::report::fmt_gpus(&gpus)
+                    crate::topology::fmt_gpus(&gpus)
                 );
                 pb.set_message(group.clone());
             }

@@ -545,7 +545,7 @@ pub fn render(c: &Comparison) -> String {
             "\nTP{} {} (GPUs {}{}):",
             g.tp,
             mode_id(g.mode),
-            crate::report::fmt_gpus(&g.gpus),
+            crate::topology::fmt_gpus(&g.gpus),
             if g.placement.is_empty() {
                 String::new()
             } else {

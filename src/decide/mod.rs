@@ -262,7 +262,7 @@ fn sizes<'a>(
             }),
             None => faults.push(format!(
                 "GPUs {} {}: no backend could be measured at {}; the size is left out of the profile",
-                crate::report::fmt_gpus(&res.gpus),
+                crate::topology::fmt_gpus(&res.gpus),
                 mode.id(),
                 crate::units::fmt_size(bytes)
             )),

@@ -241,22 +241,6 @@ fn default_placement(gpus: &[usize]) -> bool {
     gpus.iter().copied().eq(0..gpus.len())
 }
 
-/// The profile's TP sizes and modes, each once, e.g. "TP2 graph, TP2 eager" (for messages).
-pub fn group_names(p: &Profile) -> String {
-    let mut v: Vec<String> = Vec::new();
-    for g in &p.groups {
-        let s = format!("TP{} {}", g.tp, g.mode.id());
-        if !v.contains(&s) {
-            v.push(s);
-        }
-    }
-    if v.is_empty() {
-        "no groups".into()
-    } else {
-        v.join(", ")
-    }
-}
-
 /// Provenance as comment lines with `prefix` ("#" for shell, CSV, YAML, Python).
 fn provenance(p: &Profile, o: &Options, prefix: &str) -> String {
     let mut s = String::new();

@@ -117,13 +117,13 @@ fn find_group<'a>(p: &'a Profile, q: Query<'_>) -> Result<&'a GroupProfile, Erro
         Some(gpus) => Error::bad_input(format!(
             "the profile has no TP{tp} {} group on GPUs {} (it has {}); pass one of those to --gpus",
             mode.id(),
-            crate::report::fmt_gpus(gpus),
+            crate::topology::fmt_gpus(gpus),
             placements(p, tp, mode)
         )),
         None => Error::bad_input(format!(
             "the profile has no TP{tp} {} group (it has {}); pass one of those to --tp and --mode",
             mode.id(),
-            group_names(p)
+            p.group_names()
         )),
     })
 }
@@ -361,10 +361,10 @@ fn placements(p: &Profile, tp: usize, mode: Mode) -> String {
         .groups
         .iter()
         .filter(|g| g.tp == tp && g.mode == mode)
-        .map(|g| format!("GPUs {}", crate::report::fmt_gpus(&g.gpus)))
+        .map(|g| format!("GPUs {}", crate::topology::fmt_gpus(&g.gpus)))
         .collect();
     if v.is_empty() {
-        group_names(p)
+        p.group_names()
     } else {
         v.join(", ")
     }

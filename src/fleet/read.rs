@@ -184,7 +184,7 @@ fn reason(e: &Error) -> String {
     match e {
         Error::Read { reason, .. } => format!("cannot be read: {reason}"),
         Error::Parse { reason, .. } => reason.clone(),
-        Error::Profile { error, .. } => error.to_string(),
+        Error::Profile { reason, .. } => reason.clone(),
         other => other.to_string(),
     }
 }

@@ -255,7 +255,7 @@ impl Context {
             format!(
                 "the profile has no TP{n_ranks} group in {} mode (it has {})",
                 mode.id(),
-                crate::export::group_names(p)
+                p.group_names()
             )
         };
         let channels = p

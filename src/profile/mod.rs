@@ -412,14 +412,27 @@ impl std::fmt::Display for UnknownReason {
 }
 
 impl Profile {
+    /// The profile's TP sizes and modes, each once, e.g. "TP2 graph, TP2 eager" (for messages).
+    pub fn group_names(&self) -> String {
+        let mut v: Vec<String> = Vec::new();
+        for g in &self.groups {
+            let s = format!("TP{} {}", g.tp, g.mode.id());
+            if !v.contains(&s) {
+                v.push(s);
+            }
+        }
+        if v.is_empty() {
+            "no groups".into()
+        } else {
+            v.join(", ")
+        }
+    }
+
     /// Reads and validates a profile file.
     pub fn load(path: &Path) -> Result<Profile, Error> {
         // Bounded read: a device or pipe named as a profile cannot make us allocate without end.
         let text = crate::topology::file::read_text(path, LIMITS.file_bytes, "profile")?;
-        Profile::parse(&text).map_err(|error| Error::Profile {
-            path: path.into(),
-            error,
-        })
+        Profile::parse(&text).map_err(|error| error.at(path))
     }
 
     /// Parses and validates profile JSON.

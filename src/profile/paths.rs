@@ -226,15 +226,14 @@ pub fn check_replace(path: &Path, flag: &str, writes: Writes, force: bool) -> Re
         return Ok(());
     }
     let newer = match writes {
-        Writes::Profile => crate::profile::Profile::load(path)
-            .err()
-            .and_then(|e| match e {
-                Error::Profile {
-                    error: crate::profile::ProfileError::SchemaTooNew { found },
-                    ..
-                } => Some(found),
-                _ => None,
-            }),
+        Writes::Profile => {
+            crate::topology::file::read_text(path, super::LIMITS.file_bytes, "profile")
+                .ok()
+                .and_then(|text| match super::Profile::parse(&text) {
+                    Err(super::ProfileError::SchemaTooNew { found }) => Some(found),
+                    _ => None,
+                })
+        }
         _ => None,
     };
     let what = match newer {

@@ -38,6 +38,15 @@ pub enum ProfileError {
 }
 
 impl ProfileError {
+    /// The refusal as the error a caller reports for the file at `path`, with its advice.
+    pub fn at(self, path: &std::path::Path) -> crate::error::Error {
+        crate::error::Error::Profile {
+            path: path.into(),
+            hint: hint(&self, path),
+            reason: self.to_string(),
+        }
+    }
+
     /// Whether the file is an artune profile, perhaps of another version or broken: one a
     /// tune may replace (`--out`), where a file that is not one is refused without `--force`.
     pub fn is_a_profile(&self) -> bool {
@@ -60,6 +69,22 @@ impl ProfileError {
     /// replace it with less than it records.
     pub fn may_replace(&self) -> bool {
         self.is_a_profile() && !matches!(self, ProfileError::SchemaTooNew { .. })
+    }
+}
+
+/// What to do about a file that is not a valid profile: tune into it again only where it is
+/// one (the advice a tune would follow, see `ProfileError::is_a_profile`), pass a topology
+/// file as `--topology`, and otherwise name a profile.
+fn hint(e: &ProfileError, path: &std::path::Path) -> String {
+    use ProfileError as P;
+    let quoted = crate::shell::quote(&path.display().to_string());
+    match e {
+        P::TopologyFile => format!(
+            "; to simulate that machine pass it as `--topology {quoted}` (e.g. `artune tune --topology {quoted} --out profile.json`)"
+        ),
+        P::TooLarge { .. } | P::SchemaTooNew { .. } => String::new(),
+        e if !e.is_a_profile() => "; name a profile that `artune tune` wrote".into(),
+        _ => format!("; run `artune tune --out {quoted}` to write a new one"),
     }
 }
 

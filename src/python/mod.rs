@@ -304,7 +304,7 @@ impl Profile {
             return Err(BadInputError::new_err(format!(
                 "the profile has no TP{tp} {} group (it has {}); pass one of those as tp= and mode=",
                 q.mode.id(),
-                crate::export::group_names(&self.profile)
+                self.profile.group_names()
             )));
         }
         let w = crate::export::why::explain(&self.profile, q, nbytes).map_err(to_py)?;

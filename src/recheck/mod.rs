@@ -295,7 +295,7 @@ pub fn fits(p: &Profile, n: usize) -> Result<(), Error> {
     };
     let what = format!(
         "the profile's group on GPUs {} does not fit this machine of {}",
-        crate::report::fmt_gpus(&g.gpus),
+        crate::topology::fmt_gpus(&g.gpus),
         crate::report::count(n, "GPU", "GPUs")
     );
     Err(Error::bad_input(if p.topology.origin.kind == "loopback" {

@@ -11,6 +11,7 @@ use std::fmt::Write;
 
 use crate::allreduce::Direction;
 use crate::profile::{Profile, Sampling};
+use crate::topology::fmt_gpus;
 use crate::units::fmt_bytes;
 
 pub use choices::{
@@ -23,19 +24,6 @@ pub use plot::{check_plot_dir, plots};
 /// A count and its noun: "1 GPU", "2 GPUs".
 pub fn count(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
-}
-
-/// GPU ids as "0-3" when contiguous and more than two, else "0,1" or "3,4".
-pub fn fmt_gpus(gpus: &[usize]) -> String {
-    let contiguous = gpus.windows(2).all(|w| w[1] == w[0] + 1);
-    if contiguous && gpus.len() > 2 {
-        format!("{}-{}", gpus[0], gpus[gpus.len() - 1])
-    } else {
-        gpus.iter()
-            .map(|g| g.to_string())
-            .collect::<Vec<_>>()
-            .join(",")
-    }
 }
 
 /// How the cells were sampled, in words.

@@ -515,6 +515,19 @@ impl Topology {
     }
 }
 
+/// GPU ids as "0-3" when contiguous and more than two, else "0,1" or "3,4".
+pub fn fmt_gpus(gpus: &[usize]) -> String {
+    let contiguous = gpus.windows(2).all(|w| w[1] == w[0] + 1);
+    if contiguous && gpus.len() > 2 {
+        format!("{}-{}", gpus[0], gpus[gpus.len() - 1])
+    } else {
+        gpus.iter()
+            .map(|g| g.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -40,7 +40,7 @@ pub mod worker;
 use std::sync::{Arc, OnceLock};
 
 use self::driver::{dev, Ctx, DeviceFacts};
-use self::kernels::Kernels;
+use self::kernels::GpuKernels;
 use crate::fabric::{Backend, DeviceError, FabricError};
 use crate::topology::reading::LinkReading;
 
@@ -193,7 +193,7 @@ pub struct Gpu {
     ctx: Arc<Ctx>,
     pub facts: DeviceFacts,
     /// Compiled on first use: only workers that launch need them.
-    kernels: OnceLock<Result<Kernels, DeviceError>>,
+    kernels: OnceLock<Result<GpuKernels, DeviceError>>,
 }
 
 impl Gpu {
@@ -216,9 +216,9 @@ impl Gpu {
     }
 
     /// The kernels, or why they could not be compiled or loaded.
-    pub fn kernels(&self) -> Result<&Kernels, DeviceError> {
+    pub fn kernels(&self) -> Result<&GpuKernels, DeviceError> {
         let k = self.kernels.get_or_init(|| {
-            Kernels::load(&self.ctx, self.facts.cc).map_err(|e| match e {
+            GpuKernels::load(&self.ctx, self.facts.cc).map_err(|e| match e {
                 FabricError::Device(d) => d,
                 other => DeviceError::Kernel {
                     name: "kernels/*.cu".into(),

@@ -7,7 +7,7 @@
 //! profile records them ([`Op::images`]); each backend's buffers are allocated by the
 //! function that allocates the tune's ([`setup::custom_bufs`]) and measured as the tune
 //! measures them; and every launch takes its kernel, grid and block from
-//! [`super::kernels::Kernels::plan`] with the tune's programmatic-launch rule.
+//! [`super::kernels::GpuKernels::plan`] with the tune's programmatic-launch rule.
 //!
 //! What an engine call adds to the kernel is where the tensors meet the shared buffers, and
 //! the kernel does it itself: it reads the engine's input and writes the engine's output
@@ -109,7 +109,7 @@ pub struct Op {
 }
 
 // SAFETY: the only non-Send parts are the `Rc`s between the loaded kernels and their module
-// (kernels::Kernels). Every clone of those `Rc`s lives inside this op (no function or module
+// (kernels::GpuKernels). Every clone of those `Rc`s lives inside this op (no function or module
 // is handed out; `plan` lends `&Function`), so moving the whole op moves every clone with it
 // and no count is ever touched from two threads. CUDA handles are usable from any thread once
 // the context is bound, which every entry point does.

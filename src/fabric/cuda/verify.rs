@@ -7,14 +7,14 @@ use std::ffi::c_void;
 
 use super::data;
 use super::driver::{dev, DevBuf, Span};
-use super::kernels::Kernels;
+use super::kernels::GpuKernels;
 use super::layout::THREADS;
 use super::setup::{Impl, Launcher, GUARD};
 use super::{Gpu, WorkerFaults};
 use crate::fabric::{Backend, DeviceError, FabricError, Mode};
 use crate::units::fmt_size;
 
-fn kernels_of(gpu: &Gpu) -> Result<&Kernels, FabricError> {
+fn kernels_of(gpu: &Gpu) -> Result<&GpuKernels, FabricError> {
     Ok(gpu.kernels()?)
 }
 

@@ -25,7 +25,7 @@ const C5_LOAD_FACTOR: f64 = 20.60 / 56.25;
 
 /// One model part whose error was calibrated on its own figures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Part {
+pub enum BandPart {
     /// Copy-engine link and uplink rates and hop latencies (C1, C2, C7 point to point).
     Links,
     /// Kernel loads and stores under contention through a Microchip switch (C5).
@@ -70,11 +70,11 @@ pub enum Part {
     CollapseUnstated,
 }
 
-/// The uplink rate that bytes collapse to (C3), against which [`Part::CollapseUnstated`]'s
+/// The uplink rate that bytes collapse to (C3), against which [`BandPart::CollapseUnstated`]'s
 /// width is the most a collapse can slow an uplink's bytes: ln(uplink rate / this).
 pub const COLLAPSE_UNSTATED: f64 = 2.7;
 
-impl Part {
+impl BandPart {
     /// Half-width of the part's band, ln of the factor, where the part is used within the
     /// range it was calibrated on. From docs/MODEL-ERROR.md's tables: the largest residual of
     /// the part's own figures, in sample or left out of the fit, rounded up to the next 0.01
@@ -83,46 +83,46 @@ impl Part {
         match self {
             // C1/C2 point to point: largest residual ln(112.64/109.3) = 0.030 (C1's two
             // pairs both ways).
-            Part::Links => 0.04,
+            BandPart::Links => 0.04,
             // C5 in sample to 0.3%; fitted without C5 (R1's one-shot gives the loads' rate),
             // C5's concurrent stores come out 0.52x: ln(25.40/13.23) = 0.652. See `width`
             // for flows beyond C5's twelve.
-            Part::KernelMicrochip => 0.66,
+            BandPart::KernelMicrochip => 0.66,
             // R2's 4 GPUs, the one Broadcom kernel timing, reach ln 0.16 (1 MB, 1.17x); its
             // curves are C5's swapped, so at least as wide as Microchip's.
-            Part::KernelBroadcom => 0.66,
+            BandPart::KernelBroadcom => 0.66,
             // The middle of the two makes, and either make's curve may hold: the widest.
-            Part::KernelUnstated => 0.75,
+            BandPart::KernelUnstated => 0.75,
             // C1 across switches, C1 56 pairs, C2 same socket: largest residual
             // ln(186.03/179) = 0.039, C1's 56 pairs read through one probe's jitter (σ 1.3%).
-            Part::RootComplex => 0.04,
+            BandPart::RootComplex => 0.04,
             // C2 staggered cross-socket reads: largest residual ln(52.99/40.8) = 0.261 (k = 7).
-            Part::Interconnect => 0.27,
+            BandPart::Interconnect => 0.27,
             // NCCL's bandwidth terms: its own figures reach ln 0.25 (C6 #1603's SHM busbw
             // fitted without C6); C6's Turin graph XML at 256 KB, fixed costs and bytes about
             // equal, needs 0.38 beside nccl-fixed for its time's band to hold it (1.49x).
-            Part::NcclProtocol => 0.38,
+            BandPart::NcclProtocol => 0.38,
             // C9: the host CPU's make moves peer bandwidth by about 20%: ln(1.2) = 0.182.
-            Part::HostUnstated => 0.19,
+            BandPart::HostUnstated => 0.19,
             // No NVLink figure in the calibration set: a guess, said so in the doc.
-            Part::NvLink => 0.50,
+            BandPart::NvLink => 0.50,
             // C1's curve on another node: no second make's aggregate is published, so as
             // wide as the unstated make of kernel traffic; past C1's flows per port the
             // curve's own further loss is added (`Curve::extrapolated`).
-            Part::ForwardingUnstated => 0.30,
+            BandPart::ForwardingUnstated => 0.30,
             // R2's one-shot on 4 GPUs at 256 B and 4 KB, 1.34x: ln 0.29 (C2's at 1 KB fitted
             // without C2, no prologue: 0.84x, ln 0.17).
-            Part::KernelFixed => 0.30,
+            BandPart::KernelFixed => 0.30,
             // C1's ring at 16 KB, 1.37x: ln(23.65/17.31) = 0.312.
-            Part::NcclFixed => 0.32,
+            BandPart::NcclFixed => 0.32,
             // Assumed constants no figure checks: either way by a factor of two, ln 2.
-            Part::CopyFixed => 0.70,
+            BandPart::CopyFixed => 0.70,
             // rtx6kpro's 16 flows across the chips collapse to 7.7 GB/s (writes) and 9.0
             // (reads) over two uplinks, where C3's 2.7 per uplink gives 5.4: ln(9.0/5.4) =
             // 0.511. R2's one-shot, left out, reaches ln 1.47 = 0.39 (4 KB).
-            Part::Collapse => 0.52,
+            BandPart::Collapse => 0.52,
             // Per switch, ln(uplink rate / 2.7) from `Net::parts`; this is a floor.
-            Part::CollapseUnstated => 0.52,
+            BandPart::CollapseUnstated => 0.52,
         }
     }
 
@@ -138,7 +138,7 @@ impl Part {
         let base = self.half_width();
         let kernel = matches!(
             self,
-            Part::KernelMicrochip | Part::KernelBroadcom | Part::KernelUnstated
+            BandPart::KernelMicrochip | BandPart::KernelBroadcom | BandPart::KernelUnstated
         );
         let reach = reach.max(C5_FLOWS);
         if !kernel || flows <= reach {
@@ -152,40 +152,43 @@ impl Part {
     pub fn assumed(self) -> bool {
         matches!(
             self,
-            Part::KernelUnstated
-                | Part::HostUnstated
-                | Part::ForwardingUnstated
-                | Part::CollapseUnstated
+            BandPart::KernelUnstated
+                | BandPart::HostUnstated
+                | BandPart::ForwardingUnstated
+                | BandPart::CollapseUnstated
         )
     }
 
     /// Whether the part prices a time's fixed costs rather than its bytes.
     pub fn fixed(self) -> bool {
-        matches!(self, Part::KernelFixed | Part::NcclFixed | Part::CopyFixed)
+        matches!(
+            self,
+            BandPart::KernelFixed | BandPart::NcclFixed | BandPart::CopyFixed
+        )
     }
 
     pub fn id(self) -> &'static str {
         match self {
-            Part::Links => "links",
-            Part::KernelMicrochip => "kernel-microchip",
-            Part::KernelBroadcom => "kernel-broadcom",
-            Part::KernelUnstated => "kernel-unstated-make",
-            Part::RootComplex => "root-complex",
-            Part::Interconnect => "socket-interconnect",
-            Part::NcclProtocol => "nccl-protocol",
-            Part::HostUnstated => "host-unstated",
-            Part::NvLink => "nvlink",
-            Part::ForwardingUnstated => "forwarding-unstated",
-            Part::KernelFixed => "kernel-fixed",
-            Part::NcclFixed => "nccl-fixed",
-            Part::CopyFixed => "copy-fixed",
-            Part::Collapse => "uplink-collapse",
-            Part::CollapseUnstated => "collapse-unstated-make",
+            BandPart::Links => "links",
+            BandPart::KernelMicrochip => "kernel-microchip",
+            BandPart::KernelBroadcom => "kernel-broadcom",
+            BandPart::KernelUnstated => "kernel-unstated-make",
+            BandPart::RootComplex => "root-complex",
+            BandPart::Interconnect => "socket-interconnect",
+            BandPart::NcclProtocol => "nccl-protocol",
+            BandPart::HostUnstated => "host-unstated",
+            BandPart::NvLink => "nvlink",
+            BandPart::ForwardingUnstated => "forwarding-unstated",
+            BandPart::KernelFixed => "kernel-fixed",
+            BandPart::NcclFixed => "nccl-fixed",
+            BandPart::CopyFixed => "copy-fixed",
+            BandPart::Collapse => "uplink-collapse",
+            BandPart::CollapseUnstated => "collapse-unstated-make",
         }
     }
 }
 
-impl fmt::Display for Part {
+impl fmt::Display for BandPart {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.id())
     }
@@ -196,11 +199,11 @@ impl fmt::Display for Part {
 pub struct Band {
     pub low: f64,
     pub high: f64,
-    pub parts: BTreeSet<Part>,
+    pub parts: BTreeSet<BandPart>,
 }
 
 /// The half-width of parts taken as independent: in quadrature.
-pub fn quadrature(parts: &BTreeMap<Part, f64>) -> f64 {
+pub fn quadrature(parts: &BTreeMap<BandPart, f64>) -> f64 {
     parts.values().map(|w| w * w).sum::<f64>().sqrt()
 }
 
@@ -216,12 +219,12 @@ pub fn shares(fixed_us: f64, data_us: f64) -> (f64, f64) {
 
 impl Band {
     /// The band of parts used within their calibrated range.
-    pub fn of(parts: BTreeSet<Part>) -> Band {
+    pub fn of(parts: BTreeSet<BandPart>) -> Band {
         Band::widths(&parts.iter().map(|&p| (p, p.half_width())).collect())
     }
 
     /// The band of parts at the given half-widths, in quadrature.
-    pub fn widths(parts: &BTreeMap<Part, f64>) -> Band {
+    pub fn widths(parts: &BTreeMap<BandPart, f64>) -> Band {
         Band::half(quadrature(parts), parts.keys().copied().collect())
     }
 
@@ -230,8 +233,8 @@ impl Band {
     /// time's ends are the sums of the sides' ends. A small share of bytes known only to a
     /// factor of ten still moves the time by that share times ten.
     pub fn split(
-        fixed: &BTreeMap<Part, f64>,
-        data: &BTreeMap<Part, f64>,
+        fixed: &BTreeMap<BandPart, f64>,
+        data: &BTreeMap<BandPart, f64>,
         fixed_us: f64,
         data_us: f64,
     ) -> Band {
@@ -244,7 +247,7 @@ impl Band {
         }
     }
 
-    fn half(h: f64, parts: BTreeSet<Part>) -> Band {
+    fn half(h: f64, parts: BTreeSet<BandPart>) -> Band {
         Band {
             low: (-h).exp(),
             high: h.exp(),
@@ -258,20 +261,20 @@ impl Band {
 pub struct GroupParts {
     /// Crossed by the group's peer routes (links, switches by make, root complexes, sockets),
     /// each at its half-width for the flows the group puts through it.
-    pub fabric: BTreeMap<Part, f64>,
+    pub fabric: BTreeMap<BandPart, f64>,
     /// Whether the host CPU vendor NCCL's choices depend on was stated.
     pub host_stated: bool,
     /// The island schedules' fabric: each of their phases runs alone (custom/mod.rs), so a
     /// switch carries the flows of one phase at a time, inside islands or across them, not
     /// the group's all-to-all. None where the group has no islands.
-    pub islands: Option<BTreeMap<Part, f64>>,
+    pub islands: Option<BTreeMap<BandPart, f64>>,
 }
 
 impl GroupParts {
     /// The fixed parts of a time: its own fixed costs and the links' latencies.
-    fn fixed(&self, own: Part) -> BTreeMap<Part, f64> {
-        let mut out: BTreeMap<Part, f64> = [(own, own.half_width())].into();
-        for p in [Part::Links, Part::NvLink] {
+    fn fixed(&self, own: BandPart) -> BTreeMap<BandPart, f64> {
+        let mut out: BTreeMap<BandPart, f64> = [(own, own.half_width())].into();
+        for p in [BandPart::Links, BandPart::NvLink] {
             if self.fabric.contains_key(&p) {
                 out.insert(p, p.half_width());
             }
@@ -283,7 +286,7 @@ impl GroupParts {
     /// bytes: the fabric its kernel loads and stores cross prices the bytes.
     pub fn custom(&self, fixed_us: f64, data_us: f64) -> Band {
         Band::split(
-            &self.fixed(Part::KernelFixed),
+            &self.fixed(BandPart::KernelFixed),
             &self.fabric,
             fixed_us,
             data_us,
@@ -294,7 +297,12 @@ impl GroupParts {
     /// the group's islands) or a flat kernel.
     pub fn custom_of(&self, islands: bool, fixed_us: f64, data_us: f64) -> Band {
         match self.islands.as_ref().filter(|_| islands) {
-            Some(fabric) => Band::split(&self.fixed(Part::KernelFixed), fabric, fixed_us, data_us),
+            Some(fabric) => Band::split(
+                &self.fixed(BandPart::KernelFixed),
+                fabric,
+                fixed_us,
+                data_us,
+            ),
             None => self.custom(fixed_us, data_us),
         }
     }
@@ -306,28 +314,28 @@ impl GroupParts {
     /// knee, where all-to-all kernels put N−1; nor does a collapse, which takes two GPUs of
     /// one switch sending out of it at once, where a ring sends one.
     pub fn nccl(&self, fixed_us: f64, data_us: f64) -> Band {
-        let mut data: BTreeMap<Part, f64> = self
+        let mut data: BTreeMap<BandPart, f64> = self
             .fabric
             .keys()
             .copied()
             .filter(|p| {
                 !matches!(
                     p,
-                    Part::KernelMicrochip
-                        | Part::KernelBroadcom
-                        | Part::KernelUnstated
-                        | Part::Collapse
-                        | Part::CollapseUnstated
-                        | Part::ForwardingUnstated
+                    BandPart::KernelMicrochip
+                        | BandPart::KernelBroadcom
+                        | BandPart::KernelUnstated
+                        | BandPart::Collapse
+                        | BandPart::CollapseUnstated
+                        | BandPart::ForwardingUnstated
                 )
             })
             .map(|p| (p, p.half_width()))
             .collect();
-        data.insert(Part::NcclProtocol, Part::NcclProtocol.half_width());
-        let mut fixed = self.fixed(Part::NcclFixed);
+        data.insert(BandPart::NcclProtocol, BandPart::NcclProtocol.half_width());
+        let mut fixed = self.fixed(BandPart::NcclFixed);
         if !self.host_stated {
             for side in [&mut data, &mut fixed] {
-                side.insert(Part::HostUnstated, Part::HostUnstated.half_width());
+                side.insert(BandPart::HostUnstated, BandPart::HostUnstated.half_width());
             }
         }
         Band::split(&fixed, &data, fixed_us, data_us)
@@ -340,20 +348,22 @@ mod tests {
 
     #[test]
     fn parts_add_in_quadrature() {
-        let b = Band::of([Part::Links, Part::Interconnect].into());
-        let h = (Part::Links.half_width().powi(2) + Part::Interconnect.half_width().powi(2)).sqrt();
+        let b = Band::of([BandPart::Links, BandPart::Interconnect].into());
+        let h = (BandPart::Links.half_width().powi(2)
+            + BandPart::Interconnect.half_width().powi(2))
+        .sqrt();
         assert!((b.high - h.exp()).abs() < 1e-12 && (b.low * b.high - 1.0).abs() < 1e-12);
     }
 
     #[test]
     fn a_small_message_takes_its_fixed_parts_band_and_a_large_one_its_fabrics() {
         let g = GroupParts {
-            fabric: [(Part::Links, 0.05), (Part::KernelMicrochip, 1.0)].into(),
+            fabric: [(BandPart::Links, 0.05), (BandPart::KernelMicrochip, 1.0)].into(),
             host_stated: true,
             islands: None,
         };
-        let links = Part::Links.half_width();
-        let fixed = (links.powi(2) + Part::KernelFixed.half_width().powi(2)).sqrt();
+        let links = BandPart::Links.half_width();
+        let fixed = (links.powi(2) + BandPart::KernelFixed.half_width().powi(2)).sqrt();
         let data = (0.05f64.powi(2) + 1.0f64.powi(2)).sqrt();
         assert!((g.custom(5.0, 0.0).high.ln() - fixed).abs() < 1e-12);
         assert!((g.custom(0.0, 5.0).high.ln() - data).abs() < 1e-12);
@@ -366,28 +376,33 @@ mod tests {
 
     #[test]
     fn an_unstated_make_is_the_widest_switch_band() {
-        for p in [Part::KernelMicrochip, Part::KernelBroadcom] {
-            assert!(Part::KernelUnstated.half_width() >= p.half_width(), "{p}");
+        for p in [BandPart::KernelMicrochip, BandPart::KernelBroadcom] {
+            assert!(
+                BandPart::KernelUnstated.half_width() >= p.half_width(),
+                "{p}"
+            );
         }
         let g = GroupParts {
-            fabric: [(Part::Links, 0.05), (Part::KernelMicrochip, 0.05)].into(),
+            fabric: [(BandPart::Links, 0.05), (BandPart::KernelMicrochip, 0.05)].into(),
             host_stated: false,
             islands: None,
         };
         let n = g.nccl(1.0, 1.0);
-        assert!(n.parts.contains(&Part::HostUnstated));
-        assert!(!n.parts.contains(&Part::KernelMicrochip));
-        assert!(n.parts.contains(&Part::NcclFixed) && n.parts.contains(&Part::NcclProtocol));
+        assert!(n.parts.contains(&BandPart::HostUnstated));
+        assert!(!n.parts.contains(&BandPart::KernelMicrochip));
+        assert!(
+            n.parts.contains(&BandPart::NcclFixed) && n.parts.contains(&BandPart::NcclProtocol)
+        );
     }
 
     #[test]
     fn kernel_bands_grow_past_the_calibrated_flow_count() {
-        let k = Part::KernelMicrochip;
+        let k = BandPart::KernelMicrochip;
         assert_eq!(k.width(12, 12), k.half_width());
         assert!(k.width(56, 12) > k.width(24, 12) && k.width(24, 12) > k.width(12, 12));
         // At C5's slope, 144 flows (12²) lose one more factor f₁₂: |ln f₁₂| more width.
         assert!((k.width(144, 12) - k.half_width() - C5_LOAD_FACTOR.ln().abs()).abs() < 1e-9);
-        assert_eq!(Part::Links.width(56, 12), Part::Links.half_width());
+        assert_eq!(BandPart::Links.width(56, 12), BandPart::Links.half_width());
         // Known to 24 flows: flat to there, and from there at the same slope.
         assert_eq!(k.width(24, 24), k.half_width());
         assert!((k.width(48, 24) - k.width(24, 12)).abs() < 1e-12);

@@ -111,7 +111,7 @@ pub struct Calibration {
     /// from C2's 56 flows pulling 184.6 GB/s through two socket fabrics of the same curve.
     pub forwarding_peak_gbps: f64,
     /// How many distinct kernel flows through one switch the concurrency factor is known to,
-    /// flat past C5's 12 (the band extrapolates past it: `band::Part::width`). R3's island
+    /// flat past C5's 12 (the band extrapolates past it: `band::BandPart::width`). R3's island
     /// reduce-scatter puts 24 through each switch in its crossing phase and, with the factor
     /// flat, comes out 1.12-1.24x slow where bytes are most of its time: the loss C5's slope
     /// would add from 12 to 24 flows (x0.76) would make it 1.5-1.6x, the wrong way. Without

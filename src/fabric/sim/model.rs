@@ -43,7 +43,7 @@ impl Halves {
 #[derive(Debug, Clone)]
 pub(super) struct GroupModel {
     pub(super) nccl: nccl::Model,
-    pub(super) schedule: nccl::Schedule,
+    pub(super) schedule: nccl::StepSchedule,
     pub(super) custom: Custom,
     pub(super) copy: CopyEngines,
     /// The model parts the group's times use, for their error bands.
@@ -66,7 +66,7 @@ pub(super) struct GroupModel {
 
 /// The fabric parts of the island schedules' phases, each phase's flows alone (inside the
 /// islands, then between counterparts), a part at the wider of its two widths.
-fn island_parts(net: &Net, gpus: &[usize], islands: &Islands) -> BTreeMap<band::Part, f64> {
+fn island_parts(net: &Net, gpus: &[usize], islands: &Islands) -> BTreeMap<band::BandPart, f64> {
     let mut out = BTreeMap::new();
     for peers in [Peers::Island, Peers::Counterparts] {
         for (p, w) in net.parts_of(&custom::pairs(gpus, Some(islands), peers)) {
@@ -105,7 +105,7 @@ pub(super) fn group_model(
     models.push((key, {
         let ring = nccl::ring_order(topo, gpus);
         let model = nccl::Model::new(topo, net, host, &ring);
-        let schedule = nccl::Schedule::new(topo, net, host, &ring, &model);
+        let schedule = nccl::StepSchedule::new(topo, net, host, &ring, &model);
         let parts = GroupParts {
             fabric: net.parts(gpus),
             host_stated: host.cpu != nccl::Cpu::Unknown,

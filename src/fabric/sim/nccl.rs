@@ -5,7 +5,7 @@
 //!   src/graph/search.cc speeds and channel duplication; src/graph/topo.h host constants;
 //!   src/graph/paths.cc P2P level). NCCL's own choice (`Backend::Nccl`) is the algorithm ×
 //!   protocol this model ranks first, not necessarily the fastest.
-//! - [`Schedule`]: what the run *costs* on the link graph: ring (2(N−1) lockstep steps over
+//! - [`StepSchedule`]: what the run *costs* on the link graph: ring (2(N−1) lockstep steps over
 //!   all channels) or tree (within one node a chain: reduce up, broadcast down, pipelined in
 //!   chunks), each step paying the protocol's per-hop cost, bytes moving as kernel stores at
 //!   the max-min rate of the ring's (or chain's) flows times the protocol's wire efficiency.
@@ -497,7 +497,7 @@ fn hop_bw(
 }
 
 mod schedule;
-pub use schedule::Schedule;
+pub use schedule::StepSchedule;
 
 #[cfg(test)]
 mod tests;

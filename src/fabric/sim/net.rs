@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 
 pub use self::curve::{Curve, FORWARDING_CALIBRATED_FLOWS, FORWARDING_DEFAULT};
-use super::band::Part;
+use super::band::BandPart;
 use super::calibration::Calibration;
 use super::kernel::KernelFactors;
 use crate::fabric::Direction;
@@ -139,7 +139,7 @@ pub struct Net {
     /// Which kernel-traffic and collapse values no file stated, in words.
     assumed: Vec<String>,
     /// The model part (and so the error band) of each switch's kernel traffic.
-    sw_part: Vec<Part>,
+    sw_part: Vec<BandPart>,
     /// Per resource: whether its forwarding curve came from [`FORWARDING_DEFAULT`].
     forwarding_assumed: Vec<bool>,
     n: usize,

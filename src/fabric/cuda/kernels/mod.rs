@@ -81,7 +81,7 @@ pub fn signal_bytes(backend: Backend, ranks: Ranks) -> u64 {
 }
 
 /// The compiled kernels loaded into one GPU's context.
-pub struct Kernels {
+pub struct GpuKernels {
     _modules: Modules,
     allreduce: Vec<(Backend, Dtype, Function, u32)>,
     ll: Vec<(Backend, Dtype, Function, u32)>,
@@ -101,8 +101,8 @@ pub struct Kernels {
     pub images: LoadedKernels,
 }
 
-impl Kernels {
-    pub fn load(ctx: &Arc<Ctx>, cc: (u32, u32)) -> Result<Kernels, FabricError> {
+impl GpuKernels {
+    pub fn load(ctx: &Arc<Ctx>, cc: (u32, u32)) -> Result<GpuKernels, FabricError> {
         let images = compile::images_for(cc)?;
         let modules = Modules::load(ctx, &images)?;
         let load = |name: &str, threads: u32| -> Result<(Function, u32), FabricError> {
@@ -132,7 +132,7 @@ impl Kernels {
                 }
             }
         }
-        Ok(Kernels {
+        Ok(GpuKernels {
             latch_wait: modules.function("latch_wait")?,
             probe_read: modules.function("probe_read")?,
             probe_write: modules.function("probe_write")?,
@@ -238,9 +238,9 @@ pub struct Work {
     pub registered: Option<Registered>,
 }
 
-impl Kernels {
+impl GpuKernels {
     /// Queues `work` on `stream`: the one launch rule of the tune's workers and of artune's
-    /// in-engine op. The kernel, blocks and threads come from [`Kernels::plan`], programmatic
+    /// in-engine op. The kernel, blocks and threads come from [`GpuKernels::plan`], programmatic
     /// launch where the GPU has it; `args` gets the call's size and first rank.
     ///
     /// # Safety

@@ -16,11 +16,11 @@
 //! - a last barrier: peers done reading this GPU's buffers.
 //!
 //! No published figure times a copy's or a stream memory operation's fixed cost: those
-//! constants are assumptions, and [`Part::CopyFixed`]'s band says so.
+//! constants are assumptions, and [`BandPart::CopyFixed`]'s band says so.
 
 use std::collections::HashMap;
 
-use super::band::{Band, GroupParts, Part};
+use super::band::{Band, BandPart, GroupParts};
 use super::custom::{sets, us_per_byte, LOCAL_MEM_GBPS, REDUCE_FIXED_US};
 use super::kernel::FLAG_POLL_US;
 use super::net::{Flow, Net, Route};
@@ -245,7 +245,7 @@ impl CopyEngines {
 }
 
 /// The band of a copy-engine time of `fixed_us` fixed costs and `data_us` moving its bytes:
-/// [`Part::CopyFixed`] and the links' latencies price the fixed side; the fabric its copies
+/// [`BandPart::CopyFixed`] and the links' latencies price the fixed side; the fabric its copies
 /// cross prices the bytes, without the kernel-traffic parts (copy engines move large TLPs,
 /// which the copy-engine figures calibrate).
 pub fn band(parts: &GroupParts, fixed_us: f64, data_us: f64) -> Band {
@@ -255,14 +255,14 @@ pub fn band(parts: &GroupParts, fixed_us: f64, data_us: f64) -> Band {
         .filter(|(p, _)| {
             !matches!(
                 p,
-                Part::KernelMicrochip | Part::KernelBroadcom | Part::KernelUnstated
+                BandPart::KernelMicrochip | BandPart::KernelBroadcom | BandPart::KernelUnstated
             )
         })
         .map(|(&p, &w)| (p, w))
         .collect();
-    let mut fixed: std::collections::BTreeMap<Part, f64> =
-        [(Part::CopyFixed, Part::CopyFixed.half_width())].into();
-    for p in [Part::Links, Part::NvLink] {
+    let mut fixed: std::collections::BTreeMap<BandPart, f64> =
+        [(BandPart::CopyFixed, BandPart::CopyFixed.half_width())].into();
+    for p in [BandPart::Links, BandPart::NvLink] {
         if parts.fabric.contains_key(&p) {
             fixed.insert(p, p.half_width());
         }

@@ -91,8 +91,8 @@ fn copy_engine_times_carry_their_own_band_and_family() {
     // Small: the fixed side, whose constants no figure checks, is wider than a kernel's.
     assert!(copy.high > kernel.high, "{copy:?} vs {kernel:?}");
     let b = f.band(Backend::TwoStageCopy, 4096).unwrap();
-    assert!(b.parts.contains(&Part::CopyFixed));
-    assert!(!b.parts.contains(&Part::KernelMicrochip));
+    assert!(b.parts.contains(&BandPart::CopyFixed));
+    assert!(!b.parts.contains(&BandPart::KernelMicrochip));
     // Eager enqueues every copy and flag operation from the host: dearer than a graph.
     let t = |f: &mut SimFabric, m| f.time(Backend::TwoStageCopy, 4096, m, 1, 3).unwrap()[0];
     assert!(t(&mut f, Mode::Eager) > t(&mut f, Mode::Graph) + 20.0);

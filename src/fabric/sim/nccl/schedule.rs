@@ -79,7 +79,7 @@ impl HopLat {
 
 /// What a ring or chain costs on the link graph.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Schedule {
+pub struct StepSchedule {
     n: usize,
     channels: u32,
     nvlink: bool,
@@ -161,10 +161,16 @@ fn lockstep(net: &Net, hops: &[(usize, usize, Transport)], channels: u32) -> (f6
     (rate, lats)
 }
 
-impl Schedule {
+impl StepSchedule {
     /// NCCL stores into the next rank's buffers (P2P write is its PCIe default) or, for SHM
     /// hops, into host memory the next rank loads from.
-    pub fn new(t: &Topology, net: &Net, host: &Host, ring: &[usize], model: &Model) -> Schedule {
+    pub fn new(
+        t: &Topology,
+        net: &Net,
+        host: &Host,
+        ring: &[usize],
+        model: &Model,
+    ) -> StepSchedule {
         let n = ring.len();
         let ring_hops: Vec<(usize, usize, Transport)> = (0..n)
             .map(|i| (ring[i], ring[(i + 1) % n], model.transports[i]))
@@ -176,7 +182,7 @@ impl Schedule {
         let channels = model.channels * RUNTIME_CHANNELS_PER_GRAPH_CHANNEL;
         let (ring_gbps, ring_lats) = lockstep(net, &ring_hops, channels);
         let (chain_gbps, chain_lats) = lockstep(net, &chain_hops, channels);
-        Schedule {
+        StepSchedule {
             n,
             channels,
             nvlink: model.nvlink,

@@ -1,16 +1,16 @@
 use super::*;
 use crate::topology::presets;
 
-fn build(t: &Topology, level: Option<Level>, gpus: &[usize]) -> (Model, Schedule) {
+fn build(t: &Topology, level: Option<Level>, gpus: &[usize]) -> (Model, StepSchedule) {
     let net = Net::build(t);
     let host = Host::new(t, level);
     let ring = ring_order(t, gpus);
     let m = Model::new(t, &net, &host, &ring);
-    let s = Schedule::new(t, &net, &host, &ring, &m);
+    let s = StepSchedule::new(t, &net, &host, &ring, &m);
     (m, s)
 }
 
-fn model(preset: &str, gpus: &[usize]) -> (Model, Schedule) {
+fn model(preset: &str, gpus: &[usize]) -> (Model, StepSchedule) {
     build(&presets::get(preset).unwrap(), None, gpus)
 }
 
@@ -111,7 +111,7 @@ fn shm_hops_cost_a_host_round_trip() {
     let t = presets::get("pcie-8x-2switch").unwrap();
     let (_, shm) = build(&t, None, &ALL8);
     let (_, p2p) = build(&t, Some(Level::Sys), &ALL8);
-    let slowest = |s: &Schedule| {
+    let slowest = |s: &StepSchedule| {
         s.ring_hops
             .iter()
             .map(|h| h.land + h.poll)

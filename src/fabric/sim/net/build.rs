@@ -8,7 +8,7 @@ use super::{
     Net, Place, BROADCOM_COLLAPSE_GBPS, DEFAULT_GPU_LINK_US, DEFAULT_INTERCONNECT_US,
     DEFAULT_NVSWITCH_US, DEFAULT_UPLINK_US, FALLBACK_PCIE_GBPS, NVLINK_LANE_GBPS,
 };
-use crate::fabric::sim::band::Part;
+use crate::fabric::sim::band::BandPart;
 use crate::fabric::sim::calibration::Calibration;
 use crate::fabric::sim::kernel::{KernelFactors, NodeKind};
 use crate::fabric::Direction;
@@ -64,7 +64,7 @@ struct Switches {
     lat: Vec<f64>,
     collapse: Vec<Option<f64>>,
     collapse_reads: Vec<bool>,
-    part: Vec<Part>,
+    part: Vec<BandPart>,
 }
 
 /// Per socket: its I/O fabric node, host memory, and interconnect (up, down, latency, per-flow
@@ -157,9 +157,9 @@ fn switches(b: &mut Builder, t: &Topology, cal: &Calibration) -> Switches {
             b.assumed.kernel(kind, format!("switch `{}`", s.id));
         }
         out.part.push(match kind {
-            NodeKind::Broadcom => Part::KernelBroadcom,
-            NodeKind::Unstated if guessed => Part::KernelUnstated,
-            _ => Part::KernelMicrochip,
+            NodeKind::Broadcom => BandPart::KernelBroadcom,
+            NodeKind::Unstated if guessed => BandPart::KernelUnstated,
+            _ => BandPart::KernelMicrochip,
         });
         b.node_kernel.push((node, k));
         let (u, d) = link_rates(&s.uplink);

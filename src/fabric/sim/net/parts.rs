@@ -5,13 +5,13 @@
 use std::collections::BTreeMap;
 
 use super::Net;
-use crate::fabric::sim::band::{Part, COLLAPSE_UNSTATED};
+use crate::fabric::sim::band::{BandPart, COLLAPSE_UNSTATED};
 use crate::fabric::Direction;
 
 impl Net {
     /// The model parts the peer routes between `gpus` cross, each at its half-width for the
     /// all-to-all of the group (a switch's kernel band grows with the flows crossing it).
-    pub fn parts(&self, gpus: &[usize]) -> BTreeMap<Part, f64> {
+    pub fn parts(&self, gpus: &[usize]) -> BTreeMap<BandPart, f64> {
         let pairs: Vec<(usize, usize)> = gpus
             .iter()
             .flat_map(|&a| gpus.iter().filter(move |&&b| b != a).map(move |&b| (a, b)))
@@ -20,32 +20,32 @@ impl Net {
     }
 
     /// [`Net::parts`] for the flows of one pattern, `pairs` (source, destination) at once.
-    pub fn parts_of(&self, pairs: &[(usize, usize)]) -> BTreeMap<Part, f64> {
+    pub fn parts_of(&self, pairs: &[(usize, usize)]) -> BTreeMap<BandPart, f64> {
         let mut out = BTreeMap::new();
         // Distinct GPU pairs crossing each resource.
         let mut flows = vec![0usize; self.caps.len()];
         for &(a, b) in pairs {
             let r = self.route(a, b);
             if r.nvlink {
-                out.insert(Part::NvLink, Part::NvLink.half_width());
+                out.insert(BandPart::NvLink, BandPart::NvLink.half_width());
                 continue;
             }
-            out.insert(Part::Links, Part::Links.half_width());
+            out.insert(BandPart::Links, BandPart::Links.half_width());
             for &x in &r.resources {
                 flows[x] += 1;
             }
             if self.rc_node.iter().any(|x| r.resources.contains(x)) {
-                out.insert(Part::RootComplex, Part::RootComplex.half_width());
+                out.insert(BandPart::RootComplex, BandPart::RootComplex.half_width());
             }
             if self.sock_x_up.iter().any(|x| r.resources.contains(x)) {
-                out.insert(Part::Interconnect, Part::Interconnect.half_width());
+                out.insert(BandPart::Interconnect, BandPart::Interconnect.half_width());
             }
         }
         for (part, w) in self.collapse_parts(pairs) {
             let e = out.entry(part).or_insert(w);
             *e = e.max(w);
         }
-        let mut widen = |part: Part, w: f64| {
+        let mut widen = |part: BandPart, w: f64| {
             let e = out.entry(part).or_insert(w);
             *e = e.max(w);
         };
@@ -57,7 +57,7 @@ impl Net {
         }
         for (node, &f) in flows.iter().enumerate() {
             if f > 0 && self.forwarding_assumed[node] {
-                widen(Part::ForwardingUnstated, self.forwarding_width(node, f));
+                widen(BandPart::ForwardingUnstated, self.forwarding_width(node, f));
             }
         }
         out
@@ -65,9 +65,9 @@ impl Net {
 
     /// The collapse parts of the group's all-to-all: for each switch whose uplink two or more
     /// of the group's GPUs send out of towards two or more root complexes (C3's condition),
-    /// [`Part::Collapse`] where it collapses, or where its make is unstated
-    /// [`Part::CollapseUnstated`], as wide as the collapse would slow its uplink's bytes.
-    fn collapse_parts(&self, pairs: &[(usize, usize)]) -> Vec<(Part, f64)> {
+    /// [`BandPart::Collapse`] where it collapses, or where its make is unstated
+    /// [`BandPart::CollapseUnstated`], as wide as the collapse would slow its uplink's bytes.
+    fn collapse_parts(&self, pairs: &[(usize, usize)]) -> Vec<(BandPart, f64)> {
         // Which switch an uplink resource belongs to, so one pass over the pairs serves all.
         let mut uplink_of = vec![None; self.caps.len()];
         for (s, &up) in self.sw_up.iter().enumerate() {
@@ -93,8 +93,8 @@ impl Net {
                 continue;
             }
             if self.sw_collapse[s].is_some() {
-                out.push((Part::Collapse, Part::Collapse.half_width()));
-            } else if self.sw_part[s] == Part::KernelUnstated {
+                out.push((BandPart::Collapse, BandPart::Collapse.half_width()));
+            } else if self.sw_part[s] == BandPart::KernelUnstated {
                 // Kernel bytes weigh by their concurrency factor at a collapse (costs.rs).
                 let f = self.kernel[self.sw_node[s]].as_ref().map_or(1.0, |k| {
                     k.factor(Direction::Read, usize::MAX)
@@ -102,8 +102,8 @@ impl Net {
                 });
                 let w = (self.caps[up] / (COLLAPSE_UNSTATED * f)).ln();
                 out.push((
-                    Part::CollapseUnstated,
-                    w.max(Part::CollapseUnstated.half_width()),
+                    BandPart::CollapseUnstated,
+                    w.max(BandPart::CollapseUnstated.half_width()),
                 ));
             }
         }
@@ -113,6 +113,6 @@ impl Net {
     /// An assumed forwarding curve's half-width with `flows` through its node.
     fn forwarding_width(&self, node: usize, flows: usize) -> f64 {
         let extra = self.curves[node].map_or(0.0, |c| c.extrapolated(flows));
-        Part::ForwardingUnstated.half_width() + extra
+        BandPart::ForwardingUnstated.half_width() + extra
     }
 }
