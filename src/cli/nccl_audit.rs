@@ -165,12 +165,6 @@ pub fn run(a: CheckArgs) -> Result<i32, Error> {
         }
         tps = vec![k];
     }
-    let lib = plugin::library::installed().ok_or_else(|| {
-        Error::Hardware(format!(
-            "{} was not found beside the artune binary; build it with `cargo build --release` or install the Python package, then run the audit again",
-            plugin::library::FILE
-        ))
-    })?;
     let nccl = nccl::library().map_err(Error::Hardware)?;
     let gpus = crate::fabric::cuda::visible_gpus();
     if gpus == 0 {
@@ -178,6 +172,12 @@ pub fn run(a: CheckArgs) -> Result<i32, Error> {
             "no GPU is visible, and the audit runs NCCL's allreduces on GPUs; run it on the machine the profile is for".into(),
         ));
     }
+    let lib = plugin::library::installed().ok_or_else(|| {
+        Error::Hardware(format!(
+            "{} was not found beside the artune binary; build it with `cargo build --release` or install the Python package, then run the audit again",
+            plugin::library::FILE
+        ))
+    })?;
     for tp in tps {
         let (sizes, pinned) = plan(&p, tp, mode)?;
         let shared = tp > gpus;
