@@ -199,6 +199,7 @@ pub fn group_profile(
             .collect(),
         buckets,
         nccl_channels: res.nccl_channels,
+        pin_channels: Default::default(),
         waived,
         regret,
         drift: res

@@ -141,6 +141,11 @@ pub struct GroupProfile {
     /// NCCL_MIN_NCHANNELS = NCCL_MAX_NCHANNELS on real GPUs); the tuner plugin reproduces it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nccl_channels: Option<u32>,
+    /// Per bucket (its `bytes`), the channel count measured fastest for its NCCL pin, which
+    /// the tuner plugin sets there; a bucket without one (and every bucket of older profiles)
+    /// keeps `nccl_channels`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pin_channels: BTreeMap<u64, u32>,
     /// Backends excluded for the whole group (no P2P, wrong results, timeouts), and why.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub waived: BTreeMap<Backend, String>,
