@@ -79,6 +79,17 @@ pub struct Bucket {
     pub waived: BTreeMap<Backend, String>,
 }
 
+impl GroupProfile {
+    /// The channel count for the NCCL pin of the bucket at `bucket_bytes`: the one measured
+    /// for it, else the group's.
+    pub fn channels_at(&self, bucket_bytes: u64) -> Option<u32> {
+        self.pin_channels
+            .get(&bucket_bytes)
+            .copied()
+            .or(self.nccl_channels)
+    }
+}
+
 impl Bucket {
     /// What an engine without artune's own kernels runs here: the choice where engines have a
     /// path of its shape, else the bucket's `fallback` (the same rule among those they have).

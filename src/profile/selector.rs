@@ -105,7 +105,7 @@ impl Selector {
                         backend: b.choice,
                         nccl: b.nccl_choice.unwrap_or(Backend::Nccl),
                         fallback: b.fallback.unwrap_or(b.choice),
-                        nccl_channels: g.pin_channels.get(&b.bytes).copied().or(g.nccl_channels),
+                        nccl_channels: g.channels_at(b.bytes),
                         expected_us: b.results.get(&b.choice).map_or(f64::NAN, |t| t.median_us),
                         buffer_bytes: if b.choice.is_custom() {
                             g.memory
