@@ -460,3 +460,47 @@ fn why_says_the_form_the_choice_was_timed_in_where_the_profile_records_it() {
     assert_eq!(code, 0);
     assert_eq!(json(&out)["form"], "registered", "{out}");
 }
+
+#[test]
+fn why_names_the_channel_count_the_plugin_sets_with_a_pin() {
+    use artune::allreduce::{Backend, Mode};
+    let d = tempfile::tempdir().unwrap();
+    let mut p = sample::profile();
+    let g = p
+        .groups
+        .iter()
+        .position(|g| g.tp == 2 && g.mode == Mode::Graph);
+    let g = &mut p.groups[g.unwrap()];
+    let pinned = g.buckets.iter().find(|b| b.bytes >= 1000).unwrap().clone();
+    let pin = pinned.nccl_choice.unwrap();
+    assert!(pin.nccl_pin().is_some(), "{pin}");
+    g.nccl_channels = Some(8);
+    g.pin_channels.insert(pinned.bytes, 2);
+    let own = g
+        .buckets
+        .iter()
+        .find(|b| b.nccl_choice == Some(Backend::Nccl))
+        .map(|b| b.bytes);
+    let file = write(d.path(), "p.json", &p);
+    let ask = |bytes: u64, json: bool| {
+        let bytes = bytes.to_string();
+        let mut args = vec!["why", &file, "--tp", "2", "--bytes", &bytes];
+        if json {
+            args.push("--json");
+        }
+        let (code, out, err) = run(&args);
+        assert_eq!(code, 0, "{err}");
+        out
+    };
+    let out = ask(1000, false);
+    let line = format!("NCCL with artune's plugin runs {pin} on 2 channels\n");
+    assert!(out.contains(&line), "{out}");
+    assert_eq!(json(&ask(1000, true))["nccl_channels"], 2);
+    if let Some(bytes) = own {
+        let out = ask(bytes, false);
+        assert!(
+            !out.contains("channels\n"),
+            "NCCL's own choice sets no count: {out}"
+        );
+    }
+}

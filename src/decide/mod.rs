@@ -180,6 +180,14 @@ pub fn group_profile(
             waived: s.waived,
         })
         .collect();
+    // The count measured fastest for each bucket's NCCL pin (measure::channels).
+    let pin_channels = buckets
+        .iter()
+        .filter_map(|b| {
+            let at = res.pin_channels.get(&b.nccl_choice?)?;
+            Some((b.bytes, *at.get(&b.bytes)?))
+        })
+        .collect();
     GroupProfile {
         gpus: res.gpus.clone(),
         tp,
@@ -199,6 +207,7 @@ pub fn group_profile(
             .collect(),
         buckets,
         nccl_channels: res.nccl_channels,
+        pin_channels,
         waived,
         regret,
         drift: res

@@ -114,6 +114,7 @@ fn group_scaled(gpus: Vec<usize>, mode: Mode, sizes: &[u64], custom: f64) -> Gro
         memory,
         forms: Default::default(),
         nccl_channels: None,
+        pin_channels: Default::default(),
         waived: Default::default(),
         regret: None,
         drift: Default::default(),

@@ -75,6 +75,9 @@ pub struct Why {
     pub form: Option<crate::allreduce::Form>,
     /// The NCCL variant artune's plugin runs here.
     pub nccl_choice: Backend,
+    /// The channel count the plugin sets with that variant, where it pins one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nccl_channels: Option<u32>,
     /// Which clause of the rule decided, in words.
     pub reason: String,
     /// Where `chosen` is an island schedule no engine has: what an engine without artune's
@@ -247,6 +250,9 @@ pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
         smoothed: rule_choice != b.choice,
         form: g.forms.get(&b.choice).copied(),
         nccl_choice: plugin_nccl(b),
+        nccl_channels: g
+            .channels_at(b.bytes)
+            .filter(|_| plugin_nccl(b).nccl_pin().is_some()),
         reason,
         fallback: b.fallback,
         islands: g.islands.as_ref().map(|i| IslandsView {
@@ -531,14 +537,16 @@ pub fn render(w: &Why) -> String {
         }
     ));
     s.push_str(&format!(
-        "choice: {}{}; NCCL with artune's plugin runs {}\n",
+        "choice: {}{}; NCCL with artune's plugin runs {}{}\n",
         w.chosen,
         if w.smoothed {
             format!(" (band smoothing over the per-size {})", w.rule_choice)
         } else {
             " (the steering rule's per-size answer)".into()
         },
-        w.nccl_choice
+        w.nccl_choice,
+        w.nccl_channels
+            .map_or(String::new(), |c| format!(" on {c} channels"))
     ));
     if let Some(f) = w.fallback {
         s.push_str(&format!(

@@ -262,6 +262,18 @@ pub trait Fabric {
         None
     }
 
+    /// The time (µs) of the pinned NCCL variant `backend` at `bytes` with NCCL told to run
+    /// `channels` channels; None where the fabric cannot set them per call (the CUDA fabric
+    /// today: its NCCL runs the count its environment gives).
+    fn nccl_time_at_channels(
+        &mut self,
+        _backend: Backend,
+        _bytes: u64,
+        _channels: u32,
+    ) -> Option<f64> {
+        None
+    }
+
     /// Sets which way the prepared group's hierarchical backends move data in each phase,
     /// once its contention probe has run (`Islands::orient`). Until then they read.
     fn orient(&mut self, directions: &Directions) -> Result<(), FabricError>;

@@ -221,6 +221,7 @@ fn group(
             .filter(|(b, _)| chosen.contains(b))
             .collect(),
         nccl_channels: t.and_then(|t| t.nccl_channels),
+        pin_channels: Default::default(),
         waived: BTreeMap::new(),
         regret,
         // The template node's variation: the consensus keeps its placement and memory too.

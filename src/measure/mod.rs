@@ -18,6 +18,7 @@ use crate::results::{ContentionCurve, GroupPhases, Timing};
 use crate::topology::occupancy::{BusyGpu, Neighbours};
 
 mod cell;
+pub mod channels;
 mod size;
 
 pub use cell::{measure_cell, Sampled};
@@ -362,6 +363,12 @@ fn measure_group(
             cell.retain(|b, _| !res.disqualified.contains_key(b));
         }
     }
+    let sizes: BTreeSet<u64> = res.cells.values().flat_map(|m| m.keys().copied()).collect();
+    let pinned: Vec<Backend> = ready
+        .into_iter()
+        .filter(|b| !res.disqualified.contains_key(b))
+        .collect();
+    res.pin_channels = channels::sweep(fabric, &pinned, &sizes).unwrap_or_default();
     Ok(res)
 }
 

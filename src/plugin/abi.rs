@@ -231,7 +231,7 @@ pub unsafe extern "C" fn get_coll_info(
     let table = cost_table.cast::<f32>();
     let r = catch_unwind(AssertUnwindSafe(|| unsafe {
         let outcome = c.apply(coll, n_bytes as u64, table, num_algo, num_proto);
-        if let (super::Outcome::Lowered(_), Some(ch)) = (outcome, c.channels()) {
+        if let (super::Outcome::Lowered(_), Some(ch)) = (outcome, c.channels_at(n_bytes as u64)) {
             if !n_channels.is_null() {
                 // SAFETY: NCCL passes a valid int* for the channel count (null checked).
                 *n_channels = ch;

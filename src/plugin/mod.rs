@@ -7,7 +7,7 @@
 //! 2. NCCL calls `getCollInfo` per collective with its cost table; [`Context::apply`] lowers one
 //!    entry for allreduce and touches nothing else: never a -1 (disabled) entry, never another
 //!    collective; it sets the channel count only where it lowered an entry and the profile states
-//!    the count its NCCL measurements ran with ([`Context::channels`]).
+//!    the count its NCCL measurements ran with ([`Context::channels_at`]).
 //! 3. Anything wrong (no profile, unreadable, not valid for this machine by the rule every
 //!    consumer applies (`profile::validity`), no matching group, a size beyond the profile, a
 //!    panic) is logged through NCCL's logger and leaves NCCL's choice as it was;
@@ -202,8 +202,8 @@ pub struct Context {
     /// The profile's group for this communicator; None follows nothing.
     group: Option<GroupSelector>,
     logger: Logger,
-    /// Channel count the profile's NCCL measurements ran with, if it states one.
-    channels: Option<c_int>,
+    /// The user pinned a channel count: set none.
+    channels_pinned: bool,
     /// One warning per bucket when NCCL disabled the entry we wanted.
     warned: Vec<AtomicBool>,
     /// The user pinned NCCL's algorithm or protocol: lower nothing.
@@ -216,7 +216,7 @@ impl Context {
         Context {
             group: None,
             logger,
-            channels: None,
+            channels_pinned: false,
             warned: Vec::new(),
             algo_pinned: false,
         }
@@ -226,9 +226,7 @@ impl Context {
     /// `NCCL_ALGO`/`NCCL_PROTO` are set, no channel count where a channel variable is.
     pub fn respecting(mut self, pins: &UserPins) -> Context {
         self.algo_pinned = !pins.algo.is_empty();
-        if !pins.channels.is_empty() {
-            self.channels = None;
-        }
+        self.channels_pinned = !pins.channels.is_empty();
         self
     }
 
@@ -258,12 +256,6 @@ impl Context {
                 p.group_names()
             )
         };
-        let channels = p
-            .group(q)
-            .ok_or_else(missing)?
-            .nccl_channels
-            .and_then(|c| c_int::try_from(c).ok())
-            .filter(|&c| c > 0);
         let group = p.selector().group(q).ok_or_else(missing)?.clone();
         Ok(Context {
             warned: group
@@ -273,7 +265,7 @@ impl Context {
                 .collect(),
             group: Some(group),
             logger,
-            channels,
+            channels_pinned: false,
             algo_pinned: false,
         })
     }
@@ -450,10 +442,18 @@ impl Context {
         }
     }
 
-    /// The channel count to set alongside a lowered entry, if the profile states one and the
+    /// The channel count to set alongside the pin at `bytes` (the tuner sets it, the audit
+    /// expects it): the one measured for that size's pin, if the profile states one and the
     /// user pinned none.
-    pub fn channels(&self) -> Option<c_int> {
-        self.channels
+    pub fn channels_at(&self, bytes: u64) -> Option<c_int> {
+        if self.channels_pinned {
+            return None;
+        }
+        let (_, answer) = self.group.as_ref()?.at(bytes)?;
+        answer
+            .nccl_channels
+            .and_then(|c| c_int::try_from(c).ok())
+            .filter(|&c| c > 0)
     }
 
     /// Logs a message through this communicator's logger.

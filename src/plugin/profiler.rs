@@ -179,7 +179,9 @@ impl Audit {
         let pin = c.pin(bytes).ok().flatten();
         Expected {
             pin,
-            channels: pin.and(c.channels()).and_then(|ch| u32::try_from(ch).ok()),
+            channels: pin
+                .and(c.channels_at(bytes))
+                .and_then(|ch| u32::try_from(ch).ok()),
         }
     }
 

@@ -220,6 +220,52 @@ fn sets_channels_only_where_profile_states_them_and_an_entry_was_lowered() {
     unsafe { assert_eq!((ncclTunerPlugin_v6.finalize)(c), 0) };
 }
 
+/// Each size gets the count measured for its own pin (`pin_channels`), the group's count where
+/// its bucket has none; the audit expects exactly what the tuner sets.
+#[test]
+fn sets_the_channel_count_measured_for_each_sizes_pin() {
+    let mut p = sample::profile();
+    let serving = |g: &crate::profile::GroupProfile, bytes: u64| {
+        g.buckets.iter().find(|b| b.bytes >= bytes).unwrap().bytes
+    };
+    for g in &mut p.groups {
+        g.nccl_channels = Some(8);
+        let (small, big) = (serving(g, 1000), serving(g, 16 << 20));
+        assert_ne!(small, big);
+        g.pin_channels.insert(small, 2);
+        g.pin_channels.insert(big, 16);
+    }
+    let context = Context::from_profile(&p, 2, 1, Mode::Graph, None).unwrap();
+    assert_eq!(
+        context.channels_at(64 << 10),
+        Some(8),
+        "no per-pin count: the group's"
+    );
+    let c: *mut c_void = Box::into_raw(Box::new(context)).cast();
+    let call = |bytes: usize| {
+        let (mut t, mut ch) = (table(), 0);
+        let r = unsafe {
+            let t = t.as_mut_ptr().cast();
+            (ncclTunerPlugin_v6.get_coll_info)(
+                c,
+                NCCL_FUNC_ALLREDUCE,
+                bytes,
+                1,
+                t,
+                7,
+                3,
+                0,
+                &mut ch,
+            )
+        };
+        assert_eq!(r, 0);
+        ch
+    };
+    assert_eq!(call(1000), 2, "ring LL's measured count at 1000 B");
+    assert_eq!(call(16 << 20), 16, "ring Simple's measured count at 16 MiB");
+    unsafe { assert_eq!((ncclTunerPlugin_v6.finalize)(c), 0) };
+}
+
 #[test]
 fn an_all_ignore_table_is_left_alone() {
     let c = ctx(2);
@@ -279,15 +325,15 @@ fn what_the_user_pins_is_left_to_the_user() {
     let out = unsafe { c.apply(NCCL_FUNC_ALLREDUCE, 1000, t.as_mut_ptr().cast(), 7, 3) };
     assert_eq!(out, Outcome::PinnedByUser);
     assert_eq!(t, before);
-    assert_eq!(c.channels(), None);
+    assert_eq!(c.channels_at(1000), None);
     // Channels alone pinned: entries still steered, no channel count set.
     let mut p = sample::profile();
     p.groups.iter_mut().for_each(|g| g.nccl_channels = Some(8));
     let only_channels = UserPins::from_vars(&vars(&[("NCCL_NCHANNELS", "2")]));
     let c = Context::from_profile(&p, 2, 1, Mode::Graph, None).unwrap();
-    assert_eq!(c.channels(), Some(8));
+    assert_eq!(c.channels_at(1000), Some(8));
     let c = c.respecting(&only_channels);
-    assert_eq!(c.channels(), None);
+    assert_eq!(c.channels_at(1000), None);
     let out = unsafe { c.apply(NCCL_FUNC_ALLREDUCE, 1000, t.as_mut_ptr().cast(), 7, 3) };
     assert!(matches!(out, Outcome::Lowered(_)), "{out:?}");
 }

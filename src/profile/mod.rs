@@ -79,6 +79,17 @@ pub struct Bucket {
     pub waived: BTreeMap<Backend, String>,
 }
 
+impl GroupProfile {
+    /// The channel count for the NCCL pin of the bucket at `bucket_bytes`: the one measured
+    /// for it, else the group's.
+    pub fn channels_at(&self, bucket_bytes: u64) -> Option<u32> {
+        self.pin_channels
+            .get(&bucket_bytes)
+            .copied()
+            .or(self.nccl_channels)
+    }
+}
+
 impl Bucket {
     /// What an engine without artune's own kernels runs here: the choice where engines have a
     /// path of its shape, else the bucket's `fallback` (the same rule among those they have).
@@ -141,6 +152,11 @@ pub struct GroupProfile {
     /// NCCL_MIN_NCHANNELS = NCCL_MAX_NCHANNELS on real GPUs); the tuner plugin reproduces it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nccl_channels: Option<u32>,
+    /// Per bucket (its `bytes`), the channel count measured fastest for its NCCL pin, which
+    /// the tuner plugin sets there; a bucket without one (and every bucket of older profiles)
+    /// keeps `nccl_channels`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pin_channels: BTreeMap<u64, u32>,
     /// Backends excluded for the whole group (no P2P, wrong results, timeouts), and why.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub waived: BTreeMap<Backend, String>,

@@ -18,6 +18,9 @@ pub struct Answer {
     /// What a caller without artune's kernels runs (see `Bucket::fallback`); `backend`
     /// where engines have it.
     pub fallback: Backend,
+    /// The channel count to run `nccl` with (see `GroupProfile::pin_channels`), if the profile
+    /// states one.
+    pub nccl_channels: Option<u32>,
     /// Median time measured for `backend` at the bucket.
     pub expected_us: f64,
     /// Device memory per GPU the backend's buffers need (0 for NCCL, which owns its own).
@@ -102,6 +105,7 @@ impl Selector {
                         backend: b.choice,
                         nccl: b.nccl_choice.unwrap_or(Backend::Nccl),
                         fallback: b.fallback.unwrap_or(b.choice),
+                        nccl_channels: g.channels_at(b.bytes),
                         expected_us: b.results.get(&b.choice).map_or(f64::NAN, |t| t.median_us),
                         buffer_bytes: if b.choice.is_custom() {
                             g.memory

@@ -74,6 +74,7 @@ pub(crate) fn fixture() -> Profile {
         .collect(),
         forms: Default::default(),
         nccl_channels: None,
+        pin_channels: Default::default(),
         regret: None,
         drift: Default::default(),
         beside: Vec::new(),
@@ -206,6 +207,41 @@ fn missing_group_is_unknown_not_a_guess() {
 fn roundtrips_through_json() {
     let p = fixture();
     assert_eq!(Profile::parse(&p.to_json()).unwrap(), p);
+}
+
+/// A per-pin channel count survives the file and reaches the selector; a profile written
+/// before the field loads without it and answers the group's count at every bucket.
+#[test]
+fn per_pin_channels_round_trip_and_older_files_keep_the_groups_count() {
+    let mut p = fixture();
+    let g = &mut p.groups[0];
+    g.nccl_channels = Some(4);
+    let (first, last) = (g.buckets[0].bytes, g.buckets.last().unwrap().bytes);
+    g.pin_channels.insert(last, 16);
+    let text = p.to_json();
+    assert!(text.contains("\"pin_channels\""), "{text}");
+    let back = Profile::parse(&text).unwrap();
+    assert_eq!(back, p);
+    let q = Query {
+        tp: p.groups[0].tp,
+        mode: p.groups[0].mode,
+        gpus: None,
+    };
+    let answers = |p: &Profile| {
+        let s = p.selector();
+        let g = s.group(q).unwrap().clone();
+        [first, last].map(|b| g.at(b).unwrap().1.nccl_channels)
+    };
+    assert_eq!(answers(&back), [Some(4), Some(16)]);
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let removed = v["groups"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("pin_channels");
+    assert!(removed.is_some());
+    let old = Profile::parse(&v.to_string()).unwrap();
+    assert!(old.groups[0].pin_channels.is_empty());
+    assert_eq!(answers(&old), [Some(4), Some(4)]);
 }
 
 #[test]

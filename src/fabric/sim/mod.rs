@@ -651,6 +651,17 @@ impl Fabric for SimFabric {
         Some(SimFabric::nccl_channels(self, &p.group))
     }
 
+    fn nccl_time_at_channels(
+        &mut self,
+        backend: Backend,
+        bytes: u64,
+        channels: u32,
+    ) -> Option<f64> {
+        let (algo, proto) = backend.nccl_pin()?;
+        let group = &self.prepared.as_ref()?.group;
+        self.nccl_us_at(group, algo, proto, bytes, channels)
+    }
+
     fn orient(&mut self, directions: &Directions) -> Result<(), FabricError> {
         let p = self
             .prepared

@@ -496,6 +496,7 @@ fn hop_bw(
     bw
 }
 
+mod channels;
 mod schedule;
 pub use schedule::StepSchedule;
 
