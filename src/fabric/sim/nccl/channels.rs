@@ -4,7 +4,7 @@
 //! box reach 22.2 GB/s busbw at 32 MB with one search channel run as two, 11.1 each; the same
 //! box tuned reaches 37.6), so on PCIe the time falls with the count until the links are full.
 
-use super::{Model, Schedule, RUNTIME_CHANNELS_PER_GRAPH_CHANNEL};
+use super::{Model, StepSchedule, RUNTIME_CHANNELS_PER_GRAPH_CHANNEL};
 use crate::fabric::sim::SimFabric;
 use crate::fabric::{Group, NcclAlgo, NcclProto};
 
@@ -48,7 +48,7 @@ impl SimFabric {
         }
         let ring = super::ring_order(&self.topo, &gpus);
         let model = Model::new(&self.topo, &self.net, &self.host, &ring).at_channels(runtime);
-        let schedule = Schedule::new(&self.topo, &self.net, &self.host, &ring, &model);
+        let schedule = StepSchedule::new(&self.topo, &self.net, &self.host, &ring, &model);
         Some(schedule.time(algo, proto, bytes))
     }
 }
