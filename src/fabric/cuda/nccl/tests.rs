@@ -1,0 +1,72 @@
+use super::*;
+
+#[test]
+fn env_var_wins_alone() {
+    let c = candidates(
+        Some("/opt/x/libnccl.so.2"),
+        &[PathBuf::from("/site")],
+        |_| true,
+    );
+    assert_eq!(c, vec!["/opt/x/libnccl.so.2".to_string()]);
+}
+
+#[test]
+fn system_names_come_before_wheels_and_missing_wheels_are_skipped() {
+    let dirs = [PathBuf::from("/venv/site"), PathBuf::from("/usr/site")];
+    let c = candidates(None, &dirs, |p| {
+        p.starts_with("/usr/site") && p.ends_with("nvidia/nccl/lib/libnccl.so.2")
+    });
+    assert_eq!(
+        c,
+        vec![
+            "libnccl.so".to_string(),
+            "libnccl.so.2".to_string(),
+            "/usr/site/nvidia/nccl/lib/libnccl.so.2".to_string()
+        ]
+    );
+    // An empty variable is the same as none.
+    assert_eq!(candidates(Some(""), &[], |_| true).len(), 2);
+}
+
+#[test]
+fn wheel_layouts_in_order() {
+    let c = candidates(None, &[PathBuf::from("/s")], |_| true);
+    assert_eq!(
+        &c[2..],
+        &[
+            "/s/nvidia/nccl/lib/libnccl.so.2".to_string(),
+            "/s/nvidia/cu13/lib/libnccl.so.2".to_string(),
+            "/s/nvidia/cu12/lib/libnccl.so.2".to_string()
+        ]
+    );
+}
+
+#[test]
+fn config_prefix_matches_nccl_2_14() {
+    // size_t, 2 x unsigned, 4 x int, const char*: 40 bytes on 64-bit targets.
+    assert_eq!(std::mem::size_of::<Config>(), 40);
+    let c = Config::nonblocking();
+    assert_eq!(
+        (c.size, c.magic, c.version, c.blocking),
+        (40, 0xcafebeef, 21400, 0)
+    );
+}
+
+#[test]
+fn a_clique_is_ready_when_every_rank_is() {
+    use Poll::*;
+    assert_eq!(poll_all([Done, Done]), Done);
+    assert_eq!(poll_all([Done, Pending]), Pending);
+    assert_eq!(
+        poll_all([Pending, Failed("x".into()), Done]),
+        Failed("x".into())
+    );
+    assert_eq!(poll_all([]), Done);
+}
+
+#[test]
+fn version_codes() {
+    assert_eq!(version_string(22803), "2.28.3");
+    assert_eq!(version_string(23007), "2.30.7");
+    assert_eq!(version_string(2708), "2.7.8");
+}
