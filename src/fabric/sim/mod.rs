@@ -167,6 +167,13 @@ impl SimFabric {
     /// NCCL's channel count on `group` as its ring search would find it (the profile records
     /// it; NCCL's buffers grow with it).
     pub fn nccl_channels(&self, group: &Group) -> u32 {
+        self.nccl_ring(group).map_or(1, |ring| {
+            nccl::Model::new(&self.topo, &self.net, &self.host, &ring).channels
+        })
+    }
+
+    /// The ring NCCL's search would order `group`'s GPUs of this machine in; none below two.
+    fn nccl_ring(&self, group: &Group) -> Option<Vec<usize>> {
         let mut gpus: Vec<usize> = group
             .gpus
             .iter()
@@ -175,11 +182,7 @@ impl SimFabric {
             .collect();
         gpus.sort_unstable();
         gpus.dedup();
-        if gpus.len() < 2 {
-            return 1;
-        }
-        let ring = nccl::ring_order(&self.topo, &gpus);
-        nccl::Model::new(&self.topo, &self.net, &self.host, &ring).channels
+        (gpus.len() >= 2).then(|| nccl::ring_order(&self.topo, &gpus))
     }
 
     /// Rates (GB/s) of arbitrary transfers running together, e.g. one GPU pulling from all

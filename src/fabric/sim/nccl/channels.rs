@@ -35,18 +35,7 @@ impl SimFabric {
         bytes: u64,
         runtime: u32,
     ) -> Option<f64> {
-        let mut gpus: Vec<usize> = group
-            .gpus
-            .iter()
-            .copied()
-            .filter(|&g| g < self.topo.gpu_count())
-            .collect();
-        gpus.sort_unstable();
-        gpus.dedup();
-        if gpus.len() < 2 {
-            return None;
-        }
-        let ring = super::ring_order(&self.topo, &gpus);
+        let ring = self.nccl_ring(group)?;
         let model = Model::new(&self.topo, &self.net, &self.host, &ring).at_channels(runtime);
         let schedule = StepSchedule::new(&self.topo, &self.net, &self.host, &ring, &model);
         Some(schedule.time(algo, proto, bytes))
