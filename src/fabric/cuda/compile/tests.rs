@@ -158,3 +158,24 @@ fn sources_are_embedded() {
     assert!(PROBE.contains("latch_wait"));
     assert!(COMMON.contains("struct ArArgs"));
 }
+
+/// Every kernel unit compiles for the architectures artune meets, without a GPU: NVRTC alone
+/// (a pip wheel, `nvidia-cuda-nvrtc`) is enough. Skips, saying so, where libnvrtc is absent.
+#[test]
+fn every_unit_compiles_without_a_gpu() {
+    if !nvrtc_present() {
+        eprintln!("skipped: libnvrtc not found (LD_LIBRARY_PATH); kernels not compiled here");
+        return;
+    }
+    let archs = supported_archs().unwrap();
+    for cc in [(8, 0), (9, 0), (12, 0)] {
+        let Some(t) = target_for(cc, &archs) else {
+            continue;
+        };
+        for u in units() {
+            let img = compile(&u.name, &u.src, &t)
+                .unwrap_or_else(|e| panic!("{} for {t:?}: {e}", u.name));
+            assert!(!img.is_empty(), "{} for {t:?}", u.name);
+        }
+    }
+}
