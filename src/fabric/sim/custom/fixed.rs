@@ -196,6 +196,6 @@ impl SimFabric {
         let gpus = self.prepared.as_ref()?.group.gpus.clone();
         let parts = &self.model(&gpus).parts;
         let fixed = cost.fixed() - cost.launch_us;
-        Some(parts.custom(fixed, cost.data_us + cost.local_us))
+        Some(parts.custom(fixed, cost.data_us))
     }
 }
