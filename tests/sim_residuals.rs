@@ -581,14 +581,65 @@ fn rows(cal: &Calibration) -> Vec<Row> {
         let figure = format!("R3 island two-shot, 16 GPUs, {bytes} B, us");
         push(Source::R3, figure, us, t, band, part);
     }
+    // R4 (haohervchb/sglang-V100#2, "Measured inside a CUDA graph"): a one-shot push on 4
+    // V100 SXM2 behind one PLX switch, fp16; artune's one-stage push as it runs (its LL form
+    // to 32 KiB per rank).
+    let mut r4 = prepared(v100_plx(), &[0, 1, 2, 3], None, cal);
+    for (bytes, us) in [
+        (4 * KB, 4.0),
+        (8 * KB, 5.0),
+        (16 * KB, 7.2),
+        (32 * KB, 11.8),
+        (128 * KB, 44.5),
+        (384 * KB, 120.3),
+    ] {
+        let shot = [Backend::OneStagePush];
+        let (t, band, part) = timing(&mut r4, &shot, bytes, Mode::Graph, BandPart::KernelBroadcom);
+        out.push(Row {
+            source: Source::R4,
+            figure: format!("R4 one-shot push, 4 V100, {} KB, us", bytes / KB),
+            published: us,
+            simulated: t,
+            band,
+            part,
+        });
+    }
     out
+}
+
+/// R4's box: four V100 (sm_70, a class with no prologue of its own) on Gen3 x16 links behind
+/// one PLX switch on one root complex; its forwarding and latencies as the model assumes.
+fn v100_plx() -> Topology {
+    let mut t = get("pcie-4x-1switch").unwrap();
+    t.pairs.clear();
+    for g in &mut t.gpus {
+        g.name = "Tesla V100-SXM2-32GB".into();
+        g.compute_capability = Some(artune::topology::ComputeCapability { major: 7, minor: 0 });
+        let lat = g.pcie.latency_us;
+        g.pcie = artune::topology::Link {
+            latency_us: lat,
+            ..artune::topology::Link::pcie(3, 16)
+        };
+    }
+    for s in &mut t.switches {
+        s.vendor = Some("PLX".into());
+        s.device = None;
+        s.contention = None;
+        let lat = s.uplink.latency_us;
+        s.uplink = artune::topology::Link {
+            latency_us: lat,
+            ..artune::topology::Link::pcie(3, 16)
+        };
+    }
+    t.normalize().unwrap();
+    t
 }
 
 /// Every figure of shared/calibration as the model fitted on every source predicts it.
 fn in_sample() -> Vec<Row> {
     rows(&Calibration::fitted())
         .into_iter()
-        .filter(|r| !matches!(r.source, Source::R1 | Source::R2 | Source::R3))
+        .filter(|r| !matches!(r.source, Source::R1 | Source::R2 | Source::R3 | Source::R4))
         .collect()
 }
 
@@ -1050,6 +1101,7 @@ fn bad_kernel_traffic_fields_exit_2_naming_the_field() {
 fn a_kernels_fixed_cost_splits_into_prologue_and_first_touch() {
     type Case = (&'static str, Source, Topology, Vec<usize>, Form, u64, f64);
     let pull = Form::AsRun;
+    let (four, ll) = (vec![0, 1, 2, 3], Form::AsRun);
     let cases = |_: &Calibration| -> Vec<Case> {
         let c2 = get("pcie-8x-direct-2socket").unwrap();
         let r1 = get("pcie-4x-1switch").unwrap();
@@ -1108,6 +1160,15 @@ fn a_kernels_fixed_cost_splits_into_prologue_and_first_touch() {
                 4 * KB,
                 6.5,
             ),
+            (
+                "R4 4 V100, 1 PLX switch, push LL",
+                Source::R4,
+                v100_plx(),
+                four,
+                ll,
+                4 * KB,
+                4.0,
+            ),
         ]
     };
     println!(
@@ -1118,9 +1179,9 @@ fn a_kernels_fixed_cost_splits_into_prologue_and_first_touch() {
     let fitted = Calibration::fitted();
     let mut far = Vec::new();
     for (what, source, t, gpus, form, bytes, published) in cases(&fitted) {
-        let backend = match form {
-            Form::AsRun => Backend::OneStagePull,
-            Form::Bandwidth => Backend::OneStagePush,
+        let backend = match (form, source) {
+            (Form::AsRun, Source::R4) | (Form::Bandwidth, _) => Backend::OneStagePush,
+            (Form::AsRun, _) => Backend::OneStagePull,
         };
         let mut ratios = Vec::new();
         let mut shown = None;
