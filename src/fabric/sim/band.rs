@@ -131,21 +131,26 @@ impl BandPart {
     /// past C5's 12 flows; were the loss to go on past `reach` at C5's own log-slope (ln f₁₂ /
     /// ln 12 per ln flows), the factor at `flows` would be lower by |ln f₁₂| · ln(flows/reach)
     /// / ln 12. That extrapolation is the band added beyond the calibrated range (f₁₂ =
-    /// 20.60/56.25, the loads' factor, the larger loss).
+    /// 20.60/56.25, the loads' factor, the larger loss), on its slow side only: a further
+    /// loss can only slow the bytes ([`GroupParts::custom`]).
     ///
     /// [`Calibration::kernel_flows_reach`]: super::calibration::Calibration::kernel_flows_reach
     pub fn width(self, flows: usize, reach: usize) -> f64 {
         let base = self.half_width();
-        let kernel = matches!(
-            self,
-            BandPart::KernelMicrochip | BandPart::KernelBroadcom | BandPart::KernelUnstated
-        );
         let reach = reach.max(C5_FLOWS);
-        if !kernel || flows <= reach {
+        if !self.kernel() || flows <= reach {
             return base;
         }
         let slope = (C5_LOAD_FACTOR.ln() / (C5_FLOWS as f64).ln()).abs();
         base + slope * (flows as f64 / reach as f64).ln()
+    }
+
+    /// Whether the part prices kernel loads and stores through a switch.
+    pub fn kernel(self) -> bool {
+        matches!(
+            self,
+            BandPart::KernelMicrochip | BandPart::KernelBroadcom | BandPart::KernelUnstated
+        )
     }
 
     /// Whether the part stands for a property the topology did not state.
@@ -247,6 +252,24 @@ impl Band {
         }
     }
 
+    /// [`Band::split`] with the data side's fast end priced by `data_fast`: where a part's
+    /// width on the slow side holds a loss that can only slow the bytes.
+    pub fn split_sides(
+        fixed: &BTreeMap<BandPart, f64>,
+        data_fast: &BTreeMap<BandPart, f64>,
+        data: &BTreeMap<BandPart, f64>,
+        fixed_us: f64,
+        data_us: f64,
+    ) -> Band {
+        let (f, d) = shares(fixed_us, data_us);
+        let (hf, fast, slow) = (quadrature(fixed), quadrature(data_fast), quadrature(data));
+        Band {
+            low: f * (-hf).exp() + d * (-fast).exp(),
+            high: f * hf.exp() + d * slow.exp(),
+            parts: fixed.keys().chain(data.keys()).copied().collect(),
+        }
+    }
+
     fn half(h: f64, parts: BTreeSet<BandPart>) -> Band {
         Band {
             low: (-h).exp(),
@@ -283,9 +306,12 @@ impl GroupParts {
     }
 
     /// The band of a custom kernel's time of `fixed_us` fixed costs and `data_us` moving its
-    /// bytes: the fabric its kernel loads and stores cross prices the bytes.
+    /// bytes: the fabric its kernel loads and stores cross prices the bytes. A switch's kernel
+    /// part past the factor's reach ([`BandPart::width`]) widens the slow end only: were the
+    /// loss to go on, the bytes would be slower; faster than the factor measured they are
+    /// known only to the make's own calibrated width.
     pub fn custom(&self, fixed_us: f64, data_us: f64) -> Band {
-        Band::split(
+        Self::kernel_band(
             &self.fixed(BandPart::KernelFixed),
             &self.fabric,
             fixed_us,
@@ -293,11 +319,24 @@ impl GroupParts {
         )
     }
 
+    fn kernel_band(
+        fixed: &BTreeMap<BandPart, f64>,
+        fabric: &BTreeMap<BandPart, f64>,
+        fixed_us: f64,
+        data_us: f64,
+    ) -> Band {
+        let fast: BTreeMap<BandPart, f64> = fabric
+            .iter()
+            .map(|(&p, &w)| (p, if p.kernel() { w.min(p.half_width()) } else { w }))
+            .collect();
+        Band::split_sides(fixed, &fast, fabric, fixed_us, data_us)
+    }
+
     /// [`GroupParts::custom`] for an island schedule (`islands`: priced phase by phase on
     /// the group's islands) or a flat kernel.
     pub fn custom_of(&self, islands: bool, fixed_us: f64, data_us: f64) -> Band {
         match self.islands.as_ref().filter(|_| islands) {
-            Some(fabric) => Band::split(
+            Some(fabric) => Self::kernel_band(
                 &self.fixed(BandPart::KernelFixed),
                 fabric,
                 fixed_us,
@@ -358,7 +397,7 @@ mod tests {
     #[test]
     fn a_small_message_takes_its_fixed_parts_band_and_a_large_one_its_fabrics() {
         let g = GroupParts {
-            fabric: [(BandPart::Links, 0.05), (BandPart::KernelMicrochip, 1.0)].into(),
+            fabric: [(BandPart::Links, 0.05), (BandPart::Interconnect, 1.0)].into(),
             host_stated: true,
             islands: None,
         };
@@ -403,6 +442,15 @@ mod tests {
         // At C5's slope, 144 flows (12²) lose one more factor f₁₂: |ln f₁₂| more width.
         assert!((k.width(144, 12) - k.half_width() - C5_LOAD_FACTOR.ln().abs()).abs() < 1e-9);
         assert_eq!(BandPart::Links.width(56, 12), BandPart::Links.half_width());
+        // Past the reach the slow end widens and the fast end keeps the make's own width.
+        let g = GroupParts {
+            fabric: [(k, k.width(56, 12))].into(),
+            host_stated: true,
+            islands: None,
+        };
+        let b = g.custom(0.0, 1.0);
+        assert!((b.high.ln() - k.width(56, 12)).abs() < 1e-12);
+        assert!((b.low.ln() + k.half_width()).abs() < 1e-12);
         // Known to 24 flows: flat to there, and from there at the same slope.
         assert_eq!(k.width(24, 24), k.half_width());
         assert!((k.width(48, 24) - k.width(24, 12)).abs() < 1e-12);

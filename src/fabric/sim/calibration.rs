@@ -26,10 +26,14 @@ pub enum Source {
     /// under Microchip switches, each on its own root complex of one socket: the one kernel
     /// timing past C5's 12 flows per switch. Fits `kernel_flows_reach` only.
     R3,
+    /// haohervchb/sglang-V100#2: a one-shot push in CUDA graphs on 4 V100 behind one PLX
+    /// (Broadcom) Gen3 switch, 4 KB to 384 KB. Fits nothing: the one published push of the
+    /// LL form's shape (no barrier behind its writes at 4 µs) on a box the model describes.
+    R4,
 }
 
 impl Source {
-    pub const ALL: [Source; 7] = [
+    pub const ALL: [Source; 8] = [
         Source::C1,
         Source::C2,
         Source::C5,
@@ -37,6 +41,7 @@ impl Source {
         Source::R1,
         Source::R2,
         Source::R3,
+        Source::R4,
     ];
 
     pub fn id(self) -> &'static str {
@@ -48,6 +53,7 @@ impl Source {
             Source::R1 => "R1",
             Source::R2 => "R2",
             Source::R3 => "R3",
+            Source::R4 => "R4",
         }
     }
 }
@@ -186,6 +192,7 @@ mod tests {
         assert_eq!(no5.kernel, Some(R1));
         assert!((R1.load_concurrent - 13.23).abs() < 0.01);
         assert_eq!(Calibration::without(&[Source::R1]), all);
+        assert_eq!(Calibration::without(&[Source::R4]), all);
         assert_eq!(all.kernel_flows_reach, 24);
         assert_eq!(Calibration::without(&[Source::R3]).kernel_flows_reach, 12);
         assert_eq!(Calibration::without(&[Source::C5, Source::R1]).kernel, None);

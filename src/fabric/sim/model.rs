@@ -11,20 +11,21 @@ use super::{nccl, Backend, Direction, Islands, Mode, NcclAlgo};
 use crate::allreduce::Peers;
 use crate::topology::Topology;
 
-/// A family's band half-widths on a group, fixed side and data side (ln), and whether any
-/// part assumed what the topology did not state: [`band::Band::split`] precomputed.
+/// A family's band on a group, fixed side and data side, each as ln of its (low, high)
+/// factors, and whether any part assumed what the topology did not state:
+/// [`band::Band::split`] precomputed.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Halves {
-    pub(super) fixed: f64,
-    pub(super) data: f64,
+    pub(super) fixed: (f64, f64),
+    pub(super) data: (f64, f64),
     pub(super) assumed: bool,
 }
 
 impl Halves {
     pub(super) fn of(fixed: Band, data: Band) -> Halves {
         Halves {
-            fixed: fixed.high.ln(),
-            data: data.high.ln(),
+            fixed: (fixed.low.ln(), fixed.high.ln()),
+            data: (data.low.ln(), data.high.ln()),
             assumed: fixed.parts.union(&data.parts).any(|p| p.assumed()),
         }
     }
@@ -33,8 +34,8 @@ impl Halves {
     pub(super) fn ends(&self, f: f64, d: f64) -> (f64, f64) {
         let (f, d) = band::shares(f, d);
         (
-            f * (-self.fixed).exp() + d * (-self.data).exp(),
-            f * self.fixed.exp() + d * self.data.exp(),
+            f * self.fixed.0.exp() + d * self.data.0.exp(),
+            f * self.fixed.1.exp() + d * self.data.1.exp(),
         )
     }
 }
