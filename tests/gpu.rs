@@ -29,7 +29,7 @@ fn runs(b: Backend) -> bool {
     match b.executor() {
         Executor::Nccl => false,
         Executor::SmKernel => true,
-        Executor::CopyEngine(_) => artune::fabric::cuda::copy::RUNS,
+        Executor::CopyEngine(_) => artune::fabric::cuda::copy::runs(),
     }
 }
 const DTYPES: [Dtype; 3] = [Dtype::Bf16, Dtype::Fp16, Dtype::Fp32];

@@ -43,7 +43,7 @@ fn custom() -> Vec<Backend> {
         .filter(|b| match b.executor() {
             Executor::Nccl => false,
             Executor::SmKernel => true,
-            Executor::CopyEngine(_) => cuda::copy::RUNS,
+            Executor::CopyEngine(_) => cuda::copy::runs(),
         })
         .collect()
 }

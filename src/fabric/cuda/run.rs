@@ -4,12 +4,14 @@
 
 use std::time::Duration;
 
+use super::copy;
 use super::driver::{dev, Event, Graph};
 use super::kernels;
 use super::layout::SIGNAL_STATUS_OFFSET;
-use super::setup::{registered_slot_offset, Impl, Launcher, Ready, REGISTERED_GEN};
+use super::setup::{padded, registered_slot_offset, Impl, Launcher, Ready, REGISTERED_GEN};
 use super::watchdog::{self, Poll, Waited};
 use super::{Gpu, WorkerFaults};
+use crate::allreduce::Executor;
 use crate::fabric::{Backend, DeviceError, FabricError, Mode};
 
 /// Maps the end of a wait on `backend`'s work to the error the harness acts on.
@@ -85,6 +87,28 @@ impl Launcher {
             return faults.launch_hang(gpu, &unit.stream);
         }
         match &self.find(backend)?.imp {
+            Impl::Custom(c) if self.runs_copies(backend) => {
+                let call = copy::Call {
+                    backend,
+                    dtype,
+                    elems,
+                    ranks: self.shape.ranks(),
+                    local: self.launch.base..self.launch.base + self.launch.count,
+                    max_bytes: padded(self.shape.max_bytes),
+                };
+                // SAFETY: `c.args` holds every rank's buffers of the backend, allocated for
+                // the group's largest message (the function's contract); the stream is this
+                // worker's.
+                unsafe {
+                    copy::launch(
+                        &call,
+                        &c.args,
+                        gpu.kernels()?,
+                        gpu.facts.sms,
+                        unit.stream.raw,
+                    )
+                }
+            }
             Impl::Custom(c) => {
                 let count = self.launch.count as u32;
                 let work = kernels::Work {
@@ -131,6 +155,14 @@ impl Launcher {
                 }
                 .map_err(|w| waited(backend, true, "enqueueing an NCCL allreduce", w))
             }
+        }
+    }
+
+    /// Whether `backend`'s calls are copies rather than one kernel.
+    fn runs_copies(&self, backend: Backend) -> bool {
+        match backend.executor() {
+            Executor::CopyEngine(_) => true,
+            Executor::Nccl | Executor::SmKernel => false,
         }
     }
 

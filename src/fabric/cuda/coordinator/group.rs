@@ -318,6 +318,9 @@ fn executor_waiver(b: Backend, n: usize) -> Option<String> {
         Executor::SmKernel => (n > MAX_RANKS).then(|| {
             format!("custom kernels support at most {MAX_RANKS} ranks; this group has {n}")
         }),
-        Executor::CopyEngine(_) => (!copy::RUNS).then(|| copy::UNBUILT.into()),
+        Executor::CopyEngine(_) if !copy::runs() => Some(copy::UNBUILT.into()),
+        Executor::CopyEngine(_) => (n > MAX_RANKS).then(|| {
+            format!("copy-engine backends support at most {MAX_RANKS} ranks; this group has {n}")
+        }),
     }
 }
