@@ -6,8 +6,8 @@
 
 // Mirrors `CeSumArgs` in src/fabric/cuda/layout.rs.
 struct CeSumArgs {
-  const char* in[MAX_RANKS];
-  char* out;
+  u64 in[MAX_RANKS];
+  u64 out;
   u64 n;
   int count;
   int pad;
@@ -18,22 +18,23 @@ __device__ void ce_sum(const CeSumArgs& a) {
   const u64 stride = (u64)gridDim.x * blockDim.x;
   const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
   // Shards start anywhere in the shared input: 16-byte vectors only where every buffer allows.
-  bool aligned = ((u64)a.out & 15) == 0;
-  for (int k = 0; k < a.count; k++) aligned = aligned && ((u64)a.in[k] & 15) == 0;
+  char* out = (char*)a.out;
+  bool aligned = (a.out & 15) == 0;
+  for (int k = 0; k < a.count; k++) aligned = aligned && (a.in[k] & 15) == 0;
   u64 head = 0;
   if (aligned) {
     const u64 nvec = a.n / T::P;
     for (u64 v = first; v < nvec; v += stride) {
       float acc[T::P] = {};
-      for (int k = 0; k < a.count; k++) add_vec<T>(acc, ld_v4(a.in[k] + v * 16));
-      st_v4(a.out + v * 16, pack_vec<T>(acc));
+      for (int k = 0; k < a.count; k++) add_vec<T>(acc, ld_v4((const char*)a.in[k] + v * 16));
+      st_v4(out + v * 16, pack_vec<T>(acc));
     }
     head = nvec * T::P;
   }
   for (u64 i = head + first; i < a.n; i += stride) {
     float acc = 0.0f;
-    for (int k = 0; k < a.count; k++) acc += T::load1(a.in[k], i);
-    T::store1(a.out, i, acc);
+    for (int k = 0; k < a.count; k++) acc += T::load1((const char*)a.in[k], i);
+    T::store1(out, i, acc);
   }
 }
 

@@ -24,13 +24,23 @@ fn custom() -> Vec<Backend> {
         .collect()
 }
 
-/// Whether the CUDA fabric runs `b` with artune's own data plane.
+/// Whether `b` is one of artune's SM kernels, which these tests share (the copy-engine rows
+/// have tests of their own: [`copy_rows`]).
 fn runs(b: Backend) -> bool {
     match b.executor() {
-        Executor::Nccl => false,
+        Executor::Nccl | Executor::CopyEngine(_) => false,
         Executor::SmKernel => true,
-        Executor::CopyEngine(_) => artune::fabric::cuda::copy::runs(),
     }
+}
+
+/// The copy-engine rows: the CUDA fabric runs them only with `ARTUNE_COPY_ENGINE=1`, which
+/// [`open_or_skip`] sets for this process and the workers it starts, until a GPU run has
+/// verified the executor.
+fn copy_rows() -> Vec<Backend> {
+    Backend::ALL
+        .into_iter()
+        .filter(|b| matches!(b.executor(), Executor::CopyEngine(_)))
+        .collect()
 }
 const DTYPES: [Dtype; 3] = [Dtype::Bf16, Dtype::Fp16, Dtype::Fp32];
 /// Element counts: tiny, around one 16-byte vector, and odd counts that leave tails.
@@ -95,6 +105,8 @@ fn open_or_skip(test: &str, k: usize) -> Option<(MutexGuard<'static, ()>, CudaFa
         ));
         return None;
     }
+    static SWITCH: std::sync::Once = std::sync::Once::new();
+    SWITCH.call_once(|| std::env::set_var(artune::fabric::cuda::copy::SWITCH, "1"));
     match CudaFabric::open_with(Some(k), bin()) {
         Ok(f) => Some((guard, f)),
         Err(e) => panic!("{test}: a GPU is present but opening the CUDA fabric failed: {e}"),
@@ -390,6 +402,73 @@ fn gpu_repeated_calls_and_graph_replay_stay_correct_or_skip() {
         }
     }
     println!("repeated eager calls, graph replays and timing loops kept all 4 kernels correct");
+}
+
+#[test]
+fn gpu_copy_engine_rows_verify_bit_exactly_in_loopback_eager_and_graph_or_skip() {
+    // Loopback: every rank on one GPU, so every copy is device-to-device on its copy engines
+    // and the flags' peers share the stream; this checks the plans, the sum and the flags.
+    let flat = [(2, vec![2]), (4, vec![4]), (8, vec![8])];
+    let islands = [(4, vec![2, 2]), (8, vec![4, 4]), (8, vec![2, 2, 2, 2])];
+    for (k, sizes) in flat.into_iter().chain(islands) {
+        let Some((_gpu, mut f)) = open_or_skip("gpu_copy_engine_rows_verify_bit_exactly", k) else {
+            return;
+        };
+        let rows: Vec<Backend> = copy_rows()
+            .into_iter()
+            .filter(|b| b.is_hierarchical() == (sizes.len() > 1))
+            .collect();
+        for dtype in DTYPES {
+            let max = ELEMS.iter().max().unwrap() * dtype.size();
+            let g = match sizes.len() {
+                1 => group(k, dtype, max),
+                _ => island_group(k, dtype, max, &sizes),
+            };
+            all_ready(&f.prepare(&g, &rows).unwrap());
+            for &b in &rows {
+                for (i, e) in ELEMS.iter().enumerate() {
+                    let bytes = e * dtype.size();
+                    let what = format!("K={k} {sizes:?} {b} {} {bytes} bytes", dtype.id());
+                    correct(f.verify(b, bytes, 3000 + i as u64).unwrap(), &what);
+                    let v = f.verify_with(b, bytes, 4000 + i as u64, Mode::Graph, 3);
+                    correct(v.unwrap(), &format!("{what}, a graph of 3 replayed"));
+                }
+            }
+        }
+        println!(
+            "K={k} {sizes:?}: {rows:?} x 3 dtypes x {} sizes bit-exact, eager and graph",
+            ELEMS.len()
+        );
+    }
+}
+
+#[test]
+fn gpu_copy_engine_rows_time_in_loopback_or_skip() {
+    for (sizes, b) in [
+        (vec![8], Backend::TwoStageCopy),
+        (vec![4, 4], Backend::IslandTwoShotCopy),
+    ] {
+        let Some((_gpu, mut f)) = open_or_skip("gpu_copy_engine_rows_time", 8) else {
+            return;
+        };
+        let max = 16 << 20;
+        let g = match sizes.len() {
+            1 => group(8, Dtype::Bf16, max),
+            _ => island_group(8, Dtype::Bf16, max, &sizes),
+        };
+        all_ready(&f.prepare(&g, &[b]).unwrap());
+        for bytes in [4096u64, max] {
+            for mode in [Mode::Eager, Mode::Graph] {
+                let t = f.time(b, bytes, mode, 10, 3).unwrap();
+                assert!(t.iter().all(|x| x.is_finite() && *x > 0.0), "{t:?}");
+                println!("K=8 {sizes:?} {b} {bytes} bytes {mode:?}: {t:?} us per call");
+            }
+            correct(
+                f.verify(b, bytes, 77).unwrap(),
+                &format!("{b} after timing at {bytes}"),
+            );
+        }
+    }
 }
 
 #[test]

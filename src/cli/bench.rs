@@ -139,6 +139,12 @@ fn chosen(ids: &[String]) -> Result<Vec<Backend>, Error> {
         match Backend::from_id(id).filter(|b| all.contains(b)) {
             Some(b) if !out.contains(&b) => out.push(b),
             Some(_) => {}
+            None if Backend::from_id(id).is_some_and(waits_for_a_gpu_run) => {
+                return Err(Error::bad_input(format!(
+                    "--backend {id} does not run here: {}",
+                    cuda::copy::UNBUILT
+                )));
+            }
             None => {
                 let names: Vec<&str> = all.iter().map(|b| b.id()).collect();
                 return Err(Error::bad_input(format!(
@@ -149,6 +155,14 @@ fn chosen(ids: &[String]) -> Result<Vec<Backend>, Error> {
         }
     }
     Ok(out)
+}
+
+/// Whether `b` is left out only until a GPU run has verified its executor.
+fn waits_for_a_gpu_run(b: Backend) -> bool {
+    match b.executor() {
+        Executor::CopyEngine(_) => !cuda::copy::runs(),
+        Executor::Nccl | Executor::SmKernel => false,
+    }
 }
 
 fn kernels(

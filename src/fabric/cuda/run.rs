@@ -416,6 +416,25 @@ impl Launcher {
         }
     }
 
+    /// Lets a copy-engine backend's stream past waits for a peer that never arrives: every
+    /// inbox word of this worker's ranks is set from the host (a synchronous copy, which does
+    /// not queue behind the worker's non-blocking stream), so the stream drains and the
+    /// backend can be forgotten without marking the GPU stuck. Best effort: a stream that
+    /// still does not drain is found by the drain after it.
+    fn release_copies(&self, backend: Backend) {
+        let Ok(Impl::Custom(c)) = self.find(backend).map(|r| &r.imp) else {
+            return;
+        };
+        if !self.runs_copies(backend) {
+            return;
+        }
+        let words = copy::steps::released();
+        let mine = self.launch.base..self.launch.base + self.launch.count;
+        for s in c.signal.get(mine).unwrap_or_default() {
+            let _ = s.upload(0, &words);
+        }
+    }
+
     /// After `e` on `backend`: a timeout or backend failure aborts and forgets the backend
     /// and drains the stream, so the group goes on with the others. A stream that does not
     /// drain marks the GPU stuck: the coordinator then replaces this worker.
@@ -423,6 +442,7 @@ impl Launcher {
         if !e.backend_local() {
             return e;
         }
+        self.release_copies(backend);
         self.forget(backend);
         match self.drain_after(&e.to_string()) {
             Ok(()) => e,

@@ -28,7 +28,7 @@ pub fn runs() -> bool {
 
 /// Why it does not, for the waiver a tune records.
 pub const UNBUILT: &str = "the CUDA fabric's copy-engine executor is built but not yet verified \
-                           on a GPU; it is waived unless ARTUNE_COPY_ENGINE=1";
+                           on a GPU, so it is waived; set ARTUNE_COPY_ENGINE=1 to run it";
 
 /// One call of a copy-engine backend for the ranks `local` of a group of `ranks`, `elems`
 /// elements each.

@@ -27,6 +27,12 @@ pub const ONE: u64 = (BARRIERS * MAX_RANKS * 4) as u64;
 
 const _: () = assert!(ONE as usize + 4 <= SIGNAL_STATUS_OFFSET);
 
+/// A rank's inboxes with every slot holding [`ARRIVED`]: what the host writes over them to
+/// let a stream past a peer that never arrives.
+pub fn released() -> Vec<u8> {
+    ARRIVED.to_le_bytes().repeat(ONE as usize / 4)
+}
+
 /// Offset in a rank's signal allocation of the slot peer `from` writes at `barrier`.
 pub fn inbox(barrier: usize, from: usize) -> u64 {
     ((barrier * MAX_RANKS + from) * 4) as u64

@@ -436,3 +436,29 @@ fn the_executor_is_off_unless_switched_on() {
     assert_eq!(runs(), std::env::var(SWITCH).as_deref() == Ok("1"));
     assert!(UNBUILT.contains(SWITCH));
 }
+
+#[test]
+fn a_worker_whose_peers_never_arrive_runs_through_once_its_inboxes_are_released() {
+    // Worker 0 alone, its peers' streams never run: it stops at its first wait until the host
+    // writes every inbox slot, as `recover` does after a timeout.
+    for (b, ranks) in [
+        (Backend::TwoStageCopy, Ranks::flat(4)),
+        (Backend::IslandTwoShotCopy, Ranks { n: 8, island: 2 }),
+    ] {
+        let c = call(b, ranks, 64);
+        let a = fake(&c);
+        let plan = copy_plan::plan(b, ranks, 64);
+        let s = steps::steps(&plan, ranks, 0..2, &a).unwrap();
+        let run = |mem: &mut Memory| s.iter().all(|s| mem.run(s));
+        assert!(!run(&mut Memory::default()), "{b}: ran without its peers");
+        let mut mem = Memory::default();
+        for r in 0..2 {
+            for (k, w) in steps::released().chunks(4).enumerate() {
+                let word = u32::from_le_bytes(w.try_into().unwrap());
+                mem.words.insert(base(r, SIG) + 4 * k as u64, word);
+            }
+        }
+        // Each wait clears its slot, so a call needs its inboxes released once.
+        assert!(run(&mut mem), "{b}: a wait outlives the release");
+    }
+}
