@@ -18,12 +18,11 @@ use crate::allreduce::Ranks;
 use crate::fabric::{Backend, Dtype, FabricError};
 
 /// The environment variable that turns the executor on.
-pub const SWITCH: &str = "ARTUNE_COPY_ENGINE";
+pub use crate::allreduce::COPY_ENGINE_SWITCH as SWITCH;
 
-/// Whether this fabric runs copy-engine backends: only where [`SWITCH`] is 1, until a GPU run
-/// has verified the executor.
+/// Whether this fabric runs copy-engine backends ([`crate::allreduce::copy_engines_on`]).
 pub fn runs() -> bool {
-    std::env::var(SWITCH).is_ok_and(|v| v == "1")
+    crate::allreduce::copy_engines_on()
 }
 
 /// Why it does not, for the waiver a tune records.
