@@ -472,6 +472,40 @@ fn gpu_copy_engine_rows_time_in_loopback_or_skip() {
 }
 
 #[test]
+fn gpu_copy_engine_rows_across_worker_processes_verify_and_replay_or_skip() {
+    // One process per rank: each stream waits on flags its peers' copy engines write across
+    // processes (IPC), the path of a real machine; in loopback the peers share one GPU.
+    for (k, sizes) in [(4, vec![4]), (4, vec![2, 2])] {
+        let Some((_gpu, mut f)) = open_or_skip("gpu_copy_engine_rows_across_workers", k) else {
+            return;
+        };
+        f.set_launch_each(true);
+        let rows: Vec<Backend> = copy_rows()
+            .into_iter()
+            .filter(|b| b.is_hierarchical() == (sizes.len() > 1))
+            .collect();
+        let max = 1 << 20;
+        let g = match sizes.len() {
+            1 => group(k, Dtype::Bf16, max),
+            _ => island_group(k, Dtype::Bf16, max, &sizes),
+        };
+        all_ready(&f.prepare(&g, &rows).unwrap());
+        for &b in &rows {
+            for (i, bytes) in [4096u64, 4098, max].into_iter().enumerate() {
+                let what = format!("{b} {sizes:?} {bytes} bytes, a process per rank");
+                let v = f.verify_with(b, bytes, 50 + i as u64, Mode::Eager, 5);
+                correct(v.unwrap(), &format!("{what}, 5 eager calls"));
+                let v = f.verify_with(b, bytes, 60 + i as u64, Mode::Graph, 5);
+                correct(v.unwrap(), &format!("{what}, a graph of 5 replayed"));
+            }
+            let t = f.time(b, max, Mode::Graph, 5, 3).unwrap();
+            assert!(t.iter().all(|x| x.is_finite() && *x > 0.0), "{t:?}");
+            println!("{b} {sizes:?}, a process per rank: verified, graph samples {t:?} us");
+        }
+    }
+}
+
+#[test]
 fn gpu_nccl_one_rank_allreduce_verifies_or_skip() {
     let Some((_gpu, mut f)) = open_or_skip("gpu_nccl_one_rank_allreduce", 2) else {
         return;

@@ -7,7 +7,7 @@
 #   END=560 bash .carry/ce/run.sh
 # Results: $OUT/ce.tgz, re-packed after each step.
 # Look for: gpu.txt "test result: ok" (copy rows bit-exact in 2/4/8 ranks and islands, eager and
-# graph; the SM kernels unchanged); bench.txt rows two_stage_copy and island_two_shot_copy at
+# graph, one stream and a process per rank; the SM kernels unchanged); bench.txt rows two_stage_copy and island_two_shot_copy at
 # 4K and 16M beside the SM kernels; tune.txt/profile.json measuring both copy rows (not waived).
 # Only then does copy::runs() become true by default (a separate commit).
 set -u
@@ -28,6 +28,7 @@ export ARTUNE_COPY_ENGINE=1
 step gpu 240 $G --test-threads 1 --nocapture --exact \
   gpu_copy_engine_rows_verify_bit_exactly_in_loopback_eager_and_graph_or_skip \
   gpu_copy_engine_rows_time_in_loopback_or_skip \
+  gpu_copy_engine_rows_across_worker_processes_verify_and_replay_or_skip \
   gpu_custom_kernels_verify_bit_exactly_in_loopback_2_4_8_or_skip
 step bench 120 $A bench kernels --loopback 8 --islands 4,4 --out $W/bench.json
 step tune 100 $A tune --loopback 8 --tp 2,4,8 --islands 4,4 --sizes 4K:16M --no-contention \
