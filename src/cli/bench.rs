@@ -388,8 +388,10 @@ fn table(r: &Value) -> String {
     }
     let copies = r["results"].as_array().into_iter().flatten();
     if copies.into_iter().any(|x| x["form"] == "copies") {
+        // NCCL (src/ce_coll.cc): the driver gives a copy within one GPU to the copy engines
+        // only when asked to (cudaMemcpyFlagPreferOverlapWithCompute, CUDA 13.1 on).
         s += "copies: copy engines move the data, an SM kernel sums it; in loopback every copy \
-              is device-to-device on one GPU\n";
+              is device-to-device on one GPU, which the driver may run on SMs\n";
     }
     s += "\ntargets\n";
     let verdict = |t: &Value| match t["met"].as_bool() {

@@ -2,7 +2,9 @@
 # Issue 45 on the H200 in one call: the copy-engine executor (src/fabric/cuda/copy/), built
 # without a GPU and waived unless ARTUNE_COPY_ENGINE=1, run for the first time. Loopback: every
 # rank on one GPU, so every copy is device-to-device on that GPU's copy engines and the flags'
-# peers share a stream; nothing here is multi-GPU or PCIe evidence.
+# peers share a stream; nothing here is multi-GPU or PCIe evidence. A copy within one GPU may
+# even run on SMs (NCCL's src/ce_coll.cc: the driver offloads it to the copy engines only under
+# cudaMemcpyFlagPreferOverlapWithCompute, CUDA 13.1 on), so loopback times are not CE times.
 # From the repository root, with .carry/ce/ made by build-carry.sh (same folder):
 #   END=560 bash .carry/ce/run.sh
 # Results: $OUT/ce.tgz, re-packed after each step.
