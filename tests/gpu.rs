@@ -700,6 +700,38 @@ fn faulty_tune_at(faults: &str, sizes: &str, out: &std::path::Path) -> std::proc
 }
 
 #[test]
+fn gpu_a_copy_peer_that_never_arrives_fails_only_its_backend_or_skip() {
+    // Rank 1 of two_stage_copy never arrives: rank 0's stream waits on its flags until the
+    // deadline, the worker writes its inboxes from the host, the stream drains, and the
+    // backend is left out without the GPU being marked stuck (no worker replaced).
+    // ARTUNE_COPY_ENGINE=1 reaches the binary from open_or_skip.
+    let Some((_gpu, f)) = open_or_skip("gpu_a_copy_peer_that_never_arrives", 2) else {
+        return;
+    };
+    drop(f);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("p.json");
+    let o = faulty_tune("absent=two_stage_copy:1", &out);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let p: artune::profile::Profile =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let g = &p.groups[0];
+    let why = g
+        .waived
+        .get(&Backend::TwoStageCopy)
+        .unwrap_or_else(|| panic!("two_stage_copy kept: {err}"));
+    assert!(!why.contains("fresh ones"), "{why}");
+    assert!(g
+        .buckets
+        .iter()
+        .any(|b| b.results.contains_key(&Backend::TwoStagePush)));
+    let left = live_workers();
+    assert!(left.is_empty(), "workers left running: {left:?}");
+    println!("absent=two_stage_copy:1: tune exit 0; two_stage_copy left out: {why}");
+}
+
+#[test]
 fn gpu_hung_kernel_and_stuck_worker_fail_only_their_backend_or_skip() {
     let Some((_gpu, f)) = open_or_skip("gpu_hung_kernel_and_stuck_worker", 2) else {
         return;

@@ -490,6 +490,7 @@ impl Op {
                 ranks: work.ranks,
                 local: place.rank..place.rank + 1,
                 max_bytes: setup::padded(p.max_bytes),
+                absent: None,
             };
             for _ in 0..repeat {
                 // SAFETY: as below; the steps name only the buffers of `a`.

@@ -31,6 +31,7 @@ step gpu 240 $G --test-threads 1 --nocapture --exact \
   gpu_copy_engine_rows_verify_bit_exactly_in_loopback_eager_and_graph_or_skip \
   gpu_copy_engine_rows_time_in_loopback_or_skip \
   gpu_copy_engine_rows_across_worker_processes_verify_and_replay_or_skip \
+  gpu_a_copy_peer_that_never_arrives_fails_only_its_backend_or_skip \
   gpu_custom_kernels_verify_bit_exactly_in_loopback_2_4_8_or_skip
 step bench 120 $A bench kernels --loopback 8 --islands 4,4 --out $W/bench.json
 step tune 100 $A tune --loopback 8 --tp 2,4,8 --islands 4,4 --sizes 4K:16M --no-contention \

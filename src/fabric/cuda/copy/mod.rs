@@ -40,6 +40,9 @@ pub struct Call {
     pub local: Range<usize>,
     /// Largest message the buffers were allocated for, padded as at setup.
     pub max_bytes: u64,
+    /// A rank of `local` whose calls are left out: a peer that never arrives (the fault knob's
+    /// `absent`, for testing the recovery).
+    pub absent: Option<usize>,
 }
 
 /// Where the buffers `args` names lie, with the backend's scratch entries.
@@ -59,11 +62,14 @@ pub fn addrs(call: &Call, args: &ArArgs) -> Addrs {
 /// The calls the stream runs for `call` over the buffers of `args`.
 pub fn call_steps(call: &Call, args: &ArArgs) -> Result<Vec<Step>, FabricError> {
     let plan = copy_plan::plan(call.backend, call.ranks, call.elems);
-    steps::steps(&plan, call.ranks, call.local.clone(), &addrs(call, args)).map_err(|e| {
-        FabricError::Backend {
-            backend: call.backend,
-            reason: format!("its copy plan cannot run: {e}"),
-        }
+    let local: Vec<usize> = call
+        .local
+        .clone()
+        .filter(|&r| Some(r) != call.absent)
+        .collect();
+    steps::steps(&plan, call.ranks, &local, &addrs(call, args)).map_err(|e| FabricError::Backend {
+        backend: call.backend,
+        reason: format!("its copy plan cannot run: {e}"),
     })
 }
 

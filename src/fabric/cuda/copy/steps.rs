@@ -9,8 +9,6 @@
 //! has its own inbox, and a peer reaches a barrier's inbox again only after the next call's
 //! earlier barriers, which this rank passes after clearing it.
 
-use std::ops::Range;
-
 use thiserror::Error;
 
 use super::super::copy_plan::{peers_of, At, Buf, Op};
@@ -158,7 +156,7 @@ fn cut(ops: &[Op]) -> (Vec<&[Op]>, Vec<Peers>, &[Op]) {
 pub fn steps(
     plan: &[Vec<Op>],
     ranks: Ranks,
-    local: Range<usize>,
+    local: &[usize],
     addrs: &Addrs,
 ) -> Result<Vec<Step>, StepError> {
     let cuts: Vec<_> = plan.iter().map(|ops| cut(ops)).collect();
@@ -170,19 +168,19 @@ pub fn steps(
         return Err(StepError::TooManyBarriers(barriers.len()));
     }
     let mut out = Vec::new();
-    for r in local.clone() {
+    for &r in local {
         out.push(Step::Write {
             addr: addrs.sig(r)? + ONE,
             value: ARRIVED,
         });
     }
     for (b, &peers) in barriers.iter().enumerate() {
-        for r in local.clone() {
+        for &r in local {
             for op in cuts[r].0[b] {
                 out.extend(addrs.step(op)?);
             }
         }
-        for r in local.clone() {
+        for &r in local {
             for p in peers_of(peers, ranks, r) {
                 out.push(Step::Copy {
                     dst: addrs.sig(p)? + inbox(b, r),
@@ -191,7 +189,7 @@ pub fn steps(
                 });
             }
         }
-        for r in local.clone() {
+        for &r in local {
             for p in peers_of(peers, ranks, r) {
                 let addr = addrs.sig(r)? + inbox(b, p);
                 out.push(Step::WaitEq {
@@ -202,7 +200,7 @@ pub fn steps(
             }
         }
     }
-    for r in local {
+    for &r in local {
         for op in cuts[r].2 {
             out.extend(addrs.step(op)?);
         }

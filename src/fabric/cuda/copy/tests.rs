@@ -22,6 +22,10 @@ fn base(rank: usize, kind: u64) -> u64 {
 
 /// Buffers of fp32 elements at made-up addresses, one region per rank and kind.
 fn fake(call: &Call) -> Addrs {
+    addrs(call, &fake_args(call))
+}
+
+fn fake_args(call: &Call) -> ArArgs {
     let mut args = ArArgs {
         input: [0; MAX_RANKS],
         out: [0; MAX_RANKS],
@@ -48,7 +52,7 @@ fn fake(call: &Call) -> Addrs {
         args.scratch[r] = base(r, SCRATCH);
         args.sig[r] = base(r, SIG);
     }
-    addrs(call, &args)
+    args
 }
 
 fn value(rank: usize, call: usize, i: u64) -> f32 {
@@ -130,7 +134,8 @@ fn replay(
     let queues: Vec<Vec<Action>> = workers
         .iter()
         .map(|local| {
-            let s = edit(steps::steps(&plan, call.ranks, local.clone(), &addrs).unwrap());
+            let mine: Vec<usize> = local.clone().collect();
+            let s = edit(steps::steps(&plan, call.ranks, &mine, &addrs).unwrap());
             (0..calls)
                 .flat_map(|c| {
                     let fill = local.clone().map(move |r| Action::Fill(r, c));
@@ -211,6 +216,7 @@ fn call(backend: Backend, ranks: Ranks, elems: u64) -> Call {
         ranks,
         local: 0..ranks.n,
         max_bytes: elems * 4,
+        absent: None,
     }
 }
 
@@ -328,7 +334,7 @@ fn a_rank_of_two_stage_copy_queues_its_copies_sum_and_flags_in_order() {
     let s = steps::steps(
         &copy_plan::plan(c.backend, ranks, c.elems),
         ranks,
-        1..2,
+        &[1],
         &fake(&c),
     )
     .unwrap();
@@ -391,12 +397,8 @@ fn every_copy_and_sum_stays_inside_the_buffers_setup_allocates() {
                     "{b} {ranks:?}: {kind} {off}+{len} of {size}"
                 );
             };
-            let s = steps::steps(
-                &copy_plan::plan(b, ranks, 4099),
-                ranks,
-                0..ranks.n,
-                &fake(&c),
-            );
+            let all: Vec<usize> = (0..ranks.n).collect();
+            let s = steps::steps(&copy_plan::plan(b, ranks, 4099), ranks, &all, &fake(&c));
             for step in s.unwrap() {
                 match step {
                     Step::Copy { bytes: 4, .. } | Step::WaitEq { .. } | Step::Write { .. } => {}
@@ -420,7 +422,7 @@ fn a_rank_whose_buffers_are_not_mapped_is_refused_before_anything_is_queued() {
     let c = call(Backend::TwoStageCopy, ranks, 100);
     let mut a = fake(&c);
     a.input[2] = 0;
-    let e = steps::steps(&copy_plan::plan(c.backend, ranks, 100), ranks, 0..1, &a);
+    let e = steps::steps(&copy_plan::plan(c.backend, ranks, 100), ranks, &[0], &a);
     assert_eq!(
         e.unwrap_err(),
         StepError::Unmapped {
@@ -448,7 +450,7 @@ fn a_worker_whose_peers_never_arrive_runs_through_once_its_inboxes_are_released(
         let c = call(b, ranks, 64);
         let a = fake(&c);
         let plan = copy_plan::plan(b, ranks, 64);
-        let s = steps::steps(&plan, ranks, 0..2, &a).unwrap();
+        let s = steps::steps(&plan, ranks, &[0, 1], &a).unwrap();
         let run = |mem: &mut Memory| s.iter().all(|s| mem.run(s));
         assert!(!run(&mut Memory::default()), "{b}: ran without its peers");
         let mut mem = Memory::default();
@@ -461,4 +463,32 @@ fn a_worker_whose_peers_never_arrive_runs_through_once_its_inboxes_are_released(
         // Each wait clears its slot, so a call needs its inboxes released once.
         assert!(run(&mut mem), "{b}: a wait outlives the release");
     }
+}
+
+#[test]
+fn an_absent_rank_queues_nothing_and_the_others_wait_on_it() {
+    // The fault knob's peer that never arrives: rank 1's calls are left out of the stream,
+    // so ranks 0, 2 and 3, which share it, stop at their first wait on rank 1.
+    let ranks = Ranks::flat(4);
+    let mut c = call(Backend::TwoStageCopy, ranks, 64);
+    c.absent = Some(1);
+    let s = call_steps(&c, &fake_args(&c)).unwrap();
+    let rank_of = |a: u64| (a >> 36) as usize - 1;
+    for step in &s {
+        match step {
+            Step::Write { addr, .. } | Step::WaitEq { addr, .. } => assert_ne!(rank_of(*addr), 1),
+            Step::Copy { dst, .. } | Step::Sum { out: dst, .. } => {
+                assert!(rank_of(*dst) != 1 || matches!(step, Step::Copy { bytes: 4, .. }))
+            }
+        }
+    }
+    let mut mem = Memory::default();
+    let stopped = s.iter().position(|s| !mem.run(s)).unwrap();
+    assert_eq!(
+        s[stopped],
+        Step::WaitEq {
+            addr: base(0, SIG) + inbox(0, 1),
+            value: ARRIVED
+        }
+    );
 }
