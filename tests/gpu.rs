@@ -24,13 +24,23 @@ fn custom() -> Vec<Backend> {
         .collect()
 }
 
-/// Whether the CUDA fabric runs `b` with artune's own data plane.
+/// Whether `b` is one of artune's SM kernels, which these tests share (the copy-engine rows
+/// have tests of their own: [`copy_rows`]).
 fn runs(b: Backend) -> bool {
     match b.executor() {
-        Executor::Nccl => false,
+        Executor::Nccl | Executor::CopyEngine(_) => false,
         Executor::SmKernel => true,
-        Executor::CopyEngine(_) => artune::fabric::cuda::copy::RUNS,
     }
+}
+
+/// The copy-engine rows: the CUDA fabric runs them only with `ARTUNE_COPY_ENGINE=1`, which
+/// [`open_or_skip`] sets for this process and the workers it starts, until a GPU run has
+/// verified the executor.
+fn copy_rows() -> Vec<Backend> {
+    Backend::ALL
+        .into_iter()
+        .filter(|b| matches!(b.executor(), Executor::CopyEngine(_)))
+        .collect()
 }
 const DTYPES: [Dtype; 3] = [Dtype::Bf16, Dtype::Fp16, Dtype::Fp32];
 /// Element counts: tiny, around one 16-byte vector, and odd counts that leave tails.
@@ -95,6 +105,8 @@ fn open_or_skip(test: &str, k: usize) -> Option<(MutexGuard<'static, ()>, CudaFa
         ));
         return None;
     }
+    static SWITCH: std::sync::Once = std::sync::Once::new();
+    SWITCH.call_once(|| std::env::set_var(artune::fabric::cuda::copy::SWITCH, "1"));
     match CudaFabric::open_with(Some(k), bin()) {
         Ok(f) => Some((guard, f)),
         Err(e) => panic!("{test}: a GPU is present but opening the CUDA fabric failed: {e}"),
@@ -393,6 +405,107 @@ fn gpu_repeated_calls_and_graph_replay_stay_correct_or_skip() {
 }
 
 #[test]
+fn gpu_copy_engine_rows_verify_bit_exactly_in_loopback_eager_and_graph_or_skip() {
+    // Loopback: every rank on one GPU, so every copy is device-to-device on its copy engines
+    // and the flags' peers share the stream; this checks the plans, the sum and the flags.
+    let flat = [(2, vec![2]), (4, vec![4]), (8, vec![8])];
+    let islands = [(4, vec![2, 2]), (8, vec![4, 4]), (8, vec![2, 2, 2, 2])];
+    for (k, sizes) in flat.into_iter().chain(islands) {
+        let Some((_gpu, mut f)) = open_or_skip("gpu_copy_engine_rows_verify_bit_exactly", k) else {
+            return;
+        };
+        let rows: Vec<Backend> = copy_rows()
+            .into_iter()
+            .filter(|b| b.is_hierarchical() == (sizes.len() > 1))
+            .collect();
+        for dtype in DTYPES {
+            let max = ELEMS.iter().max().unwrap() * dtype.size();
+            let g = match sizes.len() {
+                1 => group(k, dtype, max),
+                _ => island_group(k, dtype, max, &sizes),
+            };
+            all_ready(&f.prepare(&g, &rows).unwrap());
+            for &b in &rows {
+                for (i, e) in ELEMS.iter().enumerate() {
+                    let bytes = e * dtype.size();
+                    let what = format!("K={k} {sizes:?} {b} {} {bytes} bytes", dtype.id());
+                    correct(f.verify(b, bytes, 3000 + i as u64).unwrap(), &what);
+                    let v = f.verify_with(b, bytes, 4000 + i as u64, Mode::Graph, 3);
+                    correct(v.unwrap(), &format!("{what}, a graph of 3 replayed"));
+                }
+            }
+        }
+        println!(
+            "K={k} {sizes:?}: {rows:?} x 3 dtypes x {} sizes bit-exact, eager and graph",
+            ELEMS.len()
+        );
+    }
+}
+
+#[test]
+fn gpu_copy_engine_rows_time_in_loopback_or_skip() {
+    for (sizes, b) in [
+        (vec![8], Backend::TwoStageCopy),
+        (vec![4, 4], Backend::IslandTwoShotCopy),
+    ] {
+        let Some((_gpu, mut f)) = open_or_skip("gpu_copy_engine_rows_time", 8) else {
+            return;
+        };
+        let max = 16 << 20;
+        let g = match sizes.len() {
+            1 => group(8, Dtype::Bf16, max),
+            _ => island_group(8, Dtype::Bf16, max, &sizes),
+        };
+        all_ready(&f.prepare(&g, &[b]).unwrap());
+        for bytes in [4096u64, max] {
+            for mode in [Mode::Eager, Mode::Graph] {
+                let t = f.time(b, bytes, mode, 10, 3).unwrap();
+                assert!(t.iter().all(|x| x.is_finite() && *x > 0.0), "{t:?}");
+                println!("K=8 {sizes:?} {b} {bytes} bytes {mode:?}: {t:?} us per call");
+            }
+            correct(
+                f.verify(b, bytes, 77).unwrap(),
+                &format!("{b} after timing at {bytes}"),
+            );
+        }
+    }
+}
+
+#[test]
+fn gpu_copy_engine_rows_across_worker_processes_verify_and_replay_or_skip() {
+    // One process per rank: each stream waits on flags its peers' copy engines write across
+    // processes (IPC), the path of a real machine; in loopback the peers share one GPU.
+    for (k, sizes) in [(4, vec![4]), (4, vec![2, 2])] {
+        let Some((_gpu, mut f)) = open_or_skip("gpu_copy_engine_rows_across_workers", k) else {
+            return;
+        };
+        f.set_launch_each(true);
+        let rows: Vec<Backend> = copy_rows()
+            .into_iter()
+            .filter(|b| b.is_hierarchical() == (sizes.len() > 1))
+            .collect();
+        let max = 1 << 20;
+        let g = match sizes.len() {
+            1 => group(k, Dtype::Bf16, max),
+            _ => island_group(k, Dtype::Bf16, max, &sizes),
+        };
+        all_ready(&f.prepare(&g, &rows).unwrap());
+        for &b in &rows {
+            for (i, bytes) in [4096u64, 4098, max].into_iter().enumerate() {
+                let what = format!("{b} {sizes:?} {bytes} bytes, a process per rank");
+                let v = f.verify_with(b, bytes, 50 + i as u64, Mode::Eager, 5);
+                correct(v.unwrap(), &format!("{what}, 5 eager calls"));
+                let v = f.verify_with(b, bytes, 60 + i as u64, Mode::Graph, 5);
+                correct(v.unwrap(), &format!("{what}, a graph of 5 replayed"));
+            }
+            let t = f.time(b, max, Mode::Graph, 5, 3).unwrap();
+            assert!(t.iter().all(|x| x.is_finite() && *x > 0.0), "{t:?}");
+            println!("{b} {sizes:?}, a process per rank: verified, graph samples {t:?} us");
+        }
+    }
+}
+
+#[test]
 fn gpu_nccl_one_rank_allreduce_verifies_or_skip() {
     let Some((_gpu, mut f)) = open_or_skip("gpu_nccl_one_rank_allreduce", 2) else {
         return;
@@ -584,6 +697,38 @@ fn faulty_tune_at(faults: &str, sizes: &str, out: &std::path::Path) -> std::proc
         .env("ARTUNE_GPU_DEADLINE_MS", "1500")
         .output()
         .expect("artune runs")
+}
+
+#[test]
+fn gpu_a_copy_peer_that_never_arrives_fails_only_its_backend_or_skip() {
+    // Rank 1 of two_stage_copy never arrives: rank 0's stream waits on its flags until the
+    // deadline, the worker writes its inboxes from the host, the stream drains, and the
+    // backend is left out without the GPU being marked stuck (no worker replaced).
+    // ARTUNE_COPY_ENGINE=1 reaches the binary from open_or_skip.
+    let Some((_gpu, f)) = open_or_skip("gpu_a_copy_peer_that_never_arrives", 2) else {
+        return;
+    };
+    drop(f);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("p.json");
+    let o = faulty_tune("absent=two_stage_copy:1", &out);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let p: artune::profile::Profile =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let g = &p.groups[0];
+    let why = g
+        .waived
+        .get(&Backend::TwoStageCopy)
+        .unwrap_or_else(|| panic!("two_stage_copy kept: {err}"));
+    assert!(!why.contains("fresh ones"), "{why}");
+    assert!(g
+        .buckets
+        .iter()
+        .any(|b| b.results.contains_key(&Backend::TwoStagePush)));
+    let left = live_workers();
+    assert!(left.is_empty(), "workers left running: {left:?}");
+    println!("absent=two_stage_copy:1: tune exit 0; two_stage_copy left out: {why}");
 }
 
 #[test]

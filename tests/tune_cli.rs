@@ -468,6 +468,23 @@ fn bad_input_is_one_line_and_exit_2() {
         &artune(&["bench", "kernels", "--backend", "ring", "--out", o]),
         "--backend ring is not one this benchmark runs",
     );
+    // A copy-engine row is named, with what turns its executor on.
+    assert_bad_input(
+        &common::dies_with_test(common::BIN)
+            .args([
+                "bench",
+                "kernels",
+                "--backend",
+                "two_stage_copy",
+                "--out",
+                o,
+            ])
+            .env_remove("ARTUNE_COPY_ENGINE")
+            .output()
+            .unwrap(),
+        "--backend two_stage_copy does not run here: the CUDA fabric's copy-engine executor \
+         is built but not yet verified on a GPU, so it is waived; set ARTUNE_COPY_ENGINE=1",
+    );
     assert_bad_input(
         &artune(&["bench", "kernels", "--sizes", "1K:2K", "--out", o]),
         "holds none of the benchmark's sizes",

@@ -9,8 +9,8 @@ pub mod islands;
 pub mod memory;
 
 pub use backend::{
-    Backend, Buffers, CopySum, Count, EnginePath, Executor, Extent, Family, Kernel, Ll, Part,
-    Peers, Phase, Plane, Schedule, Spec, TABLE,
+    copy_engines_on, Backend, Buffers, CopySum, Count, EnginePath, Executor, Extent, Family,
+    Kernel, Ll, Part, Peers, Phase, Plane, Schedule, Spec, COPY_ENGINE_SWITCH, TABLE,
 };
 pub use form::Form;
 pub use islands::{phases_in_words, Directions, Islands, Ranks, Separation};

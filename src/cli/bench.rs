@@ -43,7 +43,7 @@ fn custom() -> Vec<Backend> {
         .filter(|b| match b.executor() {
             Executor::Nccl => false,
             Executor::SmKernel => true,
-            Executor::CopyEngine(_) => cuda::copy::RUNS,
+            Executor::CopyEngine(_) => cuda::copy::runs(),
         })
         .collect()
 }
@@ -139,6 +139,12 @@ fn chosen(ids: &[String]) -> Result<Vec<Backend>, Error> {
         match Backend::from_id(id).filter(|b| all.contains(b)) {
             Some(b) if !out.contains(&b) => out.push(b),
             Some(_) => {}
+            None if Backend::from_id(id).is_some_and(waits_for_a_gpu_run) => {
+                return Err(Error::bad_input(format!(
+                    "--backend {id} does not run here: {}",
+                    cuda::copy::UNBUILT
+                )));
+            }
             None => {
                 let names: Vec<&str> = all.iter().map(|b| b.id()).collect();
                 return Err(Error::bad_input(format!(
@@ -149,6 +155,14 @@ fn chosen(ids: &[String]) -> Result<Vec<Backend>, Error> {
         }
     }
     Ok(out)
+}
+
+/// Whether `b` is left out only until a GPU run has verified its executor.
+fn waits_for_a_gpu_run(b: Backend) -> bool {
+    match b.executor() {
+        Executor::CopyEngine(_) => !cuda::copy::runs(),
+        Executor::Nccl | Executor::SmKernel => false,
+    }
 }
 
 fn kernels(
@@ -317,13 +331,22 @@ fn row(
     let traffic = n * cuda::traffic_bytes(b, bytes, shape, registered);
     json!({
         "backend": b.id(), "mode": mode.id(), "bytes_per_rank": bytes, "ranks": n,
-        "form": if registered { "registered" } else { "staged" },
+        "form": form(b, registered),
         "us_per_call": us, "must_bytes_per_call": must,
         "floor_us": cuda::floor_us(must, copy_gbps),
         "floor_fraction": cuda::floor_fraction(must, copy_gbps, us),
         "traffic_bytes_per_call": traffic, "traffic_gbps": traffic as f64 / us / 1e3,
         "algbw_gbps": bytes as f64 / us / 1e3, "verified": verified,
     })
+}
+
+/// What a row's calls run: copy engines, or the kernel's registered or staged form.
+fn form(b: Backend, registered: bool) -> &'static str {
+    match (b.executor(), registered) {
+        (Executor::CopyEngine(_), _) => "copies",
+        (Executor::Nccl | Executor::SmKernel, true) => "registered",
+        (Executor::Nccl | Executor::SmKernel, false) => "staged",
+    }
 }
 
 fn table(r: &Value) -> String {
@@ -348,12 +371,12 @@ fn table(r: &Value) -> String {
         );
     }
     s += &format!(
-        "\n{:<16} {:<6} {:<10} {:>8} {:>11} {:>11} {:>7}\n",
+        "\n{:<20} {:<6} {:<10} {:>8} {:>11} {:>11} {:>7}\n",
         "backend", "mode", "form", "per rank", "time/call", "floor", "of it"
     );
     for x in r["results"].as_array().into_iter().flatten() {
         s += &format!(
-            "{:<16} {:<6} {:<10} {:>8} {:>11} {:>11} {:>6.1}%\n",
+            "{:<20} {:<6} {:<10} {:>8} {:>11} {:>11} {:>6.1}%\n",
             x["backend"].as_str().unwrap_or(""),
             x["mode"].as_str().unwrap_or(""),
             x["form"].as_str().unwrap_or(""),
@@ -362,6 +385,13 @@ fn table(r: &Value) -> String {
             fmt_us(f(&x["floor_us"])),
             100.0 * f(&x["floor_fraction"]),
         );
+    }
+    let copies = r["results"].as_array().into_iter().flatten();
+    if copies.into_iter().any(|x| x["form"] == "copies") {
+        // NCCL (src/ce_coll.cc): the driver gives a copy within one GPU to the copy engines
+        // only when asked to (cudaMemcpyFlagPreferOverlapWithCompute, CUDA 13.1 on).
+        s += "copies: copy engines move the data, an SM kernel sums it; in loopback every copy \
+              is device-to-device on one GPU, which the driver may run on SMs\n";
     }
     s += "\ntargets\n";
     let verdict = |t: &Value| match t["met"].as_bool() {
@@ -415,5 +445,32 @@ mod tests {
         // The bytes counted are the schedule's: the same whatever the kernel took.
         assert_eq!(fast["must_bytes_per_call"], slowed["must_bytes_per_call"]);
         assert_eq!(fast["floor_us"], slowed["floor_us"]);
+    }
+
+    #[test]
+    fn a_copy_row_says_copies_and_what_loopback_makes_of_them() {
+        let r = |b| {
+            row(
+                b,
+                Mode::Graph,
+                16 << 20,
+                8,
+                Ranks::flat(8),
+                90.0,
+                4000.0,
+                true,
+            )
+        };
+        let report = json!({"results": [r(Backend::TwoStagePull), r(Backend::TwoStageCopy)]});
+        let t = table(&report);
+        let line = |id: &str| t.lines().find(|l| l.starts_with(id)).unwrap().to_string();
+        assert!(line("two_stage_copy ").contains(" copies "), "{t}");
+        assert!(line("two_stage_pull ").contains(" registered "), "{t}");
+        assert!(
+            t.contains("in loopback every copy is device-to-device"),
+            "{t}"
+        );
+        let sm_only = table(&json!({"results": [r(Backend::TwoStagePull)]}));
+        assert!(!sm_only.contains("loopback"), "{sm_only}");
     }
 }

@@ -46,12 +46,19 @@ impl KernelSetting {
     }
 
     /// Whether artune's kernels take a size the profile gives `b`: the engine's op runs SM
-    /// kernels only, so at a copy-engine backend's sizes the engine runs the bucket's
-    /// fallback.
+    /// kernels, and copy-engine backends where they are switched on
+    /// ([`crate::allreduce::copy_engines_on`]); elsewhere the engine runs the bucket's
+    /// fallback at their sizes.
     pub fn takes(self, b: Backend) -> bool {
+        self.takes_with(b, crate::allreduce::copy_engines_on())
+    }
+
+    /// [`KernelSetting::takes`] with copy-engine backends switched on or off.
+    pub fn takes_with(self, b: Backend, copies: bool) -> bool {
         let op_runs = match b.executor() {
             Executor::SmKernel => true,
-            Executor::Nccl | Executor::CopyEngine(_) => false,
+            Executor::CopyEngine(_) => copies,
+            Executor::Nccl => false,
         };
         op_runs
             && match self {
@@ -375,6 +382,14 @@ mod tests {
             .filter(|b| b.is_custom() && b.spec().kernel.is_some())
             .collect();
         assert_eq!(KernelSetting::Artune.backends(), customs);
+        // Switched on, the copy-engine backends go to the op in either setting (no engine has
+        // them); off, to the bucket's fallback.
+        for b in [Backend::TwoStageCopy, Backend::IslandTwoShotCopy] {
+            for k in [KernelSetting::Islands, KernelSetting::Artune] {
+                assert!(k.takes_with(b, true), "{b} {k:?}");
+                assert!(!k.takes_with(b, false), "{b} {k:?}");
+            }
+        }
         for k in [KernelSetting::Islands, KernelSetting::Artune] {
             assert_eq!(KernelSetting::from_id(k.id()), Some(k));
         }

@@ -18,7 +18,7 @@ use crate::profile::routes;
 type ProfileMemory = (&'static str, u64, bool, Option<u64>, Option<u64>);
 
 fn backend(id: &str) -> PyResult<Backend> {
-    // What the op runs: the SM kernels (copy-engine backends are the tune's alone).
+    // What the op runs: the SM kernels, and the copy-engine backends where switched on.
     let runs = |b: &Backend| routes::KernelSetting::Artune.takes(*b);
     Backend::from_id(id).filter(runs).ok_or_else(|| {
         let kernels: Vec<&str> = Backend::ALL

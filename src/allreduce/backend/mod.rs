@@ -53,6 +53,17 @@ pub enum Executor {
     CopyEngine(CopySum),
 }
 
+/// The environment variable that lets the CUDA fabric and the engines' op run
+/// [`Executor::CopyEngine`] backends.
+pub const COPY_ENGINE_SWITCH: &str = "ARTUNE_COPY_ENGINE";
+
+/// Whether copy-engine backends run on GPUs (tune, bench, the engines' op): only where
+/// [`COPY_ENGINE_SWITCH`] is 1, until a GPU run has verified their executor. Elsewhere the
+/// tune waives them and engines run each bucket's fallback at their sizes.
+pub fn copy_engines_on() -> bool {
+    std::env::var(COPY_ENGINE_SWITCH).is_ok_and(|v| v == "1")
+}
+
 /// The SM kernel a copy-engine backend sums with: `<name>_<dtype>` in kernels/`<source>`,
 /// reading `inputs` landed buffers and writing one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

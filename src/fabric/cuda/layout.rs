@@ -121,3 +121,15 @@ pub struct ProbeArgs {
     pub peers: i32,
     pub pad: i32,
 }
+
+/// Mirrors `struct CeSumArgs` in kernels/ce_sum.cu: the sum of a copy-engine backend, `count`
+/// landed buffers added into `out`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CeSumArgs {
+    pub inputs: [u64; MAX_RANKS],
+    pub out: u64,
+    pub n: u64,
+    pub count: i32,
+    pub pad: i32,
+}

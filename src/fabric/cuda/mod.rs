@@ -75,7 +75,9 @@ use crate::fabric::NO_GPU;
 /// check, as a broken kernel would leave it), `slow=BACKEND:K` (each of its calls is queued K
 /// times, so it times K times slower: a real change `check --measure` must catch),
 /// `unregistered=BACKEND` (its graph-mode calls find their registered slot holding another
-/// generation, as a replay before registration does: the output must be NaN).
+/// generation, as a replay before registration does: the output must be NaN),
+/// `absent=BACKEND:RANK` (a copy-engine backend's calls leave rank RANK out, a peer that
+/// never arrives: the others' streams wait on its flags until the deadline releases them).
 pub const ENV_FAULTS: &str = "ARTUNE_CUDA_FAULTS";
 
 /// WorkerFaults a worker injects, from [`ENV_FAULTS`].
@@ -90,6 +92,8 @@ pub struct WorkerFaults {
     pub slow: Option<(Backend, u32)>,
     /// Graph-mode calls of this backend find their registered slot unregistered.
     pub unregistered: Option<Backend>,
+    /// This copy-engine backend's calls leave out this rank: a peer that never arrives.
+    pub absent: Option<(Backend, usize)>,
     /// A zeroed device word the never-ending kernel spins on.
     flag: u64,
 }
@@ -122,6 +126,17 @@ impl WorkerFaults {
                         })?;
                     f.slow = Some((b, k));
                 }
+                "absent" => {
+                    let (b, r) = v
+                        .split_once(':')
+                        .ok_or_else(|| format!("`{item}` wants absent=BACKEND:RANK"))?;
+                    let b = Backend::from_id(b)
+                        .ok_or_else(|| format!("`{b}` in `{item}` is not a backend id"))?;
+                    let r = r
+                        .parse::<usize>()
+                        .map_err(|_| format!("`{r}` in `{item}` is not a rank"))?;
+                    f.absent = Some((b, r));
+                }
                 "nop2p" | "noipc" => {
                     let pair = v.split_once('-').and_then(|(a, b)| {
                         Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?))
@@ -135,7 +150,7 @@ impl WorkerFaults {
                 }
                 _ => {
                     return Err(format!(
-                        "`{k}` is not a fault (hang, stall, nop2p, noipc, noopen, wrong, slow, unregistered)"
+                        "`{k}` is not a fault (hang, stall, nop2p, noipc, noopen, wrong, slow, unregistered, absent)"
                     ))
                 }
             }
@@ -396,5 +411,10 @@ mod tests {
         assert_eq!(s.slow, Some((Backend::OneStagePull, 3)));
         assert!(WorkerFaults::parse("slow=one_stage_pull").is_err());
         assert!(WorkerFaults::parse("slow=one_stage_pull:0").is_err());
+        let a = WorkerFaults::parse("absent=two_stage_copy:1").unwrap();
+        assert_eq!(a.absent, Some((Backend::TwoStageCopy, 1)));
+        assert!(WorkerFaults::parse("absent=two_stage_copy")
+            .unwrap_err()
+            .contains("absent=BACKEND:RANK"));
     }
 }

@@ -28,6 +28,7 @@
 
 use cudarc::driver::{result, sys};
 
+use super::copy;
 use super::driver::{self, dev, DeviceFacts, HostWord, Imported, IpcHandle, Span};
 use super::kernels;
 use super::layout::{MAX_RANKS, SIGNAL_STATUS_OFFSET};
@@ -220,7 +221,8 @@ impl Op {
         for &(b, max_bytes) in backends {
             let kernel = match b.executor() {
                 Executor::SmKernel => max_bytes > 0,
-                Executor::Nccl | Executor::CopyEngine(_) => false,
+                Executor::CopyEngine(_) => super::copy::runs() && max_bytes > 0,
+                Executor::Nccl => false,
             };
             if !kernel {
                 return Err(OpError::Setup(format!(
@@ -479,6 +481,24 @@ impl Op {
         gpu.ctx
             .bind_to_thread()
             .map_err(|e| OpError::Call(format!("binding the context failed: {e}")))?;
+        if let Executor::CopyEngine(_) = backend.executor() {
+            // Captured copies name the tensors themselves: no registered form to record.
+            let c = copy::Call {
+                backend,
+                dtype: place.dtype,
+                elems,
+                ranks: work.ranks,
+                local: place.rank..place.rank + 1,
+                max_bytes: setup::padded(p.max_bytes),
+                absent: None,
+            };
+            for _ in 0..repeat {
+                // SAFETY: as below; the steps name only the buffers of `a`.
+                unsafe { copy::launch(&c, &a, k, gpu.facts.sms, raw) }
+                    .map_err(|e| OpError::Call(e.to_string()))?;
+            }
+            return Ok(());
+        }
         for _ in 0..repeat {
             // SAFETY: `a` names every rank's buffers for this backend, each sized for
             // max_bytes >= bytes, and this rank's tensors (the caller's contract); `raw` is a

@@ -4,12 +4,14 @@
 
 use std::time::Duration;
 
+use super::copy;
 use super::driver::{dev, Event, Graph};
 use super::kernels;
 use super::layout::SIGNAL_STATUS_OFFSET;
-use super::setup::{registered_slot_offset, Impl, Launcher, Ready, REGISTERED_GEN};
+use super::setup::{padded, registered_slot_offset, Impl, Launcher, Ready, REGISTERED_GEN};
 use super::watchdog::{self, Poll, Waited};
 use super::{Gpu, WorkerFaults};
+use crate::allreduce::Executor;
 use crate::fabric::{Backend, DeviceError, FabricError, Mode};
 
 /// Maps the end of a wait on `backend`'s work to the error the harness acts on.
@@ -85,6 +87,29 @@ impl Launcher {
             return faults.launch_hang(gpu, &unit.stream);
         }
         match &self.find(backend)?.imp {
+            Impl::Custom(c) if self.runs_copies(backend) => {
+                let call = copy::Call {
+                    backend,
+                    dtype,
+                    elems,
+                    ranks: self.shape.ranks(),
+                    local: self.launch.base..self.launch.base + self.launch.count,
+                    max_bytes: padded(self.shape.max_bytes),
+                    absent: faults.absent.filter(|a| a.0 == backend).map(|a| a.1),
+                };
+                // SAFETY: `c.args` holds every rank's buffers of the backend, allocated for
+                // the group's largest message (the function's contract); the stream is this
+                // worker's.
+                unsafe {
+                    copy::launch(
+                        &call,
+                        &c.args,
+                        gpu.kernels()?,
+                        gpu.facts.sms,
+                        unit.stream.raw,
+                    )
+                }
+            }
             Impl::Custom(c) => {
                 let count = self.launch.count as u32;
                 let work = kernels::Work {
@@ -131,6 +156,14 @@ impl Launcher {
                 }
                 .map_err(|w| waited(backend, true, "enqueueing an NCCL allreduce", w))
             }
+        }
+    }
+
+    /// Whether `backend`'s calls are copies rather than one kernel.
+    fn runs_copies(&self, backend: Backend) -> bool {
+        match backend.executor() {
+            Executor::CopyEngine(_) => true,
+            Executor::Nccl | Executor::SmKernel => false,
         }
     }
 
@@ -384,6 +417,25 @@ impl Launcher {
         }
     }
 
+    /// Lets a copy-engine backend's stream past waits for a peer that never arrives: every
+    /// inbox word of this worker's ranks is set from the host (a synchronous copy, which does
+    /// not queue behind the worker's non-blocking stream), so the stream drains and the
+    /// backend can be forgotten without marking the GPU stuck. Best effort: a stream that
+    /// still does not drain is found by the drain after it.
+    fn release_copies(&self, backend: Backend) {
+        let Ok(Impl::Custom(c)) = self.find(backend).map(|r| &r.imp) else {
+            return;
+        };
+        if !self.runs_copies(backend) {
+            return;
+        }
+        let words = copy::steps::released();
+        let mine = self.launch.base..self.launch.base + self.launch.count;
+        for s in c.signal.get(mine).unwrap_or_default() {
+            let _ = s.upload(0, &words);
+        }
+    }
+
     /// After `e` on `backend`: a timeout or backend failure aborts and forgets the backend
     /// and drains the stream, so the group goes on with the others. A stream that does not
     /// drain marks the GPU stuck: the coordinator then replaces this worker.
@@ -391,6 +443,7 @@ impl Launcher {
         if !e.backend_local() {
             return e;
         }
+        self.release_copies(backend);
         self.forget(backend);
         match self.drain_after(&e.to_string()) {
             Ok(()) => e,

@@ -181,7 +181,7 @@ fn export(b: &DevBuf) -> Result<IpcHandle, FabricError> {
     dev(b.export(), "exporting an IPC handle (cuIpcGetMemHandle)")
 }
 
-fn padded(max_bytes: u64) -> u64 {
+pub(super) fn padded(max_bytes: u64) -> u64 {
     max_bytes.max(16).div_ceil(16) * 16
 }
 

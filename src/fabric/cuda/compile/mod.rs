@@ -18,13 +18,15 @@ pub const ALLREDUCE: &str = include_str!("../../../../kernels/allreduce.cu");
 pub const ISLAND: &str = include_str!("../../../../kernels/island.cu");
 pub const PROBE: &str = include_str!("../../../../kernels/probe.cu");
 pub const CHECK: &str = include_str!("../../../../kernels/check.cu");
+pub const CE_SUM: &str = include_str!("../../../../kernels/ce_sum.cu");
 
 /// The sources compiled for every GPU: (program name, source).
-pub const PROGRAMS: [(&str, &str); 4] = [
+pub const PROGRAMS: [(&str, &str); 5] = [
     ("allreduce.cu", ALLREDUCE),
     ("probe.cu", PROBE),
     ("check.cu", CHECK),
     ("island.cu", ISLAND),
+    ("ce_sum.cu", CE_SUM),
 ];
 
 /// One thing NVRTC compiles: a program, or its share of the kernels of one element type.

@@ -122,7 +122,10 @@ fn the_allreduce_program_splits_into_one_unit_per_element_type() {
             "check.cu",
             "island-bf16.cu",
             "island-fp16.cu",
-            "island-fp32.cu"
+            "island-fp32.cu",
+            "ce_sum-bf16.cu",
+            "ce_sum-fp16.cu",
+            "ce_sum-fp32.cu"
         ]
     );
     // Each unit instantiates its own type only, and together they instantiate what the

@@ -313,11 +313,37 @@ fn readiness(
 
 /// Why this fabric cannot run `b`'s executor on a group of `n` ranks, if it cannot.
 fn executor_waiver(b: Backend, n: usize) -> Option<String> {
+    executor_waiver_with(b, n, copy::runs())
+}
+
+/// [`executor_waiver`] with copy-engine backends switched on or off.
+fn executor_waiver_with(b: Backend, n: usize, copies: bool) -> Option<String> {
     match b.executor() {
         Executor::Nccl => None,
         Executor::SmKernel => (n > MAX_RANKS).then(|| {
             format!("custom kernels support at most {MAX_RANKS} ranks; this group has {n}")
         }),
-        Executor::CopyEngine(_) => (!copy::RUNS).then(|| copy::UNBUILT.into()),
+        Executor::CopyEngine(_) if !copies => Some(copy::UNBUILT.into()),
+        Executor::CopyEngine(_) => (n > MAX_RANKS).then(|| {
+            format!("copy-engine backends support at most {MAX_RANKS} ranks; this group has {n}")
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_rows_are_waived_until_switched_on_then_only_past_the_rank_limit() {
+        let b = Backend::TwoStageCopy;
+        assert_eq!(
+            executor_waiver_with(b, 4, false).as_deref(),
+            Some(copy::UNBUILT)
+        );
+        assert_eq!(executor_waiver_with(b, 4, true), None);
+        let why = executor_waiver_with(b, MAX_RANKS + 1, true).unwrap();
+        assert!(why.contains("at most 16 ranks"), "{why}");
+        assert_eq!(executor_waiver_with(Backend::TwoStagePull, 4, false), None);
     }
 }

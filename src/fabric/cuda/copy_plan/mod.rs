@@ -52,7 +52,7 @@ fn share(part: Part, elems: u64, ranks: Ranks, rank: usize) -> (u64, u64) {
 /// The ranks of `rank`'s set of `peers`, from the next one on (the staggered order the
 /// simulator prices: the k-th copy from the peer k places on). Ranks are numbered island by
 /// island: island `rank / island`, place `rank % island`.
-fn peers_of(peers: Peers, ranks: Ranks, rank: usize) -> Vec<usize> {
+pub(crate) fn peers_of(peers: Peers, ranks: Ranks, rank: usize) -> Vec<usize> {
     let m = ranks.island.max(1);
     let (i, j, c) = (rank / m, rank % m, ranks.n / m);
     match peers {

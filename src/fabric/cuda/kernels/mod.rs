@@ -8,7 +8,7 @@ use cudarc::driver::sys;
 use super::compile;
 use super::driver::{dev, Ctx, DeviceFacts, Function, Modules};
 use super::layout::{ArArgs, LL_LINE, LL_THREADS, MAX_BLOCKS, SIGNAL_ALLOC, THREADS};
-use crate::allreduce::{memory, Extent, Kernel, Ll, Part, Ranks, TABLE};
+use crate::allreduce::{memory, Executor, Extent, Kernel, Ll, Part, Ranks, TABLE};
 use crate::fabric::LoadedKernels;
 use crate::fabric::{Backend, DeviceError, Dtype, FabricError};
 
@@ -87,6 +87,8 @@ pub struct GpuKernels {
     ll: Vec<(Backend, Dtype, Function, u32)>,
     /// The registered forms ([`Backend::has_registered_form`]).
     registered: Vec<(Backend, Dtype, Function, u32)>,
+    /// The sums of the copy-engine backends (kernels/ce_sum.cu).
+    copy_sum: Vec<(Backend, Dtype, Function)>,
     pub latch_wait: Function,
     pub probe_read: Function,
     pub probe_write: Function,
@@ -132,7 +134,18 @@ impl GpuKernels {
                 }
             }
         }
+        let mut copy_sum = Vec::new();
+        for s in TABLE {
+            let Executor::CopyEngine(sum) = s.executor else {
+                continue;
+            };
+            for d in DTYPES {
+                let (f, _) = load(&format!("{}_{}", sum.name, d.id()), THREADS)?;
+                copy_sum.push((s.backend, d, f));
+            }
+        }
         Ok(GpuKernels {
+            copy_sum,
             latch_wait: modules.function("latch_wait")?,
             probe_read: modules.function("probe_read")?,
             probe_write: modules.function("probe_write")?,
@@ -157,6 +170,14 @@ impl GpuKernels {
     /// elements and spoiled guard bytes.
     pub fn check(&self, dtype: Dtype) -> &Function {
         &self.check[slot(dtype)]
+    }
+
+    /// The sum kernel of a copy-engine backend.
+    pub fn copy_sum(&self, backend: Backend, dtype: Dtype) -> Option<&Function> {
+        self.copy_sum
+            .iter()
+            .find(|(b, d, _)| *b == backend && *d == dtype)
+            .map(|(_, _, f)| f)
     }
 
     /// The kernel and how many of its blocks fit on one multiprocessor.
@@ -366,12 +387,25 @@ pub fn slot_bytes(backend: Backend, max_bytes: u64, ranks: Ranks) -> u64 {
 
 /// Bytes of a backend's scratch: each of its entry's (count, extent) as slots.
 pub fn scratch_bytes(backend: Backend, max_bytes: u64, ranks: Ranks) -> u64 {
-    backend.spec().buffers.map_or(0, |b| {
-        b.scratch
-            .iter()
-            .map(|&(c, e)| memory::count(c, ranks) * extent_slot(e, max_bytes, ranks))
-            .sum()
-    })
+    scratch_entries(backend, max_bytes, ranks)
+        .last()
+        .map_or(0, |&(start, count, slot)| start + count * slot)
+}
+
+/// Where each of a backend's scratch entries lies in its scratch: (start, slots, slot bytes),
+/// the entries one after another in the table's order.
+pub fn scratch_entries(backend: Backend, max_bytes: u64, ranks: Ranks) -> Vec<(u64, u64, u64)> {
+    let mut start = 0;
+    let scratch = backend.spec().buffers.map_or(&[][..], |b| b.scratch);
+    scratch
+        .iter()
+        .map(|&(c, e)| {
+            let (count, slot) = (memory::count(c, ranks), extent_slot(e, max_bytes, ranks));
+            let entry = (start, count, slot);
+            start += count * slot;
+            entry
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 use super::*;
 use crate::fabric::cuda::layout::{
-    defines, ArArgs, ProbeArgs, RegSlot, LL1_MAX_BYTES, LL2_MAX_BYTES, MAX_RANKS,
+    defines, ArArgs, CeSumArgs, ProbeArgs, RegSlot, LL1_MAX_BYTES, LL2_MAX_BYTES, MAX_RANKS,
     SIGNAL_STATUS_OFFSET,
 };
 
@@ -148,6 +148,17 @@ fn arg_layouts_match_the_cuda_structs() {
     let rust: Vec<(String, usize)> = rust.iter().map(|(n, o)| (n.to_string(), *o)).collect();
     assert_eq!(f, rust);
     assert_eq!(size, size_of::<ProbeArgs>());
+    let (f, size) = c_layout(compile::CE_SUM, "CeSumArgs");
+    let rust = [
+        ("in", offset_of!(CeSumArgs, inputs)),
+        ("out", offset_of!(CeSumArgs, out)),
+        ("n", offset_of!(CeSumArgs, n)),
+        ("count", offset_of!(CeSumArgs, count)),
+        ("pad", offset_of!(CeSumArgs, pad)),
+    ];
+    let rust: Vec<(String, usize)> = rust.iter().map(|(n, o)| (n.to_string(), *o)).collect();
+    assert_eq!(f, rust);
+    assert_eq!(size, size_of::<CeSumArgs>());
     // The host reads `Signal::status` at SIGNAL_STATUS_OFFSET; the LL lines start after it all.
     let (f, size) = c_layout(compile::COMMON, "Signal");
     let status = f.iter().find(|(n, _)| n == "status").unwrap().1;
@@ -227,6 +238,28 @@ fn each_kernel_is_defined_in_the_program_the_table_names() {
         for n in names {
             assert!(src.contains(&n), "{b}: no `{n}` in kernels/{}", k.source);
         }
+    }
+}
+
+/// The same for the sums of the copy-engine backends, which the loader finds by the table's
+/// name too.
+#[test]
+fn each_copy_sum_is_defined_in_the_program_the_table_names() {
+    let sums: Vec<_> = TABLE
+        .iter()
+        .filter_map(|s| match s.executor {
+            Executor::CopyEngine(sum) => Some((s.backend, sum)),
+            Executor::Nccl | Executor::SmKernel => None,
+        })
+        .collect();
+    assert!(!sums.is_empty());
+    for (b, sum) in sums {
+        let (_, src) = compile::PROGRAMS
+            .iter()
+            .find(|(name, _)| *name == sum.source)
+            .unwrap_or_else(|| panic!("{b}: kernels/{} is not a program", sum.source));
+        let n = format!(" {}_##suffix(", sum.name);
+        assert!(src.contains(&n), "{b}: no `{n}` in kernels/{}", sum.source);
     }
 }
 
