@@ -21,6 +21,7 @@ pub struct GroupResults {
     /// Per mode, per size, per backend.
     pub cells: BTreeMap<Mode, BTreeMap<u64, BTreeMap<Backend, Timing>>>,
     pub contention: Vec<ContentionCurve>,
+    /// NCCL's run-time channels (`Fabric::nccl_channels`).
     pub nccl_channels: Option<u32>,
     /// Per pinned NCCL variant and size, the channel count measured fastest (`measure::channels`);
     /// empty where the fabric cannot set NCCL's channels per call.

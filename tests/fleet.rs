@@ -623,7 +623,7 @@ fn the_class_profile_pins_the_channels_most_nodes_of_the_same_pin_measured() {
     ]);
     assert!(why.status.success(), "{}", common::text(&why.stderr));
     assert!(
-        common::text(&why.stdout).contains("on 8 channels"),
+        common::text(&why.stdout).contains("on 8 run-time channels"),
         "{}",
         common::text(&why.stdout)
     );

@@ -493,7 +493,7 @@ fn why_names_the_channel_count_the_plugin_sets_with_a_pin() {
         out
     };
     let out = ask(1000, false);
-    let line = format!("NCCL with artune's plugin runs {pin} on 2 channels\n");
+    let line = format!("NCCL with artune's plugin runs {pin} on 2 run-time channels\n");
     assert!(out.contains(&line), "{out}");
     assert_eq!(json(&ask(1000, true))["nccl_channels"], 2);
     if let Some(bytes) = own {

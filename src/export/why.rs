@@ -546,7 +546,7 @@ pub fn render(w: &Why) -> String {
         },
         w.nccl_choice,
         w.nccl_channels
-            .map_or(String::new(), |c| format!(" on {c} channels"))
+            .map_or(String::new(), |c| format!(" on {c} run-time channels"))
     ));
     if let Some(f) = w.fallback {
         s.push_str(&format!(

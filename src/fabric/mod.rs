@@ -257,7 +257,9 @@ pub trait Fabric {
         None
     }
 
-    /// NCCL channels the prepared group's NCCL backends run with, when known.
+    /// NCCL channels the prepared group's NCCL backends run with, when known: the run-time
+    /// count (the search's channels as connect.cc duplicates them), which `NCCL_MIN_NCHANNELS`,
+    /// a tuner's `nChannels` and the profiler's `nChannels` all count.
     fn nccl_channels(&self) -> Option<u32> {
         None
     }

@@ -76,4 +76,25 @@ mod tests {
             |f: &mut SimFabric, c| f.nccl_time_at_channels(Backend::NcclRingSimple, 1 << 28, c);
         assert!(us(&mut f, c).unwrap() < 0.6 * us(&mut f, 2).unwrap());
     }
+
+    /// The count the fabric reports (the profile's `nccl_channels`, what the plugin sets) is
+    /// the run-time count NCCL runs unforced: forcing it changes no time.
+    #[test]
+    fn the_reported_count_is_the_one_nccl_runs_unforced() {
+        let mut f = SimFabric::new(presets::get("pcie-8x-2switch").unwrap(), 42);
+        let g = Group::flat((0..8).collect(), Dtype::Bf16, 1 << 28);
+        f.prepare(&g, &[Backend::NcclRingSimple]).unwrap();
+        let own = f.nccl_channels().unwrap();
+        assert_eq!(own, 4, "the search's two channels run as four");
+        for bytes in [1 << 16, 1 << 28] {
+            let (fixed, added) = f.model_split(Backend::NcclRingSimple, bytes).unwrap();
+            let forced = f
+                .nccl_time_at_channels(Backend::NcclRingSimple, bytes, own)
+                .unwrap();
+            assert!(
+                (forced - (fixed + added)).abs() < 1e-9,
+                "{forced} {fixed}+{added}"
+            );
+        }
+    }
 }

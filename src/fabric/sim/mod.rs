@@ -164,9 +164,9 @@ impl SimFabric {
         self.noise_mode = mode;
     }
 
-    /// NCCL's channel count on `group` as its ring search would find it (the profile records
-    /// it; NCCL's buffers grow with it).
-    pub fn nccl_channels(&self, group: &Group) -> u32 {
+    /// NCCL's channel count on `group` as its ring search would find it (NCCL's buffers grow
+    /// with it); it runs twice as many (`nccl_runtime_channels`), the count profiles record.
+    pub fn nccl_search_channels(&self, group: &Group) -> u32 {
         self.nccl_ring(group).map_or(1, |ring| {
             nccl::Model::new(&self.topo, &self.net, &self.host, &ring).channels
         })
@@ -648,10 +648,10 @@ impl Fabric for SimFabric {
         })
     }
 
-    /// The channel count the simulated NCCL model uses for the prepared group.
+    /// The run-time channel count the simulated NCCL runs the prepared group with.
     fn nccl_channels(&self) -> Option<u32> {
         let p = self.prepared.as_ref()?;
-        Some(SimFabric::nccl_channels(self, &p.group))
+        Some(self.nccl_runtime_channels(&p.group))
     }
 
     fn nccl_time_at_channels(
