@@ -504,3 +504,30 @@ fn why_names_the_channel_count_the_plugin_sets_with_a_pin() {
         );
     }
 }
+
+#[test]
+fn why_says_when_a_pins_channel_count_was_not_measured() {
+    use artune::allreduce::Mode;
+    let d = tempfile::tempdir().unwrap();
+    let mut p = sample::profile();
+    let g = p
+        .groups
+        .iter()
+        .position(|g| g.tp == 2 && g.mode == Mode::Graph);
+    let g = &mut p.groups[g.unwrap()];
+    let pinned = g.buckets.iter().find(|b| b.bytes >= 1000).unwrap().clone();
+    let pin = pinned.nccl_choice.unwrap();
+    assert!(pin.nccl_pin().is_some(), "{pin}");
+    g.nccl_channels = None;
+    g.pin_channels.clear();
+    g.channels_unmeasured = Some("NCCL 2.29.7 cannot put 2 ranks on 1 GPU".into());
+    let file = write(d.path(), "p.json", &p);
+    let (code, out, err) = run(&["why", &file, "--tp", "2", "--bytes", "1000"]);
+    assert_eq!(code, 0, "{err}");
+    let line = format!(
+        "runs {pin} on NCCL's own channel count (not measured: NCCL 2.29.7 cannot put 2 ranks on 1 GPU)\n"
+    );
+    assert!(out.contains(&line), "{out}");
+    let (_, out, _) = run(&["why", &file, "--tp", "2", "--bytes", "1000", "--json"]);
+    assert!(json(&out)["channels_unmeasured"].is_string(), "{out}");
+}

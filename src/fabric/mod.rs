@@ -264,16 +264,18 @@ pub trait Fabric {
         None
     }
 
-    /// The time (µs) of the pinned NCCL variant `backend` at `bytes` with NCCL told to run
-    /// `channels` channels; None where the fabric cannot set them per call (the CUDA fabric
-    /// today: its NCCL runs the count its environment gives).
-    fn nccl_time_at_channels(
+    /// The time (µs) of the pinned NCCL variant `backend` at each of `sizes` with NCCL told to
+    /// run `channels` run-time channels, in order; `Waived` with the reason where the fabric
+    /// cannot set them. One call per count: a real NCCL sets it when a communicator is made.
+    fn nccl_times_at_channels(
         &mut self,
         _backend: Backend,
-        _bytes: u64,
+        _sizes: &[u64],
         _channels: u32,
-    ) -> Option<f64> {
-        None
+    ) -> Result<Vec<f64>, FabricError> {
+        Err(FabricError::Waived(
+            "this fabric cannot set NCCL's channel count".into(),
+        ))
     }
 
     /// Sets which way the prepared group's hierarchical backends move data in each phase,

@@ -247,6 +247,10 @@ fn group(
             .filter(|(b, _)| chosen.contains(b))
             .collect(),
         nccl_channels: t.and_then(|t| t.nccl_channels),
+        // The template's reason, where no node measured a count for the class's pins.
+        channels_unmeasured: t
+            .and_then(|t| t.channels_unmeasured.clone())
+            .filter(|_| pin_channels.is_empty()),
         pin_channels,
         waived: BTreeMap::new(),
         regret,

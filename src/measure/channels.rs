@@ -16,34 +16,40 @@ pub const TRIED: [u32; 5] = [2, 4, 8, 16, 32];
 pub const MIN_GAIN: f64 = 0.01;
 
 /// Per pinned variant in `ready`, per size, the count measured fastest (the smallest within
-/// [`MIN_GAIN`]). None where the fabric cannot set NCCL's channels per call.
+/// [`MIN_GAIN`]). Where the fabric cannot time a forced count (or a timing fails), the reason
+/// the profile records instead: its pins then keep NCCL's own count.
 pub fn sweep(
     fabric: &mut dyn Fabric,
     ready: &[Backend],
     sizes: &BTreeSet<u64>,
-) -> Option<BTreeMap<Backend, BTreeMap<u64, u32>>> {
+) -> Result<BTreeMap<Backend, BTreeMap<u64, u32>>, String> {
     let own = fabric.nccl_channels();
     let mut counts: Vec<u32> = TRIED.iter().copied().chain(own).collect();
     counts.sort_unstable();
     counts.dedup();
+    let sizes: Vec<u64> = sizes.iter().copied().collect();
     let mut best = BTreeMap::new();
     for &pin in ready.iter().filter(|b| b.nccl_pin().is_some()) {
-        let mut at = BTreeMap::new();
-        for &bytes in sizes {
-            let mut fastest: Option<(f64, u32)> = None;
-            for &c in &counts {
-                let us = fabric.nccl_time_at_channels(pin, bytes, c)?;
-                if fastest.is_none_or(|(t, _)| us < t * (1.0 - MIN_GAIN)) {
-                    fastest = Some((us, c));
+        // Per size, the fastest (µs, count) so far; counts go up, so a tie keeps the smaller.
+        let mut fastest: Vec<Option<(f64, u32)>> = vec![None; sizes.len()];
+        for &c in &counts {
+            let times = fabric
+                .nccl_times_at_channels(pin, &sizes, c)
+                .map_err(|e| e.to_string())?;
+            for (f, &us) in fastest.iter_mut().zip(&times) {
+                if f.is_none_or(|(t, _)| us < t * (1.0 - MIN_GAIN)) {
+                    *f = Some((us, c));
                 }
             }
-            if let Some((_, c)) = fastest {
-                at.insert(bytes, c);
-            }
         }
+        let at = sizes
+            .iter()
+            .zip(fastest)
+            .filter_map(|(&b, f)| Some((b, f?.1)))
+            .collect();
         best.insert(pin, at);
     }
-    Some(best)
+    Ok(best)
 }
 
 #[cfg(test)]
@@ -73,8 +79,8 @@ mod tests {
             "past four the links are full: no more channels than that"
         );
         let us =
-            |f: &mut SimFabric, c| f.nccl_time_at_channels(Backend::NcclRingSimple, 1 << 28, c);
-        assert!(us(&mut f, c).unwrap() < 0.6 * us(&mut f, 2).unwrap());
+            |f: &mut SimFabric, c| f.nccl_times_at_channels(Backend::NcclRingSimple, &[1 << 28], c);
+        assert!(us(&mut f, c).unwrap()[0] < 0.6 * us(&mut f, 2).unwrap()[0]);
     }
 
     /// The count the fabric reports (the profile's `nccl_channels`, what the plugin sets) is
@@ -89,8 +95,8 @@ mod tests {
         for bytes in [1 << 16, 1 << 28] {
             let (fixed, added) = f.model_split(Backend::NcclRingSimple, bytes).unwrap();
             let forced = f
-                .nccl_time_at_channels(Backend::NcclRingSimple, bytes, own)
-                .unwrap();
+                .nccl_times_at_channels(Backend::NcclRingSimple, &[bytes], own)
+                .unwrap()[0];
             assert!(
                 (forced - (fixed + added)).abs() < 1e-9,
                 "{forced} {fixed}+{added}"

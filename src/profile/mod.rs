@@ -160,6 +160,10 @@ pub struct GroupProfile {
     /// keeps `nccl_channels`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub pin_channels: BTreeMap<u64, u32>,
+    /// Why the channel counts of its NCCL pins were not measured (the fabric could not force
+    /// one): they then run NCCL's own count, and `why` says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channels_unmeasured: Option<String>,
     /// Backends excluded for the whole group (no P2P, wrong results, timeouts), and why.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub waived: BTreeMap<Backend, String>,

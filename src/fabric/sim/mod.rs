@@ -654,15 +654,20 @@ impl Fabric for SimFabric {
         Some(self.nccl_runtime_channels(&p.group))
     }
 
-    fn nccl_time_at_channels(
+    fn nccl_times_at_channels(
         &mut self,
         backend: Backend,
-        bytes: u64,
+        sizes: &[u64],
         channels: u32,
-    ) -> Option<f64> {
-        let (algo, proto) = backend.nccl_pin()?;
-        let group = &self.prepared.as_ref()?.group;
-        self.nccl_us_at(group, algo, proto, bytes, channels)
+    ) -> Result<Vec<f64>, FabricError> {
+        let bad = |what: &str| FabricError::BadRequest(format!("{backend}: {what}"));
+        let (algo, proto) = backend.nccl_pin().ok_or_else(|| bad("not an NCCL pin"))?;
+        let group = &self.prepared.as_ref().ok_or_else(|| bad("no group"))?.group;
+        sizes
+            .iter()
+            .map(|&b| self.nccl_us_at(group, algo, proto, b, channels))
+            .collect::<Option<Vec<f64>>>()
+            .ok_or_else(|| bad("a group of one GPU"))
     }
 
     fn orient(&mut self, directions: &Directions) -> Result<(), FabricError> {
