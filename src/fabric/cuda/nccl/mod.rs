@@ -444,6 +444,13 @@ fn poll_all(states: impl IntoIterator<Item = Poll>) -> Poll {
     out
 }
 
+impl Lib {
+    /// Whether communicators take a config (NCCL 2.14+), which forcing a channel count needs.
+    pub fn forces_channels(&self) -> bool {
+        self.nonblocking.is_some()
+    }
+}
+
 impl Comms {
     /// Creates this process's rank `rank` of `nranks` from the unique id `id_hex` (see
     /// [`unique_id`]), non-blocking, on the current context's device. NCCL reads NCCL_ALGO and

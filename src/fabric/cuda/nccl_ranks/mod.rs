@@ -5,6 +5,7 @@
 //! fabric's NCCL timing both run through here.
 
 mod path;
+pub mod timing;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
