@@ -433,7 +433,9 @@ impl Fabric for CudaFabric {
         let p = self.prepared.as_ref().ok_or_else(not_prepared)?;
         let ordinals: Vec<usize> = p.owners.iter().map(|&w| self.slots[w].0).collect();
         let exe = self.program.clone();
-        super::nccl_ranks::timing::at_channels(&exe, &ordinals, backend, sizes, channels)
+        let timed =
+            super::nccl_ranks::timing::at_channels(&exe, &ordinals, backend, sizes, channels)?;
+        Ok(timed.iter().map(|t| t.us).collect())
     }
 
     fn recoveries(&self) -> Vec<crate::fabric::Recovery> {

@@ -2,14 +2,18 @@
 //! processes (one per rank of the group, on the GPUs [`super::path`] gives them) each make one
 //! communicator with `minCTAs` = `maxCTAs` = the count and `NCCL_ALGO`/`NCCL_PROTO` of the pin,
 //! and time every size on the host around a synchronized stream (rank 0's mean per call). The
-//! group's own workers stay up meanwhile; the times are compared only with each other.
+//! group's own workers stay up meanwhile; the times are compared only with each other. Where
+//! libartune.so lies beside the binary it is NCCL's profiler too, and the channels each size
+//! ran with are read back from rank 0's summary rather than assumed.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
 use super::{path, run, Launch, RankPath, ENV_MULTI_RANK};
 use crate::fabric::cuda::nccl;
 use crate::fabric::{Backend, FabricError};
+use crate::plugin::audit::{Summary, ENV_DIR as AUDIT_DIR};
 
 /// Timed calls per size, after one untimed.
 const ITERS: usize = 20;
@@ -34,7 +38,15 @@ pub fn placement(
     }
 }
 
-/// The times (µs) of `backend` (an NCCL pin) at `sizes` with `channels` forced, on a group
+/// One size's timing: rank 0's mean per call (µs), and the most channels NCCL's profiler saw
+/// a call of it run with (None without the profiler).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timed {
+    pub us: f64,
+    pub ran_channels: Option<u32>,
+}
+
+/// The timings of `backend` (an NCCL pin) at `sizes` with `channels` forced, on a group
 /// whose ranks have CUDA `ordinals`; `exe` is the artune binary.
 pub fn at_channels(
     exe: &Path,
@@ -42,7 +54,7 @@ pub fn at_channels(
     backend: Backend,
     sizes: &[u64],
     channels: u32,
-) -> Result<Vec<f64>, FabricError> {
+) -> Result<Vec<Timed>, FabricError> {
     let pin = backend
         .nccl_pin()
         .ok_or_else(|| FabricError::BadRequest(format!("{backend} is no NCCL pin")))?;
@@ -72,20 +84,56 @@ pub fn at_channels(
         max_ctas: None,
         channels: Some(channels as i32),
         pin: Some(pin),
-        env: Vec::new(),
+        env: crate::plugin::library::beside(exe)
+            .map(|lib| {
+                vec![
+                    ("NCCL_PROFILER_PLUGIN".into(), lib.into()),
+                    (AUDIT_DIR.into(), dir.path().into()),
+                ]
+            })
+            .unwrap_or_default(),
         limit: LIMIT,
     };
     let times = run(&launch).map_err(|e| FabricError::Backend {
         backend,
         reason: format!("at {channels} channels: {e}"),
     })?;
+    let ran = ran_channels(dir.path());
     even.iter()
-        .map(|b| times.iter().find(|(s, _)| s == b).map(|t| t.1))
-        .collect::<Option<Vec<f64>>>()
+        .map(|b| {
+            let us = times.iter().find(|(s, _)| s == b)?.1;
+            let ran_channels = ran.get(b).copied();
+            Some(Timed { us, ran_channels })
+        })
+        .collect::<Option<Vec<Timed>>>()
         .ok_or_else(|| FabricError::Backend {
             backend,
             reason: format!("rank 0 wrote no time for every size at {channels} channels"),
         })
+}
+
+/// Per size, the most channels rank 0's profiler saw a call run with (its summary in `dir`).
+pub fn ran_channels(dir: &Path) -> BTreeMap<u64, u32> {
+    let mut out = BTreeMap::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for f in rd
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+    {
+        let Ok(text) = std::fs::read(f.path()) else {
+            continue;
+        };
+        let Ok(s) = serde_json::from_slice::<Summary>(&text) else {
+            continue;
+        };
+        for r in s.sizes.iter().filter(|_| s.rank == 0) {
+            let c = out.entry(r.bytes).or_insert(0);
+            *c = r.channels.max(*c);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -101,5 +149,32 @@ mod tests {
         assert_eq!(placement(23000, None, &[1, 1, 2]), Ok(vec![1, 1, 1]));
         let why = placement(22907, None, &[0, 0]).unwrap_err();
         assert!(why.contains("before 2.30"), "{why}");
+    }
+
+    #[test]
+    fn the_channels_read_back_are_rank_0s_most_per_size() {
+        let d = tempfile::tempdir().unwrap();
+        let rec = |bytes, channels| crate::plugin::audit::SizeRecord {
+            bytes,
+            channels,
+            ran: "RING/SIMPLE".into(),
+            ..Default::default()
+        };
+        let write = |name: &str, rank, sizes| {
+            let s = Summary {
+                rank,
+                sizes,
+                ..Default::default()
+            };
+            std::fs::write(d.path().join(name), serde_json::to_vec(&s).unwrap()).unwrap();
+        };
+        write(
+            "a.json",
+            0,
+            vec![rec(1024, 2), rec(1024, 4), rec(1 << 20, 8)],
+        );
+        write("b.json", 1, vec![rec(1024, 16)]);
+        let ran = ran_channels(d.path());
+        assert_eq!(ran, BTreeMap::from([(1024, 4), (1 << 20, 8)]));
     }
 }
