@@ -13,6 +13,9 @@ use crate::profile::{
 };
 use crate::stats::{median_ci_indices, median_sorted};
 
+/// A group's consensus buckets and the channel count of each bucket's pin, by its bytes.
+type GroupBuckets = (Vec<Bucket>, BTreeMap<u64, u32>);
+
 /// The class profile of `class` from its (per-mode) reports; None when no node is left to
 /// build it from.
 pub fn class_profile(
@@ -56,8 +59,7 @@ pub fn class_profile(
                 choices.entry(cell).or_default().push(b);
             }
         }
-        let mut by_group: BTreeMap<(usize, Vec<usize>), (Vec<Bucket>, BTreeMap<u64, u32>)> =
-            BTreeMap::new();
+        let mut by_group: BTreeMap<(usize, Vec<usize>), GroupBuckets> = BTreeMap::new();
         for (cell, per) in values {
             let cc = &data.cells[cell as usize];
             let picks = choices.remove(&cell).unwrap_or_default();
