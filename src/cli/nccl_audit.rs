@@ -188,9 +188,7 @@ pub fn run(a: CheckArgs) -> Result<i32, Error> {
         let shared = match nccl_ranks::path(nccl.version, multi.as_deref(), gpus, tp) {
             RankPath::PerGpu => false,
             RankPath::Shared => true,
-            RankPath::Waived(why) => {
-                return Err(Error::Hardware(format!("TP{tp} cannot run here: {why}")))
-            }
+            RankPath::Waived(why) => return Err(Error::Hardware(format!("TP{tp}: {why}"))),
         };
         let dir = tempfile::tempdir().map_err(|e| Error::Hardware(e.to_string()))?;
         let times = sweep(&lib, &profile, dir.path(), tp, shared, &sizes)?;

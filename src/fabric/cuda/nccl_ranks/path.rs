@@ -16,7 +16,7 @@ pub enum RankPath {
     PerGpu,
     /// Every rank on one GPU, in a process of its own, with the multi-rank variable set.
     Shared,
-    /// NCCL cannot run them here: the waiver the tune records, one sentence.
+    /// NCCL cannot run them here: why, in words a waiver or an error ends with.
     Waived(String),
 }
 
@@ -30,16 +30,15 @@ pub fn path(version: i32, multi_rank: Option<&str>, gpus: usize, k: usize) -> Ra
     let v = super::super::nccl::version_string(version);
     if version < MULTI_RANK_GPU {
         return RankPath::Waived(format!(
-            "loopback runs NCCL {v} with one rank, which only copies locally: NCCL before 2.30 \
-             cannot put {k} ranks on {gpus} GPU{}, so NCCL's algorithms and protocols are not \
-             measured (set ARTUNE_NCCL_LIB to NCCL 2.30 or later to measure them)",
-            if gpus == 1 { "" } else { "s" }
+            "{k} ranks need {k} GPUs and this machine has {gpus}; NCCL {v} cannot put several \
+             ranks on one GPU (2.30 or later can, with {ENV_MULTI_RANK}=1), so set \
+             ARTUNE_NCCL_LIB to a newer libnccl.so.2"
         ));
     }
     match multi_rank.map(str::trim) {
         Some("0") => RankPath::Waived(format!(
-            "{ENV_MULTI_RANK}=0 keeps NCCL {v} to one rank per GPU, and {k} ranks need {k} GPUs \
-             (this machine has {gpus}); unset it to measure NCCL with {k} ranks on one GPU"
+            "{k} ranks need {k} GPUs and this machine has {gpus}; {ENV_MULTI_RANK}=0 keeps NCCL \
+             {v} to one rank per GPU, so unset it"
         )),
         _ => RankPath::Shared,
     }
@@ -63,20 +62,19 @@ mod tests {
             panic!("a user's 0 is kept")
         };
         assert!(
-            w.starts_with("NCCL_MULTI_RANK_GPU_ENABLE=0 keeps NCCL 2.32.6"),
+            w.contains("has 1; NCCL_MULTI_RANK_GPU_ENABLE=0 keeps NCCL 2.32.6"),
             "{w}"
         );
     }
 
     #[test]
-    fn older_nccl_in_loopback_keeps_the_waiver_and_says_why() {
+    fn older_nccl_cannot_share_a_gpu_and_says_why() {
         let RankPath::Waived(w) = path(22907, None, 1, 2) else {
             panic!("2.29 cannot share a GPU")
         };
         assert!(
-            w.starts_with("loopback runs NCCL 2.29.7 with one rank"),
+            w.starts_with("2 ranks need 2 GPUs and this machine has 1; NCCL 2.29.7 cannot"),
             "{w}"
         );
-        assert!(w.contains("NCCL 2.30 or later"), "{w}");
     }
 }
