@@ -195,6 +195,24 @@ impl std::fmt::Display for Recovery {
     }
 }
 
+/// One size's time with NCCL's channels forced, and the most channels NCCL's profiler saw a
+/// call of it run with, where the fabric reads that back (None: the count asked for).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ChannelTime {
+    pub us: f64,
+    pub ran_channels: Option<u32>,
+}
+
+impl ChannelTime {
+    /// A time whose channels were not read back: NCCL ran the count asked for.
+    pub fn asked(us: f64) -> ChannelTime {
+        ChannelTime {
+            us,
+            ran_channels: None,
+        }
+    }
+}
+
 /// The hardware seam. See the module docs for the order of calls.
 pub trait Fabric {
     fn info(&self) -> FabricInfo;
@@ -272,7 +290,7 @@ pub trait Fabric {
         _backend: Backend,
         _sizes: &[u64],
         _channels: u32,
-    ) -> Result<Vec<f64>, FabricError> {
+    ) -> Result<Vec<ChannelTime>, FabricError> {
         Err(FabricError::Waived(
             "this fabric cannot set NCCL's channel count".into(),
         ))

@@ -36,9 +36,10 @@ pub fn sweep(
             let times = fabric
                 .nccl_times_at_channels(pin, &sizes, c)
                 .map_err(|e| e.to_string())?;
-            for (f, &us) in fastest.iter_mut().zip(&times) {
-                if f.is_none_or(|(t, _)| us < t * (1.0 - MIN_GAIN)) {
-                    *f = Some((us, c));
+            for (f, t) in fastest.iter_mut().zip(&times) {
+                if f.is_none_or(|(us, _)| t.us < us * (1.0 - MIN_GAIN)) {
+                    // The count NCCL ran with where the fabric reads it back, else the forced.
+                    *f = Some((t.us, t.ran_channels.unwrap_or(c)));
                 }
             }
         }
@@ -80,7 +81,7 @@ mod tests {
         );
         let us =
             |f: &mut SimFabric, c| f.nccl_times_at_channels(Backend::NcclRingSimple, &[1 << 28], c);
-        assert!(us(&mut f, c).unwrap()[0] < 0.6 * us(&mut f, 2).unwrap()[0]);
+        assert!(us(&mut f, c).unwrap()[0].us < 0.6 * us(&mut f, 2).unwrap()[0].us);
     }
 
     /// The count the fabric reports (the profile's `nccl_channels`, what the plugin sets) is
@@ -96,11 +97,88 @@ mod tests {
             let (fixed, added) = f.model_split(Backend::NcclRingSimple, bytes).unwrap();
             let forced = f
                 .nccl_times_at_channels(Backend::NcclRingSimple, &[bytes], own)
-                .unwrap()[0];
+                .unwrap()[0]
+                .us;
             assert!(
                 (forced - (fixed + added)).abs() < 1e-9,
                 "{forced} {fixed}+{added}"
             );
         }
+    }
+
+    /// The simulator as a fabric that reads back the channels NCCL ran: never more than two.
+    struct ReadBack(SimFabric);
+
+    impl Fabric for ReadBack {
+        fn info(&self) -> crate::fabric::FabricInfo {
+            self.0.info()
+        }
+        fn topology(&self) -> &crate::topology::Topology {
+            self.0.topology()
+        }
+        fn prepare(
+            &mut self,
+            g: &Group,
+            b: &[Backend],
+        ) -> Result<Vec<crate::fabric::Readiness>, crate::fabric::FabricError> {
+            self.0.prepare(g, b)
+        }
+        fn verify(
+            &mut self,
+            b: Backend,
+            n: u64,
+            s: u64,
+        ) -> Result<crate::fabric::Verification, crate::fabric::FabricError> {
+            self.0.verify(b, n, s)
+        }
+        fn time(
+            &mut self,
+            b: Backend,
+            n: u64,
+            m: crate::fabric::Mode,
+            batch: u32,
+            samples: u32,
+        ) -> Result<Vec<f64>, crate::fabric::FabricError> {
+            self.0.time(b, n, m, batch, samples)
+        }
+        fn probe(
+            &mut self,
+            d: crate::fabric::Direction,
+            p: usize,
+            n: u64,
+        ) -> Result<crate::fabric::ProbeSample, crate::fabric::FabricError> {
+            self.0.probe(d, p, n)
+        }
+        fn orient(
+            &mut self,
+            d: &crate::fabric::Directions,
+        ) -> Result<(), crate::fabric::FabricError> {
+            self.0.orient(d)
+        }
+        fn release(&mut self) -> Result<(), crate::fabric::FabricError> {
+            self.0.release()
+        }
+        fn nccl_times_at_channels(
+            &mut self,
+            b: Backend,
+            sizes: &[u64],
+            c: u32,
+        ) -> Result<Vec<crate::fabric::ChannelTime>, crate::fabric::FabricError> {
+            let mut t = self.0.nccl_times_at_channels(b, sizes, c)?;
+            t.iter_mut().for_each(|t| t.ran_channels = Some(c.min(2)));
+            Ok(t)
+        }
+    }
+
+    /// Where the fabric reads back what NCCL ran, the profile records that, not the count
+    /// forced: four were fastest at 256 MiB, and NCCL ran two of them.
+    #[test]
+    fn the_count_recorded_is_the_one_nccl_ran_where_the_fabric_reads_it_back() {
+        let mut f = ReadBack(SimFabric::new(presets::get("pcie-8x-2switch").unwrap(), 42));
+        let g = Group::flat((0..8).collect(), Dtype::Bf16, 1 << 28);
+        f.prepare(&g, &[Backend::NcclRingSimple]).unwrap();
+        let sizes: BTreeSet<u64> = [1 << 28].into();
+        let best = sweep(&mut f, &[Backend::NcclRingSimple], &sizes).unwrap();
+        assert_eq!(best[&Backend::NcclRingSimple][&(1 << 28)], 2);
     }
 }

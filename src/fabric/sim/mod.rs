@@ -35,8 +35,9 @@ use self::net::{Flow, Net, Route};
 use self::noise::Noise;
 use self::probe::probe_pattern;
 use super::{
-    memory, Backend, DeviceError, Direction, Directions, Fabric, FabricError, FabricInfo, Group,
-    Islands, MemoryCost, Mode, NcclAlgo, ProbeSample, Readiness, TimeBand, TimeModel, Verification,
+    memory, Backend, ChannelTime, DeviceError, Direction, Directions, Fabric, FabricError,
+    FabricInfo, Group, Islands, MemoryCost, Mode, NcclAlgo, ProbeSample, Readiness, TimeBand,
+    TimeModel, Verification,
 };
 use crate::allreduce::Executor;
 use crate::topology::Topology;
@@ -659,14 +660,17 @@ impl Fabric for SimFabric {
         backend: Backend,
         sizes: &[u64],
         channels: u32,
-    ) -> Result<Vec<f64>, FabricError> {
+    ) -> Result<Vec<ChannelTime>, FabricError> {
         let bad = |what: &str| FabricError::BadRequest(format!("{backend}: {what}"));
         let (algo, proto) = backend.nccl_pin().ok_or_else(|| bad("not an NCCL pin"))?;
         let group = &self.prepared.as_ref().ok_or_else(|| bad("no group"))?.group;
         sizes
             .iter()
-            .map(|&b| self.nccl_us_at(group, algo, proto, b, channels))
-            .collect::<Option<Vec<f64>>>()
+            .map(|&b| {
+                self.nccl_us_at(group, algo, proto, b, channels)
+                    .map(ChannelTime::asked)
+            })
+            .collect::<Option<Vec<ChannelTime>>>()
             .ok_or_else(|| bad("a group of one GPU"))
     }
 

@@ -429,13 +429,11 @@ impl Fabric for CudaFabric {
         backend: Backend,
         sizes: &[u64],
         channels: u32,
-    ) -> Result<Vec<f64>, FabricError> {
+    ) -> Result<Vec<crate::fabric::ChannelTime>, FabricError> {
         let p = self.prepared.as_ref().ok_or_else(not_prepared)?;
         let ordinals: Vec<usize> = p.owners.iter().map(|&w| self.slots[w].0).collect();
         let exe = self.program.clone();
-        let timed =
-            super::nccl_ranks::timing::at_channels(&exe, &ordinals, backend, sizes, channels)?;
-        Ok(timed.iter().map(|t| t.us).collect())
+        super::nccl_ranks::timing::at_channels(&exe, &ordinals, backend, sizes, channels)
     }
 
     fn recoveries(&self) -> Vec<crate::fabric::Recovery> {

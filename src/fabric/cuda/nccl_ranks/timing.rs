@@ -1,7 +1,7 @@
 //! The CUDA fabric's timing of a pinned NCCL variant with its run-time channels forced: K rank
 //! processes (one per rank of the group, on the GPUs [`super::path`] gives them) each make one
 //! communicator with `minCTAs` = `maxCTAs` = the count and `NCCL_ALGO`/`NCCL_PROTO` of the pin,
-//! and time every size on the host around a synchronized stream (rank 0's mean per call). The
+//! and time every size on the host around a synchronized stream (rank 0's mean per call, µs). The
 //! group's own workers stay up meanwhile; the times are compared only with each other. Where
 //! libartune.so lies beside the binary it is NCCL's profiler too, and the channels each size
 //! ran with are read back from rank 0's summary rather than assumed.
@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use super::{path, run, Launch, RankPath, ENV_MULTI_RANK};
 use crate::fabric::cuda::nccl;
-use crate::fabric::{Backend, FabricError};
+use crate::fabric::{Backend, ChannelTime, FabricError};
 use crate::plugin::audit::{Summary, ENV_DIR as AUDIT_DIR};
 
 /// Timed calls per size, after one untimed.
@@ -38,14 +38,6 @@ pub fn placement(
     }
 }
 
-/// One size's timing: rank 0's mean per call (µs), and the most channels NCCL's profiler saw
-/// a call of it run with (None without the profiler).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Timed {
-    pub us: f64,
-    pub ran_channels: Option<u32>,
-}
-
 /// The timings of `backend` (an NCCL pin) at `sizes` with `channels` forced, on a group
 /// whose ranks have CUDA `ordinals`; `exe` is the artune binary.
 pub fn at_channels(
@@ -54,7 +46,7 @@ pub fn at_channels(
     backend: Backend,
     sizes: &[u64],
     channels: u32,
-) -> Result<Vec<Timed>, FabricError> {
+) -> Result<Vec<ChannelTime>, FabricError> {
     let pin = backend
         .nccl_pin()
         .ok_or_else(|| FabricError::BadRequest(format!("{backend} is no NCCL pin")))?;
@@ -103,9 +95,9 @@ pub fn at_channels(
         .map(|b| {
             let us = times.iter().find(|(s, _)| s == b)?.1;
             let ran_channels = ran.get(b).copied();
-            Some(Timed { us, ran_channels })
+            Some(ChannelTime { us, ran_channels })
         })
-        .collect::<Option<Vec<Timed>>>()
+        .collect::<Option<Vec<ChannelTime>>>()
         .ok_or_else(|| FabricError::Backend {
             backend,
             reason: format!("rank 0 wrote no time for every size at {channels} channels"),
