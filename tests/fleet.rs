@@ -542,3 +542,89 @@ fn a_size_only_an_outlier_measured_is_not_labelled_the_class_choice() {
         "{out}"
     );
 }
+
+/// Nodes that pinned an NCCL variant disagree on its channels: the class profile pins it with
+/// the count most of the nodes that pinned that same variant measured, the smaller on a tie;
+/// a node that pinned another variant there does not vote.
+#[test]
+fn the_class_profile_pins_the_channels_most_nodes_of_the_same_pin_measured() {
+    let tmp = tempfile::tempdir().unwrap();
+    let nodes = tmp.path().join("nodes");
+    std::fs::create_dir(&nodes).unwrap();
+    let base = template(tmp.path());
+    let (a, b) = (2usize, 4usize);
+    let bytes = |i: usize| base["groups"][0]["buckets"][i]["bytes"].as_u64().unwrap();
+    // Per node: (pin at bucket a, its channels), (channels of the pin at bucket b).
+    let votes: [((&str, u32), Option<u32>); 5] = [
+        (("nccl_ring_simple", 8), Some(4)),
+        (("nccl_ring_simple", 8), Some(16)),
+        (("nccl_ring_simple", 4), Some(16)),
+        (("nccl_ring_ll", 2), Some(4)),
+        (("nccl_ring_ll", 2), None),
+    ];
+    for (n, ((pin_a, ch_a), ch_b)) in votes.iter().enumerate() {
+        let mut p = base.clone();
+        p["node"]["hostname"] = format!("n{n}").into();
+        let g = &mut p["groups"][0];
+        for i in [a, b] {
+            let k = &mut g["buckets"][i];
+            let own = k["results"]["nccl"].clone();
+            for (pin, f) in [("nccl_ring_simple", 0.5), ("nccl_ring_ll", 0.6)] {
+                let mut t = own.clone();
+                for key in ["median_us", "ci_low_us", "ci_high_us"] {
+                    t[key] = (t[key].as_f64().unwrap() * f).into();
+                }
+                k["results"][pin] = t;
+            }
+            k["nccl_choice"] = "nccl_ring_simple".into();
+        }
+        g["buckets"][a]["nccl_choice"] = (*pin_a).into();
+        let mut chans = serde_json::Map::new();
+        chans.insert(bytes(a).to_string(), (*ch_a).into());
+        if let Some(c) = ch_b {
+            chans.insert(bytes(b).to_string(), (*c).into());
+        }
+        g["pin_channels"] = chans.into();
+        std::fs::write(nodes.join(format!("n{n}.json")), p.to_string()).unwrap();
+    }
+    let classes = tmp.path().join("classes");
+    let o = artune(&[
+        "fleet",
+        nodes.to_str().unwrap(),
+        "--json",
+        "--out",
+        classes.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", common::text(&o.stderr));
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let path = r["class_profiles"]
+        .as_object()
+        .unwrap()
+        .values()
+        .next()
+        .unwrap();
+    let p: Value = serde_json::from_slice(&std::fs::read(path.as_str().unwrap()).unwrap()).unwrap();
+    let g = &p["groups"][0];
+    assert_eq!(g["buckets"][a]["nccl_choice"], "nccl_ring_simple", "{g}");
+    let pinned = &g["pin_channels"];
+    // 8, 8, 4 among the ring/Simple nodes; the two ring/LL nodes' 2s do not count.
+    assert_eq!(pinned[bytes(a).to_string()], 8, "{pinned}");
+    // 4, 16, 16, 4: a tie, the smaller count.
+    assert_eq!(pinned[bytes(b).to_string()], 4, "{pinned}");
+    assert_eq!(pinned.as_object().unwrap().len(), 2, "{pinned}");
+    // What the class profile pins is what `why` reads back for that size.
+    let why = artune(&[
+        "why",
+        path.as_str().unwrap(),
+        "--tp",
+        "2",
+        "--bytes",
+        &bytes(a).to_string(),
+    ]);
+    assert!(why.status.success(), "{}", common::text(&why.stderr));
+    assert!(
+        common::text(&why.stdout).contains("on 8 run-time channels"),
+        "{}",
+        common::text(&why.stdout)
+    );
+}

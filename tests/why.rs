@@ -493,7 +493,7 @@ fn why_names_the_channel_count_the_plugin_sets_with_a_pin() {
         out
     };
     let out = ask(1000, false);
-    let line = format!("NCCL with artune's plugin runs {pin} on 2 channels\n");
+    let line = format!("NCCL with artune's plugin runs {pin} on 2 run-time channels\n");
     assert!(out.contains(&line), "{out}");
     assert_eq!(json(&ask(1000, true))["nccl_channels"], 2);
     if let Some(bytes) = own {
@@ -503,4 +503,31 @@ fn why_names_the_channel_count_the_plugin_sets_with_a_pin() {
             "NCCL's own choice sets no count: {out}"
         );
     }
+}
+
+#[test]
+fn why_says_when_a_pins_channel_count_was_not_measured() {
+    use artune::allreduce::Mode;
+    let d = tempfile::tempdir().unwrap();
+    let mut p = sample::profile();
+    let g = p
+        .groups
+        .iter()
+        .position(|g| g.tp == 2 && g.mode == Mode::Graph);
+    let g = &mut p.groups[g.unwrap()];
+    let pinned = g.buckets.iter().find(|b| b.bytes >= 1000).unwrap().clone();
+    let pin = pinned.nccl_choice.unwrap();
+    assert!(pin.nccl_pin().is_some(), "{pin}");
+    g.nccl_channels = None;
+    g.pin_channels.clear();
+    g.channels_unmeasured = Some("NCCL 2.29.7 cannot put 2 ranks on 1 GPU".into());
+    let file = write(d.path(), "p.json", &p);
+    let (code, out, err) = run(&["why", &file, "--tp", "2", "--bytes", "1000"]);
+    assert_eq!(code, 0, "{err}");
+    let line = format!(
+        "runs {pin} on NCCL's own channel count (not measured: NCCL 2.29.7 cannot put 2 ranks on 1 GPU)\n"
+    );
+    assert!(out.contains(&line), "{out}");
+    let (_, out, _) = run(&["why", &file, "--tp", "2", "--bytes", "1000", "--json"]);
+    assert!(json(&out)["channels_unmeasured"].is_string(), "{out}");
 }

@@ -8,8 +8,7 @@
 //! `artune __nccl-rank` is one rank ([`crate::fabric::cuda::nccl_sweep`]).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Args;
 
@@ -18,6 +17,7 @@ use super::CheckArgs;
 use crate::allreduce::Mode;
 use crate::error::Error;
 use crate::fabric::cuda::nccl;
+use crate::fabric::cuda::nccl_ranks::{self, RankPath};
 use crate::fabric::cuda::nccl_sweep::{self, Sweep};
 use crate::plugin::audit::{self, Summary, Verdict};
 use crate::plugin::{self, Context};
@@ -47,6 +47,9 @@ pub struct RankArgs {
     pub iters: usize,
     #[arg(long)]
     pub max_ctas: Option<i32>,
+    /// NCCL's run-time channels, forced on the communicator.
+    #[arg(long)]
+    pub channels: Option<i32>,
     /// Where to write `BYTES US` per size: NCCL logs to standard output (NCCL_DEBUG).
     #[arg(long)]
     pub times: PathBuf,
@@ -62,6 +65,7 @@ pub fn rank(a: RankArgs) -> i32 {
         sizes: a.sizes,
         iters: a.iters,
         max_ctas: a.max_ctas,
+        channels: a.channels,
     };
     match nccl_sweep::run(&s) {
         Ok(times) => {
@@ -180,13 +184,12 @@ pub fn run(a: CheckArgs) -> Result<i32, Error> {
     })?;
     for tp in tps {
         let (sizes, pinned) = plan(&p, tp, mode)?;
-        let shared = tp > gpus;
-        if shared && nccl.version < 23000 {
-            return Err(Error::Hardware(format!(
-                "TP{tp} needs {tp} GPUs and this machine has {gpus}; NCCL {} cannot put several ranks on one GPU (2.30 or later can, with NCCL_MULTI_RANK_GPU_ENABLE=1), so set ARTUNE_NCCL_LIB to a newer libnccl.so.2",
-                nccl::version_string(nccl.version)
-            )));
-        }
+        let multi = std::env::var(nccl_ranks::ENV_MULTI_RANK).ok();
+        let shared = match nccl_ranks::path(nccl.version, multi.as_deref(), gpus, tp) {
+            RankPath::PerGpu => false,
+            RankPath::Shared => true,
+            RankPath::Waived(why) => return Err(Error::Hardware(format!("TP{tp}: {why}"))),
+        };
         let dir = tempfile::tempdir().map_err(|e| Error::Hardware(e.to_string()))?;
         let times = sweep(&lib, &profile, dir.path(), tp, shared, &sizes)?;
         let s = summaries(dir.path())?;
@@ -239,24 +242,8 @@ fn report(tp: usize, s: &[Summary], times: &[(u64, f64)]) -> Result<(), Error> {
     Ok(())
 }
 
-/// Where a rank's output goes: the terminal where the user asked NCCL to log (`NCCL_DEBUG`;
-/// NCCL logs to standard output), else nowhere, and its standard error into a file the audit
-/// reads the rank's reason from when it fails.
-fn rank_log(dir: &Path, rank: usize) -> Result<(Stdio, Stdio), Error> {
-    if std::env::var_os("NCCL_DEBUG").is_some() {
-        return Ok((Stdio::inherit(), Stdio::inherit()));
-    }
-    let path = dir.join(format!("rank{rank}.err"));
-    std::fs::File::create(&path)
-        .map(|f| (Stdio::null(), Stdio::from(f)))
-        .map_err(|e| Error::Write {
-            path,
-            reason: e.to_string(),
-        })
-}
-
-/// Starts one rank process per rank with NCCL's plugin variables, waits for all of them, and
-/// returns rank 0's times.
+/// Starts one rank process per rank with NCCL's plugin variables, on the GPUs `ranks` gives
+/// them, waits for all of them, and returns rank 0's times.
 fn sweep(
     lib: &Path,
     profile: &Path,
@@ -265,77 +252,25 @@ fn sweep(
     shared: bool,
     sizes: &[u64],
 ) -> Result<Vec<(u64, f64)>, Error> {
-    let id = nccl::unique_id().map_err(Error::Hardware)?;
     let exe = std::env::current_exe().map_err(|e| Error::Hardware(e.to_string()))?;
-    let list: Vec<String> = sizes.iter().map(u64::to_string).collect();
-    let mut children: Vec<Child> = Vec::new();
-    for rank in 0..tp {
-        let mut c = Command::new(&exe);
-        c.args(["__nccl-rank", "--id", &id, "--rank", &rank.to_string()])
-            .args(["--nranks", &tp.to_string(), "--iters", &ITERS.to_string()])
-            .args(["--ordinal", &(if shared { 0 } else { rank }).to_string()])
-            .args(["--sizes", &list.join(",")])
-            .arg("--times")
-            .arg(dir.join(format!("rank{rank}.times")))
-            .env("NCCL_TUNER_PLUGIN", lib)
-            .env("NCCL_PROFILER_PLUGIN", lib)
-            .env(plugin::ENV_PROFILE, profile)
-            .env(audit::ENV_DIR, dir)
-            .stdin(Stdio::null());
-        let (out, err) = rank_log(dir, rank)?;
-        c.stdout(out).stderr(err);
-        if shared {
-            c.env("NCCL_MULTI_RANK_GPU_ENABLE", "1");
-            if tp > 2 {
-                c.args(["--max-ctas", &SHARED_MAX_CTAS.to_string()]);
-            }
-        }
-        match c.spawn() {
-            Ok(ch) => children.push(ch),
-            Err(e) => {
-                children.iter_mut().for_each(|c| drop(c.kill()));
-                return Err(Error::Hardware(format!("cannot start a rank process: {e}")));
-            }
-        }
-    }
-    let deadline = Instant::now() + RANK_LIMIT;
-    while children
-        .iter_mut()
-        .any(|c| matches!(c.try_wait(), Ok(None)))
-    {
-        if Instant::now() > deadline {
-            children.iter_mut().for_each(|c| drop(c.kill()));
-            return Err(Error::Hardware(format!(
-                "the TP{tp} NCCL sweep did not finish within {} s; its ranks were stopped",
-                RANK_LIMIT.as_secs()
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    for (rank, mut c) in children.into_iter().enumerate() {
-        let status = c.wait().map_err(|e| Error::Hardware(e.to_string()))?;
-        if !status.success() {
-            let err =
-                std::fs::read_to_string(dir.join(format!("rank{rank}.err"))).unwrap_or_default();
-            let last = err
-                .lines()
-                .rev()
-                .find(|l| l.starts_with("rank "))
-                .unwrap_or("");
-            return Err(Error::Hardware(format!(
-                "NCCL rank {rank} of the TP{tp} sweep failed ({}); rerun with NCCL_DEBUG=WARN to see NCCL's reason",
-                if last.is_empty() { "no reason given" } else { last }
-            )));
-        }
-    }
-    let times = std::fs::read_to_string(dir.join("rank0.times")).unwrap_or_default();
-    Ok(times
-        .lines()
-        .filter_map(|l| {
-            let (b, us) = l.split_once(' ')?;
-            Some((b.parse().ok()?, us.parse().ok()?))
-        })
-        .collect())
+    let launch = nccl_ranks::Launch {
+        exe,
+        dir: dir.to_path_buf(),
+        ordinals: (0..tp).map(|r| if shared { 0 } else { r }).collect(),
+        sizes: sizes.to_vec(),
+        iters: ITERS,
+        max_ctas: (shared && tp > 2).then_some(SHARED_MAX_CTAS),
+        channels: None,
+        pin: None,
+        env: vec![
+            ("NCCL_TUNER_PLUGIN".into(), lib.into()),
+            ("NCCL_PROFILER_PLUGIN".into(), lib.into()),
+            (plugin::ENV_PROFILE.into(), profile.into()),
+            (audit::ENV_DIR.into(), dir.into()),
+        ],
+        limit: RANK_LIMIT,
+    };
+    nccl_ranks::run(&launch).map_err(|e| Error::Hardware(format!("TP{tp} sweep: {e}")))
 }
 
 #[cfg(test)]

@@ -188,6 +188,12 @@ pub fn group_profile(
             Some((b.bytes, *at.get(&b.bytes)?))
         })
         .collect();
+    // Only where a bucket pins a variant that would have had one.
+    let pinned = |b: &Bucket| b.nccl_choice.is_some_and(|c| c.nccl_pin().is_some());
+    let channels_unmeasured = res
+        .channels_unmeasured
+        .clone()
+        .filter(|_| buckets.iter().any(pinned));
     GroupProfile {
         gpus: res.gpus.clone(),
         tp,
@@ -207,6 +213,7 @@ pub fn group_profile(
             .collect(),
         buckets,
         nccl_channels: res.nccl_channels,
+        channels_unmeasured,
         pin_channels,
         waived,
         regret,

@@ -115,6 +115,7 @@ fn group_scaled(gpus: Vec<usize>, mode: Mode, sizes: &[u64], custom: f64) -> Gro
         forms: Default::default(),
         nccl_channels: None,
         pin_channels: Default::default(),
+        channels_unmeasured: None,
         waived: Default::default(),
         regret: None,
         drift: Default::default(),

@@ -195,6 +195,24 @@ impl std::fmt::Display for Recovery {
     }
 }
 
+/// One size's time with NCCL's channels forced, and the most channels NCCL's profiler saw a
+/// call of it run with, where the fabric reads that back (None: the count asked for).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ChannelTime {
+    pub us: f64,
+    pub ran_channels: Option<u32>,
+}
+
+impl ChannelTime {
+    /// A time whose channels were not read back: NCCL ran the count asked for.
+    pub fn asked(us: f64) -> ChannelTime {
+        ChannelTime {
+            us,
+            ran_channels: None,
+        }
+    }
+}
+
 /// The hardware seam. See the module docs for the order of calls.
 pub trait Fabric {
     fn info(&self) -> FabricInfo;
@@ -257,21 +275,25 @@ pub trait Fabric {
         None
     }
 
-    /// NCCL channels the prepared group's NCCL backends run with, when known.
+    /// NCCL channels the prepared group's NCCL backends run with, when known: the run-time
+    /// count (the search's channels as connect.cc duplicates them), which `NCCL_MIN_NCHANNELS`,
+    /// a tuner's `nChannels` and the profiler's `nChannels` all count.
     fn nccl_channels(&self) -> Option<u32> {
         None
     }
 
-    /// The time (µs) of the pinned NCCL variant `backend` at `bytes` with NCCL told to run
-    /// `channels` channels; None where the fabric cannot set them per call (the CUDA fabric
-    /// today: its NCCL runs the count its environment gives).
-    fn nccl_time_at_channels(
+    /// The time (µs) of the pinned NCCL variant `backend` at each of `sizes` with NCCL told to
+    /// run `channels` run-time channels, in order; `Waived` with the reason where the fabric
+    /// cannot set them. One call per count: a real NCCL sets it when a communicator is made.
+    fn nccl_times_at_channels(
         &mut self,
         _backend: Backend,
-        _bytes: u64,
+        _sizes: &[u64],
         _channels: u32,
-    ) -> Option<f64> {
-        None
+    ) -> Result<Vec<ChannelTime>, FabricError> {
+        Err(FabricError::Waived(
+            "this fabric cannot set NCCL's channel count".into(),
+        ))
     }
 
     /// Sets which way the prepared group's hierarchical backends move data in each phase,

@@ -13,6 +13,9 @@ use crate::profile::{
 };
 use crate::stats::{median_ci_indices, median_sorted};
 
+/// A group's consensus buckets and the channel count of each bucket's pin, by its bytes.
+type GroupBuckets = (Vec<Bucket>, BTreeMap<u64, u32>);
+
 /// The class profile of `class` from its (per-mode) reports; None when no node is left to
 /// build it from.
 pub fn class_profile(
@@ -39,7 +42,11 @@ pub fn class_profile(
         // Per cell: backend values and choices of the good nodes.
         let mut values: BTreeMap<u32, BTreeMap<Backend, Vec<f64>>> = BTreeMap::new();
         let mut choices: BTreeMap<u32, Vec<Backend>> = BTreeMap::new();
+        let mut pins: BTreeMap<u32, Vec<(Backend, u32)>> = BTreeMap::new();
         for e in data.entries.iter().filter(|e| good.contains(&e.node)) {
+            for &(cell, pin, c) in &e.pins {
+                pins.entry(cell).or_default().push((pin, c));
+            }
             for &(cell, b, us) in &e.times {
                 values
                     .entry(cell)
@@ -52,7 +59,7 @@ pub fn class_profile(
                 choices.entry(cell).or_default().push(b);
             }
         }
-        let mut by_group: BTreeMap<(usize, Vec<usize>), Vec<Bucket>> = BTreeMap::new();
+        let mut by_group: BTreeMap<(usize, Vec<usize>), GroupBuckets> = BTreeMap::new();
         for (cell, per) in values {
             let cc = &data.cells[cell as usize];
             let picks = choices.remove(&cell).unwrap_or_default();
@@ -80,22 +87,33 @@ pub fn class_profile(
             else {
                 continue;
             };
-            by_group
-                .entry((cc.tp, cc.gpus.clone()))
-                .or_default()
-                .push(Bucket {
-                    bytes: cc.bytes,
-                    choice,
-                    // The one rule on the class's medians: no node's own plugin answer decides.
-                    nccl_choice: crate::decide::nccl_choice(&results),
-                    fallback: None,
-                    results,
-                    waived: BTreeMap::new(),
-                });
+            // The one rule on the class's medians: no node's own plugin answer decides.
+            let nccl_choice = crate::decide::nccl_choice(&results);
+            let (buckets, channels) = by_group.entry((cc.tp, cc.gpus.clone())).or_default();
+            let measured = pins.remove(&cell).unwrap_or_default();
+            if let Some(c) = nccl_choice.and_then(|p| pin_channels(p, &measured)) {
+                channels.insert(cc.bytes, c);
+            }
+            buckets.push(Bucket {
+                bytes: cc.bytes,
+                choice,
+                nccl_choice,
+                fallback: None,
+                results,
+                waived: BTreeMap::new(),
+            });
         }
-        for ((tp, gpus), mut buckets) in by_group {
+        for ((tp, gpus), (mut buckets, channels)) in by_group {
             buckets.sort_by_key(|b| b.bytes);
-            groups.push(group(template, report.dtype, tp, gpus, r.mode, buckets));
+            let g = group(
+                template,
+                report.dtype,
+                (tp, gpus),
+                r.mode,
+                buckets,
+                channels,
+            );
+            groups.push(g);
         }
     }
     if groups.is_empty() {
@@ -164,14 +182,24 @@ pub fn class_profile(
     Some(crate::profile::validate_built(&p).map(|()| p))
 }
 
-/// A group of the class profile: the template's placement and memory, the consensus buckets.
+/// The channel count the class pins `pin` with at one size, from the good nodes' `measured`
+/// (pin, count) there: the count most of the nodes that pinned the same variant measured
+/// fastest, the smaller on a tie (as one node's sweep keeps the smaller count within its
+/// gain); nodes that pinned another variant measured channels for it, not for this one. None
+/// where no node measured it: the bucket then keeps the group's `nccl_channels`.
+pub fn pin_channels(pin: Backend, measured: &[(Backend, u32)]) -> Option<u32> {
+    majority(measured.iter().filter(|(p, _)| *p == pin).map(|&(_, c)| c))
+}
+
+/// A group of the class profile: the template's placement and memory, the consensus buckets
+/// and the channels of their pins.
 fn group(
     template: &Profile,
     dtype: crate::allreduce::Dtype,
-    tp: usize,
-    gpus: Vec<usize>,
+    (tp, gpus): (usize, Vec<usize>),
     mode: Mode,
     mut buckets: Vec<Bucket>,
+    pin_channels: BTreeMap<u64, u32>,
 ) -> GroupProfile {
     let t = template
         .groups
@@ -221,7 +249,11 @@ fn group(
             .filter(|(b, _)| chosen.contains(b))
             .collect(),
         nccl_channels: t.and_then(|t| t.nccl_channels),
-        pin_channels: Default::default(),
+        // The template's reason, where no node measured a count for the class's pins.
+        channels_unmeasured: t
+            .and_then(|t| t.channels_unmeasured.clone())
+            .filter(|_| pin_channels.is_empty()),
+        pin_channels,
         waived: BTreeMap::new(),
         regret,
         // The template node's variation: the consensus keeps its placement and memory too.

@@ -41,6 +41,9 @@ pub struct NodeEntry {
     /// choice there (neither beats the other), as bits of [`Backend::ALL`] positions: a class
     /// choice among them is a tie, not a difference.
     pub ties: Vec<u16>,
+    /// (cell index, the node's NCCL pin there, the channel count it measured for it), where
+    /// the node pinned a variant and measured its channels.
+    pub pins: Vec<(u32, Backend, u32)>,
 }
 
 /// A node: one profile file.
@@ -231,6 +234,7 @@ fn add(c: &mut Collected, file: String, p: Profile) {
             times: Vec::new(),
             choices: Vec::new(),
             ties: Vec::new(),
+            pins: Vec::new(),
         });
         for b in &g.buckets {
             let cell = data.cell(Cell {
@@ -240,6 +244,10 @@ fn add(c: &mut Collected, file: String, p: Profile) {
             });
             entry.choices.push((cell, b.choice));
             entry.ties.push(ties(b));
+            let pin = b.nccl_choice.filter(|p| p.nccl_pin().is_some());
+            if let (Some(pin), Some(&c)) = (pin, g.pin_channels.get(&b.bytes)) {
+                entry.pins.push((cell, pin, c));
+            }
             for (be, t) in &b.results {
                 entry.times.push((cell, *be, t.median_us as f32));
             }

@@ -16,34 +16,41 @@ pub const TRIED: [u32; 5] = [2, 4, 8, 16, 32];
 pub const MIN_GAIN: f64 = 0.01;
 
 /// Per pinned variant in `ready`, per size, the count measured fastest (the smallest within
-/// [`MIN_GAIN`]). None where the fabric cannot set NCCL's channels per call.
+/// [`MIN_GAIN`]). Where the fabric cannot time a forced count (or a timing fails), the reason
+/// the profile records instead: its pins then keep NCCL's own count.
 pub fn sweep(
     fabric: &mut dyn Fabric,
     ready: &[Backend],
     sizes: &BTreeSet<u64>,
-) -> Option<BTreeMap<Backend, BTreeMap<u64, u32>>> {
+) -> Result<BTreeMap<Backend, BTreeMap<u64, u32>>, String> {
     let own = fabric.nccl_channels();
     let mut counts: Vec<u32> = TRIED.iter().copied().chain(own).collect();
     counts.sort_unstable();
     counts.dedup();
+    let sizes: Vec<u64> = sizes.iter().copied().collect();
     let mut best = BTreeMap::new();
     for &pin in ready.iter().filter(|b| b.nccl_pin().is_some()) {
-        let mut at = BTreeMap::new();
-        for &bytes in sizes {
-            let mut fastest: Option<(f64, u32)> = None;
-            for &c in &counts {
-                let us = fabric.nccl_time_at_channels(pin, bytes, c)?;
-                if fastest.is_none_or(|(t, _)| us < t * (1.0 - MIN_GAIN)) {
-                    fastest = Some((us, c));
+        // Per size, the fastest (µs, count) so far; counts go up, so a tie keeps the smaller.
+        let mut fastest: Vec<Option<(f64, u32)>> = vec![None; sizes.len()];
+        for &c in &counts {
+            let times = fabric
+                .nccl_times_at_channels(pin, &sizes, c)
+                .map_err(|e| e.to_string())?;
+            for (f, t) in fastest.iter_mut().zip(&times) {
+                if f.is_none_or(|(us, _)| t.us < us * (1.0 - MIN_GAIN)) {
+                    // The count NCCL ran with where the fabric reads it back, else the forced.
+                    *f = Some((t.us, t.ran_channels.unwrap_or(c)));
                 }
             }
-            if let Some((_, c)) = fastest {
-                at.insert(bytes, c);
-            }
         }
+        let at = sizes
+            .iter()
+            .zip(fastest)
+            .filter_map(|(&b, f)| Some((b, f?.1)))
+            .collect();
         best.insert(pin, at);
     }
-    Some(best)
+    Ok(best)
 }
 
 #[cfg(test)]
@@ -73,7 +80,105 @@ mod tests {
             "past four the links are full: no more channels than that"
         );
         let us =
-            |f: &mut SimFabric, c| f.nccl_time_at_channels(Backend::NcclRingSimple, 1 << 28, c);
-        assert!(us(&mut f, c).unwrap() < 0.6 * us(&mut f, 2).unwrap());
+            |f: &mut SimFabric, c| f.nccl_times_at_channels(Backend::NcclRingSimple, &[1 << 28], c);
+        assert!(us(&mut f, c).unwrap()[0].us < 0.6 * us(&mut f, 2).unwrap()[0].us);
+    }
+
+    /// The count the fabric reports (the profile's `nccl_channels`, what the plugin sets) is
+    /// the run-time count NCCL runs unforced: forcing it changes no time.
+    #[test]
+    fn the_reported_count_is_the_one_nccl_runs_unforced() {
+        let mut f = SimFabric::new(presets::get("pcie-8x-2switch").unwrap(), 42);
+        let g = Group::flat((0..8).collect(), Dtype::Bf16, 1 << 28);
+        f.prepare(&g, &[Backend::NcclRingSimple]).unwrap();
+        let own = f.nccl_channels().unwrap();
+        assert_eq!(own, 4, "the search's two channels run as four");
+        for bytes in [1 << 16, 1 << 28] {
+            let (fixed, added) = f.model_split(Backend::NcclRingSimple, bytes).unwrap();
+            let forced = f
+                .nccl_times_at_channels(Backend::NcclRingSimple, &[bytes], own)
+                .unwrap()[0]
+                .us;
+            assert!(
+                (forced - (fixed + added)).abs() < 1e-9,
+                "{forced} {fixed}+{added}"
+            );
+        }
+    }
+
+    /// The simulator as a fabric that reads back the channels NCCL ran: never more than two.
+    struct ReadBack(SimFabric);
+
+    impl Fabric for ReadBack {
+        fn info(&self) -> crate::fabric::FabricInfo {
+            self.0.info()
+        }
+        fn topology(&self) -> &crate::topology::Topology {
+            self.0.topology()
+        }
+        fn prepare(
+            &mut self,
+            g: &Group,
+            b: &[Backend],
+        ) -> Result<Vec<crate::fabric::Readiness>, crate::fabric::FabricError> {
+            self.0.prepare(g, b)
+        }
+        fn verify(
+            &mut self,
+            b: Backend,
+            n: u64,
+            s: u64,
+        ) -> Result<crate::fabric::Verification, crate::fabric::FabricError> {
+            self.0.verify(b, n, s)
+        }
+        fn time(
+            &mut self,
+            b: Backend,
+            n: u64,
+            m: crate::fabric::Mode,
+            batch: u32,
+            samples: u32,
+        ) -> Result<Vec<f64>, crate::fabric::FabricError> {
+            self.0.time(b, n, m, batch, samples)
+        }
+        fn probe(
+            &mut self,
+            d: crate::fabric::Direction,
+            p: usize,
+            n: u64,
+        ) -> Result<crate::fabric::ProbeSample, crate::fabric::FabricError> {
+            self.0.probe(d, p, n)
+        }
+        fn orient(
+            &mut self,
+            d: &crate::fabric::Directions,
+        ) -> Result<(), crate::fabric::FabricError> {
+            self.0.orient(d)
+        }
+        fn release(&mut self) -> Result<(), crate::fabric::FabricError> {
+            self.0.release()
+        }
+        fn nccl_times_at_channels(
+            &mut self,
+            b: Backend,
+            sizes: &[u64],
+            c: u32,
+        ) -> Result<Vec<crate::fabric::ChannelTime>, crate::fabric::FabricError> {
+            let mut t = self.0.nccl_times_at_channels(b, sizes, c)?;
+            t.iter_mut().for_each(|t| t.ran_channels = Some(c.min(2)));
+            Ok(t)
+        }
+    }
+
+    /// Where the fabric reads back what NCCL ran, the profile records that, not the count
+    /// forced: four were fastest at 256 MiB, and NCCL ran two of them.
+    #[test]
+    fn the_count_recorded_is_the_one_nccl_ran_where_the_fabric_reads_it_back() {
+        let mut f = ReadBack(SimFabric::new(presets::get("pcie-8x-2switch").unwrap(), 42));
+        let g = Group::flat((0..8).collect(), Dtype::Bf16, 1 << 28);
+        f.prepare(&g, &[Backend::NcclRingSimple]).unwrap();
+        let sizes: BTreeSet<u64> = [1 << 28].into();
+        let best = sweep(&mut f, &[Backend::NcclRingSimple], &sizes).unwrap();
+        assert_eq!(best[&Backend::NcclRingSimple][&(1 << 28)], 2);
     }
 }

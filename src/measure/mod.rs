@@ -368,7 +368,10 @@ fn measure_group(
         .into_iter()
         .filter(|b| !res.disqualified.contains_key(b))
         .collect();
-    res.pin_channels = channels::sweep(fabric, &pinned, &sizes).unwrap_or_default();
+    match channels::sweep(fabric, &pinned, &sizes) {
+        Ok(best) => res.pin_channels = best,
+        Err(why) => res.channels_unmeasured = Some(why),
+    }
     Ok(res)
 }
 

@@ -340,3 +340,22 @@ fn a_large_group_probes_a_few_counts_and_orients_as_with_every_count() {
     assert!(directions(&few).is_some());
     assert_eq!(directions(&few), directions(&all));
 }
+
+/// A fabric that cannot force NCCL's channels (this one forwards no channel timing) leaves
+/// the pins without counts and says why; the group profile carries the reason where a bucket
+/// pins a variant.
+#[test]
+fn pins_whose_channels_cannot_be_timed_record_why() {
+    let pins = [Backend::Nccl, Backend::NcclRingSimple, Backend::NcclRingLl];
+    let p = plan(&pins, Mode::Graph, Harness::default());
+    let (groups, _) = run(&mut machine(None), &p, &mut |_| {}).unwrap();
+    let res = &groups[0];
+    assert!(res.pin_channels.is_empty(), "{:?}", res.pin_channels);
+    let why = res.channels_unmeasured.as_deref();
+    assert_eq!(why, Some("this fabric cannot set NCCL's channel count"));
+    // The simulator itself times them: no reason there.
+    let mut sim = SimFabric::new(crate::topology::presets::get("pcie-8x-2switch").unwrap(), 1);
+    let (groups, _) = run(&mut sim, &p, &mut |_| {}).unwrap();
+    assert_eq!(groups[0].channels_unmeasured, None);
+    assert!(!groups[0].pin_channels.is_empty());
+}

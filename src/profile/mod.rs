@@ -148,15 +148,22 @@ pub struct GroupProfile {
     /// staged).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub forms: BTreeMap<Backend, crate::allreduce::Form>,
-    /// NCCL channels the NCCL backends ran with, when the fabric knows it (a simulated model, or
-    /// NCCL_MIN_NCHANNELS = NCCL_MAX_NCHANNELS on real GPUs); the tuner plugin reproduces it.
+    /// NCCL channels the NCCL backends ran with at run time (NCCL's `comm->nChannels`: twice
+    /// the channels its graph search finds, the count `NCCL_MIN_NCHANNELS`, the tuner's
+    /// `nChannels` and the profiler's `nChannels` all mean), when the fabric knows it (a
+    /// simulated model, or NCCL_MIN_NCHANNELS = NCCL_MAX_NCHANNELS on real GPUs); the tuner
+    /// plugin reproduces it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nccl_channels: Option<u32>,
-    /// Per bucket (its `bytes`), the channel count measured fastest for its NCCL pin, which
-    /// the tuner plugin sets there; a bucket without one (and every bucket of older profiles)
+    /// Per bucket (its `bytes`), the run-time channel count measured fastest for its NCCL pin,
+    /// which the tuner plugin sets there; a bucket without one (and every bucket of older profiles)
     /// keeps `nccl_channels`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub pin_channels: BTreeMap<u64, u32>,
+    /// Why the channel counts of its NCCL pins were not measured (the fabric could not force
+    /// one): they then run NCCL's own count, and `why` says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channels_unmeasured: Option<String>,
     /// Backends excluded for the whole group (no P2P, wrong results, timeouts), and why.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub waived: BTreeMap<Backend, String>,

@@ -75,6 +75,7 @@ pub(crate) fn fixture() -> Profile {
         forms: Default::default(),
         nccl_channels: None,
         pin_channels: Default::default(),
+        channels_unmeasured: None,
         regret: None,
         drift: Default::default(),
         beside: Vec::new(),

@@ -1,5 +1,7 @@
 //! The NCCL library as the GPU tests find it: explained when absent, loaded from a wheel.
 
+mod channels;
+
 use super::skip;
 use artune::fabric::cuda::nccl;
 

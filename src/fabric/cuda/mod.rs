@@ -23,6 +23,7 @@ mod layout;
 pub mod link;
 mod module;
 pub mod nccl;
+pub mod nccl_ranks;
 pub mod nccl_sweep;
 pub mod op;
 pub mod prefetch;

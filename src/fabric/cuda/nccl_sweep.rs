@@ -23,6 +23,8 @@ pub struct Sweep {
     /// Timed calls per size, after one untimed.
     pub iters: usize,
     pub max_ctas: Option<c_int>,
+    /// Run-time channels forced on the communicator; None: NCCL's own count.
+    pub channels: Option<c_int>,
 }
 
 /// Setup and each call are bounded: a hang ends in an abort and an error, never a stuck rank.
@@ -37,7 +39,8 @@ pub fn run(s: &Sweep) -> Result<Vec<(u64, f64)>, String> {
     let (send, recv) = (alloc("send")?, alloc("receive")?);
     send.fill(0).map_err(|e| e.to_string())?;
     let stream = Stream::new(&ctx).map_err(|e| e.to_string())?;
-    let comms = Comms::init_rank_ctas(lib, &s.id_hex, s.rank, s.nranks, LIMIT, s.max_ctas)?;
+    let ctas = nccl::Ctas::of(s.channels, s.max_ctas);
+    let comms = Comms::init_rank_ctas(lib, &s.id_hex, s.rank, s.nranks, LIMIT, ctas)?;
     let mut times = Vec::with_capacity(s.sizes.len());
     for &bytes in &s.sizes {
         let count = (bytes / 2) as usize;

@@ -35,8 +35,9 @@ use self::net::{Flow, Net, Route};
 use self::noise::Noise;
 use self::probe::probe_pattern;
 use super::{
-    memory, Backend, DeviceError, Direction, Directions, Fabric, FabricError, FabricInfo, Group,
-    Islands, MemoryCost, Mode, NcclAlgo, ProbeSample, Readiness, TimeBand, TimeModel, Verification,
+    memory, Backend, ChannelTime, DeviceError, Direction, Directions, Fabric, FabricError,
+    FabricInfo, Group, Islands, MemoryCost, Mode, NcclAlgo, ProbeSample, Readiness, TimeBand,
+    TimeModel, Verification,
 };
 use crate::allreduce::Executor;
 use crate::topology::Topology;
@@ -164,9 +165,9 @@ impl SimFabric {
         self.noise_mode = mode;
     }
 
-    /// NCCL's channel count on `group` as its ring search would find it (the profile records
-    /// it; NCCL's buffers grow with it).
-    pub fn nccl_channels(&self, group: &Group) -> u32 {
+    /// NCCL's channel count on `group` as its ring search would find it (NCCL's buffers grow
+    /// with it); it runs twice as many (`nccl_runtime_channels`), the count profiles record.
+    pub fn nccl_search_channels(&self, group: &Group) -> u32 {
         self.nccl_ring(group).map_or(1, |ring| {
             nccl::Model::new(&self.topo, &self.net, &self.host, &ring).channels
         })
@@ -648,21 +649,29 @@ impl Fabric for SimFabric {
         })
     }
 
-    /// The channel count the simulated NCCL model uses for the prepared group.
+    /// The run-time channel count the simulated NCCL runs the prepared group with.
     fn nccl_channels(&self) -> Option<u32> {
         let p = self.prepared.as_ref()?;
-        Some(SimFabric::nccl_channels(self, &p.group))
+        Some(self.nccl_runtime_channels(&p.group))
     }
 
-    fn nccl_time_at_channels(
+    fn nccl_times_at_channels(
         &mut self,
         backend: Backend,
-        bytes: u64,
+        sizes: &[u64],
         channels: u32,
-    ) -> Option<f64> {
-        let (algo, proto) = backend.nccl_pin()?;
-        let group = &self.prepared.as_ref()?.group;
-        self.nccl_us_at(group, algo, proto, bytes, channels)
+    ) -> Result<Vec<ChannelTime>, FabricError> {
+        let bad = |what: &str| FabricError::BadRequest(format!("{backend}: {what}"));
+        let (algo, proto) = backend.nccl_pin().ok_or_else(|| bad("not an NCCL pin"))?;
+        let group = &self.prepared.as_ref().ok_or_else(|| bad("no group"))?.group;
+        sizes
+            .iter()
+            .map(|&b| {
+                self.nccl_us_at(group, algo, proto, b, channels)
+                    .map(ChannelTime::asked)
+            })
+            .collect::<Option<Vec<ChannelTime>>>()
+            .ok_or_else(|| bad("a group of one GPU"))
     }
 
     fn orient(&mut self, directions: &Directions) -> Result<(), FabricError> {

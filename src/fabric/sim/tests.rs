@@ -80,7 +80,7 @@ fn custom_backends_are_waived_without_p2p() {
 fn memory_is_modelled_with_the_nccl_channel_count() {
     let mut f = sim("pcie-8x-2switch");
     let g = group(&[0, 1, 2, 3, 4, 5, 6, 7]);
-    let channels = f.nccl_channels(&g);
+    let channels = f.nccl_search_channels(&g);
     assert_eq!(channels, 2);
     let r = f
         .prepare(&g, &[Backend::Nccl, Backend::OneStagePush])

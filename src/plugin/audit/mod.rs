@@ -4,7 +4,8 @@
 //! verdict `artune check --nccl-audit` reads from the summaries of every rank.
 //!
 //! The tuner's channel count is NCCL's *maximum* for the call (`nMaxChannels`): NCCL spreads a
-//! message too small to fill them over fewer, so fewer is agreement and more is not.
+//! message too small to fill them over fewer, so fewer is agreement and more is not. Both it
+//! and the profiler's count are run-time channels, as the profile's are.
 
 use std::collections::BTreeMap;
 

@@ -423,6 +423,19 @@ impl Fabric for CudaFabric {
         super::pinned_channels(|k| std::env::var(k).ok())
     }
 
+    /// In rank processes of their own, on the group's GPUs (nccl_ranks::timing).
+    fn nccl_times_at_channels(
+        &mut self,
+        backend: Backend,
+        sizes: &[u64],
+        channels: u32,
+    ) -> Result<Vec<crate::fabric::ChannelTime>, FabricError> {
+        let p = self.prepared.as_ref().ok_or_else(not_prepared)?;
+        let ordinals: Vec<usize> = p.owners.iter().map(|&w| self.slots[w].0).collect();
+        let exe = self.program.clone();
+        super::nccl_ranks::timing::at_channels(&exe, &ordinals, backend, sizes, channels)
+    }
+
     fn recoveries(&self) -> Vec<crate::fabric::Recovery> {
         self.recovered.clone()
     }

@@ -59,17 +59,8 @@ fn spawn(
     }
     // Each pinned variant runs in workers started with its environment: NCCL reads it when
     // a communicator is created, and nothing changes the environment of a live process.
-    // From NCCL 2.24 a pin can name the collective, leaving the others NCCL's choice.
-    let per_collective = nccl::library().is_ok_and(|l| l.version >= 22400);
-    let value = |v: &str| match per_collective {
-        true => format!("allreduce:{v}"),
-        false => v.to_string(),
-    };
     let mut env = match pin {
-        Some((a, p)) => vec![
-            ("NCCL_ALGO".into(), value(a.name())),
-            ("NCCL_PROTO".into(), value(p.name())),
-        ],
+        Some((a, p)) => nccl::pin_env(a.name(), p.name()).to_vec(),
         None => Vec::new(),
     };
     // A loopback launcher runs a probe stream per rank beside the stream that releases their

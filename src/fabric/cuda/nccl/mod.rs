@@ -29,6 +29,20 @@ use cudarc::nccl::sys::{ncclDataType_t, ncclRedOp_t, ncclResult_t, ncclUniqueId}
 use super::watchdog::{self, Poll, Waited};
 use crate::fabric::Dtype;
 
+/// The variables that pin `algo` x `proto` for the communicators a process creates (NCCL reads
+/// them then): from NCCL 2.24 for allreduce alone, leaving other collectives NCCL's choice.
+pub fn pin_env(algo: &str, proto: &str) -> [(String, String); 2] {
+    let per_collective = library().is_ok_and(|l| l.version >= 22400);
+    let value = |v: &str| match per_collective {
+        true => format!("allreduce:{v}"),
+        false => v.to_string(),
+    };
+    [
+        ("NCCL_ALGO".into(), value(algo)),
+        ("NCCL_PROTO".into(), value(proto)),
+    ]
+}
+
 /// The environment variable that names a libnccl file to use.
 pub const ENV_LIB: &str = "ARTUNE_NCCL_LIB";
 
@@ -149,6 +163,27 @@ struct Config {
     min_ctas: c_int,
     max_ctas: c_int,
     net_name: *const c_char,
+}
+
+/// NCCL's per-communicator CTA bounds (`ncclConfig_t.minCTAs`/`maxCTAs`); None: NCCL's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Ctas {
+    pub min: Option<c_int>,
+    pub max: Option<c_int>,
+}
+
+impl Ctas {
+    /// The bounds for a run: a forced channel count fixes both (it wins over room for ranks
+    /// sharing a GPU, which bounds only the maximum).
+    pub fn of(forced: Option<c_int>, max: Option<c_int>) -> Ctas {
+        match forced {
+            Some(c) => Ctas {
+                min: Some(c),
+                max: Some(c),
+            },
+            None => Ctas { min: None, max },
+        }
+    }
 }
 
 /// NCCL_CONFIG_UNDEF_INT: "let NCCL choose".
@@ -409,6 +444,13 @@ fn poll_all(states: impl IntoIterator<Item = Poll>) -> Poll {
     out
 }
 
+impl Lib {
+    /// Whether communicators take a config (NCCL 2.14+), which forcing a channel count needs.
+    pub fn forces_channels(&self) -> bool {
+        self.nonblocking.is_some()
+    }
+}
+
 impl Comms {
     /// Creates this process's rank `rank` of `nranks` from the unique id `id_hex` (see
     /// [`unique_id`]), non-blocking, on the current context's device. NCCL reads NCCL_ALGO and
@@ -421,18 +463,19 @@ impl Comms {
         nranks: usize,
         limit: Duration,
     ) -> Result<Comms, String> {
-        Comms::init_rank_ctas(lib, id_hex, rank, nranks, limit, None)
+        Comms::init_rank_ctas(lib, id_hex, rank, nranks, limit, Ctas::default())
     }
 
-    /// [`Comms::init_rank`] with NCCL's per-communicator `maxCTAs` (its channel limit): ranks
-    /// that share one GPU must leave room for each other's kernels, which all run at once.
+    /// [`Comms::init_rank`] with NCCL's per-communicator `minCTAs`/`maxCTAs`: its run-time
+    /// channels, which connect.cc bounds by `maxCTAs` and then duplicates up to `minCTAs`, so
+    /// both at one count force it; `maxCTAs` alone leaves room for ranks sharing one GPU.
     pub fn init_rank_ctas(
         lib: &'static Lib,
         id_hex: &str,
         rank: usize,
         nranks: usize,
         limit: Duration,
-        max_ctas: Option<c_int>,
+        ctas: Ctas,
     ) -> Result<Comms, String> {
         let Some(nb) = lib.nonblocking else {
             if nranks != 1 {
@@ -468,9 +511,8 @@ impl Comms {
             aborted: false,
         };
         let mut cfg = Config::nonblocking();
-        if let Some(m) = max_ctas {
-            cfg.max_ctas = m;
-        }
+        cfg.min_ctas = ctas.min.unwrap_or(UNDEF);
+        cfg.max_ctas = ctas.max.unwrap_or(UNDEF);
         // SAFETY: out-pointer into `comms`; NCCL copies the config before returning.
         let r = unsafe {
             (nb.init_rank_config)(

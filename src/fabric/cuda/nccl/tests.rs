@@ -70,3 +70,22 @@ fn version_codes() {
     assert_eq!(version_string(23007), "2.30.7");
     assert_eq!(version_string(2708), "2.7.8");
 }
+
+#[test]
+fn a_forced_channel_count_fixes_both_cta_bounds_and_wins_over_room_for_sharing() {
+    assert_eq!(
+        Ctas::of(Some(4), Some(8)),
+        Ctas {
+            min: Some(4),
+            max: Some(4)
+        }
+    );
+    assert_eq!(
+        Ctas::of(None, Some(8)),
+        Ctas {
+            min: None,
+            max: Some(8)
+        }
+    );
+    assert_eq!(Ctas::of(None, None), Ctas::default());
+}

@@ -22,7 +22,7 @@ impl Model {
 impl SimFabric {
     /// NCCL's channels at run time on `group` when nothing forces a count.
     pub fn nccl_runtime_channels(&self, group: &Group) -> u32 {
-        self.nccl_channels(group) * RUNTIME_CHANNELS_PER_GRAPH_CHANNEL
+        self.nccl_search_channels(group) * RUNTIME_CHANNELS_PER_GRAPH_CHANNEL
     }
 
     /// The noiseless time (µs) of NCCL's `algo` x `proto` on `group` for `bytes` with

@@ -1,0 +1,41 @@
+#!/bin/bash
+# Issue 48, the channel timing of the CUDA fabric (nccl_ranks::timing), for the next session
+# on the H200. Two halves:
+#   here (the package index reachable), after carry.sh has made .carry/g48/:
+#     bash profiles/hardware/h200/2026-12-04-realnccl/channels.sh carry [BUILD_TREE]
+#   builds the GPU test binary in BUILD_TREE (default .) and adds it, stripped and xz-compressed,
+#   with this script to .carry/g48/bin (the last piece's carry; where that passes the device's
+#   64 MiB, carry .carry/g48/bin alone in a seventh call, after the six pieces);
+#   on the device, as the last of device.sh's calls in place of run.sh:
+#     ... && bash .carry/g48/bin/channels.sh run
+#   joins NCCL 2.32.6 as run.sh does and runs tests/gpu_nccl/channels.rs against it: Ring/Simple
+#   at 64K and 16M with 2 and 8 run-time channels forced, 2 ranks sharing GPU 0
+#   (NCCL_MULTI_RANK_GPU_ENABLE=1), what ran read back through libartune.so as NCCL's profiler.
+#   Results: $OUT/channels.tgz. Loopback: the times are one GPU's.
+set -u
+case ${1:-} in
+carry)
+  R=$PWD; T=${2:-$R}; C=$R/.carry/g48/bin; H=$(cd "$(dirname "$0")" && pwd)
+  [ -d $C ] || { echo "run carry.sh first: $C is missing"; exit 2; }
+  G=$(cd $T && cargo test --release --locked --test gpu --no-run --message-format=json \
+    | python3 -c 'import json,sys
+for l in sys.stdin:
+    m=json.loads(l)
+    if m.get("reason")=="compiler-artifact" and m["target"]["name"]=="gpu" and m.get("executable"):
+        print(m["executable"])' | tail -1)
+  strip -o $C/gpu-tests $G && xz -9 -f $C/gpu-tests
+  cp $H/channels.sh $C/
+  du -sh $C;;
+run)
+  R=$PWD; B=$R/.carry/g48/bin; N=/tmp/nccl232; W=/tmp/g48ch; rm -rf $W; mkdir -p $W/bin
+  cat $N/part? > $N/libnccl.so.2
+  (cd $N && sha256sum -c $B/libnccl.sha256) > $W/sha.txt 2>&1 || { tar czf $OUT/channels.tgz -C $W .; exit 1; }
+  for b in artune libartune.so gpu-tests; do xz -dc $B/$b.xz > $W/bin/$b; chmod +x $W/bin/$b; done
+  { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv; cat $B/commit.txt; } > $W/env.txt 2>&1
+  cd /tmp
+  ( time env LD_PRELOAD=$N/libnccl.so.2 ARTUNE_NCCL_LIB=$N/libnccl.so.2 ARTUNE_BIN=$W/bin/artune \
+      timeout -k 5 300 $W/bin/gpu-tests gpu_nccl --nocapture --test-threads 1 ) > $W/channels.txt 2>&1
+  echo "exit $?" >> $W/channels.txt
+  (cd $W && tar czf $OUT/channels.tgz --exclude=bin .);;
+*) echo "usage: channels.sh carry [BUILD_TREE] | run"; exit 2;;
+esac

@@ -1,0 +1,234 @@
+//! K ranks of NCCL, one process each (`artune __nccl-rank`, [`super::nccl_sweep`]), started
+//! with the environment each run needs (a pin's `NCCL_ALGO`/`NCCL_PROTO`, the plugins, several
+//! ranks on one GPU) and waited for under one deadline: the processes, not a rank-per-GPU
+//! assumption, decide how ranks share a GPU ([`path`]). `check --nccl-audit` and the CUDA
+//! fabric's NCCL timing both run through here.
+
+mod path;
+pub mod timing;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub use path::{path, RankPath, ENV_MULTI_RANK, MULTI_RANK_GPU};
+
+use crate::fabric::{NcclAlgo, NcclProto};
+
+/// Why a run of NCCL ranks gave no times.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RanksError {
+    #[error("cannot start an NCCL rank process: {0}")]
+    Spawn(String),
+    #[error("the {k} NCCL ranks did not finish within {secs} s; they were stopped")]
+    Timeout { k: usize, secs: u64 },
+    #[error("NCCL rank {rank} of {k} failed ({reason}); rerun with NCCL_DEBUG=WARN to see NCCL's reason")]
+    Rank {
+        rank: usize,
+        k: usize,
+        reason: String,
+    },
+    #[error("cannot write the ranks' log in {path}: {reason}")]
+    Log { path: PathBuf, reason: String },
+}
+
+/// One run of K ranks over a list of sizes.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    /// The artune binary (it has the `__nccl-rank` subcommand).
+    pub exe: PathBuf,
+    /// Where the ranks write their times, logs and profiler summaries.
+    pub dir: PathBuf,
+    /// CUDA ordinal of each rank; repeated where ranks share a GPU.
+    pub ordinals: Vec<usize>,
+    /// Message sizes in bytes (even: bf16).
+    pub sizes: Vec<u64>,
+    pub iters: usize,
+    /// NCCL's `maxCTAs` for every rank (room for ranks sharing a GPU).
+    pub max_ctas: Option<i32>,
+    /// NCCL's run-time channels forced per communicator (`minCTAs` = `maxCTAs`).
+    pub channels: Option<i32>,
+    /// The NCCL variant pinned through `NCCL_ALGO`/`NCCL_PROTO`; None: NCCL's own choice.
+    pub pin: Option<(NcclAlgo, NcclProto)>,
+    /// Further variables for every rank (the plugins, the profile).
+    pub env: Vec<(String, OsString)>,
+    pub limit: Duration,
+}
+
+impl Launch {
+    /// The ranks share a GPU: NCCL needs the multi-rank variable.
+    fn shared(&self) -> bool {
+        let mut o = self.ordinals.clone();
+        o.sort_unstable();
+        o.dedup();
+        o.len() < self.ordinals.len()
+    }
+
+    /// The command that starts rank `rank` with id `id`.
+    fn command(&self, id: &str, rank: usize) -> Command {
+        let k = self.ordinals.len();
+        let list: Vec<String> = self.sizes.iter().map(u64::to_string).collect();
+        let mut c = Command::new(&self.exe);
+        c.args(["__nccl-rank", "--id", id, "--rank", &rank.to_string()])
+            .args([
+                "--nranks",
+                &k.to_string(),
+                "--iters",
+                &self.iters.to_string(),
+            ])
+            .args(["--ordinal", &self.ordinals[rank].to_string()])
+            .args(["--sizes", &list.join(",")])
+            .arg("--times")
+            .arg(self.dir.join(format!("rank{rank}.times")))
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null());
+        if let Some(m) = self.max_ctas {
+            c.args(["--max-ctas", &m.to_string()]);
+        }
+        if let Some(ch) = self.channels {
+            c.args(["--channels", &ch.to_string()]);
+        }
+        if self.shared() {
+            c.env(ENV_MULTI_RANK, "1");
+        }
+        if let Some((a, p)) = self.pin {
+            c.envs(super::nccl::pin_env(a.name(), p.name()));
+        }
+        c
+    }
+}
+
+/// Where a rank's output goes: the terminal where the user asked NCCL to log (`NCCL_DEBUG`;
+/// NCCL logs to standard output), else nowhere, and its standard error into a file read for
+/// the rank's reason when it fails.
+fn rank_log(dir: &Path, rank: usize) -> Result<(Stdio, Stdio), RanksError> {
+    if std::env::var_os("NCCL_DEBUG").is_some() {
+        return Ok((Stdio::inherit(), Stdio::inherit()));
+    }
+    let path = dir.join(format!("rank{rank}.err"));
+    std::fs::File::create(&path)
+        .map(|f| (Stdio::null(), Stdio::from(f)))
+        .map_err(|e| RanksError::Log {
+            path,
+            reason: e.to_string(),
+        })
+}
+
+/// Starts every rank, waits for all of them, and returns rank 0's mean time per call of each
+/// size (µs). A rank that fails or outlives `limit` stops them all.
+pub fn run(l: &Launch) -> Result<Vec<(u64, f64)>, RanksError> {
+    let k = l.ordinals.len();
+    let id = super::nccl::unique_id().map_err(RanksError::Spawn)?;
+    let mut children: Vec<Child> = Vec::new();
+    for rank in 0..k {
+        let mut c = l.command(&id, rank);
+        let (out, err) = rank_log(&l.dir, rank)?;
+        c.stdout(out).stderr(err);
+        match c.spawn() {
+            Ok(ch) => children.push(ch),
+            Err(e) => {
+                children.iter_mut().for_each(|c| drop(c.kill()));
+                return Err(RanksError::Spawn(e.to_string()));
+            }
+        }
+    }
+    let deadline = Instant::now() + l.limit;
+    while children
+        .iter_mut()
+        .any(|c| matches!(c.try_wait(), Ok(None)))
+    {
+        if Instant::now() > deadline {
+            children.iter_mut().for_each(|c| drop(c.kill()));
+            return Err(RanksError::Timeout {
+                k,
+                secs: l.limit.as_secs(),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for (rank, mut c) in children.into_iter().enumerate() {
+        let status = c.wait().map_err(|e| RanksError::Spawn(e.to_string()))?;
+        if !status.success() {
+            let err =
+                std::fs::read_to_string(l.dir.join(format!("rank{rank}.err"))).unwrap_or_default();
+            let last = err
+                .lines()
+                .rev()
+                .find(|l| l.starts_with("rank "))
+                .unwrap_or("");
+            return Err(RanksError::Rank {
+                rank,
+                k,
+                reason: match last {
+                    "" => "no reason given".into(),
+                    l => l.to_string(),
+                },
+            });
+        }
+    }
+    let times = std::fs::read_to_string(l.dir.join("rank0.times")).unwrap_or_default();
+    Ok(parse_times(&times))
+}
+
+/// `BYTES US` per line, as a rank writes them.
+pub fn parse_times(text: &str) -> Vec<(u64, f64)> {
+    text.lines()
+        .filter_map(|l| {
+            let (b, us) = l.split_once(' ')?;
+            Some((b.parse().ok()?, us.parse().ok()?))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn launch(ordinals: Vec<usize>) -> Launch {
+        Launch {
+            exe: "artune".into(),
+            dir: "/tmp/x".into(),
+            ordinals,
+            sizes: vec![1024, 2048],
+            iters: 3,
+            max_ctas: None,
+            channels: Some(8),
+            pin: Some((NcclAlgo::Ring, NcclProto::Simple)),
+            env: Vec::new(),
+            limit: Duration::from_secs(1),
+        }
+    }
+
+    fn env_of(c: &Command, key: &str) -> Option<String> {
+        c.get_envs()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, v)| v.map(|v| v.to_string_lossy().into_owned()))
+    }
+
+    #[test]
+    fn ranks_sharing_a_gpu_get_the_multi_rank_variable_and_others_do_not() {
+        let shared = launch(vec![0, 0]).command("00", 1);
+        assert_eq!(env_of(&shared, ENV_MULTI_RANK).as_deref(), Some("1"));
+        let args: Vec<_> = shared.get_args().map(|a| a.to_string_lossy()).collect();
+        let at = |flag: &str| {
+            args.iter()
+                .position(|a| a == flag)
+                .map(|i| args[i + 1].clone())
+        };
+        assert_eq!(at("--ordinal").as_deref(), Some("0"));
+        assert_eq!(at("--channels").as_deref(), Some("8"));
+        assert_eq!(at("--rank").as_deref(), Some("1"));
+        assert!(env_of(&shared, "NCCL_ALGO").is_some_and(|v| v.ends_with("Ring")));
+        let own = launch(vec![0, 1]).command("00", 1);
+        assert_eq!(env_of(&own, ENV_MULTI_RANK), None);
+    }
+
+    #[test]
+    fn times_are_read_line_by_line_and_junk_is_skipped() {
+        assert_eq!(
+            parse_times("1024 3.50\nnot a line\n2048 4.25\n"),
+            [(1024, 3.5), (2048, 4.25)]
+        );
+    }
+}
