@@ -496,6 +496,7 @@ fn hop_bw(
     bw
 }
 
+pub mod call;
 mod channels;
 mod schedule;
 pub use schedule::StepSchedule;
