@@ -652,6 +652,56 @@ fn every_published_figure_lies_inside_its_simulated_band() {
     );
 }
 
+/// NCCL's per-step cost on PCIe by protocol and GPU count, as the model prices a ring with
+/// no bytes (the time less NCCL's base latency, over its 2(N-1) steps), beside NCCL's own
+/// figure (tuning.cc hwLat): the table docs/MODEL.md quotes.
+#[test]
+fn nccl_step_costs_by_protocol_and_gpu_count() {
+    use artune::fabric::sim::nccl::{base_latency, pcie_hop_latency};
+    use artune::fabric::{NcclAlgo, NcclProto};
+    println!("| box | GPUs | NCCL_P2P_LEVEL | protocol | per step, model | NCCL's hwLat | no bytes, model |");
+    println!("|---|---|---|---|---|---|---|");
+    let cal = Calibration::fitted();
+    let mut cost = BTreeMap::new();
+    for (name, t, n, level) in [
+        ("pcie-4x-1switch", get("pcie-4x-1switch").unwrap(), 4, None),
+        ("R2's box", asus(), 4, Some(Level::Sys)),
+        ("R2's box", asus(), 4, None),
+        (
+            "pcie-8x-2switch",
+            get("pcie-8x-2switch").unwrap(),
+            8,
+            Some(Level::Sys),
+        ),
+        ("pcie-8x-2switch", get("pcie-8x-2switch").unwrap(), 8, None),
+    ] {
+        let f = fabric(t, &cal).with_nccl_p2p_level(level);
+        let g = group(&ALL8[..n]);
+        let channels = f.nccl_runtime_channels(&g);
+        let hops = if level.is_some() { "SYS" } else { "default" };
+        for proto in [NcclProto::LL, NcclProto::Simple] {
+            let ring = NcclAlgo::Ring;
+            let us = f.nccl_us_at(&g, ring, proto, 0, channels).unwrap();
+            let step = (us - base_latency(ring, proto)) / (2.0 * (n as f64 - 1.0));
+            println!(
+                "| {name} | {n} | {hops} | {proto:?} | {step:.2} us | {} us | {us:.1} us |",
+                pcie_hop_latency(ring, proto)
+            );
+            cost.insert((name, hops, format!("{proto:?}")), step);
+        }
+    }
+    // A Simple step pays a fence and its flag after the data; LL's lines carry their flags.
+    for ((name, hops, proto), step) in &cost {
+        if proto == "Simple" {
+            let ll = cost[&(*name, *hops, "LL".to_string())];
+            assert!(*step > 1.5 * ll, "{name} {hops}: Simple {step} vs LL {ll}");
+        }
+    }
+    // A hop through host memory costs more than one between peers.
+    let shm = cost[&("pcie-8x-2switch", "default", "LL".to_string())];
+    assert!(shm > cost[&("pcie-8x-2switch", "SYS", "LL".to_string())]);
+}
+
 /// Published NCCL figures no part of the model reaches, each outside its band: the model
 /// is not fitted on them and no band is widened for them, for the reason docs/MODEL-ERROR.md
 /// gives beside each ("Figures outside the model").
