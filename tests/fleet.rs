@@ -447,7 +447,7 @@ fn an_out_that_names_a_file_is_refused_before_the_work() {
 
 /// Healthy nodes of one class, tuned with different noise, put a crossover one size apart
 /// now and then: that is a band edge, counted, not a node whose choices differ (12 of 30
-/// nodes were listed for it). TP2 in eager mode, where one of twelve seeds does.
+/// nodes were listed for it). TP2 in graph mode, where one of twelve seeds does.
 #[test]
 fn a_crossover_one_size_off_is_a_band_edge_not_a_difference() {
     let dir = tempfile::tempdir().unwrap();
@@ -460,7 +460,7 @@ fn a_crossover_one_size_off_is_a_band_edge_not_a_difference() {
             "--tp",
             "2",
             "--mode",
-            "eager",
+            "graph",
             "--seed",
             &seed.to_string(),
         ];

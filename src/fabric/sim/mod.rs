@@ -46,8 +46,6 @@ use crate::topology::Topology;
 const LAUNCH_GRAPH_US: f64 = 1.5;
 /// Eager launch of one of our kernels from the host, µs.
 const LAUNCH_EAGER_CUSTOM_US: f64 = 5.0;
-/// Eager NCCL enqueue: our launch plus its own argument and work-FIFO setup, µs.
-const LAUNCH_EAGER_NCCL_US: f64 = 6.5;
 /// How long a hung backend is waited for before it is reported, seconds: the CUDA fabric's
 /// deadline for one GPU operation. Virtual time: the simulator reports it without waiting.
 const HANG_DEADLINE_S: f64 = 10.0;
@@ -354,11 +352,9 @@ impl SimFabric {
             ),
             Executor::Nccl => {
                 let (algo, proto) = backend.nccl_pin().unwrap_or_else(|| m.nccl.choose(bytes));
-                let launch = match mode {
-                    Mode::Graph => LAUNCH_GRAPH_US,
-                    Mode::Eager => LAUNCH_EAGER_NCCL_US,
-                };
-                (m.schedule.time(algo, proto, bytes), launch)
+                let device = m.schedule.time(algo, proto, bytes);
+                let call = nccl::call::per_call_us(device, mode, LAUNCH_GRAPH_US);
+                (device, call - device)
             }
         };
         let t = device + launch;

@@ -82,6 +82,16 @@ const SIMPLE_EFFICIENCY: f64 = 1.0;
 /// protocol; LL and LL128 forward line by line.
 const TREE_CHUNK: [f64; 3] = [f64::NAN, f64::NAN, 256.0 * 1024.0];
 
+/// NCCL's own base latency (tuning.cc baseLat), µs: the per-operation part of a time.
+pub fn base_latency(algo: NcclAlgo, proto: NcclProto) -> f64 {
+    BASE_LAT[algo_index(algo)][proto_index(proto)]
+}
+
+/// NCCL's own per-hop latency over PCIe (tuning.cc hwLat), µs.
+pub fn pcie_hop_latency(algo: NcclAlgo, proto: NcclProto) -> f64 {
+    HW_LAT[1][algo_index(algo)][proto_index(proto)]
+}
+
 fn algo_index(a: NcclAlgo) -> usize {
     match a {
         NcclAlgo::Tree => 0,
@@ -496,6 +506,7 @@ fn hop_bw(
     bw
 }
 
+pub mod call;
 mod channels;
 mod schedule;
 pub use schedule::StepSchedule;

@@ -171,12 +171,11 @@ fn same_seed_same_samples_and_eager_costs_more() {
         x.sort_by(f64::total_cmp);
         x[15]
     };
-    for b in [Backend::Nccl, Backend::OneStagePull] {
-        assert!(
-            med(&mut f, b, Mode::Eager) > med(&mut f, b, Mode::Graph) + 2.0,
-            "{b}"
-        );
-    }
+    let pull = Backend::OneStagePull;
+    assert!(med(&mut f, pull, Mode::Eager) > med(&mut f, pull, Mode::Graph) + 2.0);
+    // NCCL's kernel outlasts its host issue, so calls in a row cost what a replay does.
+    let nccl = Backend::Nccl;
+    assert!((med(&mut f, nccl, Mode::Eager) / med(&mut f, nccl, Mode::Graph) - 1.0).abs() < 0.05);
 }
 
 #[test]
