@@ -368,7 +368,10 @@ fn measure_group(
         .into_iter()
         .filter(|b| !res.disqualified.contains_key(b))
         .collect();
-    res.pin_channels = channels::sweep(fabric, &pinned, &sizes).unwrap_or_default();
+    res.pin_channels = timed(&mut res.phases.timing_s, || {
+        channels::sweep(fabric, &pinned, &sizes)
+    })
+    .unwrap_or_default();
     Ok(res)
 }
 

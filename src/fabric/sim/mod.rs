@@ -661,8 +661,13 @@ impl Fabric for SimFabric {
         channels: u32,
     ) -> Option<f64> {
         let (algo, proto) = backend.nccl_pin()?;
-        let group = &self.prepared.as_ref()?.group;
-        self.nccl_us_at(group, algo, proto, bytes, channels)
+        let p = self.prepared.as_ref()?;
+        let i = p.model;
+        if !self.models[i].1.at_channels.contains_key(&channels) {
+            let schedule = self.nccl_schedule_at(&p.group, channels)?;
+            self.models[i].1.at_channels.insert(channels, schedule);
+        }
+        Some(self.models[i].1.at_channels[&channels].time(algo, proto, bytes))
     }
 
     fn orient(&mut self, directions: &Directions) -> Result<(), FabricError> {
