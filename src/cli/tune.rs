@@ -504,13 +504,13 @@ pub fn occupancy_gate(
     let mut said = false;
     let mut last_read: Option<std::time::Instant> = None;
     loop {
+        if script.is_none() {
+            std::thread::sleep(samples::before_next(last_read.map(|t| t.elapsed())));
+            last_read = Some(std::time::Instant::now());
+        }
         let reading = match &script {
             Some(list) => list[readings.len().min(list.len() - 1)].clone(),
-            None => match {
-                std::thread::sleep(samples::before_next(last_read.map(|t| t.elapsed())));
-                last_read = Some(std::time::Instant::now());
-                occupancy::read_nvml(None, occupancy::SAMPLE)
-            } {
+            None => match occupancy::read_nvml(None, occupancy::SAMPLE) {
                 Ok(mut r) => {
                     let uuids: Vec<(usize, String)> = r
                         .gpus
