@@ -16,8 +16,9 @@ use super::occupancy::SAMPLE;
 /// The highest utilization (percent) over the `span` before now in `d`'s sample buffer, if
 /// the buffer covers all of it ([`covered_max`]).
 pub(super) fn recent_max(d: &Device, span: Duration) -> Option<u32> {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).ok()?;
     let samples = d.samples(Sampling::GpuUtilization, None).ok()?;
+    // After the read, so no sample the read returned is newer than `now`.
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).ok()?;
     let points: Vec<(u64, u32)> = samples
         .iter()
         .filter_map(|s| match s.value {
