@@ -16,7 +16,13 @@ use super::occupancy::SAMPLE;
 /// The highest utilization (percent) over the `span` before now in `d`'s sample buffer, if
 /// the buffer covers all of it ([`covered_max`]).
 pub(super) fn recent_max(d: &Device, span: Duration) -> Option<u32> {
-    let samples = d.samples(Sampling::GpuUtilization, None).ok()?;
+    let samples = match d.samples(Sampling::GpuUtilization, None) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::info!("busy check: no utilization samples from the driver ({e}); sampling");
+            return None;
+        }
+    };
     // After the read, so no sample the read returned is newer than `now`.
     let now = SystemTime::now().duration_since(UNIX_EPOCH).ok()?;
     let points: Vec<(u64, u32)> = samples
@@ -27,7 +33,22 @@ pub(super) fn recent_max(d: &Device, span: Duration) -> Option<u32> {
             _ => None,
         })
         .collect();
-    covered_max(&points, now.as_micros() as u64, span.as_micros() as u64)
+    let (now, span) = (now.as_micros() as u64, span.as_micros() as u64);
+    let out = covered_max(&points, now, span);
+    let (oldest, newest) = points
+        .iter()
+        .fold((u64::MAX, 0), |(a, b), p| (a.min(p.0), b.max(p.0)));
+    tracing::info!(
+        "busy check: {} utilization samples in the driver's buffer, from {:.3} s to {:.3} s ago: {}",
+        points.len(),
+        now.saturating_sub(oldest) as f64 / 1e6,
+        now.saturating_sub(newest) as f64 / 1e6,
+        match out {
+            Some(u) => format!("they cover the last second, at most {u}%"),
+            None => "they do not cover the last second; sampling it".into(),
+        }
+    );
+    out
 }
 
 /// The highest value of `points` (µs timestamp, percent) over the `span` µs before `now`, when
