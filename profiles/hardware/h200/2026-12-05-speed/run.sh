@@ -11,7 +11,10 @@
 #   the last second) and "workers up";
 # - check1-20.txt "real" (goal <= 4 s) and exit 0 in all 20 (0 false stale);
 # - check-v.txt: the same gaps for one check, and "prepared in" / "re-timed in" per group;
-# - samples.txt: whether NVML keeps utilization samples here and how far apart they are.
+# - the "busy check:" lines (-v): whether the driver's samples covered the last second (no
+#   polling) or the check fell back to polling it; samples.txt: nvidia-smi's view of the same.
+# - "artune started N s after its process" then the prefetch line: what the 1.3 s before the
+#   prefetch on 2026-12-04 was (the prefetch now finds its libraries in its own thread).
 set -u
 R=$PWD; C=$R/.carry/h46; A=$C/artune
 W=/tmp/speed; rm -rf $W; mkdir -p $W; export ARTUNE_CACHE_DIR=/tmp/speed-cache
