@@ -458,6 +458,11 @@ fn main_inner() -> i32 {
         }
     };
     init_logging(cli.verbose);
+    // With -v, where a command's fixed cost starts: loading the program counts too.
+    match process_age_s() {
+        Some(age) => tracing::info!("artune started {age:.2} s after its process"),
+        None => tracing::info!("artune started"),
+    }
     match run(cli.command) {
         Ok(code) => code,
         Err(Error::StdoutClosed) => 0,
@@ -466,6 +471,24 @@ fn main_inner() -> i32 {
             e.exit_code()
         }
     }
+}
+
+/// Seconds since this process started (Linux: its start in clock ticks since boot, against the
+/// uptime); None where /proc does not say.
+fn process_age_s() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let ticks: f64 = rest.split(' ').nth(19)?.parse().ok()?;
+    let uptime: f64 = std::fs::read_to_string("/proc/uptime")
+        .ok()?
+        .split(' ')
+        .next()?
+        .parse()
+        .ok()?;
+    // SAFETY: sysconf only reads a system constant.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (hz > 0.0).then(|| (uptime - ticks / hz).max(0.0))
 }
 
 fn init_logging(verbose: u8) {

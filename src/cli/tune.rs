@@ -491,7 +491,7 @@ pub fn occupancy_gate(
     ),
     Error,
 > {
-    use crate::topology::{lock, occupancy};
+    use crate::topology::{lock, occupancy, samples};
     let simulated = source.sim.is_some() || source.topology.is_some();
     // Readings until the GPUs are free or in use (occupancy::settle), one per second: from
     // NVML, or from the testing file in turn.
@@ -502,7 +502,12 @@ pub fn occupancy_gate(
     let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
     let (mut readings, mut kept, mut locks) = (Vec::new(), None, None);
     let mut said = false;
+    let mut last_read: Option<std::time::Instant> = None;
     loop {
+        if script.is_none() {
+            std::thread::sleep(samples::before_next(last_read.map(|t| t.elapsed())));
+            last_read = Some(std::time::Instant::now());
+        }
         let reading = match &script {
             Some(list) => list[readings.len().min(list.len() - 1)].clone(),
             None => match occupancy::read_nvml(None, occupancy::SAMPLE) {

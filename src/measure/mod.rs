@@ -368,7 +368,9 @@ fn measure_group(
         .into_iter()
         .filter(|b| !res.disqualified.contains_key(b))
         .collect();
-    match channels::sweep(fabric, &pinned, &sizes) {
+    match timed(&mut res.phases.timing_s, || {
+        channels::sweep(fabric, &pinned, &sizes)
+    }) {
         Ok(best) => res.pin_channels = best,
         Err(why) => res.channels_unmeasured = Some(why),
     }

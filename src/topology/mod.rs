@@ -19,6 +19,7 @@ mod pci_config;
 pub mod presets;
 pub mod reading;
 pub mod render;
+pub mod samples;
 pub mod sysfs;
 
 use schemars::JsonSchema;

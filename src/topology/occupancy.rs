@@ -298,7 +298,21 @@ fn read_with(
         devices.push(d);
     }
     // NVML's utilization is a share of its last sample period; several reads over about a
-    // second catch a neighbour that was between kernels at the first.
+    // second catch a neighbour that was between kernels at the first. The driver's own
+    // samples of the second before say the same at once where they cover it.
+    let recent: Option<Vec<u32>> = match sample.is_zero() {
+        true => None,
+        false => devices
+            .iter()
+            .map(|d| super::samples::recent_max(d, sample))
+            .collect(),
+    };
+    if let Some(recent) = recent {
+        for (g, u) in out.gpus.iter_mut().zip(recent) {
+            g.utilization_pct = Some(g.utilization_pct.map_or(u, |x| x.max(u)));
+        }
+        return Ok(out);
+    }
     let steps = 5;
     for _ in 0..steps {
         std::thread::sleep(sample / steps);

@@ -36,12 +36,13 @@ fn compute_capabilities() -> Result<Vec<(u32, u32)>, result::DriverError> {
 }
 
 /// Starts compiling the kernels for the GPUs found, in the background. Anything that fails
-/// here is left for the workers to meet and report; this only saves time.
+/// here is left for the workers to meet and report; this only saves time. Even finding the
+/// libraries is left to the thread: loading NVRTC's is part of the cost it hides.
 pub fn start() {
-    if !super::driver::driver_present() || !super::compile::nvrtc_present() {
-        return;
-    }
     let handle = std::thread::spawn(|| {
+        if !super::driver::driver_present() || !super::compile::nvrtc_present() {
+            return;
+        }
         let started = std::time::Instant::now();
         match compute_capabilities() {
             Ok(ccs) => {

@@ -659,15 +659,20 @@ impl Fabric for SimFabric {
     ) -> Result<Vec<ChannelTime>, FabricError> {
         let bad = |what: &str| FabricError::BadRequest(format!("{backend}: {what}"));
         let (algo, proto) = backend.nccl_pin().ok_or_else(|| bad("not an NCCL pin"))?;
-        let group = &self.prepared.as_ref().ok_or_else(|| bad("no group"))?.group;
-        sizes
+        let p = self.prepared.as_ref().ok_or_else(|| bad("no group"))?;
+        let i = p.model;
+        // One schedule per count and group: a sweep times every size at every count.
+        if !self.models[i].1.at_channels.contains_key(&channels) {
+            let schedule = self
+                .nccl_schedule_at(&p.group, channels)
+                .ok_or_else(|| bad("a group of one GPU"))?;
+            self.models[i].1.at_channels.insert(channels, schedule);
+        }
+        let schedule = &self.models[i].1.at_channels[&channels];
+        Ok(sizes
             .iter()
-            .map(|&b| {
-                self.nccl_us_at(group, algo, proto, b, channels)
-                    .map(ChannelTime::asked)
-            })
-            .collect::<Option<Vec<ChannelTime>>>()
-            .ok_or_else(|| bad("a group of one GPU"))
+            .map(|&b| ChannelTime::asked(schedule.time(algo, proto, b)))
+            .collect())
     }
 
     fn orient(&mut self, directions: &Directions) -> Result<(), FabricError> {

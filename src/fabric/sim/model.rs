@@ -45,6 +45,9 @@ impl Halves {
 pub(super) struct GroupModel {
     pub(super) nccl: nccl::Model,
     pub(super) schedule: nccl::StepSchedule,
+    /// NCCL's ring at each channel count a sweep asked for: its flows' rates are solved once
+    /// per count, not once per pin and size.
+    pub(super) at_channels: BTreeMap<u32, nccl::StepSchedule>,
     pub(super) custom: Custom,
     pub(super) copy: CopyEngines,
     /// The model parts the group's times use, for their error bands.
@@ -121,6 +124,7 @@ pub(super) fn group_model(
         GroupModel {
             nccl: model,
             schedule,
+            at_channels: BTreeMap::new(),
             custom: Custom::new(net, gpus, islands).with_prologue(custom::fixed::prologue_us(
                 topo,
                 gpus,

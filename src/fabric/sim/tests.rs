@@ -307,3 +307,30 @@ fn the_profiles_band_is_the_models_band_at_each_size() {
         }
     }
 }
+
+#[test]
+fn a_channel_sweep_times_as_a_fresh_model_at_every_count_and_size() {
+    // The sweep keeps one schedule per count: asked in any order, each count and size must
+    // time exactly as a schedule built for it alone.
+    let mut f = sim("pcie-8x-2switch");
+    let g = group(&[0, 1, 2, 3, 4, 5, 6, 7]);
+    f.prepare(&g, &Backend::ALL).unwrap();
+    let pins = [
+        Backend::NcclRingSimple,
+        Backend::NcclRingLl,
+        Backend::NcclTreeSimple,
+    ];
+    for c in [2, 32, 4, 2, 16, 8, 32] {
+        for &pin in &pins {
+            let (algo, proto) = pin.nccl_pin().unwrap();
+            for bytes in [1 << 10, 1 << 20, 1 << 28] {
+                let fresh = f.nccl_us_at(&g, algo, proto, bytes, c).unwrap();
+                assert_eq!(
+                    f.nccl_time_at_channels(pin, bytes, c),
+                    Some(fresh),
+                    "{c} {pin:?}"
+                );
+            }
+        }
+    }
+}

@@ -252,18 +252,21 @@ impl CudaFabric {
     pub(super) fn release_inner(&mut self, limit: std::time::Duration) -> Result<(), Trouble> {
         self.prepared = None;
         self.probe_bytes = 0;
-        // Every opened handle is closed before any owner frees what it names.
+        // Every opened handle is closed before any owner frees what it names; every set's
+        // workers are asked at once, each step answered by all before the next is sent.
         for req in [Req::Disconnect, Req::Release] {
-            for set in 0..self.sets.len() {
-                let reqs = (0..self.sets[set].workers.len())
-                    .map(|w| (w, req.clone()))
-                    .collect();
-                // Only the reply to this very request acknowledges it (ids match), and only
-                // `Done` says the handles are closed.
-                for r in self.exchange(set, reqs, limit)? {
-                    if r != Resp::Done {
-                        return Err(unexpected(r));
-                    }
+            let reqs = self
+                .sets
+                .iter()
+                .enumerate()
+                .flat_map(|(s, set)| (0..set.workers.len()).map(move |w| (s, w)))
+                .map(|at| (at, req.clone()))
+                .collect();
+            // Only the reply to this very request acknowledges it (ids match), and only
+            // `Done` says the handles are closed.
+            for r in self.exchange_sets(reqs, limit)? {
+                if r != Resp::Done {
+                    return Err(unexpected(r));
                 }
             }
             // Disconnect closes the probe's imports too.

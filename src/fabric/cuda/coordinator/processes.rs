@@ -121,21 +121,33 @@ impl CudaFabric {
         reqs: Vec<(usize, Req)>,
         limit: Duration,
     ) -> Result<Vec<Resp>, Trouble> {
-        let Some(s) = self.sets.get_mut(set) else {
+        self.exchange_sets(
+            reqs.into_iter().map(|(w, r)| ((set, w), r)).collect(),
+            limit,
+        )
+    }
+
+    /// [`CudaFabric::exchange`] over workers of any sets, `((set, worker), request)`: all are
+    /// sent before any answer is awaited, so the sets work side by side.
+    pub(super) fn exchange_sets(
+        &mut self,
+        reqs: Vec<((usize, usize), Req)>,
+        limit: Duration,
+    ) -> Result<Vec<Resp>, Trouble> {
+        if reqs.iter().any(|((s, _), _)| *s >= self.sets.len()) {
             return Err(Trouble::Fabric(no_workers()));
-        };
-        let ws = &mut s.workers;
-        for (w, r) in &reqs {
-            ws[*w].link.send(r).map_err(lost)?;
+        }
+        for ((s, w), r) in &reqs {
+            self.sets[*s].workers[*w].link.send(r).map_err(lost)?;
         }
         let mut out = Vec::new();
         let mut first: Option<Trouble> = None;
         // One deadline for all: the workers run side by side, so k silent ones cost the
         // limit once, not k times (each still gets a moment to deliver what it sent).
         let end = std::time::Instant::now() + limit;
-        for (w, _) in &reqs {
+        for &((s, w), _) in &reqs {
             let left = end.saturating_duration_since(std::time::Instant::now());
-            match ws[*w].link.recv(left.max(ANSWER_GRACE)) {
+            match self.sets[s].workers[w].link.recv(left.max(ANSWER_GRACE)) {
                 Ok(Resp::Failed(WireError::Device { error, stuck: true })) => {
                     first.get_or_insert(Trouble::Restart(WorkerError::Stuck(error)));
                 }

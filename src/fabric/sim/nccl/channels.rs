@@ -35,10 +35,24 @@ impl SimFabric {
         bytes: u64,
         runtime: u32,
     ) -> Option<f64> {
+        Some(
+            self.nccl_schedule_at(group, runtime)?
+                .time(algo, proto, bytes),
+        )
+    }
+
+    /// NCCL's ring on `group` running `runtime` channels, whatever the algorithm, protocol or
+    /// bytes: what a channel sweep builds once per count and times at every size.
+    pub(in crate::fabric::sim) fn nccl_schedule_at(
+        &self,
+        group: &Group,
+        runtime: u32,
+    ) -> Option<StepSchedule> {
         let ring = self.nccl_ring(group)?;
         let model = Model::new(&self.topo, &self.net, &self.host, &ring).at_channels(runtime);
-        let schedule = StepSchedule::new(&self.topo, &self.net, &self.host, &ring, &model);
-        Some(schedule.time(algo, proto, bytes))
+        Some(StepSchedule::new(
+            &self.topo, &self.net, &self.host, &ring, &model,
+        ))
     }
 }
 

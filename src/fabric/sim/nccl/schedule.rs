@@ -224,10 +224,16 @@ impl StepSchedule {
             NcclProto::Simple => 0.0,
             _ => chunk.min(quickest),
         };
-        (0..n)
-            .map(|s| (0..run).map(|k| cost[(s + k) % n]).sum::<f64>())
-            .fold(0.0, f64::max)
-            + drain
+        // A run of 2(N−1) hops from s crosses every hop twice but the two before s, so each
+        // start costs O(1) and a ring of N ranks O(N), not O(N²).
+        let twice: f64 = 2.0 * cost.iter().sum::<f64>();
+        let slowest = match run {
+            0 => 0.0,
+            _ => (0..n)
+                .map(|s| twice - cost[(s + run) % n] - cost[(s + run + 1) % n])
+                .fold(0.0, f64::max),
+        };
+        slowest + drain
     }
 
     /// The chain's critical path: every hop up (reduce), then every hop down (broadcast).
@@ -299,6 +305,70 @@ impl StepSchedule {
                     stream
                 };
                 base + self.chain_path_us(proto) + data
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ring of `n` hops whose latencies all differ, so every start's run costs its own.
+    fn ring(n: usize) -> StepSchedule {
+        let hop = |i: usize| HopLat {
+            land: 0.7 + (i * 7 % 5) as f64 * 0.9,
+            poll: 0.3 + (i % 3) as f64 * 0.4,
+            fetch: (i % 2) as f64,
+            fence: 1.1 + (i * 3 % 4) as f64,
+        };
+        StepSchedule {
+            n,
+            channels: 2,
+            nvlink: false,
+            narrow_simple: false,
+            channel_gbps: 11.1,
+            ring_gbps: 20.0,
+            ring_hops: (0..n).map(hop).collect(),
+            chain_gbps: 20.0,
+            chain_hops: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_ring_path_is_the_slowest_run_of_two_n_minus_two_hops() {
+        for n in [1, 2, 3, 5, 8, 13] {
+            let r = ring(n);
+            for proto in [NcclProto::LL, NcclProto::Simple] {
+                for chunk in [0.0, 0.5, 2.0, 9.0] {
+                    let cost: Vec<f64> = r
+                        .ring_hops
+                        .iter()
+                        .map(|h| match proto {
+                            NcclProto::Simple => h.step(proto, false) + chunk,
+                            _ => h.step(proto, false).max(chunk),
+                        })
+                        .collect();
+                    let run = 2 * (n - 1);
+                    let slowest = (0..n)
+                        .map(|s| (0..run).map(|k| cost[(s + k) % n]).sum::<f64>())
+                        .fold(0.0, f64::max);
+                    let quickest = r
+                        .ring_hops
+                        .iter()
+                        .map(|h| h.step(proto, false))
+                        .fold(f64::INFINITY, f64::min);
+                    let drain = match proto {
+                        NcclProto::Simple => 0.0,
+                        _ => chunk.min(quickest),
+                    };
+                    let got = r.ring_path_us(proto, chunk);
+                    let want = slowest + drain;
+                    assert!(
+                        (got - want).abs() <= 1e-12 * want.max(1.0),
+                        "{n} {proto:?} {chunk}"
+                    );
+                }
             }
         }
     }

@@ -241,3 +241,39 @@ fn a_fabric_dropped_while_holding_a_group_releases_before_its_workers_exit() {
     assert_eq!(freed.len(), 3 * 6 + 7);
     assert!(left.is_empty(), "{left:?}");
 }
+
+#[test]
+fn release_asks_every_set_at_once_and_frees_only_after_every_close() {
+    let world = Shared::default();
+    let mut f = fabric(3, &world);
+    // A pinned NCCL variant's set, as a machine with NCCL starts beside the main one (loopback
+    // and this host without NCCL waive pins).
+    let pinned = f
+        .start_set(Some((
+            crate::fabric::NcclAlgo::Ring,
+            crate::fabric::NcclProto::Simple,
+        )))
+        .unwrap();
+    f.sets.push(pinned);
+    f.prepare(&group(3), &CUSTOM).unwrap();
+    // Worker 0 (the main set) is slow to disconnect: the pinned set is asked meanwhile.
+    world.lock().unwrap().plot.late = Some((0, "Disconnect", 300));
+    f.release().unwrap();
+    let said = world.lock().unwrap().said.clone();
+    let at = |id: usize, kind: &str, answered: bool| {
+        said.iter()
+            .rposition(|(w, k, a)| *w == id && k == kind && *a == answered)
+            .unwrap()
+    };
+    let slow = at(0, "Disconnect", true);
+    for id in 3..6 {
+        assert!(at(id, "Disconnect", false) < slow, "worker {id}: {said:?}");
+    }
+    let last_close = said
+        .iter()
+        .rposition(|(_, k, a)| k == "Disconnect" && *a)
+        .unwrap();
+    let first_free = said.iter().position(|(_, k, _)| k == "Release").unwrap();
+    assert!(last_close < first_free, "{said:?}");
+    check(&log(&world)).unwrap();
+}

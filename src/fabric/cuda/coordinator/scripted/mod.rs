@@ -46,6 +46,8 @@ struct Plot {
 #[derive(Default)]
 struct World {
     log: Vec<Ev>,
+    /// Each request as a worker took it up (false) and answered it (true): (worker, kind, _).
+    said: Vec<(usize, String, bool)>,
     workers: usize,
     plot: Plot,
 }
@@ -155,6 +157,11 @@ impl Fake {
             }
         };
         let k = kind(&req);
+        self.world
+            .lock()
+            .unwrap()
+            .said
+            .push((self.id, k.clone(), false));
         let late = self.world.lock().unwrap().plot.late;
         if let Some((_, _, ms)) = late.filter(|&(w, on, _)| w == self.id && on == k) {
             std::thread::sleep(Duration::from_millis(ms));
@@ -175,7 +182,7 @@ impl Fake {
         {
             return None;
         }
-        Some(match req {
+        let resp = match req {
             Req::Setup { owned, custom, .. } => {
                 self.close(true);
                 self.close(false);
@@ -283,7 +290,9 @@ impl Fake {
             | Req::Orient { .. }
             | Req::ProbeQueue { .. }
             | Req::ProbeRelease { .. } => Resp::Done,
-        })
+        };
+        self.world.lock().unwrap().said.push((self.id, k, true));
+        Some(resp)
     }
 }
 
