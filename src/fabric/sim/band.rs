@@ -127,6 +127,20 @@ impl BandPart {
         }
     }
 
+    /// Half-width of the band's fast side, where the figures only ever found the model too
+    /// fast beyond it: a time can then be slower than simulated by [`BandPart::half_width`],
+    /// faster only by this.
+    pub fn fast_half_width(self) -> f64 {
+        match self {
+            // Every figure past 0.14 found NCCL slower than modelled (R2's start-up loop at
+            // 128 KB-1 MB, 0.62-0.74x). Faster than modelled, its own figures reach ln 0.08
+            // (R2's nccl-tests busbw at 16 MB) and R2's nccl-tests at 8 KB, 0.72x in busbw (a
+            // time of both sides), needs 0.14 beside nccl-fixed for its band to hold it.
+            BandPart::NcclProtocol => 0.14,
+            p => p.half_width(),
+        }
+    }
+
     /// Half-width where `flows` distinct kernel flows cross the node, the factor being known
     /// to `reach` flows ([`Calibration::kernel_flows_reach`]). The model holds the factor flat
     /// past C5's 12 flows; were the loss to go on past `reach` at C5's own log-slope (ln f₁₂ /
@@ -378,7 +392,11 @@ impl GroupParts {
                 side.insert(BandPart::HostUnstated, BandPart::HostUnstated.half_width());
             }
         }
-        Band::split(&fixed, &data, fixed_us, data_us)
+        let fast: BTreeMap<BandPart, f64> = data
+            .iter()
+            .map(|(&p, &w)| (p, w.min(p.fast_half_width())))
+            .collect();
+        Band::split_sides(&fixed, &fast, &data, fixed_us, data_us)
     }
 }
 
