@@ -127,9 +127,9 @@ fn select_and_why_answer_for_the_placement_asked_and_name_it() {
         assert_eq!(o.status.code(), Some(0), "{args:?}: {}", text(&o.stderr));
         serde_json::from_str(&text(&o.stdout)).unwrap()
     };
-    let default = json(&["select", p, "--tp", "2", "--bytes", "256K", "--json"]);
+    let default = json(&["select", p, "--tp", "2", "--bytes", "1M", "--json"]);
     let across = json(&[
-        "select", p, "--tp", "2", "--bytes", "256K", "--gpus", "3,4", "--json",
+        "select", p, "--tp", "2", "--bytes", "1M", "--gpus", "3,4", "--json",
     ]);
     assert_eq!(default["gpus"], serde_json::json!([0, 1]));
     assert_eq!(default["other_placements"], serde_json::json!([[3, 4]]));
@@ -138,12 +138,12 @@ fn select_and_why_answer_for_the_placement_asked_and_name_it() {
         across["placement"],
         "2 root ports, 2 root complexes, 2 sockets"
     );
-    // At 256K the two placements choose differently (NCCL's own choice on one socket,
+    // At 1M the two placements choose differently (NCCL's own choice on one socket,
     // one-stage push across sockets, where NCCL's rings cross the socket link): the answer
     // depends on the GPUs asked.
     assert_ne!(default["backend"], across["backend"], "{default} {across}");
     // Text: the backend alone on stdout, the group it answered for on stderr.
-    let o = artune(&["select", p, "--tp", "2", "--bytes", "256K"]);
+    let o = artune(&["select", p, "--tp", "2", "--bytes", "1M"]);
     assert_eq!(text(&o.stdout).trim(), default["backend"].as_str().unwrap());
     let err = text(&o.stderr);
     assert!(
@@ -153,7 +153,7 @@ fn select_and_why_answer_for_the_placement_asked_and_name_it() {
     );
     // why explains the same group select answered for.
     let w = json(&[
-        "why", p, "--tp", "2", "--bytes", "256K", "--gpus", "3,4", "--json",
+        "why", p, "--tp", "2", "--bytes", "1M", "--gpus", "3,4", "--json",
     ]);
     assert_eq!(w["gpus"], serde_json::json!([3, 4]));
     assert_eq!(w["chosen"], across["backend"]);

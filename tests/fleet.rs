@@ -447,7 +447,8 @@ fn an_out_that_names_a_file_is_refused_before_the_work() {
 
 /// Healthy nodes of one class, tuned with different noise, put a crossover one size apart
 /// now and then: that is a band edge, counted, not a node whose choices differ (12 of 30
-/// nodes were listed for it). TP2 in graph mode, where one of twelve seeds does.
+/// nodes were listed for it). TP4 in graph mode under one switch, where one of twelve seeds
+/// does.
 #[test]
 fn a_crossover_one_size_off_is_a_band_edge_not_a_difference() {
     let dir = tempfile::tempdir().unwrap();
@@ -456,9 +457,9 @@ fn a_crossover_one_size_off_is_a_band_edge_not_a_difference() {
     for seed in 1..=12 {
         let args = [
             "--sim",
-            "pcie-8x-2switch",
+            "pcie-4x-1switch",
             "--tp",
-            "2",
+            "4",
             "--mode",
             "graph",
             "--seed",

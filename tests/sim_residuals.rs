@@ -927,7 +927,10 @@ fn each_part_covers_its_figures_in_and_out_of_sample() {
             cell(&out[0]),
             cell(&out[1])
         );
-        for (have, need) in [(slow, ins[0].0.max(out[0].0)), (fast, ins[1].0.max(out[1].0))] {
+        for (have, need) in [
+            (slow, ins[0].0.max(out[0].0)),
+            (fast, ins[1].0.max(out[1].0)),
+        ] {
             if have + 1e-9 < need {
                 short.push(format!("{part}: {have:.3} < {need:.3}"));
             }

@@ -67,22 +67,8 @@ pub fn class_profile(
             if picks.len() * 2 < good.len() {
                 continue;
             }
-            let results: BTreeMap<Backend, Timing> = per
-                .into_iter()
-                .map(|(b, mut v)| {
-                    v.sort_by(f64::total_cmp);
-                    let (lo, hi) = median_ci_indices(v.len());
-                    let t = Timing {
-                        median_us: median_sorted(&v),
-                        ci_low_us: v[lo],
-                        ci_high_us: v[hi],
-                        samples: v.len() as u32,
-                        outliers: 0,
-                        model: None,
-                    };
-                    (b, t)
-                })
-                .collect();
+            let results: BTreeMap<Backend, Timing> =
+                per.into_iter().map(|(b, v)| (b, nodes_timing(v))).collect();
             let Some(choice) = majority(picks.into_iter().filter(|b| results.contains_key(b)))
             else {
                 continue;
@@ -130,15 +116,15 @@ pub fn class_profile(
     topology.host.driver = versions.0.clone();
     topology.host.cuda = versions.1.clone();
     topology.host.nccl = versions.2.clone();
-    let mut left_out: Vec<LeftOut> = Vec::new();
-    for r in &modes {
-        for l in &r.left_out {
-            left_out.push(LeftOut {
+    let left_out: Vec<LeftOut> = modes
+        .iter()
+        .flat_map(|r| {
+            r.left_out.iter().map(|l| LeftOut {
                 node: l.node.clone(),
                 reason: format!("{}: {}", r.mode.id(), l.reason),
-            });
-        }
-    }
+            })
+        })
+        .collect();
     let p = Profile {
         schema_version: crate::profile::SCHEMA_VERSION,
         tool_version: env!("CARGO_PKG_VERSION").into(),
@@ -180,6 +166,21 @@ pub fn class_profile(
         },
     };
     Some(crate::profile::validate_built(&p).map(|()| p))
+}
+
+/// One backend's class timing at one size from the good nodes' medians `v`: their median,
+/// with the order statistics of its 95% interval.
+fn nodes_timing(mut v: Vec<f64>) -> Timing {
+    v.sort_by(f64::total_cmp);
+    let (lo, hi) = median_ci_indices(v.len());
+    Timing {
+        median_us: median_sorted(&v),
+        ci_low_us: v[lo],
+        ci_high_us: v[hi],
+        samples: v.len() as u32,
+        outliers: 0,
+        model: None,
+    }
 }
 
 /// The channel count the class pins `pin` with at one size, from the good nodes' `measured`

@@ -363,6 +363,13 @@ fn measure_group(
             cell.retain(|b, _| !res.disqualified.contains_key(b));
         }
     }
+    sweep_channels(fabric, ready, &mut res);
+    Ok(res)
+}
+
+/// The channel count per pinned variant still qualified and per measured size, or why the
+/// fabric could not time them (the profile records it).
+fn sweep_channels(fabric: &mut dyn Fabric, ready: Vec<Backend>, res: &mut GroupResults) {
     let sizes: BTreeSet<u64> = res.cells.values().flat_map(|m| m.keys().copied()).collect();
     let pinned: Vec<Backend> = ready
         .into_iter()
@@ -374,7 +381,6 @@ fn measure_group(
         Ok(best) => res.pin_channels = best,
         Err(why) => res.channels_unmeasured = Some(why),
     }
-    Ok(res)
 }
 
 /// The peer counts a group of `n` GPUs probes in each direction: every one on the reference
