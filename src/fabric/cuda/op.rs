@@ -454,14 +454,12 @@ impl Op {
             )
             .is_some_and(|p| p.3);
         if takes_registered {
-            // Peers read the pull kernels' inputs and write two-stage push's outputs.
-            let tensor = match kernels::registers_output(backend) {
-                true => output,
-                false => input,
-            };
+            // The tensors peers read or write: inputs, outputs, or both (the island two-shot).
+            let tensors = kernels::registered_tensors(backend)
+                .map_or_else(|| vec![input], |t| t.of(input, output));
             let r = self
                 .registry
-                .record(tensor, bytes)
+                .record(&tensors, bytes)
                 .map_err(|e| OpError::Call(e.to_string()))?;
             work.registered = Some(r);
         }

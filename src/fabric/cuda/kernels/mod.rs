@@ -40,10 +40,42 @@ pub fn registered_kernel_name(backend: Backend, dtype: Dtype) -> Option<String> 
     Some(format!("{}_reg_{}", k.name, dtype.id()))
 }
 
-/// Whether the registered form's slot holds the peers' outputs (peers write them: a push
-/// kernel) rather than their inputs (peers read them: a pull kernel).
-pub fn registers_output(backend: Backend) -> bool {
-    backend.spec().plane == crate::allreduce::Plane::Push
+/// The tensors of a call its registered form maps into the peers: those its staged form
+/// copies through a shared buffer (the entry's `buffers`), each a slot, in this order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RegTensors {
+    /// Peers read the input (the pull kernels, the island one-shot): one slot.
+    Input,
+    /// Peers write the output (two-stage push): one slot.
+    Output,
+    /// Peers read the input and reach the output (the island two-shot): two slots, inputs
+    /// then outputs (island.cu, reg_load_both).
+    Both,
+}
+
+impl RegTensors {
+    /// The call's tensors to record, in slot order.
+    pub fn of(self, input: u64, output: u64) -> Vec<u64> {
+        match self {
+            RegTensors::Input => vec![input],
+            RegTensors::Output => vec![output],
+            RegTensors::Both => vec![input, output],
+        }
+    }
+}
+
+/// Which tensors `backend`'s registered form maps; None where it has no such form.
+pub fn registered_tensors(backend: Backend) -> Option<RegTensors> {
+    let b = backend
+        .spec()
+        .buffers
+        .filter(|_| backend.has_registered_form())?;
+    match (b.input, b.output) {
+        (true, true) => Some(RegTensors::Both),
+        (true, false) => Some(RegTensors::Input),
+        (false, true) => Some(RegTensors::Output),
+        (false, false) => None,
+    }
 }
 
 /// Blocks the LL kernel of `backend` needs for a message of `bytes` per rank over `ranks`
