@@ -539,7 +539,7 @@ impl Op {
     /// (calls registered, calls captured and waiting for registration).
     pub fn graph_calls(&self) -> (usize, usize) {
         let b = &self.registry.book;
-        (b.registered(), b.pending().len())
+        (b.registered(), b.pending_calls())
     }
 
     /// Whether a replayed call found its slot unregistered (its output was NaN) since the last

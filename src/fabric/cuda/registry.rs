@@ -50,6 +50,8 @@ pub struct Record {
     pub tensor: u64,
     pub bytes: u64,
     pub gen: u32,
+    /// The call's first slot (a call of two tensors has a second).
+    pub first: bool,
 }
 
 /// Which slot each captured call has, which are registered, and the generation new captures
@@ -81,11 +83,13 @@ impl Book {
             return Err(RegError::Full);
         }
         let first = self.records.len();
-        self.records.extend(tensors.iter().map(|&tensor| Record {
-            tensor,
-            bytes,
-            gen: self.gen,
-        }));
+        self.records
+            .extend(tensors.iter().enumerate().map(|(i, &tensor)| Record {
+                tensor,
+                bytes,
+                gen: self.gen,
+                first: i == 0,
+            }));
         Ok((first, self.gen))
     }
 
@@ -100,7 +104,12 @@ impl Book {
 
     /// Calls registered, whose replays reach their peers' tensors.
     pub fn registered(&self) -> usize {
-        self.registered
+        calls(&self.records[..self.registered])
+    }
+
+    /// Calls captured and waiting for registration.
+    pub fn pending_calls(&self) -> usize {
+        calls(self.pending())
     }
 
     /// The slots of the pending calls: `peers[r][i]` is where rank r's tensor of pending call
@@ -150,6 +159,11 @@ impl Book {
         self.registered = 0;
         self.gen = self.gen.wrapping_add(1).max(1);
     }
+}
+
+/// The calls whose slots `records` are.
+fn calls(records: &[Record]) -> usize {
+    records.iter().filter(|r| r.first).count()
 }
 
 /// What a rank publishes for one captured call: the IPC handle of the allocation holding its
@@ -289,8 +303,9 @@ impl Registry {
         self.table
             .upload(self.book.first_pending() * RegSlot::BYTES, &bytes)
             .map_err(|e| format!("writing the registered calls' slots failed: {e}"))?;
+        let registered = self.book.pending_calls();
         self.book.mark_registered();
-        Ok(slots.len())
+        Ok(registered)
     }
 
     /// Drops every registration: replays of graphs captured so far return NaN from here on.
@@ -326,12 +341,16 @@ mod tests {
         let mut b = Book::default();
         assert_eq!(b.record(&[0xa0, 0xc0], 64), Ok((0, 1)));
         assert_eq!(b.record(&[0xb0], 64), Ok((2, 1)));
+        // Three slots, two calls.
+        assert_eq!((b.pending().len(), b.pending_calls()), (3, 2));
         let peers = vec![vec![0x10, 0x11, 0x20], vec![0; 3]];
         let s = b.fill(1, &peers).unwrap();
         // The rank's own input, then its own output, each beside the peer's same tensor.
         assert_eq!(s[0].peer[..2], [0x10, 0xa0]);
         assert_eq!(s[1].peer[..2], [0x11, 0xc0]);
         assert_eq!(s[2].peer[..2], [0x20, 0xb0]);
+        b.mark_registered();
+        assert_eq!((b.registered(), b.pending_calls()), (2, 0));
         // With one slot left, a call of two records nothing.
         let mut full = Book::default();
         for i in 0..SLOTS - 1 {

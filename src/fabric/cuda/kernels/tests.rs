@@ -634,3 +634,21 @@ fn a_registered_replay_reaches_peers_only_once_its_slot_matched() {
     }
     assert_eq!(checked.len(), 5, "{checked:?}");
 }
+
+/// The tune's registered slots (setup.rs, registered_slot: every rank's user inputs, then its
+/// outputs) must be where each registered kernel reads: inputs first for the pull kernels,
+/// the island one-shot and the island two-shot (which reads the outputs in the slot after:
+/// island.cu, reg_load_both), the outputs for two-stage push.
+#[test]
+fn each_registered_kernel_is_given_the_tune_slot_it_reads() {
+    use crate::fabric::cuda::setup::registered_slot_offset;
+    for b in Backend::ALL.into_iter().filter(|b| b.has_registered_form()) {
+        let want = match registered_tensors(b).unwrap() {
+            RegTensors::Input | RegTensors::Both => 0,
+            RegTensors::Output => RegSlot::BYTES as u64,
+        };
+        assert_eq!(registered_slot_offset(b), want, "{b}");
+    }
+    assert_eq!(registered_slot_offset(Backend::IslandTwoShot), 0);
+    assert!(compile::ISLAND.contains("s[1].peer[t]"));
+}
