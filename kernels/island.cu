@@ -39,8 +39,8 @@
 // rank's input; the two-shot's a.reg is two slots, every rank's input then its output. The
 // first barrier then only says "ready" (the tensors were written by kernels that finished
 // before). An unregistered rank reads and writes no peer's tensor: it keeps the barriers in
-// step, sends NaN as its partial (so no counterpart's sum looks right), and leaves its output
-// NaN (reg_missed).
+// step, sends NaN into the peers' slots and as its partial (so no sum made with it looks
+// right), and leaves its output NaN (reg_missed).
 #include "common.cuh"
 
 #define FLAGS_PER_CALL 5
@@ -187,6 +187,13 @@ __device__ __forceinline__ void reg_load_both(const ArArgs& a, int rank, u64* in
   }
 }
 
+// A vector of the type's quiet NaN: what an unregistered rank sends its peers, so no sum
+// they make with it looks right.
+template <typename T>
+__device__ __forceinline__ V4 nan_v4() {
+  return V4{T::NAN_WORD, T::NAN_WORD, T::NAN_WORD, T::NAN_WORD};
+}
+
 // Overwrites acc with NaN where this rank sends nothing (an unregistered registered form).
 template <typename T>
 __device__ __forceinline__ void nan_unless(float* acc, bool sends) {
@@ -232,7 +239,8 @@ __device__ void island_two_shot(const ArArgs& a) {
     for (u64 i = first; i < sv; i += stride)
       for (int q = 0; q < w.m; q++)
         if (q != w.j && (u64)q * sv + i < nvec)
-          st_v4(inside_slot(a, w, at(a, w, w.k, q), q, w.j) + i * 16, ld_v4(in + ((u64)q * sv + i) * 16));
+          st_v4(inside_slot(a, w, at(a, w, w.k, q), q, w.j) + i * 16,
+                sends ? ld_v4(in + ((u64)q * sv + i) * 16) : nan_v4<T>());
     set_barrier<true>(a, rank, w.inside, flag + 1);
   }
   // This rank's shard summed over the island: its partial, kept and (push) sent across.
@@ -330,7 +338,7 @@ __device__ void island_one_shot(const ArArgs& a) {
   auto input = [&](int p) { return (const char*)(REG ? ins[p] : a.in[p]); };
   if (push_in) {
     for (u64 v = first; v < nvec; v += stride) {
-      const V4 x = ld_v4(in + v * 16);
+      const V4 x = sends ? ld_v4(in + v * 16) : nan_v4<T>();
       for (int q = 0; q < w.m; q++)
         if (q != w.j) st_v4(inside_slot(a, w, at(a, w, w.k, q), q, w.j) + v * 16, x);
     }
