@@ -323,14 +323,7 @@ impl GpuKernels {
                 name: format!("{backend} {}", dtype.id()),
                 detail: "no such kernel was loaded".into(),
             })?;
-        let mut a = *args;
-        a.n = work.elems;
-        a.rank_base = work.base as i32;
-        if let Some(r) = reg.filter(|_| registered) {
-            a.reg = r.slot;
-            a.reg_gen = r.gen;
-            a.missed = r.missed;
-        }
+        let a = call_args(args, &work, registered);
         let pdl = programmatic_launch(gpu.cc);
         // SAFETY: the caller's contract; the kernel takes exactly one ArArgs.
         unsafe { f.launch_on((blocks, work.count), threads, stream, &a, pdl) }.map_err(|e| {
@@ -340,6 +333,21 @@ impl GpuKernels {
             }
         })
     }
+}
+
+/// The arguments of one call: `args` with the call's size and first rank, and its registered
+/// slot where the kernel planned is the registered form (`registered`); the staged and LL
+/// kernels get none, so they never read a slot.
+pub fn call_args(args: &ArArgs, work: &Work, registered: bool) -> ArArgs {
+    let mut a = *args;
+    a.n = work.elems;
+    a.rank_base = work.base as i32;
+    if let Some(r) = work.registered.filter(|_| registered) {
+        a.reg = r.slot;
+        a.reg_gen = r.gen;
+        a.missed = r.missed;
+    }
+    a
 }
 
 /// Where a dtype's kernel sits in a per-dtype array.

@@ -652,3 +652,67 @@ fn each_registered_kernel_is_given_the_tune_slot_it_reads() {
     assert_eq!(registered_slot_offset(Backend::IslandTwoShot), 0);
     assert!(compile::ISLAND.contains("s[1].peer[t]"));
 }
+
+/// A registered island two-shot call, as the op builds it: its two tensors recorded in the
+/// book (inputs' slot, then outputs'), the call's arguments naming the first slot, the
+/// capture's generation and the host word; the same call planned staged (eager, or its LL
+/// form) names no slot, so it never reads one.
+#[test]
+fn a_registered_island_call_names_its_first_slot_and_a_staged_one_none() {
+    use crate::fabric::cuda::registry::Book;
+    let mut book = Book::default();
+    book.record(&[0x1000], 64).unwrap();
+    let tensors = registered_tensors(Backend::IslandTwoShot)
+        .unwrap()
+        .of(0xa000, 0xc000);
+    let (slot, gen) = book.record(&tensors, 1 << 20).unwrap();
+    assert_eq!((slot, gen), (1, 1));
+    let table = 0x7000_0000u64;
+    let work = Work {
+        backend: Backend::IslandTwoShot,
+        dtype: Dtype::Bf16,
+        elems: 1 << 19,
+        ranks: Ranks { n: 8, island: 4 },
+        base: 3,
+        count: 1,
+        on_gpu: 8,
+        registered: Some(Registered {
+            slot: table + (slot * RegSlot::BYTES) as u64,
+            gen,
+            missed: 0xdead_0000,
+        }),
+    };
+    let z = [0; MAX_RANKS];
+    let args = ArArgs {
+        input: z,
+        out: z,
+        scratch: z,
+        sig: z,
+        src: z,
+        dst: z,
+        n: 0,
+        slot_bytes: 0,
+        fault: 0,
+        nranks: 8,
+        rank_base: 0,
+        island: 4,
+        dirs: 0,
+        order: [0; MAX_RANKS],
+        reg: 0,
+        missed: 0,
+        reg_gen: 0,
+    };
+    let a = call_args(&args, &work, true);
+    assert_eq!(a.reg, table + RegSlot::BYTES as u64);
+    assert_eq!(
+        (a.reg_gen, a.missed, a.n, a.rank_base),
+        (1, 0xdead_0000, 1 << 19, 3)
+    );
+    // The inputs' slot, then the outputs' (island.cu reads s[0], s[1] from a.reg).
+    let peers = vec![vec![0, 0x10, 0x11]; 8];
+    let slots = book.fill(3, &peers).unwrap();
+    assert_eq!((slots[1].peer[3], slots[2].peer[3]), (0xa000, 0xc000));
+    assert_eq!((slots[1].peer[0], slots[2].peer[0]), (0x10, 0x11));
+    let staged = call_args(&args, &work, false);
+    assert_eq!((staged.reg, staged.reg_gen, staged.missed), (0, 0, 0));
+}
