@@ -31,7 +31,7 @@ const _: () = assert!(SLOTS >= 67 * 2 * 80, "a decode engine's captured calls fi
 /// Why a call cannot be recorded or the group's recordings cannot be registered.
 #[derive(Debug, PartialEq, thiserror::Error)]
 pub enum RegError {
-    #[error("{SLOTS} captured allreduce calls are registered or waiting for registration, the most artune keeps; call unregister_graph_buffers() before capturing more")]
+    #[error("{SLOTS} captured allreduce tensors (a slot each) are registered or waiting for registration, the most artune keeps; call unregister_graph_buffers() before capturing more")]
     Full,
     #[error("rank {rank} recorded {theirs} captured allreduce tensors (a slot each) since the last registration and this rank {mine}; every rank must capture the same graphs before register_graph_buffers()")]
     Count {
