@@ -11,8 +11,9 @@ Graph: one replay of a graph that holds `--calls` calls. Median of `--samples` s
 overhead = op minus raw.
 
 With --register the op runs graph mode zero copy (``register_graphs``): each graph is registered
-(``register_graph_buffers()``) after capture, and the kernels that have one (the pull kernels and
-two-stage push) replay their registered form, raw launch and op alike (`form` says which ran).
+(``register_graph_buffers()``) after capture, and the kernels that have one (the pull kernels,
+two-stage push and the island kernels) replay their registered form, raw launch and op alike
+(`form` says which ran).
 
 One rank (a gloo group of one on one GPU): the kernels' barriers then wait for nobody, so the
 figures are the launch path alone, free of the time slicing between processes

@@ -33,6 +33,14 @@
 // counterparts, which every rank reaches only after its last read of a peer's input, partial,
 // slots or output; a rank writes into a peer's output only after a barrier of the island in
 // the same call, which the peer reaches only once its stream is done with the last output.
+//
+// REG, the registered form (common.cuh, RegSlot): peers read each rank's own input and read or
+// write its own output where they lie, with nothing staged. The one-shot's slot holds every
+// rank's input; the two-shot's a.reg is two slots, every rank's input then its output. The
+// first barrier then only says "ready" (the tensors were written by kernels that finished
+// before). An unregistered rank reads and writes no peer's tensor: it keeps the barriers in
+// step, sends NaN into the peers' slots and as its partial (so no sum made with it looks
+// right), and leaves its output NaN (reg_missed).
 #include "common.cuh"
 
 #define FLAGS_PER_CALL 5
@@ -154,18 +162,48 @@ __device__ __forceinline__ u64 part_len(u64 nvec, u64 sv, int s) {
 // shared input in rank order (its own too: staged by this block, or src itself): fewer than a
 // vector, before the last barrier. Each rank's block 0 staged its tail (stage) before the
 // first barrier, whose release reaches the ranks of other islands through the barrier across.
+// The registered form: every rank's input from `ins` (its own tensors), and nothing read
+// when `ok` is clear.
 template <typename T>
-__device__ __forceinline__ void tail(const ArArgs& a, int rank, u64 nvec) {
-  if (blockIdx.x != 0) return;
+__device__ __forceinline__ void tail(const ArArgs& a, int rank, u64 nvec, const u64* ins, bool ok) {
+  if (blockIdx.x != 0 || !ok) return;
   char* out = (char*)a.dst[rank];
   for (u64 e = nvec * T::P + threadIdx.x; e < a.n; e += blockDim.x) {
     float s = 0.f;
-    for (int p = 0; p < a.nranks; p++) s += T::load1((const char*)a.in[p], e);
+    for (int p = 0; p < a.nranks; p++) s += T::load1((const char*)(ins ? ins[p] : a.in[p]), e);
     T::store1(out, e, s);
   }
 }
 
+// The two-shot's registered tensors: a.reg's first slot every rank's input, its second every
+// rank's output, this rank's own from src and dst; `ok` when both hold this call's generation.
+__device__ __forceinline__ void reg_load_both(const ArArgs& a, int rank, u64* ins, u64* outs, u32* ok) {
+  const RegSlot* s = (const RegSlot*)a.reg;
+  if (threadIdx.x == 0) *ok = a.reg != 0 && s[0].gen == a.reg_gen && s[1].gen == a.reg_gen;
+  const int t = (int)threadIdx.x;
+  if (t < a.nranks) {
+    ins[t] = t == rank ? a.src[rank] : (a.reg != 0 ? s[0].peer[t] : 0);
+    outs[t] = t == rank ? a.dst[rank] : (a.reg != 0 ? s[1].peer[t] : 0);
+  }
+}
+
+// A vector of the type's quiet NaN: what an unregistered rank sends its peers, so no sum
+// they make with it looks right.
 template <typename T>
+__device__ __forceinline__ V4 nan_v4() {
+  return V4{T::NAN_WORD, T::NAN_WORD, T::NAN_WORD, T::NAN_WORD};
+}
+
+// Overwrites acc with NaN where this rank sends nothing (an unregistered registered form).
+template <typename T>
+__device__ __forceinline__ void nan_unless(float* acc, bool sends) {
+  if (!sends) {
+#pragma unroll
+    for (int e = 0; e < T::P; e++) acc[e] = __uint_as_float(0x7fc00000u);
+  }
+}
+
+template <typename T, bool REG>
 __device__ void island_two_shot(const ArArgs& a) {
   const int rank = a.rank_base + (int)blockIdx.y;
   Signal* self = (Signal*)a.sig[rank];
@@ -181,28 +219,41 @@ __device__ void island_two_shot(const ArArgs& a) {
   char* out = (char*)a.dst[rank];
   char* shared_out = (char*)a.out[rank];
 
+  __shared__ u64 ins[MAX_RANKS], outs[MAX_RANKS];
+  __shared__ u32 ok;
   // Inputs ready (peers read them; staged ones published) and slots free.
-  if (stage<T>(a, rank, nvec, sv, w.m, !push_in)) {
+  if constexpr (REG) {
+    reg_load_both(a, rank, ins, outs, &ok);
+    set_barrier<false>(a, rank, w.inside, flag);
+  } else if (stage<T>(a, rank, nvec, sv, w.m, !push_in)) {
     set_barrier<true>(a, rank, w.inside, flag);
   } else {
     set_barrier<false>(a, rank, w.inside, flag);
   }
+  // Whether this rank reads and writes its peers' tensors (else it sends NaN).
+  const bool sends = !REG || ok;
+  auto input = [&](int p) { return (const char*)(REG ? ins[p] : a.in[p]); };
+  auto output = [&](int p) { return (char*)(REG ? outs[p] : a.out[p]); };
   if (push_in) {
     // Shard q of this rank's input goes to the island peer at place q.
     for (u64 i = first; i < sv; i += stride)
       for (int q = 0; q < w.m; q++)
         if (q != w.j && (u64)q * sv + i < nvec)
-          st_v4(inside_slot(a, w, at(a, w, w.k, q), q, w.j) + i * 16, ld_v4(in + ((u64)q * sv + i) * 16));
+          st_v4(inside_slot(a, w, at(a, w, w.k, q), q, w.j) + i * 16,
+                sends ? ld_v4(in + ((u64)q * sv + i) * 16) : nan_v4<T>());
     set_barrier<true>(a, rank, w.inside, flag + 1);
   }
   // This rank's shard summed over the island: its partial, kept and (push) sent across.
   for (u64 i = first; i < mine; i += stride) {
     float acc[T::P];
-    reduce_island<T>(acc, w.m, [&](int q) {
-      return q == w.j ? in + ((u64)w.j * sv + i) * 16
-             : push_in ? inside_slot(a, w, rank, w.j, q) + i * 16
-                       : (const char*)a.in[at(a, w, w.k, q)] + ((u64)w.j * sv + i) * 16;
-    });
+    if (sends) {
+      reduce_island<T>(acc, w.m, [&](int q) {
+        return q == w.j ? in + ((u64)w.j * sv + i) * 16
+               : push_in ? inside_slot(a, w, rank, w.j, q) + i * 16
+                         : input(at(a, w, w.k, q)) + ((u64)w.j * sv + i) * 16;
+      });
+    }
+    nan_unless<T>(acc, sends);
     const V4 p = pack_vec<T>(acc);
     st_v4(partial(a, w, rank) + i * 16, p);
     if (push_across)
@@ -211,6 +262,10 @@ __device__ void island_two_shot(const ArArgs& a) {
   }
   // Partials published (pull) or landed (push).
   set_barrier<true>(a, rank, w.across, flag + 2);
+  // The registered form's peers that push write this rank's result straight into the peers'
+  // outputs: a block whose rank's status is set (a wait gave up) sends NaN, so no late shard
+  // of a failed call lands in a peer's output looking right.
+  const bool failed = REG && __syncthreads_or(ld_volatile(&self->status) != 0);
   // The islands' partials summed in island order: this shard of the result.
   for (u64 i = first; i < mine; i += stride) {
     float acc[T::P];
@@ -220,36 +275,42 @@ __device__ void island_two_shot(const ArArgs& a) {
                                       : partial(a, w, at(a, w, q, w.j));
       return src + i * 16;
     });
+    nan_unless<T>(acc, !failed);
     const V4 r = pack_vec<T>(acc);
     const u64 off = ((u64)w.j * sv + i) * 16;
     st_v4(out + off, r);
     if (push_in) {
-      for (int q = 0; q < w.m; q++)
-        if (q != w.j) st_v4((char*)a.out[at(a, w, w.k, q)] + off, r);
-    } else if (shared_out != out) {
+      if (sends) {
+        for (int q = 0; q < w.m; q++)
+          if (q != w.j) st_v4(output(at(a, w, w.k, q)) + off, r);
+      }
+    } else if (!REG && shared_out != out) {
       st_v4(shared_out + off, r);
     }
   }
   // Results published in the shared outputs (pull) or landed in the peers' (push).
   set_barrier<true>(a, rank, w.inside, flag + 3);
   // The island peers' shards: read from theirs (pull), or copied from ours, where the peers'
-  // same block wrote them (push).
-  if (!push_in || shared_out != out) {
+  // same block wrote them (push; the registered form's peers wrote them into ours).
+  if (sends && (REG ? !push_in : !push_in || shared_out != out)) {
     for (u64 i = first; i < sv; i += stride)
       for (int q = 0; q < w.m; q++)
         if (q != w.j && (u64)q * sv + i < nvec) {
           const u64 off = ((u64)q * sv + i) * 16;
-          const char* from = push_in ? shared_out : (const char*)a.out[at(a, w, w.k, q)];
+          const char* from = push_in ? shared_out : output(at(a, w, w.k, q));
           st_v4(out + off, ld_v4(from + off));
         }
   }
-  tail<T>(a, rank, nvec);
+  tail<T>(a, rank, nvec, REG ? ins : nullptr, sends);
   // Every peer is done reading this rank's input, partial and output.
   set_barrier<false>(a, rank, w.inside | w.across, flag + 4);
   if (threadIdx.x == 0) self->epoch[blockIdx.x] = flag + FLAGS_PER_CALL - 1;
+  if constexpr (REG) {
+    if (!ok) reg_missed<T>(out, a.n, a.missed);
+  }
 }
 
-template <typename T>
+template <typename T, bool REG>
 __device__ void island_one_shot(const ArArgs& a) {
   const int rank = a.rank_base + (int)blockIdx.y;
   Signal* self = (Signal*)a.sig[rank];
@@ -262,14 +323,22 @@ __device__ void island_one_shot(const ArArgs& a) {
   const char* in = (const char*)a.src[rank];
   char* out = (char*)a.dst[rank];
 
-  if (stage<T>(a, rank, nvec, nvec, 1, !push_in)) {
+  __shared__ u64 ins[MAX_RANKS];
+  __shared__ u32 ok;
+  if constexpr (REG) {
+    reg_load(a, rank, a.src[rank], ins, &ok);
+    set_barrier<false>(a, rank, w.inside, flag);
+  } else if (stage<T>(a, rank, nvec, nvec, 1, !push_in)) {
     set_barrier<true>(a, rank, w.inside, flag);
   } else {
     set_barrier<false>(a, rank, w.inside, flag);
   }
+  // Whether this rank reads its peers' inputs (else it sends NaN).
+  const bool sends = !REG || ok;
+  auto input = [&](int p) { return (const char*)(REG ? ins[p] : a.in[p]); };
   if (push_in) {
     for (u64 v = first; v < nvec; v += stride) {
-      const V4 x = ld_v4(in + v * 16);
+      const V4 x = sends ? ld_v4(in + v * 16) : nan_v4<T>();
       for (int q = 0; q < w.m; q++)
         if (q != w.j) st_v4(inside_slot(a, w, at(a, w, w.k, q), q, w.j) + v * 16, x);
     }
@@ -278,10 +347,13 @@ __device__ void island_one_shot(const ArArgs& a) {
   // The island's sum: kept and (push) sent to the counterparts.
   for (u64 v = first; v < nvec; v += stride) {
     float acc[T::P];
-    reduce_island<T>(acc, w.m, [&](int q) {
-      const char* src = q == w.j ? in : push_in ? inside_slot(a, w, rank, w.j, q) : (const char*)a.in[at(a, w, w.k, q)];
-      return src + v * 16;
-    });
+    if (sends) {
+      reduce_island<T>(acc, w.m, [&](int q) {
+        const char* src = q == w.j ? in : push_in ? inside_slot(a, w, rank, w.j, q) : input(at(a, w, w.k, q));
+        return src + v * 16;
+      });
+    }
+    nan_unless<T>(acc, sends);
     const V4 p = pack_vec<T>(acc);
     st_v4(partial(a, w, rank) + v * 16, p);
     if (push_across)
@@ -299,10 +371,13 @@ __device__ void island_one_shot(const ArArgs& a) {
     });
     st_v4(out + v * 16, pack_vec<T>(acc));
   }
-  tail<T>(a, rank, nvec);
+  tail<T>(a, rank, nvec, REG ? ins : nullptr, sends);
   set_barrier<false>(a, rank, w.inside | w.across, flag + 3);
   // Same flags per call as island_two_shot, so each backend's signal area sees one sequence.
   if (threadIdx.x == 0) self->epoch[blockIdx.x] = flag + FLAGS_PER_CALL - 1;
+  if constexpr (REG) {
+    if (!ok) reg_missed<T>(out, a.n, a.missed);
+  }
 }
 
 // ---- LL forms, for small messages ----
@@ -500,9 +575,15 @@ __device__ void island_two_shot_ll(const ArArgs& a) {
 }
 
 #define ISLAND_KERNELS(T, suffix)                                                                     \
+  extern "C" __global__ void __launch_bounds__(THREADS, 2) island_two_shot_reg_##suffix(const ArArgs a) { \
+    pdl_wait();                                                                                       \
+    island_two_shot<T, true>(a);                                                                      \
+    pdl_trigger();                                                                                    \
+    fail_safe<T>(a);                                                                                  \
+  }                                                                                                   \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) island_two_shot_##suffix(const ArArgs a) { \
     pdl_wait();                                                                                       \
-    island_two_shot<T>(a);                                                                            \
+    island_two_shot<T, false>(a);                                                                     \
     pdl_trigger();                                                                                    \
     fail_safe<T>(a);                                                                                  \
   }                                                                                                   \
@@ -512,9 +593,15 @@ __device__ void island_two_shot_ll(const ArArgs& a) {
     pdl_trigger();                                                                                    \
     fail_safe<T>(a);                                                                                  \
   }                                                                                                   \
+  extern "C" __global__ void __launch_bounds__(THREADS, 2) island_one_shot_reg_##suffix(const ArArgs a) { \
+    pdl_wait();                                                                                       \
+    island_one_shot<T, true>(a);                                                                      \
+    pdl_trigger();                                                                                    \
+    fail_safe<T>(a);                                                                                  \
+  }                                                                                                   \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) island_one_shot_##suffix(const ArArgs a) { \
     pdl_wait();                                                                                       \
-    island_one_shot<T>(a);                                                                            \
+    island_one_shot<T, false>(a);                                                                     \
     pdl_trigger();                                                                                    \
     fail_safe<T>(a);                                                                                  \
   }                                                                                                   \

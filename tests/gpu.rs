@@ -861,6 +861,92 @@ fn gpu_an_unregistered_graph_replay_is_nan_never_a_sum_or_skip() {
     }
 }
 
+/// The island kernels' registered form (island.cu, REG): graph replays read the peers' own
+/// inputs and reach their own outputs, mapped once, with nothing staged, and give the same
+/// bits as the staged form in every orientation. Loopback 8 in virtual islands of 4 and of 2
+/// (one GPU: the protocol, not a multi-GPU fabric), at sizes past the LL forms (which need
+/// no registration), a tail included.
+#[test]
+fn gpu_island_kernels_replay_registered_bit_exactly_in_islands_4_4_and_2_2_2_2_or_skip() {
+    for sizes in [vec![4, 4], vec![2, 2, 2, 2]] {
+        let Some((_gpu, mut f)) = open_or_skip("gpu_island_kernels_replay_registered", 8) else {
+            return;
+        };
+        for dtype in DTYPES {
+            let max = 2 << 20;
+            all_ready(
+                &f.prepare(&island_group(8, dtype, max, &sizes), &islands())
+                    .unwrap(),
+            );
+            for d in orientations() {
+                f.orient(&d).unwrap();
+                for b in islands() {
+                    assert_eq!(
+                        f.form(b, Mode::Graph),
+                        Some(artune::allreduce::Form::Registered)
+                    );
+                    for (i, bytes) in [256u64 << 10, (1 << 20) + 2 * 8, max]
+                        .into_iter()
+                        .enumerate()
+                    {
+                        let what =
+                            format!("islands {sizes:?} {b} {} {bytes} bytes ({d:?})", dtype.id());
+                        let seed = 3000 + i as u64;
+                        correct(
+                            f.verify_with(b, bytes, seed, Mode::Eager, 2).unwrap(),
+                            &what,
+                        );
+                        correct(
+                            f.verify_with(b, bytes, seed ^ 0x51, Mode::Graph, 10)
+                                .unwrap(),
+                            &format!("{what}, registered, 10 replays"),
+                        );
+                    }
+                }
+            }
+        }
+        println!("islands {sizes:?}: island kernels' registered replays bit-exact, 3 dtypes");
+    }
+}
+
+/// A replay of the island kernels' registered form before registration leaves every element
+/// NaN, never a sum: the tune (loopback 8, islands 4,4, graph mode) must disqualify it with
+/// the fault knob's `unregistered`, at sizes where it runs its bandwidth kernel.
+#[test]
+fn gpu_an_unregistered_island_replay_is_nan_never_a_sum_or_skip() {
+    let Some((_gpu, f)) = open_or_skip("gpu_an_unregistered_island_replay", 8) else {
+        return;
+    };
+    drop(f);
+    for b in islands() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("p.json");
+        let o = artune()
+            .args(["tune", "--loopback", "8", "--islands", "4,4", "--tp", "8"])
+            .args(["--sizes", "256K:1M", "--mode", "graph", "--out"])
+            .arg(&out)
+            .env("ARTUNE_CUDA_FAULTS", format!("unregistered={b}"))
+            .env("ARTUNE_GPU_DEADLINE_MS", "1500")
+            .output()
+            .expect("artune runs");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{err}");
+        let p: artune::profile::Profile =
+            serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        let fault = p
+            .faults
+            .iter()
+            .find(|f| f.contains(&format!("{b} disqualified")))
+            .unwrap_or_else(|| panic!("no fault for {b}: {:#?}", p.faults));
+        assert!(fault.contains("is NaN"), "{fault}");
+        for g in &p.groups {
+            assert!(g.buckets.iter().all(|k| !k.results.contains_key(&b)));
+        }
+        assert!(live_workers().is_empty());
+        println!("unregistered={b}: {fault}");
+    }
+}
+
 #[test]
 fn gpu_a_pair_without_p2p_waives_custom_kernels_and_keeps_nccl_or_skip() {
     let Some((_gpu, f)) = open_or_skip("gpu_a_pair_without_p2p", 2) else {

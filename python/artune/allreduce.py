@@ -26,9 +26,9 @@ capture each call is one kernel node: the graph records the tensors' addresses (
 own memory pool keeps them fixed) and every replay stages the bytes again inside the kernel.
 
 Graph mode without staging (``register_graphs=True``), as vLLM's and SGLang's custom allreduce run
-CUDA graphs: while torch captures, the pull kernels (one-stage and two-stage pull) and two-stage
-push run their registered form, and the op records each call's input (pull: peers read it) or
-output (push: peers write it). After capturing, every rank calls
+CUDA graphs: while torch captures, the pull kernels (one-stage and two-stage pull), two-stage
+push and the island kernels run their registered form, and the op records each call's input
+(pull, island one-shot: peers read it), output (push: peers write it) or both (island two-shot). After capturing, every rank calls
 :meth:`Allreduce.register_graph_buffers` (or captures inside ``with ar.capture():``, which calls it
 on exit, and which the engine plugins wrap the engine's graph capture in): one exchange of the
 group maps every rank's captured tensors into its peers, and replays read or write them where they

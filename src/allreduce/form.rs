@@ -60,9 +60,14 @@ mod tests {
                 }
             }
         }
-        assert_eq!(
-            Form::runs(Backend::OneStagePull, Mode::Graph),
-            Some(Form::Registered)
-        );
+        // The island kernels too: the tune times their registered form in graph mode.
+        for b in [
+            Backend::OneStagePull,
+            Backend::IslandTwoShot,
+            Backend::IslandOneShot,
+        ] {
+            assert_eq!(Form::runs(b, Mode::Graph), Some(Form::Registered), "{b}");
+            assert_eq!(Form::runs(b, Mode::Eager), Some(Form::Staged), "{b}");
+        }
     }
 }

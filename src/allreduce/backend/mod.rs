@@ -586,19 +586,13 @@ impl Backend {
     }
 
     /// Whether graph mode runs this backend's registered form (kernels/common.cuh, RegSlot):
-    /// a flat kernel whose one shared buffer of the caller's data is the input peers read
-    /// (pull) or the output peers write (push), so with every rank's own tensor mapped by its
-    /// peers after capture nothing is staged. An engine then registers its captured graphs
+    /// an SM kernel that stages the caller's data through a shared input (peers read it) or
+    /// output (peers write or read it), so with every rank's own tensors mapped by its peers
+    /// after capture nothing is staged. An engine then registers its captured graphs
     /// (artune.allreduce's `register_graph_buffers`).
     pub fn has_registered_form(self) -> bool {
         let s = self.spec();
-        !self.is_hierarchical()
-            && s.kernel.is_some()
-            && s.buffers.is_some_and(|b| match s.plane {
-                Plane::Pull => b.input && !b.output,
-                Plane::Push => b.output && !b.input,
-                _ => false,
-            })
+        s.kernel.is_some() && s.buffers.is_some_and(|b| b.input || b.output)
     }
 
     /// Whether it works inside islands first: needs a group the topology splits into islands.

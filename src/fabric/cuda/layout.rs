@@ -80,7 +80,7 @@ pub struct ArArgs {
 }
 
 /// Mirrors `struct RegSlot` in kernels/common.cuh: one captured call's peers' tensors (their
-/// inputs, or their outputs where peers write them: [`super::kernels::registers_output`]).
+/// inputs, or their outputs where peers write them: [`super::kernels::registered_tensors`]).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RegSlot {

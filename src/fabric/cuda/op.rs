@@ -454,14 +454,12 @@ impl Op {
             )
             .is_some_and(|p| p.3);
         if takes_registered {
-            // Peers read the pull kernels' inputs and write two-stage push's outputs.
-            let tensor = match kernels::registers_output(backend) {
-                true => output,
-                false => input,
-            };
+            // The tensors peers read or write: inputs, outputs, or both (the island two-shot).
+            let tensors = kernels::registered_tensors(backend)
+                .map_or_else(|| vec![input], |t| t.of(input, output));
             let r = self
                 .registry
-                .record(tensor, bytes)
+                .record(&tensors, bytes)
                 .map_err(|e| OpError::Call(e.to_string()))?;
             work.registered = Some(r);
         }
@@ -541,7 +539,7 @@ impl Op {
     /// (calls registered, calls captured and waiting for registration).
     pub fn graph_calls(&self) -> (usize, usize) {
         let b = &self.registry.book;
-        (b.registered(), b.pending().len())
+        (b.registered(), b.pending_calls())
     }
 
     /// Whether a replayed call found its slot unregistered (its output was NaN) since the last

@@ -24,16 +24,17 @@ use crate::fabric::FabricError;
 /// Calls one op can have captured and not dropped: as many slots as fill the graph table the
 /// memory model counts for every custom backend ([`memory::GRAPH_TABLE_BYTES`], 2 MiB: 15 420
 /// slots; vLLM's 8 MiB buffer of 8-pointer slots holds 16 384), so the profile's memory counts
-/// what registration holds. Decode graphs of 67 batch sizes x 2 allreduces x 80 layers fit.
+/// what registration holds. Decode graphs of 67 batch sizes x 2 allreduces x 80 layers fit
+/// where each call takes one slot; an island two-shot call past its LL form takes two.
 pub const SLOTS: usize = memory::GRAPH_TABLE_BYTES as usize / RegSlot::BYTES;
 const _: () = assert!(SLOTS >= 67 * 2 * 80, "a decode engine's captured calls fit");
 
 /// Why a call cannot be recorded or the group's recordings cannot be registered.
 #[derive(Debug, PartialEq, thiserror::Error)]
 pub enum RegError {
-    #[error("{SLOTS} captured allreduce calls are registered or waiting for registration, the most artune keeps; call unregister_graph_buffers() before capturing more")]
+    #[error("{SLOTS} captured allreduce tensors (a slot each) are registered or waiting for registration, the most artune keeps; call unregister_graph_buffers() before capturing more")]
     Full,
-    #[error("rank {rank} recorded {theirs} captured allreduce calls since the last registration and this rank {mine}; every rank must capture the same graphs before register_graph_buffers()")]
+    #[error("rank {rank} recorded {theirs} captured allreduce tensors (a slot each) since the last registration and this rank {mine}; every rank must capture the same graphs before register_graph_buffers()")]
     Count {
         rank: usize,
         theirs: usize,
@@ -43,13 +44,15 @@ pub enum RegError {
     Ranks(usize, usize),
 }
 
-/// One captured call: this rank's registered tensor (its input, or its output where peers
-/// write outputs) and its length.
+/// One slot of a captured call: this rank's registered tensor (its input, or its output
+/// where peers reach outputs; the island two-shot has a slot of each) and its length.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Record {
     pub tensor: u64,
     pub bytes: u64,
     pub gen: u32,
+    /// The call's first slot (a call of two tensors has a second).
+    pub first: bool,
 }
 
 /// Which slot each captured call has, which are registered, and the generation new captures
@@ -73,17 +76,22 @@ impl Default for Book {
 }
 
 impl Book {
-    /// A slot for a call being captured: its index and the generation it must hold.
-    pub fn record(&mut self, tensor: u64, bytes: u64) -> Result<(usize, u32), RegError> {
-        if self.records.len() >= SLOTS {
+    /// Consecutive slots for a call being captured, one per tensor its peers reach (in the
+    /// order its kernel reads the slots: kernels::RegTensors), all or none: the first one's
+    /// index and the generation they must hold.
+    pub fn record(&mut self, tensors: &[u64], bytes: u64) -> Result<(usize, u32), RegError> {
+        if tensors.is_empty() || self.records.len() + tensors.len() > SLOTS {
             return Err(RegError::Full);
         }
-        self.records.push(Record {
-            tensor,
-            bytes,
-            gen: self.gen,
-        });
-        Ok((self.records.len() - 1, self.gen))
+        let first = self.records.len();
+        self.records
+            .extend(tensors.iter().enumerate().map(|(i, &tensor)| Record {
+                tensor,
+                bytes,
+                gen: self.gen,
+                first: i == 0,
+            }));
+        Ok((first, self.gen))
     }
 
     /// The calls captured since the last registration, from slot [`Book::first_pending`].
@@ -97,7 +105,12 @@ impl Book {
 
     /// Calls registered, whose replays reach their peers' tensors.
     pub fn registered(&self) -> usize {
-        self.registered
+        calls(&self.records[..self.registered])
+    }
+
+    /// Calls captured and waiting for registration.
+    pub fn pending_calls(&self) -> usize {
+        calls(self.pending())
     }
 
     /// The slots of the pending calls: `peers[r][i]` is where rank r's tensor of pending call
@@ -149,6 +162,11 @@ impl Book {
     }
 }
 
+/// The calls whose slots `records` are.
+fn calls(records: &[Record]) -> usize {
+    records.iter().filter(|r| r.first).count()
+}
+
 /// What a rank publishes for one captured call: the IPC handle of the allocation holding its
 /// tensor (cuMemGetAddressRange's base) and where the tensor starts in it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -191,10 +209,10 @@ impl Registry {
         self.table.bytes() as u64
     }
 
-    /// Records a call being captured (`tensor`: what its peers read or write, as
+    /// Records a call being captured (`tensors`: what its peers read or write, as
     /// [`Book::record`]) and returns its registered form.
-    pub fn record(&mut self, tensor: u64, bytes: u64) -> Result<Registered, RegError> {
-        let (slot, gen) = self.book.record(tensor, bytes)?;
+    pub fn record(&mut self, tensors: &[u64], bytes: u64) -> Result<Registered, RegError> {
+        let (slot, gen) = self.book.record(tensors, bytes)?;
         Ok(Registered {
             slot: self.table.ptr() + (slot * RegSlot::BYTES) as u64,
             gen,
@@ -286,8 +304,9 @@ impl Registry {
         self.table
             .upload(self.book.first_pending() * RegSlot::BYTES, &bytes)
             .map_err(|e| format!("writing the registered calls' slots failed: {e}"))?;
+        let registered = self.book.pending_calls();
         self.book.mark_registered();
-        Ok(slots.len())
+        Ok(registered)
     }
 
     /// Drops every registration: replays of graphs captured so far return NaN from here on.
@@ -307,20 +326,47 @@ mod tests {
     #[test]
     fn captured_calls_get_slots_in_order_with_the_capture_generation() {
         let mut b = Book::default();
-        assert_eq!(b.record(0x1000, 64), Ok((0, 1)));
-        assert_eq!(b.record(0x2000, 64), Ok((1, 1)));
+        assert_eq!(b.record(&[0x1000], 64), Ok((0, 1)));
+        assert_eq!(b.record(&[0x2000], 64), Ok((1, 1)));
         assert_eq!(b.pending().len(), 2);
         b.mark_registered();
         assert!(b.pending().is_empty());
-        assert_eq!(b.record(0x3000, 64), Ok((2, 1)));
+        assert_eq!(b.record(&[0x3000], 64), Ok((2, 1)));
         assert_eq!(b.first_pending(), 2);
+    }
+
+    /// The island two-shot's registered form reads two slots from its one (island.cu,
+    /// reg_load_both): every rank's input, then every rank's output.
+    #[test]
+    fn a_call_of_two_tensors_gets_two_consecutive_slots_or_none() {
+        let mut b = Book::default();
+        assert_eq!(b.record(&[0xa0, 0xc0], 64), Ok((0, 1)));
+        assert_eq!(b.record(&[0xb0], 64), Ok((2, 1)));
+        // Three slots, two calls.
+        assert_eq!((b.pending().len(), b.pending_calls()), (3, 2));
+        let peers = vec![vec![0x10, 0x11, 0x20], vec![0; 3]];
+        let s = b.fill(1, &peers).unwrap();
+        // The rank's own input, then its own output, each beside the peer's same tensor.
+        assert_eq!(s[0].peer[..2], [0x10, 0xa0]);
+        assert_eq!(s[1].peer[..2], [0x11, 0xc0]);
+        assert_eq!(s[2].peer[..2], [0x20, 0xb0]);
+        b.mark_registered();
+        assert_eq!((b.registered(), b.pending_calls()), (2, 0));
+        // With one slot left, a call of two records nothing.
+        let mut full = Book::default();
+        for i in 0..SLOTS - 1 {
+            full.record(&[i as u64 * 16 + 16], 16).unwrap();
+        }
+        assert_eq!(full.record(&[0x10, 0x20], 16), Err(RegError::Full));
+        assert_eq!(full.pending().len(), SLOTS - 1);
+        assert_eq!(full.record(&[0x10], 16), Ok((SLOTS - 1, 1)));
     }
 
     #[test]
     fn a_slot_holds_each_peers_input_and_the_rank_its_own() {
         let mut b = Book::default();
-        b.record(0xa0, 64).unwrap();
-        b.record(0xb0, 64).unwrap();
+        b.record(&[0xa0], 64).unwrap();
+        b.record(&[0xb0], 64).unwrap();
         let peers = vec![vec![0x10, 0x20], vec![0, 0], vec![0x30, 0x40]];
         let s = b.fill(1, &peers).unwrap();
         assert_eq!(s[0].peer[..3], [0x10, 0xa0, 0x30]);
@@ -331,7 +377,7 @@ mod tests {
     #[test]
     fn ranks_that_captured_different_calls_are_refused() {
         let mut b = Book::default();
-        b.record(0xa0, 64).unwrap();
+        b.record(&[0xa0], 64).unwrap();
         let e = b.fill(0, &[vec![0], vec![1, 2]]).unwrap_err();
         assert_eq!(
             e,
@@ -347,10 +393,10 @@ mod tests {
     #[test]
     fn after_a_reset_no_earlier_capture_matches_a_new_slot() {
         let mut b = Book::default();
-        let (slot, old) = b.record(0xa0, 64).unwrap();
+        let (slot, old) = b.record(&[0xa0], 64).unwrap();
         b.mark_registered();
         b.reset();
-        let (again, new) = b.record(0xa0, 64).unwrap();
+        let (again, new) = b.record(&[0xa0], 64).unwrap();
         assert_eq!(slot, again);
         assert_ne!(old, new);
         let s = b.fill(0, &[vec![0]]).unwrap();
@@ -363,8 +409,8 @@ mod tests {
     fn the_table_has_a_limit() {
         let mut b = Book::default();
         for i in 0..SLOTS as u64 {
-            b.record(i, 1).unwrap();
+            b.record(&[i], 1).unwrap();
         }
-        assert_eq!(b.record(0, 1), Err(RegError::Full));
+        assert_eq!(b.record(&[0], 1), Err(RegError::Full));
     }
 }

@@ -107,11 +107,11 @@ fn registered_slot(gpu: &Gpu, user: &[(Span, Span)]) -> Result<DevBuf, FabricErr
 }
 
 /// The registered form's slot in [`registered_slot`]'s buffer for `backend`: every rank's
-/// user input, or its user output where peers write outputs.
+/// user input (then its output, where the form maps both), or its user output alone.
 pub fn registered_slot_offset(backend: Backend) -> u64 {
-    match super::kernels::registers_output(backend) {
-        true => RegSlot::BYTES as u64,
-        false => 0,
+    match super::kernels::registered_tensors(backend) {
+        Some(super::kernels::RegTensors::Output) => RegSlot::BYTES as u64,
+        _ => 0,
     }
 }
 

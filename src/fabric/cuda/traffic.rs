@@ -166,6 +166,18 @@ mod tests {
             must_bytes(Backend::OneStagePull, 100, flat)
         );
         assert_eq!(must_bytes(Backend::Nccl, 800, Ranks::flat(1)), 1600);
+        // The island kernels' registered form stages neither the input nor the output.
+        let islands = Ranks { n: 8, island: 4 };
+        for b in [Backend::IslandTwoShot, Backend::IslandOneShot] {
+            let staged = traffic_bytes(b, 800, islands, false);
+            let registered = traffic_bytes(b, 800, islands, true);
+            assert!(registered < staged, "{b}");
+        }
+        assert_eq!(
+            traffic_bytes(Backend::IslandTwoShot, 800, islands, false)
+                - traffic_bytes(Backend::IslandTwoShot, 800, islands, true),
+            2 * 800 + 800 / 4
+        );
     }
 
     #[test]

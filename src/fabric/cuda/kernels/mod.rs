@@ -40,10 +40,42 @@ pub fn registered_kernel_name(backend: Backend, dtype: Dtype) -> Option<String> 
     Some(format!("{}_reg_{}", k.name, dtype.id()))
 }
 
-/// Whether the registered form's slot holds the peers' outputs (peers write them: a push
-/// kernel) rather than their inputs (peers read them: a pull kernel).
-pub fn registers_output(backend: Backend) -> bool {
-    backend.spec().plane == crate::allreduce::Plane::Push
+/// The tensors of a call its registered form maps into the peers: those its staged form
+/// copies through a shared buffer (the entry's `buffers`), each a slot, in this order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RegTensors {
+    /// Peers read the input (the pull kernels, the island one-shot): one slot.
+    Input,
+    /// Peers write the output (two-stage push): one slot.
+    Output,
+    /// Peers read the input and reach the output (the island two-shot): two slots, inputs
+    /// then outputs (island.cu, reg_load_both).
+    Both,
+}
+
+impl RegTensors {
+    /// The call's tensors to record, in slot order.
+    pub fn of(self, input: u64, output: u64) -> Vec<u64> {
+        match self {
+            RegTensors::Input => vec![input],
+            RegTensors::Output => vec![output],
+            RegTensors::Both => vec![input, output],
+        }
+    }
+}
+
+/// Which tensors `backend`'s registered form maps; None where it has no such form.
+pub fn registered_tensors(backend: Backend) -> Option<RegTensors> {
+    let b = backend
+        .spec()
+        .buffers
+        .filter(|_| backend.has_registered_form())?;
+    match (b.input, b.output) {
+        (true, true) => Some(RegTensors::Both),
+        (true, false) => Some(RegTensors::Input),
+        (false, true) => Some(RegTensors::Output),
+        (false, false) => None,
+    }
 }
 
 /// Blocks the LL kernel of `backend` needs for a message of `bytes` per rank over `ranks`
@@ -291,14 +323,7 @@ impl GpuKernels {
                 name: format!("{backend} {}", dtype.id()),
                 detail: "no such kernel was loaded".into(),
             })?;
-        let mut a = *args;
-        a.n = work.elems;
-        a.rank_base = work.base as i32;
-        if let Some(r) = reg.filter(|_| registered) {
-            a.reg = r.slot;
-            a.reg_gen = r.gen;
-            a.missed = r.missed;
-        }
+        let a = call_args(args, &work, registered);
         let pdl = programmatic_launch(gpu.cc);
         // SAFETY: the caller's contract; the kernel takes exactly one ArArgs.
         unsafe { f.launch_on((blocks, work.count), threads, stream, &a, pdl) }.map_err(|e| {
@@ -308,6 +333,21 @@ impl GpuKernels {
             }
         })
     }
+}
+
+/// The arguments of one call: `args` with the call's size and first rank, and its registered
+/// slot where the kernel planned is the registered form (`registered`); the staged and LL
+/// kernels get none, so they never read a slot.
+pub fn call_args(args: &ArArgs, work: &Work, registered: bool) -> ArArgs {
+    let mut a = *args;
+    a.n = work.elems;
+    a.rank_base = work.base as i32;
+    if let Some(r) = work.registered.filter(|_| registered) {
+        a.reg = r.slot;
+        a.reg_gen = r.gen;
+        a.missed = r.missed;
+    }
+    a
 }
 
 /// Where a dtype's kernel sits in a per-dtype array.

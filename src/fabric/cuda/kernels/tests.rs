@@ -5,19 +5,20 @@ use crate::fabric::cuda::layout::{
 };
 
 #[test]
-fn the_flat_kernels_that_stage_have_a_registered_form() {
+fn the_kernels_that_stage_have_a_registered_form() {
     let with: Vec<Backend> = Backend::ALL
         .into_iter()
         .filter(|b| b.has_registered_form())
         .collect();
-    // One-stage push stages nothing (peers write only its slots); the island kernels read and
-    // write inside islands through both shared buffers.
+    // One-stage push stages nothing (peers write only its slots).
     assert_eq!(
         with,
         [
             Backend::OneStagePull,
             Backend::TwoStagePull,
-            Backend::TwoStagePush
+            Backend::TwoStagePush,
+            Backend::IslandTwoShot,
+            Backend::IslandOneShot,
         ]
     );
     assert_eq!(
@@ -25,25 +26,41 @@ fn the_flat_kernels_that_stage_have_a_registered_form() {
         Some("two_stage_pull_reg_fp16")
     );
     assert_eq!(
+        registered_kernel_name(Backend::IslandTwoShot, Dtype::Bf16).as_deref(),
+        Some("island_two_shot_reg_bf16")
+    );
+    assert_eq!(
         registered_kernel_name(Backend::OneStagePush, Dtype::Bf16),
         None
     );
-    // Peers read the pull kernels' inputs and write two-stage push's outputs.
-    let outputs: Vec<Backend> = with
-        .iter()
-        .copied()
-        .filter(|&b| registers_output(b))
-        .collect();
-    assert_eq!(outputs, [Backend::TwoStagePush]);
-    // Every registered kernel is in the source.
+    // Peers read the pull kernels' and the one-shot's inputs, write two-stage push's
+    // outputs, and the island two-shot's both: its kernel reads two slots.
+    let tensors: Vec<_> = with.iter().map(|&b| registered_tensors(b)).collect();
+    use RegTensors::*;
+    assert_eq!(
+        tensors,
+        [
+            Some(Input),
+            Some(Input),
+            Some(Output),
+            Some(Both),
+            Some(Input)
+        ]
+    );
+    assert_eq!(registered_tensors(Backend::OneStagePush), None);
+    assert_eq!(Both.of(0xa0, 0xc0), [0xa0, 0xc0]);
+    assert_eq!(Output.of(0xa0, 0xc0), [0xc0]);
+    // Every registered kernel is in its program's source.
     for b in with {
+        let src = compile::PROGRAMS
+            .iter()
+            .find(|(f, _)| *f == b.spec().kernel.unwrap().source)
+            .unwrap()
+            .1;
         for d in DTYPES {
             let name = registered_kernel_name(b, d).unwrap();
             let (stem, _) = name.rsplit_once('_').unwrap();
-            assert!(
-                compile::ALLREDUCE.contains(&format!("{stem}_##suffix")),
-                "{name}"
-            );
+            assert!(src.contains(&format!("{stem}_##suffix")), "{name}");
         }
     }
 }
@@ -193,7 +210,7 @@ fn every_allreduce_kernel_ends_failing_safe() {
     let kernels: Vec<&str> = split(compile::ALLREDUCE)
         .chain(split(compile::ISLAND))
         .collect();
-    assert_eq!(kernels.len(), 10 + 4);
+    assert_eq!(kernels.len(), 10 + 6);
     for k in kernels {
         let name = k
             .split("(const")
@@ -558,52 +575,144 @@ fn slots_hold_a_shard_and_its_tail() {
 /// A registered form's replay whose slot did not match (before registration, or after the
 /// registrations were dropped) must reach no peer's tensor: the slot then holds addresses of
 /// nothing mapped, or of another capture's tensors. In every registered kernel each use of the
-/// peers' addresses reg_load gave (through the accessor that reads them) lies inside the block
-/// of `if (!REG || ok)` or on a line guarded by `sends` (`!REG || ok`), and the kernel ends in
-/// reg_missed when the slot did not match.
+/// peers' addresses the slot gave (through the accessors that read them: `ins[p]`, `outs[p]`)
+/// lies inside a block of `if (!REG || ok) {` or `if (sends...) {`, or on a line guarded by
+/// `sends` (`!REG || ok`), and the kernel ends in reg_missed when the slot did not match.
 #[test]
 fn a_registered_replay_reaches_peers_only_once_its_slot_matched() {
-    let src = compile::ALLREDUCE;
     let mut checked = Vec::new();
-    for (at, _) in src.match_indices("template <typename T, bool REG>") {
-        let body = &src[at..][..src[at..].find("\n}\n").unwrap()];
-        let name = body.lines().nth(1).unwrap();
-        let ptrs = body
-            .split("reg_load(a, rank, ")
-            .nth(1)
-            .and_then(|s| s.split(", ").nth(1))
-            .unwrap_or_else(|| panic!("{name} does not load its slot"));
-        // The accessor that reads the peers' addresses: `auto F = [&](int p) {... ptrs[p] ...}`.
-        let def = body
-            .lines()
-            .find(|l| l.contains("auto ") && l.contains(&format!("{ptrs}[p]")))
-            .unwrap_or_else(|| panic!("{name}: no accessor of {ptrs}"));
-        let accessor = def
-            .trim()
-            .trim_start_matches("auto ")
-            .split(' ')
-            .next()
-            .unwrap();
-        let (mut depth, mut guarded_at) = (0i32, None);
-        for line in body.lines() {
-            if line.contains("if (!REG || ok) {") {
-                guarded_at = Some(depth);
-            }
-            let uses = line.contains(&format!("{accessor}(")) && line != def;
+    for src in [compile::ALLREDUCE, compile::ISLAND] {
+        for (at, _) in src.match_indices("template <typename T, bool REG>") {
+            let body = &src[at..][..src[at..].find("\n}\n").unwrap()];
+            let name = body.lines().nth(1).unwrap();
             assert!(
-                !uses || guarded_at.is_some() || line.contains("sends"),
-                "{name} reaches a peer's tensor unguarded: {line}"
+                body.contains("reg_load(a, rank, ") || body.contains("reg_load_both(a, rank, "),
+                "{name} does not load its slot"
             );
-            depth += line.matches('{').count() as i32 - line.matches('}').count() as i32;
-            if guarded_at.is_some_and(|d| depth <= d) {
-                guarded_at = None;
+            // The accessors that read the peers' addresses: `auto F = [&](int p) {... X[p] ...}`.
+            let defs: Vec<&str> = body
+                .lines()
+                .filter(|l| l.contains("auto ") && (l.contains("ins[p]") || l.contains("outs[p]")))
+                .collect();
+            assert!(
+                !defs.is_empty(),
+                "{name}: no accessor of the slot's addresses"
+            );
+            let accessors: Vec<String> = defs
+                .iter()
+                .map(|d| {
+                    let f = d.trim().trim_start_matches("auto ").split(' ').next();
+                    format!("{}(", f.unwrap())
+                })
+                .collect();
+            let (mut depth, mut guarded_at) = (0i32, None);
+            for line in body.lines() {
+                let t = line.trim();
+                if guarded_at.is_none()
+                    && t.ends_with('{')
+                    && (t.starts_with("if (!REG || ok)") || t.starts_with("if (sends"))
+                {
+                    guarded_at = Some(depth);
+                }
+                let uses =
+                    accessors.iter().any(|a| line.contains(a.as_str())) && !defs.contains(&line);
+                assert!(
+                    !uses || guarded_at.is_some() || line.contains("sends"),
+                    "{name} reaches a peer's tensor unguarded: {line}"
+                );
+                depth += line.matches('{').count() as i32 - line.matches('}').count() as i32;
+                if guarded_at.is_some_and(|d| depth <= d) {
+                    guarded_at = None;
+                }
             }
+            assert!(
+                body.contains("if (!ok) reg_missed<T>(out, a.n, a.missed);"),
+                "{name} does not leave its output NaN when its slot did not match"
+            );
+            checked.push(name.to_string());
         }
-        assert!(
-            body.contains("if (!ok) reg_missed<T>(out, a.n, a.missed);"),
-            "{name} does not leave its output NaN when its slot did not match"
-        );
-        checked.push(name.to_string());
     }
-    assert_eq!(checked.len(), 3, "{checked:?}");
+    assert_eq!(checked.len(), 5, "{checked:?}");
+}
+
+/// The tune's registered slots (setup.rs, registered_slot: every rank's user inputs, then its
+/// outputs) must be where each registered kernel reads: inputs first for the pull kernels,
+/// the island one-shot and the island two-shot (which reads the outputs in the slot after:
+/// island.cu, reg_load_both), the outputs for two-stage push.
+#[test]
+fn each_registered_kernel_is_given_the_tune_slot_it_reads() {
+    use crate::fabric::cuda::setup::registered_slot_offset;
+    for b in Backend::ALL.into_iter().filter(|b| b.has_registered_form()) {
+        let want = match registered_tensors(b).unwrap() {
+            RegTensors::Input | RegTensors::Both => 0,
+            RegTensors::Output => RegSlot::BYTES as u64,
+        };
+        assert_eq!(registered_slot_offset(b), want, "{b}");
+    }
+    assert_eq!(registered_slot_offset(Backend::IslandTwoShot), 0);
+    assert!(compile::ISLAND.contains("s[1].peer[t]"));
+}
+
+/// A registered island two-shot call, as the op builds it: its two tensors recorded in the
+/// book (inputs' slot, then outputs'), the call's arguments naming the first slot, the
+/// capture's generation and the host word; the same call planned staged (eager, or its LL
+/// form) names no slot, so it never reads one.
+#[test]
+fn a_registered_island_call_names_its_first_slot_and_a_staged_one_none() {
+    use crate::fabric::cuda::registry::Book;
+    let mut book = Book::default();
+    book.record(&[0x1000], 64).unwrap();
+    let tensors = registered_tensors(Backend::IslandTwoShot)
+        .unwrap()
+        .of(0xa000, 0xc000);
+    let (slot, gen) = book.record(&tensors, 1 << 20).unwrap();
+    assert_eq!((slot, gen), (1, 1));
+    let table = 0x7000_0000u64;
+    let work = Work {
+        backend: Backend::IslandTwoShot,
+        dtype: Dtype::Bf16,
+        elems: 1 << 19,
+        ranks: Ranks { n: 8, island: 4 },
+        base: 3,
+        count: 1,
+        on_gpu: 8,
+        registered: Some(Registered {
+            slot: table + (slot * RegSlot::BYTES) as u64,
+            gen,
+            missed: 0xdead_0000,
+        }),
+    };
+    let z = [0; MAX_RANKS];
+    let args = ArArgs {
+        input: z,
+        out: z,
+        scratch: z,
+        sig: z,
+        src: z,
+        dst: z,
+        n: 0,
+        slot_bytes: 0,
+        fault: 0,
+        nranks: 8,
+        rank_base: 0,
+        island: 4,
+        dirs: 0,
+        order: [0; MAX_RANKS],
+        reg: 0,
+        missed: 0,
+        reg_gen: 0,
+    };
+    let a = call_args(&args, &work, true);
+    assert_eq!(a.reg, table + RegSlot::BYTES as u64);
+    assert_eq!(
+        (a.reg_gen, a.missed, a.n, a.rank_base),
+        (1, 0xdead_0000, 1 << 19, 3)
+    );
+    // The inputs' slot, then the outputs' (island.cu reads s[0], s[1] from a.reg).
+    let peers = vec![vec![0, 0x10, 0x11]; 8];
+    let slots = book.fill(3, &peers).unwrap();
+    assert_eq!((slots[1].peer[3], slots[2].peer[3]), (0xa000, 0xc000));
+    assert_eq!((slots[1].peer[0], slots[2].peer[0]), (0x10, 0x11));
+    let staged = call_args(&args, &work, false);
+    assert_eq!((staged.reg, staged.reg_gen, staged.missed), (0, 0, 0));
 }
