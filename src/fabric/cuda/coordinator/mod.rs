@@ -423,13 +423,14 @@ impl Fabric for CudaFabric {
         super::pinned_channels(|k| std::env::var(k).ok())
     }
 
-    /// In rank processes of their own, on the group's GPUs (nccl_ranks::timing).
+    /// In rank processes of their own, on the group's GPUs, once for every count
+    /// (nccl_ranks::timing).
     fn nccl_times_at_channels(
         &mut self,
         backend: Backend,
         sizes: &[u64],
-        channels: u32,
-    ) -> Result<Vec<crate::fabric::ChannelTime>, FabricError> {
+        channels: &[u32],
+    ) -> Result<Vec<(u32, Vec<crate::fabric::ChannelTime>)>, FabricError> {
         let p = self.prepared.as_ref().ok_or_else(not_prepared)?;
         let ordinals: Vec<usize> = p.owners.iter().map(|&w| self.slots[w].0).collect();
         let exe = self.program.clone();
