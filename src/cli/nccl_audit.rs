@@ -27,9 +27,6 @@ use crate::profile::Profile;
 const ITERS: usize = 5;
 /// A rank that has not finished by then is killed: the sweep is a few seconds.
 const RANK_LIMIT: Duration = Duration::from_secs(180);
-/// `maxCTAs` for more than two ranks sharing one GPU: every rank's kernel must be resident at
-/// once, and 4 ranks with NCCL's default channel count do not fit (seen on an H200).
-const SHARED_MAX_CTAS: i32 = 8;
 
 #[derive(Args, Debug)]
 pub struct RankArgs {
@@ -263,7 +260,9 @@ fn sweep(
         ordinals: (0..tp).map(|r| if shared { 0 } else { r }).collect(),
         sizes: sizes.to_vec(),
         iters: ITERS,
-        max_ctas: (shared && tp > 2).then_some(SHARED_MAX_CTAS),
+        max_ctas: shared
+            .then(|| nccl_ranks::ranked::shared_max_ctas(tp))
+            .flatten(),
         channels: Vec::new(),
         pin: None,
         env: vec![

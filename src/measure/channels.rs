@@ -175,7 +175,8 @@ mod tests {
             let room: Vec<u32> = c.iter().copied().filter(|&c| c <= self.1).collect();
             let mut t = self.0.nccl_times_at_channels(b, sizes, &room)?;
             for (c, t) in t.iter_mut() {
-                t.iter_mut().for_each(|t| t.ran_channels = Some((*c).min(2)));
+                t.iter_mut()
+                    .for_each(|t| t.ran_channels = Some((*c).min(2)));
             }
             Ok(t)
         }
@@ -206,7 +207,11 @@ mod tests {
         f.prepare(&g, &ready).unwrap();
         let sizes: BTreeSet<u64> = [1 << 16, 1 << 28].into();
         let best = sweep(&mut f, &ready, &sizes).unwrap();
-        assert_eq!(f.2, vec![vec![2, 4, 8, 16, 32]; 2], "one call per pin, every count");
+        assert_eq!(
+            f.2,
+            vec![vec![2, 4, 8, 16, 32]; 2],
+            "one call per pin, every count"
+        );
         assert_eq!(best[&Backend::NcclRingSimple][&(1 << 28)], 2);
         assert_eq!(best.len(), 2);
     }

@@ -5,6 +5,7 @@
 //! fabric's NCCL timing both run through here.
 
 mod path;
+pub mod ranked;
 pub mod timing;
 
 use std::ffi::OsString;
@@ -79,23 +80,33 @@ impl Launch {
         let k = self.ordinals.len();
         let list: Vec<String> = self.sizes.iter().map(u64::to_string).collect();
         let mut c = Command::new(&self.exe);
-        c.args(["__nccl-rank", "--id", &ids.join(","), "--rank", &rank.to_string()])
-            .args([
-                "--nranks",
-                &k.to_string(),
-                "--iters",
-                &self.iters.to_string(),
-            ])
-            .args(["--ordinal", &self.ordinals[rank].to_string()])
-            .args(["--sizes", &list.join(",")])
-            .arg("--times")
-            .arg(self.dir.join(format!("rank{rank}.times")))
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null());
+        c.args([
+            "__nccl-rank",
+            "--id",
+            &ids.join(","),
+            "--rank",
+            &rank.to_string(),
+        ])
+        .args([
+            "--nranks",
+            &k.to_string(),
+            "--iters",
+            &self.iters.to_string(),
+        ])
+        .args(["--ordinal", &self.ordinals[rank].to_string()])
+        .args(["--sizes", &list.join(",")])
+        .arg("--times")
+        .arg(self.dir.join(format!("rank{rank}.times")))
+        .envs(self.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null());
         if let Some(m) = self.max_ctas {
             c.args(["--max-ctas", &m.to_string()]);
         }
-        let counts: Vec<String> = self.turns().iter().map(|c| c.unwrap_or(0).to_string()).collect();
+        let counts: Vec<String> = self
+            .turns()
+            .iter()
+            .map(|c| c.unwrap_or(0).to_string())
+            .collect();
         c.args(["--channels", &counts.join(",")]);
         if self.shared() {
             c.env(ENV_MULTI_RANK, "1");

@@ -187,9 +187,17 @@ mod tests {
     #[test]
     fn ranks_sharing_a_gpu_try_only_the_counts_whose_ctas_fit() {
         let all = [2, 4, 8, 16, 32, 48];
-        assert_eq!(runnable(&[0, 1, 2, 3], &all), all, "a GPU each: every count");
+        assert_eq!(
+            runnable(&[0, 1, 2, 3], &all),
+            all,
+            "a GPU each: every count"
+        );
         assert_eq!(runnable(&[0, 0], &all), all, "2 x 48 fit (seen)");
-        assert_eq!(runnable(&[0, 0, 0, 0], &all), [2, 4, 8, 16], "4 x 48 did not");
+        assert_eq!(
+            runnable(&[0, 0, 0, 0], &all),
+            [2, 4, 8, 16],
+            "4 x 48 did not"
+        );
         assert_eq!(runnable(&[3], &all), all);
     }
 
