@@ -44,9 +44,12 @@ pub fn count_dir(dir: &Path, channels: c_int) -> PathBuf {
 /// Setup and each call are bounded: a hang ends in an abort and an error, never a stuck rank.
 const LIMIT: Duration = Duration::from_secs(60);
 
+/// One communicator's times: its forced count (None: NCCL's own) and (bytes, µs) per size.
+pub type CommTimes = (Option<c_int>, Vec<(u64, f64)>);
+
 /// Runs the sweep; returns, per communicator in turn (its forced count), the mean host time
 /// per call of each size in microseconds.
-pub fn run(s: &Sweep) -> Result<Vec<(Option<c_int>, Vec<(u64, f64)>)>, String> {
+pub fn run(s: &Sweep) -> Result<Vec<CommTimes>, String> {
     let lib = nccl::library()?;
     let largest = s.sizes.iter().copied().max().unwrap_or(2).max(2) as usize;
     let ctx = Ctx::new(s.ordinal).map_err(|e| format!("CUDA context on GPU {}: {e}", s.ordinal))?;

@@ -222,7 +222,7 @@ pub fn parse_times(text: &str) -> Vec<Timed> {
 }
 
 /// The lines [`parse_times`] reads.
-pub fn format_times(times: &[(Option<i32>, Vec<(u64, f64)>)]) -> String {
+pub fn format_times(times: &[super::nccl_sweep::CommTimes]) -> String {
     times
         .iter()
         .flat_map(|(c, t)| t.iter().map(move |(b, us)| (c.unwrap_or(0), b, us)))
