@@ -210,9 +210,17 @@ impl CudaFabric {
                     plan.ready.extend(ranked.iter().map(|&b| (b, 0)));
                     self.ranked = Some(r);
                 }
-                Err(e) => ranked
-                    .drain(..)
-                    .for_each(|b| drop(waived.insert(b, e.to_string()))),
+                Err(e) => {
+                    // The profile's fabric line must not claim K ranks where they did not run.
+                    self.info.description.push_str(&format!(
+                        "; on GPUs {:?} the {k} NCCL ranks failed ({e}), so NCCL ran there with \
+                         1 rank and its pins were waived",
+                        group.gpus
+                    ));
+                    ranked
+                        .drain(..)
+                        .for_each(|b| drop(waived.insert(b, e.to_string())));
+                }
             }
         }
         self.prepared = Some(plan);
