@@ -661,23 +661,18 @@ impl Fabric for SimFabric {
         let (algo, proto) = backend.nccl_pin().ok_or_else(|| bad("not an NCCL pin"))?;
         let p = self.prepared.as_ref().ok_or_else(|| bad("no group"))?;
         let i = p.model;
-        let mut out = Vec::with_capacity(channels.len());
+        // One schedule per count and group: a tune sweeps every pin at every count.
         for &c in channels {
-            // One schedule per count and group: a tune sweeps every pin at every count.
             if !self.models[i].1.at_channels.contains_key(&c) {
-                let schedule = self
-                    .nccl_schedule_at(&p.group, c)
-                    .ok_or_else(|| bad("a group of one GPU"))?;
-                self.models[i].1.at_channels.insert(c, schedule);
+                let s = self.nccl_schedule_at(&p.group, c);
+                let s = s.ok_or_else(|| bad("a group of one GPU"))?;
+                self.models[i].1.at_channels.insert(c, s);
             }
-            let schedule = &self.models[i].1.at_channels[&c];
-            let times = sizes
-                .iter()
-                .map(|&b| ChannelTime::asked(schedule.time(algo, proto, b)))
-                .collect();
-            out.push((c, times));
         }
-        Ok(out)
+        let at = &self.models[i].1.at_channels;
+        let us = |c: &u32, b: u64| ChannelTime::asked(at[c].time(algo, proto, b));
+        let row = |c: &u32| (*c, sizes.iter().map(|&b| us(c, b)).collect());
+        Ok(channels.iter().map(row).collect())
     }
 
     fn orient(&mut self, directions: &Directions) -> Result<(), FabricError> {
