@@ -188,7 +188,8 @@ pub struct TuneArgs {
     /// Replace the output even where the file there is not one artune wrote (refused without).
     #[arg(long)]
     pub force: bool,
-    /// One GPU as K virtual ranks (custom kernels on one device; NCCL with one rank).
+    /// One GPU as K virtual ranks (custom kernels on one device; NCCL with K ranks sharing it
+    /// from NCCL 2.30, else one rank).
     #[arg(long, value_name = "K")]
     pub loopback: Option<usize>,
     /// Island sizes for the island schedules, e.g. 4,4, in place of the islands the topology

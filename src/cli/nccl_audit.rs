@@ -27,14 +27,12 @@ use crate::profile::Profile;
 const ITERS: usize = 5;
 /// A rank that has not finished by then is killed: the sweep is a few seconds.
 const RANK_LIMIT: Duration = Duration::from_secs(180);
-/// `maxCTAs` for more than two ranks sharing one GPU: every rank's kernel must be resident at
-/// once, and 4 ranks with NCCL's default channel count do not fit (seen on an H200).
-const SHARED_MAX_CTAS: i32 = 8;
 
 #[derive(Args, Debug)]
 pub struct RankArgs {
-    #[arg(long)]
-    pub id: String,
+    /// One NCCL unique id per communicator made in turn.
+    #[arg(long, value_delimiter = ',')]
+    pub id: Vec<String>,
     #[arg(long)]
     pub rank: usize,
     #[arg(long)]
@@ -47,32 +45,35 @@ pub struct RankArgs {
     pub iters: usize,
     #[arg(long)]
     pub max_ctas: Option<i32>,
-    /// NCCL's run-time channels, forced on the communicator.
-    #[arg(long)]
-    pub channels: Option<i32>,
-    /// Where to write `BYTES US` per size: NCCL logs to standard output (NCCL_DEBUG).
+    /// Per communicator in turn, NCCL's run-time channels forced on it (0: NCCL's own).
+    #[arg(long, value_delimiter = ',')]
+    pub channels: Vec<i32>,
+    /// Where to write `CHANNELS BYTES US` per communicator and size: NCCL logs to standard
+    /// output (NCCL_DEBUG).
     #[arg(long)]
     pub times: PathBuf,
 }
 
-/// `artune __nccl-rank`: runs the sweep, writes `BYTES US` per size; exit 4 with the reason.
+/// `artune __nccl-rank`: runs the sweep, writes `CHANNELS BYTES US` per communicator and
+/// size; exit 4 with the reason.
 pub fn rank(a: RankArgs) -> i32 {
     let s = Sweep {
-        id_hex: a.id,
+        ids: a.id,
         rank: a.rank,
         nranks: a.nranks,
         ordinal: a.ordinal,
         sizes: a.sizes,
         iters: a.iters,
         max_ctas: a.max_ctas,
-        channels: a.channels,
+        channels: match a.channels.is_empty() {
+            true => vec![None],
+            false => a.channels.iter().map(|&c| (c > 0).then_some(c)).collect(),
+        },
+        summaries: std::env::var_os(audit::ENV_DIR).map(PathBuf::from),
     };
     match nccl_sweep::run(&s) {
         Ok(times) => {
-            let text: String = times
-                .iter()
-                .map(|(b, us)| format!("{b} {us:.2}\n"))
-                .collect();
+            let text = nccl_ranks::format_times(&times);
             match std::fs::write(&a.times, text) {
                 Ok(()) => 0,
                 Err(e) => {
@@ -259,8 +260,10 @@ fn sweep(
         ordinals: (0..tp).map(|r| if shared { 0 } else { r }).collect(),
         sizes: sizes.to_vec(),
         iters: ITERS,
-        max_ctas: (shared && tp > 2).then_some(SHARED_MAX_CTAS),
-        channels: None,
+        max_ctas: shared
+            .then(|| nccl_ranks::ranked::shared_max_ctas(tp))
+            .flatten(),
+        channels: Vec::new(),
         pin: None,
         env: vec![
             ("NCCL_TUNER_PLUGIN".into(), lib.into()),
@@ -270,7 +273,9 @@ fn sweep(
         ],
         limit: RANK_LIMIT,
     };
-    nccl_ranks::run(&launch).map_err(|e| Error::Hardware(format!("TP{tp} sweep: {e}")))
+    let times =
+        nccl_ranks::run(&launch).map_err(|e| Error::Hardware(format!("TP{tp} sweep: {e}")))?;
+    Ok(times.iter().map(|t| (t.bytes, t.us)).collect())
 }
 
 #[cfg(test)]

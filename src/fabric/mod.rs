@@ -282,15 +282,17 @@ pub trait Fabric {
         None
     }
 
-    /// The time (µs) of the pinned NCCL variant `backend` at each of `sizes` with NCCL told to
-    /// run `channels` run-time channels, in order; `Waived` with the reason where the fabric
-    /// cannot set them. One call per count: a real NCCL sets it when a communicator is made.
+    /// Per count of `channels` (in order), the time (µs) of the pinned NCCL variant `backend`
+    /// at each of `sizes` with NCCL told to run that many run-time channels; `Waived` with the
+    /// reason where the fabric cannot set them. One call per pin for every count: a real NCCL
+    /// sets the count when a communicator is made, and one start of its ranks makes one per
+    /// count in turn. A count left out of the answer could not run here.
     fn nccl_times_at_channels(
         &mut self,
         _backend: Backend,
         _sizes: &[u64],
-        _channels: u32,
-    ) -> Result<Vec<ChannelTime>, FabricError> {
+        _channels: &[u32],
+    ) -> Result<Vec<(u32, Vec<ChannelTime>)>, FabricError> {
         Err(FabricError::Waived(
             "this fabric cannot set NCCL's channel count".into(),
         ))

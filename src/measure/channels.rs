@@ -32,10 +32,12 @@ pub fn sweep(
     for &pin in ready.iter().filter(|b| b.nccl_pin().is_some()) {
         // Per size, the fastest (µs, count) so far; counts go up, so a tie keeps the smaller.
         let mut fastest: Vec<Option<(f64, u32)>> = vec![None; sizes.len()];
-        for &c in &counts {
-            let times = fabric
-                .nccl_times_at_channels(pin, &sizes, c)
-                .map_err(|e| e.to_string())?;
+        // Every count in one call: a real fabric starts its NCCL ranks once per pin.
+        let mut timed = fabric
+            .nccl_times_at_channels(pin, &sizes, &counts)
+            .map_err(|e| e.to_string())?;
+        timed.sort_by_key(|(c, _)| *c);
+        for (c, times) in timed {
             for (f, t) in fastest.iter_mut().zip(&times) {
                 if f.is_none_or(|(us, _)| t.us < us * (1.0 - MIN_GAIN)) {
                     // The count NCCL ran with where the fabric reads it back, else the forced.
@@ -79,9 +81,10 @@ mod tests {
             c, 4,
             "past four the links are full: no more channels than that"
         );
-        let us =
-            |f: &mut SimFabric, c| f.nccl_times_at_channels(Backend::NcclRingSimple, &[1 << 28], c);
-        assert!(us(&mut f, c).unwrap()[0].us < 0.6 * us(&mut f, 2).unwrap()[0].us);
+        let t = f
+            .nccl_times_at_channels(Backend::NcclRingSimple, &[1 << 28], &[c, 2])
+            .unwrap();
+        assert!(t[0].1[0].us < 0.6 * t[1].1[0].us);
     }
 
     /// The count the fabric reports (the profile's `nccl_channels`, what the plugin sets) is
@@ -96,8 +99,9 @@ mod tests {
         for bytes in [1 << 16, 1 << 28] {
             let (fixed, added) = f.model_split(Backend::NcclRingSimple, bytes).unwrap();
             let forced = f
-                .nccl_times_at_channels(Backend::NcclRingSimple, &[bytes], own)
+                .nccl_times_at_channels(Backend::NcclRingSimple, &[bytes], &[own])
                 .unwrap()[0]
+                .1[0]
                 .us;
             assert!(
                 (forced - (fixed + added)).abs() < 1e-9,
@@ -106,8 +110,10 @@ mod tests {
         }
     }
 
-    /// The simulator as a fabric that reads back the channels NCCL ran: never more than two.
-    struct ReadBack(SimFabric);
+    /// The simulator as a fabric that reads back the channels NCCL ran (never more than two),
+    /// answers only the counts it can run (`room`: none over it, as ranks sharing a GPU), and
+    /// keeps the counts of each call.
+    struct ReadBack(SimFabric, u32, Vec<Vec<u32>>);
 
     impl Fabric for ReadBack {
         fn info(&self) -> crate::fabric::FabricInfo {
@@ -162,10 +168,16 @@ mod tests {
             &mut self,
             b: Backend,
             sizes: &[u64],
-            c: u32,
-        ) -> Result<Vec<crate::fabric::ChannelTime>, crate::fabric::FabricError> {
-            let mut t = self.0.nccl_times_at_channels(b, sizes, c)?;
-            t.iter_mut().for_each(|t| t.ran_channels = Some(c.min(2)));
+            c: &[u32],
+        ) -> Result<Vec<(u32, Vec<crate::fabric::ChannelTime>)>, crate::fabric::FabricError>
+        {
+            self.2.push(c.to_vec());
+            let room: Vec<u32> = c.iter().copied().filter(|&c| c <= self.1).collect();
+            let mut t = self.0.nccl_times_at_channels(b, sizes, &room)?;
+            for (c, t) in t.iter_mut() {
+                t.iter_mut()
+                    .for_each(|t| t.ran_channels = Some((*c).min(2)));
+            }
             Ok(t)
         }
     }
@@ -174,11 +186,33 @@ mod tests {
     /// forced: four were fastest at 256 MiB, and NCCL ran two of them.
     #[test]
     fn the_count_recorded_is_the_one_nccl_ran_where_the_fabric_reads_it_back() {
-        let mut f = ReadBack(SimFabric::new(presets::get("pcie-8x-2switch").unwrap(), 42));
+        let sim = SimFabric::new(presets::get("pcie-8x-2switch").unwrap(), 42);
+        let mut f = ReadBack(sim, 32, Vec::new());
         let g = Group::flat((0..8).collect(), Dtype::Bf16, 1 << 28);
         f.prepare(&g, &[Backend::NcclRingSimple]).unwrap();
         let sizes: BTreeSet<u64> = [1 << 28].into();
         let best = sweep(&mut f, &[Backend::NcclRingSimple], &sizes).unwrap();
         assert_eq!(best[&Backend::NcclRingSimple][&(1 << 28)], 2);
+    }
+
+    /// One call per pin with every count (NCCL's own among them), and a count the fabric
+    /// leaves out is not chosen: a 256 MiB ring was fastest at four channels, and where the
+    /// fabric has room for two only, two it is.
+    #[test]
+    fn the_sweep_asks_once_per_pin_for_every_count_and_keeps_what_ran() {
+        let sim = SimFabric::new(presets::get("pcie-8x-2switch").unwrap(), 42);
+        let mut f = ReadBack(sim, 2, Vec::new());
+        let ready = [Backend::Nccl, Backend::NcclRingSimple, Backend::NcclRingLl];
+        let g = Group::flat((0..8).collect(), Dtype::Bf16, 1 << 28);
+        f.prepare(&g, &ready).unwrap();
+        let sizes: BTreeSet<u64> = [1 << 16, 1 << 28].into();
+        let best = sweep(&mut f, &ready, &sizes).unwrap();
+        assert_eq!(
+            f.2,
+            vec![vec![2, 4, 8, 16, 32]; 2],
+            "one call per pin, every count"
+        );
+        assert_eq!(best[&Backend::NcclRingSimple][&(1 << 28)], 2);
+        assert_eq!(best.len(), 2);
     }
 }

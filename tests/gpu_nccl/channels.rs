@@ -24,9 +24,11 @@ fn gpu_nccl_times_a_pin_at_forced_channels_and_reads_back_what_ran() {
     }
     let profiler = artune::plugin::library::beside(&bin()).is_some();
     let sizes = [64 << 10, 16 << 20];
-    for channels in [2u32, 8] {
-        let t = timing::at_channels(&bin(), &ordinals, Backend::NcclRingSimple, &sizes, channels)
-            .unwrap_or_else(|e| panic!("{test}: {channels} channels: {e}"));
+    // Both counts in one start of the ranks, one communicator each.
+    let all = timing::at_channels(&bin(), &ordinals, Backend::NcclRingSimple, &sizes, &[2, 8])
+        .unwrap_or_else(|e| panic!("{test}: {e}"));
+    assert_eq!(all.iter().map(|(c, _)| *c).collect::<Vec<_>>(), [2, 8]);
+    for (channels, t) in all {
         println!("ring/simple, {channels} channels forced, ranks on {ordinals:?}: {t:?}");
         assert_eq!(t.len(), sizes.len());
         assert!(t.iter().all(|t| t.us.is_finite() && t.us > 0.0), "{t:?}");
@@ -46,4 +48,52 @@ fn gpu_nccl_times_a_pin_at_forced_channels_and_reads_back_what_ran() {
         );
         assert_eq!(t[1].ran_channels, Some(channels), "{t:?}");
     }
+}
+
+/// A loopback tune's NCCL with K ranks on GPU 0 (NCCL 2.30+, multi-rank allowed): the pins are
+/// ready, not waived, the description says the timings are one GPU's, and NCCL's own channels
+/// are read back; with an older NCCL the pins are waived with what is needed.
+#[test]
+fn gpu_loopback_times_nccl_with_k_ranks_or_waives_saying_what_is_needed() {
+    use artune::fabric::{Dtype, Fabric, Group, Mode, Readiness};
+    let test = "gpu_loopback_times_nccl_with_k_ranks";
+    let lib = match (artune::fabric::cuda::visible_gpus(), nccl::library()) {
+        (0, _) => return skip(format!("{test}: skipped: no GPU")),
+        (_, Err(e)) => return skip(format!("{test}: skipped: no NCCL ({e})")),
+        (_, Ok(lib)) => lib,
+    };
+    let _guard = GPU.lock().unwrap_or_else(|p| p.into_inner());
+    let mut f = artune::fabric::cuda::CudaFabric::open_with(Some(2), bin())
+        .unwrap_or_else(|e| panic!("{test}: {e}"));
+    let g = Group::flat(vec![0, 1], Dtype::Bf16, 1 << 20);
+    let r = f
+        .prepare(&g, &[Backend::Nccl, Backend::NcclRingSimple])
+        .unwrap_or_else(|e| panic!("{test}: {e}"));
+    println!(
+        "NCCL {}: {}; {r:?}",
+        nccl::version_string(lib.version),
+        f.info().description
+    );
+    let pin = &r[1];
+    let multi = std::env::var(artune::fabric::cuda::nccl_ranks::ENV_MULTI_RANK).ok();
+    let ranked =
+        artune::fabric::cuda::nccl_ranks::ranked::loopback(lib.version, multi.as_deref(), 2);
+    match ranked {
+        Ok(()) => {
+            assert!(matches!(pin, Readiness::Ready { .. }), "{pin:?}");
+            assert!(f.info().description.contains("not multi-GPU evidence"));
+            let t = f
+                .time(Backend::NcclRingSimple, 1 << 16, Mode::Eager, 1, 3)
+                .unwrap();
+            assert!(t.iter().all(|&us| us.is_finite() && us > 0.0), "{t:?}");
+            if artune::plugin::library::beside(&bin()).is_some() {
+                assert!(f.nccl_channels().is_some(), "NCCL's own channels read back");
+            }
+        }
+        Err(why) => assert!(
+            matches!(pin, Readiness::Waived { reason, .. } if reason.contains(&why)),
+            "{pin:?}"
+        ),
+    }
+    f.release().unwrap();
 }

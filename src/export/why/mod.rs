@@ -51,6 +51,9 @@ pub struct EngineLine {
 #[derive(Debug, Clone, Serialize)]
 pub struct Why {
     pub simulated: bool,
+    /// Measured on one GPU as K virtual ranks: every time, NCCL's K ranks too, is one GPU's.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub loopback: bool,
     pub fabric: String,
     pub tp: usize,
     pub mode: Mode,
@@ -240,6 +243,7 @@ pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
     let engines = engine_lines(p, g, b, bytes, chosen_us);
     Ok(Why {
         simulated: p.simulated,
+        loopback: !p.simulated && p.topology.origin.kind == "loopback",
         fabric: p.fabric.clone(),
         tp,
         mode,
@@ -559,8 +563,28 @@ mod tests {
             text.contains("SIMULATED") && text.contains("why: "),
             "{text}"
         );
+        assert!(!text.contains("LOOPBACK"), "{text}");
         assert!(explain(&p, q(8), 4096).is_err());
         assert!(explain(&p, q(2), 1 << 40).is_err());
+    }
+
+    /// A loopback profile's answer says its times are one GPU's, with the fabric's own words
+    /// (which say how NCCL ran).
+    #[test]
+    fn a_loopback_profile_says_its_times_are_one_gpu_s() {
+        let mut p = sample::profile();
+        p.simulated = false;
+        p.topology.origin.kind = "loopback".into();
+        p.fabric = "CUDA loopback: 2 virtual ranks; NCCL timed as 2 rank processes".into();
+        let text = render(&explain(&p, q(2), 4096).unwrap());
+        let head = text.lines().next().unwrap();
+        assert!(
+            head.ends_with(
+                "; LOOPBACK profile (CUDA loopback: 2 virtual ranks; NCCL timed as 2 rank \
+                 processes): every rank shared one GPU, so no time here is multi-GPU evidence"
+            ),
+            "{head}"
+        );
     }
 
     #[test]

@@ -22,6 +22,12 @@ pub fn render(w: &Why) -> String {
         fmt_size(w.bucket_bytes),
         if w.simulated {
             format!("; SIMULATED profile ({}), not a measurement", w.fabric)
+        } else if w.loopback {
+            format!(
+                "; LOOPBACK profile ({}): every rank shared one GPU, so no time here is \
+                 multi-GPU evidence",
+                w.fabric
+            )
         } else {
             String::new()
         }

@@ -655,24 +655,24 @@ impl Fabric for SimFabric {
         &mut self,
         backend: Backend,
         sizes: &[u64],
-        channels: u32,
-    ) -> Result<Vec<ChannelTime>, FabricError> {
+        channels: &[u32],
+    ) -> Result<Vec<(u32, Vec<ChannelTime>)>, FabricError> {
         let bad = |what: &str| FabricError::BadRequest(format!("{backend}: {what}"));
         let (algo, proto) = backend.nccl_pin().ok_or_else(|| bad("not an NCCL pin"))?;
         let p = self.prepared.as_ref().ok_or_else(|| bad("no group"))?;
         let i = p.model;
-        // One schedule per count and group: a sweep times every size at every count.
-        if !self.models[i].1.at_channels.contains_key(&channels) {
-            let schedule = self
-                .nccl_schedule_at(&p.group, channels)
-                .ok_or_else(|| bad("a group of one GPU"))?;
-            self.models[i].1.at_channels.insert(channels, schedule);
+        // One schedule per count and group: a tune sweeps every pin at every count.
+        for &c in channels {
+            if !self.models[i].1.at_channels.contains_key(&c) {
+                let s = self.nccl_schedule_at(&p.group, c);
+                let s = s.ok_or_else(|| bad("a group of one GPU"))?;
+                self.models[i].1.at_channels.insert(c, s);
+            }
         }
-        let schedule = &self.models[i].1.at_channels[&channels];
-        Ok(sizes
-            .iter()
-            .map(|&b| ChannelTime::asked(schedule.time(algo, proto, b)))
-            .collect())
+        let at = &self.models[i].1.at_channels;
+        let us = |c: &u32, b: u64| ChannelTime::asked(at[c].time(algo, proto, b));
+        let row = |c: &u32| (*c, sizes.iter().map(|&b| us(c, b)).collect());
+        Ok(channels.iter().map(row).collect())
     }
 
     fn orient(&mut self, directions: &Directions) -> Result<(), FabricError> {

@@ -12,6 +12,13 @@
 #   at 64K and 16M with 2 and 8 run-time channels forced, 2 ranks sharing GPU 0
 #   (NCCL_MULTI_RANK_GPU_ENABLE=1), what ran read back through libartune.so as NCCL's profiler.
 #   Results: $OUT/channels.tgz. Loopback: the times are one GPU's.
+#   and, in one further device call (the pieces in /tmp/nccl232 still, the machine warm):
+#     bash .carry/g48/bin/channels.sh tune
+#   a loopback tune with NCCL 2.32.6 at K = 2, then 4 (eager, 1K:16M, so both fit one call):
+#   NCCL's own choice and every algorithm x protocol timed by K rank processes sharing GPU 0,
+#   the channel sweep per pin in one start of the ranks, `why` of each profile, the
+#   description's note that these are time slices of one GPU (never multi-GPU evidence).
+#   Results: $OUT/tune.tgz, re-packed after each step.
 set -u
 case ${1:-} in
 carry)
@@ -37,5 +44,22 @@ run)
       timeout -k 5 300 $W/bin/gpu-tests gpu_nccl --nocapture --test-threads 1 ) > $W/channels.txt 2>&1
   echo "exit $?" >> $W/channels.txt
   (cd $W && tar czf $OUT/channels.tgz --exclude=bin .);;
-*) echo "usage: channels.sh carry [BUILD_TREE] | run"; exit 2;;
+tune)
+  R=$PWD; B=$R/.carry/g48/bin; N=/tmp/nccl232; W=/tmp/g48tune; rm -rf $W; mkdir -p $W/bin
+  pack() { (cd $W && tar czf $OUT/tune.tgz --exclude=bin .); }
+  [ -f $N/libnccl.so.2 ] || cat $N/part? > $N/libnccl.so.2
+  (cd $N && sha256sum -c $B/libnccl.sha256) > $W/sha.txt 2>&1 || { pack; exit 1; }
+  for b in artune libartune.so; do xz -dc $B/$b.xz > $W/bin/$b; chmod +x $W/bin/$b; done
+  { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv; cat $B/commit.txt; } > $W/env.txt 2>&1
+  cd /tmp
+  for k in 2 4; do
+    ( time env LD_PRELOAD=$N/libnccl.so.2 ARTUNE_NCCL_LIB=$N/libnccl.so.2 RUST_LOG=artune=info \
+        timeout -s INT -k 5 280 $W/bin/artune tune --loopback $k --tp $k --mode eager \
+        --sizes 1K:16M --out $W/tune$k.json ) > $W/tune$k.txt 2>&1
+    echo "exit $?" >> $W/tune$k.txt
+    for b in 65536 4194304; do $W/bin/artune why $W/tune$k.json --tp $k --mode eager \
+      --bytes $b; done > $W/why$k.txt 2>&1; pack
+  done
+  echo "done $(date -u)" >> $W/env.txt; pack;;
+*) echo "usage: channels.sh carry [BUILD_TREE] | run | tune"; exit 2;;
 esac

@@ -12,6 +12,7 @@ use crate::fabric::cuda::copy;
 use crate::fabric::cuda::driver::DeviceFacts;
 use crate::fabric::cuda::layout::MAX_RANKS;
 use crate::fabric::cuda::nccl;
+use crate::fabric::cuda::nccl_ranks::ranked::Ranked;
 use crate::fabric::cuda::protocol::{Launch, Req, Resp, Shape};
 use crate::fabric::{
     memory, Backend, Directions, FabricError, Group, NcclAlgo, NcclProto, Ranks, Readiness,
@@ -88,6 +89,9 @@ impl CudaFabric {
         let n = plan.owners.len();
         let shape = Shape::of(group);
         let mut waived: BTreeMap<Backend, String> = BTreeMap::new();
+        // NCCL pins timed by K rank processes in loopback, not set up in the workers.
+        let mut ranked: Vec<Backend> = Vec::new();
+        self.ranked = None;
         for &b in backends {
             if let (true, Err(why)) = (b.is_hierarchical(), &group.islands) {
                 waived.insert(b, why.clone());
@@ -97,13 +101,10 @@ impl CudaFabric {
                 if let Err(e) = nccl::library() {
                     waived.insert(b, e);
                 } else if self.loopback.is_some() && b.nccl_pin().is_some() {
-                    waived.insert(
-                        b,
-                        "loopback runs NCCL with one rank, which only copies locally and uses no \
-                         algorithm or protocol, so pinning NCCL_ALGO/NCCL_PROTO measures nothing \
-                         different from `nccl`"
-                            .into(),
-                    );
+                    match loopback_pin(self.loopback_nccl.as_ref()) {
+                        None => ranked.push(b),
+                        Some(why) => drop(waived.insert(b, why)),
+                    }
                 } else if let Some(why) = ll128_waiver(b, &self.topo, &group.gpus) {
                     waived.insert(b, why);
                 }
@@ -128,7 +129,7 @@ impl CudaFabric {
             let mut v = vec![None];
             for b in backends
                 .iter()
-                .filter(|b| b.is_nccl() && !waived.contains_key(b))
+                .filter(|b| b.is_nccl() && !waived.contains_key(b) && !ranked.contains(b))
             {
                 if !v.contains(&b.nccl_pin()) {
                     v.push(b.nccl_pin());
@@ -171,6 +172,7 @@ impl CudaFabric {
                 .iter()
                 .copied()
                 .filter(|b| b.is_nccl() && b.nccl_pin() == pin && !waived.contains_key(b))
+                .filter(|b| !ranked.contains(b))
                 .collect();
             for b in here {
                 let t = std::time::Instant::now();
@@ -198,14 +200,53 @@ impl CudaFabric {
                 plan.ready.push((b, 0));
             }
         }
+        let wanted = !ranked.is_empty() || nccl_ready(&plan);
+        if let (Some(k), Some(Ok(())), true) = (self.loopback, &self.loopback_nccl, wanted) {
+            // NCCL's own choice first, over the whole grid: its channels are the profile's.
+            let grid = crate::plan::size_grid(256, group.max_bytes);
+            let mut r = Ranked::new(self.program.clone(), k, grid);
+            match r.time(Backend::Nccl, group.max_bytes) {
+                Ok(_) => {
+                    plan.ready.extend(ranked.iter().map(|&b| (b, 0)));
+                    self.ranked = Some(r);
+                }
+                Err(e) => {
+                    // The profile's fabric line must not claim K ranks where they did not run.
+                    self.info.description.push_str(&format!(
+                        "; on GPUs {:?} the {k} NCCL ranks failed ({e}), so NCCL ran there with \
+                         1 rank and its pins were waived",
+                        group.gpus
+                    ));
+                    ranked
+                        .drain(..)
+                        .for_each(|b| drop(waived.insert(b, e.to_string())));
+                }
+            }
+        }
         self.prepared = Some(plan);
-        Ok(readiness(
-            backends,
-            &waived,
-            &memory,
-            group.ranks(),
-            group.max_bytes,
-        ))
+        let mut out = readiness(backends, &waived, &memory, group.ranks(), group.max_bytes);
+        // The ranks' NCCL memory is not measured: the model's, said so.
+        for r in out.iter_mut() {
+            if let Readiness::Waived { backend, .. } = *r {
+                if ranked.contains(&backend) && self.ranked.is_some() {
+                    let bytes = memory::modelled(
+                        backend,
+                        group.ranks(),
+                        group.max_bytes,
+                        MODEL_NCCL_CHANNELS,
+                    );
+                    *r = Readiness::Ready {
+                        backend,
+                        memory: crate::fabric::MemoryCost {
+                            bytes_per_gpu: bytes,
+                            measured: false,
+                            modelled_bytes_per_gpu: bytes,
+                        },
+                    };
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// A trouble while setting `group` up, as an error: lost workers are replaced at once,
@@ -277,6 +318,26 @@ impl CudaFabric {
     }
 }
 
+/// Why a loopback tune waives an NCCL pin, or None where K rank processes time it: `decision`
+/// is [`ranked::loopback`](crate::fabric::cuda::nccl_ranks::ranked::loopback)'s (None: no NCCL).
+fn loopback_pin(decision: Option<&Result<(), String>>) -> Option<String> {
+    let why = match decision {
+        Some(Ok(())) => return None,
+        Some(Err(why)) => why.as_str(),
+        None => "no NCCL was loaded",
+    };
+    Some(format!(
+        "loopback runs NCCL with one rank, which only copies locally and uses no algorithm or \
+         protocol, so pinning NCCL_ALGO/NCCL_PROTO measures nothing different from `nccl`; K \
+         ranks on this GPU cannot run: {why}"
+    ))
+}
+
+/// Whether NCCL's own choice is set up in the workers of `plan`.
+fn nccl_ready(plan: &PreparedGroup) -> bool {
+    plan.ready.iter().any(|(b, _)| *b == Backend::Nccl)
+}
+
 /// What `prepare` answers per backend asked for: waived with the reason, or ready with the
 /// memory its workers measured beside what the model expects for `n` ranks.
 fn readiness(
@@ -336,6 +397,20 @@ fn executor_waiver_with(b: Backend, n: usize, copies: bool) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn loopback_pins_run_as_k_ranks_where_nccl_can_else_the_waiver_says_what_is_needed() {
+        assert_eq!(loopback_pin(Some(&Ok(()))), None);
+        let old = crate::fabric::cuda::nccl_ranks::ranked::loopback(22703, None, 4);
+        let why = loopback_pin(Some(&old)).unwrap();
+        assert!(
+            why.starts_with("loopback runs NCCL with one rank")
+                && why.contains("cannot run: 4 ranks need 4 GPUs")
+                && why.ends_with("set ARTUNE_NCCL_LIB to a newer libnccl.so.2"),
+            "{why}"
+        );
+        assert!(loopback_pin(None).unwrap().ends_with("no NCCL was loaded"));
+    }
 
     #[test]
     fn copy_rows_are_waived_until_switched_on_then_only_past_the_rank_limit() {

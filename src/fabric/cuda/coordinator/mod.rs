@@ -86,6 +86,10 @@ pub struct CudaFabric {
     /// Faults recovered so far, and the size being measured (for their record).
     recovered: Vec<crate::fabric::Recovery>,
     at_bytes: Option<u64>,
+    /// In loopback: whether NCCL is timed with K rank processes on the GPU (Ok), or why not.
+    loopback_nccl: Option<Result<(), String>>,
+    /// The prepared loopback group's K-rank NCCL timings, where NCCL runs them.
+    ranked: Option<super::nccl_ranks::ranked::Ranked>,
     /// Testing only: makes the worker of each slot in place of a process (scripted.rs).
     #[cfg(test)]
     script: Option<scripted::Script>,
@@ -229,11 +233,19 @@ impl CudaFabric {
                 )
             }
         };
+        let loopback_nccl = loopback.zip(super::nccl::library().ok()).map(|(k, l)| {
+            let multi = std::env::var(super::nccl_ranks::ENV_MULTI_RANK).ok();
+            super::nccl_ranks::ranked::loopback(l.version, multi.as_deref(), k)
+        });
         info.description = match loopback {
             Some(k) => format!(
-                "CUDA loopback: {k} virtual ranks in {k} worker processes on 1 x {}; NCCL with 1 rank{}",
+                "CUDA loopback: {k} virtual ranks in {k} worker processes on 1 x {}; {}",
                 facts[0].name,
-                if info.nccl.is_some() { "" } else { " (NCCL not found)" }
+                match (&info.nccl, &loopback_nccl) {
+                    (None, _) => "NCCL not found".to_string(),
+                    (Some(_), Some(Ok(()))) => super::nccl_ranks::ranked::note(k),
+                    (Some(_), _) => "NCCL with 1 rank".to_string(),
+                }
             ),
             None => format!(
                 "CUDA {}, {} x {} (one worker process per GPU)",
@@ -262,6 +274,8 @@ impl CudaFabric {
             deadline: Deadline::from_env(),
             recovered: Vec::new(),
             at_bytes: None,
+            loopback_nccl,
+            ranked: None,
             #[cfg(test)]
             script: None,
             #[cfg(test)]
@@ -334,6 +348,12 @@ impl Fabric for CudaFabric {
         bytes: u64,
         seed: u64,
     ) -> Result<Verification, FabricError> {
+        // A pin timed by K rank processes is not set up in the workers: what they check is
+        // the same NCCL's sum (its one-rank communicator), not the pin's.
+        let backend = match (&self.ranked, backend.nccl_pin()) {
+            (Some(_), Some(_)) => Backend::Nccl,
+            _ => backend,
+        };
         // Eager calls run the staged form; graph mode the registered form where the backend
         // has one (Backend::has_registered_form), which is checked on fresh data too: both
         // are timed.
@@ -354,6 +374,11 @@ impl Fabric for CudaFabric {
         samples: u32,
     ) -> Result<Vec<f64>, FabricError> {
         self.at_bytes = Some(bytes);
+        if let (Some(r), true) = (self.ranked.as_mut(), backend.is_nccl()) {
+            // K ranks' mean per call, from host-launched calls in either mode, once per size.
+            let us = r.time(backend, bytes)?.us;
+            return Ok(vec![us; samples.max(1) as usize]);
+        }
         let calls = batch.max(1) * (samples.max(1) + 1) + samples + 3;
         let limit = self.limit(bytes, calls);
         // Inside the operation: fresh workers after a restart verify and are found again.
@@ -418,18 +443,21 @@ impl Fabric for CudaFabric {
         self.orient_inner(directions)
     }
 
-    /// NCCL does not report its channel count; it is known only when the user pinned it.
+    /// NCCL does not report its channel count; it is known where the user pinned it, or read
+    /// back from the profiler of K ranks timed in loopback.
     fn nccl_channels(&self) -> Option<u32> {
         super::pinned_channels(|k| std::env::var(k).ok())
+            .or_else(|| self.ranked.as_ref()?.own_channels())
     }
 
-    /// In rank processes of their own, on the group's GPUs (nccl_ranks::timing).
+    /// In rank processes of their own, on the group's GPUs, once for every count
+    /// (nccl_ranks::timing).
     fn nccl_times_at_channels(
         &mut self,
         backend: Backend,
         sizes: &[u64],
-        channels: u32,
-    ) -> Result<Vec<crate::fabric::ChannelTime>, FabricError> {
+        channels: &[u32],
+    ) -> Result<Vec<(u32, Vec<crate::fabric::ChannelTime>)>, FabricError> {
         let p = self.prepared.as_ref().ok_or_else(not_prepared)?;
         let ordinals: Vec<usize> = p.owners.iter().map(|&w| self.slots[w].0).collect();
         let exe = self.program.clone();
@@ -446,6 +474,7 @@ impl Fabric for CudaFabric {
 
     fn release(&mut self) -> Result<(), FabricError> {
         self.at_bytes = None;
+        self.ranked = None;
         // After a failed setup too: a worker that frees its buffers while a peer still maps
         // them is undefined behaviour, so every import is closed first (release_inner).
         if self.prepared.is_none() && !self.holding {

@@ -5,6 +5,7 @@
 //! fabric's NCCL timing both run through here.
 
 mod path;
+pub mod ranked;
 pub mod timing;
 
 use std::ffi::OsString;
@@ -47,8 +48,9 @@ pub struct Launch {
     pub iters: usize,
     /// NCCL's `maxCTAs` for every rank (room for ranks sharing a GPU).
     pub max_ctas: Option<i32>,
-    /// NCCL's run-time channels forced per communicator (`minCTAs` = `maxCTAs`).
-    pub channels: Option<i32>,
+    /// The communicators each rank makes in turn, each timing every size: the run-time
+    /// channels forced on it (`minCTAs` = `maxCTAs`), None for NCCL's own count.
+    pub channels: Vec<Option<i32>>,
     /// The NCCL variant pinned through `NCCL_ALGO`/`NCCL_PROTO`; None: NCCL's own choice.
     pub pin: Option<(NcclAlgo, NcclProto)>,
     /// Further variables for every rank (the plugins, the profile).
@@ -57,6 +59,14 @@ pub struct Launch {
 }
 
 impl Launch {
+    /// The communicators in turn: NCCL's own count alone where none is asked.
+    fn turns(&self) -> Vec<Option<i32>> {
+        match self.channels.is_empty() {
+            true => vec![None],
+            false => self.channels.clone(),
+        }
+    }
+
     /// The ranks share a GPU: NCCL needs the multi-rank variable.
     fn shared(&self) -> bool {
         let mut o = self.ordinals.clone();
@@ -65,30 +75,39 @@ impl Launch {
         o.len() < self.ordinals.len()
     }
 
-    /// The command that starts rank `rank` with id `id`.
-    fn command(&self, id: &str, rank: usize) -> Command {
+    /// The command that starts rank `rank` with one unique id per communicator, `ids`.
+    fn command(&self, ids: &[String], rank: usize) -> Command {
         let k = self.ordinals.len();
         let list: Vec<String> = self.sizes.iter().map(u64::to_string).collect();
         let mut c = Command::new(&self.exe);
-        c.args(["__nccl-rank", "--id", id, "--rank", &rank.to_string()])
-            .args([
-                "--nranks",
-                &k.to_string(),
-                "--iters",
-                &self.iters.to_string(),
-            ])
-            .args(["--ordinal", &self.ordinals[rank].to_string()])
-            .args(["--sizes", &list.join(",")])
-            .arg("--times")
-            .arg(self.dir.join(format!("rank{rank}.times")))
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null());
+        c.args([
+            "__nccl-rank",
+            "--id",
+            &ids.join(","),
+            "--rank",
+            &rank.to_string(),
+        ])
+        .args([
+            "--nranks",
+            &k.to_string(),
+            "--iters",
+            &self.iters.to_string(),
+        ])
+        .args(["--ordinal", &self.ordinals[rank].to_string()])
+        .args(["--sizes", &list.join(",")])
+        .arg("--times")
+        .arg(self.dir.join(format!("rank{rank}.times")))
+        .envs(self.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null());
         if let Some(m) = self.max_ctas {
             c.args(["--max-ctas", &m.to_string()]);
         }
-        if let Some(ch) = self.channels {
-            c.args(["--channels", &ch.to_string()]);
-        }
+        let counts: Vec<String> = self
+            .turns()
+            .iter()
+            .map(|c| c.unwrap_or(0).to_string())
+            .collect();
+        c.args(["--channels", &counts.join(",")]);
         if self.shared() {
             c.env(ENV_MULTI_RANK, "1");
         }
@@ -115,14 +134,29 @@ fn rank_log(dir: &Path, rank: usize) -> Result<(Stdio, Stdio), RanksError> {
         })
 }
 
+/// One size's time on one communicator of a run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timed {
+    /// The count forced on the communicator; None: NCCL's own.
+    pub channels: Option<i32>,
+    pub bytes: u64,
+    /// Rank 0's mean time per call, µs.
+    pub us: f64,
+}
+
 /// Starts every rank, waits for all of them, and returns rank 0's mean time per call of each
-/// size (µs). A rank that fails or outlives `limit` stops them all.
-pub fn run(l: &Launch) -> Result<Vec<(u64, f64)>, RanksError> {
+/// size on each communicator. A rank that fails or outlives `limit` stops them all.
+pub fn run(l: &Launch) -> Result<Vec<Timed>, RanksError> {
     let k = l.ordinals.len();
-    let id = super::nccl::unique_id().map_err(RanksError::Spawn)?;
+    let ids = l
+        .turns()
+        .iter()
+        .map(|_| super::nccl::unique_id())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(RanksError::Spawn)?;
     let mut children: Vec<Child> = Vec::new();
     for rank in 0..k {
-        let mut c = l.command(&id, rank);
+        let mut c = l.command(&ids, rank);
         let (out, err) = rank_log(&l.dir, rank)?;
         c.stdout(out).stderr(err);
         match c.spawn() {
@@ -171,13 +205,28 @@ pub fn run(l: &Launch) -> Result<Vec<(u64, f64)>, RanksError> {
     Ok(parse_times(&times))
 }
 
-/// `BYTES US` per line, as a rank writes them.
-pub fn parse_times(text: &str) -> Vec<(u64, f64)> {
+/// `CHANNELS BYTES US` per line, as a rank writes them (0 channels: NCCL's own count).
+pub fn parse_times(text: &str) -> Vec<Timed> {
     text.lines()
         .filter_map(|l| {
-            let (b, us) = l.split_once(' ')?;
-            Some((b.parse().ok()?, us.parse().ok()?))
+            let mut w = l.split(' ');
+            let c: i32 = w.next()?.parse().ok()?;
+            let (bytes, us) = (w.next()?.parse().ok()?, w.next()?.parse().ok()?);
+            w.next().is_none().then_some(Timed {
+                channels: (c > 0).then_some(c),
+                bytes,
+                us,
+            })
         })
+        .collect()
+}
+
+/// The lines [`parse_times`] reads.
+pub fn format_times(times: &[super::nccl_sweep::CommTimes]) -> String {
+    times
+        .iter()
+        .flat_map(|(c, t)| t.iter().map(move |(b, us)| (c.unwrap_or(0), b, us)))
+        .map(|(c, b, us)| format!("{c} {b} {us:.2}\n"))
         .collect()
 }
 
@@ -193,7 +242,7 @@ mod tests {
             sizes: vec![1024, 2048],
             iters: 3,
             max_ctas: None,
-            channels: Some(8),
+            channels: vec![Some(8), None, Some(2)],
             pin: Some((NcclAlgo::Ring, NcclProto::Simple)),
             env: Vec::new(),
             limit: Duration::from_secs(1),
@@ -208,7 +257,8 @@ mod tests {
 
     #[test]
     fn ranks_sharing_a_gpu_get_the_multi_rank_variable_and_others_do_not() {
-        let shared = launch(vec![0, 0]).command("00", 1);
+        let ids = ["00".to_string(), "01".into(), "02".into()];
+        let shared = launch(vec![0, 0]).command(&ids, 1);
         assert_eq!(env_of(&shared, ENV_MULTI_RANK).as_deref(), Some("1"));
         let args: Vec<_> = shared.get_args().map(|a| a.to_string_lossy()).collect();
         let at = |flag: &str| {
@@ -217,18 +267,44 @@ mod tests {
                 .map(|i| args[i + 1].clone())
         };
         assert_eq!(at("--ordinal").as_deref(), Some("0"));
-        assert_eq!(at("--channels").as_deref(), Some("8"));
+        assert_eq!(at("--channels").as_deref(), Some("8,0,2"));
+        assert_eq!(at("--id").as_deref(), Some("00,01,02"));
         assert_eq!(at("--rank").as_deref(), Some("1"));
         assert!(env_of(&shared, "NCCL_ALGO").is_some_and(|v| v.ends_with("Ring")));
-        let own = launch(vec![0, 1]).command("00", 1);
+        let own = launch(vec![0, 1]).command(&ids, 1);
         assert_eq!(env_of(&own, ENV_MULTI_RANK), None);
     }
 
     #[test]
     fn times_are_read_line_by_line_and_junk_is_skipped() {
+        let t = |channels, bytes, us| Timed {
+            channels,
+            bytes,
+            us,
+        };
         assert_eq!(
-            parse_times("1024 3.50\nnot a line\n2048 4.25\n"),
-            [(1024, 3.5), (2048, 4.25)]
+            parse_times("0 1024 3.50\nnot a line\n1024 9.0\n8 2048 4.25\n8 1 2 3\n"),
+            [t(None, 1024, 3.5), t(Some(8), 2048, 4.25)]
+        );
+    }
+
+    #[test]
+    fn every_communicator_s_times_come_back_with_its_count() {
+        let written = format_times(&[
+            (Some(4), vec![(1024, 3.5), (2048, 4.0)]),
+            (None, vec![(1024, 2.25)]),
+        ]);
+        let read: Vec<_> = parse_times(&written)
+            .iter()
+            .map(|t| (t.channels, t.bytes, t.us))
+            .collect();
+        assert_eq!(
+            read,
+            [
+                (Some(4), 1024, 3.5),
+                (Some(4), 2048, 4.0),
+                (None, 1024, 2.25)
+            ]
         );
     }
 }

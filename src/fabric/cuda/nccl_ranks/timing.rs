@@ -1,6 +1,7 @@
 //! The CUDA fabric's timing of a pinned NCCL variant with its run-time channels forced: K rank
-//! processes (one per rank of the group, on the GPUs [`super::path`] gives them) each make one
-//! communicator with `minCTAs` = `maxCTAs` = the count and `NCCL_ALGO`/`NCCL_PROTO` of the pin,
+//! processes (one per rank of the group, on the GPUs [`super::path`] gives them), started once
+//! per pin, each make one communicator per count in turn with `minCTAs` = `maxCTAs` = the count
+//! and `NCCL_ALGO`/`NCCL_PROTO` of the pin,
 //! and time every size on the host around a synchronized stream (rank 0's mean per call, µs). The
 //! group's own workers stay up meanwhile; the times are compared only with each other. Where
 //! libartune.so lies beside the binary it is NCCL's profiler too, and the channels each size
@@ -12,12 +13,13 @@ use std::time::Duration;
 
 use super::{path, run, Launch, RankPath, ENV_MULTI_RANK};
 use crate::fabric::cuda::nccl;
+use crate::fabric::cuda::nccl_sweep::count_dir;
 use crate::fabric::{Backend, ChannelTime, FabricError};
 use crate::plugin::audit::{Summary, ENV_DIR as AUDIT_DIR};
 
 /// Timed calls per size, after one untimed.
 const ITERS: usize = 20;
-/// The ranks of one count: setup and every size's calls, generously.
+/// The ranks' time per count: setup and every size's calls, generously.
 const LIMIT: Duration = Duration::from_secs(180);
 
 /// Where the ranks of a group with these CUDA `ordinals` (one per rank) run with NCCL
@@ -38,15 +40,33 @@ pub fn placement(
     }
 }
 
-/// The timings of `backend` (an NCCL pin) at `sizes` with `channels` forced, on a group
-/// whose ranks have CUDA `ordinals`; `exe` is the artune binary.
+/// CTAs seen resident at once from ranks sharing one GPU (2 ranks at NCCL's own 48 channels on
+/// the H200 of 2026-12-04; 4 ranks at 48 did not fit): a count whose K ranks need more is not
+/// tried there, as every rank's kernel must run at once or the ranks hang.
+pub const SHARED_CTAS: u32 = 96;
+
+/// The counts of `counts` the ranks can run at `placed` (one CUDA ordinal per rank): all where
+/// each rank has a GPU of its own, else those whose CTAs fit [`SHARED_CTAS`].
+pub fn runnable(placed: &[usize], counts: &[u32]) -> Vec<u32> {
+    let shared = placed.iter().skip(1).any(|&o| o == placed[0]);
+    let k = placed.len() as u32;
+    counts
+        .iter()
+        .copied()
+        .filter(|&c| !shared || c * k <= SHARED_CTAS)
+        .collect()
+}
+
+/// The timings of `backend` (an NCCL pin) at `sizes` with each of `counts` forced, in one
+/// start of the ranks of a group with CUDA `ordinals`; `exe` is the artune binary. Counts the
+/// placement has no room for ([`runnable`]) are left out of the answer.
 pub fn at_channels(
     exe: &Path,
     ordinals: &[usize],
     backend: Backend,
     sizes: &[u64],
-    channels: u32,
-) -> Result<Vec<ChannelTime>, FabricError> {
+    counts: &[u32],
+) -> Result<Vec<(u32, Vec<ChannelTime>)>, FabricError> {
     let pin = backend
         .nccl_pin()
         .ok_or_else(|| FabricError::BadRequest(format!("{backend} is no NCCL pin")))?;
@@ -61,6 +81,10 @@ pub fn at_channels(
     let multi = std::env::var(ENV_MULTI_RANK).ok();
     let ordinals =
         placement(lib.version, multi.as_deref(), ordinals).map_err(FabricError::Waived)?;
+    let counts = runnable(&ordinals, counts);
+    if counts.is_empty() {
+        return Ok(Vec::new());
+    }
     let dir = tempfile::tempdir().map_err(|e| FabricError::Backend {
         backend,
         reason: format!("no directory for the NCCL ranks: {e}"),
@@ -74,34 +98,48 @@ pub fn at_channels(
         sizes: even.clone(),
         iters: ITERS,
         max_ctas: None,
-        channels: Some(channels as i32),
+        channels: counts.iter().map(|&c| Some(c as i32)).collect(),
         pin: Some(pin),
-        env: crate::plugin::library::beside(exe)
-            .map(|lib| {
-                vec![
-                    ("NCCL_PROFILER_PLUGIN".into(), lib.into()),
-                    (AUDIT_DIR.into(), dir.path().into()),
-                ]
-            })
-            .unwrap_or_default(),
-        limit: LIMIT,
+        env: profiler_env(exe, dir.path()),
+        limit: LIMIT * counts.len() as u32,
     };
     let times = run(&launch).map_err(|e| FabricError::Backend {
         backend,
-        reason: format!("at {channels} channels: {e}"),
+        reason: format!("at {counts:?} channels: {e}"),
     })?;
-    let ran = ran_channels(dir.path());
-    even.iter()
-        .map(|b| {
-            let us = times.iter().find(|(s, _)| s == b)?.1;
-            let ran_channels = ran.get(b).copied();
-            Some(ChannelTime { us, ran_channels })
+    counts
+        .iter()
+        .map(|&c| {
+            let ran = ran_channels(&count_dir(dir.path(), c as i32));
+            let at = |b: &u64| {
+                let t = times
+                    .iter()
+                    .find(|t| t.channels == Some(c as i32) && t.bytes == *b)?;
+                Some(ChannelTime {
+                    us: t.us,
+                    ran_channels: ran.get(b).copied(),
+                })
+            };
+            let t = even.iter().map(at).collect::<Option<Vec<_>>>();
+            t.map(|t| (c, t)).ok_or_else(|| FabricError::Backend {
+                backend,
+                reason: format!("rank 0 wrote no time for every size at {c} channels"),
+            })
         })
-        .collect::<Option<Vec<ChannelTime>>>()
-        .ok_or_else(|| FabricError::Backend {
-            backend,
-            reason: format!("rank 0 wrote no time for every size at {channels} channels"),
+        .collect()
+}
+
+/// libartune.so as NCCL's profiler, writing its summaries into `dir`, where it lies beside
+/// the binary; nothing where it does not (the channels are then the ones asked for).
+pub fn profiler_env(exe: &Path, dir: &Path) -> Vec<(String, std::ffi::OsString)> {
+    crate::plugin::library::beside(exe)
+        .map(|lib| {
+            vec![
+                ("NCCL_PROFILER_PLUGIN".into(), lib.into()),
+                (AUDIT_DIR.into(), dir.into()),
+            ]
         })
+        .unwrap_or_default()
 }
 
 /// Per size, the most channels rank 0's profiler saw a call run with (its summary in `dir`).
@@ -144,6 +182,23 @@ mod tests {
             why.contains("NCCL 2.29.7 cannot put several ranks"),
             "{why}"
         );
+    }
+
+    #[test]
+    fn ranks_sharing_a_gpu_try_only_the_counts_whose_ctas_fit() {
+        let all = [2, 4, 8, 16, 32, 48];
+        assert_eq!(
+            runnable(&[0, 1, 2, 3], &all),
+            all,
+            "a GPU each: every count"
+        );
+        assert_eq!(runnable(&[0, 0], &all), all, "2 x 48 fit (seen)");
+        assert_eq!(
+            runnable(&[0, 0, 0, 0], &all),
+            [2, 4, 8, 16],
+            "4 x 48 did not"
+        );
+        assert_eq!(runnable(&[3], &all), all);
     }
 
     #[test]

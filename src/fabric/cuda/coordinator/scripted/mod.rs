@@ -385,6 +385,8 @@ fn fabric(k: usize, world: &Shared) -> CudaFabric {
         deadline: Deadline::from_env(),
         recovered: Vec::new(),
         at_bytes: None,
+        loopback_nccl: None,
+        ranked: None,
         script: Some(script),
         limit_for_tests: None,
     };
