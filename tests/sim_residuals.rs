@@ -544,7 +544,11 @@ fn rows(cal: &Calibration) -> Vec<Row> {
     // optimization/pcie-oneshot-allreduce.md's sizes of that run): SGLang d39236a's
     // `find_crossover_size`, eager `dist.all_reduce` 200 calls in a row, wall clock. Its 64 KB
     // figure (71.2 us, 2.9x its 128 KB one) is left out: no cost of the collective falls
-    // with the bytes on the same channels, so it is not the call's steady time.
+    // with the bytes on the same channels, so it is not the call's steady time. The page
+    // runs NCCL at its default level ("By default, NCCL uses SHM for NODE pairs"; its runs
+    // with NCCL_P2P_LEVEL=SYS are labelled "+ SYS"), so the hops across partitions go through
+    // host memory.
+    let mut r2d = prepared(asus(), &[0, 1, 2, 3], None, cal);
     for (bytes, us) in [
         (KB, 13.5),
         (4 * KB, 13.2),
@@ -556,7 +560,7 @@ fn rows(cal: &Calibration) -> Vec<Row> {
         (512 * KB, 71.7),
         (MB, 85.2),
     ] {
-        let (t, band, part) = timing(&mut r2h, &own, bytes, Mode::Eager, BandPart::NcclProtocol);
+        let (t, band, part) = timing(&mut r2d, &own, bytes, Mode::Eager, BandPart::NcclProtocol);
         let figure = format!("R2 NCCL start-up loop, 4 GPUs, {} KB, us", bytes / KB);
         push(Source::R2, figure, us, t, band, part);
     }
@@ -574,6 +578,13 @@ fn rows(cal: &Calibration) -> Vec<Row> {
         let (t, band, part) = timing(&mut r2h, &own, bytes, Mode::Eager, BandPart::NcclProtocol);
         let figure = format!("R2 nccl-tests, 4 GPUs, busbw {} KB, GB/s", bytes / KB);
         push(Source::R2, figure, bw, busbw(bytes, t, 4), band, part);
+    }
+    // The same page's "NCCL Configuration": allreduce busbw at 32 MB on the four GPUs, NCCL's
+    // default level (SHM across the partitions) against NCCL_P2P_LEVEL=SYS.
+    for (f, bw, level) in [(&mut r2d, 30.3, "default"), (&mut r2h, 39.3, "SYS")] {
+        let (t, band, part) = timing(f, &own, 32 * MB, Mode::Eager, BandPart::NcclProtocol);
+        let figure = format!("R2 NCCL {level}, 4 GPUs, busbw 32 MB, GB/s");
+        push(Source::R2, figure, bw, busbw(32 * MB, t, 4), band, part);
     }
     // R3 (local-inference-lab/b12x#139, "Measurements"): NCCL on 16 GPUs under four
     // Microchip switches on four root complexes of one socket, BF16 [M, 7168]. NCCL's

@@ -98,10 +98,11 @@ impl BandPart {
             BandPart::RootComplex => 0.04,
             // C2 staggered cross-socket reads: largest residual ln(52.99/40.8) = 0.261 (k = 7).
             BandPart::Interconnect => 0.27,
-            // NCCL's bandwidth terms: its own figures reach ln 0.25 (C6 #1603's SHM busbw
-            // fitted without C6); R2's start-up loop at 512 KB, 0.62x where nccl-tests on the
-            // same GPUs agree (1.01x), needs 0.55 beside nccl-fixed for its band to hold it.
-            BandPart::NcclProtocol => 0.55,
+            // NCCL's bandwidth terms: Simple through host memory is slower than modelled, R2's
+            // busbw at 32 MB with NCCL's default level (SHM across partitions) by ln 0.35
+            // (1.42x), C6 #1603's SHM busbw by ln 0.25 (fitted without C6). R2's start-up loop,
+            // priced at that level, lies within 0.78-1.32x.
+            BandPart::NcclProtocol => 0.36,
             // C9: the host CPU's make moves peer bandwidth by about 20%: ln(1.2) = 0.182.
             BandPart::HostUnstated => 0.19,
             // No NVLink figure in the calibration set: a guess, said so in the doc.
@@ -132,8 +133,8 @@ impl BandPart {
     /// faster only by this.
     pub fn fast_half_width(self) -> f64 {
         match self {
-            // Every figure past 0.14 found NCCL slower than modelled (R2's start-up loop at
-            // 128 KB-1 MB, 0.62-0.74x). Faster than modelled, its own figures reach ln 0.08
+            // Every figure past 0.14 found NCCL slower than modelled (Simple through host
+            // memory: R2's busbw at 32 MB, C6 #1603). Faster than modelled, its own figures reach ln 0.08
             // (R2's nccl-tests busbw at 16 MB) and R2's nccl-tests at 8 KB, 0.72x in busbw (a
             // time of both sides), needs 0.14 beside nccl-fixed for its band to hold it.
             BandPart::NcclProtocol => 0.14,

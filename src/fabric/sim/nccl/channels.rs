@@ -41,6 +41,23 @@ impl SimFabric {
         )
     }
 
+    /// The channels NCCL runs one operation of `bytes` on, of those it has at run time
+    /// (enqueue.cc: fewer while each thread would get less than its threshold); None for a
+    /// group of fewer than two GPUs of this topology.
+    pub fn nccl_op_channels(
+        &self,
+        group: &Group,
+        algo: NcclAlgo,
+        proto: NcclProto,
+        bytes: u64,
+    ) -> Option<f64> {
+        let runtime = self.nccl_runtime_channels(group);
+        Some(
+            self.nccl_schedule_at(group, runtime)?
+                .op_channels(algo, proto, bytes),
+        )
+    }
+
     /// NCCL's ring on `group` running `runtime` channels, whatever the algorithm, protocol or
     /// bytes: what a channel sweep builds once per count and times at every size.
     pub(in crate::fabric::sim) fn nccl_schedule_at(

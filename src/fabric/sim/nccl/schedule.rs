@@ -37,9 +37,26 @@ const THREAD_THRESHOLD: [f64; 3] = [8.0, 8.0, 64.0];
 const MAX_THREADS: [f64; 3] = [512.0, 640.0, 512.0];
 const PCI_BW: f64 = 12.0;
 
-/// A receiver polling host memory sees a landed line after half a load round trip on
-/// average (the poll in flight when it lands returns the old value) plus one more.
-const HOST_POLL_ROUND_TRIPS: f64 = 1.5;
+/// A receiver polling host memory issues its loads back to back, one round trip apart, so the
+/// first to reach memory after a line lands does so half a round trip later on average and
+/// returns half a round trip after that: one round trip.
+const HOST_POLL_ROUND_TRIPS: f64 = 1.0;
+
+/// Bytes of one LL line: a thread's volatile load, 8 bytes of data and two 4-byte flags
+/// (prims_ll.h readLL).
+const LL_LINE_BYTES: f64 = 16.0;
+
+/// What one channel's LL receiver loads out of host memory at most, GB/s on the wire: each
+/// of its threads spins on one line with a volatile load (prims_ll.h readLL), so it has one
+/// line in flight per load round trip over PCIe. NCCL keeps every protocol's buffer in host
+/// memory on the receiver's side (shm.cc, NCCL_SHM_LOCALITY=2). A P2P receiver polls its own
+/// memory, a round trip short enough that C6's channel rate binds first.
+fn polled_gbps(hops: &[HopLat]) -> f64 {
+    hops.iter()
+        .filter(|h| h.fetch > 0.0)
+        .map(|h| MAX_THREADS[0] * LL_LINE_BYTES / (h.fetch * 1e3))
+        .fold(f64::INFINITY, f64::min)
+}
 
 /// One hop's latency as a protocol step sees it, µs.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -87,6 +104,8 @@ pub struct StepSchedule {
     narrow_simple: bool,
     /// What one channel moves over PCIe at most, GB/s (calibration: C6).
     channel_gbps: f64,
+    /// What one channel's LL receiver polls out of host memory at most, GB/s: ring, chain.
+    polled_gbps: [f64; 2],
     /// Slowest flow of the ring (all channels running), GB/s.
     ring_gbps: f64,
     /// Latency of each ring hop ring[i] → ring[i+1].
@@ -188,6 +207,7 @@ impl StepSchedule {
             nvlink: model.nvlink,
             narrow_simple: model.bw_per_channel * model.channels as f64 <= PCI_BW,
             channel_gbps: net.calibration().nccl_channel_gbps,
+            polled_gbps: [polled_gbps(&ring_lats), polled_gbps(&chain_lats)],
             ring_gbps,
             ring_hops: ring_lats,
             chain_gbps,
@@ -266,12 +286,13 @@ impl StepSchedule {
 
     /// What `nc` of the channels move over the slowest hop together, GB/s: each channel at most
     /// its own PCIe rate, all of them at most what the hop gives all channels at once.
-    fn hop_gbps(&self, all_channels_gbps: f64, nc: f64) -> f64 {
+    /// LL's receivers through host memory move at most their polled rate.
+    fn hop_gbps(&self, all_channels_gbps: f64, nc: f64, polled: f64) -> f64 {
         let all = all_channels_gbps * self.channels as f64;
         if self.nvlink {
             all
         } else {
-            all.min(nc * self.channel_gbps)
+            all.min(nc * self.channel_gbps.min(polled))
         }
     }
 
@@ -284,10 +305,14 @@ impl StepSchedule {
         let p = proto_index(proto);
         let b = bytes as f64;
         let base = BASE_LAT[algo_index(algo)][p];
+        let polled = |i: usize| match proto {
+            NcclProto::LL => self.polled_gbps[i],
+            _ => f64::INFINITY,
+        };
         match algo {
             NcclAlgo::Ring => {
                 // Each step moves 1/N of the message over every hop.
-                let chunk = wire * b / n / (self.hop_gbps(self.ring_gbps, nc) * 1e3);
+                let chunk = wire * b / n / (self.hop_gbps(self.ring_gbps, nc, polled(0)) * 1e3);
                 base + self.ring_path_us(proto, chunk)
             }
             NcclAlgo::Tree => {
@@ -296,7 +321,7 @@ impl StepSchedule {
                 // first chunk crosses 2(N−1) hops before the pipeline is full; LL and LL128
                 // forward each flagged line as it lands, so their fill is the per-hop latency
                 // already counted in the path.
-                let stream = wire * b / (self.hop_gbps(self.chain_gbps, nc) * 1e3);
+                let stream = wire * b / (self.hop_gbps(self.chain_gbps, nc, polled(1)) * 1e3);
                 let data = if proto == NcclProto::Simple && b > 0.0 {
                     let per_channel = b / nc;
                     let first = TREE_CHUNK[p].min(per_channel) / per_channel;
@@ -328,6 +353,7 @@ mod tests {
             nvlink: false,
             narrow_simple: false,
             channel_gbps: 11.1,
+            polled_gbps: [f64::INFINITY; 2],
             ring_gbps: 20.0,
             ring_hops: (0..n).map(hop).collect(),
             chain_gbps: 20.0,

@@ -121,6 +121,33 @@ fn shm_hops_cost_a_host_round_trip() {
 }
 
 #[test]
+fn ll_through_host_memory_moves_one_line_per_thread_per_round_trip() {
+    // Two switches under one root complex: the two cross-switch hops go through host memory,
+    // where each of LL's 512 receiving threads has one 16-byte line in flight per load round
+    // trip, slower than a channel's rate between peers.
+    let t = presets::get("pcie-8x-2switch").unwrap();
+    let (_, shm) = build(&t, None, &ALL8);
+    let (_, p2p) = build(&t, Some(Level::Sys), &ALL8);
+    let round_trip = shm.ring_hops.iter().map(|h| h.fetch).fold(0.0, f64::max);
+    let polled = 512.0 * 16.0 / (round_trip * 1e3);
+    let channel = crate::fabric::sim::calibration::Calibration::fitted().nccl_channel_gbps;
+    assert!(polled < 0.8 * channel, "{polled} GB/s");
+    let (small, big) = (2u64 << 20, 4u64 << 20);
+    let slope = |s: &StepSchedule| {
+        s.time(NcclAlgo::Ring, NcclProto::LL, big) - s.time(NcclAlgo::Ring, NcclProto::LL, small)
+    };
+    let nc = shm.op_channels(NcclAlgo::Ring, NcclProto::LL, small);
+    // 14 steps, each 1/8 of the added bytes at twice their size on the wire (LL's flags).
+    let want = 14.0 * 2.0 * (big - small) as f64 / 8.0 / (nc * polled * 1e3);
+    assert!(
+        (slope(&shm) - want).abs() < 1e-6 * want,
+        "{} vs {want}",
+        slope(&shm)
+    );
+    assert!(slope(&p2p) < 0.8 * want, "between peers: {}", slope(&p2p));
+}
+
+#[test]
 fn ll_grows_with_size_at_line_rate_at_16_gpus() {
     // 16 GPUs under four switches: tree LL forwards line by line, so it grows with size
     // at a rate of the order of ring LL's (each GPU port sends the whole message to two
