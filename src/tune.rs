@@ -76,13 +76,17 @@ impl Default for Options {
 }
 
 /// A tune's default sampling: racing at the rule's effect size, so a cell stops once the
-/// rule could no longer choose it, contenders within it sampled together, and every cell
-/// revisited once after the sweep. The statistical rule itself is unchanged.
+/// rule could no longer choose it, contenders within it sampled together, every cell
+/// revisited once after the sweep with a few samples, and a close call sampled until its
+/// intervals are within a fifth of the effect (see [`crate::measure::Sampled::done`]). The
+/// statistical rule itself is unchanged.
 pub fn fast_harness() -> Harness {
     Harness {
         race_margin: Some(decide::MIN_EFFECT),
         contender_margin: Some(decide::MIN_EFFECT),
         revisit: true,
+        revisit_samples: 5,
+        settle_ci: Some(decide::MIN_EFFECT / 5.0),
         ..Harness::default()
     }
 }

@@ -80,20 +80,44 @@ impl Sampled {
         self.spent_us < h.time_cap_us && self.samples.len() < h.max_samples as usize
     }
 
-    /// Whether sampling can stop: the interval is within the target, or (racing) the cell is
-    /// clearly slower than `rival`, the fastest other cell at this size, or a cap is reached.
-    pub fn finished(&self, s: &Summary, h: &Harness, rival: Option<&Timing>) -> bool {
-        let enough = s.kept >= h.min_samples as usize;
-        // Racing still wants a median worth reporting (what forcing it would cost): within
-        // five times the target, so a run of early spikes cannot stand for the cell.
-        let lost = match (h.race_margin, rival) {
-            (Some(m), Some(r)) => {
-                s.ci_low > r.ci_high_us * (1.0 + m) && s.rel_half_width() <= 5.0 * h.target_ci
+    /// The one stopping rule: whether more samples could no longer change what this cell
+    /// tells the steering rule. Never below the minimum; always at a cap. In the sweep, once
+    /// the interval is within the target, or (racing) the cell is clearly slower than `rival`,
+    /// the fastest other cell at this size. In a close call, once the interval is within
+    /// [`Harness::settle_ci`]: the verdict could then only flip between two backends within
+    /// the rule's effect of each other.
+    pub fn done(&self, s: &Summary, h: &Harness, rival: Option<&Timing>, stage: Stage) -> bool {
+        if !self.room(h) {
+            return true;
+        }
+        if s.kept < h.min_samples as usize {
+            return false;
+        }
+        match stage {
+            Stage::Sweep => {
+                // Racing still wants a median worth reporting (what forcing it would cost):
+                // within five times the target, so a run of early spikes cannot stand for it.
+                let lost = match (h.race_margin, rival) {
+                    (Some(m), Some(r)) => {
+                        s.ci_low > r.ci_high_us * (1.0 + m)
+                            && s.rel_half_width() <= 5.0 * h.target_ci
+                    }
+                    _ => false,
+                };
+                s.rel_half_width() <= h.target_ci || lost
             }
-            _ => false,
-        };
-        (enough && (s.rel_half_width() <= h.target_ci || lost)) || !self.room(h)
+            Stage::CloseCall => h.settle_ci.is_some_and(|t| s.rel_half_width() <= t),
+        }
     }
+}
+
+/// What a cell's next samples are for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Stage {
+    /// Its visits in the sweep: a median within the target, unless it clearly lost.
+    Sweep,
+    /// A close call the steering rule's intervals leave open.
+    CloseCall,
 }
 
 /// The timing a summary stands for; a cell without one valid sample fails its backend.
@@ -115,7 +139,7 @@ pub fn timing(backend: Backend, s: &Summary) -> Result<Timing, FabricError> {
 }
 
 /// Times one cell on its own: warm-up, pick a batch size, then sample until it is
-/// [`Sampled::finished`].
+/// [`Sampled::done`].
 pub fn measure_cell(
     fabric: &mut dyn Fabric,
     backend: Backend,
@@ -131,7 +155,7 @@ pub fn measure_cell(
         check_interrupt(cancel)?;
         cell.add(fabric, backend, bytes, mode, cell.round_len(h))?;
         let s = cell.summary();
-        if cell.finished(&s, h, rival) {
+        if cell.done(&s, h, rival, Stage::Sweep) {
             return timing(backend, &s).map(|t| Timing {
                 model: fabric.model_band(backend, bytes).map(Into::into),
                 ..t

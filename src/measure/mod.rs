@@ -61,6 +61,13 @@ pub struct Harness {
     /// drifts (NCCL's host-side launch path on a busy host, in eager mode) gets an interval as
     /// wide as its drift, and a verdict that only held at one moment no longer holds.
     pub revisit: bool,
+    /// Samples each cell takes in its revisit: enough to see a drift, not a new measurement.
+    pub revisit_samples: u32,
+    /// A close call stops sampling a side once its interval is this narrow (half-width over
+    /// the median): past it, the verdict can only flip between two backends within the rule's
+    /// effect of each other, which costs at most twice this. `None` samples a close call
+    /// until the intervals settle it or a cap is hit.
+    pub settle_ci: Option<f64>,
 }
 
 impl Default for Harness {
@@ -79,6 +86,8 @@ impl Default for Harness {
             race_margin: None,
             contender_margin: None,
             revisit: false,
+            revisit_samples: 10,
+            settle_ci: None,
         }
     }
 }

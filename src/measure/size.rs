@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::cell::{timing, Sampled};
+use super::cell::{timing, Sampled, Stage};
 use super::{cell_seed, check_interrupt, disqualify, fastest, timed, Plan, Progress};
 use crate::allreduce::{Backend, Mode};
 use crate::fabric::{Fabric, FabricError, Verification};
@@ -76,10 +76,12 @@ impl<'a> At<'a> {
             }
         }
         while !active.is_empty() {
-            let sampled = self.round(active, res, progress, faults)?;
+            let sampled = self.round(active, None, res, progress, faults)?;
             let done: Vec<bool> = sampled
                 .iter()
-                .map(|(b, s, summary)| s.finished(summary, h, self.rival(res, *b).as_ref()))
+                .map(|(b, s, summary)| {
+                    s.done(summary, h, self.rival(res, *b).as_ref(), Stage::Sweep)
+                })
                 .collect();
             let sampling: Vec<&Summary> = sampled
                 .iter()
@@ -112,15 +114,20 @@ impl<'a> At<'a> {
     /// One round of `cells`: each takes its next samples one at a time, in turn with the
     /// others and in alternating order, so every cell's samples come from the same moments.
     /// Each cell's timing so far is stored; a backend that fails is disqualified and dropped.
+    /// Each takes `len` samples, else [`Sampled::round_len`].
     fn round(
         &mut self,
         mut cells: Vec<(Backend, Sampled)>,
+        len: Option<u32>,
         res: &mut GroupResults,
         progress: &mut dyn FnMut(Progress),
         faults: &mut Vec<String>,
     ) -> Result<Vec<(Backend, Sampled, Summary)>, FabricError> {
         let (h, mode, bytes) = (&self.plan.harness, self.mode, self.bytes);
-        let quota: Vec<u32> = cells.iter().map(|(_, s)| s.round_len(h)).collect();
+        let quota: Vec<u32> = cells
+            .iter()
+            .map(|(_, s)| len.unwrap_or_else(|| s.round_len(h)))
+            .collect();
         let mut failed = vec![false; cells.len()];
         // One clock reading for the whole round: a simulated sample costs less than two.
         let started = std::time::Instant::now();
@@ -211,7 +218,8 @@ impl<'a> At<'a> {
         fastest(cell, &res.disqualified, backend)
     }
 
-    /// One more round for every cell measured here that has room under the caps.
+    /// One more, short round ([`super::Harness::revisit_samples`]) for every cell measured
+    /// here that has room under the caps.
     pub fn revisit(
         &mut self,
         res: &mut GroupResults,
@@ -226,7 +234,8 @@ impl<'a> At<'a> {
             .map(|((b, _), s)| (*b, s.samples.len(), s.summary().median))
             .collect();
         let backends: Vec<Backend> = first.iter().map(|(b, _, _)| *b).collect();
-        self.again(&backends, res, raw, progress, faults)?;
+        let len = Some(h.revisit_samples);
+        self.again(&backends, len, res, raw, progress, faults)?;
         // How far each backend moved between its first visit and this one.
         for (backend, n, before) in first {
             let Some(s) = raw.get(&(backend, bytes)) else {
@@ -251,10 +260,11 @@ impl<'a> At<'a> {
         Ok(())
     }
 
-    /// Another round for `backends`, whose samples are in `raw`.
+    /// Another round for `backends`, whose samples are in `raw` (`len` as [`Self::round`]).
     fn again(
         &mut self,
         backends: &[Backend],
+        len: Option<u32>,
         res: &mut GroupResults,
         raw: &mut Raw,
         progress: &mut dyn FnMut(Progress),
@@ -265,7 +275,7 @@ impl<'a> At<'a> {
             .iter()
             .filter_map(|b| raw.remove(&(*b, bytes)).map(|s| (*b, s)))
             .collect();
-        for (backend, s, summary) in self.round(cells, res, progress, faults)? {
+        for (backend, s, summary) in self.round(cells, len, res, progress, faults)? {
             if let Err(e) = timing(backend, &summary) {
                 disqualify(res, faults, progress, backend, e.to_string());
             } else {
@@ -276,7 +286,7 @@ impl<'a> At<'a> {
     }
 
     /// While the choice hangs on a close call, each side gets another round of samples, in
-    /// turn, until it is settled or the caps are reached.
+    /// turn, until it is settled or each side is [`Sampled::done`] as a close call.
     pub fn settle(
         &mut self,
         close_calls: CloseCalls,
@@ -297,12 +307,15 @@ impl<'a> At<'a> {
                 .collect();
             let open: Vec<Backend> = close_calls(&eligible)
                 .into_iter()
-                .filter(|b| raw.get(&(*b, bytes)).is_some_and(|s| s.room(h)))
+                .filter(|b| {
+                    raw.get(&(*b, bytes))
+                        .is_some_and(|s| !s.done(&s.summary(), h, None, Stage::CloseCall))
+                })
                 .collect();
             if open.is_empty() {
                 return Ok(());
             }
-            self.again(&open, res, raw, progress, faults)?;
+            self.again(&open, None, res, raw, progress, faults)?;
         }
     }
 }

@@ -359,3 +359,66 @@ fn pins_whose_channels_cannot_be_timed_record_why() {
     assert_eq!(groups[0].channels_unmeasured, None);
     assert!(!groups[0].pin_channels.is_empty());
 }
+
+/// NCCL at 10 us and the kernel exactly the rule's 5% faster, so their comparison stays open
+/// however long they are sampled; each with a uniform spread of `spread`, sampled as a tune
+/// samples (racing, contenders together, a short revisit, close calls settled).
+fn edge_call(spread_of: fn(Backend) -> f64, settle_ci: Option<f64>) -> BTreeMap<Backend, Timing> {
+    let base = |b| {
+        if b == Backend::Nccl {
+            10.0
+        } else {
+            10.0 / 1.05
+        }
+    };
+    let h = Harness {
+        race_margin: Some(decide::MIN_EFFECT),
+        contender_margin: Some(decide::MIN_EFFECT),
+        revisit: true,
+        revisit_samples: 5,
+        settle_ci,
+        ..Harness::default()
+    };
+    cell(
+        &mut machine(Some(spread(base, spread_of))),
+        &plan(&PAIR, Mode::Graph, h),
+    )
+}
+
+#[test]
+fn a_close_call_stops_once_its_intervals_are_within_the_settle_target_and_a_noisy_one_does_not() {
+    let max = Harness::default().max_samples;
+    let tight = |_| 0.01;
+    // Without the settle target, the open comparison is sampled to the cap.
+    let full = edge_call(tight, None);
+    assert!(full.values().all(|t| t.samples >= max), "{full:?}");
+    // With it, both stop once within 1%: a few rounds, far below the cap.
+    let stopped = edge_call(tight, Some(0.01));
+    assert!(stopped.values().all(|t| t.samples <= 40), "{stopped:?}");
+    assert!(stopped
+        .values()
+        .all(|t| t.ci_high_us - t.ci_low_us <= 0.02 * t.median_us));
+    assert_eq!(
+        stopped,
+        edge_call(tight, Some(0.01)),
+        "the same seed, the same samples"
+    );
+    // Samples spread ±8% meet the sweep's 2% but never 1% within the cap: sampled to it.
+    let noisy = edge_call(|_| 0.16, Some(0.01));
+    assert!(noisy.values().all(|t| t.samples >= max), "{noisy:?}");
+}
+
+#[test]
+fn a_clearly_slower_cell_stops_at_its_minimum_and_its_revisit_is_short() {
+    let slow = |b| if b == Backend::Nccl { 10.0 } else { 20.0 };
+    let wide = |b| if b == Backend::Nccl { 0.01 } else { 0.15 };
+    let h = Harness {
+        race_margin: Some(decide::MIN_EFFECT),
+        revisit: true,
+        revisit_samples: 5,
+        ..Harness::default()
+    };
+    let mut f = machine(Some(spread(slow, wide)));
+    let t = cell(&mut f, &plan(&PAIR, Mode::Graph, h))[&Backend::OneStagePull];
+    assert_eq!(t.samples, h.min_samples + h.revisit_samples, "{t:?}");
+}

@@ -2,7 +2,7 @@
 # Issue 46 on the H200 after branch h46 (loopback: virtual ranks on one GPU; nothing here is
 # multi-GPU evidence). From the repository root, with .carry/h46/ holding artune (stripped
 # release binary of the commit in commit.txt):  bash .carry/h46/run.sh
-# About 4 minutes; the first command on a fresh machine (env.txt's uptime says so).
+# About 5 minutes; the first command on a fresh machine (env.txt's uptime says so).
 # Results: $OUT/speed.tgz, re-packed after each step. Compare with ../2026-12-04-speed/.
 # Look for:
 # - first.txt / warm.txt "real" (goal <= 15 s cold) and, with -v, the gaps between
@@ -33,4 +33,9 @@ step samples 20 nvidia-smi stats -d gpuUtil -c 1
 step compare 30 $A compare $W/first.json $W/warm.json
 # The same choices as before this branch (the 2026-12-04 warm tune against this one).
 step compare-old 30 $A compare $R/profiles/hardware/h200/2026-12-04-speed/warm.json $W/warm.json
+# The stopping rule (close calls settled at 1%, short revisits): the same choices as the
+# reference? (2026-12-04: TP8 eager regret 0.46% summed; goal <= 1%). Samples per timing are in
+# first.json and warm.json ("samples" + "outliers"); 2026-12-04's first.json took 30250.
+step exhaustive 120 $A tune --loopback 8 --tp 8 --exhaustive --out $W/exhaustive.json
+step compare-ex 30 $A compare $W/first.json $W/exhaustive.json
 date -u >> $W/env.txt; pack
