@@ -703,3 +703,22 @@ fn custom_buffers_beyond_the_gpu_memory_are_refused_up_front() {
     let o = tune(&[&["--sizes", "1K:64K"][..], &occupancy].concat());
     assert_eq!(o.status.code(), Some(0), "{}", common::text(&o.stderr));
 }
+
+/// The simulated machine does not drift unless a fault says so: no backend's revisit may be
+/// recorded as a move (the profile's `drift`, which widens `check --measure`'s tolerance and
+/// prints "moved while tuned"), however short the revisit.
+#[test]
+fn a_machine_that_does_not_drift_records_no_drift() {
+    for preset in ["pcie-8x-2switch", "pcie-4x-1switch"] {
+        let (p, _) = tuned(preset, &[]);
+        for g in &p.groups {
+            assert!(
+                g.drift.values().all(|d| *d <= 0.05),
+                "{preset} TP{} {:?}: {:?}",
+                g.tp,
+                g.mode,
+                g.drift
+            );
+        }
+    }
+}

@@ -228,10 +228,10 @@ impl<'a> At<'a> {
         faults: &mut Vec<String>,
     ) -> Result<(), FabricError> {
         let (h, bytes) = (&self.plan.harness, self.bytes);
-        let first: Vec<(Backend, usize, f64)> = raw
+        let first: Vec<(Backend, usize, Summary)> = raw
             .iter()
             .filter(|((b, n), s)| *n == bytes && !res.disqualified.contains_key(b) && s.room(h))
-            .map(|((b, _), s)| (*b, s.samples.len(), s.summary().median))
+            .map(|((b, _), s)| (*b, s.samples.len(), s.summary()))
             .collect();
         let backends: Vec<Backend> = first.iter().map(|(b, _, _)| *b).collect();
         let len = Some(h.revisit_samples);
@@ -241,13 +241,20 @@ impl<'a> At<'a> {
             let Some(s) = raw.get(&(backend, bytes)) else {
                 continue;
             };
-            let after = crate::stats::summarize(&s.samples[n.min(s.samples.len())..]).median;
+            let after = crate::stats::summarize(&s.samples[n.min(s.samples.len())..]);
+            // A move counts only where the two visits' intervals are apart: a short revisit's
+            // median alone moves with the noise, and a drift recorded widens `check`'s
+            // tolerance for nothing.
+            let apart = after.ci_low > before.ci_high || after.ci_high < before.ci_low;
             if n >= MIN_DRIFT_SAMPLES
                 && s.samples.len() - n >= MIN_DRIFT_SAMPLES
-                && before > 0.0
-                && after > 0.0
+                && before.median > 0.0
+                && after.median > 0.0
             {
-                let moved = (after / before).ln().abs();
+                let moved = match apart {
+                    true => (after.median / before.median).ln().abs(),
+                    false => 0.0,
+                };
                 let worst = res
                     .drift
                     .entry(self.mode)
