@@ -447,34 +447,30 @@ fn an_out_that_names_a_file_is_refused_before_the_work() {
 
 /// Healthy nodes of one class, tuned with different noise, put a crossover one size apart
 /// now and then: that is a band edge, counted, not a node whose choices differ (12 of 30
-/// nodes were listed for it). TP4 in graph mode under one switch, where one of twelve seeds
-/// does.
+/// nodes were listed for it). Which seeds do it moves with the model, so two classes are
+/// tuned: neither may list a difference, and at least one must show the band edge.
 #[test]
 fn a_crossover_one_size_off_is_a_band_edge_not_a_difference() {
     let dir = tempfile::tempdir().unwrap();
-    let nodes = dir.path().join("nodes");
-    std::fs::create_dir_all(&nodes).unwrap();
-    for seed in 1..=12 {
-        let args = [
-            "--sim",
-            "pcie-4x-1switch",
-            "--tp",
-            "4",
-            "--mode",
-            "graph",
-            "--seed",
-            &seed.to_string(),
-        ];
-        tuned(&nodes, &format!("n{seed}.json"), &args);
+    let mut edges = 0;
+    for (preset, tp, mode) in [
+        ("pcie-8x-2switch", "2", "graph"),
+        ("pcie-4x-1switch", "4", "eager"),
+    ] {
+        let nodes = dir.path().join(format!("{preset}-{mode}"));
+        std::fs::create_dir_all(&nodes).unwrap();
+        for seed in 1..=12 {
+            let seed = seed.to_string();
+            let args = ["--sim", preset, "--tp", tp, "--mode", mode, "--seed", &seed];
+            tuned(&nodes, &format!("n{seed}.json"), &args);
+        }
+        let o = artune(&["fleet", nodes.to_str().unwrap()]);
+        let out = common::text(&o.stdout);
+        assert_eq!(o.status.code(), Some(0), "{out}{}", common::text(&o.stderr));
+        assert!(!out.contains("choices differ"), "{out}");
+        edges += usize::from(out.contains("put a crossover one size from the class's"));
     }
-    let o = artune(&["fleet", nodes.to_str().unwrap()]);
-    let out = common::text(&o.stdout);
-    assert_eq!(o.status.code(), Some(0), "{out}{}", common::text(&o.stderr));
-    assert!(!out.contains("choices differ"), "{out}");
-    assert!(
-        out.contains("put a crossover one size from the class's"),
-        "{out}"
-    );
+    assert!(edges > 0, "no class showed a crossover one size off");
 }
 
 /// A size only an outlier measured (its own refinement between the class's sizes) has no

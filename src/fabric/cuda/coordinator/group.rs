@@ -200,7 +200,26 @@ impl CudaFabric {
                 plan.ready.push((b, 0));
             }
         }
-        let wanted = !ranked.is_empty() || nccl_ready(&plan);
+        self.start_ranked(group, &mut plan, &mut ranked, &mut waived);
+        self.prepared = Some(plan);
+        let mut out = readiness(backends, &waived, &memory, group.ranks(), group.max_bytes);
+        if self.ranked.is_some() {
+            ranked_memory(&mut out, &ranked, group);
+        }
+        Ok(out)
+    }
+
+    /// In loopback, NCCL's own choice timed by K rank processes over the whole grid (its
+    /// channels are the profile's), then the pins in `ranked` ready beside it; where the
+    /// ranks fail, the pins are waived and the fabric line says so.
+    fn start_ranked(
+        &mut self,
+        group: &Group,
+        plan: &mut PreparedGroup,
+        ranked: &mut Vec<Backend>,
+        waived: &mut BTreeMap<Backend, String>,
+    ) {
+        let wanted = !ranked.is_empty() || nccl_ready(plan);
         if let (Some(k), Some(Ok(())), true) = (self.loopback, &self.loopback_nccl, wanted) {
             // NCCL's own choice first, over the whole grid: its channels are the profile's.
             let grid = crate::plan::size_grid(256, group.max_bytes);
@@ -223,30 +242,6 @@ impl CudaFabric {
                 }
             }
         }
-        self.prepared = Some(plan);
-        let mut out = readiness(backends, &waived, &memory, group.ranks(), group.max_bytes);
-        // The ranks' NCCL memory is not measured: the model's, said so.
-        for r in out.iter_mut() {
-            if let Readiness::Waived { backend, .. } = *r {
-                if ranked.contains(&backend) && self.ranked.is_some() {
-                    let bytes = memory::modelled(
-                        backend,
-                        group.ranks(),
-                        group.max_bytes,
-                        MODEL_NCCL_CHANNELS,
-                    );
-                    *r = Readiness::Ready {
-                        backend,
-                        memory: crate::fabric::MemoryCost {
-                            bytes_per_gpu: bytes,
-                            measured: false,
-                            modelled_bytes_per_gpu: bytes,
-                        },
-                    };
-                }
-            }
-        }
-        Ok(out)
     }
 
     /// A trouble while setting `group` up, as an error: lost workers are replaced at once,
@@ -391,6 +386,27 @@ fn executor_waiver_with(b: Backend, n: usize, copies: bool) -> Option<String> {
         Executor::CopyEngine(_) => (n > MAX_RANKS).then(|| {
             format!("copy-engine backends support at most {MAX_RANKS} ranks; this group has {n}")
         }),
+    }
+}
+
+/// The loopback ranks' NCCL memory is not measured: each ranked pin is ready with the
+/// model's figure, said so.
+fn ranked_memory(out: &mut [Readiness], ranked: &[Backend], group: &Group) {
+    for r in out.iter_mut() {
+        if let Readiness::Waived { backend, .. } = *r {
+            if ranked.contains(&backend) {
+                let bytes =
+                    memory::modelled(backend, group.ranks(), group.max_bytes, MODEL_NCCL_CHANNELS);
+                *r = Readiness::Ready {
+                    backend,
+                    memory: crate::fabric::MemoryCost {
+                        bytes_per_gpu: bytes,
+                        measured: false,
+                        modelled_bytes_per_gpu: bytes,
+                    },
+                };
+            }
+        }
     }
 }
 
