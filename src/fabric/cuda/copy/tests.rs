@@ -8,7 +8,7 @@ use std::ops::Range;
 
 use super::steps::{self, inbox, Addrs, Enqueue, Step, StepError, ARRIVED, BARRIERS, ONE};
 use super::*;
-use crate::allreduce::Executor;
+use crate::fabric::cuda::copy_plan::tests::{copy_engine_backends, GROUPS};
 
 const SRC: u64 = 1;
 const DST: u64 = 2;
@@ -198,16 +198,6 @@ fn replay(
     }
 }
 
-fn copy_engine_backends() -> Vec<Backend> {
-    Backend::ALL
-        .into_iter()
-        .filter(|b| match b.executor() {
-            Executor::CopyEngine(_) => true,
-            Executor::Nccl | Executor::SmKernel => false,
-        })
-        .collect()
-}
-
 fn call(backend: Backend, ranks: Ranks, elems: u64) -> Call {
     Call {
         backend,
@@ -228,15 +218,6 @@ fn layouts(n: usize) -> Vec<Vec<Range<usize>>> {
         (0..n).step_by(2).map(|r| r..r + 2).collect(),
     ]
 }
-
-const GROUPS: [Ranks; 6] = [
-    Ranks { n: 2, island: 2 },
-    Ranks { n: 4, island: 4 },
-    Ranks { n: 8, island: 8 },
-    Ranks { n: 4, island: 2 },
-    Ranks { n: 8, island: 4 },
-    Ranks { n: 8, island: 2 },
-];
 
 #[test]
 fn replayed_calls_end_with_their_sums_in_any_interleaving_and_leave_flags_clear() {

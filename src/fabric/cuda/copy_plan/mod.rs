@@ -245,4 +245,4 @@ pub fn run(
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

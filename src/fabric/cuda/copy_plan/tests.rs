@@ -32,7 +32,8 @@ fn verify(backend: Backend, ranks: Ranks, plan: &[Vec<Op>], elems: u64) -> Resul
     Ok(())
 }
 
-fn copy_engine_backends() -> Vec<Backend> {
+/// The table's copy-engine rows (the executor's tests take them too).
+pub(in crate::fabric::cuda) fn copy_engine_backends() -> Vec<Backend> {
     Backend::ALL
         .into_iter()
         .filter(|b| match b.executor() {
@@ -43,7 +44,7 @@ fn copy_engine_backends() -> Vec<Backend> {
 }
 
 /// Groups of 2, 4 and 8 ranks, flat and in islands.
-const GROUPS: [Ranks; 6] = [
+pub(in crate::fabric::cuda) const GROUPS: [Ranks; 6] = [
     Ranks { n: 2, island: 2 },
     Ranks { n: 4, island: 4 },
     Ranks { n: 8, island: 8 },
