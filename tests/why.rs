@@ -461,19 +461,29 @@ fn why_says_the_form_the_choice_was_timed_in_where_the_profile_records_it() {
     assert_eq!(json(&out)["form"], "registered", "{out}");
 }
 
-#[test]
-fn why_names_the_channel_count_the_plugin_sets_with_a_pin() {
-    use artune::allreduce::{Backend, Mode};
-    let d = tempfile::tempdir().unwrap();
-    let mut p = sample::profile();
+/// The sample's TP2 graph group and its first bucket from 1000 bytes, where NCCL's answer is a
+/// pinned variant.
+fn tp2_graph_pin(
+    p: &mut artune::profile::Profile,
+) -> (&mut artune::profile::GroupProfile, artune::profile::Bucket) {
     let g = p
         .groups
         .iter()
-        .position(|g| g.tp == 2 && g.mode == Mode::Graph);
+        .position(|g| g.tp == 2 && g.mode == artune::allreduce::Mode::Graph);
     let g = &mut p.groups[g.unwrap()];
     let pinned = g.buckets.iter().find(|b| b.bytes >= 1000).unwrap().clone();
     let pin = pinned.nccl_choice.unwrap();
     assert!(pin.nccl_pin().is_some(), "{pin}");
+    (g, pinned)
+}
+
+#[test]
+fn why_names_the_channel_count_the_plugin_sets_with_a_pin() {
+    use artune::allreduce::Backend;
+    let d = tempfile::tempdir().unwrap();
+    let mut p = sample::profile();
+    let (g, pinned) = tp2_graph_pin(&mut p);
+    let pin = pinned.nccl_choice.unwrap();
     g.nccl_channels = Some(8);
     g.pin_channels.insert(pinned.bytes, 2);
     let own = g
@@ -507,17 +517,10 @@ fn why_names_the_channel_count_the_plugin_sets_with_a_pin() {
 
 #[test]
 fn why_says_when_a_pins_channel_count_was_not_measured() {
-    use artune::allreduce::Mode;
     let d = tempfile::tempdir().unwrap();
     let mut p = sample::profile();
-    let g = p
-        .groups
-        .iter()
-        .position(|g| g.tp == 2 && g.mode == Mode::Graph);
-    let g = &mut p.groups[g.unwrap()];
-    let pinned = g.buckets.iter().find(|b| b.bytes >= 1000).unwrap().clone();
+    let (g, pinned) = tp2_graph_pin(&mut p);
     let pin = pinned.nccl_choice.unwrap();
-    assert!(pin.nccl_pin().is_some(), "{pin}");
     g.nccl_channels = None;
     g.pin_channels.clear();
     g.channels_unmeasured = Some("NCCL 2.29.7 cannot put 2 ranks on 1 GPU".into());
