@@ -681,6 +681,33 @@ fn faulty_tune(faults: &str, out: &std::path::Path) -> std::process::Output {
     faulty_tune_at(faults, "4K:16K", out)
 }
 
+/// A loopback tune with `faults` that must end 0, leave `backend` out and keep two_stage_push,
+/// with no worker left running: the group and the reason the profile gives for `backend`.
+fn tune_leaving_out(
+    faults: &str,
+    out: &std::path::Path,
+    backend: Backend,
+) -> (artune::profile::GroupProfile, String) {
+    let o = faulty_tune(faults, out);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{faults}: {err}");
+    let p: artune::profile::Profile =
+        serde_json::from_str(&std::fs::read_to_string(out).unwrap()).unwrap();
+    let g = p.groups.into_iter().next().unwrap();
+    let why = g
+        .waived
+        .get(&backend)
+        .unwrap_or_else(|| panic!("{faults}: {backend} kept: {err}"))
+        .clone();
+    assert!(g
+        .buckets
+        .iter()
+        .any(|b| b.results.contains_key(&Backend::TwoStagePush)));
+    let left = live_workers();
+    assert!(left.is_empty(), "{faults}: workers left running: {left:?}");
+    (g, why)
+}
+
 fn faulty_tune_at(faults: &str, sizes: &str, out: &std::path::Path) -> std::process::Output {
     artune()
         .args([
@@ -712,23 +739,8 @@ fn gpu_a_copy_peer_that_never_arrives_fails_only_its_backend_or_skip() {
     drop(f);
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("p.json");
-    let o = faulty_tune("absent=two_stage_copy:1", &out);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(0), "{err}");
-    let p: artune::profile::Profile =
-        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-    let g = &p.groups[0];
-    let why = g
-        .waived
-        .get(&Backend::TwoStageCopy)
-        .unwrap_or_else(|| panic!("two_stage_copy kept: {err}"));
+    let (_, why) = tune_leaving_out("absent=two_stage_copy:1", &out, Backend::TwoStageCopy);
     assert!(!why.contains("fresh ones"), "{why}");
-    assert!(g
-        .buckets
-        .iter()
-        .any(|b| b.results.contains_key(&Backend::TwoStagePush)));
-    let left = live_workers();
-    assert!(left.is_empty(), "workers left running: {left:?}");
     println!("absent=two_stage_copy:1: tune exit 0; two_stage_copy left out: {why}");
 }
 
@@ -748,27 +760,12 @@ fn gpu_hung_kernel_and_stuck_worker_fail_only_their_backend_or_skip() {
     ] {
         let out = dir.path().join("p.json");
         let t = std::time::Instant::now();
-        let o = faulty_tune(faults, &out);
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(0), "{faults}: {err}");
-        let p: artune::profile::Profile =
-            serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-        let g = &p.groups[0];
-        let why = g
-            .waived
-            .get(&backend)
-            .unwrap_or_else(|| panic!("{faults}: {backend} kept: {err}"));
+        let (g, why) = tune_leaving_out(faults, &out, backend);
         assert!(why.contains("fresh ones"), "{faults}: {why}");
         assert!(
             g.buckets.iter().all(|b| !b.results.contains_key(&backend)),
             "{faults}: {backend} still has timings"
         );
-        assert!(g
-            .buckets
-            .iter()
-            .any(|b| b.results.contains_key(&Backend::TwoStagePush)));
-        let left = live_workers();
-        assert!(left.is_empty(), "{faults}: workers left running: {left:?}");
         println!(
             "{faults}: tune exit 0 in {:.1} s; {backend} failed: {why}",
             t.elapsed().as_secs_f64()
