@@ -13,7 +13,7 @@
 # 4K and 16M beside the SM kernels; tune.txt/profile.json measuring both copy rows (not waived).
 # Only then does copy::runs() become true by default (a separate commit).
 set -u
-R=$PWD; C=$R/.carry/ce; A=$C/artune; G=$C/gpu
+R=$PWD; C=${C:-$R/.carry/ce}; A=$C/artune; G=$C/gpu
 W=/tmp/ce; rm -rf $W; mkdir -p $W
 export ARTUNE_CACHE_DIR=/tmp/ce-kcache ARTUNE_BIN=$A NCCL_NVLS_ENABLE=0
 pack() { (cd $W && tar czf $OUT/ce.tgz .); }

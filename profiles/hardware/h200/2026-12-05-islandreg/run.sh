@@ -13,7 +13,7 @@
 # (form registered) beside eager (form staged); profile.json groups' "forms" for island
 # kernels; why-*.txt "form:".
 set -u
-R=$PWD; C=$R/.carry/h42b; A=$C/artune; G=$C/gpu
+R=$PWD; C=${C:-$R/.carry/h42b}; A=$C/artune; G=$C/gpu
 W=/tmp/islandreg; rm -rf $W; mkdir -p $W
 export ARTUNE_CACHE_DIR=/tmp/islandreg-kcache ARTUNE_BIN=$A
 export NCCL_NVLS_ENABLE=0

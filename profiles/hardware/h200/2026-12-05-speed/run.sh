@@ -16,7 +16,7 @@
 # - "artune started N s after its process" then the prefetch line: what the 1.3 s before the
 #   prefetch on 2026-12-04 was (the prefetch now finds its libraries in its own thread).
 set -u
-R=$PWD; C=$R/.carry/h46; A=$C/artune
+R=$PWD; C=${C:-$R/.carry/h46}; A=$C/artune
 W=/tmp/speed; rm -rf $W; mkdir -p $W; export ARTUNE_CACHE_DIR=/tmp/speed-cache
 pack() { (cd $W && tar czf $OUT/speed.tgz .); }
 step() { n=$1; t=$2; shift 2
