@@ -33,9 +33,7 @@ fn runs(b: Backend) -> bool {
     }
 }
 
-/// The copy-engine rows: the CUDA fabric runs them only with `ARTUNE_COPY_ENGINE=1`, which
-/// [`open_or_skip`] sets for this process and the workers it starts, until a GPU run has
-/// verified the executor.
+/// The copy-engine rows (run by default: `ARTUNE_COPY_ENGINE=0` switches them off).
 fn copy_rows() -> Vec<Backend> {
     Backend::ALL
         .into_iter()
@@ -105,8 +103,6 @@ fn open_or_skip(test: &str, k: usize) -> Option<(MutexGuard<'static, ()>, CudaFa
         ));
         return None;
     }
-    static SWITCH: std::sync::Once = std::sync::Once::new();
-    SWITCH.call_once(|| std::env::set_var(artune::fabric::cuda::copy::SWITCH, "1"));
     match CudaFabric::open_with(Some(k), bin()) {
         Ok(f) => Some((guard, f)),
         Err(e) => panic!("{test}: a GPU is present but opening the CUDA fabric failed: {e}"),
@@ -732,7 +728,6 @@ fn gpu_a_copy_peer_that_never_arrives_fails_only_its_backend_or_skip() {
     // Rank 1 of two_stage_copy never arrives: rank 0's stream waits on its flags until the
     // deadline, the worker writes its inboxes from the host, the stream drains, and the
     // backend is left out without the GPU being marked stuck (no worker replaced).
-    // ARTUNE_COPY_ENGINE=1 reaches the binary from open_or_skip.
     let Some((_gpu, f)) = open_or_skip("gpu_a_copy_peer_that_never_arrives", 2) else {
         return;
     };

@@ -480,11 +480,11 @@ fn bad_input_is_one_line_and_exit_2() {
                 "--out",
                 o,
             ])
-            .env_remove("ARTUNE_COPY_ENGINE")
+            .env("ARTUNE_COPY_ENGINE", "0")
             .output()
             .unwrap(),
-        "--backend two_stage_copy does not run here: the CUDA fabric's copy-engine executor \
-         is built but not yet verified on a GPU, so it is waived; set ARTUNE_COPY_ENGINE=1",
+        "--backend two_stage_copy does not run here: copy-engine backends are switched off by \
+         ARTUNE_COPY_ENGINE=0; unset it to run them",
     );
     assert_bad_input(
         &artune(&["bench", "kernels", "--sizes", "1K:2K", "--out", o]),

@@ -143,10 +143,10 @@ fn chosen(ids: &[String]) -> Result<Vec<Backend>, Error> {
         match Backend::from_id(id).filter(|b| all.contains(b)) {
             Some(b) if !out.contains(&b) => out.push(b),
             Some(_) => {}
-            None if Backend::from_id(id).is_some_and(waits_for_a_gpu_run) => {
+            None if Backend::from_id(id).is_some_and(switched_off) => {
                 return Err(Error::bad_input(format!(
                     "--backend {id} does not run here: {}",
-                    cuda::copy::UNBUILT
+                    cuda::copy::SWITCHED_OFF
                 )));
             }
             None => {
@@ -161,8 +161,8 @@ fn chosen(ids: &[String]) -> Result<Vec<Backend>, Error> {
     Ok(out)
 }
 
-/// Whether `b` is left out only until a GPU run has verified its executor.
-fn waits_for_a_gpu_run(b: Backend) -> bool {
+/// Whether `b` is left out only because its executor is switched off.
+fn switched_off(b: Backend) -> bool {
     match b.executor() {
         Executor::CopyEngine(_) => !cuda::copy::runs(),
         Executor::Nccl | Executor::SmKernel => false,

@@ -46,7 +46,7 @@ impl KernelSetting {
     }
 
     /// Whether artune's kernels take a size the profile gives `b`: the engine's op runs SM
-    /// kernels, and copy-engine backends where they are switched on
+    /// kernels, and copy-engine backends unless they are switched off
     /// ([`crate::allreduce::copy_engines_on`]); elsewhere the engine runs the bucket's
     /// fallback at their sizes.
     pub fn takes(self, b: Backend) -> bool {

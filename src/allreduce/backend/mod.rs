@@ -53,15 +53,15 @@ pub enum Executor {
     CopyEngine(CopySum),
 }
 
-/// The environment variable that lets the CUDA fabric and the engines' op run
-/// [`Executor::CopyEngine`] backends.
+/// The environment variable that, set to 0, keeps the CUDA fabric and the engines' op from
+/// running [`Executor::CopyEngine`] backends.
 pub const COPY_ENGINE_SWITCH: &str = "ARTUNE_COPY_ENGINE";
 
-/// Whether copy-engine backends run on GPUs (tune, bench, the engines' op): only where
-/// [`COPY_ENGINE_SWITCH`] is 1, until a GPU run has verified their executor. Elsewhere the
-/// tune waives them and engines run each bucket's fallback at their sizes.
+/// Whether copy-engine backends run on GPUs (tune, bench, the engines' op): unless
+/// [`COPY_ENGINE_SWITCH`] is 0. Where they do not, the tune waives them saying so and engines
+/// run each bucket's fallback at their sizes.
 pub fn copy_engines_on() -> bool {
-    std::env::var(COPY_ENGINE_SWITCH).is_ok_and(|v| v == "1")
+    std::env::var(COPY_ENGINE_SWITCH).map_or(true, |v| v != "0")
 }
 
 /// The SM kernel a copy-engine backend sums with: `<name>_<dtype>` in kernels/`<source>`,

@@ -382,7 +382,7 @@ fn executor_waiver_with(b: Backend, n: usize, copies: bool) -> Option<String> {
         Executor::SmKernel => (n > MAX_RANKS).then(|| {
             format!("custom kernels support at most {MAX_RANKS} ranks; this group has {n}")
         }),
-        Executor::CopyEngine(_) if !copies => Some(copy::UNBUILT.into()),
+        Executor::CopyEngine(_) if !copies => Some(copy::SWITCHED_OFF.into()),
         Executor::CopyEngine(_) => (n > MAX_RANKS).then(|| {
             format!("copy-engine backends support at most {MAX_RANKS} ranks; this group has {n}")
         }),
@@ -429,11 +429,11 @@ mod tests {
     }
 
     #[test]
-    fn copy_rows_are_waived_until_switched_on_then_only_past_the_rank_limit() {
+    fn copy_rows_are_waived_when_switched_off_else_only_past_the_rank_limit() {
         let b = Backend::TwoStageCopy;
         assert_eq!(
             executor_waiver_with(b, 4, false).as_deref(),
-            Some(copy::UNBUILT)
+            Some(copy::SWITCHED_OFF)
         );
         assert_eq!(executor_waiver_with(b, 4, true), None);
         let why = executor_waiver_with(b, MAX_RANKS + 1, true).unwrap();

@@ -26,8 +26,8 @@ pub fn runs() -> bool {
 }
 
 /// Why it does not, for the waiver a tune records.
-pub const UNBUILT: &str = "the CUDA fabric's copy-engine executor is built but not yet verified \
-                           on a GPU, so it is waived; set ARTUNE_COPY_ENGINE=1 to run it";
+pub const SWITCHED_OFF: &str = "copy-engine backends are switched off by ARTUNE_COPY_ENGINE=0; \
+                                unset it to run them";
 
 /// One call of a copy-engine backend for the ranks `local` of a group of `ranks`, `elems`
 /// elements each.

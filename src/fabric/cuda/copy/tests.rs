@@ -414,10 +414,9 @@ fn a_rank_whose_buffers_are_not_mapped_is_refused_before_anything_is_queued() {
 }
 
 #[test]
-fn the_executor_is_off_unless_switched_on() {
-    // The test process never sets the switch: the CUDA fabric waives copy rows here.
-    assert_eq!(runs(), std::env::var(SWITCH).as_deref() == Ok("1"));
-    assert!(UNBUILT.contains(SWITCH));
+fn the_executor_is_on_unless_switched_off() {
+    assert_eq!(runs(), std::env::var(SWITCH).as_deref() != Ok("0"));
+    assert!(SWITCHED_OFF.contains(SWITCH));
 }
 
 #[test]
