@@ -489,7 +489,11 @@ mod tests {
             wrong: None,
         };
         let o = Options {
-            mem_budget: Some((2 << 20) + (64 << 10) + 8192),
+            mem_budget: Some(
+                crate::allreduce::memory::GRAPH_TABLE_BYTES
+                    + crate::allreduce::memory::SIGNAL_BYTES
+                    + 8192,
+            ),
             ..opts()
         };
         let p = run(&mut f, &o, &mut |_| {}).unwrap();

@@ -13,7 +13,7 @@ pub const SIGNAL_BYTES: u64 = 64 << 10;
 /// peers' tensors, filled by `register_graph_buffers()`): the CUDA fabric's registry sizes its
 /// slots to fill exactly this, so the model counts what registration holds (vLLM reserves
 /// 8 MiB for the same purpose). Opening the peers' allocations adds address space, not memory.
-pub const GRAPH_TABLE_BYTES: u64 = 2 << 20;
+pub const GRAPH_TABLE_BYTES: u64 = 3 << 20;
 /// One NCCL connection's buffers per channel with default NCCL_BUFFSIZE: LL 512 KiB +
 /// LL128 4.69 MiB + Simple 4 MiB (calibration C4).
 pub const NCCL_CONN_BYTES: u64 = 9_646_899;

@@ -371,15 +371,20 @@ mod tests {
 
     #[test]
     fn engines_get_artunes_kernels_where_they_lack_one_or_everywhere_when_asked() {
-        // The default takes the backends no engine has a path of: the island schedules.
-        assert_eq!(
-            KernelSetting::Islands.backends(),
-            vec![Backend::IslandTwoShot, Backend::IslandOneShot]
-        );
-        // Everything the op runs: the SM kernels, not the copy-engine backends.
+        // The default takes the backends no engine has a path of: the island schedules and,
+        // unless switched off, the copy-engine backends.
+        let copies = [Backend::TwoStageCopy, Backend::IslandTwoShotCopy];
+        let on = crate::allreduce::copy_engines_on();
+        let islands = [Backend::IslandTwoShot, Backend::IslandOneShot];
+        let unpathed: Vec<Backend> = islands
+            .into_iter()
+            .chain(copies.into_iter().filter(|_| on))
+            .collect();
+        assert_eq!(KernelSetting::Islands.backends(), unpathed);
+        // Everything the op runs: the SM kernels, and the copy-engine backends unless off.
         let customs: Vec<Backend> = Backend::ALL
             .into_iter()
-            .filter(|b| b.is_custom() && b.spec().kernel.is_some())
+            .filter(|b| b.is_custom() && (b.spec().kernel.is_some() || on))
             .collect();
         assert_eq!(KernelSetting::Artune.backends(), customs);
         // Switched on, the copy-engine backends go to the op in either setting (no engine has

@@ -22,12 +22,15 @@ use crate::allreduce::memory;
 use crate::fabric::FabricError;
 
 /// Calls one op can have captured and not dropped: as many slots as fill the graph table the
-/// memory model counts for every custom backend ([`memory::GRAPH_TABLE_BYTES`], 2 MiB: 15 420
+/// memory model counts for every custom backend ([`memory::GRAPH_TABLE_BYTES`], 3 MiB: 23 130
 /// slots; vLLM's 8 MiB buffer of 8-pointer slots holds 16 384), so the profile's memory counts
 /// what registration holds. Decode graphs of 67 batch sizes x 2 allreduces x 80 layers fit
-/// where each call takes one slot; an island two-shot call past its LL form takes two.
+/// even where every call is an island two-shot past its LL form, which takes two slots.
 pub const SLOTS: usize = memory::GRAPH_TABLE_BYTES as usize / RegSlot::BYTES;
-const _: () = assert!(SLOTS >= 67 * 2 * 80, "a decode engine's captured calls fit");
+const _: () = assert!(
+    SLOTS >= 67 * 2 * 80 * 2,
+    "a decode engine's captured calls fit"
+);
 
 /// Why a call cannot be recorded or the group's recordings cannot be registered.
 #[derive(Debug, PartialEq, thiserror::Error)]
