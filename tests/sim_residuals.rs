@@ -115,25 +115,6 @@ fn timing(
     (t, band, part)
 }
 
-/// A timing of one-stage push in its bandwidth form (a published push kernel without an LL
-/// form), noiseless, with its band and part as [`timing`]'s.
-fn bandwidth_form(f: &mut SimFabric, bytes: u64, data: BandPart) -> (f64, Band, Option<BandPart>) {
-    let cost = f
-        .kernel_cost(Backend::OneStagePush, bytes, Mode::Graph, Form::Bandwidth)
-        .unwrap();
-    let band = f.kernel_band(&cost).unwrap();
-    let fixed = cost.fixed() - cost.launch_us;
-    let share = fixed / (cost.total() - cost.launch_us);
-    let part = if share >= ALONE {
-        Some(BandPart::KernelFixed)
-    } else if share <= 1.0 - ALONE {
-        Some(data)
-    } else {
-        None
-    };
-    (cost.total(), band, part)
-}
-
 fn busbw(bytes: u64, us: f64, n: usize) -> f64 {
     bytes as f64 / (us * 1e3) * 2.0 * (n as f64 - 1.0) / n as f64
 }
@@ -521,9 +502,11 @@ fn rows(cal: &Calibration) -> Vec<Row> {
         }
     }
     // The same four GPUs, SGLang's start-up one-shot (rtx6kpro optimization/
-    // pcie-oneshot-allreduce.md, "Raw AllReduce Latency"): every rank writes its buffer to all
-    // peers, a barrier, a local sum: artune's one-stage push in its bandwidth form (SGLang's
-    // has no LL form).
+    // pcie-oneshot-allreduce.md, "Raw AllReduce Latency", doublings from 1 KB as SGLang
+    // d39236a's `find_crossover_size` sweeps). The page says every rank writes to all peers,
+    // but d39236a's kernel (pcie_allreduce.cu) stages the input, takes a start barrier and
+    // pulls every peer's buffer: p2pmark 3c39f36 carries the same kernel and times the same
+    // four GPUs within 5% at every size both publish. So it is priced as one-stage pull.
     for (bytes, us) in [
         (KB, 6.1),
         (4 * KB, 6.5),
@@ -536,7 +519,14 @@ fn rows(cal: &Calibration) -> Vec<Row> {
         (512 * KB, 51.0),
         (MB, 95.6),
     ] {
-        let (t, band, part) = bandwidth_form(&mut r2h, bytes, BandPart::KernelBroadcom);
+        let pull = [Backend::OneStagePull];
+        let (t, band, part) = timing(
+            &mut r2h,
+            &pull,
+            bytes,
+            Mode::Graph,
+            BandPart::KernelBroadcom,
+        );
         let figure = format!("R2 SGLang one-shot, 4 GPUs, {} KB, us", bytes / KB);
         push(Source::R2, figure, us, t, band, part);
     }
@@ -1290,9 +1280,8 @@ fn bad_kernel_traffic_fields_exit_2_naming_the_field() {
 /// docs/MODEL.md.
 #[test]
 fn a_kernels_fixed_cost_splits_into_prologue_and_first_touch() {
-    type Case = (&'static str, Source, Topology, Vec<usize>, Form, u64, f64);
-    let pull = Form::AsRun;
-    let (four, ll) = (vec![0, 1, 2, 3], Form::AsRun);
+    type Case = (&'static str, Source, Topology, Vec<usize>, u64, f64);
+    let four = vec![0, 1, 2, 3];
     let cases = |_: &Calibration| -> Vec<Case> {
         let c2 = get("pcie-8x-direct-2socket").unwrap();
         let r1 = get("pcie-4x-1switch").unwrap();
@@ -1302,7 +1291,6 @@ fn a_kernels_fixed_cost_splits_into_prologue_and_first_touch() {
                 Source::C2,
                 c2,
                 ALL8.to_vec(),
-                pull,
                 KB,
                 7.5,
             ),
@@ -1311,7 +1299,6 @@ fn a_kernels_fixed_cost_splits_into_prologue_and_first_touch() {
                 Source::R1,
                 r1,
                 vec![0, 1, 2, 3],
-                pull,
                 KB,
                 7.5,
             ),
@@ -1320,7 +1307,6 @@ fn a_kernels_fixed_cost_splits_into_prologue_and_first_touch() {
                 Source::R2,
                 asus(),
                 vec![0, 1, 2, 3],
-                pull,
                 256,
                 5.8,
             ),
@@ -1329,25 +1315,22 @@ fn a_kernels_fixed_cost_splits_into_prologue_and_first_touch() {
                 Source::R2,
                 asus(),
                 vec![0, 1, 2, 3],
-                pull,
                 4 * KB,
                 6.2,
             ),
             (
-                "R2 4 GPUs, 2 partitions, SGLang push",
+                "R2 4 GPUs, 2 partitions, SGLang pull",
                 Source::R2,
                 asus(),
                 vec![0, 1, 2, 3],
-                Form::Bandwidth,
                 KB,
                 6.1,
             ),
             (
-                "R2 4 GPUs, 2 partitions, SGLang push",
+                "R2 4 GPUs, 2 partitions, SGLang pull",
                 Source::R2,
                 asus(),
                 vec![0, 1, 2, 3],
-                Form::Bandwidth,
                 4 * KB,
                 6.5,
             ),
@@ -1356,7 +1339,6 @@ fn a_kernels_fixed_cost_splits_into_prologue_and_first_touch() {
                 Source::R4,
                 v100_plx(),
                 four,
-                ll,
                 4 * KB,
                 4.0,
             ),
@@ -1369,26 +1351,27 @@ fn a_kernels_fixed_cost_splits_into_prologue_and_first_touch() {
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     let fitted = Calibration::fitted();
     let mut far = Vec::new();
-    for (what, source, t, gpus, form, bytes, published) in cases(&fitted) {
-        let backend = match (form, source) {
-            (Form::AsRun, Source::R4) | (Form::Bandwidth, _) => Backend::OneStagePush,
-            (Form::AsRun, _) => Backend::OneStagePull,
+    for (what, source, t, gpus, bytes, published) in cases(&fitted) {
+        // R4's kernel pushes in its LL form; every other published one-shot pulls.
+        let backend = match source {
+            Source::R4 => Backend::OneStagePush,
+            _ => Backend::OneStagePull,
         };
         let mut ratios = Vec::new();
         let mut shown = None;
         for cal in [fitted, Calibration::without(&[source])] {
             let mut f = prepared(t.clone(), &gpus, None, &cal);
-            let c = f.kernel_cost(backend, bytes, Mode::Graph, form).unwrap();
-            if form == Form::AsRun {
-                // The parts add up to the time the simulator gives.
-                let (fixed, data) = f.model_split(backend, bytes).unwrap();
-                let sim = fixed + data + c.launch_us;
-                assert!(
-                    (c.total() - sim).abs() < 1e-9,
-                    "{what}: {} vs {sim}",
-                    c.total()
-                );
-            }
+            let c = f
+                .kernel_cost(backend, bytes, Mode::Graph, Form::AsRun)
+                .unwrap();
+            // The parts add up to the time the simulator gives.
+            let (fixed, data) = f.model_split(backend, bytes).unwrap();
+            let sim = fixed + data + c.launch_us;
+            assert!(
+                (c.total() - sim).abs() < 1e-9,
+                "{what}: {} vs {sim}",
+                c.total()
+            );
             ratios.push(c.total() / published);
             shown.get_or_insert(c);
         }
