@@ -801,8 +801,9 @@ fn unreached(cal: &Calibration) -> Vec<Row> {
     let mut out = Vec::new();
     let own = [Backend::Nccl];
     // R1's NCCL column (rtx6kpro hardware/wrx90-cpayne-microchip-switches.md, "PCIe Oneshot
-    // AllReduce Crossover", TP 4 on one Microchip switch): its 96 and 120 KB rows are steps
-    // of the later autotune's 8 KB refinement, which replays NCCL in a CUDA graph.
+    // AllReduce Crossover", TP 4 under one Microchip root switch, priced on one switch as R1's
+    // one-shot is): its 96 and 120 KB rows are steps of the later autotune's 8 KB refinement,
+    // which replays NCCL in a CUDA graph.
     let mut r1 = prepared(get("pcie-4x-1switch").unwrap(), &[0, 1, 2, 3], None, cal);
     for (bytes, us) in [
         (KB, 32.3),
