@@ -417,16 +417,21 @@ fn rows(cal: &Calibration) -> Vec<Row> {
     }
 
     // R1 (rtx6kpro hardware/wrx90-cpayne-2switch-flat.md, "PCIe Oneshot AllReduce
-    // Crossover"): SGLang's one-shot, a kernel pulling every peer's buffer, on 4 GPUs under
-    // one Microchip switch, bf16. No constant of the model is fitted on it.
+    // Crossover", and the rows of the table it copies, wrx90-cpayne-microchip-switches.md):
+    // SGLang's one-shot, a kernel pulling every peer's buffer, on 4 GPUs under one Microchip
+    // switch, bf16. No constant of the model is fitted on it.
     let mut r1 = prepared(get("pcie-4x-1switch").unwrap(), &[0, 1, 2, 3], None, cal);
     let pull = [Backend::OneStagePull];
     for (bytes, us) in [
         (KB, 7.5),
+        (4 * KB, 7.9),
         (16 * KB, 11.6),
+        (32 * KB, 16.3),
         (64 * KB, 24.6),
+        (96 * KB, 32.3),
         (120 * KB, 37.6),
         (128 * KB, 40.1),
+        (512 * KB, 128.0),
     ] {
         let (t, band, part) = timing(&mut r1, &pull, bytes, Mode::Graph, km);
         let figure = format!(
