@@ -456,8 +456,9 @@ fn rows(cal: &Calibration) -> Vec<Row> {
 
     // R1 (rtx6kpro hardware/wrx90-cpayne-2switch-flat.md, "PCIe Oneshot AllReduce
     // Crossover", and the rows of the table it copies, wrx90-cpayne-microchip-switches.md):
-    // SGLang's one-shot, a kernel pulling every peer's buffer, on 4 GPUs under one Microchip
-    // switch, bf16. No constant of the model is fitted on it.
+    // SGLang's one-shot, a kernel pulling every peer's buffer, on 4 GPUs priced under one
+    // Microchip switch (measured on two leaf switches under a root switch: `r1_tree`,
+    // `unreached`), bf16. No constant of the model is fitted on it.
     let mut r1 = prepared(get("pcie-4x-1switch").unwrap(), &[0, 1, 2, 3], None, cal);
     let pull = [Backend::OneStagePull];
     for (bytes, us) in R1_ONE_SHOT {
@@ -859,8 +860,8 @@ fn unreached(cal: &Calibration) -> Vec<Row> {
             part,
         });
     }
-    // R1's one-shot on the tree it was measured on: 1.04-1.05x at 1-4 KB, but its reads from
-    // 128 KB fall below their bands there. R1 is priced on one switch in `rows` (and fits the
+    // R1's one-shot on the tree it was measured on: 1.04-1.05x at 1-4 KB, but from 128 KB the
+    // model is faster than its band allows there. R1 is priced on one switch in `rows` (and fits the
     // leave-one-out constants so) until the model reaches this series (docs/MODEL-ERROR.md, R1).
     // Its NCCL column there stays as far from the model as on one switch.
     let mut tree = prepared(r1_tree(), &[0, 1, 2, 3], None, cal);
