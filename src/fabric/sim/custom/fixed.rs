@@ -75,7 +75,7 @@ pub fn prologue_us(topo: &Topology, gpus: &[usize], cal: &Calibration) -> f64 {
 
 /// Which form of a kernel to price: the one the real kernel runs at the size, or its
 /// bandwidth form (barriers, no LL lines) whatever the size, as kernels without an LL form
-/// (SGLang's one-shot) run.
+/// run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Form {
     AsRun,
