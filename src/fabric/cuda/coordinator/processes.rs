@@ -71,6 +71,10 @@ fn spawn(
     if launches_all && std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_none() {
         env.push(("CUDA_DEVICE_MAX_CONNECTIONS".into(), "32".into()));
     }
+    // With -v the workers log their own steps too (the coordinator forwards their lines).
+    if tracing::enabled!(tracing::Level::INFO) && std::env::var_os("RUST_LOG").is_none() {
+        env.push(("RUST_LOG".into(), "info".into()));
+    }
     let spawn = Spawn {
         program: program.to_path_buf(),
         args,
