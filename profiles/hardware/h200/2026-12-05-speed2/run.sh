@@ -11,7 +11,10 @@
 #   "settled N s after the machine was opened" (workers started during the settle wait), each
 #   release round ("workers: every import closed ... in", "every buffer freed in"), the
 #   workers' "[worker ...] worker PID: imports closed / buffers freed / its GPU released in",
-#   and "N workers exited in" at the end (no round of frees after the last group);
+#   the launcher's "graphs destroyed in A s, backends (NCCL's communicators ...) in B s" (what
+#   the ~0.4 s fixed cost of each release between groups is made of), and "N workers exited
+#   in" at the end (no round of frees after the last group);
+# - first.txt / warm.txt: the same worker lines for the tune's releases (set-up time).
 # - compare-speed.txt: this warm tune against 2026-12-05-speed's (the same choices);
 #   compare-ex.txt: this first tune against 2026-12-05-speed's exhaustive TP8 reference;
 # - gpu.txt: the GPU tests of the check's start and teardown (no worker left behind).
