@@ -1155,7 +1155,7 @@ fn gpu_a_check_starts_its_workers_while_the_gpu_settles_and_leaves_nothing_or_sk
     let at = |what: &str| err.find(what);
     let prepared = at("prepared in").expect("a group was prepared");
     if let Some(meanwhile) = at("opening the machine meanwhile") {
-        let settled = at("settled").expect("the settle wait ended");
+        let settled = at("wait for the GPUs to settle ended").expect("the wait ended");
         assert!(meanwhile < settled && settled < prepared, "{err}");
     }
     let last = err.rfind("decisive sizes re-timed").expect("re-timed");

@@ -265,7 +265,8 @@ pub fn gate_then_open<F>(
                 .unwrap_or_else(|_| Err(Error::Bug("the busy check's thread panicked".into())));
             let waited = ready.elapsed();
             tracing::info!(
-                "busy check: the GPUs settled {:.2} s after the machine was opened",
+                "busy check: the wait for the GPUs to settle ended {:.2} s after the machine \
+                 was opened",
                 waited.as_secs_f64()
             );
             Ok((verdict?, f, spent(waited)))
