@@ -9,7 +9,8 @@
 # - check1-10.txt "real" (goal <= 4 s) and exit 0 in all (0 false stale);
 # - check-v.txt (-v now shows the workers' own lines too): "opening the machine meanwhile" and
 #   "the wait for the GPUs to settle ended N s after the machine was opened" (workers
-#   started during the settle wait), each release round ("workers: every import closed ... in", "every buffer freed in"), the
+#   started during the settle wait), each release round ("workers: every import closed ... in",
+#   "every buffer freed in"), the
 #   workers' "[worker ...] worker PID: imports closed / buffers freed / its GPU released in",
 #   the launcher's "graphs destroyed in A s, backends (NCCL's communicators ...) in B s" (what
 #   the ~0.4 s fixed cost of each release between groups is made of), and "N workers exited
