@@ -1123,3 +1123,48 @@ fn gpu_nccl_debug_info_does_not_break_the_protocol_or_skip() {
         "{err}"
     );
 }
+
+/// `check --measure` right after a tune (the GPU likely still settling from it): the workers
+/// start while the busy check waits, nothing is prepared before it has ended, the last group
+/// is left with one round that closes the imports (no round of frees), and no worker is left.
+#[test]
+fn gpu_a_check_starts_its_workers_while_the_gpu_settles_and_leaves_nothing_or_skip() {
+    let _gpu = GPU.lock().unwrap_or_else(|p| p.into_inner());
+    if artune::fabric::cuda::visible_gpus() == 0 {
+        return skip("gpu_a_check_starts_its_workers: skipped: no GPU".into());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("p.json");
+    let o = small_tune(dir.path(), &out, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = artune()
+        .args(["-v", "check"])
+        .arg(&out)
+        .args(["--measure", "--loopback", "2"])
+        .env("ARTUNE_CACHE_DIR", dir.path())
+        .output()
+        .expect("artune runs");
+    let err = String::from_utf8_lossy(&o.stderr);
+    // The verdict is not what this test is about: held, stale or undecided.
+    assert!(matches!(o.status.code(), Some(0 | 3 | 8)), "{err}");
+    let at = |what: &str| err.find(what);
+    let prepared = at("prepared in").expect("a group was prepared");
+    if let Some(meanwhile) = at("opening the machine meanwhile") {
+        let settled = at("wait for the GPUs to settle ended").expect("the wait ended");
+        assert!(meanwhile < settled && settled < prepared, "{err}");
+    }
+    let last = err.rfind("decisive sizes re-timed").expect("re-timed");
+    let tail = &err[last..];
+    assert!(tail.contains("every import closed"), "{err}");
+    assert!(!tail.contains("every buffer freed"), "{err}");
+    assert!(tail.contains("workers exited in"), "{err}");
+    let left = live_workers();
+    assert!(left.is_empty(), "workers left running: {left:?}");
+    println!(
+        "{}",
+        err.lines()
+            .filter(|l| l.contains(" in "))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}

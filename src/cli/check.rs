@@ -188,17 +188,24 @@ fn measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
     let cancel = crate::cancel::Cancel::new();
     let stopping = super::progress::stop_on_signals(&cancel, &status);
     status.stage("looking for other processes on the GPUs");
-    let (_, neighbours, _) = super::tune::occupancy_gate(
-        &source,
-        a.loopback,
-        a.sim_occupancy.as_deref(),
-        a.allow_busy,
-        std::time::Duration::from_secs(a.wait),
-        "check --measure",
-    )?;
-    let started = std::time::Instant::now();
-    status.stage("opening the machine");
-    let mut fabric = super::open_fabric(&source, a.loopback, 7, faults)?;
+    let ask = super::gate::Ask {
+        simulated: source.sim.is_some() || source.topology.is_some(),
+        loopback: a.loopback,
+        fake: a.sim_occupancy.as_deref(),
+        allow_busy: a.allow_busy,
+        wait: std::time::Duration::from_secs(a.wait),
+        command: "check --measure",
+    };
+    let (gated, mut fabric, spent) =
+        super::gate::gate_then_open(&ask, &mut || status.stage("opening the machine"), |_| {
+            super::open_fabric(&source, a.loopback, 7, faults)
+        })?;
+    let neighbours = gated.neighbours;
+    // What it took from opening the machine: the busy check's own wait is not counted.
+    let now = std::time::Instant::now();
+    let started = now
+        .checked_sub(std::time::Duration::from_secs_f64(spent.startup_s))
+        .unwrap_or(now);
     crate::recheck::fits(p, fabric.topology().gpu_count())?;
     hardware_verdict(a, p, fabric.topology())?;
     status.stage("re-timing the decisive sizes");

@@ -6,6 +6,7 @@ mod compare;
 mod consumers;
 mod doctor;
 mod fleet;
+mod gate;
 mod nccl_audit;
 mod output;
 mod progress;

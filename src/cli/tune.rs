@@ -2,6 +2,7 @@
 
 use std::collections::BTreeSet;
 
+use super::gate::Free;
 use super::output::{out, outln};
 use super::progress::{stop_on_signals, StatusLine};
 use super::{ShowArgs, TuneArgs};
@@ -10,7 +11,6 @@ use crate::error::Error;
 use crate::measure::Harness;
 use crate::profile::paths::{self, check_replace, Writes};
 use crate::profile::{Profile, Sampling};
-use crate::topology::occupancy::Neighbours;
 use crate::{report, tune, units};
 
 /// `tune`'s arguments, each checked once and turned into what the run uses, before anything
@@ -230,9 +230,6 @@ impl Tune {
     }
 }
 
-/// A GPU's index and its free memory in bytes, as NVML read it before measuring.
-pub type Free = (usize, u64);
-
 /// The largest power of two at most `b` (1 for 0): a bound a user can type back exactly.
 fn pow2_floor(b: u64) -> u64 {
     match b {
@@ -416,29 +413,38 @@ pub fn run(a: TuneArgs) -> Result<i32, Error> {
     let status = StatusLine::new();
     let cancel = Cancel::new();
     let stopping = stop_on_signals(&cancel, &status);
-    let entered = std::time::Instant::now();
     super::compile_ahead(&t.source);
     status.stage("looking for other processes on the GPUs");
-    let (busy, neighbours, free) = occupancy_gate(
-        &t.source,
-        t.loopback,
-        t.occupancy.as_deref(),
-        t.allow_busy,
-        t.wait,
-        "tune",
-    )?;
-    status.stage(
-        match t.source.sim.is_some() || t.source.topology.is_some() {
-            true => "modelling the simulated machine",
-            false => "starting a worker per GPU and compiling the kernels",
+    let simulated = t.source.sim.is_some() || t.source.topology.is_some();
+    let ask = super::gate::Ask {
+        simulated,
+        loopback: t.loopback,
+        fake: t.occupancy.as_deref(),
+        allow_busy: t.allow_busy,
+        wait: t.wait,
+        command: "tune",
+    };
+    let (gated, mut fabric, spent) = super::gate::gate_then_open(
+        &ask,
+        &mut || {
+            status.stage(match simulated {
+                true => "modelling the simulated machine",
+                false => "starting a worker per GPU and compiling the kernels",
+            })
         },
-    );
-    let opening = std::time::Instant::now();
-    let mut fabric = super::open_fabric(&t.source, t.loopback, t.options.seed, t.faults.clone())
-        .map_err(|e| beside_busy(e, &busy))?;
+        |busy| {
+            super::open_fabric(&t.source, t.loopback, t.options.seed, t.faults.clone())
+                .map_err(|e| beside_busy(e, busy))
+        },
+    )?;
+    let super::gate::Gated {
+        busy,
+        neighbours,
+        free,
+    } = gated;
     let opts = tune::Options {
-        checks_seconds: (opening - entered).as_secs_f64(),
-        startup_seconds: opening.elapsed().as_secs_f64(),
+        checks_seconds: spent.checks_s,
+        startup_seconds: spent.startup_s,
         environment: crate::profile::environment::current(),
         allow_busy: t.allow_busy,
         busy,
@@ -469,112 +475,6 @@ pub fn run(a: TuneArgs) -> Result<i32, Error> {
         eprint!("\n{}", report::next_steps(&t.out, &profile));
     }
     Ok(0)
-}
-
-/// Before measuring: who else is on the GPUs the command will use (NVML on real GPUs, or the
-/// testing `--sim-occupancy FILE`). Another process refuses the command (exit 2) unless
-/// `allow_busy`; then it is warned about and returned for the profile. Also returns the watch
-/// that asks the same again between the command's phases and groups, and the GPU with the least
-/// free memory as NVML read it (None where not read).
-pub fn occupancy_gate(
-    source: &super::Source,
-    loopback: Option<usize>,
-    fake: Option<&std::path::Path>,
-    allow_busy: bool,
-    wait: std::time::Duration,
-    command: &str,
-) -> Result<
-    (
-        Vec<crate::profile::environment::BusyGpu>,
-        Neighbours,
-        Option<Free>,
-    ),
-    Error,
-> {
-    use crate::topology::{lock, occupancy, samples};
-    let simulated = source.sim.is_some() || source.topology.is_some();
-    // Readings until the GPUs are free or in use (occupancy::settle), one per second: from
-    // NVML, or from the testing file in turn.
-    let script = fake.map(occupancy::read_file_polls).transpose()?;
-    if script.is_none() && simulated {
-        return Ok((Vec::new(), Neighbours::default(), None));
-    }
-    let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
-    let (mut readings, mut kept, mut locks) = (Vec::new(), None, None);
-    let mut said = false;
-    let mut last_read: Option<std::time::Instant> = None;
-    loop {
-        if script.is_none() {
-            std::thread::sleep(samples::before_next(last_read.map(|t| t.elapsed())));
-            last_read = Some(std::time::Instant::now());
-        }
-        let reading = match &script {
-            Some(list) => list[readings.len().min(list.len() - 1)].clone(),
-            None => match occupancy::read_nvml(None, occupancy::SAMPLE) {
-                Ok(mut r) => {
-                    let uuids: Vec<(usize, String)> = r
-                        .gpus
-                        .iter()
-                        .filter_map(|g| Some((g.index, g.uuid.clone()?)))
-                        .collect();
-                    kept = occupancy::cuda_indices(visible.as_deref(), &uuids, loopback.is_some());
-                    if let Some(keep) = &kept {
-                        r.gpus.retain(|g| keep.contains(&g.index));
-                    }
-                    r
-                }
-                // Opening the GPUs will say what is wrong with NVML or the driver.
-                Err(e) => {
-                    tracing::debug!("GPU occupancy not read: {e}");
-                    return Ok((Vec::new(), Neighbours::default(), None));
-                }
-            },
-        };
-        // Another artune's workers would look like a neighbour: wait for its lock first, then
-        // read the GPUs afresh.
-        if locks.is_none() {
-            let gpus: Vec<String> = reading.gpus.iter().filter_map(|g| g.uuid.clone()).collect();
-            let mut waited = false;
-            let held = lock::acquire(&gpus, command, wait, &mut |w| {
-                waited = true;
-                eprintln!("{w}");
-            })
-            .map_err(Error::bad_input)?;
-            locks = Some(held);
-            if waited {
-                continue;
-            }
-        }
-        readings.push(reading);
-        match occupancy::settle(&readings) {
-            occupancy::Settle::Wait(what) if !allow_busy => {
-                if !std::mem::replace(&mut said, true) {
-                    eprintln!("{what}");
-                }
-            }
-            _ => break,
-        }
-    }
-    let taken = readings.len();
-    let reading = readings.pop().unwrap_or_default();
-    let watch = match script {
-        Some(list) => Neighbours::script(list, taken, command, allow_busy),
-        None => Neighbours::nvml(kept, command, allow_busy).unwrap_or_default(),
-    }
-    .holding(locks.unwrap_or_default());
-    let free = reading
-        .gpus
-        .iter()
-        .filter_map(|g| Some((g.index, g.free_bytes?)))
-        .min_by_key(|&(_, f)| f);
-    match (reading.refusal(command), reading.describe()) {
-        (Some(_), Some(what)) if allow_busy => {
-            eprintln!("warning: measuring beside other work (--allow-busy, recorded in the profile): {what}");
-            Ok((reading.busy(), watch, free))
-        }
-        (Some(why), _) => Err(Error::bad_input(why)),
-        _ => Ok((Vec::new(), watch, free)),
-    }
 }
 
 /// A hardware failure on GPUs measured with `--allow-busy` (out of memory, typically) names

@@ -310,7 +310,9 @@ pub fn fits(p: &Profile, n: usize) -> Result<(), Error> {
 }
 
 /// Re-times the decisive sizes of every group of `p` on `fabric`, asking `neighbours` before
-/// and after each point who else is on the GPUs.
+/// and after each point who else is on the GPUs. Each preparation releases the group before
+/// it; the last group stays prepared for the caller to release or drop (the CUDA fabric's
+/// drop closes what its workers map and lets their exits free the rest).
 pub fn run(
     fabric: &mut dyn Fabric,
     p: &Profile,
@@ -449,7 +451,6 @@ pub fn run(
             "GPUs {gpus:?}: decisive sizes re-timed in {:.2} s",
             t.elapsed().as_secs_f64()
         );
-        fabric.release()?;
         result?;
     }
     Ok(points)

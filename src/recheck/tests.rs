@@ -174,6 +174,9 @@ struct Reshaped {
     victim: Backend,
     verified: BTreeMap<u64, usize>,
     shape: Shape,
+    /// Groups prepared, and releases asked for.
+    prepared: usize,
+    released: usize,
 }
 
 impl Reshaped {
@@ -184,6 +187,8 @@ impl Reshaped {
             victim,
             verified: BTreeMap::new(),
             shape,
+            prepared: 0,
+            released: 0,
         }
     }
 }
@@ -196,6 +201,7 @@ impl Fabric for Reshaped {
         self.inner.topology()
     }
     fn prepare(&mut self, g: &Group, b: &[Backend]) -> Result<Vec<Readiness>, FabricError> {
+        self.prepared += 1;
         self.inner.prepare(g, b)
     }
     fn verify(&mut self, b: Backend, n: u64, s: u64) -> Result<Verification, FabricError> {
@@ -231,6 +237,7 @@ impl Fabric for Reshaped {
         self.inner.orient(d)
     }
     fn release(&mut self) -> Result<(), FabricError> {
+        self.released += 1;
         self.inner.release()
     }
 }
@@ -255,6 +262,15 @@ fn a_burst_in_one_pass_leaves_a_point_unjudged_not_the_profile_stale() {
     let mut f = Reshaped::new(chosen, burst);
     let pts = run(&mut f, &p, &harness(), &Cancel::new(), &Default::default()).unwrap();
     assert!(pts.iter().all(Point::holds), "{pts:?}");
+    // Each preparation replaces the group before it; the last is left to the fabric's drop
+    // (the CUDA fabric's workers then exit without a round of frees).
+    let sets: std::collections::BTreeSet<&Vec<usize>> = p.groups.iter().map(|g| &g.gpus).collect();
+    assert!(
+        f.prepared == sets.len() && f.released == 0,
+        "{} {}",
+        f.prepared,
+        f.released
+    );
     let moved: Vec<&Point> = pts.iter().filter(|x| x.unsettled()).collect();
     assert!(!moved.is_empty(), "{pts:?}");
     for x in moved {

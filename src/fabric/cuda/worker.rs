@@ -185,16 +185,20 @@ impl WorkerState {
                 Resp::Done
             }
             Req::Disconnect => {
+                let t = std::time::Instant::now();
                 self.probe = None;
                 self.launcher = None;
+                took("imports closed (graphs, NCCL, peers' buffers)", t);
                 Resp::Done
             }
             Req::Release => {
+                let t = std::time::Instant::now();
                 self.probe = None;
                 self.launcher = None;
                 self.probe_owned = None;
                 self.owned = None;
                 driver::sync_ctx(&self.gpu.ctx, "synchronizing the GPU")?;
+                took("buffers freed", t);
                 Resp::Done
             }
             other => return Err(not_for(&other, "group")),
@@ -251,6 +255,15 @@ impl WorkerState {
     fn note_stuck(&mut self) -> bool {
         self.gpu.ctx.poisoned().is_some()
     }
+}
+
+/// Logs what a step of this worker took (`-v`: the coordinator shows its workers' lines).
+fn took(what: &str, since: std::time::Instant) {
+    tracing::info!(
+        "worker {}: {what} in {:.2} s",
+        std::process::id(),
+        since.elapsed().as_secs_f64()
+    );
 }
 
 fn no_group() -> FabricError {
@@ -380,5 +393,8 @@ pub fn serve(ordinal: usize, cpus: Option<&str>) -> i32 {
             break;
         }
     }
+    let t = std::time::Instant::now();
+    drop(engine);
+    took("its input ended; its GPU released", t);
     0
 }

@@ -286,11 +286,30 @@ impl CudaFabric {
 
     /// Closes every import on every worker, then frees: each round waits at most `limit`.
     pub(super) fn release_inner(&mut self, limit: std::time::Duration) -> Result<(), Trouble> {
+        self.release_rounds(limit, &[Req::Disconnect, Req::Release])?;
+        self.holding = false;
+        Ok(())
+    }
+
+    /// Closes every import on every worker, and nothing more: for workers about to exit,
+    /// whose exit frees what they own (each frees nothing at its end of input, see
+    /// `WorkerState`'s drop), at less cost than a round of frees before it.
+    pub(super) fn disconnect_inner(&mut self, limit: std::time::Duration) -> Result<(), Trouble> {
+        self.release_rounds(limit, &[Req::Disconnect])
+    }
+
+    /// Sends each of `rounds` to every worker of every set at once, each answered by all
+    /// before the next is sent.
+    fn release_rounds(
+        &mut self,
+        limit: std::time::Duration,
+        rounds: &[Req],
+    ) -> Result<(), Trouble> {
         self.prepared = None;
         self.probe_bytes = 0;
-        // Every opened handle is closed before any owner frees what it names; every set's
-        // workers are asked at once, each step answered by all before the next is sent.
-        for req in [Req::Disconnect, Req::Release] {
+        // Every opened handle is closed before any owner frees what it names.
+        for req in rounds {
+            let t = std::time::Instant::now();
             let reqs = self
                 .sets
                 .iter()
@@ -307,8 +326,15 @@ impl CudaFabric {
             }
             // Disconnect closes the probe's imports too.
             self.probe_mapped = false;
+            tracing::info!(
+                "workers: {} in {:.2} s",
+                match req {
+                    Req::Disconnect => "every import closed (graphs, NCCL, peers' buffers)",
+                    _ => "every buffer freed",
+                },
+                t.elapsed().as_secs_f64()
+            );
         }
-        self.holding = false;
         Ok(())
     }
 }

@@ -100,25 +100,32 @@ pub struct CudaFabric {
 
 impl Drop for CudaFabric {
     fn drop(&mut self) {
-        // Buffers still held (never released, a release that failed, an early return on an
+        // Buffers still held (the last group, a release that failed, an early return on an
         // error): a worker's exit frees what it exported, and peers exiting at the same time
-        // may still map it. So first a bounded release: every import closed, then frees.
+        // may still map it. So first a bounded round that closes every import; the exits
+        // then free the rest.
         if self.prepared.is_some() || self.holding {
             let limit = self.limit(0, 1).min(RELEASE_AT_DROP);
-            if self.release_inner(limit).is_err() {
+            if self.disconnect_inner(limit).is_err() {
                 tracing::warn!(
-                    "the GPU workers could not release their buffers before exiting; each \
+                    "the GPU workers could not close their imports before exiting; each \
                      closes its imports at exit and leaves its own to the process's end"
                 );
             }
         }
         // Every worker is told first, then all are waited for under one deadline: each one's
         // exit tears down a CUDA context, and those run side by side.
+        let t = std::time::Instant::now();
         self.shutdown_all(Duration::from_secs(10));
+        tracing::info!(
+            "{} workers exited in {:.2} s",
+            self.worker_pids().len(),
+            t.elapsed().as_secs_f64()
+        );
     }
 }
 
-/// The most a release at drop may take per round (closes, then frees).
+/// The most the round that closes every import at drop may take.
 const RELEASE_AT_DROP: Duration = Duration::from_secs(10);
 
 /// The worker program: `ARTUNE_WORKER_BIN`, else this executable.

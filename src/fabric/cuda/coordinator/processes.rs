@@ -71,12 +71,29 @@ fn spawn(
     if launches_all && std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_none() {
         env.push(("CUDA_DEVICE_MAX_CONNECTIONS".into(), "32".into()));
     }
+    let loaded = nccl::library().ok().map(|l| l.path.as_str());
+    env.extend(same_nccl(std::env::var_os(nccl::ENV_LIB).is_some(), loaded));
+    // With -v the workers log their own steps too (the coordinator forwards their lines).
+    if tracing::enabled!(tracing::Level::INFO) && std::env::var_os("RUST_LOG").is_none() {
+        env.push(("RUST_LOG".into(), "info".into()));
+    }
     let spawn = Spawn {
         program: program.to_path_buf(),
         args,
         env,
     };
     WorkerLink::start(&spawn, who).map_err(|e| FabricError::Worker(WorkerError::Link(e)))
+}
+
+/// The NCCL a worker loads: the file this process loaded (`loaded`), which the profile
+/// records, unless the user named one (`named`). Named, a worker loads it without searching
+/// again (the search asks python3 for its sys.path: a process start on each worker's first
+/// NCCL set-up).
+fn same_nccl(named: bool, loaded: Option<&str>) -> Option<(String, String)> {
+    match (named, loaded) {
+        (false, Some(path)) => Some((nccl::ENV_LIB.into(), path.into())),
+        _ => None,
+    }
 }
 
 /// Reads a started worker's hello within what is left of the shared start-up deadline.
@@ -298,4 +315,19 @@ pub(super) fn no_workers() -> FabricError {
 pub(super) fn unexpected(r: Resp) -> Trouble {
     let s = clip(&format!("{r:?}"), 120);
     Trouble::Restart(WorkerError::OutOfTurn(s))
+}
+
+#[cfg(test)]
+#[test]
+fn workers_load_the_nccl_this_process_loaded_unless_the_user_named_one() {
+    let env = same_nccl(false, Some("/usr/lib/libnccl.so.2.28.3"));
+    assert_eq!(
+        env,
+        Some((
+            "ARTUNE_NCCL_LIB".to_string(),
+            "/usr/lib/libnccl.so.2.28.3".to_string()
+        ))
+    );
+    assert_eq!(same_nccl(true, Some("/usr/lib/libnccl.so.2")), None);
+    assert_eq!(same_nccl(false, None), None);
 }

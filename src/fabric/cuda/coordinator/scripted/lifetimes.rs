@@ -231,11 +231,15 @@ fn a_fabric_dropped_while_holding_a_group_releases_before_its_workers_exit() {
     let mut f = fabric(3, &world);
     f.prepare(&group(3), &CUSTOM).unwrap();
     f.probe(Direction::Read, 1, 4096).unwrap();
-    // No release (as `artune bench kernels` did, or an early error return): each worker's
-    // exit frees what it exported while peers exiting beside it may still map it.
+    // No release (the last group of `check --measure`, or an early error return): each
+    // worker's exit frees what it exported while peers exiting beside it may still map it.
     drop(f);
     let l = log(&world);
     assert_eq!(count(&l, |e| matches!(e, Ev::Exit(_))), 3);
+    // Only the imports are closed first: the exits free the rest, with no round of frees.
+    let said = world.lock().unwrap().said.clone();
+    let asked = |kind: &str| said.iter().filter(|(_, k, _)| k == kind).count();
+    assert_eq!((asked("Disconnect"), asked("Release")), (6, 0), "{said:?}");
     let (freed, left) = check(&l).unwrap();
     // 3 ranks x (in, out, 2 x (scratch, signal)) and the probe's 3 x (src, dst) and latch.
     assert_eq!(freed.len(), 3 * 6 + 7);
