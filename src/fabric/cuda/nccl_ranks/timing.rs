@@ -97,6 +97,8 @@ pub fn at_channels(
         ordinals,
         sizes: even.clone(),
         iters: ITERS,
+        samples: 1,
+        graph: false,
         max_ctas: None,
         channels: counts.iter().map(|&c| Some(c as i32)).collect(),
         pin: Some(pin),
@@ -116,7 +118,7 @@ pub fn at_channels(
                     .iter()
                     .find(|t| t.channels == Some(c as i32) && t.bytes == *b)?;
                 Some(ChannelTime {
-                    us: t.us,
+                    us: t.mean(),
                     ran_channels: ran.get(b).copied(),
                 })
             };
