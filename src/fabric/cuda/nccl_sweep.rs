@@ -88,6 +88,7 @@ pub fn run(s: &Sweep) -> Result<Vec<CommTimes>, SweepError> {
     send.upload(0, &input(s.rank, largest / 2))
         .map_err(|e| format!("the input: {e}"))?;
     let stream = Stream::new(&ctx).map_err(|e| e.to_string())?;
+    settle(&stream)?;
     let mut out = Vec::with_capacity(s.channels.len());
     if s.ids.len() != s.channels.len() {
         return Err(format!("{} ids for {} communicators", s.ids.len(), s.channels.len()).into());
@@ -146,9 +147,11 @@ fn time_sizes(
                 .map_err(|e| format!("reading the sum: {e}"))?;
             check_sum(&got, s.nranks)
                 .map_err(|e| SweepError::WrongSum(format!("{what} of {bytes} bytes: {e}")))?;
-            recv.fill(0xff).map_err(|e| e.to_string().into())
+            recv.fill(0xff).map_err(|e| e.to_string())?;
+            settle(stream).map_err(SweepError::from)
         };
         recv.fill(0xff).map_err(|e| e.to_string())?;
+        settle(stream)?;
         call()?;
         checked("ncclAllReduce")?;
         let graph = match s.graph {
@@ -176,6 +179,15 @@ fn time_sizes(
         times.push((bytes, samples));
     }
     Ok(times)
+}
+
+/// Waits for the context's copies and fills, which the driver may still run on the legacy
+/// stream that a non-blocking stream's NCCL calls do not wait for.
+fn settle(stream: &Stream) -> Result<(), String> {
+    stream
+        .ctx()
+        .synchronize("the rank's buffers")
+        .map_err(|e| e.to_string())
 }
 
 /// `iters` calls captured into one CUDA graph on `stream`.
