@@ -360,4 +360,39 @@ mod tests {
             assert_eq!(pinned.contains(s), matches!(c.pin(*s), Ok(Some(_))), "{s}");
         }
     }
+
+    /// What the fabric starts a rank with is what `__nccl-rank` reads: samples, graph mode,
+    /// the batch and one count per communicator.
+    #[test]
+    fn a_rank_reads_the_arguments_the_launcher_gives_it() {
+        use clap::Parser;
+        let launch = nccl_ranks::Launch {
+            exe: "artune".into(),
+            dir: "/tmp/x".into(),
+            ordinals: vec![0, 0],
+            sizes: vec![1024, 4096],
+            iters: 3,
+            samples: 7,
+            graph: true,
+            max_ctas: Some(8),
+            channels: vec![Some(4), None],
+            pin: None,
+            env: Vec::new(),
+            limit: Duration::from_secs(1),
+        };
+        let ids = ["aa".to_string(), "bb".into()];
+        let c = launch.command(&ids, 1);
+        let args = std::iter::once("artune".into()).chain(c.get_args().map(|a| a.to_owned()));
+        let crate::cli::Command::NcclRank(a) =
+            crate::cli::Cli::try_parse_from(args).unwrap().command
+        else {
+            panic!("not a rank")
+        };
+        assert_eq!((a.rank, a.nranks, a.iters, a.samples), (1, 2, 3, 7));
+        assert!(a.graph);
+        assert_eq!(a.sizes, [1024, 4096]);
+        assert_eq!(a.channels, [4, 0]);
+        assert_eq!(a.id, ids);
+        assert_eq!(a.max_ctas, Some(8));
+    }
 }

@@ -91,7 +91,7 @@ impl Launch {
     }
 
     /// The command that starts rank `rank` with one unique id per communicator, `ids`.
-    fn command(&self, ids: &[String], rank: usize) -> Command {
+    pub(crate) fn command(&self, ids: &[String], rank: usize) -> Command {
         let k = self.ordinals.len();
         let list: Vec<String> = self.sizes.iter().map(u64::to_string).collect();
         let mut c = Command::new(&self.exe);
