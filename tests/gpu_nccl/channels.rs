@@ -137,6 +137,8 @@ fn gpu_loopback_k_rank_nccl_is_sampled_in_both_modes_and_its_pin_verified() {
             assert!(hi > lo, "samples with no spread: {t:?}");
         }
     }
+    // Says whether graph mode's NCCL samples came from graph replays or eager stand-ins.
+    println!("{test}: fabric: {}", f.info().description);
     // 768K is off the grid: a start of its own checks it.
     for bytes in [1 << 16, 3 << 18] {
         let v = f

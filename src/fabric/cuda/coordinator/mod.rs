@@ -375,7 +375,11 @@ impl Fabric for CudaFabric {
         self.at_bytes = Some(bytes);
         if let (Some(r), true) = (self.ranked.as_mut(), backend.is_nccl()) {
             // Samples of K ranks' calls in `mode`, each a batch of the ranks' own size.
-            return r.time(backend, bytes, mode, samples);
+            let t = r.time(backend, bytes, mode, samples);
+            if let Some(note) = r.stand_in_note() {
+                self.info.description.push_str(&format!("; {note}"));
+            }
+            return t;
         }
         let calls = batch.max(1) * (samples.max(1) + 1) + samples + 3;
         let limit = self.limit(bytes, calls);

@@ -70,6 +70,9 @@ pub struct Ranked {
     /// Variants and sizes whose sum every rank checked in a start (every start checks every
     /// size it times, in graph mode the replay's too).
     checked: BTreeSet<(Backend, u64)>,
+    /// Why graph mode's samples are eager ones, where a graph start failed and the same start
+    /// host-launched ran; and whether the fabric line has said so yet.
+    stand_in: Option<(String, bool)>,
     /// NCCL's unique ids (the ranks' bootstrap); tests give their own.
     ids: fn() -> Result<String, String>,
 }
@@ -84,6 +87,7 @@ impl Ranked {
             started: BTreeSet::new(),
             ran: BTreeMap::new(),
             checked: BTreeSet::new(),
+            stand_in: None,
             ids: crate::fabric::cuda::nccl::unique_id,
         }
     }
@@ -180,8 +184,24 @@ impl Ranked {
             .map_or(0, |p| p.len())
     }
 
+    /// What the profile's fabric line must say, once: that graph mode's NCCL times are eager
+    /// times standing in, and why.
+    pub fn stand_in_note(&mut self) -> Option<String> {
+        let (why, said) = self.stand_in.as_mut()?;
+        if std::mem::replace(said, true) {
+            return None;
+        }
+        Some(format!(
+            "graph mode's NCCL times are eager (host-launched) times standing in for graph: the \
+             {} ranks ran NCCL but not from a CUDA graph ({why})",
+            self.k
+        ))
+    }
+
     /// One start of the K ranks for `backend` (NCCL's own where it pins nothing): `samples`
-    /// per size of `sizes` in `mode`, each size's sum checked first.
+    /// per size of `sizes` in `mode`, each size's sum checked first. Where graph mode fails
+    /// and the same start host-launched runs, its samples stand in for graph mode from then
+    /// on ([`Ranked::stand_in_note`]); a wrong sum is never stood in for.
     fn start(
         &mut self,
         backend: Backend,
@@ -189,6 +209,35 @@ impl Ranked {
         sizes: &[u64],
         samples: usize,
     ) -> Result<(), RanksError> {
+        let graph = mode == Mode::Graph && self.stand_in.is_none();
+        let times = match self.launch(backend, sizes, samples, graph) {
+            Err(e) if graph && !matches!(e, RanksError::WrongSum { .. }) => {
+                let t = self.launch(backend, sizes, samples, false)?;
+                self.stand_in = Some((e.to_string(), false));
+                t
+            }
+            t => t?,
+        };
+        self.started.insert((backend, mode));
+        for (b, c) in times.ran {
+            self.ran.insert((backend, b), c);
+        }
+        for t in times.timed {
+            self.checked.insert((backend, t.bytes));
+            let pool = self.pool.entry((backend, mode, t.bytes)).or_default();
+            pool.extend(t.samples);
+        }
+        Ok(())
+    }
+
+    /// The K ranks run once: their times and the channels rank 0's profiler saw.
+    fn launch(
+        &self,
+        backend: Backend,
+        sizes: &[u64],
+        samples: usize,
+        graph: bool,
+    ) -> Result<Started, RanksError> {
         let dir = tempfile::tempdir().map_err(|e| RanksError::Log {
             path: std::env::temp_dir(),
             reason: e.to_string(),
@@ -200,25 +249,25 @@ impl Ranked {
             sizes: sizes.to_vec(),
             iters: ITERS,
             samples,
-            graph: mode == Mode::Graph,
+            graph,
             max_ctas: shared_max_ctas(self.k),
             channels: Vec::new(),
             pin: backend.nccl_pin(),
             env: profiler_env(&self.exe, dir.path()),
             limit: LIMIT,
         };
-        let times = run_with(&launch, self.ids)?;
-        self.started.insert((backend, mode));
-        for (b, c) in ran_channels(dir.path()) {
-            self.ran.insert((backend, b), c);
-        }
-        for t in times {
-            self.checked.insert((backend, t.bytes));
-            let pool = self.pool.entry((backend, mode, t.bytes)).or_default();
-            pool.extend(t.samples);
-        }
-        Ok(())
+        let timed = run_with(&launch, self.ids)?;
+        Ok(Started {
+            timed,
+            ran: ran_channels(dir.path()),
+        })
     }
+}
+
+/// What one run of the ranks gave.
+struct Started {
+    timed: Vec<super::Timed>,
+    ran: BTreeMap<u64, u32>,
 }
 
 /// `grid` with `b` in it, in order.
@@ -242,7 +291,8 @@ pub(crate) mod testing {
 
     /// A stand-in for `artune __nccl-rank` in `dir`: it logs its arguments, then rank 0 writes
     /// per size `samples` distinct times (size / 1000 + sample + 0.5, 1000 more in graph mode);
-    /// at `wrong` bytes rank 1 reports a wrong sum, at `broken` bytes it fails otherwise.
+    /// at `wrong` bytes rank 1 reports a wrong sum, at `broken` bytes (0: in graph mode) it
+    /// fails otherwise.
     pub fn fake_rank(dir: &std::path::Path, wrong: u64, broken: u64) -> PathBuf {
         use std::os::unix::fs::PermissionsExt;
         let exe = dir.join("artune");
@@ -263,6 +313,9 @@ for b in $(echo $sizes | tr , ' '); do
     echo "rank 1: ncclAllReduce of $b bytes: element 3 is 0, not 6" >&2; exit {code}
   fi
   if [ $rank = 1 ] && [ $b = {broken} ]; then echo "rank 1: lost" >&2; exit 4; fi
+  if [ $rank = 1 ] && [ {broken} = 0 ] && [ $g = 1000 ]; then
+    echo "rank 1: capturing ncclAllReduce: not supported" >&2; exit 4
+  fi
 done
 [ $rank = 0 ] || exit 0
 for b in $(echo $sizes | tr , ' '); do
@@ -334,7 +387,7 @@ mod tests {
     #[test]
     fn samples_come_in_order_never_twice_from_one_start_over_the_grid_then_one_per_size() {
         let d = tempfile::tempdir().unwrap();
-        let mut r = ranked(d.path(), 0, 0);
+        let mut r = ranked(d.path(), 0, 1);
         let b = Backend::NcclRingSimple;
         let one = |from: usize, n: usize, plus: usize| -> Vec<f64> {
             (from..from + n)
@@ -386,6 +439,29 @@ mod tests {
         // A wrong sum while timing fails the backend, with the reason.
         let e = r.time(b, 2048, Mode::Eager, 1).unwrap_err().to_string();
         assert!(e.contains("found a wrong sum"), "{e}");
+    }
+
+    /// Where the ranks cannot run from a graph but run host-launched, graph mode gets eager
+    /// samples, said once; a graph start is not tried again.
+    #[test]
+    fn graph_mode_falls_back_to_eager_samples_and_says_so_once() {
+        let d = tempfile::tempdir().unwrap();
+        let mut r = ranked(d.path(), 0, 0);
+        let b = Backend::NcclRingLl;
+        assert_eq!(r.time(b, 1024, Mode::Eager, 2).unwrap(), [1.5, 2.5]);
+        assert_eq!(r.stand_in_note(), None, "eager alone stands in for nothing");
+        assert_eq!(r.time(b, 1024, Mode::Graph, 2).unwrap(), [1.5, 2.5]);
+        let note = r.stand_in_note().unwrap();
+        assert!(
+            note.starts_with("graph mode's NCCL times are eager (host-launched) times")
+                && note.contains("(NCCL rank 1 of 2 failed (rank 1: capturing ncclAllReduce"),
+            "{note}"
+        );
+        assert_eq!(r.stand_in_note(), None, "said once");
+        assert_eq!(r.time(Backend::Nccl, 4096, Mode::Graph, 1).unwrap(), [4.5]);
+        let s = starts(d.path());
+        let graph = s.iter().filter(|s| s.contains("--graph")).count();
+        assert_eq!((s.len(), graph), (4, 1), "{s:?}");
     }
 
     #[test]
