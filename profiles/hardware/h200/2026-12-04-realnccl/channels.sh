@@ -15,12 +15,12 @@
 #   Results: $OUT/channels.tgz. Loopback: the times are one GPU's.
 #   and, in one further device call (the pieces in /tmp/nccl232 still, the machine warm):
 #     bash .carry/g48/bin/channels.sh tune
-#   loopback tunes with NCCL 2.32.6, within 300 s in all: K = 2 in both modes (4K:256K), then
-#   K = 4 eager (4K:256K) in what time is left: NCCL's own choice and every algorithm x protocol
+#   loopback tunes with NCCL 2.32.6, within 300 s in all: K = 2 in graph mode (16K:64K), then
+#   K = 2 eager (16K:64K) in what time is left: NCCL's own choice and every algorithm x protocol
 #   timed by K rank processes sharing GPU 0, in samples (each one call; in graph mode one
 #   replay of the call each rank captured in a CUDA graph), every size's sum checked by
 #   the ranks first, the channel sweep per pin in one start of the ranks, `why` of each profile
-#   in its modes, each profile's NCCL cells (samples, interval) and the description's note
+#   at 16K and 64K, each profile's NCCL cells (samples, interval) and the description's note
 #   that these are time slices of one GPU (never multi-GPU evidence).
 #   Results: $OUT/tune.tgz, re-packed after each step.
 set -u
@@ -57,22 +57,21 @@ tune)
   { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv; cat $B/commit.txt; } > $W/env.txt 2>&1
   cd /tmp
   S=$(date +%s)
-  # K ranks time-slice GPU 0 at ~5 ms a call whatever the size (NOTES.md), and every start of
-  # them (a variant, a refined size, a channel count) costs NCCL's setup: few sizes.
-  for run in "2 both 4K:256K 150" "4 eager 4K:256K 0"; do
-    set -- $run; k=$1; mode=$2; sizes=$3; lim=$4
+  # K ranks time-slice GPU 0 at ~5 ms a call at K = 2 and 13-36 ms at 4 whatever the size
+  # (NOTES.md), and every start of them (a variant, a refined size, a channel count) costs
+  # NCCL's setup: K = 2 and three grid sizes, graph mode first (the capture is what is new).
+  for run in "2 graph 16K:64K 140" "2 eager 16K:64K 0"; do
+    set -- $run; k=$1; mode=$2; sizes=$3; lim=$4; out=tune$k$mode
     # The last tune takes what is left of 300 s, less 20 s for `why` and the packing.
     [ $lim = 0 ] && lim=$((S + 280 - $(date +%s)))
-    [ $lim -lt 30 ] && { echo "no time left for K=$k" >> $W/env.txt; break; }
+    [ $lim -lt 30 ] && { echo "no time left for K=$k $mode" >> $W/env.txt; break; }
     ( time env LD_PRELOAD=$N/libnccl.so.2 ARTUNE_NCCL_LIB=$N/libnccl.so.2 RUST_LOG=artune=info \
         timeout -s INT -k 5 $lim $W/bin/artune tune --loopback $k --tp $k --mode $mode \
-        --sizes $sizes --out $W/tune$k.json ) > $W/tune$k.txt 2>&1
-    echo "exit $? (limit $lim s)" >> $W/tune$k.txt
-    for m in $([ $mode = both ] && echo eager graph || echo $mode); do
-      for b in 16384 131072; do $W/bin/artune why $W/tune$k.json --tp $k --mode $m \
-        --bytes $b; done
-    done > $W/why$k.txt 2>&1
-    python3 - $W/tune$k.json > $W/nccl$k.txt 2>&1 <<'PY'
+        --sizes $sizes --out $W/$out.json ) > $W/$out.txt 2>&1
+    echo "exit $? (limit $lim s)" >> $W/$out.txt
+    for b in 16384 65536; do $W/bin/artune why $W/$out.json --tp $k --mode $mode \
+      --bytes $b; done > $W/why-$out.txt 2>&1
+    python3 - $W/$out.json > $W/nccl-$out.txt 2>&1 <<'PY'
 import json, sys
 # Every NCCL cell with its samples and interval: the spread the K-rank samples give the tune
 # (one mean repeated, zero width, before).
