@@ -73,6 +73,9 @@ pub struct Ranked {
     /// Why graph mode's samples are eager ones, where a graph start failed and the same start
     /// host-launched ran; and whether the fabric line has said so yet.
     stand_in: Option<(String, bool)>,
+    /// The mode last timed: a verification's start runs in it, so its samples serve the
+    /// harness's next cells instead of a mode the tune may not time.
+    mode_hint: Mode,
     /// NCCL's unique ids (the ranks' bootstrap); tests give their own.
     ids: fn() -> Result<String, String>,
 }
@@ -88,6 +91,7 @@ impl Ranked {
             ran: BTreeMap::new(),
             checked: BTreeSet::new(),
             stand_in: None,
+            mode_hint: Mode::Eager,
             ids: crate::fabric::cuda::nccl::unique_id,
         }
     }
@@ -102,6 +106,7 @@ impl Ranked {
         n: u32,
     ) -> Result<Vec<f64>, FabricError> {
         let (b, n) = (even(bytes), n.max(1) as usize);
+        self.mode_hint = mode;
         let fail = |reason: String| FabricError::Backend { backend, reason };
         while self.left(backend, mode, b) < n {
             let had = self.left(backend, mode, b);
@@ -136,16 +141,16 @@ impl Ranked {
 
     /// Whether NCCL summed right in `backend`'s K-rank path at `bytes`: as every start checks
     /// every size it times, a size already timed is answered at once, others by a start at
-    /// that size (its samples kept for the harness).
+    /// that size in the mode last timed (its samples kept for the harness).
     pub fn verify(&mut self, backend: Backend, bytes: u64) -> Result<Verification, FabricError> {
-        let b = even(bytes);
+        let (b, mode) = (even(bytes), self.mode_hint);
         if !self.checked.contains(&(backend, b)) {
-            let first = !self.started.contains(&(backend, Mode::Eager));
+            let first = !self.started.contains(&(backend, mode));
             let sizes = match first {
                 true => with(&self.grid, b),
                 false => vec![b],
             };
-            match self.start(backend, Mode::Eager, &sizes, FIRST) {
+            match self.start(backend, mode, &sizes, FIRST) {
                 Ok(()) => {}
                 Err(e @ RanksError::WrongSum { .. }) => {
                     return Ok(Verification::Wrong {
@@ -439,6 +444,21 @@ mod tests {
         // A wrong sum while timing fails the backend, with the reason.
         let e = r.time(b, 2048, Mode::Eager, 1).unwrap_err().to_string();
         assert!(e.contains("found a wrong sum"), "{e}");
+    }
+
+    /// A verification's start runs in the mode last timed, whose cells come next: a graph
+    /// tune starts no eager ranks to verify, and the samples serve the harness.
+    #[test]
+    fn a_verification_starts_the_ranks_in_the_mode_last_timed() {
+        let d = tempfile::tempdir().unwrap();
+        let mut r = ranked(d.path(), 0, 1);
+        r.time(Backend::Nccl, 1024, Mode::Graph, 1).unwrap();
+        let b = Backend::NcclTreeSimple;
+        assert_eq!(r.verify(b, 4096).unwrap(), Verification::Correct);
+        let s = starts(d.path());
+        assert!(s.len() == 2 && s[1].contains("--graph"), "{s:?}");
+        assert_eq!(r.time(b, 4096, Mode::Graph, 1).unwrap(), [1004.5]);
+        assert_eq!(starts(d.path()).len(), 2);
     }
 
     /// Where the ranks cannot run from a graph but run host-launched, graph mode gets eager
