@@ -41,21 +41,29 @@ pub struct RankArgs {
     pub ordinal: usize,
     #[arg(long, value_delimiter = ',')]
     pub sizes: Vec<u64>,
+    /// Calls per sample.
     #[arg(long)]
     pub iters: usize,
+    /// Samples per size.
+    #[arg(long, default_value_t = 1)]
+    pub samples: usize,
+    /// Each sample replays a CUDA graph of its calls.
+    #[arg(long)]
+    pub graph: bool,
     #[arg(long)]
     pub max_ctas: Option<i32>,
     /// Per communicator in turn, NCCL's run-time channels forced on it (0: NCCL's own).
     #[arg(long, value_delimiter = ',')]
     pub channels: Vec<i32>,
-    /// Where to write `CHANNELS BYTES US` per communicator and size: NCCL logs to standard
-    /// output (NCCL_DEBUG).
+    /// Where to write `CHANNELS BYTES US...` (one time per sample) per communicator and size:
+    /// NCCL logs to standard output (NCCL_DEBUG).
     #[arg(long)]
     pub times: PathBuf,
 }
 
-/// `artune __nccl-rank`: runs the sweep, writes `CHANNELS BYTES US` per communicator and
-/// size; exit 4 with the reason.
+/// `artune __nccl-rank`: runs the sweep, writes `CHANNELS BYTES US...` per communicator and
+/// size; exits 4 with the reason, or [`nccl_ranks::EXIT_WRONG_SUM`] where NCCL's sum was
+/// wrong.
 pub fn rank(a: RankArgs) -> i32 {
     let s = Sweep {
         ids: a.id,
@@ -64,6 +72,8 @@ pub fn rank(a: RankArgs) -> i32 {
         ordinal: a.ordinal,
         sizes: a.sizes,
         iters: a.iters,
+        samples: a.samples,
+        graph: a.graph,
         max_ctas: a.max_ctas,
         channels: match a.channels.is_empty() {
             true => vec![None],
@@ -84,7 +94,10 @@ pub fn rank(a: RankArgs) -> i32 {
         }
         Err(e) => {
             eprintln!("rank {}: {e}", s.rank);
-            crate::error::EXIT_HARDWARE
+            match e {
+                nccl_sweep::SweepError::WrongSum(_) => nccl_ranks::EXIT_WRONG_SUM,
+                nccl_sweep::SweepError::Failed(_) => crate::error::EXIT_HARDWARE,
+            }
         }
     }
 }
@@ -260,6 +273,8 @@ fn sweep(
         ordinals: (0..tp).map(|r| if shared { 0 } else { r }).collect(),
         sizes: sizes.to_vec(),
         iters: ITERS,
+        samples: 1,
+        graph: false,
         max_ctas: shared
             .then(|| nccl_ranks::ranked::shared_max_ctas(tp))
             .flatten(),
@@ -275,7 +290,7 @@ fn sweep(
     };
     let times =
         nccl_ranks::run(&launch).map_err(|e| Error::Hardware(format!("TP{tp} sweep: {e}")))?;
-    Ok(times.iter().map(|t| (t.bytes, t.us)).collect())
+    Ok(times.iter().map(|t| (t.bytes, t.mean())).collect())
 }
 
 #[cfg(test)]
@@ -344,5 +359,40 @@ mod tests {
         for s in &sizes {
             assert_eq!(pinned.contains(s), matches!(c.pin(*s), Ok(Some(_))), "{s}");
         }
+    }
+
+    /// What the fabric starts a rank with is what `__nccl-rank` reads: samples, graph mode,
+    /// the batch and one count per communicator.
+    #[test]
+    fn a_rank_reads_the_arguments_the_launcher_gives_it() {
+        use clap::Parser;
+        let launch = nccl_ranks::Launch {
+            exe: "artune".into(),
+            dir: "/tmp/x".into(),
+            ordinals: vec![0, 0],
+            sizes: vec![1024, 4096],
+            iters: 3,
+            samples: 7,
+            graph: true,
+            max_ctas: Some(8),
+            channels: vec![Some(4), None],
+            pin: None,
+            env: Vec::new(),
+            limit: Duration::from_secs(1),
+        };
+        let ids = ["aa".to_string(), "bb".into()];
+        let c = launch.command(&ids, 1);
+        let args = std::iter::once("artune".into()).chain(c.get_args().map(|a| a.to_owned()));
+        let crate::cli::Command::NcclRank(a) =
+            crate::cli::Cli::try_parse_from(args).unwrap().command
+        else {
+            panic!("not a rank")
+        };
+        assert_eq!((a.rank, a.nranks, a.iters, a.samples), (1, 2, 3, 7));
+        assert!(a.graph);
+        assert_eq!(a.sizes, [1024, 4096]);
+        assert_eq!(a.channels, [4, 0]);
+        assert_eq!(a.id, ids);
+        assert_eq!(a.max_ctas, Some(8));
     }
 }

@@ -97,3 +97,54 @@ fn gpu_loopback_times_nccl_with_k_ranks_or_waives_saying_what_is_needed() {
     }
     f.release().unwrap();
 }
+
+/// The K-rank NCCL of a loopback tune in samples, as every backend is timed: several per size
+/// with a spread (not one mean repeated), in eager mode and as replays of a CUDA graph each rank
+/// captured, and a pin verified by the ranks' own sums.
+#[test]
+fn gpu_loopback_k_rank_nccl_is_sampled_in_both_modes_and_its_pin_verified() {
+    use artune::fabric::{Dtype, Fabric, Group, Mode, Verification};
+    let test = "gpu_loopback_k_rank_nccl_is_sampled";
+    let lib = match (artune::fabric::cuda::visible_gpus(), nccl::library()) {
+        (0, _) => return skip(format!("{test}: skipped: no GPU")),
+        (_, Err(e)) => return skip(format!("{test}: skipped: no NCCL ({e})")),
+        (_, Ok(lib)) => lib,
+    };
+    let multi = std::env::var(artune::fabric::cuda::nccl_ranks::ENV_MULTI_RANK).ok();
+    let ranked =
+        artune::fabric::cuda::nccl_ranks::ranked::loopback(lib.version, multi.as_deref(), 2);
+    if let Err(why) = ranked {
+        return skip(format!("{test}: skipped: {why}"));
+    }
+    let _guard = GPU.lock().unwrap_or_else(|p| p.into_inner());
+    let mut f = artune::fabric::cuda::CudaFabric::open_with(Some(2), bin())
+        .unwrap_or_else(|e| panic!("{test}: {e}"));
+    let g = Group::flat(vec![0, 1], Dtype::Bf16, 1 << 20);
+    let pin = Backend::NcclRingSimple;
+    f.prepare(&g, &[Backend::Nccl, pin])
+        .unwrap_or_else(|e| panic!("{test}: {e}"));
+    for mode in [Mode::Eager, Mode::Graph] {
+        for b in [Backend::Nccl, pin] {
+            let t = f
+                .time(b, 1 << 16, mode, 1, 12)
+                .unwrap_or_else(|e| panic!("{test}: {b} {mode:?}: {e}"));
+            println!("{b} {mode:?} 64K, 2 ranks on GPU 0, µs per call: {t:?}");
+            assert_eq!(t.len(), 12);
+            assert!(t.iter().all(|&us| us.is_finite() && us > 0.0), "{t:?}");
+            let (lo, hi) = t
+                .iter()
+                .fold((f64::MAX, 0.0f64), |(l, h), &x| (l.min(x), h.max(x)));
+            assert!(hi > lo, "samples with no spread: {t:?}");
+        }
+    }
+    // Says whether graph mode's NCCL samples came from graph replays or eager stand-ins.
+    println!("{test}: fabric: {}", f.info().description);
+    // 768K is off the grid: a start of its own checks it.
+    for bytes in [1 << 16, 3 << 18] {
+        let v = f
+            .verify(pin, bytes, 7)
+            .unwrap_or_else(|e| panic!("{test}: {e}"));
+        assert_eq!(v, Verification::Correct, "{pin} at {bytes} bytes");
+    }
+    f.release().unwrap();
+}

@@ -10,14 +10,18 @@
 #     ... && bash .carry/g48/bin/channels.sh run
 #   joins NCCL 2.32.6 as run.sh does and runs tests/gpu_nccl/channels.rs against it: Ring/Simple
 #   at 64K and 16M with 2 and 8 run-time channels forced, 2 ranks sharing GPU 0
-#   (NCCL_MULTI_RANK_GPU_ENABLE=1), what ran read back through libartune.so as NCCL's profiler.
+#   (NCCL_MULTI_RANK_GPU_ENABLE=1), what ran read back through libartune.so as NCCL's profiler;
+#   and the loopback fabric's K-rank NCCL sampled in eager and graph mode, its pin verified.
 #   Results: $OUT/channels.tgz. Loopback: the times are one GPU's.
 #   and, in one further device call (the pieces in /tmp/nccl232 still, the machine warm):
 #     bash .carry/g48/bin/channels.sh tune
-#   a loopback tune with NCCL 2.32.6 at K = 2, then 4 (eager, 1K:16M, so both fit one call):
-#   NCCL's own choice and every algorithm x protocol timed by K rank processes sharing GPU 0,
-#   the channel sweep per pin in one start of the ranks, `why` of each profile, the
-#   description's note that these are time slices of one GPU (never multi-GPU evidence).
+#   loopback tunes with NCCL 2.32.6, within 300 s in all: K = 2 in graph mode (16K:64K), then
+#   K = 2 eager (16K:64K) in what time is left: NCCL's own choice and every algorithm x protocol
+#   timed by K rank processes sharing GPU 0, in samples (each one call; in graph mode one
+#   replay of the call each rank captured in a CUDA graph), every size's sum checked by
+#   the ranks first, the channel sweep per pin in one start of the ranks, `why` of each profile
+#   at 16K and 64K, each profile's NCCL cells (samples, interval) and the description's note
+#   that these are time slices of one GPU (never multi-GPU evidence).
 #   Results: $OUT/tune.tgz, re-packed after each step.
 set -u
 case ${1:-} in
@@ -52,13 +56,37 @@ tune)
   for b in artune libartune.so; do xz -dc $B/$b.xz > $W/bin/$b; chmod +x $W/bin/$b; done
   { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv; cat $B/commit.txt; } > $W/env.txt 2>&1
   cd /tmp
-  for k in 2 4; do
+  S=$(date +%s)
+  # K ranks time-slice GPU 0 at ~5 ms a call at K = 2 and 13-36 ms at 4 whatever the size
+  # (NOTES.md), and every start of them (a variant, a refined size, a channel count) costs
+  # NCCL's setup: K = 2 and three grid sizes, graph mode first (the capture is what is new).
+  for run in "2 graph 16K:64K 140" "2 eager 16K:64K 0"; do
+    set -- $run; k=$1; mode=$2; sizes=$3; lim=$4; out=tune$k$mode
+    # The last tune takes what is left of 300 s, less 20 s for `why` and the packing.
+    [ $lim = 0 ] && lim=$((S + 280 - $(date +%s)))
+    [ $lim -lt 30 ] && { echo "no time left for K=$k $mode" >> $W/env.txt; break; }
     ( time env LD_PRELOAD=$N/libnccl.so.2 ARTUNE_NCCL_LIB=$N/libnccl.so.2 RUST_LOG=artune=info \
-        timeout -s INT -k 5 280 $W/bin/artune tune --loopback $k --tp $k --mode eager \
-        --sizes 1K:16M --out $W/tune$k.json ) > $W/tune$k.txt 2>&1
-    echo "exit $?" >> $W/tune$k.txt
-    for b in 65536 4194304; do $W/bin/artune why $W/tune$k.json --tp $k --mode eager \
-      --bytes $b; done > $W/why$k.txt 2>&1; pack
+        timeout -s INT -k 5 $lim $W/bin/artune tune --loopback $k --tp $k --mode $mode \
+        --sizes $sizes --out $W/$out.json ) > $W/$out.txt 2>&1
+    echo "exit $? (limit $lim s)" >> $W/$out.txt
+    for b in 16384 65536; do $W/bin/artune why $W/$out.json --tp $k --mode $mode \
+      --bytes $b; done > $W/why-$out.txt 2>&1
+    python3 - $W/$out.json > $W/nccl-$out.txt 2>&1 <<'PY'
+import json, sys
+# Every NCCL cell with its samples and interval: the spread the K-rank samples give the tune
+# (one mean repeated, zero width, before).
+p = json.load(open(sys.argv[1]))
+print(p["fabric"])
+for g in p["groups"]:
+    print("TP%d %s nccl_channels=%s waived=%s" % (g["tp"], g["mode"], g.get("nccl_channels"),
+                                                 sorted(g.get("waived", {}))))
+    for b in g["buckets"]:
+        for name, t in sorted(b["results"].items()):
+            if name.startswith("nccl"):
+                print("  %9d %-18s %9.2f [%9.2f, %9.2f] n=%d" % (b["bytes"], name,
+                      t["median_us"], t["ci_low_us"], t["ci_high_us"], t["samples"]))
+PY
+    pack
   done
   echo "done $(date -u)" >> $W/env.txt; pack;;
 *) echo "usage: channels.sh carry [BUILD_TREE] | run | tune"; exit 2;;

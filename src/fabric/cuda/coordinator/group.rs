@@ -224,7 +224,7 @@ impl CudaFabric {
             // NCCL's own choice first, over the whole grid: its channels are the profile's.
             let grid = crate::plan::size_grid(256, group.max_bytes);
             let mut r = Ranked::new(self.program.clone(), k, grid);
-            match r.time(Backend::Nccl, group.max_bytes) {
+            match r.prime(Backend::Nccl, crate::allreduce::Mode::Eager) {
                 Ok(_) => {
                     plan.ready.extend(ranked.iter().map(|&b| (b, 0)));
                     self.ranked = Some(r);

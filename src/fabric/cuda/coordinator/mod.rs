@@ -355,12 +355,11 @@ impl Fabric for CudaFabric {
         bytes: u64,
         seed: u64,
     ) -> Result<Verification, FabricError> {
-        // A pin timed by K rank processes is not set up in the workers: what they check is
-        // the same NCCL's sum (its one-rank communicator), not the pin's.
-        let backend = match (&self.ranked, backend.nccl_pin()) {
-            (Some(_), Some(_)) => Backend::Nccl,
-            _ => backend,
-        };
+        // NCCL timed by K rank processes is checked by them: each checks every size's sum
+        // before timing it, so what is verified is what is timed.
+        if let (Some(r), true) = (self.ranked.as_mut(), backend.is_nccl()) {
+            return r.verify(backend, bytes);
+        }
         // Eager calls run the staged form; graph mode the registered form where the backend
         // has one (Backend::has_registered_form), which is checked on fresh data too: both
         // are timed.
@@ -382,9 +381,12 @@ impl Fabric for CudaFabric {
     ) -> Result<Vec<f64>, FabricError> {
         self.at_bytes = Some(bytes);
         if let (Some(r), true) = (self.ranked.as_mut(), backend.is_nccl()) {
-            // K ranks' mean per call, from host-launched calls in either mode, once per size.
-            let us = r.time(backend, bytes)?.us;
-            return Ok(vec![us; samples.max(1) as usize]);
+            // Samples of K ranks' calls in `mode`, each a batch of the ranks' own size.
+            let t = r.time(backend, bytes, mode, samples);
+            if let Some(note) = r.stand_in_note() {
+                self.info.description.push_str(&format!("; {note}"));
+            }
+            return t;
         }
         let calls = batch.max(1) * (samples.max(1) + 1) + samples + 3;
         let limit = self.limit(bytes, calls);

@@ -30,9 +30,19 @@ pub enum RanksError {
         k: usize,
         reason: String,
     },
+    #[error("NCCL rank {rank} of {k} found a wrong sum ({reason})")]
+    WrongSum {
+        rank: usize,
+        k: usize,
+        reason: String,
+    },
     #[error("cannot write the ranks' log in {path}: {reason}")]
     Log { path: PathBuf, reason: String },
 }
+
+/// How a rank process says NCCL's sum was wrong (any other failure exits with
+/// [`crate::error::EXIT_HARDWARE`]).
+pub const EXIT_WRONG_SUM: i32 = 65;
 
 /// One run of K ranks over a list of sizes.
 #[derive(Debug, Clone)]
@@ -45,7 +55,12 @@ pub struct Launch {
     pub ordinals: Vec<usize>,
     /// Message sizes in bytes (even: bf16).
     pub sizes: Vec<u64>,
+    /// Calls per sample.
     pub iters: usize,
+    /// Samples per size.
+    pub samples: usize,
+    /// Each sample replays a CUDA graph of its calls.
+    pub graph: bool,
     /// NCCL's `maxCTAs` for every rank (room for ranks sharing a GPU).
     pub max_ctas: Option<i32>,
     /// The communicators each rank makes in turn, each timing every size: the run-time
@@ -76,7 +91,7 @@ impl Launch {
     }
 
     /// The command that starts rank `rank` with one unique id per communicator, `ids`.
-    fn command(&self, ids: &[String], rank: usize) -> Command {
+    pub(crate) fn command(&self, ids: &[String], rank: usize) -> Command {
         let k = self.ordinals.len();
         let list: Vec<String> = self.sizes.iter().map(u64::to_string).collect();
         let mut c = Command::new(&self.exe);
@@ -92,6 +107,8 @@ impl Launch {
             &k.to_string(),
             "--iters",
             &self.iters.to_string(),
+            "--samples",
+            &self.samples.to_string(),
         ])
         .args(["--ordinal", &self.ordinals[rank].to_string()])
         .args(["--sizes", &list.join(",")])
@@ -101,6 +118,9 @@ impl Launch {
         .stdin(Stdio::null());
         if let Some(m) = self.max_ctas {
             c.args(["--max-ctas", &m.to_string()]);
+        }
+        if self.graph {
+            c.arg("--graph");
         }
         let counts: Vec<String> = self
             .turns()
@@ -134,24 +154,36 @@ fn rank_log(dir: &Path, rank: usize) -> Result<(Stdio, Stdio), RanksError> {
         })
 }
 
-/// One size's time on one communicator of a run.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// One size's times on one communicator of a run.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Timed {
     /// The count forced on the communicator; None: NCCL's own.
     pub channels: Option<i32>,
     pub bytes: u64,
-    /// Rank 0's mean time per call, µs.
-    pub us: f64,
+    /// Rank 0's samples, each its mean time per call over one batch, µs.
+    pub samples: Vec<f64>,
 }
 
-/// Starts every rank, waits for all of them, and returns rank 0's mean time per call of each
-/// size on each communicator. A rank that fails or outlives `limit` stops them all.
+impl Timed {
+    /// The mean over every call of every sample, µs.
+    pub fn mean(&self) -> f64 {
+        self.samples.iter().sum::<f64>() / self.samples.len().max(1) as f64
+    }
+}
+
+/// Starts every rank, waits for all of them, and returns rank 0's samples of each size on
+/// each communicator. A rank that fails or outlives `limit` stops them all.
 pub fn run(l: &Launch) -> Result<Vec<Timed>, RanksError> {
+    run_with(l, super::nccl::unique_id)
+}
+
+/// [`run`] with the communicators' unique ids from `ids`.
+pub fn run_with(l: &Launch, ids: fn() -> Result<String, String>) -> Result<Vec<Timed>, RanksError> {
     let k = l.ordinals.len();
     let ids = l
         .turns()
         .iter()
-        .map(|_| super::nccl::unique_id())
+        .map(|_| ids())
         .collect::<Result<Vec<_>, _>>()
         .map_err(RanksError::Spawn)?;
     let mut children: Vec<Child> = Vec::new();
@@ -191,13 +223,13 @@ pub fn run(l: &Launch) -> Result<Vec<Timed>, RanksError> {
                 .rev()
                 .find(|l| l.starts_with("rank "))
                 .unwrap_or("");
-            return Err(RanksError::Rank {
-                rank,
-                k,
-                reason: match last {
-                    "" => "no reason given".into(),
-                    l => l.to_string(),
-                },
+            let reason = match last {
+                "" => "no reason given".into(),
+                l => l.to_string(),
+            };
+            return Err(match status.code() {
+                Some(EXIT_WRONG_SUM) => RanksError::WrongSum { rank, k, reason },
+                _ => RanksError::Rank { rank, k, reason },
             });
         }
     }
@@ -205,17 +237,19 @@ pub fn run(l: &Launch) -> Result<Vec<Timed>, RanksError> {
     Ok(parse_times(&times))
 }
 
-/// `CHANNELS BYTES US` per line, as a rank writes them (0 channels: NCCL's own count).
+/// `CHANNELS BYTES US...` per line, one time per sample, as a rank writes them (0 channels:
+/// NCCL's own count); a line with no sample or a word that is no number is skipped.
 pub fn parse_times(text: &str) -> Vec<Timed> {
     text.lines()
         .filter_map(|l| {
             let mut w = l.split(' ');
             let c: i32 = w.next()?.parse().ok()?;
-            let (bytes, us) = (w.next()?.parse().ok()?, w.next()?.parse().ok()?);
-            w.next().is_none().then_some(Timed {
+            let bytes = w.next()?.parse().ok()?;
+            let samples = w.map(str::parse).collect::<Result<Vec<f64>, _>>().ok()?;
+            (!samples.is_empty()).then_some(Timed {
                 channels: (c > 0).then_some(c),
                 bytes,
-                us,
+                samples,
             })
         })
         .collect()
@@ -223,10 +257,13 @@ pub fn parse_times(text: &str) -> Vec<Timed> {
 
 /// The lines [`parse_times`] reads.
 pub fn format_times(times: &[super::nccl_sweep::CommTimes]) -> String {
+    let line = |c: i32, b: u64, s: &[f64]| {
+        let us: Vec<String> = s.iter().map(|us| format!("{us:.3}")).collect();
+        format!("{c} {b} {}\n", us.join(" "))
+    };
     times
         .iter()
-        .flat_map(|(c, t)| t.iter().map(move |(b, us)| (c.unwrap_or(0), b, us)))
-        .map(|(c, b, us)| format!("{c} {b} {us:.2}\n"))
+        .flat_map(|(c, t)| t.iter().map(move |(b, s)| line(c.unwrap_or(0), *b, s)))
         .collect()
 }
 
@@ -241,6 +278,8 @@ mod tests {
             ordinals,
             sizes: vec![1024, 2048],
             iters: 3,
+            samples: 7,
+            graph: true,
             max_ctas: None,
             channels: vec![Some(8), None, Some(2)],
             pin: Some((NcclAlgo::Ring, NcclProto::Simple)),
@@ -270,6 +309,8 @@ mod tests {
         assert_eq!(at("--channels").as_deref(), Some("8,0,2"));
         assert_eq!(at("--id").as_deref(), Some("00,01,02"));
         assert_eq!(at("--rank").as_deref(), Some("1"));
+        assert_eq!(at("--samples").as_deref(), Some("7"));
+        assert!(args.iter().any(|a| a == "--graph"));
         assert!(env_of(&shared, "NCCL_ALGO").is_some_and(|v| v.ends_with("Ring")));
         let own = launch(vec![0, 1]).command(&ids, 1);
         assert_eq!(env_of(&own, ENV_MULTI_RANK), None);
@@ -277,33 +318,33 @@ mod tests {
 
     #[test]
     fn times_are_read_line_by_line_and_junk_is_skipped() {
-        let t = |channels, bytes, us| Timed {
+        let t = |channels, bytes, samples: &[f64]| Timed {
             channels,
             bytes,
-            us,
+            samples: samples.to_vec(),
         };
         assert_eq!(
-            parse_times("0 1024 3.50\nnot a line\n1024 9.0\n8 2048 4.25\n8 1 2 3\n"),
-            [t(None, 1024, 3.5), t(Some(8), 2048, 4.25)]
+            parse_times("0 1024 3.50\nnot a line\n1024\n8 2048 4.25 5.0\n8 1 2 x\n"),
+            [t(None, 1024, &[3.5]), t(Some(8), 2048, &[4.25, 5.0])]
         );
     }
 
     #[test]
     fn every_communicator_s_times_come_back_with_its_count() {
         let written = format_times(&[
-            (Some(4), vec![(1024, 3.5), (2048, 4.0)]),
-            (None, vec![(1024, 2.25)]),
+            (Some(4), vec![(1024, vec![3.5, 3.75]), (2048, vec![4.0])]),
+            (None, vec![(1024, vec![2.25, 2.5, 2.125])]),
         ]);
         let read: Vec<_> = parse_times(&written)
-            .iter()
-            .map(|t| (t.channels, t.bytes, t.us))
+            .into_iter()
+            .map(|t| (t.channels, t.bytes, t.samples))
             .collect();
         assert_eq!(
             read,
             [
-                (Some(4), 1024, 3.5),
-                (Some(4), 2048, 4.0),
-                (None, 1024, 2.25)
+                (Some(4), 1024, vec![3.5, 3.75]),
+                (Some(4), 2048, vec![4.0]),
+                (None, 1024, vec![2.25, 2.5, 2.125])
             ]
         );
     }

@@ -19,6 +19,10 @@ use crate::plugin::audit::{Summary, ENV_DIR as AUDIT_DIR};
 
 /// Timed calls per size, after one untimed.
 const ITERS: usize = 20;
+/// The same where ranks share a GPU: each call takes milliseconds there (4.55-5.11 ms at 2
+/// ranks, 13.3-36.0 ms at 4, profiles/hardware/h200/2026-12-04-realnccl), far above the host
+/// timer's resolution, and a pin's sweep times every count at every size.
+const SHARED_ITERS: usize = 5;
 /// The ranks' time per count: setup and every size's calls, generously.
 const LIMIT: Duration = Duration::from_secs(180);
 
@@ -45,10 +49,23 @@ pub fn placement(
 /// tried there, as every rank's kernel must run at once or the ranks hang.
 pub const SHARED_CTAS: u32 = 96;
 
+/// Whether ranks at `placed` (one CUDA ordinal each) share a GPU.
+fn shares(placed: &[usize]) -> bool {
+    placed.iter().skip(1).any(|&o| o == placed[0])
+}
+
+/// Calls timed per size and count for ranks at `placed`.
+fn iters(placed: &[usize]) -> usize {
+    match shares(placed) {
+        true => SHARED_ITERS,
+        false => ITERS,
+    }
+}
+
 /// The counts of `counts` the ranks can run at `placed` (one CUDA ordinal per rank): all where
 /// each rank has a GPU of its own, else those whose CTAs fit [`SHARED_CTAS`].
 pub fn runnable(placed: &[usize], counts: &[u32]) -> Vec<u32> {
-    let shared = placed.iter().skip(1).any(|&o| o == placed[0]);
+    let shared = shares(placed);
     let k = placed.len() as u32;
     counts
         .iter()
@@ -82,6 +99,7 @@ pub fn at_channels(
     let ordinals =
         placement(lib.version, multi.as_deref(), ordinals).map_err(FabricError::Waived)?;
     let counts = runnable(&ordinals, counts);
+    let calls = iters(&ordinals);
     if counts.is_empty() {
         return Ok(Vec::new());
     }
@@ -96,7 +114,9 @@ pub fn at_channels(
         dir: dir.path().to_path_buf(),
         ordinals,
         sizes: even.clone(),
-        iters: ITERS,
+        iters: calls,
+        samples: 1,
+        graph: false,
         max_ctas: None,
         channels: counts.iter().map(|&c| Some(c as i32)).collect(),
         pin: Some(pin),
@@ -116,7 +136,7 @@ pub fn at_channels(
                     .iter()
                     .find(|t| t.channels == Some(c as i32) && t.bytes == *b)?;
                 Some(ChannelTime {
-                    us: t.us,
+                    us: t.mean(),
                     ran_channels: ran.get(b).copied(),
                 })
             };
@@ -199,6 +219,13 @@ mod tests {
             "4 x 48 did not"
         );
         assert_eq!(runnable(&[3], &all), all);
+    }
+
+    #[test]
+    fn ranks_sharing_a_gpu_time_fewer_calls_as_each_takes_milliseconds() {
+        assert_eq!(iters(&[0, 0]), SHARED_ITERS);
+        assert_eq!(iters(&[0, 1]), ITERS);
+        const { assert!(SHARED_ITERS < ITERS) };
     }
 
     #[test]

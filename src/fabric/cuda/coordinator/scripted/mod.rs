@@ -471,3 +471,4 @@ const CUSTOM: [Backend; 2] = [Backend::OneStagePull, Backend::TwoStagePull];
 mod kernels;
 mod lifetimes;
 mod lost;
+mod ranked;
