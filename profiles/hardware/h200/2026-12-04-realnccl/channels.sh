@@ -5,7 +5,7 @@
 #     bash profiles/hardware/h200/2026-12-04-realnccl/channels.sh carry [BUILD_TREE]
 #   builds the GPU test binary in BUILD_TREE (default .) and adds it, stripped and xz-compressed,
 #   with this script to .carry/g48/bin (the last piece's carry; where that passes the device's
-#   64 MiB, carry .carry/g48/bin alone in a seventh call, after the six pieces);
+#   64 MiB, carry .carry/g48/bin alone in a further call, after the pieces);
 #   on the device, as the last of device.sh's calls in place of run.sh:
 #     ... && bash .carry/g48/bin/channels.sh run
 #   joins NCCL 2.32.6 as run.sh does and runs tests/gpu_nccl/channels.rs against it: Ring/Simple
