@@ -386,6 +386,7 @@ impl Op {
             p.view = Some(v);
         }
         self.imported = imported;
+        self.watch = self.watchdog();
         Ok(())
     }
 
@@ -414,10 +415,6 @@ impl Op {
             output,
             elems,
         } = call;
-        let copies = matches!(backend.executor(), Executor::CopyEngine(_));
-        if copies && self.watch.is_none() {
-            self.watch = self.watchdog();
-        }
         let place = self
             .place
             .as_ref()
@@ -492,7 +489,7 @@ impl Op {
         gpu.ctx
             .bind_to_thread()
             .map_err(|e| OpError::Call(format!("binding the context failed: {e}")))?;
-        if copies {
+        if let Executor::CopyEngine(_) = backend.executor() {
             // Captured copies name the tensors themselves: no registered form to record.
             let c = copy::Call {
                 backend,
@@ -521,7 +518,7 @@ impl Op {
         Ok(())
     }
 
-    /// The watchdog of the connected copy-engine backends (None before connecting).
+    /// The watchdog of the connected copy-engine backends (None without any).
     fn watchdog(&self) -> Option<watch::Watchdog> {
         let place = self.place.as_ref()?;
         let mut t = watch::Targets::default();
@@ -533,6 +530,9 @@ impl Op {
             t.status
                 .extend(sig.iter().map(|s| s + SIGNAL_STATUS_OFFSET as u64));
             t.inboxes.push(sig[place.rank]);
+        }
+        if t.inboxes.is_empty() {
+            return None;
         }
         let ctx = self.gpu.ctx.clone();
         Some(watch::Watchdog::start(ctx, self.words.clone(), t))
