@@ -9,6 +9,9 @@
 //! kernels' raise_fault does), and only then releases this rank's inboxes from the host, as
 //! the tune's recovery does: the stream drains, and each call's guard (steps.rs) leaves its
 //! output NaN, on this rank and on every peer the released rank signals afterwards.
+//!
+//! The words assume the op's calls run on one stream at a time, as an engine's collectives do:
+//! calls inside on two streams at once share them, and the end of one hides the other's wait.
 
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::Arc;
