@@ -589,3 +589,90 @@ fn calls_marked_for_the_watchdog_still_sum_and_end_outside_with_the_beat_clear()
         assert_eq!((mem.read(w.inside), mem.read(w.beat)), (0, 0));
     }
 }
+
+#[test]
+fn a_group_missing_a_rank_ends_all_nan_on_every_other_rank_and_never_hangs() {
+    // A stream per rank, rank `gone` never runs. Whenever every stream waits, a rank waiting
+    // is released as the op's watchdog does it (every rank's status, then its own inboxes),
+    // after a healthy call that left each rank's buffers holding its numbers.
+    for b in copy_engine_backends() {
+        for ranks in GROUPS {
+            if b.is_hierarchical() == (ranks.island == ranks.n) {
+                continue;
+            }
+            let (n, elems) = (ranks.n, 16);
+            let c = call(b, ranks, elems);
+            let a = fake(&c);
+            let plan = copy_plan::plan(b, ranks, elems);
+            let fill = |mem: &mut Memory, call: usize| {
+                for r in 0..n {
+                    for i in 0..elems {
+                        mem.words
+                            .insert(base(r, SRC) + 4 * i, value(r, call, i).to_bits());
+                    }
+                }
+            };
+            let all: Vec<usize> = (0..n).collect();
+            let healthy = steps::steps(&plan, ranks, elems, &all, &a).unwrap();
+            for gone in 0..n {
+                let mut mem = Memory::default();
+                fill(&mut mem, 0);
+                assert!(healthy.iter().all(|s| mem.run(s)));
+                fill(&mut mem, 1);
+                let streams: Vec<Vec<Step>> = (0..n)
+                    .map(|r| match r == gone {
+                        true => Vec::new(),
+                        false => steps::steps(&plan, ranks, elems, &[r], &a).unwrap(),
+                    })
+                    .collect();
+                let mut pos = vec![0; n];
+                for releases in 0.. {
+                    assert!(
+                        releases <= n,
+                        "{b} {ranks:?} without {gone}: a stream hangs"
+                    );
+                    let mut moved = true;
+                    while moved {
+                        moved = false;
+                        for r in 0..n {
+                            while pos[r] < streams[r].len() && mem.run(&streams[r][pos[r]]) {
+                                pos[r] += 1;
+                                moved = true;
+                            }
+                        }
+                    }
+                    // Ranks waiting on the gone one first: a rank waiting on a released peer
+                    // goes on before its own deadline.
+                    let waits = |r: usize| match streams[r].get(pos[r]) {
+                        Some(Step::WaitEq { addr, .. }) => Some(*addr),
+                        _ => None,
+                    };
+                    let on_gone = |r: usize| {
+                        (0..BARRIERS).any(|b| waits(r) == Some(base(r, SIG) + inbox(b, gone)))
+                    };
+                    let blocked = |r: usize| pos[r] < streams[r].len();
+                    let Some(stuck) = (0..n)
+                        .find(|&r| blocked(r) && on_gone(r))
+                        .or_else(|| (0..n).find(|&r| blocked(r)))
+                    else {
+                        break;
+                    };
+                    for p in 0..n {
+                        mem.words
+                            .insert(base(p, SIG) + SIGNAL_STATUS_OFFSET as u64, 1);
+                    }
+                    release(&mut mem, stuck, false);
+                }
+                for r in (0..n).filter(|&r| r != gone) {
+                    for i in 0..elems {
+                        let v = f32::from_bits(mem.read(base(r, DST) + 4 * i));
+                        assert!(
+                            v.is_nan(),
+                            "{b} {ranks:?} without {gone}: rank {r}[{i}] {v}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
