@@ -828,12 +828,13 @@ fn op_rank(rank: usize, dir: &std::path::Path) {
         output,
         elems,
     };
-    // A call, timed to the end of its stream's work; its output read back.
-    let run = |op: &mut Op| {
+    // SAFETY: the tensors hold `elems` elements, stay allocated until the stream drained
+    // (polled in `run`), and do not overlap; `stream` is a stream of the primary context.
+    let launch = |op: &mut Op| unsafe { op.launch(call, stream as u64, 1, false) }.unwrap();
+    // What `enqueue` queues, timed to the end of its stream's work; the output read back.
+    let run = |enqueue: &mut dyn FnMut()| {
         let t = Instant::now();
-        // SAFETY: the tensors hold `elems` elements, stay allocated until the stream drained
-        // (polled below), and do not overlap; `stream` is a stream of the primary context.
-        unsafe { op.launch(call, stream as u64, 1, false) }.unwrap();
+        enqueue();
         loop {
             // SAFETY: a live stream.
             match unsafe { sys::cuStreamQuery(stream) } {
@@ -853,28 +854,49 @@ fn op_rank(rank: usize, dir: &std::path::Path) {
         unsafe { result::memcpy_dtoh_sync(&mut got, output) }.unwrap();
         (t.elapsed(), got)
     };
+    let (mut graph, mut exec) = (std::ptr::null_mut(), std::ptr::null_mut());
     if rank == 0 {
-        let (took, got) = run(&mut op);
+        // Captured, then replayed: the words it marks and its guard are graph nodes.
+        let relaxed = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: a capture of the live stream; the graph is destroyed below, after its run.
+        unsafe {
+            sys::cuStreamBeginCapture_v2(stream, relaxed)
+                .result()
+                .unwrap();
+            launch(&mut op);
+            sys::cuStreamEndCapture(stream, &mut graph)
+                .result()
+                .unwrap();
+            sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0)
+                .result()
+                .unwrap();
+        }
+        // SAFETY: the graph's calls name the buffers above, alive until the stream drained.
+        let (took, got) = run(&mut || {
+            unsafe { sys::cuGraphLaunch(exec, stream) }
+                .result()
+                .unwrap()
+        });
         let nan = got.iter().filter(|v| v.is_nan()).count();
         println!(
-            "rank 0: {b} with rank 1 absent: released after {:.2} s, {nan} of {elems} NaN, \
-             faulted {}",
+            "rank 0: {b} replayed with rank 1 absent: released after {:.2} s, {nan} of \
+             {elems} NaN, faulted {}",
             took.as_secs_f64(),
             op.faulted()
         );
         assert!(took >= DEADLINE - POLL, "released early: {took:?}");
         assert_eq!(nan, elems as usize, "a released call returned numbers");
         assert!(op.faulted());
-        let (again, got) = run(&mut op);
+        let (again, got) = run(&mut || launch(&mut op));
         println!(
-            "rank 0: the next call: {:.3} s, all NaN",
+            "rank 0: the next call (eager): {:.3} s, all NaN",
             again.as_secs_f64()
         );
         assert!(again < Duration::from_secs(1), "{again:?}");
         assert!(got.iter().all(|v| v.is_nan()));
     } else {
         // Queues nothing (absent): the stream is idle at once.
-        let (took, _) = run(&mut op);
+        let (took, _) = run(&mut || launch(&mut op));
         assert!(took < Duration::from_secs(1), "{took:?}");
         assert!(!op.faulted());
         println!("rank 1 (absent): queued nothing");
@@ -882,8 +904,12 @@ fn op_rank(rank: usize, dir: &std::path::Path) {
     op.disconnect().unwrap();
     std::fs::write(dir.join(format!("done{rank}")), b"").unwrap();
     wait_for(&format!("done{}", 1 - rank));
-    // SAFETY: the stream drained; nothing else uses these.
+    // SAFETY: the stream drained; nothing else uses these (null handles where none).
     unsafe {
+        if !exec.is_null() {
+            let _ = sys::cuGraphExecDestroy(exec);
+            let _ = sys::cuGraphDestroy(graph);
+        }
         let _ = result::free_sync(input);
         let _ = result::free_sync(output);
         let _ = result::stream::destroy(stream);

@@ -10,9 +10,10 @@
 # (END=200 also runs rows.txt). The kernel cache is the default one, so a call that ran another
 # script first does not compile the kernels again (a cold compile is most of op.txt's time).
 # Results: $OUT/copydeadline.tgz, re-packed after each step.
-# Look for: op.txt "rank 0: two_stage_copy with rank 1 absent: released after 5.0x s, 65536 of
-# 65536 NaN, faulted true", "the next call: ... all NaN" and "test result: ok"; rows.txt
-# (if time is left) the copy rows still bit-exact with the guard, and the tune's absent test.
+# Look for: op.txt "rank 0: two_stage_copy replayed with rank 1 absent: released after 5.0x s,
+# 65536 of 65536 NaN, faulted true" (a captured graph's replay), "the next call (eager): ...
+# all NaN" and "test result: ok"; rows.txt (if time is left) the copy rows still bit-exact with
+# the guard, and the tune's absent test.
 set -u
 R=$PWD; C=${C:-$R/.carry/copydeadline}; A=$C/artune; G=$C/gpu
 W=/tmp/copydeadline; rm -rf $W; mkdir -p $W
