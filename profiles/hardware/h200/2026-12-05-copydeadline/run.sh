@@ -7,13 +7,14 @@
 # From the repository root, with $C holding the stripped release binary `artune` and GPU test
 # binary `gpu` (and commit.txt) built from the commit under test:
 #   C=$PWD/.carry/x END=60 bash profiles/hardware/h200/2026-12-05-copydeadline/run.sh
-# (END=200 also runs rows.txt). The kernel cache is the default one, so a call that ran another
-# script first does not compile the kernels again (a cold compile is most of op.txt's time).
+# (END=260 also runs rows.txt and bench.txt). The kernel cache is the default one, so a call
+# that ran another script first does not compile the kernels again (a cold compile is most of
+# op.txt's time).
 # Results: $OUT/copydeadline.tgz, re-packed after each step.
 # Look for: op.txt "rank 0: two_stage_copy replayed with rank 1 absent: released after 5.0x s,
 # 65536 of 65536 NaN, faulted true" (a captured graph's replay), "the next call (eager): ...
 # all NaN" and "test result: ok"; rows.txt (if time is left) the copy rows still bit-exact with
-# the guard, and the tune's absent test.
+# the guard, and the tune's absent test; bench.txt the copy rows' times with the guard.
 set -u
 R=$PWD; C=${C:-$R/.carry/copydeadline}; A=$C/artune; G=$C/gpu
 W=/tmp/copydeadline; rm -rf $W; mkdir -p $W
@@ -31,5 +32,9 @@ step op 55 $G --test-threads 1 --nocapture --exact \
 step rows 120 $G --test-threads 1 --nocapture --exact \
   gpu_copy_engine_rows_verify_bit_exactly_in_loopback_eager_and_graph_or_skip \
   gpu_a_copy_peer_that_never_arrives_fails_only_its_backend_or_skip
+# The guard (one more kernel per call) in the copy rows' times: compare with
+# 2026-12-05-copyengine/bench.txt, the same command before it.
+step bench 60 $A bench kernels --loopback 8 --islands 4,4 --sizes 4K:16M \
+  --backend two_stage_copy --backend island_two_shot_copy
 echo "end $(date -u +%T) after $SECONDS s" >> $W/env.txt
 pack
