@@ -2,6 +2,13 @@
 // share in this rank's slots, and this kernel adds `count` buffers element by element into
 // `out`, through fp32, rounding once, as the SM kernels do. It has no barrier: stream memory
 // operations on IPC-mapped flags order the ranks around it, so no SM ever spins.
+//
+// The same kernel with no inputs is the guard every call ends with: where the rank's status is
+// set (the op's watchdog released a call stuck on a peer that never arrived, and marked every
+// rank of the group first), it overwrites the call's output with NaN and sets the host's fault
+// word, as fail_safe does for the SM kernels. A released call passes its waits with stale
+// peers' shards, so only its end can say the output is wrong; the status is sticky, so every
+// later call is NaN too.
 #include "common.cuh"
 
 // Mirrors `CeSumArgs` in src/fabric/cuda/layout.rs.
@@ -11,10 +18,18 @@ struct CeSumArgs {
   u64 n;
   int count;
   int pad;
+  u64 status;  // the guard's: the rank's Signal::status word
+  u64 fault;   // the guard's: the host's fault word (0: none)
 };
 
 template <typename T>
 __device__ void ce_sum(const CeSumArgs& a) {
+  if (a.count == 0) {
+    // One block: the poison (a fault only) writes the whole output.
+    const bool failed = __syncthreads_or(ld_volatile((const u32*)a.status) != 0);
+    if (failed) poison<T>((char*)a.out, a.n, a.fault);
+    return;
+  }
   const u64 stride = (u64)gridDim.x * blockDim.x;
   const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
   // Shards start anywhere in the shared input: 16-byte vectors only where every buffer allows.

@@ -739,6 +739,183 @@ fn gpu_a_copy_peer_that_never_arrives_fails_only_its_backend_or_skip() {
     println!("absent=two_stage_copy:1: tune exit 0; two_stage_copy left out: {why}");
 }
 
+/// The environment variable naming the rank a child of the op's copy test runs.
+const OP_RANK: &str = "ARTUNE_TEST_OP_RANK";
+
+#[test]
+fn gpu_an_op_copy_call_whose_peer_never_arrives_is_nan_within_the_deadline_or_skip() {
+    // The engine's op (the pyo3 module's Op), two ranks in two processes on one GPU, rank 1
+    // absent (the fault knob): rank 0's call waits on rank 1's flags until the op's watchdog
+    // releases it, and ends NaN with the fault word set; a later call is NaN at once.
+    const TEST: &str =
+        "gpu_an_op_copy_call_whose_peer_never_arrives_is_nan_within_the_deadline_or_skip";
+    if let (Ok(r), Some(dir)) = (
+        std::env::var(OP_RANK),
+        std::env::var_os("ARTUNE_TEST_OP_DIR"),
+    ) {
+        return op_rank(r.parse().unwrap(), std::path::Path::new(&dir));
+    }
+    let _gpu = GPU.lock().unwrap_or_else(|p| p.into_inner());
+    if artune::fabric::cuda::visible_gpus() == 0 {
+        return skip(format!(
+            "{TEST}: skipped: no GPU (no driver, or it sees no device)"
+        ));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let children: Vec<_> = (0..2)
+        .map(|r| {
+            Command::new(std::env::current_exe().unwrap())
+                .args([TEST, "--exact", "--nocapture", "--test-threads=1"])
+                .env(OP_RANK, r.to_string())
+                .env("ARTUNE_TEST_OP_DIR", dir.path())
+                .env("ARTUNE_CUDA_FAULTS", "absent=two_stage_copy:1")
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (r, c) in children.into_iter().enumerate() {
+        let out = c.wait_with_output().unwrap();
+        assert!(out.status.success(), "rank {r}: {:?}", out.status);
+    }
+}
+
+/// One rank of the op's copy test: publishes its handles in `dir`, connects to the other's,
+/// and (rank 0) runs the calls; rank 1 never queues anything and keeps its buffers until
+/// rank 0 is done.
+fn op_rank(rank: usize, dir: &std::path::Path) {
+    use artune::fabric::cuda::copy::watch::{DEADLINE, POLL};
+    use artune::fabric::cuda::op::{Call, Op, RankBuffers};
+    use cudarc::driver::{result, sys};
+    use std::time::{Duration, Instant};
+    let wait_for = |name: &str| {
+        let t = Instant::now();
+        while !dir.join(name).exists() {
+            assert!(
+                t.elapsed() < Duration::from_secs(120),
+                "rank {rank}: no {name}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let (b, elems) = (Backend::TwoStageCopy, 65536u64);
+    let mut op = Op::open(0).unwrap();
+    let mine = op
+        .allocate(rank, 2, 2, Dtype::Fp32, &[(b, elems * 4)], None)
+        .unwrap();
+    let tmp = dir.join(format!("tmp{rank}"));
+    std::fs::write(&tmp, serde_json::to_vec(&mine).unwrap()).unwrap();
+    std::fs::rename(&tmp, dir.join(format!("rank{rank}"))).unwrap();
+    let mut all: Vec<RankBuffers> = Vec::new();
+    for r in 0..2 {
+        wait_for(&format!("rank{r}"));
+        let bytes = std::fs::read(dir.join(format!("rank{r}"))).unwrap();
+        all.push(serde_json::from_slice(&bytes).unwrap());
+    }
+    op.connect(&all).unwrap();
+    let ctx = cudarc::driver::CudaContext::new(0).unwrap();
+    ctx.bind_to_thread().unwrap();
+    let bytes = (elems * 4) as usize;
+    // SAFETY: plain allocations of the bound context, freed below after the stream drained.
+    let (input, output) = unsafe { (result::malloc_sync(bytes), result::malloc_sync(bytes)) };
+    let (input, output) = (input.unwrap(), output.unwrap());
+    let ones = vec![1.0f32; elems as usize];
+    // SAFETY: `input` holds `bytes` bytes.
+    unsafe { result::memcpy_htod_sync(input, &ones) }.unwrap();
+    let stream = result::stream::create(result::stream::StreamKind::NonBlocking).unwrap();
+    let call = Call {
+        backend: b,
+        input,
+        output,
+        elems,
+    };
+    // SAFETY: the tensors hold `elems` elements, stay allocated until the stream drained
+    // (polled in `run`), and do not overlap; `stream` is a stream of the primary context.
+    let launch = |op: &mut Op| unsafe { op.launch(call, stream as u64, 1, false) }.unwrap();
+    // What `enqueue` queues, timed to the end of its stream's work; the output read back.
+    let run = |enqueue: &mut dyn FnMut()| {
+        let t = Instant::now();
+        enqueue();
+        loop {
+            // SAFETY: a live stream.
+            match unsafe { sys::cuStreamQuery(stream) } {
+                sys::CUresult::CUDA_SUCCESS => break,
+                sys::CUresult::CUDA_ERROR_NOT_READY => {}
+                e => panic!("rank {rank}: the stream failed: {e:?}"),
+            }
+            assert!(
+                t.elapsed() < DEADLINE + Duration::from_secs(10),
+                "rank {rank}: the call still waits after {:?}",
+                t.elapsed()
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let mut got = vec![0f32; elems as usize];
+        // SAFETY: `output` holds `bytes` bytes; the stream that wrote it is idle.
+        unsafe { result::memcpy_dtoh_sync(&mut got, output) }.unwrap();
+        (t.elapsed(), got)
+    };
+    let (mut graph, mut exec) = (std::ptr::null_mut(), std::ptr::null_mut());
+    if rank == 0 {
+        // Captured, then replayed: the words it marks and its guard are graph nodes.
+        let relaxed = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: a capture of the live stream; the graph is destroyed below, after its run.
+        unsafe {
+            sys::cuStreamBeginCapture_v2(stream, relaxed)
+                .result()
+                .unwrap();
+            launch(&mut op);
+            sys::cuStreamEndCapture(stream, &mut graph)
+                .result()
+                .unwrap();
+            sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0)
+                .result()
+                .unwrap();
+        }
+        // SAFETY: the graph's calls name the buffers above, alive until the stream drained.
+        let (took, got) = run(&mut || {
+            unsafe { sys::cuGraphLaunch(exec, stream) }
+                .result()
+                .unwrap()
+        });
+        let nan = got.iter().filter(|v| v.is_nan()).count();
+        println!(
+            "rank 0: {b} replayed with rank 1 absent: released after {:.2} s, {nan} of \
+             {elems} NaN, faulted {}",
+            took.as_secs_f64(),
+            op.faulted()
+        );
+        assert!(took >= DEADLINE - POLL, "released early: {took:?}");
+        assert_eq!(nan, elems as usize, "a released call returned numbers");
+        assert!(op.faulted());
+        let (again, got) = run(&mut || launch(&mut op));
+        println!(
+            "rank 0: the next call (eager): {:.3} s, all NaN",
+            again.as_secs_f64()
+        );
+        assert!(again < Duration::from_secs(1), "{again:?}");
+        assert!(got.iter().all(|v| v.is_nan()));
+    } else {
+        // Queues nothing (absent): the stream is idle at once.
+        let (took, _) = run(&mut || launch(&mut op));
+        assert!(took < Duration::from_secs(1), "{took:?}");
+        assert!(!op.faulted());
+        println!("rank 1 (absent): queued nothing");
+    }
+    op.disconnect().unwrap();
+    std::fs::write(dir.join(format!("done{rank}")), b"").unwrap();
+    wait_for(&format!("done{}", 1 - rank));
+    // SAFETY: the stream drained; nothing else uses these (null handles where none).
+    unsafe {
+        if !exec.is_null() {
+            let _ = sys::cuGraphExecDestroy(exec);
+            let _ = sys::cuGraphDestroy(graph);
+        }
+        let _ = result::free_sync(input);
+        let _ = result::free_sync(output);
+        let _ = result::stream::destroy(stream);
+    }
+}
+
 #[test]
 fn gpu_hung_kernel_and_stuck_worker_fail_only_their_backend_or_skip() {
     let Some((_gpu, f)) = open_or_skip("gpu_hung_kernel_and_stuck_worker", 2) else {

@@ -337,8 +337,12 @@ impl HostWord {
     }
 
     pub fn clear(&self) {
+        self.set(0)
+    }
+
+    pub fn set(&self, value: u32) {
         // SAFETY: as in `get`.
-        unsafe { std::ptr::write_volatile(self.host, 0) }
+        unsafe { std::ptr::write_volatile(self.host, value) }
     }
 }
 

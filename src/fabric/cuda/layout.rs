@@ -132,4 +132,7 @@ pub struct CeSumArgs {
     pub n: u64,
     pub count: i32,
     pub pad: i32,
+    /// The guard's (`count` 0): the rank's `Signal::status` word, and the host's fault word.
+    pub status: u64,
+    pub fault: u64,
 }

@@ -26,10 +26,12 @@
 //! handles, then [`Op::launch`]; the handle exchange between them is the caller's (the
 //! engine's process group).
 
+use std::sync::Arc;
+
 use cudarc::driver::{result, sys};
 
-use super::copy;
-use super::driver::{self, dev, DeviceFacts, HostWord, Imported, IpcHandle, Span};
+use super::copy::{self, watch};
+use super::driver::{self, dev, DeviceFacts, Imported, IpcHandle, Span};
 use super::kernels;
 use super::layout::{MAX_RANKS, SIGNAL_STATUS_OFFSET};
 use super::protocol::{BufHandles, Shape};
@@ -99,11 +101,16 @@ impl Place {
 /// One rank's allreduce op. Fields drop in order: peers' buffers are closed before this
 /// rank's own are freed, and the GPU (its context) goes last.
 pub struct Op {
+    /// Releases copy-engine calls stuck on a peer (copy::watch); stopped before the rest.
+    watch: Option<watch::Watchdog>,
     bufs: Vec<Prepared>,
     imported: Vec<Imported>,
     place: Option<Place>,
-    /// Set by the kernels once a wait of the group gave up on this rank ([`Op::faulted`]).
-    fault: HostWord,
+    /// The fault word, set by the kernels once a wait of the group gave up on this rank
+    /// ([`Op::faulted`]), and the words copy-engine calls mark for the watchdog.
+    words: Arc<watch::HostWords>,
+    /// The fault knob's `absent=BACKEND:RANK` (testing only): that rank's calls queue nothing.
+    absent: Option<(Backend, usize)>,
     /// The registered form's slots (graph mode).
     registry: Registry,
     gpu: Gpu,
@@ -158,16 +165,18 @@ impl Op {
             return Err(OpError::OtherContext { ordinal });
         }
         gpu.kernels().map_err(FabricError::Device)?;
-        let fault = dev(
-            HostWord::alloc(&gpu.ctx),
+        let words = dev(
+            watch::HostWords::alloc(&gpu.ctx),
             "allocating the fault word in pinned host memory",
         )?;
         let registry = Registry::alloc(&gpu.ctx)?;
         Ok(Op {
+            watch: None,
             bufs: Vec::new(),
             imported: Vec::new(),
             place: None,
-            fault,
+            words: Arc::new(words),
+            absent: super::WorkerFaults::from_env().absent,
             registry,
             gpu,
         })
@@ -377,6 +386,7 @@ impl Op {
             p.view = Some(v);
         }
         self.imported = imported;
+        self.watch = self.watchdog();
         Ok(())
     }
 
@@ -465,7 +475,7 @@ impl Op {
         }
         let (shared_in, _, shared_out, _) = p.own.spans();
         let mut a = view.args;
-        a.fault = self.fault.device_ptr();
+        a.fault = self.words.fault.device_ptr();
         a.src[place.rank] = input;
         a.dst[place.rank] = output;
         // Where no peer touches them, the tensors are the kernel's buffers (nothing staged).
@@ -488,7 +498,8 @@ impl Op {
                 ranks: work.ranks,
                 local: place.rank..place.rank + 1,
                 max_bytes: setup::padded(p.max_bytes),
-                absent: None,
+                absent: self.absent.filter(|a| a.0 == backend).map(|a| a.1),
+                watch: Some(self.words.words()),
             };
             for _ in 0..repeat {
                 // SAFETY: as below; the steps name only the buffers of `a`.
@@ -505,6 +516,26 @@ impl Op {
                 .map_err(|e| OpError::Call(e.to_string()))?;
         }
         Ok(())
+    }
+
+    /// The watchdog of the connected copy-engine backends (None without any).
+    fn watchdog(&self) -> Option<watch::Watchdog> {
+        let place = self.place.as_ref()?;
+        let mut t = watch::Targets::default();
+        for p in &self.bufs {
+            let (Executor::CopyEngine(_), Some(v)) = (p.backend.executor(), &p.view) else {
+                continue;
+            };
+            let sig = &v.args.sig[..place.world];
+            t.status
+                .extend(sig.iter().map(|s| s + SIGNAL_STATUS_OFFSET as u64));
+            t.inboxes.push(sig[place.rank]);
+        }
+        if t.inboxes.is_empty() {
+            return None;
+        }
+        let ctx = self.gpu.ctx.clone();
+        Some(watch::Watchdog::start(ctx, self.words.clone(), t))
     }
 
     /// The handles (allocation and offset) of every input captured since the last
@@ -559,6 +590,8 @@ impl Op {
         self.gpu
             .ctx
             .synchronize("draining artune's allreduce calls")?;
+        // It writes the peers' flags: stopped before they are closed.
+        self.watch = None;
         for p in &mut self.bufs {
             p.view = None;
         }
@@ -572,7 +605,7 @@ impl Op {
     /// synchronization, cheap enough for every call. It is set from the first such kernel's
     /// end on, so calls queued before the host reads it may return NaN too.
     pub fn faulted(&self) -> bool {
-        self.fault.get() != 0
+        self.words.fault.get() != 0
     }
 
     /// Backends whose barrier on this rank gave up waiting for a peer, or were told by a peer
@@ -606,6 +639,7 @@ impl Drop for Op {
             .gpu
             .ctx
             .synchronize("draining artune's allreduce calls");
+        self.watch = None;
     }
 }
 

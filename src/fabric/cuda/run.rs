@@ -96,6 +96,7 @@ impl Launcher {
                     local: self.launch.base..self.launch.base + self.launch.count,
                     max_bytes: padded(self.shape.max_bytes),
                     absent: faults.absent.filter(|a| a.0 == backend).map(|a| a.1),
+                    watch: None,
                 };
                 // SAFETY: `c.args` holds every rank's buffers of the backend, allocated for
                 // the group's largest message (the function's contract); the stream is this

@@ -4,6 +4,7 @@
 //! ([`steps`]), all queued on the worker's stream, so a CUDA graph captures them as nodes.
 
 pub mod steps;
+pub mod watch;
 
 use std::ops::Range;
 
@@ -43,6 +44,8 @@ pub struct Call {
     /// A rank of `local` whose calls are left out: a peer that never arrives (the fault knob's
     /// `absent`, for testing the recovery).
     pub absent: Option<usize>,
+    /// Where an op's watchdog looks (super::watch): the device addresses of its words.
+    pub watch: Option<watch::Words>,
 }
 
 /// Where the buffers `args` names lie, with the backend's scratch entries.
@@ -67,9 +70,16 @@ pub fn call_steps(call: &Call, args: &ArArgs) -> Result<Vec<Step>, FabricError> 
         .clone()
         .filter(|&r| Some(r) != call.absent)
         .collect();
-    steps::steps(&plan, call.ranks, &local, &addrs(call, args)).map_err(|e| FabricError::Backend {
-        backend: call.backend,
-        reason: format!("its copy plan cannot run: {e}"),
+    let s =
+        steps::steps(&plan, call.ranks, call.elems, &local, &addrs(call, args)).map_err(|e| {
+            FabricError::Backend {
+                backend: call.backend,
+                reason: format!("its copy plan cannot run: {e}"),
+            }
+        })?;
+    Ok(match call.watch {
+        Some(w) => w.around(s),
+        None => s,
     })
 }
 
@@ -80,6 +90,8 @@ struct Driver<'a> {
     dtype: Dtype,
     /// Most blocks a sum takes.
     cap: u32,
+    /// The host's fault word the guard sets (0: none).
+    fault: u64,
 }
 
 impl Enqueue for Driver<'_> {
@@ -108,6 +120,19 @@ impl Enqueue for Driver<'_> {
                 .launch_on((blocks, 1), THREADS, self.stream, &a, false)
         }
         .map_err(|e| format!("launching the sum failed: {e}"))
+    }
+
+    unsafe fn guard(&mut self, status: u64, out: u64, elems: u64) -> Result<(), String> {
+        let a = CeSumArgs {
+            out,
+            n: elems,
+            status,
+            fault: self.fault,
+            ..CeSumArgs::default()
+        };
+        // SAFETY: as in `sum`; one block reads the status and, on a fault only, writes `out`.
+        unsafe { self.sum.launch_on((1, 1), THREADS, self.stream, &a, false) }
+            .map_err(|e| format!("launching the guard failed: {e}"))
     }
 
     unsafe fn wait_eq(&mut self, addr: u64, value: u32) -> Result<(), String> {
@@ -153,6 +178,7 @@ pub unsafe fn launch(
         sum,
         dtype: call.dtype,
         cap: sms.max(1) * 2,
+        fault: args.fault,
     };
     // SAFETY: the steps name only the buffers of `args` (the function's contract).
     unsafe { steps::enqueue(&steps, &mut q) }

@@ -8,6 +8,10 @@
 //! change from call to call, so a CUDA graph replays them as captured; each barrier of a call
 //! has its own inbox, and a peer reaches a barrier's inbox again only after the next call's
 //! earlier barriers, which this rank passes after clearing it.
+//!
+//! Every call ends with a guard on each rank: its output NaN where its status word is set (a
+//! wait of the group was released from the host, see super::watch), so a released call never
+//! returns a sum made of a stale peer's shard.
 
 use thiserror::Error;
 
@@ -51,6 +55,9 @@ pub enum Step {
     WaitEq { addr: u64, value: u32 },
     /// Writes `value` to the word at `addr` (cuStreamWriteValue32).
     Write { addr: u64, value: u32 },
+    /// The sum kernel with no inputs: where the word at `status` is not 0, `elems` elements
+    /// at `out` become NaN (and the host's fault word is set).
+    Guard { status: u64, out: u64, elems: u64 },
 }
 
 /// Where every rank's buffers of one copy-engine backend lie in this process.
@@ -150,12 +157,14 @@ fn cut(ops: &[Op]) -> (Vec<&[Op]>, Vec<Peers>, &[Op]) {
     (segs, peers, &ops[start..])
 }
 
-/// The calls one stream runs for one call of `plan` (every rank's operations) for the ranks
-/// `local`, in order: all of their operations up to a barrier, rank by rank, then their
-/// signals, then their waits, so ranks sharing the stream never wait for one queued later.
+/// The calls one stream runs for one call of `plan` (every rank's operations, `elems`
+/// elements each) for the ranks `local`, in order: all of their operations up to a barrier,
+/// rank by rank, then their signals, then their waits, so ranks sharing the stream never wait
+/// for one queued later; last, each rank's guard.
 pub fn steps(
     plan: &[Vec<Op>],
     ranks: Ranks,
+    elems: u64,
     local: &[usize],
     addrs: &Addrs,
 ) -> Result<Vec<Step>, StepError> {
@@ -205,6 +214,18 @@ pub fn steps(
             out.extend(addrs.step(op)?);
         }
     }
+    for &r in local {
+        let dst = At {
+            rank: r,
+            buf: Buf::Dst,
+            offset: 0,
+        };
+        out.push(Step::Guard {
+            status: addrs.sig(r)? + SIGNAL_STATUS_OFFSET as u64,
+            out: addrs.addr(dst)?,
+            elems,
+        });
+    }
     Ok(out)
 }
 
@@ -223,6 +244,9 @@ pub trait Enqueue {
     /// # Safety
     /// As [`Enqueue::wait_eq`].
     unsafe fn write(&mut self, addr: u64, value: u32) -> Result<(), Self::Error>;
+    /// # Safety
+    /// `status` as [`Enqueue::wait_eq`], `out` as [`Enqueue::sum`].
+    unsafe fn guard(&mut self, status: u64, out: u64, elems: u64) -> Result<(), Self::Error>;
 }
 
 /// Queues `steps` in order.
@@ -239,6 +263,7 @@ pub unsafe fn enqueue<Q: Enqueue>(steps: &[Step], q: &mut Q) -> Result<(), Q::Er
                 Step::Sum { inputs, out, elems } => q.sum(inputs, *out, *elems),
                 Step::WaitEq { addr, value } => q.wait_eq(*addr, *value),
                 Step::Write { addr, value } => q.write(*addr, *value),
+                Step::Guard { status, out, elems } => q.guard(*status, *out, *elems),
             }
         }?;
     }

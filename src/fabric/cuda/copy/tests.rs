@@ -9,6 +9,7 @@ use std::ops::Range;
 use super::steps::{self, inbox, Addrs, Enqueue, Step, StepError, ARRIVED, BARRIERS, ONE};
 use super::*;
 use crate::fabric::cuda::copy_plan::tests::{copy_engine_backends, GROUPS};
+use crate::fabric::cuda::layout::SIGNAL_STATUS_OFFSET;
 
 const SRC: u64 = 1;
 const DST: u64 = 2;
@@ -102,6 +103,13 @@ impl Memory {
             Step::Write { addr, value } => {
                 self.words.insert(*addr, *value);
             }
+            Step::Guard { status, out, elems } => {
+                if self.read(*status) != 0 {
+                    for i in 0..*elems {
+                        self.words.insert(out + 4 * i, f32::NAN.to_bits());
+                    }
+                }
+            }
         }
         true
     }
@@ -135,7 +143,7 @@ fn replay(
         .iter()
         .map(|local| {
             let mine: Vec<usize> = local.clone().collect();
-            let s = edit(steps::steps(&plan, call.ranks, &mine, &addrs).unwrap());
+            let s = edit(steps::steps(&plan, call.ranks, call.elems, &mine, &addrs).unwrap());
             (0..calls)
                 .flat_map(|c| {
                     let fill = local.clone().map(move |r| Action::Fill(r, c));
@@ -207,6 +215,7 @@ fn call(backend: Backend, ranks: Ranks, elems: u64) -> Call {
         local: 0..ranks.n,
         max_bytes: elems * 4,
         absent: None,
+        watch: None,
     }
 }
 
@@ -305,6 +314,11 @@ impl Enqueue for Recorder {
         self.calls.push(format!("write {addr:x} = {value}"));
         Ok(())
     }
+    unsafe fn guard(&mut self, status: u64, out: u64, elems: u64) -> Result<(), String> {
+        self.calls
+            .push(format!("guard {status:x} -> {out:x} {elems}"));
+        Ok(())
+    }
 }
 
 #[test]
@@ -315,6 +329,7 @@ fn a_rank_of_two_stage_copy_queues_its_copies_sum_and_flags_in_order() {
     let s = steps::steps(
         &copy_plan::plan(c.backend, ranks, c.elems),
         ranks,
+        c.elems,
         &[1],
         &fake(&c),
     )
@@ -355,6 +370,8 @@ fn a_rank_of_two_stage_copy_queues_its_copies_sum_and_flags_in_order() {
         signal(2),
     ]);
     want.extend(wait(2));
+    let status = me + SIGNAL_STATUS_OFFSET as u64;
+    want.push(format!("guard {status:x} -> {:x} 1000", base(1, DST)));
     assert_eq!(q.calls, want);
 }
 
@@ -379,7 +396,13 @@ fn every_copy_and_sum_stays_inside_the_buffers_setup_allocates() {
                 );
             };
             let all: Vec<usize> = (0..ranks.n).collect();
-            let s = steps::steps(&copy_plan::plan(b, ranks, 4099), ranks, &all, &fake(&c));
+            let s = steps::steps(
+                &copy_plan::plan(b, ranks, 4099),
+                ranks,
+                4099,
+                &all,
+                &fake(&c),
+            );
             for step in s.unwrap() {
                 match step {
                     Step::Copy { bytes: 4, .. } | Step::WaitEq { .. } | Step::Write { .. } => {}
@@ -391,6 +414,7 @@ fn every_copy_and_sum_stays_inside_the_buffers_setup_allocates() {
                         inside(out, elems * 4);
                         inputs.iter().for_each(|&a| inside(a, elems * 4));
                     }
+                    Step::Guard { out, elems, .. } => inside(out, elems * 4),
                 }
             }
         }
@@ -403,7 +427,13 @@ fn a_rank_whose_buffers_are_not_mapped_is_refused_before_anything_is_queued() {
     let c = call(Backend::TwoStageCopy, ranks, 100);
     let mut a = fake(&c);
     a.input[2] = 0;
-    let e = steps::steps(&copy_plan::plan(c.backend, ranks, 100), ranks, &[0], &a);
+    let e = steps::steps(
+        &copy_plan::plan(c.backend, ranks, 100),
+        ranks,
+        100,
+        &[0],
+        &a,
+    );
     assert_eq!(
         e.unwrap_err(),
         StepError::Unmapped {
@@ -430,7 +460,7 @@ fn a_worker_whose_peers_never_arrive_runs_through_once_its_inboxes_are_released(
         let c = call(b, ranks, 64);
         let a = fake(&c);
         let plan = copy_plan::plan(b, ranks, 64);
-        let s = steps::steps(&plan, ranks, &[0, 1], &a).unwrap();
+        let s = steps::steps(&plan, ranks, 64, &[0, 1], &a).unwrap();
         let run = |mem: &mut Memory| s.iter().all(|s| mem.run(s));
         assert!(!run(&mut Memory::default()), "{b}: ran without its peers");
         let mut mem = Memory::default();
@@ -457,6 +487,7 @@ fn an_absent_rank_queues_nothing_and_the_others_wait_on_it() {
     for step in &s {
         match step {
             Step::Write { addr, .. } | Step::WaitEq { addr, .. } => assert_ne!(rank_of(*addr), 1),
+            Step::Guard { out, .. } => assert_ne!(rank_of(*out), 1),
             Step::Copy { dst, .. } | Step::Sum { out: dst, .. } => {
                 assert!(rank_of(*dst) != 1 || matches!(step, Step::Copy { bytes: 4, .. }))
             }
@@ -471,4 +502,177 @@ fn an_absent_rank_queues_nothing_and_the_others_wait_on_it() {
             value: ARRIVED
         }
     );
+}
+
+/// Writes rank `r`'s words as the watchdog releases them: its status (where `status`), then
+/// every inbox slot.
+fn release(mem: &mut Memory, r: usize, status: bool) {
+    if status {
+        mem.words
+            .insert(base(r, SIG) + SIGNAL_STATUS_OFFSET as u64, 1);
+    }
+    for (k, w) in steps::released().chunks(4).enumerate() {
+        let word = u32::from_le_bytes(w.try_into().unwrap());
+        mem.words.insert(base(r, SIG) + 4 * k as u64, word);
+    }
+}
+
+#[test]
+fn a_released_call_is_nan_where_without_its_guard_it_sums_stale_shards() {
+    // A healthy call of all four ranks, then one whose ranks 2 and 3 never arrive: ranks 0
+    // and 1, released from the host, pass their waits with the shards ranks 2 and 3 left in
+    // the first call. Released alone that is a wrong sum that looks right; released as the
+    // watchdog does (the status first), every element is NaN.
+    for (b, ranks) in [
+        (Backend::TwoStageCopy, Ranks::flat(4)),
+        (Backend::IslandTwoShotCopy, Ranks { n: 4, island: 2 }),
+    ] {
+        let c = call(b, ranks, 64);
+        let a = fake(&c);
+        let plan = copy_plan::plan(b, ranks, 64);
+        let all = steps::steps(&plan, ranks, 64, &[0, 1, 2, 3], &a).unwrap();
+        let two = steps::steps(&plan, ranks, 64, &[0, 1], &a).unwrap();
+        for status in [false, true] {
+            let mut mem = Memory::default();
+            let fill = |mem: &mut Memory, call: usize| {
+                for r in 0..4 {
+                    for i in 0..64 {
+                        let v = value(r, call, i).to_bits();
+                        mem.words.insert(base(r, SRC) + 4 * i, v);
+                    }
+                }
+            };
+            fill(&mut mem, 0);
+            assert!(all.iter().all(|s| mem.run(s)), "{b}: a healthy call waits");
+            fill(&mut mem, 1);
+            assert!(
+                !two.iter().all(|s| mem.run(s)),
+                "{b}: ran without its peers"
+            );
+            let mut mem2 = Memory::default();
+            fill(&mut mem2, 0);
+            assert!(all.iter().all(|s| mem2.run(s)));
+            fill(&mut mem2, 1);
+            release(&mut mem2, 0, status);
+            release(&mut mem2, 1, status);
+            assert!(
+                two.iter().all(|s| mem2.run(s)),
+                "{b}: a wait outlives the release"
+            );
+            for r in 0..2 {
+                let out: Vec<f32> = (0..64)
+                    .map(|i| f32::from_bits(mem2.read(base(r, DST) + 4 * i)))
+                    .collect();
+                if status {
+                    assert!(out.iter().all(|v| v.is_nan()), "{b}: rank {r} {out:?}");
+                } else {
+                    let want: Vec<f32> = (0..64)
+                        .map(|i| (0..4).map(|p| value(p, 1, i)).sum())
+                        .collect();
+                    assert!(out.iter().all(|v| v.is_finite()), "{b}: rank {r} {out:?}");
+                    assert_ne!(out, want, "{b}: rank {r}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn calls_marked_for_the_watchdog_still_sum_and_end_outside_with_the_beat_clear() {
+    let w = watch::Words {
+        inside: base(9, SIG) + 0x100,
+        beat: base(9, SIG) + 0x200,
+    };
+    let c = call(Backend::TwoStageCopy, Ranks::flat(4), 100);
+    for seed in 0..8 {
+        let mem = replay(&c, &layouts(4)[1], 3, seed, |s| w.around(s)).unwrap();
+        assert_eq!((mem.read(w.inside), mem.read(w.beat)), (0, 0));
+    }
+}
+
+#[test]
+fn a_group_missing_a_rank_ends_all_nan_on_every_other_rank_and_never_hangs() {
+    // A stream per rank, rank `gone` never runs. Whenever every stream waits, a rank waiting
+    // is released as the op's watchdog does it (every rank's status, then its own inboxes),
+    // after a healthy call that left each rank's buffers holding its numbers.
+    for b in copy_engine_backends() {
+        for ranks in GROUPS {
+            if b.is_hierarchical() == (ranks.island == ranks.n) {
+                continue;
+            }
+            let (n, elems) = (ranks.n, 16);
+            let c = call(b, ranks, elems);
+            let a = fake(&c);
+            let plan = copy_plan::plan(b, ranks, elems);
+            let fill = |mem: &mut Memory, call: usize| {
+                for r in 0..n {
+                    for i in 0..elems {
+                        mem.words
+                            .insert(base(r, SRC) + 4 * i, value(r, call, i).to_bits());
+                    }
+                }
+            };
+            let all: Vec<usize> = (0..n).collect();
+            let healthy = steps::steps(&plan, ranks, elems, &all, &a).unwrap();
+            for gone in 0..n {
+                let mut mem = Memory::default();
+                fill(&mut mem, 0);
+                assert!(healthy.iter().all(|s| mem.run(s)));
+                fill(&mut mem, 1);
+                let streams: Vec<Vec<Step>> = (0..n)
+                    .map(|r| match r == gone {
+                        true => Vec::new(),
+                        false => steps::steps(&plan, ranks, elems, &[r], &a).unwrap(),
+                    })
+                    .collect();
+                let mut pos = vec![0; n];
+                for releases in 0.. {
+                    assert!(
+                        releases <= n,
+                        "{b} {ranks:?} without {gone}: a stream hangs"
+                    );
+                    let mut moved = true;
+                    while moved {
+                        moved = false;
+                        for r in 0..n {
+                            while pos[r] < streams[r].len() && mem.run(&streams[r][pos[r]]) {
+                                pos[r] += 1;
+                                moved = true;
+                            }
+                        }
+                    }
+                    // Ranks waiting on the gone one first: a rank waiting on a released peer
+                    // goes on before its own deadline.
+                    let waits = |r: usize| match streams[r].get(pos[r]) {
+                        Some(Step::WaitEq { addr, .. }) => Some(*addr),
+                        _ => None,
+                    };
+                    let on_gone = |r: usize| {
+                        (0..BARRIERS).any(|b| waits(r) == Some(base(r, SIG) + inbox(b, gone)))
+                    };
+                    let blocked = |r: usize| pos[r] < streams[r].len();
+                    let Some(stuck) = (0..n)
+                        .find(|&r| blocked(r) && on_gone(r))
+                        .or_else(|| (0..n).find(|&r| blocked(r)))
+                    else {
+                        break;
+                    };
+                    for p in 0..n {
+                        mem.words
+                            .insert(base(p, SIG) + SIGNAL_STATUS_OFFSET as u64, 1);
+                    }
+                    release(&mut mem, stuck, false);
+                }
+                for r in (0..n).filter(|&r| r != gone) {
+                    for i in 0..elems {
+                        let v = f32::from_bits(mem.read(base(r, DST) + 4 * i));
+                        assert!(
+                            v.is_nan(),
+                            "{b} {ranks:?} without {gone}: rank {r}[{i}] {v}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 }

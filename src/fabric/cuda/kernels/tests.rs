@@ -172,6 +172,8 @@ fn arg_layouts_match_the_cuda_structs() {
         ("n", offset_of!(CeSumArgs, n)),
         ("count", offset_of!(CeSumArgs, count)),
         ("pad", offset_of!(CeSumArgs, pad)),
+        ("status", offset_of!(CeSumArgs, status)),
+        ("fault", offset_of!(CeSumArgs, fault)),
     ];
     let rust: Vec<(String, usize)> = rust.iter().map(|(n, o)| (n.to_string(), *o)).collect();
     assert_eq!(f, rust);
