@@ -4,10 +4,10 @@
 //!
 //! No `unsafe impl Send`/`Sync` here. Streams, events, graphs and modules hold raw handles,
 //! which keep them on the worker's one thread. Memory handles ([`DevBuf`], [`Imported`],
-//! [`Span`]) are `Send` and `Sync` by their fields alone: a device address is a number that
-//! names the same memory from any thread (unified addressing), and the memory binds its
-//! context before it is freed. Memory is reached through spans that keep it allocated (as
-//! cudarc's views keep their slice), so no safe call can touch memory that was freed.
+//! [`Span`]) are `Send` and `Sync` by their fields alone: a device address names the same
+//! memory from any thread (unified addressing), and memory binds its context before it is
+//! freed. Spans keep memory allocated (as cudarc's views do), so no safe call touches freed
+//! memory.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -339,7 +339,6 @@ impl HostWord {
     pub fn clear(&self) {
         self.set(0)
     }
-
     pub fn set(&self, value: u32) {
         // SAFETY: as in `get`.
         unsafe { std::ptr::write_volatile(self.host, value) }
