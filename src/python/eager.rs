@@ -304,16 +304,17 @@ impl EagerPath {
         }
         let nbytes: u64 = inp.getattr(intern!(py, "nbytes"))?.extract()?;
         let input: u64 = inp.call_method0(intern!(py, "data_ptr"))?.extract()?;
-        let out = match out {
-            Some(o) => {
-                if !fits(py, &inp, input, nbytes, &o)? {
-                    return slow(Some(o));
-                }
-                o
+        let (out, output) = match out {
+            Some(o) => match fits(py, &inp, input, nbytes, &o)? {
+                Some(ptr) => (o, ptr),
+                None => return slow(Some(o)),
+            },
+            None => {
+                let o = h.empty_like.bind(py).call1((&inp,))?;
+                let ptr: u64 = o.call_method0(intern!(py, "data_ptr"))?.extract()?;
+                (o, ptr)
             }
-            None => h.empty_like.bind(py).call1((&inp,))?,
         };
-        let output: u64 = out.call_method0(intern!(py, "data_ptr"))?.extract()?;
         let graph = h.capturing.bind(py).call0()?.is_truthy()?;
         let code = match &backend {
             None => layer.route(py, nbytes, graph)?,
@@ -379,35 +380,36 @@ impl EagerPath {
     }
 }
 
-/// Whether the kernels can write `out` for `inp` (`input`, `nbytes` its fields): a distinct,
-/// contiguous, 16-byte aligned tensor of the input's dtype, size and device; anything else (an
-/// in-place call) takes the Python form, which gives the kernels one and copies back.
+/// `out`'s address where the kernels can write it for `inp` (`input`, `nbytes` its fields): a
+/// distinct, contiguous, 16-byte aligned tensor of the input's dtype, size and device; None
+/// for anything else (an in-place call), which the Python form serves (it gives the kernels a
+/// tensor and copies back).
 fn fits(
     py: Python<'_>,
     inp: &Bound<'_, PyAny>,
     input: u64,
     nbytes: u64,
     out: &Bound<'_, PyAny>,
-) -> PyResult<bool> {
+) -> PyResult<Option<u64>> {
     let dtype = intern!(py, "dtype");
     if !out.getattr(dtype)?.is(inp.getattr(dtype)?) {
-        return Ok(false);
+        return Ok(None);
     }
     if out.getattr(intern!(py, "nbytes"))?.extract::<u64>()? != nbytes {
-        return Ok(false);
+        return Ok(None);
     }
     if !out
         .call_method0(intern!(py, "is_contiguous"))?
         .is_truthy()?
     {
-        return Ok(false);
+        return Ok(None);
     }
     let device = intern!(py, "device");
     if !out.getattr(device)?.eq(inp.getattr(device)?)? {
-        return Ok(false);
+        return Ok(None);
     }
     let ptr: u64 = out.call_method0(intern!(py, "data_ptr"))?.extract()?;
-    Ok(ptr % 16 == 0 && ptr != input)
+    Ok((ptr % 16 == 0 && ptr != input).then_some(ptr))
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
