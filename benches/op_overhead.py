@@ -3,12 +3,20 @@
 kernel launch, eager and in a CUDA graph, per kernel at 4 KiB, 64 KiB and 1 MiB.
 
 The raw launch is the same kernel on the same tensors, queued `--calls` times by one native
-call (no Python per call). The op's call is what an engine makes: `all_reduce` from Python on
-torch tensors (the checks, torch's current stream). Both stage through the kernel's shared
-buffers inside the kernel, as the tune timed it. Eager: CUDA events around `--calls`
-back-to-back calls, so where the host is slower than the kernel the host's time is what shows.
-Graph: one replay of a graph that holds `--calls` calls. Median of `--samples` samples;
-overhead = op minus raw.
+call (no Python per call). The op's call is what an engine makes: `op.all_reduce` from Python on
+torch tensors, which is one native call (artune._artune.EagerPath: the checks, the route,
+torch's current stream and the launch). Beside it, the Python form of the same call
+(`Allreduce.all_reduce(op, ...)`, the path before the native one), for comparison. Each is
+timed twice: with `out` (the engine passes the output, as the raw launch has it) and without
+(the op allocates it with torch.empty_like, as an engine's out-of-place call does); `alloc_us`
+is torch.empty_like alone on this host (wall clock per call), the part of the second that is
+torch's allocator. The target (issue 42): the eager call with `out` at most `--limit` us over
+the raw launch; `target` in the JSON says whether every row meets it, with and without `out`.
+
+Both stage through the kernel's shared buffers inside the kernel, as the tune timed it. Eager:
+CUDA events around `--calls` back-to-back calls, so where the host is slower than the kernel
+the host's time is what shows. Graph: one replay of a graph that holds `--calls` calls of the
+op (native). Median of `--samples` samples; overhead = op minus raw.
 
 With --register the op runs graph mode zero copy (``register_graphs``): each graph is registered
 (``register_graph_buffers()``) after capture, and the kernels that have one (the pull kernels,
@@ -28,6 +36,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -58,12 +67,46 @@ def per_call(fn, calls, samples):
     return statistics.median(out)
 
 
+def host_per_call(fn, calls, samples):
+    """Wall-clock us per call of ``fn``, which makes ``calls`` calls (no GPU work)."""
+    out = []
+    for _ in range(samples):
+        t = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t) * 1e6 / calls)
+    return statistics.median(out)
+
+
+#: (row key, what is timed): the native call and the Python form, with and without ``out``.
+EAGER = [("eager_op", "op.all_reduce(x, out=y)"),
+         ("eager_op_alloc", "op.all_reduce(x)"),
+         ("eager_py", "Allreduce.all_reduce(op, x, out=y)"),
+         ("eager_py_alloc", "Allreduce.all_reduce(op, x)")]
+
+
+def target(rows, limit):
+    """The issue's line, computed: every row's eager call at most ``limit`` us over the raw
+    launch (with ``out``), and the same question where the op allocates the output."""
+    def worst(key):
+        return max((r[key] for r in rows), default=None)
+    return {"limit_us": limit,
+            "line": f"eager op.all_reduce(x, out=y) <= raw launch + {limit} us, every row",
+            "worst_overhead_us": worst("overhead_eager_us"),
+            "met": bool(rows) and all(r["overhead_eager_us"] <= limit for r in rows),
+            "worst_overhead_alloc_us": worst("overhead_eager_alloc_us"),
+            "met_with_alloc": bool(rows) and all(r["overhead_eager_alloc_us"] <= limit
+                                                 for r in rows),
+            "native_path": bool(rows) and all(r["native_path"] for r in rows)}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--calls", type=int, default=100)
     ap.add_argument("--samples", type=int, default=21)
+    ap.add_argument("--limit", type=float, default=2.0,
+                    help="the target: us an eager call may add over the raw launch")
     ap.add_argument("--register", action="store_true",
                     help="graph mode zero copy: register each captured graph's inputs")
     args = ap.parse_args()
@@ -91,14 +134,40 @@ def main():
                 for _ in range(calls):
                     op.all_reduce(x, out=y, backend=backend)
 
+            def op_alloc():
+                for _ in range(calls):
+                    op.all_reduce(x, backend=backend)
+
+            def py_calls():
+                for _ in range(calls):
+                    allreduce.Allreduce.all_reduce(op, x, out=y, backend=backend)
+
+            def py_alloc():
+                for _ in range(calls):
+                    allreduce.Allreduce.all_reduce(op, x, backend=backend)
+
             def raw():
                 op.bench(x, y, backend, calls)
 
-            row = {"backend": backend, "bytes": nbytes}
-            for name, fn in (("eager_op", op_calls), ("eager_raw", raw)):
+            def alloc():
+                for _ in range(calls):
+                    torch.empty_like(x)
+
+            row = {"backend": backend, "bytes": nbytes, "native_path": op._path.native}
+            for name, fn in (("eager_op", op_calls), ("eager_op_alloc", op_alloc),
+                             ("eager_py", py_calls), ("eager_py_alloc", py_alloc),
+                             ("eager_raw", raw)):
                 fn()
                 torch.cuda.synchronize()
                 row[name] = per_call(fn, calls, args.samples)
+            row["alloc_us"] = host_per_call(alloc, calls, args.samples)
+            torch.cuda.synchronize()
+            y.zero_()
+            last = op.all_reduce(x, backend=backend)
+            op.all_reduce(x, out=y, backend=backend)
+            torch.cuda.synchronize()
+            # One rank: the sum is the input, in the given output and in one the op allocated.
+            row["correct_eager"] = bool(torch.equal(y, x) and torch.equal(last, x))
             for name, body in (("graph_op", op_calls), ("graph_raw", raw)):
                 g = torch.cuda.CUDAGraph()
                 before = op.graph_calls()
@@ -112,18 +181,29 @@ def main():
                 row[name] = per_call(g.replay, calls, args.samples)
                 del g
             torch.cuda.synchronize()
-            row["correct"] = bool(torch.equal(y, x))  # one rank: the sum is the input
-            row["overhead_eager_us"] = row["eager_op"] - row["eager_raw"]
+            row["correct"] = bool(torch.equal(y, x)) and row["correct_eager"]
+            for key, _ in EAGER:
+                over = "overhead_" + key.replace("_op", "")
+                row[f"{over}_us"] = row[key] - row["eager_raw"]
             row["overhead_graph_us"] = row["graph_op"] - row["graph_raw"]
             rows.append(row)
-            print(f"{backend:15} {nbytes:>8} B  eager op {row['eager_op']:7.2f} raw "
-                  f"{row['eager_raw']:6.2f} (+{row['overhead_eager_us']:5.2f})  graph op "
-                  f"{row['graph_op']:6.2f} raw {row['graph_raw']:6.2f} "
-                  f"(+{row['overhead_graph_us']:5.2f}) us/call  correct {row['correct']}",
-                  flush=True)
+            print(f"{backend:15} {nbytes:>8} B  raw {row['eager_raw']:6.2f}  eager op "
+                  f"{row['eager_op']:6.2f} (+{row['overhead_eager_us']:5.2f}) no out "
+                  f"(+{row['overhead_eager_alloc_us']:5.2f}) | python "
+                  f"(+{row['overhead_eager_py_us']:5.2f}) no out "
+                  f"(+{row['overhead_eager_py_alloc_us']:5.2f}) | empty_like "
+                  f"{row['alloc_us']:5.2f}  graph op {row['graph_op']:6.2f} raw "
+                  f"{row['graph_raw']:6.2f} (+{row['overhead_graph_us']:5.2f}) us/call  "
+                  f"native {row['native_path']} correct {row['correct']}", flush=True)
         op.close()
+    line = target(rows, args.limit)
+    print(f"target: {line['line']}: met {line['met']} (worst +{line['worst_overhead_us']} us); "
+          f"without out: met {line['met_with_alloc']} "
+          f"(worst +{line['worst_overhead_alloc_us']} us); native path {line['native_path']}",
+          flush=True)
     with open(args.out, "w") as f:
-        json.dump({"rows": rows, "refused": refused, "calls": args.calls,
+        json.dump({"rows": rows, "refused": refused, "target": line,
+                   "timed": dict(EAGER), "calls": args.calls,
                    "register": args.register,
                    "samples": args.samples, "torch": torch.__version__,
                    "device": torch.cuda.get_device_name(0)}, f, indent=1)

@@ -37,6 +37,18 @@ after :meth:`Allreduce.unregister_graph_buffers`) reads no peer address: its out
 sum that looks right, and the op says so in one line at its next call (``MISSED``). Eager calls
 keep staging. Without ``register_graphs`` graph mode stages as eager mode does.
 
+Each call is one native call: an op's ``all_reduce`` and ``should_run`` are the methods of its
+``artune._artune.EagerPath``, which reads the tensors' fields, the routes and torch's current
+stream (torch's raw getter, a C function) and launches, with no Python frame in between; the
+methods of the class below are the Python form of the same calls, which the native one hands
+the rare cases (an output the kernels cannot write, a failed launch, a broken group, an op off
+or closed), so both answer alike. benches/op_overhead.py times the call against the raw launch,
+with ``out`` and without (where torch's allocator is part of the call). It is not a torch
+custom op: a native kernel in torch's dispatcher needs C++ built against the installed libtorch
+(or its versioned C shim), which one wheel for every engine's torch cannot carry and CI (no
+CUDA, no C++ torch extension) cannot build, and an eager ``torch.ops`` call from Python runs the
+op packet's Python ``__call__`` and a boxed dispatch before the kernel: more than this call.
+
 A peer that dies mid-call cannot be recovered from (no custom allreduce can). The kernels do
 not hang and never return a sum that looks right but is not: a barrier that waits for a peer
 gives up after 5 s, marks every rank of the group failed, and each rank's kernel leaves its
@@ -55,13 +67,14 @@ it may still be replayed.
 
 import contextlib
 import logging
+import weakref
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
 
 from . import ArtuneError, Profile
-from ._artune import AllreduceKernels, Routes, backends, ranks_per_gpu
+from ._artune import AllreduceKernels, EagerPath, Routes, backends, ranks_per_gpu
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 _CODES = {b: i for i, b in enumerate(backends())}
@@ -99,7 +112,7 @@ class Allreduce:
     """One rank's op; build it with :meth:`create` on every rank of the group."""
 
     def __init__(self, group, native, routes, device, rank, world, log, stream, capturing,
-                 register_graphs=False):
+                 register_graphs=False, stream_ordinal=None):
         self.group = group
         self.device = device
         self.rank = rank
@@ -108,15 +121,39 @@ class Allreduce:
         self._native = native
         self._dtype = next(t for t, i in _DTYPES.items() if i == routes.dtype)
         self._log = log
-        self._stream = stream
+        self._stream_of, self._ordinal = stream, stream_ordinal
         self._capturing = capturing
-        self._off = False
-        self._broken = False
         self._register_graphs = register_graphs
-        #: Inside :meth:`capture`: captured calls take the registered form.
-        self._in_capture = False
-        #: Whether any call may have taken it (the one line on a missed registration).
-        self._registers = register_graphs
+        # The per-call path, natively: each call of this op is one native call (EagerPath),
+        # which hands the rare cases to the methods of the same names below. Its flags are
+        # this op's state (the properties below).
+        self._path = EagerPath(native, owner=weakref.ref(self), dtype=self._dtype,
+                               device=device, stream=stream, ordinal=stream_ordinal,
+                               capturing=capturing, empty_like=torch.empty_like,
+                               slow=Allreduce.all_reduce, failed=Allreduce._launch_failed,
+                               missed=Allreduce._said_missed, fault=Allreduce._faulted,
+                               register_graphs=register_graphs)
+        self.all_reduce = self._path.all_reduce
+        self.should_run = self._path.should_run
+
+    #: Off after a failure or ``close()``: every call takes the engine's path.
+    _off = property(lambda self: self._path.off,
+                    lambda self, v: setattr(self._path, "off", v))
+    #: The group is broken (module docs): every call answers NaN.
+    _broken = property(lambda self: self._path.broken,
+                       lambda self, v: setattr(self._path, "broken", v))
+    #: Inside :meth:`capture`: captured calls take the registered form.
+    _in_capture = property(lambda self: self._path.in_capture,
+                           lambda self, v: setattr(self._path, "in_capture", v))
+    #: Whether any call may have taken it (the one line on a missed registration).
+    _registers = property(lambda self: self._path.registers,
+                          lambda self, v: setattr(self._path, "registers", v))
+
+    def _stream(self) -> int:
+        """torch's current raw stream on this op's device."""
+        if self._ordinal is None:
+            return self._stream_of()
+        return self._stream_of(self._ordinal)
 
     @classmethod
     def create(
@@ -233,13 +270,15 @@ class Allreduce:
             return None, (f"the process group could not exchange handles "
                           f"({type(e).__name__}: {e})")
         if _native is None:
-            def stream() -> int:
-                return torch.cuda.current_stream(device).cuda_stream
-            capturing: Callable[[], bool] = torch.cuda.is_current_stream_capturing
+            # torch's C getters (torch.cuda.current_stream(device).cuda_stream and
+            # is_current_stream_capturing read the same), called without a Python frame.
+            ordinal = torch.cuda.current_device() if device.index is None else device.index
+            stream = torch._C._cuda_getCurrentRawStream
+            capturing: Callable[[], bool] = torch._C._cuda_isCurrentStreamCapturing
         else:
-            stream, capturing = native.stream, native.capturing
+            stream, ordinal, capturing = native.stream, None, native.capturing
         op = cls(group, native, routes, device, rank, world, log, stream, capturing,
-                 register_graphs)
+                 register_graphs, ordinal)
         return op, routes.describe()
 
     def should_run(self, inp: torch.Tensor) -> bool:
@@ -264,7 +303,9 @@ class Allreduce:
         torch's current stream. Call it where :meth:`should_run` said yes, on every rank alike;
         ``backend`` names a prepared kernel instead of the profile's (proofs, benchmarks).
         ``fallback``: the engine's own out-of-place allreduce, which serves this call where the
-        kernels fail (default: ``torch.distributed`` on the op's group)."""
+        kernels fail (default: ``torch.distributed`` on the op's group). This is the Python
+        form; ``op.all_reduce`` is the native one (module docs), which calls this one for
+        the cases it does not take itself."""
         if out is None:
             out = torch.empty_like(inp)
         self._missed()
@@ -289,11 +330,18 @@ class Allreduce:
             if dst is not out:
                 out.copy_(dst.view_as(out))
         except Exception as e:  # noqa: BLE001 - a bug of artune's: the group's own path
-            self._off = True
-            self._log.warning("artune: allreduce kernels failed (%s: %s) and are off from now "
-                              "on; %s", type(e).__name__, e, KEEPS)
-            return self._fallback(inp, out, fallback)
+            return self._launch_failed(e, inp, out, fallback)
         return out
+
+    def _launch_failed(self, e: BaseException, inp: torch.Tensor, out: torch.Tensor,
+                       fallback: Optional[Callable[[torch.Tensor], torch.Tensor]]
+                       ) -> torch.Tensor:
+        """A call the kernels could not take: the op off from now on, in one line, and this
+        call served by the fallback."""
+        self._off = True
+        self._log.warning("artune: allreduce kernels failed (%s: %s) and are off from now "
+                          "on; %s", type(e).__name__, e, KEEPS)
+        return self._fallback(inp, out, fallback)
 
     def _registered(self) -> dict:
         """The launch's keyword for the registered form: while torch captures a graph that
@@ -316,7 +364,10 @@ class Allreduce:
         """Says so in one line where a replay found its captured inputs unregistered."""
         if self._registers and self._native is not None \
                 and self._native.missed_registration():
-            self._log.warning(MISSED)
+            self._said_missed()
+
+    def _said_missed(self) -> None:
+        self._log.warning(MISSED)
 
     def register_graph_buffers(self) -> int:
         """Maps the inputs of every call captured since the last registration into the peers
@@ -433,4 +484,5 @@ class Allreduce:
         dist.barrier(self.group)  # nobody launches any more
         self._native.disconnect()
         dist.barrier(self.group)  # nobody maps a peer's buffers any more
+        self._path.close()
         self._native = None

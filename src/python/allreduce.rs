@@ -34,7 +34,7 @@ fn backend(id: &str) -> PyResult<Backend> {
 }
 
 /// The C ABI code of a backend (its place in `artune.backends()`).
-fn code(b: Backend) -> i32 {
+pub(super) fn code(b: Backend) -> i32 {
     Backend::ALL
         .iter()
         .position(|&x| x == b)
@@ -261,7 +261,7 @@ impl AllreduceKernels {
 
     /// The code (`artune.backends()` index) of the backend routed for `nbytes` in graph mode
     /// (`graph`) or eager mode, or -1: the engine's own path.
-    fn route(&self, nbytes: u64, graph: bool) -> i32 {
+    pub(super) fn route(&self, nbytes: u64, graph: bool) -> i32 {
         let m = if graph { Mode::Graph } else { Mode::Eager };
         self.routes
             .as_ref()
@@ -280,7 +280,7 @@ impl AllreduceKernels {
     /// (`register_graph_inputs`): the registered form, where the backend has one.
     #[pyo3(signature = (backend, input, output, nbytes, stream, repeat = 1, registered = false))]
     #[allow(clippy::too_many_arguments)]
-    fn launch(
+    pub(super) fn launch(
         &self,
         backend: i32,
         input: u64,
@@ -359,7 +359,7 @@ impl AllreduceKernels {
 
     /// Whether a replay found its call unregistered (its output NaN) since this last said so:
     /// a host read, no CUDA call.
-    fn missed_registration(&self) -> bool {
+    pub(super) fn missed_registration(&self) -> bool {
         self.op().missed_registration()
     }
 
@@ -377,7 +377,7 @@ impl AllreduceKernels {
     /// Whether a kernel found a wait of the group given up (a dead or stalled peer) and left
     /// its output NaN: a plain read of a host word the kernels set, no CUDA call, so it can
     /// be asked before every call.
-    fn faulted(&self) -> bool {
+    pub(super) fn faulted(&self) -> bool {
         self.op().faulted()
     }
 

@@ -4,6 +4,7 @@
 //! plugins. Errors become Python exceptions carrying artune's one-sentence messages.
 
 mod allreduce;
+mod eager;
 
 use std::path::PathBuf;
 
@@ -563,6 +564,7 @@ fn _artune(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Check>()?;
     m.add_function(wrap_pyfunction!(backends, m)?)?;
     allreduce::register(m)?;
+    eager::register(m)?;
     m.add("ArtuneError", m.py().get_type::<ArtuneError>())?;
     m.add("ProfileError", m.py().get_type::<ProfileError>())?;
     m.add("BadInputError", m.py().get_type::<BadInputError>())?;

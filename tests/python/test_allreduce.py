@@ -3,10 +3,12 @@ per rank) and artune's real routing and kernel-record checks; the device layer, 
 GPU, is replaced by a fake that records what the op asks of it (it moves no data). What a GPU
 proves is in profiles/hardware/h200/ (the op's run script there)."""
 
+import functools
 import json
 import logging
 import math
 import os
+import sys
 import tempfile
 
 import pytest
@@ -137,6 +139,11 @@ class Fake:
         return len([c for c in self.calls if c[0] == "recorded"]) - n, n
 
     def missed_registration(self):
+        # A replay found a call unregistered: once, after the launch the plot says.
+        launches = len([c for c in self.calls if c[0] == "launch"])
+        if self.plot.get("missed_at") == launches and not getattr(self, "told", False):
+            self.told = True
+            return True
         return False
 
     def registration_bytes(self):
@@ -437,3 +444,122 @@ def test_calls_captured_inside_capture_take_the_registered_form_and_are_register
         assert r["after"] == [2, 0], r
         assert r["later"] == [2, 0], r
         assert r["registered"] == [2], r
+
+
+def _forms(rank, path, form):
+    """One op's calls through ``form``: the op's own ``all_reduce`` and ``should_run`` (the
+    native path) or the Python form of each (``Allreduce.all_reduce(op, ...)``): per call what
+    the device layer was asked, where the result lies, its values where the kernels did not
+    write it, and the lines logged."""
+    op, _ = _create(path, {"missed_at": 2}, _native=Fake, register_graphs=True)
+    log = logging.getLogger(f"engine-{rank}")
+    h = Lines()
+    log.addHandler(h)
+    native = op._native
+    if form == "native":
+        call, ask = op.all_reduce, op.should_run
+    else:
+        call = functools.partial(allreduce.Allreduce.all_reduce, op)
+        ask = functools.partial(allreduce.Allreduce.should_run, op)
+    bf = dict(dtype=torch.bfloat16)
+    t = torch.full((2048,), float(rank + 1), **bf)
+    outs = {
+        "none": None,
+        "given": torch.empty(2048, **bf),
+        "in place": t,
+        "fp32": torch.empty(2048),
+        "strided": torch.empty(4096, **bf)[::2],
+        "misaligned": torch.empty(2056, **bf)[1:2049],
+    }
+    seen = []
+
+    def record(what, fn):
+        t.fill_(rank + 1)  # the fake's in-place call copied back what it never wrote
+        before, lines = len(native.calls), len(h.lines)
+        got = fn()
+        new = [list(c) for c in native.calls[before:]]
+        if isinstance(got, torch.Tensor):
+            launched = any(c[0] == "launch" for c in new)
+            # The values only where no kernel was to write them (a fake writes nothing).
+            got = {"out ptr": native.pointers[1] == got.data_ptr() if launched else None,
+                   "input ptr": got.data_ptr() == t.data_ptr(),
+                   "values": None if launched else got.float().tolist()[:2]}
+        seen.append([what, new, got, h.lines[lines:]])
+
+    for graph in (False, True):
+        native.graph = graph
+        for name, out in outs.items():
+            record(f"{graph} {name}", lambda: call(t, out))
+        for name, x in (("t", t), ("fp32", t.float()), ("strided", t[::2]),
+                        ("misaligned", t[1:-7]), ("1 MiB", torch.ones(1 << 19, **bf))):
+            record(f"{graph} should_run {name}", lambda: ask(x))
+    native.graph = False
+    record("backend", lambda: call(t, backend="two_stage_push"))
+    record("unknown backend", lambda: call(t, backend="no such kernel"))
+    record("off", lambda: call(t))
+    record("off, should_run", lambda: ask(t))
+    record("off, its fallback", lambda: call(t, fallback=lambda x: x * 10))
+    op.close()
+    return {"seen": seen, "native path": isinstance(call, type(len))}
+
+
+def test_the_native_call_answers_every_call_as_the_python_form_does(measured):
+    """Every kind of call (outputs the kernels can and cannot write, graph and eager, the
+    registered form, a missed registration, a launch that fails, the op off) asked of the
+    op's native call and of the Python form, on ops alike: the same launches, the same result
+    and the same lines."""
+    native = ranks(2, _forms, measured["measured"], "native")
+    python = ranks(2, _forms, measured["measured"], "python")
+    for n, p in zip(native, python):
+        assert n["native path"] and not p["native path"]
+        assert len(n["seen"]) == len(p["seen"])
+        for a, b in zip(n["seen"], p["seen"]):
+            assert a == b, (a, b)
+    seen = {w: (calls, got, lines) for w, calls, got, lines in native[0]["seen"]}
+    # The cases are what they say: the kernels wrote a given output that fits, never the
+    # input; the registered form while capturing; the missed line once; off after a failure.
+    assert seen["False given"][1]["out ptr"] is True
+    assert seen["False in place"][1] == {"out ptr": False, "input ptr": True, "values": None}
+    assert any(c[0] == "recorded" for c in seen["True none"][0]), seen["True none"]
+    assert not any(c[0] == "recorded" for c in seen["False none"][0]), seen["False none"]
+    assert sum(1 for _, _, lines in seen.values() for ln in lines
+               if ln[1] == allreduce.MISSED) == 1
+    assert seen["False should_run t"][1] is True
+    assert seen["False should_run fp32"][1] is False
+    assert "are off from now on" in seen["unknown backend"][2][0][1]
+    assert seen["off"][0] == [] and seen["off"][1]["values"] == [3.0, 3.0]
+    assert seen["off, its fallback"][1]["values"] == [10.0, 10.0]
+
+
+def _frames(rank, path):
+    op, _ = _create(path, _native=Fake)
+    t, o = torch.ones(2048, dtype=torch.bfloat16), torch.empty(2048, dtype=torch.bfloat16)
+    frames = {}
+    for form, call in (("native", lambda: (op.should_run(t), op.all_reduce(t, o),
+                                           op.all_reduce(t))),
+                       ("python", lambda: (allreduce.Allreduce.should_run(op, t),
+                                           allreduce.Allreduce.all_reduce(op, t, o)))):
+        got = []
+
+        def profile(frame, event, arg):
+            if event == "call" and frame.f_code.co_filename == allreduce.__file__:
+                got.append(frame.f_code.co_name)
+
+        sys.setprofile(profile)
+        try:
+            call()
+        finally:
+            sys.setprofile(None)
+        frames[form] = got
+    launches = len([c for c in op._native.calls if c[0] == "launch"])
+    op.close()
+    return {"frames": frames, "launches": launches}
+
+
+def test_an_eager_call_runs_no_python_of_the_op(measured):
+    """The op's eager call is one native call: no frame of artune.allreduce runs in it (the
+    device layer here is the tests' fake, in Python; on a GPU it is Rust too)."""
+    for r in ranks(2, _frames, measured["measured"]):
+        assert r["launches"] == 3
+        assert r["frames"]["native"] == [], r["frames"]
+        assert "all_reduce" in r["frames"]["python"], r["frames"]
