@@ -11,6 +11,7 @@ file the model lists: `python3 tests/python/engine_sites.py vllm` lists them (ex
 test_vllm.py / test_sglang.py do against the installed release."""
 
 import ast
+import gc
 import importlib.util
 import json
 import os
@@ -19,6 +20,20 @@ import sys
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 MODULE = "<module>"
+
+
+def parse(source: str) -> ast.Module:
+    """``ast.parse`` with the collector paused: CPython 3.11 keeps the AST builder's recursion
+    count in state the whole interpreter shares, so a finalizer that runs Python while the tree
+    is built (and lets another thread parse) leaves it unbalanced, and the parse fails with
+    "AST constructor recursion depth mismatch"."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        return ast.parse(source)
+    finally:
+        if was:
+            gc.enable()
 
 
 def model():
@@ -40,7 +55,7 @@ def call_sites(source: str, pattern) -> list:
     if not lines:
         return []
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except SyntaxError:
         return [MODULE]
     spans = []

@@ -648,12 +648,13 @@ def test_the_fusion_auto_list_is_sglangs():
     tuple its auto-enable reads them from, so neither can go stale silently."""
     import ast
 
+    import engine_sites
     from sglang.srt.arg_groups import overrides
 
     m = artune._engine.MODEL["sglang"]
     assert sorted(overrides._FLASHINFER_ALLREDUCE_FUSION_ARCHS) == m["flashinfer_fusion_auto"]
     src = inspect.getsource(overrides._flashinfer_allreduce_fusion_auto_enable)
-    mimo = next(n for n in ast.walk(ast.parse(src))
+    mimo = next(n for n in ast.walk(engine_sites.parse(src))
                 if isinstance(n, ast.Compare) and isinstance(n.left, ast.Name)
                 and n.left.id == "model_arch" and isinstance(n.comparators[0], ast.Tuple))
     assert sorted(ast.literal_eval(mimo.comparators[0])) == m["flashinfer_fusion_auto_cutedsl"]

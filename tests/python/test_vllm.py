@@ -40,7 +40,9 @@ def _fusion_table():
 
     path = os.path.join(os.path.dirname(importlib.util.find_spec("vllm").origin), "compilation",
                         "passes", "fusion", "allreduce_rms_fusion.py")
-    for node in ast.parse(open(path).read()).body:
+    import engine_sites
+
+    for node in engine_sites.parse(open(path).read()).body:
         if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == \
                 "FI_ALLREDUCE_FUSION_MAX_SIZE_MB":
             return ast.literal_eval(node.value)
@@ -486,9 +488,11 @@ def custom_ar_pair(monkeypatch, allocated):
 def test_custom_ar_max_size_is_cut_to_the_profiles_largest_custom_size(profiles, follow,
                                                                        monkeypatch):
     """Through vLLM's own constructor and its own size check (``should_custom_ar`` as vLLM
-    ships it, not the plugin's per-call rule): sizes above the profile's largest custom size
-    are refused by vLLM itself, and its metadata buffer shrinks with max_size (the IPC buffer
-    stays at vLLM's reduce-scatter size, 16 MiB)."""
+    ships it, not the plugin's per-call rule): sizes above the largest one the profile leaves
+    to a custom kernel engines have (``custom_at``: a bucket whose choice no engine has counts
+    by its fallback, as a copy-engine choice whose fallback is NCCL) are refused by vLLM
+    itself, and its metadata buffer shrinks with max_size (the IPC buffer stays at vLLM's
+    reduce-scatter size, 16 MiB)."""
     engine_should = CAR.__dict__["should_custom_ar"]
     allocated = []
     ca = custom_ar_pair(monkeypatch, allocated)
@@ -496,7 +500,8 @@ def test_custom_ar_max_size_is_cut_to_the_profiles_largest_custom_size(profiles,
     follow(profiles["pair"])
     artune.vllm.register()
     p = artune.Profile.load(profiles["pair"])
-    top = max(b.up_to_bytes for m in MODES for b in p.bands(2, m) if b.custom)
+    top = max(b.up_to_bytes for m in MODES for b in p.bands(2, m)
+              if p.custom_at(2, b.up_to_bytes, m))
     assert 0 < top < 8 << 20 and top % 4096 == 0, top
     allocated.clear()
     ca = custom_ar_pair(monkeypatch, allocated)
