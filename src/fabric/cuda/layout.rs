@@ -44,9 +44,10 @@ pub fn defines() -> Vec<String> {
     .collect()
 }
 
-/// Mirrors `struct ArArgs` in kernels/common.cuh.
+/// Mirrors `struct ArArgs` in kernels/common.cuh. Its default is all zero: no buffers, the
+/// staged form, no fault word.
 #[repr(C)]
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct ArArgs {
     pub input: [u64; MAX_RANKS],
     pub out: [u64; MAX_RANKS],

@@ -27,25 +27,7 @@ fn fake(call: &Call) -> Addrs {
 }
 
 fn fake_args(call: &Call) -> ArArgs {
-    let mut args = ArArgs {
-        input: [0; MAX_RANKS],
-        out: [0; MAX_RANKS],
-        scratch: [0; MAX_RANKS],
-        sig: [0; MAX_RANKS],
-        src: [0; MAX_RANKS],
-        dst: [0; MAX_RANKS],
-        n: 0,
-        slot_bytes: 0,
-        fault: 0,
-        nranks: 0,
-        rank_base: 0,
-        island: 0,
-        dirs: 0,
-        order: [0; MAX_RANKS],
-        reg: 0,
-        missed: 0,
-        reg_gen: 0,
-    };
+    let mut args = ArArgs::default();
     for r in 0..call.ranks.n {
         args.src[r] = base(r, SRC);
         args.dst[r] = base(r, DST);

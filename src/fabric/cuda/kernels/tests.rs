@@ -684,25 +684,10 @@ fn a_registered_island_call_names_its_first_slot_and_a_staged_one_none() {
             missed: 0xdead_0000,
         }),
     };
-    let z = [0; MAX_RANKS];
     let args = ArArgs {
-        input: z,
-        out: z,
-        scratch: z,
-        sig: z,
-        src: z,
-        dst: z,
-        n: 0,
-        slot_bytes: 0,
-        fault: 0,
         nranks: 8,
-        rank_base: 0,
         island: 4,
-        dirs: 0,
-        order: [0; MAX_RANKS],
-        reg: 0,
-        missed: 0,
-        reg_gen: 0,
+        ..ArArgs::default()
     };
     let a = call_args(&args, &work, true);
     assert_eq!(a.reg, table + RegSlot::BYTES as u64);
