@@ -96,6 +96,15 @@ impl Bucket {
     pub fn engine_choice(&self) -> Backend {
         self.fallback.unwrap_or(self.choice)
     }
+
+    /// The timings the steering rule may choose from here: every result not waived.
+    pub fn eligible(&self) -> BTreeMap<Backend, Timing> {
+        self.results
+            .iter()
+            .filter(|(k, _)| !self.waived.contains_key(k))
+            .map(|(k, t)| (*k, *t))
+            .collect()
+    }
 }
 
 /// Where the choice changes between neighbouring sizes.

@@ -3,12 +3,9 @@
 
 use serde::Serialize;
 
-use std::collections::BTreeMap;
-
 use crate::allreduce::Backend;
 use crate::decide::rule::Short;
 use crate::profile::{Bucket, GroupProfile};
-use crate::results::Timing;
 
 /// A run of neighbouring sizes with the same choice.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -196,13 +193,7 @@ pub fn passed_over(g: &GroupProfile) -> Vec<(u64, Backend, PassedOver)> {
         let Some(chosen) = b.results.get(&b.choice) else {
             continue;
         };
-        let eligible: BTreeMap<Backend, Timing> = b
-            .results
-            .iter()
-            .filter(|(k, _)| !b.waived.contains_key(k))
-            .map(|(k, t)| (*k, *t))
-            .collect();
-        let verdict = crate::decide::rule_verdict(&eligible, g.ranks(), b.bytes);
+        let verdict = crate::decide::rule_verdict(&b.eligible(), g.ranks(), b.bytes);
         for (k, t) in &b.results {
             if *k == b.choice || t.median_us * (1.0 + crate::decide::MIN_EFFECT) >= chosen.median_us
             {
@@ -223,6 +214,7 @@ pub fn passed_over(g: &GroupProfile) -> Vec<(u64, Backend, PassedOver)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::results::Timing;
 
     #[test]
     fn forcing_note_never_calls_a_faster_kernel_slower() {

@@ -166,12 +166,7 @@ pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
     let (tp, mode) = (q.tp, q.mode);
     let g = find_group(p, q)?;
     let b = find_bucket(g, q, bytes)?;
-    let eligible: BTreeMap<Backend, Timing> = b
-        .results
-        .iter()
-        .filter(|(k, _)| !b.waived.contains_key(k))
-        .map(|(k, t)| (*k, *t))
-        .collect();
+    let eligible = b.eligible();
     let verdict = crate::decide::rule_verdict(&eligible, g.ranks(), b.bytes);
     let rule_choice = verdict.as_ref().map_or(b.choice, |v| v.choice);
     let chosen_us = median(b, b.choice).unwrap_or(f64::NAN);
