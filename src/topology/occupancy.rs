@@ -270,22 +270,20 @@ fn read_with(
         let Ok(d) = nvml.device_by_index(i as u32) else {
             continue;
         };
-        let processes = d
-            .running_compute_processes()
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|p| p.pid != me)
-            .map(|p| Process {
-                pid: p.pid,
-                name: process_name(p.pid)
-                    .or_else(|| nvml.sys_process_name(p.pid, 64).ok())
-                    .unwrap_or_else(|| "name unknown".into()),
-                memory_bytes: match p.used_gpu_memory {
-                    nvml_wrapper::enums::device::UsedGpuMemory::Used(b) => Some(b),
-                    nvml_wrapper::enums::device::UsedGpuMemory::Unavailable => None,
-                },
-            })
-            .collect();
+        // Under MPS, NVML lists the server's context and names its clients apart.
+        let mut listed = d.running_compute_processes().unwrap_or_default();
+        listed.extend(d.mps_running_compute_processes().unwrap_or_default());
+        let listed = listed.into_iter().filter(|p| p.pid != me).map(|p| Process {
+            pid: p.pid,
+            name: process_name(p.pid)
+                .or_else(|| nvml.sys_process_name(p.pid, 64).ok())
+                .unwrap_or_else(|| "name unknown".into()),
+            memory_bytes: match p.used_gpu_memory {
+                nvml_wrapper::enums::device::UsedGpuMemory::Used(b) => Some(b),
+                nvml_wrapper::enums::device::UsedGpuMemory::Unavailable => None,
+            },
+        });
+        let processes = neighbours(listed);
         let mem = d.memory_info().ok();
         out.gpus.push(GpuReading {
             index: i,
@@ -498,6 +496,30 @@ impl Watch {
     }
 }
 
+/// The processes that count as neighbours: each once, without the MPS server. The server
+/// holds the GPU for its clients (NVML names those, and their work shows in the utilization),
+/// so counting it refused every command on a GPU shared through MPS.
+fn neighbours(listed: impl IntoIterator<Item = Process>) -> Vec<Process> {
+    let mut seen = BTreeSet::new();
+    listed
+        .into_iter()
+        .filter(|p| {
+            let server = is_mps_server(&p.name);
+            if server {
+                tracing::debug!("pid {} is the MPS server: not a neighbour", p.pid);
+            }
+            !server && seen.insert(p.pid)
+        })
+        .collect()
+}
+
+/// Whether a process name is the MPS server's (`nvidia-cuda-mps-server`; /proc's command
+/// names stop at 15 characters: `nvidia-cuda-mps`).
+fn is_mps_server(name: &str) -> bool {
+    let base = name.rsplit('/').next().unwrap_or(name);
+    base == "nvidia-cuda-mps-server" || base == "nvidia-cuda-mps"
+}
+
 /// The parent of a process, from /proc (None where it is not visible).
 fn parent_of(pid: u32) -> Option<u32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -545,6 +567,27 @@ pub fn cuda_indices(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_mps_server_is_not_a_neighbour_but_its_clients_are() {
+        let p = |pid: u32, name: &str| Process {
+            pid,
+            name: name.into(),
+            memory_bytes: Some(66 << 20),
+        };
+        // As NVML lists them under MPS: the server's context, then the clients apart (one
+        // also in the first list).
+        let listed = [
+            p(693, "nvidia-cuda-mps"),
+            p(900, "python3"),
+            p(900, "python3"),
+            p(901, "/usr/bin/nvidia-cuda-mps-server"),
+        ];
+        let got: Vec<u32> = neighbours(listed).iter().map(|p| p.pid).collect();
+        assert_eq!(got, vec![900]);
+        assert!(neighbours([p(693, "nvidia-cuda-mps")]).is_empty());
+        assert!(!is_mps_server("nvidia-smi"));
+    }
 
     fn gpu(util: u32, free_gib: u64, process: bool) -> GpuReading {
         GpuReading {
