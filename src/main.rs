@@ -1,3 +1,3 @@
 fn main() {
-    std::process::exit(artune::cli::main());
+    artune::fabric::cuda::prefetch::exit(artune::cli::main());
 }
