@@ -529,10 +529,12 @@ __device__ void two_stage_push_ll(const ArArgs& a) {
 // of this call, which that peer reached inside this call (its stream's earlier work done),
 // and barrier 2 keeps it in the call until every shard has landed. An unregistered rank sends
 // NaN into the peers' slots, so every shard they reduce is NaN, and writes no peer's output;
-// a block whose rank's status is set at barrier 1 (a wait gave up) gathers NaN, so no late
-// shard of a failed call lands in a peer's output looking right. It returns its status read
-// for fail_safe (status_set): before barrier 2 (its loads of the slots have returned), the
-// staged form after copying out what peers wrote.
+// a thread that reads its rank's status set after barrier 1 (a wait gave up) gathers NaN, so
+// no late shard of a failed call lands in a peer's output looking right: read after the
+// barrier (whose __syncthreads follows the waiters' acquires) and needed only at the first
+// store, so its round trip overlaps the first loads of the slots. It returns its status read
+// for fail_safe: before barrier 2 (its loads of the slots have returned), the staged form
+// after copying out what peers wrote.
 // Loads per thread in flight in the reduce-scatter: enough to cover HBM latency, and still
 // within 64 registers for sm_90 (a few bytes spill on older targets). See
 // profiles/hardware/h200/NOTES-kernel-choices.md for what 4 and 8 measured.
@@ -590,7 +592,7 @@ __device__ bool two_stage_push(const ArArgs& a) {
     }
   }
   barrier<true>(a, rank, flag, 1);
-  const bool failed = REG && __syncthreads_or(ld_volatile(&self->status) != 0);
+  const bool failed = REG && status_set(a);
   // Backwards: the vectors peers wrote last (this block's last reduce-scatter iterations) are
   // the likeliest still to be in this GPU's L2, where peers' writes land, so read them first.
   for (u64 m = first < mine ? (mine - 1 - first) / stride + 1 : 0; m-- > 0;) {
@@ -619,6 +621,7 @@ __device__ bool two_stage_push(const ArArgs& a) {
   bool seen = REG && status_set(a);
   // Every shard has landed in our output once all peers pass this point.
   seen |= barrier<true, REG>(a, rank, flag, 2);
+  if (REG && !ok) __syncthreads();  // reg_missed below: after every peer's (NaN) shard landed
   if (!REG && shared != out) {
     for (int s = 0; s < n; s++)
       if (s != rank)
