@@ -574,10 +574,10 @@ fn slots_hold_a_shard_and_its_tail() {
     assert!(slot_bytes(Backend::OneStagePush, 1001, Ranks::flat(8)) >= 1001);
 }
 
-/// Every allreduce kernel waits for the previous call (pdl_wait) before it reads what that
-/// call wrote (its epoch, in RANK_SETUP): in the kernel, or first in its work, where only a
-/// registered slot's load may come before it (reg_load_then_wait). A kernel that read its
-/// epoch before the wait could take the previous call's flag and pass a barrier early.
+/// Every flat allreduce kernel (allreduce.cu) waits for the previous call (pdl_wait) before it
+/// reads what that call wrote (its epoch, in RANK_SETUP): in the kernel, or first in its work,
+/// where only a registered slot's load may come before it (reg_load_then_wait). A kernel that
+/// read its epoch before the wait could take the previous call's flag and pass a barrier early.
 #[test]
 fn every_allreduce_kernel_waits_for_the_previous_call_first() {
     let src = compile::ALLREDUCE;
