@@ -12,8 +12,8 @@
 # ARTUNE_CACHE_DIR, where given, is kept (a kernel cache an earlier step of the call filled).
 # Results: $OUT/kernels2.tgz, re-packed after each step.
 # Look for: gpu.txt and gpu-graph.txt "test result: ok"; bench-*.txt targets: one_stage_pull
-# and one_stage_push 4K graph (target 2.50 us; were 3.56 / 3.29 us), two_stage_push >= 16M graph (target 90%; was
-# 89.4%).
+# and one_stage_push 4K graph (target 2.50 us; were 3.56 / 3.29 us), two_stage_push >= 16M
+# graph (target 90%; was 89.4%).
 set -u
 R=$PWD; C=${C:-$R/.carry/h42e}; A=$C/artune; G=$C/gpu
 W=/tmp/kernels2; rm -rf $W; mkdir -p $W
