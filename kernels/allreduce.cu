@@ -25,10 +25,13 @@
 // it to us. PUBLISH (release/acquire) when peers will read data this block wrote in this
 // kernel, or we will read data peers wrote; relaxed when the barrier only says "ready" or
 // "done reading" (data written before the kernel started is already visible), as production
-// custom allreduce kernels do, saving a system-scope fence per barrier.
-template <bool PUBLISH>
-__device__ __forceinline__ void barrier(const ArArgs& a, int rank, u32 flag, int phase) {
+// custom allreduce kernels do, saving a system-scope fence per barrier. True in a thread
+// whose wait gave up. LAST: the kernel's last barrier, which fail_safe's __syncthreads_or
+// follows, so it needs no closing __syncthreads of its own.
+template <bool PUBLISH, bool LAST = false>
+__device__ __forceinline__ bool barrier(const ArArgs& a, int rank, u32 flag, int phase) {
   __syncthreads();
+  bool gave_up = false;
   if ((int)threadIdx.x < a.nranks) {
     Signal* peer = (Signal*)a.sig[threadIdx.x];
     Signal* self = (Signal*)a.sig[rank];
@@ -37,9 +40,11 @@ __device__ __forceinline__ void barrier(const ArArgs& a, int rank, u32 flag, int
     } else {
       st_relaxed(&peer->flags[phase][blockIdx.x][rank], flag);
     }
-    if (wait_for<PUBLISH>(&self->flags[phase][blockIdx.x][threadIdx.x], flag, &self->status)) raise_fault(a);
+    gave_up = wait_for<PUBLISH>(&self->flags[phase][blockIdx.x][threadIdx.x], flag, &self->status);
+    if (gave_up) raise_fault(a);
   }
-  __syncthreads();
+  if (!LAST) __syncthreads();
+  return gave_up;
 }
 
 // acc[0..P) = sum over ranks p = 0 .. n-1, in order, of the vector at src(p); loads are issued
@@ -127,14 +132,15 @@ __device__ __forceinline__ char* llp(u64 sig, int n, u64 smax, u32 q, int s, u64
 // reads (block 0 the tail too) before barrier 0, which then publishes them. REG, the
 // registered form: every rank's own input, read where it lies (common.cuh, RegSlot); barrier
 // 0 then only says "ready", the inputs having been written by kernels that finished before.
+// Returns its status read for fail_safe (status_set), taken before the last barrier.
 template <typename T, bool REG>
-__device__ void one_stage_pull(const ArArgs& a) {
-  RANK_SETUP
-  char* out = (char*)a.dst[rank];
+__device__ bool one_stage_pull(const ArArgs& a) {
   __shared__ u64 ins[MAX_RANKS];
   __shared__ u32 ok;
+  reg_load_then_wait<REG>(a, false, ins, &ok);
+  RANK_SETUP
+  char* out = (char*)a.dst[rank];
   if constexpr (REG) {
-    reg_load(a, rank, a.src[rank], ins, &ok);
     barrier<false>(a, rank, flag, 0);
   } else if (stage<T>(a, rank, nvec, nvec, 1, true)) {
     barrier<true>(a, rank, flag, 0);
@@ -158,12 +164,14 @@ __device__ void one_stage_pull(const ArArgs& a) {
       }
     }
   }
+  bool seen = status_set(a);
   // Peers must finish reading our input before our stream may change it.
-  barrier<false>(a, rank, flag, 2);
+  seen |= barrier<false, true>(a, rank, flag, 2);
   FINISH
   if constexpr (REG) {
     if (!ok) reg_missed<T>(out, a.n, a.missed);
   }
+  return seen;
 }
 
 // LL one-stage push: each thread sends its input word to every peer's LL buffer, then sums the
@@ -175,12 +183,14 @@ __device__ void one_stage_pull(const ArArgs& a) {
 // a line every peer wrote in it, so every peer had begun F + 1 and thus finished call F,
 // reading and zeroing its lines there. (The zeroing is program-ordered before that peer's
 // writes in F + 1, and the writer reuses the buffer only after seeing one of those writes.)
+// Returns its status read for fail_safe (status_set), taken once its polls have returned.
 template <typename T>
-__device__ void one_stage_push_ll(const ArArgs& a) {
+__device__ bool one_stage_push_ll(const ArArgs& a) {
   const int rank = a.rank_base + (int)blockIdx.y;
   const int n = a.nranks;
   Signal* self = (Signal*)a.sig[rank];
-  if (!ll_launch_ok(self, a.n * T::SIZE, LL1_MAX_BYTES, n, false)) return;
+  if (!ll_launch_ok(self, a.n * T::SIZE, LL1_MAX_BYTES, n, false)) return true;
+  bool seen = false;
   const u64 words = ll_words(a.n * T::SIZE);
   const u32 flag = ll_flag(self);
   const u32 q = flag & 1;
@@ -200,14 +210,18 @@ __device__ void one_stage_push_ll(const ArArgs& a) {
 #pragma unroll
         for (int k = 0; k < 8; k++)
           if (g + k < n) add_line<T>(acc, g + k == rank ? mine : d[k]);
+        if (g + 8 >= n) seen = status_set(a);
 #pragma unroll
         for (int k = 0; k < 8; k++)
           if ((want >> k) & 1) ll_clear(ll1(a.sig[rank], n, q, g + k, j));
       }
     }
     store_line<T>((char*)a.dst[rank], j, pack_line<T>(acc), a.n);
+  } else {
+    seen = status_set(a);
   }
   if (threadIdx.x == 0) self->ll_epoch[blockIdx.x] = flag;
+  return seen;
 }
 
 // Write the local input into every peer's receive slot, then reduce what arrived.
@@ -354,16 +368,16 @@ __device__ void two_stage_pull_ll(const ArArgs& a) {
 // shard, so a peer whose slot was registered gathers NaN from it, never a plausible sum.
 template <typename T, bool REG>
 __device__ void two_stage_pull(const ArArgs& a) {
+  __shared__ u64 ins[MAX_RANKS];
+  __shared__ u32 ok;
+  reg_load_then_wait<REG>(a, false, ins, &ok);
   RANK_SETUP
   const u64 sv = (nvec + n - 1) / n;
   const u64 mine = shard_len(nvec, sv, rank);
   const u64 tail = a.n - nvec * T::P;
   char* red = (char*)a.scratch[rank];
   char* out = (char*)a.dst[rank];
-  __shared__ u64 ins[MAX_RANKS];
-  __shared__ u32 ok;
   if constexpr (REG) {
-    reg_load(a, rank, a.src[rank], ins, &ok);
     barrier<false>(a, rank, flag, 0);
   } else if (stage<T>(a, rank, nvec, sv, n, true)) {
     barrier<true>(a, rank, flag, 0);
@@ -515,14 +529,21 @@ __device__ void two_stage_push_ll(const ArArgs& a) {
 // of this call, which that peer reached inside this call (its stream's earlier work done),
 // and barrier 2 keeps it in the call until every shard has landed. An unregistered rank sends
 // NaN into the peers' slots, so every shard they reduce is NaN, and writes no peer's output;
-// a block whose rank's status is set at barrier 1 (a wait gave up) gathers NaN, so no late
-// shard of a failed call lands in a peer's output looking right.
+// a thread that reads its rank's status set after barrier 1 (a wait gave up) gathers NaN, so
+// no late shard of a failed call lands in a peer's output looking right: read after the
+// barrier (whose __syncthreads follows the waiters' acquires) and needed only at the first
+// store, so its round trip overlaps the first loads of the slots. It returns its status read
+// for fail_safe: before barrier 2 (its loads of the slots have returned), the staged form
+// after copying out what peers wrote.
 // Loads per thread in flight in the reduce-scatter: enough to cover HBM latency, and still
 // within 64 registers for sm_90 (a few bytes spill on older targets). See
 // profiles/hardware/h200/NOTES-kernel-choices.md for what 4 and 8 measured.
 #define RS_GROUP 8
 template <typename T, bool REG>
-__device__ void two_stage_push(const ArArgs& a) {
+__device__ bool two_stage_push(const ArArgs& a) {
+  __shared__ u64 outs[MAX_RANKS];
+  __shared__ u32 ok;
+  reg_load_then_wait<REG>(a, true, outs, &ok);
   RANK_SETUP
   const u64 sv = (nvec + n - 1) / n;
   const u64 mine = shard_len(nvec, sv, rank);
@@ -530,12 +551,7 @@ __device__ void two_stage_push(const ArArgs& a) {
   const char* in = (const char*)a.src[rank];
   char* out = (char*)a.dst[rank];
   char* shared = (char*)a.out[rank];
-  __shared__ u64 outs[MAX_RANKS];
-  __shared__ u32 ok;
-  if constexpr (REG) {
-    reg_load(a, rank, a.dst[rank], outs, &ok);
-    __syncthreads();
-  }
+  if constexpr (REG) __syncthreads();
   // Whether this rank sends its data (else NaN) and writes the peers' outputs.
   const bool sends = !REG || ok;
   const float nan = __uint_as_float(0x7fc00000u);
@@ -576,7 +592,7 @@ __device__ void two_stage_push(const ArArgs& a) {
     }
   }
   barrier<true>(a, rank, flag, 1);
-  const bool failed = REG && __syncthreads_or(ld_volatile(&self->status) != 0);
+  const bool failed = REG && status_set(a);
   // Backwards: the vectors peers wrote last (this block's last reduce-scatter iterations) are
   // the likeliest still to be in this GPU's L2, where peers' writes land, so read them first.
   for (u64 m = first < mine ? (mine - 1 - first) / stride + 1 : 0; m-- > 0;) {
@@ -602,8 +618,10 @@ __device__ void two_stage_push(const ArArgs& a) {
         if (sends || p == rank) T::store1(out_of(p) + nvec * 16, j, s);
     }
   }
+  bool seen = REG && status_set(a);
   // Every shard has landed in our output once all peers pass this point.
-  barrier<true>(a, rank, flag, 2);
+  seen |= barrier<true, REG>(a, rank, flag, 2);
+  if (REG && !ok) __syncthreads();  // reg_missed below: after every peer's (NaN) shard landed
   if (!REG && shared != out) {
     for (int s = 0; s < n; s++)
       if (s != rank)
@@ -613,80 +631,68 @@ __device__ void two_stage_push(const ArArgs& a) {
         }
     if (rank != n - 1) copy_tail<T>(out + nvec * 16, shared + nvec * 16, 0, tail);
   }
+  if (!REG) seen = status_set(a);
   FINISH
   if constexpr (REG) {
     if (!ok) reg_missed<T>(out, a.n, a.missed);
   }
+  return seen;
 }
 
 // The bandwidth kernels: two blocks per SM, so 64 registers. The LL kernels run small blocks
 // and keep a line per peer in registers. Every kernel first waits for the previous call
-// (pdl_wait) and lets the next one be scheduled only when its own work is done (pdl_trigger):
+// (pdl_wait; the flat bandwidth kernels call it themselves, after loading their registered
+// slot) and lets the next one be scheduled only when its own work is done (pdl_trigger):
 // triggering at the start would let the next call's blocks take SMs this call still needs
-// (profiles/hardware/h200/NOTES-kernel-choices.md). fail_safe, last, leaves the output NaN where a
-// wait of the group gave up (common.cuh); after the trigger, so the next call's launch overlaps
-// its status read, and the next call still sees its writes (pdl_wait waits for this grid to
-// finish and its writes to be visible).
+// (profiles/hardware/h200/NOTES-kernel-choices.md). fail_safe, last, leaves the output NaN where
+// a wait of the group gave up (common.cuh); after the trigger, so the next call's launch
+// overlaps its end, and the next call still sees its writes (pdl_wait waits for this grid to
+// finish and its writes to be visible). Kernels that return `seen` read their status early
+// (common.cuh, status_set).
 #define AR_KERNELS(T, suffix)                                                                         \
-  extern "C" __global__ void __launch_bounds__(THREADS, 2) one_stage_pull_##suffix(const ArArgs a) {    \
-    pdl_wait();                                                                                       \
-    one_stage_pull<T, false>(a);                                                                      \
-    pdl_trigger();                                                                                    \
-    fail_safe<T>(a);                                                                                  \
-  }                                                                                                   \
+  extern "C" __global__ void __launch_bounds__(THREADS, 2) one_stage_pull_##suffix(const ArArgs a) {   \
+    const bool seen = one_stage_pull<T, false>(a);                                                     \
+    pdl_trigger();  fail_safe<T>(a, seen);                                                             \
+  }                                                                                                    \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) one_stage_pull_reg_##suffix(const ArArgs a) {\
-    pdl_wait();                                                                                       \
-    one_stage_pull<T, true>(a);                                                                       \
-    pdl_trigger();                                                                                    \
-    fail_safe<T>(a);                                                                                  \
-  }                                                                                                   \
+    const bool seen = one_stage_pull<T, true>(a);                                                      \
+    pdl_trigger();  fail_safe<T>(a, seen);                                                             \
+  }                                                                                                    \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) two_stage_pull_reg_##suffix(const ArArgs a) {\
-    pdl_wait();                                                                                       \
-    two_stage_pull<T, true>(a);                                                                       \
-    pdl_trigger();                                                                                    \
-    fail_safe<T>(a);                                                                                  \
-  }                                                                                                   \
-  extern "C" __global__ void __launch_bounds__(THREADS, 2) one_stage_push_##suffix(const ArArgs a) {    \
-    pdl_wait();                                                                                       \
-    one_stage_push<T>(a);                                                                             \
-    pdl_trigger();                                                                                    \
-    fail_safe<T>(a);                                                                                  \
-  }                                                                                                   \
-  extern "C" __global__ void __launch_bounds__(THREADS, 2) two_stage_pull_##suffix(const ArArgs a) {    \
-    pdl_wait();                                                                                       \
-    two_stage_pull<T, false>(a);                                                                      \
-    pdl_trigger();                                                                                    \
-    fail_safe<T>(a);                                                                                  \
-  }                                                                                                   \
-  extern "C" __global__ void __launch_bounds__(THREADS, 2) two_stage_push_##suffix(const ArArgs a) {    \
-    pdl_wait();                                                                                       \
-    two_stage_push<T, false>(a);                                                                      \
-    pdl_trigger();                                                                                    \
-    fail_safe<T>(a);                                                                                  \
-  }                                                                                                   \
+    two_stage_pull<T, true>(a);                                                                        \
+    pdl_trigger();  fail_safe<T>(a);                                                                   \
+  }                                                                                                    \
+  extern "C" __global__ void __launch_bounds__(THREADS, 2) one_stage_push_##suffix(const ArArgs a) {   \
+    pdl_wait();                                                                                        \
+    one_stage_push<T>(a);                                                                              \
+    pdl_trigger();  fail_safe<T>(a);                                                                   \
+  }                                                                                                    \
+  extern "C" __global__ void __launch_bounds__(THREADS, 2) two_stage_pull_##suffix(const ArArgs a) {   \
+    two_stage_pull<T, false>(a);                                                                       \
+    pdl_trigger();  fail_safe<T>(a);                                                                   \
+  }                                                                                                    \
+  extern "C" __global__ void __launch_bounds__(THREADS, 2) two_stage_push_##suffix(const ArArgs a) {   \
+    const bool seen = two_stage_push<T, false>(a);                                                     \
+    pdl_trigger();  fail_safe<T>(a, seen);                                                             \
+  }                                                                                                    \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) two_stage_push_reg_##suffix(const ArArgs a) {\
-    pdl_wait();                                                                                       \
-    two_stage_push<T, true>(a);                                                                       \
-    pdl_trigger();                                                                                    \
-    fail_safe<T>(a);                                                                                  \
-  }                                                                                                   \
-  extern "C" __global__ void __launch_bounds__(LL_THREADS) one_stage_push_ll_##suffix(const ArArgs a) { \
-    pdl_wait();                                                                                       \
-    one_stage_push_ll<T>(a);                                                                          \
-    pdl_trigger();                                                                                    \
-    fail_safe<T>(a);                                                                                  \
-  }                                                                                                   \
-  extern "C" __global__ void __launch_bounds__(LL_THREADS) two_stage_pull_ll_##suffix(const ArArgs a) { \
-    pdl_wait();                                                                                       \
-    two_stage_pull_ll<T>(a);                                                                          \
-    pdl_trigger();                                                                                    \
-    fail_safe<T>(a);                                                                                  \
-  }                                                                                                   \
-  extern "C" __global__ void __launch_bounds__(LL_THREADS) two_stage_push_ll_##suffix(const ArArgs a) { \
-    pdl_wait();                                                                                       \
-    two_stage_push_ll<T>(a);                                                                          \
-    pdl_trigger();                                                                                    \
-    fail_safe<T>(a);                                                                                  \
+    const bool seen = two_stage_push<T, true>(a);                                                      \
+    pdl_trigger();  fail_safe<T>(a, seen);                                                             \
+  }                                                                                                    \
+  extern "C" __global__ void __launch_bounds__(LL_THREADS) one_stage_push_ll_##suffix(const ArArgs a) {\
+    pdl_wait();                                                                                        \
+    const bool seen = one_stage_push_ll<T>(a);                                                         \
+    pdl_trigger();  fail_safe<T>(a, seen);                                                             \
+  }                                                                                                    \
+  extern "C" __global__ void __launch_bounds__(LL_THREADS) two_stage_pull_ll_##suffix(const ArArgs a) {\
+    pdl_wait();                                                                                        \
+    two_stage_pull_ll<T>(a);                                                                           \
+    pdl_trigger();  fail_safe<T>(a);                                                                   \
+  }                                                                                                    \
+  extern "C" __global__ void __launch_bounds__(LL_THREADS) two_stage_push_ll_##suffix(const ArArgs a) {\
+    pdl_wait();                                                                                        \
+    two_stage_push_ll<T>(a);                                                                           \
+    pdl_trigger();  fail_safe<T>(a);                                                                   \
   }
 
 AR_KERNELS(Bf16, bf16)

@@ -104,7 +104,8 @@ __device__ __forceinline__ void reg_load(const ArArgs& a, int rank, u64 mine, u6
 
 // Programmatic dependent launch (sm_90 and later; the host sets the launch attribute there,
 // kernels.rs programmatic_launch). A grid may be scheduled while the previous kernel in its
-// stream drains; pdl_wait, first in every allreduce kernel, holds it until that kernel has
+// stream drains; pdl_wait, first in every allreduce kernel (but for reading a registered slot:
+// reg_load_then_wait), holds it until that kernel has
 // finished and its writes are visible, so every ordering argument that speaks of "kernel X-1
 // has finished" still holds. pdl_trigger lets the next call's grid be scheduled. Without the
 // launch attribute both are no-ops.
@@ -117,6 +118,19 @@ __device__ __forceinline__ void pdl_trigger() {
 #if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+// The flat kernels' start: the registered form (REG) loads its slot (reg_load; the rank's own
+// tensor its input, or its output where `outputs`), then pdl_wait. Before it, so the slot's
+// round trip overlaps the previous kernel's end: only the host writes slots (registration,
+// between replays), never a kernel, so no write of the previous kernel can be missed there.
+template <bool REG>
+__device__ __forceinline__ void reg_load_then_wait(const ArArgs& a, bool outputs, u64* ptrs, u32* ok) {
+  if constexpr (REG) {
+    const int rank = a.rank_base + (int)blockIdx.y;
+    reg_load(a, rank, outputs ? a.dst[rank] : a.src[rank], ptrs, ok);
+  }
+  pdl_wait();
 }
 
 __device__ __forceinline__ u64 now_ns() {
@@ -622,4 +636,21 @@ __device__ __forceinline__ void fail_safe(const ArArgs& a) {
   const int rank = a.rank_base + (int)blockIdx.y;
   const Signal* self = (const Signal*)a.sig[rank];
   if (__syncthreads_or(ld_volatile(&self->status) != 0)) poison<T>((char*)a.dst[rank], a.n, a.fault);
+}
+
+// This thread's read of its rank's status for fail_safe, taken early: once every load of
+// what peers wrote (or of their tensors) that this thread's results depend on has returned,
+// which is all fail_safe's argument asks of the read; later work (stores, a last barrier that
+// only says "done") then overlaps its round trip instead of following it. A wait that gives up
+// after this read sets the status itself and reports it (the caller ORs `gave_up` in).
+__device__ __forceinline__ bool status_set(const ArArgs& a) {
+  const Signal* self = (const Signal*)a.sig[a.rank_base + (int)blockIdx.y];
+  return ld_volatile(&self->status) != 0;
+}
+
+// fail_safe with the status each thread read early (status_set, or a wait that gave up).
+template <typename T>
+__device__ __forceinline__ void fail_safe(const ArArgs& a, bool seen) {
+  const int rank = a.rank_base + (int)blockIdx.y;
+  if (__syncthreads_or(seen)) poison<T>((char*)a.dst[rank], a.n, a.fault);
 }

@@ -401,6 +401,35 @@ fn gpu_repeated_calls_and_graph_replay_stay_correct_or_skip() {
     println!("repeated eager calls, graph replays and timing loops kept all 4 kernels correct");
 }
 
+/// Graph replays in loopback 2 and 4 (8 is above): the registered forms, which read their slot
+/// before waiting for the previous call, and the one-stage kernels, which read their status
+/// for fail_safe before their last barrier (kernels/allreduce.cu), give the same bits as the
+/// staged form, replay after replay, back to back; and at 4 KiB one-stage push's LL form.
+/// Sizes with a tail, at 4 KiB (LL forms, one-stage pull's registered form) and past 1 MiB.
+#[test]
+fn gpu_flat_kernels_replay_bit_exactly_in_graphs_in_loopback_2_and_4_or_skip() {
+    for k in [2, 4] {
+        let Some((_gpu, mut f)) = open_or_skip("gpu_flat_kernels_replay_bit_exactly", k) else {
+            return;
+        };
+        let max = (1 << 20) + 6;
+        all_ready(&f.prepare(&group(k, Dtype::Bf16, max), &custom()).unwrap());
+        let mut seed = 77;
+        for b in custom() {
+            for bytes in [4098u64, max] {
+                seed += 1;
+                correct(
+                    f.verify_with(b, bytes, seed, Mode::Graph, 10).unwrap(),
+                    &format!("K={k} {b} graph x10 replayed at {bytes}"),
+                );
+            }
+        }
+    }
+    println!(
+        "K=2, 4: every flat kernel replayed x10 in graphs bit-exactly at 4098 B and 1 MiB + 6"
+    );
+}
+
 #[test]
 fn gpu_copy_engine_rows_verify_bit_exactly_in_loopback_eager_and_graph_or_skip() {
     // Loopback: every rank on one GPU, so every copy is device-to-device on its copy engines

@@ -222,7 +222,7 @@ fn every_allreduce_kernel_ends_failing_safe() {
             .next()
             .unwrap();
         let body = &k[..k.find("\n  }").unwrap_or(k.len())];
-        let safe = body.find("fail_safe<T>(a);");
+        let safe = body.find("fail_safe<T>(a");
         // The first call taking the arguments: the kernel's work.
         let work = body.find(">(a);").unwrap();
         assert!(
@@ -294,7 +294,7 @@ fn each_ll_kernel_checks_the_tables_limit() {
             .find(|(name, _)| *name == k.source)
             .unwrap();
         let body = src
-            .split_once(&format!("void {}_ll(const ArArgs& a)", k.name))
+            .split_once(&format!(" {}_ll(const ArArgs& a)", k.name))
             .unwrap_or_else(|| panic!("{b}: no {}_ll in kernels/{}", k.name, k.source))
             .1;
         let call = body.split_once("ll_launch_ok(").unwrap().1;
@@ -574,6 +574,49 @@ fn slots_hold_a_shard_and_its_tail() {
     assert!(slot_bytes(Backend::OneStagePush, 1001, Ranks::flat(8)) >= 1001);
 }
 
+/// Every flat allreduce kernel (allreduce.cu) waits for the previous call (pdl_wait) before it
+/// reads what that call wrote (its epoch, in RANK_SETUP): in the kernel, or first in its work,
+/// where only a registered slot's load may come before it (reg_load_then_wait). A kernel that
+/// read its epoch before the wait could take the previous call's flag and pass a barrier early.
+#[test]
+fn every_allreduce_kernel_waits_for_the_previous_call_first() {
+    let src = compile::ALLREDUCE;
+    let kernels: Vec<&str> = src.split("extern \"C\" __global__").skip(1).collect();
+    assert_eq!(kernels.len(), 10);
+    for k in kernels {
+        let body = &k[..k.find("\n  }").unwrap_or(k.len())];
+        let name = body
+            .split("(const")
+            .next()
+            .unwrap()
+            .rsplit(' ')
+            .next()
+            .unwrap();
+        let work = body.find(">(a);").unwrap();
+        if body[..work].contains("pdl_wait();") {
+            continue;
+        }
+        // The device function it calls: `name<T...>(a);` defined as `name(const ArArgs& a) {`.
+        let call = body[..work].lines().last().unwrap();
+        let f = call.split('<').next().unwrap().rsplit(' ').next().unwrap();
+        let def = src
+            .find(&format!(" {f}(const ArArgs& a) {{"))
+            .unwrap_or_else(|| panic!("{name}: no definition of {f}"));
+        let fbody = &src[def..][..src[def..].find("\n}\n").unwrap()];
+        let wait = ["reg_load_then_wait<REG>(a, ", "pdl_wait();"]
+            .iter()
+            .filter_map(|w| fbody.find(w))
+            .min();
+        let first_read = fbody
+            .find("RANK_SETUP")
+            .or_else(|| fbody.find("Signal* self"));
+        assert!(
+            wait.is_some_and(|w| first_read.is_some_and(|r| w < r)),
+            "{name} reads what the previous call wrote before pdl_wait"
+        );
+    }
+}
+
 /// A registered form's replay whose slot did not match (before registration, or after the
 /// registrations were dropped) must reach no peer's tensor: the slot then holds addresses of
 /// nothing mapped, or of another capture's tensors. In every registered kernel each use of the
@@ -588,7 +631,9 @@ fn a_registered_replay_reaches_peers_only_once_its_slot_matched() {
             let body = &src[at..][..src[at..].find("\n}\n").unwrap()];
             let name = body.lines().nth(1).unwrap();
             assert!(
-                body.contains("reg_load(a, rank, ") || body.contains("reg_load_both(a, rank, "),
+                body.contains("reg_load_then_wait<REG>(a, ")
+                    || body.contains("reg_load_both(a, rank, ")
+                    || body.contains("reg_load(a, rank, "),
                 "{name} does not load its slot"
             );
             // The accessors that read the peers' addresses: `auto F = [&](int p) {... X[p] ...}`.
