@@ -6,6 +6,7 @@
 
 mod path;
 pub mod ranked;
+pub mod share;
 pub mod timing;
 
 use std::ffi::OsString;

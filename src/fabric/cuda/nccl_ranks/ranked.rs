@@ -2,7 +2,8 @@
 //! virtual ranks on the one GPU ([`super::path`]), NCCL's own choice and every algorithm x
 //! protocol pin run as K rank processes sharing GPU 0, one start of them per variant timing
 //! every size, with the channels that ran read back from rank 0's profiler summary. These are
-//! time slices of processes sharing one GPU, never multi-GPU evidence: [`note`] says so.
+//! one GPU's times (under MPS or by time slices), never multi-GPU evidence: [`note`] says
+//! which.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
@@ -47,12 +48,10 @@ pub fn loopback(version: i32, multi_rank: Option<&str>, k: usize) -> Result<(), 
     }
 }
 
-/// What a profile says of NCCL's timings in a loopback tune of `k` ranks, where it ran them.
+/// What a profile says of NCCL's timings in a loopback tune of `k` ranks, where it ran them:
+/// whether they shared GPU 0 under MPS or by time slices, as the driver reports it.
 pub fn note(k: usize) -> String {
-    format!(
-        "NCCL timed as {k} rank processes sharing GPU 0: time slices of one GPU, not \
-         multi-GPU evidence"
-    )
+    super::share::note(k, &super::share::sharing(0))
 }
 
 /// `maxCTAs` for more than two ranks sharing a GPU at NCCL's own count: every rank's kernel
@@ -436,13 +435,6 @@ mod tests {
         );
         let no = loopback(23206, Some("0"), 2).unwrap_err();
         assert!(no.ends_with("so unset it"), "{no}");
-    }
-
-    #[test]
-    fn the_note_says_one_gpu_and_not_multi_gpu_evidence() {
-        let n = note(4);
-        assert!(n.contains("4 rank processes sharing GPU 0"), "{n}");
-        assert!(n.contains("not multi-GPU evidence"), "{n}");
     }
 
     #[test]
