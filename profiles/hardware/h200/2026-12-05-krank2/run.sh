@@ -25,11 +25,16 @@ export ARTUNE_CACHE_DIR=$W/kc
 SUM=f567b7aa83bc1ccb123fd873a3a6d838410240763e12e1577c7b77adeea9ac8d
 pack() { (cd $W && tar czf $OUT/krank2.tgz --exclude=./bin --exclude=./kc --exclude=./mps .); }
 say() { echo "$*" >> $W/summary.txt; pack; }
+# Waits (at most 10 s) until no process of this run's binaries is left: MPS refused new clients
+# (error 807) right after clients were killed (the lead's exploration, 2026-12-05).
+settle() { for i in $(seq 20); do pgrep -f "$W/bin/" > /dev/null || return 0; sleep 0.5; done
+  echo "processes of $W/bin still up after 10 s" >> $W/summary.txt; }
 # step NAME LIMIT CMD...: CMD's output in NAME.txt, its exit and seconds in summary.txt.
 step() { n=$1; t=$2; shift 2; left=$((END - SECONDS - 8)); [ $t -gt $left ] && t=$left
   if [ $t -lt 10 ]; then echo "skipped: no time left" > $W/$n.txt; say "$n: skipped"; return 1; fi
   s=$SECONDS; ( time timeout -s INT -k 5 $t "$@" ) > $W/$n.txt 2>&1; e=$?
-  echo "exit $e (limit $t s)" >> $W/$n.txt; say "$n: exit $e in $((SECONDS - s)) s (limit $t)"
+  echo "exit $e (limit $t s)" >> $W/$n.txt; settle
+  say "$n: exit $e in $((SECONDS - s)) s (limit $t)"
   return $e; }
 
 # NCCL 2.32.6 joined and checked before anything runs.
@@ -86,13 +91,15 @@ nvidia-cuda-mps-control -d > $W/mps-start.txt 2>&1; say "MPS daemon: exit $?"
 BUSY=--allow-busy
 
 if [ -x $W/bin/gpu_nccl ]; then G=$W/bin/gpu_nccl; F=; else G=$W/bin/gpu; F=gpu_nccl::; fi
-step gpu-mps 30 $X ARTUNE_BIN=$A ARTUNE_EXPECT_MPS=1 $G $F --nocapture --test-threads 1
+step gpu-mps 25 $X ARTUNE_BIN=$A ARTUNE_EXPECT_MPS=1 $G $F --nocapture --test-threads 1
 # What is missing first (graph mode, K = 4), then eager; a tune cut by its limit leaves no
-# profile, but its log says where the time went (starts-*.txt).
-tune 2 graph 16K:256K 55 -mps
-tune 4 graph 16K:64K 55 -mps
-tune 2 eager 16K:64K 35 -mps
-tune 4 eager 16K:64K 35 -mps
+# profile, but its log says where the time went (starts-*.txt). Each tune starts the K ranks
+# about 15 times (a prime, one per variant, NCCL's own and one per pin for the channel sweep)
+# and makes about 40 communicators (the sweep's, one per pin and count).
+tune 2 graph 16K:256K 70 -mps
+tune 4 graph 16K:64K 70 -mps
+tune 2 eager 16K:64K 45 -mps
+tune 4 eager 16K:64K 45 -mps
 # The audit (as ../2026-12-04-realnccl/run.sh, which also ran TP4): the profile followed at
 # every pinned size, and NCCL_ALGO=Tree caught (exit 3).
 P=$H/2026-12-04-realnccl/sim4.json
