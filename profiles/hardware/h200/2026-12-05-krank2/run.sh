@@ -40,7 +40,8 @@ step() { n=$1; t=$2; shift 2; left=$((END - SECONDS - 8)); [ $t -gt $left ] && t
 # NCCL 2.32.6 joined and checked before anything runs.
 [ -f $N/libnccl.so.2 ] || cat $N/part0 $N/part1 $N/part2 $N/part3 $N/part4 $N/part5 $N/part6 \
   > $N/libnccl.so.2
-if [ -f $C/libnccl.sha256 ]; then cp $C/libnccl.sha256 $W/; else echo "$SUM  libnccl.so.2" > $W/libnccl.sha256; fi
+echo "$SUM  libnccl.so.2" > $W/libnccl.sha256
+[ -f $C/libnccl.sha256 ] && cp $C/libnccl.sha256 $W/
 (cd $N && sha256sum -c $W/libnccl.sha256) > $W/sha.txt 2>&1 || { say "NCCL checksum failed"; exit 1; }
 # artune and libartune.so side by side: the ranks find the profiler beside the binary.
 for b in artune libartune.so gpu_nccl gpu; do
