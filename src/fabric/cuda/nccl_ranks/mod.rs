@@ -178,11 +178,12 @@ pub fn run(l: &Launch) -> Result<Vec<Timed>, RanksError> {
     run_with(l, super::nccl::unique_id)
 }
 
-/// How long ranks may take to tear down once rank 0 has written every time: NCCL's teardown
-/// takes well under a second, but one can hang (torch's destroy of K ranks under MPS did,
-/// 2026-12-05), and the times are in. Past it the ranks are stopped and the times kept; only
-/// the channels their profiler would have written at the teardown are lost.
-const TEARDOWN: Duration = Duration::from_secs(5);
+/// How long ranks may take to tear down once rank 0 has written every time: a rank finalizes
+/// its communicators within `DRAIN_DEADLINE` and aborts them past it, and the profiler writes
+/// its summary (the audit's verdict, the channels read back) at the finalize, so that much and
+/// a little more. Past it a teardown hangs (torch's destroy of K ranks under MPS did,
+/// 2026-12-05): the ranks are stopped and the times kept.
+const TEARDOWN: Duration = Duration::from_secs(super::watchdog::DRAIN_DEADLINE.as_secs() + 2);
 
 /// [`run`] with the communicators' unique ids from `ids`.
 pub fn run_with(l: &Launch, ids: fn() -> Result<String, String>) -> Result<Vec<Timed>, RanksError> {
