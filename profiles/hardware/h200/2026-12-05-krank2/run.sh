@@ -16,7 +16,7 @@
 # Results: $OUT/krank2.tgz (re-packed after each step); summary.txt has one line per step.
 set -u
 END=${END:-240}
-C=${C:?set C to the folder of the carried binaries}
+C=${C:?set C to the folder of the carried binaries}; C=$(cd "$C" && pwd)
 R=$PWD; H=$R/profiles/hardware/h200; N=/tmp/nccl232; W=/tmp/krank2
 rm -rf $W; mkdir -p $W/bin $W/kc
 export ARTUNE_CACHE_DIR=$W/kc
@@ -87,7 +87,8 @@ PY
 # MPS: a control daemon of our own, its pipe and log under /tmp; quit at the end.
 export CUDA_MPS_PIPE_DIRECTORY=$W/mps/pipe CUDA_MPS_LOG_DIRECTORY=$W/mps/log
 mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
-trap 'echo quit | nvidia-cuda-mps-control >/dev/null 2>&1' EXIT
+quit_mps() { echo quit | timeout 10 nvidia-cuda-mps-control > /dev/null 2>&1; }
+trap quit_mps EXIT
 nvidia-cuda-mps-control -d > $W/mps-start.txt 2>&1; say "MPS daemon: exit $?"
 BUSY=--allow-busy
 
@@ -110,7 +111,7 @@ step tree2-mps 20 $X NCCL_ALGO=Tree $A check $P --nccl-audit --tp 2
 step audit4-mps 20 $X $A check $P --nccl-audit --tp 4
 unset ARTUNE_ALLOW_SIMULATED ARTUNE_ALLOW_INVALID
 cp -r $W/mps/log $W/mpslog 2>/dev/null
-echo quit | nvidia-cuda-mps-control > /dev/null 2>&1; trap - EXIT; sleep 1
+quit_mps; trap - EXIT; sleep 1
 unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 BUSY=
 
