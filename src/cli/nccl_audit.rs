@@ -80,18 +80,16 @@ pub fn rank(a: RankArgs) -> i32 {
             false => a.channels.iter().map(|&c| (c > 0).then_some(c)).collect(),
         },
         summaries: std::env::var_os(audit::ENV_DIR).map(PathBuf::from),
+        times: Some(a.times.clone()),
     };
     match nccl_sweep::run(&s) {
-        Ok(times) => {
-            let text = nccl_ranks::format_times(&times);
-            match std::fs::write(&a.times, text) {
-                Ok(()) => 0,
-                Err(e) => {
-                    eprintln!("rank {}: cannot write {}: {e}", s.rank, a.times.display());
-                    crate::error::EXIT_HARDWARE
-                }
+        Ok(times) => match nccl_sweep::write_times(&a.times, &times) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("rank {}: {e}", s.rank);
+                crate::error::EXIT_HARDWARE
             }
-        }
+        },
         Err(e) => {
             eprintln!("rank {}: {e}", s.rank);
             match e {

@@ -1,11 +1,13 @@
 //! Channels as a tuned dimension (issue 48): for every pinned NCCL variant and measured size,
 //! the channel count that runs fastest among NCCL's own and powers of two, which the profile
-//! records per bucket for the tuner plugin to set with that size's pin.
+//! records per bucket for the tuner plugin to set with that size's pin. Each choice is logged
+//! beside NCCL's own choice at its own count, timed the same way where the fabric can
+//! ([`table`]): what the chosen count gains or loses against NCCL left alone.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::allreduce::Backend;
-use crate::fabric::Fabric;
+use crate::fabric::{ChannelTime, Fabric};
 
 /// The counts tried besides NCCL's own: NCCL's per-call maximum is 32 for a ring on one node
 /// (MAXCHANNELS 64, half of them for the other direction).
@@ -29,30 +31,101 @@ pub fn sweep(
     counts.dedup();
     let sizes: Vec<u64> = sizes.iter().copied().collect();
     let mut best = BTreeMap::new();
-    for &pin in ready.iter().filter(|b| b.nccl_pin().is_some()) {
-        // Per size, the fastest (µs, count) so far; counts go up, so a tie keeps the smaller.
-        let mut fastest: Vec<Option<(f64, u32)>> = vec![None; sizes.len()];
+    let pins: Vec<Backend> = ready
+        .iter()
+        .copied()
+        .filter(|b| b.nccl_pin().is_some())
+        .collect();
+    if pins.is_empty() {
+        return Ok(best);
+    }
+    // NCCL's own choice at its own count (0), timed as the pins are: the table's reference.
+    let reference = match fabric.nccl_times_at_channels(Backend::Nccl, &sizes, &[0]) {
+        Ok(mut t) => t.pop().map(|(_, t)| t),
+        Err(e) => {
+            tracing::info!("channel table: NCCL's own choice not timed at its own count ({e})");
+            None
+        }
+    };
+    tracing::info!("channel table: {HEADER}");
+    for pin in pins {
         // Every count in one call: a real fabric starts its NCCL ranks once per pin.
+        let clock = std::time::Instant::now();
         let mut timed = fabric
             .nccl_times_at_channels(pin, &sizes, &counts)
             .map_err(|e| e.to_string())?;
         timed.sort_by_key(|(c, _)| *c);
-        for (c, times) in timed {
-            for (f, t) in fastest.iter_mut().zip(&times) {
-                if f.is_none_or(|(us, _)| t.us < us * (1.0 - MIN_GAIN)) {
-                    // The count NCCL ran with where the fabric reads it back, else the forced.
-                    *f = Some((t.us, t.ran_channels.unwrap_or(c)));
-                }
-            }
+        tracing::info!(
+            "channel sweep of {pin}: {} counts x {} sizes in {:.2} s",
+            timed.len(),
+            sizes.len(),
+            clock.elapsed().as_secs_f64()
+        );
+        for line in table(&sizes, pin, &timed, reference.as_deref()) {
+            tracing::info!("channel table: {line}");
         }
-        let at = sizes
-            .iter()
-            .zip(fastest)
-            .filter_map(|(&b, f)| Some((b, f?.1)))
+        // The count NCCL ran with where the fabric reads it back, else the forced.
+        let at = (sizes.iter().enumerate())
+            .filter_map(|(i, &b)| {
+                let (c, t) = fastest(&timed, i)?;
+                Some((b, t.ran_channels.unwrap_or(c)))
+            })
             .collect();
         best.insert(pin, at);
     }
     Ok(best)
+}
+
+/// The count that ran size `i` fastest in `timed` (counts ascending): a larger one is kept
+/// only where it beats the smaller by [`MIN_GAIN`], so a tie keeps the smaller.
+fn fastest(timed: &[(u32, Vec<ChannelTime>)], i: usize) -> Option<(u32, &ChannelTime)> {
+    let mut best: Option<(u32, &ChannelTime)> = None;
+    for (c, t) in timed {
+        let Some(t) = t.get(i) else { continue };
+        if best.is_none_or(|(_, f)| t.us < f.us * (1.0 - MIN_GAIN)) {
+            best = Some((*c, t));
+        }
+    }
+    best
+}
+
+/// What each line of [`table`] holds.
+pub const HEADER: &str = "size pin | fastest count (NCCL ran) time | each count forced: time | \
+                          NCCL's own choice: channels it ran, time, fastest pin's time over it";
+
+/// One line per size of `pin`'s times at each forced count (`timed`, counts ascending), the
+/// one [`sweep`] keeps, and NCCL's own choice at its own count (`own`, the same sizes) beside
+/// it where it was timed.
+pub fn table(
+    sizes: &[u64],
+    pin: Backend,
+    timed: &[(u32, Vec<ChannelTime>)],
+    own: Option<&[ChannelTime]>,
+) -> Vec<String> {
+    let ran = |t: &ChannelTime| t.ran_channels.map_or("?".into(), |c| c.to_string());
+    sizes
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let best = fastest(timed, i);
+            let each: Vec<String> = (timed.iter())
+                .filter_map(|(c, t)| Some(format!("{c}:{:.1}", t.get(i)?.us)))
+                .collect();
+            let best_us = best.map(|(_, t)| t.us);
+            let chosen = match best {
+                Some((c, t)) => format!("{c} ({}) {:.1} us", ran(t), t.us),
+                None => "no count ran".into(),
+            };
+            let reference = match (own.and_then(|o| o.get(i)), best_us) {
+                (Some(o), Some(us)) => {
+                    format!("{} ch {:.1} us, x{:.3}", ran(o), o.us, us / o.us)
+                }
+                (Some(o), None) => format!("{} ch {:.1} us", ran(o), o.us),
+                (None, _) => "not timed".into(),
+            };
+            format!("{b} {pin} | {chosen} | {} | {reference}", each.join(" "))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -207,12 +280,44 @@ mod tests {
         f.prepare(&g, &ready).unwrap();
         let sizes: BTreeSet<u64> = [1 << 16, 1 << 28].into();
         let best = sweep(&mut f, &ready, &sizes).unwrap();
-        assert_eq!(
-            f.2,
-            vec![vec![2, 4, 8, 16, 32]; 2],
-            "one call per pin, every count"
-        );
+        // NCCL's own choice once at its own count (the table's reference), then one call per
+        // pin with every count.
+        let mut asked = vec![vec![0]];
+        asked.extend(vec![vec![2, 4, 8, 16, 32]; 2]);
+        assert_eq!(f.2, asked, "one call per pin, every count");
         assert_eq!(best[&Backend::NcclRingSimple][&(1 << 28)], 2);
         assert_eq!(best.len(), 2);
+    }
+
+    /// Per size: the count kept (a larger one only where it gains more than 1%), what NCCL
+    /// ran with it, every count's time, and NCCL's own choice beside it with the ratio.
+    #[test]
+    fn the_table_sets_each_pin_s_fastest_count_beside_nccl_s_own() {
+        let t = |us, ran| ChannelTime {
+            us,
+            ran_channels: Some(ran),
+        };
+        let timed = [
+            (2, vec![t(100.0, 2), t(50.0, 2)]),
+            (4, vec![t(99.5, 4), t(40.0, 3)]),
+            (8, vec![t(99.2, 8), t(45.0, 8)]),
+        ];
+        let own = [t(90.0, 1), t(60.0, 16)];
+        let pin = Backend::NcclRingSimple;
+        let lines = table(&[1024, 1 << 20], pin, &timed, Some(&own));
+        assert_eq!(
+            lines,
+            [
+                "1024 nccl_ring_simple | 2 (2) 100.0 us | 2:100.0 4:99.5 8:99.2 | 1 ch 90.0 us, \
+                 x1.111",
+                "1048576 nccl_ring_simple | 4 (3) 40.0 us | 2:50.0 4:40.0 8:45.0 | 16 ch 60.0 \
+                 us, x0.667"
+            ]
+        );
+        let alone = table(&[1024], pin, &timed[..1], None);
+        assert_eq!(
+            alone,
+            ["1024 nccl_ring_simple | 2 (2) 100.0 us | 2:100.0 | not timed"]
+        );
     }
 }

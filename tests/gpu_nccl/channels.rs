@@ -81,7 +81,14 @@ fn gpu_loopback_times_nccl_with_k_ranks_or_waives_saying_what_is_needed() {
     match ranked {
         Ok(()) => {
             assert!(matches!(pin, Readiness::Ready { .. }), "{pin:?}");
-            assert!(f.info().description.contains("not multi-GPU evidence"));
+            let line = f.info().description;
+            assert!(line.contains("not multi-GPU evidence"), "{line}");
+            // The run's script says whether it started MPS: the line must say the same.
+            match std::env::var("ARTUNE_EXPECT_MPS").as_deref() {
+                Ok("1") => assert!(line.contains("sharing GPU 0 under MPS"), "{line}"),
+                Ok("0") => assert!(line.contains("sharing GPU 0 by time slices"), "{line}"),
+                _ => {}
+            }
             let t = f
                 .time(Backend::NcclRingSimple, 1 << 16, Mode::Eager, 1, 3)
                 .unwrap();

@@ -39,6 +39,11 @@ pub struct Sweep {
     /// communicator with a forced count rank 0 files them under [`count_dir`], so each count's
     /// read-back is its own; NCCL's own count's stay where the audit reads them.
     pub summaries: Option<PathBuf>,
+    /// Where the times so far are written after each communicator's calls and before its
+    /// teardown (`CHANNELS BYTES US...`, [`super::nccl_ranks::parse_times`]): a teardown
+    /// that hangs (torch's under MPS did, 2026-12-05) loses no time, and the caller can stop
+    /// the ranks once every line is there.
+    pub times: Option<PathBuf>,
 }
 
 /// The folder of `dir` holding rank 0's profiler summaries of the communicator forced to
@@ -97,6 +102,9 @@ pub fn run(s: &Sweep) -> Result<Vec<CommTimes>, SweepError> {
         let ctas = nccl::Ctas::of(forced, s.max_ctas);
         let comms = Comms::init_rank_ctas(lib, id, s.rank, s.nranks, LIMIT, ctas)?;
         out.push((forced, time_sizes(s, &comms, &send, &recv, &stream)?));
+        if let Some(p) = &s.times {
+            write_times(p, &out)?;
+        }
         // Finalized and destroyed here: NCCL finalizes the profiler, which writes its summary.
         drop(comms);
         if let (0, Some(dir), Some(c)) = (s.rank, &s.summaries, forced) {
@@ -241,6 +249,14 @@ fn check_sum(got: &[u8], nranks: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// The times so far into `path`, whole: written beside it, then renamed over it.
+pub fn write_times(path: &Path, times: &[CommTimes]) -> Result<(), String> {
+    let part = path.with_extension("part");
+    std::fs::write(&part, super::nccl_ranks::format_times(times))
+        .and_then(|()| std::fs::rename(&part, path))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
 /// Moves rank 0's summaries (`*-r0.json`, written by this process alone) from `dir` into `to`.
 fn file_summaries(dir: &Path, to: &Path) -> Result<(), String> {
     let err = |e: std::io::Error| format!("cannot file the profiler's summaries: {e}");
@@ -282,6 +298,20 @@ mod tests {
         // Every rank's input is its own: a sum of copies of one rank's would differ.
         assert_ne!(input(0, count), input(1, count));
         assert_eq!(input(2, count).len(), 2 * count);
+    }
+
+    /// The times so far replace the file whole, with nothing left beside it.
+    #[test]
+    fn the_times_so_far_replace_the_file_whole() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("rank0.times");
+        write_times(&p, &[(Some(4), vec![(1024, vec![3.5])])]).unwrap();
+        write_times(&p, &[(None, vec![(1024, vec![2.5]), (2048, vec![4.0])])]).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&p).unwrap(),
+            "0 1024 2.500\n0 2048 4.000\n"
+        );
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
     }
 
     /// After each forced count, rank 0 files its own summaries (and no other rank's) under the

@@ -6,6 +6,7 @@
 
 mod path;
 pub mod ranked;
+pub mod share;
 pub mod timing;
 
 use std::ffi::OsString;
@@ -177,8 +178,23 @@ pub fn run(l: &Launch) -> Result<Vec<Timed>, RanksError> {
     run_with(l, super::nccl::unique_id)
 }
 
+/// How long ranks may take to tear down once rank 0 has written every time: a rank finalizes
+/// its communicators within `DRAIN_DEADLINE` and aborts them past it, and the profiler writes
+/// its summary (the audit's verdict, the channels read back) at the finalize, so that much and
+/// a little more. Past it a teardown hangs (torch's destroy of K ranks under MPS did,
+/// 2026-12-05): the ranks are stopped and the times kept.
+const TEARDOWN: Duration = Duration::from_secs(super::watchdog::DRAIN_DEADLINE.as_secs() + 2);
+
 /// [`run`] with the communicators' unique ids from `ids`.
 pub fn run_with(l: &Launch, ids: fn() -> Result<String, String>) -> Result<Vec<Timed>, RanksError> {
+    run_inner(l, ids, TEARDOWN)
+}
+
+fn run_inner(
+    l: &Launch,
+    ids: fn() -> Result<String, String>,
+    teardown: Duration,
+) -> Result<Vec<Timed>, RanksError> {
     let k = l.ordinals.len();
     let ids = l
         .turns()
@@ -200,6 +216,8 @@ pub fn run_with(l: &Launch, ids: fn() -> Result<String, String>) -> Result<Vec<T
         }
     }
     let deadline = Instant::now() + l.limit;
+    let (times, lines) = (l.dir.join("rank0.times"), l.turns().len() * l.sizes.len());
+    let mut all_in: Option<Instant> = None;
     while children
         .iter_mut()
         .any(|c| matches!(c.try_wait(), Ok(None)))
@@ -210,6 +228,21 @@ pub fn run_with(l: &Launch, ids: fn() -> Result<String, String>) -> Result<Vec<T
                 k,
                 secs: l.limit.as_secs(),
             });
+        }
+        if all_in.is_none() && complete(&times, lines) {
+            all_in = Some(Instant::now());
+        }
+        if all_in.is_some_and(|t| t.elapsed() > teardown) {
+            children.iter_mut().for_each(|c| drop(c.kill()));
+            children.iter_mut().for_each(|c| drop(c.wait()));
+            tracing::warn!(
+                "the {k} NCCL ranks wrote every time but had not exited {:.1} s later: \
+                 stopped (their profiler's channels are lost)",
+                teardown.as_secs_f64()
+            );
+            return Ok(parse_times(
+                &std::fs::read_to_string(&times).unwrap_or_default(),
+            ));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -235,6 +268,11 @@ pub fn run_with(l: &Launch, ids: fn() -> Result<String, String>) -> Result<Vec<T
     }
     let times = std::fs::read_to_string(l.dir.join("rank0.times")).unwrap_or_default();
     Ok(parse_times(&times))
+}
+
+/// Whether rank 0's times file holds `lines` lines of times (a rank writes it whole).
+fn complete(path: &Path, lines: usize) -> bool {
+    std::fs::read_to_string(path).is_ok_and(|t| parse_times(&t).len() >= lines)
 }
 
 /// `CHANNELS BYTES US...` per line, one time per sample, as a rank writes them (0 channels:
@@ -314,6 +352,37 @@ mod tests {
         assert!(env_of(&shared, "NCCL_ALGO").is_some_and(|v| v.ends_with("Ring")));
         let own = launch(vec![0, 1]).command(&ids, 1);
         assert_eq!(env_of(&own, ENV_MULTI_RANK), None);
+    }
+
+    /// Ranks that wrote every time and then hang in their teardown are stopped after the
+    /// grace, and their times kept; the run's limit is not waited out.
+    #[test]
+    fn ranks_hanging_in_teardown_after_their_times_are_stopped_and_their_times_kept() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let exe = d.path().join("artune");
+        let script = r#"#!/bin/sh
+while [ $# -gt 0 ]; do
+  case $1 in --sizes) sizes=$2; shift;; --times) out=$2; shift;; esac
+  shift
+done
+for b in $(echo $sizes | tr , ' '); do echo "0 $b 2.5 3.5"; done > $out
+exec sleep 30
+"#;
+        std::fs::write(&exe, script).unwrap();
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut l = launch(vec![0, 0]);
+        (l.exe, l.dir, l.channels) = (exe, d.path().to_path_buf(), Vec::new());
+        l.limit = Duration::from_secs(6);
+        let clock = Instant::now();
+        let t = run_inner(&l, || Ok("00".into()), Duration::from_millis(300)).unwrap();
+        assert!(
+            clock.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            clock.elapsed()
+        );
+        let got: Vec<_> = t.iter().map(|t| (t.bytes, t.samples.clone())).collect();
+        assert_eq!(got, [(1024, vec![2.5, 3.5]), (2048, vec![2.5, 3.5])]);
     }
 
     #[test]

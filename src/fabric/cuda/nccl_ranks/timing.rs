@@ -74,7 +74,8 @@ pub fn runnable(placed: &[usize], counts: &[u32]) -> Vec<u32> {
         .collect()
 }
 
-/// The timings of `backend` (an NCCL pin) at `sizes` with each of `counts` forced, in one
+/// The timings of `backend` (an NCCL pin, or NCCL's own choice) at `sizes` with each of
+/// `counts` forced (0: NCCL's own count, under the room ranks sharing a GPU need), in one
 /// start of the ranks of a group with CUDA `ordinals`; `exe` is the artune binary. Counts the
 /// placement has no room for ([`runnable`]) are left out of the answer.
 pub fn at_channels(
@@ -84,9 +85,13 @@ pub fn at_channels(
     sizes: &[u64],
     counts: &[u32],
 ) -> Result<Vec<(u32, Vec<ChannelTime>)>, FabricError> {
-    let pin = backend
-        .nccl_pin()
-        .ok_or_else(|| FabricError::BadRequest(format!("{backend} is no NCCL pin")))?;
+    let pin = match backend {
+        Backend::Nccl => None,
+        b => Some(
+            b.nccl_pin()
+                .ok_or_else(|| FabricError::BadRequest(format!("{b} is no NCCL variant")))?,
+        ),
+    };
     let lib = nccl::library().map_err(FabricError::Waived)?;
     if !lib.forces_channels() {
         return Err(FabricError::Waived(format!(
@@ -100,6 +105,9 @@ pub fn at_channels(
         placement(lib.version, multi.as_deref(), ordinals).map_err(FabricError::Waived)?;
     let counts = runnable(&ordinals, counts);
     let calls = iters(&ordinals);
+    let room = shares(&ordinals)
+        .then(|| super::ranked::shared_max_ctas(ordinals.len()))
+        .flatten();
     if counts.is_empty() {
         return Ok(Vec::new());
     }
@@ -117,9 +125,9 @@ pub fn at_channels(
         iters: calls,
         samples: 1,
         graph: false,
-        max_ctas: None,
-        channels: counts.iter().map(|&c| Some(c as i32)).collect(),
-        pin: Some(pin),
+        max_ctas: room,
+        channels: counts.iter().map(|&c| forced(c)).collect(),
+        pin,
         env: profiler_env(exe, dir.path()),
         limit: LIMIT * counts.len() as u32,
     };
@@ -130,11 +138,14 @@ pub fn at_channels(
     counts
         .iter()
         .map(|&c| {
-            let ran = ran_channels(&count_dir(dir.path(), c as i32));
+            let ran = match forced(c) {
+                Some(f) => ran_channels(&count_dir(dir.path(), f)),
+                None => ran_channels(dir.path()),
+            };
             let at = |b: &u64| {
                 let t = times
                     .iter()
-                    .find(|t| t.channels == Some(c as i32) && t.bytes == *b)?;
+                    .find(|t| t.channels == forced(c) && t.bytes == *b)?;
                 Some(ChannelTime {
                     us: t.mean(),
                     ran_channels: ran.get(b).copied(),
@@ -147,6 +158,11 @@ pub fn at_channels(
             })
         })
         .collect()
+}
+
+/// The count a communicator is forced to: none for 0, NCCL's own.
+fn forced(c: u32) -> Option<i32> {
+    (c > 0).then_some(c as i32)
 }
 
 /// libartune.so as NCCL's profiler, writing its summaries into `dir`, where it lies beside
@@ -219,6 +235,12 @@ mod tests {
             "4 x 48 did not"
         );
         assert_eq!(runnable(&[3], &all), all);
+        assert_eq!(
+            runnable(&[0, 0, 0, 0], &[0, 32]),
+            [0],
+            "NCCL's own: under a cap"
+        );
+        assert_eq!((forced(0), forced(8)), (None, Some(8)));
     }
 
     #[test]

@@ -1,0 +1,122 @@
+#!/bin/bash
+# Issue 48 on the H200: NCCL 2.32.6 with K ranks on GPU 0 in a loopback tune, under MPS (the
+# ranks' kernels run at once) and, if time is left, without it (time slices). Loopback: every
+# rank is a process on the one GPU, so nothing here is multi-GPU evidence.
+# Needs: NCCL 2.32.6 in seven pieces /tmp/nccl232/part0..6 (carried by the lead, as
+# ../2026-12-04-realnccl/device.sh says: .carry/g48/part1..7), and the binaries of merged main
+# in $C: artune, libartune.so, and the GPU tests as gpu_nccl (or gpu; plain or .xz). Then:
+#   C=.carry/<dir> END=240 bash profiles/hardware/h200/2026-12-05-krank2/run.sh
+# Steps, each under its own limit and within END seconds in all (skipped when none is left):
+#   1. the K-rank GPU tests (tests/gpu_nccl) under MPS, the fabric line checked to say MPS;
+#   2. `artune tune --loopback K --tp K` for K = 2 and 4, graph then eager, under MPS, each
+#      followed by `why` at 16K and 64K, its NCCL cells and its log's channel table;
+#   3. `check --nccl-audit` of ../2026-12-04-realnccl/sim4.json at TP2 and TP4, and with
+#      NCCL_ALGO=Tree at TP2 (the audit must exit 3);
+#   4. without MPS: K = 2 eager, to show what time slices do to the same tune.
+# Results: $OUT/krank2.tgz (re-packed after each step); summary.txt has one line per step.
+set -u
+END=${END:-240}
+C=${C:?set C to the folder of the carried binaries}; C=$(cd "$C" && pwd)
+R=$PWD; H=$R/profiles/hardware/h200; N=/tmp/nccl232; W=/tmp/krank2
+rm -rf $W; mkdir -p $W/bin $W/kc
+export ARTUNE_CACHE_DIR=$W/kc
+# The checksum of libnccl.so.2 in the nvidia-nccl-cu13 2.32.6 wheel (../2026-12-04-realnccl/
+# carry.sh computed it; $C/libnccl.sha256 wins where the carry brings one).
+SUM=f567b7aa83bc1ccb123fd873a3a6d838410240763e12e1577c7b77adeea9ac8d
+pack() { (cd $W && tar czf $OUT/krank2.tgz --exclude=./bin --exclude=./kc --exclude=./mps .); }
+say() { echo "$*" >> $W/summary.txt; pack; }
+# Waits (at most 10 s) until no process of this run's binaries is left: MPS refused new clients
+# (error 807) right after clients were killed (the lead's exploration, 2026-12-05).
+settle() { for i in $(seq 20); do pgrep -f "$W/bin/" > /dev/null || return 0; sleep 0.5; done
+  echo "processes of $W/bin still up after 10 s" >> $W/summary.txt; }
+# step NAME LIMIT CMD...: CMD's output in NAME.txt, its exit and seconds in summary.txt.
+step() { n=$1; t=$2; shift 2; left=$((END - SECONDS - 8)); [ $t -gt $left ] && t=$left
+  if [ $t -lt 10 ]; then echo "skipped: no time left" > $W/$n.txt; say "$n: skipped"; return 1; fi
+  s=$SECONDS; ( time timeout -s INT -k 5 $t "$@" ) > $W/$n.txt 2>&1; e=$?
+  echo "exit $e (limit $t s)" >> $W/$n.txt; settle
+  say "$n: exit $e in $((SECONDS - s)) s (limit $t)"
+  return $e; }
+
+# NCCL 2.32.6 joined and checked before anything runs.
+[ -f $N/libnccl.so.2 ] || cat $N/part0 $N/part1 $N/part2 $N/part3 $N/part4 $N/part5 $N/part6 \
+  > $N/libnccl.so.2
+echo "$SUM  libnccl.so.2" > $W/libnccl.sha256
+[ -f $C/libnccl.sha256 ] && cp $C/libnccl.sha256 $W/
+(cd $N && sha256sum -c $W/libnccl.sha256) > $W/sha.txt 2>&1 || { say "NCCL checksum failed"; exit 1; }
+# artune and libartune.so side by side: the ranks find the profiler beside the binary.
+for b in artune libartune.so gpu_nccl gpu; do
+  if [ -f $C/$b ]; then cp $C/$b $W/bin/$b; elif [ -f $C/$b.xz ]; then xz -dc $C/$b.xz > $W/bin/$b; fi
+  [ -f $W/bin/$b ] && chmod +x $W/bin/$b
+done
+A=$W/bin/artune
+{ date -u; nvidia-smi --query-gpu=name,pci.bus_id,driver_version,compute_mode --format=csv
+  $A --version; cat $C/commit.txt 2>/dev/null; ls -l $W/bin $N/libnccl.so.2; } > $W/env.txt 2>&1
+# NCCL 2.32.6 for what runs NCCL (not for tar, grep, python).
+X="env LD_PRELOAD=$N/libnccl.so.2 ARTUNE_NCCL_LIB=$N/libnccl.so.2"
+cd /tmp
+
+# Each tune: its log (the starts of the K ranks, the channel table), `why` at 16K and 64K, and
+# its NCCL cells (median, interval, samples) with the fabric line.
+# The MPS server is a process on the GPU, which tune's busy check counts as a neighbour
+# (2026-12-05 05:15, the lead's exploration): under MPS the tunes pass --allow-busy ($BUSY),
+# and their profiles record it.
+tune() { k=$1; mode=$2; sizes=$3; lim=$4; tag=$5; out=tune$k$mode$tag
+  step $out $lim $X RUST_LOG=artune=info $A tune --loopback $k --tp $k --mode $mode \
+    --sizes $sizes $BUSY --out $W/$out.json
+  grep -a "NCCL ranks on GPU 0\|channel sweep of\|tuning took\|where it went" $W/$out.txt \
+    | sed 's/.*INFO[^ ]* [^ ]* //' > $W/starts-$out.txt
+  grep -a "channel table: " $W/$out.txt | sed 's/.*channel table: //' > $W/channels-$out.txt
+  [ -f $W/$out.json ] || { pack; return; }
+  for b in 16K 64K; do $A why $W/$out.json --tp $k --mode $mode --bytes $b; done \
+    > $W/why-$out.txt 2>&1
+  python3 - $W/$out.json > $W/nccl-$out.txt 2>&1 <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+print(p["fabric"])
+for g in p["groups"]:
+    print("TP%d %s pin_channels=%s waived=%s" % (g["tp"], g["mode"], g.get("pin_channels"),
+                                                sorted(g.get("waived", {}))))
+    for b in g["buckets"]:
+        for name, t in sorted(b["results"].items()):
+            if name.startswith("nccl"):
+                print("  %9d %-18s %10.2f [%10.2f, %10.2f] n=%d" % (b["bytes"], name,
+                      t["median_us"], t["ci_low_us"], t["ci_high_us"], t["samples"]))
+PY
+  pack; }
+
+# MPS: a control daemon of our own, its pipe and log under /tmp; quit at the end.
+export CUDA_MPS_PIPE_DIRECTORY=$W/mps/pipe CUDA_MPS_LOG_DIRECTORY=$W/mps/log
+mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
+quit_mps() { echo quit | timeout 10 nvidia-cuda-mps-control > /dev/null 2>&1; }
+trap quit_mps EXIT
+nvidia-cuda-mps-control -d > $W/mps-start.txt 2>&1; say "MPS daemon: exit $?"
+BUSY=--allow-busy
+
+if [ -x $W/bin/gpu_nccl ]; then G=$W/bin/gpu_nccl; F=; else G=$W/bin/gpu; F=gpu_nccl::; fi
+step gpu-mps 25 $X ARTUNE_BIN=$A ARTUNE_EXPECT_MPS=1 $G $F --nocapture --test-threads 1
+# What is missing first (graph mode, K = 4), then eager; a tune cut by its limit leaves no
+# profile, but its log says where the time went (starts-*.txt). Each tune starts the K ranks
+# about 15 times (a prime, one per variant, NCCL's own and one per pin for the channel sweep)
+# and makes about 40 communicators (the sweep's, one per pin and count).
+tune 2 graph 16K:256K 70 -mps
+tune 4 graph 16K:64K 70 -mps
+tune 2 eager 16K:64K 45 -mps
+tune 4 eager 16K:64K 45 -mps
+# The audit (as ../2026-12-04-realnccl/run.sh, which also ran TP4): the profile followed at
+# every pinned size, and NCCL_ALGO=Tree caught (exit 3).
+P=$H/2026-12-04-realnccl/sim4.json
+export ARTUNE_ALLOW_SIMULATED=1 ARTUNE_ALLOW_INVALID=1
+step audit2-mps 20 $X $A check $P --nccl-audit --tp 2
+step tree2-mps 20 $X NCCL_ALGO=Tree $A check $P --nccl-audit --tp 2
+step audit4-mps 20 $X $A check $P --nccl-audit --tp 4
+unset ARTUNE_ALLOW_SIMULATED ARTUNE_ALLOW_INVALID
+cp -r $W/mps/log $W/mpslog 2>/dev/null
+quit_mps; trap - EXIT; sleep 1
+unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+BUSY=
+
+# Without MPS, in what is left: the same tune at K = 2 eager, by time slices.
+step gpu-slices 20 $X ARTUNE_BIN=$A ARTUNE_EXPECT_MPS=0 $G \
+  gpu_loopback_times_nccl_with_k_ranks --nocapture --test-threads 1
+tune 2 eager 16K:64K 60 -slices
+say "done $(date -u) after $SECONDS s"
