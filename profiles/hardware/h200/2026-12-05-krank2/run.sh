@@ -57,9 +57,9 @@ cd /tmp
 
 # Each tune: its log (the starts of the K ranks, the channel table), `why` at 16K and 64K, and
 # its NCCL cells (median, interval, samples) with the fabric line.
-# The MPS server is a process on the GPU, which tune's busy check counts as a neighbour
-# (2026-12-05 05:15, the lead's exploration): under MPS the tunes pass --allow-busy ($BUSY),
-# and their profiles record it.
+# The busy check no longer counts the MPS server as a neighbour (f062fa6; the exploration of
+# 2026-12-05 05:15 was refused): the tunes run without --allow-busy ($BUSY is empty), so a
+# refusal here would show that fix failing.
 tune() { k=$1; mode=$2; sizes=$3; lim=$4; tag=$5; out=tune$k$mode$tag
   step $out $lim $X RUST_LOG=artune=info $A tune --loopback $k --tp $k --mode $mode \
     --sizes $sizes $BUSY --out $W/$out.json
@@ -90,7 +90,7 @@ mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
 quit_mps() { echo quit | timeout 10 nvidia-cuda-mps-control > /dev/null 2>&1; }
 trap quit_mps EXIT
 nvidia-cuda-mps-control -d > $W/mps-start.txt 2>&1; say "MPS daemon: exit $?"
-BUSY=--allow-busy
+BUSY=
 
 if [ -x $W/bin/gpu_nccl ]; then G=$W/bin/gpu_nccl; F=; else G=$W/bin/gpu; F=gpu_nccl::; fi
 step gpu-mps 25 $X ARTUNE_BIN=$A ARTUNE_EXPECT_MPS=1 $G $F --nocapture --test-threads 1
