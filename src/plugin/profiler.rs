@@ -4,10 +4,13 @@
 //!
 //! NCCL takes the first of its profiler symbols the library has, newest first (NVIDIA/nccl
 //! `src/plugin/profiler.cc`): 2.28 looks up `ncclProfiler_v5`; 2.29 and 2.30 `ncclProfiler_v6`,
-//! then v5; 2.31 `ncclProfiler_v7`, then v6 and v5 (headers in `src/include/plugin/profiler/`).
+//! then v5; 2.31 `ncclProfiler_v7`, then v6 and v5 (headers in `src/include/plugin/profiler/`;
+//! 2.32's sources were not read).
 //! All three tables have the same functions, and the event descriptors of all three share
 //! their layout up to the end of v5/v6's `coll`, the only member read here; v7's `coll` adds
-//! the symmetric kernel's name, whether it ran one, and the caller's tag after it.
+//! the symmetric kernel's name, whether it ran one, and the caller's tag after it. For a
+//! symmetric kernel 2.31 reports the variant's suffix as `algo` and an empty `proto` through
+//! either table, so the audit counts it as another variant than any pin.
 //!
 //! `init` asks for collective events only (`ncclProfileColl`, the same bit in all three);
 //! `startEvent` judges the call then and there (the descriptor holds all it needs) and hands
