@@ -507,8 +507,8 @@ fn profiler_harness() -> Option<&'static PathBuf> {
         .as_ref()
 }
 
-/// Drives ncclProfiler_`version` with NCCL's v6 descriptor layout and reads back the audit
-/// summary finalize wrote: 500 bf16 (1000 bytes) is pinned to ring LL at TP2 in the sample,
+/// Drives ncclProfiler_v7, v6 and v5, each with its NCCL header's descriptor layout, and reads
+/// back the audit summaries finalize wrote: 500 bf16 (1000 bytes) is pinned to ring LL at TP2 in the sample,
 /// with 4 channels set; 16 MiB to ring Simple; 1 GiB is beyond the profile.
 #[test]
 fn the_profiler_audits_what_nccl_reports_through_the_headers_layout() {
@@ -521,7 +521,7 @@ fn the_profiler_audits_what_nccl_reports_through_the_headers_layout() {
     p.write_atomic(&path).unwrap();
     let audit = dir.path().join("audit");
     std::fs::create_dir(&audit).unwrap();
-    for version in ["v6", "v5"] {
+    for version in ["v7", "v6", "v5"] {
         let out = Command::new(h)
             .args([lib().to_str().unwrap(), version, "2"])
             .args([
@@ -551,13 +551,29 @@ fn the_profiler_audits_what_nccl_reports_through_the_headers_layout() {
         .flatten()
         .map(|e| e.path())
         .collect();
-    assert_eq!(files.len(), 2, "{files:?}");
-    let s: artune::plugin::audit::Summary =
-        serde_json::from_slice(&std::fs::read(&files[0]).unwrap()).unwrap();
-    assert_eq!((s.allreduces, s.judged, s.agreed, s.nranks), (5, 4, 2, 2));
-    assert!(s.following, "{s:?}");
-    let bytes: Vec<u64> = s.sizes.iter().map(|r| r.bytes).collect();
-    assert_eq!(bytes, [1000, 1000, 1000, 16 << 20, 1 << 30]);
-    assert_eq!(s.sizes[3].set_channels, Some(4));
-    assert_eq!(s.tuner_calls, 0, "the harness never called the tuner");
+    assert_eq!(files.len(), 3, "{files:?}");
+    let mut tables = Vec::new();
+    for f in files {
+        let s: artune::plugin::audit::Summary =
+            serde_json::from_slice(&std::fs::read(f).unwrap()).unwrap();
+        assert_eq!((s.allreduces, s.judged, s.agreed, s.nranks), (5, 4, 2, 2));
+        assert!(s.following, "{s:?}");
+        let bytes: Vec<u64> = s.sizes.iter().map(|r| r.bytes).collect();
+        assert_eq!(bytes, [1000, 1000, 1000, 16 << 20, 1 << 30]);
+        assert_eq!(s.sizes[3].set_channels, Some(4));
+        let ran: Vec<_> = s
+            .sizes
+            .iter()
+            .map(|r| (r.ran.as_str(), r.channels))
+            .collect();
+        assert_eq!(ran[..3], [("RING/LL", 2), ("TREE/LL", 2), ("RING/LL", 8)]);
+        assert_eq!(s.tuner_calls, 0, "the harness never called the tuner");
+        tables.push(s.profiler);
+    }
+    tables.sort();
+    assert_eq!(
+        tables,
+        ["v5", "v6", "v7"],
+        "each summary names the table NCCL took"
+    );
 }

@@ -213,11 +213,12 @@ pub fn run(a: CheckArgs) -> Result<i32, Error> {
                 unpinned,
                 ranks,
             } => outln!(
-                "NCCL {} follows {} at TP{tp}{}: {agreed} of {agreed} allreduces at its {} pinned sizes ran as pinned on {ranks} ranks ({unpinned} at sizes left to NCCL)",
+                "NCCL {} follows {} at TP{tp}{}: {agreed} of {agreed} allreduces at its {} pinned sizes ran as pinned on {ranks} ranks (profiler {}; {unpinned} at sizes left to NCCL)",
                 nccl::version_string(nccl.version),
                 a.profile.display(),
                 if shared { " (ranks sharing GPU 0)" } else { "" },
-                pinned.len()
+                pinned.len(),
+                s.first().map_or("?", |x| x.profiler.as_str()),
             ),
             Verdict::NotFollowed(why) => return Err(Error::NotFollowed(format!("TP{tp}: {why}"))),
         }

@@ -2,16 +2,21 @@
 //! which algorithm, protocol and channel count NCCL ran for each allreduce and tallies it
 //! against what the tuner pins for that size and group ([`super::audit`]).
 //!
-//! NCCL looks `ncclProfiler_v6` up (2.29 onwards; NVIDIA/nccl `src/include/plugin/profiler/
-//! profiler_v6.h`), or `ncclProfiler_v5` (2.28, `profiler_v5.h`). Both tables have the same
-//! functions; their event descriptors share the layout up to and including the `coll` member
-//! of the union, the only one read here. Later NCCLs try their newer symbols first and fall
-//! back to v6.
+//! NCCL takes the first of its profiler symbols the library has, newest first (NVIDIA/nccl
+//! `src/plugin/profiler.cc`): 2.28 looks up `ncclProfiler_v5`; 2.29 and 2.30 `ncclProfiler_v6`,
+//! then v5; 2.31 `ncclProfiler_v7`, then v6 and v5 (headers in `src/include/plugin/profiler/`;
+//! 2.32's sources were not read).
+//! All three tables have the same functions, and the event descriptors of all three share
+//! their layout up to the end of v5/v6's `coll`, the only member read here; v7's `coll` adds
+//! the symmetric kernel's name, whether it ran one, and the caller's tag after it. For a
+//! symmetric kernel 2.31 reports the variant's suffix as `algo` and an empty `proto` through
+//! either table, so the audit counts it as another variant than any pin.
 //!
-//! `init` asks for collective events only (`ncclProfileColl`); `startEvent` judges the call
-//! then and there (the descriptor holds all it needs) and hands NCCL no handle, so NCCL sends
-//! no stop or state events for it; `finalize` writes the communicator's [`Summary`] into the
-//! directory `ARTUNE_NCCL_AUDIT` names. Every entry point returns ncclSuccess and catches panics.
+//! `init` asks for collective events only (`ncclProfileColl`, the same bit in all three);
+//! `startEvent` judges the call then and there (the descriptor holds all it needs) and hands
+//! NCCL no handle, so NCCL sends no stop or state events for it; `finalize` writes the
+//! communicator's [`Summary`], which names the table NCCL took, into the directory
+//! `ARTUNE_NCCL_AUDIT` names. Every entry point returns ncclSuccess and catches panics.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -25,10 +30,10 @@ use crate::profile::Profile;
 type NcclResult = c_int;
 const NCCL_SUCCESS: NcclResult = 0;
 
-/// `ncclProfileColl` in nccl_profiler.h's event types.
+/// `ncclProfileColl` in nccl_profiler.h's event types (the same bit from v5 to v7).
 pub const PROFILE_COLL: u64 = 1 << 1;
 
-/// The `coll` member of the descriptor's union (v5 and v6 alike).
+/// The `coll` member of the v5 and v6 descriptors' union, and the start of v7's.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct CollDescr {
@@ -46,8 +51,8 @@ pub struct CollDescr {
     pub parent_group: *mut c_void,
 }
 
-/// `ncclProfilerEventDescr_v5_t`/`_v6_t` up to the end of `coll`; NCCL owns the whole (larger)
-/// union, which is only ever read through this prefix.
+/// `ncclProfilerEventDescr_v5_t`/`_v6_t` up to the end of `coll`; NCCL owns the whole union,
+/// which is only ever read through this prefix.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct EventDescr {
@@ -55,6 +60,52 @@ pub struct EventDescr {
     pub parent_obj: *mut c_void,
     pub rank: c_int,
     pub coll: CollDescr,
+}
+
+/// The `coll` member of v7's union: v6's, then what v7 added.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CollDescrV7 {
+    pub v6: CollDescr,
+    pub kernel_variant: *const c_char,
+    /// C's `bool`, read as a byte: in other events these bytes belong to another member.
+    pub is_sym_coll: u8,
+    pub user_tag: u64,
+}
+
+/// `ncclProfilerEventDescr_v7_t` up to the end of `coll`, its union's largest member, so the
+/// whole descriptor.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct EventDescrV7 {
+    pub kind: u64,
+    pub parent_obj: *mut c_void,
+    pub rank: c_int,
+    pub coll: CollDescrV7,
+}
+
+/// What the audit reads of an event descriptor, whichever version NCCL sends.
+pub trait Descr {
+    fn kind(&self) -> u64;
+    fn coll(&self) -> &CollDescr;
+}
+
+impl Descr for EventDescr {
+    fn kind(&self) -> u64 {
+        self.kind
+    }
+    fn coll(&self) -> &CollDescr {
+        &self.coll
+    }
+}
+
+impl Descr for EventDescrV7 {
+    fn kind(&self) -> u64 {
+        self.kind
+    }
+    fn coll(&self) -> &CollDescr {
+        &self.coll.v6
+    }
 }
 
 pub type Init = unsafe extern "C" fn(
@@ -67,46 +118,51 @@ pub type Init = unsafe extern "C" fn(
     rank: c_int,
     log: Logger,
 ) -> NcclResult;
-pub type StartEvent = unsafe extern "C" fn(
-    ctx: *mut c_void,
-    handle: *mut *mut c_void,
-    descr: *mut EventDescr,
-) -> NcclResult;
+pub type StartEvent<D> =
+    unsafe extern "C" fn(ctx: *mut c_void, handle: *mut *mut c_void, descr: *mut D) -> NcclResult;
 pub type StopEvent = unsafe extern "C" fn(handle: *mut c_void) -> NcclResult;
+/// The state arguments' union (`ncclProfilerEventStateArgs_vN_t`) is never read.
 pub type RecordEventState =
     unsafe extern "C" fn(handle: *mut c_void, state: c_int, args: *mut c_void) -> NcclResult;
 pub type Finalize = unsafe extern "C" fn(ctx: *mut c_void) -> NcclResult;
 
-/// `ncclProfiler_v5_t` and `ncclProfiler_v6_t` (the same functions).
+/// `ncclProfiler_v5_t`, `_v6_t` and `_v7_t`: the same functions; `D` is the version's
+/// event descriptor.
 #[repr(C)]
-pub struct ProfilerV5 {
+pub struct Profiler<D> {
     pub name: *const c_char,
     pub init: Init,
-    pub start_event: StartEvent,
+    pub start_event: StartEvent<D>,
     pub stop_event: StopEvent,
     pub record_event_state: RecordEventState,
     pub finalize: Finalize,
 }
 
 // SAFETY: a pointer to a static string and function pointers, all immutable.
-unsafe impl Sync for ProfilerV5 {}
+unsafe impl<D> Sync for Profiler<D> {}
 
-const TABLE: ProfilerV5 = ProfilerV5 {
-    name: c"artune".as_ptr(),
-    init,
-    start_event,
-    stop_event,
-    record_event_state,
-    finalize,
-};
-
-#[allow(non_upper_case_globals)]
-#[no_mangle]
-pub static ncclProfiler_v5: ProfilerV5 = TABLE;
+const fn table<D: Descr, const V: u8>() -> Profiler<D> {
+    Profiler {
+        name: c"artune".as_ptr(),
+        init: init::<V>,
+        start_event: start_event::<D>,
+        stop_event,
+        record_event_state,
+        finalize,
+    }
+}
 
 #[allow(non_upper_case_globals)]
 #[no_mangle]
-pub static ncclProfiler_v6: ProfilerV5 = TABLE;
+pub static ncclProfiler_v5: Profiler<EventDescr> = table::<EventDescr, 5>();
+
+#[allow(non_upper_case_globals)]
+#[no_mangle]
+pub static ncclProfiler_v6: Profiler<EventDescr> = table::<EventDescr, 6>();
+
+#[allow(non_upper_case_globals)]
+#[no_mangle]
+pub static ncclProfiler_v7: Profiler<EventDescrV7> = table::<EventDescrV7, 7>();
 
 /// Bytes per element of NCCL's datatype, by `ncclDatatypeToString`'s name.
 pub fn datatype_size(name: &str) -> Option<u64> {
@@ -131,9 +187,11 @@ pub struct Audit {
 }
 
 impl Audit {
-    /// The audit of rank `rank` of `n_ranks`: the tuner's decision for the same group, read
-    /// from the same environment by the same code, and the profile's pins.
+    /// The audit of rank `rank` of `n_ranks` through profiler table `version` ("v7"): the
+    /// tuner's decision for the same group, read from the same environment by the same code,
+    /// and the profile's pins.
     pub fn from_env(
+        version: &str,
         comm_id: u64,
         n_ranks: usize,
         n_nodes: usize,
@@ -151,7 +209,7 @@ impl Audit {
             .map(|c| c.respecting(&pins));
         let summary = Summary {
             nccl: super::loading_nccl_version(),
-            profiler: "v5/v6".into(),
+            profiler: version.into(),
             rank,
             nranks: n_ranks as i32,
             following: why_not.is_none(),
@@ -189,11 +247,11 @@ impl Audit {
     ///
     /// # Safety
     /// `d` is NCCL's descriptor: its strings are null or NUL-terminated.
-    pub unsafe fn event(&self, d: &EventDescr) {
-        if d.kind != PROFILE_COLL {
+    pub unsafe fn event(&self, d: &impl Descr) {
+        if d.kind() != PROFILE_COLL {
             return;
         }
-        let c = d.coll;
+        let c = d.coll();
         let text = |p: *const c_char| -> Option<&str> {
             // SAFETY: NCCL's static names, NUL-terminated, or null.
             (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_str().ok())?
@@ -268,7 +326,8 @@ impl Audit {
     }
 }
 
-unsafe extern "C" fn init(
+/// `init` of table `V`: the same for every version but for the name the summary gives it.
+unsafe extern "C" fn init<const V: u8>(
     ctx: *mut *mut c_void,
     comm_id: u64,
     activation_mask: *mut c_int,
@@ -285,6 +344,7 @@ unsafe extern "C" fn init(
     unsafe { *ctx = std::ptr::null_mut() };
     let built = catch_unwind(AssertUnwindSafe(|| {
         Audit::from_env(
+            &format!("v{V}"),
             comm_id,
             usize::try_from(n_ranks).unwrap_or(0),
             usize::try_from(n_nodes).unwrap_or(0),
@@ -302,10 +362,10 @@ unsafe extern "C" fn init(
     NCCL_SUCCESS
 }
 
-unsafe extern "C" fn start_event(
+unsafe extern "C" fn start_event<D: Descr>(
     ctx: *mut c_void,
     handle: *mut *mut c_void,
-    descr: *mut EventDescr,
+    descr: *mut D,
 ) -> NcclResult {
     if !handle.is_null() {
         // SAFETY: NCCL's out-pointer (null checked): no handle, so no stop or state events.
@@ -379,7 +439,152 @@ mod tests {
             offset_of!(CollDescr, parent_group),
         ];
         assert_eq!(c, [0, 8, 16, 24, 32, 40, 48, 56, 57, 64, 72, 80]);
-        assert_eq!(std::mem::size_of::<ProfilerV5>(), 6 * 8);
+        assert_eq!(std::mem::size_of::<Profiler<EventDescr>>(), 6 * 8);
+    }
+
+    /// Offsets of NCCL's profiler_v7.h descriptor (LP64), derived from the header by hand:
+    /// `coll` keeps v6's members at v6's offsets, then kernelVariant (88), isSymColl (96),
+    /// userTag (104, 8-aligned); at 112 bytes it is the union's largest member (ceColl 96,
+    /// p2p and collApi 56, kernelPhase 24), so the descriptor is 24 + 112 bytes.
+    #[test]
+    fn v7_descriptor_layout_matches_the_header() {
+        use std::mem::{offset_of, size_of};
+        assert_eq!(
+            (
+                offset_of!(EventDescrV7, kind),
+                offset_of!(EventDescrV7, parent_obj),
+                offset_of!(EventDescrV7, rank),
+                offset_of!(EventDescrV7, coll)
+            ),
+            (0, 8, 16, 24)
+        );
+        let v6 = offset_of!(CollDescrV7, v6);
+        let read = [
+            v6 + offset_of!(CollDescr, func),
+            v6 + offset_of!(CollDescr, count),
+            v6 + offset_of!(CollDescr, datatype),
+            v6 + offset_of!(CollDescr, n_channels),
+            v6 + offset_of!(CollDescr, algo),
+            v6 + offset_of!(CollDescr, proto),
+        ];
+        assert_eq!(read, [8, 32, 48, 56, 64, 72], "the members the audit reads");
+        let added = [
+            offset_of!(CollDescrV7, kernel_variant),
+            offset_of!(CollDescrV7, is_sym_coll),
+            offset_of!(CollDescrV7, user_tag),
+        ];
+        assert_eq!(added, [88, 96, 104]);
+        assert_eq!(
+            (size_of::<CollDescrV7>(), size_of::<EventDescrV7>()),
+            (112, 136)
+        );
+        assert_eq!(size_of::<Profiler<EventDescrV7>>(), 6 * 8);
+    }
+
+    /// A collective event written byte by byte at the offsets of NCCL's headers (LP64), not
+    /// through the mirrors: the union at 24; in `coll` func 8, count 32, datatype 48,
+    /// nChannels 56, nWarps 57, algo 64, proto 72; v7 adds userTag at 104.
+    struct Raw([u64; 17]);
+
+    impl Raw {
+        fn coll(v7: bool, func: &CStr, count: usize, algo: &CStr, proto: &CStr, ch: u8) -> Raw {
+            let mut r = Raw([0; 17]);
+            r.put(0, PROFILE_COLL);
+            r.put(24 + 8, func.as_ptr());
+            r.put(24 + 32, count);
+            r.put(24 + 48, c"ncclBfloat16".as_ptr());
+            r.put(24 + 56, ch);
+            r.put(24 + 57, 16u8);
+            r.put(24 + 64, algo.as_ptr());
+            r.put(24 + 72, proto.as_ptr());
+            if v7 {
+                r.put(24 + 104, 0xfeed_u64);
+            }
+            r
+        }
+
+        fn put<T>(&mut self, at: usize, v: T) {
+            assert!(at + std::mem::size_of::<T>() <= 136);
+            // SAFETY: within the 136 bytes (checked); unaligned writes of plain values.
+            unsafe {
+                let p = self.0.as_mut_ptr().cast::<u8>().add(at);
+                p.cast::<T>().write_unaligned(v);
+            }
+        }
+    }
+
+    /// Sends the events through table `t`'s own entry points to an audit of `p`.
+    fn through<D: Descr>(t: &Profiler<D>, events: &mut [Raw], p: &Profile) -> Summary {
+        let ctx = Box::into_raw(Box::new(audit(p))).cast::<c_void>();
+        unsafe {
+            for e in events.iter_mut() {
+                let mut h: *mut c_void = std::ptr::dangling_mut::<c_void>();
+                assert_eq!((t.start_event)(ctx, &mut h, e.0.as_mut_ptr().cast()), 0);
+                assert!(h.is_null());
+            }
+            let s = (*(ctx as *const Audit)).summary();
+            assert_eq!((t.finalize)(ctx), 0);
+            Summary {
+                tuner_calls: 0,
+                ..s
+            }
+        }
+    }
+
+    #[test]
+    fn an_event_through_v7_is_audited_as_through_v6() {
+        let mut p = sample::profile();
+        p.groups.iter_mut().for_each(|g| g.nccl_channels = Some(4));
+        let events = |v7: bool| {
+            let mut phase = Raw([u64::MAX; 17]);
+            phase.put(0, 1u64 << 15); // ncclProfileKernelPhase, v7's new event
+            vec![
+                Raw::coll(v7, c"AllReduce", 500, c"RING", c"LL", 2),
+                Raw::coll(v7, c"AllReduce", 500, c"TREE", c"LL", 2),
+                Raw::coll(v7, c"AllReduce", 500, c"RING", c"LL", 8),
+                Raw::coll(v7, c"AllGather", 500, c"RING", c"LL", 2),
+                phase,
+            ]
+        };
+        let v6 = through(&ncclProfiler_v6, &mut events(false), &p);
+        let v7 = through(&ncclProfiler_v7, &mut events(true), &p);
+        assert_eq!(v7, v6);
+        assert_eq!((v7.allreduces, v7.judged, v7.agreed), (3, 3, 1));
+        let ran: Vec<_> = v7
+            .sizes
+            .iter()
+            .map(|r| (r.bytes, r.ran.as_str(), r.channels))
+            .collect();
+        assert_eq!(
+            ran,
+            [
+                (1000, "RING/LL", 2),
+                (1000, "TREE/LL", 2),
+                (1000, "RING/LL", 8)
+            ]
+        );
+    }
+
+    #[test]
+    fn each_table_asks_for_collectives_and_names_itself() {
+        let tables: [(Init, Finalize, &str); 3] = [
+            (ncclProfiler_v5.init, ncclProfiler_v5.finalize, "v5"),
+            (ncclProfiler_v6.init, ncclProfiler_v6.finalize, "v6"),
+            (ncclProfiler_v7.init, ncclProfiler_v7.finalize, "v7"),
+        ];
+        for (init, finalize, name) in tables {
+            let (mut ctx, mut mask) = (std::ptr::null_mut(), 0);
+            unsafe {
+                assert_eq!(
+                    init(&mut ctx, 1, &mut mask, std::ptr::null(), 1, 2, 0, None),
+                    0
+                );
+                assert!(!ctx.is_null());
+                assert_eq!(mask, PROFILE_COLL as c_int);
+                assert_eq!((*(ctx as *const Audit)).summary().profiler, name);
+                assert_eq!(finalize(ctx), 0);
+            }
+        }
     }
 
     fn audit(p: &Profile) -> Audit {

@@ -118,7 +118,7 @@ pub struct ClassCount {
 pub struct Summary {
     /// The NCCL version that loaded the profiler.
     pub nccl: Option<String>,
-    /// The profiler version NCCL loaded ("v6").
+    /// The profiler table NCCL took ("v7", "v6" or "v5").
     pub profiler: String,
     pub rank: i32,
     pub nranks: i32,
@@ -227,7 +227,7 @@ pub enum Verdict {
 pub fn verdict(summaries: &[Summary], pinned: &[u64], ranks: usize) -> Verdict {
     use Verdict::NotFollowed as No;
     if summaries.is_empty() {
-        return No("NCCL loaded no profiler from libartune.so (NCCL_PROFILER_PLUGIN needs NCCL 2.28 or later, which loads profiler v5/v6), so nothing shows what it ran".into());
+        return No("NCCL loaded no profiler from libartune.so (NCCL_PROFILER_PLUGIN needs NCCL 2.28 or later, which loads profiler v5, v6 or v7), so nothing shows what it ran".into());
     }
     if summaries.len() < ranks {
         return No(format!(
