@@ -3,6 +3,7 @@
 //! talk nonsense (kill them all, start fresh ones, set the group up again without the backend
 //! that failed, go on).
 
+mod comms;
 mod connect;
 mod contention;
 mod group;
@@ -90,6 +91,8 @@ pub struct CudaFabric {
     loopback_nccl: Option<Result<(), String>>,
     /// The prepared loopback group's K-rank NCCL timings, where NCCL runs them.
     ranked: Option<super::nccl_ranks::ranked::Ranked>,
+    /// The NCCL communicators the workers hold, in a launcher or kept from the last group.
+    comms: Vec<comms::Clique>,
     /// Testing only: makes the worker of each slot in place of a process (scripted.rs).
     #[cfg(test)]
     script: Option<scripted::Script>,
@@ -283,6 +286,7 @@ impl CudaFabric {
             at_bytes: None,
             loopback_nccl,
             ranked: None,
+            comms: Vec::new(),
             #[cfg(test)]
             script: None,
             #[cfg(test)]

@@ -248,6 +248,7 @@ impl CudaFabric {
         self.recovered.push(r);
         self.retire_all();
         self.sets.clear();
+        self.comms.clear();
         self.probe_bytes = 0;
         self.probe_mapped = false;
         self.holding = false;
