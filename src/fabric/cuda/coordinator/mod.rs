@@ -119,11 +119,16 @@ impl Drop for CudaFabric {
         // Every worker is told first, then all are waited for under one deadline: each one's
         // exit tears down a CUDA context, and those run side by side.
         let t = std::time::Instant::now();
-        self.shutdown_all(Duration::from_secs(10));
+        let each = self.shutdown_all(Duration::from_secs(10));
+        // With -v: whether the exits' context teardowns ran side by side or one after another.
         tracing::info!(
-            "{} workers exited in {:.2} s",
+            "{} workers exited in {:.2} s (each, in worker order, after: {})",
             self.worker_pids().len(),
-            t.elapsed().as_secs_f64()
+            t.elapsed().as_secs_f64(),
+            each.iter()
+                .map(|e| e.map_or("-".into(), |d| format!("{:.2}", d.as_secs_f64())))
+                .collect::<Vec<_>>()
+                .join(" ")
         );
     }
 }
