@@ -68,6 +68,9 @@ impl WorkerState {
             | Req::ProbeQueue { .. }
             | Req::ProbeRelease { .. }
             | Req::ProbeFinish { .. } => self.probe_request(req),
+            Req::NcclId | Req::NcclInit { .. } | Req::NcclReuse { .. } | Req::NcclRetire { .. } => {
+                self.nccl_request(req)
+            }
             Req::Copy {
                 bytes,
                 batch,
@@ -125,44 +128,6 @@ impl WorkerState {
                     broken,
                     unready,
                 }
-            }
-            Req::NcclId => Resp::NcclId(super::nccl::unique_id().map_err(DeviceError::Nccl)?),
-            Req::NcclInit {
-                backend,
-                id,
-                rank,
-                nranks,
-            } => {
-                let gpu = &self.gpu;
-                let l = self
-                    .launcher
-                    .as_mut()
-                    .ok_or_else(|| FabricError::BadRequest("connect before NCCL".into()))?;
-                Resp::Memory(l.nccl_init(gpu, backend, &id, rank, nranks)?)
-            }
-            Req::NcclReuse {
-                backend,
-                rank,
-                nranks,
-            } => {
-                let gpu = &self.gpu;
-                let l = self
-                    .launcher
-                    .as_mut()
-                    .ok_or_else(|| FabricError::BadRequest("connect before NCCL".into()))?;
-                let kept = self.kept.take(backend, rank, nranks).ok_or_else(|| {
-                    FabricError::BadRequest(format!(
-                        "no NCCL rank {rank} of {nranks} for {backend} is kept on this worker"
-                    ))
-                })?;
-                Resp::Memory(l.nccl_reuse(gpu, kept)?)
-            }
-            Req::NcclRetire { backend } => {
-                let t = std::time::Instant::now();
-                if self.kept.retire(backend) {
-                    took(&format!("{backend}'s kept NCCL rank destroyed"), t);
-                }
-                Resp::Done
             }
             Req::Stage {
                 backend,
@@ -235,6 +200,51 @@ impl WorkerState {
                 Resp::Done
             }
             other => return Err(not_for(&other, "group")),
+        })
+    }
+
+    /// NCCL ranks: created from an id, taken back from the last group, or destroyed.
+    fn nccl_request(&mut self, req: Req) -> Result<Resp, FabricError> {
+        Ok(match req {
+            Req::NcclId => Resp::NcclId(super::nccl::unique_id().map_err(DeviceError::Nccl)?),
+            Req::NcclInit {
+                backend,
+                id,
+                rank,
+                nranks,
+            } => {
+                let gpu = &self.gpu;
+                let l = self
+                    .launcher
+                    .as_mut()
+                    .ok_or_else(|| FabricError::BadRequest("connect before NCCL".into()))?;
+                Resp::Memory(l.nccl_init(gpu, backend, &id, rank, nranks)?)
+            }
+            Req::NcclReuse {
+                backend,
+                rank,
+                nranks,
+            } => {
+                let gpu = &self.gpu;
+                let l = self
+                    .launcher
+                    .as_mut()
+                    .ok_or_else(|| FabricError::BadRequest("connect before NCCL".into()))?;
+                let kept = self.kept.take(backend, rank, nranks).ok_or_else(|| {
+                    FabricError::BadRequest(format!(
+                        "no NCCL rank {rank} of {nranks} for {backend} is kept on this worker"
+                    ))
+                })?;
+                Resp::Memory(l.nccl_reuse(gpu, kept)?)
+            }
+            Req::NcclRetire { backend } => {
+                let t = std::time::Instant::now();
+                if self.kept.retire(backend) {
+                    took(&format!("{backend}'s kept NCCL rank destroyed"), t);
+                }
+                Resp::Done
+            }
+            other => return Err(not_for(&other, "NCCL")),
         })
     }
 

@@ -5,12 +5,14 @@
 //! before its buffers are allocated. So at most one communicator per backend and worker set
 //! is ever held, as before, and a release between groups destroys none: the destroy
 //! (about 0.4 s on the H200) is paid only where a communicator's ranks do not come back,
-//! and never at the end, where the workers' exit releases them.
+//! and never at the end, where the workers' exit releases them. Not on a thread beside the
+//! next set-up either: its frees would skew the free-memory readings each backend's memory
+//! is measured by.
 
 use super::processes::{unexpected, Trouble};
 use super::{CudaFabric, PreparedGroup};
 use crate::fabric::cuda::protocol::{Req, Resp};
-use crate::fabric::Backend;
+use crate::fabric::{Backend, NcclAlgo, NcclProto};
 
 /// One backend's NCCL communicator as the workers hold it: its worker set and each rank's
 /// worker, in rank order.
@@ -49,6 +51,27 @@ impl CudaFabric {
             return None;
         }
         crate::fabric::cuda::nccl::library().err()
+    }
+
+    /// The communicators a group of `plan` creates: in each of `pins`' sets that runs, one for
+    /// each backend `here` names, over the plan's NCCL ranks.
+    pub(super) fn wanted_comms(
+        &self,
+        pins: &[Option<(NcclAlgo, NcclProto)>],
+        plan: &PreparedGroup,
+        here: impl Fn(Option<(NcclAlgo, NcclProto)>) -> Vec<Backend>,
+    ) -> Vec<Clique> {
+        let mut wanted = Vec::new();
+        for &pin in pins {
+            if let Some(set) = self.sets.iter().position(|s| s.pin == pin) {
+                wanted.extend(here(pin).into_iter().map(|backend| Clique {
+                    set,
+                    backend,
+                    ranks: plan.nccl.clone(),
+                }));
+            }
+        }
+        wanted
     }
 
     /// Before a group's set-up: destroys every held communicator the group does not reuse,

@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 
-use super::comms::Clique;
 use super::processes::{no_workers, unexpected, Trouble};
 use super::waivers::{ll128_waiver, unlike};
 use super::PreparedGroup;
@@ -137,26 +136,11 @@ impl CudaFabric {
             }
             v
         };
-        let nccl_here = |pin: Option<(NcclAlgo, NcclProto)>, waived: &BTreeMap<Backend, String>| {
-            backends
-                .iter()
-                .copied()
-                .filter(|b| b.is_nccl() && b.nccl_pin() == pin && !waived.contains_key(b))
-                .filter(|b| !ranked.contains(b))
-                .collect::<Vec<Backend>>()
-        };
+        let nccl_here =
+            |pin, waived: &BTreeMap<Backend, String>| nccl_here(backends, pin, waived, &ranked);
         // Communicators the workers hold from the last group: this group's own are taken,
         // the others destroyed before any buffer is allocated (comms.rs).
-        let mut wanted: Vec<Clique> = Vec::new();
-        for &pin in &pins {
-            if let Some(set) = self.sets.iter().position(|s| s.pin == pin) {
-                wanted.extend(nccl_here(pin, &waived).into_iter().map(|backend| Clique {
-                    set,
-                    backend,
-                    ranks: plan.nccl.clone(),
-                }));
-            }
-        }
+        let wanted = self.wanted_comms(&pins, &plan, |pin| nccl_here(pin, &waived));
         let reuse = self
             .settle_comms(&wanted)
             .map_err(|t| self.lost_in_setup(group, t))?;
@@ -364,6 +348,22 @@ impl CudaFabric {
         }
         Ok(())
     }
+}
+
+/// The NCCL backends of `backends` the workers of `pin`'s set create: not waived, and not
+/// timed by K rank processes (`ranked`).
+fn nccl_here(
+    backends: &[Backend],
+    pin: Option<(NcclAlgo, NcclProto)>,
+    waived: &BTreeMap<Backend, String>,
+    ranked: &[Backend],
+) -> Vec<Backend> {
+    backends
+        .iter()
+        .copied()
+        .filter(|b| b.is_nccl() && b.nccl_pin() == pin && !waived.contains_key(b))
+        .filter(|b| !ranked.contains(b))
+        .collect()
 }
 
 /// Why a loopback tune waives an NCCL pin, or None where K rank processes time it: `decision`

@@ -169,6 +169,82 @@ impl Fake {
         }
     }
 
+    /// NCCL ranks: created, taken back from the last group, destroyed, dropped.
+    fn nccl(&mut self, req: Req) -> Resp {
+        match req {
+            Req::NcclInit {
+                backend,
+                rank,
+                nranks,
+                ..
+            } => {
+                self.comm("init", backend);
+                self.live.push((backend, rank, nranks));
+                Resp::Memory(Ok(1 << 20))
+            }
+            Req::NcclReuse {
+                backend,
+                rank,
+                nranks,
+            } => match self.kept.iter().position(|k| *k == (backend, rank, nranks)) {
+                Some(at) => {
+                    self.comm("reuse", backend);
+                    self.live.push(self.kept.remove(at));
+                    Resp::Memory(Ok(1 << 20))
+                }
+                None => Resp::Failed(WireError::BadRequest(format!(
+                    "no NCCL rank {rank} of {nranks} for {backend} is kept on this worker"
+                ))),
+            },
+            Req::NcclRetire { backend } => {
+                if let Some(at) = self.kept.iter().position(|k| k.0 == backend) {
+                    self.comm("retire", backend);
+                    self.kept.remove(at);
+                }
+                Resp::Done
+            }
+            Req::Drop { backend } => {
+                self.live.retain(|k| k.0 != backend);
+                Resp::Done
+            }
+            other => Resp::Failed(WireError::BadRequest(format!("{other:?} is not NCCL's"))),
+        }
+    }
+
+    /// What the plot makes of request kind `k` here: a late answer (then None: served), a
+    /// failure (Some(Some)), or a death (Some(None)).
+    #[allow(clippy::option_option)]
+    fn plotted(&self, k: &str) -> Option<Option<Resp>> {
+        let late = self.world.lock().unwrap().plot.late;
+        if let Some((_, _, ms)) = late.filter(|&(w, on, _)| w == self.id && on == k) {
+            std::thread::sleep(Duration::from_millis(ms));
+        }
+        let plot = self.world.lock().unwrap().plot.fail;
+        if plot.is_some_and(|(w, on)| w == self.id && on == k) {
+            return Some(Some(Resp::Failed(WireError::Device {
+                error: crate::fabric::DeviceError::Nccl(format!("scripted failure of {k}")),
+                stuck: false,
+            })));
+        }
+        let plot = self.world.lock().unwrap().plot.fail_backend;
+        if plot.is_some_and(|(w, on)| w == self.id && on == k) {
+            return Some(Some(Resp::Failed(WireError::Backend {
+                backend: Backend::Nccl,
+                reason: format!("scripted failure of {k}"),
+            })));
+        }
+        let (die, in_slot) = {
+            let w = self.world.lock().unwrap();
+            (w.plot.die, w.plot.die_in_slot)
+        };
+        if die.is_some_and(|(w, on)| w == self.id && on == k)
+            || in_slot.is_some_and(|(s, on)| s == self.slot && on == k)
+        {
+            return Some(None);
+        }
+        None
+    }
+
     fn serve(&mut self, input: Scripted) -> Option<Resp> {
         let req = match input {
             Scripted::Req(r) => r,
@@ -183,32 +259,8 @@ impl Fake {
             .unwrap()
             .said
             .push((self.id, k.clone(), false));
-        let late = self.world.lock().unwrap().plot.late;
-        if let Some((_, _, ms)) = late.filter(|&(w, on, _)| w == self.id && on == k) {
-            std::thread::sleep(Duration::from_millis(ms));
-        }
-        let plot = self.world.lock().unwrap().plot.fail;
-        if plot.is_some_and(|(w, on)| w == self.id && on == k) {
-            return Some(Resp::Failed(WireError::Device {
-                error: crate::fabric::DeviceError::Nccl(format!("scripted failure of {k}")),
-                stuck: false,
-            }));
-        }
-        let plot = self.world.lock().unwrap().plot.fail_backend;
-        if plot.is_some_and(|(w, on)| w == self.id && on == k) {
-            return Some(Resp::Failed(WireError::Backend {
-                backend: Backend::Nccl,
-                reason: format!("scripted failure of {k}"),
-            }));
-        }
-        let (die, in_slot) = {
-            let w = self.world.lock().unwrap();
-            (w.plot.die, w.plot.die_in_slot)
-        };
-        if die.is_some_and(|(w, on)| w == self.id && on == k)
-            || in_slot.is_some_and(|(s, on)| s == self.slot && on == k)
-        {
-            return None;
+        if let Some(plotted) = self.plotted(&k) {
+            return plotted;
         }
         let resp = match req {
             Req::Setup { owned, custom, .. } => {
@@ -316,41 +368,10 @@ impl Fake {
             Req::Time { samples, .. } => Resp::Times(vec![1e-5; samples as usize]),
             Req::Copy { samples, .. } => Resp::Times(vec![1e-5; samples as usize]),
             Req::NcclId => Resp::NcclId("scripted".into()),
-            Req::NcclInit {
-                backend,
-                rank,
-                nranks,
-                ..
-            } => {
-                self.comm("init", backend);
-                self.live.push((backend, rank, nranks));
-                Resp::Memory(Ok(1 << 20))
-            }
-            Req::NcclReuse {
-                backend,
-                rank,
-                nranks,
-            } => match self.kept.iter().position(|k| *k == (backend, rank, nranks)) {
-                Some(at) => {
-                    self.comm("reuse", backend);
-                    self.live.push(self.kept.remove(at));
-                    Resp::Memory(Ok(1 << 20))
-                }
-                None => Resp::Failed(WireError::BadRequest(format!(
-                    "no NCCL rank {rank} of {nranks} for {backend} is kept on this worker"
-                ))),
-            },
-            Req::NcclRetire { backend } => {
-                if let Some(at) = self.kept.iter().position(|k| k.0 == backend) {
-                    self.comm("retire", backend);
-                    self.kept.remove(at);
-                }
-                Resp::Done
-            }
-            Req::Drop { backend } => {
-                self.live.retain(|k| k.0 != backend);
-                Resp::Done
-            }
+            r @ (Req::NcclInit { .. }
+            | Req::NcclReuse { .. }
+            | Req::NcclRetire { .. }
+            | Req::Drop { .. }) => self.nccl(r),
             Req::Stage { .. }
             | Req::Orient { .. }
             | Req::ProbeQueue { .. }
