@@ -74,8 +74,8 @@ impl Drop for Launcher {
             self.ready.clear();
             // With -v: what a release's fixed cost is made of.
             tracing::info!(
-                "worker {}: graphs destroyed in {graphs:.2} s, backends (NCCL's communicators, \
-                 kernels' views) in {:.2} s",
+                "worker {}: graphs destroyed in {graphs:.2} s, backends (kernels' views; NCCL's \
+                 only where not kept) in {:.2} s",
                 std::process::id(),
                 t.elapsed().as_secs_f64()
             );
