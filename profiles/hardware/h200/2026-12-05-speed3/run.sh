@@ -18,6 +18,8 @@
 #   ... in", "every buffer freed in"; at the end "1 NCCL ranks left to the process's exit" and
 #   "8 workers exited in T s (each, in worker order, after: ...)": whether the 8 contexts'
 #   teardowns on the one GPU run side by side (times alike) or queue (evenly spaced);
+# - quick-v.txt, quick1-4.txt: the same check with workers ended by _exit (testing only,
+#   ARTUNE_WORKER_EXIT=quick): whether the CUDA driver's exit handler is what the exit costs;
 # - compare-ex.txt: the first tune against ../2026-12-05-speed/exhaustive.json (an older
 #   tree's exhaustive TP8, as speed2 compared); compare-ex3.txt / compare-warm-ex3.txt: the
 #   first and warm tunes against exhaustive3.json, an exhaustive TP8 tune made here with what
@@ -53,11 +55,18 @@ step first 45 $A -v tune --loopback 8 --out $W/first.json
 step warm 45 $A -v tune --loopback 8 --out $W/warm.json
 step check-v 20 $A -v check $W/warm.json --measure --loopback 8
 for i in $(seq 1 20); do step check$i 20 $A check $W/warm.json --measure --loopback 8; done
-{ echo "check: exit status and wall (real) of each of check1-20.txt"
-  for i in $(seq 1 20); do
-    printf 'check%-2s %s  %s\n' $i "$(grep '^exit' $W/check$i.txt)" "$(grep -m1 '^real' $W/check$i.txt)"
+# The workers' exit, A/B: the same check with each worker ended by _exit (its context torn
+# down by the kernel, not the CUDA driver's exit handler; testing only, ARTUNE_WORKER_EXIT).
+ARTUNE_WORKER_EXIT=quick step quick-v 20 $A -v check $W/warm.json --measure --loopback 8
+for i in 1 2 3 4; do
+  ARTUNE_WORKER_EXIT=quick step quick$i 20 $A check $W/warm.json --measure --loopback 8
+done
+{ echo "check: exit status and wall (real) of each of check1-20.txt, then quick1-4.txt"
+  for n in $(seq -f 'check%g' 1 20) quick1 quick2 quick3 quick4; do
+    printf '%-8s %s  %s\n' $n "$(grep '^exit' $W/$n.txt)" "$(grep -m1 '^real' $W/$n.txt)"
   done
-  echo "exit 0 in $(grep -l '^exit 0$' $W/check*.txt | grep -vc check-v) of 20"
+  echo "exit 0 in $(grep -l '^exit 0$' $W/check[0-9]*.txt | wc -l) of 20 checks"
+  grep -h 'workers exited in' $W/check-v.txt $W/quick-v.txt | sed 's/.*INFO[^:]*: //'
   for n in first warm; do echo "$n: $(grep -m1 '^real' $W/$n.txt)"; done; } > $W/summary.txt 2>&1
 pack
 [ -f $P/2026-12-05-speed2/warm.json ] && step compare-speed2 10 $A compare $P/2026-12-05-speed2/warm.json $W/warm.json
