@@ -1375,7 +1375,8 @@ fn gpu_the_next_group_reuses_the_nccl_communicator_and_it_still_verifies_or_skip
             }
         }
     }
-    assert!(held.iter().all(|&b| b > 0), "{held:?}");
+    // What the communicator held is counted again with what the larger sizes added.
+    assert!(held[1] >= held[0], "{held:?}");
     drop(f);
     let left = live_workers();
     assert!(left.is_empty(), "workers left running: {left:?}");
