@@ -1415,13 +1415,24 @@ fn gpu_a_check_destroys_no_nccl_communicator_between_or_after_groups_or_skip() {
         .expect("artune runs");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(matches!(o.status.code(), Some(0 | 3 | 8)), "{err}");
-    let total = err.matches(": nccl set up in").count();
+    let setups: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains(": nccl set up in"))
+        .collect();
     let kept = err
         .matches("(the communicator kept from the last group)")
         .count();
-    assert!(total >= 2, "fewer than two groups set NCCL up: {err}");
-    assert_eq!(kept, total - 1, "{err}");
-    assert!(!err.contains("NCCL communicators of"), "{err}");
+    assert!(
+        setups.len() >= 2,
+        "fewer than two groups set NCCL up: {err}"
+    );
+    assert!(kept >= 1, "{err}");
+    // Loopback's NCCL rank is on the worker of the group's first GPU: where every group
+    // starts at GPU 0, one communicator serves them all.
+    if setups.iter().all(|l| l.contains("GPUs [0, ")) {
+        assert_eq!(kept, setups.len() - 1, "{err}");
+        assert!(!err.contains("NCCL communicators of"), "{err}");
+    }
     assert!(
         err.contains("NCCL ranks left to the process's exit"),
         "{err}"
