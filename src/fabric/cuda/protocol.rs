@@ -154,10 +154,10 @@ pub enum Req {
         rank: usize,
         nranks: usize,
     },
-    /// Destroys the NCCL rank for `backend` kept from the last group; sent to every rank of
-    /// it at once (NCCL's finalize waits for all of them).
+    /// Destroys the NCCL ranks of `backends` kept from the last group, in that order; sent to
+    /// every rank of them at once (NCCL's finalize waits for all of them).
     NcclRetire {
-        backend: Backend,
+        backends: Vec<Backend>,
     },
     /// Uploads fresh data (from `seed`) into the launched ranks' inputs, poisons outputs.
     Stage {

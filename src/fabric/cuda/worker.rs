@@ -241,10 +241,12 @@ impl WorkerState {
                 })?;
                 Resp::Memory(l.nccl_reuse(gpu, kept)?)
             }
-            Req::NcclRetire { backend } => {
-                let t = std::time::Instant::now();
-                if self.kept.retire(backend) {
-                    took(&format!("{backend}'s kept NCCL rank destroyed"), t);
+            Req::NcclRetire { backends } => {
+                for backend in backends {
+                    let t = std::time::Instant::now();
+                    if self.kept.retire(backend) {
+                        took(&format!("{backend}'s kept NCCL rank destroyed"), t);
+                    }
                 }
                 Resp::Done
             }

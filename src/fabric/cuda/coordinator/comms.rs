@@ -9,6 +9,8 @@
 //! next set-up either: its frees would skew the free-memory readings each backend's memory
 //! is measured by.
 
+use std::collections::BTreeMap;
+
 use super::processes::{unexpected, Trouble};
 use super::{CudaFabric, PreparedGroup};
 use crate::fabric::cuda::protocol::{Req, Resp};
@@ -86,12 +88,17 @@ impl CudaFabric {
             return Ok(reuse);
         }
         let t = std::time::Instant::now();
-        let reqs = retire
-            .iter()
-            .flat_map(|c| {
-                let req = Req::NcclRetire { backend: c.backend };
-                c.ranks.iter().map(move |&(w, _)| ((c.set, w), req.clone()))
-            })
+        // One request per worker (a link awaits one answer at a time), naming its backends in
+        // the same order on every worker.
+        let mut per: BTreeMap<(usize, usize), Vec<Backend>> = BTreeMap::new();
+        for c in &retire {
+            for &(w, _) in &c.ranks {
+                per.entry((c.set, w)).or_default().push(c.backend);
+            }
+        }
+        let reqs = per
+            .into_iter()
+            .map(|(at, backends)| (at, Req::NcclRetire { backends }))
             .collect();
         for r in self.exchange_sets(reqs, self.limit(0, 1))? {
             if r != Resp::Done {

@@ -134,3 +134,33 @@ fn fresh_workers_after_a_loss_create_their_communicator_and_ask_for_none_kept() 
         "{c:?}"
     );
 }
+
+#[test]
+fn a_pinned_set_keeps_and_destroys_its_own_communicator_beside_the_main_one() {
+    let world = Shared::default();
+    let mut f = fabric(3, &world);
+    f.loopback = None;
+    let pin = Backend::NcclRingLl;
+    let r = f.prepare(&on(&[0, 1]), &[NCCL, pin]).unwrap();
+    assert!(nccl_ready(&r), "{r:?}");
+    f.prepare(&on(&[0, 1, 2]), &[NCCL, pin]).unwrap();
+    f.prepare(&on(&[0, 1, 2]), &[NCCL, pin]).unwrap();
+    let said = world.lock().unwrap().said.clone();
+    // Each worker holding a rank is asked once to destroy (one answer awaited per worker).
+    for id in 0..6 {
+        let asked = said
+            .iter()
+            .filter(|(w, k, a)| *w == id && k == "NcclRetire" && !a)
+            .count();
+        assert_eq!(asked, usize::from(id % 3 != 2), "worker {id}: {said:?}");
+    }
+    let c = comms(&world);
+    for (backend, worker) in [(NCCL, 0), (pin, 3)] {
+        let did = |what: &str| c.iter().filter(|x| **x == (worker, what, backend)).count();
+        assert_eq!(
+            (did("init"), did("retire"), did("reuse")),
+            (2, 1, 1),
+            "{c:?}"
+        );
+    }
+}

@@ -196,10 +196,12 @@ impl Fake {
                     "no NCCL rank {rank} of {nranks} for {backend} is kept on this worker"
                 ))),
             },
-            Req::NcclRetire { backend } => {
-                if let Some(at) = self.kept.iter().position(|k| k.0 == backend) {
-                    self.comm("retire", backend);
-                    self.kept.remove(at);
+            Req::NcclRetire { backends } => {
+                for backend in backends {
+                    if let Some(at) = self.kept.iter().position(|k| k.0 == backend) {
+                        self.comm("retire", backend);
+                        self.kept.remove(at);
+                    }
                 }
                 Resp::Done
             }
