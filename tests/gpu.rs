@@ -1374,3 +1374,106 @@ fn gpu_a_check_starts_its_workers_while_the_gpu_settles_and_leaves_nothing_or_sk
             .join("\n")
     );
 }
+
+/// The workers' NCCL communicator between groups: the next group with the same ranks (in
+/// loopback every group's: one rank on worker 0) takes it, warmed for its larger sizes, and
+/// it still sums right, eagerly and replayed from a graph; its memory is still counted.
+#[test]
+fn gpu_the_next_group_reuses_the_nccl_communicator_and_it_still_verifies_or_skip() {
+    let Some((_gpu, mut f)) = open_or_skip("gpu_the_next_group_reuses_nccl", 2) else {
+        return;
+    };
+    if let Err(e) = nccl::library() {
+        return skip(format!(
+            "gpu_the_next_group_reuses_nccl: skipped: NCCL cannot be loaded ({e})"
+        ));
+    }
+    let mut held = Vec::new();
+    for (dtype, max) in [(Dtype::Bf16, 1u64 << 20), (Dtype::Fp32, 16 << 20)] {
+        let r = f.prepare(&group(2, dtype, max), &[Backend::Nccl]).unwrap();
+        match &r[0] {
+            Readiness::Ready { memory, .. } => held.push(memory.bytes_per_gpu),
+            other => panic!("nccl not ready on the group of {dtype:?}: {other:?}"),
+        }
+        for (bytes, seed) in [(4096, 3), (max, 4)] {
+            for mode in [Mode::Eager, Mode::Graph] {
+                correct(
+                    f.verify_with(Backend::Nccl, bytes, seed, mode, 2).unwrap(),
+                    &format!("nccl {dtype:?} {bytes} {mode:?}"),
+                );
+            }
+        }
+    }
+    // What the communicator held is counted again with what the larger sizes added.
+    assert!(held[1] >= held[0], "{held:?}");
+    drop(f);
+    let left = live_workers();
+    assert!(left.is_empty(), "workers left running: {left:?}");
+    println!("one NCCL communicator served both groups; memory held {held:?} bytes");
+}
+
+/// `check --measure -v` over a loopback profile of TP2 and TP4: the second group takes the
+/// first's NCCL communicator, none is destroyed, the workers leave it to their exit, and
+/// none is left behind.
+#[test]
+fn gpu_a_check_destroys_no_nccl_communicator_between_or_after_groups_or_skip() {
+    let _gpu = GPU.lock().unwrap_or_else(|p| p.into_inner());
+    if artune::fabric::cuda::visible_gpus() == 0 {
+        return skip("gpu_a_check_destroys_no_nccl_communicator: skipped: no GPU".into());
+    }
+    if let Err(e) = nccl::library() {
+        return skip(format!(
+            "gpu_a_check_destroys_no_nccl_communicator: skipped: NCCL cannot be loaded ({e})"
+        ));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("p.json");
+    let o = artune()
+        .args(["tune", "--loopback", "4", "--sizes", "4K:64K", "--out"])
+        .arg(&out)
+        .env("ARTUNE_CACHE_DIR", dir.path())
+        .output()
+        .expect("artune runs");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = artune()
+        .args(["-v", "check"])
+        .arg(&out)
+        .args(["--measure", "--loopback", "4"])
+        .env("ARTUNE_CACHE_DIR", dir.path())
+        .output()
+        .expect("artune runs");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(matches!(o.status.code(), Some(0 | 3 | 8)), "{err}");
+    let setups: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains(": nccl set up in"))
+        .collect();
+    let kept = err
+        .matches("(the communicator kept from the last group)")
+        .count();
+    assert!(
+        setups.len() >= 2,
+        "fewer than two groups set NCCL up: {err}"
+    );
+    assert!(kept >= 1, "{err}");
+    // Loopback's NCCL rank is on the worker of the group's first GPU: where every group
+    // starts at GPU 0, one communicator serves them all.
+    if setups.iter().all(|l| l.contains("GPUs [0, ")) {
+        assert_eq!(kept, setups.len() - 1, "{err}");
+        assert!(!err.contains("NCCL communicators of"), "{err}");
+    }
+    assert!(
+        err.contains("NCCL ranks left to the process's exit"),
+        "{err}"
+    );
+    assert!(err.contains("workers exited in"), "{err}");
+    let left = live_workers();
+    assert!(left.is_empty(), "workers left running: {left:?}");
+    println!(
+        "{}",
+        err.lines()
+            .filter(|l| l.contains(" in ") || l.contains("NCCL"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}

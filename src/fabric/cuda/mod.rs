@@ -37,6 +37,7 @@ mod traffic;
 mod verify;
 pub mod watchdog;
 pub mod worker;
+mod worker_nccl;
 
 use std::sync::{Arc, OnceLock};
 

@@ -147,6 +147,18 @@ pub enum Req {
         rank: usize,
         nranks: usize,
     },
+    /// Takes this worker's NCCL rank for `backend` kept from the last group (the same ranks
+    /// on the same workers) into the new launcher, and warms it over every size class.
+    NcclReuse {
+        backend: Backend,
+        rank: usize,
+        nranks: usize,
+    },
+    /// Destroys the NCCL ranks of `backends` kept from the last group, in that order; sent to
+    /// every rank of them at once (NCCL's finalize waits for all of them).
+    NcclRetire {
+        backends: Vec<Backend>,
+    },
     /// Uploads fresh data (from `seed`) into the launched ranks' inputs, poisons outputs.
     Stage {
         backend: Backend,
@@ -210,7 +222,8 @@ pub enum Req {
         samples: u32,
     },
     LinksUnderLoad,
-    /// Closes every opened IPC handle (drops the launcher and the probe launcher).
+    /// Closes every opened IPC handle (drops the launcher and the probe launcher); the
+    /// launcher's NCCL ranks are kept for the next group (see `worker_nccl`).
     Disconnect,
     /// Frees everything; sent only once every worker has disconnected.
     Release,

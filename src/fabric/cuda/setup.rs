@@ -29,6 +29,8 @@ pub enum Impl {
         comms: nccl::Comms,
         rank: usize,
         nranks: usize,
+        /// Device bytes it holds in use (kept with it past the group, see `worker_nccl`).
+        bytes: u64,
     },
 }
 
@@ -72,8 +74,8 @@ impl Drop for Launcher {
             self.ready.clear();
             // With -v: what a release's fixed cost is made of.
             tracing::info!(
-                "worker {}: graphs destroyed in {graphs:.2} s, backends (NCCL's communicators, \
-                 kernels' views) in {:.2} s",
+                "worker {}: graphs destroyed in {graphs:.2} s, backends (kernels' views; NCCL's \
+                 only where not kept) in {:.2} s",
                 std::process::id(),
                 t.elapsed().as_secs_f64()
             );
@@ -526,8 +528,7 @@ impl Launcher {
     }
 
     /// Creates this worker's NCCL rank for `backend` from the coordinator's unique id and warms
-    /// it up over every size class it will be timed on (NCCL connects each algorithm lazily),
-    /// so the memory measured is what it holds in use. Ok(Err) waives the backend.
+    /// it up (`warm_nccl`). Ok(Err) waives the backend.
     pub fn nccl_init(
         &mut self,
         gpu: &Gpu,
@@ -546,32 +547,7 @@ impl Launcher {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };
-        self.ready.push(Ready {
-            backend,
-            imp: Impl::Nccl {
-                comms,
-                rank,
-                nranks,
-            },
-        });
-        let size = self.shape.dtype.size();
-        let max_elems = (self.shape.max_bytes / size).max(1);
-        let mut count = (4096 / size).min(max_elems);
-        loop {
-            if let Err(e) = self.warm_up(gpu, backend, count) {
-                let reason = e.to_string();
-                self.forget(backend);
-                self.drain()?;
-                return Ok(Err(reason));
-            }
-            if count >= max_elems {
-                break;
-            }
-            count = (count * 4).min(max_elems);
-        }
-        driver::sync_ctx(&gpu.ctx, "synchronizing the GPU")?;
-        let after = dev(driver::free_bytes(&gpu.ctx), "reading free device memory")?;
-        Ok(Ok(before.saturating_sub(after)))
+        self.warm_nccl(gpu, backend, comms, (rank, nranks), before, 0)
     }
 }
 

@@ -10,8 +10,13 @@ use super::probe::{ProbeLauncher, ProbeOwned};
 use super::protocol::{write_resp, Envelope, Req, Resp, WireError, ENV_REPLY_FD, HELLO_ID};
 use super::setup::{Launcher, Owned};
 use super::watchdog::Deadline;
+use super::worker_nccl::KeptRanks;
 use super::{Gpu, WorkerFaults};
 use crate::fabric::{DeviceError, FabricError};
+
+/// Testing only: `quick` ends a worker with `_exit`, skipping the CUDA driver's exit handler
+/// (its context torn down by the kernel instead), to compare what each exit takes.
+pub const ENV_WORKER_EXIT: &str = "ARTUNE_WORKER_EXIT";
 
 /// A request handed to the wrong handler: a bug in the dispatch above it.
 fn not_for(req: &Req, kind: &str) -> FabricError {
@@ -29,6 +34,8 @@ pub struct WorkerState {
     probe: Option<ProbeLauncher>,
     owned: Option<Owned>,
     probe_owned: Option<ProbeOwned>,
+    /// NCCL ranks of groups closed, for the next group with the same ranks (`worker_nccl`).
+    kept: KeptRanks,
 }
 
 impl WorkerState {
@@ -50,6 +57,7 @@ impl WorkerState {
             probe: None,
             owned: None,
             probe_owned: None,
+            kept: KeptRanks::default(),
         })
     }
 
@@ -64,6 +72,9 @@ impl WorkerState {
             | Req::ProbeQueue { .. }
             | Req::ProbeRelease { .. }
             | Req::ProbeFinish { .. } => self.probe_request(req),
+            Req::NcclId | Req::NcclInit { .. } | Req::NcclReuse { .. } | Req::NcclRetire { .. } => {
+                self.nccl_request(req)
+            }
             Req::Copy {
                 bytes,
                 batch,
@@ -81,7 +92,6 @@ impl WorkerState {
 
     /// Setting a group up, running its backends and releasing it.
     fn group_request(&mut self, req: Req) -> Result<Resp, FabricError> {
-        let gpu = &self.gpu;
         Ok(match req {
             Req::Setup {
                 shape,
@@ -89,8 +99,9 @@ impl WorkerState {
                 custom,
             } => {
                 self.probe = None;
-                self.launcher = None;
+                self.close_launcher();
                 self.owned = None;
+                let gpu = &self.gpu;
                 let (o, ranks, memory) = Owned::new(gpu, shape, &owned, &custom)?;
                 self.owned = Some(o);
                 Resp::Setup { ranks, memory }
@@ -100,7 +111,8 @@ impl WorkerState {
                 launch,
                 ranks,
             } => {
-                self.launcher = None;
+                self.close_launcher();
+                let gpu = &self.gpu;
                 let kernels = gpu
                     .kernels()
                     .map(|k| k.images.clone())
@@ -120,20 +132,6 @@ impl WorkerState {
                     broken,
                     unready,
                 }
-            }
-            Req::NcclId => Resp::NcclId(super::nccl::unique_id().map_err(DeviceError::Nccl)?),
-            Req::NcclInit {
-                backend,
-                id,
-                rank,
-                nranks,
-            } => {
-                let gpu = &self.gpu;
-                let l = self
-                    .launcher
-                    .as_mut()
-                    .ok_or_else(|| FabricError::BadRequest("connect before NCCL".into()))?;
-                Resp::Memory(l.nccl_init(gpu, backend, &id, rank, nranks)?)
             }
             Req::Stage {
                 backend,
@@ -187,14 +185,18 @@ impl WorkerState {
             Req::Disconnect => {
                 let t = std::time::Instant::now();
                 self.probe = None;
-                self.launcher = None;
-                took("imports closed (graphs, NCCL, peers' buffers)", t);
+                self.close_launcher();
+                let what = format!(
+                    "imports closed (graphs, peers' buffers; {} NCCL ranks kept)",
+                    self.kept.count()
+                );
+                took(&what, t);
                 Resp::Done
             }
             Req::Release => {
                 let t = std::time::Instant::now();
                 self.probe = None;
-                self.launcher = None;
+                self.close_launcher();
                 self.probe_owned = None;
                 self.owned = None;
                 driver::sync_ctx(&self.gpu.ctx, "synchronizing the GPU")?;
@@ -202,6 +204,53 @@ impl WorkerState {
                 Resp::Done
             }
             other => return Err(not_for(&other, "group")),
+        })
+    }
+
+    /// NCCL ranks: created from an id, taken back from the last group, or destroyed.
+    fn nccl_request(&mut self, req: Req) -> Result<Resp, FabricError> {
+        Ok(match req {
+            Req::NcclId => Resp::NcclId(super::nccl::unique_id().map_err(DeviceError::Nccl)?),
+            Req::NcclInit {
+                backend,
+                id,
+                rank,
+                nranks,
+            } => {
+                let gpu = &self.gpu;
+                let l = self
+                    .launcher
+                    .as_mut()
+                    .ok_or_else(|| FabricError::BadRequest("connect before NCCL".into()))?;
+                Resp::Memory(l.nccl_init(gpu, backend, &id, rank, nranks)?)
+            }
+            Req::NcclReuse {
+                backend,
+                rank,
+                nranks,
+            } => {
+                let gpu = &self.gpu;
+                let l = self
+                    .launcher
+                    .as_mut()
+                    .ok_or_else(|| FabricError::BadRequest("connect before NCCL".into()))?;
+                let kept = self.kept.take(backend, rank, nranks).ok_or_else(|| {
+                    FabricError::BadRequest(format!(
+                        "no NCCL rank {rank} of {nranks} for {backend} is kept on this worker"
+                    ))
+                })?;
+                Resp::Memory(l.nccl_reuse(gpu, kept)?)
+            }
+            Req::NcclRetire { backends } => {
+                for backend in backends {
+                    let t = std::time::Instant::now();
+                    if self.kept.retire(backend) {
+                        took(&format!("{backend}'s kept NCCL rank destroyed"), t);
+                    }
+                }
+                Resp::Done
+            }
+            other => return Err(not_for(&other, "NCCL")),
         })
     }
 
@@ -250,6 +299,13 @@ impl WorkerState {
         })
     }
 
+    /// Drops the launcher, keeping its NCCL ranks for the next group.
+    fn close_launcher(&mut self) {
+        if let Some(mut l) = self.launcher.take() {
+            self.kept.keep(l.take_nccl());
+        }
+    }
+
     /// Whether this worker's GPU is stuck: work on its context may never finish (a wait
     /// that expired, a stream that never drained), so the coordinator must replace it.
     fn note_stuck(&mut self) -> bool {
@@ -274,10 +330,18 @@ impl Drop for WorkerState {
     /// At exit (end of input, or an early return) without a Release: what this worker opened
     /// of its peers' buffers is closed first; what it exported is never freed here, since a
     /// peer exiting at the same moment may still map it. The process's end reclaims it with
-    /// the context, as it does everything on a poisoned context (see driver::Ctx).
+    /// the context, as it does everything on a poisoned context (see driver::Ctx). So do its
+    /// NCCL ranks, the launcher's and those kept (`worker_nccl`): the peers exit too.
     fn drop(&mut self) {
         self.probe = None;
-        self.launcher = None;
+        self.close_launcher();
+        let n = self.kept.leave_to_exit();
+        if n > 0 {
+            tracing::info!(
+                "worker {}: {n} NCCL ranks left to the process's exit",
+                std::process::id()
+            );
+        }
         std::mem::forget(self.probe_owned.take());
         std::mem::forget(self.owned.take());
     }
@@ -396,5 +460,13 @@ pub fn serve(ordinal: usize, cpus: Option<&str>) -> i32 {
     let t = std::time::Instant::now();
     drop(engine);
     took("its input ended; its GPU released", t);
+    if std::env::var(ENV_WORKER_EXIT).is_ok_and(|v| v == "quick") {
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        let _ = std::io::stderr().flush();
+        // SAFETY: ends this process now, without the C exit handlers; the kernel releases its
+        // GPU context with its device files before the process can be reaped.
+        unsafe { libc::_exit(0) };
+    }
     0
 }

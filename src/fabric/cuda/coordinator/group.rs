@@ -11,7 +11,6 @@ use crate::allreduce::Executor;
 use crate::fabric::cuda::copy;
 use crate::fabric::cuda::driver::DeviceFacts;
 use crate::fabric::cuda::layout::MAX_RANKS;
-use crate::fabric::cuda::nccl;
 use crate::fabric::cuda::nccl_ranks::ranked::Ranked;
 use crate::fabric::cuda::protocol::{Launch, Req, Resp, Shape};
 use crate::fabric::{
@@ -98,7 +97,7 @@ impl CudaFabric {
             } else if let Some(why) = executor_waiver(b, n) {
                 waived.insert(b, why);
             } else if b.is_nccl() {
-                if let Err(e) = nccl::library() {
+                if let Some(e) = self.nccl_missing() {
                     waived.insert(b, e);
                 } else if self.loopback.is_some() && b.nccl_pin().is_some() {
                     match loopback_pin(self.loopback_nccl.as_ref()) {
@@ -137,6 +136,14 @@ impl CudaFabric {
             }
             v
         };
+        let nccl_here =
+            |pin, waived: &BTreeMap<Backend, String>| nccl_here(backends, pin, waived, &ranked);
+        // Communicators the workers hold from the last group: this group's own are taken,
+        // the others destroyed before any buffer is allocated (comms.rs).
+        let wanted = self.wanted_comms(&pins, &plan, |pin| nccl_here(pin, &waived));
+        let reuse = self
+            .settle_comms(&wanted)
+            .map_err(|t| self.lost_in_setup(group, t))?;
         let mut memory: BTreeMap<Backend, u64> = BTreeMap::new();
         for pin in pins {
             let set = match self.sets.iter().position(|s| s.pin == pin) {
@@ -168,26 +175,28 @@ impl CudaFabric {
                 custom_here.len(),
                 t.elapsed().as_secs_f64()
             );
-            let here: Vec<Backend> = backends
-                .iter()
-                .copied()
-                .filter(|b| b.is_nccl() && b.nccl_pin() == pin && !waived.contains_key(b))
-                .filter(|b| !ranked.contains(b))
-                .collect();
-            for b in here {
+            for b in nccl_here(pin, &waived) {
                 let t = std::time::Instant::now();
-                let r = self
-                    .nccl_init(set, &plan, b)
-                    .map_err(|t| self.lost_in_setup(group, t))?;
+                let kept = reuse.iter().any(|c| (c.set, c.backend) == (set, b));
+                let r = match kept {
+                    true => self.nccl_reuse(set, &plan, b),
+                    false => self.nccl_init(set, &plan, b),
+                }
+                .map_err(|t| self.lost_in_setup(group, t))?;
                 tracing::info!(
-                    "GPUs {:?}: {b} set up in {:.2} s",
+                    "GPUs {:?}: {b} set up in {:.2} s{}",
                     group.gpus,
-                    t.elapsed().as_secs_f64()
+                    t.elapsed().as_secs_f64(),
+                    match kept {
+                        true => " (the communicator kept from the last group)",
+                        false => "",
+                    }
                 );
                 match r {
                     Ok(bytes) => {
                         memory.insert(b, bytes);
                         plan.ready.push((b, set));
+                        self.hold_comm(set, &plan, b);
                     }
                     Err(e) => {
                         waived.insert(b, e);
@@ -329,7 +338,9 @@ impl CudaFabric {
             tracing::info!(
                 "workers: {} in {:.2} s",
                 match req {
-                    Req::Disconnect => "every import closed (graphs, NCCL, peers' buffers)",
+                    Req::Disconnect => {
+                        "every import closed (graphs, peers' buffers; NCCL communicators kept)"
+                    }
                     _ => "every buffer freed",
                 },
                 t.elapsed().as_secs_f64()
@@ -337,6 +348,22 @@ impl CudaFabric {
         }
         Ok(())
     }
+}
+
+/// The NCCL backends of `backends` the workers of `pin`'s set create: not waived, and not
+/// timed by K rank processes (`ranked`).
+fn nccl_here(
+    backends: &[Backend],
+    pin: Option<(NcclAlgo, NcclProto)>,
+    waived: &BTreeMap<Backend, String>,
+    ranked: &[Backend],
+) -> Vec<Backend> {
+    backends
+        .iter()
+        .copied()
+        .filter(|b| b.is_nccl() && b.nccl_pin() == pin && !waived.contains_key(b))
+        .filter(|b| !ranked.contains(b))
+        .collect()
 }
 
 /// Why a loopback tune waives an NCCL pin, or None where K rank processes time it: `decision`

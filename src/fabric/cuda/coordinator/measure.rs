@@ -89,6 +89,7 @@ impl CudaFabric {
         if let Some(p) = &mut self.prepared {
             p.ready.retain(|(b, _)| *b != backend);
         }
+        self.forget_comm(backend);
         let reqs = ws.into_iter().map(|w| (w, Req::Drop { backend })).collect();
         match self.exchange(set, reqs, self.limit(0, 1)) {
             Ok(_) | Err(Trouble::Fabric(_)) => Ok(()),

@@ -3,6 +3,7 @@
 //! talk nonsense (kill them all, start fresh ones, set the group up again without the backend
 //! that failed, go on).
 
+mod comms;
 mod connect;
 mod contention;
 mod group;
@@ -90,6 +91,8 @@ pub struct CudaFabric {
     loopback_nccl: Option<Result<(), String>>,
     /// The prepared loopback group's K-rank NCCL timings, where NCCL runs them.
     ranked: Option<super::nccl_ranks::ranked::Ranked>,
+    /// The NCCL communicators the workers hold, in a launcher or kept from the last group.
+    comms: Vec<comms::Clique>,
     /// Testing only: makes the worker of each slot in place of a process (scripted.rs).
     #[cfg(test)]
     script: Option<scripted::Script>,
@@ -116,11 +119,16 @@ impl Drop for CudaFabric {
         // Every worker is told first, then all are waited for under one deadline: each one's
         // exit tears down a CUDA context, and those run side by side.
         let t = std::time::Instant::now();
-        self.shutdown_all(Duration::from_secs(10));
+        let each = self.shutdown_all(Duration::from_secs(10));
+        // With -v: whether the exits' context teardowns ran side by side or one after another.
         tracing::info!(
-            "{} workers exited in {:.2} s",
+            "{} workers exited in {:.2} s (each, in worker order, after: {})",
             self.worker_pids().len(),
-            t.elapsed().as_secs_f64()
+            t.elapsed().as_secs_f64(),
+            each.iter()
+                .map(|e| e.map_or("-".into(), |d| format!("{:.2}", d.as_secs_f64())))
+                .collect::<Vec<_>>()
+                .join(" ")
         );
     }
 }
@@ -283,6 +291,7 @@ impl CudaFabric {
             at_bytes: None,
             loopback_nccl,
             ranked: None,
+            comms: Vec::new(),
             #[cfg(test)]
             script: None,
             #[cfg(test)]

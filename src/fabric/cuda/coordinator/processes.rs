@@ -201,13 +201,14 @@ impl CudaFabric {
 
     /// Asks every worker to exit and waits for all of them under one deadline (`limit`),
     /// killing those still there after it.
-    pub(super) fn shutdown_all(&mut self, limit: Duration) {
+    /// Returns when each was found gone (see [`shutdown_all`]).
+    pub(super) fn shutdown_all(&mut self, limit: Duration) -> Vec<Option<Duration>> {
         let mut links: Vec<&mut WorkerLink> = self
             .sets
             .iter_mut()
             .flat_map(|s| s.workers.iter_mut().map(|w| &mut w.link))
             .collect();
-        shutdown_all(&mut links, limit);
+        shutdown_all(&mut links, limit)
     }
 
     pub(super) fn one(
@@ -248,6 +249,7 @@ impl CudaFabric {
         self.recovered.push(r);
         self.retire_all();
         self.sets.clear();
+        self.comms.clear();
         self.probe_bytes = 0;
         self.probe_mapped = false;
         self.holding = false;

@@ -459,16 +459,24 @@ fn plain(line: &str) -> String {
 /// input, tearing its CUDA context down side by side with the others), `limit` for all to
 /// exit, then SIGKILL for the rest and [`KILL_WAIT`] for all of those together. A process
 /// stuck in the driver (after an Xid) may not die at once, and must not hold the tune.
-pub fn shutdown_all(links: &mut [&mut WorkerLink], limit: Duration) {
+/// Returns when each was found gone after its input closed (None: never seen to exit).
+pub fn shutdown_all(links: &mut [&mut WorkerLink], limit: Duration) -> Vec<Option<Duration>> {
     for l in links.iter_mut() {
         l.close_input();
     }
-    let wait = |links: &mut [&mut WorkerLink], limit: Duration| {
+    let start = std::time::Instant::now();
+    let mut exited = vec![None; links.len()];
+    // Whether all have exited within `limit`; each one's exit time is noted in `exited`.
+    let wait = |links: &mut [&mut WorkerLink], exited: &mut [Option<Duration>], limit| {
         let end = std::time::Instant::now() + limit;
         loop {
             let mut all = true;
-            for l in links.iter_mut() {
-                all &= l.reap();
+            for (l, at) in links.iter_mut().zip(exited.iter_mut()) {
+                let gone = l.reap();
+                if gone && at.is_none() {
+                    *at = Some(start.elapsed());
+                }
+                all &= gone;
             }
             if all || std::time::Instant::now() >= end {
                 return all;
@@ -476,14 +484,14 @@ pub fn shutdown_all(links: &mut [&mut WorkerLink], limit: Duration) {
             std::thread::sleep(Duration::from_millis(5));
         }
     };
-    if wait(links, limit) {
-        return;
+    if wait(links, &mut exited, limit) {
+        return exited;
     }
     for l in links.iter_mut().filter(|l| !l.reaped) {
         l.retire();
     }
-    if wait(links, KILL_WAIT) {
-        return;
+    if wait(links, &mut exited, KILL_WAIT) {
+        return exited;
     }
     for l in links.iter_mut().filter(|l| !l.reaped) {
         tracing::warn!(
@@ -494,6 +502,7 @@ pub fn shutdown_all(links: &mut [&mut WorkerLink], limit: Duration) {
         // Not waited for again: Drop would otherwise block on it.
         l.reaped = true;
     }
+    exited
 }
 
 impl Drop for WorkerLink {

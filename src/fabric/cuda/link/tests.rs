@@ -166,3 +166,18 @@ fn clip_cuts_at_a_character_boundary() {
     assert_eq!(c.len(), 198 + 3);
     assert_eq!(clip("short", 10), "short");
 }
+
+#[test]
+fn shutdown_says_when_each_worker_exited_a_killed_one_only_past_the_limit() {
+    // Each exits at the end of its input, the second 0.3 s later; the third never does.
+    let mut a = WorkerLink::start(&sh("cat >/dev/null"), "a").unwrap();
+    let mut b = WorkerLink::start(&sh("cat >/dev/null; sleep 0.3"), "b").unwrap();
+    let mut c = WorkerLink::start(&sh("trap '' TERM; sleep 30"), "c").unwrap();
+    let pid = c.pid();
+    let at = shutdown_all(&mut [&mut a, &mut b, &mut c], Duration::from_millis(800));
+    let secs: Vec<Option<f64>> = at.iter().map(|d| d.map(|d| d.as_secs_f64())).collect();
+    assert!(secs[0].is_some_and(|s| s < 0.25), "{secs:?}");
+    assert!(secs[1].is_some_and(|s| (0.3..0.8).contains(&s)), "{secs:?}");
+    assert!(!alive(pid), "the worker was left running");
+    assert!(secs[2].is_none_or(|s| s >= 0.8), "{secs:?}");
+}

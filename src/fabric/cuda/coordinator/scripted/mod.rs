@@ -39,6 +39,8 @@ struct Plot {
     die_in_slot: Option<(usize, &'static str)>,
     late: Option<(usize, &'static str, u64)>,
     bad_broken: Option<usize>,
+    /// A request kind on which worker `.0` fails its backend (a timeout: the backend goes).
+    fail_backend: Option<(usize, &'static str)>,
     /// Fresh workers fail to start.
     no_start: bool,
 }
@@ -50,6 +52,9 @@ struct World {
     said: Vec<(usize, String, bool)>,
     workers: usize,
     plot: Plot,
+    /// What each worker did with NCCL communicators: (worker, "init"/"reuse"/"retire"/
+    /// "exit", backend).
+    comms: Vec<(usize, &'static str, Backend)>,
 }
 
 type Shared = Arc<Mutex<World>>;
@@ -64,6 +69,9 @@ struct Fake {
     imports: Vec<String>,
     probe_imports: Vec<String>,
     next: usize,
+    /// NCCL ranks in the launcher, and kept past it (as `worker_nccl`): (backend, rank, n).
+    live: Vec<(Backend, usize, usize)>,
+    kept: Vec<(Backend, usize, usize)>,
 }
 
 fn kind(r: &Req) -> String {
@@ -74,6 +82,15 @@ fn kind(r: &Req) -> String {
 impl Fake {
     fn log(&self, e: Ev) {
         self.world.lock().unwrap().log.push(e);
+    }
+
+    fn comm(&self, what: &'static str, b: Backend) {
+        self.world.lock().unwrap().comms.push((self.id, what, b));
+    }
+
+    /// The launcher goes: its NCCL ranks are kept.
+    fn close_launcher(&mut self) {
+        self.kept.append(&mut self.live);
     }
 
     fn export(&mut self, what: &str, probe: bool) -> IpcHandle {
@@ -146,6 +163,88 @@ impl Fake {
         }
         self.free(true);
         self.free(false);
+        self.close_launcher();
+        for (b, ..) in std::mem::take(&mut self.kept) {
+            self.comm("exit", b);
+        }
+    }
+
+    /// NCCL ranks: created, taken back from the last group, destroyed, dropped.
+    fn nccl(&mut self, req: Req) -> Resp {
+        match req {
+            Req::NcclInit {
+                backend,
+                rank,
+                nranks,
+                ..
+            } => {
+                self.comm("init", backend);
+                self.live.push((backend, rank, nranks));
+                Resp::Memory(Ok(1 << 20))
+            }
+            Req::NcclReuse {
+                backend,
+                rank,
+                nranks,
+            } => match self.kept.iter().position(|k| *k == (backend, rank, nranks)) {
+                Some(at) => {
+                    self.comm("reuse", backend);
+                    self.live.push(self.kept.remove(at));
+                    Resp::Memory(Ok(1 << 20))
+                }
+                None => Resp::Failed(WireError::BadRequest(format!(
+                    "no NCCL rank {rank} of {nranks} for {backend} is kept on this worker"
+                ))),
+            },
+            Req::NcclRetire { backends } => {
+                for backend in backends {
+                    if let Some(at) = self.kept.iter().position(|k| k.0 == backend) {
+                        self.comm("retire", backend);
+                        self.kept.remove(at);
+                    }
+                }
+                Resp::Done
+            }
+            Req::Drop { backend } => {
+                self.live.retain(|k| k.0 != backend);
+                Resp::Done
+            }
+            other => Resp::Failed(WireError::BadRequest(format!("{other:?} is not NCCL's"))),
+        }
+    }
+
+    /// What the plot makes of request kind `k` here: a late answer (then None: served), a
+    /// failure (Some(Some)), or a death (Some(None)).
+    #[allow(clippy::option_option)]
+    fn plotted(&self, k: &str) -> Option<Option<Resp>> {
+        let late = self.world.lock().unwrap().plot.late;
+        if let Some((_, _, ms)) = late.filter(|&(w, on, _)| w == self.id && on == k) {
+            std::thread::sleep(Duration::from_millis(ms));
+        }
+        let plot = self.world.lock().unwrap().plot.fail;
+        if plot.is_some_and(|(w, on)| w == self.id && on == k) {
+            return Some(Some(Resp::Failed(WireError::Device {
+                error: crate::fabric::DeviceError::Nccl(format!("scripted failure of {k}")),
+                stuck: false,
+            })));
+        }
+        let plot = self.world.lock().unwrap().plot.fail_backend;
+        if plot.is_some_and(|(w, on)| w == self.id && on == k) {
+            return Some(Some(Resp::Failed(WireError::Backend {
+                backend: Backend::Nccl,
+                reason: format!("scripted failure of {k}"),
+            })));
+        }
+        let (die, in_slot) = {
+            let w = self.world.lock().unwrap();
+            (w.plot.die, w.plot.die_in_slot)
+        };
+        if die.is_some_and(|(w, on)| w == self.id && on == k)
+            || in_slot.is_some_and(|(s, on)| s == self.slot && on == k)
+        {
+            return Some(None);
+        }
+        None
     }
 
     fn serve(&mut self, input: Scripted) -> Option<Resp> {
@@ -162,28 +261,12 @@ impl Fake {
             .unwrap()
             .said
             .push((self.id, k.clone(), false));
-        let late = self.world.lock().unwrap().plot.late;
-        if let Some((_, _, ms)) = late.filter(|&(w, on, _)| w == self.id && on == k) {
-            std::thread::sleep(Duration::from_millis(ms));
-        }
-        let plot = self.world.lock().unwrap().plot.fail;
-        if plot.is_some_and(|(w, on)| w == self.id && on == k) {
-            return Some(Resp::Failed(WireError::Device {
-                error: crate::fabric::DeviceError::Nccl(format!("scripted failure of {k}")),
-                stuck: false,
-            }));
-        }
-        let (die, in_slot) = {
-            let w = self.world.lock().unwrap();
-            (w.plot.die, w.plot.die_in_slot)
-        };
-        if die.is_some_and(|(w, on)| w == self.id && on == k)
-            || in_slot.is_some_and(|(s, on)| s == self.slot && on == k)
-        {
-            return None;
+        if let Some(plotted) = self.plotted(&k) {
+            return plotted;
         }
         let resp = match req {
             Req::Setup { owned, custom, .. } => {
+                self.close_launcher();
                 self.close(true);
                 self.close(false);
                 self.free(false);
@@ -213,6 +296,7 @@ impl Fake {
                 Resp::Setup { ranks, memory }
             }
             Req::Connect { ranks, .. } => {
+                self.close_launcher();
                 self.close(false);
                 for r in &ranks {
                     self.map(&r.user_in, false);
@@ -264,11 +348,13 @@ impl Fake {
                 Resp::Done
             }
             Req::Disconnect => {
+                self.close_launcher();
                 self.close(true);
                 self.close(false);
                 Resp::Done
             }
             Req::Release => {
+                self.close_launcher();
                 self.close(true);
                 self.close(false);
                 self.free(true);
@@ -284,9 +370,11 @@ impl Fake {
             Req::Time { samples, .. } => Resp::Times(vec![1e-5; samples as usize]),
             Req::Copy { samples, .. } => Resp::Times(vec![1e-5; samples as usize]),
             Req::NcclId => Resp::NcclId("scripted".into()),
-            Req::NcclInit { .. } => Resp::Memory(Ok(0)),
+            r @ (Req::NcclInit { .. }
+            | Req::NcclReuse { .. }
+            | Req::NcclRetire { .. }
+            | Req::Drop { .. }) => self.nccl(r),
             Req::Stage { .. }
-            | Req::Drop { .. }
             | Req::Orient { .. }
             | Req::ProbeQueue { .. }
             | Req::ProbeRelease { .. } => Resp::Done,
@@ -345,6 +433,8 @@ fn fabric(k: usize, world: &Shared) -> CudaFabric {
             imports: Vec::new(),
             probe_imports: Vec::new(),
             next: 0,
+            live: Vec::new(),
+            kept: Vec::new(),
         };
         let hello = match w.lock().unwrap().plot.no_start {
             true => Resp::Failed(WireError::Device {
@@ -387,6 +477,7 @@ fn fabric(k: usize, world: &Shared) -> CudaFabric {
         at_bytes: None,
         loopback_nccl: None,
         ranked: None,
+        comms: Vec::new(),
         script: Some(script),
         limit_for_tests: None,
     };
@@ -468,6 +559,7 @@ fn count(log: &[Ev], f: impl Fn(&Ev) -> bool) -> usize {
 
 const CUSTOM: [Backend; 2] = [Backend::OneStagePull, Backend::TwoStagePull];
 
+mod comms;
 mod kernels;
 mod lifetimes;
 mod lost;
