@@ -4,7 +4,7 @@ use super::{check_interrupt, Harness, Rivals};
 use crate::allreduce::{Backend, Mode};
 use crate::cancel::Cancel;
 use crate::fabric::{Fabric, FabricError};
-use crate::results::Timing;
+use crate::results::{ModelBand, Timing};
 use crate::stats::{self, Summary};
 
 /// One cell's samples so far, kept while its group is measured so a close call can add more.
@@ -15,25 +15,33 @@ pub struct Sampled {
     pub batch: u32,
     /// Measured time spent on the cell, µs: what [`Harness::time_cap_us`] caps.
     pub spent_us: f64,
-    /// The low factor of the model's band on its times (1 where measured).
-    pub band_low: f64,
+    /// The model's error band on its times, which the rule widens their interval by; None
+    /// where measured.
+    pub model: Option<ModelBand>,
 }
 
 impl Sampled {
     /// Warm-up, then the batch that makes a sample about [`Harness::batch_target_us`] long.
-    /// A first warm-up call longer than that target already fixes the batch at one call, so
-    /// the rest of the warm-up is skipped: the fabric warms each backend itself before it
-    /// times it.
+    /// Where `below_us`, the backend's median at a smaller size, is already over that target,
+    /// the warm-up starts with one call: one over the target fixes the batch at one call, and
+    /// the fabric warms each backend itself before it times it, so the rest is skipped.
     pub fn start(
         fabric: &mut dyn Fabric,
         backend: Backend,
         bytes: u64,
         mode: Mode,
         h: &Harness,
+        below_us: Option<f64>,
     ) -> Result<Sampled, FabricError> {
-        let mut warm = fabric.time(backend, bytes, mode, 1, 1)?;
-        if h.warmup_samples > 1 && !warm.iter().any(|x| *x >= h.batch_target_us) {
-            warm.extend(fabric.time(backend, bytes, mode, 1, h.warmup_samples - 1)?);
+        let want = h.warmup_samples.max(1);
+        let long = |w: &[f64]| w.iter().any(|x| *x >= h.batch_target_us);
+        let mut warm = match below_us {
+            Some(t) if t >= h.batch_target_us => fabric.time(backend, bytes, mode, 1, 1)?,
+            _ => fabric.time(backend, bytes, mode, 1, want)?,
+        };
+        if (warm.len() as u32) < want && !long(&warm) {
+            let more = want - warm.len() as u32;
+            warm.extend(fabric.time(backend, bytes, mode, 1, more)?);
         }
         let mut w: Vec<f64> = warm
             .iter()
@@ -51,7 +59,7 @@ impl Sampled {
             samples: Vec::new(),
             batch,
             spent_us: 0.0,
-            band_low: fabric.model_band(backend, bytes).map_or(1.0, |b| b.low),
+            model: fabric.model_band(backend, bytes).map(Into::into),
         })
     }
 
@@ -64,6 +72,15 @@ impl Sampled {
             Some(x) if taken == 0 => x.first_samples.clamp(1, h.min_samples),
             _ => h.min_samples - taken,
         }
+    }
+
+    /// The timing its samples so far stand for, with its model band; a cell without one
+    /// valid sample fails its backend.
+    pub fn timing(&self, backend: Backend, s: &Summary) -> Result<Timing, FabricError> {
+        timing(backend, s).map(|t| Timing {
+            model: self.model,
+            ..t
+        })
     }
 
     /// Adds `n` samples.
@@ -140,7 +157,7 @@ impl Sampled {
         let bound = r.ci_high_us * r.model.map_or(1.0, |m| m.high);
         self.samples.len() >= x.first_samples as usize
             && floor.is_finite()
-            && floor * self.band_low > x.factor * bound
+            && floor * self.model.map_or(1.0, |m| m.low) > x.factor * bound
     }
 }
 
@@ -182,7 +199,7 @@ pub fn measure_cell(
     rival: Option<&Timing>,
     cancel: &Cancel,
 ) -> Result<Timing, FabricError> {
-    let mut cell = Sampled::start(fabric, backend, bytes, mode, h)?;
+    let mut cell = Sampled::start(fabric, backend, bytes, mode, h, None)?;
     loop {
         // A cell can take a second or more on a GPU: stop between its rounds too.
         check_interrupt(cancel)?;
@@ -193,10 +210,7 @@ pub fn measure_cell(
             everywhere: None,
         };
         if cell.done(&s, h, &rivals, Stage::Sweep) {
-            return timing(backend, &s).map(|t| Timing {
-                model: fabric.model_band(backend, bytes).map(Into::into),
-                ..t
-            });
+            return cell.timing(backend, &s);
         }
     }
 }

@@ -524,20 +524,23 @@ fn rivals(
     disqualified: &BTreeMap<Backend, String>,
     but: Backend,
 ) -> Rivals {
-    let others = || {
-        cell.iter()
-            .filter(move |(b, _)| **b != but && !disqualified.contains_key(b))
-    };
+    let mut out = Rivals::default();
     let widened = |t: &Timing| t.ci_high_us * t.model.map_or(1.0, |m| m.high);
-    Rivals {
-        fastest: others()
-            .map(|(_, t)| *t)
-            .min_by(|a, b| a.ci_high_us.total_cmp(&b.ci_high_us)),
-        everywhere: others()
-            .filter(|(b, _)| alongside(but, **b))
-            .map(|(_, t)| *t)
-            .min_by(|a, b| widened(a).total_cmp(&widened(b))),
+    let below = |t: &Timing, than: Option<Timing>, by: &dyn Fn(&Timing) -> f64| {
+        than.is_none_or(|o| by(t) < by(&o))
+    };
+    for (b, t) in cell {
+        if *b == but || disqualified.contains_key(b) {
+            continue;
+        }
+        if below(t, out.fastest, &|t| t.ci_high_us) {
+            out.fastest = Some(*t);
+        }
+        if alongside(but, *b) && below(t, out.everywhere, &widened) {
+            out.everywhere = Some(*t);
+        }
     }
+    out
 }
 
 /// Whether `other` is in every set of backends the steering rule compares `b` within: all of

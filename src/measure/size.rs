@@ -166,7 +166,7 @@ impl<'a> At<'a> {
                 continue;
             }
             let summary = s.summary();
-            if let Ok(t) = timing(backend, &summary) {
+            if let Ok(t) = s.timing(backend, &summary) {
                 self.store(res, backend, t);
             }
             out.push((backend, s, summary));
@@ -193,20 +193,22 @@ impl<'a> At<'a> {
                 return Ok(Err(format!("wrong result at {bytes} bytes: {reason}")));
             }
         }
+        // Times grow with the size: the median at the next size below is a hint.
+        let below = res.cells.get(&self.mode).and_then(|m| {
+            let mut smaller = m.range(..bytes).rev();
+            smaller
+                .find_map(|(_, c)| c.get(&backend))
+                .map(|t| t.median_us)
+        });
         let fabric = &mut *self.fabric;
         let h = &self.plan.harness;
         timed(&mut res.phases.timing_s, || {
-            Sampled::start(fabric, backend, bytes, self.mode, h)
+            Sampled::start(fabric, backend, bytes, self.mode, h, below)
         })
         .map(Ok)
     }
 
     fn store(&mut self, res: &mut GroupResults, backend: Backend, t: Timing) {
-        // A simulated time carries the model's error band; the rule widens its interval by it.
-        let t = Timing {
-            model: self.fabric.model_band(backend, self.bytes).map(Into::into),
-            ..t
-        };
         res.cells
             .entry(self.mode)
             .or_default()

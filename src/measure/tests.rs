@@ -579,7 +579,7 @@ fn nccls_variants_are_out_only_against_each_other() {
 }
 
 #[test]
-fn a_first_warm_up_call_over_the_batch_target_is_the_only_one() {
+fn a_warm_up_is_one_call_where_a_smaller_size_took_longer_than_the_batch_target() {
     // Calls of each backend the machine sees: warm-up and samples alike.
     let calls = std::rc::Rc::new(std::cell::RefCell::new(BTreeMap::<Backend, u32>::new()));
     let seen = calls.clone();
@@ -596,14 +596,16 @@ fn a_first_warm_up_call_over_the_batch_target_is_the_only_one() {
         ..crate::tune::fast_harness()
     };
     assert!(h.batch_target_us < 1000.0 && h.warmup_samples > 1);
-    cell(&mut machine(Some(script)), &plan(&PAIR, Mode::Graph, h));
+    let mut p = plan(&PAIR, Mode::Graph, h);
+    p.sizes = vec![4096, 8192];
+    let (groups, _) = run(&mut machine(Some(script)), &p, &mut |_| {}).unwrap();
+    let sizes = groups[0].cells[&Mode::Graph].len() as u32;
     let calls = calls.borrow();
     let first = h.hopeless.unwrap().first_samples;
-    assert_eq!(calls[&Backend::OneStagePull], 1 + first, "{calls:?}");
-    // A call under the target takes the whole warm-up, to size its batch.
-    assert_eq!(
-        calls[&Backend::Nccl],
-        h.warmup_samples + h.min_samples,
-        "{calls:?}"
-    );
+    // The whole warm-up at the first size, one call at each larger one.
+    let slow = h.warmup_samples + first + (sizes - 1) * (1 + first);
+    assert_eq!(calls[&Backend::OneStagePull], slow, "{calls:?}");
+    // Calls under the target take the whole warm-up, to size their batch.
+    let fast = sizes * (h.warmup_samples + h.min_samples);
+    assert_eq!(calls[&Backend::Nccl], fast, "{calls:?}");
 }
