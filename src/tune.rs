@@ -82,9 +82,10 @@ impl Default for Options {
 /// statistical rule itself is unchanged.
 ///
 /// A cell whose fastest of 4 first samples is over twice its rival's upper bound stops
-/// there ([`measure::Hopeless`]): in the H200's profiles and the presets' exhaustive ones no
-/// cell the rule chose (nor its fallback or NCCL reference) had its lower bound even above
-/// that rival's upper bound, while the copy-engine cells in loopback are 7 to 760 times it.
+/// there ([`measure::Hopeless`]): in profiles/hardware/h200/2026-12-05-speed2's profiles and
+/// the presets' exhaustive ones no cell the rule chose (nor a fallback or NCCL reference) had
+/// its lower bound above that rival's upper bound, while loopback's copy-engine cells are 6.9
+/// to 760 times it.
 pub fn fast_harness() -> Harness {
     Harness {
         race_margin: Some(decide::MIN_EFFECT),
