@@ -6,6 +6,10 @@ use statrs::distribution::{Binomial, DiscreteCDF};
 /// Detect and Handle Outliers", 1993: |0.6745·(x − median)/MAD| > 3.5).
 pub const OUTLIER_Z: f64 = 3.5;
 
+/// Fewest samples whose median has a 95% confidence interval; below, the interval is their
+/// whole range.
+pub const MIN_FOR_95: usize = 6;
+
 /// Summary of one set of timing samples.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Summary {
@@ -57,8 +61,8 @@ pub fn median_ci_indices(n: usize) -> (usize, usize) {
 }
 
 fn ci_indices(n: usize) -> (usize, usize) {
-    if n < 6 {
-        // Fewer than 6 samples cannot reach 95% coverage: the CI is the whole range.
+    if n < MIN_FOR_95 {
+        // Too few samples to reach 95% coverage: the CI is the whole range.
         return (0, n.saturating_sub(1));
     }
     let b = Binomial::new(0.5, n as u64).expect("p in [0,1]");

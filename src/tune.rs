@@ -80,6 +80,12 @@ impl Default for Options {
 /// revisited once after the sweep with a few samples, and a close call sampled until its
 /// intervals are within a fifth of the effect (see [`crate::measure::Sampled::done`]). The
 /// statistical rule itself is unchanged.
+///
+/// A cell whose fastest of 4 first samples is over twice its rival's upper bound stops
+/// there ([`measure::Hopeless`]): in profiles/hardware/h200/2026-12-05-speed2's profiles and
+/// the presets' exhaustive ones no cell the rule chose (nor a fallback or NCCL reference) had
+/// its lower bound above that rival's upper bound, while loopback's copy-engine cells are 6.9
+/// to 760 times it.
 pub fn fast_harness() -> Harness {
     Harness {
         race_margin: Some(decide::MIN_EFFECT),
@@ -87,6 +93,10 @@ pub fn fast_harness() -> Harness {
         revisit: true,
         revisit_samples: 5,
         settle_ci: Some(decide::MIN_EFFECT / 5.0),
+        hopeless: Some(measure::Hopeless {
+            first_samples: 4,
+            factor: 2.0,
+        }),
         ..Harness::default()
     }
 }

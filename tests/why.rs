@@ -534,3 +534,33 @@ fn why_says_when_a_pins_channel_count_was_not_measured() {
     let (_, out, _) = run(&["why", &file, "--tp", "2", "--bytes", "1000", "--json"]);
     assert!(json(&out)["channels_unmeasured"].is_string(), "{out}");
 }
+
+#[test]
+fn a_cell_stopped_after_a_few_samples_says_its_interval_is_their_range() {
+    let d = tempfile::tempdir().unwrap();
+    let mut p = sample::profile();
+    let b = &mut p.groups[0].buckets[1];
+    let (slow, _) = b
+        .results
+        .iter()
+        .max_by(|x, y| x.1.median_us.total_cmp(&y.1.median_us))
+        .map(|(k, t)| (*k, *t))
+        .unwrap();
+    let bytes = b.bytes.to_string();
+    let file = write(d.path(), "full.json", &p);
+    let (_, out, _) = run(&["why", &file, "--tp", "2", "--bytes", &bytes]);
+    assert!(!out.contains("the range of"), "{out}");
+    p.groups[0].buckets[1]
+        .results
+        .get_mut(&slow)
+        .unwrap()
+        .samples = 4;
+    let file = write(d.path(), "hopeless.json", &p);
+    let (code, out, err) = run(&["why", &file, "--tp", "2", "--bytes", &bytes]);
+    assert_eq!(code, 0, "{err}");
+    let row = out.lines().find(|l| l.starts_with(slow.id())).unwrap();
+    assert!(
+        row.contains("(interval: the range of 4 samples; stopped as far slower)"),
+        "{out}"
+    );
+}

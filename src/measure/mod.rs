@@ -68,6 +68,23 @@ pub struct Harness {
     /// effect of each other, which costs at most twice this. `None` samples a close call
     /// until the intervals settle it or a cap is hit.
     pub settle_ci: Option<f64>,
+    /// A short first round after which a cell out of the running stops ([`Hopeless`]); `None`
+    /// takes every cell to the minimum.
+    pub hopeless: Option<Hopeless>,
+}
+
+/// A cell so much slower than a rival that no number of samples could bring it into any
+/// comparison the steering rule makes: it stops after its first round, is not revisited and
+/// never enters a close call, so it costs a few calls instead of the minimum and a revisit.
+/// Its median stays, as what forcing it would cost.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Hopeless {
+    /// Samples in every cell's first round (at most the minimum; the rest follow in a
+    /// second round, so a cell still in the running takes the minimum as before).
+    pub first_samples: u32,
+    /// A cell is out once its fastest sample is over this many times its rival's upper
+    /// bound, each widened by its model band where it has one.
+    pub factor: f64,
 }
 
 impl Default for Harness {
@@ -88,6 +105,7 @@ impl Default for Harness {
             revisit: false,
             revisit_samples: 10,
             settle_ci: None,
+            hopeless: None,
         }
     }
 }
@@ -488,17 +506,49 @@ fn disqualify(
     res.disqualified.insert(backend, reason);
 }
 
-/// The timing with the lowest upper bound among the backends still in the running other than
-/// `but`: the one a racing `but` must be able to beat.
-fn fastest(
+/// The cells at one size that another is measured against.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Rivals {
+    /// The lowest upper bound among the other backends still in the running: the one a
+    /// racing cell must be able to beat.
+    pub fastest: Option<Timing>,
+    /// The lowest upper bound, widened by its model band, among those of them that are in
+    /// every comparison the steering rule makes with this cell ([`alongside`]): the one a
+    /// [`Hopeless`] cell is out against.
+    pub everywhere: Option<Timing>,
+}
+
+/// The rivals of `but` among the timings at one size.
+fn rivals(
     cell: &BTreeMap<Backend, Timing>,
     disqualified: &BTreeMap<Backend, String>,
     but: Backend,
-) -> Option<Timing> {
-    cell.iter()
-        .filter(|(b, _)| **b != but && !disqualified.contains_key(b))
-        .map(|(_, t)| *t)
-        .min_by(|a, b| a.ci_high_us.total_cmp(&b.ci_high_us))
+) -> Rivals {
+    let mut out = Rivals::default();
+    let widened = |t: &Timing| t.ci_high_us * t.model.map_or(1.0, |m| m.high);
+    let below = |t: &Timing, than: Option<Timing>, by: &dyn Fn(&Timing) -> f64| {
+        than.is_none_or(|o| by(t) < by(&o))
+    };
+    for (b, t) in cell {
+        if *b == but || disqualified.contains_key(b) {
+            continue;
+        }
+        if below(t, out.fastest, &|t| t.ci_high_us) {
+            out.fastest = Some(*t);
+        }
+        if alongside(but, *b) && below(t, out.everywhere, &widened) {
+            out.everywhere = Some(*t);
+        }
+    }
+    out
+}
+
+/// Whether `other` is in every set of backends the steering rule compares `b` within: all of
+/// them; NCCL's variants among themselves (which of them is the reference kernels must beat);
+/// the backends engines have (the fallback where the choice is one they lack). A cell far
+/// slower than such a rival loses in each set, whatever the others measure.
+fn alongside(b: Backend, other: Backend) -> bool {
+    (b.is_custom() || !other.is_custom()) && (!b.engines_have() || other.engines_have())
 }
 
 /// A seed per cell so each backend sees fresh data, reproducibly.

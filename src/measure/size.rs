@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::cell::{timing, Sampled, Stage};
-use super::{cell_seed, check_interrupt, disqualify, fastest, timed, Plan, Progress};
+use super::{cell_seed, check_interrupt, disqualify, rivals, timed, Plan, Progress, Rivals};
 use crate::allreduce::{Backend, Mode};
 use crate::fabric::{Fabric, FabricError, Verification};
 use crate::plan::CloseCalls;
@@ -77,23 +77,26 @@ impl<'a> At<'a> {
         }
         while !active.is_empty() {
             let sampled = self.round(active, None, res, progress, faults)?;
-            let done: Vec<bool> = sampled
+            // Per cell: done, and out of the running (then no contender keeps it sampling).
+            let done: Vec<(bool, bool)> = sampled
                 .iter()
                 .map(|(b, s, summary)| {
-                    s.done(summary, h, self.rival(res, *b).as_ref(), Stage::Sweep)
+                    let rivals = self.rivals(res, *b);
+                    let out = s.hopeless(h, &rivals);
+                    (s.done(summary, h, &rivals, Stage::Sweep), out)
                 })
                 .collect();
             let sampling: Vec<&Summary> = sampled
                 .iter()
                 .zip(&done)
-                .filter(|(_, d)| !**d)
+                .filter(|(_, (d, _))| !*d)
                 .map(|((_, _, summary), _)| summary)
                 .collect();
             let stays: Vec<bool> = sampled
                 .iter()
                 .zip(&done)
-                .map(|((_, s, summary), &d)| {
-                    !d || (s.room(h) && sampling.iter().any(|o| contenders(summary, o, h)))
+                .map(|((_, s, summary), &(d, out))| {
+                    !d || (!out && s.room(h) && sampling.iter().any(|o| contenders(summary, o, h)))
                 })
                 .collect();
             let mut next = Vec::with_capacity(sampled.len());
@@ -163,7 +166,7 @@ impl<'a> At<'a> {
                 continue;
             }
             let summary = s.summary();
-            if let Ok(t) = timing(backend, &summary) {
+            if let Ok(t) = s.timing(backend, &summary) {
                 self.store(res, backend, t);
             }
             out.push((backend, s, summary));
@@ -190,20 +193,22 @@ impl<'a> At<'a> {
                 return Ok(Err(format!("wrong result at {bytes} bytes: {reason}")));
             }
         }
+        // Times grow with the size: the median at the next size below is a hint.
+        let below = res.cells.get(&self.mode).and_then(|m| {
+            let mut smaller = m.range(..bytes).rev();
+            smaller
+                .find_map(|(_, c)| c.get(&backend))
+                .map(|t| t.median_us)
+        });
         let fabric = &mut *self.fabric;
         let h = &self.plan.harness;
         timed(&mut res.phases.timing_s, || {
-            Sampled::start(fabric, backend, bytes, self.mode, h)
+            Sampled::start(fabric, backend, bytes, self.mode, h, below)
         })
         .map(Ok)
     }
 
     fn store(&mut self, res: &mut GroupResults, backend: Backend, t: Timing) {
-        // A simulated time carries the model's error band; the rule widens its interval by it.
-        let t = Timing {
-            model: self.fabric.model_band(backend, self.bytes).map(Into::into),
-            ..t
-        };
         res.cells
             .entry(self.mode)
             .or_default()
@@ -212,14 +217,16 @@ impl<'a> At<'a> {
             .insert(backend, t);
     }
 
-    /// The fastest other cell at this size so far: the one a racing cell must be able to beat.
-    fn rival(&self, res: &GroupResults, backend: Backend) -> Option<Timing> {
-        let cell = res.cells.get(&self.mode)?.get(&self.bytes)?;
-        fastest(cell, &res.disqualified, backend)
+    /// The cells at this size so far that `backend` is measured against.
+    fn rivals(&self, res: &GroupResults, backend: Backend) -> Rivals {
+        let cell = res.cells.get(&self.mode).and_then(|m| m.get(&self.bytes));
+        cell.map_or_else(Rivals::default, |c| rivals(c, &res.disqualified, backend))
     }
 
     /// One more, short round ([`super::Harness::revisit_samples`]) for every cell measured
-    /// here that has room under the caps.
+    /// here that has room under the caps and is in the running. A [`Sampled::hopeless`] one
+    /// is left as it is: its drift cannot matter, since only a move by more than the hopeless
+    /// factor could bring it into a comparison, and no verdict or re-check reads it there.
     pub fn revisit(
         &mut self,
         res: &mut GroupResults,
@@ -231,6 +238,7 @@ impl<'a> At<'a> {
         let first: Vec<(Backend, usize, Summary)> = raw
             .iter()
             .filter(|((b, n), s)| *n == bytes && !res.disqualified.contains_key(b) && s.room(h))
+            .filter(|((b, _), s)| !s.hopeless(h, &self.rivals(res, *b)))
             .map(|((b, _), s)| (*b, s.samples.len(), s.summary()))
             .collect();
         let backends: Vec<Backend> = first.iter().map(|(b, _, _)| *b).collect();
@@ -293,7 +301,8 @@ impl<'a> At<'a> {
     }
 
     /// While the choice hangs on a close call, each side gets another round of samples, in
-    /// turn, until it is settled or each side is [`Sampled::done`] as a close call.
+    /// turn, until it is settled or each side is [`Sampled::done`] as a close call. A
+    /// [`Sampled::hopeless`] cell is in no close call the rule could resolve its way.
     pub fn settle(
         &mut self,
         close_calls: CloseCalls,
@@ -315,8 +324,11 @@ impl<'a> At<'a> {
             let open: Vec<Backend> = close_calls(&eligible)
                 .into_iter()
                 .filter(|b| {
-                    raw.get(&(*b, bytes))
-                        .is_some_and(|s| !s.done(&s.summary(), h, None, Stage::CloseCall))
+                    raw.get(&(*b, bytes)).is_some_and(|s| {
+                        let rivals = self.rivals(res, *b);
+                        !s.hopeless(h, &rivals)
+                            && !s.done(&s.summary(), h, &rivals, Stage::CloseCall)
+                    })
                 })
                 .collect();
             if open.is_empty() {

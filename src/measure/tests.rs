@@ -4,8 +4,8 @@ use crate::fabric::sim::SimFabric;
 use crate::fabric::{FabricInfo, ProbeSample, Verification};
 use crate::topology::Topology;
 
-/// One sample, µs, of a backend: the script a test machine follows.
-type Script = Box<dyn FnMut(Backend) -> f64>;
+/// One sample, µs, of a backend at a size: the script a test machine follows.
+type Script = Box<dyn FnMut(Backend, u64) -> f64>;
 
 /// The simulated machine with its timings replaced by a script (or kept, with `None`); its
 /// contention probes never run, as on a group without working P2P.
@@ -36,7 +36,7 @@ impl Fabric for Scripted {
         samples: u32,
     ) -> Result<Vec<f64>, FabricError> {
         match &mut self.script {
-            Some(f) => Ok((0..samples).map(|_| f(b)).collect()),
+            Some(f) => Ok((0..samples).map(|_| f(b, n)).collect()),
             None => self.inner.time(b, n, m, batch, samples),
         }
     }
@@ -71,7 +71,7 @@ fn uniform() -> impl FnMut() -> f64 {
 /// Each backend at `base(b)` µs with a uniform spread of `spread(b)` (a fraction of it).
 fn spread(base: fn(Backend) -> f64, spread: fn(Backend) -> f64) -> Script {
     let mut u = uniform();
-    Box::new(move |b| base(b) * (1.0 + spread(b) * (u() - 0.5)))
+    Box::new(move |b, _| base(b) * (1.0 + spread(b) * (u() - 0.5)))
 }
 
 /// GPUs 0 and 1 at 4 KiB: `backends` in `mode`, no refinement.
@@ -208,7 +208,7 @@ fn a_finished_cell_keeps_sampling_beside_a_contender_that_is_not() {
 /// 16..26 of the whole run): a launch rate that shifts under the measurement.
 fn phased() -> Scripted {
     let mut draws = 0u64;
-    machine(Some(Box::new(move |_| {
+    machine(Some(Box::new(move |_, _| {
         draws += 1;
         let slow = (16..26).contains(&(draws - 1));
         let jitter = 1.0 + 0.001 * (draws % 7) as f64;
@@ -239,7 +239,7 @@ fn a_revisit_after_the_sweep_sees_a_backend_drift() {
     // launch path that speeds up mid-tune. The kernel takes 8 us throughout.
     let choice = |revisit| {
         let mut nccl_calls = 0;
-        let mut f = machine(Some(Box::new(move |b| {
+        let mut f = machine(Some(Box::new(move |b, _| {
             if b != Backend::Nccl {
                 return 8.0;
             }
@@ -421,4 +421,191 @@ fn a_clearly_slower_cell_stops_at_its_minimum_and_its_revisit_is_short() {
     let mut f = machine(Some(spread(slow, wide)));
     let t = cell(&mut f, &plan(&PAIR, Mode::Graph, h))[&Backend::OneStagePull];
     assert_eq!(t.samples, h.min_samples + h.revisit_samples, "{t:?}");
+}
+
+/// NCCL at 10 us and the kernel at `ratio` times it, both within ±1%, sampled as a tune
+/// samples (`revisit` as given), no close calls.
+fn slower_by(ratio: f64, revisit: bool) -> BTreeMap<Backend, Timing> {
+    let base = move |b| {
+        if b == Backend::Nccl {
+            10.0
+        } else {
+            10.0 * ratio
+        }
+    };
+    let mut u = uniform();
+    let script: Script = Box::new(move |b, _| base(b) * (1.0 + 0.02 * (u() - 0.5)));
+    let h = Harness {
+        revisit,
+        ..crate::tune::fast_harness()
+    };
+    let mut p = plan(&PAIR, Mode::Graph, h);
+    p.close_calls = None;
+    cell(&mut machine(Some(script)), &p)
+}
+
+#[test]
+fn a_hopeless_cell_stops_after_its_short_first_round() {
+    let first = crate::tune::fast_harness().hopeless.unwrap().first_samples;
+    let t = slower_by(100.0, false)[&Backend::OneStagePull];
+    assert_eq!(t.samples + t.outliers, first, "{t:?}");
+    // Its median is still recorded, as what forcing it would cost.
+    assert!((t.median_us / 1000.0 - 1.0).abs() < 0.02, "{t:?}");
+}
+
+#[test]
+fn a_cell_within_the_hopeless_factor_still_takes_the_minimum() {
+    let min = crate::tune::fast_harness().min_samples;
+    let t = slower_by(1.8, false)[&Backend::OneStagePull];
+    assert_eq!(t.samples + t.outliers, min, "{t:?}");
+}
+
+#[test]
+fn a_hopeless_cell_is_not_revisited() {
+    let h = crate::tune::fast_harness();
+    let first = h.hopeless.unwrap().first_samples;
+    let c = slower_by(100.0, true);
+    let (slow, nccl) = (&c[&Backend::OneStagePull], &c[&Backend::Nccl]);
+    assert_eq!(slow.samples + slow.outliers, first, "{c:?}");
+    // NCCL, in the running, took the minimum and its revisit.
+    assert_eq!(
+        nccl.samples + nccl.outliers,
+        h.min_samples + h.revisit_samples,
+        "{c:?}"
+    );
+}
+
+/// Per size, the rule's choice and every cell's sample count, tuned with `hopeless` on a
+/// pair where NCCL serves large messages, and below them a kernel 7.5% faster than another
+/// that uses less memory: within ±6% noise, a close call only its settling resolves. The
+/// copy-engine backend is a hundred times the slowest of them.
+fn tuned_with(
+    hopeless: Option<super::Hopeless>,
+) -> (BTreeMap<u64, Backend>, BTreeMap<Backend, u32>) {
+    let sizes: Vec<u64> = (12..=22).map(|k| 1u64 << k).collect();
+    let base = |b: Backend, n: u64| {
+        let kib = n as f64 / 1024.0;
+        let nccl = 12.0 + kib / 40.0;
+        let pull = 5.0 + kib / 12.0;
+        let push = pull / 1.075;
+        match b {
+            Backend::Nccl => nccl,
+            Backend::OneStagePull => pull,
+            Backend::OneStagePush => push,
+            _ => 100.0 * nccl.max(pull),
+        }
+    };
+    let mut u = uniform();
+    let script: Script = Box::new(move |b, n| base(b, n) * (1.0 + 0.12 * (u() - 0.5)));
+    let backends = [
+        Backend::Nccl,
+        Backend::OneStagePull,
+        Backend::OneStagePush,
+        Backend::TwoStageCopy,
+    ];
+    let h = Harness {
+        hopeless,
+        ..crate::tune::fast_harness()
+    };
+    let mut p = plan(&backends, Mode::Graph, h);
+    p.sizes = sizes;
+    let (groups, faults) = run(&mut machine(Some(script)), &p, &mut |_| {}).unwrap();
+    assert!(faults.is_empty(), "{faults:?}");
+    let cells = &groups[0].cells[&Mode::Graph];
+    let ranks = crate::allreduce::Ranks::flat(2);
+    let choices = cells
+        .iter()
+        .map(|(n, c)| (*n, decide::rule_choice(c, ranks, *n).unwrap()))
+        .collect();
+    let mut samples = BTreeMap::new();
+    for c in cells.values() {
+        for (b, t) in c {
+            *samples.entry(*b).or_insert(0) += t.samples + t.outliers;
+        }
+    }
+    (choices, samples)
+}
+
+#[test]
+fn choices_stay_where_one_backend_is_a_hundred_times_slower() {
+    let (with, took) = tuned_with(crate::tune::fast_harness().hopeless);
+    let (without, full) = tuned_with(None);
+    assert_eq!(with, without);
+    // Each size's choice is one the script makes: the kernels below NCCL's crossover.
+    assert!(with.values().any(|b| *b == Backend::Nccl), "{with:?}");
+    assert!(with.values().any(|b| *b != Backend::Nccl), "{with:?}");
+    // The copy-engine cells stopped after their first round at every size.
+    let first = crate::tune::fast_harness().hopeless.unwrap().first_samples;
+    assert_eq!(
+        took[&Backend::TwoStageCopy],
+        first * with.len() as u32,
+        "{took:?}"
+    );
+    assert!(
+        full[&Backend::TwoStageCopy] > 3 * took[&Backend::TwoStageCopy],
+        "{full:?}"
+    );
+}
+
+#[test]
+fn nccls_variants_are_out_only_against_each_other() {
+    // A kernel five times faster than NCCL, and a pin 10% faster than NCCL's own choice:
+    // which NCCL variant is the reference still needs both NCCL cells to the minimum.
+    let base = |b| match b {
+        Backend::Nccl => 50.0,
+        Backend::NcclRingLl => 45.0,
+        Backend::OneStagePull => 10.0,
+        _ => 1000.0,
+    };
+    let backends = [
+        Backend::Nccl,
+        Backend::NcclRingLl,
+        Backend::OneStagePull,
+        Backend::TwoStageCopy,
+    ];
+    let mut p = plan(&backends, Mode::Graph, crate::tune::fast_harness());
+    p.close_calls = None;
+    let c = cell(&mut machine(Some(spread(base, |_| 0.02))), &p);
+    let h = crate::tune::fast_harness();
+    let taken = |b: Backend| c[&b].samples + c[&b].outliers;
+    assert!(taken(Backend::Nccl) >= h.min_samples, "{c:?}");
+    assert!(taken(Backend::NcclRingLl) >= h.min_samples, "{c:?}");
+    assert_eq!(decide::nccl_choice(&c), Some(Backend::NcclRingLl), "{c:?}");
+    // The copy-engine backend, a kernel like the fast one, is out against it.
+    assert_eq!(
+        taken(Backend::TwoStageCopy),
+        h.hopeless.unwrap().first_samples
+    );
+}
+
+#[test]
+fn a_warm_up_is_one_call_where_a_smaller_size_took_longer_than_the_batch_target() {
+    // Calls of each backend the machine sees: warm-up and samples alike.
+    let calls = std::rc::Rc::new(std::cell::RefCell::new(BTreeMap::<Backend, u32>::new()));
+    let seen = calls.clone();
+    let script: Script = Box::new(move |b, _| {
+        *seen.borrow_mut().entry(b).or_insert(0) += 1;
+        if b == Backend::Nccl {
+            10.0
+        } else {
+            1000.0
+        }
+    });
+    let h = Harness {
+        revisit: false,
+        ..crate::tune::fast_harness()
+    };
+    assert!(h.batch_target_us < 1000.0 && h.warmup_samples > 1);
+    let mut p = plan(&PAIR, Mode::Graph, h);
+    p.sizes = vec![4096, 8192];
+    let (groups, _) = run(&mut machine(Some(script)), &p, &mut |_| {}).unwrap();
+    let sizes = groups[0].cells[&Mode::Graph].len() as u32;
+    let calls = calls.borrow();
+    let first = h.hopeless.unwrap().first_samples;
+    // The whole warm-up at the first size, one call at each larger one.
+    let slow = h.warmup_samples + first + (sizes - 1) * (1 + first);
+    assert_eq!(calls[&Backend::OneStagePull], slow, "{calls:?}");
+    // Calls under the target take the whole warm-up, to size their batch.
+    let fast = sizes * (h.warmup_samples + h.min_samples);
+    assert_eq!(calls[&Backend::Nccl], fast, "{calls:?}");
 }

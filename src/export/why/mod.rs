@@ -36,6 +36,10 @@ pub struct Row {
     /// Excluded at this size (memory budget), with the reason.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waived: Option<String>,
+    /// Its samples, where too few for a 95% interval (a cell the tune stopped early as far
+    /// slower): its interval is then their range.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub range_of: Option<u32>,
 }
 
 /// What one engine runs here, and its time where artune measured it.
@@ -183,6 +187,7 @@ pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
             vs_chosen: t.median_us / chosen_us - 1.0,
             extra_bytes: extra_memory(*k, g.ranks(), b.bytes),
             waived: b.waived.get(k).cloned(),
+            range_of: ((t.samples as usize) < crate::stats::MIN_FOR_95).then_some(t.samples),
         })
         .collect();
     rows.sort_by(|x, y| x.median_us.total_cmp(&y.median_us));

@@ -107,6 +107,9 @@ pub fn render(w: &Why) -> String {
                 .as_ref()
                 .map_or(String::new(), |why| format!("  (excluded: {why})"))
                 + &band
+                + &r.range_of.map_or(String::new(), |n| {
+                    format!("  (interval: the range of {n} samples; stopped as far slower)")
+                })
         ));
     }
     for (k, why) in &w.not_measured {
