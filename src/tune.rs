@@ -96,6 +96,7 @@ pub fn fast_harness() -> Harness {
         hopeless: Some(measure::Hopeless {
             first_samples: 4,
             factor: 2.0,
+            agree: 1.5,
         }),
         ..Harness::default()
     }

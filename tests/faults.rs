@@ -202,9 +202,17 @@ fn random_slowness_is_set_aside_as_outliers_and_choices_stay_sane() {
     for (key, k) in &b {
         let Some(c) = a.get(key) else { continue };
         compared += 1;
-        // Medians are those of the fault-free run, within the noise.
+        // Medians are those of the fault-free run, within the noise; but a cell stopped as
+        // far slower after its short first round has too few samples to set a spike aside
+        // (all four spiked: 0.2^4 of such cells): it may only be reported slower, never
+        // faster, and is never chosen.
         for (backend, t) in &k.results {
             if let Some(u) = c.results.get(backend) {
+                if t.samples + t.outliers < artune::measure::Harness::default().min_samples {
+                    assert!(t.median_us > 0.95 * u.median_us, "{key:?} {backend}: {t:?}");
+                    assert_ne!(*backend, k.choice, "{key:?}: a hopeless cell chosen");
+                    continue;
+                }
                 let dev = (t.median_us / u.median_us - 1.0).abs();
                 assert!(
                     dev < 0.05,

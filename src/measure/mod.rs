@@ -85,6 +85,10 @@ pub struct Hopeless {
     /// A cell is out once its fastest sample is over this many times its rival's upper
     /// bound, each widened by its model band where it has one.
     pub factor: f64,
+    /// ... and its median within this many times that fastest sample: the median is what it
+    /// reports, and a few samples' median can be a run of spikes (two of four samples 20x
+    /// slower made one 10x too slow in `tests/faults.rs`); such a cell samples on.
+    pub agree: f64,
 }
 
 impl Default for Harness {

@@ -453,6 +453,35 @@ fn a_hopeless_cell_stops_after_its_short_first_round() {
     assert!((t.median_us / 1000.0 - 1.0).abs() < 0.02, "{t:?}");
 }
 
+/// Two of its first four samples spiked: their median is not what forcing it would cost, so
+/// the cell samples on to the minimum, where outliers can be set aside.
+#[test]
+fn a_hopeless_cell_whose_samples_disagree_samples_on() {
+    let h = crate::tune::fast_harness();
+    let mut calls = 0u32;
+    let script: Script = Box::new(move |b, _| {
+        if b == Backend::Nccl {
+            return 10.0;
+        }
+        calls += 1;
+        match calls % 2 {
+            0 => 20_000.0,
+            _ => 1000.0,
+        }
+    });
+    let mut p = plan(
+        &PAIR,
+        Mode::Graph,
+        Harness {
+            revisit: false,
+            ..h.clone()
+        },
+    );
+    p.close_calls = None;
+    let t = cell(&mut machine(Some(script)), &p)[&Backend::OneStagePull];
+    assert!(t.samples + t.outliers >= h.min_samples, "{t:?}");
+}
+
 #[test]
 fn a_cell_within_the_hopeless_factor_still_takes_the_minimum() {
     let min = crate::tune::fast_harness().min_samples;
