@@ -474,7 +474,7 @@ fn a_hopeless_cell_whose_samples_disagree_samples_on() {
         Mode::Graph,
         Harness {
             revisit: false,
-            ..h.clone()
+            ..h
         },
     );
     p.close_calls = None;
