@@ -148,13 +148,6 @@ impl Sampled {
         let (Some(x), Some(r)) = (h.hopeless, rivals.everywhere) else {
             return false;
         };
-        let floor = self
-            .samples
-            .iter()
-            .copied()
-            .filter(|t| t.is_finite())
-            .fold(f64::INFINITY, f64::min);
-        let bound = r.ci_high_us * r.model.map_or(1.0, |m| m.high);
         let mut finite: Vec<f64> = self
             .samples
             .iter()
@@ -162,10 +155,12 @@ impl Sampled {
             .filter(|t| t.is_finite())
             .collect();
         finite.sort_by(f64::total_cmp);
+        let Some(&floor) = finite.first() else {
+            return false;
+        };
         self.samples.len() >= x.first_samples as usize
-            && floor.is_finite()
-            && floor * self.model.map_or(1.0, |m| m.low) > x.factor * bound
-            && crate::stats::median_sorted(&finite) <= x.agree * floor
+            && floor * self.model.map_or(1.0, |m| m.low) > x.factor * super::widened_high(&r)
+            && stats::median_sorted(&finite) <= x.agree * floor
     }
 }
 

@@ -529,7 +529,6 @@ fn rivals(
     but: Backend,
 ) -> Rivals {
     let mut out = Rivals::default();
-    let widened = |t: &Timing| t.ci_high_us * t.model.map_or(1.0, |m| m.high);
     let below = |t: &Timing, than: Option<Timing>, by: &dyn Fn(&Timing) -> f64| {
         than.is_none_or(|o| by(t) < by(&o))
     };
@@ -540,11 +539,17 @@ fn rivals(
         if below(t, out.fastest, &|t| t.ci_high_us) {
             out.fastest = Some(*t);
         }
-        if alongside(but, *b) && below(t, out.everywhere, &widened) {
+        if alongside(but, *b) && below(t, out.everywhere, &widened_high) {
             out.everywhere = Some(*t);
         }
     }
     out
+}
+
+/// The upper end of `t`'s interval widened by its model band, whichever backend it is
+/// compared with: the safe side for calling another cell hopeless against it.
+fn widened_high(t: &Timing) -> f64 {
+    t.ci_high_us * t.model.map_or(1.0, |m| m.high)
 }
 
 /// Whether `other` is in every set of backends the steering rule compares `b` within: all of
