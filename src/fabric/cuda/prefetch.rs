@@ -86,11 +86,17 @@ pub fn exit(code: i32) -> ! {
         .iter()
         .any(|h| !h.is_finished());
     if running {
-        use std::io::Write;
-        let _ = std::io::stdout().flush();
-        let _ = std::io::stderr().flush();
-        // SAFETY: `_exit` ends the process at once; no Rust code runs after it.
-        unsafe { libc::_exit(code) }
+        exit_now(code)
     }
     std::process::exit(code)
+}
+
+/// Ends the process with `code` now, its output flushed, without the C exit handlers (the
+/// libraries' teardown); the kernel still releases its GPU context before it can be reaped.
+pub fn exit_now(code: i32) -> ! {
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    // SAFETY: `_exit` ends the process at once; no Rust code runs after it.
+    unsafe { libc::_exit(code) }
 }

@@ -18,6 +18,13 @@ use crate::fabric::{DeviceError, FabricError};
 /// (its context torn down by the kernel instead), to compare what each exit takes.
 pub const ENV_WORKER_EXIT: &str = "ARTUNE_WORKER_EXIT";
 
+/// The launcher an NCCL request needs: the group's, once connected.
+fn connected(launcher: &mut Option<Launcher>) -> Result<&mut Launcher, FabricError> {
+    launcher
+        .as_mut()
+        .ok_or_else(|| FabricError::BadRequest("connect before NCCL".into()))
+}
+
 /// A request handed to the wrong handler: a bug in the dispatch above it.
 fn not_for(req: &Req, kind: &str) -> FabricError {
     FabricError::BadRequest(format!("{req:?} is not a {kind} request"))
@@ -217,11 +224,7 @@ impl WorkerState {
                 rank,
                 nranks,
             } => {
-                let gpu = &self.gpu;
-                let l = self
-                    .launcher
-                    .as_mut()
-                    .ok_or_else(|| FabricError::BadRequest("connect before NCCL".into()))?;
+                let (gpu, l) = (&self.gpu, connected(&mut self.launcher)?);
                 Resp::Memory(l.nccl_init(gpu, backend, &id, rank, nranks)?)
             }
             Req::NcclReuse {
@@ -229,11 +232,7 @@ impl WorkerState {
                 rank,
                 nranks,
             } => {
-                let gpu = &self.gpu;
-                let l = self
-                    .launcher
-                    .as_mut()
-                    .ok_or_else(|| FabricError::BadRequest("connect before NCCL".into()))?;
+                let (gpu, l) = (&self.gpu, connected(&mut self.launcher)?);
                 let kept = self.kept.take(backend, rank, nranks).ok_or_else(|| {
                     FabricError::BadRequest(format!(
                         "no NCCL rank {rank} of {nranks} for {backend} is kept on this worker"
@@ -461,12 +460,7 @@ pub fn serve(ordinal: usize, cpus: Option<&str>) -> i32 {
     drop(engine);
     took("its input ended; its GPU released", t);
     if std::env::var(ENV_WORKER_EXIT).is_ok_and(|v| v == "quick") {
-        use std::io::Write;
-        let _ = std::io::stdout().flush();
-        let _ = std::io::stderr().flush();
-        // SAFETY: ends this process now, without the C exit handlers; the kernel releases its
-        // GPU context with its device files before the process can be reaped.
-        unsafe { libc::_exit(0) };
+        super::prefetch::exit_now(0);
     }
     0
 }
