@@ -28,7 +28,9 @@
 # - gpu.txt: the GPU tests of the reused communicator and of the check's start and teardown;
 #   after.txt: no worker process left, nothing on the GPU.
 set -u
-R=$PWD; C=${C:-$R/.carry/h46n}; A=$C/artune; END=${END:-300}
+R=$PWD; C=${C:-$R/.carry/h46n}; END=${END:-300}
+# Absolute: the steps run from /tmp.
+C=$(cd "$C" && pwd) || exit 1; A=$C/artune
 S=$(date +%s); W=/tmp/speed3; rm -rf $W; mkdir -p $W; export ARTUNE_CACHE_DIR=/tmp/speed3-cache
 rm -rf $ARTUNE_CACHE_DIR
 P=$R/profiles/hardware/h200
@@ -50,7 +52,7 @@ step() { n=$1; t=$2; shift 2; left=$((S + END - 5 - $(date +%s)))
   $A --version; cat $C/commit.txt 2>/dev/null; ls -l /lib/x86_64-linux-gnu/libnccl.so*
   ls -l /usr/bin/time; } > $W/env.txt 2>&1
 pack
-cd /tmp
+cd /tmp || exit 1
 step first 45 $A -v tune --loopback 8 --out $W/first.json
 step warm 45 $A -v tune --loopback 8 --out $W/warm.json
 step check-v 20 $A -v check $W/warm.json --measure --loopback 8
