@@ -20,6 +20,8 @@
 #   teardowns on the one GPU run side by side (times alike) or queue (evenly spaced);
 # - quick-v.txt, quick1-4.txt: the same check with workers ended by _exit (testing only,
 #   ARTUNE_WORKER_EXIT=quick): whether the CUDA driver's exit handler is what the exit costs;
+# - check-slow3.txt, check-nccl-env.txt: the catches, each "exit 3" (the profile's most chosen
+#   kernel 3x slower through ARTUNE_CUDA_FAULTS; NCCL_PROTO=Simple set);
 # - compare-ex.txt: the first tune against ../2026-12-05-speed/exhaustive.json (an older
 #   tree's exhaustive TP8, as speed2 compared); compare-ex3.txt / compare-warm-ex3.txt: the
 #   first and warm tunes against exhaustive3.json, an exhaustive TP8 tune made here with what
@@ -63,17 +65,24 @@ ARTUNE_WORKER_EXIT=quick step quick-v 20 $A -v check $W/warm.json --measure --lo
 for i in 1 2 3 4; do
   ARTUNE_WORKER_EXIT=quick step quick$i 20 $A check $W/warm.json --measure --loopback 8
 done
+# The same catches (issue 46): the kernel the warm profile chooses most, made 3x slower, and a
+# changed NCCL variable: each check must exit 3 (stale).
+K=$(python3 -c "import json,collections;p=json.load(open('$W/warm.json'));c=collections.Counter(b['choice'] for g in p['groups'] for b in g['buckets'] if not b['choice'].startswith('nccl'));print(c.most_common(1)[0][0] if c else '')" 2>/dev/null)
+echo "slowed: ${K:-none chosen}" >> $W/env.txt
+[ -n "$K" ] && step check-slow3 20 env ARTUNE_CUDA_FAULTS=slow=$K:3 $A check $W/warm.json --measure --loopback 8
+step check-nccl-env 20 env NCCL_PROTO=Simple $A check $W/warm.json --measure --loopback 8
 { echo "check: exit status and wall (real) of each of check1-20.txt, then quick1-4.txt"
   for n in $(seq -f 'check%g' 1 20) quick1 quick2 quick3 quick4; do
     printf '%-8s %s  %s\n' $n "$(grep '^exit' $W/$n.txt)" "$(grep -m1 '^real' $W/$n.txt)"
   done
   echo "exit 0 in $(grep -l '^exit 0$' $W/check[0-9]*.txt | wc -l) of 20 checks"
   grep -h 'workers exited in' $W/check-v.txt $W/quick-v.txt | sed 's/.*INFO[^:]*: //'
+  for n in check-slow3 check-nccl-env; do [ -f $W/$n.txt ] && echo "$n (must exit 3): $(grep '^exit' $W/$n.txt)"; done
   for n in first warm; do echo "$n: $(grep -m1 '^real' $W/$n.txt)"; done; } > $W/summary.txt 2>&1
 pack
 [ -f $P/2026-12-05-speed2/warm.json ] && step compare-speed2 10 $A compare $P/2026-12-05-speed2/warm.json $W/warm.json
 [ -f $P/2026-12-05-speed/exhaustive.json ] && step compare-ex 10 $A compare $W/first.json $P/2026-12-05-speed/exhaustive.json
-export ARTUNE_BIN=$A; step gpu 60 $C/gpu --test-threads 1 --nocapture gpu_the_next_group_reuses \
+export ARTUNE_BIN=$A; step gpu 90 $C/gpu --test-threads 1 --nocapture gpu_the_next_group_reuses \
   gpu_a_check_destroys_no_nccl gpu_a_check_starts gpu_workers_are_processes_sharing
 { pgrep -fa '__worker' || echo "no artune worker process"
   nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv; } > $W/after.txt 2>&1
