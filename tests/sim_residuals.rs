@@ -1673,6 +1673,22 @@ fn a_kernels_fixed_cost_splits_into_prologue_and_first_touch() {
                 4 * KB,
                 4.0,
             ),
+            (
+                "R5 8 GPUs, 3 switches, pull",
+                Source::R5,
+                r5_box(),
+                ALL8.to_vec(),
+                256,
+                7.5,
+            ),
+            (
+                "R5 8 GPUs, 3 switches, pull",
+                Source::R5,
+                r5_box(),
+                ALL8.to_vec(),
+                KB,
+                7.5,
+            ),
         ]
     };
     println!(
