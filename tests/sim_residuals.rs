@@ -41,6 +41,17 @@ const R1_ONE_SHOT: [(u64, f64); 9] = [
     (512 * KB, 128.0),
 ];
 
+/// R5's table, µs by message size: the one-shot and NCCL (rtx6kpro hardware/pcie-bandwidth.md,
+/// "Custom Allreduce vs NCCL (Small Messages)").
+const R5_FIGURES: [(u64, f64, f64); 6] = [
+    (256, 7.5, 24.6),
+    (KB, 7.5, 24.1),
+    (8 * KB, 9.2, 24.2),
+    (32 * KB, 16.5, 24.5),
+    (64 * KB, 25.9, 24.1),
+    (256 * KB, 73.6, 28.0),
+];
+
 struct Row {
     source: Source,
     figure: String,
@@ -170,6 +181,27 @@ fn r1_box() -> Topology {
 /// The four GPUs of R1's crossover (TP 4): GPUs 0-3 of [`r1_box`], under one root switch.
 fn r1_tree() -> Topology {
     r1_box()
+}
+
+/// R5's box as the wiki describes it (rtx6kpro hardware/gpu-configs.md, "luke -- PCIe Switch
+/// Setup (8x MaxQ)"): one AMD Threadripper Pro socket, three c-payne Microchip Switchtec
+/// PM50100, "2 leaf switches (partitioned, 2x x16 uplinks each), 1 root switch": four leaf
+/// partitions of two GPUs, each on its own x16 uplink to one root switch on one root port;
+/// every link Gen5 x16. Its hop latencies are not published; it takes those R1's page
+/// measured on the same c-payne parts ([`r1_box`]). Every pair is PIX or PXB, so NCCL's default
+/// level runs every hop P2P.
+fn r5_box() -> Topology {
+    let mut t = r1_box();
+    t.switches.retain(|s| s.id != "root1");
+    for s in &mut t.switches {
+        if s.id.starts_with("leaf") {
+            s.parent = "root0".into();
+        }
+    }
+    t.root_complexes.truncate(1);
+    t.pairs.clear();
+    t.normalize().unwrap();
+    t
 }
 
 fn busbw(bytes: u64, us: f64, n: usize) -> f64 {
@@ -710,6 +742,23 @@ fn rows(cal: &Calibration) -> Vec<Row> {
         let figure = format!("R3 island two-shot, 16 GPUs, {bytes} B, us");
         push(Source::R3, figure, us, t, band, part);
     }
+    // R5 (rtx6kpro hardware/pcie-bandwidth.md, "Custom Allreduce vs NCCL (Small Messages)";
+    // benchmarks/results.md, "luke's switches, 8 GPUs"): p2pmark --allreduce's table (its
+    // format and its first size, 256 B; p2pmark 610db15, a day before the wiki's first
+    // commit): the pull one-shot of 3c39f36 replayed in CUDA graphs, fp16, and NCCL launched
+    // eagerly (one thread, a group of eight calls per iteration, 2000 in a row), on all eight
+    // GPUs of [`r5_box`]. NCCL's environment is not stated. The one published kernel timing
+    // of 7 peers per GPU through a switch: 48 flows through the root switch.
+    let mut r5 = prepared(r5_box(), &ALL8, None, cal);
+    for (bytes, one, nccl) in R5_FIGURES {
+        let pull = [Backend::OneStagePull];
+        let (t, band, part) = timing(&mut r5, &pull, bytes, Mode::Graph, km);
+        let figure = format!("R5 one-shot, 8 GPUs, {bytes} B, us");
+        push(Source::R5, figure, one, t, band, part);
+        let (t, band, part) = timing(&mut r5, &own, bytes, Mode::Eager, BandPart::NcclProtocol);
+        let figure = format!("R5 NCCL, 8 GPUs, {bytes} B, us");
+        push(Source::R5, figure, nccl, t, band, part);
+    }
     // R4 (haohervchb/sglang-V100#2, "Measured inside a CUDA graph"): a one-shot push on 4
     // V100 SXM2 behind one PLX switch, fp16; artune's one-stage push as it runs (its LL form
     // to 32 KiB per rank).
@@ -768,7 +817,12 @@ fn v100_plx() -> Topology {
 fn in_sample() -> Vec<Row> {
     rows(&Calibration::fitted())
         .into_iter()
-        .filter(|r| !matches!(r.source, Source::R1 | Source::R2 | Source::R3 | Source::R4))
+        .filter(|r| {
+            !matches!(
+                r.source,
+                Source::R1 | Source::R2 | Source::R3 | Source::R4 | Source::R5
+            )
+        })
         .collect()
 }
 
@@ -1005,6 +1059,25 @@ fn unreached(cal: &Calibration) -> Vec<Row> {
             part: Some(BandPart::RootComplex),
         });
     }
+    // R5's box, copy engines (the same pages, p2pmark's dense interconnect score: all eight
+    // GPUs reading all peers with 64 MB cudaMemcpyPeerAsync): 191.8 GB/s, where the model,
+    // its 48 cross-leaf flows through one root switch on C1's curve scaled to that switch's
+    // five ports, forwards less. R1's box of the same c-payne parts, its root switch in two
+    // partitions on two root ports, moves 196 and is priced 0.98x (`rows`); the wiki does not
+    // say R5's root switch is partitioned. Kernel bytes weigh at their issuing GPU's port, so
+    // R5's one-shot is priced the same either way (docs/MODEL-ERROR.md, R5).
+    let mut r5 = prepared(r5_box(), &ALL8, Some(Level::Sys), cal);
+    out.push(Row {
+        source: Source::R5,
+        figure: "R5's box 8 GPUs reading all peers, total GB/s".into(),
+        published: 191.8,
+        simulated: r5
+            .probe(Direction::Read, 7, 64 * MB)
+            .unwrap()
+            .aggregate_gbps,
+        band: rc(),
+        part: Some(BandPart::RootComplex),
+    });
     // nccl-tests on all eight GPUs of R2's box (optimization/nccl-tuning.md, the tuner
     // plugin's baseline, NCCL 2.28.3): 40.4 GB/s busbw at 16 MB needs at least four
     // channels where NCCL's search across AMD sockets (AMD_BW) finds one, run as two.
@@ -1192,11 +1265,31 @@ fn half_width(f: &mut SimFabric, b: Backend, bytes: u64, what: &str) -> Option<f
     Some(half)
 }
 
+/// R5's one-shot sets how far the kernel factor is known to hold at the flows its box puts
+/// through one switch: 48 through the root switch (8 GPUs pulling from 7 peers, 6 of them in
+/// other leaf partitions). Fitted with R5 its band adds nothing past the make's own width;
+/// fitted without it (R3's reach, 24), it extrapolates from 24 to those 48.
+#[test]
+fn r5_sets_the_kernel_reach_at_its_root_switchs_flows() {
+    use artune::fabric::sim::net::Net;
+    let k = BandPart::KernelMicrochip;
+    let width = |cal: &Calibration| Net::build_with(&r5_box(), cal).parts(&ALL8)[&k];
+    let fitted = Calibration::fitted();
+    assert_eq!(fitted.kernel_flows_reach, 48);
+    assert_eq!(width(&fitted), k.half_width());
+    let without = Calibration::without(&[Source::R5]);
+    assert!((width(&without) - k.width(48, without.kernel_flows_reach)).abs() < 1e-12);
+    assert!(width(&without) > k.width(47, without.kernel_flows_reach));
+}
+
 /// Island schedules price each phase's flows alone, so their band is their phases': on the
 /// story's box (two Microchip switches of four, 8 GPUs) a switch carries 12 flows inside an
 /// island and 8 across, within C5's 12, and on R3's 16 GPUs in four islands 24 across,
-/// within the reach R3 sets; both within 2x at every size, where the flat kernels' all-to-all
-/// (44 and 108 flows per switch) still extrapolates past it.
+/// within the kernel factor's reach (R5's 48; R3's own 24 without R5); both within 2x at
+/// every size. The flat kernels' all-to-all puts
+/// 44 flows through each switch of the first, within R5's 48 (its own band within 2x:
+/// `custom_bands_on_calibrated_switch_makes_are_within_2x`), and 108 through each of the
+/// second, which still extrapolates past it.
 #[test]
 fn island_schedule_bands_on_calibrated_switch_makes_are_within_2x() {
     let fitted = Calibration::fitted();
@@ -1228,6 +1321,7 @@ fn island_schedule_bands_on_calibrated_switch_makes_are_within_2x() {
         (sixteen, 16, "four Microchip switches, TP16"),
     ];
     for (t, n, what) in boxes {
+        let past_reach = n == 16;
         let gpus: Vec<usize> = (0..n).collect();
         let islands = Group {
             islands: artune::plan::islands(&t, &gpus),
@@ -1245,8 +1339,9 @@ fn island_schedule_bands_on_calibrated_switch_makes_are_within_2x() {
             flat = flat.max(band.high.ln());
             fast = fast.max(-band.low.ln());
         }
-        assert!(
+        assert_eq!(
             flat > 0.7,
+            past_reach,
             "{what}: the flat all-to-all's band, ln {flat:.2}"
         );
         // A further loss past the reach can only slow the bytes: the fast end keeps the
@@ -1259,9 +1354,10 @@ fn island_schedule_bands_on_calibrated_switch_makes_are_within_2x() {
 }
 
 /// On a switch of a calibrated make (Microchip: C5; Broadcom: R2's 4 GPUs), a group whose
-/// kernels put no more flows through a switch than C5 measured gets a custom-kernel band no
-/// wider than 2x (half-width ln 2 ≈ 0.693, and at most 0.7) at every size, fixed costs or
-/// bytes: a simulated profile can advise a kernel that wins by 2x.
+/// kernels put no more flows through a switch than the factor is known to (C5's 12, and on
+/// Microchip R5's 48) gets a custom-kernel band no wider than 2x (half-width ln 2 ≈ 0.693,
+/// and at most 0.7) at every size, fixed costs or bytes: a simulated profile can advise a
+/// kernel that wins by 2x. The story's box at TP8 is one: 44 flows through each switch.
 #[test]
 fn custom_bands_on_calibrated_switch_makes_are_within_2x() {
     let fitted = Calibration::fitted();
@@ -1280,11 +1376,16 @@ fn custom_bands_on_calibrated_switch_makes_are_within_2x() {
         c.knee_flows = Some(8);
         c.slope = Some(0.03);
     }
-    let boxes: [(Topology, &[usize], &str); 4] = [
+    let boxes: [(Topology, &[usize], &str); 5] = [
         (
             get("pcie-4x-1switch").unwrap(),
             &[0, 1, 2, 3],
             "Microchip, one switch",
+        ),
+        (
+            get("pcie-8x-2switch").unwrap(),
+            &ALL8,
+            "Microchip, two switches, TP8",
         ),
         (
             get("pcie-8x-2switch").unwrap(),
@@ -1571,6 +1672,22 @@ fn a_kernels_fixed_cost_splits_into_prologue_and_first_touch() {
                 four,
                 4 * KB,
                 4.0,
+            ),
+            (
+                "R5 8 GPUs, 3 switches, pull",
+                Source::R5,
+                r5_box(),
+                ALL8.to_vec(),
+                256,
+                7.5,
+            ),
+            (
+                "R5 8 GPUs, 3 switches, pull",
+                Source::R5,
+                r5_box(),
+                ALL8.to_vec(),
+                KB,
+                7.5,
             ),
         ]
     };

@@ -4,10 +4,10 @@
 //! no other source informs a constant, the fit without its source falls back to what the model
 //! would assume with no data at all, said per field.
 
-/// A calibration source whose figures fit a constant: C1-C9 are shared/calibration's; R1-R3
+/// A calibration source whose figures fit a constant: C1-C9 are shared/calibration's; R1-R5
 /// are published sources found beside them (cited where their figures are used), which fit
 /// no rate of the model (R1 stands in for C5 and C2 only in a fit that leaves them out; R3
-/// sets how far C5's kernel factor is known to hold, `kernel_flows_reach`).
+/// and R5 set how far C5's kernel factor is known to hold, `kernel_flows_reach`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Source {
     C1,
@@ -24,16 +24,23 @@ pub enum Source {
     /// local-inference-lab/b12x#139: NCCL's all-reduce and an island reduce-scatter (artune's
     /// island two-shot, pulling in every phase) on 16 RTX PRO 6000 in four four-GPU islands
     /// under Microchip switches, each on its own root complex of one socket: the one kernel
-    /// timing past C5's 12 flows per switch. Fits `kernel_flows_reach` only.
+    /// timing past C5's 12 flows per switch beside R5's. Fits `kernel_flows_reach` in a fit
+    /// without R5, which reaches further; nothing beside it.
     R3,
     /// haohervchb/sglang-V100#2: a one-shot push in CUDA graphs on 4 V100 behind one PLX
     /// (Broadcom) Gen3 switch, 4 KB to 384 KB. Fits nothing: the one published push of the
     /// LL form's shape (no barrier behind its writes at 4 µs) on a box the model describes.
     R4,
+    /// rtx6kpro hardware/pcie-bandwidth.md, "Custom Allreduce vs NCCL" (benchmarks/results.md:
+    /// "luke's switches, 8 GPUs"): a one-shot pull (p2pmark --allreduce's output) and NCCL on
+    /// 8 RTX PRO 6000 Max-Q under three Microchip switches, two partitioned leaves under one
+    /// root switch (hardware/gpu-configs.md): 48 kernel flows through the root switch, 7 peers
+    /// per GPU. Fits `kernel_flows_reach` only.
+    R5,
 }
 
 impl Source {
-    pub const ALL: [Source; 8] = [
+    pub const ALL: [Source; 9] = [
         Source::C1,
         Source::C2,
         Source::C5,
@@ -42,6 +49,7 @@ impl Source {
         Source::R2,
         Source::R3,
         Source::R4,
+        Source::R5,
     ];
 
     pub fn id(self) -> &'static str {
@@ -54,6 +62,7 @@ impl Source {
             Source::R2 => "R2",
             Source::R3 => "R3",
             Source::R4 => "R4",
+            Source::R5 => "R5",
         }
     }
 }
@@ -117,11 +126,12 @@ pub struct Calibration {
     /// from C2's 56 flows pulling 184.6 GB/s through two socket fabrics of the same curve.
     pub forwarding_peak_gbps: f64,
     /// How many distinct kernel flows through one switch the concurrency factor is known to,
-    /// flat past C5's 12 (the band extrapolates past it: `band::BandPart::width`). R3's island
-    /// reduce-scatter puts 24 through each switch in its crossing phase and, with the factor
-    /// flat, comes out 1.12-1.24x slow where bytes are most of its time: the loss C5's slope
-    /// would add from 12 to 24 flows (x0.76) would make it 1.5-1.6x, the wrong way. Without
-    /// R3, C5's 12.
+    /// flat past C5's 12 (the band extrapolates past it: `band::BandPart::width`). R5's
+    /// one-shot on 8 GPUs puts 48 through its root switch (7 peers per GPU, 6 across it) and,
+    /// with the factor flat, the model is 1.17-1.49x slow from 32 KB to 256 KB: the loss C5's
+    /// slope would add from 24 to 48 flows (x0.76) would make it slower still, the wrong way.
+    /// Without R5, R3's 24: its island reduce-scatter puts 24 through each switch and comes
+    /// out 1.12-1.24x slow the same way. With neither, C5's 12.
     pub kernel_flows_reach: usize,
 }
 
@@ -162,7 +172,9 @@ impl Calibration {
             } else {
                 0.0
             },
-            kernel_flows_reach: if has(Source::R3) {
+            kernel_flows_reach: if has(Source::R5) {
+                48
+            } else if has(Source::R3) {
                 24
             } else {
                 C5.flows as usize
@@ -193,8 +205,11 @@ mod tests {
         assert!((R1.load_concurrent - 13.23).abs() < 0.01);
         assert_eq!(Calibration::without(&[Source::R1]), all);
         assert_eq!(Calibration::without(&[Source::R4]), all);
-        assert_eq!(all.kernel_flows_reach, 24);
-        assert_eq!(Calibration::without(&[Source::R3]).kernel_flows_reach, 12);
+        assert_eq!(all.kernel_flows_reach, 48);
+        assert_eq!(Calibration::without(&[Source::R5]).kernel_flows_reach, 24);
+        assert_eq!(Calibration::without(&[Source::R3]), all);
+        let no_reach = Calibration::without(&[Source::R3, Source::R5]);
+        assert_eq!(no_reach.kernel_flows_reach, 12);
         assert_eq!(Calibration::without(&[Source::C5, Source::R1]).kernel, None);
         assert_eq!(no5.nccl_channel_gbps, all.nccl_channel_gbps);
         let no6 = Calibration::without(&[Source::C6]);
