@@ -361,6 +361,17 @@ fn a_hundred_healthy_nodes_print_a_short_report_led_by_the_outlier() {
         out.contains("choices differ on n6") && !out.contains("choices differ on n5"),
         "{out}"
     );
+    // The example names its group's GPUs, so that `artune why` can be asked about it.
+    let g = &base["groups"][0];
+    let gpus: Vec<String> = (g["gpus"].as_array().unwrap().iter())
+        .map(|x| x.to_string())
+        .collect();
+    let named = format!("TP{} on GPUs {} at ", g["tp"], gpus.join(","));
+    assert!(
+        out.lines()
+            .any(|l| l.contains("choices differ on n6") && l.contains(&named)),
+        "{named}: {out}"
+    );
     assert!(
         out.contains("1 node chose otherwise only within their own intervals"),
         "{out}"

@@ -219,7 +219,7 @@ fn choice_diffs(
     let mut out = Vec::new();
     for (e, entry) in data.entries.iter().enumerate() {
         let (mut ties, mut edges) = (0, 0);
-        let mut differ: Vec<(usize, u64, Backend, Backend)> = Vec::new();
+        let mut differ: Vec<(usize, u64, Backend, Backend, Vec<usize>)> = Vec::new();
         for (&(cell, b), &tied) in entry.choices.iter().zip(&entry.ties) {
             let Some(cc) = class_choice.get(&cell).copied().filter(|cc| *cc != b) else {
                 continue;
@@ -230,7 +230,7 @@ fn choice_diffs(
             } else if at_edge(cell, b) {
                 edges += 1;
             } else {
-                differ.push((c.tp, c.bytes, b, cc));
+                differ.push((c.tp, c.bytes, b, cc, c.gpus.clone()));
             }
         }
         if !differ.is_empty() || ties > 0 || edges > 0 {

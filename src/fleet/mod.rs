@@ -54,8 +54,9 @@ pub struct ChoiceDiff {
     /// one size from the class's).
     pub edges: usize,
     pub of: usize,
-    /// A few of them: (TP, bytes, the node's choice, the class's).
-    pub examples: Vec<(usize, u64, Backend, Backend)>,
+    /// A few of them: (TP, bytes, the node's choice, the class's, the group's GPUs), so that
+    /// `artune why` can be asked about the same group.
+    pub examples: Vec<(usize, u64, Backend, Backend, Vec<usize>)>,
 }
 
 #[derive(Debug, Clone, Serialize)]

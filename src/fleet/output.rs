@@ -114,7 +114,14 @@ fn class_text(o: &mut String, c: &ClassReport, profile: Option<&String>) {
         let ex: Vec<String> = d
             .examples
             .iter()
-            .map(|(tp, b, mine, class)| format!("TP{tp} {}: {mine} (class {class})", fmt_bytes(*b)))
+            .map(|(tp, b, mine, class, gpus)| {
+                let gpus: Vec<String> = gpus.iter().map(usize::to_string).collect();
+                format!(
+                    "TP{tp} on GPUs {} at {}: {mine} (class {class})",
+                    gpus.join(","),
+                    fmt_bytes(*b)
+                )
+            })
             .collect();
         let _ = writeln!(
             o,
