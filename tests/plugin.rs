@@ -98,6 +98,9 @@ fn plugin(
         "ARTUNE_MODE",
         "ARTUNE_ALLOW_SIMULATED",
         "ARTUNE_ALLOW_INVALID",
+        "HARNESS_FORCE",
+        "NCCL_ALGO",
+        "NCCL_PROTO",
     ] {
         cmd.env_remove(k);
     }
@@ -146,6 +149,33 @@ fn lowers_the_measured_fastest_entry_in_every_version() {
         ),
         "TP4 eager",
     );
+}
+
+/// The measurement hook through the library as NCCL loads it: `artune_tuner_force` makes
+/// every tuner version lower exactly the forced entry and set its channel count, ahead of the
+/// profile and with no profile at all; cleared, each version does what the profile alone does.
+#[test]
+fn the_measurement_override_wins_in_every_version_until_cleared() {
+    let (_d, path) = profile(false);
+    let p = path.to_str().unwrap();
+    let forced = |r: &Option<(bool, String, String)>| {
+        let Some((_, out, _)) = r else { return };
+        for v in ["v3", "v4", "v5", "v6", "v7"] {
+            assert!(out.contains(&format!("ok forced {v}")), "{out}");
+        }
+    };
+    // 1000 bytes at TP2: the profile pins ring LL [1][0]; forced: tree LL128 [0][1], 6 channels.
+    let r = plugin(
+        &[("ARTUNE_PROFILE", p), FOLLOW, ("HARNESS_FORCE", "0,1,6")],
+        2,
+        1000,
+        "1,0",
+    );
+    forced(&r);
+    assert_ok(r, "artune: following");
+    let r = plugin(&[("HARNESS_FORCE", "1,2,0")], 2, 1000, "untouched");
+    forced(&r);
+    assert_ok(r, "ARTUNE_PROFILE is not set");
 }
 
 #[test]
