@@ -313,6 +313,7 @@ impl Ranked {
             max_ctas: shared_max_ctas(self.k),
             channels: Vec::new(),
             pin: backend.nccl_pin(),
+            variants: Vec::new(),
             env: profiler_env(&self.exe, dir.path()),
             limit: LIMIT,
         };

@@ -128,6 +128,7 @@ pub fn at_channels(
         max_ctas: room,
         channels: counts.iter().map(|&c| forced(c)).collect(),
         pin,
+        variants: Vec::new(),
         env: profiler_env(exe, dir.path()),
         limit: LIMIT * counts.len() as u32,
     };
