@@ -166,10 +166,16 @@ fn forced(c: u32) -> Option<i32> {
     (c > 0).then_some(c as i32)
 }
 
+/// The libartune.so that belongs with the artune binary `exe` (beside it, or where an
+/// installation puts it).
+pub fn library_of(exe: &Path) -> Option<std::path::PathBuf> {
+    crate::plugin::library::beside(exe.parent()?)
+}
+
 /// libartune.so as NCCL's profiler, writing its summaries into `dir`, where it lies beside
 /// the binary; nothing where it does not (the channels are then the ones asked for).
 pub fn profiler_env(exe: &Path, dir: &Path) -> Vec<(String, std::ffi::OsString)> {
-    crate::plugin::library::beside(exe)
+    library_of(exe)
         .map(|lib| {
             vec![
                 ("NCCL_PROFILER_PLUGIN".into(), lib.into()),
@@ -249,6 +255,21 @@ mod tests {
         assert_eq!(iters(&[0, 0]), SHARED_ITERS);
         assert_eq!(iters(&[0, 1]), ITERS);
         const { assert!(SHARED_ITERS < ITERS) };
+    }
+
+    /// The profiler is the library beside the binary itself (not inside a folder named
+    /// like it), and nothing is set where there is none.
+    #[test]
+    fn the_profiler_is_the_library_beside_the_binary() {
+        let d = tempfile::tempdir().unwrap();
+        let exe = d.path().join("artune");
+        std::fs::write(&exe, b"").unwrap();
+        assert!(profiler_env(&exe, d.path()).is_empty());
+        std::fs::write(d.path().join("libartune.so"), b"").unwrap();
+        let env = profiler_env(&exe, d.path());
+        let lib = d.path().join("libartune.so").canonicalize().unwrap();
+        assert_eq!(env[0], ("NCCL_PROFILER_PLUGIN".into(), lib.into()));
+        assert_eq!(env[1], (AUDIT_DIR.into(), d.path().into()));
     }
 
     #[test]
