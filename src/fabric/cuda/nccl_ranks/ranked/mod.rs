@@ -1,16 +1,20 @@
 //! NCCL in a loopback tune timed with K ranks (issue 48): where the loaded NCCL can put the K
 //! virtual ranks on the one GPU ([`super::path`]), NCCL's own choice and every algorithm x
-//! protocol pin run as K rank processes sharing GPU 0, one start of them per variant timing
-//! every size, with the channels that ran read back from rank 0's profiler summary. These are
-//! one GPU's times (under MPS or by time slices), never multi-GPU evidence: [`note`] says
-//! which.
+//! protocol pin run as K rank processes sharing GPU 0, with the channels that ran read back
+//! from rank 0's profiler summary. Where libartune.so lies beside the binary (NCCL's tuner and
+//! profiler), one start per mode runs every variant, switched per call through the tuner
+//! ([`super::switch`]); a variant whose read-back shows NCCL ran something else is not timed
+//! from it, and starts ranks of its own pinned through `NCCL_ALGO`/`NCCL_PROTO`, as every
+//! variant does without the library. These are one GPU's times (under MPS or by time slices),
+//! never multi-GPU evidence: [`note`] says which.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::switch::{self, ReadBack};
 use super::timing::{profiler_env, ran_channels};
-use super::{path, run_with, Launch, RankPath, RanksError};
+use super::{path, run_with, Launch, RankPath, RanksError, Timed};
 use crate::allreduce::{Backend, Mode};
 use crate::fabric::{FabricError, Verification};
 
@@ -98,10 +102,21 @@ pub struct Ranked {
     mode_hint: Mode,
     /// NCCL's unique ids (the ranks' bootstrap); tests give their own.
     ids: fn() -> Result<String, String>,
+    /// The NCCL variants the tune times here: a mode's switched start runs them all.
+    variants: Vec<Backend>,
+    /// libartune.so beside the binary, NCCL's tuner and profiler in a switched start; None:
+    /// every variant starts ranks of its own.
+    tuner: Option<PathBuf>,
+    /// Variants NCCL did not run under the tuner's switch, and what the read-back said.
+    unfollowed: BTreeMap<Backend, String>,
+    /// Why switched starts stopped: one failed, so each variant starts its own (a wrong sum
+    /// is then the variant's own).
+    no_switch: Option<String>,
 }
 
 impl Ranked {
-    pub fn new(exe: PathBuf, k: usize, grid: Vec<u64>) -> Ranked {
+    /// The ranks of a group of `k` over the tune's `grid`, timing the NCCL `variants`.
+    pub fn new(exe: PathBuf, k: usize, grid: Vec<u64>, variants: Vec<Backend>) -> Ranked {
         let coarse: Vec<u64> = grid.into_iter().map(even).collect();
         let align = crate::plan::alignment(k, crate::allreduce::Dtype::Bf16);
         let fine = match (coarse.first(), coarse.last()) {
@@ -109,7 +124,6 @@ impl Ranked {
             _ => Vec::new(),
         };
         Ranked {
-            exe,
             k,
             grid: fine.into_iter().map(even).collect(),
             coarse,
@@ -121,6 +135,11 @@ impl Ranked {
             stand_in: None,
             mode_hint: Mode::Eager,
             ids: crate::fabric::cuda::nccl::unique_id,
+            tuner: super::timing::library_of(&exe),
+            exe,
+            variants,
+            unfollowed: BTreeMap::new(),
+            no_switch: None,
         }
     }
 
@@ -138,12 +157,8 @@ impl Ranked {
         let fail = |reason: String| FabricError::Backend { backend, reason };
         while self.left(backend, mode, b) < n {
             let had = self.left(backend, mode, b);
-            let first = !self.started.contains(&(backend, mode));
-            let (sizes, samples) = match first {
-                true => (from(&self.grid, b), self.first_samples().max(n)),
-                false => (vec![b], self.more_samples(n)),
-            };
-            self.start(backend, mode, &sizes, samples)
+            let first_n = self.first_samples().max(n);
+            self.start_for(backend, mode, b, n, first_n)
                 .map_err(|e| fail(format!("{} ranks on GPU 0: {e}", self.k)))?;
             if self.left(backend, mode, b) == had {
                 return Err(fail(format!("rank 0 wrote no time for {b} bytes")));
@@ -158,7 +173,7 @@ impl Ranked {
     /// here. It leaves the variant's timing start to come (its first over the fine grid).
     pub fn prime(&mut self, backend: Backend, mode: Mode) -> Result<(), FabricError> {
         let (coarse, had) = (self.coarse.clone(), self.started.contains(&(backend, mode)));
-        let primed = self.start(backend, mode, &coarse, PROBE);
+        let primed = self.start(&Run::Pinned(backend), mode, &coarse, PROBE);
         if !had {
             self.started.remove(&(backend, mode));
         }
@@ -174,12 +189,8 @@ impl Ranked {
     pub fn verify(&mut self, backend: Backend, bytes: u64) -> Result<Verification, FabricError> {
         let (b, mode) = (even(bytes), self.mode_hint);
         if !self.checked.contains(&(backend, b)) {
-            let first = !self.started.contains(&(backend, mode));
-            let (sizes, samples) = match first {
-                true => (from(&self.grid, b), self.first_samples()),
-                false => (vec![b], self.more_samples(1)),
-            };
-            match self.start(backend, mode, &sizes, samples) {
+            let first_n = self.first_samples();
+            match self.start_for(backend, mode, b, 1, first_n) {
                 Ok(()) => {}
                 Err(e @ RanksError::WrongSum { .. }) => {
                     return Ok(Verification::Wrong {
@@ -243,35 +254,91 @@ impl Ranked {
         ))
     }
 
-    /// One start of the K ranks for `backend` (NCCL's own where it pins nothing): `samples`
-    /// per size of `sizes` in `mode`, each size's sum checked first. Where graph mode fails
-    /// and the same start host-launched runs, its samples stand in for graph mode from then
-    /// on ([`Ranked::stand_in_note`]); a wrong sum is never stood in for.
-    fn start(
+    /// The variants NCCL did not run under the tuner's switch, each with what was read back.
+    pub fn unfollowed(&self) -> &BTreeMap<Backend, String> {
+        &self.unfollowed
+    }
+
+    /// Whether `backend` is timed from the tuner's switch.
+    fn switches(&self, backend: Backend) -> bool {
+        self.tuner.is_some()
+            && self.no_switch.is_none()
+            && self.variants.contains(&backend)
+            && !self.unfollowed.contains_key(&backend)
+    }
+
+    /// Starts the ranks for `n` more samples of `backend` at `b` in `mode`: its first start in
+    /// the mode times the grid from `b` with `first_n` samples (where the tuner switches, the
+    /// mode's one start for every variant), a further one `b` alone. Where the switch fails or
+    /// NCCL did not follow it for `backend`, the variant's own start pinned through the
+    /// environment serves it.
+    fn start_for(
         &mut self,
         backend: Backend,
+        mode: Mode,
+        b: u64,
+        n: usize,
+        first_n: usize,
+    ) -> Result<(), RanksError> {
+        let first = !self.started.contains(&(backend, mode));
+        let (sizes, samples) = match first {
+            true => (from(&self.grid, b), first_n),
+            false => (vec![b], self.more_samples(n)),
+        };
+        if self.switches(backend) {
+            // A variant's first start in a mode is every variant's: the others are started
+            // by it too, so this is the mode's one switched start.
+            let run = match first {
+                true => {
+                    let all = self.variants.iter().copied();
+                    Run::Switched(all.filter(|v| !self.unfollowed.contains_key(v)).collect())
+                }
+                false => Run::Switched(vec![backend]),
+            };
+            match self.start(&run, mode, &sizes, samples) {
+                Ok(()) if !self.unfollowed.contains_key(&backend) => return Ok(()),
+                Ok(()) => {}
+                Err(e) => {
+                    tracing::warn!(
+                        "{} NCCL ranks switching variants through the tuner failed ({e}); each \
+                         variant starts ranks of its own",
+                        self.k
+                    );
+                    self.no_switch = Some(e.to_string());
+                }
+            }
+        }
+        self.start(&Run::Pinned(backend), mode, &sizes, samples)
+    }
+
+    /// One start of the K ranks for `run`: `samples` per size of `sizes` in `mode`, each
+    /// size's sum checked first. Where graph mode fails and the same start host-launched runs,
+    /// its samples stand in for graph mode from then on ([`Ranked::stand_in_note`]); a wrong
+    /// sum is never stood in for.
+    fn start(
+        &mut self,
+        run: &Run,
         mode: Mode,
         sizes: &[u64],
         samples: usize,
     ) -> Result<(), RanksError> {
         let graph = mode == Mode::Graph && self.stand_in.is_none();
         let clock = std::time::Instant::now();
-        let times = match self.launch(backend, sizes, samples, graph) {
+        let times = match self.launch(run, sizes, samples, graph) {
             Err(e) if graph && !matches!(e, RanksError::WrongSum { .. }) => {
-                let t = self.launch(backend, sizes, samples, false)?;
+                let t = self.launch(run, sizes, samples, false)?;
                 self.stand_in = Some((e.to_string(), false));
                 t
             }
             t => t?,
         };
-        self.started.insert((backend, mode));
         let mut all: Vec<f64> = times.timed.iter().flat_map(|t| t.samples.clone()).collect();
         all.sort_by(f64::total_cmp);
         if !all.is_empty() {
             self.call_us = Some(crate::stats::median_sorted(&all));
         }
         tracing::info!(
-            "{} NCCL ranks on GPU 0, {backend} {}: {} sizes x {samples} samples in {:.2} s \
+            "{} NCCL ranks on GPU 0, {run}, {}: {} sizes x {samples} samples in {:.2} s \
              (median call {:.1} us)",
             self.k,
             mode.id(),
@@ -279,21 +346,62 @@ impl Ranked {
             clock.elapsed().as_secs_f64(),
             self.call_us.unwrap_or(f64::NAN)
         );
-        for (b, c) in times.ran {
-            self.ran.insert((backend, b), c);
-        }
-        for t in times.timed {
-            self.checked.insert((backend, t.bytes));
-            let pool = self.pool.entry((backend, mode, t.bytes)).or_default();
-            pool.extend(t.samples);
+        match run {
+            Run::Pinned(backend) => {
+                for (b, c) in times.ran {
+                    self.ran.insert((*backend, b), c);
+                }
+                self.keep(*backend, mode, times.timed.iter());
+            }
+            Run::Switched(variants) => {
+                for &v in variants {
+                    self.keep_followed(v, mode, &times);
+                }
+            }
         }
         Ok(())
     }
 
-    /// The K ranks run once: their times and the channels rank 0's profiler saw.
+    /// `backend`'s samples of `timed` into the pool, its sizes checked and started in `mode`.
+    fn keep<'a>(&mut self, backend: Backend, mode: Mode, timed: impl Iterator<Item = &'a Timed>) {
+        self.started.insert((backend, mode));
+        for t in timed {
+            self.checked.insert((backend, t.bytes));
+            let pool = self.pool.entry((backend, mode, t.bytes)).or_default();
+            pool.extend(t.samples.iter().copied());
+        }
+    }
+
+    /// Keeps variant `v`'s times of a switched start where rank 0's profiler saw NCCL run it
+    /// at every size under its override; else none of them, and says why once.
+    fn keep_followed(&mut self, v: Backend, mode: Mode, s: &Started) {
+        let mine: Vec<&Timed> = s.timed.iter().filter(|t| t.variant == Some(v)).collect();
+        let read: Result<Vec<u32>, String> = match mine.is_empty() {
+            true => Err("rank 0 wrote no time for it".to_string()),
+            false => mine.iter().map(|t| s.read.ran(v, t.bytes)).collect(),
+        };
+        match read {
+            Ok(channels) => {
+                for (t, c) in mine.iter().zip(channels) {
+                    self.ran.insert((v, t.bytes), c);
+                }
+                self.keep(v, mode, mine.into_iter());
+            }
+            Err(why) => {
+                tracing::warn!(
+                    "{} NCCL ranks: {v} is not timed from the tuner's switch ({why}); it starts \
+                     ranks of its own pinned through NCCL_ALGO/NCCL_PROTO",
+                    self.k
+                );
+                self.unfollowed.insert(v, why);
+            }
+        }
+    }
+
+    /// The K ranks run once: their times and what rank 0's profiler saw.
     fn launch(
         &self,
-        backend: Backend,
+        run: &Run,
         sizes: &[u64],
         samples: usize,
         graph: bool,
@@ -302,6 +410,14 @@ impl Ranked {
             path: std::env::temp_dir(),
             reason: e.to_string(),
         })?;
+        let mut env = profiler_env(&self.exe, dir.path());
+        let (pin, variants) = match run {
+            Run::Pinned(b) => (b.nccl_pin(), Vec::new()),
+            Run::Switched(v) => {
+                env.extend(self.tuner.iter().flat_map(|t| switch::env(t)));
+                (None, v.clone())
+            }
+        };
         let launch = Launch {
             exe: self.exe.clone(),
             dir: dir.path().to_path_buf(),
@@ -312,23 +428,45 @@ impl Ranked {
             graph,
             max_ctas: shared_max_ctas(self.k),
             channels: Vec::new(),
-            pin: backend.nccl_pin(),
-            variants: Vec::new(),
-            env: profiler_env(&self.exe, dir.path()),
-            limit: LIMIT,
+            pin,
+            limit: LIMIT * variants.len().max(1) as u32,
+            variants,
+            env,
         };
         let timed = run_with(&launch, self.ids)?;
         Ok(Started {
             timed,
             ran: ran_channels(dir.path()),
+            read: ReadBack::read(dir.path()),
         })
+    }
+}
+
+/// What one start of the ranks runs.
+#[derive(Debug, Clone, PartialEq)]
+enum Run {
+    /// One variant, pinned through the environment (NCCL's own where it pins nothing).
+    Pinned(Backend),
+    /// Several on one communicator, switched per call through the tuner and read back.
+    Switched(Vec<Backend>),
+}
+
+impl std::fmt::Display for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Run::Pinned(b) => write!(f, "{b}"),
+            Run::Switched(v) => write!(f, "{} variants switched by the tuner", v.len()),
+        }
     }
 }
 
 /// What one run of the ranks gave.
 struct Started {
-    timed: Vec<super::Timed>,
+    timed: Vec<Timed>,
+    /// Per size, the most channels rank 0's profiler saw (a pinned start's).
     ran: BTreeMap<u64, u32>,
+    /// What ran per override (a switched start's).
+    read: ReadBack,
 }
 
 /// A variant's first start in a mode, asked for `b`: `b` and the grid's sizes above it. The

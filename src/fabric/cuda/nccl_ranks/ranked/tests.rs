@@ -109,7 +109,7 @@ fn each_start_takes_the_samples_a_call_s_cost_allows() {
     let d = tempfile::tempdir().unwrap();
     // Sizes of 4-8 MB: the fake's calls take 4-8 ms.
     let exe = super::testing::fake_rank(d.path(), 0, 1);
-    let mut r = Ranked::new(exe, 2, vec![4 << 20, 8 << 20]);
+    let mut r = Ranked::new(exe, 2, vec![4 << 20, 8 << 20], Vec::new());
     r.ids = super::testing::fake_id;
     r.prime(Backend::Nccl, Mode::Eager).unwrap();
     // The prime's 5 samples are handed out first; a sixth starts the variant's timing.
@@ -203,10 +203,108 @@ fn graph_mode_falls_back_to_eager_samples_and_says_so_once() {
 
 #[test]
 fn own_channels_are_the_most_nccl_s_own_choice_ran() {
-    let mut r = Ranked::new("artune".into(), 2, vec![1024]);
+    let mut r = Ranked::new("artune".into(), 2, vec![1024], Vec::new());
     assert_eq!(r.own_channels(), None);
     r.ran.insert((Backend::Nccl, 1024), 2);
     r.ran.insert((Backend::Nccl, 1 << 20), 24);
     r.ran.insert((Backend::NcclRingSimple, 1 << 20), 32);
     assert_eq!(r.own_channels(), Some(24));
+}
+
+/// With libartune.so beside the binary, what a tune asks of a group (as the harness asks it,
+/// every variant at every size, refined sizes too, in both modes) starts the ranks once per
+/// mode after the prime, every variant switched by the tuner: 3 starts where the variants'
+/// own starts were 15.
+#[test]
+fn a_tune_starts_the_ranks_once_per_mode_whatever_the_variants() {
+    let d = tempfile::tempdir().unwrap();
+    let mut r = super::testing::switched(d.path(), 0, 1, "");
+    r.prime(Backend::Nccl, Mode::Eager).unwrap();
+    let variants = super::testing::variants();
+    for mode in [Mode::Eager, Mode::Graph] {
+        for bytes in [1024, 2048, 4096, 1536, 3072, 1280, 3584] {
+            for &b in &variants {
+                let v = r.verify(b, bytes).unwrap();
+                assert_eq!(v, Verification::Correct, "{b} {bytes}");
+                let t = r.time(b, bytes, mode, 13).unwrap();
+                // The prime's samples of NCCL's own choice come first.
+                let primed = usize::from(b == Backend::Nccl && mode == Mode::Eager) * 5;
+                let switched = match bytes {
+                    1024 | 4096 => &t[primed..],
+                    _ => &t[..],
+                };
+                assert!(switched.iter().all(|t| t.fract() == 0.75), "{b}: {t:?}");
+                assert_eq!(r.time(b, bytes, mode, 10).unwrap().len(), 10);
+            }
+        }
+    }
+    let s = starts(d.path());
+    assert_eq!(s.len(), 1 + 2, "{s:#?}");
+    let ids: Vec<&str> = variants.iter().map(|v| v.id()).collect();
+    let all = format!("--variants {} ", ids.join(","));
+    assert!(s[1..].iter().all(|s| s.contains(&all)), "{s:#?}");
+    assert!(s.iter().all(|s| !s.contains("NCCL_ALGO=")), "{s:#?}");
+    assert!(s[2].contains("--graph"), "{s:#?}");
+    assert_eq!(
+        r.own_channels(),
+        Some(2),
+        "read back from the switched start"
+    );
+    assert!(r.unfollowed().is_empty());
+}
+
+/// A variant whose read-back says NCCL ran something else under the tuner's switch is not
+/// timed from it: its samples come from ranks of its own pinned through NCCL_ALGO, the other
+/// variants' from the switch, and the next mode's switched start leaves it out.
+#[test]
+fn a_variant_nccl_did_not_follow_is_never_timed_as_the_pin() {
+    let d = tempfile::tempdir().unwrap();
+    let mut r = super::testing::switched(d.path(), 0, 1, "nccl_tree_ll");
+    let t = r.time(Backend::NcclTreeLl, 1024, Mode::Eager, 3).unwrap();
+    assert_eq!(
+        t,
+        [1.5, 2.5, 3.5],
+        "the pinned start's, not the switch's .75"
+    );
+    let t = r.time(Backend::NcclRingLl, 1024, Mode::Eager, 2).unwrap();
+    assert_eq!(t, [1.75, 2.75]);
+    let why = &r.unfollowed()[&Backend::NcclTreeLl];
+    assert_eq!(
+        why,
+        "NCCL ran RING/SIMPLE at 1024 bytes where the tuner forced TREE/LL"
+    );
+    let s = starts(d.path());
+    assert_eq!(s.len(), 2, "{s:#?}");
+    assert!(s[0].contains("--variants nccl,nccl_ring_ll,"), "{s:#?}");
+    assert!(
+        !s[1].contains("--variants") && s[1].contains("NCCL_ALGO=") && s[1].ends_with("Tree"),
+        "{s:#?}"
+    );
+    r.time(Backend::NcclRingLl, 1024, Mode::Graph, 1).unwrap();
+    let s = starts(d.path());
+    assert!(
+        s.len() == 3 && s[2].contains("--graph") && !s[2].contains("nccl_tree_ll,"),
+        "{s:#?}"
+    );
+}
+
+/// A switched start that fails (here a wrong sum) stops the switching: the variant asked for
+/// starts ranks of its own, so a wrong sum is named for the variant that made it.
+#[test]
+fn a_failed_switched_start_leaves_each_variant_its_own_start() {
+    let d = tempfile::tempdir().unwrap();
+    let mut r = super::testing::switched(d.path(), 2000, 1, "");
+    let b = Backend::NcclTreeSimple;
+    let Verification::Wrong { reason } = r.verify(b, 2000).unwrap() else {
+        panic!("a wrong sum is a wrong verification")
+    };
+    assert!(reason.contains("found a wrong sum"), "{reason}");
+    let s = starts(d.path());
+    assert_eq!(s.len(), 2, "{s:#?}");
+    assert!(
+        s[0].contains("--variants") && !s[1].contains("--variants"),
+        "{s:#?}"
+    );
+    r.time(Backend::NcclRingLl, 4096, Mode::Eager, 1).unwrap();
+    assert!(!starts(d.path())[2].contains("--variants"));
 }
