@@ -112,6 +112,8 @@ pub struct Ranked {
     /// Why switched starts stopped: one failed, so each variant starts its own (a wrong sum
     /// is then the variant's own).
     no_switch: Option<String>,
+    /// The K ranks started so far (a graph start retried host-launched counts twice).
+    starts: usize,
 }
 
 impl Ranked {
@@ -140,6 +142,7 @@ impl Ranked {
             variants,
             unfollowed: BTreeMap::new(),
             no_switch: None,
+            starts: 0,
         }
     }
 
@@ -259,6 +262,16 @@ impl Ranked {
         &self.unfollowed
     }
 
+    /// How many times the K ranks were started.
+    pub fn starts(&self) -> usize {
+        self.starts
+    }
+
+    /// The most channels rank 0's profiler saw `backend` run `bytes` with, once timed.
+    pub fn ran_channels(&self, backend: Backend, bytes: u64) -> Option<u32> {
+        self.ran.get(&(backend, even(bytes))).copied()
+    }
+
     /// Whether `backend` is timed from the tuner's switch.
     fn switches(&self, backend: Backend) -> bool {
         self.tuner.is_some()
@@ -324,8 +337,10 @@ impl Ranked {
     ) -> Result<(), RanksError> {
         let graph = mode == Mode::Graph && self.stand_in.is_none();
         let clock = std::time::Instant::now();
+        self.starts += 1;
         let times = match self.launch(run, sizes, samples, graph) {
             Err(e) if graph && !matches!(e, RanksError::WrongSum { .. }) => {
+                self.starts += 1;
                 let t = self.launch(run, sizes, samples, false)?;
                 self.stand_in = Some((e.to_string(), false));
                 t

@@ -240,6 +240,8 @@ fn a_tune_starts_the_ranks_once_per_mode_whatever_the_variants() {
     }
     let s = starts(d.path());
     assert_eq!(s.len(), 1 + 2, "{s:#?}");
+    assert_eq!(r.starts(), 3, "the count the GPU test and the log read");
+    assert_eq!(r.ran_channels(Backend::NcclTreeLl128, 3072), Some(2));
     let ids: Vec<&str> = variants.iter().map(|v| v.id()).collect();
     let all = format!("--variants {} ", ids.join(","));
     assert!(s[1..].iter().all(|s| s.contains(&all)), "{s:#?}");
