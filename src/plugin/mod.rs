@@ -13,7 +13,8 @@
 //!    panic) is logged through NCCL's logger and leaves NCCL's choice as it was;
 //!    every entry point returns ncclSuccess, because from NCCL 2.30 an error fails the collective.
 //!
-//! The symbols and struct layouts are in [`abi`].
+//! The symbols and struct layouts are in [`abi`]. [`force`] is a measurement hook ahead of the
+//! profile: artune's K-rank timings switch NCCL's variant per call with it.
 
 pub mod abi;
 pub mod audit;
