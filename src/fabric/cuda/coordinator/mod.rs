@@ -395,6 +395,9 @@ impl Fabric for CudaFabric {
             if let Some(note) = r.stand_in_note() {
                 self.info.description.push_str(&format!("; {note}"));
             }
+            for note in r.unfollowed_notes() {
+                self.info.description.push_str(&format!("; {note}"));
+            }
             return t;
         }
         let calls = batch.max(1) * (samples.max(1) + 1) + samples + 3;

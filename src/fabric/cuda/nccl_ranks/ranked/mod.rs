@@ -114,6 +114,8 @@ pub struct Ranked {
     no_switch: Option<String>,
     /// The K ranks started so far (a graph start retried host-launched counts twice).
     starts: usize,
+    /// Variants of `unfollowed` the fabric line has said.
+    said: BTreeSet<Backend>,
 }
 
 impl Ranked {
@@ -143,6 +145,7 @@ impl Ranked {
             unfollowed: BTreeMap::new(),
             no_switch: None,
             starts: 0,
+            said: BTreeSet::new(),
         }
     }
 
@@ -260,6 +263,25 @@ impl Ranked {
     /// The variants NCCL did not run under the tuner's switch, each with what was read back.
     pub fn unfollowed(&self) -> &BTreeMap<Backend, String> {
         &self.unfollowed
+    }
+
+    /// What the profile's fabric line must say, once per variant: that NCCL did not run it
+    /// under the tuner's switch, what the read-back said, and that its own ranks timed it.
+    pub fn unfollowed_notes(&mut self) -> Vec<String> {
+        let new: Vec<Backend> = (self.unfollowed.keys())
+            .filter(|b| !self.said.contains(*b))
+            .copied()
+            .collect();
+        self.said.extend(new.iter().copied());
+        (new.iter())
+            .map(|b| {
+                format!(
+                    "NCCL did not run {b} under artune's tuner switch ({}), so {b} was timed by \
+                     ranks pinned through NCCL_ALGO/NCCL_PROTO",
+                    self.unfollowed[b]
+                )
+            })
+            .collect()
     }
 
     /// How many times the K ranks were started.

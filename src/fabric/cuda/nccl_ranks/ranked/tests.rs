@@ -275,6 +275,14 @@ fn a_variant_nccl_did_not_follow_is_never_timed_as_the_pin() {
         why,
         "NCCL ran RING/SIMPLE at 1024 bytes where the tuner forced TREE/LL"
     );
+    let notes = r.unfollowed_notes();
+    assert_eq!(
+        notes,
+        ["NCCL did not run nccl_tree_ll under artune's tuner switch (NCCL ran RING/SIMPLE at 1024 \
+          bytes where the tuner forced TREE/LL), so nccl_tree_ll was timed by ranks pinned \
+          through NCCL_ALGO/NCCL_PROTO"]
+    );
+    assert!(r.unfollowed_notes().is_empty(), "said once");
     let s = starts(d.path());
     assert_eq!(s.len(), 2, "{s:#?}");
     assert!(s[0].contains("--variants nccl,nccl_ring_ll,"), "{s:#?}");
