@@ -1,7 +1,8 @@
 //! One rank of a short allreduce sweep through NCCL, in a process of its own (`artune
 //! __nccl-rank`, started by `check --nccl-audit` and the CUDA fabric's K-rank timings): the
-//! environment it was started with decides which tuner and profiler NCCL loads, so nothing here
-//! touches it. Each size is timed in samples, each a batch of calls (host-launched, or one
+//! environment it was started with decides which tuner and profiler NCCL loads; where it is
+//! given variants, it switches NCCL between them through that tuner's override
+//! ([`super::nccl_ranks::switch`]). Each size is timed in samples, each a batch of calls (host-launched, or one
 //! replay of a CUDA graph holding the batch) timed on the host around a synchronized stream,
 //! and its sum checked against every rank's known input first; what NCCL ran is the
 //! profiler's to record.
@@ -34,7 +35,7 @@ pub struct Sweep {
     pub max_ctas: Option<c_int>,
     /// The communicators made in turn (one per id), each timing every size: the run-time
     /// channels forced on it (`minCTAs` = `maxCTAs`), None for NCCL's own count. One process
-    /// for them all, so a channel sweep starts its ranks once per pin, not once per count.
+    /// for them all, so a channel sweep starts its ranks once, not once per count.
     pub channels: Vec<Option<c_int>>,
     /// The NCCL variants each communicator runs in turn, each switched to through the tuner's
     /// measurement override before its calls ([`super::nccl_ranks::switch`]); empty: one run,

@@ -1,6 +1,7 @@
 //! K ranks of NCCL, one process each (`artune __nccl-rank`, [`super::nccl_sweep`]), started
-//! with the environment each run needs (a pin's `NCCL_ALGO`/`NCCL_PROTO`, the plugins, several
-//! ranks on one GPU) and waited for under one deadline: the processes, not a rank-per-GPU
+//! with the environment each run needs (a pin's `NCCL_ALGO`/`NCCL_PROTO`, or the variants to
+//! switch between through the tuner, [`switch`]; the plugins, several ranks on one GPU) and
+//! waited for under one deadline: the processes, not a rank-per-GPU
 //! assumption, decide how ranks share a GPU ([`path`]). `check --nccl-audit` and the CUDA
 //! fabric's NCCL timing both run through here.
 

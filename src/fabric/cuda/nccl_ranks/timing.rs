@@ -1,11 +1,12 @@
-//! The CUDA fabric's timing of a pinned NCCL variant with its run-time channels forced: K rank
-//! processes (one per rank of the group, on the GPUs [`super::path`] gives them), started once
-//! per pin, each make one communicator per count in turn with `minCTAs` = `maxCTAs` = the count
-//! and `NCCL_ALGO`/`NCCL_PROTO` of the pin,
-//! and time every size on the host around a synchronized stream (rank 0's mean per call, µs). The
-//! group's own workers stay up meanwhile; the times are compared only with each other. Where
-//! libartune.so lies beside the binary it is NCCL's profiler too, and the channels each size
-//! ran with are read back from rank 0's summary rather than assumed.
+//! The CUDA fabric's timing of pinned NCCL variants with their run-time channels forced: K rank
+//! processes (one per rank of the group, on the GPUs [`super::path`] gives them) each make one
+//! communicator per count in turn with `minCTAs` = `maxCTAs` = the count, and time every size
+//! on the host around a synchronized stream (rank 0's mean per call, µs). Where libartune.so
+//! lies beside the binary it is NCCL's profiler, so the channels each size ran with are read
+//! back from rank 0's summary rather than assumed, and NCCL's tuner, so one start runs every
+//! pin, switched per call ([`pins_at_channels`]); else each pin starts its ranks with its
+//! `NCCL_ALGO`/`NCCL_PROTO` ([`at_channels`]). The group's own workers stay up meanwhile; the
+//! times are compared only with each other.
 
 use std::collections::BTreeMap;
 use std::path::Path;
