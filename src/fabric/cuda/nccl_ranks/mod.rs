@@ -382,6 +382,23 @@ mod tests {
         assert!(env_of(&shared, "NCCL_ALGO").is_some_and(|v| v.ends_with("Ring")));
         let own = launch(vec![0, 1]).command(&ids, 1);
         assert_eq!(env_of(&own, ENV_MULTI_RANK), None);
+        assert!(!args.iter().any(|a| a == "--variants"));
+    }
+
+    /// A switched start names its variants, and no profile steers NCCL's own choice there.
+    #[test]
+    fn a_switched_start_names_its_variants_and_drops_the_profile() {
+        let mut l = launch(vec![0, 0]);
+        (l.pin, l.variants) = (None, vec![Backend::Nccl, Backend::NcclTreeLl128]);
+        let c = l.command(&["00".into(), "01".into(), "02".into()], 0);
+        let args: Vec<_> = c.get_args().map(|a| a.to_string_lossy()).collect();
+        let at = args.iter().position(|a| a == "--variants").unwrap();
+        assert_eq!(args[at + 1], "nccl,nccl_tree_ll128");
+        let dropped = c
+            .get_envs()
+            .any(|(k, v)| k == crate::plugin::ENV_PROFILE && v.is_none());
+        assert!(dropped, "ARTUNE_PROFILE removed");
+        assert_eq!(env_of(&c, "NCCL_ALGO"), None);
     }
 
     /// Ranks that wrote every time and then hang in their teardown are stopped after the
