@@ -102,6 +102,16 @@ const char* artune_last_error(void);
 /* ARTUNE_ABI_VERSION of the loaded library. */
 int artune_abi_version(void);
 
+/* A measurement hook, not for engines: makes the NCCL tuner in this library favour cost-table
+ * entry [algo][proto] (NCCL's indices: algorithm 0 Tree, 1 Ring; protocol 0 LL, 1 LL128,
+ * 2 Simple) for every allreduce of this process, with `channels` as nChannels where > 0,
+ * ahead of any profile, until called with a negative algo or proto (cleared). Entries NCCL
+ * disabled stay disabled, and NCCL_ALGO/NCCL_PROTO (or a channel variable) in the environment
+ * win over it as over a profile. Call it through the handle NCCL loaded (dlopen of the path in
+ * NCCL_TUNER_PLUGIN returns it). 0 on success, -1 for an index beyond NCCL's table. Whether
+ * NCCL followed is for its profiler to say: artune's tags what ran with the override. */
+int artune_tuner_force(int algo, int proto, int channels);
+
 #ifdef __cplusplus
 }
 #endif

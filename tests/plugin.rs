@@ -98,6 +98,9 @@ fn plugin(
         "ARTUNE_MODE",
         "ARTUNE_ALLOW_SIMULATED",
         "ARTUNE_ALLOW_INVALID",
+        "HARNESS_FORCE",
+        "NCCL_ALGO",
+        "NCCL_PROTO",
     ] {
         cmd.env_remove(k);
     }
@@ -146,6 +149,33 @@ fn lowers_the_measured_fastest_entry_in_every_version() {
         ),
         "TP4 eager",
     );
+}
+
+/// The measurement hook through the library as NCCL loads it: `artune_tuner_force` makes
+/// every tuner version lower exactly the forced entry and set its channel count, ahead of the
+/// profile and with no profile at all; cleared, each version does what the profile alone does.
+#[test]
+fn the_measurement_override_wins_in_every_version_until_cleared() {
+    let (_d, path) = profile(false);
+    let p = path.to_str().unwrap();
+    let forced = |r: &Option<(bool, String, String)>| {
+        let Some((_, out, _)) = r else { return };
+        for v in ["v3", "v4", "v5", "v6", "v7"] {
+            assert!(out.contains(&format!("ok forced {v}")), "{out}");
+        }
+    };
+    // 1000 bytes at TP2: the profile pins ring LL [1][0]; forced: tree LL128 [0][1], 6 channels.
+    let r = plugin(
+        &[("ARTUNE_PROFILE", p), FOLLOW, ("HARNESS_FORCE", "0,1,6")],
+        2,
+        1000,
+        "1,0",
+    );
+    forced(&r);
+    assert_ok(r, "artune: following");
+    let r = plugin(&[("HARNESS_FORCE", "1,2,0")], 2, 1000, "untouched");
+    forced(&r);
+    assert_ok(r, "ARTUNE_PROFILE is not set");
 }
 
 #[test]
@@ -576,4 +606,44 @@ fn the_profiler_audits_what_nccl_reports_through_the_headers_layout() {
         ["v5", "v6", "v7"],
         "each summary names the table NCCL took"
     );
+}
+
+/// A rank's switch opens the library NCCL loaded as its tuner (the same path), so the override
+/// it sets is the one NCCL's getCollInfo reads there, not the rank binary's own copy.
+#[test]
+fn a_ranks_switch_sets_the_override_the_loaded_tuner_reads() {
+    use artune::allreduce::Backend;
+    use artune::fabric::cuda::nccl_ranks::switch::Switch;
+    use artune::plugin::abi::TunerV6;
+    use std::ffi::{c_void, CString};
+    let lib = lib();
+    let path = CString::new(lib.to_str().unwrap()).unwrap();
+    // NCCL's load of the tuner.
+    let h = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    assert!(!h.is_null());
+    let t = unsafe { libc::dlsym(h, c"ncclTunerPlugin_v6".as_ptr()) as *const TunerV6 };
+    assert!(!t.is_null());
+    let t = unsafe { &*t };
+    let mut ctx: *mut c_void = std::ptr::null_mut();
+    let null = std::ptr::null_mut();
+    assert_eq!(unsafe { (t.init)(&mut ctx, 1, 2, 1, None, null, null) }, 0);
+    let call = || {
+        let mut tbl = [[40.0f32; 3]; 7];
+        let mut ch = 0;
+        let p = tbl.as_mut_ptr().cast();
+        assert_eq!(
+            unsafe { (t.get_coll_info)(ctx, 4, 1000, 1, p, 7, 3, 0, &mut ch) },
+            0
+        );
+        tbl
+    };
+    let switch = Switch::open(&lib).unwrap();
+    switch.set(Backend::NcclTreeLl128).unwrap();
+    assert_eq!(call()[0][1], 0.0, "tree LL128 forced in the loaded library");
+    switch.set(Backend::NcclRingSimple).unwrap();
+    let tbl = call();
+    assert_eq!((tbl[0][1], tbl[1][2]), (40.0, 0.0));
+    switch.set(Backend::Nccl).unwrap();
+    assert_eq!(call(), [[40.0f32; 3]; 7], "cleared: NCCL's own costs");
+    assert_eq!(unsafe { (t.finalize)(ctx) }, 0);
 }

@@ -55,6 +55,10 @@ pub struct RankArgs {
     /// Per communicator in turn, NCCL's run-time channels forced on it (0: NCCL's own).
     #[arg(long, value_delimiter = ',')]
     pub channels: Vec<i32>,
+    /// NCCL variants (backend ids) each communicator runs in turn, switched per call through
+    /// the tuner `NCCL_TUNER_PLUGIN` names.
+    #[arg(long, value_delimiter = ',', value_parser = nccl_variant)]
+    pub variants: Vec<crate::allreduce::Backend>,
     /// Where to write `CHANNELS BYTES US...` (one time per sample) per communicator and size:
     /// NCCL logs to standard output (NCCL_DEBUG).
     #[arg(long)]
@@ -79,6 +83,7 @@ pub fn rank(a: RankArgs) -> i32 {
             true => vec![None],
             false => a.channels.iter().map(|&c| (c > 0).then_some(c)).collect(),
         },
+        variants: a.variants,
         summaries: std::env::var_os(audit::ENV_DIR).map(PathBuf::from),
         times: Some(a.times.clone()),
     };
@@ -98,6 +103,13 @@ pub fn rank(a: RankArgs) -> i32 {
             }
         }
     }
+}
+
+/// An NCCL variant by its backend id.
+fn nccl_variant(id: &str) -> Result<crate::allreduce::Backend, String> {
+    crate::allreduce::Backend::from_id(id)
+        .filter(|b| b.is_nccl())
+        .ok_or_else(|| format!("{id} is no NCCL variant"))
 }
 
 /// What one TP size's sweep runs: every size of the profile's group (even, for bf16), and
@@ -279,6 +291,7 @@ fn sweep(
             .flatten(),
         channels: Vec::new(),
         pin: None,
+        variants: Vec::new(),
         env: vec![
             ("NCCL_TUNER_PLUGIN".into(), lib.into()),
             ("NCCL_PROFILER_PLUGIN".into(), lib.into()),
@@ -376,6 +389,10 @@ mod tests {
             max_ctas: Some(8),
             channels: vec![Some(4), None],
             pin: None,
+            variants: vec![
+                crate::allreduce::Backend::Nccl,
+                crate::allreduce::Backend::NcclTreeLl128,
+            ],
             env: Vec::new(),
             limit: Duration::from_secs(1),
         };
@@ -393,5 +410,6 @@ mod tests {
         assert_eq!(a.channels, [4, 0]);
         assert_eq!(a.id, ids);
         assert_eq!(a.max_ctas, Some(8));
+        assert_eq!(a.variants, launch.variants);
     }
 }

@@ -213,6 +213,9 @@ impl ChannelTime {
     }
 }
 
+/// One pin's answer of [`Fabric::nccl_pins_at_channels`].
+pub type PinChannelTimes = (Backend, Result<Vec<(u32, Vec<ChannelTime>)>, FabricError>);
+
 /// The hardware seam. See the module docs for the order of calls.
 pub trait Fabric {
     fn info(&self) -> FabricInfo;
@@ -296,6 +299,20 @@ pub trait Fabric {
         Err(FabricError::Waived(
             "this fabric cannot set NCCL's channel count".into(),
         ))
+    }
+
+    /// [`Fabric::nccl_times_at_channels`] for each of `pins`, in order, each with its own
+    /// answer. A fabric that can time them all at once does (the CUDA fabric starts its ranks
+    /// once, switching the pin per call through the tuner); by default, one call per pin.
+    fn nccl_pins_at_channels(
+        &mut self,
+        pins: &[Backend],
+        sizes: &[u64],
+        channels: &[u32],
+    ) -> Vec<PinChannelTimes> {
+        (pins.iter())
+            .map(|&p| (p, self.nccl_times_at_channels(p, sizes, channels)))
+            .collect()
     }
 
     /// Sets which way the prepared group's hierarchical backends move data in each phase,

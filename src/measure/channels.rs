@@ -48,19 +48,19 @@ pub fn sweep(
         }
     };
     tracing::info!("channel table: {HEADER}");
-    for pin in pins {
-        // Every count in one call: a real fabric starts its NCCL ranks once per pin.
-        let clock = std::time::Instant::now();
-        let mut timed = fabric
-            .nccl_times_at_channels(pin, &sizes, &counts)
-            .map_err(|e| e.to_string())?;
+    // Every pin and count in one call: a real fabric starts its NCCL ranks once for them all.
+    let clock = std::time::Instant::now();
+    let all = fabric.nccl_pins_at_channels(&pins, &sizes, &counts);
+    tracing::info!(
+        "channel sweep: {} pins x {} counts x {} sizes in {:.2} s",
+        pins.len(),
+        counts.len(),
+        sizes.len(),
+        clock.elapsed().as_secs_f64()
+    );
+    for (pin, timed) in all {
+        let mut timed = timed.map_err(|e| e.to_string())?;
         timed.sort_by_key(|(c, _)| *c);
-        tracing::info!(
-            "channel sweep of {pin}: {} counts x {} sizes in {:.2} s",
-            timed.len(),
-            sizes.len(),
-            clock.elapsed().as_secs_f64()
-        );
         for line in table(&sizes, pin, &timed, reference.as_deref()) {
             tracing::info!("channel table: {line}");
         }
@@ -185,8 +185,8 @@ mod tests {
 
     /// The simulator as a fabric that reads back the channels NCCL ran (never more than two),
     /// answers only the counts it can run (`room`: none over it, as ranks sharing a GPU), and
-    /// keeps the counts of each call.
-    struct ReadBack(SimFabric, u32, Vec<Vec<u32>>);
+    /// keeps the counts of each call and the pins of each call for several.
+    struct ReadBack(SimFabric, u32, Vec<Vec<u32>>, Vec<Vec<Backend>>);
 
     impl Fabric for ReadBack {
         fn info(&self) -> crate::fabric::FabricInfo {
@@ -253,6 +253,17 @@ mod tests {
             }
             Ok(t)
         }
+        fn nccl_pins_at_channels(
+            &mut self,
+            pins: &[Backend],
+            sizes: &[u64],
+            c: &[u32],
+        ) -> Vec<crate::fabric::PinChannelTimes> {
+            self.3.push(pins.to_vec());
+            (pins.iter())
+                .map(|&p| (p, self.nccl_times_at_channels(p, sizes, c)))
+                .collect()
+        }
     }
 
     /// Where the fabric reads back what NCCL ran, the profile records that, not the count
@@ -260,7 +271,7 @@ mod tests {
     #[test]
     fn the_count_recorded_is_the_one_nccl_ran_where_the_fabric_reads_it_back() {
         let sim = SimFabric::new(presets::get("pcie-8x-2switch").unwrap(), 42);
-        let mut f = ReadBack(sim, 32, Vec::new());
+        let mut f = ReadBack(sim, 32, Vec::new(), Vec::new());
         let g = Group::flat((0..8).collect(), Dtype::Bf16, 1 << 28);
         f.prepare(&g, &[Backend::NcclRingSimple]).unwrap();
         let sizes: BTreeSet<u64> = [1 << 28].into();
@@ -268,13 +279,13 @@ mod tests {
         assert_eq!(best[&Backend::NcclRingSimple][&(1 << 28)], 2);
     }
 
-    /// One call per pin with every count (NCCL's own among them), and a count the fabric
+    /// One call for every pin and count (NCCL's own among them), and a count the fabric
     /// leaves out is not chosen: a 256 MiB ring was fastest at four channels, and where the
     /// fabric has room for two only, two it is.
     #[test]
     fn the_sweep_asks_once_per_pin_for_every_count_and_keeps_what_ran() {
         let sim = SimFabric::new(presets::get("pcie-8x-2switch").unwrap(), 42);
-        let mut f = ReadBack(sim, 2, Vec::new());
+        let mut f = ReadBack(sim, 2, Vec::new(), Vec::new());
         let ready = [Backend::Nccl, Backend::NcclRingSimple, Backend::NcclRingLl];
         let g = Group::flat((0..8).collect(), Dtype::Bf16, 1 << 28);
         f.prepare(&g, &ready).unwrap();
@@ -284,7 +295,13 @@ mod tests {
         // pin with every count.
         let mut asked = vec![vec![0]];
         asked.extend(vec![vec![2, 4, 8, 16, 32]; 2]);
-        assert_eq!(f.2, asked, "one call per pin, every count");
+        assert_eq!(f.2, asked, "every pin at every count");
+        let pins = vec![Backend::NcclRingSimple, Backend::NcclRingLl];
+        assert_eq!(
+            f.3,
+            [pins],
+            "one call for every pin: one start of a fabric's ranks"
+        );
         assert_eq!(best[&Backend::NcclRingSimple][&(1 << 28)], 2);
         assert_eq!(best.len(), 2);
     }

@@ -202,8 +202,8 @@ pub unsafe extern "C" fn init(
     init_common(n_ranks, n_nodes, log, ctx)
 }
 
-/// The v4+ `getCollInfo`. Sets `n_channels` only after lowering an entry, and only when the
-/// profile states the channel count it measured with.
+/// The v4+ `getCollInfo`. Sets `n_channels` only after lowering an entry, and only to the
+/// measurement override's count or the one the profile states it measured with.
 ///
 /// # Safety
 /// `ctx` is null or a context from `init` not yet finalized; `cost_table` is null or a
@@ -231,7 +231,7 @@ pub unsafe extern "C" fn get_coll_info(
     let table = cost_table.cast::<f32>();
     let r = catch_unwind(AssertUnwindSafe(|| unsafe {
         let outcome = c.apply(coll, n_bytes as u64, table, num_algo, num_proto);
-        if let (super::Outcome::Lowered(_), Some(ch)) = (outcome, c.channels_at(n_bytes as u64)) {
+        if let Some(ch) = c.channels_after(outcome, n_bytes as u64) {
             if !n_channels.is_null() {
                 // SAFETY: NCCL passes a valid int* for the channel count (null checked).
                 *n_channels = ch;

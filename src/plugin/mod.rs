@@ -13,10 +13,12 @@
 //!    panic) is logged through NCCL's logger and leaves NCCL's choice as it was;
 //!    every entry point returns ncclSuccess, because from NCCL 2.30 an error fails the collective.
 //!
-//! The symbols and struct layouts are in [`abi`].
+//! The symbols and struct layouts are in [`abi`]. [`force`] is a measurement hook ahead of the
+//! profile: artune's K-rank timings switch NCCL's variant per call with it.
 
 pub mod abi;
 pub mod audit;
+pub mod force;
 pub mod library;
 pub mod profiler;
 
@@ -109,6 +111,8 @@ pub struct Pin {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     Lowered(Pin),
+    /// The measurement override ([`force`]) chose the entry, ahead of the profile.
+    Forced(force::Forced),
     /// Not an allreduce.
     OtherCollective,
     /// The plugin follows no profile (see the init log).
@@ -208,6 +212,8 @@ pub struct Context {
     warned: Vec<AtomicBool>,
     /// The user pinned NCCL's algorithm or protocol: lower nothing.
     algo_pinned: bool,
+    /// The measurement override read on every call ([`force::GLOBAL`] outside tests).
+    force: &'static force::Force,
 }
 
 impl Context {
@@ -219,7 +225,14 @@ impl Context {
             channels_pinned: false,
             warned: Vec::new(),
             algo_pinned: false,
+            force: &force::GLOBAL,
         }
+    }
+
+    /// The context reading its override from `f` instead of the process's.
+    pub fn forced_by(mut self, f: &'static force::Force) -> Context {
+        self.force = f;
+        self
     }
 
     /// Leaves what the engine's environment pins to the user: no entry lowered where
@@ -267,6 +280,7 @@ impl Context {
             logger,
             channels_pinned: false,
             algo_pinned: false,
+            force: &force::GLOBAL,
         })
     }
 
@@ -371,7 +385,8 @@ impl Context {
         Ok(pin_of(answer.nccl))
     }
 
-    /// Lowers the favoured entry of NCCL's cost table, a contiguous `float[num_algo][num_proto]`.
+    /// Lowers the favoured entry of NCCL's cost table, a contiguous `float[num_algo][num_proto]`:
+    /// the measurement override's where one is set ([`force`]), else the profile's pin.
     ///
     /// # Safety
     /// `table` is null or points to `num_algo * num_proto` writable floats.
@@ -389,40 +404,41 @@ impl Context {
         if self.algo_pinned {
             return Outcome::PinnedByUser;
         }
+        if let Some(f) = self.force.get() {
+            // SAFETY: the caller's table, as this function's contract says.
+            return match unsafe { lower(table, num_algo, num_proto, f.algo, f.proto) } {
+                Ok(()) => Outcome::Forced(f),
+                Err(Unlowered::AllIgnored) => Outcome::AllIgnored,
+                Err(_) => Outcome::EntryUnavailable,
+            };
+        }
         let pin = match self.pin(n_bytes) {
             Ok(Some(p)) => p,
             Ok(None) => return Outcome::NcclOwnChoice,
             Err(o) => return o,
         };
-        let fits = !table.is_null()
-            && (1..=MAX_ALGO).contains(&num_algo)
-            && (1..=MAX_PROTO).contains(&num_proto)
-            && c_int::from(pin.algo) < num_algo
-            && c_int::from(pin.proto) < num_proto;
-        if !fits {
-            return Outcome::EntryUnavailable;
+        // SAFETY: the caller's table, as this function's contract says.
+        match unsafe { lower(table, num_algo, num_proto, pin.algo, pin.proto) } {
+            Ok(()) => Outcome::Lowered(pin),
+            Err(Unlowered::AllIgnored) => Outcome::AllIgnored,
+            Err(Unlowered::Unfit) => Outcome::EntryUnavailable,
+            Err(Unlowered::Disabled) => {
+                self.warn_disabled(n_bytes, pin);
+                Outcome::EntryUnavailable
+            }
         }
-        let n = num_algo as usize * num_proto as usize;
-        // SAFETY: the caller's table holds num_algo × num_proto floats (bounds checked above).
-        let all = unsafe { std::slice::from_raw_parts(table.cast_const(), n) };
-        if all.iter().all(|&x| x == ALGO_PROTO_IGNORE) {
-            return Outcome::AllIgnored;
+    }
+
+    /// The channel count to set with what [`Context::apply`] did at `bytes`: the override's
+    /// or the profile's, never where nothing was lowered or the user pinned a count.
+    pub fn channels_after(&self, outcome: Outcome, bytes: u64) -> Option<c_int> {
+        match outcome {
+            Outcome::Lowered(_) => self.channels_at(bytes),
+            Outcome::Forced(f) if !self.channels_pinned => {
+                f.channels.and_then(|c| c_int::try_from(c).ok())
+            }
+            _ => None,
         }
-        // SAFETY: in bounds of the caller's num_algo × num_proto table, checked above.
-        let cell = unsafe {
-            table.add(usize::from(pin.algo) * num_proto as usize + usize::from(pin.proto))
-        };
-        // -1.0 is NCCL's "not allowed"; NaN, infinite or negative is not ours to turn into a
-        // choice. From 2.31 NCCL takes the smallest time with no sign check, so a negative
-        // written here would win; the plugin only ever writes 0.0 over a finite, non-negative
-        // cost.
-        let current = unsafe { *cell };
-        if !current.is_finite() || current < 0.0 {
-            self.warn_disabled(n_bytes, pin);
-            return Outcome::EntryUnavailable;
-        }
-        unsafe { *cell = 0.0 };
-        Outcome::Lowered(pin)
     }
 
     fn warn_disabled(&self, n_bytes: u64, pin: Pin) {
@@ -460,6 +476,54 @@ impl Context {
     pub fn log_warn(&self, msg: &str) {
         log(self.logger, LOG_WARN, msg);
     }
+}
+
+/// Why an entry was not lowered.
+enum Unlowered {
+    /// No table, or one too small for the entry.
+    Unfit,
+    /// Every entry is NCCL_ALGO_PROTO_IGNORE.
+    AllIgnored,
+    /// NCCL disabled the entry (-1), or its cost is not a finite, non-negative number.
+    Disabled,
+}
+
+/// Writes 0.0 over entry `[algo][proto]` of NCCL's `float[num_algo][num_proto]` table.
+///
+/// # Safety
+/// `table` is null or points to `num_algo * num_proto` writable floats.
+unsafe fn lower(
+    table: *mut f32,
+    num_algo: c_int,
+    num_proto: c_int,
+    algo: u8,
+    proto: u8,
+) -> Result<(), Unlowered> {
+    let fits = !table.is_null()
+        && (1..=MAX_ALGO).contains(&num_algo)
+        && (1..=MAX_PROTO).contains(&num_proto)
+        && c_int::from(algo) < num_algo
+        && c_int::from(proto) < num_proto;
+    if !fits {
+        return Err(Unlowered::Unfit);
+    }
+    let n = num_algo as usize * num_proto as usize;
+    // SAFETY: the caller's table holds num_algo × num_proto floats (bounds checked above).
+    let all = unsafe { std::slice::from_raw_parts(table.cast_const(), n) };
+    if all.iter().all(|&x| x == ALGO_PROTO_IGNORE) {
+        return Err(Unlowered::AllIgnored);
+    }
+    // SAFETY: in bounds of the caller's num_algo × num_proto table, checked above.
+    let cell = unsafe { table.add(usize::from(algo) * num_proto as usize + usize::from(proto)) };
+    // -1.0 is NCCL's "not allowed"; NaN, infinite or negative is not ours to turn into a
+    // choice. From 2.31 NCCL takes the smallest time with no sign check, so a negative
+    // written here would win; only ever 0.0 over a finite, non-negative cost.
+    let current = unsafe { *cell };
+    if !current.is_finite() || current < 0.0 {
+        return Err(Unlowered::Disabled);
+    }
+    unsafe { *cell = 0.0 };
+    Ok(())
 }
 
 /// The launch mode `ARTUNE_MODE` names (graph unless it says eager; anything else is logged).

@@ -440,3 +440,128 @@ fn other_hardware_leaves_nccl_alone_unless_overridden_and_said() {
         );
     }
 }
+
+/// Calls getCollInfo of every exported tuner version (v3's own signature, v4..v7's) on `c`
+/// at `bytes`; per version, the table after it and the channel count it set.
+fn through_every_version(c: *mut c_void, bytes: usize) -> Vec<([[f32; 3]; 7], c_int)> {
+    let v4: [GetCollInfo; 4] = [
+        ncclTunerPlugin_v4.get_coll_info,
+        ncclTunerPlugin_v5.get_coll_info,
+        ncclTunerPlugin_v6.get_coll_info,
+        ncclTunerPlugin_v7.get_coll_info,
+    ];
+    let (mut t, mut ch) = (table(), 0);
+    let r = unsafe {
+        let p = t.as_mut_ptr().cast();
+        (ncclTunerPlugin_v3.get_coll_info)(c, NCCL_FUNC_ALLREDUCE, bytes, 1, p, 7, 3, &mut ch)
+    };
+    assert_eq!(r, 0);
+    let mut out = vec![(t, ch)];
+    for f in v4 {
+        let (mut t, mut ch) = (table(), 0);
+        let p = t.as_mut_ptr().cast();
+        assert_eq!(
+            unsafe { f(c, NCCL_FUNC_ALLREDUCE, bytes, 1, p, 7, 3, 0, &mut ch) },
+            0
+        );
+        out.push((t, ch));
+    }
+    out
+}
+
+/// The measurement override, through every exported getCollInfo: ahead of the profile it
+/// lowers exactly its entry and sets its channel count; cleared, the profile's pin and count
+/// come back; where nothing follows a profile, NCCL's table is left as it was.
+#[test]
+fn the_override_wins_through_every_tuner_version_and_clearing_restores_the_profile() {
+    static F: force::Force = force::Force::new();
+    let mut p = sample::profile();
+    p.groups.iter_mut().for_each(|g| g.nccl_channels = Some(8));
+    let profile = Context::from_profile(&p, 2, 1, Mode::Graph, None).unwrap();
+    let c: *mut c_void = Box::into_raw(Box::new(profile.forced_by(&F))).cast();
+    let lowered_only = |t: &[[f32; 3]; 7], at: (usize, usize)| {
+        let mut want = table();
+        want[at.0][at.1] = 0.0;
+        assert_eq!(*t, want);
+    };
+    // 1000 bytes: the profile pins ring LL [1][0] with 8 channels.
+    F.set(Some(force::Forced {
+        algo: 0,
+        proto: 1,
+        channels: Some(6),
+    }));
+    for (t, ch) in through_every_version(c, 1000) {
+        lowered_only(&t, (0, 1));
+        assert_eq!(ch, 6);
+    }
+    F.set(Some(force::Forced {
+        algo: 1,
+        proto: 2,
+        channels: None,
+    }));
+    for (t, ch) in through_every_version(c, 1000) {
+        lowered_only(&t, (1, 2));
+        assert_eq!(ch, 0, "no count forced: none set");
+    }
+    F.set(None);
+    for (t, ch) in through_every_version(c, 1000) {
+        lowered_only(&t, (1, 0));
+        assert_eq!(ch, 8, "the profile's count again");
+    }
+    unsafe { assert_eq!((ncclTunerPlugin_v6.finalize)(c), 0) };
+    static G: force::Force = force::Force::new();
+    let c: *mut c_void = Box::into_raw(Box::new(Context::passthrough(None).forced_by(&G))).cast();
+    G.set(Some(force::Forced {
+        algo: 0,
+        proto: 2,
+        channels: Some(2),
+    }));
+    for (t, ch) in through_every_version(c, 1 << 30) {
+        lowered_only(&t, (0, 2));
+        assert_eq!(ch, 2);
+    }
+    G.set(None);
+    for (t, ch) in through_every_version(c, 1 << 30) {
+        assert_eq!((t, ch), (table(), 0), "no profile, no override: NCCL's own");
+    }
+    unsafe { assert_eq!((ncclTunerPlugin_v6.finalize)(c), 0) };
+}
+
+/// The override follows the rule for the user's pins, and never turns a disabled entry into
+/// a choice.
+#[test]
+fn the_override_leaves_the_users_pins_and_disabled_entries_alone() {
+    static F: force::Force = force::Force::new();
+    F.set(Some(force::Forced {
+        algo: 0,
+        proto: 0,
+        channels: Some(4),
+    }));
+    let vars = |items: &[(&str, &str)]| {
+        crate::profile::environment::relevant(items.iter().map(|(k, v)| (*k, *v)))
+    };
+    let algo = ctx(2)
+        .forced_by(&F)
+        .respecting(&UserPins::from_vars(&vars(&[("NCCL_ALGO", "Ring")])));
+    let mut t = table();
+    let out = unsafe { algo.apply(NCCL_FUNC_ALLREDUCE, 1000, t.as_mut_ptr().cast(), 7, 3) };
+    assert_eq!((out, t), (Outcome::PinnedByUser, table()));
+    assert_eq!(algo.channels_after(out, 1000), None);
+    let channels = ctx(2)
+        .forced_by(&F)
+        .respecting(&UserPins::from_vars(&vars(&[("NCCL_NCHANNELS", "2")])));
+    let out = unsafe { channels.apply(NCCL_FUNC_ALLREDUCE, 1000, t.as_mut_ptr().cast(), 7, 3) };
+    assert!(
+        matches!(out, Outcome::Forced(_)) && t[0][0] == 0.0,
+        "{out:?}"
+    );
+    assert_eq!(channels.channels_after(out, 1000), None, "the user's count");
+    let c = ctx(2).forced_by(&F);
+    let mut t = table();
+    t[0][0] = ALGO_PROTO_IGNORE;
+    let before = t;
+    let out = unsafe { c.apply(NCCL_FUNC_ALLREDUCE, 1000, t.as_mut_ptr().cast(), 7, 3) };
+    assert_eq!((out, t), (Outcome::EntryUnavailable, before));
+    let out = unsafe { c.apply(2, 1000, t.as_mut_ptr().cast(), 7, 3) };
+    assert_eq!(out, Outcome::OtherCollective);
+}

@@ -11,6 +11,11 @@
  * that NCCL 2.31's selection (the smallest entry that is not NCCL_ALGO_PROTO_IGNORE, with no sign
  * check: src/tuning/) picks [A][P]. Every version must leave other collectives and *nChannels
  * alone, and a table of all NCCL_ALGO_PROTO_IGNORE (2.31's symmetric path) untouched and unwarned.
+ *
+ * With HARNESS_FORCE="a,p,ch" in the environment it first calls the library's measurement hook
+ * artune_tuner_force(a, p, ch) and runs every version expecting exactly [a][p] lowered and
+ * nChannels = ch (ahead of the profile), then clears the override (-1, -1, -1) and runs them
+ * again expecting EXPECT: what the profile alone does.
  * Exit 0 when every check holds; otherwise prints what failed and exits 1.
  */
 #include <dlfcn.h>
@@ -244,13 +249,32 @@ int main(int argc, char** argv) {
     const char* names[] = {"ncclTunerPlugin_v3", "ncclTunerPlugin_v4", "ncclTunerPlugin_v5", "ncclTunerPlugin_v6",
                            "ncclTunerPlugin_v7"};
     for (int i = 0; i < 5; i++) {
-        tuner* t = &tuners[i];
-        t->sym = dlsym(lib, names[i]);
-        if (!t->sym) {
-            printf("FAIL %s: symbol %s missing\n", t->label, names[i]);
+        tuners[i].sym = dlsym(lib, names[i]);
+        if (!tuners[i].sym) {
+            printf("FAIL %s: symbol %s missing\n", tuners[i].label, names[i]);
             failures++;
-            continue;
         }
+    }
+    const char* force = getenv("HARNESS_FORCE");
+    if (force) {
+        int fa, fp, fch;
+        int (*set)(int, int, int) = (int (*)(int, int, int))dlsym(lib, "artune_tuner_force");
+        if (!set || sscanf(force, "%d,%d,%d", &fa, &fp, &fch) != 3) {
+            printf("FAIL artune_tuner_force missing or HARNESS_FORCE=%s unreadable\n", force);
+            return 1;
+        }
+        if (set(fa, fp, fch) != 0) printf("FAIL artune_tuner_force(%d, %d, %d) refused\n", fa, fp, fch), failures++;
+        for (int i = 0; i < 5; i++) {
+            if (!tuners[i].sym) continue;
+            run(&tuners[i], n_ranks, bytes, fa, fp, fch);
+            if (failures == 0) printf("ok forced %s\n", tuners[i].label);
+        }
+        if (set(99, 0, 0) != -1) printf("FAIL an algorithm beyond the table was accepted\n"), failures++;
+        if (set(-1, -1, -1) != 0) printf("FAIL clearing the override was refused\n"), failures++;
+    }
+    for (int i = 0; i < 5; i++) {
+        tuner* t = &tuners[i];
+        if (!t->sym) continue;
         run(t, n_ranks, bytes, ea, ep, want_ch);
         if (failures == 0) printf("ok %s\n", t->label);
     }

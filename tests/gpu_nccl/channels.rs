@@ -22,7 +22,7 @@ fn gpu_nccl_times_a_pin_at_forced_channels_and_reads_back_what_ran() {
     if let Err(why) = timing::placement(lib.version, multi.as_deref(), &ordinals) {
         return skip(format!("{test}: skipped: {why}"));
     }
-    let profiler = artune::plugin::library::beside(&bin()).is_some();
+    let profiler = timing::library_of(&bin()).is_some();
     let sizes = [64 << 10, 16 << 20];
     // Both counts in one start of the ranks, one communicator each.
     let all = timing::at_channels(&bin(), &ordinals, Backend::NcclRingSimple, &sizes, &[2, 8])
@@ -93,7 +93,7 @@ fn gpu_loopback_times_nccl_with_k_ranks_or_waives_saying_what_is_needed() {
                 .time(Backend::NcclRingSimple, 1 << 16, Mode::Eager, 1, 3)
                 .unwrap();
             assert!(t.iter().all(|&us| us.is_finite() && us > 0.0), "{t:?}");
-            if artune::plugin::library::beside(&bin()).is_some() {
+            if timing::library_of(&bin()).is_some() {
                 assert!(f.nccl_channels().is_some(), "NCCL's own channels read back");
             }
         }

@@ -1,6 +1,7 @@
 //! The NCCL library as the GPU tests find it: explained when absent, loaded from a wheel.
 
 mod channels;
+mod switch;
 
 use super::skip;
 use artune::fabric::cuda::nccl;

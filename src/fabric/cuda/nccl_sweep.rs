@@ -1,7 +1,8 @@
 //! One rank of a short allreduce sweep through NCCL, in a process of its own (`artune
 //! __nccl-rank`, started by `check --nccl-audit` and the CUDA fabric's K-rank timings): the
-//! environment it was started with decides which tuner and profiler NCCL loads, so nothing here
-//! touches it. Each size is timed in samples, each a batch of calls (host-launched, or one
+//! environment it was started with decides which tuner and profiler NCCL loads; where it is
+//! given variants, it switches NCCL between them through that tuner's override
+//! ([`super::nccl_ranks::switch`]). Each size is timed in samples, each a batch of calls (host-launched, or one
 //! replay of a CUDA graph holding the batch) timed on the host around a synchronized stream,
 //! and its sum checked against every rank's known input first; what NCCL ran is the
 //! profiler's to record.
@@ -12,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use super::driver::{Ctx, DevBuf, Stream};
 use super::nccl::{self, Comms};
+use super::nccl_ranks::switch::Switch;
 use crate::fabric::Dtype;
 
 /// What one rank runs.
@@ -33,8 +35,12 @@ pub struct Sweep {
     pub max_ctas: Option<c_int>,
     /// The communicators made in turn (one per id), each timing every size: the run-time
     /// channels forced on it (`minCTAs` = `maxCTAs`), None for NCCL's own count. One process
-    /// for them all, so a channel sweep starts its ranks once per pin, not once per count.
+    /// for them all, so a channel sweep starts its ranks once, not once per count.
     pub channels: Vec<Option<c_int>>,
+    /// The NCCL variants each communicator runs in turn, each switched to through the tuner's
+    /// measurement override before its calls ([`super::nccl_ranks::switch`]); empty: one run,
+    /// whatever the environment pins.
+    pub variants: Vec<crate::allreduce::Backend>,
     /// Where rank 0's profiler writes its summaries (the audit directory): after a
     /// communicator with a forced count rank 0 files them under [`count_dir`], so each count's
     /// read-back is its own; NCCL's own count's stay where the audit reads them.
@@ -55,9 +61,16 @@ pub fn count_dir(dir: &Path, channels: c_int) -> PathBuf {
 /// Setup and each call are bounded: a hang ends in an abort and an error, never a stuck rank.
 const LIMIT: Duration = Duration::from_secs(60);
 
-/// One communicator's times: its forced count (None: NCCL's own) and per size its bytes and
-/// samples (µs per call).
-pub type CommTimes = (Option<c_int>, Vec<(u64, Vec<f64>)>);
+/// One run of the sizes on one communicator.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommTimes {
+    /// The count forced on the communicator; None: NCCL's own.
+    pub channels: Option<c_int>,
+    /// The variant the tuner's override switched to; None: the environment's.
+    pub variant: Option<crate::allreduce::Backend>,
+    /// Per size its bytes and samples (µs per call).
+    pub sizes: Vec<(u64, Vec<f64>)>,
+}
 
 /// Why a rank's sweep stopped.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,10 +95,18 @@ impl std::fmt::Display for SweepError {
     }
 }
 
-/// Runs the sweep; returns, per communicator in turn (its forced count), each size's samples
-/// of the host time per call in microseconds.
+/// Runs the sweep; returns, per communicator in turn (its forced count) and variant, each
+/// size's samples of the host time per call in microseconds.
 pub fn run(s: &Sweep) -> Result<Vec<CommTimes>, SweepError> {
     let lib = nccl::library()?;
+    let switch = match s.variants.is_empty() {
+        true => None,
+        false => Some(Switch::from_env()?),
+    };
+    let runs: Vec<Option<crate::allreduce::Backend>> = match &switch {
+        None => vec![None],
+        Some(_) => s.variants.iter().copied().map(Some).collect(),
+    };
     let largest = s.sizes.iter().copied().max().unwrap_or(2).max(2) as usize;
     let ctx = Ctx::new(s.ordinal).map_err(|e| format!("CUDA context on GPU {}: {e}", s.ordinal))?;
     let alloc = |what| DevBuf::alloc(&ctx, largest).map_err(|e| format!("{what} buffer: {e}"));
@@ -101,9 +122,23 @@ pub fn run(s: &Sweep) -> Result<Vec<CommTimes>, SweepError> {
     for (id, &forced) in s.ids.iter().zip(&s.channels) {
         let ctas = nccl::Ctas::of(forced, s.max_ctas);
         let comms = Comms::init_rank_ctas(lib, id, s.rank, s.nranks, LIMIT, ctas)?;
-        out.push((forced, time_sizes(s, &comms, &send, &recv, &stream)?));
-        if let Some(p) = &s.times {
-            write_times(p, &out)?;
+        for &variant in &runs {
+            // Set before the variant's first call and capture (NCCL decides there); the
+            // stream is idle, so no call of the variant before runs under it.
+            if let (Some(sw), Some(v)) = (&switch, variant) {
+                sw.set(v)?;
+            }
+            out.push(CommTimes {
+                channels: forced,
+                variant,
+                sizes: time_sizes(s, &comms, &send, &recv, &stream)?,
+            });
+            if let Some(p) = &s.times {
+                write_times(p, &out)?;
+            }
+        }
+        if let Some(sw) = &switch {
+            sw.set(crate::allreduce::Backend::Nccl)?;
         }
         // Finalized and destroyed here: NCCL finalizes the profiler, which writes its summary.
         drop(comms);
@@ -305,8 +340,13 @@ mod tests {
     fn the_times_so_far_replace_the_file_whole() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("rank0.times");
-        write_times(&p, &[(Some(4), vec![(1024, vec![3.5])])]).unwrap();
-        write_times(&p, &[(None, vec![(1024, vec![2.5]), (2048, vec![4.0])])]).unwrap();
+        let t = |channels, sizes| CommTimes {
+            channels,
+            variant: None,
+            sizes,
+        };
+        write_times(&p, &[t(Some(4), vec![(1024, vec![3.5])])]).unwrap();
+        write_times(&p, &[t(None, vec![(1024, vec![2.5]), (2048, vec![4.0])])]).unwrap();
         assert_eq!(
             std::fs::read_to_string(&p).unwrap(),
             "0 1024 2.500\n0 2048 4.000\n"

@@ -36,7 +36,7 @@ pub fn pin_name(p: Pin) -> String {
 }
 
 /// Names compared as NCCL spelled them across versions ("Ring", "RING", "NVLSTree").
-fn same_name(a: &str, b: &str) -> bool {
+pub fn same_name(a: &str, b: &str) -> bool {
     let norm = |s: &str| s.replace('_', "").to_ascii_uppercase();
     norm(a) == norm(b)
 }
@@ -98,6 +98,10 @@ pub struct SizeRecord {
     pub channels: u32,
     pub calls: u64,
     pub agreed: u64,
+    /// The measurement override set when NCCL ran these calls ("RING/LL",
+    /// [`super::force`]); None where none was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forced: Option<String>,
 }
 
 /// One kind of disagreement, logged once when first seen.
@@ -142,13 +146,26 @@ pub struct Summary {
 impl Summary {
     /// Counts one call; returns the class's line to log when it is a disagreement first seen.
     pub fn count(&mut self, bytes: u64, e: Expected, r: Ran) -> Option<String> {
+        self.count_forced(bytes, e, r, None)
+    }
+
+    /// [`Summary::count`] of a call made while the measurement override asked for `forced`
+    /// (its name, "RING/LL"): its size record is kept apart from others of the same size.
+    pub fn count_forced(
+        &mut self,
+        bytes: u64,
+        e: Expected,
+        r: Ran,
+        forced: Option<String>,
+    ) -> Option<String> {
         self.allreduces += 1;
         let j = judge(e, r);
         let ran = format!("{}/{}", r.algo, r.proto);
         let expected = e.pin.map(pin_name);
         let agreed = u64::from(j == Judgement::Agrees);
         match self.sizes.iter_mut().find(|s| {
-            (s.bytes, &s.ran, s.channels, &s.expected) == (bytes, &ran, r.channels, &expected)
+            (s.bytes, &s.ran, s.channels, &s.expected, &s.forced)
+                == (bytes, &ran, r.channels, &expected, &forced)
         }) {
             Some(s) => {
                 s.calls += 1;
@@ -162,6 +179,7 @@ impl Summary {
                 channels: r.channels,
                 calls: 1,
                 agreed,
+                forced,
             }),
         }
         let kind = match j {

@@ -8,6 +8,10 @@
 #   C=.carry/<dir> END=240 bash profiles/hardware/h200/2026-12-05-krank2/run.sh
 # Steps, each under its own limit and within END seconds in all (skipped when none is left):
 #   1. the K-rank GPU tests (tests/gpu_nccl) under MPS, the fabric line checked to say MPS;
+#   1b. the per-call switch (tests/gpu_nccl/switch.rs; NOT RUN YET): every NCCL variant by 2
+#      ranks on GPU 0 in one start per mode through artune_tuner_force, what NCCL ran under
+#      each switch read back per variant, the starts counted; the channel sweep's pins in one
+#      start, each count's channels read back per pin;
 #   2. `artune tune --loopback K --tp K` for K = 2 and 4, graph then eager, under MPS, each
 #      followed by `why` at 16K and 64K, its NCCL cells and its log's channel table;
 #   3. `check --nccl-audit` of ../2026-12-04-realnccl/sim4.json at TP2 and TP4, and with
@@ -63,7 +67,8 @@ cd /tmp
 tune() { k=$1; mode=$2; sizes=$3; lim=$4; tag=$5; out=tune$k$mode$tag
   step $out $lim $X RUST_LOG=artune=info $A tune --loopback $k --tp $k --mode $mode \
     --sizes $sizes $BUSY --out $W/$out.json
-  grep -a "NCCL ranks on GPU 0\|channel sweep of\|tuning took\|where it went" $W/$out.txt \
+  grep -a "NCCL ranks on GPU 0\|channel sweep\|tuner's switch\|tuning took\|where it went" \
+    $W/$out.txt \
     | sed 's/.*INFO[^ ]* [^ ]* //' > $W/starts-$out.txt
   grep -a "channel table: " $W/$out.txt | sed 's/.*channel table: //' > $W/channels-$out.txt
   [ -f $W/$out.json ] || { pack; return; }
@@ -93,11 +98,20 @@ nvidia-cuda-mps-control -d > $W/mps-start.txt 2>&1; say "MPS daemon: exit $?"
 BUSY=
 
 if [ -x $W/bin/gpu_nccl ]; then G=$W/bin/gpu_nccl; F=; else G=$W/bin/gpu; F=gpu_nccl::; fi
-step gpu-mps 25 $X ARTUNE_BIN=$A ARTUNE_EXPECT_MPS=1 $G $F --nocapture --test-threads 1
+step gpu-mps 25 $X ARTUNE_BIN=$A ARTUNE_EXPECT_MPS=1 $G $F --skip gpu_nccl::switch:: \
+  --nocapture --test-threads 1
+# The per-call switch (not run yet): per variant "followed; channels NCCL ran ..." or "NOT
+# followed under the switch: <what ran>", and "<n> starts of the 2 ranks for 7 variants in 2
+# modes" (3 where NCCL follows every switch; 15 before). switch-mps.txt, summarised below.
+step switch-mps 40 $X ARTUNE_BIN=$A $G gpu_nccl::switch:: --nocapture --test-threads 1
+grep -a "followed\|starts of the\|channels forced" $W/switch-mps.txt > $W/switch-summary.txt
+pack
 # What is missing first (graph mode, K = 4), then eager; a tune cut by its limit leaves no
-# profile, but its log says where the time went (starts-*.txt). Each tune starts the K ranks
-# about 15 times (a prime, one per variant, NCCL's own and one per pin for the channel sweep)
-# and makes about 40 communicators (the sweep's, one per pin and count).
+# profile, but its log says where the time went (starts-*.txt). With libartune.so beside the
+# binary a tune starts the K ranks about 4 times (a prime, one per mode for every variant
+# switched by the tuner, and the channel sweep's NCCL reference and its pins in one start),
+# plus two for each variant NCCL did not run under its switch (said in the log); before, about
+# 15 starts and 40 communicators.
 tune 2 graph 16K:256K 70 -mps
 tune 4 graph 16K:64K 70 -mps
 tune 2 eager 16K:64K 45 -mps

@@ -232,7 +232,8 @@ impl CudaFabric {
         if let (Some(k), Some(Ok(())), true) = (self.loopback, &self.loopback_nccl, wanted) {
             // NCCL's own choice first, over the whole grid: its channels are the profile's.
             let grid = crate::plan::size_grid(256, group.max_bytes);
-            let mut r = Ranked::new(self.program.clone(), k, grid);
+            let variants = std::iter::once(Backend::Nccl).chain(ranked.iter().copied());
+            let mut r = Ranked::new(self.program.clone(), k, grid, variants.collect());
             match r.prime(Backend::Nccl, crate::allreduce::Mode::Eager) {
                 Ok(_) => {
                     plan.ready.extend(ranked.iter().map(|&b| (b, 0)));

@@ -395,6 +395,9 @@ impl Fabric for CudaFabric {
             if let Some(note) = r.stand_in_note() {
                 self.info.description.push_str(&format!("; {note}"));
             }
+            for note in r.unfollowed_notes() {
+                self.info.description.push_str(&format!("; {note}"));
+            }
             return t;
         }
         let calls = batch.max(1) * (samples.max(1) + 1) + samples + 3;
@@ -480,6 +483,22 @@ impl Fabric for CudaFabric {
         let ordinals: Vec<usize> = p.owners.iter().map(|&w| self.slots[w].0).collect();
         let exe = self.program.clone();
         super::nccl_ranks::timing::at_channels(&exe, &ordinals, backend, sizes, channels)
+    }
+
+    /// Every pin in one start of the ranks, switched per call through the tuner, where the
+    /// library is there (nccl_ranks::timing::pins_at_channels).
+    fn nccl_pins_at_channels(
+        &mut self,
+        pins: &[Backend],
+        sizes: &[u64],
+        channels: &[u32],
+    ) -> Vec<crate::fabric::PinChannelTimes> {
+        let Some(p) = self.prepared.as_ref() else {
+            return pins.iter().map(|&b| (b, Err(not_prepared()))).collect();
+        };
+        let ordinals: Vec<usize> = p.owners.iter().map(|&w| self.slots[w].0).collect();
+        let exe = self.program.clone();
+        super::nccl_ranks::timing::pins_at_channels(&exe, &ordinals, pins, sizes, channels)
     }
 
     fn recoveries(&self) -> Vec<crate::fabric::Recovery> {

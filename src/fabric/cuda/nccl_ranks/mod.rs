@@ -1,12 +1,14 @@
 //! K ranks of NCCL, one process each (`artune __nccl-rank`, [`super::nccl_sweep`]), started
-//! with the environment each run needs (a pin's `NCCL_ALGO`/`NCCL_PROTO`, the plugins, several
-//! ranks on one GPU) and waited for under one deadline: the processes, not a rank-per-GPU
+//! with the environment each run needs (a pin's `NCCL_ALGO`/`NCCL_PROTO`, or the variants to
+//! switch between through the tuner, [`switch`]; the plugins, several ranks on one GPU) and
+//! waited for under one deadline: the processes, not a rank-per-GPU
 //! assumption, decide how ranks share a GPU ([`path`]). `check --nccl-audit` and the CUDA
 //! fabric's NCCL timing both run through here.
 
 mod path;
 pub mod ranked;
 pub mod share;
+pub mod switch;
 pub mod timing;
 
 use std::ffi::OsString;
@@ -16,6 +18,7 @@ use std::time::{Duration, Instant};
 
 pub use path::{path, RankPath, ENV_MULTI_RANK, MULTI_RANK_GPU};
 
+use crate::allreduce::Backend;
 use crate::fabric::{NcclAlgo, NcclProto};
 
 /// Why a run of NCCL ranks gave no times.
@@ -69,6 +72,9 @@ pub struct Launch {
     pub channels: Vec<Option<i32>>,
     /// The NCCL variant pinned through `NCCL_ALGO`/`NCCL_PROTO`; None: NCCL's own choice.
     pub pin: Option<(NcclAlgo, NcclProto)>,
+    /// The variants each communicator runs in turn, switched per call through the tuner
+    /// ([`switch`]; `env` must load libartune.so as tuner and profiler); empty: `pin` alone.
+    pub variants: Vec<Backend>,
     /// Further variables for every rank (the plugins, the profile).
     pub env: Vec<(String, OsString)>,
     pub limit: Duration,
@@ -135,6 +141,12 @@ impl Launch {
         if let Some((a, p)) = self.pin {
             c.envs(super::nccl::pin_env(a.name(), p.name()));
         }
+        if !self.variants.is_empty() {
+            let ids: Vec<&str> = self.variants.iter().map(|v| v.id()).collect();
+            c.args(["--variants", &ids.join(",")]);
+            // NCCL's own choice is NCCL's, not a profile's.
+            c.env_remove(crate::plugin::ENV_PROFILE);
+        }
         c
     }
 }
@@ -160,6 +172,8 @@ fn rank_log(dir: &Path, rank: usize) -> Result<(Stdio, Stdio), RanksError> {
 pub struct Timed {
     /// The count forced on the communicator; None: NCCL's own.
     pub channels: Option<i32>,
+    /// The variant the tuner switched to; None: the one the start's environment pins.
+    pub variant: Option<Backend>,
     pub bytes: u64,
     /// Rank 0's samples, each its mean time per call over one batch, µs.
     pub samples: Vec<f64>,
@@ -216,7 +230,8 @@ fn run_inner(
         }
     }
     let deadline = Instant::now() + l.limit;
-    let (times, lines) = (l.dir.join("rank0.times"), l.turns().len() * l.sizes.len());
+    let runs = l.turns().len() * l.variants.len().max(1);
+    let (times, lines) = (l.dir.join("rank0.times"), runs * l.sizes.len());
     let mut all_in: Option<Instant> = None;
     while children
         .iter_mut()
@@ -275,17 +290,27 @@ fn complete(path: &Path, lines: usize) -> bool {
     std::fs::read_to_string(path).is_ok_and(|t| parse_times(&t).len() >= lines)
 }
 
-/// `CHANNELS BYTES US...` per line, one time per sample, as a rank writes them (0 channels:
-/// NCCL's own count); a line with no sample or a word that is no number is skipped.
+/// `[VARIANT] CHANNELS BYTES US...` per line, one time per sample, as a rank writes them (the
+/// variant's id where the tuner switched to it; 0 channels: NCCL's own count); a line with no
+/// sample, an unknown variant or a word that is no number is skipped.
 pub fn parse_times(text: &str) -> Vec<Timed> {
     text.lines()
         .filter_map(|l| {
-            let mut w = l.split(' ');
+            let mut w = l.split(' ').peekable();
+            let first = *w.peek()?;
+            let variant = match first.parse::<i32>() {
+                Ok(_) => None,
+                Err(_) => Some(Backend::from_id(first).filter(|b| b.is_nccl())?),
+            };
+            if variant.is_some() {
+                w.next();
+            }
             let c: i32 = w.next()?.parse().ok()?;
             let bytes = w.next()?.parse().ok()?;
             let samples = w.map(str::parse).collect::<Result<Vec<f64>, _>>().ok()?;
             (!samples.is_empty()).then_some(Timed {
                 channels: (c > 0).then_some(c),
+                variant,
                 bytes,
                 samples,
             })
@@ -295,13 +320,17 @@ pub fn parse_times(text: &str) -> Vec<Timed> {
 
 /// The lines [`parse_times`] reads.
 pub fn format_times(times: &[super::nccl_sweep::CommTimes]) -> String {
-    let line = |c: i32, b: u64, s: &[f64]| {
+    let line = |v: Option<Backend>, c: i32, b: u64, s: &[f64]| {
         let us: Vec<String> = s.iter().map(|us| format!("{us:.3}")).collect();
-        format!("{c} {b} {}\n", us.join(" "))
+        let v = v.map(|v| format!("{} ", v.id())).unwrap_or_default();
+        format!("{v}{c} {b} {}\n", us.join(" "))
     };
     times
         .iter()
-        .flat_map(|(c, t)| t.iter().map(move |(b, s)| line(c.unwrap_or(0), *b, s)))
+        .flat_map(|t| {
+            let c = t.channels.unwrap_or(0);
+            t.sizes.iter().map(move |(b, s)| line(t.variant, c, *b, s))
+        })
         .collect()
 }
 
@@ -321,6 +350,7 @@ mod tests {
             max_ctas: None,
             channels: vec![Some(8), None, Some(2)],
             pin: Some((NcclAlgo::Ring, NcclProto::Simple)),
+            variants: Vec::new(),
             env: Vec::new(),
             limit: Duration::from_secs(1),
         }
@@ -352,6 +382,23 @@ mod tests {
         assert!(env_of(&shared, "NCCL_ALGO").is_some_and(|v| v.ends_with("Ring")));
         let own = launch(vec![0, 1]).command(&ids, 1);
         assert_eq!(env_of(&own, ENV_MULTI_RANK), None);
+        assert!(!args.iter().any(|a| a == "--variants"));
+    }
+
+    /// A switched start names its variants, and no profile steers NCCL's own choice there.
+    #[test]
+    fn a_switched_start_names_its_variants_and_drops_the_profile() {
+        let mut l = launch(vec![0, 0]);
+        (l.pin, l.variants) = (None, vec![Backend::Nccl, Backend::NcclTreeLl128]);
+        let c = l.command(&["00".into(), "01".into(), "02".into()], 0);
+        let args: Vec<_> = c.get_args().map(|a| a.to_string_lossy()).collect();
+        let at = args.iter().position(|a| a == "--variants").unwrap();
+        assert_eq!(args[at + 1], "nccl,nccl_tree_ll128");
+        let dropped = c
+            .get_envs()
+            .any(|(k, v)| k == crate::plugin::ENV_PROFILE && v.is_none());
+        assert!(dropped, "ARTUNE_PROFILE removed");
+        assert_eq!(env_of(&c, "NCCL_ALGO"), None);
     }
 
     /// Ranks that wrote every time and then hang in their teardown are stopped after the
@@ -389,6 +436,7 @@ exec sleep 30
     fn times_are_read_line_by_line_and_junk_is_skipped() {
         let t = |channels, bytes, samples: &[f64]| Timed {
             channels,
+            variant: None,
             bytes,
             samples: samples.to_vec(),
         };
@@ -396,18 +444,47 @@ exec sleep 30
             parse_times("0 1024 3.50\nnot a line\n1024\n8 2048 4.25 5.0\n8 1 2 x\n"),
             [t(None, 1024, &[3.5]), t(Some(8), 2048, &[4.25, 5.0])]
         );
+        // A variant's line names it; an unknown or custom one is skipped.
+        let read = parse_times(
+            "nccl_tree_ll 0 1024 3.5\nnccl 8 2048 4.0\nbogus 0 1024 1\none_stage_pull 0 1 1\n",
+        );
+        let got: Vec<_> = read
+            .iter()
+            .map(|t| (t.variant, t.channels, t.bytes))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (Some(Backend::NcclTreeLl), None, 1024),
+                (Some(Backend::Nccl), Some(8), 2048)
+            ]
+        );
     }
 
     #[test]
     fn every_communicator_s_times_come_back_with_its_count() {
+        let t = |channels, variant, sizes| crate::fabric::cuda::nccl_sweep::CommTimes {
+            channels,
+            variant,
+            sizes,
+        };
         let written = format_times(&[
-            (Some(4), vec![(1024, vec![3.5, 3.75]), (2048, vec![4.0])]),
-            (None, vec![(1024, vec![2.25, 2.5, 2.125])]),
+            t(
+                Some(4),
+                None,
+                vec![(1024, vec![3.5, 3.75]), (2048, vec![4.0])],
+            ),
+            t(None, None, vec![(1024, vec![2.25, 2.5, 2.125])]),
+            t(None, Some(Backend::NcclRingLl), vec![(1024, vec![1.5])]),
         ]);
         let read: Vec<_> = parse_times(&written)
             .into_iter()
+            .filter(|t| t.variant.is_none())
             .map(|t| (t.channels, t.bytes, t.samples))
             .collect();
+        let switched = parse_times(&written).pop().unwrap();
+        assert_eq!(switched.variant, Some(Backend::NcclRingLl));
+        assert_eq!(switched.samples, [1.5]);
         assert_eq!(
             read,
             [

@@ -1,16 +1,18 @@
-//! The CUDA fabric's timing of a pinned NCCL variant with its run-time channels forced: K rank
-//! processes (one per rank of the group, on the GPUs [`super::path`] gives them), started once
-//! per pin, each make one communicator per count in turn with `minCTAs` = `maxCTAs` = the count
-//! and `NCCL_ALGO`/`NCCL_PROTO` of the pin,
-//! and time every size on the host around a synchronized stream (rank 0's mean per call, µs). The
-//! group's own workers stay up meanwhile; the times are compared only with each other. Where
-//! libartune.so lies beside the binary it is NCCL's profiler too, and the channels each size
-//! ran with are read back from rank 0's summary rather than assumed.
+//! The CUDA fabric's timing of pinned NCCL variants with their run-time channels forced: K rank
+//! processes (one per rank of the group, on the GPUs [`super::path`] gives them) each make one
+//! communicator per count in turn with `minCTAs` = `maxCTAs` = the count, and time every size
+//! on the host around a synchronized stream (rank 0's mean per call, µs). Where libartune.so
+//! lies beside the binary it is NCCL's profiler, so the channels each size ran with are read
+//! back from rank 0's summary rather than assumed, and NCCL's tuner, so one start runs every
+//! pin, switched per call ([`pins_at_channels`]); else each pin starts its ranks with its
+//! `NCCL_ALGO`/`NCCL_PROTO` ([`at_channels`]). The group's own workers stay up meanwhile; the
+//! times are compared only with each other.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use super::switch::ReadBack;
 use super::{path, run, Launch, RankPath, ENV_MULTI_RANK};
 use crate::fabric::cuda::nccl;
 use crate::fabric::cuda::nccl_sweep::count_dir;
@@ -74,10 +76,44 @@ pub fn runnable(placed: &[usize], counts: &[u32]) -> Vec<u32> {
         .collect()
 }
 
+/// Where a sweep's ranks run and what they can: their CUDA ordinals, the counts they have
+/// room for, the calls per size and the `maxCTAs` room ranks sharing a GPU need.
+struct Placed {
+    ordinals: Vec<usize>,
+    counts: Vec<u32>,
+    calls: usize,
+    room: Option<i32>,
+}
+
+/// The placement of a sweep of `counts` for a group with CUDA `ordinals`, or why the loaded
+/// NCCL cannot force a count there.
+fn placed(ordinals: &[usize], counts: &[u32]) -> Result<Placed, FabricError> {
+    let lib = nccl::library().map_err(FabricError::Waived)?;
+    if !lib.forces_channels() {
+        return Err(FabricError::Waived(format!(
+            "NCCL {} has no per-communicator config, which forcing a channel count needs (2.14 \
+             or later)",
+            nccl::version_string(lib.version)
+        )));
+    }
+    let multi = std::env::var(ENV_MULTI_RANK).ok();
+    let ordinals =
+        placement(lib.version, multi.as_deref(), ordinals).map_err(FabricError::Waived)?;
+    Ok(Placed {
+        counts: runnable(&ordinals, counts),
+        calls: iters(&ordinals),
+        room: shares(&ordinals)
+            .then(|| super::ranked::shared_max_ctas(ordinals.len()))
+            .flatten(),
+        ordinals,
+    })
+}
+
 /// The timings of `backend` (an NCCL pin, or NCCL's own choice) at `sizes` with each of
 /// `counts` forced (0: NCCL's own count, under the room ranks sharing a GPU need), in one
-/// start of the ranks of a group with CUDA `ordinals`; `exe` is the artune binary. Counts the
-/// placement has no room for ([`runnable`]) are left out of the answer.
+/// start of the ranks of a group with CUDA `ordinals`, pinned through
+/// `NCCL_ALGO`/`NCCL_PROTO`; `exe` is the artune binary. Counts the placement has no room for
+/// ([`runnable`]) are left out of the answer.
 pub fn at_channels(
     exe: &Path,
     ordinals: &[usize],
@@ -92,22 +128,12 @@ pub fn at_channels(
                 .ok_or_else(|| FabricError::BadRequest(format!("{b} is no NCCL variant")))?,
         ),
     };
-    let lib = nccl::library().map_err(FabricError::Waived)?;
-    if !lib.forces_channels() {
-        return Err(FabricError::Waived(format!(
-            "NCCL {} has no per-communicator config, which forcing a channel count needs (2.14 \
-             or later)",
-            nccl::version_string(lib.version)
-        )));
-    }
-    let multi = std::env::var(ENV_MULTI_RANK).ok();
-    let ordinals =
-        placement(lib.version, multi.as_deref(), ordinals).map_err(FabricError::Waived)?;
-    let counts = runnable(&ordinals, counts);
-    let calls = iters(&ordinals);
-    let room = shares(&ordinals)
-        .then(|| super::ranked::shared_max_ctas(ordinals.len()))
-        .flatten();
+    let Placed {
+        ordinals,
+        counts,
+        calls,
+        room,
+    } = placed(ordinals, counts)?;
     if counts.is_empty() {
         return Ok(Vec::new());
     }
@@ -115,8 +141,7 @@ pub fn at_channels(
         backend,
         reason: format!("no directory for the NCCL ranks: {e}"),
     })?;
-    // Even sizes (bf16), as the ranks call them; the answer keeps the caller's order.
-    let even: Vec<u64> = sizes.iter().map(|&b| (b & !1).max(2)).collect();
+    let even = even(sizes);
     let launch = Launch {
         exe: exe.to_path_buf(),
         dir: dir.path().to_path_buf(),
@@ -128,6 +153,7 @@ pub fn at_channels(
         max_ctas: room,
         channels: counts.iter().map(|&c| forced(c)).collect(),
         pin,
+        variants: Vec::new(),
         env: profiler_env(exe, dir.path()),
         limit: LIMIT * counts.len() as u32,
     };
@@ -160,15 +186,154 @@ pub fn at_channels(
         .collect()
 }
 
+/// Even sizes (bf16), as the ranks call them; the answer keeps the caller's order.
+fn even(sizes: &[u64]) -> Vec<u64> {
+    sizes.iter().map(|&b| (b & !1).max(2)).collect()
+}
+
+/// [`at_channels`] for every pin of `pins` in one start of the ranks where libartune.so lies
+/// beside `exe`: each communicator (one per count) runs every pin in turn, switched per call
+/// through the tuner, and each pin's times are kept only where rank 0's profiler saw NCCL run
+/// it under its override at every size of every count. A pin NCCL did not run as forced (and
+/// every pin where there is no library or the switched start fails) gets a start of its own
+/// pinned through the environment, as before.
+pub fn pins_at_channels(
+    exe: &Path,
+    ordinals: &[usize],
+    pins: &[Backend],
+    sizes: &[u64],
+    counts: &[u32],
+) -> Vec<crate::fabric::PinChannelTimes> {
+    let own = |b: Backend| (b, at_channels(exe, ordinals, b, sizes, counts));
+    let switchable: Vec<Backend> = pins.iter().copied().filter(|b| b.is_nccl()).collect();
+    let switched = match library_of(exe) {
+        Some(lib) if !switchable.is_empty() => {
+            switched_at_channels(exe, &lib, ordinals, &switchable, sizes, counts)
+        }
+        _ => Ok(BTreeMap::new()),
+    };
+    let mut switched = switched.unwrap_or_else(|e| {
+        tracing::warn!(
+            "channel sweep: the pins switched by the tuner failed ({e}); each pin starts \
+             ranks of its own"
+        );
+        BTreeMap::new()
+    });
+    pins.iter()
+        .map(|&b| match switched.remove(&b) {
+            Some(t) => (b, Ok(t)),
+            None => own(b),
+        })
+        .collect()
+}
+
+/// Per count, a pin's time at each size.
+type CountTimes = Vec<(u32, Vec<ChannelTime>)>;
+
+/// The switched start of [`pins_at_channels`]: per pin NCCL followed, its answer.
+fn switched_at_channels(
+    exe: &Path,
+    lib: &Path,
+    ordinals: &[usize],
+    pins: &[Backend],
+    sizes: &[u64],
+    counts: &[u32],
+) -> Result<BTreeMap<Backend, CountTimes>, FabricError> {
+    let p = placed(ordinals, counts)?;
+    if p.counts.is_empty() {
+        return Ok(pins.iter().map(|&b| (b, Vec::new())).collect());
+    }
+    let dir = tempfile::tempdir().map_err(|e| FabricError::Waived(e.to_string()))?;
+    let even = even(sizes);
+    let mut env = profiler_env(exe, dir.path());
+    env.extend(super::switch::env(lib));
+    let launch = Launch {
+        exe: exe.to_path_buf(),
+        dir: dir.path().to_path_buf(),
+        ordinals: p.ordinals,
+        sizes: even.clone(),
+        iters: p.calls,
+        samples: 1,
+        graph: false,
+        max_ctas: p.room,
+        channels: p.counts.iter().map(|&c| forced(c)).collect(),
+        pin: None,
+        variants: pins.to_vec(),
+        env,
+        limit: LIMIT * (p.counts.len() * pins.len()) as u32,
+    };
+    let clock = std::time::Instant::now();
+    let times = run(&launch).map_err(|e| FabricError::Waived(e.to_string()))?;
+    tracing::info!(
+        "channel sweep: {} pins x {} counts x {} sizes in one start of the ranks, {:.2} s",
+        pins.len(),
+        p.counts.len(),
+        even.len(),
+        clock.elapsed().as_secs_f64()
+    );
+    let read: Vec<ReadBack> = (p.counts.iter())
+        .map(|&c| match forced(c) {
+            Some(f) => ReadBack::read(&count_dir(dir.path(), f)),
+            None => ReadBack::read(dir.path()),
+        })
+        .collect();
+    Ok(followed(&times, &read, pins, &p.counts, &even))
+}
+
+/// Per pin of a switched start, its times at each of `counts` and `sizes`, where `read` (per
+/// count) shows NCCL ran it under its override at every one; a pin it does not is left out,
+/// and why is logged.
+fn followed(
+    times: &[super::Timed],
+    read: &[ReadBack],
+    pins: &[Backend],
+    counts: &[u32],
+    sizes: &[u64],
+) -> BTreeMap<Backend, CountTimes> {
+    let pin_at = |pin: Backend, i: usize, c: u32| -> Result<(u32, Vec<ChannelTime>), String> {
+        let at = |b: &u64| {
+            let t = (times.iter())
+                .find(|t| t.variant == Some(pin) && t.channels == forced(c) && t.bytes == *b)
+                .ok_or_else(|| format!("rank 0 wrote no time at {b} bytes"))?;
+            let ran = read.get(i).ok_or("no read-back")?.ran(pin, *b)?;
+            Ok(ChannelTime {
+                us: t.mean(),
+                ran_channels: Some(ran),
+            })
+        };
+        Ok((c, sizes.iter().map(at).collect::<Result<_, String>>()?))
+    };
+    let mut out = BTreeMap::new();
+    for &pin in pins {
+        let timed: Result<Vec<_>, String> = (counts.iter().enumerate())
+            .map(|(i, &c)| pin_at(pin, i, c))
+            .collect();
+        match timed {
+            Ok(t) => drop(out.insert(pin, t)),
+            Err(why) => tracing::warn!(
+                "channel sweep: {pin} is not timed from the tuner's switch ({why}); it starts \
+                 ranks of its own pinned through NCCL_ALGO/NCCL_PROTO"
+            ),
+        }
+    }
+    out
+}
+
 /// The count a communicator is forced to: none for 0, NCCL's own.
 fn forced(c: u32) -> Option<i32> {
     (c > 0).then_some(c as i32)
 }
 
+/// The libartune.so that belongs with the artune binary `exe` (beside it, or where an
+/// installation puts it).
+pub fn library_of(exe: &Path) -> Option<std::path::PathBuf> {
+    crate::plugin::library::beside(exe.parent()?)
+}
+
 /// libartune.so as NCCL's profiler, writing its summaries into `dir`, where it lies beside
 /// the binary; nothing where it does not (the channels are then the ones asked for).
 pub fn profiler_env(exe: &Path, dir: &Path) -> Vec<(String, std::ffi::OsString)> {
-    crate::plugin::library::beside(exe)
+    library_of(exe)
         .map(|lib| {
             vec![
                 ("NCCL_PROFILER_PLUGIN".into(), lib.into()),
@@ -248,6 +413,77 @@ mod tests {
         assert_eq!(iters(&[0, 0]), SHARED_ITERS);
         assert_eq!(iters(&[0, 1]), ITERS);
         const { assert!(SHARED_ITERS < ITERS) };
+    }
+
+    /// The profiler is the library beside the binary itself (not inside a folder named
+    /// like it), and nothing is set where there is none.
+    #[test]
+    fn the_profiler_is_the_library_beside_the_binary() {
+        let d = tempfile::tempdir().unwrap();
+        let exe = d.path().join("artune");
+        std::fs::write(&exe, b"").unwrap();
+        assert!(profiler_env(&exe, d.path()).is_empty());
+        std::fs::write(d.path().join("libartune.so"), b"").unwrap();
+        let env = profiler_env(&exe, d.path());
+        let lib = d.path().join("libartune.so").canonicalize().unwrap();
+        assert_eq!(env[0], ("NCCL_PROFILER_PLUGIN".into(), lib.into()));
+        assert_eq!(env[1], (AUDIT_DIR.into(), d.path().into()));
+    }
+
+    /// A pin of the switched sweep keeps its times where, at every count, rank 0's profiler
+    /// saw NCCL run it under its override; one NCCL ran otherwise at one count is left out
+    /// (it gets a start of its own), never answered with the other variant's times.
+    #[test]
+    fn a_switched_sweep_keeps_only_the_pins_nccl_ran_as_forced() {
+        use crate::plugin::audit::SizeRecord;
+        let d = tempfile::tempdir().unwrap();
+        let rec = |forced: &str, ran: &str, channels| SizeRecord {
+            bytes: 1024,
+            ran: ran.into(),
+            channels,
+            forced: Some(forced.into()),
+            ..Default::default()
+        };
+        let write = |dir: &Path, sizes| {
+            std::fs::create_dir_all(dir).unwrap();
+            let s = Summary {
+                rank: 0,
+                sizes,
+                ..Default::default()
+            };
+            std::fs::write(dir.join("a-r0.json"), serde_json::to_vec(&s).unwrap()).unwrap();
+        };
+        write(
+            &count_dir(d.path(), 2),
+            vec![rec("RING/LL", "RING/LL", 2), rec("TREE/LL", "TREE/LL", 2)],
+        );
+        write(
+            &count_dir(d.path(), 4),
+            vec![rec("RING/LL", "RING/LL", 3), rec("TREE/LL", "RING/LL", 4)],
+        );
+        let read = [2, 4].map(|c| ReadBack::read(&count_dir(d.path(), c)));
+        let t = |v, channels, us| super::super::Timed {
+            channels: Some(channels),
+            variant: Some(v),
+            bytes: 1024,
+            samples: vec![us],
+        };
+        let (ring, tree) = (Backend::NcclRingLl, Backend::NcclTreeLl);
+        let times = [
+            t(ring, 2, 5.0),
+            t(tree, 2, 6.0),
+            t(ring, 4, 4.0),
+            t(tree, 4, 3.0),
+        ];
+        let got = followed(&times, &read, &[ring, tree], &[2, 4], &[1024]);
+        let ch = |us, c| ChannelTime {
+            us,
+            ran_channels: Some(c),
+        };
+        assert_eq!(
+            got,
+            BTreeMap::from([(ring, vec![(2, vec![ch(5.0, 2)]), (4, vec![ch(4.0, 3)])])])
+        );
     }
 
     #[test]

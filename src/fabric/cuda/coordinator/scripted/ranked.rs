@@ -40,3 +40,22 @@ fn eager_times_standing_in_for_graph_are_said_in_the_fabric_line() {
     let said = line.matches("; graph mode's NCCL times are eager").count();
     assert_eq!(said, 1, "{line}");
 }
+
+/// A variant NCCL did not run under the tuner's switch is said in the fabric line, once, with
+/// what ran instead; its times are its own pinned ranks'.
+#[test]
+fn a_variant_nccl_did_not_follow_is_said_in_the_fabric_line() {
+    let world = Shared::default();
+    let mut f = fabric(2, &world);
+    let d = tempfile::tempdir().unwrap();
+    f.ranked = Some(testing::switched(d.path(), 0, 1, "nccl_tree_ll"));
+    let t = f.time(Backend::NcclTreeLl, 1024, Mode::Eager, 1, 2);
+    assert_eq!(t.unwrap(), [1.5, 2.5]);
+    f.time(Backend::NcclTreeLl, 4096, Mode::Eager, 1, 2)
+        .unwrap();
+    let line = f.info().description;
+    let note = "; NCCL did not run nccl_tree_ll under artune's tuner switch (NCCL ran \
+                RING/SIMPLE at 1024 bytes where the tuner forced TREE/LL)";
+    let said = line.matches(note).count();
+    assert_eq!(said, 1, "{line}");
+}
