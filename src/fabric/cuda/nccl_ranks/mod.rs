@@ -237,6 +237,20 @@ fn run_inner(
         .iter_mut()
         .any(|c| matches!(c.try_wait(), Ok(None)))
     {
+        // A rank that failed leaves the others waiting in NCCL for it until their own
+        // limits: they are stopped at once and the failed rank's reason returned.
+        let failed = (children.iter_mut().enumerate()).find_map(|(r, c)| {
+            c.try_wait()
+                .ok()
+                .flatten()
+                .filter(|s| !s.success())
+                .map(|s| (r, s))
+        });
+        if let Some((rank, status)) = failed {
+            children.iter_mut().for_each(|c| drop(c.kill()));
+            children.iter_mut().for_each(|c| drop(c.wait()));
+            return Err(rank_error(l, rank, status));
+        }
         if Instant::now() > deadline {
             children.iter_mut().for_each(|c| drop(c.kill()));
             return Err(RanksError::Timeout {
@@ -264,25 +278,25 @@ fn run_inner(
     for (rank, mut c) in children.into_iter().enumerate() {
         let status = c.wait().map_err(|e| RanksError::Spawn(e.to_string()))?;
         if !status.success() {
-            let err =
-                std::fs::read_to_string(l.dir.join(format!("rank{rank}.err"))).unwrap_or_default();
-            let last = err
-                .lines()
-                .rev()
-                .find(|l| l.starts_with("rank "))
-                .unwrap_or("");
-            let reason = match last {
-                "" => "no reason given".into(),
-                l => l.to_string(),
-            };
-            return Err(match status.code() {
-                Some(EXIT_WRONG_SUM) => RanksError::WrongSum { rank, k, reason },
-                _ => RanksError::Rank { rank, k, reason },
-            });
+            return Err(rank_error(l, rank, status));
         }
     }
     let times = std::fs::read_to_string(l.dir.join("rank0.times")).unwrap_or_default();
     Ok(parse_times(&times))
+}
+
+/// Why rank `rank` exited with `status`: its last "rank ..." line of standard error.
+fn rank_error(l: &Launch, rank: usize, status: std::process::ExitStatus) -> RanksError {
+    let k = l.ordinals.len();
+    let err = std::fs::read_to_string(l.dir.join(format!("rank{rank}.err"))).unwrap_or_default();
+    let reason = match err.lines().rev().find(|l| l.starts_with("rank ")) {
+        None => "no reason given".into(),
+        Some(l) => l.to_string(),
+    };
+    match status.code() {
+        Some(EXIT_WRONG_SUM) => RanksError::WrongSum { rank, k, reason },
+        _ => RanksError::Rank { rank, k, reason },
+    }
 }
 
 /// Whether rank 0's times file holds `lines` lines of times (a rank writes it whole).
@@ -430,6 +444,36 @@ exec sleep 30
         );
         let got: Vec<_> = t.iter().map(|t| (t.bytes, t.samples.clone())).collect();
         assert_eq!(got, [(1024, vec![2.5, 3.5]), (2048, vec![2.5, 3.5])]);
+    }
+
+    /// A rank that fails stops the others at once (they would wait in NCCL for it until
+    /// their own limits), and its reason is the run's.
+    #[test]
+    fn a_failed_rank_stops_the_others_at_once() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let exe = d.path().join("artune");
+        let script = r#"#!/bin/sh
+while [ $# -gt 0 ]; do case $1 in --rank) rank=$2; shift;; esac; shift; done
+[ $rank = 1 ] && { echo "rank 1: ncclCommInitRank: unhandled system error" >&2; exit 4; }
+exec sleep 30
+"#;
+        std::fs::write(&exe, script).unwrap();
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut l = launch(vec![0, 0]);
+        (l.exe, l.dir, l.channels) = (exe, d.path().to_path_buf(), Vec::new());
+        l.limit = Duration::from_secs(20);
+        let clock = Instant::now();
+        let e = run_inner(&l, || Ok("00".into()), Duration::from_secs(12)).unwrap_err();
+        assert!(
+            clock.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            clock.elapsed()
+        );
+        assert!(
+            matches!(&e, RanksError::Rank { rank: 1, k: 2, reason } if reason.contains("unhandled")),
+            "{e}"
+        );
     }
 
     #[test]
