@@ -5,7 +5,7 @@
 # Needs: NCCL 2.32.6 in seven pieces /tmp/nccl232/part0..6 (carried by the lead, as
 # ../2026-12-04-realnccl/device.sh says: .carry/g48/part1..7), and the binaries of merged main
 # in $C: artune, libartune.so, and the GPU tests as gpu_nccl (or gpu; plain or .xz). Then:
-#   C=.carry/<dir> END=240 bash profiles/hardware/h200/2026-12-05-krank2/run.sh
+#   C=.carry/<dir> END=480 bash profiles/hardware/h200/2026-12-05-krank2/run.sh
 # Steps, each under its own limit and within END seconds in all (skipped when none is left):
 #   1. the K-rank GPU tests (tests/gpu_nccl) under MPS, the fabric line checked to say MPS;
 #   1b. the per-call switch (tests/gpu_nccl/switch.rs; NOT RUN YET): every NCCL variant by 2
@@ -19,7 +19,7 @@
 #   4. without MPS: K = 2 eager, to show what time slices do to the same tune.
 # Results: $OUT/krank2.tgz (re-packed after each step); summary.txt has one line per step.
 set -u
-END=${END:-240}
+END=${END:-480}
 C=${C:?set C to the folder of the carried binaries}; C=$(cd "$C" && pwd)
 R=$PWD; H=$R/profiles/hardware/h200; N=/tmp/nccl232; W=/tmp/krank2
 rm -rf $W; mkdir -p $W/bin $W/kc
@@ -98,7 +98,7 @@ nvidia-cuda-mps-control -d > $W/mps-start.txt 2>&1; say "MPS daemon: exit $?"
 BUSY=
 
 if [ -x $W/bin/gpu_nccl ]; then G=$W/bin/gpu_nccl; F=; else G=$W/bin/gpu; F=gpu_nccl::; fi
-step gpu-mps 25 $X ARTUNE_BIN=$A ARTUNE_EXPECT_MPS=1 $G $F --skip gpu_nccl::switch:: \
+step gpu-mps 45 $X ARTUNE_BIN=$A ARTUNE_EXPECT_MPS=1 $G $F --skip gpu_nccl::switch:: \
   --nocapture --test-threads 1
 # The per-call switch (not run yet): per variant "followed; channels NCCL ran ..." or "NOT
 # followed under the switch: <what ran>", and "<n> starts of the 2 ranks for 7 variants in 2
