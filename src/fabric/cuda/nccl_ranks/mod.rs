@@ -370,6 +370,17 @@ mod tests {
         }
     }
 
+    /// A launch of 2 ranks on GPU 0 whose rank binary is the shell `script`, in `d`.
+    fn scripted(d: &Path, script: &str, limit: Duration) -> Launch {
+        use std::os::unix::fs::PermissionsExt;
+        let exe = d.join("artune");
+        std::fs::write(&exe, script).unwrap();
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut l = launch(vec![0, 0]);
+        (l.exe, l.dir, l.channels, l.limit) = (exe, d.to_path_buf(), Vec::new(), limit);
+        l
+    }
+
     fn env_of(c: &Command, key: &str) -> Option<String> {
         c.get_envs()
             .find(|(k, _)| *k == key)
@@ -419,9 +430,7 @@ mod tests {
     /// grace, and their times kept; the run's limit is not waited out.
     #[test]
     fn ranks_hanging_in_teardown_after_their_times_are_stopped_and_their_times_kept() {
-        use std::os::unix::fs::PermissionsExt;
         let d = tempfile::tempdir().unwrap();
-        let exe = d.path().join("artune");
         let script = r#"#!/bin/sh
 while [ $# -gt 0 ]; do
   case $1 in --sizes) sizes=$2; shift;; --times) out=$2; shift;; esac
@@ -430,11 +439,7 @@ done
 for b in $(echo $sizes | tr , ' '); do echo "0 $b 2.5 3.5"; done > $out
 exec sleep 30
 "#;
-        std::fs::write(&exe, script).unwrap();
-        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let mut l = launch(vec![0, 0]);
-        (l.exe, l.dir, l.channels) = (exe, d.path().to_path_buf(), Vec::new());
-        l.limit = Duration::from_secs(6);
+        let l = scripted(d.path(), script, Duration::from_secs(6));
         let clock = Instant::now();
         let t = run_inner(&l, || Ok("00".into()), Duration::from_millis(300)).unwrap();
         assert!(
@@ -450,19 +455,13 @@ exec sleep 30
     /// their own limits), and its reason is the run's.
     #[test]
     fn a_failed_rank_stops_the_others_at_once() {
-        use std::os::unix::fs::PermissionsExt;
         let d = tempfile::tempdir().unwrap();
-        let exe = d.path().join("artune");
         let script = r#"#!/bin/sh
 while [ $# -gt 0 ]; do case $1 in --rank) rank=$2; shift;; esac; shift; done
 [ $rank = 1 ] && { echo "rank 1: ncclCommInitRank: unhandled system error" >&2; exit 4; }
 exec sleep 30
 "#;
-        std::fs::write(&exe, script).unwrap();
-        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let mut l = launch(vec![0, 0]);
-        (l.exe, l.dir, l.channels) = (exe, d.path().to_path_buf(), Vec::new());
-        l.limit = Duration::from_secs(20);
+        let l = scripted(d.path(), script, Duration::from_secs(20));
         let clock = Instant::now();
         let e = run_inner(&l, || Ok("00".into()), Duration::from_secs(12)).unwrap_err();
         assert!(
