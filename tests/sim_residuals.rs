@@ -1088,7 +1088,7 @@ fn unreached(cal: &Calibration) -> Vec<Row> {
     );
     out.push(Row {
         source: Source::R5,
-        figure: "R5's source, 4 GPUs under one switch reading all peers, total GB/s".into(),
+        figure: "R5's source 4 GPUs under one switch reading all peers, total GB/s".into(),
         published: 138.3,
         simulated: one
             .probe(Direction::Read, 3, 64 * MB)
