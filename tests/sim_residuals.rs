@@ -562,8 +562,9 @@ fn rows(cal: &Calibration) -> Vec<Row> {
     );
 
     // R2 (rtx6kpro hardware/asus-esc8000a-e13p-broadcom-switches.md, "AllReduce: Custom vs
-    // NCCL", p2pmark --allreduce, CUDA graphs): the same one-shot and NCCL (its page's
-    // NCCL_P2P_LEVEL=SYS) on 8 GPUs behind four Broadcom PEX890xx partitions of two GPUs,
+    // NCCL", p2pmark --allreduce): the same one-shot, replayed in CUDA graphs, and NCCL (its
+    // page's NCCL_P2P_LEVEL=SYS), eager as p2pmark 3c39f36 runs it (one thread issuing a group
+    // of calls, "no graph"), on 8 GPUs behind four Broadcom PEX890xx partitions of two GPUs,
     // two per socket, and on the four of socket 0.
     let mut r2 = prepared(asus(), &ALL8, Some(Level::Sys), cal);
     let mut r2h = prepared(asus(), &[0, 1, 2, 3], Some(Level::Sys), cal);
@@ -621,7 +622,7 @@ fn rows(cal: &Calibration) -> Vec<Row> {
             let (t, band, part) = timing(f, &[Backend::OneStagePull], bytes, Mode::Graph, data);
             let figure = format!("R2 one-shot, {n} GPUs, {bytes} B, us");
             push(Source::R2, figure, one, t, band, part);
-            let (t, band, part) = timing(f, &own, bytes, Mode::Graph, BandPart::NcclProtocol);
+            let (t, band, part) = timing(f, &own, bytes, Mode::Eager, BandPart::NcclProtocol);
             let figure = format!("R2 NCCL, {n} GPUs, {bytes} B, us");
             push(Source::R2, figure, nccl, t, band, part);
         }
