@@ -562,8 +562,9 @@ fn rows(cal: &Calibration) -> Vec<Row> {
     );
 
     // R2 (rtx6kpro hardware/asus-esc8000a-e13p-broadcom-switches.md, "AllReduce: Custom vs
-    // NCCL", p2pmark --allreduce, CUDA graphs): the same one-shot and NCCL (its page's
-    // NCCL_P2P_LEVEL=SYS) on 8 GPUs behind four Broadcom PEX890xx partitions of two GPUs,
+    // NCCL", p2pmark --allreduce): the same one-shot, replayed in CUDA graphs, and NCCL (its
+    // page's NCCL_P2P_LEVEL=SYS), eager as p2pmark 3c39f36 runs it (one thread issuing a group
+    // of calls, "no graph"), on 8 GPUs behind four Broadcom PEX890xx partitions of two GPUs,
     // two per socket, and on the four of socket 0.
     let mut r2 = prepared(asus(), &ALL8, Some(Level::Sys), cal);
     let mut r2h = prepared(asus(), &[0, 1, 2, 3], Some(Level::Sys), cal);
@@ -621,7 +622,7 @@ fn rows(cal: &Calibration) -> Vec<Row> {
             let (t, band, part) = timing(f, &[Backend::OneStagePull], bytes, Mode::Graph, data);
             let figure = format!("R2 one-shot, {n} GPUs, {bytes} B, us");
             push(Source::R2, figure, one, t, band, part);
-            let (t, band, part) = timing(f, &own, bytes, Mode::Graph, BandPart::NcclProtocol);
+            let (t, band, part) = timing(f, &own, bytes, Mode::Eager, BandPart::NcclProtocol);
             let figure = format!("R2 NCCL, {n} GPUs, {bytes} B, us");
             push(Source::R2, figure, nccl, t, band, part);
         }
@@ -759,6 +760,22 @@ fn rows(cal: &Calibration) -> Vec<Row> {
         let figure = format!("R5 NCCL, 8 GPUs, {bytes} B, us");
         push(Source::R5, figure, nccl, t, band, part);
     }
+    // R5's box, copy engines (hardware/pcie-bandwidth.md, "p2pmark Scores (8 GPUs)", the
+    // dense interconnect score: p2pmark 3c39f36's all eight GPUs reading all peers with 64 MB
+    // cudaMemcpyPeerAsync, each GPU's rate summed): 191.8 GB/s. Its 48 cross-leaf flows
+    // through the root switch bind there, on C1's curve (measured on switches of GPUs), where
+    // the leaf uplinks would carry 262.8: the switch-tree part's own figure.
+    let mut r5c = prepared(r5_box(), &ALL8, Some(Level::Sys), cal);
+    push(
+        Source::R5,
+        "R5's box 8 GPUs reading all peers, total GB/s".into(),
+        191.8,
+        r5c.probe(Direction::Read, 7, 64 * MB)
+            .unwrap()
+            .aggregate_gbps,
+        parts(&[BandPart::Links, BandPart::SwitchTree]),
+        Some(BandPart::SwitchTree),
+    );
     // R4 (haohervchb/sglang-V100#2, "Measured inside a CUDA graph"): a one-shot push on 4
     // V100 SXM2 behind one PLX switch, fp16; artune's one-stage push as it runs (its LL form
     // to 32 KiB per rank).
@@ -1059,24 +1076,27 @@ fn unreached(cal: &Calibration) -> Vec<Row> {
             part: Some(BandPart::RootComplex),
         });
     }
-    // R5's box, copy engines (the same pages, p2pmark's dense interconnect score: all eight
-    // GPUs reading all peers with 64 MB cudaMemcpyPeerAsync): 191.8 GB/s, where the model,
-    // its 48 cross-leaf flows through one root switch on C1's curve scaled to that switch's
-    // five ports, forwards less. R1's box of the same c-payne parts, its root switch in two
-    // partitions on two root ports, moves 196 and is priced 0.98x (`rows`); the wiki does not
-    // say R5's root switch is partitioned. Kernel bytes weigh at their issuing GPU's port, so
-    // R5's one-shot is priced the same either way (docs/MODEL-ERROR.md, R5).
-    let mut r5 = prepared(r5_box(), &ALL8, Some(Level::Sys), cal);
+    // R5's source's 4-GPU dense score (hardware/pcie-bandwidth.md, "p2pmark Scores (4 GPUs)",
+    // "luke (1 switch)": four GPUs under one of the same c-payne switches reading all peers):
+    // 138.3 GB/s, where the model's GPU ports give 225. Direct-attached and Broadcom boxes
+    // publish 129.7 and 127.6 on four GPUs, R1's box 126: as R1's, a limit the switch's curve
+    // does not hold (docs/MODEL-ERROR.md).
+    let mut one = prepared(
+        get("pcie-4x-1switch").unwrap(),
+        &[0, 1, 2, 3],
+        Some(Level::Sys),
+        cal,
+    );
     out.push(Row {
         source: Source::R5,
-        figure: "R5's box 8 GPUs reading all peers, total GB/s".into(),
-        published: 191.8,
-        simulated: r5
-            .probe(Direction::Read, 7, 64 * MB)
+        figure: "R5's source 4 GPUs under one switch reading all peers, total GB/s".into(),
+        published: 138.3,
+        simulated: one
+            .probe(Direction::Read, 3, 64 * MB)
             .unwrap()
             .aggregate_gbps,
-        band: rc(),
-        part: Some(BandPart::RootComplex),
+        band: parts(&[BandPart::Links]),
+        part: Some(BandPart::Links),
     });
     // nccl-tests on all eight GPUs of R2's box (optimization/nccl-tuning.md, the tuner
     // plugin's baseline, NCCL 2.28.3): 40.4 GB/s busbw at 16 MB needs at least four

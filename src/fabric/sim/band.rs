@@ -52,6 +52,10 @@ pub enum BandPart {
     /// A switch or socket fabric whose forwarding under many flows the topology does not
     /// state: C1's curve, the only published aggregate of such a node.
     ForwardingUnstated,
+    /// Copy-engine bytes forwarded by a switch whose ports lead to other switches (a root
+    /// switch above leaf switches): C1's curve was measured on switches of GPUs, and the one
+    /// published all-to-all through such a switch (R5's, 48 flows) moves more than it gives.
+    SwitchTree,
     /// A custom kernel's fixed costs: prologue, barriers, first bytes (C2's small one-shots).
     KernelFixed,
     /// NCCL's fixed costs: its per-operation base latency and per-step hops (C1's and C2's
@@ -111,6 +115,10 @@ impl BandPart {
             // wide as the unstated make of kernel traffic; past C1's flows per port the
             // curve's own further loss is added (`Curve::extrapolated`).
             BandPart::ForwardingUnstated => 0.30,
+            // R5's copy-engine all-to-all through its root switch, 191.8 GB/s where C1's curve
+            // forwards 142.5: ln(191.8/142.53) = 0.297, beside links' 0.04 in quadrature.
+            // One figure, so as wide both ways.
+            BandPart::SwitchTree => 0.30,
             // R2's one-shot on 4 GPUs at 256 B and 4 KB, 1.34x: ln 0.29 (C2's at 1 KB fitted
             // without C2, no prologue: 0.84x, ln 0.17).
             BandPart::KernelFixed => 0.30,
@@ -200,6 +208,7 @@ impl BandPart {
             BandPart::HostUnstated => "host-unstated",
             BandPart::NvLink => "nvlink",
             BandPart::ForwardingUnstated => "forwarding-unstated",
+            BandPart::SwitchTree => "switch-tree",
             BandPart::KernelFixed => "kernel-fixed",
             BandPart::NcclFixed => "nccl-fixed",
             BandPart::CopyFixed => "copy-fixed",
@@ -341,11 +350,18 @@ impl GroupParts {
         fixed_us: f64,
         data_us: f64,
     ) -> Band {
+        // A switch tree's root forwards kernel bytes too, but the switch's kernel part prices
+        // them: its figures include R5's one-shot through that very root switch.
+        let fabric: BTreeMap<BandPart, f64> = fabric
+            .iter()
+            .filter(|(&p, _)| p != BandPart::SwitchTree)
+            .map(|(&p, &w)| (p, w))
+            .collect();
         let fast: BTreeMap<BandPart, f64> = fabric
             .iter()
             .map(|(&p, &w)| (p, if p.kernel() { w.min(p.half_width()) } else { w }))
             .collect();
-        Band::split_sides(fixed, &fast, fabric, fixed_us, data_us)
+        Band::split_sides(fixed, &fast, &fabric, fixed_us, data_us)
     }
 
     /// [`GroupParts::custom`] for an island schedule (`islands`: priced phase by phase on
@@ -364,7 +380,8 @@ impl GroupParts {
 
     /// The band of an NCCL time, as [`GroupParts::custom`]: the copy-engine fabric (kernel-
     /// traffic parts do not apply) and NCCL's protocol costs price the bytes, and the host's
-    /// make where unstated moves both. An unstated forwarding curve does not apply either:
+    /// make where unstated moves both. An unstated forwarding curve or a switch tree's root
+    /// does not apply either:
     /// NCCL's rings and trees put one or two flows per GPU through a node, below any curve's
     /// knee, where all-to-all kernels put N−1; nor does a collapse, which takes two GPUs of
     /// one switch sending out of it at once, where a ring sends one.
@@ -382,6 +399,7 @@ impl GroupParts {
                         | BandPart::Collapse
                         | BandPart::CollapseUnstated
                         | BandPart::ForwardingUnstated
+                        | BandPart::SwitchTree
                 )
             })
             .map(|p| (p, p.half_width()))
@@ -474,5 +492,23 @@ mod tests {
         // Known to 24 flows: flat to there, and from there at the same slope.
         assert_eq!(k.width(24, 24), k.half_width());
         assert!((k.width(48, 24) - k.width(24, 12)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_switch_trees_part_prices_copy_engine_bytes_only() {
+        let t = BandPart::SwitchTree;
+        let g = GroupParts {
+            fabric: [(BandPart::Links, 0.04), (t, t.half_width())].into(),
+            host_stated: true,
+            islands: None,
+        };
+        let copy = super::super::copy::band(&g, 0.0, 1.0);
+        assert!(copy.parts.contains(&t));
+        assert!((copy.high.ln() - 0.04f64.hypot(t.half_width())).abs() < 1e-12);
+        // NCCL's rings put one or two flows through the root; a kernel's bytes are priced by
+        // its switch's kernel part.
+        assert!(!g.nccl(0.0, 1.0).parts.contains(&t));
+        let custom = g.custom_of(false, 0.0, 1.0);
+        assert!(!custom.parts.contains(&t) && (custom.high.ln() - 0.04).abs() < 1e-12);
     }
 }

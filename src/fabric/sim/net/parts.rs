@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::Net;
+use super::{Net, Place};
 use crate::fabric::sim::band::{BandPart, COLLAPSE_UNSTATED};
 use crate::fabric::Direction;
 
@@ -22,6 +22,7 @@ impl Net {
     /// [`Net::parts`] for the flows of one pattern, `pairs` (source, destination) at once.
     pub fn parts_of(&self, pairs: &[(usize, usize)]) -> BTreeMap<BandPart, f64> {
         let mut out = BTreeMap::new();
+        let tree = self.tree_uplinks();
         // Distinct GPU pairs crossing each resource.
         let mut flows = vec![0usize; self.caps.len()];
         for &(a, b) in pairs {
@@ -36,6 +37,9 @@ impl Net {
             }
             if self.rc_node.iter().any(|x| r.resources.contains(x)) {
                 out.insert(BandPart::RootComplex, BandPart::RootComplex.half_width());
+            }
+            if tree.iter().any(|x| r.resources.contains(x)) {
+                out.insert(BandPart::SwitchTree, BandPart::SwitchTree.half_width());
             }
             if self.sock_x_up.iter().any(|x| r.resources.contains(x)) {
                 out.insert(BandPart::Interconnect, BandPart::Interconnect.half_width());
@@ -107,6 +111,24 @@ impl Net {
                 ));
             }
         }
+        out
+    }
+
+    /// The uplinks (both directions) of switches under another switch: a route crossing one
+    /// is forwarded between switches by the switch above.
+    fn tree_uplinks(&self) -> Vec<usize> {
+        let mut out: Vec<usize> = self
+            .chains
+            .iter()
+            .flat_map(|c| c.windows(2))
+            .filter_map(|w| match (w[0], w[1]) {
+                (Place::Switch(s), Place::Switch(_)) => Some([self.sw_up[s], self.sw_down[s]]),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        out.sort_unstable();
+        out.dedup();
         out
     }
 

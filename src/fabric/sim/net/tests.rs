@@ -267,3 +267,22 @@ fn a_node_counts_flows_between_the_same_two_gpus_once() {
     let many: f64 = run(&net, &[(0, 4); 200], Direction::Write).iter().sum();
     assert!(close(many, one, 1e-9), "{many} vs {one}");
 }
+
+#[test]
+fn only_routes_through_a_switch_above_switches_take_the_tree_part() {
+    let flat = presets::get("pcie-8x-2switch").unwrap();
+    let mut tree = flat.clone();
+    tree.switches[1].parent = "sw0".into();
+    tree.normalize().unwrap();
+    let tree_part = |t: &Topology, gpus: &[usize]| {
+        Net::build(t)
+            .parts(gpus)
+            .contains_key(&BandPart::SwitchTree)
+    };
+    assert!(!tree_part(&flat, &[0, 1, 4, 5]));
+    // GPUs 4-7 sit under sw1, now below sw0: their flows to 0-3 are forwarded by sw0.
+    assert!(tree_part(&tree, &[0, 1, 4, 5]));
+    // Within sw1 nothing climbs to sw0; within sw0 nothing comes from a switch below it.
+    assert!(!tree_part(&tree, &[4, 5, 6, 7]));
+    assert!(!tree_part(&tree, &[0, 1, 2, 3]));
+}
