@@ -72,6 +72,9 @@ tune() { k=$1; mode=$2; sizes=$3; lim=$4; tag=$5; out=tune$k$mode$tag
     | sed 's/.*INFO[^ ]* [^ ]* //' > $W/starts-$out.txt
   grep -a "channel table: " $W/$out.txt | sed 's/.*channel table: //' > $W/channels-$out.txt
   [ -f $W/$out.json ] || { pack; return; }
+  # Every size's choice against K-rank NCCL (issue 42: does a graph group choose a
+  # registered kernel once NCCL is no longer the loopback's one-rank copy?).
+  $A show $W/$out.json > $W/show-$out.txt 2>&1
   for b in 16K 64K; do $A why $W/$out.json --tp $k --mode $mode --bytes $b; done \
     > $W/why-$out.txt 2>&1
   python3 - $W/$out.json > $W/nccl-$out.txt 2>&1 <<'PY'
