@@ -649,52 +649,62 @@ __device__ bool two_stage_push(const ArArgs& a) {
 // overlaps its end, and the next call still sees its writes (pdl_wait waits for this grid to
 // finish and its writes to be visible). Kernels that return `seen` read their status early
 // (common.cuh, status_set).
-#define AR_KERNELS(T, suffix)                                                                         \
-  extern "C" __global__ void __launch_bounds__(THREADS, 2) one_stage_pull_##suffix(const ArArgs a) {   \
-    const bool seen = one_stage_pull<T, false>(a);                                                     \
-    pdl_trigger();  fail_safe<T>(a, seen);                                                             \
-  }                                                                                                    \
-  extern "C" __global__ void __launch_bounds__(THREADS, 2) one_stage_pull_reg_##suffix(const ArArgs a) {\
-    const bool seen = one_stage_pull<T, true>(a);                                                      \
-    pdl_trigger();  fail_safe<T>(a, seen);                                                             \
-  }                                                                                                    \
-  extern "C" __global__ void __launch_bounds__(THREADS, 2) two_stage_pull_reg_##suffix(const ArArgs a) {\
-    two_stage_pull<T, true>(a);                                                                        \
-    pdl_trigger();  fail_safe<T>(a);                                                                   \
-  }                                                                                                    \
-  extern "C" __global__ void __launch_bounds__(THREADS, 2) one_stage_push_##suffix(const ArArgs a) {   \
-    pdl_wait();                                                                                        \
-    one_stage_push<T>(a);                                                                              \
-    pdl_trigger();  fail_safe<T>(a);                                                                   \
-  }                                                                                                    \
-  extern "C" __global__ void __launch_bounds__(THREADS, 2) two_stage_pull_##suffix(const ArArgs a) {   \
-    two_stage_pull<T, false>(a);                                                                       \
-    pdl_trigger();  fail_safe<T>(a);                                                                   \
-  }                                                                                                    \
-  extern "C" __global__ void __launch_bounds__(THREADS, 2) two_stage_push_##suffix(const ArArgs a) {   \
-    const bool seen = two_stage_push<T, false>(a);                                                     \
-    pdl_trigger();  fail_safe<T>(a, seen);                                                             \
-  }                                                                                                    \
-  extern "C" __global__ void __launch_bounds__(THREADS, 2) two_stage_push_reg_##suffix(const ArArgs a) {\
-    const bool seen = two_stage_push<T, true>(a);                                                      \
-    pdl_trigger();  fail_safe<T>(a, seen);                                                             \
-  }                                                                                                    \
-  extern "C" __global__ void __launch_bounds__(LL_THREADS) one_stage_push_ll_##suffix(const ArArgs a) {\
-    pdl_wait();                                                                                        \
-    const bool seen = one_stage_push_ll<T>(a);                                                         \
-    pdl_trigger();  fail_safe<T>(a, seen);                                                             \
-  }                                                                                                    \
-  extern "C" __global__ void __launch_bounds__(LL_THREADS) two_stage_pull_ll_##suffix(const ArArgs a) {\
-    pdl_wait();                                                                                        \
-    two_stage_pull_ll<T>(a);                                                                           \
-    pdl_trigger();  fail_safe<T>(a);                                                                   \
-  }                                                                                                    \
-  extern "C" __global__ void __launch_bounds__(LL_THREADS) two_stage_push_ll_##suffix(const ArArgs a) {\
-    pdl_wait();                                                                                        \
-    two_stage_push_ll<T>(a);                                                                           \
-    pdl_trigger();  fail_safe<T>(a);                                                                   \
+#define AR_PULL_KERNELS(T, suffix)                                                                       \
+  extern "C" __global__ void __launch_bounds__(THREADS, 2) one_stage_pull_##suffix(const ArArgs a) {     \
+    const bool seen = one_stage_pull<T, false>(a);                                                       \
+    pdl_trigger();  fail_safe<T>(a, seen);                                                               \
+  }                                                                                                      \
+  extern "C" __global__ void __launch_bounds__(THREADS, 2) one_stage_pull_reg_##suffix(const ArArgs a) { \
+    const bool seen = one_stage_pull<T, true>(a);                                                        \
+    pdl_trigger();  fail_safe<T>(a, seen);                                                               \
+  }                                                                                                      \
+  extern "C" __global__ void __launch_bounds__(THREADS, 2) two_stage_pull_reg_##suffix(const ArArgs a) { \
+    two_stage_pull<T, true>(a);                                                                          \
+    pdl_trigger();  fail_safe<T>(a);                                                                     \
+  }                                                                                                      \
+  extern "C" __global__ void __launch_bounds__(THREADS, 2) two_stage_pull_##suffix(const ArArgs a) {     \
+    two_stage_pull<T, false>(a);                                                                         \
+    pdl_trigger();  fail_safe<T>(a);                                                                     \
   }
 
-AR_KERNELS(Bf16, bf16)
-AR_KERNELS(Fp16, fp16)
-AR_KERNELS(Fp32, fp32)
+#define AR_PUSH_KERNELS(T, suffix)                                                                       \
+  extern "C" __global__ void __launch_bounds__(THREADS, 2) one_stage_push_##suffix(const ArArgs a) {     \
+    pdl_wait();                                                                                          \
+    one_stage_push<T>(a);                                                                                \
+    pdl_trigger();  fail_safe<T>(a);                                                                     \
+  }                                                                                                      \
+  extern "C" __global__ void __launch_bounds__(THREADS, 2) two_stage_push_##suffix(const ArArgs a) {     \
+    const bool seen = two_stage_push<T, false>(a);                                                       \
+    pdl_trigger();  fail_safe<T>(a, seen);                                                               \
+  }                                                                                                      \
+  extern "C" __global__ void __launch_bounds__(THREADS, 2) two_stage_push_reg_##suffix(const ArArgs a) { \
+    const bool seen = two_stage_push<T, true>(a);                                                        \
+    pdl_trigger();  fail_safe<T>(a, seen);                                                               \
+  }
+
+#define AR_LL_KERNELS(T, suffix)                                                                        \
+  extern "C" __global__ void __launch_bounds__(LL_THREADS) one_stage_push_ll_##suffix(const ArArgs a) { \
+    pdl_wait();                                                                                         \
+    const bool seen = one_stage_push_ll<T>(a);                                                          \
+    pdl_trigger();  fail_safe<T>(a, seen);                                                              \
+  }                                                                                                     \
+  extern "C" __global__ void __launch_bounds__(LL_THREADS) two_stage_pull_ll_##suffix(const ArArgs a) { \
+    pdl_wait();                                                                                         \
+    two_stage_pull_ll<T>(a);                                                                            \
+    pdl_trigger();  fail_safe<T>(a);                                                                    \
+  }                                                                                                     \
+  extern "C" __global__ void __launch_bounds__(LL_THREADS) two_stage_push_ll_##suffix(const ArArgs a) { \
+    pdl_wait();                                                                                         \
+    two_stage_push_ll<T>(a);                                                                            \
+    pdl_trigger();  fail_safe<T>(a);                                                                    \
+  }
+
+AR_PULL_KERNELS(Bf16, bf16)
+AR_PULL_KERNELS(Fp16, fp16)
+AR_PULL_KERNELS(Fp32, fp32)
+AR_PUSH_KERNELS(Bf16, bf16)
+AR_PUSH_KERNELS(Fp16, fp16)
+AR_PUSH_KERNELS(Fp32, fp32)
+AR_LL_KERNELS(Bf16, bf16)
+AR_LL_KERNELS(Fp16, fp16)
+AR_LL_KERNELS(Fp32, fp32)

@@ -574,44 +574,49 @@ __device__ void island_two_shot_ll(const ArArgs& a) {
   if (threadIdx.x == 0) self->ll_epoch[blockIdx.x] = flag;
 }
 
-#define ISLAND_KERNELS(T, suffix)                                                                     \
+#define ISLAND_TWO_SHOT_KERNELS(T, suffix)                                                                \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) island_two_shot_reg_##suffix(const ArArgs a) { \
-    pdl_wait();                                                                                       \
-    island_two_shot<T, true>(a);                                                                      \
-    pdl_trigger();                                                                                    \
-    fail_safe<T>(a);                                                                                  \
-  }                                                                                                   \
-  extern "C" __global__ void __launch_bounds__(THREADS, 2) island_two_shot_##suffix(const ArArgs a) { \
-    pdl_wait();                                                                                       \
-    island_two_shot<T, false>(a);                                                                     \
-    pdl_trigger();                                                                                    \
-    fail_safe<T>(a);                                                                                  \
-  }                                                                                                   \
-  extern "C" __global__ void __launch_bounds__(LL_THREADS) island_two_shot_ll_##suffix(const ArArgs a) { \
-    pdl_wait();                                                                                       \
-    island_two_shot_ll<T>(a);                                                                         \
-    pdl_trigger();                                                                                    \
-    fail_safe<T>(a);                                                                                  \
-  }                                                                                                   \
-  extern "C" __global__ void __launch_bounds__(THREADS, 2) island_one_shot_reg_##suffix(const ArArgs a) { \
-    pdl_wait();                                                                                       \
-    island_one_shot<T, true>(a);                                                                      \
-    pdl_trigger();                                                                                    \
-    fail_safe<T>(a);                                                                                  \
-  }                                                                                                   \
-  extern "C" __global__ void __launch_bounds__(THREADS, 2) island_one_shot_##suffix(const ArArgs a) { \
-    pdl_wait();                                                                                       \
-    island_one_shot<T, false>(a);                                                                     \
-    pdl_trigger();                                                                                    \
-    fail_safe<T>(a);                                                                                  \
-  }                                                                                                   \
-  extern "C" __global__ void __launch_bounds__(LL_THREADS) island_one_shot_ll_##suffix(const ArArgs a) { \
-    pdl_wait();                                                                                       \
-    island_one_shot_ll<T>(a);                                                                         \
-    pdl_trigger();                                                                                    \
-    fail_safe<T>(a);                                                                                  \
+    pdl_wait();                                                                                           \
+    island_two_shot<T, true>(a);                                                                          \
+    pdl_trigger();                                                                                        \
+    fail_safe<T>(a);                                                                                      \
+  }                                                                                                       \
+  extern "C" __global__ void __launch_bounds__(THREADS, 2) island_two_shot_##suffix(const ArArgs a) {     \
+    pdl_wait();                                                                                           \
+    island_two_shot<T, false>(a);                                                                         \
+    pdl_trigger();                                                                                        \
+    fail_safe<T>(a);                                                                                      \
+  }                                                                                                       \
+  extern "C" __global__ void __launch_bounds__(LL_THREADS) island_two_shot_ll_##suffix(const ArArgs a) {  \
+    pdl_wait();                                                                                           \
+    island_two_shot_ll<T>(a);                                                                             \
+    pdl_trigger();                                                                                        \
+    fail_safe<T>(a);                                                                                      \
   }
 
-ISLAND_KERNELS(Bf16, bf16)
-ISLAND_KERNELS(Fp16, fp16)
-ISLAND_KERNELS(Fp32, fp32)
+#define ISLAND_ONE_SHOT_KERNELS(T, suffix)                                                                \
+  extern "C" __global__ void __launch_bounds__(THREADS, 2) island_one_shot_reg_##suffix(const ArArgs a) { \
+    pdl_wait();                                                                                           \
+    island_one_shot<T, true>(a);                                                                          \
+    pdl_trigger();                                                                                        \
+    fail_safe<T>(a);                                                                                      \
+  }                                                                                                       \
+  extern "C" __global__ void __launch_bounds__(THREADS, 2) island_one_shot_##suffix(const ArArgs a) {     \
+    pdl_wait();                                                                                           \
+    island_one_shot<T, false>(a);                                                                         \
+    pdl_trigger();                                                                                        \
+    fail_safe<T>(a);                                                                                      \
+  }                                                                                                       \
+  extern "C" __global__ void __launch_bounds__(LL_THREADS) island_one_shot_ll_##suffix(const ArArgs a) {  \
+    pdl_wait();                                                                                           \
+    island_one_shot_ll<T>(a);                                                                             \
+    pdl_trigger();                                                                                        \
+    fail_safe<T>(a);                                                                                      \
+  }
+
+ISLAND_TWO_SHOT_KERNELS(Bf16, bf16)
+ISLAND_TWO_SHOT_KERNELS(Fp16, fp16)
+ISLAND_TWO_SHOT_KERNELS(Fp32, fp32)
+ISLAND_ONE_SHOT_KERNELS(Bf16, bf16)
+ISLAND_ONE_SHOT_KERNELS(Fp16, fp16)
+ISLAND_ONE_SHOT_KERNELS(Fp32, fp32)

@@ -110,45 +110,44 @@ fn a_corrupt_truncated_or_foreign_cache_file_is_refused() {
 }
 
 #[test]
-fn the_allreduce_program_splits_into_one_unit_per_element_type() {
+fn a_program_splits_into_one_unit_per_instantiation_line() {
     let names: Vec<&str> = units().iter().map(|u| u.name.as_str()).collect();
-    assert_eq!(
-        names,
-        [
-            "allreduce-bf16.cu",
-            "allreduce-fp16.cu",
-            "allreduce-fp32.cu",
-            "probe.cu",
-            "check.cu",
-            "island-bf16.cu",
-            "island-fp16.cu",
-            "island-fp32.cu",
-            "ce_sum-bf16.cu",
-            "ce_sum-fp16.cu",
-            "ce_sum-fp32.cu"
-        ]
-    );
-    // Each unit instantiates its own type only, and together they instantiate what the
-    // whole program did: every line of the program is in some unit.
-    for (u, d) in units().iter().zip(Dtype::ALL) {
-        for other in Dtype::ALL.into_iter().filter(|o| *o != d) {
-            assert!(!u.src.contains(&format!(", {})", other.id())), "{}", u.name);
-        }
-        assert!(u.src.contains(&format!(", {})", d.id())), "{}", u.name);
+    let mut want = Vec::new();
+    for part in ["ar_pull", "ar_push", "ar_ll"] {
+        want.extend(Dtype::ALL.map(|d| format!("allreduce-{part}-{}.cu", d.id())));
     }
-    for line in ALLREDUCE.lines() {
-        assert!(
-            units()[..3]
+    want.extend(["probe.cu".to_string(), "check.cu".into()]);
+    for part in ["island_two_shot", "island_one_shot"] {
+        want.extend(Dtype::ALL.map(|d| format!("island-{part}-{}.cu", d.id())));
+    }
+    want.extend(Dtype::ALL.map(|d| format!("ce_sum-{}.cu", d.id())));
+    assert_eq!(names, want);
+    // Each unit instantiates one line only, and together a program's units instantiate what
+    // the whole program did: every line of it is in some unit, each instantiation in one.
+    for u in units() {
+        let lines: Vec<_> = u.src.lines().filter_map(instantiation).collect();
+        assert!(lines.len() <= 1, "{}: {lines:?}", u.name);
+    }
+    for (program, src) in [("allreduce", ALLREDUCE), ("island", ISLAND)] {
+        let mine: Vec<_> = (units().iter())
+            .filter(|u| u.name.starts_with(&format!("{program}-")))
+            .collect();
+        for line in src.lines() {
+            let holding = mine
                 .iter()
-                .any(|u| u.src.lines().any(|l| l == line)),
-            "{line}"
-        );
+                .filter(|u| u.src.lines().any(|l| l == line))
+                .count();
+            match instantiation(line) {
+                Some(_) => assert_eq!(holding, 1, "{line}"),
+                None => assert_eq!(holding, mine.len(), "{line}"),
+            }
+        }
     }
     // A program with no such lines is compiled whole.
-    assert_eq!(instantiating(PROBE, Dtype::Bf16), None);
-    let tiny = "int x;\nK(Bf16, bf16)\nK(Fp32, fp32)\n";
+    assert_eq!(instantiating(PROBE, ("K", Dtype::Bf16)), None);
+    let tiny = "int x;\nK(Bf16, bf16)\nK(Fp32, fp32)\nL(Fp32, fp32)\n";
     assert_eq!(
-        instantiating(tiny, Dtype::Fp32).unwrap(),
+        instantiating(tiny, ("K", Dtype::Fp32)).unwrap(),
         "int x;\nK(Fp32, fp32)\n"
     );
 }
@@ -156,7 +155,8 @@ fn the_allreduce_program_splits_into_one_unit_per_element_type() {
 #[test]
 fn sources_are_embedded() {
     assert!(
-        ALLREDUCE.contains("one_stage_pull_bf16") || ALLREDUCE.contains("AR_KERNELS(Bf16, bf16)")
+        ALLREDUCE.contains("one_stage_pull_bf16")
+            || ALLREDUCE.contains("AR_PULL_KERNELS(Bf16, bf16)")
     );
     assert!(PROBE.contains("latch_wait"));
     assert!(COMMON.contains("struct ArArgs"));
