@@ -233,22 +233,23 @@ fn run_inner(
     let runs = l.turns().len() * l.variants.len().max(1);
     let (times, lines) = (l.dir.join("rank0.times"), runs * l.sizes.len());
     let mut all_in: Option<Instant> = None;
-    while children
-        .iter_mut()
-        .any(|c| matches!(c.try_wait(), Ok(None)))
-    {
+    loop {
+        let states: Vec<_> = children.iter_mut().map(|c| c.try_wait()).collect();
+        if !states.iter().any(|s| matches!(s, Ok(None))) {
+            break;
+        }
         // A rank that failed leaves the others waiting in NCCL for it until their own
         // limits: they are stopped at once and the failed rank's reason returned.
-        let failed = (children.iter_mut().enumerate()).find_map(|(r, c)| {
-            c.try_wait()
+        let failed = (states.iter().enumerate()).find_map(|(r, s)| {
+            s.as_ref()
                 .ok()
+                .copied()
                 .flatten()
                 .filter(|s| !s.success())
                 .map(|s| (r, s))
         });
         if let Some((rank, status)) = failed {
-            children.iter_mut().for_each(|c| drop(c.kill()));
-            children.iter_mut().for_each(|c| drop(c.wait()));
+            stop(&mut children);
             return Err(rank_error(l, rank, status));
         }
         if Instant::now() > deadline {
@@ -262,8 +263,7 @@ fn run_inner(
             all_in = Some(Instant::now());
         }
         if all_in.is_some_and(|t| t.elapsed() > teardown) {
-            children.iter_mut().for_each(|c| drop(c.kill()));
-            children.iter_mut().for_each(|c| drop(c.wait()));
+            stop(&mut children);
             tracing::warn!(
                 "the {k} NCCL ranks wrote every time but had not exited {:.1} s later: \
                  stopped (their profiler's channels are lost)",
@@ -283,6 +283,12 @@ fn run_inner(
     }
     let times = std::fs::read_to_string(l.dir.join("rank0.times")).unwrap_or_default();
     Ok(parse_times(&times))
+}
+
+/// Kills every rank and reaps it.
+fn stop(children: &mut [Child]) {
+    children.iter_mut().for_each(|c| drop(c.kill()));
+    children.iter_mut().for_each(|c| drop(c.wait()));
 }
 
 /// Why rank `rank` exited with `status`: its last "rank ..." line of standard error.
