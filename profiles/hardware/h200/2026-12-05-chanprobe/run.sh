@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 48, after krank2: what NCCL 2.32.6 did with channels forced per communicator
+# Issue 48, after krank2 and the config fix: what NCCL 2.32.6 does with channels forced per communicator
 # (minCTAs = maxCTAs) where krank2's read-back saw more than forced (2 forced, 64 read back at
 # 16 MiB), and the TP4 audit that printed nothing in 20 s. NCCL's own log (INIT, ENV, TUNING)
 # per rank process under MPS. Loopback on one GPU: nothing here is multi-GPU evidence.

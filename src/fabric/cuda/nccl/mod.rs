@@ -151,8 +151,10 @@ pub type Comm = *mut c_void;
 const SUCCESS: Res = ncclResult_t::ncclSuccess as Res;
 const IN_PROGRESS: Res = ncclResult_t::ncclInProgress as Res;
 
-/// `ncclConfig_t` as NCCL 2.14 laid it out. NCCL copies `size` bytes of it and fills fields
-/// added later with their defaults, so this prefix works with every later version.
+/// `ncclConfig_t` up to `netName`, as NCCL 2.17 laid it out. NCCL copies `size` bytes of it
+/// and fills fields added later with their defaults, so this prefix works with every later
+/// version; but it resets every field newer than the `version` the config states (init.cc,
+/// "check version"), so the CTA bounds hold only where the config says 2.17 or later.
 #[repr(C)]
 struct Config {
     size: usize,
@@ -186,16 +188,34 @@ impl Ctas {
     }
 }
 
+/// NCCL_VERSION(2, 17, 0): the first NCCL whose config carries the CTA bounds.
+const CTA_BOUNDS: i32 = 21700;
+
+/// The version a config states to `lib_version`'s NCCL (see [`Config`]).
+fn config_version(lib_version: i32) -> u32 {
+    if lib_version >= CTA_BOUNDS {
+        CTA_BOUNDS as u32
+    } else {
+        21400
+    }
+}
+
+/// Whether a NCCL of `version` applies the CTA bounds of a config (where it takes configs).
+fn takes_cta_bounds(takes_config: bool, version: i32) -> bool {
+    takes_config && version >= CTA_BOUNDS
+}
+
 /// NCCL_CONFIG_UNDEF_INT: "let NCCL choose".
 const UNDEF: c_int = c_int::MIN;
 
 impl Config {
-    /// NCCL_CONFIG_INITIALIZER of NCCL 2.14, made non-blocking.
-    fn nonblocking() -> Config {
+    /// NCCL_CONFIG_INITIALIZER, made non-blocking, stating the version the fields are read
+    /// as: 2.17 (where `minCTAs`/`maxCTAs` came) for a library that has them, else 2.14.
+    fn nonblocking(lib_version: i32) -> Config {
         Config {
             size: std::mem::size_of::<Config>(),
             magic: 0xcafe_beef,
-            version: 21400,
+            version: config_version(lib_version),
             blocking: 0,
             cga_cluster_size: UNDEF,
             min_ctas: UNDEF,
@@ -445,9 +465,10 @@ fn poll_all(states: impl IntoIterator<Item = Poll>) -> Poll {
 }
 
 impl Lib {
-    /// Whether communicators take a config (NCCL 2.14+), which forcing a channel count needs.
+    /// Whether communicators take CTA bounds in their config (NCCL 2.17+), which forcing a
+    /// channel count needs.
     pub fn forces_channels(&self) -> bool {
-        self.nonblocking.is_some()
+        takes_cta_bounds(self.nonblocking.is_some(), self.version)
     }
 }
 
@@ -510,7 +531,7 @@ impl Comms {
             nonblocking: true,
             aborted: false,
         };
-        let mut cfg = Config::nonblocking();
+        let mut cfg = Config::nonblocking(lib.version);
         cfg.min_ctas = ctas.min.unwrap_or(UNDEF);
         cfg.max_ctas = ctas.max.unwrap_or(UNDEF);
         // SAFETY: out-pointer into `comms`; NCCL copies the config before returning.

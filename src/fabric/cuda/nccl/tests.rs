@@ -42,14 +42,26 @@ fn wheel_layouts_in_order() {
 }
 
 #[test]
-fn config_prefix_matches_nccl_2_14() {
+fn config_prefix_matches_nccl_2_17_and_states_the_version_its_bounds_need() {
     // size_t, 2 x unsigned, 4 x int, const char*: 40 bytes on 64-bit targets.
     assert_eq!(std::mem::size_of::<Config>(), 40);
-    let c = Config::nonblocking();
+    // NCCL resets minCTAs and maxCTAs to their defaults where a config states a version
+    // below 2.17 (init.cc, "check version"): stating 2.14 made every forced count NCCL's own.
+    let c = Config::nonblocking(23206);
     assert_eq!(
         (c.size, c.magic, c.version, c.blocking),
-        (40, 0xcafebeef, 21400, 0)
+        (40, 0xcafebeef, 21700, 0)
     );
+    assert_eq!(Config::nonblocking(21700).version, 21700);
+    assert_eq!(Config::nonblocking(21603).version, 21400);
+}
+
+#[test]
+fn only_a_nccl_with_cta_bounds_forces_channels() {
+    assert!(takes_cta_bounds(true, 23206));
+    assert!(takes_cta_bounds(true, 21700));
+    assert!(!takes_cta_bounds(true, 21603));
+    assert!(!takes_cta_bounds(false, 23206));
 }
 
 #[test]
