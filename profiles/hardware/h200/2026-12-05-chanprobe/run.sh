@@ -3,7 +3,7 @@
 # (minCTAs = maxCTAs) where krank2's read-back saw more than forced (2 forced, 64 read back at
 # 16 MiB), and the TP4 audit that printed nothing in 20 s. NCCL's own log (INIT, ENV, TUNING)
 # per rank process under MPS. Loopback on one GPU: nothing here is multi-GPU evidence.
-#   C=<carry folder, unpacked> END=240 bash profiles/hardware/h200/2026-12-05-chanprobe/run.sh
+#   C=<carry folder, unpacked> END=220 bash profiles/hardware/h200/2026-12-05-chanprobe/run.sh
 set -u
 END=${END:-240}
 C=${C:?set C}; C=$(cd "$C" && pwd); R=$PWD; N=/tmp/nccl232; W=/tmp/chanprobe
@@ -23,6 +23,11 @@ nvidia-cuda-mps-control -d; cd /tmp
 A=$W/bin/artune; G=$W/bin/gpu
 step chan 60 $X NCCL_DEBUG_FILE=$W/log/chan.%p.log ARTUNE_BIN=$A $G \
   gpu_nccl::channels::gpu_nccl_times_a_pin_at_forced_channels --nocapture --test-threads 1
+# The rest of the K-rank GPU tests (the switch and the sweep's pins in one start among them),
+# without NCCL's log.
+step gpu-nccl 70 env LD_PRELOAD=$N/libnccl.so.2 ARTUNE_NCCL_LIB=$N/libnccl.so.2 ARTUNE_BIN=$A \
+  ARTUNE_EXPECT_MPS=1 $G gpu_nccl:: --skip gpu_nccl_times_a_pin_at_forced_channels \
+  --nocapture --test-threads 1
 export ARTUNE_ALLOW_SIMULATED=1 ARTUNE_ALLOW_INVALID=1
 step audit4 90 $X NCCL_DEBUG_FILE=$W/log/audit4.%p.log $A check \
   $R/profiles/hardware/h200/2026-12-04-realnccl/sim4.json --nccl-audit --tp 4
