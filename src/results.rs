@@ -23,9 +23,9 @@ pub struct GroupResults {
     pub contention: Vec<ContentionCurve>,
     /// NCCL's run-time channels (`Fabric::nccl_channels`).
     pub nccl_channels: Option<u32>,
-    /// Per pinned NCCL variant and size, the channel count measured fastest (`measure::channels`);
-    /// empty where the fabric cannot set NCCL's channels per call.
-    pub pin_channels: BTreeMap<Backend, BTreeMap<u64, u32>>,
+    /// Per mode, pinned NCCL variant and size, the channel count measured fastest in that
+    /// mode (`measure::channels`); empty where the fabric cannot set NCCL's channels per call.
+    pub pin_channels: BTreeMap<Mode, BTreeMap<Backend, BTreeMap<u64, u32>>>,
     /// Why no channel count was timed for the pins, where none was.
     pub channels_unmeasured: Option<String>,
     /// Where this group's measuring time went.

@@ -180,11 +180,11 @@ pub fn group_profile(
             waived: s.waived,
         })
         .collect();
-    // The count measured fastest for each bucket's NCCL pin (measure::channels).
+    // The count measured fastest in this mode for each bucket's NCCL pin (measure::channels).
     let pin_channels = buckets
         .iter()
         .filter_map(|b| {
-            let at = res.pin_channels.get(&b.nccl_choice?)?;
+            let at = res.pin_channels.get(&mode)?.get(&b.nccl_choice?)?;
             Some((b.bytes, *at.get(&b.bytes)?))
         })
         .collect();

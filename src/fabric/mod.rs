@@ -289,12 +289,15 @@ pub trait Fabric {
     /// at each of `sizes` with NCCL told to run that many run-time channels; `Waived` with the
     /// reason where the fabric cannot set them. One call per pin for every count: a real NCCL
     /// sets the count when a communicator is made, and one start of its ranks makes one per
-    /// count in turn. A count left out of the answer could not run here.
+    /// count in turn. Each call runs as `mode` runs it (a replay of a CUDA graph, or a host
+    /// launch), so the counts compare as the group's calls will run. A count left out of the
+    /// answer could not run here.
     fn nccl_times_at_channels(
         &mut self,
         _backend: Backend,
         _sizes: &[u64],
         _channels: &[u32],
+        _mode: Mode,
     ) -> Result<Vec<(u32, Vec<ChannelTime>)>, FabricError> {
         Err(FabricError::Waived(
             "this fabric cannot set NCCL's channel count".into(),
@@ -309,9 +312,10 @@ pub trait Fabric {
         pins: &[Backend],
         sizes: &[u64],
         channels: &[u32],
+        mode: Mode,
     ) -> Vec<PinChannelTimes> {
         (pins.iter())
-            .map(|&p| (p, self.nccl_times_at_channels(p, sizes, channels)))
+            .map(|&p| (p, self.nccl_times_at_channels(p, sizes, channels, mode)))
             .collect()
     }
 

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::allreduce::Backend;
+use crate::allreduce::{Backend, Mode};
 use crate::fabric::{ChannelTime, Fabric};
 
 /// The counts tried besides NCCL's own: NCCL's per-call maximum is 32 for a ring on one node
@@ -18,12 +18,15 @@ pub const TRIED: [u32; 5] = [2, 4, 8, 16, 32];
 pub const MIN_GAIN: f64 = 0.01;
 
 /// Per pinned variant in `ready`, per size, the count measured fastest (the smallest within
-/// [`MIN_GAIN`]). Where the fabric cannot time a forced count (or a timing fails), the reason
-/// the profile records instead: its pins then keep NCCL's own count.
+/// [`MIN_GAIN`]), every call run as `mode` runs it: a count that wins in host launches need
+/// not win in graph replays, where a call's launch no longer hides what the channels cost.
+/// Where the fabric cannot time a forced count (or a timing fails), the reason the profile
+/// records instead: its pins then keep NCCL's own count.
 pub fn sweep(
     fabric: &mut dyn Fabric,
     ready: &[Backend],
     sizes: &BTreeSet<u64>,
+    mode: Mode,
 ) -> Result<BTreeMap<Backend, BTreeMap<u64, u32>>, String> {
     let own = fabric.nccl_channels();
     let mut counts: Vec<u32> = TRIED.iter().copied().chain(own).collect();
@@ -40,7 +43,7 @@ pub fn sweep(
         return Ok(best);
     }
     // NCCL's own choice at its own count (0), timed as the pins are: the table's reference.
-    let reference = match fabric.nccl_times_at_channels(Backend::Nccl, &sizes, &[0]) {
+    let reference = match fabric.nccl_times_at_channels(Backend::Nccl, &sizes, &[0], mode) {
         Ok(mut t) => t.pop().map(|(_, t)| t),
         Err(e) => {
             tracing::info!("channel table: NCCL's own choice not timed at its own count ({e})");
@@ -50,9 +53,10 @@ pub fn sweep(
     tracing::info!("channel table: {HEADER}");
     // Every pin and count in one call: a real fabric starts its NCCL ranks once for them all.
     let clock = std::time::Instant::now();
-    let all = fabric.nccl_pins_at_channels(&pins, &sizes, &counts);
+    let all = fabric.nccl_pins_at_channels(&pins, &sizes, &counts, mode);
     tracing::info!(
-        "channel sweep: {} pins x {} counts x {} sizes in {:.2} s",
+        "channel sweep ({}): {} pins x {} counts x {} sizes in {:.2} s",
+        mode.id(),
         pins.len(),
         counts.len(),
         sizes.len(),
@@ -143,7 +147,7 @@ mod tests {
         let g = Group::flat((0..8).collect(), Dtype::Bf16, 1 << 28);
         f.prepare(&g, &ready).unwrap();
         let sizes: BTreeSet<u64> = [1 << 28].into();
-        let best = sweep(&mut f, &ready, &sizes).unwrap();
+        let best = sweep(&mut f, &ready, &sizes, Mode::Graph).unwrap();
         assert!(
             !best.contains_key(&Backend::Nccl),
             "NCCL's own choice is no pin"
@@ -155,7 +159,7 @@ mod tests {
             "past four the links are full: no more channels than that"
         );
         let t = f
-            .nccl_times_at_channels(Backend::NcclRingSimple, &[1 << 28], &[c, 2])
+            .nccl_times_at_channels(Backend::NcclRingSimple, &[1 << 28], &[c, 2], Mode::Graph)
             .unwrap();
         assert!(t[0].1[0].us < 0.6 * t[1].1[0].us);
     }
@@ -172,7 +176,7 @@ mod tests {
         for bytes in [1 << 16, 1 << 28] {
             let (fixed, added) = f.model_split(Backend::NcclRingSimple, bytes).unwrap();
             let forced = f
-                .nccl_times_at_channels(Backend::NcclRingSimple, &[bytes], &[own])
+                .nccl_times_at_channels(Backend::NcclRingSimple, &[bytes], &[own], Mode::Graph)
                 .unwrap()[0]
                 .1[0]
                 .us;
@@ -185,8 +189,8 @@ mod tests {
 
     /// The simulator as a fabric that reads back the channels NCCL ran (never more than two),
     /// answers only the counts it can run (`room`: none over it, as ranks sharing a GPU), and
-    /// keeps the counts of each call and the pins of each call for several.
-    struct ReadBack(SimFabric, u32, Vec<Vec<u32>>, Vec<Vec<Backend>>);
+    /// keeps the counts of each call, the pins of each call for several and the mode of each.
+    struct ReadBack(SimFabric, u32, Vec<Vec<u32>>, Vec<Vec<Backend>>, Vec<Mode>);
 
     impl Fabric for ReadBack {
         fn info(&self) -> crate::fabric::FabricInfo {
@@ -242,11 +246,13 @@ mod tests {
             b: Backend,
             sizes: &[u64],
             c: &[u32],
+            mode: Mode,
         ) -> Result<Vec<(u32, Vec<crate::fabric::ChannelTime>)>, crate::fabric::FabricError>
         {
             self.2.push(c.to_vec());
+            self.4.push(mode);
             let room: Vec<u32> = c.iter().copied().filter(|&c| c <= self.1).collect();
-            let mut t = self.0.nccl_times_at_channels(b, sizes, &room)?;
+            let mut t = self.0.nccl_times_at_channels(b, sizes, &room, mode)?;
             for (c, t) in t.iter_mut() {
                 t.iter_mut()
                     .for_each(|t| t.ran_channels = Some((*c).min(2)));
@@ -258,10 +264,11 @@ mod tests {
             pins: &[Backend],
             sizes: &[u64],
             c: &[u32],
+            mode: Mode,
         ) -> Vec<crate::fabric::PinChannelTimes> {
             self.3.push(pins.to_vec());
             (pins.iter())
-                .map(|&p| (p, self.nccl_times_at_channels(p, sizes, c)))
+                .map(|&p| (p, self.nccl_times_at_channels(p, sizes, c, mode)))
                 .collect()
         }
     }
@@ -271,11 +278,11 @@ mod tests {
     #[test]
     fn the_count_recorded_is_the_one_nccl_ran_where_the_fabric_reads_it_back() {
         let sim = SimFabric::new(presets::get("pcie-8x-2switch").unwrap(), 42);
-        let mut f = ReadBack(sim, 32, Vec::new(), Vec::new());
+        let mut f = ReadBack(sim, 32, Vec::new(), Vec::new(), Vec::new());
         let g = Group::flat((0..8).collect(), Dtype::Bf16, 1 << 28);
         f.prepare(&g, &[Backend::NcclRingSimple]).unwrap();
         let sizes: BTreeSet<u64> = [1 << 28].into();
-        let best = sweep(&mut f, &[Backend::NcclRingSimple], &sizes).unwrap();
+        let best = sweep(&mut f, &[Backend::NcclRingSimple], &sizes, Mode::Graph).unwrap();
         assert_eq!(best[&Backend::NcclRingSimple][&(1 << 28)], 2);
     }
 
@@ -285,12 +292,12 @@ mod tests {
     #[test]
     fn the_sweep_asks_once_per_pin_for_every_count_and_keeps_what_ran() {
         let sim = SimFabric::new(presets::get("pcie-8x-2switch").unwrap(), 42);
-        let mut f = ReadBack(sim, 2, Vec::new(), Vec::new());
+        let mut f = ReadBack(sim, 2, Vec::new(), Vec::new(), Vec::new());
         let ready = [Backend::Nccl, Backend::NcclRingSimple, Backend::NcclRingLl];
         let g = Group::flat((0..8).collect(), Dtype::Bf16, 1 << 28);
         f.prepare(&g, &ready).unwrap();
         let sizes: BTreeSet<u64> = [1 << 16, 1 << 28].into();
-        let best = sweep(&mut f, &ready, &sizes).unwrap();
+        let best = sweep(&mut f, &ready, &sizes, Mode::Graph).unwrap();
         // NCCL's own choice once at its own count (the table's reference), then one call per
         // pin with every count.
         let mut asked = vec![vec![0]];
@@ -304,6 +311,20 @@ mod tests {
         );
         assert_eq!(best[&Backend::NcclRingSimple][&(1 << 28)], 2);
         assert_eq!(best.len(), 2);
+    }
+
+    /// Every timing of a sweep runs in the mode it was asked for: the reference and each pin.
+    #[test]
+    fn the_sweep_times_every_count_in_the_mode_it_is_asked_for() {
+        for mode in [Mode::Graph, Mode::Eager] {
+            let sim = SimFabric::new(presets::get("pcie-8x-2switch").unwrap(), 42);
+            let mut f = ReadBack(sim, 32, Vec::new(), Vec::new(), Vec::new());
+            let ready = [Backend::Nccl, Backend::NcclRingSimple, Backend::NcclRingLl];
+            let g = Group::flat((0..8).collect(), Dtype::Bf16, 1 << 28);
+            f.prepare(&g, &ready).unwrap();
+            sweep(&mut f, &ready, &[1 << 16].into(), mode).unwrap();
+            assert_eq!(f.4, vec![mode; 3], "the reference and both pins");
+        }
     }
 
     /// Per size: the count kept (a larger one only where it gains more than 1%), what NCCL

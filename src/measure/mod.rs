@@ -398,19 +398,27 @@ fn measure_group(
     Ok(res)
 }
 
-/// The channel count per pinned variant still qualified and per measured size, or why the
-/// fabric could not time them (the profile records it).
+/// Per mode measured, the channel count per pinned variant still qualified and per size
+/// measured in that mode, or why the fabric could not time them (the profile records it).
 fn sweep_channels(fabric: &mut dyn Fabric, ready: Vec<Backend>, res: &mut GroupResults) {
-    let sizes: BTreeSet<u64> = res.cells.values().flat_map(|m| m.keys().copied()).collect();
     let pinned: Vec<Backend> = ready
         .into_iter()
         .filter(|b| !res.disqualified.contains_key(b))
         .collect();
-    match timed(&mut res.phases.timing_s, || {
-        channels::sweep(fabric, &pinned, &sizes)
-    }) {
-        Ok(best) => res.pin_channels = best,
-        Err(why) => res.channels_unmeasured = Some(why),
+    let modes: Vec<(Mode, BTreeSet<u64>)> = (res.cells.iter())
+        .map(|(m, cells)| (*m, cells.keys().copied().collect()))
+        .collect();
+    for (mode, sizes) in modes {
+        match timed(&mut res.phases.timing_s, || {
+            channels::sweep(fabric, &pinned, &sizes, mode)
+        }) {
+            Ok(best) => drop(res.pin_channels.insert(mode, best)),
+            Err(why) => {
+                res.pin_channels.clear();
+                res.channels_unmeasured = Some(why);
+                return;
+            }
+        }
     }
 }
 

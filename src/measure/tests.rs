@@ -360,6 +360,31 @@ fn pins_whose_channels_cannot_be_timed_record_why() {
     assert!(!groups[0].pin_channels.is_empty());
 }
 
+/// A group measured in both modes sweeps channels once per mode, and each mode's profile
+/// takes its own mode's counts: a count fastest in host launches need not be in replays.
+#[test]
+fn each_mode_keeps_the_channels_swept_in_that_mode() {
+    let pins = [Backend::Nccl, Backend::NcclRingSimple, Backend::NcclRingLl];
+    let mut p = plan(&pins, Mode::Graph, Harness::default());
+    p.modes.push(Mode::Eager);
+    let mut sim = SimFabric::new(crate::topology::presets::get("pcie-8x-2switch").unwrap(), 1);
+    let (groups, _) = run(&mut sim, &p, &mut |_| {}).unwrap();
+    let mut res = groups[0].clone();
+    let swept: Vec<Mode> = res.pin_channels.keys().copied().collect();
+    assert_eq!(swept, [Mode::Graph, Mode::Eager]);
+    let profile = |res: &GroupResults, mode| {
+        let policy = decide::Constraints { mem_budget: None };
+        decide::group_profile(res, mode, Dtype::Bf16, policy, &mut Vec::new())
+    };
+    let pin = profile(&res, Mode::Graph).buckets[0].nccl_choice.unwrap();
+    for (mode, count) in [(Mode::Graph, 2), (Mode::Eager, 8)] {
+        let at = res.pin_channels.entry(mode).or_default();
+        at.insert(pin, [(4096, count)].into());
+    }
+    assert_eq!(profile(&res, Mode::Graph).pin_channels[&4096], 2);
+    assert_eq!(profile(&res, Mode::Eager).pin_channels[&4096], 8);
+}
+
 /// NCCL at 10 us and the kernel exactly the rule's 5% faster, so their comparison stays open
 /// however long they are sampled; each with a uniform spread of `spread`, sampled as a tune
 /// samples (racing, contenders together, a short revisit, close calls settled).

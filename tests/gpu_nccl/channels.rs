@@ -5,7 +5,7 @@
 use super::super::{bin, skip, GPU};
 use artune::fabric::cuda::nccl;
 use artune::fabric::cuda::nccl_ranks::timing;
-use artune::fabric::Backend;
+use artune::fabric::{Backend, Mode};
 
 #[test]
 fn gpu_nccl_times_a_pin_at_forced_channels_and_reads_back_what_ran() {
@@ -24,9 +24,17 @@ fn gpu_nccl_times_a_pin_at_forced_channels_and_reads_back_what_ran() {
     }
     let profiler = timing::library_of(&bin()).is_some();
     let sizes = [64 << 10, 16 << 20];
-    // Both counts in one start of the ranks, one communicator each.
-    let all = timing::at_channels(&bin(), &ordinals, Backend::NcclRingSimple, &sizes, &[2, 8])
-        .unwrap_or_else(|e| panic!("{test}: {e}"));
+    // Both counts in one start of the ranks, one communicator each, replayed from graphs as a
+    // graph group's sweep runs them.
+    let all = timing::at_channels(
+        &bin(),
+        &ordinals,
+        Backend::NcclRingSimple,
+        &sizes,
+        &[2, 8],
+        Mode::Graph,
+    )
+    .unwrap_or_else(|e| panic!("{test}: {e}"));
     assert_eq!(all.iter().map(|(c, _)| *c).collect::<Vec<_>>(), [2, 8]);
     for (channels, t) in all {
         println!("ring/simple, {channels} channels forced, ranks on {ordinals:?}: {t:?}");

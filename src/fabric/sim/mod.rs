@@ -651,11 +651,13 @@ impl Fabric for SimFabric {
         Some(self.nccl_runtime_channels(&p.group))
     }
 
+    /// The simulated schedule prices a call alike in either mode: counts compare the same.
     fn nccl_times_at_channels(
         &mut self,
         backend: Backend,
         sizes: &[u64],
         channels: &[u32],
+        _mode: Mode,
     ) -> Result<Vec<(u32, Vec<ChannelTime>)>, FabricError> {
         let bad = |what: &str| FabricError::BadRequest(format!("{backend}: {what}"));
         let (algo, proto) = backend.nccl_pin().ok_or_else(|| bad("not an NCCL pin"))?;

@@ -324,7 +324,9 @@ fn a_channel_sweep_times_as_a_fresh_model_at_every_count_and_size() {
         for &pin in &pins {
             let (algo, proto) = pin.nccl_pin().unwrap();
             let sizes = [1 << 10, 1 << 20, 1 << 28];
-            let cached = f.nccl_times_at_channels(pin, &sizes, counts).unwrap();
+            let cached = f
+                .nccl_times_at_channels(pin, &sizes, counts, Mode::Graph)
+                .unwrap();
             let asked: Vec<u32> = cached.iter().map(|(c, _)| *c).collect();
             assert_eq!(asked, counts, "every count answered, in order");
             for (c, times) in cached {

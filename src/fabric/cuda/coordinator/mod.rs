@@ -478,11 +478,12 @@ impl Fabric for CudaFabric {
         backend: Backend,
         sizes: &[u64],
         channels: &[u32],
+        mode: Mode,
     ) -> Result<Vec<(u32, Vec<crate::fabric::ChannelTime>)>, FabricError> {
         let p = self.prepared.as_ref().ok_or_else(not_prepared)?;
         let ordinals: Vec<usize> = p.owners.iter().map(|&w| self.slots[w].0).collect();
         let exe = self.program.clone();
-        super::nccl_ranks::timing::at_channels(&exe, &ordinals, backend, sizes, channels)
+        super::nccl_ranks::timing::at_channels(&exe, &ordinals, backend, sizes, channels, mode)
     }
 
     /// Every pin in one start of the ranks, switched per call through the tuner, where the
@@ -492,13 +493,14 @@ impl Fabric for CudaFabric {
         pins: &[Backend],
         sizes: &[u64],
         channels: &[u32],
+        mode: Mode,
     ) -> Vec<crate::fabric::PinChannelTimes> {
         let Some(p) = self.prepared.as_ref() else {
             return pins.iter().map(|&b| (b, Err(not_prepared()))).collect();
         };
         let ordinals: Vec<usize> = p.owners.iter().map(|&w| self.slots[w].0).collect();
         let exe = self.program.clone();
-        super::nccl_ranks::timing::pins_at_channels(&exe, &ordinals, pins, sizes, channels)
+        super::nccl_ranks::timing::pins_at_channels(&exe, &ordinals, pins, sizes, channels, mode)
     }
 
     fn recoveries(&self) -> Vec<crate::fabric::Recovery> {

@@ -16,7 +16,7 @@ use super::switch::ReadBack;
 use super::{path, run, Launch, RankPath, ENV_MULTI_RANK};
 use crate::fabric::cuda::nccl;
 use crate::fabric::cuda::nccl_sweep::count_dir;
-use crate::fabric::{Backend, ChannelTime, FabricError};
+use crate::fabric::{Backend, ChannelTime, FabricError, Mode};
 use crate::plugin::audit::{Summary, ENV_DIR as AUDIT_DIR};
 
 /// Timed calls per size, after one untimed.
@@ -112,14 +112,16 @@ fn placed(ordinals: &[usize], counts: &[u32]) -> Result<Placed, FabricError> {
 /// The timings of `backend` (an NCCL pin, or NCCL's own choice) at `sizes` with each of
 /// `counts` forced (0: NCCL's own count, under the room ranks sharing a GPU need), in one
 /// start of the ranks of a group with CUDA `ordinals`, pinned through
-/// `NCCL_ALGO`/`NCCL_PROTO`; `exe` is the artune binary. Counts the placement has no room for
-/// ([`runnable`]) are left out of the answer.
+/// `NCCL_ALGO`/`NCCL_PROTO`, each sample run as `mode` runs a call (a replay of a CUDA graph
+/// of the calls, or host launches); `exe` is the artune binary. Counts the placement has no
+/// room for ([`runnable`]) are left out of the answer.
 pub fn at_channels(
     exe: &Path,
     ordinals: &[usize],
     backend: Backend,
     sizes: &[u64],
     counts: &[u32],
+    mode: Mode,
 ) -> Result<Vec<(u32, Vec<ChannelTime>)>, FabricError> {
     let pin = match backend {
         Backend::Nccl => None,
@@ -149,7 +151,7 @@ pub fn at_channels(
         sizes: even.clone(),
         iters: calls,
         samples: 1,
-        graph: false,
+        graph: mode == Mode::Graph,
         max_ctas: room,
         channels: counts.iter().map(|&c| forced(c)).collect(),
         pin,
@@ -203,12 +205,13 @@ pub fn pins_at_channels(
     pins: &[Backend],
     sizes: &[u64],
     counts: &[u32],
+    mode: Mode,
 ) -> Vec<crate::fabric::PinChannelTimes> {
-    let own = |b: Backend| (b, at_channels(exe, ordinals, b, sizes, counts));
+    let own = |b: Backend| (b, at_channels(exe, ordinals, b, sizes, counts, mode));
     let switchable: Vec<Backend> = pins.iter().copied().filter(|b| b.is_nccl()).collect();
     let switched = match library_of(exe) {
         Some(lib) if !switchable.is_empty() => {
-            switched_at_channels(exe, &lib, ordinals, &switchable, sizes, counts)
+            switched_at_channels(exe, &lib, ordinals, &switchable, sizes, counts, mode)
         }
         _ => Ok(BTreeMap::new()),
     };
@@ -238,6 +241,7 @@ fn switched_at_channels(
     pins: &[Backend],
     sizes: &[u64],
     counts: &[u32],
+    mode: Mode,
 ) -> Result<BTreeMap<Backend, CountTimes>, FabricError> {
     let p = placed(ordinals, counts)?;
     if p.counts.is_empty() {
@@ -254,7 +258,7 @@ fn switched_at_channels(
         sizes: even.clone(),
         iters: p.calls,
         samples: 1,
-        graph: false,
+        graph: mode == Mode::Graph,
         max_ctas: p.room,
         channels: p.counts.iter().map(|&c| forced(c)).collect(),
         pin: None,
