@@ -150,7 +150,8 @@ impl Ranked {
     }
 
     /// `n` new samples of `backend` at `bytes` in `mode` (µs per call), from its first start
-    /// in that mode over the grid or, past those, a start at that size alone.
+    /// in that mode over the grid or, past those, a start at that size alone (every switched
+    /// variant's there).
     pub fn time(
         &mut self,
         backend: Backend,
@@ -303,10 +304,12 @@ impl Ranked {
     }
 
     /// Starts the ranks for `n` more samples of `backend` at `b` in `mode`: its first start in
-    /// the mode times the grid from `b` with `first_n` samples (where the tuner switches, the
-    /// mode's one start for every variant), a further one `b` alone. Where the switch fails or
-    /// NCCL did not follow it for `backend`, the variant's own start pinned through the
-    /// environment serves it.
+    /// the mode times the grid from `b` with `first_n` samples, a further one `b` alone; where
+    /// the tuner switches, either is every followed variant's, since a size whose samples
+    /// spread too wide for one variant's interval spreads for its neighbours too (eager calls
+    /// under MPS: one further start per variant was 7 of 9 starts of a TP2 tune, 2 s each).
+    /// Where the switch fails or NCCL did not follow it for `backend`, the variant's own start
+    /// pinned through the environment serves it.
     fn start_for(
         &mut self,
         backend: Backend,
@@ -321,15 +324,8 @@ impl Ranked {
             false => (vec![b], self.more_samples(n)),
         };
         if self.switches(backend) {
-            // A variant's first start in a mode is every variant's: the others are started
-            // by it too, so this is the mode's one switched start.
-            let run = match first {
-                true => {
-                    let all = self.variants.iter().copied();
-                    Run::Switched(all.filter(|v| !self.unfollowed.contains_key(v)).collect())
-                }
-                false => Run::Switched(vec![backend]),
-            };
+            let all = self.variants.iter().copied();
+            let run = Run::Switched(all.filter(|v| !self.unfollowed.contains_key(v)).collect());
             match self.start(&run, mode, &sizes, samples) {
                 Ok(()) if !self.unfollowed.contains_key(&backend) => return Ok(()),
                 Ok(()) => {}

@@ -255,6 +255,33 @@ fn a_tune_starts_the_ranks_once_per_mode_whatever_the_variants() {
     assert!(r.unfollowed().is_empty());
 }
 
+/// Cells that want more samples than a start gave, at one size, get them from one further
+/// start for every variant there, not one start each.
+#[test]
+fn a_further_start_serves_every_variant_at_its_size() {
+    let d = tempfile::tempdir().unwrap();
+    let mut r = super::testing::switched(d.path(), 0, 1, "");
+    r.prime(Backend::Nccl, Mode::Eager).unwrap();
+    let variants = super::testing::variants();
+    for &b in &variants {
+        assert_eq!(r.verify(b, 1024).unwrap(), Verification::Correct);
+        assert_eq!(r.time(b, 1024, Mode::Eager, 10).unwrap().len(), 10);
+    }
+    let first = r.starts();
+    // What the first start left each variant at 1024 bytes, and 5 samples past it.
+    let left: Vec<usize> = variants
+        .iter()
+        .map(|&b| r.left(b, Mode::Eager, 1024))
+        .collect();
+    for (&b, &left) in variants.iter().zip(&left) {
+        let t = r.time(b, 1024, Mode::Eager, left as u32 + 5).unwrap();
+        assert_eq!(t.len(), left + 5, "{b}");
+    }
+    assert_eq!(r.starts(), first + 1, "{:#?}", starts(d.path()));
+    let s = starts(d.path());
+    assert!(s.last().unwrap().contains("--sizes 1024 "), "{s:#?}");
+}
+
 /// A variant whose read-back says NCCL ran something else under the tuner's switch is not
 /// timed from it: its samples come from ranks of its own pinned through NCCL_ALGO, the other
 /// variants' from the switch, and the next mode's switched start leaves it out.
