@@ -26,8 +26,8 @@ pub struct GroupResults {
     /// Per mode, pinned NCCL variant and size, the channel count measured fastest in that
     /// mode (`measure::channels`); empty where the fabric cannot set NCCL's channels per call.
     pub pin_channels: BTreeMap<Mode, BTreeMap<Backend, BTreeMap<u64, u32>>>,
-    /// Why no channel count was timed for the pins, where none was.
-    pub channels_unmeasured: Option<String>,
+    /// Per mode, why no channel count was timed for the pins, where none was.
+    pub channels_unmeasured: BTreeMap<Mode, String>,
     /// Where this group's measuring time went.
     pub phases: GroupPhases,
     /// Per mode and backend, the largest |ln| of the ratio between a cell's revisit median

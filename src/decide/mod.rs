@@ -190,10 +190,8 @@ pub fn group_profile(
         .collect();
     // Only where a bucket pins a variant that would have had one.
     let pinned = |b: &Bucket| b.nccl_choice.is_some_and(|c| c.nccl_pin().is_some());
-    let channels_unmeasured = res
-        .channels_unmeasured
-        .clone()
-        .filter(|_| buckets.iter().any(pinned));
+    let channels_unmeasured =
+        (res.channels_unmeasured.get(&mode).cloned()).filter(|_| buckets.iter().any(pinned));
     GroupProfile {
         gpus: res.gpus.clone(),
         tp,

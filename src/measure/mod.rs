@@ -399,7 +399,8 @@ fn measure_group(
 }
 
 /// Per mode measured, the channel count per pinned variant still qualified and per size
-/// measured in that mode, or why the fabric could not time them (the profile records it).
+/// measured in that mode, or why the fabric could not time them there (the profile records
+/// it); a mode that fails leaves the other's counts as they are.
 fn sweep_channels(fabric: &mut dyn Fabric, ready: Vec<Backend>, res: &mut GroupResults) {
     let pinned: Vec<Backend> = ready
         .into_iter()
@@ -413,11 +414,7 @@ fn sweep_channels(fabric: &mut dyn Fabric, ready: Vec<Backend>, res: &mut GroupR
             channels::sweep(fabric, &pinned, &sizes, mode)
         }) {
             Ok(best) => drop(res.pin_channels.insert(mode, best)),
-            Err(why) => {
-                res.pin_channels.clear();
-                res.channels_unmeasured = Some(why);
-                return;
-            }
+            Err(why) => drop(res.channels_unmeasured.insert(mode, why)),
         }
     }
 }

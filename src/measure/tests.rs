@@ -8,10 +8,12 @@ use crate::topology::Topology;
 type Script = Box<dyn FnMut(Backend, u64) -> f64>;
 
 /// The simulated machine with its timings replaced by a script (or kept, with `None`); its
-/// contention probes never run, as on a group without working P2P.
+/// contention probes never run, as on a group without working P2P; NCCL's channels are timed
+/// in eager mode only where `eager_channels`, else never.
 struct Scripted {
     inner: SimFabric,
     script: Option<Script>,
+    eager_channels: bool,
 }
 
 impl Fabric for Scripted {
@@ -49,6 +51,23 @@ impl Fabric for Scripted {
     fn release(&mut self) -> Result<(), FabricError> {
         self.inner.release()
     }
+    fn nccl_channels(&self) -> Option<u32> {
+        self.inner.nccl_channels()
+    }
+    fn nccl_times_at_channels(
+        &mut self,
+        b: Backend,
+        sizes: &[u64],
+        c: &[u32],
+        mode: Mode,
+    ) -> Result<Vec<(u32, Vec<crate::fabric::ChannelTime>)>, FabricError> {
+        match (self.eager_channels, mode) {
+            (true, Mode::Eager) => self.inner.nccl_times_at_channels(b, sizes, c, mode),
+            _ => Err(FabricError::Waived(
+                "this fabric cannot set NCCL's channel count".into(),
+            )),
+        }
+    }
 }
 
 fn machine(script: Option<Script>) -> Scripted {
@@ -56,6 +75,7 @@ fn machine(script: Option<Script>) -> Scripted {
     Scripted {
         inner: SimFabric::new(t, 1),
         script,
+        eager_channels: false,
     }
 }
 
@@ -351,12 +371,15 @@ fn pins_whose_channels_cannot_be_timed_record_why() {
     let (groups, _) = run(&mut machine(None), &p, &mut |_| {}).unwrap();
     let res = &groups[0];
     assert!(res.pin_channels.is_empty(), "{:?}", res.pin_channels);
-    let why = res.channels_unmeasured.as_deref();
+    let why = res
+        .channels_unmeasured
+        .get(&Mode::Graph)
+        .map(String::as_str);
     assert_eq!(why, Some("this fabric cannot set NCCL's channel count"));
     // The simulator itself times them: no reason there.
     let mut sim = SimFabric::new(crate::topology::presets::get("pcie-8x-2switch").unwrap(), 1);
     let (groups, _) = run(&mut sim, &p, &mut |_| {}).unwrap();
-    assert_eq!(groups[0].channels_unmeasured, None);
+    assert!(groups[0].channels_unmeasured.is_empty());
     assert!(!groups[0].pin_channels.is_empty());
 }
 
@@ -376,13 +399,30 @@ fn each_mode_keeps_the_channels_swept_in_that_mode() {
         let policy = decide::Constraints { mem_budget: None };
         decide::group_profile(res, mode, Dtype::Bf16, policy, &mut Vec::new())
     };
-    let pin = profile(&res, Mode::Graph).buckets[0].nccl_choice.unwrap();
     for (mode, count) in [(Mode::Graph, 2), (Mode::Eager, 8)] {
+        let pin = profile(&res, mode).buckets[0].nccl_choice.unwrap();
         let at = res.pin_channels.entry(mode).or_default();
         at.insert(pin, [(4096, count)].into());
     }
     assert_eq!(profile(&res, Mode::Graph).pin_channels[&4096], 2);
     assert_eq!(profile(&res, Mode::Eager).pin_channels[&4096], 8);
+}
+
+/// A mode whose sweep fails says why for that mode only, and the other mode keeps the counts
+/// it measured.
+#[test]
+fn a_mode_whose_sweep_fails_leaves_the_other_its_counts() {
+    let pins = [Backend::Nccl, Backend::NcclRingSimple, Backend::NcclRingLl];
+    let mut p = plan(&pins, Mode::Graph, Harness::default());
+    p.modes.push(Mode::Eager);
+    let mut m = machine(None);
+    m.eager_channels = true;
+    let (groups, _) = run(&mut m, &p, &mut |_| {}).unwrap();
+    let res = &groups[0];
+    let failed: Vec<Mode> = res.channels_unmeasured.keys().copied().collect();
+    assert_eq!(failed, [Mode::Graph]);
+    let swept: Vec<Mode> = res.pin_channels.keys().copied().collect();
+    assert_eq!(swept, [Mode::Eager]);
 }
 
 /// NCCL at 10 us and the kernel exactly the rule's 5% faster, so their comparison stays open

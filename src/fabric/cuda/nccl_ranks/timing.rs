@@ -91,8 +91,8 @@ fn placed(ordinals: &[usize], counts: &[u32]) -> Result<Placed, FabricError> {
     let lib = nccl::library().map_err(FabricError::Waived)?;
     if !lib.forces_channels() {
         return Err(FabricError::Waived(format!(
-            "NCCL {} has no per-communicator config, which forcing a channel count needs (2.14 \
-             or later)",
+            "NCCL {} takes no CTA bounds (minCTAs, maxCTAs) in a communicator's config, which \
+             forcing a channel count needs (2.17 or later)",
             nccl::version_string(lib.version)
         )));
     }

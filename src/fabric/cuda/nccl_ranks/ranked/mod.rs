@@ -180,7 +180,7 @@ impl Ranked {
     /// here. It leaves the variant's timing start to come (its first over the fine grid).
     pub fn prime(&mut self, backend: Backend, mode: Mode) -> Result<(), FabricError> {
         let (coarse, had) = (self.coarse.clone(), self.started.contains(&(backend, mode)));
-        let primed = self.start(&Run::Pinned(backend), mode, &coarse, PROBE);
+        let primed = self.start(&Run::Pinned(backend), mode, &coarse, PROBE, None);
         if !had {
             self.started.remove(&(backend, mode));
         }
@@ -236,9 +236,11 @@ impl Ranked {
         self.call_us.map_or(FIRST, |c| budget(BUDGET_US, c, FLOOR))
     }
 
-    /// Samples in a further start for one size, where a cell wants `n` more.
-    fn more_samples(&self, n: usize) -> usize {
-        budget(MORE_BUDGET_US, self.call_us.unwrap_or(1.0), n.max(FLOOR)).max(n)
+    /// Samples per variant in a further start for one size of `variants`, where a cell wants
+    /// `n` more: the budget is the start's, shared by the variants it runs.
+    fn more_samples(&self, n: usize, variants: usize) -> usize {
+        let us = MORE_BUDGET_US / variants.max(1) as f64;
+        budget(us, self.call_us.unwrap_or(1.0), n.max(FLOOR)).max(n)
     }
 
     fn left(&self, backend: Backend, mode: Mode, bytes: u64) -> usize {
@@ -319,14 +321,22 @@ impl Ranked {
         first_n: usize,
     ) -> Result<(), RanksError> {
         let first = !self.started.contains(&(backend, mode));
-        let (sizes, samples) = match first {
-            true => (from(&self.grid, b), first_n),
-            false => (vec![b], self.more_samples(n)),
+        let sizes = match first {
+            true => from(&self.grid, b),
+            false => vec![b],
+        };
+        let samples = |r: &Self, variants: usize| match first {
+            true => first_n,
+            false => r.more_samples(n, variants),
         };
         if self.switches(backend) {
             let all = self.variants.iter().copied();
-            let run = Run::Switched(all.filter(|v| !self.unfollowed.contains_key(v)).collect());
-            match self.start(&run, mode, &sizes, samples) {
+            let followed: Vec<Backend> = all.filter(|v| !self.unfollowed.contains_key(v)).collect();
+            let samples = samples(self, followed.len());
+            // A further start judges only the variant asked for: another's read-back missing
+            // at this one size drops its samples there, not its switch for the whole tune.
+            let asked = (!first).then_some(backend);
+            match self.start(&Run::Switched(followed), mode, &sizes, samples, asked) {
                 Ok(()) if !self.unfollowed.contains_key(&backend) => return Ok(()),
                 Ok(()) => {}
                 Err(e) => {
@@ -339,19 +349,22 @@ impl Ranked {
                 }
             }
         }
-        self.start(&Run::Pinned(backend), mode, &sizes, samples)
+        let samples = samples(self, 1);
+        self.start(&Run::Pinned(backend), mode, &sizes, samples, None)
     }
 
     /// One start of the K ranks for `run`: `samples` per size of `sizes` in `mode`, each
     /// size's sum checked first. Where graph mode fails and the same start host-launched runs,
     /// its samples stand in for graph mode from then on ([`Ranked::stand_in_note`]); a wrong
-    /// sum is never stood in for.
+    /// sum is never stood in for. Where `asked` names a variant, only its read-back decides
+    /// whether NCCL follows the switch ([`Ranked::keep_followed`]).
     fn start(
         &mut self,
         run: &Run,
         mode: Mode,
         sizes: &[u64],
         samples: usize,
+        asked: Option<Backend>,
     ) -> Result<(), RanksError> {
         let graph = mode == Mode::Graph && self.stand_in.is_none();
         let clock = std::time::Instant::now();
@@ -388,7 +401,8 @@ impl Ranked {
             }
             Run::Switched(variants) => {
                 for &v in variants {
-                    self.keep_followed(v, mode, &times);
+                    let judged = asked.is_none_or(|a| a == v);
+                    self.keep_followed(v, mode, &times, judged);
                 }
             }
         }
@@ -406,8 +420,9 @@ impl Ranked {
     }
 
     /// Keeps variant `v`'s times of a switched start where rank 0's profiler saw NCCL run it
-    /// at every size under its override; else none of them, and says why once.
-    fn keep_followed(&mut self, v: Backend, mode: Mode, s: &Started) {
+    /// at every size under its override; else none of them, and, where the start `judged` it,
+    /// says why once and leaves it to starts of its own.
+    fn keep_followed(&mut self, v: Backend, mode: Mode, s: &Started, judged: bool) {
         let mine: Vec<&Timed> = s.timed.iter().filter(|t| t.variant == Some(v)).collect();
         let read: Result<Vec<u32>, String> = match mine.is_empty() {
             true => Err("rank 0 wrote no time for it".to_string()),
@@ -419,6 +434,9 @@ impl Ranked {
                     self.ran.insert((v, t.bytes), c);
                 }
                 self.keep(v, mode, mine.into_iter());
+            }
+            Err(why) if !judged => {
+                tracing::debug!("{} NCCL ranks: {v}'s samples left out here ({why})", self.k);
             }
             Err(why) => {
                 tracing::warn!(

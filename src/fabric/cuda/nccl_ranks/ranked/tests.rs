@@ -282,6 +282,36 @@ fn a_further_start_serves_every_variant_at_its_size() {
     assert!(s.last().unwrap().contains("--sizes 1024 "), "{s:#?}");
 }
 
+/// A variant a further start ran beside the one asked for, whose read-back is missing there,
+/// loses those samples only: it stays switched. The one asked for is judged as ever.
+#[test]
+fn a_read_back_missed_beside_the_asked_variant_leaves_its_switch_alone() {
+    let d = tempfile::tempdir().unwrap();
+    let mut r = super::testing::switched(d.path(), 0, 1, "");
+    let (v, w) = (Backend::NcclTreeLl, Backend::NcclRingLl);
+    let started = Started {
+        timed: [v, w]
+            .map(|b| super::super::Timed {
+                channels: None,
+                variant: Some(b),
+                bytes: 1024,
+                samples: vec![1.0],
+            })
+            .into(),
+        ran: BTreeMap::new(),
+        read: super::super::switch::ReadBack::default(),
+    };
+    r.keep_followed(v, Mode::Eager, &started, false);
+    assert!(r.unfollowed().is_empty());
+    assert_eq!(
+        r.left(v, Mode::Eager, 1024),
+        0,
+        "its samples there are left out"
+    );
+    r.keep_followed(w, Mode::Eager, &started, true);
+    assert!(r.unfollowed().contains_key(&w));
+}
+
 /// A variant whose read-back says NCCL ran something else under the tuner's switch is not
 /// timed from it: its samples come from ranks of its own pinned through NCCL_ALGO, the other
 /// variants' from the switch, and the next mode's switched start leaves it out.
