@@ -290,8 +290,9 @@ pub trait Fabric {
     /// reason where the fabric cannot set them. One call per pin for every count: a real NCCL
     /// sets the count when a communicator is made, and one start of its ranks makes one per
     /// count in turn. Each call runs as `mode` runs it (a replay of a CUDA graph, or a host
-    /// launch), so the counts compare as the group's calls will run. A count left out of the
-    /// answer could not run here.
+    /// launch), so the counts compare as the group's calls will run (the simulator prices a
+    /// count's call without either launch, alike in both). A count left out of the answer
+    /// could not run here.
     fn nccl_times_at_channels(
         &mut self,
         _backend: Backend,

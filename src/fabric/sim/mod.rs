@@ -651,8 +651,6 @@ impl Fabric for SimFabric {
         Some(self.nccl_runtime_channels(&p.group))
     }
 
-    /// The simulated schedule prices each count's call with no mode's launch: the counts
-    /// compare the same in either mode (an eager cell's time is at least its issue floor).
     fn nccl_times_at_channels(
         &mut self,
         backend: Backend,
