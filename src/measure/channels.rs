@@ -54,11 +54,16 @@ pub fn sweep(
     // Every pin and count in one call: a real fabric starts its NCCL ranks once for them all.
     let clock = std::time::Instant::now();
     let all = fabric.nccl_pins_at_channels(&pins, &sizes, &counts, mode);
+    // The counts timed, which a fabric may cut (ranks sharing a GPU cap their CTAs).
+    let timed: BTreeSet<u32> = (all.iter())
+        .filter_map(|(_, r)| r.as_ref().ok())
+        .flat_map(|t| t.iter().map(|(c, _)| *c))
+        .collect();
     tracing::info!(
         "channel sweep ({}): {} pins x {} counts x {} sizes in {:.2} s",
         mode.id(),
         pins.len(),
-        counts.len(),
+        timed.len(),
         sizes.len(),
         clock.elapsed().as_secs_f64()
     );
