@@ -3,7 +3,7 @@
 # (minCTAs = maxCTAs) where krank2's read-back saw more than forced (2 forced, 64 read back at
 # 16 MiB), and the TP4 audit that printed nothing in 20 s. NCCL's own log (INIT, ENV, TUNING)
 # per rank process under MPS. Loopback on one GPU: nothing here is multi-GPU evidence.
-#   C=<carry folder, unpacked> END=220 bash profiles/hardware/h200/2026-12-05-chanprobe/run.sh
+#   C=<carry folder, unpacked> END=220 bash profiles/hardware/h100/2026-12-05-chanprobe/run.sh
 set -u
 END=${END:-240}
 C=${C:?set C}; C=$(cd "$C" && pwd); R=$PWD; N=/tmp/nccl232; W=/tmp/chanprobe
