@@ -189,12 +189,12 @@ __device__ bool one_stage_push_ll(const ArArgs& a) {
   const int rank = a.rank_base + (int)blockIdx.y;
   const int n = a.nranks;
   Signal* self = (Signal*)a.sig[rank];
-  if (!ll_launch_ok(self, a.n * T::SIZE, LL1_MAX_BYTES, n, false)) return true;
+  if (!ll_launch_ok(self, a.n * T::SIZE, LL1_MAX_BYTES, n, false, LL1_THREADS)) return true;
   bool seen = false;
   const u64 words = ll_words(a.n * T::SIZE);
   const u32 flag = ll_flag(self);
   const u32 q = flag & 1;
-  const u64 j = (u64)blockIdx.x * LL_THREADS + threadIdx.x;
+  const u64 j = (u64)blockIdx.x * LL1_THREADS + threadIdx.x;
   if (j < words) {
     const u64 mine = load_line<T>((const char*)a.src[rank], j, a.n);
 #pragma unroll
@@ -683,7 +683,7 @@ __device__ bool two_stage_push(const ArArgs& a) {
   }
 
 #define AR_LL_KERNELS(T, suffix)                                                                        \
-  extern "C" __global__ void __launch_bounds__(LL_THREADS) one_stage_push_ll_##suffix(const ArArgs a) { \
+  extern "C" __global__ void __launch_bounds__(LL1_THREADS) one_stage_push_ll_##suffix(const ArArgs a) {\
     pdl_wait();                                                                                         \
     const bool seen = one_stage_push_ll<T>(a);                                                          \
     pdl_trigger();  fail_safe<T>(a, seen);                                                              \
