@@ -210,9 +210,13 @@ __device__ __forceinline__ void raise_fault(const ArArgs& a) {
 // writer's store or entirely from an earlier one. A word whose flag half holds this call's
 // flag therefore holds this call's data half; no other ordering is involved. The same holds
 // over PCIe and NVLink, where NCCL's LL protocol relies on 8-byte stores arriving whole.
-// Flags are never 0 (ll_flag); a pushed line is zeroed once consumed, and a pulled one is only
-// ever written by its owner's same block, whose flags only grow, so a stale line can never carry
-// the flag being awaited.
+// Flags are never 0 (ll_flag), and a stale line never carries the flag being awaited. The
+// lines start zeroed (the host zeroes them again only with the epochs, on every rank of a
+// failed group, all marked by raise_fault: run.rs check_status). Then a pushed line in
+// two-stage push and the island kernels is zeroed once consumed; a pulled one is only ever
+// written by its owner's same block, whose flags only grow; and one of one-stage push by one
+// block of its sender, in every call of that block with the line's parity, so it holds the flag
+// of that block's call two before at most (allreduce.cu one_stage_push_ll): none is zeroed.
 
 __device__ __forceinline__ void ll_store(void* p, u64 data, u32 flag) {
   const u64 lo = (data & 0xffffffffull) | ((u64)flag << 32);

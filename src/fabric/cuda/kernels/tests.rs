@@ -348,6 +348,33 @@ fn each_ll_kernel_runs_the_threads_the_host_launches() {
     assert_eq!(checked, 4);
 }
 
+/// one_stage_push_ll zeroes no line it read: its stale-line argument (allreduce.cu) needs each
+/// line to be rewritten in every call of its block with the line's parity, so every thread
+/// stores its lines, words past the message too, unconditionally (at the function's top level,
+/// after only the launch check).
+#[test]
+fn one_stage_push_ll_rewrites_every_line_of_its_blocks() {
+    let src = compile::ALLREDUCE;
+    let body = src
+        .split_once(" one_stage_push_ll(const ArArgs& a) {")
+        .unwrap()
+        .1;
+    let body = &body[..body.find("\n}\n").unwrap()];
+    assert!(!body.contains("ll_clear"));
+    let before = &body[..body.find("ll_store(").unwrap()];
+    let depth = |c| before.matches(c).count();
+    assert_eq!(
+        depth('{'),
+        depth('}'),
+        "its lines are stored under a condition"
+    );
+    let conditions: Vec<&str> = before.lines().filter(|l| l.contains("if (")).collect();
+    assert_eq!(conditions.len(), 2, "{conditions:?}");
+    assert!(conditions[0].contains("ll_launch_ok("));
+    // The store's own: every peer but the rank itself.
+    assert_eq!(conditions[1].trim(), "if (p < n && p != rank)");
+}
+
 #[test]
 fn small_messages_use_one_block() {
     let g = |b, elems, dtype, cap| grid(b, elems, dtype, Ranks::flat(8), cap, false);
