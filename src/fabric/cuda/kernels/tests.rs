@@ -720,6 +720,12 @@ fn every_allreduce_kernel_waits_for_the_previous_call_first() {
             wait.is_some_and(|w| first_read.is_some_and(|r| w < r)),
             "{name} reads what the previous call wrote before pdl_wait"
         );
+        // Nor reads a signal (its epoch, flags or lines) any other way before it.
+        let before = &fbody[..wait.unwrap()];
+        assert!(
+            !before.contains("sig[") && !before.contains("epoch"),
+            "{name} reads a signal before pdl_wait"
+        );
     }
 }
 
