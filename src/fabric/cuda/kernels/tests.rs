@@ -386,7 +386,7 @@ fn small_messages_use_one_block() {
         g(Backend::OneStagePull, 1 << 24, Dtype::Bf16, 16),
         (16, THREADS)
     );
-    assert_eq!(g(Backend::TwoStagePush, 3, Dtype::Fp32, 16), (1, 512));
+    assert_eq!(g(Backend::TwoStagePush, 3, Dtype::Fp32, 16), (1, THREADS));
 }
 
 /// A registered form's small call runs blocks of SMALL_THREADS, four times as many as of
