@@ -175,51 +175,45 @@ __device__ bool one_stage_pull(const ArArgs& a) {
 }
 
 // LL one-stage push: each thread sends its input word to every peer's LL buffer, then sums the
-// words that arrived in its own.
-//
-// Buffer reuse without a barrier: lines alternate between two buffers by flag parity, and a
-// receiver zeroes each line once it has read it. A writer reuses a buffer two LL calls later
-// (flag F + 2); between them lies LL call F + 1, which the writer finished only after reading
-// a line every peer wrote in it, so every peer had begun F + 1 and thus finished call F,
-// reading and zeroing its lines there. (The zeroing is program-ordered before that peer's
-// writes in F + 1, and the writer reuses the buffer only after seeing one of those writes.)
+// words that arrived in its own. Lines alternate between two buffers by flag parity; nothing
+// is zeroed and there is no barrier:
+// - Stale lines: line (src, j) of buffer q is written only by rank src's block
+//   j / LL1_THREADS, with that block's flag, in each of that block's calls of parity q: every
+//   thread of the block stores its lines, words past the message too (0, read by no one). The
+//   same block of every rank counts the same calls, so a receiver waiting for F finds there 0,
+//   the flag of the call two before, or F: never a stale F, even once the flags wrap (ll_flag).
+// - Buffer reuse: a writer block rewrites buffer q in its call F + 2. In its call F + 1 it
+//   read a line that the same block of every peer wrote in F + 1 (its first word lies inside
+//   the message), so every peer had begun F + 1 and thus finished F, with its reads of F.
 // Returns its status read for fail_safe (status_set), taken once its polls have returned.
+static_assert(LL1_LINES % LL1_THREADS == 0, "the words past the message stay in the lines");
 template <typename T>
 __device__ bool one_stage_push_ll(const ArArgs& a) {
   const int rank = a.rank_base + (int)blockIdx.y;
   const int n = a.nranks;
   Signal* self = (Signal*)a.sig[rank];
-  if (!ll_launch_ok(self, a.n * T::SIZE, LL1_MAX_BYTES, n, false)) return true;
-  bool seen = false;
-  const u64 words = ll_words(a.n * T::SIZE);
+  if (!ll_launch_ok(self, a.n * T::SIZE, LL1_MAX_BYTES, n, false, LL1_THREADS)) return true;
   const u32 flag = ll_flag(self);
   const u32 q = flag & 1;
-  const u64 j = (u64)blockIdx.x * LL_THREADS + threadIdx.x;
-  if (j < words) {
-    const u64 mine = load_line<T>((const char*)a.src[rank], j, a.n);
+  const u64 j = (u64)blockIdx.x * LL1_THREADS + threadIdx.x;
+  const u64 mine = load_line<T>((const char*)a.src[rank], j, a.n);  // 0 past the message
 #pragma unroll
-    for (int p = 0; p < MAX_RANKS; p++)
-      if (p < n && p != rank) ll_store(ll1(a.sig[p], n, q, rank, j), mine, flag);
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int p = 0; p < MAX_RANKS; p++)
+    if (p < n && p != rank) ll_store(ll1(a.sig[p], n, q, rank, j), mine, flag);
+  const bool inside = j < ll_words(a.n * T::SIZE);
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-    for (int g = 0; g < MAX_RANKS; g += 8) {
-      if (g < n) {
-        const u32 want = peers_mask(g, n, rank);
-        u64 d[8];
-        if (ll_wait8(d, want, [&](int k) { return ll1(a.sig[rank], n, q, clamp_rank(g + k, n), j); }, flag, &self->status)) raise_fault(a);
+  for (int g = 0; g < MAX_RANKS; g += 8) {
+    if (inside && g < n) {
+      u64 d[8];
+      if (ll_wait8(d, peers_mask(g, n, rank), [&](int k) { return ll1(a.sig[rank], n, q, clamp_rank(g + k, n), j); }, flag, &self->status)) raise_fault(a);
 #pragma unroll
-        for (int k = 0; k < 8; k++)
-          if (g + k < n) add_line<T>(acc, g + k == rank ? mine : d[k]);
-        if (g + 8 >= n) seen = status_set(a);
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-          if ((want >> k) & 1) ll_clear(ll1(a.sig[rank], n, q, g + k, j));
-      }
+      for (int k = 0; k < 8; k++)
+        if (g + k < n) add_line<T>(acc, g + k == rank ? mine : d[k]);
     }
-    store_line<T>((char*)a.dst[rank], j, pack_line<T>(acc), a.n);
-  } else {
-    seen = status_set(a);
   }
+  const bool seen = status_set(a);
+  if (inside) store_line<T>((char*)a.dst[rank], j, pack_line<T>(acc), a.n);
   if (threadIdx.x == 0) self->ll_epoch[blockIdx.x] = flag;
   return seen;
 }
@@ -439,9 +433,12 @@ __device__ void two_stage_pull(const ArArgs& a) {
 // the words of its own shard that arrive, sends the sum to every peer and writes the words
 // that come back into its output. Peers write only LL buffers here, never the output.
 //
-// Buffer reuse: as in one_stage_push_ll (parity buffers, lines zeroed once read). Every pair
-// exchanges a line in both stages of every call (shards have at least one word), so a rank
-// that finished LL call F + 1 knows every peer began it.
+// Buffer reuse: lines alternate between two buffers by flag parity, and a receiver zeroes
+// each line once read, so a stale line never carries the awaited flag. A writer reuses a
+// buffer in LL call F + 2, after finishing F + 1 by reading a line every peer wrote in it
+// (every pair exchanges one in both stages of every call: shards have at least one word), so
+// every peer had finished F, reading and zeroing its lines there; those zeroes are
+// program-ordered before the peer's writes of F + 1, which the writer saw.
 template <typename T>
 __device__ void two_stage_push_ll(const ArArgs& a) {
   const int rank = a.rank_base + (int)blockIdx.y;
@@ -683,7 +680,7 @@ __device__ bool two_stage_push(const ArArgs& a) {
   }
 
 #define AR_LL_KERNELS(T, suffix)                                                                        \
-  extern "C" __global__ void __launch_bounds__(LL_THREADS) one_stage_push_ll_##suffix(const ArArgs a) { \
+  extern "C" __global__ void __launch_bounds__(LL1_THREADS) one_stage_push_ll_##suffix(const ArArgs a) {\
     pdl_wait();                                                                                         \
     const bool seen = one_stage_push_ll<T>(a);                                                          \
     pdl_trigger();  fail_safe<T>(a, seen);                                                              \

@@ -4,10 +4,11 @@
 #pragma once
 
 // The constants the host shares with these sources (MAX_RANKS, MAX_BLOCKS, THREADS, LL_OFFSET,
-// LL_LINE, LL_THREADS, LL1_MAX_BYTES, LL2_MAX_BYTES) come from src/fabric/cuda/kernels/ as
-// NVRTC -D options, so the two sides cannot disagree.
+// LL_LINE, LL_THREADS, LL1_THREADS, LL1_MAX_BYTES, LL2_MAX_BYTES) come from
+// src/fabric/cuda/layout.rs as NVRTC -D options, so the two sides cannot disagree.
 #if !defined(MAX_RANKS) || !defined(MAX_BLOCKS) || !defined(THREADS) || !defined(LL_OFFSET) || \
-    !defined(LL_LINE) || !defined(LL_THREADS) || !defined(LL1_MAX_BYTES) || !defined(LL2_MAX_BYTES)
+    !defined(LL_LINE) || !defined(LL_THREADS) || !defined(LL1_THREADS) || !defined(LL1_MAX_BYTES) || \
+    !defined(LL2_MAX_BYTES)
 #error "compile through artune (src/fabric/cuda/compile/), which defines the shared constants"
 #endif
 // A barrier that waits longer than this gives up, records the failure in Signal::status and
@@ -28,9 +29,10 @@ struct __align__(16) V4 {
 // carries 4 bytes of data and a 4-byte flag, so a receiver knows the data arrived from the
 // flag beside it and no system-scope fence or separate barrier is needed. Lines of 16 bytes
 // (two such words, 8 data bytes) live in each rank's signal allocation from LL_OFFSET on.
-// Threads per block of the LL kernels: one data word each. Small blocks spread a message over
-// many multiprocessors: each thread's stores and polls go through its SM's port to L2, so a
-// few large blocks would be limited by that port, not by latency
+// Threads per block of the LL kernels: one data word each, LL_THREADS (LL1_THREADS in one-stage
+// push, which sends and polls a line per word from every peer). Small blocks spread a message
+// over many multiprocessors: each thread's stores and polls go through its SM's port to L2, so
+// a few large blocks would be limited by that port, not by latency
 // (profiles/hardware/h200/NOTES-kernel-choices.md). LL1_MAX_BYTES and LL2_MAX_BYTES: the
 // largest message per rank (bytes) each kernel sends through LL: one-stage push keeps a line
 // per data word from every peer (2 x n x LL1 lines), two-stage push and pull only a shard.
@@ -208,9 +210,13 @@ __device__ __forceinline__ void raise_fault(const ArArgs& a) {
 // writer's store or entirely from an earlier one. A word whose flag half holds this call's
 // flag therefore holds this call's data half; no other ordering is involved. The same holds
 // over PCIe and NVLink, where NCCL's LL protocol relies on 8-byte stores arriving whole.
-// Flags are never 0 (ll_flag); a pushed line is zeroed once consumed, and a pulled one is only
-// ever written by its owner's same block, whose flags only grow, so a stale line can never carry
-// the flag being awaited.
+// Flags are never 0 (ll_flag), and a stale line never carries the flag being awaited. The
+// lines start zeroed (the host zeroes them again only with the epochs, on every rank of a
+// failed group, all marked by raise_fault: run.rs check_status). Then a pushed line in
+// two-stage push and the island kernels is zeroed once consumed; a pulled one is only ever
+// written by its owner's same block, whose flags only grow; and one of one-stage push by one
+// block of its sender, in every call of that block with the line's parity, so it holds the flag
+// of that block's call two before at most (allreduce.cu one_stage_push_ll): none is zeroed.
 
 __device__ __forceinline__ void ll_store(void* p, u64 data, u32 flag) {
   const u64 lo = (data & 0xffffffffull) | ((u64)flag << 32);
@@ -270,12 +276,12 @@ __device__ __forceinline__ bool ll_wait8(u64* d, u32 want, Ptr ptr, u32 flag, u3
   }
 }
 
-// ---- LL geometry: one data word (8 bytes) per thread, LL_THREADS per block ----
+// ---- LL geometry: one data word (8 bytes) per thread, LL_THREADS (LL1_THREADS) per block ----
 //
 // Each LL line location is always handled by the same block index (blockIdx.x = location /
-// LL_THREADS, or / the words per block of a kernel that spreads a word over several threads)
-// whatever the message size, so the flags stored there come from one block's ll_epoch sequence
-// and only grow (0 is skipped) until they wrap.
+// the kernel's threads per block, or / the words per block of a kernel that spreads a word
+// over several threads) whatever the message size, so the flags stored there come from one
+// block's ll_epoch sequence and only grow (0 is skipped) until they wrap.
 
 // Data words of a message, for messages within the LL limits (32-bit arithmetic).
 __device__ __forceinline__ u32 ll_words(u64 bytes) { return (u32)((bytes + 7) / 8); }
@@ -291,7 +297,7 @@ __device__ __forceinline__ u32 ll_grid(u32 words, u32 per = LL_THREADS) { return
 // False (and the rank's status marked) when the host launched an LL kernel with a size or grid
 // it does not serve: the buffers would overflow. The host never does (kernels.rs tests).
 // `shards`: whether the grid covers a shard (two-stage) rather than the whole message; `per`:
-// words per block (LL_THREADS, one per thread, but where a kernel spreads a word over threads).
+// words per block (the kernel's threads, one word each, but where it spreads a word over threads).
 __device__ __forceinline__ bool ll_launch_ok(Signal* self, u64 bytes, u64 max_bytes, int n, bool shards,
                                              u32 per = LL_THREADS) {
   if (bytes <= max_bytes) {

@@ -430,6 +430,36 @@ fn gpu_flat_kernels_replay_bit_exactly_in_graphs_in_loopback_2_and_4_or_skip() {
     );
 }
 
+/// One-stage push's LL form zeroes no line it read (kernels/allreduce.cu one_stage_push_ll):
+/// calls whose sizes shrink and grow within its LL range leave the lines of earlier calls in
+/// blocks that sat out, and each call, checked alone on fresh data, must take none of them.
+/// Loopback 8 and 2, eager and replayed in a graph, sizes with a partial last block.
+#[test]
+fn gpu_one_stage_push_ll_takes_no_stale_line_as_sizes_change_or_skip() {
+    for k in [8, 2] {
+        let Some((_gpu, mut f)) = open_or_skip("gpu_one_stage_push_ll_takes_no_stale_line", k)
+        else {
+            return;
+        };
+        let b = Backend::OneStagePush;
+        all_ready(&f.prepare(&group(k, Dtype::Bf16, 32 << 10), &[b]).unwrap());
+        let mut seed = 500;
+        for bytes in [32u64 << 10, 4098, 32 << 10, 16390, 2, 24576, 4096, 32 << 10] {
+            seed += 1;
+            correct(
+                f.verify_with(b, bytes, seed, Mode::Eager, 1).unwrap(),
+                &format!("K={k} {b} eager at {bytes}"),
+            );
+            seed += 1;
+            correct(
+                f.verify_with(b, bytes, seed, Mode::Graph, 3).unwrap(),
+                &format!("K={k} {b} graph x3 at {bytes}"),
+            );
+        }
+    }
+    println!("K=8, 2: one_stage_push's LL form bit-exact as its size shrank and grew");
+}
+
 #[test]
 fn gpu_copy_engine_rows_verify_bit_exactly_in_loopback_eager_and_graph_or_skip() {
     // Loopback: every rank on one GPU, so every copy is device-to-device on its copy engines

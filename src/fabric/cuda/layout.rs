@@ -26,6 +26,9 @@ pub const LL2_MAX_BYTES: u64 = Ll::Shards.max_bytes();
 pub const LL_LINE: u64 = Ll::LINE_BYTES;
 /// Threads per block of the LL kernels, one 8-byte data word each. Shared.
 pub const LL_THREADS: u32 = 128;
+/// The same for one-stage push's LL kernel (`Ll::Message`): smaller blocks spread its lines
+/// over more multiprocessors (src/fabric/cuda/kernels/, ll_threads). Shared.
+pub const LL1_THREADS: u32 = 64;
 
 /// The NVRTC options that give kernels/*.cu the constants shared with this file.
 pub fn defines() -> Vec<String> {
@@ -36,6 +39,7 @@ pub fn defines() -> Vec<String> {
         ("LL_OFFSET", SIGNAL_ALLOC as u64),
         ("LL_LINE", LL_LINE),
         ("LL_THREADS", LL_THREADS as u64),
+        ("LL1_THREADS", LL1_THREADS as u64),
         ("LL1_MAX_BYTES", LL1_MAX_BYTES),
         ("LL2_MAX_BYTES", LL2_MAX_BYTES),
     ]

@@ -7,7 +7,7 @@ use cudarc::driver::sys;
 
 use super::compile;
 use super::driver::{dev, Ctx, DeviceFacts, Function, Modules};
-use super::layout::{ArArgs, LL_LINE, LL_THREADS, MAX_BLOCKS, SIGNAL_ALLOC, THREADS};
+use super::layout::{ArArgs, LL1_THREADS, LL_LINE, LL_THREADS, MAX_BLOCKS, SIGNAL_ALLOC, THREADS};
 use crate::allreduce::{memory, Executor, Extent, Kernel, Ll, Part, Ranks, TABLE};
 use crate::fabric::LoadedKernels;
 use crate::fabric::{Backend, DeviceError, Dtype, FabricError};
@@ -78,15 +78,27 @@ pub fn registered_tensors(backend: Backend) -> Option<RegTensors> {
     }
 }
 
+/// Threads per block of the LL kernel of layout `ll` (its `__launch_bounds__` in kernels/):
+/// `LL_THREADS`, but one-stage push's `LL1_THREADS`. Each of its threads sends a line to
+/// every peer and polls one from each, so smaller blocks spread that over more
+/// multiprocessors.
+pub fn ll_threads(ll: Ll) -> u32 {
+    match ll {
+        Ll::Message => LL1_THREADS,
+        Ll::MessageAndSum | Ll::IslandShards | Ll::Shards | Ll::PulledShard => LL_THREADS,
+    }
+}
+
 /// Blocks the LL kernel of `backend` needs for a message of `bytes` per rank over `ranks`
-/// (one 8-byte data word per thread, `LL_THREADS` threads per block, but in the island
+/// (one 8-byte data word per thread, [`ll_threads`] threads per block, but in the island
 /// two-shot; mirrors `ll_launch_ok` in kernels/common.cuh), or None when the message is too
 /// large for LL or the backend has no LL kernel. The limits are each layout's own
 /// ([`Ll::max_bytes`], which the simulator reads too).
 pub fn ll_blocks(backend: Backend, bytes: u64, ranks: Ranks) -> Option<u32> {
     let words = bytes.div_ceil(8);
-    let threads = LL_THREADS as u64;
-    let (covered, per_block) = match backend.ll_at(bytes)? {
+    let ll = backend.ll_at(bytes)?;
+    let threads = ll_threads(ll) as u64;
+    let (covered, per_block) = match ll {
         // A line per data word.
         Ll::Message | Ll::MessageAndSum => (words, threads),
         // A line per data word of a shard.
@@ -151,13 +163,13 @@ impl GpuKernels {
             Ok((f, per_sm))
         };
         let (mut allreduce, mut ll, mut registered) = (Vec::new(), Vec::new(), Vec::new());
-        for (b, _) in custom() {
+        for (b, k) in custom() {
             for d in DTYPES {
                 let name = kernel_name(b, d).expect("a custom backend has a kernel");
                 let (f, per_sm) = load(&name, THREADS)?;
                 allreduce.push((b, d, f, per_sm));
-                if let Some(name) = ll_kernel_name(b, d) {
-                    let (f, per_sm) = load(&name, LL_THREADS)?;
+                if let (Some(name), Some(l)) = (ll_kernel_name(b, d), k.ll) {
+                    let (f, per_sm) = load(&name, ll_threads(l))?;
                     ll.push((b, d, f, per_sm));
                 }
                 if let Some(name) = registered_kernel_name(b, d) {
@@ -242,12 +254,15 @@ impl GpuKernels {
                 .position(|(b, d, _, _)| *b == backend && *d == dtype)
                 .map(|i| (i, v[i].3))
         };
-        if let (Some((i, per_sm)), Some(need)) = (
+        let bytes = elems * dtype.size();
+        if let (Some((i, per_sm)), Some(need), Some(ll)) = (
             find(&self.ll),
-            ll_blocks(backend, elems * dtype.size(), ranks),
+            ll_blocks(backend, bytes, ranks),
+            backend.ll_at(bytes),
         ) {
-            if need <= block_cap(sms, per_sm, ranks_on_gpu) {
-                return Some((&self.ll[i].2, need, LL_THREADS, false));
+            let threads = ll_threads(ll);
+            if need <= ll_block_cap(sms, per_sm, ranks_on_gpu, threads) {
+                return Some((&self.ll[i].2, need, threads, false));
             }
         }
         let reg = find(&self.registered).filter(|_| registered);
@@ -256,12 +271,8 @@ impl GpuKernels {
             None => self.allreduce(backend, dtype)?,
         };
         let cap = block_cap(sms, per_sm, ranks_on_gpu);
-        Some((
-            f,
-            blocks(backend, elems, dtype, ranks, cap),
-            THREADS,
-            reg.is_some(),
-        ))
+        let (blocks, threads) = grid(backend, elems, dtype, ranks, cap, reg.is_some());
+        Some((f, blocks, threads, reg.is_some()))
     }
 }
 
@@ -369,8 +380,20 @@ fn per_dtype(
 /// blocks of all of them must be resident together or spinning blocks would starve the rest,
 /// so the GPU's capacity is split between them.
 pub fn block_cap(sms: u32, blocks_per_sm: u32, ranks_on_device: u32) -> u32 {
-    let per_gpu = sms.saturating_mul(blocks_per_sm.clamp(1, 2));
-    (per_gpu / ranks_on_device.max(1)).clamp(1, MAX_BLOCKS)
+    share(sms, blocks_per_sm.clamp(1, 2), ranks_on_device)
+}
+
+/// [`block_cap`] for an LL kernel of `threads` per block: its share of each multiprocessor
+/// counted in threads, two blocks of `LL_THREADS`, so one-stage push's smaller blocks get as
+/// many more blocks and keep their whole LL range in loopback 8.
+pub fn ll_block_cap(sms: u32, blocks_per_sm: u32, ranks_on_device: u32, threads: u32) -> u32 {
+    let most = (2 * LL_THREADS / threads.max(1)).max(1);
+    share(sms, blocks_per_sm.clamp(1, most), ranks_on_device)
+}
+
+/// `per_sm` blocks on each of `sms` multiprocessors split between `ranks_on_device` ranks.
+fn share(sms: u32, per_sm: u32, ranks_on_device: u32) -> u32 {
+    (sms.saturating_mul(per_sm) / ranks_on_device.max(1)).clamp(1, MAX_BLOCKS)
 }
 
 /// Vectors of the widest part of a message any phase of `backend` works through per rank:
@@ -388,11 +411,36 @@ fn work_vectors(backend: Backend, nvec: u64, ranks: Ranks) -> u64 {
         .unwrap_or(nvec)
 }
 
-/// Blocks for one call: enough for one vector per thread of the widest part, at most `cap`.
-pub fn blocks(backend: Backend, elems: u64, dtype: Dtype, ranks: Ranks, cap: u32) -> u32 {
+/// Threads per block of a registered form's small call (at most [`SMALL_VECTORS`] vectors in
+/// its widest part; in practice one-stage pull, the other backends' small calls take their LL
+/// kernels): a call waits for each of its SMs to pull its vectors from every peer, so more,
+/// smaller blocks (up to four times as many) cut that wait, which graph mode's latency is.
+pub const SMALL_THREADS: u32 = 128;
+/// The most vectors a call runs in [`SMALL_THREADS`] blocks: those `THREADS` would cover in
+/// four blocks (32 KiB per rank in the one-stage kernels).
+pub const SMALL_VECTORS: u64 = 4 * THREADS as u64;
+
+/// Blocks and threads per block of a bandwidth kernel's call (`registered`: its registered
+/// form): enough blocks for one vector per thread of the widest part, at most `cap`, of
+/// `THREADS` threads, but [`SMALL_THREADS`] for a registered form's small call. The kernels
+/// stride by the block's size, so either covers the message.
+pub fn grid(
+    backend: Backend,
+    elems: u64,
+    dtype: Dtype,
+    ranks: Ranks,
+    cap: u32,
+    registered: bool,
+) -> (u32, u32) {
     let per_vec = 16 / dtype.size();
     let work = work_vectors(backend, elems / per_vec, ranks);
-    (work.div_ceil(THREADS as u64).min(cap as u64) as u32).max(1)
+    let threads = if registered && work <= SMALL_VECTORS {
+        SMALL_THREADS
+    } else {
+        THREADS
+    };
+    let blocks = (work.div_ceil(threads as u64).min(cap as u64) as u32).max(1);
+    (blocks, threads)
 }
 /// Whether the allreduce kernels go out as programmatic dependent launches: compute
 /// capability 9.0 and later have `griddepcontrol` (kernels/common.cuh, pdl_wait and

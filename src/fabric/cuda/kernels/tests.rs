@@ -1,7 +1,7 @@
 use super::*;
 use crate::fabric::cuda::layout::{
-    defines, ArArgs, CeSumArgs, ProbeArgs, RegSlot, LL1_MAX_BYTES, LL2_MAX_BYTES, MAX_RANKS,
-    SIGNAL_STATUS_OFFSET,
+    defines, ArArgs, CeSumArgs, ProbeArgs, RegSlot, LL1_MAX_BYTES, LL1_THREADS, LL2_MAX_BYTES,
+    MAX_RANKS, SIGNAL_STATUS_OFFSET,
 };
 
 #[test]
@@ -308,26 +308,124 @@ fn each_ll_kernel_checks_the_tables_limit() {
     }
 }
 
+/// Each LL kernel is declared for the threads per block the host launches it with
+/// ([`ll_threads`]) and, one word per thread, takes its word and checks its grid by the same
+/// count (the island two-shot spreads a word over threads: its own test below).
+#[test]
+fn each_ll_kernel_runs_the_threads_the_host_launches() {
+    let mut checked = 0;
+    for (b, k) in custom() {
+        let Some(ll) = k.ll else { continue };
+        let (_, src) = compile::PROGRAMS
+            .iter()
+            .find(|(name, _)| *name == k.source)
+            .unwrap();
+        let want = match ll_threads(ll) {
+            LL_THREADS => "LL_THREADS",
+            LL1_THREADS => "LL1_THREADS",
+            t => panic!("{b}: {t} threads is no shared constant"),
+        };
+        let bounds = format!("__launch_bounds__({want}) {}_ll_##suffix(", k.name);
+        assert!(src.contains(&bounds), "{b}: no `{bounds}`");
+        if ll == Ll::IslandShards {
+            continue;
+        }
+        let body = src
+            .split_once(&format!(" {}_ll(const ArArgs& a)", k.name))
+            .unwrap()
+            .1;
+        let body = &body[..body.find("\n}\n").unwrap()];
+        let call = body.split_once("ll_launch_ok(").unwrap().1;
+        let args: Vec<&str> = call[..call.find(')').unwrap()]
+            .split(',')
+            .map(str::trim)
+            .collect();
+        assert_eq!(*args.get(5).unwrap_or(&"LL_THREADS"), want, "{b}");
+        let word = format!("blockIdx.x * {want} + threadIdx.x");
+        assert!(body.contains(&word), "{b}: no `{word}`");
+        checked += 1;
+    }
+    assert_eq!(checked, 4);
+}
+
+/// one_stage_push_ll zeroes no line it read: its stale-line argument (allreduce.cu) needs each
+/// line to be rewritten in every call of its block with the line's parity, so every thread
+/// stores its lines, words past the message too, unconditionally (at the function's top level,
+/// after only the launch check).
+#[test]
+fn one_stage_push_ll_rewrites_every_line_of_its_blocks() {
+    let src = compile::ALLREDUCE;
+    let body = src
+        .split_once(" one_stage_push_ll(const ArArgs& a) {")
+        .unwrap()
+        .1;
+    let body = &body[..body.find("\n}\n").unwrap()];
+    assert!(!body.contains("ll_clear"));
+    let before = &body[..body.find("ll_store(").unwrap()];
+    let depth = |c| before.matches(c).count();
+    assert_eq!(
+        depth('{'),
+        depth('}'),
+        "its lines are stored under a condition"
+    );
+    let conditions: Vec<&str> = before.lines().filter(|l| l.contains("if (")).collect();
+    assert_eq!(conditions.len(), 2, "{conditions:?}");
+    assert!(conditions[0].contains("ll_launch_ok("));
+    // The store's own: every peer but the rank itself.
+    assert_eq!(conditions[1].trim(), "if (p < n && p != rank)");
+}
+
 #[test]
 fn small_messages_use_one_block() {
+    let g = |b, elems, dtype, cap| grid(b, elems, dtype, Ranks::flat(8), cap, false);
     assert_eq!(
-        blocks(Backend::OneStagePull, 2048, Dtype::Bf16, Ranks::flat(8), 16),
-        1
+        g(Backend::OneStagePull, 2048, Dtype::Bf16, 16),
+        (1, THREADS)
     );
     assert_eq!(
-        blocks(
+        g(Backend::OneStagePull, 1 << 24, Dtype::Bf16, 16),
+        (16, THREADS)
+    );
+    assert_eq!(g(Backend::TwoStagePush, 3, Dtype::Fp32, 16), (1, THREADS));
+}
+
+/// A registered form's small call runs blocks of SMALL_THREADS, four times as many as of
+/// THREADS, up to SMALL_VECTORS vectors (32 KiB per rank of one-stage pull); past it, and in
+/// the staged form, THREADS. Either way the blocks cover the widest part (the kernels stride
+/// by blockDim) and stay within the cap loopback 8 leaves each rank on an H200.
+#[test]
+fn a_registered_small_call_spreads_over_more_blocks() {
+    let pull = |bytes: u64, registered| {
+        grid(
             Backend::OneStagePull,
-            1 << 24,
+            bytes / 2,
             Dtype::Bf16,
             Ranks::flat(8),
-            16
-        ),
-        16
-    );
-    assert_eq!(
-        blocks(Backend::TwoStagePush, 3, Dtype::Fp32, Ranks::flat(8), 16),
-        1
-    );
+            33,
+            registered,
+        )
+    };
+    assert_eq!(SMALL_THREADS, 128);
+    assert_eq!(pull(4 << 10, true), (2, SMALL_THREADS));
+    assert_eq!(pull(4 << 10, false), (1, THREADS));
+    assert_eq!(pull(16 << 10, true), (8, SMALL_THREADS));
+    assert_eq!(pull(32 << 10, true), (16, SMALL_THREADS));
+    assert_eq!(pull((32 << 10) + 16, true), (5, THREADS));
+    assert_eq!(pull(64 << 10, true), (8, THREADS));
+    assert_eq!(pull(64 << 20, true), (33, THREADS));
+    for bytes in (16..=(256u64 << 10)).step_by(16 * 97) {
+        for registered in [false, true] {
+            let (blocks, threads) = pull(bytes, registered);
+            let vectors = bytes / 16;
+            assert!(
+                blocks == 33 || blocks as u64 * threads as u64 >= vectors,
+                "{bytes} B"
+            );
+            assert!(blocks <= block_cap(132, 2, 8), "{bytes} B");
+        }
+    }
+    // Every registered form's kernel allows SMALL_THREADS (its bounds are THREADS).
+    const { assert!(SMALL_THREADS <= THREADS && THREADS % SMALL_THREADS == 0) };
 }
 
 #[test]
@@ -339,6 +437,7 @@ fn ll_constants_match_the_kernels() {
         "-DLL1_MAX_BYTES=32768",
         "-DLL2_MAX_BYTES=65536",
         "-DLL_THREADS=128",
+        "-DLL1_THREADS=64",
     ] {
         assert!(d.iter().any(|x| x == want), "{d:?}");
     }
@@ -360,10 +459,10 @@ fn ll_constants_match_the_kernels() {
 
 #[test]
 fn ll_grids_cover_one_word_per_thread() {
-    // 4 KiB: 512 words, four blocks of 128; two-stage: a shard of 64 words.
+    // 4 KiB: 512 words, eight blocks of 64 in one-stage push; two-stage: a shard of 64 words.
     assert_eq!(
         ll_blocks(Backend::OneStagePush, 4096, Ranks::flat(8)),
-        Some(4)
+        Some(8)
     );
     assert_eq!(
         ll_blocks(Backend::TwoStagePush, 4096, Ranks::flat(8)),
@@ -371,8 +470,15 @@ fn ll_grids_cover_one_word_per_thread() {
     );
     assert_eq!(
         ll_blocks(Backend::OneStagePush, 32 << 10, Ranks::flat(8)),
-        Some(32)
+        Some(64)
     );
+    // One-stage push's 64-thread blocks get twice the cap of 128-thread ones, so its largest
+    // LL grid fits beside 7 other loopback ranks on an H200 too; the other LL kernels' cap is
+    // block_cap's.
+    assert_eq!(ll_threads(Ll::Message), 64);
+    assert!(64 <= ll_block_cap(132, 32, 8, ll_threads(Ll::Message)));
+    assert_eq!(ll_block_cap(132, 32, 8, LL_THREADS), block_cap(132, 32, 8));
+    assert_eq!(ll_block_cap(132, 1, 8, 64), block_cap(132, 1, 8));
     assert_eq!(
         ll_blocks(Backend::OneStagePush, (32 << 10) + 2, Ranks::flat(8)),
         None
@@ -613,6 +719,12 @@ fn every_allreduce_kernel_waits_for_the_previous_call_first() {
         assert!(
             wait.is_some_and(|w| first_read.is_some_and(|r| w < r)),
             "{name} reads what the previous call wrote before pdl_wait"
+        );
+        // Nor reads a signal (its epoch, flags or lines) any other way before it.
+        let before = &fbody[..wait.unwrap()];
+        assert!(
+            !before.contains("sig[") && !before.contains("epoch"),
+            "{name} reads a signal before pdl_wait"
         );
     }
 }
