@@ -35,11 +35,12 @@ fn compute_capabilities() -> Result<Vec<(u32, u32)>, result::DriverError> {
     Ok(out)
 }
 
-/// Starts compiling the kernels for the GPUs found, in the background. Anything that fails
-/// here is left for the workers to meet and report; this only saves time. Even finding the
-/// libraries is left to the thread: loading NVRTC's is part of the cost it hides.
-pub fn start() {
-    let handle = std::thread::spawn(|| {
+/// Starts compiling the kernels of `dtypes` for the GPUs found, in the background. Anything
+/// that fails here is left for the workers to meet and report; this only saves time. Even
+/// finding the libraries is left to the thread: loading NVRTC's is part of the cost it hides.
+pub fn start(dtypes: &[crate::fabric::Dtype]) {
+    let dtypes = dtypes.to_vec();
+    let handle = std::thread::spawn(move || {
         if !super::driver::driver_present() || !super::compile::nvrtc_present() {
             return;
         }
@@ -47,7 +48,7 @@ pub fn start() {
         match compute_capabilities() {
             Ok(ccs) => {
                 for cc in ccs {
-                    if let Err(e) = super::compile::images_for(cc) {
+                    if let Err(e) = super::compile::images_for(cc, &dtypes) {
                         tracing::debug!("kernels not compiled ahead: {e}");
                     }
                 }

@@ -10,7 +10,7 @@ use crate::fabric::cuda::nccl;
 use crate::fabric::cuda::protocol::{Req, Resp, WireError};
 use crate::fabric::cuda::watchdog;
 use crate::fabric::error::{clip, LinkError};
-use crate::fabric::{Backend, FabricError, NcclAlgo, NcclProto, WorkerError};
+use crate::fabric::{Backend, Dtype, FabricError, NcclAlgo, NcclProto, WorkerError};
 
 /// Time a worker gets to start (open its GPU) and say hello.
 const HELLO_DEADLINE: Duration = Duration::from_secs(120);
@@ -47,6 +47,7 @@ fn lost(e: LinkError) -> Trouble {
 
 fn spawn(
     program: &std::path::Path,
+    dtypes: &[Dtype],
     ordinal: usize,
     cpus: &Option<String>,
     pin: Option<(NcclAlgo, NcclProto)>,
@@ -56,6 +57,9 @@ fn spawn(
     let mut args = vec!["__worker".into(), "--ordinal".into(), ordinal.to_string()];
     if let Some(c) = cpus {
         args.extend(["--cpus".into(), c.clone()]);
+    }
+    if let Some(d) = crate::fabric::cuda::worker::dtypes_arg(dtypes) {
+        args.extend(["--dtypes".into(), d]);
     }
     // Each pinned variant runs in workers started with its environment: NCCL reads it when
     // a communicator is created, and nothing changes the environment of a live process.
@@ -127,7 +131,13 @@ impl CudaFabric {
                 .collect::<Result<_, _>>()?;
             return Ok(Set { pin, workers });
         }
-        start_set(&self.program, &self.slots, self.loopback.is_some(), pin)
+        start_set(
+            &self.program,
+            &self.dtypes,
+            &self.slots,
+            self.loopback.is_some(),
+            pin,
+        )
     }
 
     /// Sends each `(worker, request)` of set `set`, then collects every answer within
@@ -261,6 +271,7 @@ impl CudaFabric {
 /// Starts one worker per slot (CUDA ordinal, CPU list).
 pub(super) fn start_set(
     program: &std::path::Path,
+    dtypes: &[Dtype],
     slots: &[(usize, Option<String>)],
     loopback: bool,
     pin: Option<(NcclAlgo, NcclProto)>,
@@ -273,7 +284,7 @@ pub(super) fn start_set(
             false => format!("for GPU {o}"),
         };
         started.push((
-            spawn(program, *o, cpus, pin, loopback && i == 0, &who)?,
+            spawn(program, dtypes, *o, cpus, pin, loopback && i == 0, &who)?,
             who,
         ));
     }

@@ -451,6 +451,7 @@ fn fabric(k: usize, world: &Shared) -> CudaFabric {
     let host = topo::host(None, None);
     let mut f = CudaFabric {
         program: "/nonexistent/scripted".into(),
+        dtypes: crate::fabric::Dtype::ALL.to_vec(),
         loopback: Some(k),
         launch_each: true,
         slots: vec![(0, None); k],
