@@ -71,6 +71,8 @@ struct Gate {
     locks: Option<GpuLocks>,
     said: bool,
     last_read: Option<Instant>,
+    /// NVML, started at the first reading and kept for the later ones and the watch.
+    nvml: Option<Arc<nvml_wrapper::Nvml>>,
     /// This command's workers are starting: the processes NVML names from here on are taken
     /// as them (who else was there was read before they started, and the watch asks again
     /// before anything is timed), and the memory they hold as free.
@@ -87,7 +89,10 @@ impl Gate {
                     let since = self.last_read.map(|t| t.elapsed());
                     std::thread::sleep(crate::topology::samples::before_next(since));
                     self.last_read = Some(Instant::now());
-                    match occupancy::read_nvml(None, occupancy::SAMPLE) {
+                    let read = self
+                        .started_nvml()
+                        .and_then(|nvml| occupancy::read_with(&nvml, None, occupancy::SAMPLE));
+                    match read {
                         Ok(r) => self.keep(r),
                         Err(e) => {
                             tracing::debug!("GPU occupancy not read: {e}");
@@ -126,6 +131,16 @@ impl Gate {
         }
     }
 
+    /// NVML, started once for every reading and the watch.
+    fn started_nvml(&mut self) -> Result<Arc<nvml_wrapper::Nvml>, Error> {
+        if let Some(n) = &self.nvml {
+            return Ok(n.clone());
+        }
+        let n = Arc::new(crate::topology::nvml::open()?);
+        self.nvml = Some(n.clone());
+        Ok(n)
+    }
+
     /// An NVML reading of the GPUs the command uses; once its workers start, without them.
     fn keep(&mut self, mut r: Reading) -> Reading {
         let uuids: Vec<(usize, String)> = r
@@ -149,7 +164,12 @@ impl Gate {
         let reading = self.readings.pop().unwrap_or_default();
         let watch = match self.script {
             Some(list) => Neighbours::script(list, taken, &self.command, self.allow_busy),
-            None => Neighbours::nvml(self.kept, &self.command, self.allow_busy).unwrap_or_default(),
+            None => match self.nvml {
+                Some(n) => Neighbours::nvml_with(n, self.kept, &self.command, self.allow_busy),
+                None => {
+                    Neighbours::nvml(self.kept, &self.command, self.allow_busy).unwrap_or_default()
+                }
+            },
         }
         .holding(self.locks.unwrap_or_default());
         let free = reading
@@ -221,6 +241,7 @@ pub fn gate_then_open<F>(
         locks: None,
         said: false,
         last_read: None,
+        nvml: None,
         ours: false,
     };
     let first = match gate.script.is_none() && ask.simulated {

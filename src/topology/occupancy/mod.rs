@@ -249,7 +249,10 @@ pub fn read_nvml(indices: Option<&[usize]>, sample: std::time::Duration) -> Resu
     read_with(&crate::topology::nvml::open()?, indices, sample)
 }
 
-fn read_with(
+/// [`read_nvml`] through an NVML already started: a command's busy check reads the GPUs
+/// again while they settle and then watches them, all through one handle, since each start
+/// and shutdown of NVML costs its own time (0.1 to 0.25 s on the H200 after boot).
+pub fn read_with(
     nvml: &nvml_wrapper::Nvml,
     indices: Option<&[usize]>,
     sample: std::time::Duration,
@@ -326,7 +329,7 @@ fn read_with(
 /// Where [`Neighbours`] reads the GPUs from.
 enum ReadFrom {
     Nvml {
-        nvml: Box<nvml_wrapper::Nvml>,
+        nvml: Arc<nvml_wrapper::Nvml>,
         indices: Option<Vec<usize>>,
     },
     /// A file's readings; the next one is taken at each look (the first was the gate's).
@@ -384,12 +387,18 @@ impl Default for Neighbours {
 impl Neighbours {
     /// Watches the GPUs with these NVML indices (all: None) for `command`.
     pub fn nvml(indices: Option<Vec<usize>>, command: &str, allow: bool) -> Result<Self, Error> {
-        let nvml = Box::new(crate::topology::nvml::open()?);
-        Ok(Neighbours::with(
-            ReadFrom::Nvml { nvml, indices },
-            command,
-            allow,
-        ))
+        let nvml = Arc::new(crate::topology::nvml::open()?);
+        Ok(Neighbours::nvml_with(nvml, indices, command, allow))
+    }
+
+    /// [`Neighbours::nvml`] through an NVML already started (the busy check's).
+    pub fn nvml_with(
+        nvml: Arc<nvml_wrapper::Nvml>,
+        indices: Option<Vec<usize>>,
+        command: &str,
+        allow: bool,
+    ) -> Self {
+        Neighbours::with(ReadFrom::Nvml { nvml, indices }, command, allow)
     }
 
     /// Looks at `readings` in turn from `next` (the testing stand-in for NVML; those before
