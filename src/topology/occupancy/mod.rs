@@ -181,13 +181,19 @@ pub enum Settle {
 /// utilization and no process: the driver was still releasing the memory. So such a GPU is
 /// read again for up to [`SETTLE_LIMIT`]; a process NVML names is in use at once.
 pub fn settle(readings: &[Reading]) -> Settle {
+    settle_after(readings, SAMPLE * (readings.len().max(1) as u32 - 1))
+}
+
+/// [`settle`] over readings taken `waited` apart from first to last: NVML's come closer
+/// together than one per [`SAMPLE`] where each covers the sample before it on its own
+/// ([`super::samples::before_next`]).
+pub fn settle_after(readings: &[Reading], waited: std::time::Duration) -> Settle {
     let Some(last) = readings.last() else {
         return Settle::Free;
     };
     if last.describe().is_none() {
         return Settle::Free;
     }
-    let waited = SAMPLE * (readings.len() as u32 - 1);
     if !last.busy().is_empty() || waited >= SETTLE_LIMIT {
         return Settle::Busy;
     }
