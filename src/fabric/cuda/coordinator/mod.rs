@@ -233,10 +233,9 @@ impl CudaFabric {
             started.elapsed().as_secs_f64()
         );
         let main = start_set(&program, dtypes, &slots, loopback.is_some(), None)?;
-        let hello = started.elapsed().as_secs_f64();
-        super::prefetch::wait();
+        // The kernels compiled ahead are awaited by the first request that may load them.
         tracing::info!(
-            "{} workers up after {:.2} s ({hello:.2} s to say hello, then the kernels compiled ahead)",
+            "{} workers up after {:.2} s",
             slots.len(),
             started.elapsed().as_secs_f64()
         );
