@@ -292,7 +292,9 @@ impl Fake {
                             .collect(),
                     })
                     .collect();
-                let memory = custom.iter().map(|&b| (b, Ok(1 << 20))).collect();
+                // Loopback owners after the first measure beside each other: more.
+                let bytes = (1 << 20) + self.id as u64 * 4096;
+                let memory = custom.iter().map(|&b| (b, Ok(bytes))).collect();
                 Resp::Setup { ranks, memory }
             }
             Req::Connect { ranks, .. } => {
@@ -565,3 +567,4 @@ mod kernels;
 mod lifetimes;
 mod lost;
 mod ranked;
+mod setup;
