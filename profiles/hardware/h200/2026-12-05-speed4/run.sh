@@ -15,10 +15,13 @@
 # Look for:
 # - first.txt: wall ("real", /usr/bin/time; goal <= 15 s, speed3 16.50 s), "tuning took" and
 #   "where it went"; "kernels for --gpu-architecture=sm_90 ready in X s (8 units" (speed3: 20
-#   units in 2.68 s) and "8 workers up after A s (B s to say hello, ...)": A - B is what the
-#   compile still outlasts the hellos (1.0 s in speed3); the busy check's two lines ("busy
-#   check: N utilization samples" at t0 and "CUDA driver: 1 GPU(s) visible" after it: 0.31 s
-#   apart in speed3, NVML started twice);
+#   units in 2.68 s) and the timestamps of "kernels compiled ahead", "8 workers up after" and
+#   the first "buffers of ... set up and connected": whether the compile still outlasts the
+#   hellos (1.0 s in speed3), now awaited only by the first group's first kernel request;
+#   "set up and connected in" per group (speed3: TP2 0.22 s, TP4 0.46 s, TP8 0.94 s, the
+#   owners now side by side); the busy check's "busy check: N utilization samples" line and
+#   "CUDA driver: 1 GPU(s) visible" after it (0.31 s apart in speed3, NVML started twice);
+#   "8 workers exited in" (0.83 s in speed3, unchanged by this branch);
 # - warm.txt: wall (speed3 14.10 s); compare-ex.txt / compare-warm-ex.txt: regret of the first
 #   and the warm tune against exhaustive.json made here (goal <= 1%);
 # - check1-20.txt: wall (goal <= 4 s in 20 of 20; speed3 3.61-3.95 s in 18, 5.01 s in 2) and
@@ -80,8 +83,8 @@ summary() {
     done
     for n in first warm ab-old ab-new; do [ -f $W/$n.txt ] || continue
       echo "$n: $(grep -m1 '^real' $W/$n.txt)"
-      grep -h -e 'ready in' -e 'workers up after' -e 'tuning took' -e 'where it went' \
-        -e 'workers exited in' $W/$n.txt | grep -v 'worker [0-9]' | sed 's/.*INFO[^:]*: //; s/^/  /'
+      grep -h -e 'ready in' -e 'compiled ahead' -e 'workers up after' -e 'tuning took' \
+        -e 'where it went' -e 'set up and connected' -e 'workers exited in' $W/$n.txt | grep -v 'worker [0-9]' | sed 's/.*INFO[^:]*: //; s/^/  /'
     done
     for n in compare-ex compare-warm-ex compare-speed3; do
       [ -f $W/$n.txt ] && { echo "$n:"; grep -i -e regret -e alike $W/$n.txt | sed 's/^/  /'; }
