@@ -10,8 +10,9 @@
 #   env 1 s; first tune 16.5 s; warm tune 14.1 s; check-v 3.8 s; 20 checks 3.6-5.0 s each
 #   (76 s); idle 10 s + one check (14 s, new); check-slow3 3.6 s; check-nccl-env 0 s (refused
 #   before measuring); gpu tests 12 s (one more here, about 5 s); exhaustive TP8 tune 69 s;
-#   compares 0 s each; A/B two cold-cache tunes 2 x 17 s (new; skipped where time is short).
-#   About 250 s in all, 80 s short of END=330.
+#   compares 0 s each; A/B two cold-cache tunes 2 x 17 s (new; skipped where time is short);
+#   a small tune with 32 hardware queues for every worker, about 5 s (new).
+#   About 255 s in all, 75 s short of END=330.
 # Look for:
 # - first.txt: wall ("real", /usr/bin/time; goal <= 15 s, speed3 16.50 s), "tuning took" and
 #   "where it went"; "kernels for --gpu-architecture=sm_90 ready in X s (8 units" (speed3: 20
@@ -32,7 +33,8 @@
 # - gpu.txt: the GPU tests of the one-type kernels (the op's record check), the check's start
 #   and teardown, the reused communicator; after.txt: no worker left, nothing on the GPU;
 # - ab-old.txt / ab-new.txt: main's and this branch's tune with an empty cache on a warm driver
-#   (not a boot), -v: the compile's own figure and the wall, side by side.
+#   (not a boot), -v: the compile's own figure and the wall, side by side;
+# - contexts.txt: each worker's "context opened in" for the first tune, check-v and conn32.
 set -u
 R=$PWD; C=${C:-$R/.carry/speed46}; END=${END:-330}
 # Absolute: the steps run from /tmp.
@@ -112,4 +114,13 @@ if [ -x $C/artune-old ]; then
   ARTUNE_CACHE_DIR=/tmp/speed4-ab-new step ab-new 45 $A -v tune --loopback 8 --out $W/ab-new.json
 fi
 summary
+# Last of all: whether worker 0's slower context (1.48-1.60 s against 1.0-1.25 s for the other
+# seven in speed3) is its 32 hardware queues (CUDA_DEVICE_MAX_CONNECTIONS, set for the loopback
+# launcher only): with the variable set by the caller every worker gets 32; if all eight then
+# open in worker 0's time, the queues are what it costs. A small TP2 tune, no probes (5 s).
+CUDA_DEVICE_MAX_CONNECTIONS=32 step conn32 20 $A -v tune --loopback 8 --tp 2 --sizes 4K:16K \
+  --mode graph --no-contention --out $W/conn32.json
+{ for n in first check-v conn32; do [ -f $W/$n.txt ] && { echo "$n:"
+    grep -h "context opened in" $W/$n.txt | sed 's/.*\[worker \([0-9]*\) .*opened in/  worker \1/'; }
+  done; } > $W/contexts.txt 2>&1
 date -u >> $W/env.txt; pack
