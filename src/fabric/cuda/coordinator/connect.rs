@@ -12,8 +12,8 @@ use crate::fabric::Backend;
 use crate::topology::Topology;
 
 impl CudaFabric {
-    /// Setup on every owner (one at a time, so each measures only its own memory), then
-    /// Connect on every launcher; waives what failed.
+    /// Setup on every owner, side by side where each measures only its own memory
+    /// ([`setup_batches`]), then Connect on every launcher; waives what failed.
     pub(super) fn connect_set(
         &mut self,
         set: usize,
