@@ -1353,6 +1353,8 @@ fn gpu_a_check_starts_its_workers_while_the_gpu_settles_and_leaves_nothing_or_sk
     let err = String::from_utf8_lossy(&o.stderr);
     // The verdict is not what this test is about: held, stale or undecided.
     assert!(matches!(o.status.code(), Some(0 | 3 | 8)), "{err}");
+    // The busy check's readings and its watch share one NVML start.
+    assert_eq!(err.matches("NVML started in").count(), 1, "{err}");
     let at = |what: &str| err.find(what);
     let prepared = at("prepared in").expect("a group was prepared");
     if let Some(meanwhile) = at("opening the machine meanwhile") {
