@@ -84,7 +84,8 @@ pub(crate) fn open() -> Result<Nvml, Error> {
     for lib in LIBRARIES {
         match Nvml::builder().lib_path(OsStr::new(lib)).init() {
             Ok(n) => {
-                // With -v: each start is a cost a command pays (0.33 s after boot, H200).
+                // With -v: each start costs (the first busy-check reading after boot, NVML
+                // started in it, took 0.33 s on the H200).
                 let took = started.elapsed().as_secs_f64();
                 tracing::info!("NVML started in {took:.2} s");
                 return Ok(n);
