@@ -74,13 +74,23 @@ impl CudaFabric {
                 launchers.push((w, Launch { base: r, count: 1 }));
             }
         }
-        for (w, launch) in launchers {
-            let req = Req::Connect {
-                shape,
-                launch,
-                ranks: handles.clone(),
-            };
-            match self.one(set, w, req, limit)? {
+        // Each launcher opens its peers' buffers on its own: all are asked at once.
+        let reqs: Vec<(usize, Req)> = (launchers.iter())
+            .map(|&(w, launch)| {
+                let ranks = handles.clone();
+                (
+                    w,
+                    Req::Connect {
+                        shape,
+                        launch,
+                        ranks,
+                    },
+                )
+            })
+            .collect();
+        let answers = self.exchange(set, reqs, limit)?;
+        for ((w, launch), answer) in launchers.into_iter().zip(answers) {
+            match answer {
                 // A broken rank outside the group is no answer to this request: out of turn.
                 Resp::Connected {
                     kernels,

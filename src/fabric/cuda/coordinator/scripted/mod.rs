@@ -43,6 +43,8 @@ struct Plot {
     fail_backend: Option<(usize, &'static str)>,
     /// Fresh workers fail to start.
     no_start: bool,
+    /// Launchers that must all have taken up their Connect before any answers it.
+    connect_together: Option<usize>,
 }
 
 #[derive(Default)]
@@ -55,6 +57,9 @@ struct World {
     /// What each worker did with NCCL communicators: (worker, "init"/"reuse"/"retire"/
     /// "exit", backend).
     comms: Vec<(usize, &'static str, Backend)>,
+    /// Connects taken up so far, and whether one waited for the others in vain.
+    connecting: usize,
+    connected_alone: bool,
 }
 
 type Shared = Arc<Mutex<World>>;
@@ -298,6 +303,7 @@ impl Fake {
                 Resp::Setup { ranks, memory }
             }
             Req::Connect { ranks, .. } => {
+                self.together();
                 self.close_launcher();
                 self.close(false);
                 for r in &ranks {
@@ -413,6 +419,25 @@ fn facts() -> DeviceFacts {
         sms: 132,
         total_mem: 1 << 37,
         bus_id: "0000:00:06.0".into(),
+    }
+}
+
+impl Fake {
+    /// With `plot.connect_together`, waits (2 s at most) until that many launchers took up
+    /// their Connect: one asked only after another answered waits in vain, and says so.
+    fn together(&self) {
+        let Some(n) = self.world.lock().unwrap().plot.connect_together else {
+            return;
+        };
+        self.world.lock().unwrap().connecting += 1;
+        let t = std::time::Instant::now();
+        while self.world.lock().unwrap().connecting < n {
+            if t.elapsed() > Duration::from_secs(2) {
+                self.world.lock().unwrap().connected_alone = true;
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! A group's buffers (connect.rs): every owner sets up at once where each has its GPU; in
-//! loopback, where they share one, the memory the first measured alone stands for all.
+//! loopback, where they share one, the memory the first measured alone stands for all; and
+//! every launcher opens its peers' buffers at the same time.
 
 use super::*;
 use crate::fabric::{Fabric, Readiness};
@@ -25,4 +26,21 @@ fn in_loopback_the_memory_counted_is_what_the_first_owner_measured_alone() {
     assert_eq!(sizes, vec![(1, true), (3, false)]);
     let one = crate::fabric::cuda::coordinator::connect::setup_batches(reqs(1), true);
     assert_eq!((one.len(), one[0].1), (1, true));
+}
+
+#[test]
+fn every_launcher_is_asked_to_connect_before_any_answers() {
+    let world = Shared::default();
+    // The scripted fabric launches each rank from its own worker: 3 launchers.
+    let mut f = fabric(3, &world);
+    world.lock().unwrap().plot.connect_together = Some(3);
+    f.prepare(&group(3), &[CUSTOM[0]]).unwrap();
+    let w = world.lock().unwrap();
+    assert_eq!(w.connecting, 3);
+    assert!(
+        !w.connected_alone,
+        "a launcher was asked only after another answered"
+    );
+    drop(w);
+    f.release().unwrap();
 }
