@@ -1383,6 +1383,8 @@ fn gpu_a_check_starts_its_workers_while_the_gpu_settles_and_leaves_nothing_or_sk
     let err = String::from_utf8_lossy(&o.stderr);
     // The verdict is not what this test is about: held, stale or undecided.
     assert!(matches!(o.status.code(), Some(0 | 3 | 8)), "{err}");
+    // The busy check's readings and its watch share one NVML start.
+    assert_eq!(err.matches("NVML started in").count(), 1, "{err}");
     let at = |what: &str| err.find(what);
     let prepared = at("prepared in").expect("a group was prepared");
     if let Some(meanwhile) = at("opening the machine meanwhile") {
@@ -1506,4 +1508,35 @@ fn gpu_a_check_destroys_no_nccl_communicator_between_or_after_groups_or_skip() {
             .collect::<Vec<_>>()
             .join("\n")
     );
+}
+
+/// A first tune compiles only its element type's units (and those of no type), and an
+/// engine's op, which loads every type, still finds the kernels the profile records.
+#[test]
+fn gpu_a_tune_compiles_its_types_kernels_and_an_op_loading_all_matches_its_record_or_skip() {
+    let _gpu = GPU.lock().unwrap_or_else(|p| p.into_inner());
+    if artune::fabric::cuda::visible_gpus() == 0 {
+        return skip("gpu_a_tune_compiles_its_types_kernels: skipped: no GPU".into());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (cache, out) = (dir.path().join("cache"), dir.path().join("p.json"));
+    let o = small_tune(&cache, &out, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let files: Vec<String> = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let want = compile::units_for(&[Dtype::Bf16]);
+    assert_eq!(files.len(), want.len(), "{files:?}");
+    assert!(
+        files
+            .iter()
+            .all(|f| !f.contains("fp16") && !f.contains("fp32")),
+        "{files:?}"
+    );
+    let p = artune::profile::Profile::load(&out).unwrap();
+    // The op opens GPU 0 in this process with every type's kernels, as an engine does.
+    let op = artune::fabric::cuda::op::Op::open(0).unwrap();
+    let loaded: artune::profile::KernelImages = op.images().unwrap().into();
+    artune::profile::kernels::check(&p.kernels, &loaded).unwrap();
 }

@@ -183,7 +183,10 @@ fn measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
     let faults = super::sim_faults(a.sim_faults.as_deref(), &source)?;
     environment_verdict(a, p)?;
     busy_note(&a.profile, p);
-    super::compile_ahead(&source);
+    let mut dtypes: Vec<crate::allreduce::Dtype> = p.groups.iter().map(|g| g.dtype).collect();
+    dtypes.sort_by_key(|d| d.id());
+    dtypes.dedup();
+    super::compile_ahead(&source, &dtypes);
     let status = super::progress::StatusLine::new();
     let cancel = crate::cancel::Cancel::new();
     let stopping = super::progress::stop_on_signals(&cancel, &status);
@@ -198,7 +201,7 @@ fn measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
     };
     let (gated, mut fabric, spent) =
         super::gate::gate_then_open(&ask, &mut || status.stage("opening the machine"), |_| {
-            super::open_fabric(&source, a.loopback, 7, faults)
+            super::open_fabric(&source, a.loopback, 7, faults, &dtypes)
         })?;
     let neighbours = gated.neighbours;
     // What it took from opening the machine: the busy check's own wait is not counted.

@@ -71,6 +71,10 @@ struct Gate {
     locks: Option<GpuLocks>,
     said: bool,
     last_read: Option<Instant>,
+    /// When the first NVML reading started: the settle limit counts from it.
+    first_read: Option<Instant>,
+    /// NVML, started at the first reading and kept for the later ones and the watch.
+    nvml: Option<Arc<nvml_wrapper::Nvml>>,
     /// This command's workers are starting: the processes NVML names from here on are taken
     /// as them (who else was there was read before they started, and the watch asks again
     /// before anything is timed), and the memory they hold as free.
@@ -87,7 +91,11 @@ impl Gate {
                     let since = self.last_read.map(|t| t.elapsed());
                     std::thread::sleep(crate::topology::samples::before_next(since));
                     self.last_read = Some(Instant::now());
-                    match occupancy::read_nvml(None, occupancy::SAMPLE) {
+                    self.first_read.get_or_insert(Instant::now());
+                    let read = self
+                        .started_nvml()
+                        .and_then(|nvml| occupancy::read_with(&nvml, None, occupancy::SAMPLE));
+                    match read {
                         Ok(r) => self.keep(r),
                         Err(e) => {
                             tracing::debug!("GPU occupancy not read: {e}");
@@ -114,7 +122,14 @@ impl Gate {
                 }
             }
             self.readings.push(reading);
-            return Ok(match occupancy::settle(&self.readings) {
+            // A file's readings stand one SAMPLE apart; NVML's are as far apart as they came.
+            let settled = match self.first_read {
+                Some(t) if self.script.is_none() => {
+                    occupancy::settle_after(&self.readings, t.elapsed())
+                }
+                _ => occupancy::settle(&self.readings),
+            };
+            return Ok(match settled {
                 Settle::Wait(what) if !self.allow_busy => {
                     if !std::mem::replace(&mut self.said, true) {
                         eprintln!("{what}");
@@ -124,6 +139,16 @@ impl Gate {
                 _ => Step::Done,
             });
         }
+    }
+
+    /// NVML, started once for every reading and the watch.
+    fn started_nvml(&mut self) -> Result<Arc<nvml_wrapper::Nvml>, Error> {
+        if let Some(n) = &self.nvml {
+            return Ok(n.clone());
+        }
+        let n = Arc::new(crate::topology::nvml::open()?);
+        self.nvml = Some(n.clone());
+        Ok(n)
     }
 
     /// An NVML reading of the GPUs the command uses; once its workers start, without them.
@@ -149,7 +174,12 @@ impl Gate {
         let reading = self.readings.pop().unwrap_or_default();
         let watch = match self.script {
             Some(list) => Neighbours::script(list, taken, &self.command, self.allow_busy),
-            None => Neighbours::nvml(self.kept, &self.command, self.allow_busy).unwrap_or_default(),
+            None => match self.nvml {
+                Some(n) => Neighbours::nvml_with(n, self.kept, &self.command, self.allow_busy),
+                None => {
+                    Neighbours::nvml(self.kept, &self.command, self.allow_busy).unwrap_or_default()
+                }
+            },
         }
         .holding(self.locks.unwrap_or_default());
         let free = reading
@@ -206,8 +236,9 @@ pub fn gate_then_open<F>(
     open: impl FnOnce(&[BusyGpu]) -> Result<F, Error>,
 ) -> Result<(Gated, F, Spent), Error> {
     let entered = Instant::now();
-    // Readings until the GPUs are free or in use (occupancy::settle), one per second: from
-    // NVML, or from the testing file in turn.
+    // Readings until the GPUs are free or in use (occupancy::settle): from NVML a poll apart,
+    // each covering the second before it (samples::before_next), or from the testing file
+    // in turn, one per second.
     let script = ask.fake.map(occupancy::read_file_polls).transpose()?;
     let mut gate = Gate {
         loopback: ask.loopback.is_some(),
@@ -221,6 +252,8 @@ pub fn gate_then_open<F>(
         locks: None,
         said: false,
         last_read: None,
+        first_read: None,
+        nvml: None,
         ours: false,
     };
     let first = match gate.script.is_none() && ask.simulated {

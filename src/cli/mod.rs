@@ -553,17 +553,19 @@ pub fn sim_faults(
 /// `faults`), else the GPUs (`loopback`: K virtual ranks on one).
 /// On real GPUs, starts compiling the kernels in the background while the command checks the
 /// GPUs and starts its workers ([`crate::fabric::cuda::prefetch`]).
-pub fn compile_ahead(source: &Source) {
+pub fn compile_ahead(source: &Source, dtypes: &[crate::allreduce::Dtype]) {
     if source.sim.is_none() && source.topology.is_none() {
-        crate::fabric::cuda::prefetch::start();
+        crate::fabric::cuda::prefetch::start(dtypes);
     }
 }
 
+/// On real GPUs the workers load the kernels of `dtypes` only (those the command measures).
 pub fn open_fabric(
     source: &Source,
     loopback: Option<usize>,
     seed: u64,
     faults: crate::fabric::sim::Faults,
+    dtypes: &[crate::allreduce::Dtype],
 ) -> Result<Box<dyn crate::fabric::Fabric>, Error> {
     let simulated = source.sim.is_some() || source.topology.is_some();
     if simulated && loopback.is_some() {
@@ -580,7 +582,9 @@ pub fn open_fabric(
         let f = crate::fabric::sim::SimFabric::new(t, seed).with_faults(faults);
         return Ok(Box::new(f));
     }
-    Ok(Box::new(crate::fabric::cuda::CudaFabric::open(loopback)?))
+    Ok(Box::new(crate::fabric::cuda::CudaFabric::open_for(
+        loopback, dtypes,
+    )?))
 }
 
 /// Loads the machine a command is about: a preset, a file, or the real GPUs through NVML.

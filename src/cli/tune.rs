@@ -413,7 +413,7 @@ pub fn run(a: TuneArgs) -> Result<i32, Error> {
     let status = StatusLine::new();
     let cancel = Cancel::new();
     let stopping = stop_on_signals(&cancel, &status);
-    super::compile_ahead(&t.source);
+    super::compile_ahead(&t.source, &[t.options.dtype]);
     status.stage("looking for other processes on the GPUs");
     let simulated = t.source.sim.is_some() || t.source.topology.is_some();
     let ask = super::gate::Ask {
@@ -433,8 +433,15 @@ pub fn run(a: TuneArgs) -> Result<i32, Error> {
             })
         },
         |busy| {
-            super::open_fabric(&t.source, t.loopback, t.options.seed, t.faults.clone())
-                .map_err(|e| beside_busy(e, busy))
+            let dtypes = [t.options.dtype];
+            super::open_fabric(
+                &t.source,
+                t.loopback,
+                t.options.seed,
+                t.faults.clone(),
+                &dtypes,
+            )
+            .map_err(|e| beside_busy(e, busy))
         },
     )?;
     let super::gate::Gated {

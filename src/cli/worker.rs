@@ -11,8 +11,12 @@ pub struct WorkerArgs {
     /// CPUs to pin to (a Linux cpulist, the GPU's affinity).
     #[arg(long)]
     pub cpus: Option<String>,
+    /// Element types whose kernels to load (bf16,fp16,fp32); all where absent.
+    #[arg(long, value_delimiter = ',')]
+    pub dtypes: Vec<String>,
 }
 
 pub fn run(a: WorkerArgs) -> i32 {
-    crate::fabric::cuda::worker::serve(a.ordinal, a.cpus.as_deref())
+    let dtypes = crate::fabric::cuda::worker::parse_dtypes(&a.dtypes);
+    crate::fabric::cuda::worker::serve(a.ordinal, a.cpus.as_deref(), &dtypes)
 }

@@ -43,7 +43,7 @@ use std::sync::{Arc, OnceLock};
 
 use self::driver::{dev, Ctx, DeviceFacts};
 use self::kernels::GpuKernels;
-use crate::fabric::{Backend, DeviceError, FabricError};
+use crate::fabric::{Backend, DeviceError, Dtype, FabricError};
 use crate::topology::reading::LinkReading;
 
 pub use self::coordinator::CudaFabric;
@@ -209,12 +209,20 @@ impl WorkerFaults {
 pub struct Gpu {
     ctx: Arc<Ctx>,
     pub facts: DeviceFacts,
+    /// The element types whose kernels it loads (`compile::units_for`).
+    dtypes: Vec<Dtype>,
     /// Compiled on first use: only workers that launch need them.
     kernels: OnceLock<Result<GpuKernels, DeviceError>>,
 }
 
 impl Gpu {
+    /// Opens GPU `ordinal`, its kernels those of every element type.
     pub fn open(ordinal: usize) -> Result<Gpu, FabricError> {
+        Gpu::open_for(ordinal, &Dtype::ALL)
+    }
+
+    /// Opens GPU `ordinal`, its kernels those of `dtypes` only.
+    pub fn open_for(ordinal: usize, dtypes: &[Dtype]) -> Result<Gpu, FabricError> {
         if !driver::driver_present() {
             return Err(FabricError::BadRequest(format!(
                 "no NVIDIA driver (libcuda.so) was found on this machine; {NO_GPU}"
@@ -228,6 +236,7 @@ impl Gpu {
         Ok(Gpu {
             ctx,
             facts,
+            dtypes: dtypes.to_vec(),
             kernels: OnceLock::new(),
         })
     }
@@ -235,7 +244,7 @@ impl Gpu {
     /// The kernels, or why they could not be compiled or loaded.
     pub fn kernels(&self) -> Result<&GpuKernels, DeviceError> {
         let k = self.kernels.get_or_init(|| {
-            GpuKernels::load(&self.ctx, self.facts.cc).map_err(|e| match e {
+            GpuKernels::load(&self.ctx, self.facts.cc, &self.dtypes).map_err(|e| match e {
                 FabricError::Device(d) => d,
                 other => DeviceError::Kernel {
                     name: "kernels/*.cu".into(),

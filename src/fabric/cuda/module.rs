@@ -60,7 +60,7 @@ impl Modules {
     /// Loads each image of `images`.
     pub fn load(ctx: &Arc<Ctx>, images: &super::compile::Images) -> Result<Modules, FabricError> {
         let mut out = Vec::new();
-        for (img, unit) in images.images().iter().zip(super::compile::units()) {
+        for (img, unit) in images.images().iter().zip(images.units()) {
             out.push(dev(
                 // SAFETY: an image of `compile::Images`, which holds only fresh NVRTC output
                 // and validated cache entries.

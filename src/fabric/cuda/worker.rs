@@ -12,7 +12,7 @@ use super::setup::{Launcher, Owned};
 use super::watchdog::Deadline;
 use super::worker_nccl::KeptRanks;
 use super::{Gpu, WorkerFaults};
-use crate::fabric::{DeviceError, FabricError};
+use crate::fabric::{DeviceError, Dtype, FabricError};
 
 /// Testing only: `quick` ends a worker with `_exit`, skipping the CUDA driver's exit handler
 /// (its context torn down by the kernel instead), to compare what each exit takes.
@@ -23,6 +23,27 @@ fn connected(launcher: &mut Option<Launcher>) -> Result<&mut Launcher, FabricErr
     launcher
         .as_mut()
         .ok_or_else(|| FabricError::BadRequest("connect before NCCL".into()))
+}
+
+/// The `--dtypes` argument that has a worker load the kernels of `dtypes` only; None where
+/// they are every type (the worker's default). A worker compiles and loads the kernels of
+/// the types it is told, and loading fewer units makes a first tune's compile shorter.
+pub fn dtypes_arg(dtypes: &[Dtype]) -> Option<String> {
+    let all = Dtype::ALL.iter().all(|d| dtypes.contains(d));
+    let ids: Vec<&str> = dtypes.iter().map(|d| d.id()).collect();
+    (!all && !ids.is_empty()).then(|| ids.join(","))
+}
+
+/// The element types of a worker's `--dtypes` ids ([`dtypes_arg`]): every type where none is
+/// named or one is not known (loading more is never wrong).
+pub fn parse_dtypes(ids: &[String]) -> Vec<Dtype> {
+    let named: Option<Vec<Dtype>> = (ids.iter())
+        .map(|s| Dtype::ALL.into_iter().find(|d| d.id() == s))
+        .collect();
+    match named {
+        Some(v) if !v.is_empty() => v,
+        _ => Dtype::ALL.to_vec(),
+    }
 }
 
 /// A request handed to the wrong handler: a bug in the dispatch above it.
@@ -46,9 +67,9 @@ pub struct WorkerState {
 }
 
 impl WorkerState {
-    pub fn open(ordinal: usize) -> Result<WorkerState, FabricError> {
+    pub fn open(ordinal: usize, dtypes: &[Dtype]) -> Result<WorkerState, FabricError> {
         let t = std::time::Instant::now();
-        let gpu = Gpu::open(ordinal)?;
+        let gpu = Gpu::open_for(ordinal, dtypes)?;
         tracing::info!(
             "worker {}: GPU {ordinal}'s context opened in {:.2} s",
             std::process::id(),
@@ -390,8 +411,8 @@ fn reply_channel() -> Option<std::fs::File> {
 }
 
 /// The worker's main loop: says hello (or why the GPU could not be opened), then answers each
-/// request line until stdin closes. Returns the process exit code.
-pub fn serve(ordinal: usize, cpus: Option<&str>) -> i32 {
+/// request line until stdin closes, with the kernels of `dtypes`. Returns the exit code.
+pub fn serve(ordinal: usize, cpus: Option<&str>, dtypes: &[Dtype]) -> i32 {
     // The coordinator handles Ctrl-C and SIGTERM (sent to the whole process group by a
     // terminal or `timeout`) and shuts workers down; the parent-death signal it armed before
     // exec keeps a worker from outliving it.
@@ -412,7 +433,7 @@ pub fn serve(ordinal: usize, cpus: Option<&str>) -> i32 {
             tracing::warn!("worker for GPU {ordinal}: could not pin to CPUs {c}");
         }
     }
-    let mut engine = match WorkerState::open(ordinal) {
+    let mut engine = match WorkerState::open(ordinal, dtypes) {
         Ok(e) => e,
         Err(e) => {
             let failed = Resp::Failed(WireError::from_fabric(e, false));
@@ -463,4 +484,23 @@ pub fn serve(ordinal: usize, cpus: Option<&str>) -> i32 {
         super::prefetch::exit_now(0);
     }
     0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{dtypes_arg, parse_dtypes};
+    use crate::fabric::Dtype;
+
+    #[test]
+    fn a_worker_is_told_the_types_it_loads_and_loads_all_where_told_none() {
+        assert_eq!(dtypes_arg(&Dtype::ALL), None);
+        assert_eq!(dtypes_arg(&[]), None);
+        for d in [vec![Dtype::Bf16], vec![Dtype::Fp16, Dtype::Fp32]] {
+            let arg = dtypes_arg(&d).unwrap();
+            let ids: Vec<String> = arg.split(',').map(String::from).collect();
+            assert_eq!(parse_dtypes(&ids), d, "{arg}");
+        }
+        assert_eq!(parse_dtypes(&[]), Dtype::ALL.to_vec());
+        assert_eq!(parse_dtypes(&["fp8".into()]), Dtype::ALL.to_vec());
+    }
 }

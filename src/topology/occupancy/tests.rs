@@ -70,6 +70,28 @@ fn a_settling_gpu_is_waited_for_and_one_in_use_refused() {
     assert_eq!(settle(&[]), Settle::Free);
 }
 
+/// Readings a poll apart: the limit is the time they span, not their count.
+#[test]
+fn readings_closer_than_a_sample_wait_the_same_limit() {
+    use std::time::Duration;
+    let poll = crate::topology::samples::POLL;
+    let stays = vec![reading(gpu(100, 1, false)); 15];
+    assert!(matches!(settle_after(&stays, poll * 14), Settle::Wait(_)));
+    assert_eq!(settle_after(&stays, SETTLE_LIMIT), Settle::Busy);
+    assert!(matches!(
+        settle_after(&stays[..2], SETTLE_LIMIT - Duration::from_millis(1)),
+        Settle::Wait(_)
+    ));
+    let mut quiet = stays.clone();
+    quiet.push(reading(gpu(0, 140, false)));
+    assert_eq!(settle_after(&quiet, poll * 15), Settle::Free);
+    // A named process is in use at the first reading, however soon.
+    assert_eq!(
+        settle_after(&[reading(gpu(0, 1, true))], Duration::ZERO),
+        Settle::Busy
+    );
+}
+
 fn neighbour() -> Reading {
     Reading {
         gpus: vec![GpuReading {

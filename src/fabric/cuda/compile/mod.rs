@@ -37,6 +37,10 @@ pub struct CompileUnit {
     /// messages name it.
     pub name: String,
     pub src: String,
+    /// The program it is part of (`allreduce.cu`).
+    pub program: &'static str,
+    /// The element type its kernels reduce; None where it serves every type.
+    pub dtype: Option<Dtype>,
 }
 
 /// What NVRTC compiles for a GPU: every program, those that instantiate their kernels with
@@ -68,17 +72,43 @@ pub fn units() -> &'static [CompileUnit] {
                 out.extend(instantiating(src, (mac, d)).map(|src| CompileUnit {
                     name: format!("{stem}{part}-{}.cu", d.id()),
                     src,
+                    program: name,
+                    dtype: Some(d),
                 }));
             }
             if lines.is_empty() {
                 out.push(CompileUnit {
                     name: name.into(),
                     src: src.into(),
+                    program: name,
+                    dtype: None,
                 });
             }
         }
         out
     })
+}
+
+/// The element type whose units every set of kernels includes, so a profile's record of its
+/// images ([`Images::record`]) is the same whichever types a command loaded.
+pub const RECORDED: Dtype = Dtype::Bf16;
+
+/// The units a command reducing `dtypes` loads: those of no element type, of these types and
+/// of [`RECORDED`]. A first tune (bf16) compiles 8 of the 20 units: on a 2-core machine, one
+/// at a time for sm_90, 5.0 s of NVRTC of 13.2 s for all, its longest unit alike (1.07 s).
+pub fn units_for(dtypes: &[Dtype]) -> Vec<&'static CompileUnit> {
+    let types = loaded_types(dtypes);
+    units()
+        .iter()
+        .filter(|u| u.dtype.is_none_or(|d| types.contains(&d)))
+        .collect()
+}
+
+/// The element types whose kernels a command measuring `dtypes` loads: those and
+/// [`RECORDED`], in [`Dtype::ALL`]'s order.
+pub fn loaded_types(dtypes: &[Dtype]) -> Vec<Dtype> {
+    let wanted = |d: &Dtype| *d == RECORDED || dtypes.contains(d);
+    Dtype::ALL.into_iter().filter(wanted).collect()
 }
 
 /// The macro and element type a top-level line such as `AR_PULL_KERNELS(Bf16, bf16)` (a
@@ -198,14 +228,15 @@ pub fn supported_archs() -> Result<Vec<i32>, FabricError> {
     }
 }
 
-/// Compiled images for one target, one per [`units`] entry, in that order. Made only by
-/// [`images_for`], so each image is fresh NVRTC output or a cache file whose header, key
-/// (NVRTC, target, options, sources), length and SHA-256 were checked: what
+/// Compiled images for one target, one per unit of [`Images::units`], in that order. Made
+/// only by [`images_for`], so each image is fresh NVRTC output or a cache file whose header,
+/// key (NVRTC, target, options, sources), length and SHA-256 were checked: what
 /// [`super::module::Module::load`] requires.
 #[derive(Debug)]
 pub struct Images {
     target: Target,
     nvrtc: (i32, i32),
+    units: Vec<&'static CompileUnit>,
     images: Vec<Vec<u8>>,
 }
 
@@ -218,15 +249,46 @@ impl Images {
         &self.images
     }
 
-    /// What the profile records of these images (see [`record`]).
-    pub fn record(&self) -> LoadedKernels {
-        let programs: Vec<(&str, &str, &[u8])> = PROGRAMS
-            .iter()
-            .zip(&self.images)
-            .map(|((name, src), img)| (*name, *src, img.as_slice()))
-            .collect();
-        record(self.nvrtc, &self.target, &programs)
+    /// The units compiled, in the order of [`Images::images`].
+    pub fn units(&self) -> &[&'static CompileUnit] {
+        &self.units
     }
+
+    /// What the profile records of these images (see [`record_units`]).
+    pub fn record(&self) -> LoadedKernels {
+        let loaded: Vec<(&CompileUnit, &[u8])> = (self.units.iter().copied())
+            .zip(self.images.iter().map(Vec::as_slice))
+            .collect();
+        record_units(self.nvrtc, &self.target, &loaded)
+    }
+}
+
+/// The record of `loaded` units: per program, its source and the images of its units of no
+/// element type or of [`RECORDED`], which every load includes ([`units_for`]), so a tune
+/// that loaded one type and an engine that loaded all record the same.
+pub fn record_units(
+    nvrtc: (i32, i32),
+    target: &Target,
+    loaded: &[(&CompileUnit, &[u8])],
+) -> LoadedKernels {
+    let images: Vec<(&str, &str, Vec<u8>)> = PROGRAMS
+        .iter()
+        .filter_map(|&(name, src)| {
+            let mut image = Vec::new();
+            for (u, img) in loaded.iter().filter(|(u, _)| u.program == name) {
+                if u.dtype.is_none_or(|d| d == RECORDED) {
+                    image.extend_from_slice(u.name.as_bytes());
+                    image.push(0);
+                    image.extend_from_slice(img);
+                }
+            }
+            (!image.is_empty()).then_some((name, src, image))
+        })
+        .collect();
+    let programs: Vec<(&str, &str, &[u8])> = (images.iter())
+        .map(|(n, s, i)| (*n, *s, i.as_slice()))
+        .collect();
+    record(nvrtc, target, &programs)
 }
 
 /// The record of compiled programs `(name, source, image)` for `target` by NVRTC `nvrtc`: the
@@ -268,24 +330,30 @@ fn source_digest(name: &str, src: &str, target: &Target) -> Vec<u8> {
     h.finalize().to_vec()
 }
 
-fn cache() -> &'static Mutex<HashMap<Target, Arc<Images>>> {
-    static CACHE: OnceLock<Mutex<HashMap<Target, Arc<Images>>>> = OnceLock::new();
+/// Images compiled in this process, by target and the units' element types.
+type Compiled = HashMap<(Target, Vec<Dtype>), Arc<Images>>;
+
+fn cache() -> &'static Mutex<Compiled> {
+    static CACHE: OnceLock<Mutex<Compiled>> = OnceLock::new();
     CACHE.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// Compiles every program for a GPU of compute capability `cc`, once per process.
-pub fn images_for(cc: (u32, u32)) -> Result<Arc<Images>, FabricError> {
+/// Compiles the units of `dtypes` ([`units_for`]) for a GPU of compute capability `cc`, once
+/// per process.
+pub fn images_for(cc: (u32, u32), dtypes: &[Dtype]) -> Result<Arc<Images>, FabricError> {
     let target = target_for(cc, &supported_archs()?).ok_or(DeviceError::NvrtcTooOld { cc })?;
+    let key = (target.clone(), loaded_types(dtypes));
     let mut map = cache().lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(hit) = map.get(&target) {
+    if let Some(hit) = map.get(&key) {
         return Ok(hit.clone());
     }
     let started = std::time::Instant::now();
     let nvrtc = nvrtc_version()?;
     let dir = cache_dir();
+    let units = units_for(&key.1);
     // The programs are independent: compiled side by side, the set costs the longest one.
     let images = std::thread::scope(|s| {
-        let jobs: Vec<_> = units()
+        let jobs: Vec<_> = units
             .iter()
             .map(|u| {
                 let (dir, target) = (dir.as_deref(), &target);
@@ -313,18 +381,20 @@ pub fn images_for(cc: (u32, u32)) -> Result<Arc<Images>, FabricError> {
             .collect::<Result<Vec<_>, _>>()
     })?;
     tracing::info!(
-        "kernels for {} ready in {:.2} s (cache {})",
+        "kernels for {} ready in {:.2} s ({} units; cache {})",
         target.option(),
         started.elapsed().as_secs_f64(),
+        units.len(),
         dir.as_deref()
             .map_or_else(|| "off".into(), |d| d.display().to_string())
     );
     let out = Arc::new(Images {
-        target: target.clone(),
+        target,
         nvrtc,
+        units,
         images,
     });
-    map.insert(target, out.clone());
+    map.insert(key, out.clone());
     Ok(out)
 }
 

@@ -85,6 +85,59 @@ fn the_record_names_the_source_and_the_image_apart() {
 }
 
 #[test]
+fn a_command_compiles_its_types_units_and_records_what_an_engine_loading_all_records() {
+    let names =
+        |d: &[Dtype]| -> Vec<&str> { units_for(d).iter().map(|u| u.name.as_str()).collect() };
+    let bf16 = names(&[Dtype::Bf16]);
+    assert_eq!(bf16.len(), 8, "{bf16:?}");
+    assert!(bf16.contains(&"probe.cu") && bf16.contains(&"check.cu"));
+    assert!(
+        bf16.iter()
+            .all(|n| !n.contains("fp16") && !n.contains("fp32")),
+        "{bf16:?}"
+    );
+    // Another type brings its own units and the recorded type's.
+    let fp16 = names(&[Dtype::Fp16]);
+    assert!(fp16.contains(&"allreduce-ar_ll-fp16.cu") && fp16.contains(&"ce_sum-bf16.cu"));
+    assert!(!fp16.iter().any(|n| n.contains("fp32")), "{fp16:?}");
+    assert_eq!(units_for(&Dtype::ALL).len(), units().len());
+    // Every program keeps a unit whatever the types, so each is recorded.
+    for (program, _) in PROGRAMS {
+        assert!(units_for(&[Dtype::Fp32])
+            .iter()
+            .any(|u| u.program == program));
+    }
+    // The record: the same for one type's units as for all of them (an engine's op loads
+    // all and checks the tune's record), and it changes with a recorded unit's image.
+    let t = Target::Cubin("sm_90".into());
+    let fake = |us: Vec<&'static CompileUnit>, odd: Option<&str>| {
+        let imgs: Vec<Vec<u8>> = (us.iter())
+            .map(|u| match Some(u.name.as_str()) == odd {
+                true => b"other".to_vec(),
+                false => format!("image of {}", u.name).into_bytes(),
+            })
+            .collect();
+        let loaded: Vec<(&CompileUnit, &[u8])> = us
+            .iter()
+            .copied()
+            .zip(imgs.iter().map(Vec::as_slice))
+            .collect();
+        record_units((13, 0), &t, &loaded)
+    };
+    let all = fake(units_for(&Dtype::ALL), None);
+    assert_eq!(all.programs.len(), PROGRAMS.len());
+    for d in Dtype::ALL {
+        assert_eq!(fake(units_for(&[d]), None), all, "{d:?}");
+    }
+    let changed = fake(units_for(&Dtype::ALL), Some("allreduce-ar_ll-bf16.cu"));
+    assert_ne!(
+        changed.programs[0].image_sha256,
+        all.programs[0].image_sha256
+    );
+    assert_eq!(changed.programs[1..], all.programs[1..]);
+}
+
+#[test]
 fn a_corrupt_truncated_or_foreign_cache_file_is_refused() {
     let img = b"\x7fELF an image of some length".to_vec();
     let good = seal(&img, "probe-00.cubin");

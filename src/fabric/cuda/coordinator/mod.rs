@@ -25,8 +25,8 @@ use super::topo;
 use super::watchdog::Deadline;
 use super::{nccl_version, NO_GPU};
 use crate::fabric::{
-    Backend, DeviceError, Direction, Fabric, FabricError, FabricInfo, Group, Mode, ProbeSample,
-    Readiness, Verification, WorkerError,
+    Backend, DeviceError, Direction, Dtype, Fabric, FabricError, FabricInfo, Group, Mode,
+    ProbeSample, Readiness, Verification, WorkerError,
 };
 use crate::topology::reading::LinkReading;
 use crate::topology::Topology;
@@ -61,6 +61,8 @@ pub(super) fn not_prepared() -> FabricError {
 
 pub struct CudaFabric {
     program: PathBuf,
+    /// The element types whose kernels the workers load.
+    dtypes: Vec<Dtype>,
     loopback: Option<usize>,
     launch_each: bool,
     /// CUDA ordinal and CPU list of each worker of a set.
@@ -150,8 +152,22 @@ impl CudaFabric {
         CudaFabric::open_with(loopback, worker_program()?)
     }
 
+    /// [`CudaFabric::open`], its workers loading the kernels of `dtypes` only: what a tune
+    /// or check of those types runs, with fewer units to compile on a first run.
+    pub fn open_for(loopback: Option<usize>, dtypes: &[Dtype]) -> Result<CudaFabric, FabricError> {
+        CudaFabric::open_kernels(loopback, worker_program()?, dtypes)
+    }
+
     /// [`CudaFabric::open`] with workers running `program` (tests pass the artune binary).
     pub fn open_with(loopback: Option<usize>, program: PathBuf) -> Result<CudaFabric, FabricError> {
+        CudaFabric::open_kernels(loopback, program, &Dtype::ALL)
+    }
+
+    fn open_kernels(
+        loopback: Option<usize>,
+        program: PathBuf,
+        dtypes: &[Dtype],
+    ) -> Result<CudaFabric, FabricError> {
         if let Some(k) = loopback {
             if !(2..=MAX_RANKS).contains(&k) {
                 return Err(FabricError::BadRequest(format!(
@@ -216,11 +232,10 @@ impl CudaFabric {
             visible.len(),
             started.elapsed().as_secs_f64()
         );
-        let main = start_set(&program, &slots, loopback.is_some(), None)?;
-        let hello = started.elapsed().as_secs_f64();
-        super::prefetch::wait();
+        let main = start_set(&program, dtypes, &slots, loopback.is_some(), None)?;
+        // The kernels compiled ahead are awaited by the first request that may load them.
         tracing::info!(
-            "{} workers up after {:.2} s ({hello:.2} s to say hello, then the kernels compiled ahead)",
+            "{} workers up after {:.2} s",
             slots.len(),
             started.elapsed().as_secs_f64()
         );
@@ -271,6 +286,7 @@ impl CudaFabric {
         };
         Ok(CudaFabric {
             program,
+            dtypes: dtypes.to_vec(),
             loopback,
             launch_each: std::env::var(ENV_LOOPBACK_LAUNCH).is_ok_and(|v| v == "each"),
             slots,

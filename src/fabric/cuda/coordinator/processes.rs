@@ -10,7 +10,7 @@ use crate::fabric::cuda::nccl;
 use crate::fabric::cuda::protocol::{Req, Resp, WireError};
 use crate::fabric::cuda::watchdog;
 use crate::fabric::error::{clip, LinkError};
-use crate::fabric::{Backend, FabricError, NcclAlgo, NcclProto, WorkerError};
+use crate::fabric::{Backend, Dtype, FabricError, NcclAlgo, NcclProto, WorkerError};
 
 /// Time a worker gets to start (open its GPU) and say hello.
 const HELLO_DEADLINE: Duration = Duration::from_secs(120);
@@ -47,6 +47,7 @@ fn lost(e: LinkError) -> Trouble {
 
 fn spawn(
     program: &std::path::Path,
+    dtypes: &[Dtype],
     ordinal: usize,
     cpus: &Option<String>,
     pin: Option<(NcclAlgo, NcclProto)>,
@@ -56,6 +57,9 @@ fn spawn(
     let mut args = vec!["__worker".into(), "--ordinal".into(), ordinal.to_string()];
     if let Some(c) = cpus {
         args.extend(["--cpus".into(), c.clone()]);
+    }
+    if let Some(d) = crate::fabric::cuda::worker::dtypes_arg(dtypes) {
+        args.extend(["--dtypes".into(), d]);
     }
     // Each pinned variant runs in workers started with its environment: NCCL reads it when
     // a communicator is created, and nothing changes the environment of a live process.
@@ -127,7 +131,13 @@ impl CudaFabric {
                 .collect::<Result<_, _>>()?;
             return Ok(Set { pin, workers });
         }
-        start_set(&self.program, &self.slots, self.loopback.is_some(), pin)
+        start_set(
+            &self.program,
+            &self.dtypes,
+            &self.slots,
+            self.loopback.is_some(),
+            pin,
+        )
     }
 
     /// Sends each `(worker, request)` of set `set`, then collects every answer within
@@ -153,6 +163,9 @@ impl CudaFabric {
     ) -> Result<Vec<Resp>, Trouble> {
         if reqs.iter().any(|((s, _), _)| *s >= self.sets.len()) {
             return Err(Trouble::Fabric(no_workers()));
+        }
+        if reqs.iter().any(|(_, r)| awaits_kernels(r)) {
+            crate::fabric::cuda::prefetch::wait();
         }
         for ((s, w), r) in &reqs {
             self.sets[*s].workers[*w].link.send(r).map_err(lost)?;
@@ -258,9 +271,18 @@ impl CudaFabric {
     }
 }
 
+/// Whether a worker may load its kernels answering `req`: every request but a group's
+/// buffers. The kernels compiled ahead ([`crate::fabric::cuda::prefetch`]) are awaited before
+/// the first such request rather than at the workers' hellos, so the first group's buffers
+/// are set up while the compile ends (it outlasted the hellos by 1 s on the H200, speed3).
+pub(super) fn awaits_kernels(req: &Req) -> bool {
+    !matches!(req, Req::Setup { .. })
+}
+
 /// Starts one worker per slot (CUDA ordinal, CPU list).
 pub(super) fn start_set(
     program: &std::path::Path,
+    dtypes: &[Dtype],
     slots: &[(usize, Option<String>)],
     loopback: bool,
     pin: Option<(NcclAlgo, NcclProto)>,
@@ -273,7 +295,7 @@ pub(super) fn start_set(
             false => format!("for GPU {o}"),
         };
         started.push((
-            spawn(program, *o, cpus, pin, loopback && i == 0, &who)?,
+            spawn(program, dtypes, *o, cpus, pin, loopback && i == 0, &who)?,
             who,
         ));
     }
@@ -332,4 +354,24 @@ fn workers_load_the_nccl_this_process_loaded_unless_the_user_named_one() {
     );
     assert_eq!(same_nccl(true, Some("/usr/lib/libnccl.so.2")), None);
     assert_eq!(same_nccl(false, None), None);
+}
+
+#[cfg(test)]
+#[test]
+fn only_a_groups_buffers_are_set_up_before_the_kernels_compiled_ahead_are_awaited() {
+    use crate::fabric::{Dtype, Group};
+    let shape = crate::fabric::cuda::protocol::Shape::of(&Group::flat(vec![0, 1], Dtype::Bf16, 1));
+    let setup = Req::Setup {
+        shape,
+        owned: vec![0],
+        custom: vec![Backend::OneStagePull],
+    };
+    assert!(!awaits_kernels(&setup));
+    let connect = Req::Connect {
+        shape,
+        launch: crate::fabric::cuda::protocol::Launch { base: 0, count: 2 },
+        ranks: Vec::new(),
+    };
+    assert!(awaits_kernels(&connect));
+    assert!(awaits_kernels(&Req::LinksUnderLoad));
 }

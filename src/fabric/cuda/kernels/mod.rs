@@ -148,8 +148,14 @@ pub struct GpuKernels {
 }
 
 impl GpuKernels {
-    pub fn load(ctx: &Arc<Ctx>, cc: (u32, u32)) -> Result<GpuKernels, FabricError> {
-        let images = compile::images_for(cc)?;
+    /// Loads the kernels of `dtypes` ([`compile::loaded_types`]).
+    pub fn load(
+        ctx: &Arc<Ctx>,
+        cc: (u32, u32),
+        dtypes: &[Dtype],
+    ) -> Result<GpuKernels, FabricError> {
+        let images = compile::images_for(cc, dtypes)?;
+        let dtypes = || compile::loaded_types(dtypes);
         let modules = Modules::load(ctx, &images)?;
         let load = |name: &str, threads: u32| -> Result<(Function, u32), FabricError> {
             let f = modules.function(name)?;
@@ -164,7 +170,7 @@ impl GpuKernels {
         };
         let (mut allreduce, mut ll, mut registered) = (Vec::new(), Vec::new(), Vec::new());
         for (b, k) in custom() {
-            for d in DTYPES {
+            for d in dtypes() {
                 let name = kernel_name(b, d).expect("a custom backend has a kernel");
                 let (f, per_sm) = load(&name, THREADS)?;
                 allreduce.push((b, d, f, per_sm));
@@ -183,7 +189,7 @@ impl GpuKernels {
             let Executor::CopyEngine(sum) = s.executor else {
                 continue;
             };
-            for d in DTYPES {
+            for d in dtypes() {
                 let (f, _) = load(&format!("{}_{}", sum.name, d.id()), THREADS)?;
                 copy_sum.push((s.backend, d, f));
             }

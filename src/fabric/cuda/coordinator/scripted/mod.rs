@@ -43,6 +43,8 @@ struct Plot {
     fail_backend: Option<(usize, &'static str)>,
     /// Fresh workers fail to start.
     no_start: bool,
+    /// Launchers that must all have taken up their Connect before any answers it.
+    connect_together: Option<usize>,
 }
 
 #[derive(Default)]
@@ -55,6 +57,9 @@ struct World {
     /// What each worker did with NCCL communicators: (worker, "init"/"reuse"/"retire"/
     /// "exit", backend).
     comms: Vec<(usize, &'static str, Backend)>,
+    /// Connects taken up so far, and whether one waited for the others in vain.
+    connecting: usize,
+    connected_alone: bool,
 }
 
 type Shared = Arc<Mutex<World>>;
@@ -292,10 +297,13 @@ impl Fake {
                             .collect(),
                     })
                     .collect();
-                let memory = custom.iter().map(|&b| (b, Ok(1 << 20))).collect();
+                // Loopback owners after the first measure beside each other: more.
+                let bytes = (1 << 20) + self.id as u64 * 4096;
+                let memory = custom.iter().map(|&b| (b, Ok(bytes))).collect();
                 Resp::Setup { ranks, memory }
             }
             Req::Connect { ranks, .. } => {
+                self.together();
                 self.close_launcher();
                 self.close(false);
                 for r in &ranks {
@@ -414,6 +422,25 @@ fn facts() -> DeviceFacts {
     }
 }
 
+impl Fake {
+    /// With `plot.connect_together`, waits (2 s at most) until that many launchers took up
+    /// their Connect: one asked only after another answered waits in vain, and says so.
+    fn together(&self) {
+        let Some(n) = self.world.lock().unwrap().plot.connect_together else {
+            return;
+        };
+        self.world.lock().unwrap().connecting += 1;
+        let t = std::time::Instant::now();
+        while self.world.lock().unwrap().connecting < n {
+            if t.elapsed() > Duration::from_secs(2) {
+                self.world.lock().unwrap().connected_alone = true;
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
 /// A loopback fabric of `k` scripted workers, each launching its own rank (so each maps the
 /// other ranks' buffers, as on a real machine).
 fn fabric(k: usize, world: &Shared) -> CudaFabric {
@@ -451,6 +478,7 @@ fn fabric(k: usize, world: &Shared) -> CudaFabric {
     let host = topo::host(None, None);
     let mut f = CudaFabric {
         program: "/nonexistent/scripted".into(),
+        dtypes: crate::fabric::Dtype::ALL.to_vec(),
         loopback: Some(k),
         launch_each: true,
         slots: vec![(0, None); k],
@@ -564,3 +592,4 @@ mod kernels;
 mod lifetimes;
 mod lost;
 mod ranked;
+mod setup;
