@@ -81,18 +81,6 @@ __device__ __forceinline__ u64 shard_len(u64 nvec, u64 sv, int s) {
   return left < sv ? left : sv;
 }
 
-// Rank g + k, or the last rank when there is no such rank: an address that is safe to load.
-__device__ __forceinline__ int clamp_rank(int r, int n) { return r < n ? r : n - 1; }
-
-// Bit k set when rank g + k exists and is not `rank`.
-__device__ __forceinline__ u32 peers_mask(int g, int n, int rank) {
-  u32 m = 0;
-#pragma unroll
-  for (int k = 0; k < 8; k++)
-    if (g + k < n && g + k != rank) m |= 1u << k;
-  return m;
-}
-
 // One-stage push: rank `src`'s word j on the receiving rank, buffer q (flag parity).
 __device__ __forceinline__ char* ll1(u64 sig, int n, u32 q, int src, u64 j) {
   return (char*)sig + LL_OFFSET + (((u64)q * n + src) * LL1_LINES + j) * LL_LINE;

@@ -239,6 +239,18 @@ __device__ __forceinline__ void ll_load_if(u32 on, const void* p, u64& lo, u64& 
       : "memory");
 }
 
+// For ll_wait8 over ranks g .. g + 7 of n: rank g + k, or the last rank when there is no such rank: an address that is safe to load.
+__device__ __forceinline__ int clamp_rank(int r, int n) { return r < n ? r : n - 1; }
+
+// Bit k set when rank g + k exists and is not `rank`.
+__device__ __forceinline__ u32 peers_mask(int g, int n, int rank) {
+  u32 m = 0;
+#pragma unroll
+  for (int k = 0; k < 8; k++)
+    if (g + k < n && g + k != rank) m |= 1u << k;
+  return m;
+}
+
 // Waits until each line ptr(k) with bit k of `want` set (k < 8) carries `flag`, and returns
 // their data in d[k]. Each pass loads, back to back, only the lines still missing, so one
 // pass costs one memory round trip however many peers there are and arrived lines are not
