@@ -635,15 +635,27 @@ fn a_ranks_switch_sets_the_override_the_loaded_tuner_reads() {
             unsafe { (t.get_coll_info)(ctx, 4, 1000, 1, p, 7, 3, 0, &mut ch) },
             0
         );
-        tbl
+        (tbl, ch)
     };
     let switch = Switch::open(&lib).unwrap();
-    switch.set(Backend::NcclTreeLl128).unwrap();
-    assert_eq!(call()[0][1], 0.0, "tree LL128 forced in the loaded library");
-    switch.set(Backend::NcclRingSimple).unwrap();
-    let tbl = call();
-    assert_eq!((tbl[0][1], tbl[1][2]), (40.0, 0.0));
-    switch.set(Backend::Nccl).unwrap();
-    assert_eq!(call(), [[40.0f32; 3]; 7], "cleared: NCCL's own costs");
+    switch.set(Backend::NcclTreeLl128, None).unwrap();
+    assert_eq!(
+        call(),
+        (
+            {
+                let mut t = [[40.0f32; 3]; 7];
+                t[0][1] = 0.0;
+                t
+            },
+            0
+        ),
+        "tree LL128 forced in the loaded library, NCCL's own channels"
+    );
+    // A channel sweep's count, set per call as the plugin sets a profile's.
+    switch.set(Backend::NcclRingSimple, Some(6)).unwrap();
+    let (tbl, ch) = call();
+    assert_eq!((tbl[0][1], tbl[1][2], ch), (40.0, 0.0, 6));
+    switch.set(Backend::Nccl, None).unwrap();
+    assert_eq!(call(), ([[40.0f32; 3]; 7], 0), "cleared: NCCL's own costs");
     assert_eq!(unsafe { (t.finalize)(ctx) }, 0);
 }

@@ -201,6 +201,10 @@ impl std::fmt::Display for Recovery {
 pub struct ChannelTime {
     pub us: f64,
     pub ran_channels: Option<u32>,
+    /// The count was set per call through the tuner, as the plugin sets a profile's: setting
+    /// it again runs what was timed, where setting the count NCCL ran need not (NCCL may run
+    /// fewer than a call's count for a small message).
+    pub per_call: bool,
 }
 
 impl ChannelTime {
@@ -209,6 +213,7 @@ impl ChannelTime {
         ChannelTime {
             us,
             ran_channels: None,
+            per_call: false,
         }
     }
 }

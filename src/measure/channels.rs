@@ -73,11 +73,20 @@ pub fn sweep(
         for line in table(&sizes, pin, &timed, reference.as_deref()) {
             tracing::info!("channel table: {line}");
         }
-        // The count NCCL ran with where the fabric reads it back, else the forced.
+        // What the plugin must set to run what was timed: the count set where it was set per
+        // call as the plugin sets it, else the count NCCL ran where the fabric reads it back
+        // (forced on the communicator, which the plugin cannot do), else the count forced.
         let at = (sizes.iter().enumerate())
             .filter_map(|(i, &b)| {
                 let (c, t) = fastest(&timed, i)?;
-                Some((b, t.ran_channels.unwrap_or(c)))
+                Some((
+                    b,
+                    if t.per_call {
+                        c
+                    } else {
+                        t.ran_channels.unwrap_or(c)
+                    },
+                ))
             })
             .collect();
         best.insert(pin, at);
@@ -195,7 +204,16 @@ mod tests {
     /// The simulator as a fabric that reads back the channels NCCL ran (never more than two),
     /// answers only the counts it can run (`room`: none over it, as ranks sharing a GPU), and
     /// keeps the counts of each call, the pins of each call for several and the mode of each.
-    struct ReadBack(SimFabric, u32, Vec<Vec<u32>>, Vec<Vec<Backend>>, Vec<Mode>);
+    /// A fabric that reads back NCCL running at most 2 channels of each count (within room
+    /// for `.1`), the counts set per call where `.5`, as the tuner's switch sets them.
+    struct ReadBack(
+        SimFabric,
+        u32,
+        Vec<Vec<u32>>,
+        Vec<Vec<Backend>>,
+        Vec<Mode>,
+        bool,
+    );
 
     impl Fabric for ReadBack {
         fn info(&self) -> crate::fabric::FabricInfo {
@@ -259,8 +277,10 @@ mod tests {
             let room: Vec<u32> = c.iter().copied().filter(|&c| c <= self.1).collect();
             let mut t = self.0.nccl_times_at_channels(b, sizes, &room, mode)?;
             for (c, t) in t.iter_mut() {
-                t.iter_mut()
-                    .for_each(|t| t.ran_channels = Some((*c).min(2)));
+                for t in t.iter_mut() {
+                    t.ran_channels = Some((*c).min(2));
+                    t.per_call = self.5;
+                }
             }
             Ok(t)
         }
@@ -283,12 +303,27 @@ mod tests {
     #[test]
     fn the_count_recorded_is_the_one_nccl_ran_where_the_fabric_reads_it_back() {
         let sim = SimFabric::new(presets::get("pcie-8x-2switch").unwrap(), 42);
-        let mut f = ReadBack(sim, 32, Vec::new(), Vec::new(), Vec::new());
+        let mut f = ReadBack(sim, 32, Vec::new(), Vec::new(), Vec::new(), false);
         let g = Group::flat((0..8).collect(), Dtype::Bf16, 1 << 28);
         f.prepare(&g, &[Backend::NcclRingSimple]).unwrap();
         let sizes: BTreeSet<u64> = [1 << 28].into();
         let best = sweep(&mut f, &[Backend::NcclRingSimple], &sizes, Mode::Graph).unwrap();
         assert_eq!(best[&Backend::NcclRingSimple][&(1 << 28)], 2);
+    }
+
+    /// Where the count was set per call, as the plugin sets it, the profile records the count
+    /// set: setting the count NCCL ran (two of the four) per call could run fewer still
+    /// (NCCL 2.32.6 ran Tree/Simple 32K at 1 channel under a pin of 2, read back 2 with 16
+    /// forced on the communicator; profiles/hardware/h100/2026-12-05-krank3).
+    #[test]
+    fn the_count_recorded_is_the_one_set_where_it_was_set_per_call() {
+        let sim = SimFabric::new(presets::get("pcie-8x-2switch").unwrap(), 42);
+        let mut f = ReadBack(sim, 32, Vec::new(), Vec::new(), Vec::new(), true);
+        let g = Group::flat((0..8).collect(), Dtype::Bf16, 1 << 28);
+        f.prepare(&g, &[Backend::NcclRingSimple]).unwrap();
+        let sizes: BTreeSet<u64> = [1 << 28].into();
+        let best = sweep(&mut f, &[Backend::NcclRingSimple], &sizes, Mode::Graph).unwrap();
+        assert_eq!(best[&Backend::NcclRingSimple][&(1 << 28)], 4);
     }
 
     /// One call for every pin and count (NCCL's own among them), and a count the fabric
@@ -297,7 +332,7 @@ mod tests {
     #[test]
     fn the_sweep_asks_once_per_pin_for_every_count_and_keeps_what_ran() {
         let sim = SimFabric::new(presets::get("pcie-8x-2switch").unwrap(), 42);
-        let mut f = ReadBack(sim, 2, Vec::new(), Vec::new(), Vec::new());
+        let mut f = ReadBack(sim, 2, Vec::new(), Vec::new(), Vec::new(), false);
         let ready = [Backend::Nccl, Backend::NcclRingSimple, Backend::NcclRingLl];
         let g = Group::flat((0..8).collect(), Dtype::Bf16, 1 << 28);
         f.prepare(&g, &ready).unwrap();
@@ -323,7 +358,7 @@ mod tests {
     fn the_sweep_times_every_count_in_the_mode_it_is_asked_for() {
         for mode in [Mode::Graph, Mode::Eager] {
             let sim = SimFabric::new(presets::get("pcie-8x-2switch").unwrap(), 42);
-            let mut f = ReadBack(sim, 32, Vec::new(), Vec::new(), Vec::new());
+            let mut f = ReadBack(sim, 32, Vec::new(), Vec::new(), Vec::new(), false);
             let ready = [Backend::Nccl, Backend::NcclRingSimple, Backend::NcclRingLl];
             let g = Group::flat((0..8).collect(), Dtype::Bf16, 1 << 28);
             f.prepare(&g, &ready).unwrap();
@@ -339,6 +374,7 @@ mod tests {
         let t = |us, ran| ChannelTime {
             us,
             ran_channels: Some(ran),
+            per_call: false,
         };
         let timed = [
             (2, vec![t(100.0, 2), t(50.0, 2)]),

@@ -82,8 +82,9 @@ fn gpu_loopback_switches_every_variant_per_call_and_reads_each_back() {
     assert_eq!(r.starts(), expected);
 }
 
-/// The channel sweep's pins in one start of the ranks, each count's channels read back per
-/// pin: never more than forced, all of them at 16 MiB.
+/// The channel sweep's pins in one start of the ranks, each count set per call through the
+/// tuner as the plugin sets a profile's, and read back per pin: never more than set, all of
+/// them at 16 MiB.
 #[test]
 fn gpu_nccl_sweeps_every_pin_in_one_start_and_reads_each_back() {
     let test = "gpu_nccl_sweeps_every_pin_in_one_start";
@@ -103,8 +104,9 @@ fn gpu_nccl_sweeps_every_pin_in_one_start_and_reads_each_back() {
         for (channels, t) in t {
             println!("{test}: {pin}, {channels} channels forced, ranks on {ordinals:?}: {t:?}");
             assert!(
-                t.iter()
-                    .all(|t| t.us > 0.0 && t.ran_channels.is_some_and(|c| c <= channels)),
+                t.iter().all(|t| t.us > 0.0
+                    && t.per_call
+                    && t.ran_channels.is_some_and(|c| c <= channels)),
                 "{t:?}"
             );
             if pin == Backend::NcclRingSimple {

@@ -34,8 +34,11 @@ pub struct Sweep {
     pub graph: bool,
     pub max_ctas: Option<c_int>,
     /// The communicators made in turn (one per id), each timing every size: the run-time
-    /// channels forced on it (`minCTAs` = `maxCTAs`), None for NCCL's own count. One process
-    /// for them all, so a channel sweep starts its ranks once, not once per count.
+    /// channels forced, None for NCCL's own count. With `variants` the count is set per call
+    /// through the tuner's override, as the plugin sets a profile's count (NCCL may run fewer
+    /// for a small message, per call as it will under the plugin); without, on the
+    /// communicator (`minCTAs` = `maxCTAs`). One process for them all, so a channel sweep
+    /// starts its ranks once, not once per count.
     pub channels: Vec<Option<c_int>>,
     /// The NCCL variants each communicator runs in turn, each switched to through the tuner's
     /// measurement override before its calls ([`super::nccl_ranks::switch`]); empty: one run,
@@ -120,13 +123,14 @@ pub fn run(s: &Sweep) -> Result<Vec<CommTimes>, SweepError> {
         return Err(format!("{} ids for {} communicators", s.ids.len(), s.channels.len()).into());
     }
     for (id, &forced) in s.ids.iter().zip(&s.channels) {
-        let ctas = nccl::Ctas::of(forced, s.max_ctas);
+        let per_call = switch.as_ref().map(|_| forced);
+        let ctas = nccl::Ctas::of(if per_call.is_some() { None } else { forced }, s.max_ctas);
         let comms = Comms::init_rank_ctas(lib, id, s.rank, s.nranks, LIMIT, ctas)?;
         for &variant in &runs {
             // Set before the variant's first call and capture (NCCL decides there); the
             // stream is idle, so no call of the variant before runs under it.
             if let (Some(sw), Some(v)) = (&switch, variant) {
-                sw.set(v)?;
+                sw.set(v, per_call.flatten())?;
             }
             out.push(CommTimes {
                 channels: forced,
@@ -138,7 +142,7 @@ pub fn run(s: &Sweep) -> Result<Vec<CommTimes>, SweepError> {
             }
         }
         if let Some(sw) = &switch {
-            sw.set(crate::allreduce::Backend::Nccl)?;
+            sw.set(crate::allreduce::Backend::Nccl, None)?;
         }
         // Finalized and destroyed here: NCCL finalizes the profiler, which writes its summary.
         drop(comms);

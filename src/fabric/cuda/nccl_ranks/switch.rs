@@ -55,14 +55,15 @@ impl Switch {
         Ok(Switch { set })
     }
 
-    /// Makes NCCL's next calls run `variant` (NCCL's own choice: the override cleared).
-    pub fn set(&self, variant: Backend) -> Result<(), String> {
+    /// Makes NCCL's next calls run `variant` (NCCL's own choice: the override cleared), with
+    /// `channels` as the call's `nChannels` where given (0 to the setter: NCCL's own).
+    pub fn set(&self, variant: Backend, channels: Option<c_int>) -> Result<(), String> {
         let (a, p) = match Forced::of(variant, None) {
             Some(f) => (c_int::from(f.algo), c_int::from(f.proto)),
             None => (-1, -1),
         };
         // SAFETY: the library's exported setter, which takes any ints.
-        match unsafe { (self.set)(a, p, 0) } {
+        match unsafe { (self.set)(a, p, channels.unwrap_or(0)) } {
             0 => Ok(()),
             r => Err(format!("artune_tuner_force refused {variant} ({r})")),
         }

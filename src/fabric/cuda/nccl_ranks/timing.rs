@@ -177,6 +177,7 @@ pub fn at_channels(
                 Some(ChannelTime {
                     us: t.mean(),
                     ran_channels: ran.get(b).copied(),
+                    per_call: false,
                 })
             };
             let t = even.iter().map(at).collect::<Option<Vec<_>>>();
@@ -303,6 +304,7 @@ fn followed(
             Ok(ChannelTime {
                 us: t.mean(),
                 ran_channels: Some(ran),
+                per_call: true,
             })
         };
         Ok((c, sizes.iter().map(at).collect::<Result<_, String>>()?))
@@ -483,6 +485,7 @@ mod tests {
         let ch = |us, c| ChannelTime {
             us,
             ran_channels: Some(c),
+            per_call: true,
         };
         assert_eq!(
             got,
