@@ -776,31 +776,32 @@ fn rows(cal: &Calibration) -> Vec<Row> {
         parts(&[BandPart::Links, BandPart::SwitchTree]),
         Some(BandPart::SwitchTree),
     );
-    // p2pmark 3c39f36's dense score on four GPUs, each GPU's copy engines reading its three
-    // peers at once (`calibration::SERVED_FOUR`): R5's page ("p2pmark Scores (4 GPUs)": luke's
-    // c-payne switch, a Turin socket's root ports, two Broadcom partitions of one socket), R1's
-    // box (GPUs 0-3 of hardware/wrx90-cpayne-microchip-switches.md, two leaves under a root
-    // switch) and its flat rebuild (hardware/wrx90-cpayne-2switch-flat.md, "4 GPU": one
-    // switch). The copy-served part's own figures: each GPU serves three peers' reads.
+    // Four GPUs each copying with their three peers at once (`calibration::SERVED_FOUR`), the
+    // copy-served part's own figures. p2pmark 3c39f36's dense score (each GPU's copy engines
+    // reading its three peers): R5's page ("p2pmark Scores (4 GPUs)": luke's c-payne switch, a
+    // Turin socket's root ports, two Broadcom partitions of one socket), R1's box (GPUs 0-3 of
+    // hardware/wrx90-cpayne-microchip-switches.md, two leaves under a root switch) and its flat
+    // rebuild (hardware/wrx90-cpayne-2switch-flat.md, "4 GPU": one switch). The pages' own
+    // 12-flow all-to-all, direction unstated (the model serves both alike): the flat rebuild's
+    // "Multi-Flow Scaling" and R2's chip A, GPUs 0-3 ("Same-Chip Scaling").
     let served = [BandPart::Links, BandPart::CopyServed];
     let served_rc = [BandPart::Links, BandPart::RootComplex, BandPart::CopyServed];
-    for (source, figure, published, t, band) in [
+    let one = || get("pcie-4x-1switch").unwrap();
+    let turin = || get("pcie-8x-direct-2socket").unwrap();
+    let (p2pmark, flows) = ("reading all peers", "12 copy flows");
+    for (source, how, figure, published, t, band) in [
+        (Source::R5, p2pmark, "one switch", 138.3, one(), &served[..]),
         (
             Source::R5,
-            "one switch",
-            138.3,
-            get("pcie-4x-1switch").unwrap(),
-            &served[..],
-        ),
-        (
-            Source::R5,
+            p2pmark,
             "a Turin socket",
             129.7,
-            get("pcie-8x-direct-2socket").unwrap(),
+            turin(),
             &served_rc,
         ),
         (
             Source::R5,
+            p2pmark,
             "two Broadcom partitions",
             127.6,
             asus(),
@@ -808,6 +809,7 @@ fn rows(cal: &Calibration) -> Vec<Row> {
         ),
         (
             Source::R1,
+            p2pmark,
             "two leaves under a root switch",
             126.0,
             r1_box(),
@@ -815,19 +817,33 @@ fn rows(cal: &Calibration) -> Vec<Row> {
         ),
         (
             Source::R1,
+            p2pmark,
             "one switch, flat rebuild",
             121.0,
-            get("pcie-4x-1switch").unwrap(),
+            one(),
             &served,
+        ),
+        (
+            Source::R1,
+            flows,
+            "one switch, flat rebuild",
+            148.9,
+            one(),
+            &served,
+        ),
+        (
+            Source::R2,
+            flows,
+            "Broadcom chip A",
+            153.0,
+            asus(),
+            &served_rc,
         ),
     ] {
         let mut f = prepared(t, &[0, 1, 2, 3], Some(Level::Sys), cal);
         push(
             source,
-            format!(
-                "{} 4 GPUs reading all peers, {figure}, total GB/s",
-                source.id()
-            ),
+            format!("{} 4 GPUs {how}, {figure}, total GB/s", source.id()),
             published,
             f.probe(Direction::Read, 3, 64 * MB).unwrap().aggregate_gbps,
             parts(band),

@@ -57,7 +57,7 @@ pub enum BandPart {
     /// published all-to-all through such a switch (R5's, 48 flows) moves more than it gives.
     SwitchTree,
     /// Copy-engine bytes of a GPU whose memory three or more peers' copy engines access at
-    /// once: the served share fitted on p2pmark's four-GPU scores (R1's box, R5's page).
+    /// once: the served share fitted on four-GPU copy all-to-alls (R1's box, R2's, R5's page).
     CopyServed,
     /// A custom kernel's fixed costs: prologue, barriers, first bytes (C2's small one-shots).
     KernelFixed,
@@ -122,9 +122,9 @@ impl BandPart {
             // forwards 142.5: ln(191.8/142.53) = 0.297, beside links' 0.04 in quadrature.
             // One figure, so as wide both ways.
             BandPart::SwitchTree => 0.30,
-            // p2pmark's four-GPU scores: luke's switch, 138.3 GB/s, predicted from R1's box
-            // alone (share 0.549) at 0.89x, ln 0.113; in sample all five lie within ln 0.075.
-            BandPart::CopyServed => 0.12,
+            // Four GPUs' copy all-to-alls: R2's chip A, 153 GB/s, predicted without R2 (share
+            // 0.585) at 131.3, ln 0.153; R1's flat rebuild, 121, without R1 at 1.13x, ln 0.120.
+            BandPart::CopyServed => 0.16,
             // R2's one-shot on 4 GPUs at 256 B and 4 KB, 1.34x: ln 0.29 (C2's at 1 KB fitted
             // without C2, no prologue: 0.84x, ln 0.17).
             BandPart::KernelFixed => 0.30,

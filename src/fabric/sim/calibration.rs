@@ -8,7 +8,7 @@
 /// are published sources found beside them (cited where their figures are used), which fit
 /// no kernel or NCCL rate of the model (R1 stands in for C5 and C2 only in a fit that leaves
 /// them out; R3 and R5 set how far C5's kernel factor is known to hold, `kernel_flows_reach`;
-/// R1's and R5's four-GPU copy-engine scores set `copy_served_share`).
+/// R1's, R2's and R5's four-GPU copy-engine all-to-alls set `copy_served_share`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Source {
     C1,
@@ -20,7 +20,7 @@ pub enum Source {
     R1,
     /// rtx6kpro hardware/asus-esc8000a-e13p-broadcom-switches.md: the same one-shot and NCCL
     /// on 8 RTX PRO 6000 behind Broadcom PEX890xx switches over two sockets, and on the 4 of
-    /// one socket. Fits nothing.
+    /// one socket. Fits `copy_served_share` (its chip A's 12-flow all-to-all) only.
     R2,
     /// local-inference-lab/b12x#139: NCCL's all-reduce and an island reduce-scatter (artune's
     /// island two-shot, pulling in every phase) on 16 RTX PRO 6000 in four four-GPU islands
@@ -36,7 +36,7 @@ pub enum Source {
     /// "luke's switches, 8 GPUs"): a one-shot pull (p2pmark --allreduce's output) and NCCL on
     /// 8 RTX PRO 6000 Max-Q under three Microchip switches, two partitioned leaves under one
     /// root switch (hardware/gpu-configs.md): 48 kernel flows through the root switch, 7 peers
-    /// per GPU. Fits `kernel_flows_reach`, and with R1 `copy_served_share`.
+    /// per GPU. Fits `kernel_flows_reach`, and with R1 and R2 `copy_served_share`.
     R5,
 }
 
@@ -105,19 +105,24 @@ const R1: KernelRates = KernelRates {
     flows: 12,
 };
 
-/// p2pmark 3c39f36's dense score on four GPUs (`All GPUs read all peers simultaneously`: each
-/// GPU's copy engines read its 3 peers' 64 MB buffers at once, each GPU's rate summed), GB/s
-/// in total, per source: R5's page ("p2pmark Scores (4 GPUs)": one c-payne switch, a Turin
-/// socket's root ports, two Broadcom partitions) and R1's box (hardware/wrx90-cpayne-microchip-
-/// switches.md, GPUs 0-3; its flat rebuild, hardware/wrx90-cpayne-2switch-flat.md, one switch).
-/// The same tool's single reader (test 2b: one GPU reading all 3 peers, the others idle) moves
-/// 54 GB/s, the link's: the loss comes with a GPU's memory serving three peers' reads at once.
-pub const SERVED_FOUR: [(Source, f64); 5] = [
+/// Four GPUs each copying with their 3 peers at once, GB/s in total, per source. p2pmark
+/// 3c39f36's dense score (`All GPUs read all peers simultaneously`: each GPU's copy engines
+/// read its 3 peers' 64 MB at once, each GPU's rate summed): R5's page ("p2pmark Scores (4
+/// GPUs)": one c-payne switch, a Turin socket's root ports, two Broadcom partitions) and R1's
+/// box (hardware/wrx90-cpayne-microchip-switches.md, GPUs 0-3; its flat rebuild,
+/// hardware/wrx90-cpayne-2switch-flat.md, one switch). The pages' own 12-flow all-to-all
+/// (direction unstated): R1's flat rebuild ("Multi-Flow Scaling", 148.9) and R2's chip A
+/// ("Same-Chip Scaling", 153). p2pmark's single reader (test 2b: one GPU reading all 3 peers,
+/// the others idle) moves 54 GB/s, the link's: the loss comes with a GPU's memory serving
+/// three peers at once.
+pub const SERVED_FOUR: [(Source, f64); 7] = [
     (Source::R5, 138.3),
     (Source::R5, 129.7),
     (Source::R5, 127.6),
     (Source::R1, 126.0),
     (Source::R1, 121.0),
+    (Source::R1, 148.9),
+    (Source::R2, 153.0),
 ];
 
 /// The share of its port a GPU serves peer copies at with [`SERVED_FOUR`]'s three accessors:
@@ -165,9 +170,9 @@ pub struct Calibration {
     /// out 1.12-1.24x slow the same way. With neither, C5's 12.
     pub kernel_flows_reach: usize,
     /// The share of its port at which a GPU whose memory three or more peers' copy engines
-    /// access at once (their reads of it, their writes into it) moves those bytes: 0.571 from
-    /// [`SERVED_FOUR`]'s five figures; without R5, R1's two (0.549); without R1, R5's three
-    /// (0.586); with neither, 1.
+    /// access at once (their reads of it, their writes into it) moves those bytes: 0.598 from
+    /// [`SERVED_FOUR`]'s seven figures; without R1 0.608, without R2 0.585, without R5 0.607;
+    /// with none of them, 1.
     pub copy_served_share: f64,
 }
 
@@ -262,11 +267,11 @@ mod tests {
         let neither = Calibration::without(&[Source::C2, Source::R1]);
         assert_eq!(neither.kernel_prologue_us, 0.0);
         assert!(Calibration::without(&[Source::C1]).forwarding_peak_gbps > 300.0);
-        assert!((all.copy_served_share - 0.571).abs() < 0.001);
-        let r1_only = Calibration::without(&[Source::R5]).copy_served_share;
-        let r5_only = no_r1.copy_served_share;
-        assert!((r1_only - 0.549).abs() < 0.001 && (r5_only - 0.586).abs() < 0.001);
-        let neither = Calibration::without(&[Source::R1, Source::R5]);
-        assert_eq!(neither.copy_served_share, 1.0);
+        assert!((all.copy_served_share - 0.598).abs() < 0.001);
+        let share = |left_out: &[Source]| Calibration::without(left_out).copy_served_share;
+        assert!((no_r1.copy_served_share - 0.608).abs() < 0.001);
+        assert!((share(&[Source::R2]) - 0.585).abs() < 0.001);
+        assert!((share(&[Source::R5]) - 0.607).abs() < 0.001);
+        assert_eq!(share(&[Source::R1, Source::R2, Source::R5]), 1.0);
     }
 }

@@ -7,7 +7,7 @@ use crate::fabric::Direction;
 
 /// How many peers' copy engines must access one GPU's memory at once before it serves them at
 /// [`Calibration::copy_served_share`](crate::fabric::sim::calibration::Calibration) of its
-/// port: p2pmark's four GPUs, three peers each. One accessor moves at the link's rate (its
+/// port: four GPUs, three peers each. One accessor moves at the link's rate (p2pmark's
 /// single reader of three peers, the staggered reads); two is unpublished and taken as one.
 pub const SERVED_PEERS: usize = 3;
 
@@ -39,8 +39,8 @@ impl Net {
     /// Per flow, (weight, the resource it weighs on, own cap): 1, none and no cap on NVLink
     /// and for a copy-engine flow, unless its data's owner (a read's source, a write's
     /// destination) has [`SERVED_PEERS`] or more copy accessors: then it weighs 1 / the
-    /// served share on that GPU's port (p2pmark's four GPUs each reading three peers move
-    /// 0.54-0.61 of their links, one reading three alone the link). A kernel flow weighs 1 / the lowest concurrency factor
+    /// served share on that GPU's port (four GPUs each copying with three peers move 0.54-0.68
+    /// of their links, one reading three alone the link). A kernel flow weighs 1 / the lowest concurrency factor
     /// of the nodes it crosses, each at the number of distinct kernel flows crossing it, on its
     /// driving GPU's port only (the issuer's outstanding requests, a transaction limit per
     /// GPU, not a share of every resource: docs/MODEL.md), and is capped at that GPU's
