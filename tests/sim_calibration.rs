@@ -12,6 +12,7 @@
 
 mod boxes;
 
+use artune::fabric::sim::calibration::Calibration;
 use artune::fabric::sim::nccl::Level;
 use artune::fabric::sim::SimFabric;
 use artune::fabric::{Backend, Direction, Dtype, Fabric, Group, Mode, Readiness};
@@ -707,8 +708,10 @@ fn all_pairs(n: usize) -> Vec<(usize, usize)> {
 }
 
 /// C5: "isolated store 44.78, load 42.83; concurrent (every rank drives all three peers)
-/// store 25.40, load 20.60 GB/s"; under concurrency stores beat loads, and a copy engine on
-/// the same pattern is far faster (copy tables do not show kernel traffic).
+/// store 25.40, load 20.60 GB/s"; under concurrency stores beat loads. A copy engine on the
+/// same pattern is faster, not by the kernel factor but at the share a GPU serves three peers'
+/// copies at (p2pmark's four-GPU scores, `Calibration::copy_served_share`): C5 compares with
+/// C1's one copy-engine pair (56.2 GB/s), which is no concurrent figure.
 #[test]
 fn c5_kernel_stores_and_loads_on_four_pcie_gpus() {
     let f = SimFabric::new(get("pcie-4x-1switch").unwrap(), 1);
@@ -733,7 +736,9 @@ fn c5_kernel_stores_and_loads_on_four_pcie_gpus() {
         .iter()
         .sum::<f64>()
         / 4.0;
-    assert!(copy > 1.8 * cs, "copy {copy} vs kernel {cs}");
+    let share = Calibration::fitted().copy_served_share;
+    assert!(within(copy, 56.32 * share, 0.02), "copy {copy}");
+    assert!(copy > 1.2 * cs, "copy {copy} vs kernel {cs}");
 }
 
 /// The concurrency factor is a limit of the GPU that issues the loads or stores, so it weighs

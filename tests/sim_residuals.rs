@@ -776,6 +776,80 @@ fn rows(cal: &Calibration) -> Vec<Row> {
         parts(&[BandPart::Links, BandPart::SwitchTree]),
         Some(BandPart::SwitchTree),
     );
+    // Four GPUs each copying with their three peers at once (`calibration::SERVED_FOUR`), the
+    // copy-served part's own figures. p2pmark 3c39f36's dense score (each GPU's copy engines
+    // reading its three peers): R5's page ("p2pmark Scores (4 GPUs)": luke's c-payne switch, a
+    // Turin socket's root ports, two Broadcom partitions of one socket), R1's box (GPUs 0-3 of
+    // hardware/wrx90-cpayne-microchip-switches.md, two leaves under a root switch) and its flat
+    // rebuild (hardware/wrx90-cpayne-2switch-flat.md, "4 GPU": one switch). The pages' own
+    // 12-flow all-to-all, direction unstated (the model serves both alike): the flat rebuild's
+    // "Multi-Flow Scaling" and R2's chip A, GPUs 0-3 ("Same-Chip Scaling").
+    let served = [BandPart::Links, BandPart::CopyServed];
+    let served_rc = [BandPart::Links, BandPart::RootComplex, BandPart::CopyServed];
+    let one = || get("pcie-4x-1switch").unwrap();
+    let turin = || get("pcie-8x-direct-2socket").unwrap();
+    let (p2pmark, flows) = ("reading all peers", "12 copy flows");
+    for (source, how, figure, published, t, band) in [
+        (Source::R5, p2pmark, "one switch", 138.3, one(), &served[..]),
+        (
+            Source::R5,
+            p2pmark,
+            "a Turin socket",
+            129.7,
+            turin(),
+            &served_rc,
+        ),
+        (
+            Source::R5,
+            p2pmark,
+            "two Broadcom partitions",
+            127.6,
+            asus(),
+            &served_rc,
+        ),
+        (
+            Source::R1,
+            p2pmark,
+            "two leaves under a root switch",
+            126.0,
+            r1_box(),
+            &served_rc,
+        ),
+        (
+            Source::R1,
+            p2pmark,
+            "one switch, flat rebuild",
+            121.0,
+            one(),
+            &served,
+        ),
+        (
+            Source::R1,
+            flows,
+            "one switch, flat rebuild",
+            148.9,
+            one(),
+            &served,
+        ),
+        (
+            Source::R2,
+            flows,
+            "Broadcom chip A",
+            153.0,
+            asus(),
+            &served_rc,
+        ),
+    ] {
+        let mut f = prepared(t, &[0, 1, 2, 3], Some(Level::Sys), cal);
+        push(
+            source,
+            format!("{} 4 GPUs {how}, {figure}, total GB/s", source.id()),
+            published,
+            f.probe(Direction::Read, 3, 64 * MB).unwrap().aggregate_gbps,
+            parts(band),
+            Some(BandPart::CopyServed),
+        );
+    }
     // R4 (haohervchb/sglang-V100#2, "Measured inside a CUDA graph"): a one-shot push on 4
     // V100 SXM2 behind one PLX switch, fp16; artune's one-stage push as it runs (its LL form
     // to 32 KiB per rank).
@@ -1026,8 +1100,7 @@ fn unreached(cal: &Calibration) -> Vec<Row> {
     }
     // R1's box's other copy-engine figures (its page, as in `rows`): both directions of a
     // pair move 104 GB/s where C1's move 109.3 and the model 112.6 (past the links part,
-    // C1's 0.04); GPUs 0-3 reading all peers move 126 GB/s where the model, its cross-leaf
-    // flows sharing a leaf uplink four to a direction, gives 168; staggered reads move more
+    // C1's 0.04); staggered reads move more
     // than one x16 uplink per root switch carries (+4: eight flows across the CPU, 25.6 GB/s
     // each) and less where no link carries two of them a direction (+1, +7: 51.6).
     let links = || parts(&[BandPart::Links]);
@@ -1048,15 +1121,6 @@ fn unreached(cal: &Calibration) -> Vec<Row> {
             rc(),
         ),
     ];
-    let mut rb4 = prepared(r1_box(), &[0, 1, 2, 3], Some(Level::Sys), cal);
-    figures.push((
-        "R1's box 4 GPUs reading all peers, total GB/s".to_string(),
-        126.0,
-        rb4.probe(Direction::Read, 3, 64 * MB)
-            .unwrap()
-            .aggregate_gbps,
-        rc(),
-    ));
     for (k, want) in (1..8).zip([51.55, 39.17, 32.84, 25.63, 32.82, 39.21, 51.53]) {
         let pairs: Vec<(usize, usize)> = (0..8).map(|i| ((i + k) % 8, i)).collect();
         figures.push((
@@ -1076,28 +1140,6 @@ fn unreached(cal: &Calibration) -> Vec<Row> {
             part: Some(BandPart::RootComplex),
         });
     }
-    // R5's source's 4-GPU dense score (hardware/pcie-bandwidth.md, "p2pmark Scores (4 GPUs)",
-    // "luke (1 switch)": four GPUs under one of the same c-payne switches reading all peers):
-    // 138.3 GB/s, where the model's GPU ports give 225. Direct-attached and Broadcom boxes
-    // publish 129.7 and 127.6 on four GPUs, R1's box 126: as R1's, a limit the switch's curve
-    // does not hold (docs/MODEL-ERROR.md).
-    let mut one = prepared(
-        get("pcie-4x-1switch").unwrap(),
-        &[0, 1, 2, 3],
-        Some(Level::Sys),
-        cal,
-    );
-    out.push(Row {
-        source: Source::R5,
-        figure: "R5's source 4 GPUs under one switch reading all peers, total GB/s".into(),
-        published: 138.3,
-        simulated: one
-            .probe(Direction::Read, 3, 64 * MB)
-            .unwrap()
-            .aggregate_gbps,
-        band: parts(&[BandPart::Links]),
-        part: Some(BandPart::Links),
-    });
     // nccl-tests on all eight GPUs of R2's box (optimization/nccl-tuning.md, the tuner
     // plugin's baseline, NCCL 2.28.3): 40.4 GB/s busbw at 16 MB needs at least four
     // channels where NCCL's search across AMD sockets (AMD_BW) finds one, run as two.

@@ -56,6 +56,9 @@ pub enum BandPart {
     /// switch above leaf switches): C1's curve was measured on switches of GPUs, and the one
     /// published all-to-all through such a switch (R5's, 48 flows) moves more than it gives.
     SwitchTree,
+    /// Copy-engine bytes of a GPU whose memory three or more peers' copy engines access at
+    /// once: the served share fitted on four-GPU copy all-to-alls (R1's box, R2's, R5's page).
+    CopyServed,
     /// A custom kernel's fixed costs: prologue, barriers, first bytes (C2's small one-shots).
     KernelFixed,
     /// NCCL's fixed costs: its per-operation base latency and per-step hops (C1's and C2's
@@ -119,6 +122,9 @@ impl BandPart {
             // forwards 142.5: ln(191.8/142.53) = 0.297, beside links' 0.04 in quadrature.
             // One figure, so as wide both ways.
             BandPart::SwitchTree => 0.30,
+            // Four GPUs' copy all-to-alls: R2's chip A, 153 GB/s, predicted without R2 (share
+            // 0.585) at 131.3, ln 0.153; R1's flat rebuild, 121, without R1 at 1.13x, ln 0.120.
+            BandPart::CopyServed => 0.16,
             // R2's one-shot on 4 GPUs at 256 B and 4 KB, 1.34x: ln 0.29 (C2's at 1 KB fitted
             // without C2, no prologue: 0.84x, ln 0.17).
             BandPart::KernelFixed => 0.30,
@@ -209,6 +215,7 @@ impl BandPart {
             BandPart::NvLink => "nvlink",
             BandPart::ForwardingUnstated => "forwarding-unstated",
             BandPart::SwitchTree => "switch-tree",
+            BandPart::CopyServed => "copy-served",
             BandPart::KernelFixed => "kernel-fixed",
             BandPart::NcclFixed => "nccl-fixed",
             BandPart::CopyFixed => "copy-fixed",
@@ -351,10 +358,11 @@ impl GroupParts {
         data_us: f64,
     ) -> Band {
         // A switch tree's root forwards kernel bytes too, but the switch's kernel part prices
-        // them: its figures include R5's one-shot through that very root switch.
+        // them: its figures include R5's one-shot through that very root switch. A kernel's
+        // loads and stores are not copies served by a busy GPU: its factor prices them.
         let fabric: BTreeMap<BandPart, f64> = fabric
             .iter()
-            .filter(|(&p, _)| p != BandPart::SwitchTree)
+            .filter(|(&p, _)| !matches!(p, BandPart::SwitchTree | BandPart::CopyServed))
             .map(|(&p, &w)| (p, w))
             .collect();
         let fast: BTreeMap<BandPart, f64> = fabric
@@ -380,8 +388,8 @@ impl GroupParts {
 
     /// The band of an NCCL time, as [`GroupParts::custom`]: the copy-engine fabric (kernel-
     /// traffic parts do not apply) and NCCL's protocol costs price the bytes, and the host's
-    /// make where unstated moves both. An unstated forwarding curve or a switch tree's root
-    /// does not apply either:
+    /// make where unstated moves both. An unstated forwarding curve, a switch tree's root or a
+    /// GPU serving many peers' copies does not apply either:
     /// NCCL's rings and trees put one or two flows per GPU through a node, below any curve's
     /// knee, where all-to-all kernels put N−1; nor does a collapse, which takes two GPUs of
     /// one switch sending out of it at once, where a ring sends one.
@@ -400,6 +408,7 @@ impl GroupParts {
                         | BandPart::CollapseUnstated
                         | BandPart::ForwardingUnstated
                         | BandPart::SwitchTree
+                        | BandPart::CopyServed
                 )
             })
             .map(|p| (p, p.half_width()))
@@ -510,5 +519,22 @@ mod tests {
         assert!(!g.nccl(0.0, 1.0).parts.contains(&t));
         let custom = g.custom_of(false, 0.0, 1.0);
         assert!(!custom.parts.contains(&t) && (custom.high.ln() - 0.04).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_busy_gpus_served_share_prices_copy_engine_bytes_only() {
+        let c = BandPart::CopyServed;
+        let g = GroupParts {
+            fabric: [(BandPart::Links, 0.04), (c, c.half_width())].into(),
+            host_stated: true,
+            islands: None,
+        };
+        let copy = super::super::copy::band(&g, 0.0, 1.0);
+        assert!(copy.parts.contains(&c));
+        assert!((copy.high.ln() - 0.04f64.hypot(c.half_width())).abs() < 1e-12);
+        // NCCL's and a kernel's bytes are loads and stores, priced by their own parts.
+        assert!(!g.nccl(0.0, 1.0).parts.contains(&c));
+        let custom = g.custom_of(false, 0.0, 1.0);
+        assert!(!custom.parts.contains(&c) && (custom.high.ln() - 0.04).abs() < 1e-12);
     }
 }

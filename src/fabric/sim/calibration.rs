@@ -6,8 +6,9 @@
 
 /// A calibration source whose figures fit a constant: C1-C9 are shared/calibration's; R1-R5
 /// are published sources found beside them (cited where their figures are used), which fit
-/// no rate of the model (R1 stands in for C5 and C2 only in a fit that leaves them out; R3
-/// and R5 set how far C5's kernel factor is known to hold, `kernel_flows_reach`).
+/// no kernel or NCCL rate of the model (R1 stands in for C5 and C2 only in a fit that leaves
+/// them out; R3 and R5 set how far C5's kernel factor is known to hold, `kernel_flows_reach`;
+/// R1's, R2's and R5's four-GPU copy-engine all-to-alls set `copy_served_share`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Source {
     C1,
@@ -19,7 +20,7 @@ pub enum Source {
     R1,
     /// rtx6kpro hardware/asus-esc8000a-e13p-broadcom-switches.md: the same one-shot and NCCL
     /// on 8 RTX PRO 6000 behind Broadcom PEX890xx switches over two sockets, and on the 4 of
-    /// one socket. Fits nothing.
+    /// one socket. Fits `copy_served_share` (its chip A's 12-flow all-to-all) only.
     R2,
     /// local-inference-lab/b12x#139: NCCL's all-reduce and an island reduce-scatter (artune's
     /// island two-shot, pulling in every phase) on 16 RTX PRO 6000 in four four-GPU islands
@@ -35,7 +36,7 @@ pub enum Source {
     /// "luke's switches, 8 GPUs"): a one-shot pull (p2pmark --allreduce's output) and NCCL on
     /// 8 RTX PRO 6000 Max-Q under three Microchip switches, two partitioned leaves under one
     /// root switch (hardware/gpu-configs.md): 48 kernel flows through the root switch, 7 peers
-    /// per GPU. Fits `kernel_flows_reach` only.
+    /// per GPU. Fits `kernel_flows_reach`, and with R1 and R2 `copy_served_share`.
     R5,
 }
 
@@ -104,6 +105,41 @@ const R1: KernelRates = KernelRates {
     flows: 12,
 };
 
+/// Four GPUs each copying with their 3 peers at once, GB/s in total, per source. p2pmark
+/// 3c39f36's dense score (`All GPUs read all peers simultaneously`: each GPU's copy engines
+/// read its 3 peers' 64 MB at once, each GPU's rate summed): R5's page ("p2pmark Scores (4
+/// GPUs)": one c-payne switch, a Turin socket's root ports, two Broadcom partitions) and R1's
+/// box (hardware/wrx90-cpayne-microchip-switches.md, GPUs 0-3; its flat rebuild,
+/// hardware/wrx90-cpayne-2switch-flat.md, one switch). The pages' own 12-flow all-to-all
+/// (direction unstated): R1's flat rebuild ("Multi-Flow Scaling", 148.9) and R2's chip A
+/// ("Same-Chip Scaling", 153). p2pmark's single reader (test 2b: one GPU reading all 3 peers,
+/// the others idle) moves 54 GB/s, the link's: the loss comes with a GPU's memory serving
+/// three peers at once.
+pub const SERVED_FOUR: [(Source, f64); 7] = [
+    (Source::R5, 138.3),
+    (Source::R5, 129.7),
+    (Source::R5, 127.6),
+    (Source::R1, 126.0),
+    (Source::R1, 121.0),
+    (Source::R1, 148.9),
+    (Source::R2, 153.0),
+];
+
+/// The share of its port a GPU serves peer copies at with [`SERVED_FOUR`]'s three accessors:
+/// the geometric mean of the figures of `has`'s sources, per GPU over [`COPY_PAIR_GBPS`]; with
+/// none, 1 (no loss).
+fn served_share(has: impl Fn(Source) -> bool) -> f64 {
+    let logs: Vec<f64> = SERVED_FOUR
+        .iter()
+        .filter(|(s, _)| has(*s))
+        .map(|(_, total)| (total / 4.0 / COPY_PAIR_GBPS).ln())
+        .collect();
+    if logs.is_empty() {
+        return 1.0;
+    }
+    (logs.iter().sum::<f64>() / logs.len() as f64).exp()
+}
+
 /// The fitted constants.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Calibration {
@@ -133,6 +169,11 @@ pub struct Calibration {
     /// Without R5, R3's 24: its island reduce-scatter puts 24 through each switch and comes
     /// out 1.12-1.24x slow the same way. With neither, C5's 12.
     pub kernel_flows_reach: usize,
+    /// The share of its port at which a GPU whose memory three or more peers' copy engines
+    /// access at once (their reads of it, their writes into it) moves those bytes: 0.598 from
+    /// [`SERVED_FOUR`]'s seven figures; without R1 0.608, without R2 0.585, without R5 0.607;
+    /// with none of them, 1.
+    pub copy_served_share: f64,
 }
 
 impl Default for Calibration {
@@ -188,6 +229,7 @@ impl Calibration {
             } else {
                 300.0
             },
+            copy_served_share: served_share(has),
         }
     }
 }
@@ -203,7 +245,14 @@ mod tests {
         let no5 = Calibration::without(&[Source::C5]);
         assert_eq!(no5.kernel, Some(R1));
         assert!((R1.load_concurrent - 13.23).abs() < 0.01);
-        assert_eq!(Calibration::without(&[Source::R1]), all);
+        let no_r1 = Calibration::without(&[Source::R1]);
+        assert_eq!(
+            Calibration {
+                copy_served_share: all.copy_served_share,
+                ..no_r1
+            },
+            all
+        );
         assert_eq!(Calibration::without(&[Source::R4]), all);
         assert_eq!(all.kernel_flows_reach, 48);
         assert_eq!(Calibration::without(&[Source::R5]).kernel_flows_reach, 24);
@@ -218,5 +267,11 @@ mod tests {
         let neither = Calibration::without(&[Source::C2, Source::R1]);
         assert_eq!(neither.kernel_prologue_us, 0.0);
         assert!(Calibration::without(&[Source::C1]).forwarding_peak_gbps > 300.0);
+        assert!((all.copy_served_share - 0.598).abs() < 0.001);
+        let share = |left_out: &[Source]| Calibration::without(left_out).copy_served_share;
+        assert!((no_r1.copy_served_share - 0.608).abs() < 0.001);
+        assert!((share(&[Source::R2]) - 0.585).abs() < 0.001);
+        assert!((share(&[Source::R5]) - 0.607).abs() < 0.001);
+        assert_eq!(share(&[Source::R1, Source::R2, Source::R5]), 1.0);
     }
 }

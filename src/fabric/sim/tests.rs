@@ -272,11 +272,16 @@ fn probe_checks_its_arguments_and_reads_the_flow_model() {
     f.prepare(&group(&[0, 1, 2, 3]), &[Backend::Nccl]).unwrap();
     assert!(f.probe(Direction::Read, 4, 1 << 20).is_err());
     assert!(f.probe(Direction::Read, 0, 1 << 20).is_err());
-    // Three peers each through one 56.32 GB/s port; 64 MB makes latency negligible.
+    // Three peers each through one 56.32 GB/s port, each GPU taking three peers' copies at
+    // the served share; 64 MB makes latency negligible.
+    let share = crate::fabric::sim::calibration::Calibration::fitted().copy_served_share;
     let s = f.probe(Direction::Write, 3, 64 << 20).unwrap();
-    assert!((s.per_gpu_gbps / 56.32 - 1.0).abs() < 0.05, "{s:?}");
     assert!(
-        (s.aggregate_gbps / (4.0 * 56.32) - 1.0).abs() < 0.05,
+        (s.per_gpu_gbps / (56.32 * share) - 1.0).abs() < 0.05,
+        "{s:?}"
+    );
+    assert!(
+        (s.aggregate_gbps / (4.0 * 56.32 * share) - 1.0).abs() < 0.05,
         "{s:?}"
     );
     // Small probes are latency-bound.

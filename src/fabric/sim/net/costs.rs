@@ -1,12 +1,46 @@
-//! What kernel traffic and Broadcom's posted-write collapse add to a max-min solve.
+//! What kernel traffic, a GPU serving many peers' copies and Broadcom's posted-write collapse
+//! add to a max-min solve.
 
 use super::{Engine, Flow, Net, Route};
 use crate::fabric::sim::flow::Problem;
 use crate::fabric::Direction;
 
+/// How many peers' copy engines must access one GPU's memory at once before it serves them at
+/// [`Calibration::copy_served_share`](crate::fabric::sim::calibration::Calibration) of its
+/// port: four GPUs, three peers each. One accessor moves at the link's rate (p2pmark's
+/// single reader of three peers, the staggered reads); two is unpublished and taken as one.
+pub const SERVED_PEERS: usize = 3;
+
 impl Net {
-    /// Per flow, (weight, the resource it weighs on, own cap): 1, none and no cap for
-    /// copy-engine flows and on NVLink. A kernel flow weighs 1 / the lowest concurrency factor
+    /// Per GPU, how many distinct peers' copy engines access its memory among `flows` (a
+    /// read's source, a write's destination); empty when no copy flow crosses PCIe.
+    fn copy_accessors(&self, flows: &[Flow], routes: &[&Route]) -> Vec<usize> {
+        let mut pairs: Vec<(usize, usize)> = flows
+            .iter()
+            .zip(routes)
+            .filter(|(f, r)| f.engine == Engine::Copy && !r.nvlink && f.src != f.dst)
+            .map(|(f, _)| match f.dir {
+                Direction::Read => (f.src, f.dst),
+                Direction::Write => (f.dst, f.src),
+            })
+            .collect();
+        if pairs.is_empty() {
+            return Vec::new();
+        }
+        pairs.sort_unstable();
+        pairs.dedup();
+        let mut count = vec![0usize; self.n];
+        for (owner, _) in pairs {
+            count[owner] += 1;
+        }
+        count
+    }
+
+    /// Per flow, (weight, the resource it weighs on, own cap): 1, none and no cap on NVLink
+    /// and for a copy-engine flow, unless its data's owner (a read's source, a write's
+    /// destination) has [`SERVED_PEERS`] or more copy accessors: then it weighs 1 / the
+    /// served share on that GPU's port (four GPUs each copying with three peers move 0.54-0.68
+    /// of their links, one reading three alone the link). A kernel flow weighs 1 / the lowest concurrency factor
     /// of the nodes it crosses, each at the number of distinct kernel flows crossing it, on its
     /// driving GPU's port only (the issuer's outstanding requests, a transaction limit per
     /// GPU, not a share of every resource: docs/MODEL.md), and is capped at that GPU's
@@ -30,11 +64,23 @@ impl Net {
         } else {
             Vec::new()
         };
+        let served = self.copy_accessors(flows, routes);
+        let share = self.cal.copy_served_share;
         flows
             .iter()
             .zip(routes)
             .map(|(f, r)| {
-                if f.engine != Engine::Kernel || r.nvlink {
+                if r.nvlink {
+                    return (1.0, None, f64::INFINITY);
+                }
+                if f.engine == Engine::Copy {
+                    let (owner, port) = match f.dir {
+                        Direction::Read => (f.src, self.gpu_up[f.src]),
+                        Direction::Write => (f.dst, self.gpu_down[f.dst]),
+                    };
+                    if share < 1.0 && served.get(owner).is_some_and(|&k| k >= SERVED_PEERS) {
+                        return (1.0 / share, Some(port), f64::INFINITY);
+                    }
                     return (1.0, None, f64::INFINITY);
                 }
                 let issuer = match f.dir {

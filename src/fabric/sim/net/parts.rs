@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use super::costs::SERVED_PEERS;
 use super::{Net, Place};
 use crate::fabric::sim::band::{BandPart, COLLAPSE_UNSTATED};
 use crate::fabric::Direction;
@@ -25,6 +26,7 @@ impl Net {
         let tree = self.tree_uplinks();
         // Distinct GPU pairs crossing each resource.
         let mut flows = vec![0usize; self.caps.len()];
+        let mut partners = Vec::with_capacity(2 * pairs.len());
         for &(a, b) in pairs {
             let r = self.route(a, b);
             if r.nvlink {
@@ -32,6 +34,9 @@ impl Net {
                 continue;
             }
             out.insert(BandPart::Links, BandPart::Links.half_width());
+            if a != b {
+                partners.extend([(a, b), (b, a)]);
+            }
             for &x in &r.resources {
                 flows[x] += 1;
             }
@@ -44,6 +49,15 @@ impl Net {
             if self.sock_x_up.iter().any(|x| r.resources.contains(x)) {
                 out.insert(BandPart::Interconnect, BandPart::Interconnect.half_width());
             }
+        }
+        // A GPU with SERVED_PEERS partners over PCIe may serve as many peers' copies at once.
+        partners.sort_unstable();
+        partners.dedup();
+        if partners
+            .chunk_by(|x, y| x.0 == y.0)
+            .any(|c| c.len() >= SERVED_PEERS)
+        {
+            out.insert(BandPart::CopyServed, BandPart::CopyServed.half_width());
         }
         for (part, w) in self.collapse_parts(pairs) {
             let e = out.entry(part).or_insert(w);

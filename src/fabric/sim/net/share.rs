@@ -1,6 +1,6 @@
 //! The rates concurrent flows get on the net, and when they finish.
 
-use super::{Flow, Net, Route};
+use super::{Engine, Flow, Net, Route};
 use crate::fabric::sim::flow::{self, Problem};
 
 /// What a node counts a flow as: its (source, destination, to host memory). Several NCCL
@@ -65,10 +65,17 @@ impl Net {
         let collapse = self.collapse_groups(flows, routes, &mut p);
         for (i, (f, r)) in flows.iter().zip(routes).enumerate() {
             let (weight, port, cap) = costs[i];
+            // A kernel's loads and stores weigh on a collapsing uplink as on its port; a copy
+            // served by a busy GPU is slowed at that GPU's port only.
+            let on_collapse = if f.engine == Engine::Kernel {
+                weight
+            } else {
+                1.0
+            };
             let extra = collapse
                 .iter()
                 .filter(|(_, members)| members.binary_search(&i).is_ok())
-                .map(|(res, _)| (*res, weight));
+                .map(|(res, _)| (*res, on_collapse));
             let path = r.resources.iter().map(|&x| {
                 let w = if port == Some(x) { weight } else { 1.0 };
                 (x, w * self.curves[x].map_or(1.0, |c| c.weight(f.dir)))

@@ -1,4 +1,5 @@
 use super::*;
+use crate::fabric::sim::calibration::Calibration;
 use crate::topology::{presets, Contention, Topology};
 
 fn close(a: f64, b: f64, tol: f64) -> bool {
@@ -240,9 +241,58 @@ fn kernel_streams_are_capped_and_degrade_under_all_to_all() {
         .collect();
     let per_gpu = kernel_rates(&net, &all, Engine::Kernel) / 4.0;
     assert!(close(per_gpu, 25.40, 1e-9), "{per_gpu}");
-    // Copy engines on the same pattern keep the full port.
+    // Copy engines on the same pattern: each GPU's memory takes three peers' writes, served
+    // at the fitted share of its port (p2pmark's four-GPU scores), not the kernel factor.
     let copy = kernel_rates(&net, &all, Engine::Copy) / 4.0;
-    assert!(close(copy, 56.32, 1e-9), "{copy}");
+    let share = Calibration::fitted().copy_served_share;
+    assert!(close(copy, 56.32 * share, 1e-9), "{copy}");
+}
+
+#[test]
+fn a_gpu_serving_three_peers_copies_moves_the_served_share_and_one_the_link() {
+    let net = Net::build(&presets::get("pcie-4x-1switch").unwrap());
+    let share = Calibration::fitted().copy_served_share;
+    let reads = |pairs: &[(usize, usize)]| -> f64 {
+        let flows: Vec<Flow> = pairs
+            .iter()
+            .map(|&(src, dst)| Flow::copy(src, dst, Direction::Read))
+            .collect();
+        let routes: Vec<Route> = pairs.iter().map(|&(a, b)| net.route(a, b)).collect();
+        let refs: Vec<&Route> = routes.iter().collect();
+        net.rates(&flows, &refs).iter().sum()
+    };
+    // p2pmark's single reader: GPU 0 reads its three peers, each serving one reader: the link.
+    let single = reads(&[(1, 0), (2, 0), (3, 0)]);
+    assert!(close(single, 56.32, 1e-9), "{single}");
+    // Three readers of GPU 0's memory: its port serves them at the share.
+    let served = reads(&[(0, 1), (0, 2), (0, 3)]);
+    assert!(close(served, 56.32 * share, 1e-9), "{served}");
+    // Two readers: unpublished, taken as one each.
+    let two = reads(&[(0, 1), (0, 2)]);
+    assert!(close(two, 56.32, 1e-9), "{two}");
+    // Kernel loads of the same pattern are priced by the kernel factor alone.
+    let net_k = |engine| {
+        let flows: Vec<Flow> = [(0, 1), (0, 2), (0, 3)]
+            .iter()
+            .map(|&(src, dst)| Flow {
+                src,
+                dst,
+                dir: Direction::Read,
+                engine,
+            })
+            .collect();
+        let routes: Vec<Route> = [(0, 1), (0, 2), (0, 3)]
+            .iter()
+            .map(|&(a, b)| net.route(a, b))
+            .collect();
+        let refs: Vec<&Route> = routes.iter().collect();
+        net.rates(&flows, &refs).iter().sum::<f64>()
+    };
+    assert!(
+        net_k(Engine::Kernel) > served,
+        "{} vs {served}",
+        net_k(Engine::Kernel)
+    );
 }
 
 #[test]
@@ -285,4 +335,20 @@ fn only_routes_through_a_switch_above_switches_take_the_tree_part() {
     // Within sw1 nothing climbs to sw0; within sw0 nothing comes from a switch below it.
     assert!(!tree_part(&tree, &[4, 5, 6, 7]));
     assert!(!tree_part(&tree, &[0, 1, 2, 3]));
+}
+
+#[test]
+fn only_groups_where_a_gpu_has_three_peers_take_the_served_part() {
+    let net = Net::build(&presets::get("pcie-8x-2switch").unwrap());
+    let served = |gpus: &[usize]| net.parts(gpus).contains_key(&BandPart::CopyServed);
+    assert!(!served(&[0, 1]));
+    assert!(!served(&[0, 1, 4]));
+    assert!(served(&[0, 1, 4, 5]));
+    // One GPU reading three peers: its peers serve one each, but the pattern's GPU has three.
+    assert!(net
+        .parts_of(&[(1, 0), (2, 0), (3, 0)])
+        .contains_key(&BandPart::CopyServed));
+    assert!(!net
+        .parts_of(&[(1, 0), (2, 0)])
+        .contains_key(&BandPart::CopyServed));
 }
