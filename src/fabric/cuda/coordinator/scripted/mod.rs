@@ -112,15 +112,45 @@ impl Fake {
         }
     }
 
-    fn map(&mut self, h: &IpcHandle, probe: bool) {
+    /// Opens a peer's handle; false, logging nothing, where its owner has exited, as the
+    /// driver refuses the handle of a process gone (a Connect racing a peer's death).
+    fn map(&mut self, h: &IpcHandle, probe: bool) -> bool {
         if self.owned.contains(&h.hex) || self.probe_owned.contains(&h.hex) {
-            return;
+            return true;
         }
-        self.log(Ev::Map(self.id, h.hex.clone()));
+        {
+            let mut w = self.world.lock().unwrap();
+            let owner = h.hex[1..].split('-').next().and_then(|o| o.parse().ok());
+            if owner.is_some_and(|o| w.log.contains(&Ev::Exit(o))) {
+                return false;
+            }
+            w.log.push(Ev::Map(self.id, h.hex.clone()));
+        }
         match probe {
             true => self.probe_imports.push(h.hex.clone()),
             false => self.imports.push(h.hex.clone()),
         }
+        true
+    }
+
+    /// Opens every handle, stopping at the first refused: the device error a worker answers.
+    fn map_all<'a>(
+        &mut self,
+        hs: impl IntoIterator<Item = &'a IpcHandle>,
+        probe: bool,
+    ) -> Result<(), Resp> {
+        for h in hs {
+            if !self.map(h, probe) {
+                return Err(Resp::Failed(WireError::Device {
+                    error: crate::fabric::DeviceError::Driver {
+                        what: format!("cuIpcOpenMemHandle of {}", h.hex),
+                        code: "CUDA_ERROR_INVALID_VALUE: its owner has exited".into(),
+                    },
+                    stuck: false,
+                }));
+            }
+        }
+        Ok(())
     }
 
     /// Closes imports after a pause, so that an owner told to free too early frees first.
@@ -307,13 +337,15 @@ impl Fake {
                 self.close_launcher();
                 self.close(false);
                 for r in &ranks {
-                    self.map(&r.user_in, false);
-                    self.map(&r.user_out, false);
-                    for (_, b) in &r.custom {
-                        for h in [&b.input, &b.scratch, &b.out].into_iter().flatten() {
-                            self.map(h, false);
-                        }
-                        self.map(&b.signal, false);
+                    let custom = r.custom.iter().flat_map(|(_, b)| {
+                        [&b.input, &b.scratch, &b.out]
+                            .into_iter()
+                            .flatten()
+                            .chain([&b.signal])
+                    });
+                    let all = [&r.user_in, &r.user_out].into_iter().chain(custom);
+                    if let Err(refused) = self.map_all(all, false) {
+                        return Some(refused);
                     }
                 }
                 let bad = self.world.lock().unwrap().plot.bad_broken == Some(self.id);
@@ -343,10 +375,9 @@ impl Fake {
             Req::ProbeConnect { ranks, .. } => {
                 self.close(true);
                 for r in &ranks {
-                    self.map(&r.src, true);
-                    self.map(&r.dst, true);
-                    if let Some(l) = &r.latch {
-                        self.map(l, true);
+                    let all = [&r.src, &r.dst].into_iter().chain(&r.latch);
+                    if let Err(refused) = self.map_all(all, true) {
+                        return Some(refused);
                     }
                 }
                 Resp::Done
