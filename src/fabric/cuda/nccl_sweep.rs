@@ -123,14 +123,18 @@ pub fn run(s: &Sweep) -> Result<Vec<CommTimes>, SweepError> {
         return Err(format!("{} ids for {} communicators", s.ids.len(), s.channels.len()).into());
     }
     for (id, &forced) in s.ids.iter().zip(&s.channels) {
-        let per_call = switch.as_ref().map(|_| forced);
-        let ctas = nccl::Ctas::of(if per_call.is_some() { None } else { forced }, s.max_ctas);
+        // With the tuner's switch the count goes per call, as the plugin sets a profile's.
+        let (on_comm, per_call) = match switch {
+            Some(_) => (None, forced),
+            None => (forced, None),
+        };
+        let ctas = nccl::Ctas::of(on_comm, s.max_ctas);
         let comms = Comms::init_rank_ctas(lib, id, s.rank, s.nranks, LIMIT, ctas)?;
         for &variant in &runs {
             // Set before the variant's first call and capture (NCCL decides there); the
             // stream is idle, so no call of the variant before runs under it.
             if let (Some(sw), Some(v)) = (&switch, variant) {
-                sw.set(v, per_call.flatten())?;
+                sw.set(v, per_call)?;
             }
             out.push(CommTimes {
                 channels: forced,
