@@ -52,11 +52,7 @@ fn the_kernels_that_stage_have_a_registered_form() {
     assert_eq!(Output.of(0xa0, 0xc0), [0xc0]);
     // Every registered kernel is in its program's source.
     for b in with {
-        let src = compile::PROGRAMS
-            .iter()
-            .find(|(f, _)| *f == b.spec().kernel.unwrap().source)
-            .unwrap()
-            .1;
+        let src = program(b.spec().kernel.unwrap().source);
         for d in DTYPES {
             let name = registered_kernel_name(b, d).unwrap();
             let (stem, _) = name.rsplit_once('_').unwrap();
@@ -246,10 +242,7 @@ fn loopback_ranks_share_the_gpu() {
 #[test]
 fn each_kernel_is_defined_in_the_program_the_table_names() {
     for (b, k) in custom() {
-        let (_, src) = compile::PROGRAMS
-            .iter()
-            .find(|(name, _)| *name == k.source)
-            .unwrap_or_else(|| panic!("{b}: kernels/{} is not a program", k.source));
+        let src = program(k.source);
         let mut names = vec![format!(" {}_##suffix(", k.name)];
         if k.ll.is_some() {
             names.push(format!(" {}_ll_##suffix(", k.name));
@@ -273,10 +266,7 @@ fn each_copy_sum_is_defined_in_the_program_the_table_names() {
         .collect();
     assert!(!sums.is_empty());
     for (b, sum) in sums {
-        let (_, src) = compile::PROGRAMS
-            .iter()
-            .find(|(name, _)| *name == sum.source)
-            .unwrap_or_else(|| panic!("{b}: kernels/{} is not a program", sum.source));
+        let src = program(sum.source);
         let n = format!(" {}_##suffix(", sum.name);
         assert!(src.contains(&n), "{b}: no `{n}` in kernels/{}", sum.source);
     }
@@ -289,10 +279,7 @@ fn each_copy_sum_is_defined_in_the_program_the_table_names() {
 fn each_ll_kernel_checks_the_tables_limit() {
     for (b, k) in custom() {
         let Some(ll) = k.ll else { continue };
-        let (_, src) = compile::PROGRAMS
-            .iter()
-            .find(|(name, _)| *name == k.source)
-            .unwrap();
+        let src = program(k.source);
         let body = src
             .split_once(&format!(" {}_ll(const ArArgs& a)", k.name))
             .unwrap_or_else(|| panic!("{b}: no {}_ll in kernels/{}", k.name, k.source))
@@ -316,10 +303,7 @@ fn each_ll_kernel_runs_the_threads_the_host_launches() {
     let mut checked = 0;
     for (b, k) in custom() {
         let Some(ll) = k.ll else { continue };
-        let (_, src) = compile::PROGRAMS
-            .iter()
-            .find(|(name, _)| *name == k.source)
-            .unwrap();
+        let src = program(k.source);
         let want = match ll_threads(ll) {
             LL_THREADS => "LL_THREADS",
             LL1_THREADS => "LL1_THREADS",
@@ -859,4 +843,12 @@ fn a_registered_island_call_names_its_first_slot_and_a_staged_one_none() {
     assert_eq!((slots[1].peer[0], slots[2].peer[0]), (0x10, 0x11));
     let staged = call_args(&args, &work, false);
     assert_eq!((staged.reg, staged.reg_gen, staged.missed), (0, 0, 0));
+}
+
+/// The source of the program kernels/`file`, as NVRTC compiles it.
+fn program(file: &str) -> &'static str {
+    (compile::PROGRAMS.iter())
+        .find(|(name, _)| *name == file)
+        .unwrap_or_else(|| panic!("kernels/{file} is not a program"))
+        .1
 }
