@@ -339,6 +339,7 @@ impl Launcher {
         let elems = self.elems(bytes)?;
         let batch = batch.max(1);
         let key = (backend, bytes, batch);
+        let entered = std::time::Instant::now();
         if mode == Mode::Graph && !self.graphs.contains_key(&key) {
             if self.graphs.len() >= 32 {
                 self.graphs.clear();
@@ -359,6 +360,7 @@ impl Launcher {
         let graph = self.graphs.get(&key).filter(|_| mode == Mode::Graph);
         let limit = self.deadline.for_work(bytes, batch + 1);
         let mut out = Vec::with_capacity(samples as usize);
+        let sampling = std::time::Instant::now();
         for _ in 0..samples {
             if rendezvous {
                 self.launch_calls(gpu, faults, backend, elems, 1, Mode::Eager)?;
@@ -375,6 +377,15 @@ impl Launcher {
         }
         self.finish(backend, None, limit, &what)?;
         self.check_status(backend)?;
+        // Where a request's time goes, for the tool's own speed: set-up (capture, warm-up),
+        // the samples' wall time, and the part of it the GPU's events timed.
+        tracing::debug!(
+            target: "artune::timing",
+            "worker {backend} {bytes} {mode:?} {batch}x{samples}: set-up {:.3} ms, samples {:.3} ms wall, {:.3} ms timed",
+            (sampling - entered).as_secs_f64() * 1e3,
+            sampling.elapsed().as_secs_f64() * 1e3,
+            out.iter().sum::<f64>() * batch as f64 / 1e3
+        );
         Ok(out)
     }
 

@@ -418,6 +418,7 @@ impl Fabric for CudaFabric {
         }
         let calls = batch.max(1) * (samples.max(1) + 1) + samples + 3;
         let limit = self.limit(bytes, calls);
+        let entered = std::time::Instant::now();
         // Inside the operation: fresh workers after a restart verify and are found again.
         self.backend_op(backend, |f| {
             f.verify_timed(backend, bytes, mode)?;
@@ -446,6 +447,13 @@ impl Fabric for CudaFabric {
                         .fold(0.0f64, |a, &b| a.max(b))
                 })
                 .collect())
+        })
+        .inspect(|_| {
+            tracing::debug!(
+                target: "artune::timing",
+                "request {backend} {bytes} {mode:?} {batch}x{samples}: {:.3} ms",
+                entered.elapsed().as_secs_f64() * 1e3
+            )
         })
     }
 
