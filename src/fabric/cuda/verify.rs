@@ -198,11 +198,22 @@ impl Launcher {
         let dtype = self.shape.dtype;
         let (ranks, world) = self.checked_ranks(backend)?;
         let k = kernels_of(gpu)?;
+        // Three counters per rank, every rank's check queued before one wait and one read.
         let verdict = dev(
-            DevBuf::alloc(&gpu.ctx, 24),
+            DevBuf::alloc(&gpu.ctx, 24 * ranks.len()),
             "allocating the verification counters",
         )?;
-        for r in ranks {
+        let fresh: Vec<u8> = ranks
+            .iter()
+            .flat_map(|_| [0u64, u64::MAX, 0])
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        dev(
+            verdict.upload(0, &fresh),
+            "clearing the verification counters",
+        )?;
+        let mut spans = Vec::with_capacity(ranks.len());
+        for (i, &r) in ranks.iter().enumerate() {
             let (_, out) = self.spans(backend, r)?;
             let span = (bytes as usize + GUARD).min(out.bytes());
             if faults.wrong == Some(backend) {
@@ -213,14 +224,6 @@ impl Launcher {
                     "spoiling the output (fault knob)",
                 )?;
             }
-            let fresh: Vec<u8> = [0u64, u64::MAX, 0]
-                .iter()
-                .flat_map(|v| v.to_le_bytes())
-                .collect();
-            dev(
-                verdict.upload(0, &fresh),
-                "clearing the verification counters",
-            )?;
             let (mut ptr, mut n, mut seed_, mut world_, mut data_end, mut guard_end, mut res) = (
                 out.ptr(),
                 elems,
@@ -228,7 +231,7 @@ impl Launcher {
                 world as u32,
                 bytes,
                 span as u64,
-                verdict.ptr(),
+                verdict.ptr() + 24 * i as u64,
             );
             let mut params = [
                 &mut ptr as *mut u64 as *mut c_void,
@@ -240,8 +243,9 @@ impl Launcher {
                 &mut res as *mut u64 as *mut c_void,
             ];
             // SAFETY: check_<dtype>(const char*, u64, u64, u32, u64, u64, u64*) reads `span`
-            // bytes of the output (inside it: span is clipped to its size) and writes three
-            // words of `verdict`; the stream is waited for below, before either is freed.
+            // bytes of the output (inside it: span is clipped to its size) and writes the
+            // three words of rank i in `verdict`; the stream is waited for below, before either
+            // is freed.
             dev(
                 unsafe {
                     k.check(dtype).launch_raw(
@@ -253,16 +257,22 @@ impl Launcher {
                 },
                 "launching the verification kernel",
             )?;
-            self.unit
-                .stream
-                .finish(self.deadline.for_work(bytes, 1), "checking the output")?;
-            let mut v = [0u8; 24];
-            dev(
-                verdict.download(0, &mut v),
-                "reading the verification counters",
-            )?;
-            let word =
-                |i: usize| u64::from_le_bytes(v[8 * i..8 * i + 8].try_into().unwrap_or_default());
+            spans.push((r, out, span));
+        }
+        self.unit.stream.finish(
+            self.deadline.for_work(bytes, ranks.len() as u32),
+            "checking the output",
+        )?;
+        let mut v = vec![0u8; 24 * ranks.len()];
+        dev(
+            verdict.download(0, &mut v),
+            "reading the verification counters",
+        )?;
+        for (i, (r, out, span)) in spans.into_iter().enumerate() {
+            let word = |j: usize| {
+                let at = 24 * i + 8 * j;
+                u64::from_le_bytes(v[at..at + 8].try_into().unwrap_or_default())
+            };
             let (wrong, first, spoiled) = (word(0), word(1), word(2));
             if wrong > 0 {
                 let size = dtype.size() as usize;

@@ -6,11 +6,22 @@ use super::not_prepared;
 use super::processes::{unexpected, Trouble};
 use super::CudaFabric;
 use crate::allreduce::Executor;
+use crate::fabric::cuda::layout::LL2_MAX_BYTES;
 use crate::fabric::cuda::protocol::{Req, Resp};
 use crate::fabric::{Backend, FabricError, Mode, Verification};
 
-/// Calls in a row each backend is verified with in each mode before its first timing.
-const CALLS_VERIFIED: u32 = 8;
+/// Calls in a row a backend is verified with at `bytes` in each mode before its first timing:
+/// eight where a kernel's LL forms run (their lines and flags are reused call after call),
+/// three past them and for the copy engines, whose hazards (the next call's reuse of a buffer,
+/// the barrier's epoch, the next kernel starting early under PDL) recur every call. Eight at
+/// every size cost a TP8 tune in loopback 4.9 s of its 11.3 s of timing on the H100, most of
+/// it calls of 64 MiB and up, and graphs of eight copy-engine calls (50 ms each to capture).
+fn calls_verified(backend: Backend, bytes: u64) -> u32 {
+    match backend.executor() {
+        Executor::SmKernel | Executor::Nccl if bytes <= LL2_MAX_BYTES => 8,
+        _ => 3,
+    }
+}
 
 impl CudaFabric {
     /// The set running `backend` in the prepared group, and the workers it runs on.
@@ -149,7 +160,7 @@ impl CudaFabric {
     }
 
     /// Before the first timing of `backend` at `bytes` in `mode` on these workers: verifies it
-    /// in that mode, [`CALLS_VERIFIED`] calls in a row on the same buffers (one graph of them in
+    /// in that mode, [`calls_verified`] calls in a row on the same buffers (one graph of them in
     /// graph mode), so what is timed is what was checked. A wrong result fails the backend.
     /// Fresh workers after a restart verify again (the new plan has verified nothing).
     pub(super) fn verify_timed(
@@ -164,7 +175,7 @@ impl CudaFabric {
             return Ok(());
         }
         let seed = 0x7e57 ^ bytes.rotate_left(17) ^ (backend as u64) << 40 ^ (mode as u64) << 48;
-        match self.verify_run(backend, bytes, seed, mode, CALLS_VERIFIED)? {
+        match self.verify_run(backend, bytes, seed, mode, calls_verified(backend, bytes))? {
             Verification::Correct => {
                 if let Some(p) = &mut self.prepared {
                     p.verified.insert(key);
