@@ -22,7 +22,10 @@ pub struct ProbeOwned {
     /// Per owned rank: (rank, source, receive area).
     ranks: Vec<(usize, DevBuf, DevBuf)>,
     latch: Option<DevBuf>,
-    /// Where a release is written from, beside the probe streams.
+    /// Where a release is written from, beside the probe streams. Made before them with no
+    /// stream made in between (ProbeSetup, then ProbeConnect), so CUDA, handing streams its
+    /// hardware queues in turn, gives the k + 1 streams k + 1 queues where the worker has as
+    /// many (coordinator::processes::queues).
     side: Stream,
 }
 

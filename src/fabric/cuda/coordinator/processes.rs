@@ -51,7 +51,7 @@ fn spawn(
     ordinal: usize,
     cpus: &Option<String>,
     pin: Option<(NcclAlgo, NcclProto)>,
-    launches_all: bool,
+    launches: usize,
     who: &str,
 ) -> Result<WorkerLink, FabricError> {
     let mut args = vec!["__worker".into(), "--ordinal".into(), ordinal.to_string()];
@@ -67,13 +67,8 @@ fn spawn(
         Some((a, p)) => nccl::pin_env(a.name(), p.name()).to_vec(),
         None => Vec::new(),
     };
-    // A loopback launcher runs a probe stream per rank beside the stream that releases their
-    // latch; with CUDA's default 8 hardware queues a ninth stream shares one with a probe
-    // waiting on that latch, and the release never runs. 32 is CUDA's maximum. Only that
-    // worker gets them: hardware queues are made with the context, and every other worker
-    // runs at most two streams.
-    if launches_all && std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_none() {
-        env.push(("CUDA_DEVICE_MAX_CONNECTIONS".into(), "32".into()));
+    if let Some(q) = queues(launches).filter(|_| std::env::var_os(QUEUES).is_none()) {
+        env.push((QUEUES.into(), q.to_string()));
     }
     let loaded = nccl::library().ok().map(|l| l.path.as_str());
     env.extend(same_nccl(std::env::var_os(nccl::ENV_LIB).is_some(), loaded));
@@ -87,6 +82,18 @@ fn spawn(
         env,
     };
     WorkerLink::start(&spawn, who).map_err(|e| FabricError::Worker(WorkerError::Link(e)))
+}
+
+const QUEUES: &str = "CUDA_DEVICE_MAX_CONNECTIONS";
+
+/// The hardware queues a worker launching `ranks` ranks needs, where CUDA's default 8 do not
+/// suffice: a probe runs a stream per rank beside the stream that releases their latch, and
+/// with too few queues the release shares one with a probe waiting on it and never runs.
+/// The latch's stream is made just before the ranks' (probe.rs), so `ranks + 1` queues keep
+/// them apart. No more: queues are made with the context, and worker 0's 32 cost it 0.45 s
+/// to open and 0.3 s to exit on the H100 (profiles/hardware/h100/2026-12-05-trace).
+fn queues(ranks: usize) -> Option<usize> {
+    (ranks + 1 > 8).then_some(ranks + 1)
 }
 
 /// The NCCL a worker loads: the file this process loaded (`loaded`), which the profile
@@ -279,6 +286,17 @@ pub(super) fn awaits_kernels(req: &Req) -> bool {
     !matches!(req, Req::Setup { .. })
 }
 
+/// How many ranks worker `i` of `n` launches: in loopback worker 0 launches every rank (unless
+/// each worker launches its own, `ENV_LOOPBACK_LAUNCH`); elsewhere each its own.
+fn launched(loopback: bool, i: usize, n: usize) -> usize {
+    let each = std::env::var(super::ENV_LOOPBACK_LAUNCH).is_ok_and(|v| v == "each");
+    match (loopback && !each, i) {
+        (true, 0) => n,
+        (true, _) => 0,
+        (false, _) => 1,
+    }
+}
+
 /// Starts one worker per slot (CUDA ordinal, CPU list).
 pub(super) fn start_set(
     program: &std::path::Path,
@@ -295,7 +313,15 @@ pub(super) fn start_set(
             false => format!("for GPU {o}"),
         };
         started.push((
-            spawn(program, dtypes, *o, cpus, pin, loopback && i == 0, &who)?,
+            spawn(
+                program,
+                dtypes,
+                *o,
+                cpus,
+                pin,
+                launched(loopback, i, slots.len()),
+                &who,
+            )?,
             who,
         ));
     }
@@ -374,4 +400,18 @@ fn only_a_groups_buffers_are_set_up_before_the_kernels_compiled_ahead_are_awaite
     };
     assert!(awaits_kernels(&connect));
     assert!(awaits_kernels(&Req::LinksUnderLoad));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::queues;
+
+    #[test]
+    fn a_launcher_gets_a_queue_per_probe_stream_and_one_for_the_latch_only_past_cudas_eight() {
+        assert_eq!(queues(0), None);
+        assert_eq!(queues(1), None);
+        assert_eq!(queues(7), None);
+        assert_eq!(queues(8), Some(9));
+        assert_eq!(queues(16), Some(17));
+    }
 }
