@@ -23,6 +23,11 @@ With --register the op runs graph mode zero copy (``register_graphs``): each gra
 two-stage push and the island kernels) replay their registered form, raw launch and op alike
 (`form` says which ran).
 
+`--grad-mode` says under which of torch's modes the calls run, as the engines run them: vLLM's
+model runner under `torch.inference_mode()` (`inference`, the default), SGLang's scheduler loop
+under `torch.no_grad()` unless SGLANG_ENABLE_TORCH_INFERENCE_MODE is set (`no_grad`); `grad` is
+neither. Inference mode skips autograd's dispatch, which is most of what torch.empty_like costs.
+
 One rank (a gloo group of one on one GPU): the kernels' barriers then wait for nobody, so the
 figures are the launch path alone, free of the time slicing between processes
 that several ranks on one GPU add (see op_proof.py). The kernels are checked against the
@@ -109,7 +114,20 @@ def main():
                     help="the target: us an eager call may add over the raw launch")
     ap.add_argument("--register", action="store_true",
                     help="graph mode zero copy: register each captured graph's inputs")
+    ap.add_argument("--grad-mode", choices=sorted(GRAD_MODES), default="inference",
+                    help="torch's mode the calls run in: vLLM's (inference) or SGLang's default "
+                         "(no_grad)")
     args = ap.parse_args()
+    with GRAD_MODES[args.grad_mode]():
+        return measure(args)
+
+
+#: The engines' modes: vLLM's model runner, SGLang's scheduler loop by default, and neither.
+GRAD_MODES = {"inference": torch.inference_mode, "no_grad": torch.no_grad,
+              "grad": torch.enable_grad}
+
+
+def measure(args):
     die_with_parent()
     dist.init_process_group("gloo")
     torch.cuda.set_device(0)
@@ -197,14 +215,15 @@ def main():
                   f"native {row['native_path']} correct {row['correct']}", flush=True)
         op.close()
     line = target(rows, args.limit)
-    print(f"target: {line['line']}: met {line['met']} (worst +{line['worst_overhead_us']} us); "
+    print(f"grad mode {args.grad_mode}; "
+          f"target: {line['line']}: met {line['met']} (worst +{line['worst_overhead_us']} us); "
           f"without out: met {line['met_with_alloc']} "
           f"(worst +{line['worst_overhead_alloc_us']} us); native path {line['native_path']}",
           flush=True)
     with open(args.out, "w") as f:
         json.dump({"rows": rows, "refused": refused, "target": line,
                    "timed": dict(EAGER), "calls": args.calls,
-                   "register": args.register,
+                   "register": args.register, "grad_mode": args.grad_mode,
                    "samples": args.samples, "torch": torch.__version__,
                    "device": torch.cuda.get_device_name(0)}, f, indent=1)
     dist.destroy_process_group()
