@@ -78,8 +78,10 @@ fn ci_indices(n: usize) -> (usize, usize) {
 
 /// Removes outliers (modified z-score) and summarises the rest.
 pub fn summarize(samples: &[f64]) -> Summary {
-    let mut xs: Vec<f64> = samples.iter().copied().filter(|x| x.is_finite()).collect();
-    xs.sort_by(f64::total_cmp);
+    let mut xs = Vec::with_capacity(samples.len());
+    xs.extend(samples.iter().copied().filter(|x| x.is_finite()));
+    // Values equal under `total_cmp` are the same bits, so any sort gives the same slice.
+    xs.sort_unstable_by(f64::total_cmp);
     let non_finite = samples.len() - xs.len();
     if xs.is_empty() {
         return Summary {
@@ -91,25 +93,54 @@ pub fn summarize(samples: &[f64]) -> Summary {
         };
     }
     let m = median_sorted(&xs);
-    let mut dev: Vec<f64> = xs.iter().map(|x| (x - m).abs()).collect();
-    dev.sort_by(f64::total_cmp);
-    let mad = median_sorted(&dev);
-    let kept: Vec<f64> = if mad > 0.0 {
-        xs.iter()
-            .copied()
-            .filter(|x| (0.6745 * (x - m) / mad).abs() <= OUTLIER_Z)
-            .collect()
-    } else {
-        xs.clone()
-    };
-    let outliers = xs.len() - kept.len() + non_finite;
-    let (l, u) = median_ci_indices(kept.len());
+    let mad = median_deviation(&xs, m);
+    let finite = xs.len();
+    if mad > 0.0 {
+        xs.retain(|x| (0.6745 * (x - m) / mad).abs() <= OUTLIER_Z);
+    }
+    let outliers = finite - xs.len() + non_finite;
+    let (l, u) = median_ci_indices(xs.len());
     Summary {
-        median: median_sorted(&kept),
-        ci_low: kept[l],
-        ci_high: kept[u],
-        kept: kept.len(),
+        median: median_sorted(&xs),
+        ci_low: xs[l],
+        ci_high: xs[u],
+        kept: xs.len(),
         outliers,
+    }
+}
+
+/// The median of `|x − m|` over sorted, non-empty `xs`. The deviations grow away from `m` on
+/// each side, so walking outwards from `m` takes them in ascending order: no second sort.
+fn median_deviation(xs: &[f64], m: f64) -> f64 {
+    let n = xs.len();
+    // Walked so far: xs[below..above]; xs[..below] lie below m.
+    let mut below = xs.partition_point(|&x| x < m);
+    let mut above = below;
+    let mut next = || {
+        let down = below.checked_sub(1).map(|i| (xs[i] - m).abs());
+        let up = xs.get(above).map(|x| (x - m).abs());
+        match (down, up) {
+            (Some(d), u) if u.is_none_or(|u| d < u) => {
+                below -= 1;
+                d
+            }
+            (_, u) => {
+                above += 1;
+                u.unwrap_or(f64::NAN)
+            }
+        }
+    };
+    // The n/2-th smallest deviation and the one before it, as `median_sorted` reads them.
+    let mut cur = next();
+    let mut prev = cur;
+    for _ in 0..n / 2 {
+        prev = cur;
+        cur = next();
+    }
+    if n % 2 == 1 {
+        cur
+    } else {
+        (prev + cur) / 2.0
     }
 }
 
@@ -164,5 +195,33 @@ mod tests {
         let s = summarize(&[1.0, 1.0, f64::NAN, 1.0, 1.0, 1.0, 1.0]);
         assert_eq!(s.outliers, 1);
         assert_eq!(s.median, 1.0);
+    }
+
+    #[test]
+    fn the_deviations_median_is_the_sorted_ones() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        for n in 1..60 {
+            for _ in 0..50 {
+                // Few distinct levels make ties; a spread of scales makes uneven sides.
+                let xs: Vec<f64> = (0..n)
+                    .map(|_| {
+                        let level = rng.random_range(0..4) as f64;
+                        10f64.powi(rng.random_range(-3..12)) * (1.0 + level * rng.random::<f64>())
+                    })
+                    .collect();
+                let mut sorted = xs.clone();
+                sorted.sort_by(f64::total_cmp);
+                let m = median_sorted(&sorted);
+                let mut dev: Vec<f64> = sorted.iter().map(|x| (x - m).abs()).collect();
+                dev.sort_by(f64::total_cmp);
+                let want = median_sorted(&dev);
+                assert_eq!(
+                    median_deviation(&sorted, m).to_bits(),
+                    want.to_bits(),
+                    "{xs:?}"
+                );
+            }
+        }
     }
 }

@@ -148,19 +148,21 @@ impl Sampled {
         let (Some(x), Some(r)) = (h.hopeless, rivals.everywhere) else {
             return false;
         };
-        let mut finite: Vec<f64> = self
-            .samples
-            .iter()
-            .copied()
-            .filter(|t| t.is_finite())
-            .collect();
-        finite.sort_by(f64::total_cmp);
-        let Some(&floor) = finite.first() else {
+        if self.samples.len() < x.first_samples as usize {
+            return false;
+        }
+        let finite = || self.samples.iter().copied().filter(|t| t.is_finite());
+        // Most cells are in the running: their floor says so before any sort.
+        let Some(floor) = finite().min_by(f64::total_cmp) else {
             return false;
         };
-        self.samples.len() >= x.first_samples as usize
-            && floor * self.model.map_or(1.0, |m| m.low) > x.factor * super::widened_high(&r)
-            && stats::median_sorted(&finite) <= x.agree * floor
+        let far = floor * self.model.map_or(1.0, |m| m.low) > x.factor * super::widened_high(&r);
+        if !far {
+            return false;
+        }
+        let mut sorted: Vec<f64> = finite().collect();
+        sorted.sort_unstable_by(f64::total_cmp);
+        stats::median_sorted(&sorted) <= x.agree * floor
     }
 }
 

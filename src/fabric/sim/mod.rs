@@ -18,6 +18,7 @@ pub mod custom;
 pub mod faults;
 pub mod flow;
 pub mod kernel;
+mod memo;
 mod model;
 pub mod nccl;
 pub mod net;
@@ -270,7 +271,7 @@ impl SimFabric {
     pub fn model_split(&mut self, backend: Backend, bytes: u64) -> Option<(f64, f64)> {
         let p = self.prepared.as_ref()?;
         let m = &mut self.models[p.model].1;
-        if let Some(&split) = m.splits.get(&(backend, bytes)) {
+        if let Some(split) = m.splits.get(backend, bytes) {
             return Some(split);
         }
         // What the bytes add to the time the tune already priced (launch excluded).
@@ -293,7 +294,7 @@ impl SimFabric {
             }
         };
         let split = (fixed, (total - fixed).max(0.0));
-        m.splits.insert((backend, bytes), split);
+        m.splits.insert(backend, bytes, split);
         Some(split)
     }
 
@@ -335,7 +336,7 @@ impl SimFabric {
             return f64::NAN;
         };
         let m = &mut self.models[p.model].1;
-        if let Some(&t) = m.cache.get(&(backend, bytes, mode)) {
+        if let Some(t) = m.cache.get((backend, mode), bytes) {
             return t;
         }
         let (device, launch) = match backend.executor() {
@@ -358,7 +359,7 @@ impl SimFabric {
             }
         };
         let t = device + launch;
-        m.cache.insert((backend, bytes, mode), t);
+        m.cache.insert((backend, mode), bytes, t);
         t
     }
 
@@ -684,8 +685,7 @@ impl Fabric for SimFabric {
         p.directions = Some(directions.clone());
         let gpus = p.group.gpus.clone();
         let m = self.model(&gpus);
-        m.cache.retain(|(b, _, _), _| !b.is_hierarchical());
-        m.splits.retain(|(b, _), _| !b.is_hierarchical());
+        m.forget(Backend::is_hierarchical);
         Ok(())
     }
 

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use super::band::{self, Band, GroupParts};
 use super::copy::{self, CopyEngines};
 use super::custom::{self, Custom};
+use super::memo::BySize;
 use super::net::Net;
 use super::probe::ProbePattern;
 use super::{nccl, Backend, Direction, Islands, Mode, NcclAlgo};
@@ -52,11 +53,10 @@ pub(super) struct GroupModel {
     pub(super) copy: CopyEngines,
     /// The model parts the group's times use, for their error bands.
     pub(super) parts: GroupParts,
-    /// Noiseless times per (backend, bytes, mode): ordered, as comparing a few keys costs less
-    /// than hashing one at every call.
-    pub(super) cache: BTreeMap<(Backend, u64, Mode), f64>,
-    /// [`SimFabric::model_split`] per (backend, bytes), which every measured cell asks for.
-    pub(super) splits: BTreeMap<(Backend, u64), (f64, f64)>,
+    /// Noiseless times per (backend, mode) and bytes.
+    pub(super) cache: BySize<(Backend, Mode), f64>,
+    /// [`SimFabric::model_split`] per backend and bytes, which every measured cell asks for.
+    pub(super) splits: BySize<Backend, (f64, f64)>,
     /// NCCL's device time with no bytes, per algorithm and protocol.
     pub(super) fixed: HashMap<(NcclAlgo, crate::fabric::NcclProto), f64>,
     /// The custom kernels' and NCCL's band half-widths on this group, and the island
@@ -66,6 +66,14 @@ pub(super) struct GroupModel {
     pub(super) nccl_halves: Halves,
     pub(super) copy_halves: Halves,
     pub(super) probes: HashMap<(Direction, usize), ProbePattern>,
+}
+
+impl GroupModel {
+    /// Forgets the times and splits of the backends `drop` picks.
+    pub(super) fn forget(&mut self, drop: impl Fn(Backend) -> bool + Copy) {
+        self.cache.forget(drop);
+        self.splits.forget(drop);
+    }
 }
 
 /// The fabric parts of the island schedules' phases, each phase's flows alone (inside the
@@ -137,8 +145,8 @@ pub(super) fn group_model(
             nccl_halves: Halves::of(parts.nccl(1.0, 0.0), parts.nccl(0.0, 1.0)),
             parts,
             fixed: HashMap::new(),
-            cache: BTreeMap::new(),
-            splits: BTreeMap::new(),
+            cache: BySize::new(),
+            splits: BySize::new(),
             probes: HashMap::new(),
         }
     }));

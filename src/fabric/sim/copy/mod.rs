@@ -18,8 +18,6 @@
 //! No published figure times a copy's or a stream memory operation's fixed cost: those
 //! constants are assumptions, and [`BandPart::CopyFixed`]'s band says so.
 
-use std::collections::HashMap;
-
 use super::band::{Band, BandPart, GroupParts};
 use super::custom::{sets, us_per_byte, LOCAL_MEM_GBPS, REDUCE_FIXED_US};
 use super::kernel::FLAG_POLL_US;
@@ -62,11 +60,12 @@ enum Step {
 pub struct CopyEngines {
     n: usize,
     island: usize,
-    patterns: HashMap<u8, Staggered>,
+    /// Per [`key`]: every group has the all-peers pattern, a group with islands the others.
+    patterns: [Option<Staggered>; 3],
     prologue_us: f64,
 }
 
-fn key(p: Peers) -> u8 {
+fn key(p: Peers) -> usize {
     match p {
         Peers::All => 0,
         Peers::Island => 1,
@@ -111,13 +110,13 @@ impl CopyEngines {
     /// The staggered patterns of `gpus`: all of them, and with `islands` inside each island
     /// and between counterparts.
     pub fn new(net: &Net, gpus: &[usize], islands: Option<&Islands>) -> CopyEngines {
-        let mut patterns = HashMap::new();
+        let mut patterns = [None, None, None];
         let kinds: &[Peers] = match islands {
             Some(_) => &[Peers::All, Peers::Island, Peers::Counterparts],
             None => &[Peers::All],
         };
         for &p in kinds {
-            patterns.insert(key(p), staggered(net, &sets(gpus, islands, p)));
+            patterns[key(p)] = Some(staggered(net, &sets(gpus, islands, p)));
         }
         CopyEngines {
             n: gpus.len(),
@@ -128,9 +127,10 @@ impl CopyEngines {
     }
 
     fn pattern(&self, p: Peers) -> &Staggered {
-        self.patterns
-            .get(&key(p))
-            .unwrap_or(&self.patterns[&key(Peers::All)])
+        self.patterns[key(p)]
+            .as_ref()
+            .or(self.patterns[key(Peers::All)].as_ref())
+            .expect("every group has the all-peers pattern")
     }
 
     fn part(&self, part: Share, bytes: f64) -> f64 {

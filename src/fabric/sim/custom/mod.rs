@@ -30,8 +30,6 @@
 //! one-stage, so it meets the same contention. LL lines are 16-byte accesses like the
 //! bandwidth kernels' vectors, so they move at the pattern's same per-byte rate.
 
-use std::collections::HashMap;
-
 pub mod fixed;
 
 use super::kernel::FLAG_POLL_US;
@@ -66,7 +64,8 @@ struct Pattern {
 pub struct Custom {
     n: usize,
     island: usize,
-    patterns: HashMap<PeersKey, Pattern>,
+    /// Per [`key`]: every group has the all-peers pattern, a group with islands the others.
+    patterns: [Option<Pattern>; 3],
     /// The kernel's prologue, µs: its GPU class's ([`fixed`]).
     prologue_us: f64,
 }
@@ -89,10 +88,8 @@ pub enum Step {
     Local { bytes: f64, pass: bool },
 }
 
-/// `Peers` as a map key.
-type PeersKey = u8;
-
-fn key(p: Peers) -> PeersKey {
+/// `Peers` as an index into the patterns: looked up at every priced step, so no hashing.
+fn key(p: Peers) -> usize {
     match p {
         Peers::All => 0,
         Peers::Island => 1,
@@ -185,17 +182,14 @@ impl Custom {
     pub fn new(net: &Net, gpus: &[usize], islands: Option<&Islands>) -> Custom {
         let n = gpus.len();
         let island = islands.map_or(n, Islands::size);
-        let mut patterns = HashMap::new();
-        patterns.insert(
-            key(Peers::All),
-            pattern(net, &pairs(gpus, None, Peers::All), n - 1),
-        );
+        let mut patterns = [None; 3];
+        patterns[key(Peers::All)] = Some(pattern(net, &pairs(gpus, None, Peers::All), n - 1));
         if let Some(i) = islands {
             for (p, peers) in [
                 (Peers::Island, island - 1),
                 (Peers::Counterparts, i.count() - 1),
             ] {
-                patterns.insert(key(p), pattern(net, &pairs(gpus, islands, p), peers));
+                patterns[key(p)] = Some(pattern(net, &pairs(gpus, islands, p), peers));
             }
         }
         Custom {
@@ -216,9 +210,10 @@ impl Custom {
     }
 
     fn pattern(&self, p: Peers) -> &Pattern {
-        self.patterns
-            .get(&key(p))
-            .unwrap_or(&self.patterns[&key(Peers::All)])
+        self.patterns[key(p)]
+            .as_ref()
+            .or(self.patterns[key(Peers::All)].as_ref())
+            .expect("every group has the all-peers pattern")
     }
 
     /// One remote flag write per peer, then a poll: about one path latency.
