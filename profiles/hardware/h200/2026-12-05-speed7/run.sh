@@ -3,7 +3,7 @@
 # tree; then every GPU test: the loopback ones, and the K-rank NCCL ones under MPS with NCCL
 # 2.32.6 (the pruned library the carry brings). Loopback: 8 virtual ranks on one GPU; nothing
 # here is multi-GPU evidence. The FIRST command on a freshly booted machine:
-#   bash .carry/s60/unpack.sh /tmp/s60 && C=/tmp/s60 END=500 bash profiles/hardware/h100/2026-12-05-speed7/run.sh
+#   bash .carry/s60/unpack.sh /tmp/s60 && C=/tmp/s60 END=500 bash profiles/hardware/h200/2026-12-05-speed7/run.sh
 # Results in $OUT/speed7.tgz, re-packed after each step.
 set -u
 R=$PWD; C=${C:?set C}; END=${END:-500}
