@@ -13,7 +13,7 @@ use crate::fabric::cuda::link::{Scripted, WorkerLink};
 use crate::fabric::cuda::protocol::{BufHandles, ProbeHandles, RankHandles, Req, Resp, WireError};
 use crate::fabric::cuda::topo;
 use crate::fabric::cuda::watchdog::Deadline;
-use crate::fabric::{Backend, Dtype, FabricInfo, Group};
+use crate::fabric::{Backend, Dtype, FabricInfo, Group, Mode};
 
 /// Makes the worker of one slot (a fresh one each call: a restart calls it again).
 pub(super) type Script = Arc<dyn Fn(usize) -> WorkerLink + Send + Sync>;
@@ -60,6 +60,8 @@ struct World {
     /// Connects taken up so far, and whether one waited for the others in vain.
     connecting: usize,
     connected_alone: bool,
+    /// Each verification's calls in a row: (worker, backend, bytes, mode, calls).
+    checked: Vec<(usize, Backend, u64, Mode, u32)>,
 }
 
 type Shared = Arc<Mutex<World>>;
@@ -405,7 +407,17 @@ impl Fake {
                 links: Vec::new(),
             },
             Req::LinksUnderLoad => Resp::Links(Vec::new()),
-            Req::Check { .. } => Resp::Checked(None),
+            Req::Check {
+                backend,
+                bytes,
+                mode,
+                calls,
+                ..
+            } => {
+                let mut w = self.world.lock().unwrap();
+                w.checked.push((self.id, backend, bytes, mode, calls));
+                Resp::Checked(None)
+            }
             Req::Time { samples, .. } => Resp::Times(vec![1e-5; samples as usize]),
             Req::Copy { samples, .. } => Resp::Times(vec![1e-5; samples as usize]),
             Req::NcclId => Resp::NcclId("scripted".into()),
@@ -624,3 +636,4 @@ mod lifetimes;
 mod lost;
 mod ranked;
 mod setup;
+mod verify;
