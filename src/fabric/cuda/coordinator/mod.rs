@@ -232,7 +232,14 @@ impl CudaFabric {
             visible.len(),
             started.elapsed().as_secs_f64()
         );
-        let main = start_set(&program, dtypes, &slots, loopback.is_some(), None)?;
+        let launch_each = std::env::var(ENV_LOOPBACK_LAUNCH).is_ok_and(|v| v == "each");
+        let main = start_set(
+            &program,
+            dtypes,
+            &slots,
+            loopback.map(|_| launch_each),
+            None,
+        )?;
         // The kernels compiled ahead are awaited by the first request that may load them.
         tracing::info!(
             "{} workers up after {:.2} s",
@@ -288,7 +295,7 @@ impl CudaFabric {
             program,
             dtypes: dtypes.to_vec(),
             loopback,
-            launch_each: std::env::var(ENV_LOOPBACK_LAUNCH).is_ok_and(|v| v == "each"),
+            launch_each,
             slots,
             sets: vec![main],
             topo: t,

@@ -142,7 +142,7 @@ impl CudaFabric {
             &self.program,
             &self.dtypes,
             &self.slots,
-            self.loopback.is_some(),
+            self.loopback.is_some().then_some(self.launch_each),
             pin,
         )
     }
@@ -286,31 +286,31 @@ pub(super) fn awaits_kernels(req: &Req) -> bool {
     !matches!(req, Req::Setup { .. })
 }
 
-/// How many ranks worker `i` of `n` launches: in loopback worker 0 launches every rank (unless
-/// each worker launches its own, `ENV_LOOPBACK_LAUNCH`); elsewhere each its own.
-fn launched(loopback: bool, i: usize, n: usize) -> usize {
-    let each = std::env::var(super::ENV_LOOPBACK_LAUNCH).is_ok_and(|v| v == "each");
-    match (loopback && !each, i) {
-        (true, 0) => n,
-        (true, _) => 0,
-        (false, _) => 1,
+/// How many ranks worker `i` of `n` launches: in loopback (`Some(each)`) worker 0 launches every
+/// rank unless each worker launches its own; elsewhere each its own.
+fn launched(loopback: Option<bool>, i: usize, n: usize) -> usize {
+    match (loopback, i) {
+        (Some(false), 0) => n,
+        (Some(false), _) => 0,
+        _ => 1,
     }
 }
 
-/// Starts one worker per slot (CUDA ordinal, CPU list).
+/// Starts one worker per slot (CUDA ordinal, CPU list); `loopback`: `Some(each)` where the slots
+/// are virtual ranks, `each` where every worker launches its own.
 pub(super) fn start_set(
     program: &std::path::Path,
     dtypes: &[Dtype],
     slots: &[(usize, Option<String>)],
-    loopback: bool,
+    loopback: Option<bool>,
     pin: Option<(NcclAlgo, NcclProto)>,
 ) -> Result<Set, FabricError> {
     // All start at once (each opens a CUDA context), then each says hello.
     let mut started = Vec::new();
     for (i, (o, cpus)) in slots.iter().enumerate() {
         let who = match loopback {
-            true => format!("{i} (loopback rank {i} on GPU {o})"),
-            false => format!("for GPU {o}"),
+            Some(_) => format!("{i} (loopback rank {i} on GPU {o})"),
+            None => format!("for GPU {o}"),
         };
         started.push((
             spawn(
