@@ -20,7 +20,7 @@ impl Row for Backend {
         self as usize
     }
     fn of(b: Backend) -> std::ops::Range<usize> {
-        b.index()..b.index() + 1
+        b as usize..b as usize + 1
     }
 }
 
