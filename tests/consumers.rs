@@ -409,6 +409,18 @@ fn export_bad_input() {
         fails(&a, 2, needle);
         assert!(!out.exists(), "{args:?} wrote {}", out.display());
     }
+    // Not even --force writes the export over the profile it reads, by its path or a link.
+    let before = std::fs::read(&p).unwrap();
+    let link = d.path().join("link.json");
+    std::os::unix::fs::symlink(&p, &link).unwrap();
+    for target in [p.as_str(), s(&link)] {
+        fails(
+            &["export", &p, "--engine", "nccl", "--out", target, "--force"],
+            2,
+            "that is the profile being read",
+        );
+        assert_eq!(std::fs::read(&p).unwrap(), before, "{target} replaced the profile");
+    }
 }
 
 fn topology_file(dir: &Path, preset: &str, edit: impl FnOnce(&mut serde_json::Value)) -> PathBuf {

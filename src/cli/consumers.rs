@@ -275,14 +275,14 @@ pub fn export(a: ExportArgs) -> Result<i32, Error> {
         use crate::profile::paths::{check_output, Expect};
         let one = !a.engine.writes_several() && e.files.len() == 1 && !out.is_dir();
         check_output(out, "--out", if one { Expect::File } else { Expect::Dir })?;
-        use crate::profile::paths::{check_replace, Writes};
-        match one {
-            true => check_replace(out, "--out", Writes::Export, a.force)?,
-            false => {
-                for f in &e.files {
-                    check_replace(&out.join(&f.name), "--out", Writes::Export, a.force)?;
-                }
-            }
+        use crate::profile::paths::{check_not_input, check_replace, Writes};
+        let targets: Vec<_> = match one {
+            true => vec![out.clone()],
+            false => e.files.iter().map(|f| out.join(&f.name)).collect(),
+        };
+        for t in &targets {
+            check_not_input(t, "--out", &a.profile, "profile")?;
+            check_replace(t, "--out", Writes::Export, a.force)?;
         }
     }
     warn_simulated(&a.profile, &p);

@@ -246,6 +246,23 @@ pub fn check_replace(path: &Path, flag: &str, writes: Writes, force: bool) -> Re
     )))
 }
 
+/// Refuses `out` where it is the very file `input` names (the same device and inode, through
+/// whatever path or link): not even --force replaces what a command reads with what it derives
+/// from it, which would leave neither.
+pub fn check_not_input(out: &Path, flag: &str, input: &Path, what: &str) -> Result<(), Error> {
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(o), Ok(i)) = (std::fs::metadata(out), std::fs::metadata(input)) else {
+        return Ok(());
+    };
+    if (o.dev(), o.ino()) != (i.dev(), i.ino()) {
+        return Ok(());
+    }
+    Err(Error::bad_input(format!(
+        "{flag} {}: that is the {what} being read; writing there would replace it, so choose another path",
+        out.display()
+    )))
+}
+
 /// The longest file name the file system of `dir` takes (NAME_MAX; 255 where it does not say).
 fn name_max(dir: &Path) -> usize {
     use std::os::unix::ffi::OsStrExt;
