@@ -88,12 +88,22 @@ pub(super) fn fmt_ratio((lo, hi): (f64, f64)) -> String {
 }
 
 /// What forcing one-stage kernel `c` over a range would cost, from its time over the choice's
-/// (lowest, highest). Where it was sometimes a little faster (below the decision's threshold,
-/// or not worth its memory), say by how much rather than printing "0.96x slower".
+/// (lowest, highest). Where it was faster (within the model's error or the sampling intervals,
+/// or not worth its memory: the group's other lines say which), say by how much rather than
+/// printing "0.96x slower" or nothing.
 pub(super) fn forcing_note(c: Backend, lo: f64, hi: f64) -> String {
     // Within half a percent of the choice is a tie, not "at best 1.00x faster".
-    if hi < 1.005 {
+    if hi < 1.005 && lo >= 0.995 {
         String::new()
+    } else if hi < 0.995 {
+        let (fast, slow) = (1.0 / lo, 1.0 / hi);
+        if (fast - slow) / slow < 0.05 {
+            format!("forcing {c}: {fast:.2}x faster")
+        } else {
+            format!("forcing {c}: {slow:.2}–{fast:.2}x faster")
+        }
+    } else if hi < 1.005 {
+        format!("forcing {c}: up to {:.2}x faster", 1.0 / lo)
     } else if lo >= 0.995 {
         let lo = lo.max(1.0);
         if (hi - lo) / lo < 0.05 {
@@ -231,7 +241,14 @@ mod tests {
             forcing_note(c, 0.96, 22.12),
             "forcing one_stage_pull: up to 22.12x slower, at best 1.04x faster"
         );
-        assert_eq!(forcing_note(c, 0.9, 0.99), "");
+        // Faster at every size (a simulated choice within the model's error): said, not blank.
+        assert_eq!(
+            forcing_note(c, 0.45, 0.58),
+            "forcing one_stage_pull: 1.72–2.22x faster"
+        );
+        assert_eq!(forcing_note(c, 0.5, 0.51), "forcing one_stage_pull: 2.00x faster");
+        assert_eq!(forcing_note(c, 0.9, 1.001), "forcing one_stage_pull: up to 1.11x faster");
+        assert_eq!(forcing_note(c, 0.998, 1.003), "");
     }
 
     /// Two kernels of one model family share its error, so a tie between them is the sampling
