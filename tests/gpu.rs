@@ -806,28 +806,48 @@ fn gpu_an_op_copy_call_whose_peer_never_arrives_is_nan_within_the_deadline_or_sk
     // The engine's op (the pyo3 module's Op), two ranks in two processes on one GPU, rank 1
     // absent (the fault knob): rank 0's call waits on rank 1's flags until the op's watchdog
     // releases it, and ends NaN with the fault word set; a later call is NaN at once.
-    const TEST: &str =
-        "gpu_an_op_copy_call_whose_peer_never_arrives_is_nan_within_the_deadline_or_skip";
+    absent_peer(
+        "gpu_an_op_copy_call_whose_peer_never_arrives_is_nan_within_the_deadline_or_skip",
+        "absent=two_stage_copy:1",
+        65536,
+    );
+}
+
+#[test]
+fn gpu_an_op_ll_call_whose_peer_never_arrives_is_nan_after_its_timeout_or_skip() {
+    // The same with one_stage_push's LL form (4 KiB): rank 0's polls give up after the
+    // kernels' barrier timeout, its output NaN and the fault word set; the next call finds
+    // its status set at the start, sends and polls nothing, and is NaN at once.
+    absent_peer(
+        "gpu_an_op_ll_call_whose_peer_never_arrives_is_nan_after_its_timeout_or_skip",
+        "absent=one_stage_push:1",
+        1024,
+    );
+}
+
+/// Runs `test` (this binary's test of that name) as two ranks in two processes with `faults`,
+/// the backend's calls at `elems` fp32 elements ([`op_rank`]).
+fn absent_peer(test: &str, faults: &str, elems: u64) {
     if let (Ok(r), Some(dir)) = (
         std::env::var(OP_RANK),
         std::env::var_os("ARTUNE_TEST_OP_DIR"),
     ) {
-        return op_rank(r.parse().unwrap(), std::path::Path::new(&dir));
+        return op_rank(r.parse().unwrap(), std::path::Path::new(&dir), elems);
     }
     let _gpu = GPU.lock().unwrap_or_else(|p| p.into_inner());
     if artune::fabric::cuda::visible_gpus() == 0 {
         return skip(format!(
-            "{TEST}: skipped: no GPU (no driver, or it sees no device)"
+            "{test}: skipped: no GPU (no driver, or it sees no device)"
         ));
     }
     let dir = tempfile::tempdir().unwrap();
     let children: Vec<_> = (0..2)
         .map(|r| {
             Command::new(std::env::current_exe().unwrap())
-                .args([TEST, "--exact", "--nocapture", "--test-threads=1"])
+                .args([test, "--exact", "--nocapture", "--test-threads=1"])
                 .env(OP_RANK, r.to_string())
                 .env("ARTUNE_TEST_OP_DIR", dir.path())
-                .env("ARTUNE_CUDA_FAULTS", "absent=two_stage_copy:1")
+                .env("ARTUNE_CUDA_FAULTS", faults)
                 .spawn()
                 .unwrap()
         })
@@ -838,10 +858,11 @@ fn gpu_an_op_copy_call_whose_peer_never_arrives_is_nan_within_the_deadline_or_sk
     }
 }
 
-/// One rank of the op's copy test: publishes its handles in `dir`, connects to the other's,
-/// and (rank 0) runs the calls; rank 1 never queues anything and keeps its buffers until
-/// rank 0 is done.
-fn op_rank(rank: usize, dir: &std::path::Path) {
+/// One rank of an absent-peer test: publishes its handles in `dir`, connects to the other's,
+/// and (rank 0) runs the calls of the fault knob's backend; rank 1 never queues anything and
+/// keeps its buffers until rank 0 is done. A copy call is released by the op's watchdog after
+/// its deadline, a kernel's wait gives up after the kernels' barrier timeout (5 s).
+fn op_rank(rank: usize, dir: &std::path::Path, elems: u64) {
     use artune::fabric::cuda::copy::watch::{DEADLINE, POLL};
     use artune::fabric::cuda::op::{Call, Op, RankBuffers};
     use cudarc::driver::{result, sys};
@@ -856,7 +877,12 @@ fn op_rank(rank: usize, dir: &std::path::Path) {
             std::thread::sleep(Duration::from_millis(20));
         }
     };
-    let (b, elems) = (Backend::TwoStageCopy, 65536u64);
+    let b = artune::fabric::cuda::WorkerFaults::from_env().absent.unwrap().0;
+    let copy = matches!(b.executor(), artune::allreduce::Executor::CopyEngine(_));
+    let released = match copy {
+        true => DEADLINE - POLL,
+        false => Duration::from_secs(5),
+    };
     let mut op = Op::open(0).unwrap();
     let mine = op
         .allocate(rank, 2, 2, Dtype::Fp32, &[(b, elems * 4)], None)
@@ -943,7 +969,7 @@ fn op_rank(rank: usize, dir: &std::path::Path) {
             took.as_secs_f64(),
             op.faulted()
         );
-        assert!(took >= DEADLINE - POLL, "released early: {took:?}");
+        assert!(took >= released, "released early: {took:?}");
         assert_eq!(nan, elems as usize, "a released call returned numbers");
         assert!(op.faulted());
         let (again, got) = run(&mut || launch(&mut op));

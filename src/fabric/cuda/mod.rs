@@ -79,7 +79,8 @@ use crate::fabric::NO_GPU;
 /// `unregistered=BACKEND` (its graph-mode calls find their registered slot holding another
 /// generation, as a replay before registration does: the output must be NaN),
 /// `absent=BACKEND:RANK` (a copy-engine backend's calls leave rank RANK out, a peer that
-/// never arrives: the others' streams wait on its flags until the deadline releases them).
+/// never arrives: the others' streams wait on its flags until the deadline releases them; in
+/// the engine's op, the SM kernels' too, whose waits give up after their timeout).
 pub const ENV_FAULTS: &str = "ARTUNE_CUDA_FAULTS";
 
 /// WorkerFaults a worker injects, from [`ENV_FAULTS`].
@@ -94,7 +95,8 @@ pub struct WorkerFaults {
     pub slow: Option<(Backend, u32)>,
     /// Graph-mode calls of this backend find their registered slot unregistered.
     pub unregistered: Option<Backend>,
-    /// This copy-engine backend's calls leave out this rank: a peer that never arrives.
+    /// This backend's calls leave out this rank: a peer that never arrives (copy engines;
+    /// in the engine's op, every custom backend).
     pub absent: Option<(Backend, usize)>,
     /// A zeroed device word the never-ending kernel spins on.
     flag: u64,
