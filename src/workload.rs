@@ -242,16 +242,27 @@ impl Workload {
         })
     }
 
-    /// A JSON file if `arg` names an existing file, else a SPEC.
+    /// A JSON file if `arg` names an existing file, else a SPEC. An argument no SPEC can be
+    /// (a directory, a path with `/`, a name ending in .json) is taken for a file that is not
+    /// there, and said so, rather than parsed as a SPEC.
     pub fn load(arg: &str) -> Result<Workload, Error> {
         let path = std::path::Path::new(arg);
-        if !path.is_file() {
-            return Workload::parse_spec(arg);
-        }
         let read = |e: std::io::Error| Error::Read {
             path: path.into(),
             reason: e.to_string(),
         };
+        if path.is_dir() {
+            return Err(Error::bad_input(format!(
+                "workload {arg} is a directory; name a JSON file or write a SPEC like 122x7168xbf16@1..16"
+            )));
+        }
+        if !path.is_file() {
+            if arg.contains('/') || arg.to_ascii_lowercase().ends_with(".json") {
+                let e = std::fs::metadata(path).err();
+                return Err(read(e.unwrap_or_else(|| std::io::ErrorKind::NotFound.into())));
+            }
+            return Workload::parse_spec(arg);
+        }
         if std::fs::metadata(path).map_err(read)?.len() > MAX_FILE_BYTES {
             return Err(Error::Parse {
                 path: path.into(),

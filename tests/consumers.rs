@@ -560,6 +560,15 @@ fn predict_bad_input() {
         "more than 4096",
     );
     fails(&["predict", &p, "--workload", "1x4K"], 2, "pass --tp");
+    // A file that is not there is said to be missing, not parsed as a SPEC.
+    let gone = d.path().join("steps.json");
+    for (arg, needle) in [
+        (s(&gone), "No such file"),
+        ("steps.json", "No such file"),
+        (s(d.path()), "is a directory"),
+    ] {
+        fails(&["predict", &p, "--workload", arg, "--tp", "2"], 2, needle);
+    }
     fails(
         &["predict", &p, "--workload", "1x4K", "--tp", "8"],
         2,
