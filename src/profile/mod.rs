@@ -386,8 +386,24 @@ pub struct Recovered {
 pub struct Query<'a> {
     pub tp: usize,
     pub mode: Mode,
-    /// Specific GPUs; None means the engine's default placement, ranks on GPUs 0..tp.
+    /// Specific GPUs, in any order (the ranks' order does not change a group's answer); None
+    /// means the engine's default placement, ranks on GPUs 0..tp.
     pub gpus: Option<&'a [usize]>,
+}
+
+impl Query<'_> {
+    /// Whether a group on `gpus` is the one asked about: the same GPUs, as a set. Allocates
+    /// nothing (the engines' lookup path).
+    pub fn names(&self, gpus: &[usize]) -> bool {
+        match self.gpus {
+            None => false,
+            Some(q) => {
+                q.len() == gpus.len()
+                    && q.iter().all(|g| gpus.contains(g))
+                    && gpus.iter().all(|g| q.contains(g))
+            }
+        }
+    }
 }
 
 /// Answer of [`Profile::select`].
@@ -490,7 +506,7 @@ impl Profile {
     pub fn group(&self, q: Query<'_>) -> Option<&GroupProfile> {
         let same = |g: &&GroupProfile| g.tp == q.tp && g.mode == q.mode;
         match q.gpus {
-            Some(gpus) => self.groups.iter().filter(same).find(|g| g.gpus == gpus),
+            Some(_) => self.groups.iter().filter(same).find(|g| q.names(&g.gpus)),
             None => self
                 .groups
                 .iter()

@@ -136,7 +136,7 @@ impl Selector {
                 && g.mode == q.mode
                 && match q.gpus {
                     None => g.default,
-                    Some(gpus) => g.gpus == gpus,
+                    Some(_) => q.names(&g.gpus),
                 }
         })
     }
