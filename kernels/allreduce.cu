@@ -173,11 +173,11 @@ __device__ bool one_stage_pull(const ArArgs& a) {
 // - Buffer reuse: a writer block rewrites buffer q in its call F + 2. In its call F + 1 it
 //   read a line that the same block of every peer wrote in F + 1 (its first word lies inside
 //   the message), so every peer had begun F + 1 and thus finished F, with its reads of F.
-// - Faults: a rank sends and polls only if its status, read beside its flag and input, is
-//   clear. One that gave up (only while polling, after its sends) set every status, its own
-//   too, so it never sends again: no line read was written after giving up, and no status read
-//   follows the polls. Its peers find their status set at their first timer check and give up.
-// Returns whether the rank had failed or a poll gave up, for fail_safe.
+// - Faults: a line carries its call's flag beside its data, so a sum is made of this call's
+//   lines alone, whoever wrote them. The status is read at the start, beside flag and input,
+//   not after the polls (a round trip on every call's path): a group whose wait gave up is NaN
+//   where a poll gave up, and everywhere from the next call on (raise_fault set every status).
+// Returns whether the rank's status was set or a poll gave up, for fail_safe.
 static_assert(LL1_LINES % LL1_THREADS == 0, "the words past the message stay in the lines");
 template <typename T>
 __device__ bool one_stage_push_ll(const ArArgs& a) {
@@ -192,13 +192,13 @@ __device__ bool one_stage_push_ll(const ArArgs& a) {
   const u64 mine = load_line<T>((const char*)a.src[rank], j, a.n);  // 0 past the message
 #pragma unroll
   for (int p = 0; p < MAX_RANKS; p++)
-    if (p < n && p != rank && !failed) ll_store(ll1(a.sig[p], n, q, rank, j), mine, flag);
+    if (p < n && p != rank) ll_store(ll1(a.sig[p], n, q, rank, j), mine, flag);
   const bool inside = j < ll_words(a.n * T::SIZE);
   bool seen = failed;
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
   for (int g = 0; g < MAX_RANKS; g += 8) {
-    if (inside && !seen && g < n) {
+    if (inside && g < n) {
       u64 d[8];
       if (ll_wait8(d, peers_mask(g, n, rank), [&](int k) { return ll1(a.sig[rank], n, q, clamp_rank(g + k, n), j); }, flag, &self->status)) raise_fault(a), seen = true;
 #pragma unroll

@@ -816,8 +816,8 @@ fn gpu_an_op_copy_call_whose_peer_never_arrives_is_nan_within_the_deadline_or_sk
 #[test]
 fn gpu_an_op_ll_call_whose_peer_never_arrives_is_nan_after_its_timeout_or_skip() {
     // The same with one_stage_push's LL form (4 KiB): rank 0's polls give up after the
-    // kernels' barrier timeout, its output NaN and the fault word set; the next call finds
-    // its status set at the start, sends and polls nothing, and is NaN at once.
+    // kernels' barrier timeout, its output NaN and the fault word set; the next call finds its
+    // status set at the start (its polls give up at their first timer check): NaN at once.
     absent_peer(
         "gpu_an_op_ll_call_whose_peer_never_arrives_is_nan_after_its_timeout_or_skip",
         "absent=one_stage_push:1",

@@ -334,8 +334,8 @@ fn each_ll_kernel_runs_the_threads_the_host_launches() {
 
 /// one_stage_push_ll zeroes no line it read: its stale-line argument (allreduce.cu) needs each
 /// line to be rewritten in every call of its block with the line's parity, so every thread
-/// stores its lines, words past the message too, at the function's top level, after only the
-/// launch check, and unless its rank has failed.
+/// stores its lines, words past the message too, unconditionally (at the function's top level,
+/// after only the launch check).
 #[test]
 fn one_stage_push_ll_rewrites_every_line_of_its_blocks() {
     let src = compile::ALLREDUCE;
@@ -355,9 +355,8 @@ fn one_stage_push_ll_rewrites_every_line_of_its_blocks() {
     let conditions: Vec<&str> = before.lines().filter(|l| l.contains("if (")).collect();
     assert_eq!(conditions.len(), 2, "{conditions:?}");
     assert!(conditions[0].contains("ll_launch_ok("));
-    // The store's own: every peer but the rank itself, unless the rank has failed (from then
-    // on the group is NaN until the host zeroes lines, epochs and status together).
-    assert_eq!(conditions[1].trim(), "if (p < n && p != rank && !failed)");
+    // The store's own: every peer but the rank itself.
+    assert_eq!(conditions[1].trim(), "if (p < n && p != rank)");
 }
 
 #[test]
