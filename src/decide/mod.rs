@@ -174,7 +174,12 @@ pub fn group_profile(
         .map(|(((s, choice), nccl_choice), fallback)| Bucket {
             bytes: s.bytes,
             choice,
-            nccl_choice,
+            // Where NCCL serves, the variant it runs is the choice itself (the one answer
+            // select, show and the plugin give); the NCCL-only bands stand where a kernel does.
+            nccl_choice: match choice.executor() {
+                crate::allreduce::Executor::Nccl => Some(choice),
+                _ => nccl_choice,
+            },
             fallback: fallback.filter(|_| !choice.engines_have()),
             results: s.results.clone(),
             waived: s.waived,
