@@ -87,6 +87,18 @@ pub(super) fn fmt_ratio((lo, hi): (f64, f64)) -> String {
     }
 }
 
+/// A range's time against NCCL's, (lowest, highest) speed-up: "faster" only where it is at
+/// every size; a band kept over a tie (stable bands, src/decide/bands.rs) is "up to" its best.
+pub(super) fn fmt_speedup((lo, hi): (f64, f64)) -> String {
+    if lo >= 0.995 {
+        format!("{} faster", fmt_ratio((lo, hi)))
+    } else if hi >= 1.005 {
+        format!("up to {hi:.2}x faster")
+    } else {
+        format!("{} slower", fmt_ratio((1.0 / hi, 1.0 / lo)))
+    }
+}
+
 /// What forcing one-stage kernel `c` over a range would cost, from its time over the choice's
 /// (lowest, highest). Where it was faster (within the model's error or the sampling intervals,
 /// or not worth its memory: the group's other lines say which), say by how much rather than
@@ -225,6 +237,13 @@ pub fn passed_over(g: &GroupProfile) -> Vec<(u64, Backend, PassedOver)> {
 mod tests {
     use super::*;
     use crate::results::Timing;
+
+    #[test]
+    fn a_speedup_below_one_is_never_called_faster() {
+        assert_eq!(fmt_speedup((1.21, 1.3)), "1.21–1.30x faster");
+        assert_eq!(fmt_speedup((0.99, 1.21)), "up to 1.21x faster");
+        assert_eq!(fmt_speedup((0.9, 0.95)), "1.05–1.11x slower");
+    }
 
     #[test]
     fn forcing_note_never_calls_a_faster_kernel_slower() {

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use super::choices::{fmt_ratio, forcing_note};
+use super::choices::{fmt_speedup, forcing_note};
 use super::model::{fmt_factors, outside_calibration};
 use super::{fmt_gpus, over_budget, passed_over, ranges, PassedOver};
 use crate::allreduce::{Backend, Direction};
@@ -379,7 +379,7 @@ pub(super) fn group_section(g: &GroupProfile, out: &mut String) {
         let sizes = fmt_span(r.from_bytes, r.to_bytes);
         let vs = match (r.backend, r.speedup_vs_nccl) {
             (Backend::Nccl, _) => "-".to_string(),
-            (_, Some(s)) => format!("{} faster", fmt_ratio(s)),
+            (_, Some(s)) => fmt_speedup(s),
             (_, None) => "nccl not measured".into(),
         };
         let mem = fmt_mem(r.extra_bytes_per_gpu);
