@@ -75,8 +75,41 @@ fn flaps(name: &str, profile: &Profile) -> Vec<String> {
     out
 }
 
+/// Buckets where NCCL serves but the NCCL variant the plugin and NCCL exports follow is
+/// another: select and show would name one variant and NCCL run the other.
+fn disagreements(name: &str, profile: &Profile) -> Vec<String> {
+    use artune::allreduce::Executor;
+    use artune::profile::{Query, Selection};
+    let sel = profile.selector();
+    let mut out = Vec::new();
+    for g in &profile.groups {
+        let q = Query {
+            tp: g.tp,
+            mode: g.mode,
+            gpus: Some(&g.gpus),
+        };
+        for b in g
+            .buckets
+            .iter()
+            .filter(|b| b.choice.executor() == Executor::Nccl)
+        {
+            let answer = match sel.select(q, b.bytes) {
+                Selection::Chosen { backend, nccl, .. } => (backend, nccl),
+                Selection::Unknown(r) => panic!("{name}: no answer at {}: {r:?}", b.bytes),
+            };
+            if answer != (b.choice, b.choice) {
+                out.push(format!(
+                    "{name} TP{} {:?} GPUs {:?} at {} bytes: choice {}, the plugin's NCCL {:?}",
+                    g.tp, g.mode, g.gpus, b.bytes, b.choice, answer.1
+                ));
+            }
+        }
+    }
+    out
+}
+
 #[test]
-fn no_band_flaps_on_any_preset_or_topology_file() {
+fn no_band_flaps_and_nccl_answers_agree_on_any_preset_or_topology_file() {
     let dir = tempfile::tempdir().unwrap();
     let list = artune(&["topo", "--list-presets"]);
     let presets: Vec<String> = text(&list.stdout)
@@ -101,7 +134,7 @@ fn no_band_flaps_on_any_preset_or_topology_file() {
             vec!["--topology".into(), f.to_string_lossy().into_owned()],
         ));
     }
-    let mut found = Vec::new();
+    let (mut found, mut disagree) = (Vec::new(), Vec::new());
     let mut groups = 0;
     for (name, args) in &runs {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -109,10 +142,16 @@ fn no_band_flaps_on_any_preset_or_topology_file() {
         let profile = Profile::load(&out).unwrap();
         groups += profile.groups.len();
         found.extend(flaps(name, &profile));
+        disagree.extend(disagreements(name, &profile));
     }
     assert!(
         groups >= 40,
         "every TP size and mode of every box: {groups} groups"
     );
     assert!(found.is_empty(), "bands that flap:\n{}", found.join("\n"));
+    assert!(
+        disagree.is_empty(),
+        "NCCL serves, but the plugin runs another variant:\n{}",
+        disagree.join("\n")
+    );
 }
