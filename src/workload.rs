@@ -259,7 +259,9 @@ impl Workload {
         if !path.is_file() {
             if arg.contains('/') || arg.to_ascii_lowercase().ends_with(".json") {
                 let e = std::fs::metadata(path).err();
-                return Err(read(e.unwrap_or_else(|| std::io::ErrorKind::NotFound.into())));
+                return Err(read(
+                    e.unwrap_or_else(|| std::io::ErrorKind::NotFound.into()),
+                ));
             }
             return Workload::parse_spec(arg);
         }

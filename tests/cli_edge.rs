@@ -159,10 +159,14 @@ fn select_and_why_answer_for_the_placement_asked_and_name_it() {
     assert_eq!(w["chosen"], across["backend"]);
     // The same GPUs in another order (the ranks' order) are the same group.
     for cmd in ["select", "why"] {
-        let swapped = json(&[cmd, p, "--tp", "2", "--bytes", "1M", "--gpus", "4,3", "--json"]);
+        let swapped = json(&[
+            cmd, p, "--tp", "2", "--bytes", "1M", "--gpus", "4,3", "--json",
+        ]);
         assert_eq!(swapped["gpus"], serde_json::json!([3, 4]), "{cmd}");
     }
-    let o = json(&["select", p, "--tp", "2", "--bytes", "1M", "--gpus", "4,3", "--json"]);
+    let o = json(&[
+        "select", p, "--tp", "2", "--bytes", "1M", "--gpus", "4,3", "--json",
+    ]);
     assert_eq!(o["backend"], across["backend"]);
 }
 

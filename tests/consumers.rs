@@ -419,7 +419,11 @@ fn export_bad_input() {
             2,
             "that is the profile being read",
         );
-        assert_eq!(std::fs::read(&p).unwrap(), before, "{target} replaced the profile");
+        assert_eq!(
+            std::fs::read(&p).unwrap(),
+            before,
+            "{target} replaced the profile"
+        );
     }
 }
 

@@ -877,7 +877,10 @@ fn op_rank(rank: usize, dir: &std::path::Path, elems: u64) {
             std::thread::sleep(Duration::from_millis(20));
         }
     };
-    let b = artune::fabric::cuda::WorkerFaults::from_env().absent.unwrap().0;
+    let b = artune::fabric::cuda::WorkerFaults::from_env()
+        .absent
+        .unwrap()
+        .0;
     let copy = matches!(b.executor(), artune::allreduce::Executor::CopyEngine(_));
     let released = match copy {
         true => DEADLINE - POLL,

@@ -265,8 +265,14 @@ mod tests {
             forcing_note(c, 0.45, 0.58),
             "forcing one_stage_pull: 1.72–2.22x faster"
         );
-        assert_eq!(forcing_note(c, 0.5, 0.51), "forcing one_stage_pull: 2.00x faster");
-        assert_eq!(forcing_note(c, 0.9, 1.001), "forcing one_stage_pull: up to 1.11x faster");
+        assert_eq!(
+            forcing_note(c, 0.5, 0.51),
+            "forcing one_stage_pull: 2.00x faster"
+        );
+        assert_eq!(
+            forcing_note(c, 0.9, 1.001),
+            "forcing one_stage_pull: up to 1.11x faster"
+        );
         assert_eq!(forcing_note(c, 0.998, 1.003), "");
     }
 
