@@ -277,6 +277,7 @@ fn impossible_contents_are_refused() {
     // A kernel record a reader cannot trust: a digest that is not one.
     let mut p = fixture();
     p.simulated = false;
+    p.fabric = "CUDA, 2 GPUs".into();
     p.kernels = vec![crate::profile::KernelImages {
         nvrtc: "13.0".into(),
         target: "sm_90".into(),
@@ -288,6 +289,54 @@ fn impossible_contents_are_refused() {
     }];
     let e = Profile::parse(&p.to_json()).unwrap_err();
     assert!(e.to_string().contains("SHA-256"), "{e}");
+}
+
+/// Hand edits a reader must not follow: a simulated profile marked measured (exports would
+/// then go out without --allow-simulated), islands that do not split the group, and a model
+/// band upside down.
+#[test]
+fn hand_edits_that_contradict_the_profile_are_refused() {
+    use crate::allreduce::{Islands, Separation};
+    let refused = |p: &Profile, needle: &str| {
+        let e = Profile::parse(&p.to_json()).unwrap_err();
+        assert!(matches!(e, ProfileError::Invalid(_)), "{e:?}");
+        assert!(e.to_string().contains(needle), "{e}");
+    };
+    let mut p = fixture();
+    p.simulated = false;
+    refused(&p, "the simulator");
+    let islands = |gpus: Vec<Vec<usize>>| Islands {
+        gpus,
+        by: Separation::Switch,
+        directions: None,
+    };
+    let mut p = fixture();
+    p.groups[0].islands = Some(islands(vec![vec![0], vec![1]]));
+    assert_eq!(
+        Profile::parse(&p.to_json()).unwrap(),
+        p,
+        "one GPU per island"
+    );
+    for bad in [
+        vec![vec![0], vec![1, 2, 3]],
+        vec![vec![0, 1]],
+        vec![vec![0], vec![0]],
+    ] {
+        p.groups[0].islands = Some(islands(bad));
+        refused(&p, "do not split its GPUs");
+    }
+    let mut p = fixture();
+    let t = p.groups[0].buckets[0]
+        .results
+        .get_mut(&Backend::Nccl)
+        .unwrap();
+    t.model = Some(crate::profile::ModelBand {
+        low: 50.5,
+        high: 1.0,
+        assumed: false,
+        family: None,
+    });
+    refused(&p, "impossible timing");
 }
 
 #[test]

@@ -166,6 +166,13 @@ fn finite_nonneg(v: f64) -> bool {
 
 /// Semantic checks the types cannot express.
 pub fn check(p: &Profile) -> Result<(), ProfileError> {
+    if !p.simulated && p.fabric.starts_with("simulated") {
+        return Err(ProfileError::Invalid(format!(
+            "it says \"simulated\": false, but its fabric is \"{}\", the simulator: a model \
+             of a machine must never pass for a measurement",
+            p.fabric
+        )));
+    }
     let mut topo = p.topology.clone();
     file::check(&topo).map_err(|e| ProfileError::Topology(TopologyError::Invalid(e)))?;
     topo.normalize().map_err(ProfileError::Topology)?;
@@ -195,6 +202,17 @@ fn check_groups(p: &Profile, ngpu: usize) -> Result<(), String> {
         seen.dedup();
         if seen.len() != g.gpus.len() {
             return Err(format!("{at} lists a GPU twice"));
+        }
+        if let Some(isl) = &g.islands {
+            let mut in_islands: Vec<usize> = isl.gpus.concat();
+            in_islands.sort_unstable();
+            let equal = isl.gpus.iter().all(|i| i.len() == isl.size());
+            if in_islands != seen || isl.gpus.len() < 2 || isl.size() < 1 || !equal {
+                return Err(format!(
+                    "{at} has islands {:?} that do not split its GPUs {:?} into equal parts",
+                    isl.gpus, g.gpus
+                ));
+            }
         }
         if g.buckets.is_empty() || g.buckets.len() > l.buckets_per_group {
             return Err(format!(
@@ -230,7 +248,10 @@ fn check_groups(p: &Profile, ngpu: usize) -> Result<(), String> {
                     .all(finite_nonneg)
                     && t.ci_low_us <= t.median_us
                     && t.median_us <= t.ci_high_us;
-                if !ok {
+                let band_ok = t.model.is_none_or(|m| {
+                    m.low.is_finite() && m.high.is_finite() && 0.0 < m.low && m.low <= m.high
+                });
+                if !ok || !band_ok {
                     return Err(format!(
                         "{at} has an impossible timing for {be} at {} bytes",
                         b.bytes
