@@ -556,3 +556,13 @@ fn memory_reads_as_memory_in_show_and_why() {
     assert!(cells.len() >= 2, "{w}");
     assert!(cells.iter().all(|c| reads_as_memory(c)), "{cells:?}\n{w}");
 }
+
+/// A log read through a pipe (a file, `head`, CI) is plain text: no terminal colour codes.
+#[test]
+fn a_piped_log_has_no_colour_codes() {
+    let o = artune(&["-vv", "topo", "--sim", "pcie-2x"]);
+    assert_eq!(o.status.code(), Some(0));
+    let err = text(&o.stderr);
+    assert!(err.contains("INFO"), "{err}");
+    assert!(!err.contains('\u{1b}'), "{err:?}");
+}
