@@ -97,8 +97,11 @@ impl Tune {
         let gpus = topo.gpu_count();
         if let Some(t) = self.tp.iter().find(|&&t| t > gpus) {
             return Err(Error::bad_input(format!(
-                "--tp {t} does not fit this machine of {gpus} GPUs; {}",
+                "--tp {t} does not fit this machine of {gpus} GPU{}; {}",
+                if gpus == 1 { "" } else { "s" },
                 match gpus {
+                    0 | 1 => "a TP group needs 2 GPUs or more, so there is nothing to tune here"
+                        .to_string(),
                     2 => "give --tp 2, or leave --tp out".to_string(),
                     n => format!("choose sizes from 2 to {n}"),
                 }
@@ -602,6 +605,13 @@ mod tests {
         assert_eq!(
             t.options(&machine("pcie-4x-1switch"), None).unwrap().tp,
             vec![4]
+        );
+        // One GPU: no TP size to offer.
+        let mut one = machine("pcie-2x");
+        one.gpus.truncate(1);
+        assert_eq!(
+            t.options(&one, None).unwrap_err().to_string(),
+            "--tp 4 does not fit this machine of 1 GPU; a TP group needs 2 GPUs or more, so there is nothing to tune here"
         );
     }
 }
