@@ -428,6 +428,48 @@ fn an_unwritable_class_directory_still_prints_the_report_and_warns() {
     );
 }
 
+/// Class profiles are written all or none: where one class's path holds a file that is not a
+/// profile, the other class's profile is not written beside the old one either.
+#[test]
+fn class_profiles_are_written_all_or_none() {
+    let tmp = tempfile::tempdir().unwrap();
+    let nodes = tmp.path().join("nodes");
+    std::fs::create_dir(&nodes).unwrap();
+    let a = template(tmp.path());
+    let mut b = a.clone();
+    b["fingerprint"]["topology_class"] = "sha256:0123456789abcdef01234567".into();
+    for i in 0..2 {
+        std::fs::write(nodes.join(format!("a{i}.json")), a.to_string()).unwrap();
+        std::fs::write(nodes.join(format!("b{i}.json")), b.to_string()).unwrap();
+    }
+    let out = tmp.path().join("classes");
+    std::fs::create_dir(&out).unwrap();
+    let kept = out.join("class-0123456789abcdef01234567.json");
+    std::fs::write(&kept, "notes, not a profile").unwrap();
+    let o = artune(&[
+        "fleet",
+        nodes.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8(o.stderr).unwrap();
+    assert_eq!(o.status.code(), Some(5), "{err}");
+    assert!(err.contains("class profiles not written"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(&kept).unwrap(),
+        "notes, not a profile"
+    );
+    let written: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(
+        written,
+        vec![kept],
+        "the other class's profile was written alone"
+    );
+}
+
 /// An --out naming a file is bad input before the work, in one sentence; the file is kept.
 #[test]
 fn an_out_that_names_a_file_is_refused_before_the_work() {

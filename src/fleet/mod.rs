@@ -172,6 +172,9 @@ pub fn write_class_profiles(
         ));
         return Ok(warnings);
     }
+    // All or none: a set of class profiles with one missing would leave that class's nodes
+    // following an older one beside the new.
+    let mut planned = Vec::new();
     for class in classes {
         let Some(profile) = consensus::class_profile(collected, report, &class) else {
             continue;
@@ -181,17 +184,25 @@ pub fn write_class_profiles(
         let path = out_dir.join(format!("class-{hash}.json"));
         use crate::profile::paths::{check_replace, Writes};
         if let Err(e) = check_replace(&path, "--out", Writes::Profile, force) {
-            warnings.push(format!("class profile not written: {e}"));
-            continue;
+            warnings.push(format!("class profiles not written: {e}"));
         }
-        match profile.write_atomic(&path) {
-            Ok(()) => {
-                report
-                    .class_profiles
-                    .insert(class, path.display().to_string());
-            }
-            Err(e) => warnings.push(format!("class profile not written: {e}")),
-        }
+        planned.push((class, path, profile.to_json()));
+    }
+    if !warnings.is_empty() {
+        return Ok(warnings);
+    }
+    let files: Vec<(&std::path::Path, &[u8])> = planned
+        .iter()
+        .map(|(_, path, json)| (path.as_path(), json.as_bytes()))
+        .collect();
+    if let Err(e) = crate::profile::write_all_atomic(&files) {
+        warnings.push(format!("class profiles not written: {e}"));
+        return Ok(warnings);
+    }
+    for (class, path, _) in planned {
+        report
+            .class_profiles
+            .insert(class, path.display().to_string());
     }
     Ok(warnings)
 }
