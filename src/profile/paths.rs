@@ -56,7 +56,15 @@ pub fn check_output(path: &Path, flag: &str, expect: Expect) -> Result<PathBuf, 
     let real = resolve(path);
     let shown = path.display();
     let refuse = |why: String| Error::bad_input(format!("{flag} {shown}: {why}"));
-    if let Ok(m) = std::fs::metadata(&real) {
+    use std::os::unix::ffi::OsStrExt;
+    if expect == Expect::File && path.as_os_str().as_bytes().ends_with(b"/") {
+        return Err(refuse(
+            "it ends in /, so it names a directory; name the file to write".into(),
+        ));
+    }
+    // Through the link as given too: /dev/stdout resolves to a name under /proc that stat
+    // cannot follow, but is the pipe or terminal it points at.
+    if let Ok(m) = std::fs::metadata(&real).or_else(|_| std::fs::metadata(path)) {
         if let Some(k) = kind(&m) {
             return Err(refuse(format!(
                 "it is {k}, not a regular file; artune replaces its output whole and would replace the {}, so name a regular file",
@@ -126,8 +134,16 @@ pub fn check_output(path: &Path, flag: &str, expect: Expect) -> Result<PathBuf, 
             let _ = std::fs::remove_file(&probe);
         })
         .map_err(|e| {
+            use std::io::ErrorKind as K;
+            let why = match e.kind() {
+                K::PermissionDenied => "you may not create files there".to_string(),
+                K::ReadOnlyFilesystem => "its file system is read-only".to_string(),
+                // An existing directory that takes no new files: /proc, /sys and the like.
+                K::NotFound => "it takes no new files".to_string(),
+                _ => e.to_string(),
+            };
             refuse(format!(
-                "{} cannot be written ({e}); choose a writable location",
+                "{} cannot be written: {why}; choose a writable location",
                 probe_in.display()
             ))
         })?;
@@ -312,6 +328,28 @@ mod tests {
             msg.starts_with("--plot ") && msg.contains("a socket"),
             "{msg}"
         );
+    }
+
+    /// Refusals say what is wrong with the path itself, not an error of the probe beside it.
+    #[test]
+    fn a_directory_name_a_virtual_directory_and_a_linked_fifo_are_named() {
+        let msg = |p: &str| {
+            check_output(Path::new(p), "--out", Expect::File)
+                .unwrap_err()
+                .to_string()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let slash = format!("{}/new/", dir.path().display());
+        assert!(msg(&slash).contains("ends in /, so it names a directory"));
+        assert!(msg("/proc/x.json").contains("/proc cannot be written: it takes no new files"));
+        // A FIFO through a link.
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path; mkfifo only creates a node.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let link = dir.path().join("out.json");
+        std::os::unix::fs::symlink(&fifo, &link).unwrap();
+        assert!(msg(link.to_str().unwrap()).contains("it is a FIFO"));
     }
 
     #[test]
