@@ -64,7 +64,7 @@ pub fn parse_bytes(s: &str) -> Result<u64, Error> {
     if part % scale != 0 {
         return Err(Error::bad_input(format!(
             "`{s}` is not a whole number of bytes; write it in bytes (e.g. {}) or as a fraction that is exact (1.5K is 1536)",
-            n as u128 + part / scale
+            (n as u128 + part / scale).max(1)
         )));
     }
     u64::try_from(part / scale)
@@ -210,6 +210,9 @@ mod tests {
             e.contains("not a whole number of bytes") && e.contains("1228"),
             "{e}"
         );
+        // The example offered is a size the flag takes: never 0.
+        let e = parse_bytes("0.5").unwrap_err().to_string();
+        assert!(e.contains("(e.g. 1)"), "{e}");
         for bad in ["1.", ".5K", "1..5K", "1.5.K", "1.5Q"] {
             assert!(parse_bytes(bad).is_err(), "{bad}");
         }

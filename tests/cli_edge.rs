@@ -566,3 +566,30 @@ fn a_piped_log_has_no_colour_codes() {
     assert!(err.contains("INFO"), "{err}");
     assert!(!err.contains('\u{1b}'), "{err:?}");
 }
+
+/// A negative number is the tool's own one-sentence refusal, not clap's tip to write `-- -1`
+/// (which then fails too).
+#[test]
+fn negative_numbers_are_refused_in_the_tools_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = tuned(
+        dir.path(),
+        "p.json",
+        &["--sim", "pcie-2x", "--sizes", "1K:64K"],
+    );
+    let p = p.to_str().unwrap();
+    for args in [
+        vec!["select", p, "--tp", "2", "--bytes", "-1"],
+        vec!["predict", p, "--tp", "2", "--workload", "-1x4K"],
+        vec!["tune", "--sim", "pcie-2x", "--seed", "-1"],
+        vec!["check", p, "--sim", "pcie-2x", "--measure", "--wait", "-1"],
+    ] {
+        let o = artune(&args);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            !err.contains("tip:") && err.contains("-1"),
+            "{args:?}: {err}"
+        );
+    }
+}

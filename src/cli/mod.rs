@@ -178,7 +178,7 @@ pub struct TuneArgs {
     #[arg(long, value_name = "BYTES")]
     pub mem_budget: Option<String>,
     /// Seed for data and (simulated) noise.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
     pub seed: u64,
     /// Where to write the profile.
     #[arg(long, short, default_value = "artune-profile.json")]
@@ -217,7 +217,7 @@ pub struct TuneArgs {
     #[arg(long)]
     pub allow_busy: bool,
     /// Wait up to SECONDS for another artune measuring the same GPUs (0: refuse at once).
-    #[arg(long, value_name = "SECONDS", default_value_t = LOCK_WAIT_S)]
+    #[arg(long, value_name = "SECONDS", default_value_t = LOCK_WAIT_S, allow_negative_numbers = true)]
     pub wait: u64,
     /// Testing only, hidden from --help: read the GPUs' occupancy from this JSON file instead
     /// of NVML (src/topology/occupancy.rs, `Reading`, or a list of them: one per look, the
@@ -249,7 +249,7 @@ pub struct MessageArgs {
     #[arg(long)]
     pub tp: usize,
     /// Message size (4096, 4K, 1MiB).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub bytes: String,
     /// The group's GPUs, comma separated (e.g. 3,4), where the profile has several placements
     /// of the TP size (default: GPUs 0..TP, else the first placement).
@@ -293,7 +293,7 @@ pub struct ExportArgs {
     #[arg(long)]
     pub tp: Option<usize>,
     /// Model hidden size, to map bytes to tokens (TensorRT-LLM).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub hidden: Option<u64>,
     /// Element type, to map bytes to tokens (TensorRT-LLM).
     #[arg(long, value_enum, default_value = "bf16")]
@@ -338,7 +338,7 @@ pub struct CheckArgs {
     pub allow_busy: bool,
     /// With --measure: wait up to SECONDS for another artune measuring the same GPUs (0:
     /// refuse at once).
-    #[arg(long, value_name = "SECONDS", default_value_t = LOCK_WAIT_S, requires = "measure")]
+    #[arg(long, value_name = "SECONDS", default_value_t = LOCK_WAIT_S, requires = "measure", allow_negative_numbers = true)]
     pub wait: u64,
     /// Testing only, hidden from --help: the GPUs' occupancy as `tune --sim-occupancy`.
     #[arg(long, hide = true, value_name = "FILE", requires = "measure")]
@@ -362,7 +362,7 @@ pub struct PredictArgs {
     /// Allreduces of one engine step: a SPEC like `122x7168xbf16@1..16` (122 allreduces of
     /// 7168 x 2 x T bytes for T = 1..16; terms joined by `+`, fixed sizes like `2x4K`), or a
     /// JSON file listing {"count", "bytes"} or {"count", "hidden", "dtype", "tokens"} items.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub workload: String,
     /// TP size (default: the profile's only one).
     #[arg(long)]
