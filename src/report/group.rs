@@ -78,17 +78,30 @@ fn fmt_span(from: u64, to: u64) -> String {
     }
 }
 
-/// Widths of the per-group table's columns (sizes, backend, vs nccl, extra memory): the
+/// Least widths of the per-group table's columns (sizes, backend, vs nccl, extra memory): the
 /// header and the rows share them so the titles sit over their values.
 const COLUMNS: [usize; 4] = [15, 17, 18, 13];
 
-fn table_row(out: &mut String, cells: [&str; 5]) {
-    let [w0, w1, w2, w3] = COLUMNS;
-    let line = format!(
-        "  {:<w0$} {:<w1$} {:<w2$} {:<w3$} {}",
-        cells[0], cells[1], cells[2], cells[3], cells[4]
-    );
-    let _ = writeln!(out, "{}", line.trim_end());
+/// The table's rows, header first, each column as wide as its default or its longest value
+/// and one more, so a full cell never runs into the next.
+fn table(out: &mut String, rows: &[[String; 5]]) {
+    let mut w = COLUMNS;
+    for r in rows.iter().skip(1) {
+        for (i, wi) in w.iter_mut().enumerate() {
+            let n = r[i].chars().count();
+            if n >= *wi {
+                *wi = n + 1;
+            }
+        }
+    }
+    let [w0, w1, w2, w3] = w;
+    for c in rows {
+        let line = format!(
+            "  {:<w0$} {:<w1$} {:<w2$} {:<w3$} {}",
+            c[0], c[1], c[2], c[3], c[4]
+        );
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
 }
 
 /// Simulated groups: the model's error band per backend kind, and the sizes where a custom
@@ -371,10 +384,8 @@ pub(super) fn group_section(g: &GroupProfile, out: &mut String) {
         g.placement,
         g.dtype.id()
     );
-    table_row(
-        out,
-        ["sizes", "backend", "vs nccl", "extra mem/GPU", "notes"],
-    );
+    let mut rows =
+        vec![["sizes", "backend", "vs nccl", "extra mem/GPU", "notes"].map(String::from)];
     for r in ranges(g) {
         let sizes = fmt_span(r.from_bytes, r.to_bytes);
         let vs = match (r.backend, r.speedup_vs_nccl) {
@@ -387,8 +398,9 @@ pub(super) fn group_section(g: &GroupProfile, out: &mut String) {
             .custom_slowdown
             .map(|(c, lo, hi)| forcing_note(c, lo, hi))
             .unwrap_or_default();
-        table_row(out, [&sizes, r.backend.id(), &vs, &mem, &note]);
+        rows.push([sizes, r.backend.id().to_string(), vs, mem, note]);
     }
+    table(out, &rows);
     if !g.crossovers.is_empty() {
         let xs: Vec<String> = g
             .crossovers

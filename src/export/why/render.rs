@@ -68,8 +68,13 @@ pub fn render(w: &Why) -> String {
         }
     }
     s.push('\n');
+    // As wide as the longest backend name shown (island_two_shot_copy is 20).
+    let bw = (w.rows.iter().map(|r| r.backend))
+        .chain(w.not_measured.iter().map(|(k, _)| *k))
+        .map(|k| k.id().len())
+        .fold(18, usize::max);
     s.push_str(&format!(
-        "{:<18} {:>12} {:>25} {:>10} {:>12}\n",
+        "{:<bw$} {:>12} {:>25} {:>10} {:>12}\n",
         "backend", "median", "95% interval", "forcing it", "extra memory"
     ));
     for r in &w.rows {
@@ -93,7 +98,7 @@ pub fn render(w: &Why) -> String {
             (None, _) => String::new(),
         };
         s.push_str(&format!(
-            "{:<18} {:>12} {:>25} {:>10} {:>12}{}\n",
+            "{:<bw$} {:>12} {:>25} {:>10} {:>12}{}\n",
             r.backend.id(),
             us(r.median_us),
             format!("{} .. {}", us(r.ci_low_us), us(r.ci_high_us)),
@@ -113,7 +118,7 @@ pub fn render(w: &Why) -> String {
         ));
     }
     for (k, why) in &w.not_measured {
-        s.push_str(&format!("{:<18} not measured: {why}\n", k.id()));
+        s.push_str(&format!("{:<bw$} not measured: {why}\n", k.id()));
     }
     s.push_str("\nwhat each engine runs here (with artune's export applied):\n");
     let width = w
