@@ -97,7 +97,7 @@ impl Facts {
             (Some(dir), _) => Ok(Sysfs::new(dir)),
             (None, true) => Ok(Sysfs::system()),
             (None, false) => Err(
-                "a simulated machine has no PCI config space (give --sysfs-root to read a sysfs tree)"
+                "a simulated machine has no PCI config space; run doctor on the machine itself"
                     .to_string(),
             ),
         };

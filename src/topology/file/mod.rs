@@ -120,7 +120,7 @@ pub fn read_text(path: &Path, limit: u64, what: &'static str) -> Result<String, 
     }
     String::from_utf8(bytes).map_err(|e| {
         parse_err(format!(
-            "it is not UTF-8 text (invalid byte at offset {})",
+            "it is not UTF-8 text (invalid byte at offset {}); a {what} is JSON in UTF-8, so name the right file or save this one as UTF-8",
             e.utf8_error().valid_up_to()
         ))
     })
