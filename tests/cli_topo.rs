@@ -162,6 +162,22 @@ fn wrong_shape_file_is_bad_input() {
     );
 }
 
+/// A profile given where a topology file goes is named for what it is (the reverse mistake
+/// is, in profile/validate.rs).
+#[test]
+fn a_profile_given_as_a_topology_file_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = common::tuned(
+        dir.path(),
+        "p.json",
+        &["--sim", "pcie-2x", "--sizes", "1K:8K"],
+    );
+    assert_bad_input(
+        &["topo", "--topology", p.to_str().unwrap()],
+        &["p.json", "it is an artune profile, not a topology file"],
+    );
+}
+
 #[test]
 fn unknown_preset_is_bad_input() {
     assert_bad_input(

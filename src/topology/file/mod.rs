@@ -61,6 +61,22 @@ pub fn parse(text: &str) -> Result<Topology, TopologyError> {
         });
     }
     check_json(text).map_err(TopologyError::Json)?;
+    #[derive(serde::Deserialize)]
+    struct Peek {
+        schema_version: Option<serde::de::IgnoredAny>,
+        groups: Option<serde::de::IgnoredAny>,
+    }
+    if let Ok(Peek {
+        schema_version: Some(_),
+        groups: Some(_),
+    }) = serde_json::from_str(text)
+    {
+        return Err(TopologyError::Invalid(
+            "it is an artune profile, not a topology file; give the topology file the tune \
+             read, or write one on the machine with `artune topo --json > box.json`"
+                .into(),
+        ));
+    }
     check_no_model_error(text).map_err(TopologyError::Invalid)?;
     let mut t: Topology =
         serde_json::from_str(text).map_err(|e| TopologyError::Json(describe(&e, text)))?;
