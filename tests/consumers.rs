@@ -185,6 +185,18 @@ fn bad_profiles_are_refused_in_one_line() {
     let garbage = d.path().join("garbage.json");
     std::fs::write(&garbage, "{\"schema_version\": 1, \"groups\": [").unwrap();
     let missing = d.path().join("missing.json");
+    let old = d.path().join("old.json");
+    std::fs::write(
+        &old,
+        good.to_json()
+            .replacen("\"schema_version\": 1", "\"schema_version\": 0", 1),
+    )
+    .unwrap();
+    // Valid JSON whose bucket key is not a number: said as that, not as broken JSON.
+    let mut v: serde_json::Value = serde_json::from_str(&good.to_json()).unwrap();
+    v["groups"][0]["pin_channels"] = serde_json::json!({"abc": 2});
+    let key = d.path().join("key.json");
+    std::fs::write(&key, v.to_string()).unwrap();
     for cmd in [
         vec!["select", "P", "--tp", "2", "--bytes", "4K"],
         vec!["export", "P", "--engine", "nccl"],
@@ -207,6 +219,16 @@ fn bad_profiles_are_refused_in_one_line() {
         fails(&with(&absurd), 2, "1 TiB");
         fails(&with(s(&garbage)), 2, "truncated");
         fails(&with(s(&missing)), 2, "cannot read");
+        fails(
+            &with(s(&old)),
+            2,
+            "not one this artune reads (it reads 1); run",
+        );
+        fails(
+            &with(s(&key)),
+            2,
+            "groups[0].pin_channels` must be a whole number",
+        );
     }
 }
 

@@ -28,7 +28,7 @@ pub enum ProfileError {
     SchemaNotANumber(String),
     #[error("it has schema version {found}, newer than this artune reads ({SCHEMA_VERSION}): a newer artune wrote it; upgrade artune to read it, or tune with this version into another file")]
     SchemaTooNew { found: u64 },
-    #[error("schema version {found} is not supported; re-run the tune with this version")]
+    #[error("schema version {found} is not one this artune reads (it reads {SCHEMA_VERSION})")]
     SchemaUnsupported { found: u64 },
     #[error("its topology is invalid: {0}")]
     Topology(TopologyError),

@@ -149,6 +149,14 @@ pub fn describe(e: &serde_json::Error, text: &str) -> String {
         Category::Syntax if msg.starts_with("recursion limit") => {
             format!("{TOO_DEEP} {MAX_DEPTH} deep ({at})")
         }
+        // Valid JSON whose map key must be a number (a byte size): serde_json files it as syntax.
+        Category::Syntax if msg.contains("expected key to be a number") => {
+            let path = locate(text, offset(text, line, column), false);
+            format!(
+                "a key in `{}` must be a whole number in quotes, like \"4096\" ({at})",
+                printable(&path)
+            )
+        }
         Category::Syntax | Category::Io => format!("it is not valid JSON: {msg} ({at})"),
         Category::Data if msg.starts_with(TOO_DEEP) => format!("{msg} ({at})"),
         Category::Data => {
