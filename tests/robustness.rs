@@ -544,7 +544,7 @@ fn wrong_versions_are_named() {
     );
     assert_has(
         &perr(&set(json!(0))),
-        &["schema version 0 is not supported"],
+        &["schema version 0 is not one this artune reads"],
     );
     assert_has(
         &perr(&set(json!("1"))),
