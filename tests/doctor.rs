@@ -283,6 +283,7 @@ fn versions_against_a_profile() {
     let mut v: Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
     v["versions"]["driver"] = "570.86.15".into();
     v["simulated"] = false.into();
+    v["fabric"] = "CUDA, 2 GPUs".into();
     std::fs::write(&p, v.to_string()).unwrap();
     let o = doctor(
         "two-gpus.json",

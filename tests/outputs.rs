@@ -122,8 +122,8 @@ fn an_unwritable_plot_is_found_before_measuring_and_named() {
     );
 }
 
-/// A directory no file can be created in (/proc) is named with the system's reason alone: no
-/// path of artune's own probe file, which the user never asked for.
+/// A directory no file can be created in (/proc) is named with the reason alone: no path of
+/// artune's own probe file, which the user never asked for, and not the probe's "No such file".
 #[test]
 fn an_unwritable_out_directory_is_named_with_the_reason_only() {
     let o = tune(&["--out", "/proc/p.json"]);
@@ -131,8 +131,8 @@ fn an_unwritable_out_directory_is_named_with_the_reason_only() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert_eq!(
         err.trim_end(),
-        "error: --out /proc/p.json: /proc cannot be written (No such file or directory (os error \
-         2)); choose a writable location"
+        "error: --out /proc/p.json: /proc cannot be written: it takes no new files; choose a \
+         writable location"
     );
 }
 
