@@ -852,15 +852,16 @@ fn rows(cal: &Calibration) -> Vec<Row> {
     }
     // R4 (haohervchb/sglang-V100#2, "Measured inside a CUDA graph"): a one-shot push on 4
     // V100 SXM2 behind one PLX switch, fp16; artune's one-stage push as it runs (its LL form
-    // to 32 KiB per rank).
+    // to 32 KiB per rank). Beside it NCCL ("NCCL (PXB)"), replayed in the same CUDA graphs:
+    // the one published NCCL on four PCIe GPUs timed inside a graph with its box described.
     let mut r4 = prepared(v100_plx(), &[0, 1, 2, 3], None, cal);
-    for (bytes, us) in [
-        (4 * KB, 4.0),
-        (8 * KB, 5.0),
-        (16 * KB, 7.2),
-        (32 * KB, 11.8),
-        (128 * KB, 44.5),
-        (384 * KB, 120.3),
+    for (bytes, us, nccl) in [
+        (4 * KB, 4.0, 19.4),
+        (8 * KB, 5.0, 20.3),
+        (16 * KB, 7.2, 22.3),
+        (32 * KB, 11.8, 24.2),
+        (128 * KB, 44.5, 51.8),
+        (384 * KB, 120.3, 83.5),
     ] {
         let shot = [Backend::OneStagePush];
         let (t, band, part) = timing(&mut r4, &shot, bytes, Mode::Graph, BandPart::KernelBroadcom);
@@ -868,6 +869,16 @@ fn rows(cal: &Calibration) -> Vec<Row> {
             source: Source::R4,
             figure: format!("R4 one-shot push, 4 V100, {} KB, us", bytes / KB),
             published: us,
+            simulated: t,
+            band,
+            part,
+        });
+        let own = [Backend::Nccl];
+        let (t, band, part) = timing(&mut r4, &own, bytes, Mode::Graph, BandPart::NcclProtocol);
+        out.push(Row {
+            source: Source::R4,
+            figure: format!("R4 NCCL in a graph, 4 V100, {} KB, us", bytes / KB),
+            published: nccl,
             simulated: t,
             band,
             part,

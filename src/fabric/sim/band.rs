@@ -128,9 +128,10 @@ impl BandPart {
             // R2's one-shot on 4 GPUs at 256 B and 4 KB, 1.34x: ln 0.29 (C2's at 1 KB fitted
             // without C2, no prologue: 0.84x, ln 0.17).
             BandPart::KernelFixed => 0.30,
-            // nccl-tests on R2's four GPUs at 8 KB, 1.39x: ln 0.328 (C1's ring at 16 KB,
-            // 1.37x: ln(23.65/17.31) = 0.312).
-            BandPart::NcclFixed => 0.33,
+            // Slow side: R4's NCCL replayed in the CUDA graphs of a decode step on four V100
+            // behind one PLX switch, 1.52x at 16 and 32 KB: ln 0.42 (fitted without R4). Its
+            // fast side: `fast_half_width`.
+            BandPart::NcclFixed => 0.43,
             // Assumed constants no figure checks: either way by a factor of two, ln 2.
             BandPart::CopyFixed => 0.70,
             // rtx6kpro's 16 flows across the chips collapse to 7.7 GB/s (writes) and 9.0
@@ -152,6 +153,9 @@ impl BandPart {
             // (R2's nccl-tests busbw at 16 MB) and R2's nccl-tests at 8 KB, 0.72x in busbw (a
             // time of both sides), needs 0.14 beside nccl-fixed for its band to hold it.
             BandPart::NcclProtocol => 0.14,
+            // nccl-tests on R2's four GPUs at 8 KB, 1.39x: ln 0.328 (C1's ring at 16 KB,
+            // 1.37x: ln(23.65/17.31) = 0.312); no figure finds NCCL's fixed costs faster.
+            BandPart::NcclFixed => 0.33,
             p => p.half_width(),
         }
     }
@@ -284,8 +288,9 @@ impl Band {
         }
     }
 
-    /// [`Band::split`] with the data side's fast end priced by `data_fast`: where a part's
-    /// width on the slow side holds a loss that can only slow the bytes.
+    /// [`Band::split`] with the data side's fast end priced by `data_fast`, where a part's
+    /// width on the slow side holds a loss that can only slow the bytes, and the fixed side's
+    /// by each part's [`BandPart::fast_half_width`].
     pub fn split_sides(
         fixed: &BTreeMap<BandPart, f64>,
         data_fast: &BTreeMap<BandPart, f64>,
@@ -294,9 +299,14 @@ impl Band {
         data_us: f64,
     ) -> Band {
         let (f, d) = shares(fixed_us, data_us);
-        let (hf, fast, slow) = (quadrature(fixed), quadrature(data_fast), quadrature(data));
+        let fixed_fast: BTreeMap<BandPart, f64> = fixed
+            .iter()
+            .map(|(&p, &w)| (p, w.min(p.fast_half_width())))
+            .collect();
+        let (hf, hf_fast) = (quadrature(fixed), quadrature(&fixed_fast));
+        let (fast, slow) = (quadrature(data_fast), quadrature(data));
         Band {
-            low: f * (-hf).exp() + d * (-fast).exp(),
+            low: f * (-hf_fast).exp() + d * (-fast).exp(),
             high: f * hf.exp() + d * slow.exp(),
             parts: fixed.keys().chain(data.keys()).copied().collect(),
         }
