@@ -70,7 +70,7 @@ pub fn render(w: &Why) -> String {
     s.push('\n');
     // As wide as the longest backend name shown (island_two_shot_copy is 20).
     let bw = (w.rows.iter().map(|r| r.backend))
-        .chain(w.not_measured.iter().map(|(k, _)| *k))
+        .chain(w.not_measured.keys().copied())
         .map(|k| k.id().len())
         .fold(18, usize::max);
     s.push_str(&format!(
