@@ -863,26 +863,31 @@ fn rows(cal: &Calibration) -> Vec<Row> {
         (128 * KB, 44.5, 51.8),
         (384 * KB, 120.3, 83.5),
     ] {
-        let shot = [Backend::OneStagePush];
-        let (t, band, part) = timing(&mut r4, &shot, bytes, Mode::Graph, BandPart::KernelBroadcom);
-        out.push(Row {
-            source: Source::R4,
-            figure: format!("R4 one-shot push, 4 V100, {} KB, us", bytes / KB),
-            published: us,
-            simulated: t,
-            band,
-            part,
-        });
-        let own = [Backend::Nccl];
-        let (t, band, part) = timing(&mut r4, &own, bytes, Mode::Graph, BandPart::NcclProtocol);
-        out.push(Row {
-            source: Source::R4,
-            figure: format!("R4 NCCL in a graph, 4 V100, {} KB, us", bytes / KB),
-            published: nccl,
-            simulated: t,
-            band,
-            part,
-        });
+        let kb = bytes / KB;
+        for (b, figure, published, data) in [
+            (
+                Backend::OneStagePush,
+                format!("R4 one-shot push, 4 V100, {kb} KB, us"),
+                us,
+                BandPart::KernelBroadcom,
+            ),
+            (
+                Backend::Nccl,
+                format!("R4 NCCL in a graph, 4 V100, {kb} KB, us"),
+                nccl,
+                BandPart::NcclProtocol,
+            ),
+        ] {
+            let (t, band, part) = timing(&mut r4, &[b], bytes, Mode::Graph, data);
+            out.push(Row {
+                source: Source::R4,
+                figure,
+                published,
+                simulated: t,
+                band,
+                part,
+            });
+        }
     }
     out
 }

@@ -248,32 +248,23 @@ mod tests {
     #[test]
     fn forcing_note_never_calls_a_faster_kernel_slower() {
         let c = Backend::OneStagePull;
-        assert_eq!(
-            forcing_note(c, 1.5, 1.52),
-            "forcing one_stage_pull: 1.52x slower"
-        );
-        assert_eq!(
-            forcing_note(c, 1.0, 7.1),
-            "forcing one_stage_pull: 1.00–7.10x slower"
-        );
-        assert_eq!(
-            forcing_note(c, 0.96, 22.12),
-            "forcing one_stage_pull: up to 22.12x slower, at best 1.04x faster"
-        );
-        // Faster at every size (a simulated choice within the model's error): said, not blank.
-        assert_eq!(
-            forcing_note(c, 0.45, 0.58),
-            "forcing one_stage_pull: 1.72–2.22x faster"
-        );
-        assert_eq!(
-            forcing_note(c, 0.5, 0.51),
-            "forcing one_stage_pull: 2.00x faster"
-        );
-        assert_eq!(
-            forcing_note(c, 0.9, 1.001),
-            "forcing one_stage_pull: up to 1.11x faster"
-        );
-        assert_eq!(forcing_note(c, 0.998, 1.003), "");
+        for (lo, hi, want) in [
+            (1.5, 1.52, "forcing one_stage_pull: 1.52x slower"),
+            (1.0, 7.1, "forcing one_stage_pull: 1.00–7.10x slower"),
+            (
+                0.96,
+                22.12,
+                "forcing one_stage_pull: up to 22.12x slower, at best 1.04x faster",
+            ),
+            // Faster at every size (a simulated choice within the model's error): said, not
+            // left blank.
+            (0.45, 0.58, "forcing one_stage_pull: 1.72–2.22x faster"),
+            (0.5, 0.51, "forcing one_stage_pull: 2.00x faster"),
+            (0.9, 1.001, "forcing one_stage_pull: up to 1.11x faster"),
+            (0.998, 1.003, ""),
+        ] {
+            assert_eq!(forcing_note(c, lo, hi), want, "{lo} {hi}");
+        }
     }
 
     /// Two kernels of one model family share its error, so a tie between them is the sampling
