@@ -87,12 +87,15 @@ pub(super) fn fmt_ratio((lo, hi): (f64, f64)) -> String {
     }
 }
 
+/// Within this share of 1.0 a ratio is a tie: not "1.00x faster" nor "at best 1.00x faster".
+const TIE: f64 = 0.005;
+
 /// A range's time against NCCL's, (lowest, highest) speed-up: "faster" only where it is at
 /// every size; a band kept over a tie (stable bands, src/decide/bands.rs) is "up to" its best.
 pub(super) fn fmt_speedup((lo, hi): (f64, f64)) -> String {
-    if lo >= 0.995 {
+    if lo >= 1.0 - TIE {
         format!("{} faster", fmt_ratio((lo, hi)))
-    } else if hi >= 1.005 {
+    } else if hi >= 1.0 + TIE {
         format!("up to {hi:.2}x faster")
     } else {
         format!("{} slower", fmt_ratio((1.0 / hi, 1.0 / lo)))
@@ -104,19 +107,18 @@ pub(super) fn fmt_speedup((lo, hi): (f64, f64)) -> String {
 /// or not worth its memory: the group's other lines say which), say by how much rather than
 /// printing "0.96x slower" or nothing.
 pub(super) fn forcing_note(c: Backend, lo: f64, hi: f64) -> String {
-    // Within half a percent of the choice is a tie, not "at best 1.00x faster".
-    if hi < 1.005 && lo >= 0.995 {
+    if hi < 1.0 + TIE && lo >= 1.0 - TIE {
         String::new()
-    } else if hi < 0.995 {
+    } else if hi < 1.0 - TIE {
         let (fast, slow) = (1.0 / lo, 1.0 / hi);
         if (fast - slow) / slow < 0.05 {
             format!("forcing {c}: {fast:.2}x faster")
         } else {
             format!("forcing {c}: {slow:.2}–{fast:.2}x faster")
         }
-    } else if hi < 1.005 {
+    } else if hi < 1.0 + TIE {
         format!("forcing {c}: up to {:.2}x faster", 1.0 / lo)
-    } else if lo >= 0.995 {
+    } else if lo >= 1.0 - TIE {
         let lo = lo.max(1.0);
         if (hi - lo) / lo < 0.05 {
             format!("forcing {c}: {hi:.2}x slower")
