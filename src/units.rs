@@ -122,6 +122,16 @@ fn with_unit(b: u64) -> Option<String> {
         })
 }
 
+/// The largest size at most `b` that a user types in one word: whole units of the largest unit
+/// it reaches (5.3G gives 5G), or whole 4-byte elements below 1K (1 for less than 4), so the
+/// advice "at most X" is what fits, not only a power of two that does.
+pub fn floor_typed(b: u64) -> u64 {
+    match UNITS.into_iter().find(|&(_, size)| b >= size) {
+        Some((_, size)) => b / size * size,
+        None => (b / 4 * 4).max(1),
+    }
+}
+
 /// A byte count for a sentence: as a user types it ("64K", "1.5M"), else "1537 bytes" (or
 /// "1 byte").
 pub fn fmt_size(b: u64) -> String {
@@ -188,6 +198,15 @@ mod tests {
         assert!(parse_range("2K:1K").is_err());
         assert!(parse_range("0:1K").is_err());
         assert!(parse_range("1K").is_err());
+    }
+
+    #[test]
+    fn a_bound_floors_to_whole_units_of_its_largest_unit() {
+        assert_eq!(fmt_size(floor_typed((5 << 30) + (300 << 20))), "5G");
+        assert_eq!(floor_typed(4 << 30), 4 << 30);
+        assert_eq!(fmt_size(floor_typed((300 << 20) + 5)), "300M");
+        assert_eq!(floor_typed(1023), 1020);
+        assert_eq!(floor_typed(0), 1);
     }
 
     #[test]

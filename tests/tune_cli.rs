@@ -619,7 +619,9 @@ fn a_simulated_regret_is_headlined_beyond_the_models_error() {
 }
 
 /// A size range the machine cannot hold is refused before measuring, in one sentence (exit 2):
-/// 1K:1T once ended in "this is a bug in artune", and 1K:512G on 96 GiB GPUs passed.
+/// 1K:1T once ended in "this is a bug in artune", and 1K:512G on 96 GiB GPUs passed. The
+/// advised HIGH is the largest that fits in whole units: it tunes, one unit more does not
+/// (the advice once named a power of two, 4G where 5G fit).
 #[test]
 fn a_size_range_beyond_the_gpus_or_the_profile_is_refused_up_front() {
     let out = tmp().join("too-big.json");
@@ -632,18 +634,20 @@ fn a_size_range_beyond_the_gpus_or_the_profile_is_refused_up_front() {
     let unsized_box = tmp().join("no-memory.json");
     std::fs::write(&unsized_box, v.to_string()).unwrap();
     let file = ["--topology", unsized_box.to_str().unwrap()];
-    for (machine, sizes, needle) in [
+    for (machine, sizes, needle, (fits, over)) in [
         (
             &file,
             "1K:1T",
-            "more than the 1T per GPU a profile records; choose HIGH at most 256G",
+            "more than the 1T per GPU a profile records; choose HIGH at most 341G",
+            ("1K:341G", "1K:342G"),
         ),
         (
             &["--sim", "pcie-2x"],
             "1K:512G",
             "a TP2 group's custom kernels with their buffers for 512G messages and its input \
              and output need at least 4.5 TiB per GPU, more than the 96.0 GiB GPU 0 has in all; \
-             choose HIGH at most 8G",
+             choose HIGH at most 10G",
+            ("1K:10G", "1K:11G"),
         ),
     ] {
         let args = [&["tune"], &machine[..], &["--sizes", sizes, "--out"]].concat();
@@ -653,6 +657,12 @@ fn a_size_range_beyond_the_gpus_or_the_profile_is_refused_up_front() {
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(err.contains(needle), "{sizes}: {err}");
         assert!(!out.exists());
+        for (range, code) in [(fits, 0), (over, 2)] {
+            let args = [&["tune"], &machine[..], &["--sizes", range, "--out"]].concat();
+            let o = artune(&[&args[..], &[out.to_str().unwrap()]].concat());
+            assert_eq!(o.status.code(), Some(code), "{range}: {}", common::text(&o.stderr));
+        }
+        std::fs::remove_file(&out).ok();
     }
 }
 
@@ -678,7 +688,7 @@ fn custom_buffers_beyond_the_gpu_memory_are_refused_up_front() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
         err.contains("custom kernels with their buffers for 16G messages")
-            && err.contains("more than the 96.0 GiB GPU 0 has in all; choose HIGH at most 8G"),
+            && err.contains("more than the 96.0 GiB GPU 0 has in all; choose HIGH at most 10G"),
         "{err}"
     );
     assert!(!out.exists());
@@ -695,7 +705,7 @@ fn custom_buffers_beyond_the_gpu_memory_are_refused_up_front() {
     let err = common::text(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(
-        err.contains("more than the 4.0 GiB GPU 0 has free; choose HIGH at most 256M"),
+        err.contains("more than the 4.0 GiB GPU 0 has free; choose HIGH at most 453M"),
         "{err}"
     );
     assert!(!out.exists());

@@ -151,7 +151,7 @@ impl Tune {
                 self.sizes,
                 units::fmt_size(high),
                 units::fmt_size(limit),
-                units::fmt_size(pow2_floor(most))
+                units::fmt_size(units::floor_typed(most))
             )));
         }
         Ok(())
@@ -221,7 +221,7 @@ impl Tune {
         };
         let advice = match lo {
             0 => "free memory on the GPU".to_string(),
-            lo => format!("choose HIGH at most {}", units::fmt_size(pow2_floor(lo))),
+            lo => format!("choose HIGH at most {}", units::fmt_size(units::floor_typed(lo))),
         };
         Err(Error::bad_input(format!(
             "--sizes {}: a TP{tp} group's custom kernels with their buffers for {} messages and its input and output{on} need at least {} per GPU, more than the {} GPU {gpu} has {what}; {advice}",
@@ -230,14 +230,6 @@ impl Tune {
             units::fmt_mem(bytes),
             units::fmt_mem(mem),
         )))
-    }
-}
-
-/// The largest power of two at most `b` (1 for 0): a bound a user can type back exactly.
-fn pow2_floor(b: u64) -> u64 {
-    match b {
-        0 => 1,
-        b => 1 << (63 - b.leading_zeros()),
     }
 }
 
