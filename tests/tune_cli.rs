@@ -660,7 +660,12 @@ fn a_size_range_beyond_the_gpus_or_the_profile_is_refused_up_front() {
         for (range, code) in [(fits, 0), (over, 2)] {
             let args = [&["tune"], &machine[..], &["--sizes", range, "--out"]].concat();
             let o = artune(&[&args[..], &[out.to_str().unwrap()]].concat());
-            assert_eq!(o.status.code(), Some(code), "{range}: {}", common::text(&o.stderr));
+            assert_eq!(
+                o.status.code(),
+                Some(code),
+                "{range}: {}",
+                common::text(&o.stderr)
+            );
         }
         std::fs::remove_file(&out).ok();
     }

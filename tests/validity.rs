@@ -192,3 +192,30 @@ fn a_loopback_profile_holds_on_its_one_real_gpu_and_not_on_another_model() {
         "{err}"
     );
 }
+
+/// A profile whose groups were cut out holds nothing an engine could follow: `check` calls it
+/// stale (exit 3) on its own machine, by the rule and by measurement, with the tune command,
+/// where it once said "holds ... (no groups)".
+#[test]
+fn a_profile_of_no_groups_does_not_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = tuned(dir.path(), "p.json", &["--sim", "pcie-2x", "--tp", "2"]);
+    let mut v: Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    v["groups"] = serde_json::json!([]);
+    std::fs::write(&p, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+    for extra in [&[][..], &["--measure"], &["--json"]] {
+        let args = [
+            &["check", p.to_str().unwrap(), "--sim", "pcie-2x"][..],
+            extra,
+        ]
+        .concat();
+        let o = artune(&args);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(3), "{extra:?}: {err}");
+        assert!(
+            err.contains("it has no groups") && err.contains("artune tune --sim pcie-2x"),
+            "{extra:?}: {err}"
+        );
+        assert!(!text(&o.stdout).contains("holds for"), "{extra:?}");
+    }
+}

@@ -56,6 +56,9 @@ fn stale(a: &CheckArgs, p: &Profile, why: String) -> Error {
 /// `artune check PROFILE [--measure]`.
 pub fn run(a: CheckArgs) -> Result<i32, Error> {
     let p = Profile::load(&a.profile)?;
+    if p.groups.is_empty() {
+        return empty(&a, &p);
+    }
     if a.measure {
         return measured(&a, &p);
     }
@@ -112,6 +115,24 @@ pub fn run(a: CheckArgs) -> Result<i32, Error> {
         }
     );
     Ok(0)
+}
+
+/// A profile of no groups (hand-edited, or cut short) holds nothing an engine could follow:
+/// stale, whatever the machine, with the command that tunes it again (as JSON too).
+fn empty(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
+    let why =
+        "it has no groups (no TP size and mode), so nothing in it can be followed".to_string();
+    if a.json {
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "profile": a.profile, "measured": a.measure, "holds": false,
+                "changes": [why], "simulated": p.simulated, "retune": retune(a, p),
+            }))
+            .expect("json")
+        );
+    }
+    Err(stale(a, p, why))
 }
 
 /// Says on standard error that the profile was measured beside other work (`--allow-busy`).

@@ -221,7 +221,10 @@ impl Tune {
         };
         let advice = match lo {
             0 => "free memory on the GPU".to_string(),
-            lo => format!("choose HIGH at most {}", units::fmt_size(units::floor_typed(lo))),
+            lo => format!(
+                "choose HIGH at most {}",
+                units::fmt_size(units::floor_typed(lo))
+            ),
         };
         Err(Error::bad_input(format!(
             "--sizes {}: a TP{tp} group's custom kernels with their buffers for {} messages and its input and output{on} need at least {} per GPU, more than the {} GPU {gpu} has {what}; {advice}",
