@@ -139,6 +139,9 @@ pub struct GroupComparison {
     pub beyond_a: usize,
     pub crossovers_a: Vec<Crossover>,
     pub crossovers_b: Vec<Crossover>,
+    /// Each profile's crossovers in the words `show` gives them ("above" the bucket before).
+    #[serde(skip)]
+    words: [Vec<String>; 2],
     /// Each of A's crossovers looked for in B, and each of B's in A.
     pub a_in_b: Vec<CrossoverMatch>,
     pub b_in_a: Vec<CrossoverMatch>,
@@ -157,9 +160,10 @@ pub struct GroupComparison {
 }
 
 impl GroupComparison {
-    /// Whether the two profiles change backend at different places (or to different ones).
+    /// Whether the two profiles change backend at different places (or to different ones),
+    /// as the words say them: two first buckets after the same bucket serve the same sizes.
     pub fn crossovers_differ(&self) -> bool {
-        self.crossovers_a != self.crossovers_b
+        self.words[0] != self.words[1]
     }
 
     /// The crossovers of either profile, looked for in the other.
@@ -369,6 +373,7 @@ fn group(
         buckets,
         crossovers_a: g.crossovers.clone(),
         crossovers_b: h.crossovers.clone(),
+        words: [g, h].map(|p| p.crossovers.iter().map(|c| p.crossover_words(c)).collect()),
         crossovers_within_step: !off_step().any(CrossoverMatch::missed),
         crossovers_off_step: off_step().count(),
         crossovers_tied: off_step().filter(|m| m.tied).count(),
@@ -433,14 +438,11 @@ fn label(fabric: &str, simulated: bool, sampling: &str) -> String {
     format!("{fabric} ({sampling} sampling)")
 }
 
-fn crossings(c: &[Crossover]) -> String {
-    if c.is_empty() {
-        return "none".into();
+fn crossings(words: &[String]) -> String {
+    match words.is_empty() {
+        true => "none".into(),
+        false => words.join("; "),
     }
-    c.iter()
-        .map(|x| format!("{} {}→{}", crate::units::fmt_bytes(x.bytes), x.from, x.to))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// The crossovers off step that `pick` keeps, in words.
@@ -458,12 +460,15 @@ fn off_step(
             let at = fmt_bytes(c.bytes);
             let mut w = match m.nearest_bytes {
                 Some(n) => format!(
-                    "{mine}'s {}→{} at {at}, nearest in {other} at {}",
+                    "{mine}'s {}→{} at its {at} bucket, nearest in {other} at its {} bucket",
                     c.from,
                     c.to,
                     fmt_bytes(n)
                 ),
-                None => format!("{mine}'s {}→{} at {at}, none in {other}", c.from, c.to),
+                None => format!(
+                    "{mine}'s {}→{} at its {at} bucket, none in {other}",
+                    c.from, c.to
+                ),
             };
             if m.tied {
                 if let Some([lo, hi]) = m.span {
@@ -599,10 +604,10 @@ pub fn render(c: &Comparison) -> String {
         }
         if g.crossovers_differ() {
             let _ = writeln!(s, "  crossovers differ:");
-            let _ = writeln!(s, "    A: {}", crossings(&g.crossovers_a));
-            let _ = writeln!(s, "    B: {}", crossings(&g.crossovers_b));
+            let _ = writeln!(s, "    A: {}", crossings(&g.words[0]));
+            let _ = writeln!(s, "    B: {}", crossings(&g.words[1]));
         } else {
-            let _ = writeln!(s, "  crossovers agree: {}", crossings(&g.crossovers_a));
+            let _ = writeln!(s, "  crossovers agree: {}", crossings(&g.words[0]));
         }
         let mut tied = off_step(&g.a_in_b, "A", "B", |m| m.tied);
         tied.extend(off_step(&g.b_in_a, "B", "A", |m| m.tied));

@@ -74,7 +74,7 @@ fn a_coarse_profile_answers_a_fine_one_as_an_engine_would() {
         "{text}"
     );
     assert!(
-        text.contains("crossovers within one refinement step: no (2 missed: A's one_stage_push→nccl at 64K, nearest in B at 32K"),
+        text.contains("crossovers within one refinement step: no (2 missed: A's one_stage_push→nccl at its 64K bucket, nearest in B at its 32K bucket"),
         "{text}"
     );
 }
@@ -229,7 +229,7 @@ fn a_crossover_off_step_is_tied_where_b_cannot_tell_the_choices_apart() {
     assert_eq!(g.a_in_b[0].span, Some([8192, 32768]));
     let text = render(&c);
     assert!(
-        text.contains("crossovers within one refinement step: yes (2 tied: A's nccl→one_stage_push at 8K, nearest in B at 32K, B cannot tell the choices apart over 8K..32K"),
+        text.contains("crossovers within one refinement step: yes (2 tied: A's nccl→one_stage_push at its 8K bucket, nearest in B at its 32K bucket, B cannot tell the choices apart over 8K..32K"),
         "{text}"
     );
     // At 8K the kernel is 40% slower in B: B's rule tells them apart, a miss.
@@ -237,7 +237,7 @@ fn a_crossover_off_step_is_tied_where_b_cannot_tell_the_choices_apart() {
     let g = &c.groups[0];
     assert_eq!((g.crossovers_off_step, g.crossovers_tied), (2, 0));
     assert!(!g.crossovers_within_step && g.a_in_b[0].missed());
-    assert!(render(&c).contains("no (2 missed: A's nccl→one_stage_push at 8K"));
+    assert!(render(&c).contains("no (2 missed: A's nccl→one_stage_push at its 8K bucket"));
 }
 
 #[test]

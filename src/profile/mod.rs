@@ -197,6 +197,22 @@ impl GroupProfile {
     pub fn ranks(&self) -> crate::allreduce::Ranks {
         crate::allreduce::Ranks::of(self.tp, self.islands.as_ref())
     }
+
+    /// `c` in words, as every report says it: a bucket serves the sizes above the one before
+    /// it (FORMATS.md), so the new choice starts just above that one, not at its own bucket.
+    pub fn crossover_words(&self, c: &Crossover) -> String {
+        let fmt = crate::units::fmt_bytes;
+        match self
+            .buckets
+            .iter()
+            .map(|b| b.bytes)
+            .filter(|&b| b < c.bytes)
+            .max()
+        {
+            Some(prev) => format!("{} → {} above {}", c.from, c.to, fmt(prev)),
+            None => format!("{} → {} at {}", c.from, c.to, fmt(c.bytes)),
+        }
+    }
 }
 
 /// The time the profile's choices give away against the per-size fastest measured backend:

@@ -402,24 +402,7 @@ pub(super) fn group_section(g: &GroupProfile, out: &mut String) {
     }
     table(out, &rows);
     if !g.crossovers.is_empty() {
-        let xs: Vec<String> = g
-            .crossovers
-            .iter()
-            .map(|c| {
-                // A bucket serves the sizes above the one before it (FORMATS.md), so the new
-                // choice starts just above that one, not at its own first bucket.
-                match g
-                    .buckets
-                    .iter()
-                    .map(|b| b.bytes)
-                    .filter(|&b| b < c.bytes)
-                    .max()
-                {
-                    Some(prev) => format!("{} → {} above {}", c.from, c.to, fmt_bytes(prev)),
-                    None => format!("{} → {} at {}", c.from, c.to, fmt_bytes(c.bytes)),
-                }
-            })
-            .collect();
+        let xs: Vec<String> = g.crossovers.iter().map(|c| g.crossover_words(c)).collect();
         let _ = writeln!(out, "  crossovers: {}", xs.join("; "));
     }
     model_lines(g, out);
