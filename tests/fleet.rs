@@ -444,7 +444,7 @@ fn class_profiles_are_written_all_or_none() {
     }
     let out = tmp.path().join("classes");
     std::fs::create_dir(&out).unwrap();
-    let kept = out.join("class-0123456789abcdef01234567.json");
+    let kept = out.join("class-0123456789abcdef01234567-bf16.json");
     std::fs::write(&kept, "notes, not a profile").unwrap();
     let o = artune(&[
         "fleet",
@@ -679,5 +679,51 @@ fn the_class_profile_pins_the_channels_most_nodes_of_the_same_pin_measured() {
         common::text(&why.stdout).contains("on 8 run-time channels"),
         "{}",
         common::text(&why.stdout)
+    );
+}
+
+/// A fleet run for another dtype writes its class profile beside the first, never over it:
+/// both name the same topology class (an fp16 run once replaced the bf16 class profile of
+/// three nodes with one of a single node, exit 5, no word).
+#[test]
+fn class_profiles_of_two_dtypes_live_side_by_side() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let common = ["--sim", "pcie-4x-1switch", "--tp", "4", "--mode", "graph"];
+    let common = [&common[..], &["--sizes", "1K:64K", "--no-contention"]].concat();
+    for s in ["1", "2", "3"] {
+        tuned(
+            d,
+            &format!("n{s}.json"),
+            &[&common[..], &["--seed", s]].concat(),
+        );
+    }
+    tuned(d, "h.json", &[&common[..], &["--dtype", "fp16"]].concat());
+    let dir = d.to_str().unwrap();
+    for extra in [&[][..], &["--dtype", "fp16"]] {
+        let o = artune(&[&["fleet", dir][..], extra].concat());
+        assert!(
+            o.status.code() == Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let mut names: Vec<String> = std::fs::read_dir(d.join("classes"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(
+        names[0].ends_with("-bf16.json") && names[1].ends_with("-fp16.json"),
+        "{names:?}"
+    );
+    let bf16: Value =
+        serde_json::from_slice(&std::fs::read(d.join("classes").join(&names[0])).unwrap()).unwrap();
+    assert_eq!(
+        bf16["fleet"]["nodes"].as_array().unwrap().len(),
+        3,
+        "{}",
+        bf16["fleet"]
     );
 }

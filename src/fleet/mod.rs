@@ -112,6 +112,9 @@ pub struct FleetReport {
     /// Profiles aggregated.
     pub profiles: usize,
     pub skipped: Vec<Skipped>,
+    /// Profiles of another dtype: sound, left to a run with `--dtype`, so no warning.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub other_dtype: Vec<Skipped>,
     pub classes: Vec<ClassReport>,
     /// Class profiles written, by topology class.
     pub class_profiles: BTreeMap<String, String>,
@@ -180,8 +183,9 @@ pub fn write_class_profiles(
             continue;
         };
         let profile = profile?;
+        // The dtype in the name: a run for another dtype writes beside it, never over it.
         let hash = class.strip_prefix("sha256:").unwrap_or(&class);
-        let path = out_dir.join(format!("class-{hash}.json"));
+        let path = out_dir.join(format!("class-{hash}-{}.json", report.dtype.id()));
         use crate::profile::paths::{check_replace, Writes};
         if let Err(e) = check_replace(&path, "--out", Writes::Profile, force) {
             warnings.push(format!("class profiles not written: {e}"));
@@ -304,8 +308,9 @@ fn names(c: &Collected, dtype: Dtype) -> Vec<String> {
 pub fn analyze(c: &mut Collected, asked: Option<Dtype>, dir: &str) -> Result<FleetReport, Error> {
     let dtype = choose_dtype(c, asked, dir)?;
     let names = names(c, dtype);
+    let mut other_dtype = Vec::new();
     for n in c.nodes.iter().filter(|n| n.dtype != dtype) {
-        c.skipped.push(Skipped {
+        other_dtype.push(Skipped {
             file: n.file.clone(),
             reason: format!(
                 "its dtype is {}, and this report compares {} (choose with --dtype)",
@@ -325,6 +330,7 @@ pub fn analyze(c: &mut Collected, asked: Option<Dtype>, dir: &str) -> Result<Fle
         dtype,
         profiles: c.nodes.iter().filter(|n| n.dtype == dtype).count(),
         skipped: c.skipped.clone(),
+        other_dtype,
         classes,
         class_profiles: BTreeMap::new(),
         names,

@@ -39,6 +39,16 @@ pub fn text(r: &FleetReport) -> String {
             let _ = writeln!(o, "  {}: {}", s.file, s.reason);
         }
     }
+    if !r.other_dtype.is_empty() {
+        let _ = writeln!(
+            o,
+            "\nnot compared here, of another dtype ({}):",
+            crate::report::count(r.other_dtype.len(), "file", "files")
+        );
+        for s in &r.other_dtype {
+            let _ = writeln!(o, "  {}: {}", s.file, s.reason);
+        }
+    }
     o
 }
 
