@@ -61,7 +61,7 @@ pub fn parse_bytes(s: &str) -> Result<u64, Error> {
     };
     let scale = 10u128.pow(digits);
     let part = frac * mult as u128;
-    if part % scale != 0 {
+    if !part.is_multiple_of(scale) {
         return Err(Error::bad_input(format!(
             "`{s}` is not a whole number of bytes; write it in bytes (e.g. {}) or as a fraction that is exact (1.5K is 1536)",
             (n as u128 + part / scale).max(1)
@@ -107,7 +107,7 @@ fn with_unit(b: u64) -> Option<String> {
             (0..=FRACTION_DIGITS).find_map(|d| {
                 let scale = 10u128.pow(d);
                 let scaled = b as u128 * scale;
-                (scaled % size as u128 == 0).then(|| {
+                scaled.is_multiple_of(size as u128).then(|| {
                     let v = scaled / size as u128;
                     match d {
                         0 => format!("{v}{name}"),

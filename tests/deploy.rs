@@ -141,15 +141,39 @@ fn the_rust_image_is_new_enough_and_the_files_land_where_artune_looks() {
         .find_map(|l| l.strip_prefix("FROM rust:"))
         .expect("a rust build stage");
     let have = from.split('-').next().unwrap();
+    // Major, minor, patch: "1.88" is "1.88.0".
     let num = |v: &str| {
-        v.split('.')
-            .map(|x| x.parse::<u32>().unwrap())
-            .collect::<Vec<_>>()
+        let mut n: Vec<u32> = v.split('.').map(|x| x.parse().unwrap()).collect();
+        n.resize(3, 0);
+        n
     };
     assert!(
         num(have) >= num(&want),
         "rust:{have} is older than rust-version {want}"
     );
+    // And rust-version is new enough for every locked dependency (libloading 0.9.1 asked for
+    // 1.88 while it said 1.85, so rust:1.85 could not build the image).
+    let meta = std::process::Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--locked", "--offline"])
+        .current_dir(ROOT)
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        meta.status.success(),
+        "{}",
+        String::from_utf8_lossy(&meta.stderr)
+    );
+    let meta: serde_json::Value = serde_json::from_slice(&meta.stdout).unwrap();
+    for p in meta["packages"].as_array().unwrap() {
+        if let Some(v) = p["rust_version"].as_str() {
+            let (name, version) = (&p["name"], &p["version"]);
+            assert!(
+                num(v) <= num(&want),
+                "{name} {version} needs Rust {v}, above rust-version {want}"
+            );
+        }
+    }
+    assert!(read("README.md").contains(&format!("A Rust toolchain ({want}+)")));
     // plugin::library looks beside the binary, then in ../lib.
     for copy in [
         "target/release/artune /usr/local/bin/artune",

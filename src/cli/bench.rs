@@ -102,7 +102,7 @@ fn bench_kernels(a: BenchKernelsArgs) -> Result<i32, Error> {
             }
             sizes
         }
-        None if a.loopback >= 4 && a.loopback % 2 == 0 => vec![a.loopback / 2; 2],
+        None if a.loopback >= 4 && a.loopback.is_multiple_of(2) => vec![a.loopback / 2; 2],
         None => Vec::new(),
     };
     // Find out now, not after minutes on the GPU, that the report cannot be written.

@@ -184,7 +184,7 @@ fn check_world_size(w: usize, tps: &[usize]) -> Result<(), Error> {
             "--world-size {w} is more ranks than artune writes state for (at most {MAX_WORLD_SIZE})"
         )));
     }
-    if let Some(t) = tps.iter().find(|&&t| w % t != 0) {
+    if let Some(t) = tps.iter().find(|&&t| !w.is_multiple_of(t)) {
         return Err(Error::bad_input(format!(
             "--world-size {w} is not a multiple of TP{t}, so it cannot hold whole TP{t} groups; pass --tp to export one TP size"
         )));

@@ -82,7 +82,7 @@ pub fn builtin(t: &Topology, gpus: &[usize], dtype: Dtype, bytes: u64) -> Path {
     let limit = model().custom_max(cap, n);
     let custom_no = match disabled_because(t, gpus) {
         Some(why) => why.to_string(),
-        None if bytes % 16 != 0 => "the message is not a multiple of 16 bytes".into(),
+        None if !bytes.is_multiple_of(16) => "the message is not a multiple of 16 bytes".into(),
         None if bytes >= limit => format!(
             "the message is at or above the custom all-reduce limit of {} on {}",
             fmt_bytes(limit),
@@ -101,7 +101,7 @@ pub fn builtin(t: &Topology, gpus: &[usize], dtype: Dtype, bytes: u64) -> Path {
         None => "symmetric memory has no entry for this capability and world size",
         Some(_) if !multicast(t, gpus) => "symmetric memory needs NVLink multicast",
         Some(_) if dtype != Dtype::Bf16 => "symmetric memory takes bf16 only",
-        Some(max) if bytes % 4 != 0 || bytes >= max => {
+        Some(max) if !bytes.is_multiple_of(4) || bytes >= max => {
             "the message is outside symmetric memory's limit"
         }
         Some(_) if multimem => return Path::SymmMem("torch symmetric-memory multimem"),

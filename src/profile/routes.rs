@@ -249,7 +249,7 @@ impl Routes {
             // unit that divides them.
             let exact = |n: u64| match [(30, "G"), (20, "M"), (10, "K")]
                 .into_iter()
-                .find(|(s, _)| n >= 1 << s && n % (1 << s) == 0)
+                .find(|(s, _)| n >= 1 << s && n.is_multiple_of(1 << s))
             {
                 Some((s, unit)) => format!("{}{unit}", n >> s),
                 None => format!("{n}B"),

@@ -223,7 +223,7 @@ pub(super) fn runs(p: &Profile, g: &GroupProfile, bytes: u64) -> EngineRun {
         Kind::None(why) => nccl(why.into()),
         Kind::V1 => {
             let keep = v1_versus(g).keep();
-            if bytes > v1_max() || bytes % 16 != 0 {
+            if bytes > v1_max() || !bytes.is_multiple_of(16) {
                 nccl(
                     "custom all-reduce v1 takes messages up to 8 MiB, multiples of 16 bytes".into(),
                 )
@@ -240,7 +240,7 @@ pub(super) fn runs(p: &Profile, g: &GroupProfile, bytes: u64) -> EngineRun {
         }
         Kind::V2 => {
             let plan = v2_plan(g);
-            let band = if bytes % 16 != 0 || bytes > v2_workspace() {
+            let band = if !bytes.is_multiple_of(16) || bytes > v2_workspace() {
                 3
             } else {
                 (0..3).find(|&k| bytes <= plan.lim[k]).unwrap_or(3)

@@ -155,7 +155,7 @@ fn paths_under_plugin(p: &Profile, g: &GroupProfile, bytes: u64, flashinfer: boo
             max_bytes,
         }) => {
             let max = max_bytes.div_ceil(16) * 16;
-            if bytes > max || bytes % 16 != 0 {
+            if bytes > max || !bytes.is_multiple_of(16) {
                 nccl(format!(
                     "above v1's max_size, which the plugin cut to {} (the profile's largest custom size), or not a multiple of 16 bytes",
                     fmt_bytes(max)
@@ -175,7 +175,7 @@ fn paths_under_plugin(p: &Profile, g: &GroupProfile, bytes: u64, flashinfer: boo
         ),
         Some(Setup::V2 { graph, eager }) => {
             let lim = if g.mode == Mode::Graph { graph } else { eager };
-            let band = if bytes % 16 != 0 {
+            let band = if !bytes.is_multiple_of(16) {
                 3
             } else {
                 (0..3).find(|&k| bytes <= lim[k]).unwrap_or(3)

@@ -44,7 +44,7 @@ impl Launcher {
 
     pub fn elems(&self, bytes: u64) -> Result<u64, FabricError> {
         let size = self.shape.dtype.size();
-        if bytes == 0 || bytes % size != 0 {
+        if bytes == 0 || !bytes.is_multiple_of(size) {
             return Err(FabricError::BadRequest(format!(
                 "{bytes} bytes is not a whole number of {} elements",
                 self.shape.dtype.id()

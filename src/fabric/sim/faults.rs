@@ -241,7 +241,7 @@ impl Drift {
             *n += 1;
         }
         let index = Backend::ALL.iter().position(|&b| b == backend).unwrap_or(0);
-        let high = (*n + (self.starts_high >> index & 1)) % 2 == 0;
+        let high = (*n + (self.starts_high >> index & 1)).is_multiple_of(2);
         if high {
             f * f
         } else {

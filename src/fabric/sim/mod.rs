@@ -315,7 +315,7 @@ impl SimFabric {
             Some(Readiness::Ready { .. }) => {}
         }
         let size = p.group.dtype.size();
-        if bytes == 0 || bytes % size != 0 {
+        if bytes == 0 || !bytes.is_multiple_of(size) {
             return Err(bad(format!(
                 "{bytes} bytes is not a whole number of {} elements; use a positive multiple of {size}",
                 p.group.dtype.id()

@@ -409,7 +409,7 @@ fn a_registered_small_call_spreads_over_more_blocks() {
         }
     }
     // Every registered form's kernel allows SMALL_THREADS (its bounds are THREADS).
-    const { assert!(SMALL_THREADS <= THREADS && THREADS % SMALL_THREADS == 0) };
+    const { assert!(SMALL_THREADS <= THREADS && THREADS.is_multiple_of(SMALL_THREADS)) };
 }
 
 #[test]
