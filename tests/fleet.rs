@@ -271,6 +271,17 @@ fn host_in_out_names_the_file_and_the_profile_names_the_node() {
     );
     assert_eq!(p["node"]["args"][0], "tune");
     assert_eq!(p["settings"]["dtype"], "bf16");
+    // fleet names the node as {host} did, not by its host name (in a Kubernetes pod, the
+    // pod's): two profiles from one host under two scheduler names are two nodes.
+    let mut q = p.clone();
+    q["node"]["scheduler_node"] = "gpu-node-8".into();
+    std::fs::write(tmp.path().join("other.json"), q.to_string()).unwrap();
+    let j = artune(&["fleet", tmp.path().to_str().unwrap(), "--json"]);
+    let j: Value = serde_json::from_slice(&j.stdout).unwrap();
+    assert_eq!(
+        j["classes"][0]["nodes"],
+        serde_json::json!(["gpu-node-7", "gpu-node-8"])
+    );
     let bad = common::dies_with_test(common::BIN)
         .args(["tune", "--sim", "pcie-2x", "--out"])
         .arg(&out)

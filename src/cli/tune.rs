@@ -378,11 +378,7 @@ fn out_path(
             .unwrap_or("the scheduler's node name"),
         None => "the host name",
     };
-    let Some(name) = node
-        .scheduler_node
-        .clone()
-        .or_else(|| node.hostname.clone())
-    else {
+    let Some(name) = node.name().map(str::to_string) else {
         return Err(Error::bad_input(
             "--out names {host}, but SLURMD_NODENAME and NODE_NAME are unset and the host name is unknown; set NODE_NAME or write the file name out",
         ));

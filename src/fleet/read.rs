@@ -216,7 +216,7 @@ fn add(c: &mut Collected, file: String, p: Profile) {
         hostname: p
             .node
             .as_ref()
-            .and_then(|n| n.hostname.clone())
+            .and_then(|n| n.name().map(str::to_string))
             .or_else(|| h.hostname.clone()),
         simulated: p.simulated,
         versions: (

@@ -314,6 +314,12 @@ impl Node {
             args: Vec::new(),
         }
     }
+
+    /// The node's name, as `{host}` in a tune's `--out` and `artune fleet` give it: the
+    /// scheduler's (a pod's host name is the pod's, not the node's), else the host name.
+    pub fn name(&self) -> Option<&str> {
+        self.scheduler_node.as_deref().or(self.hostname.as_deref())
+    }
 }
 
 /// Where a fleet class profile came from: the consensus of which nodes, and who was left out.
