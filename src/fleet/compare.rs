@@ -21,6 +21,43 @@ pub const OUTLIER_SHARE: f64 = 0.05;
 /// (MAD 0) do not make every tiny difference infinitely significant.
 const MAD_FLOOR: f64 = 0.01;
 
+/// Fewest nodes a class needs before any can be told apart as an outlier (a robust z-score of
+/// two values says nothing).
+pub(super) const OUTLIER_NODES: usize = 3;
+
+/// A version as numbers where it is one ("570.86.10" above "560.35.3", whatever the strings
+/// sort as); None sorts first, so a known version beats an unknown one.
+fn version_key(v: &Option<String>) -> Option<Vec<u64>> {
+    v.as_ref().map(|s| {
+        s.split(['.', '-', '+'])
+            .map(|p| p.parse().unwrap_or(0))
+            .collect()
+    })
+}
+
+/// The versions the class is judged against: those most of its nodes have; where two sets tie,
+/// the newest (upgrades move forward, so the older are the ones behind). True where it is a
+/// tie, for the words.
+pub(super) fn usual_versions(all: &[NodeVersions]) -> (NodeVersions, bool) {
+    let mut counts: Vec<(NodeVersions, usize)> = Vec::new();
+    for v in all {
+        match counts.iter_mut().find(|(u, _)| u == v) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((v.clone(), 1)),
+        }
+    }
+    let top = counts.iter().map(|c| c.1).max().unwrap_or(0);
+    let key = |v: &NodeVersions| (version_key(&v.0), version_key(&v.1), version_key(&v.2));
+    let tied = counts.iter().filter(|c| c.1 == top).count() > 1;
+    let usual = counts
+        .into_iter()
+        .filter(|c| c.1 == top)
+        .map(|c| c.0)
+        .max_by(|a, b| key(a).cmp(&key(b)))
+        .unwrap_or_default();
+    (usual, tied)
+}
+
 fn fmt_versions(v: &NodeVersions) -> String {
     let s = |o: &Option<String>| o.clone().unwrap_or_else(|| "?".into());
     format!("driver {}, CUDA {}, NCCL {}", s(&v.0), s(&v.1), s(&v.2))
@@ -38,7 +75,12 @@ pub(super) fn class_report(
     let info = |e: usize| &c.nodes[data.entries[e].node];
     let n = data.entries.len();
     let t = timings(data);
-    let usual = majority((0..n).map(|e| info(e).versions.clone())).unwrap_or_default();
+    let all: Vec<NodeVersions> = (0..n).map(|e| info(e).versions.clone()).collect();
+    let (usual, tied) = usual_versions(&all);
+    let most = match tied {
+        false => "most of the class has",
+        true => "as many nodes of the class have the newer",
+    };
     let stale: Vec<(usize, NodeNote)> = (0..n)
         .filter(|&e| info(e).versions != usual)
         .map(|e| {
@@ -47,7 +89,7 @@ pub(super) fn class_report(
                 NodeNote {
                     node: name(e),
                     reason: format!(
-                        "tuned with {} while most of the class has {}",
+                        "tuned with {} while {most} {}",
                         fmt_versions(&info(e).versions),
                         fmt_versions(&usual)
                     ),
@@ -81,6 +123,7 @@ pub(super) fn class_report(
         simulated: (0..n).filter(|&e| info(e).simulated).map(name).collect(),
         stale: stale.into_iter().map(|(_, s)| s).collect(),
         outliers,
+        outliers_judged: n >= OUTLIER_NODES,
         choices_differ,
         node_ratios: (0..n)
             .map(|e| {
@@ -150,7 +193,7 @@ fn timings(data: &ClassData) -> Timings {
             } else {
                 0.0
             };
-            if n >= 3 && z > OUTLIER_Z && (ratio - 1.0).abs() >= DEVIATION {
+            if n >= OUTLIER_NODES && z > OUTLIER_Z && (ratio - 1.0).abs() >= DEVIATION {
                 let cell = &data.cells[key.0 as usize];
                 t.deviations[e].push(Deviation {
                     tp: cell.tp,

@@ -106,7 +106,8 @@ pub fn class_profile(
         return None;
     }
     let nodes: Vec<&NodeInfo> = included.iter().map(|&i| &c.nodes[i]).collect();
-    let versions = majority(nodes.iter().map(|n| n.versions.clone())).unwrap_or_default();
+    let all: Vec<_> = nodes.iter().map(|n| n.versions.clone()).collect();
+    let versions = super::compare::usual_versions(&all).0;
     let simulated = nodes.iter().any(|n| n.simulated);
     let mut topology = template.topology.clone();
     for g in &mut topology.gpus {

@@ -94,6 +94,8 @@ pub struct ClassReport {
     pub simulated: Vec<String>,
     pub stale: Vec<NodeNote>,
     pub outliers: Vec<Outlier>,
+    /// Whether the class has the nodes an outlier can be told apart among (3 or more).
+    pub outliers_judged: bool,
     pub choices_differ: Vec<ChoiceDiff>,
     /// Per node and backend, the median over cells of its ratio to the class median.
     pub node_ratios: BTreeMap<String, BTreeMap<Backend, f64>>,

@@ -72,7 +72,14 @@ fn class_text(o: &mut String, c: &ClassReport, profile: Option<&String>) {
             )
         }
     );
-    if c.outliers.is_empty() {
+    if !c.outliers_judged {
+        let _ = writeln!(
+            o,
+            "  outliers: not judged: it takes {} nodes to tell one apart, and the class has {} (its profile is their median)",
+            super::compare::OUTLIER_NODES,
+            c.nodes.len()
+        );
+    } else if c.outliers.is_empty() {
         let _ = writeln!(o, "  outliers: none");
     }
     for out in &c.outliers {

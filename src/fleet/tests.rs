@@ -173,3 +173,53 @@ fn a_host_name_equal_to_another_file_name_falls_back_too() {
     let (r, _) = run(d.path(), None).unwrap();
     assert_eq!(r.classes[0].nodes, ["gpu-b", "n2", "n3"]);
 }
+
+/// Two nodes on one driver and two on another: neither is "most of the class"; the older are
+/// the ones behind, by number ("999.1" sorts after "1000.1" as a string), and the words say
+/// it is a tie.
+#[test]
+fn a_version_tie_goes_to_the_newer_by_number() {
+    for (old, new) in [("560.1", "570.1"), ("999.1", "1000.1")] {
+        let d = dir(&[
+            ("a.json", node(Some("a"), 1.0, old)),
+            ("b.json", node(Some("b"), 1.0, old)),
+            ("c.json", node(Some("c"), 1.0, new)),
+            ("d.json", node(Some("d"), 1.0, new)),
+        ]);
+        let (r, _) = run(d.path(), None).unwrap();
+        let stale: Vec<&str> = r.classes[0].stale.iter().map(|s| s.node.as_str()).collect();
+        assert_eq!(stale, ["a", "b"], "{old} against {new}");
+        let why = &r.classes[0].stale[0].reason;
+        let words = format!("as many nodes of the class have the newer driver {new}");
+        assert!(why.contains(&words), "{why}");
+    }
+    // Three to one: the majority, whatever its number, in the usual words.
+    let d = dir(&[
+        ("a.json", node(Some("a"), 1.0, "999.1")),
+        ("b.json", node(Some("b"), 1.0, "999.1")),
+        ("c.json", node(Some("c"), 1.0, "999.1")),
+        ("d.json", node(Some("d"), 1.0, "1000.1")),
+    ]);
+    let (r, _) = run(d.path(), None).unwrap();
+    assert_eq!(r.classes[0].stale[0].node, "d");
+    assert!(r.classes[0].stale[0]
+        .reason
+        .contains("most of the class has driver 999.1"));
+}
+
+/// Two nodes cannot tell an outlier apart: the report says so instead of "outliers: none".
+#[test]
+fn a_class_of_two_nodes_has_its_outliers_not_judged() {
+    let d = dir(&[
+        ("a.json", node(Some("a"), 1.0, "580.1")),
+        ("b.json", node(Some("b"), 3.0, "580.1")),
+    ]);
+    let (r, _) = run(d.path(), None).unwrap();
+    assert!(!r.classes[0].outliers_judged && r.classes[0].outliers.is_empty());
+    let text = output::text(&r);
+    assert!(
+        text.contains("outliers: not judged: it takes 3 nodes"),
+        "{text}"
+    );
+    assert!(!text.contains("outliers: none"), "{text}");
+}
