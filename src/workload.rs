@@ -465,12 +465,16 @@ pub fn predict<'a>(
             let mut us: [Result<f64, String>; 4] = [Ok(0.0), Ok(0.0), Ok(0.0), Ok(0.0)];
             let mut outside = [false; 4];
             let mut beyond = Vec::new();
-            let mut why = String::new();
+            // Each reason once, with how many sizes it covers (below and above apart).
+            let mut why: Vec<(String, usize)> = Vec::new();
             for (count, bytes) in allreduces {
                 let (i, below) = match locate(g, bytes) {
                     Ok(at) => at,
                     Err(e) => {
-                        why = e;
+                        match why.iter_mut().find(|(r, _)| *r == e) {
+                            Some((_, n)) => *n += 1,
+                            None => why.push((e, 1)),
+                        }
                         beyond.push(bytes);
                         continue;
                     }
@@ -498,10 +502,14 @@ pub fn predict<'a>(
                 }
             }
             if !beyond.is_empty() {
-                let why = match beyond.len() {
-                    1 => format!("1 size {why}"),
-                    n => format!("{n} sizes {why}"),
-                };
+                let why = why
+                    .iter()
+                    .map(|(r, n)| match n {
+                        1 => format!("1 size {r}"),
+                        n => format!("{n} sizes {r}"),
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; ");
                 us = [
                     Err(why.clone()),
                     Err(why.clone()),

@@ -378,13 +378,28 @@ fn predict_interpolates_between_buckets_and_follows_select_below_them() {
             .code(),
         Some(6)
     );
+    // No step priced is no answer, as select's: exit 6, in text and JSON.
     let o = artune(&["predict", p, "--workload", "1x8K"]);
     let s = text(&o.stdout);
-    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(o.status.code(), Some(6));
     assert!(
         s.contains("below the smallest measured") && s.contains("not predicted"),
         "{s}"
     );
+    let o = artune(&["predict", p, "--workload", "1x8K", "--json"]);
+    assert_eq!(o.status.code(), Some(6));
+    // One step that holds sizes on both sides names each side, not the last one for both.
+    let o = artune(&["predict", p, "--workload", "1x8K+2x1M"]);
+    let s = text(&o.stdout);
+    assert!(
+        s.contains(
+            "1 size below the smallest measured (16K); 1 size above the largest measured (256K)"
+        ),
+        "{s}"
+    );
+    // Priced where any step is (8K at T=4 is not, 128K at T=64 is): exit 0.
+    let o = artune(&["predict", p, "--workload", "1x1024xbf16@4,64"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stdout));
 }
 
 #[test]

@@ -789,3 +789,27 @@ fn exports_cover_every_placement() {
         assert!(v.get(format!("{tp}->0")).is_none(), "{v}");
     }
 }
+
+/// A loopback profile (every rank on one GPU) is labelled as such wherever its numbers are
+/// priced: predict's header and JSON say it, as why does, not only "SIMULATED" profiles.
+#[test]
+fn predict_says_a_loopback_profile_is_no_multi_gpu_evidence() {
+    let p = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/profiles/hardware/h100/2026-12-05-speed6/warm.json"
+    );
+    let w = ["--tp", "8", "--workload", "122x7168xbf16@1,4,16"];
+    let o = artune(&[&["predict", p][..], &w].concat());
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let head = o.stdout.lines().next().unwrap_or_default();
+    assert!(
+        head.contains("LOOPBACK") && head.contains("no time here is multi-GPU evidence"),
+        "{head}"
+    );
+    let o = artune(&[&["predict", p, "--json"][..], &w].concat());
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(
+        (v["loopback"].as_bool(), v["simulated"].as_bool()),
+        (Some(true), Some(false))
+    );
+}

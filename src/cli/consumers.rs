@@ -413,12 +413,18 @@ pub fn predict(a: PredictArgs) -> Result<i32, Error> {
         }
     };
     let pr = workload::predict(&p, tp, mode, a.gpus.as_deref(), &w)?;
+    // No step priced under the profile's own choice: no answer, as select's (exit 6).
+    let code = match pr.rows.iter().any(|r| r.us[0].is_ok()) {
+        true => 0,
+        false => EXIT_NO_ANSWER,
+    };
     let ms = |r: &Result<f64, String>| r.as_ref().ok().map(|us| us / 1000.0);
     if a.json {
         let steps: Vec<serde_json::Value> = pr.rows.iter().map(step_json).collect();
         let v = serde_json::json!({
             "profile": a.profile.display().to_string(),
             "simulated": p.simulated,
+            "loopback": p.is_loopback(),
             "tp": tp,
             "mode": mode.id(),
             "gpus": pr.group.gpus,
@@ -428,7 +434,7 @@ pub fn predict(a: PredictArgs) -> Result<i32, Error> {
             "steps": steps,
         });
         outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-        return Ok(0);
+        return Ok(code);
     }
     outln!(
         "{}: TP{tp} {} on GPUs {}{}",
@@ -437,6 +443,11 @@ pub fn predict(a: PredictArgs) -> Result<i32, Error> {
         crate::topology::fmt_gpus(&pr.group.gpus),
         if p.simulated {
             format!(" (SIMULATED: {})", p.fabric)
+        } else if p.is_loopback() {
+            format!(
+                " (LOOPBACK: {}; every rank shared one GPU, so no time here is multi-GPU evidence)",
+                p.fabric
+            )
         } else {
             String::new()
         }
@@ -514,7 +525,7 @@ pub fn predict(a: PredictArgs) -> Result<i32, Error> {
             crate::report::model::CALIBRATED
         );
     }
-    Ok(0)
+    Ok(code)
 }
 
 /// One row of `predict --json`: each policy's milliseconds, its saving against the profile's

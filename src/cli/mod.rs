@@ -70,7 +70,9 @@ and the engine should keep its default."
     Check(CheckArgs),
     /// Allreduce cost of one engine step under several policies.
     #[command(
-        after_help = "Example: artune predict profile.json --tp 2 --workload 122x7168xbf16@1..16"
+        after_help = "Example: artune predict profile.json --tp 2 --workload 122x7168xbf16@1..16
+
+Exit 6 where no step can be priced (every one holds a size the profile cannot answer for)."
     )]
     Predict(PredictArgs),
     /// Benchmarks that need a GPU (kernels against the loopback floor of copy bandwidth).

@@ -482,6 +482,12 @@ impl std::fmt::Display for UnknownReason {
 }
 
 impl Profile {
+    /// Measured with every rank on one GPU (`tune --loopback`): real kernels, but no time in it
+    /// is multi-GPU evidence, which every report of its numbers says.
+    pub fn is_loopback(&self) -> bool {
+        !self.simulated && self.topology.origin.kind == "loopback"
+    }
+
     /// The profile's TP sizes and modes, each once, e.g. "TP2 graph, TP2 eager" (for messages).
     pub fn group_names(&self) -> String {
         let mut v: Vec<String> = Vec::new();

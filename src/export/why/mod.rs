@@ -243,7 +243,7 @@ pub fn explain(p: &Profile, q: Query<'_>, bytes: u64) -> Result<Why, Error> {
     let engines = engine_lines(p, g, b, bytes, chosen_us);
     Ok(Why {
         simulated: p.simulated,
-        loopback: !p.simulated && p.topology.origin.kind == "loopback",
+        loopback: p.is_loopback(),
         fabric: p.fabric.clone(),
         tp,
         mode,
