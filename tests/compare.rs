@@ -200,3 +200,73 @@ fn compare_checks_measurements_against_the_model_band_and_warns_on_other_machine
         "{text}"
     );
 }
+
+/// A narrow profile against a wide one: B's sizes below A's smallest and above its largest are
+/// counted apart (all were once "above A's largest"), B's crossovers outside the sizes both
+/// measured are set aside instead of judged over sizes A never timed, and groups without a
+/// counterpart are named once each, with their GPUs.
+#[test]
+fn sizes_and_crossovers_outside_the_common_range_are_named_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let wide = tune(dir.path(), "wide.json", &[], None);
+    let narrow = dir.path().join("narrow.json");
+    let args = [
+        "tune",
+        "--sim",
+        "pcie-8x-2switch",
+        "--tp",
+        "2",
+        "--mode",
+        "graph",
+    ];
+    let o = artune(
+        &[
+            &args[..],
+            &["--sizes", "1M:2M", "--out", narrow.to_str().unwrap()],
+        ]
+        .concat(),
+        None,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = artune(
+        &["compare", narrow.to_str().unwrap(), wide.to_str().unwrap()],
+        None,
+    );
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    let group = text
+        .split("\n\n")
+        .find(|g| g.starts_with("TP2 graph (GPUs 0,1"))
+        .unwrap();
+    assert!(
+        group.contains("of B's sizes lie below A's smallest: not compared"),
+        "{group}"
+    );
+    assert!(group.contains("above A's largest: not compared"), "{group}");
+    assert!(
+        group.contains("outside the sizes both measured: not compared"),
+        "{group}"
+    );
+    assert!(
+        !group.contains("none in A"),
+        "judged over sizes A never measured: {group}"
+    );
+    let o = artune(
+        &["compare", wide.to_str().unwrap(), narrow.to_str().unwrap()],
+        None,
+    );
+    let text = String::from_utf8_lossy(&o.stdout);
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("no counterpart"))
+        .collect();
+    assert!(
+        lines.iter().any(|l| l.contains("TP2 eager on GPUs 3,4")),
+        "{lines:?}"
+    );
+    let mut unique = lines.clone();
+    unique.dedup();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), lines.len(), "{lines:?}");
+}

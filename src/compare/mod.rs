@@ -135,10 +135,15 @@ pub struct GroupComparison {
     pub worst_significant_pct: f64,
     /// B's buckets whose size A's choice there B did not measure.
     pub unmeasured: usize,
-    /// B's buckets above A's largest, which A does not serve.
+    /// B's buckets A does not serve: above its largest, or below its smallest.
     pub beyond_a: usize,
+    /// Of those, the ones below A's smallest.
+    pub below_a: usize,
+    /// Each profile's crossovers within the sizes both measured (the rest cannot be compared).
     pub crossovers_a: Vec<Crossover>,
     pub crossovers_b: Vec<Crossover>,
+    /// Crossovers of either profile outside the sizes both measured: not compared.
+    pub crossovers_outside: usize,
     /// Each profile's crossovers in the words `show` gives them ("above" the bucket before).
     #[serde(skip)]
     words: [Vec<String>; 2],
@@ -318,13 +323,15 @@ fn group(
         mode: g.mode,
         gpus: Some(&g.gpus),
     });
-    let mut beyond_a = 0;
+    let (mut beyond_a, mut below_a) = (0, 0);
+    let smallest = g.buckets.first().map_or(0, |b| b.bytes);
     let buckets: Vec<BucketRegret> = h
         .buckets
         .iter()
         .filter_map(|kb| {
             let Some((_, answer)) = mine.and_then(|m| m.at(kb.bytes)) else {
                 beyond_a += 1;
+                below_a += usize::from(kb.bytes < smallest);
                 return None;
             };
             let best = kb.results.get(&kb.choice)?;
@@ -347,8 +354,29 @@ fn group(
     let worst = worst_by(&buckets, |b| b.regret_us);
     let worst_significant = worst_by(&buckets, |b| b.significant_us);
     let align = plan::alignment(g.tp, g.dtype);
-    let a_in_b = matches(&g.crossovers, &h.crossovers, align, &buckets);
-    let b_in_a = matches(&h.crossovers, &g.crossovers, align, &buckets);
+    // Only a crossover both profiles could have shows where they differ: one that falls
+    // within the sizes both measured (above the larger smallest, at most the smaller largest).
+    let ends = |p: &GroupProfile| {
+        p.buckets
+            .first()
+            .zip(p.buckets.last())
+            .map(|(f, l)| (f.bytes, l.bytes))
+    };
+    let (lo, hi) = match (ends(g), ends(h)) {
+        (Some(a), Some(b)) => (a.0.max(b.0), a.1.min(b.1)),
+        _ => (0, 0),
+    };
+    let inside = |p: &GroupProfile| -> Vec<Crossover> {
+        p.crossovers
+            .iter()
+            .filter(|c| lo < c.bytes && c.bytes <= hi)
+            .cloned()
+            .collect()
+    };
+    let (xa, xb) = (inside(g), inside(h));
+    let outside = g.crossovers.len() + h.crossovers.len() - xa.len() - xb.len();
+    let a_in_b = matches(&xa, &xb, align, &buckets);
+    let b_in_a = matches(&xb, &xa, align, &buckets);
     let off_step = || a_in_b.iter().chain(&b_in_a).filter(|m| !m.within_step);
     GroupComparison {
         tp: g.tp,
@@ -357,6 +385,7 @@ fn group(
         placement: g.placement.clone(),
         unmeasured: buckets.iter().filter(|b| b.regret_us.is_none()).count(),
         beyond_a,
+        below_a,
         regret_sum_us,
         b_sum_us,
         regret_sum_pct: share(regret_sum_us, b_sum_us),
@@ -371,9 +400,10 @@ fn group(
             .unwrap_or(0.0),
         worst_significant,
         buckets,
-        crossovers_a: g.crossovers.clone(),
-        crossovers_b: h.crossovers.clone(),
-        words: [g, h].map(|p| p.crossovers.iter().map(|c| p.crossover_words(c)).collect()),
+        words: [(g, &xa), (h, &xb)].map(|(p, x)| x.iter().map(|c| p.crossover_words(c)).collect()),
+        crossovers_a: xa,
+        crossovers_b: xb,
+        crossovers_outside: outside,
         crossovers_within_step: !off_step().any(CrossoverMatch::missed),
         crossovers_off_step: off_step().count(),
         crossovers_tied: off_step().filter(|m| m.tied).count(),
@@ -395,7 +425,11 @@ pub fn compare(a: &Profile, b: &Profile) -> Result<Comparison, CompareError> {
     let mut only_in_a = Vec::new();
     for g in &a.groups {
         let Some(h) = partner(g, b) else {
-            only_in_a.push(key(g));
+            // Named with its GPUs: a profile holds several groups of one size and mode.
+            let k = format!("{} on GPUs {}", key(g), crate::topology::fmt_gpus(&g.gpus));
+            if !only_in_a.contains(&k) {
+                only_in_a.push(k);
+            }
             continue;
         };
         if g.dtype != h.dtype {
@@ -414,7 +448,6 @@ pub fn compare(a: &Profile, b: &Profile) -> Result<Comparison, CompareError> {
             b: keys(b),
         });
     }
-    only_in_a.dedup();
     Ok(Comparison {
         a_fabric: a.fabric.clone(),
         b_fabric: b.fabric.clone(),
@@ -577,17 +610,14 @@ pub fn render(c: &Comparison) -> String {
                 crate::report::count(g.unmeasured, "size", "sizes")
             );
         }
-        if g.beyond_a > 0 {
-            let _ = writeln!(
-                s,
-                "  {} of B's {} above A's largest: not compared",
-                g.beyond_a,
-                if g.beyond_a == 1 {
-                    "sizes lies"
-                } else {
-                    "sizes lie"
-                }
-            );
+        for (n, side) in [
+            (g.below_a, "below A's smallest"),
+            (g.beyond_a - g.below_a, "above A's largest"),
+        ] {
+            if n > 0 {
+                let lie = if n == 1 { "sizes lies" } else { "sizes lie" };
+                let _ = writeln!(s, "  {n} of B's {lie} {side}: not compared");
+            }
         }
         for b in g.buckets.iter().filter(|b| b.a_choice != b.b_choice) {
             let a = b
@@ -600,6 +630,13 @@ pub fn render(c: &Comparison) -> String {
                 b.a_choice,
                 b.b_choice,
                 crate::units::fmt_us(b.b_choice_us)
+            );
+        }
+        if g.crossovers_outside > 0 {
+            let _ = writeln!(
+                s,
+                "  {} outside the sizes both measured: not compared",
+                crate::report::count(g.crossovers_outside, "crossover", "crossovers")
             );
         }
         if g.crossovers_differ() {
