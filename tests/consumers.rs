@@ -600,6 +600,36 @@ fn predict_bad_input() {
         2,
         "no TP8 graph group",
     );
+    // --gpus in select's words: the length checked, and the placements the profile has.
+    fails(
+        &[
+            "predict",
+            &p,
+            "--workload",
+            "1x4K",
+            "--tp",
+            "2",
+            "--gpus",
+            "0,1,2",
+        ],
+        2,
+        "--gpus 0,1,2 must name 2 different GPUs for --tp 2",
+    );
+    let sel = artune(&["select", &p, "--tp", "2", "--bytes", "4K", "--gpus", "5,6"]);
+    let pre = artune(&[
+        "predict",
+        &p,
+        "--workload",
+        "1x4K",
+        "--tp",
+        "2",
+        "--gpus",
+        "5,6",
+    ]);
+    assert_eq!((sel.code, pre.code), (6, 2));
+    assert!(sel.stderr.contains("(it has GPUs"), "{}", sel.stderr);
+    let why = |e: &str| e[e.find("has no TP2").unwrap()..].trim().to_string();
+    assert_eq!(why(&pre.stderr), why(&sel.stderr));
     let w = d.path().join("w.json");
     std::fs::write(&w, r#"[{"count": 1}]"#).unwrap();
     fails(

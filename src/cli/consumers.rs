@@ -41,48 +41,50 @@ fn asked_group<'p>(
     p: &'p Profile,
     a: &MessageArgs,
 ) -> Result<Result<&'p GroupProfile, String>, Error> {
-    let mode: Mode = a.mode.into();
-    group_size(a.tp)?;
-    if let Some(gpus) = &a.gpus {
-        let mut sorted = gpus.clone();
+    group_of(p, &a.profile, a.tp, a.mode.into(), a.gpus.as_deref())
+}
+
+/// [`asked_group`] for any command that names a group by `--tp`, `--mode` and `--gpus` (the
+/// profile read from `path`): one rule and one wording for select, why and predict.
+fn group_of<'p>(
+    p: &'p Profile,
+    path: &Path,
+    tp: usize,
+    mode: Mode,
+    gpus: Option<&[usize]>,
+) -> Result<Result<&'p GroupProfile, String>, Error> {
+    group_size(tp)?;
+    if let Some(gpus) = gpus {
+        let mut sorted = gpus.to_vec();
         sorted.sort_unstable();
         sorted.dedup();
-        if gpus.len() != a.tp || sorted.len() != gpus.len() {
+        if gpus.len() != tp || sorted.len() != gpus.len() {
             return Err(Error::bad_input(format!(
-                "--gpus {} must name {} different GPUs for --tp {}",
+                "--gpus {} must name {tp} different GPUs for --tp {tp}",
                 ids(gpus),
-                a.tp,
-                a.tp
             )));
         }
     }
-    let q = Query {
-        tp: a.tp,
-        mode,
-        gpus: a.gpus.as_deref(),
-    };
-    if let Some(g) = p.group(q) {
+    if let Some(g) = p.group(Query { tp, mode, gpus }) {
         return Ok(Ok(g));
     }
     let placements: Vec<String> = p
         .groups
         .iter()
-        .filter(|g| g.tp == a.tp && g.mode == mode)
+        .filter(|g| g.tp == tp && g.mode == mode)
         .map(|g| format!("GPUs {}", ids(&g.gpus)))
         .collect();
-    Ok(Err(match (&a.gpus, placements.is_empty()) {
+    Ok(Err(match (gpus, placements.is_empty()) {
         (Some(gpus), false) => format!(
-            "{} has no TP{} {} group on GPUs {} (it has {}); pass one of those to --gpus",
-            a.profile.display(),
-            a.tp,
+            "{} has no TP{tp} {} group on GPUs {} (it has {}); pass one of those to --gpus",
+            path.display(),
             mode.id(),
             crate::topology::fmt_gpus(gpus),
             placements.join(", ")
         ),
         _ => format!(
-            "{} has no TP{} {} group (it has {}); tune that TP size for an answer",
-            a.profile.display(),
-            a.tp,
+            "{} has no TP{tp} {} group (it has {}); tune that TP size for an answer",
+            path.display(),
             mode.id(),
             p.group_names()
         ),
@@ -412,6 +414,8 @@ pub fn predict(a: PredictArgs) -> Result<i32, Error> {
             }
         }
     };
+    // The group as select and why name it, in their words; a missing one is bad input here.
+    group_of(&p, &a.profile, tp, mode, a.gpus.as_deref())?.map_err(Error::bad_input)?;
     let pr = workload::predict(&p, tp, mode, a.gpus.as_deref(), &w)?;
     // No step priced under the profile's own choice: no answer, as select's (exit 6).
     let code = match pr.rows.iter().any(|r| r.us[0].is_ok()) {
