@@ -214,7 +214,7 @@ impl Workload {
                     })?;
                     if h == 0 || h > MAX_HIDDEN || t == 0 || t > MAX_TOKENS {
                         return Err(format!(
-                            "item {i} has hidden {h} and tokens {t}; both must be at least 1"
+                            "item {i} has hidden {h} and tokens {t}; hidden must be 1 to {MAX_HIDDEN} and tokens 1 to {MAX_TOKENS}"
                         ));
                     }
                     h * t * d.size()
@@ -590,6 +590,13 @@ mod tests {
             .contains("either"));
         assert!(Workload::parse_json(r#"[{"count": 2, "bytes": 1, "hidden": 3}]"#).is_err());
         assert!(Workload::parse_json("[]").is_err());
+        // Too large is said with the limit (it once said "both must be at least 1").
+        let e = Workload::parse_json(
+            r#"[{"count": 1, "hidden": 99999999, "dtype": "bf16", "tokens": 4}]"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("hidden must be 1 to 16777216"), "{e}");
     }
 
     #[test]
