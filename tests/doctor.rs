@@ -175,9 +175,7 @@ fn warnings_only_exit_5_and_name_the_variables() {
         "{line}"
     );
     assert!(
-        text.contains(
-            "do: tune without them (`env -u NCCL_IB_HCA -u NCCL_P2P_DISABLE artune tune`)"
-        ),
+        text.contains("do: tune without them (`env -u NCCL_P2P_DISABLE artune tune`)"),
         "{text}"
     );
     assert!(text.contains("0 fail"), "{text}");

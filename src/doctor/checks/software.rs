@@ -50,27 +50,39 @@ pub fn driver(f: &Facts) -> Check {
 }
 
 /// Besides the NCCL and CUDA variables a profile records (`profile::environment::matters`, the
-/// one rule), artune's own deadline changes what a tune measures, and `NCCL_IB_*` and
-/// `NCCL_NET*` are worth a warning as leftovers from multi-node jobs (artune measures one node).
+/// one rule), artune's own deadline changes what a tune measures. `NCCL_IB_*` and `NCCL_NET*`
+/// do not (artune measures one node: tune and check ignore them), but are named as leftovers
+/// of multi-node jobs, apart, without a warning.
 const ARTUNE_VARS: &[&str] = &["ARTUNE_GPU_DEADLINE_MS"];
-const MEASUREMENT_PREFIXES: &[&str] = &["NCCL_IB_", "NCCL_NET"];
+const LEFTOVER_PREFIXES: &[&str] = &["NCCL_IB_", "NCCL_NET"];
 
 pub fn environment(env: &[(String, String)]) -> Check {
     const ID: &str = "environment";
-    let mut set: Vec<String> = env
-        .iter()
-        .filter(|(k, _)| {
-            crate::profile::environment::matters(k)
-                || ARTUNE_VARS.contains(&k.as_str())
-                || MEASUREMENT_PREFIXES.iter().any(|p| k.starts_with(p))
-        })
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    set.sort();
+    let pick = |keep: &dyn Fn(&str) -> bool| -> Vec<String> {
+        let mut v: Vec<String> = env
+            .iter()
+            .filter(|(k, _)| keep(k))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        v.sort();
+        v
+    };
+    let set = pick(&|k| crate::profile::environment::matters(k) || ARTUNE_VARS.contains(&k));
+    let leftovers = pick(&|k| LEFTOVER_PREFIXES.iter().any(|p| k.starts_with(p)));
+    let aside = match leftovers.is_empty() {
+        true => String::new(),
+        false => format!(
+            "; {} only between nodes, so not here",
+            match leftovers.len() {
+                1 => format!("{} matters", leftovers[0]),
+                _ => format!("{} matter", list(&leftovers)),
+            }
+        ),
+    };
     if set.is_empty() {
         return Check::ok(
             ID,
-            "no NCCL or CUDA variable that changes the measurement is set",
+            &format!("no NCCL or CUDA variable that changes the measurement is set{aside}"),
         );
     }
     let unset: Vec<String> = set
@@ -82,7 +94,7 @@ pub fn environment(env: &[(String, String)]) -> Check {
         ID,
         Status::Warn,
         format!(
-            "set in this environment and changing what a tune measures: {}",
+            "set in this environment and changing what a tune measures: {}{aside}",
             list(&set)
         ),
         format!(
