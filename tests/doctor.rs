@@ -399,3 +399,33 @@ fn a_busy_gpu_is_a_warning_naming_who() {
     );
     assert!(act.contains("--allow-busy"), "{act}");
 }
+
+/// `--measure` on this machine: where the GPUs cannot be opened (no driver, as in CI) the report
+/// says it measured nothing and why, in its header and JSON, rather than "measured".
+#[test]
+fn measure_without_gpus_says_nothing_was_measured() {
+    let o = common::artune(&["doctor", "--measure", "--json"]);
+    let r = json(&o);
+    let (driver, _, _) = check(&r, "driver");
+    if driver == "ok" {
+        eprintln!("skipped: this machine has a GPU to measure");
+        return;
+    }
+    assert_eq!(r["measured"], false, "{r}");
+    assert!(
+        r["not_measured"]
+            .as_str()
+            .is_some_and(|w| w.contains("could not be opened")),
+        "{r}"
+    );
+    let o = common::artune(&["doctor", "--measure"]);
+    let head = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        head.contains(", not measured: the GPUs could not be opened"),
+        "{head}"
+    );
+}

@@ -88,7 +88,16 @@ pub fn run(a: DoctorArgs) -> Result<i32, Error> {
     let report = Report {
         machine: facts.machine.describe(),
         simulated: facts.machine.simulated(),
-        measured: a.measure,
+        // Measured only where something was: without GPUs to open, --measure says why not.
+        measured: facts
+            .measured
+            .as_ref()
+            .is_some_and(|m| m.links.is_ok() || m.pairs.is_ok()),
+        not_measured: facts
+            .measured
+            .as_ref()
+            .filter(|m| m.links.is_err() && m.pairs.is_err())
+            .and_then(|m| m.links.as_ref().err().cloned()),
         checks: checks::all(&facts),
     };
     let out = if a.json {

@@ -77,6 +77,8 @@ pub struct Report {
     pub simulated: bool,
     /// True when links were read under load and P2P verified by transfers.
     pub measured: bool,
+    /// Why `--measure` measured nothing (the GPUs could not be opened), where it was asked.
+    pub not_measured: Option<String>,
     pub checks: Vec<Check>,
 }
 
@@ -114,7 +116,11 @@ impl Report {
             } else {
                 ""
             },
-            if self.measured { ", measured" } else { "" }
+            match (self.measured, &self.not_measured) {
+                (true, _) => ", measured".to_string(),
+                (false, Some(why)) => format!(", not measured: {why}"),
+                (false, None) => String::new(),
+            }
         );
         for (i, c) in self.checks.iter().enumerate() {
             // A check that says what an earlier one said (a model has no PCI config space,
@@ -157,6 +163,7 @@ impl Report {
             "machine": self.machine,
             "simulated": self.simulated,
             "measured": self.measured,
+            "not_measured": self.not_measured,
             "checks": self.checks,
             "summary": {
                 "ok": self.count(Status::Ok),
@@ -179,6 +186,7 @@ mod tests {
             machine: "m".into(),
             simulated: false,
             measured: false,
+            not_measured: None,
             checks: s.iter().map(|&st| Check::new("x", st, "e", "a")).collect(),
         };
         assert_eq!(r(&[]).exit_code(), 0);

@@ -45,6 +45,13 @@ pub fn acs(f: &Facts) -> Check {
         return match (&f.sysfs, f.gpu_bus_ids.len()) {
             (Err(why), _) => Check::new(ID, Status::Unknown, why.clone(), ON_THE_NODE),
             (Ok(_), 1) => Check::ok(ID, "one GPU: no switch port lies between GPUs"),
+            // No GPU found at all is the driver check's finding: pointing at it, not at root.
+            (Ok(_), _) if f.topology.is_err() => Check::new(
+                ID,
+                Status::Unknown,
+                "no GPU was found to find its switch ports by",
+                "fix the driver check first",
+            ),
             (Ok(_), _) => Check::new(
                 ID,
                 Status::Unknown,

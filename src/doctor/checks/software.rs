@@ -2,7 +2,7 @@
 //! profile.
 
 use super::{list, no_topology, Check, Status};
-use crate::doctor::facts::Facts;
+use crate::doctor::facts::{Facts, Machine};
 
 pub fn driver(f: &Facts) -> Check {
     const ID: &str = "driver";
@@ -106,9 +106,30 @@ pub fn environment(env: &[(String, String)]) -> Check {
 
 pub fn versions(f: &Facts) -> Check {
     const ID: &str = "versions";
-    let t = match &f.topology {
-        Ok(t) => t,
-        Err(_) => return no_topology(ID),
+    let t = match (&f.topology, &f.profile) {
+        (Ok(t), _) => t,
+        (Err(_), None) => return no_topology(ID),
+        // Said, so --profile is not silently ignored.
+        (Err(_), Some(p)) => {
+            return Check::new(
+                ID,
+                Status::Unknown,
+                format!(
+                    "NVML could not describe the GPUs (the driver check says why), so {} was not compared with them",
+                    p.path.display()
+                ),
+                "fix the driver check first",
+            )
+        }
+    };
+    // The tune that makes the profile again, on the machine this report read.
+    let q = |s: &str| crate::shell::quote(s);
+    let on = match &f.machine {
+        Machine::Real => String::new(),
+        Machine::Preset(p) => format!(" --sim {}", q(p)),
+        Machine::File(t) => {
+            format!(" --topology {}", q(&t.display().to_string()))
+        }
     };
     let h = &t.host;
     let now = format!(
@@ -136,7 +157,7 @@ pub fn versions(f: &Facts) -> Check {
                 ID,
                 Status::Warn,
                 format!("since {} was tuned: {}", p.path.display(), list(&p.changes)),
-                format!("run `artune tune --out {path}` again on this machine (`artune check {path}` exits 3 until then)"),
+                format!("run `artune tune{on} --out {path}` again on this machine (`artune check {path}` exits 3 until then)"),
             );
         }
         if !p.notes.is_empty() {

@@ -208,7 +208,30 @@ fn versions_compare_with_the_profile() {
     let c = versions(&f);
     assert_eq!(c.status, Status::Warn);
     assert!(c.evidence.contains("driver 570.1 → 580.2"));
-    assert!(c.action.contains("artune tune"));
+    assert!(
+        c.action.contains("run `artune tune --out p.json` again"),
+        "{}",
+        c.action
+    );
+    // On a model, the tune that remakes it names the model, as check's does.
+    f.machine = Machine::Preset("pcie-2x".into());
+    let c = versions(&f);
+    assert!(
+        c.action
+            .contains("run `artune tune --sim pcie-2x --out p.json` again"),
+        "{}",
+        c.action
+    );
+    // Without NVML the profile is said not compared, not silently left out.
+    f.machine = Machine::Real;
+    f.topology = Err("cannot load libnvidia-ml.so.1".into());
+    let c = versions(&f);
+    assert_eq!(c.status, Status::Unknown);
+    assert!(
+        c.evidence.contains("so p.json was not compared with them"),
+        "{}",
+        c.evidence
+    );
 }
 
 #[test]
@@ -222,6 +245,14 @@ fn no_nvml_leaves_dependent_checks_unknown() {
     for c in [p2p(&f), links(&f), islands(&f), versions(&f)] {
         assert_eq!(c.status, Status::Unknown, "{}", c.id);
     }
+    // No GPU on the bus either: acs points at the driver check, not at running as root.
+    f.gpu_bus_ids.clear();
+    f.sysfs = Ok(crate::topology::sysfs::Sysfs::new("/nonexistent"));
+    let c = acs(&f);
+    assert_eq!(
+        (c.status, c.action.as_str()),
+        (Status::Unknown, "fix the driver check first")
+    );
 }
 
 #[test]
