@@ -82,7 +82,7 @@ pub fn environment(env: &[(String, String)]) -> Check {
     if set.is_empty() {
         return Check::ok(
             ID,
-            &format!("no NCCL or CUDA variable that changes the measurement is set{aside}"),
+            format!("no NCCL or CUDA variable that changes the measurement is set{aside}"),
         );
     }
     let unset: Vec<String> = set
