@@ -32,7 +32,7 @@ extern "C" {
 #define ARTUNE_OK 0
 #define ARTUNE_NO_ANSWER 1       /* the profile has no group or size for this query: keep your default */
 #define ARTUNE_NOT_VALID 2       /* ABI 3, artune_check: the profile is not valid for this machine */
-#define ARTUNE_ERR_ARGUMENT (-1) /* NULL pointer, unknown mode, path not UTF-8 */
+#define ARTUNE_ERR_ARGUMENT (-1) /* NULL pointer, unknown mode, path not UTF-8, tp < 2, 0 bytes */
 #define ARTUNE_ERR_READ (-2)     /* the file could not be read */
 #define ARTUNE_ERR_INVALID (-3)  /* not a valid profile (syntax, schema version, limits) */
 #define ARTUNE_ERR_INTERNAL (-4) /* a bug in artune; keep your default */
@@ -79,7 +79,8 @@ typedef struct artune_selection {
 int artune_profile_open(const char* path, artune_profile** out);
 
 /* The backend for one allreduce of `bytes` bytes on `tp` GPUs (ranks on GPUs 0..tp-1) in
- * `mode`. ARTUNE_NO_ANSWER means the profile does not cover this: keep your default. */
+ * `mode`. ARTUNE_NO_ANSWER means the profile does not cover this: keep your default. On
+ * ARTUNE_OK artune_last_error() is "". */
 int artune_select(const artune_profile* profile, uint32_t tp, int mode, uint64_t bytes, artune_selection* out);
 
 /* ABI 3. Applies artune's validity rule to the profile for this machine (NVML and sysfs), as

@@ -102,12 +102,18 @@ pub struct ArtuneSelection {
 }
 
 thread_local! {
-    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+    /// NUL-terminated bytes: cleared and refilled in place, so a call that succeeds clears it
+    /// without allocating.
+    static LAST_ERROR: RefCell<Vec<u8>> = RefCell::new(vec![0]);
 }
 
 fn set_error(msg: &str) {
-    let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
-    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+    LAST_ERROR.with(|e| {
+        let mut e = e.borrow_mut();
+        e.clear();
+        e.extend(msg.bytes().map(|b| if b == 0 { b' ' } else { b }));
+        e.push(0);
+    });
 }
 
 /// Runs `f`, turning a panic into ARTUNE_ERR_INTERNAL with a message.
@@ -198,6 +204,14 @@ pub unsafe extern "C" fn artune_select(
                 return ARTUNE_ERR_ARGUMENT;
             }
         };
+        // What `artune select` refuses (exit 2) this refuses: no group has one GPU, no message
+        // is empty.
+        if tp < 2 || bytes == 0 {
+            set_error(&format!(
+                "artune_select: tp {tp} and {bytes} bytes: a group has at least 2 GPUs and a message at least 1 byte"
+            ));
+            return ARTUNE_ERR_ARGUMENT;
+        }
         // SAFETY: checked non-null; a live handle per the contract.
         let h = unsafe { &*profile };
         let mut sel = ArtuneSelection {
@@ -224,6 +238,7 @@ pub unsafe extern "C" fn artune_select(
                 sel.expected_us = expected_us;
                 sel.bucket_bytes = bucket_bytes;
                 sel.buffer_bytes = buffer_bytes;
+                set_error("");
                 ARTUNE_OK
             }
             Selection::Unknown(why) => {
@@ -282,7 +297,8 @@ pub unsafe extern "C" fn artune_profile_close(profile: *mut ArtuneProfile) {
 /// The last error on this thread ("" if none), valid until the next artune call on this thread.
 #[no_mangle]
 pub extern "C" fn artune_last_error() -> *const c_char {
-    catch_unwind(|| LAST_ERROR.with(|e| e.borrow().as_ptr())).unwrap_or(c"".as_ptr())
+    catch_unwind(|| LAST_ERROR.with(|e| e.borrow().as_ptr().cast::<c_char>()))
+        .unwrap_or(c"".as_ptr())
 }
 
 /// The ABI version this library implements (ARTUNE_ABI_VERSION in artune.h).

@@ -280,6 +280,9 @@ fn c_abi_links_against_the_header() {
     let missing = path.with_file_name("missing.json");
     let run_with = |tp: &str, bytes: &str, expect: &str, allow: &str| {
         let out = Command::new(capi)
+            // This build's library: cargo's LD_LIBRARY_PATH, which wins over the harness's
+            // rpath, may name target/<profile>/ first, where an older `cargo build` left one.
+            .env("LD_LIBRARY_PATH", lib_dir())
             .args([
                 path.to_str().unwrap(),
                 tp,
@@ -350,6 +353,9 @@ fn c_abi_gives_a_fallback_for_an_island_choice() {
         .find(|b| b.choice == artune::Backend::IslandTwoShot)
         .expect("an island band on the two-socket box");
     let out = Command::new(capi)
+        // This build's library: cargo's LD_LIBRARY_PATH, which wins over the harness's
+        // rpath, may name target/<profile>/ first, where an older `cargo build` left one.
+        .env("LD_LIBRARY_PATH", lib_dir())
         .args([
             path.to_str().unwrap(),
             "8",

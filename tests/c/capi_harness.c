@@ -68,6 +68,15 @@ int main(int argc, char** argv) {
                (unsigned long long)s.bucket_bytes, (unsigned long long)s.buffer_bytes, s.simulated, s.fallback);
     }
     CHECK(artune_select(p, tp, 42, bytes, &s) == ARTUNE_ERR_ARGUMENT, "bad mode not refused");
+    /* What `artune select` refuses is refused: one GPU, an empty message. */
+    CHECK(artune_select(p, 1, ARTUNE_MODE_GRAPH, bytes, &s) == ARTUNE_ERR_ARGUMENT, "tp 1 not refused");
+    CHECK(artune_select(p, tp, ARTUNE_MODE_GRAPH, 0, &s) == ARTUNE_ERR_ARGUMENT, "0 bytes not refused");
+    CHECK(strlen(artune_last_error()) > 0, "no error message for 0 bytes");
+    /* A select that answers after a failure leaves no stale error behind. */
+    if (strcmp(expected, "none") != 0) {
+        CHECK(artune_select(p, tp, ARTUNE_MODE_GRAPH, bytes, &s) == ARTUNE_OK, "select again");
+        CHECK(strcmp(artune_last_error(), "") == 0, "stale error: %s", artune_last_error());
+    }
     CHECK(artune_select(NULL, tp, ARTUNE_MODE_GRAPH, bytes, &s) == ARTUNE_ERR_ARGUMENT, "NULL profile not refused");
     CHECK(artune_select(p, tp, ARTUNE_MODE_GRAPH, bytes, NULL) == ARTUNE_ERR_ARGUMENT, "NULL out not refused");
     /* The validity rule's verdict for this machine: either code, and always a sentence. */
