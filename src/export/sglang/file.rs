@@ -179,7 +179,7 @@ pub(in crate::export) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Resu
     let mut s = String::new();
     s.push_str("# SGLang custom all-reduce: what it runs per TP size, and v2 limits for full-NVLink groups.\n");
     s.push_str(&format!(
-        "# Read against SGLang {} (custom_all_reduce_v2.py, configs/custom_all_reduce_v2.py).\n",
+        "# Read against SGLang {} (custom_all_reduce_v2.py, config/custom_all_reduce_v2_tuning.py).\n",
         engines::model().sglang.read_against
     ));
     s.push_str(&provenance(p, o, "#"));

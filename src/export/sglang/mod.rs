@@ -10,10 +10,11 @@
 //!   message only up to its pull workspace: SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB (16 MiB by
 //!   default) caps the tuned sizes. Its push workspace is 2 x world size buffers of the push
 //!   limit.
-//! - `configs/custom_all_reduce_v2.py`: limits per architecture and world size as
-//!   `(one_shot_push, one_shot_pull, two_shot_pull[, mc range])`; `_pick_config` tests the
-//!   multicast range (two-shot over NVLink multicast) after one-shot pull and BEFORE the
-//!   two-shot pull limit, so a size inside it runs multicast whatever that limit says.
+//! - `config/custom_all_reduce_v2_tuning.py`: limits per architecture and world size, graph
+//!   and eager, as `(one_shot_push, one_shot_pull, two_shot_pull[, mc range])`;
+//!   `_make_band_default_policy` puts the multicast range (two-shot over NVLink multicast)
+//!   after one-shot pull and BEFORE the two-shot pull band, so a size inside it runs
+//!   multicast whatever that limit says.
 //! - `custom_all_reduce.py` (v1, the fallback): world sizes 2, 4, 6, 8; two GPUs need only
 //!   P2P (a PCIe pair works), more need full NVLink; messages up to 8 MiB (`inp_size <= max_size`); its kernels are
 //!   vLLM's (one-stage pull on two GPUs).
