@@ -219,3 +219,38 @@ fn a_profile_of_no_groups_does_not_hold() {
         assert!(!text(&o.stdout).contains("holds for"), "{extra:?}");
     }
 }
+
+/// A measured profile checked against a model is not advised to be tuned again on that model
+/// into its own file (a simulated tune there would replace the measurement), and a simulated
+/// tune refuses to write over a measured profile without --force.
+#[test]
+fn a_measured_profile_is_not_replaced_by_a_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let measured = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/profiles/hardware/h100/2026-12-05-percall/tune4graph.json"
+    );
+    let p = dir.path().join("lb.json");
+    std::fs::copy(measured, &p).unwrap();
+    let before = std::fs::read(&p).unwrap();
+    let ps = p.to_str().unwrap();
+    let o = artune(&["check", ps, "--sim", "pcie-4x-1switch"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains(&format!("run `artune tune --loopback 4 --out {ps}`")),
+        "{err}"
+    );
+    assert!(!err.contains("--sim"), "{err}");
+    let o = artune(&["tune", "--sim", "pcie-4x-1switch", "--out", ps]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("holds a profile measured on CUDA loopback") && err.contains("--force"));
+    assert_eq!(
+        std::fs::read(&p).unwrap(),
+        before,
+        "the measured profile was changed"
+    );
+    let o = artune(&["tune", "--sim", "pcie-4x-1switch", "--out", ps, "--force"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+}

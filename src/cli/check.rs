@@ -30,16 +30,20 @@ fn retune(a: &CheckArgs, p: &Profile) -> String {
 fn retune_on(a: &CheckArgs, p: &Profile, machine_gpus: Option<usize>) -> String {
     let q = |s: &str| crate::shell::quote(s);
     let mut c = String::from("artune tune");
-    if let Some(s) = &a.sim {
-        c += &format!(" --sim {}", q(s));
-    }
-    if let Some(t) = &a.topology {
-        c += &format!(" --topology {}", q(&t.display().to_string()));
+    // A measured profile is made again by measuring, on the machine the model stands for: a
+    // simulated tune into its file would replace the measurement with a model.
+    if p.simulated {
+        if let Some(s) = &a.sim {
+            c += &format!(" --sim {}", q(s));
+        }
+        if let Some(t) = &a.topology {
+            c += &format!(" --topology {}", q(&t.display().to_string()));
+        }
     }
     let one_gpu = machine_gpus == Some(1);
-    let virtual_ranks = ((p.topology.origin.kind == "loopback" || one_gpu) && a.sim.is_none())
-        .then_some(p.topology.gpu_count().max(2))
-        .filter(|_| a.topology.is_none());
+    let modelled = p.simulated && (a.sim.is_some() || a.topology.is_some());
+    let virtual_ranks = ((p.topology.origin.kind == "loopback" || one_gpu) && !modelled)
+        .then_some(p.topology.gpu_count().max(2));
     if let Some(k) = a.loopback.or(virtual_ranks) {
         c += &format!(" --loopback {k}");
     }

@@ -47,6 +47,10 @@ impl Tune {
         let out = out_path(&a.out, &node)?;
         crate::profile::check_writable(&out)?;
         check_replace(&out, "--out", Writes::Profile, a.force)?;
+        let simulated = a.source.sim.is_some() || a.source.topology.is_some();
+        if simulated && !a.force {
+            keeps_measured(&out)?;
+        }
         if let Some(dir) = &a.plot {
             paths::check_output(dir, "--plot", paths::Expect::Dir)?;
             report::check_plot_dir(dir, a.force)?;
@@ -233,6 +237,24 @@ impl Tune {
             units::fmt_mem(bytes),
             units::fmt_mem(mem),
         )))
+    }
+}
+
+/// A simulated tune does not replace a measured profile without --force: a model written over
+/// what a machine measured loses the measurement, and the file's readers (engines, check)
+/// would then refuse it as simulated.
+fn keeps_measured(out: &std::path::Path) -> Result<(), Error> {
+    let limit = crate::profile::LIMITS.file_bytes;
+    let Ok(text) = crate::topology::file::read_text(out, limit, "profile") else {
+        return Ok(());
+    };
+    match crate::profile::Profile::parse(&text) {
+        Ok(p) if !p.simulated => Err(Error::bad_input(format!(
+            "--out {}: that file holds a profile measured on {}, and a simulated tune would replace it with a model; choose another --out, or pass --force to replace it",
+            out.display(),
+            p.fabric
+        ))),
+        _ => Ok(()),
     }
 }
 

@@ -2,7 +2,7 @@
 //! profile.
 
 use super::{list, no_topology, Check, Status};
-use crate::doctor::facts::{Facts, Machine};
+use crate::doctor::facts::Facts;
 
 pub fn driver(f: &Facts) -> Check {
     const ID: &str = "driver";
@@ -122,15 +122,6 @@ pub fn versions(f: &Facts) -> Check {
             )
         }
     };
-    // The tune that makes the profile again, on the machine this report read.
-    let q = |s: &str| crate::shell::quote(s);
-    let on = match &f.machine {
-        Machine::Real => String::new(),
-        Machine::Preset(p) => format!(" --sim {}", q(p)),
-        Machine::File(t) => {
-            format!(" --topology {}", q(&t.display().to_string()))
-        }
-    };
     let h = &t.host;
     let now = format!(
         "driver {}, CUDA {}, NCCL {}",
@@ -157,7 +148,7 @@ pub fn versions(f: &Facts) -> Check {
                 ID,
                 Status::Warn,
                 format!("since {} was tuned: {}", p.path.display(), list(&p.changes)),
-                format!("run `artune tune{on} --out {path}` again on this machine (`artune check {path}` exits 3 until then)"),
+                format!("run `artune tune --out {path}` again on this machine (`artune check {path}` exits 3 until then)"),
             );
         }
         if !p.notes.is_empty() {

@@ -213,14 +213,13 @@ fn versions_compare_with_the_profile() {
         "{}",
         c.action
     );
-    // On a model, the tune that remakes it names the model, as check's does.
+    // A measured profile is made again by measuring, whatever model it was read against
+    // (a simulated tune into its file would replace the measurement), as check says.
     f.machine = Machine::Preset("pcie-2x".into());
-    let c = versions(&f);
     assert!(
-        c.action
-            .contains("run `artune tune --sim pcie-2x --out p.json` again"),
+        !versions(&f).action.contains("--sim"),
         "{}",
-        c.action
+        versions(&f).action
     );
     // Without NVML the profile is said not compared, not silently left out.
     f.machine = Machine::Real;
