@@ -303,7 +303,9 @@ pub struct ExportArgs {
     /// Write here instead of standard output (a directory for multi-file exports).
     #[arg(long, short)]
     pub out: Option<PathBuf>,
-    /// Replace the output even where the file there is not one artune wrote (refused without).
+    /// Replace the output even where the file there is not one artune wrote (refused without;
+    /// vLLM's own P2P access cache, which vLLM writes again whenever it is missing, is replaced
+    /// by the vLLM export either way).
     #[arg(long)]
     pub force: bool,
     /// Ranks of the deployment (TP x PP), for TensorRT-LLM's per-rank cache sections

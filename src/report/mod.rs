@@ -223,7 +223,7 @@ pub fn next_steps(path: &std::path::Path, p: &Profile) -> String {
     if p.simulated {
         lines.push((
             format!("artune export {path} --engine nccl"),
-            "NCCL's settings; engine exports need a measured profile",
+            "NCCL's settings; a model: the plugins and vLLM's export refuse it",
         ));
     } else {
         lines.push((
