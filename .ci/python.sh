@@ -41,6 +41,15 @@ esac
 "$py" .ci/wheel_contents.py "$wheel"
 rm -rf "$CARGO_TARGET_DIR"
 
+# The type stubs against the module the wheel holds: a stub that lacks an attribute or takes
+# other arguments than the native code fails here (mypy's stubtest imports it and compares).
+rm -rf "$root/stubs"
+"$py" -m venv "$root/stubs"
+"$root/stubs/bin/pip" install -q --no-cache-dir "mypy==2.4.1"
+"$root/stubs/bin/pip" install -q --no-cache-dir --no-deps "$wheel"
+(cd / && "$OLDPWD/$root/stubs/bin/python" -m mypy.stubtest artune._artune)
+rm -rf "${root:?}/stubs"
+
 install() {  # install NAME REQUIREMENT: a fresh environment holding the release and the wheel
     local venv="$root/$1"
     rm -rf "$venv"

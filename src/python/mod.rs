@@ -9,7 +9,7 @@ mod eager;
 use std::path::PathBuf;
 
 use pyo3::create_exception;
-use pyo3::exceptions::{PyException, PyValueError};
+use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 
 use crate::allreduce::{Backend, Mode};
@@ -57,12 +57,13 @@ fn to_py(e: Error) -> PyErr {
     }
 }
 
-/// An integer argument as i64, or a ValueError naming its keyword: a Python int too large for
-/// 64 bits would otherwise be a bare OverflowError that names nothing.
+/// An integer argument as i64, or a BadInputError naming its keyword: a Python int too large
+/// for 64 bits would otherwise be a bare OverflowError that names nothing. Every range error of
+/// the API is a BadInputError, so `except artune.ArtuneError` catches them all.
 fn int(name: &str, v: &Bound<'_, PyAny>) -> PyResult<i64> {
     v.extract::<i64>().map_err(|e| {
         if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(v.py()) {
-            PyValueError::new_err(format!(
+            BadInputError::new_err(format!(
                 "{name}={v} is too large: no allreduce has one that big; pass a value below 2**63"
             ))
         } else {
@@ -75,7 +76,7 @@ fn int(name: &str, v: &Bound<'_, PyAny>) -> PyResult<i64> {
 /// OverflowError an unsigned argument would give.
 fn unsigned(name: &str, v: i64) -> PyResult<u64> {
     u64::try_from(v)
-        .map_err(|_| PyValueError::new_err(format!("{name}={v} is negative; pass 0 or more")))
+        .map_err(|_| BadInputError::new_err(format!("{name}={v} is negative; pass 0 or more")))
 }
 
 /// `Follow::steps` as Python reads it: (from, up_to, custom).
@@ -96,12 +97,12 @@ fn size(v: &Bound<'_, PyAny>) -> PyResult<u64> {
 fn question(tp: &Bound<'_, PyAny>, nbytes: &Bound<'_, PyAny>) -> PyResult<(usize, u64)> {
     let (t, n) = (int("tp", tp)?, int("nbytes", nbytes)?);
     if t < 2 {
-        return Err(PyValueError::new_err(format!(
+        return Err(BadInputError::new_err(format!(
             "tp={t}: an allreduce needs at least 2 GPUs; pass the group's size, e.g. tp=2"
         )));
     }
     if n < 1 {
-        return Err(PyValueError::new_err(format!(
+        return Err(BadInputError::new_err(format!(
             "nbytes={n} is not a message; pass its size in bytes, at least 1"
         )));
     }
@@ -149,10 +150,13 @@ impl Choice {
     }
 }
 
-/// One band of a group: sizes above the previous band's `up_to_bytes`, up to this one.
+/// One band of a group: sizes `from_bytes` to `up_to_bytes`. The first band starts where
+/// the profile answers (1 where its smallest size is at most 4 KiB, else that size: below it
+/// select has no answer); each next one just above the previous band's `up_to_bytes`.
 #[pyclass(module = "artune", frozen, get_all)]
 #[derive(Clone)]
 pub struct Band {
+    from_bytes: u64,
     up_to_bytes: u64,
     backend: String,
     nccl: String,
@@ -165,8 +169,8 @@ pub struct Band {
 impl Band {
     fn __repr__(&self) -> String {
         format!(
-            "Band(up_to_bytes={}, backend={:?}, nccl={:?})",
-            self.up_to_bytes, self.backend, self.nccl
+            "Band(from_bytes={}, up_to_bytes={}, backend={:?}, nccl={:?})",
+            self.from_bytes, self.up_to_bytes, self.backend, self.nccl
         )
     }
 }
@@ -287,7 +291,8 @@ impl Profile {
 
     /// Why the profile chooses what it does for one message, as `artune why` prints it: every
     /// backend's time and interval, the rule that chose, what forcing each alternative costs,
-    /// and what each engine runs there.
+    /// and what each engine runs there. Where `select` gives None, the line `why` prints then:
+    /// "no answer (keep the engine's default): " and the reason.
     #[pyo3(signature = (tp, nbytes, mode = "graph"))]
     fn explain(
         &self,
@@ -301,12 +306,16 @@ impl Profile {
             mode: self::mode(mode)?,
             gpus: None,
         };
+        let none = |why: String| format!("no answer (keep the engine's default): {why}");
         if self.profile.group(q).is_none() {
-            return Err(BadInputError::new_err(format!(
-                "the profile has no TP{tp} {} group (it has {}); pass one of those as tp= and mode=",
+            return Ok(none(format!(
+                "the profile has no TP{tp} {} group (it has {}); tune that TP size for an answer",
                 q.mode.id(),
                 self.profile.group_names()
             )));
+        }
+        if let Selection::Unknown(why) = self.selector.select(q, nbytes) {
+            return Ok(none(why.to_string()));
         }
         let w = crate::export::why::explain(&self.profile, q, nbytes).map_err(to_py)?;
         Ok(crate::export::why::render(&w))
@@ -324,6 +333,11 @@ impl Profile {
             return Ok(Vec::new());
         };
         let mut out: Vec<Band> = Vec::new();
+        let smallest = g.sizes().first().copied().unwrap_or(1);
+        let first = match crate::profile::answers_below(smallest, 1) {
+            true => 1,
+            false => smallest,
+        };
         for (&bytes, a) in g.sizes().iter().zip(g.answers()) {
             match out.last_mut() {
                 Some(b)
@@ -334,6 +348,7 @@ impl Profile {
                     b.up_to_bytes = bytes
                 }
                 _ => out.push(Band {
+                    from_bytes: out.last().map_or(first, |b| b.up_to_bytes + 1),
                     up_to_bytes: bytes,
                     backend: a.backend.id().into(),
                     nccl: a.nccl.id().into(),

@@ -35,15 +35,31 @@ def test_explain_is_artune_why(profiles):
     out = subprocess.run([BIN, "why", profiles["story"], "--tp", "8", "--bytes", "114688"],
                          check=True, capture_output=True, text=True).stdout
     assert text == out
-    with pytest.raises(artune.BadInputError):
-        p.explain(3, 4096)
+    # No answer is why's no-answer line, as select's None, not an exception.
+    why = subprocess.run([BIN, "why", profiles["story"], "--tp", "3", "--bytes", "4096"],
+                         capture_output=True, text=True)
+    assert why.returncode == 6 and p.select(3, 4096) is None
+    assert p.explain(3, 4096).startswith("no answer (keep the engine's default): ")
 
 
-def test_bands_memory_and_check(profiles):
+def test_bands_memory_and_check(profiles, tmp_path):
     p = artune.Profile.load(profiles["pair"])
     bands = p.bands(2)
     assert bands and bands[-1].up_to_bytes == 64 << 20
     assert all(a.up_to_bytes < b.up_to_bytes for a, b in zip(bands, bands[1:]))
+    # Bands tile what select answers: each starts just above the one before, the first where
+    # select starts answering (from 1 byte where the smallest size is 4 KiB or less, else there).
+    assert all(b.from_bytes == a.up_to_bytes + 1 for a, b in zip(bands, bands[1:]))
+    assert bands[0].from_bytes == 1 and p.select(2, 1) is not None
+    narrow = tmp_path / "from-14k.json"
+    subprocess.run([BIN, "tune", "--sim", "pcie-8x-2switch", "--tp", "8", "--mode", "graph",
+                    "--sizes", "14K:224K", "--no-contention", "--out", str(narrow)],
+                   check=True, capture_output=True)
+    story = artune.Profile.load(narrow)
+    first = story.bands(8)[0]
+    assert first.from_bytes == story.sizes(8)[0] == 14336, first
+    assert story.select(8, first.from_bytes - 1) is None
+    assert story.select(8, first.from_bytes) is not None
     mem = p.memory(2)
     top_custom = max(b.up_to_bytes for b in bands if b.custom)
     assert any(v > top_custom for k, v in mem.items() if k != "nccl")
@@ -115,12 +131,12 @@ def test_check_without_nvml_is_not_valid_and_loads_no_nccl(profiles):
     assert out.splitlines()[-1] == "no nccl", out
 
 
-def test_a_negative_size_is_a_value_error_in_artunes_words(profiles):
+def test_a_negative_size_is_a_bad_input_error_in_artunes_words(profiles):
     p = artune.Profile.load(profiles["pair"])
     for call in (lambda: p.select(2, -1), lambda: p.explain(2, -4096),
                  lambda: p.select(-2, 4096), lambda: p.bands(-2), lambda: p.memory(-2),
                  lambda: p.sglang_plan(-2)):
-        with pytest.raises(ValueError, match=r"^(tp|nbytes)=-\d+[: ]"):
+        with pytest.raises(artune.BadInputError, match=r"^(tp|nbytes)=-\d+[: ]"):
             call()
 
 
@@ -131,14 +147,19 @@ def test_arguments_are_refused_as_the_binary_refuses_them_naming_keywords(profil
         (lambda: p.select(0, 4096), ["--tp", "0", "--bytes", "4096"],
          r"^tp=0: an allreduce needs at least 2 GPUs.*e\.g\. tp=2$"),
     ):
-        with pytest.raises(ValueError, match=needle):
+        # A BadInputError: an ArtuneError, as the docs promise.
+        with pytest.raises(artune.BadInputError, match=needle):
             call()
         cli = subprocess.run([BIN, "select", profiles["story"], *flags], capture_output=True)
         assert cli.returncode == 2, cli.stderr
-    with pytest.raises(ValueError, match=r"^nbytes=1180591620717411303424 is too large"):
+    with pytest.raises(artune.BadInputError, match=r"^nbytes=1180591620717411303424 is too large"):
         p.select(8, 1 << 70)
-    with pytest.raises(artune.BadInputError, match=r"pass one of those as tp= and mode=$") as e:
-        p.explain(3, 4096)
-    assert "--" not in str(e.value)
+    # Where select has no answer, explain gives why's line for it, not an exception.
+    for tp, nbytes, needle in ((3, 4096, "has no TP3 graph group (it has"),
+                               (8, 1 << 40, "above the largest size")):
+        assert p.select(tp, nbytes) is None
+        text = p.explain(tp, nbytes)
+        assert text.startswith("no answer (keep the engine's default): ") and needle in text, text
+        assert "--" not in text
     check = p.check(sim="pcie-4x-1switch")
     assert repr(check).startswith("Check(valid=False, followed=False, reasons=["), repr(check)
