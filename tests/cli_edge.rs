@@ -226,6 +226,16 @@ fn version_names_the_commit_and_help_shows_examples() {
         err.contains("leaves no custom kernel; give a size"),
         "{err}"
     );
+    // Nor does 1 byte or half a KiB leave one, refused alike with the least that does.
+    for b in ["1", "0.5K"] {
+        let o = artune(&["tune", "--sim", "pcie-2x", "--mem-budget", b]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("leaves no custom kernel at any size: the smallest needs"),
+            "{err}"
+        );
+    }
 }
 
 #[test]

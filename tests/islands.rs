@@ -22,6 +22,9 @@ fn bad_islands_are_refused_in_one_sentence() {
         ("1,7", "fewer than 2 GPUs"),
         ("8", "one island"),
         ("3,3", "adds up to 6 GPUs"),
+        ("2,2", "(or tune that size with --tp 4)"),
+        // A size the machine cannot run is no advice (it once said "--tp 32").
+        ("16,16", "adds up to 32 GPUs, but the groups tuned have 8; give sizes that add up to one of them (this machine has 8 GPUs)"),
         ("x,4", "not a number"),
     ] {
         let r = artune(&[

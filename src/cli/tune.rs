@@ -119,8 +119,13 @@ impl Tune {
             let sum: usize = sizes.iter().sum();
             if !tuned.contains(&sum) {
                 let list: Vec<String> = tuned.iter().map(usize::to_string).collect();
+                // Another TP size is advice only where the machine has the GPUs for it.
+                let or = match sum <= gpus {
+                    true => format!(" (or tune that size with --tp {sum})"),
+                    false => format!(" (this machine has {gpus} GPUs)"),
+                };
                 return Err(Error::bad_input(format!(
-                    "--islands {} adds up to {sum} GPUs, but the groups tuned have {}; give sizes that add up to one of them (or tune that size with --tp {sum})",
+                    "--islands {} adds up to {sum} GPUs, but the groups tuned have {}; give sizes that add up to one of them{or}",
                     shown(sizes),
                     list.join(", ")
                 )));
@@ -128,6 +133,7 @@ impl Tune {
         }
         self.buffers_fit(topo, &tuned, free)?;
         self.sizes_fit(&tuned)?;
+        self.budget_fits(&tuned)?;
         Ok(tune::Options {
             tp: self.tp.clone(),
             islands: self.islands.clone(),
@@ -159,6 +165,32 @@ impl Tune {
             )));
         }
         Ok(())
+    }
+}
+
+impl Tune {
+    /// `--mem-budget` leaves some custom kernel room at the smallest size: a budget below every
+    /// kernel's buffers there excludes them all at every size, as 0 would (refused as 0 is).
+    fn budget_fits(&self, tuned: &[usize]) -> Result<(), Error> {
+        use crate::allreduce::{memory, Backend, Ranks};
+        let (Some(budget), low) = (self.options.mem_budget, self.options.min_bytes) else {
+            return Ok(());
+        };
+        let least = tuned
+            .iter()
+            .flat_map(|&t| Backend::ALL.iter().map(move |&b| (b, Ranks::flat(t))))
+            .filter(|(b, _)| b.is_custom())
+            .map(|(b, r)| memory::modelled(b, r, low, 0))
+            .min();
+        match least.filter(|&l| l > budget) {
+            Some(l) => Err(Error::bad_input(format!(
+                "--mem-budget {} leaves no custom kernel at any size: the smallest needs {} for {} messages; give at least that, or leave --mem-budget out",
+                units::fmt_mem(budget),
+                units::fmt_mem(l),
+                units::fmt_size(low)
+            ))),
+            None => Ok(()),
+        }
     }
 }
 
@@ -425,10 +457,15 @@ fn out_path(
 }
 
 pub fn run(a: TuneArgs) -> Result<i32, Error> {
-    let t = Tune::from_args(a)?;
+    // Signals first: reading a large --out to check what it replaces takes a while, and a
+    // Ctrl-C then must end in the message and exit 130, not a bare kill.
     let status = StatusLine::new();
     let cancel = Cancel::new();
     let stopping = stop_on_signals(&cancel, &status);
+    let t = Tune::from_args(a)?;
+    if cancel.is_cancelled() {
+        return Err(Error::Interrupted);
+    }
     super::compile_ahead(&t.source, &[t.options.dtype]);
     status.stage("looking for other processes on the GPUs");
     let simulated = t.source.sim.is_some() || t.source.topology.is_some();
