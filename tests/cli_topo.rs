@@ -21,6 +21,22 @@ fn presets() -> Vec<String> {
         .map(String::from)
         .collect();
     assert!(names.len() >= 5, "{names:?}");
+    // The same list as JSON, and no machine option beside it.
+    let j = artune(&["topo", "--list-presets", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&j.stdout).expect("--json is JSON");
+    let json_names: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(json_names, names);
+    assert_eq!(
+        artune(&["topo", "--list-presets", "--sim", "pcie-2x"])
+            .status
+            .code(),
+        Some(2)
+    );
     names
 }
 

@@ -117,8 +117,8 @@ pub struct TopoArgs {
     /// Print JSON (the topology file format) instead of text.
     #[arg(long)]
     pub json: bool,
-    /// List the built-in presets and exit.
-    #[arg(long)]
+    /// List the built-in presets and exit (with --json, as [{"name", "description"}]).
+    #[arg(long, conflicts_with_all = ["sim", "topology"])]
     pub list_presets: bool,
 }
 

@@ -3,7 +3,14 @@ use super::TopoArgs;
 use crate::error::Error;
 
 pub fn run(a: TopoArgs) -> Result<i32, Error> {
-    let out = if a.list_presets {
+    let out = if a.list_presets && a.json {
+        let v: Vec<serde_json::Value> = crate::topology::presets::list()
+            .map(|(name, desc)| serde_json::json!({ "name": name, "description": desc }))
+            .collect();
+        let mut s = serde_json::to_string_pretty(&v).expect("presets serialize");
+        s.push('\n');
+        s
+    } else if a.list_presets {
         crate::topology::presets::list()
             .map(|(name, desc)| format!("{name:<24} {desc}\n"))
             .collect()
