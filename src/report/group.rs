@@ -224,12 +224,19 @@ fn not_sure(g: &GroupProfile) -> Option<String> {
     };
     let sizes: Vec<String> = spans.iter().map(|&(a, z)| fmt_span(a, z)).collect();
     let names = |l: &[Backend]| l.iter().map(|b| b.id()).collect::<Vec<_>>().join(" or ");
+    // The group's own settings, into a file of its own: run as printed, it times what this
+    // group is (not bf16 in both modes into artune-profile.json).
+    let dtype = match g.dtype {
+        crate::allreduce::Dtype::Bf16 => String::new(),
+        d => format!(" --dtype {}", d.id()),
+    };
     Some(format!(
-        "not sure at {}: {} modelled faster than {}, but within the model's error; `artune tune --tp {} --sizes {}:{}` on the machine settles it",
+        "not sure at {}: {} modelled faster than {}, but within the model's error; `artune tune --tp {} --mode {}{dtype} --sizes {}:{} --out settle.json` on the machine settles it",
         sizes.join(", "),
         names(&kernels),
         names(&choices),
         g.tp,
+        g.mode.id(),
         arg(first, false),
         arg(last, true)
     ))
@@ -535,7 +542,7 @@ mod tests {
         let line = not_sure(&g).unwrap();
         assert_eq!(
             line,
-            "not sure at 4K–8K: one_stage_pull modelled faster than nccl, but within the model's error; `artune tune --tp 2 --sizes 4K:8K` on the machine settles it"
+            "not sure at 4K–8K: one_stage_pull modelled faster than nccl, but within the model's error; `artune tune --tp 2 --mode graph --sizes 4K:8K --out settle.json` on the machine settles it"
         );
         // Spans apart are named apart, and the tune covers both.
         kernel_faster(&mut g.buckets[1], 25.0);
@@ -543,6 +550,10 @@ mod tests {
         let line = not_sure(&g).unwrap();
         assert!(line.starts_with("not sure at 4K, 16K:"), "{line}");
         assert!(line.contains("--sizes 4K:16K"), "{line}");
+        // Another dtype is named, so the tune times what this group reduces.
+        g.dtype = crate::allreduce::Dtype::Fp32;
+        assert!(not_sure(&g).unwrap().contains("--mode graph --dtype fp32 --sizes"));
+        g.dtype = crate::allreduce::Dtype::Bf16;
         kernel_faster(&mut g.buckets[0], 25.0);
         kernel_faster(&mut g.buckets[2], 25.0);
         assert_eq!(not_sure(&g), None);
