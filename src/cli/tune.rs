@@ -521,9 +521,23 @@ pub fn run(a: TuneArgs) -> Result<i32, Error> {
     let mut profile = result.map_err(|e| beside_busy(e, &opts.busy))?;
     profile.node = Some(t.node);
     profile.write_atomic(&t.out)?;
+    // The profile is written: plots that fail are a warning (exit 5), not a failed tune.
+    let mut code = 0;
     if let Some(dir) = &t.plot {
-        let files = report::plots(&profile, dir)?;
-        eprintln!("wrote {} plots to {}", files.len(), dir.display());
+        match report::plots(&profile, dir) {
+            Ok(files) => eprintln!("wrote {} plots to {}", files.len(), dir.display()),
+            Err(e) => {
+                let why = match e {
+                    Error::Write { path, reason } => format!("{}: {reason}", path.display()),
+                    e => e.to_string(),
+                };
+                eprintln!(
+                    "warning: {} was written, but the plots were not ({why}); give --plot a writable directory",
+                    t.out.display()
+                );
+                code = crate::error::EXIT_WARNINGS;
+            }
+        }
     }
     if t.json {
         outln!(
@@ -534,7 +548,7 @@ pub fn run(a: TuneArgs) -> Result<i32, Error> {
         out!("{}", report::summary(&profile));
         eprint!("\n{}", report::next_steps(&t.out, &profile));
     }
-    Ok(0)
+    Ok(code)
 }
 
 /// A hardware failure on GPUs measured with `--allow-busy` (out of memory, typically) names
