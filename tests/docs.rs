@@ -858,3 +858,21 @@ fn the_readmes_test_block_ends_as_the_run_does() {
         "the block ends on {last:?}, where `cargo test --locked` ends on {result}…s"
     );
 }
+
+/// FORMATS.md's list of backend ids, which readers refuse beyond, names every backend the
+/// table has (two copy-engine backends were once missing from it).
+#[test]
+fn formats_lists_every_backend_id() {
+    let text =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/FORMATS.md"))
+            .unwrap();
+    let start = text.find("- Backend ids:").expect("the backend ids list");
+    let list = &text[start..start + text[start..].find("\n\n").unwrap_or(text.len() - start)];
+    for b in artune::allreduce::Backend::ALL {
+        assert!(
+            list.contains(&format!("`{}`", b.id())),
+            "FORMATS.md lacks `{}`",
+            b.id()
+        );
+    }
+}

@@ -552,7 +552,9 @@ mod tests {
         assert!(line.contains("--sizes 4K:16K"), "{line}");
         // Another dtype is named, so the tune times what this group reduces.
         g.dtype = crate::allreduce::Dtype::Fp32;
-        assert!(not_sure(&g).unwrap().contains("--mode graph --dtype fp32 --sizes"));
+        assert!(not_sure(&g)
+            .unwrap()
+            .contains("--mode graph --dtype fp32 --sizes"));
         g.dtype = crate::allreduce::Dtype::Bf16;
         kernel_faster(&mut g.buckets[0], 25.0);
         kernel_faster(&mut g.buckets[2], 25.0);
