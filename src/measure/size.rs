@@ -249,11 +249,19 @@ impl<'a> At<'a> {
             let Some(s) = raw.get(&(backend, bytes)) else {
                 continue;
             };
-            let after = crate::stats::summarize(&s.samples[n.min(s.samples.len())..]);
+            let (old, new) = s.samples.split_at(n.min(s.samples.len()));
+            let after = crate::stats::summarize(new);
             // A move counts only where the two visits' intervals are apart: a short revisit's
             // median alone moves with the noise, and a drift recorded widens `check`'s
-            // tolerance for nothing.
-            let apart = after.ci_low > before.ci_high || after.ci_high < before.ci_low;
+            // tolerance for nothing. Nor where a quarter of the revisit still ran inside the
+            // first visit's range: a burst of slow calls among calls at the old speed (a
+            // revisit of 5 with 3 outliers has an outlier median) is not the backend moving.
+            let (lo, hi) = old
+                .iter()
+                .fold((f64::MAX, f64::MIN), |(l, h), &x| (l.min(x), h.max(x)));
+            let stayed = new.iter().filter(|&&x| lo <= x && x <= hi).count();
+            let apart = (after.ci_low > before.ci_high || after.ci_high < before.ci_low)
+                && stayed * 4 < new.len().max(1);
             if n >= MIN_DRIFT_SAMPLES
                 && s.samples.len() - n >= MIN_DRIFT_SAMPLES
                 && before.median > 0.0
