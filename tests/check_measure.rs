@@ -322,6 +322,12 @@ fn a_busy_gpu_refuses_the_tune_unless_allowed_and_the_profile_says_so() {
         "{}",
         text(&o.stderr)
     );
+    // The process the busy check warned about is not announced again as one that started.
+    assert!(
+        !text(&o.stderr).contains("another process started"),
+        "{}",
+        text(&o.stderr)
+    );
     let shown = text(&artune(&["show", p]).stdout);
     assert!(
         shown.contains("BUSY GPUs allowed (--allow-busy)"),

@@ -181,7 +181,10 @@ impl Gate {
                 }
             },
         }
-        .holding(self.locks.unwrap_or_default());
+        .holding(self.locks.unwrap_or_default())
+        // Who the gate found is not news to the watch: a process already warned about is
+        // not announced again as one that "started".
+        .knowing(&reading.busy());
         let free = reading
             .gpus
             .iter()

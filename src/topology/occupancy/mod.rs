@@ -429,6 +429,15 @@ impl Neighbours {
         }
     }
 
+    /// The same watch, with `known` (the busy check's finding) already seen.
+    pub fn knowing(self, known: &[BusyGpu]) -> Self {
+        if let Some(w) = &self.watch {
+            let mut w = w.lock().unwrap_or_else(|e| e.into_inner());
+            w.seen.extend(known.iter().map(|b| (b.gpu, b.pid)));
+        }
+        self
+    }
+
     /// The same watch, holding `locks` (the GPUs' measurement locks) for as long as it lives.
     pub fn holding(mut self, locks: super::lock::GpuLocks) -> Self {
         self.locks = Some(Arc::new(locks));
