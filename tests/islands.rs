@@ -306,3 +306,39 @@ fn engines_follow_the_fallback_where_an_island_schedule_is_chosen() {
         assert_eq!(routed, 3, "{island:?}");
     }
 }
+
+/// Where two island schedules both beat every flat backend, the one not chosen names the other
+/// as the reason (it once said "within the model's error" beside a line calling the other the
+/// fastest at the same sizes), and neither is called "the fastest measured".
+#[test]
+fn an_island_schedule_behind_another_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("d.json");
+    let o = out.to_str().unwrap();
+    let args = [
+        "tune",
+        "--sim",
+        "pcie-8x-direct-2socket",
+        "--tp",
+        "8",
+        "--mode",
+        "graph",
+    ];
+    let r = artune(&[&args[..], &["--no-contention", "--out", o]].concat());
+    assert_eq!(r.status.code(), Some(0), "{}", text(&r.stderr));
+    let shown = text(&artune(&["show", o]).stdout);
+    let line = |k: &str| {
+        shown
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{k}: ")))
+            .unwrap_or_else(|| panic!("no {k} line: {shown}"))
+            .to_string()
+    };
+    assert!(line("island_two_shot").contains("chosen at"), "{shown}");
+    let copy = line("island_two_shot_copy");
+    assert!(
+        copy.contains("not chosen: island_two_shot is faster at those sizes"),
+        "{copy}"
+    );
+    assert!(!shown.contains("the fastest measured at"), "{shown}");
+}

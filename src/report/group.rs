@@ -275,7 +275,7 @@ fn island_lines(g: &GroupProfile, out: &mut String) {
             .collect();
         let (Some(first), Some(last)) = (fastest.first(), fastest.last()) else {
             if g.buckets.iter().any(|b| b.results.contains_key(&k)) {
-                let _ = writeln!(out, "  {k}: never the fastest measured here");
+                let _ = writeln!(out, "  {k}: never faster than every flat backend here");
             }
             continue;
         };
@@ -296,6 +296,11 @@ fn island_lines(g: &GroupProfile, out: &mut String) {
                     instead.join(" then ")
                 }
             ),
+            // Another island schedule ahead of it there is the reason, before any band.
+            _ if rival(&fastest, k).is_some() => format!(
+                "not chosen: {} is faster at those sizes",
+                rival(&fastest, k).map_or("", |r| r.id())
+            ),
             _ if fastest.iter().any(|(b, _)| b.results[&k].model.is_some()) => {
                 "not chosen: within the model's error (see not sure)".into()
             }
@@ -303,12 +308,29 @@ fn island_lines(g: &GroupProfile, out: &mut String) {
         };
         let _ = writeln!(
             out,
-            "  {k}: the fastest measured at {} of the sizes {}–{}, up to {best:.2}x faster than every flat backend; {verdict}",
+            "  {k}: faster than every flat backend at {} of the sizes {}–{}, up to {best:.2}x; {verdict}",
             fastest.len(),
             fmt_bytes(first.0.bytes),
             fmt_bytes(last.0.bytes),
         );
     }
+}
+
+/// The island schedule other than `k` faster than it at most of `sizes`, if one is.
+fn rival(sizes: &[(&Bucket, f64)], k: Backend) -> Option<Backend> {
+    Backend::ALL
+        .into_iter()
+        .filter(|r| r.is_hierarchical() && *r != k)
+        .find(|r| {
+            let ahead = sizes
+                .iter()
+                .filter(|(b, _)| match (b.results.get(r), b.results.get(&k)) {
+                    (Some(x), Some(y)) => x.median_us < y.median_us,
+                    _ => false,
+                })
+                .count();
+            2 * ahead > sizes.len()
+        })
 }
 
 /// "pull" or "push", for a phase's direction.
