@@ -341,4 +341,24 @@ fn an_island_schedule_behind_another_says_so() {
         "{copy}"
     );
     assert!(!shown.contains("the fastest measured at"), "{shown}");
+    // show --json says what the text says below each table, and the dtype.
+    let j: serde_json::Value =
+        serde_json::from_slice(&artune(&["show", o, "--json"]).stdout).unwrap();
+    assert_eq!(j["dtype"], "bf16");
+    let said: Vec<&str> = j["groups"][0]["said"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    assert_eq!(j["groups"][0]["dtype"], "bf16");
+    assert!(
+        said.iter()
+            .any(|l| l.starts_with("island_two_shot_copy: ") && copy.trim() == *l),
+        "{said:?}"
+    );
+    assert!(
+        said.iter().any(|l| l.starts_with("model error (simulated")),
+        "{said:?}"
+    );
 }

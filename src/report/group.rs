@@ -403,6 +403,18 @@ pub(super) fn shared_notes(notes: &[Vec<String>]) -> SharedNotes {
 
 /// One group's table of choices and what qualifies them (crossovers, the model's error, the
 /// regret, what the memory budget excluded).
+/// What the text says of a group below its table (model error, not sure, islands, regret),
+/// one line each, for `show --json`: the same sentences, so the two never disagree.
+pub(super) fn group_said(g: &GroupProfile) -> Vec<String> {
+    let mut s = String::new();
+    model_lines(g, &mut s);
+    island_lines(g, &mut s);
+    if let Some(l) = regret_line(g) {
+        let _ = writeln!(s, "  {l}");
+    }
+    s.lines().map(|l| l.trim().to_string()).collect()
+}
+
 pub(super) fn group_section(g: &GroupProfile, out: &mut String) {
     let _ = writeln!(
         out,

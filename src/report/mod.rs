@@ -18,7 +18,7 @@ pub use choices::{
     budget_exclusions, over_budget, passed_over, ranges, OverBudget, PassedOver, Range,
 };
 pub use group::group_label;
-use group::{group_notes, group_section, shared_notes};
+use group::{group_notes, group_said, group_section, shared_notes};
 pub use plot::{check_plot_dir, plots};
 
 /// A count and its noun: "1 GPU", "2 GPUs".
@@ -251,8 +251,10 @@ pub fn summary_json(p: &Profile) -> serde_json::Value {
         .map(|g| {
             serde_json::json!({
                 "tp": g.tp, "mode": g.mode, "gpus": g.gpus, "placement": g.placement,
+                "dtype": g.dtype, "islands": g.islands,
                 "ranges": ranges(g), "crossovers": g.crossovers, "waived": g.waived,
                 "regret": g.regret, "over_budget": over_budget(g), "beside": g.beside,
+                "said": group_said(g),
             })
         })
         .collect();
@@ -263,7 +265,7 @@ pub fn summary_json(p: &Profile) -> serde_json::Value {
         "tuning_seconds": p.settings.tuning_seconds, "phases": p.settings.phases,
         "mem_budget_bytes": p.settings.mem_budget_bytes,
         "assumed": p.assumed, "groups": groups, "faults": p.faults, "recovered": p.recovered,
-        "environment": p.environment, "mem_budget_bytes": p.settings.mem_budget_bytes,
+        "environment": p.environment, "dtype": p.settings.dtype,
     })
 }
 
