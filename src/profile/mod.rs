@@ -73,9 +73,11 @@ pub struct Bucket {
     /// the flat kernels. Absent elsewhere.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback: Option<Backend>,
+    #[schemars(extend("propertyNames" = {"$ref": "#/$defs/Backend"}))]
     pub results: BTreeMap<Backend, Timing>,
     /// Backends not measured at this size, and why.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("propertyNames" = {"$ref": "#/$defs/Backend"}))]
     pub waived: BTreeMap<Backend, String>,
 }
 
@@ -150,12 +152,14 @@ pub struct GroupProfile {
     pub islands: Option<Islands>,
     pub buckets: Vec<Bucket>,
     pub crossovers: Vec<Crossover>,
+    #[schemars(extend("propertyNames" = {"$ref": "#/$defs/Backend"}))]
     pub memory: BTreeMap<Backend, Memory>,
     /// The form each custom backend the buckets choose was timed in, in this group's mode
     /// (graph: registered or staged; eager: staged), where the fabric tells; empty in
     /// simulated profiles and in profiles made before it was recorded (which timed graph mode
     /// staged).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("propertyNames" = {"$ref": "#/$defs/Backend"}))]
     pub forms: BTreeMap<Backend, crate::allreduce::Form>,
     /// NCCL channels the NCCL backends ran with at run time (NCCL's `comm->nChannels`: twice
     /// the channels its graph search finds, the count `NCCL_MIN_NCHANNELS`, the tuner's
@@ -175,6 +179,7 @@ pub struct GroupProfile {
     pub channels_unmeasured: Option<String>,
     /// Backends excluded for the whole group (no P2P, wrong results, timeouts), and why.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("propertyNames" = {"$ref": "#/$defs/Backend"}))]
     pub waived: BTreeMap<Backend, String>,
     /// What the choices cost against the fastest backend measured at each size.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -184,6 +189,7 @@ pub struct GroupProfile {
     /// run-to-run variation this machine showed when tuned, which `check --measure` allows
     /// for before it calls a choice changed. Empty for profiles made before it was recorded.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("propertyNames" = {"$ref": "#/$defs/Backend"}))]
     pub drift: BTreeMap<Backend, f64>,
     /// Other processes that were on these GPUs while this group was measured (allowed with
     /// `--allow-busy`, before the tune or since): its times may include their work, and no

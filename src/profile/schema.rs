@@ -45,4 +45,29 @@ mod tests {
         let p = super::super::Profile::parse(old).unwrap();
         assert_eq!((p.node, p.fleet, p.settings.dtype), (None, None, None));
     }
+
+    /// Every map keyed by backend says so (`propertyNames`): the schema refused nothing a
+    /// reader refuses, such as `results.bogus`, where the loader names the unknown id.
+    #[test]
+    fn maps_keyed_by_backend_name_their_keys() {
+        let schema: serde_json::Value = serde_json::from_str(&super::generate()).unwrap();
+        let defs = &schema["$defs"];
+        let keyed = |def: &str, field: &str| {
+            defs[def]["properties"][field]["propertyNames"]["$ref"] == "#/$defs/Backend"
+        };
+        for (def, field) in [
+            ("Bucket", "results"),
+            ("Bucket", "waived"),
+            ("GroupProfile", "memory"),
+            ("GroupProfile", "forms"),
+            ("GroupProfile", "waived"),
+            ("GroupProfile", "drift"),
+        ] {
+            assert!(
+                keyed(def, field),
+                "{def}.{field}: {}",
+                defs[def]["properties"][field]
+            );
+        }
+    }
 }
