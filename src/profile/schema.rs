@@ -46,8 +46,8 @@ mod tests {
         assert_eq!((p.node, p.fleet, p.settings.dtype), (None, None, None));
     }
 
-    /// Every map keyed by backend says so (`propertyNames`): the schema refused nothing a
-    /// reader refuses, such as `results.bogus`, where the loader names the unknown id.
+    /// Every map keyed by backend says so (`propertyNames`), so the schema refuses what a
+    /// reader refuses, such as `results.bogus` (the loader names the unknown id).
     #[test]
     fn maps_keyed_by_backend_name_their_keys() {
         let schema: serde_json::Value = serde_json::from_str(&super::generate()).unwrap();
