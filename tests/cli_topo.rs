@@ -85,7 +85,7 @@ fn every_preset_renders_as_text() {
         for section in [
             "\nGPUs\n",
             "\nPaths (as `nvidia-smi topo -m`)\n",
-            "\nIslands",
+            "\nBehind one uplink",
             "\nPCIe tree",
         ] {
             assert!(s.contains(section), "{name}: no {section:?} in\n{s}");

@@ -146,7 +146,7 @@ fn paths(o: &mut String, t: &Topology) {
 fn islands(o: &mut String, t: &Topology) {
     let _ = writeln!(
         o,
-        "\nIslands (GPUs that reach each other without crossing an uplink)"
+        "\nBehind one uplink (GPUs that reach each other without crossing one)"
     );
     for isl in t.islands() {
         let ids: Vec<String> = isl.iter().map(|g| g.to_string()).collect();
