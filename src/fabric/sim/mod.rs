@@ -244,6 +244,7 @@ impl SimFabric {
     /// What the model assumed because the topology did not state it, one sentence each.
     pub fn assumed(&self) -> Vec<String> {
         let mut out = self.net.assumed().to_vec();
+        out.extend(self.unknown_p2p());
         if self.host.cpu == nccl::Cpu::Unknown {
             out.push(
                 "CPU vendor not stated (sockets[].contention.cpu_vendor): NCCL's model takes no inter-socket bandwidth constant and P2P up to PXB".into(),
@@ -358,9 +359,8 @@ impl SimFabric {
                 (device, call - device)
             }
         };
-        let t = device + launch;
-        m.cache.insert((backend, mode), bytes, t);
-        t
+        m.cache.insert((backend, mode), bytes, device + launch);
+        device + launch
     }
 
     /// NCCL's own pick on the prepared group for `bytes` (what `Backend::Nccl` runs).

@@ -343,3 +343,21 @@ fn a_channel_sweep_times_as_a_fresh_model_at_every_count_and_size() {
         }
     }
 }
+
+/// Pairs whose P2P the topology leaves unknown are run as working, and the profile says so
+/// (topo and doctor show them as "?"); a machine that states every pair assumes nothing of it.
+#[test]
+fn unknown_p2p_is_an_assumption_said() {
+    let said = |preset: &str| {
+        sim(preset)
+            .assumed()
+            .into_iter()
+            .find(|a| a.starts_with("P2P reads and writes not stated"))
+    };
+    let across = said("pcie-8x-direct-2socket").expect("the cross-socket pairs are unknown");
+    assert!(
+        across.contains("for 16 of the GPU pairs (0-4, 0-5, 0-6, 0-7 ...)"),
+        "{across}"
+    );
+    assert_eq!(said("pcie-8x-2switch"), None);
+}

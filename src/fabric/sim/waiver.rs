@@ -6,6 +6,28 @@ use crate::allreduce::Plane;
 use crate::topology::Status;
 
 impl SimFabric {
+    /// The pairs whose P2P the file leaves unknown (as the driver reports across sockets on
+    /// some hosts), which the model runs as working: said, since topo and doctor show "?".
+    pub(super) fn unknown_p2p(&self) -> Option<String> {
+        let unknown: Vec<String> = self
+            .topo
+            .pairs
+            .iter()
+            .filter(|p| p.from < p.to)
+            .filter(|p| [p.p2p.read, p.p2p.write].contains(&Status::Unknown))
+            .map(|p| format!("{}-{}", p.from, p.to))
+            .collect();
+        let shown = match unknown.len() {
+            0 => return None,
+            n if n > 4 => format!("{} ...", unknown[..4].join(", ")),
+            _ => unknown.join(", "),
+        };
+        Some(format!(
+            "P2P reads and writes not stated for {} of the GPU pairs ({shown}): modelled as working, at the paths' rates; `doctor --measure` on the machine tells",
+            unknown.len()
+        ))
+    }
+
     /// The first pair of `gpus` (in group order) without P2P in `dir`, if any.
     pub(super) fn no_p2p(&self, gpus: &[usize], dir: Direction) -> Option<(usize, usize)> {
         gpus.iter().find_map(|&a| {
