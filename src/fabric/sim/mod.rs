@@ -603,11 +603,11 @@ impl Fabric for SimFabric {
                     .fold(0.0, f64::max)
             })
             .collect();
-        // A probe averages many transfers: jitter, no outliers. Drawn for this probe alone, so
-        // a probe reads the same whichever peer counts were probed before it.
+        // Many transfers averaged: jitter, no outliers, never past the model (the links' rates).
+        // Drawn for this probe alone: it reads the same whichever peer counts came before.
         let which = (direction as u64 + 1) << 32 | peers as u64;
-        let factor =
-            Noise::new(self.group_seed ^ which.wrapping_mul(0x9e37_79b9_7f4a_7c15)).jitter(10);
+        let seed = self.group_seed ^ which.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let factor = 1.0 + (Noise::new(seed).jitter(10) - 1.0).abs();
         let moved = (peers as u64 * bytes) as f64;
         let per_gpu = per_gpu_us
             .iter()

@@ -361,3 +361,23 @@ fn unknown_p2p_is_an_assumption_said() {
     );
     assert_eq!(said("pcie-8x-2switch"), None);
 }
+
+/// A probe's noise only ever slows it: no reading past the link the topology states (450
+/// GB/s per GPU and direction on nvswitch-8x, where a probe once read 462.7).
+#[test]
+fn probes_never_read_past_the_stated_link() {
+    for seed in 1..20 {
+        let mut f = SimFabric::new(presets::get("nvswitch-8x").unwrap(), seed);
+        f.prepare(&group(&[0, 1, 2, 3, 4, 5, 6, 7]), &Backend::ALL)
+            .unwrap();
+        for dir in [Direction::Read, Direction::Write] {
+            for peers in 1..8 {
+                let s = f.probe(dir, peers, 64 << 20).unwrap();
+                assert!(
+                    s.per_gpu_gbps <= 450.0,
+                    "seed {seed} {dir:?} {peers}: {s:?}"
+                );
+            }
+        }
+    }
+}
