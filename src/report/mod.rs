@@ -26,8 +26,11 @@ pub fn count(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
-/// How the cells were sampled, in words.
-fn sampling(s: &crate::profile::Settings) -> String {
+/// How the cells were sampled, in words, with how many sizes' choices met the interval target
+/// where not all did (a cell stops at its sample cap, and a target tighter than the noise
+/// allows is not met).
+fn sampling(p: &Profile) -> String {
+    let s = &p.settings;
     let how = match s.sampling {
         Sampling::Fast => {
             "powers of two refined where the winner changes, clearly slower backends stop early"
@@ -37,8 +40,23 @@ fn sampling(s: &crate::profile::Settings) -> String {
         }
     };
     if s.target_ci > 0.0 {
+        let choices: Vec<bool> = p
+            .groups
+            .iter()
+            .flat_map(|g| &g.buckets)
+            .filter_map(|b| b.results.get(&b.choice))
+            .map(|t| (t.ci_high_us - t.ci_low_us) / 2.0 <= s.target_ci * t.median_us * 1.0001)
+            .collect();
+        let met = choices.iter().filter(|m| **m).count();
+        let short = match met < choices.len() {
+            true => format!(
+                ", met by the choice's interval at {met} of {} sizes",
+                choices.len()
+            ),
+            false => String::new(),
+        };
         format!(
-            "{} (±{}% interval target; {how})",
+            "{} (±{}% interval target{short}; {how})",
             s.sampling.id(),
             s.target_ci * 100.0
         )
@@ -78,7 +96,7 @@ fn header(p: &Profile, out: &mut String) {
         let _ = writeln!(out, "assumed (the topology does not state it): {a}");
     }
     environment::lines(p, out);
-    let _ = writeln!(out, "sampling: {}", sampling(&p.settings));
+    let _ = writeln!(out, "sampling: {}", sampling(p));
     if p.settings.tuning_seconds > 0.0 {
         let _ = writeln!(out, "tuning took {:.2} s", p.settings.tuning_seconds);
     }
@@ -291,6 +309,14 @@ mod tests {
         p.settings.target_ci = 0.02;
         let s = summary(&p);
         assert!(s.contains("sampling: fast (±2% interval target;"), "{s}");
+        // A target the intervals did not reach is said, not only named.
+        let mut tight = p.clone();
+        tight.settings.target_ci = 1e-6;
+        let t = summary(&tight);
+        assert!(
+            t.contains("interval target, met by the choice's interval at 0 of"),
+            "{t}"
+        );
         assert_eq!(summary_json(&p)["sampling"], "fast");
         let mut e = p.clone();
         e.settings.sampling = Sampling::Exhaustive;
