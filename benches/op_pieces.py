@@ -22,6 +22,10 @@ import time
 import torch
 import torch.distributed as dist
 
+# GPU time per call by CUDA events, as op_overhead.py times it (this script's folder is on
+# the path when run as a script).
+from op_overhead import per_call as gpu
+
 
 def wall(fn, calls, samples, sync=False):
     out = []
@@ -33,18 +37,6 @@ def wall(fn, calls, samples, sync=False):
         out.append((time.perf_counter() - t) * 1e6 / calls)
     if sync:
         torch.cuda.synchronize()
-    return statistics.median(out)
-
-
-def gpu(fn, calls, samples):
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    out = []
-    for _ in range(samples):
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        out.append(start.elapsed_time(stop) * 1000.0 / calls)
     return statistics.median(out)
 
 
