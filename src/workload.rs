@@ -25,9 +25,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::allreduce::{Backend, Dtype, Mode};
+use crate::allreduce::{Backend, Dtype};
 use crate::error::Error;
-use crate::profile::{GroupProfile, Profile, Query, LIMITS};
+use crate::profile::{GroupProfile, Profile, LIMITS};
 
 /// Limits that keep a hostile workload from making us loop or print without bound.
 pub const MAX_TERMS: usize = 1024;
@@ -439,24 +439,13 @@ fn locate(g: &GroupProfile, bytes: u64) -> Result<(usize, Option<(usize, f64)>),
     Ok((i, Some((i - 1, w))))
 }
 
-/// Prices every step of `w` on the profile's TP `tp` group in `mode` (on `gpus`, else the
-/// default placement).
+/// Prices every step of `w` on `g`, a group of `p` (the caller names it: `predict` as select
+/// does).
 pub fn predict<'a>(
     p: &'a Profile,
-    tp: usize,
-    mode: Mode,
-    gpus: Option<&[usize]>,
+    g: &'a GroupProfile,
     w: &Workload,
 ) -> Result<Prediction<'a>, Error> {
-    let g = p.group(Query { tp, mode, gpus }).ok_or_else(|| {
-        let have = p.group_names();
-        Error::bad_input(format!(
-            "the profile has no TP{tp} {} group{} (it has {}); pass --tp, --mode and --gpus to match",
-            mode.id(),
-            gpus.map_or(String::new(), |v| format!(" on GPUs {}", crate::topology::fmt_gpus(v))),
-            have
-        ))
-    })?;
     let largest = g.buckets.last().map_or(0, |b| b.bytes);
     let rows = w
         .steps()
@@ -535,7 +524,9 @@ pub fn predict<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::allreduce::Mode;
     use crate::export::sample;
+    use crate::profile::Query;
 
     #[test]
     fn spec_grammar() {
@@ -603,14 +594,21 @@ mod tests {
     fn predict_sums_counts_and_reports_beyond() {
         let p = sample::profile();
         let w = Workload::parse_spec("10x1024").unwrap();
-        let pr = predict(&p, 2, Mode::Graph, None, &w).unwrap();
+        let g = p
+            .group(Query {
+                tp: 2,
+                mode: Mode::Graph,
+                gpus: None,
+            })
+            .unwrap();
+        let pr = predict(&p, g, &w).unwrap();
         let b = &pr.group.buckets[0];
         let want = 10.0 * b.results[&b.choice].median_us;
         assert!((pr.rows[0].us[0].clone().unwrap() - want).abs() < 1e-9);
         let nccl = 10.0 * b.results[&Backend::Nccl].median_us;
         assert!((pr.rows[0].us[1].clone().unwrap() - nccl).abs() < 1e-9);
         let big = Workload::parse_spec("1x1G").unwrap();
-        let pr = predict(&p, 2, Mode::Graph, None, &big).unwrap();
+        let pr = predict(&p, g, &big).unwrap();
         assert_eq!(pr.rows[0].beyond, vec![1 << 30]);
         assert!(pr.rows[0].us.iter().all(|u| u.is_err()));
     }
@@ -627,32 +625,17 @@ mod tests {
             b.results.remove(&Backend::OneStagePull);
             b.waived.insert(Backend::OneStagePull, "no P2P".into());
         }
-        let pr = predict(
-            &p,
-            4,
-            Mode::Graph,
-            None,
-            &Workload::parse_spec("1x1K").unwrap(),
-        )
-        .unwrap();
+        let g = p
+            .group(Query {
+                tp: 4,
+                mode: Mode::Graph,
+                gpus: None,
+            })
+            .unwrap();
+        let pr = predict(&p, g, &Workload::parse_spec("1x1K").unwrap()).unwrap();
         let e = pr.rows[0].us[2].clone().unwrap_err();
         assert!(e.contains("one_stage_pull was waived: no P2P"), "{e}");
         // vLLM uses NCCL on 4 PCIe GPUs, so its cost is NCCL's.
         assert_eq!(pr.rows[0].us[3], pr.rows[0].us[1]);
-    }
-
-    #[test]
-    fn unknown_group_names_what_exists() {
-        let p = sample::profile();
-        let e = predict(
-            &p,
-            8,
-            Mode::Graph,
-            None,
-            &Workload::parse_spec("1x1K").unwrap(),
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(e.contains("TP2 graph"), "{e}");
     }
 }

@@ -598,7 +598,7 @@ fn predict_bad_input() {
     fails(
         &["predict", &p, "--workload", "1x4K", "--tp", "8"],
         2,
-        "no TP8 graph group",
+        "no TP8 graph group (it has TP2 graph",
     );
     // --gpus in select's words: the length checked, and the placements the profile has.
     fails(

@@ -415,8 +415,8 @@ pub fn predict(a: PredictArgs) -> Result<i32, Error> {
         }
     };
     // The group as select and why name it, in their words; a missing one is bad input here.
-    group_of(&p, &a.profile, tp, mode, a.gpus.as_deref())?.map_err(Error::bad_input)?;
-    let pr = workload::predict(&p, tp, mode, a.gpus.as_deref(), &w)?;
+    let g = group_of(&p, &a.profile, tp, mode, a.gpus.as_deref())?.map_err(Error::bad_input)?;
+    let pr = workload::predict(&p, g, &w)?;
     // No step priced under the profile's own choice: no answer, as select's (exit 6).
     let code = match pr.rows.iter().any(|r| r.us[0].is_ok()) {
         true => 0,
