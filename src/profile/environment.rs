@@ -23,17 +23,20 @@ const CUDA_VARS: &[&str] = &[
     "CUDA_AUTO_BOOST",
 ];
 
-/// NCCL variables that only log, or only matter between nodes (artune measures one node).
+/// NCCL variables that only log, or only matter between nodes (artune measures one node);
+/// with [`NCCL_NETWORK_PREFIXES`].
 const NCCL_IGNORED_PREFIXES: &[&str] = &[
     "NCCL_DEBUG",
     "NCCL_WARN_",
-    "NCCL_IB_",
-    "NCCL_NET",
     "NCCL_SOCKET_",
     "NCCL_COLLNET",
     "NCCL_COMM_ID",
     "NCCL_HOSTID",
 ];
+
+/// NCCL's network transport (InfiniBand, net plugins): left in the environment by multi-node
+/// jobs, read only between nodes. `doctor` names them as such.
+pub const NCCL_NETWORK_PREFIXES: &[&str] = &["NCCL_IB_", "NCCL_NET"];
 
 /// `NCCL_` names NCCL never reads: NVIDIA's container images set `NCCL_VERSION` to the version
 /// they ship (2.28.3-1 on the H200's image, run 20), so counting it would call a profile tuned
@@ -51,7 +54,10 @@ pub fn matters(name: &str) -> bool {
     }
     name.starts_with("NCCL_")
         && !NCCL_NOT_READ.contains(&name)
-        && !NCCL_IGNORED_PREFIXES.iter().any(|p| name.starts_with(p))
+        && !NCCL_IGNORED_PREFIXES
+            .iter()
+            .chain(NCCL_NETWORK_PREFIXES)
+            .any(|p| name.starts_with(p))
 }
 
 /// The variables of `vars` that [`matters`] keeps, sorted by name.

@@ -50,11 +50,10 @@ pub fn driver(f: &Facts) -> Check {
 }
 
 /// Besides the NCCL and CUDA variables a profile records (`profile::environment::matters`, the
-/// one rule), artune's own deadline changes what a tune measures. `NCCL_IB_*` and `NCCL_NET*`
-/// do not (artune measures one node: tune and check ignore them), but are named as leftovers
-/// of multi-node jobs, apart, without a warning.
+/// one rule), artune's own deadline changes what a tune measures. NCCL's network variables do
+/// not (`environment::NCCL_NETWORK_PREFIXES`: tune and check ignore them), but are named as
+/// leftovers of multi-node jobs, apart, without a warning.
 const ARTUNE_VARS: &[&str] = &["ARTUNE_GPU_DEADLINE_MS"];
-const LEFTOVER_PREFIXES: &[&str] = &["NCCL_IB_", "NCCL_NET"];
 
 pub fn environment(env: &[(String, String)]) -> Check {
     const ID: &str = "environment";
@@ -68,7 +67,8 @@ pub fn environment(env: &[(String, String)]) -> Check {
         v
     };
     let set = pick(&|k| crate::profile::environment::matters(k) || ARTUNE_VARS.contains(&k));
-    let leftovers = pick(&|k| LEFTOVER_PREFIXES.iter().any(|p| k.starts_with(p)));
+    let network = crate::profile::environment::NCCL_NETWORK_PREFIXES;
+    let leftovers = pick(&|k| network.iter().any(|p| k.starts_with(p)));
     let aside = match leftovers.is_empty() {
         true => String::new(),
         false => format!(
