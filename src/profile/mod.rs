@@ -630,14 +630,18 @@ fn stage(path: &Path, bytes: &[u8]) -> Result<tempfile::NamedTempFile, Error> {
         .tempfile_in(target_dir(path)?)
         .map_err(|e| err(&e))?;
     tmp.write_all(bytes).map_err(|e| err(&e))?;
-    // tempfile creates 0600, but engines often run as another user: keep the mode of the file
-    // being replaced, or give a new one the 0644 that `touch` gives under the usual umask.
-    let mode = std::fs::metadata(path)
-        .map(|m| m.permissions())
-        .unwrap_or_else(|_| {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::Permissions::from_mode(0o644)
-        });
+    // tempfile creates 0600, but engines often run as another user: keep the mode, owner and
+    // group of the file being replaced (as far as this user may give them: root re-tuning a
+    // profile an engine's group reads), or give a new one the 0644 that `touch` gives.
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let old = std::fs::metadata(path).ok();
+    if let Some(m) = &old {
+        let _ = std::os::unix::fs::fchown(tmp.as_file(), Some(m.uid()), Some(m.gid()));
+    }
+    let mode = old.map_or_else(
+        || std::fs::Permissions::from_mode(0o644),
+        |m| m.permissions(),
+    );
     tmp.as_file().set_permissions(mode).map_err(|e| err(&e))?;
     tmp.as_file().sync_all().map_err(|e| err(&e))?;
     Ok(tmp)
