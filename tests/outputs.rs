@@ -254,3 +254,33 @@ fn advice_about_a_file_that_is_no_profile_fits_the_file() {
         &format!("run `artune tune --out {old}` to write a new one"),
     );
 }
+
+/// A tune never writes its profile over the topology file it reads, not even with --force
+/// (which would leave neither); and an empty file at --out (made by `touch` or `install` before
+/// the tune) holds nothing to lose, so a tune fills it.
+#[test]
+fn a_tune_keeps_its_topology_file_and_fills_an_empty_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let at = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    let topo = at("t.json");
+    let body = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("docs/topologies/8x-one-switch-as-read.json"),
+    )
+    .unwrap();
+    std::fs::write(&topo, &body).unwrap();
+    for force in [&[][..], &["--force"][..]] {
+        let args = [
+            &["tune", "--topology", &topo, "--tp", "2", "--out", &topo][..],
+            force,
+        ]
+        .concat();
+        refused(&args, "that is the topology file being read");
+        assert_eq!(std::fs::read_to_string(&topo).unwrap(), body, "{force:?}");
+    }
+    let empty = at("empty.json");
+    std::fs::write(&empty, "").unwrap();
+    let o = tune(&["--out", &empty]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(artune::profile::Profile::load(std::path::Path::new(&empty)).is_ok());
+}

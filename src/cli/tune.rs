@@ -46,6 +46,9 @@ impl Tune {
         node.args = std::env::args().skip(1).collect();
         let out = out_path(&a.out, &node)?;
         crate::profile::check_writable(&out)?;
+        if let Some(t) = &a.source.topology {
+            paths::check_not_input(&out, "--out", t, "topology file")?;
+        }
         check_replace(&out, "--out", Writes::Profile, a.force)?;
         let simulated = a.source.sim.is_some() || a.source.topology.is_some();
         if simulated && !a.force {

@@ -187,8 +187,8 @@ pub fn replaceable(path: &Path, writes: Writes) -> bool {
         return true;
     };
     if !m.is_file() || m.len() == 0 {
-        // Directories and devices are check_output's to refuse.
-        return !m.is_file();
+        // Directories and devices are check_output's to refuse; an empty file holds nothing.
+        return true;
     }
     let limit = match writes {
         Writes::Profile | Writes::Json(_) => crate::profile::LIMITS.file_bytes,
