@@ -564,3 +564,77 @@ fn a_cell_stopped_after_a_few_samples_says_its_interval_is_their_range() {
         "{out}"
     );
 }
+
+/// Where band smoothing keeps a custom kernel that the rule passed over for lying within the
+/// model's error (`why` says so), `show` lists that size as not sure, as it does where the rule
+/// passed a kernel over for NCCL: a simulated choice of custom is never presented as sure there.
+#[test]
+fn show_calls_not_sure_what_smoothing_kept_within_the_models_error() {
+    let d = tempfile::tempdir().unwrap();
+    let file = d.path().join("p.json");
+    let file = file.to_str().unwrap();
+    let (code, _, err) = run(&[
+        "tune",
+        "--sim",
+        "pcie-8x-direct-2socket",
+        "--tp",
+        "2",
+        "--mode",
+        "graph",
+        "--out",
+        file,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let p = Profile::load(Path::new(file)).unwrap();
+    let g = &p.groups[0];
+    let mut kept = Vec::new();
+    for b in &g.buckets {
+        let bytes = b.bytes.to_string();
+        let (code, out, err) = run(&["why", file, "--tp", "2", "--bytes", &bytes, "--json"]);
+        assert_eq!(code, 0, "{err}");
+        let w: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let custom = |k: &str| artune::allreduce::Backend::from_id(k).unwrap().is_custom();
+        if w["smoothed"] == true
+            && custom(w["chosen"].as_str().unwrap())
+            && !custom(w["rule_choice"].as_str().unwrap())
+            && w["reason"]
+                .as_str()
+                .unwrap()
+                .contains("within the model's error")
+        {
+            kept.push(b.bytes);
+        }
+    }
+    assert!(
+        !kept.is_empty(),
+        "the preset no longer smooths over NCCL: pick another"
+    );
+    let (code, show, err) = run(&["show", file]);
+    assert_eq!(code, 0, "{err}");
+    // The first group's section, and its spans of sizes not sure.
+    let section = show
+        .split("\n\n")
+        .find(|s| s.contains("TP2 graph — GPUs 0,1"))
+        .unwrap();
+    let line = section
+        .lines()
+        .find(|l| l.trim_start().starts_with("not sure at "))
+        .unwrap();
+    let spans: Vec<(u64, u64)> = line.trim_start()["not sure at ".len()..]
+        .split(':')
+        .next()
+        .unwrap()
+        .split(", ")
+        .map(|s| {
+            let mut e = s.split('–').map(|x| artune::units::parse_bytes(x).unwrap());
+            let lo = e.next().unwrap();
+            (lo, e.next().unwrap_or(lo))
+        })
+        .collect();
+    for bytes in kept {
+        assert!(
+            spans.iter().any(|&(lo, hi)| lo <= bytes && bytes <= hi),
+            "{bytes} bytes kept by smoothing within the model's error, not in: {line}"
+        );
+    }
+}

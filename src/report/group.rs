@@ -7,6 +7,7 @@ use super::choices::{fmt_speedup, forcing_note};
 use super::model::{fmt_factors, outside_calibration};
 use super::{fmt_gpus, over_budget, passed_over, ranges, PassedOver};
 use crate::allreduce::{Backend, Direction};
+use crate::decide::Short;
 use crate::profile::{Bucket, GroupProfile, ModelBand};
 use crate::units::{fmt_bytes, fmt_mem};
 
@@ -185,8 +186,15 @@ fn outside_line(g: &GroupProfile) -> Option<String> {
 /// error).
 fn not_sure(g: &GroupProfile) -> Option<String> {
     let passed = passed_over(g);
-    // The fastest custom kernel passed over at `b` for lying within the model's error.
-    let faster = |b: &Bucket| -> Option<Backend> {
+    // At `b`: the fastest custom kernel passed over for lying within the model's error, and
+    // the choice it was passed over for; or the custom kernel band smoothing chose where the
+    // rule passed it over so, and the rule's own choice.
+    let faster = |b: &Bucket| -> Option<(Backend, Backend)> {
+        if b.choice.is_custom() {
+            let v = crate::decide::rule_verdict(&b.eligible(), g.ranks(), b.bytes)?;
+            let within = matches!(v.short_of(b.choice), Some(Short::WithinModel { .. }));
+            return (within && !v.choice.is_custom()).then_some((b.choice, v.choice));
+        }
         passed
             .iter()
             .filter(|(bytes, k, why)| {
@@ -194,19 +202,20 @@ fn not_sure(g: &GroupProfile) -> Option<String> {
             })
             .map(|(_, k, _)| *k)
             .min_by(|x, y| b.results[x].median_us.total_cmp(&b.results[y].median_us))
+            .map(|k| (k, b.choice))
     };
     let mut spans: Vec<(u64, u64)> = Vec::new();
     let (mut kernels, mut choices) = (Vec::new(), Vec::new());
     let mut open = false;
     for b in &g.buckets {
-        match faster(b).filter(|_| !b.choice.is_custom()) {
-            Some(k) => {
+        match faster(b) {
+            Some((k, choice)) => {
                 match spans.last_mut() {
                     Some(last) if open => last.1 = b.bytes,
                     _ => spans.push((b.bytes, b.bytes)),
                 }
                 open = true;
-                for (list, x) in [(&mut kernels, k), (&mut choices, b.choice)] {
+                for (list, x) in [(&mut kernels, k), (&mut choices, choice)] {
                     if !list.contains(&x) {
                         list.push(x);
                     }
