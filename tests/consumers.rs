@@ -843,3 +843,33 @@ fn predict_says_a_loopback_profile_is_no_multi_gpu_evidence() {
         (Some(true), Some(false))
     );
 }
+
+/// A TP size the profile has in the other mode is asked for in that mode, not re-tuned; one the
+/// machine has too few GPUs for is never advised to be tuned (select, and the package's
+/// explain, say it in the same words).
+#[test]
+fn a_missing_group_is_advised_by_what_would_answer() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("e.json");
+    let p = p.to_str().unwrap();
+    let t = artune(&["tune", "--sim", "pcie-2x", "--mode", "eager", "--out", p]);
+    assert_eq!(t.code, 0, "{}", t.stderr);
+    let sel = artune(&["select", p, "--tp", "2", "--bytes", "1M"]);
+    assert_eq!(sel.code, 6, "{}", sel.stderr);
+    assert!(
+        sel.stderr.contains(
+            "has no TP2 graph group (it has TP2 eager); ask for eager mode, or tune TP2 in graph mode for an answer"
+        ),
+        "{}",
+        sel.stderr
+    );
+    let sel = artune(&["select", p, "--tp", "4", "--bytes", "1M", "--mode", "eager"]);
+    assert_eq!(sel.code, 6, "{}", sel.stderr);
+    assert!(
+        sel.stderr.contains(
+            "has no TP4 eager group (it has TP2 eager); the machine has 2 GPUs, so no TP4 group can be tuned on it"
+        ),
+        "{}",
+        sel.stderr
+    );
+}

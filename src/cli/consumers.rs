@@ -83,10 +83,10 @@ fn group_of<'p>(
             placements.join(", ")
         ),
         _ => format!(
-            "{} has no TP{tp} {} group (it has {}); tune that TP size for an answer",
+            "{} has no TP{tp} {} group {}",
             path.display(),
             mode.id(),
-            p.group_names()
+            p.no_group(tp, mode)
         ),
     }))
 }

@@ -510,6 +510,29 @@ impl Profile {
         }
     }
 
+    /// Why the profile answers nothing for TP`tp` in `mode`, and what would: the end of a
+    /// sentence "… has no TP2 graph group", for every consumer that says it.
+    pub fn no_group(&self, tp: usize, mode: crate::allreduce::Mode) -> String {
+        use crate::allreduce::Mode;
+        let other = match mode {
+            Mode::Graph => Mode::Eager,
+            Mode::Eager => Mode::Graph,
+        };
+        let gpus = self.topology.gpus.len();
+        let hint = if tp > gpus {
+            format!("the machine has {gpus} GPUs, so no TP{tp} group can be tuned on it")
+        } else if self.groups.iter().any(|g| g.tp == tp && g.mode == other) {
+            format!(
+                "ask for {} mode, or tune TP{tp} in {} mode for an answer",
+                other.id(),
+                mode.id()
+            )
+        } else {
+            "tune that TP size for an answer".into()
+        };
+        format!("(it has {}); {hint}", self.group_names())
+    }
+
     /// Reads and validates a profile file.
     pub fn load(path: &Path) -> Result<Profile, Error> {
         // Bounded read: a device or pipe named as a profile cannot make us allocate without end.

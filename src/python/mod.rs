@@ -309,9 +309,9 @@ impl Profile {
         let none = |why: String| format!("no answer (keep the engine's default): {why}");
         if self.profile.group(q).is_none() {
             return Ok(none(format!(
-                "the profile has no TP{tp} {} group (it has {}); tune that TP size for an answer",
+                "the profile has no TP{tp} {} group {}",
                 q.mode.id(),
-                self.profile.group_names()
+                self.profile.no_group(tp, q.mode)
             )));
         }
         if let Selection::Unknown(why) = self.selector.select(q, nbytes) {
