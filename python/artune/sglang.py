@@ -372,9 +372,12 @@ def _v2_follows(get_config, plan):
         def follow(h, lim):
             push1, pull1, pull2 = lim
             # Multicast two-shot runs inside its range before the 2shot_pull limit is
-            # tested: clip it to the profile's custom band, so NCCL sizes stay NCCL.
-            mc = h.mc._replace(min_bytes=min(h.mc.min_bytes, pull2),
-                               max_bytes=min(h.mc.max_bytes, pull2))
+            # tested: clip it to the profile's custom band, so NCCL sizes stay NCCL; a range
+            # wholly above the band is none (Range(0, 0), v2's default), not one at pull2.
+            if h.mc.min_bytes > pull2:
+                mc = h.mc._replace(min_bytes=0, max_bytes=0)
+            else:
+                mc = h.mc._replace(max_bytes=min(h.mc.max_bytes, pull2))
             return h._replace(
                 one_shot_push_threshold=push1,
                 one_shot_pull_threshold=pull1,

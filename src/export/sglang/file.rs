@@ -89,8 +89,12 @@ pub(in crate::export) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Resu
                         let plan = v2_plan(g);
                         // _pick_config tests the multicast range before the two-shot limit:
                         // clipped to that limit, NCCL sizes stay NCCL (as the plugin does).
-                        let mc = multicast_range(capability(&p.topology, &g.gpus), tp, mode)
-                            .map(|(lo, hi)| (lo.min(plan.lim[2]), hi.min(plan.lim[2])));
+                        let mc = multicast_under(
+                            capability(&p.topology, &g.gpus),
+                            tp,
+                            mode,
+                            plan.lim[2],
+                        );
                         entry.push(format!("\"{}\": {}", mode.id(), tuple(plan.lim, mc)));
                         let (mut ordered, mut chosen, mut worst) = (0.0, 0.0, (0.0f64, 0u64));
                         notes.push_str(&format!("# TP{tp} {} (GPUs {:?}):\n", mode.id(), g.gpus));

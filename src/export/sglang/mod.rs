@@ -181,6 +181,21 @@ fn multicast_range(cap: Option<ComputeCapability>, n: usize, mode: Mode) -> Opti
         .multicast(cap, n, mode == Mode::Graph)
 }
 
+/// The multicast range v2 runs under artune's limits: SGLang's own clipped to the two-shot
+/// limit `lim2`, as the plugin (python/artune/sglang.py) sets it. SGLang tests the range before
+/// that limit, so the part above it would run multicast where the profile says NCCL; a range
+/// wholly above it is none, where clipping both ends would leave multicast at `lim2` itself.
+fn multicast_under(
+    cap: Option<ComputeCapability>,
+    n: usize,
+    mode: Mode,
+    lim2: u64,
+) -> Option<(u64, u64)> {
+    multicast_range(cap, n, mode)
+        .filter(|&(lo, _)| lo <= lim2)
+        .map(|(lo, hi)| (lo, hi.min(lim2)))
+}
+
 /// v2's plan for one group: limits within the default workspace, and what a larger workspace
 /// would let the order serve.
 struct V2Plan {
@@ -246,9 +261,8 @@ pub(super) fn runs(p: &Profile, g: &GroupProfile, bytes: u64) -> EngineRun {
             } else {
                 (0..3).find(|&k| bytes <= plan.lim[k]).unwrap_or(3)
             };
-            if let Some((lo, hi)) =
-                multicast_range(capability(&p.topology, &g.gpus), g.gpus.len(), g.mode)
-            {
+            let cap = capability(&p.topology, &g.gpus);
+            if let Some((lo, hi)) = multicast_under(cap, g.gpus.len(), g.mode, plan.lim[2]) {
                 if band == 2 && bytes >= lo && bytes <= hi {
                     return EngineRun {
                         engine,

@@ -182,9 +182,8 @@ fn paths_under_plugin(p: &Profile, g: &GroupProfile, bytes: u64, flashinfer: boo
             };
             // The plugin clips SGLang's multicast range to the two-shot limit; SGLang keeps
             // multicast only where its rendezvous got a multicast pointer (NVSwitch).
-            let mc = multicast_range(cap, g.gpus.len(), g.mode)
-                .filter(|_| multicast(&p.topology, &g.gpus))
-                .map(|(lo, hi)| (lo.min(lim[2]), hi.min(lim[2])));
+            let mc = multicast_under(cap, g.gpus.len(), g.mode, lim[2])
+                .filter(|_| multicast(&p.topology, &g.gpus));
             if band == 2 && mc.is_some_and(|(lo, hi)| bytes >= lo && bytes <= hi) {
                 return run(
                     "custom all-reduce v2, 2shot_pull over multicast",

@@ -115,3 +115,50 @@ fn the_plugin_runs_nccl_inside_v2s_limits_where_the_profile_says_nccl() {
         assert_ne!(run(4 << 10), Some(Backend::Nccl));
     }
 }
+
+/// On an H200 at TP8, SGLang's own graph-mode multicast range starts at 512K. A profile whose
+/// two-shot band ends at 64K gives no multicast at all: not the file's entry, not what `why`
+/// says SGLang runs with the export or the plugin (clipping both ends once left multicast at
+/// 64K itself, where the profile chose a two-shot kernel).
+#[test]
+fn a_multicast_range_above_the_two_shot_band_is_none() {
+    let mut p = sample::profile_with("nvswitch-8x", &[8], &[4 << 10, 16 << 10, 64 << 10, 1 << 20]);
+    p.groups.retain(|g| g.mode == Mode::Graph);
+    let g = &mut p.groups[0];
+    let (own, _) = multicast_range(capability(&p.topology, &g.gpus), 8, Mode::Graph)
+        .expect("SGLang runs multicast at TP8 on Hopper in graph mode");
+    assert!(
+        own > 64 << 10,
+        "the premise: SGLang's range starts above 64K ({own})"
+    );
+    for (b, k) in g.buckets.iter_mut().zip([
+        Backend::OneStagePush,
+        Backend::OneStagePull,
+        Backend::TwoStagePull,
+        Backend::Nccl,
+    ]) {
+        b.choice = k;
+        for (x, t) in b.results.iter_mut() {
+            let us = if *x == k { 5.0 } else { 50.0 };
+            (t.median_us, t.ci_low_us, t.ci_high_us) = (us, us * 0.99, us * 1.01);
+        }
+    }
+    let g = &p.groups[0];
+    assert_eq!(v2_plan(g).lim[2], 64 << 10, "the two-shot band ends at 64K");
+    let o = crate::export::Options {
+        engine: crate::export::Engine::Sglang,
+        tp: None,
+        hidden: None,
+        dtype: crate::allreduce::Dtype::Bf16,
+        source: "p.json".into(),
+        world_size: None,
+        allow_simulated: true,
+        plugin: "libartune.so".into(),
+    };
+    let text = export(&p, &o, &[8]).unwrap().files[0].contents.clone();
+    let entry = text.lines().find(|l| l.starts_with("    8: ")).unwrap();
+    assert!(entry.ends_with(", 65536, None)},"), "{entry}");
+    for run in [runs(&p, g, 64 << 10), plugin_runs(&p, g, 64 << 10, false)] {
+        assert_eq!(run.backend, Some(Backend::TwoStagePull), "{}", run.runs);
+    }
+}

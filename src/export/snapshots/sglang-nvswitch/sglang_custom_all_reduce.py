@@ -14,7 +14,7 @@
 ARTUNE_CUSTOM_ALL_REDUCE_V2 = {
     2: {"graph": (0, 65536, 262144, None), "eager": (0, 65536, 262144, None)},
     4: {"graph": (0, 16384, 65536, None), "eager": (0, 16384, 65536, (0, 65536))},
-    8: {"graph": (0, 16384, 16384, (16384, 16384)), "eager": (0, 16384, 16384, (0, 16384))},
+    8: {"graph": (0, 16384, 16384, None), "eager": (0, 16384, 16384, (0, 16384))},
 }
 #
 # Server flags:
@@ -91,7 +91,6 @@ ARTUNE_CUSTOM_ALL_REDUCE_V2 = {
 #        16M: NCCL       721.1 us
 #        64M: NCCL       2818.2 us
 #   SGLang's order (push, pull, two-shot, NCCL) costs +0.0% summed against the profile's bands (3895.1 vs 3895.1 us), slower at no size.
-#   Where its two-shot band falls between 16K and 16K, SGLang runs it over NVLink multicast, which artune did not measure.
 #   v2 workspace per GPU at these limits: pull 16M + push 2 x 8 x 0B = 16M.
 # TP8 eager (GPUs [0, 1, 2, 3, 4, 5, 6, 7]):
 #         1K: 1shot_pull 13.4 us
