@@ -638,3 +638,77 @@ fn show_calls_not_sure_what_smoothing_kept_within_the_models_error() {
         );
     }
 }
+
+/// What `why` says TensorRT-LLM runs agrees with the cache `export --engine trtllm` writes, at
+/// every token bucket the export lists: TWOSHOT only where the bucket holds a token per rank,
+/// and otherwise the file's own answer (ONESHOT, or no entry).
+#[test]
+fn why_names_the_trtllm_entry_the_export_writes() {
+    let d = tempfile::tempdir().unwrap();
+    let file = d.path().join("p.json");
+    let file = file.to_str().unwrap();
+    let out = d.path().join("t");
+    let (code, _, err) = run(&[
+        "tune",
+        "--sim",
+        "nvswitch-8x",
+        "--tp",
+        "8",
+        "--mode",
+        "graph",
+        "--out",
+        file,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = run(&[
+        "export",
+        file,
+        "--engine",
+        "trtllm",
+        "--hidden",
+        "7168",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let yaml = std::fs::read_to_string(out.join("extra-llm-api-options.yaml")).unwrap();
+    let mut split = 0;
+    for l in yaml.lines().filter(|l| l.contains(" tokens = ")) {
+        let w: Vec<&str> = l.trim_start_matches('#').split_whitespace().collect();
+        let (tokens, bytes): (u64, &str) = (w[0].parse().unwrap(), w[3]);
+        let entry = match w[5] {
+            "ONESHOT" | "TWOSHOT" => w[5],
+            _ => "NCCL",
+        };
+        let (code, out, err) = run(&["why", file, "--tp", "8", "--bytes", bytes, "--json"]);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let e = v["engines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["engine"] == "TensorRT-LLM");
+        let runs = e.unwrap()["runs"].as_str().unwrap();
+        let said = match runs.split_once(" from 8 tokens, else ") {
+            Some((many, few)) => {
+                split += 1;
+                if tokens >= 8 {
+                    many
+                } else {
+                    few
+                }
+            }
+            None => runs,
+        };
+        let said = if said.starts_with("its own tuning") {
+            "NCCL"
+        } else {
+            said
+        };
+        assert_eq!(said, entry, "{l}: why says {runs}");
+    }
+    assert!(
+        split > 0,
+        "no bucket where the token count decides: the test proves nothing"
+    );
+}

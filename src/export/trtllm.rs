@@ -119,8 +119,28 @@ pub(super) fn runs(p: &Profile, g: &GroupProfile, bytes: u64) -> EngineRun {
     if bytes > WORKSPACE {
         return nccl("above the 64 MiB fusion workspace, ifFallbackToNCCL runs NCCL");
     }
-    // Token count unknown here: assume enough tokens for TWOSHOT.
-    match bucket_for(g, bytes).and_then(|b| decide(b, g.tp, u64::MAX, bytes)) {
+    // The token count is the model's (bytes / hidden size), unknown here: TWOSHOT needs one
+    // token per rank, so where that decides, both answers are given.
+    let b = bucket_for(g, bytes);
+    let (many, few) = (
+        b.and_then(|b| decide(b, g.tp, u64::MAX, bytes)),
+        b.and_then(|b| decide(b, g.tp, 0, bytes)),
+    );
+    match many {
+        Some(s) if many != few => EngineRun {
+            engine,
+            runs: format!(
+                "{} from {} tokens, else {}",
+                s.name(),
+                g.tp,
+                few.map_or("NCCL", |f| f.name())
+            ),
+            backend: Some(s.backend()),
+            because: format!(
+                "the exported autotuner cache entry for this size's token bucket: TWOSHOT needs a token per rank, and with fewer the cache {} (the export with the model's --hidden lists each bucket)",
+                few.map_or("has no entry and TensorRT-LLM tunes it".into(), |f| format!("holds {}", f.name()))
+            ),
+        },
         Some(s) => EngineRun {
             engine,
             runs: s.name().into(),
