@@ -665,3 +665,71 @@ fn a_ranks_switch_sets_the_override_the_loaded_tuner_reads() {
     assert_eq!(call(), ([[40.0f32; 3]; 7], 0), "cleared: NCCL's own costs");
     assert_eq!(unsafe { (t.finalize)(ctx) }, 0);
 }
+
+/// An eager-only profile's NCCL export, sourced as written, makes the plugin follow it: the
+/// file sets ARTUNE_MODE=eager itself (left commented, the plugin looked for graph groups the
+/// profile lacks and steered nothing).
+#[test]
+fn an_eager_only_profiles_export_steers_as_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("profile.json");
+    let mut p = sample::profile();
+    p.simulated = false;
+    p.groups.retain(|g| g.mode == artune::fabric::Mode::Eager);
+    p.write_atomic(&path).unwrap();
+    let file = dir.path().join("nccl.env");
+    let o = Command::new(env!("CARGO_BIN_EXE_artune"))
+        .args([
+            "export",
+            path.to_str().unwrap(),
+            "--engine",
+            "nccl",
+            "--out",
+        ])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // The file as a shell reads it: what it exports.
+    let o = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "set -a; . '{}'; echo \"$ARTUNE_PROFILE|${{ARTUNE_MODE:-}}\"",
+            file.display()
+        ))
+        .env_remove("ARTUNE_MODE")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&o.stdout);
+    let (profile, mode) = said.trim().split_once('|').unwrap();
+    // What the profile's eager group pins at 1000 bytes, as select says it.
+    let o = Command::new(env!("CARGO_BIN_EXE_artune"))
+        .args([
+            "select",
+            path.to_str().unwrap(),
+            "--tp",
+            "2",
+            "--bytes",
+            "1000",
+            "--mode",
+            "eager",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let expect = match v["nccl_variant"].as_str().unwrap() {
+        "nccl_tree_ll" => "0,0",
+        "nccl_tree_ll128" => "0,1",
+        "nccl_tree_simple" => "0,2",
+        "nccl_ring_ll" => "1,0",
+        "nccl_ring_ll128" => "1,1",
+        "nccl_ring_simple" => "1,2",
+        _ => "untouched",
+    };
+    let mut env = vec![("ARTUNE_PROFILE", profile), FOLLOW];
+    if !mode.is_empty() {
+        env.push(("ARTUNE_MODE", mode));
+    }
+    assert_ok(plugin(&env, 2, 1000, expect), "TP2 eager");
+}

@@ -113,7 +113,12 @@ pub(super) fn plugin_lines(p: &Profile, o: &Options) -> String {
         "export ARTUNE_PROFILE={}\n",
         shell_quote(&o.source)
     ));
-    s.push_str("# Follow the eager-mode measurements instead of graph mode (default graph):\n# export ARTUNE_MODE=eager\n");
+    if p.groups.iter().any(|g| g.mode == Mode::Graph) {
+        s.push_str("# Follow the eager-mode measurements instead of graph mode (default graph):\n# export ARTUNE_MODE=eager\n");
+    } else {
+        // The plugin would look for graph groups this profile does not have, and steer nothing.
+        s.push_str("# The profile has eager-mode measurements only, so the plugin follows those:\nexport ARTUNE_MODE=eager\n");
+    }
     s
 }
 
