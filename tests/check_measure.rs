@@ -596,7 +596,8 @@ fn check_json_gives_the_verdict_with_the_same_exit_code() {
             .contains("GPU count 8 → 2"),
         "{v}"
     );
-    assert_eq!(v["retune"], format!("artune tune --sim pcie-2x --out {p}"));
+    // The profile's own sizes again; its TP4 does not fit two GPUs, so TP is the default.
+    assert_eq!(v["retune"], format!("artune tune --sim pcie-2x --sizes 4K:4M --out {p}"));
     let o = artune(&[
         "check",
         &p,

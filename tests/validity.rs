@@ -238,7 +238,9 @@ fn a_measured_profile_is_not_replaced_by_a_model() {
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(3), "{err}");
     assert!(
-        err.contains(&format!("run `artune tune --loopback 4 --out {ps}`")),
+        err.contains(&format!(
+            "run `artune tune --loopback 4 --tp 4 --mode graph --sizes 16K:64K --out {ps}`"
+        )),
         "{err}"
     );
     assert!(!err.contains("--sim"), "{err}");
@@ -253,4 +255,56 @@ fn a_measured_profile_is_not_replaced_by_a_model() {
     );
     let o = artune(&["tune", "--sim", "pcie-4x-1switch", "--out", ps, "--force"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+}
+
+/// The tune `check` advises for a stale profile makes the same kind of profile again: its
+/// mode, dtype, TP sizes and sizes, not a default bf16 tune of both modes over it. Run as
+/// printed, it writes a profile with the old one's settings.
+#[test]
+fn the_advised_retune_keeps_the_profiles_settings() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("p.json");
+    let ps = p.to_str().unwrap();
+    let o = artune(&[
+        "tune",
+        "--sim",
+        "pcie-8x-2switch",
+        "--mode",
+        "eager",
+        "--dtype",
+        "fp32",
+        "--tp",
+        "4",
+        "--sizes",
+        "4K:16M",
+        "--out",
+        ps,
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let o = artune(&["check", ps, "--sim", "pcie-4x-1switch"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    let cmd = err
+        .split("run `")
+        .nth(1)
+        .and_then(|r| r.split('`').next())
+        .unwrap();
+    assert!(
+        cmd.contains("--tp 4 --mode eager --dtype fp32 --sizes 4K:16M"),
+        "{cmd}"
+    );
+    let args: Vec<&str> = cmd.split_whitespace().skip(1).collect();
+    let o = artune(&args);
+    assert!(o.status.success(), "{cmd}: {}", text(&o.stderr));
+    let s = artune::profile::Profile::load(&p).unwrap().settings;
+    assert_eq!(
+        (
+            s.tp,
+            s.modes.len(),
+            s.dtype.map(|d| d.id()),
+            s.min_bytes,
+            s.max_bytes
+        ),
+        (vec![4], 1, Some("fp32"), 4 << 10, 16 << 20)
+    );
 }

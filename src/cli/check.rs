@@ -44,10 +44,54 @@ fn retune_on(a: &CheckArgs, p: &Profile, machine_gpus: Option<usize>) -> String 
     let modelled = p.simulated && (a.sim.is_some() || a.topology.is_some());
     let virtual_ranks = ((p.topology.origin.kind == "loopback" || one_gpu) && !modelled)
         .then_some(p.topology.gpu_count().max(2));
-    if let Some(k) = a.loopback.or(virtual_ranks) {
+    let ranks = a.loopback.or(virtual_ranks);
+    if let Some(k) = ranks {
         c += &format!(" --loopback {k}");
     }
-    c + &format!(" --out {}", q(&a.profile.display().to_string()))
+    let gpus = ranks.or(machine_gpus).unwrap_or(p.topology.gpu_count());
+    c + &settings_flags(p, gpus) + &format!(" --out {}", q(&a.profile.display().to_string()))
+}
+
+/// The flags that tune what the profile holds again on a machine of `gpus` GPUs, where they
+/// differ from a plain tune's: its TP sizes (those that fit), one mode, another dtype, its
+/// sizes, budget and sampling. Without them the command replaced an fp32 eager-only profile
+/// with a bf16 tune of both modes.
+fn settings_flags(p: &Profile, gpus: usize) -> String {
+    let s = &p.settings;
+    let mut c = String::new();
+    let tp: Vec<String> =
+        s.tp.iter()
+            .filter(|&&t| t <= gpus)
+            .map(|t| t.to_string())
+            .collect();
+    let plain: Vec<String> = crate::plan::default_tp(gpus)
+        .iter()
+        .map(|t| t.to_string())
+        .collect();
+    if !tp.is_empty() && tp != plain {
+        c += &format!(" --tp {}", tp.join(","));
+    }
+    if let [mode] = s.modes[..] {
+        c += &format!(" --mode {}", mode.id());
+    }
+    if let Some(d) = s.dtype.filter(|&d| d != crate::allreduce::Dtype::Bf16) {
+        c += &format!(" --dtype {}", d.id());
+    }
+    // As the user types sizes ("64K"), or a plain byte count where no unit fits.
+    let typed = |b: u64| match crate::units::fmt_size(b) {
+        t if t.contains(' ') => b.to_string(),
+        t => t,
+    };
+    if (s.min_bytes, s.max_bytes) != (1 << 10, 256 << 20) {
+        c += &format!(" --sizes {}:{}", typed(s.min_bytes), typed(s.max_bytes));
+    }
+    if let Some(b) = s.mem_budget_bytes {
+        c += &format!(" --mem-budget {}", typed(b));
+    }
+    if s.sampling == crate::profile::Sampling::Exhaustive {
+        c += " --exhaustive";
+    }
+    c
 }
 
 fn stale(a: &CheckArgs, p: &Profile, why: String) -> Error {
@@ -463,6 +507,8 @@ mod tests {
     #[test]
     fn a_loopback_profile_is_tuned_again_as_virtual_ranks_on_this_machine() {
         let mut p = crate::export::sample::profile();
+        // A plain tune's sizes: no --sizes in the commands below (settings_flags' part).
+        (p.settings.min_bytes, p.settings.max_bytes) = (1 << 10, 256 << 20);
         let mut a = CheckArgs {
             profile: "p.json".into(),
             topology: None,
