@@ -278,3 +278,22 @@ fn a_topo_json_with_gpus_removed_describes_the_smaller_machine() {
     let o = artune(&[&args[..], &["--out", out.to_str().unwrap()]].concat());
     assert!(o.status.success(), "{}", common::text(&o.stderr));
 }
+
+/// A misspelt key in a topology file is refused, naming it, rather than read as absent: a
+/// `contnetion` curve once left the switch modelled without the contention its author gave.
+#[test]
+fn a_misspelt_key_is_refused_by_name() {
+    let d = tempfile::tempdir().unwrap();
+    let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("docs/topologies/8x-one-switch-as-read.json");
+    let mut t: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(base).unwrap()).unwrap();
+    t["switches"][0]["contnetion"] = serde_json::json!({"peak_gbps": 1.0});
+    let f = d.path().join("typo.json");
+    std::fs::write(&f, t.to_string()).unwrap();
+    let out = d.path().join("p.json");
+    let (f, out) = (f.to_str().unwrap(), out.to_str().unwrap());
+    let needle = ["`switches[0].contnetion` is wrong: unknown field `contnetion`"];
+    assert_bad_input(&["topo", "--topology", f], &needle);
+    assert_bad_input(&["tune", "--topology", f, "--out", out], &needle);
+}

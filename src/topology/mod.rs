@@ -29,6 +29,7 @@ pub use nvml::discover;
 
 /// Where the model came from, and whether link speeds were read idle or under load.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 #[serde(rename_all = "snake_case")]
 pub struct Origin {
     /// "nvml", "file" or "preset".
@@ -48,6 +49,7 @@ fn unknown() -> String {
 
 /// Software versions that a profile depends on.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Host {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hostname: Option<String>,
@@ -64,6 +66,7 @@ pub struct Host {
 /// absent, the simulated fabric derives rates from gen × width and uses typical latencies; when a
 /// user measured their machine, the file states it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Link {
     /// PCIe generation in use (1..6); None for non-PCIe links or when unknown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -132,6 +135,7 @@ impl Link {
 /// their GPUs send out to several root complexes (pushed or pulled), Microchip Switchtec read
 /// slower than they write under all-to-all. Unset fields take defaults from the vendor.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Contention {
     /// Aggregate peer throughput the node forwards at best, GB/s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -168,6 +172,7 @@ pub struct Contention {
 /// loads non-posted reads. Copy-engine tables (p2pBandwidthLatencyTest) do not show it: one
 /// kernel stream reaches less than a copy engine, and many degrade differently by switch chip.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct KernelTraffic {
     /// Share of the link rate one kernel store stream reaches alone, 0..1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -187,6 +192,7 @@ pub struct KernelTraffic {
 
 /// One point of a kernel-traffic curve.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct KernelPoint {
     pub flows: u32,
     pub factor: f64,
@@ -194,6 +200,7 @@ pub struct KernelPoint {
 
 /// A CPU socket. Sockets are joined by an interconnect (UPI, xGMI, ...).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Socket {
     pub id: u32,
     /// Link to the other sockets, per direction.
@@ -207,6 +214,7 @@ pub struct Socket {
 
 /// A PCIe root complex (host bridge) on a socket.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct RootComplex {
     pub id: String,
     pub socket: u32,
@@ -216,6 +224,7 @@ pub struct RootComplex {
 
 /// A PCIe switch. `parent` is a root complex id or another switch id.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Switch {
     pub id: String,
     pub parent: String,
@@ -233,6 +242,7 @@ pub struct Switch {
 
 /// NVSwitch fabric joining GPUs by NVLink.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct NvSwitch {
     /// NVLink generation, e.g. 4 for H100/H200.
     pub generation: u32,
@@ -244,6 +254,7 @@ pub struct NvSwitch {
 
 /// One NVLink of a GPU.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct NvLink {
     pub link: u32,
     pub active: bool,
@@ -301,6 +312,7 @@ impl<'de> Deserialize<'de> for ComputeCapability {
 
 /// One GPU.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Gpu {
     pub index: usize,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -368,6 +380,7 @@ pub enum Status {
 
 /// NVML's peer-to-peer status from one GPU to another.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct P2p {
     pub read: Status,
     pub write: Status,
@@ -377,6 +390,7 @@ pub struct P2p {
 
 /// What lies between two GPUs (ordered: `from` → `to`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Pair {
     pub from: usize,
     pub to: usize,
@@ -389,6 +403,7 @@ pub struct Pair {
 
 /// The whole machine.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Topology {
     /// Short name, e.g. the preset's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
