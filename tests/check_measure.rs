@@ -163,15 +163,36 @@ fn a_fresh_profile_holds_whatever_the_seed() {
     }
 }
 
+/// A profile of other GPUs is stale with --measure as without (exit 3, not bad input), with
+/// its verdict as JSON for scripts, and the re-tune fits the machine it is checked on.
 #[test]
-fn a_profile_of_other_gpus_is_refused() {
+fn a_profile_of_other_gpus_is_stale_with_its_verdict() {
     let dir = tempfile::tempdir().unwrap();
     let p = profile(dir.path());
-    let o = artune(&["check", &p, "--measure", "--sim", "pcie-2x"]);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
-    let err = text(&o.stderr);
-    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-    assert!(err.contains("does not fit this machine of 2 GPUs"), "{err}");
+    for json in [false, true] {
+        let mut args = vec!["check", &p, "--measure", "--sim", "pcie-2x"];
+        if json {
+            args.push("--json");
+        }
+        let o = artune(&args);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(3), "{err}");
+        assert!(err.contains("GPU count 8 → 2"), "{err}");
+        if json {
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+            assert_eq!(
+                (v["holds"].clone(), v["measured"].clone()),
+                (false.into(), true.into())
+            );
+            assert!(
+                v["retune"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("artune tune --sim pcie-2x"),
+                "{v}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -597,7 +618,10 @@ fn check_json_gives_the_verdict_with_the_same_exit_code() {
         "{v}"
     );
     // The profile's own sizes again; its TP4 does not fit two GPUs, so TP is the default.
-    assert_eq!(v["retune"], format!("artune tune --sim pcie-2x --sizes 4K:4M --out {p}"));
+    assert_eq!(
+        v["retune"],
+        format!("artune tune --sim pcie-2x --sizes 4K:4M --out {p}")
+    );
     let o = artune(&[
         "check",
         &p,

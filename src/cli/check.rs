@@ -101,6 +101,23 @@ fn stale(a: &CheckArgs, p: &Profile, why: String) -> Error {
     }
 }
 
+/// A verdict of stale before anything was timed: as JSON too with `--json` (scripts read the
+/// verdict there), with the re-tune for a machine of `gpus` GPUs where it was read.
+fn stale_before(a: &CheckArgs, p: &Profile, why: String, gpus: Option<usize>) -> Result<(), Error> {
+    let retune = retune_on(a, p, gpus);
+    if a.json {
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "profile": a.profile, "measured": a.measure, "holds": false,
+                "changes": [why], "simulated": p.simulated, "retune": retune,
+            }))
+            .expect("json")
+        );
+    }
+    Err(Error::Stale { why, retune })
+}
+
 /// `artune check PROFILE [--measure]`.
 pub fn run(a: CheckArgs) -> Result<i32, Error> {
     let p = Profile::load(&a.profile)?;
@@ -170,17 +187,7 @@ pub fn run(a: CheckArgs) -> Result<i32, Error> {
 fn empty(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
     let why =
         "it has no groups (no TP size and mode), so nothing in it can be followed".to_string();
-    if a.json {
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({
-                "profile": a.profile, "measured": a.measure, "holds": false,
-                "changes": [why], "simulated": p.simulated, "retune": retune(a, p),
-            }))
-            .expect("json")
-        );
-    }
-    Err(stale(a, p, why))
+    stale_before(a, p, why, None).map(|()| 0)
 }
 
 /// Says on standard error that the profile was measured beside other work (`--allow-busy`).
@@ -211,14 +218,15 @@ fn environment_verdict(a: &CheckArgs, p: &Profile) -> Result<(), Error> {
         return Ok(());
     }
     let what: Vec<String> = v.changes.iter().map(ToString::to_string).collect();
-    Err(stale(
+    stale_before(
         a,
         p,
         format!(
             "the NCCL/CUDA environment differs from the tune's: {}",
             what.join(", ")
         ),
-    ))
+        None,
+    )
 }
 
 /// The GPUs and links of the machine against the profile's, before measuring: a link that
@@ -236,14 +244,15 @@ fn hardware_verdict(
     if v.valid() {
         return Ok(());
     }
-    Err(stale(
+    stale_before(
         a,
         p,
         format!(
             "the GPUs or their links differ from the tune's: {}",
             v.summary(4)
         ),
-    ))
+        Some(now.gpu_count()),
+    )
 }
 
 /// `check --measure`: the profile's decisive sizes re-timed here, the rule applied again.
@@ -278,8 +287,13 @@ fn measured(a: &CheckArgs, p: &Profile) -> Result<i32, Error> {
     let started = now
         .checked_sub(std::time::Duration::from_secs_f64(spent.startup_s))
         .unwrap_or(now);
-    crate::recheck::fits(p, fabric.topology().gpu_count())?;
+    // Another machine is stale (exit 3) before its GPU count is bad input, but for a profile
+    // of virtual ranks, which --loopback fits here.
+    if p.topology.origin.kind == "loopback" {
+        crate::recheck::fits(p, fabric.topology().gpu_count())?;
+    }
     hardware_verdict(a, p, fabric.topology())?;
+    crate::recheck::fits(p, fabric.topology().gpu_count())?;
     status.stage("re-timing the decisive sizes");
     let points = crate::recheck::run(
         fabric.as_mut(),
