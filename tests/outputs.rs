@@ -284,3 +284,32 @@ fn a_tune_keeps_its_topology_file_and_fills_an_empty_out() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert!(artune::profile::Profile::load(std::path::Path::new(&empty)).is_ok());
 }
+
+/// A tune whose standard output fails (a full disk) after the profile is written says the
+/// profile was written and exits 5 (done, with a warning), not 2 as if nothing had happened.
+#[test]
+fn a_summary_that_cannot_be_printed_is_a_warning_after_the_write() {
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        eprintln!("skipped: no /dev/full here");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("p.json");
+    let mut args = TUNE.to_vec();
+    args.extend_from_slice(&["--out", p.to_str().unwrap()]);
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_artune"))
+        .args(&args)
+        .stdout(full)
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(5), "{err}");
+    assert!(
+        err.contains(&format!(
+            "warning: {} was written, but cannot write to standard output",
+            p.display()
+        )),
+        "{err}"
+    );
+    assert!(artune::profile::Profile::load(&p).is_ok());
+}

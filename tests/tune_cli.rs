@@ -697,6 +697,14 @@ fn custom_buffers_beyond_the_gpu_memory_are_refused_up_front() {
         "{err}"
     );
     assert!(!out.exists());
+    // A budget rules out choices, not the buffers the kernels are timed with: said so.
+    let o = tune(&["--sizes", "1K:16G", "--mem-budget", "256MiB"]);
+    let err = common::text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("choose HIGH at most 10G (--mem-budget limits what the profile chooses"),
+        "{err}"
+    );
     // Free memory as NVML reads it bounds it further: 4 GiB free refuses 1G messages.
     let reading = tmp().join("little-free.json");
     let gpu = |i: usize| serde_json::json!({ "index": i, "free_bytes": 4u64 << 30 });

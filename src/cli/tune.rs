@@ -258,13 +258,17 @@ impl Tune {
             1 => String::new(),
             k => format!(" on each of its {k} ranks"),
         };
-        let advice = match lo {
+        let mut advice = match lo {
             0 => "free memory on the GPU".to_string(),
             lo => format!(
                 "choose HIGH at most {}",
                 units::fmt_size(units::floor_typed(lo))
             ),
         };
+        if self.options.mem_budget.is_some() {
+            // Every kernel is timed at every size; the budget only rules out choices.
+            advice += " (--mem-budget limits what the profile chooses, not the buffers the tune times kernels with)";
+        }
         Err(Error::bad_input(format!(
             "--sizes {}: a TP{tp} group's custom kernels with their buffers for {} messages and its input and output{on} need at least {} per GPU, more than the {} GPU {gpu} has {what}; {advice}",
             self.sizes,
@@ -548,13 +552,18 @@ pub fn run(a: TuneArgs) -> Result<i32, Error> {
             }
         }
     }
-    if t.json {
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&report::summary_json(&profile)).expect("json")
-        );
+    let printed = if t.json {
+        let json = serde_json::to_string_pretty(&report::summary_json(&profile)).expect("json");
+        super::output::write_fmt(format_args!("{json}\n"))
     } else {
-        out!("{}", report::summary(&profile));
+        super::output::write_fmt(format_args!("{}", report::summary(&profile)))
+    };
+    // The profile is written: a summary that cannot be printed is a warning too.
+    if let Err(e) = printed {
+        eprintln!("warning: {} was written, but {e}", t.out.display());
+        return Ok(crate::error::EXIT_WARNINGS);
+    }
+    if !t.json {
         eprint!("\n{}", report::next_steps(&t.out, &profile));
     }
     Ok(code)
