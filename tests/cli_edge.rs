@@ -618,3 +618,40 @@ fn negative_numbers_are_refused_in_the_tools_words() {
         );
     }
 }
+
+/// A negative or unit-bearing value of a numeric tune option is read as that option's value,
+/// and refused in the option's own words (it was "unexpected argument '-1' found", which names
+/// a value as a flag, or "invalid digit found in string").
+#[test]
+fn negative_and_odd_numbers_are_refused_in_the_options_words() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("q.json");
+    for (flag, value, said) in [
+        ("--tp", "-2", "--tp `-2` is not a number"),
+        ("--sizes", "-1K:1M", "`-1K` is not a byte size"),
+        ("--mem-budget", "-1", "`-1` is not a byte size"),
+        ("--target-ci", "-1", "--target-ci -1 is outside 0.1%..20%"),
+        ("--islands", "-2,2", "--islands `-2` is not a number"),
+        ("--wait", "5s", "`5s` is not a whole number of seconds"),
+        ("--seed", "-1", "`-1` is not a seed"),
+        ("--loopback", "-2", "`-2` is not a number of virtual ranks"),
+    ] {
+        let o = common::artune(&[
+            "tune",
+            "--sim",
+            "pcie-2x",
+            "--out",
+            out.to_str().unwrap(),
+            flag,
+            value,
+        ]);
+        let err = common::text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{flag} {value}: {err}");
+        assert!(err.contains(said), "{flag} {value}: {err}");
+        assert!(
+            !err.contains("unexpected argument"),
+            "{flag} {value}: {err}"
+        );
+        assert!(!out.exists());
+    }
+}

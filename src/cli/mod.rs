@@ -164,10 +164,10 @@ pub struct TuneArgs {
     #[command(flatten)]
     pub source: Source,
     /// TP sizes to tune, comma separated (default: powers of two from 2 to the GPU count).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', allow_hyphen_values = true)]
     pub tp: Option<Vec<String>>,
     /// Message sizes LOW:HIGH, powers of two between them (refined where the winner changes).
-    #[arg(long, default_value = "1K:256M")]
+    #[arg(long, default_value = "1K:256M", allow_hyphen_values = true)]
     pub sizes: String,
     /// Launch mode to tune: graph, eager or both.
     #[arg(long, value_enum, default_value = "both")]
@@ -177,10 +177,10 @@ pub struct TuneArgs {
     pub dtype: DtypeArg,
     /// Per-GPU memory custom backends may use, e.g. 256MiB; a kernel whose buffers would
     /// need more at a size is excluded there (`show` lists what was). Must be above 0.
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", allow_hyphen_values = true)]
     pub mem_budget: Option<String>,
     /// Seed for data and (simulated) noise.
-    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = 1, allow_hyphen_values = true, value_parser = seed)]
     pub seed: u64,
     /// Where to write the profile.
     #[arg(long, short, default_value = "artune-profile.json")]
@@ -193,12 +193,17 @@ pub struct TuneArgs {
     pub force: bool,
     /// One GPU as K virtual ranks (custom kernels on one device; NCCL with K ranks sharing it
     /// from NCCL 2.30, else one rank).
-    #[arg(long, value_name = "K")]
+    #[arg(long, value_name = "K", allow_hyphen_values = true, value_parser = ranks)]
     pub loopback: Option<usize>,
     /// Island sizes for the island schedules, e.g. 4,4, in place of the islands the topology
     /// gives, for the groups of as many GPUs as they add up to (ranks in order): virtual islands
     /// with --loopback, or an experiment. Equal sizes of 2 or more GPUs.
-    #[arg(long, value_delimiter = ',', value_name = "SIZES")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "SIZES",
+        allow_hyphen_values = true
+    )]
     pub islands: Option<Vec<String>>,
     /// Skip the contention probes.
     #[arg(long)]
@@ -210,7 +215,7 @@ pub struct TuneArgs {
     pub exhaustive: bool,
     /// Sample each backend until the 95% interval of its median is within ±PCT% of it
     /// (0.1 to 20; default 2). Tighter costs time, looser risks choices on noise.
-    #[arg(long, value_name = "PCT")]
+    #[arg(long, value_name = "PCT", allow_hyphen_values = true)]
     pub target_ci: Option<String>,
     /// Print the summary as JSON.
     #[arg(long)]
@@ -219,7 +224,7 @@ pub struct TuneArgs {
     #[arg(long)]
     pub allow_busy: bool,
     /// Wait up to SECONDS for another artune measuring the same GPUs (0: refuse at once).
-    #[arg(long, value_name = "SECONDS", default_value_t = LOCK_WAIT_S, allow_negative_numbers = true)]
+    #[arg(long, value_name = "SECONDS", default_value_t = LOCK_WAIT_S, allow_hyphen_values = true, value_parser = seconds)]
     pub wait: u64,
     /// Testing only, hidden from --help: read the GPUs' occupancy from this JSON file instead
     /// of NVML (src/topology/occupancy.rs, `Reading`, or a list of them: one per look, the
@@ -332,7 +337,7 @@ pub struct CheckArgs {
     #[arg(long)]
     pub measure: bool,
     /// With --measure on one GPU: K virtual ranks.
-    #[arg(long, value_name = "K", requires = "measure")]
+    #[arg(long, value_name = "K", requires = "measure", allow_hyphen_values = true, value_parser = ranks)]
     pub loopback: Option<usize>,
     /// Testing only, hidden from --help: faults for a simulated machine, as `tune --sim-faults`.
     #[arg(long, hide = true, value_name = "SPEC", requires = "measure")]
@@ -342,7 +347,7 @@ pub struct CheckArgs {
     pub allow_busy: bool,
     /// With --measure: wait up to SECONDS for another artune measuring the same GPUs (0:
     /// refuse at once).
-    #[arg(long, value_name = "SECONDS", default_value_t = LOCK_WAIT_S, requires = "measure", allow_negative_numbers = true)]
+    #[arg(long, value_name = "SECONDS", default_value_t = LOCK_WAIT_S, requires = "measure", allow_hyphen_values = true, value_parser = seconds)]
     pub wait: u64,
     /// Testing only, hidden from --help: the GPUs' occupancy as `tune --sim-occupancy`.
     #[arg(long, hide = true, value_name = "FILE", requires = "measure")]
@@ -609,6 +614,27 @@ pub fn load_topology(source: &Source) -> Result<crate::topology::Topology, Error
             Ok(t)
         }
     }
+}
+
+/// `--wait`: whole seconds, said so where clap would say "invalid digit".
+fn seconds(s: &str) -> Result<u64, String> {
+    s.trim().parse().map_err(|_| {
+        format!("`{s}` is not a whole number of seconds; give e.g. 30, or 0 to refuse at once")
+    })
+}
+
+/// `--seed`: a whole number from 0 up.
+fn seed(s: &str) -> Result<u64, String> {
+    s.trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a seed; give a whole number from 0 up, e.g. 1"))
+}
+
+/// `--loopback K`: a whole number of virtual ranks.
+fn ranks(s: &str) -> Result<usize, String> {
+    s.trim().parse().map_err(|_| {
+        format!("`{s}` is not a number of virtual ranks; give a whole number from 2 up, e.g. 8")
+    })
 }
 
 #[cfg(test)]
