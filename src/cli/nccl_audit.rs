@@ -193,13 +193,15 @@ pub fn run(a: CheckArgs) -> Result<i32, Error> {
         }
         tps = vec![k];
     }
-    let nccl = nccl::library().map_err(Error::Hardware)?;
+    // No GPU is bad input (exit 2, as for `check --measure`), said before NCCL is looked for:
+    // installing NCCL would not make the audit run here.
     let gpus = crate::fabric::cuda::visible_gpus();
     if gpus == 0 {
-        return Err(Error::Hardware(
-            "no GPU is visible, and the audit runs NCCL's allreduces on GPUs; run it on the machine the profile is for".into(),
+        return Err(Error::bad_input(
+            "no GPU is visible (or no NVIDIA driver), and the audit runs NCCL's allreduces on GPUs; run it on the machine the profile is for",
         ));
     }
+    let nccl = nccl::library().map_err(Error::Hardware)?;
     let lib = plugin::library::installed().ok_or_else(|| {
         Error::Hardware(format!(
             "{} was not found beside the artune binary; build it with `cargo build --release` or install the Python package, then run the audit again",
