@@ -257,7 +257,7 @@ fn advice_about_a_file_that_is_no_profile_fits_the_file() {
 
 /// A tune never writes its profile over the topology file it reads, not even with --force
 /// (which would leave neither); and an empty file at --out (made by `touch` or `install` before
-/// the tune) holds nothing to lose, so a tune fills it.
+/// the tune) holds nothing to lose, so a tune fills it, as it replaces a profile cut short.
 #[test]
 fn a_tune_keeps_its_topology_file_and_fills_an_empty_out() {
     let dir = tempfile::tempdir().unwrap();
@@ -283,6 +283,14 @@ fn a_tune_keeps_its_topology_file_and_fills_an_empty_out() {
     let o = tune(&["--out", &empty]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert!(artune::profile::Profile::load(std::path::Path::new(&empty)).is_ok());
+    // A profile cut short (show calls it truncated) is artune's file: a tune replaces it.
+    let cut = at("cut.json");
+    let whole = std::fs::read(&empty).unwrap();
+    std::fs::write(&cut, &whole[..1000]).unwrap();
+    assert!(text(&artune(&["show", &cut]).stderr).contains("truncated"));
+    let o = tune(&["--out", &cut]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(artune::profile::Profile::load(std::path::Path::new(&cut)).is_ok());
 }
 
 /// A tune whose standard output fails (a full disk) after the profile is written says the

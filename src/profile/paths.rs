@@ -202,6 +202,8 @@ pub fn replaceable(path: &Path, writes: Writes) -> bool {
     match writes {
         Writes::Profile => match crate::profile::Profile::parse(&text) {
             Ok(_) => true,
+            // A profile cut short (a copy interrupted) begins as artune writes one.
+            Err(crate::profile::ProfileError::NotJson(_)) => begins_as_a_profile(&text),
             Err(e) => e.may_replace(),
         },
         Writes::Export => {
@@ -260,6 +262,25 @@ pub fn check_replace(path: &Path, flag: &str, writes: Writes, force: bool) -> Re
         "{flag} {}: that file is {what}; choose another path, or pass --force to replace it",
         path.display(),
     )))
+}
+
+/// Whether `text` begins as artune writes a profile of this schema or an older one: an object
+/// whose first key is `schema_version`, however it ends.
+fn begins_as_a_profile(text: &str) -> bool {
+    let version = text
+        .trim_start()
+        .strip_prefix('{')
+        .and_then(|t| t.trim_start().strip_prefix("\"schema_version\""))
+        .and_then(|t| t.trim_start().strip_prefix(':'))
+        .map(|t| {
+            t.trim_start()
+                .split(|c: char| !c.is_ascii_digit())
+                .next()
+                .unwrap_or("")
+        });
+    version
+        .and_then(|v| v.parse::<u32>().ok())
+        .is_some_and(|v| v <= crate::profile::SCHEMA_VERSION)
 }
 
 /// Refuses `out` where it is the very file `input` names (the same device and inode, through
