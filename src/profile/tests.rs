@@ -269,6 +269,13 @@ fn impossible_contents_are_refused() {
         .unwrap_err()
         .to_string()
         .contains("without a result"));
+    // NCCL's plugin reads nccl_choice as a pin: a kernel there is refused, naming it.
+    let mut p = fixture();
+    p.groups[0].buckets[0].nccl_choice = Some(Backend::OneStagePush);
+    assert!(Profile::parse(&p.to_json())
+        .unwrap_err()
+        .to_string()
+        .contains("nccl_choice one_stage_push at"));
     let mut p = fixture();
     p.groups[0].gpus = vec![0, 9];
     let e = Profile::parse(&p.to_json()).unwrap_err();

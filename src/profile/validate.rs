@@ -242,6 +242,13 @@ fn check_groups(p: &Profile, ngpu: usize) -> Result<(), String> {
                     b.choice, b.bytes
                 ));
             }
+            // NCCL's plugin runs nccl_choice: a kernel there would be read as a pin.
+            if let Some(n) = b.nccl_choice.filter(|n| !n.is_nccl()) {
+                return Err(format!(
+                    "{at} has nccl_choice {n} at {} bytes, which is no NCCL variant",
+                    b.bytes
+                ));
+            }
             for (be, t) in &b.results {
                 let ok = [t.median_us, t.ci_low_us, t.ci_high_us]
                     .into_iter()
