@@ -712,3 +712,64 @@ fn why_names_the_trtllm_entry_the_export_writes() {
         "no bucket where the token count decides: the test proves nothing"
     );
 }
+
+/// Where an engine plugin gives NCCL a size that the asked placement's own choice gives a
+/// kernel, the line says the plugin follows another placement's answers, naming it, rather
+/// than "the profile gives NCCL here" (the profile did not, for these GPUs).
+#[test]
+fn a_plugin_following_another_placement_names_it() {
+    let d = tempfile::tempdir().unwrap();
+    let file = d.path().join("p.json");
+    let file = file.to_str().unwrap();
+    let (code, _, err) = run(&[
+        "tune",
+        "--sim",
+        "pcie-8x-2switch",
+        "--tp",
+        "4",
+        "--out",
+        file,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let p = Profile::load(Path::new(file)).unwrap();
+    let mut seen = 0;
+    for g in p.groups.iter().filter(|g| g.gpus != [0, 1, 2, 3]) {
+        let gpus: Vec<String> = g.gpus.iter().map(|x| x.to_string()).collect();
+        for b in g.buckets.iter().filter(|b| b.choice.is_custom()) {
+            let bytes = b.bytes.to_string();
+            let args = [
+                "why",
+                file,
+                "--tp",
+                "4",
+                "--gpus",
+                &gpus.join(","),
+                "--mode",
+                g.mode.id(),
+                "--bytes",
+                &bytes,
+                "--json",
+            ];
+            let (code, out, err) = run(&args);
+            assert_eq!(code, 0, "{err}");
+            let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+            for e in v["engines"].as_array().unwrap() {
+                if e["engine"].as_str().unwrap().contains("plugin") && e["runs"] == "NCCL" {
+                    let because = e["because"].as_str().unwrap();
+                    if because.contains("give NCCL here") || because.contains("gives NCCL here") {
+                        seen += 1;
+                        assert!(
+                            because.contains("follows GPUs 0-3's answers"),
+                            "{:?} at {bytes}: {because}",
+                            g.gpus
+                        );
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        seen > 0,
+        "no placement whose plugin follows another's NCCL: the test proves nothing"
+    );
+}

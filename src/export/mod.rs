@@ -71,6 +71,25 @@ pub struct Options {
     pub plugin: String,
 }
 
+/// Why an engine plugin gives NCCL a size of group `g`: the profile does, in the placement
+/// the plugin follows for every group of that TP size (engines do not tell it the GPUs), which
+/// is named where it is not `g`'s own.
+pub(super) fn nccl_here(p: &Profile, g: &GroupProfile) -> String {
+    let q = crate::profile::Query {
+        tp: g.tp,
+        mode: g.mode,
+        gpus: None,
+    };
+    match p.group(q) {
+        Some(f) if f.gpus != g.gpus => format!(
+            "the plugin follows GPUs {}'s answers for every TP{} group, and they give NCCL here",
+            crate::topology::fmt_gpus(&f.gpus),
+            g.tp
+        ),
+        _ => "the profile gives NCCL here".into(),
+    }
+}
+
 /// Deployments larger than this are not a tensor-parallel group on one box.
 const MAX_WORLD_SIZE: usize = 4096;
 

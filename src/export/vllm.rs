@@ -177,7 +177,7 @@ pub(super) fn plugin_runs(p: &Profile, g: &GroupProfile, bytes: u64) -> EngineRu
             engine,
             runs: "NCCL".into(),
             backend: Some(Backend::Nccl),
-            because: "the profile gives NCCL here, so the plugin turns down FlashInfer, custom all-reduce and symmetric memory at this size".into(),
+            because: format!("{}, so the plugin turns down FlashInfer, custom all-reduce and symmetric memory at this size", nccl_here(p, g)),
         }
     } else {
         match builtin(&p.topology, &g.gpus, g.dtype, bytes) {

@@ -161,7 +161,7 @@ fn paths_under_plugin(p: &Profile, g: &GroupProfile, bytes: u64, flashinfer: boo
                     fmt_bytes(max)
                 ))
             } else if !rule.allows(bytes, g.mode) {
-                nccl("the profile gives NCCL here, so the plugin turns down v1's should_custom_ar".into())
+                nccl(format!("{}, so the plugin turns down v1's should_custom_ar", nccl_here(p, g)))
             } else {
                 run(
                     "custom all-reduce v1, 1stage",
@@ -171,7 +171,7 @@ fn paths_under_plugin(p: &Profile, g: &GroupProfile, bytes: u64, flashinfer: boo
             }
         }
         Some(Setup::V2 { .. }) if !rule.allows(bytes, g.mode) => nccl(
-            "the profile gives NCCL here, so the plugin turns down v2's should_custom_ar".into(),
+            format!("{}, so the plugin turns down v2's should_custom_ar", nccl_here(p, g)),
         ),
         Some(Setup::V2 { graph, eager }) => {
             let lim = if g.mode == Mode::Graph { graph } else { eager };
