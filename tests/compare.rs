@@ -270,3 +270,33 @@ fn sizes_and_crossovers_outside_the_common_range_are_named_as_such() {
     unique.dedup();
     assert_eq!(unique.len(), lines.len(), "{lines:?}");
 }
+
+/// A group of A whose GPUs B has no group on is judged by B's default placement of that TP
+/// size and mode, and the text says so, naming B's GPUs (it once named only A's).
+#[test]
+fn a_group_judged_by_another_placement_names_it() {
+    let d = tempfile::tempdir().unwrap();
+    let (a, b) = (d.path().join("a.json"), d.path().join("b.json"));
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    for (preset, out) in [("pcie-8x-2switch", a), ("pcie-2x", b)] {
+        let o = common::artune(&[
+            "tune", "--sim", preset, "--tp", "2", "--mode", "eager", "--out", out,
+        ]);
+        assert!(o.status.success(), "{}", common::text(&o.stderr));
+    }
+    let o = common::artune(&["compare", a, b]);
+    let out = common::text(&o.stdout);
+    let section = out
+        .split("\n\n")
+        .find(|s| s.contains("TP2 eager (GPUs 3,4"))
+        .unwrap();
+    assert!(
+        section.contains("B has no group on these GPUs: judged by B's GPUs 0,1"),
+        "{section}"
+    );
+    let own = out
+        .split("\n\n")
+        .find(|s| s.contains("TP2 eager (GPUs 0,1"))
+        .unwrap();
+    assert!(!own.contains("B has no group"), "{own}");
+}

@@ -117,6 +117,10 @@ pub struct GroupComparison {
     pub mode: Mode,
     pub gpus: Vec<usize>,
     pub placement: String,
+    /// B's GPUs where B has no group on A's (its default placement of the TP size and mode
+    /// stands in), with its placement: a comparison across placements, said as one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub b_gpus: Option<(Vec<usize>, String)>,
     /// B's buckets A serves (those above A's largest bucket are left out and counted).
     pub buckets: Vec<BucketRegret>,
     /// Regret summed over `buckets` where B measured A's choice, µs (one call per bucket).
@@ -383,6 +387,7 @@ fn group(
         mode: g.mode,
         gpus: g.gpus.clone(),
         placement: g.placement.clone(),
+        b_gpus: (h.gpus != g.gpus).then(|| (h.gpus.clone(), h.placement.clone())),
         unmeasured: buckets.iter().filter(|b| b.regret_us.is_none()).count(),
         beyond_a,
         below_a,
@@ -590,6 +595,17 @@ pub fn render(c: &Comparison) -> String {
                 format!(", {}", g.placement)
             }
         );
+        if let Some((gpus, placement)) = &g.b_gpus {
+            let at = match placement.is_empty() {
+                true => String::new(),
+                false => format!(", {placement}"),
+            };
+            let _ = writeln!(
+                s,
+                "  B has no group on these GPUs: judged by B's GPUs {}{at}, another placement",
+                crate::topology::fmt_gpus(gpus)
+            );
+        }
         let same = g
             .buckets
             .iter()
