@@ -66,7 +66,9 @@ typedef struct artune_selection {
     int simulated;        /* 1 when the profile was measured on the simulated fabric */
     double expected_us;   /* median time measured at the serving size, microseconds */
     uint64_t bucket_bytes; /* the measured size that serves this message (>= bytes) */
-    uint64_t buffer_bytes; /* device memory per GPU the backend's buffers need (0 for NCCL) */
+    uint64_t buffer_bytes; /* device memory per GPU the backend's buffers need in this group,
+                              sized for the largest message it serves there (0 for NCCL);
+                              `artune why` prices each size's alone */
     /* ABI 2: what a caller without artune's kernels runs. `backend` where engines have a path
      * of its shape; for an island schedule (ARTUNE_BACKEND_ISLAND_*), the profile's choice
      * among NCCL and the flat kernels. Same NULL/-1 convention as backend. */

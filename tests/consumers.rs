@@ -258,6 +258,26 @@ fn export_every_engine_to_stdout_and_files() {
             o.stdout.contains(s(&std::fs::canonicalize(&p).unwrap())),
             "{engine} names its source"
         );
+        // `--out -` is standard output too, not a file named "-".
+        let dash = std::process::Command::new(common::BIN)
+            .args([
+                "export",
+                &p,
+                "--engine",
+                engine,
+                "--hidden",
+                "7168",
+                "--allow-simulated",
+            ])
+            .args(["--out", "-"])
+            .current_dir(d.path())
+            .output()
+            .unwrap();
+        assert_eq!(common::text(&dash.stdout), o.stdout, "{engine}");
+        assert!(
+            !d.path().join("-").exists(),
+            "{engine} wrote a file named -"
+        );
     }
     let vllm_into = |dir: &Path| {
         artune(&[
@@ -407,7 +427,7 @@ fn export_bad_input() {
     );
     // Each refusal writes nothing.
     let out = d.path().join("out");
-    let cases: [(&[&str], &str); 3] = [
+    let cases: [(&[&str], &str); 4] = [
         (
             &[
                 "--engine",
@@ -418,6 +438,11 @@ fn export_bad_input() {
                 "2",
             ],
             "--world-size 2 is smaller than TP4",
+        ),
+        // --tp given: the advice is the world size alone, not to pass --tp.
+        (
+            &["--engine", "trtllm", "--hidden", "7168", "--tp", "2", "--world-size", "3"],
+            "not a multiple of TP2, so it cannot hold whole TP2 groups; give a multiple of 2 (TP x PP ranks)",
         ),
         (
             &["--engine", "vllm"],

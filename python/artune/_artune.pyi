@@ -23,6 +23,8 @@ class Choice:
     nccl: str
     expected_us: float
     bucket_bytes: int
+    #: Device memory per GPU the backend's buffers need in this group, sized for the largest
+    #: message it serves there (0 for NCCL); ``why`` prices each size's alone.
     buffer_bytes: int
     custom: bool
     fallback: str

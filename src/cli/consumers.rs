@@ -273,6 +273,11 @@ pub fn export(a: ExportArgs) -> Result<i32, Error> {
         plugin: crate::plugin::library::tuner_plugin_value(),
     };
     let e = export::export(&p, &o)?;
+    // `--out -` is standard output, as no --out is (not a file named "-").
+    let a = ExportArgs {
+        out: a.out.filter(|o| o.as_os_str() != "-"),
+        ..a
+    };
     if let Some(out) = &a.out {
         use crate::profile::paths::{check_output, Expect};
         let one = !a.engine.writes_several() && e.files.len() == 1 && !out.is_dir();

@@ -193,9 +193,15 @@ fn tp_sizes(p: &Profile, tp: Option<usize>) -> Result<Vec<usize>, Error> {
 /// `--world-size` must hold whole TP groups of every size exported.
 fn check_world_size(w: usize, tps: &[usize]) -> Result<(), Error> {
     let largest = tps.iter().copied().max().unwrap_or(1);
+    // Where one TP size is exported, --tp may have named it: only the world size can change.
+    let or_tp = |what: &str| match tps.len() {
+        1 => String::new(),
+        _ => format!(", or pass --tp to export {what}"),
+    };
     if w < largest {
         return Err(Error::bad_input(format!(
-            "--world-size {w} is smaller than TP{largest}; give at least {largest} (TP x PP ranks), or pass --tp to export a smaller TP size"
+            "--world-size {w} is smaller than TP{largest}; give at least {largest} (TP x PP ranks){}",
+            or_tp("a smaller TP size")
         )));
     }
     if w > MAX_WORLD_SIZE {
@@ -205,7 +211,8 @@ fn check_world_size(w: usize, tps: &[usize]) -> Result<(), Error> {
     }
     if let Some(t) = tps.iter().find(|&&t| !w.is_multiple_of(t)) {
         return Err(Error::bad_input(format!(
-            "--world-size {w} is not a multiple of TP{t}, so it cannot hold whole TP{t} groups; pass --tp to export one TP size"
+            "--world-size {w} is not a multiple of TP{t}, so it cannot hold whole TP{t} groups; give a multiple of {t} (TP x PP ranks){}",
+            or_tp("one TP size")
         )));
     }
     Ok(())
