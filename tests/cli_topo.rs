@@ -297,3 +297,30 @@ fn a_misspelt_key_is_refused_by_name() {
     assert_bad_input(&["topo", "--topology", f], &needle);
     assert_bad_input(&["tune", "--topology", f, "--out", out], &needle);
 }
+
+/// A number of the wrong kind is said in words, without serde's type names and without a
+/// range the field narrows later (memory "from 0 up" beside "1 byte to 1 PiB" for 0).
+#[test]
+fn a_number_of_the_wrong_kind_is_said_in_words() {
+    let d = tempfile::tempdir().unwrap();
+    let base =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/topologies/8x-one-switch-as-read.json");
+    let t: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(base).unwrap()).unwrap();
+    for (field, value, said) in [
+        ("memory_bytes", serde_json::json!(-1), "`gpus[0].memory_bytes` is wrong: it is -1, and it cannot be negative"),
+        ("memory_bytes", serde_json::json!(1.5), "`gpus[0].memory_bytes` is wrong: it is 1.5; it must be a whole number"),
+        ("gen", serde_json::json!("5"), "`gpus[0].pcie.gen` is wrong: it is a string \"5\"; write a whole number without quotes"),
+    ] {
+        let mut t = t.clone();
+        match field {
+            "gen" => t["gpus"][0]["pcie"]["gen"] = value,
+            f => t["gpus"][0][f] = value,
+        }
+        let f = d.path().join("t.json");
+        std::fs::write(&f, t.to_string()).unwrap();
+        assert_bad_input(&["topo", "--topology", f.to_str().unwrap()], &[said]);
+        let err = String::from_utf8_lossy(&artune(&["topo", "--topology", f.to_str().unwrap()]).stderr).to_string();
+        assert!(!err.contains("expected u") && !err.contains("from 0 up"), "{err}");
+    }
+}

@@ -570,18 +570,23 @@ fn numbers_out_of_range_are_named_with_their_place() {
         &perr(&with("-1")),
         &[
             "`groups[0].buckets[0].bytes`",
-            "integer `-1`",
-            "whole number",
+            "it is -1, and it cannot be negative",
         ],
     );
     assert_has(
         &perr(&with("4096.5")),
-        &["`groups[0].buckets[0].bytes`", "floating point"],
+        &[
+            "`groups[0].buckets[0].bytes`",
+            "it is 4096.5; it must be a whole number",
+        ],
     );
     assert_has(&perr(&with("NaN")), &["not valid JSON"]);
     assert_has(
         &perr(&with("\"4096\"")),
-        &["`groups[0].buckets[0].bytes`", "invalid type: string"],
+        &[
+            "`groups[0].buckets[0].bytes`",
+            "it is a string \"4096\"; write a whole number without quotes",
+        ],
     );
     // A u8 field beyond 255.
     let gen = topo_edit("pcie-2x", |t| t["gpus"][1]["pcie"]["gen"] = json!(300));
@@ -672,7 +677,10 @@ fn repeated_keys_are_named_everywhere() {
 fn wrong_types_are_named_with_their_place() {
     assert_has(
         &perr(&profile_edit(|p| p["groups"][1]["tp"] = json!("four"))),
-        &["`groups[1].tp`", "invalid type: string \"four\""],
+        &[
+            "`groups[1].tp`",
+            "it is a string \"four\"; write a whole number",
+        ],
     );
     assert_has(
         &perr(&profile_edit(|p| p["groups"] = json!({}))),

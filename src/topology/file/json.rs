@@ -163,13 +163,8 @@ pub fn describe(e: &serde_json::Error, text: &str) -> String {
             let missing = msg.starts_with("missing field");
             let path = locate(text, offset(text, line, column), missing);
             let path = &*printable(&path);
-            let hint = if msg.contains("expected u")
-                && (msg.contains("floating point") || msg.contains("integer `-"))
-            {
-                "; it must be a whole number from 0 up"
-            } else {
-                ""
-            };
+            let msg = &*plain_types(msg);
+            let hint = "";
             match (msg.strip_prefix("missing field "), path.is_empty()) {
                 (Some(field), true) => format!("it lacks the field {field} ({at})"),
                 (Some(field), false) => format!("`{path}` lacks the field {field} ({at})"),
@@ -179,6 +174,34 @@ pub fn describe(e: &serde_json::Error, text: &str) -> String {
             }
         }
     }
+}
+
+/// A number of the wrong kind in words, where serde names its types ("invalid value: integer
+/// `-1`, expected u64"): what the value is and what it must be, without claiming a range the
+/// field itself may narrow (memory is 1 byte up, checked after).
+fn plain_types(msg: &str) -> Cow<'_, str> {
+    let Some((head, ty)) = msg.rsplit_once(", expected ") else {
+        return Cow::Borrowed(msg);
+    };
+    let whole = matches!(ty, "u8" | "u16" | "u32" | "u64" | "usize");
+    let number = whole || matches!(ty, "i8" | "i16" | "i32" | "i64" | "isize" | "f32" | "f64");
+    if !number {
+        return Cow::Borrowed(msg);
+    }
+    let value = head.split_once(": ").map_or(head, |(_, v)| v);
+    let kind = if whole { "a whole number" } else { "a number" };
+    // serde quotes a number in backticks ("integer `-1`"), a string in double quotes.
+    let quoted = value.split('`').nth(1);
+    Cow::Owned(match (value, quoted) {
+        (v, Some(n)) if v.starts_with("integer `-") && whole => {
+            format!("it is {n}, and it cannot be negative")
+        }
+        (v, Some(n)) if v.starts_with("floating point") && whole => {
+            format!("it is {n}; it must be {kind}")
+        }
+        (v, _) if v.starts_with("string") => format!("it is a {v}; write {kind} without quotes"),
+        (v, _) => format!("it is {v}; it must be {kind}"),
+    })
 }
 
 /// Longest part of a serde_json message kept; it quotes the refused value whole.
