@@ -113,7 +113,8 @@ def main():
             json.dump({"rows": rows, "world": dist.get_world_size(), "gpus": gpus,
                        "mixing": os.environ.get("NCCL_GRAPH_MIXING_SUPPORT", "default (1)"),
                        "calls": args.calls, "samples": args.samples,
-                       "torch": torch.__version__, "device": torch.cuda.get_device_name(0)},
+                       "torch": torch.__version__, "device": torch.cuda.get_device_name(0),
+                       "nccl": ".".join(map(str, torch.cuda.nccl.version()))},
                       f, indent=1)
     dist.destroy_process_group()
     return 0
