@@ -1,7 +1,7 @@
 """Type hints for the extension module ``artune._artune`` (src/python.rs)."""
 
 from os import PathLike
-from typing import Any, Literal, Optional, Union, final
+from typing import Any, Literal, Optional, Sequence, Union, final
 
 __all__ = ["Profile", "Choice", "Band", "Check", "backends", "Routes", "AllreduceKernels",
            "ranks_per_gpu", "engine_kernels", "EagerPath", "ArtuneError", "ProfileError",
@@ -28,6 +28,8 @@ class Choice:
     buffer_bytes: int
     custom: bool
     fallback: str
+    #: The GPUs of the group that answered (a profile may have several placements of a TP).
+    gpus: list[int]
 
 @final
 class Band:
@@ -59,8 +61,10 @@ class Profile:
     def created(self) -> str: ...
     @property
     def tp_sizes(self) -> list[int]: ...
-    def select(self, tp: int, nbytes: int, mode: _Mode = "graph") -> Optional[Choice]: ...
-    def explain(self, tp: int, nbytes: int, mode: _Mode = "graph") -> str: ...
+    def select(self, tp: int, nbytes: int, mode: _Mode = "graph",
+               gpus: Optional[Sequence[int]] = None) -> Optional[Choice]: ...
+    def explain(self, tp: int, nbytes: int, mode: _Mode = "graph",
+                gpus: Optional[Sequence[int]] = None) -> str: ...
     def custom_at(self, tp: int, nbytes: int, mode: _Mode = "graph") -> Optional[bool]: ...
     def custom_steps(
         self, tp: int, mode: _Mode = "graph"

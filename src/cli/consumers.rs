@@ -99,31 +99,6 @@ fn ids(gpus: &[usize]) -> String {
         .join(",")
 }
 
-/// Why a group has no answer for `bytes`, in words.
-fn outside(a: &MessageArgs, g: &GroupProfile, bytes: u64, why: UnknownReason) -> String {
-    let (side, at, note, hint) = match why {
-        UnknownReason::BelowSmallestBucket => (
-            "below the smallest",
-            g.buckets.first(),
-            ", above the 4 KiB where times stop depending on size",
-            "tune from 1K for an answer",
-        ),
-        _ => (
-            "above the largest",
-            g.buckets.last(),
-            "",
-            "tune larger sizes for an answer",
-        ),
-    };
-    format!(
-        "{} is {side} size {} measured for {} ({}{note}); {hint}",
-        crate::units::fmt_size(bytes),
-        a.profile.display(),
-        report::group_label(g),
-        crate::units::fmt_size(at.map_or(0, |b| b.bytes))
-    )
-}
-
 /// The other placements of the asked TP size and mode, so an answer for one is never taken
 /// for the answer for all.
 fn other_placements<'p>(p: &'p Profile, g: &GroupProfile) -> Vec<&'p GroupProfile> {
@@ -247,7 +222,11 @@ pub fn select(a: MessageArgs) -> Result<i32, Error> {
                 report::group_label(g)
             )))
         }
-        Selection::Unknown(why) => no_answer(&a, &p, &outside(&a, g, bytes, why)),
+        Selection::Unknown(why) => no_answer(
+            &a,
+            &p,
+            &report::outside(&a.profile.display().to_string(), g, bytes, why),
+        ),
     }
 }
 
@@ -351,7 +330,11 @@ pub fn why(a: MessageArgs) -> Result<i32, Error> {
         gpus: Some(&g.gpus),
     };
     if let Selection::Unknown(why) = p.select(q, bytes) {
-        return no_answer(&a, &p, &outside(&a, g, bytes, why));
+        return no_answer(
+            &a,
+            &p,
+            &report::outside(&a.profile.display().to_string(), g, bytes, why),
+        );
     }
     let w = export::why::explain(&p, q, bytes)?;
     warn_simulated(&a.profile, &p);

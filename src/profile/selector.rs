@@ -61,6 +61,11 @@ impl GroupSelector {
         }
     }
 
+    /// The GPUs of the group this answers for.
+    pub fn gpus(&self) -> &[usize] {
+        &self.gpus
+    }
+
     /// Bucket bounds, ascending.
     pub fn sizes(&self) -> &[u64] {
         &self.bytes

@@ -18,29 +18,36 @@ use crate::profile::validity::{self, Allow};
 use crate::profile::{Query, Selection, Selector};
 
 create_exception!(
-    _artune,
+    artune,
     ArtuneError,
     PyException,
     "Base of every artune error."
 );
 create_exception!(
-    _artune,
+    artune,
     ProfileError,
     ArtuneError,
     "The profile cannot be read or is not a valid artune profile."
 );
 create_exception!(
-    _artune,
+    artune,
     BadInputError,
     ArtuneError,
     "An argument is out of range."
 );
 create_exception!(
-    _artune,
+    artune,
     HardwareError,
     ArtuneError,
     "The machine could not be read (no driver, no NVML)."
 );
+
+/// "2.28.9": dot-separated whole numbers, as NCCL versions are written.
+fn is_version(v: &str) -> bool {
+    !v.is_empty()
+        && v.split('.')
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+}
 
 fn to_py(e: Error) -> PyErr {
     let msg = e.to_string();
@@ -94,6 +101,20 @@ fn size(v: &Bound<'_, PyAny>) -> PyResult<u64> {
 
 /// A question as `artune select` and `why` take it: a group of at least 2 GPUs, a message of
 /// at least 1 byte; what they refuse (exit 2) this refuses, naming the keyword.
+/// `gpus=` as a placement of `tp`: `tp` different GPUs, or None.
+fn placement(tp: usize, gpus: Option<&[usize]>) -> PyResult<Option<&[usize]>> {
+    let Some(g) = gpus else { return Ok(None) };
+    let mut sorted = g.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    if g.len() != tp || sorted.len() != g.len() {
+        return Err(BadInputError::new_err(format!(
+            "gpus={g:?} must name {tp} different GPUs for tp={tp}"
+        )));
+    }
+    Ok(Some(g))
+}
+
 fn question(tp: &Bound<'_, PyAny>, nbytes: &Bound<'_, PyAny>) -> PyResult<(usize, u64)> {
     let (t, n) = (int("tp", tp)?, int("nbytes", nbytes)?);
     if t < 2 {
@@ -138,14 +159,23 @@ pub struct Choice {
     /// What an engine without artune's kernels runs: `backend` where engines have a path of
     /// its shape, else the profile's choice among those (for an island schedule).
     fallback: String,
+    /// The GPUs of the group that answered (the profile may have several placements).
+    gpus: Vec<usize>,
 }
 
 #[pymethods]
 impl Choice {
     fn __repr__(&self) -> String {
         format!(
-            "Choice(backend={:?}, nccl={:?}, expected_us={}, bucket_bytes={}, buffer_bytes={})",
-            self.backend, self.nccl, self.expected_us, self.bucket_bytes, self.buffer_bytes
+            "Choice(backend={:?}, nccl={:?}, expected_us={}, bucket_bytes={}, buffer_bytes={}, custom={}, fallback={:?}, gpus={:?})",
+            self.backend,
+            self.nccl,
+            self.expected_us,
+            self.bucket_bytes,
+            self.buffer_bytes,
+            if self.custom { "True" } else { "False" },
+            self.fallback,
+            self.gpus
         )
     }
 }
@@ -255,18 +285,24 @@ impl Profile {
 
     /// The choice for one allreduce of `nbytes` bytes on `tp` ranks, or None where the profile
     /// has no answer (keep the engine's default).
-    #[pyo3(signature = (tp, nbytes, mode = "graph"))]
+    /// `gpus`: the group's GPUs as the machine numbers them, where the profile has several
+    /// placements of `tp` (the CLI's `--gpus`); None is GPUs 0..tp, or the first placement.
+    #[pyo3(signature = (tp, nbytes, mode = "graph", gpus = None))]
     fn select(
         &self,
         tp: &Bound<'_, PyAny>,
         nbytes: &Bound<'_, PyAny>,
         mode: &str,
+        gpus: Option<Vec<usize>>,
     ) -> PyResult<Option<Choice>> {
         let (tp, nbytes) = question(tp, nbytes)?;
         let q = Query {
             tp,
             mode: self::mode(mode)?,
-            gpus: None,
+            gpus: placement(tp, gpus.as_deref())?,
+        };
+        let Some(at) = self.selector.group(q).map(|g| g.gpus().to_vec()) else {
+            return Ok(None);
         };
         Ok(match self.selector.select(q, nbytes) {
             Selection::Chosen {
@@ -284,6 +320,7 @@ impl Profile {
                 buffer_bytes,
                 custom: backend.is_custom(),
                 fallback: fallback.id().into(),
+                gpus: at,
             }),
             Selection::Unknown(_) => None,
         })
@@ -293,20 +330,29 @@ impl Profile {
     /// backend's time and interval, the rule that chose, what forcing each alternative costs,
     /// and what each engine runs there. Where `select` gives None, the line `why` prints then:
     /// "no answer (keep the engine's default): " and the reason.
-    #[pyo3(signature = (tp, nbytes, mode = "graph"))]
+    #[pyo3(signature = (tp, nbytes, mode = "graph", gpus = None))]
     fn explain(
         &self,
         tp: &Bound<'_, PyAny>,
         nbytes: &Bound<'_, PyAny>,
         mode: &str,
+        gpus: Option<Vec<usize>>,
     ) -> PyResult<String> {
         let (tp, nbytes) = question(tp, nbytes)?;
         let q = Query {
             tp,
             mode: self::mode(mode)?,
-            gpus: None,
+            gpus: placement(tp, gpus.as_deref())?,
         };
         let none = |why: String| format!("no answer (keep the engine's default): {why}");
+        if let (None, Some(g)) = (self.profile.group(q), q.gpus) {
+            let gpus: Vec<String> = g.iter().map(|x| x.to_string()).collect();
+            return Ok(none(format!(
+                "the profile has no TP{tp} {} group on GPUs {}",
+                q.mode.id(),
+                gpus.join(",")
+            )));
+        }
         if self.profile.group(q).is_none() {
             return Ok(none(format!(
                 "the profile has no TP{tp} {} group {}",
@@ -315,7 +361,11 @@ impl Profile {
             )));
         }
         if let Selection::Unknown(why) = self.selector.select(q, nbytes) {
-            return Ok(none(why.to_string()));
+            let g = self
+                .profile
+                .group(q)
+                .expect("the group exists: asked above");
+            return Ok(none(crate::report::outside("the profile", g, nbytes, why)));
         }
         let w = crate::export::why::explain(&self.profile, q, nbytes).map_err(to_py)?;
         Ok(crate::export::why::render(&w))
@@ -397,8 +447,15 @@ impl Profile {
 
     /// A fused allreduce+norm the engine fuses up to `engine` bytes at `tp` (None: not
     /// at all): the size the plugins let it fuse to, None for none.
-    fn fused_up_to(&self, tp: &Bound<'_, PyAny>, engine: Option<i64>) -> PyResult<Option<u64>> {
-        let engine = engine.map(|e| unsigned("engine", e)).transpose()?;
+    fn fused_up_to(
+        &self,
+        tp: &Bound<'_, PyAny>,
+        engine: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<u64>> {
+        let engine = engine
+            .filter(|e| !e.is_none())
+            .map(|e| unsigned("engine", int("engine", e)?))
+            .transpose()?;
         Ok(self.follow(tp_size(tp)?).fused_up_to(engine))
     }
 
@@ -446,15 +503,26 @@ impl Profile {
         allow_simulated: bool,
         allow_invalid: bool,
     ) -> PyResult<Check> {
+        if let Some(n) = nccl.as_deref().filter(|n| !is_version(n)) {
+            return Err(BadInputError::new_err(format!(
+                "nccl={n:?} is not an NCCL version; pass it as \"2.28.9\" (torch.cuda.nccl.version() joined with dots)"
+            )));
+        }
+        // A machine given as a preset or a file runs the caller's NCCL as this one would.
+        let given = |mut t: crate::topology::Topology| {
+            if nccl.is_some() {
+                t.host.nccl = nccl.clone();
+            }
+            validity::validity(&self.profile, &t)
+        };
         let v = match (sim, topology) {
-            (Some(name), _) => validity::validity(
-                &self.profile,
-                &crate::topology::presets::get(name).map_err(to_py)?,
-            ),
-            (None, Some(path)) => validity::validity(
-                &self.profile,
-                &crate::topology::file::load(&path).map_err(to_py)?,
-            ),
+            (Some(_), Some(_)) => {
+                return Err(BadInputError::new_err(
+                    "sim and topology each name the machine to check against; pass one of them",
+                ))
+            }
+            (Some(name), None) => given(crate::topology::presets::get(name).map_err(to_py)?),
+            (None, Some(path)) => given(crate::topology::file::load(&path).map_err(to_py)?),
             (None, None) => validity::here(&self.profile, nccl),
         };
         let allow = Allow {

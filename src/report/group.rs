@@ -8,7 +8,7 @@ use super::model::{fmt_factors, outside_calibration};
 use super::{fmt_gpus, over_budget, passed_over, ranges, PassedOver};
 use crate::allreduce::{Backend, Direction};
 use crate::decide::Short;
-use crate::profile::{Bucket, GroupProfile, ModelBand};
+use crate::profile::{Bucket, GroupProfile, ModelBand, UnknownReason};
 use crate::units::{fmt_bytes, fmt_mem};
 
 /// A group named for a reader: "TP2 graph on GPUs 3,4 (2 switches, 1 root complex)".
@@ -538,6 +538,32 @@ fn regret_line(g: &GroupProfile) -> Option<String> {
             "regret beyond the model's error: none (against the modelled medians: {medians}, all within the model's error)"
         ),
     })
+}
+
+/// Why `file`'s group `g` answers nothing for `bytes` (`why`), and what would: the size it
+/// lies beyond, and the tune that measures it. One sentence for `select`, `why` and the
+/// package's `explain`.
+pub fn outside(file: &str, g: &GroupProfile, bytes: u64, why: UnknownReason) -> String {
+    let (side, at, note, hint) = match why {
+        UnknownReason::BelowSmallestBucket => (
+            "below the smallest",
+            g.buckets.first(),
+            ", above the 4 KiB where times stop depending on size",
+            "tune from 1K for an answer",
+        ),
+        _ => (
+            "above the largest",
+            g.buckets.last(),
+            "",
+            "tune larger sizes for an answer",
+        ),
+    };
+    format!(
+        "{} is {side} size {file} measured for {} ({}{note}); {hint}",
+        crate::units::fmt_size(bytes),
+        group_label(g),
+        crate::units::fmt_size(at.map_or(0, |b| b.bytes))
+    )
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use crate::units::fmt_bytes;
 pub use choices::{
     budget_exclusions, over_budget, passed_over, ranges, OverBudget, PassedOver, Range,
 };
-pub use group::group_label;
+pub use group::{group_label, outside};
 use group::{group_notes, group_said, group_section, shared_notes};
 pub use plot::{check_plot_dir, plots};
 

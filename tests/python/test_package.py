@@ -156,10 +156,56 @@ def test_arguments_are_refused_as_the_binary_refuses_them_naming_keywords(profil
         p.select(8, 1 << 70)
     # Where select has no answer, explain gives why's line for it, not an exception.
     for tp, nbytes, needle in ((3, 4096, "has no TP3 graph group (it has"),
-                               (8, 1 << 40, "above the largest size")):
+                               (8, 1 << 40, "above the largest size the profile measured "
+                                "for TP8 graph on GPUs 0-7")):
         assert p.select(tp, nbytes) is None
         text = p.explain(tp, nbytes)
         assert text.startswith("no answer (keep the engine's default): ") and needle in text, text
         assert "--" not in text
+    assert p.explain(8, 1 << 40).endswith("; tune larger sizes for an answer")
     check = p.check(sim="pcie-4x-1switch")
     assert repr(check).startswith("Check(valid=False, followed=False, reasons=["), repr(check)
+
+
+def test_check_refuses_two_machines_and_a_version_that_is_none(profiles, tmp_path):
+    """check() names one machine, as the CLI's --sim and --topology conflict; an NCCL version
+    that is not one is refused, not ignored; and an empty path is said to be empty."""
+    p = artune.Profile.load(profiles["story"])
+    topo = tmp_path / "t.json"
+    topo.write_text(subprocess.run([BIN, "topo", "--sim", "nvswitch-8x", "--json"], check=True,
+                                   capture_output=True, text=True).stdout)
+    with pytest.raises(artune.BadInputError, match="pass one of them"):
+        p.check(sim="nvswitch-8x", topology=str(topo))
+    with pytest.raises(artune.BadInputError, match="is not an NCCL version"):
+        p.check(sim="pcie-8x-2switch", nccl="garbage")
+    with pytest.raises(artune.BadInputError, match="path is empty"):
+        artune.Profile.load("")
+    with pytest.raises(artune.BadInputError, match="too large"):
+        p.fused_up_to(8, 2**63)
+
+
+def test_select_and_explain_answer_for_the_gpus_asked(tmp_path):
+    """A profile with several placements of a TP size answers each as the CLI's --gpus does,
+    and says which GPUs answered (an engine on GPUs 3,4 is not given GPUs 0,1's answers
+    without a word)."""
+    out = tmp_path / "box.json"
+    subprocess.run([BIN, "tune", "--sim", "pcie-8x-2switch", "--tp", "2", "--mode", "graph",
+                    "--out", str(out)], check=True, capture_output=True)
+    p = artune.Profile.load(str(out))
+    assert p.select(2, 4096).gpus == [0, 1]
+    differs = 0
+    for nbytes in p.sizes(2):
+        cli = json.loads(subprocess.run(
+            [BIN, "select", str(out), "--tp", "2", "--gpus", "3,4", "--bytes", str(nbytes),
+             "--json"], check=True, capture_output=True, text=True).stdout)
+        got = p.select(2, nbytes, gpus=[3, 4])
+        assert (got.backend, got.gpus) == (cli["backend"], [3, 4]), nbytes
+        differs += got.backend != p.select(2, nbytes).backend
+        why = subprocess.run([BIN, "why", str(out), "--tp", "2", "--gpus", "3,4", "--bytes",
+                              str(nbytes)], check=True, capture_output=True, text=True).stdout
+        assert p.explain(2, nbytes, gpus=[3, 4]) == why
+    assert differs > 0, "the placements answer alike: the test proves nothing"
+    with pytest.raises(artune.BadInputError, match="must name 2 different GPUs"):
+        p.select(2, 4096, gpus=[3, 3])
+    assert p.select(2, 4096, gpus=[5, 6]) is None
+    assert "no TP2 graph group on GPUs 5,6" in p.explain(2, 4096, gpus=[5, 6])
