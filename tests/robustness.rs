@@ -673,6 +673,14 @@ fn repeated_keys_are_named_everywhere() {
     assert_has(&terr(&text), &["`switches[0].uplink.gen`", "appears twice"]);
 }
 
+/// A schema version present but null is one that is not a number, not a missing one (which
+/// would say the file is no profile at all).
+#[test]
+fn a_null_schema_version_is_named_as_such() {
+    let e = perr(&profile_edit(|p| p["schema_version"] = Value::Null));
+    assert_has(&e, &["its `schema_version` is null, not a version number"]);
+}
+
 #[test]
 fn wrong_types_are_named_with_their_place() {
     assert_has(

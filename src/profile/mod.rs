@@ -536,6 +536,11 @@ impl Profile {
 
     /// Reads and validates a profile file.
     pub fn load(path: &Path) -> Result<Profile, Error> {
+        if path.as_os_str().is_empty() {
+            return Err(Error::bad_input(
+                "the profile's path is empty; name the file that artune tune --out wrote",
+            ));
+        }
         // Bounded read: a device or pipe named as a profile cannot make us allocate without end.
         let text = crate::topology::file::read_text(path, LIMITS.file_bytes, "profile")?;
         Profile::parse(&text).map_err(|error| error.at(path))

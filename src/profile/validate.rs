@@ -120,7 +120,14 @@ pub const LIMITS: Limits = Limits {
 pub(super) fn parse(text: &str) -> Result<Profile, ProfileError> {
     #[derive(Deserialize)]
     struct Peek {
+        // Present but null is Some(Null): a version that is not a number, not a missing one.
+        #[serde(default, deserialize_with = "present")]
         schema_version: Option<serde_json::Value>,
+    }
+    fn present<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<serde_json::Value>, D::Error> {
+        serde_json::Value::deserialize(d).map(Some)
     }
     if text.len() as u64 > LIMITS.file_bytes {
         return Err(ProfileError::TooLarge {
