@@ -266,8 +266,14 @@ RAY_LINE = ("artune: SGLang launches its schedulers as Ray actors here (--use-ra
 def _say_ray(patches: "_engine.Patches") -> None:
     """Wraps ``Engine._launch_subprocesses`` (which ``RayEngine`` inherits; sglang serve,
     launch_server and Engine(...) load plugins before calling it) to say, in the driver, that
-    a Ray launch leaves the schedulers without the plugin."""
-    from sglang.srt.entrypoints.engine import Engine
+    a Ray launch leaves the schedulers without the plugin. Optional: where SGLang's engine
+    module does not import here, only this line is skipped, not the profile."""
+    try:
+        from sglang.srt.entrypoints.engine import Engine
+    except Exception as e:  # noqa: BLE001 - any import failure: the rest of the plugin stands
+        patches.skipped.append(f"the Ray launch line (sglang.srt.entrypoints.engine does not "
+                               f"import: {type(e).__name__}: {e})")
+        return
 
     launch = inspect.getattr_static(Engine, "_launch_subprocesses", None)
     if not isinstance(launch, classmethod):
@@ -433,6 +439,10 @@ def startup_line(bands, patches, plan, name: str, ws: int, off: bool, own=None) 
         top = bands.custom_prefix(ws)
         parts.append("FlashInfer allreduce+RMSNorm fusion " +
                      (f"to {_engine.size(top)}" if top else "off (the profile starts with NCCL)"))
+    elif any(s.startswith("flashinfer_fusion") for s in patches.skipped):
+        # The user left fusion to artune, but this SGLang's fusion could not be patched.
+        parts.append("FlashInfer allreduce+RMSNorm fusion left to SGLang (its patch was not "
+                     "applied: below)")
     else:
         parts.append(f"FlashInfer allreduce+RMSNorm fusion left to SGLang ({ENV_FUSION}=engine)")
     parts.append("left alone: " + _engine.left_alone("sglang"))

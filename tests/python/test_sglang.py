@@ -172,10 +172,8 @@ def expected(p, m, n, mode, was):
         band = next((i for i, lim in enumerate(plan[1]) if n <= lim), 3)
         if band == 3:
             return {"nccl"}
-        # Inside the two-shot band SGLang's order may run it over multicast, where SGLang's
-        # own range holds the size (it did without artune): never where that range does not.
-        mc = band == 2 and was == "v2 2shot_pull multicast"
-        return {f"v2 {V2_KERNEL[band]}"} | ({"v2 2shot_pull multicast"} if mc else set())
+        # Inside the two-shot band SGLang's order may run it over multicast.
+        return {f"v2 {V2_KERNEL[band]}"} | ({"v2 2shot_pull multicast"} if band == 2 else set())
     return {was}
 
 
