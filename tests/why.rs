@@ -571,20 +571,19 @@ fn a_cell_stopped_after_a_few_samples_says_its_interval_is_their_range() {
 #[test]
 fn show_calls_not_sure_what_smoothing_kept_within_the_models_error() {
     let d = tempfile::tempdir().unwrap();
-    let file = d.path().join("p.json");
+    let file = common::tuned(
+        d.path(),
+        "p.json",
+        &[
+            "--sim",
+            "pcie-8x-direct-2socket",
+            "--tp",
+            "2",
+            "--mode",
+            "graph",
+        ],
+    );
     let file = file.to_str().unwrap();
-    let (code, _, err) = run(&[
-        "tune",
-        "--sim",
-        "pcie-8x-direct-2socket",
-        "--tp",
-        "2",
-        "--mode",
-        "graph",
-        "--out",
-        file,
-    ]);
-    assert_eq!(code, 0, "{err}");
     let p = Profile::load(Path::new(file)).unwrap();
     let g = &p.groups[0];
     let mut kept = Vec::new();
@@ -645,21 +644,13 @@ fn show_calls_not_sure_what_smoothing_kept_within_the_models_error() {
 #[test]
 fn why_names_the_trtllm_entry_the_export_writes() {
     let d = tempfile::tempdir().unwrap();
-    let file = d.path().join("p.json");
+    let file = common::tuned(
+        d.path(),
+        "p.json",
+        &["--sim", "nvswitch-8x", "--tp", "8", "--mode", "graph"],
+    );
     let file = file.to_str().unwrap();
     let out = d.path().join("t");
-    let (code, _, err) = run(&[
-        "tune",
-        "--sim",
-        "nvswitch-8x",
-        "--tp",
-        "8",
-        "--mode",
-        "graph",
-        "--out",
-        file,
-    ]);
-    assert_eq!(code, 0, "{err}");
     let (code, _, err) = run(&[
         "export",
         file,
@@ -719,18 +710,12 @@ fn why_names_the_trtllm_entry_the_export_writes() {
 #[test]
 fn a_plugin_following_another_placement_names_it() {
     let d = tempfile::tempdir().unwrap();
-    let file = d.path().join("p.json");
+    let file = common::tuned(
+        d.path(),
+        "p.json",
+        &["--sim", "pcie-8x-2switch", "--tp", "4"],
+    );
     let file = file.to_str().unwrap();
-    let (code, _, err) = run(&[
-        "tune",
-        "--sim",
-        "pcie-8x-2switch",
-        "--tp",
-        "4",
-        "--out",
-        file,
-    ]);
-    assert_eq!(code, 0, "{err}");
     let p = Profile::load(Path::new(file)).unwrap();
     let mut seen = 0;
     for g in p.groups.iter().filter(|g| g.gpus != [0, 1, 2, 3]) {
