@@ -55,10 +55,7 @@ fn group_of<'p>(
 ) -> Result<Result<&'p GroupProfile, String>, Error> {
     group_size(tp)?;
     if let Some(gpus) = gpus {
-        let mut sorted = gpus.to_vec();
-        sorted.sort_unstable();
-        sorted.dedup();
-        if gpus.len() != tp || sorted.len() != gpus.len() {
+        if !crate::profile::is_placement(tp, gpus) {
             return Err(Error::bad_input(format!(
                 "--gpus {} must name {tp} different GPUs for --tp {tp}",
                 ids(gpus),

@@ -420,6 +420,15 @@ pub struct Query<'a> {
     pub gpus: Option<&'a [usize]>,
 }
 
+/// Whether `gpus` can place a group of `tp`: `tp` different GPUs. The one rule for `--gpus`
+/// and the package's `gpus=`.
+pub fn is_placement(tp: usize, gpus: &[usize]) -> bool {
+    let mut sorted = gpus.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    gpus.len() == tp && sorted.len() == tp
+}
+
 impl Query<'_> {
     /// Whether a group on `gpus` is the one asked about: the same GPUs, as a set. Allocates
     /// nothing (the engines' lookup path).

@@ -104,10 +104,7 @@ fn size(v: &Bound<'_, PyAny>) -> PyResult<u64> {
 /// `gpus=` as a placement of `tp`: `tp` different GPUs, or None.
 fn placement(tp: usize, gpus: Option<&[usize]>) -> PyResult<Option<&[usize]>> {
     let Some(g) = gpus else { return Ok(None) };
-    let mut sorted = g.to_vec();
-    sorted.sort_unstable();
-    sorted.dedup();
-    if g.len() != tp || sorted.len() != g.len() {
+    if !crate::profile::is_placement(tp, g) {
         return Err(BadInputError::new_err(format!(
             "gpus={g:?} must name {tp} different GPUs for tp={tp}"
         )));
@@ -345,26 +342,20 @@ impl Profile {
             gpus: placement(tp, gpus.as_deref())?,
         };
         let none = |why: String| format!("no answer (keep the engine's default): {why}");
-        if let (None, Some(g)) = (self.profile.group(q), q.gpus) {
-            let gpus: Vec<String> = g.iter().map(|x| x.to_string()).collect();
+        let Some(g) = self.profile.group(q) else {
+            let why = match q.gpus {
+                Some(gpus) => {
+                    let gpus: Vec<String> = gpus.iter().map(|x| x.to_string()).collect();
+                    format!("on GPUs {}", gpus.join(","))
+                }
+                None => self.profile.no_group(tp, q.mode),
+            };
             return Ok(none(format!(
-                "the profile has no TP{tp} {} group on GPUs {}",
-                q.mode.id(),
-                gpus.join(",")
+                "the profile has no TP{tp} {} group {why}",
+                q.mode.id()
             )));
-        }
-        if self.profile.group(q).is_none() {
-            return Ok(none(format!(
-                "the profile has no TP{tp} {} group {}",
-                q.mode.id(),
-                self.profile.no_group(tp, q.mode)
-            )));
-        }
+        };
         if let Selection::Unknown(why) = self.selector.select(q, nbytes) {
-            let g = self
-                .profile
-                .group(q)
-                .expect("the group exists: asked above");
             return Ok(none(crate::report::outside("the profile", g, nbytes, why)));
         }
         let w = crate::export::why::explain(&self.profile, q, nbytes).map_err(to_py)?;
