@@ -20,11 +20,22 @@ start each sample together (a barrier over the group's own NCCL). Several ranks 
 (NCCL >= 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1) share its SMs: the per-call times are one
 GPU's, not a fabric's, and only differences between k values say anything about the graph.
 
+With --artune PROFILE the same for artune's op forcing one custom kernel (--kernel, a pull
+one-shot by default, the shape of R1's one-shot): a kernel whose ranks wait for each other, as
+NCCL's do, but one launch per call and no NCCL. Its captured calls are registered
+(`register_graph_buffers`) after each capture, as engines do. If a one-call graph costs NCCL
+more per replay than it costs this kernel, the cost is NCCL's own, not the ranks meeting.
+
+`nccl` in the JSON is the version of the library loaded into the process (ncclGetVersion),
+which LD_PRELOAD may make another than the one torch was built with
+(`torch.cuda.nccl.version()`, kept as `nccl_torch_built`).
+
 Run:  python -m torch.distributed.run --standalone --nproc-per-node 2 \\
-          benches/nccl_graph_calls.py --out graph-calls.json
+          benches/nccl_graph_calls.py --out graph-calls.json [--artune profile.json]
 """
 
 import argparse
+import ctypes
 import json
 import os
 import statistics
@@ -51,7 +62,35 @@ def timed(fn, calls, samples, stream):
     return statistics.median(out)
 
 
-def graph_of(k, body, stream):
+def nccl_loaded():
+    """The version of the NCCL that answers torch's calls and every libnccl mapped into the
+    process. torch's start-up maps its own wheel's library by path even when LD_PRELOAD put
+    another first; symbols resolve in load order, so the global scope's ncclGetVersion is the
+    one that runs."""
+    mapped = sorted({line.split()[-1] for line in open("/proc/self/maps")
+                     if "libnccl" in line and line.split()[-1].startswith("/")})
+    code = ctypes.c_int()
+    try:
+        ctypes.CDLL(None).ncclGetVersion(ctypes.byref(code))
+    except AttributeError:
+        return None, mapped
+    v = code.value
+    major, minor, patch = (v // 10000, v // 100 % 100, v % 100) if v >= 10000 else (
+        v // 1000, v // 100 % 10, v % 100)
+    return f"{major}.{minor}.{patch}", mapped
+
+
+def artune_op(profile, kernel):
+    """artune's op on the world group, forced to `kernel`, registering captured calls."""
+    from artune import allreduce
+    op = allreduce.Allreduce.create(dist.group.WORLD, profile, force=kernel,
+                                    register_graphs=True)
+    if op is None:
+        raise SystemExit(f"artune's op refused {kernel} with {profile}")
+    return op
+
+
+def graph_of(k, body, stream, after=None):
     g = torch.cuda.CUDAGraph()
     with torch.cuda.stream(stream):
         for _ in range(3):  # warm the call outside the capture, as b12x does
@@ -60,6 +99,8 @@ def graph_of(k, body, stream):
         with torch.cuda.graph(g, stream=stream):
             for _ in range(k):
                 body()
+    if after is not None:
+        after()
     return g
 
 
@@ -69,6 +110,9 @@ def main():
     ap.add_argument("--calls", type=int, default=1000)
     ap.add_argument("--warm", type=int, default=100)
     ap.add_argument("--samples", type=int, default=3)
+    ap.add_argument("--artune", metavar="PROFILE",
+                    help="also time artune's op forced to --kernel (a tune of this world size)")
+    ap.add_argument("--kernel", default="one_stage_pull")
     args = ap.parse_args()
     rank = int(os.environ["RANK"])
     local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -76,15 +120,21 @@ def main():
     torch.cuda.set_device(local % gpus)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local % gpus))
     side = torch.cuda.Stream()
+    op = artune_op(args.artune, args.kernel) if args.artune else None
     rows = []
     for nbytes in SIZES:
         x = torch.ones(nbytes // 2, dtype=torch.bfloat16, device="cuda")
         row = {"bytes": nbytes}
         row["eager_us"] = timed(lambda: [dist.all_reduce(x) for _ in range(args.calls)],
                                 args.calls, args.samples, side)
-        for what, body in (("nccl", lambda: dist.all_reduce(x)), ("kernel", lambda: x.mul_(1))):
+        series = [("nccl", lambda: dist.all_reduce(x), None), ("kernel", lambda: x.mul_(1), None)]
+        if op is not None:
+            y = torch.empty_like(x)
+            series.append(("artune", lambda: op.all_reduce(x, out=y, backend=args.kernel),
+                           op.register_graph_buffers))
+        for what, body, after in series:
             for k in PER_GRAPH:
-                g = graph_of(k, body, side)
+                g = graph_of(k, body, side, after)
                 replays = max(1, args.calls // k)
                 for _ in range(max(1, args.warm // k)):
                     g.replay()
@@ -103,19 +153,31 @@ def main():
         dist.all_reduce(x)
         torch.cuda.synchronize()
         row["correct"] = bool(torch.all(x == dist.get_world_size()))
+        if op is not None:
+            x.fill_(1)
+            with torch.cuda.stream(side):
+                op.all_reduce(x, out=y, backend=args.kernel)
+            side.synchronize()
+            row["artune_correct"] = bool(torch.all(y == dist.get_world_size()))
         rows.append(row)
         if rank == 0:
             cells = "  ".join(f"{k}={v:.2f}" for k, v in row.items()
                               if isinstance(v, float))
             print(f"{nbytes:>8} B  {cells}  correct {row['correct']}", flush=True)
+    version, library = nccl_loaded()
     if rank == 0:
         with open(args.out, "w") as f:
             json.dump({"rows": rows, "world": dist.get_world_size(), "gpus": gpus,
                        "mixing": os.environ.get("NCCL_GRAPH_MIXING_SUPPORT", "default (1)"),
                        "calls": args.calls, "samples": args.samples,
                        "torch": torch.__version__, "device": torch.cuda.get_device_name(0),
-                       "nccl": ".".join(map(str, torch.cuda.nccl.version()))},
+                       "nccl": version, "nccl_mapped": library,
+                       "nccl_torch_built": ".".join(map(str, torch.cuda.nccl.version())),
+                       "artune_kernel": args.kernel if op is not None else None,
+                       "mps_share": os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")},
                       f, indent=1)
+    if op is not None:
+        op.close()
     dist.destroy_process_group()
     return 0
 
