@@ -619,6 +619,63 @@ fn negative_numbers_are_refused_in_the_tools_words() {
     }
 }
 
+/// The same for the numeric options of the commands that ask a profile: `--tp -2` was
+/// "unexpected argument '-2' found" and `--tp x` "invalid digit found in string".
+#[test]
+fn numeric_options_of_the_asking_commands_are_refused_in_their_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = tuned(
+        dir.path(),
+        "p.json",
+        &["--sim", "pcie-2x", "--sizes", "1K:64K"],
+    );
+    let p = p.to_str().unwrap();
+    let tp = "is not a TP size";
+    let gpu = "is not a GPU index";
+    for (args, said) in [
+        (vec!["select", p, "--bytes", "4K", "--tp", "-2"], tp),
+        (vec!["why", p, "--bytes", "4K", "--tp", "two"], tp),
+        (
+            vec!["select", p, "--bytes", "4K", "--tp", "2", "--gpus", "0,-1"],
+            gpu,
+        ),
+        (vec!["predict", p, "--workload", "2x4K", "--tp", "-2"], tp),
+        (vec!["predict", p, "--workload", "2x4K", "--gpus", "x"], gpu),
+        (vec!["export", p, "--engine", "vllm", "--tp", "-2"], tp),
+        (
+            vec!["export", p, "--engine", "trtllm", "--hidden", "-7168"],
+            "is not a hidden size",
+        ),
+        (
+            vec![
+                "export",
+                p,
+                "--engine",
+                "trtllm",
+                "--hidden",
+                "4096",
+                "--world-size",
+                "-8",
+            ],
+            "is not a number of ranks",
+        ),
+        (vec!["check", p, "--nccl-audit", "--tp", "-2"], tp),
+        (
+            vec!["bench", "kernels", "--loopback", "-8"],
+            "is not a number of virtual ranks",
+        ),
+    ] {
+        let o = artune(&args);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(said), "{args:?}: {err}");
+        assert!(
+            !err.contains("unexpected argument") && !err.contains("invalid digit"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
 /// A negative or unit-bearing value of a numeric tune option is read as that option's value,
 /// and refused in the option's own words (it was "unexpected argument '-1' found", which names
 /// a value as a flag, or "invalid digit found in string").
@@ -627,11 +684,17 @@ fn negative_and_odd_numbers_are_refused_in_the_options_words() {
     let d = tempfile::tempdir().unwrap();
     let out = d.path().join("q.json");
     for (flag, value, said) in [
-        ("--tp", "-2", "--tp `-2` is not a number"),
+        ("--tp", "-2", "--tp -2: an allreduce needs at least 2 GPUs"),
+        ("--tp", "two", "--tp `two` is not a number"),
         ("--sizes", "-1K:1M", "`-1K` is not a byte size"),
         ("--mem-budget", "-1", "`-1` is not a byte size"),
         ("--target-ci", "-1", "--target-ci -1 is outside 0.1%..20%"),
-        ("--islands", "-2,2", "--islands `-2` is not a number"),
+        (
+            "--islands",
+            "-2,2",
+            "--islands -2,2 has an island of fewer than 2 GPUs",
+        ),
+        ("--islands", "x,2", "--islands `x` is not a number"),
         ("--wait", "5s", "`5s` is not a whole number of seconds"),
         ("--seed", "-1", "`-1` is not a seed"),
         ("--loopback", "-2", "`-2` is not a number of virtual ranks"),

@@ -92,7 +92,7 @@ fn bench_kernels(a: BenchKernelsArgs) -> Result<i32, Error> {
     let backends = chosen(&a.backends)?;
     let islands = match &a.islands {
         Some(items) => {
-            let sizes = super::tune::parse_islands(items)?;
+            let sizes = super::values::parse_islands(items)?;
             if sizes.iter().sum::<usize>() != a.loopback {
                 return Err(Error::bad_input(format!(
                     "--islands adds up to {} GPUs, but the benchmark runs {} ranks (--loopback); give sizes that add up to it",

@@ -12,6 +12,7 @@ mod output;
 mod progress;
 mod topo;
 mod tune;
+mod values;
 mod worker;
 
 use std::path::PathBuf;
@@ -21,6 +22,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::allreduce::{Dtype, Mode};
 use crate::error::Error;
 use output::out;
+use values::{gpu_index, hidden_size, ranks, seconds, seed, tp_size, world_size};
 
 /// `--wait`'s default: how long a measuring command waits for another artune's GPUs.
 const LOCK_WAIT_S: u64 = crate::topology::lock::WAIT.as_secs();
@@ -253,14 +255,14 @@ pub struct MessageArgs {
     /// The profile to ask (written by `artune tune`).
     pub profile: PathBuf,
     /// Tensor-parallel size: the GPUs in the allreduce.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = tp_size)]
     pub tp: usize,
     /// Message size (4096, 4K, 1MiB).
     #[arg(long, allow_hyphen_values = true)]
     pub bytes: String,
     /// The group's GPUs, comma separated (e.g. 3,4), where the profile has several placements
     /// of the TP size (default: GPUs 0..TP, else the first placement).
-    #[arg(long, value_delimiter = ',', value_name = "IDS")]
+    #[arg(long, value_delimiter = ',', value_name = "IDS", allow_hyphen_values = true, value_parser = gpu_index)]
     pub gpus: Option<Vec<usize>>,
     /// Launch mode asked about.
     #[arg(long, value_enum, default_value = "graph")]
@@ -297,10 +299,10 @@ pub struct ExportArgs {
     #[arg(long, value_enum)]
     pub engine: Engine,
     /// Only this TP size (default: every TP size of the profile).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = tp_size)]
     pub tp: Option<usize>,
     /// Model hidden size, to map bytes to tokens (TensorRT-LLM).
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_hyphen_values = true, value_parser = hidden_size)]
     pub hidden: Option<u64>,
     /// Element type, to map bytes to tokens (TensorRT-LLM).
     #[arg(long, value_enum, default_value = "bf16")]
@@ -315,7 +317,7 @@ pub struct ExportArgs {
     pub force: bool,
     /// Ranks of the deployment (TP x PP), for TensorRT-LLM's per-rank cache sections
     /// (default: the largest TP size exported).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = world_size)]
     pub world_size: Option<usize>,
     /// Write engine state (vLLM's P2P cache) from a simulated profile: for tests only.
     #[arg(long)]
@@ -360,7 +362,7 @@ pub struct CheckArgs {
     #[arg(long, conflicts_with_all = ["measure", "json", "topology", "sim"])]
     pub nccl_audit: bool,
     /// With --nccl-audit: only this TP size (default: each of the profile's).
-    #[arg(long, value_name = "K", requires = "nccl_audit")]
+    #[arg(long, value_name = "K", requires = "nccl_audit", allow_hyphen_values = true, value_parser = tp_size)]
     pub tp: Option<usize>,
 }
 
@@ -374,11 +376,11 @@ pub struct PredictArgs {
     #[arg(long, allow_hyphen_values = true)]
     pub workload: String,
     /// TP size (default: the profile's only one).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = tp_size)]
     pub tp: Option<usize>,
     /// The group's GPUs, comma separated, where the TP size has several placements
     /// (default: GPUs 0..TP, else the first placement).
-    #[arg(long, value_delimiter = ',', value_name = "IDS")]
+    #[arg(long, value_delimiter = ',', value_name = "IDS", allow_hyphen_values = true, value_parser = gpu_index)]
     pub gpus: Option<Vec<usize>>,
     /// Launch mode of the engine step.
     #[arg(long, value_enum, default_value = "graph")]
@@ -405,7 +407,7 @@ pub enum BenchWhat {
 #[derive(Args, Debug)]
 pub struct BenchKernelsArgs {
     /// Virtual ranks on the one GPU.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, allow_hyphen_values = true, value_parser = ranks)]
     pub loopback: usize,
     /// Only these backends (repeat the flag; default: every custom kernel and nccl).
     #[arg(long = "backend", value_name = "ID")]
@@ -614,27 +616,6 @@ pub fn load_topology(source: &Source) -> Result<crate::topology::Topology, Error
             Ok(t)
         }
     }
-}
-
-/// `--wait`: whole seconds, said so where clap would say "invalid digit".
-fn seconds(s: &str) -> Result<u64, String> {
-    s.trim().parse().map_err(|_| {
-        format!("`{s}` is not a whole number of seconds; give e.g. 30, or 0 to refuse at once")
-    })
-}
-
-/// `--seed`: a whole number from 0 up.
-fn seed(s: &str) -> Result<u64, String> {
-    s.trim()
-        .parse()
-        .map_err(|_| format!("`{s}` is not a seed; give a whole number from 0 up, e.g. 1"))
-}
-
-/// `--loopback K`: a whole number of virtual ranks.
-fn ranks(s: &str) -> Result<usize, String> {
-    s.trim().parse().map_err(|_| {
-        format!("`{s}` is not a number of virtual ranks; give a whole number from 2 up, e.g. 8")
-    })
 }
 
 #[cfg(test)]

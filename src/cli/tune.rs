@@ -1,10 +1,9 @@
 //! `artune tune` and `artune show`.
 
-use std::collections::BTreeSet;
-
 use super::gate::Free;
 use super::output::{out, outln};
 use super::progress::{stop_on_signals, StatusLine};
+use super::values::{parse_islands, parse_tp, shown};
 use super::{ShowArgs, TuneArgs};
 use crate::cancel::Cancel;
 use crate::error::Error;
@@ -303,68 +302,6 @@ fn keeps_measured(out: &std::path::Path) -> Result<(), Error> {
     }
 }
 
-/// Island sizes as typed: "4,4".
-fn shown(sizes: &[usize]) -> String {
-    let v: Vec<String> = sizes.iter().map(usize::to_string).collect();
-    v.join(",")
-}
-
-/// Parses `--islands 4,4`: equal islands of 2 or more GPUs, two or more of them. Whether they
-/// add up to a tuned group's size is checked once the machine is known ([`Tune::options`]).
-pub fn parse_islands(items: &[String]) -> Result<Vec<usize>, Error> {
-    let sizes = items
-        .iter()
-        .map(|it| {
-            it.trim().parse::<usize>().map_err(|_| {
-                Error::bad_input(format!(
-                    "--islands `{it}` is not a number; give island sizes like --islands 4,4"
-                ))
-            })
-        })
-        .collect::<Result<Vec<usize>, Error>>()?;
-    let s = shown(&sizes);
-    if sizes.len() < 2 {
-        return Err(Error::bad_input(format!(
-            "--islands {s} is one island: an island schedule crosses between two or more; give sizes like --islands 4,4"
-        )));
-    }
-    if sizes.iter().any(|&k| k < 2) {
-        return Err(Error::bad_input(format!(
-            "--islands {s} has an island of fewer than 2 GPUs, with nothing to reduce inside it; give islands of 2 or more"
-        )));
-    }
-    if sizes.windows(2).any(|w| w[0] != w[1]) {
-        return Err(Error::bad_input(format!(
-            "--islands {s} are of unequal size: the island schedules need equal islands; give equal sizes such as --islands 4,4"
-        )));
-    }
-    Ok(sizes)
-}
-
-/// Parses `--tp 2,4,8`: TP sizes of at least 2 (whether they fit is the machine's to say).
-fn parse_tp(items: &[String]) -> Result<Vec<usize>, Error> {
-    let mut out = BTreeSet::new();
-    for it in items {
-        let t: usize = it.trim().parse().map_err(|_| {
-            Error::bad_input(format!(
-                "--tp `{it}` is not a number; give TP sizes like --tp 2,4,8"
-            ))
-        })?;
-        if t < 2 {
-            return Err(Error::bad_input(format!(
-                "--tp {t}: an allreduce needs at least 2 GPUs; give TP sizes like --tp 2,4,8"
-            )));
-        }
-        out.insert(t);
-    }
-    if out.is_empty() {
-        return Err(Error::bad_input(
-            "--tp is empty; give TP sizes like --tp 2,4,8",
-        ));
-    }
-    Ok(out.into_iter().collect())
-}
-
 /// `--sizes LOW:HIGH`: within the profile's limits, and whole elements of `dtype` at both ends.
 fn sizes(text: &str, dtype: crate::allreduce::Dtype) -> Result<(u64, u64), Error> {
     let (min_bytes, max_bytes) = units::parse_range(text)?;
@@ -599,7 +536,8 @@ pub fn show(a: ShowArgs) -> Result<i32, Error> {
 
 #[cfg(test)]
 mod tests {
-    use super::{beside_busy, parse_target_ci, parse_tp};
+    use super::{beside_busy, parse_target_ci};
+    use crate::cli::values::parse_tp;
 
     use crate::error::Error;
     use crate::profile::environment::BusyGpu;
