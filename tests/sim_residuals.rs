@@ -204,6 +204,81 @@ fn r5_box() -> Topology {
     t
 }
 
+/// R6's box (local-inference-lab/b12x docs/evidence/pcie_calibration/20260726-*-tp8-dcp4.json,
+/// `topology`): 16 RTX PRO 6000 Workstation Edition, its `nvidia-smi topo -m` PIX within each
+/// pair (buses 03/04, 23/24, ... E3/E4) and NODE between pairs, all on NUMA node 0: eight
+/// two-GPU switch partitions, each on its own root port of one socket. The same 16 GPUs as
+/// R3's (b12x's TP16 record names the same buses), so the switches take that file's make and
+/// latencies and the socket its CPU; R3's file puts each four-GPU island on one root port,
+/// where this run's topology shows each pair on its own.
+fn r6_box() -> Topology {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/topologies/16x-four-switches.json"
+    );
+    let mut t = artune::topology::file::load(std::path::Path::new(path)).unwrap();
+    let (sw, rc) = (t.switches[0].clone(), t.root_complexes[0].clone());
+    t.root_complexes = (0..8)
+        .map(|i| artune::topology::RootComplex {
+            id: format!("rc{i}"),
+            ..rc.clone()
+        })
+        .collect();
+    t.switches = (0..8)
+        .map(|i| artune::topology::Switch {
+            id: format!("p{i}"),
+            parent: format!("rc{i}"),
+            ..sw.clone()
+        })
+        .collect();
+    for g in &mut t.gpus {
+        g.parent = format!("p{}", g.index / 2);
+        g.name = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition".into();
+    }
+    t.pairs.clear();
+    t.normalize().unwrap();
+    t
+}
+
+/// A run of R6: its name, its GPUs and its (payload, µs) figures.
+type R6Run = (&'static str, [usize; 8], [(u64, f64); 7]);
+
+/// R6's two runs (b12x docs/evidence/pcie_calibration): the GPUs and NCCL's all-reduce, µs by
+/// payload (BF16 [rows, 6144]), the median of nine of the slowest rank's times.
+const R6_RUNS: [R6Run; 2] = [
+    (
+        "adjacent",
+        [0, 1, 2, 3, 4, 5, 6, 7],
+        [
+            (12 * KB, 59.7),
+            (96 * KB, 61.6),
+            (384 * KB, 75.0),
+            (1536 * KB, 123.2),
+            (6 * MB, 294.4),
+            (24 * MB, 941.1),
+            (96 * MB, 3652.6),
+        ],
+    ),
+    (
+        "interleaved",
+        [0, 2, 4, 6, 8, 10, 12, 14],
+        [
+            (12 * KB, 59.4),
+            (96 * KB, 71.2),
+            (384 * KB, 72.8),
+            (1536 * KB, 110.4),
+            (6 * MB, 293.4),
+            (24 * MB, 938.0),
+            (96 * MB, 3642.4),
+        ],
+    ),
+];
+
+/// The payload from which R6's lone calls are priced as the model prices a call in a row:
+/// below it what the method adds (the host's issue and the ranks' skew from the barrier, 22-30
+/// µs at 12 KB beyond the model) is a quarter of the time or more.
+const R6_FROM: u64 = 6 * MB;
+
 fn busbw(bytes: u64, us: f64, n: usize) -> f64 {
     bytes as f64 / (us * 1e3) * 2.0 * (n as f64 - 1.0) / n as f64
 }
@@ -850,6 +925,20 @@ fn rows(cal: &Calibration) -> Vec<Row> {
             Some(BandPart::CopyServed),
         );
     }
+    // R6 (local-inference-lab/b12x docs/evidence/pcie_calibration, `overlap_probe` at
+    // f3fb62c8, `measure_tp_backend`): one eager `dist.all_reduce` at a time after a device
+    // sync and a barrier, CUDA events around it, the slowest rank's, on 8 GPUs of [`r6_box`]:
+    // GPUs 0-7 (four pairs) and the even GPUs (one of each pair). Its command sets no NCCL
+    // variable: NCCL's default level, the hops between pairs through host memory. From
+    // [`R6_FROM`] on, where the bytes weigh; below it `unreached`.
+    for (run, gpus, sizes) in R6_RUNS {
+        let mut f = prepared(r6_box(), &gpus, None, cal);
+        for (bytes, us) in sizes.into_iter().filter(|&(b, _)| b >= R6_FROM) {
+            let (t, band, part) = timing(&mut f, &own, bytes, Mode::Eager, BandPart::NcclProtocol);
+            let figure = format!("R6 NCCL, 8 GPUs {run}, {} MB, us", bytes / MB);
+            push(Source::R6, figure, us, t, band, part);
+        }
+    }
     // R4 (haohervchb/sglang-V100#2, "Measured inside a CUDA graph"): a one-shot push on 4
     // V100 SXM2 behind one PLX switch, fp16; artune's one-stage push as it runs (its LL form
     // to 32 KiB per rank). Beside it NCCL ("NCCL (PXB)"), replayed in the same CUDA graphs:
@@ -927,7 +1016,7 @@ fn in_sample() -> Vec<Row> {
         .filter(|r| {
             !matches!(
                 r.source,
-                Source::R1 | Source::R2 | Source::R3 | Source::R4 | Source::R5
+                Source::R1 | Source::R2 | Source::R3 | Source::R4 | Source::R5 | Source::R6
             )
         })
         .collect()
@@ -1178,6 +1267,24 @@ fn unreached(cal: &Calibration) -> Vec<Row> {
             band,
             part,
         });
+    }
+    // R6's smaller payloads (`rows`): one eager call after a barrier, timed from an event
+    // recorded before the host issues it, the slowest rank's: the host's issue and the ranks'
+    // skew leaving the barrier are in the figure, which the model (calls in a row) does not
+    // price; 59-71 µs at 12-96 KB, where calls in a row on 8 PCIe GPUs take 24-25 (R5).
+    for (run, gpus, sizes) in R6_RUNS {
+        let mut f = prepared(r6_box(), &gpus, None, cal);
+        for (bytes, us) in sizes.into_iter().filter(|&(b, _)| b < R6_FROM) {
+            let (t, band, part) = timing(&mut f, &own, bytes, Mode::Eager, BandPart::NcclProtocol);
+            out.push(Row {
+                source: Source::R6,
+                figure: format!("R6 NCCL lone call, 8 GPUs {run}, {} KB, us", bytes / KB),
+                published: us,
+                simulated: t,
+                band,
+                part,
+            });
+        }
     }
     out
 }

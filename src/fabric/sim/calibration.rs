@@ -4,7 +4,7 @@
 //! no other source informs a constant, the fit without its source falls back to what the model
 //! would assume with no data at all, said per field.
 
-/// A calibration source whose figures fit a constant: C1-C9 are shared/calibration's; R1-R5
+/// A calibration source whose figures fit a constant: C1-C9 are shared/calibration's; R1-R6
 /// are published sources found beside them (cited where their figures are used), which fit
 /// no kernel or NCCL rate of the model (R1 stands in for C5 and C2 only in a fit that leaves
 /// them out; R3 and R5 set how far C5's kernel factor is known to hold, `kernel_flows_reach`;
@@ -38,10 +38,15 @@ pub enum Source {
     /// root switch (hardware/gpu-configs.md): 48 kernel flows through the root switch, 7 peers
     /// per GPU. Fits `kernel_flows_reach`, and with R1 and R2 `copy_served_share`.
     R5,
+    /// local-inference-lab/b12x docs/evidence/pcie_calibration (its `overlap_probe`, f3fb62c8):
+    /// NCCL's all-reduce, one eager call at a time, on 8 of 16 RTX PRO 6000 in two-GPU switch
+    /// partitions, each on its own root port of one socket (its `nvidia-smi topo -m`: PIX in a
+    /// pair, NODE across). Fits nothing.
+    R6,
 }
 
 impl Source {
-    pub const ALL: [Source; 9] = [
+    pub const ALL: [Source; 10] = [
         Source::C1,
         Source::C2,
         Source::C5,
@@ -51,6 +56,7 @@ impl Source {
         Source::R3,
         Source::R4,
         Source::R5,
+        Source::R6,
     ];
 
     pub fn id(self) -> &'static str {
@@ -64,6 +70,7 @@ impl Source {
             Source::R3 => "R3",
             Source::R4 => "R4",
             Source::R5 => "R5",
+            Source::R6 => "R6",
         }
     }
 }
@@ -254,6 +261,7 @@ mod tests {
             all
         );
         assert_eq!(Calibration::without(&[Source::R4]), all);
+        assert_eq!(Calibration::without(&[Source::R6]), all);
         assert_eq!(all.kernel_flows_reach, 48);
         assert_eq!(Calibration::without(&[Source::R5]).kernel_flows_reach, 24);
         assert_eq!(Calibration::without(&[Source::R3]), all);
