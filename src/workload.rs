@@ -12,8 +12,9 @@
 //!
 //! `122x7168xbf16@1..16` is 122 allreduces of 7168·2·T bytes each, for T = 1, 2, ..., 16 (one
 //! row per T). `61x7168xbf16+2x4K@8` adds two fixed 4 KiB allreduces, at T = 8 only. Terms that
-//! depend on T need `@TOKENS`; fixed terms alone need none (one row; with `@TOKENS`, one identical
-//! row per T).
+//! depend on T need `@TOKENS`; fixed terms alone take none (one row): `@TOKENS` on them alone
+//! would give identical rows, and usually means a forgotten DTYPE (`122x7168` is 122 messages
+//! of 7168 bytes), so it is refused.
 //!
 //! Instead of a SPEC, `--workload` may name a JSON file: a list of the allreduces of one step,
 //! each `{"count": N, "bytes": B}` or `{"count": N, "hidden": H, "dtype": "bf16", "tokens": T}`.
@@ -172,6 +173,15 @@ impl Workload {
                 spec,
                 "a HIDDENxDTYPE term needs token counts; add @T or @LO..HI",
             )),
+            (false, Some(_)) => {
+                let first = body.split('+').next().unwrap_or(body);
+                Err(bad(
+                    spec,
+                    &format!(
+                        "no term depends on the token count, so every row would be the same: `{first}` is a fixed size in bytes; for a size per token add its type (e.g. {first}xbf16), or leave out @"
+                    ),
+                ))
+            }
             (_, t) => Ok(Workload {
                 terms,
                 tokens: t.unwrap_or_default(),
@@ -564,6 +574,7 @@ mod tests {
             ("", "no allreduces"),
             ("1x0", "1 byte to 1 TiB"),
             ("1x2x3x4", "not COUNTxHIDDENxDTYPE"),
+            ("122x7168@1..3", "no term depends on the token count"),
         ] {
             let e = Workload::parse_spec(spec).unwrap_err().to_string();
             assert!(e.contains(needle), "{spec}: {e}");

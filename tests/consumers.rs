@@ -611,6 +611,12 @@ fn predict_bad_input() {
         "more than 4096",
     );
     fails(&["predict", &p, "--workload", "1x4K"], 2, "pass --tp");
+    // A size per token missing its type is a fixed size: identical rows per T are refused.
+    fails(
+        &["predict", &p, "--workload", "122x7168@1..3", "--tp", "2"],
+        2,
+        "for a size per token add its type (e.g. 122x7168xbf16)",
+    );
     // A file that is not there is said to be missing, not parsed as a SPEC.
     let gone = d.path().join("steps.json");
     for (arg, needle) in [

@@ -371,8 +371,9 @@ pub struct PredictArgs {
     /// The profile whose measurements price the workload.
     pub profile: PathBuf,
     /// Allreduces of one engine step: a SPEC like `122x7168xbf16@1..16` (122 allreduces of
-    /// 7168 x 2 x T bytes for T = 1..16; terms joined by `+`, fixed sizes like `2x4K`), or a
-    /// JSON file listing {"count", "bytes"} or {"count", "hidden", "dtype", "tokens"} items.
+    /// 7168 x 2 x T bytes for T = 1..16, or @1,4,16 for those T; terms joined by `+`, fixed
+    /// sizes like `2x4K`), or a JSON file listing {"count", "bytes"} or {"count", "hidden",
+    /// "dtype", "tokens"} items.
     #[arg(long, allow_hyphen_values = true)]
     pub workload: String,
     /// TP size (default: the profile's only one).
