@@ -111,7 +111,8 @@ int artune_abi_version(void);
  * ahead of any profile, until called with a negative algo or proto (cleared). Entries NCCL
  * disabled stay disabled, and NCCL_ALGO/NCCL_PROTO (or a channel variable) in the environment
  * win over it as over a profile. Call it through the handle NCCL loaded (dlopen of the path in
- * NCCL_TUNER_PLUGIN returns it). 0 on success, -1 for an index beyond NCCL's table. Whether
+ * NCCL_TUNER_PLUGIN returns it). 0 on success, -1 for an index beyond NCCL's table (7
+ * algorithms, 3 protocols; the override is then unchanged). Whether
  * NCCL followed is for its profiler to say: artune's tags what ran with the override. */
 int artune_tuner_force(int algo, int proto, int channels);
 

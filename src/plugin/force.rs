@@ -11,7 +11,7 @@
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::{Pin, MAX_ALGO, MAX_PROTO};
+use super::Pin;
 use crate::allreduce::Backend;
 
 /// What the override asks for: NCCL's cost-table entry and, where set, its channel count.
@@ -82,6 +82,12 @@ impl Default for Force {
     }
 }
 
+/// NCCL's cost table as its headers define it (`NCCL_NUM_ALGORITHMS`, 7 from 2.23 with PAT;
+/// `NCCL_NUM_PROTOCOLS`, 3): an index past them names no entry, whatever size of table a
+/// later call passes (the tuner's own bounds, [`super::MAX_ALGO`], only guard a table read).
+pub const NCCL_ALGOS: c_int = 7;
+pub const NCCL_PROTOS: c_int = 3;
+
 /// An algorithm or protocol index beyond NCCL's cost table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("no such entry in NCCL's cost table")]
@@ -93,7 +99,7 @@ pub fn parse(algo: c_int, proto: c_int, channels: c_int) -> Result<Option<Forced
     if algo < 0 || proto < 0 {
         return Ok(None);
     }
-    if algo >= MAX_ALGO || proto >= MAX_PROTO {
+    if algo >= NCCL_ALGOS || proto >= NCCL_PROTOS {
         return Err(BeyondTable);
     }
     Ok(Some(Forced {
@@ -143,8 +149,14 @@ mod tests {
         assert_eq!(parse(-1, 2, 8), Ok(None));
         assert_eq!(parse(0, -1, 8), Ok(None));
         assert_eq!(parse(1, 0, 0).unwrap().unwrap().channels, None);
-        assert_eq!(parse(MAX_ALGO, 0, 0), Err(BeyondTable));
-        assert_eq!(parse(0, MAX_PROTO, 0), Err(BeyondTable));
+        // NCCL's last entry is taken; one past it, in either index, is not.
+        assert_eq!(parse(6, 2, 0).unwrap().unwrap().algo, 6);
+        assert_eq!(parse(7, 0, 0), Err(BeyondTable));
+        assert_eq!(parse(0, 3, 0), Err(BeyondTable));
+        // Through the C entry point, as an engine calls it: refused, the override unchanged.
+        for (a, p) in [(9, 0), (0, 3), (0, 9)] {
+            assert_eq!(artune_tuner_force(a, p, 0), -1, "({a}, {p})");
+        }
         assert_eq!(
             Forced::of(Backend::NcclTreeLl128, None).unwrap().name(),
             "TREE/LL128"
