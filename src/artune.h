@@ -15,7 +15,8 @@
  *   artune_profile_close(p);
  *
  * Every function checks its pointers, never unwinds into C and never aborts the process.
- * artune_select does not allocate and is safe to call from several threads on one handle.
+ * artune_select does not allocate, answer or not (past a thread's first artune call, which sets
+ * up its error buffer), and is safe to call from several threads on one handle.
  */
 #ifndef ARTUNE_H
 #define ARTUNE_H
@@ -32,7 +33,7 @@ extern "C" {
 #define ARTUNE_OK 0
 #define ARTUNE_NO_ANSWER 1       /* the profile has no group or size for this query: keep your default */
 #define ARTUNE_NOT_VALID 2       /* ABI 3, artune_check: the profile is not valid for this machine */
-#define ARTUNE_ERR_ARGUMENT (-1) /* NULL pointer, unknown mode, path not UTF-8, tp < 2, 0 bytes */
+#define ARTUNE_ERR_ARGUMENT (-1) /* NULL pointer, unknown mode, path empty or not UTF-8, tp < 2, 0 bytes */
 #define ARTUNE_ERR_READ (-2)     /* the file could not be read */
 #define ARTUNE_ERR_INVALID (-3)  /* not a valid profile (syntax, schema version, limits) */
 #define ARTUNE_ERR_INTERNAL (-4) /* a bug in artune; keep your default */
@@ -82,14 +83,16 @@ int artune_profile_open(const char* path, artune_profile** out);
 
 /* The backend for one allreduce of `bytes` bytes on `tp` GPUs (ranks on GPUs 0..tp-1) in
  * `mode`. ARTUNE_NO_ANSWER means the profile does not cover this: keep your default. On
- * ARTUNE_OK artune_last_error() is "". */
+ * ARTUNE_OK artune_last_error() is ""; on any other return *out (where not NULL) holds no
+ * answer: backend and fallback NULL, their codes -1. */
 int artune_select(const artune_profile* profile, uint32_t tp, int mode, uint64_t bytes, artune_selection* out);
 
 /* ABI 3. Applies artune's validity rule to the profile for this machine (NVML and sysfs), as
  * the NCCL plugin and the engine plugins do: the hardware that decides (GPU model and count, link
  * widths and generations, paths, switch layout) must be the profile's; GPU UUIDs and host names
  * do not matter, and driver, CUDA and NCCL versions are notes. ARTUNE_OK: follow it (valid here,
- * or overridden by ARTUNE_ALLOW_INVALID=1 / ARTUNE_ALLOW_SIMULATED=1 in the environment);
+ * or overridden by ARTUNE_ALLOW_INVALID=1 / ARTUNE_ALLOW_SIMULATED=1 in the environment; a
+ * value that is neither on nor off is off, and the verdict says so);
  * ARTUNE_NOT_VALID: keep your default. artune_last_error() holds the verdict either way, e.g.
  * "valid here; driver 570.86.15 → 580.159.04: re-timing its decisive sizes (artune check
  * --measure) tells whether its choices still hold". `nccl_version` ("2.28.9") is the NCCL you run, or NULL to leave it unchecked. A

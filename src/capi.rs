@@ -101,19 +101,39 @@ pub struct ArtuneSelection {
     pub fallback_code: c_int,
 }
 
+/// Bytes the error keeps room for from a thread's first call: every message `artune_select`
+/// writes fits, so it never allocates, answer or not.
+const ERROR_ROOM: usize = 1024;
+
 thread_local! {
-    /// NUL-terminated bytes: cleared and refilled in place, so a call that succeeds clears it
-    /// without allocating.
-    static LAST_ERROR: RefCell<Vec<u8>> = RefCell::new(vec![0]);
+    /// NUL-terminated bytes: cleared and refilled in place.
+    static LAST_ERROR: RefCell<Vec<u8>> = RefCell::new({
+        let mut v = Vec::with_capacity(ERROR_ROOM);
+        v.push(0);
+        v
+    });
+}
+
+/// Sets the error from format arguments, written in place (no `format!`, no allocation while
+/// the message fits [`ERROR_ROOM`]); `append` keeps what is there and adds to it.
+fn write_error(args: std::fmt::Arguments, append: bool) {
+    use std::io::Write;
+    LAST_ERROR.with(|e| {
+        let mut e = e.borrow_mut();
+        let keep = if append { e.len().saturating_sub(1) } else { 0 };
+        e.truncate(keep);
+        let _ = e.write_fmt(args);
+        for b in &mut e[keep..] {
+            if *b == 0 {
+                *b = b' ';
+            }
+        }
+        e.push(0);
+    });
 }
 
 fn set_error(msg: &str) {
-    LAST_ERROR.with(|e| {
-        let mut e = e.borrow_mut();
-        e.clear();
-        e.extend(msg.bytes().map(|b| if b == 0 { b' ' } else { b }));
-        e.push(0);
-    });
+    write_error(format_args!("{msg}"), false);
 }
 
 /// Runs `f`, turning a panic into ARTUNE_ERR_INTERNAL with a message.
@@ -161,6 +181,12 @@ pub unsafe extern "C" fn artune_profile_open(
             set_error("artune_profile_open: the path is not UTF-8");
             return ARTUNE_ERR_ARGUMENT;
         };
+        if p.is_empty() {
+            set_error(
+                "artune_profile_open: the path is empty; name a profile that `artune tune` wrote",
+            );
+            return ARTUNE_ERR_ARGUMENT;
+        }
         match Profile::load(Path::new(p)) {
             Ok(profile) => {
                 unsafe { *out = Box::into_raw(Box::new(ArtuneProfile::new(profile))) };
@@ -192,6 +218,21 @@ pub unsafe extern "C" fn artune_select(
     out: *mut ArtuneSelection,
 ) -> c_int {
     guard(|| {
+        // No answer, unless one is found below: what *out holds on every other return.
+        let none = ArtuneSelection {
+            backend: std::ptr::null(),
+            backend_code: -1,
+            simulated: 0,
+            expected_us: f64::NAN,
+            bucket_bytes: 0,
+            buffer_bytes: 0,
+            fallback: std::ptr::null(),
+            fallback_code: -1,
+        };
+        if !out.is_null() {
+            // SAFETY: checked non-null; writable per the contract.
+            unsafe { *out = none };
+        }
         if profile.is_null() || out.is_null() {
             set_error("artune_select: profile and out must not be NULL");
             return ARTUNE_ERR_ARGUMENT;
@@ -200,29 +241,23 @@ pub unsafe extern "C" fn artune_select(
             ARTUNE_MODE_GRAPH => Mode::Graph,
             ARTUNE_MODE_EAGER => Mode::Eager,
             m => {
-                set_error(&format!("artune_select: mode {m} is neither ARTUNE_MODE_GRAPH (0) nor ARTUNE_MODE_EAGER (1)"));
+                write_error(format_args!("artune_select: mode {m} is neither ARTUNE_MODE_GRAPH (0) nor ARTUNE_MODE_EAGER (1)"), false);
                 return ARTUNE_ERR_ARGUMENT;
             }
         };
         // What `artune select` refuses (exit 2) this refuses: no group has one GPU, no message
         // is empty.
         if tp < 2 || bytes == 0 {
-            set_error(&format!(
+            write_error(format_args!(
                 "artune_select: tp {tp} and {bytes} bytes: a group has at least 2 GPUs and a message at least 1 byte"
-            ));
+            ), false);
             return ARTUNE_ERR_ARGUMENT;
         }
         // SAFETY: checked non-null; a live handle per the contract.
         let h = unsafe { &*profile };
         let mut sel = ArtuneSelection {
-            backend: std::ptr::null(),
-            backend_code: -1,
             simulated: c_int::from(h.simulated),
-            expected_us: f64::NAN,
-            bucket_bytes: 0,
-            buffer_bytes: 0,
-            fallback: std::ptr::null(),
-            fallback_code: -1,
+            ..none
         };
         let rc = match h.select(tp as usize, mode, bytes) {
             Selection::Chosen {
@@ -242,7 +277,10 @@ pub unsafe extern "C" fn artune_select(
                 ARTUNE_OK
             }
             Selection::Unknown(why) => {
-                set_error(&format!("TP{tp} {} {bytes} bytes: {why}", mode.id()));
+                write_error(
+                    format_args!("TP{tp} {} {bytes} bytes: {why}", mode.id()),
+                    false,
+                );
                 ARTUNE_NO_ANSWER
             }
         };
@@ -277,8 +315,13 @@ pub unsafe extern "C" fn artune_check(
         });
         // SAFETY: checked non-null; a live handle per the contract.
         let h = unsafe { &*profile };
-        let (allow, _) = Allow::from_env();
-        h.check(&crate::profile::validity::here(&h.profile, nccl), allow)
+        let (allow, odd) = Allow::from_env();
+        let rc = h.check(&crate::profile::validity::here(&h.profile, nccl), allow);
+        // A value that is neither on nor off is taken as off: the verdict says so.
+        if let Some(odd) = odd {
+            write_error(format_args!("; {odd}"), true);
+        }
+        rc
     })
 }
 

@@ -702,6 +702,30 @@ fn select_and_plugin_do_not_allocate() {
     }
     assert_eq!(allocs() - before, 0, "select or getCollInfo allocated");
     assert!(hits > 5000);
+    // The C ABI's select, answer or not (a size past the profile, a TP it lacks, a bad mode),
+    // once the thread's first call has set up its error buffer.
+    let path = tempfile::NamedTempFile::new().unwrap();
+    p.write_atomic(path.path()).unwrap();
+    let c_path = std::ffi::CString::new(path.path().to_str().unwrap()).unwrap();
+    let mut h = std::ptr::null_mut();
+    let mut out = std::mem::MaybeUninit::uninit();
+    unsafe {
+        use artune::capi::*;
+        assert_eq!(artune_profile_open(c_path.as_ptr(), &mut h), ARTUNE_OK);
+        artune_select(h, 4, ARTUNE_MODE_GRAPH, 4096, out.as_mut_ptr());
+        let before = allocs();
+        for (tp, mode, bytes) in [
+            (4, 0, 4096),
+            (4, 0, 1 << 40),
+            (3, 0, 4096),
+            (4, 7, 4096),
+            (1, 0, 4096),
+        ] {
+            artune_select(h, tp, mode, bytes, out.as_mut_ptr());
+        }
+        assert_eq!(allocs() - before, 0, "artune_select allocated");
+        artune_profile_close(h);
+    }
 }
 
 #[test]

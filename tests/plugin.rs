@@ -319,6 +319,13 @@ fn c_abi_links_against_the_header() {
         text.contains("check 0 NOT valid here (it was made on a simulated fabric"),
         "{text}"
     );
+    // A value that is neither on nor off is off, and the verdict says so.
+    let text = run_with("2", "1000", "one_stage_pull", "yes-please");
+    assert!(text.contains("check 2 "), "{text}");
+    assert!(
+        text.contains("ARTUNE_ALLOW_INVALID=yes-please is none of"),
+        "{text}"
+    );
 }
 
 /// Where the profile chooses an island schedule, a C caller gets its code and, as the

@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
     CHECK(artune_profile_open(NULL, &p) == ARTUNE_ERR_ARGUMENT, "open(NULL) not refused");
     CHECK(artune_profile_open(argv[1], NULL) == ARTUNE_ERR_ARGUMENT, "open(out=NULL) not refused");
     CHECK(artune_profile_open(argv[5], &p) == ARTUNE_ERR_READ, "missing file not ARTUNE_ERR_READ");
+    CHECK(artune_profile_open("", &p) == ARTUNE_ERR_ARGUMENT, "empty path not ARTUNE_ERR_ARGUMENT");
     CHECK(p == NULL, "handle not cleared on failure");
     CHECK(strlen(artune_last_error()) > 0, "no error message");
 
@@ -68,6 +69,9 @@ int main(int argc, char** argv) {
                (unsigned long long)s.bucket_bytes, (unsigned long long)s.buffer_bytes, s.simulated, s.fallback);
     }
     CHECK(artune_select(p, tp, 42, bytes, &s) == ARTUNE_ERR_ARGUMENT, "bad mode not refused");
+    /* Every return but ARTUNE_OK leaves *out holding no answer, whatever it held. */
+    CHECK(s.backend == NULL && s.backend_code == -1 && s.fallback == NULL && s.fallback_code == -1,
+          "a refused select left an answer in *out");
     /* What `artune select` refuses is refused: one GPU, an empty message. */
     CHECK(artune_select(p, 1, ARTUNE_MODE_GRAPH, bytes, &s) == ARTUNE_ERR_ARGUMENT, "tp 1 not refused");
     CHECK(artune_select(p, tp, ARTUNE_MODE_GRAPH, 0, &s) == ARTUNE_ERR_ARGUMENT, "0 bytes not refused");
