@@ -673,6 +673,45 @@ fn repeated_keys_are_named_everywhere() {
     assert_has(&terr(&text), &["`switches[0].uplink.gen`", "appears twice"]);
 }
 
+/// A schema version too large for 64 bits is said as the file writes it, not as the float
+/// JSON reads it into (1.8446744073709552e19), in the library and through the binary.
+#[test]
+fn a_schema_version_past_64_bits_is_said_as_written() {
+    let big = "18446744073709551616";
+    let text = profile_json().replacen(
+        &format!("\"schema_version\": {SCHEMA_VERSION}"),
+        &format!("\"schema_version\": {big}"),
+        1,
+    );
+    assert!(text.contains(big));
+    let e = perr(&text);
+    assert_has(
+        &e,
+        &[&format!(
+            "its `schema_version` is {big}, not a version number"
+        )],
+    );
+    assert!(!e.contains("e19"), "{e}");
+    assert_has(
+        &perr(&text.replacen(big, "1e0", 1)),
+        &["`schema_version` is 1e0,"],
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big-version.json");
+    std::fs::write(&path, &text).unwrap();
+    let out = common::artune(&["show", path.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "not one line: {stderr}");
+    assert!(
+        stderr.contains(&format!("`schema_version` is {big}")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("e19"), "{stderr}");
+    common::assert_no_panic(&stderr);
+}
+
 /// A schema version present but null is one that is not a number, not a missing one (which
 /// would say the file is no profile at all).
 #[test]

@@ -5,6 +5,7 @@ use super::{Profile, SCHEMA_VERSION};
 use crate::topology::file;
 use crate::topology::TopologyError;
 use serde::Deserialize;
+use serde_json::value::RawValue;
 
 /// Why a profile was refused. Each message is a phrase to embed in a sentence that names the
 /// file; callers that act on the kind match on the variant.
@@ -119,15 +120,14 @@ pub const LIMITS: Limits = Limits {
 
 pub(super) fn parse(text: &str) -> Result<Profile, ProfileError> {
     #[derive(Deserialize)]
-    struct Peek {
-        // Present but null is Some(Null): a version that is not a number, not a missing one.
-        #[serde(default, deserialize_with = "present")]
-        schema_version: Option<serde_json::Value>,
+    struct Peek<'a> {
+        // Present but null is Some: a version that is not a number, not a missing one. Raw, so
+        // a number is said as written: 2**64 as a Value would be a float, 1.8446744073709552e19.
+        #[serde(default, borrow, deserialize_with = "present")]
+        schema_version: Option<&'a RawValue>,
     }
-    fn present<'de, D: serde::Deserializer<'de>>(
-        d: D,
-    ) -> Result<Option<serde_json::Value>, D::Error> {
-        serde_json::Value::deserialize(d).map(Some)
+    fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+        <&RawValue>::deserialize(d).map(Some)
     }
     if text.len() as u64 > LIMITS.file_bytes {
         return Err(ProfileError::TooLarge {
@@ -139,28 +139,30 @@ pub(super) fn parse(text: &str) -> Result<Profile, ProfileError> {
     file::check_json(text).map_err(ProfileError::NotJson)?;
     let json = |e: serde_json::Error| ProfileError::Json(file::describe(&e, text));
     let peek: Peek = serde_json::from_str(text).map_err(json)?;
-    match peek.schema_version {
+    let found = match peek.schema_version {
         None if file::parse(text).is_ok() => return Err(ProfileError::TopologyFile),
         None => return Err(ProfileError::NotAProfile),
-        Some(v) => match v.as_u64() {
-            None => return Err(ProfileError::SchemaNotANumber(short(&v))),
-            Some(v) if v > SCHEMA_VERSION as u64 => {
-                return Err(ProfileError::SchemaTooNew { found: v })
-            }
-            Some(v) if v != SCHEMA_VERSION as u64 => {
-                return Err(ProfileError::SchemaUnsupported { found: v })
-            }
-            Some(_) => {}
-        },
+        Some(raw) => serde_json::from_str::<u64>(raw.get())
+            .map_err(|_| ProfileError::SchemaNotANumber(as_written(raw)))?,
+    };
+    if found > SCHEMA_VERSION as u64 {
+        return Err(ProfileError::SchemaTooNew { found });
+    }
+    if found != SCHEMA_VERSION as u64 {
+        return Err(ProfileError::SchemaUnsupported { found });
     }
     let p: Profile = serde_json::from_str(text).map_err(json)?;
     check(&p)?;
     Ok(p)
 }
 
-/// A JSON value for a message, cut to one short line.
-fn short(v: &serde_json::Value) -> String {
-    let s = v.to_string();
+/// A JSON value for a message as the file writes it, cut to one short line: a number's own
+/// digits, anything else compacted.
+fn as_written(raw: &RawValue) -> String {
+    let s = match serde_json::from_str::<serde_json::Value>(raw.get()) {
+        Ok(serde_json::Value::Number(_)) | Err(_) => raw.get().to_string(),
+        Ok(v) => v.to_string(),
+    };
     match s.char_indices().nth(40) {
         Some((i, _)) => format!("{}…", &s[..i]),
         None => s,
