@@ -30,6 +30,13 @@ class Choice:
     fallback: str
     #: The GPUs of the group that answered (a profile may have several placements of a TP).
     gpus: list[int]
+    def __new__(cls, backend: str, nccl: str, expected_us: float, bucket_bytes: int,
+                buffer_bytes: int, custom: bool, fallback: str, gpus: Sequence[int]) -> Choice: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+    def __reduce__(
+        self,
+    ) -> tuple[type[Choice], tuple[str, str, float, int, int, bool, str, list[int]]]: ...
 
 @final
 class Band:
@@ -39,6 +46,11 @@ class Band:
     nccl: str
     custom: bool
     fallback: str
+    def __new__(cls, from_bytes: int, up_to_bytes: int, backend: str, nccl: str, custom: bool,
+                fallback: str) -> Band: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+    def __reduce__(self) -> tuple[type[Band], tuple[int, int, str, str, bool, str]]: ...
 
 @final
 class Check:
@@ -48,6 +60,13 @@ class Check:
     notes: list[str]
     unchecked: list[str]
     verdict: str
+    def __new__(cls, valid: bool, followed: bool, reasons: Sequence[str], notes: Sequence[str],
+                unchecked: Sequence[str], verdict: str) -> Check: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+    def __reduce__(
+        self,
+    ) -> tuple[type[Check], tuple[bool, bool, list[str], list[str], list[str], str]]: ...
 
 @final
 class Profile:

@@ -5,6 +5,7 @@
 
 mod allreduce;
 mod eager;
+mod values;
 
 use std::path::PathBuf;
 
@@ -16,6 +17,7 @@ use crate::allreduce::{Backend, Mode};
 use crate::error::Error;
 use crate::profile::validity::{self, Allow};
 use crate::profile::{Query, Selection, Selector};
+use values::{Band, Check, Choice};
 
 create_exception!(
     artune,
@@ -134,106 +136,6 @@ fn mode(m: &str) -> PyResult<Mode> {
         other => Err(BadInputError::new_err(format!(
             "mode `{other}` is neither \"graph\" nor \"eager\"; pass one of those"
         ))),
-    }
-}
-
-/// What the profile chooses for one message.
-#[pyclass(module = "artune", frozen, get_all)]
-#[derive(Clone)]
-pub struct Choice {
-    /// Backend id as profiles write it, e.g. "nccl" or "two_stage_push".
-    backend: String,
-    /// The NCCL variant to run where NCCL serves ("nccl" = NCCL's own choice).
-    nccl: String,
-    /// Median time measured at the serving bucket, microseconds.
-    expected_us: f64,
-    /// The serving bucket's upper bound, bytes.
-    bucket_bytes: u64,
-    /// Device memory per GPU the backend's buffers need (0 for NCCL).
-    buffer_bytes: u64,
-    /// True for a custom peer-to-peer kernel, False for NCCL and its variants.
-    custom: bool,
-    /// What an engine without artune's kernels runs: `backend` where engines have a path of
-    /// its shape, else the profile's choice among those (for an island schedule).
-    fallback: String,
-    /// The GPUs of the group that answered (the profile may have several placements).
-    gpus: Vec<usize>,
-}
-
-#[pymethods]
-impl Choice {
-    fn __repr__(&self) -> String {
-        format!(
-            "Choice(backend={:?}, nccl={:?}, expected_us={}, bucket_bytes={}, buffer_bytes={}, custom={}, fallback={:?}, gpus={:?})",
-            self.backend,
-            self.nccl,
-            self.expected_us,
-            self.bucket_bytes,
-            self.buffer_bytes,
-            if self.custom { "True" } else { "False" },
-            self.fallback,
-            self.gpus
-        )
-    }
-}
-
-/// One band of a group: sizes `from_bytes` to `up_to_bytes`. The first band starts where
-/// the profile answers (1 where its smallest size is at most 4 KiB, else that size: below it
-/// select has no answer); each next one just above the previous band's `up_to_bytes`.
-#[pyclass(module = "artune", frozen, get_all)]
-#[derive(Clone)]
-pub struct Band {
-    from_bytes: u64,
-    up_to_bytes: u64,
-    backend: String,
-    nccl: String,
-    custom: bool,
-    /// What an engine without artune's kernels runs in this band (see `Choice.fallback`).
-    fallback: String,
-}
-
-#[pymethods]
-impl Band {
-    fn __repr__(&self) -> String {
-        format!(
-            "Band(from_bytes={}, up_to_bytes={}, backend={:?}, nccl={:?})",
-            self.from_bytes, self.up_to_bytes, self.backend, self.nccl
-        )
-    }
-}
-
-/// The validity rule's verdict on a profile for a machine (src/profile/validity.rs), as the
-/// NCCL plugin, the C ABI and `artune check` give it.
-#[pyclass(module = "artune", frozen, get_all)]
-pub struct Check {
-    /// The hardware that decides is the profile's: it holds here.
-    valid: bool,
-    /// Whether a consumer follows it: valid, or every reason overridden (`allow_*`).
-    followed: bool,
-    /// Why it is not valid here, old → new.
-    reasons: Vec<String>,
-    /// What differs but leaves it valid (driver, CUDA or NCCL version, NCCL variables,
-    /// another node of the class): `artune check --measure` tells whether the choices hold.
-    notes: Vec<String>,
-    /// What the machine does not report, so it was not compared.
-    unchecked: Vec<String>,
-    /// The verdict in one phrase, as the start-up lines print it: "valid here; …",
-    /// "not valid here (…): …", or "NOT valid here (…), followed because …".
-    verdict: String,
-}
-
-#[pymethods]
-impl Check {
-    fn __repr__(&self) -> String {
-        let py_bool = |b: bool| if b { "True" } else { "False" };
-        format!(
-            "Check(valid={}, followed={}, reasons={:?}, notes={:?}, unchecked={:?})",
-            py_bool(self.valid),
-            py_bool(self.followed),
-            self.reasons,
-            self.notes,
-            self.unchecked
-        )
     }
 }
 

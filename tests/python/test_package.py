@@ -1,7 +1,9 @@
 """The artune Python package itself: the same validation, selection and messages as Rust."""
 
+import copy
 import json
 import os
+import pickle
 import subprocess
 
 import artune
@@ -209,3 +211,24 @@ def test_select_and_explain_answer_for_the_gpus_asked(tmp_path):
         p.select(2, 4096, gpus=[3, 3])
     assert p.select(2, 4096, gpus=[5, 6]) is None
     assert "no TP2 graph group on GPUs 5,6" in p.explain(2, 4096, gpus=[5, 6])
+
+
+def test_choice_band_and_check_are_values(profiles):
+    """What select, bands and check answer compare and hash by their fields, and pickle
+    (multiprocessing and Ray move them between processes)."""
+    p = artune.Profile.load(profiles["pair"])
+    answers = [(p.select(2, 4096), p.select(2, 4096), p.select(2, 64 << 20)),
+               (p.bands(2)[0], p.bands(2)[0], p.bands(2)[-1]),
+               (p.check(sim="pcie-2x"), p.check(sim="pcie-2x"),
+                p.check(sim="pcie-4x-1switch"))]
+    for a, same, other in answers:
+        assert a is not same and a == same and hash(a) == hash(same), a
+        assert a != other and len({a, same, other}) == 2, (a, other)
+        assert a != repr(a) and a != None  # noqa: E711 - == against another type is False
+        for back in (pickle.loads(pickle.dumps(a)), copy.deepcopy(a), copy.copy(a)):
+            assert type(back) is type(a) and back == a and hash(back) == hash(a), back
+            assert repr(back) == repr(a)
+    assert pickle.loads(pickle.dumps(answers)) == answers
+    with pytest.raises(AttributeError):
+        answers[0][0].backend = "nccl"
+
