@@ -758,3 +758,31 @@ fn a_plugin_following_another_placement_names_it() {
         "no placement whose plugin follows another's NCCL: the test proves nothing"
     );
 }
+
+/// vLLM's fusion pass serves both modes: a profile that starts with NCCL in both refuses it,
+/// and the same profile with its graph group alone has no answer for eager calls, so the
+/// plugin leaves vLLM's fusion sizes and `why` says so.
+#[test]
+fn a_graph_only_profile_leaves_vllms_fusion_sizes() {
+    let d = tempfile::tempdir().unwrap();
+    let mut p = sample::profile_with("nvswitch-8x", &[8], &[4 << 10, 64 << 10, 1 << 20]);
+    for g in &mut p.groups {
+        g.buckets[0].choice = artune::Backend::Nccl;
+    }
+    let line = |p: &Profile, name: &str| {
+        let file = write(d.path(), name, p);
+        let (code, out, err) = run(&["why", &file, "--tp", "8", "--bytes", "4096"]);
+        assert_eq!(code, 0, "{err}");
+        let line = out.lines().find(|l| l.contains("vLLM + artune's plugin"));
+        line.unwrap_or_else(|| panic!("{out}")).to_string()
+    };
+    let both = line(&p, "both.json");
+    assert!(both.contains("is not fused here") && both.contains("which starts with NCCL"));
+    p.groups.retain(|g| g.mode == artune::Mode::Graph);
+    let graph = line(&p, "graph.json");
+    assert!(
+        graph.contains("is fused into FlashInfer's kernel here")
+            && graph.contains("the profile lacks a mode at this TP size"),
+        "{graph}"
+    );
+}

@@ -343,14 +343,17 @@ class Bands:
             return False if False in got else True if True in got else None
         return self.profile.custom_at(tp, nbytes, mode)
 
-    def largest_custom(self, tp: int) -> int:
-        """The largest message the profile routes to a custom kernel at ``tp``, either mode."""
-        return self.profile.largest_custom(tp) if tp in self._tps else 0
+    def largest_custom(self, tp: int) -> Optional[int]:
+        """The largest message the profile routes to a custom kernel at ``tp``, either mode
+        (0: none): what a custom all-reduce serving both modes is cut to. None where the
+        profile lacks ``tp`` or a mode there: the engine's own size stands."""
+        return self.profile.largest_custom(tp) if tp in self._tps else None
 
-    def custom_prefix(self, tp: int) -> int:
+    def custom_prefix(self, tp: int) -> Optional[int]:
         """The largest size up to which the profile chooses custom at every size from the
-        smallest, in both modes (0: it starts with NCCL)."""
-        return self.profile.custom_prefix(tp) if tp in self._tps else 0
+        smallest, in both modes (0: it starts with NCCL); None where it lacks ``tp`` or a
+        mode there (a fusion serving both modes keeps the engine's sizes)."""
+        return self.profile.custom_prefix(tp) if tp in self._tps else None
 
     def fused_up_to(self, tp: int, engine: Optional[int]) -> Optional[int]:
         """A fused allreduce+norm the engine fuses up to ``engine`` bytes: how far the plugin

@@ -33,14 +33,16 @@ Beyond the per-call gates:
   custom, they cover NCCL sizes, so v2 is also gated per call as v1 is
   (``CustomAllReduceV2.should_custom_ar``): a size the profile gives NCCL runs NCCL.
 - v1 (a PCIe pair): ``max_size`` cut to the largest custom size; per call, what the profile
-  chose.
+  chose. v1 is one object for both modes, so where the profile lacks a mode its build and
+  ``max_size`` stay SGLang's (no answer there); v2's limits of a mode it lacks stay SGLang's.
 - ``GroupCoordinator.__init__``: a TP group whose size the profile gives NCCL at every size is
   built with ``use_custom_allreduce=False`` (no IPC buffers, no "Setup Custom allreduce
   failed" warning); each TP group logs one line saying what SGLang runs per size band. Groups
   other than TP keep SGLang's choice.
 - FlashInfer's allreduce+RMSNorm fusion (auto-enabled for many architectures) is decided by
   the profile, as vLLM's fusion pass: it fuses only up to the profile's custom band from the
-  smallest size; a size it refuses is declined as SGLang declines, and the norm's all-reduce
+  smallest size in both modes (where the profile lacks a mode, SGLang's sizes: the fusion
+  serves both); a size it refuses is declined as SGLang declines, and the norm's all-reduce
   runs. ``ARTUNE_SGLANG_FUSION=engine`` leaves it to SGLang.
 - The gates refuse only SGLang's dispatch (engines.json ``asked_by``), which falls back to the
   next path; any other caller gets SGLang's own answer.
@@ -170,7 +172,8 @@ def _register(patches: "_engine.Patches") -> None:
             b = car_sig.bind(self, *args, **kwargs)
             b.apply_defaults()
             v = plan.get(dist.get_world_size(b.arguments["group"]))
-            if v is not None and v[0] == "v1" and v[2] > 0:
+            # None: the profile lacks a mode, and v1 serves both, so SGLang's max_size stands.
+            if v is not None and v[0] == "v1" and v[2]:
                 # SGLang's v1 takes a message up to max_size, inclusive.
                 b.arguments["max_size"] = min(b.arguments["max_size"],
                                               _engine.round_up16(v[2]))
@@ -392,10 +395,11 @@ def _v2_follows(get_config, plan):
                 mc=mc,
             )
 
+        # A mode the profile lacks (None) keeps SGLang's own config: no answer there.
         lims = v[1]
         return base._replace(
-            graph=follow(base.graph, lims["graph"]),
-            eager=follow(base.eager, lims["eager"]),
+            graph=base.graph if lims["graph"] is None else follow(base.graph, lims["graph"]),
+            eager=base.eager if lims["eager"] is None else follow(base.eager, lims["eager"]),
         )
 
     return followed
@@ -406,8 +410,11 @@ def describe(plan) -> str:
     for tp, v in sorted(plan.items()):
         if v[0] == "v2":
             parts.append(f"TP{tp}: v2 limits {v[1]}")
+        elif v[0] == "v1" and v[1]:
+            parts.append(f"TP{tp}: v1 up to {v[2]} B" if v[2] is not None
+                         else f"TP{tp}: v1 at SGLang's max_size")
         elif v[0] == "v1":
-            parts.append(f"TP{tp}: v1 up to {v[2]} B" if v[1] else f"TP{tp}: NCCL")
+            parts.append(f"TP{tp}: NCCL")
         else:
             parts.append(f"TP{tp}: NCCL ({v[1]})")
     return "; ".join(parts)
@@ -430,6 +437,9 @@ def startup_line(bands, patches, plan, name: str, ws: int, off: bool, own=None) 
     elif off:
         parts.append(f"custom all-reduce not built ({v[1] if v[0] == 'nccl' else 'NCCL wins'}),"
                      " so no IPC buffers are allocated")
+    elif v[2] is None:
+        parts.append("custom sizes run v1 at SGLang's own max_size (the profile lacks a mode, "
+                     "and v1 serves both)")
     else:
         parts.append(f"custom sizes run v1 up to {_engine.size(v[2])}")
     parts.append("NCCL sizes run NCCL with artune's tuner plugin")
@@ -437,8 +447,10 @@ def startup_line(bands, patches, plan, name: str, ws: int, off: bool, own=None) 
         parts.append(own.said)
     if "flashinfer_fusion" in patches.applied:
         top = bands.custom_prefix(ws)
-        parts.append("FlashInfer allreduce+RMSNorm fusion " +
-                     (f"to {_engine.size(top)}" if top else "off (the profile starts with NCCL)"))
+        parts.append("FlashInfer allreduce+RMSNorm fusion " + (
+            "at SGLang's sizes (the profile lacks a mode, and the fusion serves both)"
+            if top is None else f"to {_engine.size(top)}" if top
+            else "off (the profile starts with NCCL)"))
     elif any(s.startswith("flashinfer_fusion") for s in patches.skipped):
         # The user left fusion to artune, but this SGLang's fusion could not be patched.
         parts.append("FlashInfer allreduce+RMSNorm fusion left to SGLang (its patch was not "

@@ -36,12 +36,14 @@ Beyond the per-call gates:
   where vLLM's custom all-reduce registers its own (``CustomAllreduce.capture``). Graphs
   captured elsewhere run the staged form.
 - ``CustomAllreduce.__init__``: ``max_size`` cut to the largest size the profile routes to a
-  custom kernel.
+  custom kernel. The object serves both modes, so where the profile lacks a mode (no answer
+  there) its ``max_size`` stays vLLM's, and it is neither closed nor left unbuilt.
 - The fusion pass (allreduce+RMSNorm into one FlashInfer kernel at compile time) is decided
   by the profile, because it runs FlashInfer's peer-to-peer kernel at every size it fuses: it
   fuses only up to the profile's custom band that starts at the smallest size, and not at all
   where the profile starts with NCCL. It saves a kernel and a norm pass the profile did not
-  measure; ``ARTUNE_VLLM_FUSION=engine`` keeps vLLM's own fusion sizes instead. The models
+  measure; ``ARTUNE_VLLM_FUSION=engine`` keeps vLLM's own fusion sizes instead. The pass
+  serves both modes, so where the profile lacks a mode vLLM's sizes stand. The models
   that call FlashInfer's fused allreduce+RMSNorm from their own code (DeepSeek-V3.2, Kimi-K3,
   MiniMax-M3, through ``fused_allreduce_gemma_rms_norm._max_token_num``) follow the same cut,
   as does Qwen3.5's fused allreduce+norm+quant (its ``_get_workspace`` declines above it).
@@ -207,8 +209,9 @@ def _register(patches: "_engine.Patches") -> None:
             b = car_sig.bind(self, *args, **kwargs)
             b.apply_defaults()
             ws = dist.get_world_size(b.arguments["group"])
+            # None: the profile lacks a mode, and this object serves both: vLLM's max_size.
             top = bands.largest_custom(ws)
-            if top > 0:
+            if top:
                 # vLLM takes a message when its size is below max_size.
                 b.arguments["max_size"] = min(b.arguments["max_size"],
                                               _engine.round_up16(top + 1))
@@ -375,7 +378,7 @@ def custom_ar_note(ca, bands, ws: int, off: bool, freed=None, own=None) -> str:
     mem = f"{mib(ipc_bytes(ca))} of IPC buffers per GPU allocated"
     if getattr(ca, "mnnvl_multicast_ptr", 0):
         mem += f" (and {mib(6 * ca.mnnvl_buffer_size)} of multicast memory)"
-    if bands.largest_custom(ws) > 0:
+    if bands.largest_custom(ws) != 0:
         return f"custom AR built for all-reduces under {mib(ca.max_size)}: {mem}"
     multicast = bool(getattr(ca, "mnnvl_multicast_ptr", 0))
     ag = ca.max_mnnvl_all_gather_size if multicast else ca.max_all_gather_size
@@ -438,7 +441,9 @@ def startup_line(bands, patches, name: str, ws: int, off: bool, fusion: bool, ca
              if p in patches.applied]
     if fusion and fused:
         top = bands.custom_prefix(ws)
-        parts.append(" and ".join(fused) + (f" to {_engine.size(top)}" if top else " off"))
+        parts.append(" and ".join(fused) + (
+            " at vLLM's sizes (the profile lacks a mode, and they serve both)" if top is None
+            else f" to {_engine.size(top)}" if top else " off"))
     elif not fusion:
         parts.append(f"fusion pass and models' fused allreduce+RMSNorm left to vLLM "
                      f"({ENV_FUSION}=engine)")

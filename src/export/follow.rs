@@ -10,6 +10,11 @@
 //! paths are asked. A fused allreduce+norm runs the engine's peer kernel at every size up to
 //! its limit, so it fuses only inside the custom band that starts at the smallest size, in both
 //! modes (the pass is built once for both).
+//!
+//! A setting the engine has once for both modes (the fusion's limit, a custom all-reduce's
+//! `max_size` or whether it is built) follows the profile only where it answers both modes:
+//! a mode it lacks has no answer, so the engine's own rule stands there, and a limit taken from
+//! the other mode would steer calls the profile never measured.
 
 use crate::allreduce::{Backend, Mode};
 use crate::profile::routes::{KernelSetting, Routes};
@@ -60,13 +65,9 @@ impl<'s> Follow<'s> {
         }
     }
 
-    fn groups(&self) -> impl Iterator<Item = &'s GroupSelector> {
-        [self.graph, self.eager].into_iter().flatten()
-    }
-
     /// The profile has this TP size at all (else the plugins keep the engine's choice).
     pub fn covers(&self) -> bool {
-        self.groups().next().is_some()
+        self.graph.is_some() || self.eager.is_some()
     }
 
     /// Some(true) where the profile chose a custom kernel for `bytes` in `mode`, Some(false)
@@ -115,43 +116,50 @@ impl<'s> Follow<'s> {
         self.custom_at(bytes, mode) != Some(false)
     }
 
-    /// The largest size up to which the profile chooses custom at every size from the
-    /// smallest, in every mode it has (0: some mode starts with NCCL, or no group).
-    pub fn custom_prefix(&self) -> u64 {
-        self.groups()
-            .map(|g| {
-                g.sizes()
-                    .iter()
-                    .zip(g.answers())
-                    .take_while(|(_, a)| a.fallback.is_custom())
-                    .last()
-                    .map_or(0, |(&s, _)| s)
-            })
-            .min()
-            .unwrap_or(0)
+    /// Both modes' groups, where the profile has both: what a setting governing both modes
+    /// follows (see the module's doc).
+    fn both(&self) -> Option<[&'s GroupSelector; 2]> {
+        Some([self.graph?, self.eager?])
     }
 
-    /// The largest message the profile routes to a custom kernel, either mode (0: none).
-    pub fn largest_custom(&self) -> u64 {
-        self.groups()
-            .flat_map(|g| g.sizes().iter().zip(g.answers()))
-            .filter(|(_, a)| a.fallback.is_custom())
-            .map(|(&s, _)| s)
-            .max()
-            .unwrap_or(0)
+    /// The largest size up to which the profile chooses custom at every size from the
+    /// smallest, in both modes (0: either starts with NCCL); None where it lacks a mode.
+    pub fn custom_prefix(&self) -> Option<u64> {
+        let prefix = |g: &GroupSelector| {
+            g.sizes()
+                .iter()
+                .zip(g.answers())
+                .take_while(|(_, a)| a.fallback.is_custom())
+                .last()
+                .map_or(0, |(&s, _)| s)
+        };
+        self.both()
+            .map(|gs| gs.map(prefix).into_iter().min().unwrap_or(0))
+    }
+
+    /// The largest message the profile routes to a custom kernel in either mode (0: none),
+    /// for a buffer serving both; None where it lacks a mode.
+    pub fn largest_custom(&self) -> Option<u64> {
+        let gs = self.both()?;
+        Some(
+            gs.into_iter()
+                .flat_map(|g| g.sizes().iter().zip(g.answers()))
+                .filter(|(_, a)| a.fallback.is_custom())
+                .map(|(&s, _)| s)
+                .max()
+                .unwrap_or(0),
+        )
     }
 
     /// A fused allreduce+norm whose engine fuses up to `engine` bytes (None: it does not
     /// fuse here): the size the plugin lets it fuse to, None where it fuses nothing. Where
-    /// the profile lacks this TP size the engine's own size stands.
+    /// the profile lacks this TP size or a mode, the engine's own size stands.
     pub fn fused_up_to(&self, engine: Option<u64>) -> Option<u64> {
         let base = engine?;
-        if !self.covers() {
-            return Some(base);
-        }
         match self.custom_prefix() {
-            0 => None,
-            top => Some(base.min(top)),
+            None => Some(base),
+            Some(0) => None,
+            Some(top) => Some(base.min(top)),
         }
     }
 }
@@ -194,8 +202,8 @@ mod tests {
         let f = Follow::new(&sel, 2, None);
         assert_eq!(f.custom_at(64 << 10, Mode::Graph), Some(false));
         assert_eq!(f.custom_at(1 << 20, Mode::Graph), Some(true));
-        assert_eq!(f.custom_prefix(), 4 << 10);
-        assert_eq!(f.largest_custom(), 1 << 20);
+        assert_eq!(f.custom_prefix(), Some(4 << 10));
+        assert_eq!(f.largest_custom(), Some(1 << 20));
     }
 
     #[test]
@@ -205,8 +213,8 @@ mod tests {
         let f = Follow::new(&sel, 2, None);
         assert!(f.covers());
         // Graph custom to 64K, eager only to 4K: fusion (built once for both) stops at 4K.
-        assert_eq!(f.custom_prefix(), 4 << 10);
-        assert_eq!(f.largest_custom(), 1 << 20);
+        assert_eq!(f.custom_prefix(), Some(4 << 10));
+        assert_eq!(f.largest_custom(), Some(1 << 20));
         assert_eq!(f.fused_up_to(Some(32 << 20)), Some(4 << 10));
         assert_eq!(f.fused_up_to(Some(2 << 10)), Some(2 << 10));
         assert_eq!(f.fused_up_to(None), None);
@@ -257,11 +265,29 @@ mod tests {
         let p = shaped(&[false, true, true], &[true, true, true]);
         let sel = p.selector();
         let f = Follow::new(&sel, 2, None);
-        assert_eq!(f.custom_prefix(), 0);
+        assert_eq!(f.custom_prefix(), Some(0));
         assert_eq!(f.fused_up_to(Some(1 << 20)), None);
         let none = Follow::new(&sel, 8, None);
         assert!(!none.covers());
         assert_eq!(none.fused_up_to(Some(1 << 20)), Some(1 << 20));
-        assert_eq!(none.largest_custom(), 0);
+        assert_eq!(none.largest_custom(), None);
+    }
+
+    /// A graph-only profile answers nothing about eager calls: the settings that serve both
+    /// modes keep the engine's own, and graph's answers stay graph's.
+    #[test]
+    fn a_mode_the_profile_lacks_keeps_the_engines_settings() {
+        let mut p = shaped(&[false, true, false], &[true, true, true]);
+        p.groups.retain(|g| g.mode == Mode::Graph);
+        let sel = p.selector();
+        let f = Follow::new(&sel, 2, None);
+        assert!(f.covers());
+        assert_eq!(f.custom_prefix(), None);
+        assert_eq!(f.largest_custom(), None);
+        assert_eq!(f.fused_up_to(Some(1 << 20)), Some(1 << 20));
+        assert_eq!(f.custom_at(4 << 10, Mode::Graph), Some(false));
+        assert_eq!(f.custom_at(4 << 10, Mode::Eager), None);
+        assert!(f.allows(4 << 10, Mode::Eager));
+        assert_eq!(f.steps(Mode::Eager), None);
     }
 }

@@ -215,10 +215,17 @@ pub(super) fn plugin_runs(p: &Profile, g: &GroupProfile, bytes: u64) -> EngineRu
     let vllm_max = model().fusion_max(capability(&p.topology, &g.gpus), g.gpus.len());
     if let Some(max) = vllm_max {
         let top = rule.fused_up_to(Some(max));
-        run.because.push_str(&match top {
-            Some(top) if bytes <= top => "; at -O2 an allreduce followed by RMSNorm is fused into FlashInfer's kernel here".to_string(),
+        let fused = "; at -O2 an allreduce followed by RMSNorm is";
+        run.because.push_str(&match (rule.custom_prefix(), top) {
+            // The pass serves both modes: where the profile lacks one, vLLM's sizes stand.
+            (None, _) => format!(
+                "{fused} {} (vLLM fuses to {}; the profile lacks a mode at this TP size and the pass serves both, so the plugin leaves vLLM's sizes)",
+                if bytes <= max { "fused into FlashInfer's kernel here" } else { "not fused here" },
+                fmt_bytes(max)
+            ),
+            (_, Some(top)) if bytes <= top => format!("{fused} fused into FlashInfer's kernel here"),
             _ => format!(
-                "; at -O2 an allreduce followed by RMSNorm is not fused here (vLLM fuses to {}, the plugin only inside the profile's custom band from the smallest size in both modes{})",
+                "{fused} not fused here (vLLM fuses to {}, the plugin only inside the profile's custom band from the smallest size in both modes{})",
                 fmt_bytes(max),
                 match top {
                     Some(top) => format!(", to {}", fmt_bytes(top)),

@@ -328,13 +328,15 @@ impl Profile {
     }
 
     /// The largest size up to which the profile chooses custom from the smallest size, in
-    /// every mode it has at `tp` (0: it starts with NCCL): where a fused allreduce+norm stops.
-    fn custom_prefix(&self, tp: &Bound<'_, PyAny>) -> PyResult<u64> {
+    /// both modes at `tp` (0: one starts with NCCL): where a fused allreduce+norm stops. None
+    /// where the profile lacks a mode there: the fusion serves both, so the engine's stands.
+    fn custom_prefix(&self, tp: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
         Ok(self.follow(tp_size(tp)?).custom_prefix())
     }
 
-    /// The largest message the profile routes to a custom kernel at `tp`, either mode.
-    fn largest_custom(&self, tp: &Bound<'_, PyAny>) -> PyResult<u64> {
+    /// The largest message the profile routes to a custom kernel at `tp` in either mode (0:
+    /// none), for a custom all-reduce serving both; None where the profile lacks a mode.
+    fn largest_custom(&self, tp: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
         Ok(self.follow(tp_size(tp)?).largest_custom())
     }
 
@@ -479,8 +481,9 @@ impl Profile {
     }
 
     /// What artune's SGLang plugin sets up at TP size `tp` (both modes of the default
-    /// placement): `("v2", {"graph": (push1, pull1, pull2), "eager": (...)})`,
-    /// `("v1", build, max_bytes)`, `("nccl", reason)`, or None without the TP size.
+    /// placement): `("v2", {"graph": (push1, pull1, pull2), "eager": (...)})`, a mode the
+    /// profile lacks None (SGLang's own limits); `("v1", build, max_bytes)`, max_bytes None
+    /// where SGLang's own max_size stands; `("nccl", reason)`; or None without the TP size.
     fn sglang_setup<'py>(
         &self,
         py: Python<'py>,
@@ -493,8 +496,9 @@ impl Profile {
         let t = match s {
             SglangSetup::V2 { graph, eager } => {
                 let d = pyo3::types::PyDict::new(py);
-                d.set_item("graph", (graph[0], graph[1], graph[2]))?;
-                d.set_item("eager", (eager[0], eager[1], eager[2]))?;
+                let lim = |l: Option<[u64; 3]>| l.map(|l| (l[0], l[1], l[2]));
+                d.set_item("graph", lim(graph))?;
+                d.set_item("eager", lim(eager))?;
                 ("v2", d).into_pyobject(py)?.into_any()
             }
             SglangSetup::V1 { build, max_bytes } => {

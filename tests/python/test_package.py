@@ -1,5 +1,6 @@
 """The artune Python package itself: the same validation, selection and messages as Rust."""
 
+import collections
 import copy
 import json
 import os
@@ -7,9 +8,11 @@ import pickle
 import subprocess
 
 import artune
+import artune.sglang
+import artune.vllm
 import pytest
 
-from conftest import BIN
+from conftest import BIN, tune
 
 
 def test_select_matches_the_binary(profiles):
@@ -213,6 +216,10 @@ def test_select_and_explain_answer_for_the_gpus_asked(tmp_path):
     assert "no TP2 graph group on GPUs 5,6" in p.explain(2, 4096, gpus=[5, 6])
 
 
+SLOW_NCCL = ("--sim-faults",
+             "slow=nccl+nccl_ring_ll+nccl_ring_simple+nccl_tree_ll+nccl_tree_simple:2")
+
+
 def test_choice_band_and_check_are_values(profiles):
     """What select, bands and check answer compare and hash by their fields, and pickle
     (multiprocessing and Ray move them between processes)."""
@@ -232,3 +239,45 @@ def test_choice_band_and_check_are_values(profiles):
     with pytest.raises(AttributeError):
         answers[0][0].backend = "nccl"
 
+
+def test_a_graph_only_profile_leaves_eager_calls_to_the_engine(profiles, tmp_path):
+    """The settings an engine has once for both modes (v1's build and max_size, vLLM's custom
+    all-reduce max_size, the fusion cut) follow a profile only where it answers both modes: a
+    graph-only profile has no answer for eager calls, so the engine's own rule stays there;
+    v2's eager limits stay SGLang's. The same profile tuned in both modes is cut."""
+    tmp = str(tmp_path)
+    both = artune.Profile.load(profiles["pair"])
+    pair = artune.Profile.load(tune(tmp, "pcie-2x", "--mode", "graph", *SLOW_NCCL,
+                                    "--mem-budget", "5MiB", name="pair-graph"))
+    nccl = artune.Profile.load(tune(tmp, "pcie-2x", "--mode", "graph", "--mem-budget", "1MiB",
+                                    name="pair-nccl-graph"))
+    engine = 1 << 30
+    kind, build, cut = both.sglang_setup(2)
+    assert (kind, build) == ("v1", True) and 0 < cut < engine
+    assert both.largest_custom(2) == cut and both.fused_up_to(2, engine) < engine
+    for p in (pair, nccl):
+        assert p.sizes(2, "eager") == [] and p.sizes(2, "graph")
+        assert all(p.custom_at(2, n, "eager") is None for n in p.sizes(2, "graph"))
+        # The graph answers still hold: NCCL sizes in graph mode.
+        assert any(p.custom_at(2, n, "graph") is False for n in p.sizes(2, "graph"))
+        assert p.sglang_setup(2) == ("v1", True, None)
+        assert p.largest_custom(2) is None and p.custom_prefix(2) is None
+        assert p.fused_up_to(2, engine) == engine
+        bands = artune._engine.Bands(p)
+        assert bands.largest_custom(2) is None and bands.fused_up_to(2, engine) == engine
+        assert artune.sglang.Decided(p).fused_up_to(2, engine) == engine
+        vllm_pass = artune.vllm._fusion_follows(lambda self, ws: engine, bands)
+        assert vllm_pass(None, 2) == engine
+
+    nv = artune.Profile.load(tune(tmp, "nvswitch-8x", "--tp", "8", "--mode", "graph",
+                                  name="nv-graph"))
+    kind, limits = nv.sglang_setup(8)
+    assert kind == "v2" and limits["eager"] is None and limits["graph"] is not None
+    Range = collections.namedtuple("Range", "min_bytes max_bytes")
+    Hint = collections.namedtuple("Hint", "one_shot_push_threshold one_shot_pull_threshold "
+                                          "two_shot_pull_threshold two_shot_push_threshold mc")
+    Config = collections.namedtuple("Config", "graph eager")
+    sglangs = Hint(1000, 2000, 3000, 4000, Range(100, 5000))  # no profile limit is these
+    get = artune.sglang._v2_follows(lambda ws: Config(sglangs, sglangs), artune.sglang.plans(nv))
+    assert get(8).eager == sglangs
+    assert get(8).graph.two_shot_pull_threshold == limits["graph"][2] != sglangs[2]

@@ -38,15 +38,19 @@ pub fn plugin_plan(p: &Profile, g: &GroupProfile) -> PluginPlan {
 }
 
 /// What artune's SGLang plugin sets up for a TP size, from the default placement's groups
-/// (the plugin knows the TP size, not the GPUs), both modes together as SGLang builds one
-/// custom all-reduce for both.
+/// (the plugin knows the TP size, not the GPUs). v2 has limits per mode; v1 is one object
+/// for both modes, so its build and `max_size` follow the profile only where it has both (a
+/// mode it lacks has no answer, and SGLang's own v1 stands for it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Setup {
-    /// v2 at these limits per mode (a mode the profile lacks takes the other's).
-    V2 { graph: [u64; 3], eager: [u64; 3] },
-    /// v1, built with `max_size` cut to `max_bytes` (rounded up to 16) where `build`, else
-    /// not built at all (NCCL at every size).
-    V1 { build: bool, max_bytes: u64 },
+    /// v2 at these limits per mode; None: the profile lacks the mode, SGLang's own limits.
+    V2 {
+        graph: Option<[u64; 3]>,
+        eager: Option<[u64; 3]>,
+    },
+    /// v1, built with `max_size` cut to `max_bytes` (rounded up to 16; None: SGLang's own)
+    /// where `build`, else not built at all (NCCL at every size).
+    V1 { build: bool, max_bytes: Option<u64> },
     /// No custom all-reduce built: SGLang runs NCCL here whatever it is told.
     Nccl { because: &'static str },
 }
@@ -60,41 +64,44 @@ pub fn plugin_setup(p: &Profile, tp: usize) -> Option<Setup> {
         })
         .map(|g| plugin_plan(p, g))
     };
-    match (plan(Mode::Graph), plan(Mode::Eager)) {
-        (None, None) => None,
-        (Some(PluginPlan::V2 { limits: g }), Some(PluginPlan::V2 { limits: e })) => {
-            Some(Setup::V2 { graph: g, eager: e })
-        }
-        (Some(PluginPlan::V2 { limits }), None) | (None, Some(PluginPlan::V2 { limits })) => {
-            Some(Setup::V2 {
-                graph: limits,
-                eager: limits,
-            })
-        }
-        (a, b) => {
-            let plans: Vec<PluginPlan> = [a, b].into_iter().flatten().collect();
-            if let Some(because) = plans.iter().find_map(|x| match x {
-                PluginPlan::Nccl { because } => Some(*because),
-                _ => None,
-            }) {
-                return Some(Setup::Nccl { because });
-            }
-            let keep = plans
-                .iter()
-                .all(|x| matches!(x, PluginPlan::V1 { keep: true, .. }));
-            let max_bytes = plans
-                .iter()
-                .filter_map(|x| match x {
-                    PluginPlan::V1 { max_bytes, .. } => Some(*max_bytes),
-                    _ => None,
-                })
-                .max()
-                .unwrap_or(0);
+    let plans = [plan(Mode::Graph), plan(Mode::Eager)];
+    if plans.iter().all(Option::is_none) {
+        return None;
+    }
+    if let Some(because) = plans.iter().flatten().find_map(|x| match x {
+        PluginPlan::Nccl { because } => Some(*because),
+        _ => None,
+    }) {
+        return Some(Setup::Nccl { because });
+    }
+    let v2 = |x: &Option<PluginPlan>| match x {
+        Some(PluginPlan::V2 { limits }) => Some(*limits),
+        _ => None,
+    };
+    if plans.iter().any(|x| v2(x).is_some()) {
+        return Some(Setup::V2 {
+            graph: v2(&plans[0]),
+            eager: v2(&plans[1]),
+        });
+    }
+    match plans {
+        [Some(PluginPlan::V1 {
+            keep: kg,
+            max_bytes: mg,
+        }), Some(PluginPlan::V1 {
+            keep: ke,
+            max_bytes: me,
+        })] => {
+            let max_bytes = mg.max(me);
             Some(Setup::V1 {
-                build: keep && max_bytes > 0,
-                max_bytes,
+                build: kg && ke && max_bytes > 0,
+                max_bytes: Some(max_bytes),
             })
         }
+        _ => Some(Setup::V1 {
+            build: true,
+            max_bytes: None,
+        }),
     }
 }
 
@@ -154,12 +161,18 @@ fn paths_under_plugin(p: &Profile, g: &GroupProfile, bytes: u64, flashinfer: boo
             build: true,
             max_bytes,
         }) => {
-            let max = max_bytes.div_ceil(16) * 16;
+            let max = max_bytes.map_or(v1_max(), |m| m.div_ceil(16) * 16);
             if bytes > max || !bytes.is_multiple_of(16) {
-                nccl(format!(
-                    "above v1's max_size, which the plugin cut to {} (the profile's largest custom size), or not a multiple of 16 bytes",
-                    fmt_bytes(max)
-                ))
+                nccl(match max_bytes {
+                    Some(_) => format!(
+                        "above v1's max_size, which the plugin cut to {} (the profile's largest custom size), or not a multiple of 16 bytes",
+                        fmt_bytes(max)
+                    ),
+                    None => format!(
+                        "above v1's max_size, SGLang's own {} (the profile lacks a mode, so the plugin leaves it), or not a multiple of 16 bytes",
+                        fmt_bytes(max)
+                    ),
+                })
             } else if !rule.allows(bytes, g.mode) {
                 nccl(format!("{}, so the plugin turns down v1's should_custom_ar", nccl_here(p, g)))
             } else {
@@ -174,7 +187,13 @@ fn paths_under_plugin(p: &Profile, g: &GroupProfile, bytes: u64, flashinfer: boo
             format!("{}, so the plugin turns down v2's should_custom_ar", nccl_here(p, g)),
         ),
         Some(Setup::V2 { graph, eager }) => {
-            let lim = if g.mode == Mode::Graph { graph } else { eager };
+            let Some(lim) = (if g.mode == Mode::Graph { graph } else { eager }) else {
+                return run(
+                    "custom all-reduce v2 at SGLang's own limits",
+                    None,
+                    format!("the profile has no {} group at the default placement of TP{}, so the plugin leaves SGLang's limits of that mode", g.mode.id(), g.tp),
+                );
+            };
             let band = if !bytes.is_multiple_of(16) {
                 3
             } else {

@@ -108,7 +108,7 @@ fn the_plugin_runs_nccl_inside_v2s_limits_where_the_profile_says_nccl() {
         let Some(Setup::V2 { graph, eager }) = plugin_setup(&p, 4) else {
             panic!("full NVLink at TP4 runs v2");
         };
-        let lim = if g.mode == Mode::Graph { graph } else { eager };
+        let lim = if g.mode == Mode::Graph { graph } else { eager }.unwrap();
         assert!(lim[2] >= 64 << 10, "the limits cover 64K: {lim:?}");
         let run = |n| plugin_runs(&p, g, n, false).backend;
         assert_eq!(run(64 << 10), Some(Backend::Nccl), "{:?}", g.mode);
@@ -161,4 +161,41 @@ fn a_multicast_range_above_the_two_shot_band_is_none() {
     for run in [runs(&p, g, 64 << 10), plugin_runs(&p, g, 64 << 10, false)] {
         assert_eq!(run.backend, Some(Backend::TwoStagePull), "{}", run.runs);
     }
+}
+
+/// A graph-only profile answers nothing about eager calls: v1 (one object for both modes) is
+/// built at SGLang's own max_size, and v2's eager limits stay SGLang's.
+#[test]
+fn a_mode_the_profile_lacks_keeps_sglangs_own_setup() {
+    let mut v1 = sample::profile_with("pcie-2x", &[2], &[4 << 10, 64 << 10, 1 << 20]);
+    for g in &mut v1.groups {
+        for b in &mut g.buckets {
+            b.choice = plugin_nccl(b);
+        }
+    }
+    let both = plugin_setup(&v1, 2);
+    assert!(
+        matches!(both, Some(Setup::V1 { build: false, .. })),
+        "{both:?}"
+    );
+    v1.groups.retain(|g| g.mode == Mode::Graph);
+    let graph_only = plugin_setup(&v1, 2);
+    assert_eq!(
+        graph_only,
+        Some(Setup::V1 {
+            build: true,
+            max_bytes: None
+        })
+    );
+    // Graph calls still run NCCL, per call.
+    let run = plugin_runs(&v1, &v1.groups[0], 64 << 10, false);
+    assert_eq!(run.backend, Some(Backend::Nccl), "{run:?}");
+
+    let mut v2 = sample::profile_with("nvswitch-8x", &[4], &[4 << 10, 64 << 10, 1 << 20]);
+    v2.groups.retain(|g| g.mode == Mode::Graph);
+    let Some(Setup::V2 { graph, eager }) = plugin_setup(&v2, 4) else {
+        panic!("full NVLink at TP4 runs v2");
+    };
+    assert!(graph.is_some());
+    assert_eq!(eager, None);
 }
