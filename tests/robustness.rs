@@ -938,6 +938,16 @@ fn bad_pairs_are_named() {
     );
     let partial = with_pairs(&|t| t.pairs.truncate(5));
     assert_has(&terr(&partial), &["5 of the 12 ordered GPU pairs"]);
+    // A GPU index given twice is named as such, before the count of pairs it throws off
+    // (a file edited from `topo --json`, the pairs of the lost index dropped with it).
+    let twice = with_pairs(&|t| {
+        t.gpus[1].index = 0;
+        t.pairs.retain(|p| p.from != 1 && p.to != 1);
+    });
+    assert_has(
+        &terr(&twice),
+        &["GPU at position 1 has index 0, listed twice"],
+    );
     let to_self = with_pairs(&|t| t.pairs[0].to = 0);
     assert_has(&terr(&to_self), &["pair 0→0"]);
     let missing_gpu = with_pairs(&|t| t.pairs[0].to = 9);

@@ -3,6 +3,23 @@
 
 use super::*;
 
+/// GPU indices are 0, 1, 2, … in list order: the one rule a topology file's checks and
+/// [`Topology::normalize`] apply, first, so a repeated or missing index is named before any
+/// count of pairs it throws off.
+pub(crate) fn index_order(gpus: &[Gpu]) -> Result<(), String> {
+    for (i, g) in gpus.iter().enumerate() {
+        if g.index != i {
+            let twice = gpus[..i].iter().any(|x| x.index == g.index);
+            let what = if twice { ", listed twice" } else { "" };
+            return Err(format!(
+                "GPU at position {i} has index {}{what}; indices must be 0, 1, 2, … in order",
+                g.index
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl Topology {
     /// Fills derived fields and checks the model is consistent. Called on everything that
     /// enters the program, so consumers never see dangling references.
@@ -26,13 +43,8 @@ impl Topology {
                 self.switches.len()
             ));
         }
+        index_order(&self.gpus)?;
         for (i, g) in self.gpus.iter().enumerate() {
-            if g.index != i {
-                return Err(format!(
-                    "GPU at position {i} has index {}; indices must be 0, 1, 2, … in order",
-                    g.index
-                ));
-            }
             if self.switch(&g.parent).is_none() && self.root_complex(&g.parent).is_none() {
                 return Err(format!(
                     "GPU {i} hangs from `{}`, which is neither a switch nor a root complex",

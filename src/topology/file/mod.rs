@@ -248,6 +248,7 @@ pub fn check(t: &Topology) -> Result<(), String> {
             cur = up;
         }
     }
+    crate::topology::normalize::index_order(&t.gpus)?;
     for g in &t.gpus {
         check_id(&g.parent, &format!("GPU {} parent", g.index))?;
         if g.nvlinks.len() > MAX_NVLINKS {
