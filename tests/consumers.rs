@@ -626,11 +626,23 @@ fn predict_bad_input() {
     ] {
         fails(&["predict", &p, "--workload", arg, "--tp", "2"], 2, needle);
     }
-    fails(
-        &["predict", &p, "--workload", "1x4K", "--tp", "8"],
-        2,
-        "no TP8 graph group (it has TP2 graph",
+    // A group the profile lacks prices no step: no answer, as select's (exit 6).
+    let none = artune(&["predict", &p, "--workload", "1x4K", "--tp", "8"]);
+    assert_eq!(none.code, 6, "{}", none.stderr);
+    assert!(
+        none.stderr
+            .starts_with("no answer (keep the engine's default): ")
+            && none.stderr.contains("no TP8 graph group (it has TP2 graph"),
+        "{}",
+        none.stderr
     );
+    let json = artune(&["predict", &p, "--workload", "1x4K", "--tp", "8", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(
+        (json.code, v["steps"].as_array().map(Vec::len)),
+        (6, Some(0))
+    );
+    assert!(v["reason"].as_str().unwrap().contains("no TP8 graph group"));
     // --gpus in select's words: the length checked, and the placements the profile has.
     fails(
         &[
@@ -657,7 +669,7 @@ fn predict_bad_input() {
         "--gpus",
         "5,6",
     ]);
-    assert_eq!((sel.code, pre.code), (6, 2));
+    assert_eq!((sel.code, pre.code), (6, 6));
     assert!(sel.stderr.contains("(it has GPUs"), "{}", sel.stderr);
     let why = |e: &str| e[e.find("has no TP2").unwrap()..].trim().to_string();
     assert_eq!(why(&pre.stderr), why(&sel.stderr));

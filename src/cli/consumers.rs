@@ -399,8 +399,27 @@ pub fn predict(a: PredictArgs) -> Result<i32, Error> {
             }
         }
     };
-    // The group as select and why name it, in their words; a missing one is bad input here.
-    let g = group_of(&p, &a.profile, tp, mode, a.gpus.as_deref())?.map_err(Error::bad_input)?;
+    // The group as select and why name it, in their words; a missing one prices no step, so
+    // it is no answer, as select's (exit 6), not bad input.
+    let g = match group_of(&p, &a.profile, tp, mode, a.gpus.as_deref())? {
+        Ok(g) => g,
+        Err(reason) => {
+            if a.json {
+                let v = serde_json::json!({
+                    "profile": a.profile.display().to_string(),
+                    "simulated": p.simulated,
+                    "tp": tp,
+                    "mode": mode.id(),
+                    "gpus": a.gpus,
+                    "steps": [],
+                    "reason": reason,
+                });
+                outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            }
+            eprintln!("no answer (keep the engine's default): {reason}");
+            return Ok(EXIT_NO_ANSWER);
+        }
+    };
     let pr = workload::predict(&p, g, &w)?;
     // No step priced under the profile's own choice: no answer, as select's (exit 6).
     let code = match pr.rows.iter().any(|r| r.us[0].is_ok()) {
