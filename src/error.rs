@@ -2,13 +2,15 @@
 //!
 //! Exit codes are a contract with provisioning scripts: 0 ok, 2 bad input, 3 stale profile,
 //! 4 hardware or driver failure, 5 done with warnings, 6 no answer (keep the engine's default),
-//! 7 a fleet outlier, 70 a bug in artune, 130 interrupted.
+//! 7 a fleet outlier, 8 undecided, 9 fleet class profiles not written, 70 a bug in artune,
+//! 130 interrupted.
 
 use std::path::PathBuf;
 
 /// Exit code for bad input (arguments, files).
 pub const EXIT_BAD_INPUT: i32 = 2;
-/// Exit code for a profile that no longer holds for this machine.
+/// Exit code for a profile that no longer holds for this machine (`artune fleet`: a class
+/// holds profiles tuned with different versions).
 pub const EXIT_STALE: i32 = 3;
 /// Exit code for a hardware, driver or library failure.
 pub const EXIT_HARDWARE: i32 = 4;
@@ -16,7 +18,8 @@ pub const EXIT_HARDWARE: i32 = 4;
 /// invalid): neither the user's input nor the hardware is at fault. 70 is sysexits' EX_SOFTWARE.
 pub const EXIT_BUG: i32 = 70;
 /// Exit code for a command that did its work but has warnings to act on (`artune doctor`
-/// found warnings and no failure; `artune fleet` skipped some profiles).
+/// found warnings and no failure; `artune fleet` skipped some profiles or left out nodes that
+/// tuned other groups than their class).
 pub const EXIT_WARNINGS: i32 = 5;
 /// Exit code for a question the profile has no answer to (`select`, `why`: a TP size, GPUs or
 /// a size it did not tune): not an error, the engine keeps its own default.
@@ -26,6 +29,9 @@ pub const EXIT_OUTLIER: i32 = 7;
 /// Exit code of `check --measure` when the machine drifts too much right now to tell whether
 /// the profile holds: neither confirmed (0) nor stale (3).
 pub const EXIT_UNDECIDED: i32 = 8;
+/// Exit code for `artune fleet` when it printed its report but could not write the class
+/// profiles: the nodes would go on following older ones.
+pub const EXIT_NOT_WRITTEN: i32 = 9;
 /// Exit code after SIGINT/SIGTERM.
 pub const EXIT_INTERRUPTED: i32 = 130;
 

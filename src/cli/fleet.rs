@@ -33,8 +33,8 @@ pub fn run(a: FleetArgs) -> Result<i32, Error> {
     use crate::profile::paths::{check_output, check_replace, Expect, Writes};
     let out_dir = a.out.clone().unwrap_or_else(|| a.dir.join("classes"));
     // An --out that names a file (a typo for a directory) is bad input, found before the
-    // work; a directory that cannot be made only costs the class profiles (a warning), so the
-    // report still prints from a read-only place.
+    // work; class profiles that cannot be written still let the report print (from a
+    // read-only place, say), then exit 9.
     if let Some(out) = a.out.as_ref().filter(|o| o.exists() && !o.is_dir()) {
         check_output(out, "--out", Expect::Dir)?;
     }
@@ -43,7 +43,8 @@ pub fn run(a: FleetArgs) -> Result<i32, Error> {
         check_replace(p, "--prom", Writes::Metrics, a.force)?;
     }
     let (mut report, collected) = crate::fleet::run(&a.dir, a.dtype.map(Into::into))?;
-    let warnings = crate::fleet::write_class_profiles(&mut report, &collected, &out_dir, a.force)?;
+    let not_written =
+        crate::fleet::write_class_profiles(&mut report, &collected, &out_dir, a.force)?;
     if let Some(p) = &a.prom {
         crate::profile::write_atomic(p, output::prom(&report).as_bytes())?;
     }
@@ -53,8 +54,8 @@ pub fn run(a: FleetArgs) -> Result<i32, Error> {
         output::text(&report)
     };
     super::output::write_fmt(format_args!("{text}"))?;
-    for w in &warnings {
-        eprintln!("warning: {w}");
+    for e in &not_written {
+        eprintln!("error: {e}");
     }
-    Ok(report.exit_code(!warnings.is_empty()))
+    Ok(report.exit_code(!not_written.is_empty()))
 }

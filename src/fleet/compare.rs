@@ -1,12 +1,14 @@
 //! One class compared node by node: per (cell, backend) the class median, each node's ratio
-//! to it and whether it deviates; then outliers, differing choices, stale and simulated nodes,
-//! and who the class profile is built from.
+//! to it and whether it deviates; then outliers, differing choices, nodes on other versions or
+//! that tuned other groups, simulated nodes, and who the class profile is built from.
 
 use std::collections::{BTreeMap, HashMap};
 
+use super::read::GroupKey;
 use super::read::{ClassData, Collected, NodeVersions};
 use super::{
     majority, CellBackend, CellReport, ChoiceDiff, ClassReport, Deviation, NodeNote, Outlier,
+    VersionSet,
 };
 use crate::allreduce::{Backend, Mode};
 use crate::stats::{median_sorted, OUTLIER_Z};
@@ -58,9 +60,35 @@ pub(super) fn usual_versions(all: &[NodeVersions]) -> (NodeVersions, bool) {
     (usual, tied)
 }
 
-fn fmt_versions(v: &NodeVersions) -> String {
+pub(super) fn fmt_versions(v: &NodeVersions) -> String {
     let s = |o: &Option<String>| o.clone().unwrap_or_else(|| "?".into());
     format!("driver {}, CUDA {}, NCCL {}", s(&v.0), s(&v.1), s(&v.2))
+}
+
+/// A set of groups in words: "graph TP2 (4 groups), eager TP2, TP4".
+pub(super) fn fmt_groups(set: &[GroupKey]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for mode in [Mode::Graph, Mode::Eager] {
+        let mut tps: BTreeMap<usize, usize> = BTreeMap::new();
+        for (_, tp, _) in set.iter().filter(|g| g.0 == mode) {
+            *tps.entry(*tp).or_default() += 1;
+        }
+        if tps.is_empty() {
+            continue;
+        }
+        let tps: Vec<String> = tps
+            .iter()
+            .map(|(tp, k)| match k {
+                1 => format!("TP{tp}"),
+                k => format!("TP{tp} ({k} groups)"),
+            })
+            .collect();
+        parts.push(format!("{} {}", mode.id(), tps.join(", ")));
+    }
+    match parts.is_empty() {
+        true => "no groups".into(),
+        false => parts.join("; "),
+    }
 }
 
 /// Compares the nodes of one topology class in one launch mode; `names` by node index.
@@ -70,6 +98,7 @@ pub(super) fn class_report(
     class: &str,
     mode: Mode,
     names: &[String],
+    usual_groups: usize,
 ) -> ClassReport {
     let name = |e: usize| names[data.entries[e].node].clone();
     let info = |e: usize| &c.nodes[data.entries[e].node];
@@ -81,24 +110,75 @@ pub(super) fn class_report(
         false => "most of the class has",
         true => "as many nodes of the class have the newer",
     };
-    let stale: Vec<(usize, NodeNote)> = (0..n)
+    // The oldest profile on the usual versions: one older than all of them was not re-tuned.
+    let oldest_usual = (0..n)
+        .filter(|&e| info(e).versions == usual)
+        .map(|e| info(e).created.as_str())
+        .min();
+    let versions_differ: Vec<(usize, NodeNote)> = (0..n)
         .filter(|&e| info(e).versions != usual)
         .map(|e| {
-            (
-                e,
-                NodeNote {
-                    node: name(e),
-                    reason: format!(
-                        "tuned with {} while {most} {}",
-                        fmt_versions(&info(e).versions),
-                        fmt_versions(&usual)
-                    ),
-                },
-            )
+            let older = match oldest_usual.is_some_and(|o| info(e).created.as_str() < o) {
+                true => ", and its profile is older than all of theirs (a failed re-tune keeps the last profile)",
+                false => "",
+            };
+            let note = NodeNote {
+                node: name(e),
+                reason: format!(
+                    "tuned with {} while {most} {}{older}",
+                    fmt_versions(&info(e).versions),
+                    fmt_versions(&usual)
+                ),
+            };
+            (e, note)
         })
         .collect();
-    let (outliers, left_out, included) =
-        who_is_left_out(c, data, t.deviations, &t.results, &stale, &name);
+    let groups_differ: Vec<(usize, NodeNote)> = (0..n)
+        .filter(|&e| info(e).groups != usual_groups)
+        .map(|e| {
+            let note = NodeNote {
+                node: name(e),
+                reason: format!(
+                    "tuned {} while most of the class tuned {}",
+                    fmt_groups(&c.group_sets[info(e).groups]),
+                    fmt_groups(&c.group_sets[usual_groups])
+                ),
+            };
+            (e, note)
+        })
+        .collect();
+    let mut version_sets: Vec<VersionSet> = Vec::new();
+    for e in 0..n {
+        let v = &info(e).versions;
+        match version_sets
+            .iter_mut()
+            .find(|s| s.versions == fmt_versions(v))
+        {
+            Some(s) => s.nodes.push(name(e)),
+            None => version_sets.push(VersionSet {
+                versions: fmt_versions(v),
+                nodes: vec![name(e)],
+            }),
+        }
+    }
+    if version_sets.len() < 2 {
+        version_sets.clear();
+    }
+    // The class profile's set first, then by size.
+    version_sets.sort_by_key(|s| {
+        (
+            s.versions != fmt_versions(&usual),
+            usize::MAX - s.nodes.len(),
+        )
+    });
+    let (outliers, left_out, included) = who_is_left_out(
+        c,
+        data,
+        t.deviations,
+        &t.results,
+        &[&versions_differ, &groups_differ],
+        &name,
+    );
     let class_choice = class_choices(data, &included);
     let choices_differ = choice_diffs(data, &class_choice, &name);
     let mut cells = t
@@ -121,22 +201,14 @@ pub(super) fn class_report(
         mode,
         nodes: (0..n).map(name).collect(),
         simulated: (0..n).filter(|&e| info(e).simulated).map(name).collect(),
-        stale: stale.into_iter().map(|(_, s)| s).collect(),
+        versions_differ: versions_differ.into_iter().map(|(_, s)| s).collect(),
+        version_sets,
+        groups_differ: groups_differ.into_iter().map(|(_, s)| s).collect(),
         outliers,
         outliers_judged: n >= OUTLIER_NODES,
         choices_differ,
         node_ratios: (0..n)
-            .map(|e| {
-                let per: BTreeMap<Backend, f64> = t.ratios[e]
-                    .iter()
-                    .map(|(b, v)| {
-                        let mut v = v.clone();
-                        v.sort_by(f64::total_cmp);
-                        (*b, median_sorted(&v))
-                    })
-                    .collect();
-                (name(e), per)
-            })
+            .map(|e| (name(e), worst_group(&t.ratios[e])))
             .collect(),
         cells,
         included,
@@ -149,8 +221,39 @@ pub(super) fn class_report(
 struct Timings {
     deviations: Vec<Vec<Deviation>>,
     results: Vec<usize>,
-    ratios: Vec<BTreeMap<Backend, Vec<f64>>>,
+    /// Per node, backend and group (TP, GPUs): its ratios over the group's sizes.
+    ratios: Vec<GroupRatios>,
     cell_backends: BTreeMap<u32, BTreeMap<Backend, CellBackend>>,
+}
+
+/// Per backend and group (TP, GPUs): (bytes, ratio) at each of the group's sizes.
+type GroupRatios = BTreeMap<Backend, BTreeMap<(usize, Vec<usize>), Vec<(u64, f64)>>>;
+
+/// Adjacent sizes a node's ratio is taken over: one noisy size cannot move it, a slowdown
+/// over a range of sizes (bandwidth-bound ones through a slow link, latency-bound ones) does.
+const RATIO_SIZES: usize = 3;
+
+/// Per backend, the node's ratio where it is slowest: in each group, the median ratio of
+/// every run of [`RATIO_SIZES`] adjacent sizes, and the largest of those. A median over every
+/// size of every group hides one slow link, which slows only the large sizes of the groups
+/// through it (a node with GPU 2 at x8 read 1.00).
+fn worst_group(ratios: &GroupRatios) -> BTreeMap<Backend, f64> {
+    let worst_run = |v: &Vec<(u64, f64)>| {
+        let mut v = v.clone();
+        v.sort_by_key(|x| x.0);
+        let r: Vec<f64> = v.iter().map(|x| x.1).collect();
+        r.windows(RATIO_SIZES.min(r.len()))
+            .map(|w| {
+                let mut w = w.to_vec();
+                w.sort_by(f64::total_cmp);
+                median_sorted(&w)
+            })
+            .fold(f64::MIN, f64::max)
+    };
+    ratios
+        .iter()
+        .map(|(b, groups)| (*b, groups.values().map(worst_run).fold(f64::MIN, f64::max)))
+        .collect()
 }
 
 fn timings(data: &ClassData) -> Timings {
@@ -185,7 +288,10 @@ fn timings(data: &ClassData) -> Timings {
         for &(e, v) in vs {
             let ratio = if m > 0.0 { v / m } else { 1.0 };
             t.results[e] += 1;
-            t.ratios[e].entry(key.1).or_default().push(ratio);
+            let cell = &data.cells[key.0 as usize];
+            let group = (cell.tp, cell.gpus.clone());
+            let per = t.ratios[e].entry(key.1).or_default();
+            per.entry(group).or_default().push((cell.bytes, ratio));
             cb.ratios[e] = Some(ratio);
             // Modified z-score as for timing samples (stats::OUTLIER_Z); needs 3 nodes.
             let z = if mad > 0.0 {
@@ -292,14 +398,15 @@ fn choice_diffs(
     out
 }
 
-/// Which nodes the class profile leaves out (outliers, stale nodes, simulated nodes where the
-/// class has measured ones), and which it is built from.
+/// Which nodes the class profile leaves out (outliers, then the nodes `apart`: on other
+/// versions or with other groups than most of the class, then simulated nodes where the class
+/// has measured ones), and which it is built from.
 fn who_is_left_out(
     c: &Collected,
     data: &ClassData,
     mut deviations: Vec<Vec<Deviation>>,
     results: &[usize],
-    stale: &[(usize, NodeNote)],
+    apart: &[&[(usize, NodeNote)]],
     name: &dyn Fn(usize) -> String,
 ) -> (Vec<Outlier>, Vec<NodeNote>, Vec<usize>) {
     let info = |e: usize| &c.nodes[data.entries[e].node];
@@ -330,11 +437,8 @@ fn who_is_left_out(
                 results: results[e],
                 deviations: devs.clone(),
             });
-        } else if let Some((_, s)) = stale.iter().find(|(i, _)| *i == e) {
-            left_out.push(NodeNote {
-                node: s.node.clone(),
-                reason: format!("stale: {}", s.reason),
-            });
+        } else if let Some((_, s)) = apart.iter().flat_map(|a| a.iter()).find(|(i, _)| *i == e) {
+            left_out.push(s.clone());
         } else if any_real && info(e).simulated {
             left_out.push(NodeNote {
                 node: name(e),

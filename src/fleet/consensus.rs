@@ -1,6 +1,7 @@
 //! The class profile: per TP group, mode and size, the median over the class's good nodes of
 //! each backend's time and the choice most of them made, so every node of the class can use one
-//! profile. Outliers, stale nodes and (in a measured class) simulated ones are left out and named.
+//! profile. Outliers, nodes on other versions or that tuned other groups, and (in a measured
+//! class) simulated ones are left out and named.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -23,12 +24,30 @@ pub fn class_profile(
     report: &FleetReport,
     class: &str,
 ) -> Option<Result<Profile, Error>> {
-    let template = c.templates.get(&(report.dtype, class.to_string()))?;
     let modes: Vec<&ClassReport> = report
         .classes
         .iter()
         .filter(|r| r.topology_class == class)
         .collect();
+    // Group details (placement, memory, islands, channels) come from a node the profile is
+    // built from: it tuned the groups most of the class tuned, which are the ones here.
+    let usual = super::usual_groups(c, report.dtype, class);
+    let first = modes
+        .iter()
+        .flat_map(|r| r.included.iter().copied())
+        .filter(|&i| c.nodes[i].groups == usual)
+        .min()?;
+    let template = match super::read::reread(c, first) {
+        Ok(mut t) => {
+            for g in &mut t.groups {
+                g.buckets.clear();
+                g.crossovers.clear();
+            }
+            t
+        }
+        Err(e) => return Some(Err(e)),
+    };
+    let template = &template;
     let mut groups = Vec::new();
     let mut included: Vec<usize> = Vec::new();
     for r in &modes {
@@ -105,6 +124,13 @@ pub fn class_profile(
     if groups.is_empty() {
         return None;
     }
+    let mut tps: Vec<usize> = groups.iter().map(|g: &GroupProfile| g.tp).collect();
+    tps.sort_unstable();
+    tps.dedup();
+    let modes_held: Vec<Mode> = [Mode::Graph, Mode::Eager]
+        .into_iter()
+        .filter(|m| groups.iter().any(|g| g.mode == *m))
+        .collect();
     let nodes: Vec<&NodeInfo> = included.iter().map(|&i| &c.nodes[i]).collect();
     let all: Vec<_> = nodes.iter().map(|n| n.versions.clone()).collect();
     let versions = super::compare::usual_versions(&all).0;
@@ -149,7 +175,12 @@ pub fn class_profile(
         topology,
         groups,
         contention: Vec::new(),
-        settings: template.settings.clone(),
+        // What the profile holds, not what the template node was asked for.
+        settings: crate::profile::Settings {
+            tp: tps,
+            modes: modes_held,
+            ..template.settings.clone()
+        },
         faults: Vec::new(),
         node: None,
         fleet: Some(Fleet {

@@ -3,9 +3,11 @@
 //! 1. [`read::collect`] streams a directory of node profiles into compact per-class tables.
 //! 2. [`analyze`] groups nodes by topology class and launch mode and compares each node with its
 //!    class: per (TP group, size) the median time of every backend and each node's ratio to it,
-//!    outliers by the median absolute deviation, choices that differ, stale and simulated nodes.
-//! 3. [`consensus`] builds a class profile from the nodes that are neither outliers nor stale,
-//!    with `fleet` provenance; [`output`] renders the report for people, JSON and Prometheus.
+//!    outliers by the median absolute deviation, choices that differ, mixed versions, nodes
+//!    that tuned other groups, simulated nodes.
+//! 3. [`consensus`] builds a class profile from the nodes that are neither outliers, on other
+//!    versions, nor tuned other groups, with `fleet` provenance; [`output`] renders the report
+//!    for people, JSON and Prometheus.
 
 mod compare;
 pub mod consensus;
@@ -65,6 +67,13 @@ pub struct NodeNote {
     pub reason: String,
 }
 
+/// Nodes of a class tuned with one set of driver, CUDA and NCCL versions.
+#[derive(Debug, Clone, Serialize)]
+pub struct VersionSet {
+    pub versions: String,
+    pub nodes: Vec<String>,
+}
+
 /// One backend at one cell across the class.
 #[derive(Debug, Clone, Serialize)]
 pub struct CellBackend {
@@ -92,12 +101,22 @@ pub struct ClassReport {
     pub mode: Mode,
     pub nodes: Vec<String>,
     pub simulated: Vec<String>,
-    pub stale: Vec<NodeNote>,
+    /// Nodes tuned with other versions than most of the class: another software state (a
+    /// rolling upgrade, or a node whose re-tune failed and kept its last profile), left out.
+    pub versions_differ: Vec<NodeNote>,
+    /// The class's version sets where it has more than one (the class profile's first), else
+    /// empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub version_sets: Vec<VersionSet>,
+    /// Nodes that tuned other groups (TP sizes, GPUs, modes) than most of the class: left out,
+    /// as the class profile holds the groups most nodes tuned.
+    pub groups_differ: Vec<NodeNote>,
     pub outliers: Vec<Outlier>,
     /// Whether the class has the nodes an outlier can be told apart among (3 or more).
     pub outliers_judged: bool,
     pub choices_differ: Vec<ChoiceDiff>,
-    /// Per node and backend, the median over cells of its ratio to the class median.
+    /// Per node and backend, its slowest group's ratio to the class median (the median over
+    /// the group's sizes), so one slow link shows.
     pub node_ratios: BTreeMap<String, BTreeMap<Backend, f64>>,
     pub cells: Vec<CellReport>,
     /// Nodes whose results make the class profile.
@@ -117,6 +136,12 @@ pub struct FleetReport {
     /// Profiles of another dtype: sound, left to a run with `--dtype`, so no warning.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub other_dtype: Vec<Skipped>,
+    /// Older profiles of a node another file also holds: left out, so each node counts once.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub duplicates: Vec<Skipped>,
+    /// Class profiles found in the directory (a fleet run's own output): not nodes, left out.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub class_profiles_found: Vec<String>,
     pub classes: Vec<ClassReport>,
     /// Class profiles written, by topology class.
     pub class_profiles: BTreeMap<String, String>,
@@ -138,12 +163,21 @@ impl FleetReport {
         v.len()
     }
 
-    /// The exit code the report calls for: an outlier first (it needs a person), then skipped
-    /// files or `warnings` of the run (exit 5), else 0.
-    pub fn exit_code(&self, warnings: bool) -> i32 {
-        if self.classes.iter().any(|c| !c.outliers.is_empty()) {
-            crate::error::EXIT_OUTLIER
-        } else if warnings || !self.skipped.is_empty() {
+    /// The exit code the report calls for: class profiles that could not be written first (the
+    /// run failed at its job), then an outlier (it needs a person), then a class of mixed
+    /// versions (exit 3: some profiles may no longer hold), then skipped files or nodes that
+    /// tuned other groups than their class (exit 5), else 0.
+    pub fn exit_code(&self, not_written: bool) -> i32 {
+        use crate::error::{EXIT_NOT_WRITTEN, EXIT_OUTLIER, EXIT_STALE};
+        if not_written {
+            EXIT_NOT_WRITTEN
+        } else if self.classes.iter().any(|c| !c.outliers.is_empty()) {
+            EXIT_OUTLIER
+        } else if self.classes.iter().any(|c| !c.versions_differ.is_empty()) {
+            EXIT_STALE
+        } else if !self.skipped.is_empty()
+            || self.classes.iter().any(|c| !c.groups_differ.is_empty())
+        {
             crate::error::EXIT_WARNINGS
         } else {
             0
@@ -152,8 +186,8 @@ impl FleetReport {
 }
 
 /// Writes one class profile per topology class into `out_dir`, recording each in the report.
-/// A class that cannot be written is a warning (returned, one sentence each), not a failure:
-/// the report is worth printing from a read-only directory.
+/// Profiles that cannot be written are returned (one sentence each) rather than failing at
+/// once: the report is worth printing from a read-only directory, and the exit code says so.
 pub fn write_class_profiles(
     report: &mut FleetReport,
     collected: &Collected,
@@ -172,7 +206,7 @@ pub fn write_class_profiles(
     }
     if let Err(e) = std::fs::create_dir_all(out_dir) {
         warnings.push(format!(
-            "class profiles not written: cannot create {}: {e}; pass --out to a writable directory",
+            "class profiles not written: cannot create {}: {e}; pass --out a writable directory",
             out_dir.display()
         ));
         return Ok(warnings);
@@ -184,7 +218,14 @@ pub fn write_class_profiles(
         let Some(profile) = consensus::class_profile(collected, report, &class) else {
             continue;
         };
-        let profile = profile?;
+        let profile = match profile {
+            Ok(p) => p,
+            Err(e @ Error::Bug(_)) => return Err(e),
+            Err(e) => {
+                warnings.push(format!("class profiles not written: {e}"));
+                return Ok(warnings);
+            }
+        };
         // The dtype in the name: a run for another dtype writes beside it, never over it.
         let hash = class.strip_prefix("sha256:").unwrap_or(&class);
         let path = out_dir.join(format!("class-{hash}-{}.json", report.dtype.id()));
@@ -326,17 +367,37 @@ pub fn analyze(c: &mut Collected, asked: Option<Dtype>, dir: &str) -> Result<Fle
         if *d != dtype || data.entries.is_empty() {
             continue;
         }
-        classes.push(class_report(c, data, class, *mode, &names));
+        let groups = usual_groups(c, dtype, class);
+        classes.push(class_report(c, data, class, *mode, &names, groups));
     }
     Ok(FleetReport {
         dtype,
         profiles: c.nodes.iter().filter(|n| n.dtype == dtype).count(),
         skipped: c.skipped.clone(),
         other_dtype,
+        duplicates: c.duplicates.clone(),
+        class_profiles_found: c.class_profiles.clone(),
         classes,
         class_profiles: BTreeMap::new(),
         names,
     })
+}
+
+/// The set of groups most nodes of `class` tuned (an index into `group_sets`); on a tie the
+/// larger set, as a node that tuned less is the one that stopped short.
+pub(crate) fn usual_groups(c: &Collected, dtype: Dtype, class: &str) -> usize {
+    let mut counts: BTreeMap<usize, usize> = BTreeMap::new();
+    for n in c
+        .nodes
+        .iter()
+        .filter(|n| n.dtype == dtype && n.class == class)
+    {
+        *counts.entry(n.groups).or_default() += 1;
+    }
+    counts
+        .into_iter()
+        .max_by_key(|&(set, k)| (k, c.group_sets[set].len(), usize::MAX - set))
+        .map_or(0, |(set, _)| set)
 }
 
 /// The most common item; ties go to the first in order.

@@ -39,6 +39,23 @@ pub fn text(r: &FleetReport) -> String {
             let _ = writeln!(o, "  {}: {}", s.file, s.reason);
         }
     }
+    if !r.duplicates.is_empty() {
+        let _ = writeln!(
+            o,
+            "\nleft out, the same node as another file ({}):",
+            crate::report::count(r.duplicates.len(), "file", "files")
+        );
+        for s in &r.duplicates {
+            let _ = writeln!(o, "  {}: {}", s.file, s.reason);
+        }
+    }
+    if !r.class_profiles_found.is_empty() {
+        let _ = writeln!(
+            o,
+            "\nleft out, class profiles a fleet run wrote (not nodes): {}",
+            r.class_profiles_found.join(", ")
+        );
+    }
     if !r.other_dtype.is_empty() {
         let _ = writeln!(
             o,
@@ -149,8 +166,29 @@ fn class_text(o: &mut String, c: &ClassReport, profile: Option<&String>) {
             ex.join("; ")
         );
     }
-    for s in &c.stale {
-        let _ = writeln!(o, "  stale {}: {}", s.node, s.reason);
+    if !c.version_sets.is_empty() {
+        let sets: Vec<String> = c
+            .version_sets
+            .iter()
+            .map(|s| {
+                let n = s.nodes.len();
+                match n {
+                    1..=3 => format!("{} ({})", s.versions, s.nodes.join(", ")),
+                    _ => format!("{} ({n} nodes)", s.versions),
+                }
+            })
+            .collect();
+        let _ = writeln!(
+            o,
+            "  MIXED VERSIONS: {}; the class profile is built from the first, and fleet cannot see which versions each node runs now",
+            sets.join("; ")
+        );
+    }
+    for s in &c.versions_differ {
+        let _ = writeln!(o, "  versions differ on {}: {}", s.node, s.reason);
+    }
+    for s in &c.groups_differ {
+        let _ = writeln!(o, "  groups differ on {}: {}", s.node, s.reason);
     }
     match profile {
         Some(p) => {
@@ -168,7 +206,7 @@ fn class_text(o: &mut String, c: &ClassReport, profile: Option<&String>) {
             );
         }
         None => {
-            let _ = writeln!(o, "  class profile: not written (see the warning)");
+            let _ = writeln!(o, "  class profile: not written (see the error)");
         }
     }
     let shown = size_table(o, c);
@@ -235,7 +273,7 @@ fn size_table(o: &mut String, c: &ClassReport) -> Vec<Backend> {
     shown
 }
 
-/// The nodes away from their class, by their median ratio per backend in `shown`.
+/// The nodes away from their class, by their slowest group's ratio per backend in `shown`.
 fn node_lines(o: &mut String, c: &ClassReport, shown: &[Backend]) {
     // Only nodes away from their class: a healthy fleet of hundreds prints one line here.
     let pct = super::DEVIATION * 100.0;
@@ -256,7 +294,7 @@ fn node_lines(o: &mut String, c: &ClassReport, shown: &[Backend]) {
     } else {
         let _ = writeln!(
             o,
-            "  nodes ±{pct:.0}% or more from the class, median ratio over sizes (1.00 = typical; the other {} in --json):",
+            "  nodes ±{pct:.0}% or more from the class, ratio of their slowest group (median over its sizes; 1.00 = typical; the other {} in --json):",
             c.nodes.len() - away.len()
         );
     }
@@ -334,7 +372,7 @@ pub fn prom(r: &FleetReport) -> String {
     }
     metric(
         "artune_fleet_node_ratio",
-        "Median over sizes of a node's allreduce time over its class's median, per backend (1 is typical, 2 twice as slow).",
+        "A node's allreduce time over its class's median in its slowest TP group (median over the group's sizes), per backend (1 is typical, 2 twice as slow).",
         ratios,
     );
     metric(
@@ -353,9 +391,22 @@ pub fn prom(r: &FleetReport) -> String {
         }),
     );
     metric(
-        "artune_fleet_node_stale",
+        "artune_fleet_node_versions_differ",
         "1 when the node was tuned with other driver, CUDA or NCCL versions than most of its class.",
-        per_node(&|c, n| f64::from(u8::from(c.stale.iter().any(|s| s.node == n)))),
+        per_node(&|c, n| f64::from(u8::from(c.versions_differ.iter().any(|s| s.node == n)))),
+    );
+    metric(
+        "artune_fleet_class_version_sets",
+        "Distinct driver, CUDA and NCCL version sets the class's profiles were tuned with (above 1: mixed).",
+        r.classes
+            .iter()
+            .map(|c| (base(c), c.version_sets.len().max(1) as f64))
+            .collect(),
+    );
+    metric(
+        "artune_fleet_node_groups_differ",
+        "1 when the node tuned other groups (TP sizes, GPUs, modes) than most of its class.",
+        per_node(&|c, n| f64::from(u8::from(c.groups_differ.iter().any(|s| s.node == n)))),
     );
     metric(
         "artune_fleet_node_simulated",

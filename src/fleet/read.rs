@@ -46,6 +46,9 @@ pub struct NodeEntry {
     pub pins: Vec<(u32, Backend, u32)>,
 }
 
+/// One tuned group: launch mode, TP size and GPUs.
+pub type GroupKey = (Mode, usize, Vec<usize>);
+
 /// A node: one profile file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeInfo {
@@ -55,6 +58,12 @@ pub struct NodeInfo {
     pub simulated: bool,
     pub versions: NodeVersions,
     pub dtype: Dtype,
+    /// The profile's topology class.
+    pub class: String,
+    /// When the profile was written (RFC 3339).
+    pub created: String,
+    /// The groups it tuned, as an index into [`Collected::group_sets`].
+    pub groups: usize,
 }
 
 /// Nodes of one topology class in one launch mode.
@@ -83,10 +92,18 @@ pub struct Collected {
     pub nodes: Vec<NodeInfo>,
     /// By (dtype, topology class, mode).
     pub classes: BTreeMap<(Dtype, String, Mode), ClassData>,
-    /// The first profile of each (dtype, topology class), without its buckets: the topology
-    /// and group metadata a class profile starts from.
-    pub templates: BTreeMap<(Dtype, String), Profile>,
+    /// Each distinct set of groups nodes tuned, sorted: nodes point into it.
+    pub group_sets: Vec<Vec<GroupKey>>,
     pub skipped: Vec<Skipped>,
+    /// Profiles of a node already read (same scheduler node and dtype): the older of the two
+    /// is left out, and named here.
+    pub duplicates: Vec<Skipped>,
+    /// Class profiles found among the nodes (a fleet run's own output): not nodes, left out.
+    pub class_profiles: Vec<String>,
+    /// The directory read, where a class profile re-reads its template node.
+    pub dir: std::path::PathBuf,
+    /// Node index by (scheduler node name, dtype), to find duplicates.
+    by_scheduler: HashMap<(String, Dtype), usize>,
 }
 
 /// Most nodes a fleet directory may hold: names and per-node summaries stay in memory.
@@ -116,7 +133,10 @@ pub fn collect(dir: &Path) -> Result<Collected, Error> {
         }
     }
     names.sort_by(|a, b| natural(a, b));
-    let mut c = Collected::default();
+    let mut c = Collected {
+        dir: dir.to_path_buf(),
+        ..Default::default()
+    };
     for name in names {
         match Profile::load(&dir.join(&name)) {
             Ok(p) => add(&mut c, name, p),
@@ -194,10 +214,7 @@ fn reason(e: &Error) -> String {
 
 fn add(c: &mut Collected, file: String, p: Profile) {
     if p.fleet.is_some() {
-        c.skipped.push(Skipped {
-            file,
-            reason: "it is a fleet class profile, not one node's".into(),
-        });
+        c.class_profiles.push(file);
         return;
     }
     let Some(dtype) = p.settings.dtype.or(p.groups.first().map(|g| g.dtype)) else {
@@ -207,11 +224,25 @@ fn add(c: &mut Collected, file: String, p: Profile) {
         });
         return;
     };
-    let node = c.nodes.len();
     let class = p.fingerprint.topology_class.clone();
     let v = &p.versions;
     let h = &p.topology.host;
-    c.nodes.push(NodeInfo {
+    let mut groups: Vec<GroupKey> = p
+        .groups
+        .iter()
+        .filter(|g| g.dtype == dtype)
+        .map(|g| (g.mode, g.tp, g.gpus.clone()))
+        .collect();
+    groups.sort();
+    groups.dedup();
+    let groups = match c.group_sets.iter().position(|s| *s == groups) {
+        Some(i) => i,
+        None => {
+            c.group_sets.push(groups);
+            c.group_sets.len() - 1
+        }
+    };
+    let info = NodeInfo {
         file,
         hostname: p
             .node
@@ -225,7 +256,59 @@ fn add(c: &mut Collected, file: String, p: Profile) {
             v.nccl.clone().or(h.nccl.clone()),
         ),
         dtype,
-    });
+        class: class.clone(),
+        created: p.created.clone(),
+        groups,
+    };
+    // The same node twice (a copied or renamed file): the newer profile counts, once.
+    let scheduler = p.node.as_ref().and_then(|n| n.scheduler_node.clone());
+    // Where the older profile's entries stood, so the newer keeps the node's place.
+    let mut at: HashMap<(Dtype, String, Mode), usize> = HashMap::new();
+    let node = match scheduler.map(|s| (s, dtype)) {
+        Some(key) => match c.by_scheduler.get(&key).copied() {
+            Some(old) => {
+                let kept = &c.nodes[old];
+                if info.created <= kept.created {
+                    let than = match info.created == kept.created {
+                        true => "as old as",
+                        false => "older than",
+                    };
+                    c.duplicates.push(Skipped {
+                        reason: format!(
+                            "node {} again, {than} {}, which counts instead",
+                            key.0, kept.file
+                        ),
+                        file: info.file,
+                    });
+                    return;
+                }
+                c.duplicates.push(Skipped {
+                    reason: format!(
+                        "node {} again, older than {}, which counts instead",
+                        key.0, info.file
+                    ),
+                    file: kept.file.clone(),
+                });
+                for (k, d) in c.classes.iter_mut() {
+                    if let Some(pos) = d.entries.iter().position(|e| e.node == old) {
+                        d.entries.remove(pos);
+                        at.insert(k.clone(), pos);
+                    }
+                }
+                c.nodes[old] = info;
+                old
+            }
+            None => {
+                c.by_scheduler.insert(key, c.nodes.len());
+                c.nodes.push(info);
+                c.nodes.len() - 1
+            }
+        },
+        None => {
+            c.nodes.push(info);
+            c.nodes.len() - 1
+        }
+    };
     let mut per_mode: BTreeMap<Mode, NodeEntry> = BTreeMap::new();
     for g in p.groups.iter().filter(|g| g.dtype == dtype) {
         let data = c.classes.entry((dtype, class.clone(), g.mode)).or_default();
@@ -254,17 +337,26 @@ fn add(c: &mut Collected, file: String, p: Profile) {
         }
     }
     for (mode, entry) in per_mode {
-        if let Some(d) = c.classes.get_mut(&(dtype, class.clone(), mode)) {
-            d.entries.push(entry);
+        let key = (dtype, class.clone(), mode);
+        if let Some(d) = c.classes.get_mut(&key) {
+            match at.get(&key) {
+                Some(&pos) => d.entries.insert(pos, entry),
+                None => d.entries.push(entry),
+            }
         }
     }
-    c.templates.entry((dtype, class)).or_insert_with(|| {
-        let mut t = p;
-        for g in &mut t.groups {
-            g.buckets.clear();
-            g.crossovers.clear();
-        }
-        t.contention.clear();
-        t
-    });
+}
+
+/// The profile of node `i` again, for the topology and group details a class profile takes
+/// from it (only medians are kept while reading); refused where the file changed since.
+pub fn reread(c: &Collected, i: usize) -> Result<Profile, Error> {
+    let n = &c.nodes[i];
+    let p = Profile::load(&c.dir.join(&n.file))?;
+    if p.created != n.created {
+        return Err(Error::bad_input(format!(
+            "{} changed while fleet read the directory; run fleet again",
+            c.dir.join(&n.file).display()
+        )));
+    }
+    Ok(p)
 }
