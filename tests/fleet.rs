@@ -406,7 +406,7 @@ fn a_hundred_healthy_nodes_print_a_short_report_led_by_the_outlier() {
 }
 
 #[test]
-fn an_unwritable_class_directory_still_prints_the_report_and_warns() {
+fn an_unwritable_class_directory_still_prints_the_report_and_exits_9() {
     let tmp = tempfile::tempdir().unwrap();
     let nodes = tmp.path().join("nodes");
     std::fs::create_dir(&nodes).unwrap();
@@ -427,16 +427,18 @@ fn an_unwritable_class_directory_still_prints_the_report_and_warns() {
         String::from_utf8(o.stdout).unwrap(),
         String::from_utf8(o.stderr).unwrap(),
     );
-    assert_eq!(o.status.code(), Some(5), "{err}");
+    // Its own failure exit: deploy scripts count 5 (skipped files) as done.
+    assert_eq!(o.status.code(), Some(9), "{err}");
     assert!(out.starts_with("artune fleet: 3 profiles"), "{out}");
     assert!(
-        out.contains("class profile: not written (see the warning)"),
+        out.contains("class profile: not written (see the error)"),
         "{out}"
     );
     assert!(
-        err.starts_with("warning: class profiles not written: cannot create"),
+        err.starts_with("error: class profiles not written: cannot create"),
         "{err}"
     );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
 
 /// Class profiles are written all or none: where one class's path holds a file that is not a
@@ -464,7 +466,7 @@ fn class_profiles_are_written_all_or_none() {
         out.to_str().unwrap(),
     ]);
     let err = String::from_utf8(o.stderr).unwrap();
-    assert_eq!(o.status.code(), Some(5), "{err}");
+    assert_eq!(o.status.code(), Some(9), "{err}");
     assert!(err.contains("class profiles not written"), "{err}");
     assert_eq!(
         std::fs::read_to_string(&kept).unwrap(),
@@ -737,4 +739,223 @@ fn class_profiles_of_two_dtypes_live_side_by_side() {
         "{}",
         bf16["fleet"]
     );
+}
+
+/// `artune tune --sim pcie-4x-1switch` into DIR/{host}.json as scheduler node `name`.
+fn tune_node(dir: &Path, name: &str, extra: &[&str]) -> Value {
+    let out = dir.join("{host}.json");
+    let o = common::dies_with_test(common::BIN)
+        .args(["tune", "--sim", "pcie-4x-1switch", "--sizes", "1K:64K"])
+        .args(["--no-contention"])
+        .args(extra)
+        .arg("--out")
+        .arg(&out)
+        .env("NODE_NAME", name)
+        .env_remove("SLURMD_NODENAME")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", common::text(&o.stderr));
+    let path = dir.join(format!("{name}.json"));
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// A node that tuned only graph TP2 sorts first: the class profile is built from the nodes
+/// that tuned what most of the class did, with their memory and placement in every group, and
+/// the short node is named (exit 5), not merged.
+#[test]
+fn a_node_that_tuned_fewer_groups_is_named_not_merged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("f");
+    std::fs::create_dir(&d).unwrap();
+    tune_node(&d, "a0", &["--tp", "2", "--mode", "graph"]);
+    let full = tune_node(&d, "n1", &[]);
+    for n in ["n2", "n3"] {
+        tune_node(&d, n, &[]);
+    }
+    let o = artune(&["fleet", d.to_str().unwrap()]);
+    let out = common::text(&o.stdout);
+    assert_eq!(o.status.code(), Some(5), "{out}{}", common::text(&o.stderr));
+    assert!(
+        out.contains("groups differ on a0: tuned graph TP2 while most of the class tuned graph TP2, TP4; eager TP2, TP4"),
+        "{out}"
+    );
+    let class = std::fs::read_dir(d.join("classes"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let p: Value = serde_json::from_slice(&std::fs::read(class).unwrap()).unwrap();
+    assert_eq!(p["fleet"]["nodes"], serde_json::json!(["n1", "n2", "n3"]));
+    assert_eq!(p["settings"]["tp"], full["settings"]["tp"]);
+    assert_eq!(p["settings"]["modes"], full["settings"]["modes"]);
+    let groups = p["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), full["groups"].as_array().unwrap().len());
+    for g in groups {
+        let w = full["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["tp"] == g["tp"] && w["gpus"] == g["gpus"] && w["mode"] == g["mode"])
+            .unwrap();
+        for k in ["memory", "placement", "islands", "nccl_channels"] {
+            let keys = |v: &Value| match v {
+                Value::Object(m) => serde_json::json!(m.keys().collect::<Vec<_>>()),
+                v => v.clone(),
+            };
+            assert_eq!(keys(&g[k]), keys(&w[k]), "TP{} {} {k}", g["tp"], g["mode"]);
+        }
+    }
+}
+
+/// A rolling upgrade: one node on a new driver is another software state, named as mixed
+/// versions with exit 3, not "stale".
+#[test]
+fn one_node_on_a_new_driver_is_mixed_versions_and_exit_3() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("nodes");
+    std::fs::create_dir(&d).unwrap();
+    let base = template(tmp.path());
+    for i in 1..=5 {
+        let mut p = base.clone();
+        p["node"]["scheduler_node"] = format!("n{i}").into();
+        p["versions"]["driver"] = if i == 5 { "580.65" } else { "570.1" }.into();
+        std::fs::write(d.join(format!("n{i}.json")), p.to_string()).unwrap();
+    }
+    let prom = tmp.path().join("a.prom");
+    let o = artune(&[
+        "fleet",
+        d.to_str().unwrap(),
+        "--prom",
+        prom.to_str().unwrap(),
+    ]);
+    let out = common::text(&o.stdout);
+    assert_eq!(o.status.code(), Some(3), "{out}");
+    assert!(!out.contains("stale"), "{out}");
+    assert!(out.contains("MIXED VERSIONS: driver 570.1"), "{out}");
+    assert!(
+        out.contains("versions differ on n5: tuned with driver 580.65"),
+        "{out}"
+    );
+    let prom = std::fs::read_to_string(prom).unwrap();
+    assert!(prom.contains("artune_fleet_class_version_sets{"), "{prom}");
+    assert!(prom.contains("\"} 2\n"), "{prom}");
+}
+
+/// Two files of one scheduler node count once, by the newer; the other is named.
+#[test]
+fn a_copied_node_file_counts_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("nodes");
+    std::fs::create_dir(&d).unwrap();
+    let base = template(tmp.path());
+    for i in 1..=3 {
+        let mut p = base.clone();
+        p["node"]["scheduler_node"] = format!("node{i}").into();
+        p["created"] = "2026-01-02T00:00:00Z".into();
+        std::fs::write(d.join(format!("node{i}.json")), p.to_string()).unwrap();
+    }
+    let mut old = base.clone();
+    old["node"]["scheduler_node"] = "node1".into();
+    old["created"] = "2026-01-01T00:00:00Z".into();
+    std::fs::write(d.join("dup-node1.json"), old.to_string()).unwrap();
+    let o = artune(&["fleet", d.to_str().unwrap(), "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", common::text(&o.stderr));
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["profiles"], 3);
+    assert_eq!(
+        r["classes"][0]["nodes"],
+        serde_json::json!(["node1", "node2", "node3"])
+    );
+    assert_eq!(r["duplicates"][0]["file"], "dup-node1.json");
+    let o = artune(&["fleet", d.to_str().unwrap()]);
+    let out = common::text(&o.stdout);
+    assert!(
+        out.contains(
+            "  dup-node1.json: node node1 again, older than node1.json, which counts instead"
+        ),
+        "{out}"
+    );
+}
+
+/// `fleet DIR --out DIR` finds its own class profile the next time: left out with an info
+/// line, not a skipped file (exit 5 on every run after the first).
+#[test]
+fn class_profiles_written_into_the_directory_are_not_skipped_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("nodes");
+    std::fs::create_dir(&d).unwrap();
+    let base = template(tmp.path());
+    for i in 0..3 {
+        std::fs::write(d.join(format!("ok{i}.json")), base.to_string()).unwrap();
+    }
+    let dir = d.to_str().unwrap();
+    for run in 0..2 {
+        let o = artune(&["fleet", dir, "--out", dir]);
+        let out = common::text(&o.stdout);
+        assert_eq!(o.status.code(), Some(0), "run {run}: {out}");
+        assert!(out.contains("artune fleet: 3 profiles"), "{out}");
+        assert_eq!(
+            out.contains("left out, class profiles a fleet run wrote (not nodes): class-"),
+            run == 1,
+            "{out}"
+        );
+    }
+}
+
+/// A single slow link: GPU 2 at x8 slows the large sizes of the groups through it only. The
+/// node is an outlier, and its ratio (text and Prometheus) shows the slowdown instead of the
+/// 1.00 a median over every size gave.
+#[test]
+fn one_slow_link_shows_in_the_node_ratio() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("nodes");
+    std::fs::create_dir(&d).unwrap();
+    let base = template(tmp.path());
+    for i in 0..4 {
+        let mut p = base.clone();
+        p["node"]["scheduler_node"] = format!("n{i}").into();
+        if i == 3 {
+            for g in p["groups"].as_array_mut().unwrap() {
+                if !g["gpus"].as_array().unwrap().contains(&2.into()) {
+                    continue;
+                }
+                for b in g["buckets"].as_array_mut().unwrap() {
+                    if b["bytes"].as_u64().unwrap() < 16 << 10 {
+                        continue;
+                    }
+                    for t in b["results"].as_object_mut().unwrap().values_mut() {
+                        for k in ["median_us", "ci_low_us", "ci_high_us"] {
+                            t[k] = (t[k].as_f64().unwrap() * 1.8).into();
+                        }
+                    }
+                }
+            }
+        }
+        std::fs::write(d.join(format!("n{i}.json")), p.to_string()).unwrap();
+    }
+    let prom = tmp.path().join("a.prom");
+    let o = artune(&[
+        "fleet",
+        d.to_str().unwrap(),
+        "--prom",
+        prom.to_str().unwrap(),
+    ]);
+    let out = common::text(&o.stdout);
+    assert_eq!(o.status.code(), Some(7), "{out}");
+    assert!(out.contains("OUTLIER n3"), "{out}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("    n3: "))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(line.contains("nccl 1.80"), "{line}");
+    let prom = std::fs::read_to_string(prom).unwrap();
+    let nccl = prom
+        .lines()
+        .find(|l| {
+            l.starts_with("artune_fleet_node_ratio{") && l.contains("node=\"n3\",backend=\"nccl\"")
+        })
+        .unwrap();
+    let v: f64 = nccl.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!((1.7..1.9).contains(&v), "{nccl}");
 }
