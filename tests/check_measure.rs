@@ -257,15 +257,17 @@ fn a_variable_the_tune_ran_with_is_recorded_shown_and_checked() {
         "{shown}"
     );
 
-    // Without the variable: a note that suggests measuring (the validity rule: software is
-    // reported, not decisive), and `--measure` refuses to judge another setup.
+    // Without the variable: a note (the validity rule: software is reported, not decisive)
+    // that asks for a tune under these variables, not the `--measure` that refuses to judge
+    // another setup (it advised it, then refused it).
     let o = artune(&["check", p, "--sim", "pcie-8x-2switch"]);
     let out = text(&o.stdout);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     assert!(
-        out.contains("; NCCL_P2P_LEVEL=SYS when tuned, unset now: re-timing its decisive sizes"),
+        out.contains("; NCCL_P2P_LEVEL=SYS when tuned, unset now: its times were measured under the tune's NCCL/CUDA variables; tune again under these (artune tune)"),
         "{out}"
     );
+    assert!(!out.contains("--measure"), "{out}");
     for extra in [&[][..], &["--measure"][..]] {
         let mut check = vec!["check", p, "--sim", "pcie-8x-2switch"];
         check.extend_from_slice(extra);

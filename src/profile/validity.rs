@@ -238,9 +238,10 @@ impl Validity {
     /// for them; "not valid here (reasons)" and what to do, or which variable overrode it.
     pub fn verdict(&self, allow: Allow) -> String {
         let notes = list(self.notes(), 3);
-        let measure = self
-            .notes()
-            .any(|c| matches!(c, Change::Version { .. } | Change::Environment(_)));
+        let measure = self.notes().any(|c| matches!(c, Change::Version { .. }));
+        // `check --measure` refuses to judge under other variables (it would time another
+        // setup), so a variable's note asks for a tune under these, not a re-timing.
+        let variables = self.notes().any(|c| matches!(c, Change::Environment(_)));
         let vars = |all: bool| -> String {
             let mut v: Vec<&str> = self
                 .reasons()
@@ -267,7 +268,9 @@ impl Validity {
         };
         if !notes.is_empty() {
             s += &format!("; {notes}");
-            if measure {
+            if variables {
+                s += ": its times were measured under the tune's NCCL/CUDA variables; tune again under these (artune tune), or set them as they were";
+            } else if measure {
                 s += ": re-timing its decisive sizes (artune check --measure) tells whether its choices still hold";
             }
         }
