@@ -324,3 +324,50 @@ fn a_number_of_the_wrong_kind_is_said_in_words() {
         assert!(!err.contains("expected u") && !err.contains("from 0 up"), "{err}");
     }
 }
+
+/// Every origin says when its links were read in one of the words FORMATS.md lists: a file
+/// that does not say is "unknown" (it was "", which no reader of the documented values knew).
+#[test]
+fn link_reading_is_one_of_the_documented_values() {
+    let dir = format!("{}/docs/topologies", env!("CARGO_MANIFEST_DIR"));
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty());
+    let reading = |args: &[&str]| -> String {
+        let o = artune(args);
+        assert!(o.status.success(), "{args:?}");
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        v["origin"]["link_reading"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    for f in &files {
+        let r = reading(&["topo", "--topology", f.to_str().unwrap(), "--json"]);
+        assert!(
+            ["idle", "load", "unknown"].contains(&r.as_str()),
+            "{}: {r}",
+            f.display()
+        );
+        // The same machine written by hand, with no origin at all.
+        let mut v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
+        v.as_object_mut().unwrap().remove("origin");
+        let bare = tmp.path().join(f.file_name().unwrap());
+        std::fs::write(&bare, v.to_string()).unwrap();
+        let r = reading(&["topo", "--topology", bare.to_str().unwrap(), "--json"]);
+        assert_eq!(r, "unknown", "{} without its origin", f.display());
+    }
+    for name in presets() {
+        assert_eq!(
+            reading(&["topo", "--sim", &name, "--json"]),
+            "preset",
+            "{name}"
+        );
+    }
+}

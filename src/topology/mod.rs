@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 pub use nvml::discover;
 
 /// Where the model came from, and whether link speeds were read idle or under load.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 #[serde(rename_all = "snake_case")]
 pub struct Origin {
@@ -37,14 +37,27 @@ pub struct Origin {
     /// Preset name or file path, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    /// When link generation/width were read: "idle", "load" or "unknown". GPUs drop PCIe
-    /// generation when idle, so an idle reading below max is not necessarily a fault.
+    /// When link generation/width were read: "idle", "load", "unknown", or "preset" (a
+    /// built-in machine's, never read). GPUs drop PCIe generation when idle, so an idle
+    /// reading below max is not necessarily a fault.
     #[serde(default = "unknown")]
     pub link_reading: String,
 }
 
 fn unknown() -> String {
     "unknown".into()
+}
+
+/// A file without an origin says nothing of when its links were read: "unknown", as serde's
+/// default for the field, never "".
+impl Default for Origin {
+    fn default() -> Origin {
+        Origin {
+            kind: String::new(),
+            name: None,
+            link_reading: unknown(),
+        }
+    }
 }
 
 /// Software versions that a profile depends on.
