@@ -372,6 +372,26 @@ fn describe(w: &Workload) -> String {
     format!("{} allreduce bytes per step{tokens}", terms.join(" + "))
 }
 
+/// `predict` for a group the profile lacks: no step priced, the reason said (and, for
+/// `--json`, written with no steps), exit 6.
+fn predict_no_group(a: &PredictArgs, p: &Profile, tp: usize, reason: &str) -> Result<i32, Error> {
+    let mode: Mode = a.mode.into();
+    if a.json {
+        let v = serde_json::json!({
+            "profile": a.profile.display().to_string(),
+            "simulated": p.simulated,
+            "tp": tp,
+            "mode": mode.id(),
+            "gpus": a.gpus,
+            "steps": [],
+            "reason": reason,
+        });
+        outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    }
+    eprintln!("no answer (keep the engine's default): {reason}");
+    Ok(EXIT_NO_ANSWER)
+}
+
 pub fn predict(a: PredictArgs) -> Result<i32, Error> {
     a.tp.map(group_size).transpose()?;
     let p = Profile::load(&a.profile)?;
@@ -403,22 +423,7 @@ pub fn predict(a: PredictArgs) -> Result<i32, Error> {
     // it is no answer, as select's (exit 6), not bad input.
     let g = match group_of(&p, &a.profile, tp, mode, a.gpus.as_deref())? {
         Ok(g) => g,
-        Err(reason) => {
-            if a.json {
-                let v = serde_json::json!({
-                    "profile": a.profile.display().to_string(),
-                    "simulated": p.simulated,
-                    "tp": tp,
-                    "mode": mode.id(),
-                    "gpus": a.gpus,
-                    "steps": [],
-                    "reason": reason,
-                });
-                outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-            }
-            eprintln!("no answer (keep the engine's default): {reason}");
-            return Ok(EXIT_NO_ANSWER);
-        }
+        Err(reason) => return predict_no_group(&a, &p, tp, &reason),
     };
     let pr = workload::predict(&p, g, &w)?;
     // No step priced under the profile's own choice: no answer, as select's (exit 6).

@@ -58,68 +58,7 @@ pub fn class_profile(
                 included.push(i);
             }
         }
-        // Per cell: backend values and choices of the good nodes.
-        let mut values: BTreeMap<u32, BTreeMap<Backend, Vec<f64>>> = BTreeMap::new();
-        let mut choices: BTreeMap<u32, Vec<Backend>> = BTreeMap::new();
-        let mut pins: BTreeMap<u32, Vec<(Backend, u32)>> = BTreeMap::new();
-        for e in data.entries.iter().filter(|e| good.contains(&e.node)) {
-            for &(cell, pin, c) in &e.pins {
-                pins.entry(cell).or_default().push((pin, c));
-            }
-            for &(cell, b, us) in &e.times {
-                values
-                    .entry(cell)
-                    .or_default()
-                    .entry(b)
-                    .or_default()
-                    .push(us as f64);
-            }
-            for &(cell, b) in &e.choices {
-                choices.entry(cell).or_default().push(b);
-            }
-        }
-        let mut by_group: BTreeMap<(usize, Vec<usize>), GroupBuckets> = BTreeMap::new();
-        for (cell, per) in values {
-            let cc = &data.cells[cell as usize];
-            let picks = choices.remove(&cell).unwrap_or_default();
-            // A size only some nodes refined to is not the class's.
-            if picks.len() * 2 < good.len() {
-                continue;
-            }
-            let results: BTreeMap<Backend, Timing> =
-                per.into_iter().map(|(b, v)| (b, nodes_timing(v))).collect();
-            let Some(choice) = majority(picks.into_iter().filter(|b| results.contains_key(b)))
-            else {
-                continue;
-            };
-            // The one rule on the class's medians: no node's own plugin answer decides.
-            let nccl_choice = crate::decide::nccl_choice(&results);
-            let (buckets, channels) = by_group.entry((cc.tp, cc.gpus.clone())).or_default();
-            let measured = pins.remove(&cell).unwrap_or_default();
-            if let Some(c) = nccl_choice.and_then(|p| pin_channels(p, &measured)) {
-                channels.insert(cc.bytes, c);
-            }
-            buckets.push(Bucket {
-                bytes: cc.bytes,
-                choice,
-                nccl_choice,
-                fallback: None,
-                results,
-                waived: BTreeMap::new(),
-            });
-        }
-        for ((tp, gpus), (mut buckets, channels)) in by_group {
-            buckets.sort_by_key(|b| b.bytes);
-            let g = group(
-                template,
-                report.dtype,
-                (tp, gpus),
-                r.mode,
-                buckets,
-                channels,
-            );
-            groups.push(g);
-        }
+        groups.extend(mode_groups(template, report.dtype, r.mode, data, &good));
     }
     if groups.is_empty() {
         return None;
@@ -198,6 +137,73 @@ pub fn class_profile(
         },
     };
     Some(crate::profile::validate_built(&p).map(|()| p))
+}
+
+/// The class's groups of one mode from the good nodes' entries in `data`: per cell, the median
+/// of each backend's times and the choice most of them made.
+fn mode_groups(
+    template: &Profile,
+    dtype: crate::allreduce::Dtype,
+    mode: Mode,
+    data: &super::read::ClassData,
+    good: &HashSet<usize>,
+) -> Vec<GroupProfile> {
+    // Per cell: backend values and choices of the good nodes.
+    let mut values: BTreeMap<u32, BTreeMap<Backend, Vec<f64>>> = BTreeMap::new();
+    let mut choices: BTreeMap<u32, Vec<Backend>> = BTreeMap::new();
+    let mut pins: BTreeMap<u32, Vec<(Backend, u32)>> = BTreeMap::new();
+    for e in data.entries.iter().filter(|e| good.contains(&e.node)) {
+        for &(cell, pin, c) in &e.pins {
+            pins.entry(cell).or_default().push((pin, c));
+        }
+        for &(cell, b, us) in &e.times {
+            values
+                .entry(cell)
+                .or_default()
+                .entry(b)
+                .or_default()
+                .push(us as f64);
+        }
+        for &(cell, b) in &e.choices {
+            choices.entry(cell).or_default().push(b);
+        }
+    }
+    let mut by_group: BTreeMap<(usize, Vec<usize>), GroupBuckets> = BTreeMap::new();
+    for (cell, per) in values {
+        let cc = &data.cells[cell as usize];
+        let picks = choices.remove(&cell).unwrap_or_default();
+        // A size only some nodes refined to is not the class's.
+        if picks.len() * 2 < good.len() {
+            continue;
+        }
+        let results: BTreeMap<Backend, Timing> =
+            per.into_iter().map(|(b, v)| (b, nodes_timing(v))).collect();
+        let Some(choice) = majority(picks.into_iter().filter(|b| results.contains_key(b))) else {
+            continue;
+        };
+        // The one rule on the class's medians: no node's own plugin answer decides.
+        let nccl_choice = crate::decide::nccl_choice(&results);
+        let (buckets, channels) = by_group.entry((cc.tp, cc.gpus.clone())).or_default();
+        let measured = pins.remove(&cell).unwrap_or_default();
+        if let Some(c) = nccl_choice.and_then(|p| pin_channels(p, &measured)) {
+            channels.insert(cc.bytes, c);
+        }
+        buckets.push(Bucket {
+            bytes: cc.bytes,
+            choice,
+            nccl_choice,
+            fallback: None,
+            results,
+            waived: BTreeMap::new(),
+        });
+    }
+    by_group
+        .into_iter()
+        .map(|((tp, gpus), (mut buckets, channels))| {
+            buckets.sort_by_key(|b| b.bytes);
+            group(template, dtype, (tp, gpus), mode, buckets, channels)
+        })
+        .collect()
 }
 
 /// One backend's class timing at one size from the good nodes' medians `v`: their median,
