@@ -147,7 +147,7 @@ pub(in crate::export) fn export(p: &Profile, o: &Options, tps: &[usize]) -> Resu
                     ));
                         if let Some(want) = plan.wants {
                             env.push_str(&format!(
-                            "#   TP{tp} {}: the order would run 2shot_pull up to {}, above the 16 MiB workspace. To allow it,\n#     export SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB={}  (costs {} more pull workspace per GPU)\n#   and raise the third limit to {want}.\n",
+                            "#   TP{tp} {}: the order would run 2shot_pull up to {}, above the 16 MiB workspace. To allow it\n#   without artune's plugin (which keeps the workspace: ENGINE-PATHS.md),\n#     export SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB={}  (costs {} more pull workspace per GPU)\n#   and raise the third limit to {want}.\n",
                             mode.id(),
                             fmt_bytes(want),
                             want.div_ceil(KIB),
