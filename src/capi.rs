@@ -183,7 +183,7 @@ pub unsafe extern "C" fn artune_profile_open(
         };
         if p.is_empty() {
             set_error(
-                "artune_profile_open: the path is empty; name a profile that `artune tune` wrote",
+                "artune_profile_open: the path is empty; name the file that artune tune --out wrote",
             );
             return ARTUNE_ERR_ARGUMENT;
         }
