@@ -5,53 +5,67 @@ use std::collections::BTreeSet;
 
 use crate::error::Error;
 
-/// `--wait`: whole seconds, said so where clap would say "invalid digit".
+/// A whole number for an option, or the sentence "`S` is not WHAT; give HOW" (clap would
+/// say "invalid digit found in string").
+fn whole<T: std::str::FromStr>(s: &str, what: &str, how: &str) -> Result<T, String> {
+    s.trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not {what}; give {how}"))
+}
+
+/// `--wait`: whole seconds.
 pub fn seconds(s: &str) -> Result<u64, String> {
-    s.trim().parse().map_err(|_| {
-        format!("`{s}` is not a whole number of seconds; give e.g. 30, or 0 to refuse at once")
-    })
+    whole(
+        s,
+        "a whole number of seconds",
+        "e.g. 30, or 0 to refuse at once",
+    )
 }
 
 /// `--seed`: a whole number from 0 up.
 pub fn seed(s: &str) -> Result<u64, String> {
-    s.trim()
-        .parse()
-        .map_err(|_| format!("`{s}` is not a seed; give a whole number from 0 up, e.g. 1"))
+    whole(s, "a seed", "a whole number from 0 up, e.g. 1")
 }
 
 /// `--loopback K`: a whole number of virtual ranks.
 pub fn ranks(s: &str) -> Result<usize, String> {
-    s.trim().parse().map_err(|_| {
-        format!("`{s}` is not a number of virtual ranks; give a whole number from 2 up, e.g. 8")
-    })
+    whole(
+        s,
+        "a number of virtual ranks",
+        "a whole number from 2 up, e.g. 8",
+    )
 }
 
 /// `--tp K` of the commands that ask a profile: a whole number of GPUs.
 pub fn tp_size(s: &str) -> Result<usize, String> {
-    s.trim().parse().map_err(|_| {
-        format!("`{s}` is not a TP size; give a whole number of GPUs from 2 up, e.g. 4")
-    })
+    whole(s, "a TP size", "a whole number of GPUs from 2 up, e.g. 4")
 }
 
 /// `--gpus 3,4`: GPU indices from 0 up.
 pub fn gpu_index(s: &str) -> Result<usize, String> {
-    s.trim().parse().map_err(|_| {
-        format!("`{s}` is not a GPU index; give indices from 0 up, comma separated, e.g. 3,4")
-    })
+    whole(
+        s,
+        "a GPU index",
+        "indices from 0 up, comma separated, e.g. 3,4",
+    )
 }
 
 /// `--hidden N`: the model's hidden size in elements.
 pub fn hidden_size(s: &str) -> Result<u64, String> {
-    s.trim().parse().map_err(|_| {
-        format!("`{s}` is not a hidden size; give the model's hidden size in elements, e.g. 7168")
-    })
+    whole(
+        s,
+        "a hidden size",
+        "the model's hidden size in elements, e.g. 7168",
+    )
 }
 
 /// `--world-size N`: the deployment's ranks.
 pub fn world_size(s: &str) -> Result<usize, String> {
-    s.trim().parse().map_err(|_| {
-        format!("`{s}` is not a number of ranks; give the deployment's ranks (TP x PP), e.g. 8")
-    })
+    whole(
+        s,
+        "a number of ranks",
+        "the deployment's ranks (TP x PP), e.g. 8",
+    )
 }
 
 /// Island sizes as typed: "4,4".
