@@ -149,14 +149,11 @@ pub(super) fn class_report(
         .collect();
     let mut version_sets: Vec<VersionSet> = Vec::new();
     for e in 0..n {
-        let v = &info(e).versions;
-        match version_sets
-            .iter_mut()
-            .find(|s| s.versions == fmt_versions(v))
-        {
+        let v = fmt_versions(&info(e).versions);
+        match version_sets.iter_mut().find(|s| s.versions == v) {
             Some(s) => s.nodes.push(name(e)),
             None => version_sets.push(VersionSet {
-                versions: fmt_versions(v),
+                versions: v,
                 nodes: vec![name(e)],
             }),
         }
@@ -165,12 +162,8 @@ pub(super) fn class_report(
         version_sets.clear();
     }
     // The class profile's set first, then by size.
-    version_sets.sort_by_key(|s| {
-        (
-            s.versions != fmt_versions(&usual),
-            usize::MAX - s.nodes.len(),
-        )
-    });
+    let usual_set = fmt_versions(&usual);
+    version_sets.sort_by_key(|s| (s.versions != usual_set, usize::MAX - s.nodes.len()));
     let (outliers, left_out, included) = who_is_left_out(
         c,
         data,

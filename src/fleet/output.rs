@@ -29,26 +29,10 @@ pub fn text(r: &FleetReport) -> String {
     for c in &r.classes {
         class_text(&mut o, c, r.class_profiles.get(&c.topology_class));
     }
-    if !r.skipped.is_empty() {
-        let _ = writeln!(
-            o,
-            "\nskipped {}:",
-            crate::report::count(r.skipped.len(), "file", "files")
-        );
-        for s in &r.skipped {
-            let _ = writeln!(o, "  {}: {}", s.file, s.reason);
-        }
-    }
-    if !r.duplicates.is_empty() {
-        let _ = writeln!(
-            o,
-            "\nleft out, the same node as another file ({}):",
-            crate::report::count(r.duplicates.len(), "file", "files")
-        );
-        for s in &r.duplicates {
-            let _ = writeln!(o, "  {}: {}", s.file, s.reason);
-        }
-    }
+    files(&mut o, &r.skipped, |n| format!("skipped {n}"));
+    files(&mut o, &r.duplicates, |n| {
+        format!("left out, the same node as another file ({n})")
+    });
     if !r.class_profiles_found.is_empty() {
         let _ = writeln!(
             o,
@@ -56,17 +40,23 @@ pub fn text(r: &FleetReport) -> String {
             r.class_profiles_found.join(", ")
         );
     }
-    if !r.other_dtype.is_empty() {
-        let _ = writeln!(
-            o,
-            "\nnot compared here, of another dtype ({}):",
-            crate::report::count(r.other_dtype.len(), "file", "files")
-        );
-        for s in &r.other_dtype {
-            let _ = writeln!(o, "  {}: {}", s.file, s.reason);
-        }
-    }
+    files(&mut o, &r.other_dtype, |n| {
+        format!("not compared here, of another dtype ({n})")
+    });
     o
+}
+
+/// Files the report sets aside, where there are any: a heading with their count ("2 files"),
+/// then each file and why.
+fn files(o: &mut String, list: &[super::read::Skipped], heading: impl Fn(String) -> String) {
+    if list.is_empty() {
+        return;
+    }
+    let n = crate::report::count(list.len(), "file", "files");
+    let _ = writeln!(o, "\n{}:", heading(n));
+    for s in list {
+        let _ = writeln!(o, "  {}: {}", s.file, s.reason);
+    }
 }
 
 fn class_text(o: &mut String, c: &ClassReport, profile: Option<&String>) {
