@@ -130,15 +130,24 @@ fn note_other_placements(p: &Profile, g: &GroupProfile) {
 /// "No answer here": exit [`EXIT_NO_ANSWER`] so the engine keeps its default, with the reason
 /// on stderr, and for `--json` a `null` backend on stdout so a script reads an answer either way.
 fn no_answer(a: &MessageArgs, p: &Profile, reason: &str) -> Result<i32, Error> {
-    if a.json {
-        let v = serde_json::json!({
+    let json = a.json.then(|| {
+        serde_json::json!({
             "backend": null,
             "reason": reason,
             "tp": a.tp,
             "mode": Mode::from(a.mode).id(),
             "gpus": a.gpus,
             "simulated": p.simulated,
-        });
+        })
+        .to_string()
+    });
+    said_no_answer(json, reason)
+}
+
+/// The one way select, why and predict say they have no answer: `json` (for `--json`) on
+/// stdout, the reason on stderr, exit [`EXIT_NO_ANSWER`].
+fn said_no_answer(json: Option<String>, reason: &str) -> Result<i32, Error> {
+    if let Some(v) = json {
         outln!("{v}");
     }
     eprintln!("no answer (keep the engine's default): {reason}");
@@ -376,7 +385,7 @@ fn describe(w: &Workload) -> String {
 /// `--json`, written with no steps), exit 6.
 fn predict_no_group(a: &PredictArgs, p: &Profile, tp: usize, reason: &str) -> Result<i32, Error> {
     let mode: Mode = a.mode.into();
-    if a.json {
+    let json = a.json.then(|| {
         let v = serde_json::json!({
             "profile": a.profile.display().to_string(),
             "simulated": p.simulated,
@@ -386,10 +395,9 @@ fn predict_no_group(a: &PredictArgs, p: &Profile, tp: usize, reason: &str) -> Re
             "steps": [],
             "reason": reason,
         });
-        outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-    }
-    eprintln!("no answer (keep the engine's default): {reason}");
-    Ok(EXIT_NO_ANSWER)
+        serde_json::to_string_pretty(&v).unwrap_or_default()
+    });
+    said_no_answer(json, reason)
 }
 
 pub fn predict(a: PredictArgs) -> Result<i32, Error> {

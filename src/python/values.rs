@@ -186,7 +186,7 @@ pub struct Check {
     /// Why it is not valid here, old → new.
     pub(super) reasons: Vec<String>,
     /// What differs but leaves it valid (driver, CUDA or NCCL version, NCCL variables,
-    /// another node of the class): `artune check --measure` tells whether the choices hold.
+    /// another node of the class); `verdict` says what to run for them.
     pub(super) notes: Vec<String>,
     /// What the machine does not report, so it was not compared.
     pub(super) unchecked: Vec<String>,
