@@ -299,7 +299,7 @@ impl AllreduceKernels {
             .as_ref()
             .map(|r| r.dtype)
             .ok_or_else(|| ArtuneError::new_err("allocate before launching"))?;
-        if nbytes % dtype.size() != 0 {
+        if !nbytes.is_multiple_of(dtype.size()) {
             return Err(BadInputError::new_err(format!(
                 "{nbytes} bytes is not a whole number of {} elements",
                 dtype.id()
@@ -372,6 +372,16 @@ impl AllreduceKernels {
     /// the object (which frees this rank's own buffers).
     fn disconnect(&self) -> PyResult<()> {
         self.op().disconnect().map_err(op_err)
+    }
+
+    /// Whether torch's current stream `stream` is capturing a graph, asked of the driver
+    /// (None where it fails: the caller asks torch).
+    ///
+    /// # Safety
+    /// `stream` must be a live stream of this process (torch's current one), or 0.
+    pub(super) unsafe fn capturing(&self, stream: u64) -> Option<bool> {
+        // SAFETY: the caller's contract.
+        unsafe { op::capturing(stream) }
     }
 
     /// Whether a kernel found a wait of the group given up (a dead or stalled peer) and left

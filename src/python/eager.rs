@@ -1,7 +1,7 @@
 //! The op's per-call path in one native call: `Allreduce.all_reduce` and `should_run` of every
 //! op built by python/artune/allreduce.py are this object's methods, so an eager call runs no
-//! Python frame. It reads each tensor's fields once, asks the routes, torch's current stream
-//! (its raw getter, a C function) and launches. The rare cases (a closed or failed op, a
+//! Python frame. It reads each tensor's fields once, torch's current stream (its raw getter, a C
+//! function) and whether the driver is capturing it, asks the routes and launches. The rare cases (a closed or failed op, a
 //! broken group, an output the kernels cannot write, a launch that fails) go to the op's
 //! Python methods, which hold the rules for them, so the two forms of a call answer alike.
 //!
@@ -44,6 +44,18 @@ impl Layer {
                 .call_method0(intern!(py, "missed_registration"))?
                 .is_truthy(),
         }
+    }
+
+    /// Whether the call is being captured: the driver asked about `stream` (torch's current
+    /// stream, where it was read) on artune's kernels, else torch's `capturing` hook.
+    fn capturing(&self, py: Python<'_>, h: &Hooks, stream: Option<u64>) -> PyResult<bool> {
+        if let (Layer::Kernels(k), Some(s)) = (self, stream) {
+            // SAFETY: `s` is torch's current stream, just read, which outlives this call.
+            if let Some(c) = unsafe { k.bind(py).try_borrow()?.capturing(s) } {
+                return Ok(c);
+            }
+        }
+        h.capturing.bind(py).call0()?.is_truthy()
     }
 
     fn route(&self, py: Python<'_>, nbytes: u64, graph: bool) -> PyResult<i32> {
@@ -240,7 +252,8 @@ impl EagerPath {
         self.registers.store(v, Relaxed)
     }
 
-    /// `Allreduce.should_run`, natively: the same reads in the same order.
+    /// `Allreduce.should_run`, natively: the same reads in the same order (the capture status
+    /// through torch's stream, as `all_reduce` reads it).
     fn should_run(&self, py: Python<'_>, inp: &Bound<'_, PyAny>) -> PyResult<bool> {
         let (Some(layer), Some(h)) = (&self.layer, &self.hooks) else {
             return Ok(false);
@@ -264,11 +277,12 @@ impl EagerPath {
             return Ok(false);
         }
         let ptr: u64 = inp.call_method0(intern!(py, "data_ptr"))?.extract()?;
-        if ptr % 16 != 0 {
+        if !ptr.is_multiple_of(16) {
             return Ok(false);
         }
         let nbytes: u64 = inp.getattr(intern!(py, "nbytes"))?.extract()?;
-        let graph = h.capturing.bind(py).call0()?.is_truthy()?;
+        let stream = self.stream(py, h).ok();
+        let graph = layer.capturing(py, h, stream)?;
         Ok(layer.route(py, nbytes, graph)? >= 0)
     }
 
@@ -315,7 +329,9 @@ impl EagerPath {
                 (o, ptr)
             }
         };
-        let graph = h.capturing.bind(py).call0()?.is_truthy()?;
+        // torch's stream first: its capture status is then one driver call, not a Python one.
+        let stream = self.stream(py, h);
+        let graph = layer.capturing(py, h, stream.as_ref().ok().copied())?;
         let code = match &backend {
             None => layer.route(py, nbytes, graph)?,
             Some(b) => b
@@ -330,7 +346,7 @@ impl EagerPath {
                 "{nbytes} bytes is not routed to artune's kernels"
             )))
         } else {
-            self.stream(py, h).and_then(|stream| {
+            stream.and_then(|stream| {
                 layer.launch(py, code, input, output, nbytes, stream, registered)
             })
         };
@@ -409,7 +425,7 @@ fn fits(
         return Ok(None);
     }
     let ptr: u64 = out.call_method0(intern!(py, "data_ptr"))?.extract()?;
-    Ok((ptr % 16 == 0 && ptr != input).then_some(ptr))
+    Ok((ptr.is_multiple_of(16) && ptr != input).then_some(ptr))
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -428,6 +428,19 @@ impl Span {
     }
 }
 
+/// Whether the stream `raw` is being captured into a graph (an invalidated capture counts), as
+/// torch's `is_current_stream_capturing` answers for its current stream: one driver call, no
+/// context needed (the stream names its own).
+///
+/// # Safety
+/// `raw` must be a live stream handle, or 0 (the legacy stream).
+pub unsafe fn stream_capturing(raw: u64) -> Result<bool, DriverError> {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: the caller's contract; `status` is a valid place to write.
+    unsafe { sys::cuStreamIsCapturing(raw as sys::CUstream, &mut status).result()? };
+    Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+}
+
 /// A non-blocking stream.
 pub struct Stream {
     pub raw: sys::CUstream,

@@ -660,6 +660,16 @@ fn check_reads_zero(signal: &Span) -> Result<(), String> {
     }
 }
 
+/// Whether the engine's stream `stream` is being captured (a driver error: None, and the
+/// caller asks torch), read here rather than through torch's Python getter on every eager call.
+///
+/// # Safety
+/// `stream` must be a live stream handle (torch's current stream), or 0.
+pub unsafe fn capturing(stream: u64) -> Option<bool> {
+    // SAFETY: the caller's contract.
+    unsafe { driver::stream_capturing(stream) }.ok()
+}
+
 /// How many of `bus_ids` (one per rank) name the GPU of the rank that shares it most: the
 /// `ranks_on_gpu` every rank plans with.
 pub fn ranks_per_gpu(bus_ids: &[String]) -> u32 {
