@@ -710,4 +710,29 @@ mod tests {
         s.wait(Duration::from_secs(10)).unwrap();
         println!("poisoned after the expired wait; {before} -> {after} bytes free after the drop");
     }
+
+    /// GPU only (skips, saying so, without one). The capture status the op's eager path asks
+    /// on every call is the stream's own: not capturing before, capturing between the begin
+    /// and the end of a capture, not capturing after.
+    #[test]
+    fn a_stream_reads_as_capturing_only_while_captured_or_skip() {
+        if crate::fabric::cuda::visible_gpus() == 0 {
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "a_stream_reads_as_capturing_only_while_captured: skipped: no GPU"
+            );
+            return;
+        }
+        let ctx = Ctx::new(0).unwrap();
+        let s = Stream::new(&ctx).unwrap();
+        let raw = s.raw as u64;
+        // SAFETY: `s` is alive for every query below.
+        let capturing = || unsafe { stream_capturing(raw) }.unwrap();
+        assert!(!capturing(), "capturing before any capture began");
+        s.begin_capture().unwrap();
+        assert!(capturing(), "not capturing inside a capture");
+        let _graph = s.end_capture().unwrap();
+        assert!(!capturing(), "still capturing after the capture ended");
+    }
 }
