@@ -194,6 +194,35 @@ fn a_profile_given_as_a_topology_file_is_named() {
     );
 }
 
+/// The command that error suggests writes a topology file; pasted as printed, it must not
+/// overwrite the profile the user gave (docs/GUIDE.md names its profile box.json), from
+/// any of the commands that take --topology.
+#[test]
+fn the_suggested_topo_command_does_not_overwrite_the_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = common::tuned(
+        dir.path(),
+        "box.json",
+        &["--sim", "pcie-2x", "--sizes", "1K:8K"],
+    );
+    let p = p.to_str().unwrap();
+    let out = dir.path().join("zz.json");
+    for args in [
+        vec!["topo", "--topology", p],
+        vec!["check", p, "--topology", p],
+        vec!["tune", "--topology", p, "--out", out.to_str().unwrap()],
+        vec!["doctor", "--topology", p],
+    ] {
+        let err = String::from_utf8_lossy(&artune(&args).stderr).into_owned();
+        let target = err
+            .split("`artune topo --json > ")
+            .nth(1)
+            .and_then(|rest| rest.split('`').next())
+            .unwrap_or_else(|| panic!("{args:?}: no topo command suggested: {err}"));
+        assert_ne!(target, "box.json", "{args:?}: {err}");
+    }
+}
+
 #[test]
 fn unknown_preset_is_bad_input() {
     assert_bad_input(

@@ -73,7 +73,7 @@ pub fn parse(text: &str) -> Result<Topology, TopologyError> {
     {
         return Err(TopologyError::Invalid(
             "it is an artune profile, not a topology file; give the topology file the tune \
-             read, or write one on the machine with `artune topo --json > box.json`"
+             read, or write one on the machine with `artune topo --json > topo.json`"
                 .into(),
         ));
     }
