@@ -82,7 +82,10 @@ fn a_profile_against_itself_has_no_regret_and_a_changed_host_has_some() {
     assert!(raw > 0.0 && (0.0..=raw).contains(&sig), "{g}");
     let words = artune(&["compare", b.to_str().unwrap(), a.to_str().unwrap()], None);
     let words = String::from_utf8_lossy(&words.stdout);
-    assert!(words.contains("worst beyond B's intervals"), "{words}");
+    assert!(
+        words.contains("worst share beyond B's intervals"),
+        "{words}"
+    );
 }
 
 #[test]

@@ -131,11 +131,14 @@ pub struct GroupComparison {
     pub b_sum_us: f64,
     /// `regret_sum_us` as a percentage of `b_sum_us`.
     pub regret_sum_pct: f64,
-    /// The bucket of largest regret relative to B's choice, if any regret.
+    /// The bucket of largest regret relative to B's choice, if any regret (the worst share).
     pub worst: Option<BucketRegret>,
     /// `worst`'s regret, % of B's choice there (0 without regret).
     pub worst_pct: f64,
-    /// The bucket of largest significant regret, if any: what the worst-size bound judges.
+    /// The bucket of largest regret in time, if any regret (the most time lost per call).
+    pub most_lost: Option<BucketRegret>,
+    /// The bucket of largest significant regret relative to B's choice, if any: what the
+    /// worst-size bound judges.
     pub worst_significant: Option<BucketRegret>,
     /// `worst_significant`'s significant regret, % of B's choice there (0 without).
     pub worst_significant_pct: f64,
@@ -303,7 +306,8 @@ fn share(part: f64, whole: f64) -> f64 {
     }
 }
 
-/// The bucket where `by` is largest, among those where it is above 0.
+/// The bucket where `by`'s share of B's choice there is largest, among those where `by` is
+/// above 0: the worst share (a small size can lose little time but most of its own).
 fn worst_by(
     buckets: &[BucketRegret],
     by: fn(&BucketRegret) -> Option<f64>,
@@ -314,6 +318,19 @@ fn worst_by(
         .max_by(|x, y| {
             let pct = |b: &BucketRegret| share(by(b).unwrap_or(0.0), b.b_choice_us);
             pct(x).total_cmp(&pct(y))
+        })
+        .cloned()
+}
+
+/// The bucket of largest regret in time, if any regret: where A loses most per call.
+fn most_lost(buckets: &[BucketRegret]) -> Option<BucketRegret> {
+    buckets
+        .iter()
+        .filter(|b| b.regret_us.is_some_and(|r| r > 0.0))
+        .max_by(|x, y| {
+            x.regret_us
+                .unwrap_or(0.0)
+                .total_cmp(&y.regret_us.unwrap_or(0.0))
         })
         .cloned()
 }
@@ -401,6 +418,7 @@ fn group(
             .and_then(BucketRegret::regret_pct)
             .unwrap_or(0.0),
         worst,
+        most_lost: most_lost(&buckets),
         worst_significant_pct: worst_significant
             .as_ref()
             .and_then(BucketRegret::significant_pct)

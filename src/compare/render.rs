@@ -57,51 +57,52 @@ fn off_step(
         .collect()
 }
 
-/// The comparison in words: per group the regret (summed and worst bucket), the buckets
-/// where the choices differ, and whether the crossovers agree to within one refinement step.
-/// The group's worst regret, and its worst beyond B's intervals.
+/// One bucket's regret in words: `label: time at size (share of B's): choices`.
+fn regret_line(label: &str, us: f64, pct: f64, w: &BucketRegret) -> String {
+    format!(
+        "  {label}: {} at {} ({pct:.1}% of B's choice there): A chose {}, B chose {}\n",
+        crate::units::fmt_us(us),
+        crate::units::fmt_bytes(w.bytes),
+        w.a_choice,
+        w.b_choice
+    )
+}
+
+/// The group's worst regret twice, as a share of B's time (where A is furthest off) and in
+/// time (where A loses most per call), and its worst share beyond B's intervals.
 fn render_worst(g: &GroupComparison, s: &mut String) {
-    use std::fmt::Write;
-    match &g.worst {
+    let (Some(w), Some(m)) = (&g.worst, &g.most_lost) else {
+        s.push_str("  no regret: A's choices are as fast as B's (or B did not measure them)\n");
+        return;
+    };
+    let raw = |b: &BucketRegret| (b.regret_us.unwrap_or(0.0), b.regret_pct().unwrap_or(0.0));
+    if w.bytes == m.bytes {
+        let (us, pct) = raw(w);
+        s.push_str(&regret_line("worst share and most time lost", us, pct, w));
+    } else {
+        let (us, pct) = raw(w);
+        s.push_str(&regret_line("worst share", us, pct, w));
+        let (us, pct) = raw(m);
+        s.push_str(&regret_line("most time lost", us, pct, m));
+    }
+    let label = "worst share beyond B's intervals";
+    match &g.worst_significant {
         Some(w) => {
-            let _ = writeln!(
-                s,
-                "  worst: {} at {} ({:.1}%): A chose {}, B chose {}",
-                crate::units::fmt_us(w.regret_us.unwrap_or(0.0)),
-                crate::units::fmt_bytes(w.bytes),
-                w.regret_pct().unwrap_or(0.0),
-                w.a_choice,
-                w.b_choice
-            );
-            match &g.worst_significant {
-                Some(w) => {
-                    let _ = writeln!(
-                        s,
-                        "  worst beyond B's intervals: {} at {} ({:.1}%): A chose {}, B chose {}",
-                        crate::units::fmt_us(w.significant_us.unwrap_or(0.0)),
-                        crate::units::fmt_bytes(w.bytes),
-                        w.significant_pct().unwrap_or(0.0),
-                        w.a_choice,
-                        w.b_choice
-                    );
-                }
-                None => {
-                    let _ = writeln!(
-                        s,
-                        "  worst beyond B's intervals: none (every regret is within B's noise)"
-                    );
-                }
-            }
+            let us = w.significant_us.unwrap_or(0.0);
+            let pct = w.significant_pct().unwrap_or(0.0);
+            s.push_str(&regret_line(label, us, pct, w));
         }
         None => {
-            let _ = writeln!(
-                s,
-                "  no regret: A's choices are as fast as B's (or B did not measure them)"
-            );
+            s.push_str(&format!(
+                "  {label}: none (every regret is within B's noise)\n"
+            ));
         }
     }
 }
 
+/// The comparison in words: per group the regret (summed, worst share and most time lost),
+/// the buckets where the choices differ, and whether the crossovers agree to within one
+/// refinement step.
 pub fn render(c: &Comparison) -> String {
     use std::fmt::Write;
     let mut s = String::new();

@@ -118,11 +118,51 @@ fn regret_is_a_choice_timed_by_b() {
     assert_eq!(g.buckets[1].regret_us, Some(12.0));
     assert_eq!(g.regret_sum_us, 12.0);
     assert_eq!(g.worst.as_ref().unwrap().bytes, 65536);
-    assert!(render(&c).contains("worst: 12"), "{}", render(&c));
+    assert!(
+        render(&c).contains("worst share and most time lost: 12"),
+        "{}",
+        render(&c)
+    );
     // Against itself: no regret.
     let same = compare(&b, &b).unwrap();
     assert_eq!(same.groups[0].regret_sum_us, 0.0);
     assert!(!same.groups[0].crossovers_differ());
+}
+
+/// A size that loses little time but much of its own, and a large one that loses most time:
+/// "worst" alone would name the small one though the large one costs the node most. Both
+/// are reported, each under its own name (a node 3x slower at NCCL: 81 us at 448K is 207%,
+/// 18 ms at 256M is 200%).
+#[test]
+fn worst_share_and_most_time_lost_are_named_apart() {
+    let (n, o) = (Backend::Nccl, Backend::OneStagePush);
+    let a = profile(
+        vec![
+            bucket(4096, n, &[(n, 8.0), (o, 20.0)]),
+            bucket(1 << 28, n, &[(n, 9000.0), (o, 12000.0)]),
+        ],
+        Dtype::Bf16,
+    );
+    let b = profile(
+        vec![
+            bucket(4096, o, &[(n, 30.0), (o, 10.0)]),
+            bucket(1 << 28, o, &[(n, 24000.0), (o, 9000.0)]),
+        ],
+        Dtype::Bf16,
+    );
+    let c = compare(&a, &b).unwrap();
+    let g = &c.groups[0];
+    assert_eq!(g.worst.as_ref().unwrap().bytes, 4096);
+    assert_eq!(g.most_lost.as_ref().unwrap().bytes, 1 << 28);
+    let text = render(&c);
+    assert!(
+        text.contains("worst share: 20.0 us at 4K (200.0% of B's choice there)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("most time lost: 15.00 ms at 256M (166.7% of B's choice there)"),
+        "{text}"
+    );
 }
 
 fn spread(us: f64, half: f64) -> Timing {
@@ -168,9 +208,12 @@ fn significant_regret_is_what_lies_beyond_b_intervals() {
     assert_eq!(k.b_beats_a, Some(false));
     assert!((g.worst_pct - 7.0).abs() < 1e-9 && (g.worst_significant_pct - 3.0).abs() < 1e-9);
     let text = render(&c);
-    assert!(text.contains("worst: 7.0 us at 4K (7.0%)"), "{text}");
     assert!(
-        text.contains("worst beyond B's intervals: 3.0 us at 4K (3.0%)"),
+        text.contains("worst share and most time lost: 7.0 us at 4K (7.0% of B's choice there)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("worst share beyond B's intervals: 3.0 us at 4K (3.0% of B's choice there)"),
         "{text}"
     );
     // Overlapping intervals: a raw regret, none beyond the noise.
