@@ -90,8 +90,15 @@ Exit 6 where no step can be priced (every one holds a size the profile cannot an
     #[command(after_help = "Example: artune doctor")]
     Doctor(doctor::DoctorArgs),
     /// Compare the profiles of many nodes: classes, outliers, a class profile each.
-    #[command(after_help = "Example: artune fleet profiles/ --out classes/\n\n\
-Exit 7 when a node is an outlier of its class; 5 when files were skipped.")]
+    #[command(after_help = "Example: artune fleet profiles/ --out classes/
+
+Exit codes, the first that applies (docs/CLI.md):
+  9  the report printed, but the class profiles could not be written (the error says why)
+  7  a node is an outlier of its class
+  3  a class holds profiles tuned with different driver, CUDA or NCCL versions
+  5  files were skipped, or nodes left out that tuned other groups than their class
+  0  none of these
+  2  bad input (arguments, an unreadable DIR, an --out that is a file): no report")]
     Fleet(fleet::FleetArgs),
     /// One GPU's worker process, started by artune itself.
     #[command(name = "__worker", hide = true)]
