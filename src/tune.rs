@@ -159,6 +159,24 @@ pub fn check_sizes(min_bytes: u64, max_bytes: u64, dtype: Dtype) -> Result<(), E
     }
 }
 
+/// Why a machine of fewer than 2 GPUs cannot be tuned, and what can be, from where the user
+/// is: --loopback runs on a real GPU only, so a topology file gets --sim instead.
+fn too_few_gpus(t: &crate::topology::Topology) -> String {
+    let n = t.gpu_count();
+    let gpus = if n == 1 { "GPU" } else { "GPUs" };
+    match t.origin.kind.as_str() {
+        "file" => format!(
+            "the topology file describes {n} {gpus}; an allreduce needs at least 2 (describe 2 \
+             or more, or tune a simulated machine with --sim PRESET instead; on the real \
+             one-GPU machine, --loopback 8 without --topology runs 8 virtual ranks on its GPU)"
+        ),
+        _ => format!(
+            "this machine has {n} {gpus}; an allreduce needs at least 2 (on one GPU, try \
+             --loopback 8)"
+        ),
+    }
+}
+
 /// Measures and decides; returns the profile (not yet written anywhere), after the checks a
 /// profile must pass before anyone may act on it: a group with nothing measured is a
 /// hardware failure, an invalid profile is a bug in artune, and a run cancelled after its
@@ -173,9 +191,7 @@ pub fn run(
     let topology = fabric.topology().clone();
     let n = topology.gpu_count();
     if n < 2 {
-        return Err(Error::bad_input(format!(
-            "this machine has {n} GPU; an allreduce needs at least 2 (on one GPU, try --loopback 8)"
-        )));
+        return Err(Error::bad_input(too_few_gpus(&topology)));
     }
     let tps = if opts.tp.is_empty() {
         plan::default_tp(n)

@@ -752,3 +752,27 @@ fn a_machine_that_does_not_drift_records_no_drift() {
         }
     }
 }
+
+/// A topology file of one GPU is refused with advice that works from here: --loopback runs
+/// on a real GPU only (with --topology it is refused), so it is offered for the GPU machine,
+/// without --topology, and --sim for this one.
+#[test]
+fn a_one_gpu_topology_file_is_refused_with_advice_that_works_here() {
+    let topo = artune(&["topo", "--sim", "pcie-2x", "--json"]);
+    let mut t: serde_json::Value = serde_json::from_slice(&topo.stdout).unwrap();
+    t["gpus"].as_array_mut().unwrap().truncate(1);
+    t["pairs"] = serde_json::json!([]);
+    let file = tmp().join("one-gpu.json");
+    std::fs::write(&file, t.to_string()).unwrap();
+    let out = tmp().join("one-gpu-profile.json");
+    let (file, out) = (file.to_str().unwrap(), out.to_str().unwrap());
+    let o = artune(&["tune", "--topology", file, "--out", out]);
+    let err = common::text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("describes 1 GPU"), "{err}");
+    assert!(err.contains("--sim PRESET"), "{err}");
+    assert!(err.contains("--loopback 8 without --topology"), "{err}");
+    // What it says of --loopback is so: with the file, it is refused.
+    let o = artune(&["tune", "--topology", file, "--loopback", "8", "--out", out]);
+    assert_eq!(o.status.code(), Some(2));
+}
