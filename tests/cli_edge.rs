@@ -718,3 +718,28 @@ fn negative_and_odd_numbers_are_refused_in_the_options_words() {
         assert!(!out.exists());
     }
 }
+
+/// Without a GPU, each command's advice is for that command: `check --measure` re-times a
+/// simulated machine with --sim or --topology (so said, and so it does), and `bench kernels`,
+/// which has no simulated form, says so. Both once offered a simulated `tune` instead.
+#[test]
+fn without_a_gpu_each_command_says_what_works_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("p.json");
+    let p = p.to_str().unwrap();
+    assert!(artune(&["tune", "--sim", "pcie-2x", "--out", p])
+        .status
+        .success());
+    let err = text(&artune(&["check", p, "--measure"]).stderr);
+    if !err.contains("without an NVIDIA GPU") {
+        eprintln!("skipped: this machine has a GPU ({err})");
+        return;
+    }
+    assert!(err.contains("add --sim PRESET or --topology FILE"), "{err}");
+    assert!(!err.contains("artune tune"), "{err}");
+    let o = artune(&["check", p, "--measure", "--sim", "pcie-2x"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let err = text(&artune(&["bench", "kernels"]).stderr);
+    assert!(err.contains("has no simulated form"), "{err}");
+    assert!(!err.contains("artune tune"), "{err}");
+}

@@ -380,6 +380,17 @@ fn situations(root: &Path) -> Vec<Said> {
     // Commands that need a GPU, on this machine without one.
     let d = at("no-gpu");
     out.push(say("bench without a GPU", &d, &["bench", "kernels"], &[]));
+    assert!(
+        artune_in(&d, &["tune", "--sim", "pcie-2x", "--out", "sim.json"], &[])
+            .status
+            .success()
+    );
+    out.push(say(
+        "check --measure without a GPU",
+        &d,
+        &["check", "sim.json", "--measure"],
+        &[],
+    ));
     out.push(say(
         "tune without a GPU",
         &d,

@@ -484,11 +484,20 @@ fn main_inner() -> i32 {
         Some(age) => tracing::info!("artune started {age:.2} s after its process"),
         None => tracing::info!("artune started"),
     }
+    // Without a GPU, commands that tune nothing say what works for them instead.
+    let no_gpu = match &cli.command {
+        Command::Check(a) if a.measure && !a.nccl_audit => Some(crate::fabric::NO_GPU_CHECK),
+        Command::Bench(_) => Some(crate::fabric::NO_GPU_BENCH),
+        _ => None,
+    };
     match run(cli.command) {
         Ok(code) => code,
         Err(Error::StdoutClosed) => 0,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!(
+                "error: {}",
+                crate::fabric::no_gpu_advice(e.to_string(), no_gpu)
+            );
             e.exit_code()
         }
     }

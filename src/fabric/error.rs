@@ -17,6 +17,20 @@ const STUCK_HINT: &str = "reset it (`nvidia-smi -r`, or reboot) and run again";
 /// What to tell a user on a machine without a usable GPU.
 pub const NO_GPU: &str = "on a machine without an NVIDIA GPU, `artune tune --sim pcie-8x-2switch --out sim.json` tunes a simulated one instead (`artune topo --list-presets` lists the machines it simulates)";
 
+/// What `check --measure` says instead of [`NO_GPU`]: it re-times a simulated machine itself.
+pub const NO_GPU_CHECK: &str = "on a machine without an NVIDIA GPU, add --sim PRESET or --topology FILE to re-time a simulated one instead (`artune topo --list-presets` lists the machines it simulates)";
+/// What `bench kernels` says instead of [`NO_GPU`]: it has no simulated form.
+pub const NO_GPU_BENCH: &str = "bench kernels times the custom kernels on a real GPU and has no simulated form; run it on a machine with an NVIDIA GPU";
+
+/// An error's text, its no-GPU advice (made for `tune`) replaced by `hint` where another
+/// command printed it.
+pub fn no_gpu_advice(message: String, hint: Option<&str>) -> String {
+    match hint {
+        Some(h) => message.replace(NO_GPU, h),
+        None => message,
+    }
+}
+
 /// Failures below the seam.
 #[derive(Debug, thiserror::Error)]
 pub enum FabricError {

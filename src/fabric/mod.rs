@@ -12,7 +12,9 @@ pub mod cuda;
 mod error;
 pub mod sim;
 
-pub use error::{DeviceError, FabricError, WorkerError, NO_GPU};
+pub use error::{
+    no_gpu_advice, DeviceError, FabricError, WorkerError, NO_GPU, NO_GPU_BENCH, NO_GPU_CHECK,
+};
 
 // The vocabulary lives below the seam so that profiles and exports need not depend on it.
 pub use crate::allreduce::{
