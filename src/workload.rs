@@ -24,7 +24,7 @@
 //! ([`crate::export::vllm::builtin`]). A message costs the median measured at the bucket that
 //! serves it (the next measured size at or above it).
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::allreduce::{Backend, Dtype};
 use crate::error::Error;
@@ -58,6 +58,109 @@ pub struct Workload {
     /// Token counts to evaluate; empty when no term depends on tokens.
     pub tokens: Vec<u64>,
 }
+
+/// One item of a workload file, its fields checked one by one.
+struct Item {
+    count: u64,
+    bytes: Option<u64>,
+    hidden: Option<u64>,
+    dtype: Option<String>,
+    tokens: Option<u64>,
+}
+
+/// What a workload file's item looks like, for errors.
+const ITEM_SHAPE: &str =
+    r#"{"count": N, "bytes": B} or {"count": N, "hidden": H, "dtype": "bf16", "tokens": T}"#;
+
+/// A string from a file, quoted and escaped, cut to 40 characters.
+fn short(s: &str) -> String {
+    match s.char_indices().nth(40) {
+        Some((at, _)) => format!("{:?}...", &s[..at]),
+        None => format!("{s:?}"),
+    }
+}
+
+/// A JSON value in a few words, for errors: what was found where something else was expected.
+fn json_kind(v: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match v {
+        Value::Null => "null".into(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => format!("the string {}", short(s)),
+        Value::Array(_) => "a list".into(),
+        Value::Object(_) => "an object".into(),
+    }
+}
+
+/// The items of a workload file, each field checked against its format: a sentence naming the
+/// item and field that is wrong, and what is expected, instead of serde's own words.
+fn json_items(text: &str) -> Result<Vec<Item>, String> {
+    let v: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| crate::topology::file::describe(&e, text))?;
+    let serde_json::Value::Array(list) = v else {
+        return Err(format!(
+            "it is {}; it must be a JSON list of allreduces, each {ITEM_SHAPE}",
+            json_kind(&v)
+        ));
+    };
+    let mut items = Vec::new();
+    for (i, v) in list.iter().enumerate() {
+        let Some(o) = v.as_object() else {
+            return Err(format!(
+                "item {i} is {}; each item is an object, {ITEM_SHAPE}",
+                json_kind(v)
+            ));
+        };
+        if let Some(k) = o.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+            return Err(format!(
+                "item {i} has a field {} no item has; an item is {ITEM_SHAPE}",
+                short(k)
+            ));
+        }
+        let number = |f: &str| -> Result<Option<u64>, String> {
+            match o.get(f) {
+                None => Ok(None),
+                Some(v) => v.as_u64().map(Some).ok_or_else(|| {
+                    let hint = match (f, v) {
+                        ("tokens", serde_json::Value::Array(_)) => {
+                            " (an item prices one token count; a SPEC like 122x7168xbf16@1,4 \
+                             prices several)"
+                        }
+                        _ => "",
+                    };
+                    format!(
+                        "item {i}'s `{f}` is {}; it must be a whole number{hint}",
+                        json_kind(v)
+                    )
+                }),
+            }
+        };
+        let dtype = match o.get("dtype") {
+            None => None,
+            Some(serde_json::Value::String(d)) => Some(d.clone()),
+            Some(v) => {
+                return Err(format!(
+                    "item {i}'s `dtype` is {}; it must be \"bf16\", \"fp16\" or \"fp32\"",
+                    json_kind(v)
+                ))
+            }
+        };
+        let count = number("count")?
+            .ok_or_else(|| format!("item {i} has no `count`; an item is {ITEM_SHAPE}"))?;
+        items.push(Item {
+            count,
+            bytes: number("bytes")?,
+            hidden: number("hidden")?,
+            dtype,
+            tokens: number("tokens")?,
+        });
+    }
+    Ok(items)
+}
+
+/// The fields a workload file's item may have.
+const FIELDS: [&str; 5] = ["count", "bytes", "hidden", "dtype", "tokens"];
 
 fn bad(spec: &str, why: &str) -> Error {
     Error::bad_input(format!(
@@ -195,16 +298,7 @@ impl Workload {
     }
 
     fn parse_items(text: &str) -> Result<Workload, String> {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Item {
-            count: u64,
-            bytes: Option<u64>,
-            hidden: Option<u64>,
-            dtype: Option<String>,
-            tokens: Option<u64>,
-        }
-        let items: Vec<Item> = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let items = json_items(text)?;
         if items.is_empty() || items.len() > MAX_TERMS {
             return Err(format!("it must list 1 to {MAX_TERMS} allreduces"));
         }
@@ -579,6 +673,48 @@ mod tests {
             let e = Workload::parse_spec(spec).unwrap_err().to_string();
             assert!(e.contains(needle), "{spec}: {e}");
             assert!(!e.contains('\n'), "{spec}: {e}");
+        }
+    }
+
+    /// A file of the wrong shape is said in the file format's words: which item, which
+    /// field, what it must be; never serde's "invalid type: sequence, expected u64".
+    #[test]
+    fn json_errors_name_the_item_and_field() {
+        for (text, needles) in [
+            (
+                r#"[{"count":122,"hidden":7168,"dtype":"bf16","tokens":[1,4]}]"#,
+                &[
+                    "item 0's `tokens` is a list; it must be a whole number",
+                    "@1,4",
+                ][..],
+            ),
+            (
+                r#"{"count":2}"#,
+                &["it is an object; it must be a JSON list of allreduces, each {\"count\": N"],
+            ),
+            (
+                r#"[{"count":2,"bytes":"4K"}]"#,
+                &["item 0's `bytes` is the string \"4K\"; it must be a whole number"],
+            ),
+            (
+                r#"[{"count":2,"bytes":4},{"count":2,"byte":4}]"#,
+                &["item 1 has a field \"byte\" no item has"],
+            ),
+            (r#"[{"bytes":4}]"#, &["item 0 has no `count`"]),
+            (
+                r#"[{"count":1,"hidden":4,"dtype":2,"tokens":1}]"#,
+                &["item 0's `dtype` is 2; it must be \"bf16\""],
+            ),
+            (r#"[3]"#, &["item 0 is 3; each item is an object"]),
+            (r#"[{"count": 2"#, &["it ends too early"]),
+        ] {
+            let e = Workload::parse_json(text).unwrap_err().to_string();
+            for n in needles {
+                assert!(e.contains(n), "{text}: {e}");
+            }
+            for serde in ["invalid type", "expected", "line 1 column"] {
+                assert!(!e.contains(serde), "{text}: {e}");
+            }
         }
     }
 
