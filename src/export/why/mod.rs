@@ -420,7 +420,7 @@ fn short_words(a: Backend, b: Backend, s: &Short) -> String {
             a_high_us,
             b_low_us,
         } => format!(
-            "{a} is modelled {} than {b}, but within the model's error: widened by its band (x{:.2}-x{:.2}) {a} may take {}, and {b} (x{:.2}-x{:.2}) as little as {}",
+            "{a} is modelled {} than {b}, but within the model's error: their 95% intervals' ends widened by their bands put {a} (x{:.2}-x{:.2}) as high as {} and {b} (x{:.2}-x{:.2}) as low as {}",
             faster(speedup),
             a_band.0,
             a_band.1,

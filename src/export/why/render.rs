@@ -94,7 +94,11 @@ pub fn render(w: &Why) -> String {
                 })
                 .trim_start_matches('x')
             ),
-            (Some((lo, hi)), false) => format!("  model band {} .. {}", fmt_us(lo), fmt_us(hi)),
+            (Some((lo, hi)), false) => format!(
+                "  model band of the median {} .. {}",
+                fmt_us(lo),
+                fmt_us(hi)
+            ),
             (None, _) => String::new(),
         };
         s.push_str(&format!(
