@@ -959,3 +959,38 @@ fn one_slow_link_shows_in_the_node_ratio() {
     let v: f64 = nccl.rsplit(' ').next().unwrap().parse().unwrap();
     assert!((1.7..1.9).contains(&v), "{nccl}");
 }
+
+/// A foreign file where fleet writes a class profile by default (DIR/classes) is named for
+/// what the path is, with the ways out: no --out was given, so the error names none as the
+/// culprit (it once said "--out DIR/classes/…").
+#[test]
+fn a_foreign_file_at_the_default_class_path_is_named_for_what_it_is() {
+    let tmp = tempfile::tempdir().unwrap();
+    let nodes = tmp.path().join("f3");
+    std::fs::create_dir(&nodes).unwrap();
+    for n in ["n1", "n2"] {
+        tuned(&nodes, &format!("{n}.json"), &["--sim", "pcie-2x"]);
+    }
+    let dir = nodes.to_str().unwrap();
+    assert_eq!(artune(&["fleet", dir]).status.code(), Some(0));
+    for e in std::fs::read_dir(nodes.join("classes")).unwrap() {
+        std::fs::write(e.unwrap().path(), "not mine").unwrap();
+    }
+    let o = artune(&["fleet", dir]);
+    let err = common::text(&o.stderr);
+    assert_eq!(o.status.code(), Some(9), "{err}");
+    assert!(!err.contains("written: --out "), "{err}");
+    assert!(
+        err.contains("the class profile fleet writes by default (into DIR/classes)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("give --out another directory, or pass --force"),
+        "{err}"
+    );
+    // With --out, the flag is what gave the path.
+    let classes = nodes.join("classes");
+    let o = artune(&["fleet", dir, "--out", classes.to_str().unwrap()]);
+    let err = common::text(&o.stderr);
+    assert!(err.contains("written: --out "), "{err}");
+}

@@ -43,8 +43,13 @@ pub fn run(a: FleetArgs) -> Result<i32, Error> {
         check_replace(p, "--prom", Writes::Metrics, a.force)?;
     }
     let (mut report, collected) = crate::fleet::run(&a.dir, a.dtype.map(Into::into))?;
-    let not_written =
-        crate::fleet::write_class_profiles(&mut report, &collected, &out_dir, a.force)?;
+    let not_written = crate::fleet::write_class_profiles(
+        &mut report,
+        &collected,
+        &out_dir,
+        a.out.is_none(),
+        a.force,
+    )?;
     if let Some(p) = &a.prom {
         crate::profile::write_atomic(p, output::prom(&report).as_bytes())?;
     }

@@ -188,10 +188,12 @@ impl FleetReport {
 /// Writes one class profile per topology class into `out_dir`, recording each in the report.
 /// Profiles that cannot be written are returned (one sentence each) rather than failing at
 /// once: the report is worth printing from a read-only directory, and the exit code says so.
+/// `default_out`: `out_dir` is DIR/classes, no --out given (so errors do not name --out).
 pub fn write_class_profiles(
     report: &mut FleetReport,
     collected: &Collected,
     out_dir: &std::path::Path,
+    default_out: bool,
     force: bool,
 ) -> Result<Vec<String>, Error> {
     let mut classes: Vec<String> = report
@@ -229,8 +231,21 @@ pub fn write_class_profiles(
         // The dtype in the name: a run for another dtype writes beside it, never over it.
         let hash = class.strip_prefix("sha256:").unwrap_or(&class);
         let path = out_dir.join(format!("class-{hash}-{}.json", report.dtype.id()));
-        use crate::profile::paths::{check_replace, Writes};
-        if let Err(e) = check_replace(&path, "--out", Writes::Profile, force) {
+        use crate::profile::paths::{check_replace, check_replace_as, Writes};
+        let refused = match default_out {
+            true => check_replace_as(
+                &path,
+                &format!(
+                    "{}, the class profile fleet writes by default (into DIR/classes)",
+                    path.display()
+                ),
+                "give --out another directory",
+                Writes::Profile,
+                force,
+            ),
+            false => check_replace(&path, "--out", Writes::Profile, force),
+        };
+        if let Err(e) = refused {
             warnings.push(format!("class profiles not written: {e}"));
         }
         planned.push((class, path, profile.to_json()));

@@ -388,7 +388,7 @@ fn a_class_profile_in_the_directory_is_not_a_skipped_file() {
         ("b.json", node(Some("b"), 1.0, "1")),
     ]);
     let (mut r, c) = run(d.path(), None).unwrap();
-    write_class_profiles(&mut r, &c, d.path(), false).unwrap();
+    write_class_profiles(&mut r, &c, d.path(), false, false).unwrap();
     let (r, _) = run(d.path(), None).unwrap();
     assert_eq!((r.profiles, r.skipped.len()), (2, 0), "{:?}", r.skipped);
     assert_eq!(r.class_profiles_found.len(), 1);

@@ -240,6 +240,19 @@ fn p2p_cache(text: &str) -> bool {
 /// Refuses, before any work, to replace a file that is not what `flag` writes, in one
 /// sentence naming the way out (`--force`).
 pub fn check_replace(path: &Path, flag: &str, writes: Writes, force: bool) -> Result<(), Error> {
+    let name = format!("{flag} {}", path.display());
+    check_replace_as(path, &name, "choose another path", writes, force)
+}
+
+/// The same, for a path no flag gave (a default): the file named as `name` says, and `remedy`
+/// the way out besides `--force`.
+pub fn check_replace_as(
+    path: &Path,
+    name: &str,
+    remedy: &str,
+    writes: Writes,
+    force: bool,
+) -> Result<(), Error> {
     if force || replaceable(path, writes) {
         return Ok(());
     }
@@ -259,8 +272,7 @@ pub fn check_replace(path: &Path, flag: &str, writes: Writes, force: bool) -> Re
         None => format!("not {} and this would replace it", writes.what()),
     };
     Err(Error::bad_input(format!(
-        "{flag} {}: that file is {what}; choose another path, or pass --force to replace it",
-        path.display(),
+        "{name}: that file is {what}; {remedy}, or pass --force to replace it"
     )))
 }
 
