@@ -14,6 +14,7 @@ pub mod lock;
 mod normalize;
 pub mod nvml;
 pub mod occupancy;
+pub mod p2p;
 mod paths;
 mod pci_config;
 pub mod presets;

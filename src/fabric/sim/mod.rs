@@ -453,11 +453,11 @@ impl Fabric for SimFabric {
         });
         self.reseed(None);
         let model = self.model(&group.gpus).nccl.clone();
-        let no_p2p = [Direction::Read, Direction::Write].map(|d| self.no_p2p(&group.gpus, d));
+        let no_p2p = crate::topology::p2p::P2pGaps::of(&self.topo, &group.gpus);
         let readiness: Vec<Readiness> = backends
             .iter()
             .map(
-                |&backend| match SimFabric::waiver(backend, group, &model, no_p2p) {
+                |&backend| match SimFabric::waiver(backend, group, &model, &no_p2p) {
                     Some(reason) => Readiness::Waived { backend, reason },
                     None => {
                         let bytes = memory::modelled(

@@ -1,8 +1,8 @@
 //! Why a backend cannot run on a group: no islands for an island schedule, LL128 off for
 //! NCCL, or a pair of GPUs without the P2P reads or writes a kernel needs.
 
-use super::{nccl, Backend, Direction, Group, SimFabric};
-use crate::allreduce::Plane;
+use super::{nccl, Backend, Group, SimFabric};
+use crate::topology::p2p::P2pGaps;
 use crate::topology::Status;
 
 impl SimFabric {
@@ -28,53 +28,22 @@ impl SimFabric {
         ))
     }
 
-    /// The first pair of `gpus` (in group order) without P2P in `dir`, if any.
-    pub(super) fn no_p2p(&self, gpus: &[usize], dir: Direction) -> Option<(usize, usize)> {
-        gpus.iter().find_map(|&a| {
-            gpus.iter().filter(|&&b| b != a).find_map(|&b| {
-                let p2p = self.topo.pair(a, b).map(|p| &p.p2p);
-                let status = p2p.map_or(Status::Unknown, |p| match dir {
-                    Direction::Read => p.read,
-                    Direction::Write => p.write,
-                });
-                (status == Status::No).then_some((a, b))
-            })
-        })
-    }
-
-    /// Why `backend` cannot run on `group`, if it cannot, given the first pair without P2P
-    /// reads and writes ([`SimFabric::no_p2p`], found once per group).
+    /// Why `backend` cannot run on `group`, if it cannot, given the group's first pairs
+    /// without P2P reads and writes (found once per group; the rule is [`P2pGaps::waiver`]).
     pub(super) fn waiver(
         backend: Backend,
         group: &Group,
         model: &nccl::Model,
-        no_p2p: [Option<(usize, usize)>; 2],
+        no_p2p: &P2pGaps,
     ) -> Option<String> {
         if backend.is_hierarchical() {
             if let Err(why) = &group.islands {
                 return Some(why.clone());
             }
         }
-        let needs: &[(usize, &str, &str)] = match backend.spec().plane {
-            Plane::Nccl => {
-                return match backend.nccl_pin() {
-                    Some((_, crate::fabric::NcclProto::LL128)) => model.ll128_off.clone(),
-                    _ => None,
-                }
-            }
-            Plane::Pull => &[(0, "read", "reads")],
-            Plane::Push => &[(1, "write", "writes")],
-            Plane::PerPhase => &[
-                (0, "read", "reads or writes"),
-                (1, "write", "reads or writes"),
-            ],
-        };
-        needs.iter().find_map(|&(dir, what, needed)| {
-            no_p2p[dir].map(|(a, b)| {
-                format!(
-                    "P2P {what} is not available from GPU {a} to GPU {b}, and {backend} {needed} peer memory directly"
-                )
-            })
-        })
+        match backend.nccl_pin() {
+            Some((_, crate::fabric::NcclProto::LL128)) => model.ll128_off.clone(),
+            _ => no_p2p.waiver(backend),
+        }
     }
 }
