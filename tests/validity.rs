@@ -308,3 +308,42 @@ fn the_advised_retune_keeps_the_profiles_settings() {
         (vec![4], 1, Some("fp32"), 4 << 10, 16 << 20)
     );
 }
+
+/// One pair without P2P rules the kernels that need it out for the groups holding that pair,
+/// as the tune waives them there, and for no other group: a profile tuned with P2P is stale
+/// there, naming only those groups, and one tuned there holds.
+#[test]
+fn one_pair_without_p2p_rules_out_the_kernels_of_its_groups_only() {
+    let d = tempfile::tempdir().unwrap();
+    let good = node(d.path(), "good", "570.86.15", |_| {});
+    let broken = node(d.path(), "broken", "570.86.15", |t| {
+        for p in t["pairs"].as_array_mut().unwrap() {
+            let ends = (p["from"].as_u64().unwrap(), p["to"].as_u64().unwrap());
+            if ends == (0, 1) || ends == (1, 0) {
+                p["p2p"]["read"] = "no".into();
+                p["p2p"]["write"] = "no".into();
+            }
+        }
+    });
+    let tune = |on: &Path, name: &str| {
+        let args = [
+            "--topology",
+            on.to_str().unwrap(),
+            "--tp",
+            "2,4",
+            "--mode",
+            "graph",
+        ];
+        let args = [&args[..], &["--sizes", "1K:64K"]].concat();
+        tuned(d.path(), name, &args)
+    };
+    let pg = tune(&good, "good.json");
+    let (code, out, err) = check(&pg, &broken);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(err.contains("TP2 graph on GPUs 0,1 chooses"), "{err}");
+    assert!(err.contains("TP4 graph on GPUs 0-3 chooses"), "{err}");
+    assert!(!err.contains("on GPUs 2,3"), "{err}");
+    let pb = tune(&broken, "broken.json");
+    let (code, out, err) = check(&pb, &broken);
+    assert_eq!(code, 0, "{out}{err}");
+}

@@ -14,7 +14,9 @@
 
 use std::fmt;
 
-use super::Profile;
+use super::{GroupProfile, Profile};
+use crate::allreduce::Backend;
+use crate::topology::p2p::P2pGaps;
 use crate::topology::{Gpu, Link, Topology};
 
 /// One difference between the machine a profile was made on and the one it is checked on.
@@ -72,6 +74,15 @@ pub enum Change {
     },
     /// An NCCL or CUDA variable that changes a measurement differs from the tune's: a note.
     Environment(super::environment::VarChange),
+    /// Backends a group chooses that this machine cannot run for want of P2P between the
+    /// group's GPUs ([`P2pGaps::waiver`], the rule a tune waives them by), where the machine
+    /// it was tuned on could: "TP4 graph on GPUs 0-3", the backends with the sizes they serve
+    /// ("one_stage_push at 1K to 5.5K"), and why the first cannot run.
+    Unavailable {
+        group: String,
+        chosen: Vec<String>,
+        why: String,
+    },
 }
 
 impl Change {
@@ -120,6 +131,11 @@ impl fmt::Display for Change {
             Change::Path { a, b, old, new } => write!(f, "GPU {a}–{b} path {old} → {new}"),
             Change::TopologyClass { old, new } => write!(f, "topology class {old} → {new}"),
             Change::Environment(v) => write!(f, "{v}"),
+            Change::Unavailable { group, chosen, why } => write!(
+                f,
+                "{group} chooses {}, which cannot run here ({why})",
+                chosen.join(" and ")
+            ),
         }
     }
 }
@@ -359,6 +375,9 @@ pub fn validity(p: &Profile, now: &Topology) -> Validity {
     } else {
         gpus(then, now, &mut v);
     }
+    for g in &p.groups {
+        v.changes.extend(unavailable(g, then, now));
+    }
     if p.fingerprint.topology_class != now.class_hash() {
         for x in &then.pairs {
             if let Some(y) = now.pair(x.from, x.to) {
@@ -380,6 +399,67 @@ pub fn validity(p: &Profile, now: &Topology) -> Validity {
         }
     }
     v
+}
+
+/// The backends `g` chooses (and the engines' fallbacks) that the P2P of `now` rules out
+/// between its GPUs and that of `then` did not, with the sizes they serve, as one change.
+fn unavailable(g: &GroupProfile, then: &Topology, now: &Topology) -> Option<Change> {
+    if g.gpus.iter().any(|&x| x >= now.gpu_count()) {
+        return None;
+    }
+    let (was, is) = (P2pGaps::of(then, &g.gpus), P2pGaps::of(now, &g.gpus));
+    let mut why = None;
+    // Per backend, the runs of neighbouring buckets it serves: (first, last) bytes.
+    let mut runs: Vec<(Backend, Vec<(u64, u64)>)> = Vec::new();
+    for (i, b) in g.buckets.iter().enumerate() {
+        let mut chosen = vec![b.choice];
+        chosen.extend(b.fallback.filter(|&f| f != b.choice));
+        for k in chosen {
+            let Some(reason) = is.waiver(k).filter(|_| was.waiver(k).is_none()) else {
+                continue;
+            };
+            why.get_or_insert(reason);
+            let at = match runs.iter().position(|(r, _)| *r == k) {
+                Some(at) => at,
+                None => {
+                    runs.push((k, Vec::new()));
+                    runs.len() - 1
+                }
+            };
+            let served_before = i > 0 && {
+                let p = &g.buckets[i - 1];
+                p.choice == k || p.fallback == Some(k)
+            };
+            match runs[at].1.last_mut() {
+                Some(last) if served_before => last.1 = b.bytes,
+                _ => runs[at].1.push((b.bytes, b.bytes)),
+            }
+        }
+    }
+    let fmt = crate::units::fmt_bytes;
+    let chosen = runs
+        .iter()
+        .map(|(k, spans)| {
+            let spans: Vec<String> = spans
+                .iter()
+                .map(|&(a, b)| match a == b {
+                    true => fmt(a),
+                    false => format!("{} to {}", fmt(a), fmt(b)),
+                })
+                .collect();
+            format!("{k} at {}", spans.join(", "))
+        })
+        .collect();
+    Some(Change::Unavailable {
+        group: format!(
+            "TP{} {} on GPUs {}",
+            g.tp,
+            g.mode.id(),
+            crate::topology::fmt_gpus(&g.gpus)
+        ),
+        chosen,
+        why: why?,
+    })
 }
 
 /// The origin of a topology whose GPUs are virtual ranks on one real GPU.
