@@ -817,3 +817,77 @@ fn wait_zero_refuses_at_once_while_another_artune_measures_the_gpu() {
     drop(first);
     let _ = std::fs::remove_file(lock::path(&gpu));
 }
+
+/// `topo` with the P2P reads and writes of `pairs` (both ways; every pair where None) refused.
+fn without_p2p(dir: &std::path::Path, name: &str, pairs: Option<&[(u64, u64)]>) -> String {
+    let o = artune(&["topo", "--sim", "pcie-4x-1switch", "--json"]);
+    let mut t: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    for p in t["pairs"].as_array_mut().unwrap() {
+        let ends = (p["from"].as_u64().unwrap(), p["to"].as_u64().unwrap());
+        if pairs.is_none_or(|x| x.contains(&ends) || x.contains(&(ends.1, ends.0))) {
+            p["p2p"]["read"] = "no".into();
+            p["p2p"]["write"] = "no".into();
+        }
+    }
+    let path = dir.join(name);
+    std::fs::write(&path, t.to_string()).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+/// A profile whose kernels need P2P, checked on the same box with P2P off: the kernels cannot
+/// run there, as a tune there finds, so both checks call it stale (exit 3) and name them; the
+/// measured check counts each decisive size they serve as stale, never as holding.
+#[test]
+fn a_chosen_kernel_that_cannot_run_here_is_stale_in_both_checks() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.json");
+    std::fs::write(
+        &good,
+        artune(&["topo", "--sim", "pcie-4x-1switch", "--json"]).stdout,
+    )
+    .unwrap();
+    let good = good.to_str().unwrap();
+    let p = tuned(
+        dir.path(),
+        "box.json",
+        &["--topology", good, "--tp", "4", "--mode", "graph"],
+    );
+    let p = p.to_str().unwrap();
+    let none = without_p2p(dir.path(), "none.json", None);
+    let o = artune(&["check", p, "--topology", &none]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{}{err}", text(&o.stdout));
+    assert!(
+        err.contains("TP4 graph on GPUs 0-3 chooses") && err.contains("which cannot run here (P2P"),
+        "{err}"
+    );
+    let o = artune(&["check", p, "--topology", &none, "--measure", "--json"]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["verdict"], "stale");
+    let points = v["points"].as_array().unwrap();
+    let custom = |x: &&serde_json::Value| !x["chosen"].as_str().unwrap().starts_with("nccl");
+    assert!(points.iter().any(|x| custom(&x)), "{points:?}");
+    for x in points.iter().filter(custom) {
+        assert!(x["unavailable"].as_str().unwrap().contains("P2P"), "{x}");
+    }
+    let text_out = artune(&["check", p, "--topology", &none, "--measure"]);
+    let (out, err) = (text(&text_out.stdout), text(&text_out.stderr));
+    let n = points.iter().filter(custom).count();
+    assert!(
+        err.contains(&format!("at {n} of them its choice cannot run here")),
+        "{out}{err}"
+    );
+    assert!(
+        out.contains("which cannot run here (P2P write is not available"),
+        "{out}"
+    );
+    // On the box it was tuned on, both hold.
+    for measure in [false, true] {
+        let mut args = vec!["check", p, "--topology", good];
+        if measure {
+            args.push("--measure");
+        }
+        assert_eq!(artune(&args).status.code(), Some(0));
+    }
+}

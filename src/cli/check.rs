@@ -407,6 +407,15 @@ fn verdict(a: &CheckArgs, p: &Profile, points: &[Point], took: f64) -> Result<i3
         return Ok(0);
     }
     for x in &broken {
+        if let Some(why) = &x.unavailable {
+            outln_text(format!(
+                "{}: the profile chose {}, which cannot run here ({why}); {} runs in its place",
+                at(x),
+                x.chosen,
+                x.now()
+            ))?;
+            continue;
+        }
         outln_text(format!(
             "{}: the profile chose {}, now {} is {:.0}% faster (at least, over three passes; {:.0}% beyond what the variation the tune saw and the drift between passes explain); {}",
             at(x),
@@ -417,17 +426,22 @@ fn verdict(a: &CheckArgs, p: &Profile, points: &[Point], took: f64) -> Result<i3
             moved(p, x)
         ))?;
     }
+    let unavailable = broken.iter().filter(|x| x.unavailable.is_some()).count();
     Err(stale(
         a,
         p,
         format!(
-            "{} of {} re-timed here no longer {} what the profile says (listed above, {:.1} s)",
+            "{} of {} re-timed here no longer {} what the profile says ({}listed above, {:.1} s)",
             broken.len(),
             count(points.len(), "decisive size", "decisive sizes"),
             if broken.len() == 1 {
                 "chooses"
             } else {
                 "choose"
+            },
+            match unavailable {
+                0 => String::new(),
+                n => format!("at {n} of them its choice cannot run here; "),
             },
             took
         ),

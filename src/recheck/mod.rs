@@ -56,6 +56,10 @@ pub struct Point {
     pub tuned: BTreeMap<Backend, f64>,
     /// Other processes on the GPUs while this point was timed (`--allow-busy`).
     pub beside: Vec<BusyGpu>,
+    /// Why the profile's choice cannot run here (the fabric waived it, or it failed here),
+    /// where it cannot: the choice no longer holds, whatever the others' timings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<String>,
 }
 
 /// One round of fresh timings at a point, and what the rule chooses from them.
@@ -157,29 +161,32 @@ impl Point {
         worst
     }
 
-    /// The choice no longer holds: every pass says so beyond the variation the tune saw, and
-    /// by more than the rule's margin compounded with the drift measured between passes.
+    /// The choice no longer holds: it cannot run here, or every pass says so beyond the
+    /// variation the tune saw, and by more than the rule's margin compounded with the drift
+    /// measured between passes.
     pub fn changed(&self) -> bool {
         let bar = (1.0 + 2.0 * crate::decide::MIN_EFFECT) * (1.0 + self.drift()) - 1.0;
-        self.changed_beyond_variation() && self.gain_beyond() > bar
+        self.unavailable.is_some() || self.changed_beyond_variation() && self.gain_beyond() > bar
     }
 
     /// Every pass finds a faster backend beyond the tune's variation, but the machine moved
     /// between passes by as much: it drifts too much right now to tell.
     pub fn drifting(&self) -> bool {
-        self.changed_beyond_variation() && !self.changed()
+        self.unavailable.is_none() && self.changed_beyond_variation() && !self.changed()
     }
 
     /// Every pass finds a faster backend, but no backend moved since the tune by more than
     /// this machine moved it while tuning: the profile's call holds.
     pub fn within_variation(&self) -> bool {
-        self.looks_changed() && !self.changed_beyond_variation()
+        self.unavailable.is_none() && self.looks_changed() && !self.changed_beyond_variation()
     }
 
     /// The passes disagree: the timings here moved by more than the rule's margin between
     /// two passes, so this point cannot be judged.
     pub fn unsettled(&self) -> bool {
-        !self.looks_changed() && self.passes.iter().any(|p| !p.holds(self.chosen))
+        self.unavailable.is_none()
+            && !self.looks_changed()
+            && self.passes.iter().any(|p| !p.holds(self.chosen))
     }
 
     pub fn holds(&self) -> bool {
@@ -255,14 +262,14 @@ fn contenders(g: &GroupProfile, i: usize) -> BTreeSet<Backend> {
 }
 
 /// Verifies and times each of `order` at `bytes`, in that order; a backend that fails here is
-/// left out (the rule then chooses among the rest).
+/// left out (the rule then chooses among the rest), and why kept in `failed`.
 fn retime(
     fabric: &mut dyn Fabric,
     order: &[Backend],
-    bytes: u64,
-    mode: crate::allreduce::Mode,
+    (bytes, mode): (u64, crate::allreduce::Mode),
     h: &Harness,
     cancel: &Cancel,
+    failed: &mut BTreeMap<Backend, String>,
 ) -> Result<BTreeMap<Backend, Timing>, Error> {
     let mut fresh = BTreeMap::new();
     for &k in order {
@@ -271,15 +278,23 @@ fn retime(
         }
         match fabric.verify(k, bytes, 7) {
             Ok(Verification::Correct) => {}
-            Ok(Verification::Wrong { .. }) => continue,
-            Err(e) if e.backend_local() => continue,
+            Ok(Verification::Wrong { .. }) => {
+                failed.insert(k, "it gave wrong results here".into());
+                continue;
+            }
+            Err(e) if e.backend_local() => {
+                failed.insert(k, e.to_string());
+                continue;
+            }
             Err(e) => return Err(e.into()),
         }
         match measure_cell(fabric, k, bytes, mode, h, None, cancel) {
             Ok(t) => {
                 fresh.insert(k, t);
             }
-            Err(e) if e.backend_local() => {}
+            Err(e) if e.backend_local() => {
+                failed.insert(k, e.to_string());
+            }
             Err(FabricError::Interrupted) => return Err(Error::Interrupted),
             Err(e) => return Err(e.into()),
         }
@@ -307,6 +322,22 @@ pub fn fits(p: &Profile, n: usize) -> Result<(), Error> {
     } else {
         format!("{what}; check it on the machine it was made for")
     }))
+}
+
+/// Prepares `wanted` on `group`: those ready, and why each the fabric waived cannot run.
+fn prepare(
+    fabric: &mut dyn Fabric,
+    group: &Group,
+    wanted: &[Backend],
+) -> Result<(BTreeSet<Backend>, BTreeMap<Backend, String>), Error> {
+    let (mut ready, mut waived) = (BTreeSet::new(), BTreeMap::new());
+    for r in fabric.prepare(group, wanted)? {
+        match r {
+            Readiness::Ready { backend, .. } => drop(ready.insert(backend)),
+            Readiness::Waived { backend, reason } => drop(waived.insert(backend, reason)),
+        }
+    }
+    Ok((ready, waived))
 }
 
 /// Re-times the decisive sizes of every group of `p` on `fabric`, asking `neighbours` before
@@ -349,14 +380,7 @@ pub fn run(
         };
         let wanted: Vec<Backend> = wanted.into_iter().collect();
         let t = std::time::Instant::now();
-        let ready: BTreeSet<Backend> = fabric
-            .prepare(&group, &wanted)?
-            .into_iter()
-            .filter_map(|r| match r {
-                Readiness::Ready { backend, .. } => Some(backend),
-                Readiness::Waived { .. } => None,
-            })
-            .collect();
+        let (ready, waived) = prepare(fabric, &group, &wanted)?;
         // The island phases run the way the tune oriented them.
         if let Some(d) = groups[0]
             .islands
@@ -381,30 +405,41 @@ pub fn run(
                         .filter(|k| ready.contains(k))
                         .collect();
                     let drift_of = |k: &Backend| tuned.get(&(g.mode, *k)).copied().unwrap_or(0.0);
-                    let pass = |fabric: &mut dyn Fabric, order: &[Backend]| {
-                        let fresh = retime(fabric, order, b.bytes, g.mode, h, cancel)?;
-                        let beyond: BTreeMap<Backend, Timing> = fresh
-                            .iter()
-                            .map(|(k, t)| (*k, beyond_variation(t, b.results.get(k), drift_of(k))))
-                            .collect();
-                        let rule = |r: &BTreeMap<Backend, Timing>| {
-                            crate::decide::rule_choice(r, g.ranks(), b.bytes)
+                    // Why each backend that cannot run at this size cannot: waived, or
+                    // failed in the first pass.
+                    let mut failed = waived.clone();
+                    let pass =
+                        |fabric: &mut dyn Fabric,
+                         order: &[Backend],
+                         failed: &mut BTreeMap<Backend, String>| {
+                            let fresh =
+                                retime(fabric, order, (b.bytes, g.mode), h, cancel, failed)?;
+                            let beyond: BTreeMap<Backend, Timing> = fresh
+                                .iter()
+                                .map(|(k, t)| {
+                                    (*k, beyond_variation(t, b.results.get(k), drift_of(k)))
+                                })
+                                .collect();
+                            let rule = |r: &BTreeMap<Backend, Timing>| {
+                                crate::decide::rule_choice(r, g.ranks(), b.bytes)
+                            };
+                            let medians = |r: &BTreeMap<Backend, Timing>| {
+                                r.iter().map(|(k, t)| (*k, t.median_us)).collect()
+                            };
+                            Ok::<_, Error>(rule(&fresh).zip(rule(&beyond)).map(|(now, judged)| {
+                                Pass {
+                                    now,
+                                    us: medians(&fresh),
+                                    judged,
+                                    beyond_us: medians(&beyond),
+                                }
+                            }))
                         };
-                        let medians = |r: &BTreeMap<Backend, Timing>| {
-                            r.iter().map(|(k, t)| (*k, t.median_us)).collect()
-                        };
-                        Ok::<_, Error>(rule(&fresh).zip(rule(&beyond)).map(|(now, judged)| Pass {
-                            now,
-                            us: medians(&fresh),
-                            judged,
-                            beyond_us: medians(&beyond),
-                        }))
-                    };
                     let at = format!("before timing GPUs {gpus:?} {}", g.mode.id());
                     let before = neighbours
                         .look(&at, fabric.recoveries().len())
                         .map_err(Error::BadInput)?;
-                    let Some(first) = pass(fabric, &order)? else {
+                    let Some(first) = pass(fabric, &order, &mut failed)? else {
                         continue;
                     };
                     let mut point = Point {
@@ -420,6 +455,7 @@ pub fn run(
                             .map(|k| (*k, drift_of(k)))
                             .collect(),
                         beside: before.now,
+                        unavailable: failed.get(&b.choice).cloned(),
                     };
                     if !point.passes[0].holds(b.choice) {
                         // Confirmed in the opposite order, then once more, before it counts: a
@@ -430,7 +466,7 @@ pub fn run(
                         let rev: Vec<Backend> = order.iter().rev().copied().collect();
                         for k in 1..CONFIRMING_PASSES {
                             let o = if k % 2 == 1 { &rev } else { &order };
-                            if let Some(again) = pass(fabric, o)? {
+                            if let Some(again) = pass(fabric, o, &mut BTreeMap::new())? {
                                 point.passes.push(again);
                             }
                         }
