@@ -743,3 +743,29 @@ fn without_a_gpu_each_command_says_what_works_for_it() {
     assert!(err.contains("has no simulated form"), "{err}");
     assert!(!err.contains("artune tune"), "{err}");
 }
+
+/// `check --tp`, which only the audit reads, is refused beside --sim, --topology, --measure or
+/// --json as it is alone (clap's requirement let it through beside what the audit conflicts
+/// with, and --tp 0 with it).
+#[test]
+fn check_tp_without_the_audit_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = tuned(
+        dir.path(),
+        "p.json",
+        &["--sim", "pcie-2x", "--sizes", "1K:64K"],
+    );
+    let p = p.to_str().unwrap();
+    for extra in [
+        &["--sim", "pcie-2x", "--tp", "7"][..],
+        &["--sim", "pcie-2x", "--tp", "0"],
+        &["--sim", "pcie-2x", "--measure", "--tp", "2"],
+        &["--sim", "pcie-2x", "--json", "--tp", "2"],
+    ] {
+        let o = artune(&[&["check", p][..], extra].concat());
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains("add --nccl-audit"), "{extra:?}: {err}");
+        assert!(o.stdout.is_empty(), "{extra:?}");
+    }
+}

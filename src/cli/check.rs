@@ -120,6 +120,13 @@ fn stale_before(a: &CheckArgs, p: &Profile, why: String, gpus: Option<usize>) ->
 
 /// `artune check PROFILE [--measure]`.
 pub fn run(a: CheckArgs) -> Result<i32, Error> {
+    // Only the audit reads it; clap's requirement lets it through beside --sim, --topology,
+    // --measure or --json, which the audit conflicts with.
+    if let Some(k) = a.tp {
+        return Err(Error::bad_input(format!(
+            "--tp {k} only chooses the TP size that --nccl-audit sweeps; add --nccl-audit, or drop --tp to check every group of the profile"
+        )));
+    }
     let p = Profile::load(&a.profile)?;
     if p.groups.is_empty() {
         return empty(&a, &p);
