@@ -769,3 +769,41 @@ fn check_tp_without_the_audit_is_refused() {
         assert!(o.stdout.is_empty(), "{extra:?}");
     }
 }
+
+/// An export names each engine-specific option its engine does not read (one command line
+/// serves every engine, so they are accepted).
+#[test]
+fn an_export_names_the_options_its_engine_does_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = tuned(
+        dir.path(),
+        "p.json",
+        &["--sim", "pcie-2x", "--sizes", "1K:64K"],
+    );
+    let p = p.to_str().unwrap();
+    let o = artune(&[
+        "export",
+        p,
+        "--engine",
+        "nccl",
+        "--hidden",
+        "7168",
+        "--allow-simulated",
+    ]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("note: --hidden maps bytes to tokens for --engine trtllm only; the nccl export does not read it"),
+        "{err}"
+    );
+    let o = artune(&[
+        "export",
+        p,
+        "--engine",
+        "trtllm",
+        "--hidden",
+        "7168",
+        "--allow-simulated",
+    ]);
+    assert!(!text(&o.stderr).contains("--hidden"), "{}", text(&o.stderr));
+}

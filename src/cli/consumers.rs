@@ -278,6 +278,9 @@ pub fn export(a: ExportArgs) -> Result<i32, Error> {
         }
     }
     warn_simulated(&a.profile, &p);
+    for note in export::unread_options(&o) {
+        eprintln!("note: {note}");
+    }
     match a.out {
         None => {
             let many = e.files.len() > 1;

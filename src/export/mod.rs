@@ -154,6 +154,44 @@ pub struct Export {
     pub files: Vec<File>,
 }
 
+/// The engine-specific options `o` gives that its engine's export does not read, each in one
+/// sentence naming the export that does: one command line serves every engine, so they are
+/// accepted, but not without a word.
+pub fn unread_options(o: &Options) -> Vec<String> {
+    let given = [
+        (
+            "--hidden",
+            o.hidden.is_some(),
+            Engine::Trtllm,
+            "maps bytes to tokens",
+        ),
+        (
+            "--world-size",
+            o.world_size.is_some(),
+            Engine::Trtllm,
+            "sizes the per-rank cache",
+        ),
+        (
+            "--allow-simulated",
+            o.allow_simulated,
+            Engine::Vllm,
+            "writes the P2P cache",
+        ),
+    ];
+    let id = |e: Engine| clap::ValueEnum::to_possible_value(&e).map(|v| v.get_name().to_string());
+    given
+        .into_iter()
+        .filter(|&(_, on, reader, _)| on && reader != o.engine)
+        .map(|(flag, _, reader, what)| {
+            format!(
+                "{flag} {what} for --engine {} only; the {} export does not read it",
+                id(reader).unwrap_or_default(),
+                id(o.engine).unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
 /// Builds the export.
 pub fn export(p: &Profile, o: &Options) -> Result<Export, Error> {
     let tps = tp_sizes(p, o.tp)?;
