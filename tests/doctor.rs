@@ -299,6 +299,50 @@ fn versions_against_a_profile() {
     );
 }
 
+/// A SIMULATED profile of other GPUs is stale against the model as `artune check` judges it,
+/// and the versions check says so, not only that it is simulated.
+#[test]
+fn versions_say_a_simulated_profile_of_other_gpus_is_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("p.json");
+    let p = p.to_str().unwrap();
+    let owned = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let tune = [
+        "tune",
+        "--sim",
+        "pcie-8x-2switch",
+        "--tp",
+        "2",
+        "--sizes",
+        "1K:4K",
+        "--out",
+        p,
+    ];
+    let tune = run(&owned(&tune), &[]);
+    assert!(
+        tune.status.success(),
+        "{}",
+        String::from_utf8_lossy(&tune.stderr)
+    );
+    let checked = run(&owned(&["check", p, "--sim", "pcie-4x-1switch"]), &[]);
+    assert_eq!(checked.status.code(), Some(3));
+    let args = [
+        "doctor",
+        "--json",
+        "--profile",
+        p,
+        "--sim",
+        "pcie-4x-1switch",
+    ];
+    let (st, ev, act) = check(&json(&run(&owned(&args), &[])), "versions");
+    assert_eq!(st, "warn");
+    assert!(
+        ev.contains("GPU count 8 → 4") && ev.contains("SIMULATED"),
+        "{ev}"
+    );
+    assert!(act.contains("exits 3 until then"), "{act}");
+}
+
 #[test]
 fn bad_input_is_one_line_and_exit_2() {
     let cases: [&[&str]; 3] = [

@@ -136,8 +136,7 @@ pub fn run(a: CheckArgs) -> Result<i32, Error> {
     }
     let now = load_topology(&source(&a))?;
     busy_note(&a.profile, &p);
-    let mut v = crate::profile::validity::validity(&p, &now);
-    crate::profile::validity::add_environment(&mut v, &p, &crate::profile::environment::current());
+    let v = crate::profile::validity::judged(&p, &now);
     let against = match (&a.topology, &a.sim) {
         (Some(f), _) => format!("the topology in {}", f.display()),
         (None, Some(preset)) => format!("the simulated preset {preset}"),

@@ -69,7 +69,7 @@ pub fn run(a: DoctorArgs) -> Result<i32, Error> {
         };
         if let Ok(now) = &facts.topology {
             use crate::profile::validity::Change;
-            let v = crate::profile::validity::validity(p, now);
+            let v = crate::profile::validity::judged(p, now);
             pf.changes = v.reasons().map(ToString::to_string).collect();
             // Another node of the class is no finding for the platform.
             let other = |c: &&Change| matches!(c, Change::OtherNode);

@@ -331,6 +331,14 @@ pub fn here(p: &Profile, nccl: Option<String>) -> Validity {
     }
 }
 
+/// What `artune check` judges `p` by on the machine `now` (and `artune doctor --profile` with
+/// it): the rule ([`validity`]) and this process's NCCL/CUDA variables against the tune's.
+pub fn judged(p: &Profile, now: &Topology) -> Validity {
+    let mut v = validity(p, now);
+    add_environment(&mut v, p, &super::environment::current());
+    v
+}
+
 /// The verdict on `p` for the machine `now`. Versions `now` does not report are taken as
 /// unchanged and listed as unchecked.
 pub fn validity(p: &Profile, now: &Topology) -> Validity {

@@ -131,6 +131,21 @@ pub fn versions(f: &Facts) -> Check {
     );
     if let Some(p) = &f.profile {
         let path = crate::shell::quote(&p.path.display().to_string());
+        // Stale as `artune check` judges it, whatever else: a SIMULATED profile checked
+        // against a model of other GPUs is stale there too.
+        if !p.changes.is_empty() {
+            return Check::new(
+                ID,
+                Status::Warn,
+                format!(
+                    "since {} was tuned: {}{}",
+                    p.path.display(),
+                    list(&p.changes),
+                    if p.simulated { "; it is a SIMULATED profile, which engines refuse" } else { "" }
+                ),
+                format!("run `artune tune --out {path}` again on this machine (`artune check {path}` exits 3 until then)"),
+            );
+        }
         if p.simulated {
             // Engines and the NCCL plugin refuse it, whatever machine it is compared with.
             return Check::new(
@@ -141,14 +156,6 @@ pub fn versions(f: &Facts) -> Check {
                     p.path.display()
                 ),
                 format!("on the GPU machine, run `artune tune --out {path}` and give engines that profile"),
-            );
-        }
-        if !p.changes.is_empty() {
-            return Check::new(
-                ID,
-                Status::Warn,
-                format!("since {} was tuned: {}", p.path.display(), list(&p.changes)),
-                format!("run `artune tune --out {path}` again on this machine (`artune check {path}` exits 3 until then)"),
             );
         }
         if !p.notes.is_empty() {
