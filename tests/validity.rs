@@ -347,3 +347,39 @@ fn one_pair_without_p2p_rules_out_the_kernels_of_its_groups_only() {
     let (code, out, err) = check(&pb, &broken);
     assert_eq!(code, 0, "{out}{err}");
 }
+
+/// A link trained below its maximum generation is a note, not a changed machine: idle GPUs
+/// lower the generation to save power (the class has each link's maximum). One trained
+/// narrower is stale.
+#[test]
+fn a_lower_generation_is_a_note_and_a_narrower_link_stale() {
+    let d = tempfile::tempdir().unwrap();
+    let good = node(d.path(), "good", "570.86.15", |_| {});
+    let args = [
+        "--topology",
+        good.to_str().unwrap(),
+        "--tp",
+        "4",
+        "--sizes",
+        "1K:64K",
+    ];
+    let p = tuned(d.path(), "p.json", &args);
+    let gen4 = node(d.path(), "gen4", "570.86.15", |t| {
+        t["gpus"][0]["pcie"]["gen"] = 4.into()
+    });
+    let (code, out, err) = check(&p, &gen4);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("holds for") && out.contains("GPU 0 PCIe link at Gen4 of Gen5"),
+        "{out}"
+    );
+    let x8 = node(d.path(), "x8", "570.86.15", |t| {
+        t["gpus"][0]["pcie"]["width"] = 8.into()
+    });
+    let (code, out, err) = check(&p, &x8);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(
+        err.contains("GPU 0 PCIe link trained at x8 of x16"),
+        "{err}"
+    );
+}

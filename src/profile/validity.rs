@@ -59,6 +59,14 @@ pub enum Change {
         width: u8,
         max_width: u8,
     },
+    /// The link trained below its maximum generation, and was not when the profile was made: a
+    /// note, since idle GPUs lower the generation to save power and raise it under load (a
+    /// lower width is no power saving: [`Change::Narrowed`]).
+    SlowerGen {
+        gpu: usize,
+        gen: u8,
+        max_gen: u8,
+    },
     /// The path class between two GPUs (as `nvidia-smi topo -m` labels it).
     Path {
         a: usize,
@@ -90,7 +98,10 @@ impl Change {
     pub fn decides(&self) -> bool {
         !matches!(
             self,
-            Change::Version { .. } | Change::OtherNode | Change::Environment(_)
+            Change::Version { .. }
+                | Change::OtherNode
+                | Change::Environment(_)
+                | Change::SlowerGen { .. }
         )
     }
 
@@ -127,6 +138,10 @@ impl fmt::Display for Change {
             } => write!(
                 f,
                 "GPU {gpu} PCIe link trained at x{width} of x{max_width} (it ran full width when profiled)"
+            ),
+            Change::SlowerGen { gpu, gen, max_gen } => write!(
+                f,
+                "GPU {gpu} PCIe link at Gen{gen} of Gen{max_gen} (it ran at its maximum when profiled; idle GPUs lower the generation, so doctor --measure reads it under load)"
             ),
             Change::Path { a, b, old, new } => write!(f, "GPU {a}–{b} path {old} → {new}"),
             Change::TopologyClass { old, new } => write!(f, "topology class {old} → {new}"),
@@ -521,7 +536,20 @@ fn compare(a: &Gpu, b: &Gpu, v: &mut Validity) {
             width: b.pcie.width.unwrap_or(0),
             max_width: b.pcie.max_width.unwrap_or(0),
         });
+    } else if let (Some(gen), Some(max_gen)) = (slower_gen(&b.pcie), b.pcie.max_gen) {
+        if slower_gen(&a.pcie).is_none() {
+            v.changes.push(Change::SlowerGen {
+                gpu: b.index,
+                gen,
+                max_gen,
+            });
+        }
     }
+}
+
+/// The generation a link trained at, where it is below its maximum.
+fn slower_gen(l: &Link) -> Option<u8> {
+    l.gen.filter(|&g| l.max_gen.is_some_and(|m| g < m))
 }
 
 /// Adds to `v` each variable of `now` (this process's, see

@@ -138,6 +138,12 @@ mod tests {
         let mut c = a.clone();
         c.gpus[0].pcie.max_width = Some(8);
         assert_ne!(a.class_hash(), c.class_hash());
+        // The generation a link trained at is not wiring (idle GPUs lower it); its maximum is.
+        let mut d = a.clone();
+        d.gpus[0].pcie.gen = Some(4);
+        assert_eq!(a.class_hash(), d.class_hash());
+        d.gpus[0].pcie.max_gen = Some(4);
+        assert_ne!(a.class_hash(), d.class_hash());
     }
 
     #[test]
