@@ -387,7 +387,7 @@ fn verdict(a: &CheckArgs, p: &Profile, points: &[Point], took: f64) -> Result<i3
     }
     if broken.is_empty() && !drifting.is_empty() {
         let msg = format!(
-            "{}: undecided, measured: this machine drifts too much right now to tell whether the profile holds ({} of {} moved between passes by as much as the difference; {:.1} s); run the check again when the GPUs are quiet",
+            "{}: undecided, measured: this machine drifts too much right now to tell whether the profile holds ({} of {} moved between passes by as much as the difference; re-timed in {:.1} s); run the check again when the GPUs are quiet",
             a.profile.display(),
             drifting.len(),
             count(points.len(), "decisive size", "decisive sizes"),
@@ -400,7 +400,7 @@ fn verdict(a: &CheckArgs, p: &Profile, points: &[Point], took: f64) -> Result<i3
     if broken.is_empty() {
         let judged = points.len() - unsettled.len();
         outln_text(format!(
-            "{} holds, measured: at the {} judged here no other backend beats its choice by more than 10% plus this machine's variation (as the tune saw it, and between passes) ({:.1} s){}{}",
+            "{} holds, measured: at the {} judged here no other backend beats its choice by more than 10% plus this machine's variation (as the tune saw it, and between passes) (re-timed in {:.1} s){}{}",
             a.profile.display(),
             count(judged, "decisive size", "decisive sizes"),
             took,
@@ -437,7 +437,7 @@ fn verdict(a: &CheckArgs, p: &Profile, points: &[Point], took: f64) -> Result<i3
         a,
         p,
         format!(
-            "{} of {} re-timed here no longer {} what the profile says ({}listed above, {:.1} s)",
+            "{} of {} re-timed here no longer {} what the profile says ({}listed above; re-timed in {:.1} s)",
             broken.len(),
             count(points.len(), "decisive size", "decisive sizes"),
             if broken.len() == 1 {
