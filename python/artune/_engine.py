@@ -98,7 +98,7 @@ def say(log: logging.Logger, msg: str, *args) -> None:
 
 def load(log: logging.Logger, engine: str) -> Optional[Tuple[Profile, str]]:
     """The profile to follow and the validity rule's verdict on it for this machine (the rule
-    of src/profile/validity.rs, which the NCCL plugin, the C ABI and `artune check` apply), or
+    of src/profile/validity/, which the NCCL plugin, the C ABI and `artune check` apply), or
     None (with one warning line saying why) to change nothing."""
     path = os.environ.get(ENV_PROFILE)
     if not path:

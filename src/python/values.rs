@@ -174,7 +174,7 @@ impl Band {
     }
 }
 
-/// The validity rule's verdict on a profile for a machine (src/profile/validity.rs), as the
+/// The validity rule's verdict on a profile for a machine (src/profile/validity/), as the
 /// NCCL plugin, the C ABI and `artune check` give it.
 #[pyclass(module = "artune", frozen, eq, hash, get_all)]
 #[derive(Clone, PartialEq, Eq, Hash)]

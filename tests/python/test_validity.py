@@ -1,4 +1,4 @@
-"""The validity rule (src/profile/validity.rs) as the Python package and both engine plugins
+"""The validity rule (src/profile/validity/) as the Python package and both engine plugins
 apply it: the hardware that decides (GPU model and count, link widths, paths) must be the
 profile's; other GPUs of the same class (UUIDs) and a driver bump leave it valid, with a note;
 a machine that cannot be read (no NVML here) is not valid unless ARTUNE_ALLOW_INVALID=1, which
