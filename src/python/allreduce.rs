@@ -164,17 +164,6 @@ impl AllreduceKernels {
     fn op(&self) -> std::sync::MutexGuard<'_, Op> {
         self.op.lock().unwrap_or_else(|p| p.into_inner())
     }
-
-    /// Whether torch's current stream `stream` is capturing a graph, asked of the driver
-    /// (None where it fails: the caller asks torch). Not a Python method: only the native
-    /// eager path, which holds a stream it just read, may ask about a raw handle.
-    ///
-    /// # Safety
-    /// `stream` must be a live stream of this process (torch's current one), or 0.
-    pub(super) unsafe fn capturing(&self, stream: u64) -> Option<bool> {
-        // SAFETY: the caller's contract.
-        unsafe { op::capturing(stream) }
-    }
 }
 
 #[pymethods]

@@ -1,9 +1,10 @@
 //! The op's per-call path in one native call: `Allreduce.all_reduce` and `should_run` of every
 //! op built by python/artune/allreduce.py are this object's methods, so an eager call runs no
 //! Python frame. It reads each tensor's fields once, torch's current stream (its raw getter, a C
-//! function) and whether the driver is capturing it, asks the routes and launches. The rare cases (a closed or failed op, a
-//! broken group, an output the kernels cannot write, a launch that fails) go to the op's
-//! Python methods, which hold the rules for them, so the two forms of a call answer alike.
+//! function) and whether the driver is capturing it, asks the routes and launches. The rare
+//! cases (a closed or failed op, a broken group, an output the kernels cannot write, a launch
+//! that fails) go to the op's Python methods, which hold the rules for them, so the two forms
+//! of a call answer alike.
 //!
 //! Not a torch custom op: registering a kernel with torch's dispatcher takes C++ built against
 //! the installed libtorch (or its versioned C shim), which the wheel, built once for every
@@ -49,9 +50,9 @@ impl Layer {
     /// Whether the call is being captured: the driver asked about `stream` (torch's current
     /// stream, where it was read) on artune's kernels, else torch's `capturing` hook.
     fn capturing(&self, py: Python<'_>, h: &Hooks, stream: Option<u64>) -> PyResult<bool> {
-        if let (Layer::Kernels(k), Some(s)) = (self, stream) {
+        if let (Layer::Kernels(_), Some(s)) = (self, stream) {
             // SAFETY: `s` is torch's current stream, just read, which outlives this call.
-            if let Some(c) = unsafe { k.bind(py).try_borrow()?.capturing(s) } {
+            if let Some(c) = unsafe { crate::fabric::cuda::op::capturing(s) } {
                 return Ok(c);
             }
         }
